@@ -1,0 +1,195 @@
+//! `microagent vmm ...`: boot a kernel directly and probe the host.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Subcommand, ValueEnum};
+use serde_json::json;
+use vmm_core::devices::serial::ConsoleSink;
+use vmm_core::host::{self, HostProfile};
+use vmm_core::{CpuTemplate, Machine, MachineConfig};
+
+#[derive(Debug, Subcommand)]
+pub enum VmmCommand {
+    /// Boot a Linux kernel, stream its serial console, exit 0 when the guest
+    /// reboots or powers off.
+    Boot(BootArgs),
+    /// Measure whether this host's KVM runs guest kernel code natively or emulates it.
+    Probe {
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TemplateArg {
+    /// Pick from the host probe: `compat` on emulating hosts, else `standard`.
+    Auto,
+    /// CPUID as KVM supports it.
+    Standard,
+    /// CPUID and command line for hosts that emulate guest kernel mode.
+    Compat,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BootArgs {
+    /// Kernel image: an uncompressed ELF vmlinux (fastest) or a 64-bit bzImage.
+    #[arg(long)]
+    kernel: PathBuf,
+    /// Initial ramdisk (an uncompressed cpio boots fastest).
+    #[arg(long)]
+    initrd: Option<PathBuf>,
+    /// Extra kernel command-line arguments, appended to the defaults
+    /// (console=ttyS0 reboot=k panic=1 pci=off nomodule, plus the template's).
+    #[arg(long)]
+    cmdline: Option<String>,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 128)]
+    mem_mib: u64,
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = 1)]
+    vcpus: u8,
+    /// Where the serial console goes: `stdout` or a file path (appended to).
+    #[arg(long, default_value = "stdout")]
+    console: String,
+    /// CPUID template.
+    #[arg(long, value_enum, default_value_t = TemplateArg::Auto)]
+    cpu_template: TemplateArg,
+    /// Stop the guest after this many seconds (exit status 124).
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// Print a JSON summary on stdout when the guest stops.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: VmmCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        VmmCommand::Boot(args) => boot(args),
+        VmmCommand::Probe { json } => probe(json),
+    }
+}
+
+fn probe_host() -> anyhow::Result<HostProfile> {
+    host::probe()
+        .context("could not probe the host's KVM (does /dev/kvm exist, and may you open it?)")
+}
+
+fn probe(json: bool) -> anyhow::Result<ExitCode> {
+    let p = probe_host()?;
+    if json {
+        let v = json!({
+            "kvm_mode": p.mode.name(),
+            "ring0_ns_per_iteration": p.ring0_ns_per_iteration,
+            "slowdown_vs_native": p.slowdown_vs_native(),
+            "cpu_template": p.cpu_template().name(),
+            "kernel_variant": p.kernel_variant(),
+            "probe_ms": p.probe_time.as_secs_f64() * 1e3,
+        });
+        println!("{v}");
+    } else {
+        println!("kvm mode:        {}", p.mode.name());
+        println!(
+            "ring-0 loop:     {:.1} ns/iteration (about {:.0}x native)",
+            p.ring0_ns_per_iteration,
+            p.slowdown_vs_native()
+        );
+        println!("cpu template:    {}", p.cpu_template());
+        println!("kernel variant:  {}", p.kernel_variant());
+        if p.mode == host::KvmMode::Emulated {
+            println!("note: this host emulates guest kernel mode; guest kernels boot in tens of seconds, not milliseconds, and need the compat kernel");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn console_sink(spec: &str) -> anyhow::Result<ConsoleSink> {
+    Ok(match spec {
+        "stdout" => ConsoleSink::new().with(Box::new(std::io::stdout())),
+        path => {
+            let file = File::options()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open console file {path}"))?;
+            ConsoleSink::new().with(Box::new(file))
+        }
+    })
+}
+
+fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let template = match args.cpu_template {
+        TemplateArg::Standard => CpuTemplate::Standard,
+        TemplateArg::Compat => CpuTemplate::Compat,
+        TemplateArg::Auto => {
+            let p = probe_host()?;
+            tracing::info!(
+                mode = p.mode.name(),
+                ns = p.ring0_ns_per_iteration,
+                "host probed"
+            );
+            p.cpu_template()
+        }
+    };
+    if args.vcpus == 0 {
+        bail!("--vcpus must be at least 1");
+    }
+    let config = MachineConfig {
+        kernel: args.kernel.clone(),
+        initrd: args.initrd.clone(),
+        extra_cmdline: args.cmdline.clone(),
+        mem_mib: args.mem_mib,
+        vcpus: args.vcpus,
+        template,
+        console: console_sink(&args.console)?,
+    };
+    let machine = Machine::build(config).context("could not build the VM")?;
+    tracing::info!(cmdline = machine.cmdline(), ?template, "booting");
+    let outcome = machine
+        .run(args.timeout.map(Duration::from_secs))
+        .context("could not run the VM")?;
+    let elapsed = started.elapsed();
+    if args.json {
+        let v = json!({
+            "reason": format!("{:?}", outcome.reason),
+            "clean": outcome.reason.is_clean(),
+            "cpu_template": template.name(),
+            "elapsed_s": elapsed.as_secs_f64(),
+            "first_kvm_run_monotonic_ns": outcome.first_run_ns,
+            "overhead_rss_kib": outcome.overhead_rss_kib,
+            "registers": outcome.registers,
+        });
+        println!("{v}");
+    }
+    match outcome.reason {
+        r if r.is_clean() => {
+            eprintln!(
+                "microagent: guest stopped ({r:?}) after {:.1} s",
+                elapsed.as_secs_f64()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        vmm_core::StopReason::TimedOut => {
+            eprintln!(
+                "microagent: guest still running after --timeout {} s; stopped it",
+                args.timeout.unwrap_or(0)
+            );
+            Ok(ExitCode::from(124))
+        }
+        r => {
+            let regs = outcome
+                .registers
+                .unwrap_or_else(|| "registers unavailable".into());
+            eprintln!("microagent: error: the guest failed: {r:?}\n  vCPU registers: {regs}");
+            if template == CpuTemplate::Standard {
+                eprintln!("  hint: if `microagent vmm probe` says this host emulates guest kernel mode, boot the compat kernel with --cpu-template auto");
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! CPUID the guest sees: KVM_GET_SUPPORTED_CPUID filtered through a named
+//! template, never passed through blindly, plus per-vCPU topology.
+
+use kvm_bindings::kvm_cpuid_entry2;
+
+/// A named CPUID policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CpuTemplate {
+    /// What KVM supports, with topology and the hypervisor bit set.
+    Standard,
+    /// For hosts whose KVM emulates guest kernel mode: also hides features
+    /// the host's instruction emulator cannot execute (CX16, XSAVE and what
+    /// needs it, SMAP, POPCNT; see HOST-NOTES).
+    Compat,
+}
+
+impl CpuTemplate {
+    /// The template's stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuTemplate::Standard => "standard",
+            CpuTemplate::Compat => "compat",
+        }
+    }
+
+    /// Parses a stable name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "standard" => Some(CpuTemplate::Standard),
+            "compat" => Some(CpuTemplate::Compat),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CpuTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Leaf 1 ECX bits.
+mod leaf1_ecx {
+    pub const FMA: u32 = 1 << 12;
+    pub const CX16: u32 = 1 << 13;
+    pub const POPCNT: u32 = 1 << 23;
+    pub const XSAVE: u32 = 1 << 26;
+    pub const OSXSAVE: u32 = 1 << 27;
+    pub const AVX: u32 = 1 << 28;
+    pub const F16C: u32 = 1 << 29;
+    pub const HYPERVISOR: u32 = 1 << 31;
+}
+/// Leaf 1 EDX bits.
+const LEAF1_EDX_HTT: u32 = 1 << 28;
+/// Leaf 7 subleaf 0 EBX bits.
+mod leaf7_ebx {
+    pub const AVX2: u32 = 1 << 5;
+    pub const AVX512F: u32 = 1 << 16;
+    pub const AVX512DQ: u32 = 1 << 17;
+    pub const SMAP: u32 = 1 << 20;
+    pub const AVX512IFMA: u32 = 1 << 21;
+    pub const AVX512PF: u32 = 1 << 26;
+    pub const AVX512ER: u32 = 1 << 27;
+    pub const AVX512CD: u32 = 1 << 28;
+    pub const AVX512BW: u32 = 1 << 30;
+    pub const AVX512VL: u32 = 1 << 31;
+}
+/// Leaf 7 subleaf 0 ECX bits.
+mod leaf7_ecx {
+    pub const PKU: u32 = 1 << 3;
+    pub const OSPKE: u32 = 1 << 4;
+}
+/// Leaf 0x8000_0001 ECX bits.
+const EXT_ECX_ABM: u32 = 1 << 5;
+
+const COMPAT_LEAF1_ECX_CLEAR: u32 = leaf1_ecx::FMA
+    | leaf1_ecx::CX16
+    | leaf1_ecx::POPCNT
+    | leaf1_ecx::XSAVE
+    | leaf1_ecx::OSXSAVE
+    | leaf1_ecx::AVX
+    | leaf1_ecx::F16C;
+const COMPAT_LEAF7_EBX_CLEAR: u32 = leaf7_ebx::AVX2
+    | leaf7_ebx::AVX512F
+    | leaf7_ebx::AVX512DQ
+    | leaf7_ebx::SMAP
+    | leaf7_ebx::AVX512IFMA
+    | leaf7_ebx::AVX512PF
+    | leaf7_ebx::AVX512ER
+    | leaf7_ebx::AVX512CD
+    | leaf7_ebx::AVX512BW
+    | leaf7_ebx::AVX512VL;
+const COMPAT_LEAF7_ECX_CLEAR: u32 = leaf7_ecx::PKU | leaf7_ecx::OSPKE;
+
+/// Where the vCPU sits in the guest's topology.
+#[derive(Clone, Copy, Debug)]
+pub struct VcpuTopology {
+    /// This vCPU's index, which is also its APIC ID.
+    pub index: u8,
+    /// Number of vCPUs in the guest (one core each, one socket).
+    pub count: u8,
+}
+
+/// Bits needed to number `count` items (x2APIC ID shift).
+fn id_bits(count: u8) -> u32 {
+    (u32::from(count).max(1))
+        .next_power_of_two()
+        .trailing_zeros()
+}
+
+/// Filters `entries` (from KVM_GET_SUPPORTED_CPUID) for one vCPU.
+pub fn apply_template(template: CpuTemplate, entries: &mut [kvm_cpuid_entry2], topo: VcpuTopology) {
+    let apic_id = u32::from(topo.index);
+    for e in entries.iter_mut() {
+        match (e.function, e.index) {
+            (0x1, _) => {
+                e.ecx |= leaf1_ecx::HYPERVISOR;
+                // EBX[31:24] initial APIC ID, EBX[23:16] logical processors per package.
+                e.ebx = (e.ebx & 0x0000_ffff) | (apic_id << 24) | (u32::from(topo.count) << 16);
+                if topo.count > 1 {
+                    e.edx |= LEAF1_EDX_HTT;
+                } else {
+                    e.edx &= !LEAF1_EDX_HTT;
+                }
+                if template == CpuTemplate::Compat {
+                    e.ecx &= !COMPAT_LEAF1_ECX_CLEAR;
+                }
+            }
+            (0x4, _) => {
+                // EAX[31:26]: cores per package minus one.
+                e.eax = (e.eax & 0x03ff_ffff) | ((u32::from(topo.count).max(1) - 1) << 26);
+            }
+            (0x7, 0) if template == CpuTemplate::Compat => {
+                e.ebx &= !COMPAT_LEAF7_EBX_CLEAR;
+                e.ecx &= !COMPAT_LEAF7_ECX_CLEAR;
+            }
+            (0xb, sub) | (0x1f, sub) => {
+                // Extended topology: level 0 SMT (one thread per core), level 1 core.
+                e.edx = apic_id;
+                match sub {
+                    0 => {
+                        e.eax = 0;
+                        e.ebx = 1;
+                        e.ecx = 1 << 8;
+                    }
+                    1 => {
+                        e.eax = id_bits(topo.count);
+                        e.ebx = u32::from(topo.count);
+                        e.ecx = 1 | (2 << 8);
+                    }
+                    _ => {
+                        e.eax = 0;
+                        e.ebx = 0;
+                        e.ecx = sub;
+                    }
+                }
+            }
+            (0xd, _) if template == CpuTemplate::Compat => {
+                e.eax = 0;
+                e.ebx = 0;
+                e.ecx = 0;
+                e.edx = 0;
+            }
+            (0x8000_0001, _) if template == CpuTemplate::Compat => {
+                // ABM/LZCNT travel with POPCNT in the kernel's feature checks.
+                e.ecx &= !EXT_ECX_ABM;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(function: u32, index: u32) -> kvm_cpuid_entry2 {
+        kvm_cpuid_entry2 {
+            function,
+            index,
+            eax: u32::MAX,
+            ebx: u32::MAX,
+            ecx: u32::MAX,
+            edx: u32::MAX,
+            ..Default::default()
+        }
+    }
+
+    fn supported() -> Vec<kvm_cpuid_entry2> {
+        vec![
+            leaf(0x1, 0),
+            leaf(0x4, 0),
+            leaf(0x7, 0),
+            leaf(0xb, 0),
+            leaf(0xb, 1),
+            leaf(0xb, 2),
+            leaf(0xd, 0),
+            leaf(0xd, 1),
+            leaf(0x8000_0001, 0),
+            leaf(0x4000_0001, 0),
+        ]
+    }
+
+    fn find(entries: &[kvm_cpuid_entry2], function: u32, index: u32) -> kvm_cpuid_entry2 {
+        *entries
+            .iter()
+            .find(|e| e.function == function && e.index == index)
+            .unwrap()
+    }
+
+    #[test]
+    fn standard_keeps_features_and_sets_topology() {
+        let mut entries = supported();
+        apply_template(
+            CpuTemplate::Standard,
+            &mut entries,
+            VcpuTopology { index: 2, count: 4 },
+        );
+        let l1 = find(&entries, 1, 0);
+        assert_eq!(l1.ebx >> 24, 2);
+        assert_eq!((l1.ebx >> 16) & 0xff, 4);
+        assert_ne!(l1.ecx & leaf1_ecx::CX16, 0);
+        assert_ne!(l1.ecx & leaf1_ecx::HYPERVISOR, 0);
+        assert_eq!(find(&entries, 0xb, 1).eax, 2);
+        assert_eq!(find(&entries, 0xb, 1).edx, 2);
+        assert_eq!(find(&entries, 0xd, 0).eax, u32::MAX);
+        assert_eq!(
+            find(&entries, 0x4000_0001, 0).eax,
+            u32::MAX,
+            "KVM leaves are kept"
+        );
+    }
+
+    #[test]
+    fn compat_hides_what_the_emulator_cannot_run() {
+        let mut entries = supported();
+        apply_template(
+            CpuTemplate::Compat,
+            &mut entries,
+            VcpuTopology { index: 0, count: 1 },
+        );
+        let l1 = find(&entries, 1, 0);
+        for bit in [
+            leaf1_ecx::CX16,
+            leaf1_ecx::XSAVE,
+            leaf1_ecx::OSXSAVE,
+            leaf1_ecx::POPCNT,
+            leaf1_ecx::AVX,
+        ] {
+            assert_eq!(l1.ecx & bit, 0, "bit {bit:#x} still set");
+        }
+        assert_eq!(l1.edx & LEAF1_EDX_HTT, 0);
+        let l7 = find(&entries, 7, 0);
+        assert_eq!(l7.ebx & leaf7_ebx::SMAP, 0);
+        assert_eq!(l7.ebx & leaf7_ebx::AVX2, 0);
+        assert_ne!(l7.ebx & (1 << 0), 0, "unrelated features stay");
+        assert_eq!(find(&entries, 0xd, 1).eax, 0);
+        assert_eq!(find(&entries, 0x8000_0001, 0).ecx & EXT_ECX_ABM, 0);
+    }
+
+    #[test]
+    fn topology_id_bits() {
+        assert_eq!(id_bits(1), 0);
+        assert_eq!(id_bits(2), 1);
+        assert_eq!(id_bits(3), 2);
+        assert_eq!(id_bits(32), 5);
+    }
+
+    #[test]
+    fn template_names_round_trip() {
+        for t in [CpuTemplate::Standard, CpuTemplate::Compat] {
+            assert_eq!(CpuTemplate::from_name(t.name()), Some(t));
+        }
+        assert_eq!(CpuTemplate::from_name("fast"), None);
+    }
+}

@@ -1,0 +1,8 @@
+//! Emulated devices and the buses that route guest accesses to them.
+
+pub mod bus;
+pub mod cmos;
+pub mod i8042;
+pub mod serial;
+
+pub use bus::{Bus, BusDevice, BusError, DeviceAction, SharedDevice};

@@ -1,0 +1,25 @@
+//! microagent's virtual machine monitor: a KVM VM with guest memory, vCPU
+//! threads, direct 64-bit Linux boot and the few legacy devices a 6.1 kernel
+//! needs. No async runtime: vCPUs are threads, devices are called from them.
+//!
+//! Entry points: [`host::probe`] to learn what the host's KVM can do,
+//! [`machine::Machine`] to build and run a Linux guest, [`tiny::TinyGuest`]
+//! for hand-assembled test guests.
+
+pub mod arch;
+pub mod devices;
+pub mod exit;
+pub mod host;
+pub mod kernel;
+pub mod layout;
+pub mod machine;
+pub mod memory;
+pub mod stats;
+pub mod tiny;
+pub mod vcpu;
+pub mod vm;
+
+pub use arch::cpuid::CpuTemplate;
+pub use exit::StopReason;
+pub use host::{HostProfile, KvmMode};
+pub use machine::{Machine, MachineConfig, RunOutcome};

@@ -1,0 +1,278 @@
+//! A Linux guest assembled from small `attach_*` steps and run until it
+//! reboots, powers off or fails.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kvm_ioctls::VcpuFd;
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::arch::cpuid::{CpuTemplate, VcpuTopology};
+use crate::arch::mptable::{self, MpTableError, MAX_VCPUS};
+use crate::arch::{boot_params, write_boot_tables, BootTablesError};
+use crate::devices::cmos::{Cmos, CMOS_PORT_BASE, CMOS_PORT_LEN};
+use crate::devices::i8042::{I8042, I8042_PORT_BASE, I8042_PORT_LEN};
+use crate::devices::serial::{ConsoleSink, Serial, COM1_PORT_BASE, COM_PORT_LEN};
+use crate::devices::BusError;
+use crate::exit::{Buses, StopReason};
+use crate::host::cmdline_additions;
+use crate::kernel::{self, KernelError, LoadedKernel};
+use crate::layout::SERIAL_IRQ;
+use crate::memory::{create_guest_memory, GuestMemory, MemoryError};
+use crate::stats;
+use crate::vcpu::{
+    configure, registers, stop_all, RunControl, VcpuError, VcpuExitReport, VcpuThread,
+};
+use crate::vm::{Vm, VmError};
+
+/// The command line every guest starts from: serial console, reboot through
+/// the keyboard controller (which ends the VM), no PCI probing.
+pub const BASE_CMDLINE: &str = "console=ttyS0 reboot=k panic=1 pci=off nomodule";
+
+/// What to boot and how.
+#[derive(Debug)]
+pub struct MachineConfig {
+    /// ELF vmlinux or bzImage.
+    pub kernel: PathBuf,
+    /// Optional initrd/initramfs.
+    pub initrd: Option<PathBuf>,
+    /// Appended to the base command line and the template's additions.
+    pub extra_cmdline: Option<String>,
+    /// Guest RAM in MiB.
+    pub mem_mib: u64,
+    /// Number of vCPUs.
+    pub vcpus: u8,
+    /// CPUID template (and with it the command-line additions).
+    pub template: CpuTemplate,
+    /// Where the serial console goes.
+    pub console: ConsoleSink,
+}
+
+/// Why a machine could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    /// vCPU count out of range.
+    #[error("{0} vCPUs requested; between 1 and {MAX_VCPUS} are supported")]
+    VcpuCount(u8),
+    /// Guest memory.
+    #[error("guest memory")]
+    Memory(#[from] MemoryError),
+    /// VM setup.
+    #[error("VM setup")]
+    Vm(#[from] VmError),
+    /// Kernel, initrd or command line.
+    #[error("loading the kernel")]
+    Kernel(#[from] KernelError),
+    /// Boot tables.
+    #[error("boot tables")]
+    BootTables(#[from] BootTablesError),
+    /// MP table.
+    #[error("MP table")]
+    MpTable(#[from] MpTableError),
+    /// Zero page.
+    #[error("zero page")]
+    BootParams(#[from] boot_params::BootParamsError),
+    /// A device could not be placed.
+    #[error("device placement")]
+    Bus(#[from] BusError),
+    /// An eventfd could not be made.
+    #[error("could not create an eventfd")]
+    EventFd(#[source] std::io::Error),
+    /// A vCPU.
+    #[error("vCPU setup")]
+    Vcpu(#[from] VcpuError),
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Why the VM stopped.
+    pub reason: StopReason,
+    /// The reporting vCPU's registers when it failed.
+    pub registers: Option<String>,
+    /// CLOCK_MONOTONIC ns of the boot vCPU's first KVM_RUN.
+    pub first_run_ns: Option<u64>,
+    /// Resident memory of the VMM process outside guest RAM, in KiB, just before teardown.
+    pub overhead_rss_kib: Option<u64>,
+}
+
+/// A guest ready to run.
+#[derive(Debug)]
+pub struct Machine {
+    vm: Vm,
+    mem: GuestMemory,
+    mem_size: u64,
+    buses: Buses,
+    vcpus: Vec<VcpuFd>,
+    cmdline: String,
+    kernel: Option<LoadedKernel>,
+}
+
+/// The full command line for `template` and the user's additions.
+pub fn compose_cmdline(template: CpuTemplate, extra: Option<&str>) -> String {
+    [
+        BASE_CMDLINE,
+        cmdline_additions(template),
+        extra.unwrap_or(""),
+    ]
+    .iter()
+    .map(|s| s.trim())
+    .filter(|s| !s.is_empty())
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
+impl Machine {
+    /// Builds the whole guest from `cfg`; nothing runs yet.
+    pub fn build(cfg: MachineConfig) -> Result<Self, MachineError> {
+        if cfg.vcpus == 0 || cfg.vcpus > MAX_VCPUS {
+            return Err(MachineError::VcpuCount(cfg.vcpus));
+        }
+        let cmdline = compose_cmdline(cfg.template, cfg.extra_cmdline.as_deref());
+        kernel::validate_cmdline(&cmdline)?;
+        let mem = create_guest_memory(cfg.mem_mib)?;
+        let vm = Vm::new()?;
+        vm.register_memory(&mem)?;
+        vm.create_irqchip_and_pit()?;
+        let mut machine = Machine {
+            vm,
+            mem,
+            mem_size: cfg.mem_mib << 20,
+            buses: Buses::default(),
+            vcpus: Vec::new(),
+            cmdline,
+            kernel: None,
+        };
+        machine.attach_legacy_devices(cfg.console)?;
+        machine.attach_kernel(&cfg.kernel, cfg.initrd.as_deref())?;
+        machine.attach_vcpus(cfg.vcpus, cfg.template)?;
+        Ok(machine)
+    }
+
+    /// The command line the guest gets.
+    pub fn cmdline(&self) -> &str {
+        &self.cmdline
+    }
+
+    /// The loaded kernel.
+    pub fn kernel(&self) -> Option<&LoadedKernel> {
+        self.kernel.as_ref()
+    }
+
+    fn attach_legacy_devices(&mut self, console: ConsoleSink) -> Result<(), MachineError> {
+        let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(MachineError::EventFd)?;
+        self.vm.register_irqfd(&irq, SERIAL_IRQ)?;
+        let serial = Serial::new(irq, console);
+        self.buses
+            .pio
+            .insert(COM1_PORT_BASE, COM_PORT_LEN, Arc::new(Mutex::new(serial)))?;
+        self.buses
+            .pio
+            .insert(I8042_PORT_BASE, I8042_PORT_LEN, Arc::new(Mutex::new(I8042)))?;
+        self.buses.pio.insert(
+            CMOS_PORT_BASE,
+            CMOS_PORT_LEN,
+            Arc::new(Mutex::new(Cmos::default())),
+        )?;
+        Ok(())
+    }
+
+    fn attach_kernel(
+        &mut self,
+        kernel: &std::path::Path,
+        initrd: Option<&std::path::Path>,
+    ) -> Result<(), MachineError> {
+        let loaded = kernel::load_kernel(&self.mem, kernel)?;
+        let initrd = initrd
+            .map(|path| kernel::load_initrd(&self.mem, path, self.mem_size, &loaded))
+            .transpose()?;
+        let len = kernel::write_cmdline(&self.mem, &self.cmdline)?;
+        let params = boot_params::build(self.mem_size, loaded.setup_header, len + 1, initrd)?;
+        boot_params::write(&self.mem, &params)?;
+        write_boot_tables(&self.mem)?;
+        self.kernel = Some(loaded);
+        Ok(())
+    }
+
+    fn attach_vcpus(&mut self, count: u8, template: CpuTemplate) -> Result<(), MachineError> {
+        mptable::write(&self.mem, count)?;
+        let supported = self.vm.supported_cpuid()?;
+        let entry = self.kernel.map(|k| k.entry);
+        for index in 0..count {
+            let fd = self.vm.create_vcpu(index)?;
+            let boot_entry = if index == 0 { entry } else { None };
+            configure(
+                &fd,
+                &supported,
+                template,
+                VcpuTopology { index, count },
+                boot_entry,
+                true,
+            )?;
+            self.vcpus.push(fd);
+        }
+        Ok(())
+    }
+
+    /// Runs the guest until it stops itself, fails, or `timeout` passes.
+    pub fn run(self, timeout: Option<Duration>) -> Result<RunOutcome, MachineError> {
+        let control = Arc::new(RunControl::default());
+        let buses = Arc::new(self.buses);
+        let (tx, rx) = mpsc::channel::<VcpuExitReport>();
+        let mut threads = Vec::with_capacity(self.vcpus.len());
+        for (index, fd) in self.vcpus.into_iter().enumerate() {
+            match VcpuThread::spawn(index as u8, fd, buses.clone(), control.clone(), tx.clone()) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    let _ = stop_all(&control, &mut threads);
+                    return Err(e.into());
+                }
+            }
+        }
+        drop(tx);
+        let report = match timeout {
+            Some(t) => rx.recv_timeout(t).map_err(|e| match e {
+                mpsc::RecvTimeoutError::Timeout => StopReason::TimedOut,
+                mpsc::RecvTimeoutError::Disconnected => vcpus_gone(),
+            }),
+            None => rx.recv().map_err(|_| vcpus_gone()),
+        };
+        let overhead_rss_kib = stats::overhead_rss_kib(&self.mem);
+        let fds = stop_all(&control, &mut threads);
+        let (reason, registers) = match report {
+            Ok(r) => {
+                tracing::debug!(vcpu = r.index, reason = ?r.reason, "VM stopping");
+                (r.reason, r.registers)
+            }
+            // Where the guest was when it ran out of time says what it was stuck on.
+            Err(reason) => (reason, fds.first().and_then(registers)),
+        };
+        Ok(RunOutcome {
+            reason,
+            registers,
+            first_run_ns: control.first_run_ns(),
+            overhead_rss_kib,
+        })
+    }
+}
+
+fn vcpus_gone() -> StopReason {
+    StopReason::KvmFailure("every vCPU thread ended without a report".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmdline_composition() {
+        assert_eq!(compose_cmdline(CpuTemplate::Standard, None), BASE_CMDLINE);
+        let c = compose_cmdline(CpuTemplate::Compat, Some("  init=/init quiet "));
+        assert!(c.starts_with(BASE_CMDLINE));
+        assert!(c.contains(" noxsave "));
+        assert!(c.ends_with(" init=/init quiet"));
+        assert!(!c.contains("  "));
+    }
+}

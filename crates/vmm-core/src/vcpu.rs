@@ -1,0 +1,299 @@
+//! vCPUs: configuring one for boot, and running each on its own thread with
+//! an explicit state, stopped by a flag plus a kick (signal + immediate_exit).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Once};
+use std::thread::JoinHandle;
+
+use kvm_bindings::CpuId;
+use kvm_ioctls::VcpuFd;
+use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+
+use crate::arch::cpuid::{apply_template, CpuTemplate, VcpuTopology};
+use crate::arch::regs;
+use crate::exit::{handle_exit, Buses, ExitAction, StopReason};
+
+/// Why a vCPU could not be configured or started.
+#[derive(Debug, thiserror::Error)]
+pub enum VcpuError {
+    /// A KVM vCPU ioctl failed while setting boot state.
+    #[error("could not set {what} of vCPU {index}")]
+    Configure {
+        /// Which state.
+        what: &'static str,
+        /// The vCPU.
+        index: u8,
+        /// What KVM said.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// KVM accepted fewer MSRs than given.
+    #[error("KVM accepted only {accepted} of {wanted} boot MSRs on vCPU {index}")]
+    PartialMsrs {
+        /// The vCPU.
+        index: u8,
+        /// How many KVM took.
+        accepted: usize,
+        /// How many we gave.
+        wanted: usize,
+    },
+    /// Boot register state could not be prepared.
+    #[error("could not prepare boot registers")]
+    Regs(#[from] regs::RegsError),
+    /// The kick signal handler could not be installed.
+    #[error("could not install the vCPU kick signal handler")]
+    SignalHandler(#[source] vmm_sys_util::errno::Error),
+    /// The vCPU thread could not be spawned.
+    #[error("could not start the thread of vCPU {index}")]
+    Spawn {
+        /// The vCPU.
+        index: u8,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Configures a fresh vCPU: CPUID from `template`, MSRs, FPU, LAPIC LINTs
+/// and, for the boot vCPU (`entry` given), long-mode registers at `entry`.
+/// Application processors wait for INIT/SIPI from the in-kernel LAPIC.
+pub fn configure(
+    fd: &VcpuFd,
+    supported: &CpuId,
+    template: CpuTemplate,
+    topo: VcpuTopology,
+    entry: Option<u64>,
+    has_lapic: bool,
+) -> Result<(), VcpuError> {
+    let index = topo.index;
+    let err = |what| {
+        move |source| VcpuError::Configure {
+            what,
+            index,
+            source,
+        }
+    };
+    let mut cpuid = supported.clone();
+    apply_template(template, cpuid.as_mut_slice(), topo);
+    fd.set_cpuid2(&cpuid).map_err(err("CPUID"))?;
+
+    let msrs = regs::boot_msrs()?;
+    let accepted = fd.set_msrs(&msrs).map_err(err("MSRs"))?;
+    if accepted != msrs.as_slice().len() {
+        return Err(VcpuError::PartialMsrs {
+            index,
+            accepted,
+            wanted: msrs.as_slice().len(),
+        });
+    }
+    fd.set_fpu(&regs::boot_fpu()).map_err(err("FPU"))?;
+    if has_lapic {
+        let mut lapic = fd.get_lapic().map_err(err("LAPIC"))?;
+        regs::set_lapic_lints(&mut lapic);
+        fd.set_lapic(&lapic).map_err(err("LAPIC"))?;
+    }
+    if let Some(entry) = entry {
+        let mut sregs = fd.get_sregs().map_err(err("special registers"))?;
+        regs::set_long_mode_sregs(&mut sregs);
+        fd.set_sregs(&sregs).map_err(err("special registers"))?;
+        fd.set_regs(&regs::boot_regs(entry))
+            .map_err(err("registers"))?;
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// This thread's `kvm_run.immediate_exit`, for the kick signal handler.
+    static IMMEDIATE_EXIT: Cell<*mut u8> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// The kick signal.
+fn kick_signal() -> i32 {
+    SIGRTMIN()
+}
+
+extern "C" fn handle_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // Only a TLS load and a byte store: async-signal-safe.
+    let ptr = IMMEDIATE_EXIT.with(Cell::get);
+    if !ptr.is_null() {
+        // SAFETY: the pointer is set by this thread to its own kvm_run mapping
+        // and cleared before that mapping goes away.
+        unsafe { std::ptr::write_volatile(ptr, 1) };
+    }
+}
+
+fn install_kick_handler() -> Result<(), VcpuError> {
+    static ONCE: Once = Once::new();
+    let mut result = Ok(());
+    ONCE.call_once(|| result = register_signal_handler(kick_signal(), handle_kick));
+    result.map_err(VcpuError::SignalHandler)
+}
+
+/// Shared between the VM's owner and its vCPU threads.
+#[derive(Debug, Default)]
+pub struct RunControl {
+    stop: AtomicBool,
+    /// CLOCK_MONOTONIC nanoseconds at the boot vCPU's first KVM_RUN (0 before).
+    first_run_ns: AtomicU64,
+}
+
+impl RunControl {
+    /// When the boot vCPU first entered the guest, in CLOCK_MONOTONIC ns.
+    pub fn first_run_ns(&self) -> Option<u64> {
+        match self.first_run_ns.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(ns),
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (shared by all processes on the host, so
+/// a parent can compare it with its own clock).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A vCPU's report when its loop stops the VM.
+#[derive(Debug)]
+pub struct VcpuExitReport {
+    /// The vCPU.
+    pub index: u8,
+    /// Why.
+    pub reason: StopReason,
+    /// Its registers, when the reason is a failure.
+    pub registers: Option<String>,
+}
+
+/// A running vCPU thread.
+#[derive(Debug)]
+pub struct VcpuThread {
+    index: u8,
+    handle: Option<JoinHandle<VcpuFd>>,
+}
+
+impl VcpuThread {
+    /// Starts vCPU `index` running; its stop report goes to `reports`.
+    pub fn spawn(
+        index: u8,
+        fd: VcpuFd,
+        buses: Arc<Buses>,
+        control: Arc<RunControl>,
+        reports: Sender<VcpuExitReport>,
+    ) -> Result<Self, VcpuError> {
+        install_kick_handler()?;
+        let handle = std::thread::Builder::new()
+            .name(format!("vcpu{index}"))
+            .spawn(move || run_loop(index, fd, &buses, &control, &reports))
+            .map_err(|source| VcpuError::Spawn { index, source })?;
+        Ok(Self {
+            index,
+            handle: Some(handle),
+        })
+    }
+
+    /// The vCPU's index.
+    pub fn index(&self) -> u8 {
+        self.index
+    }
+
+    /// Interrupts KVM_RUN so the loop sees the stop flag.
+    fn kick(&self) {
+        if let Some(h) = &self.handle {
+            if !h.is_finished() {
+                if let Err(e) = h.kill(kick_signal()) {
+                    tracing::warn!(vcpu = self.index, "could not kick vCPU: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Asks every vCPU to stop, waits for their threads and returns the vCPU
+/// fds of those that ended normally (in index order), so their final state
+/// can still be read.
+pub fn stop_all(control: &RunControl, threads: &mut [VcpuThread]) -> Vec<VcpuFd> {
+    control.stop.store(true, Ordering::Release);
+    for t in threads.iter() {
+        t.kick();
+    }
+    let mut fds = Vec::with_capacity(threads.len());
+    for t in threads.iter_mut() {
+        if let Some(h) = t.handle.take() {
+            match h.join() {
+                Ok(fd) => fds.push(fd),
+                Err(_) => tracing::error!(vcpu = t.index, "vCPU thread panicked"),
+            }
+        }
+    }
+    fds
+}
+
+/// A one-line register summary of a vCPU (None if KVM cannot read them).
+pub fn registers(fd: &VcpuFd) -> Option<String> {
+    let r = fd.get_regs().ok()?;
+    let s = fd.get_sregs().ok()?;
+    Some(regs::describe(&r, &s))
+}
+
+fn run_loop(
+    index: u8,
+    mut fd: VcpuFd,
+    buses: &Buses,
+    control: &RunControl,
+    reports: &Sender<VcpuExitReport>,
+) -> VcpuFd {
+    let immediate_exit: *mut u8 = &mut fd.get_kvm_run().immediate_exit;
+    IMMEDIATE_EXIT.with(|c| c.set(immediate_exit));
+    let report = loop {
+        if control.stop.load(Ordering::Acquire) {
+            break None;
+        }
+        if index == 0 && control.first_run_ns.load(Ordering::Relaxed) == 0 {
+            control
+                .first_run_ns
+                .store(monotonic_ns(), Ordering::Release);
+        }
+        match fd.run() {
+            Ok(exit) => match handle_exit(exit, buses) {
+                ExitAction::Continue => {}
+                ExitAction::Stop(reason) => {
+                    let registers = if reason.is_clean() {
+                        None
+                    } else {
+                        registers(&fd)
+                    };
+                    break Some(VcpuExitReport {
+                        index,
+                        reason,
+                        registers,
+                    });
+                }
+            },
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                fd.set_kvm_immediate_exit(0);
+            }
+            Err(e) => {
+                let reason = StopReason::KvmFailure(format!("KVM_RUN failed: {e}"));
+                break Some(VcpuExitReport {
+                    index,
+                    reason,
+                    registers: registers(&fd),
+                });
+            }
+        }
+    };
+    IMMEDIATE_EXIT.with(|c| c.set(std::ptr::null_mut()));
+    if let Some(report) = report {
+        // The receiver may be gone when the VM is already stopping.
+        let _ = reports.send(report);
+    }
+    fd
+}

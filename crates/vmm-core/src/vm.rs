@@ -1,0 +1,172 @@
+//! The KVM VM: the /dev/kvm handle, the VM fd, its memory slots, the
+//! in-kernel interrupt controllers and PIT.
+
+use kvm_bindings::{
+    kvm_pit_config, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES,
+    KVM_PIT_SPEAKER_DUMMY,
+};
+use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::layout::{KVM_IDENTITY_MAP_START, KVM_TSS_START};
+use crate::memory::GuestMemory;
+
+/// KVM API version every supported kernel reports.
+const KVM_API_VERSION: i32 = 12;
+
+/// Why a VM could not be created or set up.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// /dev/kvm could not be opened.
+    #[error("cannot open /dev/kvm (is KVM enabled, and may this user use it? `microagent doctor` checks)")]
+    OpenKvm(#[source] kvm_ioctls::Error),
+    /// The kernel speaks another KVM API.
+    #[error("KVM API version {0} is not supported (expected {KVM_API_VERSION})")]
+    ApiVersion(i32),
+    /// A capability the VMM relies on is missing.
+    #[error("the host's KVM lacks {0:?}, which microagent needs")]
+    MissingCapability(Cap),
+    /// KVM_CREATE_VM failed.
+    #[error("KVM could not create a VM")]
+    CreateVm(#[source] kvm_ioctls::Error),
+    /// KVM_SET_USER_MEMORY_REGION failed.
+    #[error("KVM refused guest memory slot {slot}")]
+    SetMemory {
+        /// The slot.
+        slot: u32,
+        /// What KVM said.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// A guest memory region has no host mapping (cannot happen with mmap'd memory).
+    #[error("guest memory region at {0:#x} has no host address")]
+    HostAddress(u64),
+    /// Setting the TSS or identity-map address failed.
+    #[error("KVM could not reserve its TSS/identity-map pages")]
+    SetTss(#[source] kvm_ioctls::Error),
+    /// KVM_CREATE_IRQCHIP failed.
+    #[error("KVM could not create the in-kernel interrupt controllers")]
+    CreateIrqchip(#[source] kvm_ioctls::Error),
+    /// KVM_CREATE_PIT2 failed.
+    #[error("KVM could not create the in-kernel PIT")]
+    CreatePit(#[source] kvm_ioctls::Error),
+    /// KVM_GET_SUPPORTED_CPUID failed.
+    #[error("KVM could not report its supported CPUID")]
+    SupportedCpuid(#[source] kvm_ioctls::Error),
+    /// KVM_IRQFD failed.
+    #[error("KVM could not attach an irqfd to GSI {gsi}")]
+    Irqfd {
+        /// The interrupt line.
+        gsi: u32,
+        /// What KVM said.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// KVM_CREATE_VCPU failed.
+    #[error("KVM could not create vCPU {index}")]
+    CreateVcpu {
+        /// The vCPU.
+        index: u8,
+        /// What KVM said.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+}
+
+/// A VM and the KVM handle it came from.
+#[derive(Debug)]
+pub struct Vm {
+    kvm: Kvm,
+    fd: VmFd,
+}
+
+impl Vm {
+    /// Opens /dev/kvm, checks the API and creates an empty VM.
+    pub fn new() -> Result<Self, VmError> {
+        let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
+        let version = kvm.get_api_version();
+        if version != KVM_API_VERSION {
+            return Err(VmError::ApiVersion(version));
+        }
+        for cap in [Cap::UserMemory, Cap::ImmediateExit] {
+            if !kvm.check_extension(cap) {
+                return Err(VmError::MissingCapability(cap));
+            }
+        }
+        let fd = kvm.create_vm().map_err(VmError::CreateVm)?;
+        Ok(Self { kvm, fd })
+    }
+
+    /// The VM fd.
+    pub fn fd(&self) -> &VmFd {
+        &self.fd
+    }
+
+    /// Whether the host's KVM has `cap`.
+    pub fn has_capability(&self, cap: Cap) -> bool {
+        self.kvm.check_extension(cap)
+    }
+
+    /// Gives the guest its RAM, one slot per region.
+    pub fn register_memory(&self, mem: &GuestMemory) -> Result<(), VmError> {
+        for (slot, region) in mem.iter().enumerate() {
+            let start = region.start_addr();
+            let host = region
+                .get_host_address(vm_memory::MemoryRegionAddress(0))
+                .map_err(|_| VmError::HostAddress(start.0))?;
+            let slot = slot as u32;
+            let desc = kvm_userspace_memory_region {
+                slot,
+                flags: 0,
+                guest_phys_addr: start.0,
+                memory_size: region.len(),
+                userspace_addr: host as u64,
+            };
+            // SAFETY: the host range is a live mapping owned by `mem`, which the
+            // caller keeps alive for as long as this VM runs (Machine holds both).
+            unsafe { self.fd.set_user_memory_region(desc) }
+                .map_err(|source| VmError::SetMemory { slot, source })?;
+        }
+        Ok(())
+    }
+
+    /// Creates the in-kernel PIC, IO-APIC and LAPICs, and the PIT. Must come
+    /// before the vCPUs are created.
+    pub fn create_irqchip_and_pit(&self) -> Result<(), VmError> {
+        self.fd
+            .set_tss_address(KVM_TSS_START as usize)
+            .map_err(VmError::SetTss)?;
+        self.fd
+            .set_identity_map_address(KVM_IDENTITY_MAP_START)
+            .map_err(VmError::SetTss)?;
+        self.fd.create_irq_chip().map_err(VmError::CreateIrqchip)?;
+        // The dummy speaker answers port 0x61 in the kernel, as the PIT's gate.
+        let pit = kvm_pit_config {
+            flags: KVM_PIT_SPEAKER_DUMMY,
+            ..Default::default()
+        };
+        self.fd.create_pit2(pit).map_err(VmError::CreatePit)
+    }
+
+    /// Routes writes to `evt` into interrupt line `gsi`.
+    pub fn register_irqfd(&self, evt: &EventFd, gsi: u32) -> Result<(), VmError> {
+        self.fd
+            .register_irqfd(evt, gsi)
+            .map_err(|source| VmError::Irqfd { gsi, source })
+    }
+
+    /// KVM_GET_SUPPORTED_CPUID.
+    pub fn supported_cpuid(&self) -> Result<CpuId, VmError> {
+        self.kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(VmError::SupportedCpuid)
+    }
+
+    /// Creates vCPU `index` (its APIC ID is the same number).
+    pub fn create_vcpu(&self, index: u8) -> Result<VcpuFd, VmError> {
+        self.fd
+            .create_vcpu(u64::from(index))
+            .map_err(|source| VmError::CreateVcpu { index, source })
+    }
+}

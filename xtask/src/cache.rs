@@ -1,0 +1,86 @@
+//! The asset cache: `$MICROAGENT_CACHE` or `~/.cache/microagent`, one
+//! directory per asset and input hash, plus `current/` links to the newest.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+
+/// The cache root.
+pub fn root() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("MICROAGENT_CACHE") {
+        return Ok(PathBuf::from(dir));
+    }
+    let home = std::env::var_os("HOME").context("neither MICROAGENT_CACHE nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".cache/microagent"))
+}
+
+/// The repository root (xtask lives one level below it).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the repository")
+        .to_path_buf()
+}
+
+/// Hashes labelled inputs; the label keeps "a"+"bc" apart from "ab"+"c".
+#[derive(Default)]
+pub struct InputHash(Sha256);
+
+impl InputHash {
+    /// Adds one input.
+    pub fn add(&mut self, label: &str, bytes: &[u8]) -> &mut Self {
+        self.0.update((label.len() as u64).to_le_bytes());
+        self.0.update(label.as_bytes());
+        self.0.update((bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    /// Adds a file's contents, labelled with its path relative to the repo.
+    pub fn add_file(&mut self, path: &Path) -> anyhow::Result<&mut Self> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let label = path
+            .strip_prefix(repo_root())
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        Ok(self.add(&label, &bytes))
+    }
+
+    /// The first 16 hex digits of the digest.
+    pub fn short(&self) -> String {
+        let digest = self.0.clone().finalize();
+        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// Points `<cache>/current/<name>` at `target` (replacing an older link).
+pub fn link_current(name: &str, target: &Path) -> anyhow::Result<PathBuf> {
+    let dir = root()?.join("current");
+    std::fs::create_dir_all(&dir)?;
+    let link = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, &link)?;
+    Ok(link)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_separate_inputs() {
+        let mut a = InputHash::default();
+        a.add("x", b"ab").add("y", b"c");
+        let mut b = InputHash::default();
+        b.add("x", b"a").add("y", b"bc");
+        assert_ne!(a.short(), b.short());
+        assert_eq!(a.short().len(), 16);
+        let mut c = InputHash::default();
+        c.add("x", b"ab").add("y", b"c");
+        assert_eq!(a.short(), c.short());
+    }
+}

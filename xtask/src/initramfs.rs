@@ -1,0 +1,126 @@
+//! `cargo xtask initramfs`: the test initramfs. An uncompressed newc cpio
+//! (the kernel inflating gzip costs over a minute on emulating hosts) with
+//! `/dev/console`, a few-KB init built against the kernel's nolibc, and
+//! Debian's static busybox providing `/bin/uname`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::Context;
+
+use crate::cache::{self, InputHash};
+use crate::cpio::{archive, Entry};
+use crate::sh;
+
+const RECIPE_VERSION: &str = "initramfs-recipe-1";
+const PACKAGES: &[&str] = &[
+    "busybox-static",
+    "build-essential",
+    "linux-source-6.1",
+    "xz-utils",
+];
+const BUSYBOX: &str = "/bin/busybox";
+const SOURCE_TARBALL: &str = "/usr/src/linux-source-6.1.tar.xz";
+const NOLIBC_IN_TARBALL: &str = "linux-source-6.1/tools/include/nolibc";
+
+/// The marker the test init prints first; tests and the bench look for it.
+pub const INIT_MARKER: &str = "MICROAGENT-INIT-OK";
+
+/// Builds (or finds) the initramfs; returns its path.
+pub fn build() -> anyhow::Result<PathBuf> {
+    sh::ensure_debs(PACKAGES)?;
+    let init_c = cache::repo_root().join("guest/initramfs/init.c");
+    let mut hash = InputHash::default();
+    hash.add("recipe", RECIPE_VERSION.as_bytes());
+    hash.add_file(&init_c)?;
+    for pkg in ["busybox-static", "linux-source-6.1"] {
+        hash.add(pkg, sh::deb_version(pkg).unwrap_or_default().as_bytes());
+    }
+    let out_dir = cache::root()?.join("initramfs").join(hash.short());
+    let cpio = out_dir.join("initramfs.cpio");
+    if !cpio.is_file() {
+        eprintln!("xtask: building the test initramfs");
+        let work = cache::root()?
+            .join("build")
+            .join(format!("initramfs-{}", hash.short()));
+        if work.exists() {
+            std::fs::remove_dir_all(&work)?;
+        }
+        std::fs::create_dir_all(&work)?;
+        sh::run(
+            Command::new("tar")
+                .args(["-xf", SOURCE_TARBALL, "-C"])
+                .arg(&work)
+                .arg(NOLIBC_IN_TARBALL),
+        )?;
+        let init = work.join("init");
+        sh::run(
+            Command::new("gcc")
+                .args([
+                    "-static",
+                    "-nostdlib",
+                    "-Os",
+                    "-s",
+                    "-fno-stack-protector",
+                    "-fno-asynchronous-unwind-tables",
+                    "-fno-ident",
+                    "-Wall",
+                    "-Werror",
+                ])
+                .arg("-I")
+                .arg(work.join(NOLIBC_IN_TARBALL))
+                .args(["-include", "nolibc.h", "-o"])
+                .arg(&init)
+                .arg(&init_c)
+                .arg("-lgcc"),
+        )?;
+        let init_bytes = std::fs::read(&init)?;
+        let busybox = std::fs::read(BUSYBOX)
+            .with_context(|| format!("reading {BUSYBOX} (package busybox-static)"))?;
+        let bytes = archive(&[
+            Entry::Dir {
+                path: "dev",
+                mode: 0o755,
+            },
+            Entry::CharDev {
+                path: "dev/console",
+                mode: 0o600,
+                major: 5,
+                minor: 1,
+            },
+            Entry::Dir {
+                path: "bin",
+                mode: 0o755,
+            },
+            Entry::File {
+                path: "bin/busybox",
+                mode: 0o755,
+                data: &busybox,
+            },
+            Entry::Symlink {
+                path: "bin/uname",
+                target: "busybox",
+            },
+            Entry::Dir {
+                path: "proc",
+                mode: 0o755,
+            },
+            Entry::Dir {
+                path: "sys",
+                mode: 0o755,
+            },
+            Entry::File {
+                path: "init",
+                mode: 0o755,
+                data: &init_bytes,
+            },
+        ]);
+        std::fs::create_dir_all(&out_dir)?;
+        sh::write_atomic(&cpio, &bytes)?;
+        std::fs::remove_dir_all(&work)?;
+    }
+    let link = cache::link_current("initramfs.cpio", &cpio)?;
+    eprintln!("xtask: test initramfs: {}", link.display());
+    println!("{}", cpio.display());
+    Ok(cpio)
+}

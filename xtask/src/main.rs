@@ -1,0 +1,66 @@
+//! `cargo xtask`: builds guest assets (kernels, initramfs), boots them, runs
+//! the test suite with skip accounting, and benchmarks the VMM.
+
+mod bench;
+mod boot;
+mod cache;
+mod cpio;
+mod initramfs;
+mod kernel;
+mod sh;
+mod test_cmd;
+
+use anyhow::bail;
+
+const HELP: &str = "\
+cargo xtask <task> [options]
+
+tasks:
+  setup                         build every guest asset this host needs (cached)
+  guest-kernel [--variant V]    build the guest kernel; V = host (default), standard, compat
+  initramfs                     build the test initramfs (marker, uname -a, reboot)
+  boot [-- ARGS]                build assets and microagent, boot the guest, show its console;
+                                ARGS go to `microagent vmm boot` (e.g. --vcpus 2)
+  test                          fmt check, clippy, then the whole test suite with a
+                                passed/failed/skipped summary
+  bench vmm [--runs N]          VMM figures: process start to first KVM_RUN, time to the
+                                init marker, VMM RSS beyond guest memory
+
+Assets are cached in $MICROAGENT_CACHE (default ~/.cache/microagent), keyed by a hash
+of their inputs; the newest of each is linked from <cache>/current/.
+";
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        Some((t, r)) => (t.as_str(), r),
+        None => {
+            print!("{HELP}");
+            return Ok(());
+        }
+    };
+    match task {
+        "setup" => {
+            kernel::build(kernel::Variant::for_host()?)?;
+            initramfs::build()?;
+            Ok(())
+        }
+        "guest-kernel" => {
+            let variant = match rest {
+                [] => kernel::Variant::for_host()?,
+                [flag, v] if flag == "--variant" => kernel::Variant::parse(v)?,
+                _ => bail!("usage: cargo xtask guest-kernel [--variant host|standard|compat]"),
+            };
+            kernel::build(variant).map(drop)
+        }
+        "initramfs" => initramfs::build().map(drop),
+        "boot" => boot::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
+        "test" => test_cmd::run(rest),
+        "bench" => bench::run(rest),
+        "-h" | "--help" | "help" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => bail!("unknown task `{other}`\n\n{HELP}"),
+    }
+}
