@@ -6,13 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 
-/// The cache root.
+/// The cache root (shared with the tests, which look assets up there).
 pub fn root() -> anyhow::Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("MICROAGENT_CACHE") {
-        return Ok(PathBuf::from(dir));
-    }
-    let home = std::env::var_os("HOME").context("neither MICROAGENT_CACHE nor HOME is set")?;
-    Ok(PathBuf::from(home).join(".cache/microagent"))
+    testkit::cache_root().context("neither MICROAGENT_CACHE nor HOME is set")
 }
 
 /// The repository root (xtask lives one level below it).

@@ -29,7 +29,7 @@ const S_IFLNK: u32 = 0o120000;
 const S_IFCHR: u32 = 0o020000;
 
 fn pad4(out: &mut Vec<u8>) {
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }

@@ -9,6 +9,7 @@ mod initramfs;
 mod kernel;
 mod sh;
 mod test_cmd;
+mod tidy;
 
 use anyhow::bail;
 

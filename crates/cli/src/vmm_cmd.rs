@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 use vmm_core::devices::serial::ConsoleSink;
@@ -54,8 +54,9 @@ pub struct BootArgs {
     #[arg(long, default_value_t = 1)]
     vcpus: u8,
     /// Where the serial console goes: `stdout` or a file path (appended to).
-    #[arg(long, default_value = "stdout")]
-    console: String,
+    /// Repeat to send it to several places.
+    #[arg(long, default_values_t = ["stdout".to_string()])]
+    console: Vec<String>,
     /// CPUID template.
     #[arg(long, value_enum, default_value_t = TemplateArg::Auto)]
     cpu_template: TemplateArg,
@@ -107,18 +108,22 @@ fn probe(json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn console_sink(spec: &str) -> anyhow::Result<ConsoleSink> {
-    Ok(match spec {
-        "stdout" => ConsoleSink::new().with(Box::new(std::io::stdout())),
-        path => {
-            let file = File::options()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("cannot open console file {path}"))?;
-            ConsoleSink::new().with(Box::new(file))
-        }
-    })
+fn console_sink(specs: &[String]) -> anyhow::Result<ConsoleSink> {
+    let mut sink = ConsoleSink::new();
+    for spec in specs {
+        sink = match spec.as_str() {
+            "stdout" => sink.with(Box::new(std::io::stdout())),
+            path => {
+                let file = File::options()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("cannot open console file {path}"))?;
+                sink.with(Box::new(file))
+            }
+        };
+    }
+    Ok(sink)
 }
 
 fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
@@ -136,9 +141,6 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
             p.cpu_template()
         }
     };
-    if args.vcpus == 0 {
-        bail!("--vcpus must be at least 1");
-    }
     let config = MachineConfig {
         kernel: args.kernel.clone(),
         initrd: args.initrd.clone(),

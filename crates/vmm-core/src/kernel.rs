@@ -13,15 +13,14 @@ use linux_loader::loader::KernelLoader;
 use vm_memory::{Bytes, GuestAddress};
 
 use crate::arch::boot_params::InitrdPlacement;
-use crate::layout::{CMDLINE_MAX_SIZE, CMDLINE_START, HIMEM_START, MMIO_GAP_START};
+use crate::layout::{
+    CMDLINE_MAX_SIZE, CMDLINE_START, DEFAULT_INITRD_ADDR_LIMIT, HIMEM_START, MMIO_GAP_START,
+};
 use crate::memory::GuestMemory;
 
 /// Offset of the 64-bit entry point from where a bzImage's protected-mode
 /// code is loaded (Linux boot protocol, "64-bit boot protocol").
 const BZIMAGE_64BIT_ENTRY_OFFSET: u64 = 0x200;
-/// Highest address (exclusive) an initrd may end at when the kernel does not
-/// say otherwise (boot protocol default `initrd_addr_max` + 1).
-const DEFAULT_INITRD_ADDR_LIMIT: u64 = 0x3800_0000;
 const PAGE_SIZE: u64 = 4096;
 
 /// The kernel image formats we boot.

@@ -34,6 +34,12 @@ pub const LOW_RAM_END: u64 = EBDA_START;
 /// Start of high memory: a bzImage's protected-mode code loads here, and no
 /// kernel may load below it.
 pub const HIMEM_START: u64 = 0x10_0000;
+/// Alignment (and default load address) of an ELF vmlinux: the 16 MiB of
+/// CONFIG_PHYSICAL_ALIGN/START, told to the kernel in the zero page.
+pub const KERNEL_ALIGNMENT: u64 = 0x100_0000;
+/// Highest address (exclusive) an initrd may end at when the kernel does not
+/// say otherwise (boot protocol default `initrd_addr_max` + 1).
+pub const DEFAULT_INITRD_ADDR_LIMIT: u64 = 0x3800_0000;
 /// Start of the MMIO hole below 4 GiB: no RAM is mapped from here to 4 GiB.
 pub const MMIO_GAP_START: u64 = 0xd000_0000;
 /// End of the MMIO hole (4 GiB); RAM beyond the hole continues here.
@@ -103,6 +109,6 @@ mod tests {
         ] {
             assert!((MMIO_GAP_START..MMIO_GAP_END).contains(&addr));
         }
-        assert!(KVM_IDENTITY_MAP_START + 0x1000 <= KVM_TSS_START);
+        const { assert!(KVM_IDENTITY_MAP_START + 0x1000 <= KVM_TSS_START) };
     }
 }

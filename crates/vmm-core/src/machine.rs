@@ -247,7 +247,19 @@ impl Machine {
                 (r.reason, r.registers)
             }
             // Where the guest was when it ran out of time says what it was stuck on.
-            Err(reason) => (reason, fds.first().and_then(registers)),
+            Err(reason) => {
+                let all: Vec<String> = fds
+                    .iter()
+                    .enumerate()
+                    .map(|(i, fd)| {
+                        format!(
+                            "vcpu{i}: {}",
+                            registers(fd).unwrap_or_else(|| "unreadable".into())
+                        )
+                    })
+                    .collect();
+                (reason, (!all.is_empty()).then(|| all.join("; ")))
+            }
         };
         Ok(RunOutcome {
             reason,

@@ -2,7 +2,7 @@
 //! an explicit state, stopped by a flag plus a kick (signal + immediate_exit).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Once};
 use std::thread::JoinHandle;
@@ -54,6 +54,34 @@ pub enum VcpuError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The state of a vCPU thread, as its owner observes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VcpuState {
+    /// Thread started, not yet in the guest.
+    Starting,
+    /// In its run loop (in or between KVM_RUN calls).
+    Running,
+    /// Its loop ended; the thread is finishing or done.
+    Exited,
+}
+
+#[derive(Debug)]
+struct SharedState(AtomicU8);
+
+impl SharedState {
+    fn set(&self, state: VcpuState) {
+        self.0.store(state as u8, Ordering::Release);
+    }
+
+    fn get(&self) -> VcpuState {
+        match self.0.load(Ordering::Acquire) {
+            0 => VcpuState::Starting,
+            1 => VcpuState::Running,
+            _ => VcpuState::Exited,
+        }
+    }
 }
 
 /// Configures a fresh vCPU: CPUID from `template`, MSRs, FPU, LAPIC LINTs
@@ -176,6 +204,7 @@ pub struct VcpuExitReport {
 #[derive(Debug)]
 pub struct VcpuThread {
     index: u8,
+    state: Arc<SharedState>,
     handle: Option<JoinHandle<VcpuFd>>,
 }
 
@@ -189,14 +218,27 @@ impl VcpuThread {
         reports: Sender<VcpuExitReport>,
     ) -> Result<Self, VcpuError> {
         install_kick_handler()?;
+        let state = Arc::new(SharedState(AtomicU8::new(VcpuState::Starting as u8)));
+        let thread_state = state.clone();
         let handle = std::thread::Builder::new()
             .name(format!("vcpu{index}"))
-            .spawn(move || run_loop(index, fd, &buses, &control, &reports))
+            .spawn(move || {
+                thread_state.set(VcpuState::Running);
+                let fd = run_loop(index, fd, &buses, &control, &reports);
+                thread_state.set(VcpuState::Exited);
+                fd
+            })
             .map_err(|source| VcpuError::Spawn { index, source })?;
         Ok(Self {
             index,
+            state,
             handle: Some(handle),
         })
+    }
+
+    /// Where the vCPU's thread is.
+    pub fn state(&self) -> VcpuState {
+        self.state.get()
     }
 
     /// The vCPU's index.

@@ -5,19 +5,18 @@ use linux_loader::loader::bootparam::{boot_e820_entry, boot_params, setup_header
 use vm_memory::{Bytes, GuestAddress};
 
 use crate::layout::{
-    CMDLINE_START, HIMEM_START, LOW_RAM_END, MMIO_GAP_END, MMIO_GAP_START, ZERO_PAGE_START,
+    CMDLINE_START, HIMEM_START, KERNEL_ALIGNMENT, LOW_RAM_END, MMIO_GAP_END, MMIO_GAP_START,
+    ZERO_PAGE_START,
 };
 use crate::memory::GuestMemory;
 
 /// e820 type of usable RAM.
 pub const E820_RAM: u32 = 1;
 const BOOT_FLAG_MAGIC: u16 = 0xaa55;
-/// "HdrS".
-const HEADER_MAGIC: u32 = 0x5372_6448;
+/// "HdrS", the setup header signature.
+const HEADER_MAGIC: u32 = u32::from_le_bytes(*b"HdrS");
 /// Boot loader type "undefined" (we are not one of the registered loaders).
 const LOADER_TYPE_UNDEFINED: u8 = 0xff;
-/// Alignment an ELF vmlinux is built for (CONFIG_PHYSICAL_ALIGN default).
-const KERNEL_ALIGNMENT: u32 = 0x100_0000;
 
 /// Why the zero page could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +61,7 @@ pub fn build(
     let mut params = boot_params::default();
     match setup_header {
         Some(hdr) => params.hdr = hdr,
-        None => params.hdr.kernel_alignment = KERNEL_ALIGNMENT,
+        None => params.hdr.kernel_alignment = KERNEL_ALIGNMENT as u32,
     }
     params.hdr.type_of_loader = LOADER_TYPE_UNDEFINED;
     params.hdr.boot_flag = BOOT_FLAG_MAGIC;
@@ -132,7 +131,7 @@ mod tests {
         assert_eq!({ p.hdr.cmdline_size }, 42);
         assert_eq!({ p.hdr.ramdisk_image }, 0x300_0000);
         assert_eq!({ p.hdr.ramdisk_size }, 4096);
-        assert_eq!({ p.hdr.kernel_alignment }, KERNEL_ALIGNMENT);
+        assert_eq!({ p.hdr.kernel_alignment }, KERNEL_ALIGNMENT as u32);
         assert_eq!(p.e820_entries, 2);
         assert_eq!({ p.e820_table[1].addr }, HIMEM_START);
         assert_eq!({ p.e820_table[1].r#type }, E820_RAM);

@@ -70,6 +70,16 @@ mod leaf7_ecx {
     pub const PKU: u32 = 1 << 3;
     pub const OSPKE: u32 = 1 << 4;
 }
+/// KVM paravirtual feature bits (leaf 0x4000_0001 EAX) whose guest side is a
+/// hypercall; an emulating host hangs on them (seen with PV IPIs on 2 vCPUs).
+mod kvm_features {
+    pub const PV_UNHALT: u32 = 1 << 7;
+    pub const PV_SEND_IPI: u32 = 1 << 11;
+    pub const PV_SCHED_YIELD: u32 = 1 << 13;
+}
+const KVM_FEATURES_LEAF: u32 = 0x4000_0001;
+const COMPAT_KVM_FEATURES_CLEAR: u32 =
+    kvm_features::PV_UNHALT | kvm_features::PV_SEND_IPI | kvm_features::PV_SCHED_YIELD;
 /// Leaf 0x8000_0001 ECX bits.
 const EXT_ECX_ABM: u32 = 1 << 5;
 
@@ -161,6 +171,9 @@ pub fn apply_template(template: CpuTemplate, entries: &mut [kvm_cpuid_entry2], t
                 e.ecx = 0;
                 e.edx = 0;
             }
+            (KVM_FEATURES_LEAF, _) if template == CpuTemplate::Compat => {
+                e.eax &= !COMPAT_KVM_FEATURES_CLEAR;
+            }
             (0x8000_0001, _) if template == CpuTemplate::Compat => {
                 // ABM/LZCNT travel with POPCNT in the kernel's feature checks.
                 e.ecx &= !EXT_ECX_ABM;
@@ -225,7 +238,7 @@ mod tests {
         assert_eq!(find(&entries, 0xb, 1).edx, 2);
         assert_eq!(find(&entries, 0xd, 0).eax, u32::MAX);
         assert_eq!(
-            find(&entries, 0x4000_0001, 0).eax,
+            find(&entries, KVM_FEATURES_LEAF, 0).eax,
             u32::MAX,
             "KVM leaves are kept"
         );
@@ -256,6 +269,13 @@ mod tests {
         assert_ne!(l7.ebx & (1 << 0), 0, "unrelated features stay");
         assert_eq!(find(&entries, 0xd, 1).eax, 0);
         assert_eq!(find(&entries, 0x8000_0001, 0).ecx & EXT_ECX_ABM, 0);
+        let kvm = find(&entries, KVM_FEATURES_LEAF, 0);
+        assert_eq!(
+            kvm.eax & kvm_features::PV_SEND_IPI,
+            0,
+            "no hypercall-based IPIs"
+        );
+        assert_ne!(kvm.eax & 1, 0, "kvm-clock stays");
     }
 
     #[test]

@@ -9,6 +9,9 @@ use crate::layout::{
 };
 use crate::memory::GuestMemory;
 
+// The table sits outside the RAM the e820 map reports, so the kernel keeps it.
+const _: () = assert!(MPTABLE_START >= LOW_RAM_END);
+
 /// Most vCPUs whose entries fit in the EBDA below 640 KiB.
 pub const MAX_VCPUS: u8 = 32;
 
@@ -139,7 +142,6 @@ pub fn build(vcpus: u8) -> Result<Vec<u8>, MpTableError> {
     let mut table = fp;
     table.extend_from_slice(&config);
     debug_assert!(MPTABLE_START + table.len() as u64 <= EBDA_START + 0x400);
-    debug_assert!(MPTABLE_START >= LOW_RAM_END);
     Ok(table)
 }
 

@@ -22,7 +22,6 @@ const RFLAGS_FIXED: u64 = 1 << 1;
 const MSR_IA32_SYSENTER_CS: u32 = 0x174;
 const MSR_IA32_SYSENTER_ESP: u32 = 0x175;
 const MSR_IA32_SYSENTER_EIP: u32 = 0x176;
-const MSR_IA32_TSC: u32 = 0x10;
 const MSR_IA32_MISC_ENABLE: u32 = 0x1a0;
 const MISC_ENABLE_FAST_STRING: u64 = 1;
 const MSR_STAR: u32 = 0xc000_0081;
@@ -121,7 +120,6 @@ pub fn boot_msr_entries() -> Vec<kvm_msr_entry> {
         entry(MSR_KERNEL_GS_BASE, 0),
         entry(MSR_SYSCALL_MASK, 0),
         entry(MSR_LSTAR, 0),
-        entry(MSR_IA32_TSC, 0),
         entry(MSR_IA32_MISC_ENABLE, MISC_ENABLE_FAST_STRING),
     ]
 }

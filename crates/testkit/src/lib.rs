@@ -1,0 +1,148 @@
+//! What the tests of every crate share.
+//!
+//! A test that cannot run here (no usable /dev/kvm, guest assets not built)
+//! calls [`require`], which prints why and appends a line to the file named
+//! by `MICROAGENT_SKIP_LOG`; `cargo xtask test` counts those as skipped
+//! rather than passed.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use vmm_core::HostProfile;
+
+/// The guest asset cache: `$MICROAGENT_CACHE` or `~/.cache/microagent`
+/// (where `cargo xtask` puts kernels and root filesystems).
+pub fn cache_root() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("MICROAGENT_CACHE") {
+        return Some(PathBuf::from(dir));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/microagent"))
+}
+
+/// Records that `test` was skipped and why.
+pub fn skip(test: &str, reason: &str) {
+    eprintln!("SKIPPED {test}: {reason}");
+    if let Some(path) = std::env::var_os("MICROAGENT_SKIP_LOG") {
+        let line = format!("{test}: {reason}\n");
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            eprintln!(
+                "could not record the skip in {}: {e}",
+                PathBuf::from(path).display()
+            );
+        }
+    }
+}
+
+/// Unwraps a precondition, or records `test` as skipped with its reason.
+pub fn require<T>(test: &str, precondition: Result<T, String>) -> Option<T> {
+    match precondition {
+        Ok(v) => Some(v),
+        Err(reason) => {
+            skip(test, &reason);
+            None
+        }
+    }
+}
+
+/// Ok when /dev/kvm can be opened for reading and writing.
+pub fn kvm() -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .map(drop)
+        .map_err(|e| format!("/dev/kvm is not usable here ({e})"))
+}
+
+/// The host profile, probed once per test binary.
+pub fn host() -> Result<HostProfile, String> {
+    static PROFILE: OnceLock<Result<HostProfile, String>> = OnceLock::new();
+    PROFILE
+        .get_or_init(|| {
+            kvm()?;
+            vmm_core::host::probe().map_err(|e| format!("the KVM probe failed: {e}"))
+        })
+        .clone()
+}
+
+/// The guest kernel and test initramfs `cargo xtask setup` built for this host.
+#[derive(Clone, Debug)]
+pub struct GuestAssets {
+    /// The vmlinux of the variant this host needs.
+    pub kernel: PathBuf,
+    /// The test initramfs.
+    pub initramfs: PathBuf,
+    /// The host profile the variant was chosen by.
+    pub host: HostProfile,
+}
+
+/// Finds the guest assets, or says how to build them.
+pub fn guest_assets() -> Result<GuestAssets, String> {
+    let host = host()?;
+    let current = cache_root()
+        .ok_or("neither MICROAGENT_CACHE nor HOME is set")?
+        .join("current");
+    let kernel = current.join(format!("vmlinux-{}", host.kernel_variant()));
+    let initramfs = current.join("initramfs.cpio");
+    for path in [&kernel, &initramfs] {
+        if !path.exists() {
+            return Err(format!(
+                "{} is missing; build the guest assets with `cargo xtask setup`",
+                path.display()
+            ));
+        }
+    }
+    Ok(GuestAssets {
+        kernel,
+        initramfs,
+        host,
+    })
+}
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn require_passes_values_through_and_logs_skips() {
+        assert_eq!(require("t", Ok::<_, String>(3)), Some(3));
+        let log = std::env::temp_dir().join(format!("testkit-skip-{}.log", std::process::id()));
+        // Only this test in this binary touches the variable.
+        std::env::set_var("MICROAGENT_SKIP_LOG", &log);
+        assert_eq!(require::<()>("my_test", Err("no kvm".into())), None);
+        std::env::remove_var("MICROAGENT_SKIP_LOG");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "my_test: no kvm\n");
+        std::fs::remove_file(log).unwrap();
+    }
+
+    #[test]
+    fn wait_until_times_out_and_succeeds() {
+        assert!(!wait_until(Duration::from_millis(30), || false));
+        let mut n = 0;
+        assert!(wait_until(Duration::from_secs(1), || {
+            n += 1;
+            n > 2
+        }));
+    }
+}

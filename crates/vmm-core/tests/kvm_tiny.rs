@@ -1,0 +1,196 @@
+//! The VMM against real KVM with tiny hand-assembled guests: a few
+//! instructions each, fast even where guest kernel mode is emulated.
+
+use std::io::Write;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use vm_memory::{Bytes, GuestAddress};
+use vmm_core::arch::cpuid::{CpuTemplate, VcpuTopology};
+use vmm_core::devices::i8042::{I8042, I8042_PORT_BASE, I8042_PORT_LEN};
+use vmm_core::devices::serial::{ConsoleSink, Serial, COM1_PORT_BASE, COM_PORT_LEN};
+use vmm_core::devices::{BusDevice, DeviceAction};
+use vmm_core::exit::Buses;
+use vmm_core::layout::PROBE_CODE_START;
+use vmm_core::tiny::{asm, TinyGuest};
+use vmm_core::vcpu::{configure, stop_all, RunControl, VcpuState, VcpuThread};
+use vmm_core::StopReason;
+
+fn kvm(test: &str) -> bool {
+    testkit::require(test, testkit::kvm()).is_some()
+}
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl BusDevice for Captured {
+    fn read(&mut self, _: u64, data: &mut [u8]) {
+        data.fill(0);
+    }
+    fn write(&mut self, _: u64, data: &[u8]) -> DeviceAction {
+        self.0.lock().unwrap().extend_from_slice(data);
+        DeviceAction::None
+    }
+}
+
+fn serial_guest() -> (TinyGuest, Captured) {
+    let out = Captured::default();
+    let irq = vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).unwrap();
+    let serial = Serial::new(irq, ConsoleSink::new().with(Box::new(out.clone())));
+    let mut guest = TinyGuest::default();
+    guest
+        .buses
+        .pio
+        .insert(COM1_PORT_BASE, COM_PORT_LEN, Arc::new(Mutex::new(serial)))
+        .unwrap();
+    guest
+        .buses
+        .pio
+        .insert(I8042_PORT_BASE, I8042_PORT_LEN, Arc::new(Mutex::new(I8042)))
+        .unwrap();
+    (guest, out)
+}
+
+#[test]
+fn serial_output_reaches_the_console() {
+    if !kvm("serial_output_reaches_the_console") {
+        return;
+    }
+    let (guest, out) = serial_guest();
+    let mut code = asm::out_bytes(COM1_PORT_BASE as u16, b"hello from ring 0\n");
+    code.push(asm::HLT);
+    let run = guest.run(&code).unwrap();
+    assert_eq!(run.reason, StopReason::Halted);
+    assert_eq!(
+        String::from_utf8_lossy(&out.0.lock().unwrap()),
+        "hello from ring 0\n"
+    );
+}
+
+#[test]
+fn i8042_reset_ends_the_vm_cleanly() {
+    if !kvm("i8042_reset_ends_the_vm_cleanly") {
+        return;
+    }
+    let (guest, out) = serial_guest();
+    let mut code = asm::out_bytes(COM1_PORT_BASE as u16, b"x");
+    code.extend(asm::out_bytes(0x64, &[0xfe]));
+    // Never reached: the reset stops the VM first.
+    code.extend(asm::out_bytes(COM1_PORT_BASE as u16, b"y"));
+    code.push(asm::HLT);
+    let run = guest.run(&code).unwrap();
+    assert_eq!(run.reason, StopReason::Reset);
+    assert_eq!(&*out.0.lock().unwrap(), b"x");
+}
+
+#[test]
+fn hlt_without_irqchip_exits() {
+    if !kvm("hlt_without_irqchip_exits") {
+        return;
+    }
+    let run = TinyGuest::default().run(&[asm::HLT]).unwrap();
+    assert_eq!(run.reason, StopReason::Halted);
+    assert_eq!(run.exits, 1);
+}
+
+#[test]
+fn unclaimed_ports_read_all_ones() {
+    if !kvm("unclaimed_ports_read_all_ones") {
+        return;
+    }
+    let recorder = Captured::default();
+    let mut guest = TinyGuest::default();
+    guest
+        .buses
+        .pio
+        .insert(0x500, 1, Arc::new(Mutex::new(recorder.clone())))
+        .unwrap();
+    // in al, 0x2f8 (COM2, absent); out 0x500, al; write to an absent port; hlt.
+    let mut code = asm::mov_dx(0x2f8);
+    code.push(asm::IN_AL_DX);
+    code.extend(asm::mov_dx(0x500));
+    code.push(asm::OUT_DX_AL);
+    code.extend(asm::out_bytes(0x2e8, &[0x42]));
+    code.push(asm::HLT);
+    let run = guest.run(&code).unwrap();
+    assert_eq!(run.reason, StopReason::Halted);
+    assert_eq!(&*recorder.0.lock().unwrap(), &[0xff]);
+}
+
+#[test]
+fn host_probe_measures_ring0_speed() {
+    if !kvm("host_probe_measures_ring0_speed") {
+        return;
+    }
+    let profile = vmm_core::host::probe().unwrap();
+    eprintln!(
+        "KVM here: {} ({:.1} ns per ring-0 iteration, probe {:?})",
+        profile.mode.name(),
+        profile.ring0_ns_per_iteration,
+        profile.probe_time
+    );
+    assert!(profile.ring0_ns_per_iteration > 0.0);
+    let again = vmm_core::HostProfile::from_measurement(
+        profile.probe_time,
+        vmm_core::host::PROBE_ITERATIONS,
+    );
+    assert_eq!(again.mode, profile.mode);
+    assert!(
+        profile.probe_time < Duration::from_secs(5),
+        "the probe must stay well under a second or so"
+    );
+}
+
+#[test]
+fn a_spinning_vcpu_is_kicked_out_of_kvm_run() {
+    if !kvm("a_spinning_vcpu_is_kicked_out_of_kvm_run") {
+        return;
+    }
+    // jmp $ (spins forever in ring 0) on a vCPU thread; stop_all must end it.
+    let mem = vmm_core::memory::create_guest_memory(16).unwrap();
+    vmm_core::arch::write_boot_tables(&mem).unwrap();
+    mem.write_slice(&[0xeb, 0xfe], GuestAddress(PROBE_CODE_START))
+        .unwrap();
+    let vm = vmm_core::vm::Vm::new().unwrap();
+    vm.register_memory(&mem).unwrap();
+    let supported = vm.supported_cpuid().unwrap();
+    let fd = vm.create_vcpu(0).unwrap();
+    let topo = VcpuTopology { index: 0, count: 1 };
+    configure(
+        &fd,
+        &supported,
+        CpuTemplate::Standard,
+        topo,
+        Some(PROBE_CODE_START),
+        false,
+    )
+    .unwrap();
+    let control = Arc::new(RunControl::default());
+    let (tx, rx) = mpsc::channel();
+    let thread = VcpuThread::spawn(0, fd, Arc::new(Buses::default()), control.clone(), tx).unwrap();
+    assert!(testkit::wait_until(Duration::from_secs(5), || control
+        .first_run_ns()
+        .is_some()));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(thread.state(), VcpuState::Running);
+    let mut threads = [thread];
+    let fds = stop_all(&control, &mut threads);
+    assert_eq!(threads[0].state(), VcpuState::Exited);
+    assert_eq!(fds.len(), 1, "the vCPU thread ended and handed back its fd");
+    let regs = fds[0].get_regs().unwrap();
+    assert_eq!(regs.rip, PROBE_CODE_START, "still on the jmp $");
+    assert!(
+        rx.try_recv().is_err(),
+        "a requested stop is not reported as a guest stop"
+    );
+}
