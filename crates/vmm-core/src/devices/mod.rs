@@ -4,5 +4,6 @@ pub mod bus;
 pub mod cmos;
 pub mod i8042;
 pub mod serial;
+pub mod virtio;
 
 pub use bus::{Bus, BusDevice, BusError, DeviceAction, SharedDevice};

@@ -1,0 +1,1 @@
+//! virtio-blk over a host file (being written).

@@ -1,0 +1,1 @@
+//! virtio-vsock with the hybrid Unix-socket backend (being written).
