@@ -4,31 +4,22 @@
 //! Debian's static busybox providing `/bin/uname`.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use anyhow::Context;
 
 use crate::cache::{self, InputHash};
 use crate::cpio::{archive, Entry};
-use crate::sh;
+use crate::{nolibc, sh};
 
 const RECIPE_VERSION: &str = "initramfs-recipe-1";
-const PACKAGES: &[&str] = &[
-    "busybox-static",
-    "build-essential",
-    "linux-source-6.1",
-    "xz-utils",
-];
 const BUSYBOX: &str = "/bin/busybox";
-const SOURCE_TARBALL: &str = "/usr/src/linux-source-6.1.tar.xz";
-const NOLIBC_IN_TARBALL: &str = "linux-source-6.1/tools/include/nolibc";
 
 /// The marker the test init prints first; tests and the bench look for it.
 pub const INIT_MARKER: &str = "MICROAGENT-INIT-OK";
 
 /// Builds (or finds) the initramfs; returns its path.
 pub fn build() -> anyhow::Result<PathBuf> {
-    sh::ensure_debs(PACKAGES)?;
+    sh::ensure_debs(&["busybox-static"])?;
     let init_c = cache::repo_root().join("guest/initramfs/init.c");
     let mut hash = InputHash::default();
     hash.add("recipe", RECIPE_VERSION.as_bytes());
@@ -47,34 +38,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
             std::fs::remove_dir_all(&work)?;
         }
         std::fs::create_dir_all(&work)?;
-        sh::run(
-            Command::new("tar")
-                .args(["-xf", SOURCE_TARBALL, "-C"])
-                .arg(&work)
-                .arg(NOLIBC_IN_TARBALL),
-        )?;
-        let init = work.join("init");
-        sh::run(
-            Command::new("gcc")
-                .args([
-                    "-static",
-                    "-nostdlib",
-                    "-Os",
-                    "-s",
-                    "-fno-stack-protector",
-                    "-fno-asynchronous-unwind-tables",
-                    "-fno-ident",
-                    "-Wall",
-                    "-Werror",
-                ])
-                .arg("-I")
-                .arg(work.join(NOLIBC_IN_TARBALL))
-                .args(["-include", "nolibc.h", "-o"])
-                .arg(&init)
-                .arg(&init_c)
-                .arg("-lgcc"),
-        )?;
-        let init_bytes = std::fs::read(&init)?;
+        let init_bytes = nolibc::build(&work, &[&init_c])?.remove(0);
         let busybox = std::fs::read(BUSYBOX)
             .with_context(|| format!("reading {BUSYBOX} (package busybox-static)"))?;
         let bytes = archive(&[

@@ -2,11 +2,14 @@
 //! the test suite with skip accounting, and benchmarks the VMM.
 
 mod bench;
+mod bench_devices;
 mod boot;
 mod cache;
 mod cpio;
 mod initramfs;
 mod kernel;
+mod nolibc;
+mod rootfs;
 mod sh;
 mod test_cmd;
 mod tidy;
@@ -20,12 +23,15 @@ tasks:
   setup                         build every guest asset this host needs (cached)
   guest-kernel [--variant V]    build the guest kernel; V = host (default), standard, compat
   initramfs                     build the test initramfs (marker, uname -a, reboot)
+  test-rootfs                   build the ext4 root filesystem of the device tests
   boot [-- ARGS]                build assets and microagent, boot the guest, show its console;
                                 ARGS go to `microagent vmm boot` (e.g. --vcpus 2)
   test                          fmt check, clippy, then the whole test suite with a
                                 passed/failed/skipped summary
   bench vmm [--runs N]          VMM figures: process start to first KVM_RUN, time to the
                                 init marker, VMM RSS beyond guest memory
+  bench devices                 vsock round trip and throughput, virtio-blk sequential read,
+                                each beside the host's own loopback figure
 
 Assets are cached in $MICROAGENT_CACHE (default ~/.cache/microagent), keyed by a hash
 of their inputs; the newest of each is linked from <cache>/current/.
@@ -44,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         "setup" => {
             kernel::build(kernel::Variant::for_host()?)?;
             initramfs::build()?;
+            rootfs::build()?;
             Ok(())
         }
         "guest-kernel" => {
@@ -55,9 +62,13 @@ fn main() -> anyhow::Result<()> {
             kernel::build(variant).map(drop)
         }
         "initramfs" => initramfs::build().map(drop),
+        "test-rootfs" => rootfs::build().map(drop),
         "boot" => boot::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
         "test" => test_cmd::run(rest),
-        "bench" => bench::run(rest),
+        "bench" => match rest {
+            [what] if what == "devices" => bench_devices::run(),
+            _ => bench::run(rest),
+        },
         "-h" | "--help" | "help" => {
             print!("{HELP}");
             Ok(())

@@ -10,6 +10,7 @@ use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 use vmm_core::devices::serial::ConsoleSink;
 use vmm_core::host::{self, HostProfile};
+use vmm_core::machine::{DiskConfig, VsockConfig};
 use vmm_core::{CpuTemplate, Machine, MachineConfig};
 
 #[derive(Debug, Subcommand)]
@@ -63,9 +64,33 @@ pub struct BootArgs {
     /// Stop the guest after this many seconds (exit status 124).
     #[arg(long)]
     timeout: Option<u64>,
+    /// A virtio-blk disk backed by a raw image file; `:ro` makes it read-only.
+    /// Repeatable: the first is /dev/vda, the next /dev/vdb, ...
+    #[arg(long = "disk", value_name = "PATH[:ro]")]
+    disks: Vec<String>,
+    /// A virtio-vsock device. Host programs connect to this Unix socket and
+    /// write `CONNECT <port>\n`; guest connections to host port P go to `PATH_P`.
+    #[arg(long, value_name = "PATH")]
+    vsock: Option<PathBuf>,
+    /// The guest's vsock context ID.
+    #[arg(long, default_value_t = 3)]
+    vsock_cid: u64,
     /// Print a JSON summary on stdout when the guest stops.
     #[arg(long)]
     json: bool,
+}
+
+/// Parses `PATH[:ro]` (or `PATH:rw`).
+fn parse_disk(spec: &str) -> DiskConfig {
+    let (path, read_only) = match spec.rsplit_once(':') {
+        Some((path, "ro")) => (path, true),
+        Some((path, "rw")) => (path, false),
+        _ => (spec, false),
+    };
+    DiskConfig {
+        path: PathBuf::from(path),
+        read_only,
+    }
 }
 
 pub fn run(cmd: VmmCommand) -> anyhow::Result<ExitCode> {
@@ -149,7 +174,15 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
         vcpus: args.vcpus,
         template,
         console: console_sink(&args.console)?,
+        disks: args.disks.iter().map(|d| parse_disk(d)).collect(),
+        vsock: args.vsock.clone().map(|uds_path| VsockConfig {
+            guest_cid: args.vsock_cid,
+            uds_path,
+        }),
     };
+    if args.vsock_cid < 3 {
+        anyhow::bail!("--vsock-cid must be 3 or more (0-2 are reserved: hypervisor, local, host)");
+    }
     let machine = Machine::build(config).context("could not build the VM")?;
     tracing::info!(cmdline = machine.cmdline(), ?template, "booting");
     let outcome = machine
@@ -193,5 +226,28 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_specs() {
+        let d = parse_disk("/img/root.ext4:ro");
+        assert_eq!(
+            (d.path, d.read_only),
+            (PathBuf::from("/img/root.ext4"), true)
+        );
+        let d = parse_disk("data.img");
+        assert_eq!((d.path, d.read_only), (PathBuf::from("data.img"), false));
+        let d = parse_disk("odd:name.img:rw");
+        assert_eq!(
+            (d.path, d.read_only),
+            (PathBuf::from("odd:name.img"), false)
+        );
+        let d = parse_disk("odd:name.img");
+        assert_eq!(d.path, PathBuf::from("odd:name.img"));
     }
 }

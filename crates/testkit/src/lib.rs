@@ -79,6 +79,8 @@ pub struct GuestAssets {
     pub kernel: PathBuf,
     /// The test initramfs.
     pub initramfs: PathBuf,
+    /// The ext4 root filesystem of the device tests.
+    pub test_rootfs: PathBuf,
     /// The host profile the variant was chosen by.
     pub host: HostProfile,
 }
@@ -91,7 +93,8 @@ pub fn guest_assets() -> Result<GuestAssets, String> {
         .join("current");
     let kernel = current.join(format!("vmlinux-{}", host.kernel_variant()));
     let initramfs = current.join("initramfs.cpio");
-    for path in [&kernel, &initramfs] {
+    let test_rootfs = current.join("test-rootfs.ext4");
+    for path in [&kernel, &initramfs, &test_rootfs] {
         if !path.exists() {
             return Err(format!(
                 "{} is missing; build the guest assets with `cargo xtask setup`",
@@ -102,6 +105,7 @@ pub fn guest_assets() -> Result<GuestAssets, String> {
     Ok(GuestAssets {
         kernel,
         initramfs,
+        test_rootfs,
         host,
     })
 }

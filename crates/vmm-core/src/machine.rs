@@ -6,20 +6,27 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kvm_ioctls::VcpuFd;
+use kvm_ioctls::{IoEventAddress, VcpuFd};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::arch::cpuid::{CpuTemplate, VcpuTopology};
 use crate::arch::mptable::{self, MpTableError, MAX_VCPUS};
 use crate::arch::{boot_params, write_boot_tables, BootTablesError};
 use crate::devices::cmos::{Cmos, CMOS_PORT_BASE, CMOS_PORT_LEN};
+use crate::devices::event_loop::{EventLoop, EventLoopError};
 use crate::devices::i8042::{I8042, I8042_PORT_BASE, I8042_PORT_LEN};
 use crate::devices::serial::{ConsoleSink, Serial, COM1_PORT_BASE, COM_PORT_LEN};
+use crate::devices::virtio::blk::{BlockDevice, BlockError};
+use crate::devices::virtio::mmio::{self, MmioTransport};
+use crate::devices::virtio::vsock::{VsockDevice, VsockError};
+use crate::devices::virtio::{Interrupt, VirtioDevice};
 use crate::devices::BusError;
 use crate::exit::{Buses, StopReason};
 use crate::host::cmdline_additions;
 use crate::kernel::{self, KernelError, LoadedKernel};
-use crate::layout::SERIAL_IRQ;
+use crate::layout::{
+    IOAPIC_PINS, MMIO_DEVICES_START, MMIO_DEVICE_SIZE, SERIAL_IRQ, VIRTIO_IRQ_BASE,
+};
 use crate::memory::{create_guest_memory, GuestMemory, MemoryError};
 use crate::stats;
 use crate::vcpu::{
@@ -30,6 +37,9 @@ use crate::vm::{Vm, VmError};
 /// The command line every guest starts from: serial console, reboot through
 /// the keyboard controller (which ends the VM), no PCI probing.
 pub const BASE_CMDLINE: &str = "console=ttyS0 reboot=k panic=1 pci=off nomodule";
+
+/// Most virtio devices one guest can have: one IO-APIC pin each.
+pub const MAX_VIRTIO_DEVICES: u32 = IOAPIC_PINS - VIRTIO_IRQ_BASE;
 
 /// What to boot and how.
 #[derive(Debug)]
@@ -48,6 +58,29 @@ pub struct MachineConfig {
     pub template: CpuTemplate,
     /// Where the serial console goes.
     pub console: ConsoleSink,
+    /// Block devices, in order: the first is /dev/vda.
+    pub disks: Vec<DiskConfig>,
+    /// A vsock device with the hybrid Unix-socket backend.
+    pub vsock: Option<VsockConfig>,
+}
+
+/// A virtio-blk disk backed by a host file.
+#[derive(Clone, Debug)]
+pub struct DiskConfig {
+    /// The backing file (raw image; its length must be a multiple of 512).
+    pub path: PathBuf,
+    /// Guest writes fail with an I/O error status.
+    pub read_only: bool,
+}
+
+/// A virtio-vsock device.
+#[derive(Clone, Debug)]
+pub struct VsockConfig {
+    /// The guest's context ID (3 or more).
+    pub guest_cid: u64,
+    /// Host Unix socket: host programs connect here and write `CONNECT <port>\n`;
+    /// guest connections to host port P go to `<path>_P`.
+    pub uds_path: PathBuf,
 }
 
 /// Why a machine could not be built or run.
@@ -80,9 +113,30 @@ pub enum MachineError {
     /// An eventfd could not be made.
     #[error("could not create an eventfd")]
     EventFd(#[source] std::io::Error),
-    /// A vCPU.
+    /// vCPU setup.
     #[error("vCPU setup")]
     Vcpu(#[from] VcpuError),
+    /// The device event loop.
+    #[error("device event loop")]
+    EventLoop(#[from] EventLoopError),
+    /// A disk could not be opened.
+    #[error("disk {}", path.display())]
+    Disk {
+        /// The backing file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: BlockError,
+    },
+    /// The vsock device could not be set up.
+    #[error("vsock device")]
+    Vsock(#[from] VsockError),
+    /// More virtio devices than interrupt lines.
+    #[error("too many virtio devices (at most {MAX_VIRTIO_DEVICES})")]
+    TooManyDevices,
+    /// KVM refused an ioeventfd for a queue notification address.
+    #[error("KVM could not attach a queue notification eventfd")]
+    IoEvent(#[source] kvm_ioctls::Error),
 }
 
 /// How a run ended.
@@ -108,6 +162,8 @@ pub struct Machine {
     vcpus: Vec<VcpuFd>,
     cmdline: String,
     kernel: Option<LoadedKernel>,
+    event_loop: EventLoop,
+    virtio_devices: u32,
 }
 
 /// The full command line for `template` and the user's additions.
@@ -144,8 +200,16 @@ impl Machine {
             vcpus: Vec::new(),
             cmdline,
             kernel: None,
+            event_loop: EventLoop::new()?,
+            virtio_devices: 0,
         };
         machine.attach_legacy_devices(cfg.console)?;
+        for disk in &cfg.disks {
+            machine.attach_block_device(disk)?;
+        }
+        if let Some(vsock) = &cfg.vsock {
+            machine.attach_vsock(vsock)?;
+        }
         machine.attach_kernel(&cfg.kernel, cfg.initrd.as_deref())?;
         machine.attach_vcpus(cfg.vcpus, cfg.template)?;
         Ok(machine)
@@ -176,6 +240,58 @@ impl Machine {
             CMOS_PORT_LEN,
             Arc::new(Mutex::new(Cmos::default())),
         )?;
+        Ok(())
+    }
+
+    fn attach_block_device(&mut self, disk: &DiskConfig) -> Result<(), MachineError> {
+        let device =
+            BlockDevice::new(&disk.path, disk.read_only).map_err(|source| MachineError::Disk {
+                path: disk.path.clone(),
+                source,
+            })?;
+        self.attach_virtio_device(Arc::new(Mutex::new(device)))
+    }
+
+    fn attach_vsock(&mut self, cfg: &VsockConfig) -> Result<(), MachineError> {
+        let device = VsockDevice::new(cfg.guest_cid, cfg.uds_path.clone())?;
+        self.attach_virtio_device(Arc::new(Mutex::new(device)))
+    }
+
+    /// Places a virtio device: an MMIO window and an IRQ, an irqfd for its
+    /// interrupt, an ioeventfd per queue, its registers on the MMIO bus, its
+    /// fds on the event loop, and its declaration on the command line.
+    fn attach_virtio_device<D: VirtioDevice + 'static>(
+        &mut self,
+        device: Arc<Mutex<D>>,
+    ) -> Result<(), MachineError> {
+        let index = self.virtio_devices;
+        if index >= MAX_VIRTIO_DEVICES {
+            return Err(MachineError::TooManyDevices);
+        }
+        let base = MMIO_DEVICES_START + u64::from(index) * MMIO_DEVICE_SIZE;
+        let irq = VIRTIO_IRQ_BASE + index;
+        let irq_evt = EventFd::new(libc::EFD_NONBLOCK).map_err(MachineError::EventFd)?;
+        self.vm.register_irqfd(&irq_evt, irq)?;
+        {
+            let d = device.lock().unwrap_or_else(|p| p.into_inner());
+            for (queue, evt) in d.queue_events().iter().enumerate() {
+                let addr = IoEventAddress::Mmio(base + mmio::regs::QUEUE_NOTIFY);
+                self.vm
+                    .fd()
+                    .register_ioevent(evt, &addr, queue as u32)
+                    .map_err(MachineError::IoEvent)?;
+            }
+        }
+        let interrupt = Arc::new(Interrupt::new(irq_evt));
+        let transport = MmioTransport::new(device.clone(), self.mem.clone(), interrupt);
+        self.buses
+            .mmio
+            .insert(base, MMIO_DEVICE_SIZE, Arc::new(Mutex::new(transport)))?;
+        self.event_loop.add(device);
+        self.cmdline.push(' ');
+        self.cmdline
+            .push_str(&mmio::cmdline_device(base, MMIO_DEVICE_SIZE, irq));
+        self.virtio_devices += 1;
         Ok(())
     }
 
@@ -218,6 +334,7 @@ impl Machine {
 
     /// Runs the guest until it stops itself, fails, or `timeout` passes.
     pub fn run(self, timeout: Option<Duration>) -> Result<RunOutcome, MachineError> {
+        let mut devices = self.event_loop.spawn()?;
         let control = Arc::new(RunControl::default());
         let buses = Arc::new(self.buses);
         let (tx, rx) = mpsc::channel::<VcpuExitReport>();
@@ -241,6 +358,7 @@ impl Machine {
         };
         let overhead_rss_kib = stats::overhead_rss_kib(&self.mem);
         let fds = stop_all(&control, &mut threads);
+        devices.stop();
         let (reason, registers) = match report {
             Ok(r) => {
                 tracing::debug!(vcpu = r.index, reason = ?r.reason, "VM stopping");

@@ -40,6 +40,8 @@ fn boots_linux_to_init_and_runs_uname_on_two_vcpus() {
         vcpus: 2,
         template: assets.host.cpu_template(),
         console: ConsoleSink::new().with(Box::new(console.clone())),
+        disks: Vec::new(),
+        vsock: None,
     })
     .unwrap();
     let outcome = machine.run(Some(Duration::from_secs(300))).unwrap();

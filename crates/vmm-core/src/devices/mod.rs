@@ -2,6 +2,7 @@
 
 pub mod bus;
 pub mod cmos;
+pub mod event_loop;
 pub mod i8042;
 pub mod serial;
 pub mod virtio;

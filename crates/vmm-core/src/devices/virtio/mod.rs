@@ -8,6 +8,7 @@
 //! on the event loop thread, never on a vCPU thread.
 
 pub mod blk;
+pub mod fuzz;
 pub mod mmio;
 pub mod vsock;
 
@@ -42,7 +43,10 @@ pub struct Interrupt {
 impl Interrupt {
     /// An interrupt raised by writing `irq` (an irqfd KVM routes to a GSI).
     pub fn new(irq: EventFd) -> Self {
-        Self { status: AtomicU32::new(0), irq }
+        Self {
+            status: AtomicU32::new(0),
+            irq,
+        }
     }
 
     /// Sets `bits` in the status register and raises the line.
