@@ -13,8 +13,8 @@ use anyhow::{bail, Context};
 
 use crate::{cache, kernel, rootfs, sh};
 
-const DISK_BYTES: usize = 64 << 20;
-const STREAM_BYTES: usize = 16 << 20;
+const DISK_BYTES: usize = 16 << 20;
+const STREAM_BYTES: usize = 4 << 20;
 const STEP: usize = 64 << 10;
 const PINGS: usize = 200;
 

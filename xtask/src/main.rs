@@ -6,6 +6,7 @@ mod bench_devices;
 mod boot;
 mod cache;
 mod cpio;
+mod fuzz;
 mod initramfs;
 mod kernel;
 mod nolibc;
@@ -28,6 +29,7 @@ tasks:
                                 ARGS go to `microagent vmm boot` (e.g. --vcpus 2)
   test                          fmt check, clippy, then the whole test suite with a
                                 passed/failed/skipped summary
+  fuzz [--seconds N]            random virtio queues into blk and vsock processing (default 30 s)
   bench vmm [--runs N]          VMM figures: process start to first KVM_RUN, time to the
                                 init marker, VMM RSS beyond guest memory
   bench devices                 vsock round trip and throughput, virtio-blk sequential read,
@@ -65,6 +67,7 @@ fn main() -> anyhow::Result<()> {
         "test-rootfs" => rootfs::build().map(drop),
         "boot" => boot::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
         "test" => test_cmd::run(rest),
+        "fuzz" => fuzz::run(rest),
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),
             _ => bench::run(rest),

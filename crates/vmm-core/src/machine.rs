@@ -160,7 +160,11 @@ pub struct Machine {
     mem_size: u64,
     buses: Buses,
     vcpus: Vec<VcpuFd>,
+    /// Base and template arguments, then device declarations as devices are
+    /// attached; the user's arguments are appended last (after any `--`
+    /// everything goes to init, so devices must come before them).
     cmdline: String,
+    user_cmdline: Option<String>,
     kernel: Option<LoadedKernel>,
     event_loop: EventLoop,
     virtio_devices: u32,
@@ -186,8 +190,9 @@ impl Machine {
         if cfg.vcpus == 0 || cfg.vcpus > MAX_VCPUS {
             return Err(MachineError::VcpuCount(cfg.vcpus));
         }
-        let cmdline = compose_cmdline(cfg.template, cfg.extra_cmdline.as_deref());
-        kernel::validate_cmdline(&cmdline)?;
+        // Checked whole up front so bad user input fails before any setup.
+        kernel::validate_cmdline(&compose_cmdline(cfg.template, cfg.extra_cmdline.as_deref()))?;
+        let cmdline = compose_cmdline(cfg.template, None);
         let mem = create_guest_memory(cfg.mem_mib)?;
         let vm = Vm::new()?;
         vm.register_memory(&mem)?;
@@ -199,6 +204,7 @@ impl Machine {
             buses: Buses::default(),
             vcpus: Vec::new(),
             cmdline,
+            user_cmdline: cfg.extra_cmdline.clone().filter(|c| !c.trim().is_empty()),
             kernel: None,
             event_loop: EventLoop::new()?,
             virtio_devices: 0,
@@ -304,6 +310,10 @@ impl Machine {
         let initrd = initrd
             .map(|path| kernel::load_initrd(&self.mem, path, self.mem_size, &loaded))
             .transpose()?;
+        if let Some(user) = self.user_cmdline.take() {
+            self.cmdline.push(' ');
+            self.cmdline.push_str(user.trim());
+        }
         let len = kernel::write_cmdline(&self.mem, &self.cmdline)?;
         let params = boot_params::build(self.mem_size, loaded.setup_header, len + 1, initrd)?;
         boot_params::write(&self.mem, &params)?;

@@ -3,25 +3,10 @@
 //! reboots. Slow where guest kernel mode is emulated (~20-30 s), so this is
 //! the only such test in vmm-core.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vmm_core::devices::serial::ConsoleSink;
 use vmm_core::{Machine, MachineConfig, StopReason};
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[test]
 fn boots_linux_to_init_and_runs_uname_on_two_vcpus() {
@@ -31,7 +16,7 @@ fn boots_linux_to_init_and_runs_uname_on_two_vcpus() {
     ) else {
         return;
     };
-    let console = Captured::default();
+    let console = testkit::Capture::default();
     let machine = Machine::build(MachineConfig {
         kernel: assets.kernel.clone(),
         initrd: Some(assets.initramfs.clone()),
@@ -45,7 +30,7 @@ fn boots_linux_to_init_and_runs_uname_on_two_vcpus() {
     })
     .unwrap();
     let outcome = machine.run(Some(Duration::from_secs(300))).unwrap();
-    let log = String::from_utf8_lossy(&console.0.lock().unwrap()).into_owned();
+    let log = console.text();
     assert_eq!(
         outcome.reason,
         StopReason::Reset,

@@ -8,7 +8,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vmm_core::devices::serial::ConsoleSink;
@@ -23,25 +22,6 @@ fn pattern(off: u64) -> u8 {
     off.wrapping_mul(131)
         .wrapping_add((off >> 8).wrapping_mul(7))
         .wrapping_add(1) as u8
-}
-
-#[derive(Clone, Default)]
-struct Console(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Console {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Console {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
 }
 
 fn tool(name: &str) -> Result<PathBuf, String> {
@@ -127,7 +107,7 @@ fn guest_uses_ext4_root_data_disk_and_vsock() {
     let uds = dir.join("vsock.sock");
     let echo = echo_server(UnixListener::bind(format!("{}_6000", uds.display())).unwrap());
 
-    let console = Console::default();
+    let console = testkit::Capture::default();
     let machine = Machine::build(MachineConfig {
         kernel: assets.kernel.clone(),
         initrd: None,

@@ -20,31 +20,22 @@ fn kvm(test: &str) -> bool {
     testkit::require(test, testkit::kvm()).is_some()
 }
 
+/// A port device that records what the guest writes to it.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+struct Recorder(testkit::Capture);
 
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl BusDevice for Captured {
+impl BusDevice for Recorder {
     fn read(&mut self, _: u64, data: &mut [u8]) {
         data.fill(0);
     }
     fn write(&mut self, _: u64, data: &[u8]) -> DeviceAction {
-        self.0.lock().unwrap().extend_from_slice(data);
+        let _ = self.0.write_all(data);
         DeviceAction::None
     }
 }
 
-fn serial_guest() -> (TinyGuest, Captured) {
-    let out = Captured::default();
+fn serial_guest() -> (TinyGuest, testkit::Capture) {
+    let out = testkit::Capture::default();
     let irq = vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).unwrap();
     let serial = Serial::new(irq, ConsoleSink::new().with(Box::new(out.clone())));
     let mut guest = TinyGuest::default();
@@ -71,10 +62,7 @@ fn serial_output_reaches_the_console() {
     code.push(asm::HLT);
     let run = guest.run(&code).unwrap();
     assert_eq!(run.reason, StopReason::Halted);
-    assert_eq!(
-        String::from_utf8_lossy(&out.0.lock().unwrap()),
-        "hello from ring 0\n"
-    );
+    assert_eq!(out.text(), "hello from ring 0\n");
 }
 
 #[test]
@@ -90,7 +78,7 @@ fn i8042_reset_ends_the_vm_cleanly() {
     code.push(asm::HLT);
     let run = guest.run(&code).unwrap();
     assert_eq!(run.reason, StopReason::Reset);
-    assert_eq!(&*out.0.lock().unwrap(), b"x");
+    assert_eq!(out.bytes(), b"x");
 }
 
 #[test]
@@ -108,7 +96,7 @@ fn unclaimed_ports_read_all_ones() {
     if !kvm("unclaimed_ports_read_all_ones") {
         return;
     }
-    let recorder = Captured::default();
+    let recorder = Recorder::default();
     let mut guest = TinyGuest::default();
     guest
         .buses
@@ -124,7 +112,7 @@ fn unclaimed_ports_read_all_ones() {
     code.push(asm::HLT);
     let run = guest.run(&code).unwrap();
     assert_eq!(run.reason, StopReason::Halted);
-    assert_eq!(&*recorder.0.lock().unwrap(), &[0xff]);
+    assert_eq!(recorder.0.bytes(), [0xff]);
 }
 
 #[test]
