@@ -141,6 +141,19 @@ impl Write for Capture {
     }
 }
 
+/// A workspace root image built by `cargo xtask rootfs` (`minimal` or `debian`).
+pub fn workspace_image(name: &str) -> Result<PathBuf, String> {
+    let path = cache_root()
+        .ok_or("neither MICROAGENT_CACHE nor HOME is set")?
+        .join("current")
+        .join(format!("rootfs-{name}.ext4"));
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!("{} is missing; build it with `cargo xtask rootfs {name}`", path.display()))
+    }
+}
+
 /// Polls `condition` every 10 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
