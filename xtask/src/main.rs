@@ -7,6 +7,7 @@ mod boot;
 mod cache;
 mod cpio;
 mod fuzz;
+mod images;
 mod initramfs;
 mod kernel;
 mod nolibc;
@@ -25,6 +26,9 @@ tasks:
   guest-kernel [--variant V]    build the guest kernel; V = host (default), standard, compat
   initramfs                     build the test initramfs (marker, uname -a, reboot)
   test-rootfs                   build the ext4 root filesystem of the device tests
+  rootfs [minimal|debian|all]   build workspace root images (default all): busybox + agent,
+                                or Debian bookworm minbase + python3 + agent (docs/images.md);
+                                MICROAGENT_AGENT_BIN=PATH uses a prebuilt static agent
   boot [-- ARGS]                build assets and microagent, boot the guest, show its console;
                                 ARGS go to `microagent vmm boot` (e.g. --vcpus 2)
   test                          fmt check, clippy, then the whole test suite with a
@@ -65,6 +69,7 @@ fn main() -> anyhow::Result<()> {
         }
         "initramfs" => initramfs::build().map(drop),
         "test-rootfs" => rootfs::build().map(drop),
+        "rootfs" => images::run(rest),
         "boot" => boot::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
         "test" => test_cmd::run(rest),
         "fuzz" => fuzz::run(rest),

@@ -1,0 +1,221 @@
+//! One client connection: frames in and out, with the idle timeout, and the
+//! kind-5 data streams as `Read`/`Write`.
+//!
+//! Vsock connections are held in a std `UnixStream`: it is a thin wrapper
+//! over a stream socket descriptor, and read, write, shutdown and the
+//! SO_RCVTIMEO/SO_SNDTIMEO timeouts are the same calls for AF_VSOCK.
+
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use guest_agent::frame::{self, Frame, FrameError, FrameKind};
+use guest_agent::protocol::{ErrorCode, Response, DATA_CHUNK};
+
+/// Longest the agent keeps reading (and discarding) what a client still
+/// sends after the answer, so the client gets to read that answer.
+const DRAIN_TIME: Duration = Duration::from_secs(1);
+/// Most bytes discarded that way.
+const DRAIN_BYTES: u64 = 16 << 20;
+
+/// A client connection.
+#[derive(Debug)]
+pub struct Conn {
+    stream: UnixStream,
+}
+
+impl Conn {
+    /// Wraps an accepted stream; reads and writes time out after `idle`.
+    pub fn new(stream: UnixStream, idle: Duration) -> io::Result<Self> {
+        stream.set_read_timeout(Some(idle))?;
+        stream.set_write_timeout(Some(idle))?;
+        Ok(Self { stream })
+    }
+
+    /// A second handle on the same socket.
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self {
+            stream: self.stream.try_clone()?,
+        })
+    }
+
+    /// Sets the receive timeout (`None`: wait forever).
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(timeout)
+    }
+
+    /// Reads one frame; `None` when the client closed.
+    pub fn read_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        frame::read_frame(&mut self.stream)
+    }
+
+    /// Sends one JSON message.
+    pub fn send(&mut self, msg: &Response) -> Result<(), FrameError> {
+        frame::write_json(&mut self.stream, msg)
+    }
+
+    /// Sends one frame.
+    pub fn send_frame(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), FrameError> {
+        frame::write_frame(&mut self.stream, kind, payload)
+    }
+
+    /// Sends an `error` message.
+    pub fn send_error(&mut self, code: ErrorCode, message: String) -> Result<(), FrameError> {
+        self.send(&Response::Error { code, message })
+    }
+
+    /// Shuts the socket down (wakes every thread blocked on it).
+    pub fn shutdown(&self, how: Shutdown) {
+        // Already shut down or reset by the client: nothing left to do.
+        let _ = self.stream.shutdown(how);
+    }
+
+    /// Ends the connection: no more output, then discard what the client
+    /// still sends (pipelined frames of a refused request) for a moment so
+    /// that it can read the answer before the socket closes.
+    pub fn finish(self) {
+        self.shutdown(Shutdown::Write);
+        let deadline = Instant::now() + DRAIN_TIME;
+        let mut discarded = 0u64;
+        let mut buf = [0u8; 16 << 10];
+        while discarded < DRAIN_BYTES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.stream.set_read_timeout(Some(left)).is_err() {
+                break;
+            }
+            match (&self.stream).read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => discarded += n as u64,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// The kind-5 stream the client sends, as a reader.
+    pub fn data_reader(&mut self) -> DataReader<'_> {
+        DataReader {
+            conn: self,
+            buf: Vec::new(),
+            pos: 0,
+            ended: false,
+            failure: None,
+        }
+    }
+
+    /// A kind-5 stream to the client, as a writer.
+    pub fn data_writer(&mut self) -> DataWriter<'_> {
+        DataWriter {
+            conn: self,
+            buf: Vec::with_capacity(DATA_CHUNK),
+        }
+    }
+}
+
+/// Reads the payloads of kind-5 frames until the empty one.
+#[derive(Debug)]
+pub struct DataReader<'a> {
+    conn: &'a mut Conn,
+    buf: Vec<u8>,
+    pos: usize,
+    ended: bool,
+    failure: Option<FrameError>,
+}
+
+impl DataReader<'_> {
+    /// Why reading failed, when it failed at the frame level (the
+    /// `io::Error` returned by `read` only says "see here").
+    pub fn take_failure(&mut self) -> Option<FrameError> {
+        self.failure.take()
+    }
+
+    /// Reads and discards the rest of the stream, up to its empty frame.
+    pub fn drain(&mut self) -> io::Result<()> {
+        let mut sink = [0u8; 16 << 10];
+        while self.read(&mut sink)? > 0 {}
+        Ok(())
+    }
+
+    fn fail(&mut self, e: FrameError) -> io::Error {
+        let err = io::Error::other(e.to_string());
+        self.failure = Some(e);
+        err
+    }
+}
+
+impl Read for DataReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.buf.len() {
+            if self.ended {
+                return Ok(0);
+            }
+            match self.conn.read_frame() {
+                Ok(Some(f)) if f.kind == FrameKind::Data && f.payload.is_empty() => {
+                    self.ended = true;
+                }
+                Ok(Some(f)) if f.kind == FrameKind::Data => {
+                    self.buf = f.payload;
+                    self.pos = 0;
+                }
+                Ok(Some(f)) => {
+                    return Err(self.fail(FrameError::UnexpectedKind {
+                        expected: FrameKind::Data,
+                        got: f.kind,
+                    }))
+                }
+                Ok(None) => return Err(self.fail(FrameError::Truncated)),
+                Err(e) => return Err(self.fail(e)),
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Buffers bytes into kind-5 frames of up to [`DATA_CHUNK`].
+#[derive(Debug)]
+pub struct DataWriter<'a> {
+    conn: &'a mut Conn,
+    buf: Vec<u8>,
+}
+
+impl DataWriter<'_> {
+    /// Sends what is buffered and the empty frame that ends the stream.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.flush()?;
+        self.conn
+            .send_frame(FrameKind::Data, &[])
+            .map_err(frame_to_io)
+    }
+}
+
+impl Write for DataWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(DATA_CHUNK - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == DATA_CHUNK {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.conn
+                .send_frame(FrameKind::Data, &self.buf)
+                .map_err(frame_to_io)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+fn frame_to_io(e: FrameError) -> io::Error {
+    match e {
+        FrameError::Read(e) | FrameError::Write(e) => e,
+        other => io::Error::other(other.to_string()),
+    }
+}

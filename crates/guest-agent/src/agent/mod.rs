@@ -1,0 +1,278 @@
+//! The agent: accept loop, one thread per connection, the handshake, and
+//! dispatch of the one request each connection carries.
+
+mod archive;
+mod conn;
+mod exec;
+mod files;
+pub mod listen;
+mod reaper;
+mod registry;
+mod sysinfo;
+
+use std::error::Error as _;
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use guest_agent::frame::{self, FrameError, FrameKind};
+use guest_agent::protocol::{ErrorCode, Request, Response, CAPABILITIES, PROTOCOL_VERSION};
+
+use conn::Conn;
+use listen::Listener;
+use reaper::Reaper;
+use registry::Registry;
+
+/// Stack of a connection thread (tar and JSON work happen there).
+const CONN_STACK: usize = 512 << 10;
+
+/// Settings from the command line.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Silence after which a client is dropped.
+    pub idle_timeout: Duration,
+    /// Most connections served at once (running execs included).
+    pub max_connections: usize,
+    /// Log every request, failure and reaped orphan (otherwise only
+    /// internal errors).
+    pub verbose: bool,
+}
+
+/// What every connection thread shares.
+#[derive(Debug)]
+pub struct State {
+    started: Instant,
+    config: Config,
+    reaper: Reaper,
+    registry: Registry,
+    connections: AtomicUsize,
+}
+
+/// Why a connection's request failed.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    #[error("reading the request")]
+    Frame(#[source] FrameError),
+    #[error("sending the answer")]
+    Send(#[source] FrameError),
+    #[error("the first message must be `hello`, not `{0}`")]
+    NoHello(&'static str),
+    #[error("protocol version {0} is not supported (this agent speaks {PROTOCOL_VERSION})")]
+    Version(u32),
+    #[error("`hello` was already sent")]
+    RepeatedHello,
+    #[error("no exec {0:?} (never started, or its result expired)")]
+    NoResult(String),
+    #[error("too many connections (at most {0})")]
+    Busy(usize),
+    #[error("exec")]
+    Exec(#[source] exec::ExecError),
+    #[error("file operation")]
+    File(#[source] files::FileError),
+    #[error("tar")]
+    Archive(#[source] archive::ArchiveError),
+    #[error("info")]
+    Info(#[source] sysinfo::InfoError),
+}
+
+impl RequestError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::Frame(e) | Self::Send(e) => e.code(),
+            Self::NoHello(_) | Self::RepeatedHello => ErrorCode::InvalidInput,
+            Self::Version(_) => ErrorCode::UnsupportedVersion,
+            Self::NoResult(_) => ErrorCode::NotFound,
+            Self::Busy(_) => ErrorCode::TooLarge,
+            Self::Exec(e) => e.code(),
+            Self::File(e) => e.code(),
+            Self::Archive(e) => e.code(),
+            Self::Info(e) => e.code(),
+        }
+    }
+
+    /// The client is gone: nobody to send an error to.
+    fn is_disconnect(&self) -> bool {
+        let frame_error = match self {
+            Self::Frame(e) | Self::Send(e) => Some(e),
+            Self::File(files::FileError::Send(e)) => Some(e),
+            Self::Archive(archive::ArchiveError::Send(e)) => Some(e),
+            _ => None,
+        };
+        frame_error.is_some_and(|e| e.is_disconnect())
+    }
+
+    /// The message with its chain of causes, for the client.
+    fn message(&self) -> String {
+        let mut message = self.to_string();
+        let mut source = self.source();
+        while let Some(e) = source {
+            message.push_str(": ");
+            message.push_str(&e.to_string());
+            source = e.source();
+        }
+        message
+    }
+}
+
+/// Starts a named thread with a small stack.
+pub fn spawn_thread<F>(name: &str, stack: usize, f: F) -> io::Result<JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .stack_size(stack)
+        .spawn(f)
+}
+
+/// Serves `listener` forever; returns only if the reaper thread cannot start.
+pub fn serve(listener: Listener, config: Config) -> io::Error {
+    let reaper = match Reaper::start(config.verbose) {
+        Ok(reaper) => reaper,
+        Err(e) => return e,
+    };
+    let state = Arc::new(State {
+        started: Instant::now(),
+        config,
+        reaper,
+        registry: Registry::default(),
+        connections: AtomicUsize::new(0),
+    });
+    loop {
+        let stream = match listener.accept() {
+            Ok(stream) => stream,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // Out of descriptors or memory: wait for connections to end.
+                log!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let active = state.connections.fetch_add(1, Ordering::SeqCst);
+        let thread_state = state.clone();
+        let spawned = spawn_thread("conn", CONN_STACK, move || {
+            let _slot = Slot(&thread_state.connections);
+            handle_connection(stream, &thread_state, active);
+        });
+        if let Err(e) = spawned {
+            state.connections.fetch_sub(1, Ordering::SeqCst);
+            log!("no thread for a connection: {e}");
+        }
+    }
+}
+
+/// A connection counted in `State::connections` (released even if the
+/// connection's thread panics).
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn handle_connection(stream: UnixStream, state: &State, active: usize) {
+    let mut conn = match Conn::new(stream, state.config.idle_timeout) {
+        Ok(conn) => conn,
+        Err(e) => {
+            log!("setting up a connection: {e}");
+            return;
+        }
+    };
+    let outcome = if active >= state.config.max_connections {
+        Err(RequestError::Busy(state.config.max_connections))
+    } else {
+        serve_request(&mut conn, state)
+    };
+    if let Err(e) = outcome {
+        let message = e.message();
+        if !e.is_disconnect() {
+            let _ = conn.send_error(e.code(), message.clone());
+        }
+        // The console may be slow (emulated serial): only what needs a look.
+        if state.config.verbose || e.code() == ErrorCode::Internal {
+            log!("request failed ({}): {message}", e.code());
+        }
+    }
+    conn.finish();
+}
+
+fn read_request(conn: &mut Conn) -> Result<Option<Request>, RequestError> {
+    let Some(frame) = conn.read_frame().map_err(RequestError::Frame)? else {
+        return Ok(None);
+    };
+    if frame.kind != FrameKind::Json {
+        return Err(RequestError::Frame(FrameError::UnexpectedKind {
+            expected: FrameKind::Json,
+            got: frame.kind,
+        }));
+    }
+    frame::decode_json(&frame)
+        .map(Some)
+        .map_err(RequestError::Frame)
+}
+
+fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
+    match read_request(conn)? {
+        // Connected and left (a probe): nothing to do.
+        None => return Ok(()),
+        Some(Request::Hello { version }) if version == PROTOCOL_VERSION => {}
+        Some(Request::Hello { version }) => return Err(RequestError::Version(version)),
+        Some(other) => return Err(RequestError::NoHello(other.name())),
+    }
+    conn.send(&Response::Hello {
+        version: PROTOCOL_VERSION,
+        agent: format!("microagent-agent {}", env!("CARGO_PKG_VERSION")),
+        capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+    })
+    .map_err(RequestError::Send)?;
+    // No request after hello: the client only wanted the handshake.
+    let Some(request) = read_request(conn)? else {
+        return Ok(());
+    };
+    if state.config.verbose {
+        log!("request {}", request.name());
+    }
+    let answer = match request {
+        Request::Hello { .. } => return Err(RequestError::RepeatedHello),
+        Request::Ping => Response::Pong {
+            uptime_ms: state.started.elapsed().as_millis() as u64,
+        },
+        Request::Info => Response::Info(sysinfo::collect().map_err(RequestError::Info)?),
+        Request::Exec(req) => return exec::run(conn, state, req).map_err(RequestError::Exec),
+        Request::Signal { exec_id, signal } => {
+            exec::signal(state, &exec_id, &signal).map_err(RequestError::Exec)?;
+            Response::ok()
+        }
+        Request::Result { exec_id } => match state.registry.result(&exec_id) {
+            Some(answer) => answer,
+            None => return Err(RequestError::NoResult(exec_id)),
+        },
+        Request::ReadFile {
+            path,
+            offset,
+            length,
+        } => return files::read_file(conn, &path, offset, length).map_err(RequestError::File),
+        Request::WriteFile { path, mode, perm } => {
+            return files::write_file(conn, &path, mode, perm).map_err(RequestError::File)
+        }
+        Request::Stat { path } => files::stat(&path).map_err(RequestError::File)?,
+        Request::ListDir { path } => files::list_dir(&path).map_err(RequestError::File)?,
+        Request::Mkdir { path } => files::mkdir(&path).map_err(RequestError::File)?,
+        Request::Remove { path, recursive } => {
+            files::remove(&path, recursive).map_err(RequestError::File)?
+        }
+        Request::Rename { from, to } => files::rename(&from, &to).map_err(RequestError::File)?,
+        Request::TarOut { path } => {
+            return archive::tar_out(conn, &path).map_err(RequestError::Archive)
+        }
+        Request::TarIn { path } => {
+            return archive::tar_in(conn, &path).map_err(RequestError::Archive)
+        }
+    };
+    conn.send(&answer).map_err(RequestError::Send)
+}

@@ -1,0 +1,125 @@
+//! What the client's operations take and return.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use tokio::io::AsyncRead;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+
+use super::{connect_hybrid_vsock, connect_unix, ClientError, GuestAgentClient};
+use crate::protocol::Exited;
+
+/// Where an agent listens; [`AgentEndpoint::connect`] opens a new
+/// connection (one per operation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEndpoint {
+    /// A Unix socket (`microagent-agent --unix PATH`).
+    Unix(PathBuf),
+    /// A guest vsock port behind the VMM's hybrid vsock socket.
+    HybridVsock {
+        /// The VMM's `--vsock` socket.
+        uds: PathBuf,
+        /// The agent's vsock port (usually 1024).
+        port: u32,
+    },
+}
+
+impl AgentEndpoint {
+    /// Opens a connection and wraps it in a client.
+    pub async fn connect(&self) -> Result<GuestAgentClient<UnixStream>, ClientError> {
+        let stream = match self {
+            Self::Unix(path) => connect_unix(path).await?,
+            Self::HybridVsock { uds, port } => connect_hybrid_vsock(uds, *port).await?,
+        };
+        Ok(GuestAgentClient::new(stream))
+    }
+}
+
+/// The agent's answer to `hello`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentHello {
+    /// Protocol version.
+    pub version: u32,
+    /// Agent name and version.
+    pub agent: String,
+    /// Supported operations.
+    pub capabilities: Vec<String>,
+}
+
+/// What an exec reports while it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    /// The process was spawned.
+    Started {
+        /// The exec id (for `signal` and `result`).
+        exec_id: String,
+        /// The process id.
+        pid: u32,
+    },
+    /// A chunk of stdout (at most 64 KiB).
+    Stdout(Vec<u8>),
+    /// A chunk of stderr (at most 64 KiB).
+    Stderr(Vec<u8>),
+}
+
+/// The exec's stdin. Anything but `None` makes the request `stdin: "stream"`.
+pub enum ExecInput {
+    /// /dev/null (unless the request itself asks for a stream, which then gets EOF at once).
+    None,
+    /// These bytes, then EOF.
+    Bytes(Vec<u8>),
+    /// Each message as it comes; EOF when every sender is dropped.
+    Channel(mpsc::Receiver<Vec<u8>>),
+    /// Everything the reader yields, then EOF.
+    Reader(Box<dyn AsyncRead + Send + Unpin>),
+}
+
+impl fmt::Debug for ExecInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            Self::Channel(_) => f.write_str("Channel"),
+            Self::Reader(_) => f.write_str("Reader"),
+        }
+    }
+}
+
+/// An exec's collected output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// The exec id.
+    pub exec_id: String,
+    /// The process id.
+    pub pid: u32,
+    /// How it ended.
+    pub exited: Exited,
+    /// Stdout as sent (at most the output cap).
+    pub stdout: Vec<u8>,
+    /// Stderr as sent (at most the output cap).
+    pub stderr: Vec<u8>,
+}
+
+/// The answer to `result`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecResult {
+    /// Still running.
+    Running {
+        /// The process id.
+        pid: u32,
+    },
+    /// Ended; `stdout_head`/`stderr_head` hold the first 64 KiB of each stream.
+    Exited(Exited),
+}
+
+/// Header of a `read_file` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileHeader {
+    /// The whole file's size.
+    pub size: u64,
+    /// Its permission bits.
+    pub mode: u32,
+    /// Bytes received.
+    pub transferred: u64,
+}

@@ -1,0 +1,246 @@
+//! The client's side of the wire: its error type, async framing, the data
+//! and stdin streams, and opening a stream to the agent (Unix socket, or
+//! the VMM's hybrid vsock socket with its `CONNECT <port>` handshake).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+use super::ExecInput;
+use crate::frame::{self, Frame, FrameError, FrameKind};
+use crate::protocol::{ErrorCode, Response, DATA_CHUNK};
+
+/// Why a client operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The Unix socket could not be connected.
+    #[error("connecting to {}", path.display())]
+    Connect {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The VMM's hybrid vsock socket did not answer `OK <port>`.
+    #[error(
+        "vsock port {port}: the VMM answered {reply:?} instead of OK (is the agent listening?)"
+    )]
+    Handshake {
+        /// The guest port asked for.
+        port: u32,
+        /// What came back (empty if the socket closed).
+        reply: String,
+    },
+    /// The handshake itself failed at the I/O level.
+    #[error("vsock handshake for port {port}")]
+    HandshakeIo {
+        /// The guest port asked for.
+        port: u32,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Reading or writing a frame failed, or the agent sent a bad one.
+    #[error("talking to the agent")]
+    Frame(#[source] FrameError),
+    /// Reading local input (stdin or upload source) or writing local output failed.
+    #[error("local stream")]
+    Local(#[source] io::Error),
+    /// The agent closed the connection before the operation finished.
+    #[error("the agent closed the connection before answering")]
+    Closed,
+    /// The agent answered with an `error` message.
+    #[error("agent error {code}: {message}")]
+    Agent {
+        /// The agent's error code.
+        code: ErrorCode,
+        /// The agent's message.
+        message: String,
+    },
+    /// The agent sent a message that does not fit the operation.
+    #[error("unexpected {got} from the agent")]
+    Unexpected {
+        /// What came (message type or frame kind).
+        got: String,
+    },
+}
+
+impl ClientError {
+    /// The agent's error code, when the agent answered with an error.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Agent { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn unexpected(resp: &Response) -> Self {
+        Self::Unexpected {
+            got: format!("`{}` message", resp.name()),
+        }
+    }
+
+    pub(crate) fn unexpected_frame(kind: FrameKind) -> Self {
+        Self::Unexpected {
+            got: format!("{kind:?} frame"),
+        }
+    }
+}
+
+/// Reads one frame; `None` on a clean end of stream.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin + ?Sized>(
+    r: &mut R,
+) -> Result<Option<Frame>, FrameError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < len.len() {
+        match r.read(&mut len[got..]).await {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(FrameError::Truncated),
+            Ok(n) => got += n,
+            Err(e) => return Err(FrameError::Read(e)),
+        }
+    }
+    let payload_len = frame::payload_len(u32::from_le_bytes(len))?;
+    let mut kind = [0u8];
+    read_exact(r, &mut kind).await?;
+    let kind = FrameKind::from_byte(kind[0]).ok_or(FrameError::UnknownKind(kind[0]))?;
+    let mut payload = vec![0u8; payload_len];
+    read_exact(r, &mut payload).await?;
+    Ok(Some(Frame { kind, payload }))
+}
+
+async fn read_exact<R: AsyncRead + Unpin + ?Sized>(
+    r: &mut R,
+    buf: &mut [u8],
+) -> Result<(), FrameError> {
+    r.read_exact(buf)
+        .await
+        .map(drop)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => FrameError::Truncated,
+            _ => FrameError::Read(e),
+        })
+}
+
+/// Writes `bytes` (already encoded frames) and flushes.
+pub(crate) async fn write_all<W: AsyncWrite + Unpin + ?Sized>(
+    w: &mut W,
+    bytes: &[u8],
+) -> Result<(), FrameError> {
+    w.write_all(bytes).await.map_err(FrameError::Write)?;
+    w.flush().await.map_err(FrameError::Write)
+}
+
+/// Sends `data` as frames of `kind`, at most [`frame::MAX_PAYLOAD`] each
+/// (an empty `data` sends nothing: an empty frame would end the stream).
+pub(crate) async fn write_chunked<W: AsyncWrite + Unpin + ?Sized>(
+    w: &mut W,
+    kind: FrameKind,
+    data: &[u8],
+) -> Result<(), FrameError> {
+    for chunk in data.chunks(DATA_CHUNK) {
+        write_all(w, &frame::encode(kind, chunk)?).await?;
+    }
+    Ok(())
+}
+
+/// Connects to a Unix socket where an agent listens (`microagent-agent --unix PATH`).
+pub async fn connect_unix(path: impl AsRef<Path>) -> Result<UnixStream, ClientError> {
+    let path = path.as_ref();
+    UnixStream::connect(path)
+        .await
+        .map_err(|source| ClientError::Connect {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Connects to guest vsock `port` through the VMM's hybrid vsock Unix
+/// socket: writes `CONNECT <port>\n` and expects `OK <host-port>\n`, after
+/// which the stream is the guest connection.
+pub async fn connect_hybrid_vsock(
+    uds_path: impl AsRef<Path>,
+    port: u32,
+) -> Result<UnixStream, ClientError> {
+    let mut stream = connect_unix(uds_path).await?;
+    let io_err = |source| ClientError::HandshakeIo { port, source };
+    stream
+        .write_all(format!("CONNECT {port}\n").as_bytes())
+        .await
+        .map_err(io_err)?;
+    // Byte by byte: nothing past the newline belongs to the handshake.
+    let mut line = Vec::new();
+    loop {
+        let mut b = [0u8];
+        if stream.read(&mut b).await.map_err(io_err)? == 0 || b[0] == b'\n' {
+            break;
+        }
+        line.push(b[0]);
+        if line.len() > 64 {
+            break;
+        }
+    }
+    let reply = String::from_utf8_lossy(&line).into_owned();
+    match reply.strip_prefix("OK ") {
+        Some(n) if n.trim().parse::<u32>().is_ok() => Ok(stream),
+        _ => Err(ClientError::Handshake { port, reply }),
+    }
+}
+
+/// Kind-5 frames of everything `reader` yields, then the empty one.
+pub(crate) async fn send_data<W, R>(w: &mut W, reader: &mut R) -> Result<(), ClientError>
+where
+    W: AsyncWrite + Unpin + ?Sized,
+    R: AsyncRead + Unpin + ?Sized,
+{
+    let mut buf = vec![0u8; DATA_CHUNK];
+    loop {
+        let n = reader.read(&mut buf).await.map_err(ClientError::Local)?;
+        if n == 0 {
+            break;
+        }
+        write_chunked(w, FrameKind::Data, &buf[..n])
+            .await
+            .map_err(ClientError::Frame)?;
+    }
+    let end = frame::encode(FrameKind::Data, &[]).map_err(ClientError::Frame)?;
+    write_all(w, &end).await.map_err(ClientError::Frame)
+}
+
+/// Kind-4 frames of the exec's input, then the empty one (EOF).
+pub(crate) async fn send_stdin<W: AsyncWrite + Unpin + ?Sized>(
+    w: &mut W,
+    input: ExecInput,
+) -> Result<(), ClientError> {
+    match input {
+        ExecInput::None => {}
+        ExecInput::Bytes(bytes) => write_chunked(w, FrameKind::Stdin, &bytes)
+            .await
+            .map_err(ClientError::Frame)?,
+        ExecInput::Channel(mut rx) => {
+            while let Some(bytes) = rx.recv().await {
+                write_chunked(w, FrameKind::Stdin, &bytes)
+                    .await
+                    .map_err(ClientError::Frame)?;
+            }
+        }
+        ExecInput::Reader(mut reader) => {
+            let mut buf = vec![0u8; DATA_CHUNK];
+            loop {
+                let n = reader.read(&mut buf).await.map_err(ClientError::Local)?;
+                if n == 0 {
+                    break;
+                }
+                write_chunked(w, FrameKind::Stdin, &buf[..n])
+                    .await
+                    .map_err(ClientError::Frame)?;
+            }
+        }
+    }
+    let eof = frame::encode(FrameKind::Stdin, &[]).map_err(ClientError::Frame)?;
+    write_all(w, &eof).await.map_err(ClientError::Frame)
+}

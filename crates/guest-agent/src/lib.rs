@@ -1,0 +1,29 @@
+//! The microagent guest agent's protocol, shared by the agent
+//! (`microagent-agent`, which runs inside every guest and listens on
+//! virtio-vsock) and the host.
+//!
+//! - [`frame`]: the framing (u32 LE length, kind byte, payload) with
+//!   blocking read/write functions;
+//! - [`protocol`]: the JSON messages, limits and error codes of version 1;
+//! - `client` (cargo feature `client`): [`GuestAgentClient`], an async tokio
+//!   client over any `AsyncRead + AsyncWrite` stream, with
+//!   [`connect_unix`] and [`connect_hybrid_vsock`] to open one.
+//!
+//! The protocol is documented in `docs/guest-agent-protocol.md`.
+
+pub mod frame;
+pub mod protocol;
+
+#[cfg(feature = "client")]
+pub mod client;
+
+#[cfg(feature = "client")]
+pub use client::{
+    connect_hybrid_vsock, connect_unix, AgentEndpoint, AgentHello, ClientError, ExecEvent,
+    ExecInput, ExecOutput, ExecResult, FileHeader, GuestAgentClient,
+};
+pub use frame::{Frame, FrameError, FrameKind};
+pub use protocol::{
+    DirEntry, DiskUsage, ErrorCode, ExecRequest, Exited, FileKind, FileStat, Request, Response,
+    SignalSpec, StdinMode, SystemInfo, WriteMode, PROTOCOL_VERSION,
+};

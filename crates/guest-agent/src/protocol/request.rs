@@ -1,0 +1,258 @@
+//! Messages from the client.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Where an exec's stdin comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinMode {
+    /// /dev/null.
+    #[default]
+    None,
+    /// Kind-4 frames from the client; an empty one closes stdin.
+    Stream,
+}
+
+/// How `write_file` treats an existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Fail with EXISTS if the path exists; otherwise write atomically.
+    Create,
+    /// Replace the file (or create it) atomically.
+    Truncate,
+    /// Append to the file, creating it if needed.
+    Append,
+}
+
+/// A signal given by number (`9`) or name (`"KILL"`, `"SIGKILL"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SignalSpec {
+    /// A signal number.
+    Number(i32),
+    /// A signal name, with or without the `SIG` prefix.
+    Name(String),
+}
+
+impl From<i32> for SignalSpec {
+    fn from(n: i32) -> Self {
+        Self::Number(n)
+    }
+}
+
+impl From<&str> for SignalSpec {
+    fn from(name: &str) -> Self {
+        Self::Name(name.to_owned())
+    }
+}
+
+/// The `exec` request: what to run and how.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// Program and arguments (exactly one of `argv` and `shell`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    /// A command line for `/bin/sh -c`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+    /// Variables added to the default `PATH`/`HOME` environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// User id to run as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Group id to run as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// Where stdin comes from.
+    #[serde(default)]
+    pub stdin: StdinMode,
+    /// Kill the process group after this many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Bytes per stream sent to the client (default 1 MiB, at most 64 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_cap: Option<u64>,
+    /// A client-chosen exec id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+impl ExecRequest {
+    /// Runs `argv[0]` (looked up in `PATH`) with the rest as arguments.
+    pub fn argv<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            argv: Some(argv.into_iter().map(Into::into).collect()),
+            ..Self::default()
+        }
+    }
+
+    /// Runs `command` with `/bin/sh -c`.
+    pub fn shell(command: impl Into<String>) -> Self {
+        Self {
+            shell: Some(command.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the working directory.
+    pub fn cwd(mut self, dir: impl Into<String>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Runs as this user and group.
+    pub fn user(mut self, uid: u32, gid: u32) -> Self {
+        self.uid = Some(uid);
+        self.gid = Some(gid);
+        self
+    }
+
+    /// Kills the process group when `timeout` is exceeded.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout_ms = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// Bytes per stream sent back; the rest is only counted.
+    pub fn output_cap(mut self, bytes: u64) -> Self {
+        self.output_cap = Some(bytes);
+        self
+    }
+
+    /// Chooses the exec id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+}
+
+/// Messages from the client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// First message of every connection.
+    Hello {
+        /// The client's protocol version.
+        version: u32,
+    },
+    /// Liveness check.
+    Ping,
+    /// System information.
+    Info,
+    /// Runs a process.
+    Exec(ExecRequest),
+    /// Signals a running exec's process group.
+    Signal {
+        /// The exec.
+        exec_id: String,
+        /// The signal.
+        signal: SignalSpec,
+    },
+    /// Fetches an exec's result.
+    Result {
+        /// The exec.
+        exec_id: String,
+    },
+    /// Reads a file, or a byte range of it.
+    ReadFile {
+        /// Absolute path.
+        path: String,
+        /// First byte (default 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        offset: Option<u64>,
+        /// Most bytes to read (default: to the end).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        length: Option<u64>,
+    },
+    /// Writes a file from the kind-5 frames that follow.
+    WriteFile {
+        /// Absolute path.
+        path: String,
+        /// What to do with an existing file.
+        mode: WriteMode,
+        /// Permission bits for a new file (default 0o644, or those of the file replaced).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        perm: Option<u32>,
+    },
+    /// Metadata of a path (symlinks are not followed).
+    Stat {
+        /// Absolute path.
+        path: String,
+    },
+    /// Lists a directory.
+    ListDir {
+        /// Absolute path.
+        path: String,
+    },
+    /// Creates a directory and its parents.
+    Mkdir {
+        /// Absolute path.
+        path: String,
+    },
+    /// Removes a file, symlink or directory.
+    Remove {
+        /// Absolute path.
+        path: String,
+        /// Remove a directory with its contents.
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// Renames a path.
+    Rename {
+        /// Absolute path.
+        from: String,
+        /// Absolute path.
+        to: String,
+    },
+    /// Streams a directory as a tar archive.
+    TarOut {
+        /// Absolute path of a directory.
+        path: String,
+    },
+    /// Extracts the tar archive in the kind-5 frames that follow.
+    TarIn {
+        /// Absolute path of the directory to extract into (created if missing).
+        path: String,
+    },
+}
+
+impl Request {
+    /// The `"type"` of this message.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Hello { .. } => "hello",
+            Self::Ping => "ping",
+            Self::Info => "info",
+            Self::Exec(_) => "exec",
+            Self::Signal { .. } => "signal",
+            Self::Result { .. } => "result",
+            Self::ReadFile { .. } => "read_file",
+            Self::WriteFile { .. } => "write_file",
+            Self::Stat { .. } => "stat",
+            Self::ListDir { .. } => "list_dir",
+            Self::Mkdir { .. } => "mkdir",
+            Self::Remove { .. } => "remove",
+            Self::Rename { .. } => "rename",
+            Self::TarOut { .. } => "tar_out",
+            Self::TarIn { .. } => "tar_in",
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! exec, signal and result through the async client.
+
+#![cfg(feature = "client")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, Agent};
+use guest_agent::{ClientError, ErrorCode, ExecEvent, ExecInput, ExecRequest, ExecResult, Exited};
+use tokio::sync::mpsc;
+
+async fn run(agent: &Agent, req: ExecRequest) -> guest_agent::ExecOutput {
+    agent
+        .client()
+        .await
+        .exec_collect(req, ExecInput::None)
+        .await
+        .unwrap()
+}
+
+async fn result(agent: &Agent, id: &str) -> Result<ExecResult, ClientError> {
+    agent.client().await.result(id).await
+}
+
+#[tokio::test]
+async fn argv_and_shell_run_and_report_exit_codes() {
+    let agent = Agent::start();
+    let out = run(&agent, ExecRequest::argv(["echo", "hello", "world"])).await;
+    assert_eq!(out.stdout, b"hello world\n");
+    assert_eq!(out.exited.code, Some(0));
+    assert!(out.exited.success());
+    assert!(out.pid > 0);
+    assert_eq!(out.exec_id, out.exited.exec_id);
+
+    let out = run(
+        &agent,
+        ExecRequest::shell("echo out; echo err >&2; exit 42"),
+    )
+    .await;
+    assert_eq!(out.stdout, b"out\n");
+    assert_eq!(out.stderr, b"err\n");
+    assert_eq!((out.exited.code, out.exited.signal), (Some(42), None));
+    assert_eq!((out.exited.stdout_bytes, out.exited.stderr_bytes), (4, 4));
+    assert!(!out.exited.timed_out);
+
+    let out = run(&agent, ExecRequest::shell("kill -TERM $$")).await;
+    assert_eq!(
+        (out.exited.code, out.exited.signal),
+        (None, Some(libc::SIGTERM))
+    );
+
+    let err = agent
+        .client()
+        .await
+        .exec_collect(ExecRequest::argv(["/no/such/program"]), ExecInput::None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
+    let err = agent
+        .client()
+        .await
+        .exec_collect(ExecRequest::default(), ExecInput::None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+}
+
+#[tokio::test]
+async fn env_and_cwd_apply_over_a_minimal_environment() {
+    let agent = Agent::start();
+    let dir = agent.files();
+    let req = ExecRequest::shell("echo $GREETING; pwd; echo $PATH; echo $HOME; env | wc -l")
+        .env("GREETING", "hi there")
+        .cwd(dir.to_str().unwrap());
+    let out = run(&agent, req).await;
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "hi there");
+    assert_eq!(lines[1], dir.to_str().unwrap());
+    assert!(lines[2].contains("/usr/bin"), "{text}");
+    assert_eq!(lines[3], "/root");
+    // PATH, HOME, GREETING, and what sh adds itself (PWD, SHLVL, _...).
+    assert!(lines[4].trim().parse::<u32>().unwrap() <= 6, "{text}");
+}
+
+#[tokio::test]
+async fn uid_and_gid_apply() {
+    // SAFETY: getuid/getgid take no arguments and cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let agent = Agent::start();
+    // Our own ids always work; another user only as root.
+    let target = if uid == 0 { (65534, 65534) } else { (uid, gid) };
+    let out = run(
+        &agent,
+        ExecRequest::shell("id -u; id -g").user(target.0, target.1),
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{}\n{}\n", target.0, target.1)
+    );
+}
+
+#[tokio::test]
+async fn stdin_streams_from_the_client() {
+    let agent = Agent::start();
+    let (tx, rx) = mpsc::channel(4);
+    let feeder = tokio::spawn(async move {
+        for i in 0..5 {
+            tx.send(format!("line {i}\n").into_bytes()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Dropping tx sends EOF.
+    });
+    let out = agent
+        .client()
+        .await
+        .exec_collect(ExecRequest::argv(["cat"]), ExecInput::Channel(rx))
+        .await
+        .unwrap();
+    feeder.await.unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "line 0\nline 1\nline 2\nline 3\nline 4\n"
+    );
+
+    let big = common::random_bytes(7, 3 << 20);
+    let out = agent
+        .client()
+        .await
+        .exec_collect(
+            ExecRequest::shell("wc -c").output_cap(1 << 20),
+            ExecInput::Bytes(big),
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "3145728");
+
+    // stdin "none" is /dev/null.
+    let out = run(&agent, ExecRequest::argv(["cat"])).await;
+    assert!(out.stdout.is_empty() && out.exited.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_execs_run_concurrently() {
+    let agent = Agent::start();
+    let start = Instant::now();
+    let runs = (0..8).map(|i| {
+        let endpoint = agent.endpoint();
+        tokio::spawn(async move {
+            let req = ExecRequest::shell(format!("sleep 0.5; echo {i}"));
+            let client = endpoint.connect().await.unwrap();
+            (i, client.exec_collect(req, ExecInput::None).await.unwrap())
+        })
+    });
+    for run in runs.collect::<Vec<_>>() {
+        let (i, out) = run.await.unwrap();
+        assert_eq!(out.stdout, format!("{i}\n").into_bytes());
+    }
+    // Serially this would take 4 s.
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn output_past_the_cap_is_counted_and_dropped() {
+    let agent = Agent::start();
+    let req =
+        ExecRequest::shell("head -c 3000000 /dev/zero; head -c 10 /dev/zero >&2").output_cap(1000);
+    let out = run(&agent, req).await;
+    assert_eq!(out.stdout.len(), 1000);
+    assert_eq!(out.exited.stdout_bytes, 3_000_000);
+    assert_eq!(out.exited.stdout_dropped, 2_999_000);
+    assert_eq!((out.stderr.len(), out.exited.stderr_dropped), (10, 0));
+
+    // The default cap is 1 MiB.
+    let out = run(&agent, ExecRequest::shell("head -c 1500000 /dev/zero")).await;
+    assert_eq!(out.stdout.len(), 1 << 20);
+    assert_eq!(out.exited.stdout_dropped, 1_500_000 - (1 << 20));
+
+    let err = agent
+        .client()
+        .await
+        .exec_collect(
+            ExecRequest::shell("true").output_cap(65 << 20),
+            ExecInput::None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::TooLarge));
+}
+
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie is gone too (its parent, the agent, reaps it soon).
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|s| s.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn timeout_kills_the_process_group() {
+    let agent = Agent::start();
+    let req = ExecRequest::shell("sleep 30 & echo $!; wait").timeout(Duration::from_millis(500));
+    let start = Instant::now();
+    let out = run(&agent, req).await;
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(out.exited.timed_out);
+    assert_eq!(out.exited.signal, Some(libc::SIGKILL));
+    assert!(out.exited.wall_ms >= 500, "{}", out.exited.wall_ms);
+    let background: u32 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually("the background sleep to die", || process_gone(background));
+
+    let quick = run(
+        &agent,
+        ExecRequest::shell("true").timeout(Duration::from_secs(5)),
+    )
+    .await;
+    assert!(!quick.exited.timed_out && quick.exited.success());
+    // A timeout too far away to represent is no timeout.
+    let mut forever = ExecRequest::shell("true");
+    forever.timeout_ms = Some(u64::MAX);
+    assert!(run(&agent, forever).await.exited.success());
+}
+
+/// Starts an exec on its own connection; returns once it has started.
+async fn start_exec(
+    agent: &Agent,
+    req: ExecRequest,
+) -> (String, tokio::task::JoinHandle<Result<Exited, ClientError>>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let client = agent.client().await;
+    let task = tokio::spawn(async move {
+        client
+            .exec(req, ExecInput::None, move |event| {
+                if let ExecEvent::Started { exec_id, .. } = event {
+                    let _ = tx.send(exec_id);
+                }
+            })
+            .await
+    });
+    let id = rx.recv().await.expect("the exec did not start");
+    (id, task)
+}
+
+#[tokio::test]
+async fn signal_from_a_second_connection() {
+    let agent = Agent::start();
+    let (id, task) = start_exec(&agent, ExecRequest::argv(["sleep", "30"]).id("sleeper")).await;
+    assert_eq!(id, "sleeper");
+    agent
+        .client()
+        .await
+        .signal("sleeper", "TERM")
+        .await
+        .unwrap();
+    let exited = task.await.unwrap().unwrap();
+    assert_eq!(exited.signal, Some(libc::SIGTERM));
+    assert!(!exited.timed_out);
+
+    let (id, task) = start_exec(&agent, ExecRequest::argv(["sleep", "30"])).await;
+    agent.client().await.signal(&id, 9).await.unwrap();
+    assert_eq!(task.await.unwrap().unwrap().signal, Some(9));
+
+    let err = agent.client().await.signal(&id, "KILL").await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotFound));
+    let err = agent
+        .client()
+        .await
+        .signal("nope", "KILL")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotFound));
+    let err = agent.client().await.signal(&id, "BOGUS").await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidInput));
+}
+
+#[tokio::test]
+async fn results_are_kept_by_id() {
+    let agent = Agent::start();
+    let (id, task) = start_exec(
+        &agent,
+        ExecRequest::shell("sleep 0.5; echo hello; echo oops >&2; exit 3").id("job-1"),
+    )
+    .await;
+    assert!(matches!(
+        result(&agent, &id).await.unwrap(),
+        ExecResult::Running { pid } if pid > 0
+    ));
+    // The id is taken while it runs.
+    let err = agent
+        .client()
+        .await
+        .exec_collect(ExecRequest::shell("true").id("job-1"), ExecInput::None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Exists));
+    let exited = task.await.unwrap().unwrap();
+    assert_eq!(exited.code, Some(3));
+    assert!(exited.stdout_head.is_none());
+
+    for _ in 0..2 {
+        let ExecResult::Exited(kept) = result(&agent, "job-1").await.unwrap() else {
+            panic!("still running")
+        };
+        assert_eq!(kept.code, Some(3));
+        assert_eq!(kept.stdout_head_bytes().unwrap(), b"hello\n");
+        assert_eq!(kept.stderr_head_bytes().unwrap(), b"oops\n");
+        assert_eq!(kept.stdout_bytes, exited.stdout_bytes);
+    }
+    let err = result(&agent, "never-ran").await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotFound));
+}
+
+#[tokio::test]
+async fn an_exec_outlives_its_client_and_its_result_stays() {
+    let agent = Agent::start();
+    let req = ExecRequest::shell("sleep 0.5; echo done").id("orphan");
+    let client = agent.client().await;
+    let cut = tokio::time::timeout(
+        Duration::from_millis(200),
+        client.exec_collect(req, ExecInput::None),
+    )
+    .await;
+    assert!(cut.is_err(), "the exec should still have been running");
+    let mut last = None;
+    for _ in 0..100 {
+        match result(&agent, "orphan").await.unwrap() {
+            ExecResult::Running { .. } => tokio::time::sleep(Duration::from_millis(50)).await,
+            ExecResult::Exited(e) => {
+                last = Some(e);
+                break;
+            }
+        }
+    }
+    let exited = last.expect("the exec never finished");
+    assert_eq!(exited.code, Some(0));
+    assert_eq!(exited.stdout_bytes, 5);
+    assert_eq!(exited.stdout_head_bytes().unwrap(), b"done\n");
+}
