@@ -2,6 +2,7 @@
 //! the test suite with skip accounting, and benchmarks the VMM.
 
 mod bench;
+mod bench_agent;
 mod bench_devices;
 mod boot;
 mod cache;
@@ -22,7 +23,8 @@ const HELP: &str = "\
 cargo xtask <task> [options]
 
 tasks:
-  setup                         build every guest asset this host needs (cached)
+  setup                         build every guest asset this host needs (cached): kernel,
+                                test initramfs, device test rootfs, minimal and debian images
   guest-kernel [--variant V]    build the guest kernel; V = host (default), standard, compat
   initramfs                     build the test initramfs (marker, uname -a, reboot)
   test-rootfs                   build the ext4 root filesystem of the device tests
@@ -38,6 +40,8 @@ tasks:
                                 init marker, VMM RSS beyond guest memory
   bench devices                 vsock round trip and throughput, virtio-blk sequential read,
                                 each beside the host's own loopback figure
+  bench agent                   guest agent exec round trip and file throughput, beside the
+                                agent running as a host process
 
 Assets are cached in $MICROAGENT_CACHE (default ~/.cache/microagent), keyed by a hash
 of their inputs; the newest of each is linked from <cache>/current/.
@@ -57,7 +61,7 @@ fn main() -> anyhow::Result<()> {
             kernel::build(kernel::Variant::for_host()?)?;
             initramfs::build()?;
             rootfs::build()?;
-            Ok(())
+            images::run(&[])
         }
         "guest-kernel" => {
             let variant = match rest {
@@ -75,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         "fuzz" => fuzz::run(rest),
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),
+            [what] if what == "agent" => bench_agent::run(),
             _ => bench::run(rest),
         },
         "-h" | "--help" | "help" => {

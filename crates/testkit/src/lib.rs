@@ -150,7 +150,10 @@ pub fn workspace_image(name: &str) -> Result<PathBuf, String> {
     if path.exists() {
         Ok(path)
     } else {
-        Err(format!("{} is missing; build it with `cargo xtask rootfs {name}`", path.display()))
+        Err(format!(
+            "{} is missing; build it with `cargo xtask rootfs {name}`",
+            path.display()
+        ))
     }
 }
 

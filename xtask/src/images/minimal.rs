@@ -18,6 +18,7 @@ pub const APPLETS: &[&str] = &[
     "sh", "ls", "cat", "echo", "mkdir", "rm", "mv", "cp", "ps", "mount", "umount", "uname",
     "sleep", "env", "id", "grep", "sed", "head", "tail", "wc", "true", "false", "chmod", "chown",
     "ln", "df", "free", "hostname", "kill", "tar", "find", "xargs", "sort", "date", "touch", "dd",
+    "reboot", "poweroff", "halt", "vi", "less", "which", "printf", "test", "sync",
 ];
 
 const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n\

@@ -1,0 +1,258 @@
+//! End to end on the real guest kernel with the `minimal` workspace image:
+//! the image's init overlays a writable disk on the read-only base and execs
+//! the agent, which the host reaches through the VMM's hybrid vsock socket.
+//! One boot: handshake, `uname -a`, a file written then read, a 10 MiB round
+//! trip, a timeout that kills its process, then `reboot -f` ends the VM.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use guest_agent::client::{AgentEndpoint, ExecInput};
+use guest_agent::protocol::{ExecRequest, WriteMode};
+use vmm_core::devices::serial::ConsoleSink;
+use vmm_core::machine::{DiskConfig, VsockConfig};
+use vmm_core::{Machine, MachineConfig, StopReason};
+
+const AGENT_PORT: u32 = 1024;
+
+fn mkfs() -> Result<PathBuf, String> {
+    ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .ok_or_else(|| "mkfs.ext4 is not installed (apt-get install e2fsprogs)".to_string())
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
+}
+
+async fn wait_for_agent(
+    endpoint: &AgentEndpoint,
+    deadline: Instant,
+) -> guest_agent::client::AgentHello {
+    loop {
+        if let Ok(client) = endpoint.connect().await {
+            if let Ok(hello) = client.hello().await {
+                return hello;
+            }
+        }
+        assert!(Instant::now() < deadline, "the agent never answered");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[test]
+fn agent_in_a_real_guest() {
+    let test = "agent_in_a_real_guest";
+    let Some(assets) = testkit::require(test, testkit::guest_assets()) else {
+        return;
+    };
+    let Some(image) = testkit::require(test, testkit::workspace_image("minimal")) else {
+        return;
+    };
+    let Some(mkfs) = testkit::require(test, mkfs()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("microagent-agent-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let layer = dir.join("layer.ext4");
+    std::fs::File::create(&layer)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    assert!(Command::new(&mkfs)
+        .args(["-q", "-F"])
+        .arg(&layer)
+        .status()
+        .unwrap()
+        .success());
+    let uds = dir.join("vsock.sock");
+
+    let console = testkit::Capture::default();
+    let machine = Machine::build(MachineConfig {
+        kernel: assets.kernel.clone(),
+        initrd: None,
+        extra_cmdline: Some(
+            "root=/dev/vda ro rootfstype=ext4 microagent_overlay=/dev/vdb microagent_hostname=e2e"
+                .into(),
+        ),
+        mem_mib: 256,
+        vcpus: 1,
+        template: assets.host.cpu_template(),
+        console: ConsoleSink::new().with(Box::new(console.clone())),
+        disks: vec![
+            DiskConfig {
+                path: image,
+                read_only: true,
+            },
+            DiskConfig {
+                path: layer.clone(),
+                read_only: false,
+            },
+        ],
+        vsock: Some(VsockConfig {
+            guest_cid: 3,
+            uds_path: uds.clone(),
+        }),
+    })
+    .unwrap();
+    let vm = std::thread::spawn(move || machine.run(Some(Duration::from_secs(600))).unwrap());
+    // Whatever happens below, show the guest console when the test fails.
+    let guard = ConsoleOnPanic(console.clone());
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let endpoint = AgentEndpoint::HybridVsock {
+        uds: uds.clone(),
+        port: AGENT_PORT,
+    };
+    let started = Instant::now();
+    let step = |what: &str| eprintln!("[{:>6.1} s] {what}", started.elapsed().as_secs_f64());
+    rt.block_on(within("the guest operations", async {
+        let hello = wait_for_agent(&endpoint, Instant::now() + Duration::from_secs(300)).await;
+        assert_eq!(hello.version, 1);
+        step("agent answered");
+
+        let out = endpoint
+            .connect()
+            .await
+            .unwrap()
+            .exec_collect(ExecRequest::argv(["uname", "-a"]), ExecInput::None)
+            .await
+            .unwrap();
+        let uname = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.exited.success(), "{:?}", out.exited);
+        assert!(
+            uname.starts_with("Linux e2e ") && uname.contains("x86_64"),
+            "{uname}"
+        );
+
+        step("uname done");
+        let text = b"hello from the host\n";
+        endpoint
+            .connect()
+            .await
+            .unwrap()
+            .write_file("/root/hello.txt", WriteMode::Truncate, Some(0o644), text)
+            .await
+            .unwrap();
+        assert_eq!(
+            endpoint
+                .connect()
+                .await
+                .unwrap()
+                .read_file("/root/hello.txt")
+                .await
+                .unwrap(),
+            text
+        );
+
+        step("small file done");
+        let big = pattern(10 << 20);
+        let written = endpoint
+            .connect()
+            .await
+            .unwrap()
+            .write_file("/root/big.bin", WriteMode::Truncate, None, &big)
+            .await
+            .unwrap();
+        assert_eq!(written, big.len() as u64);
+        let back = endpoint
+            .connect()
+            .await
+            .unwrap()
+            .read_file("/root/big.bin")
+            .await
+            .unwrap();
+        assert!(
+            back == big,
+            "10 MiB round trip differs ({} bytes back)",
+            back.len()
+        );
+
+        step("10 MiB round trip done");
+        let mut sleeper = ExecRequest::argv(["sleep", "600"]);
+        sleeper.timeout_ms = Some(2000);
+        let out = endpoint
+            .connect()
+            .await
+            .unwrap()
+            .exec_collect(sleeper, ExecInput::None)
+            .await
+            .unwrap();
+        assert!(out.exited.timed_out, "{:?}", out.exited);
+        assert_eq!(out.exited.signal, Some(9));
+        let ps = endpoint
+            .connect()
+            .await
+            .unwrap()
+            .exec_collect(
+                ExecRequest::shell("ps | grep 'sleep 600' | grep -v grep || true"),
+                ExecInput::None,
+            )
+            .await
+            .unwrap();
+        assert!(
+            ps.stdout.is_empty(),
+            "the timed-out process survived: {}",
+            String::from_utf8_lossy(&ps.stdout)
+        );
+
+        step("timeout checked");
+        // Ends the VM; the connection may drop before an answer comes.
+        let _ = endpoint
+            .connect()
+            .await
+            .unwrap()
+            .exec_collect(
+                ExecRequest::argv(["busybox", "reboot", "-f"]),
+                ExecInput::None,
+            )
+            .await;
+    }));
+    let outcome = vm.join().unwrap();
+    std::mem::forget(guard);
+    assert_eq!(
+        outcome.reason,
+        StopReason::Reset,
+        "registers: {:?}\n{}",
+        outcome.registers,
+        console.text()
+    );
+    // The file written through the overlay landed on the writable disk.
+    let debugfs = Path::new("/usr/sbin/debugfs");
+    if debugfs.exists() {
+        let out = Command::new(debugfs)
+            .args(["-R", "cat /upper/root/hello.txt"])
+            .arg(&layer)
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout, text_bytes());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+struct ConsoleOnPanic(testkit::Capture);
+
+impl Drop for ConsoleOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("guest console:\n{}", self.0.text());
+        }
+    }
+}
+
+/// Bounds the guest operations (slow where guest kernel mode is emulated).
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(540), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} took over 540 s"))
+}
+
+fn text_bytes() -> Vec<u8> {
+    b"hello from the host\n".to_vec()
+}
