@@ -166,14 +166,7 @@ pub fn run() -> anyhow::Result<()> {
     let guest = rt.block_on(async {
         wait_for_agent(&guest_endpoint, Duration::from_secs(300)).await?;
         let figures = measure(&guest_endpoint).await?;
-        let _ = guest_endpoint
-            .connect()
-            .await?
-            .exec_collect(
-                ExecRequest::argv(["busybox", "reboot", "-f"]),
-                ExecInput::None,
-            )
-            .await;
+        guest_endpoint.connect().await?.shutdown().await?;
         anyhow::Ok(figures)
     });
     let guest = match guest {

@@ -45,6 +45,19 @@ async fn ping_hello_and_info() {
 }
 
 #[tokio::test]
+async fn shutdown_is_refused_unless_the_agent_is_init() {
+    // On a host the agent is never PID 1: it must not try to reboot anything.
+    let agent = Agent::start();
+    let err = agent.client().await.shutdown().await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(guest_agent::ErrorCode::PermissionDenied),
+        "{err}"
+    );
+    assert!(agent.client().await.ping().await.is_ok(), "still serving");
+}
+
+#[tokio::test]
 async fn write_modes_read_ranges_and_permissions() {
     let agent = Agent::start();
     let path = agent.path("a.txt");

@@ -68,6 +68,8 @@ enum RequestError {
     NoResult(String),
     #[error("too many connections (at most {0})")]
     Busy(usize),
+    #[error("shutdown is only honoured when the agent runs as the guest's init (PID 1)")]
+    NotInit,
     #[error("exec")]
     Exec(#[source] exec::ExecError),
     #[error("file operation")]
@@ -84,6 +86,7 @@ impl RequestError {
             Self::Frame(e) | Self::Send(e) => e.code(),
             Self::NoHello(_) | Self::RepeatedHello => ErrorCode::InvalidInput,
             Self::Version(_) => ErrorCode::UnsupportedVersion,
+            Self::NotInit => ErrorCode::PermissionDenied,
             Self::NoResult(_) => ErrorCode::NotFound,
             Self::Busy(_) => ErrorCode::TooLarge,
             Self::Exec(e) => e.code(),
@@ -243,6 +246,13 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
             uptime_ms: state.started.elapsed().as_millis() as u64,
         },
         Request::Info => Response::Info(sysinfo::collect().map_err(RequestError::Info)?),
+        Request::Shutdown => {
+            if std::process::id() != 1 {
+                return Err(RequestError::NotInit);
+            }
+            conn.send(&Response::ok()).map_err(RequestError::Send)?;
+            shutdown_guest();
+        }
         Request::Exec(req) => return exec::run(conn, state, req).map_err(RequestError::Exec),
         Request::Signal { exec_id, signal } => {
             exec::signal(state, &exec_id, &signal).map_err(RequestError::Exec)?;
@@ -275,4 +285,18 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
         }
     };
     conn.send(&answer).map_err(RequestError::Send)
+}
+
+/// Ends the guest: flushes every filesystem, then restarts, which the VMM
+/// treats as the end of the VM (there is no ACPI to power off through).
+fn shutdown_guest() -> ! {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    // SAFETY: reboot with a valid command; only reached as the guest's PID 1.
+    unsafe { libc::reboot(libc::LINUX_REBOOT_CMD_RESTART) };
+    // The restart failed (not permitted?): keep serving rather than exit,
+    // since PID 1 exiting panics the guest kernel.
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
 }

@@ -72,6 +72,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         }
     }
 
+    /// `shutdown`: syncs the guest's filesystems and restarts it, which ends
+    /// the VM. The agent answers first; a connection that closes before the
+    /// answer arrives also means the guest is going down.
+    pub async fn shutdown(self) -> Result<(), ClientError> {
+        match self.call(&Request::Shutdown).await {
+            Ok(resp) => expect_ok(resp).map(drop),
+            Err(ClientError::Closed) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `info`: kernel, memory, load and disks.
     pub async fn info(self) -> Result<SystemInfo, ClientError> {
         match self.call(&Request::Info).await? {

@@ -118,6 +118,7 @@ impl fmt::Display for ErrorCode {
 /// Operations the agent announces in its `hello`.
 pub const CAPABILITIES: &[&str] = &[
     "ping",
+    "shutdown",
     "info",
     "exec",
     "exec.stdin_stream",

@@ -155,6 +155,9 @@ pub enum Request {
     },
     /// Liveness check.
     Ping,
+    /// Syncs filesystems and restarts the guest, which ends the VM. Only
+    /// honoured when the agent is the guest's PID 1 (never on a host).
+    Shutdown,
     /// System information.
     Info,
     /// Runs a process.
@@ -240,6 +243,7 @@ impl Request {
         match self {
             Self::Hello { .. } => "hello",
             Self::Ping => "ping",
+            Self::Shutdown => "shutdown",
             Self::Info => "info",
             Self::Exec(_) => "exec",
             Self::Signal { .. } => "signal",
