@@ -51,6 +51,35 @@ impl InputHash {
     }
 }
 
+/// The cached file `<cache>/<kind>/<key>/<file>`, built first when missing:
+/// `build(work, partial)` gets an empty scratch directory (removed after)
+/// and writes the result to `partial`, which is renamed into place only on
+/// success, so an interrupted build never leaves a file that looks done.
+pub fn cached_file(
+    kind: &str,
+    key: &str,
+    file: &str,
+    build: impl FnOnce(&Path, &Path) -> anyhow::Result<()>,
+) -> anyhow::Result<PathBuf> {
+    let out_dir = root()?.join(kind).join(key);
+    let target = out_dir.join(file);
+    if target.is_file() {
+        return Ok(target);
+    }
+    let work = root()?.join("build").join(format!("{kind}-{key}"));
+    if work.exists() {
+        std::fs::remove_dir_all(&work)?;
+    }
+    std::fs::create_dir_all(&work)?;
+    std::fs::create_dir_all(&out_dir)?;
+    let partial = out_dir.join(format!("{file}.partial"));
+    build(&work, &partial)?;
+    std::fs::rename(&partial, &target)
+        .with_context(|| format!("installing {}", target.display()))?;
+    std::fs::remove_dir_all(&work)?;
+    Ok(target)
+}
+
 /// Points `<cache>/current/<name>` at `target` (replacing an older link).
 pub fn link_current(name: &str, target: &Path) -> anyhow::Result<PathBuf> {
     let dir = root()?.join("current");

@@ -27,62 +27,57 @@ pub fn build() -> anyhow::Result<PathBuf> {
     for pkg in ["busybox-static", "linux-source-6.1"] {
         hash.add(pkg, sh::deb_version(pkg).unwrap_or_default().as_bytes());
     }
-    let out_dir = cache::root()?.join("initramfs").join(hash.short());
-    let cpio = out_dir.join("initramfs.cpio");
-    if !cpio.is_file() {
-        eprintln!("xtask: building the test initramfs");
-        let work = cache::root()?
-            .join("build")
-            .join(format!("initramfs-{}", hash.short()));
-        if work.exists() {
-            std::fs::remove_dir_all(&work)?;
-        }
-        std::fs::create_dir_all(&work)?;
-        let init_bytes = nolibc::build(&work, &[&init_c])?.remove(0);
-        let busybox = std::fs::read(BUSYBOX)
-            .with_context(|| format!("reading {BUSYBOX} (package busybox-static)"))?;
-        let bytes = archive(&[
-            Entry::Dir {
-                path: "dev",
-                mode: 0o755,
-            },
-            Entry::CharDev {
-                path: "dev/console",
-                mode: 0o600,
-                major: 5,
-                minor: 1,
-            },
-            Entry::Dir {
-                path: "bin",
-                mode: 0o755,
-            },
-            Entry::File {
-                path: "bin/busybox",
-                mode: 0o755,
-                data: &busybox,
-            },
-            Entry::Symlink {
-                path: "bin/uname",
-                target: "busybox",
-            },
-            Entry::Dir {
-                path: "proc",
-                mode: 0o755,
-            },
-            Entry::Dir {
-                path: "sys",
-                mode: 0o755,
-            },
-            Entry::File {
-                path: "init",
-                mode: 0o755,
-                data: &init_bytes,
-            },
-        ]);
-        std::fs::create_dir_all(&out_dir)?;
-        sh::write_atomic(&cpio, &bytes)?;
-        std::fs::remove_dir_all(&work)?;
-    }
+    let cpio = cache::cached_file(
+        "initramfs",
+        &hash.short(),
+        "initramfs.cpio",
+        |work, partial| {
+            eprintln!("xtask: building the test initramfs");
+            let init_bytes = nolibc::build(work, &[&init_c])?.remove(0);
+            let busybox = std::fs::read(BUSYBOX)
+                .with_context(|| format!("reading {BUSYBOX} (package busybox-static)"))?;
+            let bytes = archive(&[
+                Entry::Dir {
+                    path: "dev",
+                    mode: 0o755,
+                },
+                Entry::CharDev {
+                    path: "dev/console",
+                    mode: 0o600,
+                    major: 5,
+                    minor: 1,
+                },
+                Entry::Dir {
+                    path: "bin",
+                    mode: 0o755,
+                },
+                Entry::File {
+                    path: "bin/busybox",
+                    mode: 0o755,
+                    data: &busybox,
+                },
+                Entry::Symlink {
+                    path: "bin/uname",
+                    target: "busybox",
+                },
+                Entry::Dir {
+                    path: "proc",
+                    mode: 0o755,
+                },
+                Entry::Dir {
+                    path: "sys",
+                    mode: 0o755,
+                },
+                Entry::File {
+                    path: "init",
+                    mode: 0o755,
+                    data: &init_bytes,
+                },
+            ]);
+            std::fs::write(partial, &bytes)?;
+            Ok(())
+        },
+    )?;
     let link = cache::link_current("initramfs.cpio", &cpio)?;
     eprintln!("xtask: test initramfs: {}", link.display());
     println!("{}", cpio.display());

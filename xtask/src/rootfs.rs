@@ -22,43 +22,36 @@ pub fn build() -> anyhow::Result<PathBuf> {
     for pkg in ["linux-source-6.1", "e2fsprogs"] {
         hash.add(pkg, sh::deb_version(pkg).unwrap_or_default().as_bytes());
     }
-    let out_dir = cache::root()?.join("test-rootfs").join(hash.short());
-    let image = out_dir.join("rootfs.ext4");
-    if !image.is_file() {
-        eprintln!("xtask: building the device test root filesystem");
-        let work = cache::root()?
-            .join("build")
-            .join(format!("test-rootfs-{}", hash.short()));
-        if work.exists() {
-            std::fs::remove_dir_all(&work)?;
-        }
-        let tree = work.join("tree");
-        for dir in ["dev", "mnt", "proc", "sys", "tmp"] {
-            std::fs::create_dir_all(tree.join(dir))?;
-        }
-        let init = nolibc::build(&work, &[&source])?.remove(0);
-        std::fs::write(tree.join("init"), init)?;
-        sh::run(Command::new("chmod").arg("0755").arg(tree.join("init")))?;
-        std::fs::create_dir_all(&out_dir)?;
-        let partial = out_dir.join("rootfs.ext4.partial");
-        sh::run(
-            Command::new("mkfs.ext4")
-                .args([
-                    "-q",
-                    "-F",
-                    "-L",
-                    "microagent-test",
-                    "-E",
-                    "root_owner=0:0",
-                    "-d",
-                ])
-                .arg(&tree)
-                .arg(&partial)
-                .arg(SIZE),
-        )?;
-        std::fs::rename(&partial, &image)?;
-        std::fs::remove_dir_all(&work)?;
-    }
+    let image = cache::cached_file(
+        "test-rootfs",
+        &hash.short(),
+        "rootfs.ext4",
+        |work, partial| {
+            eprintln!("xtask: building the device test root filesystem");
+            let tree = work.join("tree");
+            for dir in ["dev", "mnt", "proc", "sys", "tmp"] {
+                std::fs::create_dir_all(tree.join(dir))?;
+            }
+            let init = nolibc::build(work, &[&source])?.remove(0);
+            std::fs::write(tree.join("init"), init)?;
+            sh::run(Command::new("chmod").arg("0755").arg(tree.join("init")))?;
+            sh::run(
+                Command::new("mkfs.ext4")
+                    .args([
+                        "-q",
+                        "-F",
+                        "-L",
+                        "microagent-test",
+                        "-E",
+                        "root_owner=0:0",
+                        "-d",
+                    ])
+                    .arg(&tree)
+                    .arg(partial)
+                    .arg(SIZE),
+            )
+        },
+    )?;
     let link = cache::link_current("test-rootfs.ext4", &image)?;
     eprintln!("xtask: device test root filesystem: {}", link.display());
     println!("{}", image.display());
