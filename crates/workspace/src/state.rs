@@ -1,0 +1,144 @@
+//! The workspace state machine. Only the transitions listed here are legal;
+//! everything else is a CONFLICT the front ends report with the state.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a workspace is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Defined on disk, never started or cleanly stopped.
+    Stopped,
+    /// Its VMM process is booting the guest.
+    Starting,
+    /// The guest agent answers.
+    Running,
+    /// A stop was requested and is in progress.
+    Stopping,
+    /// Its VMM process died without being asked to (kill -9, crash, guest panic).
+    Crashed,
+}
+
+impl State {
+    /// Every state, for `contract` output and tests.
+    pub const ALL: [State; 5] = [
+        State::Stopped,
+        State::Starting,
+        State::Running,
+        State::Stopping,
+        State::Crashed,
+    ];
+
+    /// Stable lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Stopped => "stopped",
+            State::Starting => "starting",
+            State::Running => "running",
+            State::Stopping => "stopping",
+            State::Crashed => "crashed",
+        }
+    }
+
+    /// Whether a VMM process is expected to exist in this state.
+    pub fn has_vmm(self) -> bool {
+        matches!(self, State::Starting | State::Running | State::Stopping)
+    }
+
+    /// Whether moving to `next` is legal.
+    pub fn can_become(self, next: State) -> bool {
+        use State::*;
+        matches!(
+            (self, next),
+            (Stopped | Crashed, Starting)
+                | (Starting, Running | Stopping | Crashed)
+                | (Running, Stopping | Crashed)
+                | (Stopping, Stopped | Crashed)
+        )
+    }
+
+    /// Moves to `next`, or says why not.
+    pub fn become_(self, next: State) -> Result<State, TransitionError> {
+        if self.can_become(next) {
+            Ok(next)
+        } else {
+            Err(TransitionError {
+                from: self,
+                to: next,
+            })
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An illegal state change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a {from} workspace cannot become {to}")]
+pub struct TransitionError {
+    /// Current state.
+    pub from: State,
+    /// Requested state.
+    pub to: State,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_normal_life_cycle_is_legal() {
+        let mut s = State::Stopped;
+        for next in [
+            State::Starting,
+            State::Running,
+            State::Stopping,
+            State::Stopped,
+            State::Starting,
+        ] {
+            s = s.become_(next).unwrap();
+        }
+        assert_eq!(s, State::Starting);
+    }
+
+    #[test]
+    fn crashes_and_restarts() {
+        assert!(State::Running.can_become(State::Crashed));
+        assert!(State::Starting.can_become(State::Crashed));
+        assert!(State::Crashed.can_become(State::Starting));
+        assert!(!State::Crashed.can_become(State::Running));
+    }
+
+    #[test]
+    fn illegal_moves_are_refused() {
+        for (from, to) in [
+            (State::Stopped, State::Running),
+            (State::Stopped, State::Stopping),
+            (State::Running, State::Starting),
+            (State::Running, State::Stopped),
+            (State::Stopping, State::Running),
+        ] {
+            let err = from.become_(to).unwrap_err();
+            assert_eq!((err.from, err.to), (from, to));
+            assert!(err.to_string().contains(from.as_str()));
+        }
+        for s in State::ALL {
+            assert!(!s.can_become(s), "{s} -> {s}");
+        }
+    }
+
+    #[test]
+    fn serde_names_are_the_stable_names() {
+        for s in State::ALL {
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.as_str())
+            );
+        }
+        assert!(State::Running.has_vmm() && !State::Stopped.has_vmm() && !State::Crashed.has_vmm());
+    }
+}
