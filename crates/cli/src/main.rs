@@ -1,5 +1,6 @@
 //! The `microagent` command.
 
+mod doctor_cmd;
 mod vmm_cmd;
 
 use clap::{Parser, Subcommand};
@@ -14,6 +15,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Check that this host can run workspaces: KVM, its speed, guest
+    /// kernel and images, state directory, free disk. Exit 1 on any failure.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Low-level VMM commands: boot a kernel directly, probe the host's KVM.
     #[command(subcommand)]
     Vmm(vmm_cmd::VmmCommand),
@@ -33,6 +41,7 @@ fn main() -> std::process::ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Doctor { json } => doctor_cmd::run(json),
         Command::Vmm(cmd) => vmm_cmd::run(cmd),
     };
     match result {

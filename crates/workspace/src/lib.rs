@@ -6,6 +6,7 @@
 //! ([`store`]). Starting VMM processes, exec and files come next (issue 5).
 
 pub mod code;
+pub mod doctor;
 pub mod name;
 pub mod state;
 pub mod store;

@@ -1,0 +1,305 @@
+//! `doctor`: can this host run workspaces, and how well? Each check is ok,
+//! warn or fail, with what to do about anything but ok.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use vmm_core::host::{self, KvmMode};
+
+use crate::store::StateDir;
+
+/// Free space below which the state directory gets a warning / a failure.
+const WARN_FREE_BYTES: u64 = 2 << 30;
+const FAIL_FREE_BYTES: u64 = 256 << 20;
+
+/// A check's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Fine.
+    Ok,
+    /// Works, with a caveat.
+    Warn,
+    /// Workspaces cannot run until this is fixed.
+    Fail,
+}
+
+/// One check.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// Stable check name.
+    pub name: &'static str,
+    /// Verdict.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// What to do (for warn and fail).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            name,
+            status: Status::Ok,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self {
+            name,
+            status: Status::Warn,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+    fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self {
+            name,
+            status: Status::Fail,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// All checks, in order.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The worst status of any check.
+    pub status: Status,
+    /// The checks.
+    pub checks: Vec<Check>,
+}
+
+/// Where `cargo xtask` puts guest assets (`$MICROAGENT_CACHE` or
+/// `~/.cache/microagent`), whose `current/` links name the newest of each.
+pub fn asset_dir() -> Option<PathBuf> {
+    match std::env::var_os("MICROAGENT_CACHE") {
+        Some(dir) => Some(PathBuf::from(dir).join("current")),
+        None => {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/microagent/current"))
+        }
+    }
+}
+
+fn kvm_checks(checks: &mut Vec<Check>) -> Option<KvmMode> {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        checks.push(Check::fail(
+            "kvm_device",
+            format!("/dev/kvm cannot be opened: {e}"),
+            "enable virtualization (load the kvm module, or enable nested virtualization on a VM) and make /dev/kvm read-writable for this user (e.g. add it to the kvm group)",
+        ));
+        return None;
+    }
+    checks.push(Check::ok("kvm_device", "/dev/kvm is usable"));
+    match vmm_core::vm::Vm::new() {
+        Ok(_) => checks.push(Check::ok(
+            "kvm_api",
+            "KVM API 12 with the capabilities microagent needs",
+        )),
+        Err(e) => {
+            checks.push(Check::fail(
+                "kvm_api",
+                format!("{e}"),
+                "use a host kernel with a standard KVM (Linux 5.10 or newer)",
+            ));
+            return None;
+        }
+    }
+    match host::probe() {
+        Ok(p) if p.mode == KvmMode::Native => {
+            checks.push(Check::ok(
+                "kvm_speed",
+                format!(
+                    "guest kernel code runs natively ({:.1} ns per ring-0 loop iteration)",
+                    p.ring0_ns_per_iteration
+                ),
+            ));
+            Some(p.mode)
+        }
+        Ok(p) => {
+            checks.push(Check::warn(
+                "kvm_speed",
+                format!(
+                    "this host's KVM emulates guest kernel code: about {:.0}x slower than native ({:.1} ns per ring-0 loop iteration); guest user code runs natively",
+                    p.slowdown_vs_native(),
+                    p.ring0_ns_per_iteration
+                ),
+                "expect boots of 20-30 s and slow guest system calls; microagent uses the compat CPUID template and kernel automatically. Use a host with hardware virtualization for sub-second boots",
+            ));
+            Some(p.mode)
+        }
+        Err(e) => {
+            checks.push(Check::fail(
+                "kvm_speed",
+                format!("the ring-0 probe guest failed: {e}"),
+                "report this with the output of `microagent vmm probe`",
+            ));
+            None
+        }
+    }
+}
+
+fn asset_checks(checks: &mut Vec<Check>, assets: Option<&Path>, mode: Option<KvmMode>) {
+    let Some(assets) = assets else {
+        checks.push(Check::fail(
+            "guest_kernel",
+            "no asset directory (neither MICROAGENT_CACHE nor HOME is set)",
+            "set HOME, then run `cargo xtask setup`",
+        ));
+        return;
+    };
+    let variant = match mode {
+        Some(KvmMode::Emulated) => "compat",
+        _ => "standard",
+    };
+    let kernel = assets.join(format!("vmlinux-{variant}"));
+    checks.push(if kernel.exists() {
+        Check::ok(
+            "guest_kernel",
+            format!("{variant} kernel at {}", kernel.display()),
+        )
+    } else {
+        Check::fail(
+            "guest_kernel",
+            format!("{} is missing", kernel.display()),
+            "build it with `cargo xtask setup`",
+        )
+    });
+    for image in ["minimal", "debian"] {
+        let path = assets.join(format!("rootfs-{image}.ext4"));
+        checks.push(if path.exists() {
+            Check::ok("image", format!("{image} image at {}", path.display()))
+        } else {
+            Check::warn(
+                "image",
+                format!("the {image} image is missing ({})", path.display()),
+                format!("build it with `cargo xtask rootfs {image}`"),
+            )
+        });
+    }
+}
+
+fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(std::io::Error::other)?;
+    // SAFETY: an all-zero statvfs is a valid value for the out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated and st is a valid, writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail * st.f_frsize)
+}
+
+fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
+    let probe = state.root().join(format!(".doctor-{}", std::process::id()));
+    match std::fs::write(&probe, b"ok").and_then(|()| std::fs::remove_file(&probe)) {
+        Ok(()) => checks.push(Check::ok(
+            "state_dir",
+            format!("{} is writable", state.root().display()),
+        )),
+        Err(e) => checks.push(Check::fail(
+            "state_dir",
+            format!("cannot write in {}: {e}", state.root().display()),
+            "fix its permissions, or point MICROAGENT_HOME elsewhere",
+        )),
+    }
+    match free_bytes(state.root()) {
+        Ok(free) if free < FAIL_FREE_BYTES => checks.push(Check::fail(
+            "free_disk",
+            format!("{} MiB free", free >> 20),
+            "free some space: each workspace needs room for its writable disk",
+        )),
+        Ok(free) if free < WARN_FREE_BYTES => checks.push(Check::warn(
+            "free_disk",
+            format!("{} MiB free", free >> 20),
+            "free some space before creating many workspaces",
+        )),
+        Ok(free) => checks.push(Check::ok(
+            "free_disk",
+            format!("{:.1} GiB free", free as f64 / (1u64 << 30) as f64),
+        )),
+        Err(e) => checks.push(Check::warn(
+            "free_disk",
+            format!("cannot measure free space: {e}"),
+            "check the file system of the state directory",
+        )),
+    }
+}
+
+/// Runs every check.
+pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
+    let mut checks = Vec::new();
+    let mode = kvm_checks(&mut checks);
+    asset_checks(&mut checks, assets, mode);
+    state_checks(&mut checks, state);
+    let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
+    Report { status, checks }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asset_and_state_checks_report_what_is_missing() {
+        let root = std::env::temp_dir().join(format!("microagent-doctor-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let state = StateDir::at(root.join("state")).unwrap();
+        let assets = root.join("assets");
+        std::fs::create_dir_all(&assets).unwrap();
+        std::fs::write(assets.join("vmlinux-compat"), b"").unwrap();
+        std::fs::write(assets.join("rootfs-minimal.ext4"), b"").unwrap();
+        let mut checks = Vec::new();
+        asset_checks(&mut checks, Some(&assets), Some(KvmMode::Emulated));
+        state_checks(&mut checks, &state);
+        let by = |name: &str, detail: &str| {
+            checks
+                .iter()
+                .find(|c| c.name == name && c.detail.contains(detail))
+                .map(|c| c.status)
+        };
+        assert_eq!(by("guest_kernel", "compat"), Some(Status::Ok));
+        assert_eq!(by("image", "minimal"), Some(Status::Ok));
+        assert_eq!(by("image", "debian"), Some(Status::Warn));
+        assert_eq!(by("state_dir", "writable"), Some(Status::Ok));
+        assert!(
+            checks
+                .iter()
+                .all(|c| c.status == Status::Ok || c.fix.is_some()),
+            "every problem says what to do"
+        );
+        let mut checks = Vec::new();
+        asset_checks(&mut checks, Some(&assets), Some(KvmMode::Native));
+        assert_eq!(
+            checks[0].status,
+            Status::Fail,
+            "the standard kernel is missing"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn report_json_uses_stable_names() {
+        let report = Report {
+            status: Status::Warn,
+            checks: vec![Check::warn(
+                "kvm_speed",
+                "slow",
+                "use hardware virtualization",
+            )],
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["status"], "warn");
+        assert_eq!(json["checks"][0]["name"], "kvm_speed");
+        assert_eq!(json["checks"][0]["fix"], "use hardware virtualization");
+    }
+}
