@@ -7,6 +7,7 @@
 
 pub mod code;
 pub mod doctor;
+pub mod events;
 pub mod name;
 pub mod state;
 pub mod store;
