@@ -4,7 +4,6 @@
 //! One boot: handshake, `uname -a`, a file written then read, a 10 MiB round
 //! trip, a timeout that kills its process, then `reboot -f` ends the VM.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -15,14 +14,8 @@ use vmm_core::machine::{DiskConfig, VsockConfig};
 use vmm_core::{Machine, MachineConfig, StopReason};
 
 const AGENT_PORT: u32 = 1024;
-
-fn mkfs() -> Result<PathBuf, String> {
-    ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .ok_or_else(|| "mkfs.ext4 is not installed (apt-get install e2fsprogs)".to_string())
-}
+/// Written through the agent, then found on the writable disk by debugfs.
+const HELLO: &[u8] = b"hello from the host\n";
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
@@ -52,7 +45,10 @@ fn agent_in_a_real_guest() {
     let Some(image) = testkit::require(test, testkit::workspace_image("minimal")) else {
         return;
     };
-    let Some(mkfs) = testkit::require(test, mkfs()) else {
+    let Some(debugfs) = testkit::require(test, testkit::e2fs_tool("debugfs")) else {
+        return;
+    };
+    let Some(mkfs) = testkit::require(test, testkit::e2fs_tool("mkfs.ext4")) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("microagent-agent-e2e-{}", std::process::id()));
@@ -132,7 +128,7 @@ fn agent_in_a_real_guest() {
         );
 
         step("uname done");
-        let text = b"hello from the host\n";
+        let text = HELLO;
         endpoint
             .connect()
             .await
@@ -216,15 +212,12 @@ fn agent_in_a_real_guest() {
         console.text()
     );
     // The file written through the overlay landed on the writable disk.
-    let debugfs = Path::new("/usr/sbin/debugfs");
-    if debugfs.exists() {
-        let out = Command::new(debugfs)
-            .args(["-R", "cat /upper/root/hello.txt"])
-            .arg(&layer)
-            .output()
-            .unwrap();
-        assert_eq!(out.stdout, text_bytes());
-    }
+    let out = Command::new(&debugfs)
+        .args(["-R", "cat /upper/root/hello.txt"])
+        .arg(&layer)
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, HELLO);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -243,8 +236,4 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(540), f)
         .await
         .unwrap_or_else(|_| panic!("{what} took over 540 s"))
-}
-
-fn text_bytes() -> Vec<u8> {
-    b"hello from the host\n".to_vec()
 }

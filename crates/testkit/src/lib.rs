@@ -15,10 +15,16 @@ use vmm_core::HostProfile;
 /// The guest asset cache: `$MICROAGENT_CACHE` or `~/.cache/microagent`
 /// (where `cargo xtask` puts kernels and root filesystems).
 pub fn cache_root() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("MICROAGENT_CACHE") {
-        return Some(PathBuf::from(dir));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/microagent"))
+    workspace::doctor::asset_cache_root()
+}
+
+/// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.
+pub fn e2fs_tool(name: &str) -> Result<PathBuf, String> {
+    ["/usr/sbin", "/sbin", "/usr/bin"]
+        .iter()
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("{name} is not installed (apt-get install e2fsprogs)"))
 }
 
 /// Records that `test` was skipped and why.

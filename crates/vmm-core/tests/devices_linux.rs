@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -22,14 +22,6 @@ fn pattern(off: u64) -> u8 {
     off.wrapping_mul(131)
         .wrapping_add((off >> 8).wrapping_mul(7))
         .wrapping_add(1) as u8
-}
-
-fn tool(name: &str) -> Result<PathBuf, String> {
-    ["/usr/sbin", "/sbin", "/usr/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-        .ok_or_else(|| format!("{name} is not installed (apt-get install e2fsprogs)"))
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -91,8 +83,8 @@ fn guest_uses_ext4_root_data_disk_and_vsock() {
         return;
     };
     let (Some(mkfs), Some(debugfs)) = (
-        testkit::require(test, tool("mkfs.ext4")),
-        testkit::require(test, tool("debugfs")),
+        testkit::require(test, testkit::e2fs_tool("mkfs.ext4")),
+        testkit::require(test, testkit::e2fs_tool("debugfs")),
     ) else {
         return;
     };

@@ -74,15 +74,19 @@ pub struct Report {
     pub checks: Vec<Check>,
 }
 
-/// Where `cargo xtask` puts guest assets (`$MICROAGENT_CACHE` or
-/// `~/.cache/microagent`), whose `current/` links name the newest of each.
-pub fn asset_dir() -> Option<PathBuf> {
+/// Where `cargo xtask` builds and caches guest assets: `$MICROAGENT_CACHE`,
+/// else `~/.cache/microagent`. The xtask and the tests use this same root.
+pub fn asset_cache_root() -> Option<PathBuf> {
     match std::env::var_os("MICROAGENT_CACHE") {
-        Some(dir) => Some(PathBuf::from(dir).join("current")),
-        None => {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/microagent/current"))
-        }
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/microagent")),
     }
+}
+
+/// The `current/` directory of the asset cache, whose links name the newest
+/// build of each asset.
+pub fn asset_dir() -> Option<PathBuf> {
+    asset_cache_root().map(|root| root.join("current"))
 }
 
 fn kvm_checks(checks: &mut Vec<Check>) -> Option<KvmMode> {
