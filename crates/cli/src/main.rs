@@ -1,9 +1,20 @@
 //! The `microagent` command.
 
 mod doctor_cmd;
+mod exec_cmd;
+mod files_cmd;
+mod image_cmd;
+mod logs_cmd;
+mod output;
 mod vmm_cmd;
+mod workspace_cmd;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use workspace::contract::EXEC_FAILURE_EXIT_CODE;
+use workspace::manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
+use workspace::{ErrorCode, ListFilter, State, Workspaces};
 
 /// Disposable Linux workspaces as KVM microVMs.
 #[derive(Debug, Parser)]
@@ -22,13 +33,191 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Manage images (kernel + root filesystem pairs).
+    #[command(subcommand)]
+    Image(image_cmd::ImageCommand),
+    /// Create a workspace (stopped; `start` boots it).
+    Create {
+        /// Name: lowercase letters, digits and '-', starting with a letter.
+        name: String,
+        #[command(flatten)]
+        spec: workspace_cmd::SpecArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Boot a workspace and wait until its agent answers.
+    Start {
+        /// Workspace name.
+        name: String,
+        /// Seconds to wait for the boot.
+        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
+        timeout: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shut a workspace down cleanly; tear it down after the timeout.
+    Stop {
+        /// Workspace name.
+        name: String,
+        /// Seconds the guest gets to shut down.
+        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STOP_TIMEOUT.as_secs())]
+        timeout: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tear a workspace's VM down at once (unsynced guest writes are lost).
+    Halt {
+        /// Workspace name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a workspace and its disk.
+    Delete {
+        /// Workspace name.
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Halt it first if it is running.
+        #[arg(long, short = 'f')]
+        force: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List workspaces.
+    #[command(alias = "ls")]
+    List {
+        /// Only workspaces in this state.
+        #[arg(long, value_parser = workspace_cmd::parse_state)]
+        state: Option<State>,
+        /// Only workspaces of this image.
+        #[arg(long)]
+        image: Option<String>,
+        /// Only workspaces with this label (repeatable).
+        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = output::key_value)]
+        labels: Vec<(String, String)>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a workspace: state, VMM, resources, ages, last exit.
+    Inspect {
+        /// Workspace name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a workspace's TTL in seconds (from now if running), or `off`.
+    Ttl {
+        /// Workspace name.
+        name: String,
+        /// Seconds, or `off`.
+        ttl: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command in a running workspace; exits with the command's status.
+    Exec {
+        /// Workspace name.
+        name: String,
+        #[command(flatten)]
+        args: exec_cmd::ExecArgs,
+    },
+    /// Copy a file or directory in or out: `cp ./src dev:/work`, `cp dev:/etc/os-release .`.
+    Cp {
+        /// Source (host path, or NAME:/path).
+        src: String,
+        /// Destination (host path, or NAME:/path).
+        dst: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a workspace's serial console.
+    Logs {
+        /// Workspace name.
+        name: String,
+        /// Only the last N lines.
+        #[arg(short = 'n', long = "lines")]
+        lines: Option<usize>,
+        /// Keep printing new output.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Print JSON (one object per line when following).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a workspace's events (created, started, exec, stopped, crashed, ...).
+    Events {
+        /// Workspace name.
+        name: String,
+        /// Only events after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Keep printing new events.
+        #[arg(long)]
+        follow: bool,
+        /// Wait up to this many seconds for an event when none is there yet.
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
+        /// Print JSON lines (one event per line).
+        #[arg(long)]
+        json: bool,
+    },
+    /// One-shot: create, start, run a command, delete; exits with its status.
+    Run(exec_cmd::RunArgs),
+    /// Print the runtime contract (states, error codes, limits) as JSON.
+    Contract {
+        /// Accepted for symmetry; the output is always JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Low-level VMM commands: boot a kernel directly, probe the host's KVM.
     #[command(subcommand)]
     Vmm(vmm_cmd::VmmCommand),
 }
 
+impl Command {
+    fn json(&self) -> bool {
+        match self {
+            Command::Doctor { json }
+            | Command::Create { json, .. }
+            | Command::Start { json, .. }
+            | Command::Stop { json, .. }
+            | Command::Halt { json, .. }
+            | Command::Delete { json, .. }
+            | Command::List { json, .. }
+            | Command::Inspect { json, .. }
+            | Command::Ttl { json, .. }
+            | Command::Cp { json, .. }
+            | Command::Logs { json, .. }
+            | Command::Events { json, .. }
+            | Command::Contract { json } => *json,
+            Command::Exec { args, .. } => args.json,
+            Command::Run(r) => r.exec.json,
+            Command::Image(i) => i.json(),
+            Command::Vmm(_) => false,
+        }
+    }
+
+    fn failure_status(&self) -> u8 {
+        match self {
+            Command::Exec { .. } | Command::Run(_) => EXEC_FAILURE_EXIT_CODE,
+            _ => output::FAILURE,
+        }
+    }
+}
+
 fn init_logging() {
-    // Logs go to stderr only: stdout carries the guest console or JSON.
+    // Logs go to stderr only: stdout carries results, JSON or the console.
     let filter = tracing_subscriber::EnvFilter::try_from_env("MICROAGENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
@@ -37,18 +226,129 @@ fn init_logging() {
         .init();
 }
 
-fn main() -> std::process::ExitCode {
+async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace::Result<ExitCode> {
+    use workspace_cmd as w;
+    match command {
+        Command::Image(cmd) => image_cmd::run(ws, cmd),
+        Command::Create { name, spec, json } => w::create(ws, name, spec, *json),
+        Command::Start {
+            name,
+            timeout,
+            json,
+        } => w::start(ws, name, *timeout, *json).await,
+        Command::Stop {
+            name,
+            timeout,
+            json,
+        } => w::stop(ws, name, *timeout, *json).await,
+        Command::Halt { name, json } => w::halt(ws, name, *json),
+        Command::Delete {
+            name,
+            yes,
+            force,
+            json,
+        } => w::delete(ws, name, *yes, *force, *json),
+        Command::List {
+            state,
+            image,
+            labels,
+            json,
+        } => {
+            let filter = ListFilter {
+                state: *state,
+                image: image.clone(),
+                labels: labels.clone(),
+            };
+            w::list(ws, &filter, *json)
+        }
+        Command::Inspect { name, json } => w::inspect(ws, name, *json),
+        Command::Ttl { name, ttl, json } => w::ttl(ws, name, ttl, *json),
+        Command::Exec { name, args } => exec_cmd::exec(ws, name, args).await,
+        Command::Cp { src, dst, json } => files_cmd::cp(ws, src, dst, *json).await,
+        Command::Logs {
+            name,
+            lines,
+            follow,
+            json,
+        } => logs_cmd::logs(ws, name, *lines, *follow, *json).await,
+        Command::Events {
+            name,
+            after,
+            follow,
+            wait,
+            json,
+        } => logs_cmd::events(ws, name, *after, *follow, *wait, *json).await,
+        Command::Run(args) => exec_cmd::run(ws, args).await,
+        Command::Doctor { .. } | Command::Contract { .. } | Command::Vmm(_) => {
+            unreachable!("handled before the workspace store is opened")
+        }
+    }
+}
+
+fn main() -> ExitCode {
     init_logging();
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Doctor { json } => doctor_cmd::run(json),
-        Command::Vmm(cmd) => vmm_cmd::run(cmd),
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            if std::env::args().any(|a| a == "--json") {
+                let message = e.render().to_string();
+                let first = message
+                    .lines()
+                    .next()
+                    .unwrap_or("bad usage")
+                    .trim_start_matches("error: ");
+                return output::report(ErrorCode::InvalidInput, first, true, output::USAGE);
+            }
+            let _ = e.print();
+            return ExitCode::from(output::USAGE);
+        }
     };
+    let json = cli.command.json();
+    match cli.command {
+        Command::Doctor { json } => return anyhow_exit(doctor_cmd::run(json)),
+        Command::Vmm(cmd) => return anyhow_exit(vmm_cmd::run(cmd)),
+        Command::Contract { .. } => {
+            output::json(&workspace::contract::contract());
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    let status = cli.command.failure_status();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return output::report(
+                ErrorCode::Internal,
+                &format!("cannot start the async runtime: {e}"),
+                json,
+                status,
+            )
+        }
+    };
+    let result = runtime.block_on(async {
+        let ws = Workspaces::from_env()?;
+        run_workspace_command(&ws, &cli.command).await
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => output::error(&e, json, status),
+    }
+}
+
+fn anyhow_exit(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("microagent: error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }

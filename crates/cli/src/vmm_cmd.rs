@@ -24,6 +24,16 @@ pub enum VmmCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Internal: the detached VMM process of one workspace (`microagent
+    /// start` runs it).
+    #[command(hide = true)]
+    ServeWorkspace {
+        /// The state directory.
+        #[arg(long)]
+        home: PathBuf,
+        /// The workspace.
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -97,6 +107,12 @@ pub fn run(cmd: VmmCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         VmmCommand::Boot(args) => boot(args),
         VmmCommand::Probe { json } => probe(json),
+        VmmCommand::ServeWorkspace { home, name } => {
+            let state = workspace::StateDir::at(home).context("cannot open the state directory")?;
+            let code = workspace::vmm_host::serve(state, &name)
+                .map_err(|e| anyhow::anyhow!("{}", e.full_message()))?;
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
     }
 }
 

@@ -1,18 +1,35 @@
 //! Workspace management shared by the CLI and the MCP server.
 //!
-//! This first part is the ground the rest stands on: the stable error codes
-//! front ends report ([`code`]), workspace name rules ([`name`]), the
-//! workspace state machine ([`state`]) and the crash-safe state directory
-//! ([`store`]). Starting VMM processes, exec and files come next (issue 5).
+//! [`Workspaces`] is the API: images ([`image`]), the life cycle
+//! ([`manager`]: create, start, stop, halt, delete, list, inspect, TTL) and
+//! what runs inside ([`ops`]: exec, files, copies, logs, events). Each
+//! running workspace is one detached VMM process ([`vmm_host`]) with a
+//! control socket ([`control`]). State lives in a crash-safe directory
+//! ([`store`], [`workspace_dir`]); every failure carries a stable
+//! [`ErrorCode`].
 
 pub mod code;
+pub mod console_log;
+pub mod contract;
+pub mod control;
 pub mod doctor;
+pub mod error;
 pub mod events;
+pub mod image;
+pub mod manager;
 pub mod name;
+pub mod ops;
+pub mod process;
+pub mod spec;
 pub mod state;
 pub mod store;
+pub mod vmm_host;
+pub mod workspace_dir;
 
 pub use code::ErrorCode;
+pub use error::{Error, Result};
+pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use name::{validate_name, NameError};
+pub use spec::{Meta, WorkspaceSpec};
 pub use state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};

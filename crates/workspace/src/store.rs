@@ -189,7 +189,12 @@ impl StateDir {
         loop {
             // SAFETY: flock on a descriptor we own; no memory is involved.
             if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-                return Ok(Some(WorkspaceLock { _file: file }));
+                // A delete may have unlinked the file while we waited: a lock
+                // on that old inode guards nothing, so start over.
+                if same_file(&file, &path) {
+                    return Ok(Some(WorkspaceLock { _file: file }));
+                }
+                return self.lock(name, nonblocking);
             }
             let e = std::io::Error::last_os_error();
             match e.raw_os_error() {
@@ -198,6 +203,26 @@ impl StateDir {
                 _ => return Err(err(e)),
             }
         }
+    }
+}
+
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+impl StateDir {
+    /// Removes a deleted workspace's lock file while holding its lock
+    /// (waiters notice the unlinked file and retry on a fresh one).
+    pub fn remove_lock(&self, name: &str, lock: WorkspaceLock) -> Result<(), StoreError> {
+        validate_name(name)?;
+        let path = self.root.join("workspaces").join(format!("{name}.lock"));
+        let removed = std::fs::remove_file(&path);
+        drop(lock);
+        removed.map_err(|source| StoreError::Write { path, source })
     }
 }
 

@@ -1,0 +1,212 @@
+//! `microagent exec` and `microagent run` (create + start + exec + delete).
+//! Their exit status is the guest command's: its code, 128 + signal when a
+//! signal killed it, 124 when its timeout killed it, 125 when microagent
+//! itself failed, 130 when interrupted.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use guest_agent::client::{ExecEvent, ExecInput};
+use guest_agent::protocol::{ExecRequest, Exited};
+use workspace::contract::EXEC_FAILURE_EXIT_CODE;
+use workspace::manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
+use workspace::{Error, Workspaces};
+
+use crate::output::{self, key_value};
+use crate::workspace_cmd::{start_with_progress, SpecArgs};
+
+/// Exit status after Ctrl-C.
+const INTERRUPTED: u8 = 130;
+/// Exit status when the command's timeout killed it (as timeout(1)).
+const TIMED_OUT: u8 = 124;
+
+#[derive(Debug, Clone, Args)]
+pub struct ExecArgs {
+    /// Run COMMAND as one /bin/sh -c line.
+    #[arg(long)]
+    pub shell: bool,
+    /// Environment variable (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = key_value)]
+    pub env: Vec<(String, String)>,
+    /// Working directory in the guest.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// Kill the command after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+    /// Bytes of each output stream to return; the rest is counted, not sent.
+    #[arg(long, value_name = "BYTES")]
+    pub output_cap: Option<u64>,
+    /// Forward this terminal's stdin to the command.
+    #[arg(short = 'i', long = "stdin")]
+    pub stdin: bool,
+    /// Print one JSON result (output included) instead of streaming.
+    #[arg(long)]
+    pub json: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+impl ExecArgs {
+    fn request(&self) -> Result<ExecRequest, Error> {
+        let mut req = if self.shell {
+            ExecRequest::shell(self.command.join(" "))
+        } else {
+            ExecRequest::argv(self.command.clone())
+        };
+        req.env = self.env.iter().cloned().collect::<BTreeMap<_, _>>();
+        req.cwd = self.cwd.clone();
+        if let Some(t) = self.timeout {
+            if t == 0 {
+                return Err(Error::InvalidInput(
+                    "--timeout must be at least 1 second".into(),
+                ));
+            }
+            req = req.timeout(Duration::from_secs(t));
+        }
+        req.output_cap = self.output_cap;
+        Ok(req)
+    }
+}
+
+/// The exit status that stands for how the command ended.
+pub fn exit_status(exited: &Exited) -> u8 {
+    if exited.timed_out {
+        TIMED_OUT
+    } else if let Some(code) = exited.code {
+        u8::try_from(code).unwrap_or(255)
+    } else if let Some(sig) = exited.signal {
+        u8::try_from(128 + sig).unwrap_or(255)
+    } else {
+        EXEC_FAILURE_EXIT_CODE
+    }
+}
+
+async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Runs the command in `name`; `Ok(None)` when interrupted.
+async fn exec_in(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<Option<ExitCode>, Error> {
+    let req = args.request()?;
+    let input = if args.stdin {
+        ExecInput::Reader(Box::new(tokio::io::stdin()))
+    } else {
+        ExecInput::None
+    };
+    let json = args.json;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let on_event = |event: ExecEvent| match event {
+        ExecEvent::Stdout(b) if json => out.extend_from_slice(&b),
+        ExecEvent::Stderr(b) if json => err.extend_from_slice(&b),
+        ExecEvent::Stdout(b) => {
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(&b).and_then(|()| o.flush());
+        }
+        ExecEvent::Stderr(b) => {
+            let _ = std::io::stderr().write_all(&b);
+        }
+        ExecEvent::Started { .. } => {}
+    };
+    let Some(exited) = ws
+        .exec_cancellable(name, req, input, on_event, ctrl_c())
+        .await?
+    else {
+        eprintln!("microagent: interrupted; the command was killed");
+        return Ok(None);
+    };
+    let status = exit_status(&exited);
+    if json {
+        output::json(&serde_json::json!({
+            "exec_id": exited.exec_id,
+            "exit_code": exited.code,
+            "signal": exited.signal,
+            "timed_out": exited.timed_out,
+            "wall_ms": exited.wall_ms,
+            "stdout": String::from_utf8_lossy(&out),
+            "stderr": String::from_utf8_lossy(&err),
+            "stdout_bytes": exited.stdout_bytes,
+            "stderr_bytes": exited.stderr_bytes,
+            "stdout_dropped": exited.stdout_dropped,
+            "stderr_dropped": exited.stderr_dropped,
+        }));
+    } else {
+        for (what, n) in [
+            ("stdout", exited.stdout_dropped),
+            ("stderr", exited.stderr_dropped),
+        ] {
+            if n > 0 {
+                eprintln!("microagent: {n} bytes of {what} past the output cap were dropped (raise --output-cap, or redirect to a file and copy it out)");
+            }
+        }
+        if exited.timed_out {
+            eprintln!("microagent: the command ran past its timeout and was killed");
+        }
+    }
+    Ok(Some(ExitCode::from(status)))
+}
+
+pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
+    Ok(exec_in(ws, name, args)
+        .await?
+        .unwrap_or(ExitCode::from(INTERRUPTED)))
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Workspace name (default: run-<random>).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Keep the workspace afterwards (stopped) instead of deleting it.
+    #[arg(long)]
+    pub keep: bool,
+    /// Seconds to wait for the workspace to boot.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
+    pub start_timeout: u64,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+fn run_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("run-{:x}{:05x}", std::process::id(), nanos & 0xfffff)
+}
+
+pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
+    let name = args.name.clone().unwrap_or_else(run_name);
+    args.exec.request()?;
+    ws.create(&name, args.spec.spec())?;
+    let result = async {
+        tokio::select! {
+            started = start_with_progress(ws, &name, Duration::from_secs(args.start_timeout), args.exec.json) => started?,
+            () = ctrl_c() => return Ok(None),
+        };
+        exec_in(ws, &name, &args.exec).await
+    }
+    .await;
+    let cleanup = if args.keep {
+        ws.stop(&name, DEFAULT_STOP_TIMEOUT).await.map(drop)
+    } else {
+        ws.delete(&name, true).map(drop)
+    };
+    if let Err(e) = cleanup {
+        eprintln!(
+            "microagent: cleaning up workspace {name} failed: {}",
+            e.full_message()
+        );
+    }
+    match result? {
+        Some(code) => Ok(code),
+        None => Ok(ExitCode::from(INTERRUPTED)),
+    }
+}

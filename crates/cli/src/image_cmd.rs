@@ -1,0 +1,134 @@
+//! `microagent image ls | inspect | import | rm`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use workspace::{Error, Workspaces};
+
+use crate::output::{self, age};
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// List images (built images from `cargo xtask setup` are registered on first use).
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one image: its files, sizes and build manifest.
+    Inspect {
+        /// Image name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register a directory holding `vmlinux` and `rootfs.ext4` (and optionally
+    /// `manifest.json`) as an image.
+    Import {
+        /// The directory.
+        dir: PathBuf,
+        /// Name to register it under.
+        #[arg(long)]
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an image (refused while a workspace uses it).
+    Rm {
+        /// Image name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl ImageCommand {
+    pub fn json(&self) -> bool {
+        match self {
+            Self::Ls { json }
+            | Self::Inspect { json, .. }
+            | Self::Import { json, .. }
+            | Self::Rm { json, .. } => *json,
+        }
+    }
+}
+
+pub fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error> {
+    let images = ws.images();
+    match cmd {
+        ImageCommand::Ls { json } => {
+            let all = images.list()?;
+            if *json {
+                output::json(&all);
+            } else {
+                let now = workspace::spec::now_ms();
+                let rows: Vec<Vec<String>> = all
+                    .iter()
+                    .map(|i| {
+                        vec![
+                            i.name.clone(),
+                            format!("{} MiB", i.rootfs_bytes >> 20),
+                            format!("{} MiB", i.kernel_bytes >> 20),
+                            age(now.saturating_sub(i.imported_at_ms)),
+                        ]
+                    })
+                    .collect();
+                output::table(&["NAME", "ROOTFS", "KERNEL", "IMPORTED"], &rows);
+            }
+        }
+        ImageCommand::Inspect { name, json } => {
+            let info = images.get(name)?;
+            let users = ws.image_users(name)?;
+            if *json {
+                let mut v = serde_json::to_value(&info).unwrap_or_default();
+                v["used_by"] = serde_json::json!(users);
+                output::json(&v);
+            } else {
+                println!("{}", info.name);
+                println!(
+                    "  kernel   {} ({} bytes)",
+                    info.kernel.display(),
+                    info.kernel_bytes
+                );
+                println!(
+                    "  rootfs   {} ({} bytes)",
+                    info.rootfs.display(),
+                    info.rootfs_bytes
+                );
+                println!("  source   {}", info.source.display());
+                println!(
+                    "  used by  {}",
+                    if users.is_empty() {
+                        "-".into()
+                    } else {
+                        users.join(", ")
+                    }
+                );
+                if let Some(m) = &info.manifest {
+                    println!("  manifest {m}");
+                }
+            }
+        }
+        ImageCommand::Import { dir, name, json } => {
+            let info = images.import_dir(name, dir)?;
+            if *json {
+                output::json(&info);
+            } else {
+                println!("imported {} from {}", info.name, dir.display());
+            }
+        }
+        ImageCommand::Rm { name, json } => {
+            ws.remove_image(name)?;
+            if *json {
+                output::json(&serde_json::json!({ "removed": name }));
+            } else {
+                println!("removed image {name}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,95 @@
+//! How commands report: JSON on stdout with `--json`, text otherwise;
+//! errors as `{"error": {"code", "message"}}` (JSON) or one line on stderr.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use serde::Serialize;
+use workspace::{Error, ErrorCode};
+
+/// Exit status of a command that failed (exec and run use 125).
+pub const FAILURE: u8 = 1;
+/// Exit status for bad usage.
+pub const USAGE: u8 = 2;
+
+/// Prints `value` as one JSON line.
+pub fn json<T: Serialize>(value: &T) {
+    match serde_json::to_string(value) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("microagent: cannot encode the result: {e}"),
+    }
+}
+
+/// Reports an error with its stable code and returns `status`.
+pub fn error(e: &Error, as_json: bool, status: u8) -> ExitCode {
+    report(e.code(), &e.full_message(), as_json, status)
+}
+
+/// Reports a failure given as a code and a message.
+pub fn report(code: ErrorCode, message: &str, as_json: bool, status: u8) -> ExitCode {
+    if as_json {
+        json(&serde_json::json!({ "error": { "code": code, "message": message } }));
+    }
+    eprintln!("microagent: error [{code}]: {message}");
+    ExitCode::from(status)
+}
+
+/// Prints rows as left-aligned columns under `header`.
+pub fn table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", text.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// A duration for people: `42s`, `5m`, `3h`, `2d`.
+pub fn age(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// Whether progress lines make sense (a person is watching stderr).
+pub fn interactive() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// Splits `KEY=VALUE`.
+pub fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_and_pairs() {
+        assert_eq!(age(5_000), "5s");
+        assert_eq!(age(600_000), "10m");
+        assert_eq!(age(3 * 86_400_000), "3d");
+        assert_eq!(key_value("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        assert!(key_value("=x").is_err() && key_value("nokey").is_err());
+    }
+}

@@ -1,0 +1,263 @@
+//! Life-cycle commands: create, start, stop, halt, delete, list, inspect, ttl.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use workspace::spec::defaults;
+use workspace::{Error, ListFilter, Meta, State, WorkspaceSpec, Workspaces};
+
+use crate::output::{self, age, key_value};
+
+/// What `create` and `run` take to describe a workspace.
+#[derive(Debug, Clone, Args)]
+pub struct SpecArgs {
+    /// Image (see `microagent image ls`).
+    #[arg(long, default_value = defaults::IMAGE)]
+    pub image: String,
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = defaults::VCPUS)]
+    pub vcpus: u8,
+    /// Guest memory in MiB.
+    #[arg(long = "mem", value_name = "MIB", default_value_t = defaults::MEM_MIB)]
+    pub mem_mib: u64,
+    /// Writable disk in MiB (sparse: only what the guest writes uses host disk).
+    #[arg(long = "disk", value_name = "MIB", default_value_t = defaults::DISK_MIB)]
+    pub disk_mib: u64,
+    /// Environment variable for every command run in it (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = key_value)]
+    pub env: Vec<(String, String)>,
+    /// Label, for `list --label` (repeatable).
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = key_value)]
+    pub labels: Vec<(String, String)>,
+    /// Stop it this many seconds after each start.
+    #[arg(long = "ttl", value_name = "SECONDS")]
+    pub ttl_secs: Option<u64>,
+}
+
+impl SpecArgs {
+    pub fn spec(&self) -> WorkspaceSpec {
+        WorkspaceSpec {
+            image: self.image.clone(),
+            vcpus: self.vcpus,
+            mem_mib: self.mem_mib,
+            disk_mib: self.disk_mib,
+            env: self.env.iter().cloned().collect::<BTreeMap<_, _>>(),
+            labels: self.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
+            ttl_secs: self.ttl_secs,
+        }
+    }
+}
+
+fn describe(meta: &Meta) {
+    let s = &meta.spec;
+    println!(
+        "{}: {} ({} image, {} vCPU, {} MiB memory, {} MiB disk{})",
+        meta.name,
+        meta.state,
+        s.image,
+        s.vcpus,
+        s.mem_mib,
+        s.disk_mib,
+        s.ttl_secs
+            .map(|t| format!(", ttl {t}s"))
+            .unwrap_or_default()
+    );
+}
+
+fn done(meta: &Meta, json: bool) -> ExitCode {
+    if json {
+        output::json(meta);
+    } else {
+        describe(meta);
+    }
+    ExitCode::SUCCESS
+}
+
+pub fn create(ws: &Workspaces, name: &str, spec: &SpecArgs, json: bool) -> Result<ExitCode, Error> {
+    let meta = ws.create(name, spec.spec())?;
+    Ok(done(&meta, json))
+}
+
+/// Starts `name`, showing boot progress on a terminal.
+pub async fn start_with_progress(
+    ws: &Workspaces,
+    name: &str,
+    timeout: Duration,
+    json: bool,
+) -> Result<Meta, Error> {
+    let show = !json && output::interactive();
+    let began = Instant::now();
+    let meta = ws
+        .start(name, timeout, |p| {
+            if show {
+                let line: String = p.console.unwrap_or_default().chars().take(60).collect();
+                eprint!(
+                    "\r\x1b[2Kstarting {name}: {:>3} s  {line}",
+                    p.elapsed.as_secs()
+                );
+                let _ = std::io::stderr().flush();
+            }
+        })
+        .await;
+    if show {
+        eprint!("\r\x1b[2K");
+    }
+    let meta = meta?;
+    if !json {
+        eprintln!("started {name} in {:.1} s", began.elapsed().as_secs_f64());
+    }
+    Ok(meta)
+}
+
+pub async fn start(
+    ws: &Workspaces,
+    name: &str,
+    timeout: u64,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let meta = start_with_progress(ws, name, Duration::from_secs(timeout), json).await?;
+    Ok(done(&meta, json))
+}
+
+pub async fn stop(
+    ws: &Workspaces,
+    name: &str,
+    timeout: u64,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let meta = ws.stop(name, Duration::from_secs(timeout)).await?;
+    Ok(done(&meta, json))
+}
+
+pub fn halt(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
+    let meta = ws.halt(name)?;
+    Ok(done(&meta, json))
+}
+
+pub fn delete(
+    ws: &Workspaces,
+    name: &str,
+    yes: bool,
+    force: bool,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    // Checked first, so a prompt is never shown for a missing workspace.
+    let meta = ws.get(name)?;
+    if !yes {
+        if !std::io::stdin().is_terminal() || json {
+            return Err(Error::InvalidInput(format!(
+                "deleting `{name}` removes its disk; pass --yes to confirm"
+            )));
+        }
+        eprint!(
+            "delete workspace {name} ({}) and its disk? [y/N] ",
+            meta.state
+        );
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("not deleted");
+            return Ok(ExitCode::from(output::FAILURE));
+        }
+    }
+    let meta = ws.delete(name, force)?;
+    if json {
+        output::json(&serde_json::json!({ "deleted": meta.name, "was": meta.state }));
+    } else {
+        println!("deleted {}", meta.name);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode, Error> {
+    let all = ws.list(filter)?;
+    if json {
+        output::json(&all);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = workspace::spec::now_ms();
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|m| {
+            vec![
+                m.name.clone(),
+                m.state.to_string(),
+                m.spec.image.clone(),
+                m.spec.vcpus.to_string(),
+                format!("{}M", m.spec.mem_mib),
+                age(now.saturating_sub(m.created_at_ms)),
+                m.runtime
+                    .as_ref()
+                    .map(|r| age(now.saturating_sub(r.started_at_ms)))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    output::table(
+        &["NAME", "STATE", "IMAGE", "VCPUS", "MEM", "AGE", "UP"],
+        &rows,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
+    let info = ws.inspect(name)?;
+    if json {
+        output::json(&info);
+        return Ok(ExitCode::SUCCESS);
+    }
+    describe(&info.meta);
+    println!("  directory   {}", info.dir.display());
+    println!("  created     {} ago", age(info.age_ms));
+    if let Some(rt) = &info.meta.runtime {
+        println!("  vmm pid     {}", rt.pid);
+        println!("  up          {}", age(info.uptime_ms.unwrap_or(0)));
+        if let Some(at) = rt.ttl_deadline_ms {
+            let left = at.saturating_sub(workspace::spec::now_ms());
+            println!("  ttl left    {}", age(left));
+        }
+    }
+    println!("  disk used   {} KiB", info.disk_used_bytes / 1024);
+    for (k, v) in &info.meta.spec.labels {
+        println!("  label       {k}={v}");
+    }
+    if let Some(exit) = &info.meta.last_exit {
+        println!(
+            "  last exit   {} ({} ago)",
+            exit.reason,
+            age(workspace::spec::now_ms().saturating_sub(exit.at_ms))
+        );
+        for line in &exit.console_tail {
+            println!("    | {line}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn ttl(ws: &Workspaces, name: &str, ttl: &str, json: bool) -> Result<ExitCode, Error> {
+    let secs = match ttl {
+        "off" | "none" => None,
+        s => Some(s.parse::<u64>().map_err(|_| {
+            Error::InvalidInput(format!(
+                "ttl {s:?} is neither a number of seconds nor `off`"
+            ))
+        })?),
+    };
+    let meta = ws.set_ttl(name, secs)?;
+    Ok(done(&meta, json))
+}
+
+/// Parses a `--state` filter.
+pub fn parse_state(s: &str) -> Result<State, String> {
+    State::ALL
+        .into_iter()
+        .find(|st| st.as_str() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
+            format!("unknown state {s:?}; one of {}", names.join(", "))
+        })
+}

@@ -1,0 +1,202 @@
+//! The error every workspace operation returns: what failed, a message that
+//! says what to do next, and the stable [`ErrorCode`] front ends report.
+
+use guest_agent::client::ClientError;
+use guest_agent::protocol::ErrorCode as AgentCode;
+
+use crate::code::ErrorCode;
+use crate::console_log::ConsoleLogError;
+use crate::control::ControlError;
+use crate::events::EventsError;
+use crate::image::ImageError;
+use crate::state::{State, TransitionError};
+use crate::store::StoreError;
+
+/// Why a workspace operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No workspace of that name.
+    #[error("workspace `{0}` does not exist; `microagent list` shows the workspaces")]
+    WorkspaceNotFound(String),
+    /// The name is taken.
+    #[error("workspace `{0}` already exists; pick another name or delete it first")]
+    WorkspaceExists(String),
+    /// A request value is out of range or malformed.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The operation needs a running workspace.
+    #[error("workspace `{name}` is {state}; start it with `microagent start {name}`")]
+    NotRunning {
+        /// The workspace.
+        name: String,
+        /// Its state.
+        state: State,
+    },
+    /// The workspace is in a state that does not allow the operation.
+    #[error("workspace `{name}` is {state}: {hint}")]
+    WrongState {
+        /// The workspace.
+        name: String,
+        /// Its state.
+        state: State,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// An illegal state change (a bug, or a race another process won).
+    #[error("state change refused")]
+    Transition(#[from] TransitionError),
+    /// The host cannot run workspaces.
+    #[error("{0}")]
+    HostUnsupported(String),
+    /// Something did not finish in time.
+    #[error("{0}")]
+    Timeout(String),
+    /// The workspace's VM did not come up.
+    #[error(
+        "workspace `{name}` failed to start: {reason}; `microagent logs {name}` shows its console"
+    )]
+    StartFailed {
+        /// The workspace.
+        name: String,
+        /// What is known.
+        reason: String,
+    },
+    /// The state directory.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The event log.
+    #[error("event log")]
+    Events(#[from] EventsError),
+    /// The image registry.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The console log.
+    #[error("console log")]
+    ConsoleLog(#[from] ConsoleLogError),
+    /// The VMM's control socket.
+    #[error("talking to the workspace's VMM")]
+    Control(#[from] ControlError),
+    /// The guest agent refused or failed an operation.
+    #[error("guest agent: {op} failed")]
+    Agent {
+        /// The operation.
+        op: &'static str,
+        /// What the client saw.
+        #[source]
+        source: ClientError,
+    },
+    /// A host-side file operation failed.
+    #[error("{what}")]
+    HostIo {
+        /// What was being done, with the path.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The stable code front ends report.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::WorkspaceNotFound(_) => ErrorCode::NotFound,
+            Error::WorkspaceExists(_) => ErrorCode::Conflict,
+            Error::InvalidInput(_) => ErrorCode::InvalidInput,
+            Error::NotRunning { .. } => ErrorCode::NotRunning,
+            Error::WrongState { .. } | Error::Transition(_) => ErrorCode::Conflict,
+            Error::HostUnsupported(_) => ErrorCode::HostUnsupported,
+            Error::Timeout(_) => ErrorCode::Timeout,
+            Error::StartFailed { .. } => ErrorCode::Internal,
+            Error::Store(e) => e.code(),
+            Error::Image(e) => e.code(),
+            Error::Agent { source, .. } => agent_code(source),
+            Error::Events(_) | Error::ConsoleLog(_) | Error::Control(_) | Error::HostIo { .. } => {
+                ErrorCode::Internal
+            }
+        }
+    }
+
+    /// The message with every cause, on one line.
+    pub fn full_message(&self) -> String {
+        let mut msg = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !msg.contains(&text) {
+                msg.push_str(": ");
+                msg.push_str(&text);
+            }
+            source = s.source();
+        }
+        msg
+    }
+
+    pub(crate) fn agent(op: &'static str) -> impl FnOnce(ClientError) -> Error {
+        move |source| Error::Agent { op, source }
+    }
+
+    pub(crate) fn host_io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let what = what.into();
+        move |source| Error::HostIo { what, source }
+    }
+}
+
+fn agent_code(e: &ClientError) -> ErrorCode {
+    match e.code() {
+        Some(AgentCode::NotFound) => ErrorCode::NotFound,
+        Some(AgentCode::InvalidInput | AgentCode::TooLarge | AgentCode::Exists) => {
+            ErrorCode::InvalidInput
+        }
+        Some(AgentCode::PermissionDenied) => ErrorCode::Forbidden,
+        Some(AgentCode::Timeout) => ErrorCode::Timeout,
+        _ => ErrorCode::Internal,
+    }
+}
+
+/// Shorthand for results of workspace operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_follow_the_failure() {
+        assert_eq!(
+            Error::WorkspaceNotFound("x".into()).code(),
+            ErrorCode::NotFound
+        );
+        assert_eq!(
+            Error::WorkspaceExists("x".into()).code(),
+            ErrorCode::Conflict
+        );
+        let not_running = Error::NotRunning {
+            name: "dev".into(),
+            state: State::Stopped,
+        };
+        assert_eq!(not_running.code(), ErrorCode::NotRunning);
+        assert!(not_running.to_string().contains("microagent start dev"));
+        let agent = Error::Agent {
+            op: "read_file",
+            source: ClientError::Agent {
+                code: AgentCode::NotFound,
+                message: "no such file".into(),
+            },
+        };
+        assert_eq!(agent.code(), ErrorCode::NotFound);
+        assert!(agent.full_message().contains("no such file"));
+        let denied = Error::Agent {
+            op: "write_file",
+            source: ClientError::Agent {
+                code: AgentCode::PermissionDenied,
+                message: "read-only".into(),
+            },
+        };
+        assert_eq!(denied.code(), ErrorCode::Forbidden);
+        assert_eq!(
+            Error::Store(StoreError::Name(crate::NameError::Empty)).code(),
+            ErrorCode::InvalidInput
+        );
+    }
+}

@@ -1,0 +1,526 @@
+//! Workspace life cycle: create, start, stop, halt, delete, list, inspect,
+//! TTL changes, and crash detection. Every change to a workspace happens
+//! under its lock; the running VMM process records its own state changes.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::control::{self, ControlRequest, ControlResponse};
+use crate::error::{Error, Result};
+use crate::events::EventKind;
+use crate::image::{ImageInfo, ImageRegistry};
+use crate::process;
+use crate::spec::{now_ms, validate_ttl, Meta, Runtime, WorkspaceSpec};
+use crate::state::State;
+use crate::store::{StateDir, WorkspaceLock};
+use crate::workspace_dir::{WorkspaceDir, VMM_LOG};
+
+/// Default time `start` waits for the agent.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default grace period of `stop` before the VM is torn down.
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What `start` reports while it waits.
+#[derive(Clone, Debug)]
+pub struct StartProgress {
+    /// Time since the start request.
+    pub elapsed: Duration,
+    /// The newest console line.
+    pub console: Option<String>,
+}
+
+/// `inspect`: the record plus what is known live.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkspaceInfo {
+    /// The record.
+    #[serde(flatten)]
+    pub meta: Meta,
+    /// The workspace directory.
+    pub dir: PathBuf,
+    /// Milliseconds since creation.
+    pub age_ms: u64,
+    /// Milliseconds since the current run started.
+    pub uptime_ms: Option<u64>,
+    /// Host bytes the writable disk uses.
+    pub disk_used_bytes: u64,
+}
+
+/// Filters for `list`.
+#[derive(Clone, Debug, Default)]
+pub struct ListFilter {
+    /// Only this state.
+    pub state: Option<State>,
+    /// Only this image.
+    pub image: Option<String>,
+    /// Only workspaces with all these labels.
+    pub labels: Vec<(String, String)>,
+}
+
+/// The workspaces of one state directory.
+#[derive(Clone, Debug)]
+pub struct Workspaces {
+    state: StateDir,
+    images: ImageRegistry,
+    vmm_binary: PathBuf,
+}
+
+fn kernel_variant(assets: Option<&PathBuf>) -> String {
+    let has = |v: &str| assets.is_some_and(|a| a.join(format!("vmlinux-{v}")).exists());
+    match (has("compat"), has("standard")) {
+        (true, false) => "compat".into(),
+        (false, true) => "standard".into(),
+        // Both or neither: ask the host (a short KVM probe).
+        _ => vmm_core::host::probe()
+            .map(|p| p.kernel_variant().to_owned())
+            .unwrap_or_else(|_| "standard".into()),
+    }
+}
+
+impl Workspaces {
+    /// The state directory from the environment, the asset cache for built
+    /// images, and this executable as the VMM.
+    pub fn from_env() -> Result<Self> {
+        let state = StateDir::from_env()?;
+        let vmm_binary =
+            std::env::current_exe().map_err(Error::host_io("finding the microagent executable"))?;
+        Ok(Self::new(state, crate::doctor::asset_dir(), vmm_binary))
+    }
+
+    /// Workspaces in `state`, built images from `assets`, VMM processes run
+    /// as `vmm_binary vmm serve-workspace`.
+    pub fn new(state: StateDir, assets: Option<PathBuf>, vmm_binary: PathBuf) -> Self {
+        let variant = kernel_variant(assets.as_ref());
+        let images = ImageRegistry::new(&state, assets, &variant);
+        Self {
+            state,
+            images,
+            vmm_binary,
+        }
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &StateDir {
+        &self.state
+    }
+
+    /// The image registry.
+    pub fn images(&self) -> &ImageRegistry {
+        &self.images
+    }
+
+    pub(crate) fn dir(&self, name: &str) -> Result<WorkspaceDir> {
+        WorkspaceDir::new(&self.state, name)
+    }
+
+    fn lock(&self, name: &str) -> Result<WorkspaceLock> {
+        Ok(self.state.lock_workspace(name)?)
+    }
+
+    /// Workspaces that use image `name`.
+    pub fn image_users(&self, image: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list(&ListFilter {
+                image: Some(image.to_owned()),
+                ..ListFilter::default()
+            })?
+            .into_iter()
+            .map(|m| m.name)
+            .collect())
+    }
+
+    /// Removes image `name` unless a workspace uses it.
+    pub fn remove_image(&self, name: &str) -> Result<()> {
+        let users = self.image_users(name)?;
+        Ok(self.images.remove(name, users)?)
+    }
+
+    /// Creates a stopped workspace with its writable disk.
+    pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        spec.validate()?;
+        ws.check_socket_paths()?;
+        let image: ImageInfo = self.images.get(&spec.image)?;
+        let lock = self.lock(name)?;
+        if ws.meta_path().exists() {
+            return Err(Error::WorkspaceExists(name.to_owned()));
+        }
+        // A directory without metadata is a create that died half-way.
+        let _ = std::fs::remove_dir_all(ws.path());
+        let made = (|| {
+            std::fs::create_dir_all(ws.path())
+                .map_err(Error::host_io(format!("creating {}", ws.path().display())))?;
+            make_disk(&ws.disk(), spec.disk_mib)?;
+            let meta = Meta {
+                name: name.to_owned(),
+                spec: WorkspaceSpec {
+                    image: image.name,
+                    ..spec
+                },
+                created_at_ms: now_ms(),
+                state: State::Stopped,
+                runtime: None,
+                last_exit: None,
+            };
+            ws.write_meta(&meta)?;
+            ws.events().append(EventKind::Created)?;
+            Ok(meta)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(ws.path());
+            let _ = self.state.remove_lock(name, lock);
+        }
+        made
+    }
+
+    /// Reads a workspace, first recording a crash if its VMM died.
+    pub fn get(&self, name: &str) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        let meta = ws.read_meta()?;
+        if !vmm_died(&meta) {
+            return Ok(meta);
+        }
+        let _lock = self.lock(name)?;
+        let mut meta = ws.read_meta()?;
+        if vmm_died(&meta) {
+            let pid = meta.runtime.as_ref().map_or(0, |r| r.pid);
+            ws.record_exit(
+                &mut meta,
+                true,
+                &format!("its VMM process {pid} died unexpectedly (killed or crashed)"),
+            )?;
+        }
+        Ok(meta)
+    }
+
+    /// Every workspace that matches `filter`, by name.
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<Meta>> {
+        let mut out = Vec::new();
+        for name in self.state.list_workspaces()? {
+            let meta = match self.get(&name) {
+                Ok(m) => m,
+                // Deleted while listing.
+                Err(Error::WorkspaceNotFound(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            let keep = filter.state.is_none_or(|s| s == meta.state)
+                && filter.image.as_ref().is_none_or(|i| *i == meta.spec.image)
+                && filter
+                    .labels
+                    .iter()
+                    .all(|(k, v)| meta.spec.labels.get(k) == Some(v));
+            if keep {
+                out.push(meta);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The record plus ages and disk use.
+    pub fn inspect(&self, name: &str) -> Result<WorkspaceInfo> {
+        let meta = self.get(name)?;
+        let ws = self.dir(name)?;
+        let now = now_ms();
+        let disk_used_bytes = std::fs::metadata(ws.disk())
+            .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+            .unwrap_or(0);
+        Ok(WorkspaceInfo {
+            age_ms: now.saturating_sub(meta.created_at_ms),
+            uptime_ms: meta
+                .runtime
+                .as_ref()
+                .map(|r| now.saturating_sub(r.started_at_ms)),
+            dir: ws.path().to_owned(),
+            disk_used_bytes,
+            meta,
+        })
+    }
+
+    /// Starts the workspace's VMM and waits (at most `timeout`) for the
+    /// agent, reporting progress about once a second.
+    pub async fn start(
+        &self,
+        name: &str,
+        timeout: Duration,
+        mut progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        let started = Instant::now();
+        {
+            let meta = self.get(name)?;
+            let _lock = self.lock(name)?;
+            let mut meta = ws.read_meta().unwrap_or(meta);
+            match meta.state {
+                State::Stopped | State::Crashed => {}
+                State::Running => {
+                    return Err(Error::WrongState {
+                        name: name.into(),
+                        state: meta.state,
+                        hint: "it is already running",
+                    })
+                }
+                state => {
+                    return Err(Error::WrongState {
+                        name: name.into(),
+                        state,
+                        hint: "wait for it to settle, or `microagent halt` it",
+                    })
+                }
+            }
+            self.images.get(&meta.spec.image)?;
+            let log = std::fs::File::create(ws.path().join(VMM_LOG))
+                .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
+            let mut cmd = Command::new(&self.vmm_binary);
+            cmd.args(["vmm", "serve-workspace", "--home"])
+                .arg(self.state.root())
+                .arg(name)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log);
+            detach(&mut cmd);
+            meta.state = meta.state.become_(State::Starting)?;
+            let child = cmd.spawn().map_err(Error::host_io(format!(
+                "starting the VMM process {}",
+                self.vmm_binary.display()
+            )))?;
+            let pid = child.id();
+            // Reaped by a thread, so a long-lived caller collects no zombies.
+            std::thread::spawn(move || {
+                let mut child = child;
+                let _ = child.wait();
+            });
+            let Some(pid_start) = process::start_ticks(pid) else {
+                return Err(Error::StartFailed {
+                    name: name.into(),
+                    reason: format!(
+                        "the VMM process exited at once; see {}",
+                        ws.path().join(VMM_LOG).display()
+                    ),
+                });
+            };
+            let now = now_ms();
+            meta.runtime = Some(Runtime {
+                pid,
+                pid_start,
+                started_at_ms: now,
+                ready_at_ms: None,
+                ttl_deadline_ms: meta.spec.ttl_secs.map(|s| now + s * 1000),
+            });
+            if let Err(e) = ws.write_meta(&meta) {
+                process::kill(pid, pid_start);
+                return Err(e);
+            }
+        }
+        let mut last_report = Instant::now();
+        loop {
+            let meta = self.get(name)?;
+            match meta.state {
+                State::Running => return Ok(meta),
+                State::Starting => {}
+                _ => {
+                    let reason = meta
+                        .last_exit
+                        .as_ref()
+                        .map_or_else(|| format!("it is {}", meta.state), |e| e.reason.clone());
+                    return Err(Error::StartFailed {
+                        name: name.into(),
+                        reason,
+                    });
+                }
+            }
+            if started.elapsed() > timeout {
+                self.halt(name)?;
+                return Err(Error::Timeout(format!(
+                    "workspace `{name}` did not answer within {} s and was halted; `microagent logs {name}` shows its console",
+                    timeout.as_secs()
+                )));
+            }
+            if last_report.elapsed() >= Duration::from_secs(1) {
+                last_report = Instant::now();
+                progress(StartProgress {
+                    elapsed: started.elapsed(),
+                    console: crate::console_log::tail_lines(ws.path(), 1)
+                        .ok()
+                        .and_then(|mut l| l.pop()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops the workspace: the agent shuts the guest down; after `timeout`
+    /// the VM is torn down. Stopping a stopped or crashed workspace does
+    /// nothing.
+    pub async fn stop(&self, name: &str, timeout: Duration) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        let meta = self.get(name)?;
+        let Some(rt) = meta.runtime.clone().filter(|_| meta.state.has_vmm()) else {
+            return Ok(meta);
+        };
+        let req = ControlRequest::Stop {
+            timeout_ms: timeout.as_millis() as u64,
+        };
+        let asked = control::call(&ws.control(), &req, Duration::from_secs(5));
+        if asked.is_err() {
+            // A VMM that cannot take requests is torn down.
+            return self.halt(name);
+        }
+        let deadline = Instant::now() + timeout + Duration::from_secs(10);
+        while process::is_alive(rt.pid, rt.pid_start) {
+            if Instant::now() > deadline {
+                return self.halt(name);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.settle(name, "stopped on request")
+    }
+
+    /// After the VMM is gone: records the end if it did not.
+    fn settle(&self, name: &str, reason: &str) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        let _lock = self.lock(name)?;
+        let mut meta = ws.read_meta()?;
+        if meta.state.has_vmm() {
+            ws.record_exit(&mut meta, false, reason)?;
+        }
+        Ok(meta)
+    }
+
+    /// Tears the VM down at once (SIGKILL to its VMM). Guest writes not yet
+    /// on the disk are lost.
+    pub fn halt(&self, name: &str) -> Result<Meta> {
+        self.get(name)?;
+        let _lock = self.lock(name)?;
+        self.halt_locked(name)
+    }
+
+    fn halt_locked(&self, name: &str) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        let mut meta = ws.read_meta()?;
+        if !meta.state.has_vmm() {
+            return Ok(meta);
+        }
+        if let Some(rt) = &meta.runtime {
+            process::kill(rt.pid, rt.pid_start);
+            if !process::wait_gone(rt.pid, rt.pid_start, Duration::from_secs(10)) {
+                return Err(Error::Timeout(format!(
+                    "VMM process {} did not die after SIGKILL",
+                    rt.pid
+                )));
+            }
+        }
+        ws.record_exit(&mut meta, false, "halted (VM torn down)")?;
+        Ok(meta)
+    }
+
+    /// Deletes a workspace and everything it has. A running one is refused
+    /// unless `force`, which halts it first.
+    pub fn delete(&self, name: &str, force: bool) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        self.get(name)?;
+        let lock = self.lock(name)?;
+        let meta = ws.read_meta()?;
+        if meta.state.has_vmm() {
+            if !force {
+                return Err(Error::WrongState {
+                    name: name.into(),
+                    state: meta.state,
+                    hint: "stop it first, or delete with --force",
+                });
+            }
+            self.halt_locked(name)?;
+        }
+        std::fs::remove_dir_all(ws.path())
+            .map_err(Error::host_io(format!("removing {}", ws.path().display())))?;
+        self.state.remove_lock(name, lock)?;
+        Ok(meta)
+    }
+
+    /// Sets the TTL (seconds from each start; from now if it is running),
+    /// or removes it.
+    pub fn set_ttl(&self, name: &str, ttl_secs: Option<u64>) -> Result<Meta> {
+        if let Some(ttl) = ttl_secs {
+            validate_ttl(ttl)?;
+        }
+        let ws = self.dir(name)?;
+        let meta = self.get(name)?;
+        if meta.state.has_vmm() {
+            let req = ControlRequest::SetTtl { ttl_secs };
+            match control::call(&ws.control(), &req, Duration::from_secs(5))? {
+                ControlResponse::Ok { .. } => {}
+                other => {
+                    return Err(Error::InvalidInput(format!(
+                        "unexpected answer from the VMM: {other:?}"
+                    )))
+                }
+            }
+        }
+        let _lock = self.lock(name)?;
+        let mut meta = ws.read_meta()?;
+        meta.spec.ttl_secs = ttl_secs;
+        ws.write_meta(&meta)?;
+        Ok(meta)
+    }
+}
+
+/// True when the record expects a VMM that is no longer there.
+fn vmm_died(meta: &Meta) -> bool {
+    meta.state.has_vmm()
+        && meta
+            .runtime
+            .as_ref()
+            .is_none_or(|rt| !process::is_alive(rt.pid, rt.pid_start))
+}
+
+/// A sparse file of `mib` MiB formatted ext4.
+fn make_disk(path: &std::path::Path, mib: u64) -> Result<()> {
+    let file = std::fs::File::create(path)
+        .map_err(Error::host_io(format!("creating {}", path.display())))?;
+    file.set_len(mib << 20)
+        .map_err(Error::host_io(format!("sizing {}", path.display())))?;
+    let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .ok_or_else(|| {
+            Error::HostUnsupported(
+                "mkfs.ext4 is not installed; install e2fsprogs (apt-get install e2fsprogs)".into(),
+            )
+        })?;
+    let out = Command::new(mkfs)
+        .args([
+            "-q",
+            "-F",
+            "-m",
+            "0",
+            "-E",
+            "lazy_itable_init=1,lazy_journal_init=1",
+        ])
+        .arg(path)
+        .output()
+        .map_err(Error::host_io("running mkfs.ext4"))?;
+    if !out.status.success() {
+        return Err(Error::HostIo {
+            what: format!("mkfs.ext4 {}", path.display()),
+            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()),
+        });
+    }
+    Ok(())
+}
+
+/// Puts the VMM in its own session, so it outlives the terminal and the
+/// caller and no terminal signal reaches it.
+fn detach(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only setsid(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,396 @@
+//! What runs inside a workspace, through its guest agent: exec, files,
+//! copies in and out; and what it recorded: console logs and events.
+
+use std::path::Path;
+use std::time::Duration;
+
+use guest_agent::client::{ExecEvent, ExecInput, ExecOutput, GuestAgentClient};
+use guest_agent::protocol::{DirEntry, ExecRequest, Exited, FileKind, FileStat, WriteMode};
+use tokio::net::UnixStream;
+
+use crate::console_log;
+use crate::error::{Error, Result};
+use crate::events::{Event, EventKind};
+use crate::manager::Workspaces;
+use crate::state::State;
+use crate::workspace_dir::WorkspaceDir;
+
+/// Longest `events --wait` the library accepts.
+pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
+
+fn describe(req: &ExecRequest) -> String {
+    match (&req.argv, &req.shell) {
+        (Some(argv), _) => argv.join(" "),
+        (None, Some(line)) => line.clone(),
+        (None, None) => String::new(),
+    }
+}
+
+impl Workspaces {
+    /// The workspace's directory, if it is running.
+    fn running(&self, name: &str) -> Result<WorkspaceDir> {
+        let meta = self.get(name)?;
+        if meta.state != State::Running {
+            return Err(Error::NotRunning {
+                name: name.to_owned(),
+                state: meta.state,
+            });
+        }
+        self.dir(name)
+    }
+
+    async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
+        let ws = self.running(name)?;
+        ws.agent().connect().await.map_err(Error::agent("connect"))
+    }
+
+    /// Runs a command, streaming its output to `on_event`; the workspace's
+    /// env is added under the request's own. Logs exec started/finished.
+    pub async fn exec<F>(
+        &self,
+        name: &str,
+        mut req: ExecRequest,
+        input: ExecInput,
+        mut on_event: F,
+    ) -> Result<Exited>
+    where
+        F: FnMut(ExecEvent) + Send,
+    {
+        if req.argv.as_ref().is_some_and(|a| a.is_empty())
+            || (req.argv.is_none() && req.shell.is_none())
+        {
+            return Err(Error::InvalidInput(
+                "no command given; pass a program and its arguments, or a shell line".into(),
+            ));
+        }
+        let ws = self.running(name)?;
+        let meta = self.get(name)?;
+        for (k, v) in meta.spec.env {
+            req.env.entry(k).or_insert(v);
+        }
+        let command = describe(&req);
+        let events = ws.events();
+        let client = ws
+            .agent()
+            .connect()
+            .await
+            .map_err(Error::agent("connect"))?;
+        let exited = client
+            .exec(req, input, |event| {
+                if let ExecEvent::Started { exec_id, .. } = &event {
+                    let _ = events.append(EventKind::ExecStarted {
+                        exec_id: exec_id.clone(),
+                        command: command.clone(),
+                    });
+                }
+                on_event(event)
+            })
+            .await
+            .map_err(Error::agent("exec"))?;
+        events.append(EventKind::ExecFinished {
+            exec_id: exited.exec_id.clone(),
+            code: exited.code,
+            signal: exited.signal,
+        })?;
+        Ok(exited)
+    }
+
+    /// Like [`Workspaces::exec`], but when `cancel` completes first the
+    /// command's process group is killed (SIGKILL) and `None` returned: the
+    /// agent keeps a process running when its client goes away, so
+    /// dropping the exec alone would leave it behind.
+    pub async fn exec_cancellable<F, C>(
+        &self,
+        name: &str,
+        mut req: ExecRequest,
+        input: ExecInput,
+        on_event: F,
+        cancel: C,
+    ) -> Result<Option<Exited>>
+    where
+        F: FnMut(ExecEvent) + Send,
+        C: std::future::Future<Output = ()>,
+    {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = req.id.get_or_insert_with(|| {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("host-{}-{n}-{}", std::process::id(), crate::spec::now_ms())
+        });
+        let id = id.clone();
+        let exec = self.exec(name, req, input, on_event);
+        tokio::pin!(exec);
+        tokio::select! {
+            done = &mut exec => done.map(Some),
+            () = cancel => {
+                // The exec may not have started yet: retry briefly.
+                for _ in 0..20 {
+                    match self.signal_exec(name, &id, libc::SIGKILL).await {
+                        Ok(()) => break,
+                        Err(e) if e.code() == crate::ErrorCode::NotFound => {
+                            tokio::time::sleep(Duration::from_millis(100)).await
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let _ = self.dir(name)?.events().append(EventKind::ExecFinished {
+                    exec_id: id,
+                    code: None,
+                    signal: Some(libc::SIGKILL),
+                });
+                Ok(None)
+            }
+        }
+    }
+
+    /// Runs a command and collects its output.
+    pub async fn exec_collect(
+        &self,
+        name: &str,
+        req: ExecRequest,
+        input: ExecInput,
+    ) -> Result<ExecOutput> {
+        let (mut stdout, mut stderr, mut started) = (Vec::new(), Vec::new(), None);
+        let exited = self
+            .exec(name, req, input, |event| match event {
+                ExecEvent::Started { exec_id, pid } => started = Some((exec_id, pid)),
+                ExecEvent::Stdout(b) => stdout.extend_from_slice(&b),
+                ExecEvent::Stderr(b) => stderr.extend_from_slice(&b),
+            })
+            .await?;
+        let (exec_id, pid) = started.unwrap_or_else(|| (exited.exec_id.clone(), 0));
+        Ok(ExecOutput {
+            exec_id,
+            pid,
+            exited,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Sends a signal to a running exec's process group.
+    pub async fn signal_exec(&self, name: &str, exec_id: &str, signal: i32) -> Result<()> {
+        self.agent(name)
+            .await?
+            .signal(exec_id, signal)
+            .await
+            .map_err(Error::agent("signal"))
+    }
+
+    /// Reads `length` bytes (default all) from `offset` of a guest file.
+    pub async fn read_file(
+        &self,
+        name: &str,
+        path: &str,
+        offset: Option<u64>,
+        length: Option<u64>,
+    ) -> Result<(Vec<u8>, u64)> {
+        let mut out = Vec::new();
+        let header = self
+            .agent(name)
+            .await?
+            .read_file_to(path, offset, length, &mut out)
+            .await
+            .map_err(Error::agent("read_file"))?;
+        Ok((out, header.size))
+    }
+
+    /// Writes a guest file (replacing it, or appending).
+    pub async fn write_file(
+        &self,
+        name: &str,
+        path: &str,
+        data: &[u8],
+        append: bool,
+        perm: Option<u32>,
+    ) -> Result<u64> {
+        let mode = if append {
+            WriteMode::Append
+        } else {
+            WriteMode::Truncate
+        };
+        self.agent(name)
+            .await?
+            .write_file(path, mode, perm, data)
+            .await
+            .map_err(Error::agent("write_file"))
+    }
+
+    /// A guest directory's entries and whether the list was cut short.
+    pub async fn list_dir(&self, name: &str, path: &str) -> Result<(Vec<DirEntry>, bool)> {
+        self.agent(name)
+            .await?
+            .list_dir(path)
+            .await
+            .map_err(Error::agent("list_dir"))
+    }
+
+    /// Metadata of a guest path.
+    pub async fn stat(&self, name: &str, path: &str) -> Result<FileStat> {
+        self.agent(name)
+            .await?
+            .stat(path)
+            .await
+            .map_err(Error::agent("stat"))
+    }
+
+    /// Copies a host file or directory to `guest_path` (a directory is
+    /// copied as `guest_path` itself, created if missing). Returns bytes
+    /// (file) or entries (directory) copied.
+    pub async fn copy_in(&self, name: &str, host_path: &Path, guest_path: &str) -> Result<u64> {
+        let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
+                "{} does not exist on the host",
+                host_path.display()
+            )),
+            _ => Error::HostIo {
+                what: format!("reading {}", host_path.display()),
+                source: e,
+            },
+        })?;
+        check_guest_path(guest_path)?;
+        if meta.is_dir() {
+            let archive = tar_dir(host_path)?;
+            self.agent(name)
+                .await?
+                .tar_in(guest_path, &archive)
+                .await
+                .map_err(Error::agent("tar_in"))
+        } else {
+            let mut file = tokio::fs::File::open(host_path)
+                .await
+                .map_err(Error::host_io(format!("opening {}", host_path.display())))?;
+            use std::os::unix::fs::PermissionsExt;
+            let perm = meta.permissions().mode() & 0o7777;
+            self.agent(name)
+                .await?
+                .write_file_from(guest_path, WriteMode::Truncate, Some(perm), &mut file)
+                .await
+                .map_err(Error::agent("write_file"))
+        }
+    }
+
+    /// Copies a guest file or directory to `host_path` (a directory becomes
+    /// `host_path` itself). Returns the bytes received.
+    pub async fn copy_out(&self, name: &str, guest_path: &str, host_path: &Path) -> Result<u64> {
+        check_guest_path(guest_path)?;
+        let stat = self.stat(name, guest_path).await?;
+        match stat.kind {
+            FileKind::Dir => {
+                let archive = self
+                    .agent(name)
+                    .await?
+                    .tar_out(guest_path)
+                    .await
+                    .map_err(Error::agent("tar_out"))?;
+                std::fs::create_dir_all(host_path)
+                    .map_err(Error::host_io(format!("creating {}", host_path.display())))?;
+                tar::Archive::new(archive.as_slice())
+                    .unpack(host_path)
+                    .map_err(Error::host_io(format!(
+                        "unpacking into {}",
+                        host_path.display()
+                    )))?;
+                Ok(archive.len() as u64)
+            }
+            FileKind::File => {
+                // Written beside the target and renamed, so a failed copy
+                // never leaves a partial file under the name.
+                let tmp = host_path.with_file_name(format!(
+                    ".{}.microagent-part",
+                    host_path
+                        .file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                ));
+                let mut file = tokio::fs::File::create(&tmp)
+                    .await
+                    .map_err(Error::host_io(format!("creating {}", tmp.display())))?;
+                let got = self
+                    .agent(name)
+                    .await?
+                    .read_file_to(guest_path, None, None, &mut file)
+                    .await;
+                let header = match got {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        return Err(Error::agent("read_file")(e));
+                    }
+                };
+                drop(file);
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(
+                    &tmp,
+                    std::fs::Permissions::from_mode(header.mode & 0o777),
+                );
+                std::fs::rename(&tmp, host_path)
+                    .map_err(Error::host_io(format!("writing {}", host_path.display())))?;
+                Ok(header.transferred)
+            }
+            other => Err(Error::InvalidInput(format!(
+                "{guest_path} is a {other:?}; only files and directories can be copied"
+            ))),
+        }
+    }
+
+    /// The last `lines` console lines (all when `None`).
+    pub fn logs(&self, name: &str, lines: Option<usize>) -> Result<Vec<String>> {
+        self.get(name)?;
+        let ws = self.dir(name)?;
+        Ok(console_log::tail_lines(
+            ws.path(),
+            lines.unwrap_or(usize::MAX),
+        )?)
+    }
+
+    /// New console bytes from `offset` of the current console file, and the
+    /// next offset (for following).
+    pub fn logs_from(&self, name: &str, offset: u64) -> Result<(Vec<u8>, u64)> {
+        let ws = self.dir(name)?;
+        ws.read_meta()?;
+        Ok(console_log::read_from(ws.path(), offset)?)
+    }
+
+    /// Events after `after`, waiting up to `wait` for one when none are there.
+    pub async fn events(&self, name: &str, after: u64, wait: Duration) -> Result<Vec<Event>> {
+        if wait > MAX_EVENT_WAIT {
+            return Err(Error::InvalidInput(format!(
+                "wait is {} s; at most {} s",
+                wait.as_secs(),
+                MAX_EVENT_WAIT.as_secs()
+            )));
+        }
+        let ws = self.dir(name)?;
+        ws.read_meta()?;
+        let log = ws.events();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // A VMM that died is recorded (and its event logged) as it is noticed.
+            self.get(name)?;
+            let events = log.read_after(after)?;
+            if !events.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(events);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn check_guest_path(path: &str) -> Result<()> {
+    if !path.starts_with('/') {
+        return Err(Error::InvalidInput(format!(
+            "guest path {path:?} is not absolute; guest paths start with /"
+        )));
+    }
+    Ok(())
+}
+
+/// A host directory's contents as a tar archive (paths relative to it).
+fn tar_dir(dir: &Path) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    builder
+        .append_dir_all(".", dir)
+        .and_then(|()| builder.into_inner())
+        .map_err(Error::host_io(format!("archiving {}", dir.display())))
+}

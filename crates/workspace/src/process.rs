@@ -1,0 +1,71 @@
+//! Whether a recorded VMM process is still the one we started: pid plus its
+//! start time from `/proc`, so a recycled pid never looks alive.
+
+use std::time::{Duration, Instant};
+
+/// The start time of `pid` in clock ticks since boot, or `None` when it is
+/// gone or a zombie (dead, not yet reaped).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); starttime is field 22.
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// True while the process `pid` that started at `ticks` runs.
+pub fn is_alive(pid: u32, ticks: u64) -> bool {
+    start_ticks(pid) == Some(ticks)
+}
+
+/// Sends SIGKILL to `pid` if it is still the process that started at `ticks`.
+pub fn kill(pid: u32, ticks: u64) {
+    if is_alive(pid, ticks) {
+        if let Ok(pid) = i32::try_from(pid) {
+            // SAFETY: kill(2) takes plain integers and touches no memory.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Waits until the process is gone; false if it still runs after `timeout`.
+pub fn wait_gone(pid: u32, ticks: u64, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while is_alive(pid, ticks) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracks_a_child_from_start_to_end() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let ticks = start_ticks(pid).expect("a running child has a start time");
+        assert!(is_alive(pid, ticks));
+        assert!(
+            !is_alive(pid, ticks + 1),
+            "another start time is another process"
+        );
+        kill(pid, ticks);
+        // Dead but unreaped: a zombie is not alive.
+        assert!(wait_gone(pid, ticks, Duration::from_secs(5)));
+        child.wait().unwrap();
+        assert!(!is_alive(pid, ticks));
+        assert_eq!(start_ticks(u32::MAX), None);
+    }
+}

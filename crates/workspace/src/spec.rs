@@ -1,0 +1,261 @@
+//! What a workspace is made of (its spec, checked against the limits) and
+//! what is recorded about it in `meta.json`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::state::State;
+
+/// Limits every front end enforces; `contract` reports them.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Limits {
+    /// Most vCPUs.
+    pub max_vcpus: u8,
+    /// Least guest memory, MiB.
+    pub min_mem_mib: u64,
+    /// Most guest memory, MiB.
+    pub max_mem_mib: u64,
+    /// Least writable disk, MiB.
+    pub min_disk_mib: u64,
+    /// Most writable disk, MiB.
+    pub max_disk_mib: u64,
+    /// Longest TTL, seconds.
+    pub max_ttl_secs: u64,
+    /// Most labels or env variables.
+    pub max_entries: usize,
+}
+
+/// The limits of this build.
+pub const LIMITS: Limits = Limits {
+    max_vcpus: 8,
+    min_mem_mib: 64,
+    max_mem_mib: 16384,
+    min_disk_mib: 64,
+    max_disk_mib: 1 << 20,
+    max_ttl_secs: 30 * 24 * 3600,
+    max_entries: 64,
+};
+
+/// Defaults for a new workspace.
+pub mod defaults {
+    /// Image.
+    pub const IMAGE: &str = "minimal";
+    /// vCPUs.
+    pub const VCPUS: u8 = 1;
+    /// Guest memory, MiB.
+    pub const MEM_MIB: u64 = 256;
+    /// Writable disk, MiB (sparse: only written blocks use host disk).
+    pub const DISK_MIB: u64 = 1024;
+}
+
+/// What to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceSpec {
+    /// Image name.
+    pub image: String,
+    /// vCPUs.
+    pub vcpus: u8,
+    /// Guest memory, MiB.
+    pub mem_mib: u64,
+    /// Writable disk, MiB.
+    pub disk_mib: u64,
+    /// Added to every exec's environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Free-form labels, for `list` filters.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Stop the workspace this many seconds after each start.
+    #[serde(default)]
+    pub ttl_secs: Option<u64>,
+}
+
+impl Default for WorkspaceSpec {
+    fn default() -> Self {
+        Self {
+            image: defaults::IMAGE.into(),
+            vcpus: defaults::VCPUS,
+            mem_mib: defaults::MEM_MIB,
+            disk_mib: defaults::DISK_MIB,
+            env: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            ttl_secs: None,
+        }
+    }
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 128
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c))
+}
+
+impl WorkspaceSpec {
+    /// Checks every field against [`LIMITS`].
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::InvalidInput(msg));
+        let l = LIMITS;
+        if self.vcpus == 0 || self.vcpus > l.max_vcpus {
+            return bad(format!("vcpus is {}; use 1 to {}", self.vcpus, l.max_vcpus));
+        }
+        if !(l.min_mem_mib..=l.max_mem_mib).contains(&self.mem_mib) {
+            return bad(format!(
+                "memory is {} MiB; use {} to {} MiB",
+                self.mem_mib, l.min_mem_mib, l.max_mem_mib
+            ));
+        }
+        if !(l.min_disk_mib..=l.max_disk_mib).contains(&self.disk_mib) {
+            return bad(format!(
+                "disk is {} MiB; use {} to {} MiB",
+                self.disk_mib, l.min_disk_mib, l.max_disk_mib
+            ));
+        }
+        if let Some(ttl) = self.ttl_secs {
+            validate_ttl(ttl)?;
+        }
+        for (what, map) in [("env", &self.env), ("labels", &self.labels)] {
+            if map.len() > l.max_entries {
+                return bad(format!(
+                    "{} {what} entries; at most {} are allowed",
+                    map.len(),
+                    l.max_entries
+                ));
+            }
+            if let Some(key) = map.keys().find(|k| !valid_key(k)) {
+                return bad(format!(
+                    "{what} key {key:?} is not allowed; use letters, digits and _ . - /"
+                ));
+            }
+        }
+        if self.image.is_empty() {
+            return bad("image name is empty".into());
+        }
+        Ok(())
+    }
+}
+
+/// Checks a TTL in seconds.
+pub fn validate_ttl(ttl: u64) -> Result<()> {
+    if ttl == 0 || ttl > LIMITS.max_ttl_secs {
+        return Err(Error::InvalidInput(format!(
+            "ttl is {ttl} s; use 1 to {} s",
+            LIMITS.max_ttl_secs
+        )));
+    }
+    Ok(())
+}
+
+/// The running VMM of a workspace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Runtime {
+    /// The VMM process.
+    pub pid: u32,
+    /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field
+    /// 22), so a recycled pid is never mistaken for it.
+    pub pid_start: u64,
+    /// Unix ms of the start request.
+    pub started_at_ms: u64,
+    /// Unix ms when the agent first answered.
+    #[serde(default)]
+    pub ready_at_ms: Option<u64>,
+    /// Unix ms when the TTL stops it.
+    #[serde(default)]
+    pub ttl_deadline_ms: Option<u64>,
+}
+
+/// How the last run ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastExit {
+    /// Unix ms.
+    pub at_ms: u64,
+    /// What happened, in words.
+    pub reason: String,
+    /// The last console lines (kept for crashes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub console_tail: Vec<String>,
+}
+
+/// `meta.json`: a workspace's spec and state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Its name.
+    pub name: String,
+    /// What it was created with.
+    pub spec: WorkspaceSpec,
+    /// Unix ms of creation.
+    pub created_at_ms: u64,
+    /// Where it is in its life.
+    pub state: State,
+    /// Set while a VMM process is expected.
+    #[serde(default)]
+    pub runtime: Option<Runtime>,
+    /// How the last run ended.
+    #[serde(default)]
+    pub last_exit: Option<LastExit>,
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_limits_are_enforced() {
+        WorkspaceSpec::default().validate().unwrap();
+        type Case = Box<dyn Fn(&mut WorkspaceSpec)>;
+        let cases: Vec<Case> = vec![
+            Box::new(|s| s.vcpus = 0),
+            Box::new(|s| s.vcpus = 9),
+            Box::new(|s| s.mem_mib = 8),
+            Box::new(|s| s.disk_mib = 1),
+            Box::new(|s| s.ttl_secs = Some(0)),
+            Box::new(|s| {
+                s.env.insert("A B".into(), "x".into());
+            }),
+            Box::new(|s| {
+                s.labels.insert(String::new(), "x".into());
+            }),
+            Box::new(|s| s.image.clear()),
+        ];
+        for (i, case) in cases.iter().enumerate() {
+            let mut spec = WorkspaceSpec::default();
+            case(&mut spec);
+            let err = spec.validate().unwrap_err();
+            assert_eq!(
+                err.code(),
+                crate::ErrorCode::InvalidInput,
+                "case {i}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn meta_round_trips() {
+        let meta = Meta {
+            name: "dev".into(),
+            spec: WorkspaceSpec::default(),
+            created_at_ms: 1,
+            state: State::Running,
+            runtime: Some(Runtime {
+                pid: 42,
+                pid_start: 7,
+                started_at_ms: 2,
+                ready_at_ms: Some(3),
+                ttl_deadline_ms: None,
+            }),
+            last_exit: None,
+        };
+        let json = serde_json::to_string(&meta).unwrap();
+        assert_eq!(serde_json::from_str::<Meta>(&json).unwrap(), meta);
+    }
+}
