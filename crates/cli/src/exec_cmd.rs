@@ -25,12 +25,19 @@ const TIMED_OUT: u8 = 124;
 
 #[derive(Debug, Clone, Args)]
 pub struct ExecArgs {
-    /// Run COMMAND as one /bin/sh -c line.
-    #[arg(long)]
-    pub shell: bool,
     /// Environment variable (repeatable).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = key_value)]
     pub env: Vec<(String, String)>,
+    #[command(flatten)]
+    pub command: CommandArgs,
+}
+
+/// How to run the command (shared by `exec` and `run`).
+#[derive(Debug, Clone, Args)]
+pub struct CommandArgs {
+    /// Run COMMAND as one /bin/sh -c line.
+    #[arg(long)]
+    pub shell: bool,
     /// Working directory in the guest.
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
@@ -51,14 +58,14 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
-impl ExecArgs {
-    fn request(&self) -> Result<ExecRequest, Error> {
+impl CommandArgs {
+    fn request(&self, env: &[(String, String)]) -> Result<ExecRequest, Error> {
         let mut req = if self.shell {
             ExecRequest::shell(self.command.join(" "))
         } else {
             ExecRequest::argv(self.command.clone())
         };
-        req.env = self.env.iter().cloned().collect::<BTreeMap<_, _>>();
+        req.env = env.iter().cloned().collect::<BTreeMap<_, _>>();
         req.cwd = self.cwd.clone();
         if let Some(t) = self.timeout {
             if t == 0 {
@@ -93,8 +100,13 @@ async fn ctrl_c() {
 }
 
 /// Runs the command in `name`; `Ok(None)` when interrupted.
-async fn exec_in(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<Option<ExitCode>, Error> {
-    let req = args.request()?;
+async fn exec_in(
+    ws: &Workspaces,
+    name: &str,
+    args: &CommandArgs,
+    env: &[(String, String)],
+) -> Result<Option<ExitCode>, Error> {
+    let req = args.request(env)?;
     let input = if args.stdin {
         ExecInput::Reader(Box::new(tokio::io::stdin()))
     } else {
@@ -152,10 +164,26 @@ async fn exec_in(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<Option<
     Ok(Some(ExitCode::from(status)))
 }
 
+/// The status for a command the guest could not start (as a shell gives:
+/// 127 not found, 126 not executable), reported like any error.
+fn not_started(e: Error, json: bool) -> Result<ExitCode, Error> {
+    use guest_agent::protocol::ErrorCode as Agent;
+    let status = match &e {
+        Error::Agent { op: "exec", source } => match source.code() {
+            Some(Agent::NotFound) => 127,
+            Some(Agent::PermissionDenied) => 126,
+            _ => return Err(e),
+        },
+        _ => return Err(e),
+    };
+    Ok(output::error(&e, json, status))
+}
+
 pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
-    Ok(exec_in(ws, name, args)
-        .await?
-        .unwrap_or(ExitCode::from(INTERRUPTED)))
+    match exec_in(ws, name, &args.command, &args.env).await {
+        Ok(code) => Ok(code.unwrap_or(ExitCode::from(INTERRUPTED))),
+        Err(e) => not_started(e, args.command.json),
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -172,7 +200,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
     #[command(flatten)]
-    pub exec: ExecArgs,
+    pub exec: CommandArgs,
 }
 
 fn run_name() -> String {
@@ -184,14 +212,15 @@ fn run_name() -> String {
 
 pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
     let name = args.name.clone().unwrap_or_else(run_name);
-    args.exec.request()?;
+    args.exec.request(&[])?;
     ws.create(&name, args.spec.spec())?;
     let result = async {
         tokio::select! {
             started = start_with_progress(ws, &name, Duration::from_secs(args.start_timeout), args.exec.json) => started?,
             () = ctrl_c() => return Ok(None),
         };
-        exec_in(ws, &name, &args.exec).await
+        // The workspace's env (from --env) already applies to every command.
+        exec_in(ws, &name, &args.exec, &[]).await
     }
     .await;
     let cleanup = if args.keep {
@@ -205,8 +234,9 @@ pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
             e.full_message()
         );
     }
-    match result? {
-        Some(code) => Ok(code),
-        None => Ok(ExitCode::from(INTERRUPTED)),
+    match result {
+        Ok(Some(code)) => Ok(code),
+        Ok(None) => Ok(ExitCode::from(INTERRUPTED)),
+        Err(e) => not_started(e, args.exec.json),
     }
 }

@@ -201,7 +201,7 @@ impl Command {
             | Command::Logs { json, .. }
             | Command::Events { json, .. }
             | Command::Contract { json } => *json,
-            Command::Exec { args, .. } => args.json,
+            Command::Exec { args, .. } => args.command.json,
             Command::Run(r) => r.exec.json,
             Command::Image(i) => i.json(),
             Command::Vmm(_) => false,

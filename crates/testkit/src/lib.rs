@@ -5,6 +5,8 @@
 //! by `MICROAGENT_SKIP_LOG`; `cargo xtask test` counts those as skipped
 //! rather than passed.
 
+pub mod cli;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;

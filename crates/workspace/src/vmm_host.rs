@@ -33,6 +33,8 @@ struct Shared {
     started: Instant,
     ready: AtomicBool,
     stopping: AtomicBool,
+    /// Why the stop under way was started.
+    stop_reason: Mutex<Option<&'static str>>,
     /// Unix ms of the TTL deadline; the condvar wakes the TTL thread on change.
     ttl_deadline: Mutex<Option<u64>>,
     ttl_changed: Condvar,
@@ -77,6 +79,7 @@ impl Shared {
         if self.stopping.swap(true, Ordering::SeqCst) {
             return;
         }
+        *self.stop_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
         let _ = self.update(|m| {
             if m.state == State::Starting || m.state == State::Running {
                 m.state = m.state.become_(State::Stopping)?;
@@ -141,6 +144,7 @@ pub fn serve(state: StateDir, name: &str) -> Result<i32> {
         started: Instant::now(),
         ready: AtomicBool::new(false),
         stopping: AtomicBool::new(false),
+        stop_reason: Mutex::new(None),
         ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
         ttl_changed: Condvar::new(),
         finished: AtomicBool::new(false),
@@ -169,7 +173,7 @@ pub fn serve(state: StateDir, name: &str) -> Result<i32> {
     std::thread::spawn(move || enforce_ttl(&s));
 
     let outcome = machine.run(None);
-    let stopping = shared.stopping.load(Ordering::SeqCst);
+    let stopping = *shared.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
     let (crashed, reason) = match outcome {
         Ok(o) => classify_end(&o.reason, stopping, &ws),
         Err(e) => (true, format!("the VMM failed: {e}")),
@@ -179,15 +183,15 @@ pub fn serve(state: StateDir, name: &str) -> Result<i32> {
 }
 
 /// Whether the run crashed, and why it ended, in words.
-fn classify_end(reason: &StopReason, stopping: bool, ws: &WorkspaceDir) -> (bool, String) {
+fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) -> (bool, String) {
     let panicked = tail_lines(ws.path(), 60)
         .unwrap_or_default()
         .iter()
         .any(|l| l.contains("Kernel panic"));
     match reason {
         _ if panicked => (true, "the guest kernel panicked".into()),
-        StopReason::Reset | StopReason::PowerOff if stopping => {
-            (false, "stopped on request".into())
+        StopReason::Reset | StopReason::PowerOff if stopping.is_some() => {
+            (false, stopping.unwrap_or_default().to_owned())
         }
         StopReason::Reset | StopReason::PowerOff => {
             (false, "the guest shut down or rebooted itself".into())

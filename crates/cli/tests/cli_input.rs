@@ -1,0 +1,158 @@
+//! Bad input through the CLI, no KVM needed: every command answers with its
+//! stable error code in `--json` and leaves the state directory as it was.
+
+use testkit::cli::CliHome;
+
+fn fake_image(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut kernel = vec![0u8; 4096];
+    kernel[..4].copy_from_slice(b"\x7fELF");
+    std::fs::write(dir.join("vmlinux"), kernel).unwrap();
+    let mut rootfs = vec![0u8; 8192];
+    rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
+    std::fs::write(dir.join("rootfs.ext4"), rootfs).unwrap();
+}
+
+fn home(test: &str) -> CliHome {
+    CliHome::new(env!("CARGO_BIN_EXE_microagent"), test)
+}
+
+#[test]
+fn bad_input_gets_its_code_and_changes_nothing() {
+    let cli = home("badinput");
+    let src = cli.home().join("src");
+    fake_image(&src);
+    let src = src.to_str().unwrap().to_owned();
+    let mk = |args: &[&str]| {
+        let mut cmd = cli.command(args);
+        // No asset cache: only the fake image exists.
+        cmd.env("MICROAGENT_CACHE", cli.home().join("no-cache"));
+        testkit::cli::CliRun::from(cmd.stdin(std::process::Stdio::null()).output().unwrap())
+    };
+    assert_eq!(
+        mk(&["image", "import", &src, "--name", "fake", "--json"]).status,
+        0
+    );
+    let created = mk(&[
+        "create", "dev", "--image", "fake", "--label", "team=a", "--json",
+    ]);
+    assert_eq!(created.status, 0, "{}", created.stderr);
+    assert_eq!(created.json()["state"], "stopped");
+    let empty = cli.home().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let empty = empty.to_str().unwrap().to_owned();
+
+    let before = cli.snapshot();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["create", "Bad_Name"], "INVALID_INPUT"),
+        (vec!["create", "dev", "--image", "fake"], "CONFLICT"),
+        (
+            vec!["create", "other", "--image", "fake", "--vcpus", "0"],
+            "INVALID_INPUT",
+        ),
+        (
+            vec!["create", "other", "--image", "fake", "--mem", "1"],
+            "INVALID_INPUT",
+        ),
+        (
+            vec!["create", "other", "--image", "fake", "--ttl", "0"],
+            "INVALID_INPUT",
+        ),
+        (vec!["create", "other", "--image", "nope"], "NOT_FOUND"),
+        (
+            vec!["create", "other", "--image", "fake", "--env", "novalue"],
+            "INVALID_INPUT",
+        ),
+        (vec!["start", "ghost"], "NOT_FOUND"),
+        (vec!["start", "Bad_Name"], "INVALID_INPUT"),
+        (vec!["stop", "ghost"], "NOT_FOUND"),
+        (vec!["halt", "ghost"], "NOT_FOUND"),
+        (vec!["delete", "ghost", "--yes"], "NOT_FOUND"),
+        (vec!["delete", "dev"], "INVALID_INPUT"),
+        (vec!["inspect", "ghost"], "NOT_FOUND"),
+        (vec!["ttl", "dev", "soon"], "INVALID_INPUT"),
+        (vec!["ttl", "ghost", "10"], "NOT_FOUND"),
+        (vec!["exec", "dev", "--", "true"], "NOT_RUNNING"),
+        (vec!["exec", "ghost", "--", "true"], "NOT_FOUND"),
+        (
+            vec!["exec", "dev", "--timeout", "0", "--", "true"],
+            "INVALID_INPUT",
+        ),
+        (vec!["cp", "/etc/hostname", "/tmp/x"], "INVALID_INPUT"),
+        (vec!["cp", "/etc/hostname", "dev:relative"], "INVALID_INPUT"),
+        (vec!["cp", "/does/not/exist", "dev:/tmp/x"], "INVALID_INPUT"),
+        (vec!["cp", "/etc/hostname", "dev:/tmp/x"], "NOT_RUNNING"),
+        (vec!["cp", "ghost:/etc/hostname", "/tmp/x"], "NOT_FOUND"),
+        (vec!["logs", "ghost"], "NOT_FOUND"),
+        (vec!["events", "ghost"], "NOT_FOUND"),
+        (vec!["events", "dev", "--wait", "100000"], "INVALID_INPUT"),
+        (vec!["list", "--state", "sleeping"], "INVALID_INPUT"),
+        (vec!["image", "inspect", "nope"], "NOT_FOUND"),
+        (vec!["image", "rm", "fake"], "CONFLICT"),
+        (vec!["image", "rm", "nope"], "NOT_FOUND"),
+        (
+            vec!["image", "import", &empty, "--name", "other"],
+            "INVALID_INPUT",
+        ),
+        (vec!["image", "import", &src, "--name", "fake"], "CONFLICT"),
+        (vec!["run", "--image", "nope", "--", "true"], "NOT_FOUND"),
+        (vec!["run", "--vcpus", "99", "--", "true"], "INVALID_INPUT"),
+    ];
+    for (args, code) in cases {
+        let mut args = args.clone();
+        // Options go before the command of exec and run.
+        let at = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        args.insert(at, "--json");
+        let run = mk(&args);
+        assert_ne!(run.status, 0, "{args:?} succeeded");
+        assert_eq!(run.error_code(), code, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(code),
+            "{args:?}: the message on stderr names the code: {}",
+            run.stderr
+        );
+        assert_eq!(
+            cli.snapshot(),
+            before,
+            "{args:?} changed the state directory"
+        );
+    }
+    // exec and run report their own failures with 125, other commands with 1.
+    assert_eq!(mk(&["exec", "dev", "--json", "--", "true"]).status, 125);
+    assert_eq!(mk(&["inspect", "ghost", "--json"]).status, 1);
+
+    // What worked stays intact and usable.
+    let list = mk(&["list", "--label", "team=a", "--json"]).json();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["name"], "dev");
+    assert!(mk(&["list", "--label", "team=b", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let deleted = mk(&["delete", "dev", "--yes", "--json"]);
+    assert_eq!(deleted.status, 0, "{}", deleted.stderr);
+    assert_eq!(mk(&["image", "rm", "fake", "--json"]).status, 0);
+    let left: Vec<_> = std::fs::read_dir(cli.home().join("workspaces"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "delete leaves nothing: {left:?}");
+}
+
+#[test]
+fn contract_and_help_are_available_without_kvm() {
+    let cli = home("contract");
+    let contract = cli.ok_json(&["contract"]);
+    assert_eq!(contract["error_codes"].as_array().unwrap().len(), 8);
+    assert_eq!(contract["exec_failure_exit_code"], 125);
+    let help = cli.run(&["--help"]);
+    assert_eq!(help.status, 0);
+    for cmd in [
+        "create", "start", "stop", "halt", "delete", "list", "inspect", "exec", "cp", "logs",
+        "events", "run", "image", "doctor",
+    ] {
+        assert!(help.stdout.contains(cmd), "--help lists {cmd}");
+    }
+    let usage = cli.run(&["create"]);
+    assert_eq!(usage.status, 2, "a usage error exits 2");
+}

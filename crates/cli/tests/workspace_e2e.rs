@@ -1,0 +1,289 @@
+//! End to end through the `microagent` binary on the real guest kernel and
+//! the `minimal` image. Each boot costs ~25 s on a host that emulates guest
+//! kernel mode, so every test does as much as it can with one boot.
+
+use std::time::{Duration, Instant};
+
+use testkit::cli::CliHome;
+
+/// Whether this host can boot workspaces; prints the reason and records a
+/// skip when not.
+fn can_boot(test: &str) -> bool {
+    testkit::require(test, testkit::guest_assets()).is_some()
+        && testkit::require(test, testkit::workspace_image("minimal")).is_some()
+        && testkit::require(test, testkit::e2fs_tool("mkfs.ext4")).is_some()
+}
+
+fn home(test: &str) -> CliHome {
+    CliHome::new(env!("CARGO_BIN_EXE_microagent"), test)
+}
+
+fn events(cli: &CliHome, name: &str) -> Vec<String> {
+    let run = cli.run(&["events", name, "--json"]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    run.stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+fn start(cli: &CliHome, name: &str) {
+    let began = Instant::now();
+    let started = cli.ok_json(&["start", name, "--json"]);
+    assert_eq!(started["state"], "running");
+    eprintln!("{name} started in {:.1} s", began.elapsed().as_secs_f64());
+}
+
+/// Waits until `name` reaches `state`.
+fn wait_state(cli: &CliHome, name: &str, state: &str, timeout: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let info = cli.ok_json(&["inspect", name, "--json"]);
+        if info["state"] == state {
+            return info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never became {state}: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn assert_no_leftovers(cli: &CliHome, name: &str) {
+    assert!(cli.vmm_pids().is_empty(), "a VMM process was left behind");
+    let dir = cli.home().join("workspaces").join(name);
+    for sock in ["control.sock", "vsock.sock"] {
+        assert!(!dir.join(sock).exists(), "{sock} was left behind");
+    }
+}
+
+#[test]
+fn life_cycle_exec_files_logs_events() {
+    let test = "life_cycle_exec_files_logs_events";
+    if !can_boot(test) {
+        return;
+    }
+    let cli = home("lifecycle");
+    let created = cli.ok_json(&[
+        "create",
+        "dev",
+        "--env",
+        "GREETING=hi",
+        "--label",
+        "suite=e2e",
+        "--json",
+    ]);
+    assert_eq!(created["state"], "stopped");
+    start(&cli, "dev");
+    assert_eq!(
+        cli.run(&["start", "dev", "--json"]).error_code(),
+        "CONFLICT"
+    );
+
+    let uname = cli.run(&["exec", "dev", "--", "uname", "-a"]);
+    assert_eq!(uname.status, 0, "{}", uname.stderr);
+    assert!(uname.stdout.starts_with("Linux dev "), "{}", uname.stdout);
+
+    let exec = cli.ok_json(&[
+        "exec",
+        "dev",
+        "--json",
+        "--shell",
+        "--",
+        "echo $GREETING; echo oops >&2",
+    ]);
+    assert_eq!(exec["stdout"], "hi\n");
+    assert_eq!(exec["stderr"], "oops\n");
+    assert_eq!(
+        cli.run(&["exec", "dev", "--shell", "--", "exit 7"]).status,
+        7
+    );
+    assert_eq!(
+        cli.run(&["exec", "dev", "--", "no-such-program"]).status,
+        127
+    );
+
+    // Copies: a file and a directory in, both back out, byte for byte.
+    let host = cli.home().join("host");
+    std::fs::create_dir_all(host.join("tree/sub")).unwrap();
+    std::fs::write(
+        host.join("file.bin"),
+        (0..70_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    std::fs::write(host.join("tree/sub/leaf.txt"), "leaf\n").unwrap();
+    let p = |rel: &str| host.join(rel).to_str().unwrap().to_owned();
+    assert_eq!(
+        cli.run(&["cp", &p("file.bin"), "dev:/root/file.bin"])
+            .status,
+        0
+    );
+    assert_eq!(cli.run(&["cp", &p("tree"), "dev:/root/tree"]).status, 0);
+    let cat = cli.run(&["exec", "dev", "--", "cat", "/root/tree/sub/leaf.txt"]);
+    assert_eq!(cat.stdout, "leaf\n");
+    assert_eq!(
+        cli.run(&["cp", "dev:/root/file.bin", &p("back.bin")])
+            .status,
+        0
+    );
+    assert_eq!(
+        std::fs::read(p("back.bin")).unwrap(),
+        std::fs::read(p("file.bin")).unwrap()
+    );
+    assert_eq!(
+        cli.run(&["cp", "dev:/root/tree", &p("tree-back")]).status,
+        0
+    );
+    assert_eq!(
+        std::fs::read_to_string(p("tree-back/sub/leaf.txt")).unwrap(),
+        "leaf\n"
+    );
+    assert_eq!(
+        cli.run(&["cp", "dev:/root/missing", &p("x"), "--json"])
+            .error_code(),
+        "NOT_FOUND"
+    );
+
+    let logs = cli.run(&["logs", "dev"]);
+    assert!(
+        logs.stdout.contains("Linux version"),
+        "the console starts with the kernel banner"
+    );
+    assert!(logs.stdout.contains("microagent-agent: listening"));
+    let tail = cli.ok_json(&["logs", "dev", "-n", "1", "--json"]);
+    assert_eq!(tail["lines"].as_array().unwrap().len(), 1);
+
+    let listed = cli.ok_json(&["list", "--state", "running", "--json"]);
+    assert_eq!(listed[0]["name"], "dev");
+
+    let stopped = cli.ok_json(&["stop", "dev", "--json"]);
+    assert_eq!(stopped["state"], "stopped");
+    assert_eq!(stopped["last_exit"]["reason"], "stopped on request");
+    assert_no_leftovers(&cli, "dev");
+    assert_eq!(
+        cli.run(&["exec", "dev", "--json", "--", "true"])
+            .error_code(),
+        "NOT_RUNNING"
+    );
+    let kinds = events(&cli, "dev");
+    assert_eq!(kinds.first().map(String::as_str), Some("created"));
+    assert_eq!(kinds.get(1).map(String::as_str), Some("started"));
+    assert!(kinds.iter().filter(|k| *k == "exec_started").count() >= 4);
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "exec_started").count(),
+        kinds.iter().filter(|k| *k == "exec_finished").count()
+    );
+    assert_eq!(kinds.last().map(String::as_str), Some("stopped"));
+
+    let deleted = cli.ok_json(&["delete", "dev", "--yes", "--json"]);
+    assert_eq!(deleted["deleted"], "dev");
+    assert!(!cli.home().join("workspaces/dev").exists());
+}
+
+#[test]
+fn ttl_expiry_and_kill_9_detection() {
+    let test = "ttl_expiry_and_kill_9_detection";
+    if !can_boot(test) {
+        return;
+    }
+    let cli = home("ttlcrash");
+    cli.ok_json(&["create", "short", "--json"]);
+    start(&cli, "short");
+    // A TTL set on the running workspace goes to its VMM, which enforces it.
+    let set = cli.ok_json(&["ttl", "short", "2", "--json"]);
+    assert_eq!(set["spec"]["ttl_secs"], 2);
+    let stopped = wait_state(&cli, "short", "stopped", Duration::from_secs(60));
+    assert!(
+        stopped["last_exit"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("TTL"),
+        "{stopped}"
+    );
+    let kinds = events(&cli, "short");
+    let expired = kinds
+        .iter()
+        .position(|k| k == "ttl_expired")
+        .expect("a ttl_expired event");
+    assert_eq!(kinds[expired + 1..], ["stopped".to_owned()]);
+    assert_no_leftovers(&cli, "short");
+
+    // The same workspace boots again; its VMM is then killed with SIGKILL.
+    cli.ok_json(&["ttl", "short", "off", "--json"]);
+    start(&cli, "short");
+    let info = cli.ok_json(&["inspect", "short", "--json"]);
+    let pid = info["runtime"]["pid"].as_i64().unwrap() as i32;
+    // SAFETY: kill(2) with plain integers.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let crashed = wait_state(&cli, "short", "crashed", Duration::from_secs(10));
+    assert!(crashed["last_exit"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("died"));
+    assert!(
+        !crashed["last_exit"]["console_tail"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "a crash keeps the last console lines"
+    );
+    assert_eq!(
+        events(&cli, "short").last().map(String::as_str),
+        Some("crashed")
+    );
+    assert_eq!(
+        cli.run(&["exec", "short", "--json", "--", "true"])
+            .error_code(),
+        "NOT_RUNNING"
+    );
+    assert_no_leftovers(&cli, "short");
+    assert_eq!(cli.run(&["delete", "short", "--yes"]).status, 0);
+}
+
+#[test]
+fn five_cycles_and_a_one_shot_run_leave_nothing_behind() {
+    let test = "five_cycles_and_a_one_shot_run_leave_nothing_behind";
+    if !can_boot(test) {
+        return;
+    }
+    let cli = home("cycles");
+    for i in 0..5 {
+        let name = format!("cycle{i}");
+        cli.ok_json(&["create", &name, "--json"]);
+        start(&cli, &name);
+        // A running workspace is only deleted on purpose.
+        assert_eq!(
+            cli.run(&["delete", &name, "--yes", "--json"]).error_code(),
+            "CONFLICT"
+        );
+        cli.ok_json(&["delete", &name, "--yes", "--force", "--json"]);
+        assert_no_leftovers(&cli, &name);
+    }
+    let run = cli.run(&[
+        "run",
+        "--name",
+        "oneshot",
+        "--",
+        "sh",
+        "-c",
+        "uname -s; exit 3",
+    ]);
+    assert_eq!(
+        run.status, 3,
+        "run exits with the command's status: {}",
+        run.stderr
+    );
+    assert_eq!(run.stdout, "Linux\n");
+    assert!(cli.vmm_pids().is_empty());
+    let left: Vec<_> = std::fs::read_dir(cli.home().join("workspaces"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "no workspace file is left: {left:?}");
+}

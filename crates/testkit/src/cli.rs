@@ -1,0 +1,174 @@
+//! Driving the `microagent` binary from tests: a private state directory
+//! per test, commands with their output and exit status, JSON parsing, and
+//! cleanup that leaves no VMM process behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A `microagent` binary with its own `MICROAGENT_HOME`, removed on drop
+/// (after killing any VMM process still serving it).
+#[derive(Debug)]
+pub struct CliHome {
+    bin: PathBuf,
+    home: PathBuf,
+}
+
+/// What one command did.
+#[derive(Debug)]
+pub struct CliRun {
+    /// Exit status (`-1` when killed by a signal).
+    pub status: i32,
+    /// Stdout, lossily decoded.
+    pub stdout: String,
+    /// Stderr, lossily decoded.
+    pub stderr: String,
+}
+
+impl CliRun {
+    /// Stdout as one JSON value.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    /// The error code of a `--json` failure.
+    pub fn error_code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error code in {}", self.stdout))
+            .to_owned()
+    }
+}
+
+impl From<Output> for CliRun {
+    fn from(out: Output) -> Self {
+        Self {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl CliHome {
+    /// A fresh state directory for `test` under /tmp (short, because the
+    /// workspace sockets live in it and Unix socket paths are limited).
+    pub fn new(bin: impl Into<PathBuf>, test: &str) -> Self {
+        let short: String = test
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(12)
+            .collect();
+        let home = PathBuf::from(format!("/tmp/ma-{short}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).expect("creating the test state directory");
+        Self {
+            bin: bin.into(),
+            home,
+        }
+    }
+
+    /// The state directory.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// A command with `MICROAGENT_HOME` set, ready to run.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args).env("MICROAGENT_HOME", &self.home);
+        cmd
+    }
+
+    /// Runs `microagent ARGS` and returns what it did.
+    pub fn run(&self, args: &[&str]) -> CliRun {
+        let out = self
+            .command(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("running microagent");
+        CliRun::from(out)
+    }
+
+    /// Runs a command that must succeed; returns its stdout as JSON.
+    pub fn ok_json(&self, args: &[&str]) -> serde_json::Value {
+        let run = self.run(args);
+        assert_eq!(
+            run.status, 0,
+            "microagent {args:?} failed:\nstdout: {}\nstderr: {}",
+            run.stdout, run.stderr
+        );
+        run.json()
+    }
+
+    /// Pids of live VMM processes serving this state directory.
+    pub fn vmm_pids(&self) -> Vec<u32> {
+        let needle = self.home.to_string_lossy().into_owned();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                let alive = workspace::process::start_ticks(*pid).is_some();
+                alive && cmdline.contains("serve-workspace") && cmdline.contains(&needle)
+            })
+            .collect()
+    }
+
+    /// Every path under the state directory with its size (a snapshot to
+    /// compare before and after an operation that must change nothing).
+    pub fn snapshot(&self) -> Vec<(String, u64, Vec<u8>)> {
+        fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, u64, Vec<u8>)>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.filter_map(|e| e.ok()) {
+                let path = e.path();
+                let rel = path
+                    .strip_prefix(root)
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string();
+                let meta = match std::fs::symlink_metadata(&path) {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                };
+                if meta.is_dir() {
+                    out.push((rel + "/", 0, Vec::new()));
+                    walk(&path, root, out);
+                } else {
+                    // Small files are compared by content, big ones by size.
+                    let content = if meta.len() <= 65536 {
+                        std::fs::read(&path).unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    };
+                    out.push((rel, meta.len(), content));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.home, &self.home, &mut out);
+        out.sort();
+        out
+    }
+}
+
+impl Drop for CliHome {
+    fn drop(&mut self) {
+        for pid in self.vmm_pids() {
+            if let Ok(pid) = i32::try_from(pid) {
+                // SAFETY: kill(2) takes plain integers and touches no memory.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
