@@ -5,6 +5,7 @@ mod bench;
 mod bench_agent;
 mod bench_devices;
 mod boot;
+mod run_cmd;
 mod cache;
 mod cpio;
 mod fuzz;
@@ -31,6 +32,8 @@ tasks:
   rootfs [minimal|debian|all]   build workspace root images (default all): busybox + agent,
                                 or Debian bookworm minbase + python3 + agent (docs/images.md);
                                 MICROAGENT_AGENT_BIN=PATH uses a prebuilt static agent
+  run [-- COMMAND...]           build the kernel, the minimal image and microagent, then run
+                                COMMAND (default `uname -a`) in a fresh workspace
   boot [-- ARGS]                build assets and microagent, boot the guest, show its console;
                                 ARGS go to `microagent vmm boot` (e.g. --vcpus 2)
   test                          fmt check, clippy, then the whole test suite with a
@@ -74,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         "initramfs" => initramfs::build().map(drop),
         "test-rootfs" => rootfs::build().map(drop),
         "rootfs" => images::run(rest),
+        "run" => run_cmd::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
         "boot" => boot::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
         "test" => test_cmd::run(rest),
         "fuzz" => fuzz::run(rest),

@@ -524,3 +524,7 @@ fn detach(cmd: &mut Command) {
         });
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

@@ -1,0 +1,189 @@
+//! Life-cycle tests that need no KVM: a fake image, and fake VMM processes.
+
+use super::*;
+use crate::code::ErrorCode;
+use crate::image::{KERNEL_FILE, ROOTFS_FILE};
+
+struct Fixture {
+    root: PathBuf,
+    ws: Workspaces,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn fixture(test: &str, vmm_binary: &str) -> Fixture {
+    let root = PathBuf::from(format!("/tmp/ma-mgr-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let src = root.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut kernel = vec![0u8; 4096];
+    kernel[..4].copy_from_slice(b"\x7fELF");
+    std::fs::write(src.join(KERNEL_FILE), kernel).unwrap();
+    let mut rootfs = vec![0u8; 8192];
+    rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
+    std::fs::write(src.join(ROOTFS_FILE), rootfs).unwrap();
+    let state = StateDir::at(root.join("state")).unwrap();
+    let ws = Workspaces::new(state, None, PathBuf::from(vmm_binary));
+    ws.images().import_dir("fake", &src).unwrap();
+    Fixture { root, ws }
+}
+
+fn spec() -> WorkspaceSpec {
+    WorkspaceSpec {
+        image: "fake".into(),
+        disk_mib: 64,
+        ..WorkspaceSpec::default()
+    }
+}
+
+/// Whether mkfs.ext4 is here; if not, records `test` as skipped the way
+/// testkit does (which this crate cannot depend on: testkit uses it).
+fn have_mkfs(test: &str) -> bool {
+    let here = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
+    if !here {
+        let reason = "mkfs.ext4 is not installed (apt-get install e2fsprogs)";
+        eprintln!("SKIPPED {test}: {reason}");
+        if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
+            use std::io::Write;
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .and_then(|mut f| writeln!(f, "{test}: {reason}"));
+        }
+    }
+    here
+}
+
+#[test]
+fn create_list_inspect_delete() {
+    if !have_mkfs("create_list_inspect_delete") {
+        return;
+    }
+    let f = fixture("cycle", "/nonexistent");
+    let meta = f.ws.create("dev", spec()).unwrap();
+    assert_eq!(meta.state, State::Stopped);
+    assert_eq!(
+        f.ws.create("dev", spec()).unwrap_err().code(),
+        ErrorCode::Conflict
+    );
+    let info = f.ws.inspect("dev").unwrap();
+    assert!(info.dir.join("disk.ext4").exists());
+    assert_eq!(
+        std::fs::metadata(info.dir.join("disk.ext4")).unwrap().len(),
+        64 << 20
+    );
+    assert_eq!(f.ws.list(&ListFilter::default()).unwrap().len(), 1);
+    let only_running = ListFilter {
+        state: Some(State::Running),
+        ..ListFilter::default()
+    };
+    assert!(f.ws.list(&only_running).unwrap().is_empty());
+    assert_eq!(f.ws.image_users("fake").unwrap(), vec!["dev".to_string()]);
+    assert_eq!(
+        f.ws.remove_image("fake").unwrap_err().code(),
+        ErrorCode::Conflict
+    );
+    // Halting or stopping a stopped workspace changes nothing.
+    assert_eq!(f.ws.halt("dev").unwrap().state, State::Stopped);
+    f.ws.delete("dev", false).unwrap();
+    let left: Vec<_> = std::fs::read_dir(f.ws.state_dir().root().join("workspaces"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "delete removes the directory and the lock");
+    assert_eq!(f.ws.get("dev").unwrap_err().code(), ErrorCode::NotFound);
+    f.ws.remove_image("fake").unwrap();
+}
+
+#[test]
+fn a_dead_vmm_is_recorded_as_crashed_once() {
+    if !have_mkfs("a_dead_vmm_is_recorded_as_crashed_once") {
+        return;
+    }
+    let f = fixture("crash", "/nonexistent");
+    f.ws.create("dev", spec()).unwrap();
+    let dir = f.ws.dir("dev").unwrap();
+    std::fs::write(dir.path().join("console.log"), "booting\nKernel says hi\n").unwrap();
+    // A process that ran and is gone stands for a VMM killed with -9.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let ticks = process::start_ticks(pid).unwrap_or(1);
+    child.wait().unwrap();
+    let mut meta = dir.read_meta().unwrap();
+    meta.state = State::Running;
+    meta.runtime = Some(Runtime {
+        pid,
+        pid_start: ticks,
+        started_at_ms: now_ms(),
+        ready_at_ms: Some(now_ms()),
+        ttl_deadline_ms: None,
+    });
+    dir.write_meta(&meta).unwrap();
+    std::fs::write(dir.control(), b"").unwrap();
+
+    let seen = f.ws.get("dev").unwrap();
+    assert_eq!(seen.state, State::Crashed);
+    let exit = seen.last_exit.unwrap();
+    assert!(exit.reason.contains(&pid.to_string()));
+    assert_eq!(exit.console_tail, vec!["booting", "Kernel says hi"]);
+    assert!(
+        !dir.control().exists(),
+        "the dead VMM's sockets are removed"
+    );
+    assert_eq!(f.ws.get("dev").unwrap().state, State::Crashed);
+    let crashes = dir
+        .events()
+        .read_after(0)
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EventKind::Crashed { .. }))
+        .count();
+    assert_eq!(crashes, 1, "recorded once, however often it is looked at");
+    let err = futures_exec(&f.ws);
+    assert_eq!(err.code(), ErrorCode::NotRunning);
+}
+
+fn futures_exec(ws: &Workspaces) -> Error {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(ws.exec_collect(
+        "dev",
+        guest_agent::protocol::ExecRequest::argv(["true"]),
+        guest_agent::client::ExecInput::None,
+    ))
+    .unwrap_err()
+}
+
+#[test]
+fn a_start_whose_vmm_cannot_run_changes_nothing() {
+    if !have_mkfs("a_start_whose_vmm_cannot_run_changes_nothing") {
+        return;
+    }
+    let f = fixture("nostart", "/nonexistent/microagent");
+    f.ws.create("dev", spec()).unwrap();
+    let before = f.ws.get("dev").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = rt
+        .block_on(f.ws.start("dev", Duration::from_secs(5), |_| {}))
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Internal);
+    assert!(err.full_message().contains("/nonexistent/microagent"));
+    assert_eq!(f.ws.get("dev").unwrap(), before);
+    assert_eq!(
+        rt.block_on(f.ws.start("ghost", Duration::from_secs(5), |_| {}))
+            .unwrap_err()
+            .code(),
+        ErrorCode::NotFound
+    );
+}
