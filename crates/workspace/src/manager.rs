@@ -119,6 +119,20 @@ impl Workspaces {
         Ok(self.state.lock_workspace(name)?)
     }
 
+    /// Takes the lock of an existing workspace and reads its record. If it
+    /// was deleted meanwhile, the lock file this made is removed again.
+    fn lock_existing(&self, name: &str) -> Result<(WorkspaceLock, Meta)> {
+        let lock = self.lock(name)?;
+        match self.dir(name)?.read_meta() {
+            Ok(meta) => Ok((lock, meta)),
+            Err(e @ Error::WorkspaceNotFound(_)) => {
+                let _ = self.state.remove_lock(name, lock);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Workspaces that use image `name`.
     pub fn image_users(&self, image: &str) -> Result<Vec<String>> {
         Ok(self
@@ -182,8 +196,7 @@ impl Workspaces {
         if !vmm_died(&meta) {
             return Ok(meta);
         }
-        let _lock = self.lock(name)?;
-        let mut meta = ws.read_meta()?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
         if vmm_died(&meta) {
             let pid = meta.runtime.as_ref().map_or(0, |r| r.pid);
             ws.record_exit(
@@ -249,9 +262,8 @@ impl Workspaces {
         let ws = self.dir(name)?;
         let started = Instant::now();
         {
-            let meta = self.get(name)?;
-            let _lock = self.lock(name)?;
-            let mut meta = ws.read_meta().unwrap_or(meta);
+            self.get(name)?;
+            let (_lock, mut meta) = self.lock_existing(name)?;
             match meta.state {
                 State::Stopped | State::Crashed => {}
                 State::Running => {
@@ -380,8 +392,7 @@ impl Workspaces {
     /// After the VMM is gone: records the end if it did not.
     fn settle(&self, name: &str, reason: &str) -> Result<Meta> {
         let ws = self.dir(name)?;
-        let _lock = self.lock(name)?;
-        let mut meta = ws.read_meta()?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
         if meta.state.has_vmm() {
             ws.record_exit(&mut meta, false, reason)?;
         }
@@ -392,7 +403,7 @@ impl Workspaces {
     /// on the disk are lost.
     pub fn halt(&self, name: &str) -> Result<Meta> {
         self.get(name)?;
-        let _lock = self.lock(name)?;
+        let (_lock, _) = self.lock_existing(name)?;
         self.halt_locked(name)
     }
 
@@ -420,8 +431,7 @@ impl Workspaces {
     pub fn delete(&self, name: &str, force: bool) -> Result<Meta> {
         let ws = self.dir(name)?;
         self.get(name)?;
-        let lock = self.lock(name)?;
-        let meta = ws.read_meta()?;
+        let (lock, meta) = self.lock_existing(name)?;
         if meta.state.has_vmm() {
             if !force {
                 return Err(Error::WrongState {
@@ -457,8 +467,7 @@ impl Workspaces {
                 }
             }
         }
-        let _lock = self.lock(name)?;
-        let mut meta = ws.read_meta()?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
         meta.spec.ttl_secs = ttl_secs;
         ws.write_meta(&meta)?;
         Ok(meta)

@@ -187,3 +187,38 @@ fn a_start_whose_vmm_cannot_run_changes_nothing() {
         ErrorCode::NotFound
     );
 }
+
+#[test]
+fn concurrent_creates_of_one_name_make_one_workspace() {
+    if !have_mkfs("concurrent_creates_of_one_name_make_one_workspace") {
+        return;
+    }
+    let f = fixture("race", "/nonexistent");
+    let results: Vec<Result<Meta>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| f.ws.create("same", spec())))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    for r in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(r.code(), ErrorCode::Conflict);
+    }
+    assert_eq!(f.ws.list(&ListFilter::default()).unwrap().len(), 1);
+    // Delete racing with deletes: one wins, the others find nothing.
+    let deleted: Vec<Result<Meta>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| f.ws.delete("same", true)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(deleted.iter().filter(|r| r.is_ok()).count(), 1);
+    let left: Vec<_> = std::fs::read_dir(f.ws.state_dir().root().join("workspaces"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "losing deletes leave no lock file: {left:?}"
+    );
+}
