@@ -4,8 +4,8 @@
 mod bench;
 mod bench_agent;
 mod bench_devices;
+mod bench_workspace;
 mod boot;
-mod run_cmd;
 mod cache;
 mod cpio;
 mod fuzz;
@@ -14,6 +14,7 @@ mod initramfs;
 mod kernel;
 mod nolibc;
 mod rootfs;
+mod run_cmd;
 mod sh;
 mod test_cmd;
 mod tidy;
@@ -45,6 +46,8 @@ tasks:
                                 each beside the host's own loopback figure
   bench agent                   guest agent exec round trip and file throughput, beside the
                                 agent running as a host process
+  bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
+                                and host disk of a running workspace
 
 Assets are cached in $MICROAGENT_CACHE (default ~/.cache/microagent), keyed by a hash
 of their inputs; the newest of each is linked from <cache>/current/.
@@ -84,6 +87,7 @@ fn main() -> anyhow::Result<()> {
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),
             [what] if what == "agent" => bench_agent::run(),
+            [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             _ => bench::run(rest),
         },
         "-h" | "--help" | "help" => {
