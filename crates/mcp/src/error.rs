@@ -1,0 +1,117 @@
+//! Tool failures. A failed operation is a tool result with `isError: true`,
+//! the stable [`ErrorCode`] and the message in `structuredContent`
+//! (`{"code", "message"}`) and as text (`CODE: message`). Requests that are
+//! malformed (unknown tool, arguments that do not fit the input schema) never
+//! get here: rmcp answers them with JSON-RPC errors.
+
+use rmcp::handler::server::tool::IntoCallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
+use serde::Serialize;
+use workspace::ErrorCode;
+
+use crate::cost::PriceError;
+
+/// Why a tool call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The workspace library refused or failed.
+    #[error("{}", .0.full_message())]
+    Workspace(#[from] workspace::Error),
+    /// A request value is out of range or inconsistent.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// Something named in the request does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request clashes with what exists (a host file in the way, ...).
+    #[error("{0}")]
+    Conflict(String),
+    /// The client cancelled the call (the answer is not sent; MCP says so).
+    #[error("cancelled by the client: {0}")]
+    Cancelled(String),
+    /// The price table of `estimate_cost`.
+    #[error(transparent)]
+    Price(#[from] PriceError),
+    /// A host-side operation failed unexpectedly.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The structured content of a failed call.
+#[derive(Debug, Serialize)]
+pub struct ToolFailure {
+    /// Stable error code (see the `contract` tool).
+    pub code: ErrorCode,
+    /// What failed and what to do next.
+    pub message: String,
+}
+
+impl ToolError {
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ToolError::Workspace(e) => e.code(),
+            ToolError::InvalidInput(_) => ErrorCode::InvalidInput,
+            ToolError::NotFound(_) => ErrorCode::NotFound,
+            ToolError::Conflict(_) => ErrorCode::Conflict,
+            ToolError::Price(e) => e.code(),
+            ToolError::Cancelled(_) | ToolError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The tool result that reports this failure.
+    pub fn to_result(&self) -> CallToolResult {
+        let failure = ToolFailure {
+            code: self.code(),
+            message: self.to_string(),
+        };
+        let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
+            "{}: {}",
+            failure.code, failure.message
+        ))]);
+        result.structured_content = serde_json::to_value(&failure).ok();
+        result
+    }
+}
+
+impl IntoCallToolResult for ToolError {
+    fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
+        Ok(self.to_result().into())
+    }
+}
+
+/// Runs a blocking library call on the blocking pool (creating a disk,
+/// halting a VMM and removing a directory can take seconds).
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::Internal(format!("a worker thread failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_carry_the_code_in_text_and_structure() {
+        let err = ToolError::Workspace(workspace::Error::WorkspaceNotFound("dev".into()));
+        let result = err.to_result();
+        assert_eq!(result.is_error, Some(true));
+        let structured = result.structured_content.unwrap();
+        assert_eq!(structured["code"], "NOT_FOUND");
+        assert!(structured["message"]
+            .as_str()
+            .unwrap()
+            .contains("`dev` does not exist"));
+        let text = result.content[0].as_text().unwrap().text.clone();
+        assert!(text.starts_with("NOT_FOUND: workspace `dev`"), "{text}");
+        assert_eq!(
+            ToolError::InvalidInput("x".into()).code(),
+            ErrorCode::InvalidInput
+        );
+    }
+}

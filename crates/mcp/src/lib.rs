@@ -1,0 +1,95 @@
+//! microagent's MCP server: every workspace operation as a Model Context
+//! Protocol tool, spoken as newline-delimited JSON-RPC over stdin/stdout.
+//!
+//! [`MicroagentServer`] wraps a [`workspace::Workspaces`] and holds no state
+//! of its own: workspaces outlive the server process. [`serve_stdio`] is
+//! `microagent serve mcp`; [`serve`] runs the same server over any
+//! reader/writer pair (the tests use an in-memory pipe).
+//!
+//! Modules: [`server`] (the handler and its tool router), [`tools`] (one
+//! module per tool family), [`schema`] (every tool's input and output
+//! types), [`error`] (tool failures and their stable codes), [`output`]
+//! (structured content plus a short text rendering), [`progress`],
+//! [`cost`] (the `estimate_cost` price table), [`register`] (how to register
+//! the server with MCP clients).
+
+pub mod cost;
+pub mod error;
+pub mod output;
+pub mod progress;
+pub mod register;
+pub mod schema;
+pub mod server;
+pub mod tools;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use rmcp::service::{QuitReason, ServerInitializeError};
+use rmcp::ServiceExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub use error::ToolError;
+pub use server::MicroagentServer;
+
+/// How long in-flight tool calls get to finish their cleanup (killing a
+/// cancelled command, deleting a one-shot workspace) after the client went
+/// away.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(60);
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// The workspace store could not be opened.
+    #[error("cannot open the workspace store: {}", .0.full_message())]
+    Workspace(#[from] workspace::Error),
+    /// The MCP session could not be set up.
+    #[error("MCP session setup failed: {0}")]
+    Initialize(Box<ServerInitializeError>),
+    /// The session's task failed.
+    #[error("the MCP session ended abnormally: {0}")]
+    Session(#[from] tokio::task::JoinError),
+}
+
+/// `microagent serve mcp`: serves the workspaces of `$MICROAGENT_HOME` over
+/// stdin/stdout until stdin closes. Started from a terminal it prints how to
+/// register it with MCP clients (on stderr) and returns at once.
+pub async fn serve_stdio() -> Result<(), McpError> {
+    if std::io::stdin().is_terminal() {
+        eprintln!("{}", register::instructions(&register::program()));
+        return Ok(());
+    }
+    let server = MicroagentServer::new(workspace::Workspaces::from_env()?);
+    let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
+    serve(server, stdin, stdout).await
+}
+
+/// Serves `server` over `reader`/`writer` until the reader ends, then gives
+/// in-flight calls [`SHUTDOWN_GRACE`] to finish their cleanup.
+pub async fn serve<R, W>(server: MicroagentServer, reader: R, writer: W) -> Result<(), McpError>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let inflight = server.inflight();
+    let running = match server.serve((reader, writer)).await {
+        Ok(running) => running,
+        // The client went away before it said anything: a normal end.
+        Err(ServerInitializeError::ConnectionClosed(why)) => {
+            tracing::debug!(%why, "the client closed the connection before initializing");
+            return Ok(());
+        }
+        Err(e) => return Err(McpError::Initialize(Box::new(e))),
+    };
+    let reason = running.waiting().await?;
+    if let QuitReason::JoinError(e) = reason {
+        return Err(e.into());
+    }
+    if !inflight.wait_idle(SHUTDOWN_GRACE).await {
+        tracing::warn!(
+            "tool calls still running {} s after the client went away; leaving them",
+            SHUTDOWN_GRACE.as_secs()
+        );
+    }
+    Ok(())
+}

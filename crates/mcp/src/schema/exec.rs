@@ -1,0 +1,185 @@
+//! Inputs and outputs of the tools that run commands: `workspace_exec` and
+//! `run_code`.
+
+use std::collections::BTreeMap;
+
+use guest_agent::protocol::Exited;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::output::{bytes, Render};
+
+/// Default bytes of each output stream returned.
+pub const DEFAULT_OUTPUT_CAP: u64 = 64 << 10;
+/// Most bytes of each output stream one call returns.
+pub const MAX_OUTPUT_CAP: u64 = 4 << 20;
+/// Longest command timeout.
+pub const MAX_EXEC_TIMEOUT_SECS: u64 = 24 * 3600;
+
+/// `workspace_exec`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecParams {
+    /// Workspace name (running).
+    pub name: String,
+    /// Program and arguments, run directly (the program is looked up in
+    /// PATH), e.g. ["uname", "-a"]. Give this or `shell`.
+    pub command: Option<Vec<String>>,
+    /// A command line run with /bin/sh -c (pipes, redirections, globs),
+    /// e.g. "ls -l /etc | head". Give this or `command`.
+    pub shell: Option<String>,
+    /// Extra environment variables (over the workspace's own).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory in the guest (absolute); default /.
+    pub cwd: Option<String>,
+    /// Text given to the command's stdin (then end of file); default: none
+    /// (/dev/null).
+    pub stdin: Option<String>,
+    /// Kill the command and its process group after this many seconds, 1
+    /// to 86400; default: no limit (cancel the call to kill it).
+    pub timeout_secs: Option<u64>,
+    /// Bytes of each of stdout and stderr returned, 0 to 4194304; default
+    /// 65536. The rest is counted (stdout_dropped, stderr_dropped), not
+    /// returned.
+    pub output_cap: Option<u64>,
+}
+
+/// `run_code`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCodeParams {
+    /// Python 3 source code, run with python3.
+    pub code: String,
+    /// A running workspace to run it in (its image must have python3, as
+    /// `debian` does). Default: a one-shot workspace of the `debian` image,
+    /// created, started and deleted around the run.
+    pub workspace: Option<String>,
+    /// Text given to the program's stdin (then end of file).
+    pub stdin: Option<String>,
+    /// Kill the program after this many seconds, 1 to 86400; default: no
+    /// limit.
+    pub timeout_secs: Option<u64>,
+    /// Bytes of each of stdout and stderr returned, 0 to 4194304; default
+    /// 65536.
+    pub output_cap: Option<u64>,
+    /// One-shot only: seconds to wait for the workspace to boot, 1 to 3600;
+    /// default 300.
+    pub start_timeout_secs: Option<u64>,
+    /// One-shot only: vCPUs, 1 to 8; default 1.
+    pub vcpus: Option<u32>,
+    /// One-shot only: guest memory in MiB, 64 to 16384; default 512.
+    pub mem_mib: Option<u64>,
+}
+
+/// How a command ended and what it printed.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ExecResult {
+    /// The agent's id of this command (see `workspace_events`).
+    pub exec_id: String,
+    /// Exit code, when the command exited.
+    pub exit_code: Option<i32>,
+    /// Signal number, when a signal killed it.
+    pub signal: Option<i32>,
+    /// True when its timeout killed it.
+    pub timed_out: bool,
+    /// Milliseconds from start to end.
+    pub wall_ms: u64,
+    /// Its stdout, up to the output cap (invalid UTF-8 replaced).
+    pub stdout: String,
+    /// Its stderr, up to the output cap (invalid UTF-8 replaced).
+    pub stderr: String,
+    /// Bytes it wrote to stdout.
+    pub stdout_bytes: u64,
+    /// Bytes it wrote to stderr.
+    pub stderr_bytes: u64,
+    /// Stdout bytes past the cap: counted, not returned.
+    pub stdout_dropped: u64,
+    /// Stderr bytes past the cap: counted, not returned.
+    pub stderr_dropped: u64,
+    /// When output was dropped: how to get all of it.
+    pub truncated_hint: Option<String>,
+}
+
+impl ExecResult {
+    /// The result of `exited` with the output collected.
+    pub fn new(exited: Exited, stdout: &[u8], stderr: &[u8], cap: u64) -> Self {
+        let truncated_hint = (exited.stdout_dropped > 0 || exited.stderr_dropped > 0).then(|| {
+            format!(
+                "output past {} per stream was dropped ({} of stdout, {} of stderr): rerun with a larger output_cap (at most {}), or redirect the output to a file (`cmd > /tmp/out.txt 2>&1`) and read it with file_read using offset and length",
+                bytes(cap),
+                bytes(exited.stdout_dropped),
+                bytes(exited.stderr_dropped),
+                bytes(MAX_OUTPUT_CAP)
+            )
+        });
+        Self {
+            exec_id: exited.exec_id,
+            exit_code: exited.code,
+            signal: exited.signal,
+            timed_out: exited.timed_out,
+            wall_ms: exited.wall_ms,
+            stdout: String::from_utf8_lossy(stdout).into_owned(),
+            stderr: String::from_utf8_lossy(stderr).into_owned(),
+            stdout_bytes: exited.stdout_bytes,
+            stderr_bytes: exited.stderr_bytes,
+            stdout_dropped: exited.stdout_dropped,
+            stderr_dropped: exited.stderr_dropped,
+            truncated_hint,
+        }
+    }
+
+    /// "exit 0", "killed by signal 9", "timed out".
+    pub fn status(&self) -> String {
+        if self.timed_out {
+            "timed out and was killed".into()
+        } else if let Some(code) = self.exit_code {
+            format!("exit {code}")
+        } else if let Some(sig) = self.signal {
+            format!("killed by signal {sig}")
+        } else {
+            "ended without a status".into()
+        }
+    }
+}
+
+impl Render for ExecResult {
+    fn render(&self) -> String {
+        let mut text = format!("{} after {} ms", self.status(), self.wall_ms);
+        for (what, out) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            if !out.is_empty() {
+                text.push_str(&format!("\n--- {what} ---\n{out}"));
+                if !out.ends_with('\n') {
+                    text.push('\n');
+                }
+            }
+        }
+        if let Some(hint) = &self.truncated_hint {
+            text.push_str(&format!("\n{hint}"));
+        }
+        text
+    }
+}
+
+/// `run_code`'s result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RunCodeResult {
+    /// The workspace it ran in.
+    pub workspace: String,
+    /// True when the workspace was created for this run and is now deleted.
+    pub one_shot: bool,
+    /// How the program ended and what it printed.
+    #[serde(flatten)]
+    pub result: ExecResult,
+}
+
+impl Render for RunCodeResult {
+    fn render(&self) -> String {
+        let place = if self.one_shot {
+            format!("one-shot workspace {} (deleted)", self.workspace)
+        } else {
+            format!("workspace {}", self.workspace)
+        };
+        format!("python3 in {place}: {}", self.result.render())
+    }
+}

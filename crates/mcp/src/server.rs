@@ -1,0 +1,181 @@
+//! The MCP server: a [`Workspaces`] behind a tool router. It keeps no state
+//! of its own beyond a count of the calls in flight, so shutdown can let
+//! them finish their cleanup.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
+use tokio::sync::Notify;
+use workspace::Workspaces;
+
+use crate::ToolError;
+
+/// What the server tells clients (and their models) about itself.
+pub const INSTRUCTIONS: &str = "microagent runs disposable Linux workspaces, each a KVM microVM with its own kernel, disk and guest agent. \
+Usual flow: workspace_create (image `minimal` = busybox, `debian` = Python and apt), workspace_start, then workspace_exec and file_read/file_write/file_list/copy_in/copy_out, and workspace_delete when done. \
+run_code runs Python in a one-shot debian workspace (or a given running one). \
+Workspaces outlive this server; workspace_list shows them. Destructive tools (stop, halt, delete, file_write, copy_in, copy_out) accept preview: true to report what they would do without doing it. \
+Failures are tool results with isError and a stable code (NOT_FOUND, INVALID_INPUT, NOT_RUNNING, CONFLICT, FORBIDDEN, HOST_UNSUPPORTED, TIMEOUT, INTERNAL); the contract tool lists the codes and limits.";
+
+/// Counts the tool calls in flight.
+#[derive(Debug, Default)]
+pub struct Inflight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// One call in flight; dropping it ends it.
+#[derive(Debug)]
+pub struct InflightGuard(Arc<Inflight>);
+
+impl Inflight {
+    /// Marks a call as started.
+    pub fn enter(self: &Arc<Self>) -> InflightGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InflightGuard(self.clone())
+    }
+
+    /// Calls in flight now.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no call is in flight, at most `timeout`; false when some
+    /// still are.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.idle.notified();
+            if self.count() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.count() == 0;
+            }
+        }
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// The microagent MCP server over one workspace store.
+#[derive(Debug, Clone)]
+pub struct MicroagentServer {
+    pub(crate) ws: Workspaces,
+    tool_router: ToolRouter<Self>,
+    inflight: Arc<Inflight>,
+}
+
+impl MicroagentServer {
+    /// A server for the workspaces of `ws`.
+    pub fn new(ws: Workspaces) -> Self {
+        Self {
+            ws,
+            tool_router: Self::lifecycle_router()
+                + Self::exec_router()
+                + Self::files_router()
+                + Self::info_router(),
+            inflight: Arc::default(),
+        }
+    }
+
+    /// The workspace store.
+    pub fn workspaces(&self) -> &Workspaces {
+        &self.ws
+    }
+
+    /// The calls in flight (shared with every clone of this server).
+    pub fn inflight(&self) -> Arc<Inflight> {
+        self.inflight.clone()
+    }
+
+    /// Every tool this server offers.
+    pub fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.tool_router.list_all()
+    }
+}
+
+/// What rmcp starts the text of a result with when the arguments did not
+/// deserialize into the tool's input type.
+const ARGUMENT_ERROR: &str = "failed to deserialize parameters: ";
+
+/// Arguments that do not fit the input schema are a tool error (MCP
+/// SEP-1303: the model sees it and can correct itself); rmcp reports them as
+/// text only, so this gives them the INVALID_INPUT code every other tool
+/// error has.
+fn with_error_code(response: CallToolResponse) -> CallToolResponse {
+    let CallToolResponse::Complete(result) = &response else {
+        return response;
+    };
+    if result.is_error != Some(true) || result.structured_content.is_some() {
+        return response;
+    }
+    let Some(why) = result
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .and_then(|t| t.text.strip_prefix(ARGUMENT_ERROR))
+    else {
+        return response;
+    };
+    ToolError::InvalidInput(format!(
+        "the arguments do not fit the tool's input schema: {why}"
+    ))
+    .to_result()
+    .into()
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for MicroagentServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("microagent", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS.to_owned())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let _busy = self.inflight.enter();
+        let call = ToolCallContext::new(self, request, context);
+        let response = self.tool_router.call(call).await?;
+        Ok(with_error_code(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn inflight_waits_for_the_last_call() {
+        let inflight = Arc::new(Inflight::default());
+        assert!(inflight.wait_idle(Duration::from_millis(1)).await);
+        let guard = inflight.enter();
+        assert!(!inflight.wait_idle(Duration::from_millis(20)).await);
+        let waiter = {
+            let inflight = inflight.clone();
+            tokio::spawn(async move { inflight.wait_idle(Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(guard);
+        assert!(waiter.await.unwrap());
+        assert_eq!(inflight.count(), 0);
+    }
+}

@@ -1,0 +1,325 @@
+//! Tools that run commands: `workspace_exec` and `run_code`. Both send
+//! progress while the command runs (when asked), and a cancelled call kills
+//! the command's process group in the guest.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use guest_agent::client::{ExecEvent, ExecInput};
+use guest_agent::protocol::ExecRequest;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, RoleServer};
+use workspace::spec::defaults;
+use workspace::{ErrorCode, WorkspaceSpec};
+
+use super::{in_range, seconds, unique_suffix, vcpus};
+use crate::error::blocking;
+use crate::output::{Out, ToolResult};
+use crate::progress::Progress;
+use crate::schema::exec::*;
+use crate::schema::lifecycle::{DEFAULT_START_TIMEOUT_SECS, MAX_START_TIMEOUT_SECS};
+use crate::{MicroagentServer, ToolError};
+
+/// The image of run_code's one-shot workspaces.
+pub const RUN_CODE_IMAGE: &str = "debian";
+/// Guest memory of run_code's one-shot workspaces, MiB.
+pub const RUN_CODE_MEM_MIB: u64 = 512;
+
+/// How a command is to run, checked.
+struct Limits {
+    timeout: Option<Duration>,
+    cap: u64,
+}
+
+fn limits(timeout_secs: Option<u64>, output_cap: Option<u64>) -> Result<Limits, ToolError> {
+    let timeout = match timeout_secs {
+        Some(t) => Some(Duration::from_secs(in_range(
+            "timeout_secs",
+            t,
+            1,
+            MAX_EXEC_TIMEOUT_SECS,
+        )?)),
+        None => None,
+    };
+    let cap = in_range(
+        "output_cap",
+        output_cap.unwrap_or(DEFAULT_OUTPUT_CAP),
+        0,
+        MAX_OUTPUT_CAP,
+    )?;
+    Ok(Limits { timeout, cap })
+}
+
+fn input(stdin: Option<String>) -> ExecInput {
+    match stdin {
+        Some(text) => ExecInput::Bytes(text.into_bytes()),
+        None => ExecInput::None,
+    }
+}
+
+/// Appends what fits under `cap` to `buf`.
+fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64) {
+    let room = usize::try_from(cap)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(buf.len());
+    buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+}
+
+impl MicroagentServer {
+    /// Runs `req` in `name` to the end, or kills it when the call is
+    /// cancelled.
+    async fn run_command(
+        &self,
+        name: &str,
+        mut req: ExecRequest,
+        stdin: ExecInput,
+        limits: &Limits,
+        ctx: &RequestContext<RoleServer>,
+        progress: &mut Progress,
+    ) -> Result<ExecResult, ToolError> {
+        if let Some(t) = limits.timeout {
+            req = req.timeout(t);
+        }
+        req.output_cap = Some(limits.cap);
+        let what = match (&req.argv, &req.shell) {
+            (Some(argv), _) => argv.join(" "),
+            (None, Some(line)) => line.clone(),
+            (None, None) => String::new(),
+        };
+        let output_bytes = AtomicU64::new(0);
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let cap = limits.cap;
+        let on_event = |event: ExecEvent| match event {
+            ExecEvent::Stdout(b) => {
+                output_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
+                keep(&mut stdout, &b, cap);
+            }
+            ExecEvent::Stderr(b) => {
+                output_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
+                keep(&mut stderr, &b, cap);
+            }
+            ExecEvent::Started { .. } => {}
+        };
+        let cancel = ctx.ct.clone().cancelled_owned();
+        let exec = self.ws.exec_cancellable(name, req, stdin, on_event, cancel);
+        let status = |elapsed: Duration| {
+            format!(
+                "running `{what}` in {name}: {} s, {} bytes of output",
+                elapsed.as_secs(),
+                output_bytes.load(Ordering::Relaxed)
+            )
+        };
+        match progress.drive(exec, status).await? {
+            Some(exited) => Ok(ExecResult::new(exited, &stdout, &stderr, cap)),
+            None => Err(ToolError::Cancelled(format!(
+                "`{what}` in workspace `{name}` was killed"
+            ))),
+        }
+    }
+
+    /// Runs Python `code` in the running workspace `name`.
+    async fn run_python(
+        &self,
+        name: &str,
+        code: &str,
+        stdin: Option<String>,
+        limits: &Limits,
+        ctx: &RequestContext<RoleServer>,
+        progress: &mut Progress,
+    ) -> Result<ExecResult, ToolError> {
+        let probe = ExecRequest::argv(["/bin/sh", "-c", "command -v python3"]);
+        let found = self.ws.exec_collect(name, probe, ExecInput::None).await?;
+        if !found.exited.success() {
+            let image = self.meta(name).await?.spec.image;
+            return Err(ToolError::InvalidInput(format!(
+                "workspace `{name}` (image `{image}`) has no python3; run_code needs an image with Python such as `{RUN_CODE_IMAGE}`: leave out `workspace` to run in a one-shot {RUN_CODE_IMAGE} workspace, or create one with image \"{RUN_CODE_IMAGE}\""
+            )));
+        }
+        let script = format!("/tmp/microagent-run-code-{}.py", unique_suffix());
+        self.ws
+            .write_file(name, &script, code.as_bytes(), false, Some(0o600))
+            .await?;
+        let req = ExecRequest::argv(["python3", script.as_str()]);
+        let ran = self
+            .run_command(name, req, input(stdin), limits, ctx, progress)
+            .await;
+        // Best effort: the workspace may be gone or stopping.
+        let _ = self
+            .ws
+            .exec_collect(
+                name,
+                ExecRequest::argv(["rm", "-f", &script]),
+                ExecInput::None,
+            )
+            .await;
+        ran
+    }
+
+    /// run_code in a workspace created for it and deleted afterwards.
+    async fn run_code_once(
+        &self,
+        p: RunCodeParams,
+        limits: &Limits,
+        ctx: &RequestContext<RoleServer>,
+        progress: &mut Progress,
+    ) -> Result<RunCodeResult, ToolError> {
+        let start_timeout = seconds(
+            "start_timeout_secs",
+            p.start_timeout_secs,
+            DEFAULT_START_TIMEOUT_SECS,
+            MAX_START_TIMEOUT_SECS,
+        )?;
+        let spec = WorkspaceSpec {
+            image: RUN_CODE_IMAGE.into(),
+            vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
+            mem_mib: p.mem_mib.unwrap_or(RUN_CODE_MEM_MIB),
+            ..WorkspaceSpec::default()
+        };
+        spec.validate()?;
+        let ws = self.ws.clone();
+        blocking(move || match ws.images().get(RUN_CODE_IMAGE) {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == ErrorCode::NotFound => Err(ToolError::NotFound(format!(
+                "run_code's one-shot workspaces use the `{RUN_CODE_IMAGE}` image, which is not built on this host (build it with `cargo xtask rootfs {RUN_CODE_IMAGE}`); or pass `workspace`, a running workspace whose image has python3"
+            ))),
+            Err(e) => Err(workspace::Error::from(e).into()),
+        })
+        .await?;
+        let name = format!("run-code-{}", unique_suffix());
+        let (ws, owned) = (self.ws.clone(), name.clone());
+        blocking(move || Ok(ws.create(&owned, spec)?)).await?;
+        let ran = async {
+            self.start_workspace(&name, start_timeout, ctx, progress)
+                .await?;
+            self.run_python(&name, &p.code, p.stdin, limits, ctx, progress)
+                .await
+        }
+        .await;
+        let (ws, owned) = (self.ws.clone(), name.clone());
+        if let Err(e) = blocking(move || Ok(ws.delete(&owned, true)?)).await {
+            tracing::warn!(%name, %e, "deleting run_code's one-shot workspace failed");
+        }
+        Ok(RunCodeResult {
+            workspace: name,
+            one_shot: true,
+            result: ran?,
+        })
+    }
+}
+
+#[tool_router(router = exec_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// Run a command in a running workspace and return its exit status and
+    /// output (each stream capped at output_cap bytes; what is dropped is
+    /// counted). Give `command` (program and arguments) or `shell` (a
+    /// /bin/sh -c line). Sends progress when asked; cancelling the call
+    /// kills the command.
+    #[tool(
+        output_schema = crate::output::schema::<ExecResult>(),
+        annotations(
+        title = "Run a command in a workspace",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_exec(
+        &self,
+        Parameters(p): Parameters<ExecParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<ExecResult> {
+        let mut req = match (p.command, p.shell) {
+            (Some(argv), None) if !argv.is_empty() => ExecRequest::argv(argv),
+            (Some(_), None) => {
+                return Err(ToolError::InvalidInput(
+                    "command is empty; give the program and its arguments".into(),
+                ))
+            }
+            (None, Some(line)) => ExecRequest::shell(line),
+            (Some(_), Some(_)) => {
+                return Err(ToolError::InvalidInput(
+                    "give either command or shell, not both".into(),
+                ))
+            }
+            (None, None) => {
+                return Err(ToolError::InvalidInput(
+                    "no command given; pass command (program and arguments) or shell (a /bin/sh -c line)"
+                        .into(),
+                ))
+            }
+        };
+        let limits = limits(p.timeout_secs, p.output_cap)?;
+        req.env = p.env;
+        req.cwd = p.cwd;
+        let mut progress = Progress::new(&ctx);
+        let result = self
+            .run_command(&p.name, req, input(p.stdin), &limits, &ctx, &mut progress)
+            .await?;
+        Ok(Out(result))
+    }
+
+    /// Run Python 3 code and return its exit status and output. By default
+    /// in a one-shot workspace of the `debian` image (created, started and
+    /// deleted around the run; the boot takes seconds to tens of seconds);
+    /// or in a given running workspace whose image has python3. Sends
+    /// progress when asked; cancelling the call kills the program.
+    #[tool(
+        output_schema = crate::output::schema::<RunCodeResult>(),
+        annotations(
+        title = "Run Python code",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn run_code(
+        &self,
+        Parameters(p): Parameters<RunCodeParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<RunCodeResult> {
+        let limits = limits(p.timeout_secs, p.output_cap)?;
+        let mut progress = Progress::new(&ctx);
+        let Some(name) = p.workspace.clone() else {
+            return Ok(Out(self
+                .run_code_once(p, &limits, &ctx, &mut progress)
+                .await?));
+        };
+        if p.start_timeout_secs.is_some() || p.vcpus.is_some() || p.mem_mib.is_some() {
+            return Err(ToolError::InvalidInput(
+                "start_timeout_secs, vcpus and mem_mib apply only to one-shot runs (without `workspace`)"
+                    .into(),
+            ));
+        }
+        let result = self
+            .run_python(&name, &p.code, p.stdin, &limits, &ctx, &mut progress)
+            .await?;
+        Ok(Out(RunCodeResult {
+            workspace: name,
+            one_shot: false,
+            result,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_kept_up_to_the_cap() {
+        let mut buf = Vec::new();
+        keep(&mut buf, b"hello", 3);
+        keep(&mut buf, b"world", 3);
+        assert_eq!(buf, b"hel");
+        assert!(limits(Some(0), None).is_err());
+        assert!(limits(None, Some(MAX_OUTPUT_CAP + 1)).is_err());
+        let l = limits(Some(5), None).unwrap();
+        assert_eq!(
+            (l.timeout, l.cap),
+            (Some(Duration::from_secs(5)), DEFAULT_OUTPUT_CAP)
+        );
+    }
+}

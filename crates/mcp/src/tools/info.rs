@@ -1,0 +1,164 @@
+//! Information tools: images, host checks, the runtime contract, cost
+//! estimates. None changes anything.
+
+use std::collections::BTreeMap;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::{tool, tool_router};
+use workspace::doctor;
+use workspace::ops::MAX_EVENT_WAIT;
+use workspace::spec::{defaults, LIMITS};
+use workspace::ListFilter;
+
+use super::{in_range, vcpus};
+use crate::cost;
+use crate::error::blocking;
+use crate::output::{Out, ToolResult};
+use crate::schema::exec::{DEFAULT_OUTPUT_CAP, MAX_OUTPUT_CAP};
+use crate::schema::files::{DEFAULT_READ_LENGTH, MAX_READ_LENGTH, MAX_WRITE_BYTES};
+use crate::schema::info::*;
+use crate::schema::lifecycle::MAX_START_TIMEOUT_SECS;
+use crate::schema::NoParams;
+use crate::{MicroagentServer, ToolError};
+
+/// Longest duration `estimate_cost` prices: a year.
+pub const MAX_COST_SECS: u64 = 365 * 24 * 3600;
+/// Most workspaces `estimate_cost` prices at once.
+pub const MAX_COST_COUNT: u64 = 10_000;
+
+/// The contract tool's document.
+pub fn contract() -> Result<ContractResult, ToolError> {
+    let library = serde_json::to_value(workspace::contract::contract())
+        .and_then(serde_json::from_value::<LibraryContract>)
+        .map_err(|e| ToolError::Internal(format!("the library contract changed shape: {e}")))?;
+    Ok(ContractResult {
+        contract: library,
+        mcp: McpLimits {
+            default_output_cap: DEFAULT_OUTPUT_CAP,
+            max_output_cap: MAX_OUTPUT_CAP,
+            default_read_length: DEFAULT_READ_LENGTH,
+            max_read_length: MAX_READ_LENGTH,
+            max_write_bytes: MAX_WRITE_BYTES as u64,
+            max_event_wait_secs: MAX_EVENT_WAIT.as_secs(),
+            max_start_timeout_secs: MAX_START_TIMEOUT_SECS,
+        },
+    })
+}
+
+#[tool_router(router = info_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// List the images workspaces can be created from, with the workspaces
+    /// that use each.
+    #[tool(
+        output_schema = crate::output::schema::<ImageListResult>(),
+        annotations(
+        title = "List images",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn image_list(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<ImageListResult> {
+        let ws = self.ws.clone();
+        let images = blocking(move || {
+            let images = ws.images().list().map_err(workspace::Error::from)?;
+            let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for meta in ws.list(&ListFilter::default())? {
+                users.entry(meta.spec.image).or_default().push(meta.name);
+            }
+            Ok(images
+                .into_iter()
+                .map(|info| {
+                    let used_by = users.remove(&info.name).unwrap_or_default();
+                    ImageView::new(info, used_by)
+                })
+                .collect())
+        })
+        .await?;
+        Ok(Out(ImageListResult { images }))
+    }
+
+    /// Check that this host can run workspaces: KVM, its speed, guest
+    /// kernel and images, state directory, free disk; with what to do
+    /// about each problem.
+    #[tool(
+        output_schema = crate::output::schema::<DoctorResult>(),
+        annotations(
+        title = "Check the host",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn host_doctor(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<DoctorResult> {
+        let ws = self.ws.clone();
+        let report =
+            blocking(move || Ok(doctor::run(ws.state_dir(), doctor::asset_dir().as_deref())))
+                .await?;
+        Ok(Out(report.into()))
+    }
+
+    /// The runtime contract: workspace states and transitions, every error
+    /// code, input limits and defaults, and the limits of these tools.
+    #[tool(
+        output_schema = crate::output::schema::<ContractResult>(),
+        annotations(
+        title = "Runtime contract",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn contract(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<ContractResult> {
+        Ok(Out(contract()?))
+    }
+
+    /// Estimate what workspaces cost: vCPU-hours and GiB-hours of memory
+    /// for a spec, a duration and a count, priced by the table in
+    /// $MICROAGENT_HOME/config.json (key "price") or the defaults (0.04 per
+    /// vCPU-hour, 0.005 per GiB-hour). Pure computation: nothing is
+    /// started.
+    #[tool(
+        output_schema = crate::output::schema::<CostResult>(),
+        annotations(
+        title = "Estimate cost",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn estimate_cost(
+        &self,
+        Parameters(p): Parameters<EstimateCostParams>,
+    ) -> ToolResult<CostResult> {
+        let vcpus = vcpus(p.vcpus, defaults::VCPUS)?;
+        in_range("vcpus", vcpus.into(), 1, LIMITS.max_vcpus.into())?;
+        let mem_mib = in_range(
+            "mem_mib",
+            p.mem_mib.unwrap_or(defaults::MEM_MIB),
+            LIMITS.min_mem_mib,
+            LIMITS.max_mem_mib,
+        )?;
+        let secs = in_range("duration_secs", p.duration_secs, 1, MAX_COST_SECS)?;
+        let count = in_range("count", p.count.unwrap_or(1), 1, MAX_COST_COUNT)?;
+        let (price, source) = cost::load(self.ws.state_dir().root())?;
+        let e = cost::estimate(&price, vcpus.into(), mem_mib, secs, count);
+        Ok(Out(CostResult {
+            vcpus: vcpus.into(),
+            mem_mib,
+            duration_secs: secs,
+            count,
+            vcpu_hours: e.vcpu_hours,
+            gib_hours: e.gib_hours,
+            price,
+            price_source: source.map_or_else(|| "defaults".into(), |p| p.display().to_string()),
+            vcpu_cost: e.vcpu_cost,
+            memory_cost: e.memory_cost,
+            total: e.total,
+        }))
+    }
+}

@@ -1,0 +1,413 @@
+//! Life-cycle tools: create, start, stop, halt, delete, list, inspect, logs,
+//! events.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, RoleServer};
+use workspace::ops::MAX_EVENT_WAIT;
+use workspace::spec::defaults;
+use workspace::{ListFilter, Meta, WorkspaceSpec};
+
+use super::{in_range, seconds, vcpus};
+use crate::error::blocking;
+use crate::output::{Out, ToolResult};
+use crate::progress::Progress;
+use crate::schema::lifecycle::*;
+use crate::schema::WorkspaceView;
+use crate::{MicroagentServer, ToolError};
+
+/// What a running workspace's delete without force is refused with.
+fn delete_refused(meta: &Meta) -> ToolError {
+    ToolError::Conflict(format!(
+        "workspace `{}` is {}: stop it first, or delete with force: true",
+        meta.name, meta.state
+    ))
+}
+
+impl MicroagentServer {
+    /// The workspace record (crash detection included), off the runtime.
+    pub(crate) async fn meta(&self, name: &str) -> Result<Meta, ToolError> {
+        let (ws, name) = (self.ws.clone(), name.to_owned());
+        blocking(move || Ok(ws.get(&name)?)).await
+    }
+
+    /// Starts `name`, reporting progress; a cancelled start halts the VM.
+    pub(crate) async fn start_workspace(
+        &self,
+        name: &str,
+        timeout: Duration,
+        ctx: &RequestContext<RoleServer>,
+        progress: &mut Progress,
+    ) -> Result<Meta, ToolError> {
+        let console = Arc::new(Mutex::new(None::<String>));
+        let seen = console.clone();
+        let start = self.ws.start(name, timeout, move |p| {
+            *seen.lock().unwrap_or_else(|e| e.into_inner()) = p.console;
+        });
+        let work = async {
+            tokio::select! {
+                started = start => started.map(Some),
+                () = ctx.ct.cancelled() => Ok(None),
+            }
+        };
+        let status = |elapsed: Duration| {
+            let line = console.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            format!(
+                "booting {name}: {} s{}",
+                elapsed.as_secs(),
+                line.map(|l| format!(", console: {l}")).unwrap_or_default()
+            )
+        };
+        match progress.drive(work, status).await? {
+            Some(meta) => Ok(meta),
+            None => {
+                let (ws, owned) = (self.ws.clone(), name.to_owned());
+                blocking(move || Ok(ws.halt(&owned)?)).await?;
+                Err(ToolError::Cancelled(format!(
+                    "the start of `{name}` was cancelled and its VM halted"
+                )))
+            }
+        }
+    }
+}
+
+#[tool_router(router = lifecycle_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// Create a workspace (stopped; workspace_start boots it). Its writable
+    /// disk is made now; the image is read-only and shared.
+    #[tool(
+        output_schema = crate::output::schema::<WorkspaceView>(),
+        annotations(
+        title = "Create a workspace",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_create(
+        &self,
+        Parameters(p): Parameters<CreateParams>,
+    ) -> ToolResult<WorkspaceView> {
+        let spec = WorkspaceSpec {
+            image: p.image.unwrap_or_else(|| defaults::IMAGE.into()),
+            vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
+            mem_mib: p.mem_mib.unwrap_or(defaults::MEM_MIB),
+            disk_mib: p.disk_mib.unwrap_or(defaults::DISK_MIB),
+            env: p.env,
+            labels: p.labels,
+            ttl_secs: p.ttl_secs,
+        };
+        let ws = self.ws.clone();
+        let meta = blocking(move || Ok(ws.create(&p.name, spec)?)).await?;
+        Ok(Out(meta.into()))
+    }
+
+    /// Boot a stopped (or crashed) workspace and wait until its agent
+    /// answers. Sends progress with the newest console line when asked;
+    /// cancelling the call halts the VM.
+    #[tool(
+        output_schema = crate::output::schema::<WorkspaceView>(),
+        annotations(
+        title = "Start a workspace",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_start(
+        &self,
+        Parameters(p): Parameters<StartParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<WorkspaceView> {
+        let timeout = seconds(
+            "timeout_secs",
+            p.timeout_secs,
+            DEFAULT_START_TIMEOUT_SECS,
+            MAX_START_TIMEOUT_SECS,
+        )?;
+        let mut progress = Progress::new(&ctx);
+        let meta = self
+            .start_workspace(&p.name, timeout, &ctx, &mut progress)
+            .await?;
+        Ok(Out(meta.into()))
+    }
+
+    /// Shut a workspace down cleanly (the guest syncs and powers off); the
+    /// VM is torn down if it takes longer than the timeout. Processes in it
+    /// end; its disk is kept. preview: true reports what would happen.
+    #[tool(
+        output_schema = crate::output::schema::<ChangeResult>(),
+        annotations(
+        title = "Stop a workspace",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_stop(
+        &self,
+        Parameters(p): Parameters<StopParams>,
+    ) -> ToolResult<ChangeResult> {
+        let timeout = seconds(
+            "timeout_secs",
+            p.timeout_secs,
+            DEFAULT_STOP_TIMEOUT_SECS,
+            MAX_STOP_TIMEOUT_SECS,
+        )?;
+        let before = self.meta(&p.name).await?;
+        let running = before.state.has_vmm();
+        if p.preview || !running {
+            let action = if running {
+                format!(
+                    "would shut workspace `{}` down ({}): its processes end; the VM is torn down if the guest takes more than {} s",
+                    p.name,
+                    before.state,
+                    timeout.as_secs()
+                )
+            } else {
+                format!(
+                    "workspace `{}` is {}; stop does nothing",
+                    p.name, before.state
+                )
+            };
+            return Ok(Out(ChangeResult {
+                preview: p.preview,
+                action,
+                workspace: before.into(),
+            }));
+        }
+        let after = self.ws.stop(&p.name, timeout).await?;
+        Ok(Out(ChangeResult {
+            preview: false,
+            action: format!("stopped workspace `{}`", p.name),
+            workspace: after.into(),
+        }))
+    }
+
+    /// Tear a workspace's VM down at once (like pulling the plug: guest
+    /// writes not yet on disk are lost). preview: true reports what would
+    /// happen.
+    #[tool(
+        output_schema = crate::output::schema::<ChangeResult>(),
+        annotations(
+        title = "Halt a workspace",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_halt(
+        &self,
+        Parameters(p): Parameters<HaltParams>,
+    ) -> ToolResult<ChangeResult> {
+        let before = self.meta(&p.name).await?;
+        let running = before.state.has_vmm();
+        if p.preview || !running {
+            let action = if running {
+                format!(
+                    "would kill the VM of workspace `{}` ({}, VMM pid {}): its processes end and unsynced guest writes are lost",
+                    p.name,
+                    before.state,
+                    before.runtime.as_ref().map_or(0, |r| r.pid)
+                )
+            } else {
+                format!(
+                    "workspace `{}` is {}; halt does nothing",
+                    p.name, before.state
+                )
+            };
+            return Ok(Out(ChangeResult {
+                preview: p.preview,
+                action,
+                workspace: before.into(),
+            }));
+        }
+        let ws = self.ws.clone();
+        let name = p.name.clone();
+        let after = blocking(move || Ok(ws.halt(&name)?)).await?;
+        Ok(Out(ChangeResult {
+            preview: false,
+            action: format!("halted workspace `{}`", p.name),
+            workspace: after.into(),
+        }))
+    }
+
+    /// Delete a workspace: its disk, logs and record. A running one is
+    /// refused unless force: true (which halts it first). preview: true
+    /// reports what would happen.
+    #[tool(
+        output_schema = crate::output::schema::<DeleteResult>(),
+        annotations(
+        title = "Delete a workspace",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_delete(
+        &self,
+        Parameters(p): Parameters<DeleteParams>,
+    ) -> ToolResult<DeleteResult> {
+        let ws = self.ws.clone();
+        let name = p.name.clone();
+        let info = blocking(move || Ok(ws.inspect(&name)?)).await?;
+        let running = info.meta.state.has_vmm();
+        if running && !p.force {
+            return Err(delete_refused(&info.meta));
+        }
+        let halt = if running {
+            ", halting its VM first"
+        } else {
+            ""
+        };
+        if p.preview {
+            return Ok(Out(DeleteResult {
+                preview: true,
+                action: format!(
+                    "would delete workspace `{}` ({}){halt}: its disk and logs are removed for good",
+                    p.name, info.meta.state
+                ),
+                workspace: info.meta.into(),
+                disk_used_bytes: info.disk_used_bytes,
+            }));
+        }
+        let ws = self.ws.clone();
+        let name = p.name.clone();
+        let meta = blocking(move || Ok(ws.delete(&name, p.force)?)).await?;
+        Ok(Out(DeleteResult {
+            preview: false,
+            action: format!("deleted workspace `{}`{halt}", p.name),
+            workspace: meta.into(),
+            disk_used_bytes: info.disk_used_bytes,
+        }))
+    }
+
+    /// List workspaces, optionally only those in a state, of an image, or
+    /// with labels.
+    #[tool(
+        output_schema = crate::output::schema::<ListResult>(),
+        annotations(
+        title = "List workspaces",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_list(
+        &self,
+        Parameters(p): Parameters<ListParams>,
+    ) -> ToolResult<ListResult> {
+        let filter = ListFilter {
+            state: p.state.map(Into::into),
+            image: p.image,
+            labels: p.labels.into_iter().collect(),
+        };
+        let ws = self.ws.clone();
+        let found = blocking(move || Ok(ws.list(&filter)?)).await?;
+        let workspaces: Vec<WorkspaceView> = found.into_iter().map(Into::into).collect();
+        Ok(Out(ListResult {
+            count: workspaces.len(),
+            workspaces,
+        }))
+    }
+
+    /// Show one workspace: spec, state, VMM, ages, disk use, how its last
+    /// run ended.
+    #[tool(
+        output_schema = crate::output::schema::<InspectResult>(),
+        annotations(
+        title = "Inspect a workspace",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_inspect(
+        &self,
+        Parameters(p): Parameters<NameParams>,
+    ) -> ToolResult<InspectResult> {
+        let ws = self.ws.clone();
+        let info = blocking(move || Ok(ws.inspect(&p.name)?)).await?;
+        Ok(Out(InspectResult {
+            workspace: info.meta.into(),
+            dir: info.dir,
+            age_ms: info.age_ms,
+            uptime_ms: info.uptime_ms,
+            disk_used_bytes: info.disk_used_bytes,
+        }))
+    }
+
+    /// The last lines of a workspace's serial console (kernel and init
+    /// messages; useful when a start fails).
+    #[tool(
+        output_schema = crate::output::schema::<LogsResult>(),
+        annotations(
+        title = "Read a workspace's console log",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_logs(
+        &self,
+        Parameters(p): Parameters<LogsParams>,
+    ) -> ToolResult<LogsResult> {
+        let lines = in_range(
+            "lines",
+            p.lines.unwrap_or(DEFAULT_LOG_LINES) as u64,
+            1,
+            MAX_LOG_LINES as u64,
+        )? as usize;
+        let ws = self.ws.clone();
+        let name = p.name.clone();
+        let lines = blocking(move || Ok(ws.logs(&name, Some(lines))?)).await?;
+        Ok(Out(LogsResult {
+            name: p.name,
+            lines,
+        }))
+    }
+
+    /// A workspace's events (created, started, exec_started, exec_finished,
+    /// stopped, crashed, ttl_expired) after a cursor, waiting up to
+    /// wait_secs for one when there is none yet. Pass next_after back as
+    /// after to follow.
+    #[tool(
+        output_schema = crate::output::schema::<EventsResult>(),
+        annotations(
+        title = "Read or wait for workspace events",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_events(
+        &self,
+        Parameters(p): Parameters<EventsParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<EventsResult> {
+        let wait = in_range("wait_secs", p.wait_secs, 0, MAX_EVENT_WAIT.as_secs())?;
+        let events = tokio::select! {
+            got = self.ws.events(&p.name, p.after, Duration::from_secs(wait)) => got?,
+            () = ctx.ct.cancelled() => {
+                return Err(ToolError::Cancelled("the wait for events was cancelled".into()))
+            }
+        };
+        let next_after = events.last().map_or(p.after, |e| e.seq);
+        Ok(Out(EventsResult {
+            events: events.into_iter().map(Into::into).collect(),
+            next_after,
+        }))
+    }
+}

@@ -1,0 +1,112 @@
+//! The tools, one module per family, each its own tool router that
+//! [`crate::MicroagentServer::new`] adds up: [`lifecycle`] (create, start,
+//! stop, halt, delete, list, inspect, logs, events), [`exec`] (exec,
+//! run_code), [`files`] (read, write, list, copy in and out), [`info`]
+//! (images, doctor, contract, cost). Every tool calls the workspace library;
+//! this module holds the argument checks they share.
+
+pub mod exec;
+pub mod files;
+pub mod info;
+pub mod lifecycle;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use workspace::spec::LIMITS;
+
+use crate::ToolError;
+
+/// `value` (named `what`, in `unit`) checked to lie in `min..=max`.
+pub(crate) fn in_range(what: &str, value: u64, min: u64, max: u64) -> Result<u64, ToolError> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ToolError::InvalidInput(format!(
+            "{what} is {value}; use {min} to {max}"
+        )))
+    }
+}
+
+/// Seconds given as `what`, defaulting to `default`, within `1..=max`.
+pub(crate) fn seconds(
+    what: &str,
+    value: Option<u64>,
+    default: u64,
+    max: u64,
+) -> Result<Duration, ToolError> {
+    Ok(Duration::from_secs(in_range(
+        what,
+        value.unwrap_or(default),
+        1,
+        max,
+    )?))
+}
+
+/// A vCPU count (the library checks the upper limit, this the type's).
+pub(crate) fn vcpus(value: Option<u32>, default: u8) -> Result<u8, ToolError> {
+    match value {
+        None => Ok(default),
+        Some(v) => u8::try_from(v).map_err(|_| {
+            ToolError::InvalidInput(format!("vcpus is {v}; use 1 to {}", LIMITS.max_vcpus))
+        }),
+    }
+}
+
+/// A host path made absolute against the server's working directory.
+pub(crate) fn host_path(path: &str) -> Result<PathBuf, ToolError> {
+    if path.is_empty() {
+        return Err(ToolError::InvalidInput("host_path is empty".into()));
+    }
+    let path = Path::new(path);
+    if path.is_absolute() {
+        return Ok(path.to_owned());
+    }
+    std::env::current_dir()
+        .map(|cwd| cwd.join(path))
+        .map_err(|e| ToolError::Internal(format!("cannot find the working directory: {e}")))
+}
+
+/// Checks that a guest path is absolute (as the agent requires).
+pub(crate) fn guest_path(what: &str, path: &str) -> Result<(), ToolError> {
+    if path.starts_with('/') {
+        Ok(())
+    } else {
+        Err(ToolError::InvalidInput(format!(
+            "{what} {path:?} is not absolute; guest paths start with /"
+        )))
+    }
+}
+
+/// A short string unique in this host's processes, for names and files.
+pub(crate) fn unique_suffix() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{:x}{:x}{:04x}", std::process::id(), n, nanos & 0xffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_say_what_is_allowed() {
+        assert_eq!(in_range("x", 3, 1, 5).unwrap(), 3);
+        let err = in_range("lines", 0, 1, 5000).unwrap_err();
+        assert_eq!(err.to_string(), "lines is 0; use 1 to 5000");
+        assert_eq!(
+            seconds("t", None, 30, 600).unwrap(),
+            Duration::from_secs(30)
+        );
+        assert!(seconds("t", Some(601), 30, 600).is_err());
+        assert_eq!(vcpus(Some(2), 1).unwrap(), 2);
+        assert!(vcpus(Some(300), 1).is_err());
+        assert!(guest_path("path", "etc").is_err());
+        assert!(host_path("x").unwrap().is_absolute());
+        assert_ne!(unique_suffix(), unique_suffix());
+    }
+}
