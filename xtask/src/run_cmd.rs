@@ -19,12 +19,20 @@ pub fn run(command: &[String]) -> anyhow::Result<()> {
     )?;
     let bin = cache::repo_root().join("target/debug/microagent");
     let default = ["uname".to_string(), "-a".to_string()];
-    let command = if command.is_empty() { &default[..] } else { command };
+    let command = if command.is_empty() {
+        &default[..]
+    } else {
+        command
+    };
     eprintln!(
         "xtask: microagent run -- {} (on a host that emulates guest kernel mode the boot takes ~25 s)",
         command.join(" ")
     );
-    let status = Command::new(bin).arg("run").arg("--").args(command).status()?;
+    let status = Command::new(bin)
+        .arg("run")
+        .arg("--")
+        .args(command)
+        .status()?;
     if !status.success() {
         bail!("microagent run exited with {status}");
     }
