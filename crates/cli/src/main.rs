@@ -6,6 +6,7 @@ mod files_cmd;
 mod image_cmd;
 mod logs_cmd;
 mod output;
+mod serve_cmd;
 mod vmm_cmd;
 mod workspace_cmd;
 
@@ -183,6 +184,10 @@ enum Command {
     /// Low-level VMM commands: boot a kernel directly, probe the host's KVM.
     #[command(subcommand)]
     Vmm(vmm_cmd::VmmCommand),
+    /// Serve microagent to other programs: `serve mcp` is the MCP server
+    /// over stdin/stdout.
+    #[command(subcommand)]
+    Serve(serve_cmd::ServeCommand),
 }
 
 impl Command {
@@ -204,7 +209,7 @@ impl Command {
             Command::Exec { args, .. } => args.command.json,
             Command::Run(r) => r.exec.json,
             Command::Image(i) => i.json(),
-            Command::Vmm(_) => false,
+            Command::Vmm(_) | Command::Serve(_) => false,
         }
     }
 
@@ -279,7 +284,7 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
             json,
         } => logs_cmd::events(ws, name, *after, *follow, *wait, *json).await,
         Command::Run(args) => exec_cmd::run(ws, args).await,
-        Command::Doctor { .. } | Command::Contract { .. } | Command::Vmm(_) => {
+        Command::Doctor { .. } | Command::Contract { .. } | Command::Vmm(_) | Command::Serve(_) => {
             unreachable!("handled before the workspace store is opened")
         }
     }
@@ -312,6 +317,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Doctor { json } => return anyhow_exit(doctor_cmd::run(json)),
         Command::Vmm(cmd) => return anyhow_exit(vmm_cmd::run(cmd)),
+        Command::Serve(cmd) => return serve_cmd::run(cmd),
         Command::Contract { .. } => {
             output::json(&workspace::contract::contract());
             return ExitCode::SUCCESS;

@@ -1,0 +1,354 @@
+//! `microagent serve mcp` as MCP clients run it: a subprocess spoken to in
+//! raw newline-delimited JSON-RPC over its stdin and stdout. The life-cycle
+//! test boots a real workspace and runs only where the guest assets are
+//! built (it records a skip otherwise).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_microagent");
+
+fn initialize(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "mcp_stdio test", "version": "1"}
+    }})
+}
+
+/// A state directory short enough for the VMM's Unix sockets.
+fn home(tag: &str) -> PathBuf {
+    let dir = PathBuf::from(format!("/tmp/mcp-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A running `microagent serve mcp`.
+struct Session {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    /// Notifications seen while waiting for responses.
+    notifications: Vec<Value>,
+    next_id: u64,
+    home: PathBuf,
+}
+
+impl Session {
+    fn start(tag: &str) -> Session {
+        let home = home(tag);
+        let mut child = Command::new(BIN)
+            .args(["serve", "mcp"])
+            .env("MICROAGENT_HOME", &home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start microagent serve mcp");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // Stdout carries JSON-RPC and nothing else.
+                let value: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+                assert_eq!(value["jsonrpc"], "2.0", "{line}");
+                if tx.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut session = Session {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            notifications: Vec::new(),
+            next_id: 1,
+            home,
+        };
+        let id = session.next_id();
+        session.send(&initialize(id));
+        let init = session.response(id, Duration::from_secs(30));
+        assert_eq!(init["result"]["serverInfo"]["name"], "microagent", "{init}");
+        assert!(init["result"]["capabilities"]["tools"].is_object());
+        session.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        session
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn send(&mut self, message: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits for the response to `id`, keeping notifications.
+    fn response(&mut self, id: u64, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(msg) if msg["id"] == json!(id) => return msg,
+                Ok(msg) if msg.get("id").is_none() => self.notifications.push(msg),
+                Ok(other) => panic!("unexpected message while waiting for {id}: {other}"),
+                Err(RecvTimeoutError::Timeout) => panic!("no response to request {id}"),
+                Err(RecvTimeoutError::Disconnected) => panic!("the server exited"),
+            }
+        }
+    }
+
+    /// Waits until a notification matches, at most `timeout`.
+    fn notification(&mut self, timeout: Duration, matches: impl Fn(&Value) -> bool) -> Value {
+        if let Some(n) = self.notifications.iter().find(|n| matches(n)) {
+            return n.clone();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(msg) if msg.get("id").is_none() => {
+                    self.notifications.push(msg.clone());
+                    if matches(&msg) {
+                        return msg;
+                    }
+                }
+                Ok(other) => panic!("unexpected message: {other}"),
+                Err(e) => panic!("no matching notification: {e}"),
+            }
+        }
+    }
+
+    /// Sends tools/call; returns the request id.
+    fn call_async(&mut self, tool: &str, args: Value, progress_token: Option<&str>) -> u64 {
+        let id = self.next_id();
+        let mut params = json!({"name": tool, "arguments": args});
+        if let Some(token) = progress_token {
+            params["_meta"] = json!({"progressToken": token});
+        }
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+        id
+    }
+
+    /// Calls a tool that must succeed; returns its structured content.
+    fn ok(&mut self, tool: &str, args: Value) -> Value {
+        let id = self.call_async(tool, args.clone(), None);
+        let response = self.response(id, Duration::from_secs(120));
+        let result = &response["result"];
+        assert_eq!(result["isError"], false, "{tool} {args}: {response}");
+        assert!(result["content"][0]["text"].is_string(), "{response}");
+        result["structuredContent"].clone()
+    }
+
+    /// Closes stdin and checks that the server exits cleanly.
+    fn close(mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit after stdin closed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn an_initialize_piped_in_is_answered_and_the_server_exits() {
+    let home = home("echo");
+    let mut child = Command::new(BIN)
+        .args(["serve", "mcp"])
+        .env("MICROAGENT_HOME", &home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", initialize(1)).unwrap();
+    drop(stdin);
+    let started = Instant::now();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "one answer and nothing else on stdout: {out}"
+    );
+    let answer: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(answer["id"], 1);
+    assert_eq!(answer["result"]["serverInfo"]["name"], "microagent");
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn lists_the_tools_and_exits_when_stdin_closes() {
+    let mut s = Session::start("list");
+    let id = s.next_id();
+    s.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+    let listed = s.response(id, Duration::from_secs(30));
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 20, "{listed}");
+    for tool in tools {
+        assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
+        assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
+        assert_eq!(tool["annotations"]["openWorldHint"], false, "{tool}");
+    }
+    // A failed operation is a result with the stable code.
+    let id = s.call_async("workspace_inspect", json!({"name": "missing"}), None);
+    let failed = s.response(id, Duration::from_secs(30));
+    assert_eq!(failed["result"]["isError"], true, "{failed}");
+    assert_eq!(failed["result"]["structuredContent"]["code"], "NOT_FOUND");
+    // An unknown tool is a JSON-RPC error.
+    let id = s.call_async("no_such_tool", json!({}), None);
+    let unknown = s.response(id, Duration::from_secs(30));
+    assert!(unknown["error"]["code"].is_i64(), "{unknown}");
+    s.close();
+}
+
+fn sleeps(ps: &Value) -> bool {
+    ps["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("sleep 600"))
+}
+
+#[test]
+fn a_real_workspace_over_stdio() {
+    let test = "mcp_stdio::a_real_workspace_over_stdio";
+    if testkit::require(test, testkit::guest_assets()).is_none()
+        || testkit::require(test, testkit::workspace_image("minimal")).is_none()
+    {
+        return;
+    }
+    let began = Instant::now();
+    let mut s = Session::start("vm");
+    let name = "mcp-e2e";
+    let created = s.ok(
+        "workspace_create",
+        json!({"name": name, "image": "minimal"}),
+    );
+    assert_eq!(created["state"], "stopped");
+
+    let id = s.call_async("workspace_start", json!({"name": name}), Some("boot"));
+    let started = s.response(id, Duration::from_secs(330));
+    assert_eq!(started["result"]["isError"], false, "{started}");
+    assert_eq!(started["result"]["structuredContent"]["state"], "running");
+    let boot_progress = s
+        .notifications
+        .iter()
+        .filter(|n| n["params"]["progressToken"] == "boot")
+        .count();
+    eprintln!(
+        "booted in {:.1} s with {boot_progress} progress notifications",
+        began.elapsed().as_secs_f64()
+    );
+
+    let uname = s.ok(
+        "workspace_exec",
+        json!({"name": name, "command": ["uname", "-a"]}),
+    );
+    assert_eq!(uname["exit_code"], 0, "{uname}");
+    assert!(
+        uname["stdout"].as_str().unwrap().starts_with("Linux"),
+        "{uname}"
+    );
+
+    let wrote = s.ok(
+        "file_write",
+        json!({"name": name, "path": "/tmp/hello.txt", "content": "hello from mcp\n"}),
+    );
+    assert_eq!(wrote["bytes"], 15, "{wrote}");
+    let read = s.ok("file_read", json!({"name": name, "path": "/tmp/hello.txt"}));
+    assert_eq!(read["content"], "hello from mcp\n", "{read}");
+    assert_eq!(read["eof"], true);
+
+    // A long command, cancelled: its process must be gone.
+    let id = s.call_async(
+        "workspace_exec",
+        json!({"name": name, "command": ["sleep", "600"]}),
+        Some("sleep"),
+    );
+    s.notification(Duration::from_secs(30), |n| {
+        n["method"] == "notifications/progress" && n["params"]["progressToken"] == "sleep"
+    });
+    let ps = s.ok("workspace_exec", json!({"name": name, "command": ["ps"]}));
+    assert!(sleeps(&ps), "sleep 600 runs before the cancel: {ps}");
+    s.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": id, "reason": "test"}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ps = s.ok("workspace_exec", json!({"name": name, "command": ["ps"]}));
+        if !sleeps(&ps) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sleep 600 survived the cancel: {ps}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let events = s.ok("workspace_events", json!({"name": name}));
+    assert!(
+        events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "exec_finished" && e["signal"] == 9),
+        "{events}"
+    );
+
+    let preview = s.ok(
+        "workspace_delete",
+        json!({"name": name, "force": true, "preview": true}),
+    );
+    assert_eq!(preview["preview"], true);
+    assert_eq!(
+        s.ok("workspace_inspect", json!({"name": name}))["state"],
+        "running"
+    );
+    s.ok("workspace_delete", json!({"name": name, "force": true}));
+    let listed = s.ok("workspace_list", json!({}));
+    assert_eq!(listed["count"], 0, "{listed}");
+    s.close();
+    eprintln!(
+        "a_real_workspace_over_stdio took {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+}
