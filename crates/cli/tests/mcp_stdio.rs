@@ -297,6 +297,51 @@ fn a_real_workspace_over_stdio() {
     assert_eq!(read["content"], "hello from mcp\n", "{read}");
     assert_eq!(read["eof"], true);
 
+    // Copies both ways.
+    let files = PathBuf::from(format!("/tmp/mcp-{}-files", std::process::id()));
+    let _ = std::fs::remove_dir_all(&files);
+    std::fs::create_dir_all(files.join("src")).unwrap();
+    std::fs::write(files.join("src/a.txt"), "copied in\n").unwrap();
+    let src = files.join("src");
+    let preview = s.ok(
+        "copy_in",
+        json!({"name": name, "host_path": src, "guest_path": "/tmp/src", "preview": true}),
+    );
+    assert_eq!(preview["preview"], true, "{preview}");
+    let listed = s.ok("file_list", json!({"name": name, "path": "/tmp"}));
+    assert!(
+        !listed.to_string().contains("\"src\""),
+        "a preview copies nothing: {listed}"
+    );
+    let copied = s.ok(
+        "copy_in",
+        json!({"name": name, "host_path": src, "guest_path": "/tmp/src"}),
+    );
+    assert_eq!(
+        copied["transferred"], 2,
+        "the directory and a.txt: {copied}"
+    );
+    let listed = s.ok("file_list", json!({"name": name, "path": "/tmp/src"}));
+    assert_eq!(listed["entries"][0]["name"], "a.txt", "{listed}");
+    let out = files.join("out.txt");
+    s.ok(
+        "copy_out",
+        json!({"name": name, "guest_path": "/tmp/src/a.txt", "host_path": out}),
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "copied in\n");
+    let id = s.call_async(
+        "copy_out",
+        json!({"name": name, "guest_path": "/tmp/hello.txt", "host_path": out}),
+        None,
+    );
+    let refused = s.response(id, Duration::from_secs(60));
+    assert_eq!(
+        refused["result"]["structuredContent"]["code"], "CONFLICT",
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "copied in\n");
+    std::fs::remove_dir_all(&files).unwrap();
+
     // A long command, cancelled: its process must be gone.
     let id = s.call_async(
         "workspace_exec",
@@ -349,6 +394,47 @@ fn a_real_workspace_over_stdio() {
     s.close();
     eprintln!(
         "a_real_workspace_over_stdio took {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn run_code_in_a_one_shot_debian_workspace() {
+    let test = "mcp_stdio::run_code_in_a_one_shot_debian_workspace";
+    if testkit::require(test, testkit::guest_assets()).is_none()
+        || testkit::require(test, testkit::workspace_image("debian")).is_none()
+    {
+        return;
+    }
+    let began = Instant::now();
+    let mut s = Session::start("py");
+    let code =
+        "import sys\nprint(sum(range(10)))\nprint(sys.stdin.read().strip().upper())\nsys.exit(3)";
+    let id = s.call_async(
+        "run_code",
+        json!({"code": code, "stdin": "abc"}),
+        Some("py"),
+    );
+    let ran = s.response(id, Duration::from_secs(600));
+    let result = &ran["result"]["structuredContent"];
+    assert_eq!(ran["result"]["isError"], false, "{ran}");
+    assert_eq!(result["one_shot"], true);
+    assert_eq!(result["exit_code"], 3, "{ran}");
+    assert_eq!(result["stdout"], "45\nABC\n", "{ran}");
+    assert!(
+        s.notifications
+            .iter()
+            .any(|n| n["params"]["progressToken"] == "py"),
+        "progress was reported"
+    );
+    let listed = s.ok("workspace_list", json!({}));
+    assert_eq!(
+        listed["count"], 0,
+        "the one-shot workspace is gone: {listed}"
+    );
+    s.close();
+    eprintln!(
+        "run_code_in_a_one_shot_debian_workspace took {:.1} s",
         began.elapsed().as_secs_f64()
     );
 }

@@ -56,9 +56,10 @@ fn encode(mut data: Vec<u8>, asked: Option<Encoding>, at_eof: bool) -> (Encoding
     }
 }
 
-/// Entries and file bytes under a host directory (symlinks not followed).
+/// Entries (the directory itself included, as copy_in counts them) and
+/// file bytes of a host directory (symlinks not followed).
 fn tree_size(dir: &Path) -> std::io::Result<(u64, u64)> {
-    let (mut entries, mut total) = (0u64, 0u64);
+    let (mut entries, mut total) = (1u64, 0u64);
     let mut pending = vec![dir.to_owned()];
     while let Some(d) = pending.pop() {
         for entry in std::fs::read_dir(&d)? {
@@ -77,9 +78,9 @@ fn tree_size(dir: &Path) -> std::io::Result<(u64, u64)> {
 
 fn describe(stat: &FileStat) -> String {
     format!(
-        "a {} of {} (mode {:04o})",
-        kind_name(stat.kind),
+        "a {} {}, mode {:04o}",
         bytes(stat.size),
+        kind_name(stat.kind),
         stat.mode
     )
 }
@@ -188,8 +189,8 @@ impl MicroagentServer {
         }
         let n = bytes(data.len() as u64);
         let action = match (&existing, p.append) {
-            (Some(s), true) => format!("append {n} to {} ({})", p.path, describe(s)),
-            (Some(s), false) => format!("replace {} ({}) with {n}", p.path, describe(s)),
+            (Some(s), true) => format!("append {n} to {}, {}", p.path, describe(s)),
+            (Some(s), false) => format!("replace {}, {}, with {n}", p.path, describe(s)),
             (None, _) => format!(
                 "create {} with {n} (mode {:04o})",
                 p.path,
