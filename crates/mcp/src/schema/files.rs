@@ -236,7 +236,12 @@ pub struct FileListResult {
 
 impl Render for FileListResult {
     fn render(&self) -> String {
-        let mut text = format!("{}: {} entries", self.path, self.entries.len());
+        let n = self.entries.len();
+        let mut text = format!(
+            "{}: {n} {}",
+            self.path,
+            if n == 1 { "entry" } else { "entries" }
+        );
         for e in &self.entries {
             let suffix = if e.kind == "dir" { "/" } else { "" };
             text.push_str(&format!("\n{:>10}  {}{suffix}", e.size, e.name));
