@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// What kind of failure an operation had, independent of its message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
     /// The named workspace, image, file or exec does not exist.

@@ -10,6 +10,7 @@ use crate::workspace_dir::AGENT_PORT;
 
 /// The contract document.
 #[derive(Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Contract {
     /// Version of the contract format.
     pub contract_version: u32,
@@ -19,9 +20,9 @@ pub struct Contract {
     pub agent_protocol_version: u32,
     /// Every workspace state, and which have a VMM process.
     pub states: Vec<StateEntry>,
-    /// Legal state changes.
+    /// Legal state changes, as [from, to] pairs.
     pub transitions: Vec<(State, State)>,
-    /// Every error code.
+    /// Every stable error code.
     pub error_codes: Vec<ErrorCode>,
     /// Input limits.
     pub limits: Limits,
@@ -37,8 +38,9 @@ pub struct Contract {
 
 /// One state.
 #[derive(Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct StateEntry {
-    /// Its name.
+    /// The state.
     pub state: State,
     /// Whether a VMM process runs in it.
     pub has_vmm: bool,
@@ -46,14 +48,15 @@ pub struct StateEntry {
 
 /// Defaults of `create`.
 #[derive(Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Defaults {
-    /// Image.
+    /// Image name.
     pub image: &'static str,
     /// vCPUs.
     pub vcpus: u8,
-    /// MiB.
+    /// Guest memory, MiB.
     pub mem_mib: u64,
-    /// MiB.
+    /// Writable disk, MiB.
     pub disk_mib: u64,
 }
 

@@ -14,6 +14,7 @@ const FAIL_FREE_BYTES: u64 = 256 << 20;
 
 /// A check's verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Fine.
@@ -26,6 +27,7 @@ pub enum Status {
 
 /// One check.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Check {
     /// Stable check name.
     pub name: &'static str,
@@ -33,7 +35,7 @@ pub struct Check {
     pub status: Status,
     /// What was found.
     pub detail: String,
-    /// What to do (for warn and fail).
+    /// What to do (warn and fail only; absent for ok).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
 }
@@ -67,6 +69,7 @@ impl Check {
 
 /// All checks, in order.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Report {
     /// The worst status of any check.
     pub status: Status,

@@ -16,6 +16,7 @@ pub const EVENTS_FILE: &str = "events.jsonl";
 
 /// What happened.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventKind {
     /// The workspace was created.
@@ -51,6 +52,7 @@ pub enum EventKind {
 
 /// One logged event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Event {
     /// 1, 2, 3, ... in order of appending.
     pub seq: u64,

@@ -95,6 +95,7 @@ impl ImageError {
 
 /// A registered image.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ImageInfo {
     /// Its name.
     pub name: String,

@@ -26,6 +26,9 @@ pub mod store;
 pub mod vmm_host;
 pub mod workspace_dir;
 
+#[cfg(all(test, feature = "schemars"))]
+mod schema_tests;
+
 pub use code::ErrorCode;
 pub use error::{Error, Result};
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};

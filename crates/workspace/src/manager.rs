@@ -2,7 +2,7 @@
 //! TTL changes, and crash detection. Every change to a workspace happens
 //! under its lock; the running VMM process records its own state changes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ pub struct StartProgress {
 
 /// `inspect`: the record plus what is known live.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct WorkspaceInfo {
     /// The record.
     #[serde(flatten)]
@@ -42,7 +43,7 @@ pub struct WorkspaceInfo {
     pub dir: PathBuf,
     /// Milliseconds since creation.
     pub age_ms: u64,
-    /// Milliseconds since the current run started.
+    /// Milliseconds since the current run started (null when no VMM runs).
     pub uptime_ms: Option<u64>,
     /// Host bytes the writable disk uses.
     pub disk_used_bytes: u64,
@@ -60,10 +61,42 @@ pub struct ListFilter {
 }
 
 /// The workspaces of one state directory.
+///
+/// # Blocking
+///
+/// The synchronous methods do file I/O under a per-workspace lock (`flock`),
+/// so any of them may wait while another caller, in this process or another,
+/// changes the same workspace. Some take seconds even uncontended:
+///
+/// - [`create`](Self::create) formats the writable disk (`mkfs.ext4`);
+/// - [`halt`](Self::halt) waits up to 10 s for the VMM process to die;
+/// - [`delete`](Self::delete) halts a running workspace first (with
+///   `force`), then removes its directory and disk;
+/// - [`set_ttl`](Self::set_ttl) asks a running VMM over its control socket
+///   (up to 5 s);
+/// - [`remove_image`](Self::remove_image) and the image imports of
+///   [`images`](Self::images) remove or copy image files;
+/// - [`new`](Self::new) and [`from_env`](Self::from_env) may run a short KVM
+///   probe to pick the kernel variant.
+///
+/// [`get`](Self::get), [`list`](Self::list), [`inspect`](Self::inspect) and
+/// `logs` read small files and return quickly when no lock is held.
+///
+/// An async caller runs the synchronous methods with
+/// `tokio::task::spawn_blocking`, as the MCP server does. The async methods
+/// wait with `tokio::time::sleep` and talk to the guest agent
+/// asynchronously, but run their own quick synchronous steps inline; two
+/// can still block their task for long: [`stop`](Self::stop) falls back to
+/// [`halt`](Self::halt) when the guest does not shut down in time, and
+/// [`start`](Self::start) halts a VM that did not boot within its timeout.
+/// `copy_in` builds the archive of a host directory in memory before
+/// sending it.
 #[derive(Clone, Debug)]
 pub struct Workspaces {
     state: StateDir,
     images: ImageRegistry,
+    /// The asset directory built images are imported from.
+    assets: Option<PathBuf>,
     vmm_binary: PathBuf,
 }
 
@@ -93,12 +126,20 @@ impl Workspaces {
     /// as `vmm_binary vmm serve-workspace`.
     pub fn new(state: StateDir, assets: Option<PathBuf>, vmm_binary: PathBuf) -> Self {
         let variant = kernel_variant(assets.as_ref());
-        let images = ImageRegistry::new(&state, assets, &variant);
+        let images = ImageRegistry::new(&state, assets.clone(), &variant);
         Self {
             state,
             images,
+            assets,
             vmm_binary,
         }
+    }
+
+    /// The asset directory these workspaces were built with (where
+    /// `cargo xtask setup` puts kernels and built images), if any: what
+    /// `doctor` checks.
+    pub fn assets(&self) -> Option<&Path> {
+        self.assets.as_deref()
     }
 
     /// The state directory.
@@ -484,14 +525,14 @@ fn vmm_died(meta: &Meta) -> bool {
 }
 
 /// A sparse file of `mib` MiB formatted ext4.
-fn make_disk(path: &std::path::Path, mib: u64) -> Result<()> {
+fn make_disk(path: &Path, mib: u64) -> Result<()> {
     let file = std::fs::File::create(path)
         .map_err(Error::host_io(format!("creating {}", path.display())))?;
     file.set_len(mib << 20)
         .map_err(Error::host_io(format!("sizing {}", path.display())))?;
     let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
         .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
+        .find(|p| Path::new(p).exists())
         .ok_or_else(|| {
             Error::HostUnsupported(
                 "mkfs.ext4 is not installed; install e2fsprogs (apt-get install e2fsprogs)".into(),

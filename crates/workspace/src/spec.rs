@@ -10,6 +10,7 @@ use crate::state::State;
 
 /// Limits every front end enforces; `contract` reports them.
 #[derive(Clone, Copy, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Limits {
     /// Most vCPUs.
     pub max_vcpus: u8,
@@ -52,6 +53,7 @@ pub mod defaults {
 
 /// What to create.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct WorkspaceSpec {
     /// Image name.
     pub image: String,
@@ -67,7 +69,8 @@ pub struct WorkspaceSpec {
     /// Free-form labels, for `list` filters.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    /// Stop the workspace this many seconds after each start.
+    /// Stop the workspace this many seconds after each start (null: no
+    /// TTL).
     #[serde(default)]
     pub ttl_secs: Option<u64>,
 }
@@ -151,36 +154,39 @@ pub fn validate_ttl(ttl: u64) -> Result<()> {
 
 /// The running VMM of a workspace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Runtime {
-    /// The VMM process.
+    /// The VMM process id on the host.
     pub pid: u32,
-    /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field
-    /// 22), so a recycled pid is never mistaken for it.
+    /// The VMM process's start time in clock ticks since boot (field 22 of
+    /// `/proc/<pid>/stat`), so a recycled pid is never mistaken for it.
     pub pid_start: u64,
     /// Unix ms of the start request.
     pub started_at_ms: u64,
-    /// Unix ms when the agent first answered.
+    /// Unix ms when the guest agent first answered (null while booting).
     #[serde(default)]
     pub ready_at_ms: Option<u64>,
-    /// Unix ms when the TTL stops it.
+    /// Unix ms when the TTL stops it (null without a TTL).
     #[serde(default)]
     pub ttl_deadline_ms: Option<u64>,
 }
 
 /// How the last run ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct LastExit {
-    /// Unix ms.
+    /// Unix ms when it ended.
     pub at_ms: u64,
     /// What happened, in words.
     pub reason: String,
-    /// The last console lines (kept for crashes).
+    /// The last console lines, kept for crashes (absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub console_tail: Vec<String>,
 }
 
 /// `meta.json`: a workspace's spec and state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Meta {
     /// Its name.
     pub name: String,
@@ -190,10 +196,10 @@ pub struct Meta {
     pub created_at_ms: u64,
     /// Where it is in its life.
     pub state: State,
-    /// Set while a VMM process is expected.
+    /// Its VMM, while a VMM process is expected (null otherwise).
     #[serde(default)]
     pub runtime: Option<Runtime>,
-    /// How the last run ended.
+    /// How the last run ended (null before the first).
     #[serde(default)]
     pub last_exit: Option<LastExit>,
 }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where a workspace is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     /// Defined on disk, never started or cleanly stopped.
