@@ -13,7 +13,7 @@ use guest_agent::client::{ExecEvent, ExecInput};
 use guest_agent::protocol::{ExecRequest, Exited};
 use workspace::contract::EXEC_FAILURE_EXIT_CODE;
 use workspace::manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
-use workspace::{Error, Workspaces};
+use workspace::{Error, ExecEnd, Workspaces};
 
 use crate::output::{self, key_value};
 use crate::workspace_cmd::{start_with_progress, SpecArgs};
@@ -99,13 +99,26 @@ async fn ctrl_c() {
     }
 }
 
-/// Runs the command in `name`; `Ok(None)` when interrupted.
+/// How a command run by [`exec_in`] ended.
+enum Ran {
+    /// It ended; the exit status that stands for how.
+    Exited(ExitCode),
+    /// Ctrl-C came first and microagent sent it SIGKILL.
+    Interrupted {
+        /// Whether the guest agent confirmed the kill.
+        killed: bool,
+        /// Its pid (and process group) in the guest, if it started.
+        pid: Option<u32>,
+    },
+}
+
+/// Runs the command in `name`.
 async fn exec_in(
     ws: &Workspaces,
     name: &str,
     args: &CommandArgs,
     env: &[(String, String)],
-) -> Result<Option<ExitCode>, Error> {
+) -> Result<Ran, Error> {
     let req = args.request(env)?;
     let input = if args.stdin {
         ExecInput::Reader(Box::new(tokio::io::stdin()))
@@ -113,7 +126,7 @@ async fn exec_in(
         ExecInput::None
     };
     let json = args.json;
-    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (mut out, mut err, mut pid) = (Vec::new(), Vec::new(), None);
     let on_event = |event: ExecEvent| match event {
         ExecEvent::Stdout(b) if json => out.extend_from_slice(&b),
         ExecEvent::Stderr(b) if json => err.extend_from_slice(&b),
@@ -124,14 +137,14 @@ async fn exec_in(
         ExecEvent::Stderr(b) => {
             let _ = std::io::stderr().write_all(&b);
         }
-        ExecEvent::Started { .. } => {}
+        ExecEvent::Started { pid: p, .. } => pid = Some(p),
     };
-    let Some(exited) = ws
+    let exited = match ws
         .exec_cancellable(name, req, input, on_event, ctrl_c())
         .await?
-    else {
-        eprintln!("microagent: interrupted; the command was killed");
-        return Ok(None);
+    {
+        ExecEnd::Exited(exited) => exited,
+        ExecEnd::Cancelled { killed, .. } => return Ok(Ran::Interrupted { killed, pid }),
     };
     let status = exit_status(&exited);
     if json {
@@ -161,7 +174,21 @@ async fn exec_in(
             eprintln!("microagent: the command ran past its timeout and was killed");
         }
     }
-    Ok(Some(ExitCode::from(status)))
+    Ok(Ran::Exited(ExitCode::from(status)))
+}
+
+/// Says what became of a command interrupted in workspace `name`, whose
+/// workspace `remains` afterwards (`exec`) or not (`run` deletes or stops
+/// it).
+fn report_interrupt(name: &str, killed: bool, pid: Option<u32>, remains: bool) {
+    if killed {
+        eprintln!("microagent: interrupted; the command was killed");
+    } else if !remains {
+        eprintln!("microagent: interrupted; the kill of the command was not confirmed, but workspace {name} is cleaned up, which ends it");
+    } else {
+        let group = pid.map_or_else(String::new, |p| format!(" (process group {p})"));
+        eprintln!("microagent: interrupted, but the kill of the command was not confirmed: it may still run in workspace {name}{group}; `microagent halt {name}` ends it with everything else in the workspace");
+    }
 }
 
 /// The status for a command the guest could not start (as a shell gives:
@@ -181,7 +208,11 @@ fn not_started(e: Error, json: bool) -> Result<ExitCode, Error> {
 
 pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
     match exec_in(ws, name, &args.command, &args.env).await {
-        Ok(code) => Ok(code.unwrap_or(ExitCode::from(INTERRUPTED))),
+        Ok(Ran::Exited(code)) => Ok(code),
+        Ok(Ran::Interrupted { killed, pid }) => {
+            report_interrupt(name, killed, pid, true);
+            Ok(ExitCode::from(INTERRUPTED))
+        }
         Err(e) => not_started(e, args.command.json),
     }
 }
@@ -220,9 +251,12 @@ pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
             () = ctrl_c() => return Ok(None),
         };
         // The workspace's env (from --env) already applies to every command.
-        exec_in(ws, &name, &args.exec, &[]).await
+        exec_in(ws, &name, &args.exec, &[]).await.map(Some)
     }
     .await;
+    if let Ok(Some(Ran::Interrupted { killed, pid })) = &result {
+        report_interrupt(&name, *killed, *pid, false);
+    }
     let cleanup = if args.keep {
         ws.stop(&name, DEFAULT_STOP_TIMEOUT).await.map(drop)
     } else {
@@ -235,8 +269,9 @@ pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
         );
     }
     match result {
-        Ok(Some(code)) => Ok(code),
-        Ok(None) => Ok(ExitCode::from(INTERRUPTED)),
+        Ok(Some(Ran::Exited(code))) => Ok(code),
+        // Interrupted while booting (`None`) or running.
+        Ok(None | Some(Ran::Interrupted { .. })) => Ok(ExitCode::from(INTERRUPTED)),
         Err(e) => not_started(e, args.exec.json),
     }
 }

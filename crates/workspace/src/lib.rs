@@ -33,6 +33,7 @@ pub use code::ErrorCode;
 pub use error::{Error, Result};
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use name::{validate_name, NameError};
+pub use ops::ExecEnd;
 pub use spec::{Meta, WorkspaceSpec};
 pub use state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};

@@ -18,6 +18,24 @@ use crate::workspace_dir::WorkspaceDir;
 /// Longest `events --wait` the library accepts.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
 
+/// How [`Workspaces::exec_cancellable`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecEnd {
+    /// The command ended by itself (or its own timeout killed it).
+    Exited(Exited),
+    /// The cancel future completed first, and SIGKILL was sent to the
+    /// command's process group.
+    Cancelled {
+        /// The exec's id, as the workspace's events name it.
+        exec_id: String,
+        /// Whether the agent confirmed the kill. When false the command may
+        /// still run in the guest: the agent could not be reached, or did
+        /// not know the exec within about 2 s (it had not started yet, or
+        /// had already ended).
+        killed: bool,
+    },
+}
+
 fn describe(req: &ExecRequest) -> String {
     match (&req.argv, &req.shell) {
         (Some(argv), _) => argv.join(" "),
@@ -96,9 +114,10 @@ impl Workspaces {
     }
 
     /// Like [`Workspaces::exec`], but when `cancel` completes first the
-    /// command's process group is killed (SIGKILL) and `None` returned: the
-    /// agent keeps a process running when its client goes away, so
-    /// dropping the exec alone would leave it behind.
+    /// command's process group is killed (SIGKILL): the agent keeps a
+    /// process running when its client goes away, so dropping the exec
+    /// alone would leave it behind. [`ExecEnd`] says whether the kill was
+    /// confirmed; only then is `exec_finished` (signal 9) logged.
     pub async fn exec_cancellable<F, C>(
         &self,
         name: &str,
@@ -106,7 +125,7 @@ impl Workspaces {
         input: ExecInput,
         on_event: F,
         cancel: C,
-    ) -> Result<Option<Exited>>
+    ) -> Result<ExecEnd>
     where
         F: FnMut(ExecEvent) + Send,
         C: std::future::Future<Output = ()>,
@@ -120,26 +139,37 @@ impl Workspaces {
         let exec = self.exec(name, req, input, on_event);
         tokio::pin!(exec);
         tokio::select! {
-            done = &mut exec => done.map(Some),
+            done = &mut exec => done.map(ExecEnd::Exited),
             () = cancel => {
-                // The exec may not have started yet: retry briefly.
-                for _ in 0..20 {
-                    match self.signal_exec(name, &id, libc::SIGKILL).await {
-                        Ok(()) => break,
-                        Err(e) if e.code() == crate::ErrorCode::NotFound => {
-                            tokio::time::sleep(Duration::from_millis(100)).await
-                        }
-                        Err(_) => break,
+                let killed = self.kill_exec(name, &id).await;
+                if killed {
+                    if let Ok(ws) = self.dir(name) {
+                        let _ = ws.events().append(EventKind::ExecFinished {
+                            exec_id: id.clone(),
+                            code: None,
+                            signal: Some(libc::SIGKILL),
+                        });
                     }
                 }
-                let _ = self.dir(name)?.events().append(EventKind::ExecFinished {
-                    exec_id: id,
-                    code: None,
-                    signal: Some(libc::SIGKILL),
-                });
-                Ok(None)
+                Ok(ExecEnd::Cancelled { exec_id: id, killed })
             }
         }
+    }
+
+    /// Sends SIGKILL to exec `id`'s process group; true when the agent
+    /// confirmed it. An exec the agent does not know yet may be starting:
+    /// it is retried for about 2 s.
+    async fn kill_exec(&self, name: &str, id: &str) -> bool {
+        for _ in 0..20 {
+            match self.signal_exec(name, id, libc::SIGKILL).await {
+                Ok(()) => return true,
+                Err(e) if e.code() == crate::ErrorCode::NotFound => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(_) => return false,
+            }
+        }
+        false
     }
 
     /// Runs a command and collects its output.

@@ -11,7 +11,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::spec::defaults;
-use workspace::{ErrorCode, WorkspaceSpec};
+use workspace::{ErrorCode, ExecEnd, WorkspaceSpec};
 
 use super::{in_range, seconds, unique_suffix, vcpus};
 use crate::error::blocking;
@@ -111,10 +111,17 @@ impl MicroagentServer {
             )
         };
         match progress.drive(exec, status).await? {
-            Some(exited) => Ok(ExecResult::new(exited, &stdout, &stderr, cap)),
-            None => Err(ToolError::Cancelled(format!(
+            ExecEnd::Exited(exited) => Ok(ExecResult::new(exited, &stdout, &stderr, cap)),
+            ExecEnd::Cancelled { killed: true, .. } => Err(ToolError::Cancelled(format!(
                 "`{what}` in workspace `{name}` was killed"
             ))),
+            ExecEnd::Cancelled { exec_id, .. } => {
+                // The client gets no answer to a cancelled call: say it here.
+                tracing::warn!(%name, %exec_id, command = %what, "a cancelled command could not be confirmed killed and may still run");
+                Err(ToolError::Cancelled(format!(
+                    "`{what}` in workspace `{name}` could not be confirmed killed and may still run; workspace_halt ends it"
+                )))
+            }
         }
     }
 
