@@ -380,7 +380,7 @@ async fn life_cycle_without_a_vm_and_previews_that_change_nothing() {
         )
         .await;
     assert_eq!(created["state"], "stopped");
-    assert_eq!(created["mem_mib"], 128);
+    assert_eq!(created["spec"]["mem_mib"], 128);
     h.fails(
         "workspace_create",
         json!({"name": "dev", "image": "fake"}),
@@ -439,7 +439,7 @@ async fn life_cycle_without_a_vm_and_previews_that_change_nothing() {
     let none = h.ok("workspace_list", json!({"state": "running"})).await;
     assert_eq!(none["count"], 0);
     let info = h.ok("workspace_inspect", json!({"name": "dev"})).await;
-    assert_eq!(info["env"]["K"], "v");
+    assert_eq!(info["spec"]["env"]["K"], "v");
     assert!(info["dir"].as_str().unwrap().ends_with("/workspaces/dev"));
     let logs = h.ok("workspace_logs", json!({"name": "dev"})).await;
     assert_eq!(logs["lines"], json!([]));

@@ -25,6 +25,17 @@ pub enum Status {
     Fail,
 }
 
+impl Status {
+    /// Its stable name, as in the JSON report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+}
+
 /// One check.
 #[derive(Clone, Debug, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -306,6 +317,9 @@ mod tests {
         };
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["status"], "warn");
+        for status in [Status::Ok, Status::Warn, Status::Fail] {
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+        }
         assert_eq!(json["checks"][0]["name"], "kvm_speed");
         assert_eq!(json["checks"][0]["fix"], "use hardware virtualization");
     }

@@ -2,13 +2,12 @@
 //! delete, list, inspect, logs, events.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use workspace::events::{Event, EventKind};
+use workspace::{Meta, State, WorkspaceInfo};
 
-use super::{StateName, WorkspaceView};
 use crate::output::{bytes, Render};
 
 /// Default seconds `workspace_start` waits for the boot.
@@ -117,7 +116,7 @@ pub struct DeleteParams {
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     /// Only workspaces in this state.
-    pub state: Option<StateName>,
+    pub state: Option<State>,
     /// Only workspaces of this image.
     pub image: Option<String>,
     /// Only workspaces that have all these labels.
@@ -159,7 +158,7 @@ pub struct ChangeResult {
     /// What was (or would be) done.
     pub action: String,
     /// The workspace afterwards (before, for a preview).
-    pub workspace: WorkspaceView,
+    pub workspace: Meta,
 }
 
 impl Render for ChangeResult {
@@ -177,7 +176,7 @@ pub struct DeleteResult {
     /// What was (or would be) done.
     pub action: String,
     /// The workspace as it was before the delete.
-    pub workspace: WorkspaceView,
+    pub workspace: Meta,
     /// Host disk bytes its files used (freed by the delete).
     pub disk_used_bytes: u64,
 }
@@ -199,7 +198,7 @@ pub struct ListResult {
     /// How many matched.
     pub count: usize,
     /// The matching workspaces, by name.
-    pub workspaces: Vec<WorkspaceView>,
+    pub workspaces: Vec<Meta>,
 }
 
 impl Render for ListResult {
@@ -215,25 +214,10 @@ impl Render for ListResult {
     }
 }
 
-/// `workspace_inspect`'s result: the record plus what is known live.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct InspectResult {
-    /// The record.
-    #[serde(flatten)]
-    pub workspace: WorkspaceView,
-    /// Its directory on the host.
-    pub dir: PathBuf,
-    /// Milliseconds since creation.
-    pub age_ms: u64,
-    /// Milliseconds since the current run started.
-    pub uptime_ms: Option<u64>,
-    /// Host bytes its writable disk uses.
-    pub disk_used_bytes: u64,
-}
-
-impl Render for InspectResult {
+// `workspace_inspect`'s result.
+impl Render for WorkspaceInfo {
     fn render(&self) -> String {
-        let mut text = self.workspace.render();
+        let mut text = self.meta.render();
         text.push_str(&format!(
             "\nage {} s, disk uses {}",
             self.age_ms / 1000,
@@ -265,75 +249,11 @@ impl Render for LogsResult {
     }
 }
 
-/// One logged event.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct EventView {
-    /// Sequence number: 1, 2, 3, ... in order.
-    pub seq: u64,
-    /// Unix milliseconds.
-    pub at_ms: u64,
-    /// created, started, exec_started, exec_finished, stopped, crashed or
-    /// ttl_expired.
-    pub kind: String,
-    /// The exec (exec_started, exec_finished).
-    pub exec_id: Option<String>,
-    /// What ran (exec_started).
-    pub command: Option<String>,
-    /// Exit code (exec_finished, when it exited).
-    pub code: Option<i32>,
-    /// Signal number (exec_finished, when a signal ended it).
-    pub signal: Option<i32>,
-    /// Why (crashed).
-    pub reason: Option<String>,
-}
-
-impl From<Event> for EventView {
-    fn from(e: Event) -> Self {
-        let mut view = EventView {
-            seq: e.seq,
-            at_ms: e.at_ms,
-            kind: String::new(),
-            exec_id: None,
-            command: None,
-            code: None,
-            signal: None,
-            reason: None,
-        };
-        view.kind = match e.kind {
-            EventKind::Created => "created",
-            EventKind::Started => "started",
-            EventKind::ExecStarted { exec_id, command } => {
-                view.exec_id = Some(exec_id);
-                view.command = Some(command);
-                "exec_started"
-            }
-            EventKind::ExecFinished {
-                exec_id,
-                code,
-                signal,
-            } => {
-                view.exec_id = Some(exec_id);
-                view.code = code;
-                view.signal = signal;
-                "exec_finished"
-            }
-            EventKind::Stopped => "stopped",
-            EventKind::Crashed { reason } => {
-                view.reason = Some(reason);
-                "crashed"
-            }
-            EventKind::TtlExpired => "ttl_expired",
-        }
-        .into();
-        view
-    }
-}
-
 /// `workspace_events`'s result.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct EventsResult {
     /// The events after `after`, oldest first (empty when the wait ran out).
-    pub events: Vec<EventView>,
+    pub events: Vec<Event>,
     /// Pass this as `after` next time to get only newer events.
     pub next_after: u64,
 }
@@ -345,23 +265,30 @@ impl Render for EventsResult {
         }
         self.events
             .iter()
-            .map(|e| {
-                let mut line = format!("#{} {}", e.seq, e.kind);
-                if let Some(c) = &e.command {
-                    line.push_str(&format!(" `{c}`"));
-                }
-                if let Some(c) = e.code {
-                    line.push_str(&format!(" exit {c}"));
-                }
-                if let Some(s) = e.signal {
-                    line.push_str(&format!(" signal {s}"));
-                }
-                if let Some(r) = &e.reason {
-                    line.push_str(&format!(": {r}"));
-                }
-                line
-            })
+            .map(|e| format!("#{} {}", e.seq, describe(&e.kind)))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// An event in a few words: `exec_started `uname -a``, `exec_finished exit 0`.
+fn describe(kind: &EventKind) -> String {
+    match kind {
+        EventKind::Created => "created".into(),
+        EventKind::Started => "started".into(),
+        EventKind::ExecStarted { command, .. } => format!("exec_started `{command}`"),
+        EventKind::ExecFinished { code, signal, .. } => {
+            let mut text = "exec_finished".to_owned();
+            if let Some(c) = code {
+                text.push_str(&format!(" exit {c}"));
+            }
+            if let Some(s) = signal {
+                text.push_str(&format!(" signal {s}"));
+            }
+            text
+        }
+        EventKind::Stopped => "stopped".into(),
+        EventKind::Crashed { reason } => format!("crashed: {reason}"),
+        EventKind::TtlExpired => "ttl_expired".into(),
     }
 }

@@ -14,7 +14,6 @@ use workspace::spec::defaults;
 use workspace::{ErrorCode, ExecEnd, WorkspaceSpec};
 
 use super::{in_range, seconds, unique_suffix, vcpus};
-use crate::error::blocking;
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
 use crate::schema::exec::*;
@@ -184,8 +183,7 @@ impl MicroagentServer {
             ..WorkspaceSpec::default()
         };
         spec.validate()?;
-        let ws = self.ws.clone();
-        blocking(move || match ws.images().get(RUN_CODE_IMAGE) {
+        self.blocking(|ws| match ws.images().get(RUN_CODE_IMAGE) {
             Ok(_) => Ok(()),
             Err(e) if e.code() == ErrorCode::NotFound => Err(ToolError::NotFound(format!(
                 "run_code's one-shot workspaces use the `{RUN_CODE_IMAGE}` image, which is not built on this host (build it with `cargo xtask rootfs {RUN_CODE_IMAGE}`); or pass `workspace`, a running workspace whose image has python3"
@@ -194,8 +192,8 @@ impl MicroagentServer {
         })
         .await?;
         let name = format!("run-code-{}", unique_suffix());
-        let (ws, owned) = (self.ws.clone(), name.clone());
-        blocking(move || Ok(ws.create(&owned, spec)?)).await?;
+        self.on_workspace(&name, |ws, name| ws.create(name, spec))
+            .await?;
         let ran = async {
             self.start_workspace(&name, start_timeout, ctx, progress)
                 .await?;
@@ -203,8 +201,8 @@ impl MicroagentServer {
                 .await
         }
         .await;
-        let (ws, owned) = (self.ws.clone(), name.clone());
-        if let Err(e) = blocking(move || Ok(ws.delete(&owned, true)?)).await {
+        let deleted = self.on_workspace(&name, |ws, name| ws.delete(name, true));
+        if let Err(e) = deleted.await {
             tracing::warn!(%name, %e, "deleting run_code's one-shot workspace failed");
         }
         Ok(RunCodeResult {

@@ -1,7 +1,7 @@
 //! File tools: read, write and list guest files; copy files and directories
 //! between host and guest. Writes and copies accept preview: true.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use guest_agent::protocol::{FileKind, FileStat};
@@ -9,7 +9,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
 use workspace::ErrorCode;
 
-use super::{guest_path, host_path, in_range};
+use super::{guest_path, host_path, in_range, would_or_did};
 use crate::output::{bytes, Out, ToolResult};
 use crate::schema::files::*;
 use crate::{MicroagentServer, ToolError};
@@ -83,6 +83,35 @@ fn describe(stat: &FileStat) -> String {
         kind_name(stat.kind),
         stat.mode
     )
+}
+
+/// A copy checked and described, before it runs.
+struct CopyPlan {
+    /// What it does, without "would" or "did".
+    action: String,
+    host: PathBuf,
+    guest: String,
+    /// file or dir.
+    kind: &'static str,
+    /// What `transferred` counts: bytes or entries.
+    unit: &'static str,
+}
+
+impl CopyPlan {
+    /// The result of the copy, which `transferred` so many units, or of its
+    /// preview (`None`).
+    fn result(self, transferred: Option<u64>) -> CopyResult {
+        let preview = transferred.is_none();
+        CopyResult {
+            preview,
+            action: would_or_did(preview, &self.action),
+            host_path: self.host,
+            guest_path: self.guest,
+            kind: self.kind.into(),
+            transferred: transferred.unwrap_or(0),
+            unit: self.unit.into(),
+        }
+    }
 }
 
 impl MicroagentServer {
@@ -197,24 +226,18 @@ impl MicroagentServer {
                 perm.unwrap_or(0o644)
             ),
         };
-        if p.preview {
-            return Ok(Out(FileWriteResult {
-                preview: true,
-                action: format!("would {action}"),
-                path: p.path,
-                bytes: data.len() as u64,
-                existing: existing.map(Into::into),
-            }));
-        }
-        let written = self
-            .ws
-            .write_file(&p.name, &p.path, &data, p.append, perm)
-            .await?;
+        let bytes = if p.preview {
+            data.len() as u64
+        } else {
+            self.ws
+                .write_file(&p.name, &p.path, &data, p.append, perm)
+                .await?
+        };
         Ok(Out(FileWriteResult {
-            preview: false,
-            action: format!("did {action}"),
+            preview: p.preview,
+            action: would_or_did(p.preview, &action),
             path: p.path,
-            bytes: written,
+            bytes,
             existing: existing.map(Into::into),
         }))
     }
@@ -306,28 +329,19 @@ impl MicroagentServer {
                 )))
             }
         };
-        let action = format!("copy {source} to {}:{}, {effect}", p.name, p.guest_path);
-        if p.preview {
-            return Ok(Out(CopyResult {
-                preview: true,
-                action: format!("would {action}"),
-                host_path: host,
-                guest_path: p.guest_path,
-                kind: kind.into(),
-                transferred: 0,
-                unit: unit.into(),
-            }));
-        }
-        let transferred = self.ws.copy_in(&p.name, &host, &p.guest_path).await?;
-        Ok(Out(CopyResult {
-            preview: false,
-            action: format!("did {action}"),
-            host_path: host,
-            guest_path: p.guest_path,
-            kind: kind.into(),
-            transferred,
-            unit: unit.into(),
-        }))
+        let plan = CopyPlan {
+            action: format!("copy {source} to {}:{}, {effect}", p.name, p.guest_path),
+            host,
+            guest: p.guest_path,
+            kind,
+            unit,
+        };
+        let transferred = if p.preview {
+            None
+        } else {
+            Some(self.ws.copy_in(&p.name, &plan.host, &plan.guest).await?)
+        };
+        Ok(Out(plan.result(transferred)))
     }
 
     /// Copy a guest file or directory out of a running workspace to the
@@ -387,34 +401,25 @@ impl MicroagentServer {
                 )))
             }
         };
-        let action = format!(
-            "copy guest {kind} {}:{} ({}) to host {}, {effect}",
-            p.name,
-            p.guest_path,
-            bytes(stat.size),
-            host.display()
-        );
-        if p.preview {
-            return Ok(Out(CopyResult {
-                preview: true,
-                action: format!("would {action}"),
-                host_path: host,
-                guest_path: p.guest_path,
-                kind: kind.into(),
-                transferred: 0,
-                unit: "bytes".into(),
-            }));
-        }
-        let transferred = self.ws.copy_out(&p.name, &p.guest_path, &host).await?;
-        Ok(Out(CopyResult {
-            preview: false,
-            action: format!("did {action}"),
-            host_path: host,
-            guest_path: p.guest_path,
-            kind: kind.into(),
-            transferred,
-            unit: "bytes".into(),
-        }))
+        let plan = CopyPlan {
+            action: format!(
+                "copy guest {kind} {}:{} ({}) to host {}, {effect}",
+                p.name,
+                p.guest_path,
+                bytes(stat.size),
+                host.display()
+            ),
+            host,
+            guest: p.guest_path,
+            kind,
+            unit: "bytes",
+        };
+        let transferred = if p.preview {
+            None
+        } else {
+            Some(self.ws.copy_out(&p.name, &plan.guest, &plan.host).await?)
+        };
+        Ok(Out(plan.result(transferred)))
     }
 }
 

@@ -5,21 +5,20 @@ use std::collections::BTreeMap;
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
-use workspace::doctor;
+use workspace::doctor::{self, Report};
 use workspace::ops::MAX_EVENT_WAIT;
 use workspace::spec::{defaults, LIMITS};
 use workspace::ListFilter;
 
 use super::{in_range, vcpus};
 use crate::cost;
-use crate::error::blocking;
 use crate::output::{Out, ToolResult};
 use crate::schema::exec::{DEFAULT_OUTPUT_CAP, MAX_OUTPUT_CAP};
 use crate::schema::files::{DEFAULT_READ_LENGTH, MAX_READ_LENGTH, MAX_WRITE_BYTES};
 use crate::schema::info::*;
 use crate::schema::lifecycle::MAX_START_TIMEOUT_SECS;
 use crate::schema::NoParams;
-use crate::{MicroagentServer, ToolError};
+use crate::MicroagentServer;
 
 /// Longest duration `estimate_cost` prices: a year.
 pub const MAX_COST_SECS: u64 = 365 * 24 * 3600;
@@ -27,12 +26,9 @@ pub const MAX_COST_SECS: u64 = 365 * 24 * 3600;
 pub const MAX_COST_COUNT: u64 = 10_000;
 
 /// The contract tool's document.
-pub fn contract() -> Result<ContractResult, ToolError> {
-    let library = serde_json::to_value(workspace::contract::contract())
-        .and_then(serde_json::from_value::<LibraryContract>)
-        .map_err(|e| ToolError::Internal(format!("the library contract changed shape: {e}")))?;
-    Ok(ContractResult {
-        contract: library,
+pub fn contract() -> ContractResult {
+    ContractResult {
+        contract: workspace::contract::contract(),
         mcp: McpLimits {
             default_output_cap: DEFAULT_OUTPUT_CAP,
             max_output_cap: MAX_OUTPUT_CAP,
@@ -42,7 +38,7 @@ pub fn contract() -> Result<ContractResult, ToolError> {
             max_event_wait_secs: MAX_EVENT_WAIT.as_secs(),
             max_start_timeout_secs: MAX_START_TIMEOUT_SECS,
         },
-    })
+    }
 }
 
 #[tool_router(router = info_router, vis = "pub(crate)")]
@@ -60,22 +56,22 @@ impl MicroagentServer {
     )
     )]
     async fn image_list(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<ImageListResult> {
-        let ws = self.ws.clone();
-        let images = blocking(move || {
-            let images = ws.images().list().map_err(workspace::Error::from)?;
-            let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for meta in ws.list(&ListFilter::default())? {
-                users.entry(meta.spec.image).or_default().push(meta.name);
-            }
-            Ok(images
-                .into_iter()
-                .map(|info| {
-                    let used_by = users.remove(&info.name).unwrap_or_default();
-                    ImageView::new(info, used_by)
-                })
-                .collect())
-        })
-        .await?;
+        let images = self
+            .blocking(|ws| {
+                let images = ws.images().list().map_err(workspace::Error::from)?;
+                let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                for meta in ws.list(&ListFilter::default())? {
+                    users.entry(meta.spec.image).or_default().push(meta.name);
+                }
+                Ok(images
+                    .into_iter()
+                    .map(|image| {
+                        let used_by = users.remove(&image.name).unwrap_or_default();
+                        ImageEntry { image, used_by }
+                    })
+                    .collect())
+            })
+            .await?;
         Ok(Out(ImageListResult { images }))
     }
 
@@ -83,7 +79,7 @@ impl MicroagentServer {
     /// kernel and images, state directory, free disk; with what to do
     /// about each problem.
     #[tool(
-        output_schema = crate::output::schema::<DoctorResult>(),
+        output_schema = crate::output::schema::<Report>(),
         annotations(
         title = "Check the host",
         read_only_hint = true,
@@ -92,12 +88,11 @@ impl MicroagentServer {
         open_world_hint = false
     )
     )]
-    async fn host_doctor(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<DoctorResult> {
-        let ws = self.ws.clone();
-        let report =
-            blocking(move || Ok(doctor::run(ws.state_dir(), doctor::asset_dir().as_deref())))
-                .await?;
-        Ok(Out(report.into()))
+    async fn host_doctor(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<Report> {
+        let report = self
+            .blocking(|ws| Ok(doctor::run(ws.state_dir(), ws.assets())))
+            .await?;
+        Ok(Out(report))
     }
 
     /// The runtime contract: workspace states and transitions, every error
@@ -113,7 +108,7 @@ impl MicroagentServer {
     )
     )]
     async fn contract(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<ContractResult> {
-        Ok(Out(contract()?))
+        Ok(Out(contract()))
     }
 
     /// Estimate what workspaces cost: vCPU-hours and GiB-hours of memory

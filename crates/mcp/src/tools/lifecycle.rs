@@ -1,6 +1,7 @@
 //! Life-cycle tools: create, start, stop, halt, delete, list, inspect, logs,
 //! events.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,14 +10,12 @@ use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::ops::MAX_EVENT_WAIT;
 use workspace::spec::defaults;
-use workspace::{ListFilter, Meta, WorkspaceSpec};
+use workspace::{ListFilter, Meta, WorkspaceInfo, WorkspaceSpec};
 
 use super::{in_range, seconds, vcpus};
-use crate::error::blocking;
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
 use crate::schema::lifecycle::*;
-use crate::schema::WorkspaceView;
 use crate::{MicroagentServer, ToolError};
 
 /// What a running workspace's delete without force is refused with.
@@ -30,8 +29,7 @@ fn delete_refused(meta: &Meta) -> ToolError {
 impl MicroagentServer {
     /// The workspace record (crash detection included), off the runtime.
     pub(crate) async fn meta(&self, name: &str) -> Result<Meta, ToolError> {
-        let (ws, name) = (self.ws.clone(), name.to_owned());
-        blocking(move || Ok(ws.get(&name)?)).await
+        self.on_workspace(name, |ws, name| ws.get(name)).await
     }
 
     /// Starts `name`, reporting progress; a cancelled start halts the VM.
@@ -64,13 +62,45 @@ impl MicroagentServer {
         match progress.drive(work, status).await? {
             Some(meta) => Ok(meta),
             None => {
-                let (ws, owned) = (self.ws.clone(), name.to_owned());
-                blocking(move || Ok(ws.halt(&owned)?)).await?;
+                self.on_workspace(name, |ws, name| ws.halt(name)).await?;
                 Err(ToolError::Cancelled(format!(
                     "the start of `{name}` was cancelled and its VM halted"
                 )))
             }
         }
+    }
+
+    /// What stop and halt share: a workspace without a VM is left as it is
+    /// (`verb` does nothing); a preview says what the tool `would` do;
+    /// otherwise `change` runs and the result says it was `done`.
+    async fn change_vm(
+        &self,
+        name: &str,
+        preview: bool,
+        (verb, done): (&str, &str),
+        would: impl FnOnce(&Meta) -> String,
+        change: impl Future<Output = Result<Meta, ToolError>>,
+    ) -> ToolResult<ChangeResult> {
+        let before = self.meta(name).await?;
+        let action = if !before.state.has_vmm() {
+            format!(
+                "workspace `{name}` is {}; {verb} does nothing",
+                before.state
+            )
+        } else if preview {
+            would(&before)
+        } else {
+            return Ok(Out(ChangeResult {
+                preview: false,
+                action: format!("{done} workspace `{name}`"),
+                workspace: change.await?,
+            }));
+        };
+        Ok(Out(ChangeResult {
+            preview,
+            action,
+            workspace: before,
+        }))
     }
 }
 
@@ -79,7 +109,7 @@ impl MicroagentServer {
     /// Create a workspace (stopped; workspace_start boots it). Its writable
     /// disk is made now; the image is read-only and shared.
     #[tool(
-        output_schema = crate::output::schema::<WorkspaceView>(),
+        output_schema = crate::output::schema::<Meta>(),
         annotations(
         title = "Create a workspace",
         read_only_hint = false,
@@ -88,10 +118,7 @@ impl MicroagentServer {
         open_world_hint = false
     )
     )]
-    async fn workspace_create(
-        &self,
-        Parameters(p): Parameters<CreateParams>,
-    ) -> ToolResult<WorkspaceView> {
+    async fn workspace_create(&self, Parameters(p): Parameters<CreateParams>) -> ToolResult<Meta> {
         let spec = WorkspaceSpec {
             image: p.image.unwrap_or_else(|| defaults::IMAGE.into()),
             vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
@@ -101,16 +128,17 @@ impl MicroagentServer {
             labels: p.labels,
             ttl_secs: p.ttl_secs,
         };
-        let ws = self.ws.clone();
-        let meta = blocking(move || Ok(ws.create(&p.name, spec)?)).await?;
-        Ok(Out(meta.into()))
+        let meta = self
+            .on_workspace(&p.name, |ws, name| ws.create(name, spec))
+            .await?;
+        Ok(Out(meta))
     }
 
     /// Boot a stopped (or crashed) workspace and wait until its agent
     /// answers. Sends progress with the newest console line when asked;
     /// cancelling the call halts the VM.
     #[tool(
-        output_schema = crate::output::schema::<WorkspaceView>(),
+        output_schema = crate::output::schema::<Meta>(),
         annotations(
         title = "Start a workspace",
         read_only_hint = false,
@@ -123,7 +151,7 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<StartParams>,
         ctx: RequestContext<RoleServer>,
-    ) -> ToolResult<WorkspaceView> {
+    ) -> ToolResult<Meta> {
         let timeout = seconds(
             "timeout_secs",
             p.timeout_secs,
@@ -134,7 +162,7 @@ impl MicroagentServer {
         let meta = self
             .start_workspace(&p.name, timeout, &ctx, &mut progress)
             .await?;
-        Ok(Out(meta.into()))
+        Ok(Out(meta))
     }
 
     /// Shut a workspace down cleanly (the guest syncs and powers off); the
@@ -160,34 +188,17 @@ impl MicroagentServer {
             DEFAULT_STOP_TIMEOUT_SECS,
             MAX_STOP_TIMEOUT_SECS,
         )?;
-        let before = self.meta(&p.name).await?;
-        let running = before.state.has_vmm();
-        if p.preview || !running {
-            let action = if running {
-                format!(
-                    "would shut workspace `{}` down ({}): its processes end; the VM is torn down if the guest takes more than {} s",
-                    p.name,
-                    before.state,
-                    timeout.as_secs()
-                )
-            } else {
-                format!(
-                    "workspace `{}` is {}; stop does nothing",
-                    p.name, before.state
-                )
-            };
-            return Ok(Out(ChangeResult {
-                preview: p.preview,
-                action,
-                workspace: before.into(),
-            }));
-        }
-        let after = self.ws.stop(&p.name, timeout).await?;
-        Ok(Out(ChangeResult {
-            preview: false,
-            action: format!("stopped workspace `{}`", p.name),
-            workspace: after.into(),
-        }))
+        let would = |before: &Meta| {
+            format!(
+                "would shut workspace `{}` down ({}): its processes end; the VM is torn down if the guest takes more than {} s",
+                before.name,
+                before.state,
+                timeout.as_secs()
+            )
+        };
+        let stop = async { self.ws.stop(&p.name, timeout).await.map_err(Into::into) };
+        self.change_vm(&p.name, p.preview, ("stop", "stopped"), would, stop)
+            .await
     }
 
     /// Tear a workspace's VM down at once (like pulling the plug: guest
@@ -207,36 +218,17 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<HaltParams>,
     ) -> ToolResult<ChangeResult> {
-        let before = self.meta(&p.name).await?;
-        let running = before.state.has_vmm();
-        if p.preview || !running {
-            let action = if running {
-                format!(
-                    "would kill the VM of workspace `{}` ({}, VMM pid {}): its processes end and unsynced guest writes are lost",
-                    p.name,
-                    before.state,
-                    before.runtime.as_ref().map_or(0, |r| r.pid)
-                )
-            } else {
-                format!(
-                    "workspace `{}` is {}; halt does nothing",
-                    p.name, before.state
-                )
-            };
-            return Ok(Out(ChangeResult {
-                preview: p.preview,
-                action,
-                workspace: before.into(),
-            }));
-        }
-        let ws = self.ws.clone();
-        let name = p.name.clone();
-        let after = blocking(move || Ok(ws.halt(&name)?)).await?;
-        Ok(Out(ChangeResult {
-            preview: false,
-            action: format!("halted workspace `{}`", p.name),
-            workspace: after.into(),
-        }))
+        let would = |before: &Meta| {
+            format!(
+                "would kill the VM of workspace `{}` ({}, VMM pid {}): its processes end and unsynced guest writes are lost",
+                before.name,
+                before.state,
+                before.runtime.as_ref().map_or(0, |r| r.pid)
+            )
+        };
+        let halt = self.on_workspace(&p.name, |ws, name| ws.halt(name));
+        self.change_vm(&p.name, p.preview, ("halt", "halted"), would, halt)
+            .await
     }
 
     /// Delete a workspace: its disk, logs and record. A running one is
@@ -256,9 +248,9 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<DeleteParams>,
     ) -> ToolResult<DeleteResult> {
-        let ws = self.ws.clone();
-        let name = p.name.clone();
-        let info = blocking(move || Ok(ws.inspect(&name)?)).await?;
+        let info = self
+            .on_workspace(&p.name, |ws, name| ws.inspect(name))
+            .await?;
         let running = info.meta.state.has_vmm();
         if running && !p.force {
             return Err(delete_refused(&info.meta));
@@ -275,17 +267,17 @@ impl MicroagentServer {
                     "would delete workspace `{}` ({}){halt}: its disk and logs are removed for good",
                     p.name, info.meta.state
                 ),
-                workspace: info.meta.into(),
+                workspace: info.meta,
                 disk_used_bytes: info.disk_used_bytes,
             }));
         }
-        let ws = self.ws.clone();
-        let name = p.name.clone();
-        let meta = blocking(move || Ok(ws.delete(&name, p.force)?)).await?;
+        let meta = self
+            .on_workspace(&p.name, move |ws, name| ws.delete(name, p.force))
+            .await?;
         Ok(Out(DeleteResult {
             preview: false,
             action: format!("deleted workspace `{}`{halt}", p.name),
-            workspace: meta.into(),
+            workspace: meta,
             disk_used_bytes: info.disk_used_bytes,
         }))
     }
@@ -307,13 +299,11 @@ impl MicroagentServer {
         Parameters(p): Parameters<ListParams>,
     ) -> ToolResult<ListResult> {
         let filter = ListFilter {
-            state: p.state.map(Into::into),
+            state: p.state,
             image: p.image,
             labels: p.labels.into_iter().collect(),
         };
-        let ws = self.ws.clone();
-        let found = blocking(move || Ok(ws.list(&filter)?)).await?;
-        let workspaces: Vec<WorkspaceView> = found.into_iter().map(Into::into).collect();
+        let workspaces = self.blocking(move |ws| Ok(ws.list(&filter)?)).await?;
         Ok(Out(ListResult {
             count: workspaces.len(),
             workspaces,
@@ -323,7 +313,7 @@ impl MicroagentServer {
     /// Show one workspace: spec, state, VMM, ages, disk use, how its last
     /// run ended.
     #[tool(
-        output_schema = crate::output::schema::<InspectResult>(),
+        output_schema = crate::output::schema::<WorkspaceInfo>(),
         annotations(
         title = "Inspect a workspace",
         read_only_hint = true,
@@ -335,16 +325,11 @@ impl MicroagentServer {
     async fn workspace_inspect(
         &self,
         Parameters(p): Parameters<NameParams>,
-    ) -> ToolResult<InspectResult> {
-        let ws = self.ws.clone();
-        let info = blocking(move || Ok(ws.inspect(&p.name)?)).await?;
-        Ok(Out(InspectResult {
-            workspace: info.meta.into(),
-            dir: info.dir,
-            age_ms: info.age_ms,
-            uptime_ms: info.uptime_ms,
-            disk_used_bytes: info.disk_used_bytes,
-        }))
+    ) -> ToolResult<WorkspaceInfo> {
+        let info = self
+            .on_workspace(&p.name, |ws, name| ws.inspect(name))
+            .await?;
+        Ok(Out(info))
     }
 
     /// The last lines of a workspace's serial console (kernel and init
@@ -369,9 +354,9 @@ impl MicroagentServer {
             1,
             MAX_LOG_LINES as u64,
         )? as usize;
-        let ws = self.ws.clone();
-        let name = p.name.clone();
-        let lines = blocking(move || Ok(ws.logs(&name, Some(lines))?)).await?;
+        let lines = self
+            .on_workspace(&p.name, move |ws, name| ws.logs(name, Some(lines)))
+            .await?;
         Ok(Out(LogsResult {
             name: p.name,
             lines,
@@ -405,9 +390,6 @@ impl MicroagentServer {
             }
         };
         let next_after = events.last().map_or(p.after, |e| e.seq);
-        Ok(Out(EventsResult {
-            events: events.into_iter().map(Into::into).collect(),
-            next_after,
-        }))
+        Ok(Out(EventsResult { events, next_after }))
     }
 }

@@ -3,7 +3,8 @@
 //! stop, halt, delete, list, inspect, logs, events), [`exec`] (exec,
 //! run_code), [`files`] (read, write, list, copy in and out), [`info`]
 //! (images, doctor, contract, cost). Every tool calls the workspace library;
-//! this module holds the argument checks they share.
+//! this module holds what they share: argument checks, and running the
+//! library's blocking calls off the async runtime.
 
 pub mod exec;
 pub mod files;
@@ -15,8 +16,39 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use workspace::spec::LIMITS;
+use workspace::Workspaces;
 
-use crate::ToolError;
+use crate::error::blocking;
+use crate::{MicroagentServer, ToolError};
+
+impl MicroagentServer {
+    /// Runs a synchronous library call on the blocking pool: creating a
+    /// disk, halting a VMM and deleting take seconds (see "Blocking" in
+    /// [`Workspaces`]).
+    pub(crate) async fn blocking<T, F>(&self, call: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Workspaces) -> Result<T, ToolError> + Send + 'static,
+    {
+        let ws = self.ws.clone();
+        blocking(move || call(&ws)).await
+    }
+
+    /// [`Self::blocking`] for a library call about workspace `name`.
+    pub(crate) async fn on_workspace<T, F>(&self, name: &str, call: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Workspaces, &str) -> workspace::Result<T> + Send + 'static,
+    {
+        let name = name.to_owned();
+        self.blocking(move |ws| Ok(call(ws, &name)?)).await
+    }
+}
+
+/// The `action` of a preview (`would ...`) or of what was done (`did ...`).
+pub(crate) fn would_or_did(preview: bool, action: &str) -> String {
+    format!("{} {action}", if preview { "would" } else { "did" })
+}
 
 /// `value` (named `what`, in `unit`) checked to lie in `min..=max`.
 pub(crate) fn in_range(what: &str, value: u64, min: u64, max: u64) -> Result<u64, ToolError> {
