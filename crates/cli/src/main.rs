@@ -358,3 +358,16 @@ fn anyhow_exit(result: anyhow::Result<ExitCode>) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        // Catches clashing flags (e.g. two `--env` in `run`) before a user does.
+        Cli::command().debug_assert();
+    }
+}
