@@ -248,6 +248,7 @@ fn ttl_expiry_and_kill_9_detection() {
 
 #[test]
 fn five_cycles_and_a_one_shot_run_leave_nothing_behind() {
+    // The first cycle also stops its workspace with SIGTERM and starts it again.
     let test = "five_cycles_and_a_one_shot_run_leave_nothing_behind";
     if !can_boot(test) {
         return;
@@ -257,6 +258,18 @@ fn five_cycles_and_a_one_shot_run_leave_nothing_behind() {
         let name = format!("cycle{i}");
         cli.ok_json(&["create", &name, "--json"]);
         start(&cli, &name);
+        if i == 0 {
+            // SIGTERM to the VMM (a host shutdown) is a graceful stop.
+            let pid = cli.ok_json(&["inspect", &name, "--json"])["runtime"]["pid"]
+                .as_i64()
+                .unwrap() as i32;
+            // SAFETY: kill(2) with plain integers.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+            let stopped = wait_state(&cli, &name, "stopped", Duration::from_secs(60));
+            assert_eq!(stopped["last_exit"]["reason"], "stopped by SIGTERM");
+            assert_no_leftovers(&cli, &name);
+            start(&cli, &name);
+        }
         // A running workspace is only deleted on purpose.
         assert_eq!(
             cli.run(&["delete", &name, "--yes", "--json"]).error_code(),

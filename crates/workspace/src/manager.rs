@@ -257,6 +257,12 @@ impl Workspaces {
                 Ok(m) => m,
                 // Deleted while listing.
                 Err(Error::WorkspaceNotFound(_)) => continue,
+                // One damaged record does not hide the others; `inspect`
+                // names the damage.
+                Err(Error::Store(e @ crate::store::StoreError::Parse { .. })) => {
+                    tracing::warn!("skipping workspace `{name}`: {e}");
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let keep = filter.state.is_none_or(|s| s == meta.state)

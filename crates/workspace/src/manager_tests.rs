@@ -222,3 +222,27 @@ fn concurrent_creates_of_one_name_make_one_workspace() {
         "losing deletes leave no lock file: {left:?}"
     );
 }
+
+#[test]
+fn a_damaged_record_does_not_hide_the_others() {
+    if !have_mkfs("a_damaged_record_does_not_hide_the_others") {
+        return;
+    }
+    let f = fixture("damaged", "/nonexistent");
+    f.ws.create("good", spec()).unwrap();
+    f.ws.create("bad", spec()).unwrap();
+    std::fs::write(f.ws.dir("bad").unwrap().meta_path(), b"{ torn").unwrap();
+    let names: Vec<String> =
+        f.ws.list(&ListFilter::default())
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+    assert_eq!(names, vec!["good".to_string()]);
+    let err = f.ws.inspect("bad").unwrap_err();
+    assert!(
+        err.full_message().contains("damaged"),
+        "{}",
+        err.full_message()
+    );
+}

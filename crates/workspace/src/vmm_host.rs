@@ -121,6 +121,9 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// Runs the VMM of workspace `name` in this process until the guest ends.
 /// Returns the process exit code.
 pub fn serve(state: StateDir, name: &str) -> Result<i32> {
+    // Before any thread exists, so every thread inherits the mask and only
+    // the signal thread below receives these.
+    let termination = block_termination_signals();
     let ws = WorkspaceDir::new(&state, name)?;
     // The starter holds the lock until it has recorded this process.
     let meta = {
@@ -171,6 +174,8 @@ pub fn serve(state: StateDir, name: &str) -> Result<i32> {
     std::thread::spawn(move || wait_for_agent(&s));
     let s = shared.clone();
     std::thread::spawn(move || enforce_ttl(&s));
+    let s = shared.clone();
+    std::thread::spawn(move || stop_on_signals(&s, termination));
 
     let outcome = machine.run(None);
     let stopping = *shared.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
@@ -368,5 +373,47 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                 ttl_deadline_ms: at,
             }
         }
+    }
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and in every
+/// thread it starts later); returns the set for [`stop_on_signals`].
+fn block_termination_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; an all-zero value is then initialised
+    // by sigemptyset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t owned by this frame; the calls only
+    // write to it and to this thread's signal mask.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    set
+}
+
+/// Turns SIGTERM/SIGINT/SIGHUP into a graceful stop (as `microagent stop`
+/// does, so a host shutdown syncs the guest's disk); a second one while
+/// stopping tears the VM down at once.
+fn stop_on_signals(shared: &Arc<Shared>, set: libc::sigset_t) {
+    loop {
+        let mut signal = 0;
+        // SAFETY: `set` was initialised by block_termination_signals and
+        // `signal` is a valid place for the result.
+        if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
+            continue;
+        }
+        let reason = match signal {
+            libc::SIGTERM => "stopped by SIGTERM",
+            libc::SIGINT => "stopped by SIGINT",
+            _ => "stopped by SIGHUP",
+        };
+        if shared.stopping.load(Ordering::SeqCst) {
+            shared.finish(false, &format!("{reason} (second signal: VM torn down)"));
+            std::process::exit(0);
+        }
+        shared.begin_stop(Duration::from_secs(10), reason);
     }
 }
