@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use crate::{cache, images, kernel, sh};
+use crate::{cache, images, kernel};
 
 struct Run {
     phases: Vec<(&'static str, f64)>,
@@ -85,12 +85,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     }
     kernel::build(kernel::Variant::for_host()?)?;
     images::run(&["minimal".to_string()])?;
-    sh::run(
-        Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "microagent"])
-            .current_dir(cache::repo_root()),
-    )?;
-    let bin = cache::repo_root().join("target/debug/microagent");
+    let bin = cache::build_microagent()?;
     let home = std::path::PathBuf::from(format!("/tmp/ma-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
     let mut all = Vec::new();

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use anyhow::bail;
 
-use crate::{cache, initramfs, kernel, sh};
+use crate::{cache, initramfs, kernel};
 
 /// Guest memory the demo boot uses.
 const MEM_MIB: &str = "128";
@@ -14,12 +14,7 @@ const MEM_MIB: &str = "128";
 pub fn run(extra: &[String]) -> anyhow::Result<()> {
     let vmlinux = kernel::build(kernel::Variant::for_host()?)?;
     let initrd = initramfs::build()?;
-    sh::run(
-        Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "microagent"])
-            .current_dir(cache::repo_root()),
-    )?;
-    let bin = cache::repo_root().join("target/debug/microagent");
+    let bin = cache::build_microagent()?;
     eprintln!("xtask: booting (on a host that emulates guest kernel mode this takes ~20-30 s)");
     let status = Command::new(bin)
         .args(["vmm", "boot", "--mem-mib", MEM_MIB, "--kernel"])

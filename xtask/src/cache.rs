@@ -19,6 +19,16 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Builds the `microagent` binary (debug) and returns its path.
+pub fn build_microagent() -> anyhow::Result<PathBuf> {
+    crate::sh::run(
+        std::process::Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "microagent"])
+            .current_dir(repo_root()),
+    )?;
+    Ok(repo_root().join("target/debug/microagent"))
+}
+
 /// Hashes labelled inputs; the label keeps "a"+"bc" apart from "ab"+"c".
 #[derive(Default)]
 pub struct InputHash(Sha256);

@@ -7,17 +7,12 @@ use std::process::Command;
 
 use anyhow::bail;
 
-use crate::{cache, images, kernel, sh};
+use crate::{cache, images, kernel};
 
 pub fn run(command: &[String]) -> anyhow::Result<()> {
     kernel::build(kernel::Variant::for_host()?)?;
     images::run(&["minimal".to_string()])?;
-    sh::run(
-        Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "microagent"])
-            .current_dir(cache::repo_root()),
-    )?;
-    let bin = cache::repo_root().join("target/debug/microagent");
+    let bin = cache::build_microagent()?;
     let default = ["uname".to_string(), "-a".to_string()];
     let command = if command.is_empty() {
         &default[..]

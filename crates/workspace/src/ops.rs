@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use guest_agent::client::{ExecEvent, ExecInput, ExecOutput, GuestAgentClient};
+use guest_agent::client::{ExecCollector, ExecEvent, ExecInput, ExecOutput, GuestAgentClient};
 use guest_agent::protocol::{DirEntry, ExecRequest, Exited, FileKind, FileStat, WriteMode};
 use tokio::net::UnixStream;
 
@@ -179,22 +179,11 @@ impl Workspaces {
         req: ExecRequest,
         input: ExecInput,
     ) -> Result<ExecOutput> {
-        let (mut stdout, mut stderr, mut started) = (Vec::new(), Vec::new(), None);
+        let mut collector = ExecCollector::default();
         let exited = self
-            .exec(name, req, input, |event| match event {
-                ExecEvent::Started { exec_id, pid } => started = Some((exec_id, pid)),
-                ExecEvent::Stdout(b) => stdout.extend_from_slice(&b),
-                ExecEvent::Stderr(b) => stderr.extend_from_slice(&b),
-            })
+            .exec(name, req, input, |event| collector.on_event(event))
             .await?;
-        let (exec_id, pid) = started.unwrap_or_else(|| (exited.exec_id.clone(), 0));
-        Ok(ExecOutput {
-            exec_id,
-            pid,
-            exited,
-            stdout,
-            stderr,
-        })
+        Ok(collector.finish(exited))
     }
 
     /// Sends a signal to a running exec's process group.

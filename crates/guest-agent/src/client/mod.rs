@@ -14,7 +14,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 pub use types::{
-    AgentEndpoint, AgentHello, ExecEvent, ExecInput, ExecOutput, ExecResult, FileHeader,
+    AgentEndpoint, AgentHello, ExecCollector, ExecEvent, ExecInput, ExecOutput, ExecResult,
+    FileHeader,
 };
 pub use wire::{connect_hybrid_vsock, connect_unix, ClientError};
 
@@ -155,22 +156,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         req: ExecRequest,
         input: ExecInput,
     ) -> Result<ExecOutput, ClientError> {
-        let (mut stdout, mut stderr, mut started) = (Vec::new(), Vec::new(), None);
+        let mut collector = ExecCollector::default();
         let exited = self
-            .exec(req, input, |event| match event {
-                ExecEvent::Started { exec_id, pid } => started = Some((exec_id, pid)),
-                ExecEvent::Stdout(b) => stdout.extend_from_slice(&b),
-                ExecEvent::Stderr(b) => stderr.extend_from_slice(&b),
-            })
+            .exec(req, input, |event| collector.on_event(event))
             .await?;
-        let (exec_id, pid) = started.unwrap_or_else(|| (exited.exec_id.clone(), 0));
-        Ok(ExecOutput {
-            exec_id,
-            pid,
-            exited,
-            stdout,
-            stderr,
-        })
+        Ok(collector.finish(exited))
     }
 
     /// Signals a running exec's process group.

@@ -101,6 +101,38 @@ pub struct ExecOutput {
     pub stderr: Vec<u8>,
 }
 
+/// Gathers an exec's events into an [`ExecOutput`]: feed it every
+/// [`ExecEvent`], then [`ExecCollector::finish`] with how the exec ended.
+#[derive(Debug, Default)]
+pub struct ExecCollector {
+    started: Option<(String, u32)>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl ExecCollector {
+    /// Records one event.
+    pub fn on_event(&mut self, event: ExecEvent) {
+        match event {
+            ExecEvent::Started { exec_id, pid } => self.started = Some((exec_id, pid)),
+            ExecEvent::Stdout(b) => self.stdout.extend_from_slice(&b),
+            ExecEvent::Stderr(b) => self.stderr.extend_from_slice(&b),
+        }
+    }
+
+    /// The collected output of the exec that ended as `exited`.
+    pub fn finish(self, exited: Exited) -> ExecOutput {
+        let (exec_id, pid) = self.started.unwrap_or_else(|| (exited.exec_id.clone(), 0));
+        ExecOutput {
+            exec_id,
+            pid,
+            exited,
+            stdout: self.stdout,
+            stderr: self.stderr,
+        }
+    }
+}
+
 /// The answer to `result`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecResult {
