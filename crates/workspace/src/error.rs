@@ -16,7 +16,7 @@ use crate::store::StoreError;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// No workspace of that name.
-    #[error("workspace `{0}` does not exist; `microagent list` shows the workspaces")]
+    #[error("workspace `{0}` does not exist; list the workspaces (`microagent list`, or the workspace_list tool) to see their names")]
     WorkspaceNotFound(String),
     /// The name is taken.
     #[error("workspace `{0}` already exists; pick another name or delete it first")]
@@ -25,7 +25,7 @@ pub enum Error {
     #[error("{0}")]
     InvalidInput(String),
     /// The operation needs a running workspace.
-    #[error("workspace `{name}` is {state}; start it with `microagent start {name}`")]
+    #[error("workspace `{name}` is {state}; start it first (`microagent start {name}`, or the workspace_start tool)")]
     NotRunning {
         /// The workspace.
         name: String,
@@ -53,7 +53,7 @@ pub enum Error {
     Timeout(String),
     /// The workspace's VM did not come up.
     #[error(
-        "workspace `{name}` failed to start: {reason}; `microagent logs {name}` shows its console"
+        "workspace `{name}` failed to start: {reason}; its console (`microagent logs {name}`, or the workspace_logs tool) shows why"
     )]
     StartFailed {
         /// The workspace.

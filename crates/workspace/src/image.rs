@@ -34,7 +34,7 @@ pub enum ImageError {
     #[error("invalid image name")]
     Name(#[source] NameError),
     /// Not registered (and not a built image that could be imported).
-    #[error("image `{0}` does not exist; `microagent image ls` lists images, `cargo xtask setup` builds minimal and debian")]
+    #[error("image `{0}` does not exist; list the images (`microagent image ls`, or the image_list tool); `cargo xtask setup` builds minimal and debian")]
     NotFound(String),
     /// The name is taken.
     #[error("image `{0}` already exists; remove it first with `microagent image rm {0}`")]

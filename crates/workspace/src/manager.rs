@@ -324,7 +324,7 @@ impl Workspaces {
                     return Err(Error::WrongState {
                         name: name.into(),
                         state,
-                        hint: "wait for it to settle, or `microagent halt` it",
+                        hint: "wait for it to settle, or halt it (`microagent halt`, or the workspace_halt tool)",
                     })
                 }
             }
@@ -392,7 +392,7 @@ impl Workspaces {
             if started.elapsed() > timeout {
                 self.halt(name)?;
                 return Err(Error::Timeout(format!(
-                    "workspace `{name}` did not answer within {} s and was halted; `microagent logs {name}` shows its console",
+                    "workspace `{name}` did not answer within {} s and was halted; its console (`microagent logs {name}`, or the workspace_logs tool) shows how far it got",
                     timeout.as_secs()
                 )));
             }
@@ -484,7 +484,7 @@ impl Workspaces {
                 return Err(Error::WrongState {
                     name: name.into(),
                     state: meta.state,
-                    hint: "stop it first, or delete with --force",
+                    hint: "stop it first, or delete it with force (`--force`, or `force: true`)",
                 });
             }
             self.halt_locked(name)?;
