@@ -191,17 +191,44 @@ fn asset_checks(checks: &mut Vec<Check>, assets: Option<&Path>, mode: Option<Kvm
             "build it with `cargo xtask setup`",
         )
     });
-    for image in ["minimal", "debian"] {
-        let path = assets.join(format!("rootfs-{image}.ext4"));
-        checks.push(if path.exists() {
-            Check::ok("image", format!("{image} image at {}", path.display()))
+}
+
+/// The built-in images (registered, or built and registered on first use)
+/// and any other registered image.
+fn image_checks(checks: &mut Vec<Check>, state: &StateDir, assets: Option<&Path>) {
+    let registry = state.root().join("images");
+    let registered = |name: &str| registry.join(name).join(crate::image::IMAGE_FILE);
+    for image in crate::image::BUILTIN_IMAGES {
+        let built = assets.map(|a| a.join(format!("rootfs-{image}.ext4")));
+        checks.push(if registered(image).exists() {
+            Check::ok(
+                "image",
+                format!("{image} image registered in {}", registry.display()),
+            )
+        } else if let Some(path) = built.as_ref().filter(|p| p.exists()) {
+            Check::ok(
+                "image",
+                format!(
+                    "{image} image built at {} (registered on first use)",
+                    path.display()
+                ),
+            )
         } else {
             Check::warn(
                 "image",
-                format!("the {image} image is missing ({})", path.display()),
+                format!("the {image} image is neither registered nor built"),
                 format!("build it with `cargo xtask rootfs {image}`"),
             )
         });
+    }
+    let others = std::fs::read_dir(&registry)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| !crate::image::BUILTIN_IMAGES.contains(&n.as_str()))
+        .filter(|n| registered(n).exists());
+    for name in others {
+        checks.push(Check::ok("image", format!("{name} image registered")));
     }
 }
 
@@ -258,6 +285,7 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
     let mut checks = Vec::new();
     let mode = kvm_checks(&mut checks);
     asset_checks(&mut checks, assets, mode);
+    image_checks(&mut checks, state, assets);
     state_checks(&mut checks, state);
     let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     Report { status, checks }
@@ -278,6 +306,7 @@ mod tests {
         std::fs::write(assets.join("rootfs-minimal.ext4"), b"").unwrap();
         let mut checks = Vec::new();
         asset_checks(&mut checks, Some(&assets), Some(KvmMode::Emulated));
+        image_checks(&mut checks, &state, Some(&assets));
         state_checks(&mut checks, &state);
         let by = |name: &str, detail: &str| {
             checks
@@ -295,6 +324,26 @@ mod tests {
                 .all(|c| c.status == Status::Ok || c.fix.is_some()),
             "every problem says what to do"
         );
+        // A registered image counts even when the asset cache lacks it.
+        for name in ["debian", "custom"] {
+            let dir = state.root().join("images").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(crate::image::IMAGE_FILE), b"{}").unwrap();
+        }
+        let mut checks = Vec::new();
+        image_checks(&mut checks, &state, None);
+        let statuses: Vec<(String, Status)> = checks
+            .iter()
+            .map(|c| (c.detail.clone(), c.status))
+            .collect();
+        assert_eq!(statuses.len(), 3, "{statuses:?}");
+        assert_eq!(
+            statuses[0].1,
+            Status::Warn,
+            "minimal: neither registered nor built"
+        );
+        assert!(statuses[1].0.contains("debian image registered") && statuses[1].1 == Status::Ok);
+        assert!(statuses[2].0.contains("custom") && statuses[2].1 == Status::Ok);
         let mut checks = Vec::new();
         asset_checks(&mut checks, Some(&assets), Some(KvmMode::Native));
         assert_eq!(
