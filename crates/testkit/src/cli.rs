@@ -164,9 +164,8 @@ impl CliHome {
 impl Drop for CliHome {
     fn drop(&mut self) {
         for pid in self.vmm_pids() {
-            if let Ok(pid) = i32::try_from(pid) {
-                // SAFETY: kill(2) takes plain integers and touches no memory.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+            if let Some(ticks) = workspace::process::start_ticks(pid) {
+                workspace::process::kill(pid, ticks);
             }
         }
         let _ = std::fs::remove_dir_all(&self.home);

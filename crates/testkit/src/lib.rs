@@ -22,10 +22,7 @@ pub fn cache_root() -> Option<PathBuf> {
 
 /// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.
 pub fn e2fs_tool(name: &str) -> Result<PathBuf, String> {
-    ["/usr/sbin", "/sbin", "/usr/bin"]
-        .iter()
-        .map(|d| std::path::Path::new(d).join(name))
-        .find(|p| p.exists())
+    workspace::manager::e2fs_tool(name)
         .ok_or_else(|| format!("{name} is not installed (apt-get install e2fsprogs)"))
 }
 

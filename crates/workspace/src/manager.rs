@@ -105,8 +105,10 @@ fn kernel_variant(assets: Option<&PathBuf>) -> String {
     match (has("compat"), has("standard")) {
         (true, false) => "compat".into(),
         (false, true) => "standard".into(),
-        // Both or neither: ask the host (a short KVM probe).
-        _ => vmm_core::host::probe()
+        // No built kernel: no built image to import, nothing to choose.
+        (false, false) => "standard".into(),
+        // Both: ask the host (a short KVM probe).
+        (true, true) => vmm_core::host::probe()
             .map(|p| p.kernel_variant().to_owned())
             .unwrap_or_else(|_| "standard".into()),
     }
@@ -530,20 +532,25 @@ fn vmm_died(meta: &Meta) -> bool {
             .is_none_or(|rt| !process::is_alive(rt.pid, rt.pid_start))
 }
 
+/// Where an e2fsprogs tool (`mkfs.ext4`, `debugfs`) is installed, if it is.
+pub fn e2fs_tool(name: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+}
+
 /// A sparse file of `mib` MiB formatted ext4.
 fn make_disk(path: &Path, mib: u64) -> Result<()> {
     let file = std::fs::File::create(path)
         .map_err(Error::host_io(format!("creating {}", path.display())))?;
     file.set_len(mib << 20)
         .map_err(Error::host_io(format!("sizing {}", path.display())))?;
-    let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .ok_or_else(|| {
-            Error::HostUnsupported(
-                "mkfs.ext4 is not installed; install e2fsprogs (apt-get install e2fsprogs)".into(),
-            )
-        })?;
+    let mkfs = e2fs_tool("mkfs.ext4").ok_or_else(|| {
+        Error::HostUnsupported(
+            "mkfs.ext4 is not installed; install e2fsprogs (apt-get install e2fsprogs)".into(),
+        )
+    })?;
     let out = Command::new(mkfs)
         .args([
             "-q",

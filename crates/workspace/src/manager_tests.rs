@@ -43,9 +43,7 @@ fn spec() -> WorkspaceSpec {
 /// Whether mkfs.ext4 is here; if not, records `test` as skipped the way
 /// testkit does (which this crate cannot depend on: testkit uses it).
 fn have_mkfs(test: &str) -> bool {
-    let here = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
-        .iter()
-        .any(|p| std::path::Path::new(p).exists());
+    let here = e2fs_tool("mkfs.ext4").is_some();
     if !here {
         let reason = "mkfs.ext4 is not installed (apt-get install e2fsprogs)";
         eprintln!("SKIPPED {test}: {reason}");

@@ -12,6 +12,7 @@ use crate::console_log;
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
 use crate::manager::Workspaces;
+use crate::spec::Meta;
 use crate::state::State;
 use crate::workspace_dir::WorkspaceDir;
 
@@ -45,8 +46,8 @@ fn describe(req: &ExecRequest) -> String {
 }
 
 impl Workspaces {
-    /// The workspace's directory, if it is running.
-    fn running(&self, name: &str) -> Result<WorkspaceDir> {
+    /// The workspace's directory and record, if it is running.
+    fn running(&self, name: &str) -> Result<(WorkspaceDir, Meta)> {
         let meta = self.get(name)?;
         if meta.state != State::Running {
             return Err(Error::NotRunning {
@@ -54,11 +55,11 @@ impl Workspaces {
                 state: meta.state,
             });
         }
-        self.dir(name)
+        Ok((self.dir(name)?, meta))
     }
 
     async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
-        let ws = self.running(name)?;
+        let (ws, _) = self.running(name)?;
         ws.agent().connect().await.map_err(Error::agent("connect"))
     }
 
@@ -81,8 +82,7 @@ impl Workspaces {
                 "no command given; pass a program and its arguments, or a shell line".into(),
             ));
         }
-        let ws = self.running(name)?;
-        let meta = self.get(name)?;
+        let (ws, meta) = self.running(name)?;
         for (k, v) in meta.spec.env {
             req.env.entry(k).or_insert(v);
         }
@@ -380,7 +380,6 @@ impl Workspaces {
             )));
         }
         let ws = self.dir(name)?;
-        ws.read_meta()?;
         let log = ws.events();
         let deadline = tokio::time::Instant::now() + wait;
         loop {

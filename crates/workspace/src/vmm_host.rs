@@ -110,12 +110,15 @@ impl Shared {
     }
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a current-thread runtime builds")
-        .block_on(f)
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    runtime().block_on(f)
 }
 
 /// Runs the VMM of workspace `name` in this process until the guest ends.
@@ -257,14 +260,15 @@ fn build_machine(
 /// Polls the agent until it answers, then marks the workspace running.
 fn wait_for_agent(shared: &Arc<Shared>) {
     let endpoint = shared.ws.agent();
+    // One runtime for every attempt of this thread.
+    let rt = runtime();
     loop {
         if shared.stopping.load(Ordering::SeqCst) || shared.finished.load(Ordering::SeqCst) {
             return;
         }
-        let ep = endpoint.clone();
-        let attempt = block_on(async move {
-            tokio::time::timeout(Duration::from_secs(10), async move {
-                ep.connect().await?.hello().await
+        let attempt = rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(10), async {
+                endpoint.connect().await?.hello().await
             })
             .await
         });
