@@ -48,7 +48,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         _ => bail!("usage: cargo xtask bench vmm [--runs N]"),
     };
     let profile = vmm_core::host::probe()?;
-    let variant = kernel::Variant::parse(profile.kernel_variant())?;
+    let variant = profile.kernel_variant();
     let vmlinux = kernel::build(variant)?;
     let initrd = initramfs::build()?;
     sh::run(

@@ -91,7 +91,7 @@ fn row(name: &str, unit: &str, guest: f64, host: f64) {
 
 pub fn run() -> anyhow::Result<()> {
     let profile = vmm_core::host::probe()?;
-    let vmlinux = kernel::build(kernel::Variant::parse(profile.kernel_variant())?)?;
+    let vmlinux = kernel::build(profile.kernel_variant())?;
     images::run(&["minimal".to_string()])?;
     let image = cache::root()?.join("current/rootfs-minimal.ext4");
     sh::run(

@@ -84,7 +84,7 @@ fn row(name: &str, unit: &str, guest: f64, host: f64) {
 
 pub fn run() -> anyhow::Result<()> {
     let profile = vmm_core::host::probe()?;
-    let vmlinux = kernel::build(kernel::Variant::parse(profile.kernel_variant())?)?;
+    let vmlinux = kernel::build(profile.kernel_variant())?;
     let root = rootfs::build()?;
     sh::run(
         Command::new(env!("CARGO"))

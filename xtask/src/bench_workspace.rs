@@ -83,7 +83,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     if runs == 0 {
         bail!("--runs must be at least 1");
     }
-    kernel::build(kernel::Variant::for_host()?)?;
+    kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     let bin = cache::build_microagent()?;
     let home = std::path::PathBuf::from(format!("/tmp/ma-bench-{}", std::process::id()));

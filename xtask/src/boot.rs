@@ -12,7 +12,7 @@ use crate::{cache, initramfs, kernel};
 const MEM_MIB: &str = "128";
 
 pub fn run(extra: &[String]) -> anyhow::Result<()> {
-    let vmlinux = kernel::build(kernel::Variant::for_host()?)?;
+    let vmlinux = kernel::build(kernel::variant_for_host()?)?;
     let initrd = initramfs::build()?;
     let bin = cache::build_microagent()?;
     eprintln!("xtask: booting (on a host that emulates guest kernel mode this takes ~20-30 s)");

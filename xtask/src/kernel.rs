@@ -26,44 +26,30 @@ const BUILD_PACKAGES: &[&str] = &[
     "patch",
 ];
 
-/// Which kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    /// Unpatched: for hosts with hardware virtualization.
-    Standard,
-    /// With our patches for hosts that emulate guest kernel mode.
-    Compat,
+/// Which kernel: the VMM's own type, so xtask builds what the VMM boots.
+pub type Variant = vmm_core::KernelVariant;
+
+/// Parses `host`, `standard` or `compat`.
+pub fn parse_variant(s: &str) -> anyhow::Result<Variant> {
+    match s {
+        "host" => variant_for_host(),
+        other => Variant::from_name(other).with_context(|| {
+            format!("unknown kernel variant `{other}` (host, standard or compat)")
+        }),
+    }
 }
 
-impl Variant {
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::Standard => "standard",
-            Variant::Compat => "compat",
-        }
-    }
-
-    pub fn parse(s: &str) -> anyhow::Result<Self> {
-        match s {
-            "standard" => Ok(Variant::Standard),
-            "compat" => Ok(Variant::Compat),
-            "host" => Self::for_host(),
-            other => bail!("unknown kernel variant `{other}` (host, standard or compat)"),
-        }
-    }
-
-    /// The variant this host needs, from the VMM's own probe.
-    pub fn for_host() -> anyhow::Result<Self> {
-        let profile = vmm_core::host::probe()
-            .context("probing KVM to pick the kernel variant (is /dev/kvm usable?)")?;
-        eprintln!(
-            "xtask: KVM here is {} ({:.1} ns per ring-0 loop iteration): {} kernel",
-            profile.mode.name(),
-            profile.ring0_ns_per_iteration,
-            profile.kernel_variant()
-        );
-        Self::parse(profile.kernel_variant())
-    }
+/// The variant this host needs, from the VMM's own probe.
+pub fn variant_for_host() -> anyhow::Result<Variant> {
+    let profile = vmm_core::host::probe()
+        .context("probing KVM to pick the kernel variant (is /dev/kvm usable?)")?;
+    eprintln!(
+        "xtask: KVM here is {} ({:.1} ns per ring-0 loop iteration): {} kernel",
+        profile.mode.name(),
+        profile.ring0_ns_per_iteration,
+        profile.kernel_variant()
+    );
+    Ok(profile.kernel_variant())
 }
 
 fn guest_dir() -> PathBuf {
@@ -146,7 +132,7 @@ pub fn build(variant: Variant) -> anyhow::Result<PathBuf> {
     let out_dir = cache::root()?.join("kernel").join(&key);
     let vmlinux = out_dir.join("vmlinux");
     if vmlinux.is_file() {
-        let link = cache::link_current(&format!("vmlinux-{}", variant.name()), &vmlinux)?;
+        let link = cache::link_current(&variant.vmlinux_file(), &vmlinux)?;
         eprintln!(
             "xtask: {} kernel is cached: {}",
             variant.name(),
@@ -216,7 +202,7 @@ pub fn build(variant: Variant) -> anyhow::Result<PathBuf> {
     )?;
     install(&build_dir, &out_dir)?;
     std::fs::remove_dir_all(&build_dir)?;
-    let link = cache::link_current(&format!("vmlinux-{}", variant.name()), &vmlinux)?;
+    let link = cache::link_current(&variant.vmlinux_file(), &vmlinux)?;
     eprintln!("xtask: {} kernel built: {}", variant.name(), link.display());
     println!("{}", vmlinux.display());
     Ok(vmlinux)

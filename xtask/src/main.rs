@@ -16,6 +16,7 @@ mod nolibc;
 mod rootfs;
 mod run_cmd;
 mod sh;
+mod soak;
 mod test_cmd;
 mod tidy;
 
@@ -39,6 +40,11 @@ tasks:
                                 ARGS go to `microagent vmm boot` (e.g. --vcpus 2)
   test                          fmt check, clippy, then the whole test suite with a
                                 passed/failed/skipped summary
+  soak [--processes N] [--rounds N] [--cmdline OPTIONS]
+                                the guest stress check (docs/host-compat.md): N short-lived
+                                processes after heavy I/O in a booted guest (default 1000),
+                                for N rounds (default 3); fails on any guest process fault;
+                                OPTIONS are extra guest kernel options to test a hypothesis
   fuzz [--seconds N]            random virtio queues into blk and vsock processing (default 30 s)
   bench vmm [--runs N]          VMM figures: process start to first KVM_RUN, time to the
                                 init marker, VMM RSS beyond guest memory
@@ -64,15 +70,15 @@ fn main() -> anyhow::Result<()> {
     };
     match task {
         "setup" => {
-            kernel::build(kernel::Variant::for_host()?)?;
+            kernel::build(kernel::variant_for_host()?)?;
             initramfs::build()?;
             rootfs::build()?;
             images::run(&[])
         }
         "guest-kernel" => {
             let variant = match rest {
-                [] => kernel::Variant::for_host()?,
-                [flag, v] if flag == "--variant" => kernel::Variant::parse(v)?,
+                [] => kernel::variant_for_host()?,
+                [flag, v] if flag == "--variant" => kernel::parse_variant(v)?,
                 _ => bail!("usage: cargo xtask guest-kernel [--variant host|standard|compat]"),
             };
             kernel::build(variant).map(drop)
@@ -84,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         "boot" => boot::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
         "test" => test_cmd::run(rest),
         "fuzz" => fuzz::run(rest),
+        "soak" => soak::run(rest),
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),
             [what] if what == "agent" => bench_agent::run(),

@@ -10,7 +10,7 @@ use anyhow::bail;
 use crate::{cache, images, kernel};
 
 pub fn run(command: &[String]) -> anyhow::Result<()> {
-    kernel::build(kernel::Variant::for_host()?)?;
+    kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     let bin = cache::build_microagent()?;
     let default = ["uname".to_string(), "-a".to_string()];

@@ -89,4 +89,112 @@ mod tests {
             }
         }
     }
+
+    fn all_rust_files() -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        for dir in ["crates", "xtask", "fuzz/fuzz_targets"] {
+            rust_files(&repo_root().join(dir), &mut files);
+        }
+        files
+    }
+
+    /// The part of a file that is not tests or comments, with line numbers.
+    fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        code.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim_start().starts_with("//"))
+            .map(|(i, l)| (i + 1, l))
+    }
+
+    #[test]
+    fn every_source_file_says_what_it_is() {
+        let missing: Vec<String> = all_rust_files()
+            .iter()
+            .filter(|f| !std::fs::read_to_string(f).unwrap().starts_with("//!"))
+            .map(|f| f.display().to_string())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "start these with a `//!` line saying what the file is: {missing:?}"
+        );
+    }
+
+    #[test]
+    fn core_crates_do_not_name_front_end_commands() {
+        // The library names a remedy (workspace::Remedy); each front end
+        // says it in its own words.
+        const FRONT_END_WORDS: &[&str] = &[
+            "`microagent ",
+            " tool)",
+            "the workspace_",
+            "the image_",
+            "force: true",
+            "--force",
+        ];
+        let mut files = Vec::new();
+        for dir in ["crates/vmm-core/src", "crates/workspace/src"] {
+            rust_files(&repo_root().join(dir), &mut files);
+        }
+        let mut found = Vec::new();
+        for f in files
+            .iter()
+            .filter(|f| !f.to_string_lossy().ends_with("_tests.rs"))
+        {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (n, line) in code_lines(&text) {
+                if FRONT_END_WORDS.iter().any(|w| line.contains(w)) {
+                    found.push(format!("{}:{n}: {}", f.display(), line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "core crates name what failed and a Remedy, not front-end commands:\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[test]
+    fn only_binaries_end_the_process() {
+        let mut found = Vec::new();
+        for f in all_rust_files() {
+            let binary = f.ends_with("src/main.rs")
+                || f.components().any(|c| c.as_os_str() == "bin")
+                || f.starts_with(repo_root().join("xtask"));
+            if binary {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (n, line) in code_lines(&text) {
+                if line.contains("process::exit(") {
+                    found.push(format!("{}:{n}", f.display()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "return to the binary's main instead of exiting: {found:?}"
+        );
+    }
+
+    #[test]
+    fn internal_dependencies_go_through_the_workspace() {
+        let mut manifests = vec![repo_root().join("xtask/Cargo.toml")];
+        for entry in std::fs::read_dir(repo_root().join("crates"))
+            .unwrap()
+            .flatten()
+        {
+            manifests.push(entry.path().join("Cargo.toml"));
+        }
+        for m in manifests {
+            let text = std::fs::read_to_string(&m).unwrap();
+            let direct: Vec<&str> = text.lines().filter(|l| l.contains("{ path =")).collect();
+            assert!(
+                direct.is_empty(),
+                "{}: {direct:?}: declare the crate in [workspace.dependencies] and use `.workspace = true`",
+                m.display()
+            );
+        }
+    }
 }

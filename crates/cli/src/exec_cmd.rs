@@ -235,10 +235,7 @@ pub struct RunArgs {
 }
 
 fn run_name() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("run-{:x}{:05x}", std::process::id(), nanos & 0xfffff)
+    format!("run-{}", workspace::settings::unique_id())
 }
 
 pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {

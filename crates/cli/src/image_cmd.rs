@@ -65,7 +65,7 @@ pub fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error> {
             if *json {
                 output::json(&all);
             } else {
-                let now = workspace::spec::now_ms();
+                let now = workspace::settings::now_ms();
                 let rows: Vec<Vec<String>> = all
                     .iter()
                     .map(|i| {

@@ -223,8 +223,13 @@ impl Command {
 
 fn init_logging() {
     // Logs go to stderr only: stdout carries results, JSON or the console.
+    // A VMM process's stderr is its workspace's vmm.log, which keeps how
+    // each run went (info); commands people run say only what went wrong.
+    let vmm_process =
+        std::env::args().nth(2).as_deref() == Some(workspace::launch::VMM_SUBCOMMAND[1]);
+    let default = if vmm_process { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("MICROAGENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -369,5 +374,24 @@ mod tests {
     fn the_command_line_definition_is_consistent() {
         // Catches clashing flags (e.g. two `--env` in `run`) before a user does.
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_library_launches_vmm_processes_this_binary_understands() {
+        let launch = workspace::launch::VmmLaunch::new(
+            std::path::Path::new("microagent"),
+            std::path::Path::new("/tmp/home"),
+            "dev",
+        );
+        let mut argv = vec![std::ffi::OsString::from("microagent")];
+        argv.extend(launch.args());
+        let cli = Cli::try_parse_from(argv).unwrap();
+        match cli.command {
+            Command::Vmm(vmm_cmd::VmmCommand::ServeWorkspace { home, name }) => {
+                assert_eq!(home, std::path::Path::new("/tmp/home"));
+                assert_eq!(name, "dev");
+            }
+            other => panic!("parsed as {other:?}"),
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use serde::Serialize;
-use workspace::{Error, ErrorCode};
+use workspace::{Error, ErrorCode, Remedy};
 
 /// Exit status of a command that failed (exec and run use 125).
 pub const FAILURE: u8 = 1;
@@ -22,7 +22,46 @@ pub fn json<T: Serialize>(value: &T) {
 
 /// Reports an error with its stable code and returns `status`.
 pub fn error(e: &Error, as_json: bool, status: u8) -> ExitCode {
-    report(e.code(), &e.full_message(), as_json, status)
+    report(e.code(), &message(e), as_json, status)
+}
+
+/// The library's message, then what to do next in this CLI's words.
+pub fn message(e: &Error) -> String {
+    match e.remedy() {
+        Some(r) => format!("{}; {}", e.full_message(), remedy(&r)),
+        None => e.full_message(),
+    }
+}
+
+/// A remedy as the commands of this CLI.
+pub fn remedy(r: &Remedy) -> String {
+    match r {
+        Remedy::ListWorkspaces => {
+            "list the workspaces (`microagent list`) to see their names".into()
+        }
+        Remedy::ChooseAnotherName { workspace } => {
+            format!("pick another name, or delete it first (`microagent delete {workspace}`)")
+        }
+        Remedy::StartWorkspace { workspace } => {
+            format!("start it first (`microagent start {workspace}`)")
+        }
+        Remedy::WaitOrHalt { workspace } => {
+            format!("wait for it to settle, or halt it (`microagent halt {workspace}`)")
+        }
+        Remedy::StopOrForce { workspace } => {
+            format!("stop it first (`microagent stop {workspace}`), or delete it with `--force`")
+        }
+        Remedy::ReadConsole { workspace } => {
+            format!("its console (`microagent logs {workspace}`) shows why")
+        }
+        Remedy::ListImages => {
+            "list the images (`microagent image ls`); `cargo xtask setup` builds minimal and debian"
+                .into()
+        }
+        Remedy::RemoveImage { image } => format!("remove it first (`microagent image rm {image}`)"),
+        // A remedy added to the library later still reads sensibly.
+        other => format!("{other:?}"),
+    }
 }
 
 /// Reports a failure given as a code and a message.

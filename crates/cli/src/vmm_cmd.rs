@@ -107,12 +107,7 @@ pub fn run(cmd: VmmCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         VmmCommand::Boot(args) => boot(args),
         VmmCommand::Probe { json } => probe(json),
-        VmmCommand::ServeWorkspace { home, name } => {
-            let state = workspace::StateDir::at(home).context("cannot open the state directory")?;
-            let code = workspace::vmm_host::serve(state, &name)
-                .map_err(|e| anyhow::anyhow!("{}", e.full_message()))?;
-            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
-        }
+        VmmCommand::ServeWorkspace { home, name } => serve_workspace(home, &name),
     }
 }
 
@@ -129,7 +124,7 @@ fn probe(json: bool) -> anyhow::Result<ExitCode> {
             "ring0_ns_per_iteration": p.ring0_ns_per_iteration,
             "slowdown_vs_native": p.slowdown_vs_native(),
             "cpu_template": p.cpu_template().name(),
-            "kernel_variant": p.kernel_variant(),
+            "kernel_variant": p.kernel_variant().name(),
             "probe_ms": p.probe_time.as_secs_f64() * 1e3,
         });
         println!("{v}");
@@ -242,6 +237,64 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+/// The detached VMM process of one workspace: this binary owns its signals
+/// and exit status; the library runs the VM.
+fn serve_workspace(home: PathBuf, name: &str) -> anyhow::Result<ExitCode> {
+    // Before any thread exists, so every thread inherits the mask and only
+    // the signal thread below receives these.
+    let signals = block_termination_signals();
+    let state = workspace::StateDir::at(home).context("cannot open the state directory")?;
+    let vmm = workspace::vmm_host::VmmProcess::prepare(state, name)
+        .map_err(|e| anyhow::anyhow!("{}", e.full_message()))?;
+    let stopper = vmm.stopper();
+    std::thread::spawn(move || stop_on_signals(&stopper, signals));
+    let end = vmm
+        .run()
+        .map_err(|e| anyhow::anyhow!("{}", e.full_message()))?;
+    Ok(if end.crashed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and in every
+/// thread it starts later); returns the set for [`stop_on_signals`].
+fn block_termination_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; an all-zero value is then initialised
+    // by sigemptyset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t owned by this frame; the calls only
+    // write to it and to this thread's signal mask.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    set
+}
+
+/// Turns SIGTERM/SIGINT/SIGHUP into a graceful stop (as `microagent stop`
+/// does, so a host shutdown syncs the guest's disk); another one while
+/// stopping tears the VM down at once.
+fn stop_on_signals(stopper: &workspace::vmm_host::VmmStopper, set: libc::sigset_t) {
+    loop {
+        let mut signal = 0;
+        // SAFETY: `set` was initialised by block_termination_signals and
+        // `signal` is a valid place for the result.
+        if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
+            continue;
+        }
+        stopper.stop(match signal {
+            libc::SIGTERM => "stopped by SIGTERM",
+            libc::SIGINT => "stopped by SIGINT",
+            _ => "stopped by SIGHUP",
+        });
     }
 }
 

@@ -179,7 +179,7 @@ pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode
         output::json(&all);
         return Ok(ExitCode::SUCCESS);
     }
-    let now = workspace::spec::now_ms();
+    let now = workspace::settings::now_ms();
     let rows: Vec<Vec<String>> = all
         .iter()
         .map(|m| {
@@ -217,7 +217,7 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
         println!("  vmm pid     {}", rt.pid);
         println!("  up          {}", age(info.uptime_ms.unwrap_or(0)));
         if let Some(at) = rt.ttl_deadline_ms {
-            let left = at.saturating_sub(workspace::spec::now_ms());
+            let left = at.saturating_sub(workspace::settings::now_ms());
             println!("  ttl left    {}", age(left));
         }
     }
@@ -229,7 +229,7 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
         println!(
             "  last exit   {} ({} ago)",
             exit.reason,
-            age(workspace::spec::now_ms().saturating_sub(exit.at_ms))
+            age(workspace::settings::now_ms().saturating_sub(exit.at_ms))
         );
         for line in &exit.console_tail {
             println!("    | {line}");

@@ -146,7 +146,27 @@ impl Session {
         let result = &response["result"];
         assert_eq!(result["isError"], false, "{tool} {args}: {response}");
         assert!(result["content"][0]["text"].is_string(), "{response}");
+        self.check_guests(tool, &result["structuredContent"]);
         result["structuredContent"].clone()
+    }
+
+    /// Fails with the console tail when a guest logged a process fault, or
+    /// a command ended by a fault signal.
+    fn check_guests(&self, tool: &str, result: &Value) {
+        testkit::guest_faults::assert_no_faults_in(&self.home);
+        let exited = if result.get("result").is_some() {
+            &result["result"]
+        } else {
+            result
+        };
+        if let Some(signal) = exited["signal"].as_i64() {
+            let console = testkit::guest_faults::workspace_consoles(&self.home)
+                .into_iter()
+                .map(|(_, c)| c)
+                .collect::<Vec<_>>()
+                .join("\n");
+            testkit::guest_faults::assert_not_faulted(tool, i32::try_from(signal).ok(), &console);
+        }
     }
 
     /// Closes stdin and checks that the server exits cleanly.

@@ -105,6 +105,7 @@ fn main() {
         }
         Err(e) => {
             eprintln!("microagent-agent: {e}\n{USAGE}");
+            #[allow(clippy::exit)] // the binary's main decides
             std::process::exit(2);
         }
     };
@@ -141,6 +142,7 @@ fn main() {
         };
         if !pid1 {
             log!("{failure}");
+            #[allow(clippy::exit)] // the binary's main decides
             std::process::exit(1);
         }
         // As PID 1, exiting would panic the kernel: keep trying.

@@ -7,7 +7,7 @@
 use rmcp::handler::server::tool::IntoCallToolResult;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
 use serde::Serialize;
-use workspace::ErrorCode;
+use workspace::{ErrorCode, Remedy};
 
 use crate::cost::PriceError;
 
@@ -15,7 +15,7 @@ use crate::cost::PriceError;
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     /// The workspace library refused or failed.
-    #[error("{}", .0.full_message())]
+    #[error("{}", workspace_message(.0))]
     Workspace(#[from] workspace::Error),
     /// A request value is out of range or inconsistent.
     #[error("{0}")]
@@ -35,6 +35,44 @@ pub enum ToolError {
     /// A host-side operation failed unexpectedly.
     #[error("{0}")]
     Internal(String),
+}
+
+/// The library's message, then what to do next in terms of this server's
+/// tools.
+fn workspace_message(e: &workspace::Error) -> String {
+    match e.remedy() {
+        Some(r) => format!("{}; {}", e.full_message(), remedy(&r)),
+        None => e.full_message(),
+    }
+}
+
+/// A remedy as this server's tools and arguments.
+pub(crate) fn remedy(r: &Remedy) -> String {
+    match r {
+        Remedy::ListWorkspaces => {
+            "list the workspaces (the workspace_list tool) to see their names".into()
+        }
+        Remedy::ChooseAnotherName { workspace } => {
+            format!("pick another name, or delete `{workspace}` first (the workspace_delete tool)")
+        }
+        Remedy::StartWorkspace { .. } => "start it first (the workspace_start tool)".into(),
+        Remedy::WaitOrHalt { .. } => {
+            "wait for it to settle, or halt it (the workspace_halt tool)".into()
+        }
+        Remedy::StopOrForce { .. } => {
+            "stop it first (the workspace_stop tool), or delete with force: true".into()
+        }
+        Remedy::ReadConsole { .. } => "its console (the workspace_logs tool) shows why".into(),
+        Remedy::ListImages => {
+            "list the images (the image_list tool); `cargo xtask setup` builds minimal and debian"
+                .into()
+        }
+        Remedy::RemoveImage { image } => {
+            format!("image `{image}` must be removed first (`microagent image rm {image}`)")
+        }
+        // A remedy added to the library later still reads sensibly.
+        other => format!("{other:?}"),
+    }
 }
 
 /// The structured content of a failed call.

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::guest_faults;
+
 /// A `microagent` binary with its own `MICROAGENT_HOME`, removed on drop
 /// (after killing any VMM process still serving it).
 #[derive(Debug)]
@@ -84,14 +86,35 @@ impl CliHome {
         cmd
     }
 
-    /// Runs `microagent ARGS` and returns what it did.
+    /// Runs `microagent ARGS` and returns what it did. Fails the test with
+    /// the guest console's tail when any workspace's guest logged a process
+    /// fault, or an `exec`/`run` ended by a fault signal (exit 128+N).
     pub fn run(&self, args: &[&str]) -> CliRun {
         let out = self
             .command(args)
             .stdin(std::process::Stdio::null())
             .output()
             .expect("running microagent");
-        CliRun::from(out)
+        let run = CliRun::from(out);
+        self.check_guests(args, &run);
+        run
+    }
+
+    fn check_guests(&self, args: &[&str], run: &CliRun) {
+        guest_faults::assert_no_faults_in(&self.home);
+        let execs = matches!(args.first(), Some(&"exec") | Some(&"run"));
+        if execs && run.status > 128 {
+            let console = guest_faults::workspace_consoles(&self.home)
+                .into_iter()
+                .find(|(name, _)| args.get(1) == Some(&name.as_str()))
+                .map(|(_, c)| c)
+                .unwrap_or_default();
+            guest_faults::assert_not_faulted(
+                &format!("microagent {args:?}"),
+                Some(run.status - 128),
+                &console,
+            );
+        }
     }
 
     /// Runs a command that must succeed; returns its stdout as JSON.

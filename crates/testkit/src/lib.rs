@@ -6,6 +6,7 @@
 //! rather than passed.
 
 pub mod cli;
+pub mod guest_faults;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,12 +18,12 @@ use vmm_core::HostProfile;
 /// The guest asset cache: `$MICROAGENT_CACHE` or `~/.cache/microagent`
 /// (where `cargo xtask` puts kernels and root filesystems).
 pub fn cache_root() -> Option<PathBuf> {
-    workspace::doctor::asset_cache_root()
+    workspace::settings::asset_cache_root()
 }
 
 /// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.
 pub fn e2fs_tool(name: &str) -> Result<PathBuf, String> {
-    workspace::manager::e2fs_tool(name)
+    workspace::settings::e2fs_tool(name)
         .ok_or_else(|| format!("{name} is not installed (apt-get install e2fsprogs)"))
 }
 
@@ -96,7 +97,7 @@ pub fn guest_assets() -> Result<GuestAssets, String> {
     let current = cache_root()
         .ok_or("neither MICROAGENT_CACHE nor HOME is set")?
         .join("current");
-    let kernel = current.join(format!("vmlinux-{}", host.kernel_variant()));
+    let kernel = current.join(host.kernel_variant().vmlinux_file());
     let initramfs = current.join("initramfs.cpio");
     let test_rootfs = current.join("test-rootfs.ext4");
     for path in [&kernel, &initramfs, &test_rootfs] {

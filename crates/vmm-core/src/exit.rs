@@ -31,6 +31,9 @@ pub enum StopReason {
     TripleFault,
     /// The owner's time limit passed first.
     TimedOut,
+    /// The owner stopped the VM through its [`crate::machine::StopHandle`]
+    /// (a teardown: the guest was not asked).
+    Stopped,
     /// KVM could not enter or run the guest.
     KvmFailure(String),
 }

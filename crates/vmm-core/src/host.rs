@@ -20,6 +20,54 @@ pub const EMULATED_THRESHOLD_NS: f64 = 50.0;
 /// XSAVE family, no SMAP (CLAC/STAC) or POPCNT, and no slow write-protect pass.
 pub const COMPAT_CMDLINE: &str = "noxsave clearcpuid=smap,popcnt rodata=off";
 
+/// Which guest kernel a host boots: the unpatched `standard` one, or the
+/// `compat` one with our patches for hosts that emulate guest kernel mode.
+/// Chosen by [`HostProfile::kernel_variant`]; `cargo xtask` builds both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelVariant {
+    /// Unpatched: for hosts with hardware virtualization.
+    Standard,
+    /// With the compat patches (docs/host-compat.md).
+    Compat,
+}
+
+impl KernelVariant {
+    /// Every variant.
+    pub const ALL: [KernelVariant; 2] = [KernelVariant::Standard, KernelVariant::Compat];
+
+    /// The stable name (`standard`, `compat`).
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelVariant::Standard => "standard",
+            KernelVariant::Compat => "compat",
+        }
+    }
+
+    /// Parses a stable name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.name() == name)
+    }
+
+    /// The file name of its kernel in an asset directory (`vmlinux-compat`).
+    pub fn vmlinux_file(self) -> String {
+        format!("vmlinux-{}", self.name())
+    }
+
+    /// The CPUID template guests of this kernel run with.
+    pub fn cpu_template(self) -> CpuTemplate {
+        match self {
+            KernelVariant::Standard => CpuTemplate::Standard,
+            KernelVariant::Compat => CpuTemplate::Compat,
+        }
+    }
+}
+
+impl std::fmt::Display for KernelVariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How the host's KVM runs guest kernel code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvmMode {
@@ -85,9 +133,12 @@ impl HostProfile {
         }
     }
 
-    /// The guest kernel variant that boots here (`standard` or `compat`).
-    pub fn kernel_variant(&self) -> &'static str {
-        self.cpu_template().name()
+    /// The guest kernel variant that boots here.
+    pub fn kernel_variant(&self) -> KernelVariant {
+        match self.mode {
+            KvmMode::Native => KernelVariant::Standard,
+            KvmMode::Emulated => KernelVariant::Compat,
+        }
     }
 
     /// Roughly how much slower than native guest kernel code runs here.
@@ -127,11 +178,24 @@ mod tests {
         let native = HostProfile::from_measurement(Duration::from_micros(300), PROBE_ITERATIONS);
         assert_eq!(native.mode, KvmMode::Native);
         assert_eq!(native.cpu_template(), CpuTemplate::Standard);
-        assert_eq!(native.kernel_variant(), "standard");
+        assert_eq!(native.kernel_variant().name(), "standard");
         let emulated = HostProfile::from_measurement(Duration::from_millis(120), PROBE_ITERATIONS);
         assert_eq!(emulated.mode, KvmMode::Emulated);
-        assert_eq!(emulated.kernel_variant(), "compat");
+        assert_eq!(emulated.kernel_variant().name(), "compat");
+        assert_eq!(
+            emulated.kernel_variant().cpu_template(),
+            emulated.cpu_template()
+        );
         assert!(emulated.slowdown_vs_native() > 1000.0);
+    }
+
+    #[test]
+    fn kernel_variant_names_round_trip() {
+        for v in KernelVariant::ALL {
+            assert_eq!(KernelVariant::from_name(v.name()), Some(v));
+        }
+        assert_eq!(KernelVariant::from_name("fast"), None);
+        assert_eq!(KernelVariant::Compat.vmlinux_file(), "vmlinux-compat");
     }
 
     #[test]

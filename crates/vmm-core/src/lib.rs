@@ -21,5 +21,5 @@ pub mod vm;
 
 pub use arch::cpuid::CpuTemplate;
 pub use exit::StopReason;
-pub use host::{HostProfile, KvmMode};
+pub use host::{HostProfile, KernelVariant, KvmMode};
 pub use machine::{Machine, MachineConfig, RunOutcome};

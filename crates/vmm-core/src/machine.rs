@@ -30,13 +30,16 @@ use crate::layout::{
 use crate::memory::{create_guest_memory, GuestMemory, MemoryError};
 use crate::stats;
 use crate::vcpu::{
-    configure, registers, stop_all, RunControl, VcpuError, VcpuExitReport, VcpuThread,
+    configure, registers, stop_all, RunControl, VcpuError, VcpuExitReport, VcpuState, VcpuThread,
 };
 use crate::vm::{Vm, VmError};
 
 /// The command line every guest starts from: serial console, reboot through
 /// the keyboard controller (which ends the VM), no PCI probing.
 pub const BASE_CMDLINE: &str = "console=ttyS0 reboot=k panic=1 pci=off nomodule";
+
+/// How often a run without a report checks that its vCPU threads live.
+const VCPU_POLL: Duration = Duration::from_millis(500);
 
 /// Most virtio devices one guest can have: one IO-APIC pin each.
 pub const MAX_VIRTIO_DEVICES: u32 = IOAPIC_PINS - VIRTIO_IRQ_BASE;
@@ -152,6 +155,22 @@ pub struct RunOutcome {
     pub overhead_rss_kib: Option<u64>,
 }
 
+/// Stops a [`Machine`]'s run from another thread: [`Machine::run`] returns
+/// with [`StopReason::Stopped`] and tears the VM down (no guest shutdown).
+#[derive(Clone, Debug)]
+pub struct StopHandle(mpsc::Sender<VcpuExitReport>);
+
+impl StopHandle {
+    /// Ends the run; does nothing once it has ended.
+    pub fn stop(&self) {
+        let _ = self.0.send(VcpuExitReport {
+            index: 0,
+            reason: StopReason::Stopped,
+            registers: None,
+        });
+    }
+}
+
 /// A guest ready to run.
 #[derive(Debug)]
 pub struct Machine {
@@ -168,6 +187,8 @@ pub struct Machine {
     kernel: Option<LoadedKernel>,
     event_loop: EventLoop,
     virtio_devices: u32,
+    /// vCPU reports (and [`StopHandle`] requests) end the run.
+    reports: (mpsc::Sender<VcpuExitReport>, mpsc::Receiver<VcpuExitReport>),
 }
 
 /// The full command line for `template` and the user's additions.
@@ -208,6 +229,7 @@ impl Machine {
             kernel: None,
             event_loop: EventLoop::new()?,
             virtio_devices: 0,
+            reports: mpsc::channel(),
         };
         machine.attach_legacy_devices(cfg.console)?;
         for disk in &cfg.disks {
@@ -219,6 +241,11 @@ impl Machine {
         machine.attach_kernel(&cfg.kernel, cfg.initrd.as_deref())?;
         machine.attach_vcpus(cfg.vcpus, cfg.template)?;
         Ok(machine)
+    }
+
+    /// A handle that ends [`Machine::run`] from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.reports.0.clone())
     }
 
     /// The command line the guest gets.
@@ -347,7 +374,7 @@ impl Machine {
         let mut devices = self.event_loop.spawn()?;
         let control = Arc::new(RunControl::default());
         let buses = Arc::new(self.buses);
-        let (tx, rx) = mpsc::channel::<VcpuExitReport>();
+        let (tx, rx) = self.reports;
         let mut threads = Vec::with_capacity(self.vcpus.len());
         for (index, fd) in self.vcpus.into_iter().enumerate() {
             match VcpuThread::spawn(index as u8, fd, buses.clone(), control.clone(), tx.clone()) {
@@ -358,13 +385,28 @@ impl Machine {
                 }
             }
         }
+        // Stop handles hold senders too, so a run whose vCPU threads all
+        // ended without a report is noticed by polling their state.
         drop(tx);
-        let report = match timeout {
-            Some(t) => rx.recv_timeout(t).map_err(|e| match e {
-                mpsc::RecvTimeoutError::Timeout => StopReason::TimedOut,
-                mpsc::RecvTimeoutError::Disconnected => vcpus_gone(),
-            }),
-            None => rx.recv().map_err(|_| vcpus_gone()),
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let report = loop {
+            let wait = deadline.map_or(VCPU_POLL, |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+                    .min(VCPU_POLL)
+            });
+            match rx.recv_timeout(wait) {
+                Ok(report) => break Ok(report),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(vcpus_gone()),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                        break Err(StopReason::TimedOut);
+                    }
+                    if threads.iter().all(|t| t.state() == VcpuState::Exited) {
+                        // A report sent just before the last thread ended.
+                        break rx.try_recv().map_err(|_| vcpus_gone());
+                    }
+                }
+            }
         };
         let overhead_rss_kib = stats::overhead_rss_kib(&self.mem);
         let fds = stop_all(&control, &mut threads);

@@ -19,7 +19,7 @@ const KVM_API_VERSION: i32 = 12;
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
     /// /dev/kvm could not be opened.
-    #[error("cannot open /dev/kvm (is KVM enabled, and may this user use it? `microagent doctor` checks)")]
+    #[error("cannot open /dev/kvm (is KVM enabled, and may this user read and write it?)")]
     OpenKvm(#[source] kvm_ioctls::Error),
     /// The kernel speaks another KVM API.
     #[error("KVM API version {0} is not supported (expected {KVM_API_VERSION})")]

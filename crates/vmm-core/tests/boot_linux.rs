@@ -31,6 +31,7 @@ fn boots_linux_to_init_and_runs_uname_on_two_vcpus() {
     .unwrap();
     let outcome = machine.run(Some(Duration::from_secs(300))).unwrap();
     let log = console.text();
+    testkit::guest_faults::assert_no_faults("guest", &log);
     assert_eq!(
         outcome.reason,
         StopReason::Reset,

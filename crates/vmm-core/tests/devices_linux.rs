@@ -141,6 +141,7 @@ fn guest_uses_ext4_root_data_disk_and_vsock() {
 
     let outcome = vm.join().unwrap();
     let log = console.text();
+    testkit::guest_faults::assert_no_faults("guest", &log);
     assert_eq!(
         outcome.reason,
         StopReason::Reset,

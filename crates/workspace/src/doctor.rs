@@ -1,7 +1,7 @@
 //! `doctor`: can this host run workspaces, and how well? Each check is ok,
 //! warn or fail, with what to do about anything but ok.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use vmm_core::host::{self, KvmMode};
@@ -88,21 +88,6 @@ pub struct Report {
     pub checks: Vec<Check>,
 }
 
-/// Where `cargo xtask` builds and caches guest assets: `$MICROAGENT_CACHE`,
-/// else `~/.cache/microagent`. The xtask and the tests use this same root.
-pub fn asset_cache_root() -> Option<PathBuf> {
-    match std::env::var_os("MICROAGENT_CACHE") {
-        Some(dir) => Some(PathBuf::from(dir)),
-        None => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/microagent")),
-    }
-}
-
-/// The `current/` directory of the asset cache, whose links name the newest
-/// build of each asset.
-pub fn asset_dir() -> Option<PathBuf> {
-    asset_cache_root().map(|root| root.join("current"))
-}
-
 fn kvm_checks(checks: &mut Vec<Check>) -> Option<KvmMode> {
     if let Err(e) = std::fs::OpenOptions::new()
         .read(true)
@@ -158,7 +143,7 @@ fn kvm_checks(checks: &mut Vec<Check>) -> Option<KvmMode> {
             checks.push(Check::fail(
                 "kvm_speed",
                 format!("the ring-0 probe guest failed: {e}"),
-                "report this with the output of `microagent vmm probe`",
+                "report this with the error above: the probe guest runs 100,000 iterations of a ring-0 loop and should end in HLT",
             ));
             None
         }

@@ -9,6 +9,7 @@ use crate::console_log::ConsoleLogError;
 use crate::control::ControlError;
 use crate::events::EventsError;
 use crate::image::ImageError;
+use crate::remedy::Remedy;
 use crate::state::{State, TransitionError};
 use crate::store::StoreError;
 
@@ -16,16 +17,16 @@ use crate::store::StoreError;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// No workspace of that name.
-    #[error("workspace `{0}` does not exist; list the workspaces (`microagent list`, or the workspace_list tool) to see their names")]
+    #[error("workspace `{0}` does not exist")]
     WorkspaceNotFound(String),
     /// The name is taken.
-    #[error("workspace `{0}` already exists; pick another name or delete it first")]
+    #[error("workspace `{0}` already exists")]
     WorkspaceExists(String),
     /// A request value is out of range or malformed.
     #[error("{0}")]
     InvalidInput(String),
     /// The operation needs a running workspace.
-    #[error("workspace `{name}` is {state}; start it first (`microagent start {name}`, or the workspace_start tool)")]
+    #[error("workspace `{name}` is {state}")]
     NotRunning {
         /// The workspace.
         name: String,
@@ -33,14 +34,16 @@ pub enum Error {
         state: State,
     },
     /// The workspace is in a state that does not allow the operation.
-    #[error("workspace `{name}` is {state}: {hint}")]
+    #[error("workspace `{name}` is {state}: {why}")]
     WrongState {
         /// The workspace.
         name: String,
         /// Its state.
         state: State,
-        /// What to do instead.
-        hint: &'static str,
+        /// Why the operation cannot be done in that state.
+        why: &'static str,
+        /// What to do instead, if anything.
+        remedy: Option<Remedy>,
     },
     /// An illegal state change (a bug, or a race another process won).
     #[error("state change refused")]
@@ -51,10 +54,17 @@ pub enum Error {
     /// Something did not finish in time.
     #[error("{0}")]
     Timeout(String),
+    /// The guest agent did not answer within the start timeout; the VM was
+    /// halted.
+    #[error("workspace `{name}` did not answer within {secs} s and was halted")]
+    StartTimedOut {
+        /// The workspace.
+        name: String,
+        /// The timeout.
+        secs: u64,
+    },
     /// The workspace's VM did not come up.
-    #[error(
-        "workspace `{name}` failed to start: {reason}; its console (`microagent logs {name}`, or the workspace_logs tool) shows why"
-    )]
+    #[error("workspace `{name}` failed to start: {reason}")]
     StartFailed {
         /// The workspace.
         name: String,
@@ -106,7 +116,7 @@ impl Error {
             Error::NotRunning { .. } => ErrorCode::NotRunning,
             Error::WrongState { .. } | Error::Transition(_) => ErrorCode::Conflict,
             Error::HostUnsupported(_) => ErrorCode::HostUnsupported,
-            Error::Timeout(_) => ErrorCode::Timeout,
+            Error::Timeout(_) | Error::StartTimedOut { .. } => ErrorCode::Timeout,
             Error::StartFailed { .. } => ErrorCode::Internal,
             Error::Store(e) => e.code(),
             Error::Image(e) => e.code(),
@@ -114,6 +124,29 @@ impl Error {
             Error::Events(_) | Error::ConsoleLog(_) | Error::Control(_) | Error::HostIo { .. } => {
                 ErrorCode::Internal
             }
+        }
+    }
+
+    /// What resolves the failure, if the caller can do something: each
+    /// front end words it in its own terms.
+    pub fn remedy(&self) -> Option<Remedy> {
+        let workspace = |name: &String| name.clone();
+        match self {
+            Error::WorkspaceNotFound(_) => Some(Remedy::ListWorkspaces),
+            Error::WorkspaceExists(name) => Some(Remedy::ChooseAnotherName {
+                workspace: workspace(name),
+            }),
+            Error::NotRunning { name, .. } => Some(Remedy::StartWorkspace {
+                workspace: workspace(name),
+            }),
+            Error::WrongState { remedy, .. } => remedy.clone(),
+            Error::StartFailed { name, .. } | Error::StartTimedOut { name, .. } => {
+                Some(Remedy::ReadConsole {
+                    workspace: workspace(name),
+                })
+            }
+            Error::Image(e) => e.remedy(),
+            _ => None,
         }
     }
 
@@ -176,7 +209,12 @@ mod tests {
             state: State::Stopped,
         };
         assert_eq!(not_running.code(), ErrorCode::NotRunning);
-        assert!(not_running.to_string().contains("microagent start dev"));
+        assert_eq!(
+            not_running.remedy(),
+            Some(Remedy::StartWorkspace {
+                workspace: "dev".into()
+            })
+        );
         let agent = Error::Agent {
             op: "read_file",
             source: ClientError::Agent {

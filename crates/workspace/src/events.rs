@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -83,12 +83,6 @@ pub struct EventLog {
     path: PathBuf,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl EventLog {
     /// The log in workspace directory `dir` (created on first append).
     pub fn new(dir: &Path) -> Self {
@@ -119,7 +113,7 @@ impl EventLog {
         let (last, torn) = last_seq(&mut file).map_err(self.err())?;
         let event = Event {
             seq: last + 1,
-            at_ms: now_ms(),
+            at_ms: crate::settings::now_ms(),
             kind,
         };
         // After a torn last line (a crash mid-append), start on a fresh line.

@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::code::ErrorCode;
 use crate::name::{validate_name, NameError};
-use crate::spec::now_ms;
+use crate::remedy::Remedy;
+use crate::settings::now_ms;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+use vmm_core::KernelVariant;
 
 /// The record file inside an image directory.
 pub const IMAGE_FILE: &str = "image.json";
@@ -34,10 +36,10 @@ pub enum ImageError {
     #[error("invalid image name")]
     Name(#[source] NameError),
     /// Not registered (and not a built image that could be imported).
-    #[error("image `{0}` does not exist; list the images (`microagent image ls`, or the image_list tool); `cargo xtask setup` builds minimal and debian")]
+    #[error("image `{0}` does not exist")]
     NotFound(String),
     /// The name is taken.
-    #[error("image `{0}` already exists; remove it first with `microagent image rm {0}`")]
+    #[error("image `{0}` already exists")]
     Exists(String),
     /// Workspaces use it.
     #[error("image `{name}` is used by workspace(s) {}; delete them first", users.join(", "))]
@@ -81,6 +83,17 @@ pub enum ImageError {
 }
 
 impl ImageError {
+    /// What resolves the failure, if the caller can do something.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            ImageError::NotFound(_) => Some(Remedy::ListImages),
+            ImageError::Exists(image) => Some(Remedy::RemoveImage {
+                image: image.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// The stable code.
     pub fn code(&self) -> ErrorCode {
         match self {
@@ -123,7 +136,7 @@ pub struct ImageRegistry {
     /// Where built images are looked for (the asset cache's `current/`).
     assets: Option<PathBuf>,
     /// The kernel variant of this host (`compat` or `standard`).
-    kernel_variant: String,
+    kernel_variant: KernelVariant,
 }
 
 fn check_kernel(path: &Path) -> Result<u64, ImageError> {
@@ -192,11 +205,11 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<(), ImageError> {
 impl ImageRegistry {
     /// The registry of `state`; built images are found in `assets` (the
     /// asset cache's `current/`), with the kernel of `kernel_variant`.
-    pub fn new(state: &StateDir, assets: Option<PathBuf>, kernel_variant: &str) -> Self {
+    pub fn new(state: &StateDir, assets: Option<PathBuf>, kernel_variant: KernelVariant) -> Self {
         Self {
             dir: state.root().join("images"),
             assets,
-            kernel_variant: kernel_variant.to_owned(),
+            kernel_variant,
         }
     }
 
@@ -211,7 +224,7 @@ impl ImageRegistry {
             return None;
         }
         let assets = self.assets.as_ref()?;
-        let kernel = assets.join(format!("vmlinux-{}", self.kernel_variant));
+        let kernel = assets.join(self.kernel_variant.vmlinux_file());
         let rootfs = assets.join(format!("rootfs-{name}.ext4"));
         if !kernel.exists() || !rootfs.exists() {
             return None;
@@ -381,7 +394,10 @@ mod tests {
         let state = StateDir::at(root.join("state")).unwrap();
         let assets = root.join("assets");
         std::fs::create_dir_all(&assets).unwrap();
-        (ImageRegistry::new(&state, Some(assets), "compat"), root)
+        (
+            ImageRegistry::new(&state, Some(assets), KernelVariant::Compat),
+            root,
+        )
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! ([`store`], [`workspace_dir`]); every failure carries a stable
 //! [`ErrorCode`].
 
+pub mod builder;
 pub mod code;
 pub mod console_log;
 pub mod contract;
@@ -16,10 +17,13 @@ pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod image;
+pub mod launch;
 pub mod manager;
 pub mod name;
 pub mod ops;
 pub mod process;
+pub mod remedy;
+pub mod settings;
 pub mod spec;
 pub mod state;
 pub mod store;
@@ -29,11 +33,17 @@ pub mod workspace_dir;
 #[cfg(all(test, feature = "schemars"))]
 mod schema_tests;
 
+pub use builder::WorkspacesBuilder;
 pub use code::ErrorCode;
 pub use error::{Error, Result};
+/// The guest agent's request and result types the exec and file methods take
+/// and return, so a program needs no other crate to use them.
+pub use guest_agent::client::{ExecInput, ExecOutput};
+pub use guest_agent::protocol::{ExecRequest, Exited, WriteMode};
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use name::{validate_name, NameError};
 pub use ops::ExecEnd;
+pub use remedy::Remedy;
 pub use spec::{Meta, WorkspaceSpec};
 pub use state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};

@@ -8,15 +8,20 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::builder::WorkspacesBuilder;
 use crate::control::{self, ControlRequest, ControlResponse};
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::image::{ImageInfo, ImageRegistry};
+use crate::launch::VmmLaunch;
 use crate::process;
-use crate::spec::{now_ms, validate_ttl, Meta, Runtime, WorkspaceSpec};
+use crate::remedy::Remedy;
+use crate::settings::{e2fs_tool, now_ms};
+use crate::spec::{validate_ttl, Meta, Runtime, WorkspaceSpec};
 use crate::state::State;
 use crate::store::{StateDir, WorkspaceLock};
 use crate::workspace_dir::{WorkspaceDir, VMM_LOG};
+use vmm_core::KernelVariant;
 
 /// Default time `start` waits for the agent.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(300);
@@ -100,35 +105,50 @@ pub struct Workspaces {
     vmm_binary: PathBuf,
 }
 
-fn kernel_variant(assets: Option<&PathBuf>) -> String {
-    let has = |v: &str| assets.is_some_and(|a| a.join(format!("vmlinux-{v}")).exists());
-    match (has("compat"), has("standard")) {
-        (true, false) => "compat".into(),
-        (false, true) => "standard".into(),
+/// The kernel variant built images are imported with: the one built, or
+/// when both are, the one this host needs.
+fn kernel_variant(assets: Option<&PathBuf>) -> KernelVariant {
+    let has = |v: KernelVariant| assets.is_some_and(|a| a.join(v.vmlinux_file()).exists());
+    match (has(KernelVariant::Compat), has(KernelVariant::Standard)) {
+        (true, false) => KernelVariant::Compat,
         // No built kernel: no built image to import, nothing to choose.
-        (false, false) => "standard".into(),
+        (false, _) => KernelVariant::Standard,
         // Both: ask the host (a short KVM probe).
         (true, true) => vmm_core::host::probe()
-            .map(|p| p.kernel_variant().to_owned())
-            .unwrap_or_else(|_| "standard".into()),
+            .map(|p| p.kernel_variant())
+            .unwrap_or(KernelVariant::Standard),
     }
 }
 
 impl Workspaces {
-    /// The state directory from the environment, the asset cache for built
-    /// images, and this executable as the VMM.
+    /// Chooses the state directory, the guest assets and the VMM program,
+    /// each with a default; [`WorkspacesBuilder::build`] opens it.
+    ///
+    /// ```no_run
+    /// let ws = workspace::Workspaces::builder()
+    ///     .state_dir("/tmp/my-agent-state")
+    ///     .build()?;
+    /// for meta in ws.list(&workspace::ListFilter::default())? {
+    ///     println!("{} is {}", meta.name, meta.state);
+    /// }
+    /// # Ok::<(), workspace::Error>(())
+    /// ```
+    pub fn builder() -> WorkspacesBuilder {
+        WorkspacesBuilder::default()
+    }
+
+    /// Every default of [`Workspaces::builder`]: the state directory from
+    /// the environment, the asset cache for built images, and this
+    /// executable as the VMM program.
     pub fn from_env() -> Result<Self> {
-        let state = StateDir::from_env()?;
-        let vmm_binary =
-            std::env::current_exe().map_err(Error::host_io("finding the microagent executable"))?;
-        Ok(Self::new(state, crate::doctor::asset_dir(), vmm_binary))
+        Self::builder().build()
     }
 
     /// Workspaces in `state`, built images from `assets`, VMM processes run
     /// as `vmm_binary vmm serve-workspace`.
     pub fn new(state: StateDir, assets: Option<PathBuf>, vmm_binary: PathBuf) -> Self {
         let variant = kernel_variant(assets.as_ref());
-        let images = ImageRegistry::new(&state, assets.clone(), &variant);
+        let images = ImageRegistry::new(&state, assets.clone(), variant);
         Self {
             state,
             images,
@@ -319,27 +339,26 @@ impl Workspaces {
                     return Err(Error::WrongState {
                         name: name.into(),
                         state: meta.state,
-                        hint: "it is already running",
+                        why: "it is already running",
+                        remedy: None,
                     })
                 }
                 state => {
                     return Err(Error::WrongState {
                         name: name.into(),
                         state,
-                        hint: "wait for it to settle, or halt it (`microagent halt`, or the workspace_halt tool)",
+                        why: "it is between states",
+                        remedy: Some(Remedy::WaitOrHalt {
+                            workspace: name.into(),
+                        }),
                     })
                 }
             }
             self.images.get(&meta.spec.image)?;
             let log = std::fs::File::create(ws.path().join(VMM_LOG))
                 .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
-            let mut cmd = Command::new(&self.vmm_binary);
-            cmd.args(["vmm", "serve-workspace", "--home"])
-                .arg(self.state.root())
-                .arg(name)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log);
+            let mut cmd = VmmLaunch::new(&self.vmm_binary, self.state.root(), name).command();
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
             detach(&mut cmd);
             meta.state = meta.state.become_(State::Starting)?;
             let child = cmd.spawn().map_err(Error::host_io(format!(
@@ -393,10 +412,10 @@ impl Workspaces {
             }
             if started.elapsed() > timeout {
                 self.halt(name)?;
-                return Err(Error::Timeout(format!(
-                    "workspace `{name}` did not answer within {} s and was halted; its console (`microagent logs {name}`, or the workspace_logs tool) shows how far it got",
-                    timeout.as_secs()
-                )));
+                return Err(Error::StartTimedOut {
+                    name: name.into(),
+                    secs: timeout.as_secs(),
+                });
             }
             if last_report.elapsed() >= Duration::from_secs(1) {
                 last_report = Instant::now();
@@ -481,14 +500,8 @@ impl Workspaces {
         let ws = self.dir(name)?;
         self.get(name)?;
         let (lock, meta) = self.lock_existing(name)?;
+        meta.check_delete(force)?;
         if meta.state.has_vmm() {
-            if !force {
-                return Err(Error::WrongState {
-                    name: name.into(),
-                    state: meta.state,
-                    hint: "stop it first, or delete it with force (`--force`, or `force: true`)",
-                });
-            }
             self.halt_locked(name)?;
         }
         std::fs::remove_dir_all(ws.path())
@@ -530,14 +543,6 @@ fn vmm_died(meta: &Meta) -> bool {
             .runtime
             .as_ref()
             .is_none_or(|rt| !process::is_alive(rt.pid, rt.pid_start))
-}
-
-/// Where an e2fsprogs tool (`mkfs.ext4`, `debugfs`) is installed, if it is.
-pub fn e2fs_tool(name: &str) -> Option<PathBuf> {
-    ["/usr/sbin", "/sbin", "/usr/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
 }
 
 /// A sparse file of `mib` MiB formatted ext4.

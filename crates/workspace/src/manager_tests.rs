@@ -3,6 +3,7 @@
 use super::*;
 use crate::code::ErrorCode;
 use crate::image::{KERNEL_FILE, ROOTFS_FILE};
+use crate::settings::{e2fs_tool, now_ms};
 
 struct Fixture {
     root: PathBuf,

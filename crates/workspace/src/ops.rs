@@ -130,11 +130,9 @@ impl Workspaces {
         F: FnMut(ExecEvent) + Send,
         C: std::future::Future<Output = ()>,
     {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let id = req.id.get_or_insert_with(|| {
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            format!("host-{}-{n}-{}", std::process::id(), crate::spec::now_ms())
-        });
+        let id = req
+            .id
+            .get_or_insert_with(|| format!("host-{}", crate::settings::unique_id()));
         let id = id.clone();
         let exec = self.exec(name, req, input, on_event);
         tokio::pin!(exec);

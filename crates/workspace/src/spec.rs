@@ -204,11 +204,22 @@ pub struct Meta {
     pub last_exit: Option<LastExit>,
 }
 
-/// Unix time in milliseconds.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+impl Meta {
+    /// Whether the workspace may be deleted: one with a VMM only with
+    /// `force` (which halts it first). The one place this rule lives.
+    pub fn check_delete(&self, force: bool) -> Result<()> {
+        if self.state.has_vmm() && !force {
+            return Err(Error::WrongState {
+                name: self.name.clone(),
+                state: self.state,
+                why: "a running workspace is deleted only with force",
+                remedy: Some(crate::remedy::Remedy::StopOrForce {
+                    workspace: self.name.clone(),
+                }),
+            });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,15 +1,17 @@
-//! The detached VMM process of one running workspace (`microagent vmm
-//! serve-workspace`): boots the guest, marks the workspace running when the
-//! agent answers, serves the control socket, enforces the TTL, and records
-//! how the run ended. It owns the workspace's state while it lives.
+//! The detached VMM process of one running workspace, as a library: boots
+//! the guest, marks the workspace running when the agent answers, serves
+//! the control socket, enforces the TTL, and records how the run ended. It
+//! owns the workspace's state while it lives. The process itself (its
+//! `main`, signals, exit status) belongs to the program that runs it
+//! ([`crate::launch::VmmLaunch`] says how it is started).
 
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use vmm_core::devices::serial::ConsoleSink;
-use vmm_core::machine::{DiskConfig, VsockConfig};
+use vmm_core::machine::{DiskConfig, StopHandle, VsockConfig};
 use vmm_core::{Machine, MachineConfig, StopReason};
 
 use crate::console_log::{tail_lines, ConsoleLogWriter};
@@ -17,7 +19,9 @@ use crate::control::{self, ControlRequest, ControlResponse};
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::image::ImageRegistry;
-use crate::spec::{now_ms, validate_ttl};
+use crate::remedy::Remedy;
+use crate::settings::{asset_dir, now_ms};
+use crate::spec::validate_ttl;
 use crate::state::State;
 use crate::store::StateDir;
 use crate::workspace_dir::WorkspaceDir;
@@ -40,6 +44,8 @@ struct Shared {
     ttl_changed: Condvar,
     /// Set by whoever records the end first.
     finished: AtomicBool,
+    /// Ends the machine's run (a teardown), once the machine exists.
+    teardown: OnceLock<StopHandle>,
 }
 
 impl Shared {
@@ -56,7 +62,7 @@ impl Shared {
         if self.finished.swap(true, Ordering::SeqCst) {
             return;
         }
-        eprintln!("microagent-vmm: run ended: {reason}");
+        tracing::info!(%reason, "run ended");
         let result = (|| {
             let _lock = self.state.lock_workspace(self.ws.name())?;
             let mut meta = self.ws.read_meta()?;
@@ -66,15 +72,19 @@ impl Shared {
             self.ws.record_exit(&mut meta, crashed, reason)
         })();
         if let Err(e) = result {
-            eprintln!(
-                "microagent-vmm: could not record the end: {}",
-                e.full_message()
-            );
+            tracing::error!(error = %e.full_message(), "could not record the end");
+        }
+    }
+
+    /// Ends the run at once; nothing happens before the machine exists.
+    fn tear_down(&self) {
+        if let Some(handle) = self.teardown.get() {
+            handle.stop();
         }
     }
 
     /// Starts a stop: asks the agent to shut the guest down, and tears the
-    /// VM down (by ending this process) if it has not gone after `grace`.
+    /// VM down if it has not gone after `grace`.
     fn begin_stop(self: &Arc<Self>, grace: Duration, reason: &'static str) {
         if self.stopping.swap(true, Ordering::SeqCst) {
             return;
@@ -96,7 +106,7 @@ impl Shared {
                     client.shutdown().await
                 });
                 if let Err(e) = asked {
-                    eprintln!("microagent-vmm: agent shutdown failed: {e}");
+                    tracing::warn!(error = %e, "agent shutdown failed");
                 } else {
                     std::thread::sleep(grace);
                 }
@@ -105,7 +115,7 @@ impl Shared {
                 false,
                 &format!("{reason} (VM torn down after the grace period)"),
             );
-            std::process::exit(0);
+            shared.tear_down();
         });
     }
 }
@@ -121,73 +131,142 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
-/// Runs the VMM of workspace `name` in this process until the guest ends.
-/// Returns the process exit code.
-pub fn serve(state: StateDir, name: &str) -> Result<i32> {
-    // Before any thread exists, so every thread inherits the mask and only
-    // the signal thread below receives these.
-    let termination = block_termination_signals();
-    let ws = WorkspaceDir::new(&state, name)?;
-    // The starter holds the lock until it has recorded this process.
-    let meta = {
-        let _lock = state.lock_workspace(name)?;
-        ws.read_meta()?
-    };
-    let me = std::process::id();
-    match &meta.runtime {
-        Some(rt) if rt.pid == me && meta.state == State::Starting => {}
-        _ => {
-            return Err(Error::WrongState {
-                name: name.to_owned(),
-                state: meta.state,
-                hint: "this VMM process was not started for it; use `microagent start`",
-            })
+/// The VMM of one workspace in this process: checked against the
+/// workspace's record and built, its guest not yet running.
+#[derive(Debug)]
+pub struct VmmProcess {
+    shared: Arc<Shared>,
+    /// None when the VM could not be built (the end is already recorded).
+    machine: Option<Machine>,
+}
+
+/// Stops a [`VmmProcess`] from another thread (the program's signal
+/// handling): the first call stops gracefully, as a stop request does; a
+/// call while stopping tears the VM down at once.
+#[derive(Clone, Debug)]
+pub struct VmmStopper {
+    shared: Arc<Shared>,
+}
+
+impl VmmStopper {
+    /// Stops the workspace for `reason` (recorded as how the run ended).
+    pub fn stop(&self, reason: &'static str) {
+        if self.shared.stopping.load(Ordering::SeqCst) {
+            self.shared
+                .finish(false, &format!("{reason} (while stopping: VM torn down)"));
+            self.shared.tear_down();
+        } else {
+            self.shared.begin_stop(TTL_GRACE, reason);
         }
     }
-    let shared = Arc::new(Shared {
-        ws: ws.clone(),
-        state: state.clone(),
-        started: Instant::now(),
-        ready: AtomicBool::new(false),
-        stopping: AtomicBool::new(false),
-        stop_reason: Mutex::new(None),
-        ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
-        ttl_changed: Condvar::new(),
-        finished: AtomicBool::new(false),
-    });
-    // Stale sockets of a crashed run would make the binds below fail.
-    ws.remove_sockets();
-    let machine = match build_machine(&state, &ws, &meta.spec) {
-        Ok(m) => m,
-        Err(e) => {
-            shared.finish(
-                true,
-                &format!("the VM could not be built: {}", e.full_message()),
-            );
-            return Ok(1);
-        }
-    };
-    let listener = UnixListener::bind(ws.control()).map_err(Error::host_io(format!(
-        "binding {}",
-        ws.control().display()
-    )))?;
-    let s = shared.clone();
-    std::thread::spawn(move || control::serve(listener, |req| handle_control(&s, req)));
-    let s = shared.clone();
-    std::thread::spawn(move || wait_for_agent(&s));
-    let s = shared.clone();
-    std::thread::spawn(move || enforce_ttl(&s));
-    let s = shared.clone();
-    std::thread::spawn(move || stop_on_signals(&s, termination));
+}
 
-    let outcome = machine.run(None);
-    let stopping = *shared.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
-    let (crashed, reason) = match outcome {
-        Ok(o) => classify_end(&o.reason, stopping, &ws),
-        Err(e) => (true, format!("the VMM failed: {e}")),
-    };
-    shared.finish(crashed, &reason);
-    Ok(i32::from(crashed))
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("workspace", &self.ws.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl VmmProcess {
+    /// Checks that this process was started for workspace `name` and builds
+    /// its VM. A VM that cannot be built is recorded as a crash, and
+    /// [`VmmProcess::run`] then returns at once.
+    pub fn prepare(state: StateDir, name: &str) -> Result<Self> {
+        let ws = WorkspaceDir::new(&state, name)?;
+        // The starter holds the lock until it has recorded this process.
+        let meta = {
+            let _lock = state.lock_workspace(name)?;
+            ws.read_meta()?
+        };
+        let me = std::process::id();
+        match &meta.runtime {
+            Some(rt) if rt.pid == me && meta.state == State::Starting => {}
+            _ => {
+                return Err(Error::WrongState {
+                    name: name.to_owned(),
+                    state: meta.state,
+                    why: "this VMM process was not started for it",
+                    remedy: Some(Remedy::StartWorkspace {
+                        workspace: name.to_owned(),
+                    }),
+                })
+            }
+        }
+        let shared = Arc::new(Shared {
+            ws: ws.clone(),
+            state: state.clone(),
+            started: Instant::now(),
+            ready: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            stop_reason: Mutex::new(None),
+            ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
+            ttl_changed: Condvar::new(),
+            finished: AtomicBool::new(false),
+            teardown: OnceLock::new(),
+        });
+        // Stale sockets of a crashed run would make the binds below fail.
+        ws.remove_sockets();
+        let machine = match build_machine(&state, &ws, &meta.spec) {
+            Ok(m) => {
+                let _ = shared.teardown.set(m.stop_handle());
+                Some(m)
+            }
+            Err(e) => {
+                shared.finish(
+                    true,
+                    &format!("the VM could not be built: {}", e.full_message()),
+                );
+                None
+            }
+        };
+        Ok(Self { shared, machine })
+    }
+
+    /// A handle that stops this VMM from another thread.
+    pub fn stopper(&self) -> VmmStopper {
+        VmmStopper {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Runs the guest until it ends; returns whether the run crashed (the
+    /// program's exit status is its own choice).
+    pub fn run(self) -> Result<RunEnd> {
+        let shared = self.shared;
+        let Some(machine) = self.machine else {
+            return Ok(RunEnd { crashed: true });
+        };
+        let ws = shared.ws.clone();
+        let listener = UnixListener::bind(ws.control()).map_err(Error::host_io(format!(
+            "binding {}",
+            ws.control().display()
+        )))?;
+        let s = shared.clone();
+        std::thread::spawn(move || control::serve(listener, |req| handle_control(&s, req)));
+        let s = shared.clone();
+        std::thread::spawn(move || wait_for_agent(&s));
+        let s = shared.clone();
+        std::thread::spawn(move || enforce_ttl(&s));
+
+        let outcome = machine.run(None);
+        let stopping = *shared.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
+        let (crashed, reason) = match outcome {
+            Ok(o) => classify_end(&o.reason, stopping, &ws),
+            Err(e) => (true, format!("the VMM failed: {e}")),
+        };
+        shared.finish(crashed, &reason);
+        Ok(RunEnd { crashed })
+    }
+}
+
+/// How a [`VmmProcess`] run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunEnd {
+    /// The guest or the VMM failed (the workspace is recorded as crashed).
+    pub crashed: bool,
 }
 
 /// Whether the run crashed, and why it ended, in words.
@@ -204,6 +283,10 @@ fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) 
         StopReason::Reset | StopReason::PowerOff => {
             (false, "the guest shut down or rebooted itself".into())
         }
+        StopReason::Stopped => (
+            false,
+            format!("{} (VM torn down)", stopping.unwrap_or("stopped")),
+        ),
         StopReason::TripleFault => (true, "the guest triple-faulted".into()),
         other => (true, format!("the VM stopped: {other:?}")),
     }
@@ -216,7 +299,7 @@ fn build_machine(
 ) -> Result<Machine> {
     let host = vmm_core::host::probe()
         .map_err(|e| Error::HostUnsupported(format!("KVM is not usable: {e}")))?;
-    let images = ImageRegistry::new(state, crate::doctor::asset_dir(), host.kernel_variant());
+    let images = ImageRegistry::new(state, asset_dir(), host.kernel_variant());
     let image = images.get(&spec.image)?;
     let console = ConsoleLogWriter::create(ws.path())?;
     let cmdline = format!(
@@ -288,14 +371,8 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         Ok(())
     });
     match marked.and_then(|()| Ok(shared.ws.events().append(EventKind::Started)?)) {
-        Ok(_) => eprintln!(
-            "microagent-vmm: agent ready after {:.1} s",
-            shared.started.elapsed().as_secs_f64()
-        ),
-        Err(e) => eprintln!(
-            "microagent-vmm: could not mark running: {}",
-            e.full_message()
-        ),
+        Ok(_) => tracing::info!(secs = shared.started.elapsed().as_secs_f64(), "agent ready"),
+        Err(e) => tracing::error!(error = %e.full_message(), "could not mark running"),
     }
 }
 
@@ -327,7 +404,7 @@ fn enforce_ttl(shared: &Arc<Shared>) {
     }
     drop(deadline);
     if let Err(e) = shared.ws.events().append(EventKind::TtlExpired) {
-        eprintln!("microagent-vmm: could not log the TTL expiry: {e}");
+        tracing::error!(error = %e, "could not log the TTL expiry");
     }
     shared.begin_stop(TTL_GRACE, "its TTL expired");
 }
@@ -377,47 +454,5 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                 ttl_deadline_ms: at,
             }
         }
-    }
-}
-
-/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and in every
-/// thread it starts later); returns the set for [`stop_on_signals`].
-fn block_termination_signals() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; an all-zero value is then initialised
-    // by sigemptyset before use.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid sigset_t owned by this frame; the calls only
-    // write to it and to this thread's signal mask.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-    set
-}
-
-/// Turns SIGTERM/SIGINT/SIGHUP into a graceful stop (as `microagent stop`
-/// does, so a host shutdown syncs the guest's disk); a second one while
-/// stopping tears the VM down at once.
-fn stop_on_signals(shared: &Arc<Shared>, set: libc::sigset_t) {
-    loop {
-        let mut signal = 0;
-        // SAFETY: `set` was initialised by block_termination_signals and
-        // `signal` is a valid place for the result.
-        if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
-            continue;
-        }
-        let reason = match signal {
-            libc::SIGTERM => "stopped by SIGTERM",
-            libc::SIGINT => "stopped by SIGINT",
-            _ => "stopped by SIGHUP",
-        };
-        if shared.stopping.load(Ordering::SeqCst) {
-            shared.finish(false, &format!("{reason} (second signal: VM torn down)"));
-            std::process::exit(0);
-        }
-        shared.begin_stop(Duration::from_secs(10), reason);
     }
 }

@@ -9,7 +9,8 @@ use crate::console_log::tail_lines;
 use crate::control::CONTROL_SOCKET;
 use crate::error::{Error, Result};
 use crate::events::{EventKind, EventLog};
-use crate::spec::{now_ms, LastExit, Meta};
+use crate::settings::now_ms;
+use crate::spec::{LastExit, Meta};
 use crate::state::State;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError, META_FILE};
 

@@ -13,7 +13,7 @@ use rmcp::{tool, tool_router, RoleServer};
 use workspace::spec::defaults;
 use workspace::{ErrorCode, ExecEnd, WorkspaceSpec};
 
-use super::{in_range, seconds, unique_suffix, vcpus};
+use super::{in_range, seconds, vcpus};
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
 use crate::schema::exec::*;
@@ -142,7 +142,10 @@ impl MicroagentServer {
                 "workspace `{name}` (image `{image}`) has no python3; run_code needs an image with Python such as `{RUN_CODE_IMAGE}`: leave out `workspace` to run in a one-shot {RUN_CODE_IMAGE} workspace, or create one with image \"{RUN_CODE_IMAGE}\""
             )));
         }
-        let script = format!("/tmp/microagent-run-code-{}.py", unique_suffix());
+        let script = format!(
+            "/tmp/microagent-run-code-{}.py",
+            workspace::settings::unique_id()
+        );
         self.ws
             .write_file(name, &script, code.as_bytes(), false, Some(0o600))
             .await?;
@@ -191,7 +194,7 @@ impl MicroagentServer {
             Err(e) => Err(workspace::Error::from(e).into()),
         })
         .await?;
-        let name = format!("run-code-{}", unique_suffix());
+        let name = format!("run-code-{}", workspace::settings::unique_id());
         self.on_workspace(&name, |ws, name| ws.create(name, spec))
             .await?;
         let ran = async {

@@ -18,14 +18,6 @@ use crate::progress::Progress;
 use crate::schema::lifecycle::*;
 use crate::{MicroagentServer, ToolError};
 
-/// What a running workspace's delete without force is refused with.
-fn delete_refused(meta: &Meta) -> ToolError {
-    ToolError::Conflict(format!(
-        "workspace `{}` is {}: stop it first, or delete with force: true",
-        meta.name, meta.state
-    ))
-}
-
 impl MicroagentServer {
     /// The workspace record (crash detection included), off the runtime.
     pub(crate) async fn meta(&self, name: &str) -> Result<Meta, ToolError> {
@@ -251,10 +243,8 @@ impl MicroagentServer {
         let info = self
             .on_workspace(&p.name, |ws, name| ws.inspect(name))
             .await?;
+        info.meta.check_delete(p.force)?;
         let running = info.meta.state.has_vmm();
-        if running && !p.force {
-            return Err(delete_refused(&info.meta));
-        }
         let halt = if running {
             ", halting its VM first"
         } else {

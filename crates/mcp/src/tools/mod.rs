@@ -12,7 +12,6 @@ pub mod info;
 pub mod lifecycle;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use workspace::spec::LIMITS;
@@ -111,16 +110,6 @@ pub(crate) fn guest_path(what: &str, path: &str) -> Result<(), ToolError> {
     }
 }
 
-/// A short string unique in this host's processes, for names and files.
-pub(crate) fn unique_suffix() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("{:x}{:x}{:04x}", std::process::id(), n, nanos & 0xffff)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +128,5 @@ mod tests {
         assert!(vcpus(Some(300), 1).is_err());
         assert!(guest_path("path", "etc").is_err());
         assert!(host_path("x").unwrap().is_absolute());
-        assert_ne!(unique_suffix(), unique_suffix());
     }
 }

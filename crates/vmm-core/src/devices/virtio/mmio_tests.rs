@@ -1,3 +1,6 @@
+//! Tests of the virtio-mmio transport: registers, feature negotiation,
+//! queue setup and activation against a test device.
+
 use super::*;
 use crate::devices::virtio::ActivateError;
 use crate::memory::create_guest_memory;

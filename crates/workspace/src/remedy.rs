@@ -1,0 +1,48 @@
+//! What a caller can do about a failure. The library names the remedy; each
+//! front end words it its own way (a CLI command, an MCP tool), so no
+//! library message names a front end's commands.
+
+use serde::Serialize;
+
+/// The next step that resolves a failure.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(tag = "action", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Remedy {
+    /// List the workspaces to find the right name.
+    ListWorkspaces,
+    /// Choose another name, or delete the workspace that has it.
+    ChooseAnotherName {
+        /// The workspace that has the name.
+        workspace: String,
+    },
+    /// Start the workspace first.
+    StartWorkspace {
+        /// The workspace.
+        workspace: String,
+    },
+    /// Wait for the workspace to finish starting or stopping, or halt it.
+    WaitOrHalt {
+        /// The workspace.
+        workspace: String,
+    },
+    /// Stop the workspace first, or delete it with force.
+    StopOrForce {
+        /// The workspace.
+        workspace: String,
+    },
+    /// Read the workspace's console, which shows what the guest did.
+    ReadConsole {
+        /// The workspace.
+        workspace: String,
+    },
+    /// List the images to find the right name (`cargo xtask setup` builds
+    /// `minimal` and `debian`).
+    ListImages,
+    /// Remove the image that has the name first.
+    RemoveImage {
+        /// The image.
+        image: String,
+    },
+}

@@ -1,0 +1,77 @@
+//! Where things are and what time it is: the guest asset cache, host tools,
+//! the clock and unique ids. Every other module asks here, so none of them
+//! depends on another for these.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where `cargo xtask` builds and caches guest assets: `$MICROAGENT_CACHE`,
+/// else `~/.cache/microagent`. The xtask and the tests use this same root.
+pub fn asset_cache_root() -> Option<PathBuf> {
+    match std::env::var_os("MICROAGENT_CACHE") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/microagent")),
+    }
+}
+
+/// The `current/` directory of the asset cache, whose links name the newest
+/// build of each asset.
+pub fn asset_dir() -> Option<PathBuf> {
+    asset_cache_root().map(|root| root.join("current"))
+}
+
+/// Where an e2fsprogs tool (`mkfs.ext4`, `debugfs`) is installed, if it is.
+pub fn e2fs_tool(name: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A short id no other call in any process on this host returns at the same
+/// time: the process id, a per-process counter and the clock's low bits, in
+/// hex (valid in workspace names and file names).
+pub fn unique_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{:x}{:x}{:04x}", std::process::id(), n, nanos & 0xffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_name_safe() {
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| unique_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        for id in ids.iter().take(10) {
+            assert!(
+                crate::name::validate_name(&format!("run-{id}")).is_ok(),
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_clock_moves_forward() {
+        let a = now_ms();
+        assert!(a > 1_600_000_000_000, "{a}");
+        assert!(now_ms() >= a);
+    }
+
+    #[test]
+    fn finds_installed_tools_only() {
+        assert!(e2fs_tool("no-such-e2fs-tool").is_none());
+    }
+}

@@ -1,0 +1,147 @@
+//! The library as a program that embeds it sees it: the builder, a fake
+//! image, the life cycle of a workspace that never boots, and the stable
+//! codes and remedies of what fails. No KVM needed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use workspace::{
+    ErrorCode, ExecInput, ExecRequest, ListFilter, Remedy, State, WorkspaceSpec, Workspaces,
+};
+
+/// A state directory with one fake image, removed on drop.
+struct Home {
+    root: PathBuf,
+    ws: Workspaces,
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn home(test: &str) -> Home {
+    let root = std::env::temp_dir().join(format!("microagent-api-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let src = root.join("image");
+    std::fs::create_dir_all(&src).unwrap();
+    // Enough of an ELF kernel and an ext4 superblock to pass the import checks.
+    let mut kernel = vec![0u8; 4096];
+    kernel[..4].copy_from_slice(b"\x7fELF");
+    std::fs::write(src.join("vmlinux"), kernel).unwrap();
+    let mut rootfs = vec![0u8; 8192];
+    rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
+    std::fs::write(src.join("rootfs.ext4"), rootfs).unwrap();
+    let ws = Workspaces::builder()
+        .state_dir(root.join("state"))
+        .assets(None)
+        .vmm_program("/nonexistent/vmm")
+        .build()
+        .unwrap();
+    ws.images().import_dir("fake", &src).unwrap();
+    Home { root, ws }
+}
+
+/// Creating a workspace formats its disk with mkfs.ext4; without it the
+/// test says so and is counted as skipped (as testkit does).
+fn have_mkfs(test: &str) -> bool {
+    let here = workspace::settings::e2fs_tool("mkfs.ext4").is_some();
+    if !here {
+        let reason = "mkfs.ext4 is not installed (apt-get install e2fsprogs)";
+        eprintln!("SKIPPED {test}: {reason}");
+        if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
+            use std::io::Write;
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(Path::new(&log))
+                .and_then(|mut f| writeln!(f, "{test}: {reason}"));
+        }
+    }
+    here
+}
+
+fn spec() -> WorkspaceSpec {
+    WorkspaceSpec {
+        image: "fake".into(),
+        disk_mib: 64,
+        ..WorkspaceSpec::default()
+    }
+}
+
+#[test]
+fn a_workspace_from_create_to_delete() {
+    let test = "a_workspace_from_create_to_delete";
+    if !have_mkfs(test) {
+        return;
+    }
+    let h = home("cycle");
+    let meta = h.ws.create("dev", spec()).unwrap();
+    assert_eq!(meta.state, State::Stopped);
+    let names: Vec<String> =
+        h.ws.list(&ListFilter::default())
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+    assert_eq!(names, ["dev"]);
+
+    let taken = h.ws.create("dev", spec()).unwrap_err();
+    assert_eq!(taken.code(), ErrorCode::Conflict);
+    assert_eq!(
+        taken.remedy(),
+        Some(Remedy::ChooseAnotherName {
+            workspace: "dev".into()
+        })
+    );
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stopped = rt
+        .block_on(h.ws.exec_collect("dev", ExecRequest::argv(["true"]), ExecInput::None))
+        .unwrap_err();
+    assert_eq!(stopped.code(), ErrorCode::NotRunning);
+    assert_eq!(
+        stopped.remedy(),
+        Some(Remedy::StartWorkspace {
+            workspace: "dev".into()
+        })
+    );
+    // The VMM program does not exist: the start fails and names it.
+    let failed = rt
+        .block_on(h.ws.start("dev", Duration::from_secs(5), |_| {}))
+        .unwrap_err();
+    assert!(
+        failed.full_message().contains("/nonexistent/vmm"),
+        "{failed}"
+    );
+
+    h.ws.get("dev").unwrap().check_delete(false).unwrap();
+    h.ws.delete("dev", false).unwrap();
+    assert!(h.ws.list(&ListFilter::default()).unwrap().is_empty());
+}
+
+#[test]
+fn unknown_names_fail_with_codes_and_change_nothing() {
+    let h = home("unknown");
+    let missing = h.ws.get("nope").unwrap_err();
+    assert_eq!(missing.code(), ErrorCode::NotFound);
+    assert_eq!(missing.remedy(), Some(Remedy::ListWorkspaces));
+    let bad = h.ws.get("Not A Name").unwrap_err();
+    assert_eq!(bad.code(), ErrorCode::InvalidInput);
+    let no_image =
+        h.ws.create(
+            "dev",
+            WorkspaceSpec {
+                image: "nope".into(),
+                ..spec()
+            },
+        )
+        .unwrap_err();
+    assert_eq!(no_image.code(), ErrorCode::NotFound);
+    assert_eq!(no_image.remedy(), Some(Remedy::ListImages));
+    assert!(h.ws.list(&ListFilter::default()).unwrap().is_empty());
+}
