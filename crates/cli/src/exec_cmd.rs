@@ -219,7 +219,7 @@ pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCo
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Workspace name (default: run-<random>).
+    /// Workspace name (default: run-ID, with a fresh random ID).
     #[arg(long)]
     pub name: Option<String>,
     /// Keep the workspace afterwards (stopped) instead of deleting it.

@@ -6,6 +6,8 @@
 //! [`machine::Machine`] to build and run a Linux guest, [`tiny::TinyGuest`]
 //! for hand-assembled test guests.
 
+#![warn(missing_docs)]
+
 pub mod arch;
 pub mod devices;
 pub mod exit;

@@ -8,6 +8,8 @@
 //! ([`store`], [`workspace_dir`]); every failure carries a stable
 //! [`ErrorCode`].
 
+#![warn(missing_docs)]
+
 pub mod builder;
 pub mod code;
 pub mod console_log;

@@ -47,15 +47,22 @@ pub enum BlockError {
     /// The backing file could not be opened, or its size or inode read.
     #[error("cannot open disk image {} ({mode}): check that it exists and that its permissions allow this", .path.display())]
     Open {
+        /// The disk image.
         path: PathBuf,
         /// "read-only" or "read-write".
         mode: &'static str,
+        /// What the OS said.
         #[source]
         source: io::Error,
     },
     /// The backing file is not made of whole sectors.
     #[error("disk image {} is {len} bytes, not a multiple of 512: resize it to whole sectors (e.g. `truncate -s`)", .path.display())]
-    UnalignedSize { path: PathBuf, len: u64 },
+    UnalignedSize {
+        /// The disk image.
+        path: PathBuf,
+        /// Its size in bytes.
+        len: u64,
+    },
     /// The queue notification eventfd could not be created.
     #[error("cannot create the virtio-blk queue eventfd: raise the open file limit")]
     EventFd(#[source] io::Error),

@@ -18,7 +18,8 @@ const VERSION: u32 = 2;
 /// Our PCI-SIG-style vendor ID ("MA" for microagent; any value is allowed).
 const VENDOR_ID: u32 = 0x4d41;
 
-/// Register offsets (virtio 1.2, 4.2.2).
+/// Register offsets (virtio 1.2, 4.2.2), each named as the spec names it.
+#[allow(missing_docs)] // the spec's table is their documentation
 pub mod regs {
     pub const MAGIC_VALUE: u64 = 0x000;
     pub const VERSION: u64 = 0x004;
@@ -46,7 +47,8 @@ pub mod regs {
     pub const CONFIG: u64 = 0x100;
 }
 
-/// Device status bits (virtio 1.2, 2.1).
+/// Device status bits (virtio 1.2, 2.1), each named as the spec names it.
+#[allow(missing_docs)] // the spec's table is their documentation
 pub mod status {
     pub const ACKNOWLEDGE: u32 = 1;
     pub const DRIVER: u32 = 2;
