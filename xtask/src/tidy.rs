@@ -21,6 +21,18 @@ mod tests {
         }
     }
 
+    /// Every Cargo.toml of the workspace's crates.
+    fn crate_manifests() -> Vec<PathBuf> {
+        let mut manifests = vec![repo_root().join("xtask/Cargo.toml")];
+        for entry in std::fs::read_dir(repo_root().join("crates"))
+            .unwrap()
+            .flatten()
+        {
+            manifests.push(entry.path().join("Cargo.toml"));
+        }
+        manifests
+    }
+
     #[test]
     fn source_files_stay_small() {
         let mut files = Vec::new();
@@ -43,13 +55,7 @@ mod tests {
 
     #[test]
     fn every_crate_uses_the_workspace_lints() {
-        let mut manifests = vec![repo_root().join("xtask/Cargo.toml")];
-        for entry in std::fs::read_dir(repo_root().join("crates"))
-            .unwrap()
-            .flatten()
-        {
-            manifests.push(entry.path().join("Cargo.toml"));
-        }
+        let manifests = crate_manifests();
         for m in manifests {
             let text = std::fs::read_to_string(&m).unwrap();
             assert!(
@@ -180,13 +186,7 @@ mod tests {
 
     #[test]
     fn internal_dependencies_go_through_the_workspace() {
-        let mut manifests = vec![repo_root().join("xtask/Cargo.toml")];
-        for entry in std::fs::read_dir(repo_root().join("crates"))
-            .unwrap()
-            .flatten()
-        {
-            manifests.push(entry.path().join("Cargo.toml"));
-        }
+        let manifests = crate_manifests();
         for m in manifests {
             let text = std::fs::read_to_string(&m).unwrap();
             let direct: Vec<&str> = text.lines().filter(|l| l.contains("{ path =")).collect();

@@ -3,16 +3,6 @@
 
 use testkit::cli::CliHome;
 
-fn fake_image(dir: &std::path::Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    let mut kernel = vec![0u8; 4096];
-    kernel[..4].copy_from_slice(b"\x7fELF");
-    std::fs::write(dir.join("vmlinux"), kernel).unwrap();
-    let mut rootfs = vec![0u8; 8192];
-    rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
-    std::fs::write(dir.join("rootfs.ext4"), rootfs).unwrap();
-}
-
 fn home(test: &str) -> CliHome {
     CliHome::new(env!("CARGO_BIN_EXE_microagent"), test)
 }
@@ -21,7 +11,7 @@ fn home(test: &str) -> CliHome {
 fn bad_input_gets_its_code_and_changes_nothing() {
     let cli = home("badinput");
     let src = cli.home().join("src");
-    fake_image(&src);
+    testkit::fake_image_files(&src);
     let src = src.to_str().unwrap().to_owned();
     let mk = |args: &[&str]| {
         let mut cmd = cli.command(args);

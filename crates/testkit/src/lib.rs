@@ -163,6 +163,19 @@ pub fn workspace_image(name: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// Writes `vmlinux` and `rootfs.ext4` into `dir`: a fake image with the
+/// right magic numbers (ELF, ext4 superblock) for the import checks, not
+/// bootable.
+pub fn fake_image_files(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).expect("creating the fake image directory");
+    let mut kernel = vec![0u8; 4096];
+    kernel[..4].copy_from_slice(b"\x7fELF");
+    std::fs::write(dir.join("vmlinux"), kernel).expect("writing the fake kernel");
+    let mut rootfs = vec![0u8; 8192];
+    rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
+    std::fs::write(dir.join("rootfs.ext4"), rootfs).expect("writing the fake rootfs");
+}
+
 /// Polls `condition` every 10 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

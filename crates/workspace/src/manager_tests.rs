@@ -1,5 +1,8 @@
 //! Life-cycle tests that need no KVM: a fake image, and fake VMM processes.
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use super::*;
 use crate::code::ErrorCode;
 use crate::image::{KERNEL_FILE, ROOTFS_FILE};
@@ -20,13 +23,8 @@ fn fixture(test: &str, vmm_binary: &str) -> Fixture {
     let root = PathBuf::from(format!("/tmp/ma-mgr-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let src = root.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let mut kernel = vec![0u8; 4096];
-    kernel[..4].copy_from_slice(b"\x7fELF");
-    std::fs::write(src.join(KERNEL_FILE), kernel).unwrap();
-    let mut rootfs = vec![0u8; 8192];
-    rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
-    std::fs::write(src.join(ROOTFS_FILE), rootfs).unwrap();
+    support::fake_image_files(&src);
+    assert!(src.join(KERNEL_FILE).exists() && src.join(ROOTFS_FILE).exists());
     let state = StateDir::at(root.join("state")).unwrap();
     let ws = Workspaces::new(state, None, PathBuf::from(vmm_binary));
     ws.images().import_dir("fake", &src).unwrap();
@@ -41,23 +39,9 @@ fn spec() -> WorkspaceSpec {
     }
 }
 
-/// Whether mkfs.ext4 is here; if not, records `test` as skipped the way
-/// testkit does (which this crate cannot depend on: testkit uses it).
+/// Whether mkfs.ext4 is here (else `test` is recorded as skipped).
 fn have_mkfs(test: &str) -> bool {
-    let here = e2fs_tool("mkfs.ext4").is_some();
-    if !here {
-        let reason = "mkfs.ext4 is not installed (apt-get install e2fsprogs)";
-        eprintln!("SKIPPED {test}: {reason}");
-        if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
-            use std::io::Write;
-            let _ = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .and_then(|mut f| writeln!(f, "{test}: {reason}"));
-        }
-    }
-    here
+    support::have_mkfs(test, e2fs_tool("mkfs.ext4").is_some())
 }
 
 #[test]

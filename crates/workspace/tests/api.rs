@@ -2,7 +2,9 @@
 //! image, the life cycle of a workspace that never boots, and the stable
 //! codes and remedies of what fails. No KVM needed.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use workspace::{
@@ -25,14 +27,7 @@ fn home(test: &str) -> Home {
     let root = std::env::temp_dir().join(format!("microagent-api-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let src = root.join("image");
-    std::fs::create_dir_all(&src).unwrap();
-    // Enough of an ELF kernel and an ext4 superblock to pass the import checks.
-    let mut kernel = vec![0u8; 4096];
-    kernel[..4].copy_from_slice(b"\x7fELF");
-    std::fs::write(src.join("vmlinux"), kernel).unwrap();
-    let mut rootfs = vec![0u8; 8192];
-    rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
-    std::fs::write(src.join("rootfs.ext4"), rootfs).unwrap();
+    support::fake_image_files(&src);
     let ws = Workspaces::builder()
         .state_dir(root.join("state"))
         .assets(None)
@@ -43,23 +38,9 @@ fn home(test: &str) -> Home {
     Home { root, ws }
 }
 
-/// Creating a workspace formats its disk with mkfs.ext4; without it the
-/// test says so and is counted as skipped (as testkit does).
+/// Creating a workspace formats its disk with mkfs.ext4.
 fn have_mkfs(test: &str) -> bool {
-    let here = workspace::settings::e2fs_tool("mkfs.ext4").is_some();
-    if !here {
-        let reason = "mkfs.ext4 is not installed (apt-get install e2fsprogs)";
-        eprintln!("SKIPPED {test}: {reason}");
-        if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
-            use std::io::Write;
-            let _ = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(Path::new(&log))
-                .and_then(|mut f| writeln!(f, "{test}: {reason}"));
-        }
-    }
-    here
+    support::have_mkfs(test, workspace::settings::e2fs_tool("mkfs.ext4").is_some())
 }
 
 fn spec() -> WorkspaceSpec {

@@ -105,13 +105,7 @@ impl Harness {
     /// Registers a fake image (right magic numbers, not bootable).
     pub fn fake_image(&self, name: &str) {
         let src = self.root.join(format!("src-{name}"));
-        std::fs::create_dir_all(&src).unwrap();
-        let mut kernel = vec![0u8; 4096];
-        kernel[..4].copy_from_slice(b"\x7fELF");
-        std::fs::write(src.join("vmlinux"), kernel).unwrap();
-        let mut rootfs = vec![0u8; 8192];
-        rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
-        std::fs::write(src.join("rootfs.ext4"), rootfs).unwrap();
+        testkit::fake_image_files(&src);
         self.ws.images().import_dir(name, &src).unwrap();
     }
 
