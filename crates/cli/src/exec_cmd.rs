@@ -9,11 +9,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use guest_agent::client::{ExecEvent, ExecInput};
-use guest_agent::protocol::{ExecRequest, Exited};
 use workspace::contract::EXEC_FAILURE_EXIT_CODE;
-use workspace::manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
+use workspace::manager::DEFAULT_START_TIMEOUT;
+use workspace::{Afterwards, OneShot};
 use workspace::{Error, ExecEnd, Workspaces};
+use workspace::{ExecEvent, ExecInput};
+use workspace::{ExecRequest, Exited};
 
 use crate::output::{self, key_value};
 use crate::workspace_cmd::{start_with_progress, SpecArgs};
@@ -194,13 +195,9 @@ fn report_interrupt(name: &str, killed: bool, pid: Option<u32>, remains: bool) {
 /// The status for a command the guest could not start (as a shell gives:
 /// 127 not found, 126 not executable), reported like any error.
 fn not_started(e: Error, json: bool) -> Result<ExitCode, Error> {
-    use guest_agent::protocol::ErrorCode as Agent;
-    let status = match &e {
-        Error::Agent { op: "exec", source } => match source.code() {
-            Some(Agent::NotFound) => 127,
-            Some(Agent::PermissionDenied) => 126,
-            _ => return Err(e),
-        },
+    let status = match (&e, e.code()) {
+        (Error::Agent { op: "exec", .. }, workspace::ErrorCode::NotFound) => 127,
+        (Error::Agent { op: "exec", .. }, workspace::ErrorCode::Forbidden) => 126,
         _ => return Err(e),
     };
     Ok(output::error(&e, json, status))
@@ -234,38 +231,40 @@ pub struct RunArgs {
     pub exec: CommandArgs,
 }
 
-fn run_name() -> String {
-    format!("run-{}", workspace::settings::unique_id())
-}
-
 pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
-    let name = args.name.clone().unwrap_or_else(run_name);
     args.exec.request(&[])?;
-    ws.create(&name, args.spec.spec())?;
-    let result = async {
-        tokio::select! {
-            started = start_with_progress(ws, &name, Duration::from_secs(args.start_timeout), args.exec.json) => started?,
-            () = ctrl_c() => return Ok(None),
-        };
-        // The workspace's env (from --env) already applies to every command.
-        exec_in(ws, &name, &args.exec, &[]).await.map(Some)
-    }
-    .await;
-    if let Ok(Some(Ran::Interrupted { killed, pid })) = &result {
+    let one_shot = OneShot::new("run", args.spec.spec())
+        .named(args.name.clone())
+        .afterwards(if args.keep {
+            Afterwards::KeepStopped
+        } else {
+            Afterwards::Delete
+        });
+    let timeout = Duration::from_secs(args.start_timeout);
+    let end = ws
+        .run_once(
+            &one_shot,
+            |name| async move {
+                tokio::select! {
+                    started = start_with_progress(ws, &name, timeout, args.exec.json) => started.map(|_| true),
+                    () = ctrl_c() => Ok(false),
+                }
+            },
+            // The workspace's env (from --env) already applies to every command.
+            |name| async move { exec_in(ws, &name, &args.exec, &[]).await },
+        )
+        .await?;
+    let name = end.workspace;
+    if let Ok(Some(Ran::Interrupted { killed, pid })) = &end.outcome {
         report_interrupt(&name, *killed, *pid, false);
     }
-    let cleanup = if args.keep {
-        ws.stop(&name, DEFAULT_STOP_TIMEOUT).await.map(drop)
-    } else {
-        ws.delete(&name, true).map(drop)
-    };
-    if let Err(e) = cleanup {
+    if let Err(e) = end.cleanup {
         eprintln!(
             "microagent: cleaning up workspace {name} failed: {}",
             e.full_message()
         );
     }
-    match result {
+    match end.outcome {
         Ok(Some(Ran::Exited(code))) => Ok(code),
         // Interrupted while booting (`None`) or running.
         Ok(None | Some(Ran::Interrupted { .. })) => Ok(ExitCode::from(INTERRUPTED)),

@@ -95,6 +95,10 @@ pub enum Error {
         #[source]
         source: ClientError,
     },
+    /// A synchronous step run on a worker thread did not finish (it
+    /// panicked or its runtime shut down).
+    #[error("a blocking step did not finish: {0}")]
+    BlockingStep(String),
     /// A host-side file operation failed.
     #[error("{what}")]
     HostIo {
@@ -121,9 +125,11 @@ impl Error {
             Error::Store(e) => e.code(),
             Error::Image(e) => e.code(),
             Error::Agent { source, .. } => agent_code(source),
-            Error::Events(_) | Error::ConsoleLog(_) | Error::Control(_) | Error::HostIo { .. } => {
-                ErrorCode::Internal
-            }
+            Error::Events(_)
+            | Error::ConsoleLog(_)
+            | Error::Control(_)
+            | Error::HostIo { .. }
+            | Error::BlockingStep(_) => ErrorCode::Internal,
         }
     }
 

@@ -22,6 +22,7 @@ pub mod image;
 pub mod launch;
 pub mod manager;
 pub mod name;
+pub mod one_shot;
 pub mod ops;
 pub mod process;
 pub mod remedy;
@@ -40,10 +41,11 @@ pub use code::ErrorCode;
 pub use error::{Error, Result};
 /// The guest agent's request and result types the exec and file methods take
 /// and return, so a program needs no other crate to use them.
-pub use guest_agent::client::{ExecInput, ExecOutput};
-pub use guest_agent::protocol::{ExecRequest, Exited, WriteMode};
+pub use guest_agent::client::{ExecEvent, ExecInput, ExecOutput};
+pub use guest_agent::protocol::{ExecRequest, Exited, FileKind, FileStat, WriteMode};
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use name::{validate_name, NameError};
+pub use one_shot::{Afterwards, OneShot, OneShotEnd};
 pub use ops::ExecEnd;
 pub use remedy::Remedy;
 pub use spec::{Meta, WorkspaceSpec};

@@ -126,3 +126,70 @@ fn unknown_names_fail_with_codes_and_change_nothing() {
     assert_eq!(no_image.remedy(), Some(Remedy::ListImages));
     assert!(h.ws.list(&ListFilter::default()).unwrap().is_empty());
 }
+
+#[test]
+fn one_shot_runs_clean_up_whatever_happens() {
+    let test = "one_shot_runs_clean_up_whatever_happens";
+    if !have_mkfs(test) {
+        return;
+    }
+    let h = home("oneshot");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let run = workspace::OneShot::new("try", spec());
+    let none = || h.ws.list(&ListFilter::default()).unwrap().is_empty();
+
+    // A boot cancelled before it began: nothing ran, nothing remains.
+    let end = rt
+        .block_on(h.ws.run_once(
+            &run,
+            |_| async { Ok::<_, workspace::Error>(false) },
+            |_| async { Ok(()) },
+        ))
+        .unwrap();
+    assert!(end.workspace.starts_with("try-"), "{}", end.workspace);
+    assert!(matches!(end.outcome, Ok(None)));
+    end.cleanup.unwrap();
+    assert!(none());
+
+    // The work failed: its error comes back, and the workspace is gone.
+    let end = rt
+        .block_on(
+            h.ws.run_once(
+                &run,
+                |_| async { Ok(true) },
+                |name| async move {
+                    Err::<(), _>(workspace::Error::InvalidInput(format!("{name} failed")))
+                },
+            ),
+        )
+        .unwrap();
+    assert!(end.outcome.unwrap_err().to_string().ends_with(" failed"));
+    assert!(none());
+
+    // Kept: stopped, there to inspect.
+    let kept = run
+        .clone()
+        .named(Some("kept".into()))
+        .afterwards(workspace::Afterwards::KeepStopped);
+    let end = rt
+        .block_on(h.ws.run_once(
+            &kept,
+            |_| async { Ok::<_, workspace::Error>(true) },
+            |name| async move { Ok(name) },
+        ))
+        .unwrap();
+    assert_eq!(end.outcome.unwrap().as_deref(), Some("kept"));
+    assert_eq!(h.ws.get("kept").unwrap().state, State::Stopped);
+
+    // A name that is taken fails before anything is created.
+    let taken = rt.block_on(h.ws.run_once(
+        &kept,
+        |_| async { Ok::<_, workspace::Error>(true) },
+        |_| async { Ok(()) },
+    ));
+    assert_eq!(taken.unwrap_err().code(), ErrorCode::Conflict);
+    h.ws.delete("kept", false).unwrap();
+}

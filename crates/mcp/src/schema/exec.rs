@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use guest_agent::protocol::Exited;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use workspace::Exited;
 
 use crate::output::{bytes, Render};
 

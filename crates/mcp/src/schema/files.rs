@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use guest_agent::protocol::{FileKind, FileStat};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use workspace::{FileKind, FileStat};
 
 use crate::output::Render;
 

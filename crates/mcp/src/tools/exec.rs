@@ -5,13 +5,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use guest_agent::client::{ExecEvent, ExecInput};
-use guest_agent::protocol::ExecRequest;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::spec::defaults;
-use workspace::{ErrorCode, ExecEnd, WorkspaceSpec};
+use workspace::ExecRequest;
+use workspace::{ErrorCode, ExecEnd, OneShot, WorkspaceSpec};
+use workspace::{ExecEvent, ExecInput};
 
 use super::{in_range, seconds, vcpus};
 use crate::output::{Out, ToolResult};
@@ -194,24 +194,35 @@ impl MicroagentServer {
             Err(e) => Err(workspace::Error::from(e).into()),
         })
         .await?;
-        let name = format!("run-code-{}", workspace::settings::unique_id());
-        self.on_workspace(&name, |ws, name| ws.create(name, spec))
+        // Steps in turn: start then work share `progress`.
+        let progress = &tokio::sync::Mutex::new(progress);
+        let end = self
+            .ws
+            .run_once(
+                &OneShot::new("run-code", spec),
+                |name| async move {
+                    let mut progress = progress.lock().await;
+                    self.start_workspace(&name, start_timeout, ctx, &mut progress)
+                        .await
+                        .map(|_| true)
+                },
+                |name| async move {
+                    let mut progress = progress.lock().await;
+                    self.run_python(&name, &p.code, p.stdin, limits, ctx, &mut progress)
+                        .await
+                },
+            )
             .await?;
-        let ran = async {
-            self.start_workspace(&name, start_timeout, ctx, progress)
-                .await?;
-            self.run_python(&name, &p.code, p.stdin, limits, ctx, progress)
-                .await
+        if let Err(e) = end.cleanup {
+            tracing::warn!(name = %end.workspace, %e, "deleting run_code's one-shot workspace failed");
         }
-        .await;
-        let deleted = self.on_workspace(&name, |ws, name| ws.delete(name, true));
-        if let Err(e) = deleted.await {
-            tracing::warn!(%name, %e, "deleting run_code's one-shot workspace failed");
-        }
+        let result = end.outcome?.ok_or_else(|| {
+            ToolError::Cancelled(format!("workspace {} did not start", end.workspace))
+        })?;
         Ok(RunCodeResult {
-            workspace: name,
+            workspace: end.workspace,
             one_shot: true,
-            result: ran?,
+            result,
         })
     }
 }

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use guest_agent::protocol::{FileKind, FileStat};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
 use workspace::ErrorCode;
+use workspace::{FileKind, FileStat};
 
 use super::{guest_path, host_path, in_range, would_or_did};
 use crate::output::{bytes, Out, ToolResult};
