@@ -32,26 +32,26 @@ async fn hello() -> workspace::Result<()> {
     let ws = Workspaces::builder().build()?;
     let name = format!("hello-{}", workspace::settings::unique_id());
     ws.create(&name, WorkspaceSpec::default())?;
+    let dev = ws.workspace(&name)?;
     let result = async {
-        ws.start(&name, Duration::from_secs(300), |p| {
+        dev.start(Duration::from_secs(300), |p| {
             eprintln!("booting {name}: {} s", p.elapsed.as_secs())
         })
         .await?;
-        let out = ws
+        let out = dev
             .exec_collect(
-                &name,
                 ExecRequest::shell("uname -a > /root/uname.txt"),
                 ExecInput::None,
             )
             .await?;
         eprintln!("exec ended: {:?}", out.exited.code);
-        let (text, _) = ws.read_file(&name, "/root/uname.txt", None, None).await?;
+        let (text, _) = dev.read_file("/root/uname.txt", None, None).await?;
         print!("{}", String::from_utf8_lossy(&text));
         Ok(())
     }
     .await;
     // Deleted whatever happened (force: it may still run).
-    ws.delete(&name, true)?;
+    dev.delete(true)?;
     result
 }
 

@@ -18,6 +18,7 @@ pub mod control;
 pub mod doctor;
 pub mod error;
 pub mod events;
+pub mod handle;
 pub mod image;
 pub mod launch;
 pub mod manager;
@@ -43,6 +44,7 @@ pub use error::{Error, Result};
 /// and return, so a program needs no other crate to use them.
 pub use guest_agent::client::{ExecEvent, ExecInput, ExecOutput};
 pub use guest_agent::protocol::{ExecRequest, Exited, FileKind, FileStat, WriteMode};
+pub use handle::Workspace;
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use name::{validate_name, NameError};
 pub use one_shot::{Afterwards, OneShot, OneShotEnd};

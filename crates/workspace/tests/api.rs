@@ -113,6 +113,13 @@ fn unknown_names_fail_with_codes_and_change_nothing() {
     assert_eq!(missing.remedy(), Some(Remedy::ListWorkspaces));
     let bad = h.ws.get("Not A Name").unwrap_err();
     assert_eq!(bad.code(), ErrorCode::InvalidInput);
+    assert_eq!(
+        h.ws.workspace("Not A Name").unwrap_err().code(),
+        ErrorCode::InvalidInput
+    );
+    let handle = h.ws.workspace("nope").unwrap();
+    assert_eq!(handle.name(), "nope");
+    assert_eq!(handle.get().unwrap_err().code(), ErrorCode::NotFound);
     let no_image =
         h.ws.create(
             "dev",
