@@ -31,14 +31,18 @@ pub async fn logs(
     if !follow {
         return Ok(ExitCode::SUCCESS);
     }
-    let (_, mut offset) = ws.logs_from(name, 0)?;
+    let mut offset = ws.logs_from(name, 0)?.next_offset;
     let mut partial = Vec::new();
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
             () = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
-        let (bytes, next) = ws.logs_from(name, offset)?;
+        let workspace::ConsoleChunk {
+            data: bytes,
+            next_offset: next,
+            ..
+        } = ws.logs_from(name, offset)?;
         offset = next;
         if json {
             partial.extend_from_slice(&bytes);

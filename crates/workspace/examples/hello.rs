@@ -45,8 +45,8 @@ async fn hello() -> workspace::Result<()> {
             )
             .await?;
         eprintln!("exec ended: {:?}", out.exited.code);
-        let (text, _) = dev.read_file("/root/uname.txt", None, None).await?;
-        print!("{}", String::from_utf8_lossy(&text));
+        let file = dev.read_file("/root/uname.txt", None, None).await?;
+        print!("{}", String::from_utf8_lossy(&file.data));
         Ok(())
     }
     .await;

@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::events::Event;
 use crate::manager::{StartProgress, WorkspaceInfo, Workspaces};
 use crate::name::validate_name;
+use crate::ops::FileRead;
 use crate::spec::Meta;
 use crate::{ExecInput, ExecOutput, ExecRequest};
 
@@ -88,14 +89,13 @@ impl<'a> Workspace<'a> {
         self.all.exec_collect(self.name, req, input).await
     }
 
-    /// Reads a guest file (`length` bytes from `offset`, default all); the
-    /// bytes and the file's size.
+    /// Reads a guest file (`length` bytes from `offset`, default all).
     pub async fn read_file(
         &self,
         path: &str,
         offset: Option<u64>,
         length: Option<u64>,
-    ) -> Result<(Vec<u8>, u64)> {
+    ) -> Result<FileRead> {
         self.all.read_file(self.name, path, offset, length).await
     }
 

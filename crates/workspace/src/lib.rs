@@ -43,12 +43,12 @@ pub use error::{Error, Result};
 /// The guest agent's request and result types the exec and file methods take
 /// and return, so a program needs no other crate to use them.
 pub use guest_agent::client::{ExecEvent, ExecInput, ExecOutput};
-pub use guest_agent::protocol::{ExecRequest, Exited, FileKind, FileStat, WriteMode};
+pub use guest_agent::protocol::{DirEntry, ExecRequest, Exited, FileKind, FileStat, WriteMode};
 pub use handle::Workspace;
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use name::{validate_name, NameError};
 pub use one_shot::{Afterwards, OneShot, OneShotEnd};
-pub use ops::ExecEnd;
+pub use ops::{ConsoleChunk, DirListing, ExecEnd, FileRead, WriteOptions};
 pub use remedy::Remedy;
 pub use spec::{Meta, WorkspaceSpec};
 pub use state::{State, TransitionError};

@@ -45,6 +45,45 @@ fn describe(req: &ExecRequest) -> String {
     }
 }
 
+/// What [`Workspaces::read_file`] read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileRead {
+    /// The bytes read.
+    pub data: Vec<u8>,
+    /// The whole file's size.
+    pub size: u64,
+}
+
+/// How [`Workspaces::write_file`] writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Append instead of replacing the file.
+    pub append: bool,
+    /// Permission bits of a file it creates (default 0644).
+    pub perm: Option<u32>,
+}
+
+/// A guest directory's entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DirListing {
+    /// The entries.
+    pub entries: Vec<DirEntry>,
+    /// Whether the list was cut short (too many entries).
+    pub truncated: bool,
+}
+
+/// New console bytes and where to read next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsoleChunk {
+    /// The bytes.
+    pub data: Vec<u8>,
+    /// The offset to pass next time.
+    pub next_offset: u64,
+}
+
 impl Workspaces {
     /// The workspace's directory and record, if it is running.
     fn running(&self, name: &str) -> Result<(WorkspaceDir, Meta)> {
@@ -200,26 +239,29 @@ impl Workspaces {
         path: &str,
         offset: Option<u64>,
         length: Option<u64>,
-    ) -> Result<(Vec<u8>, u64)> {
-        let mut out = Vec::new();
+    ) -> Result<FileRead> {
+        let mut data = Vec::new();
         let header = self
             .agent(name)
             .await?
-            .read_file_to(path, offset, length, &mut out)
+            .read_file_to(path, offset, length, &mut data)
             .await
             .map_err(Error::agent("read_file"))?;
-        Ok((out, header.size))
+        Ok(FileRead {
+            data,
+            size: header.size,
+        })
     }
 
-    /// Writes a guest file (replacing it, or appending).
+    /// Writes a guest file (replacing it, or appending); bytes written.
     pub async fn write_file(
         &self,
         name: &str,
         path: &str,
         data: &[u8],
-        append: bool,
-        perm: Option<u32>,
+        options: WriteOptions,
     ) -> Result<u64> {
+        let WriteOptions { append, perm } = options;
         let mode = if append {
             WriteMode::Append
         } else {
@@ -232,13 +274,15 @@ impl Workspaces {
             .map_err(Error::agent("write_file"))
     }
 
-    /// A guest directory's entries and whether the list was cut short.
-    pub async fn list_dir(&self, name: &str, path: &str) -> Result<(Vec<DirEntry>, bool)> {
-        self.agent(name)
+    /// A guest directory's entries.
+    pub async fn list_dir(&self, name: &str, path: &str) -> Result<DirListing> {
+        let (entries, truncated) = self
+            .agent(name)
             .await?
             .list_dir(path)
             .await
-            .map_err(Error::agent("list_dir"))
+            .map_err(Error::agent("list_dir"))?;
+        Ok(DirListing { entries, truncated })
     }
 
     /// Metadata of a guest path.
@@ -362,10 +406,11 @@ impl Workspaces {
 
     /// New console bytes from `offset` of the current console file, and the
     /// next offset (for following).
-    pub fn logs_from(&self, name: &str, offset: u64) -> Result<(Vec<u8>, u64)> {
+    pub fn logs_from(&self, name: &str, offset: u64) -> Result<ConsoleChunk> {
         let ws = self.dir(name)?;
         ws.read_meta()?;
-        Ok(console_log::read_from(ws.path(), offset)?)
+        let (data, next_offset) = console_log::read_from(ws.path(), offset)?;
+        Ok(ConsoleChunk { data, next_offset })
     }
 
     /// Events after `after`, waiting up to `wait` for one when none are there.

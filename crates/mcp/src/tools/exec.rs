@@ -147,7 +147,15 @@ impl MicroagentServer {
             workspace::settings::unique_id()
         );
         self.ws
-            .write_file(name, &script, code.as_bytes(), false, Some(0o600))
+            .write_file(
+                name,
+                &script,
+                code.as_bytes(),
+                workspace::WriteOptions {
+                    append: false,
+                    perm: Some(0o600),
+                },
+            )
             .await?;
         let req = ExecRequest::argv(["python3", script.as_str()]);
         let ran = self

@@ -156,7 +156,7 @@ impl MicroagentServer {
             MAX_READ_LENGTH,
         )?;
         let offset = p.offset.unwrap_or(0);
-        let (data, size) = self
+        let workspace::FileRead { data, size, .. } = self
             .ws
             .read_file(&p.name, &p.path, Some(offset), Some(length))
             .await?;
@@ -230,7 +230,15 @@ impl MicroagentServer {
             data.len() as u64
         } else {
             self.ws
-                .write_file(&p.name, &p.path, &data, p.append, perm)
+                .write_file(
+                    &p.name,
+                    &p.path,
+                    &data,
+                    workspace::WriteOptions {
+                        append: p.append,
+                        perm,
+                    },
+                )
                 .await?
         };
         Ok(Out(FileWriteResult {
@@ -258,7 +266,11 @@ impl MicroagentServer {
         Parameters(p): Parameters<FileListParams>,
     ) -> ToolResult<FileListResult> {
         guest_path("path", &p.path)?;
-        let (mut entries, truncated) = self.ws.list_dir(&p.name, &p.path).await?;
+        let workspace::DirListing {
+            mut entries,
+            truncated,
+            ..
+        } = self.ws.list_dir(&p.name, &p.path).await?;
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Out(FileListResult {
             path: p.path,
