@@ -11,6 +11,7 @@ use crate::workspace_dir::AGENT_PORT;
 /// The contract document.
 #[derive(Debug, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Contract {
     /// Version of the contract format.
     pub contract_version: u32,

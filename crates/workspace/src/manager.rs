@@ -30,6 +30,7 @@ pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What `start` reports while it waits.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct StartProgress {
     /// Time since the start request.
     pub elapsed: Duration,
