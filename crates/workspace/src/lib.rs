@@ -1,44 +1,48 @@
-//! Workspace management shared by the CLI and the MCP server.
+//! Workspaces (disposable Linux microVMs) as a library: what the CLI and the
+//! MCP server use, and what a Rust program embeds (docs/library.md).
 //!
-//! [`Workspaces`] is the API: images ([`image`]), the life cycle
-//! ([`manager`]: create, start, stop, halt, delete, list, inspect, TTL) and
-//! what runs inside ([`ops`]: exec, files, copies, logs, events). Each
-//! running workspace is one detached VMM process ([`vmm_host`]) with a
-//! control socket ([`control`]). State lives in a crash-safe directory
-//! ([`store`], [`workspace_dir`]); every failure carries a stable
-//! [`ErrorCode`].
+//! [`Workspaces`] is the API ([`Workspaces::builder`] opens a state
+//! directory; [`Workspace`] is one workspace by name): images ([`image`]),
+//! the life cycle ([`manager`]: create, start, stop, halt, delete, list,
+//! inspect, TTL), what runs inside ([`ops`]: exec, files, copies, logs,
+//! events) and the one-shot use case ([`Workspaces::run_once`]). Each
+//! running workspace is one detached VMM process ([`vmm_host`], started as
+//! [`launch::VmmLaunch`] says) with a control socket. State lives in a
+//! crash-safe directory ([`StateDir`]); every failure carries a stable
+//! [`ErrorCode`] and, where the caller can act, a [`Remedy`].
 
 #![warn(missing_docs)]
 
-pub mod builder;
-pub mod code;
+pub(crate) mod builder;
+pub(crate) mod code;
 pub mod console_log;
 pub mod contract;
-pub mod control;
+pub(crate) mod control;
 pub mod doctor;
-pub mod error;
+pub(crate) mod error;
 pub mod events;
-pub mod handle;
+pub(crate) mod handle;
 pub mod image;
 pub mod launch;
 pub mod manager;
-pub mod name;
-pub mod one_shot;
+pub(crate) mod name;
+pub(crate) mod one_shot;
 pub mod ops;
 pub mod process;
-pub mod remedy;
+pub(crate) mod remedy;
 pub mod settings;
 pub mod spec;
-pub mod state;
-pub mod store;
+pub(crate) mod state;
+pub(crate) mod store;
 pub mod vmm_host;
-pub mod workspace_dir;
+pub(crate) mod workspace_dir;
 
 #[cfg(all(test, feature = "schemars"))]
 mod schema_tests;
 
 pub use builder::WorkspacesBuilder;
 pub use code::ErrorCode;
+pub use control::ControlError;
 pub use error::{Error, Result};
 /// The guest agent's request and result types the exec and file methods take
 /// and return, so a program needs no other crate to use them.
