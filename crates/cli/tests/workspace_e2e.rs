@@ -119,27 +119,16 @@ fn life_cycle_exec_files_logs_events() {
     .unwrap();
     std::fs::write(host.join("tree/sub/leaf.txt"), "leaf\n").unwrap();
     let p = |rel: &str| host.join(rel).to_str().unwrap().to_owned();
-    assert_eq!(
-        cli.run(&["cp", &p("file.bin"), "dev:/root/file.bin"])
-            .status,
-        0
-    );
-    assert_eq!(cli.run(&["cp", &p("tree"), "dev:/root/tree"]).status, 0);
+    cli.ok(&["cp", &p("file.bin"), "dev:/root/file.bin"]);
+    cli.ok(&["cp", &p("tree"), "dev:/root/tree"]);
     let cat = cli.run(&["exec", "dev", "--", "cat", "/root/tree/sub/leaf.txt"]);
     assert_eq!(cat.stdout, "leaf\n");
-    assert_eq!(
-        cli.run(&["cp", "dev:/root/file.bin", &p("back.bin")])
-            .status,
-        0
-    );
+    cli.ok(&["cp", "dev:/root/file.bin", &p("back.bin")]);
     assert_eq!(
         std::fs::read(p("back.bin")).unwrap(),
         std::fs::read(p("file.bin")).unwrap()
     );
-    assert_eq!(
-        cli.run(&["cp", "dev:/root/tree", &p("tree-back")]).status,
-        0
-    );
+    cli.ok(&["cp", "dev:/root/tree", &p("tree-back")]);
     assert_eq!(
         std::fs::read_to_string(p("tree-back/sub/leaf.txt")).unwrap(),
         "leaf\n"

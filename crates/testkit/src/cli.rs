@@ -117,6 +117,32 @@ impl CliHome {
         }
     }
 
+    /// Runs a command that must succeed (exit 0); on failure shows its
+    /// output and the tail of each workspace's console.
+    pub fn ok(&self, args: &[&str]) -> CliRun {
+        let run = self.run(args);
+        if run.status != 0 {
+            let consoles: Vec<String> = guest_faults::workspace_consoles(&self.home)
+                .into_iter()
+                .map(|(name, c)| {
+                    format!(
+                        "--- {name}: last {} console lines ---\n{}",
+                        guest_faults::TAIL_LINES,
+                        guest_faults::tail(&c, guest_faults::TAIL_LINES)
+                    )
+                })
+                .collect();
+            panic!(
+                "microagent {args:?} exited {}:\nstdout: {}\nstderr: {}\n{}",
+                run.status,
+                run.stdout,
+                run.stderr,
+                consoles.join("\n")
+            );
+        }
+        run
+    }
+
     /// Runs a command that must succeed; returns its stdout as JSON.
     pub fn ok_json(&self, args: &[&str]) -> serde_json::Value {
         let run = self.run(args);
