@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::devices::virtio::vsock::unix_backend::LOCAL_PORT_BASE;
+use crate::devices::virtio::vsock::unix_backend::{CONNECT_TIMEOUT, LOCAL_PORT_BASE};
 
 #[test]
 fn host_initiated_connect_gets_ok_with_local_port() {
@@ -42,11 +42,15 @@ fn host_connect_times_out_without_answer() {
     let (host, req) = h.host_connect(7);
     h.dev
         .backend
-        .handle_timer(Instant::now() + Duration::from_millis(500));
-    assert_eq!(h.dev.backend.conn_count(), 1, "not before 2 s");
+        .handle_timer(Instant::now() + CONNECT_TIMEOUT / 4);
+    assert_eq!(
+        h.dev.backend.conn_count(),
+        1,
+        "not before {CONNECT_TIMEOUT:?}"
+    );
     h.dev
         .backend
-        .handle_timer(Instant::now() + Duration::from_secs(3));
+        .handle_timer(Instant::now() + CONNECT_TIMEOUT + Duration::from_secs(1));
     assert!(host_sees_close(&host));
     assert_eq!(h.dev.backend.conn_count(), 0);
     // The guest is told to forget the request.
