@@ -40,12 +40,10 @@ async fn exec(
     req: ExecRequest,
     console: &testkit::Capture,
 ) -> ExecOutput {
-    let what = format!(
-        "{:?}",
-        req.argv
-            .as_ref()
-            .map_or(req.shell.clone(), |a| Some(a.join(" ")))
-    );
+    let what = match (&req.argv, &req.shell) {
+        (Some(argv), _) => argv.join(" "),
+        (None, shell) => shell.clone().unwrap_or_default(),
+    };
     let out = endpoint
         .connect()
         .await

@@ -136,19 +136,18 @@ impl Error {
     /// What resolves the failure, if the caller can do something: each
     /// front end words it in its own terms.
     pub fn remedy(&self) -> Option<Remedy> {
-        let workspace = |name: &String| name.clone();
         match self {
             Error::WorkspaceNotFound(_) => Some(Remedy::ListWorkspaces),
             Error::WorkspaceExists(name) => Some(Remedy::ChooseAnotherName {
-                workspace: workspace(name),
+                workspace: name.clone(),
             }),
             Error::NotRunning { name, .. } => Some(Remedy::StartWorkspace {
-                workspace: workspace(name),
+                workspace: name.clone(),
             }),
             Error::WrongState { remedy, .. } => remedy.clone(),
             Error::StartFailed { name, .. } | Error::StartTimedOut { name, .. } => {
                 Some(Remedy::ReadConsole {
-                    workspace: workspace(name),
+                    workspace: name.clone(),
                 })
             }
             Error::Image(e) => e.remedy(),
