@@ -3,7 +3,6 @@
 //! signal killed it, 124 when its timeout killed it, 125 when microagent
 //! itself failed, 130 when interrupted.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use workspace::contract::EXEC_FAILURE_EXIT_CODE;
 use workspace::manager::DEFAULT_START_TIMEOUT;
 use workspace::{Afterwards, OneShot};
 use workspace::{Error, ExecEnd, Workspaces};
-use workspace::{ExecEvent, ExecInput};
+use workspace::{ExecEvent, ExecInput, OutputCollector};
 use workspace::{ExecRequest, Exited};
 
 use crate::output::{self, key_value};
@@ -65,9 +64,11 @@ impl CommandArgs {
             ExecRequest::shell(self.command.join(" "))
         } else {
             ExecRequest::argv(self.command.clone())
-        };
-        req.env = env.iter().cloned().collect::<BTreeMap<_, _>>();
-        req.cwd = self.cwd.clone();
+        }
+        .envs(env.iter().cloned());
+        if let Some(dir) = &self.cwd {
+            req = req.cwd(dir);
+        }
         if let Some(t) = self.timeout {
             if t == 0 {
                 return Err(Error::InvalidInput(
@@ -76,7 +77,9 @@ impl CommandArgs {
             }
             req = req.timeout(Duration::from_secs(t));
         }
-        req.output_cap = self.output_cap;
+        if let Some(cap) = self.output_cap {
+            req = req.output_cap(cap);
+        }
         Ok(req)
     }
 }
@@ -127,41 +130,31 @@ async fn exec_in(
         ExecInput::None
     };
     let json = args.json;
-    let (mut out, mut err, mut pid) = (Vec::new(), Vec::new(), None);
+    // With --json the output goes into the one result; otherwise it streams.
+    let mut collected = OutputCollector::new(None);
     let on_event = |event: ExecEvent| match event {
-        ExecEvent::Stdout(b) if json => out.extend_from_slice(&b),
-        ExecEvent::Stderr(b) if json => err.extend_from_slice(&b),
-        ExecEvent::Stdout(b) => {
+        ExecEvent::Stdout(b) if !json => {
             let mut o = std::io::stdout().lock();
             let _ = o.write_all(&b).and_then(|()| o.flush());
         }
-        ExecEvent::Stderr(b) => {
+        ExecEvent::Stderr(b) if !json => {
             let _ = std::io::stderr().write_all(&b);
         }
-        ExecEvent::Started { pid: p, .. } => pid = Some(p),
+        event => collected.on_event(event),
     };
-    let exited = match ws
+    let end = ws
         .exec_cancellable(name, req, input, on_event, ctrl_c())
-        .await?
-    {
+        .await?;
+    let exited = match end {
         ExecEnd::Exited(exited) => exited,
-        ExecEnd::Cancelled { killed, .. } => return Ok(Ran::Interrupted { killed, pid }),
+        ExecEnd::Cancelled { killed, .. } => {
+            let pid = collected.pid();
+            return Ok(Ran::Interrupted { killed, pid });
+        }
     };
     let status = exit_status(&exited);
     if json {
-        output::json(&serde_json::json!({
-            "exec_id": exited.exec_id,
-            "exit_code": exited.code,
-            "signal": exited.signal,
-            "timed_out": exited.timed_out,
-            "wall_ms": exited.wall_ms,
-            "stdout": String::from_utf8_lossy(&out),
-            "stderr": String::from_utf8_lossy(&err),
-            "stdout_bytes": exited.stdout_bytes,
-            "stderr_bytes": exited.stderr_bytes,
-            "stdout_dropped": exited.stdout_dropped,
-            "stderr_dropped": exited.stderr_dropped,
-        }));
+        output::json(&collected.finish(exited));
     } else {
         for (what, n) in [
             ("stdout", exited.stdout_dropped),

@@ -44,7 +44,7 @@ async fn hello() -> workspace::Result<()> {
                 ExecInput::None,
             )
             .await?;
-        eprintln!("exec ended: {:?}", out.exited.code);
+        eprintln!("exec ended: {:?}", out.exit_code);
         let file = dev.read_file("/root/uname.txt", None, None).await?;
         print!("{}", String::from_utf8_lossy(&file.data));
         Ok(())

@@ -11,7 +11,7 @@ use crate::manager::{StartProgress, WorkspaceInfo, Workspaces};
 use crate::name::validate_name;
 use crate::ops::FileRead;
 use crate::spec::Meta;
-use crate::{ExecInput, ExecOutput, ExecRequest};
+use crate::{ExecInput, ExecRequest, ExecResult};
 
 /// One workspace, by a name that passed the name rules. It may not exist
 /// (yet): each call reports `NOT_FOUND` then, as the `Workspaces` call does.
@@ -32,7 +32,7 @@ impl Workspaces {
     /// let out = dev
     ///     .exec_collect(workspace::ExecRequest::argv(["uname", "-a"]), workspace::ExecInput::None)
     ///     .await?;
-    /// println!("{}", String::from_utf8_lossy(&out.stdout));
+    /// print!("{}", out.stdout);
     /// # Ok(())
     /// # }
     /// ```
@@ -85,7 +85,7 @@ impl<'a> Workspace<'a> {
 
     /// Runs a command and collects its output; see
     /// [`Workspaces::exec_collect`].
-    pub async fn exec_collect(&self, req: ExecRequest, input: ExecInput) -> Result<ExecOutput> {
+    pub async fn exec_collect(&self, req: ExecRequest, input: ExecInput) -> Result<ExecResult> {
         self.all.exec_collect(self.name, req, input).await
     }
 

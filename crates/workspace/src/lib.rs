@@ -4,8 +4,8 @@
 //! [`Workspaces`] is the API ([`Workspaces::builder`] opens a state
 //! directory; [`Workspace`] is one workspace by name): images ([`image`]),
 //! the life cycle ([`manager`]: create, start, stop, halt, delete, list,
-//! inspect, TTL), what runs inside ([`ops`]: exec, files, copies, logs,
-//! events) and the one-shot use case ([`Workspaces::run_once`]). Each
+//! inspect, TTL), commands ([`ExecRequest`] to [`ExecResult`]), files
+//! and copies, logs and events ([`ops`]) and the one-shot use case ([`Workspaces::run_once`]). Each
 //! running workspace is one detached VMM process ([`vmm_host`], started as
 //! [`launch::VmmLaunch`] says) with a control socket. State lives in a
 //! crash-safe directory ([`StateDir`]); every failure carries a stable
@@ -21,6 +21,7 @@ pub(crate) mod control;
 pub mod doctor;
 pub(crate) mod error;
 pub mod events;
+pub(crate) mod exec;
 pub(crate) mod handle;
 pub mod image;
 pub mod launch;
@@ -44,15 +45,16 @@ pub use builder::WorkspacesBuilder;
 pub use code::ErrorCode;
 pub use control::ControlError;
 pub use error::{Error, Result};
-/// The guest agent's request and result types the exec and file methods take
-/// and return, so a program needs no other crate to use them.
-pub use guest_agent::client::{ExecEvent, ExecInput, ExecOutput};
-pub use guest_agent::protocol::{DirEntry, ExecRequest, Exited, FileKind, FileStat, WriteMode};
+pub use exec::{ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector};
+/// The guest agent's streaming and file types the exec and file methods
+/// take and return, so a program needs no other crate to use them.
+pub use guest_agent::client::{ExecEvent, ExecInput};
+pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, WriteMode};
 pub use handle::Workspace;
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use name::{validate_name, NameError};
 pub use one_shot::{Afterwards, OneShot, OneShotEnd};
-pub use ops::{ConsoleChunk, DirListing, ExecEnd, FileRead, WriteOptions};
+pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions};
 pub use remedy::Remedy;
 pub use spec::{Meta, WorkspaceSpec};
 pub use state::{State, TransitionError};

@@ -139,8 +139,8 @@ fn futures_exec(ws: &Workspaces) -> Error {
         .unwrap();
     rt.block_on(ws.exec_collect(
         "dev",
-        guest_agent::protocol::ExecRequest::argv(["true"]),
-        guest_agent::client::ExecInput::None,
+        crate::ExecRequest::argv(["true"]),
+        crate::ExecInput::None,
     ))
     .unwrap_err()
 }

@@ -1,16 +1,17 @@
-//! What runs inside a workspace, through its guest agent: exec, files,
-//! copies in and out; and what it recorded: console logs and events.
+//! A workspace's files through its guest agent (read, write, list, stat,
+//! copies in and out), and what it recorded: console logs and events.
+//! Commands are in `exec`.
 
 use std::path::Path;
 use std::time::Duration;
 
-use guest_agent::client::{ExecCollector, ExecEvent, ExecInput, ExecOutput, GuestAgentClient};
-use guest_agent::protocol::{DirEntry, ExecRequest, Exited, FileKind, FileStat, WriteMode};
+use guest_agent::client::GuestAgentClient;
+use guest_agent::protocol::{DirEntry, FileKind, FileStat, WriteMode};
 use tokio::net::UnixStream;
 
 use crate::console_log;
 use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
+use crate::events::Event;
 use crate::manager::Workspaces;
 use crate::spec::Meta;
 use crate::state::State;
@@ -18,32 +19,6 @@ use crate::workspace_dir::WorkspaceDir;
 
 /// Longest `events --wait` the library accepts.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
-
-/// How [`Workspaces::exec_cancellable`] ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ExecEnd {
-    /// The command ended by itself (or its own timeout killed it).
-    Exited(Exited),
-    /// The cancel future completed first, and SIGKILL was sent to the
-    /// command's process group.
-    Cancelled {
-        /// The exec's id, as the workspace's events name it.
-        exec_id: String,
-        /// Whether the agent confirmed the kill. When false the command may
-        /// still run in the guest: the agent could not be reached, or did
-        /// not know the exec within about 2 s (it had not started yet, or
-        /// had already ended).
-        killed: bool,
-    },
-}
-
-fn describe(req: &ExecRequest) -> String {
-    match (&req.argv, &req.shell) {
-        (Some(argv), _) => argv.join(" "),
-        (None, Some(line)) => line.clone(),
-        (None, None) => String::new(),
-    }
-}
 
 /// What [`Workspaces::read_file`] read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,7 +61,7 @@ pub struct ConsoleChunk {
 
 impl Workspaces {
     /// The workspace's directory and record, if it is running.
-    fn running(&self, name: &str) -> Result<(WorkspaceDir, Meta)> {
+    pub(crate) fn running(&self, name: &str) -> Result<(WorkspaceDir, Meta)> {
         let meta = self.get(name)?;
         if meta.state != State::Running {
             return Err(Error::NotRunning {
@@ -97,139 +72,9 @@ impl Workspaces {
         Ok((self.dir(name)?, meta))
     }
 
-    async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
+    pub(crate) async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
         let (ws, _) = self.running(name)?;
         ws.agent().connect().await.map_err(Error::agent("connect"))
-    }
-
-    /// Runs a command, streaming its output to `on_event`; the workspace's
-    /// env is added under the request's own. Logs exec started/finished.
-    pub async fn exec<F>(
-        &self,
-        name: &str,
-        mut req: ExecRequest,
-        input: ExecInput,
-        mut on_event: F,
-    ) -> Result<Exited>
-    where
-        F: FnMut(ExecEvent) + Send,
-    {
-        if req.argv.as_ref().is_some_and(|a| a.is_empty())
-            || (req.argv.is_none() && req.shell.is_none())
-        {
-            return Err(Error::InvalidInput(
-                "no command given; pass a program and its arguments, or a shell line".into(),
-            ));
-        }
-        let (ws, meta) = self.running(name)?;
-        for (k, v) in meta.spec.env {
-            req.env.entry(k).or_insert(v);
-        }
-        let command = describe(&req);
-        let events = ws.events();
-        let client = ws
-            .agent()
-            .connect()
-            .await
-            .map_err(Error::agent("connect"))?;
-        let exited = client
-            .exec(req, input, |event| {
-                if let ExecEvent::Started { exec_id, .. } = &event {
-                    let _ = events.append(EventKind::ExecStarted {
-                        exec_id: exec_id.clone(),
-                        command: command.clone(),
-                    });
-                }
-                on_event(event)
-            })
-            .await
-            .map_err(Error::agent("exec"))?;
-        events.append(EventKind::ExecFinished {
-            exec_id: exited.exec_id.clone(),
-            code: exited.code,
-            signal: exited.signal,
-        })?;
-        Ok(exited)
-    }
-
-    /// Like [`Workspaces::exec`], but when `cancel` completes first the
-    /// command's process group is killed (SIGKILL): the agent keeps a
-    /// process running when its client goes away, so dropping the exec
-    /// alone would leave it behind. [`ExecEnd`] says whether the kill was
-    /// confirmed; only then is `exec_finished` (signal 9) logged.
-    pub async fn exec_cancellable<F, C>(
-        &self,
-        name: &str,
-        mut req: ExecRequest,
-        input: ExecInput,
-        on_event: F,
-        cancel: C,
-    ) -> Result<ExecEnd>
-    where
-        F: FnMut(ExecEvent) + Send,
-        C: std::future::Future<Output = ()>,
-    {
-        let id = req
-            .id
-            .get_or_insert_with(|| format!("host-{}", crate::settings::unique_id()));
-        let id = id.clone();
-        let exec = self.exec(name, req, input, on_event);
-        tokio::pin!(exec);
-        tokio::select! {
-            done = &mut exec => done.map(ExecEnd::Exited),
-            () = cancel => {
-                let killed = self.kill_exec(name, &id).await;
-                if killed {
-                    if let Ok(ws) = self.dir(name) {
-                        let _ = ws.events().append(EventKind::ExecFinished {
-                            exec_id: id.clone(),
-                            code: None,
-                            signal: Some(libc::SIGKILL),
-                        });
-                    }
-                }
-                Ok(ExecEnd::Cancelled { exec_id: id, killed })
-            }
-        }
-    }
-
-    /// Sends SIGKILL to exec `id`'s process group; true when the agent
-    /// confirmed it. An exec the agent does not know yet may be starting:
-    /// it is retried for about 2 s.
-    async fn kill_exec(&self, name: &str, id: &str) -> bool {
-        for _ in 0..20 {
-            match self.signal_exec(name, id, libc::SIGKILL).await {
-                Ok(()) => return true,
-                Err(e) if e.code() == crate::ErrorCode::NotFound => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-                Err(_) => return false,
-            }
-        }
-        false
-    }
-
-    /// Runs a command and collects its output.
-    pub async fn exec_collect(
-        &self,
-        name: &str,
-        req: ExecRequest,
-        input: ExecInput,
-    ) -> Result<ExecOutput> {
-        let mut collector = ExecCollector::default();
-        let exited = self
-            .exec(name, req, input, |event| collector.on_event(event))
-            .await?;
-        Ok(collector.finish(exited))
-    }
-
-    /// Sends a signal to a running exec's process group.
-    pub async fn signal_exec(&self, name: &str, exec_id: &str, signal: i32) -> Result<()> {
-        self.agent(name)
-            .await?
-            .signal(exec_id, signal)
-            .await
-            .map_err(Error::agent("signal"))
     }
 
     /// Reads `length` bytes (default all) from `offset` of a guest file.

@@ -54,6 +54,7 @@ fn every_property_of_every_result_type_is_described() {
         ("Report", schema::<crate::doctor::Report>()),
         ("ImageInfo", schema::<crate::image::ImageInfo>()),
         ("Event", schema::<crate::events::Event>()),
+        ("ExecResult", schema::<crate::ExecResult>()),
     ];
     for (name, schema) in schemas {
         assert_eq!(schema["type"], "object", "{name}: {schema:#}");

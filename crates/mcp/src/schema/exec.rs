@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::Exited;
 
 use crate::output::{bytes, Render};
 
@@ -75,67 +74,39 @@ pub struct RunCodeParams {
 /// How a command ended and what it printed.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct ExecResult {
-    /// The agent's id of this command (see `workspace_events`).
-    pub exec_id: String,
-    /// Exit code, when the command exited.
-    pub exit_code: Option<i32>,
-    /// Signal number, when a signal killed it.
-    pub signal: Option<i32>,
-    /// True when its timeout killed it.
-    pub timed_out: bool,
-    /// Milliseconds from start to end.
-    pub wall_ms: u64,
-    /// Its stdout, up to the output cap (invalid UTF-8 replaced).
-    pub stdout: String,
-    /// Its stderr, up to the output cap (invalid UTF-8 replaced).
-    pub stderr: String,
-    /// Bytes it wrote to stdout.
-    pub stdout_bytes: u64,
-    /// Bytes it wrote to stderr.
-    pub stderr_bytes: u64,
-    /// Stdout bytes past the cap: counted, not returned.
-    pub stdout_dropped: u64,
-    /// Stderr bytes past the cap: counted, not returned.
-    pub stderr_dropped: u64,
+    /// The library's result.
+    #[serde(flatten)]
+    pub ran: workspace::ExecResult,
     /// When output was dropped: how to get all of it.
     pub truncated_hint: Option<String>,
 }
 
 impl ExecResult {
-    /// The result of `exited` with the output collected.
-    pub fn new(exited: Exited, stdout: &[u8], stderr: &[u8], cap: u64) -> Self {
-        let truncated_hint = (exited.stdout_dropped > 0 || exited.stderr_dropped > 0).then(|| {
+    /// The library's result, with a hint when output past `cap` was dropped.
+    pub fn new(ran: workspace::ExecResult, cap: u64) -> Self {
+        let truncated_hint = ran.output_dropped().then(|| {
             format!(
                 "output past {} per stream was dropped ({} of stdout, {} of stderr): rerun with a larger output_cap (at most {}), or redirect the output to a file (`cmd > /tmp/out.txt 2>&1`) and read it with file_read using offset and length",
                 bytes(cap),
-                bytes(exited.stdout_dropped),
-                bytes(exited.stderr_dropped),
+                bytes(ran.stdout_dropped),
+                bytes(ran.stderr_dropped),
                 bytes(MAX_OUTPUT_CAP)
             )
         });
         Self {
-            exec_id: exited.exec_id,
-            exit_code: exited.code,
-            signal: exited.signal,
-            timed_out: exited.timed_out,
-            wall_ms: exited.wall_ms,
-            stdout: String::from_utf8_lossy(stdout).into_owned(),
-            stderr: String::from_utf8_lossy(stderr).into_owned(),
-            stdout_bytes: exited.stdout_bytes,
-            stderr_bytes: exited.stderr_bytes,
-            stdout_dropped: exited.stdout_dropped,
-            stderr_dropped: exited.stderr_dropped,
+            ran,
             truncated_hint,
         }
     }
 
     /// "exit 0", "killed by signal 9", "timed out".
     pub fn status(&self) -> String {
-        if self.timed_out {
+        let ran = &self.ran;
+        if ran.timed_out {
             "timed out and was killed".into()
-        } else if let Some(code) = self.exit_code {
+        } else if let Some(code) = ran.exit_code {
             format!("exit {code}")
-        } else if let Some(sig) = self.signal {
+        } else if let Some(sig) = ran.signal {
             format!("killed by signal {sig}")
         } else {
             "ended without a status".into()
@@ -145,8 +116,8 @@ impl ExecResult {
 
 impl Render for ExecResult {
     fn render(&self) -> String {
-        let mut text = format!("{} after {} ms", self.status(), self.wall_ms);
-        for (what, out) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+        let mut text = format!("{} after {} ms", self.status(), self.ran.wall_ms);
+        for (what, out) in [("stdout", &self.ran.stdout), ("stderr", &self.ran.stderr)] {
             if !out.is_empty() {
                 text.push_str(&format!("\n--- {what} ---\n{out}"));
                 if !out.ends_with('\n') {

@@ -11,7 +11,7 @@ use rmcp::{tool, tool_router, RoleServer};
 use workspace::spec::defaults;
 use workspace::ExecRequest;
 use workspace::{ErrorCode, ExecEnd, OneShot, WorkspaceSpec};
-use workspace::{ExecEvent, ExecInput};
+use workspace::{ExecEvent, ExecInput, OutputCollector};
 
 use super::{in_range, seconds, vcpus};
 use crate::output::{Out, ToolResult};
@@ -57,14 +57,6 @@ fn input(stdin: Option<String>) -> ExecInput {
     }
 }
 
-/// Appends what fits under `cap` to `buf`.
-fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64) {
-    let room = usize::try_from(cap)
-        .unwrap_or(usize::MAX)
-        .saturating_sub(buf.len());
-    buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-}
-
 impl MicroagentServer {
     /// Runs `req` in `name` to the end, or kills it when the call is
     /// cancelled.
@@ -80,25 +72,15 @@ impl MicroagentServer {
         if let Some(t) = limits.timeout {
             req = req.timeout(t);
         }
-        req.output_cap = Some(limits.cap);
-        let what = match (&req.argv, &req.shell) {
-            (Some(argv), _) => argv.join(" "),
-            (None, Some(line)) => line.clone(),
-            (None, None) => String::new(),
-        };
+        req = req.output_cap(limits.cap);
+        let what = req.describe();
         let output_bytes = AtomicU64::new(0);
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        let cap = limits.cap;
-        let on_event = |event: ExecEvent| match event {
-            ExecEvent::Stdout(b) => {
+        let mut collected = OutputCollector::new(Some(limits.cap));
+        let on_event = |event: ExecEvent| {
+            if let ExecEvent::Stdout(b) | ExecEvent::Stderr(b) = &event {
                 output_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
-                keep(&mut stdout, &b, cap);
             }
-            ExecEvent::Stderr(b) => {
-                output_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
-                keep(&mut stderr, &b, cap);
-            }
-            ExecEvent::Started { .. } => {}
+            collected.on_event(event);
         };
         let cancel = ctx.ct.clone().cancelled_owned();
         let exec = self.ws.exec_cancellable(name, req, stdin, on_event, cancel);
@@ -110,7 +92,7 @@ impl MicroagentServer {
             )
         };
         match progress.drive(exec, status).await? {
-            ExecEnd::Exited(exited) => Ok(ExecResult::new(exited, &stdout, &stderr, cap)),
+            ExecEnd::Exited(exited) => Ok(ExecResult::new(collected.finish(exited), limits.cap)),
             ExecEnd::Cancelled { killed: true, .. } => Err(ToolError::Cancelled(format!(
                 "`{what}` in workspace `{name}` was killed"
             ))),
@@ -136,7 +118,7 @@ impl MicroagentServer {
     ) -> Result<ExecResult, ToolError> {
         let probe = ExecRequest::argv(["/bin/sh", "-c", "command -v python3"]);
         let found = self.ws.exec_collect(name, probe, ExecInput::None).await?;
-        if !found.exited.success() {
+        if !found.success() {
             let image = self.meta(name).await?.spec.image;
             return Err(ToolError::InvalidInput(format!(
                 "workspace `{name}` (image `{image}`) has no python3; run_code needs an image with Python such as `{RUN_CODE_IMAGE}`: leave out `workspace` to run in a one-shot {RUN_CODE_IMAGE} workspace, or create one with image \"{RUN_CODE_IMAGE}\""
@@ -278,8 +260,10 @@ impl MicroagentServer {
             }
         };
         let limits = limits(p.timeout_secs, p.output_cap)?;
-        req.env = p.env;
-        req.cwd = p.cwd;
+        req = req.envs(p.env);
+        if let Some(dir) = p.cwd {
+            req = req.cwd(dir);
+        }
         let mut progress = Progress::new(&ctx);
         let result = self
             .run_command(&p.name, req, input(p.stdin), &limits, &ctx, &mut progress)
@@ -336,11 +320,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn output_is_kept_up_to_the_cap() {
-        let mut buf = Vec::new();
-        keep(&mut buf, b"hello", 3);
-        keep(&mut buf, b"world", 3);
-        assert_eq!(buf, b"hel");
+    fn limits_are_checked() {
         assert!(limits(Some(0), None).is_err());
         assert!(limits(None, Some(MAX_OUTPUT_CAP + 1)).is_err());
         let l = limits(Some(5), None).unwrap();
