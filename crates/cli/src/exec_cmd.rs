@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use workspace::contract::EXEC_FAILURE_EXIT_CODE;
-use workspace::manager::DEFAULT_START_TIMEOUT;
+use workspace::DEFAULT_START_TIMEOUT;
+use workspace::EXEC_FAILURE_EXIT_CODE;
 use workspace::{Afterwards, OneShot};
 use workspace::{Error, ExecEnd, Workspaces};
 use workspace::{ExecEvent, ExecInput, OutputCollector};

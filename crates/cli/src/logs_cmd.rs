@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use workspace::events::Event;
+use workspace::Event;
 use workspace::{Error, Workspaces};
 
 use crate::output;

@@ -13,9 +13,9 @@ mod workspace_cmd;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use workspace::contract::EXEC_FAILURE_EXIT_CODE;
-use workspace::manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
+use workspace::EXEC_FAILURE_EXIT_CODE;
 use workspace::{ErrorCode, ListFilter, State, Workspaces};
+use workspace::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
 
 /// Disposable Linux workspaces as KVM microVMs.
 #[derive(Debug, Parser)]
@@ -324,7 +324,7 @@ fn main() -> ExitCode {
         Command::Vmm(cmd) => return anyhow_exit(vmm_cmd::run(cmd)),
         Command::Serve(cmd) => return serve_cmd::run(cmd),
         Command::Contract { .. } => {
-            output::json(&workspace::contract::contract());
+            output::json(&workspace::contract());
             return ExitCode::SUCCESS;
         }
         _ => {}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use workspace::spec::defaults;
+use workspace::defaults;
 use workspace::{Error, ListFilter, Meta, State, WorkspaceSpec, Workspaces};
 
 use crate::output::{self, age, key_value};
@@ -164,7 +164,7 @@ pub fn delete(
             return Ok(ExitCode::from(output::FAILURE));
         }
     }
-    let meta = ws.delete(name, force)?;
+    let meta = ws.delete(name, workspace::DeleteOptions::default().force(force))?;
     if json {
         output::json(&serde_json::json!({ "deleted": meta.name, "was": meta.state }));
     } else {

@@ -14,9 +14,9 @@ use mcp::schema::lifecycle::{ChangeResult, EventsResult, ListResult};
 use serde::Serialize;
 use serde_json::{json, Value};
 use workspace::doctor::{Check, Report, Status};
-use workspace::events::{Event, EventKind};
 use workspace::image::ImageInfo;
-use workspace::spec::{LastExit, Runtime};
+use workspace::{Event, EventKind};
+use workspace::{LastExit, Runtime};
 use workspace::{Meta, State, WorkspaceInfo, WorkspaceSpec};
 
 /// `T`'s output schema, as a tool announces it, with every object schema
@@ -51,33 +51,43 @@ fn check<T: schemars::JsonSchema + Serialize + 'static>(values: &[T]) {
     }
 }
 
+/// A record (non-exhaustive: only the library builds one) from its JSON.
+fn record<T: serde::de::DeserializeOwned>(json: Value) -> T {
+    serde_json::from_value(json).unwrap()
+}
+
 fn meta(state: State, runtime: Option<Runtime>, last_exit: Option<LastExit>) -> Meta {
-    Meta {
-        name: "dev".into(),
-        spec: WorkspaceSpec {
-            env: BTreeMap::from([("K".into(), "v".into())]),
-            ttl_secs: runtime.as_ref().map(|_| 60),
-            ..WorkspaceSpec::default()
-        },
-        created_at_ms: 1,
-        state,
-        runtime,
-        last_exit,
-    }
+    let spec = WorkspaceSpec {
+        env: BTreeMap::from([("K".into(), "v".into())]),
+        ttl_secs: runtime.as_ref().map(|_| 60),
+        ..WorkspaceSpec::default()
+    };
+    record(json!({
+        "name": "dev",
+        "spec": spec,
+        "created_at_ms": 1,
+        "state": state,
+        "runtime": runtime,
+        "last_exit": last_exit,
+    }))
 }
 
 fn metas() -> Vec<Meta> {
-    let runtime = |ready: Option<u64>| Runtime {
-        pid: 42,
-        pid_start: 7,
-        started_at_ms: 2,
-        ready_at_ms: ready,
-        ttl_deadline_ms: ready.map(|r| r + 60_000),
+    let runtime = |ready: Option<u64>| -> Runtime {
+        record(json!({
+            "pid": 42,
+            "pid_start": 7,
+            "started_at_ms": 2,
+            "ready_at_ms": ready,
+            "ttl_deadline_ms": ready.map(|r| r + 60_000),
+        }))
     };
-    let exit = |tail: &[&str]| LastExit {
-        at_ms: 3,
-        reason: "stopped on request".into(),
-        console_tail: tail.iter().map(|l| l.to_string()).collect(),
+    let exit = |tail: &[&str]| -> LastExit {
+        record(json!({
+            "at_ms": 3,
+            "reason": "stopped on request",
+            "console_tail": tail,
+        }))
     };
     vec![
         meta(State::Stopped, None, None),
@@ -92,12 +102,18 @@ fn workspace_records_match_their_schemas() {
     check(&metas());
     let infos: Vec<WorkspaceInfo> = metas()
         .into_iter()
-        .map(|meta| WorkspaceInfo {
-            uptime_ms: meta.runtime.as_ref().map(|_| 5),
-            meta,
-            dir: PathBuf::from("/home/me/.microagent/workspaces/dev"),
-            age_ms: 9,
-            disk_used_bytes: 4096,
+        .map(|meta| {
+            let mut info = serde_json::to_value(&meta).unwrap();
+            let live = json!({
+                "uptime_ms": meta.runtime.as_ref().map(|_| 5),
+                "dir": PathBuf::from("/home/me/.microagent/workspaces/dev"),
+                "age_ms": 9,
+                "disk_used_bytes": 4096,
+            });
+            info.as_object_mut()
+                .unwrap()
+                .extend(live.as_object().unwrap().clone());
+            record::<WorkspaceInfo>(info)
         })
         .collect();
     check(&infos);
@@ -140,10 +156,14 @@ fn events_of_every_kind_match_their_schema() {
     let events: Vec<Event> = kinds
         .into_iter()
         .zip(1..)
-        .map(|(kind, seq)| Event {
-            seq,
-            at_ms: 100 + seq,
-            kind,
+        .map(|(kind, seq)| -> Event {
+            let mut event = serde_json::to_value(&kind).unwrap();
+            let place = json!({"seq": seq, "at_ms": 100 + seq});
+            event
+                .as_object_mut()
+                .unwrap()
+                .extend(place.as_object().unwrap().clone());
+            record(event)
         })
         .collect();
     check(&events);
@@ -159,33 +179,24 @@ fn events_of_every_kind_match_their_schema() {
 
 #[test]
 fn host_checks_contract_and_images_match_their_schemas() {
-    check(&[Report {
-        status: Status::Warn,
-        checks: vec![
-            Check {
-                name: "kvm_device",
-                status: Status::Ok,
-                detail: "/dev/kvm is usable".into(),
-                fix: None,
-            },
-            Check {
-                name: "kvm_speed",
-                status: Status::Warn,
-                detail: "slow".into(),
-                fix: Some("use hardware virtualization".into()),
-            },
-        ],
-    }]);
+    let report = Report::new(vec![
+        Check::ok("kvm_device", "/dev/kvm is usable"),
+        Check::warn("kvm_speed", "slow", "use hardware virtualization"),
+    ]);
+    assert_eq!(report.status, Status::Warn, "the worst of the checks");
+    check(&[report]);
     check(&[mcp::tools::info::contract()]);
-    let image = |manifest: Option<Value>| ImageInfo {
-        name: "minimal".into(),
-        kernel: "/s/images/minimal/vmlinux".into(),
-        rootfs: "/s/images/minimal/rootfs.ext4".into(),
-        kernel_bytes: 1,
-        rootfs_bytes: 2,
-        imported_at_ms: 3,
-        source: "/cache/current".into(),
-        manifest,
+    let image = |manifest: Option<Value>| -> ImageInfo {
+        record(json!({
+            "name": "minimal",
+            "kernel": "/s/images/minimal/vmlinux",
+            "rootfs": "/s/images/minimal/rootfs.ext4",
+            "kernel_bytes": 1,
+            "rootfs_bytes": 2,
+            "imported_at_ms": 3,
+            "source": "/cache/current",
+            "manifest": manifest,
+        }))
     };
     check(&[image(None), image(Some(json!({"packages": ["busybox"]})))]);
     check(&[ImageListResult {

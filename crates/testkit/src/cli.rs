@@ -165,8 +165,7 @@ impl CliHome {
             .filter(|pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-                let alive = workspace::process::start_ticks(*pid).is_some();
-                alive && cmdline.contains("serve-workspace") && cmdline.contains(&needle)
+                is_live(*pid) && cmdline.contains("serve-workspace") && cmdline.contains(&needle)
             })
             .collect()
     }
@@ -210,11 +209,27 @@ impl CliHome {
     }
 }
 
+/// True while `pid` runs (a zombie has ended).
+fn is_live(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|state| !matches!(state.trim_start().chars().next(), Some('Z' | 'X')))
+}
+
 impl Drop for CliHome {
     fn drop(&mut self) {
-        for pid in self.vmm_pids() {
-            if let Some(ticks) = workspace::process::start_ticks(pid) {
-                workspace::process::kill(pid, ticks);
+        // A test that failed half way may leave VMMs running: halt them
+        // through the library, as `microagent halt` would.
+        if let Some(all) = crate::open_state_dir(&self.home) {
+            for meta in all
+                .list(&workspace::ListFilter::default())
+                .unwrap_or_default()
+            {
+                let _ = all.halt(&meta.name);
             }
         }
         let _ = std::fs::remove_dir_all(&self.home);

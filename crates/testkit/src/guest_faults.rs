@@ -63,17 +63,17 @@ pub fn assert_not_faulted(what: &str, signal: Option<i32>, console: &str) {
 /// The console of every workspace under the state directory `home`, by
 /// workspace name.
 pub fn workspace_consoles(home: &std::path::Path) -> Vec<(String, String)> {
-    let Ok(entries) = std::fs::read_dir(home.join("workspaces")) else {
+    let Some(all) = crate::open_state_dir(home) else {
         return Vec::new();
     };
-    entries
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let console = workspace::console_log::read_console(&e.path()).ok()?;
-            Some((
-                e.file_name().to_string_lossy().into_owned(),
-                String::from_utf8_lossy(&console).into_owned(),
-            ))
+    let names = all
+        .list(&workspace::ListFilter::default())
+        .unwrap_or_default();
+    names
+        .into_iter()
+        .filter_map(|meta| {
+            let lines = all.logs(&meta.name, None).ok()?;
+            Some((meta.name, lines.join("\n")))
         })
         .collect()
 }

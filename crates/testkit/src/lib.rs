@@ -176,6 +176,20 @@ pub fn fake_image_files(dir: &std::path::Path) {
     std::fs::write(dir.join("rootfs.ext4"), rootfs).expect("writing the fake rootfs");
 }
 
+/// The library's view of the state directory `home` (a test's
+/// `MICROAGENT_HOME`), for looking at its workspaces; `None` when it does
+/// not exist.
+pub fn open_state_dir(home: &std::path::Path) -> Option<workspace::Workspaces> {
+    if !home.is_dir() {
+        return None;
+    }
+    workspace::Workspaces::builder()
+        .state_dir(home)
+        .assets(None)
+        .build()
+        .ok()
+}
+
 /// Polls `condition` every 10 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

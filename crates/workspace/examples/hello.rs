@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use workspace::launch::VmmLaunch;
 use workspace::vmm_host::VmmProcess;
-use workspace::{ExecInput, ExecRequest, WorkspaceSpec, Workspaces};
+use workspace::{DeleteOptions, ExecInput, ExecRequest, WorkspaceSpec, Workspaces};
 
 fn main() -> ExitCode {
     if let Some(launch) = VmmLaunch::from_args(std::env::args_os().skip(1)) {
@@ -51,7 +51,7 @@ async fn hello() -> workspace::Result<()> {
     }
     .await;
     // Deleted whatever happened (force: it may still run).
-    dev.delete(true)?;
+    dev.delete(DeleteOptions::default().force(true))?;
     result
 }
 

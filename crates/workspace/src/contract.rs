@@ -28,7 +28,7 @@ pub struct Contract {
     /// Input limits.
     pub limits: Limits,
     /// Defaults of `create`.
-    pub defaults: Defaults,
+    pub defaults: CreateDefaults,
     /// Bytes of console log kept per file (two files).
     pub console_log_cap_bytes: u64,
     /// The agent's vsock port.
@@ -50,7 +50,7 @@ pub struct StateEntry {
 /// Defaults of `create`.
 #[derive(Debug, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct Defaults {
+pub struct CreateDefaults {
     /// Image name.
     pub image: &'static str,
     /// vCPUs.
@@ -86,7 +86,7 @@ pub fn contract() -> Contract {
         transitions,
         error_codes: ErrorCode::ALL.to_vec(),
         limits: LIMITS,
-        defaults: Defaults {
+        defaults: CreateDefaults {
             image: defaults::IMAGE,
             vcpus: defaults::VCPUS,
             mem_mib: defaults::MEM_MIB,

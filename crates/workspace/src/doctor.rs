@@ -39,6 +39,7 @@ impl Status {
 /// One check.
 #[derive(Clone, Debug, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Check {
     /// Stable check name.
     pub name: &'static str,
@@ -52,7 +53,8 @@ pub struct Check {
 }
 
 impl Check {
-    fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+    /// A check that passed.
+    pub fn ok(name: &'static str, detail: impl Into<String>) -> Self {
         Self {
             name,
             status: Status::Ok,
@@ -60,7 +62,8 @@ impl Check {
             fix: None,
         }
     }
-    fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+    /// A check that passed with a caveat, and what to do about it.
+    pub fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
         Self {
             name,
             status: Status::Warn,
@@ -68,7 +71,8 @@ impl Check {
             fix: Some(fix.into()),
         }
     }
-    fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+    /// A check that failed, and what to do about it.
+    pub fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
         Self {
             name,
             status: Status::Fail,
@@ -81,6 +85,7 @@ impl Check {
 /// All checks, in order.
 #[derive(Clone, Debug, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Report {
     /// The worst status of any check.
     pub status: Status,
@@ -265,6 +270,14 @@ fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
     }
 }
 
+impl Report {
+    /// The report of `checks`, whose status is the worst of theirs.
+    pub fn new(checks: Vec<Check>) -> Self {
+        let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
+        Self { status, checks }
+    }
+}
+
 /// Runs every check.
 pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
     let mut checks = Vec::new();
@@ -272,8 +285,7 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
     asset_checks(&mut checks, assets, mode);
     image_checks(&mut checks, state, assets);
     state_checks(&mut checks, state);
-    let status = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
-    Report { status, checks }
+    Report::new(checks)
 }
 
 #[cfg(test)]

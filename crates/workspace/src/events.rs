@@ -7,7 +7,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +52,7 @@ pub enum EventKind {
 /// One logged event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Event {
     /// 1, 2, 3, ... in order of appending.
     pub seq: u64,
@@ -143,18 +143,6 @@ impl EventLog {
             }
         }
         Ok(out)
-    }
-
-    /// Waits up to `timeout` for events after `after`, polling.
-    pub fn wait_after(&self, after: u64, timeout: Duration) -> Result<Vec<Event>, EventsError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let events = self.read_after(after)?;
-            if !events.is_empty() || Instant::now() >= deadline {
-                return Ok(events);
-            }
-            std::thread::sleep(Duration::from_millis(50).min(deadline - Instant::now()));
-        }
     }
 }
 
@@ -262,27 +250,6 @@ mod tests {
             .map(|e| e.kind)
             .collect();
         assert_eq!(kinds, vec![EventKind::Created, EventKind::Stopped]);
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn waiting_returns_new_events_or_times_out() {
-        let dir = temp_dir("wait");
-        let log = EventLog::new(&dir);
-        let start = Instant::now();
-        assert!(log
-            .wait_after(0, Duration::from_millis(100))
-            .unwrap()
-            .is_empty());
-        assert!(start.elapsed() >= Duration::from_millis(100));
-        let writer = EventLog::new(&dir);
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            writer.append(EventKind::TtlExpired).unwrap();
-        });
-        let got = log.wait_after(0, Duration::from_secs(10)).unwrap();
-        assert_eq!(got[0].kind, EventKind::TtlExpired);
-        t.join().unwrap();
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -10,7 +10,7 @@ use crate::events::Event;
 use crate::manager::{StartProgress, WorkspaceInfo, Workspaces};
 use crate::name::validate_name;
 use crate::ops::FileRead;
-use crate::spec::Meta;
+use crate::spec::{DeleteOptions, Meta};
 use crate::{ExecInput, ExecRequest, ExecResult};
 
 /// One workspace, by a name that passed the name rules. It may not exist
@@ -77,10 +77,10 @@ impl<'a> Workspace<'a> {
         self.all.halt(self.name)
     }
 
-    /// Deletes it; a running one only with `force`. See
+    /// Deletes it; a running one only with `options.force`. See
     /// [`Workspaces::delete`].
-    pub fn delete(self, force: bool) -> Result<Meta> {
-        self.all.delete(self.name, force)
+    pub fn delete(self, options: DeleteOptions) -> Result<Meta> {
+        self.all.delete(self.name, options)
     }
 
     /// Runs a command and collects its output; see

@@ -109,6 +109,7 @@ impl ImageError {
 /// A registered image.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct ImageInfo {
     /// Its name.
     pub name: String,

@@ -3,36 +3,41 @@
 //!
 //! [`Workspaces`] is the API ([`Workspaces::builder`] opens a state
 //! directory; [`Workspace`] is one workspace by name): images ([`image`]),
-//! the life cycle ([`manager`]: create, start, stop, halt, delete, list,
-//! inspect, TTL), commands ([`ExecRequest`] to [`ExecResult`]), files
-//! and copies, logs and events ([`ops`]) and the one-shot use case ([`Workspaces::run_once`]). Each
-//! running workspace is one detached VMM process ([`vmm_host`], started as
+//! the life cycle ([`Workspaces::create`], [`Workspaces::start`], stop,
+//! halt, delete, list, inspect, TTL), commands ([`ExecRequest`] to
+//! [`ExecResult`]), files and copies ([`Workspaces::read_file`],
+//! [`Workspaces::copy_in`], ...), console logs and [`Event`]s, and the
+//! one-shot use case ([`Workspaces::run_once`]). Each running workspace is
+//! one detached VMM process ([`vmm_host`], started as
 //! [`launch::VmmLaunch`] says) with a control socket. State lives in a
 //! crash-safe directory ([`StateDir`]); every failure carries a stable
-//! [`ErrorCode`] and, where the caller can act, a [`Remedy`].
+//! [`ErrorCode`] and, where the caller can act, a [`Remedy`]. The public
+//! modules are namespaces of their own: [`image`], [`doctor`] (host
+//! checks), [`settings`] (asset paths, clock, ids), [`launch`] and
+//! [`vmm_host`] (the VMM process); everything else is at the root.
 
 #![warn(missing_docs)]
 
 pub(crate) mod builder;
 pub(crate) mod code;
-pub mod console_log;
-pub mod contract;
+pub(crate) mod console_log;
+pub(crate) mod contract;
 pub(crate) mod control;
 pub mod doctor;
 pub(crate) mod error;
-pub mod events;
+pub(crate) mod events;
 pub(crate) mod exec;
 pub(crate) mod handle;
 pub mod image;
 pub mod launch;
-pub mod manager;
+pub(crate) mod manager;
 pub(crate) mod name;
 pub(crate) mod one_shot;
-pub mod ops;
-pub mod process;
+pub(crate) mod ops;
+pub(crate) mod process;
 pub(crate) mod remedy;
 pub mod settings;
-pub mod spec;
+pub(crate) mod spec;
 pub(crate) mod state;
 pub(crate) mod store;
 pub mod vmm_host;
@@ -43,8 +48,11 @@ mod schema_tests;
 
 pub use builder::WorkspacesBuilder;
 pub use code::ErrorCode;
+pub use console_log::ConsoleLogError;
+pub use contract::{contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE};
 pub use control::ControlError;
 pub use error::{Error, Result};
+pub use events::{Event, EventKind, EventsError};
 pub use exec::{ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector};
 /// The guest agent's streaming and file types the exec and file methods
 /// take and return, so a program needs no other crate to use them.
@@ -52,10 +60,13 @@ pub use guest_agent::client::{ExecEvent, ExecInput};
 pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, WriteMode};
 pub use handle::Workspace;
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
+pub use manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
 pub use name::{validate_name, NameError};
 pub use one_shot::{Afterwards, OneShot, OneShotEnd};
-pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions};
+pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
 pub use remedy::Remedy;
-pub use spec::{Meta, WorkspaceSpec};
+pub use spec::{
+    defaults, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Runtime, WorkspaceSpec, LIMITS,
+};
 pub use state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};

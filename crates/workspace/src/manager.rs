@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::builder::WorkspacesBuilder;
 use crate::control::{self, ControlRequest, ControlResponse};
@@ -17,7 +17,7 @@ use crate::launch::VmmLaunch;
 use crate::process;
 use crate::remedy::Remedy;
 use crate::settings::{e2fs_tool, now_ms};
-use crate::spec::{validate_ttl, Meta, Runtime, WorkspaceSpec};
+use crate::spec::{validate_ttl, DeleteOptions, Meta, Runtime, WorkspaceSpec};
 use crate::state::State;
 use crate::store::{StateDir, WorkspaceLock};
 use crate::workspace_dir::{WorkspaceDir, VMM_LOG};
@@ -39,8 +39,9 @@ pub struct StartProgress {
 }
 
 /// `inspect`: the record plus what is known live.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct WorkspaceInfo {
     /// The record.
     #[serde(flatten)]
@@ -496,12 +497,12 @@ impl Workspaces {
     }
 
     /// Deletes a workspace and everything it has. A running one is refused
-    /// unless `force`, which halts it first.
-    pub fn delete(&self, name: &str, force: bool) -> Result<Meta> {
+    /// unless `options.force`, which halts it first.
+    pub fn delete(&self, name: &str, options: DeleteOptions) -> Result<Meta> {
         let ws = self.dir(name)?;
         self.get(name)?;
         let (lock, meta) = self.lock_existing(name)?;
-        meta.check_delete(force)?;
+        meta.check_delete(options)?;
         if meta.state.has_vmm() {
             self.halt_locked(name)?;
         }

@@ -75,7 +75,7 @@ fn create_list_inspect_delete() {
     );
     // Halting or stopping a stopped workspace changes nothing.
     assert_eq!(f.ws.halt("dev").unwrap().state, State::Stopped);
-    f.ws.delete("dev", false).unwrap();
+    f.ws.delete("dev", DeleteOptions::default()).unwrap();
     let left: Vec<_> = std::fs::read_dir(f.ws.state_dir().root().join("workspaces"))
         .unwrap()
         .collect();
@@ -191,7 +191,7 @@ fn concurrent_creates_of_one_name_make_one_workspace() {
     // Delete racing with deletes: one wins, the others find nothing.
     let deleted: Vec<Result<Meta>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..3)
-            .map(|_| s.spawn(|| f.ws.delete("same", true)))
+            .map(|_| s.spawn(|| f.ws.delete("same", DeleteOptions::default().force(true))))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
@@ -228,4 +228,38 @@ fn a_damaged_record_does_not_hide_the_others() {
         "{}",
         err.full_message()
     );
+}
+
+#[test]
+fn waiting_for_events_returns_new_ones_or_times_out() {
+    if !have_mkfs("waiting_for_events_returns_new_ones_or_times_out") {
+        return;
+    }
+    let f = fixture("events-wait", "/nonexistent");
+    f.ws.create("dev", spec()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let last = rt
+        .block_on(f.ws.events("dev", 0, Duration::ZERO))
+        .unwrap()
+        .last()
+        .map_or(0, |e| e.seq);
+    let start = std::time::Instant::now();
+    let none = rt
+        .block_on(f.ws.events("dev", last, Duration::from_millis(300)))
+        .unwrap();
+    assert!(none.is_empty());
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    let writer = f.ws.dir("dev").unwrap().events();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        writer.append(EventKind::TtlExpired).unwrap();
+    });
+    let got = rt
+        .block_on(f.ws.events("dev", last, Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(got[0].kind, EventKind::TtlExpired);
+    t.join().unwrap();
 }

@@ -121,8 +121,11 @@ impl Workspaces {
             Afterwards::KeepStopped => self.stop(&name, DEFAULT_STOP_TIMEOUT).await.map(drop),
             Afterwards::Delete => {
                 let target = name.clone();
-                self.blocking(move |ws| ws.delete(&target, true).map(drop))
-                    .await
+                self.blocking(move |ws| {
+                    ws.delete(&target, crate::DeleteOptions::default().force(true))
+                        .map(drop)
+                })
+                .await
             }
         };
         Ok(OneShotEnd {

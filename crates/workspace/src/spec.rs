@@ -155,6 +155,7 @@ pub fn validate_ttl(ttl: u64) -> Result<()> {
 /// The running VMM of a workspace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Runtime {
     /// The VMM process id on the host.
     pub pid: u32,
@@ -174,6 +175,7 @@ pub struct Runtime {
 /// How the last run ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct LastExit {
     /// Unix ms when it ended.
     pub at_ms: u64,
@@ -187,6 +189,7 @@ pub struct LastExit {
 /// `meta.json`: a workspace's spec and state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub struct Meta {
     /// Its name.
     pub name: String,
@@ -204,11 +207,28 @@ pub struct Meta {
     pub last_exit: Option<LastExit>,
 }
 
+/// How [`Workspaces::delete`](crate::Workspaces::delete) deletes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeleteOptions {
+    /// Delete a running workspace too, halting it first (default: refuse).
+    pub force: bool,
+}
+
+impl DeleteOptions {
+    /// Sets [`DeleteOptions::force`].
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+}
+
 impl Meta {
-    /// Whether the workspace may be deleted: one with a VMM only with
-    /// `force` (which halts it first). The one place this rule lives.
-    pub fn check_delete(&self, force: bool) -> Result<()> {
-        if self.state.has_vmm() && !force {
+    /// Whether the workspace may be deleted as `options` say: one with a
+    /// VMM only with `force` (which halts it first). The one place this
+    /// rule lives.
+    pub fn check_delete(&self, options: DeleteOptions) -> Result<()> {
+        if self.state.has_vmm() && !options.force {
             return Err(Error::WrongState {
                 name: self.name.clone(),
                 state: self.state,

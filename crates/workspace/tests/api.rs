@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use workspace::{
-    ErrorCode, ExecInput, ExecRequest, ListFilter, Remedy, State, WorkspaceSpec, Workspaces,
+    DeleteOptions, ErrorCode, ExecInput, ExecRequest, ListFilter, Remedy, State, WorkspaceSpec,
+    Workspaces,
 };
 
 /// A state directory with one fake image, removed on drop.
@@ -100,8 +101,11 @@ fn a_workspace_from_create_to_delete() {
         "{failed}"
     );
 
-    h.ws.get("dev").unwrap().check_delete(false).unwrap();
-    h.ws.delete("dev", false).unwrap();
+    h.ws.get("dev")
+        .unwrap()
+        .check_delete(DeleteOptions::default())
+        .unwrap();
+    h.ws.delete("dev", DeleteOptions::default()).unwrap();
     assert!(h.ws.list(&ListFilter::default()).unwrap().is_empty());
 }
 
@@ -198,5 +202,5 @@ fn one_shot_runs_clean_up_whatever_happens() {
         |_| async { Ok(()) },
     ));
     assert_eq!(taken.unwrap_err().code(), ErrorCode::Conflict);
-    h.ws.delete("kept", false).unwrap();
+    h.ws.delete("kept", DeleteOptions::default()).unwrap();
 }

@@ -3,9 +3,9 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::contract::Contract;
 use workspace::doctor::Report;
 use workspace::image::ImageInfo;
+use workspace::Contract;
 
 use crate::cost::PriceTable;
 use crate::output::{bytes, Render};

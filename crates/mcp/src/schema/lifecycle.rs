@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::events::{Event, EventKind};
+use workspace::{Event, EventKind};
 use workspace::{Meta, State, WorkspaceInfo};
 
 use crate::output::{bytes, Render};

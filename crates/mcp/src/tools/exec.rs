@@ -8,7 +8,7 @@ use std::time::Duration;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::spec::defaults;
+use workspace::defaults;
 use workspace::ExecRequest;
 use workspace::{ErrorCode, ExecEnd, OneShot, WorkspaceSpec};
 use workspace::{ExecEvent, ExecInput, OutputCollector};

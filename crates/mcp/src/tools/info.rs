@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
 use workspace::doctor::{self, Report};
-use workspace::ops::MAX_EVENT_WAIT;
-use workspace::spec::{defaults, LIMITS};
 use workspace::ListFilter;
+use workspace::MAX_EVENT_WAIT;
+use workspace::{defaults, LIMITS};
 
 use super::{in_range, vcpus};
 use crate::cost;
@@ -28,7 +28,7 @@ pub const MAX_COST_COUNT: u64 = 10_000;
 /// The contract tool's document.
 pub fn contract() -> ContractResult {
     ContractResult {
-        contract: workspace::contract::contract(),
+        contract: workspace::contract(),
         mcp: McpLimits {
             default_output_cap: DEFAULT_OUTPUT_CAP,
             max_output_cap: MAX_OUTPUT_CAP,

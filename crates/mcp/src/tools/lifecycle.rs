@@ -8,8 +8,8 @@ use std::time::Duration;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::ops::MAX_EVENT_WAIT;
-use workspace::spec::defaults;
+use workspace::defaults;
+use workspace::MAX_EVENT_WAIT;
 use workspace::{ListFilter, Meta, WorkspaceInfo, WorkspaceSpec};
 
 use super::{in_range, seconds, vcpus};
@@ -243,7 +243,8 @@ impl MicroagentServer {
         let info = self
             .on_workspace(&p.name, |ws, name| ws.inspect(name))
             .await?;
-        info.meta.check_delete(p.force)?;
+        info.meta
+            .check_delete(workspace::DeleteOptions::default().force(p.force))?;
         let running = info.meta.state.has_vmm();
         let halt = if running {
             ", halting its VM first"
@@ -262,7 +263,9 @@ impl MicroagentServer {
             }));
         }
         let meta = self
-            .on_workspace(&p.name, move |ws, name| ws.delete(name, p.force))
+            .on_workspace(&p.name, move |ws, name| {
+                ws.delete(name, workspace::DeleteOptions::default().force(p.force))
+            })
             .await?;
         Ok(Out(DeleteResult {
             preview: false,

@@ -14,8 +14,8 @@ pub mod lifecycle;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use workspace::spec::LIMITS;
 use workspace::Workspaces;
+use workspace::LIMITS;
 
 use crate::error::blocking;
 use crate::{MicroagentServer, ToolError};
