@@ -382,13 +382,15 @@ mod tests {
             std::path::Path::new("microagent"),
             std::path::Path::new("/tmp/home"),
             "dev",
+            workspace::KernelVariant::Compat,
         );
         let mut argv = vec![std::ffi::OsString::from("microagent")];
         argv.extend(launch.args());
         let cli = Cli::try_parse_from(argv).unwrap();
         match cli.command {
-            Command::Vmm(vmm_cmd::VmmCommand::ServeWorkspace { home, name }) => {
+            Command::Vmm(vmm_cmd::VmmCommand::ServeWorkspace { home, kernel, name }) => {
                 assert_eq!(home, std::path::Path::new("/tmp/home"));
+                assert_eq!(kernel, workspace::KernelVariant::Compat);
                 assert_eq!(name, "dev");
             }
             other => panic!("parsed as {other:?}"),

@@ -31,6 +31,9 @@ pub enum VmmCommand {
         /// The state directory.
         #[arg(long)]
         home: PathBuf,
+        /// The guest kernel variant the starter chose.
+        #[arg(long, value_parser = kernel_variant)]
+        kernel: workspace::KernelVariant,
         /// The workspace.
         name: String,
     },
@@ -107,7 +110,7 @@ pub fn run(cmd: VmmCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         VmmCommand::Boot(args) => boot(args),
         VmmCommand::Probe { json } => probe(json),
-        VmmCommand::ServeWorkspace { home, name } => serve_workspace(home, &name),
+        VmmCommand::ServeWorkspace { home, kernel, name } => serve_workspace(home, kernel, &name),
     }
 }
 
@@ -240,14 +243,24 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Parses a kernel variant name (`standard`, `compat`).
+fn kernel_variant(name: &str) -> Result<workspace::KernelVariant, String> {
+    workspace::KernelVariant::from_name(name)
+        .ok_or_else(|| format!("unknown kernel variant {name:?}"))
+}
+
 /// The detached VMM process of one workspace: this binary owns its signals
 /// and exit status; the library runs the VM.
-fn serve_workspace(home: PathBuf, name: &str) -> anyhow::Result<ExitCode> {
+fn serve_workspace(
+    home: PathBuf,
+    kernel: workspace::KernelVariant,
+    name: &str,
+) -> anyhow::Result<ExitCode> {
     // Before any thread exists, so every thread inherits the mask and only
     // the signal thread below receives these.
     let signals = block_termination_signals();
     let state = workspace::StateDir::at(home).context("cannot open the state directory")?;
-    let vmm = workspace::vmm_host::VmmProcess::prepare(state, name)
+    let vmm = workspace::vmm_host::VmmProcess::prepare(state, name, kernel)
         .map_err(|e| anyhow::anyhow!("{}", e.full_message()))?;
     let stopper = vmm.stopper();
     std::thread::spawn(move || stop_on_signals(&stopper, signals));

@@ -214,6 +214,11 @@ impl ImageRegistry {
         }
     }
 
+    /// The kernel variant images are imported with.
+    pub fn kernel_variant(&self) -> KernelVariant {
+        self.kernel_variant
+    }
+
     fn image_dir(&self, name: &str) -> Result<PathBuf, ImageError> {
         validate_name(name).map_err(ImageError::Name)?;
         Ok(self.dir.join(name))

@@ -8,6 +8,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use vmm_core::KernelVariant;
+
 /// The subcommand words before the options.
 pub const VMM_SUBCOMMAND: [&str; 2] = ["vmm", "serve-workspace"];
 
@@ -20,25 +22,31 @@ pub struct VmmLaunch {
     pub home: PathBuf,
     /// The workspace.
     pub workspace: String,
+    /// The guest kernel variant, chosen once by the starter (so the VMM
+    /// process does not probe the host again).
+    pub kernel: KernelVariant,
 }
 
 impl VmmLaunch {
     /// The process for `workspace` of the state directory `home`, run by
-    /// `program`.
-    pub fn new(program: &Path, home: &Path, workspace: &str) -> Self {
+    /// `program`, booting the `kernel` variant.
+    pub fn new(program: &Path, home: &Path, workspace: &str, kernel: KernelVariant) -> Self {
         Self {
             program: program.to_path_buf(),
             home: home.to_path_buf(),
             workspace: workspace.to_owned(),
+            kernel,
         }
     }
 
     /// The arguments after the program name:
-    /// `vmm serve-workspace --home HOME WORKSPACE`.
+    /// `vmm serve-workspace --home HOME --kernel VARIANT WORKSPACE`.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = VMM_SUBCOMMAND.iter().map(OsString::from).collect();
         args.push("--home".into());
         args.push(self.home.clone().into_os_string());
+        args.push("--kernel".into());
+        args.push(self.kernel.name().into());
         args.push(self.workspace.clone().into());
         args
     }
@@ -52,13 +60,17 @@ impl VmmLaunch {
         let program = std::env::current_exe().ok()?;
         let args: Vec<OsString> = args.into_iter().collect();
         match args.as_slice() {
-            [a, b, flag, home, workspace]
-                if *a == VMM_SUBCOMMAND[0] && *b == VMM_SUBCOMMAND[1] && flag == "--home" =>
+            [a, b, home_flag, home, kernel_flag, kernel, workspace]
+                if *a == VMM_SUBCOMMAND[0]
+                    && *b == VMM_SUBCOMMAND[1]
+                    && home_flag == "--home"
+                    && kernel_flag == "--kernel" =>
             {
                 Some(Self {
                     program,
                     home: PathBuf::from(home),
                     workspace: workspace.to_str()?.to_owned(),
+                    kernel: KernelVariant::from_name(kernel.to_str()?)?,
                 })
             }
             _ => None,
@@ -79,16 +91,35 @@ mod tests {
 
     #[test]
     fn argv_names_the_home_and_workspace() {
-        let l = VmmLaunch::new(Path::new("/bin/prog"), Path::new("/tmp/h"), "dev");
+        let l = VmmLaunch::new(
+            Path::new("/bin/prog"),
+            Path::new("/tmp/h"),
+            "dev",
+            KernelVariant::Compat,
+        );
         assert_eq!(
             l.args(),
-            ["vmm", "serve-workspace", "--home", "/tmp/h", "dev"]
-                .map(OsString::from)
-                .to_vec()
+            [
+                "vmm",
+                "serve-workspace",
+                "--home",
+                "/tmp/h",
+                "--kernel",
+                "compat",
+                "dev"
+            ]
+            .map(OsString::from)
+            .to_vec()
         );
         assert_eq!(l.command().get_program(), "/bin/prog");
         let back = VmmLaunch::from_args(l.args()).unwrap();
-        assert_eq!((back.home, back.workspace), (l.home, l.workspace));
+        assert_eq!(
+            (back.home, back.workspace, back.kernel),
+            (l.home.clone(), l.workspace.clone(), l.kernel)
+        );
+        let mut unknown_kernel = l.args();
+        unknown_kernel[5] = "mystery".into();
+        assert!(VmmLaunch::from_args(unknown_kernel).is_none());
         assert!(VmmLaunch::from_args(["list".into()]).is_none());
         assert!(
             VmmLaunch::from_args(["vmm", "serve-workspace", "--home"].map(OsString::from))

@@ -70,3 +70,5 @@ pub use spec::{
 };
 pub use state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};
+/// The guest kernel variant (standard, or compat for emulating hosts).
+pub use vmm_core::KernelVariant;

@@ -359,7 +359,13 @@ impl Workspaces {
             self.images.get(&meta.spec.image)?;
             let log = std::fs::File::create(ws.path().join(VMM_LOG))
                 .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
-            let mut cmd = VmmLaunch::new(&self.vmm_binary, self.state.root(), name).command();
+            let mut cmd = VmmLaunch::new(
+                &self.vmm_binary,
+                self.state.root(),
+                name,
+                self.images.kernel_variant(),
+            )
+            .command();
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
             detach(&mut cmd);
             meta.state = meta.state.become_(State::Starting)?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use vmm_core::devices::serial::ConsoleSink;
 use vmm_core::machine::{DiskConfig, StopHandle, VsockConfig};
-use vmm_core::{Machine, MachineConfig, StopReason};
+use vmm_core::{KernelVariant, Machine, MachineConfig, StopReason};
 
 use crate::console_log::{tail_lines, ConsoleLogWriter};
 use crate::control::{self, ControlRequest, ControlResponse};
@@ -171,9 +171,10 @@ impl std::fmt::Debug for Shared {
 
 impl VmmProcess {
     /// Checks that this process was started for workspace `name` and builds
-    /// its VM. A VM that cannot be built is recorded as a crash, and
-    /// [`VmmProcess::run`] then returns at once.
-    pub fn prepare(state: StateDir, name: &str) -> Result<Self> {
+    /// its VM with the `kernel` variant the starter chose (see
+    /// [`crate::launch::VmmLaunch`]). A VM that cannot be built is recorded
+    /// as a crash, and [`VmmProcess::run`] then returns at once.
+    pub fn prepare(state: StateDir, name: &str, kernel: KernelVariant) -> Result<Self> {
         let ws = WorkspaceDir::new(&state, name)?;
         // The starter holds the lock until it has recorded this process.
         let meta = {
@@ -208,7 +209,7 @@ impl VmmProcess {
         });
         // Stale sockets of a crashed run would make the binds below fail.
         ws.remove_sockets();
-        let machine = match build_machine(&state, &ws, &meta.spec) {
+        let machine = match build_machine(&state, &ws, &meta.spec, kernel) {
             Ok(m) => {
                 let _ = shared.teardown.set(m.stop_handle());
                 Some(m)
@@ -296,10 +297,9 @@ fn build_machine(
     state: &StateDir,
     ws: &WorkspaceDir,
     spec: &crate::spec::WorkspaceSpec,
+    kernel: KernelVariant,
 ) -> Result<Machine> {
-    let host = vmm_core::host::probe()
-        .map_err(|e| Error::HostUnsupported(format!("KVM is not usable: {e}")))?;
-    let images = ImageRegistry::new(state, asset_dir(), host.kernel_variant());
+    let images = ImageRegistry::new(state, asset_dir(), kernel);
     let image = images.get(&spec.image)?;
     let console = ConsoleLogWriter::create(ws.path())?;
     let cmdline = format!(
@@ -312,7 +312,7 @@ fn build_machine(
         extra_cmdline: Some(cmdline),
         mem_mib: spec.mem_mib,
         vcpus: spec.vcpus,
-        template: host.cpu_template(),
+        template: kernel.cpu_template(),
         console: ConsoleSink::new().with(Box::new(console)),
         disks: vec![
             DiskConfig {
