@@ -1,17 +1,23 @@
 //! `cargo xtask bench vmm`: whole-process VMM figures over several boots of
 //! the test guest: process start to the first KVM_RUN, process start to the
-//! init marker, and the VMM's resident memory beyond guest RAM.
+//! init marker, and the VMM's resident memory beyond guest RAM; then the
+//! resident memory of a running workspace's VMM process (`microagent-vmm`,
+//! as `cargo xtask dist` builds it) beside the same VMM hosted in the
+//! front-end binary (`microagent vmm boot`), measured in the same run.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 use vmm_core::vcpu::monotonic_ns;
 
 use crate::initramfs::INIT_MARKER;
-use crate::{cache, initramfs, kernel, sh};
+use crate::{dist, images, initramfs, kernel};
 
 const MEM_MIB: &str = "64";
+/// Most resident memory a workspace's VMM process may hold beyond guest RAM.
+const TARGET_OVERHEAD_MIB: f64 = 2.5;
 
 struct Sample {
     first_run_ms: f64,
@@ -51,12 +57,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let variant = profile.kernel_variant();
     let vmlinux = kernel::build(variant)?;
     let initrd = initramfs::build()?;
-    sh::run(
-        Command::new(env!("CARGO"))
-            .args(["build", "--release", "--quiet", "-p", "microagent"])
-            .current_dir(cache::repo_root()),
-    )?;
-    let bin = cache::repo_root().join("target/release/microagent");
+    let bin = dist::build()?;
     println!(
         "host: KVM {} ({:.1} ns per ring-0 loop iteration, probe {:.1} ms); template {}; {MEM_MIB} MiB, 1 vCPU; {runs} runs",
         profile.mode.name(),
@@ -137,13 +138,112 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "s",
         samples.iter().map(|s| s.total_s).collect(),
     );
-    stats(
-        "VMM RSS beyond guest RAM",
-        "MiB",
-        samples
-            .iter()
-            .map(|s| s.overhead_rss_kib as f64 / 1024.0)
-            .collect(),
+    let hosted: Vec<f64> = samples
+        .iter()
+        .map(|s| s.overhead_rss_kib as f64 / 1024.0)
+        .collect();
+    stats("VMM RSS beyond guest RAM", "MiB", hosted.clone());
+    images::run(&["minimal".to_string()])?;
+    let lean = workspace_vmm(&bin)?;
+    println!(
+        "workspace VMM process (microagent-vmm, {MEM_MIB} MiB guest, after boot and one exec): {:.2} MiB resident beyond guest RAM, {} threads; target at most {TARGET_OVERHEAD_MIB} MiB",
+        lean.overhead_kib as f64 / 1024.0,
+        lean.threads
     );
+    println!(
+        "  reference, same run: the VMM hosted in the front-end binary (`microagent vmm boot` of the test initramfs above), median {:.2} MiB",
+        median(hosted)
+    );
+    if lean.overhead_kib as f64 / 1024.0 > TARGET_OVERHEAD_MIB {
+        println!("  ABOVE TARGET");
+    }
     Ok(())
+}
+
+/// What a running workspace's VMM process holds.
+struct Resident {
+    overhead_kib: u64,
+    threads: u64,
+}
+
+/// Runs one workspace ({MEM_MIB} MiB guest) through the CLI `bin` and
+/// measures its VMM process once the agent has answered and run a command.
+fn workspace_vmm(bin: &Path) -> anyhow::Result<Resident> {
+    let home = std::env::temp_dir().join(format!("ma-bench-vmm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let cli = |args: &[&str]| -> anyhow::Result<serde_json::Value> {
+        let out = Command::new(bin)
+            .args(args)
+            .env("MICROAGENT_HOME", &home)
+            .output()
+            .with_context(|| format!("running microagent {args:?}"))?;
+        if !out.status.success() {
+            bail!(
+                "microagent {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null))
+    };
+    let measured = (|| {
+        cli(&["create", "bench", "--mem", MEM_MIB, "--json"])?;
+        let started = cli(&["start", "bench", "--json"])?;
+        cli(&["exec", "bench", "--json", "--", "true"])?;
+        let pid = started["runtime"]["pid"]
+            .as_u64()
+            .context("start reported no VMM pid")?;
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+            .context("reading the VMM's smaps")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .context("reading the VMM's status")?;
+        let guest_bytes = MEM_MIB.parse::<u64>()? << 20;
+        let guest = mappings_of_size(&smaps, guest_bytes);
+        if guest.len() != 1 {
+            bail!("expected one {MEM_MIB} MiB guest RAM mapping in the VMM, found {guest:x?}");
+        }
+        let threads = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        Ok(Resident {
+            overhead_kib: vmm_core::stats::rss_excluding(&smaps, &guest),
+            threads,
+        })
+    })();
+    let _ = cli(&["delete", "bench", "--force", "--yes", "--json"]);
+    let _ = std::fs::remove_dir_all(&home);
+    measured
+}
+
+/// Start addresses of the mappings in `smaps` exactly `bytes` long.
+fn mappings_of_size(smaps: &str, bytes: u64) -> Vec<u64> {
+    smaps
+        .lines()
+        .filter_map(|line| {
+            let range = line.split_whitespace().next()?;
+            let (start, end) = range.split_once('-')?;
+            let start = u64::from_str_radix(start, 16).ok()?;
+            let end = u64::from_str_radix(end, 16).ok()?;
+            (end.checked_sub(start) == Some(bytes)).then_some(start)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_guest_mapping_by_size() {
+        let smaps = "\
+55d0c0000000-55d0c0100000 r-xp 00000000 08:01 123 /usr/bin/microagent-vmm
+Rss:                 800 kB
+7f0000000000-7f0004000000 rw-p 00000000 00:00 0
+Rss:               30000 kB
+";
+        assert_eq!(mappings_of_size(smaps, 64 << 20), vec![0x7f00_0000_0000]);
+        assert!(mappings_of_size(smaps, 1 << 20).len() == 1);
+        assert!(mappings_of_size(smaps, 3).is_empty());
+    }
 }

@@ -8,6 +8,7 @@ mod bench_workspace;
 mod boot;
 mod cache;
 mod cpio;
+mod dist;
 mod fuzz;
 mod images;
 mod initramfs;
@@ -45,9 +46,12 @@ tasks:
                                 processes after heavy I/O in a booted guest (default 1000),
                                 for N rounds (default 3); fails on any guest process fault;
                                 OPTIONS are extra guest kernel options to test a hypothesis
+  dist                          the binaries as shipped, in target/dist/: microagent and the
+                                lean VMM process microagent-vmm (static, LTO) beside it
   fuzz [--seconds N]            random virtio queues into blk and vsock processing (default 30 s)
   bench vmm [--runs N]          VMM figures: process start to first KVM_RUN, time to the
-                                init marker, VMM RSS beyond guest memory
+                                init marker, VMM RSS beyond guest memory; the RSS of a
+                                running workspace's microagent-vmm (target: 2.5 MiB)
   bench devices                 vsock round trip and throughput, virtio-blk sequential read,
                                 each beside the host's own loopback figure
   bench agent                   guest agent exec round trip and file throughput, beside the
@@ -90,6 +94,7 @@ fn main() -> anyhow::Result<()> {
         "boot" => boot::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
         "test" => test_cmd::run(rest),
         "fuzz" => fuzz::run(rest),
+        "dist" => dist::build().map(drop),
         "soak" => soak::run(rest),
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),

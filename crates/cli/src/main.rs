@@ -221,15 +221,24 @@ impl Command {
     }
 }
 
+/// The program beside this one that runs each workspace's VM.
+const VMM_PROGRAM: &str = "microagent-vmm";
+
+/// The workspaces of `$MICROAGENT_HOME`, whose VMM processes run as the
+/// `microagent-vmm` installed beside this binary.
+pub(crate) fn open_workspaces() -> workspace::Result<Workspaces> {
+    let mut builder = Workspaces::builder();
+    if let Ok(me) = std::env::current_exe() {
+        builder = builder.vmm_program(me.with_file_name(VMM_PROGRAM));
+    }
+    builder.build()
+}
+
 fn init_logging() {
-    // Logs go to stderr only: stdout carries results, JSON or the console.
-    // A VMM process's stderr is its workspace's vmm.log, which keeps how
-    // each run went (info); commands people run say only what went wrong.
-    let vmm_process =
-        std::env::args().nth(2).as_deref() == Some(workspace::launch::VMM_SUBCOMMAND[1]);
-    let default = if vmm_process { "info" } else { "warn" };
+    // Logs go to stderr only: stdout carries results, JSON or the console;
+    // commands people run say only what went wrong.
     let filter = tracing_subscriber::EnvFilter::try_from_env("MICROAGENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -345,7 +354,7 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let ws = Workspaces::from_env()?;
+        let ws = open_workspaces()?;
         run_workspace_command(&ws, &cli.command).await
     });
     match result {
@@ -374,26 +383,5 @@ mod tests {
     fn the_command_line_definition_is_consistent() {
         // Catches clashing flags (e.g. two `--env` in `run`) before a user does.
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn the_library_launches_vmm_processes_this_binary_understands() {
-        let launch = workspace::launch::VmmLaunch::new(
-            std::path::Path::new("microagent"),
-            std::path::Path::new("/tmp/home"),
-            "dev",
-            workspace::KernelVariant::Compat,
-        );
-        let mut argv = vec![std::ffi::OsString::from("microagent")];
-        argv.extend(launch.args());
-        let cli = Cli::try_parse_from(argv).unwrap();
-        match cli.command {
-            Command::Vmm(vmm_cmd::VmmCommand::ServeWorkspace { home, kernel, name }) => {
-                assert_eq!(home, std::path::Path::new("/tmp/home"));
-                assert_eq!(kernel, workspace::KernelVariant::Compat);
-                assert_eq!(name, "dev");
-            }
-            other => panic!("parsed as {other:?}"),
-        }
     }
 }

@@ -25,7 +25,7 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let served = runtime.block_on(mcp::serve_stdio());
+            let served = runtime.block_on(mcp::serve_stdio(crate::open_workspaces));
             // Tool calls still running past the shutdown grace are not
             // waited for.
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -24,19 +24,6 @@ pub enum VmmCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Internal: the detached VMM process of one workspace (`microagent
-    /// start` runs it).
-    #[command(hide = true)]
-    ServeWorkspace {
-        /// The state directory.
-        #[arg(long)]
-        home: PathBuf,
-        /// The guest kernel variant the starter chose.
-        #[arg(long, value_parser = kernel_variant)]
-        kernel: workspace::KernelVariant,
-        /// The workspace.
-        name: String,
-    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -110,7 +97,6 @@ pub fn run(cmd: VmmCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         VmmCommand::Boot(args) => boot(args),
         VmmCommand::Probe { json } => probe(json),
-        VmmCommand::ServeWorkspace { home, kernel, name } => serve_workspace(home, kernel, &name),
     }
 }
 
@@ -240,74 +226,6 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(1))
         }
-    }
-}
-
-/// Parses a kernel variant name (`standard`, `compat`).
-fn kernel_variant(name: &str) -> Result<workspace::KernelVariant, String> {
-    workspace::KernelVariant::from_name(name)
-        .ok_or_else(|| format!("unknown kernel variant {name:?}"))
-}
-
-/// The detached VMM process of one workspace: this binary owns its signals
-/// and exit status; the library runs the VM.
-fn serve_workspace(
-    home: PathBuf,
-    kernel: workspace::KernelVariant,
-    name: &str,
-) -> anyhow::Result<ExitCode> {
-    // Before any thread exists, so every thread inherits the mask and only
-    // the signal thread below receives these.
-    let signals = block_termination_signals();
-    let state = workspace::StateDir::at(home).context("cannot open the state directory")?;
-    let vmm = workspace::vmm_host::VmmProcess::prepare(state, name, kernel)
-        .map_err(|e| anyhow::anyhow!("{}", e.full_message()))?;
-    let stopper = vmm.stopper();
-    std::thread::spawn(move || stop_on_signals(&stopper, signals));
-    let end = vmm
-        .run()
-        .map_err(|e| anyhow::anyhow!("{}", e.full_message()))?;
-    Ok(if end.crashed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and in every
-/// thread it starts later); returns the set for [`stop_on_signals`].
-fn block_termination_signals() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; an all-zero value is then initialised
-    // by sigemptyset before use.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid sigset_t owned by this frame; the calls only
-    // write to it and to this thread's signal mask.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-    set
-}
-
-/// Turns SIGTERM/SIGINT/SIGHUP into a graceful stop (as `microagent stop`
-/// does, so a host shutdown syncs the guest's disk); another one while
-/// stopping tears the VM down at once.
-fn stop_on_signals(stopper: &workspace::vmm_host::VmmStopper, set: libc::sigset_t) {
-    loop {
-        let mut signal = 0;
-        // SAFETY: `set` was initialised by block_termination_signals and
-        // `signal` is a valid place for the result.
-        if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
-            continue;
-        }
-        stopper.stop(match signal {
-            libc::SIGTERM => "stopped by SIGTERM",
-            libc::SIGINT => "stopped by SIGINT",
-            _ => "stopped by SIGHUP",
-        });
     }
 }
 

@@ -146,3 +146,43 @@ fn contract_and_help_are_available_without_kvm() {
     let usage = cli.run(&["create"]);
     assert_eq!(usage.status, 2, "a usage error exits 2");
 }
+
+/// `microagent-vmm`, the program `microagent start` runs beside itself,
+/// takes exactly the arguments the library's `VmmLaunch` writes, and a
+/// launch the workspace did not expect changes nothing.
+#[test]
+fn the_vmm_program_understands_the_library_launch_and_nothing_else() {
+    let vmm = env!("CARGO_BIN_EXE_microagent-vmm");
+    assert_eq!(
+        std::path::Path::new(vmm).parent(),
+        std::path::Path::new(env!("CARGO_BIN_EXE_microagent")).parent(),
+        "installed beside microagent, where the CLI looks for it"
+    );
+    let usage = std::process::Command::new(vmm).output().unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("--home DIR --kernel VARIANT NAME"));
+
+    let cli = home("vmmprog");
+    let src = cli.home().join("src");
+    testkit::fake_image_files(&src);
+    let mut cmd = cli.command(&["image", "import", src.to_str().unwrap(), "--name", "fake"]);
+    assert!(cmd.output().unwrap().status.success());
+    let mut cmd = cli.command(&["create", "dev", "--image", "fake", "--json"]);
+    assert!(cmd.output().unwrap().status.success());
+    let before = cli.snapshot();
+    let launch = workspace::launch::VmmLaunch::new(
+        std::path::Path::new(vmm),
+        cli.home(),
+        "dev",
+        workspace::KernelVariant::Standard,
+    );
+    // The workspace is stopped, not starting for this process: refused.
+    let out = launch.command().output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("was not started for it"),
+        "stderr: {stderr}"
+    );
+    assert_eq!(cli.snapshot(), before, "the refused launch changed nothing");
+}

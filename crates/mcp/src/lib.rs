@@ -51,15 +51,17 @@ pub enum McpError {
     Session(#[from] tokio::task::JoinError),
 }
 
-/// `microagent serve mcp`: serves the workspaces of `$MICROAGENT_HOME` over
+/// `microagent serve mcp`: serves the workspaces `open` opens over
 /// stdin/stdout until stdin closes. Started from a terminal it prints how to
 /// register it with MCP clients (on stderr) and returns at once.
-pub async fn serve_stdio() -> Result<(), McpError> {
+pub async fn serve_stdio(
+    open: impl FnOnce() -> workspace::Result<workspace::Workspaces>,
+) -> Result<(), McpError> {
     if std::io::stdin().is_terminal() {
         eprintln!("{}", register::instructions(&register::program()));
         return Ok(());
     }
-    let server = MicroagentServer::new(workspace::Workspaces::from_env()?);
+    let server = MicroagentServer::new(open()?);
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     serve(server, stdin, stdout).await
 }

@@ -1,0 +1,92 @@
+//! `microagent-vmm`: the detached VMM process of one workspace, a program
+//! of its own so that it carries only the VMM: no async runtime, command
+//! line parser or MCP server in its resident memory. `microagent start`
+//! runs it with the arguments `workspace::launch::VmmLaunch` writes; it owns
+//! the process's signals, logging and exit status, and the library runs the
+//! VM.
+
+use std::process::ExitCode;
+
+use workspace::launch::VmmLaunch;
+use workspace::vmm_host::{VmmProcess, VmmStopper};
+
+fn main() -> ExitCode {
+    let Some(launch) = VmmLaunch::from_args(std::env::args_os().skip(1)) else {
+        eprintln!(
+            "microagent-vmm: runs one workspace's VM and is started by `microagent start`; it takes the arguments `{} {} --home DIR --kernel VARIANT NAME`",
+            workspace::launch::VMM_SUBCOMMAND[0],
+            workspace::launch::VMM_SUBCOMMAND[1]
+        );
+        return ExitCode::from(2);
+    };
+    init_logging();
+    // Before any thread exists, so every thread inherits the mask and only
+    // the signal thread below receives these.
+    let signals = block_termination_signals();
+    let ran = workspace::StateDir::at(&launch.home)
+        .map_err(workspace::Error::from)
+        .and_then(|state| VmmProcess::prepare(state, &launch.workspace, launch.kernel))
+        .and_then(|vmm| {
+            let stopper = vmm.stopper();
+            std::thread::spawn(move || stop_on_signals(&stopper, signals));
+            vmm.run()
+        });
+    match ran {
+        Ok(end) if !end.crashed => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("microagent-vmm: {}", e.full_message());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr, which is the workspace's `vmm.log`: how each run went
+/// (info, or the level `MICROAGENT_LOG` names).
+fn init_logging() {
+    let level = std::env::var("MICROAGENT_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::INFO);
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and in every
+/// thread it starts later); returns the set for [`stop_on_signals`].
+fn block_termination_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; an all-zero value is then initialised
+    // by sigemptyset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t owned by this frame; the calls only
+    // write to it and to this thread's signal mask.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    set
+}
+
+/// Turns SIGTERM/SIGINT/SIGHUP into a graceful stop (as `microagent stop`
+/// does, so a host shutdown syncs the guest's disk); another one while
+/// stopping tears the VM down at once.
+fn stop_on_signals(stopper: &VmmStopper, set: libc::sigset_t) {
+    loop {
+        let mut signal = 0;
+        // SAFETY: `set` was initialised by block_termination_signals and
+        // `signal` is a valid place for the result.
+        if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
+            continue;
+        }
+        stopper.stop(match signal {
+            libc::SIGTERM => "stopped by SIGTERM",
+            libc::SIGINT => "stopped by SIGINT",
+            _ => "stopped by SIGHUP",
+        });
+    }
+}
