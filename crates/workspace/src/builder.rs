@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use crate::error::{Error, Result};
 use crate::manager::Workspaces;
 use crate::settings::asset_dir;
+use crate::spec::{Limits, LIMITS};
 use crate::store::StateDir;
 
 /// Builds a [`Workspaces`]; see [`Workspaces::builder`].
@@ -16,6 +17,7 @@ pub struct WorkspacesBuilder {
     state_dir: Option<PathBuf>,
     assets: Option<Option<PathBuf>>,
     vmm_program: Option<PathBuf>,
+    limits: Option<Limits>,
 }
 
 impl WorkspacesBuilder {
@@ -43,8 +45,22 @@ impl WorkspacesBuilder {
         self
     }
 
+    /// Refuses to create workspaces beyond `limits` (vCPUs, memory, disk,
+    /// TTL, entries), which may only tighten this build's [`LIMITS`].
+    /// Default: [`LIMITS`].
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
     /// Opens the state directory.
     pub fn build(self) -> Result<Workspaces> {
+        let limits = self.limits.unwrap_or(LIMITS);
+        if !limits.within(&LIMITS) {
+            return Err(Error::InvalidInput(format!(
+                "limits {limits:?} go beyond this build's {LIMITS:?}; they may only tighten them"
+            )));
+        }
         let state = match self.state_dir {
             Some(dir) => StateDir::at(dir)?,
             None => StateDir::from_env()?,
@@ -55,7 +71,7 @@ impl WorkspacesBuilder {
                 .map_err(Error::host_io("finding this program's executable"))?,
         };
         let assets = self.assets.unwrap_or_else(asset_dir);
-        Ok(Workspaces::new(state, assets, program))
+        Ok(Workspaces::new(state, assets, program).with_limits(limits))
     }
 }
 
@@ -75,6 +91,42 @@ mod tests {
         assert_eq!(ws.state_dir().root(), dir);
         assert!(ws.assets().is_none());
         assert!(dir.join("workspaces").is_dir());
+        assert_eq!(ws.limits().max_vcpus, LIMITS.max_vcpus);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn limits_only_tighten() {
+        let dir = std::env::temp_dir().join(format!("microagent-limits-{}", std::process::id()));
+        let tight = Limits {
+            max_vcpus: 2,
+            max_mem_mib: 1024,
+            ..LIMITS
+        };
+        let ws = Workspaces::builder()
+            .state_dir(&dir)
+            .assets(None)
+            .limits(tight)
+            .build()
+            .unwrap();
+        let spec = crate::WorkspaceSpec {
+            vcpus: 4,
+            ..Default::default()
+        };
+        let err = ws.create("big", spec).unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
+        assert!(err.to_string().contains("use 1 to 2"), "{err}");
+        assert!(ws.list(&Default::default()).unwrap().is_empty());
+        let wide = Limits {
+            max_vcpus: LIMITS.max_vcpus + 1,
+            ..LIMITS
+        };
+        let err = Workspaces::builder()
+            .state_dir(&dir)
+            .limits(wide)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

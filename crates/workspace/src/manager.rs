@@ -17,7 +17,7 @@ use crate::launch::VmmLaunch;
 use crate::process;
 use crate::remedy::Remedy;
 use crate::settings::{e2fs_tool, now_ms};
-use crate::spec::{validate_ttl, DeleteOptions, Meta, Runtime, WorkspaceSpec};
+use crate::spec::{DeleteOptions, Limits, Meta, Runtime, WorkspaceSpec, LIMITS};
 use crate::state::State;
 use crate::store::{StateDir, WorkspaceLock};
 use crate::workspace_dir::{WorkspaceDir, VMM_LOG};
@@ -105,6 +105,8 @@ pub struct Workspaces {
     /// The asset directory built images are imported from.
     assets: Option<PathBuf>,
     vmm_binary: PathBuf,
+    /// What `create` and `set_ttl` accept.
+    limits: Limits,
 }
 
 /// The kernel variant built images are imported with: the one built, or
@@ -156,7 +158,19 @@ impl Workspaces {
             images,
             assets,
             vmm_binary,
+            limits: LIMITS,
         }
+    }
+
+    /// The same, accepting only specs within `limits`.
+    pub(crate) fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits `create` and `set_ttl` check against.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// The asset directory these workspaces were built with (where
@@ -219,7 +233,7 @@ impl Workspaces {
     /// Creates a stopped workspace with its writable disk.
     pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
         let ws = self.dir(name)?;
-        spec.validate()?;
+        spec.validate_within(&self.limits)?;
         ws.check_socket_paths()?;
         let image: ImageInfo = self.images.get(&spec.image)?;
         let lock = self.lock(name)?;
@@ -522,7 +536,7 @@ impl Workspaces {
     /// or removes it.
     pub fn set_ttl(&self, name: &str, ttl_secs: Option<u64>) -> Result<Meta> {
         if let Some(ttl) = ttl_secs {
-            validate_ttl(ttl)?;
+            self.limits.check_ttl(ttl)?;
         }
         let ws = self.dir(name)?;
         let meta = self.get(name)?;

@@ -102,7 +102,7 @@ impl Workspaces {
         W: FnOnce(String) -> WF,
         WF: Future<Output = Result<T, E>>,
     {
-        run.spec.validate()?;
+        run.spec.validate_within(self.limits())?;
         let name = run.pick_name();
         let spec = run.spec.clone();
         self.blocking({

@@ -100,8 +100,13 @@ fn valid_key(key: &str) -> bool {
 impl WorkspaceSpec {
     /// Checks every field against [`LIMITS`].
     pub fn validate(&self) -> Result<()> {
+        self.validate_within(&LIMITS)
+    }
+
+    /// Checks the spec against `l` (the limits a [`crate::Workspaces`] was
+    /// built with).
+    pub fn validate_within(&self, l: &Limits) -> Result<()> {
         let bad = |msg: String| Err(Error::InvalidInput(msg));
-        let l = LIMITS;
         if self.vcpus == 0 || self.vcpus > l.max_vcpus {
             return bad(format!("vcpus is {}; use 1 to {}", self.vcpus, l.max_vcpus));
         }
@@ -118,7 +123,7 @@ impl WorkspaceSpec {
             ));
         }
         if let Some(ttl) = self.ttl_secs {
-            validate_ttl(ttl)?;
+            l.check_ttl(ttl)?;
         }
         for (what, map) in [("env", &self.env), ("labels", &self.labels)] {
             if map.len() > l.max_entries {
@@ -141,15 +146,34 @@ impl WorkspaceSpec {
     }
 }
 
-/// Checks a TTL in seconds.
+/// Checks a TTL in seconds against this build's [`LIMITS`].
 pub fn validate_ttl(ttl: u64) -> Result<()> {
-    if ttl == 0 || ttl > LIMITS.max_ttl_secs {
-        return Err(Error::InvalidInput(format!(
-            "ttl is {ttl} s; use 1 to {} s",
-            LIMITS.max_ttl_secs
-        )));
+    LIMITS.check_ttl(ttl)
+}
+
+impl Limits {
+    /// Checks a TTL in seconds.
+    pub fn check_ttl(&self, ttl: u64) -> Result<()> {
+        if ttl == 0 || ttl > self.max_ttl_secs {
+            return Err(Error::InvalidInput(format!(
+                "ttl is {ttl} s; use 1 to {} s",
+                self.max_ttl_secs
+            )));
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Whether every limit is within `outer` (a program may tighten this
+    /// build's limits, not widen them).
+    pub fn within(&self, outer: &Limits) -> bool {
+        self.max_vcpus <= outer.max_vcpus
+            && self.min_mem_mib >= outer.min_mem_mib
+            && self.max_mem_mib <= outer.max_mem_mib
+            && self.min_disk_mib >= outer.min_disk_mib
+            && self.max_disk_mib <= outer.max_disk_mib
+            && self.max_ttl_secs <= outer.max_ttl_secs
+            && self.max_entries <= outer.max_entries
+    }
 }
 
 /// The running VMM of a workspace.
