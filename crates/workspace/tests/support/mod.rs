@@ -22,16 +22,25 @@ pub fn fake_image_files(dir: &Path) {
 /// `$MICROAGENT_SKIP_LOG`).
 pub fn have_mkfs(test: &str, here: bool) -> bool {
     if !here {
-        let reason = "mkfs.ext4 is not installed (apt-get install e2fsprogs)";
-        eprintln!("SKIPPED {test}: {reason}");
-        if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
-            use std::io::Write;
-            let _ = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(Path::new(&log))
-                .and_then(|mut f| writeln!(f, "{test}: {reason}"));
-        }
+        skip(
+            test,
+            "mkfs.ext4 is not installed (apt-get install e2fsprogs)",
+        );
     }
     here
+}
+
+/// Records `test` as skipped for `reason` the way testkit does (a line in
+/// `$MICROAGENT_SKIP_LOG`), and says so on stderr.
+#[allow(dead_code)] // Not every test binary that includes this file skips.
+pub fn skip(test: &str, reason: &str) {
+    eprintln!("SKIPPED {test}: {reason}");
+    if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
+        use std::io::Write;
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(Path::new(&log))
+            .and_then(|mut f| writeln!(f, "{test}: {reason}"));
+    }
 }
