@@ -14,6 +14,8 @@ use vmm_core::devices::serial::ConsoleSink;
 use vmm_core::machine::{DiskConfig, StopHandle, VsockConfig};
 use vmm_core::{KernelVariant, Machine, MachineConfig, StopReason};
 
+use guest_agent::client::blocking::BlockingClient;
+
 use crate::console_log::{tail_lines, ConsoleLogWriter};
 use crate::control::{self, ControlRequest, ControlResponse};
 use crate::error::{Error, Result};
@@ -100,11 +102,10 @@ impl Shared {
         let shared = self.clone();
         std::thread::spawn(move || {
             if shared.ready.load(Ordering::SeqCst) {
-                let endpoint = shared.ws.agent();
-                let asked = block_on(async move {
-                    let client = endpoint.connect().await?;
-                    client.shutdown().await
-                });
+                let asked = shared
+                    .ws
+                    .agent_blocking(AGENT_CALL_TIMEOUT)
+                    .and_then(BlockingClient::shutdown);
                 if let Err(e) = asked {
                     tracing::warn!(error = %e, "agent shutdown failed");
                 } else {
@@ -120,16 +121,8 @@ impl Shared {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds")
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    runtime().block_on(f)
-}
+/// How long one call to the agent may wait for each read or write.
+const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The VMM of one workspace in this process: checked against the
 /// workspace's record and built, its guest not yet running.
@@ -342,20 +335,15 @@ fn build_machine(
 
 /// Polls the agent until it answers, then marks the workspace running.
 fn wait_for_agent(shared: &Arc<Shared>) {
-    let endpoint = shared.ws.agent();
-    // One runtime for every attempt of this thread.
-    let rt = runtime();
     loop {
         if shared.stopping.load(Ordering::SeqCst) || shared.finished.load(Ordering::SeqCst) {
             return;
         }
-        let attempt = rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(10), async {
-                endpoint.connect().await?.hello().await
-            })
-            .await
-        });
-        if matches!(attempt, Ok(Ok(_))) {
+        let attempt = shared
+            .ws
+            .agent_blocking(AGENT_CALL_TIMEOUT)
+            .and_then(BlockingClient::ping);
+        if attempt.is_ok() {
             break;
         }
         std::thread::sleep(Duration::from_millis(300));

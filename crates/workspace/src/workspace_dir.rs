@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use guest_agent::client::blocking::BlockingClient;
 use guest_agent::client::AgentEndpoint;
 
 use crate::console_log::tail_lines;
@@ -84,6 +85,15 @@ impl WorkspaceDir {
             uds: self.vsock(),
             port: AGENT_PORT,
         }
+    }
+
+    /// A blocking connection to its guest agent (for the VMM process, which
+    /// runs no async runtime); reads and writes wait at most `timeout`.
+    pub fn agent_blocking(
+        &self,
+        timeout: std::time::Duration,
+    ) -> std::result::Result<BlockingClient, guest_agent::client::ClientError> {
+        BlockingClient::connect_hybrid_vsock(&self.vsock(), AGENT_PORT, timeout)
     }
 
     /// Refuses a state directory whose socket paths would be too long.

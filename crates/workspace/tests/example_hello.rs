@@ -78,5 +78,8 @@ fn the_hello_example_runs_a_command_in_a_fresh_workspace() {
         stdout.starts_with("Linux hello-"),
         "uname -a of the workspace, read back from its file: {stdout:?}"
     );
-    assert!(left.is_empty(), "the example deletes its workspace: {left:?}");
+    assert!(
+        left.is_empty(),
+        "the example deletes its workspace: {left:?}"
+    );
 }

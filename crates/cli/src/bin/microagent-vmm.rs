@@ -50,6 +50,7 @@ fn init_logging() {
         .unwrap_or(tracing::Level::INFO);
     tracing_subscriber::fmt()
         .with_max_level(level)
+        .with_ansi(false)
         .with_writer(std::io::stderr)
         .init();
 }

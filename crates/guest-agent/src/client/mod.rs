@@ -6,6 +6,7 @@
 //! operations concurrently by opening several. Every operation sends
 //! `hello` and its request in one write (no round trip for the handshake).
 
+pub mod blocking;
 mod types;
 mod wire;
 
@@ -347,12 +348,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
 
     /// Sends `hello` and `req` in one write.
     async fn send_start(&mut self, req: &Request) -> Result<(), ClientError> {
-        let hello = Request::Hello {
-            version: PROTOCOL_VERSION,
-        };
-        let mut bytes = frame::encode_json(&hello).map_err(ClientError::Frame)?;
-        bytes.extend(frame::encode_json(req).map_err(ClientError::Frame)?);
-        wire::write_all(&mut self.stream, &bytes)
+        wire::write_all(&mut self.stream, &start_bytes(req)?)
             .await
             .map_err(ClientError::Frame)
     }
@@ -417,6 +413,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     }
 }
 
+/// `hello` and `req`, framed: what every operation sends first, in one write.
+fn start_bytes(req: &Request) -> Result<Vec<u8>, ClientError> {
+    let hello = Request::Hello {
+        version: PROTOCOL_VERSION,
+    };
+    let mut bytes = frame::encode_json(&hello).map_err(ClientError::Frame)?;
+    bytes.extend(frame::encode_json(req).map_err(ClientError::Frame)?);
+    Ok(bytes)
+}
+
 fn decode(frame: &crate::frame::Frame) -> Result<Response, ClientError> {
     match frame::decode_json(frame).map_err(ClientError::Frame)? {
         Response::Error { code, message } => Err(ClientError::Agent { code, message }),
@@ -435,7 +441,12 @@ async fn read_response<R: AsyncRead + Unpin + ?Sized>(r: &mut R) -> Result<Respo
 async fn read_hello_from<R: AsyncRead + Unpin + ?Sized>(
     r: &mut R,
 ) -> Result<AgentHello, ClientError> {
-    match read_response(r).await? {
+    hello_of(read_response(r).await?)
+}
+
+/// The agent's `hello` answer, which every operation's answer starts with.
+fn hello_of(resp: Response) -> Result<AgentHello, ClientError> {
+    match resp {
         Response::Hello {
             version,
             agent,

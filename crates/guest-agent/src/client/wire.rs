@@ -184,9 +184,15 @@ pub async fn connect_hybrid_vsock(
             break;
         }
     }
-    let reply = String::from_utf8_lossy(&line).into_owned();
+    handshake_reply(&line, port).map(|()| stream)
+}
+
+/// Checks the VMM's answer (the line before its newline) to
+/// `CONNECT <port>`: `OK <host-port>`.
+pub(crate) fn handshake_reply(line: &[u8], port: u32) -> Result<(), ClientError> {
+    let reply = String::from_utf8_lossy(line).into_owned();
     match reply.strip_prefix("OK ") {
-        Some(n) if n.trim().parse::<u32>().is_ok() => Ok(stream),
+        Some(n) if n.trim().parse::<u32>().is_ok() => Ok(()),
         _ => Err(ClientError::Handshake { port, reply }),
     }
 }

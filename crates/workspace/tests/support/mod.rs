@@ -3,6 +3,9 @@
 //! mkfs.ext4 is missing. testkit has the same for other crates' tests; this
 //! crate cannot use testkit, which depends on it.
 
+// Each test binary that includes this file uses part of it.
+#![allow(dead_code)]
+
 use std::path::Path;
 
 /// Writes `vmlinux` and `rootfs.ext4` into `dir`: the right magic numbers
@@ -32,7 +35,6 @@ pub fn have_mkfs(test: &str, here: bool) -> bool {
 
 /// Records `test` as skipped for `reason` the way testkit does (a line in
 /// `$MICROAGENT_SKIP_LOG`), and says so on stderr.
-#[allow(dead_code)] // Not every test binary that includes this file skips.
 pub fn skip(test: &str, reason: &str) {
     eprintln!("SKIPPED {test}: {reason}");
     if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {

@@ -1,0 +1,91 @@
+//! A blocking client on std sockets for the two calls a VMM process makes
+//! (`ping` until the agent answers, `shutdown` on stop), so the VMM process
+//! needs no async runtime. Every read and write has a timeout.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use super::wire::handshake_reply;
+use super::{decode, expect_ok, hello_of, start_bytes, ClientError};
+use crate::frame;
+use crate::protocol::{Request, Response};
+
+/// One connection to the agent through the VMM's hybrid vsock socket,
+/// good for one operation.
+#[derive(Debug)]
+pub struct BlockingClient {
+    stream: UnixStream,
+}
+
+impl BlockingClient {
+    /// Connects to guest vsock `port` behind the hybrid vsock socket
+    /// `uds_path` (`CONNECT <port>` handshake); each later read or write
+    /// waits at most `timeout`.
+    pub fn connect_hybrid_vsock(
+        uds_path: &Path,
+        port: u32,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let mut stream = UnixStream::connect(uds_path).map_err(|source| ClientError::Connect {
+            path: uds_path.to_owned(),
+            source,
+        })?;
+        let io_err = |source| ClientError::HandshakeIo { port, source };
+        stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
+        stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
+        stream
+            .write_all(format!("CONNECT {port}\n").as_bytes())
+            .map_err(io_err)?;
+        // Byte by byte: nothing past the newline belongs to the handshake.
+        let mut line = Vec::new();
+        loop {
+            let mut b = [0u8];
+            if stream.read(&mut b).map_err(io_err)? == 0 || b[0] == b'\n' {
+                break;
+            }
+            line.push(b[0]);
+            if line.len() > 64 {
+                break;
+            }
+        }
+        handshake_reply(&line, port)?;
+        Ok(Self { stream })
+    }
+
+    /// `ping`: the agent's uptime.
+    pub fn ping(self) -> Result<Duration, ClientError> {
+        match self.call(&Request::Ping)? {
+            Response::Pong { uptime_ms } => Ok(Duration::from_millis(uptime_ms)),
+            other => Err(ClientError::unexpected(&other)),
+        }
+    }
+
+    /// `shutdown`: syncs the guest's filesystems and restarts it. A
+    /// connection that closes before the answer also means the guest is
+    /// going down.
+    pub fn shutdown(self) -> Result<(), ClientError> {
+        match self.call(&Request::Shutdown) {
+            Ok(resp) => expect_ok(resp).map(drop),
+            Err(ClientError::Closed) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn call(mut self, req: &Request) -> Result<Response, ClientError> {
+        let bytes = start_bytes(req)?;
+        self.stream
+            .write_all(&bytes)
+            .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;
+        hello_of(self.response()?)?;
+        self.response()
+    }
+
+    fn response(&mut self) -> Result<Response, ClientError> {
+        let frame = frame::read_frame(&mut self.stream)
+            .map_err(ClientError::Frame)?
+            .ok_or(ClientError::Closed)?;
+        decode(&frame)
+    }
+}
