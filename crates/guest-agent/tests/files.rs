@@ -430,4 +430,21 @@ async fn hybrid_vsock_handshake() {
         matches!(err, ClientError::Handshake { port: 5, .. }),
         "{err}"
     );
+    // The blocking client of the VMM process, the same way (off the
+    // runtime thread, which serves the stand-in).
+    let (uptime, refused) = tokio::task::spawn_blocking(move || {
+        use guest_agent::client::blocking::BlockingClient;
+        let timeout = std::time::Duration::from_secs(5);
+        let uptime = BlockingClient::connect_hybrid_vsock(&vmm, 1024, timeout)
+            .and_then(BlockingClient::ping);
+        let refused = BlockingClient::connect_hybrid_vsock(&vmm, 5, timeout).unwrap_err();
+        (uptime, refused)
+    })
+    .await
+    .unwrap();
+    uptime.unwrap();
+    assert!(
+        matches!(refused, ClientError::Handshake { port: 5, .. }),
+        "{refused}"
+    );
 }
