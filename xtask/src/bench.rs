@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use vmm_core::vcpu::monotonic_ns;
 
 use crate::initramfs::INIT_MARKER;
-use crate::{dist, images, initramfs, kernel};
+use crate::{bench_workspace, dist, images, initramfs, kernel};
 
 const MEM_MIB: &str = "64";
 /// Most resident memory a workspace's VMM process may hold beyond guest RAM.
@@ -171,20 +171,7 @@ struct Resident {
 fn workspace_vmm(bin: &Path) -> anyhow::Result<Resident> {
     let home = std::env::temp_dir().join(format!("ma-bench-vmm-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
-    let cli = |args: &[&str]| -> anyhow::Result<serde_json::Value> {
-        let out = Command::new(bin)
-            .args(args)
-            .env("MICROAGENT_HOME", &home)
-            .output()
-            .with_context(|| format!("running microagent {args:?}"))?;
-        if !out.status.success() {
-            bail!(
-                "microagent {args:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null))
-    };
+    let cli = |args: &[&str]| bench_workspace::microagent(bin, &home, args);
     let measured = (|| {
         cli(&["create", "bench", "--mem", MEM_MIB, "--json"])?;
         let started = cli(&["start", "bench", "--json"])?;

@@ -16,7 +16,9 @@ struct Run {
     disk_kib: u64,
 }
 
-fn microagent(
+/// Runs `microagent ARGS` with the state directory `home`; its JSON output
+/// (null when it printed none), or an error with its stderr.
+pub fn microagent(
     bin: &std::path::Path,
     home: &std::path::Path,
     args: &[&str],
