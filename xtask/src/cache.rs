@@ -29,6 +29,56 @@ pub fn build_microagent() -> anyhow::Result<PathBuf> {
     Ok(repo_root().join("target/debug/microagent"))
 }
 
+/// The target static builds name. crt-static cannot apply to proc-macros:
+/// naming the target keeps host crates (build scripts, proc-macros) out of
+/// it.
+pub const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// A static build of a binary we ship linked static (the guest agent, the
+/// VMM process): `cargo build --release` with crt-static for
+/// [`STATIC_TARGET`], in the cache's `build/<name>` target directory so the
+/// main target directory (built without crt-static) stays valid.
+pub struct StaticBuild {
+    target_dir: PathBuf,
+}
+
+impl StaticBuild {
+    /// The build whose target directory is the cache's `build/<name>`.
+    pub fn new(name: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            target_dir: root()?.join("build").join(name),
+        })
+    }
+
+    /// `cargo build --release -p PACKAGE`, static; the caller may add
+    /// arguments and environment, then runs it.
+    pub fn command(&self, package: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO"));
+        cmd.args([
+            "build",
+            "--release",
+            "-p",
+            package,
+            "--target",
+            STATIC_TARGET,
+        ])
+        .arg("--target-dir")
+        .arg(&self.target_dir)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .current_dir(repo_root());
+        cmd
+    }
+
+    /// Where the build leaves `binary`.
+    pub fn binary(&self, binary: &str) -> PathBuf {
+        self.target_dir
+            .join(STATIC_TARGET)
+            .join("release")
+            .join(binary)
+    }
+}
+
 /// Hashes labelled inputs; the label keeps "a"+"bc" apart from "ab"+"c".
 #[derive(Default)]
 pub struct InputHash(Sha256);
@@ -105,6 +155,17 @@ pub fn link_current(name: &str, target: &Path) -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn static_binary_location() {
+        let build = StaticBuild {
+            target_dir: PathBuf::from("/c/build/agent-target"),
+        };
+        assert_eq!(
+            build.binary("microagent-agent"),
+            Path::new("/c/build/agent-target/x86_64-unknown-linux-gnu/release/microagent-agent")
+        );
+    }
 
     #[test]
     fn labels_separate_inputs() {

@@ -8,13 +8,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use crate::cache;
 
 const PACKAGE: &str = "microagent";
 const VMM_BINARY: &str = "microagent-vmm";
-const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// Where `dist` leaves the binaries.
 pub fn dir() -> PathBuf {
@@ -37,35 +36,15 @@ pub fn build() -> anyhow::Result<PathBuf> {
             ])
             .current_dir(&repo),
     )?;
-    // crt-static cannot apply to proc-macros, so the static build names its
-    // target (host crates then build without it) and has a target dir of
-    // its own, which keeps the main one's builds valid.
-    let target_dir = cache::root()?.join("build").join("vmm-target");
+    let vmm = cache::StaticBuild::new("vmm-target")?;
     eprintln!("xtask: building {VMM_BINARY} (static, LTO, size-optimised)");
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            PACKAGE,
-            "--bin",
-            VMM_BINARY,
-        ])
-        .args(["--target", TARGET])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
-        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
-        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .current_dir(&repo)
-        .status()
-        .context("starting cargo")?;
-    if !status.success() {
-        bail!("building {VMM_BINARY} failed ({status}); cargo's errors are above");
-    }
+    crate::sh::run(
+        vmm.command(PACKAGE)
+            .args(["--quiet", "--bin", VMM_BINARY])
+            .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+            .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
+            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s"),
+    )?;
     let dist = dir();
     std::fs::create_dir_all(&dist).with_context(|| format!("creating {}", dist.display()))?;
     let copies = [
@@ -73,10 +52,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
             repo.join("target/release").join(PACKAGE),
             dist.join(PACKAGE),
         ),
-        (
-            target_dir.join(TARGET).join("release").join(VMM_BINARY),
-            dist.join(VMM_BINARY),
-        ),
+        (vmm.binary(VMM_BINARY), dist.join(VMM_BINARY)),
     ];
     for (from, to) in copies {
         // Replaced by rename, so a running VMM keeps its old file.

@@ -1,20 +1,18 @@
 //! The guest agent binary (`microagent-agent` of `crates/guest-agent`),
 //! built static for the images, or taken from `MICROAGENT_AGENT_BIN`.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use sha2::{Digest, Sha256};
 
-use crate::cache;
+use crate::cache::{self, STATIC_TARGET};
 
 /// Overrides the build: a path to a prebuilt static x86-64 binary.
 pub const OVERRIDE_VAR: &str = "MICROAGENT_AGENT_BIN";
 const CRATE_DIR: &str = "crates/guest-agent";
 const PACKAGE: &str = "guest-agent";
 const BINARY: &str = "microagent-agent";
-const TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// The agent's bytes and where they came from.
 #[derive(Debug)]
@@ -40,7 +38,7 @@ pub fn find() -> anyhow::Result<Agent> {
     if let Err(why) = check_static_x86_64(&bytes) {
         bail!(
             "the guest agent {} ({source}) {why}; the images need a static x86-64 binary \
-             (RUSTFLAGS=\"-C target-feature=+crt-static\" for --target {TARGET})",
+             (RUSTFLAGS=\"-C target-feature=+crt-static\" for --target {STATIC_TARGET})",
             path.display()
         );
     }
@@ -79,32 +77,19 @@ fn build() -> anyhow::Result<PathBuf> {
             no_agent_hint()
         );
     }
-    let target_dir = cache::root()?.join("build").join("agent-target");
-    eprintln!("xtask: building the guest agent (static, {TARGET})");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", PACKAGE, "--target", TARGET])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .current_dir(&repo)
-        .status()
-        .context("starting cargo")?;
+    let build = cache::StaticBuild::new("agent-target")?;
+    eprintln!("xtask: building the guest agent (static, {STATIC_TARGET})");
+    let status = build.command(PACKAGE).status().context("starting cargo")?;
     if !status.success() {
         bail!(
             "building the guest agent failed ({status}; cargo's errors are above): \
-             `cargo build --release -p {PACKAGE} --target {TARGET}` with \
+             `cargo build --release -p {PACKAGE} --target {STATIC_TARGET}` with \
              RUSTFLAGS=\"-C target-feature=+crt-static\" must succeed; fix {CRATE_DIR} \
              (it must be a workspace member with a `{BINARY}` binary), {}",
             no_agent_hint()
         );
     }
-    Ok(built_binary(&target_dir))
-}
-
-/// Where cargo leaves the binary.
-fn built_binary(target_dir: &Path) -> PathBuf {
-    target_dir.join(TARGET).join("release").join(BINARY)
+    Ok(build.binary(BINARY))
 }
 
 /// Ok for a 64-bit little-endian x86-64 ELF executable without an
@@ -191,13 +176,5 @@ mod tests {
         if let Ok(bytes) = std::fs::read("/bin/ls") {
             assert!(check_static_x86_64(&bytes).is_err());
         }
-    }
-
-    #[test]
-    fn binary_location() {
-        assert_eq!(
-            built_binary(Path::new("/c/build/agent-target")),
-            Path::new("/c/build/agent-target/x86_64-unknown-linux-gnu/release/microagent-agent")
-        );
     }
 }
