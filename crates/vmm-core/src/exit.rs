@@ -31,7 +31,7 @@ pub enum StopReason {
     TripleFault,
     /// The owner's time limit passed first.
     TimedOut,
-    /// The owner stopped the VM through its [`crate::machine::StopHandle`]
+    /// The owner stopped the VM through its [`crate::machine::MachineHandle`]
     /// (a teardown: the guest was not asked).
     Stopped,
     /// KVM could not enter or run the guest.

@@ -60,6 +60,12 @@ pub const KVM_IDENTITY_MAP_START: u64 = 0xfffb_b000;
 /// Where tiny test and probe guests put their code (below the zero page,
 /// above the boot GDT/IDT).
 pub const PROBE_CODE_START: u64 = 0x1000;
+/// Where a tiny guest packaged as an ELF "kernel" ([`crate::tiny::elf_kernel`])
+/// is loaded and entered: 16 MiB, above everything the boot writes.
+pub const TINY_KERNEL_START: u64 = 0x100_0000;
+/// A page of data for tiny guests run as a machine (a counter, say): 1 MiB
+/// above their code.
+pub const TINY_DATA_START: u64 = TINY_KERNEL_START + 0x10_0000;
 /// Highest address the boot identity mapping covers (1 GiB).
 pub const BOOT_IDENTITY_MAP_END: u64 = 0x4000_0000;
 

@@ -111,6 +111,47 @@ impl TinyGuest {
     }
 }
 
+/// `code` as a minimal ELF64 executable whose one segment loads at, and is
+/// entered at, [`crate::layout::TINY_KERNEL_START`], so a tiny guest can be
+/// run as a whole [`crate::machine::Machine`] (vCPU threads, devices,
+/// snapshots) in place of a Linux kernel.
+pub fn elf_kernel(code: &[u8]) -> Vec<u8> {
+    const EHDR: u16 = 64;
+    const PHDR: u16 = 56;
+    let load = crate::layout::TINY_KERNEL_START;
+    let offset = u64::from(EHDR + PHDR);
+    let mut elf = Vec::with_capacity(offset as usize + code.len());
+    elf.extend_from_slice(b"\x7fELF");
+    elf.extend_from_slice(&[2, 1, 1]); // 64-bit, little-endian, version 1
+    elf.extend_from_slice(&[0; 9]);
+    elf.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    elf.extend_from_slice(&0x3eu16.to_le_bytes()); // EM_X86_64
+    elf.extend_from_slice(&1u32.to_le_bytes());
+    elf.extend_from_slice(&load.to_le_bytes()); // e_entry
+    elf.extend_from_slice(&u64::from(EHDR).to_le_bytes()); // e_phoff
+    elf.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    elf.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    for half in [EHDR, PHDR, 1, 0, 0, 0] {
+        // e_ehsize, e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx
+        elf.extend_from_slice(&half.to_le_bytes());
+    }
+    elf.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    elf.extend_from_slice(&5u32.to_le_bytes()); // R+X
+    for word in [
+        offset,
+        load,
+        load,
+        code.len() as u64,
+        code.len() as u64,
+        0x1000,
+    ] {
+        // p_offset, p_vaddr, p_paddr, p_filesz, p_memsz, p_align
+        elf.extend_from_slice(&word.to_le_bytes());
+    }
+    elf.extend_from_slice(code);
+    elf
+}
+
 /// Hand assembly for tiny guests (x86-64 encodings).
 pub mod asm {
     /// `mov ecx, imm32`.
@@ -137,6 +178,23 @@ pub mod asm {
     pub const HLT: u8 = 0xf4;
     /// `dec ecx; jnz -4`: spins ECX times.
     pub const SPIN_ECX: [u8; 4] = [0xff, 0xc9, 0x75, 0xfc];
+
+    /// `mov ebx, imm32`.
+    pub fn mov_ebx(imm: u32) -> Vec<u8> {
+        let mut v = vec![0xbb];
+        v.extend_from_slice(&imm.to_le_bytes());
+        v
+    }
+    /// `inc dword [rbx]`.
+    pub const INC_DWORD_AT_RBX: [u8; 2] = [0xff, 0x03];
+    /// `mov eax, [rbx]`.
+    pub const LOAD_EAX_FROM_RBX: [u8; 2] = [0x8b, 0x03];
+    /// `jmp rel8`.
+    pub fn jmp_back(from_len: usize, to: usize) -> Vec<u8> {
+        // rel8 counts from the end of the two-byte jmp.
+        let rel = to as i64 - (from_len as i64 + 2);
+        vec![0xeb, rel as i8 as u8]
+    }
 
     /// Code that writes `bytes` to port `port`, one `out` each.
     pub fn out_bytes(port: u16, bytes: &[u8]) -> Vec<u8> {

@@ -87,6 +87,8 @@ impl SharedState {
 /// Configures a fresh vCPU: CPUID from `template`, MSRs, FPU, LAPIC LINTs
 /// and, for the boot vCPU (`entry` given), long-mode registers at `entry`.
 /// Application processors wait for INIT/SIPI from the in-kernel LAPIC.
+/// Returns the CPUID set (some hosts' KVM_GET_CPUID2 reports other bits,
+/// so a snapshot saves this).
 pub fn configure(
     fd: &VcpuFd,
     supported: &CpuId,
@@ -94,7 +96,7 @@ pub fn configure(
     topo: VcpuTopology,
     entry: Option<u64>,
     has_lapic: bool,
-) -> Result<(), VcpuError> {
+) -> Result<CpuId, VcpuError> {
     let index = topo.index;
     let err = |what| {
         move |source| VcpuError::Configure {
@@ -129,7 +131,7 @@ pub fn configure(
         fd.set_regs(&regs::boot_regs(entry))
             .map_err(err("registers"))?;
     }
-    Ok(())
+    Ok(cpuid)
 }
 
 thread_local! {
@@ -168,6 +170,11 @@ pub struct RunControl {
 }
 
 impl RunControl {
+    /// Lets vCPU threads run again after [`stop_all`] paused them.
+    pub fn clear_stop(&self) {
+        self.stop.store(false, Ordering::Release);
+    }
+
     /// When the boot vCPU first entered the guest, in CLOCK_MONOTONIC ns.
     pub fn first_run_ns(&self) -> Option<u64> {
         match self.first_run_ns.load(Ordering::Acquire) {
@@ -210,12 +217,12 @@ pub struct VcpuThread {
 
 impl VcpuThread {
     /// Starts vCPU `index` running; its stop report goes to `reports`.
-    pub fn spawn(
+    pub fn spawn<R: From<VcpuExitReport> + Send + 'static>(
         index: u8,
         fd: VcpuFd,
         buses: Arc<Buses>,
         control: Arc<RunControl>,
-        reports: Sender<VcpuExitReport>,
+        reports: Sender<R>,
     ) -> Result<Self, VcpuError> {
         install_kick_handler()?;
         let state = Arc::new(SharedState(AtomicU8::new(VcpuState::Starting as u8)));
@@ -260,7 +267,8 @@ impl VcpuThread {
 
 /// Asks every vCPU to stop, waits for their threads and returns the vCPU
 /// fds of those that ended normally (in index order), so their final state
-/// can still be read.
+/// can still be read, or saved and run again (a pause): a stopped vCPU has
+/// completed the I/O it exited for.
 pub fn stop_all(control: &RunControl, threads: &mut [VcpuThread]) -> Vec<VcpuFd> {
     control.stop.store(true, Ordering::Release);
     for t in threads.iter() {
@@ -285,12 +293,39 @@ pub fn registers(fd: &VcpuFd) -> Option<String> {
     Some(regs::describe(&r, &s))
 }
 
-fn run_loop(
+/// Most exits handled while completing pending I/O before a stop.
+const MAX_COMPLETION_EXITS: u32 = 16;
+
+/// Lets KVM finish the instruction the vCPU last exited for (the result of
+/// an MMIO or port read is only written on the next KVM_RUN), without
+/// entering the guest: KVM completes pending I/O before it looks at
+/// `immediate_exit`.
+fn complete_pending_io(index: u8, fd: &mut VcpuFd, buses: &Buses) {
+    fd.set_kvm_immediate_exit(1);
+    for _ in 0..MAX_COMPLETION_EXITS {
+        match fd.run() {
+            Ok(exit) => {
+                // A string I/O instruction may need another exit to finish.
+                if let ExitAction::Stop(reason) = handle_exit(exit, buses) {
+                    tracing::warn!(
+                        vcpu = index,
+                        ?reason,
+                        "guest stop request lost while stopping"
+                    );
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    fd.set_kvm_immediate_exit(0);
+}
+
+fn run_loop<R: From<VcpuExitReport>>(
     index: u8,
     mut fd: VcpuFd,
     buses: &Buses,
     control: &RunControl,
-    reports: &Sender<VcpuExitReport>,
+    reports: &Sender<R>,
 ) -> VcpuFd {
     let immediate_exit: *mut u8 = &mut fd.get_kvm_run().immediate_exit;
     IMMEDIATE_EXIT.with(|c| c.set(immediate_exit));
@@ -333,9 +368,12 @@ fn run_loop(
         }
     };
     IMMEDIATE_EXIT.with(|c| c.set(std::ptr::null_mut()));
-    if let Some(report) = report {
+    match report {
         // The receiver may be gone when the VM is already stopping.
-        let _ = reports.send(report);
+        Some(report) => {
+            let _ = reports.send(report.into());
+        }
+        None => complete_pending_io(index, &mut fd, buses),
     }
     fd
 }

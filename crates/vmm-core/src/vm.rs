@@ -2,15 +2,18 @@
 //! in-kernel interrupt controllers and PIT.
 
 use kvm_bindings::{
-    kvm_pit_config, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES,
-    KVM_PIT_SPEAKER_DUMMY,
+    kvm_clock_data, kvm_irqchip, kvm_pit_config, kvm_pit_state2, kvm_userspace_memory_region,
+    CpuId, KVM_IRQCHIP_IOAPIC, KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE,
+    KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY,
 };
 use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
+use serde::{Deserialize, Serialize};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::layout::{KVM_IDENTITY_MAP_START, KVM_TSS_START};
 use crate::memory::GuestMemory;
+use crate::snapshot::cpu::HostCpu;
 
 /// KVM API version every supported kernel reports.
 const KVM_API_VERSION: i32 = 12;
@@ -63,6 +66,20 @@ pub enum VmError {
         #[source]
         source: kvm_ioctls::Error,
     },
+    /// Reading or restoring VM-wide state (irqchip, PIT, clock) failed.
+    #[error("KVM could not {action} the VM's {what}")]
+    State {
+        /// "save" or "restore".
+        action: &'static str,
+        /// Which state.
+        what: &'static str,
+        /// What KVM said.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// KVM_GET_MSR_INDEX_LIST failed.
+    #[error("KVM could not list the MSRs it saves")]
+    MsrList(#[source] kvm_ioctls::Error),
     /// KVM_CREATE_VCPU failed.
     #[error("KVM could not create vCPU {index}")]
     CreateVcpu {
@@ -169,4 +186,92 @@ impl Vm {
             .create_vcpu(u64::from(index))
             .map_err(|source| VmError::CreateVcpu { index, source })
     }
+
+    /// What the host's KVM offers for saving and restoring vCPUs.
+    pub fn host_cpu(&self) -> Result<HostCpu, VmError> {
+        let msr_indices = self
+            .kvm
+            .get_msr_index_list()
+            .map_err(VmError::MsrList)?
+            .as_slice()
+            .to_vec();
+        let xsave_size = if self.kvm.check_extension(Cap::Xsave2) {
+            usize::try_from(self.fd.check_extension_int(Cap::Xsave2)).unwrap_or(0)
+        } else {
+            0
+        };
+        Ok(HostCpu {
+            msr_indices,
+            supported: self.supported_cpuid()?,
+            has_xcrs: self.kvm.check_extension(Cap::Xcrs),
+            xsave_size,
+        })
+    }
+
+    /// Saves the in-kernel PICs, IO-APIC, PIT and clock (vCPUs stopped).
+    pub fn save_state(&self) -> Result<VmState, VmError> {
+        let err = |what| {
+            move |source| VmError::State {
+                action: "save",
+                what,
+                source,
+            }
+        };
+        let chip = |chip_id| {
+            let mut c = kvm_irqchip {
+                chip_id,
+                ..Default::default()
+            };
+            self.fd.get_irqchip(&mut c).map(|()| c)
+        };
+        Ok(VmState {
+            pic_master: chip(KVM_IRQCHIP_PIC_MASTER).map_err(err("master PIC"))?,
+            pic_slave: chip(KVM_IRQCHIP_PIC_SLAVE).map_err(err("slave PIC"))?,
+            ioapic: chip(KVM_IRQCHIP_IOAPIC).map_err(err("IO-APIC"))?,
+            pit: self.fd.get_pit2().map_err(err("PIT"))?,
+            clock: self.fd.get_clock().map_err(err("clock"))?,
+        })
+    }
+
+    /// Restores what [`Vm::save_state`] saved, into a VM whose irqchip and
+    /// PIT exist.
+    pub fn restore_state(&self, state: &VmState) -> Result<(), VmError> {
+        let err = |what| {
+            move |source| VmError::State {
+                action: "restore",
+                what,
+                source,
+            }
+        };
+        self.fd.set_pit2(&state.pit).map_err(err("PIT"))?;
+        // The clock resumes where it was saved; the flags describe the old
+        // host's clock and may not be set.
+        let clock = kvm_clock_data {
+            clock: state.clock.clock,
+            ..Default::default()
+        };
+        self.fd.set_clock(&clock).map_err(err("clock"))?;
+        self.fd
+            .set_irqchip(&state.pic_master)
+            .map_err(err("master PIC"))?;
+        self.fd
+            .set_irqchip(&state.pic_slave)
+            .map_err(err("slave PIC"))?;
+        self.fd.set_irqchip(&state.ioapic).map_err(err("IO-APIC"))
+    }
+}
+
+/// The VM-wide state KVM holds outside the vCPUs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VmState {
+    /// The first 8259 PIC.
+    pub pic_master: kvm_irqchip,
+    /// The cascaded 8259 PIC.
+    pub pic_slave: kvm_irqchip,
+    /// The IO-APIC.
+    pub ioapic: kvm_irqchip,
+    /// The PIT's three channels.
+    pub pit: kvm_pit_state2,
+    /// The KVM clock.
+    pub clock: kvm_clock_data,
 }

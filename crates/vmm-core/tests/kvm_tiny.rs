@@ -164,7 +164,7 @@ fn a_spinning_vcpu_is_kicked_out_of_kvm_run() {
     )
     .unwrap();
     let control = Arc::new(RunControl::default());
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::channel::<vmm_core::vcpu::VcpuExitReport>();
     let thread = VcpuThread::spawn(0, fd, Arc::new(Buses::default()), control.clone(), tx).unwrap();
     assert!(testkit::wait_until(Duration::from_secs(5), || control
         .first_run_ns()

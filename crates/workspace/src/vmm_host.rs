@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use vmm_core::devices::serial::ConsoleSink;
-use vmm_core::machine::{DiskConfig, StopHandle, VsockConfig};
+use vmm_core::machine::{DiskConfig, MachineHandle, VsockConfig};
 use vmm_core::{KernelVariant, Machine, MachineConfig, StopReason};
 
 use guest_agent::client::blocking::BlockingClient;
@@ -47,7 +47,7 @@ struct Shared {
     /// Set by whoever records the end first.
     finished: AtomicBool,
     /// Ends the machine's run (a teardown), once the machine exists.
-    teardown: OnceLock<StopHandle>,
+    teardown: OnceLock<MachineHandle>,
 }
 
 impl Shared {
@@ -204,7 +204,7 @@ impl VmmProcess {
         ws.remove_sockets();
         let machine = match build_machine(&state, &ws, &meta.spec, kernel) {
             Ok(m) => {
-                let _ = shared.teardown.set(m.stop_handle());
+                let _ = shared.teardown.set(m.handle());
                 Some(m)
             }
             Err(e) => {

@@ -4,7 +4,8 @@
 use kvm_bindings::kvm_cpuid_entry2;
 
 /// A named CPUID policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CpuTemplate {
     /// What KVM supports, with topology and the hypervisor bit set.
     Standard,

@@ -66,6 +66,17 @@ impl Cmos {
         Self { index: 0, now }
     }
 
+    /// The selected register (the device's only state; the clock is the
+    /// host's).
+    pub fn selected(&self) -> u8 {
+        self.index
+    }
+
+    /// Selects register `index`, as a restored machine had it.
+    pub fn select(&mut self, index: u8) {
+        self.index = index & 0x7f;
+    }
+
     fn register(&self, index: u8) -> u8 {
         let secs = (self.now)();
         let days = (secs / 86_400) as i64;

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use event_manager::{EventManager, MutEventSubscriber, SubscriberOps};
+use event_manager::{EventManager, EventOps, EventSet, Events, MutEventSubscriber, SubscriberOps};
+use vmm_sys_util::eventfd::EventFd;
 
 /// A subscriber as the loop holds it.
 pub type Subscriber = Arc<Mutex<dyn MutEventSubscriber + Send>>;
@@ -22,12 +23,33 @@ pub enum EventLoopError {
     /// The thread could not be spawned.
     #[error("could not start the device event loop thread")]
     Spawn(#[source] std::io::Error),
+    /// The wake-up eventfd could not be created.
+    #[error("could not create the device event loop's wake-up eventfd")]
+    Waker(#[source] std::io::Error),
+    /// The loop's thread panicked, so its devices are gone.
+    #[error("the device event loop thread panicked")]
+    Panicked,
+}
+
+/// Ends an epoll wait at once when the loop is asked to stop.
+struct Waker(EventFd);
+
+impl MutEventSubscriber for Waker {
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = ops.add(Events::new(&self.0, EventSet::IN)) {
+            tracing::error!("device event loop: cannot watch its waker: {e:?}");
+        }
+    }
+    fn process(&mut self, _: Events, _: &mut EventOps) {
+        let _ = self.0.read();
+    }
 }
 
 /// The loop before it runs: devices are added here (their `init` registers
 /// their fds).
 pub struct EventLoop {
     manager: EventManager<Subscriber>,
+    waker: EventFd,
 }
 
 impl std::fmt::Debug for EventLoop {
@@ -39,9 +61,12 @@ impl std::fmt::Debug for EventLoop {
 impl EventLoop {
     /// An empty loop.
     pub fn new() -> Result<Self, EventLoopError> {
-        Ok(Self {
-            manager: EventManager::new().map_err(EventLoopError::Create)?,
-        })
+        let mut manager = EventManager::new().map_err(EventLoopError::Create)?;
+        let waker = EventFd::new(libc::EFD_NONBLOCK).map_err(EventLoopError::Waker)?;
+        let ours = waker.try_clone().map_err(EventLoopError::Waker)?;
+        let waker_sub: Subscriber = Arc::new(Mutex::new(Waker(ours)));
+        manager.add_subscriber(waker_sub);
+        Ok(Self { manager, waker })
     }
 
     /// Adds a device.
@@ -49,10 +74,12 @@ impl EventLoop {
         self.manager.add_subscriber(subscriber);
     }
 
-    /// Runs the loop on its own thread until the returned handle is stopped.
+    /// Runs the loop on its own thread until the returned handle is stopped
+    /// or paused.
     pub fn spawn(mut self) -> Result<RunningEventLoop, EventLoopError> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
+        let waker = self.waker.try_clone().map_err(EventLoopError::Waker)?;
         let handle = std::thread::Builder::new()
             .name("devices".into())
             .spawn(move || {
@@ -62,10 +89,12 @@ impl EventLoop {
                         break;
                     }
                 }
+                self
             })
             .map_err(EventLoopError::Spawn)?;
         Ok(RunningEventLoop {
             stop,
+            waker,
             handle: Some(handle),
         })
     }
@@ -75,18 +104,32 @@ impl EventLoop {
 #[derive(Debug)]
 pub struct RunningEventLoop {
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
+    waker: EventFd,
+    handle: Option<JoinHandle<EventLoop>>,
 }
 
 impl RunningEventLoop {
-    /// Stops the loop and waits for its thread (at most one poll interval).
-    pub fn stop(&mut self) {
+    fn join(&mut self) -> Option<EventLoop> {
         self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            if h.join().is_err() {
+        let _ = self.waker.write(1);
+        match self.handle.take()?.join() {
+            Ok(lp) => Some(lp),
+            Err(_) => {
                 tracing::error!("device event loop thread panicked");
+                None
             }
         }
+    }
+
+    /// Stops the loop and waits for its thread.
+    pub fn stop(&mut self) {
+        self.join();
+    }
+
+    /// Stops the loop and hands it back, its devices untouched: no device
+    /// processes anything until it is spawned again.
+    pub fn pause(mut self) -> Result<EventLoop, EventLoopError> {
+        self.join().ok_or(EventLoopError::Panicked)
     }
 }
 
@@ -99,7 +142,6 @@ impl Drop for RunningEventLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use event_manager::{EventOps, EventSet, Events};
     use vmm_sys_util::eventfd::EventFd;
 
     struct Counter {
@@ -125,13 +167,24 @@ mod tests {
             evt: evt.try_clone().unwrap(),
             seen: seen.clone(),
         })));
-        let mut running = lp.spawn().unwrap();
+        let running = lp.spawn().unwrap();
         evt.write(3).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while *seen.lock().unwrap() != 3 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert_eq!(*seen.lock().unwrap(), 3);
+        // Paused, nothing is processed; spawned again, the backlog is.
+        let paused = running.pause().unwrap();
+        evt.write(2).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(*seen.lock().unwrap(), 3);
+        let mut running = paused.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while *seen.lock().unwrap() != 5 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(*seen.lock().unwrap(), 5);
         running.stop();
     }
 }

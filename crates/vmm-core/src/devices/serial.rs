@@ -3,6 +3,8 @@
 
 use std::io::{self, Write};
 
+use serde::{Deserialize, Serialize};
+use vm_superio::serial::SerialState;
 use vm_superio::{Serial as Uart, Trigger};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -85,6 +87,69 @@ impl Serial {
     }
 }
 
+/// The UART's registers and receive FIFO, as a snapshot holds them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)] // the 16550A's registers, named as vm-superio names them
+pub struct SerialRegs {
+    pub baud_divisor_low: u8,
+    pub baud_divisor_high: u8,
+    pub interrupt_enable: u8,
+    pub interrupt_identification: u8,
+    pub line_control: u8,
+    pub line_status: u8,
+    pub modem_control: u8,
+    pub modem_status: u8,
+    pub scratch: u8,
+    pub in_buffer: Vec<u8>,
+}
+
+/// A saved UART state the device cannot take.
+#[derive(Debug, thiserror::Error)]
+#[error("the saved serial state is invalid (receive FIFO of {0} bytes)")]
+pub struct SerialStateError(usize);
+
+impl Serial {
+    /// The UART's state.
+    pub fn save_state(&self) -> SerialRegs {
+        let s = self.uart.state();
+        SerialRegs {
+            baud_divisor_low: s.baud_divisor_low,
+            baud_divisor_high: s.baud_divisor_high,
+            interrupt_enable: s.interrupt_enable,
+            interrupt_identification: s.interrupt_identification,
+            line_control: s.line_control,
+            line_status: s.line_status,
+            modem_control: s.modem_control,
+            modem_status: s.modem_status,
+            scratch: s.scratch,
+            in_buffer: s.in_buffer,
+        }
+    }
+
+    /// COM1 in the saved state `regs`, raising `irq`, writing to `sink`.
+    pub fn from_state(
+        regs: &SerialRegs,
+        irq: EventFd,
+        sink: ConsoleSink,
+    ) -> Result<Self, SerialStateError> {
+        let state = SerialState {
+            baud_divisor_low: regs.baud_divisor_low,
+            baud_divisor_high: regs.baud_divisor_high,
+            interrupt_enable: regs.interrupt_enable,
+            interrupt_identification: regs.interrupt_identification,
+            line_control: regs.line_control,
+            line_status: regs.line_status,
+            modem_control: regs.modem_control,
+            modem_status: regs.modem_status,
+            scratch: regs.scratch,
+            in_buffer: regs.in_buffer.clone(),
+        };
+        let uart = Uart::from_state(&state, IrqTrigger(irq), vm_superio::serial::NoEvents, sink)
+            .map_err(|_| SerialStateError(regs.in_buffer.len()))?;
+        Ok(Self { uart })
+    }
+}
+
 impl BusDevice for Serial {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
         let value = self.uart.read(offset as u8);
@@ -147,5 +212,23 @@ mod tests {
         let mut lsr = [0];
         serial.read(5, &mut lsr);
         assert_ne!(lsr[0] & 0x20, 0);
+    }
+
+    #[test]
+    fn state_round_trips() {
+        let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let mut serial = Serial::new(irq.try_clone().unwrap(), ConsoleSink::new());
+        serial.write(3, &[0x83]); // DLAB on
+        serial.write(0, &[0x0c]); // divisor low
+        serial.write(3, &[0x03]);
+        serial.write(7, &[0x5a]); // scratch
+        let regs = serial.save_state();
+        assert_eq!(regs.baud_divisor_low, 0x0c);
+        let back = Serial::from_state(&regs, irq, ConsoleSink::new()).unwrap();
+        assert_eq!(back.save_state(), regs);
+        let mut too_full = regs;
+        too_full.in_buffer = vec![0; 4096];
+        let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        assert!(Serial::from_state(&too_full, irq, ConsoleSink::new()).is_err());
     }
 }

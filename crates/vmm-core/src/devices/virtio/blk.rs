@@ -410,6 +410,10 @@ impl VirtioDevice for BlockDevice {
     fn reset(&mut self) {
         self.active = None;
     }
+
+    fn queue_states(&self) -> Vec<virtio_queue::QueueState> {
+        self.active.iter().map(|a| a.queue.state()).collect()
+    }
 }
 
 impl MutEventSubscriber for BlockDevice {

@@ -6,9 +6,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use virtio_queue::{Queue, QueueT};
+use serde::{Deserialize, Serialize};
+use virtio_queue::{Queue, QueueState, QueueT};
 
-use super::{Interrupt, VirtioDevice, INT_CONFIG, VIRTIO_F_VERSION_1};
+use super::{ActivateError, Interrupt, VirtioDevice, INT_CONFIG, VIRTIO_F_VERSION_1};
 use crate::devices::bus::{BusDevice, DeviceAction};
 use crate::memory::GuestMemory;
 
@@ -59,13 +60,108 @@ pub mod status {
 }
 
 /// What the driver wrote for one queue.
-#[derive(Clone, Copy, Debug, Default)]
-struct QueueRegs {
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueRegs {
     size: u16,
     ready: bool,
     desc: u64,
     driver: u64,
     device: u64,
+}
+
+/// A running queue's position (virtio-queue's `QueueState`, which has no
+/// serde form).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)] // the same fields as QueueState
+pub struct SavedQueue {
+    pub max_size: u16,
+    pub next_avail: u16,
+    pub next_used: u16,
+    pub event_idx_enabled: bool,
+    pub size: u16,
+    pub ready: bool,
+    pub desc_table: u64,
+    pub avail_ring: u64,
+    pub used_ring: u64,
+}
+
+impl From<QueueState> for SavedQueue {
+    fn from(q: QueueState) -> Self {
+        Self {
+            max_size: q.max_size,
+            next_avail: q.next_avail,
+            next_used: q.next_used,
+            event_idx_enabled: q.event_idx_enabled,
+            size: q.size,
+            ready: q.ready,
+            desc_table: q.desc_table,
+            avail_ring: q.avail_ring,
+            used_ring: q.used_ring,
+        }
+    }
+}
+
+impl From<SavedQueue> for QueueState {
+    fn from(q: SavedQueue) -> Self {
+        QueueState {
+            max_size: q.max_size,
+            next_avail: q.next_avail,
+            next_used: q.next_used,
+            event_idx_enabled: q.event_idx_enabled,
+            size: q.size,
+            ready: q.ready,
+            desc_table: q.desc_table,
+            avail_ring: q.avail_ring,
+            used_ring: q.used_ring,
+        }
+    }
+}
+
+/// A transport and its device's queues, as a snapshot holds them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportState {
+    /// The device type (checked on restore).
+    pub device_type: u32,
+    /// DeviceFeaturesSel.
+    pub device_features_sel: u32,
+    /// DriverFeaturesSel.
+    pub driver_features_sel: u32,
+    /// Features the driver accepted.
+    pub acked_features: u64,
+    /// QueueSel.
+    pub queue_sel: u32,
+    /// The queue registers.
+    pub queues: Vec<QueueRegs>,
+    /// The status register.
+    pub status: u32,
+    /// ConfigGeneration.
+    pub config_generation: u32,
+    /// InterruptStatus.
+    pub interrupt_status: u32,
+    /// The running queues (empty when the device is not active).
+    pub active_queues: Vec<SavedQueue>,
+}
+
+/// Why a transport could not take a saved state.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportStateError {
+    /// The snapshot's device is of another type or shape.
+    #[error("the snapshot's virtio device (type {saved}) does not match this machine's (type {present})")]
+    Mismatch {
+        /// The saved device type.
+        saved: u32,
+        /// This machine's device type.
+        present: u32,
+    },
+    /// A saved queue is not valid in guest memory.
+    #[error("saved queue {0} is not valid")]
+    Queue(usize),
+    /// The device would not start with the saved queues.
+    #[error("the device did not accept its saved queues")]
+    Activate(#[source] ActivateError),
+    /// The interrupt line could not be raised.
+    #[error("could not raise the device's interrupt")]
+    Interrupt(#[source] std::io::Error),
 }
 
 fn set_low(v: &mut u64, low: u32) {
@@ -151,6 +247,74 @@ impl MmioTransport {
     /// Whether the device was activated (DRIVER_OK accepted).
     pub fn is_active(&self) -> bool {
         self.active
+    }
+
+    /// The transport's and its device's state; the device must be quiescent
+    /// (vCPUs and the event loop stopped).
+    pub fn save_state(&self) -> TransportState {
+        let active_queues = if self.active {
+            lock(&self.device)
+                .queue_states()
+                .into_iter()
+                .map(SavedQueue::from)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        TransportState {
+            device_type: self.device_type,
+            device_features_sel: self.device_features_sel,
+            driver_features_sel: self.driver_features_sel,
+            acked_features: self.acked_features,
+            queue_sel: self.queue_sel,
+            queues: self.queues.clone(),
+            status: self.status,
+            config_generation: self.config_generation,
+            interrupt_status: self.interrupt.status(),
+            active_queues,
+        }
+    }
+
+    /// Takes `state` into this fresh transport, activating its device with
+    /// the saved queues when it was active.
+    pub fn restore_state(&mut self, state: &TransportState) -> Result<(), TransportStateError> {
+        if state.device_type != self.device_type || state.queues.len() != self.queues.len() {
+            return Err(TransportStateError::Mismatch {
+                saved: state.device_type,
+                present: self.device_type,
+            });
+        }
+        let mut queues = Vec::with_capacity(state.active_queues.len());
+        for (i, saved) in state.active_queues.iter().enumerate() {
+            match Queue::try_from(QueueState::from(*saved)) {
+                Ok(q) if q.is_valid(&self.mem) => queues.push(q),
+                _ => return Err(TransportStateError::Queue(i)),
+            }
+        }
+        self.device_features_sel = state.device_features_sel;
+        self.driver_features_sel = state.driver_features_sel;
+        self.acked_features = state.acked_features;
+        self.queue_sel = state.queue_sel;
+        self.queues.clone_from(&state.queues);
+        self.status = state.status;
+        self.config_generation = state.config_generation;
+        self.interrupt
+            .restore_status(state.interrupt_status)
+            .map_err(TransportStateError::Interrupt)?;
+        if !queues.is_empty() {
+            let mut device = lock(&self.device);
+            device
+                .activate(
+                    self.mem.clone(),
+                    queues,
+                    self.interrupt.clone(),
+                    self.acked_features,
+                )
+                .map_err(TransportStateError::Activate)?;
+            device.restored();
+            self.active = true;
+        }
+        Ok(())
     }
 
     fn selected(&mut self) -> Option<&mut QueueRegs> {

@@ -11,6 +11,8 @@ use vmm_sys_util::eventfd::EventFd;
 struct FakeDevice {
     events: Vec<EventFd>,
     activations: Vec<(usize, u64)>,
+    queues: Vec<Queue>,
+    restored: usize,
     resets: usize,
     config: [u8; 8],
 }
@@ -53,10 +55,17 @@ impl VirtioDevice for FakeDevice {
         features: u64,
     ) -> Result<(), ActivateError> {
         self.activations.push((queues.len(), features));
+        self.queues = queues;
         Ok(())
     }
     fn reset(&mut self) {
         self.resets += 1;
+    }
+    fn queue_states(&self) -> Vec<virtio_queue::QueueState> {
+        self.queues.iter().map(Queue::state).collect()
+    }
+    fn restored(&mut self) {
+        self.restored += 1;
     }
 }
 
@@ -66,6 +75,8 @@ fn setup() -> (MmioTransport, Arc<Mutex<FakeDevice>>) {
             .map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap())
             .collect(),
         activations: Vec::new(),
+        queues: Vec::new(),
+        restored: 0,
         resets: 0,
         config: *b"abcdefgh",
     }));
@@ -243,4 +254,45 @@ fn cmdline_declaration() {
         cmdline_device(0xd000_0000, 0x1000, 5),
         "virtio_mmio.device=4K@0xd0000000:5"
     );
+}
+
+#[test]
+fn state_round_trips_into_a_fresh_transport() {
+    let (mut t, dev) = setup();
+    negotiate(&mut t, VIRTIO_F_VERSION_1 | 1 << 3);
+    setup_queues(&mut t);
+    write(&mut t, regs::STATUS, ALL_OK);
+    dev.lock().unwrap().queues[1].set_next_avail(5);
+    t.interrupt.trigger(INT_CONFIG).unwrap();
+    let saved = t.save_state();
+    assert_eq!(saved.active_queues.len(), 2);
+    assert_eq!(saved.active_queues[1].next_avail, 5);
+
+    let (mut fresh, fresh_dev) = setup();
+    fresh.restore_state(&saved).unwrap();
+    assert!(fresh.is_active());
+    assert_eq!(fresh.save_state(), saved);
+    let d = fresh_dev.lock().unwrap();
+    assert_eq!(d.activations, vec![(2, VIRTIO_F_VERSION_1 | 1 << 3)]);
+    assert_eq!(d.restored, 1);
+    drop(d);
+    assert_eq!(read(&mut fresh, regs::INTERRUPT_STATUS), INT_CONFIG);
+    assert_eq!(read(&mut fresh, regs::STATUS), ALL_OK);
+
+    // Another device type, or a queue outside guest memory, is refused.
+    let mut other = saved.clone();
+    other.device_type = 2;
+    assert!(matches!(
+        setup().0.restore_state(&other),
+        Err(TransportStateError::Mismatch {
+            saved: 2,
+            present: 42
+        })
+    ));
+    let mut bad = saved;
+    bad.active_queues[0].desc_table = 1 << 40;
+    assert!(matches!(
+        setup().0.restore_state(&bad),
+        Err(TransportStateError::Queue(0))
+    ));
 }

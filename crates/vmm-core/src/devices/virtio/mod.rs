@@ -49,6 +49,16 @@ impl Interrupt {
         }
     }
 
+    /// Restores the status register (after a snapshot), raising the line if
+    /// anything is pending so the driver looks.
+    pub fn restore_status(&self, bits: u32) -> std::io::Result<()> {
+        self.status.store(bits, Ordering::Release);
+        if bits != 0 {
+            self.irq.write(1)?;
+        }
+        Ok(())
+    }
+
     /// Sets `bits` in the status register and raises the line.
     pub fn trigger(&self, bits: u32) -> std::io::Result<()> {
         self.status.fetch_or(bits, Ordering::AcqRel);
@@ -114,6 +124,12 @@ pub trait VirtioDevice: MutEventSubscriber + Send {
     ) -> Result<(), ActivateError>;
     /// The driver reset the device: drop queues and per-activation state.
     fn reset(&mut self);
+    /// The state of every queue while active (for a snapshot; the device
+    /// is quiescent), in index order; empty when inactive.
+    fn queue_states(&self) -> Vec<virtio_queue::QueueState>;
+    /// Called once after a restored activation, before the guest runs:
+    /// whatever the device must tell the driver about the restore.
+    fn restored(&mut self) {}
 }
 
 #[cfg(test)]

@@ -49,6 +49,8 @@ pub const EVENT_QUEUE: usize = 2;
 const QUEUE_SIZES: [u16; 3] = [QUEUE_SIZE; 3];
 /// Event-loop tags of the queue eventfds, by queue index.
 const QUEUE_TAGS: [u32; 3] = [1, 2, 3];
+/// `virtio_vsock_event.id` of a transport reset (virtio 1.2 §5.10.6.7).
+const TRANSPORT_RESET: u32 = 0;
 /// Tx chains handled per event before yielding to other work.
 const TX_BUDGET: usize = QUEUE_SIZE as usize;
 
@@ -93,6 +95,7 @@ struct Active {
     mem: GuestMemory,
     rxq: Queue,
     txq: Queue,
+    evq: Queue,
     interrupt: Arc<Interrupt>,
 }
 
@@ -338,7 +341,7 @@ impl VirtioDevice for VsockDevice {
         interrupt: Arc<Interrupt>,
         _acked_features: u64,
     ) -> Result<(), ActivateError> {
-        let [rxq, txq, _evq]: [Queue; 3] =
+        let [rxq, txq, evq]: [Queue; 3] =
             queues
                 .try_into()
                 .map_err(|q: Vec<Queue>| ActivateError::QueueCount {
@@ -349,6 +352,7 @@ impl VirtioDevice for VsockDevice {
             mem,
             rxq,
             txq,
+            evq,
             interrupt,
         });
         // Buffers may have been queued before activation, when their
@@ -361,6 +365,35 @@ impl VirtioDevice for VsockDevice {
     fn reset(&mut self) {
         self.active = None;
         self.backend.reset();
+    }
+
+    fn queue_states(&self) -> Vec<virtio_queue::QueueState> {
+        self.active
+            .iter()
+            .flat_map(|a| [a.rxq.state(), a.txq.state(), a.evq.state()])
+            .collect()
+    }
+
+    /// Connections do not survive a restore: the driver is told with a
+    /// transport-reset event, resets its sockets and keeps its listeners.
+    fn restored(&mut self) {
+        let Some(act) = self.active.as_mut() else {
+            return;
+        };
+        let Some(chain) = act.evq.pop_descriptor_chain(&act.mem) else {
+            tracing::warn!("vsock: no event buffer for the transport reset");
+            return;
+        };
+        let head = chain.head_index();
+        let written = chain
+            .writer(&act.mem)
+            .ok()
+            .and_then(|mut w: Writer<'_, ()>| w.write_all(&TRANSPORT_RESET.to_le_bytes()).ok());
+        let len = if written.is_some() { 4 } else { 0 };
+        if let Err(e) = act.evq.add_used(&act.mem, head, len) {
+            tracing::warn!("vsock: cannot return the event buffer: {e}");
+        }
+        signal_used(&mut act.evq, &act.mem, &act.interrupt);
     }
 }
 

@@ -1,10 +1,16 @@
-//! A Linux guest assembled from small `attach_*` steps and run until it
-//! reboots, powers off or fails.
+//! A Linux guest assembled from small `attach_*` steps, or restored from a
+//! snapshot by the same steps, and run until it reboots, powers off or
+//! fails. [`run`] runs it; [`restore`] builds one from a snapshot.
+
+mod restore;
+pub mod run;
+
+pub use restore::RestoreConfig;
+pub use run::{MachineHandle, RunOutcome};
 
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use kvm_ioctls::{IoEventAddress, VcpuFd};
 use vmm_sys_util::eventfd::EventFd;
@@ -15,31 +21,30 @@ use crate::arch::{boot_params, write_boot_tables, BootTablesError};
 use crate::devices::cmos::{Cmos, CMOS_PORT_BASE, CMOS_PORT_LEN};
 use crate::devices::event_loop::{EventLoop, EventLoopError};
 use crate::devices::i8042::{I8042, I8042_PORT_BASE, I8042_PORT_LEN};
-use crate::devices::serial::{ConsoleSink, Serial, COM1_PORT_BASE, COM_PORT_LEN};
+use crate::devices::serial::{
+    ConsoleSink, Serial, SerialRegs, SerialStateError, COM1_PORT_BASE, COM_PORT_LEN,
+};
 use crate::devices::virtio::blk::{BlockDevice, BlockError};
-use crate::devices::virtio::mmio::{self, MmioTransport};
+use crate::devices::virtio::mmio::{self, MmioTransport, TransportStateError};
 use crate::devices::virtio::vsock::{VsockDevice, VsockError};
 use crate::devices::virtio::{Interrupt, VirtioDevice};
 use crate::devices::BusError;
-use crate::exit::{Buses, StopReason};
+use crate::exit::Buses;
 use crate::host::cmdline_additions;
 use crate::kernel::{self, KernelError, LoadedKernel};
 use crate::layout::{
     IOAPIC_PINS, MMIO_DEVICES_START, MMIO_DEVICE_SIZE, SERIAL_IRQ, VIRTIO_IRQ_BASE,
 };
 use crate::memory::{create_guest_memory, GuestMemory, MemoryError};
-use crate::stats;
-use crate::vcpu::{
-    configure, registers, stop_all, RunControl, VcpuError, VcpuExitReport, VcpuState, VcpuThread,
-};
+use crate::snapshot::cpu::CpuStateError;
+use crate::snapshot::{DiskState, SnapshotError};
+use crate::vcpu::{configure, VcpuError};
 use crate::vm::{Vm, VmError};
+use run::RunMessage;
 
 /// The command line every guest starts from: serial console, reboot through
 /// the keyboard controller (which ends the VM), no PCI probing.
 pub const BASE_CMDLINE: &str = "console=ttyS0 reboot=k panic=1 pci=off nomodule";
-
-/// How often a run without a report checks that its vCPU threads live.
-const VCPU_POLL: Duration = Duration::from_millis(500);
 
 /// Most virtio devices one guest can have: one IO-APIC pin each.
 pub const MAX_VIRTIO_DEVICES: u32 = IOAPIC_PINS - VIRTIO_IRQ_BASE;
@@ -140,35 +145,39 @@ pub enum MachineError {
     /// KVM refused an ioeventfd for a queue notification address.
     #[error("KVM could not attach a queue notification eventfd")]
     IoEvent(#[source] kvm_ioctls::Error),
+    /// A snapshot could not be written or read.
+    #[error("snapshot")]
+    Snapshot(#[from] SnapshotError),
+    /// A vCPU's state could not be saved or restored.
+    #[error("vCPU state")]
+    CpuState(#[from] CpuStateError),
+    /// A virtio device's saved state does not fit.
+    #[error("virtio device state")]
+    TransportState(#[from] TransportStateError),
+    /// The serial port's saved state does not fit.
+    #[error("serial port state")]
+    SerialState(#[from] SerialStateError),
+    /// The machine to restore into differs from the snapshot's.
+    #[error("the snapshot does not fit this machine: {0}")]
+    SnapshotMismatch(String),
+    /// The run has ended; the handle has nothing to act on.
+    #[error("the machine is not running")]
+    NotRunning,
+    /// A vCPU thread ended while the machine was being paused.
+    #[error("vCPU threads were lost while pausing")]
+    VcpusLost,
 }
 
-/// How a run ended.
-#[derive(Debug)]
-pub struct RunOutcome {
-    /// Why the VM stopped.
-    pub reason: StopReason,
-    /// The reporting vCPU's registers when it failed.
-    pub registers: Option<String>,
-    /// CLOCK_MONOTONIC ns of the boot vCPU's first KVM_RUN.
-    pub first_run_ns: Option<u64>,
-    /// Resident memory of the VMM process outside guest RAM, in KiB, just before teardown.
-    pub overhead_rss_kib: Option<u64>,
-}
-
-/// Stops a [`Machine`]'s run from another thread: [`Machine::run`] returns
-/// with [`StopReason::Stopped`] and tears the VM down (no guest shutdown).
-#[derive(Clone, Debug)]
-pub struct StopHandle(mpsc::Sender<VcpuExitReport>);
-
-impl StopHandle {
-    /// Ends the run; does nothing once it has ended.
-    pub fn stop(&self) {
-        let _ = self.0.send(VcpuExitReport {
-            index: 0,
-            reason: StopReason::Stopped,
-            registers: None,
-        });
-    }
+/// The devices a snapshot saves, by type.
+#[derive(Debug, Default)]
+struct Devices {
+    serial: Option<Arc<Mutex<Serial>>>,
+    cmos: Option<Arc<Mutex<Cmos>>>,
+    /// In attach order: disks, then vsock.
+    transports: Vec<Arc<Mutex<MmioTransport>>>,
+    /// Each disk's configuration and shape.
+    disks: Vec<(DiskConfig, DiskState)>,
+    vsock_cid: Option<u64>,
 }
 
 /// A guest ready to run.
@@ -177,8 +186,11 @@ pub struct Machine {
     vm: Vm,
     mem: GuestMemory,
     mem_size: u64,
+    template: CpuTemplate,
     buses: Buses,
     vcpus: Vec<VcpuFd>,
+    /// The CPUID each vCPU was set up with, by index.
+    vcpu_cpuid: Vec<Vec<kvm_bindings::kvm_cpuid_entry2>>,
     /// Base and template arguments, then device declarations as devices are
     /// attached; the user's arguments are appended last (after any `--`
     /// everything goes to init, so devices must come before them).
@@ -187,8 +199,9 @@ pub struct Machine {
     kernel: Option<LoadedKernel>,
     event_loop: EventLoop,
     virtio_devices: u32,
-    /// vCPU reports (and [`StopHandle`] requests) end the run.
-    reports: (mpsc::Sender<VcpuExitReport>, mpsc::Receiver<VcpuExitReport>),
+    devices: Devices,
+    /// vCPU reports and [`MachineHandle`] requests, handled by the run.
+    messages: (mpsc::Sender<RunMessage>, mpsc::Receiver<RunMessage>),
 }
 
 /// The full command line for `template` and the user's additions.
@@ -218,20 +231,9 @@ impl Machine {
         let vm = Vm::new()?;
         vm.register_memory(&mem)?;
         vm.create_irqchip_and_pit()?;
-        let mut machine = Machine {
-            vm,
-            mem,
-            mem_size: cfg.mem_mib << 20,
-            buses: Buses::default(),
-            vcpus: Vec::new(),
-            cmdline,
-            user_cmdline: cfg.extra_cmdline.clone().filter(|c| !c.trim().is_empty()),
-            kernel: None,
-            event_loop: EventLoop::new()?,
-            virtio_devices: 0,
-            reports: mpsc::channel(),
-        };
-        machine.attach_legacy_devices(cfg.console)?;
+        let mut machine = Machine::empty(vm, mem, cfg.mem_mib, cfg.template, cmdline)?;
+        machine.user_cmdline = cfg.extra_cmdline.clone().filter(|c| !c.trim().is_empty());
+        machine.attach_legacy_devices(cfg.console, None)?;
         for disk in &cfg.disks {
             machine.attach_block_device(disk)?;
         }
@@ -243,9 +245,36 @@ impl Machine {
         Ok(machine)
     }
 
-    /// A handle that ends [`Machine::run`] from another thread.
-    pub fn stop_handle(&self) -> StopHandle {
-        StopHandle(self.reports.0.clone())
+    /// A machine with memory and an irqchip, and nothing attached yet.
+    fn empty(
+        vm: Vm,
+        mem: GuestMemory,
+        mem_mib: u64,
+        template: CpuTemplate,
+        cmdline: String,
+    ) -> Result<Self, MachineError> {
+        Ok(Machine {
+            vm,
+            mem,
+            mem_size: mem_mib << 20,
+            template,
+            buses: Buses::default(),
+            vcpus: Vec::new(),
+            vcpu_cpuid: Vec::new(),
+            cmdline,
+            user_cmdline: None,
+            kernel: None,
+            event_loop: EventLoop::new()?,
+            virtio_devices: 0,
+            devices: Devices::default(),
+            messages: mpsc::channel(),
+        })
+    }
+
+    /// A handle that stops, pauses, resumes or snapshots the machine's run
+    /// from another thread.
+    pub fn handle(&self) -> MachineHandle {
+        MachineHandle::new(self.messages.0.clone())
     }
 
     /// The command line the guest gets.
@@ -258,21 +287,34 @@ impl Machine {
         self.kernel.as_ref()
     }
 
-    fn attach_legacy_devices(&mut self, console: ConsoleSink) -> Result<(), MachineError> {
+    /// COM1, the i8042 and the CMOS, fresh or in a saved state.
+    fn attach_legacy_devices(
+        &mut self,
+        console: ConsoleSink,
+        saved: Option<(&SerialRegs, u8)>,
+    ) -> Result<(), MachineError> {
         let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(MachineError::EventFd)?;
         self.vm.register_irqfd(&irq, SERIAL_IRQ)?;
-        let serial = Serial::new(irq, console);
+        let (serial, mut cmos) = match saved {
+            Some((regs, _)) => (Serial::from_state(regs, irq, console)?, Cmos::default()),
+            None => (Serial::new(irq, console), Cmos::default()),
+        };
+        if let Some((_, index)) = saved {
+            cmos.select(index);
+        }
+        let serial = Arc::new(Mutex::new(serial));
+        let cmos = Arc::new(Mutex::new(cmos));
         self.buses
             .pio
-            .insert(COM1_PORT_BASE, COM_PORT_LEN, Arc::new(Mutex::new(serial)))?;
+            .insert(COM1_PORT_BASE, COM_PORT_LEN, serial.clone())?;
         self.buses
             .pio
             .insert(I8042_PORT_BASE, I8042_PORT_LEN, Arc::new(Mutex::new(I8042)))?;
-        self.buses.pio.insert(
-            CMOS_PORT_BASE,
-            CMOS_PORT_LEN,
-            Arc::new(Mutex::new(Cmos::default())),
-        )?;
+        self.buses
+            .pio
+            .insert(CMOS_PORT_BASE, CMOS_PORT_LEN, cmos.clone())?;
+        self.devices.serial = Some(serial);
+        self.devices.cmos = Some(cmos);
         Ok(())
     }
 
@@ -282,12 +324,20 @@ impl Machine {
                 path: disk.path.clone(),
                 source,
             })?;
-        self.attach_virtio_device(Arc::new(Mutex::new(device)))
+        let shape = DiskState {
+            read_only: disk.read_only,
+            len: device.capacity() * 512,
+        };
+        self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
+        self.devices.disks.push((disk.clone(), shape));
+        Ok(())
     }
 
     fn attach_vsock(&mut self, cfg: &VsockConfig) -> Result<(), MachineError> {
         let device = VsockDevice::new(cfg.guest_cid, cfg.uds_path.clone())?;
-        self.attach_virtio_device(Arc::new(Mutex::new(device)))
+        self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
+        self.devices.vsock_cid = Some(cfg.guest_cid);
+        Ok(())
     }
 
     /// Places a virtio device: an MMIO window and an IRQ, an irqfd for its
@@ -316,10 +366,15 @@ impl Machine {
             }
         }
         let interrupt = Arc::new(Interrupt::new(irq_evt));
-        let transport = MmioTransport::new(device.clone(), self.mem.clone(), interrupt);
+        let transport = Arc::new(Mutex::new(MmioTransport::new(
+            device.clone(),
+            self.mem.clone(),
+            interrupt,
+        )));
         self.buses
             .mmio
-            .insert(base, MMIO_DEVICE_SIZE, Arc::new(Mutex::new(transport)))?;
+            .insert(base, MMIO_DEVICE_SIZE, transport.clone())?;
+        self.devices.transports.push(transport);
         self.event_loop.add(device);
         self.cmdline.push(' ');
         self.cmdline
@@ -356,7 +411,7 @@ impl Machine {
         for index in 0..count {
             let fd = self.vm.create_vcpu(index)?;
             let boot_entry = if index == 0 { entry } else { None };
-            configure(
+            let cpuid = configure(
                 &fd,
                 &supported,
                 template,
@@ -365,83 +420,10 @@ impl Machine {
                 true,
             )?;
             self.vcpus.push(fd);
+            self.vcpu_cpuid.push(cpuid.as_slice().to_vec());
         }
         Ok(())
     }
-
-    /// Runs the guest until it stops itself, fails, or `timeout` passes.
-    pub fn run(self, timeout: Option<Duration>) -> Result<RunOutcome, MachineError> {
-        let mut devices = self.event_loop.spawn()?;
-        let control = Arc::new(RunControl::default());
-        let buses = Arc::new(self.buses);
-        let (tx, rx) = self.reports;
-        let mut threads = Vec::with_capacity(self.vcpus.len());
-        for (index, fd) in self.vcpus.into_iter().enumerate() {
-            match VcpuThread::spawn(index as u8, fd, buses.clone(), control.clone(), tx.clone()) {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    let _ = stop_all(&control, &mut threads);
-                    return Err(e.into());
-                }
-            }
-        }
-        // Stop handles hold senders too, so a run whose vCPU threads all
-        // ended without a report is noticed by polling their state.
-        drop(tx);
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
-        let report = loop {
-            let wait = deadline.map_or(VCPU_POLL, |d| {
-                d.saturating_duration_since(std::time::Instant::now())
-                    .min(VCPU_POLL)
-            });
-            match rx.recv_timeout(wait) {
-                Ok(report) => break Ok(report),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(vcpus_gone()),
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                        break Err(StopReason::TimedOut);
-                    }
-                    if threads.iter().all(|t| t.state() == VcpuState::Exited) {
-                        // A report sent just before the last thread ended.
-                        break rx.try_recv().map_err(|_| vcpus_gone());
-                    }
-                }
-            }
-        };
-        let overhead_rss_kib = stats::overhead_rss_kib(&self.mem);
-        let fds = stop_all(&control, &mut threads);
-        devices.stop();
-        let (reason, registers) = match report {
-            Ok(r) => {
-                tracing::debug!(vcpu = r.index, reason = ?r.reason, "VM stopping");
-                (r.reason, r.registers)
-            }
-            // Where the guest was when it ran out of time says what it was stuck on.
-            Err(reason) => {
-                let all: Vec<String> = fds
-                    .iter()
-                    .enumerate()
-                    .map(|(i, fd)| {
-                        format!(
-                            "vcpu{i}: {}",
-                            registers(fd).unwrap_or_else(|| "unreadable".into())
-                        )
-                    })
-                    .collect();
-                (reason, (!all.is_empty()).then(|| all.join("; ")))
-            }
-        };
-        Ok(RunOutcome {
-            reason,
-            registers,
-            first_run_ns: control.first_run_ns(),
-            overhead_rss_kib,
-        })
-    }
-}
-
-fn vcpus_gone() -> StopReason {
-    StopReason::KvmFailure("every vCPU thread ended without a report".into())
 }
 
 #[cfg(test)]

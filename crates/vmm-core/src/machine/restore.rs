@@ -1,0 +1,125 @@
+//! Building a machine from a snapshot in a fresh process: the same attach
+//! steps as a boot, each device given its saved state, guest memory mapped
+//! copy-on-write from the snapshot's memory file. Everything is checked and
+//! set before any vCPU runs; an error leaves nothing behind.
+
+use std::path::PathBuf;
+
+use super::{DiskConfig, Machine, MachineError, VsockConfig};
+use crate::arch::cpuid::VcpuTopology;
+use crate::devices::serial::ConsoleSink;
+use crate::snapshot::{memory_file, MachineState, SnapshotFiles};
+use crate::vm::Vm;
+
+/// What to restore, and the host resources the restored machine gets.
+#[derive(Debug)]
+pub struct RestoreConfig {
+    /// The snapshot directory.
+    pub snapshot: PathBuf,
+    /// Where the serial console goes from now on.
+    pub console: ConsoleSink,
+    /// The disks, in the snapshot's order and shapes. A writable disk
+    /// should be a copy of the snapshot's (see [`SnapshotFiles::disk`]):
+    /// the guest's page cache expects its contents.
+    pub disks: Vec<DiskConfig>,
+    /// The vsock device's new host socket (its CID is the snapshot's).
+    pub vsock_uds: Option<PathBuf>,
+}
+
+impl Machine {
+    /// Builds the machine saved in `cfg.snapshot`; nothing runs yet.
+    pub fn restore(cfg: RestoreConfig) -> Result<Self, MachineError> {
+        let files = SnapshotFiles::new(&cfg.snapshot);
+        let state = MachineState::read(&files)?;
+        check_fits(&state, &cfg)?;
+        let mem = memory_file::map_private(&files.memory(), state.mem_mib)
+            .map_err(crate::snapshot::SnapshotError::from)?;
+        let vm = Vm::new()?;
+        vm.register_memory(&mem)?;
+        vm.create_irqchip_and_pit()?;
+        let host = vm.host_cpu()?;
+        let count = state.vcpus.len() as u8;
+        for (index, vcpu) in state.vcpus.iter().enumerate() {
+            let topo = VcpuTopology {
+                index: index as u8,
+                count,
+            };
+            vcpu.check_host(&host, state.template, topo)?;
+        }
+
+        let mut machine = Machine::empty(
+            vm,
+            mem,
+            state.mem_mib,
+            state.template,
+            state.cmdline.clone(),
+        )?;
+        machine.attach_legacy_devices(cfg.console, Some((&state.serial, state.cmos_index)))?;
+        for disk in &cfg.disks {
+            machine.attach_block_device(disk)?;
+        }
+        if let (Some(cid), Some(uds)) = (state.vsock_cid, &cfg.vsock_uds) {
+            machine.attach_vsock(&VsockConfig {
+                guest_cid: cid,
+                uds_path: uds.clone(),
+            })?;
+        }
+        for (index, _) in state.vcpus.iter().enumerate() {
+            let fd = machine.vm.create_vcpu(index as u8)?;
+            machine.vcpus.push(fd);
+            machine.vcpu_cpuid.push(state.vcpus[index].cpuid.clone());
+        }
+        // The interrupt controllers before the vCPUs' LAPICs, and both
+        // before any device raises a line.
+        machine.vm.restore_state(&state.vm)?;
+        for (index, (vcpu, fd)) in state.vcpus.iter().zip(&machine.vcpus).enumerate() {
+            vcpu.restore(fd, index as u8, &host)?;
+        }
+        for (transport, saved) in machine.devices.transports.iter().zip(&state.virtio) {
+            transport
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .restore_state(saved)?;
+        }
+        Ok(machine)
+    }
+}
+
+/// The restore's disks and vsock match what the snapshot's machine had.
+fn check_fits(state: &MachineState, cfg: &RestoreConfig) -> Result<(), MachineError> {
+    let mismatch = |what: String| Err(MachineError::SnapshotMismatch(what));
+    if state.vcpus.is_empty() || state.vcpus.len() > usize::from(crate::arch::mptable::MAX_VCPUS) {
+        return mismatch(format!("it has {} vCPUs", state.vcpus.len()));
+    }
+    if cfg.disks.len() != state.disks.len() {
+        return mismatch(format!(
+            "it has {} disks, {} were given",
+            state.disks.len(),
+            cfg.disks.len()
+        ));
+    }
+    for (index, (disk, saved)) in cfg.disks.iter().zip(&state.disks).enumerate() {
+        let len = std::fs::metadata(&disk.path).map(|m| m.len()).ok();
+        if disk.read_only != saved.read_only || len != Some(saved.len) {
+            return mismatch(format!(
+                "disk {index} was {} bytes{}; {} is {}{}",
+                saved.len,
+                if saved.read_only { " read-only" } else { "" },
+                disk.path.display(),
+                len.map_or("unreadable".to_owned(), |l| format!("{l} bytes")),
+                if disk.read_only { " read-only" } else { "" },
+            ));
+        }
+    }
+    if state.vsock_cid.is_some() != cfg.vsock_uds.is_some() {
+        return mismatch("its vsock device and the requested one differ".into());
+    }
+    let transports = state.disks.len() + usize::from(state.vsock_cid.is_some());
+    if state.virtio.len() != transports {
+        return mismatch(format!(
+            "it saved {} virtio devices for {transports}",
+            state.virtio.len()
+        ));
+    }
+    Ok(())
+}

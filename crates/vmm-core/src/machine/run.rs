@@ -1,0 +1,402 @@
+//! Running a machine: vCPU threads and the device event loop, driven by one
+//! owner thread that handles vCPU exit reports and [`MachineHandle`]
+//! requests (stop, pause, resume, snapshot) in the order they arrive.
+//!
+//! A machine is Running (vCPU threads in KVM_RUN, the event loop polling)
+//! or Paused (no vCPU thread, no event loop thread: the owner holds the
+//! vCPU fds and the loop, so no guest code runs and no queue is processed).
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kvm_ioctls::VcpuFd;
+
+use super::{Machine, MachineError};
+use crate::devices::event_loop::{EventLoop, RunningEventLoop};
+use crate::exit::{Buses, StopReason};
+use crate::snapshot::cpu::VcpuState;
+use crate::snapshot::disk_copy::copy_disk;
+use crate::snapshot::{memory_file, MachineState, SnapshotError, SnapshotFiles, SnapshotTaken};
+use crate::stats;
+use crate::vcpu::{
+    registers, stop_all, RunControl, VcpuExitReport, VcpuState as ThreadState, VcpuThread,
+};
+
+/// How often a run without a report checks that its vCPU threads live.
+const VCPU_POLL: Duration = Duration::from_millis(500);
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Why the VM stopped.
+    pub reason: StopReason,
+    /// The reporting vCPU's registers when it failed.
+    pub registers: Option<String>,
+    /// CLOCK_MONOTONIC ns of the boot vCPU's first KVM_RUN.
+    pub first_run_ns: Option<u64>,
+    /// Resident memory of the VMM process outside guest RAM, in KiB, just before teardown.
+    pub overhead_rss_kib: Option<u64>,
+}
+
+type Reply<T> = Sender<Result<T, MachineError>>;
+
+/// What the owner thread is told.
+#[derive(Debug)]
+pub(super) enum RunMessage {
+    /// A vCPU stopped the VM.
+    Exit(VcpuExitReport),
+    /// Tear the VM down.
+    Stop,
+    /// Stop all vCPUs and the device loop.
+    Pause(Reply<()>),
+    /// Run again after a pause.
+    Resume(Reply<()>),
+    /// Write a snapshot into a directory.
+    Snapshot(PathBuf, Reply<SnapshotTaken>),
+}
+
+impl From<VcpuExitReport> for RunMessage {
+    fn from(r: VcpuExitReport) -> Self {
+        RunMessage::Exit(r)
+    }
+}
+
+/// Controls a machine's run from other threads. Every call but
+/// [`MachineHandle::stop`] waits for the run to act on it.
+#[derive(Clone, Debug)]
+pub struct MachineHandle(Sender<RunMessage>);
+
+impl MachineHandle {
+    pub(super) fn new(tx: Sender<RunMessage>) -> Self {
+        Self(tx)
+    }
+
+    /// Ends the run ([`StopReason::Stopped`]; the guest is not asked);
+    /// does nothing once it has ended.
+    pub fn stop(&self) {
+        let _ = self.0.send(RunMessage::Stop);
+    }
+
+    fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> RunMessage) -> Result<T, MachineError> {
+        let (tx, rx) = mpsc::channel();
+        self.0
+            .send(make(tx))
+            .map_err(|_| MachineError::NotRunning)?;
+        rx.recv().map_err(|_| MachineError::NotRunning)?
+    }
+
+    /// Stops every vCPU and the device loop; nothing runs until
+    /// [`MachineHandle::resume`]. Pausing a paused machine does nothing.
+    pub fn pause(&self) -> Result<(), MachineError> {
+        self.ask(RunMessage::Pause)
+    }
+
+    /// Runs a paused machine again; resuming a running one does nothing.
+    pub fn resume(&self) -> Result<(), MachineError> {
+        self.ask(RunMessage::Resume)
+    }
+
+    /// Writes a snapshot of the whole machine into `dir` (an existing,
+    /// empty directory), pausing it meanwhile; a running machine runs
+    /// again afterwards, a paused one stays paused.
+    pub fn snapshot(&self, dir: &Path) -> Result<SnapshotTaken, MachineError> {
+        self.ask(|reply| RunMessage::Snapshot(dir.to_path_buf(), reply))
+    }
+}
+
+enum Phase {
+    Running {
+        threads: Vec<VcpuThread>,
+        devices: RunningEventLoop,
+    },
+    Paused {
+        vcpus: Vec<VcpuFd>,
+        devices: EventLoop,
+    },
+    /// Between the two, or after a failed transition (the run then ends).
+    Gone,
+}
+
+/// The owner thread's view of a running machine.
+struct Runner {
+    machine: Machine,
+    buses: Arc<Buses>,
+    control: Arc<RunControl>,
+    tx: Sender<RunMessage>,
+    phase: Phase,
+    vcpu_count: usize,
+}
+
+impl Runner {
+    fn spawn_vcpus(&self, fds: Vec<VcpuFd>) -> Result<Vec<VcpuThread>, MachineError> {
+        let mut threads = Vec::with_capacity(fds.len());
+        for (index, fd) in fds.into_iter().enumerate() {
+            match VcpuThread::spawn(
+                index as u8,
+                fd,
+                self.buses.clone(),
+                self.control.clone(),
+                self.tx.clone(),
+            ) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    let _ = stop_all(&self.control, &mut threads);
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(threads)
+    }
+
+    fn pause(&mut self) -> Result<(), MachineError> {
+        match std::mem::replace(&mut self.phase, Phase::Gone) {
+            Phase::Running {
+                mut threads,
+                devices,
+            } => {
+                let vcpus = stop_all(&self.control, &mut threads);
+                let devices = devices.pause()?;
+                if vcpus.len() != self.vcpu_count {
+                    return Err(MachineError::VcpusLost);
+                }
+                self.phase = Phase::Paused { vcpus, devices };
+                Ok(())
+            }
+            other => {
+                self.phase = other;
+                Ok(())
+            }
+        }
+    }
+
+    fn resume(&mut self) -> Result<(), MachineError> {
+        match std::mem::replace(&mut self.phase, Phase::Gone) {
+            Phase::Paused { vcpus, devices } => {
+                self.control.clear_stop();
+                let devices = devices.spawn()?;
+                let threads = self.spawn_vcpus(vcpus)?;
+                self.phase = Phase::Running { threads, devices };
+                Ok(())
+            }
+            other => {
+                self.phase = other;
+                Ok(())
+            }
+        }
+    }
+
+    fn snapshot(&mut self, dir: &Path) -> Result<SnapshotTaken, MachineError> {
+        let started = Instant::now();
+        // Asked before the pause: it does not change while the guest runs.
+        let host = self.machine.vm.host_cpu()?;
+        let was_running = matches!(self.phase, Phase::Running { .. });
+        self.pause()?;
+        let paused_at = Instant::now();
+        let written = self.write_snapshot(dir, &host);
+        let paused = if was_running {
+            let resumed = self.resume();
+            let paused = paused_at.elapsed();
+            resumed?;
+            paused
+        } else {
+            Duration::ZERO
+        };
+        let mut taken = written?;
+        taken.paused = paused;
+        taken.total = started.elapsed();
+        Ok(taken)
+    }
+
+    fn write_snapshot(
+        &self,
+        dir: &Path,
+        host: &crate::snapshot::cpu::HostCpu,
+    ) -> Result<SnapshotTaken, MachineError> {
+        let Phase::Paused { vcpus, .. } = &self.phase else {
+            return Err(MachineError::NotRunning);
+        };
+        let m = &self.machine;
+        let vcpu_states = vcpus
+            .iter()
+            .enumerate()
+            .zip(&m.vcpu_cpuid)
+            .map(|((i, fd), cpuid)| VcpuState::save(fd, i as u8, cpuid, host))
+            .collect::<Result<Vec<_>, _>>()?;
+        let state = MachineState {
+            mem_mib: m.mem_size >> 20,
+            template: m.template,
+            cmdline: m.cmdline.clone(),
+            vm: m.vm.save_state()?,
+            vcpus: vcpu_states,
+            serial: m
+                .devices
+                .serial
+                .as_ref()
+                .map(|s| lock(s).save_state())
+                .unwrap_or_default(),
+            cmos_index: m.devices.cmos.as_ref().map_or(0, |c| lock(c).selected()),
+            disks: m.devices.disks.iter().map(|(_, shape)| *shape).collect(),
+            vsock_cid: m.devices.vsock_cid,
+            virtio: m
+                .devices
+                .transports
+                .iter()
+                .map(|t| lock(t).save_state())
+                .collect(),
+        };
+        let files = SnapshotFiles::new(dir);
+        let state_bytes = state.write(&files)?;
+        let memory = memory_file::save(&m.mem, &files.memory()).map_err(SnapshotError::from)?;
+        let mut disks = Vec::new();
+        for (index, (disk, shape)) in m.devices.disks.iter().enumerate() {
+            if shape.read_only {
+                continue;
+            }
+            let to = files.disk(index);
+            let copy = copy_disk(&disk.path, &to).map_err(|source| SnapshotError::Disk {
+                index,
+                to,
+                source,
+            })?;
+            disks.push((index, copy));
+        }
+        Ok(SnapshotTaken {
+            paused: Duration::ZERO,
+            total: Duration::ZERO,
+            memory,
+            state_bytes,
+            disks,
+        })
+    }
+
+    /// Stops whatever runs; returns the vCPU fds for a last look.
+    fn tear_down(&mut self) -> Vec<VcpuFd> {
+        match std::mem::replace(&mut self.phase, Phase::Gone) {
+            Phase::Running {
+                mut threads,
+                mut devices,
+            } => {
+                let fds = stop_all(&self.control, &mut threads);
+                devices.stop();
+                fds
+            }
+            Phase::Paused { vcpus, .. } => vcpus,
+            Phase::Gone => Vec::new(),
+        }
+    }
+
+    fn threads_all_exited(&self) -> bool {
+        match &self.phase {
+            Phase::Running { threads, .. } => {
+                threads.iter().all(|t| t.state() == ThreadState::Exited)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn lock<T: ?Sized>(d: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    d.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn reply<T>(to: Reply<T>, result: Result<T, MachineError>) {
+    // The asker may have given up waiting.
+    let _ = to.send(result);
+}
+
+impl Machine {
+    /// Runs the guest until it stops itself, fails, is stopped through a
+    /// [`MachineHandle`], or `timeout` passes; handles pause, resume and
+    /// snapshot requests meanwhile.
+    pub fn run(mut self, timeout: Option<Duration>) -> Result<RunOutcome, MachineError> {
+        let (tx, rx): (Sender<RunMessage>, Receiver<RunMessage>) =
+            std::mem::replace(&mut self.messages, mpsc::channel());
+        let vcpus = std::mem::take(&mut self.vcpus);
+        let event_loop = std::mem::replace(&mut self.event_loop, EventLoop::new()?);
+        let mut runner = Runner {
+            buses: Arc::new(self.buses.clone()),
+            machine: self,
+            control: Arc::new(RunControl::default()),
+            tx,
+            phase: Phase::Gone,
+            vcpu_count: vcpus.len(),
+        };
+        runner.phase = Phase::Paused {
+            vcpus,
+            devices: event_loop,
+        };
+        runner.resume()?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let report = loop {
+            let wait = deadline.map_or(VCPU_POLL, |d| {
+                d.saturating_duration_since(Instant::now()).min(VCPU_POLL)
+            });
+            match rx.recv_timeout(wait) {
+                Ok(RunMessage::Exit(report)) => break Ok(report),
+                Ok(RunMessage::Stop) => {
+                    break Ok(VcpuExitReport {
+                        index: 0,
+                        reason: StopReason::Stopped,
+                        registers: None,
+                    })
+                }
+                Ok(RunMessage::Pause(to)) => reply(to, runner.pause()),
+                Ok(RunMessage::Resume(to)) => reply(to, runner.resume()),
+                Ok(RunMessage::Snapshot(dir, to)) => reply(to, runner.snapshot(&dir)),
+                // The runner holds a sender, so the channel never disconnects.
+                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(vcpus_gone()),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break Err(StopReason::TimedOut);
+                    }
+                    if runner.threads_all_exited() {
+                        // A report sent just before the last thread ended.
+                        break match rx.try_recv() {
+                            Ok(RunMessage::Exit(r)) => Ok(r),
+                            _ => Err(vcpus_gone()),
+                        };
+                    }
+                }
+            }
+            if matches!(runner.phase, Phase::Gone) {
+                break Err(StopReason::KvmFailure(
+                    "a pause or resume failed; the VM cannot go on".into(),
+                ));
+            }
+        };
+        let overhead_rss_kib = stats::overhead_rss_kib(&runner.machine.mem);
+        let fds = runner.tear_down();
+        let (reason, registers) = match report {
+            Ok(r) => {
+                tracing::debug!(vcpu = r.index, reason = ?r.reason, "VM stopping");
+                (r.reason, r.registers)
+            }
+            // Where the guest was when it ran out of time says what it was stuck on.
+            Err(reason) => {
+                let all: Vec<String> = fds
+                    .iter()
+                    .enumerate()
+                    .map(|(i, fd)| {
+                        format!(
+                            "vcpu{i}: {}",
+                            registers(fd).unwrap_or_else(|| "unreadable".into())
+                        )
+                    })
+                    .collect();
+                (reason, (!all.is_empty()).then(|| all.join("; ")))
+            }
+        };
+        Ok(RunOutcome {
+            reason,
+            registers,
+            first_run_ns: runner.control.first_run_ns(),
+            overhead_rss_kib,
+        })
+    }
+}
+
+fn vcpus_gone() -> StopReason {
+    StopReason::KvmFailure("every vCPU thread ended without a report".into())
+}
