@@ -7,6 +7,7 @@ mod image_cmd;
 mod logs_cmd;
 mod output;
 mod serve_cmd;
+mod snapshot_cmd;
 mod vmm_cmd;
 mod workspace_cmd;
 
@@ -37,6 +38,26 @@ enum Command {
     /// Manage images (kernel + root filesystem pairs).
     #[command(subcommand)]
     Image(image_cmd::ImageCommand),
+    /// Manage snapshots of workspaces.
+    #[command(subcommand)]
+    Snapshot(snapshot_cmd::SnapshotCommand),
+    /// Start a new workspace as a fork of a running one (memory included),
+    /// or of one of its snapshots.
+    Fork {
+        /// The workspace to fork.
+        workspace: String,
+        /// The new workspace's name.
+        new_name: String,
+        /// Fork from this snapshot instead of the live workspace.
+        #[arg(long)]
+        snapshot: Option<String>,
+        /// Seconds to wait for the fork's agent.
+        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
+        timeout: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Create a workspace (stopped; `start` boots it).
     Create {
         /// Name: lowercase letters, digits and '-', starting with a letter.
@@ -202,6 +223,7 @@ impl Command {
             | Command::List { json, .. }
             | Command::Inspect { json, .. }
             | Command::Ttl { json, .. }
+            | Command::Fork { json, .. }
             | Command::Cp { json, .. }
             | Command::Logs { json, .. }
             | Command::Events { json, .. }
@@ -209,6 +231,7 @@ impl Command {
             Command::Exec { args, .. } => args.command.json,
             Command::Run(r) => r.exec.json,
             Command::Image(i) => i.json(),
+            Command::Snapshot(c) => c.json(),
             Command::Vmm(_) | Command::Serve(_) => false,
         }
     }
@@ -249,6 +272,24 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
     use workspace_cmd as w;
     match command {
         Command::Image(cmd) => image_cmd::run(ws, cmd),
+        Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd),
+        Command::Fork {
+            workspace,
+            new_name,
+            snapshot,
+            timeout,
+            json,
+        } => {
+            snapshot_cmd::fork(
+                ws,
+                workspace,
+                new_name,
+                snapshot.as_deref(),
+                std::time::Duration::from_secs(*timeout),
+                *json,
+            )
+            .await
+        }
         Command::Create { name, spec, json } => w::create(ws, name, spec, *json),
         Command::Start {
             name,

@@ -54,6 +54,10 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::ReadConsole { workspace } => {
             format!("its console (`microagent logs {workspace}`) shows why")
         }
+        Remedy::ListSnapshots => "list them with `microagent snapshot ls`".into(),
+        Remedy::ChooseAnotherSnapshotName { snapshot } => {
+            format!("pick another name, or delete it first (`microagent snapshot rm {snapshot}`)")
+        }
         Remedy::ListImages => {
             "list the images (`microagent image ls`); `cargo xtask setup` builds minimal and debian"
                 .into()

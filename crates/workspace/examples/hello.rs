@@ -59,7 +59,7 @@ async fn hello() -> workspace::Result<()> {
 fn serve_vmm(launch: &VmmLaunch) -> ExitCode {
     let ran = workspace::StateDir::at(&launch.home)
         .map_err(workspace::Error::from)
-        .and_then(|state| VmmProcess::prepare(state, &launch.workspace, launch.kernel))
+        .and_then(|state| VmmProcess::prepare(state, launch))
         .and_then(VmmProcess::run);
     match ran {
         Ok(end) if !end.crashed => ExitCode::SUCCESS,

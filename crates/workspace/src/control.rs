@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 /// The socket's file name in the workspace directory.
 pub const CONTROL_SOCKET: &str = "control.sock";
-/// Longest request line the server reads.
-const MAX_LINE: u64 = 4096;
+/// Longest request line the server reads (a snapshot request holds a path).
+const MAX_LINE: u64 = 8192;
 
 /// What a client asks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +28,11 @@ pub enum ControlRequest {
     SetTtl {
         /// New TTL from now; `None` removes it.
         ttl_secs: Option<u64>,
+    },
+    /// Write a snapshot of the running machine into `dir` (existing, empty).
+    Snapshot {
+        /// The directory.
+        dir: PathBuf,
     },
 }
 
@@ -47,6 +52,15 @@ pub enum ControlResponse {
         stopping: bool,
         /// Unix ms when the TTL stops the VM.
         ttl_deadline_ms: Option<u64>,
+    },
+    /// The answer to `snapshot`.
+    Snapshot {
+        /// How long the guest was paused, in microseconds.
+        paused_us: u64,
+        /// From request to files written, in microseconds.
+        total_us: u64,
+        /// Bytes of guest memory written (the rest are holes).
+        memory_data_bytes: u64,
     },
     /// Done.
     Ok {
@@ -159,9 +173,11 @@ mod tests {
                 ControlRequest::SetTtl { ttl_secs } => ControlResponse::Ok {
                     ttl_deadline_ms: ttl_secs,
                 },
-                ControlRequest::Stop { .. } => ControlResponse::Error {
-                    message: "no".into(),
-                },
+                ControlRequest::Stop { .. } | ControlRequest::Snapshot { .. } => {
+                    ControlResponse::Error {
+                        message: "no".into(),
+                    }
+                }
             })
         });
         let t = Duration::from_secs(5);

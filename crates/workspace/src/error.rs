@@ -22,6 +22,12 @@ pub enum Error {
     /// The name is taken.
     #[error("workspace `{0}` already exists")]
     WorkspaceExists(String),
+    /// No snapshot of that name.
+    #[error("snapshot `{0}` does not exist")]
+    SnapshotNotFound(String),
+    /// The snapshot name is taken.
+    #[error("snapshot `{0}` already exists")]
+    SnapshotExists(String),
     /// A request value is out of range or malformed.
     #[error("{0}")]
     InvalidInput(String),
@@ -116,6 +122,8 @@ impl Error {
         match self {
             Error::WorkspaceNotFound(_) => ErrorCode::NotFound,
             Error::WorkspaceExists(_) => ErrorCode::Conflict,
+            Error::SnapshotNotFound(_) => ErrorCode::NotFound,
+            Error::SnapshotExists(_) => ErrorCode::Conflict,
             Error::InvalidInput(_) => ErrorCode::InvalidInput,
             Error::NotRunning { .. } => ErrorCode::NotRunning,
             Error::WrongState { .. } | Error::Transition(_) => ErrorCode::Conflict,
@@ -140,6 +148,10 @@ impl Error {
             Error::WorkspaceNotFound(_) => Some(Remedy::ListWorkspaces),
             Error::WorkspaceExists(name) => Some(Remedy::ChooseAnotherName {
                 workspace: name.clone(),
+            }),
+            Error::SnapshotNotFound(_) => Some(Remedy::ListSnapshots),
+            Error::SnapshotExists(name) => Some(Remedy::ChooseAnotherSnapshotName {
+                snapshot: name.clone(),
             }),
             Error::NotRunning { name, .. } => Some(Remedy::StartWorkspace {
                 workspace: name.clone(),

@@ -47,6 +47,25 @@ pub enum EventKind {
     },
     /// Its time to live ran out and it was stopped.
     TtlExpired,
+    /// A snapshot of it was taken.
+    SnapshotTaken {
+        /// The snapshot.
+        snapshot: String,
+        /// Whether it holds the guest's memory.
+        has_memory: bool,
+    },
+    /// A snapshot of it was deleted.
+    SnapshotDeleted {
+        /// The snapshot.
+        snapshot: String,
+    },
+    /// It was created as a fork.
+    Forked {
+        /// The workspace it was forked from.
+        from: String,
+        /// The snapshot it was forked from, if not the live workspace.
+        snapshot: Option<String>,
+    },
 }
 
 /// One logged event.

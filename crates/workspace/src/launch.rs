@@ -25,6 +25,8 @@ pub struct VmmLaunch {
     /// The guest kernel variant, chosen once by the starter (so the VMM
     /// process does not probe the host again).
     pub kernel: KernelVariant,
+    /// A snapshot directory to restore instead of booting.
+    pub restore: Option<PathBuf>,
 }
 
 impl VmmLaunch {
@@ -36,17 +38,28 @@ impl VmmLaunch {
             home: home.to_path_buf(),
             workspace: workspace.to_owned(),
             kernel,
+            restore: None,
         }
     }
 
+    /// Restores the snapshot in `dir` instead of booting.
+    pub fn restoring(mut self, dir: &Path) -> Self {
+        self.restore = Some(dir.to_path_buf());
+        self
+    }
+
     /// The arguments after the program name:
-    /// `vmm serve-workspace --home HOME --kernel VARIANT WORKSPACE`.
+    /// `vmm serve-workspace --home HOME --kernel VARIANT [--restore DIR] WORKSPACE`.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = VMM_SUBCOMMAND.iter().map(OsString::from).collect();
         args.push("--home".into());
         args.push(self.home.clone().into_os_string());
         args.push("--kernel".into());
         args.push(self.kernel.name().into());
+        if let Some(dir) = &self.restore {
+            args.push("--restore".into());
+            args.push(dir.clone().into_os_string());
+        }
         args.push(self.workspace.clone().into());
         args
     }
@@ -58,7 +71,15 @@ impl VmmLaunch {
     /// its command-line parser instead.
     pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Option<Self> {
         let program = std::env::current_exe().ok()?;
-        let args: Vec<OsString> = args.into_iter().collect();
+        let mut args: Vec<OsString> = args.into_iter().collect();
+        let restore = match args.get(6) {
+            Some(flag) if flag == "--restore" && args.len() == 9 => {
+                let dir = args.remove(7);
+                args.remove(6);
+                Some(PathBuf::from(dir))
+            }
+            _ => None,
+        };
         match args.as_slice() {
             [a, b, home_flag, home, kernel_flag, kernel, workspace]
                 if *a == VMM_SUBCOMMAND[0]
@@ -71,6 +92,7 @@ impl VmmLaunch {
                     home: PathBuf::from(home),
                     workspace: workspace.to_str()?.to_owned(),
                     kernel: KernelVariant::from_name(kernel.to_str()?)?,
+                    restore,
                 })
             }
             _ => None,
@@ -117,6 +139,14 @@ mod tests {
             (back.home, back.workspace, back.kernel),
             (l.home.clone(), l.workspace.clone(), l.kernel)
         );
+        let restoring = l.clone().restoring(Path::new("/tmp/h/snap"));
+        assert_eq!(
+            restoring.args()[6..8],
+            ["--restore", "/tmp/h/snap"].map(OsString::from)
+        );
+        let back = VmmLaunch::from_args(restoring.args()).unwrap();
+        assert_eq!(back.restore.as_deref(), Some(Path::new("/tmp/h/snap")));
+        assert_eq!(back.workspace, "dev");
         let mut unknown_kernel = l.args();
         unknown_kernel[5] = "mystery".into();
         assert!(VmmLaunch::from_args(unknown_kernel).is_none());

@@ -37,6 +37,7 @@ pub(crate) mod ops;
 pub(crate) mod process;
 pub(crate) mod remedy;
 pub mod settings;
+pub(crate) mod snapshots;
 pub(crate) mod spec;
 pub(crate) mod state;
 pub(crate) mod store;
@@ -65,6 +66,7 @@ pub use name::{validate_name, NameError};
 pub use one_shot::{Afterwards, OneShot, OneShotEnd};
 pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
 pub use remedy::Remedy;
+pub use snapshots::SnapshotInfo;
 pub use spec::{
     defaults, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Runtime, WorkspaceSpec, LIMITS,
 };

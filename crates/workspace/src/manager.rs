@@ -342,7 +342,19 @@ impl Workspaces {
         &self,
         name: &str,
         timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        self.start_from(name, timeout, progress, None).await
+    }
+
+    /// [`Workspaces::start`], restoring the snapshot in `restore` (whose
+    /// writable disk the workspace's disk is a copy of) instead of booting.
+    pub(crate) async fn start_from(
+        &self,
+        name: &str,
+        timeout: Duration,
         mut progress: impl FnMut(StartProgress) + Send,
+        restore: Option<&Path>,
     ) -> Result<Meta> {
         let ws = self.dir(name)?;
         let started = Instant::now();
@@ -373,13 +385,16 @@ impl Workspaces {
             self.images.get(&meta.spec.image)?;
             let log = std::fs::File::create(ws.path().join(VMM_LOG))
                 .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
-            let mut cmd = VmmLaunch::new(
+            let mut launch = VmmLaunch::new(
                 &self.vmm_binary,
                 self.state.root(),
                 name,
                 self.images.kernel_variant(),
-            )
-            .command();
+            );
+            if let Some(dir) = restore {
+                launch = launch.restoring(dir);
+            }
+            let mut cmd = launch.command();
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
             detach(&mut cmd);
             meta.state = meta.state.become_(State::Starting)?;
@@ -568,7 +583,7 @@ fn vmm_died(meta: &Meta) -> bool {
 }
 
 /// A sparse file of `mib` MiB formatted ext4.
-fn make_disk(path: &Path, mib: u64) -> Result<()> {
+pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
     let file = std::fs::File::create(path)
         .map_err(Error::host_io(format!("creating {}", path.display())))?;
     file.set_len(mib << 20)

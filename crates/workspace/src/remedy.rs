@@ -37,6 +37,13 @@ pub enum Remedy {
         /// The workspace.
         workspace: String,
     },
+    /// List the snapshots to find the right name.
+    ListSnapshots,
+    /// Choose another snapshot name, or delete the snapshot that has it.
+    ChooseAnotherSnapshotName {
+        /// The snapshot that has the name.
+        snapshot: String,
+    },
     /// List the images to find the right name (`cargo xtask setup` builds
     /// `minimal` and `debian`).
     ListImages,

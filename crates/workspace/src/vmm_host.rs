@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use vmm_core::devices::serial::ConsoleSink;
-use vmm_core::machine::{DiskConfig, MachineHandle, VsockConfig};
+use vmm_core::machine::{DiskConfig, MachineHandle, RestoreConfig, VsockConfig};
 use vmm_core::{KernelVariant, Machine, MachineConfig, StopReason};
 
 use guest_agent::client::blocking::BlockingClient;
@@ -21,6 +21,7 @@ use crate::control::{self, ControlRequest, ControlResponse};
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::image::ImageRegistry;
+use crate::launch::VmmLaunch;
 use crate::remedy::Remedy;
 use crate::settings::{asset_dir, now_ms};
 use crate::spec::validate_ttl;
@@ -46,8 +47,8 @@ struct Shared {
     ttl_changed: Condvar,
     /// Set by whoever records the end first.
     finished: AtomicBool,
-    /// Ends the machine's run (a teardown), once the machine exists.
-    teardown: OnceLock<MachineHandle>,
+    /// Controls the machine's run (teardown, snapshots), once it exists.
+    machine: OnceLock<MachineHandle>,
 }
 
 impl Shared {
@@ -80,7 +81,7 @@ impl Shared {
 
     /// Ends the run at once; nothing happens before the machine exists.
     fn tear_down(&self) {
-        if let Some(handle) = self.teardown.get() {
+        if let Some(handle) = self.machine.get() {
             handle.stop();
         }
     }
@@ -163,11 +164,13 @@ impl std::fmt::Debug for Shared {
 }
 
 impl VmmProcess {
-    /// Checks that this process was started for workspace `name` and builds
-    /// its VM with the `kernel` variant the starter chose (see
-    /// [`crate::launch::VmmLaunch`]). A VM that cannot be built is recorded
-    /// as a crash, and [`VmmProcess::run`] then returns at once.
-    pub fn prepare(state: StateDir, name: &str, kernel: KernelVariant) -> Result<Self> {
+    /// Checks that this process was started for the workspace `launch`
+    /// names and builds its VM with the kernel variant the starter chose,
+    /// or restores it from the snapshot the launch names. A VM that cannot
+    /// be built is recorded as a crash, and [`VmmProcess::run`] then returns
+    /// at once.
+    pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
+        let name = launch.workspace.as_str();
         let ws = WorkspaceDir::new(&state, name)?;
         // The starter holds the lock until it has recorded this process.
         let meta = {
@@ -198,13 +201,17 @@ impl VmmProcess {
             ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
             ttl_changed: Condvar::new(),
             finished: AtomicBool::new(false),
-            teardown: OnceLock::new(),
+            machine: OnceLock::new(),
         });
         // Stale sockets of a crashed run would make the binds below fail.
         ws.remove_sockets();
-        let machine = match build_machine(&state, &ws, &meta.spec, kernel) {
+        let built = match &launch.restore {
+            None => build_machine(&state, &ws, &meta.spec, launch.kernel),
+            Some(dir) => restore_machine(&state, &ws, &meta.spec, launch.kernel, dir),
+        };
+        let machine = match built {
             Ok(m) => {
-                let _ = shared.teardown.set(m.handle());
+                let _ = shared.machine.set(m.handle());
                 Some(m)
             }
             Err(e) => {
@@ -322,15 +329,52 @@ fn build_machine(
             uds_path: ws.vsock(),
         }),
     })
-    .map_err(|e| Error::StartFailed {
+    .map_err(|e| start_failed(ws, &e))
+}
+
+fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
+    let mut reason = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        reason.push_str(": ");
+        reason.push_str(&s.to_string());
+        source = s.source();
+    }
+    Error::StartFailed {
         name: ws.name().to_owned(),
-        reason: format!(
-            "{e}: {}",
-            std::error::Error::source(&e)
-                .map(|s| s.to_string())
-                .unwrap_or_default()
-        ),
+        reason,
+    }
+}
+
+/// The workspace's machine from the snapshot in `dir`: the image's root
+/// disk, the workspace's own disk (already a copy of the snapshot's), new
+/// sockets.
+fn restore_machine(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    spec: &crate::spec::WorkspaceSpec,
+    kernel: KernelVariant,
+    dir: &std::path::Path,
+) -> Result<Machine> {
+    let images = ImageRegistry::new(state, asset_dir(), kernel);
+    let image = images.get(&spec.image)?;
+    let console = ConsoleLogWriter::create(ws.path())?;
+    Machine::restore(RestoreConfig {
+        snapshot: dir.to_path_buf(),
+        console: ConsoleSink::new().with(Box::new(console)),
+        disks: vec![
+            DiskConfig {
+                path: image.rootfs,
+                read_only: true,
+            },
+            DiskConfig {
+                path: ws.disk(),
+                read_only: false,
+            },
+        ],
+        vsock_uds: Some(ws.vsock()),
     })
+    .map_err(|e| start_failed(ws, &e))
 }
 
 /// Polls the agent until it answers, then marks the workspace running.
@@ -409,6 +453,32 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         },
+        ControlRequest::Snapshot { dir } => {
+            let Some(machine) = shared.machine.get() else {
+                return ControlResponse::Error {
+                    message: "the VM is not running".into(),
+                };
+            };
+            if !shared.ready.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
+                return ControlResponse::Error {
+                    message: "the workspace is starting or stopping".into(),
+                };
+            }
+            match machine.snapshot(&dir) {
+                Ok(taken) => ControlResponse::Snapshot {
+                    paused_us: taken.paused.as_micros() as u64,
+                    total_us: taken.total.as_micros() as u64,
+                    memory_data_bytes: taken.memory.data_bytes,
+                },
+                Err(e) => ControlResponse::Error {
+                    message: start_failed(&shared.ws, &e).to_string().replacen(
+                        "failed to start",
+                        "could not be snapshotted",
+                        1,
+                    ),
+                },
+            }
+        }
         ControlRequest::Stop { timeout_ms } => {
             shared.begin_stop(Duration::from_millis(timeout_ms), "stopped on request");
             ControlResponse::Ok {

@@ -13,7 +13,7 @@ use workspace::vmm_host::{VmmProcess, VmmStopper};
 fn main() -> ExitCode {
     let Some(launch) = VmmLaunch::from_args(std::env::args_os().skip(1)) else {
         eprintln!(
-            "microagent-vmm: runs one workspace's VM and is started by `microagent start`; it takes the arguments `{} {} --home DIR --kernel VARIANT NAME`",
+            "microagent-vmm: runs one workspace's VM and is started by `microagent start`; it takes the arguments `{} {} --home DIR --kernel VARIANT [--restore DIR] NAME`",
             workspace::launch::VMM_SUBCOMMAND[0],
             workspace::launch::VMM_SUBCOMMAND[1]
         );
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
     let signals = block_termination_signals();
     let ran = workspace::StateDir::at(&launch.home)
         .map_err(workspace::Error::from)
-        .and_then(|state| VmmProcess::prepare(state, &launch.workspace, launch.kernel))
+        .and_then(|state| VmmProcess::prepare(state, &launch))
         .and_then(|vmm| {
             let stopper = vmm.stopper();
             std::thread::spawn(move || stop_on_signals(&stopper, signals));

@@ -290,5 +290,8 @@ fn describe(kind: &EventKind) -> String {
         EventKind::Stopped => "stopped".into(),
         EventKind::Crashed { reason } => format!("crashed: {reason}"),
         EventKind::TtlExpired => "ttl_expired".into(),
+        EventKind::SnapshotTaken { snapshot, .. } => format!("snapshot_taken `{snapshot}`"),
+        EventKind::SnapshotDeleted { snapshot } => format!("snapshot_deleted `{snapshot}`"),
+        EventKind::Forked { from, .. } => format!("forked from `{from}`"),
     }
 }

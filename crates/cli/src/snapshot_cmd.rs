@@ -1,0 +1,180 @@
+//! `microagent snapshot take | ls | inspect | rm` and `microagent fork`.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+use workspace::{Error, SnapshotInfo, Workspaces};
+
+use crate::output::{self, age};
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Snapshot a workspace: its whole machine while it runs (the guest
+    /// pauses meanwhile), its disk while it is stopped.
+    Take {
+        /// Workspace name.
+        workspace: String,
+        /// Snapshot name (default: WORKSPACE-<unix ms>).
+        name: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List snapshots.
+    #[command(alias = "list")]
+    Ls {
+        /// Only snapshots of this workspace.
+        #[arg(long)]
+        workspace: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one snapshot.
+    Inspect {
+        /// Snapshot name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a snapshot (workspaces forked from it keep running).
+    Rm {
+        /// Snapshot name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl SnapshotCommand {
+    pub fn json(&self) -> bool {
+        match self {
+            Self::Take { json, .. }
+            | Self::Ls { json, .. }
+            | Self::Inspect { json, .. }
+            | Self::Rm { json, .. } => *json,
+        }
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+fn describe(s: &SnapshotInfo) {
+    println!("{}", s.name);
+    println!("  workspace   {}", s.workspace);
+    println!("  image       {}", s.spec.image);
+    println!(
+        "  contents    {}",
+        if s.has_memory {
+            "memory, devices and disk (resumes where it was taken)"
+        } else {
+            "disk only (boots from it)"
+        }
+    );
+    println!("  size        {} on disk", mib(s.size_bytes));
+    if s.has_memory {
+        println!("  paused      {:.1} ms", s.paused_ms);
+    }
+}
+
+pub fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Error> {
+    match cmd {
+        SnapshotCommand::Take {
+            workspace,
+            name,
+            json,
+        } => {
+            let began = Instant::now();
+            let info = ws.snapshot_take(workspace, name.as_deref())?;
+            if *json {
+                output::json(&info);
+            } else {
+                eprintln!(
+                    "took snapshot {} of {workspace} in {:.0} ms",
+                    info.name,
+                    began.elapsed().as_secs_f64() * 1000.0
+                );
+                describe(&info);
+            }
+        }
+        SnapshotCommand::Ls { workspace, json } => {
+            let all = ws.snapshot_list(workspace.as_deref())?;
+            if *json {
+                output::json(&all);
+            } else {
+                let now = workspace::settings::now_ms();
+                let rows: Vec<Vec<String>> = all
+                    .iter()
+                    .map(|s| {
+                        vec![
+                            s.name.clone(),
+                            s.workspace.clone(),
+                            if s.has_memory { "memory+disk" } else { "disk" }.into(),
+                            mib(s.size_bytes),
+                            age(now.saturating_sub(s.created_at_ms)),
+                        ]
+                    })
+                    .collect();
+                output::table(&["NAME", "WORKSPACE", "HOLDS", "SIZE", "AGE"], &rows);
+            }
+        }
+        SnapshotCommand::Inspect { name, json } => {
+            let info = ws.snapshot_get(name)?;
+            if *json {
+                output::json(&info);
+            } else {
+                describe(&info);
+            }
+        }
+        SnapshotCommand::Rm { name, json } => {
+            let info = ws.snapshot_delete(name)?;
+            if *json {
+                output::json(&info);
+            } else {
+                eprintln!("deleted snapshot {}", info.name);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `microagent fork WORKSPACE NEW [--snapshot S]`.
+pub async fn fork(
+    ws: &Workspaces,
+    source: &str,
+    new_name: &str,
+    snapshot: Option<&str>,
+    timeout: Duration,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let show = !json && output::interactive();
+    let began = Instant::now();
+    let meta = ws
+        .fork(source, new_name, snapshot, timeout, |p| {
+            if show {
+                eprint!("\r\x1b[2Kforking {new_name}: {:>3} s", p.elapsed.as_secs());
+                let _ = std::io::stderr().flush();
+            }
+        })
+        .await;
+    if show {
+        eprint!("\r\x1b[2K");
+    }
+    let meta = meta?;
+    if json {
+        output::json(&meta);
+    } else {
+        eprintln!(
+            "forked {new_name} from {} in {:.1} s",
+            snapshot.unwrap_or(source),
+            began.elapsed().as_secs_f64()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

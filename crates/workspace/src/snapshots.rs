@@ -1,0 +1,303 @@
+//! Snapshots of workspaces and forks from them. A snapshot is a directory
+//! under `snapshots/` in the state directory: the machine's files as
+//! vmm-core writes them (state, sparse memory, a copy of the writable disk)
+//! and `snapshot.json`, the record. A running workspace's snapshot holds
+//! its memory; a stopped one's only its disk. A fork is a new workspace
+//! started from a snapshot (memory included) with a copy of its disk.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use vmm_core::snapshot::disk_copy::copy_disk;
+use vmm_core::snapshot::SnapshotFiles;
+
+use crate::control::{self, ControlRequest, ControlResponse};
+use crate::error::{Error, Result};
+use crate::events::EventKind;
+use crate::manager::{StartProgress, Workspaces};
+use crate::name::validate_name;
+use crate::settings::now_ms;
+use crate::spec::{Meta, WorkspaceSpec};
+use crate::state::State;
+use crate::store::{read_json, write_json_atomic};
+
+/// The snapshots' directory in the state directory.
+const SNAPSHOTS_DIR: &str = "snapshots";
+/// A snapshot's record in its directory.
+const RECORD: &str = "snapshot.json";
+/// Where a live fork keeps the snapshot it started from, in its own
+/// directory (deleted with it).
+const FORK_ORIGIN: &str = "origin";
+/// The workspace's writable disk among its machine's disks (the image's
+/// root disk is 0).
+const WORKSPACE_DISK: usize = 1;
+/// How long the VMM may take to write a snapshot.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One snapshot, as `snapshot_list` and `snapshot_get` report it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct SnapshotInfo {
+    /// The snapshot's name.
+    pub name: String,
+    /// The workspace it was taken of.
+    pub workspace: String,
+    /// Unix ms when it was taken.
+    pub created_at_ms: u64,
+    /// The workspace's spec then (forks get the same).
+    pub spec: WorkspaceSpec,
+    /// Whether it holds the guest's memory (taken while running) or only
+    /// its disk (taken while stopped).
+    pub has_memory: bool,
+    /// How long the guest was paused, in ms (0 for a disk-only snapshot).
+    pub paused_ms: f64,
+    /// Bytes it takes on disk (holes excluded).
+    #[serde(default)]
+    pub size_bytes: u64,
+}
+
+fn allocated_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .sum()
+}
+
+impl Workspaces {
+    fn snapshots_dir(&self) -> PathBuf {
+        self.state_dir().root().join(SNAPSHOTS_DIR)
+    }
+
+    fn snapshot_dir(&self, name: &str) -> Result<PathBuf> {
+        validate_name(name).map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
+        Ok(self.snapshots_dir().join(name))
+    }
+
+    /// Writes `workspace`'s machine into the new directory `dir`: memory
+    /// and disk when it runs, the disk alone when it is stopped. Returns
+    /// whether memory was saved and the pause in ms.
+    fn write_machine(&self, workspace: &str, dir: &Path) -> Result<(bool, f64)> {
+        let meta = self.get(workspace)?;
+        let ws = self.dir(workspace)?;
+        match meta.state {
+            State::Running => {
+                let answer = control::call(
+                    &ws.control(),
+                    &ControlRequest::Snapshot {
+                        dir: dir.to_path_buf(),
+                    },
+                    SNAPSHOT_TIMEOUT,
+                )?;
+                let paused_us = match answer {
+                    ControlResponse::Snapshot { paused_us, .. } => paused_us,
+                    _ => 0,
+                };
+                Ok((true, paused_us as f64 / 1000.0))
+            }
+            State::Stopped | State::Crashed => {
+                let to = SnapshotFiles::new(dir).disk(WORKSPACE_DISK);
+                copy_disk(&ws.disk(), &to).map_err(Error::host_io(format!(
+                    "copying the disk to {}",
+                    to.display()
+                )))?;
+                Ok((false, 0.0))
+            }
+            state => Err(Error::WrongState {
+                name: workspace.to_owned(),
+                state,
+                why: "it is between states; a snapshot needs it running or stopped",
+                remedy: Some(crate::remedy::Remedy::WaitOrHalt {
+                    workspace: workspace.to_owned(),
+                }),
+            }),
+        }
+    }
+
+    /// Takes a snapshot of `workspace` named `name` (by default
+    /// `<workspace>-<time>`): its whole machine while it runs (the guest
+    /// pauses meanwhile), its disk while it is stopped.
+    pub fn snapshot_take(&self, workspace: &str, name: Option<&str>) -> Result<SnapshotInfo> {
+        let meta = self.get(workspace)?;
+        let name = name.map_or_else(|| format!("{workspace}-{}", now_ms()), str::to_owned);
+        let dir = self.snapshot_dir(&name)?;
+        if dir.exists() {
+            return Err(Error::SnapshotExists(name));
+        }
+        let parent = self.snapshots_dir();
+        std::fs::create_dir_all(&parent)
+            .map_err(Error::host_io(format!("creating {}", parent.display())))?;
+        let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir(&tmp).map_err(Error::host_io(format!("creating {}", tmp.display())))?;
+        let made = (|| -> Result<SnapshotInfo> {
+            let (has_memory, paused_ms) = self.write_machine(workspace, &tmp)?;
+            let info = SnapshotInfo {
+                name: name.clone(),
+                workspace: workspace.to_owned(),
+                created_at_ms: now_ms(),
+                spec: meta.spec.clone(),
+                has_memory,
+                paused_ms,
+                size_bytes: 0,
+            };
+            write_json_atomic(&tmp.join(RECORD), &info)?;
+            // Fails if the name was taken meanwhile: a non-empty target.
+            std::fs::rename(&tmp, &dir).map_err(|_| Error::SnapshotExists(name.clone()))?;
+            Ok(info)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        let mut info = made?;
+        info.size_bytes = allocated_bytes(&dir);
+        self.dir(workspace)?
+            .events()
+            .append(EventKind::SnapshotTaken {
+                snapshot: name,
+                has_memory: info.has_memory,
+            })?;
+        Ok(info)
+    }
+
+    /// The snapshot `name`.
+    pub fn snapshot_get(&self, name: &str) -> Result<SnapshotInfo> {
+        let dir = self.snapshot_dir(name)?;
+        let record = dir.join(RECORD);
+        if !record.exists() {
+            return Err(Error::SnapshotNotFound(name.to_owned()));
+        }
+        let mut info: SnapshotInfo = read_json(&record)?;
+        info.size_bytes = allocated_bytes(&dir);
+        Ok(info)
+    }
+
+    /// Every snapshot (of `workspace` only, if given), oldest first.
+    pub fn snapshot_list(&self, workspace: Option<&str>) -> Result<Vec<SnapshotInfo>> {
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
+            return Ok(out);
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            match self.snapshot_get(&name) {
+                Ok(info) if workspace.is_none_or(|w| w == info.workspace) => out.push(info),
+                Ok(_) | Err(Error::SnapshotNotFound(_)) => {}
+                Err(e) => tracing::warn!("skipping snapshot `{name}`: {}", e.full_message()),
+            }
+        }
+        out.sort_by(|a, b| (a.created_at_ms, &a.name).cmp(&(b.created_at_ms, &b.name)));
+        Ok(out)
+    }
+
+    /// Deletes the snapshot `name`. Workspaces forked from it keep running:
+    /// they hold its memory file open.
+    pub fn snapshot_delete(&self, name: &str) -> Result<SnapshotInfo> {
+        let info = self.snapshot_get(name)?;
+        let dir = self.snapshot_dir(name)?;
+        // Renamed first, so a half-deleted snapshot never looks whole.
+        let doomed = self
+            .snapshots_dir()
+            .join(format!(".{name}.{}.rm", std::process::id()));
+        std::fs::rename(&dir, &doomed)
+            .and_then(|()| std::fs::remove_dir_all(&doomed))
+            .map_err(Error::host_io(format!("deleting {}", dir.display())))?;
+        if let Ok(ws) = self.dir(&info.workspace) {
+            // The workspace may be gone; its snapshots outlive it.
+            let _ = ws.events().append(EventKind::SnapshotDeleted {
+                snapshot: name.to_owned(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// Creates workspace `new_name` as a fork and starts it: from the
+    /// snapshot `snapshot` if given, else from `source` as it is now (a
+    /// snapshot of its running machine, kept in the fork's directory). A
+    /// snapshot with memory resumes where it was taken; a disk-only one
+    /// boots from its disk. The fork has its own disk copy and sockets.
+    pub async fn fork(
+        &self,
+        source: &str,
+        new_name: &str,
+        snapshot: Option<&str>,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        let origin = self.prepare_fork(source, new_name, snapshot)?;
+        self.start_from(new_name, timeout, progress, origin.as_deref())
+            .await
+    }
+
+    /// Makes the fork's directory, disk and record; returns the snapshot
+    /// directory to restore, if it holds memory.
+    fn prepare_fork(
+        &self,
+        source: &str,
+        new_name: &str,
+        snapshot: Option<&str>,
+    ) -> Result<Option<PathBuf>> {
+        let ws = self.dir(new_name)?;
+        ws.check_socket_paths()?;
+        let source_meta = self.get(source)?;
+        let from_snapshot = snapshot.map(|s| self.snapshot_get(s)).transpose()?;
+        if from_snapshot.is_none() && source_meta.state != State::Running {
+            return Err(Error::NotRunning {
+                name: source.to_owned(),
+                state: source_meta.state,
+            });
+        }
+        let lock = self.state_dir().lock_workspace(new_name)?;
+        if ws.meta_path().exists() {
+            return Err(Error::WorkspaceExists(new_name.to_owned()));
+        }
+        let _ = std::fs::remove_dir_all(ws.path());
+        let made = (|| -> Result<Option<PathBuf>> {
+            std::fs::create_dir_all(ws.path())
+                .map_err(Error::host_io(format!("creating {}", ws.path().display())))?;
+            let (dir, spec, has_memory) = match &from_snapshot {
+                Some(info) => (
+                    self.snapshot_dir(&info.name)?,
+                    info.spec.clone(),
+                    info.has_memory,
+                ),
+                None => {
+                    let dir = ws.path().join(FORK_ORIGIN);
+                    std::fs::create_dir(&dir)
+                        .map_err(Error::host_io(format!("creating {}", dir.display())))?;
+                    let (has_memory, _) = self.write_machine(source, &dir)?;
+                    (dir, source_meta.spec.clone(), has_memory)
+                }
+            };
+            let disk = SnapshotFiles::new(&dir).disk(WORKSPACE_DISK);
+            copy_disk(&disk, &ws.disk())
+                .map_err(Error::host_io(format!("copying {}", disk.display())))?;
+            let meta = Meta {
+                name: new_name.to_owned(),
+                spec,
+                created_at_ms: now_ms(),
+                state: State::Stopped,
+                runtime: None,
+                last_exit: None,
+            };
+            ws.write_meta(&meta)?;
+            ws.events().append(EventKind::Forked {
+                from: source.to_owned(),
+                snapshot: snapshot.map(str::to_owned),
+            })?;
+            Ok(has_memory.then_some(dir))
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(ws.path());
+            let _ = self.state_dir().remove_lock(new_name, lock);
+        }
+        made
+    }
+}
