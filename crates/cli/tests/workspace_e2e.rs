@@ -151,6 +151,8 @@ fn life_cycle_exec_files_logs_events() {
     let listed = cli.ok_json(&["list", "--state", "running", "--json"]);
     assert_eq!(listed[0]["name"], "dev");
 
+    snapshots_and_forks(&cli);
+
     let stopped = cli.ok_json(&["stop", "dev", "--json"]);
     assert_eq!(stopped["state"], "stopped");
     assert_eq!(stopped["last_exit"]["reason"], "stopped on request");
@@ -173,6 +175,79 @@ fn life_cycle_exec_files_logs_events() {
     let deleted = cli.ok_json(&["delete", "dev", "--yes", "--json"]);
     assert_eq!(deleted["deleted"], "dev");
     assert!(!cli.home().join("workspaces/dev").exists());
+}
+
+/// On the running `dev`: a snapshot, two forks of it that see the state
+/// of then (and not what came after) and not each other's writes, a fork of
+/// the live workspace, a damaged snapshot refused. Forks restore in about a
+/// second, so this costs no boot.
+fn snapshots_and_forks(cli: &CliHome) {
+    let sh = |ws: &str, line: &str| cli.run(&["exec", ws, "--shell", "--", line]);
+    assert_eq!(sh("dev", "echo A > /root/a").status, 0);
+    let taken = cli.ok_json(&["snapshot", "take", "dev", "s1", "--json"]);
+    assert_eq!(taken["has_memory"], true, "{taken}");
+    assert_eq!(
+        cli.run(&["snapshot", "take", "dev", "s1", "--json"])
+            .error_code(),
+        "CONFLICT"
+    );
+    assert_eq!(sh("dev", "echo B > /root/b").status, 0);
+    for fork in ["f1", "f2"] {
+        let began = Instant::now();
+        let forked = cli.ok_json(&["fork", "dev", fork, "--snapshot", "s1", "--json"]);
+        assert_eq!(forked["state"], "running");
+        eprintln!("{fork} forked in {:.1} s", began.elapsed().as_secs_f64());
+    }
+    // Both at once, each seeing A and not B.
+    let listings: Vec<_> = std::thread::scope(|scope| {
+        ["f1", "f2"]
+            .map(|fork| scope.spawn(move || cli.run(&["exec", fork, "--", "ls", "/root"])))
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect()
+    });
+    for ls in &listings {
+        assert_eq!(ls.status, 0, "{}", ls.stderr);
+        let names: Vec<&str> = ls.stdout.split_whitespace().collect();
+        assert!(names.contains(&"a") && !names.contains(&"b"), "{names:?}");
+    }
+    assert_eq!(sh("f1", "echo one > /root/only-f1").status, 0);
+    assert_eq!(sh("f2", "test -e /root/only-f1").status, 1);
+    let live = cli.ok_json(&["fork", "dev", "f3", "--json"]);
+    assert_eq!(live["state"], "running");
+    let f3 = cli.run(&["exec", "f3", "--", "ls", "/root"]);
+    assert!(
+        f3.stdout.split_whitespace().any(|n| n == "b"),
+        "{}",
+        f3.stdout
+    );
+
+    let listed = cli.ok_json(&["snapshot", "ls", "--workspace", "dev", "--json"]);
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    let state = cli.home().join("snapshots/s1/vm.state");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&state, &bytes).unwrap();
+    assert_eq!(
+        cli.run(&["fork", "dev", "f4", "--snapshot", "s1", "--json"])
+            .error_code(),
+        "INVALID_INPUT"
+    );
+    assert!(
+        !cli.home().join("workspaces/f4").exists(),
+        "a refused fork left a workspace"
+    );
+    cli.ok(&["snapshot", "rm", "s1"]);
+    assert_eq!(
+        cli.run(&["snapshot", "inspect", "s1", "--json"])
+            .error_code(),
+        "NOT_FOUND"
+    );
+    for fork in ["f1", "f2", "f3"] {
+        cli.ok(&["delete", fork, "--yes", "--force"]);
+    }
+    assert!(events(cli, "dev").iter().any(|k| k == "snapshot_taken"));
 }
 
 #[test]

@@ -28,6 +28,14 @@ pub enum Error {
     /// The snapshot name is taken.
     #[error("snapshot `{0}` already exists")]
     SnapshotExists(String),
+    /// The snapshot's files are damaged or from another build.
+    #[error("snapshot `{name}` cannot be used: {reason}")]
+    SnapshotUnusable {
+        /// The snapshot.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// A request value is out of range or malformed.
     #[error("{0}")]
     InvalidInput(String),
@@ -124,6 +132,7 @@ impl Error {
             Error::WorkspaceExists(_) => ErrorCode::Conflict,
             Error::SnapshotNotFound(_) => ErrorCode::NotFound,
             Error::SnapshotExists(_) => ErrorCode::Conflict,
+            Error::SnapshotUnusable { .. } => ErrorCode::InvalidInput,
             Error::InvalidInput(_) => ErrorCode::InvalidInput,
             Error::NotRunning { .. } => ErrorCode::NotRunning,
             Error::WrongState { .. } | Error::Transition(_) => ErrorCode::Conflict,

@@ -248,6 +248,21 @@ impl Workspaces {
         ws.check_socket_paths()?;
         let source_meta = self.get(source)?;
         let from_snapshot = snapshot.map(|s| self.snapshot_get(s)).transpose()?;
+        if let Some(info) = from_snapshot.as_ref().filter(|i| i.has_memory) {
+            // Checked whole before anything is made: a damaged snapshot
+            // leaves no half-made fork behind.
+            let files = SnapshotFiles::new(&self.snapshot_dir(&info.name)?);
+            if let Err(e) = vmm_core::snapshot::MachineState::read(&files) {
+                let mut reason = e.to_string();
+                if let Some(source) = std::error::Error::source(&e) {
+                    reason = format!("{reason}: {source}");
+                }
+                return Err(Error::SnapshotUnusable {
+                    name: info.name.clone(),
+                    reason,
+                });
+            }
+        }
         if from_snapshot.is_none() && source_meta.state != State::Running {
             return Err(Error::NotRunning {
                 name: source.to_owned(),
