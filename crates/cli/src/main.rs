@@ -272,7 +272,7 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
     use workspace_cmd as w;
     match command {
         Command::Image(cmd) => image_cmd::run(ws, cmd),
-        Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd),
+        Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd).await,
         Command::Fork {
             workspace,
             new_name,

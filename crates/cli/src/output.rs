@@ -54,6 +54,9 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::ReadConsole { workspace } => {
             format!("its console (`microagent logs {workspace}`) shows why")
         }
+        Remedy::StopOrForceRestore { workspace, snapshot } => format!(
+            "stop it first (`microagent stop {workspace}`), or pass --force (`microagent snapshot restore {snapshot} --force`), which halts it"
+        ),
         Remedy::ListSnapshots => "list them with `microagent snapshot ls`".into(),
         Remedy::ChooseAnotherSnapshotName { snapshot } => {
             format!("pick another name, or delete it first (`microagent snapshot rm {snapshot}`)")

@@ -40,6 +40,25 @@ pub enum SnapshotCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Put a snapshot's workspace back to the snapshot's state (a running
+    /// one needs --force), or with --as start a new workspace from it.
+    Restore {
+        /// Snapshot name.
+        name: String,
+        /// Start a new workspace of this name from the snapshot instead.
+        #[arg(long = "as", value_name = "NEW")]
+        as_name: Option<String>,
+        /// Halt the workspace first if it is running (its state since the
+        /// snapshot is lost).
+        #[arg(long, short = 'f')]
+        force: bool,
+        /// Seconds to wait for the agent.
+        #[arg(long, value_name = "SECONDS", default_value_t = workspace::DEFAULT_START_TIMEOUT.as_secs())]
+        timeout: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Delete a snapshot (workspaces forked from it keep running).
     Rm {
         /// Snapshot name.
@@ -56,6 +75,7 @@ impl SnapshotCommand {
             Self::Take { json, .. }
             | Self::Ls { json, .. }
             | Self::Inspect { json, .. }
+            | Self::Restore { json, .. }
             | Self::Rm { json, .. } => *json,
         }
     }
@@ -83,7 +103,7 @@ fn describe(s: &SnapshotInfo) {
     }
 }
 
-pub fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Error> {
+pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Error> {
     match cmd {
         SnapshotCommand::Take {
             workspace,
@@ -130,6 +150,44 @@ pub fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Error> {
                 output::json(&info);
             } else {
                 describe(&info);
+            }
+        }
+        SnapshotCommand::Restore {
+            name,
+            as_name,
+            force,
+            timeout,
+            json,
+        } => {
+            let began = Instant::now();
+            let show = !*json && output::interactive();
+            let meta = ws
+                .snapshot_restore(
+                    name,
+                    as_name.as_deref(),
+                    *force,
+                    Duration::from_secs(*timeout),
+                    |p| {
+                        if show {
+                            eprint!("\r\x1b[2Krestoring {name}: {:>3} s", p.elapsed.as_secs());
+                            let _ = std::io::stderr().flush();
+                        }
+                    },
+                )
+                .await;
+            if show {
+                eprint!("\r\x1b[2K");
+            }
+            let meta = meta?;
+            if *json {
+                output::json(&meta);
+            } else {
+                eprintln!(
+                    "restored {name} as {} ({}) in {:.1} s",
+                    meta.name,
+                    meta.state,
+                    began.elapsed().as_secs_f64()
+                );
             }
         }
         SnapshotCommand::Rm { name, json } => {

@@ -63,6 +63,9 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "stop it first (the workspace_stop tool), or delete with force: true".into()
         }
         Remedy::ReadConsole { .. } => "its console (the workspace_logs tool) shows why".into(),
+        Remedy::StopOrForceRestore { .. } => {
+            "stop it first (the workspace_stop tool), or call snapshot_restore with force: true, which halts it".into()
+        }
         Remedy::ListSnapshots => "list them (the snapshot_list tool)".into(),
         Remedy::ChooseAnotherSnapshotName { .. } => {
             "pick another name, or delete that snapshot first (the snapshot_delete tool)".into()

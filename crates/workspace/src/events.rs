@@ -59,6 +59,11 @@ pub enum EventKind {
         /// The snapshot.
         snapshot: String,
     },
+    /// It was put back to a snapshot's state.
+    Restored {
+        /// The snapshot.
+        snapshot: String,
+    },
     /// It was created as a fork.
     Forked {
         /// The workspace it was forked from.

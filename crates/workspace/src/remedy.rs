@@ -37,6 +37,14 @@ pub enum Remedy {
         /// The workspace.
         workspace: String,
     },
+    /// Stop the workspace first, or restore the snapshot over it with force
+    /// (which halts it).
+    StopOrForceRestore {
+        /// The workspace.
+        workspace: String,
+        /// The snapshot.
+        snapshot: String,
+    },
     /// List the snapshots to find the right name.
     ListSnapshots,
     /// Choose another snapshot name, or delete the snapshot that has it.

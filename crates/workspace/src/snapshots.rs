@@ -218,6 +218,87 @@ impl Workspaces {
         Ok(info)
     }
 
+    /// Fails unless the snapshot's state file reads whole (magic, version,
+    /// length, checksum).
+    fn check_usable(&self, info: &SnapshotInfo) -> Result<()> {
+        if !info.has_memory {
+            return Ok(());
+        }
+        let files = SnapshotFiles::new(&self.snapshot_dir(&info.name)?);
+        vmm_core::snapshot::MachineState::read(&files).map_err(|e| {
+            let mut reason = e.to_string();
+            if let Some(source) = std::error::Error::source(&e) {
+                reason = format!("{reason}: {source}");
+            }
+            Error::SnapshotUnusable {
+                name: info.name.clone(),
+                reason,
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Puts the snapshot's workspace back to the snapshot's state: its disk
+    /// is replaced by a copy of the snapshot's, and a snapshot with memory
+    /// resumes it where it was taken (a disk-only one leaves it stopped). A
+    /// running workspace is only restored with `force` (it is halted
+    /// first). With `as_name`, a new workspace of that name is made from
+    /// the snapshot instead (a fork) and the original is left alone.
+    pub async fn snapshot_restore(
+        &self,
+        name: &str,
+        as_name: Option<&str>,
+        force: bool,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        let info = self.snapshot_get(name)?;
+        if let Some(new_name) = as_name {
+            return self
+                .fork(&info.workspace, new_name, Some(name), timeout, progress)
+                .await;
+        }
+        self.check_usable(&info)?;
+        let target = info.workspace.as_str();
+        let meta = self.get(target)?;
+        if meta.state.has_vmm() {
+            if !force {
+                return Err(Error::WrongState {
+                    name: target.to_owned(),
+                    state: meta.state,
+                    why: "restoring it in place discards its running state",
+                    remedy: Some(crate::remedy::Remedy::StopOrForceRestore {
+                        workspace: target.to_owned(),
+                        snapshot: name.to_owned(),
+                    }),
+                });
+            }
+            self.halt(target)?;
+        }
+        let ws = self.dir(target)?;
+        {
+            let _lock = self.state_dir().lock_workspace(target)?;
+            let dir = self.snapshot_dir(name)?;
+            let disk = SnapshotFiles::new(&dir).disk(WORKSPACE_DISK);
+            let tmp = ws.path().join(".disk.restore.tmp");
+            let _ = std::fs::remove_file(&tmp);
+            copy_disk(&disk, &tmp)
+                .and_then(|_| std::fs::rename(&tmp, ws.disk()))
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(&tmp);
+                    Error::host_io(format!("restoring {}", ws.disk().display()))(e)
+                })?;
+            ws.events().append(EventKind::Restored {
+                snapshot: name.to_owned(),
+            })?;
+        }
+        if !info.has_memory {
+            return self.get(target);
+        }
+        let dir = self.snapshot_dir(name)?;
+        self.start_from(target, timeout, progress, Some(&dir)).await
+    }
+
     /// Creates workspace `new_name` as a fork and starts it: from the
     /// snapshot `snapshot` if given, else from `source` as it is now (a
     /// snapshot of its running machine, kept in the fork's directory). A
@@ -246,27 +327,21 @@ impl Workspaces {
     ) -> Result<Option<PathBuf>> {
         let ws = self.dir(new_name)?;
         ws.check_socket_paths()?;
-        let source_meta = self.get(source)?;
         let from_snapshot = snapshot.map(|s| self.snapshot_get(s)).transpose()?;
-        if let Some(info) = from_snapshot.as_ref().filter(|i| i.has_memory) {
+        // A snapshot outlives its workspace; only a live fork needs it.
+        let source_meta = match &from_snapshot {
+            Some(_) => None,
+            None => Some(self.get(source)?),
+        };
+        if let Some(info) = &from_snapshot {
             // Checked whole before anything is made: a damaged snapshot
             // leaves no half-made fork behind.
-            let files = SnapshotFiles::new(&self.snapshot_dir(&info.name)?);
-            if let Err(e) = vmm_core::snapshot::MachineState::read(&files) {
-                let mut reason = e.to_string();
-                if let Some(source) = std::error::Error::source(&e) {
-                    reason = format!("{reason}: {source}");
-                }
-                return Err(Error::SnapshotUnusable {
-                    name: info.name.clone(),
-                    reason,
-                });
-            }
+            self.check_usable(info)?;
         }
-        if from_snapshot.is_none() && source_meta.state != State::Running {
+        if let Some(meta) = source_meta.as_ref().filter(|m| m.state != State::Running) {
             return Err(Error::NotRunning {
                 name: source.to_owned(),
-                state: source_meta.state,
+                state: meta.state,
             });
         }
         let lock = self.state_dir().lock_workspace(new_name)?;
@@ -277,19 +352,20 @@ impl Workspaces {
         let made = (|| -> Result<Option<PathBuf>> {
             std::fs::create_dir_all(ws.path())
                 .map_err(Error::host_io(format!("creating {}", ws.path().display())))?;
-            let (dir, spec, has_memory) = match &from_snapshot {
-                Some(info) => (
+            let (dir, spec, has_memory) = match (&from_snapshot, &source_meta) {
+                (Some(info), _) => (
                     self.snapshot_dir(&info.name)?,
                     info.spec.clone(),
                     info.has_memory,
                 ),
-                None => {
+                (None, Some(meta)) => {
                     let dir = ws.path().join(FORK_ORIGIN);
                     std::fs::create_dir(&dir)
                         .map_err(Error::host_io(format!("creating {}", dir.display())))?;
                     let (has_memory, _) = self.write_machine(source, &dir)?;
-                    (dir, source_meta.spec.clone(), has_memory)
+                    (dir, meta.spec.clone(), has_memory)
                 }
+                (None, None) => return Err(Error::WorkspaceNotFound(source.to_owned())),
             };
             let disk = SnapshotFiles::new(&dir).disk(WORKSPACE_DISK);
             copy_disk(&disk, &ws.disk())

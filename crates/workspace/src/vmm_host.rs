@@ -36,6 +36,9 @@ const GUEST_CID: u64 = 3;
 
 struct Shared {
     ws: WorkspaceDir,
+    /// The machine was restored from a snapshot: the guest gets a fresh
+    /// identity once its agent answers.
+    restored: bool,
     state: StateDir,
     started: Instant,
     ready: AtomicBool,
@@ -193,6 +196,7 @@ impl VmmProcess {
         }
         let shared = Arc::new(Shared {
             ws: ws.clone(),
+            restored: launch.restore.is_some(),
             state: state.clone(),
             started: Instant::now(),
             ready: AtomicBool::new(false),
@@ -392,6 +396,9 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+    if shared.restored {
+        give_identity(&shared.ws);
+    }
     shared.ready.store(true, Ordering::SeqCst);
     let marked = shared.update(|m| {
         if m.state == State::Starting {
@@ -405,6 +412,28 @@ fn wait_for_agent(shared: &Arc<Shared>) {
     match marked.and_then(|()| Ok(shared.ws.events().append(EventKind::Started)?)) {
         Ok(_) => tracing::info!(secs = shared.started.elapsed().as_secs_f64(), "agent ready"),
         Err(e) => tracing::error!(error = %e.full_message(), "could not mark running"),
+    }
+}
+
+/// A restored guest takes this workspace's name as its hostname, fresh
+/// host randomness and the host's clock, so forks of one snapshot differ.
+fn give_identity(ws: &WorkspaceDir) {
+    let mut entropy = [0u8; 64];
+    // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
+    let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
+    if got != entropy.len() as isize {
+        tracing::error!("no host randomness for the restored guest");
+        return;
+    }
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let given = ws
+        .agent_blocking(AGENT_CALL_TIMEOUT)
+        .and_then(|agent| agent.restored(ws.name(), &entropy, now_ns));
+    match given {
+        Ok(()) => tracing::info!("restored guest took its identity"),
+        Err(e) => tracing::error!(error = %e, "the restored guest did not take its identity"),
     }
 }
 

@@ -8,6 +8,7 @@ mod files;
 pub mod listen;
 mod reaper;
 mod registry;
+mod identity;
 mod sysinfo;
 
 use std::error::Error as _;
@@ -68,7 +69,7 @@ enum RequestError {
     NoResult(String),
     #[error("too many connections (at most {0})")]
     Busy(usize),
-    #[error("shutdown is only honoured when the agent runs as the guest's init (PID 1)")]
+    #[error("shutdown and restored are only honoured when the agent runs as the guest's init (PID 1)")]
     NotInit,
     #[error("exec")]
     Exec(#[source] exec::ExecError),
@@ -78,6 +79,8 @@ enum RequestError {
     Archive(#[source] archive::ArchiveError),
     #[error("info")]
     Info(#[source] sysinfo::InfoError),
+    #[error("taking the restored identity")]
+    Identity(#[source] identity::IdentityError),
 }
 
 impl RequestError {
@@ -93,6 +96,7 @@ impl RequestError {
             Self::File(e) => e.code(),
             Self::Archive(e) => e.code(),
             Self::Info(e) => e.code(),
+            Self::Identity(e) => e.code(),
         }
     }
 
@@ -282,6 +286,17 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
         }
         Request::TarIn { path } => {
             return archive::tar_in(conn, &path).map_err(RequestError::Archive)
+        }
+        Request::Restored {
+            hostname,
+            entropy,
+            unix_time_ns,
+        } => {
+            if std::process::id() != 1 {
+                return Err(RequestError::NotInit);
+            }
+            identity::take(&hostname, &entropy, unix_time_ns).map_err(RequestError::Identity)?;
+            Response::ok()
         }
     };
     conn.send(&answer).map_err(RequestError::Send)

@@ -1,6 +1,7 @@
-//! A blocking client on std sockets for the two calls a VMM process makes
-//! (`ping` until the agent answers, `shutdown` on stop), so the VMM process
-//! needs no async runtime. Every read and write has a timeout.
+//! A blocking client on std sockets for the calls a VMM process makes
+//! (`ping` until the agent answers, `restored` after a snapshot restore,
+//! `shutdown` on stop), so the VMM process needs no async runtime. Every
+//! read and write has a timeout.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -71,6 +72,23 @@ impl BlockingClient {
             Err(ClientError::Closed) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// `restored`: the guest takes `hostname`, mixes `entropy` into its
+    /// random pool and reseeds it, and sets its clock to `unix_time_ns`.
+    pub fn restored(
+        self,
+        hostname: &str,
+        entropy: &[u8],
+        unix_time_ns: u64,
+    ) -> Result<(), ClientError> {
+        let entropy = entropy.iter().map(|b| format!("{b:02x}")).collect();
+        let req = Request::Restored {
+            hostname: hostname.to_owned(),
+            entropy,
+            unix_time_ns,
+        };
+        expect_ok(self.call(&req)?).map(drop)
     }
 
     fn call(mut self, req: &Request) -> Result<Response, ClientError> {

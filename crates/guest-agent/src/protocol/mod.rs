@@ -133,6 +133,7 @@ pub const CAPABILITIES: &[&str] = &[
     "rename",
     "tar_out",
     "tar_in",
+    "restored",
 ];
 
 #[cfg(test)]

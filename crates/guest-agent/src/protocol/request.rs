@@ -235,6 +235,18 @@ pub enum Request {
         /// Absolute path of the directory to extract into (created if missing).
         path: String,
     },
+    /// The VM was just restored from a snapshot, possibly as one of several
+    /// copies: take `hostname`, mix `entropy` into the kernel's random pool
+    /// and reseed it, and set the wall clock. Only honoured by the guest's
+    /// PID 1.
+    Restored {
+        /// The guest's new hostname.
+        hostname: String,
+        /// Host randomness, hex-encoded (16 to 512 bytes).
+        entropy: String,
+        /// The host's wall clock, Unix nanoseconds.
+        unix_time_ns: u64,
+    },
 }
 
 impl Request {
@@ -257,6 +269,7 @@ impl Request {
             Self::Rename { .. } => "rename",
             Self::TarOut { .. } => "tar_out",
             Self::TarIn { .. } => "tar_in",
+            Self::Restored { .. } => "restored",
         }
     }
 }

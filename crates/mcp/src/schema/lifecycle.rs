@@ -293,5 +293,6 @@ fn describe(kind: &EventKind) -> String {
         EventKind::SnapshotTaken { snapshot, .. } => format!("snapshot_taken `{snapshot}`"),
         EventKind::SnapshotDeleted { snapshot } => format!("snapshot_deleted `{snapshot}`"),
         EventKind::Forked { from, .. } => format!("forked from `{from}`"),
+        EventKind::Restored { snapshot } => format!("restored `{snapshot}`"),
     }
 }
