@@ -160,7 +160,8 @@ fn the_vmm_program_understands_the_library_launch_and_nothing_else() {
     );
     let usage = std::process::Command::new(vmm).output().unwrap();
     assert_eq!(usage.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&usage.stderr).contains("--home DIR --kernel VARIANT [--restore DIR] NAME"));
+    assert!(String::from_utf8_lossy(&usage.stderr)
+        .contains("--home DIR --kernel VARIANT [--restore DIR] NAME"));
 
     let cli = home("vmmprog");
     let src = cli.home().join("src");

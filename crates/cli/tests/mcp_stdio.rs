@@ -399,6 +399,41 @@ fn a_real_workspace_over_stdio() {
         "{events}"
     );
 
+    // A snapshot, with progress asked for; a fork of it that resumes with
+    // the file written before and its own hostname; a live fork; cleanup.
+    let id = s.call_async(
+        "snapshot_take",
+        json!({"workspace": name, "name": "mcp-snap"}),
+        Some("snap"),
+    );
+    let taken = s.response(id, Duration::from_secs(120));
+    assert_eq!(
+        taken["result"]["structuredContent"]["has_memory"], true,
+        "{taken}"
+    );
+    let forked = s.ok(
+        "workspace_fork",
+        json!({"name": name, "new_name": "mcp-fork", "snapshot": "mcp-snap"}),
+    );
+    assert_eq!(forked["state"], "running", "{forked}");
+    let host = s.ok(
+        "workspace_exec",
+        json!({"name": "mcp-fork", "shell": "hostname; cat /tmp/hello.txt"}),
+    );
+    assert_eq!(host["stdout"], "mcp-fork\nhello from mcp\n", "{host}");
+    let restore_preview = s.ok(
+        "snapshot_restore",
+        json!({"name": "mcp-snap", "preview": true}),
+    );
+    assert_eq!(restore_preview["preview"], true, "{restore_preview}");
+    let listed = s.ok("snapshot_list", json!({"workspace": name}));
+    assert_eq!(listed["count"], 1, "{listed}");
+    s.ok("snapshot_delete", json!({"name": "mcp-snap"}));
+    s.ok(
+        "workspace_delete",
+        json!({"name": "mcp-fork", "force": true}),
+    );
+
     let preview = s.ok(
         "workspace_delete",
         json!({"name": name, "force": true, "preview": true}),

@@ -211,6 +211,11 @@ fn snapshots_and_forks(cli: &CliHome) {
         let names: Vec<&str> = ls.stdout.split_whitespace().collect();
         assert!(names.contains(&"a") && !names.contains(&"b"), "{names:?}");
     }
+    assert_eq!(
+        sh("f1", "hostname").stdout,
+        "f1\n",
+        "a fork takes its own name"
+    );
     assert_eq!(sh("f1", "echo one > /root/only-f1").status, 0);
     assert_eq!(sh("f2", "test -e /root/only-f1").status, 1);
     let live = cli.ok_json(&["fork", "dev", "f3", "--json"]);
@@ -221,6 +226,18 @@ fn snapshots_and_forks(cli: &CliHome) {
         "{}",
         f3.stdout
     );
+
+    // In place: refused while running, then forced: A without B again.
+    assert_eq!(
+        cli.run(&["snapshot", "restore", "s1", "--json"])
+            .error_code(),
+        "CONFLICT"
+    );
+    let restored = cli.ok_json(&["snapshot", "restore", "s1", "--force", "--json"]);
+    assert_eq!(restored["state"], "running", "{restored}");
+    let ls = cli.run(&["exec", "dev", "--", "ls", "/root"]);
+    let names: Vec<&str> = ls.stdout.split_whitespace().collect();
+    assert!(names.contains(&"a") && !names.contains(&"b"), "{names:?}");
 
     let listed = cli.ok_json(&["snapshot", "ls", "--workspace", "dev", "--json"]);
     assert_eq!(listed.as_array().unwrap().len(), 1);

@@ -88,7 +88,8 @@ impl MicroagentServer {
             tool_router: Self::lifecycle_router()
                 + Self::exec_router()
                 + Self::files_router()
-                + Self::info_router(),
+                + Self::info_router()
+                + Self::snapshots_router(),
             inflight: Arc::default(),
         }
     }

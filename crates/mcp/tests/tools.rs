@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 20] = [
+const TOOLS: [&str; 26] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -19,10 +19,16 @@ const TOOLS: [&str; 20] = [
     "host_doctor",
     "image_list",
     "run_code",
+    "snapshot_delete",
+    "snapshot_get",
+    "snapshot_list",
+    "snapshot_restore",
+    "snapshot_take",
     "workspace_create",
     "workspace_delete",
     "workspace_events",
     "workspace_exec",
+    "workspace_fork",
     "workspace_halt",
     "workspace_inspect",
     "workspace_list",
@@ -31,23 +37,27 @@ const TOOLS: [&str; 20] = [
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 10] = [
+const READ_ONLY: [&str; 12] = [
     "contract",
     "estimate_cost",
     "file_list",
     "file_read",
     "host_doctor",
     "image_list",
+    "snapshot_get",
+    "snapshot_list",
     "workspace_events",
     "workspace_inspect",
     "workspace_list",
     "workspace_logs",
 ];
 
-const WITH_PREVIEW: [&str; 6] = [
+const WITH_PREVIEW: [&str; 8] = [
     "copy_in",
     "copy_out",
     "file_write",
+    "snapshot_delete",
+    "snapshot_restore",
     "workspace_delete",
     "workspace_halt",
     "workspace_stop",
@@ -75,7 +85,7 @@ fn check_schema(tool: &str, what: &str, schema: &Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lists_twenty_tools_with_schemas_and_honest_annotations() {
+async fn lists_every_tool_with_schemas_and_honest_annotations() {
     let h = Harness::new("list").await;
     let mut names: Vec<&str> = h.tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort();
@@ -169,6 +179,39 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
             "INVALID_INPUT",
         ),
         ("workspace_halt", json!({"name": "-x"}), "INVALID_INPUT"),
+        (
+            "snapshot_take",
+            json!({"workspace": "missing"}),
+            "NOT_FOUND",
+        ),
+        (
+            "snapshot_take",
+            json!({"workspace": "missing", "bogus": 1}),
+            "INVALID_INPUT",
+        ),
+        ("snapshot_get", json!({"name": "missing"}), "NOT_FOUND"),
+        ("snapshot_get", json!({"name": "Bad Name"}), "INVALID_INPUT"),
+        (
+            "snapshot_delete",
+            json!({"name": "missing", "preview": true}),
+            "NOT_FOUND",
+        ),
+        ("snapshot_restore", json!({"name": "missing"}), "NOT_FOUND"),
+        (
+            "snapshot_restore",
+            json!({"name": "missing", "timeout_secs": 0}),
+            "INVALID_INPUT",
+        ),
+        (
+            "workspace_fork",
+            json!({"name": "missing", "new_name": "f"}),
+            "NOT_FOUND",
+        ),
+        (
+            "workspace_fork",
+            json!({"name": "missing", "new_name": "f", "snapshot": "nope"}),
+            "NOT_FOUND",
+        ),
         (
             "workspace_halt",
             json!({"name": "missing", "preview": true}),

@@ -121,10 +121,21 @@ mod tests {
         let hex = "ab".repeat(32);
         assert_eq!(parse("fork-1", &hex).unwrap(), vec![0xab; 32]);
         for bad in ["", "UPPER", "with space", &"x".repeat(65), "semi;colon"] {
-            assert!(matches!(parse(bad, &hex), Err(IdentityError::Hostname(_))), "{bad:?}");
+            assert!(
+                matches!(parse(bad, &hex), Err(IdentityError::Hostname(_))),
+                "{bad:?}"
+            );
         }
-        for bad in ["abc", "zz".repeat(32).as_str(), &"ab".repeat(8 - 1), &"ab".repeat(513)] {
-            assert!(matches!(parse("ok", bad), Err(IdentityError::Entropy)), "{bad:?}");
+        for bad in [
+            "abc",
+            "zz".repeat(32).as_str(),
+            &"ab".repeat(8 - 1),
+            &"ab".repeat(513),
+        ] {
+            assert!(
+                matches!(parse("ok", bad), Err(IdentityError::Entropy)),
+                "{bad:?}"
+            );
         }
         assert_eq!(
             parse("ok", "zz").unwrap_err().code(),

@@ -5,10 +5,10 @@ mod archive;
 mod conn;
 mod exec;
 mod files;
+mod identity;
 pub mod listen;
 mod reaper;
 mod registry;
-mod identity;
 mod sysinfo;
 
 use std::error::Error as _;
@@ -69,7 +69,9 @@ enum RequestError {
     NoResult(String),
     #[error("too many connections (at most {0})")]
     Busy(usize),
-    #[error("shutdown and restored are only honoured when the agent runs as the guest's init (PID 1)")]
+    #[error(
+        "shutdown and restored are only honoured when the agent runs as the guest's init (PID 1)"
+    )]
     NotInit,
     #[error("exec")]
     Exec(#[source] exec::ExecError),

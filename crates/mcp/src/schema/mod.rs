@@ -16,6 +16,7 @@ pub mod exec;
 pub mod files;
 pub mod info;
 pub mod lifecycle;
+pub mod snapshots;
 
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -2,7 +2,8 @@
 //! [`crate::MicroagentServer::new`] adds up: [`lifecycle`] (create, start,
 //! stop, halt, delete, list, inspect, logs, events), [`exec`] (exec,
 //! run_code), [`files`] (read, write, list, copy in and out), [`info`]
-//! (images, doctor, contract, cost). Every tool calls the workspace library;
+//! (images, doctor, contract, cost), [`snapshots`] (take, list, get,
+//! delete, restore, fork). Every tool calls the workspace library;
 //! this module holds what they share: argument checks, and running the
 //! library's blocking calls off the async runtime.
 
@@ -10,6 +11,7 @@ pub mod exec;
 pub mod files;
 pub mod info;
 pub mod lifecycle;
+pub mod snapshots;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
