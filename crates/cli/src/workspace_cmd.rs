@@ -216,6 +216,17 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
     if let Some(rt) = &info.meta.runtime {
         println!("  vmm pid     {}", rt.pid);
         println!("  up          {}", age(info.uptime_ms.unwrap_or(0)));
+        if let (Some(kind), Some(us)) = (rt.start_kind, rt.ready_us) {
+            let vcpu = rt
+                .vcpu_running_us
+                .map(|v| format!(" (vCPU running after {:.1} ms)", v as f64 / 1000.0))
+                .unwrap_or_default();
+            println!(
+                "  started     {} in {:.1} ms{vcpu}",
+                kind.name(),
+                us as f64 / 1000.0
+            );
+        }
         if let Some(at) = rt.ttl_deadline_ms {
             let left = at.saturating_sub(workspace::settings::now_ms());
             println!("  ttl left    {}", age(left));

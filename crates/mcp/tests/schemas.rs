@@ -132,7 +132,14 @@ fn workspace_records_match_their_schemas() {
 fn events_of_every_kind_match_their_schema() {
     let kinds = [
         EventKind::Created,
-        EventKind::Started,
+        EventKind::Started {
+            start: None,
+            ready_ms: None,
+        },
+        EventKind::Started {
+            start: Some(workspace::StartKind::Warm),
+            ready_ms: Some(40),
+        },
         EventKind::ExecStarted {
             exec_id: "e1".into(),
             command: "uname -a".into(),
@@ -152,6 +159,20 @@ fn events_of_every_kind_match_their_schema() {
             reason: "its VMM died".into(),
         },
         EventKind::TtlExpired,
+        EventKind::SnapshotTaken {
+            snapshot: "s1".into(),
+            has_memory: true,
+        },
+        EventKind::SnapshotDeleted {
+            snapshot: "s1".into(),
+        },
+        EventKind::Restored {
+            snapshot: "s1".into(),
+        },
+        EventKind::Forked {
+            from: "dev".into(),
+            snapshot: None,
+        },
     ];
     let events: Vec<Event> = kinds
         .into_iter()

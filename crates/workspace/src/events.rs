@@ -21,7 +21,14 @@ pub enum EventKind {
     /// The workspace was created.
     Created,
     /// Its VM started and the agent answered.
-    Started,
+    Started {
+        /// Booted (cold), or restored from a warm snapshot or a snapshot.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start: Option<crate::spec::StartKind>,
+        /// Milliseconds from the VMM process's launch to the agent answering.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ready_ms: Option<u64>,
+    },
     /// A command started in it.
     ExecStarted {
         /// The agent's exec id.
@@ -206,7 +213,11 @@ mod tests {
         let log = EventLog::new(&dir);
         assert!(log.read_after(0).unwrap().is_empty());
         log.append(EventKind::Created).unwrap();
-        log.append(EventKind::Started).unwrap();
+        log.append(EventKind::Started {
+            start: None,
+            ready_ms: None,
+        })
+        .unwrap();
         let e = log
             .append(EventKind::ExecFinished {
                 exec_id: "e1".into(),
@@ -235,7 +246,11 @@ mod tests {
                 let log = EventLog::new(&dir);
                 std::thread::spawn(move || {
                     for _ in 0..25 {
-                        log.append(EventKind::Started).unwrap();
+                        log.append(EventKind::Started {
+                            start: None,
+                            ready_ms: None,
+                        })
+                        .unwrap();
                     }
                 })
             })

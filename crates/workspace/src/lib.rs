@@ -68,7 +68,8 @@ pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
 pub use remedy::Remedy;
 pub use snapshots::SnapshotInfo;
 pub use spec::{
-    defaults, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Runtime, WorkspaceSpec, LIMITS,
+    defaults, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Runtime, StartKind,
+    WorkspaceSpec, LIMITS,
 };
 pub use state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};

@@ -17,7 +17,7 @@ use crate::launch::VmmLaunch;
 use crate::process;
 use crate::remedy::Remedy;
 use crate::settings::{e2fs_tool, now_ms};
-use crate::spec::{DeleteOptions, Limits, Meta, Runtime, WorkspaceSpec, LIMITS};
+use crate::spec::{DeleteOptions, Limits, Meta, Runtime, StartKind, WorkspaceSpec, LIMITS};
 use crate::state::State;
 use crate::store::{StateDir, WorkspaceLock};
 use crate::workspace_dir::{WorkspaceDir, VMM_LOG};
@@ -394,10 +394,15 @@ impl Workspaces {
             if let Some(dir) = restore {
                 launch = launch.restoring(dir);
             }
+            let start_kind = match restore {
+                None => StartKind::Cold,
+                Some(_) => StartKind::Snapshot,
+            };
             let mut cmd = launch.command();
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
             detach(&mut cmd);
             meta.state = meta.state.become_(State::Starting)?;
+            let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
             let child = cmd.spawn().map_err(Error::host_io(format!(
                 "starting the VMM process {}",
                 self.vmm_binary.display()
@@ -424,6 +429,10 @@ impl Workspaces {
                 started_at_ms: now,
                 ready_at_ms: None,
                 ttl_deadline_ms: meta.spec.ttl_secs.map(|s| now + s * 1000),
+                start_kind: Some(start_kind),
+                launched_mono_ns: Some(launched_mono_ns),
+                vcpu_running_us: None,
+                ready_us: None,
             });
             if let Err(e) = ws.write_meta(&meta) {
                 process::kill(pid, pid_start);

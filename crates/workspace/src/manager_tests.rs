@@ -106,6 +106,10 @@ fn a_dead_vmm_is_recorded_as_crashed_once() {
         started_at_ms: now_ms(),
         ready_at_ms: Some(now_ms()),
         ttl_deadline_ms: None,
+        start_kind: None,
+        launched_mono_ns: None,
+        vcpu_running_us: None,
+        ready_us: None,
     });
     dir.write_meta(&meta).unwrap();
     std::fs::write(dir.control(), b"").unwrap();

@@ -194,6 +194,43 @@ pub struct Runtime {
     /// Unix ms when the TTL stops it (null without a TTL).
     #[serde(default)]
     pub ttl_deadline_ms: Option<u64>,
+    /// How the machine came up (null in records of older versions).
+    #[serde(default)]
+    pub start_kind: Option<StartKind>,
+    /// CLOCK_MONOTONIC ns when the VMM process was launched.
+    #[serde(default)]
+    pub launched_mono_ns: Option<u64>,
+    /// Microseconds from the VMM process's launch to its first vCPU in
+    /// the guest.
+    #[serde(default)]
+    pub vcpu_running_us: Option<u64>,
+    /// Microseconds from the VMM process's launch to the agent answering.
+    #[serde(default)]
+    pub ready_us: Option<u64>,
+}
+
+/// How a workspace's machine came up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum StartKind {
+    /// A kernel boot.
+    Cold,
+    /// Restored from the warm snapshot of its image: no boot.
+    Warm,
+    /// Restored from a snapshot (a fork or a restore).
+    Snapshot,
+}
+
+impl StartKind {
+    /// The lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StartKind::Cold => "cold",
+            StartKind::Warm => "warm",
+            StartKind::Snapshot => "snapshot",
+        }
+    }
 }
 
 /// How the last run ended.
@@ -313,6 +350,10 @@ mod tests {
                 started_at_ms: 2,
                 ready_at_ms: Some(3),
                 ttl_deadline_ms: None,
+                start_kind: Some(StartKind::Warm),
+                launched_mono_ns: Some(5),
+                vcpu_running_us: Some(6),
+                ready_us: Some(7),
             }),
             last_exit: None,
         };

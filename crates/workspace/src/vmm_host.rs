@@ -307,7 +307,7 @@ fn build_machine(
     let image = images.get(&spec.image)?;
     let console = ConsoleLogWriter::create(ws.path())?;
     let cmdline = format!(
-        "root=/dev/vda ro rootfstype=ext4 microagent_overlay=/dev/vdb microagent_hostname={}",
+        "root=/dev/vda ro rootfstype=ext4 clocksource=kvm-clock microagent_overlay=/dev/vdb microagent_hostname={}",
         ws.name()
     );
     Machine::build(MachineConfig {
@@ -400,19 +400,37 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         give_identity(&shared.ws);
     }
     shared.ready.store(true, Ordering::SeqCst);
+    let ready_ns = vmm_core::vcpu::monotonic_ns();
+    let first_run_ns = shared.machine.get().and_then(MachineHandle::first_run_ns);
+    let mut started = None;
     let marked = shared.update(|m| {
         if m.state == State::Starting {
             m.state = m.state.become_(State::Running)?;
             if let Some(rt) = m.runtime.as_mut() {
                 rt.ready_at_ms = Some(now_ms());
+                rt.ready_us = us_after(rt.launched_mono_ns, Some(ready_ns));
+                rt.vcpu_running_us = us_after(rt.launched_mono_ns, first_run_ns);
+                started = Some(EventKind::Started {
+                    start: rt.start_kind,
+                    ready_ms: rt.ready_us.map(|us| us / 1000),
+                });
             }
         }
         Ok(())
     });
-    match marked.and_then(|()| Ok(shared.ws.events().append(EventKind::Started)?)) {
+    let event = started.unwrap_or(EventKind::Started {
+        start: None,
+        ready_ms: None,
+    });
+    match marked.and_then(|()| Ok(shared.ws.events().append(event)?)) {
         Ok(_) => tracing::info!(secs = shared.started.elapsed().as_secs_f64(), "agent ready"),
         Err(e) => tracing::error!(error = %e.full_message(), "could not mark running"),
     }
+}
+
+/// Microseconds from `from` to `to` (CLOCK_MONOTONIC ns), when both are known.
+fn us_after(from: Option<u64>, to: Option<u64>) -> Option<u64> {
+    Some(to?.saturating_sub(from?) / 1000)
 }
 
 /// A restored guest takes this workspace's name as its hostname, fresh

@@ -275,7 +275,16 @@ impl Render for EventsResult {
 fn describe(kind: &EventKind) -> String {
     match kind {
         EventKind::Created => "created".into(),
-        EventKind::Started => "started".into(),
+        EventKind::Started { start, ready_ms } => {
+            let mut text = "started".to_owned();
+            if let Some(kind) = start {
+                text.push_str(&format!(" ({})", kind.name()));
+            }
+            if let Some(ms) = ready_ms {
+                text.push_str(&format!(" in {ms} ms"));
+            }
+            text
+        }
         EventKind::ExecStarted { command, .. } => format!("exec_started `{command}`"),
         EventKind::ExecFinished { code, signal, .. } => {
             let mut text = "exec_finished".to_owned();

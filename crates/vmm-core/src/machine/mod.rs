@@ -200,6 +200,8 @@ pub struct Machine {
     event_loop: EventLoop,
     virtio_devices: u32,
     devices: Devices,
+    /// Shared with the vCPU threads and every [`MachineHandle`].
+    control: Arc<crate::vcpu::RunControl>,
     /// vCPU reports and [`MachineHandle`] requests, handled by the run.
     messages: (mpsc::Sender<RunMessage>, mpsc::Receiver<RunMessage>),
 }
@@ -267,6 +269,7 @@ impl Machine {
             event_loop: EventLoop::new()?,
             virtio_devices: 0,
             devices: Devices::default(),
+            control: Arc::default(),
             messages: mpsc::channel(),
         })
     }
@@ -274,7 +277,7 @@ impl Machine {
     /// A handle that stops, pauses, resumes or snapshots the machine's run
     /// from another thread.
     pub fn handle(&self) -> MachineHandle {
-        MachineHandle::new(self.messages.0.clone())
+        MachineHandle::new(self.messages.0.clone(), self.control.clone())
     }
 
     /// The command line the guest gets.

@@ -66,11 +66,17 @@ impl From<VcpuExitReport> for RunMessage {
 /// Controls a machine's run from other threads. Every call but
 /// [`MachineHandle::stop`] waits for the run to act on it.
 #[derive(Clone, Debug)]
-pub struct MachineHandle(Sender<RunMessage>);
+pub struct MachineHandle(Sender<RunMessage>, Arc<RunControl>);
 
 impl MachineHandle {
-    pub(super) fn new(tx: Sender<RunMessage>) -> Self {
-        Self(tx)
+    pub(super) fn new(tx: Sender<RunMessage>, control: Arc<RunControl>) -> Self {
+        Self(tx, control)
+    }
+
+    /// CLOCK_MONOTONIC ns when the boot vCPU first entered the guest (None
+    /// before).
+    pub fn first_run_ns(&self) -> Option<u64> {
+        self.1.first_run_ns()
     }
 
     /// Ends the run ([`StopReason::Stopped`]; the guest is not asked);
@@ -317,8 +323,8 @@ impl Machine {
         let event_loop = std::mem::replace(&mut self.event_loop, EventLoop::new()?);
         let mut runner = Runner {
             buses: Arc::new(self.buses.clone()),
+            control: self.control.clone(),
             machine: self,
-            control: Arc::new(RunControl::default()),
             tx,
             phase: Phase::Gone,
             vcpu_count: vcpus.len(),
