@@ -4,6 +4,7 @@
 mod bench;
 mod bench_agent;
 mod bench_devices;
+mod bench_snapshot;
 mod bench_workspace;
 mod boot;
 mod cache;
@@ -58,6 +59,8 @@ tasks:
                                 agent running as a host process
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
+  bench snapshot [--runs N]     snapshot take (pause, size), restore to vCPU running and to
+                                agent ready, 5 forks' memory, each beside a cold boot
 
 Assets are cached in $MICROAGENT_CACHE (default ~/.cache/microagent), keyed by a hash
 of their inputs; the newest of each is linked from <cache>/current/.
@@ -100,6 +103,7 @@ fn main() -> anyhow::Result<()> {
             [what] if what == "devices" => bench_devices::run(),
             [what] if what == "agent" => bench_agent::run(),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
+            [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),
             _ => bench::run(rest),
         },
         "-h" | "--help" | "help" => {

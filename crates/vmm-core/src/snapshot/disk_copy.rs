@@ -84,16 +84,19 @@ fn copy_data_extents(src: &File, dst: &File, len: u64) -> io::Result<u64> {
         let mut off_out = data as libc::loff_t;
         while (off_in as u64) < hole {
             let want = (hole - off_in as u64).min(CHUNK) as usize;
+            // The raw system call: glibc's wrapper is a null weak symbol in
+            // the static VMM binary.
             // SAFETY: both offsets point at loff_t values we own; the kernel
             // only reads and advances them.
             let n = unsafe {
-                libc::copy_file_range(
+                libc::syscall(
+                    libc::SYS_copy_file_range,
                     src.as_raw_fd(),
-                    &mut off_in,
+                    &mut off_in as *mut libc::loff_t,
                     dst.as_raw_fd(),
-                    &mut off_out,
+                    &mut off_out as *mut libc::loff_t,
                     want,
-                    0,
+                    0u32,
                 )
             };
             match n {
