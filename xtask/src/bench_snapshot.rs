@@ -77,7 +77,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let result = measure(&bin, &home, runs);
     let _ = microagent(&bin, &home, &["delete", "src", "--yes", "--force"]);
     for i in 0..FORKS.max(runs) {
-        let _ = microagent(&bin, &home, &["delete", &format!("f{i}"), "--yes", "--force"]);
+        let _ = microagent(
+            &bin,
+            &home,
+            &["delete", &format!("f{i}"), "--yes", "--force"],
+        );
     }
     let _ = std::fs::remove_dir_all(&home);
     result
@@ -99,7 +103,11 @@ fn measure(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<()> {
     let mut sizes = Vec::new();
     for i in 0..runs {
         let t = Instant::now();
-        let info = microagent(bin, home, &["snapshot", "take", "src", &format!("s{i}"), "--json"])?;
+        let info = microagent(
+            bin,
+            home,
+            &["snapshot", "take", "src", &format!("s{i}"), "--json"],
+        )?;
         take_cmd.push(t.elapsed().as_secs_f64() * 1000.0);
         paused.push(info["paused_ms"].as_f64().unwrap_or(f64::NAN));
         sizes.push(info["size_bytes"].as_f64().unwrap_or(0.0) / f64::from(1 << 20));
@@ -114,7 +122,14 @@ fn measure(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<()> {
         let meta = microagent(
             bin,
             home,
-            &["fork", "src", &format!("f{i}"), "--snapshot", "s0", "--json"],
+            &[
+                "fork",
+                "src",
+                &format!("f{i}"),
+                "--snapshot",
+                "s0",
+                "--json",
+            ],
         )?;
         fork_cmd.push(t.elapsed().as_secs_f64() * 1000.0);
         vcpu_running.push(ms(&meta["runtime"]["vcpu_running_us"]).unwrap_or(f64::NAN));
@@ -123,7 +138,11 @@ fn measure(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<()> {
     }
     // Each fork runs a command, as a used fork would.
     for i in 0..FORKS {
-        microagent(bin, home, &["exec", &format!("f{i}"), "--json", "--", "true"])?;
+        microagent(
+            bin,
+            home,
+            &["exec", &format!("f{i}"), "--json", "--", "true"],
+        )?;
     }
     let src_pss = pss_kib(src_pid)? as f64 / 1024.0;
     let forks_pss: f64 = fork_pids
@@ -138,12 +157,30 @@ fn measure(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<()> {
     };
     println!("snapshots of a 256 MiB, 1 vCPU workspace (minimal image), release binaries, {runs} runs; ms unless noted");
     println!("  reference: cold create+start to agent ready    {:>9.1} (VMM launch to agent {cold_ready_ms:.1})", cold_s * 1000.0);
-    println!("  snapshot take, guest paused                    {}", spread(paused.clone()));
-    println!("  snapshot take, whole CLI command               {}", spread(take_cmd));
-    println!("  snapshot size on disk, MiB                     {}", spread(sizes));
-    println!("  restore: VMM launch to vCPU running            {}", spread(vcpu_running.clone()));
-    println!("  restore: VMM launch to agent answering         {}", spread(ready.clone()));
-    println!("  fork from snapshot, whole CLI command          {}", spread(fork_cmd.clone()));
+    println!(
+        "  snapshot take, guest paused                    {}",
+        spread(paused.clone())
+    );
+    println!(
+        "  snapshot take, whole CLI command               {}",
+        spread(take_cmd)
+    );
+    println!(
+        "  snapshot size on disk, MiB                     {}",
+        spread(sizes)
+    );
+    println!(
+        "  restore: VMM launch to vCPU running            {}",
+        spread(vcpu_running.clone())
+    );
+    println!(
+        "  restore: VMM launch to agent answering         {}",
+        spread(ready.clone())
+    );
+    println!(
+        "  fork from snapshot, whole CLI command          {}",
+        spread(fork_cmd.clone())
+    );
     println!(
         "  fork to agent ready vs cold start to ready     {:.1}x faster",
         cold_s * 1000.0 / median(fork_cmd)

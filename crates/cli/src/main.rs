@@ -68,10 +68,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Boot a workspace and wait until its agent answers.
+    /// Boot a workspace and wait until its agent answers. A workspace never
+    /// started before resumes its image's warm snapshot when there is one.
     Start {
         /// Workspace name.
         name: String,
+        /// Boot the kernel even when a warm snapshot could be used.
+        #[arg(long)]
+        cold: bool,
         /// Seconds to wait for the boot.
         #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
         timeout: u64,
@@ -293,9 +297,10 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
         Command::Create { name, spec, json } => w::create(ws, name, spec, *json),
         Command::Start {
             name,
+            cold,
             timeout,
             json,
-        } => w::start(ws, name, *timeout, *json).await,
+        } => w::start(ws, name, *cold, *timeout, *json).await,
         Command::Stop {
             name,
             timeout,

@@ -88,26 +88,47 @@ pub async fn start_with_progress(
     timeout: Duration,
     json: bool,
 ) -> Result<Meta, Error> {
+    start_showing(ws, name, false, timeout, json).await
+}
+
+async fn start_showing(
+    ws: &Workspaces,
+    name: &str,
+    cold: bool,
+    timeout: Duration,
+    json: bool,
+) -> Result<Meta, Error> {
     let show = !json && output::interactive();
     let began = Instant::now();
-    let meta = ws
-        .start(name, timeout, |p| {
-            if show {
-                let line: String = p.console.unwrap_or_default().chars().take(60).collect();
-                eprint!(
-                    "\r\x1b[2Kstarting {name}: {:>3} s  {line}",
-                    p.elapsed.as_secs()
-                );
-                let _ = std::io::stderr().flush();
-            }
-        })
-        .await;
+    let report = |p: workspace::StartProgress| {
+        if show {
+            let line: String = p.console.unwrap_or_default().chars().take(60).collect();
+            eprint!(
+                "\r\x1b[2Kstarting {name}: {:>3} s  {line}",
+                p.elapsed.as_secs()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let meta = if cold {
+        ws.start_cold(name, timeout, report).await
+    } else {
+        ws.start(name, timeout, report).await
+    };
     if show {
         eprint!("\r\x1b[2K");
     }
     let meta = meta?;
     if !json {
-        eprintln!("started {name} in {:.1} s", began.elapsed().as_secs_f64());
+        let how = meta
+            .runtime
+            .as_ref()
+            .and_then(|r| r.start_kind)
+            .map_or("", |k| k.name());
+        eprintln!(
+            "started {name} ({how}) in {:.1} s",
+            began.elapsed().as_secs_f64()
+        );
     }
     Ok(meta)
 }
@@ -115,10 +136,11 @@ pub async fn start_with_progress(
 pub async fn start(
     ws: &Workspaces,
     name: &str,
+    cold: bool,
     timeout: u64,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let meta = start_with_progress(ws, name, Duration::from_secs(timeout), json).await?;
+    let meta = start_showing(ws, name, cold, Duration::from_secs(timeout), json).await?;
     Ok(done(&meta, json))
 }
 

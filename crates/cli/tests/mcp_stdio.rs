@@ -45,6 +45,7 @@ impl Session {
         let mut child = Command::new(BIN)
             .args(["serve", "mcp"])
             .env("MICROAGENT_HOME", &home)
+            .envs(testkit::shared_warm_dir().map(|w| ("MICROAGENT_WARM_DIR", w)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

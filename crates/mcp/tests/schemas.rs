@@ -169,6 +169,9 @@ fn events_of_every_kind_match_their_schema() {
         EventKind::Restored {
             snapshot: "s1".into(),
         },
+        EventKind::WarmSnapshotDiscarded {
+            reason: "the kernel changed".into(),
+        },
         EventKind::Forked {
             from: "dev".into(),
             snapshot: None,

@@ -79,10 +79,14 @@ impl CliHome {
         &self.home
     }
 
-    /// A command with `MICROAGENT_HOME` set, ready to run.
+    /// A command with `MICROAGENT_HOME` set (and `MICROAGENT_WARM_DIR`, so
+    /// the suites' fresh workspaces share warm snapshots), ready to run.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args).env("MICROAGENT_HOME", &self.home);
+        if let Some(warm) = crate::shared_warm_dir() {
+            cmd.env("MICROAGENT_WARM_DIR", warm);
+        }
         cmd
     }
 

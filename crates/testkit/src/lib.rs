@@ -21,6 +21,13 @@ pub fn cache_root() -> Option<PathBuf> {
     workspace::settings::asset_cache_root()
 }
 
+/// Where the test suites keep the warm snapshots their workspaces share
+/// (`test-warm/` in the asset cache): the first fresh workspace of an image
+/// boots, the others resume its snapshot.
+pub fn shared_warm_dir() -> Option<PathBuf> {
+    cache_root().map(|root| root.join("test-warm"))
+}
+
 /// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.
 pub fn e2fs_tool(name: &str) -> Result<PathBuf, String> {
     workspace::settings::e2fs_tool(name)

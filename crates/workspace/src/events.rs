@@ -66,6 +66,12 @@ pub enum EventKind {
         /// The snapshot.
         snapshot: String,
     },
+    /// Its image's warm snapshot could not be used; it booted instead and
+    /// kept a new one.
+    WarmSnapshotDiscarded {
+        /// Why.
+        reason: String,
+    },
     /// It was put back to a snapshot's state.
     Restored {
         /// The snapshot.

@@ -27,6 +27,9 @@ pub struct VmmLaunch {
     pub kernel: KernelVariant,
     /// A snapshot directory to restore instead of booting.
     pub restore: Option<PathBuf>,
+    /// A directory (holding only `warm.json`) to write the image's warm
+    /// snapshot into once the agent answers.
+    pub keep_warm: Option<PathBuf>,
 }
 
 impl VmmLaunch {
@@ -39,7 +42,14 @@ impl VmmLaunch {
             workspace: workspace.to_owned(),
             kernel,
             restore: None,
+            keep_warm: None,
         }
+    }
+
+    /// Keeps a warm snapshot in `dir` once the agent answers.
+    pub fn keeping_warm(mut self, dir: &Path) -> Self {
+        self.keep_warm = Some(dir.to_path_buf());
+        self
     }
 
     /// Restores the snapshot in `dir` instead of booting.
@@ -48,17 +58,22 @@ impl VmmLaunch {
         self
     }
 
-    /// The arguments after the program name:
-    /// `vmm serve-workspace --home HOME --kernel VARIANT [--restore DIR] WORKSPACE`.
+    /// The arguments after the program name: `vmm serve-workspace --home
+    /// HOME --kernel VARIANT [--restore DIR] [--keep-warm DIR] WORKSPACE`.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = VMM_SUBCOMMAND.iter().map(OsString::from).collect();
         args.push("--home".into());
         args.push(self.home.clone().into_os_string());
         args.push("--kernel".into());
         args.push(self.kernel.name().into());
-        if let Some(dir) = &self.restore {
-            args.push("--restore".into());
-            args.push(dir.clone().into_os_string());
+        for (flag, dir) in [
+            ("--restore", &self.restore),
+            ("--keep-warm", &self.keep_warm),
+        ] {
+            if let Some(dir) = dir {
+                args.push(flag.into());
+                args.push(dir.clone().into_os_string());
+            }
         }
         args.push(self.workspace.clone().into());
         args
@@ -67,36 +82,40 @@ impl VmmLaunch {
     /// Reads this program's own arguments (`args` after the program name):
     /// `Some` when they ask it to be a VMM process, as [`VmmLaunch::args`]
     /// writes them. For programs that embed the library and are their
-    /// workspaces' VMM program; the `microagent` binary parses them with
-    /// its command-line parser instead.
+    /// workspaces' VMM program.
     pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Option<Self> {
         let program = std::env::current_exe().ok()?;
-        let mut args: Vec<OsString> = args.into_iter().collect();
-        let restore = match args.get(6) {
-            Some(flag) if flag == "--restore" && args.len() == 9 => {
-                let dir = args.remove(7);
-                args.remove(6);
-                Some(PathBuf::from(dir))
-            }
-            _ => None,
-        };
-        match args.as_slice() {
-            [a, b, home_flag, home, kernel_flag, kernel, workspace]
-                if *a == VMM_SUBCOMMAND[0]
-                    && *b == VMM_SUBCOMMAND[1]
-                    && home_flag == "--home"
-                    && kernel_flag == "--kernel" =>
-            {
-                Some(Self {
-                    program,
-                    home: PathBuf::from(home),
-                    workspace: workspace.to_str()?.to_owned(),
-                    kernel: KernelVariant::from_name(kernel.to_str()?)?,
-                    restore,
-                })
-            }
-            _ => None,
+        let args: Vec<OsString> = args.into_iter().collect();
+        let (words, rest) = args.split_at_checked(VMM_SUBCOMMAND.len())?;
+        if words.iter().zip(VMM_SUBCOMMAND).any(|(w, s)| w != s) {
+            return None;
         }
+        let (workspace, mut options) = rest.split_last()?;
+        let (mut home, mut kernel, mut restore, mut keep_warm) = (None, None, None, None);
+        while let [flag, value, more @ ..] = options {
+            let slot = match flag.to_str()? {
+                "--home" => &mut home,
+                "--kernel" => &mut kernel,
+                "--restore" => &mut restore,
+                "--keep-warm" => &mut keep_warm,
+                _ => return None,
+            };
+            if slot.replace(value.clone()).is_some() {
+                return None;
+            }
+            options = more;
+        }
+        if !options.is_empty() {
+            return None;
+        }
+        Some(Self {
+            program,
+            home: PathBuf::from(home?),
+            workspace: workspace.to_str()?.to_owned(),
+            kernel: KernelVariant::from_name(kernel?.to_str()?)?,
+            restore: restore.map(PathBuf::from),
+            keep_warm: keep_warm.map(PathBuf::from),
+        })
     }
 
     /// The command that starts the process (stdio not yet set).
@@ -147,6 +166,14 @@ mod tests {
         let back = VmmLaunch::from_args(restoring.args()).unwrap();
         assert_eq!(back.restore.as_deref(), Some(Path::new("/tmp/h/snap")));
         assert_eq!(back.workspace, "dev");
+        let warm = l.clone().keeping_warm(Path::new("/tmp/h/warm/.p"));
+        let back = VmmLaunch::from_args(warm.args()).unwrap();
+        assert_eq!(back.keep_warm.as_deref(), Some(Path::new("/tmp/h/warm/.p")));
+        assert_eq!(back.restore, None);
+        let mut twice = warm.args();
+        twice.insert(6, "/x".into());
+        twice.insert(6, "--home".into());
+        assert!(VmmLaunch::from_args(twice).is_none(), "a repeated flag");
         let mut unknown_kernel = l.args();
         unknown_kernel[5] = "mystery".into();
         assert!(VmmLaunch::from_args(unknown_kernel).is_none());

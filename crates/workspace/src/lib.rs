@@ -42,6 +42,7 @@ pub(crate) mod spec;
 pub(crate) mod state;
 pub(crate) mod store;
 pub mod vmm_host;
+pub(crate) mod warm;
 pub(crate) mod workspace_dir;
 
 #[cfg(all(test, feature = "schemars"))]

@@ -28,6 +28,17 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default grace period of `stop` before the VM is torn down.
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How one start launches the VMM.
+#[derive(Clone, Debug)]
+pub(crate) struct Boot {
+    /// Cold, warm or from a snapshot.
+    pub kind: StartKind,
+    /// The snapshot directory to restore, if not booting.
+    pub restore: Option<PathBuf>,
+    /// Where the VMM keeps a warm snapshot once the agent answers.
+    pub keep_warm: Option<PathBuf>,
+}
+
 /// What `start` reports while it waits.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -256,6 +267,7 @@ impl Workspaces {
                 state: State::Stopped,
                 runtime: None,
                 last_exit: None,
+                pristine: true,
             };
             ws.write_meta(&meta)?;
             ws.events().append(EventKind::Created)?;
@@ -337,14 +349,27 @@ impl Workspaces {
     }
 
     /// Starts the workspace's VMM and waits (at most `timeout`) for the
-    /// agent, reporting progress about once a second.
+    /// agent, reporting progress about once a second. A workspace never
+    /// started before resumes its image's warm snapshot when there is a
+    /// usable one (no boot), and otherwise boots and keeps one.
     pub async fn start(
         &self,
         name: &str,
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
-        self.start_from(name, timeout, progress, None).await
+        self.start_maybe_warm(name, timeout, progress, false).await
+    }
+
+    /// [`Workspaces::start`] that always boots the kernel (no warm snapshot
+    /// is used or kept).
+    pub async fn start_cold(
+        &self,
+        name: &str,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        self.start_maybe_warm(name, timeout, progress, true).await
     }
 
     /// [`Workspaces::start`], restoring the snapshot in `restore` (whose
@@ -356,89 +381,122 @@ impl Workspaces {
         mut progress: impl FnMut(StartProgress) + Send,
         restore: Option<&Path>,
     ) -> Result<Meta> {
-        let ws = self.dir(name)?;
         let started = Instant::now();
-        {
-            self.get(name)?;
-            let (_lock, mut meta) = self.lock_existing(name)?;
-            match meta.state {
-                State::Stopped | State::Crashed => {}
-                State::Running => {
-                    return Err(Error::WrongState {
-                        name: name.into(),
-                        state: meta.state,
-                        why: "it is already running",
-                        remedy: None,
-                    })
-                }
-                state => {
-                    return Err(Error::WrongState {
-                        name: name.into(),
-                        state,
-                        why: "it is between states",
-                        remedy: Some(Remedy::WaitOrHalt {
-                            workspace: name.into(),
-                        }),
-                    })
-                }
-            }
-            self.images.get(&meta.spec.image)?;
-            let log = std::fs::File::create(ws.path().join(VMM_LOG))
-                .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
-            let mut launch = VmmLaunch::new(
-                &self.vmm_binary,
-                self.state.root(),
-                name,
-                self.images.kernel_variant(),
-            );
-            if let Some(dir) = restore {
-                launch = launch.restoring(dir);
-            }
-            let start_kind = match restore {
-                None => StartKind::Cold,
-                Some(_) => StartKind::Snapshot,
-            };
-            let mut cmd = launch.command();
-            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-            detach(&mut cmd);
-            meta.state = meta.state.become_(State::Starting)?;
-            let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
-            let child = cmd.spawn().map_err(Error::host_io(format!(
-                "starting the VMM process {}",
-                self.vmm_binary.display()
-            )))?;
-            let pid = child.id();
-            // Reaped by a thread, so a long-lived caller collects no zombies.
-            std::thread::spawn(move || {
-                let mut child = child;
-                let _ = child.wait();
-            });
-            let Some(pid_start) = process::start_ticks(pid) else {
-                return Err(Error::StartFailed {
+        self.launch_vmm(name, |_| {
+            Ok(Boot {
+                kind: match restore {
+                    None => StartKind::Cold,
+                    Some(_) => StartKind::Snapshot,
+                },
+                restore: restore.map(Path::to_path_buf),
+                keep_warm: None,
+            })
+        })?;
+        self.wait_running(name, started, timeout, &mut progress)
+            .await
+    }
+
+    /// Checks that `name` can start and launches its VMM process as `boot`
+    /// (decided under the workspace's lock from its record) says.
+    pub(crate) fn launch_vmm(
+        &self,
+        name: &str,
+        boot: impl FnOnce(&Meta) -> Result<Boot>,
+    ) -> Result<Boot> {
+        let ws = self.dir(name)?;
+        self.get(name)?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
+        match meta.state {
+            State::Stopped | State::Crashed => {}
+            State::Running => {
+                return Err(Error::WrongState {
                     name: name.into(),
-                    reason: format!(
-                        "the VMM process exited at once; see {}",
-                        ws.path().join(VMM_LOG).display()
-                    ),
-                });
-            };
-            let now = now_ms();
-            meta.runtime = Some(Runtime {
-                pid,
-                pid_start,
-                started_at_ms: now,
-                ready_at_ms: None,
-                ttl_deadline_ms: meta.spec.ttl_secs.map(|s| now + s * 1000),
-                start_kind: Some(start_kind),
-                launched_mono_ns: Some(launched_mono_ns),
-                vcpu_running_us: None,
-                ready_us: None,
-            });
-            if let Err(e) = ws.write_meta(&meta) {
-                process::kill(pid, pid_start);
-                return Err(e);
+                    state: meta.state,
+                    why: "it is already running",
+                    remedy: None,
+                })
+            }
+            state => {
+                return Err(Error::WrongState {
+                    name: name.into(),
+                    state,
+                    why: "it is between states",
+                    remedy: Some(Remedy::WaitOrHalt {
+                        workspace: name.into(),
+                    }),
+                })
             }
         }
+        self.images.get(&meta.spec.image)?;
+        let boot = boot(&meta)?;
+        let log = std::fs::File::create(ws.path().join(VMM_LOG))
+            .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
+        let mut launch = VmmLaunch::new(
+            &self.vmm_binary,
+            self.state.root(),
+            name,
+            self.images.kernel_variant(),
+        );
+        if let Some(dir) = &boot.restore {
+            launch = launch.restoring(dir);
+        }
+        if let Some(dir) = &boot.keep_warm {
+            launch = launch.keeping_warm(dir);
+        }
+        let mut cmd = launch.command();
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        detach(&mut cmd);
+        meta.state = meta.state.become_(State::Starting)?;
+        meta.pristine = false;
+        let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
+        let child = cmd.spawn().map_err(Error::host_io(format!(
+            "starting the VMM process {}",
+            self.vmm_binary.display()
+        )))?;
+        let pid = child.id();
+        // Reaped by a thread, so a long-lived caller collects no zombies.
+        std::thread::spawn(move || {
+            let mut child = child;
+            let _ = child.wait();
+        });
+        let Some(pid_start) = process::start_ticks(pid) else {
+            return Err(Error::StartFailed {
+                name: name.into(),
+                reason: format!(
+                    "the VMM process exited at once; see {}",
+                    ws.path().join(VMM_LOG).display()
+                ),
+            });
+        };
+        let now = now_ms();
+        meta.runtime = Some(Runtime {
+            pid,
+            pid_start,
+            started_at_ms: now,
+            ready_at_ms: None,
+            ttl_deadline_ms: meta.spec.ttl_secs.map(|s| now + s * 1000),
+            start_kind: Some(boot.kind),
+            launched_mono_ns: Some(launched_mono_ns),
+            vcpu_running_us: None,
+            ready_us: None,
+        });
+        if let Err(e) = ws.write_meta(&meta) {
+            process::kill(pid, pid_start);
+            return Err(e);
+        }
+        Ok(boot)
+    }
+
+    /// Waits (until `timeout` after `started`) for a launched workspace to
+    /// run, reporting progress about once a second; halts it on timeout.
+    pub(crate) async fn wait_running(
+        &self,
+        name: &str,
+        started: Instant,
+        timeout: Duration,
+        progress: &mut (impl FnMut(StartProgress) + Send),
+    ) -> Result<Meta> {
+        let ws = self.dir(name)?;
         let mut last_report = Instant::now();
         loop {
             let meta = self.get(name)?;

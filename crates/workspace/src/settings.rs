@@ -20,6 +20,14 @@ pub fn asset_dir() -> Option<PathBuf> {
     asset_cache_root().map(|root| root.join("current"))
 }
 
+/// Where warm snapshots are kept instead of the state directory's `warm/`:
+/// `$MICROAGENT_WARM_DIR`, so several state directories (test suites) can
+/// share them. A warm snapshot is only used when its image files are the
+/// same files (hard links count), so sharing is safe.
+pub fn warm_dir_override() -> Option<PathBuf> {
+    std::env::var_os("MICROAGENT_WARM_DIR").map(PathBuf::from)
+}
+
 /// Where an e2fsprogs tool (`mkfs.ext4`, `debugfs`) is installed, if it is.
 pub fn e2fs_tool(name: &str) -> Option<PathBuf> {
     ["/usr/sbin", "/sbin", "/usr/bin"]

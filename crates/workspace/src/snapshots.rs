@@ -377,6 +377,7 @@ impl Workspaces {
                 state: State::Stopped,
                 runtime: None,
                 last_exit: None,
+                pristine: false,
             };
             ws.write_meta(&meta)?;
             ws.events().append(EventKind::Forked {

@@ -266,6 +266,10 @@ pub struct Meta {
     /// How the last run ended (null before the first).
     #[serde(default)]
     pub last_exit: Option<LastExit>,
+    /// Never started: its disk is as `create` made it, so a start may
+    /// resume its image's warm snapshot instead of booting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pristine: bool,
 }
 
 /// How [`Workspaces::delete`](crate::Workspaces::delete) deletes.
@@ -356,6 +360,7 @@ mod tests {
                 ready_us: Some(7),
             }),
             last_exit: None,
+            pristine: false,
         };
         let json = serde_json::to_string(&meta).unwrap();
         assert_eq!(serde_json::from_str::<Meta>(&json).unwrap(), meta);

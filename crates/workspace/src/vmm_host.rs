@@ -29,6 +29,12 @@ use crate::state::State;
 use crate::store::StateDir;
 use crate::workspace_dir::WorkspaceDir;
 
+/// The workspace guest's command line before its hostname. The guest uses
+/// kvm-clock, which a restore resumes where it was saved: on hosts that
+/// cannot offset the guest's TSC a TSC clocksource would jump by the time
+/// between snapshot and restore.
+pub(crate) const GUEST_CMDLINE: &str =
+    "root=/dev/vda ro rootfstype=ext4 clocksource=kvm-clock microagent_overlay=/dev/vdb";
 /// Grace period a TTL expiry gives the guest to shut down.
 const TTL_GRACE: Duration = Duration::from_secs(10);
 /// The guest's vsock context id (each VMM has its own device).
@@ -39,6 +45,8 @@ struct Shared {
     /// The machine was restored from a snapshot: the guest gets a fresh
     /// identity once its agent answers.
     restored: bool,
+    /// Where to keep the image's warm snapshot once the agent answers.
+    keep_warm: Option<std::path::PathBuf>,
     state: StateDir,
     started: Instant,
     ready: AtomicBool,
@@ -197,6 +205,7 @@ impl VmmProcess {
         let shared = Arc::new(Shared {
             ws: ws.clone(),
             restored: launch.restore.is_some(),
+            keep_warm: launch.keep_warm.clone(),
             state: state.clone(),
             started: Instant::now(),
             ready: AtomicBool::new(false),
@@ -306,10 +315,7 @@ fn build_machine(
     let images = ImageRegistry::new(state, asset_dir(), kernel);
     let image = images.get(&spec.image)?;
     let console = ConsoleLogWriter::create(ws.path())?;
-    let cmdline = format!(
-        "root=/dev/vda ro rootfstype=ext4 clocksource=kvm-clock microagent_overlay=/dev/vdb microagent_hostname={}",
-        ws.name()
-    );
+    let cmdline = format!("{GUEST_CMDLINE} microagent_hostname={}", ws.name());
     Machine::build(MachineConfig {
         kernel: image.kernel,
         initrd: None,
@@ -399,6 +405,9 @@ fn wait_for_agent(shared: &Arc<Shared>) {
     if shared.restored {
         give_identity(&shared.ws);
     }
+    if let Some(dir) = &shared.keep_warm {
+        keep_warm(shared, dir);
+    }
     shared.ready.store(true, Ordering::SeqCst);
     let ready_ns = vmm_core::vcpu::monotonic_ns();
     let first_run_ns = shared.machine.get().and_then(MachineHandle::first_run_ns);
@@ -425,6 +434,31 @@ fn wait_for_agent(shared: &Arc<Shared>) {
     match marked.and_then(|()| Ok(shared.ws.events().append(event)?)) {
         Ok(_) => tracing::info!(secs = shared.started.elapsed().as_secs_f64(), "agent ready"),
         Err(e) => tracing::error!(error = %e.full_message(), "could not mark running"),
+    }
+}
+
+/// Snapshots the freshly booted guest (before anyone has used it) as its
+/// image's warm snapshot, with the boot's console.
+fn keep_warm(shared: &Shared, dir: &std::path::Path) {
+    let Some(machine) = shared.machine.get() else {
+        return;
+    };
+    let kept = machine
+        .snapshot(dir)
+        .map_err(|e| e.to_string())
+        .and_then(|_| {
+            let _ = std::fs::copy(
+                shared.ws.path().join(crate::console_log::CONSOLE_FILE),
+                dir.join(crate::console_log::CONSOLE_FILE),
+            );
+            crate::warm::promote(dir).map_err(|e| e.to_string())
+        });
+    match kept {
+        Ok(()) => tracing::info!("kept the warm snapshot of this image"),
+        Err(e) => {
+            tracing::error!(error = %e, "could not keep a warm snapshot");
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

@@ -69,6 +69,10 @@ pub struct StartParams {
     /// Seconds to wait for the guest agent to answer, 1 to 3600; default
     /// 300. On timeout the VM is halted.
     pub timeout_secs: Option<u64>,
+    /// Boot the kernel even when the image's warm snapshot could be used (a
+    /// never-started workspace otherwise resumes it in about a second).
+    #[serde(default)]
+    pub cold: bool,
 }
 
 /// `workspace_stop`.
@@ -303,5 +307,8 @@ fn describe(kind: &EventKind) -> String {
         EventKind::SnapshotDeleted { snapshot } => format!("snapshot_deleted `{snapshot}`"),
         EventKind::Forked { from, .. } => format!("forked from `{from}`"),
         EventKind::Restored { snapshot } => format!("restored `{snapshot}`"),
+        EventKind::WarmSnapshotDiscarded { reason } => {
+            format!("warm snapshot discarded: {reason}")
+        }
     }
 }

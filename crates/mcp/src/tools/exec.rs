@@ -192,7 +192,7 @@ impl MicroagentServer {
                 &OneShot::new("run-code", spec),
                 |name| async move {
                     let mut progress = progress.lock().await;
-                    self.start_workspace(&name, start_timeout, ctx, &mut progress)
+                    self.start_workspace(&name, false, start_timeout, ctx, &mut progress)
                         .await
                         .map(|_| true)
                 },

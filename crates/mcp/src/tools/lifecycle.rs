@@ -28,16 +28,24 @@ impl MicroagentServer {
     pub(crate) async fn start_workspace(
         &self,
         name: &str,
+        cold: bool,
         timeout: Duration,
         ctx: &RequestContext<RoleServer>,
         progress: &mut Progress,
     ) -> Result<Meta, ToolError> {
         let console = Arc::new(Mutex::new(None::<String>));
         let seen = console.clone();
-        let start = self.ws.start(name, timeout, move |p| {
+        let report = move |p: workspace::StartProgress| {
             *seen.lock().unwrap_or_else(|e| e.into_inner()) = p.console;
-        });
+        };
         let work = async {
+            let start = async {
+                if cold {
+                    self.ws.start_cold(name, timeout, report).await
+                } else {
+                    self.ws.start(name, timeout, report).await
+                }
+            };
             tokio::select! {
                 started = start => started.map(Some),
                 () = ctx.ct.cancelled() => Ok(None),
@@ -152,7 +160,7 @@ impl MicroagentServer {
         )?;
         let mut progress = Progress::new(&ctx);
         let meta = self
-            .start_workspace(&p.name, timeout, &ctx, &mut progress)
+            .start_workspace(&p.name, p.cold, timeout, &ctx, &mut progress)
             .await?;
         Ok(Out(meta))
     }
