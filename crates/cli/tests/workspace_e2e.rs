@@ -264,6 +264,20 @@ fn snapshots_and_forks(cli: &CliHome) {
     for fork in ["f1", "f2", "f3"] {
         cli.ok(&["delete", fork, "--yes", "--force"]);
     }
+
+    // A fresh workspace of the same shape resumes the warm snapshot that
+    // dev's first start kept (or used), and takes its own name.
+    cli.ok(&["create", "w1", "--json"]);
+    let began = Instant::now();
+    let warm = cli.ok_json(&["start", "w1", "--json"]);
+    assert_eq!(warm["runtime"]["start_kind"], "warm", "{warm}");
+    eprintln!("w1 started warm in {:.1} s", began.elapsed().as_secs_f64());
+    assert_eq!(sh("w1", "hostname").stdout, "w1\n");
+    assert!(
+        cli.run(&["logs", "w1"]).stdout.contains("Linux version"),
+        "a warm start's console holds the boot it resumes"
+    );
+    cli.ok(&["delete", "w1", "--yes", "--force"]);
     assert!(events(cli, "dev").iter().any(|k| k == "snapshot_taken"));
 }
 
