@@ -218,10 +218,18 @@ impl VmmProcess {
         });
         // Stale sockets of a crashed run would make the binds below fail.
         ws.remove_sockets();
+        let building = vmm_core::vcpu::monotonic_ns();
         let built = match &launch.restore {
             None => build_machine(&state, &ws, &meta.spec, launch.kernel),
             Some(dir) => restore_machine(&state, &ws, &meta.spec, launch.kernel, dir),
         };
+        let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
+        tracing::info!(
+            build_ms = (vmm_core::vcpu::monotonic_ns() - building) as f64 / 1e6,
+            since_launch_ms = us_after(launched, Some(building)).map(|us| us as f64 / 1e3),
+            restored = launch.restore.is_some(),
+            "machine built"
+        );
         let machine = match built {
             Ok(m) => {
                 let _ = shared.machine.set(m.handle());

@@ -1,6 +1,6 @@
 //! A Linux guest assembled from small `attach_*` steps, or restored from a
 //! snapshot by the same steps, and run until it reboots, powers off or
-//! fails. [`run`] runs it; [`restore`] builds one from a snapshot.
+//! fails. [`run`] runs it; [`Machine::restore`] builds one from a snapshot.
 
 mod restore;
 pub mod run;
