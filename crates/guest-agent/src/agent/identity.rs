@@ -70,7 +70,7 @@ fn parse(hostname: &str, entropy: &str) -> Result<Vec<u8>, IdentityError> {
     if !ok_name {
         return Err(IdentityError::Hostname(hostname.chars().take(80).collect()));
     }
-    if entropy.len() % 2 != 0 || !ENTROPY_BYTES.contains(&(entropy.len() / 2)) {
+    if !entropy.len().is_multiple_of(2) || !ENTROPY_BYTES.contains(&(entropy.len() / 2)) {
         return Err(IdentityError::Entropy);
     }
     (0..entropy.len())
