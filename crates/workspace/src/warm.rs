@@ -44,13 +44,17 @@ pub(crate) struct WarmRecord {
     pub created_at_ms: u64,
 }
 
+/// Which file `path` is (device, inode, size, modification time): the same
+/// for every hard link of an image file (each state directory links the
+/// built images), different once it is rebuilt.
 fn file_identity(path: &Path) -> String {
     std::fs::metadata(path).map_or_else(
         |_| format!("{} missing", path.display()),
         |m| {
             format!(
-                "{} {} {}.{}",
-                path.display(),
+                "{}:{} {} {}.{}",
+                m.dev(),
+                m.ino(),
                 m.len(),
                 m.mtime(),
                 m.mtime_nsec()
