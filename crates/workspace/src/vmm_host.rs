@@ -332,16 +332,7 @@ fn build_machine(
         vcpus: spec.vcpus,
         template: kernel.cpu_template(),
         console: ConsoleSink::new().with(Box::new(console)),
-        disks: vec![
-            DiskConfig {
-                path: image.rootfs,
-                read_only: true,
-            },
-            DiskConfig {
-                path: ws.disk(),
-                read_only: false,
-            },
-        ],
+        disks: workspace_disks(image.rootfs, ws),
         vsock: Some(VsockConfig {
             guest_cid: GUEST_CID,
             uds_path: ws.vsock(),
@@ -350,7 +341,8 @@ fn build_machine(
     .map_err(|e| start_failed(ws, &e))
 }
 
-fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
+/// A machine error with every cause, on one line.
+fn machine_error_chain(e: &vmm_core::machine::MachineError) -> String {
     let mut reason = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -358,10 +350,29 @@ fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error
         reason.push_str(&s.to_string());
         source = s.source();
     }
+    reason
+}
+
+fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
     Error::StartFailed {
         name: ws.name().to_owned(),
-        reason,
+        reason: machine_error_chain(e),
     }
+}
+
+/// The disks of a workspace's machine: the image's read-only root, then
+/// the workspace's own writable disk.
+fn workspace_disks(rootfs: std::path::PathBuf, ws: &WorkspaceDir) -> Vec<DiskConfig> {
+    vec![
+        DiskConfig {
+            path: rootfs,
+            read_only: true,
+        },
+        DiskConfig {
+            path: ws.disk(),
+            read_only: false,
+        },
+    ]
 }
 
 /// The workspace's machine from the snapshot in `dir`: the image's root
@@ -380,16 +391,7 @@ fn restore_machine(
     Machine::restore(RestoreConfig {
         snapshot: dir.to_path_buf(),
         console: ConsoleSink::new().with(Box::new(console)),
-        disks: vec![
-            DiskConfig {
-                path: image.rootfs,
-                read_only: true,
-            },
-            DiskConfig {
-                path: ws.disk(),
-                read_only: false,
-            },
-        ],
+        disks: workspace_disks(image.rootfs, ws),
         vsock_uds: Some(ws.vsock()),
     })
     .map_err(|e| start_failed(ws, &e))
@@ -560,10 +562,10 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                     memory_data_bytes: taken.memory.data_bytes,
                 },
                 Err(e) => ControlResponse::Error {
-                    message: start_failed(&shared.ws, &e).to_string().replacen(
-                        "failed to start",
-                        "could not be snapshotted",
-                        1,
+                    message: format!(
+                        "workspace `{}` could not be snapshotted: {}",
+                        shared.ws.name(),
+                        machine_error_chain(&e)
                     ),
                 },
             }
