@@ -3,7 +3,7 @@
 //! in the same run: snapshot take time (guest pause, as the VMM measures it,
 //! and the whole command) and size on disk of a 256 MiB guest; restore from
 //! VMM process launch to vCPU running and to agent answering (forks of the
-//! snapshot); create+start of a fresh workspace from the image's warm
+//! snapshot, each alone on the host); create+start of a fresh workspace from the image's warm
 //! snapshot; the host memory (PSS) of 5 forks of one snapshot beside that
 //! of the workspace they came from.
 
@@ -63,7 +63,7 @@ fn verdict(ok: bool) -> &'static str {
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let runs: usize = match args {
-        [] => 3,
+        [] => 5,
         [flag, n] if flag == "--runs" => n.parse().context("--runs takes a number")?,
         _ => bail!("usage: cargo xtask bench snapshot [--runs N]"),
     };
@@ -77,12 +77,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&home);
     let result = measure(&bin, &home, runs);
     let _ = microagent(&bin, &home, &["delete", "src", "--yes", "--force"]);
-    for i in 0..FORKS.max(runs) {
-        let _ = microagent(
-            &bin,
-            &home,
-            &["delete", &format!("f{i}"), "--yes", "--force"],
-        );
+    let names = (0..FORKS).map(|i| format!("f{i}"));
+    for name in names.chain((0..runs).map(|i| format!("r{i}"))) {
+        let _ = microagent(&bin, &home, &["delete", &name, "--yes", "--force"]);
     }
     let _ = std::fs::remove_dir_all(&home);
     result
@@ -128,12 +125,28 @@ fn measure(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<()> {
         sizes.push(info["size_bytes"].as_f64().unwrap_or(0.0) / f64::from(1 << 20));
     }
 
+    // Restores on a quiet host: each fork is deleted before the next, as
+    // a freshly restored guest keeps both host cores busy for a few
+    // seconds (agent reconnect, new identity) and would slow the next.
     let mut vcpu_running = Vec::new();
     let mut ready = Vec::new();
     let mut fork_cmd = Vec::new();
-    let mut fork_pids = Vec::new();
-    for i in 0..FORKS.max(runs) {
+    for i in 0..runs {
+        let name = format!("r{i}");
         let t = Instant::now();
+        let meta = microagent(
+            bin,
+            home,
+            &["fork", "src", &name, "--snapshot", "s0", "--json"],
+        )?;
+        fork_cmd.push(t.elapsed().as_secs_f64() * 1000.0);
+        vcpu_running.push(ms(&meta["runtime"]["vcpu_running_us"]).unwrap_or(f64::NAN));
+        ready.push(ms(&meta["runtime"]["ready_us"]).unwrap_or(f64::NAN));
+        microagent(bin, home, &["delete", &name, "--yes", "--force"])?;
+    }
+    // Then forks that stay, for their memory.
+    let mut fork_pids = Vec::new();
+    for i in 0..FORKS {
         let meta = microagent(
             bin,
             home,
@@ -146,9 +159,6 @@ fn measure(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<()> {
                 "--json",
             ],
         )?;
-        fork_cmd.push(t.elapsed().as_secs_f64() * 1000.0);
-        vcpu_running.push(ms(&meta["runtime"]["vcpu_running_us"]).unwrap_or(f64::NAN));
-        ready.push(ms(&meta["runtime"]["ready_us"]).unwrap_or(f64::NAN));
         fork_pids.push(vmm_pid(&meta)?);
     }
     // Each fork runs a command, as a used fork would.
@@ -162,7 +172,6 @@ fn measure(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<()> {
     let src_pss = pss_kib(src_pid)? as f64 / 1024.0;
     let forks_pss: f64 = fork_pids
         .iter()
-        .take(FORKS)
         .map(|&pid| pss_kib(pid).map(|k| k as f64 / 1024.0))
         .sum::<anyhow::Result<f64>>()?;
 

@@ -138,7 +138,7 @@ fn main() {
                 let e = agent::serve(listener, config.clone());
                 format!("starting the reaper thread: {e}")
             }
-            Err(e) => error_chain(&e),
+            Err(e) => agent::error_chain(&e),
         };
         if !pid1 {
             log!("{failure}");
@@ -149,17 +149,6 @@ fn main() {
         log!("{failure}; retrying in 1 s");
         std::thread::sleep(Duration::from_secs(1));
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

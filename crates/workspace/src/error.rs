@@ -178,17 +178,7 @@ impl Error {
 
     /// The message with every cause, on one line.
     pub fn full_message(&self) -> String {
-        let mut msg = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(s) = source {
-            let text = s.to_string();
-            if !msg.contains(&text) {
-                msg.push_str(": ");
-                msg.push_str(&text);
-            }
-            source = s.source();
-        }
-        msg
+        error_chain(self)
     }
 
     pub(crate) fn agent(op: &'static str) -> impl FnOnce(ClientError) -> Error {
@@ -215,6 +205,22 @@ fn agent_code(e: &ClientError) -> ErrorCode {
 
 /// Shorthand for results of workspace operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error and its causes on one line, each cause once (a message that
+/// already quotes its cause is not repeated).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
+}
 
 #[cfg(test)]
 mod tests {

@@ -445,7 +445,9 @@ impl Workspaces {
         }
         let mut cmd = launch.command();
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-        detach(&mut cmd);
+        // No pre_exec step (the VMM leaves this session itself), so the
+        // standard library spawns with posix_spawn, not a fork of this
+        // process: a restore's launch is part of its time to running.
         meta.state = meta.state.become_(State::Starting)?;
         meta.pristine = false;
         let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
@@ -485,6 +487,22 @@ impl Workspaces {
             return Err(e);
         }
         Ok(boot)
+    }
+
+    /// Runs a synchronous (file-locking, possibly slow) call off the async
+    /// runtime when there is one.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Workspaces) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let ws = self.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle
+                .spawn_blocking(move || f(&ws))
+                .await
+                .map_err(|e| Error::BlockingStep(e.to_string()))?,
+            Err(_) => f(&ws),
+        }
     }
 
     /// Waits (until `timeout` after `started`) for a launched workspace to
@@ -679,22 +697,6 @@ pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// Puts the VMM in its own session, so it outlives the terminal and the
-/// caller and no terminal signal reaches it.
-fn detach(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and calls
-    // only setsid(2), which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 #[cfg(test)]

@@ -134,22 +134,6 @@ impl Workspaces {
             cleanup,
         })
     }
-
-    /// Runs a synchronous (file-locking, possibly slow) call off the async
-    /// runtime when there is one.
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Workspaces) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let ws = self.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => handle
-                .spawn_blocking(move || f(&ws))
-                .await
-                .map_err(|e| Error::BlockingStep(e.to_string()))?,
-            Err(_) => f(&ws),
-        }
-    }
 }
 
 #[cfg(test)]

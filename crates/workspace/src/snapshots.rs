@@ -21,6 +21,7 @@ use crate::settings::now_ms;
 use crate::spec::{Meta, WorkspaceSpec};
 use crate::state::State;
 use crate::store::{read_json, write_json_atomic};
+use crate::workspace_dir::WorkspaceDir;
 
 /// The snapshots' directory in the state directory.
 const SNAPSHOTS_DIR: &str = "snapshots";
@@ -32,6 +33,8 @@ const FORK_ORIGIN: &str = "origin";
 /// The workspace's writable disk among its machine's disks (the image's
 /// root disk is 0).
 const WORKSPACE_DISK: usize = 1;
+/// A disk copy in progress, in the workspace's directory.
+const DISK_COPY_TMP: &str = ".disk.copy.tmp";
 /// How long the VMM may take to write a snapshot.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -279,15 +282,7 @@ impl Workspaces {
         {
             let _lock = self.state_dir().lock_workspace(target)?;
             let dir = self.snapshot_dir(name)?;
-            let disk = SnapshotFiles::new(&dir).disk(WORKSPACE_DISK);
-            let tmp = ws.path().join(".disk.restore.tmp");
-            let _ = std::fs::remove_file(&tmp);
-            copy_disk(&disk, &tmp)
-                .and_then(|_| std::fs::rename(&tmp, ws.disk()))
-                .map_err(|e| {
-                    let _ = std::fs::remove_file(&tmp);
-                    Error::host_io(format!("restoring {}", ws.disk().display()))(e)
-                })?;
+            copy_snapshot_disk(&dir, &ws)?;
             ws.events().append(EventKind::Restored {
                 snapshot: name.to_owned(),
             })?;
@@ -312,7 +307,15 @@ impl Workspaces {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
-        let origin = self.prepare_fork(source, new_name, snapshot)?;
+        // It may write a snapshot of a running workspace and copy a disk.
+        let (from, to, snap) = (
+            source.to_owned(),
+            new_name.to_owned(),
+            snapshot.map(str::to_owned),
+        );
+        let origin = self
+            .blocking(move |ws| ws.prepare_fork(&from, &to, snap.as_deref()))
+            .await?;
         self.start_from(new_name, timeout, progress, origin.as_deref())
             .await
     }
@@ -367,9 +370,7 @@ impl Workspaces {
                 }
                 (None, None) => return Err(Error::WorkspaceNotFound(source.to_owned())),
             };
-            let disk = SnapshotFiles::new(&dir).disk(WORKSPACE_DISK);
-            copy_disk(&disk, &ws.disk())
-                .map_err(Error::host_io(format!("copying {}", disk.display())))?;
+            copy_snapshot_disk(&dir, &ws)?;
             let meta = Meta {
                 name: new_name.to_owned(),
                 spec,
@@ -392,4 +393,20 @@ impl Workspaces {
         }
         made
     }
+}
+/// Makes the workspace's writable disk a copy of the one in the snapshot
+/// directory `dir`, through a temporary file: a failed copy leaves the old
+/// disk whole.
+pub(crate) fn copy_snapshot_disk(dir: &Path, ws: &WorkspaceDir) -> Result<()> {
+    let tmp = ws.path().join(DISK_COPY_TMP);
+    let _ = std::fs::remove_file(&tmp);
+    copy_disk(&SnapshotFiles::new(dir).disk(WORKSPACE_DISK), &tmp)
+        .and_then(|_| std::fs::rename(&tmp, ws.disk()))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::host_io(format!(
+                "copying the snapshot's disk to {}",
+                ws.disk().display()
+            ))(e)
+        })
 }

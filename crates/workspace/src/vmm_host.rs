@@ -175,15 +175,38 @@ impl std::fmt::Debug for Shared {
 }
 
 impl VmmProcess {
-    /// Checks that this process was started for the workspace `launch`
-    /// names and builds its VM with the kernel variant the starter chose,
-    /// or restores it from the snapshot the launch names. A VM that cannot
-    /// be built is recorded as a crash, and [`VmmProcess::run`] then returns
-    /// at once.
+    /// Builds the VM of the workspace `launch` names with the kernel
+    /// variant the starter chose, or restores it from the snapshot the
+    /// launch names, then checks that this process was started for it. A
+    /// VM that cannot be built is recorded as a crash, and
+    /// [`VmmProcess::run`] then returns at once.
+    ///
+    /// The process first leaves its starter's session, so it outlives the
+    /// terminal and the starter and no terminal signal reaches it (the
+    /// starter spawns it without a pre-exec step, which keeps the launch
+    /// fast).
     pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
+        let entered = vmm_core::vcpu::monotonic_ns();
+        // SAFETY: setsid(2) takes no arguments; it fails only when this
+        // process already leads a process group, which is detached enough.
+        unsafe {
+            libc::setsid();
+        }
         let name = launch.workspace.as_str();
         let ws = WorkspaceDir::new(&state, name)?;
-        // The starter holds the lock until it has recorded this process.
+        // The machine is built while the starter still holds the lock to
+        // record this process: a workspace's spec never changes and its
+        // record is replaced atomically, so it can be read unlocked. While
+        // the starter holds the lock no other VMM of this workspace runs,
+        // so stale sockets of a crashed run (the binds would fail) can go.
+        let spec = ws.read_meta()?.spec;
+        ws.remove_sockets();
+        let building = vmm_core::vcpu::monotonic_ns();
+        let built = match &launch.restore {
+            None => build_machine(&state, &ws, &spec, launch.kernel),
+            Some(dir) => restore_machine(&state, &ws, &spec, launch.kernel, dir),
+        };
+        let built_at = vmm_core::vcpu::monotonic_ns();
         let meta = {
             let _lock = state.lock_workspace(name)?;
             ws.read_meta()?
@@ -202,6 +225,16 @@ impl VmmProcess {
                 })
             }
         }
+        let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
+        let ms_after_launch = |ns| us_after(launched, Some(ns)).map(|us| us as f64 / 1e3);
+        tracing::info!(
+            process_ms = ms_after_launch(entered),
+            build_began_ms = ms_after_launch(building),
+            built_ms = ms_after_launch(built_at),
+            checked_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
+            restored = launch.restore.is_some(),
+            "machine built (times since the VMM's launch)"
+        );
         let shared = Arc::new(Shared {
             ws: ws.clone(),
             restored: launch.restore.is_some(),
@@ -216,20 +249,6 @@ impl VmmProcess {
             finished: AtomicBool::new(false),
             machine: OnceLock::new(),
         });
-        // Stale sockets of a crashed run would make the binds below fail.
-        ws.remove_sockets();
-        let building = vmm_core::vcpu::monotonic_ns();
-        let built = match &launch.restore {
-            None => build_machine(&state, &ws, &meta.spec, launch.kernel),
-            Some(dir) => restore_machine(&state, &ws, &meta.spec, launch.kernel, dir),
-        };
-        let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
-        tracing::info!(
-            build_ms = (vmm_core::vcpu::monotonic_ns() - building) as f64 / 1e6,
-            since_launch_ms = us_after(launched, Some(building)).map(|us| us as f64 / 1e3),
-            restored = launch.restore.is_some(),
-            "machine built"
-        );
         let machine = match built {
             Ok(m) => {
                 let _ = shared.machine.set(m.handle());
@@ -341,22 +360,10 @@ fn build_machine(
     .map_err(|e| start_failed(ws, &e))
 }
 
-/// A machine error with every cause, on one line.
-fn machine_error_chain(e: &vmm_core::machine::MachineError) -> String {
-    let mut reason = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        reason.push_str(": ");
-        reason.push_str(&s.to_string());
-        source = s.source();
-    }
-    reason
-}
-
 fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
     Error::StartFailed {
         name: ws.name().to_owned(),
-        reason: machine_error_chain(e),
+        reason: crate::error::error_chain(e),
     }
 }
 
@@ -565,7 +572,7 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                     message: format!(
                         "workspace `{}` could not be snapshotted: {}",
                         shared.ws.name(),
-                        machine_error_chain(&e)
+                        crate::error::error_chain(&e)
                     ),
                 },
             }

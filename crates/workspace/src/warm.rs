@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use vmm_core::snapshot::disk_copy::copy_disk;
 use vmm_core::snapshot::{MachineState, SnapshotFiles};
 
 use crate::console_log::CONSOLE_FILE;
@@ -21,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::manager::{make_disk, Boot, StartProgress, Workspaces};
 use crate::settings::{now_ms, unique_id};
+use crate::snapshots::copy_snapshot_disk;
 use crate::spec::{Meta, StartKind, WorkspaceSpec};
 use crate::vmm_host::GUEST_CMDLINE;
 
@@ -28,8 +28,11 @@ use crate::vmm_host::GUEST_CMDLINE;
 const WARM_DIR: &str = "warm";
 /// A warm snapshot's record.
 const WARM_RECORD: &str = "warm.json";
-/// The workspace's writable disk among its machine's disks.
-const WORKSPACE_DISK: usize = 1;
+/// The prefix of a warm snapshot being written by a starting VMM.
+const PENDING_PREFIX: &str = ".pending-";
+/// A pending warm snapshot this old belongs to a VMM that died: a start
+/// keeps its warm snapshot right after the agent first answers.
+const PENDING_STALE_AFTER: Duration = Duration::from_secs(3600);
 
 /// What a warm snapshot was made from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +77,31 @@ pub(crate) fn promote(pending: &Path) -> std::io::Result<()> {
         std::fs::remove_dir_all(pending)?;
     }
     Ok(())
+}
+
+/// Removes the pending warm snapshots in `root` that their VMM left behind
+/// when it died (older than [`PENDING_STALE_AFTER`]).
+fn sweep_stale_pending(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(PENDING_PREFIX)
+        {
+            continue;
+        }
+        let age = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        if age.is_some_and(|a| a > PENDING_STALE_AFTER) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 impl Workspaces {
@@ -162,14 +190,7 @@ impl Workspaces {
         match self.usable_warm(&key, &fingerprint) {
             Ok(dir) => {
                 let ws = self.dir(&meta.name)?;
-                let tmp = ws.path().join(".disk.warm.tmp");
-                let _ = std::fs::remove_file(&tmp);
-                copy_disk(&SnapshotFiles::new(&dir).disk(WORKSPACE_DISK), &tmp)
-                    .and_then(|_| std::fs::rename(&tmp, ws.disk()))
-                    .map_err(Error::host_io(format!(
-                        "copying the warm disk to {}",
-                        ws.disk().display()
-                    )))?;
+                copy_snapshot_disk(&dir, &ws)?;
                 // The boot's console, so `logs` shows how the guest came up.
                 let _ = std::fs::copy(dir.join(CONSOLE_FILE), ws.path().join(CONSOLE_FILE));
                 Ok(Boot {
@@ -182,9 +203,10 @@ impl Workspaces {
                 if let Some(reason) = why {
                     self.discard_warm(&key, &meta.name, &reason);
                 }
+                sweep_stale_pending(&self.warm_root());
                 let pending = self
                     .warm_root()
-                    .join(format!(".pending-{key}-{}", unique_id()));
+                    .join(format!("{PENDING_PREFIX}{key}-{}", unique_id()));
                 std::fs::create_dir_all(&pending)
                     .map_err(Error::host_io(format!("creating {}", pending.display())))?;
                 let record = WarmRecord {
@@ -242,5 +264,37 @@ impl Workspaces {
         self.launch_vmm(name, |meta| self.plan_boot(meta, false))?;
         self.wait_running(name, started, timeout, &mut progress)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_only_pending_snapshots_older_than_the_bound() {
+        let root = std::env::temp_dir().join(format!("ma-warm-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let old_pending = root.join(format!("{PENDING_PREFIX}minimal-old"));
+        let new_pending = root.join(format!("{PENDING_PREFIX}minimal-new"));
+        let old_kept = root.join("minimal-1c-256m-1024d-compat");
+        for dir in [&old_pending, &new_pending, &old_kept] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - PENDING_STALE_AFTER * 2;
+        for dir in [&old_pending, &old_kept] {
+            std::fs::File::open(dir)
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
+        sweep_stale_pending(&root);
+        assert!(!old_pending.exists(), "a stale pending snapshot stays");
+        assert!(
+            new_pending.exists(),
+            "a pending snapshot in use was removed"
+        );
+        assert!(old_kept.exists(), "a kept warm snapshot was removed");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -11,7 +11,6 @@ mod reaper;
 mod registry;
 mod sysinfo;
 
-use std::error::Error as _;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -112,18 +111,18 @@ impl RequestError {
         };
         frame_error.is_some_and(|e| e.is_disconnect())
     }
+}
 
-    /// The message with its chain of causes, for the client.
-    fn message(&self) -> String {
-        let mut message = self.to_string();
-        let mut source = self.source();
-        while let Some(e) = source {
-            message.push_str(": ");
-            message.push_str(&e.to_string());
-            source = e.source();
-        }
-        message
+/// An error with its chain of causes, on one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
     }
+    text
 }
 
 /// Starts a named thread with a small stack.
@@ -198,7 +197,7 @@ fn handle_connection(stream: UnixStream, state: &State, active: usize) {
         serve_request(&mut conn, state)
     };
     if let Err(e) = outcome {
-        let message = e.message();
+        let message = error_chain(&e);
         if !e.is_disconnect() {
             let _ = conn.send_error(e.code(), message.clone());
         }

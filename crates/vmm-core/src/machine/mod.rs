@@ -197,7 +197,9 @@ pub struct Machine {
     cmdline: String,
     user_cmdline: Option<String>,
     kernel: Option<LoadedKernel>,
-    event_loop: EventLoop,
+    /// The devices' loop; [`Machine::run`] takes it (a run consumes the
+    /// machine, so attach steps always find it).
+    event_loop: Option<EventLoop>,
     virtio_devices: u32,
     devices: Devices,
     /// Shared with the vCPU threads and every [`MachineHandle`].
@@ -266,7 +268,7 @@ impl Machine {
             cmdline,
             user_cmdline: None,
             kernel: None,
-            event_loop: EventLoop::new()?,
+            event_loop: Some(EventLoop::new()?),
             virtio_devices: 0,
             devices: Devices::default(),
             control: Arc::default(),
@@ -378,7 +380,9 @@ impl Machine {
             .mmio
             .insert(base, MMIO_DEVICE_SIZE, transport.clone())?;
         self.devices.transports.push(transport);
-        self.event_loop.add(device);
+        if let Some(event_loop) = self.event_loop.as_mut() {
+            event_loop.add(device);
+        }
         self.cmdline.push(' ');
         self.cmdline
             .push_str(&mmio::cmdline_device(base, MMIO_DEVICE_SIZE, irq));

@@ -320,7 +320,7 @@ impl Machine {
         let (tx, rx): (Sender<RunMessage>, Receiver<RunMessage>) =
             std::mem::replace(&mut self.messages, mpsc::channel());
         let vcpus = std::mem::take(&mut self.vcpus);
-        let event_loop = std::mem::replace(&mut self.event_loop, EventLoop::new()?);
+        let event_loop = self.event_loop.take().ok_or(MachineError::NotRunning)?;
         let mut runner = Runner {
             buses: Arc::new(self.buses.clone()),
             control: self.control.clone(),
