@@ -1,5 +1,5 @@
 //! `cargo xtask fuzz [--seconds N]`: feeds pseudo-random queues to the
-//! virtio-blk and virtio-vsock queue processing (the same entry points as
+//! virtio-blk, virtio-vsock and virtio-net queue processing (the same entry points as
 //! the cargo-fuzz targets in fuzz/, which need nightly) for a bounded time,
 //! on the stable toolchain. Inputs are mostly random with structured
 //! descriptor tables, so chains, loops, and out-of-range addresses all occur.
@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use vmm_core::devices::virtio::fuzz::{blk_queue, vsock_queue};
+use vmm_core::devices::virtio::fuzz::{blk_queue, net_queue, vsock_queue};
 
 struct XorShift(u64);
 
@@ -67,7 +67,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as u64
         | 1;
-    println!("fuzzing blk and vsock queue processing for {seconds} s (seed {seed:#x})");
+    println!("fuzzing blk, vsock and net queue processing for {seconds} s (seed {seed:#x})");
     let mut rng = XorShift(seed);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut runs = 0u64;
@@ -76,6 +76,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         // A panic aborts the run with the backtrace; the seed reproduces it.
         blk_queue(&data);
         vsock_queue(&data);
+        net_queue(&data);
         runs += 1;
     }
     println!("{runs} inputs per device, no panic");

@@ -77,6 +77,7 @@ fn main() -> anyhow::Result<()> {
     };
     match task {
         "setup" => {
+            run_cmd::ensure_runtime_debs()?;
             kernel::build(kernel::variant_for_host()?)?;
             initramfs::build()?;
             rootfs::build()?;

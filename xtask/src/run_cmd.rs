@@ -9,7 +9,18 @@ use anyhow::bail;
 
 use crate::{cache, images, kernel};
 
+/// What microagent itself runs on the host: `passt` for the `user`
+/// network.
+const RUNTIME_PACKAGES: &[&str] = &["passt"];
+
+/// Installs the host programs microagent runs (as `cargo xtask setup` and
+/// `run` do for a newcomer).
+pub fn ensure_runtime_debs() -> anyhow::Result<()> {
+    crate::sh::ensure_debs(RUNTIME_PACKAGES)
+}
+
 pub fn run(command: &[String]) -> anyhow::Result<()> {
+    ensure_runtime_debs()?;
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     let bin = cache::build_microagent()?;

@@ -179,6 +179,7 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
             guest_cid: args.vsock_cid,
             uds_path,
         }),
+        net: None,
     };
     if args.vsock_cid < 3 {
         anyhow::bail!("--vsock-cid must be 3 or more (0-2 are reserved: hypervisor, local, host)");

@@ -35,6 +35,10 @@ pub struct SpecArgs {
     /// Stop it this many seconds after each start.
     #[arg(long = "ttl", value_name = "SECONDS")]
     pub ttl_secs: Option<u64>,
+    /// Network: `user` (rootless NAT; the host's loopback is reachable as
+    /// host.microagent.internal) or `none`.
+    #[arg(long, value_name = "NAME", default_value = workspace::network::DEFAULT_NETWORK)]
+    pub network: String,
 }
 
 impl SpecArgs {
@@ -47,6 +51,7 @@ impl SpecArgs {
             env: self.env.iter().cloned().collect::<BTreeMap<_, _>>(),
             labels: self.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
             ttl_secs: self.ttl_secs,
+            network: self.network.clone(),
         }
     }
 }
@@ -54,13 +59,14 @@ impl SpecArgs {
 fn describe(meta: &Meta) {
     let s = &meta.spec;
     println!(
-        "{}: {} ({} image, {} vCPU, {} MiB memory, {} MiB disk{})",
+        "{}: {} ({} image, {} vCPU, {} MiB memory, {} MiB disk, network {}{})",
         meta.name,
         meta.state,
         s.image,
         s.vcpus,
         s.mem_mib,
         s.disk_mib,
+        s.network,
         s.ttl_secs
             .map(|t| format!(", ttl {t}s"))
             .unwrap_or_default()

@@ -48,6 +48,10 @@ fn bad_input_gets_its_code_and_changes_nothing() {
             vec!["create", "other", "--image", "fake", "--ttl", "0"],
             "INVALID_INPUT",
         ),
+        (
+            vec!["create", "other", "--image", "fake", "--network", "corp"],
+            "INVALID_INPUT",
+        ),
         (vec!["create", "other", "--image", "nope"], "NOT_FOUND"),
         (
             vec!["create", "other", "--image", "fake", "--env", "novalue"],

@@ -118,6 +118,10 @@ fn main() {
             std::io::Error::last_os_error()
         );
     }
+    if pid1 {
+        // Before serving, so the first command already has its network.
+        agent::net::configure_from_cmdline();
+    }
     let config = Config {
         idle_timeout: args.idle_timeout,
         max_connections: args.max_connections,

@@ -132,6 +132,7 @@ fn agent_in_a_real_guest() {
             guest_cid: 3,
             uds_path: uds.clone(),
         }),
+        net: None,
     })
     .unwrap();
     // Bounds that grow with the stress count (about a second per guest

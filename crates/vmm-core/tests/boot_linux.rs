@@ -27,6 +27,7 @@ fn boots_linux_to_init_and_runs_uname_on_two_vcpus() {
         console: ConsoleSink::new().with(Box::new(console.clone())),
         disks: Vec::new(),
         vsock: None,
+        net: None,
     })
     .unwrap();
     let outcome = machine.run(Some(Duration::from_secs(300))).unwrap();

@@ -122,6 +122,7 @@ fn guest_uses_ext4_root_data_disk_and_vsock() {
             guest_cid: 3,
             uds_path: uds.clone(),
         }),
+        net: None,
     })
     .unwrap();
     let vm = std::thread::spawn(move || machine.run(Some(Duration::from_secs(400))).unwrap());

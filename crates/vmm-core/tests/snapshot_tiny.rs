@@ -93,6 +93,7 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
             guest_cid: 3,
             uds_path: dir.0.join("v1.sock"),
         }),
+        net: None,
     })
     .unwrap();
     let handle = machine.handle();
@@ -131,6 +132,7 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
                 read_only: false,
             }],
             vsock_uds: Some(dir.0.join(sock)),
+            net: None,
         })
     };
     let files = SnapshotFiles::new(&snap);

@@ -30,6 +30,10 @@ pub struct VmmLaunch {
     /// A directory (holding only `warm.json`) to write the image's warm
     /// snapshot into once the agent answers.
     pub keep_warm: Option<PathBuf>,
+    /// The starter's launch ticket (see `WorkspaceDir::launch_ticket`):
+    /// with it the process builds its machine before the starter has
+    /// recorded it.
+    pub ticket: Option<String>,
 }
 
 impl VmmLaunch {
@@ -43,7 +47,14 @@ impl VmmLaunch {
             kernel,
             restore: None,
             keep_warm: None,
+            ticket: None,
         }
+    }
+
+    /// Carries the starter's launch ticket.
+    pub fn with_ticket(mut self, ticket: &str) -> Self {
+        self.ticket = Some(ticket.to_owned());
+        self
     }
 
     /// Keeps a warm snapshot in `dir` once the agent answers.
@@ -59,7 +70,8 @@ impl VmmLaunch {
     }
 
     /// The arguments after the program name: `vmm serve-workspace --home
-    /// HOME --kernel VARIANT [--restore DIR] [--keep-warm DIR] WORKSPACE`.
+    /// HOME --kernel VARIANT [--restore DIR] [--keep-warm DIR] [--ticket T]
+    /// WORKSPACE`.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = VMM_SUBCOMMAND.iter().map(OsString::from).collect();
         args.push("--home".into());
@@ -74,6 +86,10 @@ impl VmmLaunch {
                 args.push(flag.into());
                 args.push(dir.clone().into_os_string());
             }
+        }
+        if let Some(ticket) = &self.ticket {
+            args.push("--ticket".into());
+            args.push(ticket.into());
         }
         args.push(self.workspace.clone().into());
         args
@@ -91,13 +107,15 @@ impl VmmLaunch {
             return None;
         }
         let (workspace, mut options) = rest.split_last()?;
-        let (mut home, mut kernel, mut restore, mut keep_warm) = (None, None, None, None);
+        let (mut home, mut kernel, mut restore, mut keep_warm, mut ticket) =
+            (None, None, None, None, None);
         while let [flag, value, more @ ..] = options {
             let slot = match flag.to_str()? {
                 "--home" => &mut home,
                 "--kernel" => &mut kernel,
                 "--restore" => &mut restore,
                 "--keep-warm" => &mut keep_warm,
+                "--ticket" => &mut ticket,
                 _ => return None,
             };
             if slot.replace(value.clone()).is_some() {
@@ -115,6 +133,10 @@ impl VmmLaunch {
             kernel: KernelVariant::from_name(kernel?.to_str()?)?,
             restore: restore.map(PathBuf::from),
             keep_warm: keep_warm.map(PathBuf::from),
+            ticket: match ticket {
+                Some(t) => Some(t.into_string().ok()?),
+                None => None,
+            },
         })
     }
 
@@ -170,6 +192,9 @@ mod tests {
         let back = VmmLaunch::from_args(warm.args()).unwrap();
         assert_eq!(back.keep_warm.as_deref(), Some(Path::new("/tmp/h/warm/.p")));
         assert_eq!(back.restore, None);
+        let ticketed = l.clone().with_ticket("abc");
+        let back = VmmLaunch::from_args(ticketed.args()).unwrap();
+        assert_eq!(back.ticket.as_deref(), Some("abc"));
         let mut twice = warm.args();
         twice.insert(6, "/x".into());
         twice.insert(6, "--home".into());

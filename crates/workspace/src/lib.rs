@@ -32,6 +32,7 @@ pub mod image;
 pub mod launch;
 pub(crate) mod manager;
 pub(crate) mod name;
+pub mod network;
 pub(crate) mod one_shot;
 pub(crate) mod ops;
 pub(crate) mod process;

@@ -443,6 +443,7 @@ impl Workspaces {
         if let Some(dir) = &boot.keep_warm {
             launch = launch.keeping_warm(dir);
         }
+        launch = launch.with_ticket(&ws.issue_launch_ticket()?);
         let mut cmd = launch.command();
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
         // No pre_exec step (the VMM leaves this session itself), so the

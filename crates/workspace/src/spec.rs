@@ -73,6 +73,13 @@ pub struct WorkspaceSpec {
     /// TTL).
     #[serde(default)]
     pub ttl_secs: Option<u64>,
+    /// The network: `user` (rootless NAT, the default) or `none`.
+    #[serde(default = "default_network")]
+    pub network: String,
+}
+
+fn default_network() -> String {
+    crate::network::DEFAULT_NETWORK.into()
 }
 
 impl Default for WorkspaceSpec {
@@ -85,6 +92,7 @@ impl Default for WorkspaceSpec {
             env: BTreeMap::new(),
             labels: BTreeMap::new(),
             ttl_secs: None,
+            network: default_network(),
         }
     }
 }
@@ -142,7 +150,7 @@ impl WorkspaceSpec {
         if self.image.is_empty() {
             return bad("image name is empty".into());
         }
-        Ok(())
+        crate::network::validate_network(&self.network)
     }
 }
 

@@ -11,7 +11,9 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use vmm_core::devices::serial::ConsoleSink;
-use vmm_core::machine::{DiskConfig, MachineHandle, RestoreConfig, VsockConfig};
+use vmm_core::machine::{
+    DiskConfig, MachineHandle, NetBackendConfig, NetConfig, RestoreConfig, VsockConfig,
+};
 use vmm_core::{KernelVariant, Machine, MachineConfig, StopReason};
 
 use guest_agent::client::blocking::BlockingClient;
@@ -143,6 +145,8 @@ pub struct VmmProcess {
     shared: Arc<Shared>,
     /// None when the VM could not be built (the end is already recorded).
     machine: Option<Machine>,
+    /// The `user` network's passt, ended with the run.
+    passt: Option<crate::network::Passt>,
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -194,19 +198,40 @@ impl VmmProcess {
         }
         let name = launch.workspace.as_str();
         let ws = WorkspaceDir::new(&state, name)?;
-        // The machine is built while the starter still holds the lock to
-        // record this process: a workspace's spec never changes and its
-        // record is replaced atomically, so it can be read unlocked. While
-        // the starter holds the lock no other VMM of this workspace runs,
-        // so stale sockets of a crashed run (the binds would fail) can go.
-        let spec = ws.read_meta()?.spec;
-        ws.remove_sockets();
-        let building = vmm_core::vcpu::monotonic_ns();
-        let built = match &launch.restore {
-            None => build_machine(&state, &ws, &spec, launch.kernel),
-            Some(dir) => restore_machine(&state, &ws, &spec, launch.kernel, dir),
+        // With its starter's ticket the machine is built while the starter
+        // still holds the lock to record this process: a workspace's spec
+        // never changes and its record is replaced atomically, so it can be
+        // read unlocked, and while the starter holds the lock no other VMM
+        // of this workspace runs, so stale sockets of a crashed run (the
+        // binds would fail) can go. Without the ticket nothing is touched
+        // before the record says this process was started for it.
+        let ticketed = launch
+            .ticket
+            .as_deref()
+            .is_some_and(|t| ws.holds_launch_ticket(t));
+        let mut passt = None;
+        let (mut building, mut built_at) = (0, 0);
+        let mut build = |spec: &crate::spec::WorkspaceSpec| {
+            ws.remove_sockets();
+            building = vmm_core::vcpu::monotonic_ns();
+            let built = network_backend(&ws, spec).and_then(|net| {
+                let net = net.map(|(backend, p)| {
+                    passt = Some(p);
+                    backend
+                });
+                match &launch.restore {
+                    None => build_machine(&state, &ws, spec, launch.kernel, net),
+                    Some(dir) => restore_machine(&state, &ws, spec, launch.kernel, dir, net),
+                }
+            });
+            built_at = vmm_core::vcpu::monotonic_ns();
+            built
         };
-        let built_at = vmm_core::vcpu::monotonic_ns();
+        let early = if ticketed {
+            Some(build(&ws.read_meta()?.spec))
+        } else {
+            None
+        };
         let meta = {
             let _lock = state.lock_workspace(name)?;
             ws.read_meta()?
@@ -225,6 +250,11 @@ impl VmmProcess {
                 })
             }
         }
+        ws.remove_launch_ticket();
+        let built = match early {
+            Some(built) => built,
+            None => build(&meta.spec),
+        };
         let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
         let ms_after_launch = |ns| us_after(launched, Some(ns)).map(|us| us as f64 / 1e3);
         tracing::info!(
@@ -233,6 +263,7 @@ impl VmmProcess {
             built_ms = ms_after_launch(built_at),
             checked_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
             restored = launch.restore.is_some(),
+            before_the_record = ticketed,
             "machine built (times since the VMM's launch)"
         );
         let shared = Arc::new(Shared {
@@ -262,7 +293,11 @@ impl VmmProcess {
                 None
             }
         };
-        Ok(Self { shared, machine })
+        Ok(Self {
+            shared,
+            machine,
+            passt,
+        })
     }
 
     /// A handle that stops this VMM from another thread.
@@ -292,6 +327,8 @@ impl VmmProcess {
         std::thread::spawn(move || enforce_ttl(&s));
 
         let outcome = machine.run(None);
+        // The network's helper ends with the guest it served.
+        drop(self.passt);
         let stopping = *shared.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
         let (crashed, reason) = match outcome {
             Ok(o) => classify_end(&o.reason, stopping, &ws),
@@ -333,16 +370,34 @@ fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) 
     }
 }
 
+/// The network device's backend for the workspace's network (and the
+/// process behind it), or `None` without a network.
+fn network_backend(
+    ws: &WorkspaceDir,
+    spec: &crate::spec::WorkspaceSpec,
+) -> Result<Option<(NetBackendConfig, crate::network::Passt)>> {
+    if spec.network != crate::network::USER {
+        return Ok(None);
+    }
+    let (sock, passt) = crate::network::start_passt(ws.path())?;
+    Ok(Some((NetBackendConfig::Stream(sock), passt)))
+}
+
 fn build_machine(
     state: &StateDir,
     ws: &WorkspaceDir,
     spec: &crate::spec::WorkspaceSpec,
     kernel: KernelVariant,
+    net: Option<NetBackendConfig>,
 ) -> Result<Machine> {
     let images = ImageRegistry::new(state, asset_dir(), kernel);
     let image = images.get(&spec.image)?;
     let console = ConsoleLogWriter::create(ws.path())?;
-    let cmdline = format!("{GUEST_CMDLINE} microagent_hostname={}", ws.name());
+    let mut cmdline = format!("{GUEST_CMDLINE} microagent_hostname={}", ws.name());
+    if let Some(net) = crate::network::guest_cmdline(&spec.network) {
+        cmdline.push(' ');
+        cmdline.push_str(&net);
+    }
     Machine::build(MachineConfig {
         kernel: image.kernel,
         initrd: None,
@@ -355,6 +410,10 @@ fn build_machine(
         vsock: Some(VsockConfig {
             guest_cid: GUEST_CID,
             uds_path: ws.vsock(),
+        }),
+        net: net.map(|backend| NetConfig {
+            mac: crate::network::mac_for(ws.name()),
+            backend,
         }),
     })
     .map_err(|e| start_failed(ws, &e))
@@ -391,6 +450,7 @@ fn restore_machine(
     spec: &crate::spec::WorkspaceSpec,
     kernel: KernelVariant,
     dir: &std::path::Path,
+    net: Option<NetBackendConfig>,
 ) -> Result<Machine> {
     let images = ImageRegistry::new(state, asset_dir(), kernel);
     let image = images.get(&spec.image)?;
@@ -400,6 +460,7 @@ fn restore_machine(
         console: ConsoleSink::new().with(Box::new(console)),
         disks: workspace_disks(image.rootfs, ws),
         vsock_uds: Some(ws.vsock()),
+        net,
     })
     .map_err(|e| start_failed(ws, &e))
 }

@@ -116,18 +116,23 @@ impl Workspaces {
         let image = self.images().get(&spec.image)?;
         let variant = self.images().kernel_variant();
         let key = format!(
-            "{}-{}c-{}m-{}d-{}",
+            "{}-{}c-{}m-{}d-{}-{}",
             image.name,
             spec.vcpus,
             spec.mem_mib,
             spec.disk_mib,
-            variant.name()
+            variant.name(),
+            spec.network
         );
         let inputs = [
             format!("format {}", vmm_core::snapshot::format::FORMAT_VERSION),
             file_identity(&image.kernel),
             file_identity(&image.rootfs),
             format!("cmdline {GUEST_CMDLINE}"),
+            format!(
+                "network {}",
+                crate::network::guest_cmdline(&spec.network).unwrap_or_default()
+            ),
             key.clone(),
         ];
         let fingerprint = format!("{:x}", Sha256::digest(inputs.join("\n")));
@@ -277,7 +282,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         let old_pending = root.join(format!("{PENDING_PREFIX}minimal-old"));
         let new_pending = root.join(format!("{PENDING_PREFIX}minimal-new"));
-        let old_kept = root.join("minimal-1c-256m-1024d-compat");
+        let old_kept = root.join("minimal-1c-256m-1024d-compat-user");
         for dir in [&old_pending, &new_pending, &old_kept] {
             std::fs::create_dir_all(dir).unwrap();
         }

@@ -21,6 +21,8 @@ pub const DISK_FILE: &str = "disk.ext4";
 pub const VSOCK_SOCKET: &str = "vsock.sock";
 /// The VMM process's own log (its stderr).
 pub const VMM_LOG: &str = "vmm.log";
+/// The starter's ticket for the VMM process it is launching.
+const LAUNCH_TICKET: &str = "launch.ticket";
 /// The agent's vsock port.
 pub const AGENT_PORT: u32 = 1024;
 /// Console lines kept with a crash record.
@@ -72,6 +74,28 @@ impl WorkspaceDir {
     /// The control socket.
     pub fn control(&self) -> PathBuf {
         self.dir.join(CONTROL_SOCKET)
+    }
+
+    /// Writes a new launch ticket (the starter, under the workspace's lock,
+    /// before it spawns the VMM): a VMM process given the same ticket was
+    /// started for this workspace by that starter, which is about to
+    /// record it, so it may build its machine at once. Returns the ticket.
+    pub fn issue_launch_ticket(&self) -> Result<String> {
+        let ticket = crate::settings::unique_id();
+        let path = self.dir.join(LAUNCH_TICKET);
+        std::fs::write(&path, &ticket)
+            .map_err(Error::host_io(format!("writing {}", path.display())))?;
+        Ok(ticket)
+    }
+
+    /// Whether `ticket` is the newest launch ticket.
+    pub fn holds_launch_ticket(&self, ticket: &str) -> bool {
+        std::fs::read_to_string(self.dir.join(LAUNCH_TICKET)).is_ok_and(|t| t == ticket)
+    }
+
+    /// Removes the launch ticket (once the VMM has checked its record).
+    pub fn remove_launch_ticket(&self) {
+        let _ = std::fs::remove_file(self.dir.join(LAUNCH_TICKET));
     }
 
     /// The event log.

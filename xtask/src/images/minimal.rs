@@ -18,12 +18,17 @@ pub const APPLETS: &[&str] = &[
     "sh", "ls", "cat", "echo", "mkdir", "rm", "mv", "cp", "ps", "mount", "umount", "uname",
     "sleep", "env", "id", "grep", "sed", "head", "tail", "wc", "true", "false", "chmod", "chown",
     "ln", "df", "free", "hostname", "kill", "tar", "find", "xargs", "sort", "date", "touch", "dd",
-    "reboot", "poweroff", "halt", "vi", "less", "which", "printf", "test", "sync",
+    "reboot", "poweroff", "halt", "vi", "less", "which", "printf", "test", "sync", "seq", "tr",
+    "cut", "tee", "awk", "timeout", // the network's tools:
+    "wget", "nc", "ip", "ifconfig", "route", "ping", "nslookup", "netstat", "httpd",
 ];
 
 const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n\
                       nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
 const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+/// Names from /etc/hosts first (`host.microagent.internal`, localhost), as
+/// on Debian; without the file glibc asks DNS first.
+const NSSWITCH: &str = "passwd: files\ngroup: files\nhosts: files dns\n";
 
 pub fn ensure_debs() -> anyhow::Result<()> {
     sh::ensure_debs(&[PACKAGE])
@@ -38,7 +43,8 @@ pub fn add_inputs(hash: &mut InputHash) -> anyhow::Result<()> {
         .add("applets", APPLETS.join(" ").as_bytes());
     hash.add_file(Path::new(BUSYBOX))?;
     hash.add("passwd", PASSWD.as_bytes())
-        .add("group", GROUP.as_bytes());
+        .add("group", GROUP.as_bytes())
+        .add("nsswitch", NSSWITCH.as_bytes());
     Ok(())
 }
 
@@ -74,6 +80,7 @@ pub fn populate(root: &Path) -> anyhow::Result<Vec<(String, String)>> {
     }
     tree::write_file(root, "etc/passwd", PASSWD.as_bytes(), 0o644)?;
     tree::write_file(root, "etc/group", GROUP.as_bytes(), 0o644)?;
+    tree::write_file(root, "etc/nsswitch.conf", NSSWITCH.as_bytes(), 0o644)?;
     Ok(vec![(PACKAGE.to_owned(), busybox_version())])
 }
 

@@ -7,6 +7,7 @@ mod exec;
 mod files;
 mod identity;
 pub mod listen;
+pub mod net;
 mod reaper;
 mod registry;
 mod sysinfo;

@@ -50,6 +50,9 @@ pub struct CreateParams {
     /// Stop it this many seconds after each start (1 to 2592000); default:
     /// no TTL.
     pub ttl_secs: Option<u64>,
+    /// Network: "user" (rootless NAT through the host; the host's loopback
+    /// is reachable as host.microagent.internal) or "none"; default "user".
+    pub network: Option<String>,
 }
 
 /// Inputs that only name a workspace.

@@ -127,6 +127,9 @@ impl MicroagentServer {
             env: p.env,
             labels: p.labels,
             ttl_secs: p.ttl_secs,
+            network: p
+                .network
+                .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
         };
         let meta = self
             .on_workspace(&p.name, |ws, name| ws.create(name, spec))

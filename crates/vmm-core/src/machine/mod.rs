@@ -26,6 +26,8 @@ use crate::devices::serial::{
 };
 use crate::devices::virtio::blk::{BlockDevice, BlockError};
 use crate::devices::virtio::mmio::{self, MmioTransport, TransportStateError};
+use crate::devices::virtio::net::backend::{NetBackend, StreamBackend, TapBackend};
+use crate::devices::virtio::net::{NetDevice, NetError};
 use crate::devices::virtio::vsock::{VsockDevice, VsockError};
 use crate::devices::virtio::{Interrupt, VirtioDevice};
 use crate::devices::BusError;
@@ -70,6 +72,26 @@ pub struct MachineConfig {
     pub disks: Vec<DiskConfig>,
     /// A vsock device with the hybrid Unix-socket backend.
     pub vsock: Option<VsockConfig>,
+    /// A network device.
+    pub net: Option<NetConfig>,
+}
+
+/// A virtio-net device.
+#[derive(Debug)]
+pub struct NetConfig {
+    /// The guest's MAC address.
+    pub mac: [u8; 6],
+    /// Where its frames go.
+    pub backend: NetBackendConfig,
+}
+
+/// The host end of a network device.
+#[derive(Debug)]
+pub enum NetBackendConfig {
+    /// The TAP interface of this name (IFF_VNET_HDR).
+    Tap(String),
+    /// A connected stream socket speaking passt's frame protocol.
+    Stream(std::os::unix::net::UnixStream),
 }
 
 /// A virtio-blk disk backed by a host file.
@@ -139,6 +161,18 @@ pub enum MachineError {
     /// The vsock device could not be set up.
     #[error("vsock device")]
     Vsock(#[from] VsockError),
+    /// The network device could not be set up.
+    #[error("network device")]
+    Net(#[from] NetError),
+    /// The network backend could not be opened.
+    #[error("network backend {what}")]
+    NetBackend {
+        /// Which backend.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// More virtio devices than interrupt lines.
     #[error("too many virtio devices (at most {MAX_VIRTIO_DEVICES})")]
     TooManyDevices,
@@ -173,11 +207,12 @@ pub enum MachineError {
 struct Devices {
     serial: Option<Arc<Mutex<Serial>>>,
     cmos: Option<Arc<Mutex<Cmos>>>,
-    /// In attach order: disks, then vsock.
+    /// In attach order: disks, then vsock, then the network device.
     transports: Vec<Arc<Mutex<MmioTransport>>>,
     /// Each disk's configuration and shape.
     disks: Vec<(DiskConfig, DiskState)>,
     vsock_cid: Option<u64>,
+    net_mac: Option<[u8; 6]>,
 }
 
 /// A guest ready to run.
@@ -243,6 +278,9 @@ impl Machine {
         }
         if let Some(vsock) = &cfg.vsock {
             machine.attach_vsock(vsock)?;
+        }
+        if let Some(net) = cfg.net {
+            machine.attach_net(net)?;
         }
         machine.attach_kernel(&cfg.kernel, cfg.initrd.as_deref())?;
         machine.attach_vcpus(cfg.vcpus, cfg.template)?;
@@ -342,6 +380,29 @@ impl Machine {
         let device = VsockDevice::new(cfg.guest_cid, cfg.uds_path.clone())?;
         self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
         self.devices.vsock_cid = Some(cfg.guest_cid);
+        Ok(())
+    }
+
+    fn attach_net(&mut self, cfg: NetConfig) -> Result<(), MachineError> {
+        let backend: Box<dyn NetBackend> = match cfg.backend {
+            NetBackendConfig::Tap(name) => {
+                Box::new(
+                    TapBackend::open(&name).map_err(|source| MachineError::NetBackend {
+                        what: format!("TAP `{name}`"),
+                        source,
+                    })?,
+                )
+            }
+            NetBackendConfig::Stream(sock) => Box::new(StreamBackend::new(sock).map_err(
+                |source| MachineError::NetBackend {
+                    what: "stream socket".into(),
+                    source,
+                },
+            )?),
+        };
+        let device = NetDevice::new(cfg.mac, backend)?;
+        self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
+        self.devices.net_mac = Some(cfg.mac);
         Ok(())
     }
 

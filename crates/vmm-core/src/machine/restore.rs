@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::{DiskConfig, Machine, MachineError, VsockConfig};
+use super::{DiskConfig, Machine, MachineError, NetBackendConfig, NetConfig, VsockConfig};
 use crate::arch::cpuid::VcpuTopology;
 use crate::devices::serial::ConsoleSink;
 use crate::snapshot::{memory_file, MachineState, SnapshotFiles};
@@ -24,6 +24,8 @@ pub struct RestoreConfig {
     pub disks: Vec<DiskConfig>,
     /// The vsock device's new host socket (its CID is the snapshot's).
     pub vsock_uds: Option<PathBuf>,
+    /// The network device's new backend (its MAC is the snapshot's).
+    pub net: Option<NetBackendConfig>,
 }
 
 impl Machine {
@@ -63,6 +65,9 @@ impl Machine {
                 guest_cid: cid,
                 uds_path: uds.clone(),
             })?;
+        }
+        if let (Some(mac), Some(backend)) = (state.net_mac, cfg.net) {
+            machine.attach_net(NetConfig { mac, backend })?;
         }
         for (index, _) in state.vcpus.iter().enumerate() {
             let fd = machine.vm.create_vcpu(index as u8)?;
@@ -114,7 +119,12 @@ fn check_fits(state: &MachineState, cfg: &RestoreConfig) -> Result<(), MachineEr
     if state.vsock_cid.is_some() != cfg.vsock_uds.is_some() {
         return mismatch("its vsock device and the requested one differ".into());
     }
-    let transports = state.disks.len() + usize::from(state.vsock_cid.is_some());
+    if state.net_mac.is_some() != cfg.net.is_some() {
+        return mismatch("its network device and the requested one differ".into());
+    }
+    let transports = state.disks.len()
+        + usize::from(state.vsock_cid.is_some())
+        + usize::from(state.net_mac.is_some());
     if state.virtio.len() != transports {
         return mismatch(format!(
             "it saved {} virtio devices for {transports}",

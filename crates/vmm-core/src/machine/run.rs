@@ -245,6 +245,7 @@ impl Runner {
             cmos_index: m.devices.cmos.as_ref().map_or(0, |c| lock(c).selected()),
             disks: m.devices.disks.iter().map(|(_, shape)| *shape).collect(),
             vsock_cid: m.devices.vsock_cid,
+            net_mac: m.devices.net_mac,
             virtio: m
                 .devices
                 .transports

@@ -95,7 +95,10 @@ pub struct MachineState {
     pub disks: Vec<DiskState>,
     /// The vsock device's guest CID, if there is one.
     pub vsock_cid: Option<u64>,
-    /// Each virtio-mmio transport, in attach order (disks, then vsock).
+    /// The network device's MAC address, if there is one.
+    pub net_mac: Option<[u8; 6]>,
+    /// Each virtio-mmio transport, in attach order (disks, then vsock,
+    /// then the network device).
     pub virtio: Vec<TransportState>,
 }
 

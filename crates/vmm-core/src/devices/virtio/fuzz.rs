@@ -13,6 +13,8 @@ use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::blk::BlockDevice;
+use super::net::backend::StreamBackend;
+use super::net::NetDevice;
 use super::vsock::VsockDevice;
 use super::{Interrupt, VirtioDevice, VIRTIO_F_VERSION_1};
 use crate::memory::{create_guest_memory, GuestMemory, MIN_MEM_MIB};
@@ -95,6 +97,28 @@ pub fn vsock_queue(data: &[u8]) {
     dev.handle_rx();
 }
 
+/// Runs a virtio-net device whose transmit queue is made of `data` and
+/// whose receive queue (above the input) takes frames a peer wrote,
+/// including one cut short.
+pub fn net_queue(data: &[u8]) {
+    use std::io::Write;
+    let (mem, tx) = memory_and_queue(data);
+    let (ours, mut peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+    let backend = StreamBackend::new(ours).expect("stream backend");
+    let mut dev = NetDevice::new([2, 0, 0, 0, 0, 1], Box::new(backend)).expect("net device");
+    let queues = vec![queue_at(EMPTY_QUEUES), tx];
+    dev.activate(mem, queues, interrupt(), VIRTIO_F_VERSION_1)
+        .expect("activation");
+    let frame = data.get(..data.len().min(1500)).unwrap_or_default();
+    let mut framed = (frame.len() as u32).to_be_bytes().to_vec();
+    framed.extend_from_slice(frame);
+    framed.extend_from_slice(&[0, 0, 0x10]);
+    peer.set_nonblocking(true).expect("non-blocking peer");
+    let _ = peer.write_all(&framed);
+    dev.process_tx();
+    dev.process_rx();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,10 +136,12 @@ mod tests {
         };
         blk_queue(&[]);
         vsock_queue(&[]);
+        net_queue(&[]);
         for _ in 0..50 {
             let data: Vec<u8> = (0..0x3000).map(|_| next() as u8).collect();
             blk_queue(&data);
             vsock_queue(&data);
+            net_queue(&data);
         }
     }
 }

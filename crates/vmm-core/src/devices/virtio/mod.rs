@@ -10,6 +10,7 @@
 pub mod blk;
 pub mod fuzz;
 pub mod mmio;
+pub mod net;
 pub mod vsock;
 
 use std::sync::atomic::{AtomicU32, Ordering};

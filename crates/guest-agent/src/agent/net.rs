@@ -1,0 +1,385 @@
+//! The guest's network, set up by the agent as PID 1 from the kernel
+//! command line (`microagent_net=ADDR/PREFIX,GATEWAY,DNS` and
+//! `microagent_host_alias=NAME` in /proc/cmdline): the loopback up (published ports
+//! connect to 127.0.0.1 in the guest), `eth0` with its address and default
+//! route, the resolver in /etc/resolv.conf, and the host's alias in
+//! /etc/hosts. Without the setting only the loopback comes up.
+
+use std::io::{self, Write};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// The first (and only) virtio-net interface.
+const INTERFACE: &str = "eth0";
+
+/// What `microagent_net=` says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetSetup {
+    /// The guest's address.
+    pub addr: Ipv4Addr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// The default route's gateway.
+    pub gateway: Ipv4Addr,
+    /// The resolver.
+    pub dns: Ipv4Addr,
+}
+
+/// Why the network could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// The setting does not parse.
+    #[error("microagent_net={0:?} is not ADDR/PREFIX,GATEWAY,DNS")]
+    Setting(String),
+    /// An interface or route request failed.
+    #[error("{what} {interface}")]
+    Ioctl {
+        /// What was asked.
+        what: &'static str,
+        /// The interface.
+        interface: &'static str,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
+    /// /etc/resolv.conf or /etc/hosts could not be written.
+    #[error("writing {0}")]
+    File(&'static str, #[source] io::Error),
+}
+
+impl NetSetup {
+    /// Parses `ADDR/PREFIX,GATEWAY,DNS`.
+    pub fn parse(value: &str) -> Result<Self, NetError> {
+        let bad = || NetError::Setting(value.to_owned());
+        let mut parts = value.split(',');
+        let (Some(cidr), Some(gateway), Some(dns), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
+        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+        if prefix > 32 {
+            return Err(bad());
+        }
+        Ok(Self {
+            addr: addr.parse().map_err(|_| bad())?,
+            prefix,
+            gateway: gateway.parse().map_err(|_| bad())?,
+            dns: dns.parse().map_err(|_| bad())?,
+        })
+    }
+
+    /// The netmask of the prefix.
+    pub fn netmask(&self) -> Ipv4Addr {
+        let bits = u32::MAX
+            .checked_shl(32 - u32::from(self.prefix))
+            .unwrap_or(0);
+        Ipv4Addr::from(bits)
+    }
+}
+
+/// The network settings of a kernel command line: the setup (if asked,
+/// and whether it parses) and the host's alias.
+pub fn from_cmdline(cmdline: &str) -> (Option<Result<NetSetup, NetError>>, Option<&str>) {
+    let value = |key: &str| {
+        cmdline
+            .split_whitespace()
+            .find_map(|arg| arg.strip_prefix(key)?.strip_prefix('='))
+    };
+    (
+        value("microagent_net").map(NetSetup::parse),
+        value("microagent_host_alias").filter(|a| !a.is_empty()),
+    )
+}
+
+/// Sets up the network the kernel command line describes, logging what
+/// fails (the agent serves on without a network).
+pub fn configure_from_cmdline() {
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let (setup, alias) = from_cmdline(&cmdline);
+    let setup = match setup.transpose() {
+        Ok(setup) => setup,
+        Err(e) => {
+            eprintln!("microagent-agent: {e}; the guest has no network");
+            None
+        }
+    };
+    if let Err(e) = configure(setup.as_ref(), alias) {
+        eprintln!(
+            "microagent-agent: network setup failed: {}",
+            super::error_chain(&e)
+        );
+    }
+}
+
+/// The resolver configuration for `dns`.
+pub fn resolv_conf(dns: Ipv4Addr) -> String {
+    format!("# written by microagent-agent\nnameserver {dns}\n")
+}
+
+/// `hosts` with `alias` pointing at `addr` (an older line for the alias is
+/// replaced) and localhost present.
+pub fn hosts_with(hosts: &str, alias: &str, addr: Ipv4Addr) -> String {
+    let mut out: String = hosts
+        .lines()
+        .filter(|l| !l.split_whitespace().skip(1).any(|name| name == alias))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if !out
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("localhost"))
+    {
+        out.insert_str(0, "127.0.0.1\tlocalhost\n");
+    }
+    out.push_str(&format!("{addr}\t{alias}\n"));
+    out
+}
+
+/// Brings the loopback up and, when `setup` is given, `eth0`, its route
+/// and the resolver; `alias` names the gateway in /etc/hosts.
+pub fn configure(setup: Option<&NetSetup>, alias: Option<&str>) -> Result<(), NetError> {
+    let sock = inet_socket().map_err(|source| NetError::Ioctl {
+        what: "opening a socket for",
+        interface: INTERFACE,
+        source,
+    })?;
+    set_up(&sock, "lo")?;
+    let Some(setup) = setup else {
+        return Ok(());
+    };
+    set_addr(
+        &sock,
+        libc::SIOCSIFADDR,
+        setup.addr,
+        "setting the address of",
+    )?;
+    set_addr(
+        &sock,
+        libc::SIOCSIFNETMASK,
+        setup.netmask(),
+        "setting the netmask of",
+    )?;
+    set_up(&sock, INTERFACE)?;
+    add_default_route(&sock, setup.gateway)?;
+    std::fs::write("/etc/resolv.conf", resolv_conf(setup.dns))
+        .map_err(|e| NetError::File("/etc/resolv.conf", e))?;
+    if let Some(alias) = alias {
+        let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let mut file =
+            std::fs::File::create("/etc/hosts").map_err(|e| NetError::File("/etc/hosts", e))?;
+        file.write_all(hosts_with(&hosts, alias, setup.gateway).as_bytes())
+            .map_err(|e| NetError::File("/etc/hosts", e))?;
+    }
+    Ok(())
+}
+
+fn inet_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) takes integer arguments; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn ifreq(name: &str) -> libc::ifreq {
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req
+}
+
+fn sockaddr(addr: Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(addr).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in and sockaddr have the same size (16 bytes) and
+    // the kernel reads an AF_INET sockaddr as a sockaddr_in.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+fn ioctl(
+    sock: &OwnedFd,
+    request: libc::Ioctl,
+    arg: *mut libc::c_void,
+    what: &'static str,
+    interface: &'static str,
+) -> Result<(), NetError> {
+    // SAFETY: every caller passes a request whose argument is the
+    // structure `arg` points to, owned by the caller for the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), request, arg) } < 0 {
+        return Err(NetError::Ioctl {
+            what,
+            interface,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+fn set_up(sock: &OwnedFd, name: &'static str) -> Result<(), NetError> {
+    let mut req = ifreq(name);
+    ioctl(
+        sock,
+        libc::SIOCGIFFLAGS,
+        (&mut req as *mut libc::ifreq).cast(),
+        "reading the flags of",
+        name,
+    )?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    req.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    ioctl(
+        sock,
+        libc::SIOCSIFFLAGS,
+        (&mut req as *mut libc::ifreq).cast(),
+        "bringing up",
+        name,
+    )
+}
+
+fn set_addr(
+    sock: &OwnedFd,
+    request: libc::Ioctl,
+    addr: Ipv4Addr,
+    what: &'static str,
+) -> Result<(), NetError> {
+    let mut req = ifreq(INTERFACE);
+    req.ifr_ifru.ifru_addr = sockaddr(addr);
+    ioctl(
+        sock,
+        request,
+        (&mut req as *mut libc::ifreq).cast(),
+        what,
+        INTERFACE,
+    )
+}
+
+/// `struct rtentry` of <linux/route.h> (x86_64 layout; glibc's libc
+/// bindings do not carry it).
+#[repr(C)]
+struct RtEntry {
+    rt_pad1: libc::c_ulong,
+    rt_dst: libc::sockaddr,
+    rt_gateway: libc::sockaddr,
+    rt_genmask: libc::sockaddr,
+    rt_flags: libc::c_ushort,
+    rt_pad2: libc::c_short,
+    rt_pad3: libc::c_ulong,
+    rt_pad4: *mut libc::c_void,
+    rt_metric: libc::c_short,
+    rt_dev: *mut libc::c_char,
+    rt_mtu: libc::c_ulong,
+    rt_window: libc::c_ulong,
+    rt_irtt: libc::c_ushort,
+}
+
+/// RTF_UP | RTF_GATEWAY.
+const RTF_UP_GATEWAY: libc::c_ushort = 0x0001 | 0x0002;
+
+fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), NetError> {
+    let mut route = RtEntry {
+        rt_pad1: 0,
+        rt_dst: sockaddr(Ipv4Addr::UNSPECIFIED),
+        rt_gateway: sockaddr(gateway),
+        rt_genmask: sockaddr(Ipv4Addr::UNSPECIFIED),
+        rt_flags: RTF_UP_GATEWAY,
+        rt_pad2: 0,
+        rt_pad3: 0,
+        rt_pad4: std::ptr::null_mut(),
+        rt_metric: 0,
+        rt_dev: std::ptr::null_mut(),
+        rt_mtu: 0,
+        rt_window: 0,
+        rt_irtt: 0,
+    };
+    match ioctl(
+        sock,
+        libc::SIOCADDRT,
+        (&mut route as *mut RtEntry).cast(),
+        "adding the default route via",
+        INTERFACE,
+    ) {
+        // Already there (a second call): what was asked holds.
+        Err(NetError::Ioctl { source, .. }) if source.raw_os_error() == Some(libc::EEXIST) => {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_setting_and_refuses_anything_else() {
+        let s = NetSetup::parse("10.0.2.15/24,10.0.2.2,10.0.2.3").unwrap();
+        assert_eq!(s.addr, Ipv4Addr::new(10, 0, 2, 15));
+        assert_eq!(s.netmask(), Ipv4Addr::new(255, 255, 255, 0));
+        assert_eq!(s.gateway, Ipv4Addr::new(10, 0, 2, 2));
+        assert_eq!(s.dns, Ipv4Addr::new(10, 0, 2, 3));
+        for bad in [
+            "",
+            "10.0.2.15,10.0.2.2,10.0.2.3",
+            "10.0.2.15/33,10.0.2.2,10.0.2.3",
+            "10.0.2.15/24,10.0.2.2",
+            "10.0.2.15/24,10.0.2.2,10.0.2.3,x",
+            "10.0.2/24,10.0.2.2,10.0.2.3",
+        ] {
+            assert!(NetSetup::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        let all = NetSetup::parse("10.0.0.1/0,10.0.0.2,10.0.0.3").unwrap();
+        assert_eq!(all.netmask(), Ipv4Addr::UNSPECIFIED);
+    }
+
+    #[test]
+    fn hosts_gain_the_alias_once_and_keep_the_rest() {
+        let alias = "host.microagent.internal";
+        let gw = Ipv4Addr::new(10, 0, 2, 2);
+        let fresh = hosts_with("", alias, gw);
+        assert_eq!(
+            fresh,
+            "127.0.0.1\tlocalhost\n10.0.2.2\thost.microagent.internal\n"
+        );
+        let again = hosts_with(&fresh, alias, gw);
+        assert_eq!(again, fresh, "idempotent");
+        let debian =
+            "127.0.0.1 localhost\n::1 localhost ip6-localhost\n10.9.9.9 host.microagent.internal\n";
+        let updated = hosts_with(debian, alias, gw);
+        assert!(updated.starts_with("127.0.0.1 localhost\n::1 localhost ip6-localhost\n"));
+        assert!(!updated.contains("10.9.9.9"));
+        assert!(updated.ends_with("10.0.2.2\thost.microagent.internal\n"));
+    }
+
+    #[test]
+    fn reads_its_settings_from_the_command_line() {
+        let (setup, alias) = from_cmdline(
+            "console=ttyS0 microagent_hostname=w1 microagent_net=10.0.2.15/24,10.0.2.2,10.0.2.3 microagent_host_alias=host.microagent.internal",
+        );
+        assert_eq!(setup.unwrap().unwrap().addr, Ipv4Addr::new(10, 0, 2, 15));
+        assert_eq!(alias, Some("host.microagent.internal"));
+        let (setup, alias) = from_cmdline("console=ttyS0 microagent_netx=1");
+        assert!(setup.is_none());
+        assert!(alias.is_none());
+        assert!(from_cmdline("microagent_net=junk").0.unwrap().is_err());
+    }
+
+    #[test]
+    fn the_route_entry_has_the_kernel_layout() {
+        assert_eq!(std::mem::size_of::<RtEntry>(), 120);
+        assert_eq!(
+            resolv_conf(Ipv4Addr::new(10, 0, 2, 3)).lines().last(),
+            Some("nameserver 10.0.2.3")
+        );
+    }
+}

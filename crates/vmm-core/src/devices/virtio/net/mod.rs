@@ -1,0 +1,425 @@
+//! virtio-net: one receive and one transmit queue between the guest and a
+//! host [`backend`] (a TAP interface or `passt`), served on the event loop
+//! thread.
+//!
+//! Frames from the guest are untrusted: chains are walked with
+//! `virtio_queue`'s bounds checks and each frame is copied through one
+//! buffer of [`backend::MAX_FRAME`] bytes, so a bad chain costs at most the
+//! frame. Nothing is unbounded: a backend that cannot take a frame leaves
+//! the transmit queue waiting; a frame from the host with no receive buffer
+//! to go to waits alone, and the backend is not read until the guest posts
+//! buffers. No offload is offered, so every header is all zero.
+
+pub mod backend;
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use event_manager::{EventOps, EventSet, Events, MutEventSubscriber};
+use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use self::backend::{NetBackend, MAX_FRAME, VNET_HDR_LEN};
+use super::{ActivateError, Interrupt, VirtioDevice, INT_USED_RING, VIRTIO_F_VERSION_1};
+use crate::memory::GuestMemory;
+
+/// Device type of a network device.
+pub const TYPE_NET: u32 = 1;
+/// Size of each queue.
+pub const QUEUE_SIZE: u16 = 256;
+/// Feature bit: the device has a MAC address in its configuration space.
+const VIRTIO_NET_F_MAC: u64 = 1 << 5;
+/// The receive queue's index.
+const RX: usize = 0;
+/// The transmit queue's index.
+const TX: usize = 1;
+
+/// Why a network device could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// A queue notification eventfd could not be created.
+    #[error("cannot create the virtio-net queue eventfds")]
+    EventFd(#[source] std::io::Error),
+}
+
+/// What `activate` hands over, dropped on reset.
+struct Active {
+    mem: GuestMemory,
+    rx: Queue,
+    tx: Queue,
+    irq: Arc<Interrupt>,
+}
+
+/// Frames dropped, by cause, for the log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetDrops {
+    /// Guest frames that were malformed or too large.
+    pub tx_malformed: u64,
+    /// Guest frames the backend failed on.
+    pub tx_backend: u64,
+    /// Host frames that did not fit the guest's buffer.
+    pub rx_too_big: u64,
+    /// Host frames that came while the driver was not running.
+    pub rx_inactive: u64,
+}
+
+/// A virtio-net device. Offers `VIRTIO_F_VERSION_1` and
+/// `VIRTIO_NET_F_MAC`; its configuration space holds the MAC address.
+pub struct NetDevice {
+    mac: [u8; 6],
+    backend: Box<dyn NetBackend>,
+    queue_evts: [EventFd; 2],
+    active: Option<Active>,
+    /// A host frame (its length in `rx_buf`) waiting for a receive buffer.
+    pending_rx: Option<usize>,
+    rx_buf: Vec<u8>,
+    tx_buf: Vec<u8>,
+    /// The backend refused a frame: the transmit queue waits until it drains.
+    tx_blocked: bool,
+    /// The backend holds output it could not send yet.
+    tx_held: bool,
+    /// The backend failed or hung up; no more frames either way.
+    backend_gone: bool,
+    /// What the event loop watches on the backend's fd.
+    watching: Option<EventSet>,
+    drops: NetDrops,
+}
+
+impl std::fmt::Debug for NetDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetDevice")
+            .field("mac", &self.mac)
+            .field("active", &self.active.is_some())
+            .field("drops", &self.drops)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NetDevice {
+    /// A device with address `mac` whose frames go to `backend`.
+    pub fn new(mac: [u8; 6], backend: Box<dyn NetBackend>) -> Result<Self, NetError> {
+        let evt = || EventFd::new(EFD_NONBLOCK).map_err(NetError::EventFd);
+        Ok(Self {
+            mac,
+            backend,
+            queue_evts: [evt()?, evt()?],
+            active: None,
+            pending_rx: None,
+            rx_buf: vec![0; MAX_FRAME],
+            tx_buf: vec![0; MAX_FRAME],
+            tx_blocked: false,
+            tx_held: false,
+            backend_gone: false,
+            watching: None,
+            drops: NetDrops::default(),
+        })
+    }
+
+    /// The device's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Frames dropped so far.
+    pub fn drops(&self) -> NetDrops {
+        self.drops
+    }
+
+    fn backend_failed(&mut self, what: &str, e: &std::io::Error) {
+        if !self.backend_gone {
+            tracing::warn!("virtio-net: the backend failed while {what}, the link is down: {e}");
+        }
+        self.backend_gone = true;
+        self.pending_rx = None;
+    }
+
+    /// Sends every frame the guest queued, until the backend is full.
+    pub fn process_tx(&mut self) {
+        let _ = self.queue_evts[TX].read();
+        let Some(active) = self.active.as_mut() else {
+            return;
+        };
+        if self.tx_blocked {
+            return;
+        }
+        let mem = &active.mem;
+        let mut used_any = false;
+        while let Some(chain) = active.tx.pop_descriptor_chain(mem) {
+            let head = chain.head_index();
+            match read_frame(mem, &chain, &mut self.tx_buf) {
+                Some(len) if !self.backend_gone => match self.backend.send(&self.tx_buf[..len]) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        // Offered again once the backend drains.
+                        active.tx.go_to_previous_position();
+                        self.tx_blocked = true;
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                        self.drops.tx_backend += 1;
+                    }
+                    Err(e) => {
+                        self.drops.tx_backend += 1;
+                        if !self.backend_gone {
+                            tracing::warn!("virtio-net: the backend failed while sending, the link is down: {e}");
+                        }
+                        self.backend_gone = true;
+                    }
+                },
+                // A dead link drops what the guest sends, as a cable would.
+                Some(_) => self.drops.tx_backend += 1,
+                None => self.drops.tx_malformed += 1,
+            }
+            match active.tx.add_used(mem, head, 0) {
+                Ok(()) => used_any = true,
+                Err(e) => tracing::warn!("virtio-net: cannot return tx chain {head}: {e}"),
+            }
+        }
+        if used_any {
+            notify(active, TX);
+        }
+        if !self.backend_gone {
+            match self.backend.flush() {
+                Ok(done) => self.tx_held = !done,
+                Err(e) => self.backend_failed("sending", &e),
+            }
+        }
+    }
+
+    /// Delivers host frames into the guest's receive buffers until either
+    /// runs out.
+    pub fn process_rx(&mut self) {
+        let _ = self.queue_evts[RX].read();
+        loop {
+            let len = match self.pending_rx.take() {
+                Some(len) => len,
+                None if self.backend_gone => return,
+                None => match self.backend.recv(&mut self.rx_buf) {
+                    Ok(Some(len)) => len,
+                    Ok(None) => return,
+                    Err(e) => return self.backend_failed("receiving", &e),
+                },
+            };
+            let Some(active) = self.active.as_mut() else {
+                self.drops.rx_inactive += 1;
+                continue;
+            };
+            let mem = &active.mem;
+            let Some(chain) = active.rx.pop_descriptor_chain(mem) else {
+                self.pending_rx = Some(len);
+                return;
+            };
+            let head = chain.head_index();
+            let written = write_frame(mem, &chain, &self.rx_buf[..len]).unwrap_or_else(|| {
+                self.drops.rx_too_big += 1;
+                0
+            });
+            if let Err(e) = active.rx.add_used(mem, head, written) {
+                tracing::warn!("virtio-net: cannot return rx chain {head}: {e}");
+            }
+            notify(active, RX);
+        }
+    }
+
+    /// The backend's fd is writable: push held output, then what the
+    /// guest queued meanwhile.
+    fn backend_writable(&mut self) {
+        match self.backend.flush() {
+            Ok(true) => {
+                self.tx_held = false;
+                if std::mem::take(&mut self.tx_blocked) {
+                    self.process_tx();
+                }
+            }
+            Ok(false) => {}
+            Err(e) => {
+                self.backend_failed("sending", &e);
+                self.tx_blocked = false;
+                self.process_tx();
+            }
+        }
+    }
+
+    /// What the event loop should watch on the backend's fd now: readable
+    /// unless a frame waits for a buffer, writable while output is held.
+    fn wanted_events(&self) -> Option<EventSet> {
+        if self.backend_gone {
+            return None;
+        }
+        let mut set = EventSet::empty();
+        if self.pending_rx.is_none() {
+            set |= EventSet::IN;
+        }
+        if self.tx_blocked || self.tx_held {
+            set |= EventSet::OUT;
+        }
+        Some(set)
+    }
+
+    fn update_watch(&mut self, ops: &mut EventOps) {
+        let wanted = self.wanted_events();
+        if wanted == self.watching {
+            return;
+        }
+        let fd = self.backend.fd();
+        let result = match (self.watching, wanted) {
+            (None, Some(set)) => ops.add(Events::with_data_raw(fd, 0, set)),
+            (Some(_), Some(set)) => ops.modify(Events::with_data_raw(fd, 0, set)),
+            (Some(_), None) => ops.remove(Events::with_data_raw(fd, 0, EventSet::empty())),
+            (None, None) => Ok(()),
+        };
+        match result {
+            Ok(()) => self.watching = wanted,
+            Err(e) => tracing::warn!("virtio-net: cannot watch the backend: {e:?}"),
+        }
+    }
+}
+
+/// Raises the queue's interrupt when the driver wants one.
+fn notify(active: &mut Active, queue: usize) {
+    let q = if queue == RX {
+        &mut active.rx
+    } else {
+        &mut active.tx
+    };
+    // Without a readable used_event we cannot know, so notify.
+    if q.needs_notification(&active.mem).unwrap_or(true) {
+        if let Err(e) = active.irq.trigger(INT_USED_RING) {
+            tracing::warn!("virtio-net: cannot raise the interrupt: {e}");
+        }
+    }
+}
+
+/// The frame of a transmit chain (after its virtio-net header) copied into
+/// `buf`; `None` when the chain is malformed, has no header, or holds more
+/// than [`MAX_FRAME`] bytes of frame.
+fn read_frame(
+    mem: &GuestMemory,
+    chain: &DescriptorChain<&GuestMemory>,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let mut reader = chain.clone().reader(mem).ok()?;
+    let len = reader.available_bytes().checked_sub(VNET_HDR_LEN)?;
+    let frame = buf.get_mut(..len)?;
+    let mut hdr = [0u8; VNET_HDR_LEN];
+    reader.read_exact(&mut hdr).ok()?;
+    reader.read_exact(frame).ok()?;
+    Some(len)
+}
+
+/// Writes an all-zero header (one buffer) and `frame` into a receive
+/// chain; the bytes written, or `None` when it does not fit.
+fn write_frame(
+    mem: &GuestMemory,
+    chain: &DescriptorChain<&GuestMemory>,
+    frame: &[u8],
+) -> Option<u32> {
+    let mut writer = chain.clone().writer(mem).ok()?;
+    let total = VNET_HDR_LEN + frame.len();
+    if writer.available_bytes() < total {
+        return None;
+    }
+    let mut hdr = [0u8; VNET_HDR_LEN];
+    // num_buffers (le16 at 10): the frame is in this one chain.
+    hdr[10] = 1;
+    writer.write_all(&hdr).ok()?;
+    writer.write_all(frame).ok()?;
+    u32::try_from(total).ok()
+}
+
+impl VirtioDevice for NetDevice {
+    fn device_type(&self) -> u32 {
+        TYPE_NET
+    }
+
+    fn queue_max_sizes(&self) -> &[u16] {
+        &[QUEUE_SIZE, QUEUE_SIZE]
+    }
+
+    fn queue_events(&self) -> &[EventFd] {
+        &self.queue_evts
+    }
+
+    fn avail_features(&self) -> u64 {
+        VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MAC
+    }
+
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        for (i, byte) in (0u64..).zip(data) {
+            let at = offset.checked_add(i).and_then(|a| usize::try_from(a).ok());
+            *byte = at.and_then(|a| self.mac.get(a)).map_or(0, |b| *b);
+        }
+    }
+
+    fn write_config(&mut self, _offset: u64, _data: &[u8]) {
+        // The MAC is read-only once VIRTIO_F_VERSION_1 is negotiated.
+    }
+
+    fn activate(
+        &mut self,
+        mem: GuestMemory,
+        queues: Vec<Queue>,
+        irq: Arc<Interrupt>,
+        _acked_features: u64,
+    ) -> Result<(), ActivateError> {
+        let got = queues.len();
+        let Ok([rx, tx]) = <[Queue; 2]>::try_from(queues) else {
+            return Err(ActivateError::QueueCount { got, want: 2 });
+        };
+        self.active = Some(Active { mem, rx, tx, irq });
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        self.active = None;
+        self.pending_rx = None;
+        self.tx_blocked = false;
+    }
+
+    fn queue_states(&self) -> Vec<virtio_queue::QueueState> {
+        self.active
+            .iter()
+            .flat_map(|a| [a.rx.state(), a.tx.state()])
+            .collect()
+    }
+}
+
+impl MutEventSubscriber for NetDevice {
+    fn init(&mut self, ops: &mut EventOps) {
+        for evt in &self.queue_evts {
+            if let Err(e) = ops.add(Events::new(evt, EventSet::IN)) {
+                tracing::warn!("virtio-net: cannot watch a queue, the link will hang: {e:?}");
+            }
+        }
+        self.update_watch(ops);
+    }
+
+    fn process(&mut self, events: Events, ops: &mut EventOps) {
+        let fd = events.fd();
+        if fd == self.queue_evts[TX].as_raw_fd() {
+            self.process_tx();
+        } else if fd == self.queue_evts[RX].as_raw_fd() {
+            self.process_rx();
+        } else if fd == self.backend.fd() {
+            let set = events.event_set();
+            if set.intersects(EventSet::HANG_UP | EventSet::ERROR) && !set.contains(EventSet::IN) {
+                self.backend_failed(
+                    "waiting",
+                    &std::io::Error::from(std::io::ErrorKind::BrokenPipe),
+                );
+            }
+            if set.contains(EventSet::OUT) {
+                self.backend_writable();
+            }
+            if set.contains(EventSet::IN) {
+                self.process_rx();
+            }
+        }
+        self.update_watch(ops);
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,164 @@
+//! A workspace's network: `user` (the default: rootless NAT through a
+//! `passt` process of its own, which the VMM starts and connects to) or
+//! `none` (no network device; published ports still work over vsock).
+//!
+//! On the `user` network every guest has the same addresses, as each has
+//! its own `passt`: [`USER_GUEST_ADDR`] on [`USER_PREFIX`], the gateway
+//! [`USER_GATEWAY`], which `passt` maps to the host's loopback (so host
+//! services are reachable as [`HOST_ALIAS`]), and the resolver
+//! [`USER_DNS`], which `passt` forwards to the host's resolver. The guest's
+//! init takes them from the kernel command line (`microagent_net=`).
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::error::{Error, Result};
+
+/// The built-in rootless network.
+pub const USER: &str = "user";
+/// No network device.
+pub const NONE: &str = "none";
+/// The network a workspace gets unless it asks for another.
+pub const DEFAULT_NETWORK: &str = USER;
+/// The name guests reach the host's loopback by, where the network allows.
+pub const HOST_ALIAS: &str = "host.microagent.internal";
+/// The guest's address on the `user` network.
+pub const USER_GUEST_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+/// The `user` network's prefix length.
+pub const USER_PREFIX: u8 = 24;
+/// The `user` network's gateway: the host's loopback as the guest sees it.
+pub const USER_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+/// The `user` network's resolver (forwarded to the host's).
+pub const USER_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+/// `passt`'s log in the workspace directory.
+pub const PASST_LOG: &str = "passt.log";
+
+/// Checks a network name a workspace asks for.
+pub fn validate_network(name: &str) -> Result<()> {
+    match name {
+        USER | NONE => Ok(()),
+        other => Err(Error::InvalidInput(format!(
+            "network `{other}` does not exist; the networks are `{USER}` (rootless NAT, the default) and `{NONE}`"
+        ))),
+    }
+}
+
+/// The guest's addresses on a network: what init reads from
+/// `microagent_net=` (`ADDR/PREFIX,GATEWAY,DNS`); `None` for no network.
+pub fn guest_cmdline(network: &str) -> Option<String> {
+    (network == USER).then(|| {
+        format!(
+            "microagent_net={USER_GUEST_ADDR}/{USER_PREFIX},{USER_GATEWAY},{USER_DNS} microagent_host_alias={HOST_ALIAS}"
+        )
+    })
+}
+
+/// A workspace's MAC address: locally administered, derived from its name
+/// (stable across its starts; forks keep their snapshot's).
+pub fn mac_for(workspace: &str) -> [u8; 6] {
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(workspace.as_bytes());
+    [0x02, 0x4d, digest[0], digest[1], digest[2], digest[3]]
+}
+
+/// Where `passt` is installed, if it is.
+pub fn passt_binary() -> Option<PathBuf> {
+    crate::settings::e2fs_tool("passt")
+}
+
+/// A running `passt` serving one VMM: it ends when the VMM's end of the
+/// socket closes (it is started one-off), or when this is dropped.
+#[derive(Debug)]
+pub struct Passt {
+    child: Child,
+}
+
+impl Drop for Passt {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `passt` for the `user` network on one end of a new socket pair
+/// and returns the other end, for the VMM's network device. It logs to
+/// [`PASST_LOG`] in `dir`.
+pub fn start_passt(dir: &Path) -> Result<(UnixStream, Passt)> {
+    let binary = passt_binary().ok_or_else(|| {
+        Error::HostUnsupported(
+            "the `user` network needs passt, which is not installed (apt-get install passt)".into(),
+        )
+    })?;
+    let (ours, theirs) =
+        UnixStream::pair().map_err(Error::host_io("creating the socket pair for passt"))?;
+    let fd = theirs.as_raw_fd();
+    let mut cmd = Command::new(&binary);
+    cmd.args(["--foreground", "--quiet", "--one-off", "--ipv4-only"])
+        .arg("--fd")
+        .arg(fd.to_string())
+        .arg("--address")
+        .arg(USER_GUEST_ADDR.to_string())
+        .arg("--netmask")
+        .arg(USER_PREFIX.to_string())
+        .arg("--gateway")
+        .arg(USER_GATEWAY.to_string())
+        .arg("--dns-forward")
+        .arg(USER_DNS.to_string())
+        .args(["--tcp-ports", "none", "--udp-ports", "none"])
+        .arg("--log-file")
+        .arg(dir.join(PASST_LOG))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: the closure runs in the child before exec and calls only
+    // fcntl(2), which is async-signal-safe; `fd` stays open in the parent
+    // until spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            // passt gets this end: it must survive the exec.
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(Error::host_io(format!(
+        "starting {} for the `user` network",
+        binary.display()
+    )))?;
+    drop(theirs);
+    Ok((ours, Passt { child }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_known_networks_are_accepted() {
+        validate_network(USER).unwrap();
+        validate_network(NONE).unwrap();
+        let err = validate_network("corp").unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+
+    #[test]
+    fn the_user_network_tells_init_its_addresses() {
+        assert_eq!(
+            guest_cmdline(USER).unwrap(),
+            "microagent_net=10.0.2.15/24,10.0.2.2,10.0.2.3 microagent_host_alias=host.microagent.internal"
+        );
+        assert_eq!(guest_cmdline(NONE), None);
+    }
+
+    #[test]
+    fn macs_are_local_unicast_and_differ_by_name() {
+        let a = mac_for("a");
+        assert_eq!(a[0] & 0b11, 0b10, "locally administered unicast");
+        assert_eq!(a, mac_for("a"));
+        assert_ne!(a, mac_for("b"));
+    }
+}
