@@ -285,7 +285,23 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
     asset_checks(&mut checks, assets, mode);
     image_checks(&mut checks, state, assets);
     state_checks(&mut checks, state);
+    checks.push(network_check());
     Report::new(checks)
+}
+
+/// The `user` network (every workspace's default) needs `passt`.
+fn network_check() -> Check {
+    match crate::network::passt_binary() {
+        Some(path) => Check::ok(
+            "user_network",
+            format!("passt at {} (the user network)", path.display()),
+        ),
+        None => Check::warn(
+            "user_network",
+            "passt is not installed: workspaces on the default `user` network cannot start",
+            "install it (apt-get install passt), or create workspaces with --network none",
+        ),
+    }
 }
 
 #[cfg(test)]
