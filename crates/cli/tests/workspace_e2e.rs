@@ -337,6 +337,20 @@ fn snapshots_and_forks(cli: &CliHome, url: &str) {
         !cli.home().join("workspaces/f4").exists(),
         "a refused fork left a workspace"
     );
+    // A changed byte of guest memory (the kernel's text at 16 MiB) is seen too.
+    cli.ok(&["snapshot", "take", "dev", "s2"]);
+    let memory = cli.home().join("snapshots/s2/memory.raw");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&memory)
+        .unwrap();
+    let mut byte = [0u8];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, 16 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[byte[0] ^ 0xff], 16 << 20).unwrap();
+    let refused = cli.run(&["fork", "dev", "f4", "--snapshot", "s2", "--json"]);
+    assert_eq!(refused.error_code(), "INVALID_INPUT", "{}", refused.stderr);
+    cli.ok(&["snapshot", "rm", "s2"]);
     cli.ok(&["snapshot", "rm", "s1"]);
     assert_eq!(
         cli.run(&["snapshot", "inspect", "s1", "--json"])

@@ -59,6 +59,24 @@ pub struct SnapshotInfo {
     /// Bytes it takes on disk (holes excluded).
     #[serde(default)]
     pub size_bytes: u64,
+    /// The memory file's digest (see `vmm_core::snapshot::memory_file::digest`),
+    /// checked before the snapshot is resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_sha256: Option<String>,
+}
+
+/// Whether the memory file in `dir` still has the digest `want` (taken
+/// after the guest resumed, so the pause does not grow with it); why not.
+pub(crate) fn check_memory(dir: &Path, want: Option<&str>) -> std::result::Result<(), String> {
+    let Some(want) = want else {
+        return Err("its record has no memory digest (an older build took it)".into());
+    };
+    let found = vmm_core::snapshot::memory_file::digest(&SnapshotFiles::new(dir).memory())
+        .map_err(|e| crate::error::error_chain(&e))?;
+    if found != want {
+        return Err("its memory file does not match its digest (it was changed or damaged)".into());
+    }
+    Ok(())
 }
 
 fn allocated_bytes(dir: &Path) -> u64 {
@@ -139,6 +157,16 @@ impl Workspaces {
         std::fs::create_dir(&tmp).map_err(Error::host_io(format!("creating {}", tmp.display())))?;
         let made = (|| -> Result<SnapshotInfo> {
             let (has_memory, paused_ms) = self.write_machine(workspace, &tmp)?;
+            let memory_sha256 = has_memory
+                .then(|| {
+                    vmm_core::snapshot::memory_file::digest(&SnapshotFiles::new(&tmp).memory())
+                })
+                .transpose()
+                .map_err(|e| {
+                    Error::host_io("reading the memory file back")(std::io::Error::other(
+                        crate::error::error_chain(&e),
+                    ))
+                })?;
             let info = SnapshotInfo {
                 name: name.clone(),
                 workspace: workspace.to_owned(),
@@ -147,6 +175,7 @@ impl Workspaces {
                 has_memory,
                 paused_ms,
                 size_bytes: 0,
+                memory_sha256,
             };
             write_json_atomic(&tmp.join(RECORD), &info)?;
             // Fails if the name was taken meanwhile: a non-empty target.
@@ -227,18 +256,14 @@ impl Workspaces {
         if !info.has_memory {
             return Ok(());
         }
-        let files = SnapshotFiles::new(&self.snapshot_dir(&info.name)?);
-        vmm_core::snapshot::MachineState::read(&files).map_err(|e| {
-            let mut reason = e.to_string();
-            if let Some(source) = std::error::Error::source(&e) {
-                reason = format!("{reason}: {source}");
-            }
-            Error::SnapshotUnusable {
-                name: info.name.clone(),
-                reason,
-            }
-        })?;
-        Ok(())
+        let dir = self.snapshot_dir(&info.name)?;
+        let unusable = |reason| Error::SnapshotUnusable {
+            name: info.name.clone(),
+            reason,
+        };
+        vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(&dir))
+            .map_err(|e| unusable(crate::error::error_chain(&e)))?;
+        check_memory(&dir, info.memory_sha256.as_deref()).map_err(unusable)
     }
 
     /// Puts the snapshot's workspace back to the snapshot's state: its disk

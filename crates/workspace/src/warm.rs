@@ -45,6 +45,9 @@ pub(crate) struct WarmRecord {
     pub from: String,
     /// Unix ms when it was kept.
     pub created_at_ms: u64,
+    /// The memory file's digest, set when the snapshot is promoted.
+    #[serde(default)]
+    pub memory_sha256: Option<String>,
 }
 
 /// Which file `path` is (device, inode, size, modification time): the same
@@ -70,7 +73,14 @@ fn file_identity(path: &Path) -> String {
 /// process calls this once it has written the snapshot into `pending`); if
 /// another start kept one first, `pending` is removed.
 pub(crate) fn promote(pending: &Path) -> std::io::Result<()> {
-    let record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
+    let mut record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let memory = SnapshotFiles::new(pending).memory();
+    record.memory_sha256 = Some(
+        vmm_core::snapshot::memory_file::digest(&memory)
+            .map_err(|e| std::io::Error::other(crate::error::error_chain(&e)))?,
+    );
+    crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let parent = pending.parent().unwrap_or(Path::new("."));
     if std::fs::rename(pending, parent.join(&record.key)).is_err() {
@@ -161,6 +171,7 @@ impl Workspaces {
         }
         MachineState::read(&SnapshotFiles::new(&dir))
             .map_err(|e| Some(format!("its state file is unusable: {e}")))?;
+        crate::snapshots::check_memory(&dir, record.memory_sha256.as_deref()).map_err(Some)?;
         Ok(dir)
     }
 
@@ -219,6 +230,7 @@ impl Workspaces {
                     fingerprint,
                     from: meta.name.clone(),
                     created_at_ms: now_ms(),
+                    memory_sha256: None,
                 };
                 crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)?;
                 Ok(Boot {

@@ -57,6 +57,15 @@ pub enum MemoryFileError {
     /// The host refused the mapping.
     #[error("could not map the memory file")]
     Map(#[source] vm_memory::mmap::MmapRegionError),
+    /// Reading the file failed.
+    #[error("could not read the memory file {}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
     /// The regions do not form a valid guest memory.
     #[error("the memory file's regions do not form guest memory")]
     Regions(#[source] vm_memory::GuestRegionCollectionError),
@@ -138,6 +147,69 @@ pub fn save(mem: &GuestMemory, path: &Path) -> Result<SavedMemory, MemoryFileErr
         len: offset,
         data_bytes,
     })
+}
+
+/// A SHA-256 digest (hex) of the memory file at `path` that does not
+/// depend on how the filesystem laid it out: over each page that is not
+/// all zero, its index (u64 LE) then its bytes, in order. Only the file's
+/// data extents are read, so it costs what the guest used, not its size.
+pub fn digest(path: &Path) -> Result<String, MemoryFileError> {
+    use sha2::{Digest, Sha256};
+    use std::os::fd::AsRawFd;
+    let read_err = |source| MemoryFileError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(read_err)?;
+    let len = file.metadata().map_err(read_err)?.len();
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; MAX_RUN];
+    // Pages below this were hashed (extents rounded to pages may overlap).
+    let mut next_page = 0u64;
+    let mut at = 0u64;
+    let seek = |offset: u64, whence| {
+        // SAFETY: lseek on an fd this function owns; no memory is passed.
+        let r = unsafe { libc::lseek(file.as_raw_fd(), offset as libc::off_t, whence) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            // ENXIO: no data (or hole) at or after `offset`.
+            return if e.raw_os_error() == Some(libc::ENXIO) {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(Some(r as u64))
+    };
+    while at < len {
+        let Some(data) = seek(at, libc::SEEK_DATA).map_err(read_err)? else {
+            break;
+        };
+        let hole = seek(data, libc::SEEK_HOLE)
+            .map_err(read_err)?
+            .unwrap_or(len);
+        let first = (data / PAGE as u64).max(next_page);
+        let end = hole.div_ceil(PAGE as u64).min(len.div_ceil(PAGE as u64));
+        let mut page = first;
+        while page < end {
+            let n = ((end - page) as usize * PAGE)
+                .min(buf.len())
+                .min((len - page * PAGE as u64) as usize);
+            let chunk = &mut buf[..n];
+            file.read_exact_at(chunk, page * PAGE as u64)
+                .map_err(read_err)?;
+            for p in chunk.chunks(PAGE) {
+                if !is_zero(p) {
+                    hasher.update(page.to_le_bytes());
+                    hasher.update(p);
+                }
+                page += 1;
+            }
+        }
+        next_page = end;
+        at = hole.max(data + 1);
+    }
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 /// Maps the memory file at `path` copy-on-write as the RAM of a guest of
@@ -230,6 +302,38 @@ mod tests {
         again.read_slice(&mut buf, GuestAddress(0)).unwrap();
         assert_eq!(&buf, b"first page");
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_digest_follows_content_not_layout() {
+        let mem = create_guest_memory(16).unwrap();
+        mem.write_slice(&[7u8; 100], GuestAddress(0x5000)).unwrap();
+        mem.write_slice(&[9u8; 3], GuestAddress(0x80_0000)).unwrap();
+        let sparse = temp("digest-sparse");
+        let _ = std::fs::remove_file(&sparse);
+        save(&mem, &sparse).unwrap();
+        // The same bytes written densely (every page allocated).
+        let dense = temp("digest-dense");
+        let all = std::fs::read(&sparse).unwrap();
+        std::fs::write(&dense, &all).unwrap();
+        let a = digest(&sparse).unwrap();
+        assert_eq!(a, digest(&dense).unwrap());
+        // One byte changed, in a page that held data or in a hole.
+        for at in [0x5000u64 + 99, 0x30_0000] {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&dense)
+                .unwrap();
+            f.write_all_at(&[1], at).unwrap();
+            assert_ne!(
+                a,
+                digest(&dense).unwrap(),
+                "a change at {at:#x} went unseen"
+            );
+            std::fs::write(&dense, &all).unwrap();
+        }
+        std::fs::remove_file(&sparse).unwrap();
+        std::fs::remove_file(&dense).unwrap();
     }
 
     #[test]
