@@ -421,5 +421,5 @@ impl MutEventSubscriber for NetDevice {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
+#[path = "net_tests.rs"]
 mod tests;

@@ -1,3 +1,6 @@
+//! Unit tests of the virtio-net device: queues in guest memory driven
+//! through mock split queues, a socket pair or a mock as the backend.
+
 use std::io::{self, Read, Write};
 use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
