@@ -11,7 +11,7 @@ use testkit::cli::CliHome;
 fn can_boot(test: &str) -> bool {
     testkit::require(test, testkit::guest_assets()).is_some()
         && testkit::require(test, testkit::workspace_image("minimal")).is_some()
-        && testkit::require(test, testkit::e2fs_tool("mkfs.ext4")).is_some()
+        && testkit::require(test, testkit::host_tool("mkfs.ext4")).is_some()
 }
 
 fn home(test: &str) -> CliHome {

@@ -83,10 +83,10 @@ fn agent_in_a_real_guest() {
     let Some(image) = testkit::require(test, testkit::workspace_image("minimal")) else {
         return;
     };
-    let Some(debugfs) = testkit::require(test, testkit::e2fs_tool("debugfs")) else {
+    let Some(debugfs) = testkit::require(test, testkit::host_tool("debugfs")) else {
         return;
     };
-    let Some(mkfs) = testkit::require(test, testkit::e2fs_tool("mkfs.ext4")) else {
+    let Some(mkfs) = testkit::require(test, testkit::host_tool("mkfs.ext4")) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("microagent-agent-e2e-{}", std::process::id()));

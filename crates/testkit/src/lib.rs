@@ -29,8 +29,8 @@ pub fn shared_warm_dir() -> Option<PathBuf> {
 }
 
 /// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.
-pub fn e2fs_tool(name: &str) -> Result<PathBuf, String> {
-    workspace::settings::e2fs_tool(name)
+pub fn host_tool(name: &str) -> Result<PathBuf, String> {
+    workspace::settings::host_tool(name)
         .ok_or_else(|| format!("{name} is not installed (apt-get install e2fsprogs)"))
 }
 

@@ -83,8 +83,8 @@ fn guest_uses_ext4_root_data_disk_and_vsock() {
         return;
     };
     let (Some(mkfs), Some(debugfs)) = (
-        testkit::require(test, testkit::e2fs_tool("mkfs.ext4")),
-        testkit::require(test, testkit::e2fs_tool("debugfs")),
+        testkit::require(test, testkit::host_tool("mkfs.ext4")),
+        testkit::require(test, testkit::host_tool("debugfs")),
     ) else {
         return;
     };

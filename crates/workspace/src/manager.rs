@@ -16,7 +16,7 @@ use crate::image::{ImageInfo, ImageRegistry};
 use crate::launch::VmmLaunch;
 use crate::process;
 use crate::remedy::Remedy;
-use crate::settings::{e2fs_tool, now_ms};
+use crate::settings::{host_tool, now_ms};
 use crate::spec::{DeleteOptions, Limits, Meta, Runtime, StartKind, WorkspaceSpec, LIMITS};
 use crate::state::State;
 use crate::store::{StateDir, WorkspaceLock};
@@ -674,7 +674,7 @@ pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
         .map_err(Error::host_io(format!("creating {}", path.display())))?;
     file.set_len(mib << 20)
         .map_err(Error::host_io(format!("sizing {}", path.display())))?;
-    let mkfs = e2fs_tool("mkfs.ext4").ok_or_else(|| {
+    let mkfs = host_tool("mkfs.ext4").ok_or_else(|| {
         Error::HostUnsupported(
             "mkfs.ext4 is not installed; install e2fsprogs (apt-get install e2fsprogs)".into(),
         )

@@ -6,7 +6,7 @@ mod support;
 use super::*;
 use crate::code::ErrorCode;
 use crate::image::{KERNEL_FILE, ROOTFS_FILE};
-use crate::settings::{e2fs_tool, now_ms};
+use crate::settings::{host_tool, now_ms};
 
 struct Fixture {
     root: PathBuf,
@@ -41,7 +41,7 @@ fn spec() -> WorkspaceSpec {
 
 /// Whether mkfs.ext4 is here (else `test` is recorded as skipped).
 fn have_mkfs(test: &str) -> bool {
-    support::have_mkfs(test, e2fs_tool("mkfs.ext4").is_some())
+    support::have_mkfs(test, host_tool("mkfs.ext4").is_some())
 }
 
 #[test]

@@ -66,7 +66,7 @@ pub fn mac_for(workspace: &str) -> [u8; 6] {
 
 /// Where `passt` is installed, if it is.
 pub fn passt_binary() -> Option<PathBuf> {
-    crate::settings::e2fs_tool("passt")
+    crate::settings::host_tool("passt")
 }
 
 /// A running `passt` serving one VMM: it ends when the VMM's end of the

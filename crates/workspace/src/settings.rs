@@ -28,8 +28,9 @@ pub fn warm_dir_override() -> Option<PathBuf> {
     std::env::var_os("MICROAGENT_WARM_DIR").map(PathBuf::from)
 }
 
-/// Where an e2fsprogs tool (`mkfs.ext4`, `debugfs`) is installed, if it is.
-pub fn e2fs_tool(name: &str) -> Option<PathBuf> {
+/// Where a host program microagent runs (`mkfs.ext4`, `debugfs`, `passt`)
+/// is installed, if it is: /usr/sbin, /sbin or /usr/bin.
+pub fn host_tool(name: &str) -> Option<PathBuf> {
     ["/usr/sbin", "/sbin", "/usr/bin"]
         .iter()
         .map(|d| Path::new(d).join(name))
@@ -80,6 +81,6 @@ mod tests {
 
     #[test]
     fn finds_installed_tools_only() {
-        assert!(e2fs_tool("no-such-e2fs-tool").is_none());
+        assert!(host_tool("no-such-e2fs-tool").is_none());
     }
 }

@@ -41,7 +41,7 @@ fn home(test: &str) -> Home {
 
 /// Creating a workspace formats its disk with mkfs.ext4.
 fn have_mkfs(test: &str) -> bool {
-    support::have_mkfs(test, workspace::settings::e2fs_tool("mkfs.ext4").is_some())
+    support::have_mkfs(test, workspace::settings::host_tool("mkfs.ext4").is_some())
 }
 
 fn spec() -> WorkspaceSpec {

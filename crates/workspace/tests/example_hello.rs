@@ -39,7 +39,7 @@ fn missing_precondition() -> Option<String> {
             assets.display()
         ));
     }
-    if workspace::settings::e2fs_tool("mkfs.ext4").is_none() {
+    if workspace::settings::host_tool("mkfs.ext4").is_none() {
         return Some("mkfs.ext4 is not installed (apt-get install e2fsprogs)".into());
     }
     None

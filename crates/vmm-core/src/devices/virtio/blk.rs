@@ -23,7 +23,8 @@ use virtio_queue::{DescriptorChain, Queue, QueueT, Reader, Writer};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::{
-    ActivateError, Interrupt, VirtioDevice, INT_USED_RING, TYPE_BLOCK, VIRTIO_F_VERSION_1,
+    read_config_space, ActivateError, Interrupt, VirtioDevice, INT_USED_RING, TYPE_BLOCK,
+    VIRTIO_F_VERSION_1,
 };
 use crate::memory::GuestMemory;
 
@@ -380,11 +381,7 @@ impl VirtioDevice for BlockDevice {
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        let capacity = self.capacity().to_le_bytes();
-        for (i, byte) in (0u64..).zip(data) {
-            let at = offset.checked_add(i).and_then(|a| usize::try_from(a).ok());
-            *byte = at.and_then(|a| capacity.get(a)).map_or(0, |b| *b);
-        }
+        read_config_space(&self.capacity().to_le_bytes(), offset, data);
     }
 
     fn write_config(&mut self, _offset: u64, _data: &[u8]) {

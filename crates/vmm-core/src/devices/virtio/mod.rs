@@ -82,6 +82,15 @@ impl Interrupt {
     }
 }
 
+/// Reads `data.len()` bytes of a configuration space held in `space` from
+/// `offset`; bytes beyond it read as 0 (as the transport promises).
+pub fn read_config_space(space: &[u8], offset: u64, data: &mut [u8]) {
+    for (i, byte) in (0u64..).zip(data) {
+        let at = offset.checked_add(i).and_then(|a| usize::try_from(a).ok());
+        *byte = at.and_then(|a| space.get(a)).map_or(0, |b| *b);
+    }
+}
+
 /// Why a device could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ActivateError {

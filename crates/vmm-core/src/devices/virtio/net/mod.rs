@@ -21,7 +21,9 @@ use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use self::backend::{NetBackend, MAX_FRAME, VNET_HDR_LEN};
-use super::{ActivateError, Interrupt, VirtioDevice, INT_USED_RING, VIRTIO_F_VERSION_1};
+use super::{
+    read_config_space, ActivateError, Interrupt, VirtioDevice, INT_USED_RING, VIRTIO_F_VERSION_1,
+};
 use crate::memory::GuestMemory;
 
 /// Device type of a network device.
@@ -346,10 +348,7 @@ impl VirtioDevice for NetDevice {
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        for (i, byte) in (0u64..).zip(data) {
-            let at = offset.checked_add(i).and_then(|a| usize::try_from(a).ok());
-            *byte = at.and_then(|a| self.mac.get(a)).map_or(0, |b| *b);
-        }
+        read_config_space(&self.mac, offset, data);
     }
 
     fn write_config(&mut self, _offset: u64, _data: &[u8]) {
