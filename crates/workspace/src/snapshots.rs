@@ -71,12 +71,18 @@ pub(crate) fn check_memory(dir: &Path, want: Option<&str>) -> std::result::Resul
     let Some(want) = want else {
         return Err("its record has no memory digest (an older build took it)".into());
     };
-    let found = vmm_core::snapshot::memory_file::digest(&SnapshotFiles::new(dir).memory())
-        .map_err(|e| crate::error::error_chain(&e))?;
+    let found = memory_digest(dir).map_err(|e| e.to_string())?;
     if found != want {
         return Err("its memory file does not match its digest (it was changed or damaged)".into());
     }
     Ok(())
+}
+
+/// The digest of the memory file in the snapshot directory `dir`; a read
+/// error keeps its causes in its message.
+pub(crate) fn memory_digest(dir: &Path) -> std::io::Result<String> {
+    vmm_core::snapshot::memory_file::digest(&SnapshotFiles::new(dir).memory())
+        .map_err(|e| std::io::Error::other(crate::error::error_chain(&e)))
 }
 
 fn allocated_bytes(dir: &Path) -> u64 {
@@ -158,15 +164,9 @@ impl Workspaces {
         let made = (|| -> Result<SnapshotInfo> {
             let (has_memory, paused_ms) = self.write_machine(workspace, &tmp)?;
             let memory_sha256 = has_memory
-                .then(|| {
-                    vmm_core::snapshot::memory_file::digest(&SnapshotFiles::new(&tmp).memory())
-                })
+                .then(|| memory_digest(&tmp))
                 .transpose()
-                .map_err(|e| {
-                    Error::host_io("reading the memory file back")(std::io::Error::other(
-                        crate::error::error_chain(&e),
-                    ))
-                })?;
+                .map_err(Error::host_io("reading the memory file back"))?;
             let info = SnapshotInfo {
                 name: name.clone(),
                 workspace: workspace.to_owned(),

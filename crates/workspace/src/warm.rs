@@ -75,11 +75,7 @@ fn file_identity(path: &Path) -> String {
 pub(crate) fn promote(pending: &Path) -> std::io::Result<()> {
     let mut record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let memory = SnapshotFiles::new(pending).memory();
-    record.memory_sha256 = Some(
-        vmm_core::snapshot::memory_file::digest(&memory)
-            .map_err(|e| std::io::Error::other(crate::error::error_chain(&e)))?,
-    );
+    record.memory_sha256 = Some(crate::snapshots::memory_digest(pending)?);
     crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let parent = pending.parent().unwrap_or(Path::new("."));
