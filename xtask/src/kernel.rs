@@ -256,7 +256,7 @@ mod tests {
         for key in ["CONFIG_LEGACY_PTYS", "CONFIG_IPV6"] {
             assert!(reqs.iter().any(|(k, v)| k == key && v.is_none()), "{key}");
         }
-        assert_eq!(patches(Variant::Compat).unwrap().len(), 3);
+        assert_eq!(patches(Variant::Compat).unwrap().len(), 4);
         assert!(patches(Variant::Standard).unwrap().is_empty());
     }
 }

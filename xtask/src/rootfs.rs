@@ -1,6 +1,7 @@
 //! `cargo xtask test-rootfs`: a small ext4 root filesystem for the device
 //! tests, made with `mkfs.ext4 -d` (no root, no loop mounts). Its /init is
-//! the device test program (guest/devtest/devtest.c).
+//! the device test program (guest/devtest/devtest.c). Also the static guest
+//! programs the end-to-end tests copy into a guest (guest/ymmcheck).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -54,6 +55,28 @@ pub fn build() -> anyhow::Result<PathBuf> {
     )?;
     let link = cache::link_current("test-rootfs.ext4", &image)?;
     eprintln!("xtask: device test root filesystem: {}", link.display());
+    build_ymmcheck()?;
     println!("{}", image.display());
     Ok(image)
+}
+
+/// The YMM switch check of docs/host-compat.md, linked as `current/ymmcheck`.
+fn build_ymmcheck() -> anyhow::Result<PathBuf> {
+    let source = cache::repo_root().join("guest/ymmcheck/ymmcheck.c");
+    let mut hash = InputHash::default();
+    hash.add_file(&source)?;
+    hash.add(
+        "linux-source-6.1",
+        sh::deb_version("linux-source-6.1")
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    let program = cache::cached_file("ymmcheck", &hash.short(), "ymmcheck", |work, partial| {
+        let bytes = nolibc::build(work, &[&source])?.remove(0);
+        std::fs::write(partial, bytes)?;
+        Ok(())
+    })?;
+    let link = cache::link_current("ymmcheck", &program)?;
+    eprintln!("xtask: YMM switch check: {}", link.display());
+    Ok(program)
 }

@@ -209,11 +209,10 @@ fn life_cycle_exec_files_logs_events() {
     assert_eq!(listed[0]["name"], "dev");
     assert_eq!(listed[0]["spec"]["network"], "user");
 
-    // The host's loopback through the user network. By its address: name
-    // lookups crash glibc's resolver in the guest's busybox under host
-    // load (issue 10); the name is checked in /etc/hosts instead.
+    // The host's loopback through the user network, by its name (glibc's
+    // resolver is what crashed under host load before issue 10's fix).
     let server = HostHttp::serve("from the host's loopback\n");
-    let url = format!("http://10.0.2.2:{}/", server.port);
+    let url = format!("http://host.microagent.internal:{}/", server.port);
     let fetched = cli.run(&["exec", "dev", "--", "wget", "-qO-", &url]);
     assert_eq!(fetched.status, 0, "{}", fetched.stderr);
     assert_eq!(fetched.stdout, "from the host's loopback\n");

@@ -25,6 +25,8 @@ const HELLO: &[u8] = b"hello from the host\n";
 const STRESS_PROCESSES: u32 = 150;
 /// Commands the stress step runs through the agent's own exec path.
 const STRESS_AGENT_EXECS: u32 = 20;
+/// Checks per process of the YMM switch check (each spins ~10 ms).
+const YMM_CHECKS: &str = "40";
 
 fn stress_processes() -> u32 {
     std::env::var("MICROAGENT_STRESS_PROCESSES")
@@ -87,6 +89,9 @@ fn agent_in_a_real_guest() {
         return;
     };
     let Some(mkfs) = testkit::require(test, testkit::host_tool("mkfs.ext4")) else {
+        return;
+    };
+    let Some(ymmcheck) = testkit::require(test, testkit::guest_program("ymmcheck")) else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("microagent-agent-e2e-{}", std::process::id()));
@@ -232,6 +237,38 @@ fn agent_in_a_real_guest() {
         }
         testkit::guest_faults::assert_no_faults("agent e2e guest", &console.text());
         step(&format!("{STRESS_AGENT_EXECS} agent execs done"));
+        // Issue 10's cause: the upper halves of the YMM registers must not
+        // leak between processes (they did on emulating hosts).
+        endpoint
+            .connect()
+            .await
+            .unwrap()
+            .write_file(
+                "/root/ymmcheck",
+                WriteMode::Truncate,
+                Some(0o755),
+                &ymmcheck,
+            )
+            .await
+            .unwrap();
+        let out = exec(
+            &endpoint,
+            ExecRequest::argv(["/root/ymmcheck", "2", YMM_CHECKS]),
+            &console,
+        )
+        .await;
+        assert!(
+            out.exited.success(),
+            "{:?}: {}",
+            out.exited,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        step(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap_or("ymmcheck done"),
+        );
         let mut sleeper = ExecRequest::argv(["sleep", "600"]);
         sleeper.timeout_ms = Some(2000);
         let out = exec(&endpoint, sleeper, &console).await;

@@ -170,6 +170,21 @@ pub fn workspace_image(name: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// A static guest program built by `cargo xtask test-rootfs` (e.g.
+/// `ymmcheck`), as bytes to copy into a guest.
+pub fn guest_program(name: &str) -> Result<Vec<u8>, String> {
+    let path = cache_root()
+        .ok_or("neither MICROAGENT_CACHE nor HOME is set")?
+        .join("current")
+        .join(name);
+    std::fs::read(&path).map_err(|e| {
+        format!(
+            "{} cannot be read ({e}); build it with `cargo xtask test-rootfs`",
+            path.display()
+        )
+    })
+}
+
 /// Writes `vmlinux` and `rootfs.ext4` into `dir`: a fake image with the
 /// right magic numbers (ELF, ext4 superblock) for the import checks, not
 /// bootable.

@@ -17,8 +17,9 @@ pub const PROBE_ITERATIONS: u32 = 100_000;
 pub const EMULATED_THRESHOLD_NS: f64 = 50.0;
 
 /// Kernel command-line options an emulating host needs (HOST-NOTES): no
-/// XSAVE family, no SMAP (CLAC/STAC) or POPCNT, and no slow write-protect pass.
-pub const COMPAT_CMDLINE: &str = "noxsave clearcpuid=smap,popcnt rodata=off";
+/// XSAVE family, no SMAP (CLAC/STAC) or POPCNT, no slow write-protect pass,
+/// and YMM upper halves switched through the VMM ([`crate::ymm_upper`]).
+pub const COMPAT_CMDLINE: &str = "noxsave clearcpuid=smap,popcnt rodata=off microagent_ymmh";
 
 /// Which guest kernel a host boots: the unpatched `standard` one, or the
 /// `compat` one with our patches for hosts that emulate guest kernel mode.
@@ -202,7 +203,11 @@ mod tests {
     fn compat_adds_the_emulator_workarounds() {
         assert_eq!(cmdline_additions(CpuTemplate::Standard), "");
         let extra = cmdline_additions(CpuTemplate::Compat);
-        for opt in ["noxsave", "clearcpuid=smap,popcnt"] {
+        for opt in [
+            "noxsave",
+            "clearcpuid=smap,popcnt",
+            crate::ymm_upper::CMDLINE_SWITCH,
+        ] {
             assert!(extra.contains(opt));
         }
     }

@@ -21,6 +21,7 @@ pub mod stats;
 pub mod tiny;
 pub mod vcpu;
 pub mod vm;
+pub mod ymm_upper;
 
 pub use arch::cpuid::CpuTemplate;
 pub use exit::StopReason;

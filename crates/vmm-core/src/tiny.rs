@@ -170,8 +170,16 @@ pub mod asm {
     pub fn mov_al(imm: u8) -> Vec<u8> {
         vec![0xb0, imm]
     }
+    /// `mov eax, imm32`.
+    pub fn mov_eax(imm: u32) -> Vec<u8> {
+        let mut v = vec![0xb8];
+        v.extend_from_slice(&imm.to_le_bytes());
+        v
+    }
     /// `out dx, al`.
     pub const OUT_DX_AL: u8 = 0xee;
+    /// `out dx, eax`.
+    pub const OUT_DX_EAX: u8 = 0xef;
     /// `in al, dx`.
     pub const IN_AL_DX: u8 = 0xec;
     /// `hlt`.

@@ -8,12 +8,13 @@ use std::sync::{Arc, Once};
 use std::thread::JoinHandle;
 
 use kvm_bindings::CpuId;
-use kvm_ioctls::VcpuFd;
+use kvm_ioctls::{VcpuExit, VcpuFd};
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
 use crate::arch::cpuid::{apply_template, CpuTemplate, VcpuTopology};
 use crate::arch::regs;
 use crate::exit::{handle_exit, Buses, ExitAction, StopReason};
+use crate::ymm_upper::{self, YmmUpper};
 
 /// Why a vCPU could not be configured or started.
 #[derive(Debug, thiserror::Error)]
@@ -217,10 +218,12 @@ pub struct VcpuThread {
 
 impl VcpuThread {
     /// Starts vCPU `index` running; its stop report goes to `reports`.
+    /// `ymm` serves the compat kernel's YMM requests (see [`ymm_upper`]).
     pub fn spawn<R: From<VcpuExitReport> + Send + 'static>(
         index: u8,
         fd: VcpuFd,
         buses: Arc<Buses>,
+        ymm: Option<YmmUpper>,
         control: Arc<RunControl>,
         reports: Sender<R>,
     ) -> Result<Self, VcpuError> {
@@ -231,7 +234,7 @@ impl VcpuThread {
             .name(format!("vcpu{index}"))
             .spawn(move || {
                 thread_state.set(VcpuState::Running);
-                let fd = run_loop(index, fd, &buses, &control, &reports);
+                let fd = run_loop(index, fd, &buses, ymm.as_ref(), &control, &reports);
                 thread_state.set(VcpuState::Exited);
                 fd
             })
@@ -324,9 +327,11 @@ fn run_loop<R: From<VcpuExitReport>>(
     index: u8,
     mut fd: VcpuFd,
     buses: &Buses,
+    ymm: Option<&YmmUpper>,
     control: &RunControl,
     reports: &Sender<R>,
 ) -> VcpuFd {
+    let mut ymm_failures = 0u64;
     let immediate_exit: *mut u8 = &mut fd.get_kvm_run().immediate_exit;
     IMMEDIATE_EXIT.with(|c| c.set(immediate_exit));
     let report = loop {
@@ -338,7 +343,15 @@ fn run_loop<R: From<VcpuExitReport>>(
                 .first_run_ns
                 .store(monotonic_ns(), Ordering::Release);
         }
+        let mut ymm_request = None;
         match fd.run() {
+            // Served after the match: it needs the vCPU fd the exit borrows.
+            Ok(VcpuExit::IoOut(port, data))
+                if ymm.is_some()
+                    && (port == ymm_upper::SAVE_PORT || port == ymm_upper::LOAD_PORT) =>
+            {
+                ymm_request = ymm_upper::Request::decode(port, data);
+            }
             Ok(exit) => match handle_exit(exit, buses) {
                 ExitAction::Continue => {}
                 ExitAction::Stop(reason) => {
@@ -364,6 +377,15 @@ fn run_loop<R: From<VcpuExitReport>>(
                     reason,
                     registers: registers(&fd),
                 });
+            }
+        }
+        if let (Some(ymm), Some(request)) = (ymm, ymm_request) {
+            if let Err(e) = ymm.serve(&fd, request) {
+                // A guest can repeat a bad request endlessly: log the first.
+                ymm_failures += 1;
+                if ymm_failures == 1 {
+                    tracing::warn!(vcpu = index, error = %e, "could not serve a YMM request of the guest kernel");
+                }
             }
         }
     };

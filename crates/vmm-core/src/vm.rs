@@ -195,17 +195,21 @@ impl Vm {
             .map_err(VmError::MsrList)?
             .as_slice()
             .to_vec();
-        let xsave_size = if self.kvm.check_extension(Cap::Xsave2) {
-            usize::try_from(self.fd.check_extension_int(Cap::Xsave2)).unwrap_or(0)
-        } else {
-            0
-        };
         Ok(HostCpu {
             msr_indices,
             supported: self.supported_cpuid()?,
             has_xcrs: self.kvm.check_extension(Cap::Xcrs),
-            xsave_size,
+            xsave_size: self.xsave_size(),
         })
+    }
+
+    /// Size of the guest XSAVE area (KVM_CAP_XSAVE2), 0 when unknown.
+    pub fn xsave_size(&self) -> usize {
+        if self.kvm.check_extension(Cap::Xsave2) {
+            usize::try_from(self.fd.check_extension_int(Cap::Xsave2)).unwrap_or(0)
+        } else {
+            0
+        }
     }
 
     /// Saves the in-kernel PICs, IO-APIC, PIT and clock (vCPUs stopped).

@@ -14,6 +14,7 @@ use vmm_core::exit::Buses;
 use vmm_core::layout::PROBE_CODE_START;
 use vmm_core::tiny::{asm, TinyGuest};
 use vmm_core::vcpu::{configure, stop_all, RunControl, VcpuState, VcpuThread};
+use vmm_core::ymm_upper::{self, YmmUpper};
 use vmm_core::StopReason;
 
 fn kvm(test: &str) -> bool {
@@ -165,7 +166,8 @@ fn a_spinning_vcpu_is_kicked_out_of_kvm_run() {
     .unwrap();
     let control = Arc::new(RunControl::default());
     let (tx, rx) = mpsc::channel::<vmm_core::vcpu::VcpuExitReport>();
-    let thread = VcpuThread::spawn(0, fd, Arc::new(Buses::default()), control.clone(), tx).unwrap();
+    let thread =
+        VcpuThread::spawn(0, fd, Arc::new(Buses::default()), None, control.clone(), tx).unwrap();
     assert!(testkit::wait_until(Duration::from_secs(5), || control
         .first_run_ns()
         .is_some()));
@@ -181,4 +183,74 @@ fn a_spinning_vcpu_is_kicked_out_of_kvm_run() {
         rx.try_recv().is_err(),
         "a requested stop is not reported as a guest stop"
     );
+}
+
+#[test]
+fn ymm_upper_halves_go_through_kvm_xsave_state() {
+    let test = "ymm_upper_halves_go_through_kvm_xsave_state";
+    if !kvm(test) {
+        return;
+    }
+    // The compat kernel's two requests, from a ring-0 tiny guest: load the
+    // upper halves from area A, save them to area B, halt. B must then hold
+    // A: the pattern went into the vCPU's XSAVE state and came back out.
+    const AREA_A: u64 = 0x20_0000;
+    const AREA_B: u64 = 0x20_0400;
+    let mem = vmm_core::memory::create_guest_memory(16).unwrap();
+    vmm_core::arch::write_boot_tables(&mem).unwrap();
+    let pattern: Vec<u8> = (0..ymm_upper::AREA_BYTES)
+        .map(|i| (i as u8).wrapping_mul(7) ^ 0xa5)
+        .collect();
+    mem.write_slice(&pattern, GuestAddress(AREA_A)).unwrap();
+    let mut code = asm::mov_dx(ymm_upper::LOAD_PORT);
+    code.extend(asm::mov_eax((AREA_A >> 6) as u32));
+    code.push(asm::OUT_DX_EAX);
+    code.extend(asm::mov_dx(ymm_upper::SAVE_PORT));
+    code.extend(asm::mov_eax((AREA_B >> 6) as u32));
+    code.push(asm::OUT_DX_EAX);
+    code.push(asm::HLT);
+    mem.write_slice(&code, GuestAddress(PROBE_CODE_START))
+        .unwrap();
+    let vm = vmm_core::vm::Vm::new().unwrap();
+    vm.register_memory(&mem).unwrap();
+    let supported = vm.supported_cpuid().unwrap();
+    let avx_state = supported
+        .as_slice()
+        .iter()
+        .any(|e| e.function == 0xd && e.index == 0 && e.eax & (1 << 2) != 0);
+    if !avx_state {
+        testkit::skip(test, "this host's KVM offers no AVX state (CPUID leaf 0xD)");
+        return;
+    }
+    let Some(ymm) = YmmUpper::new(mem.clone(), vm.xsave_size()) else {
+        testkit::skip(test, "this host's XSAVE area is larger than kvm_xsave");
+        return;
+    };
+    let fd = vm.create_vcpu(0).unwrap();
+    configure(
+        &fd,
+        &supported,
+        CpuTemplate::Compat,
+        VcpuTopology { index: 0, count: 1 },
+        Some(PROBE_CODE_START),
+        false,
+    )
+    .unwrap();
+    let control = Arc::new(RunControl::default());
+    let (tx, rx) = mpsc::channel::<vmm_core::vcpu::VcpuExitReport>();
+    let thread = VcpuThread::spawn(
+        0,
+        fd,
+        Arc::new(Buses::default()),
+        Some(ymm),
+        control.clone(),
+        tx,
+    )
+    .unwrap();
+    let report = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(report.reason, StopReason::Halted, "{:?}", report.registers);
+    stop_all(&control, &mut [thread]);
+    let mut back = vec![0u8; ymm_upper::AREA_BYTES];
+    mem.read_slice(&mut back, GuestAddress(AREA_B)).unwrap();
+    assert_eq!(back, pattern);
 }

@@ -103,6 +103,15 @@ const COMPAT_LEAF7_EBX_CLEAR: u32 = leaf7_ebx::AVX2
     | leaf7_ebx::AVX512VL;
 const COMPAT_LEAF7_ECX_CLEAR: u32 = leaf7_ecx::PKU | leaf7_ecx::OSPKE;
 
+/// XSAVE state components a compat guest's leaf 0xD lists: x87, SSE, AVX.
+const COMPAT_XSTATE_COMPONENTS: u32 = 0b111;
+/// The AVX (YMM_Hi128) component bit.
+const XSTATE_YMM: u32 = 1 << 2;
+/// Bytes of the legacy XSAVE area and the XSAVE header.
+const XSAVE_LEGACY_AND_HEADER: u32 = 512 + 64;
+/// End of the AVX component in the standard XSAVE layout.
+const XSAVE_YMM_END: u32 = 576 + 256;
+
 /// Where the vCPU sits in the guest's topology.
 #[derive(Clone, Copy, Debug)]
 pub struct VcpuTopology {
@@ -166,6 +175,21 @@ pub fn apply_template(template: CpuTemplate, entries: &mut [kvm_cpuid_entry2], t
                     }
                 }
             }
+            // The compat kernel never uses XSAVE (`noxsave`), but KVM
+            // reports only the state components listed here in KVM_GET_XSAVE,
+            // and the YMM upper halves must be there (crate::ymm_upper).
+            (0xd, 0) if template == CpuTemplate::Compat => {
+                e.eax &= COMPAT_XSTATE_COMPONENTS;
+                let size = if e.eax & XSTATE_YMM != 0 {
+                    XSAVE_YMM_END
+                } else {
+                    XSAVE_LEGACY_AND_HEADER
+                };
+                e.ebx = size;
+                e.ecx = size;
+                e.edx = 0;
+            }
+            (0xd, 2) if template == CpuTemplate::Compat => {}
             (0xd, _) if template == CpuTemplate::Compat => {
                 e.eax = 0;
                 e.ebx = 0;
@@ -210,6 +234,8 @@ mod tests {
             leaf(0xb, 2),
             leaf(0xd, 0),
             leaf(0xd, 1),
+            leaf(0xd, 2),
+            leaf(0xd, 5),
             leaf(0x8000_0001, 0),
             leaf(0x4000_0001, 0),
         ]
@@ -268,7 +294,16 @@ mod tests {
         assert_eq!(l7.ebx & leaf7_ebx::SMAP, 0);
         assert_eq!(l7.ebx & leaf7_ebx::AVX2, 0);
         assert_ne!(l7.ebx & (1 << 0), 0, "unrelated features stay");
-        assert_eq!(find(&entries, 0xd, 1).eax, 0);
+        assert_eq!(find(&entries, 0xd, 1).eax, 0, "no XSAVEOPT/XSAVEC/XSAVES");
+        // x87, SSE and AVX state stay listed, so KVM_GET_XSAVE carries the
+        // YMM upper halves the VMM switches for the compat kernel.
+        let xsave = find(&entries, 0xd, 0);
+        assert_eq!(
+            (xsave.eax, xsave.ebx, xsave.ecx, xsave.edx),
+            (0b111, 832, 832, 0)
+        );
+        assert_eq!(find(&entries, 0xd, 2).eax, u32::MAX, "AVX layout kept");
+        assert_eq!(find(&entries, 0xd, 5).eax, 0, "AVX-512 layout gone");
         assert_eq!(find(&entries, 0x8000_0001, 0).ecx & EXT_ECX_ABM, 0);
         let kvm = find(&entries, KVM_FEATURES_LEAF, 0);
         assert_eq!(

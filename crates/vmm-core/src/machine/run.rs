@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use kvm_ioctls::VcpuFd;
 
 use super::{Machine, MachineError};
+use crate::arch::cpuid::CpuTemplate;
 use crate::devices::event_loop::{EventLoop, RunningEventLoop};
 use crate::exit::{Buses, StopReason};
 use crate::snapshot::cpu::VcpuState;
@@ -23,6 +24,7 @@ use crate::stats;
 use crate::vcpu::{
     registers, stop_all, RunControl, VcpuExitReport, VcpuState as ThreadState, VcpuThread,
 };
+use crate::ymm_upper::YmmUpper;
 
 /// How often a run without a report checks that its vCPU threads live.
 const VCPU_POLL: Duration = Duration::from_millis(500);
@@ -129,6 +131,7 @@ enum Phase {
 struct Runner {
     machine: Machine,
     buses: Arc<Buses>,
+    ymm: Option<YmmUpper>,
     control: Arc<RunControl>,
     tx: Sender<RunMessage>,
     phase: Phase,
@@ -143,6 +146,7 @@ impl Runner {
                 index as u8,
                 fd,
                 self.buses.clone(),
+                self.ymm.clone(),
                 self.control.clone(),
                 self.tx.clone(),
             ) {
@@ -322,8 +326,15 @@ impl Machine {
             std::mem::replace(&mut self.messages, mpsc::channel());
         let vcpus = std::mem::take(&mut self.vcpus);
         let event_loop = self.event_loop.take().ok_or(MachineError::NotRunning)?;
+        // Compat kernels switch the YMM upper halves through the VMM.
+        let ymm = if self.template == CpuTemplate::Compat {
+            YmmUpper::new(self.mem.clone(), self.vm.xsave_size())
+        } else {
+            None
+        };
         let mut runner = Runner {
             buses: Arc::new(self.buses.clone()),
+            ymm,
             control: self.control.clone(),
             machine: self,
             tx,
