@@ -6,6 +6,7 @@ mod files_cmd;
 mod image_cmd;
 mod logs_cmd;
 mod output;
+mod port_cmd;
 mod serve_cmd;
 mod snapshot_cmd;
 mod vmm_cmd;
@@ -41,6 +42,9 @@ enum Command {
     /// Manage snapshots of workspaces.
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
+    /// Published ports: `port add dev 8080:80`, `port ls dev`, `port rm dev 8080`.
+    #[command(subcommand)]
+    Port(port_cmd::PortCommand),
     /// Start a new workspace as a fork of a running one (memory included),
     /// or of one of its snapshots.
     Fork {
@@ -236,6 +240,7 @@ impl Command {
             Command::Run(r) => r.exec.json,
             Command::Image(i) => i.json(),
             Command::Snapshot(c) => c.json(),
+            Command::Port(c) => c.json(),
             Command::Vmm(_) | Command::Serve(_) => false,
         }
     }
@@ -277,6 +282,7 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
     match command {
         Command::Image(cmd) => image_cmd::run(ws, cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd).await,
+        Command::Port(cmd) => port_cmd::run(ws, cmd),
         Command::Fork {
             workspace,
             new_name,

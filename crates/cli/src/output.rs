@@ -66,6 +66,13 @@ pub fn remedy(r: &Remedy) -> String {
                 .into()
         }
         Remedy::RemoveImage { image } => format!("remove it first (`microagent image rm {image}`)"),
+        Remedy::ChooseAnotherPort { addr } => format!(
+            "choose another host port, or stop what listens on {addr} (`ss -ltnp 'sport = :{}'` shows it)",
+            addr.port()
+        ),
+        Remedy::ListPorts { workspace } => {
+            format!("see its published ports with `microagent port ls {workspace}`")
+        }
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

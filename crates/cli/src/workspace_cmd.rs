@@ -39,6 +39,11 @@ pub struct SpecArgs {
     /// host.microagent.internal) or `none`.
     #[arg(long, value_name = "NAME", default_value = workspace::network::DEFAULT_NETWORK)]
     pub network: String,
+    /// Publish a port: connections to the host address reach
+    /// 127.0.0.1:GUEST_PORT in the guest (repeatable; works without a
+    /// network too).
+    #[arg(long = "publish", short = 'p', value_name = "[HOST_IP:]HOST_PORT:GUEST_PORT", value_parser = crate::port_cmd::parse_mapping)]
+    pub ports: Vec<workspace::ports::PortMapping>,
 }
 
 impl SpecArgs {
@@ -52,6 +57,7 @@ impl SpecArgs {
             labels: self.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
             ttl_secs: self.ttl_secs,
             network: self.network.clone(),
+            ports: self.ports.clone(),
         }
     }
 }
@@ -59,7 +65,7 @@ impl SpecArgs {
 fn describe(meta: &Meta) {
     let s = &meta.spec;
     println!(
-        "{}: {} ({} image, {} vCPU, {} MiB memory, {} MiB disk, network {}{})",
+        "{}: {} ({} image, {} vCPU, {} MiB memory, {} MiB disk, network {}{}{})",
         meta.name,
         meta.state,
         s.image,
@@ -69,7 +75,13 @@ fn describe(meta: &Meta) {
         s.network,
         s.ttl_secs
             .map(|t| format!(", ttl {t}s"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        if s.ports.is_empty() {
+            String::new()
+        } else {
+            let ports: Vec<String> = s.ports.iter().map(ToString::to_string).collect();
+            format!(", ports {}", ports.join(" "))
+        }
     );
 }
 

@@ -92,6 +92,58 @@ impl HostHttp {
     }
 }
 
+/// A port of this machine's loopback that is free now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `GET /` on 127.0.0.1:`port`; the response, or why there is none.
+fn host_get(port: u16) -> Result<String, std::io::Error> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(30)))?;
+    c.write_all(b"GET / HTTP/1.0\r\nHost: test\r\n\r\n")?;
+    let mut out = String::new();
+    c.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// On the running `dev` (created with `--publish web_port:8080`): busybox
+/// httpd on the guest's loopback answers on the host's, through the port
+/// published at create and through one added while it runs; a removed one
+/// stops listening.
+fn published_ports(cli: &CliHome, web_port: u16) {
+    let serve = "mkdir -p /root/www && echo from-the-guest > /root/www/index.html \
+                 && httpd -p 127.0.0.1:8080 -h /root/www";
+    assert_eq!(cli.run(&["exec", "dev", "--shell", "--", serve]).status, 0);
+    let page = host_get(web_port).unwrap();
+    assert!(page.ends_with("from-the-guest\n"), "{page}");
+    let extra = free_port();
+    let added = cli.ok_json(&["port", "add", "dev", &format!("{extra}:8080"), "--json"]);
+    assert_eq!(added["ports"].as_array().unwrap().len(), 2, "{added}");
+    assert!(host_get(extra).unwrap().ends_with("from-the-guest\n"));
+    assert_eq!(
+        cli.run(&["port", "add", "dev", &format!("{web_port}:9090"), "--json"])
+            .error_code(),
+        "INVALID_INPUT",
+        "a host port published twice"
+    );
+    let removed = cli.ok_json(&["port", "rm", "dev", &extra.to_string(), "--json"]);
+    assert_eq!(removed["ports"].as_array().unwrap().len(), 1, "{removed}");
+    assert!(
+        testkit::wait_until(Duration::from_secs(5), || host_get(extra).is_err()),
+        "a removed port still answers"
+    );
+    assert_eq!(
+        cli.run(&["port", "rm", "dev", &extra.to_string(), "--json"])
+            .error_code(),
+        "NOT_FOUND"
+    );
+    let listed = cli.ok_json(&["port", "ls", "dev", "--json"]);
+    assert_eq!(listed["ports"][0]["guest_port"], 8080, "{listed}");
+}
+
 fn assert_no_leftovers(cli: &CliHome, name: &str) {
     assert!(cli.vmm_pids().is_empty(), "a VMM process was left behind");
     let dir = cli.home().join("workspaces").join(name);
@@ -127,6 +179,7 @@ fn life_cycle_exec_files_logs_events() {
         return;
     }
     let cli = home("lifecycle");
+    let web_port = free_port();
     let created = cli.ok_json(&[
         "create",
         "dev",
@@ -134,9 +187,12 @@ fn life_cycle_exec_files_logs_events() {
         "GREETING=hi",
         "--label",
         "suite=e2e",
+        "--publish",
+        &format!("{web_port}:8080"),
         "--json",
     ]);
     assert_eq!(created["state"], "stopped");
+    assert_eq!(created["spec"]["ports"][0]["host_port"], web_port);
     start(&cli, "dev");
     assert_eq!(
         cli.run(&["start", "dev", "--json"]).error_code(),
@@ -225,12 +281,17 @@ fn life_cycle_exec_files_logs_events() {
         hosts.stdout
     );
 
+    published_ports(&cli, web_port);
     snapshots_and_forks(&cli, &url);
 
     let stopped = cli.ok_json(&["stop", "dev", "--json"]);
     assert_eq!(stopped["state"], "stopped");
     assert_eq!(stopped["last_exit"]["reason"], "stopped on request");
     assert_no_leftovers(&cli, "dev");
+    assert!(
+        std::net::TcpListener::bind(("127.0.0.1", web_port)).is_ok(),
+        "the published port is free once the VMM ended"
+    );
     assert_eq!(
         cli.run(&["exec", "dev", "--json", "--", "true"])
             .error_code(),
@@ -270,6 +331,11 @@ fn snapshots_and_forks(cli: &CliHome, url: &str) {
         let began = Instant::now();
         let forked = cli.ok_json(&["fork", "dev", fork, "--snapshot", "s1", "--json"]);
         assert_eq!(forked["state"], "running");
+        assert_eq!(
+            forked["spec"]["ports"],
+            serde_json::json!([]),
+            "forks publish no ports"
+        );
         eprintln!("{fork} forked in {:.1} s", began.elapsed().as_secs_f64());
     }
     // Both at once, each seeing A and not B.

@@ -12,6 +12,7 @@
 //! The protocol is documented in `docs/guest-agent-protocol.md`.
 
 pub mod frame;
+pub mod pipe;
 pub mod protocol;
 
 #[cfg(feature = "client")]

@@ -77,6 +77,10 @@ pub(crate) fn remedy(r: &Remedy) -> String {
         Remedy::RemoveImage { image } => {
             format!("image `{image}` must be removed first (`microagent image rm {image}`)")
         }
+        Remedy::ChooseAnotherPort { addr } => {
+            format!("choose another host_port, or stop what listens on {addr}")
+        }
+        Remedy::ListPorts { .. } => "list its published ports (the port_list tool)".into(),
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

@@ -89,7 +89,8 @@ impl MicroagentServer {
                 + Self::exec_router()
                 + Self::files_router()
                 + Self::info_router()
-                + Self::snapshots_router(),
+                + Self::snapshots_router()
+                + Self::ports_router(),
             inflight: Arc::default(),
         }
     }

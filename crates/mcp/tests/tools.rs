@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 26] = [
+const TOOLS: [&str; 29] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -18,6 +18,9 @@ const TOOLS: [&str; 26] = [
     "file_write",
     "host_doctor",
     "image_list",
+    "port_list",
+    "port_publish",
+    "port_unpublish",
     "run_code",
     "snapshot_delete",
     "snapshot_get",
@@ -37,13 +40,14 @@ const TOOLS: [&str; 26] = [
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 12] = [
+const READ_ONLY: [&str; 13] = [
     "contract",
     "estimate_cost",
     "file_list",
     "file_read",
     "host_doctor",
     "image_list",
+    "port_list",
     "snapshot_get",
     "snapshot_list",
     "workspace_events",
@@ -130,6 +134,9 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
     let h = Harness::new("bad").await;
     let host_file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let before = h.snapshot();
+    // A host port in use: publishing it is CONFLICT.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_port = held.local_addr().unwrap().port();
     let cases: Vec<(&str, Value, &str)> = vec![
         (
             "workspace_create",
@@ -164,6 +171,32 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
         (
             "workspace_create",
             json!({"name": "dev", "image": "nope"}),
+            "NOT_FOUND",
+        ),
+        (
+            "workspace_create",
+            json!({"name": "dev", "ports": [{"host_port": 0, "guest_port": 80}]}),
+            "INVALID_INPUT",
+        ),
+        (
+            "workspace_create",
+            json!({"name": "dev", "ports": [{"host_port": held_port, "guest_port": 80}]}),
+            "CONFLICT",
+        ),
+        (
+            "port_publish",
+            json!({"workspace": "missing", "host_port": 8080, "guest_port": 80}),
+            "NOT_FOUND",
+        ),
+        (
+            "port_publish",
+            json!({"workspace": "missing", "host_port": 70000, "guest_port": 80}),
+            "INVALID_INPUT",
+        ),
+        ("port_list", json!({"workspace": "missing"}), "NOT_FOUND"),
+        (
+            "port_unpublish",
+            json!({"workspace": "missing", "host_port": 8080}),
             "NOT_FOUND",
         ),
         ("workspace_start", json!({"name": "missing"}), "NOT_FOUND"),

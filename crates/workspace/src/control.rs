@@ -34,6 +34,18 @@ pub enum ControlRequest {
         /// The directory.
         dir: PathBuf,
     },
+    /// Start listening for a published port.
+    Publish {
+        /// The port.
+        mapping: crate::ports::PortMapping,
+    },
+    /// Stop listening on a host address (open connections run on).
+    Unpublish {
+        /// Host address.
+        host_ip: std::net::IpAddr,
+        /// Host port.
+        host_port: u16,
+    },
 }
 
 /// What the VMM answers.
@@ -67,6 +79,15 @@ pub enum ControlResponse {
         /// Unix ms when the TTL stops the VM (for `set_ttl`).
         #[serde(default)]
         ttl_deadline_ms: Option<u64>,
+    },
+    /// A published port's host address could not be listened on.
+    PortUnavailable {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// In use (otherwise: not an address of this machine, or refused).
+        in_use: bool,
+        /// What the OS said.
+        message: String,
     },
     /// Refused.
     Error {
@@ -173,11 +194,12 @@ mod tests {
                 ControlRequest::SetTtl { ttl_secs } => ControlResponse::Ok {
                     ttl_deadline_ms: ttl_secs,
                 },
-                ControlRequest::Stop { .. } | ControlRequest::Snapshot { .. } => {
-                    ControlResponse::Error {
-                        message: "no".into(),
-                    }
-                }
+                ControlRequest::Stop { .. }
+                | ControlRequest::Snapshot { .. }
+                | ControlRequest::Publish { .. }
+                | ControlRequest::Unpublish { .. } => ControlResponse::Error {
+                    message: "no".into(),
+                },
             })
         });
         let t = Duration::from_secs(5);

@@ -113,6 +113,24 @@ pub enum Error {
     /// panicked or its runtime shut down).
     #[error("a blocking step did not finish: {0}")]
     BlockingStep(String),
+    /// A published port's host address cannot be listened on: in use, or
+    /// not an address of this machine.
+    #[error("host address {addr} cannot be listened on")]
+    PortUnavailable {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The workspace does not publish that host address.
+    #[error("workspace `{workspace}` publishes no port on {addr}")]
+    PortNotPublished {
+        /// The workspace.
+        workspace: String,
+        /// The host address.
+        addr: std::net::SocketAddr,
+    },
     /// A host-side file operation failed.
     #[error("{what}")]
     HostIo {
@@ -142,6 +160,14 @@ impl Error {
             Error::Store(e) => e.code(),
             Error::Image(e) => e.code(),
             Error::Agent { source, .. } => agent_code(source),
+            Error::PortUnavailable { source, .. } => {
+                if source.kind() == std::io::ErrorKind::AddrInUse {
+                    ErrorCode::Conflict
+                } else {
+                    ErrorCode::InvalidInput
+                }
+            }
+            Error::PortNotPublished { .. } => ErrorCode::NotFound,
             Error::Events(_)
             | Error::ConsoleLog(_)
             | Error::Control(_)
@@ -172,6 +198,10 @@ impl Error {
                 })
             }
             Error::Image(e) => e.remedy(),
+            Error::PortUnavailable { addr, .. } => Some(Remedy::ChooseAnotherPort { addr: *addr }),
+            Error::PortNotPublished { workspace, .. } => Some(Remedy::ListPorts {
+                workspace: workspace.clone(),
+            }),
             _ => None,
         }
     }

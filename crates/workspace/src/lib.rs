@@ -35,6 +35,8 @@ pub(crate) mod name;
 pub mod network;
 pub(crate) mod one_shot;
 pub(crate) mod ops;
+pub(crate) mod port_forward;
+pub mod ports;
 pub(crate) mod process;
 pub(crate) mod remedy;
 pub mod settings;

@@ -211,7 +211,7 @@ impl Workspaces {
 
     /// Takes the lock of an existing workspace and reads its record. If it
     /// was deleted meanwhile, the lock file this made is removed again.
-    fn lock_existing(&self, name: &str) -> Result<(WorkspaceLock, Meta)> {
+    pub(crate) fn lock_existing(&self, name: &str) -> Result<(WorkspaceLock, Meta)> {
         let lock = self.lock(name)?;
         match self.dir(name)?.read_meta() {
             Ok(meta) => Ok((lock, meta)),
@@ -246,6 +246,7 @@ impl Workspaces {
         let ws = self.dir(name)?;
         spec.validate_within(&self.limits)?;
         ws.check_socket_paths()?;
+        crate::ports::check_free(&spec.ports)?;
         let image: ImageInfo = self.images.get(&spec.image)?;
         let lock = self.lock(name)?;
         if ws.meta_path().exists() {
@@ -428,6 +429,8 @@ impl Workspaces {
             }
         }
         self.images.get(&meta.spec.image)?;
+        // A taken host port fails the start here, not in the VMM process.
+        crate::ports::check_free(&meta.spec.ports)?;
         let boot = boot(&meta)?;
         let log = std::fs::File::create(ws.path().join(VMM_LOG))
             .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;

@@ -55,6 +55,16 @@ pub enum Remedy {
     /// List the images to find the right name (`cargo xtask setup` builds
     /// `minimal` and `debian`).
     ListImages,
+    /// Choose another host port (or address), or stop what listens there.
+    ChooseAnotherPort {
+        /// The host address asked for.
+        addr: std::net::SocketAddr,
+    },
+    /// List the workspace's published ports to find the right one.
+    ListPorts {
+        /// The workspace.
+        workspace: String,
+    },
     /// Remove the image that has the name first.
     RemoveImage {
         /// The image.

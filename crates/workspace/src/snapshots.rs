@@ -396,6 +396,11 @@ impl Workspaces {
                 (None, None) => return Err(Error::WorkspaceNotFound(source.to_owned())),
             };
             copy_snapshot_disk(&dir, &ws)?;
+            // Host ports belong to one workspace: a fork publishes none.
+            let spec = WorkspaceSpec {
+                ports: Vec::new(),
+                ..spec
+            };
             let meta = Meta {
                 name: new_name.to_owned(),
                 spec,

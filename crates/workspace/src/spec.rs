@@ -76,6 +76,10 @@ pub struct WorkspaceSpec {
     /// The network: `user` (rootless NAT, the default) or `none`.
     #[serde(default = "default_network")]
     pub network: String,
+    /// Published ports: host addresses whose connections reach ports on
+    /// the guest's loopback.
+    #[serde(default)]
+    pub ports: Vec<crate::ports::PortMapping>,
 }
 
 fn default_network() -> String {
@@ -93,6 +97,7 @@ impl Default for WorkspaceSpec {
             labels: BTreeMap::new(),
             ttl_secs: None,
             network: default_network(),
+            ports: Vec::new(),
         }
     }
 }
@@ -150,6 +155,7 @@ impl WorkspaceSpec {
         if self.image.is_empty() {
             return bad("image name is empty".into());
         }
+        crate::ports::validate(&self.ports)?;
         crate::network::validate_network(&self.network)
     }
 }

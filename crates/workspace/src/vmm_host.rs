@@ -24,12 +24,14 @@ use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::image::ImageRegistry;
 use crate::launch::VmmLaunch;
+use crate::port_forward::PortForwarder;
+use crate::ports::PortMapping;
 use crate::remedy::Remedy;
 use crate::settings::{asset_dir, now_ms};
 use crate::spec::validate_ttl;
 use crate::state::State;
 use crate::store::StateDir;
-use crate::workspace_dir::WorkspaceDir;
+use crate::workspace_dir::{WorkspaceDir, AGENT_PORT};
 
 /// The workspace guest's command line before its hostname. The guest uses
 /// kvm-clock, which a restore resumes where it was saved: on hosts that
@@ -58,6 +60,8 @@ struct Shared {
     /// Unix ms of the TTL deadline; the condvar wakes the TTL thread on change.
     ttl_deadline: Mutex<Option<u64>>,
     ttl_changed: Condvar,
+    /// The published ports' listeners.
+    ports: PortForwarder,
     /// Set by whoever records the end first.
     finished: AtomicBool,
     /// Controls the machine's run (teardown, snapshots), once it exists.
@@ -255,6 +259,14 @@ impl VmmProcess {
             Some(built) => built,
             None => build(&meta.spec),
         };
+        // Published ports listen from the start; one that cannot fails it.
+        let ports = PortForwarder::new(&ws.vsock(), AGENT_PORT);
+        let built = built.and_then(|m| {
+            for p in &meta.spec.ports {
+                ports.publish(*p)?;
+            }
+            Ok(m)
+        });
         let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
         let ms_after_launch = |ns| us_after(launched, Some(ns)).map(|us| us as f64 / 1e3);
         tracing::info!(
@@ -277,6 +289,7 @@ impl VmmProcess {
             stop_reason: Mutex::new(None),
             ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
             ttl_changed: Condvar::new(),
+            ports,
             finished: AtomicBool::new(false),
             machine: OnceLock::new(),
         });
@@ -638,6 +651,15 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                 },
             }
         }
+        ControlRequest::Publish { mapping } => publish(shared, mapping),
+        ControlRequest::Unpublish { host_ip, host_port } => {
+            shared
+                .ports
+                .unpublish(std::net::SocketAddr::new(host_ip, host_port));
+            ControlResponse::Ok {
+                ttl_deadline_ms: None,
+            }
+        }
         ControlRequest::Stop { timeout_ms } => {
             shared.begin_stop(Duration::from_millis(timeout_ms), "stopped on request");
             ControlResponse::Ok {
@@ -671,5 +693,21 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                 ttl_deadline_ms: at,
             }
         }
+    }
+}
+
+fn publish(shared: &Shared, mapping: PortMapping) -> ControlResponse {
+    match shared.ports.publish(mapping) {
+        Ok(()) => ControlResponse::Ok {
+            ttl_deadline_ms: None,
+        },
+        Err(Error::PortUnavailable { addr, source }) => ControlResponse::PortUnavailable {
+            addr,
+            in_use: source.kind() == std::io::ErrorKind::AddrInUse,
+            message: source.to_string(),
+        },
+        Err(e) => ControlResponse::Error {
+            message: e.full_message(),
+        },
     }
 }

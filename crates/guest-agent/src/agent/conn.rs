@@ -40,6 +40,12 @@ impl Conn {
         })
     }
 
+    /// A plain handle on the socket, for a connection that becomes a byte
+    /// pipe (`tcp_connect`).
+    pub fn raw_stream(&self) -> io::Result<UnixStream> {
+        self.stream.try_clone()
+    }
+
     /// Sets the receive timeout (`None`: wait forever).
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.stream.set_read_timeout(timeout)

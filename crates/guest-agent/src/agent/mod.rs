@@ -11,6 +11,7 @@ pub mod net;
 mod reaper;
 mod registry;
 mod sysinfo;
+mod tunnel;
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -83,6 +84,8 @@ enum RequestError {
     Info(#[source] sysinfo::InfoError),
     #[error("taking the restored identity")]
     Identity(#[source] identity::IdentityError),
+    #[error("tcp_connect")]
+    Tunnel(#[source] tunnel::TunnelError),
 }
 
 impl RequestError {
@@ -99,6 +102,7 @@ impl RequestError {
             Self::Archive(e) => e.code(),
             Self::Info(e) => e.code(),
             Self::Identity(e) => e.code(),
+            Self::Tunnel(e) => e.code(),
         }
     }
 
@@ -288,6 +292,9 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
         }
         Request::TarIn { path } => {
             return archive::tar_in(conn, &path).map_err(RequestError::Archive)
+        }
+        Request::TcpConnect { port } => {
+            return tunnel::tcp_connect(conn, port).map_err(RequestError::Tunnel)
         }
         Request::Restored {
             hostname,

@@ -91,6 +91,25 @@ impl BlockingClient {
         expect_ok(self.call(&req)?).map(drop)
     }
 
+    /// `tcp_connect`: the agent connects to 127.0.0.1:`port` in the guest;
+    /// the returned stream then carries that TCP connection's bytes, with
+    /// no timeouts.
+    pub fn tcp_connect(mut self, port: u16) -> Result<UnixStream, ClientError> {
+        let bytes = start_bytes(&Request::TcpConnect { port })?;
+        self.stream
+            .write_all(&bytes)
+            .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;
+        hello_of(self.response()?)?;
+        expect_ok(self.response()?)?;
+        self.stream
+            .set_read_timeout(None)
+            .map_err(ClientError::Local)?;
+        self.stream
+            .set_write_timeout(None)
+            .map_err(ClientError::Local)?;
+        Ok(self.stream)
+    }
+
     fn call(mut self, req: &Request) -> Result<Response, ClientError> {
         let bytes = start_bytes(req)?;
         self.stream

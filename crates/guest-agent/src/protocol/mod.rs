@@ -60,6 +60,8 @@ pub enum ErrorCode {
     Timeout,
     /// The client speaks another protocol version.
     UnsupportedVersion,
+    /// Nothing accepts connections on the guest port asked for.
+    ConnectionRefused,
     /// Anything else.
     Internal,
     /// A code this version of the crate does not know (from a newer agent).
@@ -78,6 +80,7 @@ impl ErrorCode {
             Self::TooLarge => "TOO_LARGE",
             Self::Timeout => "TIMEOUT",
             Self::UnsupportedVersion => "UNSUPPORTED_VERSION",
+            Self::ConnectionRefused => "CONNECTION_REFUSED",
             Self::Internal => "INTERNAL",
             Self::Unknown => "UNKNOWN",
         }
@@ -134,6 +137,7 @@ pub const CAPABILITIES: &[&str] = &[
     "tar_out",
     "tar_in",
     "restored",
+    "tcp_connect",
 ];
 
 #[cfg(test)]

@@ -235,6 +235,12 @@ pub enum Request {
         /// Absolute path of the directory to extract into (created if missing).
         path: String,
     },
+    /// Connects to 127.0.0.1:`port` in the guest; after the `ok` answer the
+    /// connection carries the TCP stream's bytes both ways, unframed.
+    TcpConnect {
+        /// The guest port.
+        port: u16,
+    },
     /// The VM was just restored from a snapshot, possibly as one of several
     /// copies: take `hostname`, mix `entropy` into the kernel's random pool
     /// and reseed it, and set the wall clock. Only honoured by the guest's
@@ -269,6 +275,7 @@ impl Request {
             Self::Rename { .. } => "rename",
             Self::TarOut { .. } => "tar_out",
             Self::TarIn { .. } => "tar_in",
+            Self::TcpConnect { .. } => "tcp_connect",
             Self::Restored { .. } => "restored",
         }
     }

@@ -53,6 +53,12 @@ pub struct CreateParams {
     /// Network: "user" (rootless NAT through the host; the host's loopback
     /// is reachable as host.microagent.internal) or "none"; default "user".
     pub network: Option<String>,
+    /// Published ports: each {host_port, guest_port[, host_ip]} makes TCP
+    /// connections to the host address (default 127.0.0.1) reach
+    /// 127.0.0.1:guest_port in the guest (at most 32; a host port in use
+    /// is refused with CONFLICT).
+    #[serde(default)]
+    pub ports: Vec<workspace::ports::PortMapping>,
 }
 
 /// Inputs that only name a workspace.

@@ -16,6 +16,7 @@ pub mod exec;
 pub mod files;
 pub mod info;
 pub mod lifecycle;
+pub mod ports;
 pub mod snapshots;
 
 use schemars::JsonSchema;
@@ -39,6 +40,11 @@ impl Render for Meta {
                 .map(|t| format!(", ttl {t} s"))
                 .unwrap_or_default()
         );
+        line.push_str(&format!("; network {}", spec.network));
+        if !spec.ports.is_empty() {
+            let ports: Vec<String> = spec.ports.iter().map(ToString::to_string).collect();
+            line.push_str(&format!("; ports {}", ports.join(" ")));
+        }
         if let Some(exit) = &self.last_exit {
             line.push_str(&format!("; last run: {}", exit.reason));
         }

@@ -130,6 +130,7 @@ impl MicroagentServer {
             network: p
                 .network
                 .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
+            ports: p.ports,
         };
         let meta = self
             .on_workspace(&p.name, |ws, name| ws.create(name, spec))

@@ -1,0 +1,145 @@
+//! `microagent port add | ls | rm`: a workspace's published ports.
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use serde::Serialize;
+use workspace::ports::{PortMapping, DEFAULT_HOST_IP};
+use workspace::{Error, Workspaces};
+
+use crate::output;
+
+#[derive(Debug, Subcommand)]
+pub enum PortCommand {
+    /// Publish a port: connections to the host address reach
+    /// 127.0.0.1:GUEST_PORT in the guest (at once if it runs, and at every
+    /// start).
+    Add {
+        /// Workspace name.
+        workspace: String,
+        /// `[HOST_IP:]HOST_PORT:GUEST_PORT` (host address 127.0.0.1 unless given).
+        #[arg(value_parser = parse_mapping)]
+        mapping: PortMapping,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a workspace's published ports.
+    #[command(alias = "list")]
+    Ls {
+        /// Workspace name.
+        workspace: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop publishing a host port (open connections run on).
+    Rm {
+        /// Workspace name.
+        workspace: String,
+        /// `[HOST_IP:]HOST_PORT` (host address 127.0.0.1 unless given).
+        #[arg(value_parser = parse_host_port)]
+        host: (IpAddr, u16),
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl PortCommand {
+    pub fn json(&self) -> bool {
+        match self {
+            Self::Add { json, .. } | Self::Ls { json, .. } | Self::Rm { json, .. } => *json,
+        }
+    }
+}
+
+/// Parses `[HOST_IP:]HOST_PORT:GUEST_PORT`.
+pub fn parse_mapping(s: &str) -> Result<PortMapping, String> {
+    s.parse().map_err(|e: Error| e.to_string())
+}
+
+fn parse_host_port(s: &str) -> Result<(IpAddr, u16), String> {
+    let bad = || format!("{s:?}: use [HOST_IP:]HOST_PORT, e.g. 8080 or 127.0.0.1:8080");
+    let (ip, port) = match s.rsplit_once(':') {
+        None => (DEFAULT_HOST_IP, s),
+        Some((ip, port)) => {
+            let ip = ip
+                .strip_prefix('[')
+                .and_then(|i| i.strip_suffix(']'))
+                .unwrap_or(ip);
+            (ip.parse().map_err(|_| bad())?, port)
+        }
+    };
+    Ok((ip, port.parse().map_err(|_| bad())?))
+}
+
+#[derive(Serialize)]
+struct Ports<'a> {
+    workspace: &'a str,
+    ports: &'a [PortMapping],
+}
+
+fn print(workspace: &str, ports: &[PortMapping], json: bool) {
+    if json {
+        output::json(&Ports { workspace, ports });
+    } else if ports.is_empty() {
+        println!("{workspace} publishes no ports");
+    } else {
+        for p in ports {
+            println!(
+                "{} -> {workspace}:127.0.0.1:{}",
+                p.host_addr(),
+                p.guest_port
+            );
+        }
+    }
+}
+
+pub fn run(ws: &Workspaces, cmd: &PortCommand) -> Result<ExitCode, Error> {
+    match cmd {
+        PortCommand::Add {
+            workspace,
+            mapping,
+            json,
+        } => {
+            let meta = ws.publish_port(workspace, *mapping)?;
+            print(workspace, &meta.spec.ports, *json);
+        }
+        PortCommand::Ls { workspace, json } => {
+            let meta = ws.get(workspace)?;
+            print(workspace, &meta.spec.ports, *json);
+        }
+        PortCommand::Rm {
+            workspace,
+            host: (ip, port),
+            json,
+        } => {
+            let meta = ws.unpublish_port(workspace, *ip, *port)?;
+            print(workspace, &meta.spec.ports, *json);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ports_parse() {
+        assert_eq!(parse_host_port("8080").unwrap(), (DEFAULT_HOST_IP, 8080));
+        assert_eq!(
+            parse_host_port("0.0.0.0:8080").unwrap(),
+            ("0.0.0.0".parse().unwrap(), 8080)
+        );
+        assert_eq!(
+            parse_host_port("[::1]:8080").unwrap(),
+            ("::1".parse().unwrap(), 8080)
+        );
+        for bad in ["", "x", "1.2.3:80", "70000"] {
+            assert!(parse_host_port(bad).is_err(), "{bad}");
+        }
+    }
+}

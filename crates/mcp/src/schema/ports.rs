@@ -1,0 +1,72 @@
+//! Inputs and outputs of the published-port tools: port_publish, port_list,
+//! port_unpublish.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use workspace::ports::PortMapping;
+
+use crate::output::Render;
+
+/// `port_publish`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PublishParams {
+    /// Workspace name (running or stopped: a running one listens at once,
+    /// and every start listens again).
+    pub workspace: String,
+    /// Host TCP port, 1 to 65535; refused (CONFLICT) when in use.
+    pub host_port: u16,
+    /// TCP port on the guest's loopback (127.0.0.1) each connection reaches.
+    pub guest_port: u16,
+    /// Host address to listen on; default "127.0.0.1" (this machine only).
+    pub host_ip: Option<std::net::IpAddr>,
+}
+
+/// `port_unpublish`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UnpublishParams {
+    /// Workspace name.
+    pub workspace: String,
+    /// The published host port.
+    pub host_port: u16,
+    /// Its host address; default "127.0.0.1".
+    pub host_ip: Option<std::net::IpAddr>,
+}
+
+/// `port_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListPortsParams {
+    /// Workspace name.
+    pub workspace: String,
+}
+
+/// A workspace's published ports (the result of every port tool).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PortsResult {
+    /// The workspace.
+    pub workspace: String,
+    /// Its published ports.
+    pub ports: Vec<PortMapping>,
+}
+
+impl Render for PortsResult {
+    fn render(&self) -> String {
+        if self.ports.is_empty() {
+            return format!("{} publishes no ports", self.workspace);
+        }
+        self.ports
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} -> {} 127.0.0.1:{}",
+                    p.host_addr(),
+                    self.workspace,
+                    p.guest_port
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}

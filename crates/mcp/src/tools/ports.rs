@@ -1,0 +1,94 @@
+//! Published-port tools: port_publish, port_list, port_unpublish.
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::{tool, tool_router};
+use workspace::ports::{PortMapping, DEFAULT_HOST_IP};
+
+use crate::output::{Out, ToolResult};
+use crate::schema::ports::*;
+use crate::MicroagentServer;
+
+fn result(workspace: String, meta: workspace::Meta) -> PortsResult {
+    PortsResult {
+        workspace,
+        ports: meta.spec.ports,
+    }
+}
+
+#[tool_router(router = ports_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// Publish a port: TCP connections to the host address (127.0.0.1 by
+    /// default) reach 127.0.0.1:guest_port inside the workspace, through
+    /// its VMM process and agent, with or without a network. Listens at
+    /// once if the workspace runs, and at every start.
+    #[tool(
+        output_schema = crate::output::schema::<PortsResult>(),
+        annotations(
+        title = "Publish a port",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn port_publish(
+        &self,
+        Parameters(p): Parameters<PublishParams>,
+    ) -> ToolResult<PortsResult> {
+        let mapping = PortMapping {
+            host_ip: p.host_ip.unwrap_or(DEFAULT_HOST_IP),
+            host_port: p.host_port,
+            guest_port: p.guest_port,
+        };
+        let meta = self
+            .on_workspace(&p.workspace, move |ws, name| ws.publish_port(name, mapping))
+            .await?;
+        Ok(Out(result(p.workspace, meta)))
+    }
+
+    /// List a workspace's published ports.
+    #[tool(
+        output_schema = crate::output::schema::<PortsResult>(),
+        annotations(
+        title = "List published ports",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn port_list(
+        &self,
+        Parameters(p): Parameters<ListPortsParams>,
+    ) -> ToolResult<PortsResult> {
+        let meta = self
+            .on_workspace(&p.workspace, |ws, name| ws.get(name))
+            .await?;
+        Ok(Out(result(p.workspace, meta)))
+    }
+
+    /// Stop publishing a host port; connections already open run on.
+    #[tool(
+        output_schema = crate::output::schema::<PortsResult>(),
+        annotations(
+        title = "Unpublish a port",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn port_unpublish(
+        &self,
+        Parameters(p): Parameters<UnpublishParams>,
+    ) -> ToolResult<PortsResult> {
+        let ip = p.host_ip.unwrap_or(DEFAULT_HOST_IP);
+        let port = p.host_port;
+        let meta = self
+            .on_workspace(&p.workspace, move |ws, name| {
+                ws.unpublish_port(name, ip, port)
+            })
+            .await?;
+        Ok(Out(result(p.workspace, meta)))
+    }
+}
