@@ -22,8 +22,9 @@ use crate::ports::{self, PortMapping};
 const AGENT_WAIT: Duration = Duration::from_secs(60);
 /// Pause between attempts to reach the agent.
 const AGENT_RETRY: Duration = Duration::from_millis(250);
-/// Timeout of each handshake step with the agent.
-const AGENT_IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timeout of each handshake step with the agent (generous: where guest
+/// kernel mode is emulated a busy guest answers in seconds).
+const AGENT_IO_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The published ports of one VMM process.
 #[derive(Debug)]
