@@ -147,10 +147,13 @@ impl NetDevice {
         }
         let mem = &active.mem;
         let mut used_any = false;
+        // Recorded here and reported after the loop, which borrows the queue.
+        let mut failure = None;
         while let Some(chain) = active.tx.pop_descriptor_chain(mem) {
             let head = chain.head_index();
+            let link_up = !self.backend_gone && failure.is_none();
             match read_frame(mem, &chain, &mut self.tx_buf) {
-                Some(len) if !self.backend_gone => match self.backend.send(&self.tx_buf[..len]) {
+                Some(len) if link_up => match self.backend.send(&self.tx_buf[..len]) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         // Offered again once the backend drains.
@@ -163,10 +166,7 @@ impl NetDevice {
                     }
                     Err(e) => {
                         self.drops.tx_backend += 1;
-                        if !self.backend_gone {
-                            tracing::warn!("virtio-net: the backend failed while sending, the link is down: {e}");
-                        }
-                        self.backend_gone = true;
+                        failure = Some(e);
                     }
                 },
                 // A dead link drops what the guest sends, as a cable would.
@@ -180,6 +180,9 @@ impl NetDevice {
         }
         if used_any {
             notify(active, TX);
+        }
+        if let Some(e) = failure {
+            self.backend_failed("sending", &e);
         }
         if !self.backend_gone {
             match self.backend.flush() {
