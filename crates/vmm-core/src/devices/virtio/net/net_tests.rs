@@ -309,3 +309,17 @@ fn frames_before_activation_are_dropped_not_kept() {
     assert_eq!(dev.drops().rx_inactive, 1);
     assert_eq!(dev.pending_rx, None);
 }
+
+#[test]
+fn a_failed_send_takes_the_link_down_and_drops_what_follows() {
+    let mem = create_guest_memory(64).unwrap();
+    let (mut rig, peer) = Rig::with_peer(&mem);
+    drop(peer);
+    rig.send(b"first");
+    rig.send(b"second");
+    rig.dev.process_tx();
+    assert!(rig.dev.backend_gone);
+    assert_eq!(rig.used(&rig.tx, 1).0, 2, "both chains come back");
+    assert_eq!(rig.dev.drops().tx_backend, 2);
+    assert_eq!(rig.dev.wanted_events(), None);
+}
