@@ -290,8 +290,35 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
 }
 
 /// The `user` network (every workspace's default) needs `passt`.
+/// The installed Debian version of `package`, if dpkg knows it.
+fn deb_version(package: &str) -> Option<String> {
+    let out = std::process::Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", package])
+        .output()
+        .ok()?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !version.is_empty()).then_some(version)
+}
+
 fn network_check() -> Check {
+    use crate::network::{passt_snapshot_date, PASST_FIXED_SNAPSHOT, PASST_OVERRIDE_VAR};
+    let overridden = std::env::var_os(PASST_OVERRIDE_VAR).is_some_and(|v| !v.is_empty());
+    let snapshot = (!overridden)
+        .then(|| deb_version("passt"))
+        .flatten()
+        .and_then(|v| passt_snapshot_date(&v));
     match crate::network::passt_binary() {
+        Some(path) if snapshot.is_some_and(|d| d < PASST_FIXED_SNAPSHOT) => Check::warn(
+            "user_network",
+            format!(
+                "passt at {} is a snapshot of {}: it resets a workspace's TCP connection once the far end has sent nothing for about 24 s (long uploads)",
+                path.display(),
+                snapshot.unwrap_or_default()
+            ),
+            format!(
+                "set {PASST_OVERRIDE_VAR} to a passt from 2023-03-27 or later (Debian 13's, or built from https://passt.top)"
+            ),
+        ),
         Some(path) => Check::ok(
             "user_network",
             format!("passt at {} (the user network)", path.display()),

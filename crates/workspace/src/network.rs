@@ -64,9 +64,29 @@ pub fn mac_for(workspace: &str) -> [u8; 6] {
     [0x02, 0x4d, digest[0], digest[1], digest[2], digest[3]]
 }
 
-/// Where `passt` is installed, if it is.
+/// Names the `passt` binary to use instead of the system's.
+pub const PASST_OVERRIDE_VAR: &str = "MICROAGENT_PASST";
+
+/// The `passt` to run: `$MICROAGENT_PASST` when set, else the system's.
 pub fn passt_binary() -> Option<PathBuf> {
-    crate::settings::host_tool("passt")
+    match std::env::var_os(PASST_OVERRIDE_VAR) {
+        Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
+        _ => crate::settings::host_tool("passt"),
+    }
+}
+
+/// The first `passt` snapshot with upstream commit 4e73e9b ("tcp: Don't
+/// special case the handling of the ack of a syn"). Older ones reset a
+/// guest's TCP connection once its peer has sent nothing for about 24 s
+/// (measured: long uploads from a workspace; docs/networking.md).
+pub const PASST_FIXED_SNAPSHOT: u32 = 20230327;
+
+/// The snapshot date of a Debian `passt` package version
+/// (`0.0~git20230309.7c7625d-1` is 20230309).
+pub fn passt_snapshot_date(deb_version: &str) -> Option<u32> {
+    let rest = deb_version.split("git").nth(1)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    (digits.len() == 8).then(|| digits.parse().ok()).flatten()
 }
 
 /// A running `passt` serving one VMM: it ends when the VMM's end of the
@@ -136,6 +156,21 @@ pub fn start_passt(dir: &Path) -> Result<(UnixStream, Passt)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passt_snapshot_dates_come_from_debian_versions() {
+        assert_eq!(
+            passt_snapshot_date("0.0~git20230309.7c7625d-1"),
+            Some(20230309)
+        );
+        assert_eq!(
+            passt_snapshot_date("0.0~git20250503.587980c-2+deb13u1"),
+            Some(20250503)
+        );
+        assert_eq!(passt_snapshot_date("1.0-1"), None);
+        assert_eq!(passt_snapshot_date("0.0~git2023-1"), None);
+        assert!(passt_snapshot_date("0.0~git20230309.7c7625d-1").unwrap() < PASST_FIXED_SNAPSHOT);
+    }
 
     #[test]
     fn only_known_networks_are_accepted() {
