@@ -4,6 +4,7 @@
 mod bench;
 mod bench_agent;
 mod bench_devices;
+mod bench_net;
 mod bench_snapshot;
 mod bench_workspace;
 mod boot;
@@ -61,6 +62,9 @@ tasks:
                                 and host disk of a running workspace
   bench snapshot [--runs N]     snapshot take (pause, size), restore to vCPU running and to
                                 agent ready, 5 forks' memory, each beside a cold boot
+  bench net                     TCP throughput and round trip: guest to host over the user
+                                network, host to guest over a published port, beside the
+                                host's own loopback
 
 Assets are cached in $MICROAGENT_CACHE (default ~/.cache/microagent), keyed by a hash
 of their inputs; the newest of each is linked from <cache>/current/.
@@ -103,6 +107,7 @@ fn main() -> anyhow::Result<()> {
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),
             [what] if what == "agent" => bench_agent::run(),
+            [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),
             _ => bench::run(rest),

@@ -55,14 +55,16 @@ pub fn build() -> anyhow::Result<PathBuf> {
     )?;
     let link = cache::link_current("test-rootfs.ext4", &image)?;
     eprintln!("xtask: device test root filesystem: {}", link.display());
-    build_ymmcheck()?;
+    guest_program("ymmcheck")?;
     println!("{}", image.display());
     Ok(image)
 }
 
-/// The YMM switch check of docs/host-compat.md, linked as `current/ymmcheck`.
-fn build_ymmcheck() -> anyhow::Result<PathBuf> {
-    let source = cache::repo_root().join("guest/ymmcheck/ymmcheck.c");
+/// A static nolibc guest program, `guest/NAME/NAME.c`, built into the cache
+/// and linked as `current/NAME` (the YMM switch check of docs/host-compat.md,
+/// the guest side of `cargo xtask bench net`).
+pub fn guest_program(name: &str) -> anyhow::Result<PathBuf> {
+    let source = cache::repo_root().join(format!("guest/{name}/{name}.c"));
     let mut hash = InputHash::default();
     hash.add_file(&source)?;
     hash.add(
@@ -71,12 +73,13 @@ fn build_ymmcheck() -> anyhow::Result<PathBuf> {
             .unwrap_or_default()
             .as_bytes(),
     );
-    let program = cache::cached_file("ymmcheck", &hash.short(), "ymmcheck", |work, partial| {
+    let program = cache::cached_file(name, &hash.short(), name, |work, partial| {
         let bytes = nolibc::build(work, &[&source])?.remove(0);
         std::fs::write(partial, bytes)?;
+        std::fs::set_permissions(partial, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
         Ok(())
     })?;
-    let link = cache::link_current("ymmcheck", &program)?;
-    eprintln!("xtask: YMM switch check: {}", link.display());
+    let link = cache::link_current(name, &program)?;
+    eprintln!("xtask: guest program {name}: {}", link.display());
     Ok(program)
 }

@@ -1,0 +1,258 @@
+//! `cargo xtask bench net`: TCP throughput and round-trip latency between a
+//! workspace and the host, through the `user` network (guest to host, timed
+//! in the guest by guest/netbench) and through a published port (host to
+//! guest, timed on the host), beside the host's own loopback measured in the
+//! same run. All traffic stays on this machine.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::bench_workspace::microagent;
+use crate::{cache, images, kernel, rootfs};
+
+/// MiB each throughput run moves.
+const MIB: usize = 16;
+/// Round trips each latency run makes.
+const ROUND_TRIPS: usize = 200;
+/// The workspace's echo and sink servers (busybox nc) listen on these.
+const GUEST_ECHO_PORT: u16 = 7007;
+const GUEST_SINK_PORT: u16 = 9009;
+/// The host's loopback as the user network's guests reach it.
+const HOST_FROM_GUEST: &str = "10.0.2.2";
+
+/// A host server on 127.0.0.1 that reads everything and closes; with
+/// `ready`, it first answers one byte with `r` (the guest's sink does the
+/// same, so that [`send_to`] times the transfer, not the connection setup).
+fn host_sink(ready: bool) -> anyhow::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut b = [0u8; 1];
+            if ready && (c.read_exact(&mut b).is_err() || c.write_all(b"r").is_err()) {
+                continue;
+            }
+            let _ = std::io::copy(&mut &c, &mut std::io::sink());
+        }
+    });
+    Ok(port)
+}
+
+/// A host server on 127.0.0.1 that echoes every byte.
+fn host_echo() -> anyhow::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let _ = c.set_nodelay(true);
+            let _ = std::io::copy(&mut &c, &mut &c);
+        }
+    });
+    Ok(port)
+}
+
+/// After the sink's `r`, sends `MIB` MiB to 127.0.0.1:`port`, half-closes
+/// and waits for the close: MiB/s.
+fn send_to(port: u16) -> anyhow::Result<f64> {
+    let chunk = vec![0u8; 64 << 10];
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(300)))?;
+    c.write_all(b"x")?;
+    let mut r = [0u8; 1];
+    c.read_exact(&mut r)?;
+    let began = Instant::now();
+    for _ in 0..(MIB << 20) / chunk.len() {
+        c.write_all(&chunk)?;
+    }
+    c.shutdown(Shutdown::Write)?;
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest)?;
+    Ok(MIB as f64 / began.elapsed().as_secs_f64())
+}
+
+/// `ROUND_TRIPS` one-byte round trips to an echo server on 127.0.0.1:`port`:
+/// (median, fastest) in microseconds.
+fn round_trips(port: u16) -> anyhow::Result<(f64, f64)> {
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    c.set_nodelay(true)?;
+    c.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut times = Vec::with_capacity(ROUND_TRIPS);
+    let mut b = [0u8; 1];
+    for _ in 0..ROUND_TRIPS {
+        let t = Instant::now();
+        c.write_all(b"x")?;
+        c.read_exact(&mut b)?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], times[0]))
+}
+
+/// `key=value` from the guest program's output line.
+fn field(out: &str, key: &str) -> anyhow::Result<f64> {
+    out.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .with_context(|| format!("no {key}= in {out:?}"))?
+        .parse()
+        .with_context(|| format!("{key} in {out:?}"))
+}
+
+/// `microagent exec bench -- ARGS`: its stdout.
+fn guest(bin: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(bin)
+        .args(["exec", "bench", "--"])
+        .args(args)
+        .env("MICROAGENT_HOME", home)
+        .output()
+        .with_context(|| format!("running {args:?} in the workspace"))?;
+    if !out.status.success() {
+        bail!(
+            "{args:?} in the workspace failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+struct Figures {
+    mib_s: f64,
+    rtt_median_us: f64,
+    rtt_min_us: f64,
+}
+
+fn measure_workspace(bin: &Path, home: &Path, netbench: &Path) -> anyhow::Result<[Figures; 2]> {
+    let free =
+        || -> anyhow::Result<u16> { Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
+    let (sink_port, echo_port) = (free()?, free()?);
+    microagent(
+        bin,
+        home,
+        &[
+            "create",
+            "bench",
+            "--publish",
+            &format!("{sink_port}:{GUEST_SINK_PORT}"),
+            "--publish",
+            &format!("{echo_port}:{GUEST_ECHO_PORT}"),
+            "--json",
+        ],
+    )?;
+    microagent(bin, home, &["start", "bench", "--cold", "--json"])?;
+    let copied = Command::new(bin)
+        .arg("cp")
+        .arg(netbench)
+        .arg("bench:/root/netbench")
+        .env("MICROAGENT_HOME", home)
+        .output()?;
+    if !copied.status.success() {
+        bail!(
+            "copying netbench in failed: {}",
+            String::from_utf8_lossy(&copied.stderr)
+        );
+    }
+
+    // Guest to host through the user network, timed in the guest.
+    let (host_sink, host_echo) = (host_sink(false)?, host_echo()?);
+    let sent = guest(
+        bin,
+        home,
+        &[
+            "/root/netbench",
+            "send",
+            HOST_FROM_GUEST,
+            &host_sink.to_string(),
+            &MIB.to_string(),
+        ],
+    )?;
+    let rtt = guest(
+        bin,
+        home,
+        &[
+            "/root/netbench",
+            "rtt",
+            HOST_FROM_GUEST,
+            &host_echo.to_string(),
+            &ROUND_TRIPS.to_string(),
+        ],
+    )?;
+    let user = Figures {
+        mib_s: field(&sent, "bytes")? / (1 << 20) as f64 / (field(&sent, "us")? / 1e6),
+        rtt_median_us: field(&rtt, "median_us")?,
+        rtt_min_us: field(&rtt, "min_us")?,
+    };
+
+    // Host to guest through the published ports, timed on the host: busybox
+    // nc as the guest's sink and echo server (one connection each).
+    guest(
+        bin,
+        home,
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "printf '#!/bin/sh\\nhead -c 1 >/dev/null; echo -n r; exec cat >/dev/null\\n' >/root/sink && chmod +x /root/sink && \
+                 nc -l -p {GUEST_SINK_PORT} -e /root/sink </dev/null >/dev/null 2>&1 & \
+                 nc -l -p {GUEST_ECHO_PORT} -e /bin/cat </dev/null >/dev/null 2>&1 &"
+            ),
+        ],
+    )?;
+    let (median, min) = round_trips(echo_port)?;
+    let published = Figures {
+        mib_s: send_to(sink_port)?,
+        rtt_median_us: median,
+        rtt_min_us: min,
+    };
+    microagent(
+        bin,
+        home,
+        &["delete", "bench", "--yes", "--force", "--json"],
+    )?;
+    Ok([user, published])
+}
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    if !args.is_empty() {
+        bail!("usage: cargo xtask bench net");
+    }
+    kernel::build(kernel::variant_for_host()?)?;
+    images::run(&["minimal".to_string()])?;
+    let netbench = rootfs::guest_program("netbench")?;
+    let bin = cache::build_microagent()?;
+    let home = std::path::PathBuf::from(format!("/tmp/ma-bench-net-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+
+    let (sink, echo) = (host_sink(true)?, host_echo()?);
+    let (median, min) = round_trips(echo)?;
+    let loopback = Figures {
+        mib_s: send_to(sink)?,
+        rtt_median_us: median,
+        rtt_min_us: min,
+    };
+    eprintln!("xtask: booting a workspace (user network, two published ports)");
+    let measured = measure_workspace(&bin, &home, &netbench);
+    if measured.is_err() {
+        let _ = microagent(&bin, &home, &["delete", "bench", "--yes", "--force"]);
+    }
+    let _ = std::fs::remove_dir_all(&home);
+    let [user, published] = measured?;
+    println!(
+        "TCP, {MIB} MiB per throughput run, {ROUND_TRIPS} one-byte round trips (median / fastest):"
+    );
+    for (name, f) in [
+        ("host loopback (reference)", &loopback),
+        ("guest -> host, user network (passt)", &user),
+        ("host -> guest, published port (vsock)", &published),
+    ] {
+        println!(
+            "  {name:<40} {:>9.1} MiB/s   {:>9.0} us / {:>7.0} us",
+            f.mib_s, f.rtt_median_us, f.rtt_min_us
+        );
+    }
+    Ok(())
+}
