@@ -1,7 +1,7 @@
 /*
  * microagent network benchmark, guest side (`cargo xtask bench net`):
  *
- *   netbench send IP PORT MIB   connect, send MIB MiB, print the time
+ *   netbench send IP PORT KIB   connect, send KIB KiB, print the time
  *   netbench rtt IP PORT N      connect, N one-byte round trips to an echo
  *                               server, print the median and the fastest
  *
@@ -95,12 +95,12 @@ int main(int argc, char **argv)
 	int s;
 
 	if (argc != 5) {
-		printf("usage: netbench send|rtt IP PORT MIB|N\n");
+		printf("usage: netbench send|rtt IP PORT KIB|N\n");
 		return 2;
 	}
 	s = connect_to(argv[2], atoi(argv[3]));
 	if (!strcmp(argv[1], "send")) {
-		long left = (long)atoi(argv[4]) << 20;
+		long left = (long)atoi(argv[4]) << 10;
 		long total = left;
 
 		t0 = now_us();
