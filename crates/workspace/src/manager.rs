@@ -429,8 +429,6 @@ impl Workspaces {
             }
         }
         self.images.get(&meta.spec.image)?;
-        // A taken host port fails the start here, not in the VMM process.
-        crate::ports::check_free(&meta.spec.ports)?;
         let boot = boot(&meta)?;
         let log = std::fs::File::create(ws.path().join(VMM_LOG))
             .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
