@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use serde::Serialize;
-use workspace::ports::{PortMapping, DEFAULT_HOST_IP};
+use workspace::ports::PortMapping;
 use workspace::{Error, Workspaces};
 
 use crate::output;
@@ -61,18 +61,8 @@ pub fn parse_mapping(s: &str) -> Result<PortMapping, String> {
 }
 
 fn parse_host_port(s: &str) -> Result<(IpAddr, u16), String> {
-    let bad = || format!("{s:?}: use [HOST_IP:]HOST_PORT, e.g. 8080 or 127.0.0.1:8080");
-    let (ip, port) = match s.rsplit_once(':') {
-        None => (DEFAULT_HOST_IP, s),
-        Some((ip, port)) => {
-            let ip = ip
-                .strip_prefix('[')
-                .and_then(|i| i.strip_suffix(']'))
-                .unwrap_or(ip);
-            (ip.parse().map_err(|_| bad())?, port)
-        }
-    };
-    Ok((ip, port.parse().map_err(|_| bad())?))
+    workspace::ports::parse_host_addr(s)
+        .ok_or_else(|| format!("{s:?}: use [HOST_IP:]HOST_PORT, e.g. 8080 or 127.0.0.1:8080"))
 }
 
 #[derive(Serialize)]
@@ -126,6 +116,7 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand) -> Result<ExitCode, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use workspace::ports::DEFAULT_HOST_IP;
 
     #[test]
     fn host_ports_parse() {

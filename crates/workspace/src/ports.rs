@@ -82,24 +82,31 @@ impl FromStr for PortMapping {
         };
         let (host, guest) = s.rsplit_once(':').ok_or_else(bad)?;
         let guest_port = guest.parse::<u16>().map_err(|_| bad())?;
-        let (host_ip, host_port) = match host.rsplit_once(':') {
-            None => (DEFAULT_HOST_IP, host),
-            Some((ip, port)) => {
-                let ip = ip
-                    .strip_prefix('[')
-                    .and_then(|i| i.strip_suffix(']'))
-                    .unwrap_or(ip);
-                (ip.parse::<IpAddr>().map_err(|_| bad())?, port)
-            }
-        };
+        let (host_ip, host_port) = parse_host_addr(host).ok_or_else(bad)?;
         let mapping = Self {
             host_ip,
-            host_port: host_port.parse().map_err(|_| bad())?,
+            host_port,
             guest_port,
         };
         mapping.check()?;
         Ok(mapping)
     }
+}
+
+/// `[HOST_IP:]HOST_PORT` (host address 127.0.0.1 unless given; an IPv6
+/// one in brackets), or None when malformed.
+pub fn parse_host_addr(s: &str) -> Option<(IpAddr, u16)> {
+    let (ip, port) = match s.rsplit_once(':') {
+        None => (DEFAULT_HOST_IP, s),
+        Some((ip, port)) => {
+            let ip = ip
+                .strip_prefix('[')
+                .and_then(|i| i.strip_suffix(']'))
+                .unwrap_or(ip);
+            (ip.parse().ok()?, port)
+        }
+    };
+    Some((ip, port.parse().ok()?))
 }
 
 /// Checks a workspace's set: valid ports, at most [`MAX_PORTS`], no host
