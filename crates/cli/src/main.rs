@@ -5,6 +5,7 @@ mod exec_cmd;
 mod files_cmd;
 mod image_cmd;
 mod logs_cmd;
+mod network_cmd;
 mod output;
 mod port_cmd;
 mod serve_cmd;
@@ -42,6 +43,11 @@ enum Command {
     /// Manage snapshots of workspaces.
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
+    /// Networks: `network create corp --backend tap --egress allowlist
+    /// --allow pypi.org`, `network ls`, `network setup` (host changes for tap
+    /// networks, by preview and --confirm token).
+    #[command(subcommand)]
+    Network(network_cmd::NetworkCommand),
     /// Published ports: `port add dev 8080:80`, `port ls dev`, `port rm dev 8080`.
     #[command(subcommand)]
     Port(port_cmd::PortCommand),
@@ -241,6 +247,7 @@ impl Command {
             Command::Image(i) => i.json(),
             Command::Snapshot(c) => c.json(),
             Command::Port(c) => c.json(),
+            Command::Network(c) => c.json(),
             Command::Vmm(_) | Command::Serve(_) => false,
         }
     }
@@ -283,6 +290,7 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
         Command::Image(cmd) => image_cmd::run(ws, cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd).await,
         Command::Port(cmd) => port_cmd::run(ws, cmd),
+        Command::Network(cmd) => network_cmd::run(ws, cmd),
         Command::Fork {
             workspace,
             new_name,

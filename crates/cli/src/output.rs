@@ -73,6 +73,17 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::ListPorts { workspace } => {
             format!("see its published ports with `microagent port ls {workspace}`")
         }
+        Remedy::ListNetworks => "list the networks (`microagent network ls`)".into(),
+        Remedy::DeleteWorkspacesFirst { workspaces } => format!(
+            "delete the workspaces on it first (`microagent delete {}`)",
+            workspaces.join(" ")
+        ),
+        Remedy::SetUpNetworks => {
+            "run `microagent network setup` to see the host changes, then apply them with its --confirm token (as root)".into()
+        }
+        Remedy::PreviewAgain => {
+            "run the command again without --confirm for a fresh plan and token".into()
+        }
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

@@ -36,7 +36,7 @@ pub struct SpecArgs {
     #[arg(long = "ttl", value_name = "SECONDS")]
     pub ttl_secs: Option<u64>,
     /// Network: `user` (rootless NAT; the host's loopback is reachable as
-    /// host.microagent.internal) or `none`.
+    /// host.microagent.internal), `none`, or one from `network create`.
     #[arg(long, value_name = "NAME", default_value = workspace::network::DEFAULT_NETWORK)]
     pub network: String,
     /// Publish a port: connections to the host address reach
@@ -58,6 +58,7 @@ impl SpecArgs {
             ttl_secs: self.ttl_secs,
             network: self.network.clone(),
             ports: self.ports.clone(),
+            address: None,
         }
     }
 }

@@ -81,6 +81,15 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             format!("choose another host_port, or stop what listens on {addr}")
         }
         Remedy::ListPorts { .. } => "list its published ports (the port_list tool)".into(),
+        Remedy::ListNetworks => "list the networks (the network_list tool)".into(),
+        Remedy::DeleteWorkspacesFirst { workspaces } => format!(
+            "delete the workspaces on it first (workspace_delete: {})",
+            workspaces.join(", ")
+        ),
+        Remedy::SetUpNetworks => {
+            "call host_networking_setup without a token to see the plan, then with its token to apply it (the server needs CAP_NET_ADMIN)".into()
+        }
+        Remedy::PreviewAgain => "call the tool again without a token for a fresh plan and token".into(),
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

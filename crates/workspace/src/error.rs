@@ -9,6 +9,7 @@ use crate::console_log::ConsoleLogError;
 use crate::control::ControlError;
 use crate::events::EventsError;
 use crate::image::ImageError;
+use crate::network::NetworkError;
 use crate::remedy::Remedy;
 use crate::state::{State, TransitionError};
 use crate::store::StoreError;
@@ -114,6 +115,12 @@ pub enum Error {
     #[error("a blocking step did not finish: {0}")]
     BlockingStep(String),
     /// A published port's host address cannot be listened on: in use, or
+    /// A network operation failed.
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+    /// A host change was not previewed, confirmed or applied.
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
     /// not an address of this machine.
     #[error("host address {addr} cannot be listened on")]
     PortUnavailable {
@@ -159,6 +166,8 @@ impl Error {
             Error::StartFailed { .. } => ErrorCode::Internal,
             Error::Store(e) => e.code(),
             Error::Image(e) => e.code(),
+            Error::Network(e) => e.code(),
+            Error::Plan(e) => e.code(),
             Error::Agent { source, .. } => agent_code(source),
             Error::PortUnavailable { source, .. } => {
                 if source.kind() == std::io::ErrorKind::AddrInUse {
@@ -198,6 +207,8 @@ impl Error {
                 })
             }
             Error::Image(e) => e.remedy(),
+            Error::Network(e) => e.remedy(),
+            Error::Plan(e) => e.remedy(),
             Error::PortUnavailable { addr, .. } => Some(Remedy::ChooseAnotherPort { addr: *addr }),
             Error::PortNotPublished { workspace, .. } => Some(Remedy::ListPorts {
                 workspace: workspace.clone(),

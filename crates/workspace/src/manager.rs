@@ -248,6 +248,7 @@ impl Workspaces {
         ws.check_socket_paths()?;
         crate::ports::check_free(&spec.ports)?;
         let image: ImageInfo = self.images.get(&spec.image)?;
+        let (_network, spec) = self.place_on_network(spec)?;
         let lock = self.lock(name)?;
         if ws.meta_path().exists() {
             return Err(Error::WorkspaceExists(name.to_owned()));
@@ -628,6 +629,7 @@ impl Workspaces {
         if meta.state.has_vmm() {
             self.halt_locked(name)?;
         }
+        crate::network::attach::remove_tap(&self.state, &meta.spec);
         std::fs::remove_dir_all(ws.path())
             .map_err(Error::host_io(format!("removing {}", ws.path().display())))?;
         self.state.remove_lock(name, lock)?;

@@ -65,6 +65,17 @@ pub enum Remedy {
         /// The workspace.
         workspace: String,
     },
+    /// List the networks to find the right name.
+    ListNetworks,
+    /// Delete (or recreate elsewhere) the workspaces on the network first.
+    DeleteWorkspacesFirst {
+        /// The workspaces.
+        workspaces: Vec<String>,
+    },
+    /// Apply the host setup of the `tap` networks (preview, then confirm).
+    SetUpNetworks,
+    /// Preview the host setup again for a fresh token.
+    PreviewAgain,
     /// Remove the image that has the name first.
     RemoveImage {
         /// The image.

@@ -80,6 +80,11 @@ pub struct WorkspaceSpec {
     /// the guest's loopback.
     #[serde(default)]
     pub ports: Vec<crate::ports::PortMapping>,
+    /// The guest's address on a `tap` network, assigned at create (a value
+    /// given is replaced; every `user` guest has the same one, so none is
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<std::net::Ipv4Addr>,
 }
 
 fn default_network() -> String {
@@ -98,6 +103,7 @@ impl Default for WorkspaceSpec {
             ttl_secs: None,
             network: default_network(),
             ports: Vec::new(),
+            address: None,
         }
     }
 }

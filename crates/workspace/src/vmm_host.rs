@@ -218,13 +218,16 @@ impl VmmProcess {
         let mut build = |spec: &crate::spec::WorkspaceSpec| {
             ws.remove_sockets();
             building = vmm_core::vcpu::monotonic_ns();
-            let built = network_backend(&ws, spec).and_then(|net| {
-                let net = net.map(|(backend, p)| {
-                    passt = Some(p);
-                    backend
-                });
+            let built = crate::network::attach::attach(&state, &ws, spec).and_then(|net| {
+                let (net, addressing) = match net {
+                    Some(a) => {
+                        passt = a.passt;
+                        (Some(a.backend), Some(a.addressing))
+                    }
+                    None => (None, None),
+                };
                 match &launch.restore {
-                    None => build_machine(&state, &ws, spec, launch.kernel, net),
+                    None => build_machine(&state, &ws, spec, launch.kernel, net, addressing),
                     Some(dir) => restore_machine(&state, &ws, spec, launch.kernel, dir, net),
                 }
             });
@@ -383,31 +386,19 @@ fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) 
     }
 }
 
-/// The network device's backend for the workspace's network (and the
-/// process behind it), or `None` without a network.
-fn network_backend(
-    ws: &WorkspaceDir,
-    spec: &crate::spec::WorkspaceSpec,
-) -> Result<Option<(NetBackendConfig, crate::network::Passt)>> {
-    if spec.network != crate::network::USER {
-        return Ok(None);
-    }
-    let (sock, passt) = crate::network::start_passt(ws.path())?;
-    Ok(Some((NetBackendConfig::Stream(sock), passt)))
-}
-
 fn build_machine(
     state: &StateDir,
     ws: &WorkspaceDir,
     spec: &crate::spec::WorkspaceSpec,
     kernel: KernelVariant,
     net: Option<NetBackendConfig>,
+    addressing: Option<crate::network::Addressing>,
 ) -> Result<Machine> {
     let images = ImageRegistry::new(state, asset_dir(), kernel);
     let image = images.get(&spec.image)?;
     let console = ConsoleLogWriter::create(ws.path())?;
     let mut cmdline = format!("{GUEST_CMDLINE} microagent_hostname={}", ws.name());
-    if let Some(net) = crate::network::guest_cmdline(&spec.network) {
+    if let Some(net) = crate::network::guest_cmdline(addressing.as_ref()) {
         cmdline.push(' ');
         cmdline.push_str(&net);
     }

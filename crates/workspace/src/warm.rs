@@ -121,6 +121,7 @@ impl Workspaces {
     fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
         let image = self.images().get(&spec.image)?;
         let variant = self.images().kernel_variant();
+        let net = crate::network::Networks::new(self.state_dir()).get(&spec.network)?;
         let key = format!(
             "{}-{}c-{}m-{}d-{}-{}",
             image.name,
@@ -137,7 +138,10 @@ impl Workspaces {
             format!("cmdline {GUEST_CMDLINE}"),
             format!(
                 "network {}",
-                crate::network::guest_cmdline(&spec.network).unwrap_or_default()
+                crate::network::guest_cmdline(
+                    crate::network::attach::addressing(&net, spec).as_ref()
+                )
+                .unwrap_or_default()
             ),
             key.clone(),
         ];
@@ -196,6 +200,12 @@ impl Workspaces {
             keep_warm: None,
         };
         if cold || !meta.pristine {
+            return Ok(boot);
+        }
+        // A guest on a tap network has an address of its own, which the
+        // guest in a shared snapshot would not have.
+        let net = crate::network::Networks::new(self.state_dir()).get(&meta.spec.network)?;
+        if net.backend == Some(crate::network::Backend::Tap) {
             return Ok(boot);
         }
         let (key, fingerprint) = self.warm_identity(&meta.spec)?;

@@ -131,6 +131,7 @@ impl MicroagentServer {
                 .network
                 .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
             ports: p.ports,
+            address: None,
         };
         let meta = self
             .on_workspace(&p.name, |ws, name| ws.create(name, spec))

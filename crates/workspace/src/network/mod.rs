@@ -18,6 +18,16 @@ use std::process::{Child, Command, Stdio};
 
 use crate::error::{Error, Result};
 
+pub mod attach;
+pub mod nft;
+pub mod objects;
+pub mod setup;
+
+pub use objects::{
+    Addressing, AllowEntry, Backend, Egress, Network, NetworkError, NetworkRequest, Networks,
+    NetworksLock, Subnet,
+};
+
 /// The built-in rootless network.
 pub const USER: &str = "user";
 /// No network device.
@@ -37,22 +47,23 @@ pub const USER_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 /// `passt`'s log in the workspace directory.
 pub const PASST_LOG: &str = "passt.log";
 
-/// Checks a network name a workspace asks for.
+/// Checks the form of a network name a workspace asks for (whether it
+/// exists is checked against [`Networks`] at create).
 pub fn validate_network(name: &str) -> Result<()> {
     match name {
         USER | NONE => Ok(()),
-        other => Err(Error::InvalidInput(format!(
-            "network `{other}` does not exist; the networks are `{USER}` (rootless NAT, the default) and `{NONE}`"
-        ))),
+        other => crate::name::validate_name(other)
+            .map_err(|e| Error::InvalidInput(format!("network name `{other}`: {e}"))),
     }
 }
 
 /// The guest's addresses on a network: what init reads from
 /// `microagent_net=` (`ADDR/PREFIX,GATEWAY,DNS`); `None` for no network.
-pub fn guest_cmdline(network: &str) -> Option<String> {
-    (network == USER).then(|| {
+pub fn guest_cmdline(addr: Option<&Addressing>) -> Option<String> {
+    addr.map(|a| {
         format!(
-            "microagent_net={USER_GUEST_ADDR}/{USER_PREFIX},{USER_GATEWAY},{USER_DNS} microagent_host_alias={HOST_ALIAS}"
+            "microagent_net={}/{},{},{} microagent_host_alias={HOST_ALIAS}",
+            a.guest, a.prefix, a.gateway, a.dns
         )
     })
 }
@@ -106,7 +117,7 @@ impl Drop for Passt {
 /// Starts `passt` for the `user` network on one end of a new socket pair
 /// and returns the other end, for the VMM's network device. It logs to
 /// [`PASST_LOG`] in `dir`.
-pub fn start_passt(dir: &Path) -> Result<(UnixStream, Passt)> {
+pub fn start_passt(dir: &Path, addr: &Addressing) -> Result<(UnixStream, Passt)> {
     let binary = passt_binary().ok_or_else(|| {
         Error::HostUnsupported(
             "the `user` network needs passt, which is not installed (apt-get install passt)".into(),
@@ -120,13 +131,13 @@ pub fn start_passt(dir: &Path) -> Result<(UnixStream, Passt)> {
         .arg("--fd")
         .arg(fd.to_string())
         .arg("--address")
-        .arg(USER_GUEST_ADDR.to_string())
+        .arg(addr.guest.to_string())
         .arg("--netmask")
-        .arg(USER_PREFIX.to_string())
+        .arg(addr.prefix.to_string())
         .arg("--gateway")
-        .arg(USER_GATEWAY.to_string())
+        .arg(addr.gateway.to_string())
         .arg("--dns-forward")
-        .arg(USER_DNS.to_string())
+        .arg(addr.dns.to_string())
         .args(["--tcp-ports", "none", "--udp-ports", "none"])
         .arg("--log-file")
         .arg(dir.join(PASST_LOG))
@@ -173,20 +184,26 @@ mod tests {
     }
 
     #[test]
-    fn only_known_networks_are_accepted() {
+    fn network_names_are_checked_for_form() {
         validate_network(USER).unwrap();
         validate_network(NONE).unwrap();
-        let err = validate_network("corp").unwrap_err();
-        assert!(err.to_string().contains("does not exist"), "{err}");
+        validate_network("corp").unwrap();
+        let err = validate_network("Corp Net").unwrap_err();
+        assert!(err.to_string().contains("network name"), "{err}");
     }
 
     #[test]
     fn the_user_network_tells_init_its_addresses() {
+        let user = Network::user().addressing(0);
         assert_eq!(
-            guest_cmdline(USER).unwrap(),
+            guest_cmdline(user.as_ref()).unwrap(),
             "microagent_net=10.0.2.15/24,10.0.2.2,10.0.2.3 microagent_host_alias=host.microagent.internal"
         );
-        assert_eq!(guest_cmdline(NONE), None);
+        assert_eq!(guest_cmdline(None), None);
+        assert_eq!(user.unwrap().guest, USER_GUEST_ADDR);
+        assert_eq!(user.unwrap().gateway, USER_GATEWAY);
+        assert_eq!(user.unwrap().dns, USER_DNS);
+        assert_eq!(user.unwrap().prefix, USER_PREFIX);
     }
 
     #[test]

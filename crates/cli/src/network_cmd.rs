@@ -1,0 +1,267 @@
+//! `microagent network create | ls | inspect | rm | setup | teardown`.
+
+use std::process::ExitCode;
+
+use clap::{Subcommand, ValueEnum};
+use workspace::network::{AllowEntry, Backend, Egress, NetworkRequest, Subnet};
+use workspace::{Error, HostChange, NetworkInfo, Workspaces};
+
+use crate::output;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BackendArg {
+    /// Rootless NAT through passt (no host setup).
+    User,
+    /// A bridge with nftables egress rules (needs `network setup`, as root).
+    Tap,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum EgressArg {
+    /// Anything the host reaches.
+    All,
+    /// Nothing but the network's resolver.
+    None,
+    /// Only the --allow domains and CIDRs.
+    Allowlist,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetworkCommand {
+    /// Create a network (`create --network NAME` puts workspaces on it).
+    Create {
+        /// Network name.
+        name: String,
+        /// `user` (rootless, default) or `tap` (egress rules; needs host setup).
+        #[arg(long, value_enum, default_value = "user")]
+        backend: BackendArg,
+        /// Subnet, e.g. 10.89.5.0/24 (default: 10.0.2.0/24 for user, a free
+        /// 10.89.N.0/24 for tap).
+        #[arg(long, value_parser = parse_subnet)]
+        subnet: Option<Subnet>,
+        /// What guests may reach: all (default), none or allowlist (tap only).
+        #[arg(long, value_enum, default_value = "all")]
+        egress: EgressArg,
+        /// A domain (it and names under it), an address or a CIDR the
+        /// allowlist lets guests reach (repeatable).
+        #[arg(long = "allow", value_name = "DOMAIN|CIDR", value_parser = parse_allow)]
+        allow: Vec<AllowEntry>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List networks and the workspaces on each.
+    #[command(alias = "list")]
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one network.
+    Inspect {
+        /// Network name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a network no workspace uses.
+    #[command(alias = "delete")]
+    Rm {
+        /// Network name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the host changes the tap networks need (bridges, nftables,
+    /// resolvers); apply them with the printed --confirm token, as root.
+    Setup {
+        /// The token of a preview: apply exactly that plan.
+        #[arg(long, value_name = "TOKEN")]
+        confirm: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show how to remove everything setup made; apply with --confirm.
+    Teardown {
+        /// The token of a preview: apply exactly that plan.
+        #[arg(long, value_name = "TOKEN")]
+        confirm: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl NetworkCommand {
+    pub fn json(&self) -> bool {
+        match self {
+            Self::Create { json, .. }
+            | Self::Ls { json }
+            | Self::Inspect { json, .. }
+            | Self::Rm { json, .. }
+            | Self::Setup { json, .. }
+            | Self::Teardown { json, .. } => *json,
+        }
+    }
+}
+
+fn parse_subnet(s: &str) -> Result<Subnet, String> {
+    s.parse()
+}
+
+fn parse_allow(s: &str) -> Result<AllowEntry, String> {
+    s.parse()
+}
+
+fn describe(n: &NetworkInfo) -> Vec<String> {
+    let net = &n.network;
+    vec![
+        net.name.clone(),
+        net.backend.map_or("-".into(), |b| b.to_string()),
+        net.subnet.map_or("-".into(), |s| s.to_string()),
+        net.egress.to_string(),
+        if n.workspaces.is_empty() {
+            "-".into()
+        } else {
+            n.workspaces.join(",")
+        },
+    ]
+}
+
+fn print_one(n: &NetworkInfo, json: bool) {
+    if json {
+        return output::json(n);
+    }
+    let net = &n.network;
+    println!("name:       {}", net.name);
+    println!(
+        "backend:    {}",
+        net.backend
+            .map_or("none (no device)".into(), |b| b.to_string())
+    );
+    if let Some(s) = net.subnet {
+        println!("subnet:     {s}");
+    }
+    if let Some(g) = n.gateway {
+        println!("gateway:    {g} (host.microagent.internal)");
+    }
+    if let Some(b) = &n.bridge {
+        println!("bridge:     {b}");
+    }
+    println!("egress:     {}", net.egress);
+    if !net.allow.is_empty() {
+        let allow: Vec<String> = net.allow.iter().map(ToString::to_string).collect();
+        println!("allow:      {}", allow.join(", "));
+    }
+    println!(
+        "workspaces: {}",
+        if n.workspaces.is_empty() {
+            "none".into()
+        } else {
+            n.workspaces.join(", ")
+        }
+    );
+}
+
+fn print_change(change: &HostChange, command: &str, json: bool) {
+    if json {
+        return output::json(change);
+    }
+    let plan = &change.preview.plan;
+    if plan.steps.is_empty() {
+        println!("{}: nothing to do", plan.action);
+        for note in &plan.notes {
+            println!("{note}");
+        }
+        return;
+    }
+    let verb = if change.applied {
+        "applied"
+    } else {
+        "would run"
+    };
+    println!("{} {verb}:", plan.action);
+    for (i, step) in plan.steps.iter().enumerate() {
+        println!("  {}. {}", i + 1, step.what);
+        println!("     $ {}", step.command_line());
+        if let Some(stdin) = &step.stdin {
+            for line in stdin.lines() {
+                println!("     | {line}");
+            }
+        }
+    }
+    for note in &plan.notes {
+        println!("note: {note}");
+    }
+    if let Some(token) = &change.preview.token {
+        println!();
+        println!("nothing was changed. To apply exactly this plan within 5 minutes, run as root:");
+        println!("  microagent network {command} --confirm {token}");
+        println!("(as another user, keep the same state directory: sudo MICROAGENT_HOME=\"$MICROAGENT_HOME\" ... or sudo -E)");
+    }
+}
+
+pub fn run(ws: &Workspaces, cmd: &NetworkCommand) -> Result<ExitCode, Error> {
+    match cmd {
+        NetworkCommand::Create {
+            name,
+            backend,
+            subnet,
+            egress,
+            allow,
+            json,
+        } => {
+            let req = NetworkRequest {
+                backend: match backend {
+                    BackendArg::User => Backend::User,
+                    BackendArg::Tap => Backend::Tap,
+                },
+                subnet: *subnet,
+                egress: match egress {
+                    EgressArg::All => Egress::All,
+                    EgressArg::None => Egress::None,
+                    EgressArg::Allowlist => Egress::Allowlist,
+                },
+                allow: allow.clone(),
+            };
+            let info = ws.create_network(name, &req)?;
+            print_one(&info, *json);
+            if !*json && req.backend == Backend::Tap {
+                eprintln!(
+                    "next: `microagent network setup` shows the host changes this network needs"
+                );
+            }
+        }
+        NetworkCommand::Ls { json } => {
+            let all = ws.list_networks()?;
+            if *json {
+                output::json(&all);
+            } else {
+                let rows: Vec<Vec<String>> = all.iter().map(describe).collect();
+                output::table(
+                    &["NAME", "BACKEND", "SUBNET", "EGRESS", "WORKSPACES"],
+                    &rows,
+                );
+            }
+        }
+        NetworkCommand::Inspect { name, json } => print_one(&ws.inspect_network(name)?, *json),
+        NetworkCommand::Rm { name, json } => {
+            let info = ws.delete_network(name, false)?;
+            if *json {
+                output::json(&info);
+            } else {
+                println!("removed network {name}");
+            }
+        }
+        NetworkCommand::Setup { confirm, json } => {
+            print_change(&ws.network_setup(confirm.as_deref())?, "setup", *json);
+        }
+        NetworkCommand::Teardown { confirm, json } => {
+            print_change(&ws.network_teardown(confirm.as_deref())?, "teardown", *json);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,203 @@
+//! What a workspace's VMM process attaches for its network: a `passt` on a
+//! socket pair (`user`), or the workspace's TAP device on its network's
+//! bridge (`tap`), and the addresses the guest takes.
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use vmm_core::machine::NetBackendConfig;
+
+use super::{Addressing, Backend, Network, NetworkError, Passt};
+use crate::error::{Error, Result};
+use crate::spec::WorkspaceSpec;
+use crate::store::StateDir;
+use crate::workspace_dir::WorkspaceDir;
+
+/// A workspace's network device, ready for the machine.
+#[derive(Debug)]
+pub struct Attachment {
+    /// The device's backend.
+    pub backend: NetBackendConfig,
+    /// The guest's addresses.
+    pub addressing: Addressing,
+    /// The `passt` behind a `user` network, ended with the run.
+    pub passt: Option<Passt>,
+}
+
+/// The TAP device of the guest at `guest` on a `tap` network: named by
+/// the network's index and the address's offset in the subnet, so it is
+/// the same at every start and unique on the host.
+pub fn tap_name(net: &Network, guest: Ipv4Addr) -> Option<String> {
+    let subnet = net.subnet?;
+    (net.backend == Some(Backend::Tap)).then(|| {
+        format!(
+            "ma{}t{}",
+            net.index,
+            u32::from(guest) - u32::from(subnet.addr)
+        )
+    })
+}
+
+/// The addresses `spec`'s guest takes on `net` (`None`: no network).
+pub fn addressing(net: &Network, spec: &WorkspaceSpec) -> Option<Addressing> {
+    match net.backend? {
+        Backend::User => net.addressing(0),
+        Backend::Tap => {
+            let subnet = net.subnet?;
+            let guest = spec.address?;
+            net.addressing(u32::from(guest) - u32::from(subnet.addr))
+        }
+    }
+}
+
+/// Resolves the workspace's network and attaches to it (`None`: the
+/// `none` network).
+pub fn attach(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    spec: &WorkspaceSpec,
+) -> Result<Option<Attachment>> {
+    let net = super::Networks::new(state).get(&spec.network)?;
+    let Some(addressing) = addressing(&net, spec) else {
+        return Ok(None);
+    };
+    match net.backend {
+        Some(Backend::Tap) => {
+            let tap = tap_name(&net, addressing.guest).unwrap_or_default();
+            let bridge = net.bridge().unwrap_or_default();
+            ensure_tap(&tap, &bridge, &net.name)?;
+            Ok(Some(Attachment {
+                backend: NetBackendConfig::Tap(tap),
+                addressing,
+                passt: None,
+            }))
+        }
+        _ => {
+            let (sock, passt) = super::start_passt(ws.path(), &addressing)?;
+            Ok(Some(Attachment {
+                backend: NetBackendConfig::Stream(sock),
+                addressing,
+                passt: Some(passt),
+            }))
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> std::result::Result<std::process::Output, NetworkError> {
+    let ip = crate::settings::host_tool("ip").unwrap_or_else(|| "ip".into());
+    Command::new(&ip)
+        .args(args)
+        .output()
+        .map_err(|source| NetworkError::Command {
+            program: ip.display().to_string(),
+            source,
+        })
+}
+
+/// Makes the TAP device `tap` (persistent, so it outlives one VMM and is
+/// reused at the next start) and puts it up on `bridge`.
+fn ensure_tap(tap: &str, bridge: &str, network: &str) -> Result<()> {
+    let bridge_there = ip(&["link", "show", "dev", bridge])?.status.success();
+    if !bridge_there {
+        return Err(NetworkError::NotSetUp {
+            network: network.to_owned(),
+            bridge: bridge.to_owned(),
+        }
+        .into());
+    }
+    let exists = ip(&["link", "show", "dev", tap])?.status.success();
+    let steps: Vec<Vec<&str>> = [
+        (!exists).then(|| vec!["tuntap", "add", "dev", tap, "mode", "tap", "vnet_hdr"]),
+        Some(vec!["link", "set", "dev", tap, "master", bridge, "up"]),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for args in steps {
+        let out = ip(&args)?;
+        if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            let why = if said.contains("Operation not permitted") {
+                "it needs CAP_NET_ADMIN: workspaces of tap networks start as root".to_owned()
+            } else {
+                format!("`ip {}`: {said}", args.join(" "))
+            };
+            return Err(NetworkError::Tap {
+                tap: tap.to_owned(),
+                network: network.to_owned(),
+                why,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Removes a workspace's TAP device, if it has one (at delete).
+pub fn remove_tap(state: &StateDir, spec: &WorkspaceSpec) {
+    let Ok(net) = super::Networks::new(state).get(&spec.network) else {
+        return;
+    };
+    if let Some(tap) = spec.address.and_then(|a| tap_name(&net, a)) {
+        let _ = ip(&["link", "del", "dev", &tap]);
+    }
+}
+
+/// The lowest free guest address on a `tap` network, given the addresses
+/// its workspaces hold.
+pub fn free_address(net: &Network, taken: &[Ipv4Addr]) -> Result<Ipv4Addr> {
+    let subnet = net
+        .subnet
+        .ok_or_else(|| Error::InvalidInput(format!("network `{}` has no subnet", net.name)))?;
+    (super::objects::TAP_FIRST_GUEST_HOST..subnet.size() - 1)
+        .map(|h| subnet.host(h))
+        .find(|a| !taken.contains(a))
+        .ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "network `{}` ({subnet}) has no free address; delete a workspace on it or create a network with a larger --subnet",
+                net.name
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::{Egress, Subnet};
+
+    fn tap_net() -> Network {
+        Network {
+            name: "corp".into(),
+            builtin: false,
+            backend: Some(Backend::Tap),
+            subnet: Some("10.89.7.0/28".parse::<Subnet>().unwrap()),
+            egress: Egress::All,
+            allow: vec![],
+            index: 7,
+            created_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn tap_guests_get_the_lowest_free_address_and_a_stable_device() {
+        let net = tap_net();
+        let a = free_address(&net, &[]).unwrap();
+        assert_eq!(a, Ipv4Addr::new(10, 89, 7, 2));
+        let b = free_address(&net, &[a]).unwrap();
+        assert_eq!(b, Ipv4Addr::new(10, 89, 7, 3));
+        assert_eq!(tap_name(&net, b).as_deref(), Some("ma7t3"));
+        let all: Vec<Ipv4Addr> = (2..15).map(|h| Ipv4Addr::new(10, 89, 7, h)).collect();
+        let err = free_address(&net, &all).unwrap_err().to_string();
+        assert!(err.contains("no free address"), "{err}");
+        let spec = WorkspaceSpec {
+            network: "corp".into(),
+            address: Some(b),
+            ..WorkspaceSpec::default()
+        };
+        let addr = addressing(&net, &spec).unwrap();
+        assert_eq!(addr.guest, b);
+        assert_eq!(addr.gateway, Ipv4Addr::new(10, 89, 7, 1));
+        assert_eq!(addr.prefix, 28);
+        assert_eq!(tap_name(&Network::user(), b), None);
+    }
+}

@@ -1,0 +1,185 @@
+//! The nftables table of the `tap` networks (`table ip microagent`): NAT
+//! for their subnets, and per network a chain that enforces its egress
+//! policy on what its guests send through or to the host. The table is
+//! ours alone and replaced whole on every apply; other tables' rules still
+//! apply to the same packets (a DROP policy elsewhere wins).
+
+use std::fmt::Write;
+
+use super::{AllowEntry, Backend, Egress, Network};
+
+/// Our table's name (family `ip`).
+pub const TABLE: &str = "microagent";
+
+/// The set the network's resolver fills with the addresses of its allowed
+/// domains (and that holds its allowed CIDRs).
+pub fn allow_set(net: &Network) -> String {
+    format!("allow{}", net.index)
+}
+
+/// The ruleset for `networks` (only `tap` ones count), as `nft -f` reads
+/// it: a table that replaces any earlier one atomically.
+pub fn ruleset(networks: &[Network]) -> String {
+    let taps: Vec<&Network> = networks
+        .iter()
+        .filter(|n| n.backend == Some(Backend::Tap))
+        .collect();
+    let mut r = String::new();
+    // Declaring then deleting makes the delete succeed on a host that has
+    // no table yet; nft applies the file as one transaction.
+    let _ = writeln!(r, "table ip {TABLE} {{}}\ndelete table ip {TABLE}");
+    let _ = writeln!(r, "table ip {TABLE} {{");
+    for net in taps.iter().filter(|n| n.egress == Egress::Allowlist) {
+        let cidrs: Vec<String> = net
+            .allow
+            .iter()
+            .filter_map(|a| match a {
+                AllowEntry::Cidr(c) => Some(c.to_string()),
+                AllowEntry::Domain(_) => None,
+            })
+            .collect();
+        let _ = writeln!(r, "  set {} {{", allow_set(net));
+        let _ = writeln!(r, "    type ipv4_addr; flags interval;");
+        if !cidrs.is_empty() {
+            let _ = writeln!(r, "    elements = {{ {} }}", cidrs.join(", "));
+        }
+        let _ = writeln!(r, "  }}");
+    }
+    let _ = writeln!(r, "  chain input {{");
+    let _ = writeln!(
+        r,
+        "    type filter hook input priority filter; policy accept;"
+    );
+    for net in &taps {
+        let (Some(br), Some(gw)) = (net.bridge(), net.gateway()) else {
+            continue;
+        };
+        let _ = writeln!(
+            r,
+            "    iifname \"{br}\" ct state established,related accept"
+        );
+        let _ = writeln!(r, "    iifname \"{br}\" ip daddr {gw} udp dport 53 accept");
+        let _ = writeln!(r, "    iifname \"{br}\" ip daddr {gw} tcp dport 53 accept");
+        // The host itself (host.microagent.internal) is egress like any
+        // other destination.
+        let _ = writeln!(r, "    iifname \"{br}\" jump egress{}", net.index);
+    }
+    let _ = writeln!(r, "  }}");
+    let _ = writeln!(r, "  chain forward {{");
+    let _ = writeln!(
+        r,
+        "    type filter hook forward priority filter; policy accept;"
+    );
+    for net in &taps {
+        let Some(br) = net.bridge() else { continue };
+        let _ = writeln!(r, "    iifname \"{br}\" jump egress{}", net.index);
+        let _ = writeln!(
+            r,
+            "    oifname \"{br}\" ct state established,related accept"
+        );
+        // Nothing outside opens connections to guests (published ports
+        // reach them over vsock).
+        let _ = writeln!(r, "    oifname \"{br}\" drop");
+    }
+    let _ = writeln!(r, "  }}");
+    for net in &taps {
+        let _ = writeln!(r, "  chain egress{} {{", net.index);
+        let _ = writeln!(r, "    ct state established,related accept");
+        match net.egress {
+            Egress::All => {
+                let _ = writeln!(r, "    accept");
+            }
+            Egress::Allowlist => {
+                let _ = writeln!(r, "    ip daddr @{} accept", allow_set(net));
+            }
+            Egress::None => {}
+        }
+        // Refused at once, not dropped: a denied connection fails fast
+        // with a clear error instead of timing out.
+        let _ = writeln!(r, "    meta l4proto tcp reject with tcp reset");
+        let _ = writeln!(r, "    reject with icmp type admin-prohibited");
+        let _ = writeln!(r, "  }}");
+    }
+    let _ = writeln!(r, "  chain postrouting {{");
+    let _ = writeln!(
+        r,
+        "    type nat hook postrouting priority srcnat; policy accept;"
+    );
+    for net in taps.iter().filter(|n| n.egress != Egress::None) {
+        let (Some(br), Some(subnet)) = (net.bridge(), net.subnet) else {
+            continue;
+        };
+        let _ = writeln!(r, "    ip saddr {subnet} oifname != \"{br}\" masquerade");
+    }
+    let _ = writeln!(r, "  }}");
+    let _ = writeln!(r, "}}");
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(name: &str, index: u8, egress: Egress, allow: &[&str]) -> Network {
+        Network {
+            name: name.into(),
+            builtin: false,
+            backend: Some(Backend::Tap),
+            subnet: Some(format!("10.89.{index}.0/24").parse().unwrap()),
+            egress,
+            allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
+            index,
+            created_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn each_policy_gets_its_chain() {
+        let rules = ruleset(&[
+            net("open", 0, Egress::All, &[]),
+            net("shut", 1, Egress::None, &[]),
+            net(
+                "some",
+                2,
+                Egress::Allowlist,
+                &["pypi.org", "192.0.2.0/24", "198.51.100.7"],
+            ),
+            Network::user(),
+        ]);
+        let chain = |n: u8| {
+            let start = rules.find(&format!("chain egress{n} {{")).unwrap();
+            let end = start + rules[start..].find("  }").unwrap();
+            rules[start..end].to_owned()
+        };
+        let accepts_all = |c: String| c.lines().any(|l| l.trim() == "accept");
+        assert!(accepts_all(chain(0)), "{rules}");
+        assert!(!accepts_all(chain(1)) && !accepts_all(chain(2)), "{rules}");
+        assert!(chain(1).contains("reject"));
+        assert!(chain(2).contains("ip daddr @allow2 accept"));
+        assert!(
+            rules.contains("elements = { 192.0.2.0/24, 198.51.100.7/32 }"),
+            "{rules}"
+        );
+        assert!(
+            !rules.contains("pypi.org"),
+            "domains go to the resolver, not the ruleset"
+        );
+        // NAT for the networks that leave the host; none for `none`.
+        assert!(rules.contains("ip saddr 10.89.0.0/24 oifname != \"microagent0\" masquerade"));
+        assert!(!rules.contains("10.89.1.0/24 oifname"));
+        // DNS to the network's own resolver is always open.
+        assert!(rules.contains("iifname \"microagent1\" ip daddr 10.89.1.1 udp dport 53 accept"));
+        // Only our table, replaced whole.
+        assert!(rules.starts_with("table ip microagent {}\ndelete table ip microagent\n"));
+        assert_eq!(rules.matches("table ip ").count(), 3);
+    }
+
+    #[test]
+    fn no_tap_networks_leave_an_empty_table() {
+        let rules = ruleset(&[Network::user(), Network::none()]);
+        assert!(
+            !rules.contains("jump") && !rules.contains("masquerade"),
+            "{rules}"
+        );
+    }
+}

@@ -1,0 +1,740 @@
+//! Networks as objects: the built-in `user` and `none`, and networks a user
+//! creates (`network create NAME --backend user|tap --subnet CIDR --egress
+//! all|none|allowlist --allow ...`), each a JSON record under
+//! `networks/` in the state directory. A workspace names its network at
+//! create; a network is removed only while no workspace names it.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::StateDir;
+
+/// Where network records live in the state directory.
+pub const NETWORKS_DIR: &str = "networks";
+/// Allowlist entries a network may carry.
+pub const MAX_ALLOW: usize = 256;
+/// The prefix lengths a subnet may have: room for a gateway, a resolver
+/// and guests, and no more than a /16 of the host's address space.
+pub const PREFIXES: std::ops::RangeInclusive<u8> = 16..=27;
+/// The first octets of the default `tap` subnets (`10.89.N.0/24`).
+pub const TAP_SUBNET_BASE: [u8; 2] = [10, 89];
+
+/// Why a network operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    /// No network of that name.
+    #[error("network `{0}` does not exist")]
+    NotFound(String),
+    /// The name is taken (built-in names included).
+    #[error("network `{0}` already exists")]
+    Exists(String),
+    /// Workspaces still name the network.
+    #[error("network `{name}` is used by {}", workspaces.join(", "))]
+    InUse {
+        /// The network.
+        name: String,
+        /// The workspaces on it.
+        workspaces: Vec<String>,
+    },
+    /// A built-in network cannot be removed.
+    #[error("network `{0}` is built in and cannot be removed")]
+    BuiltIn(String),
+    /// A value of the request is malformed or out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// A `tap` network's bridge is missing: the host setup is not applied.
+    #[error("network `{network}` is not set up on this host (its bridge {bridge} is missing)")]
+    NotSetUp {
+        /// The network.
+        network: String,
+        /// The missing bridge.
+        bridge: String,
+    },
+    /// The workspace's TAP device could not be made or attached.
+    #[error("attaching TAP {tap} to network `{network}` failed: {why}")]
+    Tap {
+        /// The device.
+        tap: String,
+        /// The network.
+        network: String,
+        /// What `ip` said.
+        why: String,
+    },
+    /// A host command could not be run.
+    #[error("running {program}")]
+    Command {
+        /// The program.
+        program: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The record could not be read or written.
+    #[error("network record {}", path.display())]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: crate::store::StoreError,
+    },
+}
+
+impl NetworkError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> crate::ErrorCode {
+        use crate::ErrorCode as C;
+        match self {
+            Self::NotFound(_) => C::NotFound,
+            Self::Exists(_) | Self::InUse { .. } | Self::BuiltIn(_) => C::Conflict,
+            Self::Invalid(_) => C::InvalidInput,
+            Self::NotSetUp { .. } | Self::Tap { .. } => C::HostUnsupported,
+            Self::Command { .. } | Self::Record { .. } => C::Internal,
+        }
+    }
+
+    /// What the caller can do about it.
+    pub fn remedy(&self) -> Option<crate::Remedy> {
+        use crate::Remedy as R;
+        match self {
+            Self::NotFound(_) => Some(R::ListNetworks),
+            Self::InUse { workspaces, .. } => Some(R::DeleteWorkspacesFirst {
+                workspaces: workspaces.clone(),
+            }),
+            Self::NotSetUp { .. } => Some(R::SetUpNetworks),
+            _ => None,
+        }
+    }
+}
+
+/// How a network reaches the outside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// Rootless NAT through a `passt` per workspace.
+    User,
+    /// A TAP device per workspace on a bridge of the network, behind our
+    /// nftables table (host setup by preview-then-confirm).
+    Tap,
+}
+
+/// What a network's guests may reach beyond it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Egress {
+    /// Anything the host can reach.
+    All,
+    /// Nothing but the network's own resolver and gateway.
+    None,
+    /// Only the listed domains (the addresses the network's resolver
+    /// returned for them) and CIDRs.
+    Allowlist,
+}
+
+impl fmt::Display for Egress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::All => "all",
+            Self::None => "none",
+            Self::Allowlist => "allowlist",
+        })
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::User => "user",
+            Self::Tap => "tap",
+        })
+    }
+}
+
+/// An IPv4 subnet: `10.89.0.0/24`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Subnet {
+    /// The network address (host bits zero).
+    pub addr: Ipv4Addr,
+    /// The prefix length.
+    pub prefix: u8,
+}
+
+impl Subnet {
+    fn mask(prefix: u8) -> u32 {
+        u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+    }
+
+    /// The address `offset` hosts into the subnet.
+    pub fn host(&self, offset: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.addr) + offset)
+    }
+
+    /// How many addresses it spans.
+    pub fn size(&self) -> u32 {
+        1u32 << (32 - u32::from(self.prefix))
+    }
+
+    /// Whether `ip` is in it.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        u32::from(ip) & Self::mask(self.prefix) == u32::from(self.addr)
+    }
+
+    /// Whether the two share any address.
+    pub fn overlaps(&self, other: &Subnet) -> bool {
+        self.contains(other.addr) || other.contains(self.addr)
+    }
+}
+
+impl fmt::Display for Subnet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl FromStr for Subnet {
+    type Err = String;
+
+    /// Parses `A.B.C.D/N`; host bits must be zero.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (addr, prefix) = s
+            .split_once('/')
+            .ok_or_else(|| format!("subnet {s:?} needs a prefix length, e.g. 10.89.0.0/24"))?;
+        let addr: Ipv4Addr = addr
+            .parse()
+            .map_err(|_| format!("subnet {s:?}: {addr:?} is not an IPv4 address"))?;
+        let prefix: u8 = prefix
+            .parse()
+            .ok()
+            .filter(|p| *p <= 32)
+            .ok_or_else(|| format!("subnet {s:?}: the prefix length must be 0 to 32"))?;
+        if u32::from(addr) & !Self::mask(prefix) != 0 {
+            return Err(format!(
+                "subnet {s:?} has host bits set; did you mean {}/{prefix}?",
+                Ipv4Addr::from(u32::from(addr) & Self::mask(prefix))
+            ));
+        }
+        Ok(Self { addr, prefix })
+    }
+}
+
+impl Serialize for Subnet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Subnet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for Subnet {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Subnet".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "An IPv4 subnet, e.g. 10.89.0.0/24",
+        })
+    }
+}
+
+/// One allowlist entry: a domain (and its subdomains) or a CIDR.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AllowEntry {
+    /// Addresses the network's resolver returns for this domain or any
+    /// name under it.
+    Domain(String),
+    /// A literal range (a single address is `/32`).
+    Cidr(Subnet),
+}
+
+impl fmt::Display for AllowEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Domain(d) => f.write_str(d),
+            Self::Cidr(c) => write!(f, "{c}"),
+        }
+    }
+}
+
+fn valid_domain(d: &str) -> bool {
+    d.len() <= 253
+        && d.contains('.')
+        && d.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+impl FromStr for AllowEntry {
+    type Err = String;
+
+    /// `example.com`, `10.1.2.3` or `10.1.0.0/16`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(ip) = s.parse::<Ipv4Addr>() {
+            return Ok(Self::Cidr(Subnet {
+                addr: ip,
+                prefix: 32,
+            }));
+        }
+        if s.contains('/') {
+            return s.parse().map(Self::Cidr);
+        }
+        let domain = s.trim_end_matches('.').to_ascii_lowercase();
+        if valid_domain(&domain) {
+            Ok(Self::Domain(domain))
+        } else {
+            Err(format!(
+                "{s:?} is neither a domain (example.com) nor an IPv4 address or CIDR (10.0.0.0/8)"
+            ))
+        }
+    }
+}
+
+impl Serialize for AllowEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for AllowEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for AllowEntry {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AllowEntry".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A domain (it and the names under it), an IPv4 address or a CIDR",
+        })
+    }
+}
+
+/// What `network create` asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct NetworkRequest {
+    /// `user` (rootless, the default) or `tap`.
+    #[serde(default = "default_backend")]
+    pub backend: Backend,
+    /// The subnet; default 10.0.2.0/24 for `user` (each guest has its own
+    /// passt, so user subnets may repeat) and a free 10.89.N.0/24 for `tap`.
+    #[serde(default)]
+    pub subnet: Option<Subnet>,
+    /// What guests may reach (default `all`). `none` and `allowlist` need
+    /// the `tap` backend.
+    #[serde(default = "default_egress")]
+    pub egress: Egress,
+    /// Domains and CIDRs an `allowlist` network may reach.
+    #[serde(default)]
+    pub allow: Vec<AllowEntry>,
+}
+
+fn default_backend() -> Backend {
+    Backend::User
+}
+
+fn default_egress() -> Egress {
+    Egress::All
+}
+
+impl Default for NetworkRequest {
+    fn default() -> Self {
+        Self {
+            backend: default_backend(),
+            subnet: None,
+            egress: default_egress(),
+            allow: Vec::new(),
+        }
+    }
+}
+
+/// A network: its record, or a built-in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Network {
+    /// Its name.
+    pub name: String,
+    /// Built in (`user`, `none`): always there, never removed.
+    pub builtin: bool,
+    /// `None` for the `none` network (no device).
+    pub backend: Option<Backend>,
+    /// The subnet (none for `none`).
+    pub subnet: Option<Subnet>,
+    /// What guests may reach.
+    pub egress: Egress,
+    /// Its allowlist.
+    #[serde(default)]
+    pub allow: Vec<AllowEntry>,
+    /// The number that names its bridge (`tap` networks).
+    #[serde(default)]
+    pub index: u8,
+    /// When it was created, Unix ms (0 for built-ins).
+    #[serde(default)]
+    pub created_at_ms: u64,
+}
+
+/// The addresses a guest of a network uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Addressing {
+    /// The guest's own address.
+    pub guest: Ipv4Addr,
+    /// The subnet's prefix length.
+    pub prefix: u8,
+    /// The default route, and `host.microagent.internal`.
+    pub gateway: Ipv4Addr,
+    /// The resolver.
+    pub dns: Ipv4Addr,
+}
+
+/// Offsets into a `user` subnet, as in the built-in 10.0.2.0/24 (QEMU's
+/// user network's, which guests and users know).
+const USER_GATEWAY_HOST: u32 = 2;
+const USER_DNS_HOST: u32 = 3;
+const USER_GUEST_HOST: u32 = 15;
+/// On a `tap` network the bridge is `.1` (gateway and resolver); guests
+/// take `.2` upward.
+const TAP_GATEWAY_HOST: u32 = 1;
+/// The first guest address on a `tap` network.
+pub const TAP_FIRST_GUEST_HOST: u32 = 2;
+
+impl Network {
+    /// The built-in `user` network.
+    pub fn user() -> Self {
+        Self {
+            name: super::USER.into(),
+            builtin: true,
+            backend: Some(Backend::User),
+            subnet: Some(Subnet {
+                addr: Ipv4Addr::new(10, 0, 2, 0),
+                prefix: 24,
+            }),
+            egress: Egress::All,
+            allow: Vec::new(),
+            index: 0,
+            created_at_ms: 0,
+        }
+    }
+
+    /// The built-in `none` network.
+    pub fn none() -> Self {
+        Self {
+            name: super::NONE.into(),
+            builtin: true,
+            backend: None,
+            subnet: None,
+            egress: Egress::None,
+            allow: Vec::new(),
+            index: 0,
+            created_at_ms: 0,
+        }
+    }
+
+    /// The bridge of a `tap` network.
+    pub fn bridge(&self) -> Option<String> {
+        (self.backend == Some(Backend::Tap)).then(|| format!("microagent{}", self.index))
+    }
+
+    /// The gateway (and, on `tap`, the resolver) address.
+    pub fn gateway(&self) -> Option<Ipv4Addr> {
+        let subnet = self.subnet?;
+        Some(match self.backend? {
+            Backend::User => subnet.host(USER_GATEWAY_HOST),
+            Backend::Tap => subnet.host(TAP_GATEWAY_HOST),
+        })
+    }
+
+    /// The addresses of a guest; `host` picks the guest's address on a
+    /// `tap` network (every `user` guest has the same one).
+    pub fn addressing(&self, tap_host: u32) -> Option<Addressing> {
+        let subnet = self.subnet?;
+        let gateway = self.gateway()?;
+        Some(match self.backend? {
+            Backend::User => Addressing {
+                guest: subnet.host(USER_GUEST_HOST),
+                prefix: subnet.prefix,
+                gateway,
+                dns: subnet.host(USER_DNS_HOST),
+            },
+            Backend::Tap => Addressing {
+                guest: subnet.host(tap_host),
+                prefix: subnet.prefix,
+                gateway,
+                dns: gateway,
+            },
+        })
+    }
+}
+
+/// Checks a request on its own (overlaps with other networks are checked
+/// by [`Networks::create`]).
+pub fn validate_request(req: &NetworkRequest) -> Result<(), NetworkError> {
+    let bad = |m: String| Err(NetworkError::Invalid(m));
+    if let Some(s) = req.subnet {
+        if !PREFIXES.contains(&s.prefix) {
+            return bad(format!(
+                "subnet {s}: use a prefix length of {} to {}",
+                PREFIXES.start(),
+                PREFIXES.end()
+            ));
+        }
+        if !s.addr.is_private() {
+            return bad(format!(
+                "subnet {s} is not private; use one inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
+            ));
+        }
+    }
+    if req.backend == Backend::User && req.egress != Egress::All {
+        return bad(format!(
+            "egress `{}` needs a tap network (a user network's traffic leaves through passt, which cannot filter it)",
+            req.egress
+        ));
+    }
+    if req.egress != Egress::Allowlist && !req.allow.is_empty() {
+        return bad("allow entries need egress `allowlist`".into());
+    }
+    if req.egress == Egress::Allowlist && req.allow.is_empty() {
+        return bad("egress `allowlist` needs at least one allowed domain or CIDR".into());
+    }
+    if req.allow.len() > MAX_ALLOW {
+        return bad(format!(
+            "{} allow entries; at most {MAX_ALLOW}",
+            req.allow.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The networks' lock, released when dropped.
+#[derive(Debug)]
+pub struct NetworksLock {
+    _file: std::fs::File,
+}
+
+/// The networks of a state directory.
+#[derive(Clone, Debug)]
+pub struct Networks {
+    dir: PathBuf,
+}
+
+impl Networks {
+    /// The networks recorded in `state`.
+    pub fn new(state: &StateDir) -> Self {
+        Self {
+            dir: state.root().join(NETWORKS_DIR),
+        }
+    }
+
+    fn record(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    fn record_err(path: PathBuf) -> impl FnOnce(crate::store::StoreError) -> NetworkError {
+        move |source| NetworkError::Record { path, source }
+    }
+
+    /// Takes the lock that orders network creates and removals against
+    /// workspace creates naming a network (held until dropped).
+    pub fn lock(&self) -> Result<NetworksLock, NetworkError> {
+        let path = self.dir.join(".lock");
+        let err = |source| NetworkError::Record {
+            path: path.clone(),
+            source: crate::store::StoreError::Lock {
+                path: path.clone(),
+                source,
+            },
+        };
+        std::fs::create_dir_all(&self.dir).map_err(err)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(err)?;
+        loop {
+            // SAFETY: flock on a descriptor we own; no memory is involved.
+            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) } == 0 {
+                return Ok(NetworksLock { _file: file });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(err(e));
+            }
+        }
+    }
+
+    /// The network `name`.
+    pub fn get(&self, name: &str) -> Result<Network, NetworkError> {
+        match name {
+            super::USER => return Ok(Network::user()),
+            super::NONE => return Ok(Network::none()),
+            _ => {}
+        }
+        if crate::name::validate_name(name).is_err() {
+            return Err(NetworkError::NotFound(name.to_owned()));
+        }
+        let path = self.record(name);
+        if !path.exists() {
+            return Err(NetworkError::NotFound(name.to_owned()));
+        }
+        crate::store::read_json(&path).map_err(Self::record_err(path))
+    }
+
+    /// Every network, built-ins first, then by name.
+    pub fn list(&self) -> Result<Vec<Network>, NetworkError> {
+        let mut out = vec![Network::user(), Network::none()];
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(source) => {
+                return Err(NetworkError::Record {
+                    path: self.dir.clone(),
+                    source: crate::store::StoreError::Read {
+                        path: self.dir.clone(),
+                        source,
+                    },
+                })
+            }
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".json"))
+                    .map(str::to_owned)
+            })
+            .filter(|n| crate::name::validate_name(n).is_ok())
+            .collect();
+        names.sort();
+        for name in names {
+            out.push(self.get(&name)?);
+        }
+        Ok(out)
+    }
+
+    /// Records a new network. The caller holds [`Networks::lock`] (so two
+    /// creates cannot take one subnet or index).
+    pub fn create(
+        &self,
+        name: &str,
+        req: &NetworkRequest,
+        now_ms: u64,
+    ) -> Result<Network, NetworkError> {
+        crate::name::validate_name(name)
+            .map_err(|e| NetworkError::Invalid(format!("network name `{name}`: {e}")))?;
+        validate_request(req)?;
+        let existing = self.list()?;
+        if existing.iter().any(|n| n.name == name) {
+            return Err(NetworkError::Exists(name.to_owned()));
+        }
+        let taps: Vec<&Network> = existing
+            .iter()
+            .filter(|n| n.backend == Some(Backend::Tap))
+            .collect();
+        let index = match req.backend {
+            Backend::User => 0,
+            Backend::Tap => (0..=u8::MAX)
+                .find(|i| taps.iter().all(|n| n.index != *i))
+                .ok_or_else(|| {
+                    NetworkError::Invalid("256 tap networks exist; remove one".into())
+                })?,
+        };
+        let subnet = match (req.subnet, req.backend) {
+            (Some(s), _) => s,
+            (None, Backend::User) => Network::user().subnet.unwrap_or(Subnet {
+                addr: Ipv4Addr::new(10, 0, 2, 0),
+                prefix: 24,
+            }),
+            (None, Backend::Tap) => Subnet {
+                addr: Ipv4Addr::new(TAP_SUBNET_BASE[0], TAP_SUBNET_BASE[1], index, 0),
+                prefix: 24,
+            },
+        };
+        if req.backend == Backend::Tap {
+            if let Some(other) = taps
+                .iter()
+                .find(|n| n.subnet.is_some_and(|s| s.overlaps(&subnet)))
+            {
+                return Err(NetworkError::Invalid(format!(
+                    "subnet {subnet} overlaps network `{}` ({}); choose another subnet",
+                    other.name,
+                    other.subnet.map(|s| s.to_string()).unwrap_or_default()
+                )));
+            }
+        }
+        let net = Network {
+            name: name.to_owned(),
+            builtin: false,
+            backend: Some(req.backend),
+            subnet: Some(subnet),
+            egress: req.egress,
+            allow: req.allow.clone(),
+            index,
+            created_at_ms: now_ms,
+        };
+        let path = self.record(name);
+        std::fs::create_dir_all(&self.dir).map_err(|source| NetworkError::Record {
+            path: self.dir.clone(),
+            source: crate::store::StoreError::CreateDir {
+                path: self.dir.clone(),
+                source,
+            },
+        })?;
+        crate::store::write_json_atomic(&path, &net).map_err(Self::record_err(path))?;
+        Ok(net)
+    }
+
+    /// Removes a network no workspace uses (`users`: the workspaces that
+    /// name it).
+    pub fn remove(&self, name: &str, users: Vec<String>) -> Result<Network, NetworkError> {
+        let net = self.get(name)?;
+        if net.builtin {
+            return Err(NetworkError::BuiltIn(name.to_owned()));
+        }
+        if !users.is_empty() {
+            return Err(NetworkError::InUse {
+                name: name.to_owned(),
+                workspaces: users,
+            });
+        }
+        let path = self.record(name);
+        std::fs::remove_file(&path).map_err(|source| NetworkError::Record {
+            path: path.clone(),
+            source: crate::store::StoreError::Write { path, source },
+        })?;
+        Ok(net)
+    }
+}
+
+#[cfg(test)]
+#[path = "objects_tests.rs"]
+mod tests;

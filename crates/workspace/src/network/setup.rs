@@ -1,0 +1,376 @@
+//! Host setup of the `tap` networks, as a [`Plan`]: per network a bridge
+//! holding its gateway address and a `dnsmasq` on it (the guests'
+//! resolver, which on `allowlist` networks answers only the allowed
+//! domains and puts the addresses it returns into the network's nftables
+//! set), IPv4 forwarding, and our nftables table ([`super::nft`]). The
+//! teardown plan removes all of it. What was applied is recorded
+//! ([`APPLIED_FILE`]) so `doctor` and the next preview can tell whether the
+//! host matches the networks.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{nft, Backend, Egress, Network, HOST_ALIAS};
+use crate::plan::{Plan, Step};
+
+/// The record of the last applied setup, in the networks directory.
+pub const APPLIED_FILE: &str = ".host-setup.json";
+/// The sysctl that lets the host route guest traffic.
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// What the host has now, as far as the plans care.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostState {
+    /// Interfaces whose names start with `microagent` or `ma` + digit.
+    pub links: Vec<String>,
+    /// IPv4 forwarding is on.
+    pub ip_forward: bool,
+    /// Our table exists (false also when it cannot be listed).
+    pub table: bool,
+    /// Per network name: the pid of its running dnsmasq.
+    pub dnsmasq: Vec<(String, u32)>,
+    /// The digest recorded by the last apply.
+    pub applied: Option<String>,
+}
+
+/// The record [`APPLIED_FILE`] holds.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Applied {
+    /// The digest of the desired state that was applied.
+    pub digest: String,
+    /// When, Unix ms.
+    pub at_ms: u64,
+}
+
+/// Where a network's dnsmasq keeps its pid file and log.
+pub fn dnsmasq_files(networks_dir: &Path, net: &Network) -> (PathBuf, PathBuf) {
+    (
+        networks_dir.join(format!("{}.dnsmasq.pid", net.name)),
+        networks_dir.join(format!("{}.dnsmasq.log", net.name)),
+    )
+}
+
+/// The host's IPv4 resolvers (from /etc/resolv.conf), which `allowlist`
+/// networks forward their allowed domains to.
+pub fn host_resolvers() -> Vec<Ipv4Addr> {
+    std::fs::read_to_string("/etc/resolv.conf")
+        .map(|s| parse_resolvers(&s))
+        .unwrap_or_default()
+}
+
+fn parse_resolvers(conf: &str) -> Vec<Ipv4Addr> {
+    conf.lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse().ok())
+        .collect()
+}
+
+/// The dnsmasq command line of a `tap` network.
+pub fn dnsmasq_args(
+    networks_dir: &Path,
+    net: &Network,
+    resolvers: &[Ipv4Addr],
+) -> Option<Vec<String>> {
+    let (bridge, gateway) = (net.bridge()?, net.gateway()?);
+    let (pid, log) = dnsmasq_files(networks_dir, net);
+    let mut args = vec![
+        "--conf-file=/dev/null".to_owned(),
+        format!("--pid-file={}", pid.display()),
+        format!("--log-facility={}", log.display()),
+        format!("--interface={bridge}"),
+        "--bind-interfaces".to_owned(),
+        "--except-interface=lo".to_owned(),
+        format!("--listen-address={gateway}"),
+        "--no-hosts".to_owned(),
+        format!("--address=/{HOST_ALIAS}/{gateway}"),
+    ];
+    let domains: Vec<&str> = net
+        .allow
+        .iter()
+        .filter_map(|a| match a {
+            super::AllowEntry::Domain(d) => Some(d.as_str()),
+            super::AllowEntry::Cidr(_) => None,
+        })
+        .collect();
+    match net.egress {
+        // Every name, through the host's resolv.conf.
+        Egress::All => {}
+        // Only the host's alias: a query for anything else is refused (no
+        // data leaves through DNS either).
+        Egress::None => args.push("--no-resolv".into()),
+        Egress::Allowlist => {
+            args.push("--no-resolv".into());
+            for d in &domains {
+                for r in resolvers {
+                    args.push(format!("--server=/{d}/{r}"));
+                }
+            }
+            if !domains.is_empty() {
+                args.push(format!(
+                    "--nftset=/{}/4#ip#{}#{}",
+                    domains.join("/"),
+                    nft::TABLE,
+                    nft::allow_set(net)
+                ));
+            }
+        }
+    }
+    Some(args)
+}
+
+/// What the host should have for `networks`, and its digest.
+#[derive(Clone, Debug)]
+pub struct Desired {
+    /// The `tap` networks.
+    pub taps: Vec<Network>,
+    /// Our nftables ruleset.
+    pub ruleset: String,
+    /// Per network: its dnsmasq's arguments.
+    pub dnsmasq: Vec<(Network, Vec<String>)>,
+}
+
+impl Desired {
+    /// The desired state of `networks`.
+    pub fn of(networks: &[Network], networks_dir: &Path, resolvers: &[Ipv4Addr]) -> Self {
+        let taps: Vec<Network> = networks
+            .iter()
+            .filter(|n| n.backend == Some(Backend::Tap))
+            .cloned()
+            .collect();
+        let dnsmasq = taps
+            .iter()
+            .filter_map(|n| Some((n.clone(), dnsmasq_args(networks_dir, n, resolvers)?)))
+            .collect();
+        Self {
+            ruleset: nft::ruleset(&taps),
+            taps,
+            dnsmasq,
+        }
+    }
+
+    /// The digest the applied record keeps.
+    pub fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(&self.ruleset);
+        for (net, args) in &self.dnsmasq {
+            h.update(&net.name);
+            h.update(args.join("\0"));
+            h.update(net.subnet.map(|s| s.to_string()).unwrap_or_default());
+        }
+        format!("{:x}", h.finalize())
+    }
+
+    /// Whether the host has all of it.
+    pub fn is_applied(&self, host: &HostState) -> bool {
+        host.applied.as_deref() == Some(self.digest().as_str())
+            && (self.taps.is_empty() || (host.table && host.ip_forward))
+            && self
+                .taps
+                .iter()
+                .all(|n| n.bridge().is_some_and(|b| host.links.contains(&b)))
+            && self
+                .dnsmasq
+                .iter()
+                .all(|(n, _)| host.dnsmasq.iter().any(|(name, _)| *name == n.name))
+    }
+}
+
+fn is_ours(link: &str) -> bool {
+    link.strip_prefix("microagent")
+        .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        || link
+            .strip_prefix("ma")
+            .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()) && r.contains('t'))
+}
+
+fn stop_dnsmasq(pid: u32, network: &str) -> Step {
+    Step::new(
+        format!("stop network `{network}`'s dnsmasq (pid {pid})"),
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "kill {pid} 2>/dev/null; while kill -0 {pid} 2>/dev/null; do sleep 0.05; done"
+            ),
+        ],
+    )
+}
+
+/// The plan that makes the host match `want` (empty when it does).
+pub fn setup_plan(want: &Desired, host: &HostState) -> Plan {
+    let mut plan = Plan {
+        action: "network setup".into(),
+        steps: Vec::new(),
+        notes: Vec::new(),
+    };
+    if want.is_applied(host) {
+        plan.notes
+            .push("the host already matches the networks".into());
+        return plan;
+    }
+    let s = &mut plan.steps;
+    let wanted: Vec<String> = want.taps.iter().filter_map(Network::bridge).collect();
+    // Old dnsmasqs go first: a new one binds the same address.
+    for (name, pid) in &host.dnsmasq {
+        s.push(stop_dnsmasq(*pid, name));
+    }
+    for link in host
+        .links
+        .iter()
+        .filter(|l| l.starts_with("microagent") && is_ours(l) && !wanted.contains(l))
+    {
+        s.push(Step::new(
+            format!("remove bridge {link} (no network has it now)"),
+            "ip",
+            &["link", "del", "dev", link],
+        ));
+    }
+    for net in &want.taps {
+        let (Some(br), Some(gw), Some(subnet)) = (net.bridge(), net.gateway(), net.subnet) else {
+            continue;
+        };
+        if !host.links.contains(&br) {
+            s.push(Step::new(
+                format!("add bridge {br} for network `{}`", net.name),
+                "ip",
+                &["link", "add", "name", &br, "type", "bridge"],
+            ));
+        }
+        s.push(Step::new(
+            format!("give {br} the gateway address of `{}`", net.name),
+            "ip",
+            &[
+                "addr",
+                "replace",
+                &format!("{gw}/{}", subnet.prefix),
+                "dev",
+                &br,
+            ],
+        ));
+        s.push(Step::new(
+            format!("bring {br} up"),
+            "ip",
+            &["link", "set", "dev", &br, "up"],
+        ));
+    }
+    if !want.taps.is_empty() && !host.ip_forward {
+        s.push(Step::new(
+            "let the host route guest traffic (IPv4 forwarding)",
+            "sysctl",
+            &["-w", "net.ipv4.ip_forward=1"],
+        ));
+    }
+    s.push(
+        Step::new(
+            format!(
+                "replace nftables table ip {} (NAT and egress rules)",
+                nft::TABLE
+            ),
+            "nft",
+            &["-f", "-"],
+        )
+        .with_stdin(want.ruleset.clone()),
+    );
+    for (net, args) in &want.dnsmasq {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        s.push(Step::new(
+            format!("start network `{}`'s resolver", net.name),
+            "dnsmasq",
+            &args,
+        ));
+    }
+    plan.notes.push(
+        "the rules live in our own table; another table's DROP policy (Docker's, a firewall's) still applies to guest traffic"
+            .into(),
+    );
+    plan
+}
+
+/// The plan that removes everything setup made.
+pub fn teardown_plan(host: &HostState) -> Plan {
+    let mut plan = Plan {
+        action: "network teardown".into(),
+        steps: Vec::new(),
+        notes: vec!["IPv4 forwarding is left as it is (other software may rely on it)".into()],
+    };
+    for (name, pid) in &host.dnsmasq {
+        plan.steps.push(stop_dnsmasq(*pid, name));
+    }
+    if host.table {
+        plan.steps.push(Step::new(
+            format!("delete nftables table ip {}", nft::TABLE),
+            "nft",
+            &["delete", "table", "ip", nft::TABLE],
+        ));
+    }
+    for link in host.links.iter().filter(|l| is_ours(l)) {
+        plan.steps.push(Step::new(
+            format!("remove {link}"),
+            "ip",
+            &["link", "del", "dev", link],
+        ));
+    }
+    plan
+}
+
+/// Reads what the host has: links, forwarding, our table, the running
+/// dnsmasqs (by their pid files) and the applied record.
+pub fn probe(networks_dir: &Path) -> HostState {
+    let links = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .map(|o| parse_links(&String::from_utf8_lossy(&o.stdout)))
+        .unwrap_or_default();
+    let table = Command::new("nft")
+        .args(["list", "table", "ip", nft::TABLE])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let ip_forward = std::fs::read_to_string(IP_FORWARD).is_ok_and(|v| v.trim() == "1");
+    // Every pid file, so the resolver of a removed network is found too.
+    let mut dnsmasq: Vec<(String, u32)> = std::fs::read_dir(networks_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let file = e.file_name().to_str()?.to_owned();
+            let name = file.strip_suffix(".dnsmasq.pid")?.to_owned();
+            let pid_file = e.path();
+            let pid: u32 = std::fs::read_to_string(&pid_file)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let ours = String::from_utf8_lossy(&cmdline).contains(&*pid_file.to_string_lossy());
+            ours.then_some((name, pid))
+        })
+        .collect();
+    dnsmasq.sort();
+    let applied = crate::store::read_json::<Applied>(&networks_dir.join(APPLIED_FILE))
+        .ok()
+        .map(|a| a.digest);
+    HostState {
+        links,
+        ip_forward,
+        table,
+        dnsmasq,
+        applied,
+    }
+}
+
+/// Names of our interfaces in `ip -o link show` output.
+fn parse_links(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap_or("").to_owned())
+        .filter(|n| is_ours(n))
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "setup_tests.rs"]
+mod tests;
