@@ -90,7 +90,8 @@ impl MicroagentServer {
                 + Self::files_router()
                 + Self::info_router()
                 + Self::snapshots_router()
-                + Self::ports_router(),
+                + Self::ports_router()
+                + Self::networks_router(),
             inflight: Arc::default(),
         }
     }

@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 29] = [
+const TOOLS: [&str; 34] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -17,7 +17,12 @@ const TOOLS: [&str; 29] = [
     "file_read",
     "file_write",
     "host_doctor",
+    "host_networking_setup",
     "image_list",
+    "network_create",
+    "network_delete",
+    "network_inspect",
+    "network_list",
     "port_list",
     "port_publish",
     "port_unpublish",
@@ -40,13 +45,15 @@ const TOOLS: [&str; 29] = [
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 13] = [
+const READ_ONLY: [&str; 15] = [
     "contract",
     "estimate_cost",
     "file_list",
     "file_read",
     "host_doctor",
     "image_list",
+    "network_inspect",
+    "network_list",
     "port_list",
     "snapshot_get",
     "snapshot_list",
@@ -56,10 +63,11 @@ const READ_ONLY: [&str; 13] = [
     "workspace_logs",
 ];
 
-const WITH_PREVIEW: [&str; 8] = [
+const WITH_PREVIEW: [&str; 9] = [
     "copy_in",
     "copy_out",
     "file_write",
+    "network_delete",
     "snapshot_delete",
     "snapshot_restore",
     "workspace_delete",
@@ -600,5 +608,106 @@ async fn information_tools_answer() {
         .unwrap()
         .iter()
         .any(|c| c["name"] == "state_dir" && c["status"] == "ok"));
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn networks_are_objects_workspaces_name_and_host_changes_wait_for_a_token() {
+    let h = Harness::new("nets").await;
+    h.fake_image("fake");
+    let listed = h.ok("network_list", json!({})).await;
+    let names: Vec<&str> = listed["networks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(names, ["user", "none"]);
+    let before = h.snapshot();
+    for (args, code) in [
+        (json!({"name": "corp", "egress": "none"}), "INVALID_INPUT"),
+        (
+            json!({"name": "corp", "subnet": "10.0.0.1/24"}),
+            "INVALID_INPUT",
+        ),
+        (
+            json!({"name": "corp", "backend": "tap", "egress": "allowlist"}),
+            "INVALID_INPUT",
+        ),
+        (json!({"name": "Corp"}), "INVALID_INPUT"),
+        (json!({"name": "user"}), "CONFLICT"),
+    ] {
+        h.fails("network_create", args, code).await;
+    }
+    assert!(h.snapshot() == before, "refused creates changed nothing");
+    let corp = h
+        .ok(
+            "network_create",
+            json!({"name": "corp", "backend": "tap", "egress": "allowlist", "allow": ["pypi.org", "10.1.0.0/16"]}),
+        )
+        .await;
+    assert_eq!(corp["subnet"], "10.89.0.0/24");
+    assert_eq!(corp["gateway"], "10.89.0.1");
+    assert_eq!(corp["bridge"], "microagent0");
+    h.fails(
+        "workspace_create",
+        json!({"name": "dev", "image": "fake", "network": "missing"}),
+        "NOT_FOUND",
+    )
+    .await;
+    let dev = h
+        .ok(
+            "workspace_create",
+            json!({"name": "dev", "image": "fake", "network": "corp"}),
+        )
+        .await;
+    assert_eq!(dev["spec"]["address"], "10.89.0.2");
+    let other = h
+        .ok(
+            "workspace_create",
+            json!({"name": "dev2", "image": "fake", "network": "corp"}),
+        )
+        .await;
+    assert_eq!(other["spec"]["address"], "10.89.0.3");
+    let inspected = h.ok("network_inspect", json!({"name": "corp"})).await;
+    assert_eq!(inspected["workspaces"], json!(["dev", "dev2"]));
+    h.fails("network_delete", json!({"name": "corp"}), "CONFLICT")
+        .await;
+    h.fails("network_delete", json!({"name": "user"}), "CONFLICT")
+        .await;
+    h.fails("network_inspect", json!({"name": "gone"}), "NOT_FOUND")
+        .await;
+
+    // A preview changes nothing on the host (the first makes the state
+    // directory's token key) and its token is bound to its plan.
+    h.ok("host_networking_setup", json!({})).await;
+    let before = h.snapshot();
+    let preview = h.ok("host_networking_setup", json!({})).await;
+    assert_eq!(preview["applied"], false);
+    let steps = preview["plan"]["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["program"] == "nft"), "{preview:#}");
+    assert!(preview["token"].as_str().is_some_and(|t| t.len() > 20));
+    h.fails(
+        "host_networking_setup",
+        json!({"confirm_token": "1-2-3"}),
+        "INVALID_INPUT",
+    )
+    .await;
+    assert!(
+        h.snapshot() == before,
+        "a preview and a wrong token changed nothing"
+    );
+
+    for ws in ["dev", "dev2"] {
+        h.ok("workspace_delete", json!({"name": ws})).await;
+    }
+    let would = h
+        .ok("network_delete", json!({"name": "corp", "preview": true}))
+        .await;
+    assert_eq!(would["action"], "would delete");
+    h.ok("network_inspect", json!({"name": "corp"})).await;
+    h.ok("network_delete", json!({"name": "corp"})).await;
+    h.fails("network_inspect", json!({"name": "corp"}), "NOT_FOUND")
+        .await;
     h.finish().await;
 }

@@ -59,6 +59,9 @@ impl Workspaces {
     /// Creates a network.
     pub fn create_network(&self, name: &str, req: &NetworkRequest) -> Result<NetworkInfo> {
         let nets = self.networks();
+        // Refused requests leave the state directory as it was (no lock
+        // file either).
+        crate::network::objects::check_new(name, req)?;
         let _lock = nets.lock()?;
         let net = nets.create(name, req, now_ms())?;
         self.info(net)

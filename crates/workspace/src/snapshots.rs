@@ -396,11 +396,12 @@ impl Workspaces {
                 (None, None) => return Err(Error::WorkspaceNotFound(source.to_owned())),
             };
             copy_snapshot_disk(&dir, &ws)?;
-            // Host ports belong to one workspace: a fork publishes none.
-            let spec = WorkspaceSpec {
+            // Host ports belong to one workspace: a fork publishes none; on
+            // a tap network it takes an address of its own.
+            let (_network, spec) = self.place_on_network(WorkspaceSpec {
                 ports: Vec::new(),
                 ..spec
-            };
+            })?;
             let meta = Meta {
                 name: new_name.to_owned(),
                 spec,

@@ -49,6 +49,8 @@ struct Shared {
     /// The machine was restored from a snapshot: the guest gets a fresh
     /// identity once its agent answers.
     restored: bool,
+    /// The guest's addresses on its network (a restored guest takes them).
+    guest_net: Option<crate::network::Addressing>,
     /// Where to keep the image's warm snapshot once the agent answers.
     keep_warm: Option<std::path::PathBuf>,
     state: StateDir,
@@ -214,6 +216,7 @@ impl VmmProcess {
             .as_deref()
             .is_some_and(|t| ws.holds_launch_ticket(t));
         let mut passt = None;
+        let mut guest_net = None;
         let (mut building, mut built_at) = (0, 0);
         let mut build = |spec: &crate::spec::WorkspaceSpec| {
             ws.remove_sockets();
@@ -222,6 +225,7 @@ impl VmmProcess {
                 let (net, addressing) = match net {
                     Some(a) => {
                         passt = a.passt;
+                        guest_net = Some(a.addressing);
                         (Some(a.backend), Some(a.addressing))
                     }
                     None => (None, None),
@@ -284,6 +288,7 @@ impl VmmProcess {
         let shared = Arc::new(Shared {
             ws: ws.clone(),
             restored: launch.restore.is_some(),
+            guest_net,
             keep_warm: launch.keep_warm.clone(),
             state: state.clone(),
             started: Instant::now(),
@@ -485,7 +490,7 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         std::thread::sleep(Duration::from_millis(300));
     }
     if shared.restored {
-        give_identity(&shared.ws);
+        give_identity(&shared.ws, shared.guest_net.as_ref());
     }
     if let Some(dir) = &shared.keep_warm {
         keep_warm(shared, dir);
@@ -551,7 +556,7 @@ fn us_after(from: Option<u64>, to: Option<u64>) -> Option<u64> {
 
 /// A restored guest takes this workspace's name as its hostname, fresh
 /// host randomness and the host's clock, so forks of one snapshot differ.
-fn give_identity(ws: &WorkspaceDir) {
+fn give_identity(ws: &WorkspaceDir, net: Option<&crate::network::Addressing>) {
     let mut entropy = [0u8; 64];
     // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
     let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
@@ -562,9 +567,15 @@ fn give_identity(ws: &WorkspaceDir) {
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let given = ws
-        .agent_blocking(AGENT_CALL_TIMEOUT)
-        .and_then(|agent| agent.restored(ws.name(), &entropy, now_ns));
+    let given = ws.agent_blocking(AGENT_CALL_TIMEOUT).and_then(|agent| {
+        let network = net.map(|a| {
+            (
+                crate::network::net_setting(a),
+                crate::network::mac_for(ws.name()),
+            )
+        });
+        agent.restored(ws.name(), &entropy, now_ns, network)
+    });
     match given {
         Ok(()) => tracing::info!("restored guest took its identity"),
         Err(e) => tracing::error!(error = %e, "the restored guest did not take its identity"),

@@ -122,6 +122,20 @@ impl Workspaces {
         let image = self.images().get(&spec.image)?;
         let variant = self.images().kernel_variant();
         let net = crate::network::Networks::new(self.state_dir()).get(&spec.network)?;
+        // Each guest on a tap network has an address of its own, which a
+        // restored guest takes from the VMM: one warm snapshot serves all
+        // tap networks.
+        let (network, addressing) = if net.backend == Some(crate::network::Backend::Tap) {
+            ("tap".to_owned(), "re-addressed at restore".to_owned())
+        } else {
+            (
+                spec.network.clone(),
+                crate::network::guest_cmdline(
+                    crate::network::attach::addressing(&net, spec).as_ref(),
+                )
+                .unwrap_or_default(),
+            )
+        };
         let key = format!(
             "{}-{}c-{}m-{}d-{}-{}",
             image.name,
@@ -129,20 +143,14 @@ impl Workspaces {
             spec.mem_mib,
             spec.disk_mib,
             variant.name(),
-            spec.network
+            network
         );
         let inputs = [
             format!("format {}", vmm_core::snapshot::format::FORMAT_VERSION),
             file_identity(&image.kernel),
             file_identity(&image.rootfs),
             format!("cmdline {GUEST_CMDLINE}"),
-            format!(
-                "network {}",
-                crate::network::guest_cmdline(
-                    crate::network::attach::addressing(&net, spec).as_ref()
-                )
-                .unwrap_or_default()
-            ),
+            format!("network {addressing}"),
             key.clone(),
         ];
         let fingerprint = format!("{:x}", Sha256::digest(inputs.join("\n")));
@@ -200,12 +208,6 @@ impl Workspaces {
             keep_warm: None,
         };
         if cold || !meta.pristine {
-            return Ok(boot);
-        }
-        // A guest on a tap network has an address of its own, which the
-        // guest in a shared snapshot would not have.
-        let net = crate::network::Networks::new(self.state_dir()).get(&meta.spec.network)?;
-        if net.backend == Some(crate::network::Backend::Tap) {
             return Ok(boot);
         }
         let (key, fingerprint) = self.warm_identity(&meta.spec)?;

@@ -86,6 +86,8 @@ enum RequestError {
     Identity(#[source] identity::IdentityError),
     #[error("tcp_connect")]
     Tunnel(#[source] tunnel::TunnelError),
+    #[error("taking the restored network")]
+    Network(#[source] net::NetError),
 }
 
 impl RequestError {
@@ -103,6 +105,7 @@ impl RequestError {
             Self::Info(e) => e.code(),
             Self::Identity(e) => e.code(),
             Self::Tunnel(e) => e.code(),
+            Self::Network(e) => e.code(),
         }
     }
 
@@ -300,11 +303,16 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
             hostname,
             entropy,
             unix_time_ns,
+            network,
+            mac,
         } => {
             if std::process::id() != 1 {
                 return Err(RequestError::NotInit);
             }
             identity::take(&hostname, &entropy, unix_time_ns).map_err(RequestError::Identity)?;
+            if let Some(setting) = network {
+                net::readdress(&setting, mac.as_deref()).map_err(RequestError::Network)?;
+            }
             Response::ok()
         }
     };

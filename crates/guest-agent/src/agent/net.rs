@@ -42,9 +42,78 @@ pub enum NetError {
         #[source]
         source: io::Error,
     },
+    /// A MAC address does not parse.
+    #[error("{0:?} is not a unicast MAC address (02:4d:00:11:22:33)")]
+    Mac(String),
     /// /etc/resolv.conf or /etc/hosts could not be written.
     #[error("writing {0}")]
     File(&'static str, #[source] io::Error),
+}
+
+impl NetError {
+    /// The protocol code.
+    pub fn code(&self) -> guest_agent::protocol::ErrorCode {
+        use guest_agent::protocol::ErrorCode;
+        match self {
+            Self::Setting(_) | Self::Mac(_) => ErrorCode::InvalidInput,
+            Self::Ioctl { .. } | Self::File(..) => ErrorCode::Internal,
+        }
+    }
+}
+
+/// Parses `02:4d:00:11:22:33`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], NetError> {
+    let bad = || NetError::Mac(s.chars().take(40).collect());
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut mac = [0u8; 6];
+    for (byte, part) in mac.iter_mut().zip(parts) {
+        if part.len() != 2 {
+            return Err(bad());
+        }
+        *byte = u8::from_str_radix(part, 16).map_err(|_| bad())?;
+    }
+    // Unicast only: a multicast source address is not an interface's.
+    if mac[0] & 1 != 0 {
+        return Err(bad());
+    }
+    Ok(mac)
+}
+
+/// A restored guest's new network (`setting` as `microagent_net=` has
+/// it) and MAC: `eth0` goes down (which drops its routes and neighbours of
+/// the old network), takes the MAC and address, and comes back up with
+/// the new route and resolver. Nothing changes unless both parse.
+pub fn readdress(setting: &str, mac: Option<&str>) -> Result<(), NetError> {
+    let setup = NetSetup::parse(setting)?;
+    let mac = mac.map(parse_mac).transpose()?;
+    let sock = inet_socket().map_err(|source| NetError::Ioctl {
+        what: "opening a socket for",
+        interface: INTERFACE,
+        source,
+    })?;
+    set_flags(&sock, INTERFACE, false)?;
+    if let Some(mac) = mac {
+        let mut req = ifreq(INTERFACE);
+        // SAFETY: sockaddr is plain data; all-zero is a valid value.
+        let mut hw: libc::sockaddr = unsafe { std::mem::zeroed() };
+        hw.sa_family = libc::ARPHRD_ETHER;
+        for (dst, src) in hw.sa_data.iter_mut().zip(mac) {
+            *dst = src as libc::c_char;
+        }
+        req.ifr_ifru.ifru_hwaddr = hw;
+        ioctl(
+            &sock,
+            libc::SIOCSIFHWADDR,
+            (&mut req as *mut libc::ifreq).cast(),
+            "setting the MAC address of",
+            INTERFACE,
+        )?;
+    }
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    configure(Some(&setup), from_cmdline(&cmdline).1)
 }
 
 impl NetSetup {
@@ -227,6 +296,10 @@ fn ioctl(
 }
 
 fn set_up(sock: &OwnedFd, name: &'static str) -> Result<(), NetError> {
+    set_flags(sock, name, true)
+}
+
+fn set_flags(sock: &OwnedFd, name: &'static str, up: bool) -> Result<(), NetError> {
     let mut req = ifreq(name);
     ioctl(
         sock,
@@ -237,12 +310,13 @@ fn set_up(sock: &OwnedFd, name: &'static str) -> Result<(), NetError> {
     )?;
     // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
-    req.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    let bits = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    req.ifr_ifru.ifru_flags = if up { flags | bits } else { flags & !bits };
     ioctl(
         sock,
         libc::SIOCSIFFLAGS,
         (&mut req as *mut libc::ifreq).cast(),
-        "bringing up",
+        if up { "bringing up" } else { "taking down" },
         name,
     )
 }
@@ -320,6 +394,24 @@ fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), NetError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn macs_parse_and_only_unicast_ones() {
+        assert_eq!(
+            parse_mac("02:4d:0a:ff:00:01").unwrap(),
+            [2, 0x4d, 0x0a, 0xff, 0, 1]
+        );
+        for bad in [
+            "",
+            "02:4d:0a:ff:00",
+            "02:4d:0a:ff:00:01:02",
+            "03:00:00:00:00:00",
+            "2:4d:0a:ff:00:01",
+            "zz:4d:0a:ff:00:01",
+        ] {
+            assert!(parse_mac(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn parses_the_setting_and_refuses_anything_else() {

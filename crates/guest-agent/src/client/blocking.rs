@@ -81,12 +81,19 @@ impl BlockingClient {
         hostname: &str,
         entropy: &[u8],
         unix_time_ns: u64,
+        network: Option<(String, [u8; 6])>,
     ) -> Result<(), ClientError> {
         let entropy = entropy.iter().map(|b| format!("{b:02x}")).collect();
+        let (network, mac) = match network {
+            Some((setting, mac)) => (Some(setting), Some(format_mac(mac))),
+            None => (None, None),
+        };
         let req = Request::Restored {
             hostname: hostname.to_owned(),
             entropy,
             unix_time_ns,
+            network,
+            mac,
         };
         expect_ok(self.call(&req)?).map(drop)
     }
@@ -125,4 +132,12 @@ impl BlockingClient {
             .ok_or(ClientError::Closed)?;
         decode(&frame)
     }
+}
+
+/// `02:4d:00:11:22:33`.
+pub fn format_mac(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }

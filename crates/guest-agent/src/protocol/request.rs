@@ -252,6 +252,14 @@ pub enum Request {
         entropy: String,
         /// The host's wall clock, Unix nanoseconds.
         unix_time_ns: u64,
+        /// The guest's network now, as `microagent_net=` has it
+        /// (`ADDR/PREFIX,GATEWAY,DNS`): a copy may be on another network,
+        /// or beside its original on the same one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        network: Option<String>,
+        /// The network interface's MAC address now (`02:4d:..`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mac: Option<String>,
     },
 }
 

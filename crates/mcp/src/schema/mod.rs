@@ -16,6 +16,7 @@ pub mod exec;
 pub mod files;
 pub mod info;
 pub mod lifecycle;
+pub mod networks;
 pub mod ports;
 pub mod snapshots;
 

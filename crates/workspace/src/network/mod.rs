@@ -57,13 +57,19 @@ pub fn validate_network(name: &str) -> Result<()> {
     }
 }
 
+/// The guest's addresses as `microagent_net=` and a restored guest's
+/// agent take them: `ADDR/PREFIX,GATEWAY,DNS`.
+pub fn net_setting(a: &Addressing) -> String {
+    format!("{}/{},{},{}", a.guest, a.prefix, a.gateway, a.dns)
+}
+
 /// The guest's addresses on a network: what init reads from
-/// `microagent_net=` (`ADDR/PREFIX,GATEWAY,DNS`); `None` for no network.
+/// `microagent_net=`; `None` for no network.
 pub fn guest_cmdline(addr: Option<&Addressing>) -> Option<String> {
     addr.map(|a| {
         format!(
-            "microagent_net={}/{},{},{} microagent_host_alias={HOST_ALIAS}",
-            a.guest, a.prefix, a.gateway, a.dns
+            "microagent_net={} microagent_host_alias={HOST_ALIAS}",
+            net_setting(a)
         )
     })
 }

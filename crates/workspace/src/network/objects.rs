@@ -539,6 +539,16 @@ pub struct NetworksLock {
     _file: std::fs::File,
 }
 
+/// Checks a new network's name and request on their own.
+pub fn check_new(name: &str, req: &NetworkRequest) -> Result<(), NetworkError> {
+    crate::name::validate_name(name)
+        .map_err(|e| NetworkError::Invalid(format!("network name `{name}`: {e}")))?;
+    if [super::USER, super::NONE].contains(&name) {
+        return Err(NetworkError::Exists(name.to_owned()));
+    }
+    validate_request(req)
+}
+
 /// The networks of a state directory.
 #[derive(Clone, Debug)]
 pub struct Networks {
@@ -649,9 +659,7 @@ impl Networks {
         req: &NetworkRequest,
         now_ms: u64,
     ) -> Result<Network, NetworkError> {
-        crate::name::validate_name(name)
-            .map_err(|e| NetworkError::Invalid(format!("network name `{name}`: {e}")))?;
-        validate_request(req)?;
+        check_new(name, req)?;
         let existing = self.list()?;
         if existing.iter().any(|n| n.name == name) {
             return Err(NetworkError::Exists(name.to_owned()));

@@ -1,0 +1,180 @@
+//! Inputs and outputs of the network tools: network_create, network_list,
+//! network_inspect, network_delete, host_networking_setup.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use workspace::network::{AllowEntry, Backend, Egress, Subnet};
+use workspace::{HostChange, NetworkInfo};
+
+use crate::output::Render;
+
+/// `network_create`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateNetworkParams {
+    /// Network name (lowercase letters, digits, `-`).
+    pub name: String,
+    /// "user" (rootless NAT, no host setup; the default) or "tap" (a
+    /// bridge with nftables egress rules; needs host_networking_setup).
+    pub backend: Option<Backend>,
+    /// Subnet, e.g. "10.89.5.0/24"; default 10.0.2.0/24 for user, a free
+    /// 10.89.N.0/24 for tap.
+    pub subnet: Option<Subnet>,
+    /// "all" (default), "none" or "allowlist"; the last two need "tap".
+    pub egress: Option<Egress>,
+    /// With egress "allowlist": domains (each also allows the names under
+    /// it), IPv4 addresses or CIDRs guests may reach.
+    #[serde(default)]
+    pub allow: Vec<AllowEntry>,
+}
+
+/// `network_inspect`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkNameParams {
+    /// Network name.
+    pub name: String,
+}
+
+/// `network_delete`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteNetworkParams {
+    /// Network name; refused (CONFLICT) while a workspace is on it.
+    pub name: String,
+    /// Only check and report what would be removed.
+    #[serde(default)]
+    pub preview: bool,
+}
+
+/// `network_list`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListNetworksParams {}
+
+/// `host_networking_setup`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HostSetupParams {
+    /// The token of an earlier preview: apply exactly that plan. Without
+    /// it nothing changes and the plan and a token come back.
+    pub confirm_token: Option<String>,
+    /// Remove everything the setup made instead (also previewed first).
+    #[serde(default)]
+    pub teardown: bool,
+}
+
+/// One network (network_create, network_inspect).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct NetworkResult {
+    /// The network and the workspaces on it.
+    #[serde(flatten)]
+    pub network: NetworkInfo,
+}
+
+/// `network_list`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct NetworkListResult {
+    /// Every network, built-ins first.
+    pub networks: Vec<NetworkInfo>,
+}
+
+/// `network_delete`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct NetworkDeleteResult {
+    /// It was only a preview.
+    pub preview: bool,
+    /// `would delete` or `did delete`.
+    pub action: String,
+    /// The network.
+    pub network: NetworkInfo,
+}
+
+/// `host_networking_setup`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HostSetupResult {
+    /// The plan, its token (previews) and whether it was applied.
+    #[serde(flatten)]
+    pub change: HostChange,
+}
+
+fn line(n: &NetworkInfo) -> String {
+    let net = &n.network;
+    format!(
+        "{}: backend {}, subnet {}, egress {}{}, workspaces: {}",
+        net.name,
+        net.backend.map_or("none".into(), |b| b.to_string()),
+        net.subnet.map_or("-".into(), |s| s.to_string()),
+        net.egress,
+        if net.allow.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                net.allow
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+        if n.workspaces.is_empty() {
+            "none".into()
+        } else {
+            n.workspaces.join(", ")
+        }
+    )
+}
+
+impl Render for NetworkResult {
+    fn render(&self) -> String {
+        line(&self.network)
+    }
+}
+
+impl Render for NetworkListResult {
+    fn render(&self) -> String {
+        self.networks
+            .iter()
+            .map(line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Render for NetworkDeleteResult {
+    fn render(&self) -> String {
+        format!("{} network {}", self.action, self.network.network.name)
+    }
+}
+
+impl Render for HostSetupResult {
+    fn render(&self) -> String {
+        let plan = &self.change.preview.plan;
+        let mut out = if plan.steps.is_empty() {
+            format!("{}: nothing to do", plan.action)
+        } else {
+            let verb = if self.change.applied {
+                "applied"
+            } else {
+                "would run (nothing changed yet)"
+            };
+            let steps: Vec<String> = plan
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("{}. {}: {}", i + 1, s.what, s.command_line()))
+                .collect();
+            format!("{} {verb}:\n{}", plan.action, steps.join("\n"))
+        };
+        for note in &plan.notes {
+            out.push_str(&format!("\nnote: {note}"));
+        }
+        if let Some(token) = &self.change.preview.token {
+            out.push_str(&format!(
+                "\nTo apply exactly this plan within 5 minutes, call host_networking_setup again with confirm_token \"{token}\" (the server needs CAP_NET_ADMIN)."
+            ));
+        }
+        out
+    }
+}

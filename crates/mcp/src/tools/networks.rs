@@ -1,0 +1,145 @@
+//! Network tools: network_create, network_list, network_inspect,
+//! network_delete, host_networking_setup.
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::{tool, tool_router};
+use workspace::network::{Backend, Egress, NetworkRequest};
+
+use super::would_or_did;
+use crate::output::{Out, ToolResult};
+use crate::schema::networks::*;
+use crate::MicroagentServer;
+
+#[tool_router(router = networks_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// Create a network for workspace_create's `network`: "user" backend
+    /// (rootless NAT, works at once) or "tap" (egress "all", "none" or
+    /// "allowlist" of domains and CIDRs, enforced by nftables; needs
+    /// host_networking_setup before its workspaces start).
+    #[tool(
+        output_schema = crate::output::schema::<NetworkResult>(),
+        annotations(
+        title = "Create a network",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn network_create(
+        &self,
+        Parameters(p): Parameters<CreateNetworkParams>,
+    ) -> ToolResult<NetworkResult> {
+        let req = NetworkRequest {
+            backend: p.backend.unwrap_or(Backend::User),
+            subnet: p.subnet,
+            egress: p.egress.unwrap_or(Egress::All),
+            allow: p.allow,
+        };
+        let network = self
+            .on_workspace(&p.name, move |ws, name| ws.create_network(name, &req))
+            .await?;
+        Ok(Out(NetworkResult { network }))
+    }
+
+    /// List the networks (built-in "user" and "none" first) with their
+    /// backend, subnet, egress policy and workspaces.
+    #[tool(
+        output_schema = crate::output::schema::<NetworkListResult>(),
+        annotations(
+        title = "List networks",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn network_list(
+        &self,
+        Parameters(_): Parameters<ListNetworksParams>,
+    ) -> ToolResult<NetworkListResult> {
+        let networks = self.blocking(|ws| Ok(ws.list_networks()?)).await?;
+        Ok(Out(NetworkListResult { networks }))
+    }
+
+    /// One network: backend, subnet, gateway, bridge, egress policy,
+    /// allowlist and the workspaces on it.
+    #[tool(
+        output_schema = crate::output::schema::<NetworkResult>(),
+        annotations(
+        title = "Inspect a network",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn network_inspect(
+        &self,
+        Parameters(p): Parameters<NetworkNameParams>,
+    ) -> ToolResult<NetworkResult> {
+        let network = self
+            .on_workspace(&p.name, |ws, name| ws.inspect_network(name))
+            .await?;
+        Ok(Out(NetworkResult { network }))
+    }
+
+    /// Delete a network no workspace is on (CONFLICT otherwise, naming
+    /// them). preview: true only checks.
+    #[tool(
+        output_schema = crate::output::schema::<NetworkDeleteResult>(),
+        annotations(
+        title = "Delete a network",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn network_delete(
+        &self,
+        Parameters(p): Parameters<DeleteNetworkParams>,
+    ) -> ToolResult<NetworkDeleteResult> {
+        let preview = p.preview;
+        let network = self
+            .on_workspace(&p.name, move |ws, name| ws.delete_network(name, preview))
+            .await?;
+        Ok(Out(NetworkDeleteResult {
+            preview,
+            action: would_or_did(preview, "delete"),
+            network,
+        }))
+    }
+
+    /// Set up (or with teardown: true, remove) the host side of the tap
+    /// networks: bridges, IPv4 forwarding, our nftables table, a dnsmasq
+    /// per network. Without confirm_token nothing changes: the exact
+    /// commands come back with a token valid for 5 minutes; call again
+    /// with it to apply that plan (refused if the plan changed since).
+    #[tool(
+        output_schema = crate::output::schema::<HostSetupResult>(),
+        annotations(
+        title = "Set up host networking",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn host_networking_setup(
+        &self,
+        Parameters(p): Parameters<HostSetupParams>,
+    ) -> ToolResult<HostSetupResult> {
+        let change = self
+            .blocking(move |ws| {
+                let token = p.confirm_token.as_deref();
+                Ok(if p.teardown {
+                    ws.network_teardown(token)?
+                } else {
+                    ws.network_setup(token)?
+                })
+            })
+            .await?;
+        Ok(Out(HostSetupResult { change }))
+    }
+}
