@@ -50,7 +50,7 @@ tasks:
                                 OPTIONS are extra guest kernel options to test a hypothesis
   dist                          the binaries as shipped, in target/dist/: microagent and the
                                 lean VMM process microagent-vmm (static, LTO) beside it
-  fuzz [--seconds N]            random virtio queues into blk and vsock processing (default 30 s)
+  fuzz [--seconds N]            random virtio queues into blk, vsock and net processing (default 30 s)
   bench vmm [--runs N]          VMM figures: process start to first KVM_RUN, time to the
                                 init marker, VMM RSS beyond guest memory; the RSS of a
                                 running workspace's microagent-vmm (target: 2.5 MiB)
@@ -82,6 +82,7 @@ fn main() -> anyhow::Result<()> {
     match task {
         "setup" => {
             run_cmd::ensure_runtime_debs()?;
+            sh::ensure_debs(run_cmd::TAP_NETWORK_PACKAGES)?;
             kernel::build(kernel::variant_for_host()?)?;
             initramfs::build()?;
             rootfs::build()?;

@@ -13,6 +13,10 @@ use crate::{cache, images, kernel};
 /// network.
 const RUNTIME_PACKAGES: &[&str] = &["passt"];
 
+/// What `tap` networks run on the host (bridges and taps, the nftables
+/// table, a resolver per network); `setup` installs them for their tests.
+pub const TAP_NETWORK_PACKAGES: &[&str] = &["iproute2", "nftables", "dnsmasq-base"];
+
 /// Installs the host programs microagent runs (as `cargo xtask setup` and
 /// `run` do for a newcomer).
 pub fn ensure_runtime_debs() -> anyhow::Result<()> {

@@ -13,6 +13,8 @@ use crate::guest_faults;
 pub struct CliHome {
     bin: PathBuf,
     home: PathBuf,
+    /// Run every command in this network namespace (`ip netns exec`).
+    netns: Option<String>,
 }
 
 /// What one command did.
@@ -71,7 +73,15 @@ impl CliHome {
         Self {
             bin: bin.into(),
             home,
+            netns: None,
         }
+    }
+
+    /// The same, with every command run in the network namespace `ns`
+    /// (its VMM processes, and the resolvers a network setup starts, too).
+    pub fn in_netns(mut self, ns: &str) -> Self {
+        self.netns = Some(ns.to_owned());
+        self
     }
 
     /// The state directory.
@@ -82,7 +92,14 @@ impl CliHome {
     /// A command with `MICROAGENT_HOME` set (and `MICROAGENT_WARM_DIR`, so
     /// the suites' fresh workspaces share warm snapshots), ready to run.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
         cmd.args(args).env("MICROAGENT_HOME", &self.home);
         if let Some(warm) = crate::shared_warm_dir() {
             cmd.env("MICROAGENT_WARM_DIR", warm);

@@ -430,6 +430,7 @@ impl Workspaces {
             }
         }
         self.images.get(&meta.spec.image)?;
+        crate::network::attach::preflight(&self.state, &meta.spec)?;
         let boot = boot(&meta)?;
         let log = std::fs::File::create(ws.path().join(VMM_LOG))
             .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;

@@ -83,6 +83,24 @@ pub fn attach(
     }
 }
 
+/// Checks before a start what the VMM process would find missing: the
+/// network, and a `tap` network's bridge.
+pub fn preflight(state: &StateDir, spec: &WorkspaceSpec) -> Result<()> {
+    let net = super::Networks::new(state).get(&spec.network)?;
+    let Some(bridge) = net.bridge() else {
+        return Ok(());
+    };
+    if ip(&["link", "show", "dev", &bridge])?.status.success() {
+        Ok(())
+    } else {
+        Err(NetworkError::NotSetUp {
+            network: net.name,
+            bridge,
+        }
+        .into())
+    }
+}
+
 fn ip(args: &[&str]) -> std::result::Result<std::process::Output, NetworkError> {
     let ip = crate::settings::host_tool("ip").unwrap_or_else(|| "ip".into());
     Command::new(&ip)

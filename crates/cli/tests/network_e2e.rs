@@ -1,0 +1,294 @@
+//! Tap networks end to end, inside network namespaces this test makes (no
+//! traffic leaves them): a "host" namespace where `microagent network
+//! setup` applies its bridges, nftables table and resolvers and where the
+//! workspaces run, joined by a veth pair to a "world" namespace holding two
+//! web servers and the upstream DNS server that knows their names. Egress
+//! `allowlist` reaches the allowed server by name and nothing else, `none`
+//! reaches nothing, `all` reaches both; a fork on the same network takes an
+//! address of its own. Needs root (namespaces, CAP_NET_ADMIN), iproute2,
+//! nftables, dnsmasq and busybox.
+
+use std::process::Command;
+
+use testkit::cli::CliHome;
+
+const WORLD_ALLOWED: &str = "198.51.100.10";
+const WORLD_DENIED: &str = "198.51.100.20";
+const WORLD_DNS: &str = "198.51.100.53";
+const WORLD_GATEWAY: &str = "198.51.100.1";
+
+fn sh(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args[0]))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Why this host cannot run the test, if it cannot.
+fn preconditions() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root (network namespaces, CAP_NET_ADMIN)".into());
+    }
+    for tool in ["ip", "nft", "dnsmasq", "busybox"] {
+        if workspace::settings::host_tool(tool).is_none() && which(tool).is_none() {
+            return Err(format!(
+                "{tool} is not installed (apt-get install iproute2 nftables dnsmasq-base busybox-static)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn which(tool: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(tool))
+            .find(|p| p.exists())
+    })
+}
+
+/// The two namespaces, the world's servers, and the host namespace's
+/// resolv.conf; removed (servers killed) on drop.
+struct Namespaces {
+    host: String,
+    world: String,
+    dir: std::path::PathBuf,
+}
+
+impl Namespaces {
+    fn make() -> Result<Self, String> {
+        let id = std::process::id();
+        let ns = Self {
+            host: format!("mah{id}"),
+            world: format!("maw{id}"),
+            dir: std::path::PathBuf::from(format!("/tmp/ma-netns-{id}")),
+        };
+        ns.build()?;
+        Ok(ns)
+    }
+
+    fn build(&self) -> Result<(), String> {
+        let (h, w) = (self.host.as_str(), self.world.as_str());
+        for n in [h, w] {
+            sh(&["ip", "netns", "add", n])?;
+            sh(&["ip", "-n", n, "link", "set", "lo", "up"])?;
+        }
+        sh(&[
+            "ip", "link", "add", "vwh", "netns", h, "type", "veth", "peer", "name", "vww", "netns",
+            w,
+        ])?;
+        sh(&[
+            "ip",
+            "-n",
+            h,
+            "addr",
+            "add",
+            &format!("{WORLD_GATEWAY}/24"),
+            "dev",
+            "vwh",
+        ])?;
+        sh(&["ip", "-n", h, "link", "set", "vwh", "up"])?;
+        for addr in [WORLD_ALLOWED, WORLD_DENIED, WORLD_DNS] {
+            sh(&[
+                "ip",
+                "-n",
+                w,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                "vww",
+            ])?;
+        }
+        sh(&["ip", "-n", w, "link", "set", "vww", "up"])?;
+        sh(&[
+            "ip",
+            "-n",
+            w,
+            "route",
+            "add",
+            "default",
+            "via",
+            WORLD_GATEWAY,
+        ])?;
+        // The world's DNS knows both servers by name.
+        std::fs::create_dir_all(&self.dir).map_err(|e| e.to_string())?;
+        let pid = self.dir.join("world-dns.pid");
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            w,
+            "dnsmasq",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            &format!("--listen-address={WORLD_DNS}"),
+            &format!("--pid-file={}", pid.display()),
+            &format!("--address=/allowed.test/{WORLD_ALLOWED}"),
+            &format!("--address=/denied.test/{WORLD_DENIED}"),
+        ])?;
+        for (addr, body) in [(WORLD_ALLOWED, "allowed"), (WORLD_DENIED, "denied")] {
+            let www = self.dir.join(body);
+            std::fs::create_dir_all(&www).map_err(|e| e.to_string())?;
+            std::fs::write(www.join("index.html"), format!("{body}\n"))
+                .map_err(|e| e.to_string())?;
+            // busybox httpd daemonizes; the drop kills it with the rest
+            // of the namespace's processes.
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                w,
+                "busybox",
+                "httpd",
+                "-p",
+                &format!("{addr}:80"),
+                "-h",
+                &www.display().to_string(),
+            ])?;
+        }
+        // `ip netns exec` puts this over /etc/resolv.conf in the host
+        // namespace: the "host's resolver" is the world's DNS.
+        let etc = format!("/etc/netns/{h}");
+        std::fs::create_dir_all(&etc).map_err(|e| e.to_string())?;
+        std::fs::write(
+            format!("{etc}/resolv.conf"),
+            format!("nameserver {WORLD_DNS}\n"),
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        // Every process still in either namespace: the world's servers, and
+        // resolvers a failed test left behind.
+        for ns in [&self.host, &self.world] {
+            if let Ok(pids) = sh(&["ip", "netns", "pids", ns]) {
+                for pid in pids.split_whitespace() {
+                    let _ = sh(&["kill", "-9", pid]);
+                }
+            }
+            let _ = sh(&["ip", "netns", "del", ns]);
+        }
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.host));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `wget -qO- URL` in workspace `ws`: the page, or the error.
+fn fetch(cli: &CliHome, ws: &str, url: &str) -> Result<String, String> {
+    let run = cli.run(&["exec", ws, "--", "wget", "-qO-", url]);
+    if run.status == 0 {
+        Ok(run.stdout)
+    } else {
+        Err(format!("exit {}: {}", run.status, run.stderr.trim()))
+    }
+}
+
+fn apply(cli: &CliHome, what: &str) {
+    let preview = cli.ok_json(&["network", what, "--json"]);
+    assert_eq!(preview["applied"], false, "{preview}");
+    let token = preview["token"].as_str().expect("a token").to_owned();
+    let applied = cli.ok_json(&["network", what, "--confirm", &token, "--json"]);
+    assert_eq!(applied["applied"], true, "{applied}");
+    let again = cli.ok_json(&["network", what, "--json"]);
+    assert!(
+        again["plan"]["steps"].as_array().is_some_and(Vec::is_empty),
+        "{what} applied, so nothing is left to do: {again}"
+    );
+}
+
+#[test]
+fn tap_networks_enforce_their_egress_policy() {
+    let test = "tap_networks_enforce_their_egress_policy";
+    if testkit::require(test, testkit::guest_assets()).is_none()
+        || testkit::require(test, testkit::workspace_image("minimal")).is_none()
+        || testkit::require(test, testkit::host_tool("mkfs.ext4")).is_none()
+        || testkit::require(test, preconditions()).is_none()
+    {
+        return;
+    }
+    let ns = Namespaces::make().expect("making the test's network namespaces");
+    let cli = CliHome::new(env!("CARGO_BIN_EXE_microagent"), test).in_netns(&ns.host);
+    for (name, extra) in [
+        ("open", vec!["--egress", "all"]),
+        ("shut", vec!["--egress", "none"]),
+        (
+            "some",
+            vec!["--egress", "allowlist", "--allow", "allowed.test"],
+        ),
+    ] {
+        let mut args = vec!["network", "create", name, "--backend", "tap", "--json"];
+        args.extend(extra);
+        cli.ok_json(&args);
+    }
+    // Before the host setup a tap workspace cannot start, and says why.
+    cli.ok_json(&["create", "a", "--network", "some", "--json"]);
+    let early = cli.run(&["start", "a", "--json"]);
+    assert_ne!(early.status, 0);
+    assert_eq!(early.error_code(), "HOST_UNSUPPORTED", "{}", early.stdout);
+    apply(&cli, "setup");
+
+    // allowlist: the allowed name only.
+    cli.ok(&["start", "a"]);
+    assert_eq!(
+        fetch(&cli, "a", "http://allowed.test/").unwrap(),
+        "allowed\n"
+    );
+    let refused = fetch(&cli, "a", &format!("http://{WORLD_DENIED}/")).unwrap_err();
+    assert!(refused.contains("refused"), "{refused}");
+    let unnamed = fetch(&cli, "a", "http://denied.test/").unwrap_err();
+    assert!(unnamed.contains("bad address"), "{unnamed}");
+
+    // none: nothing, by name or address (a warm start: the guest takes
+    // its address on another network at restore).
+    cli.ok_json(&["create", "b", "--network", "shut", "--json"]);
+    cli.ok(&["start", "b"]);
+    assert!(fetch(&cli, "b", "http://allowed.test/").is_err());
+    assert!(fetch(&cli, "b", &format!("http://{WORLD_ALLOWED}/")).is_err());
+
+    // all: both; a fork on the same network gets an address of its own
+    // and reaches them too.
+    let c = cli.ok_json(&["create", "c", "--network", "open", "--json"]);
+    cli.ok(&["start", "c"]);
+    assert_eq!(
+        fetch(&cli, "c", "http://allowed.test/").unwrap(),
+        "allowed\n"
+    );
+    assert_eq!(fetch(&cli, "c", "http://denied.test/").unwrap(), "denied\n");
+    let fork = cli.ok_json(&["fork", "c", "c2", "--json"]);
+    assert_ne!(fork["spec"]["address"], c["spec"]["address"], "{fork}");
+    let shown = cli.run(&["exec", "c2", "--", "ip", "-4", "-o", "addr", "show", "eth0"]);
+    let want = fork["spec"]["address"].as_str().unwrap();
+    assert!(shown.stdout.contains(want), "{} / {want}", shown.stdout);
+    assert_eq!(
+        fetch(&cli, "c2", "http://denied.test/").unwrap(),
+        "denied\n"
+    );
+    assert_eq!(fetch(&cli, "c", "http://denied.test/").unwrap(), "denied\n");
+
+    // A network in use stays; teardown removes what setup made.
+    let in_use = cli.run(&["network", "rm", "open", "--json"]);
+    assert_eq!(in_use.error_code(), "CONFLICT");
+    for ws in ["a", "b", "c", "c2"] {
+        cli.ok(&["delete", ws, "--force", "--yes"]);
+    }
+    apply(&cli, "teardown");
+    let links = sh(&["ip", "-n", &ns.host, "-o", "link", "show"]).unwrap();
+    assert!(!links.contains("microagent"), "{links}");
+    cli.ok(&["network", "rm", "open"]);
+}
