@@ -274,6 +274,13 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
         }
     }
     println!("  disk used   {} KiB", info.disk_used_bytes / 1024);
+    if let Some(n) = &info.network {
+        let a = &n.addressing;
+        println!(
+            "  network     {} ({} backend, egress {}): {}/{} via {}, dns {}, mac {}",
+            n.name, n.backend, n.egress, a.guest, a.prefix, a.gateway, a.dns, n.mac
+        );
+    }
     for (k, v) in &info.meta.spec.labels {
         println!("  label       {k}={v}");
     }

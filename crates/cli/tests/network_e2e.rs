@@ -245,6 +245,11 @@ fn tap_networks_enforce_their_egress_policy() {
 
     // allowlist: the allowed name only.
     cli.ok(&["start", "a"]);
+    let info = cli.ok_json(&["inspect", "a", "--json"]);
+    assert_eq!(info["network"]["name"], "some", "{info}");
+    assert_eq!(info["network"]["egress"], "allowlist");
+    assert_eq!(info["network"]["guest"], info["spec"]["address"]);
+    assert_eq!(info["network"]["gateway"], "10.89.2.1");
     assert_eq!(
         fetch(&cli, "a", "http://allowed.test/").unwrap(),
         "allowed\n"

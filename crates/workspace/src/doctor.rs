@@ -286,7 +286,67 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
     image_checks(&mut checks, state, assets);
     state_checks(&mut checks, state);
     checks.push(network_check());
+    checks.push(tap_check(state));
     Report::new(checks)
+}
+
+/// Whether `tap` networks can work here: TAP devices, nftables, dnsmasq,
+/// the right to use them, and whether the host setup matches the networks.
+fn tap_check(state: &StateDir) -> Check {
+    use crate::network::{setup, Backend, Networks};
+    let mut missing: Vec<&str> = ["ip", "nft", "dnsmasq"]
+        .into_iter()
+        .filter(|t| crate::settings::host_tool(t).is_none())
+        .collect();
+    if !Path::new("/dev/net/tun").exists() {
+        missing.push("/dev/net/tun");
+    }
+    let admin = crate::plan::has_cap_net_admin();
+    let nets = Networks::new(state).list().unwrap_or_default();
+    let taps: Vec<String> = nets
+        .iter()
+        .filter(|n| n.backend == Some(Backend::Tap))
+        .map(|n| n.name.clone())
+        .collect();
+    let usable = if missing.is_empty() {
+        format!(
+            "TAP, nftables and dnsmasq are here{}",
+            if admin {
+                ""
+            } else {
+                "; this user lacks CAP_NET_ADMIN, which tap networks need"
+            }
+        )
+    } else {
+        format!("missing: {}", missing.join(", "))
+    };
+    if taps.is_empty() {
+        return Check::ok("tap_networks", format!("no tap networks ({usable})"));
+    }
+    if !missing.is_empty() {
+        return Check::fail(
+            "tap_networks",
+            format!("tap networks {} cannot work: {usable}", taps.join(", ")),
+            "apt-get install iproute2 nftables dnsmasq-base, and load the tun module",
+        );
+    }
+    let dir = state.root().join(crate::network::objects::NETWORKS_DIR);
+    let want = setup::Desired::of(&nets, &dir, &setup::host_resolvers());
+    if want.is_applied(&setup::probe(&dir)) {
+        Check::ok(
+            "tap_networks",
+            format!("host setup applied for {} ({usable})", taps.join(", ")),
+        )
+    } else {
+        Check::warn(
+            "tap_networks",
+            format!(
+                "the host setup does not match tap networks {}: their workspaces cannot start or are filtered by old rules",
+                taps.join(", ")
+            ),
+            "run `microagent network setup` and apply its plan with the printed token (as root)",
+        )
+    }
 }
 
 /// The `user` network (every workspace's default) needs `passt`.

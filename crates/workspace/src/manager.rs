@@ -65,6 +65,10 @@ pub struct WorkspaceInfo {
     pub uptime_ms: Option<u64>,
     /// Host bytes the writable disk uses.
     pub disk_used_bytes: u64,
+    /// The guest's network as it is now (null on `none`, or when the
+    /// network's record is gone).
+    #[serde(default)]
+    pub network: Option<crate::network_ops::GuestNetwork>,
 }
 
 /// Filters for `list`.
@@ -346,6 +350,7 @@ impl Workspaces {
                 .map(|r| now.saturating_sub(r.started_at_ms)),
             dir: ws.path().to_owned(),
             disk_used_bytes,
+            network: self.guest_network(&meta),
             meta,
         })
     }

@@ -27,7 +27,41 @@ pub struct NetworkInfo {
     pub workspaces: Vec<String>,
 }
 
+/// A workspace's place on its network, as `inspect` shows it.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct GuestNetwork {
+    /// The network.
+    pub name: String,
+    /// Its backend.
+    pub backend: Backend,
+    /// What the guest may reach.
+    pub egress: crate::network::Egress,
+    /// Its allowlist.
+    #[serde(default)]
+    pub allow: Vec<crate::network::AllowEntry>,
+    /// The guest's addresses (the gateway is `host.microagent.internal`).
+    #[serde(flatten)]
+    pub addressing: crate::network::Addressing,
+    /// The guest's MAC address.
+    pub mac: String,
+}
+
 impl Workspaces {
+    /// Where `meta`'s guest is on its network.
+    pub(crate) fn guest_network(&self, meta: &crate::Meta) -> Option<GuestNetwork> {
+        let net = self.networks().get(&meta.spec.network).ok()?;
+        let addressing = crate::network::attach::addressing(&net, &meta.spec)?;
+        Some(GuestNetwork {
+            backend: net.backend?,
+            egress: net.egress,
+            allow: net.allow,
+            name: net.name,
+            addressing,
+            mac: guest_agent::client::blocking::format_mac(crate::network::mac_for(&meta.name)),
+        })
+    }
+
     /// The networks of this state directory.
     pub fn networks(&self) -> Networks {
         Networks::new(self.state_dir())
