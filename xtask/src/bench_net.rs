@@ -1,6 +1,7 @@
 //! `cargo xtask bench net`: TCP throughput and round-trip latency between a
-//! workspace and the host, through the `user` network (guest to host, timed
-//! in the guest by guest/netbench) and through a published port (host to
+//! workspace and the host, through the `user` network and (as root, in a
+//! network namespace of its own) a `tap` network (guest to host, timed in
+//! the guest by guest/netbench), and through a published port (host to
 //! guest, timed on the host), beside the host's own loopback measured in the
 //! same run. All traffic stays on this machine.
 
@@ -12,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::bench_workspace::microagent;
 use crate::{cache, images, kernel, rootfs};
 
 /// KiB each throughput run moves: where guest kernel mode is emulated the
@@ -34,7 +34,11 @@ const HOST_FROM_GUEST: &str = "10.0.2.2";
 /// `ready`, it first answers one byte with `r` (the guest's sink does the
 /// same, so that [`send_to`] times the transfer, not the connection setup).
 fn host_sink(ready: bool) -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
+    host_sink_at("127.0.0.1", ready)
+}
+
+fn host_sink_at(addr: &str, ready: bool) -> anyhow::Result<u16> {
+    let l = TcpListener::bind((addr, 0))?;
     let port = l.local_addr()?.port();
     std::thread::spawn(move || {
         for mut c in l.incoming().flatten() {
@@ -50,7 +54,11 @@ fn host_sink(ready: bool) -> anyhow::Result<u16> {
 
 /// A host server on 127.0.0.1 that echoes every byte.
 fn host_echo() -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
+    host_echo_at("127.0.0.1")
+}
+
+fn host_echo_at(addr: &str) -> anyhow::Result<u16> {
+    let l = TcpListener::bind((addr, 0))?;
     let port = l.local_addr()?.port();
     std::thread::spawn(move || {
         for c in l.incoming().flatten() {
@@ -107,22 +115,79 @@ fn field(out: &str, key: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("{key} in {out:?}"))
 }
 
-/// `microagent exec bench -- ARGS`: its stdout.
-fn guest(bin: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(bin)
-        .args(["exec", "bench", "--"])
-        .args(args)
-        .env("MICROAGENT_HOME", home)
-        .output()
-        .with_context(|| format!("running {args:?} in the workspace"))?;
-    if !out.status.success() {
-        bail!(
-            "{args:?} in the workspace failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+/// The `microagent` binary with a state directory, optionally run in a
+/// network namespace (`ip netns exec`).
+struct Runner<'a> {
+    bin: &'a Path,
+    home: &'a Path,
+    netns: Option<&'a str>,
+}
+
+impl Runner<'_> {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = match self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(self.bin);
+                c
+            }
+            None => Command::new(self.bin),
+        };
+        cmd.args(args).env("MICROAGENT_HOME", self.home);
+        cmd
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+
+    /// `microagent ARGS`: its stdout, or why it failed.
+    fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self
+            .command(args)
+            .output()
+            .with_context(|| format!("running microagent {args:?}"))?;
+        if !out.status.success() {
+            bail!(
+                "microagent {args:?} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `microagent exec bench -- ARGS`: its stdout.
+    fn guest(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut all = vec!["exec", "bench", "--"];
+        all.extend_from_slice(args);
+        self.ok(&all)
+    }
+
+    /// Copies netbench into the running `bench`.
+    fn copy_netbench(&self, netbench: &Path) -> anyhow::Result<()> {
+        let src = netbench.display().to_string();
+        self.ok(&["cp", &src, "bench:/root/netbench"]).map(drop)
+    }
+
+    /// Guest to `host`:`sink`/`echo`, timed in the guest by netbench.
+    fn guest_to_host(&self, host: &str, sink: u16, echo: u16) -> anyhow::Result<Figures> {
+        let sent = self.guest(&[
+            "/root/netbench",
+            "send",
+            host,
+            &sink.to_string(),
+            &GUEST_SEND_KIB.to_string(),
+        ])?;
+        let rtt = self.guest(&[
+            "/root/netbench",
+            "rtt",
+            host,
+            &echo.to_string(),
+            &ROUND_TRIPS.to_string(),
+        ])?;
+        Ok(Figures {
+            mib_s: field(&sent, "bytes")? / (1 << 20) as f64 / (field(&sent, "us")? / 1e6),
+            rtt_median_us: field(&rtt, "median_us")?,
+            rtt_min_us: field(&rtt, "min_us")?,
+        })
+    }
 }
 
 struct Figures {
@@ -132,95 +197,113 @@ struct Figures {
 }
 
 fn measure_workspace(bin: &Path, home: &Path, netbench: &Path) -> anyhow::Result<[Figures; 2]> {
+    let r = Runner {
+        bin,
+        home,
+        netns: None,
+    };
     let free =
         || -> anyhow::Result<u16> { Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
     let (sink_port, echo_port) = (free()?, free()?);
-    microagent(
-        bin,
-        home,
-        &[
-            "create",
-            "bench",
-            "--publish",
-            &format!("{sink_port}:{GUEST_SINK_PORT}"),
-            "--publish",
-            &format!("{echo_port}:{GUEST_ECHO_PORT}"),
-            "--json",
-        ],
-    )?;
-    microagent(bin, home, &["start", "bench", "--cold", "--json"])?;
-    let copied = Command::new(bin)
-        .arg("cp")
-        .arg(netbench)
-        .arg("bench:/root/netbench")
-        .env("MICROAGENT_HOME", home)
-        .output()?;
-    if !copied.status.success() {
-        bail!(
-            "copying netbench in failed: {}",
-            String::from_utf8_lossy(&copied.stderr)
-        );
-    }
+    r.ok(&[
+        "create",
+        "bench",
+        "--publish",
+        &format!("{sink_port}:{GUEST_SINK_PORT}"),
+        "--publish",
+        &format!("{echo_port}:{GUEST_ECHO_PORT}"),
+        "--json",
+    ])?;
+    r.ok(&["start", "bench", "--cold", "--json"])?;
+    r.copy_netbench(netbench)?;
 
     // Guest to host through the user network, timed in the guest.
-    let (host_sink, host_echo) = (host_sink(false)?, host_echo()?);
-    let sent = guest(
-        bin,
-        home,
-        &[
-            "/root/netbench",
-            "send",
-            HOST_FROM_GUEST,
-            &host_sink.to_string(),
-            &GUEST_SEND_KIB.to_string(),
-        ],
-    )?;
-    let rtt = guest(
-        bin,
-        home,
-        &[
-            "/root/netbench",
-            "rtt",
-            HOST_FROM_GUEST,
-            &host_echo.to_string(),
-            &ROUND_TRIPS.to_string(),
-        ],
-    )?;
-    let user = Figures {
-        mib_s: field(&sent, "bytes")? / (1 << 20) as f64 / (field(&sent, "us")? / 1e6),
-        rtt_median_us: field(&rtt, "median_us")?,
-        rtt_min_us: field(&rtt, "min_us")?,
-    };
+    let user = r.guest_to_host(HOST_FROM_GUEST, host_sink(false)?, host_echo()?)?;
 
     // Host to guest through the published ports, timed on the host: busybox
     // nc as the guest's sink and echo server (one connection each).
-    guest(
-        bin,
-        home,
-        &[
-            "sh",
-            "-c",
-            &format!(
-                "printf '#!/bin/sh\\nhead -c 1 >/dev/null; echo -n r; exec cat >/dev/null\\n' >/root/sink && chmod +x /root/sink && \
-                 nc -l -p {GUEST_SINK_PORT} -e /root/sink </dev/null >/dev/null 2>&1 & \
-                 nc -l -p {GUEST_ECHO_PORT} -e /bin/cat </dev/null >/dev/null 2>&1 & \
-                 for i in $(seq 100); do n=$(netstat -ltn | grep -c -e ':{GUEST_SINK_PORT} ' -e ':{GUEST_ECHO_PORT} '); \
-                 [ \"$n\" = 2 ] && exit 0; sleep 0.2; done; echo the servers never listened; exit 1"
-            ),
-        ],
-    )?;
+    r.guest(&[
+        "sh",
+        "-c",
+        &format!(
+            "printf '#!/bin/sh\\nhead -c 1 >/dev/null; echo -n r; exec cat >/dev/null\\n' >/root/sink && chmod +x /root/sink && \
+             nc -l -p {GUEST_SINK_PORT} -e /root/sink </dev/null >/dev/null 2>&1 & \
+             nc -l -p {GUEST_ECHO_PORT} -e /bin/cat </dev/null >/dev/null 2>&1 & \
+             for i in $(seq 100); do n=$(netstat -ltn | grep -c -e ':{GUEST_SINK_PORT} ' -e ':{GUEST_ECHO_PORT} '); \
+             [ \"$n\" = 2 ] && exit 0; sleep 0.2; done; echo the servers never listened; exit 1"
+        ),
+    ])?;
     let (median, min) = round_trips(echo_port)?;
     let published = Figures {
         mib_s: send_to(sink_port, PUBLISHED_KIB)?,
         rtt_median_us: median,
         rtt_min_us: min,
     };
-    microagent(
-        bin,
-        home,
-        &["delete", "bench", "--yes", "--force", "--json"],
-    )?;
+    r.ok(&["delete", "bench", "--yes", "--force", "--json"])?;
     Ok([user, published])
+}
+
+/// Guest to host through a `tap` network (egress all), in a network
+/// namespace of its own: the host's servers listen on the bridge's gateway
+/// address there.
+fn measure_tap(bin: &Path, netbench: &Path) -> anyhow::Result<Figures> {
+    let ns = format!("mabench{}", std::process::id());
+    let home = std::path::PathBuf::from(format!("/tmp/ma-bench-tap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let r = Runner {
+        bin,
+        home: &home,
+        netns: Some(&ns),
+    };
+    let made = Command::new("ip").args(["netns", "add", &ns]).status()?;
+    if !made.success() {
+        bail!("ip netns add {ns} failed");
+    }
+    let measured = (|| -> anyhow::Result<Figures> {
+        r.ok(&["network", "create", "bench", "--backend", "tap", "--json"])?;
+        let preview: serde_json::Value =
+            serde_json::from_str(&r.ok(&["network", "setup", "--json"])?)?;
+        let token = preview["token"]
+            .as_str()
+            .context("no setup token")?
+            .to_owned();
+        r.ok(&["network", "setup", "--confirm", &token, "--json"])?;
+        r.ok(&["create", "bench", "--network", "bench", "--json"])?;
+        r.ok(&["start", "bench", "--cold", "--json"])?;
+        r.copy_netbench(netbench)?;
+        let gateway = "10.89.0.1";
+        // Sockets belong to the namespace they were made in: make the
+        // servers on a thread that entered it.
+        let ns_path = format!("/run/netns/{ns}");
+        let (sink, echo) = std::thread::scope(|s| {
+            s.spawn(|| -> anyhow::Result<(u16, u16)> {
+                let f = std::fs::File::open(&ns_path)?;
+                // SAFETY: setns on a namespace fd we own; it changes only
+                // this thread's network namespace.
+                if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) }
+                    != 0
+                {
+                    return Err(std::io::Error::last_os_error().into());
+                }
+                Ok((host_sink_at(gateway, false)?, host_echo_at(gateway)?))
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the server thread panicked"))?
+        })?;
+        r.guest_to_host(gateway, sink, echo)
+    })();
+    let _ = r.ok(&["delete", "bench", "--yes", "--force"]);
+    if let Ok(out) = r.ok(&["network", "teardown", "--json"]) {
+        let token = serde_json::from_str::<serde_json::Value>(&out)
+            .ok()
+            .and_then(|v| v["token"].as_str().map(str::to_owned));
+        if let Some(token) = token {
+            let _ = r.ok(&["network", "teardown", "--confirm", &token]);
+        }
+    }
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    let _ = std::fs::remove_dir_all(&home);
+    measured
 }
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
@@ -244,20 +327,37 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     eprintln!("xtask: booting a workspace (user network, two published ports)");
     let measured = measure_workspace(&bin, &home, &netbench);
     if measured.is_err() {
-        let _ = microagent(&bin, &home, &["delete", "bench", "--yes", "--force"]);
+        let r = Runner {
+            bin: &bin,
+            home: &home,
+            netns: None,
+        };
+        let _ = r.ok(&["delete", "bench", "--yes", "--force"]);
     }
     let _ = std::fs::remove_dir_all(&home);
     let [user, published] = measured?;
+    // SAFETY: geteuid has no preconditions.
+    let tap = if unsafe { libc::geteuid() } == 0 {
+        eprintln!("xtask: booting a workspace on a tap network (in a network namespace)");
+        Some(measure_tap(&bin, &netbench)?)
+    } else {
+        eprintln!("xtask: tap network skipped: it needs root (a network namespace, CAP_NET_ADMIN)");
+        None
+    };
     println!("TCP throughput and {ROUND_TRIPS} one-byte round trips (median / fastest):");
-    for (name, kib, f) in [
+    let mut rows = vec![
         ("host loopback (reference)", LOOPBACK_KIB, &loopback),
         ("guest -> host, user network (passt)", GUEST_SEND_KIB, &user),
-        (
-            "host -> guest, published port (vsock)",
-            PUBLISHED_KIB,
-            &published,
-        ),
-    ] {
+    ];
+    if let Some(tap) = &tap {
+        rows.push(("guest -> host, tap network (bridge)", GUEST_SEND_KIB, tap));
+    }
+    rows.push((
+        "host -> guest, published port (vsock)",
+        PUBLISHED_KIB,
+        &published,
+    ));
+    for (name, kib, f) in rows {
         println!(
             "  {name:<40} {:>9.3} MiB/s ({kib:>5} KiB)   {:>9.0} us / {:>7.0} us",
             f.mib_s, f.rtt_median_us, f.rtt_min_us

@@ -81,6 +81,9 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::SetUpNetworks => {
             "run `microagent network setup` to see the host changes, then apply them with its --confirm token (as root)".into()
         }
+        Remedy::ConfirmAsRoot { operation, token } => format!(
+            "run it as root with the same state directory: sudo MICROAGENT_HOME=\"${{MICROAGENT_HOME:-$HOME/.microagent}}\" microagent {operation} --confirm {token}"
+        ),
         Remedy::PreviewAgain => {
             "run the command again without --confirm for a fresh plan and token".into()
         }

@@ -89,6 +89,9 @@ pub(crate) fn remedy(r: &Remedy) -> String {
         Remedy::SetUpNetworks => {
             "call host_networking_setup without a token to see the plan, then with its token to apply it (the server needs CAP_NET_ADMIN)".into()
         }
+        Remedy::ConfirmAsRoot { operation, token } => format!(
+            "this server lacks CAP_NET_ADMIN; a root shell can apply the same plan: sudo microagent {operation} --confirm {token} (with this server's MICROAGENT_HOME)"
+        ),
         Remedy::PreviewAgain => "call the tool again without a token for a fresh plan and token".into(),
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),

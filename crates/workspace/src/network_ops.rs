@@ -197,7 +197,12 @@ impl Workspaces {
         };
         confirmer.check(&plan, token, now_ms())?;
         if !plan.steps.is_empty() && !crate::plan::has_cap_net_admin() {
-            return Err(crate::plan::PlanError::Privilege("CAP_NET_ADMIN (root)").into());
+            return Err(crate::plan::PlanError::Privilege {
+                needs: "CAP_NET_ADMIN (root)",
+                action: plan.action,
+                token: token.to_owned(),
+            }
+            .into());
         }
         plan.run()?;
         let record = self.networks_dir().join(setup::APPLIED_FILE);

@@ -51,8 +51,15 @@ pub enum PlanError {
         source: std::io::Error,
     },
     /// The host lacks a right the plan needs.
-    #[error("applying this plan needs {0}")]
-    Privilege(&'static str),
+    #[error("applying this plan needs {needs}")]
+    Privilege {
+        /// The right.
+        needs: &'static str,
+        /// The plan's action (`network setup`).
+        action: String,
+        /// The (still valid) token, for a caller that has the right.
+        token: String,
+    },
     /// A step's program could not be run.
     #[error("step {step} ({what}): running {program}")]
     Spawn {
@@ -87,7 +94,7 @@ impl PlanError {
         match self {
             Self::TokenWrong | Self::TokenExpired => C::InvalidInput,
             Self::PlanChanged => C::Conflict,
-            Self::Privilege(_) => C::Forbidden,
+            Self::Privilege { .. } => C::Forbidden,
             Self::Key { .. } | Self::Spawn { .. } | Self::StepFailed { .. } => C::Internal,
         }
     }
@@ -98,6 +105,10 @@ impl PlanError {
             Self::TokenWrong | Self::TokenExpired | Self::PlanChanged => {
                 Some(crate::Remedy::PreviewAgain)
             }
+            Self::Privilege { action, token, .. } => Some(crate::Remedy::ConfirmAsRoot {
+                operation: action.clone(),
+                token: token.clone(),
+            }),
             _ => None,
         }
     }

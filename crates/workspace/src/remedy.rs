@@ -74,8 +74,15 @@ pub enum Remedy {
     },
     /// Apply the host setup of the `tap` networks (preview, then confirm).
     SetUpNetworks,
-    /// Preview the host setup again for a fresh token.
+    /// Preview the host change again for a fresh token.
     PreviewAgain,
+    /// Confirm the same token again with the right (as root).
+    ConfirmAsRoot {
+        /// The plan's action (`network setup`, `network teardown`).
+        operation: String,
+        /// The token.
+        token: String,
+    },
     /// Remove the image that has the name first.
     RemoveImage {
         /// The image.
