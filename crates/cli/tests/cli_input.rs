@@ -50,6 +50,24 @@ fn bad_input_gets_its_code_and_changes_nothing() {
         ),
         (
             vec!["create", "other", "--image", "fake", "--network", "corp"],
+            "NOT_FOUND",
+        ),
+        (
+            vec!["create", "other", "--image", "fake", "--network", "Corp"],
+            "INVALID_INPUT",
+        ),
+        (vec!["network", "inspect", "corp"], "NOT_FOUND"),
+        (vec!["network", "rm", "user"], "CONFLICT"),
+        (
+            vec!["network", "create", "corp", "--egress", "none"],
+            "INVALID_INPUT",
+        ),
+        (
+            vec!["network", "create", "corp", "--subnet", "10.0.0.1/24"],
+            "INVALID_INPUT",
+        ),
+        (
+            vec!["network", "setup", "--confirm", "1-2-3"],
             "INVALID_INPUT",
         ),
         (vec!["create", "other", "--image", "nope"], "NOT_FOUND"),

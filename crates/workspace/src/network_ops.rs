@@ -239,6 +239,9 @@ impl Workspaces {
     /// Previews (without `confirm`) or applies (with the preview's token)
     /// the host setup of the `tap` networks.
     pub fn network_setup(&self, confirm: Option<&str>) -> Result<HostChange> {
+        if let Some(token) = confirm {
+            crate::plan::Confirmer::expect_issued(self.state_dir().root(), token)?;
+        }
         let _lock = self.networks().lock()?;
         let nets = self.networks().list()?;
         let want = setup::Desired::of(&nets, &self.networks_dir(), &setup::host_resolvers());
@@ -248,6 +251,9 @@ impl Workspaces {
 
     /// Previews or applies the removal of everything the setup made.
     pub fn network_teardown(&self, confirm: Option<&str>) -> Result<HostChange> {
+        if let Some(token) = confirm {
+            crate::plan::Confirmer::expect_issued(self.state_dir().root(), token)?;
+        }
         let _lock = self.networks().lock()?;
         let plan = setup::teardown_plan(&setup::probe(&self.networks_dir()));
         self.host_change(plan, confirm, None)

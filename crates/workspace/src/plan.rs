@@ -306,6 +306,18 @@ impl Confirmer {
         }
     }
 
+    /// Checks that a token could be this state directory's at all (a key
+    /// exists: some preview was made) without making anything, so a
+    /// stray token changes nothing.
+    pub fn expect_issued(root: &Path, token: &str) -> Result<(), PlanError> {
+        let well_formed = token.trim().splitn(3, '-').count() == 3;
+        if well_formed && root.join(KEY_FILE).exists() {
+            Ok(())
+        } else {
+            Err(PlanError::TokenWrong)
+        }
+    }
+
     /// A confirmer with a given key (tests).
     pub fn with_key(key: [u8; KEY_LEN]) -> Self {
         Self { key }
