@@ -13,9 +13,9 @@ use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_microagent");
 
-fn initialize(id: u64) -> Value {
+fn initialize(id: u64, version: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18",
+        "protocolVersion": version,
         "capabilities": {},
         "clientInfo": {"name": "mcp_stdio test", "version": "1"}
     }})
@@ -41,6 +41,12 @@ struct Session {
 
 impl Session {
     fn start(tag: &str) -> Session {
+        Self::start_with(tag, "2025-06-18").0
+    }
+
+    /// A session whose client asked for protocol `version`; also the
+    /// server's initialize reply.
+    fn start_with(tag: &str, version: &str) -> (Session, Value) {
         let home = home(tag);
         let mut child = Command::new(BIN)
             .args(["serve", "mcp"])
@@ -74,12 +80,12 @@ impl Session {
             home,
         };
         let id = session.next_id();
-        session.send(&initialize(id));
+        session.send(&initialize(id, version));
         let init = session.response(id, Duration::from_secs(30));
         assert_eq!(init["result"]["serverInfo"]["name"], "microagent", "{init}");
         assert!(init["result"]["capabilities"]["tools"].is_object());
         session.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        session
+        (session, init)
     }
 
     fn next_id(&mut self) -> u64 {
@@ -210,7 +216,7 @@ fn an_initialize_piped_in_is_answered_and_the_server_exits() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", initialize(1)).unwrap();
+    writeln!(stdin, "{}", initialize(1, "2025-06-18")).unwrap();
     drop(stdin);
     let started = Instant::now();
     let mut out = String::new();
@@ -233,6 +239,30 @@ fn an_initialize_piped_in_is_answered_and_the_server_exits() {
     assert_eq!(answer["id"], 1);
     assert_eq!(answer["result"]["serverInfo"]["name"], "microagent");
     let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn initialize_answers_in_the_protocol_version_the_client_asked_for() {
+    for version in ["2025-06-18", "2025-11-25"] {
+        let (s, init) = Session::start_with(&format!("v{}", &version[..7]), version);
+        assert_eq!(init["result"]["protocolVersion"], version, "{init}");
+        assert_eq!(
+            init["result"]["serverInfo"]["version"],
+            env!("CARGO_PKG_VERSION"),
+            "{init}"
+        );
+        drop(s);
+    }
+    // A version we do not know gets one we do (the client decides).
+    let (_s, init) = Session::start_with("vunknown", "2099-01-01");
+    let offered = init["result"]["protocolVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        offered.as_str() >= "2025-06-18" && offered.as_str() < "2099",
+        "{init}"
+    );
 }
 
 #[test]
@@ -424,7 +454,8 @@ fn a_real_workspace_over_stdio() {
     assert_eq!(forked["state"], "running", "{forked}");
     let host = s.ok(
         "workspace_exec",
-        json!({"name": "mcp-fork", "shell": "hostname; cat /tmp/hello.txt"}),
+        // One string as `command` is a command line, as `shell` is.
+        json!({"name": "mcp-fork", "command": "hostname; cat /tmp/hello.txt"}),
     );
     assert_eq!(host["stdout"], "mcp-fork\nhello from mcp\n", "{host}");
     let restore_preview = s.ok(

@@ -15,6 +15,7 @@
 
 pub mod cost;
 pub mod error;
+pub mod json_schema;
 pub mod output;
 pub mod progress;
 pub mod register;

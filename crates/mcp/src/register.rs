@@ -46,19 +46,25 @@ pub fn instructions(program: &str) -> String {
         r#"microagent serve mcp: the microagent MCP server (JSON-RPC over stdin/stdout).
 It is started by an MCP client, not by hand. Register it with your client:
 
-Claude Code (one line):
-  claude mcp add microagent -- {shell} serve mcp
+Claude Code (one line; user scope, so every project has it):
+  claude mcp add --transport stdio --scope user microagent -- {shell} serve mcp
 
-Project-scoped .mcp.json (Claude Code and others):
-  {{"mcpServers": {{"microagent": {{"command": {cmd}, "args": ["serve", "mcp"]}}}}}}
+Project-scoped .mcp.json (Claude Code and others; the timeout, in ms, lets
+long calls such as a first boot finish):
+  {{"mcpServers": {{"microagent": {{"type": "stdio", "command": {cmd}, "args": ["serve", "mcp"], "timeout": 600000}}}}}}
 
 Codex, ~/.codex/config.toml:
   [mcp_servers.microagent]
   command = {cmd}
   args = ["serve", "mcp"]
+  tool_timeout_sec = 600
 
 VS Code, .vscode/mcp.json:
   {{"servers": {{"microagent": {{"type": "stdio", "command": {cmd}, "args": ["serve", "mcp"]}}}}}}
+
+GitHub Copilot CLI (one line, or ~/.copilot/mcp-config.json):
+  copilot mcp add microagent -- {shell} serve mcp
+  {{"mcpServers": {{"microagent": {{"type": "stdio", "command": {cmd}, "args": ["serve", "mcp"], "tools": ["*"]}}}}}}
 
 Workspaces live in $MICROAGENT_HOME (default ~/.microagent) and outlive the
 server; set MICROAGENT_HOME in the client's "env" to use another store.
@@ -73,13 +79,16 @@ mod tests {
     #[test]
     fn snippets_name_the_program_and_are_valid() {
         let text = instructions("microagent");
-        assert!(text.contains("claude mcp add microagent -- microagent serve mcp"));
+        assert!(text.contains(
+            "claude mcp add --transport stdio --scope user microagent -- microagent serve mcp"
+        ));
+        assert!(text.contains("copilot mcp add microagent -- microagent serve mcp"));
         let json_lines: Vec<&str> = text
             .lines()
             .map(str::trim)
             .filter(|l| l.starts_with('{'))
             .collect();
-        assert_eq!(json_lines.len(), 2);
+        assert_eq!(json_lines.len(), 3);
         for line in json_lines {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             let server = v
@@ -91,6 +100,7 @@ mod tests {
             assert_eq!(server["command"], "microagent");
             assert_eq!(server["args"], serde_json::json!(["serve", "mcp"]));
         }
+        assert!(text.contains(r#""timeout": 600000"#));
         let odd = instructions("/opt/my tools/microagent");
         assert!(odd.contains("-- '/opt/my tools/microagent' serve mcp"));
         assert!(odd.contains(r#""command": "/opt/my tools/microagent""#));

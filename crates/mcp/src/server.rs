@@ -83,15 +83,23 @@ pub struct MicroagentServer {
 impl MicroagentServer {
     /// A server for the workspaces of `ws`.
     pub fn new(ws: Workspaces) -> Self {
+        let mut tool_router = Self::lifecycle_router()
+            + Self::exec_router()
+            + Self::files_router()
+            + Self::info_router()
+            + Self::snapshots_router()
+            + Self::ports_router()
+            + Self::networks_router();
+        for route in tool_router.map.values_mut() {
+            let tool = &mut route.attr;
+            crate::json_schema::standardize(Arc::make_mut(&mut tool.input_schema));
+            if let Some(output) = tool.output_schema.as_mut() {
+                crate::json_schema::standardize(Arc::make_mut(output));
+            }
+        }
         Self {
             ws,
-            tool_router: Self::lifecycle_router()
-                + Self::exec_router()
-                + Self::files_router()
-                + Self::info_router()
-                + Self::snapshots_router()
-                + Self::ports_router()
-                + Self::networks_router(),
+            tool_router,
             inflight: Arc::default(),
         }
     }

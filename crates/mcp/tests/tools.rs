@@ -75,12 +75,54 @@ const WITH_PREVIEW: [&str; 9] = [
     "workspace_stop",
 ];
 
+/// The formats JSON Schema (2020-12) defines.
+const STANDARD_FORMATS: [&str; 17] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "regex",
+];
+
+fn collect_formats(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(f) = m.get("format").and_then(Value::as_str) {
+                out.push(f.to_owned());
+            }
+            m.values().for_each(|v| collect_formats(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| collect_formats(v, out)),
+        _ => {}
+    }
+}
+
 /// Checks a schema: valid JSON Schema, an object, every property described.
 fn check_schema(tool: &str, what: &str, schema: &Value) {
     if let Err(e) = jsonschema::meta::validate(schema) {
         panic!("{tool}'s {what} schema is not valid JSON Schema: {e}\n{schema:#}");
     }
     assert_eq!(schema["type"], "object", "{tool} {what}: {schema:#}");
+    let mut formats = Vec::new();
+    collect_formats(schema, &mut formats);
+    for format in formats {
+        assert!(
+            STANDARD_FORMATS.contains(&format.as_str()),
+            "{tool} {what}: format {format:?} is not a JSON Schema format (Ajv warns)"
+        );
+    }
     let empty = serde_json::Map::new();
     let props = schema
         .get("properties")

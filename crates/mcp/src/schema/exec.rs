@@ -15,6 +15,17 @@ pub const MAX_OUTPUT_CAP: u64 = 4 << 20;
 /// Longest command timeout.
 pub const MAX_EXEC_TIMEOUT_SECS: u64 = 24 * 3600;
 
+/// A command as models send it: an argv array, or one command line (run
+/// through /bin/sh -c, as `shell` is).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum CommandArg {
+    /// Program and arguments.
+    Argv(Vec<String>),
+    /// A command line.
+    Line(String),
+}
+
 /// `workspace_exec`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -22,8 +33,9 @@ pub struct ExecParams {
     /// Workspace name (running).
     pub name: String,
     /// Program and arguments, run directly (the program is looked up in
-    /// PATH), e.g. ["uname", "-a"]. Give this or `shell`.
-    pub command: Option<Vec<String>>,
+    /// PATH), e.g. ["uname", "-a"]; a single string is run as `shell` is.
+    /// Give this or `shell`.
+    pub command: Option<CommandArg>,
     /// A command line run with /bin/sh -c (pipes, redirections, globs),
     /// e.g. "ls -l /etc | head". Give this or `command`.
     pub shell: Option<String>,

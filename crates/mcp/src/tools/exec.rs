@@ -240,7 +240,10 @@ impl MicroagentServer {
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<ExecResult> {
         let mut req = match (p.command, p.shell) {
-            (Some(argv), None) if !argv.is_empty() => ExecRequest::argv(argv),
+            (Some(CommandArg::Argv(argv)), None) if !argv.is_empty() => ExecRequest::argv(argv),
+            (Some(CommandArg::Line(line)), None) if !line.trim().is_empty() => {
+                ExecRequest::shell(line)
+            }
             (Some(_), None) => {
                 return Err(ToolError::InvalidInput(
                     "command is empty; give the program and its arguments".into(),
