@@ -16,6 +16,7 @@ use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
 use tokio::sync::Notify;
 use workspace::Workspaces;
 
+use crate::progress::Progress;
 use crate::ToolError;
 
 /// What the server tells clients (and their models) about itself.
@@ -120,6 +121,16 @@ impl MicroagentServer {
     }
 }
 
+/// The tools that send progress notifications of their own.
+const REPORTS_ITS_OWN_PROGRESS: [&str; 6] = [
+    "workspace_start",
+    "workspace_exec",
+    "run_code",
+    "snapshot_take",
+    "snapshot_restore",
+    "workspace_fork",
+];
+
 /// What rmcp starts the text of a result with when the arguments did not
 /// deserialize into the tool's input type.
 const ARGUMENT_ERROR: &str = "failed to deserialize parameters: ";
@@ -164,8 +175,22 @@ impl ServerHandler for MicroagentServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let _busy = self.inflight.enter();
+        let name = request.name.to_string();
+        // Every call reports progress when the client asked for it: those
+        // below with their own words, the rest with how long they have run.
+        let mut heartbeat =
+            (!REPORTS_ITS_OWN_PROGRESS.contains(&name.as_str())).then(|| Progress::new(&context));
         let call = ToolCallContext::new(self, request, context);
-        let response = self.tool_router.call(call).await?;
+        let work = self.tool_router.call(call);
+        let response = match heartbeat.as_mut() {
+            Some(p) => {
+                p.drive(work, |elapsed| {
+                    format!("{name}: running for {} s", elapsed.as_secs())
+                })
+                .await?
+            }
+            None => work.await?,
+        };
         Ok(with_error_code(response))
     }
 }
@@ -188,5 +213,20 @@ mod tests {
         drop(guard);
         assert!(waiter.await.unwrap());
         assert_eq!(inflight.count(), 0);
+    }
+
+    #[test]
+    fn the_tools_reporting_their_own_progress_exist() {
+        let dir = std::env::temp_dir().join(format!("mcp-names-{}", std::process::id()));
+        let ws = Workspaces::builder().state_dir(&dir).build().unwrap();
+        let names: Vec<String> = MicroagentServer::new(ws)
+            .tools()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        for tool in REPORTS_ITS_OWN_PROGRESS {
+            assert!(names.iter().any(|n| n == tool), "{tool}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
