@@ -753,3 +753,63 @@ async fn networks_are_objects_workspaces_name_and_host_changes_wait_for_a_token(
         .await;
     h.finish().await;
 }
+
+/// Records the progress notifications a client receives.
+#[derive(Clone, Default)]
+struct ProgressRecorder(std::sync::Arc<std::sync::Mutex<Vec<(String, f64)>>>);
+
+impl rmcp::ClientHandler for ProgressRecorder {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let token = match params.progress_token.0 {
+            rmcp::model::NumberOrString::String(s) => s.to_string(),
+            rmcp::model::NumberOrString::Number(n) => n.to_string(),
+        };
+        self.0.lock().unwrap().push((token, params.progress));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_call_reports_progress_while_it_waits() {
+    use rmcp::model::{CallToolRequestParams, ProgressToken, RequestParamsMeta};
+    use rmcp::ServiceExt;
+    let h = Harness::new("beat").await;
+    h.fake_image("fake");
+    // A second client that records notifications, on the same state.
+    let server = mcp::MicroagentServer::new(h.ws.clone());
+    let (server_end, client_end) = tokio::io::duplex(1 << 20);
+    let (reader, writer) = tokio::io::split(server_end);
+    tokio::spawn(mcp::serve(server, reader, writer));
+    let recorder = ProgressRecorder::default();
+    let client = recorder.clone().serve(client_end).await.unwrap();
+    // The workspace's lock is held for 2.5 s: the create waits for it.
+    let lock = h.ws.state_dir().lock_workspace("dev").unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        drop(lock);
+    });
+    let mut params = CallToolRequestParams::new("workspace_create").with_arguments(
+        json!({"name": "dev", "image": "fake"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    params.set_progress_token(ProgressToken(rmcp::model::NumberOrString::String(
+        "slow".into(),
+    )));
+    let result = client.call_tool(params).await.unwrap();
+    release.join().unwrap();
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    let seen = recorder.0.lock().unwrap().clone();
+    // (rmcp's client puts its own token on each request.)
+    assert!(seen.len() >= 2, "{seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0].1 < w[1].1),
+        "progress increases: {seen:?}"
+    );
+    client.cancel().await.unwrap();
+    h.finish().await;
+}
