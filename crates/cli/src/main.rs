@@ -154,8 +154,11 @@ enum Command {
     Ttl {
         /// Workspace name.
         name: String,
-        /// Seconds, or `off`.
+        /// Seconds or a duration (`30m`, `1h`, `1h30m`, `2d`), or `off`.
         ttl: String,
+        /// Add TTL to what is left instead of setting it.
+        #[arg(long)]
+        extend: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -341,7 +344,12 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
             w::list(ws, &filter, *json)
         }
         Command::Inspect { name, json } => w::inspect(ws, name, *json),
-        Command::Ttl { name, ttl, json } => w::ttl(ws, name, ttl, *json),
+        Command::Ttl {
+            name,
+            ttl,
+            extend,
+            json,
+        } => w::ttl(ws, name, ttl, *extend, *json),
         Command::Exec { name, args } => exec_cmd::exec(ws, name, args).await,
         Command::Cp { src, dst, json } => files_cmd::cp(ws, src, dst, *json).await,
         Command::Logs {

@@ -32,8 +32,8 @@ pub struct SpecArgs {
     /// Label, for `list --label` (repeatable).
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = key_value)]
     pub labels: Vec<(String, String)>,
-    /// Stop it this many seconds after each start.
-    #[arg(long = "ttl", value_name = "SECONDS")]
+    /// Stop it this long after each start: seconds or 30m, 1h, 2d.
+    #[arg(long = "ttl", value_name = "DURATION", value_parser = parse_ttl)]
     pub ttl_secs: Option<u64>,
     /// Network: `user` (rootless NAT; the host's loopback is reachable as
     /// host.microagent.internal), `none`, or one from `network create`.
@@ -297,17 +297,31 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn ttl(ws: &Workspaces, name: &str, ttl: &str, json: bool) -> Result<ExitCode, Error> {
+pub fn ttl(
+    ws: &Workspaces,
+    name: &str,
+    ttl: &str,
+    extend: bool,
+    json: bool,
+) -> Result<ExitCode, Error> {
     let secs = match ttl {
-        "off" | "none" => None,
-        s => Some(s.parse::<u64>().map_err(|_| {
-            Error::InvalidInput(format!(
-                "ttl {s:?} is neither a number of seconds nor `off`"
+        "off" | "none" if extend => {
+            return Err(Error::InvalidInput(
+                "--extend takes a duration (30m, 1h, ...), not off".into(),
             ))
-        })?),
+        }
+        "off" | "none" => None,
+        s => Some(workspace::parse_duration(s)?),
     };
-    let meta = ws.set_ttl(name, secs)?;
+    let meta = match secs {
+        Some(by) if extend => ws.extend_ttl(name, by)?,
+        secs => ws.set_ttl(name, secs)?,
+    };
     Ok(done(&meta, json))
+}
+
+fn parse_ttl(s: &str) -> Result<u64, String> {
+    workspace::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// Parses a `--state` filter.

@@ -451,6 +451,17 @@ fn ttl_expiry_and_kill_9_detection() {
     let cli = home("ttlcrash");
     cli.ok_json(&["create", "short", "--json"]);
     start(&cli, "short");
+    // An extension moves the running deadline and lengthens later starts'.
+    cli.ok_json(&["ttl", "short", "1h", "--json"]);
+    let extended = cli.ok_json(&["ttl", "short", "30m", "--extend", "--json"]);
+    assert_eq!(extended["spec"]["ttl_secs"], 5400, "{extended}");
+    let info = cli.ok_json(&["inspect", "short", "--json"]);
+    let left_ms =
+        info["runtime"]["ttl_deadline_ms"].as_u64().unwrap() - workspace::settings::now_ms();
+    assert!(
+        (89 * 60_000..=90 * 60_000).contains(&left_ms),
+        "{left_ms} ms left"
+    );
     // A TTL set on the running workspace goes to its VMM, which enforces it.
     let set = cli.ok_json(&["ttl", "short", "2", "--json"]);
     assert_eq!(set["spec"]["ttl_secs"], 2);

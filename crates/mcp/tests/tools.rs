@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 34] = [
+const TOOLS: [&str; 35] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -36,6 +36,7 @@ const TOOLS: [&str; 34] = [
     "workspace_delete",
     "workspace_events",
     "workspace_exec",
+    "workspace_extend_ttl",
     "workspace_fork",
     "workspace_halt",
     "workspace_inspect",
@@ -811,5 +812,52 @@ async fn a_slow_call_reports_progress_while_it_waits() {
         "progress increases: {seen:?}"
     );
     client.cancel().await.unwrap();
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_are_durations_and_extend() {
+    let h = Harness::new("ttl").await;
+    h.fake_image("fake");
+    let made = h
+        .ok(
+            "workspace_create",
+            json!({"name": "dev", "image": "fake", "ttl": "1h"}),
+        )
+        .await;
+    assert_eq!(made["spec"]["ttl_secs"], 3600);
+    let longer = h
+        .ok("workspace_extend_ttl", json!({"name": "dev", "by": "30m"}))
+        .await;
+    assert_eq!(longer["spec"]["ttl_secs"], 5400);
+    let set = h
+        .ok(
+            "workspace_extend_ttl",
+            json!({"name": "dev", "ttl_secs": 60}),
+        )
+        .await;
+    assert_eq!(set["spec"]["ttl_secs"], 60);
+    let before = h.snapshot();
+    for args in [
+        json!({"name": "dev"}),
+        json!({"name": "dev", "by": "1h", "ttl_secs": 5}),
+        json!({"name": "dev", "by": "soon"}),
+        json!({"name": "dev", "ttl_secs": 0}),
+    ] {
+        h.fails("workspace_extend_ttl", args, "INVALID_INPUT").await;
+    }
+    h.fails(
+        "workspace_create",
+        json!({"name": "dev2", "image": "fake", "ttl": "1h", "ttl_secs": 5}),
+        "INVALID_INPUT",
+    )
+    .await;
+    h.fails(
+        "workspace_extend_ttl",
+        json!({"name": "ghost", "by": "1h"}),
+        "NOT_FOUND",
+    )
+    .await;
+    assert!(h.snapshot() == before, "refused calls changed nothing");
     h.finish().await;
 }

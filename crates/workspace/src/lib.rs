@@ -75,8 +75,8 @@ pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
 pub use remedy::Remedy;
 pub use snapshots::SnapshotInfo;
 pub use spec::{
-    defaults, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Runtime, StartKind,
-    WorkspaceSpec, LIMITS,
+    defaults, parse_duration, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Runtime,
+    StartKind, WorkspaceSpec, LIMITS,
 };
 pub use state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};

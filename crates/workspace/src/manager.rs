@@ -668,6 +668,36 @@ impl Workspaces {
     }
 }
 
+impl Workspaces {
+    /// Extends the TTL by `by_secs`: a running workspace's deadline moves
+    /// that much later, and the TTL of later starts grows by as much (a
+    /// workspace without a TTL gets one of `by_secs`, from now if it runs).
+    pub fn extend_ttl(&self, name: &str, by_secs: u64) -> Result<Meta> {
+        if by_secs == 0 {
+            return Err(Error::InvalidInput("extend the TTL by at least 1 s".into()));
+        }
+        let meta = self.get(name)?;
+        let per_start = meta
+            .spec
+            .ttl_secs
+            .map_or(by_secs, |t| t.saturating_add(by_secs));
+        self.limits.check_ttl(per_start)?;
+        let deadline = meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms);
+        if !meta.state.has_vmm() {
+            return self.set_ttl(name, Some(per_start));
+        }
+        let left = deadline.map_or(0, |at| at.saturating_sub(now_ms()) / 1000);
+        let running = left.saturating_add(by_secs);
+        self.limits.check_ttl(running)?;
+        self.set_ttl(name, Some(running))?;
+        let ws = self.dir(name)?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
+        meta.spec.ttl_secs = Some(per_start);
+        ws.write_meta(&meta)?;
+        Ok(meta)
+    }
+}
+
 /// True when the record expects a VMM that is no longer there.
 fn vmm_died(meta: &Meta) -> bool {
     meta.state.has_vmm()

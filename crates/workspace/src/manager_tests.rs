@@ -267,3 +267,37 @@ fn waiting_for_events_returns_new_ones_or_times_out() {
     assert_eq!(got[0].kind, EventKind::TtlExpired);
     t.join().unwrap();
 }
+
+#[test]
+fn extending_a_stopped_workspaces_ttl_adds_to_it() {
+    if !have_mkfs("extending_a_stopped_workspaces_ttl_adds_to_it") {
+        return;
+    }
+    let f = fixture("ttlext", "/nonexistent");
+    f.ws.create("dev", spec()).unwrap();
+    // No TTL yet: the extension becomes it.
+    assert_eq!(
+        f.ws.extend_ttl("dev", 1800).unwrap().spec.ttl_secs,
+        Some(1800)
+    );
+    assert_eq!(
+        f.ws.extend_ttl("dev", 3600).unwrap().spec.ttl_secs,
+        Some(5400)
+    );
+    let max = crate::spec::LIMITS.max_ttl_secs;
+    let err = f.ws.extend_ttl("dev", max).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidInput, "{err}");
+    assert_eq!(
+        f.ws.extend_ttl("dev", 0).unwrap_err().code(),
+        ErrorCode::InvalidInput
+    );
+    assert_eq!(
+        f.ws.get("dev").unwrap().spec.ttl_secs,
+        Some(5400),
+        "refusals change nothing"
+    );
+    assert_eq!(
+        f.ws.extend_ttl("ghost", 60).unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+}

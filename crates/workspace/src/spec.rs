@@ -166,6 +166,47 @@ impl WorkspaceSpec {
     }
 }
 
+/// Parses a duration as people write it: `90` or `90s`, `30m`, `1h`,
+/// `1h30m`, `2d` (seconds; units `s`, `m`, `h`, `d`).
+pub fn parse_duration(text: &str) -> Result<u64> {
+    let bad = || {
+        Error::InvalidInput(format!(
+            "duration {text:?}: use seconds or a number with a unit, e.g. 90, 30m, 1h, 1h30m, 2d"
+        ))
+    };
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(secs) = t.parse::<u64>() {
+        return Ok(secs);
+    }
+    let (mut total, mut digits) = (0u64, String::new());
+    for c in t.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        };
+        let n: u64 = digits.parse().map_err(|_| bad())?;
+        digits.clear();
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+    }
+    if !digits.is_empty() {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
 /// Checks a TTL in seconds against this build's [`LIMITS`].
 pub fn validate_ttl(ttl: u64) -> Result<()> {
     LIMITS.check_ttl(ttl)
@@ -330,6 +371,24 @@ impl Meta {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_parse_as_people_write_them() {
+        for (text, secs) in [
+            ("90", 90),
+            ("90s", 90),
+            ("30m", 1800),
+            ("1h", 3600),
+            ("1h30m", 5400),
+            ("2d", 172_800),
+            (" 1d2h3m4s ", 93_784),
+        ] {
+            assert_eq!(parse_duration(text).unwrap(), secs, "{text}");
+        }
+        for bad in ["", "h", "1x", "1.5h", "-1", "1h30", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn defaults_are_valid_and_limits_are_enforced() {

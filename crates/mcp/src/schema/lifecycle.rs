@@ -50,6 +50,9 @@ pub struct CreateParams {
     /// Stop it this many seconds after each start (1 to 2592000); default:
     /// no TTL.
     pub ttl_secs: Option<u64>,
+    /// The same as a duration: "90s", "30m", "1h", "1h30m", "2d" (give
+    /// this or ttl_secs).
+    pub ttl: Option<String>,
     /// Network: "user" (rootless NAT through the host; the host's loopback
     /// is reachable as host.microagent.internal) or "none"; default "user".
     pub network: Option<String>,
@@ -67,6 +70,21 @@ pub struct CreateParams {
 pub struct NameParams {
     /// Workspace name.
     pub name: String,
+}
+
+/// `workspace_extend_ttl`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendTtlParams {
+    /// Workspace name.
+    pub name: String,
+    /// Add this much: "30m", "1h", "1h30m", "2d" or seconds ("90"). A
+    /// running workspace's deadline moves that much later, and later
+    /// starts get a TTL that much longer.
+    pub by: Option<String>,
+    /// Or set the TTL to this many seconds (from now if it runs, and for
+    /// every later start). Give `by` or `ttl_secs`.
+    pub ttl_secs: Option<u64>,
 }
 
 /// `workspace_start`.

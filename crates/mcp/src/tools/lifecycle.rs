@@ -126,7 +126,16 @@ impl MicroagentServer {
             disk_mib: p.disk_mib.unwrap_or(defaults::DISK_MIB),
             env: p.env,
             labels: p.labels,
-            ttl_secs: p.ttl_secs,
+            ttl_secs: match (p.ttl_secs, p.ttl.as_deref()) {
+                (Some(_), Some(_)) => {
+                    return Err(ToolError::InvalidInput(
+                        "give ttl_secs or ttl, not both".into(),
+                    ))
+                }
+                (Some(secs), None) => Some(secs),
+                (None, Some(text)) => Some(workspace::parse_duration(text)?),
+                (None, None) => None,
+            },
             network: p
                 .network
                 .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
@@ -136,6 +145,42 @@ impl MicroagentServer {
         let meta = self
             .on_workspace(&p.name, |ws, name| ws.create(name, spec))
             .await?;
+        Ok(Out(meta))
+    }
+
+    /// Extend a workspace's TTL (`by`: "1h", "30m", ...) or set it
+    /// (`ttl_secs`). A running workspace's deadline moves; later starts use
+    /// the new TTL. Without a TTL, `by` gives it one.
+    #[tool(
+        output_schema = crate::output::schema::<Meta>(),
+        annotations(
+        title = "Extend a workspace's TTL",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_extend_ttl(
+        &self,
+        Parameters(p): Parameters<ExtendTtlParams>,
+    ) -> ToolResult<Meta> {
+        let meta = match (p.by.as_deref(), p.ttl_secs) {
+            (Some(by), None) => {
+                let by = workspace::parse_duration(by)?;
+                self.on_workspace(&p.name, move |ws, name| ws.extend_ttl(name, by))
+                    .await?
+            }
+            (None, Some(secs)) => {
+                self.on_workspace(&p.name, move |ws, name| ws.set_ttl(name, Some(secs)))
+                    .await?
+            }
+            _ => {
+                return Err(ToolError::InvalidInput(
+                    "give either by (a duration such as \"1h\") or ttl_secs".into(),
+                ))
+            }
+        };
         Ok(Out(meta))
     }
 
