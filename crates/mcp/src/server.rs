@@ -90,7 +90,8 @@ impl MicroagentServer {
             + Self::info_router()
             + Self::snapshots_router()
             + Self::ports_router()
-            + Self::networks_router();
+            + Self::networks_router()
+            + Self::images_router();
         for route in tool_router.map.values_mut() {
             let tool = &mut route.attr;
             crate::json_schema::standardize(Arc::make_mut(&mut tool.input_schema));

@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 35] = [
+const TOOLS: [&str; 38] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -18,6 +18,9 @@ const TOOLS: [&str; 35] = [
     "file_write",
     "host_doctor",
     "host_networking_setup",
+    "image_delete",
+    "image_import",
+    "image_inspect",
     "image_list",
     "network_create",
     "network_delete",
@@ -46,12 +49,13 @@ const TOOLS: [&str; 35] = [
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 15] = [
+const READ_ONLY: [&str; 16] = [
     "contract",
     "estimate_cost",
     "file_list",
     "file_read",
     "host_doctor",
+    "image_inspect",
     "image_list",
     "network_inspect",
     "network_list",
@@ -64,10 +68,11 @@ const READ_ONLY: [&str; 15] = [
     "workspace_logs",
 ];
 
-const WITH_PREVIEW: [&str; 9] = [
+const WITH_PREVIEW: [&str; 10] = [
     "copy_in",
     "copy_out",
     "file_write",
+    "image_delete",
     "network_delete",
     "snapshot_delete",
     "snapshot_restore",
@@ -859,5 +864,58 @@ async fn ttls_are_durations_and_extend() {
     )
     .await;
     assert!(h.snapshot() == before, "refused calls changed nothing");
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_are_inspected_imported_and_deleted() {
+    let h = Harness::new("imgs").await;
+    h.fake_image("fake");
+    h.ok("workspace_create", json!({"name": "dev", "image": "fake"}))
+        .await;
+    let info = h.ok("image_inspect", json!({"name": "fake"})).await;
+    assert_eq!(info["used_by"], json!(["dev"]), "{info}");
+    assert!(info["rootfs_bytes"].as_u64().unwrap() > 0);
+    let src = h.root.join("src-copy");
+    testkit::fake_image_files(&src);
+    let before = h.snapshot();
+    h.fails("image_delete", json!({"name": "fake"}), "CONFLICT")
+        .await;
+    h.fails(
+        "image_delete",
+        json!({"name": "fake", "preview": true}),
+        "CONFLICT",
+    )
+    .await;
+    h.fails("image_inspect", json!({"name": "ghost"}), "NOT_FOUND")
+        .await;
+    h.fails(
+        "image_import",
+        json!({"name": "fake", "dir": src.display().to_string()}),
+        "CONFLICT",
+    )
+    .await;
+    h.fails(
+        "image_import",
+        json!({"name": "other", "dir": "/nonexistent-dir"}),
+        "INVALID_INPUT",
+    )
+    .await;
+    assert!(h.snapshot() == before, "refused calls changed nothing");
+    let imported = h
+        .ok(
+            "image_import",
+            json!({"name": "copy", "dir": src.display().to_string()}),
+        )
+        .await;
+    assert_eq!(imported["name"], "copy");
+    let would = h
+        .ok("image_delete", json!({"name": "copy", "preview": true}))
+        .await;
+    assert_eq!(would["action"], "would delete");
+    h.ok("image_inspect", json!({"name": "copy"})).await;
+    h.ok("image_delete", json!({"name": "copy"})).await;
+    h.fails("image_inspect", json!({"name": "copy"}), "NOT_FOUND")
+        .await;
     h.finish().await;
 }

@@ -241,8 +241,19 @@ impl Workspaces {
 
     /// Removes image `name` unless a workspace uses it.
     pub fn remove_image(&self, name: &str) -> Result<()> {
+        self.delete_image(name, false).map(drop)
+    }
+
+    /// Removes image `name` unless a workspace uses it (CONFLICT naming
+    /// them); with `preview` it only checks. Returns what goes.
+    pub fn delete_image(&self, name: &str, preview: bool) -> Result<ImageInfo> {
+        let info = self.images.get(name)?;
         let users = self.image_users(name)?;
-        Ok(self.images.remove(name, users)?)
+        if preview && users.is_empty() {
+            return Ok(info);
+        }
+        self.images.remove(name, users)?;
+        Ok(info)
     }
 
     /// Creates a stopped workspace with its writable disk.

@@ -1,0 +1,82 @@
+//! Inputs and outputs of the image tools that name one image:
+//! image_inspect, image_import, image_delete.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use workspace::image::ImageInfo;
+
+use crate::output::Render;
+
+/// `image_inspect`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageNameParams {
+    /// Image name (see `image_list`).
+    pub name: String,
+}
+
+/// `image_import`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportImageParams {
+    /// Name for the new image.
+    pub name: String,
+    /// Host directory holding `vmlinux` (an ELF kernel) and `rootfs.ext4`
+    /// (and optionally `manifest.json`); relative to the server's working
+    /// directory.
+    pub dir: String,
+}
+
+/// `image_delete`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteImageParams {
+    /// Image name; refused (CONFLICT) while a workspace uses it.
+    pub name: String,
+    /// Only check and report what would be removed.
+    #[serde(default)]
+    pub preview: bool,
+}
+
+/// One image and the workspaces that use it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ImageResult {
+    /// The image.
+    #[serde(flatten)]
+    pub image: ImageInfo,
+    /// Workspaces that use it.
+    pub used_by: Vec<String>,
+}
+
+/// `image_delete`'s result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ImageDeleteResult {
+    /// It was only a preview.
+    pub preview: bool,
+    /// `would delete` or `did delete`.
+    pub action: String,
+    /// The image.
+    pub image: ImageInfo,
+}
+
+impl Render for ImageResult {
+    fn render(&self) -> String {
+        format!(
+            "{}: kernel {} bytes, root filesystem {} bytes, used by {}",
+            self.image.name,
+            self.image.kernel_bytes,
+            self.image.rootfs_bytes,
+            if self.used_by.is_empty() {
+                "no workspace".into()
+            } else {
+                self.used_by.join(", ")
+            }
+        )
+    }
+}
+
+impl Render for ImageDeleteResult {
+    fn render(&self) -> String {
+        format!("{} image {}", self.action, self.image.name)
+    }
+}
