@@ -70,7 +70,7 @@ pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
 pub use name::{validate_name, NameError};
 pub use network_ops::{GuestNetwork, HostChange, NetworkInfo};
-pub use one_shot::{Afterwards, OneShot, OneShotEnd};
+pub use one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
 pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
 pub use remedy::Remedy;
 pub use snapshots::SnapshotInfo;

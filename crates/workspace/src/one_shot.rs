@@ -35,13 +35,21 @@ pub struct OneShot {
     pub afterwards: Afterwards,
 }
 
+/// The TTL a one-shot workspace gets unless its spec has one: a client
+/// killed mid-run leaves nothing running longer than this.
+pub const ONE_SHOT_TTL_SECS: u64 = 3600;
+
 impl OneShot {
-    /// A deleted-afterwards workspace of `spec`, named `PREFIX-ID`.
+    /// A deleted-afterwards workspace of `spec`, named `PREFIX-ID`, with a
+    /// TTL of [`ONE_SHOT_TTL_SECS`] unless `spec` sets one.
     pub fn new(prefix: impl Into<String>, spec: WorkspaceSpec) -> Self {
         Self {
             name: None,
             prefix: prefix.into(),
-            spec,
+            spec: WorkspaceSpec {
+                ttl_secs: spec.ttl_secs.or(Some(ONE_SHOT_TTL_SECS)),
+                ..spec
+            },
             afterwards: Afterwards::default(),
         }
     }
@@ -139,6 +147,17 @@ impl Workspaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_shots_always_carry_a_ttl() {
+        let plain = OneShot::new("run", WorkspaceSpec::default());
+        assert_eq!(plain.spec.ttl_secs, Some(ONE_SHOT_TTL_SECS));
+        let asked = WorkspaceSpec {
+            ttl_secs: Some(60),
+            ..WorkspaceSpec::default()
+        };
+        assert_eq!(OneShot::new("run", asked).spec.ttl_secs, Some(60));
+    }
 
     #[test]
     fn picks_a_fresh_name_unless_given_one() {
