@@ -344,7 +344,7 @@ fn tap_check(state: &StateDir) -> Check {
                 "the host setup does not match tap networks {}: their workspaces cannot start or are filtered by old rules",
                 taps.join(", ")
             ),
-            "run `microagent network setup` and apply its plan with the printed token (as root)",
+            "preview the host setup of the tap networks, then apply it with its confirm token (as root)",
         )
     }
 }

@@ -1,0 +1,269 @@
+//! Networks, images, TTLs and progress notifications through a real MCP
+//! client, in process, without KVM (the tool list and the rest are in
+//! tools.rs).
+
+mod common;
+
+use common::Harness;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn networks_are_objects_workspaces_name_and_host_changes_wait_for_a_token() {
+    let h = Harness::new("nets").await;
+    h.fake_image("fake");
+    let listed = h.ok("network_list", json!({})).await;
+    let names: Vec<&str> = listed["networks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(names, ["user", "none"]);
+    let before = h.snapshot();
+    for (args, code) in [
+        (json!({"name": "corp", "egress": "none"}), "INVALID_INPUT"),
+        (
+            json!({"name": "corp", "subnet": "10.0.0.1/24"}),
+            "INVALID_INPUT",
+        ),
+        (
+            json!({"name": "corp", "backend": "tap", "egress": "allowlist"}),
+            "INVALID_INPUT",
+        ),
+        (json!({"name": "Corp"}), "INVALID_INPUT"),
+        (json!({"name": "user"}), "CONFLICT"),
+    ] {
+        h.fails("network_create", args, code).await;
+    }
+    assert!(h.snapshot() == before, "refused creates changed nothing");
+    let corp = h
+        .ok(
+            "network_create",
+            json!({"name": "corp", "backend": "tap", "egress": "allowlist", "allow": ["pypi.org", "10.1.0.0/16"]}),
+        )
+        .await;
+    assert_eq!(corp["subnet"], "10.89.0.0/24");
+    assert_eq!(corp["gateway"], "10.89.0.1");
+    assert_eq!(corp["bridge"], "microagent0");
+    h.fails(
+        "workspace_create",
+        json!({"name": "dev", "image": "fake", "network": "missing"}),
+        "NOT_FOUND",
+    )
+    .await;
+    let dev = h
+        .ok(
+            "workspace_create",
+            json!({"name": "dev", "image": "fake", "network": "corp"}),
+        )
+        .await;
+    assert_eq!(dev["spec"]["address"], "10.89.0.2");
+    let other = h
+        .ok(
+            "workspace_create",
+            json!({"name": "dev2", "image": "fake", "network": "corp"}),
+        )
+        .await;
+    assert_eq!(other["spec"]["address"], "10.89.0.3");
+    let inspected = h.ok("network_inspect", json!({"name": "corp"})).await;
+    assert_eq!(inspected["workspaces"], json!(["dev", "dev2"]));
+    h.fails("network_delete", json!({"name": "corp"}), "CONFLICT")
+        .await;
+    h.fails("network_delete", json!({"name": "user"}), "CONFLICT")
+        .await;
+    h.fails("network_inspect", json!({"name": "gone"}), "NOT_FOUND")
+        .await;
+
+    // A preview changes nothing on the host (the first makes the state
+    // directory's token key) and its token is bound to its plan.
+    h.ok("host_networking_setup", json!({})).await;
+    let before = h.snapshot();
+    let preview = h.ok("host_networking_setup", json!({})).await;
+    assert_eq!(preview["applied"], false);
+    let steps = preview["plan"]["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["program"] == "nft"), "{preview:#}");
+    assert!(preview["token"].as_str().is_some_and(|t| t.len() > 20));
+    h.fails(
+        "host_networking_setup",
+        json!({"confirm_token": "1-2-3"}),
+        "INVALID_INPUT",
+    )
+    .await;
+    assert!(
+        h.snapshot() == before,
+        "a preview and a wrong token changed nothing"
+    );
+
+    for ws in ["dev", "dev2"] {
+        h.ok("workspace_delete", json!({"name": ws})).await;
+    }
+    let would = h
+        .ok("network_delete", json!({"name": "corp", "preview": true}))
+        .await;
+    assert_eq!(would["action"], "would delete");
+    h.ok("network_inspect", json!({"name": "corp"})).await;
+    h.ok("network_delete", json!({"name": "corp"})).await;
+    h.fails("network_inspect", json!({"name": "corp"}), "NOT_FOUND")
+        .await;
+    h.finish().await;
+}
+
+/// Records the progress notifications a client receives.
+#[derive(Clone, Default)]
+struct ProgressRecorder(std::sync::Arc<std::sync::Mutex<Vec<(String, f64)>>>);
+
+impl rmcp::ClientHandler for ProgressRecorder {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let token = match params.progress_token.0 {
+            rmcp::model::NumberOrString::String(s) => s.to_string(),
+            rmcp::model::NumberOrString::Number(n) => n.to_string(),
+        };
+        self.0.lock().unwrap().push((token, params.progress));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_call_reports_progress_while_it_waits() {
+    use rmcp::model::{CallToolRequestParams, ProgressToken, RequestParamsMeta};
+    use rmcp::ServiceExt;
+    let h = Harness::new("beat").await;
+    h.fake_image("fake");
+    // A second client that records notifications, on the same state.
+    let server = mcp::MicroagentServer::new(h.ws.clone());
+    let (server_end, client_end) = tokio::io::duplex(1 << 20);
+    let (reader, writer) = tokio::io::split(server_end);
+    tokio::spawn(mcp::serve(server, reader, writer));
+    let recorder = ProgressRecorder::default();
+    let client = recorder.clone().serve(client_end).await.unwrap();
+    // The workspace's lock is held for 2.5 s: the create waits for it.
+    let lock = h.ws.state_dir().lock_workspace("dev").unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        drop(lock);
+    });
+    let mut params = CallToolRequestParams::new("workspace_create").with_arguments(
+        json!({"name": "dev", "image": "fake"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    params.set_progress_token(ProgressToken(rmcp::model::NumberOrString::String(
+        "slow".into(),
+    )));
+    let result = client.call_tool(params).await.unwrap();
+    release.join().unwrap();
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    let seen = recorder.0.lock().unwrap().clone();
+    // (rmcp's client puts its own token on each request.)
+    assert!(seen.len() >= 2, "{seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0].1 < w[1].1),
+        "progress increases: {seen:?}"
+    );
+    client.cancel().await.unwrap();
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_are_durations_and_extend() {
+    let h = Harness::new("ttl").await;
+    h.fake_image("fake");
+    let made = h
+        .ok(
+            "workspace_create",
+            json!({"name": "dev", "image": "fake", "ttl": "1h"}),
+        )
+        .await;
+    assert_eq!(made["spec"]["ttl_secs"], 3600);
+    let longer = h
+        .ok("workspace_extend_ttl", json!({"name": "dev", "by": "30m"}))
+        .await;
+    assert_eq!(longer["spec"]["ttl_secs"], 5400);
+    let set = h
+        .ok(
+            "workspace_extend_ttl",
+            json!({"name": "dev", "ttl_secs": 60}),
+        )
+        .await;
+    assert_eq!(set["spec"]["ttl_secs"], 60);
+    let before = h.snapshot();
+    for args in [
+        json!({"name": "dev"}),
+        json!({"name": "dev", "by": "1h", "ttl_secs": 5}),
+        json!({"name": "dev", "by": "soon"}),
+        json!({"name": "dev", "ttl_secs": 0}),
+    ] {
+        h.fails("workspace_extend_ttl", args, "INVALID_INPUT").await;
+    }
+    h.fails(
+        "workspace_create",
+        json!({"name": "dev2", "image": "fake", "ttl": "1h", "ttl_secs": 5}),
+        "INVALID_INPUT",
+    )
+    .await;
+    h.fails(
+        "workspace_extend_ttl",
+        json!({"name": "ghost", "by": "1h"}),
+        "NOT_FOUND",
+    )
+    .await;
+    assert!(h.snapshot() == before, "refused calls changed nothing");
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_are_inspected_imported_and_deleted() {
+    let h = Harness::new("imgs").await;
+    h.fake_image("fake");
+    h.ok("workspace_create", json!({"name": "dev", "image": "fake"}))
+        .await;
+    let info = h.ok("image_inspect", json!({"name": "fake"})).await;
+    assert_eq!(info["used_by"], json!(["dev"]), "{info}");
+    assert!(info["rootfs_bytes"].as_u64().unwrap() > 0);
+    let src = h.root.join("src-copy");
+    testkit::fake_image_files(&src);
+    let before = h.snapshot();
+    h.fails("image_delete", json!({"name": "fake"}), "CONFLICT")
+        .await;
+    h.fails(
+        "image_delete",
+        json!({"name": "fake", "preview": true}),
+        "CONFLICT",
+    )
+    .await;
+    h.fails("image_inspect", json!({"name": "ghost"}), "NOT_FOUND")
+        .await;
+    h.fails(
+        "image_import",
+        json!({"name": "fake", "dir": src.display().to_string()}),
+        "CONFLICT",
+    )
+    .await;
+    h.fails(
+        "image_import",
+        json!({"name": "other", "dir": "/nonexistent-dir"}),
+        "INVALID_INPUT",
+    )
+    .await;
+    assert!(h.snapshot() == before, "refused calls changed nothing");
+    let imported = h
+        .ok(
+            "image_import",
+            json!({"name": "copy", "dir": src.display().to_string()}),
+        )
+        .await;
+    assert_eq!(imported["name"], "copy");
+    let would = h
+        .ok("image_delete", json!({"name": "copy", "preview": true}))
+        .await;
+    assert_eq!(would["action"], "would delete");
+    h.ok("image_inspect", json!({"name": "copy"})).await;
+    h.ok("image_delete", json!({"name": "copy"})).await;
+    h.fails("image_inspect", json!({"name": "copy"}), "NOT_FOUND")
+        .await;
+    h.finish().await;
+}
