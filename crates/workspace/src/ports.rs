@@ -2,7 +2,7 @@
 //! port on the guest's loopback, through the workspace's VMM process and the
 //! guest agent (docs/networking.md), whatever the network. This module holds
 //! the mapping, its checks and the operations on a workspace's set; the VMM
-//! process's side is [`crate::port_forward`].
+//! process's side is the private `port_forward` module.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
