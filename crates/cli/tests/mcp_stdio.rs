@@ -274,7 +274,7 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     let tools = listed["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     // The in-process suite (crates/mcp/tests/tools.rs) checks the list by name.
-    assert_eq!(tools.len(), 38, "{names:?}");
+    assert_eq!(tools.len(), 39, "{names:?}");
     for snapshot_tool in ["snapshot_take", "snapshot_restore", "workspace_fork"] {
         assert!(names.contains(&snapshot_tool), "{names:?}");
     }
@@ -483,6 +483,17 @@ fn a_real_workspace_over_stdio() {
     s.ok("workspace_delete", json!({"name": name, "force": true}));
     let listed = s.ok("workspace_list", json!({}));
     assert_eq!(listed["count"], 0, "{listed}");
+
+    // `run`: a one-shot workspace, files written first, then gone.
+    let ran = s.ok(
+        "run",
+        json!({"shell": "cat /tmp/in.txt; echo $GREETING", "env": {"GREETING": "hi"},
+               "files": [{"path": "/tmp/in.txt", "content": "from a file\n"}]}),
+    );
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    assert_eq!(ran["stdout"], "from a file\nhi\n", "{ran}");
+    let listed = s.ok("workspace_list", json!({}));
+    assert_eq!(listed["count"], 0, "run left nothing behind: {listed}");
     s.close();
     eprintln!(
         "a_real_workspace_over_stdio took {:.1} s",

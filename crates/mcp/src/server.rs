@@ -91,7 +91,8 @@ impl MicroagentServer {
             + Self::snapshots_router()
             + Self::ports_router()
             + Self::networks_router()
-            + Self::images_router();
+            + Self::images_router()
+            + Self::run_router();
         for route in tool_router.map.values_mut() {
             let tool = &mut route.attr;
             crate::json_schema::standardize(Arc::make_mut(&mut tool.input_schema));
@@ -123,7 +124,8 @@ impl MicroagentServer {
 }
 
 /// The tools that send progress notifications of their own.
-const REPORTS_ITS_OWN_PROGRESS: [&str; 6] = [
+const REPORTS_ITS_OWN_PROGRESS: [&str; 7] = [
+    "run",
     "workspace_start",
     "workspace_exec",
     "run_code",

@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 38] = [
+const TOOLS: [&str; 39] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -29,6 +29,7 @@ const TOOLS: [&str; 38] = [
     "port_list",
     "port_publish",
     "port_unpublish",
+    "run",
     "run_code",
     "snapshot_delete",
     "snapshot_get",

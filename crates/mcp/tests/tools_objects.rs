@@ -267,3 +267,45 @@ async fn images_are_inspected_imported_and_deleted() {
         .await;
     h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_bad_input_and_leaves_nothing() {
+    let h = Harness::new("run").await;
+    h.fake_image("fake");
+    let many: Vec<_> = (0..17)
+        .map(|i| json!({"path": format!("/tmp/{i}"), "content": ""}))
+        .collect();
+    for args in [
+        json!({}),
+        json!({"command": [], "image": "fake"}),
+        json!({"command": ["true"], "shell": "true"}),
+        json!({"shell": "true", "files": many}),
+        json!({"shell": "true", "files": [{"path": "relative", "content": ""}]}),
+        json!({"shell": "true", "timeout_secs": 0}),
+        json!({"shell": "true", "start_timeout_secs": 0}),
+        json!({"shell": "true", "network": "Bad Net"}),
+    ] {
+        h.fails("run", args, "INVALID_INPUT").await;
+    }
+    h.fails(
+        "run",
+        json!({"shell": "true", "image": "nope"}),
+        "NOT_FOUND",
+    )
+    .await;
+    h.fails(
+        "run",
+        json!({"shell": "true", "image": "fake", "network": "corp"}),
+        "NOT_FOUND",
+    )
+    .await;
+    let listed = h.ok("workspace_list", json!({})).await;
+    assert_eq!(listed["count"], 0, "{listed}");
+    assert!(
+        !h.snapshot()
+            .keys()
+            .any(|k| k.to_string_lossy().contains("/workspaces/run-")),
+        "no one-shot workspace is left"
+    );
+    h.finish().await;
+}

@@ -166,3 +166,66 @@ impl Render for RunCodeResult {
         format!("python3 in {place}: {}", self.result.render())
     }
 }
+
+/// A file `run` writes into its workspace before the command.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunFile {
+    /// Absolute guest path (parent directories must exist; /tmp and /root
+    /// do).
+    pub path: String,
+    /// UTF-8 text.
+    pub content: String,
+}
+
+/// `run`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunParams {
+    /// Program and arguments (an array), or one command line (a string,
+    /// run with /bin/sh -c). Give this or `shell`.
+    pub command: Option<CommandArg>,
+    /// A command line run with /bin/sh -c. Give this or `command`.
+    pub shell: Option<String>,
+    /// Image of the one-shot workspace; default `minimal` (busybox);
+    /// `debian` has Python and apt.
+    pub image: Option<String>,
+    /// Environment variables for the command.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Files written first (at most 16, 1 MiB in all).
+    #[serde(default)]
+    pub files: Vec<RunFile>,
+    /// Text given to the command's stdin (then end of file).
+    pub stdin: Option<String>,
+    /// Kill the command after this many seconds, 1 to 86400; default: no
+    /// limit (the workspace's TTL of 1 h still applies).
+    pub timeout_secs: Option<u64>,
+    /// Bytes of each of stdout and stderr returned, 0 to 4194304; default
+    /// 65536.
+    pub output_cap: Option<u64>,
+    /// Seconds to wait for the workspace to boot, 1 to 3600; default 300.
+    pub start_timeout_secs: Option<u64>,
+    /// Network: "user" (default), "none" or one from network_create.
+    pub network: Option<String>,
+}
+
+/// `run`'s result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RunResult {
+    /// The one-shot workspace it ran in (now deleted).
+    pub workspace: String,
+    /// How the command ended and what it printed.
+    #[serde(flatten)]
+    pub result: ExecResult,
+}
+
+impl Render for RunResult {
+    fn render(&self) -> String {
+        format!(
+            "one-shot workspace {} (deleted): {}",
+            self.workspace,
+            self.result.render()
+        )
+    }
+}

@@ -26,12 +26,15 @@ pub const RUN_CODE_IMAGE: &str = "debian";
 pub const RUN_CODE_MEM_MIB: u64 = 512;
 
 /// How a command is to run, checked.
-struct Limits {
+pub(super) struct Limits {
     timeout: Option<Duration>,
     cap: u64,
 }
 
-fn limits(timeout_secs: Option<u64>, output_cap: Option<u64>) -> Result<Limits, ToolError> {
+pub(super) fn limits(
+    timeout_secs: Option<u64>,
+    output_cap: Option<u64>,
+) -> Result<Limits, ToolError> {
     let timeout = match timeout_secs {
         Some(t) => Some(Duration::from_secs(in_range(
             "timeout_secs",
@@ -50,7 +53,7 @@ fn limits(timeout_secs: Option<u64>, output_cap: Option<u64>) -> Result<Limits, 
     Ok(Limits { timeout, cap })
 }
 
-fn input(stdin: Option<String>) -> ExecInput {
+pub(super) fn input(stdin: Option<String>) -> ExecInput {
     match stdin {
         Some(text) => ExecInput::Bytes(text.into_bytes()),
         None => ExecInput::None,
@@ -60,7 +63,7 @@ fn input(stdin: Option<String>) -> ExecInput {
 impl MicroagentServer {
     /// Runs `req` in `name` to the end, or kills it when the call is
     /// cancelled.
-    async fn run_command(
+    pub(super) async fn run_command(
         &self,
         name: &str,
         mut req: ExecRequest,

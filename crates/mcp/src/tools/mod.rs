@@ -14,6 +14,7 @@ pub mod info;
 pub mod lifecycle;
 pub mod networks;
 pub mod ports;
+pub mod run;
 pub mod snapshots;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,145 @@
+//! `run`: a command in a one-shot workspace (created, started, used,
+//! deleted; with a TTL, so a killed client leaves nothing running long).
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, RoleServer};
+use workspace::{defaults, ExecRequest, OneShot, WorkspaceSpec};
+
+use super::exec::{input, limits};
+use super::{guest_path, seconds};
+use crate::output::{Out, ToolResult};
+use crate::progress::Progress;
+use crate::schema::exec::*;
+use crate::schema::lifecycle::{DEFAULT_START_TIMEOUT_SECS, MAX_START_TIMEOUT_SECS};
+use crate::{MicroagentServer, ToolError};
+
+/// Most files `run` writes first.
+pub const MAX_RUN_FILES: usize = 16;
+/// Most bytes of them in all.
+pub const MAX_RUN_FILE_BYTES: usize = 1 << 20;
+
+fn request(p: &RunParams) -> Result<ExecRequest, ToolError> {
+    let req = match (&p.command, &p.shell) {
+        (Some(CommandArg::Argv(argv)), None) if !argv.is_empty() => ExecRequest::argv(argv.clone()),
+        (Some(CommandArg::Line(line)), None) | (None, Some(line)) if !line.trim().is_empty() => {
+            ExecRequest::shell(line.clone())
+        }
+        (Some(_), Some(_)) => {
+            return Err(ToolError::InvalidInput(
+                "give either command or shell, not both".into(),
+            ))
+        }
+        _ => return Err(ToolError::InvalidInput(
+            "no command given; pass command (program and arguments, or one command line) or shell"
+                .into(),
+        )),
+    };
+    Ok(p.env
+        .iter()
+        .fold(req, |r, (k, v)| r.env(k.clone(), v.clone())))
+}
+
+fn check_files(files: &[RunFile]) -> Result<(), ToolError> {
+    if files.len() > MAX_RUN_FILES {
+        return Err(ToolError::InvalidInput(format!(
+            "{} files; at most {MAX_RUN_FILES}",
+            files.len()
+        )));
+    }
+    let total: usize = files.iter().map(|f| f.content.len()).sum();
+    if total > MAX_RUN_FILE_BYTES {
+        return Err(ToolError::InvalidInput(format!(
+            "the files hold {total} bytes; at most {MAX_RUN_FILE_BYTES} in all (copy larger ones in with copy_in)"
+        )));
+    }
+    for f in files {
+        guest_path("files[].path", &f.path)?;
+    }
+    Ok(())
+}
+
+#[tool_router(router = run_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// Run a command in a fresh one-shot workspace: created (image
+    /// `minimal` unless given), started, files written, the command run,
+    /// then deleted whatever happened. It carries a TTL of 1 h. Progress
+    /// is reported while it boots and runs.
+    #[tool(
+        output_schema = crate::output::schema::<RunResult>(),
+        annotations(
+        title = "Run a command in a one-shot workspace",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn run(
+        &self,
+        Parameters(p): Parameters<RunParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<RunResult> {
+        let limits = limits(p.timeout_secs, p.output_cap)?;
+        let start_timeout = seconds(
+            "start_timeout_secs",
+            p.start_timeout_secs,
+            DEFAULT_START_TIMEOUT_SECS,
+            MAX_START_TIMEOUT_SECS,
+        )?;
+        let req = request(&p)?;
+        check_files(&p.files)?;
+        let spec = WorkspaceSpec {
+            image: p.image.clone().unwrap_or_else(|| defaults::IMAGE.into()),
+            network: p
+                .network
+                .clone()
+                .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
+            ..WorkspaceSpec::default()
+        };
+        spec.validate()?;
+        let mut progress = Progress::new(&ctx);
+        let progress = &tokio::sync::Mutex::new(&mut progress);
+        let (ctx, limits, files) = (&ctx, &limits, &p.files);
+        let end = self
+            .ws
+            .run_once(
+                &OneShot::new("run", spec),
+                |name| async move {
+                    let mut progress = progress.lock().await;
+                    self.start_workspace(&name, false, start_timeout, ctx, &mut progress)
+                        .await
+                        .map(|_| true)
+                },
+                |name| async move {
+                    for f in files {
+                        self.ws
+                            .write_file(
+                                &name,
+                                &f.path,
+                                f.content.as_bytes(),
+                                workspace::WriteOptions {
+                                    append: false,
+                                    perm: None,
+                                },
+                            )
+                            .await?;
+                    }
+                    let mut progress = progress.lock().await;
+                    self.run_command(&name, req, input(p.stdin), limits, ctx, &mut progress)
+                        .await
+                },
+            )
+            .await?;
+        if let Err(e) = end.cleanup {
+            tracing::warn!(name = %end.workspace, %e, "deleting run's one-shot workspace failed");
+        }
+        let result = end.outcome?.ok_or_else(|| {
+            ToolError::Cancelled(format!("workspace {} did not start", end.workspace))
+        })?;
+        Ok(Out(RunResult {
+            workspace: end.workspace,
+            result,
+        }))
+    }
+}
