@@ -21,7 +21,7 @@ pub mod client;
 #[cfg(feature = "client")]
 pub use client::{
     connect_hybrid_vsock, connect_unix, AgentEndpoint, AgentHello, ClientError, ExecEvent,
-    ExecInput, ExecOutput, ExecResult, FileHeader, GuestAgentClient,
+    ExecInput, ExecOutput, ExecResult, FileHeader, GuestAgentClient, ProcessRead,
 };
 pub use frame::{Frame, FrameError, FrameKind};
 pub use protocol::{

@@ -156,7 +156,7 @@ impl Output {
     }
 }
 
-fn build_command(req: &ExecRequest) -> Result<(Command, String), ExecError> {
+pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), ExecError> {
     let (mut cmd, program) = match (&req.argv, &req.shell) {
         (Some(argv), None) if argv.first().is_some_and(|p| !p.is_empty()) => {
             let mut cmd = Command::new(&argv[0]);
@@ -200,6 +200,15 @@ fn build_command(req: &ExecRequest) -> Result<(Command, String), ExecError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     Ok((cmd, program))
+}
+
+/// The command as text: the arguments joined by spaces, or the shell line.
+pub(super) fn describe(req: &ExecRequest) -> String {
+    match (&req.argv, &req.shell) {
+        (Some(argv), _) => argv.join(" "),
+        (None, Some(line)) => line.clone(),
+        (None, None) => String::new(),
+    }
 }
 
 /// Runs an exec on this connection: `started`, output frames, `exited`.
@@ -455,7 +464,7 @@ fn pump_stdin(mut conn: Conn, stdin: ChildStdin) {
     }
 }
 
-fn kill_group(pgid: u32, signal: i32) -> io::Result<()> {
+pub(super) fn kill_group(pgid: u32, signal: i32) -> io::Result<()> {
     // Never 0 or 1: kill(0) and kill(-1) would signal the agent's own group
     // or every process.
     let pgid = libc::pid_t::try_from(pgid)

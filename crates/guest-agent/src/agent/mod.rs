@@ -8,8 +8,10 @@ mod files;
 mod identity;
 pub mod listen;
 pub mod net;
+mod processes;
 mod reaper;
 mod registry;
+mod ring;
 mod sysinfo;
 mod tunnel;
 
@@ -25,6 +27,7 @@ use guest_agent::protocol::{ErrorCode, Request, Response, CAPABILITIES, PROTOCOL
 
 use conn::Conn;
 use listen::Listener;
+use processes::Processes;
 use reaper::Reaper;
 use registry::Registry;
 
@@ -50,6 +53,7 @@ pub struct State {
     config: Config,
     reaper: Reaper,
     registry: Registry,
+    processes: Processes,
     connections: AtomicUsize,
 }
 
@@ -88,6 +92,8 @@ enum RequestError {
     Tunnel(#[source] tunnel::TunnelError),
     #[error("taking the restored network")]
     Network(#[source] net::NetError),
+    #[error("background process")]
+    Process(#[source] processes::ProcessError),
 }
 
 impl RequestError {
@@ -106,6 +112,7 @@ impl RequestError {
             Self::Identity(e) => e.code(),
             Self::Tunnel(e) => e.code(),
             Self::Network(e) => e.code(),
+            Self::Process(e) => e.code(),
         }
     }
 
@@ -115,6 +122,7 @@ impl RequestError {
             Self::Frame(e) | Self::Send(e) => Some(e),
             Self::File(files::FileError::Send(e)) => Some(e),
             Self::Archive(archive::ArchiveError::Send(e)) => Some(e),
+            Self::Process(processes::ProcessError::Send(e)) => Some(e),
             _ => None,
         };
         frame_error.is_some_and(|e| e.is_disconnect())
@@ -155,6 +163,7 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
         config,
         reaper,
         registry: Registry::default(),
+        processes: Processes::default(),
         connections: AtomicUsize::new(0),
     });
     loop {
@@ -298,6 +307,57 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
         }
         Request::TcpConnect { port } => {
             return tunnel::tcp_connect(conn, port).map_err(RequestError::Tunnel)
+        }
+        Request::ProcessStart(req) => Response::Process(
+            state
+                .processes
+                .start(&state.reaper, req)
+                .map_err(RequestError::Process)?,
+        ),
+        Request::ProcessList => Response::Processes {
+            processes: state.processes.list(),
+        },
+        Request::ProcessOutput {
+            id,
+            stdout_cursor,
+            stderr_cursor,
+            max_bytes,
+            wait_ms,
+        } => {
+            let cursors = [stdout_cursor, stderr_cursor];
+            return state
+                .processes
+                .output(conn, &id, cursors, max_bytes, wait_ms)
+                .map_err(RequestError::Process);
+        }
+        Request::ProcessStdin { id, data, close } => Response::Ok {
+            bytes: Some(
+                state
+                    .processes
+                    .stdin(&id, &data, close)
+                    .map_err(RequestError::Process)?,
+            ),
+            entries: None,
+        },
+        Request::ProcessSignal { id, signal } => {
+            state
+                .processes
+                .signal(&id, &signal)
+                .map_err(RequestError::Process)?;
+            Response::ok()
+        }
+        Request::ProcessWait { id, timeout_ms } => Response::Process(
+            state
+                .processes
+                .wait(&id, timeout_ms)
+                .map_err(RequestError::Process)?,
+        ),
+        Request::ProcessRemove { id } => {
+            state
+                .processes
+                .remove(&id)
+                .map_err(RequestError::Process)?;
+            Response::ok()
         }
         Request::Restored {
             hostname,

@@ -63,6 +63,15 @@ impl Inner {
     }
 }
 
+/// True for 1-128 characters of `[A-Za-z0-9._:-]` (exec and process ids).
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_EXEC_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+}
+
 /// What is known about an exec id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
@@ -90,12 +99,7 @@ impl Registry {
         let mut inner = self.lock();
         let id = match requested {
             Some(id) => {
-                let valid = !id.is_empty()
-                    && id.len() <= MAX_EXEC_ID
-                    && id
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b));
-                if !valid {
+                if !valid_id(&id) {
                     return Err(RegistryError::BadId(id));
                 }
                 if inner.running.contains_key(&id) {

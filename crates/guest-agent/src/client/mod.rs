@@ -7,6 +7,7 @@
 //! `hello` and its request in one write (no round trip for the handshake).
 
 pub mod blocking;
+mod process;
 mod types;
 mod wire;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
+pub use process::ProcessRead;
 pub use types::{
     AgentEndpoint, AgentHello, ExecCollector, ExecEvent, ExecInput, ExecOutput, ExecResult,
     FileHeader,

@@ -5,6 +5,7 @@
 //! reader does not know are ignored, so a later minor addition does not
 //! break an older peer.
 
+mod process;
 mod request;
 mod response;
 
@@ -14,6 +15,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use process::{
+    OutputChunk, ProcessInfo, ProcessOutput, ProcessState, DEFAULT_PROCESS_RING,
+    MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_PROCESS_STDIN,
+    MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
+};
 pub use request::{ExecRequest, Request, SignalSpec, StdinMode, WriteMode};
 pub use response::{DirEntry, DiskUsage, Exited, FileKind, FileStat, Response, SystemInfo};
 
@@ -138,6 +144,7 @@ pub const CAPABILITIES: &[&str] = &[
     "tar_in",
     "restored",
     "tcp_connect",
+    "process",
 ];
 
 #[cfg(test)]

@@ -261,6 +261,62 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mac: Option<String>,
     },
+    /// Starts a background process (`stdin: "stream"` keeps its stdin a
+    /// pipe for `process_stdin`; `output_cap` is the ring size per stream);
+    /// answered with `process` at once.
+    ProcessStart(ExecRequest),
+    /// Lists the background processes, oldest first.
+    ProcessList,
+    /// Output of a background process from byte cursors, waiting up to
+    /// `wait_ms` for some when there is none yet.
+    ProcessOutput {
+        /// The process.
+        id: String,
+        /// First stdout byte wanted (0: from the start).
+        #[serde(default)]
+        stdout_cursor: u64,
+        /// First stderr byte wanted.
+        #[serde(default)]
+        stderr_cursor: u64,
+        /// Most bytes per stream (default and limit 4 MiB).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bytes: Option<u64>,
+        /// How long to wait for output or the exit (default 0, at most 600 s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Writes to a background process's stdin, and/or closes it.
+    ProcessStdin {
+        /// The process.
+        id: String,
+        /// Base64 of the bytes to write (at most 32 KiB decoded).
+        #[serde(default)]
+        data: String,
+        /// Close stdin after writing.
+        #[serde(default)]
+        close: bool,
+    },
+    /// Signals a background process's process group.
+    ProcessSignal {
+        /// The process.
+        id: String,
+        /// The signal.
+        signal: SignalSpec,
+    },
+    /// Waits up to `timeout_ms` for a background process to exit; answered
+    /// with `process` either way.
+    ProcessWait {
+        /// The process.
+        id: String,
+        /// How long to wait (default 0, at most 600 s).
+        #[serde(default)]
+        timeout_ms: u64,
+    },
+    /// Forgets a finished background process and its output.
+    ProcessRemove {
+        /// The process.
+        id: String,
+    },
 }
 
 impl Request {
@@ -285,6 +341,13 @@ impl Request {
             Self::TarIn { .. } => "tar_in",
             Self::TcpConnect { .. } => "tcp_connect",
             Self::Restored { .. } => "restored",
+            Self::ProcessStart(_) => "process_start",
+            Self::ProcessList => "process_list",
+            Self::ProcessOutput { .. } => "process_output",
+            Self::ProcessStdin { .. } => "process_stdin",
+            Self::ProcessSignal { .. } => "process_signal",
+            Self::ProcessWait { .. } => "process_wait",
+            Self::ProcessRemove { .. } => "process_remove",
         }
     }
 }

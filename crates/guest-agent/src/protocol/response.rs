@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::process::{ProcessInfo, ProcessOutput};
 use super::ErrorCode;
 
 /// How an exec ended.
@@ -188,6 +189,15 @@ pub enum Response {
         /// More than 10,000 entries existed.
         truncated: bool,
     },
+    /// A background process (`process_start`, `process_wait`).
+    Process(ProcessInfo),
+    /// Answer to `process_list`.
+    Processes {
+        /// Oldest first.
+        processes: Vec<ProcessInfo>,
+    },
+    /// Answer to `process_output`.
+    ProcessOutput(ProcessOutput),
     /// The request failed.
     Error {
         /// Why.
@@ -219,6 +229,9 @@ impl Response {
             Self::File { .. } => "file",
             Self::Stat(_) => "stat",
             Self::Entries { .. } => "entries",
+            Self::Process(_) => "process",
+            Self::Processes { .. } => "processes",
+            Self::ProcessOutput(_) => "process_output",
             Self::Error { .. } => "error",
         }
     }
