@@ -25,6 +25,12 @@ const TIMED_OUT: u8 = 124;
 
 #[derive(Debug, Clone, Args)]
 pub struct ExecArgs {
+    /// Start the command in the background and print its process id at
+    /// once (see `microagent ps` and `microagent process`); with -i its
+    /// stdin stays open for `process stdin`, and --output-cap is the bytes
+    /// of each stream kept (default 1 MiB).
+    #[arg(short = 'd', long)]
+    pub detach: bool,
     /// Environment variable (repeatable).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = key_value)]
     pub env: Vec<(String, String)>,
@@ -59,7 +65,7 @@ pub struct CommandArgs {
 }
 
 impl CommandArgs {
-    fn request(&self, env: &[(String, String)]) -> Result<ExecRequest, Error> {
+    pub(crate) fn request(&self, env: &[(String, String)]) -> Result<ExecRequest, Error> {
         let mut req = if self.shell {
             ExecRequest::shell(self.command.join(" "))
         } else {
@@ -197,6 +203,9 @@ fn not_started(e: Error, json: bool) -> Result<ExitCode, Error> {
 }
 
 pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
+    if args.detach {
+        return crate::process_cmd::detach(ws, name, args).await;
+    }
     match exec_in(ws, name, &args.command, &args.env).await {
         Ok(Ran::Exited(code)) => Ok(code),
         Ok(Ran::Interrupted { killed, pid }) => {

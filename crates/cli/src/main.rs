@@ -8,6 +8,7 @@ mod logs_cmd;
 mod network_cmd;
 mod output;
 mod port_cmd;
+mod process_cmd;
 mod serve_cmd;
 mod snapshot_cmd;
 mod vmm_cmd;
@@ -170,6 +171,18 @@ enum Command {
         #[command(flatten)]
         args: exec_cmd::ExecArgs,
     },
+    /// List a workspace's background processes (`exec --detach`).
+    Ps {
+        /// Workspace name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Background processes: `process output dev proc-1 --follow`,
+    /// `process wait`, `process signal`, `process stdin`, `process rm`.
+    #[command(subcommand)]
+    Process(process_cmd::ProcessCommand),
     /// Copy a file or directory in or out: `cp ./src dev:/work`, `cp dev:/etc/os-release .`.
     Cp {
         /// Source (host path, or NAME:/path).
@@ -242,6 +255,7 @@ impl Command {
             | Command::Ttl { json, .. }
             | Command::Fork { json, .. }
             | Command::Cp { json, .. }
+            | Command::Ps { json, .. }
             | Command::Logs { json, .. }
             | Command::Events { json, .. }
             | Command::Contract { json } => *json,
@@ -250,6 +264,7 @@ impl Command {
             Command::Image(i) => i.json(),
             Command::Snapshot(c) => c.json(),
             Command::Port(c) => c.json(),
+            Command::Process(c) => c.json(),
             Command::Network(c) => c.json(),
             Command::Vmm(_) | Command::Serve(_) => false,
         }
@@ -351,6 +366,8 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
             json,
         } => w::ttl(ws, name, ttl, *extend, *json),
         Command::Exec { name, args } => exec_cmd::exec(ws, name, args).await,
+        Command::Ps { name, json } => process_cmd::ps(ws, name, *json).await,
+        Command::Process(cmd) => process_cmd::run(ws, cmd).await,
         Command::Cp { src, dst, json } => files_cmd::cp(ws, src, dst, *json).await,
         Command::Logs {
             name,

@@ -47,7 +47,12 @@ impl Session {
     /// A session whose client asked for protocol `version`; also the
     /// server's initialize reply.
     fn start_with(tag: &str, version: &str) -> (Session, Value) {
-        let home = home(tag);
+        Self::start_in(home(tag), version)
+    }
+
+    /// A server on the state directory `home` as it is (a client that
+    /// comes back after another left).
+    fn start_in(home: PathBuf, version: &str) -> (Session, Value) {
         let mut child = Command::new(BIN)
             .args(["serve", "mcp"])
             .env("MICROAGENT_HOME", &home)
@@ -176,8 +181,16 @@ impl Session {
         }
     }
 
-    /// Closes stdin and checks that the server exits cleanly.
-    fn close(mut self) {
+    /// Closes stdin, checks that the server exits cleanly, and removes
+    /// its state directory.
+    fn close(self) {
+        let home = self.disconnect();
+        let _ = std::fs::remove_dir_all(home);
+    }
+
+    /// Closes stdin and checks that the server exits cleanly; the state
+    /// directory (and any running workspace) stays.
+    fn disconnect(mut self) -> PathBuf {
         drop(self.stdin.take());
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -191,7 +204,7 @@ impl Session {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = std::fs::remove_dir_all(&self.home);
+        self.home.clone()
     }
 }
 
@@ -274,7 +287,7 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     let tools = listed["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     // The in-process suite (crates/mcp/tests/tools.rs) checks the list by name.
-    assert_eq!(tools.len(), 39, "{names:?}");
+    assert_eq!(tools.len(), 45, "{names:?}");
     for snapshot_tool in ["snapshot_take", "snapshot_restore", "workspace_fork"] {
         assert!(names.contains(&snapshot_tool), "{names:?}");
     }
@@ -344,6 +357,15 @@ fn a_real_workspace_over_stdio() {
         "{uname}"
     );
 
+    // A background process, started here and collected by a client of a
+    // new server process after this one has gone.
+    let started = s.ok(
+        "process_start",
+        json!({"name": name, "shell": "sleep 30; echo done"}),
+    );
+    assert_eq!(started["state"], "running", "{started}");
+    let process = started["id"].as_str().unwrap().to_owned();
+
     let wrote = s.ok(
         "file_write",
         json!({"name": name, "path": "/tmp/hello.txt", "content": "hello from mcp\n"}),
@@ -397,6 +419,28 @@ fn a_real_workspace_over_stdio() {
     );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "copied in\n");
     std::fs::remove_dir_all(&files).unwrap();
+
+    let home = s.disconnect();
+    let mut s = Session::start_in(home, "2025-06-18").0;
+    let listed = s.ok("process_list", json!({"name": name}));
+    assert!(
+        listed["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["id"] == process.as_str()),
+        "{listed}"
+    );
+    let waited = s.ok(
+        "process_wait",
+        json!({"name": name, "id": process, "timeout_secs": 100}),
+    );
+    assert_eq!(waited["state"], "exited", "{waited}");
+    assert_eq!(waited["exit_code"], 0, "{waited}");
+    let out = s.ok("process_output", json!({"name": name, "id": process}));
+    assert_eq!(out["stdout"], "done\n", "{out}");
+    assert_eq!(out["stdout_cursor"], 5, "{out}");
+    assert_eq!(out["finished"], true, "{out}");
 
     // A long command, cancelled: its process must be gone.
     let id = s.call_async(

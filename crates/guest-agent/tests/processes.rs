@@ -224,10 +224,16 @@ async fn finished_processes_are_pushed_out_by_newer_ones_and_bad_requests_change
     let listed = agent.client().await.process_list().await.unwrap();
     let names: Vec<&str> = listed.iter().map(|p| p.id.as_str()).collect();
     assert_eq!(listed.len(), MAX_FINISHED_PROCESSES, "{names:?}");
-    assert!(!names.contains(&"t0") && names.contains(&"t34"), "{names:?}");
+    assert!(
+        !names.contains(&"t0") && names.contains(&"t34"),
+        "{names:?}"
+    );
 
     for (req, code) in [
-        (ExecRequest::shell("true").id("bad id"), ErrorCode::InvalidInput),
+        (
+            ExecRequest::shell("true").id("bad id"),
+            ErrorCode::InvalidInput,
+        ),
         (ExecRequest::argv(["/no/such/program"]), ErrorCode::NotFound),
         (
             ExecRequest::shell("true").timeout(Duration::ZERO),

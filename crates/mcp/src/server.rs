@@ -23,6 +23,7 @@ use crate::ToolError;
 pub const INSTRUCTIONS: &str = "microagent runs disposable Linux workspaces, each a KVM microVM with its own kernel, disk and guest agent. \
 Usual flow: workspace_create (image `minimal` = busybox, `debian` = Python and apt), workspace_start, then workspace_exec and file_read/file_write/file_list/copy_in/copy_out, and workspace_delete when done. \
 run_code runs Python in a one-shot debian workspace (or a given running one). \
+For anything that runs longer than one call (servers, long builds, test suites) use process_start, then process_output with cursors and wait_secs, process_wait and process_signal: processes outlive this call and this server. \
 Workspaces outlive this server; workspace_list shows them. Destructive tools (stop, halt, delete, file_write, copy_in, copy_out) accept preview: true to report what they would do without doing it. \
 Failures are tool results with isError and a stable code (NOT_FOUND, INVALID_INPUT, NOT_RUNNING, CONFLICT, FORBIDDEN, HOST_UNSUPPORTED, TIMEOUT, INTERNAL); the contract tool lists the codes and limits.";
 
@@ -92,7 +93,8 @@ impl MicroagentServer {
             + Self::ports_router()
             + Self::networks_router()
             + Self::images_router()
-            + Self::run_router();
+            + Self::run_router()
+            + Self::processes_router();
         for route in tool_router.map.values_mut() {
             let tool = &mut route.attr;
             crate::json_schema::standardize(Arc::make_mut(&mut tool.input_schema));
@@ -124,7 +126,9 @@ impl MicroagentServer {
 }
 
 /// The tools that send progress notifications of their own.
-const REPORTS_ITS_OWN_PROGRESS: [&str; 7] = [
+const REPORTS_ITS_OWN_PROGRESS: [&str; 9] = [
+    "process_output",
+    "process_wait",
     "run",
     "workspace_start",
     "workspace_exec",

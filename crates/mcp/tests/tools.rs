@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 39] = [
+const TOOLS: [&str; 45] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -29,6 +29,12 @@ const TOOLS: [&str; 39] = [
     "port_list",
     "port_publish",
     "port_unpublish",
+    "process_list",
+    "process_output",
+    "process_signal",
+    "process_start",
+    "process_wait",
+    "process_write_stdin",
     "run",
     "run_code",
     "snapshot_delete",
@@ -50,7 +56,7 @@ const TOOLS: [&str; 39] = [
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 16] = [
+const READ_ONLY: [&str; 19] = [
     "contract",
     "estimate_cost",
     "file_list",
@@ -61,6 +67,9 @@ const READ_ONLY: [&str; 16] = [
     "network_inspect",
     "network_list",
     "port_list",
+    "process_list",
+    "process_output",
+    "process_wait",
     "snapshot_get",
     "snapshot_list",
     "workspace_events",
@@ -257,6 +266,62 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
             "NOT_FOUND",
         ),
         ("workspace_start", json!({"name": "missing"}), "NOT_FOUND"),
+        (
+            "process_start",
+            json!({"name": "missing", "command": ["sleep", "1"]}),
+            "NOT_FOUND",
+        ),
+        (
+            "process_start",
+            json!({"name": "missing", "command": ["sleep", "1"], "shell": "true"}),
+            "INVALID_INPUT",
+        ),
+        (
+            "process_start",
+            json!({"name": "missing", "command": "sleep 1", "ring_bytes": 16777217}),
+            "INVALID_INPUT",
+        ),
+        (
+            "process_start",
+            json!({"name": "missing", "command": "sleep 1", "timeout_secs": 0}),
+            "INVALID_INPUT",
+        ),
+        ("process_list", json!({"name": "missing"}), "NOT_FOUND"),
+        (
+            "process_output",
+            json!({"name": "missing", "id": "proc-1"}),
+            "NOT_FOUND",
+        ),
+        (
+            "process_output",
+            json!({"name": "missing", "id": "proc-1", "wait_secs": 301}),
+            "INVALID_INPUT",
+        ),
+        (
+            "process_output",
+            json!({"name": "missing", "id": "proc-1", "max_bytes": 0}),
+            "INVALID_INPUT",
+        ),
+        (
+            "process_write_stdin",
+            json!({"name": "missing", "id": "proc-1", "data": "x"}),
+            "NOT_FOUND",
+        ),
+        (
+            "process_signal",
+            json!({"name": "missing", "id": "proc-1"}),
+            "NOT_FOUND",
+        ),
+        (
+            "process_wait",
+            json!({"name": "missing", "id": "proc-1", "timeout_secs": 3601}),
+            "INVALID_INPUT",
+        ),
+        (
+            "process_wait",
+            json!({"name": "missing", "id": "proc-1", "timeout_secs": 1}),
+            "NOT_FOUND",
+        ),
         (
             "workspace_start",
             json!({"name": "missing", "timeout_secs": 0}),

@@ -45,6 +45,13 @@ pub enum EventKind {
         /// Signal, if it was killed.
         signal: Option<i32>,
     },
+    /// A background process started in it.
+    ProcessStarted {
+        /// The process id.
+        id: String,
+        /// What runs (argv joined, or the shell line).
+        command: String,
+    },
     /// It was stopped on request.
     Stopped,
     /// Its VMM died unasked.

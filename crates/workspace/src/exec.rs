@@ -116,7 +116,7 @@ impl ExecRequest {
     }
 
     /// Refuses a command with no program.
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         match &self.program {
             Program::Argv(argv) if argv.is_empty() => Err(Error::InvalidInput(
                 "no command given; pass a program and its arguments, or a shell line".into(),
@@ -126,7 +126,7 @@ impl ExecRequest {
     }
 
     /// The agent's request, with the workspace's `env` under the request's.
-    fn into_wire(self, workspace_env: BTreeMap<String, String>) -> wire::ExecRequest {
+    pub(crate) fn into_wire(self, workspace_env: BTreeMap<String, String>) -> wire::ExecRequest {
         let mut req = match self.program {
             Program::Argv(argv) => wire::ExecRequest::argv(argv),
             Program::Shell(line) => wire::ExecRequest::shell(line),

@@ -5,7 +5,7 @@
 //! directory; [`Workspace`] is one workspace by name): images ([`image`]),
 //! the life cycle ([`Workspaces::create`], [`Workspaces::start`], stop,
 //! halt, delete, list, inspect, TTL), commands ([`ExecRequest`] to
-//! [`ExecResult`]), files and copies ([`Workspaces::read_file`],
+//! [`ExecResult`]), background processes ([`Workspaces::process_start`]), files and copies ([`Workspaces::read_file`],
 //! [`Workspaces::copy_in`], ...), console logs and [`Event`]s, and the
 //! one-shot use case ([`Workspaces::run_once`]). Each running workspace is
 //! one detached VMM process ([`vmm_host`], started as
@@ -27,6 +27,7 @@ pub mod doctor;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod exec;
+pub(crate) mod guest_processes;
 pub(crate) mod handle;
 pub mod image;
 pub mod launch;
@@ -65,6 +66,10 @@ pub use exec::{ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector};
 /// take and return, so a program needs no other crate to use them.
 pub use guest_agent::client::{ExecEvent, ExecInput};
 pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, WriteMode};
+pub use guest_processes::{
+    ProcessInfo, ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,
+    MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_RUNNING_PROCESSES,
+};
 pub use handle::Workspace;
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};

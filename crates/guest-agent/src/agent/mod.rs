@@ -353,10 +353,7 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
                 .map_err(RequestError::Process)?,
         ),
         Request::ProcessRemove { id } => {
-            state
-                .processes
-                .remove(&id)
-                .map_err(RequestError::Process)?;
+            state.processes.remove(&id).map_err(RequestError::Process)?;
             Response::ok()
         }
         Request::Restored {

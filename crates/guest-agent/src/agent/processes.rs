@@ -17,9 +17,8 @@ use base64::Engine as _;
 use guest_agent::frame::FrameKind;
 use guest_agent::protocol::{
     ErrorCode, ExecRequest, OutputChunk, ProcessInfo, ProcessOutput, ProcessState, SignalSpec,
-    DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND,
-    MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_PROCESS_STDIN, MAX_PROCESS_WAIT,
-    MAX_RUNNING_PROCESSES, OUTPUT_CHUNK,
+    DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ,
+    MAX_PROCESS_RING, MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES, OUTPUT_CHUNK,
 };
 
 use super::conn::Conn;
@@ -341,9 +340,7 @@ impl Processes {
                 timeout_ms.and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms)))
             {
                 let proc = proc.clone();
-                spawn_thread("proc-timeout", THREAD_STACK, move || {
-                    watch(deadline, &proc)
-                })?;
+                spawn_thread("proc-timeout", THREAD_STACK, move || watch(deadline, &proc))?;
             }
             Ok(())
         })();
@@ -529,7 +526,10 @@ fn watch(deadline: Instant, proc: &Proc) {
         live.timed_out = true;
         let pgid = proc.pid.load(Ordering::SeqCst);
         if let Err(e) = kill_group(pgid, libc::SIGKILL) {
-            log!("process {}: killing process group {pgid} at its timeout: {e}", proc.id);
+            log!(
+                "process {}: killing process group {pgid} at its timeout: {e}",
+                proc.id
+            );
         }
     }
 }

@@ -90,9 +90,15 @@ mod tests {
         ring.push(b"cdef");
         assert_eq!(ring.total(), 6);
         let r = ring.read(0, 10);
-        assert_eq!((r.cursor, r.bytes.as_slice(), r.dropped), (2, &b"cdef"[..], 2));
+        assert_eq!(
+            (r.cursor, r.bytes.as_slice(), r.dropped),
+            (2, &b"cdef"[..], 2)
+        );
         let r = ring.read(3, 2);
-        assert_eq!((r.cursor, r.bytes.as_slice(), r.dropped), (3, &b"de"[..], 0));
+        assert_eq!(
+            (r.cursor, r.bytes.as_slice(), r.dropped),
+            (3, &b"de"[..], 0)
+        );
         let r = ring.read(99, 10);
         assert_eq!((r.cursor, r.bytes.len(), r.dropped), (6, 0, 0));
         assert!(!ring.has_after(6));
@@ -100,7 +106,10 @@ mod tests {
         // A push larger than the ring keeps its tail.
         ring.push(b"0123456789");
         let r = ring.read(6, 100);
-        assert_eq!((r.cursor, r.bytes.as_slice(), r.dropped), (12, &b"6789"[..], 6));
+        assert_eq!(
+            (r.cursor, r.bytes.as_slice(), r.dropped),
+            (12, &b"6789"[..], 6)
+        );
     }
 
     #[test]

@@ -93,7 +93,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
 
     /// Writes `data` (at most 32 KiB) to a process's stdin, then closes it
     /// if `close`; returns the bytes written.
-    pub async fn process_stdin(self, id: &str, data: &[u8], close: bool) -> Result<u64, ClientError> {
+    pub async fn process_stdin(
+        self,
+        id: &str,
+        data: &[u8],
+        close: bool,
+    ) -> Result<u64, ClientError> {
         let req = Request::ProcessStdin {
             id: id.to_owned(),
             data: base64::engine::general_purpose::STANDARD.encode(data),
@@ -119,7 +124,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     }
 
     /// The process once it exits, or as it is after `timeout`.
-    pub async fn process_wait(self, id: &str, timeout: Duration) -> Result<ProcessInfo, ClientError> {
+    pub async fn process_wait(
+        self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<ProcessInfo, ClientError> {
         let req = Request::ProcessWait {
             id: id.to_owned(),
             timeout_ms: millis(timeout),

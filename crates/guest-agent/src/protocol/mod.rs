@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 pub use process::{
     OutputChunk, ProcessInfo, ProcessOutput, ProcessState, DEFAULT_PROCESS_RING,
-    MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_PROCESS_STDIN,
-    MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
+    MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING,
+    MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
 };
 pub use request::{ExecRequest, Request, SignalSpec, StdinMode, WriteMode};
 pub use response::{DirEntry, DiskUsage, Exited, FileKind, FileStat, Response, SystemInfo};

@@ -17,7 +17,7 @@ pub const MAX_EXEC_TIMEOUT_SECS: u64 = 24 * 3600;
 
 /// A command as models send it: an argv array, or one command line (run
 /// through /bin/sh -c, as `shell` is).
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum CommandArg {
     /// Program and arguments.

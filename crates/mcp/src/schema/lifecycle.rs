@@ -317,6 +317,7 @@ fn describe(kind: &EventKind) -> String {
             text
         }
         EventKind::ExecStarted { command, .. } => format!("exec_started `{command}`"),
+        EventKind::ProcessStarted { id, command } => format!("process_started {id} `{command}`"),
         EventKind::ExecFinished { code, signal, .. } => {
             let mut text = "exec_finished".to_owned();
             if let Some(c) = code {

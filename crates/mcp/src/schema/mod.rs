@@ -19,6 +19,7 @@ pub mod info;
 pub mod lifecycle;
 pub mod networks;
 pub mod ports;
+pub mod processes;
 pub mod snapshots;
 
 use schemars::JsonSchema;

@@ -53,6 +53,27 @@ pub(super) fn limits(
     Ok(Limits { timeout, cap })
 }
 
+/// The request for `command` (an argv, or one line run as `shell` is) or
+/// `shell`: exactly one of them, not empty.
+pub(super) fn command_request(
+    command: Option<CommandArg>,
+    shell: Option<String>,
+) -> Result<ExecRequest, ToolError> {
+    match (command, shell) {
+        (Some(CommandArg::Argv(argv)), None) if !argv.is_empty() => Ok(ExecRequest::argv(argv)),
+        (Some(CommandArg::Line(line)), None) | (None, Some(line)) if !line.trim().is_empty() => {
+            Ok(ExecRequest::shell(line))
+        }
+        (Some(_), Some(_)) => Err(ToolError::InvalidInput(
+            "give either command or shell, not both".into(),
+        )),
+        _ => Err(ToolError::InvalidInput(
+            "no command given; pass command (program and arguments, or one command line) or shell (a /bin/sh -c line)"
+                .into(),
+        )),
+    }
+}
+
 pub(super) fn input(stdin: Option<String>) -> ExecInput {
     match stdin {
         Some(text) => ExecInput::Bytes(text.into_bytes()),
@@ -242,29 +263,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<ExecParams>,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<ExecResult> {
-        let mut req = match (p.command, p.shell) {
-            (Some(CommandArg::Argv(argv)), None) if !argv.is_empty() => ExecRequest::argv(argv),
-            (Some(CommandArg::Line(line)), None) if !line.trim().is_empty() => {
-                ExecRequest::shell(line)
-            }
-            (Some(_), None) => {
-                return Err(ToolError::InvalidInput(
-                    "command is empty; give the program and its arguments".into(),
-                ))
-            }
-            (None, Some(line)) => ExecRequest::shell(line),
-            (Some(_), Some(_)) => {
-                return Err(ToolError::InvalidInput(
-                    "give either command or shell, not both".into(),
-                ))
-            }
-            (None, None) => {
-                return Err(ToolError::InvalidInput(
-                    "no command given; pass command (program and arguments) or shell (a /bin/sh -c line)"
-                        .into(),
-                ))
-            }
-        };
+        let mut req = command_request(p.command, p.shell)?;
         let limits = limits(p.timeout_secs, p.output_cap)?;
         req = req.envs(p.env);
         if let Some(dir) = p.cwd {

@@ -1,7 +1,7 @@
 //! The tools, one module per family, each its own tool router that
 //! [`crate::MicroagentServer::new`] adds up: [`lifecycle`] (create, start,
 //! stop, halt, delete, list, inspect, logs, events), [`exec`] (exec,
-//! run_code), [`files`] (read, write, list, copy in and out), [`info`]
+//! run_code), [`processes`] (background processes), [`files`] (read, write, list, copy in and out), [`info`]
 //! (images, doctor, contract, cost), [`snapshots`] (take, list, get,
 //! delete, restore, fork). Every tool calls the workspace library;
 //! this module holds what they share: argument checks, and running the
@@ -14,6 +14,7 @@ pub mod info;
 pub mod lifecycle;
 pub mod networks;
 pub mod ports;
+pub mod processes;
 pub mod run;
 pub mod snapshots;
 

@@ -6,7 +6,7 @@ use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::{defaults, ExecRequest, OneShot, WorkspaceSpec};
 
-use super::exec::{input, limits};
+use super::exec::{command_request, input, limits};
 use super::{guest_path, seconds};
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
@@ -20,21 +20,7 @@ pub const MAX_RUN_FILES: usize = 16;
 pub const MAX_RUN_FILE_BYTES: usize = 1 << 20;
 
 fn request(p: &RunParams) -> Result<ExecRequest, ToolError> {
-    let req = match (&p.command, &p.shell) {
-        (Some(CommandArg::Argv(argv)), None) if !argv.is_empty() => ExecRequest::argv(argv.clone()),
-        (Some(CommandArg::Line(line)), None) | (None, Some(line)) if !line.trim().is_empty() => {
-            ExecRequest::shell(line.clone())
-        }
-        (Some(_), Some(_)) => {
-            return Err(ToolError::InvalidInput(
-                "give either command or shell, not both".into(),
-            ))
-        }
-        _ => return Err(ToolError::InvalidInput(
-            "no command given; pass command (program and arguments, or one command line) or shell"
-                .into(),
-        )),
-    };
+    let req = command_request(p.command.clone(), p.shell.clone())?;
     Ok(p.env
         .iter()
         .fold(req, |r, (k, v)| r.env(k.clone(), v.clone())))
