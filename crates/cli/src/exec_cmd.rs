@@ -92,14 +92,25 @@ impl CommandArgs {
 
 /// The exit status that stands for how the command ended.
 pub fn exit_status(exited: &Exited) -> u8 {
-    if exited.timed_out {
+    status_of(
+        exited.timed_out,
+        exited.code,
+        exited.signal,
+        EXEC_FAILURE_EXIT_CODE,
+    )
+}
+
+/// The exit status for a command that ended so: 124 when its timeout
+/// killed it, its code, 128 + signal, or `otherwise`.
+pub fn status_of(timed_out: bool, code: Option<i32>, signal: Option<i32>, otherwise: u8) -> u8 {
+    if timed_out {
         TIMED_OUT
-    } else if let Some(code) = exited.code {
+    } else if let Some(code) = code {
         u8::try_from(code).unwrap_or(255)
-    } else if let Some(sig) = exited.signal {
+    } else if let Some(sig) = signal {
         u8::try_from(128 + sig).unwrap_or(255)
     } else {
-        EXEC_FAILURE_EXIT_CODE
+        otherwise
     }
 }
 

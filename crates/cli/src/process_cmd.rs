@@ -15,9 +15,6 @@ use crate::output;
 /// Each long poll of `process output --follow` (the agent answers at once
 /// when output comes).
 const FOLLOW_POLL: Duration = Duration::from_secs(30);
-/// Exit status of `process wait` whose process was killed by its timeout
-/// (as timeout(1)).
-const TIMED_OUT: u8 = 124;
 
 #[derive(Debug, Subcommand)]
 pub enum ProcessCommand {
@@ -254,15 +251,7 @@ async fn output_cmd(
 
 /// The exit status that stands for how a finished process ended.
 fn wait_status(p: &ProcessInfo) -> u8 {
-    if p.timed_out {
-        TIMED_OUT
-    } else if let Some(code) = p.exit_code {
-        u8::try_from(code).unwrap_or(255)
-    } else if let Some(sig) = p.signal {
-        u8::try_from(128 + sig).unwrap_or(255)
-    } else {
-        output::FAILURE
-    }
+    crate::exec_cmd::status_of(p.timed_out, p.exit_code, p.signal, output::FAILURE)
 }
 
 pub async fn run(ws: &Workspaces, cmd: &ProcessCommand) -> Result<ExitCode, Error> {
