@@ -1,7 +1,12 @@
 //! `cargo xtask bench agent`: guest agent figures, each beside the same
 //! operation against the agent running as a host process in the same run:
-//! exec round trip of `true`, and file write and read throughput.
+//! exec round trip of `true`, a background process's start to its first
+//! output, and file write and read throughput. Then exec of `true` through
+//! the CLI in a workspace, beside the agent's own measure of the same exec
+//! and beside a bare fork+exec+wait of `true` timed inside the guest (the
+//! floor under any exec path on the host at hand).
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -9,16 +14,54 @@ use anyhow::{bail, Context};
 use guest_agent::client::{AgentEndpoint, ExecInput};
 use guest_agent::protocol::{ExecRequest, WriteMode};
 
+use crate::bench_workspace::microagent;
 use crate::{cache, images, kernel, sh};
 
 const EXECS: usize = 10;
 const FILE_BYTES: usize = 4 << 20;
 const AGENT_PORT: u32 = 1024;
 
+/// CLI execs timed, and floor runs inside the guest.
+const CLI_EXECS: usize = 7;
+
 struct Figures {
     exec_ms: f64,
+    process_first_output_ms: f64,
     write_mib_s: f64,
     read_mib_s: f64,
+}
+
+/// `process_start` of `echo`, then `process_output` (long-polling) until
+/// its output is there; the mean over EXECS / 2 processes.
+async fn process_first_output_ms(endpoint: &AgentEndpoint) -> anyhow::Result<f64> {
+    let runs = EXECS / 2;
+    let start = Instant::now();
+    let mut ids = Vec::new();
+    for _ in 0..runs {
+        let info = endpoint
+            .connect()
+            .await?
+            .process_start(ExecRequest::argv(["echo", "first"]))
+            .await?;
+        loop {
+            let read = endpoint
+                .connect()
+                .await?
+                .process_output(&info.id, [0, 0], None, Duration::from_secs(30))
+                .await?;
+            if !read.stdout.is_empty() {
+                break;
+            }
+        }
+        ids.push(info.id);
+    }
+    let ms = start.elapsed().as_secs_f64() * 1e3 / runs as f64;
+    for id in ids {
+        let client = endpoint.connect().await?;
+        client.process_wait(&id, Duration::from_secs(30)).await?;
+        endpoint.connect().await?.process_remove(&id).await?;
+    }
+    Ok(ms)
 }
 
 async fn measure(endpoint: &AgentEndpoint) -> anyhow::Result<Figures> {
@@ -34,6 +77,7 @@ async fn measure(endpoint: &AgentEndpoint) -> anyhow::Result<Figures> {
         }
     }
     let exec_ms = start.elapsed().as_secs_f64() * 1e3 / EXECS as f64;
+    let process_first_output_ms = process_first_output_ms(endpoint).await?;
     let data: Vec<u8> = (0..FILE_BYTES).map(|i| (i * 13) as u8).collect();
     let mib = FILE_BYTES as f64 / (1 << 20) as f64;
     let start = Instant::now();
@@ -65,6 +109,7 @@ async fn measure(endpoint: &AgentEndpoint) -> anyhow::Result<Figures> {
         .await?;
     Ok(Figures {
         exec_ms,
+        process_first_output_ms,
         write_mib_s,
         read_mib_s,
     })
@@ -185,10 +230,85 @@ pub fn run() -> anyhow::Result<()> {
         FILE_BYTES >> 20
     );
     row("exec `true` round trip", "ms", guest.exec_ms, host.exec_ms);
+    row(
+        "process start to 1st output",
+        "ms",
+        guest.process_first_output_ms,
+        host.process_first_output_ms,
+    );
     row("file write", "MiB/s", guest.write_mib_s, host.write_mib_s);
     row("file read", "MiB/s", guest.read_mib_s, host.read_mib_s);
     if !status.success() {
         bail!("the guest did not stop cleanly ({status})");
     }
+    exec_floor(&release.join("microagent"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Exec of `true` through the CLI in a workspace of a private state
+/// directory, the agent's own spawn-to-exit time of the same execs, and
+/// the bare fork+exec+wait floor measured by `guest/forkexec` in the guest.
+fn exec_floor(bin: &Path) -> anyhow::Result<()> {
+    let forkexec = crate::rootfs::guest_program("forkexec")?;
+    let home = std::env::temp_dir().join(format!("microagent-bench-floor-{}", std::process::id()));
+    std::fs::create_dir_all(&home)?;
+    let run = |args: &[&str]| microagent(bin, &home, args);
+    run(&["create", "floor", "--json"])?;
+    let measured = (|| {
+        run(&["start", "floor", "--json"])?;
+        let dst = "floor:/tmp/forkexec";
+        run(&[
+            "cp",
+            forkexec.to_str().context("cache path")?,
+            dst,
+            "--json",
+        ])?;
+        let mut cli_ms = Vec::new();
+        let mut agent_ms = Vec::new();
+        for _ in 0..CLI_EXECS {
+            let t = Instant::now();
+            let out = run(&["exec", "floor", "--json", "--", "true"])?;
+            cli_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            agent_ms.push(
+                out["wall_ms"]
+                    .as_f64()
+                    .context("exec result without wall_ms")?,
+            );
+        }
+        let count = CLI_EXECS.to_string();
+        let floor = run(&[
+            "exec",
+            "floor",
+            "--json",
+            "--",
+            "/tmp/forkexec",
+            &count,
+            "/bin/true",
+        ])?;
+        let text = floor["stdout"].as_str().unwrap_or_default();
+        let floor_us: f64 = text
+            .split_whitespace()
+            .nth(2)
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("forkexec printed {text:?}"))?;
+        anyhow::Ok((median(cli_ms), median(agent_ms), floor_us / 1e3))
+    })();
+    let _ = run(&["delete", "floor", "--force", "--yes", "--json"]);
+    let _ = std::fs::remove_dir_all(&home);
+    let (cli, agent, floor) = measured?;
+    println!("exec `true` in a workspace (1 vCPU, minimal image), medians of {CLI_EXECS}:");
+    println!(
+        "  `microagent exec WS -- true` (CLI, whole command)  {cli:>9.1} ms  {:>5.2}x the floor",
+        cli / floor
+    );
+    println!(
+        "  the same execs as the agent timed them (spawn to exit)  {agent:>9.1} ms  {:>5.2}x",
+        agent / floor
+    );
+    println!("  floor: fork+exec+wait of /bin/true inside the guest  {floor:>9.1} ms");
     Ok(())
 }

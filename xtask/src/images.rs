@@ -337,6 +337,7 @@ fn notable_paths(image: Image) -> Vec<&'static str> {
         Image::Minimal => list.extend(["bin/busybox", "bin/sh"]),
         Image::Debian => list.extend([
             "usr/bin/python3",
+            "usr/bin/node",
             "usr/bin/bash",
             "usr/bin/ps",
             "usr/bin/apt-get",

@@ -19,7 +19,7 @@ use crate::output::{self, key_value};
 use crate::workspace_cmd::{start_with_progress, SpecArgs};
 
 /// Exit status after Ctrl-C.
-const INTERRUPTED: u8 = 130;
+pub(crate) const INTERRUPTED: u8 = 130;
 /// Exit status when the command's timeout killed it (as timeout(1)).
 const TIMED_OUT: u8 = 124;
 
@@ -31,6 +31,10 @@ pub struct ExecArgs {
     /// of each stream kept (default 1 MiB).
     #[arg(short = 'd', long)]
     pub detach: bool,
+    /// Run the command on a terminal in the guest, attached to this one
+    /// (with -i, keys go to it in raw mode: Ctrl-C reaches the command).
+    #[arg(short = 't', long)]
+    pub tty: bool,
     /// Environment variable (repeatable).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = key_value)]
     pub env: Vec<(String, String)>,
@@ -214,8 +218,17 @@ fn not_started(e: Error, json: bool) -> Result<ExitCode, Error> {
 }
 
 pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
+    if args.tty && (args.detach || args.command.json) {
+        return Err(Error::InvalidInput(
+            "--tty attaches this terminal; it does not go with --detach or --json".into(),
+        ));
+    }
     if args.detach {
         return crate::process_cmd::detach(ws, name, args).await;
+    }
+    if args.tty {
+        let req = args.command.request(&args.env)?;
+        return crate::terminal_cmd::run(ws, name, req, args.command.stdin).await;
     }
     match exec_in(ws, name, &args.command, &args.env).await {
         Ok(Ran::Exited(code)) => Ok(code),

@@ -11,6 +11,7 @@ mod port_cmd;
 mod process_cmd;
 mod serve_cmd;
 mod snapshot_cmd;
+mod terminal_cmd;
 mod vmm_cmd;
 mod workspace_cmd;
 
@@ -171,6 +172,24 @@ enum Command {
         #[command(flatten)]
         args: exec_cmd::ExecArgs,
     },
+    /// Open a login shell in a running workspace on this terminal (bash if
+    /// the image has it, else sh); exits with the shell's status.
+    Shell {
+        /// Workspace name.
+        name: String,
+        /// Environment variable (repeatable).
+        #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = output::key_value)]
+        env: Vec<(String, String)>,
+    },
+    /// What a workspace (or every workspace) uses now: guest CPU over a 1 s
+    /// sample, guest memory, the VMM's host memory, disk, uptime, network.
+    Metrics {
+        /// Workspace name (default: all).
+        name: Option<String>,
+        /// Print JSON (an object for one workspace, an array for all).
+        #[arg(long)]
+        json: bool,
+    },
     /// List a workspace's background processes (`exec --detach`).
     Ps {
         /// Workspace name.
@@ -256,6 +275,7 @@ impl Command {
             | Command::Fork { json, .. }
             | Command::Cp { json, .. }
             | Command::Ps { json, .. }
+            | Command::Metrics { json, .. }
             | Command::Logs { json, .. }
             | Command::Events { json, .. }
             | Command::Contract { json } => *json,
@@ -266,13 +286,15 @@ impl Command {
             Command::Port(c) => c.json(),
             Command::Process(c) => c.json(),
             Command::Network(c) => c.json(),
-            Command::Vmm(_) | Command::Serve(_) => false,
+            Command::Vmm(_) | Command::Serve(_) | Command::Shell { .. } => false,
         }
     }
 
     fn failure_status(&self) -> u8 {
         match self {
-            Command::Exec { .. } | Command::Run(_) => EXEC_FAILURE_EXIT_CODE,
+            Command::Exec { .. } | Command::Run(_) | Command::Shell { .. } => {
+                EXEC_FAILURE_EXIT_CODE
+            }
             _ => output::FAILURE,
         }
     }
@@ -366,7 +388,12 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
             json,
         } => w::ttl(ws, name, ttl, *extend, *json),
         Command::Exec { name, args } => exec_cmd::exec(ws, name, args).await,
+        Command::Shell { name, env } => {
+            let req = terminal_cmd::login_shell().envs(env.iter().cloned());
+            terminal_cmd::run(ws, name, req, true).await
+        }
         Command::Ps { name, json } => process_cmd::ps(ws, name, *json).await,
+        Command::Metrics { name, json } => w::metrics(ws, name.as_deref(), *json).await,
         Command::Process(cmd) => process_cmd::run(ws, cmd).await,
         Command::Cp { src, dst, json } => files_cmd::cp(ws, src, dst, *json).await,
         Command::Logs {

@@ -245,6 +245,61 @@ pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+/// `metrics [NAME]`: one workspace's figures, or every workspace's.
+pub async fn metrics(ws: &Workspaces, name: Option<&str>, json: bool) -> Result<ExitCode, Error> {
+    let all = ws.metrics(name).await?;
+    if json {
+        match name {
+            Some(_) => output::json(&all.first()),
+            None => output::json(&all),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mib = |b: u64| format!("{:.0}M", b as f64 / f64::from(1u32 << 20));
+    let opt = |b: Option<u64>| b.map_or_else(|| "-".to_owned(), mib);
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|m| {
+            vec![
+                m.name.clone(),
+                m.state.as_str().to_owned(),
+                m.vcpus.to_string(),
+                m.cpu_percent
+                    .map_or_else(|| "-".to_owned(), |c| format!("{c:.0}%")),
+                format!("{}/{}", opt(m.memory_used_bytes), opt(m.memory_total_bytes)),
+                opt(m.host_rss_bytes),
+                format!(
+                    "{}/{}/{}",
+                    opt(m.disk_used_bytes),
+                    mib(m.disk_allocated_bytes),
+                    mib(m.disk_size_bytes)
+                ),
+                m.uptime_secs
+                    .map_or_else(|| "-".to_owned(), |s| age(s.saturating_mul(1000))),
+                match (m.net_rx_bytes, m.net_tx_bytes) {
+                    (Some(rx), Some(tx)) => format!("{}/{}", mib(rx), mib(tx)),
+                    _ => "-".to_owned(),
+                },
+            ]
+        })
+        .collect();
+    output::table(
+        &[
+            "NAME",
+            "STATE",
+            "VCPUS",
+            "CPU",
+            "MEM USED/TOTAL",
+            "HOST RSS",
+            "DISK USED/ALLOC/SIZE",
+            "UP",
+            "NET RX/TX",
+        ],
+        &rows,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
     let info = ws.inspect(name)?;
     if json {

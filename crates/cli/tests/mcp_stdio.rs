@@ -287,7 +287,7 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     let tools = listed["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     // The in-process suite (crates/mcp/tests/tools.rs) checks the list by name.
-    assert_eq!(tools.len(), 45, "{names:?}");
+    assert_eq!(tools.len(), 46, "{names:?}");
     for snapshot_tool in ["snapshot_take", "snapshot_restore", "workspace_fork"] {
         assert!(names.contains(&snapshot_tool), "{names:?}");
     }
@@ -574,10 +574,18 @@ fn run_code_in_a_one_shot_debian_workspace() {
             .any(|n| n["params"]["progressToken"] == "py"),
         "progress was reported"
     );
+    // The second one-shot of the image resumes its warm snapshot.
+    let js = s.ok(
+        "run_code",
+        json!({"language": "javascript", "code": "console.log([1, 2, 3].map(x => x * 7).join(','))"}),
+    );
+    assert_eq!(js["language"], "javascript", "{js}");
+    assert_eq!(js["exit_code"], 0, "{js}");
+    assert_eq!(js["stdout"], "7,14,21\n", "{js}");
     let listed = s.ok("workspace_list", json!({}));
     assert_eq!(
         listed["count"], 0,
-        "the one-shot workspace is gone: {listed}"
+        "the one-shot workspaces are gone: {listed}"
     );
     s.close();
     eprintln!(

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use testkit::cli::CliHome;
+use testkit::terminal::Terminal;
 
 /// Whether this host can boot workspaces; prints the reason and records a
 /// skip when not.
@@ -282,6 +283,9 @@ fn life_cycle_exec_files_logs_events() {
     );
 
     published_ports(&cli, web_port);
+    terminal_sessions(&cli);
+    background_processes(&cli);
+    metrics_are_plausible(&cli);
     snapshots_and_forks(&cli, &url);
 
     let stopped = cli.ok_json(&["stop", "dev", "--json"]);
@@ -310,6 +314,110 @@ fn life_cycle_exec_files_logs_events() {
     let deleted = cli.ok_json(&["delete", "dev", "--yes", "--json"]);
     assert_eq!(deleted["deleted"], "dev");
     assert!(!cli.home().join("workspaces/dev").exists());
+}
+
+/// On the running `dev`, as a person at a terminal: `shell` gives a tty
+/// whose keys reach the guest (Ctrl-C interrupts a command there, not
+/// microagent), size changes follow, and the shell's status comes back.
+fn terminal_sessions(cli: &CliHome) {
+    let mut term = Terminal::spawn(cli.command(&["shell", "dev"]), 30, 100);
+    term.type_text("tty; stty size; echo marker-$((6*7))\n");
+    term.wait_for("marker-42", Duration::from_secs(60));
+    let screen = term.screen();
+    assert!(screen.contains("/dev/pts/"), "{screen}");
+    assert!(screen.contains("30 100"), "{screen}");
+    term.resize(40, 120);
+    // The resize travels with the keys, ahead of what is typed after it.
+    std::thread::sleep(Duration::from_secs(1));
+    term.type_text("stty size\n");
+    term.wait_for("40 120", Duration::from_secs(60));
+    term.type_text("sleep 100 && echo after-$((1+1))\n");
+    std::thread::sleep(Duration::from_secs(3));
+    term.type_text("\x03");
+    term.type_text("echo alive-$((2+3))\n");
+    term.wait_for("alive-5", Duration::from_secs(60));
+    assert!(!term.screen().contains("after-2"), "{}", term.screen());
+    term.type_text("exit 3\n");
+    assert_eq!(term.wait_exit(Duration::from_secs(60)).code(), Some(3));
+
+    // exec -t without -i: a tty, no input, the command's status.
+    let mut term = Terminal::spawn(
+        cli.command(&["exec", "-t", "dev", "--shell", "--", "test -t 1 && exit 4"]),
+        24,
+        80,
+    );
+    assert_eq!(term.wait_exit(Duration::from_secs(60)).code(), Some(4));
+    assert_eq!(
+        cli.run(&["exec", "-t", "dev", "--json", "--", "true"])
+            .error_code(),
+        "INVALID_INPUT"
+    );
+}
+
+/// On the running `dev`: a detached command listed by `ps`, waited for and
+/// read back through `process`, then forgotten.
+fn background_processes(cli: &CliHome) {
+    let started = cli.ok_json(&[
+        "exec",
+        "dev",
+        "--detach",
+        "--json",
+        "--shell",
+        "--",
+        "echo begun; sleep 2; echo ended >&2; exit 5",
+    ]);
+    let id = started["id"].as_str().unwrap().to_owned();
+    let listed = cli.ok_json(&["ps", "dev", "--json"]);
+    assert!(
+        listed["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["id"] == id.as_str()),
+        "{listed}"
+    );
+    let waited = cli.run(&["process", "wait", "dev", &id, "--timeout", "60"]);
+    assert_eq!(waited.status, 5, "{}", waited.stderr);
+    let out = cli.ok_json(&["process", "output", "dev", &id, "--json"]);
+    assert_eq!(out["stdout"], "begun\n", "{out}");
+    assert_eq!(out["stderr"], "ended\n", "{out}");
+    cli.ok(&["process", "rm", "dev", &id]);
+    assert_eq!(
+        cli.run(&["process", "output", "dev", &id, "--json"])
+            .error_code(),
+        "NOT_FOUND"
+    );
+}
+
+/// On the running `dev`: guest and host figures that make sense.
+fn metrics_are_plausible(cli: &CliHome) {
+    let m = cli.ok_json(&["metrics", "dev", "--json"]);
+    let n = |key: &str| m[key].as_f64().unwrap_or_else(|| panic!("{key}: {m}"));
+    assert_eq!(m["state"], "running");
+    let vcpus = n("vcpus");
+    assert!((0.0..=100.0 * vcpus).contains(&n("cpu_percent")), "{m}");
+    assert!(n("memory_used_bytes") > 0.0, "{m}");
+    assert!(n("memory_used_bytes") < n("memory_total_bytes"), "{m}");
+    assert!(n("host_rss_bytes") > 1e6, "{m}");
+    assert!(n("disk_used_bytes") > 0.0, "{m}");
+    assert!(
+        n("disk_allocated_bytes") <= n("disk_size_bytes") + 1e6,
+        "{m}"
+    );
+    assert!(n("uptime_secs") >= 0.0, "{m}");
+    assert!(
+        n("net_rx_bytes") > 0.0,
+        "the guest fetched from the host: {m}"
+    );
+    let all = cli.ok_json(&["metrics", "--json"]);
+    assert!(
+        all.as_array().unwrap().iter().any(|w| w["name"] == "dev"),
+        "{all}"
+    );
+    assert_eq!(
+        cli.run(&["metrics", "nope", "--json"]).error_code(),
+        "NOT_FOUND"
+    );
 }
 
 /// On the running `dev`: a snapshot, two forks of it that see the state

@@ -21,10 +21,10 @@ pub mod client;
 #[cfg(feature = "client")]
 pub use client::{
     connect_hybrid_vsock, connect_unix, AgentEndpoint, AgentHello, ClientError, ExecEvent,
-    ExecInput, ExecOutput, ExecResult, FileHeader, GuestAgentClient, ProcessRead,
+    ExecInput, ExecOutput, ExecResult, FileHeader, GuestAgentClient, ProcessRead, TerminalInput,
 };
 pub use frame::{Frame, FrameError, FrameKind};
 pub use protocol::{
-    DirEntry, DiskUsage, ErrorCode, ExecRequest, Exited, FileKind, FileStat, Request, Response,
-    SignalSpec, StdinMode, SystemInfo, WriteMode, PROTOCOL_VERSION,
+    DirEntry, DiskUsage, ErrorCode, ExecRequest, Exited, FileKind, FileStat, PtySize, Request,
+    Response, SignalSpec, StdinMode, SystemInfo, WriteMode, PROTOCOL_VERSION,
 };

@@ -7,6 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{eventually, Agent};
+use guest_agent::client::TerminalInput;
+use guest_agent::protocol::PtySize;
 use guest_agent::{ClientError, ErrorCode, ExecEvent, ExecInput, ExecRequest, ExecResult, Exited};
 use tokio::sync::mpsc;
 
@@ -348,4 +350,48 @@ async fn an_exec_outlives_its_client_and_its_result_stays() {
     assert_eq!(exited.code, Some(0));
     assert_eq!(exited.stdout_bytes, 5);
     assert_eq!(exited.stdout_head_bytes().unwrap(), b"done\n");
+}
+
+#[tokio::test]
+async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_sigint() {
+    let agent = Agent::start();
+    let (tx, rx) = mpsc::channel(8);
+    let feeder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let size = PtySize { rows: 30, cols: 90 };
+        tx.send(TerminalInput::Resize(size)).await.unwrap();
+        tx.send(TerminalInput::Data(b"hello\n".to_vec()))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tx.send(TerminalInput::Data(vec![0x03])).await.unwrap();
+        tx
+    });
+    let line = "stty size; read line; stty size; echo got-$line; \
+                trap 'echo interrupted; exit 9' INT; echo ready; \
+                while :; do sleep 0.1; done";
+    let req = ExecRequest::shell(line).pty(PtySize { rows: 20, cols: 70 });
+    let out = agent
+        .client()
+        .await
+        .exec_collect(req, ExecInput::Terminal(rx))
+        .await
+        .unwrap();
+    drop(feeder.await.unwrap());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.stderr.is_empty(), "a terminal merges the streams");
+    assert!(text.contains("20 70"), "{text:?}");
+    assert!(text.contains("30 90"), "{text:?}");
+    assert!(text.contains("got-hello"), "{text:?}");
+    assert!(text.contains("interrupted"), "{text:?}");
+    assert_eq!(out.exited.code, Some(9), "{text:?}");
+
+    // Background processes have no terminal.
+    let err = agent
+        .client()
+        .await
+        .process_start(ExecRequest::argv(["true"]).pty(PtySize::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidInput));
 }

@@ -29,8 +29,10 @@ async fn ping_hello_and_info() {
     let uptime = agent.client().await.ping().await.unwrap();
     assert!(uptime.as_secs() < 60);
     let hello = agent.client().await.hello().await.unwrap();
-    assert_eq!(hello.version, guest_agent::PROTOCOL_VERSION);
+    // Asked in the oldest version, answered in it.
+    assert_eq!(hello.version, guest_agent::protocol::MIN_PROTOCOL_VERSION);
     assert!(hello.capabilities.iter().any(|c| c == "tar_in"));
+    assert!(hello.capabilities.iter().any(|c| c == "pty"));
     let info = agent.client().await.info().await.unwrap();
     assert!(info.kernel.starts_with("Linux "), "{}", info.kernel);
     assert!(info.kernel.contains(&info.hostname));
@@ -42,6 +44,10 @@ async fn ping_hello_and_info() {
         .find(|d| d.mount == "/")
         .expect("no / in disks");
     assert!(root.total_bytes >= root.avail_bytes && root.total_bytes > 0);
+    assert!(info.cpus > 0);
+    let ticks = info.cpu_ticks.expect("cpu_ticks");
+    assert!(ticks.busy <= ticks.total && ticks.total > 0, "{ticks:?}");
+    assert!(info.net.is_some());
 }
 
 #[tokio::test]

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::{exchange, hello_bytes, ping, read_all, responses, Agent};
 use guest_agent::frame::{self, FrameKind, MAX_JSON};
-use guest_agent::protocol::{ErrorCode, Request, Response, WriteMode, PROTOCOL_VERSION};
+use guest_agent::protocol::{
+    ErrorCode, Request, Response, WriteMode, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 
 fn error_code(frames: &[guest_agent::Frame]) -> Option<ErrorCode> {
     responses(frames).into_iter().find_map(|r| match r {
@@ -53,6 +55,16 @@ fn hello_and_a_pipelined_request_are_answered_in_order() {
 #[test]
 fn version_mismatch_is_refused() {
     let agent = Agent::start();
+    // Every version from the oldest up is answered in its own number.
+    for version in MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+        let got = responses(&exchange(&agent, &hello_bytes(version)));
+        assert!(
+            matches!(got.as_slice(), [Response::Hello { version: v, .. }] if *v == version),
+            "{got:?}"
+        );
+    }
+    let frames = exchange(&agent, &hello_bytes(0));
+    assert_eq!(error_code(&frames), Some(ErrorCode::UnsupportedVersion));
     let frames = exchange(&agent, &hello_bytes(PROTOCOL_VERSION + 1));
     assert_eq!(error_code(&frames), Some(ErrorCode::UnsupportedVersion));
     assert!(!responses(&frames)

@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 45] = [
+const TOOLS: [&str; 46] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -52,11 +52,12 @@ const TOOLS: [&str; 45] = [
     "workspace_inspect",
     "workspace_list",
     "workspace_logs",
+    "workspace_metrics",
     "workspace_start",
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 19] = [
+const READ_ONLY: [&str; 20] = [
     "contract",
     "estimate_cost",
     "file_list",
@@ -76,6 +77,7 @@ const READ_ONLY: [&str; 19] = [
     "workspace_inspect",
     "workspace_list",
     "workspace_logs",
+    "workspace_metrics",
 ];
 
 const WITH_PREVIEW: [&str; 10] = [
@@ -585,6 +587,17 @@ async fn life_cycle_without_a_vm_and_previews_that_change_nothing() {
         "CONFLICT",
     )
     .await;
+
+    // A stopped workspace: host figures only, guest ones null.
+    let m = h.ok("workspace_metrics", json!({"name": "dev"})).await;
+    let dev = &m["workspaces"][0];
+    assert_eq!(dev["state"], "stopped", "{m}");
+    assert_eq!(dev["cpu_percent"], Value::Null, "{m}");
+    assert!(dev["disk_size_bytes"].as_u64().unwrap() > 0, "{m}");
+    let all = h.ok("workspace_metrics", json!({})).await;
+    assert_eq!(all["workspaces"].as_array().unwrap().len(), 1, "{all}");
+    h.fails("workspace_metrics", json!({"name": "nope"}), "NOT_FOUND")
+        .await;
 
     let before = h.snapshot();
     for tool in ["workspace_stop", "workspace_halt"] {

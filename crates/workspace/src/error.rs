@@ -240,6 +240,8 @@ fn agent_code(e: &ClientError) -> ErrorCode {
         }
         Some(AgentCode::PermissionDenied) => ErrorCode::Forbidden,
         Some(AgentCode::Timeout) => ErrorCode::Timeout,
+        // An agent from an older image, asked for something newer (a pty).
+        Some(AgentCode::UnsupportedVersion) => ErrorCode::HostUnsupported,
         _ => ErrorCode::Internal,
     }
 }

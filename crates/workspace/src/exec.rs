@@ -40,6 +40,7 @@ pub struct ExecRequest {
     timeout: Option<Duration>,
     output_cap: Option<u64>,
     id: Option<String>,
+    pty: Option<wire::PtySize>,
 }
 
 impl ExecRequest {
@@ -51,6 +52,7 @@ impl ExecRequest {
             timeout: None,
             output_cap: None,
             id: None,
+            pty: None,
         }
     }
 
@@ -106,6 +108,15 @@ impl ExecRequest {
         self
     }
 
+    /// Runs the command on a pseudo-terminal of this size in the guest:
+    /// it sees a tty on stdin, stdout and stderr, output arrives as stdout
+    /// only, and input comes as [`crate::TerminalInput`]
+    /// ([`ExecInput::Terminal`]), which carries size changes too.
+    pub fn terminal(mut self, size: wire::PtySize) -> Self {
+        self.pty = Some(size);
+        self
+    }
+
     /// The command as text: the arguments joined by spaces, or the shell
     /// line (what the workspace's events record).
     pub fn describe(&self) -> String {
@@ -139,6 +150,9 @@ impl ExecRequest {
         }
         req.output_cap = self.output_cap;
         req.id = self.id;
+        if let Some(size) = self.pty {
+            req = req.pty(size);
+        }
         req
     }
 }

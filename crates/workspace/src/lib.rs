@@ -32,6 +32,7 @@ pub(crate) mod handle;
 pub mod image;
 pub mod launch;
 pub(crate) mod manager;
+pub(crate) mod metrics;
 pub(crate) mod name;
 pub mod network;
 pub(crate) mod network_ops;
@@ -64,8 +65,8 @@ pub use events::{Event, EventKind, EventsError};
 pub use exec::{ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector};
 /// The guest agent's streaming and file types the exec and file methods
 /// take and return, so a program needs no other crate to use them.
-pub use guest_agent::client::{ExecEvent, ExecInput};
-pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, WriteMode};
+pub use guest_agent::client::{ExecEvent, ExecInput, TerminalInput};
+pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, PtySize, WriteMode};
 pub use guest_processes::{
     ProcessInfo, ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,
     MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_RUNNING_PROCESSES,
@@ -73,6 +74,7 @@ pub use guest_processes::{
 pub use handle::Workspace;
 pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
 pub use manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
+pub use metrics::{WorkspaceMetrics, CPU_SAMPLE};
 pub use name::{validate_name, NameError};
 pub use network_ops::{GuestNetwork, HostChange, NetworkInfo};
 pub use one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};

@@ -1,4 +1,4 @@
-//! The `debian` image: bookworm minbase with python3, by
+//! The `debian` image: bookworm minbase with python3 and nodejs, by
 //! `mmdebstrap --mode=root --skip=chroot/mount`: packages are unpacked and
 //! configured by dpkg chrooted into the tree, with no /proc, /sys or /dev
 //! mounted into it (nothing is mounted at all, so nothing can be left behind).
@@ -15,7 +15,14 @@ use crate::sh;
 const SUITE: &str = "bookworm";
 const VARIANT: &str = "minbase";
 /// Beyond minbase (bash and coreutils are in it already; listed to be sure).
-pub const INCLUDE: &[&str] = &["python3", "ca-certificates", "procps", "coreutils", "bash"];
+pub const INCLUDE: &[&str] = &[
+    "python3",
+    "nodejs",
+    "ca-certificates",
+    "procps",
+    "coreutils",
+    "bash",
+];
 /// The image's apt sources (also written to its /etc/apt/sources.list).
 /// The keyring is named (package debian-archive-keyring, on the host and in
 /// the image) so that mmdebstrap need not guess it with gpg.

@@ -23,6 +23,7 @@ use guest_agent::protocol::{
 };
 
 use super::conn::Conn;
+use super::pty;
 use super::reaper::decode_status;
 use super::registry::{Lookup, RegistryError};
 use super::{spawn_thread, State};
@@ -74,6 +75,9 @@ pub enum ExecError {
     /// A helper thread could not be started.
     #[error("starting an exec thread")]
     Thread(#[source] io::Error),
+    /// The pseudo-terminal could not be set up.
+    #[error("exec on a pty")]
+    Pty(#[source] pty::PtyError),
     /// An unknown signal.
     #[error("unknown signal {0}")]
     BadSignal(String),
@@ -104,7 +108,7 @@ impl ExecError {
             Self::Spawn { source, .. } | Self::Kill { source, .. } => {
                 ErrorCode::from_io(source.kind())
             }
-            Self::Thread(_) => ErrorCode::Internal,
+            Self::Thread(_) | Self::Pty(_) => ErrorCode::Internal,
             Self::NotRunning(_) => ErrorCode::NotFound,
         }
     }
@@ -200,13 +204,16 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), Exec
     if let Some(gid) = req.gid {
         cmd.gid(gid);
     }
-    cmd.process_group(0)
-        .stdin(match req.stdin {
-            StdinMode::None => Stdio::null(),
-            StdinMode::Stream => Stdio::piped(),
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    // On a pty, pty::attach gives it a session and the terminal instead.
+    if req.pty.is_none() {
+        cmd.process_group(0)
+            .stdin(match req.stdin {
+                StdinMode::None => Stdio::null(),
+                StdinMode::Stream => Stdio::piped(),
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    }
     Ok((cmd, program))
 }
 
@@ -229,6 +236,10 @@ pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecE
         return Err(ExecError::ZeroTimeout);
     }
     let (mut cmd, program) = build_command(&req)?;
+    let master = match req.pty {
+        Some(size) => Some(pty::attach(&mut cmd, size).map_err(ExecError::Pty)?),
+        None => None,
+    };
     let exec_id = state
         .registry
         .reserve(req.id.clone())
@@ -256,11 +267,18 @@ pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecE
             return Err(ExecError::Spawn { program, source });
         }
     };
+    // The command holds the pty's slave side: the master sees EIO at the
+    // end only once every holder has closed it.
+    drop(cmd);
     let pid = child.id();
     state.registry.set_pid(&exec_id, pid);
 
-    let pipes = (child.stdout.take(), child.stderr.take(), child.stdin.take());
-    let started = start_pumps(conn, pipes, &tx);
+    let streams = match master {
+        Some(master) => Streams::Terminal(master),
+        None => Streams::Pipes(child.stdout.take(), child.stderr.take(), child.stdin.take()),
+    };
+    let expected_eofs = streams.outputs();
+    let started = start_pumps(conn, streams, &tx);
     drop(tx);
     if let Err(e) = started {
         let _ = kill_group(pid, libc::SIGKILL);
@@ -306,7 +324,7 @@ pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecE
             exit = *lock(&exit_slot);
         }
         if let Some(seen) = &exit {
-            if eofs == 2 || seen.at.elapsed() > POST_EXIT_MAX {
+            if eofs == expected_eofs || seen.at.elapsed() > POST_EXIT_MAX {
                 break;
             }
         }
@@ -368,14 +386,44 @@ pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecE
     Ok(())
 }
 
-type Pipes = (
-    Option<std::process::ChildStdout>,
-    Option<std::process::ChildStderr>,
-    Option<ChildStdin>,
-);
+/// Where an exec's output comes from and its input goes.
+enum Streams {
+    Pipes(
+        Option<std::process::ChildStdout>,
+        Option<std::process::ChildStderr>,
+        Option<ChildStdin>,
+    ),
+    Terminal(pty::Master),
+}
 
-fn start_pumps(conn: &Conn, pipes: Pipes, tx: &SyncSender<Event>) -> Result<(), ExecError> {
-    let (stdout, stderr, stdin) = pipes;
+impl Streams {
+    /// Output streams whose end the exec waits for.
+    fn outputs(&self) -> usize {
+        match self {
+            Self::Pipes(..) => 2,
+            Self::Terminal(_) => 1,
+        }
+    }
+}
+
+fn start_pumps(conn: &Conn, streams: Streams, tx: &SyncSender<Event>) -> Result<(), ExecError> {
+    let (stdout, stderr, stdin) = match streams {
+        Streams::Pipes(stdout, stderr, stdin) => (stdout, stderr, stdin),
+        Streams::Terminal(master) => {
+            let input = master.try_clone().map_err(ExecError::Thread)?;
+            let reader = conn.try_clone().map_err(ExecError::Thread)?;
+            reader.set_read_timeout(None).map_err(ExecError::Thread)?;
+            spawn_thread("exec-pty-in", PUMP_STACK, move || {
+                pty::pump_input(reader, input)
+            })
+            .map_err(ExecError::Thread)?;
+            let output = master.into_reader();
+            let tx = tx.clone();
+            spawn_thread("exec-pty-out", PUMP_STACK, move || pump(output, 0, &tx))
+                .map_err(ExecError::Thread)?;
+            return Ok(());
+        }
+    };
     if let Some(out) = stdout {
         let tx = tx.clone();
         spawn_thread("exec-stdout", PUMP_STACK, move || pump(out, 0, &tx))

@@ -9,6 +9,7 @@ mod identity;
 pub mod listen;
 pub mod net;
 mod processes;
+mod pty;
 mod reaper;
 mod registry;
 mod ring;
@@ -23,7 +24,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use guest_agent::frame::{self, FrameError, FrameKind};
-use guest_agent::protocol::{ErrorCode, Request, Response, CAPABILITIES, PROTOCOL_VERSION};
+use guest_agent::protocol::{
+    ErrorCode, Request, Response, CAPABILITIES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 
 use conn::Conn;
 use listen::Listener;
@@ -66,10 +69,14 @@ enum RequestError {
     Send(#[source] FrameError),
     #[error("the first message must be `hello`, not `{0}`")]
     NoHello(&'static str),
-    #[error("protocol version {0} is not supported (this agent speaks {PROTOCOL_VERSION})")]
+    #[error(
+        "protocol version {0} is not supported (this agent speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION})"
+    )]
     Version(u32),
     #[error("`hello` was already sent")]
     RepeatedHello,
+    #[error("`resize` only goes between the stdin frames of an exec on a pty")]
+    StrayResize,
     #[error("no exec {0:?} (never started, or its result expired)")]
     NoResult(String),
     #[error("too many connections (at most {0})")]
@@ -100,7 +107,7 @@ impl RequestError {
     fn code(&self) -> ErrorCode {
         match self {
             Self::Frame(e) | Self::Send(e) => e.code(),
-            Self::NoHello(_) | Self::RepeatedHello => ErrorCode::InvalidInput,
+            Self::NoHello(_) | Self::RepeatedHello | Self::StrayResize => ErrorCode::InvalidInput,
             Self::Version(_) => ErrorCode::UnsupportedVersion,
             Self::NotInit => ErrorCode::PermissionDenied,
             Self::NoResult(_) => ErrorCode::NotFound,
@@ -242,15 +249,18 @@ fn read_request(conn: &mut Conn) -> Result<Option<Request>, RequestError> {
 }
 
 fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
-    match read_request(conn)? {
+    let version = match read_request(conn)? {
         // Connected and left (a probe): nothing to do.
         None => return Ok(()),
-        Some(Request::Hello { version }) if version == PROTOCOL_VERSION => {}
-        Some(Request::Hello { version }) => return Err(RequestError::Version(version)),
+        Some(Request::Hello { version }) => version,
         Some(other) => return Err(RequestError::NoHello(other.name())),
+    };
+    if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
+        return Err(RequestError::Version(version));
     }
+    // Answered in the client's version: an older client reads its own.
     conn.send(&Response::Hello {
-        version: PROTOCOL_VERSION,
+        version,
         agent: format!("microagent-agent {}", env!("CARGO_PKG_VERSION")),
         capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
     })
@@ -356,6 +366,7 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
             state.processes.remove(&id).map_err(RequestError::Process)?;
             Response::ok()
         }
+        Request::Resize(_) => return Err(RequestError::StrayResize),
         Request::Restored {
             hostname,
             entropy,

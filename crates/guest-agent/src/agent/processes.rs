@@ -49,6 +49,8 @@ pub enum ProcessError {
     RingTooLarge(u64),
     #[error("timeout_ms must be at least 1")]
     ZeroTimeout,
+    #[error("background processes run without a pty; use exec with pty for a terminal")]
+    Pty,
     #[error("a wait of {0} ms is over the limit of {max} ms", max = MAX_PROCESS_WAIT.as_millis())]
     WaitTooLong(u64),
     #[error("no process {0:?} (never started, removed, or pushed out by newer ones)")]
@@ -89,6 +91,7 @@ impl ProcessError {
             Self::Command(e) => e.code(),
             Self::BadId(_)
             | Self::ZeroTimeout
+            | Self::Pty
             | Self::WaitTooLong(_)
             | Self::StillRunning(_)
             | Self::NoStdin(_)
@@ -231,6 +234,9 @@ impl Processes {
         }
         if req.timeout_ms == Some(0) {
             return Err(ProcessError::ZeroTimeout);
+        }
+        if req.pty.is_some() {
+            return Err(ProcessError::Pty);
         }
         let (mut cmd, program) = build_command(&req).map_err(ProcessError::Command)?;
         let mut command = describe(&req);

@@ -4,7 +4,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 
-use guest_agent::protocol::{DiskUsage, ErrorCode, SystemInfo};
+use guest_agent::protocol::{CpuTicks, DiskUsage, ErrorCode, NetCounters, SystemInfo};
 
 /// Filesystem types reported besides block-device mounts.
 const NETWORK_OR_LAYERED: &[&str] = &["overlay", "virtiofs", "9p", "nfs", "nfs4", "fuse"];
@@ -60,7 +60,54 @@ pub fn collect() -> Result<SystemInfo, InfoError> {
         mem_available_kib: meminfo_kib(&meminfo, "MemAvailable"),
         load,
         disks: disks(&proc_file("/proc/self/mounts")?),
+        // SAFETY: sysconf has no memory arguments.
+        cpus: u32::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(0),
+        cpu_ticks: proc_file("/proc/stat").ok().and_then(|s| cpu_ticks(&s)),
+        net: proc_file("/proc/net/dev").ok().map(|s| net_counters(&s)),
     })
+}
+
+/// The `cpu` line of /proc/stat: user nice system idle iowait irq softirq
+/// steal ...; idle and iowait are not busy.
+fn cpu_ticks(stat: &str) -> Option<CpuTicks> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let total: u64 = fields.iter().sum();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    Some(CpuTicks {
+        busy: total.saturating_sub(idle),
+        total,
+    })
+}
+
+/// The sums over every interface but `lo` of /proc/net/dev.
+fn net_counters(dev: &str) -> NetCounters {
+    let mut sum = NetCounters::default();
+    for line in dev.lines().skip(2) {
+        let Some((name, counters)) = line.split_once(':') else {
+            continue;
+        };
+        if name.trim() == "lo" {
+            continue;
+        }
+        let f: Vec<u64> = counters
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        if f.len() < 10 {
+            continue;
+        }
+        sum.rx_bytes += f[0];
+        sum.rx_packets += f[1];
+        sum.tx_bytes += f[8];
+        sum.tx_packets += f[9];
+    }
+    sum
 }
 
 fn uname() -> Result<(String, String), InfoError> {
@@ -173,6 +220,33 @@ fn statvfs(path: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_ticks_count_idle_and_iowait_as_not_busy() {
+        let stat = "cpu  10 1 5 100 4 0 2 0 0 0\ncpu0 10 1 5 100 4 0 2 0 0 0\nintr 5\n";
+        assert_eq!(
+            cpu_ticks(stat),
+            Some(CpuTicks {
+                busy: 18,
+                total: 122
+            })
+        );
+        assert_eq!(cpu_ticks("intr 5\n"), None);
+    }
+
+    #[test]
+    fn net_counters_sum_every_interface_but_loopback() {
+        let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets\n    lo: 100 2 0 0 0 0 0 0 100 2 0 0 0 0 0 0\n  eth0: 1000 10 0 0 0 0 0 0 500 5 0 0 0 0 0 0\n  eth1: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n";
+        assert_eq!(
+            net_counters(dev),
+            NetCounters {
+                rx_bytes: 1001,
+                tx_bytes: 501,
+                rx_packets: 11,
+                tx_packets: 6
+            }
+        );
+    }
 
     #[test]
     fn mounts_are_filtered_and_unescaped() {

@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 pub use process::ProcessRead;
 pub use types::{
     AgentEndpoint, AgentHello, ExecCollector, ExecEvent, ExecInput, ExecOutput, ExecResult,
-    FileHeader,
+    FileHeader, TerminalInput,
 };
 pub use wire::{connect_hybrid_vsock, connect_unix, ClientError};
 
@@ -27,7 +27,7 @@ use wire::{send_data, send_stdin};
 use crate::frame::{self, FrameKind};
 use crate::protocol::{
     DirEntry, ExecRequest, Exited, FileStat, Request, Response, SignalSpec, StdinMode, SystemInfo,
-    WriteMode, PROTOCOL_VERSION,
+    WriteMode, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// One connection to the agent, good for one operation.
@@ -48,10 +48,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         self.stream
     }
 
-    /// Only the handshake: what the agent is and supports.
+    /// Only the handshake: what the agent is and supports (asked in the
+    /// oldest version, which every agent answers; `capabilities` tell the rest).
     pub async fn hello(mut self) -> Result<AgentHello, ClientError> {
         let bytes = frame::encode_json(&Request::Hello {
-            version: PROTOCOL_VERSION,
+            version: MIN_PROTOCOL_VERSION,
         })
         .map_err(ClientError::Frame)?;
         wire::write_all(&mut self.stream, &bytes)
@@ -417,9 +418,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
 
 /// `hello` and `req`, framed: what every operation sends first, in one write.
 fn start_bytes(req: &Request) -> Result<Vec<u8>, ClientError> {
-    let hello = Request::Hello {
-        version: PROTOCOL_VERSION,
+    // Version 1 unless the request needs 2, so agents in older guests
+    // still answer everything they can.
+    let version = match req {
+        Request::Exec(exec) if exec.pty.is_some() => PROTOCOL_VERSION,
+        _ => MIN_PROTOCOL_VERSION,
     };
+    let hello = Request::Hello { version };
     let mut bytes = frame::encode_json(&hello).map_err(ClientError::Frame)?;
     bytes.extend(frame::encode_json(req).map_err(ClientError::Frame)?);
     Ok(bytes)

@@ -8,7 +8,7 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 use super::{connect_hybrid_vsock, connect_unix, ClientError, GuestAgentClient};
-use crate::protocol::Exited;
+use crate::protocol::{Exited, PtySize};
 
 /// Where an agent listens; [`AgentEndpoint::connect`] opens a new
 /// connection (one per operation).
@@ -73,6 +73,17 @@ pub enum ExecInput {
     Channel(mpsc::Receiver<Vec<u8>>),
     /// Everything the reader yields, then EOF.
     Reader(Box<dyn AsyncRead + Send + Unpin>),
+    /// Keystrokes and size changes for an exec on a pty, as they come.
+    Terminal(mpsc::Receiver<TerminalInput>),
+}
+
+/// What a terminal sends to an exec on a pty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalInput {
+    /// Bytes typed.
+    Data(Vec<u8>),
+    /// The terminal's new size.
+    Resize(PtySize),
 }
 
 impl fmt::Debug for ExecInput {
@@ -82,6 +93,7 @@ impl fmt::Debug for ExecInput {
             Self::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
             Self::Channel(_) => f.write_str("Channel"),
             Self::Reader(_) => f.write_str("Reader"),
+            Self::Terminal(_) => f.write_str("Terminal"),
         }
     }
 }

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-use super::ExecInput;
+use super::{ExecInput, TerminalInput};
 use crate::frame::{self, Frame, FrameError, FrameKind};
-use crate::protocol::{ErrorCode, Response, DATA_CHUNK};
+use crate::protocol::{ErrorCode, Request, Response, DATA_CHUNK};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -232,6 +232,19 @@ pub(crate) async fn send_stdin<W: AsyncWrite + Unpin + ?Sized>(
                 write_chunked(w, FrameKind::Stdin, &bytes)
                     .await
                     .map_err(ClientError::Frame)?;
+            }
+        }
+        ExecInput::Terminal(mut rx) => {
+            while let Some(input) = rx.recv().await {
+                match input {
+                    TerminalInput::Data(bytes) => write_chunked(w, FrameKind::Stdin, &bytes).await,
+                    TerminalInput::Resize(size) => {
+                        let msg = frame::encode_json(&Request::Resize(size))
+                            .map_err(ClientError::Frame)?;
+                        write_all(w, &msg).await
+                    }
+                }
+                .map_err(ClientError::Frame)?;
             }
         }
         ExecInput::Reader(mut reader) => {

@@ -1,4 +1,4 @@
-//! Protocol version 1: the JSON messages, their limits and the error codes
+//! Protocol version 2 (1 plus exec on a pty): the JSON messages, their limits and the error codes
 //! (see docs/guest-agent-protocol.md for the full description).
 //!
 //! Every JSON message is an object whose `"type"` names it. Fields the
@@ -20,11 +20,16 @@ pub use process::{
     MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING,
     MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
 };
-pub use request::{ExecRequest, Request, SignalSpec, StdinMode, WriteMode};
-pub use response::{DirEntry, DiskUsage, Exited, FileKind, FileStat, Response, SystemInfo};
+pub use request::{ExecRequest, PtySize, Request, SignalSpec, StdinMode, WriteMode};
+pub use response::{
+    CpuTicks, DirEntry, DiskUsage, Exited, FileKind, FileStat, NetCounters, Response, SystemInfo,
+};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The oldest version the agent still answers: version 2 only added the
+/// `pty` field of `exec` and the `resize` message.
+pub const MIN_PROTOCOL_VERSION: u32 = 1;
 /// The vsock port the agent listens on by default.
 pub const DEFAULT_VSOCK_PORT: u32 = 1024;
 /// Largest stdout/stderr frame the agent sends.
@@ -145,6 +150,7 @@ pub const CAPABILITIES: &[&str] = &[
     "restored",
     "tcp_connect",
     "process",
+    "pty",
 ];
 
 #[cfg(test)]

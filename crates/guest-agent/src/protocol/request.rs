@@ -83,6 +83,28 @@ pub struct ExecRequest {
     /// A client-chosen exec id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Run on a new pseudo-terminal of this size (protocol 2): its own
+    /// session with the terminal as controlling tty and as stdin, stdout and
+    /// stderr. Output comes as stdout frames only; stdin is a stream, and
+    /// `resize` messages may come between the stdin frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    /// Rows (lines).
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+}
+
+impl Default for PtySize {
+    /// 24 x 80, what a terminal that says nothing is taken to be.
+    fn default() -> Self {
+        Self { rows: 24, cols: 80 }
+    }
 }
 
 impl ExecRequest {
@@ -140,6 +162,13 @@ impl ExecRequest {
     /// Chooses the exec id.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// Runs on a pseudo-terminal of this size.
+    pub fn pty(mut self, size: PtySize) -> Self {
+        self.pty = Some(size);
+        self.stdin = StdinMode::Stream;
         self
     }
 }
@@ -317,6 +346,9 @@ pub enum Request {
         /// The process.
         id: String,
     },
+    /// Only between the stdin frames of an exec on a pty: the client's
+    /// terminal changed size (the process gets SIGWINCH).
+    Resize(PtySize),
 }
 
 impl Request {
@@ -348,6 +380,7 @@ impl Request {
             Self::ProcessSignal { .. } => "process_signal",
             Self::ProcessWait { .. } => "process_wait",
             Self::ProcessRemove { .. } => "process_remove",
+            Self::Resize(_) => "resize",
         }
     }
 }

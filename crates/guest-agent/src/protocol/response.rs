@@ -84,6 +84,39 @@ pub struct SystemInfo {
     pub load: [f64; 3],
     /// `/` and other block-device, overlay, virtiofs and 9p mounts.
     pub disks: Vec<DiskUsage>,
+    /// Online CPUs.
+    #[serde(default)]
+    pub cpus: u32,
+    /// CPU time since boot over all CPUs, from /proc/stat (two answers a
+    /// moment apart give the usage in between).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ticks: Option<CpuTicks>,
+    /// Bytes and packets through the network interfaces (loopback not
+    /// counted), from /proc/net/dev.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetCounters>,
+}
+
+/// Cumulative CPU time in clock ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuTicks {
+    /// Ticks not idle and not waiting for I/O.
+    pub busy: u64,
+    /// All ticks.
+    pub total: u64,
+}
+
+/// Cumulative network counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetCounters {
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
 }
 
 /// What a path is.

@@ -56,15 +56,52 @@ pub struct ExecParams {
     pub output_cap: Option<u64>,
 }
 
+/// A language `run_code` runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Language {
+    /// Python 3 (`python3`).
+    #[default]
+    Python,
+    /// JavaScript (Node.js, `node`).
+    Javascript,
+    /// A bash script (`bash`).
+    Bash,
+}
+
+impl Language {
+    /// The interpreter, looked up in the guest's PATH.
+    pub fn interpreter(self) -> &'static str {
+        match self {
+            Self::Python => "python3",
+            Self::Javascript => "node",
+            Self::Bash => "bash",
+        }
+    }
+
+    /// The script file's extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Python => "py",
+            Self::Javascript => "js",
+            Self::Bash => "sh",
+        }
+    }
+}
+
 /// `run_code`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCodeParams {
-    /// Python 3 source code, run with python3.
+    /// Source code, run as a script file by the language's interpreter.
     pub code: String,
-    /// A running workspace to run it in (its image must have python3, as
-    /// `debian` does). Default: a one-shot workspace of the `debian` image,
-    /// created, started and deleted around the run.
+    /// python (default; python3), javascript (node) or bash.
+    #[serde(default)]
+    pub language: Language,
+    /// A running workspace to run it in (its image must have the
+    /// interpreter, as `debian` has all three). Default: a one-shot
+    /// workspace of the `debian` image, created, started and deleted around
+    /// the run.
     pub workspace: Option<String>,
     /// Text given to the program's stdin (then end of file).
     pub stdin: Option<String>,
@@ -151,6 +188,8 @@ pub struct RunCodeResult {
     pub workspace: String,
     /// True when the workspace was created for this run and is now deleted.
     pub one_shot: bool,
+    /// The language it ran as.
+    pub language: Language,
     /// How the program ended and what it printed.
     #[serde(flatten)]
     pub result: ExecResult,
@@ -163,7 +202,8 @@ impl Render for RunCodeResult {
         } else {
             format!("workspace {}", self.workspace)
         };
-        format!("python3 in {place}: {}", self.result.render())
+        let interpreter = self.language.interpreter();
+        format!("{interpreter} in {place}: {}", self.result.render())
     }
 }
 

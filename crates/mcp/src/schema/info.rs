@@ -1,11 +1,11 @@
 //! Inputs and outputs of the information tools: `image_list`,
-//! `host_doctor`, `contract`, `estimate_cost`.
+//! `host_doctor`, `contract`, `workspace_metrics`, `estimate_cost`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use workspace::doctor::Report;
 use workspace::image::ImageInfo;
-use workspace::Contract;
+use workspace::{Contract, WorkspaceMetrics};
 
 use crate::cost::PriceTable;
 use crate::output::{bytes, Render};
@@ -179,5 +179,50 @@ impl Render for CostResult {
             self.price.currency,
             self.price_source
         )
+    }
+}
+
+/// `workspace_metrics`'s input.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct MetricsParams {
+    /// The workspace; every workspace when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `workspace_metrics`'s result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MetricsResult {
+    /// One entry per workspace, by name.
+    pub workspaces: Vec<WorkspaceMetrics>,
+}
+
+impl Render for MetricsResult {
+    fn render(&self) -> String {
+        if self.workspaces.is_empty() {
+            return "no workspaces".into();
+        }
+        let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), bytes);
+        self.workspaces
+            .iter()
+            .map(|m| {
+                let cpu = m
+                    .cpu_percent
+                    .map_or_else(|| "-".to_owned(), |c| format!("{c:.0}%"));
+                format!(
+                    "{}: {}, {} vCPU, cpu {cpu}, memory {}/{}, host rss {}, disk {} used, {} allocated of {}",
+                    m.name,
+                    m.state.as_str(),
+                    m.vcpus,
+                    opt(m.memory_used_bytes),
+                    opt(m.memory_total_bytes),
+                    opt(m.host_rss_bytes),
+                    opt(m.disk_used_bytes),
+                    bytes(m.disk_allocated_bytes),
+                    bytes(m.disk_size_bytes),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }

@@ -130,27 +130,29 @@ impl MicroagentServer {
         }
     }
 
-    /// Runs Python `code` in the running workspace `name`.
-    async fn run_python(
+    /// Runs `p.code` as a `p.language` script in the running workspace `name`.
+    async fn run_snippet(
         &self,
         name: &str,
-        code: &str,
-        stdin: Option<String>,
+        p: &RunCodeParams,
         limits: &Limits,
         ctx: &RequestContext<RoleServer>,
         progress: &mut Progress,
     ) -> Result<ExecResult, ToolError> {
-        let probe = ExecRequest::argv(["/bin/sh", "-c", "command -v python3"]);
+        let (language, code, stdin) = (p.language, &p.code, p.stdin.clone());
+        let interpreter = language.interpreter();
+        let probe = ExecRequest::argv(["/bin/sh", "-c", &format!("command -v {interpreter}")]);
         let found = self.ws.exec_collect(name, probe, ExecInput::None).await?;
         if !found.success() {
             let image = self.meta(name).await?.spec.image;
             return Err(ToolError::InvalidInput(format!(
-                "workspace `{name}` (image `{image}`) has no python3; run_code needs an image with Python such as `{RUN_CODE_IMAGE}`: leave out `workspace` to run in a one-shot {RUN_CODE_IMAGE} workspace, or create one with image \"{RUN_CODE_IMAGE}\""
+                "workspace `{name}` (image `{image}`) has no {interpreter}; run_code needs an image with it such as `{RUN_CODE_IMAGE}`: leave out `workspace` to run in a one-shot {RUN_CODE_IMAGE} workspace, or create one with image \"{RUN_CODE_IMAGE}\""
             )));
         }
         let script = format!(
-            "/tmp/microagent-run-code-{}.py",
-            workspace::settings::unique_id()
+            "/tmp/microagent-run-code-{}.{}",
+            workspace::settings::unique_id(),
+            language.extension()
         );
         self.ws
             .write_file(
@@ -163,7 +165,7 @@ impl MicroagentServer {
                 },
             )
             .await?;
-        let req = ExecRequest::argv(["python3", script.as_str()]);
+        let req = ExecRequest::argv([interpreter, script.as_str()]);
         let ran = self
             .run_command(name, req, input(stdin), limits, ctx, progress)
             .await;
@@ -193,6 +195,7 @@ impl MicroagentServer {
             DEFAULT_START_TIMEOUT_SECS,
             MAX_START_TIMEOUT_SECS,
         )?;
+        let language = p.language;
         let spec = WorkspaceSpec {
             image: RUN_CODE_IMAGE.into(),
             vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
@@ -200,10 +203,11 @@ impl MicroagentServer {
             ..WorkspaceSpec::default()
         };
         spec.validate()?;
-        self.blocking(|ws| match ws.images().get(RUN_CODE_IMAGE) {
+        let interpreter = language.interpreter();
+        self.blocking(move |ws| match ws.images().get(RUN_CODE_IMAGE) {
             Ok(_) => Ok(()),
             Err(e) if e.code() == ErrorCode::NotFound => Err(ToolError::NotFound(format!(
-                "run_code's one-shot workspaces use the `{RUN_CODE_IMAGE}` image, which is not built on this host (build it with `cargo xtask rootfs {RUN_CODE_IMAGE}`); or pass `workspace`, a running workspace whose image has python3"
+                "run_code's one-shot workspaces use the `{RUN_CODE_IMAGE}` image, which is not built on this host (build it with `cargo xtask rootfs {RUN_CODE_IMAGE}`); or pass `workspace`, a running workspace whose image has {interpreter}"
             ))),
             Err(e) => Err(workspace::Error::from(e).into()),
         })
@@ -222,7 +226,7 @@ impl MicroagentServer {
                 },
                 |name| async move {
                     let mut progress = progress.lock().await;
-                    self.run_python(&name, &p.code, p.stdin, limits, ctx, &mut progress)
+                    self.run_snippet(&name, &p, limits, ctx, &mut progress)
                         .await
                 },
             )
@@ -236,6 +240,7 @@ impl MicroagentServer {
         Ok(RunCodeResult {
             workspace: end.workspace,
             one_shot: true,
+            language,
             result,
         })
     }
@@ -276,15 +281,16 @@ impl MicroagentServer {
         Ok(Out(result))
     }
 
-    /// Run Python 3 code and return its exit status and output. By default
-    /// in a one-shot workspace of the `debian` image (created, started and
-    /// deleted around the run; the boot takes seconds to tens of seconds);
-    /// or in a given running workspace whose image has python3. Sends
-    /// progress when asked; cancelling the call kills the program.
+    /// Run code (language python, javascript or bash; default python) and
+    /// return its exit status and output. By default in a one-shot
+    /// workspace of the `debian` image (created, started and deleted around
+    /// the run; the boot takes seconds to tens of seconds); or in a given
+    /// running workspace whose image has the interpreter. Sends progress
+    /// when asked; cancelling the call kills the program.
     #[tool(
         output_schema = crate::output::schema::<RunCodeResult>(),
         annotations(
-        title = "Run Python code",
+        title = "Run code",
         read_only_hint = false,
         destructive_hint = true,
         idempotent_hint = false,
@@ -309,12 +315,14 @@ impl MicroagentServer {
                     .into(),
             ));
         }
+        let language = p.language;
         let result = self
-            .run_python(&name, &p.code, p.stdin, &limits, &ctx, &mut progress)
+            .run_snippet(&name, &p, &limits, &ctx, &mut progress)
             .await?;
         Ok(Out(RunCodeResult {
             workspace: name,
             one_shot: false,
+            language,
             result,
         }))
     }

@@ -111,6 +111,29 @@ impl MicroagentServer {
         Ok(Out(contract()))
     }
 
+    /// What one workspace (`name`) or every workspace uses now: state,
+    /// vCPUs, guest CPU % over a 1 s sample (0 to 100 x vCPUs), guest
+    /// memory used/total, the VMM's resident memory on the host, disk used
+    /// in the guest and allocated on the host, uptime, network bytes.
+    /// Guest figures are null while a workspace is not running.
+    #[tool(
+        output_schema = crate::output::schema::<MetricsResult>(),
+        annotations(
+        title = "Workspace metrics",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_metrics(
+        &self,
+        Parameters(p): Parameters<MetricsParams>,
+    ) -> ToolResult<MetricsResult> {
+        let workspaces = self.ws.metrics(p.name.as_deref()).await?;
+        Ok(Out(MetricsResult { workspaces }))
+    }
+
     /// Estimate what workspaces cost: vCPU-hours and GiB-hours of memory
     /// for a spec, a duration and a count, priced by the table in
     /// $MICROAGENT_HOME/config.json (key "price") or the defaults (0.04 per
