@@ -14,9 +14,7 @@
  *      serves the host over vsock. No other process is started: each one
  *      costs about a second where guest kernel mode is emulated.
  * Unknown `key=value` kernel parameters without a dot reach init as
- * environment variables, which is how the two settings arrive, and how
- * GLIBC_TUNABLES (set by the VMM on hosts that emulate guest kernel mode)
- * reaches the agent, which passes it on to every process it starts.
+ * environment variables, which is how the two settings arrive.
  * Built against the kernel's nolibc: a few KB.
  */
 #define AGENT "/usr/bin/microagent-agent"
@@ -69,8 +67,7 @@ int main(int argc, char **argv, char **envp)
 	const char *layer = env_value(envp, "microagent_overlay");
 	const char *hostname = env_value(envp, "microagent_hostname");
 	char *agent_argv[] = { "microagent-agent", 0 };
-	const char *tunables = env_value(envp, "GLIBC_TUNABLES");
-	char *agent_envp[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", 0, 0 };
+	char *agent_envp[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", 0 };
 
 	(void)argc;
 	(void)argv;
@@ -100,8 +97,6 @@ int main(int argc, char **argv, char **envp)
 	if (!hostname || !*hostname)
 		hostname = "microagent";
 	my_syscall2(__NR_sethostname, hostname, strlen(hostname));
-	if (tunables)
-		agent_envp[2] = (char *)tunables - strlen("GLIBC_TUNABLES=");
 	execve(AGENT, agent_argv, agent_envp);
 	die("exec " AGENT);
 	return 1;

@@ -18,16 +18,8 @@ pub const EMULATED_THRESHOLD_NS: f64 = 50.0;
 
 /// Kernel command-line options an emulating host needs (HOST-NOTES): no
 /// XSAVE family, no SMAP (CLAC/STAC) or POPCNT, no slow write-protect pass,
-/// and YMM upper halves switched through the VMM ([`crate::ymm_upper`]).
-pub const COMPAT_CMDLINE: &str = concat!(
-    "noxsave clearcpuid=smap,popcnt rodata=off microagent_ymmh ",
-    // Reaches init (and from it the agent and every process it starts) as
-    // an environment variable: glibc's string functions then use SSE2, not
-    // AVX. On an emulating host the upper halves of the YMM registers can
-    // still change under a running process (docs/host-compat.md, issue 10).
-    "GLIBC_TUNABLES=",
-    "glibc.cpu.hwcaps=-AVX_Fast_Unaligned_Load,-AVX2,-AVX,-AVX512F,-AVX512VL"
-);
+/// and the extended FPU state (AVX, AVX-512) switched through the VMM ([`crate::xstate_switch`]).
+pub const COMPAT_CMDLINE: &str = "noxsave clearcpuid=smap,popcnt rodata=off microagent_xstate ";
 
 /// Which guest kernel a host boots: the unpatched `standard` one, or the
 /// `compat` one with our patches for hosts that emulate guest kernel mode.
@@ -214,8 +206,7 @@ mod tests {
         for opt in [
             "noxsave",
             "clearcpuid=smap,popcnt",
-            crate::ymm_upper::CMDLINE_SWITCH,
-            "GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX_Fast_Unaligned_Load,-AVX2,-AVX,",
+            crate::xstate_switch::CMDLINE_SWITCH,
         ] {
             assert!(extra.contains(opt));
         }

@@ -21,7 +21,7 @@ pub mod stats;
 pub mod tiny;
 pub mod vcpu;
 pub mod vm;
-pub mod ymm_upper;
+pub mod xstate_switch;
 
 pub use arch::cpuid::CpuTemplate;
 pub use exit::StopReason;

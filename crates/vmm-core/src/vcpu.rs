@@ -14,7 +14,7 @@ use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 use crate::arch::cpuid::{apply_template, CpuTemplate, VcpuTopology};
 use crate::arch::regs;
 use crate::exit::{handle_exit, Buses, ExitAction, StopReason};
-use crate::ymm_upper::{self, YmmUpper};
+use crate::xstate_switch::{self, XstateSwitch};
 
 /// Why a vCPU could not be configured or started.
 #[derive(Debug, thiserror::Error)]
@@ -218,12 +218,12 @@ pub struct VcpuThread {
 
 impl VcpuThread {
     /// Starts vCPU `index` running; its stop report goes to `reports`.
-    /// `ymm` serves the compat kernel's YMM requests (see [`ymm_upper`]).
+    /// `xstate` serves the compat kernel's FPU state requests (see [`xstate_switch`]).
     pub fn spawn<R: From<VcpuExitReport> + Send + 'static>(
         index: u8,
         fd: VcpuFd,
         buses: Arc<Buses>,
-        ymm: Option<YmmUpper>,
+        xstate: Option<XstateSwitch>,
         control: Arc<RunControl>,
         reports: Sender<R>,
     ) -> Result<Self, VcpuError> {
@@ -234,7 +234,7 @@ impl VcpuThread {
             .name(format!("vcpu{index}"))
             .spawn(move || {
                 thread_state.set(VcpuState::Running);
-                let fd = run_loop(index, fd, &buses, ymm.as_ref(), &control, &reports);
+                let fd = run_loop(index, fd, &buses, xstate.as_ref(), &control, &reports);
                 thread_state.set(VcpuState::Exited);
                 fd
             })
@@ -327,11 +327,11 @@ fn run_loop<R: From<VcpuExitReport>>(
     index: u8,
     mut fd: VcpuFd,
     buses: &Buses,
-    ymm: Option<&YmmUpper>,
+    xstate: Option<&XstateSwitch>,
     control: &RunControl,
     reports: &Sender<R>,
 ) -> VcpuFd {
-    let mut ymm_failures = 0u64;
+    let mut xstate_failures = 0u64;
     let immediate_exit: *mut u8 = &mut fd.get_kvm_run().immediate_exit;
     IMMEDIATE_EXIT.with(|c| c.set(immediate_exit));
     let report = loop {
@@ -343,14 +343,14 @@ fn run_loop<R: From<VcpuExitReport>>(
                 .first_run_ns
                 .store(monotonic_ns(), Ordering::Release);
         }
-        let mut ymm_request = None;
+        let mut xstate_request = None;
         match fd.run() {
             // Served after the match: it needs the vCPU fd the exit borrows.
             Ok(VcpuExit::IoOut(port, data))
-                if ymm.is_some()
-                    && (port == ymm_upper::SAVE_PORT || port == ymm_upper::LOAD_PORT) =>
+                if xstate.is_some()
+                    && (port == xstate_switch::SAVE_PORT || port == xstate_switch::LOAD_PORT) =>
             {
-                ymm_request = ymm_upper::Request::decode(port, data);
+                xstate_request = xstate_switch::Request::decode(port, data);
             }
             Ok(exit) => match handle_exit(exit, buses) {
                 ExitAction::Continue => {}
@@ -379,12 +379,12 @@ fn run_loop<R: From<VcpuExitReport>>(
                 });
             }
         }
-        if let (Some(ymm), Some(request)) = (ymm, ymm_request) {
-            if let Err(e) = ymm.serve(&fd, request) {
+        if let (Some(xstate), Some(request)) = (xstate, xstate_request) {
+            if let Err(e) = xstate.serve(&fd, request) {
                 // A guest can repeat a bad request endlessly: log the first.
-                ymm_failures += 1;
-                if ymm_failures == 1 {
-                    tracing::warn!(vcpu = index, error = %e, "could not serve a YMM request of the guest kernel");
+                xstate_failures += 1;
+                if xstate_failures == 1 {
+                    tracing::warn!(vcpu = index, error = %e, "could not serve an FPU state request of the guest kernel");
                 }
             }
         }

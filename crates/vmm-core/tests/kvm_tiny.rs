@@ -14,7 +14,7 @@ use vmm_core::exit::Buses;
 use vmm_core::layout::PROBE_CODE_START;
 use vmm_core::tiny::{asm, TinyGuest};
 use vmm_core::vcpu::{configure, stop_all, RunControl, VcpuState, VcpuThread};
-use vmm_core::ymm_upper::{self, YmmUpper};
+use vmm_core::xstate_switch::{self, XstateSwitch};
 use vmm_core::StopReason;
 
 fn kvm(test: &str) -> bool {
@@ -186,43 +186,62 @@ fn a_spinning_vcpu_is_kicked_out_of_kvm_run() {
 }
 
 #[test]
-fn ymm_upper_halves_go_through_kvm_xsave_state() {
-    let test = "ymm_upper_halves_go_through_kvm_xsave_state";
+fn extended_fpu_state_goes_through_kvm_xsave_state() {
+    let test = "extended_fpu_state_goes_through_kvm_xsave_state";
     if !kvm(test) {
         return;
     }
     // The compat kernel's two requests, from a ring-0 tiny guest: load the
-    // upper halves from area A, save them to area B, halt. B must then hold
-    // A: the pattern went into the vCPU's XSAVE state and came back out.
+    // extended state from area A, save it to area B, halt. B must then hold
+    // A's components: they went into the vCPU's XSAVE state and came back.
     const AREA_A: u64 = 0x20_0000;
-    const AREA_B: u64 = 0x20_0400;
+    const AREA_B: u64 = 0x20_1000;
     let mem = vmm_core::memory::create_guest_memory(16).unwrap();
     vmm_core::arch::write_boot_tables(&mem).unwrap();
-    let pattern: Vec<u8> = (0..ymm_upper::AREA_BYTES)
-        .map(|i| (i as u8).wrapping_mul(7) ^ 0xa5)
+    let vm = vmm_core::vm::Vm::new().unwrap();
+    vm.register_memory(&mem).unwrap();
+    let supported = vm.supported_cpuid().unwrap();
+    let mut guest_cpuid = supported.as_slice().to_vec();
+    vmm_core::arch::cpuid::apply_template(
+        CpuTemplate::Compat,
+        &mut guest_cpuid,
+        VcpuTopology { index: 0, count: 1 },
+    );
+    // The components the compat guest lists, each (bit, offset, size) as
+    // the host lays them out; the area starts at the XSAVE header (512).
+    let listed = guest_cpuid
+        .iter()
+        .find(|e| e.function == 0xd && e.index == 0)
+        .map_or(0, |e| e.eax);
+    let components: Vec<(u32, usize, usize)> = guest_cpuid
+        .iter()
+        .filter(|e| e.function == 0xd && (2..32).contains(&e.index) && listed & (1 << e.index) != 0)
+        .map(|e| (e.index, e.ebx as usize - 512, e.eax as usize))
         .collect();
+    if !components.iter().any(|c| c.0 == 2) {
+        testkit::skip(test, "this host's KVM offers no AVX state (CPUID leaf 0xD)");
+        return;
+    }
+    let mut pattern = vec![0u8; xstate_switch::AREA_BYTES];
+    let mut bv = 0u64;
+    for &(bit, offset, size) in &components {
+        bv |= 1 << bit;
+        for (i, b) in pattern[offset..offset + size].iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(7) ^ (0xa5 + bit as u8);
+        }
+    }
+    pattern[..8].copy_from_slice(&bv.to_le_bytes());
     mem.write_slice(&pattern, GuestAddress(AREA_A)).unwrap();
-    let mut code = asm::mov_dx(ymm_upper::LOAD_PORT);
+    let mut code = asm::mov_dx(xstate_switch::LOAD_PORT);
     code.extend(asm::mov_eax((AREA_A >> 6) as u32));
     code.push(asm::OUT_DX_EAX);
-    code.extend(asm::mov_dx(ymm_upper::SAVE_PORT));
+    code.extend(asm::mov_dx(xstate_switch::SAVE_PORT));
     code.extend(asm::mov_eax((AREA_B >> 6) as u32));
     code.push(asm::OUT_DX_EAX);
     code.push(asm::HLT);
     mem.write_slice(&code, GuestAddress(PROBE_CODE_START))
         .unwrap();
-    let vm = vmm_core::vm::Vm::new().unwrap();
-    vm.register_memory(&mem).unwrap();
-    let supported = vm.supported_cpuid().unwrap();
-    let avx_state = supported
-        .as_slice()
-        .iter()
-        .any(|e| e.function == 0xd && e.index == 0 && e.eax & (1 << 2) != 0);
-    if !avx_state {
-        testkit::skip(test, "this host's KVM offers no AVX state (CPUID leaf 0xD)");
-        return;
-    }
-    let Some(ymm) = YmmUpper::new(mem.clone(), vm.xsave_size()) else {
+    let Some(xstate) = XstateSwitch::new(mem.clone(), vm.xsave_size()) else {
         testkit::skip(test, "this host's XSAVE area is larger than kvm_xsave");
         return;
     };
@@ -242,7 +261,7 @@ fn ymm_upper_halves_go_through_kvm_xsave_state() {
         0,
         fd,
         Arc::new(Buses::default()),
-        Some(ymm),
+        Some(xstate),
         control.clone(),
         tx,
     )
@@ -250,7 +269,15 @@ fn ymm_upper_halves_go_through_kvm_xsave_state() {
     let report = rx.recv_timeout(Duration::from_secs(30)).unwrap();
     assert_eq!(report.reason, StopReason::Halted, "{:?}", report.registers);
     stop_all(&control, &mut [thread]);
-    let mut back = vec![0u8; ymm_upper::AREA_BYTES];
+    let mut back = vec![0u8; xstate_switch::AREA_BYTES];
     mem.read_slice(&mut back, GuestAddress(AREA_B)).unwrap();
-    assert_eq!(back, pattern);
+    let back_bv = u64::from_le_bytes(back[..8].try_into().unwrap());
+    assert_eq!(back_bv & bv, bv, "every component came back in use");
+    for &(bit, offset, size) in &components {
+        assert_eq!(
+            back[offset..offset + size],
+            pattern[offset..offset + size],
+            "component {bit}"
+        );
+    }
 }

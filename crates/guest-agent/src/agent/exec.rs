@@ -30,8 +30,6 @@ use super::{spawn_thread, State};
 
 /// PATH of every exec unless its `env` sets one.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-/// The one variable of the agent's own environment every process inherits.
-const INHERITED_TUNABLES: &str = "GLIBC_TUNABLES";
 /// After the process exits, output still arriving is forwarded until the
 /// pipes close, or nothing came for this long (a background process
 /// holding them open), or [`POST_EXIT_MAX`] has passed.
@@ -181,12 +179,6 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), Exec
         _ => "/root",
     };
     cmd.env_clear().env("PATH", DEFAULT_PATH).env("HOME", home);
-    // Set by the VMM on hosts that emulate guest kernel mode (it keeps
-    // glibc off AVX there; docs/host-compat.md): every process gets it
-    // unless the request sets its own.
-    if let Some(tunables) = std::env::var_os(INHERITED_TUNABLES) {
-        cmd.env(INHERITED_TUNABLES, tunables);
-    }
     for (key, value) in &req.env {
         if key.is_empty() || key.contains(['=', '\0']) {
             return Err(ExecError::EnvName(key.clone()));

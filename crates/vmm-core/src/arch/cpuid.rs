@@ -103,14 +103,16 @@ const COMPAT_LEAF7_EBX_CLEAR: u32 = leaf7_ebx::AVX2
     | leaf7_ebx::AVX512VL;
 const COMPAT_LEAF7_ECX_CLEAR: u32 = leaf7_ecx::PKU | leaf7_ecx::OSPKE;
 
-/// XSAVE state components a compat guest's leaf 0xD lists: x87, SSE, AVX.
-const COMPAT_XSTATE_COMPONENTS: u32 = 0b111;
-/// The AVX (YMM_Hi128) component bit.
-const XSTATE_YMM: u32 = 1 << 2;
+/// XSAVE state components a compat guest's leaf 0xD lists, where the host
+/// has them: x87, SSE, AVX (YMM_Hi128), and AVX-512's opmask, ZMM_Hi256
+/// and Hi16_ZMM. Guest user mode uses all of these with the host's XCR0;
+/// KVM_GET_XSAVE carries only the components listed, and the VMM switches
+/// them for the compat kernel (crate::xstate_switch).
+const COMPAT_XSTATE_COMPONENTS: u32 = 0b1110_0111;
+/// The user state components beyond x87 and SSE of that list.
+const COMPAT_EXTENDED_COMPONENTS: [u32; 4] = [2, 5, 6, 7];
 /// Bytes of the legacy XSAVE area and the XSAVE header.
 const XSAVE_LEGACY_AND_HEADER: u32 = 512 + 64;
-/// End of the AVX component in the standard XSAVE layout.
-const XSAVE_YMM_END: u32 = 576 + 256;
 
 /// Where the vCPU sits in the guest's topology.
 #[derive(Clone, Copy, Debug)]
@@ -119,6 +121,25 @@ pub struct VcpuTopology {
     pub index: u8,
     /// Number of vCPUs in the guest (one core each, one socket).
     pub count: u8,
+}
+
+/// The standard-format XSAVE size of the components a compat guest lists:
+/// the end of the last one the host describes (sub-leaf EAX size, EBX
+/// offset), at least the legacy area and header.
+fn compat_xsave_size(entries: &[kvm_cpuid_entry2]) -> u32 {
+    let host_components = entries
+        .iter()
+        .find(|e| e.function == 0xd && e.index == 0)
+        .map_or(0, |e| e.eax);
+    entries
+        .iter()
+        .filter(|e| {
+            e.function == 0xd
+                && COMPAT_EXTENDED_COMPONENTS.contains(&e.index)
+                && host_components & (1 << e.index) != 0
+        })
+        .map(|e| e.ebx.saturating_add(e.eax))
+        .fold(XSAVE_LEGACY_AND_HEADER, u32::max)
 }
 
 /// Bits needed to number `count` items (x2APIC ID shift).
@@ -131,6 +152,7 @@ fn id_bits(count: u8) -> u32 {
 /// Filters `entries` (from KVM_GET_SUPPORTED_CPUID) for one vCPU.
 pub fn apply_template(template: CpuTemplate, entries: &mut [kvm_cpuid_entry2], topo: VcpuTopology) {
     let apic_id = u32::from(topo.index);
+    let compat_xsave_size = compat_xsave_size(entries);
     for e in entries.iter_mut() {
         match (e.function, e.index) {
             (0x1, _) => {
@@ -177,19 +199,16 @@ pub fn apply_template(template: CpuTemplate, entries: &mut [kvm_cpuid_entry2], t
             }
             // The compat kernel never uses XSAVE (`noxsave`), but KVM
             // reports only the state components listed here in KVM_GET_XSAVE,
-            // and the YMM upper halves must be there (crate::ymm_upper).
+            // and the extended user state must be there (crate::xstate_switch).
             (0xd, 0) if template == CpuTemplate::Compat => {
                 e.eax &= COMPAT_XSTATE_COMPONENTS;
-                let size = if e.eax & XSTATE_YMM != 0 {
-                    XSAVE_YMM_END
-                } else {
-                    XSAVE_LEGACY_AND_HEADER
-                };
-                e.ebx = size;
-                e.ecx = size;
+                e.ebx = compat_xsave_size;
+                e.ecx = compat_xsave_size;
                 e.edx = 0;
             }
-            (0xd, 2) if template == CpuTemplate::Compat => {}
+            (0xd, sub)
+                if template == CpuTemplate::Compat && COMPAT_EXTENDED_COMPONENTS.contains(&sub) => {
+            }
             (0xd, _) if template == CpuTemplate::Compat => {
                 e.eax = 0;
                 e.ebx = 0;
@@ -236,6 +255,9 @@ mod tests {
             leaf(0xd, 1),
             leaf(0xd, 2),
             leaf(0xd, 5),
+            leaf(0xd, 6),
+            leaf(0xd, 7),
+            leaf(0xd, 9),
             leaf(0x8000_0001, 0),
             leaf(0x4000_0001, 0),
         ]
@@ -271,9 +293,27 @@ mod tests {
         );
     }
 
+    /// Leaf 0xD as an AVX-512 AMD host describes it: x87, SSE, AVX, the
+    /// three AVX-512 components and PKRU, each (size, offset).
+    fn with_avx512_xsave(entries: &mut [kvm_cpuid_entry2]) {
+        for e in entries.iter_mut().filter(|e| e.function == 0xd) {
+            let (eax, ebx) = match e.index {
+                0 => (0x2e7, 2440),
+                2 => (256, 576),
+                5 => (64, 832),
+                6 => (512, 896),
+                7 => (1024, 1408),
+                9 => (8, 2432),
+                _ => continue,
+            };
+            (e.eax, e.ebx) = (eax, ebx);
+        }
+    }
+
     #[test]
     fn compat_hides_what_the_emulator_cannot_run() {
         let mut entries = supported();
+        with_avx512_xsave(&mut entries);
         apply_template(
             CpuTemplate::Compat,
             &mut entries,
@@ -295,15 +335,18 @@ mod tests {
         assert_eq!(l7.ebx & leaf7_ebx::AVX2, 0);
         assert_ne!(l7.ebx & (1 << 0), 0, "unrelated features stay");
         assert_eq!(find(&entries, 0xd, 1).eax, 0, "no XSAVEOPT/XSAVEC/XSAVES");
-        // x87, SSE and AVX state stay listed, so KVM_GET_XSAVE carries the
-        // YMM upper halves the VMM switches for the compat kernel.
+        // The user state guest processes use stays listed (PKRU does not),
+        // so KVM_GET_XSAVE carries what the VMM switches for the compat
+        // kernel; the size ends with Hi16_ZMM.
         let xsave = find(&entries, 0xd, 0);
         assert_eq!(
             (xsave.eax, xsave.ebx, xsave.ecx, xsave.edx),
-            (0b111, 832, 832, 0)
+            (0xe7, 2432, 2432, 0)
         );
-        assert_eq!(find(&entries, 0xd, 2).eax, u32::MAX, "AVX layout kept");
-        assert_eq!(find(&entries, 0xd, 5).eax, 0, "AVX-512 layout gone");
+        for sub in [2, 5, 6, 7] {
+            assert_ne!(find(&entries, 0xd, sub).eax, 0, "layout of {sub} kept");
+        }
+        assert_eq!(find(&entries, 0xd, 9).eax, 0, "PKRU layout gone");
         assert_eq!(find(&entries, 0x8000_0001, 0).ecx & EXT_ECX_ABM, 0);
         let kvm = find(&entries, KVM_FEATURES_LEAF, 0);
         assert_eq!(

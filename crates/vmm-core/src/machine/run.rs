@@ -24,7 +24,7 @@ use crate::stats;
 use crate::vcpu::{
     registers, stop_all, RunControl, VcpuExitReport, VcpuState as ThreadState, VcpuThread,
 };
-use crate::ymm_upper::YmmUpper;
+use crate::xstate_switch::XstateSwitch;
 
 /// How often a run without a report checks that its vCPU threads live.
 const VCPU_POLL: Duration = Duration::from_millis(500);
@@ -131,7 +131,7 @@ enum Phase {
 struct Runner {
     machine: Machine,
     buses: Arc<Buses>,
-    ymm: Option<YmmUpper>,
+    xstate: Option<XstateSwitch>,
     control: Arc<RunControl>,
     tx: Sender<RunMessage>,
     phase: Phase,
@@ -146,7 +146,7 @@ impl Runner {
                 index as u8,
                 fd,
                 self.buses.clone(),
-                self.ymm.clone(),
+                self.xstate.clone(),
                 self.control.clone(),
                 self.tx.clone(),
             ) {
@@ -326,15 +326,15 @@ impl Machine {
             std::mem::replace(&mut self.messages, mpsc::channel());
         let vcpus = std::mem::take(&mut self.vcpus);
         let event_loop = self.event_loop.take().ok_or(MachineError::NotRunning)?;
-        // Compat kernels switch the YMM upper halves through the VMM.
-        let ymm = if self.template == CpuTemplate::Compat {
-            YmmUpper::new(self.mem.clone(), self.vm.xsave_size())
+        // Compat kernels switch the extended FPU state through the VMM.
+        let xstate = if self.template == CpuTemplate::Compat {
+            XstateSwitch::new(self.mem.clone(), self.vm.xsave_size())
         } else {
             None
         };
         let mut runner = Runner {
             buses: Arc::new(self.buses.clone()),
-            ymm,
+            xstate,
             control: self.control.clone(),
             machine: self,
             tx,
