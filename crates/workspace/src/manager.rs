@@ -590,7 +590,8 @@ impl Workspaces {
             return self.halt(name);
         }
         let deadline = Instant::now() + timeout + Duration::from_secs(10);
-        while process::is_alive(rt.pid, rt.pid_start) {
+        // Until its last thread is gone it may still hold a published port.
+        while process::not_yet_gone(rt.pid, rt.pid_start) {
             if Instant::now() > deadline {
                 return self.halt(name);
             }

@@ -32,10 +32,35 @@ pub fn kill(pid: u32, ticks: u64) {
     }
 }
 
-/// Waits until the process is gone; false if it still runs after `timeout`.
+/// True while `pid` is a dead thread-group leader (a zombie) whose other
+/// threads are still exiting. Its descriptors (a published port's listener,
+/// say) close only when the last thread is gone, so until then it still
+/// holds them although it no longer counts as alive.
+fn threads_still_exiting(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 2..))
+        .and_then(|rest| rest.split_whitespace().next());
+    if !matches!(state, Some("Z") | Some("X")) {
+        return false;
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| tasks.count() > 1)
+}
+
+/// True while the process runs or its threads are still exiting: its
+/// files (sockets, ports) may still be open.
+pub fn not_yet_gone(pid: u32, ticks: u64) -> bool {
+    is_alive(pid, ticks) || threads_still_exiting(pid)
+}
+
+/// Waits until the process is gone with all its threads (so its files are
+/// closed); false if it still runs after `timeout`.
 pub fn wait_gone(pid: u32, ticks: u64, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
-    while is_alive(pid, ticks) {
+    while not_yet_gone(pid, ticks) {
         if Instant::now() >= deadline {
             return false;
         }
@@ -47,6 +72,12 @@ pub fn wait_gone(pid: u32, ticks: u64, timeout: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_or_running_process_has_no_exiting_threads() {
+        assert!(!threads_still_exiting(u32::MAX));
+        assert!(!threads_still_exiting(std::process::id()));
+    }
 
     #[test]
     fn tracks_a_child_from_start_to_end() {
