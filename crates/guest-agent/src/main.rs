@@ -122,6 +122,12 @@ fn main() {
         // Before serving, so the first command already has its network.
         agent::net::configure_from_cmdline();
     }
+    // Processes start in `/` unless asked otherwise, by inheriting it: a
+    // spawn that must change directory cannot use posix_spawn in this
+    // static binary and forks the whole agent instead (agent/lookup.rs).
+    if let Err(e) = std::env::set_current_dir("/") {
+        log!("cannot change to /: {e}; commands without a cwd start where the agent is");
+    }
     let config = Config {
         idle_timeout: args.idle_timeout,
         max_connections: args.max_connections,

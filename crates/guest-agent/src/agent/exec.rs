@@ -23,6 +23,7 @@ use guest_agent::protocol::{
 };
 
 use super::conn::Conn;
+use super::lookup;
 use super::pty;
 use super::reaper::decode_status;
 use super::registry::{Lookup, RegistryError};
@@ -163,8 +164,16 @@ impl Output {
 pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), ExecError> {
     let (mut cmd, program) = match (&req.argv, &req.shell) {
         (Some(argv), None) if argv.first().is_some_and(|p| !p.is_empty()) => {
-            let mut cmd = Command::new(&argv[0]);
-            cmd.args(&argv[1..]);
+            let path = req.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+            let found =
+                lookup::find_program(&argv[0], path).map_err(|source| ExecError::Spawn {
+                    program: argv[0].clone(),
+                    source,
+                })?;
+            let mut cmd = Command::new(found);
+            // The program sees the name it was asked by (busybox picks its
+            // applet by it, `ps` shows it).
+            cmd.arg0(&argv[0]).args(&argv[1..]);
             (cmd, argv[0].clone())
         }
         (None, Some(line)) => {
@@ -185,11 +194,15 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), Exec
         }
         cmd.env(key, value);
     }
+    // Without a cwd the process inherits the agent's, `/` (main.rs): a
+    // spawn with a directory change forks the agent (agent/lookup.rs).
     match &req.cwd {
         Some(dir) if !dir.starts_with('/') => return Err(ExecError::Cwd(dir.clone())),
-        Some(dir) => cmd.current_dir(dir),
-        None => cmd.current_dir("/"),
-    };
+        Some(dir) => {
+            cmd.current_dir(dir);
+        }
+        None => {}
+    }
     if let Some(uid) = req.uid {
         cmd.uid(uid);
     }

@@ -7,6 +7,7 @@ mod exec;
 mod files;
 mod identity;
 pub mod listen;
+mod lookup;
 pub mod net;
 mod processes;
 mod pty;
