@@ -16,6 +16,7 @@ mod images;
 mod initramfs;
 mod kernel;
 mod nolibc;
+mod passt;
 mod rootfs;
 mod run_cmd;
 mod sh;
@@ -82,6 +83,7 @@ fn main() -> anyhow::Result<()> {
     match task {
         "setup" => {
             run_cmd::ensure_runtime_debs()?;
+            passt::ensure_fixed()?;
             sh::ensure_debs(run_cmd::TAP_NETWORK_PACKAGES)?;
             kernel::build(kernel::variant_for_host()?)?;
             initramfs::build()?;

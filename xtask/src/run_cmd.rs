@@ -25,6 +25,7 @@ pub fn ensure_runtime_debs() -> anyhow::Result<()> {
 
 pub fn run(command: &[String]) -> anyhow::Result<()> {
     ensure_runtime_debs()?;
+    crate::passt::ensure_fixed()?;
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     let bin = cache::build_microagent()?;

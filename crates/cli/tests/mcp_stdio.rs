@@ -53,8 +53,12 @@ impl Session {
     /// A server on the state directory `home` as it is (a client that
     /// comes back after another left).
     fn start_in(home: PathBuf, version: &str) -> (Session, Value) {
+        // The server's working directory is the host directory its copies
+        // may use (the default `--allow-host-path`): the test's files are
+        // under the temporary directory.
         let mut child = Command::new(BIN)
             .args(["serve", "mcp"])
+            .current_dir(std::env::temp_dir())
             .env("MICROAGENT_HOME", &home)
             .envs(testkit::shared_warm_dir().map(|w| ("MICROAGENT_WARM_DIR", w)))
             .stdin(Stdio::piped())
@@ -418,6 +422,18 @@ fn a_real_workspace_over_stdio() {
         "{refused}"
     );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "copied in\n");
+    // Outside the server's directory: refused, nothing written.
+    let id = s.call_async(
+        "copy_out",
+        json!({"name": name, "guest_path": "/tmp/hello.txt", "host_path": "/etc/microagent-copy-test"}),
+        None,
+    );
+    let refused = s.response(id, Duration::from_secs(60));
+    assert_eq!(
+        refused["result"]["structuredContent"]["code"], "FORBIDDEN",
+        "{refused}"
+    );
+    assert!(!std::path::Path::new("/etc/microagent-copy-test").exists());
     std::fs::remove_dir_all(&files).unwrap();
 
     let home = s.disconnect();

@@ -26,6 +26,9 @@ pub enum ToolError {
     /// The request clashes with what exists (a host file in the way, ...).
     #[error("{0}")]
     Conflict(String),
+    /// The request names a host path this server may not use.
+    #[error("{0}")]
+    Forbidden(String),
     /// The client cancelled the call (the answer is not sent; MCP says so).
     #[error("cancelled by the client: {0}")]
     Cancelled(String),
@@ -115,6 +118,7 @@ impl ToolError {
             ToolError::InvalidInput(_) => ErrorCode::InvalidInput,
             ToolError::NotFound(_) => ErrorCode::NotFound,
             ToolError::Conflict(_) => ErrorCode::Conflict,
+            ToolError::Forbidden(_) => ErrorCode::Forbidden,
             ToolError::Price(e) => e.code(),
             ToolError::Cancelled(_) | ToolError::Internal(_) => ErrorCode::Internal,
         }

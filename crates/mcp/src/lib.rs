@@ -11,10 +11,12 @@
 //! types), [`error`] (tool failures and their stable codes), [`output`]
 //! (structured content plus a short text rendering), [`progress`],
 //! [`cost`] (the `estimate_cost` price table), [`register`] (how to register
-//! the server with MCP clients).
+//! the server with MCP clients), [`host_roots`] (the host directories tools
+//! may read and write).
 
 pub mod cost;
 pub mod error;
+pub mod host_roots;
 pub mod json_schema;
 pub mod output;
 pub mod progress;
@@ -31,6 +33,7 @@ use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use error::ToolError;
+pub use host_roots::{HostRoots, HostRootsError};
 pub use server::MicroagentServer;
 
 /// How long in-flight tool calls get to finish their cleanup (killing a
@@ -44,6 +47,9 @@ pub enum McpError {
     /// The workspace store could not be opened.
     #[error("cannot open the workspace store: {}", .0.full_message())]
     Workspace(#[from] workspace::Error),
+    /// An allowed host path is unusable.
+    #[error(transparent)]
+    HostRoots(#[from] HostRootsError),
     /// The MCP session could not be set up.
     #[error("MCP session setup failed: {0}")]
     Initialize(Box<ServerInitializeError>),
@@ -57,12 +63,13 @@ pub enum McpError {
 /// register it with MCP clients (on stderr) and returns at once.
 pub async fn serve_stdio(
     open: impl FnOnce() -> workspace::Result<workspace::Workspaces>,
+    host_roots: HostRoots,
 ) -> Result<(), McpError> {
     if std::io::stdin().is_terminal() {
         eprintln!("{}", register::instructions(&register::program()));
         return Ok(());
     }
-    let server = MicroagentServer::new(open()?);
+    let server = MicroagentServer::new(open()?, host_roots);
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     serve(server, stdin, stdout).await
 }

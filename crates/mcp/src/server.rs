@@ -16,6 +16,7 @@ use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
 use tokio::sync::Notify;
 use workspace::Workspaces;
 
+use crate::host_roots::HostRoots;
 use crate::progress::Progress;
 use crate::ToolError;
 
@@ -78,13 +79,16 @@ impl Drop for InflightGuard {
 #[derive(Debug, Clone)]
 pub struct MicroagentServer {
     pub(crate) ws: Workspaces,
+    /// The host directories copies and imports may use.
+    pub(crate) host_roots: Arc<HostRoots>,
     tool_router: ToolRouter<Self>,
     inflight: Arc<Inflight>,
 }
 
 impl MicroagentServer {
-    /// A server for the workspaces of `ws`.
-    pub fn new(ws: Workspaces) -> Self {
+    /// A server for the workspaces of `ws`, whose tools read and write
+    /// host files only beneath `host_roots`.
+    pub fn new(ws: Workspaces, host_roots: HostRoots) -> Self {
         let mut tool_router = Self::lifecycle_router()
             + Self::exec_router()
             + Self::files_router()
@@ -104,6 +108,7 @@ impl MicroagentServer {
         }
         Self {
             ws,
+            host_roots: Arc::new(host_roots),
             tool_router,
             inflight: Arc::default(),
         }
@@ -226,7 +231,8 @@ mod tests {
     fn the_tools_reporting_their_own_progress_exist() {
         let dir = std::env::temp_dir().join(format!("mcp-names-{}", std::process::id()));
         let ws = Workspaces::builder().state_dir(&dir).build().unwrap();
-        let names: Vec<String> = MicroagentServer::new(ws)
+        let roots = HostRoots::new(std::slice::from_ref(&std::env::temp_dir())).unwrap();
+        let names: Vec<String> = MicroagentServer::new(ws, roots)
             .tools()
             .iter()
             .map(|t| t.name.to_string())

@@ -471,7 +471,7 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
         ),
         (
             "copy_in",
-            json!({"name": "missing", "host_path": "/no/such/file", "guest_path": "/x"}),
+            json!({"name": "missing", "host_path": "no/such/file", "guest_path": "/x"}),
             "INVALID_INPUT",
         ),
         (
@@ -481,12 +481,12 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
         ),
         (
             "copy_out",
-            json!({"name": "missing", "guest_path": "/etc/hostname", "host_path": "/tmp/x"}),
+            json!({"name": "missing", "guest_path": "/etc/hostname", "host_path": "x"}),
             "NOT_FOUND",
         ),
         (
             "copy_out",
-            json!({"name": "missing", "guest_path": "etc", "host_path": "/tmp/x"}),
+            json!({"name": "missing", "guest_path": "etc", "host_path": "x"}),
             "INVALID_INPUT",
         ),
         (
@@ -631,7 +631,7 @@ async fn life_cycle_without_a_vm_and_previews_that_change_nothing() {
     .await;
     h.fails(
         "copy_out",
-        json!({"name": "dev", "guest_path": "/etc/hostname", "host_path": "/tmp/x", "preview": true}),
+        json!({"name": "dev", "guest_path": "/etc/hostname", "host_path": "x", "preview": true}),
         "NOT_RUNNING",
     )
     .await;

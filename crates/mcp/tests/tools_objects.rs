@@ -133,7 +133,7 @@ async fn a_slow_call_reports_progress_while_it_waits() {
     let h = Harness::new("beat").await;
     h.fake_image("fake");
     // A second client that records notifications, on the same state.
-    let server = mcp::MicroagentServer::new(h.ws.clone());
+    let server = mcp::MicroagentServer::new(h.ws.clone(), common::host_roots(&h.root));
     let (server_end, client_end) = tokio::io::duplex(1 << 20);
     let (reader, writer) = tokio::io::split(server_end);
     tokio::spawn(mcp::serve(server, reader, writer));
@@ -245,7 +245,7 @@ async fn images_are_inspected_imported_and_deleted() {
     .await;
     h.fails(
         "image_import",
-        json!({"name": "other", "dir": "/nonexistent-dir"}),
+        json!({"name": "other", "dir": "nonexistent-dir"}),
         "INVALID_INPUT",
     )
     .await;
@@ -307,5 +307,75 @@ async fn run_refuses_bad_input_and_leaves_nothing() {
             .any(|k| k.to_string_lossy().contains("/workspaces/run-")),
         "no one-shot workspace is left"
     );
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_paths_outside_the_allowed_roots_are_forbidden() {
+    let h = Harness::new("roots").await;
+    h.fake_image("fake");
+    // Outside every root: a secret file, an image directory, and a symlink
+    // inside a root that leads to them.
+    let outside = std::path::PathBuf::from(format!("/tmp/mcp-outside-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&outside);
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "private").unwrap();
+    testkit::fake_image_files(&outside.join("img"));
+    std::os::unix::fs::symlink(&outside, h.root.join("link")).unwrap();
+    let inside_img = h.root.join("img-links");
+    std::fs::create_dir_all(&inside_img).unwrap();
+    for f in ["vmlinux", "rootfs.ext4"] {
+        std::os::unix::fs::symlink(outside.join("img").join(f), inside_img.join(f)).unwrap();
+    }
+    let before = h.snapshot();
+    let secret = outside.join("secret").display().to_string();
+    let cases = [
+        (
+            "copy_in",
+            json!({"name": "dev", "host_path": secret, "guest_path": "/x"}),
+        ),
+        (
+            "copy_in",
+            json!({"name": "dev", "host_path": "link/secret", "guest_path": "/x"}),
+        ),
+        (
+            "copy_in",
+            json!({"name": "dev", "host_path": "../../etc/passwd", "guest_path": "/x"}),
+        ),
+        (
+            "copy_out",
+            json!({"name": "dev", "guest_path": "/etc/hostname", "host_path": outside.join("new").display().to_string()}),
+        ),
+        (
+            "copy_out",
+            json!({"name": "dev", "guest_path": "/etc/hostname", "host_path": "link/new"}),
+        ),
+        (
+            "copy_out",
+            json!({"name": "dev", "guest_path": "/etc/hostname", "host_path": "link", "overwrite": true}),
+        ),
+        (
+            "image_import",
+            json!({"name": "stolen", "dir": outside.join("img").display().to_string()}),
+        ),
+        ("image_import", json!({"name": "stolen", "dir": "link/img"})),
+        (
+            "image_import",
+            json!({"name": "stolen", "dir": inside_img.display().to_string()}),
+        ),
+    ];
+    for (tool, args) in cases {
+        let message = h.fails(tool, args, "FORBIDDEN").await;
+        assert!(!message.contains("private"), "{message}");
+    }
+    assert!(h.snapshot() == before, "refused copies changed nothing");
+    let left: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "nothing was written outside: {left:?}");
+    h.fails("image_inspect", json!({"name": "stolen"}), "NOT_FOUND")
+        .await;
+    std::fs::remove_dir_all(&outside).unwrap();
     h.finish().await;
 }

@@ -349,25 +349,13 @@ fn tap_check(state: &StateDir) -> Check {
     }
 }
 
-/// The `user` network (every workspace's default) needs `passt`.
-/// The installed Debian version of `package`, if dpkg knows it.
-fn deb_version(package: &str) -> Option<String> {
-    let out = std::process::Command::new("dpkg-query")
-        .args(["-W", "-f=${Version}", package])
-        .output()
-        .ok()?;
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (out.status.success() && !version.is_empty()).then_some(version)
-}
-
+/// The `user` network (every workspace's default) needs `passt`, one
+/// without the bulk-upload reset.
 fn network_check() -> Check {
-    use crate::network::{passt_snapshot_date, PASST_FIXED_SNAPSHOT, PASST_OVERRIDE_VAR};
-    let overridden = std::env::var_os(PASST_OVERRIDE_VAR).is_some_and(|v| !v.is_empty());
-    let snapshot = (!overridden)
-        .then(|| deb_version("passt"))
-        .flatten()
-        .and_then(|v| passt_snapshot_date(&v));
-    match crate::network::passt_binary() {
+    use crate::network::{passt_snapshot, PASST_FIXED_SNAPSHOT, PASST_OVERRIDE_VAR};
+    let binary = crate::network::passt_binary();
+    let snapshot = binary.as_deref().and_then(passt_snapshot);
+    match binary {
         Some(path) if snapshot.is_some_and(|d| d < PASST_FIXED_SNAPSHOT) => Check::warn(
             "user_network",
             format!(
@@ -376,7 +364,7 @@ fn network_check() -> Check {
                 snapshot.unwrap_or_default()
             ),
             format!(
-                "set {PASST_OVERRIDE_VAR} to a passt from 2023-03-27 or later (Debian 13's, or built from https://passt.top)"
+                "install a passt from 2023-03-27 or later in /usr/local/bin (`cargo xtask setup` builds Debian 13's), or set {PASST_OVERRIDE_VAR} to one"
             ),
         ),
         Some(path) => Check::ok(

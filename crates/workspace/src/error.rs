@@ -138,6 +138,10 @@ pub enum Error {
         /// The host address.
         addr: std::net::SocketAddr,
     },
+    /// What a guest sent was refused or over budget, or could not be
+    /// written on the host.
+    #[error("copying to the host")]
+    HostWrite(#[from] crate::host_write::HostWriteError),
     /// A host-side file operation failed.
     #[error("{what}")]
     HostIo {
@@ -177,6 +181,11 @@ impl Error {
                 }
             }
             Error::PortNotPublished { .. } => ErrorCode::NotFound,
+            Error::HostWrite(e) => match e {
+                crate::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
+                crate::host_write::HostWriteError::OverBudget { .. } => ErrorCode::InvalidInput,
+                crate::host_write::HostWriteError::Io { .. } => ErrorCode::Internal,
+            },
             Error::Events(_)
             | Error::ConsoleLog(_)
             | Error::Control(_)
@@ -251,7 +260,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An error and its causes on one line, each cause once (a message that
 /// already quotes its cause is not repeated).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut msg = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -29,6 +29,7 @@ pub(crate) mod events;
 pub(crate) mod exec;
 pub(crate) mod guest_processes;
 pub(crate) mod handle;
+pub mod host_write;
 pub mod image;
 pub mod launch;
 pub(crate) mod manager;
@@ -60,7 +61,7 @@ pub use code::ErrorCode;
 pub use console_log::ConsoleLogError;
 pub use contract::{contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE};
 pub use control::ControlError;
-pub use error::{Error, Result};
+pub use error::{error_chain, Error, Result};
 pub use events::{Event, EventKind, EventsError};
 pub use exec::{ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector};
 /// The guest agent's streaming and file types the exec and file methods

@@ -12,6 +12,7 @@ use tokio::net::UnixStream;
 use crate::console_log;
 use crate::error::{Error, Result};
 use crate::events::Event;
+use crate::host_write::{self, Budgeted, TempFile, COPY_OUT_MAX_BYTES, COPY_OUT_MAX_ENTRIES};
 use crate::manager::Workspaces;
 use crate::spec::Meta;
 use crate::state::State;
@@ -176,61 +177,67 @@ impl Workspaces {
     }
 
     /// Copies a guest file or directory to `host_path` (a directory becomes
-    /// `host_path` itself). Returns the bytes received.
+    /// `host_path` itself, merged into when it exists). Returns the bytes
+    /// received. What the guest sends is checked and bounded
+    /// ([`crate::host_write`]): nothing is written outside `host_path` or
+    /// through a symlink, and a failed copy leaves no partial file.
     pub async fn copy_out(&self, name: &str, guest_path: &str, host_path: &Path) -> Result<u64> {
         check_guest_path(guest_path)?;
         let stat = self.stat(name, guest_path).await?;
         match stat.kind {
             FileKind::Dir => {
-                let archive = self
-                    .agent(name)
-                    .await?
-                    .tar_out(guest_path)
-                    .await
-                    .map_err(Error::agent("tar_out"))?;
+                if std::fs::symlink_metadata(host_path).is_ok_and(|m| !m.is_dir()) {
+                    return Err(Error::InvalidInput(format!(
+                        "{} exists and is not a directory",
+                        host_path.display()
+                    )));
+                }
                 std::fs::create_dir_all(host_path)
                     .map_err(Error::host_io(format!("creating {}", host_path.display())))?;
-                tar::Archive::new(archive.as_slice())
-                    .unpack(host_path)
-                    .map_err(Error::host_io(format!(
-                        "unpacking into {}",
-                        host_path.display()
-                    )))?;
-                Ok(archive.len() as u64)
+                // Streamed to disk, not memory, within the byte budget.
+                let mut tmp = TempFile::beside(host_path)?;
+                let file =
+                    tokio::fs::File::from_std(tmp.file().try_clone().map_err(Error::host_io(
+                        format!("opening a temporary file in {}", host_path.display()),
+                    ))?);
+                let mut budgeted = Budgeted::new(file, COPY_OUT_MAX_BYTES);
+                let got = self
+                    .agent(name)
+                    .await?
+                    .tar_out_to(guest_path, &mut budgeted)
+                    .await;
+                let size = match got {
+                    Ok(size) => size,
+                    Err(_) if budgeted.exhausted() => return Err(budgeted.over().into()),
+                    Err(e) => return Err(Error::agent("tar_out")(e)),
+                };
+                let archive = tmp.file();
+                std::io::Seek::rewind(archive)
+                    .map_err(Error::host_io("rewinding the archive".to_owned()))?;
+                let reader = std::io::BufReader::new(&*archive);
+                host_write::unpack(reader, host_path, COPY_OUT_MAX_ENTRIES)?;
+                Ok(size)
             }
             FileKind::File => {
                 // Written beside the target and renamed, so a failed copy
                 // never leaves a partial file under the name.
-                let tmp = host_path.with_file_name(format!(
-                    ".{}.microagent-part",
-                    host_path
-                        .file_name()
-                        .map(|n| n.to_string_lossy())
-                        .unwrap_or_default()
-                ));
-                let mut file = tokio::fs::File::create(&tmp)
-                    .await
-                    .map_err(Error::host_io(format!("creating {}", tmp.display())))?;
+                let mut tmp = TempFile::beside(host_path)?;
+                let file =
+                    tokio::fs::File::from_std(tmp.file().try_clone().map_err(Error::host_io(
+                        format!("opening a temporary file for {}", host_path.display()),
+                    ))?);
+                let mut budgeted = Budgeted::new(file, COPY_OUT_MAX_BYTES);
                 let got = self
                     .agent(name)
                     .await?
-                    .read_file_to(guest_path, None, None, &mut file)
+                    .read_file_to(guest_path, None, None, &mut budgeted)
                     .await;
                 let header = match got {
                     Ok(h) => h,
-                    Err(e) => {
-                        let _ = std::fs::remove_file(&tmp);
-                        return Err(Error::agent("read_file")(e));
-                    }
+                    Err(_) if budgeted.exhausted() => return Err(budgeted.over().into()),
+                    Err(e) => return Err(Error::agent("read_file")(e)),
                 };
-                drop(file);
-                use std::os::unix::fs::PermissionsExt;
-                let _ = std::fs::set_permissions(
-                    &tmp,
-                    std::fs::Permissions::from_mode(header.mode & 0o777),
-                );
-                std::fs::rename(&tmp, host_path)
-                    .map_err(Error::host_io(format!("writing {}", host_path.display())))?;
+                tmp.persist(header.mode, host_path)?;
                 Ok(header.transferred)
             }
             other => Err(Error::InvalidInput(format!(

@@ -29,12 +29,29 @@ pub fn warm_dir_override() -> Option<PathBuf> {
 }
 
 /// Where a host program microagent runs (`mkfs.ext4`, `debugfs`, `passt`)
-/// is installed, if it is: /usr/sbin, /sbin or /usr/bin.
+/// is installed, if it is: /usr/local/sbin, /usr/local/bin (a local build
+/// wins, as in the usual PATH), /usr/sbin, /sbin or /usr/bin.
 pub fn host_tool(name: &str) -> Option<PathBuf> {
-    ["/usr/sbin", "/sbin", "/usr/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
+    [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/sbin",
+        "/usr/bin",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join(name))
+    .find(|p| p.exists())
+}
+
+/// The installed version of a Debian package, if dpkg knows it.
+pub fn deb_version(package: &str) -> Option<String> {
+    let out = std::process::Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", package])
+        .output()
+        .ok()?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !version.is_empty()).then_some(version)
 }
 
 /// Unix time in milliseconds.

@@ -9,7 +9,7 @@ use rmcp::{tool, tool_router};
 use workspace::ErrorCode;
 use workspace::{FileKind, FileStat};
 
-use super::{guest_path, host_path, in_range, would_or_did};
+use super::{guest_path, in_range, would_or_did};
 use crate::output::{bytes, Out, ToolResult};
 use crate::schema::files::*;
 use crate::{MicroagentServer, ToolError};
@@ -301,7 +301,7 @@ impl MicroagentServer {
     )
     )]
     async fn copy_in(&self, Parameters(p): Parameters<CopyInParams>) -> ToolResult<CopyResult> {
-        let host = host_path(&p.host_path)?;
+        let host = self.host_roots.existing(&p.host_path)?;
         guest_path("guest_path", &p.guest_path)?;
         let meta = std::fs::metadata(&host).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
@@ -370,7 +370,7 @@ impl MicroagentServer {
     )
     )]
     async fn copy_out(&self, Parameters(p): Parameters<CopyOutParams>) -> ToolResult<CopyResult> {
-        let host = host_path(&p.host_path)?;
+        let host = self.host_roots.writable(&p.host_path)?;
         guest_path("guest_path", &p.guest_path)?;
         let stat = self.ws.stat(&p.name, &p.guest_path).await?;
         let kind = match stat.kind {

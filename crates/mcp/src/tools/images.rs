@@ -51,7 +51,18 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<ImportImageParams>,
     ) -> ToolResult<ImageResult> {
-        let dir = std::path::PathBuf::from(&p.dir);
+        let dir = self.host_roots.existing(&p.dir)?;
+        // The files inside may be symlinks: each must stay beneath a root too.
+        for file in [
+            workspace::image::KERNEL_FILE,
+            workspace::image::ROOTFS_FILE,
+            workspace::image::MANIFEST_FILE,
+        ] {
+            let path = dir.join(file);
+            if path.symlink_metadata().is_ok() {
+                self.host_roots.existing(&path.to_string_lossy())?;
+            }
+        }
         let image = self
             .on_workspace(&p.name, move |ws, name| {
                 Ok(ws.images().import_dir(name, &dir)?)

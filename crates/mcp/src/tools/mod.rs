@@ -18,7 +18,6 @@ pub mod processes;
 pub mod run;
 pub mod snapshots;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use workspace::Workspaces;
@@ -92,20 +91,6 @@ pub(crate) fn vcpus(value: Option<u32>, default: u8) -> Result<u8, ToolError> {
     }
 }
 
-/// A host path made absolute against the server's working directory.
-pub(crate) fn host_path(path: &str) -> Result<PathBuf, ToolError> {
-    if path.is_empty() {
-        return Err(ToolError::InvalidInput("host_path is empty".into()));
-    }
-    let path = Path::new(path);
-    if path.is_absolute() {
-        return Ok(path.to_owned());
-    }
-    std::env::current_dir()
-        .map(|cwd| cwd.join(path))
-        .map_err(|e| ToolError::Internal(format!("cannot find the working directory: {e}")))
-}
-
 /// Checks that a guest path is absolute (as the agent requires).
 pub(crate) fn guest_path(what: &str, path: &str) -> Result<(), ToolError> {
     if path.starts_with('/') {
@@ -134,6 +119,5 @@ mod tests {
         assert_eq!(vcpus(Some(2), 1).unwrap(), 2);
         assert!(vcpus(Some(300), 1).is_err());
         assert!(guest_path("path", "etc").is_err());
-        assert!(host_path("x").unwrap().is_absolute());
     }
 }

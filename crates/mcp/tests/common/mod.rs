@@ -28,7 +28,7 @@ impl Harness {
         let _ = std::fs::remove_dir_all(&root);
         let state = StateDir::at(&root).unwrap();
         let ws = Workspaces::new(state, None, PathBuf::from("/nonexistent-vmm"));
-        let server = MicroagentServer::new(ws.clone());
+        let server = MicroagentServer::new(ws.clone(), host_roots(&root));
         let (server_end, client_end) = tokio::io::duplex(1 << 20);
         let (reader, writer) = tokio::io::split(server_end);
         tokio::spawn(mcp::serve(server, reader, writer));
@@ -113,6 +113,12 @@ impl Harness {
         let _ = self.client.cancel().await;
         let _ = std::fs::remove_dir_all(&self.root);
     }
+}
+
+/// The host directories the test servers may use: the harness's own
+/// directory (relative paths go there) and this crate's source.
+pub fn host_roots(root: &Path) -> mcp::HostRoots {
+    mcp::HostRoots::new(&[root.to_owned(), PathBuf::from(env!("CARGO_MANIFEST_DIR"))]).unwrap()
 }
 
 pub fn text(result: &CallToolResult) -> String {

@@ -98,6 +98,21 @@ pub fn passt_binary() -> Option<PathBuf> {
 /// (measured: long uploads from a workspace; docs/networking.md).
 pub const PASST_FIXED_SNAPSHOT: u32 = 20230327;
 
+/// The snapshot date of the `passt` at `path`: Debian's package version
+/// for Debian's binary (it reports no version itself), else the first line
+/// of `--version` (ours from `cargo xtask setup` says `0.0~git20250503...`).
+pub fn passt_snapshot(path: &Path) -> Option<u32> {
+    if path == Path::new(DEBIAN_PASST) {
+        return passt_snapshot_date(&crate::settings::deb_version("passt")?);
+    }
+    let out = Command::new(path).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    passt_snapshot_date(text.lines().next()?)
+}
+
+/// Where Debian's `passt` package installs it.
+const DEBIAN_PASST: &str = "/usr/bin/passt";
+
 /// The snapshot date of a Debian `passt` package version
 /// (`0.0~git20230309.7c7625d-1` is 20230309).
 pub fn passt_snapshot_date(deb_version: &str) -> Option<u32> {
