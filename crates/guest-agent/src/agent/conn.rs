@@ -4,6 +4,9 @@
 //! Vsock connections are held in a std `UnixStream`: it is a thin wrapper
 //! over a stream socket descriptor, and read, write, shutdown and the
 //! SO_RCVTIMEO/SO_SNDTIMEO timeouts are the same calls for AF_VSOCK.
+//!
+//! Reads go through a small buffer: a client sends `hello` and its request
+//! in one write, and each read is a syscall of the emulated guest kernel.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
@@ -19,10 +22,24 @@ const DRAIN_TIME: Duration = Duration::from_secs(1);
 /// Most bytes discarded that way.
 const DRAIN_BYTES: u64 = 16 << 20;
 
+/// Size of a connection's read buffer: requests are small; bigger reads
+/// (data frames) bypass it.
+const READ_BUFFER: usize = 4 << 10;
+
 /// A client connection.
 #[derive(Debug)]
 pub struct Conn {
     stream: UnixStream,
+    inbound: Inbound,
+    /// Both directions shut down: nothing left to drain.
+    closed: bool,
+}
+
+/// Bytes read from the socket and not yet consumed.
+#[derive(Debug, Default)]
+struct Inbound {
+    buf: Vec<u8>,
+    pos: usize,
 }
 
 impl Conn {
@@ -30,20 +47,32 @@ impl Conn {
     pub fn new(stream: UnixStream, idle: Duration) -> io::Result<Self> {
         stream.set_read_timeout(Some(idle))?;
         stream.set_write_timeout(Some(idle))?;
-        Ok(Self { stream })
+        Ok(Self {
+            stream,
+            inbound: Inbound::default(),
+            closed: false,
+        })
     }
 
-    /// A second handle on the same socket.
-    pub fn try_clone(&self) -> io::Result<Self> {
+    /// A second handle on the same socket that takes over reading: the
+    /// bytes this one has buffered go with it (the client may have sent
+    /// stdin frames with its request).
+    pub fn split_reader(&mut self) -> io::Result<Self> {
         Ok(Self {
             stream: self.stream.try_clone()?,
+            inbound: std::mem::take(&mut self.inbound),
+            closed: false,
         })
     }
 
     /// A plain handle on the socket, for a connection that becomes a byte
-    /// pipe (`tcp_connect`).
-    pub fn raw_stream(&self) -> io::Result<UnixStream> {
-        self.stream.try_clone()
+    /// pipe (`tcp_connect`), and the bytes already read from it.
+    pub fn raw_stream(&mut self) -> io::Result<(UnixStream, Vec<u8>)> {
+        let inbound = std::mem::take(&mut self.inbound);
+        Ok((
+            self.stream.try_clone()?,
+            inbound.buf[inbound.pos..].to_vec(),
+        ))
     }
 
     /// Sets the receive timeout (`None`: wait forever).
@@ -53,7 +82,10 @@ impl Conn {
 
     /// Reads one frame; `None` when the client closed.
     pub fn read_frame(&mut self) -> Result<Option<Frame>, FrameError> {
-        frame::read_frame(&mut self.stream)
+        frame::read_frame(&mut BufferedReader {
+            stream: &self.stream,
+            inbound: &mut self.inbound,
+        })
     }
 
     /// Sends one JSON message.
@@ -72,15 +104,19 @@ impl Conn {
     }
 
     /// Shuts the socket down (wakes every thread blocked on it).
-    pub fn shutdown(&self, how: Shutdown) {
+    pub fn shutdown(&mut self, how: Shutdown) {
         // Already shut down or reset by the client: nothing left to do.
         let _ = self.stream.shutdown(how);
+        self.closed |= how == Shutdown::Both;
     }
 
     /// Ends the connection: no more output, then discard what the client
     /// still sends (pipelined frames of a refused request) for a moment so
     /// that it can read the answer before the socket closes.
-    pub fn finish(self) {
+    pub fn finish(mut self) {
+        if self.closed {
+            return;
+        }
         self.shutdown(Shutdown::Write);
         let deadline = Instant::now() + DRAIN_TIME;
         let mut discarded = 0u64;
@@ -216,6 +252,38 @@ impl Write for DataWriter<'_> {
             self.buf.clear();
         }
         Ok(())
+    }
+}
+
+/// Reads through a connection's buffer.
+struct BufferedReader<'a> {
+    stream: &'a UnixStream,
+    inbound: &'a mut Inbound,
+}
+
+impl Read for BufferedReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let inbound = &mut *self.inbound;
+        if inbound.pos == inbound.buf.len() {
+            if out.len() >= READ_BUFFER {
+                return self.stream.read(out);
+            }
+            inbound.buf.resize(READ_BUFFER, 0);
+            let n = match self.stream.read(&mut inbound.buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    inbound.buf.clear();
+                    inbound.pos = 0;
+                    return Err(e);
+                }
+            };
+            inbound.buf.truncate(n);
+            inbound.pos = 0;
+        }
+        let n = out.len().min(inbound.buf.len() - inbound.pos);
+        out[..n].copy_from_slice(&inbound.buf[inbound.pos..inbound.pos + n]);
+        inbound.pos += n;
+        Ok(n)
     }
 }
 

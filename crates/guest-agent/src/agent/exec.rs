@@ -1,18 +1,18 @@
 //! `exec` and `signal`.
 //!
-//! An exec runs in its own process group. Its connection thread forwards
-//! output as it arrives (two reader threads feed a bounded queue, so a slow
-//! client slows the process down rather than filling memory), enforces the
-//! timeout, and reports the exit status the reaper routes to it. If the
-//! client goes away the process keeps running until it ends or times out;
-//! its output is then only counted, and its result kept for `result`.
+//! An exec runs in its own process group. Its connection thread polls the
+//! process's outputs and forwards them as they arrive (a slow client slows
+//! the process down rather than filling memory), enforces the timeout, and
+//! reports the exit status the reaper routes to it. If the client goes
+//! away the process keeps running until it ends or times out; its output
+//! is then only counted, and its result kept for `result`.
 
-use std::io::{self, Read, Write};
+use std::fs::File;
+use std::io::{self, Write};
 use std::net::Shutdown;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use guest_agent::protocol::{
 
 use super::conn::Conn;
 use super::lookup;
+use super::poller;
 use super::pty;
 use super::reaper::decode_status;
 use super::registry::{Lookup, RegistryError};
@@ -36,9 +37,7 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// holding them open), or [`POST_EXIT_MAX`] has passed.
 const POST_EXIT_IDLE: Duration = Duration::from_millis(500);
 const POST_EXIT_MAX: Duration = Duration::from_secs(30);
-/// Output chunks queued between the reader threads and the connection.
-const QUEUE: usize = 16;
-/// Stack of the pipe reader threads (their buffer is on the heap).
+/// Stack of the input threads (their buffer is on the heap).
 const PUMP_STACK: usize = 64 << 10;
 
 /// Why an exec or a signal failed.
@@ -111,12 +110,6 @@ impl ExecError {
             Self::NotRunning(_) => ErrorCode::NotFound,
         }
     }
-}
-
-enum Event {
-    Output(usize, Vec<u8>),
-    Eof,
-    Exited,
 }
 
 #[derive(Clone, Copy)]
@@ -249,19 +242,24 @@ pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecE
         .registry
         .reserve(req.id.clone())
         .map_err(ExecError::Id)?;
+    let wake = match poller::Wake::new() {
+        Ok(wake) => Arc::new(wake),
+        Err(e) => {
+            state.registry.release(&exec_id);
+            return Err(ExecError::Thread(e));
+        }
+    };
 
-    let (tx, rx) = mpsc::sync_channel(QUEUE);
     let exit_slot: Arc<Mutex<Option<ExitSeen>>> = Arc::default();
     let on_exit = {
-        let (slot, tx) = (exit_slot.clone(), tx.clone());
+        let (slot, wake) = (exit_slot.clone(), wake.clone());
         Box::new(move |status| {
             let seen = ExitSeen {
                 status,
                 at: Instant::now(),
             };
             *lock(&slot) = Some(seen);
-            // A full queue is fine: the exec checks the slot after each event.
-            let _ = tx.try_send(Event::Exited);
+            wake.signal();
         })
     };
     let start = Instant::now();
@@ -282,96 +280,59 @@ pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecE
         Some(master) => Streams::Terminal(master),
         None => Streams::Pipes(child.stdout.take(), child.stderr.take(), child.stdin.take()),
     };
-    let expected_eofs = streams.outputs();
-    let started = start_pumps(conn, streams, &tx);
-    drop(tx);
-    if let Err(e) = started {
-        let _ = kill_group(pid, libc::SIGKILL);
-        state.registry.release(&exec_id);
-        return Err(e);
-    }
+    let sources = match start_input(conn, streams) {
+        Ok(sources) => sources,
+        Err(e) => {
+            let _ = kill_group(pid, libc::SIGKILL);
+            state.registry.release(&exec_id);
+            return Err(e);
+        }
+    };
 
-    let mut outputs = [
-        Output::new(FrameKind::Stdout, cap),
-        Output::new(FrameKind::Stderr, cap),
-    ];
-    let mut client = conn
+    let client = conn
         .send(&Response::Started {
             exec_id: exec_id.clone(),
             pid,
         })
         .is_ok();
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicBool::new(false));
     // A deadline past what Instant can hold is no deadline.
     let deadline = req
         .timeout_ms
         .and_then(|ms| start.checked_add(Duration::from_millis(ms)));
-    let watchdog = match deadline {
-        Some(deadline) => {
-            let (slot, done, flag) = (exit_slot.clone(), done.clone(), timed_out.clone());
-            let watch = move || watch(deadline, pid, &slot, &done, &flag);
-            match spawn_thread("exec-timeout", PUMP_STACK, watch) {
-                Ok(handle) => Some(handle),
-                Err(e) => {
-                    let _ = kill_group(pid, libc::SIGKILL);
-                    log!("exec {exec_id}: no timeout thread ({e}); killed it");
-                    None
-                }
-            }
-        }
-        None => None,
+    let mut forward = Forward {
+        conn,
+        client,
+        outputs: [
+            Output::new(FrameKind::Stdout, cap),
+            Output::new(FrameKind::Stderr, cap),
+        ],
+        verbose: state.config.verbose,
+        exec_id: &exec_id,
     };
-    let mut exit: Option<ExitSeen> = None;
-    let mut eofs = 0;
-    loop {
-        if exit.is_none() {
-            exit = *lock(&exit_slot);
-        }
-        if let Some(seen) = &exit {
-            if eofs == expected_eofs || seen.at.elapsed() > POST_EXIT_MAX {
-                break;
-            }
-        }
-        let wait = match exit {
-            Some(_) => POST_EXIT_IDLE,
-            None => Duration::from_secs(1),
-        };
-        match rx.recv_timeout(wait) {
-            Ok(Event::Output(i, bytes)) => {
-                let part = outputs[i].take(&bytes);
-                if client && !part.is_empty() && conn.send_frame(outputs[i].kind, part).is_err() {
-                    if state.config.verbose {
-                        log!("exec {exec_id}: client gone; the process keeps running");
-                    }
-                    client = false;
-                }
-            }
-            Ok(Event::Eof) => eofs += 1,
-            Ok(Event::Exited) => {}
-            Err(RecvTimeoutError::Timeout) if exit.is_some() => break,
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                exit = exit.or(*lock(&exit_slot));
-                break;
-            }
-        }
-    }
-    done.store(true, Ordering::SeqCst);
-    if let Some(handle) = watchdog {
-        handle.thread().unpark();
-    }
+    let ended = follow(
+        &mut forward,
+        sources,
+        &wake,
+        &exit_slot,
+        deadline.map(|at| (at, pid)),
+    );
 
-    let (code, signal) = exit
+    let (code, signal) = ended
+        .exit
         .as_ref()
         .map_or((None, None), |e| decode_status(e.status));
-    let end = exit.map_or_else(Instant::now, |e| e.at);
-    let [stdout, stderr] = outputs;
+    let end = ended.exit.map_or_else(Instant::now, |e| e.at);
+    let Forward {
+        conn,
+        client,
+        outputs: [stdout, stderr],
+        ..
+    } = forward;
     let exited = Exited {
-        exec_id,
+        exec_id: exec_id.clone(),
         code,
         signal,
-        timed_out: timed_out.load(Ordering::SeqCst),
+        timed_out: ended.timed_out,
         wall_ms: end.duration_since(start).as_millis() as u64,
         stdout_bytes: stdout.total,
         stderr_bytes: stderr.total,
@@ -391,6 +352,111 @@ pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecE
     Ok(())
 }
 
+/// Output on its way to the client.
+struct Forward<'a> {
+    conn: &'a mut Conn,
+    /// Still there: a client that went away gets nothing more, and the
+    /// process keeps running (its output only counted).
+    client: bool,
+    outputs: [Output; 2],
+    verbose: bool,
+    exec_id: &'a str,
+}
+
+impl Forward<'_> {
+    fn output(&mut self, index: usize, bytes: &[u8]) {
+        let out = &mut self.outputs[index];
+        let part = out.take(bytes);
+        if self.client && !part.is_empty() && self.conn.send_frame(out.kind, part).is_err() {
+            if self.verbose {
+                log!(
+                    "exec {}: client gone; the process keeps running",
+                    self.exec_id
+                );
+            }
+            self.client = false;
+        }
+    }
+}
+
+/// How the exec's wait ended.
+struct Ended {
+    exit: Option<ExitSeen>,
+    timed_out: bool,
+}
+
+/// Forwards output until the process has exited and its outputs have
+/// closed (or stayed silent for [`POST_EXIT_IDLE`], held open by a
+/// background process, or [`POST_EXIT_MAX`] has passed), killing its group
+/// at the deadline. All in this thread: a thread costs the emulated guest
+/// kernel a clone, a stack mapping and its page faults.
+fn follow(
+    forward: &mut Forward<'_>,
+    mut sources: Vec<poller::Source>,
+    wake: &poller::Wake,
+    exit_slot: &Mutex<Option<ExitSeen>>,
+    mut deadline: Option<(Instant, u32)>,
+) -> Ended {
+    let mut buf = vec![0u8; OUTPUT_CHUNK];
+    let mut exit: Option<ExitSeen> = None;
+    let mut timed_out = false;
+    loop {
+        if exit.is_none() {
+            exit = *lock(exit_slot);
+        }
+        if let Some(seen) = &exit {
+            if sources.is_empty() || seen.at.elapsed() > POST_EXIT_MAX {
+                break;
+            }
+        }
+        let mut wait = None;
+        if let (None, Some((at, pgid))) = (&exit, deadline) {
+            let left = at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                timed_out = true;
+                deadline = None;
+                if let Err(e) = kill_group(pgid, libc::SIGKILL) {
+                    log!("timeout: killing process group {pgid}: {e}");
+                }
+            } else {
+                wait = Some(left);
+            }
+        }
+        if exit.is_some() {
+            wait = Some(POST_EXIT_IDLE);
+        }
+        let ready = match poller::wait(&sources, exit.is_none().then_some(wake), wait) {
+            Ok(ready) => ready,
+            Err(e) => {
+                log!("exec {}: poll failed ({e}); output ends", forward.exec_id);
+                sources.clear();
+                continue;
+            }
+        };
+        if ready.timed_out && exit.is_some() {
+            break;
+        }
+        if ready.woken {
+            wake.clear();
+        }
+        let mut closed = Vec::new();
+        for i in ready.sources {
+            match sources[i].read(&mut buf) {
+                Ok(Some(0)) | Err(_) => closed.push(i),
+                Ok(Some(n)) => forward.output(sources[i].index, &buf[..n]),
+                Ok(None) => {}
+            }
+        }
+        for i in closed.into_iter().rev() {
+            sources.remove(i);
+        }
+    }
+    if exit.is_none() {
+        exit = *lock(exit_slot);
+    }
+    Ended { exit, timed_out }
+}
+
 /// Where an exec's output comes from and its input goes.
 enum Streams {
     Pipes(
@@ -401,103 +467,42 @@ enum Streams {
     Terminal(pty::Master),
 }
 
-impl Streams {
-    /// Output streams whose end the exec waits for.
-    fn outputs(&self) -> usize {
-        match self {
-            Self::Pipes(..) => 2,
-            Self::Terminal(_) => 1,
-        }
-    }
-}
-
-fn start_pumps(conn: &Conn, streams: Streams, tx: &SyncSender<Event>) -> Result<(), ExecError> {
+/// Starts the thread that takes the client's input, if the exec has any,
+/// and returns the outputs to follow.
+fn start_input(conn: &mut Conn, streams: Streams) -> Result<Vec<poller::Source>, ExecError> {
     let (stdout, stderr, stdin) = match streams {
         Streams::Pipes(stdout, stderr, stdin) => (stdout, stderr, stdin),
         Streams::Terminal(master) => {
             let input = master.try_clone().map_err(ExecError::Thread)?;
-            let reader = conn.try_clone().map_err(ExecError::Thread)?;
+            let reader = conn.split_reader().map_err(ExecError::Thread)?;
             reader.set_read_timeout(None).map_err(ExecError::Thread)?;
             spawn_thread("exec-pty-in", PUMP_STACK, move || {
                 pty::pump_input(reader, input)
             })
             .map_err(ExecError::Thread)?;
-            let output = master.into_reader();
-            let tx = tx.clone();
-            spawn_thread("exec-pty-out", PUMP_STACK, move || pump(output, 0, &tx))
-                .map_err(ExecError::Thread)?;
-            return Ok(());
+            return Ok(vec![poller::Source::new(master.into_reader(), 0)]);
         }
     };
-    if let Some(out) = stdout {
-        let tx = tx.clone();
-        spawn_thread("exec-stdout", PUMP_STACK, move || pump(out, 0, &tx))
-            .map_err(ExecError::Thread)?;
-    }
-    if let Some(err) = stderr {
-        let tx = tx.clone();
-        spawn_thread("exec-stderr", PUMP_STACK, move || pump(err, 1, &tx))
-            .map_err(ExecError::Thread)?;
-    }
     if let Some(stdin) = stdin {
         // Stdin frames come whenever the client has them: no idle limit
         // (the exec's own timeout bounds it).
-        let reader = conn.try_clone().map_err(ExecError::Thread)?;
+        let reader = conn.split_reader().map_err(ExecError::Thread)?;
         reader.set_read_timeout(None).map_err(ExecError::Thread)?;
         spawn_thread("exec-stdin", PUMP_STACK, move || pump_stdin(reader, stdin))
             .map_err(ExecError::Thread)?;
     }
-    Ok(())
+    let mut sources = Vec::with_capacity(2);
+    if let Some(out) = stdout {
+        sources.push(poller::Source::new(File::from(OwnedFd::from(out)), 0));
+    }
+    if let Some(err) = stderr {
+        sources.push(poller::Source::new(File::from(OwnedFd::from(err)), 1));
+    }
+    Ok(sources)
 }
 
 fn lock(slot: &Mutex<Option<ExitSeen>>) -> MutexGuard<'_, Option<ExitSeen>> {
     slot.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Kills the process group at `deadline` unless the process has exited
-/// (the exec unparks this thread when it ends).
-fn watch(
-    deadline: Instant,
-    pgid: u32,
-    exit: &Mutex<Option<ExitSeen>>,
-    done: &AtomicBool,
-    timed_out: &AtomicBool,
-) {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        std::thread::park_timeout(left);
-        if done.load(Ordering::SeqCst) {
-            return;
-        }
-    }
-    let exit = lock(exit);
-    if exit.is_none() && !done.load(Ordering::SeqCst) {
-        timed_out.store(true, Ordering::SeqCst);
-        if let Err(e) = kill_group(pgid, libc::SIGKILL) {
-            log!("timeout: killing process group {pgid}: {e}");
-        }
-    }
-}
-
-/// Pipe to queue, in chunks of up to 64 KiB.
-fn pump(mut pipe: impl Read, index: usize, tx: &SyncSender<Event>) {
-    let mut buf = vec![0u8; OUTPUT_CHUNK];
-    loop {
-        match pipe.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if tx.send(Event::Output(index, buf[..n].to_vec())).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    let _ = tx.send(Event::Eof);
 }
 
 /// Kind-4 frames to the child's stdin; an empty one (or the client

@@ -9,6 +9,7 @@ mod identity;
 pub mod listen;
 mod lookup;
 pub mod net;
+mod poller;
 mod processes;
 mod pty;
 mod reaper;
@@ -17,10 +18,11 @@ mod ring;
 mod sysinfo;
 mod tunnel;
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,6 +39,8 @@ use registry::Registry;
 
 /// Stack of a connection thread (tar and JSON work happen there).
 const CONN_STACK: usize = 512 << 10;
+/// Connection threads kept waiting for the next connection.
+const IDLE_WORKERS: usize = 4;
 
 /// Settings from the command line.
 #[derive(Debug, Clone)]
@@ -174,6 +178,7 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
         processes: Processes::default(),
         connections: AtomicUsize::new(0),
     });
+    let workers = Workers::default();
     loop {
         let stream = match listener.accept() {
             Ok(stream) => stream,
@@ -186,16 +191,79 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
             }
         };
         let active = state.connections.fetch_add(1, Ordering::SeqCst);
-        let thread_state = state.clone();
-        let spawned = spawn_thread("conn", CONN_STACK, move || {
-            let _slot = Slot(&thread_state.connections);
-            handle_connection(stream, &thread_state, active);
-        });
-        if let Err(e) = spawned {
+        if let Err(e) = workers.hand_over(stream, active, &state) {
             state.connections.fetch_sub(1, Ordering::SeqCst);
             log!("no thread for a connection: {e}");
         }
     }
+}
+
+/// Connection threads, kept for the next connection when they finish:
+/// creating a thread costs the emulated guest kernel a clone, a stack
+/// mapping and its page faults, on every exec.
+#[derive(Default)]
+struct Workers {
+    shared: Arc<WorkerQueue>,
+}
+
+#[derive(Default)]
+struct WorkerQueue {
+    /// Connections handed to an idle worker, with their `active` count.
+    waiting: Mutex<VecDeque<(UnixStream, usize)>>,
+    arrived: Condvar,
+    /// Workers waiting for a connection and not yet claimed by one.
+    idle: AtomicUsize,
+}
+
+impl Workers {
+    /// Serves `stream` on an idle worker, or on a new one.
+    fn hand_over(&self, stream: UnixStream, active: usize, state: &Arc<State>) -> io::Result<()> {
+        let queue = &self.shared;
+        let claimed = queue
+            .idle
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if claimed {
+            lock(&queue.waiting).push_back((stream, active));
+            queue.arrived.notify_one();
+            return Ok(());
+        }
+        let (queue, state) = (queue.clone(), state.clone());
+        spawn_thread("conn", CONN_STACK, move || {
+            work(&queue, &state, stream, active)
+        })
+        .map(drop)
+    }
+}
+
+/// Serves connections until more than [`IDLE_WORKERS`] wait idle.
+fn work(queue: &WorkerQueue, state: &State, mut stream: UnixStream, mut active: usize) {
+    loop {
+        {
+            let _slot = Slot(&state.connections);
+            handle_connection(stream, state, active);
+        }
+        if queue.idle.load(Ordering::SeqCst) >= IDLE_WORKERS {
+            return;
+        }
+        let mut waiting = lock(&queue.waiting);
+        queue.idle.fetch_add(1, Ordering::SeqCst);
+        loop {
+            if let Some(next) = waiting.pop_front() {
+                (stream, active) = next;
+                break;
+            }
+            waiting = queue
+                .arrived
+                .wait(waiting)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The queue is a plain list: a panicking holder cannot break it.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A connection counted in `State::connections` (released even if the

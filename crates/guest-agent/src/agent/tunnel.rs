@@ -2,7 +2,7 @@
 //! guest's loopback. The VMM process tunnels each connection to a published
 //! port this way (docs/networking.md), so ports work without a network.
 
-use std::io;
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -74,6 +74,8 @@ pub fn tcp_connect(conn: &mut Conn, port: u16) -> Result<(), TunnelError> {
         }
     })?;
     conn.send(&Response::ok()).map_err(TunnelError::Send)?;
-    let vsock = conn.raw_stream().map_err(TunnelError::Pipe)?;
+    let (vsock, early) = conn.raw_stream().map_err(TunnelError::Pipe)?;
+    // Bytes the client sent right behind its request come first.
+    (&tcp).write_all(&early).map_err(TunnelError::Pipe)?;
     guest_agent::pipe::pipe(vsock, tcp).map_err(TunnelError::Pipe)
 }
