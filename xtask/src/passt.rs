@@ -20,6 +20,8 @@ use crate::{cache, sh};
 /// The Debian 13 source package we build, and its upstream tarball.
 const SOURCE_PACKAGE: &str = "passt=0.0~git20250503.587980c-2+deb13u1";
 const VERSION: &str = "0.0~git20250503.587980c";
+/// The cache key: the version and the build steps' revision.
+const CACHE_KEY: &str = "0.0~git20250503.587980c-avx2";
 const TARBALL: &str = "passt_0.0~git20250503.587980c.orig.tar.xz";
 /// Pinned: the tarball is checked against this before it is unpacked.
 const TARBALL_SHA256: &str = "69d5eb843f7d648c2cc60bfbca6ea7b5014c6b6f07cdee362c2a8cf490515a49";
@@ -45,16 +47,17 @@ pub fn ensure_fixed() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let built = cache::cached_file("passt", VERSION, "passt", build)?;
-    let target = Path::new(INSTALL_DIR).join("passt");
+    let built = cache::cached_file("passt", CACHE_KEY, "passt", build)?;
     std::fs::create_dir_all(INSTALL_DIR)?;
-    let tmp = target.with_extension("microagent-tmp");
-    std::fs::copy(&built, &tmp).with_context(|| format!("copying to {}", tmp.display()))?;
-    std::fs::rename(&tmp, &target)?;
-    eprintln!(
-        "xtask: installed passt {VERSION} (Debian 13's source) at {}",
-        target.display()
-    );
+    // The AVX2 variant first: `passt` looks for it when it starts.
+    for name in ["passt.avx2", "passt"] {
+        let target = Path::new(INSTALL_DIR).join(name);
+        let tmp = target.with_extension("microagent-tmp");
+        let from = built.with_file_name(name);
+        std::fs::copy(&from, &tmp).with_context(|| format!("copying to {}", tmp.display()))?;
+        std::fs::rename(&tmp, &target)?;
+    }
+    eprintln!("xtask: installed passt {VERSION} (Debian 13's source) in {INSTALL_DIR}");
     Ok(())
 }
 
@@ -87,13 +90,17 @@ fn build(work: &Path, partial: &Path) -> anyhow::Result<()> {
                     .is_some_and(|n| n.to_string_lossy().starts_with("passt-"))
         })
         .context("the passt tarball has no passt-* directory")?;
-    // One binary: without its `.avx2` sibling it runs as it is (upstream's
-    // AVX2 variant only speeds up checksums).
+    // `passt` runs its `.avx2` sibling where the CPU has AVX2 (and says so
+    // when it is missing): both are installed.
     sh::run(
         Command::new("make")
-            .args(["passt", &format!("VERSION={VERSION}")])
+            .args(["passt", "passt.avx2", &format!("VERSION={VERSION}")])
             .current_dir(&src),
     )?;
+    let dir = partial
+        .parent()
+        .context("the cache entry has no directory")?;
+    std::fs::copy(src.join("passt.avx2"), dir.join("passt.avx2"))?;
     std::fs::copy(src.join("passt"), partial)?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `microagent logs` (the serial console) and `microagent events`.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ pub async fn logs(
         if json {
             output::json(&serde_json::json!({ "line": line }));
         } else {
-            println!("{line}");
+            println!("{}", output::guest_text(line));
         }
     }
     if !follow {
@@ -53,7 +53,12 @@ pub async fn logs(
             }
         } else if !bytes.is_empty() {
             let mut out = std::io::stdout().lock();
-            let _ = out.write_all(&bytes).and_then(|()| out.flush());
+            let written = if std::io::stdout().is_terminal() {
+                out.write_all(output::inert(&String::from_utf8_lossy(&bytes)).as_bytes())
+            } else {
+                out.write_all(&bytes)
+            };
+            let _ = written.and_then(|()| out.flush());
         }
     }
 }

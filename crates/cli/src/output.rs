@@ -139,6 +139,41 @@ pub fn interactive() -> bool {
     std::io::stderr().is_terminal()
 }
 
+/// Guest text made inert for a terminal: control characters other than
+/// newline and tab are shown in caret notation (ESC as `^[`), carriage
+/// returns dropped, so a guest's console cannot move the cursor, retitle
+/// the window or rewrite what the user sees.
+pub fn inert(text: &str) -> std::borrow::Cow<'_, str> {
+    let is_control = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\r' => {}
+            c if is_control(c) && (c as u32) < 0x20 => {
+                out.push('^');
+                out.push(char::from(b'@' + c as u8));
+            }
+            '\u{7f}' => out.push_str("^?"),
+            c if is_control(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Guest text for stdout: inert when stdout is a terminal, as it is when
+/// piped (a file or another program gets the console as it was).
+pub fn guest_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if std::io::stdout().is_terminal() {
+        inert(text)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// Splits `KEY=VALUE`.
 pub fn key_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
@@ -150,6 +185,16 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guest_text_cannot_drive_the_terminal() {
+        assert_eq!(inert("plain line\twith tab\n"), "plain line\twith tab\n");
+        assert_eq!(
+            inert("\x1b[2J\x1b]0;owned\x07boot\r\n"),
+            "^[[2J^[]0;owned^Gboot\n"
+        );
+        assert_eq!(inert("del\x7f c1\u{9b}"), "del^? c1\\u{9b}");
+    }
 
     #[test]
     fn ages_and_pairs() {

@@ -59,6 +59,7 @@ impl SpecArgs {
             network: self.network.clone(),
             ports: self.ports.clone(),
             address: None,
+            owner: None,
         }
     }
 }
@@ -121,7 +122,8 @@ async fn start_showing(
     let began = Instant::now();
     let report = |p: workspace::StartProgress| {
         if show {
-            let line: String = p.console.unwrap_or_default().chars().take(60).collect();
+            let console = p.console.unwrap_or_default();
+            let line: String = output::inert(&console).chars().take(60).collect();
             eprint!(
                 "\r\x1b[2Kstarting {name}: {:>3} s  {line}",
                 p.elapsed.as_secs()
@@ -346,7 +348,7 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
             age(workspace::settings::now_ms().saturating_sub(exit.at_ms))
         );
         for line in &exit.console_tail {
-            println!("    | {line}");
+            println!("    | {}", output::guest_text(line));
         }
     }
     Ok(ExitCode::SUCCESS)

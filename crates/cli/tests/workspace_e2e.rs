@@ -721,6 +721,32 @@ fn five_cycles_and_a_one_shot_run_leave_nothing_behind() {
     assert_eq!(run.stdout, "Linux\nfrom-the-host\n");
     let got = received.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(got, UPLOAD_BYTES, "the upload arrived whole");
+    // A one-shot whose CLI is killed: its VMM stops with it, not at the TTL.
+    let mut orphaned = cli
+        .command(&["run", "--name", "orphan", "--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = || {
+        let r = cli.run(&["inspect", "orphan", "--json"]);
+        r.status == 0 && r.json()["state"] == "running"
+    };
+    assert!(
+        testkit::wait_until(Duration::from_secs(120), running),
+        "the one-shot workspace came up"
+    );
+    orphaned.kill().unwrap();
+    orphaned.wait().unwrap();
+    let stopped = wait_state(&cli, "orphan", "stopped", Duration::from_secs(60));
+    assert_eq!(
+        stopped["last_exit"]["reason"], "the process it ran for ended",
+        "{stopped}"
+    );
+    assert!(testkit::wait_until(Duration::from_secs(10), || cli
+        .vmm_pids()
+        .is_empty()));
+    cli.ok_json(&["delete", "orphan", "--yes", "--json"]);
     assert!(cli.vmm_pids().is_empty());
     let left: Vec<_> = std::fs::read_dir(cli.home().join("workspaces"))
         .unwrap()

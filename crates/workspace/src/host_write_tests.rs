@@ -1,3 +1,5 @@
+//! Tests of `host_write`: hostile archives, planted symlinks, budgets, modes.
+
 use super::*;
 use std::os::unix::fs::PermissionsExt;
 

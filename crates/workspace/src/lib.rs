@@ -83,7 +83,7 @@ pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
 pub use remedy::Remedy;
 pub use snapshots::SnapshotInfo;
 pub use spec::{
-    defaults, parse_duration, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Runtime,
+    defaults, parse_duration, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Owner, Runtime,
     StartKind, WorkspaceSpec, LIMITS,
 };
 pub use state::{State, TransitionError};

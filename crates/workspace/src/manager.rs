@@ -582,14 +582,15 @@ impl Workspaces {
             return Ok(meta);
         };
         let req = ControlRequest::Stop {
-            timeout_ms: timeout.as_millis() as u64,
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         };
         let asked = control::call(&ws.control(), &req, Duration::from_secs(5));
         if asked.is_err() {
             // A VMM that cannot take requests is torn down.
             return self.halt(name);
         }
-        let deadline = Instant::now() + timeout + Duration::from_secs(10);
+        let deadline =
+            crate::settings::deadline_after(timeout.saturating_add(Duration::from_secs(10)));
         // Until its last thread is gone it may still hold a published port.
         while process::not_yet_gone(rt.pid, rt.pid_start) {
             if Instant::now() > deadline {

@@ -48,6 +48,7 @@ impl OneShot {
             prefix: prefix.into(),
             spec: WorkspaceSpec {
                 ttl_secs: spec.ttl_secs.or(Some(ONE_SHOT_TTL_SECS)),
+                owner: crate::spec::Owner::this_process(),
                 ..spec
             },
             afterwards: Afterwards::default(),

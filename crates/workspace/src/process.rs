@@ -59,7 +59,7 @@ pub fn not_yet_gone(pid: u32, ticks: u64) -> bool {
 /// Waits until the process is gone with all its threads (so its files are
 /// closed); false if it still runs after `timeout`.
 pub fn wait_gone(pid: u32, ticks: u64, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::settings::deadline_after(timeout);
     while not_yet_gone(pid, ticks) {
         if Instant::now() >= deadline {
             return false;

@@ -54,6 +54,16 @@ pub fn deb_version(package: &str) -> Option<String> {
     (out.status.success() && !version.is_empty()).then_some(version)
 }
 
+/// `timeout` from now; a timeout past what an `Instant` can hold (a user's
+/// `--timeout 18446744073709551615`) is a century, not a panic.
+pub fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {
+    const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = std::time::Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(CENTURY))
+        .unwrap_or(now)
+}
+
 /// Unix time in milliseconds.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -99,5 +109,7 @@ mod tests {
     #[test]
     fn finds_installed_tools_only() {
         assert!(host_tool("no-such-e2fs-tool").is_none());
+        let far = deadline_after(std::time::Duration::MAX);
+        assert!(far > std::time::Instant::now() + std::time::Duration::from_secs(3600));
     }
 }

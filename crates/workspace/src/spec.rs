@@ -28,6 +28,10 @@ pub struct Limits {
     pub max_entries: usize,
 }
 
+/// Longest env or label value, bytes: they are stored in every record and
+/// sent with every start.
+pub const MAX_VALUE_BYTES: usize = 4096;
+
 /// The limits of this build.
 pub const LIMITS: Limits = Limits {
     max_vcpus: 8,
@@ -85,6 +89,29 @@ pub struct WorkspaceSpec {
     /// recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<std::net::Ipv4Addr>,
+    /// The process the workspace lives for (one-shot runs): its VMM stops
+    /// when that process ends, so a killed client leaves nothing running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+}
+
+/// A host process, told apart from a later one with the same pid by its
+/// start time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Owner {
+    /// Process id.
+    pub pid: u32,
+    /// Its start time in clock ticks after boot (/proc/PID/stat field 22).
+    pub start_ticks: u64,
+}
+
+impl Owner {
+    /// The running process; `None` when /proc cannot tell its start.
+    pub fn this_process() -> Option<Self> {
+        let pid = std::process::id();
+        crate::process::start_ticks(pid).map(|start_ticks| Self { pid, start_ticks })
+    }
 }
 
 fn default_network() -> String {
@@ -104,6 +131,7 @@ impl Default for WorkspaceSpec {
             network: default_network(),
             ports: Vec::new(),
             address: None,
+            owner: None,
         }
     }
 }
@@ -155,6 +183,12 @@ impl WorkspaceSpec {
             if let Some(key) = map.keys().find(|k| !valid_key(k)) {
                 return bad(format!(
                     "{what} key {key:?} is not allowed; use letters, digits and _ . - /"
+                ));
+            }
+            if let Some((key, value)) = map.iter().find(|(_, v)| v.len() > MAX_VALUE_BYTES) {
+                return bad(format!(
+                    "{what} value of {key:?} is {} bytes; at most {MAX_VALUE_BYTES}",
+                    value.len()
                 ));
             }
         }

@@ -81,6 +81,17 @@ pub enum StoreError {
     /// A workspace name was refused.
     #[error("invalid workspace name")]
     Name(#[from] NameError),
+    /// The state directory could be changed by someone else: it holds the
+    /// sockets that drive every workspace.
+    #[error("state directory {} {why}; fix it with: {fix}", path.display())]
+    Unsafe {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+        /// The command that fixes it.
+        fix: String,
+    },
 }
 
 impl StoreError {
@@ -90,6 +101,7 @@ impl StoreError {
             StoreError::Missing { .. } => ErrorCode::NotFound,
             StoreError::Name(_) => ErrorCode::InvalidInput,
             StoreError::NoHome => ErrorCode::InvalidInput,
+            StoreError::Unsafe { .. } => ErrorCode::Forbidden,
             _ => ErrorCode::Internal,
         }
     }
@@ -112,6 +124,35 @@ fn create_dir(path: &Path) -> Result<(), StoreError> {
         })
 }
 
+/// Refuses a directory another user owns or may write into.
+fn check_owned_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|source| StoreError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let unsafe_dir = |why: String, fix: String| StoreError::Unsafe {
+        path: path.to_owned(),
+        why,
+        fix,
+    };
+    if meta.uid() != me {
+        return Err(unsafe_dir(
+            format!("belongs to uid {}, not to this user (uid {me})", meta.uid()),
+            format!("chown -R {me} {}", path.display()),
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_dir(
+            format!("is writable by others (mode {:o})", meta.mode() & 0o7777),
+            format!("chmod go-w {}", path.display()),
+        ));
+    }
+    Ok(())
+}
+
 impl StateDir {
     /// `$MICROAGENT_HOME`, else `$HOME/.microagent`.
     pub fn from_env() -> Result<Self, StoreError> {
@@ -124,11 +165,14 @@ impl StateDir {
     }
 
     /// Opens (creating if needed, mode 0700) the state directory at `root`.
+    /// An existing directory must belong to this user and not be group- or
+    /// world-writable.
     pub fn at(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
         for sub in ["workspaces", "images"] {
             create_dir(&root.join(sub))?;
         }
+        check_owned_private(&root)?;
         Ok(Self { root })
     }
 
@@ -293,6 +337,20 @@ mod tests {
             std::env::temp_dir().join(format!("microagent-store-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         StateDir::at(root).unwrap()
+    }
+
+    #[test]
+    fn a_state_directory_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let state = temp_state("shared");
+        let root = state.root().to_owned();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = StateDir::at(&root).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Forbidden);
+        assert!(err.to_string().contains("chmod go-w"), "{err}");
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o750)).unwrap();
+        StateDir::at(&root).unwrap();
+        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -5,6 +5,8 @@
 //! `main`, signals, exit status) belongs to the program that runs it
 //! ([`crate::launch::VmmLaunch`] says how it is started).
 
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -41,6 +43,8 @@ pub(crate) const GUEST_CMDLINE: &str =
     "root=/dev/vda ro rootfstype=ext4 clocksource=kvm-clock microagent_overlay=/dev/vdb";
 /// Grace period a TTL expiry gives the guest to shut down.
 const TTL_GRACE: Duration = Duration::from_secs(10);
+/// How long a guest whose owner process ended gets to shut down.
+const OWNER_GRACE: Duration = Duration::from_secs(2);
 /// The guest's vsock context id (each VMM has its own device).
 const GUEST_CID: u64 = 3;
 
@@ -153,6 +157,8 @@ pub struct VmmProcess {
     machine: Option<Machine>,
     /// The `user` network's passt, ended with the run.
     passt: Option<crate::network::Passt>,
+    /// The process this workspace lives for, if any.
+    owner: Option<crate::spec::Owner>,
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -318,6 +324,7 @@ impl VmmProcess {
             shared,
             machine,
             passt,
+            owner: meta.spec.owner,
         })
     }
 
@@ -340,12 +347,20 @@ impl VmmProcess {
             "binding {}",
             ws.control().display()
         )))?;
+        // Only this user drives the VMM (the directory is 0700 as well).
+        std::fs::set_permissions(ws.control(), std::fs::Permissions::from_mode(0o600)).map_err(
+            Error::host_io(format!("restricting {}", ws.control().display())),
+        )?;
         let s = shared.clone();
         std::thread::spawn(move || control::serve(listener, |req| handle_control(&s, req)));
         let s = shared.clone();
         std::thread::spawn(move || wait_for_agent(&s));
         let s = shared.clone();
         std::thread::spawn(move || enforce_ttl(&s));
+        if let Some(owner) = self.owner {
+            let s = shared.clone();
+            std::thread::spawn(move || stop_with_owner(&s, owner));
+        }
 
         let outcome = machine.run(None);
         // The network's helper ends with the guest it served.
@@ -583,6 +598,43 @@ fn give_identity(ws: &WorkspaceDir, net: Option<&crate::network::Addressing>) {
 }
 
 /// Sleeps until the TTL deadline (re-reading it when it changes), then stops.
+/// Stops the workspace when the process it lives for ends (a one-shot's
+/// CLI or MCP server, killed or not). An owner already gone when the VMM
+/// starts is a later, manual start of a kept workspace: not watched.
+fn stop_with_owner(shared: &Arc<Shared>, owner: crate::spec::Owner) {
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner.pid as libc::pid_t, 0) };
+    if fd < 0 {
+        tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
+        return;
+    }
+    // SAFETY: a fresh descriptor (it fits an i32) that nothing else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    // The pid may be another process by now: the start time tells.
+    if !crate::process::is_alive(owner.pid, owner.start_ticks) {
+        tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
+        return;
+    }
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `pfd` is one live pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n > 0 {
+            break;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            tracing::warn!("waiting for the owner process failed; not watched");
+            return;
+        }
+    }
+    tracing::info!(pid = owner.pid, "the owner process ended; stopping");
+    shared.begin_stop(OWNER_GRACE, "the process it ran for ended");
+}
+
 fn enforce_ttl(shared: &Arc<Shared>) {
     let mut deadline = shared
         .ttl_deadline

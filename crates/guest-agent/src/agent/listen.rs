@@ -90,14 +90,17 @@ impl Listener {
     pub fn accept(&self) -> io::Result<UnixStream> {
         match self {
             Self::Unix(listener) => listener.accept().map(|(stream, _)| stream),
-            Self::Vsock(fd) => {
-                // SAFETY: null address pointers are allowed (the peer address
-                // is not wanted); `fd` is a listening socket.
+            Self::Vsock(fd) => loop {
+                // SAFETY: sockaddr_vm is plain data; all zeroes is a valid value.
+                let mut peer: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
+                let mut len = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
+                // SAFETY: `peer` and `len` are live and `len` is `peer`'s
+                // size; `fd` is a listening socket.
                 let conn = unsafe {
                     libc::accept4(
                         fd.as_raw_fd(),
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
+                        (&mut peer as *mut libc::sockaddr_vm).cast::<libc::sockaddr>(),
+                        &mut len,
                         libc::SOCK_CLOEXEC,
                     )
                 };
@@ -105,8 +108,15 @@ impl Listener {
                     return Err(io::Error::last_os_error());
                 }
                 // SAFETY: accept4 returned a new descriptor that nothing else owns.
-                Ok(UnixStream::from(unsafe { OwnedFd::from_raw_fd(conn) }))
-            }
+                let conn = unsafe { OwnedFd::from_raw_fd(conn) };
+                // Only the host drives the agent: a guest process that
+                // reached the port (a kernel with vsock loopback) is dropped.
+                if peer.svm_cid != libc::VMADDR_CID_HOST {
+                    log!("refused a vsock connection from CID {}", peer.svm_cid);
+                    continue;
+                }
+                return Ok(UnixStream::from(conn));
+            },
         }
     }
 }

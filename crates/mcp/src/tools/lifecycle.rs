@@ -141,6 +141,7 @@ impl MicroagentServer {
                 .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
             ports: p.ports,
             address: None,
+            owner: None,
         };
         let meta = self
             .on_workspace(&p.name, |ws, name| ws.create(name, spec))

@@ -346,7 +346,8 @@ impl Machine {
             devices: event_loop,
         };
         runner.resume()?;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout past what an Instant holds is no timeout.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let report = loop {
             let wait = deadline.map_or(VCPU_POLL, |d| {
                 d.saturating_duration_since(Instant::now()).min(VCPU_POLL)

@@ -99,15 +99,18 @@ pub fn passt_binary() -> Option<PathBuf> {
 pub const PASST_FIXED_SNAPSHOT: u32 = 20230327;
 
 /// The snapshot date of the `passt` at `path`: Debian's package version
-/// for Debian's binary (it reports no version itself), else the first line
-/// of `--version` (ours from `cargo xtask setup` says `0.0~git20250503...`).
+/// for Debian's binary (it reports no version itself), else the version the
+/// binary was built with (`0.0~git20250503...` in ours from `cargo xtask
+/// setup`), read from the file: `passt --version` exits without flushing a
+/// piped stdout.
 pub fn passt_snapshot(path: &Path) -> Option<u32> {
     if path == Path::new(DEBIAN_PASST) {
         return passt_snapshot_date(&crate::settings::deb_version("passt")?);
     }
-    let out = Command::new(path).arg("--version").output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    passt_snapshot_date(text.lines().next()?)
+    let bytes = std::fs::read(path).ok()?;
+    let at = bytes.windows(4).position(|w| w == b"~git")?;
+    let tail = &bytes[at..bytes.len().min(at + 16)];
+    passt_snapshot_date(&String::from_utf8_lossy(tail))
 }
 
 /// Where Debian's `passt` package installs it.

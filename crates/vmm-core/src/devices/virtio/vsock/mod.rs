@@ -232,6 +232,17 @@ fn bind_listener(path: &Path) -> Result<UnixListener, VsockError> {
             }
         }
     })?;
+    // Only the owner may reach the guest agent through it.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Err(source) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        {
+            return Err(VsockError::Bind {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    }
     if let Err(source) = listener.set_nonblocking(true) {
         let _ = std::fs::remove_file(path);
         return Err(VsockError::ListenerNonblocking {
