@@ -313,6 +313,9 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
     println!("  created     {} ago", age(info.age_ms));
     if let Some(rt) = &info.meta.runtime {
         println!("  vmm pid     {}", rt.pid);
+        if !rt.protections.is_empty() {
+            println!("  confined    {}", rt.protections.join(", "));
+        }
         println!("  up          {}", age(info.uptime_ms.unwrap_or(0)));
         if let (Some(kind), Some(us)) = (rt.start_kind, rt.ready_us) {
             let vcpu = rt

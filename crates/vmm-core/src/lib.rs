@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod layout;
 pub mod machine;
 pub mod memory;
+pub mod seccomp;
 pub mod snapshot;
 pub mod stats;
 pub mod tiny;

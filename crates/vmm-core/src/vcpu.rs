@@ -233,6 +233,16 @@ impl VcpuThread {
         let handle = std::thread::Builder::new()
             .name(format!("vcpu{index}"))
             .spawn(move || {
+                // Before the first KVM_RUN: no guest code runs unconfined.
+                if let Err(e) = crate::seccomp::enter(crate::seccomp::ThreadRole::Vcpu) {
+                    let _ = reports.send(R::from(VcpuExitReport {
+                        index,
+                        reason: StopReason::KvmFailure(format!("vCPU {index}: {e}")),
+                        registers: None,
+                    }));
+                    thread_state.set(VcpuState::Exited);
+                    return fd;
+                }
                 thread_state.set(VcpuState::Running);
                 let fd = run_loop(index, fd, &buses, xstate.as_ref(), &control, &reports);
                 thread_state.set(VcpuState::Exited);

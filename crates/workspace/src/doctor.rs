@@ -287,6 +287,7 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
     state_checks(&mut checks, state);
     checks.push(network_check());
     checks.push(tap_check(state));
+    checks.push(confinement_check());
     Report::new(checks)
 }
 
@@ -347,6 +348,35 @@ fn tap_check(state: &StateDir) -> Check {
             "preview the host setup of the tap networks, then apply it with its confirm token (as root)",
         )
     }
+}
+
+/// The protections VMM processes run under on this host (docs/security.md).
+fn confinement_check() -> Check {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !status.lines().any(|l| l.starts_with("Seccomp:")) {
+        return Check::fail(
+            "vmm_confinement",
+            "this kernel has no seccomp: VMM processes refuse to run unconfined",
+            "use a kernel built with CONFIG_SECCOMP_FILTER",
+        );
+    }
+    if std::env::var_os(crate::vmm_guard::NO_SECCOMP_VAR).is_some_and(|v| v == "1") {
+        return Check::warn(
+            "vmm_confinement",
+            format!(
+                "{} is set: VMM processes started from here run without seccomp filters",
+                crate::vmm_guard::NO_SECCOMP_VAR
+            ),
+            format!(
+                "unset {} unless you are debugging a filter",
+                crate::vmm_guard::NO_SECCOMP_VAR
+            ),
+        );
+    }
+    Check::ok(
+        "vmm_confinement",
+        "VMM processes run with seccomp filters per thread role (vcpu, devices, control) and no_new_privs; not yet: cgroup limits, a private mount namespace",
+    )
 }
 
 /// The `user` network (every workspace's default) needs `passt`, one

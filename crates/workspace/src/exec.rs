@@ -250,17 +250,26 @@ impl ExecResult {
 /// an [`ExecResult`]: feed it the events, then [`OutputCollector::finish`].
 #[derive(Debug, Default)]
 pub struct OutputCollector {
-    cap: Option<u64>,
+    cap: u64,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
+    /// Bytes past the cap the agent sent anyway (an agent that ignores the
+    /// request's cap is not believed).
+    over_cap: [u64; 2],
     pid: Option<u32>,
 }
 
+/// The most a collector keeps of one stream, whatever was asked: output
+/// past it is counted as dropped, so a guest cannot make the host grow
+/// without bound.
+pub const MAX_COLLECTED_BYTES: u64 = 64 << 20;
+
 impl OutputCollector {
-    /// Keeps at most `cap` bytes of each stream (all without one).
+    /// Keeps at most `cap` bytes of each stream (without one, and never
+    /// more than, [`MAX_COLLECTED_BYTES`]).
     pub fn new(cap: Option<u64>) -> Self {
         Self {
-            cap,
+            cap: cap.unwrap_or(MAX_COLLECTED_BYTES).min(MAX_COLLECTED_BYTES),
             ..Self::default()
         }
     }
@@ -269,8 +278,8 @@ impl OutputCollector {
     pub fn on_event(&mut self, event: ExecEvent) {
         match event {
             ExecEvent::Started { pid, .. } => self.pid = Some(pid),
-            ExecEvent::Stdout(b) => keep(&mut self.stdout, &b, self.cap),
-            ExecEvent::Stderr(b) => keep(&mut self.stderr, &b, self.cap),
+            ExecEvent::Stdout(b) => self.over_cap[0] += keep(&mut self.stdout, &b, self.cap),
+            ExecEvent::Stderr(b) => self.over_cap[1] += keep(&mut self.stderr, &b, self.cap),
         }
     }
 
@@ -291,20 +300,20 @@ impl OutputCollector {
             stderr: String::from_utf8_lossy(&self.stderr).into_owned(),
             stdout_bytes: exited.stdout_bytes,
             stderr_bytes: exited.stderr_bytes,
-            stdout_dropped: exited.stdout_dropped,
-            stderr_dropped: exited.stderr_dropped,
+            stdout_dropped: exited.stdout_dropped.saturating_add(self.over_cap[0]),
+            stderr_dropped: exited.stderr_dropped.saturating_add(self.over_cap[1]),
         }
     }
 }
 
-/// Appends what fits under `cap` to `buf`.
-fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: Option<u64>) {
-    let room = cap.map_or(usize::MAX, |cap| {
-        usize::try_from(cap)
-            .unwrap_or(usize::MAX)
-            .saturating_sub(buf.len())
-    });
-    buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+/// Appends what fits under `cap` to `buf`; returns the bytes left out.
+fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64) -> u64 {
+    let room = usize::try_from(cap)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(buf.len());
+    let taken = chunk.len().min(room);
+    buf.extend_from_slice(&chunk[..taken]);
+    (chunk.len() - taken) as u64
 }
 
 /// How [`Workspaces::exec_cancellable`] ended.
@@ -518,6 +527,14 @@ mod tests {
         assert_eq!(result.stderr, "\u{fffd}x", "invalid UTF-8 is replaced");
         assert_eq!(result.stdout_bytes, 6);
         assert!(result.success());
-        assert!(!result.output_dropped());
+        // The agent sent past the cap and said nothing was dropped: the
+        // host counts what it left out itself.
+        assert_eq!(result.stdout_dropped, 2);
+        assert!(result.output_dropped());
+        assert_eq!(OutputCollector::new(None).cap, MAX_COLLECTED_BYTES);
+        assert_eq!(
+            OutputCollector::new(Some(u64::MAX)).cap,
+            MAX_COLLECTED_BYTES
+        );
     }
 }

@@ -19,6 +19,9 @@ use std::path::{Component, Path, PathBuf};
 
 /// Most bytes one `copy_out` takes from a guest (file or archive).
 pub const COPY_OUT_MAX_BYTES: u64 = 16 << 30;
+/// How much a guest file may grow while `copy_out` copies it (beyond the
+/// size the guest reported when asked).
+pub const COPY_OUT_GROWTH: u64 = 64 << 20;
 /// Most entries of one directory `copy_out`.
 pub const COPY_OUT_MAX_ENTRIES: u64 = 1_000_000;
 

@@ -49,6 +49,7 @@ pub(crate) mod snapshots;
 pub(crate) mod spec;
 pub(crate) mod state;
 pub(crate) mod store;
+pub mod vmm_guard;
 pub mod vmm_host;
 pub(crate) mod warm;
 pub(crate) mod workspace_dir;
@@ -63,7 +64,7 @@ pub use contract::{contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_
 pub use control::ControlError;
 pub use error::{error_chain, Error, Result};
 pub use events::{Event, EventKind, EventsError};
-pub use exec::{ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector};
+pub use exec::{ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector, MAX_COLLECTED_BYTES};
 /// The guest agent's streaming and file types the exec and file methods
 /// take and return, so a program needs no other crate to use them.
 pub use guest_agent::client::{ExecEvent, ExecInput, TerminalInput};

@@ -307,11 +307,13 @@ impl Workspaces {
         let (_lock, mut meta) = self.lock_existing(name)?;
         if vmm_died(&meta) {
             let pid = meta.runtime.as_ref().map_or(0, |r| r.pid);
-            ws.record_exit(
-                &mut meta,
-                true,
-                &format!("its VMM process {pid} died unexpectedly (killed or crashed)"),
-            )?;
+            let reason = match seccomp_violation(&ws) {
+                Some(what) => {
+                    format!("its VMM process {pid} was killed by its seccomp filter: {what}")
+                }
+                None => format!("its VMM process {pid} died unexpectedly (killed or crashed)"),
+            };
+            ws.record_exit(&mut meta, true, &reason)?;
         }
         Ok(meta)
     }
@@ -500,6 +502,7 @@ impl Workspaces {
             start_kind: Some(boot.kind),
             launched_mono_ns: Some(launched_mono_ns),
             vcpu_running_us: None,
+            protections: Vec::new(),
             ready_us: None,
         });
         if let Err(e) = ws.write_meta(&meta) {
@@ -712,6 +715,22 @@ impl Workspaces {
 }
 
 /// True when the record expects a VMM that is no longer there.
+/// What the VMM's SIGSYS handler reported in its log, if it did.
+fn seccomp_violation(ws: &WorkspaceDir) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut log = std::fs::File::open(ws.path().join(VMM_LOG)).ok()?;
+    let len = log.metadata().ok()?.len();
+    log.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut tail = Vec::new();
+    log.read_to_end(&mut tail).ok()?;
+    let tail = String::from_utf8_lossy(&tail);
+    let line = tail
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(vmm_core::seccomp::VIOLATION_PREFIX))?;
+    Some(line.trim().to_owned())
+}
+
 fn vmm_died(meta: &Meta) -> bool {
     meta.state.has_vmm()
         && meta

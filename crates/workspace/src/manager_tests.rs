@@ -109,6 +109,7 @@ fn a_dead_vmm_is_recorded_as_crashed_once() {
         start_kind: None,
         launched_mono_ns: None,
         vcpu_running_us: None,
+        protections: Vec::new(),
         ready_us: None,
     });
     dir.write_meta(&meta).unwrap();
@@ -299,5 +300,22 @@ fn extending_a_stopped_workspaces_ttl_adds_to_it() {
     assert_eq!(
         f.ws.extend_ttl("ghost", 60).unwrap_err().code(),
         ErrorCode::NotFound
+    );
+}
+
+#[test]
+fn a_seccomp_kill_is_named_from_the_vmm_log() {
+    let f = fixture("seccomp", "/nonexistent-vmm");
+    f.ws.create("dev", spec()).unwrap();
+    let ws = f.ws.dir("dev").unwrap();
+    assert_eq!(seccomp_violation(&ws), None, "no log yet");
+    let log = format!(
+        "INFO machine built\n{} the devices thread made syscall 59, outside its filter\n",
+        vmm_core::seccomp::VIOLATION_PREFIX
+    );
+    std::fs::write(ws.path().join(VMM_LOG), log).unwrap();
+    assert_eq!(
+        seccomp_violation(&ws).as_deref(),
+        Some("the devices thread made syscall 59, outside its filter")
     );
 }

@@ -12,6 +12,7 @@ use tokio::net::UnixStream;
 use crate::console_log;
 use crate::error::{Error, Result};
 use crate::events::Event;
+use crate::exec::MAX_COLLECTED_BYTES;
 use crate::host_write::{self, Budgeted, TempFile, COPY_OUT_MAX_BYTES, COPY_OUT_MAX_ENTRIES};
 use crate::manager::Workspaces;
 use crate::spec::Meta;
@@ -78,7 +79,8 @@ impl Workspaces {
         ws.agent().connect().await.map_err(Error::agent("connect"))
     }
 
-    /// Reads `length` bytes (default all) from `offset` of a guest file.
+    /// Reads `length` bytes from `offset` of a guest file (default: to its
+    /// end, at most [`MAX_COLLECTED_BYTES`]; `copy_out` streams larger ones).
     pub async fn read_file(
         &self,
         name: &str,
@@ -86,6 +88,12 @@ impl Workspaces {
         offset: Option<u64>,
         length: Option<u64>,
     ) -> Result<FileRead> {
+        // Into memory: never more than a collector keeps (copy_out streams).
+        let length = Some(
+            length
+                .unwrap_or(MAX_COLLECTED_BYTES)
+                .min(MAX_COLLECTED_BYTES),
+        );
         let mut data = Vec::new();
         let header = self
             .agent(name)
@@ -226,7 +234,13 @@ impl Workspaces {
                     tokio::fs::File::from_std(tmp.file().try_clone().map_err(Error::host_io(
                         format!("opening a temporary file for {}", host_path.display()),
                     ))?);
-                let mut budgeted = Budgeted::new(file, COPY_OUT_MAX_BYTES);
+                // The size the guest reported, with room for a file that
+                // grows while it is copied.
+                let budget = stat
+                    .size
+                    .saturating_add(host_write::COPY_OUT_GROWTH)
+                    .min(COPY_OUT_MAX_BYTES);
+                let mut budgeted = Budgeted::new(file, budget);
                 let got = self
                     .agent(name)
                     .await?

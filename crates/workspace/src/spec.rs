@@ -302,6 +302,10 @@ pub struct Runtime {
     /// Microseconds from the VMM process's launch to the agent answering.
     #[serde(default)]
     pub ready_us: Option<u64>,
+    /// The confinement the VMM process runs under (docs/security.md):
+    /// `seccomp` (a filter per thread role), `no_new_privs`.
+    #[serde(default)]
+    pub protections: Vec<String>,
 }
 
 /// How a workspace's machine came up.
@@ -470,6 +474,7 @@ mod tests {
                 start_kind: Some(StartKind::Warm),
                 launched_mono_ns: Some(5),
                 vcpu_running_us: Some(6),
+                protections: Vec::new(),
                 ready_us: Some(7),
             }),
             last_exit: None,

@@ -5,7 +5,6 @@
 //! `main`, signals, exit status) belongs to the program that runs it
 //! ([`crate::launch::VmmLaunch`] says how it is started).
 
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -203,6 +202,7 @@ impl VmmProcess {
     /// fast).
     pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
         let entered = vmm_core::vcpu::monotonic_ns();
+        crate::vmm_guard::close_inherited_fds();
         // SAFETY: setsid(2) takes no arguments; it fails only when this
         // process already leads a process group, which is detached enough.
         unsafe {
@@ -359,9 +359,38 @@ impl VmmProcess {
         std::thread::spawn(move || enforce_ttl(&s));
         if let Some(owner) = self.owner {
             let s = shared.clone();
-            std::thread::spawn(move || stop_with_owner(&s, owner));
+            std::thread::spawn(move || {
+                if crate::vmm_guard::wait_for_owner_end(owner) {
+                    s.begin_stop(OWNER_GRACE, "the process it ran for ended");
+                }
+            });
         }
 
+        // Confined before the guest runs; a VMM that cannot be is not run.
+        let spec = shared.ws.read_meta().map(|m| m.spec);
+        let limited = spec.map_err(|e| e.to_string()).and_then(|spec| {
+            crate::vmm_guard::limit_resources(spec.disk_mib, spec.mem_mib)
+                .map_err(|e| e.to_string())
+        });
+        if let Err(e) = limited {
+            shared.finish(true, &format!("the VMM could not limit its resources: {e}"));
+            return Ok(RunEnd { crashed: true });
+        }
+        match crate::vmm_guard::confine() {
+            Ok(mut protections) => {
+                protections.extend(["rlimits".to_owned(), "inherited_fds_closed".to_owned()]);
+                let _ = shared.update(|m| {
+                    if let Some(rt) = m.runtime.as_mut() {
+                        rt.protections = protections;
+                    }
+                    Ok(())
+                });
+            }
+            Err(e) => {
+                shared.finish(true, &format!("the VMM could not confine itself: {e}"));
+                return Ok(RunEnd { crashed: true });
+            }
+        }
         let outcome = machine.run(None);
         // The network's helper ends with the guest it served.
         drop(self.passt);
@@ -598,43 +627,6 @@ fn give_identity(ws: &WorkspaceDir, net: Option<&crate::network::Addressing>) {
 }
 
 /// Sleeps until the TTL deadline (re-reading it when it changes), then stops.
-/// Stops the workspace when the process it lives for ends (a one-shot's
-/// CLI or MCP server, killed or not). An owner already gone when the VMM
-/// starts is a later, manual start of a kept workspace: not watched.
-fn stop_with_owner(shared: &Arc<Shared>, owner: crate::spec::Owner) {
-    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner.pid as libc::pid_t, 0) };
-    if fd < 0 {
-        tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
-        return;
-    }
-    // SAFETY: a fresh descriptor (it fits an i32) that nothing else owns.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
-    // The pid may be another process by now: the start time tells.
-    if !crate::process::is_alive(owner.pid, owner.start_ticks) {
-        tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
-        return;
-    }
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: `pfd` is one live pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
-        if n > 0 {
-            break;
-        }
-        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            tracing::warn!("waiting for the owner process failed; not watched");
-            return;
-        }
-    }
-    tracing::info!(pid = owner.pid, "the owner process ended; stopping");
-    shared.begin_stop(OWNER_GRACE, "the process it ran for ended");
-}
-
 fn enforce_ttl(shared: &Arc<Shared>) {
     let mut deadline = shared
         .ttl_deadline

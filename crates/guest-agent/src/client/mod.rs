@@ -219,7 +219,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
             Response::File { size, mode } => (size, mode),
             other => return Err(ClientError::unexpected(&other)),
         };
-        let transferred = self.receive_data(out).await?;
+        // Never more than asked for (a file may grow while it is read, and
+        // /proc files report no size, so the described size is no bound).
+        let transferred = self.receive_data(out, length.unwrap_or(u64::MAX)).await?;
         Ok(FileHeader {
             size,
             mode,
@@ -324,7 +326,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         };
         self.send_start(&req).await?;
         self.read_hello().await?;
-        self.receive_data(out).await
+        // Bounded by the caller's writer (copy_out streams to a budget).
+        self.receive_data(out, u64::MAX).await
     }
 
     /// Extracts a tar archive under `path`; returns the number of entries.
@@ -389,6 +392,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     async fn receive_data<W: AsyncWrite + Unpin + ?Sized>(
         &mut self,
         out: &mut W,
+        limit: u64,
     ) -> Result<u64, ClientError> {
         let mut total = 0u64;
         loop {
@@ -398,6 +402,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
                 .ok_or(ClientError::Closed)?;
             match frame.kind {
                 FrameKind::Data if frame.payload.is_empty() => break,
+                FrameKind::Data if total.saturating_add(frame.payload.len() as u64) > limit => {
+                    return Err(ClientError::Oversized { limit });
+                }
                 FrameKind::Data => {
                     out.write_all(&frame.payload)
                         .await

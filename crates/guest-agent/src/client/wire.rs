@@ -60,6 +60,13 @@ pub enum ClientError {
         /// The agent's message.
         message: String,
     },
+    /// The agent sent more data than the operation allows (more than the
+    /// length asked for, or than the file it described).
+    #[error("the agent sent more than the {limit} bytes the operation allows")]
+    Oversized {
+        /// The most the operation takes.
+        limit: u64,
+    },
     /// The agent sent a message that does not fit the operation.
     #[error("unexpected {got} from the agent")]
     Unexpected {

@@ -83,6 +83,11 @@ impl EventLoop {
         let handle = std::thread::Builder::new()
             .name("devices".into())
             .spawn(move || {
+                if let Err(e) = crate::seccomp::enter(crate::seccomp::ThreadRole::Devices) {
+                    // Devices stay still rather than run unconfined.
+                    tracing::error!("device event loop not started: {e}");
+                    return self;
+                }
                 while !thread_stop.load(Ordering::Acquire) {
                     if let Err(e) = self.manager.run_with_timeout(POLL_MS) {
                         tracing::error!("device event loop: {e}");

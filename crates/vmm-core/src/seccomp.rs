@@ -1,0 +1,496 @@
+//! Seccomp filters for the VMM process, one per thread role, in one place.
+//!
+//! A workspace's VMM parses every guest request; if a guest ever found a
+//! bug in it, the filters bound what that bug can make the host do. Every
+//! thread first gets the `control` filter (the broadest: it is installed
+//! on all threads at once with TSYNC, before any guest code runs); vCPU
+//! threads and the device thread then stack their own, narrower one at
+//! their start, so a syscall must be in both. A syscall outside a thread's
+//! filter raises SIGSYS: the handler writes which syscall and which role to
+//! stderr (the workspace's `vmm.log`, where the crash report reads it) and
+//! ends the process with [`SECCOMP_EXIT_CODE`].
+//!
+//! The lists were measured (strace of whole workspace life cycles: boot,
+//! exec, files, ports, snapshots, forks, stop) and are grouped with a
+//! reason each. Adding a device or a thread means extending its role's
+//! list; the real-guest tests run under the filters and catch a missing one.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+
+/// The exit status of a VMM process killed by its filter.
+pub const SECCOMP_EXIT_CODE: i32 = 159;
+
+/// The prefix of the line the SIGSYS handler writes.
+pub const VIOLATION_PREFIX: &str = "microagent-vmm: seccomp:";
+
+/// What a thread does, and so which syscalls it may make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadRole {
+    /// Runs KVM_RUN and the devices it exits to (MMIO, port I/O).
+    Vcpu,
+    /// The device event loop: disk files, vsock and network sockets.
+    Devices,
+    /// Everything else: the control socket, the agent link, published
+    /// ports, snapshots, TTL, signals, the end of the run.
+    Control,
+}
+
+impl ThreadRole {
+    fn name(self) -> &'static str {
+        match self {
+            ThreadRole::Vcpu => "vcpu",
+            ThreadRole::Devices => "devices",
+            ThreadRole::Control => "control",
+        }
+    }
+}
+
+/// Why a filter could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    /// The rules did not compile (a bug in this module).
+    #[error("building the {role} seccomp filter")]
+    Build {
+        /// The role.
+        role: &'static str,
+        /// What seccompiler said.
+        #[source]
+        source: seccompiler::BackendError,
+    },
+    /// The kernel refused the filter.
+    #[error("installing the {role} seccomp filter")]
+    Install {
+        /// The role.
+        role: &'static str,
+        /// What seccompiler said.
+        #[source]
+        source: seccompiler::Error,
+    },
+    /// The SIGSYS handler could not be installed.
+    #[error("installing the SIGSYS handler")]
+    Handler(#[source] std::io::Error),
+}
+
+/// Syscalls every thread makes: memory, locks, signals, time, its own exit,
+/// and the SIGSYS handler's report.
+const EVERY_THREAD: &[i64] = &[
+    // Allocation (the global allocator, thread stacks).
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mprotect,
+    libc::SYS_madvise,
+    libc::SYS_brk,
+    libc::SYS_mremap,
+    // Locks, condition variables, thread joins.
+    libc::SYS_futex,
+    libc::SYS_sched_yield,
+    libc::SYS_sched_getaffinity,
+    // Threads starting and ending (std's thread start, name and guard).
+    libc::SYS_gettid,
+    libc::SYS_getpid,
+    libc::SYS_prctl,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sigaltstack,
+    libc::SYS_set_robust_list,
+    libc::SYS_set_tid_address,
+    libc::SYS_rseq,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+    // Clocks (timeouts, log timestamps) and sleeps.
+    libc::SYS_clock_gettime,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_nanosleep,
+    // Logging to stderr (vmm.log) and the SIGSYS report.
+    libc::SYS_write,
+    libc::SYS_writev,
+    // Random seeds (hash maps).
+    libc::SYS_getrandom,
+];
+
+/// The vCPU threads: KVM_RUN and KVM state ioctls (XSAVE state for the
+/// compat kernel, registers for snapshots), the serial console's file
+/// writes, and kicks between threads.
+const VCPU: &[i64] = &[
+    libc::SYS_ioctl,
+    libc::SYS_write,
+    libc::SYS_tgkill,
+    libc::SYS_close,
+];
+
+/// The device thread: epoll, disk I/O, vsock and network sockets, eventfds
+/// and timers.
+const DEVICES: &[i64] = &[
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_ctl,
+    // Disk images.
+    libc::SYS_pread64,
+    libc::SYS_pwrite64,
+    libc::SYS_preadv,
+    libc::SYS_pwritev,
+    libc::SYS_fdatasync,
+    libc::SYS_fsync,
+    libc::SYS_fallocate,
+    libc::SYS_lseek,
+    // Vsock host connections (Unix sockets) and the network backend.
+    libc::SYS_accept4,
+    libc::SYS_read,
+    libc::SYS_readv,
+    libc::SYS_recvfrom,
+    libc::SYS_recvmsg,
+    libc::SYS_sendto,
+    libc::SYS_sendmsg,
+    libc::SYS_shutdown,
+    libc::SYS_close,
+    libc::SYS_fcntl,
+    libc::SYS_getsockopt,
+    // Interrupt eventfds, timers.
+    libc::SYS_ioctl,
+    libc::SYS_timerfd_settime,
+    libc::SYS_timerfd_gettime,
+];
+
+/// Everything else the VMM process does after its machine is built.
+const CONTROL: &[i64] = &[
+    // Files: metadata, event log, console log, snapshots, disk copies.
+    libc::SYS_openat,
+    libc::SYS_close,
+    libc::SYS_read,
+    libc::SYS_pread64,
+    libc::SYS_pwrite64,
+    libc::SYS_readv,
+    libc::SYS_lseek,
+    libc::SYS_newfstatat,
+    libc::SYS_fstat,
+    libc::SYS_statx,
+    libc::SYS_getdents64,
+    libc::SYS_readlink,
+    libc::SYS_access,
+    libc::SYS_fcntl,
+    libc::SYS_flock,
+    libc::SYS_ftruncate,
+    libc::SYS_fallocate,
+    libc::SYS_fsync,
+    libc::SYS_fdatasync,
+    libc::SYS_rename,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_unlink,
+    libc::SYS_unlinkat,
+    libc::SYS_mkdir,
+    libc::SYS_mkdirat,
+    libc::SYS_rmdir,
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_copy_file_range,
+    libc::SYS_sendfile,
+    libc::SYS_dup,
+    libc::SYS_dup2,
+    libc::SYS_dup3,
+    libc::SYS_pipe2,
+    libc::SYS_eventfd2,
+    // The control socket, the agent link, published ports (TCP listeners
+    // and their tunnels over the vsock socket).
+    libc::SYS_socket,
+    libc::SYS_socketpair,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_accept4,
+    libc::SYS_connect,
+    libc::SYS_recvfrom,
+    libc::SYS_recvmsg,
+    libc::SYS_sendto,
+    libc::SYS_sendmsg,
+    libc::SYS_shutdown,
+    libc::SYS_setsockopt,
+    libc::SYS_getsockopt,
+    libc::SYS_getsockname,
+    libc::SYS_getpeername,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    // KVM: pausing and snapshotting vCPUs and devices, ioeventfds.
+    libc::SYS_ioctl,
+    // New threads (port tunnels, the stop sequence) and their ends.
+    libc::SYS_clone,
+    libc::SYS_clone3,
+    // vCPU and device threads stack their own filter as they start (a
+    // filter can only be narrowed, never lifted).
+    libc::SYS_seccomp,
+    // Signals: termination signals, vCPU kicks, passt's end.
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_tgkill,
+    libc::SYS_kill,
+    libc::SYS_wait4,
+    libc::SYS_waitid,
+    // The owner process of a one-shot workspace.
+    libc::SYS_pidfd_open,
+    // Process facts: /proc reads go through openat; ids for logs.
+    libc::SYS_geteuid,
+    libc::SYS_getuid,
+    libc::SYS_getegid,
+    libc::SYS_getgid,
+    libc::SYS_prlimit64,
+    libc::SYS_uname,
+    libc::SYS_timerfd_create,
+    libc::SYS_timerfd_settime,
+];
+
+fn build(role: ThreadRole, extra: &[i64]) -> Result<BpfProgram, SeccompError> {
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = EVERY_THREAD
+        .iter()
+        .chain(extra)
+        .map(|&nr| (nr, Vec::new()))
+        .collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Trap,
+        SeccompAction::Allow,
+        TargetArch::x86_64,
+    )
+    .map_err(|source| SeccompError::Build {
+        role: role.name(),
+        source,
+    })?;
+    filter.try_into().map_err(|source| SeccompError::Build {
+        role: role.name(),
+        source,
+    })
+}
+
+/// The compiled filters, for the roles' threads to install.
+#[derive(Debug)]
+pub struct Filters {
+    vcpu: BpfProgram,
+    devices: BpfProgram,
+    control: BpfProgram,
+}
+
+impl Filters {
+    /// Compiles every role's filter.
+    pub fn new() -> Result<Self, SeccompError> {
+        Ok(Self {
+            vcpu: build(ThreadRole::Vcpu, VCPU)?,
+            devices: build(ThreadRole::Devices, DEVICES)?,
+            control: build(ThreadRole::Control, CONTROL)?,
+        })
+    }
+
+    fn program(&self, role: ThreadRole) -> &BpfProgram {
+        match role {
+            ThreadRole::Vcpu => &self.vcpu,
+            ThreadRole::Devices => &self.devices,
+            ThreadRole::Control => &self.control,
+        }
+    }
+}
+
+/// The filters of this process once confinement began.
+static ACTIVE: OnceLock<Filters> = OnceLock::new();
+
+/// Confines the whole process: the SIGSYS handler, then the `control`
+/// filter on every thread (TSYNC, with no_new_privs); from then on the
+/// vCPU and device threads add their own at their start
+/// ([`enter`]). Call once the machine is built and before it runs.
+pub fn confine_process(filters: Filters) -> Result<(), SeccompError> {
+    install_sigsys_handler()?;
+    let filters = ACTIVE.get_or_init(|| filters);
+    seccompiler::apply_filter_all_threads(filters.program(ThreadRole::Control)).map_err(|source| {
+        SeccompError::Install {
+            role: "control",
+            source,
+        }
+    })
+}
+
+/// Whether [`confine_process`] ran.
+pub fn active() -> bool {
+    ACTIVE.get().is_some()
+}
+
+/// Installs `role`'s filter on the calling thread if the process is
+/// confined (nothing otherwise: tiny test guests, `vmm boot`).
+pub fn enter(role: ThreadRole) -> Result<(), SeccompError> {
+    ROLE.with(|r| r.set(role.name()));
+    let Some(filters) = ACTIVE.get() else {
+        return Ok(());
+    };
+    if role == ThreadRole::Control {
+        return Ok(());
+    }
+    seccompiler::apply_filter(filters.program(role)).map_err(|source| SeccompError::Install {
+        role: role.name(),
+        source,
+    })
+}
+
+thread_local! {
+    /// The calling thread's role, for the SIGSYS report.
+    static ROLE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("control") };
+}
+
+fn install_sigsys_handler() -> Result<(), SeccompError> {
+    // SAFETY: an all-zero sigaction is valid; the fields are set below.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_sigsys as *const () as usize;
+    action.sa_flags = libc::SA_SIGINFO;
+    // SAFETY: `action` is a valid sigaction whose handler is async-signal
+    // safe (it only formats into a stack buffer, writes and exits).
+    if unsafe { libc::sigaction(libc::SIGSYS, &action, std::ptr::null_mut()) } != 0 {
+        return Err(SeccompError::Handler(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Reports the refused syscall on stderr and ends the process.
+extern "C" fn on_sigsys(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // The syscall number is si_syscall: the int after si_call_addr, the
+    // pointer that starts the siginfo union at offset 16 (so at 24).
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers;
+    // for SIGSYS from seccomp the union holds _sigsys.
+    let nr = unsafe { *info.cast::<u8>().add(24).cast::<libc::c_int>() };
+    let role = ROLE.with(|r| r.get());
+    let mut buf = [0u8; 160];
+    let mut len = 0;
+    let mut push = |part: &[u8], len: &mut usize| {
+        let n = part.len().min(buf.len() - *len);
+        buf[*len..*len + n].copy_from_slice(&part[..n]);
+        *len += n;
+    };
+    push(VIOLATION_PREFIX.as_bytes(), &mut len);
+    push(b" the ", &mut len);
+    push(role.as_bytes(), &mut len);
+    push(b" thread made syscall ", &mut len);
+    let mut digits = [0u8; 12];
+    let n = format_decimal(nr, &mut digits);
+    push(&digits[..n], &mut len);
+    push(b", outside its filter\n", &mut len);
+    // SAFETY: write and _exit are async-signal safe and in every filter.
+    unsafe {
+        libc::write(2, buf.as_ptr().cast(), len);
+        libc::_exit(SECCOMP_EXIT_CODE);
+    }
+}
+
+/// Writes `n` in decimal into `out`; returns the digits written.
+fn format_decimal(n: libc::c_int, out: &mut [u8]) -> usize {
+    let mut digits = [0u8; 12];
+    let mut i = digits.len();
+    let negative = n < 0;
+    let mut v = i64::from(n).unsigned_abs();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if negative {
+        i -= 1;
+        digits[i] = b'-';
+    }
+    let n = (digits.len() - i).min(out.len());
+    out[..n].copy_from_slice(&digits[i..i + n]);
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_filter_compiles() {
+        let f = Filters::new().unwrap();
+        for role in [ThreadRole::Vcpu, ThreadRole::Devices, ThreadRole::Control] {
+            assert!(!f.program(role).is_empty());
+        }
+    }
+
+    /// Run by [`a_syscall_outside_the_filter_ends_the_process_with_a_report`]
+    /// in a child process of this test binary (it never returns there).
+    #[test]
+    #[ignore = "run in a child process by the test below"]
+    fn confined_child() {
+        if std::env::var_os("MICROAGENT_SECCOMP_CHILD").is_none() {
+            return;
+        }
+        confine_process(Filters::new().unwrap()).unwrap();
+        let vcpu = std::thread::spawn(|| {
+            enter(ThreadRole::Vcpu).unwrap();
+            // Allowed: memory and a console write.
+            let v = vec![1u8; 1 << 20];
+            assert_eq!(v.len(), 1 << 20);
+            // Not allowed for a vCPU thread: a socket.
+            // SAFETY: socket() takes no pointers.
+            unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
+        });
+        let _ = vcpu.join();
+        unreachable!("the filter let a vCPU thread open a socket");
+    }
+
+    #[test]
+    fn a_syscall_outside_the_filter_ends_the_process_with_a_report() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "seccomp::tests::confined_child",
+                "--nocapture",
+            ])
+            .env("MICROAGENT_SECCOMP_CHILD", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(SECCOMP_EXIT_CODE), "{stderr}");
+        let line = format!(
+            "{VIOLATION_PREFIX} the vcpu thread made syscall {}, outside its filter",
+            libc::SYS_socket
+        );
+        assert!(stderr.contains(&line), "{stderr}");
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        let mut out = [0u8; 12];
+        let n = format_decimal(59, &mut out);
+        assert_eq!(&out[..n], b"59");
+        let n = format_decimal(-1, &mut out);
+        assert_eq!(&out[..n], b"-1");
+        let n = format_decimal(0, &mut out);
+        assert_eq!(&out[..n], b"0");
+    }
+
+    #[test]
+    fn the_narrow_roles_cannot_start_programs_or_open_files() {
+        for list in [VCPU, DEVICES] {
+            for nr in [
+                libc::SYS_execve,
+                libc::SYS_openat,
+                libc::SYS_socket,
+                libc::SYS_clone,
+            ] {
+                assert!(!list.contains(&nr) && !EVERY_THREAD.contains(&nr), "{nr}");
+            }
+        }
+        for nr in [
+            libc::SYS_execve,
+            libc::SYS_execveat,
+            libc::SYS_ptrace,
+            libc::SYS_mount,
+        ] {
+            assert!(
+                !CONTROL.contains(&nr) && !EVERY_THREAD.contains(&nr),
+                "{nr}"
+            );
+        }
+    }
+}
