@@ -33,6 +33,10 @@ pub struct Conn {
     inbound: Inbound,
     /// Both directions shut down: nothing left to drain.
     closed: bool,
+    /// Encoded messages held back to go out with the next write (an exec's
+    /// `hello` leaves with its `started`: each write is a virtio transmit
+    /// through the emulated guest kernel).
+    pending: Vec<u8>,
 }
 
 /// Bytes read from the socket and not yet consumed.
@@ -51,6 +55,7 @@ impl Conn {
             stream,
             inbound: Inbound::default(),
             closed: false,
+            pending: Vec::new(),
         })
     }
 
@@ -62,12 +67,14 @@ impl Conn {
             stream: self.stream.try_clone()?,
             inbound: std::mem::take(&mut self.inbound),
             closed: false,
+            pending: Vec::new(),
         })
     }
 
     /// A plain handle on the socket, for a connection that becomes a byte
     /// pipe (`tcp_connect`), and the bytes already read from it.
     pub fn raw_stream(&mut self) -> io::Result<(UnixStream, Vec<u8>)> {
+        self.flush_pending().map_err(frame_to_io)?;
         let inbound = std::mem::take(&mut self.inbound);
         Ok((
             self.stream.try_clone()?,
@@ -88,14 +95,49 @@ impl Conn {
         })
     }
 
-    /// Sends one JSON message.
+    /// Sends one JSON message (with anything held back).
     pub fn send(&mut self, msg: &Response) -> Result<(), FrameError> {
-        frame::write_json(&mut self.stream, msg)
+        let bytes = frame::encode_json(msg)?;
+        self.write_out(bytes)
     }
 
-    /// Sends one frame.
+    /// Holds `msg` back to leave with the next message or frame.
+    pub fn send_later(&mut self, msg: &Response) -> Result<(), FrameError> {
+        let bytes = frame::encode_json(msg)?;
+        self.pending.extend_from_slice(&bytes);
+        Ok(())
+    }
+
+    /// Sends what is held back now.
+    pub fn flush_pending(&mut self) -> Result<(), FrameError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let bytes = std::mem::take(&mut self.pending);
+        (&self.stream).write_all(&bytes).map_err(FrameError::Write)
+    }
+
+    /// Whether the client already sent more than was read (its request
+    /// came with its `hello`).
+    pub fn has_buffered_input(&self) -> bool {
+        self.inbound.pos < self.inbound.buf.len()
+    }
+
+    /// Sends one frame (with anything held back).
     pub fn send_frame(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), FrameError> {
-        frame::write_frame(&mut self.stream, kind, payload)
+        let bytes = frame::encode(kind, payload)?;
+        self.write_out(bytes)
+    }
+
+    fn write_out(&mut self, bytes: Vec<u8>) -> Result<(), FrameError> {
+        let bytes = if self.pending.is_empty() {
+            bytes
+        } else {
+            let mut all = std::mem::take(&mut self.pending);
+            all.extend_from_slice(&bytes);
+            all
+        };
+        (&self.stream).write_all(&bytes).map_err(FrameError::Write)
     }
 
     /// Sends an `error` message.
@@ -117,6 +159,7 @@ impl Conn {
         if self.closed {
             return;
         }
+        let _ = self.flush_pending();
         self.shutdown(Shutdown::Write);
         let deadline = Instant::now() + DRAIN_TIME;
         let mut discarded = 0u64;

@@ -328,16 +328,27 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
         return Err(RequestError::Version(version));
     }
     // Answered in the client's version: an older client reads its own.
-    conn.send(&Response::Hello {
+    let hello = Response::Hello {
         version,
         agent: format!("microagent-agent {}", env!("CARGO_PKG_VERSION")),
         capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
-    })
+    };
+    // A request sent with the hello is read at once: an exec's answer to
+    // the hello then leaves with its `started` (one transmit, not two).
+    // A client that waits for the hello gets it now.
+    if conn.has_buffered_input() {
+        conn.send_later(&hello)
+    } else {
+        conn.send(&hello)
+    }
     .map_err(RequestError::Send)?;
     // No request after hello: the client only wanted the handshake.
     let Some(request) = read_request(conn)? else {
         return Ok(());
     };
+    if !matches!(request, Request::Exec(_)) {
+        conn.flush_pending().map_err(RequestError::Send)?;
+    }
     if state.config.verbose {
         log!("request {}", request.name());
     }
