@@ -22,7 +22,7 @@ const FILE_BYTES: usize = 4 << 20;
 const AGENT_PORT: u32 = 1024;
 
 /// CLI execs timed, and floor runs inside the guest.
-const CLI_EXECS: usize = 7;
+const CLI_EXECS: usize = 15;
 
 struct Figures {
     exec_ms: f64,

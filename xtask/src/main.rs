@@ -42,8 +42,8 @@ tasks:
                                 COMMAND (default `uname -a`) in a fresh workspace
   boot [-- ARGS]                build assets and microagent, boot the guest, show its console;
                                 ARGS go to `microagent vmm boot` (e.g. --vcpus 2)
-  test                          fmt check, clippy, then the whole test suite with a
-                                passed/failed/skipped summary
+  test                          fmt check, clippy, 20 s of queue fuzzing, then the whole
+                                test suite with a passed/failed/skipped summary
   soak [--processes N] [--rounds N] [--cmdline OPTIONS]
                                 the guest stress check (docs/host-compat.md): N short-lived
                                 processes after heavy I/O in a booted guest (default 1000),

@@ -38,6 +38,9 @@ fn add_result_line(line: &str, counts: &mut Counts) -> bool {
     true
 }
 
+/// How long `cargo xtask test` fuzzes the virtio queues.
+const FUZZ_SECONDS: u64 = 20;
+
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let root = cache::repo_root();
     let cargo = env!("CARGO");
@@ -63,6 +66,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 ])
                 .current_dir(&root),
         )?;
+        // The virtio queue fuzzers on the stable toolchain, for a bounded
+        // time (`cargo xtask fuzz` runs them longer); a panic fails the run.
+        eprintln!("xtask: fuzz ({FUZZ_SECONDS} s)");
+        crate::fuzz::run(&["--seconds".to_owned(), FUZZ_SECONDS.to_string()])?;
     }
     let skip_log =
         std::env::temp_dir().join(format!("microagent-skips-{}.log", std::process::id()));
