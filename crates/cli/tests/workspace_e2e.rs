@@ -228,6 +228,24 @@ fn life_cycle_exec_files_logs_events() {
         cli.run(&["start", "dev", "--json"]).error_code(),
         "CONFLICT"
     );
+    // The VMM runs confined, and says so (docs/security.md).
+    let inspected = cli.ok_json(&["inspect", "dev", "--json"]);
+    let protections = &inspected["runtime"]["protections"];
+    for p in ["seccomp", "no_new_privs", "rlimits", "inherited_fds_closed"] {
+        assert!(
+            protections.as_array().unwrap().iter().any(|v| v == p),
+            "{p} missing: {protections}"
+        );
+    }
+    let doctor = cli.run(&["doctor", "--json"]).json();
+    let confinement = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "vmm_confinement")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(confinement["status"], "ok", "{doctor}");
 
     let uname = cli.run(&["exec", "dev", "--", "uname", "-a"]);
     assert_eq!(uname.status, 0, "{}", uname.stderr);
