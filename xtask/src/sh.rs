@@ -5,6 +5,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context};
 
+/// The installed version of a Debian package (the product's own lookup).
+pub use workspace::settings::deb_version;
+
 /// Runs `cmd`, failing with its command line when it does not succeed.
 pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
     let status = cmd
@@ -14,17 +17,6 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
         bail!("{cmd:?} failed ({status})");
     }
     Ok(())
-}
-
-/// The installed version of a Debian package, if any.
-pub fn deb_version(package: &str) -> Option<String> {
-    let out = Command::new("dpkg-query")
-        .args(["-W", "-f=${Status} ${Version}", package])
-        .output()
-        .ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    text.strip_prefix("install ok installed ")
-        .map(str::to_owned)
 }
 
 /// Makes sure Debian `packages` are installed, installing the missing ones

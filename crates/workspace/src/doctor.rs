@@ -352,8 +352,7 @@ fn tap_check(state: &StateDir) -> Check {
 
 /// The protections VMM processes run under on this host (docs/security.md).
 fn confinement_check() -> Check {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if !status.lines().any(|l| l.starts_with("Seccomp:")) {
+    if crate::settings::proc_self_status("Seccomp").is_none() {
         return Check::fail(
             "vmm_confinement",
             "this kernel has no seccomp: VMM processes refuse to run unconfined",

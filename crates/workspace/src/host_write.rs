@@ -106,6 +106,20 @@ impl TempFile {
         &mut self.file
     }
 
+    /// An async writer on the file that takes at most `budget` bytes (what
+    /// a guest streams into it).
+    pub fn budgeted_writer(
+        &self,
+        budget: u64,
+    ) -> Result<Budgeted<tokio::fs::File>, HostWriteError> {
+        let shown = self.path.as_deref().unwrap_or(Path::new("")).display();
+        let file = self
+            .file
+            .try_clone()
+            .map_err(io_err(format!("opening {shown} again")))?;
+        Ok(Budgeted::new(tokio::fs::File::from_std(file), budget))
+    }
+
     /// Gives it `mode` (set-id bits dropped, the umask applied) and renames
     /// it to `target`.
     pub fn persist(mut self, mode: u32, target: &Path) -> Result<(), HostWriteError> {
@@ -205,6 +219,8 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
     let entries = archive
         .entries()
         .map_err(io_err("reading the guest's archive"))?;
+    // Read once: /proc/self/status for every file would be work per entry.
+    let umask = umask();
     let mut count = 0u64;
     for entry in entries {
         let mut entry = entry.map_err(io_err("reading the guest's archive"))?;
@@ -236,9 +252,13 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
                 _ => io_err(at("creating"))(e),
             })?;
         } else if kind.is_file() || kind == tar::EntryType::Continuous {
-            write_file(&parent, name, mode, &mut entry).map_err(|e| match e.raw_os_error() {
-                Some(libc::EISDIR) | Some(libc::ENOTEMPTY) => refuse("a directory is in its place"),
-                _ => io_err(at("writing"))(e),
+            write_file(&parent, name, mode & !umask, &mut entry).map_err(|e| {
+                match e.raw_os_error() {
+                    Some(libc::EISDIR) | Some(libc::ENOTEMPTY) => {
+                        refuse("a directory is in its place")
+                    }
+                    _ => io_err(at("writing"))(e),
+                }
             })?;
         } else if kind.is_symlink() {
             let target = entry
@@ -372,8 +392,9 @@ fn make_dir(parent: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
     }
 }
 
-/// Writes `data` to a new temporary file in `parent`, then renames it over
-/// `name` (an existing file is replaced, never written through).
+/// Writes `data` to a new temporary file in `parent`, gives it `mode` (the
+/// umask already applied), then renames it over `name` (an existing file is
+/// replaced, never written through).
 fn write_file(parent: &OwnedFd, name: &OsStr, mode: u32, data: &mut impl Read) -> io::Result<()> {
     let mut tmp_name = b".".to_vec();
     tmp_name.extend_from_slice(name.as_bytes());
@@ -386,7 +407,7 @@ fn write_file(parent: &OwnedFd, name: &OsStr, mode: u32, data: &mut impl Read) -
     // SAFETY: a fresh descriptor nothing else owns.
     let mut file = unsafe { File::from_raw_fd(fd) };
     let written = io::copy(data, &mut file)
-        .and_then(|_| fchmod(&file, mode & !umask()))
+        .and_then(|_| fchmod(&file, mode))
         .and_then(|()| rename_at(parent, tmp, name));
     if written.is_err() {
         // SAFETY: `c_tmp` is NUL-terminated; unlinkat only reads it.
@@ -470,13 +491,8 @@ fn fchmod(file: &File, mode: u32) -> io::Result<()> {
 /// This process's umask, read without changing it (umask(2) would, for
 /// every thread); 022 when /proc cannot tell.
 pub fn umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
+    crate::settings::proc_self_status("Umask")
+        .and_then(|v| u32::from_str_radix(&v, 8).ok())
         .unwrap_or(0o022)
 }
 

@@ -714,7 +714,6 @@ impl Workspaces {
     }
 }
 
-/// True when the record expects a VMM that is no longer there.
 /// What the VMM's SIGSYS handler reported in its log, if it did.
 fn seccomp_violation(ws: &WorkspaceDir) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
@@ -731,6 +730,7 @@ fn seccomp_violation(ws: &WorkspaceDir) -> Option<String> {
     Some(line.trim().to_owned())
 }
 
+/// True when the record expects a VMM that is no longer there.
 fn vmm_died(meta: &Meta) -> bool {
     meta.state.has_vmm()
         && meta

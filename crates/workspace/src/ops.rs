@@ -13,7 +13,7 @@ use crate::console_log;
 use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::exec::MAX_COLLECTED_BYTES;
-use crate::host_write::{self, Budgeted, TempFile, COPY_OUT_MAX_BYTES, COPY_OUT_MAX_ENTRIES};
+use crate::host_write::{self, TempFile, COPY_OUT_MAX_BYTES, COPY_OUT_MAX_ENTRIES};
 use crate::manager::Workspaces;
 use crate::spec::Meta;
 use crate::state::State;
@@ -204,11 +204,7 @@ impl Workspaces {
                     .map_err(Error::host_io(format!("creating {}", host_path.display())))?;
                 // Streamed to disk, not memory, within the byte budget.
                 let mut tmp = TempFile::beside(host_path)?;
-                let file =
-                    tokio::fs::File::from_std(tmp.file().try_clone().map_err(Error::host_io(
-                        format!("opening a temporary file in {}", host_path.display()),
-                    ))?);
-                let mut budgeted = Budgeted::new(file, COPY_OUT_MAX_BYTES);
+                let mut budgeted = tmp.budgeted_writer(COPY_OUT_MAX_BYTES)?;
                 let got = self
                     .agent(name)
                     .await?
@@ -229,18 +225,14 @@ impl Workspaces {
             FileKind::File => {
                 // Written beside the target and renamed, so a failed copy
                 // never leaves a partial file under the name.
-                let mut tmp = TempFile::beside(host_path)?;
-                let file =
-                    tokio::fs::File::from_std(tmp.file().try_clone().map_err(Error::host_io(
-                        format!("opening a temporary file for {}", host_path.display()),
-                    ))?);
+                let tmp = TempFile::beside(host_path)?;
                 // The size the guest reported, with room for a file that
                 // grows while it is copied.
                 let budget = stat
                     .size
                     .saturating_add(host_write::COPY_OUT_GROWTH)
                     .min(COPY_OUT_MAX_BYTES);
-                let mut budgeted = Budgeted::new(file, budget);
+                let mut budgeted = tmp.budgeted_writer(budget)?;
                 let got = self
                     .agent(name)
                     .await?

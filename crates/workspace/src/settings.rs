@@ -44,14 +44,16 @@ pub fn host_tool(name: &str) -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
-/// The installed version of a Debian package, if dpkg knows it.
+/// The version of a Debian package that is installed (not one removed
+/// with only its configuration left), if any.
 pub fn deb_version(package: &str) -> Option<String> {
     let out = std::process::Command::new("dpkg-query")
-        .args(["-W", "-f=${Version}", package])
+        .args(["-W", "-f=${Status} ${Version}", package])
         .output()
         .ok()?;
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (out.status.success() && !version.is_empty()).then_some(version)
+    let text = String::from_utf8(out.stdout).ok()?;
+    text.strip_prefix("install ok installed ")
+        .map(str::to_owned)
 }
 
 /// `timeout` from now; a timeout past what an `Instant` can hold (a user's
@@ -62,6 +64,17 @@ pub fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {
     now.checked_add(timeout)
         .or_else(|| now.checked_add(CENTURY))
         .unwrap_or(now)
+}
+
+/// A field of this process's /proc/self/status (`Umask`, `CapEff`,
+/// `Seccomp`), its value trimmed; `None` when /proc cannot tell.
+pub fn proc_self_status(field: &str) -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    })
 }
 
 /// Unix time in milliseconds.
@@ -109,6 +122,11 @@ mod tests {
     #[test]
     fn finds_installed_tools_only() {
         assert!(host_tool("no-such-e2fs-tool").is_none());
+        assert_eq!(
+            proc_self_status("Pid"),
+            Some(std::process::id().to_string())
+        );
+        assert_eq!(proc_self_status("No-such-field"), None);
         let far = deadline_after(std::time::Duration::MAX);
         assert!(far > std::time::Instant::now() + std::time::Duration::from_secs(3600));
     }

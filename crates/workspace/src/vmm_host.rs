@@ -158,6 +158,8 @@ pub struct VmmProcess {
     passt: Option<crate::network::Passt>,
     /// The process this workspace lives for, if any.
     owner: Option<crate::spec::Owner>,
+    /// Its disk and memory sizes in MiB (the largest files it writes).
+    disk_and_mem_mib: (u64, u64),
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -325,6 +327,7 @@ impl VmmProcess {
             machine,
             passt,
             owner: meta.spec.owner,
+            disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
         })
     }
 
@@ -367,12 +370,8 @@ impl VmmProcess {
         }
 
         // Confined before the guest runs; a VMM that cannot be is not run.
-        let spec = shared.ws.read_meta().map(|m| m.spec);
-        let limited = spec.map_err(|e| e.to_string()).and_then(|spec| {
-            crate::vmm_guard::limit_resources(spec.disk_mib, spec.mem_mib)
-                .map_err(|e| e.to_string())
-        });
-        if let Err(e) = limited {
+        let (disk_mib, mem_mib) = self.disk_and_mem_mib;
+        if let Err(e) = crate::vmm_guard::limit_resources(disk_mib, mem_mib) {
             shared.finish(true, &format!("the VMM could not limit its resources: {e}"));
             return Ok(RunEnd { crashed: true });
         }
