@@ -122,9 +122,7 @@ fn main() {
         // Before serving, so the first command already has its network.
         agent::net::configure_from_cmdline();
     }
-    // Processes start in `/` unless asked otherwise, by inheriting it: a
-    // spawn that must change directory cannot use posix_spawn in this
-    // static binary and forks the whole agent instead (agent/lookup.rs).
+    // Processes start in `/` unless asked otherwise, by inheriting it.
     if let Err(e) = std::env::set_current_dir("/") {
         log!("cannot change to /: {e}; commands without a cwd start where the agent is");
     }

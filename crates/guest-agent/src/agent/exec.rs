@@ -10,9 +10,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::Shutdown;
-use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
-use std::process::{ChildStdin, Command, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,6 +26,7 @@ use super::poller;
 use super::pty;
 use super::reaper::decode_status;
 use super::registry::{Lookup, RegistryError};
+use super::spawn::{Input, Spawn};
 use super::{spawn_thread, State};
 
 /// PATH of every exec unless its `env` sets one.
@@ -154,7 +153,7 @@ impl Output {
     }
 }
 
-pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), ExecError> {
+pub(super) fn build_command(req: &ExecRequest) -> Result<(Spawn, String), ExecError> {
     let (mut cmd, program) = match (&req.argv, &req.shell) {
         (Some(argv), None) if argv.first().is_some_and(|p| !p.is_empty()) => {
             let path = req.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
@@ -163,14 +162,16 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), Exec
                     program: argv[0].clone(),
                     source,
                 })?;
-            let mut cmd = Command::new(found);
             // The program sees the name it was asked by (busybox picks its
             // applet by it, `ps` shows it).
-            cmd.arg0(&argv[0]).args(&argv[1..]);
+            let mut cmd = Spawn::new(&found, &argv[0]);
+            for arg in &argv[1..] {
+                cmd.arg(arg);
+            }
             (cmd, argv[0].clone())
         }
         (None, Some(line)) => {
-            let mut cmd = Command::new("/bin/sh");
+            let mut cmd = Spawn::new(Path::new("/bin/sh"), "/bin/sh");
             cmd.arg("-c").arg(line);
             (cmd, "/bin/sh".to_owned())
         }
@@ -180,19 +181,18 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), Exec
         Some(uid) if uid != 0 => "/",
         _ => "/root",
     };
-    cmd.env_clear().env("PATH", DEFAULT_PATH).env("HOME", home);
+    cmd.env("PATH", DEFAULT_PATH).env("HOME", home);
     for (key, value) in &req.env {
         if key.is_empty() || key.contains(['=', '\0']) {
             return Err(ExecError::EnvName(key.clone()));
         }
         cmd.env(key, value);
     }
-    // Without a cwd the process inherits the agent's, `/` (main.rs): a
-    // spawn with a directory change forks the agent (agent/lookup.rs).
+    // Without a cwd the process inherits the agent's, `/` (main.rs).
     match &req.cwd {
         Some(dir) if !dir.starts_with('/') => return Err(ExecError::Cwd(dir.clone())),
         Some(dir) => {
-            cmd.current_dir(dir);
+            cmd.cwd(dir);
         }
         None => {}
     }
@@ -202,15 +202,10 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Command, String), Exec
     if let Some(gid) = req.gid {
         cmd.gid(gid);
     }
-    // On a pty, pty::attach gives it a session and the terminal instead.
-    if req.pty.is_none() {
-        cmd.process_group(0)
-            .stdin(match req.stdin {
-                StdinMode::None => Stdio::null(),
-                StdinMode::Stream => Stdio::piped(),
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+    // It leads a new process group, its outputs are pipes; on a pty,
+    // pty::attach gives it a session and the terminal instead.
+    if req.stdin == StdinMode::Stream {
+        cmd.stdin(Input::Piped);
     }
     Ok((cmd, program))
 }
@@ -270,10 +265,10 @@ pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecE
             return Err(ExecError::Spawn { program, source });
         }
     };
-    // The command holds the pty's slave side: the master sees EIO at the
-    // end only once every holder has closed it.
+    // Spawning closed our copies of the pty's slave side: the master sees
+    // EIO at the end once the process and its descendants have closed it.
     drop(cmd);
-    let pid = child.id();
+    let pid = child.pid;
     state.registry.set_pid(&exec_id, pid);
 
     let streams = match master {
@@ -459,11 +454,7 @@ fn follow(
 
 /// Where an exec's output comes from and its input goes.
 enum Streams {
-    Pipes(
-        Option<std::process::ChildStdout>,
-        Option<std::process::ChildStderr>,
-        Option<ChildStdin>,
-    ),
+    Pipes(Option<File>, Option<File>, Option<File>),
     Terminal(pty::Master),
 }
 
@@ -493,10 +484,10 @@ fn start_input(conn: &mut Conn, streams: Streams) -> Result<Vec<poller::Source>,
     }
     let mut sources = Vec::with_capacity(2);
     if let Some(out) = stdout {
-        sources.push(poller::Source::new(File::from(OwnedFd::from(out)), 0));
+        sources.push(poller::Source::new(out, 0));
     }
     if let Some(err) = stderr {
-        sources.push(poller::Source::new(File::from(OwnedFd::from(err)), 1));
+        sources.push(poller::Source::new(err, 1));
     }
     Ok(sources)
 }
@@ -507,7 +498,7 @@ fn lock(slot: &Mutex<Option<ExitSeen>>) -> MutexGuard<'_, Option<ExitSeen>> {
 
 /// Kind-4 frames to the child's stdin; an empty one (or the client
 /// leaving) closes it. Input the child no longer reads is discarded.
-fn pump_stdin(mut conn: Conn, stdin: ChildStdin) {
+fn pump_stdin(mut conn: Conn, stdin: File) {
     let mut stdin = Some(stdin);
     loop {
         match conn.read_frame() {

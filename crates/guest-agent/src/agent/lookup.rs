@@ -1,14 +1,8 @@
 //! Finding a program in `PATH` the way `execvp` does, before spawning.
 //!
-//! The agent always gives a process its own `PATH`, and with a changed
-//! `PATH` the standard library cannot use `posix_spawn` (whose search would
-//! read the agent's own): it forks the whole agent instead. Copying the
-//! agent's page tables and then taking its copy-on-write faults is
-//! emulated kernel work on hosts that emulate guest kernel mode, about a
-//! second per exec. With the program found here, by absolute path, and no
-//! directory change (the agent itself runs in `/`, the default), the spawn
-//! is a `vfork`-style `posix_spawn`. (A request's own `cwd` still forks:
-//! this static binary cannot reach `posix_spawn_file_actions_addchdir_np`.)
+//! The agent always gives a process its own `PATH`; the spawn
+//! (agent/spawn.rs) runs a program by absolute path, so the search happens
+//! here, against the process's `PATH`, not the agent's.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;

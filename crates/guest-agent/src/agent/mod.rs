@@ -15,6 +15,7 @@ mod pty;
 mod reaper;
 mod registry;
 mod ring;
+mod spawn;
 mod sysinfo;
 mod tunnel;
 

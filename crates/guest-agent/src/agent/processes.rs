@@ -8,7 +8,6 @@
 //! wakes long-polling readers and waiters on every change.
 
 use std::io::{self, Read, Write};
-use std::process::ChildStdin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -118,7 +117,7 @@ struct Live {
     out: [Ring; 2],
     eofs: u8,
     exit: Option<Exit>,
-    stdin: Option<ChildStdin>,
+    stdin: Option<std::fs::File>,
     timed_out: bool,
 }
 
@@ -303,7 +302,7 @@ impl Processes {
     fn spawn(
         &self,
         reaper: &Reaper,
-        cmd: &mut std::process::Command,
+        cmd: &mut super::spawn::Spawn,
         proc: &Arc<Proc>,
         timeout_ms: Option<u64>,
     ) -> Result<(), SpawnFailure> {
@@ -321,7 +320,7 @@ impl Processes {
             })
         };
         let mut child = reaper.spawn(cmd, on_exit).map_err(SpawnFailure::Spawn)?;
-        let pid = child.id();
+        let pid = child.pid;
         proc.pid.store(pid, Ordering::SeqCst);
         let stdin = child.stdin.take();
         proc.update(|live| {

@@ -10,13 +10,12 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 
 use guest_agent::frame::{self, FrameKind};
 use guest_agent::protocol::{PtySize, Request};
 
 use super::conn::Conn;
+use super::spawn::{Input, Output, Session, Spawn};
 
 /// Why a pty could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -100,8 +99,8 @@ fn open_master() -> io::Result<(OwnedFd, String)> {
 
 /// Opens a pty of `size` and makes it `cmd`'s terminal: stdin, stdout and
 /// stderr, and, in the child, a new session with it as controlling tty.
-/// `cmd` holds the slave side until it is dropped, so drop it once spawned.
-pub fn attach(cmd: &mut Command, size: PtySize) -> Result<Master, PtyError> {
+/// Spawning `cmd` closes the agent's copies of the slave side.
+pub fn attach(cmd: &mut Spawn, size: PtySize) -> Result<Master, PtyError> {
     let (master, slave_path) = open_master().map_err(PtyError::Open)?;
     set_size(&master, size).map_err(PtyError::Size)?;
     let slave = std::fs::OpenOptions::new()
@@ -112,24 +111,12 @@ pub fn attach(cmd: &mut Command, size: PtySize) -> Result<Master, PtyError> {
         .map_err(PtyError::Slave)?;
     let out = slave.try_clone().map_err(PtyError::Slave)?;
     let err = slave.try_clone().map_err(PtyError::Slave)?;
-    cmd.stdin(Stdio::from(slave))
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err));
-    // SAFETY: the closure runs in the forked child before exec and calls
-    // only async-signal-safe functions (setsid, ioctl).
-    unsafe {
-        cmd.pre_exec(|| {
-            // A new session (and process group, so signals to the exec's
-            // group reach it) whose controlling terminal is stdin.
-            if libc::setsid() == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // A new session (and process group, so signals to the exec's group
+    // reach it) whose controlling terminal is stdin.
+    cmd.stdin(Input::Fd(slave.into()))
+        .stdout(Output::Fd(out.into()))
+        .stderr(Output::Fd(err.into()))
+        .session(Session::Terminal);
     Ok(Master {
         file: File::from(master),
     })
@@ -174,7 +161,7 @@ mod tests {
 
     #[test]
     fn a_child_on_the_pty_sees_a_terminal_of_the_given_size() {
-        let mut cmd = Command::new("/bin/sh");
+        let mut cmd = Spawn::new(std::path::Path::new("/bin/sh"), "sh");
         cmd.arg("-c").arg("test -t 0 && stty size && echo pgrp-ok");
         let master = attach(
             &mut cmd,
@@ -184,8 +171,7 @@ mod tests {
             },
         )
         .unwrap();
-        let mut child = cmd.spawn().unwrap();
-        drop(cmd);
+        let child = cmd.spawn().unwrap();
         let mut out = Vec::new();
         let mut reader = master.into_reader();
         let mut buf = [0u8; 1024];
@@ -196,7 +182,10 @@ mod tests {
             }
             out.extend_from_slice(&buf[..n]);
         }
-        assert!(child.wait().unwrap().success());
+        let mut status = -1;
+        // SAFETY: waitpid stores into `status`.
+        unsafe { libc::waitpid(child.pid as libc::pid_t, &mut status, 0) };
+        assert_eq!(status, 0);
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("33 101"), "{text:?}");
         assert!(text.contains("pgrp-ok"), "{text:?}");

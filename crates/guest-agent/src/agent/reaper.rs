@@ -7,14 +7,14 @@
 //! before the spawn until the pid is registered, and the thread first only
 //! peeks at an exited child (`WNOWAIT`), then takes the lock, then reaps it.
 //! So a child that dies at once is still routed to its exec, and the
-//! `waitpid` std does itself when `exec` fails in the child finds its
-//! zombie still there.
+//! reap after a failed exec (agent/spawn.rs) finds its zombie still there.
 
 use std::collections::HashMap;
 use std::io;
-use std::process::{Child, Command};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+
+use super::spawn::{Child, Spawn};
 
 /// Called with the raw wait status of the child it was registered for.
 pub type ExitCallback = Box<dyn FnOnce(i32) + Send>;
@@ -63,14 +63,14 @@ impl Reaper {
         Ok(Self { shared })
     }
 
-    /// Spawns `cmd`; `on_exit` gets its wait status once it exits.
-    pub fn spawn(&self, cmd: &mut Command, on_exit: ExitCallback) -> io::Result<Child> {
+    /// Spawns `spawn`; `on_exit` gets its wait status once it exits.
+    pub fn spawn(&self, spawn: &mut Spawn, on_exit: ExitCallback) -> io::Result<Child> {
         let mut registered = self.shared.lock();
-        let child = cmd.spawn()?;
+        let child = spawn.spawn()?;
         // Linux pids fit in pid_t.
         registered
             .callbacks
-            .insert(child.id() as libc::pid_t, on_exit);
+            .insert(child.pid as libc::pid_t, on_exit);
         registered.spawns += 1;
         self.shared.spawned.notify_all();
         Ok(child)
