@@ -15,9 +15,13 @@
  *      costs about a second where guest kernel mode is emulated.
  * Unknown `key=value` kernel parameters without a dot reach init as
  * environment variables, which is how the two settings arrive.
+ * In a converted container image this init is /.microagent/init (booted
+ * with init=/.microagent/init): the agent and the writable layer's mount
+ * point are then beside it, and the image's own files stay untouched.
  * Built against the kernel's nolibc: a few KB.
  */
 #define AGENT "/usr/bin/microagent-agent"
+#define GUEST_DIR "/.microagent/"
 #define MS_RDONLY 1
 #define MS_NOSUID 2
 #define MS_NODEV 4
@@ -68,20 +72,28 @@ int main(int argc, char **argv, char **envp)
 	const char *hostname = env_value(envp, "microagent_hostname");
 	char *agent_argv[] = { "microagent-agent", 0 };
 	char *agent_envp[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", 0 };
+	/* Converted images: everything of ours under /.microagent/. */
+	int ours = argc > 0 && strncmp(argv[0], GUEST_DIR, strlen(GUEST_DIR)) == 0;
+	const char *agent = ours ? GUEST_DIR "agent" : AGENT;
+	const char *top = ours ? GUEST_DIR "overlay" : "/overlay";
+	const char *upper = ours ? GUEST_DIR "overlay/upper" : "/overlay/upper";
+	const char *work = ours ? GUEST_DIR "overlay/work" : "/overlay/work";
+	const char *merged = ours ? GUEST_DIR "overlay/merged" : "/overlay/merged";
+	const char *oldroot = ours ? GUEST_DIR "overlay/merged/.oldroot" : "/overlay/merged/.oldroot";
+	const char *options = ours ?
+		"lowerdir=/,upperdir=" GUEST_DIR "overlay/upper,workdir=" GUEST_DIR "overlay/work" :
+		"lowerdir=/,upperdir=/overlay/upper,workdir=/overlay/work";
 
-	(void)argc;
-	(void)argv;
-	/* The writable layer, at /overlay of the read-only base (an empty dir there). */
+	/* The writable layer, at the read-only base's empty overlay dir. */
 	if (layer && *layer)
-		must_mount(layer, "/overlay", "ext4", MS_NOATIME, "");
+		must_mount(layer, top, "ext4", MS_NOATIME, "");
 	else
-		must_mount("tmpfs", "/overlay", "tmpfs", MS_NOATIME, "mode=0755");
-	mkdir("/overlay/upper", 0755);
-	mkdir("/overlay/work", 0755);
-	must_mount("overlay", "/overlay/merged", "overlay", MS_NOATIME,
-		   "lowerdir=/,upperdir=/overlay/upper,workdir=/overlay/work");
-	mkdir("/overlay/merged/.oldroot", 0700);
-	if (my_syscall2(__NR_pivot_root, "/overlay/merged", "/overlay/merged/.oldroot") < 0)
+		must_mount("tmpfs", top, "tmpfs", MS_NOATIME, "mode=0755");
+	mkdir(upper, 0755);
+	mkdir(work, 0755);
+	must_mount("overlay", merged, "overlay", MS_NOATIME, options);
+	mkdir(oldroot, 0700);
+	if (my_syscall2(__NR_pivot_root, merged, oldroot) < 0)
 		die("pivot_root");
 	if (chdir("/") < 0)
 		die("chdir /");
@@ -97,7 +109,7 @@ int main(int argc, char **argv, char **envp)
 	if (!hostname || !*hostname)
 		hostname = "microagent";
 	my_syscall2(__NR_sethostname, hostname, strlen(hostname));
-	execve(AGENT, agent_argv, agent_envp);
-	die("exec " AGENT);
+	execve(agent, agent_argv, agent_envp);
+	die("exec of the agent");
 	return 1;
 }

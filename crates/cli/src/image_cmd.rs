@@ -1,7 +1,9 @@
 //! `microagent image ls | inspect | import | rm`.
 
 use std::path::PathBuf;
+
 use std::process::ExitCode;
+use workspace::oci::rootfs::Step;
 
 use clap::Subcommand;
 use workspace::{Error, Workspaces};
@@ -24,14 +26,17 @@ pub enum ImageCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Register a directory holding `vmlinux` and `rootfs.ext4` (and optionally
-    /// `manifest.json`) as an image.
+    /// Import an image: a container image (an OCI image layout directory,
+    /// a tar of one, or a `docker save` tarball) converted to a workspace
+    /// image, or a directory holding `vmlinux` and `rootfs.ext4` (and
+    /// optionally `manifest.json`)
     Import {
-        /// The directory.
-        dir: PathBuf,
-        /// Name to register it under.
+        /// The directory or tarball.
+        path: PathBuf,
+        /// Name to register it under (a container image's defaults to its
+        /// tag: `python:3.12-slim` is `python-3-12-slim`).
         #[arg(long)]
-        name: String,
+        name: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -111,14 +116,44 @@ pub fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error> {
                 if let Some(m) = &info.manifest {
                     println!("  manifest {m}");
                 }
+                if let Some(origin) = &info.origin {
+                    println!(
+                        "  image    {} ({})",
+                        origin.reference, origin.manifest_digest
+                    );
+                }
+                if let Some(args) = &info.boot_args {
+                    println!("  boots    {args}");
+                }
+                let d = &info.defaults;
+                if let Some(user) = &d.user {
+                    println!(
+                        "  user     {user} ({}:{})",
+                        d.uid.unwrap_or(0),
+                        d.gid.unwrap_or(0)
+                    );
+                }
+                if let Some(cwd) = &d.cwd {
+                    println!("  workdir  {cwd}");
+                }
+                for (k, v) in &d.env {
+                    println!("  env      {k}={}", output::inert(v));
+                }
+                if let Some(command) = &d.command {
+                    println!("  command  {}", output::inert(&command.join(" ")));
+                }
             }
         }
-        ImageCommand::Import { dir, name, json } => {
-            let info = images.import_dir(name, dir)?;
+        ImageCommand::Import { path, name, json } => {
+            let mut progress = |step: Step| match step {
+                Step::Layer { index, count } => eprintln!("applying layer {index} of {count}"),
+                Step::Filesystem => eprintln!("writing the root filesystem"),
+            };
+            let info = images.import_path(name.as_deref(), path, &mut progress)?;
             if *json {
                 output::json(&info);
             } else {
-                println!("imported {} from {}", info.name, dir.display());
+                println!("imported {} from {}", info.name, path.display());
             }
         }
         ImageCommand::Rm { name, json } => {

@@ -58,8 +58,7 @@ impl SpecArgs {
             ttl_secs: self.ttl_secs,
             network: self.network.clone(),
             ports: self.ports.clone(),
-            address: None,
-            owner: None,
+            ..WorkspaceSpec::default()
         }
     }
 }

@@ -136,15 +136,20 @@ impl ExecRequest {
         }
     }
 
-    /// The agent's request, with the workspace's `env` under the request's.
-    pub(crate) fn into_wire(self, workspace_env: BTreeMap<String, String>) -> wire::ExecRequest {
+    /// The agent's request, with the workspace's `env` under the request's
+    /// and its working directory and user (its image's) as defaults.
+    pub(crate) fn into_wire(self, spec: &crate::spec::WorkspaceSpec) -> wire::ExecRequest {
         let mut req = match self.program {
             Program::Argv(argv) => wire::ExecRequest::argv(argv),
             Program::Shell(line) => wire::ExecRequest::shell(line),
         };
-        req.env = workspace_env;
+        req.env = spec.env.clone();
         req.env.extend(self.env);
-        req.cwd = self.cwd;
+        req.cwd = self.cwd.or_else(|| spec.cwd.clone());
+        if let Some((uid, gid)) = spec.user {
+            req.uid = Some(uid);
+            req.gid = Some(gid);
+        }
         if let Some(t) = self.timeout {
             req = req.timeout(t);
         }
@@ -350,7 +355,7 @@ impl Workspaces {
         req.check()?;
         let (ws, meta) = self.running(name)?;
         let command = req.describe();
-        let req = req.into_wire(meta.spec.env);
+        let req = req.into_wire(&meta.spec);
         let events = ws.events();
         let client = ws
             .agent()
@@ -472,11 +477,16 @@ mod tests {
             .timeout(Duration::from_millis(1500))
             .output_cap(10);
         assert_eq!(req.describe(), "ls -l");
-        let workspace_env = BTreeMap::from([
-            ("A".to_owned(), "workspace".to_owned()),
-            ("C".to_owned(), "3".to_owned()),
-        ]);
-        let wire = req.into_wire(workspace_env);
+        let spec = crate::spec::WorkspaceSpec {
+            env: BTreeMap::from([
+                ("A".to_owned(), "workspace".to_owned()),
+                ("C".to_owned(), "3".to_owned()),
+            ]),
+            cwd: Some("/app".into()),
+            user: Some((1000, 1001)),
+            ..Default::default()
+        };
+        let wire = req.clone().into_wire(&spec);
         assert_eq!(wire.argv, Some(vec!["ls".to_owned(), "-l".to_owned()]));
         assert_eq!(wire.shell, None);
         assert_eq!(wire.env["A"], "request", "the request's env wins");
@@ -485,11 +495,18 @@ mod tests {
         assert_eq!(wire.cwd.as_deref(), Some("/tmp"));
         assert_eq!(wire.timeout_ms, Some(1500));
         assert_eq!(wire.output_cap, Some(10));
+        assert_eq!((wire.uid, wire.gid), (Some(1000), Some(1001)));
+        let no_cwd = ExecRequest::argv(["ls"]).into_wire(&spec);
+        assert_eq!(
+            no_cwd.cwd.as_deref(),
+            Some("/app"),
+            "the image's cwd by default"
+        );
     }
 
     #[test]
     fn a_shell_line_goes_as_one_string() {
-        let wire = ExecRequest::shell("echo hi | wc -c").into_wire(BTreeMap::new());
+        let wire = ExecRequest::shell("echo hi | wc -c").into_wire(&Default::default());
         assert_eq!(wire.shell.as_deref(), Some("echo hi | wc -c"));
         assert_eq!(wire.argv, None);
     }

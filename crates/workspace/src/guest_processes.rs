@@ -187,7 +187,7 @@ impl Workspaces {
         req.check()?;
         let (ws, meta) = self.running(name)?;
         let command = req.describe();
-        let mut wire = req.into_wire(meta.spec.env);
+        let mut wire = req.into_wire(&meta.spec);
         if options.stdin {
             wire.stdin = StdinMode::Stream;
         }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::code::ErrorCode;
 use crate::name::{validate_name, NameError};
+use crate::oci::{ImageDefaults, OciOrigin};
 use crate::remedy::Remedy;
 use crate::settings::now_ms;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
@@ -80,6 +81,13 @@ pub enum ImageError {
     /// The registry's files.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A container image could not be read or converted.
+    #[error("cannot import the container image")]
+    Oci(#[from] crate::oci::OciError),
+    /// Converting a container image needs a built image's kernel, init
+    /// and agent.
+    #[error("converting a container image needs the built `{0}` image (its kernel, init and agent), which is missing")]
+    NoBase(String),
 }
 
 impl ImageError {
@@ -98,7 +106,8 @@ impl ImageError {
     pub fn code(&self) -> ErrorCode {
         match self {
             ImageError::Name(_) | ImageError::BadSource { .. } => ErrorCode::InvalidInput,
-            ImageError::NotFound(_) => ErrorCode::NotFound,
+            ImageError::NotFound(_) | ImageError::NoBase(_) => ErrorCode::NotFound,
+            ImageError::Oci(e) => e.code(),
             ImageError::Exists(_) | ImageError::InUse { .. } => ErrorCode::Conflict,
             ImageError::Store(e) => e.code(),
             ImageError::Copy { .. } | ImageError::Remove { .. } => ErrorCode::Internal,
@@ -128,6 +137,25 @@ pub struct ImageInfo {
     /// The build manifest, when the source had one.
     #[serde(default)]
     pub manifest: Option<serde_json::Value>,
+    /// Kernel arguments the image needs (a converted container image:
+    /// `init=/.microagent/init`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_args: Option<String>,
+    /// What workspaces of it start with (a container image's config).
+    #[serde(default)]
+    pub defaults: ImageDefaults,
+    /// The container image it was converted from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<OciOrigin>,
+}
+
+/// What a converted image adds to its record.
+#[derive(Debug, Default)]
+struct Extras {
+    boot_args: Option<String>,
+    defaults: ImageDefaults,
+    origin: Option<OciOrigin>,
+    source: Option<PathBuf>,
 }
 
 /// The registry in a state directory.
@@ -318,6 +346,17 @@ impl ImageRegistry {
         rootfs: &Path,
         manifest: Option<&Path>,
     ) -> Result<ImageInfo, ImageError> {
+        self.import_with(name, kernel, rootfs, manifest, Extras::default())
+    }
+
+    fn import_with(
+        &self,
+        name: &str,
+        kernel: &Path,
+        rootfs: &Path,
+        manifest: Option<&Path>,
+        extras: Extras,
+    ) -> Result<ImageInfo, ImageError> {
         let dir = self.image_dir(name)?;
         let kernel_bytes = check_kernel(kernel)?;
         let rootfs_bytes = check_rootfs(rootfs)?;
@@ -349,8 +388,13 @@ impl ImageRegistry {
                 kernel_bytes,
                 rootfs_bytes,
                 imported_at_ms: now_ms(),
-                source: rootfs.parent().map(Path::to_path_buf).unwrap_or_default(),
+                source: extras
+                    .source
+                    .unwrap_or_else(|| rootfs.parent().map(Path::to_path_buf).unwrap_or_default()),
                 manifest,
+                boot_args: extras.boot_args,
+                defaults: extras.defaults,
+                origin: extras.origin,
             };
             write_json_atomic(&staging.join(IMAGE_FILE), &info)?;
             // rename(2) onto an existing non-empty directory fails: the name is taken.
@@ -361,6 +405,102 @@ impl ImageRegistry {
             let _ = std::fs::remove_dir_all(&staging);
         }
         result
+    }
+
+    /// Imports what is at `path`: a directory with `vmlinux` and
+    /// `rootfs.ext4` (`name` required), or a container image (an OCI image
+    /// layout directory, a tar of one, or a `docker save` tarball; `name`
+    /// defaults to the image's tag), converted with the `minimal` image's
+    /// kernel, init and agent. On any failure nothing is left behind.
+    pub fn import_path(
+        &self,
+        name: Option<&str>,
+        path: &Path,
+        progress: &mut dyn FnMut(crate::oci::rootfs::Step),
+    ) -> Result<ImageInfo, ImageError> {
+        if path.join(KERNEL_FILE).exists() || path.join(ROOTFS_FILE).exists() {
+            let name = name.ok_or_else(|| ImageError::BadSource {
+                path: path.to_owned(),
+                problem: "a kernel and root filesystem directory needs a name for the image".into(),
+            })?;
+            return self.import_dir(name, path);
+        }
+        if let Some(name) = name {
+            self.check_free(name)?;
+        }
+        let work = self.dir.join(format!(".convert-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).map_err(|source| StoreError::CreateDir {
+            path: work.clone(),
+            source,
+        })?;
+        let result = (|| {
+            let source_dir = if path.is_dir() {
+                path.to_owned()
+            } else {
+                let unpacked = work.join("source");
+                std::fs::create_dir(&unpacked).map_err(|source| StoreError::CreateDir {
+                    path: unpacked.clone(),
+                    source,
+                })?;
+                crate::oci::layout::unpack_archive(path, &unpacked)?;
+                unpacked
+            };
+            let image = crate::oci::layout::read_dir(&source_dir, None)?;
+            let name = match name {
+                Some(name) => name.to_owned(),
+                None => {
+                    let name =
+                        crate::oci::image_name(image.reference.as_deref()).ok_or_else(|| {
+                            ImageError::BadSource {
+                                path: path.to_owned(),
+                                problem: "the image has no tag to name it by; give a name".into(),
+                            }
+                        })?;
+                    self.check_free(&name)?;
+                    name
+                }
+            };
+            self.import_image(&name, &image, &work, path, progress)
+        })();
+        let _ = std::fs::remove_dir_all(&work);
+        result
+    }
+
+    /// Converts a read container image and registers it as `name`.
+    pub(crate) fn import_image(
+        &self,
+        name: &str,
+        image: &crate::oci::layout::Resolved,
+        work: &Path,
+        source: &Path,
+        progress: &mut dyn FnMut(crate::oci::rootfs::Step),
+    ) -> Result<ImageInfo, ImageError> {
+        let base = self
+            .get(BUILTIN_IMAGES[0])
+            .map_err(|_| ImageError::NoBase(BUILTIN_IMAGES[0].into()))?;
+        let build = work.join("build");
+        let _ = std::fs::remove_dir_all(&build);
+        std::fs::create_dir_all(&build).map_err(|source| StoreError::CreateDir {
+            path: build.clone(),
+            source,
+        })?;
+        let converted = crate::oci::rootfs::convert(image, &build, &base.rootfs, progress)?;
+        let extras = Extras {
+            boot_args: Some(crate::oci::rootfs::BOOT_ARGS.into()),
+            defaults: converted.defaults,
+            origin: Some(converted.origin),
+            source: Some(source.to_owned()),
+        };
+        self.import_with(name, &base.kernel, &converted.rootfs, None, extras)
+    }
+
+    /// Refuses a bad or taken name before any work.
+    fn check_free(&self, name: &str) -> Result<(), ImageError> {
+        if self.image_dir(name)?.join(IMAGE_FILE).exists() {
+            return Err(ImageError::Exists(name.to_owned()));
+        }
+        Ok(())
     }
 
     /// Removes an image unless a workspace in `users` uses it.

@@ -37,6 +37,7 @@ pub(crate) mod metrics;
 pub(crate) mod name;
 pub mod network;
 pub(crate) mod network_ops;
+pub mod oci;
 pub(crate) mod one_shot;
 pub(crate) mod ops;
 pub mod plan;

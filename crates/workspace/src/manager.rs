@@ -276,10 +276,7 @@ impl Workspaces {
             make_disk(&ws.disk(), spec.disk_mib)?;
             let meta = Meta {
                 name: name.to_owned(),
-                spec: WorkspaceSpec {
-                    image: image.name,
-                    ..spec
-                },
+                spec: spec.with_image(image),
                 created_at_ms: now_ms(),
                 state: State::Stopped,
                 runtime: None,

@@ -93,6 +93,12 @@ pub struct WorkspaceSpec {
     /// when that process ends, so a killed client leaves nothing running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<Owner>,
+    /// Working directory of commands that name none (from the image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The user (uid, gid) commands run as (from the image; else root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<(u32, u32)>,
 }
 
 /// A host process, told apart from a later one with the same pid by its
@@ -132,6 +138,8 @@ impl Default for WorkspaceSpec {
             ports: Vec::new(),
             address: None,
             owner: None,
+            cwd: None,
+            user: None,
         }
     }
 }
@@ -145,6 +153,26 @@ fn valid_key(key: &str) -> bool {
 }
 
 impl WorkspaceSpec {
+    /// The spec of a workspace of `image`: its registered name, and its
+    /// defaults (environment under the spec's own, working directory,
+    /// user) recorded, so the workspace keeps them if the image goes.
+    pub fn with_image(self, image: crate::image::ImageInfo) -> Self {
+        let defaults = image.defaults;
+        let mut env = defaults.env;
+        env.extend(self.env);
+        let user = match (defaults.uid, defaults.gid) {
+            (Some(uid), gid) => Some((uid, gid.unwrap_or(0))),
+            _ => None,
+        };
+        Self {
+            image: image.name,
+            env,
+            cwd: self.cwd.or(defaults.cwd),
+            user: self.user.or(user),
+            ..self
+        }
+    }
+
     /// Checks every field against [`LIMITS`].
     pub fn validate(&self) -> Result<()> {
         self.validate_within(&LIMITS)

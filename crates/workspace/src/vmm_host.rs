@@ -446,6 +446,10 @@ fn build_machine(
     let image = images.get(&spec.image)?;
     let console = ConsoleLogWriter::create(ws.path())?;
     let mut cmdline = format!("{GUEST_CMDLINE} microagent_hostname={}", ws.name());
+    if let Some(args) = &image.boot_args {
+        cmdline.push(' ');
+        cmdline.push_str(args);
+    }
     if let Some(net) = crate::network::guest_cmdline(addressing.as_ref()) {
         cmdline.push(' ');
         cmdline.push_str(&net);

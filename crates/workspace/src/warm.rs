@@ -149,7 +149,10 @@ impl Workspaces {
             format!("format {}", vmm_core::snapshot::format::FORMAT_VERSION),
             file_identity(&image.kernel),
             file_identity(&image.rootfs),
-            format!("cmdline {GUEST_CMDLINE}"),
+            format!(
+                "cmdline {GUEST_CMDLINE} {}",
+                image.boot_args.as_deref().unwrap_or_default()
+            ),
             format!("network {addressing}"),
             key.clone(),
         ];

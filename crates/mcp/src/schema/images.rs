@@ -19,12 +19,17 @@ pub struct ImageNameParams {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportImageParams {
-    /// Name for the new image.
-    pub name: String,
-    /// Host directory holding `vmlinux` (an ELF kernel) and `rootfs.ext4`
-    /// (and optionally `manifest.json`); relative to the server's working
-    /// directory.
-    pub dir: String,
+    /// Name for the new image (a container image's defaults to its tag:
+    /// `python:3.12-slim` is `python-3-12-slim`; required for a kernel and
+    /// root filesystem directory).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Host path, relative to the server's working directory: a container
+    /// image (an OCI image layout directory, a tar of one, or a `docker
+    /// save` tarball), or a directory holding `vmlinux` (an ELF kernel) and
+    /// `rootfs.ext4` (and optionally `manifest.json`).
+    #[serde(alias = "dir")]
+    pub path: String,
 }
 
 /// `image_delete`.

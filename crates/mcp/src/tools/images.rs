@@ -9,6 +9,26 @@ use crate::output::{Out, ToolResult};
 use crate::schema::images::*;
 use crate::MicroagentServer;
 
+/// Every file and symlink below `dir` (an image layout is a few levels deep).
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(_) => out.push(path),
+                Err(_) => {}
+            }
+        }
+    }
+    out
+}
+
 #[tool_router(router = images_router, vis = "pub(crate)")]
 impl MicroagentServer {
     /// One image: its kernel and root filesystem (paths, sizes), where it
@@ -51,21 +71,20 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<ImportImageParams>,
     ) -> ToolResult<ImageResult> {
-        let dir = self.host_roots.existing(&p.dir)?;
+        let path = self.host_roots.existing(&p.path)?;
         // The files inside may be symlinks: each must stay beneath a root too.
-        for file in [
-            workspace::image::KERNEL_FILE,
-            workspace::image::ROOTFS_FILE,
-            workspace::image::MANIFEST_FILE,
-        ] {
-            let path = dir.join(file);
-            if path.symlink_metadata().is_ok() {
-                self.host_roots.existing(&path.to_string_lossy())?;
+        if path.is_dir() {
+            for entry in walk_files(&path) {
+                self.host_roots.existing(&entry.to_string_lossy())?;
             }
         }
+        let name = p.name;
         let image = self
-            .on_workspace(&p.name, move |ws, name| {
-                Ok(ws.images().import_dir(name, &dir)?)
+            .blocking(move |ws| {
+                Ok(ws
+                    .images()
+                    .import_path(name.as_deref(), &path, &mut |_| {})
+                    .map_err(workspace::Error::from)?)
             })
             .await?;
         Ok(Out(ImageResult {

@@ -140,8 +140,7 @@ impl MicroagentServer {
                 .network
                 .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
             ports: p.ports,
-            address: None,
-            owner: None,
+            ..WorkspaceSpec::default()
         };
         let meta = self
             .on_workspace(&p.name, |ws, name| ws.create(name, spec))

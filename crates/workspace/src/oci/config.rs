@@ -1,0 +1,257 @@
+//! The image config (the part of it a workspace uses) and the defaults it
+//! gives workspaces: environment, working directory, user, command.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::OciError;
+
+/// The image config document (OCI `application/vnd.oci.image.config.v1+json`
+/// and Docker's, which share these fields).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ImageConfig {
+    /// `amd64`, ...
+    #[serde(default)]
+    pub architecture: String,
+    /// `linux`, ...
+    #[serde(default)]
+    pub os: String,
+    /// How containers of it run.
+    #[serde(default)]
+    pub config: Option<RunConfig>,
+    /// The layers' uncompressed digests, bottom first.
+    pub rootfs: RootFs,
+}
+
+/// `config` of an image config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RunConfig {
+    /// `KEY=value` entries.
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
+    /// The working directory.
+    #[serde(default)]
+    pub working_dir: Option<String>,
+    /// The user (`name`, `uid`, `name:group`, ...).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The command (arguments to the entrypoint, if any).
+    #[serde(default)]
+    pub cmd: Option<Vec<String>>,
+    /// The entrypoint.
+    #[serde(default)]
+    pub entrypoint: Option<Vec<String>>,
+}
+
+/// `rootfs` of an image config.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RootFs {
+    /// `sha256:` digests of the uncompressed layers.
+    pub diff_ids: Vec<String>,
+}
+
+impl ImageConfig {
+    /// Parses and checks that it is a Linux x86-64 image.
+    pub fn parse(bytes: &[u8]) -> Result<Self, OciError> {
+        let config: ImageConfig =
+            serde_json::from_slice(bytes).map_err(|source| OciError::Json {
+                what: "config".into(),
+                source,
+            })?;
+        if config.os != "linux" || config.architecture != "amd64" {
+            return Err(OciError::Unsupported(format!(
+                "the image is for {}/{}; workspaces run linux/amd64",
+                config.os, config.architecture
+            )));
+        }
+        Ok(config)
+    }
+}
+
+/// What workspaces of an image start with (from its config).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct ImageDefaults {
+    /// Environment of every command (a command's own values win).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory of commands that name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The user commands run as, as the image names it (`node`, `1000:1000`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// That user's uid and gid, resolved in the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// See `uid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// The image's command (Entrypoint then Cmd).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+}
+
+/// Where an image came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct OciOrigin {
+    /// The reference pulled, or the name in the archive (may be empty).
+    pub reference: String,
+    /// The manifest's digest.
+    pub manifest_digest: String,
+    /// The config's digest.
+    pub config_digest: String,
+    /// The layers' digests, bottom first.
+    pub layers: Vec<String>,
+}
+
+impl ImageDefaults {
+    /// The defaults of `config`, the user resolved in the unpacked `tree`.
+    pub fn from_config(config: &RunConfig, tree: &Path) -> Result<Self, OciError> {
+        let mut env = BTreeMap::new();
+        for kv in config.env.iter().flatten() {
+            if let Some((k, v)) = kv.split_once('=') {
+                if !k.is_empty() {
+                    env.insert(k.to_owned(), v.to_owned());
+                }
+            }
+        }
+        let command: Vec<String> = config
+            .entrypoint
+            .iter()
+            .flatten()
+            .chain(config.cmd.iter().flatten())
+            .cloned()
+            .collect();
+        let user = config.user.clone().filter(|u| !u.is_empty());
+        let (uid, gid, home) = match &user {
+            Some(user) => {
+                let (uid, gid, home) = resolve_user(user, tree)?;
+                (Some(uid), Some(gid), home)
+            }
+            None => (None, None, None),
+        };
+        if let Some(home) = home {
+            env.entry("HOME".into()).or_insert(home);
+        }
+        Ok(Self {
+            env,
+            cwd: config.working_dir.clone().filter(|d| d.starts_with('/')),
+            user,
+            uid,
+            gid,
+            command: (!command.is_empty()).then_some(command),
+        })
+    }
+}
+
+/// An image's `User` (`name`, `uid`, `name:group`, `uid:gid`, ...) as
+/// uid, gid and home directory, looked up in the tree's /etc/passwd and
+/// /etc/group as the container runtime would.
+fn resolve_user(user: &str, tree: &Path) -> Result<(u32, u32, Option<String>), OciError> {
+    let passwd = std::fs::read_to_string(tree.join("etc/passwd")).unwrap_or_default();
+    let group = std::fs::read_to_string(tree.join("etc/group")).unwrap_or_default();
+    let (user_part, group_part) = match user.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (user, None),
+    };
+    let entry = passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        let uid: u32 = f.get(2)?.parse().ok()?;
+        let matches = f.first() == Some(&user_part) || user_part.parse() == Ok(uid);
+        let gid = f.get(3).and_then(|g| g.parse::<u32>().ok());
+        matches.then(|| (uid, gid, f.get(5).map(|h| h.to_string())))
+    });
+    let (uid, passwd_gid, home) = match (entry, user_part.parse::<u32>()) {
+        (Some((uid, gid, home)), _) => (uid, gid, home),
+        (None, Ok(uid)) => (uid, None, None),
+        (None, Err(_)) => {
+            return Err(OciError::Unsupported(format!(
+                "the image runs as user `{user_part}`, which its /etc/passwd does not list"
+            )))
+        }
+    };
+    let gid = match group_part {
+        None => passwd_gid.unwrap_or(0),
+        Some(g) => match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => group
+                .lines()
+                .find_map(|line| {
+                    let f: Vec<&str> = line.split(':').collect();
+                    (f.first() == Some(&g)).then(|| f.get(2)?.parse().ok())?
+                })
+                .ok_or_else(|| {
+                    OciError::Unsupported(format!(
+                        "the image runs as group `{g}`, which its /etc/group does not list"
+                    ))
+                })?,
+        },
+    };
+    Ok((uid, gid, home))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_resolve_by_name_number_and_group() {
+        let tree = std::env::temp_dir().join(format!("ma-ocicfg-{}", std::process::id()));
+        std::fs::create_dir_all(tree.join("etc")).unwrap();
+        std::fs::write(
+            tree.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1001::/home/node:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(tree.join("etc/group"), "root:x:0:\nstaff:x:50:\n").unwrap();
+        assert_eq!(
+            resolve_user("node", &tree).unwrap(),
+            (1000, 1001, Some("/home/node".into()))
+        );
+        assert_eq!(resolve_user("node:staff", &tree).unwrap().1, 50);
+        assert_eq!(resolve_user("1000:7", &tree).unwrap().0, 1000);
+        assert_eq!(resolve_user("4242", &tree).unwrap(), (4242, 0, None));
+        assert!(resolve_user("ghost", &tree).is_err());
+        assert!(resolve_user("node:nogroup", &tree).is_err());
+
+        let run = RunConfig {
+            env: Some(vec!["PATH=/usr/bin:/bin".into(), "A=b=c".into()]),
+            working_dir: Some("/app".into()),
+            user: Some("node".into()),
+            cmd: Some(vec!["node".into()]),
+            entrypoint: Some(vec!["docker-entrypoint.sh".into()]),
+        };
+        let d = ImageDefaults::from_config(&run, &tree).unwrap();
+        assert_eq!(d.env["A"], "b=c");
+        assert_eq!(d.env["HOME"], "/home/node");
+        assert_eq!(d.cwd.as_deref(), Some("/app"));
+        assert_eq!((d.uid, d.gid), (Some(1000), Some(1001)));
+        assert_eq!(
+            d.command,
+            Some(vec!["docker-entrypoint.sh".into(), "node".into()])
+        );
+        std::fs::remove_dir_all(tree).unwrap();
+    }
+
+    #[test]
+    fn configs_for_other_platforms_are_refused() {
+        let arm =
+            br#"{"architecture":"arm64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
+        assert!(matches!(
+            ImageConfig::parse(arm),
+            Err(OciError::Unsupported(_))
+        ));
+        let ok = br#"{"architecture":"amd64","os":"linux","config":{"Env":["A=1"]},"rootfs":{"type":"layers","diff_ids":["sha256:00"]}}"#;
+        let c = ImageConfig::parse(ok).unwrap();
+        assert_eq!(c.rootfs.diff_ids.len(), 1);
+        assert!(matches!(
+            ImageConfig::parse(b"[]"),
+            Err(OciError::Json { .. })
+        ));
+    }
+}

@@ -1,0 +1,317 @@
+//! Reading an image from files: an OCI image layout directory
+//! (`oci-layout`, `index.json`, `blobs/sha256/`), or a tarball of one, or
+//! a `docker save` tarball (`manifest.json`, the config and layer tars).
+//! A tarball is unpacked into a scratch directory first. Every blob read
+//! is checked against its digest.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::config::ImageConfig;
+use super::unpack::digest_hex;
+use super::OciError;
+
+/// The index annotation naming an image in a layout.
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
+const INDEX_TYPES: [&str; 2] = [
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+/// Layer media types applied (plain and gzip tars; zstd is not read).
+const LAYER_TYPES: [&str; 5] = [
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+    "application/vnd.docker.image.rootfs.diff.tar",
+];
+
+/// An image found in files, ready to convert.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The name the source gives it (a tag), if any.
+    pub reference: Option<String>,
+    /// The manifest's digest (of `manifest.json` for a `docker save`).
+    pub manifest_digest: String,
+    /// The config's digest.
+    pub config_digest: String,
+    /// The config.
+    pub config: ImageConfig,
+    /// Layer files, bottom first, with their digests.
+    pub layers: Vec<(PathBuf, String)>,
+}
+
+#[derive(Deserialize)]
+struct Descriptor {
+    #[serde(rename = "mediaType", default)]
+    media_type: String,
+    digest: String,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    platform: Option<Platform>,
+}
+
+#[derive(Deserialize)]
+struct Platform {
+    architecture: String,
+    os: String,
+}
+
+#[derive(Deserialize)]
+struct Index {
+    manifests: Vec<Descriptor>,
+}
+
+#[derive(Deserialize)]
+struct Manifest {
+    config: Descriptor,
+    layers: Vec<Descriptor>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SavedImage {
+    config: String,
+    #[serde(default)]
+    repo_tags: Option<Vec<String>>,
+    layers: Vec<String>,
+}
+
+fn not_image(path: &Path, problem: impl Into<String>) -> OciError {
+    OciError::NotAnImage {
+        path: path.to_owned(),
+        problem: problem.into(),
+    }
+}
+
+fn json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, OciError> {
+    serde_json::from_slice(bytes).map_err(|source| OciError::Json {
+        what: what.into(),
+        source,
+    })
+}
+
+/// `sha256:<hex>` of a file's bytes.
+pub fn file_digest(path: &Path) -> Result<String, OciError> {
+    let mut file = std::fs::File::open(path)
+        .map_err(|e| OciError::io(format!("opening {}", path.display()), e))?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| OciError::io(format!("reading {}", path.display()), e))?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+    }
+    Ok(format!("sha256:{:x}", hash.finalize()))
+}
+
+/// Checks a file against `digest`.
+pub fn verify_file(path: &Path, digest: &str, what: &str) -> Result<(), OciError> {
+    digest_hex(digest)?;
+    let actual = file_digest(path)?;
+    if actual != digest {
+        return Err(OciError::DigestMismatch {
+            what: what.into(),
+            expected: digest.to_owned(),
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// Whether `path` is a directory in OCI image layout.
+pub fn is_layout(path: &Path) -> bool {
+    path.join("oci-layout").is_file() && path.join("index.json").is_file()
+}
+
+/// Reads the image in `dir`, a directory in OCI image layout or an
+/// unpacked `docker save`. With several images, `wanted` picks one by its
+/// ref name (else the only one, or the linux/amd64 one).
+pub fn read_dir(dir: &Path, wanted: Option<&str>) -> Result<Resolved, OciError> {
+    if is_layout(dir) {
+        return read_layout(dir, wanted);
+    }
+    if dir.join("manifest.json").is_file() {
+        return read_saved(dir);
+    }
+    Err(not_image(
+        dir,
+        "neither an OCI image layout (oci-layout, index.json) nor a `docker save` (manifest.json)",
+    ))
+}
+
+fn blob(dir: &Path, digest: &str) -> Result<PathBuf, OciError> {
+    Ok(dir.join("blobs/sha256").join(digest_hex(digest)?))
+}
+
+fn read_blob(dir: &Path, digest: &str, what: &str) -> Result<Vec<u8>, OciError> {
+    let path = blob(dir, digest)?;
+    let bytes = std::fs::read(&path)
+        .map_err(|_| not_image(dir, format!("its {what} blob {digest} is missing")))?;
+    let actual = format!("sha256:{:x}", Sha256::digest(&bytes));
+    if actual != digest {
+        return Err(OciError::DigestMismatch {
+            what: what.into(),
+            expected: digest.to_owned(),
+            actual,
+        });
+    }
+    Ok(bytes)
+}
+
+fn read_layout(dir: &Path, wanted: Option<&str>) -> Result<Resolved, OciError> {
+    let index_bytes = std::fs::read(dir.join("index.json"))
+        .map_err(|e| OciError::io(format!("reading {}/index.json", dir.display()), e))?;
+    let index: Index = json(&index_bytes, "index.json")?;
+    let candidates: Vec<&Descriptor> = match wanted {
+        Some(name) => index
+            .manifests
+            .iter()
+            .filter(|d| d.annotations.get(REF_NAME).map(String::as_str) == Some(name))
+            .collect(),
+        None => index.manifests.iter().collect(),
+    };
+    let chosen = match candidates.as_slice() {
+        [] if wanted.is_some() => {
+            return Err(not_image(
+                dir,
+                format!("no image named `{}` in it", wanted.unwrap_or_default()),
+            ))
+        }
+        [] => return Err(not_image(dir, "its index lists no image")),
+        [one] => *one,
+        many => pick_platform(many)
+            .ok_or_else(|| not_image(dir, "it holds several images; name one (its ref name)"))?,
+    };
+    let reference = chosen.annotations.get(REF_NAME).cloned();
+    let mut manifest_digest = chosen.digest.clone();
+    let mut manifest_bytes = read_blob(dir, &manifest_digest, "manifest")?;
+    if INDEX_TYPES.contains(&chosen.media_type.as_str()) {
+        let nested: Index = json(&manifest_bytes, "image index")?;
+        let refs: Vec<&Descriptor> = nested.manifests.iter().collect();
+        let entry = pick_platform(&refs).ok_or_else(|| {
+            OciError::Unsupported("the image index has no linux/amd64 image".into())
+        })?;
+        manifest_digest = entry.digest.clone();
+        manifest_bytes = read_blob(dir, &manifest_digest, "manifest")?;
+    }
+    let manifest: Manifest = json(&manifest_bytes, "manifest")?;
+    let config_bytes = read_blob(dir, &manifest.config.digest, "config")?;
+    let config = ImageConfig::parse(&config_bytes)?;
+    let mut layers = Vec::new();
+    for layer in &manifest.layers {
+        if !LAYER_TYPES.contains(&layer.media_type.as_str()) {
+            return Err(OciError::Unsupported(format!(
+                "layer {} has media type `{}`; plain and gzip tar layers are read",
+                layer.digest, layer.media_type
+            )));
+        }
+        let path = blob(dir, &layer.digest)?;
+        if !path.is_file() {
+            return Err(not_image(
+                dir,
+                format!("its layer blob {} is missing", layer.digest),
+            ));
+        }
+        layers.push((path, layer.digest.clone()));
+    }
+    Ok(Resolved {
+        reference,
+        manifest_digest,
+        config_digest: manifest.config.digest,
+        config,
+        layers,
+    })
+}
+
+/// The linux/amd64 entry of an index.
+fn pick_platform<'a>(entries: &[&'a Descriptor]) -> Option<&'a Descriptor> {
+    entries.iter().copied().find(|d| {
+        d.platform
+            .as_ref()
+            .is_some_and(|p| p.os == "linux" && p.architecture == "amd64")
+    })
+}
+
+fn read_saved(dir: &Path) -> Result<Resolved, OciError> {
+    let bytes = std::fs::read(dir.join("manifest.json"))
+        .map_err(|e| OciError::io(format!("reading {}/manifest.json", dir.display()), e))?;
+    let saved: Vec<SavedImage> = json(&bytes, "manifest.json")?;
+    let image = match saved.as_slice() {
+        [one] => one,
+        [] => return Err(not_image(dir, "its manifest.json lists no image")),
+        _ => return Err(not_image(dir, "it holds several images; save one")),
+    };
+    let inside = |name: &str| -> Result<PathBuf, OciError> {
+        let rel = Path::new(name);
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
+            return Err(OciError::LayerPath(name.to_owned()));
+        }
+        Ok(dir.join(rel))
+    };
+    let config_path = inside(&image.config)?;
+    let config_bytes = std::fs::read(&config_path)
+        .map_err(|_| not_image(dir, format!("its config {} is missing", image.config)))?;
+    let config_digest = format!("sha256:{:x}", Sha256::digest(&config_bytes));
+    // The config's file is named by its digest: a mismatch is corruption.
+    let stem = Path::new(&image.config)
+        .file_name()
+        .and_then(|s| s.to_str())
+        .map(|s| s.trim_end_matches(".json").to_owned())
+        .unwrap_or_default();
+    if stem.len() == 64 && format!("sha256:{stem}") != config_digest {
+        return Err(OciError::DigestMismatch {
+            what: "config".into(),
+            expected: format!("sha256:{stem}"),
+            actual: config_digest,
+        });
+    }
+    let config = ImageConfig::parse(&config_bytes)?;
+    if config.rootfs.diff_ids.len() != image.layers.len() {
+        return Err(not_image(
+            dir,
+            "its config and manifest.json list different layers",
+        ));
+    }
+    let mut layers = Vec::new();
+    for (name, diff_id) in image.layers.iter().zip(&config.rootfs.diff_ids) {
+        let path = inside(name)?;
+        if !path.is_file() {
+            return Err(not_image(dir, format!("its layer {name} is missing")));
+        }
+        // Saved layers are uncompressed: their digest is the diff_id,
+        // checked while they are applied.
+        layers.push((path, diff_id.clone()));
+    }
+    Ok(Resolved {
+        reference: image.repo_tags.as_ref().and_then(|t| t.first().cloned()),
+        manifest_digest: format!("sha256:{:x}", Sha256::digest(&bytes)),
+        config_digest,
+        config,
+        layers,
+    })
+}
+
+/// Unpacks the tarball `archive` (a `docker save` or a tar of an OCI
+/// layout) into the empty directory `into`.
+pub fn unpack_archive(archive: &Path, into: &Path) -> Result<(), OciError> {
+    let file = std::fs::File::open(archive)
+        .map_err(|e| OciError::io(format!("opening {}", archive.display()), e))?;
+    let mut tar = tar::Archive::new(std::io::BufReader::new(file));
+    tar.set_preserve_permissions(false);
+    // tar's unpack refuses entries that would land outside `into`.
+    tar.unpack(into)
+        .map_err(|e| not_image(archive, format!("not a readable image tarball: {e}")))
+}

@@ -1,0 +1,207 @@
+//! Layer application: whiteouts, opaque directories, links, escapes and
+//! digests, on layers built here.
+
+use super::*;
+use std::os::unix::fs::MetadataExt;
+
+/// A layer under construction.
+struct Layer(tar::Builder<Vec<u8>>);
+
+impl Layer {
+    fn new() -> Self {
+        Self(tar::Builder::new(Vec::new()))
+    }
+
+    fn header(kind: tar::EntryType, mode: u32) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(1_700_000_000);
+        h.set_size(0);
+        h
+    }
+
+    fn file(mut self, path: &str, data: &str) -> Self {
+        let mut h = Self::header(tar::EntryType::Regular, 0o644);
+        h.set_size(data.len() as u64);
+        self.0.append_data(&mut h, path, data.as_bytes()).unwrap();
+        self
+    }
+
+    fn file_owned(mut self, path: &str, mode: u32, uid: u64) -> Self {
+        let mut h = Self::header(tar::EntryType::Regular, mode);
+        h.set_uid(uid);
+        h.set_gid(uid);
+        self.0.append_data(&mut h, path, &[][..]).unwrap();
+        self
+    }
+
+    fn dir(mut self, path: &str) -> Self {
+        let mut h = Self::header(tar::EntryType::Directory, 0o755);
+        self.0.append_data(&mut h, path, &[][..]).unwrap();
+        self
+    }
+
+    fn link(mut self, kind: tar::EntryType, path: &str, target: &str) -> Self {
+        let mut h = Self::header(kind, 0o777);
+        self.0.append_link(&mut h, path, target).unwrap();
+        self
+    }
+
+    /// The layer's bytes and diff_id.
+    fn finish(self) -> (Vec<u8>, String) {
+        let bytes = self.0.into_inner().unwrap();
+        let diff_id = format!("sha256:{:x}", Sha256::digest(&bytes));
+        (bytes, diff_id)
+    }
+
+    /// Raw entry with a path the tar builder would refuse.
+    fn raw_entry(mut self, path: &[u8]) -> Self {
+        let mut h = Self::header(tar::EntryType::Regular, 0o644);
+        let name = &mut h.as_old_mut().name;
+        name[..path.len()].copy_from_slice(path);
+        h.set_cksum();
+        self.0.append(&h, &[][..]).unwrap();
+        self
+    }
+}
+
+fn tree(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ma-unpack-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn apply(tree: &Path, layer: Layer) -> Result<Applied, OciError> {
+    let (bytes, diff_id) = layer.finish();
+    apply_layer(tree, &bytes[..], &diff_id, true)
+}
+
+fn read(tree: &Path, path: &str) -> Option<String> {
+    std::fs::read_to_string(tree.join(path)).ok()
+}
+
+#[test]
+fn whiteouts_and_opaque_directories_hide_lower_layers() {
+    let t = tree("wh");
+    apply(
+        &t,
+        Layer::new()
+            .file("etc/keep", "keep")
+            .file("etc/gone", "gone")
+            .file("var/cache/a", "a")
+            .file("var/cache/b", "b")
+            .dir("var/lib/dir")
+            .file("var/lib/dir/inner", "x"),
+    )
+    .unwrap();
+    apply(
+        &t,
+        Layer::new()
+            .file("etc/.wh.gone", "")
+            .file("var/cache/new", "new")
+            .file("var/cache/.wh..wh..opq", "")
+            .file("var/lib/.wh.dir", ""),
+    )
+    .unwrap();
+    assert_eq!(read(&t, "etc/keep").as_deref(), Some("keep"));
+    assert!(!t.join("etc/gone").exists());
+    assert!(!t.join("etc/.wh.gone").exists(), "markers are not written");
+    assert_eq!(read(&t, "var/cache/new").as_deref(), Some("new"));
+    assert!(!t.join("var/cache/a").exists() && !t.join("var/cache/b").exists());
+    assert!(!t.join("var/cache/.wh..wh..opq").exists());
+    assert!(!t.join("var/lib/dir").exists());
+    std::fs::remove_dir_all(t).unwrap();
+}
+
+#[test]
+fn links_resolve_inside_the_tree_and_types_replace_each_other() {
+    let t = tree("links");
+    apply(
+        &t,
+        Layer::new()
+            .file("usr/bin/tool", "tool")
+            .link(tar::EntryType::Symlink, "bin", "/usr/bin")
+            .link(tar::EntryType::Symlink, "escape", "/../../..")
+            .file("swap", "was a file"),
+    )
+    .unwrap();
+    apply(
+        &t,
+        Layer::new()
+            // Through the absolute `bin -> /usr/bin`: lands in usr/bin.
+            .file("bin/other", "other")
+            // Through a link climbing out: stays in the tree's root.
+            .file("escape/inside", "inside")
+            .link(tar::EntryType::Link, "usr/bin/hard", "usr/bin/tool")
+            .dir("swap")
+            .file("swap/child", "now a dir"),
+    )
+    .unwrap();
+    assert_eq!(read(&t, "usr/bin/other").as_deref(), Some("other"));
+    assert_eq!(read(&t, "inside").as_deref(), Some("inside"));
+    let tool = std::fs::metadata(t.join("usr/bin/tool")).unwrap();
+    let hard = std::fs::metadata(t.join("usr/bin/hard")).unwrap();
+    assert_eq!(tool.ino(), hard.ino());
+    assert_eq!(read(&t, "swap/child").as_deref(), Some("now a dir"));
+    std::fs::remove_dir_all(t).unwrap();
+}
+
+#[test]
+fn owners_modes_and_times_come_from_the_layer() {
+    let t = tree("owners");
+    apply(
+        &t,
+        Layer::new().file_owned("home/user/secret", 0o4750, 1000),
+    )
+    .unwrap();
+    let m = std::fs::metadata(t.join("home/user/secret")).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o4750);
+    assert_eq!((m.uid(), m.gid()), (1000, 1000));
+    assert_eq!(m.mtime(), 1_700_000_000);
+    std::fs::remove_dir_all(t).unwrap();
+}
+
+#[test]
+fn a_path_climbing_out_is_refused() {
+    let t = tree("escape");
+    let err = apply(&t, Layer::new().raw_entry(b"../outside")).unwrap_err();
+    assert!(matches!(err, OciError::LayerPath(_)), "{err}");
+    assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
+    assert!(!t.parent().unwrap().join("outside").exists());
+    let err = apply(
+        &t,
+        Layer::new().link(tar::EntryType::Link, "x", "../../etc/passwd"),
+    )
+    .unwrap_err();
+    assert!(matches!(err, OciError::LayerPath(_)), "{err}");
+    std::fs::remove_dir_all(t).unwrap();
+}
+
+#[test]
+fn a_layer_whose_bytes_differ_from_its_diff_id_is_refused() {
+    let t = tree("digest");
+    let (bytes, _) = Layer::new().file("a", "a").finish();
+    let other = format!("sha256:{}", "0".repeat(64));
+    let err = apply_layer(&t, &bytes[..], &other, true).unwrap_err();
+    assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
+    assert!(matches!(
+        apply_layer(&t, &bytes[..], "md5:abc", true),
+        Err(OciError::BadDigest(_))
+    ));
+}
+
+#[test]
+fn gzip_layers_are_read_and_hashed_uncompressed() {
+    let t = tree("gzip");
+    let (bytes, diff_id) = Layer::new().file("z/file", "zipped").finish();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &bytes).unwrap();
+    let compressed = gz.finish().unwrap();
+    apply_layer(&t, &compressed[..], &diff_id, true).unwrap();
+    assert_eq!(read(&t, "z/file").as_deref(), Some("zipped"));
+    std::fs::remove_dir_all(t).unwrap();
+}
