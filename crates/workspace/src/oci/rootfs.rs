@@ -165,6 +165,23 @@ fn add_guest_files(tree: &Path, base_rootfs: &Path, work: &Path) -> Result<(), O
         )
         .map_err(|e| OciError::io(format!("adding /.microagent/{to}"), e))?;
     }
+    // The kernel mounts devtmpfs on /dev before init runs (init needs the
+    // writable layer's disk there); the rest are init's mount points.
+    for (dir, mode) in [
+        ("dev", 0o755),
+        ("proc", 0o555),
+        ("sys", 0o555),
+        ("run", 0o755),
+        ("tmp", 0o1777),
+    ] {
+        let path = tree.join(dir);
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            let _ = std::fs::remove_file(&path);
+            std::fs::create_dir(&path).map_err(|e| OciError::io(format!("creating /{dir}"), e))?;
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .map_err(|e| OciError::io(format!("creating /{dir}"), e))?;
+        }
+    }
     let etc = tree.join("etc");
     let _ = std::fs::create_dir_all(&etc);
     for (name, default) in [

@@ -1,0 +1,282 @@
+//! Container images end to end through the `microagent` binary: an OCI
+//! image layout this test writes (busybox, a marker file changed by a
+//! second layer, a whiteout, a user, a working directory, environment)
+//! imported, the same image as a `docker save` tarball (made by skopeo),
+//! a tarball that is not an image refused, and a workspace of the
+//! imported image booted on the real guest kernel.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use testkit::cli::CliHome;
+
+fn home(test: &str) -> CliHome {
+    CliHome::new(env!("CARGO_BIN_EXE_microagent"), test)
+}
+
+/// A layer under construction: a tar of entries owned by root.
+struct Layer(tar::Builder<Vec<u8>>);
+
+impl Layer {
+    fn new() -> Self {
+        Self(tar::Builder::new(Vec::new()))
+    }
+
+    fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_mtime(1_700_000_000);
+        h.set_size(size);
+        h
+    }
+
+    fn file(mut self, path: &str, mode: u32, data: &[u8]) -> Self {
+        let mut h = Self::header(tar::EntryType::Regular, mode, data.len() as u64);
+        self.0.append_data(&mut h, path, data).unwrap();
+        self
+    }
+
+    fn dir(mut self, path: &str, uid: u64) -> Self {
+        let mut h = Self::header(tar::EntryType::Directory, 0o755, 0);
+        h.set_uid(uid);
+        h.set_gid(uid);
+        self.0.append_data(&mut h, path, &[][..]).unwrap();
+        self
+    }
+
+    fn symlink(mut self, path: &str, target: &str) -> Self {
+        let mut h = Self::header(tar::EntryType::Symlink, 0o777, 0);
+        self.0.append_link(&mut h, path, target).unwrap();
+        self
+    }
+
+    fn bytes(self) -> Vec<u8> {
+        self.0.into_inner().unwrap()
+    }
+}
+
+fn sha(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+/// Writes `bytes` as a blob of the layout; returns its descriptor.
+fn blob(layout: &Path, media_type: &str, bytes: &[u8]) -> serde_json::Value {
+    let digest = sha(bytes);
+    let path = layout.join("blobs/sha256").join(&digest[7..]);
+    std::fs::write(path, bytes).unwrap();
+    serde_json::json!({ "mediaType": media_type, "digest": digest, "size": bytes.len() })
+}
+
+/// An OCI image layout of a busybox image, tagged `test:1`.
+fn write_layout(layout: &Path) {
+    std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let mut base = Layer::new()
+        .file("bin/busybox", 0o755, &busybox)
+        .file(
+            "etc/os-release",
+            0o644,
+            b"ID=microagent-oci-test\nNAME=\"OCI test\"\n",
+        )
+        .file(
+            "etc/passwd",
+            0o644,
+            b"root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n",
+        )
+        .file("etc/group", 0o644, b"root:x:0:\napp:x:1000:\n")
+        .file("etc/marker", 0o644, b"layer one\n")
+        // Not ours: the image's own init must stay and not be run.
+        .file("sbin/init", 0o755, b"#!/bin/sh\necho not-our-init\n")
+        .file("tmp/gone", 0o644, b"hidden by the next layer\n");
+    for applet in ["sh", "cat", "id", "pwd", "env", "test", "echo"] {
+        base = base.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    let base = base.bytes();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &base).unwrap();
+    let base_gz = gz.finish().unwrap();
+    let top = Layer::new()
+        .file("etc/marker", 0o644, b"layer two\n")
+        .file("tmp/.wh.gone", 0o644, b"")
+        .dir("home/app", 1000)
+        .dir("srv/app", 1000)
+        .bytes();
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "Env": ["PATH=/bin", "GREETING=hello from the image"],
+            "WorkingDir": "/srv/app",
+            "User": "app",
+            "Cmd": ["sh"]
+        },
+        "rootfs": { "type": "layers", "diff_ids": [sha(&base), sha(&top)] }
+    });
+    let config = blob(
+        layout,
+        "application/vnd.oci.image.config.v1+json",
+        config.to_string().as_bytes(),
+    );
+    let layers = [
+        blob(
+            layout,
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+            &base_gz,
+        ),
+        blob(layout, "application/vnd.oci.image.layer.v1.tar", &top),
+    ];
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": config,
+        "layers": layers,
+    });
+    let mut manifest = blob(
+        layout,
+        "application/vnd.oci.image.manifest.v1+json",
+        manifest.to_string().as_bytes(),
+    );
+    manifest["annotations"] = serde_json::json!({ "org.opencontainers.image.ref.name": "test:1" });
+    let index = serde_json::json!({ "schemaVersion": 2, "manifests": [manifest] });
+    std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
+}
+
+/// A file of an ext4 image, read with debugfs.
+fn ext4_cat(image: &str, path: &str) -> String {
+    let debugfs = testkit::host_tool("debugfs").unwrap();
+    let out = std::process::Command::new(debugfs)
+        .args(["-R", &format!("cat {path}"), image])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn container_images_import_and_boot_with_their_defaults() {
+    let test = "container_images_import_and_boot_with_their_defaults";
+    let Some(_) = testkit::require(test, testkit::workspace_image("minimal")) else {
+        return;
+    };
+    let Some(_) = testkit::require(test, testkit::host_tool("mkfs.ext4")) else {
+        return;
+    };
+    let cli = home("oci-import");
+    let layout = cli.home().join("layout");
+    write_layout(&layout);
+
+    // The layout, named by its tag.
+    let info = cli.ok_json(&["image", "import", layout.to_str().unwrap(), "--json"]);
+    assert_eq!(info["name"], "test-1", "{info}");
+    assert_eq!(info["boot_args"], "init=/.microagent/init");
+    assert_eq!(info["defaults"]["cwd"], "/srv/app");
+    assert_eq!(
+        (
+            info["defaults"]["uid"].as_u64(),
+            info["defaults"]["gid"].as_u64()
+        ),
+        (Some(1000), Some(1000))
+    );
+    assert_eq!(info["defaults"]["env"]["HOME"], "/home/app");
+    assert_eq!(info["origin"]["layers"].as_array().unwrap().len(), 2);
+    let rootfs = info["rootfs"].as_str().unwrap().to_owned();
+    assert_eq!(ext4_cat(&rootfs, "/etc/marker"), "layer two\n");
+    assert_eq!(
+        ext4_cat(&rootfs, "/sbin/init"),
+        "#!/bin/sh\necho not-our-init\n"
+    );
+    assert_eq!(ext4_cat(&rootfs, "/tmp/gone"), "", "the whiteout hid it");
+    let again = cli.run(&["image", "import", layout.to_str().unwrap(), "--json"]);
+    assert_eq!(again.error_code(), "CONFLICT", "{}", again.stderr);
+
+    // The same image as `docker save` writes it.
+    if let Some(skopeo) = testkit::require(test, testkit::host_tool("skopeo")) {
+        let archive = cli.home().join("saved.tar");
+        let copy = std::process::Command::new(skopeo)
+            .arg("copy")
+            .arg(format!("oci:{}:test:1", layout.display()))
+            .arg(format!("docker-archive:{}:saved:2", archive.display()))
+            .output()
+            .unwrap();
+        assert!(
+            copy.status.success(),
+            "{}",
+            String::from_utf8_lossy(&copy.stderr)
+        );
+        let saved = cli.ok_json(&["image", "import", archive.to_str().unwrap(), "--json"]);
+        assert_eq!(saved["name"], "saved-2", "{saved}");
+        assert_eq!(saved["defaults"], info["defaults"]);
+        assert_eq!(
+            saved["origin"]["config_digest"],
+            info["origin"]["config_digest"]
+        );
+        assert_eq!(
+            ext4_cat(saved["rootfs"].as_str().unwrap(), "/etc/marker"),
+            "layer two\n"
+        );
+    }
+
+    // Not an image: refused, nothing registered, no scratch left.
+    let junk = cli.home().join("junk.tar");
+    std::fs::write(&junk, vec![7u8; 4096]).unwrap();
+    let before = cli.ok_json(&["image", "ls", "--json"]);
+    let bad = cli.run(&[
+        "image",
+        "import",
+        junk.to_str().unwrap(),
+        "--name",
+        "junk",
+        "--json",
+    ]);
+    assert_eq!(bad.error_code(), "INVALID_INPUT", "{}", bad.stderr);
+    assert_eq!(cli.ok_json(&["image", "ls", "--json"]), before);
+    let leftovers: Vec<_> = std::fs::read_dir(cli.home().join("images"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // A workspace of it boots our init and runs as the image says.
+    if testkit::require(test, testkit::guest_assets()).is_none() {
+        return;
+    }
+    cli.ok_json(&["create", "box", "--image", "test-1", "--json"]);
+    let started = cli.run(&["start", "box", "--json"]);
+    if started.status != 0 {
+        let logs = cli.run(&["logs", "box"]);
+        panic!(
+            "start failed: {}\nconsole:\n{}",
+            started.stderr, logs.stdout
+        );
+    }
+    let run = cli.ok_json(&[
+        "exec", "box", "--json", "--",
+        "sh", "-c", "cat /etc/marker; id -u; pwd; echo $GREETING; cat /etc/os-release; test -e /tmp/gone || echo gone",
+    ]);
+    let out = run["stdout"].as_str().unwrap();
+    assert_eq!(
+        out,
+        "layer two\n1000\n/srv/app\nhello from the image\nID=microagent-oci-test\nNAME=\"OCI test\"\ngone\n",
+        "{run}"
+    );
+    // A command's own directory still wins; writes go to the workspace's layer.
+    let tmp = cli.ok_json(&[
+        "exec",
+        "box",
+        "--json",
+        "--cwd",
+        "/tmp",
+        "--",
+        "sh",
+        "-c",
+        "pwd; echo kept > /srv/app/f; cat /srv/app/f",
+    ]);
+    assert_eq!(tmp["stdout"], "/tmp\nkept\n", "{tmp}");
+    cli.ok_json(&["delete", "box", "--force", "--yes", "--json"]);
+}
