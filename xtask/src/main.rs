@@ -4,6 +4,7 @@
 mod bench;
 mod bench_agent;
 mod bench_devices;
+mod bench_images;
 mod bench_net;
 mod bench_snapshot;
 mod bench_workspace;
@@ -59,6 +60,9 @@ tasks:
                                 each beside the host's own loopback figure
   bench agent                   guest agent exec round trip and file throughput, beside the
                                 agent running as a host process
+  bench images                  `image pull` (download + convert) of a busybox image from a
+                                registry on loopback beside `skopeo copy`; create + start of
+                                a workspace of it beside one of `minimal`
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
   bench snapshot [--runs N]     snapshot take (pause, size), restore to vCPU running and to
@@ -110,6 +114,7 @@ fn main() -> anyhow::Result<()> {
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),
             [what] if what == "agent" => bench_agent::run(),
+            [what] if what == "images" => bench_images::run_bench(),
             [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),

@@ -1,11 +1,12 @@
-//! `microagent image ls | inspect | import | rm`.
+//! `microagent image ls | inspect | import | pull | rm`.
 
 use std::path::PathBuf;
-
 use std::process::ExitCode;
-use workspace::oci::rootfs::Step;
+use std::sync::{Arc, Mutex};
 
 use clap::Subcommand;
+use workspace::oci::pull::{PullEvent, PullRequest};
+use workspace::oci::rootfs::Step;
 use workspace::{Error, Workspaces};
 
 use crate::output::{self, age};
@@ -41,6 +42,25 @@ pub enum ImageCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Pull an image from an OCI or Docker registry and convert it into a
+    /// workspace image: `image pull alpine`, `image pull python:3.12-slim`,
+    /// `image pull ghcr.io/org/tool:1`. Credentials come from
+    /// ~/.docker/config.json; layers are cached, so pulling an image again
+    /// downloads only what changed
+    Pull {
+        /// The image reference.
+        reference: String,
+        /// Name to register it under (default: from the reference,
+        /// `python:3.12-slim` is `python-3-12-slim`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Speak plain HTTP to the registry (a local or test registry).
+        #[arg(long)]
+        insecure: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove an image (refused while a workspace uses it).
     Rm {
         /// Image name.
@@ -57,14 +77,42 @@ impl ImageCommand {
             Self::Ls { json }
             | Self::Inspect { json, .. }
             | Self::Import { json, .. }
+            | Self::Pull { json, .. }
             | Self::Rm { json, .. } => *json,
         }
     }
 }
 
-pub fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error> {
+pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error> {
     let images = ws.images();
     match cmd {
+        ImageCommand::Pull {
+            reference,
+            name,
+            insecure,
+            json,
+        } => {
+            let req = PullRequest {
+                reference: reference.clone(),
+                name: name.clone(),
+                insecure: *insecure,
+            };
+            let shown = Arc::new(Mutex::new(pull_progress(output::interactive())));
+            let pulled = workspace::oci::pull::pull(images, &req, shown).await?;
+            if *json {
+                output::json(&pulled);
+            } else if pulled.unchanged {
+                println!("{} is up to date ({})", pulled.image.name, reference);
+            } else {
+                println!(
+                    "pulled {} as {} ({} MiB downloaded, {} layer(s) cached)",
+                    reference,
+                    pulled.image.name,
+                    pulled.downloaded_bytes.div_ceil(1 << 20),
+                    pulled.cached_layers
+                );
+            }
+        }
         ImageCommand::Ls { json } => {
             let all = images.list()?;
             if *json {
@@ -166,4 +214,50 @@ pub fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pull progress on stderr: one line per step; on a terminal the download
+/// of a layer updates its line in place.
+fn pull_progress(terminal: bool) -> impl FnMut(PullEvent) + Send {
+    let mut last_line = String::new();
+    move |event| {
+        let line = match event {
+            PullEvent::Resolved { layers, bytes } => {
+                format!(
+                    "{layers} layer(s), {:.1} MiB",
+                    bytes as f64 / (1 << 20) as f64
+                )
+            }
+            PullEvent::Cached { index } => format!("layer {index}: cached"),
+            PullEvent::Downloading { index, done, size } => {
+                if !terminal && done < size {
+                    return;
+                }
+                let percent = (done * 100).checked_div(size).unwrap_or(100);
+                format!(
+                    "layer {index}: {:.1} of {:.1} MiB ({percent}%)",
+                    done as f64 / (1 << 20) as f64,
+                    size as f64 / (1 << 20) as f64
+                )
+            }
+            PullEvent::Convert(Step::Layer { index, count }) => {
+                format!("applying layer {index} of {count}")
+            }
+            PullEvent::Convert(Step::Filesystem) => "writing the root filesystem".into(),
+        };
+        let same_layer =
+            terminal && last_line.split(':').next() == line.split(':').next() && line.contains('%');
+        if same_layer {
+            eprint!("\r{line}\x1b[K");
+        } else {
+            if terminal && last_line.contains('%') {
+                eprintln!();
+            }
+            eprint!("{line}");
+            if !(terminal && line.contains('%')) {
+                eprintln!();
+            }
+        }
+        last_line = line;
+    }
 }

@@ -327,7 +327,7 @@ fn init_logging() {
 async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace::Result<ExitCode> {
     use workspace_cmd as w;
     match command {
-        Command::Image(cmd) => image_cmd::run(ws, cmd),
+        Command::Image(cmd) => image_cmd::run(ws, cmd).await,
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd).await,
         Command::Port(cmd) => port_cmd::run(ws, cmd),
         Command::Network(cmd) => network_cmd::run(ws, cmd),

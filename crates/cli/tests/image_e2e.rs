@@ -1,9 +1,11 @@
 //! Container images end to end through the `microagent` binary: an OCI
 //! image layout this test writes (busybox, a marker file changed by a
 //! second layer, a whiteout, a user, a working directory, environment)
-//! imported, the same image as a `docker save` tarball (made by skopeo),
-//! a tarball that is not an image refused, and a workspace of the
-//! imported image booted on the real guest kernel.
+//! pushed by skopeo to a real registry (Debian's `docker-registry`) on
+//! this machine's loopback and pulled, imported as a layout and as a
+//! `docker save` tarball (made by skopeo), a tarball that is not an image
+//! refused, and a workspace of the pulled image booted on the real guest
+//! kernel.
 
 use std::path::Path;
 
@@ -147,6 +149,55 @@ fn write_layout(layout: &Path) {
     std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
 }
 
+/// A `docker-registry` serving on a free loopback port from a private
+/// directory, stopped when dropped.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Registry {
+    fn start(dir: &Path) -> Result<Self, String> {
+        let bin = testkit::host_tool("docker-registry")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let config = dir.join("registry.yml");
+        std::fs::create_dir_all(dir.join("data")).map_err(|e| e.to_string())?;
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.join("data").display()
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let child = std::process::Command::new(bin)
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting docker-registry: {e}"))?;
+        let registry = Self { child, port };
+        let up = testkit::wait_until(std::time::Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        if !up {
+            return Err("docker-registry did not listen within 20 s".into());
+        }
+        Ok(registry)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A file of an ext4 image, read with debugfs.
 fn ext4_cat(image: &str, path: &str) -> String {
     let debugfs = testkit::host_tool("debugfs").unwrap();
@@ -170,9 +221,92 @@ fn container_images_import_and_boot_with_their_defaults() {
     let layout = cli.home().join("layout");
     write_layout(&layout);
 
-    // The layout, named by its tag.
-    let info = cli.ok_json(&["image", "import", layout.to_str().unwrap(), "--json"]);
-    assert_eq!(info["name"], "test-1", "{info}");
+    // Pushed to a registry on loopback, then pulled: named by its tag.
+    let skopeo = testkit::require(test, testkit::host_tool("skopeo"));
+    let registry = skopeo
+        .as_ref()
+        .and_then(|_| testkit::require(test, Registry::start(&cli.home().join("registry"))));
+    let mut boot_image = "layout";
+    if let (Some(skopeo), Some(registry)) = (&skopeo, &registry) {
+        let target = format!("127.0.0.1:{}/test:1", registry.port);
+        let push = std::process::Command::new(skopeo)
+            .args(["copy", "--dest-tls-verify=false"])
+            .arg(format!("oci:{}:test:1", layout.display()))
+            .arg(format!("docker://{target}"))
+            .output()
+            .unwrap();
+        assert!(
+            push.status.success(),
+            "{}",
+            String::from_utf8_lossy(&push.stderr)
+        );
+        let pulled = cli.ok_json(&["image", "pull", &target, "--insecure", "--json"]);
+        assert_eq!(pulled["image"]["name"], "test-1", "{pulled}");
+        assert_eq!(pulled["unchanged"], false);
+        assert!(
+            pulled["downloaded_bytes"].as_u64().unwrap() > 1_000_000,
+            "{pulled}"
+        );
+        assert_eq!(pulled["image"]["defaults"]["cwd"], "/srv/app");
+        assert_eq!(pulled["image"]["origin"]["reference"], target);
+        // The same digest again: nothing downloaded, the image unchanged.
+        let again = cli.ok_json(&["image", "pull", &target, "--insecure", "--json"]);
+        assert_eq!(
+            (
+                again["unchanged"].as_bool(),
+                again["downloaded_bytes"].as_u64()
+            ),
+            (Some(true), Some(0))
+        );
+        // Removed and pulled again: its layers come from the cache.
+        cli.ok_json(&["image", "rm", "test-1", "--json"]);
+        let cached = cli.ok_json(&["image", "pull", &target, "--insecure", "--json"]);
+        assert_eq!(cached["downloaded_bytes"], 0, "{cached}");
+        assert_eq!(cached["cached_layers"], 2, "{cached}");
+        // An unknown tag, and a registry that is not there.
+        let missing = cli.run(&[
+            "image",
+            "pull",
+            &format!("127.0.0.1:{}/test:nope", registry.port),
+            "--insecure",
+            "--json",
+        ]);
+        assert_eq!(missing.error_code(), "NOT_FOUND", "{}", missing.stderr);
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let nobody = format!("127.0.0.1:{}/test:1", closed.local_addr().unwrap().port());
+        drop(closed);
+        let refused = cli.run(&["image", "pull", &nobody, "--insecure", "--json"]);
+        assert_eq!(refused.error_code(), "INTERNAL", "{}", refused.stderr);
+        boot_image = "test-1";
+    }
+
+    // The layout: named by its tag, taken by the pull already.
+    let info = match cli.run(&["image", "import", layout.to_str().unwrap(), "--json"]) {
+        run if boot_image == "test-1" => {
+            assert_eq!(run.error_code(), "CONFLICT", "{}", run.stderr);
+            cli.ok_json(&[
+                "image",
+                "import",
+                layout.to_str().unwrap(),
+                "--name",
+                "layout",
+                "--json",
+            ])
+        }
+        run => {
+            assert_eq!(run.status, 0, "{}", run.stderr);
+            cli.ok_json(&["image", "rm", "test-1", "--json"]);
+            cli.ok_json(&[
+                "image",
+                "import",
+                layout.to_str().unwrap(),
+                "--name",
+                "layout",
+                "--json",
+            ])
+        }
+    };
+    assert_eq!(info["name"], "layout", "{info}");
     assert_eq!(info["boot_args"], "init=/.microagent/init");
     assert_eq!(info["defaults"]["cwd"], "/srv/app");
     assert_eq!(
@@ -191,11 +325,9 @@ fn container_images_import_and_boot_with_their_defaults() {
         "#!/bin/sh\necho not-our-init\n"
     );
     assert_eq!(ext4_cat(&rootfs, "/tmp/gone"), "", "the whiteout hid it");
-    let again = cli.run(&["image", "import", layout.to_str().unwrap(), "--json"]);
-    assert_eq!(again.error_code(), "CONFLICT", "{}", again.stderr);
 
     // The same image as `docker save` writes it.
-    if let Some(skopeo) = testkit::require(test, testkit::host_tool("skopeo")) {
+    if let Some(skopeo) = &skopeo {
         let archive = cli.home().join("saved.tar");
         let copy = std::process::Command::new(skopeo)
             .arg("copy")
@@ -238,15 +370,26 @@ fn container_images_import_and_boot_with_their_defaults() {
     let leftovers: Vec<_> = std::fs::read_dir(cli.home().join("images"))
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // The layer cache stays; scratch directories must not.
+            name.starts_with('.') && name != ".blobs"
+        })
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+    if let Ok(blobs) = std::fs::read_dir(cli.home().join("images/.blobs/sha256")) {
+        let partial: Vec<_> = blobs
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".partial"))
+            .collect();
+        assert!(partial.is_empty(), "{partial:?}");
+    }
 
     // A workspace of it boots our init and runs as the image says.
     if testkit::require(test, testkit::guest_assets()).is_none() {
         return;
     }
-    cli.ok_json(&["create", "box", "--image", "test-1", "--json"]);
+    cli.ok_json(&["create", "box", "--image", boot_image, "--json"]);
     let started = cli.run(&["start", "box", "--json"]);
     if started.status != 0 {
         let logs = cli.run(&["logs", "box"]);

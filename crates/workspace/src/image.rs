@@ -84,6 +84,9 @@ pub enum ImageError {
     /// A container image could not be read or converted.
     #[error("cannot import the container image")]
     Oci(#[from] crate::oci::OciError),
+    /// The registry could not give the image.
+    #[error(transparent)]
+    Registry(#[from] crate::oci::pull::RegistryError),
     /// Converting a container image needs a built image's kernel, init
     /// and agent.
     #[error("converting a container image needs the built `{0}` image (its kernel, init and agent), which is missing")]
@@ -108,6 +111,7 @@ impl ImageError {
             ImageError::Name(_) | ImageError::BadSource { .. } => ErrorCode::InvalidInput,
             ImageError::NotFound(_) | ImageError::NoBase(_) => ErrorCode::NotFound,
             ImageError::Oci(e) => e.code(),
+            ImageError::Registry(e) => e.code(),
             ImageError::Exists(_) | ImageError::InUse { .. } => ErrorCode::Conflict,
             ImageError::Store(e) => e.code(),
             ImageError::Copy { .. } | ImageError::Remove { .. } => ErrorCode::Internal,
@@ -240,6 +244,11 @@ impl ImageRegistry {
             assets,
             kernel_variant,
         }
+    }
+
+    /// The registry's directory.
+    pub(crate) fn root(&self) -> &Path {
+        &self.dir
     }
 
     /// The kernel variant images are imported with.

@@ -32,6 +32,22 @@ pub struct ImportImageParams {
     pub path: String,
 }
 
+/// `image_pull`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PullImageParams {
+    /// Image reference: `alpine`, `python:3.12-slim`, `ghcr.io/org/tool:1`,
+    /// `registry.example:5000/team/app@sha256:...`.
+    pub reference: String,
+    /// Name to register it under (default: from the reference;
+    /// `python:3.12-slim` is `python-3-12-slim`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Speak plain HTTP to the registry (a local or test registry only).
+    #[serde(default)]
+    pub insecure: bool,
+}
+
 /// `image_delete`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -83,5 +99,17 @@ impl Render for ImageResult {
 impl Render for ImageDeleteResult {
     fn render(&self) -> String {
         format!("{} image {}", self.action, self.image.name)
+    }
+}
+
+impl Render for workspace::oci::pull::Pulled {
+    fn render(&self) -> String {
+        if self.unchanged {
+            return format!("{} is up to date (same manifest digest)", self.image.name);
+        }
+        format!(
+            "pulled as {}: {} bytes downloaded, {} layer(s) from the cache, root filesystem {} bytes",
+            self.image.name, self.downloaded_bytes, self.cached_layers, self.image.rootfs_bytes
+        )
     }
 }

@@ -1,11 +1,17 @@
-//! Image tools that name one image: image_inspect, image_import,
-//! image_delete (image_list is with the information tools).
+//! Image tools: image_inspect, image_import, image_pull, image_delete
+//! (image_list is with the information tools).
+
+use std::sync::{Arc, Mutex};
 
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::{tool, tool_router};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, RoleServer};
+use workspace::oci::pull::{PullEvent, PullRequest, Pulled};
+use workspace::oci::rootfs::Step;
 
 use super::would_or_did;
 use crate::output::{Out, ToolResult};
+use crate::progress::Progress;
 use crate::schema::images::*;
 use crate::MicroagentServer;
 
@@ -93,6 +99,51 @@ impl MicroagentServer {
         }))
     }
 
+    /// Pull an image from an OCI or Docker registry (Docker Hub short names
+    /// like `alpine` or `python:3.12-slim`, GHCR, private registries with
+    /// credentials from the Docker config) and convert it into a workspace
+    /// image named after it. Layers are cached: pulling again downloads only
+    /// what changed, and an image already registered with the same digest
+    /// is returned unchanged. Sends progress (layers, bytes) when asked.
+    #[tool(
+        output_schema = crate::output::schema::<Pulled>(),
+        annotations(
+        title = "Pull an image",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = true
+    )
+    )]
+    async fn image_pull(
+        &self,
+        Parameters(p): Parameters<PullImageParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<Pulled> {
+        let status = Arc::new(Mutex::new(String::from("reading the manifest")));
+        let latest = status.clone();
+        let events = Arc::new(Mutex::new(move |event: PullEvent| {
+            if let Ok(mut s) = latest.lock() {
+                *s = describe(&event);
+            }
+        }));
+        let req = PullRequest {
+            reference: p.reference,
+            name: p.name,
+            insecure: p.insecure,
+        };
+        let images = self.ws.images().clone();
+        let mut progress = Progress::new(&ctx);
+        let pulled = progress
+            .drive(
+                async move { workspace::oci::pull::pull(&images, &req, events).await },
+                |_| status.lock().map(|s| s.clone()).unwrap_or_default(),
+            )
+            .await
+            .map_err(workspace::Error::from)?;
+        Ok(Out(pulled))
+    }
+
     /// Delete an image no workspace uses (CONFLICT otherwise, naming
     /// them). preview: true only checks.
     #[tool(
@@ -118,5 +169,20 @@ impl MicroagentServer {
             action: would_or_did(preview, "delete"),
             image,
         }))
+    }
+}
+
+/// A progress message for a pull event.
+fn describe(event: &PullEvent) -> String {
+    match event {
+        PullEvent::Resolved { layers, bytes } => format!("{layers} layer(s), {bytes} bytes"),
+        PullEvent::Cached { index } => format!("layer {index}: cached"),
+        PullEvent::Downloading { index, done, size } => {
+            format!("layer {index}: {done} of {size} bytes")
+        }
+        PullEvent::Convert(Step::Layer { index, count }) => {
+            format!("applying layer {index} of {count}")
+        }
+        PullEvent::Convert(Step::Filesystem) => "writing the root filesystem".into(),
     }
 }

@@ -6,10 +6,11 @@
 //! defaults of workspaces made of it.
 //!
 //! Sources: an OCI image layout directory, a tar of one, or a
-//! `docker save` tarball (`layout`).
+//! `docker save` tarball (`layout`), or a registry (`pull`).
 
 pub mod config;
 pub mod layout;
+pub mod pull;
 pub mod rootfs;
 pub mod unpack;
 

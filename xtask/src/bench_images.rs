@@ -1,0 +1,175 @@
+//! `cargo xtask bench images`: a container image's way into a workspace.
+//! A busybox image made with umoci is pushed by skopeo to a
+//! `docker-registry` on loopback; then `microagent image pull` (download
+//! and conversion) beside `skopeo copy` of the same image to a layout
+//! (download only), and create + start of a workspace of the pulled image
+//! beside the same of the built `minimal` image, all in one run.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::bench_workspace::microagent;
+use crate::{cache, images, kernel, sh};
+
+const PACKAGES: &[&str] = &["docker-registry", "skopeo", "umoci", "busybox-static"];
+/// Applets linked in the bench image.
+const APPLETS: &[&str] = &["sh", "cat", "ls", "echo", "true"];
+
+struct Registry(Child);
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A busybox OCI layout at `layout` (tag `bench`), made with umoci.
+fn make_image(work: &Path, layout: &Path) -> anyhow::Result<()> {
+    let l = format!("{}:bench", layout.display());
+    sh::run(Command::new("umoci").args(["init", "--layout"]).arg(layout))?;
+    sh::run(Command::new("umoci").args(["new", "--image", &l]))?;
+    let bundle = work.join("bundle");
+    sh::run(
+        Command::new("umoci")
+            .args(["unpack", "--rootless", "--image", &l])
+            .arg(&bundle),
+    )?;
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("bin"))?;
+    std::fs::create_dir_all(rootfs.join("etc"))?;
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox"))?;
+    for applet in APPLETS {
+        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet))?;
+    }
+    std::fs::write(rootfs.join("etc/os-release"), "ID=bench\n")?;
+    sh::run(
+        Command::new("umoci")
+            .args(["repack", "--image", &l])
+            .arg(&bundle),
+    )?;
+    sh::run(Command::new("umoci").args([
+        "config",
+        "--image",
+        &l,
+        "--config.env",
+        "PATH=/bin",
+        "--config.workingdir",
+        "/tmp",
+    ]))?;
+    Ok(())
+}
+
+fn start_registry(work: &Path) -> anyhow::Result<(Registry, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let config = work.join("registry.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            work.join("registry").display()
+        ),
+    )?;
+    let child = Command::new("/usr/bin/docker-registry")
+        .arg("serve")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting docker-registry")?;
+    let registry = Registry(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("docker-registry did not listen within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((registry, port))
+}
+
+fn timed<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, f64)> {
+    let t = Instant::now();
+    let v = f()?;
+    Ok((v, t.elapsed().as_secs_f64()))
+}
+
+pub fn run_bench() -> anyhow::Result<()> {
+    sh::ensure_debs(PACKAGES)?;
+    kernel::build(kernel::variant_for_host()?)?;
+    images::run(&["minimal".to_string()])?;
+    let bin = cache::build_microagent()?;
+    let work = std::env::temp_dir().join(format!("microagent-bench-images-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    // Short: workspace sockets live under it.
+    let home = std::path::PathBuf::from(format!("/tmp/ma-bimg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let result = (|| {
+        let layout = work.join("layout");
+        make_image(&work, &layout)?;
+        let (_registry, port) = start_registry(&work)?;
+        let target = format!("127.0.0.1:{port}/bench:1");
+        sh::run(
+            Command::new("skopeo")
+                .args(["copy", "--dest-tls-verify=false"])
+                .arg(format!("oci:{}:bench", layout.display()))
+                .arg(format!("docker://{target}")),
+        )?;
+        let (_, download) = timed(|| {
+            sh::run(
+                Command::new("skopeo")
+                    .args(["copy", "--src-tls-verify=false"])
+                    .arg(format!("docker://{target}"))
+                    .arg(format!("oci:{}:bench", work.join("copy").display())),
+            )
+        })?;
+        let (pulled, pull) = timed(|| {
+            microagent(
+                &bin,
+                &home,
+                &["image", "pull", &target, "--insecure", "--json"],
+            )
+        })?;
+        let name = pulled["image"]["name"]
+            .as_str()
+            .unwrap_or("bench-1")
+            .to_owned();
+        let (_, again) = timed(|| {
+            microagent(
+                &bin,
+                &home,
+                &["image", "pull", &target, "--insecure", "--json"],
+            )
+        })?;
+        let boot = |image: &str, ws: &str| -> anyhow::Result<f64> {
+            let (_, t) = timed(|| {
+                microagent(&bin, &home, &["create", ws, "--image", image, "--json"])?;
+                microagent(&bin, &home, &["start", ws, "--json"])
+            })?;
+            microagent(&bin, &home, &["delete", ws, "--force", "--yes", "--json"])?;
+            Ok(t)
+        };
+        let oci_boot = boot(&name, "oci")?;
+        let minimal_boot = boot("minimal", "min")?;
+        let bytes = pulled["image"]["rootfs_bytes"].as_u64().unwrap_or(0);
+        println!(
+            "container image `{target}` (busybox, {} MiB root filesystem):",
+            bytes >> 20
+        );
+        println!("  microagent image pull (download + convert)   {pull:>7.2} s");
+        println!("  skopeo copy to a layout (download only)      {download:>7.2} s");
+        println!("  microagent image pull again (same digest)    {again:>7.2} s");
+        println!("  create + start of a workspace of it          {oci_boot:>7.2} s");
+        println!("  create + start of a `minimal` workspace      {minimal_boot:>7.2} s");
+        anyhow::Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&home);
+    result
+}
