@@ -1,0 +1,132 @@
+//! image_pull and image_import of container images through a real MCP
+//! client, without KVM: the `minimal` image here is a small real ext4
+//! holding stand-ins for init and the agent (conversion only copies them
+//! out), so pulls and imports convert for real; the registry is Debian's
+//! `docker-registry` on loopback, fed by skopeo.
+
+mod common;
+
+use common::{text, Harness};
+use serde_json::json;
+
+/// Registers a `minimal` image whose root filesystem has the two files a
+/// conversion takes from it.
+fn stand_in_minimal(h: &Harness) -> Option<()> {
+    let mkfs = testkit::require("stand_in_minimal", testkit::host_tool("mkfs.ext4"))?;
+    let src = h.root.join("src-minimal");
+    testkit::fake_image_files(&src);
+    let tree = h.root.join("minimal-tree");
+    std::fs::create_dir_all(tree.join("sbin")).unwrap();
+    std::fs::create_dir_all(tree.join("usr/bin")).unwrap();
+    std::fs::write(tree.join("sbin/init"), b"stand-in init").unwrap();
+    std::fs::write(tree.join("usr/bin/microagent-agent"), b"stand-in agent").unwrap();
+    let made = std::process::Command::new(mkfs)
+        .args(["-q", "-F", "-d"])
+        .arg(&tree)
+        .arg(src.join("rootfs.ext4"))
+        .arg("8M")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    h.ws.images().import_dir("minimal", &src).unwrap();
+    Some(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_images_pull_and_import_through_mcp() {
+    let test = "container_images_pull_and_import_through_mcp";
+    let h = Harness::new("oci").await;
+    let layout = h.root.join("layout");
+    testkit::oci::write_layout(&layout);
+    let layout_arg = layout.display().to_string();
+
+    // Without the `minimal` image there is nothing to boot it with.
+    let message = h
+        .fails("image_import", json!({"path": layout_arg}), "NOT_FOUND")
+        .await;
+    assert!(message.contains("minimal"), "{message}");
+    h.fails(
+        "image_pull",
+        json!({"reference": "Not A Reference!", "insecure": true}),
+        "INVALID_INPUT",
+    )
+    .await;
+    let Some(()) = stand_in_minimal(&h) else {
+        return;
+    };
+
+    let imported = h.ok("image_import", json!({"path": layout_arg})).await;
+    assert_eq!(imported["name"], "test-1", "{imported}");
+    assert_eq!(imported["defaults"]["cwd"], "/srv/app");
+    h.fails("image_import", json!({"path": layout_arg}), "CONFLICT")
+        .await;
+    // Outside the server's roots: refused before anything is read.
+    h.fails("image_import", json!({"path": "/etc"}), "FORBIDDEN")
+        .await;
+
+    let Some(skopeo) = testkit::require(test, testkit::host_tool("skopeo")) else {
+        return;
+    };
+    let Some(registry) = testkit::require(
+        test,
+        testkit::oci::Registry::start(&h.root.join("registry")),
+    ) else {
+        return;
+    };
+    let target = format!("127.0.0.1:{}/team/tool:2", registry.port);
+    let push = std::process::Command::new(skopeo)
+        .args(["copy", "--dest-tls-verify=false"])
+        .arg(format!("oci:{}:test:1", layout.display()))
+        .arg(format!("docker://{target}"))
+        .output()
+        .unwrap();
+    assert!(
+        push.status.success(),
+        "{}",
+        String::from_utf8_lossy(&push.stderr)
+    );
+
+    let result = h
+        .try_call("image_pull", json!({"reference": target, "insecure": true}))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(false), "{}", text(&result));
+    let pulled = result.structured_content.unwrap();
+    assert_eq!(pulled["image"]["name"], "tool-2", "{pulled}");
+    assert_eq!(
+        pulled["image"]["origin"]["config_digest"],
+        imported["origin"]["config_digest"]
+    );
+    assert!(pulled["downloaded_bytes"].as_u64().unwrap() > 0);
+    let again = h
+        .ok("image_pull", json!({"reference": target, "insecure": true}))
+        .await;
+    assert_eq!(again["unchanged"], true, "{again}");
+    assert!(text(
+        &h.try_call("image_pull", json!({"reference": target, "insecure": true}))
+            .await
+            .unwrap()
+    )
+    .contains("up to date"));
+    // Plain HTTP only when asked: the registry speaks no TLS.
+    h.fails(
+        "image_pull",
+        json!({"reference": target, "name": "tls"}),
+        "INTERNAL",
+    )
+    .await;
+    h.fails(
+        "image_pull",
+        json!({"reference": format!("127.0.0.1:{}/team/none:1", registry.port), "insecure": true}),
+        "NOT_FOUND",
+    )
+    .await;
+    let names: Vec<String> =
+        h.ws.images()
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|i| i.name)
+            .collect();
+    assert_eq!(names, ["minimal", "test-1", "tool-2"]);
+}

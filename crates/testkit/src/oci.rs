@@ -1,0 +1,193 @@
+//! Container-image fixtures: an OCI image layout written here (busybox
+//! and files that exercise layers: a marker changed by a second layer, a
+//! whiteout, a user, a working directory, environment), and a real
+//! registry (Debian's `docker-registry`) on a free loopback port.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// A layer under construction: a tar of entries owned by root.
+struct Layer(tar::Builder<Vec<u8>>);
+
+impl Layer {
+    fn new() -> Self {
+        Self(tar::Builder::new(Vec::new()))
+    }
+
+    fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_mtime(1_700_000_000);
+        h.set_size(size);
+        h
+    }
+
+    fn file(mut self, path: &str, mode: u32, data: &[u8]) -> Self {
+        let mut h = Self::header(tar::EntryType::Regular, mode, data.len() as u64);
+        self.0.append_data(&mut h, path, data).unwrap();
+        self
+    }
+
+    fn dir(mut self, path: &str, uid: u64) -> Self {
+        let mut h = Self::header(tar::EntryType::Directory, 0o755, 0);
+        h.set_uid(uid);
+        h.set_gid(uid);
+        self.0.append_data(&mut h, path, &[][..]).unwrap();
+        self
+    }
+
+    fn symlink(mut self, path: &str, target: &str) -> Self {
+        let mut h = Self::header(tar::EntryType::Symlink, 0o777, 0);
+        self.0.append_link(&mut h, path, target).unwrap();
+        self
+    }
+
+    fn bytes(self) -> Vec<u8> {
+        self.0.into_inner().unwrap()
+    }
+}
+
+fn sha(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+/// Writes `bytes` as a blob of the layout; returns its descriptor.
+fn blob(layout: &Path, media_type: &str, bytes: &[u8]) -> serde_json::Value {
+    let digest = sha(bytes);
+    let path = layout.join("blobs/sha256").join(&digest[7..]);
+    std::fs::write(path, bytes).unwrap();
+    serde_json::json!({ "mediaType": media_type, "digest": digest, "size": bytes.len() })
+}
+
+/// An OCI image layout of a busybox image, tagged `test:1`.
+pub fn write_layout(layout: &Path) {
+    std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let mut base = Layer::new()
+        .file("bin/busybox", 0o755, &busybox)
+        .file(
+            "etc/os-release",
+            0o644,
+            b"ID=microagent-oci-test\nNAME=\"OCI test\"\n",
+        )
+        .file(
+            "etc/passwd",
+            0o644,
+            b"root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n",
+        )
+        .file("etc/group", 0o644, b"root:x:0:\napp:x:1000:\n")
+        .file("etc/marker", 0o644, b"layer one\n")
+        // Not ours: the image's own init must stay and not be run.
+        .file("sbin/init", 0o755, b"#!/bin/sh\necho not-our-init\n")
+        .file("tmp/gone", 0o644, b"hidden by the next layer\n");
+    for applet in ["sh", "cat", "id", "pwd", "env", "test", "echo"] {
+        base = base.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    let base = base.bytes();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &base).unwrap();
+    let base_gz = gz.finish().unwrap();
+    let top = Layer::new()
+        .file("etc/marker", 0o644, b"layer two\n")
+        .file("tmp/.wh.gone", 0o644, b"")
+        .dir("home/app", 1000)
+        .dir("srv/app", 1000)
+        .bytes();
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "Env": ["PATH=/bin", "GREETING=hello from the image"],
+            "WorkingDir": "/srv/app",
+            "User": "app",
+            "Cmd": ["sh"]
+        },
+        "rootfs": { "type": "layers", "diff_ids": [sha(&base), sha(&top)] }
+    });
+    let config = blob(
+        layout,
+        "application/vnd.oci.image.config.v1+json",
+        config.to_string().as_bytes(),
+    );
+    let layers = [
+        blob(
+            layout,
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+            &base_gz,
+        ),
+        blob(layout, "application/vnd.oci.image.layer.v1.tar", &top),
+    ];
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": config,
+        "layers": layers,
+    });
+    let mut manifest = blob(
+        layout,
+        "application/vnd.oci.image.manifest.v1+json",
+        manifest.to_string().as_bytes(),
+    );
+    manifest["annotations"] = serde_json::json!({ "org.opencontainers.image.ref.name": "test:1" });
+    let index = serde_json::json!({ "schemaVersion": 2, "manifests": [manifest] });
+    std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
+}
+
+/// A `docker-registry` serving on a free loopback port from a private
+/// directory, stopped when dropped.
+#[derive(Debug)]
+pub struct Registry {
+    child: std::process::Child,
+    /// Its loopback port.
+    pub port: u16,
+}
+
+impl Registry {
+    /// Starts one storing in `dir`; why not when it cannot.
+    pub fn start(dir: &Path) -> Result<Self, String> {
+        let bin = crate::host_tool("docker-registry")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let config = dir.join("registry.yml");
+        std::fs::create_dir_all(dir.join("data")).map_err(|e| e.to_string())?;
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.join("data").display()
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let child = std::process::Command::new(bin)
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting docker-registry: {e}"))?;
+        let registry = Self { child, port };
+        let up = crate::wait_until(std::time::Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        if !up {
+            return Err("docker-registry did not listen within 20 s".into());
+        }
+        Ok(registry)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
