@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod layout;
+pub mod owners;
 pub mod pull;
 pub mod rootfs;
 pub mod unpack;

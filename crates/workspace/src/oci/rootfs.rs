@@ -9,6 +9,7 @@ use std::process::Command;
 
 use super::config::ImageDefaults;
 use super::layout::Resolved;
+use super::owners::Owners;
 use super::{unpack, OciError, OciOrigin};
 use crate::settings::host_tool;
 
@@ -55,11 +56,26 @@ pub fn convert(
     base_rootfs: &Path,
     progress: &mut dyn FnMut(Step),
 ) -> Result<Converted, OciError> {
+    convert_with(
+        image,
+        work,
+        base_rootfs,
+        Owners::for_this_process(),
+        progress,
+    )
+}
+
+/// [`convert`] with owners set on the tree or recorded for debugfs (what
+/// a conversion without root does; tests force it as root).
+pub fn convert_with(
+    image: &Resolved,
+    work: &Path,
+    base_rootfs: &Path,
+    mut owners: Owners,
+    progress: &mut dyn FnMut(Step),
+) -> Result<Converted, OciError> {
     let tree = work.join("tree");
     std::fs::create_dir_all(&tree).map_err(|e| OciError::io("creating the image tree", e))?;
-    // Owners and device nodes need root; otherwise files keep ours.
-    // SAFETY: geteuid has no arguments and cannot fail.
-    let owners = unsafe { libc::geteuid() } == 0;
     let count = image.layers.len();
     let mut layers = Vec::with_capacity(count);
     for (index, ((path, digest), diff_id)) in image
@@ -78,7 +94,7 @@ pub fn convert(
         }
         let file = std::fs::File::open(path)
             .map_err(|e| OciError::io(format!("opening {}", path.display()), e))?;
-        unpack::apply_layer(&tree, file, diff_id, owners)?;
+        unpack::apply_layer(&tree, file, diff_id, &mut owners)?;
         layers.push(digest.clone());
     }
     if count != image.config.rootfs.diff_ids.len() {
@@ -97,6 +113,7 @@ pub fn convert(
     progress(Step::Filesystem);
     let rootfs = work.join(crate::image::ROOTFS_FILE);
     mkfs(&tree, &rootfs)?;
+    owners.write_into(&tree, &rootfs, &tool("debugfs"))?;
     let _ = std::fs::remove_dir_all(&tree);
     Ok(Converted {
         rootfs,

@@ -18,6 +18,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::owners::{Owners, Recorded};
 use super::OciError;
 
 /// The opaque-directory marker.
@@ -64,13 +65,14 @@ pub struct Applied {
 }
 
 /// Applies the layer read from `layer` (plain or gzip tar) to `tree`,
-/// checking its uncompressed bytes against `diff_id`. `owners`: set
-/// owners from the layer (needs root), else files keep the caller's.
+/// checking its uncompressed bytes against `diff_id`. Owners, modes and
+/// device nodes are set on the tree, or recorded in `owners` when the
+/// caller is not root.
 pub fn apply_layer(
     tree: &Path,
     layer: impl Read,
     diff_id: &str,
-    owners: bool,
+    owners: &mut Owners,
 ) -> Result<Applied, OciError> {
     let expected = digest_hex(diff_id)?.to_owned();
     let mut buffered = BufReader::new(layer);
@@ -125,7 +127,7 @@ struct Applier<'a> {
     root: &'a OwnedFd,
     /// Paths this layer wrote: an opaque marker keeps them.
     written: HashSet<PathBuf>,
-    owners: bool,
+    owners: &'a mut Owners,
 }
 
 impl Applier<'_> {
@@ -144,7 +146,9 @@ impl Applier<'_> {
         }
         if let Some(hidden) = name_str.strip_prefix(WHITEOUT) {
             if !hidden.is_empty() && hidden != "." && hidden != ".." {
-                remove_any(&parent.join(hidden))?;
+                let gone = parent.join(hidden);
+                remove_any(&gone)?;
+                self.owners.forget(&gone);
             }
             return Ok(());
         }
@@ -212,16 +216,25 @@ impl Applier<'_> {
             if kind == tar::EntryType::Char && major == 0 && minor == 0 {
                 return Ok(());
             }
-            if !self.owners {
-                // Device nodes need root; the guest's devtmpfs has them anyway.
-                return Ok(());
-            }
-            remove_any(&path)?;
             let file_type = match kind {
                 tar::EntryType::Char => libc::S_IFCHR,
                 tar::EntryType::Block => libc::S_IFBLK,
                 _ => libc::S_IFIFO,
             };
+            remove_any(&path)?;
+            if !self.owners.direct() {
+                // Device nodes need root: made in the image afterwards.
+                self.owners.record(
+                    &path,
+                    Recorded {
+                        uid: uid as u32,
+                        gid: gid as u32,
+                        mode,
+                        device: Some((file_type, major, minor)),
+                    },
+                );
+                return Ok(());
+            }
             mknod(
                 &path,
                 file_type | (mode & 0o7777),
@@ -233,13 +246,30 @@ impl Applier<'_> {
             // kinds (sockets) have no place in an image.
             return Ok(());
         }
-        if self.owners {
+        let direct = self.owners.direct();
+        if direct {
             std::os::unix::fs::lchown(&path, Some(uid as u32), Some(gid as u32))
                 .map_err(io_at("setting the owner of"))?;
+        } else {
+            self.owners.record(
+                &path,
+                Recorded {
+                    uid: uid as u32,
+                    gid: gid as u32,
+                    mode,
+                    device: None,
+                },
+            );
         }
         if !kind.is_symlink() {
-            // chown cleared set-id bits: the mode goes after it.
-            let mode = if self.owners { mode } else { mode | 0o600 };
+            // chown cleared set-id bits: the mode goes after it. Without
+            // root the tree's copy stays readable for mkfs (the image gets
+            // the layer's mode).
+            let mode = match (direct, kind.is_dir()) {
+                (true, _) => mode,
+                (false, true) => mode | 0o700,
+                (false, false) => mode | 0o600,
+            };
             std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
                 .map_err(io_at("setting the mode of"))?;
         }
@@ -274,14 +304,16 @@ impl Applier<'_> {
     }
 
     /// Empties `dir` of what this layer did not write.
-    fn make_opaque(&self, dir: &Path) -> Result<(), OciError> {
+    fn make_opaque(&mut self, dir: &Path) -> Result<(), OciError> {
         let entries = std::fs::read_dir(dir).map_err(|e| OciError::io("reading a directory", e))?;
         for entry in entries.flatten() {
             let path = entry.path();
             if !self.written.contains(&path) {
                 remove_any(&path)?;
+                self.owners.forget(&path);
             }
         }
+        self.owners.forget_devices_in(dir, &self.written);
         Ok(())
     }
 }

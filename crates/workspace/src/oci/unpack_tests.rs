@@ -50,6 +50,14 @@ impl Layer {
         self
     }
 
+    fn device(mut self, path: &str, major: u32, minor: u32) -> Self {
+        let mut h = Self::header(tar::EntryType::Char, 0o666);
+        h.set_device_major(major).unwrap();
+        h.set_device_minor(minor).unwrap();
+        self.0.append_data(&mut h, path, &[][..]).unwrap();
+        self
+    }
+
     /// The layer's bytes and diff_id.
     fn finish(self) -> (Vec<u8>, String) {
         let bytes = self.0.into_inner().unwrap();
@@ -77,7 +85,7 @@ fn tree(tag: &str) -> PathBuf {
 
 fn apply(tree: &Path, layer: Layer) -> Result<Applied, OciError> {
     let (bytes, diff_id) = layer.finish();
-    apply_layer(tree, &bytes[..], &diff_id, true)
+    apply_layer(tree, &bytes[..], &diff_id, &mut Owners::Direct)
 }
 
 fn read(tree: &Path, path: &str) -> Option<String> {
@@ -186,10 +194,10 @@ fn a_layer_whose_bytes_differ_from_its_diff_id_is_refused() {
     let t = tree("digest");
     let (bytes, _) = Layer::new().file("a", "a").finish();
     let other = format!("sha256:{}", "0".repeat(64));
-    let err = apply_layer(&t, &bytes[..], &other, true).unwrap_err();
+    let err = apply_layer(&t, &bytes[..], &other, &mut Owners::Direct).unwrap_err();
     assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
     assert!(matches!(
-        apply_layer(&t, &bytes[..], "md5:abc", true),
+        apply_layer(&t, &bytes[..], "md5:abc", &mut Owners::Direct),
         Err(OciError::BadDigest(_))
     ));
 }
@@ -201,7 +209,67 @@ fn gzip_layers_are_read_and_hashed_uncompressed() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, &bytes).unwrap();
     let compressed = gz.finish().unwrap();
-    apply_layer(&t, &compressed[..], &diff_id, true).unwrap();
+    apply_layer(&t, &compressed[..], &diff_id, &mut Owners::Direct).unwrap();
     assert_eq!(read(&t, "z/file").as_deref(), Some("zipped"));
     std::fs::remove_dir_all(t).unwrap();
+}
+
+/// What debugfs says of `path` in `image`.
+fn ext4_stat(image: &Path, path: &str) -> String {
+    let out = std::process::Command::new(crate::settings::host_tool("debugfs").unwrap())
+        .args(["-R", &format!("stat \"{path}\"")])
+        .arg(image)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn without_root_owners_modes_and_devices_reach_the_image_through_debugfs() {
+    let (Some(mkfs), Some(debugfs)) = (
+        crate::settings::host_tool("mkfs.ext4"),
+        crate::settings::host_tool("debugfs"),
+    ) else {
+        eprintln!("skipped: mkfs.ext4 or debugfs missing");
+        return;
+    };
+    let t = tree("recorded");
+    let mut owners = Owners::Recorded(Default::default());
+    let (bytes, diff_id) = Layer::new()
+        .file_owned("home/user/secret", 0o4750, 1000)
+        .device("dev/null", 1, 3)
+        .device("dev/gone", 1, 5)
+        .dir("dev/sub")
+        .file("a file with spaces", "x")
+        .finish();
+    apply_layer(&t, &bytes[..], &diff_id, &mut owners).unwrap();
+    let (bytes, diff_id) = Layer::new().file("dev/.wh.gone", "").finish();
+    apply_layer(&t, &bytes[..], &diff_id, &mut owners).unwrap();
+    let image = t.with_extension("ext4");
+    let made = std::process::Command::new(mkfs)
+        .args(["-q", "-F", "-d"])
+        .arg(&t)
+        .arg(&image)
+        .arg("16M")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    owners.write_into(&t, &image, &debugfs).unwrap();
+    let secret = ext4_stat(&image, "/home/user/secret");
+    assert!(
+        secret.contains("User:  1000") && secret.contains("Group:  1000"),
+        "{secret}"
+    );
+    assert!(secret.contains("Mode:  04750"), "{secret}");
+    let null = ext4_stat(&image, "/dev/null");
+    assert!(null.contains("character special"), "{null}");
+    assert!(null.contains("Device major/minor number: 01:03"), "{null}");
+    assert!(
+        !ext4_stat(&image, "/dev/gone").contains("Inode:"),
+        "whited out"
+    );
+    let spaced = ext4_stat(&image, "/a file with spaces");
+    assert!(spaced.contains("User:     0"), "{spaced}");
+    std::fs::remove_dir_all(t).unwrap();
+    std::fs::remove_file(image).unwrap();
 }
