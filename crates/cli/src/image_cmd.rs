@@ -1,4 +1,4 @@
-//! `microagent image ls | inspect | import | pull | rm`.
+//! `microagent image ls | inspect | import | pull | rm` and `kernel ls`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -69,6 +69,53 @@ pub enum ImageCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KernelCommand {
+    /// List guest kernels: the built ones (which variant this host boots)
+    /// and those only imported images carry, with versions and users.
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl KernelCommand {
+    pub fn json(&self) -> bool {
+        match self {
+            Self::Ls { json } => *json,
+        }
+    }
+}
+
+pub fn run_kernel(ws: &Workspaces, cmd: &KernelCommand) -> Result<ExitCode, Error> {
+    match cmd {
+        KernelCommand::Ls { json } => {
+            let kernels = workspace::kernels::list(ws.images())?;
+            if *json {
+                output::json(&kernels);
+            } else if kernels.is_empty() {
+                println!("no guest kernels (build them: cargo xtask setup)");
+            } else {
+                for k in &kernels {
+                    println!(
+                        "{:<9} {:>6.1} MiB  {}{}",
+                        k.variant.as_deref().unwrap_or("imported"),
+                        k.bytes as f64 / (1 << 20) as f64,
+                        k.version.as_deref().unwrap_or("(no version banner)"),
+                        if k.this_host { "  [this host]" } else { "" }
+                    );
+                    println!("          {}", k.path.display());
+                    if !k.used_by.is_empty() {
+                        println!("          used by {}", k.used_by.join(", "));
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 impl ImageCommand {

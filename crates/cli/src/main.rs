@@ -42,6 +42,9 @@ enum Command {
     /// Manage images (kernel + root filesystem pairs).
     #[command(subcommand)]
     Image(image_cmd::ImageCommand),
+    /// Guest kernels: `kernel ls` (built ones and those images carry).
+    #[command(subcommand)]
+    Kernel(image_cmd::KernelCommand),
     /// Manage snapshots of workspaces.
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
@@ -282,6 +285,7 @@ impl Command {
             Command::Exec { args, .. } => args.command.json,
             Command::Run(r) => r.exec.json,
             Command::Image(i) => i.json(),
+            Command::Kernel(k) => k.json(),
             Command::Snapshot(c) => c.json(),
             Command::Port(c) => c.json(),
             Command::Process(c) => c.json(),
@@ -328,6 +332,7 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
     use workspace_cmd as w;
     match command {
         Command::Image(cmd) => image_cmd::run(ws, cmd).await,
+        Command::Kernel(cmd) => image_cmd::run_kernel(ws, cmd),
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd).await,
         Command::Port(cmd) => port_cmd::run(ws, cmd),
         Command::Network(cmd) => network_cmd::run(ws, cmd),

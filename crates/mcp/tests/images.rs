@@ -55,6 +55,10 @@ async fn container_images_pull_and_import_through_mcp() {
         return;
     };
 
+    let kernels = h.ok("kernel_list", json!({})).await;
+    let kernels = kernels["kernels"].as_array().unwrap();
+    assert_eq!(kernels.len(), 1, "{kernels:?}");
+    assert_eq!(kernels[0]["used_by"], json!(["minimal"]));
     let imported = h.ok("image_import", json!({"path": layout_arg})).await;
     assert_eq!(imported["name"], "test-1", "{imported}");
     assert_eq!(imported["defaults"]["cwd"], "/srv/app");
@@ -129,4 +133,10 @@ async fn container_images_pull_and_import_through_mcp() {
             .map(|i| i.name)
             .collect();
     assert_eq!(names, ["minimal", "test-1", "tool-2"]);
+    // Converted images boot the `minimal` image's kernel: one file, three users.
+    let kernels = h.ok("kernel_list", json!({})).await;
+    assert_eq!(
+        kernels["kernels"][0]["used_by"],
+        json!(["minimal", "test-1", "tool-2"])
+    );
 }

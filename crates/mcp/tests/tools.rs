@@ -8,7 +8,7 @@ use common::Harness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 47] = [
+const TOOLS: [&str; 48] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -23,6 +23,7 @@ const TOOLS: [&str; 47] = [
     "image_inspect",
     "image_list",
     "image_pull",
+    "kernel_list",
     "network_create",
     "network_delete",
     "network_inspect",
@@ -58,7 +59,7 @@ const TOOLS: [&str; 47] = [
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 20] = [
+const READ_ONLY: [&str; 21] = [
     "contract",
     "estimate_cost",
     "file_list",
@@ -66,6 +67,7 @@ const READ_ONLY: [&str; 20] = [
     "host_doctor",
     "image_inspect",
     "image_list",
+    "kernel_list",
     "network_inspect",
     "network_list",
     "port_list",

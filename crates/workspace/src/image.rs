@@ -246,6 +246,11 @@ impl ImageRegistry {
         }
     }
 
+    /// Where built images and kernels are looked for.
+    pub fn assets(&self) -> Option<&Path> {
+        self.assets.as_deref()
+    }
+
     /// The registry's directory.
     pub(crate) fn root(&self) -> &Path {
         &self.dir

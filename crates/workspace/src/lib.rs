@@ -31,6 +31,7 @@ pub(crate) mod guest_processes;
 pub(crate) mod handle;
 pub mod host_write;
 pub mod image;
+pub mod kernels;
 pub mod launch;
 pub(crate) mod manager;
 pub(crate) mod metrics;

@@ -20,6 +20,34 @@ pub struct ImageEntry {
     pub used_by: Vec<String>,
 }
 
+/// `kernel_list`'s result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct KernelListResult {
+    /// The built kernels (one per variant) and those only imported images carry.
+    pub kernels: Vec<workspace::kernels::KernelInfo>,
+}
+
+impl Render for KernelListResult {
+    fn render(&self) -> String {
+        if self.kernels.is_empty() {
+            return "no guest kernels; build them with `cargo xtask setup`".into();
+        }
+        self.kernels
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {}: {}{}",
+                    k.variant.as_deref().unwrap_or("imported"),
+                    k.path.display(),
+                    k.version.as_deref().unwrap_or("no version banner"),
+                    if k.this_host { " (this host)" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 /// `image_list`'s result.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ImageListResult {

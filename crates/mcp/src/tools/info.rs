@@ -43,6 +43,31 @@ pub fn contract() -> ContractResult {
 
 #[tool_router(router = info_router, vis = "pub(crate)")]
 impl MicroagentServer {
+    /// List the guest kernels: the built ones (version, size, which variant
+    /// this host boots) and those only imported images carry, with the
+    /// images that use each.
+    #[tool(
+        output_schema = crate::output::schema::<KernelListResult>(),
+        annotations(
+        title = "List guest kernels",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn kernel_list(
+        &self,
+        Parameters(_): Parameters<NoParams>,
+    ) -> ToolResult<KernelListResult> {
+        let kernels = self
+            .blocking(|ws| {
+                Ok(workspace::kernels::list(ws.images()).map_err(workspace::Error::from)?)
+            })
+            .await?;
+        Ok(Out(KernelListResult { kernels }))
+    }
+
     /// List the images workspaces can be created from, with the workspaces
     /// that use each.
     #[tool(
