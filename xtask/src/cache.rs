@@ -36,17 +36,25 @@ pub const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// A static build of a binary we ship linked static (the guest agent, the
 /// VMM process): `cargo build --release` with crt-static for
-/// [`STATIC_TARGET`], in the cache's `build/<name>` target directory so the
-/// main target directory (built without crt-static) stays valid.
+/// [`STATIC_TARGET`], in the cache's `build/<name>-<checkout>` target
+/// directory so the main target directory (built without crt-static) stays
+/// valid. One per checkout: cargo names a workspace crate's artifacts the
+/// same whatever its path, so two checkouts sharing a target directory
+/// could take each other's stale library for fresh.
 pub struct StaticBuild {
     target_dir: PathBuf,
 }
 
 impl StaticBuild {
-    /// The build whose target directory is the cache's `build/<name>`.
+    /// The build whose target directory is the cache's
+    /// `build/<name>-<hash of this checkout's path>`.
     pub fn new(name: &str) -> anyhow::Result<Self> {
+        let mut checkout = InputHash::default();
+        checkout.add("checkout", repo_root().as_os_str().as_encoded_bytes());
         Ok(Self {
-            target_dir: root()?.join("build").join(name),
+            target_dir: root()?
+                .join("build")
+                .join(format!("{name}-{}", &checkout.short()[..8])),
         })
     }
 

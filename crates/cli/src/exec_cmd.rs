@@ -51,6 +51,10 @@ pub struct CommandArgs {
     /// Working directory in the guest.
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
+    /// Run as this user: a name the guest's /etc/passwd lists (`root`,
+    /// `node`), a uid, or USER:GROUP (default: the image's user, else root).
+    #[arg(long, short = 'u', value_name = "USER")]
+    pub user: Option<String>,
     /// Kill the command after this many seconds.
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
@@ -78,6 +82,9 @@ impl CommandArgs {
         .envs(env.iter().cloned());
         if let Some(dir) = &self.cwd {
             req = req.cwd(dir);
+        }
+        if let Some(user) = &self.user {
+            req = req.user(user);
         }
         if let Some(t) = self.timeout {
             if t == 0 {

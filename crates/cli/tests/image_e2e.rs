@@ -132,7 +132,6 @@ fn container_images_import_and_boot_with_their_defaults() {
         ),
         (Some(1000), Some(1000))
     );
-    assert_eq!(info["defaults"]["env"]["HOME"], "/home/app");
     assert_eq!(info["origin"]["layers"].as_array().unwrap().len(), 2);
     let rootfs = info["rootfs"].as_str().unwrap().to_owned();
     assert_eq!(ext4_cat(&rootfs, "/etc/marker"), "layer two\n");
@@ -216,12 +215,12 @@ fn container_images_import_and_boot_with_their_defaults() {
     }
     let run = cli.ok_json(&[
         "exec", "box", "--json", "--",
-        "sh", "-c", "cat /etc/marker; id -u; pwd; echo $GREETING; cat /etc/os-release; test -e /tmp/gone || echo gone",
+        "sh", "-c", "cat /etc/marker; id -u; pwd; echo $GREETING; cat /etc/os-release; test -e /tmp/gone || echo gone; echo $HOME",
     ]);
     let out = run["stdout"].as_str().unwrap();
     assert_eq!(
         out,
-        "layer two\n1000\n/srv/app\nhello from the image\nID=microagent-oci-test\nNAME=\"OCI test\"\ngone\n",
+        "layer two\n1000\n/srv/app\nhello from the image\nID=microagent-oci-test\nNAME=\"OCI test\"\ngone\n/home/app\n",
         "{run}"
     );
     // A command's own directory still wins; writes go to the workspace's layer.
@@ -237,5 +236,20 @@ fn container_images_import_and_boot_with_their_defaults() {
         "pwd; echo kept > /srv/app/f; cat /srv/app/f",
     ]);
     assert_eq!(tmp["stdout"], "/tmp\nkept\n", "{tmp}");
+    // Another user for one command: by name, resolved in the guest.
+    let root = cli.ok_json(&[
+        "exec",
+        "box",
+        "--json",
+        "--user",
+        "root",
+        "--",
+        "sh",
+        "-c",
+        "id -u; echo $HOME",
+    ]);
+    assert_eq!(root["stdout"], "0\n/root\n", "{root}");
+    let ghost = cli.run(&["exec", "box", "--json", "--user", "ghost", "--", "id"]);
+    assert_eq!(ghost.error_code(), "INVALID_INPUT", "{}", ghost.stderr);
     cli.ok_json(&["delete", "box", "--force", "--yes", "--json"]);
 }

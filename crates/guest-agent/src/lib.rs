@@ -5,6 +5,7 @@
 //! - [`frame`]: the framing (u32 LE length, kind byte, payload) with
 //!   blocking read/write functions;
 //! - [`protocol`]: the JSON messages, limits and error codes of version 1;
+//! - [`users`]: user names (`node`, `1000:50`) resolved against /etc/passwd;
 //! - `client` (cargo feature `client`): [`GuestAgentClient`], an async tokio
 //!   client over any `AsyncRead + AsyncWrite` stream, with
 //!   [`connect_unix`] and [`connect_hybrid_vsock`] to open one.
@@ -14,6 +15,7 @@
 pub mod frame;
 pub mod pipe;
 pub mod protocol;
+pub mod users;
 
 #[cfg(feature = "client")]
 pub mod client;

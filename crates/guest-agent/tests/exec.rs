@@ -105,6 +105,42 @@ async fn uid_and_gid_apply() {
 }
 
 #[tokio::test]
+async fn named_users_resolve_in_the_agents_passwd() {
+    // SAFETY: getuid takes no arguments and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let agent = Agent::start();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    // This process's own user (any user may "switch" to itself), by name.
+    let Some(me) = passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.get(2) == Some(&uid.to_string().as_str())).then(|| (f[0].to_owned(), f[5].to_owned()))
+    }) else {
+        eprintln!("skipped: uid {uid} is not in /etc/passwd");
+        return;
+    };
+    let out = run(
+        &agent,
+        ExecRequest::shell("id -u; echo $HOME").user_named(me.0.clone()),
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{uid}\n{}\n", me.1)
+    );
+    let err = agent
+        .client()
+        .await
+        .exec_collect(
+            ExecRequest::shell("id -u").user_named("no-such-user-here"),
+            ExecInput::None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+    assert!(err.to_string().contains("no-such-user-here"), "{err}");
+}
+
+#[tokio::test]
 async fn stdin_streams_from_the_client() {
     let agent = Agent::start();
     let (tx, rx) = mpsc::channel(4);

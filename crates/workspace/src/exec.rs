@@ -41,6 +41,7 @@ pub struct ExecRequest {
     output_cap: Option<u64>,
     id: Option<String>,
     pty: Option<wire::PtySize>,
+    user: Option<String>,
 }
 
 impl ExecRequest {
@@ -53,6 +54,7 @@ impl ExecRequest {
             output_cap: None,
             id: None,
             pty: None,
+            user: None,
         }
     }
 
@@ -136,6 +138,15 @@ impl ExecRequest {
         }
     }
 
+    /// Runs as `user` instead of the workspace's default (its image's, else
+    /// root): a name the guest's /etc/passwd lists (`root`, `node`), a uid,
+    /// or `user:group`; resolved in the guest, `INVALID_INPUT` when it
+    /// names nobody.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
     /// The agent's request, with the workspace's `env` under the request's
     /// and its working directory and user (its image's) as defaults.
     pub(crate) fn into_wire(self, spec: &crate::spec::WorkspaceSpec) -> wire::ExecRequest {
@@ -146,9 +157,13 @@ impl ExecRequest {
         req.env = spec.env.clone();
         req.env.extend(self.env);
         req.cwd = self.cwd.or_else(|| spec.cwd.clone());
-        if let Some((uid, gid)) = spec.user {
-            req.uid = Some(uid);
-            req.gid = Some(gid);
+        match (self.user, spec.user) {
+            (Some(user), _) => req.user = Some(user),
+            (None, Some((uid, gid))) => {
+                req.uid = Some(uid);
+                req.gid = Some(gid);
+            }
+            (None, None) => {}
         }
         if let Some(t) = self.timeout {
             req = req.timeout(t);
@@ -496,6 +511,8 @@ mod tests {
         assert_eq!(wire.timeout_ms, Some(1500));
         assert_eq!(wire.output_cap, Some(10));
         assert_eq!((wire.uid, wire.gid), (Some(1000), Some(1001)));
+        let as_root = ExecRequest::argv(["id"]).user("root").into_wire(&spec);
+        assert_eq!((as_root.user.as_deref(), as_root.uid), (Some("root"), None));
         let no_cwd = ExecRequest::argv(["ls"]).into_wire(&spec);
         assert_eq!(
             no_cwd.cwd.as_deref(),

@@ -51,6 +51,15 @@ pub enum ExecError {
     /// `cwd` is relative.
     #[error("cwd {0:?} is not an absolute path")]
     Cwd(String),
+    /// `user` names no user or group of the guest.
+    #[error("cannot run as `{user}`")]
+    User {
+        /// The user asked for.
+        user: String,
+        /// Why it did not resolve.
+        #[source]
+        source: guest_agent::users::UserError,
+    },
     /// `output_cap` over the limit.
     #[error("output_cap {0} is over the {MAX_OUTPUT_CAP}-byte limit")]
     OutputCap(u64),
@@ -98,6 +107,7 @@ impl ExecError {
             Self::Command
             | Self::EnvName(_)
             | Self::Cwd(_)
+            | Self::User { .. }
             | Self::ZeroTimeout
             | Self::BadSignal(_) => ErrorCode::InvalidInput,
             Self::OutputCap(_) => ErrorCode::TooLarge,
@@ -177,11 +187,22 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Spawn, String), ExecEr
         }
         _ => return Err(ExecError::Command),
     };
-    let home = match req.uid {
-        Some(uid) if uid != 0 => "/",
-        _ => "/root",
+    let named = match &req.user {
+        Some(user) => Some(resolve_user(user)?),
+        None => None,
     };
-    cmd.env("PATH", DEFAULT_PATH).env("HOME", home);
+    let (uid, gid) = match &named {
+        Some(found) => (Some(found.uid), Some(found.gid)),
+        None => (req.uid, req.gid),
+    };
+    // HOME is the user's home in /etc/passwd (`/` when unlisted, `/root`
+    // for root by default); the request's env may set another.
+    let home = match (&named, uid) {
+        (Some(found), _) => found.home.clone().unwrap_or_else(|| "/".into()),
+        (None, Some(uid)) if uid != 0 => passwd_home(uid).unwrap_or_else(|| "/".into()),
+        _ => "/root".into(),
+    };
+    cmd.env("PATH", DEFAULT_PATH).env("HOME", &home);
     for (key, value) in &req.env {
         if key.is_empty() || key.contains(['=', '\0']) {
             return Err(ExecError::EnvName(key.clone()));
@@ -196,10 +217,10 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Spawn, String), ExecEr
         }
         None => {}
     }
-    if let Some(uid) = req.uid {
+    if let Some(uid) = uid {
         cmd.uid(uid);
     }
-    if let Some(gid) = req.gid {
+    if let Some(gid) = gid {
         cmd.gid(gid);
     }
     // It leads a new process group, its outputs are pipes; on a pty,
@@ -208,6 +229,24 @@ pub(super) fn build_command(req: &ExecRequest) -> Result<(Spawn, String), ExecEr
         cmd.stdin(Input::Piped);
     }
     Ok((cmd, program))
+}
+
+/// The home directory /etc/passwd gives `uid`.
+fn passwd_home(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    guest_agent::users::resolve(&uid.to_string(), &passwd, "")
+        .ok()?
+        .home
+}
+
+/// `user` resolved in this system's /etc/passwd and /etc/group.
+fn resolve_user(user: &str) -> Result<guest_agent::users::ResolvedUser, ExecError> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    guest_agent::users::resolve(user, &passwd, &group).map_err(|source| ExecError::User {
+        user: user.to_owned(),
+        source,
+    })
 }
 
 /// The command as text: the arguments joined by spaces, or the shell line.

@@ -71,6 +71,12 @@ pub struct ExecRequest {
     /// Group id to run as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid: Option<u32>,
+    /// A user to run as, resolved by the agent in the guest's /etc/passwd
+    /// and /etc/group (`node`, `1000`, `node:staff`, `1000:50`; see
+    /// [`crate::users`]); wins over `uid`/`gid`. Its home directory is
+    /// `HOME` unless `env` sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// Where stdin comes from.
     #[serde(default)]
     pub stdin: StdinMode,
@@ -144,6 +150,12 @@ impl ExecRequest {
     pub fn user(mut self, uid: u32, gid: u32) -> Self {
         self.uid = Some(uid);
         self.gid = Some(gid);
+        self
+    }
+
+    /// Runs as this user, named as /etc/passwd names it (or `uid[:gid]`).
+    pub fn user_named(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
         self
     }
 

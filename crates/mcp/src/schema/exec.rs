@@ -42,8 +42,14 @@ pub struct ExecParams {
     /// Extra environment variables (over the workspace's own).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Working directory in the guest (absolute); default /.
+    /// Working directory in the guest (absolute); default: the image's,
+    /// else /.
     pub cwd: Option<String>,
+    /// Run as this user: a name the guest's /etc/passwd lists (`root`,
+    /// `node`), a uid, or `user:group`; default: the image's user, else
+    /// root.
+    #[serde(default)]
+    pub user: Option<String>,
     /// Text given to the command's stdin (then end of file); default: none
     /// (/dev/null).
     pub stdin: Option<String>,

@@ -37,8 +37,14 @@ pub struct ProcessStartParams {
     /// Extra environment variables (over the workspace's own).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Working directory in the guest (absolute); default /.
+    /// Working directory in the guest (absolute); default: the image's,
+    /// else /.
     pub cwd: Option<String>,
+    /// Run as this user: a name the guest's /etc/passwd lists (`root`,
+    /// `node`), a uid, or `user:group`; default: the image's user, else
+    /// root.
+    #[serde(default)]
+    pub user: Option<String>,
     /// Keep the process's stdin open for process_write_stdin; default false
     /// (it reads /dev/null).
     #[serde(default)]

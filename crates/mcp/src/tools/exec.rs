@@ -274,6 +274,9 @@ impl MicroagentServer {
         if let Some(dir) = p.cwd {
             req = req.cwd(dir);
         }
+        if let Some(user) = p.user {
+            req = req.user(user);
+        }
         let mut progress = Progress::new(&ctx);
         let result = self
             .run_command(&p.name, req, input(p.stdin), &limits, &ctx, &mut progress)

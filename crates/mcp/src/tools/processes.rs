@@ -44,6 +44,9 @@ impl MicroagentServer {
         if let Some(dir) = p.cwd {
             req = req.cwd(dir);
         }
+        if let Some(user) = p.user {
+            req = req.user(user);
+        }
         if let Some(t) = p.timeout_secs {
             let secs = in_range("timeout_secs", t, 1, MAX_EXEC_TIMEOUT_SECS)?;
             req = req.timeout(Duration::from_secs(secs));

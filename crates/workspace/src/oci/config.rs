@@ -128,16 +128,14 @@ impl ImageDefaults {
             .cloned()
             .collect();
         let user = config.user.clone().filter(|u| !u.is_empty());
-        let (uid, gid, home) = match &user {
+        let (uid, gid) = match &user {
             Some(user) => {
-                let (uid, gid, home) = resolve_user(user, tree)?;
-                (Some(uid), Some(gid), home)
+                // HOME comes from the guest's passwd at each exec (agent).
+                let (uid, gid, _home) = resolve_user(user, tree)?;
+                (Some(uid), Some(gid))
             }
-            None => (None, None, None),
+            None => (None, None),
         };
-        if let Some(home) = home {
-            env.entry("HOME".into()).or_insert(home);
-        }
         Ok(Self {
             env,
             cwd: config.working_dir.clone().filter(|d| d.starts_with('/')),
@@ -149,50 +147,14 @@ impl ImageDefaults {
     }
 }
 
-/// An image's `User` (`name`, `uid`, `name:group`, `uid:gid`, ...) as
-/// uid, gid and home directory, looked up in the tree's /etc/passwd and
-/// /etc/group as the container runtime would.
+/// An image's `User` as uid, gid and home directory, looked up in the
+/// tree's /etc/passwd and /etc/group as the container runtime would.
 fn resolve_user(user: &str, tree: &Path) -> Result<(u32, u32, Option<String>), OciError> {
     let passwd = std::fs::read_to_string(tree.join("etc/passwd")).unwrap_or_default();
     let group = std::fs::read_to_string(tree.join("etc/group")).unwrap_or_default();
-    let (user_part, group_part) = match user.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (user, None),
-    };
-    let entry = passwd.lines().find_map(|line| {
-        let f: Vec<&str> = line.split(':').collect();
-        let uid: u32 = f.get(2)?.parse().ok()?;
-        let matches = f.first() == Some(&user_part) || user_part.parse() == Ok(uid);
-        let gid = f.get(3).and_then(|g| g.parse::<u32>().ok());
-        matches.then(|| (uid, gid, f.get(5).map(|h| h.to_string())))
-    });
-    let (uid, passwd_gid, home) = match (entry, user_part.parse::<u32>()) {
-        (Some((uid, gid, home)), _) => (uid, gid, home),
-        (None, Ok(uid)) => (uid, None, None),
-        (None, Err(_)) => {
-            return Err(OciError::Unsupported(format!(
-                "the image runs as user `{user_part}`, which its /etc/passwd does not list"
-            )))
-        }
-    };
-    let gid = match group_part {
-        None => passwd_gid.unwrap_or(0),
-        Some(g) => match g.parse::<u32>() {
-            Ok(gid) => gid,
-            Err(_) => group
-                .lines()
-                .find_map(|line| {
-                    let f: Vec<&str> = line.split(':').collect();
-                    (f.first() == Some(&g)).then(|| f.get(2)?.parse().ok())?
-                })
-                .ok_or_else(|| {
-                    OciError::Unsupported(format!(
-                        "the image runs as group `{g}`, which its /etc/group does not list"
-                    ))
-                })?,
-        },
-    };
-    Ok((uid, gid, home))
+    let found = guest_agent::users::resolve(user, &passwd, &group)
+        .map_err(|e| OciError::Unsupported(format!("the image runs as `{user}`, but {e}")))?;
+    Ok((found.uid, found.gid, found.home))
 }
 
 #[cfg(test)]
@@ -228,7 +190,7 @@ mod tests {
         };
         let d = ImageDefaults::from_config(&run, &tree).unwrap();
         assert_eq!(d.env["A"], "b=c");
-        assert_eq!(d.env["HOME"], "/home/node");
+        assert!(!d.env.contains_key("HOME"), "the agent sets HOME per user");
         assert_eq!(d.cwd.as_deref(), Some("/app"));
         assert_eq!((d.uid, d.gid), (Some(1000), Some(1001)));
         assert_eq!(
