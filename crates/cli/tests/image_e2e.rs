@@ -45,17 +45,7 @@ fn container_images_import_and_boot_with_their_defaults() {
     let mut boot_image = "layout";
     if let (Some(skopeo), Some(registry)) = (&skopeo, &registry) {
         let target = format!("127.0.0.1:{}/test:1", registry.port);
-        let push = std::process::Command::new(skopeo)
-            .args(["copy", "--dest-tls-verify=false"])
-            .arg(format!("oci:{}:test:1", layout.display()))
-            .arg(format!("docker://{target}"))
-            .output()
-            .unwrap();
-        assert!(
-            push.status.success(),
-            "{}",
-            String::from_utf8_lossy(&push.stderr)
-        );
+        testkit::oci::push(skopeo, &layout, &target);
         let pulled = cli.ok_json(&["image", "pull", &target, "--insecure", "--json"]);
         assert_eq!(pulled["image"]["name"], "test-1", "{pulled}");
         assert_eq!(pulled["unchanged"], false);
@@ -97,31 +87,15 @@ fn container_images_import_and_boot_with_their_defaults() {
     }
 
     // The layout: named by its tag, taken by the pull already.
-    let info = match cli.run(&["image", "import", layout.to_str().unwrap(), "--json"]) {
-        run if boot_image == "test-1" => {
-            assert_eq!(run.error_code(), "CONFLICT", "{}", run.stderr);
-            cli.ok_json(&[
-                "image",
-                "import",
-                layout.to_str().unwrap(),
-                "--name",
-                "layout",
-                "--json",
-            ])
-        }
-        run => {
-            assert_eq!(run.status, 0, "{}", run.stderr);
-            cli.ok_json(&["image", "rm", "test-1", "--json"]);
-            cli.ok_json(&[
-                "image",
-                "import",
-                layout.to_str().unwrap(),
-                "--name",
-                "layout",
-                "--json",
-            ])
-        }
-    };
+    let first = cli.run(&["image", "import", layout.to_str().unwrap(), "--json"]);
+    if boot_image == "test-1" {
+        assert_eq!(first.error_code(), "CONFLICT", "{}", first.stderr);
+    } else {
+        assert_eq!(first.status, 0, "{}", first.stderr);
+        cli.ok_json(&["image", "rm", "test-1", "--json"]);
+    }
+    let layout_arg = layout.to_str().unwrap();
+    let info = cli.ok_json(&["image", "import", layout_arg, "--name", "layout", "--json"]);
     assert_eq!(info["name"], "layout", "{info}");
     assert_eq!(info["boot_args"], "init=/.microagent/init");
     assert_eq!(info["defaults"]["cwd"], "/srv/app");

@@ -10,7 +10,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -168,7 +168,8 @@ fn beneath(root: &Root, rel: &Path) -> Result<Beneath, ToolError> {
     } else {
         rel
     };
-    match openat2_beneath(&root.dir, rel) {
+    let beneath = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    match workspace::host_write::openat2(&root.dir, rel, libc::O_PATH, beneath) {
         Ok(_) => Ok(Beneath::Inside),
         Err(e) => match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => Ok(Beneath::Missing),
@@ -210,30 +211,6 @@ fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn openat2_beneath(dir: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(rel.as_os_str().as_bytes())?;
-    // SAFETY: open_how is plain integers; all-zero is a valid value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: openat2 reads `c` (NUL-terminated) and `how` (its size
-    // passed) and returns a new descriptor or -1; both outlive the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor (it fits an i32: the kernel returns one).
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 #[cfg(test)]

@@ -78,17 +78,7 @@ async fn container_images_pull_and_import_through_mcp() {
         return;
     };
     let target = format!("127.0.0.1:{}/team/tool:2", registry.port);
-    let push = std::process::Command::new(skopeo)
-        .args(["copy", "--dest-tls-verify=false"])
-        .arg(format!("oci:{}:test:1", layout.display()))
-        .arg(format!("docker://{target}"))
-        .output()
-        .unwrap();
-    assert!(
-        push.status.success(),
-        "{}",
-        String::from_utf8_lossy(&push.stderr)
-    );
+    testkit::oci::push(&skopeo, &layout, &target);
 
     let result = h
         .try_call("image_pull", json!({"reference": target, "insecure": true}))

@@ -191,3 +191,19 @@ impl Drop for Registry {
         let _ = self.child.wait();
     }
 }
+
+/// Pushes the layout's `test:1` to `target` (`HOST:PORT/REPO:TAG`, plain
+/// HTTP) with skopeo.
+pub fn push(skopeo: &Path, layout: &Path, target: &str) {
+    let push = std::process::Command::new(skopeo)
+        .args(["copy", "--dest-tls-verify=false"])
+        .arg(format!("oci:{}:test:1", layout.display()))
+        .arg(format!("docker://{target}"))
+        .output()
+        .unwrap();
+    assert!(
+        push.status.success(),
+        "skopeo push: {}",
+        String::from_utf8_lossy(&push.stderr)
+    );
+}

@@ -349,6 +349,33 @@ fn open_dirs(
     Ok(fd)
 }
 
+/// openat2(2): opens `rel` below `dir` with `flags` (O_CLOEXEC added) and
+/// the `resolve` rules (`RESOLVE_BENEATH`, `RESOLVE_IN_ROOT`, ...), which
+/// the kernel enforces on every component, symlinks included.
+pub fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
+    let c = cstr(rel.as_os_str())?;
+    // SAFETY: open_how is plain integers; all-zero is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    // SAFETY: openat2 reads `c` (NUL-terminated) and `how` (its size
+    // passed) and returns a new descriptor or -1; both outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor (it fits an i32: the kernel returns one).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 fn cstr(name: &OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }

@@ -159,6 +159,13 @@ impl Applier<'_> {
         let uid = header.uid().unwrap_or(0);
         let gid = header.gid().unwrap_or(0);
         let mtime = header.mtime().unwrap_or(0);
+        // What a conversion without root sets in the image afterwards.
+        let recorded = Recorded {
+            uid: uid as u32,
+            gid: gid as u32,
+            mode,
+            device: None,
+        };
         let io_at = |what: &str| {
             let at = format!("{what} /{shown}");
             move |e| OciError::io(at, e)
@@ -224,15 +231,8 @@ impl Applier<'_> {
             remove_any(&path)?;
             if !self.owners.direct() {
                 // Device nodes need root: made in the image afterwards.
-                self.owners.record(
-                    &path,
-                    Recorded {
-                        uid: uid as u32,
-                        gid: gid as u32,
-                        mode,
-                        device: Some((file_type, major, minor)),
-                    },
-                );
+                let device = Some((file_type, major, minor));
+                self.owners.record(&path, Recorded { device, ..recorded });
                 return Ok(());
             }
             mknod(
@@ -251,15 +251,7 @@ impl Applier<'_> {
             std::os::unix::fs::lchown(&path, Some(uid as u32), Some(gid as u32))
                 .map_err(io_at("setting the owner of"))?;
         } else {
-            self.owners.record(
-                &path,
-                Recorded {
-                    uid: uid as u32,
-                    gid: gid as u32,
-                    mode,
-                    device: None,
-                },
-            );
+            self.owners.record(&path, recorded);
         }
         if !kind.is_symlink() {
             // chown cleared set-id bits: the mode goes after it. Without
@@ -369,27 +361,12 @@ fn open_root(tree: &Path) -> Result<OwnedFd, OciError> {
 /// Resolves `rel` as if `root` were `/` (openat2 RESOLVE_IN_ROOT: absolute
 /// symlinks and `..` stay inside) to a directory's real path.
 fn resolve_in_root(root: &OwnedFd, tree: &Path, rel: &Path) -> io::Result<PathBuf> {
-    let c = cstring(rel)?;
-    // SAFETY: open_how is plain integers; all-zero is a valid value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: openat2 reads `c` (NUL-terminated) and `how` (its size
-    // passed) and returns a new descriptor or -1; both outlive the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor (it fits an i32: the kernel returns one).
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = crate::host_write::openat2(
+        root,
+        rel,
+        libc::O_PATH | libc::O_DIRECTORY,
+        libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
+    )?;
     let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
     if !real.starts_with(tree) {
         return Err(io::Error::from_raw_os_error(libc::EXDEV));
