@@ -296,7 +296,7 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
 
 /// The normal components of a relative path (`.` dropped); `None` for an
 /// absolute path or one with `..`.
-fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
+pub(crate) fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
     let mut parts = Vec::new();
     for c in path.components() {
         match c {
@@ -376,7 +376,7 @@ pub fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, resolve: u64) -> io::Resul
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-fn cstr(name: &OsStr) -> io::Result<CString> {
+pub(crate) fn cstr(name: &OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
@@ -388,7 +388,7 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn open_dir_at(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir_at(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
     let at = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;

@@ -442,25 +442,19 @@ impl ImageRegistry {
         if let Some(name) = name {
             self.check_free(name)?;
         }
-        let work = self.dir.join(format!(".convert-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
-        std::fs::create_dir_all(&work).map_err(|source| StoreError::CreateDir {
-            path: work.clone(),
-            source,
-        })?;
+        // A tarball is unpacked into a scratch directory and read there.
+        let unpacked = if path.is_dir() {
+            None
+        } else {
+            let scratch = self.scratch_dir("unpack")?;
+            if let Err(e) = crate::oci::layout::unpack_archive(path, &scratch) {
+                let _ = std::fs::remove_dir_all(&scratch);
+                return Err(e.into());
+            }
+            Some(scratch)
+        };
         let result = (|| {
-            let source_dir = if path.is_dir() {
-                path.to_owned()
-            } else {
-                let unpacked = work.join("source");
-                std::fs::create_dir(&unpacked).map_err(|source| StoreError::CreateDir {
-                    path: unpacked.clone(),
-                    source,
-                })?;
-                crate::oci::layout::unpack_archive(path, &unpacked)?;
-                unpacked
-            };
-            let image = crate::oci::layout::read_dir(&source_dir, None)?;
+            let image = crate::oci::layout::read_dir(unpacked.as_deref().unwrap_or(path), None)?;
             let name = match name {
                 Some(name) => name.to_owned(),
                 None => {
@@ -475,38 +469,54 @@ impl ImageRegistry {
                     name
                 }
             };
-            self.import_image(&name, &image, &work, path, progress)
+            self.import_image(&name, &image, path, progress)
         })();
-        let _ = std::fs::remove_dir_all(&work);
+        if let Some(scratch) = unpacked {
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
         result
     }
 
-    /// Converts a read container image and registers it as `name`.
+    /// Converts a read container image (in a scratch directory removed
+    /// afterwards) and registers it as `name`.
     pub(crate) fn import_image(
         &self,
         name: &str,
         image: &crate::oci::layout::Resolved,
-        work: &Path,
         source: &Path,
         progress: &mut dyn FnMut(crate::oci::rootfs::Step),
     ) -> Result<ImageInfo, ImageError> {
         let base = self
             .get(BUILTIN_IMAGES[0])
             .map_err(|_| ImageError::NoBase(BUILTIN_IMAGES[0].into()))?;
-        let build = work.join("build");
+        let build = self.scratch_dir("convert")?;
+        let result = (|| {
+            let converted = crate::oci::rootfs::convert(image, &build, &base.rootfs, progress)?;
+            let extras = Extras {
+                boot_args: Some(crate::oci::rootfs::BOOT_ARGS.into()),
+                defaults: converted.defaults,
+                origin: Some(converted.origin),
+                source: Some(source.to_owned()),
+            };
+            self.import_with(name, &base.kernel, &converted.rootfs, None, extras)
+        })();
         let _ = std::fs::remove_dir_all(&build);
-        std::fs::create_dir_all(&build).map_err(|source| StoreError::CreateDir {
-            path: build.clone(),
+        result
+    }
+
+    /// A new empty directory in the registry for `kind` of work
+    /// (`.<kind>-<pid>-<n>`): unique per call, since one process (the MCP
+    /// server) may convert several images at once.
+    pub(crate) fn scratch_dir(&self, kind: &str) -> Result<PathBuf, ImageError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = self.dir.join(format!(".{kind}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::CreateDir {
+            path: dir.clone(),
             source,
         })?;
-        let converted = crate::oci::rootfs::convert(image, &build, &base.rootfs, progress)?;
-        let extras = Extras {
-            boot_args: Some(crate::oci::rootfs::BOOT_ARGS.into()),
-            defaults: converted.defaults,
-            origin: Some(converted.origin),
-            source: Some(source.to_owned()),
-        };
-        self.import_with(name, &base.kernel, &converted.rootfs, None, extras)
+        Ok(dir)
     }
 
     /// Refuses a bad or taken name before any work.
@@ -604,6 +614,18 @@ mod tests {
         );
         assert!(reg.list().unwrap().is_empty());
         assert_eq!(std::fs::read_dir(&reg.dir).unwrap().count(), 0);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn scratch_directories_are_apart_within_one_process() {
+        let (reg, root) = registry("scratch");
+        let (a, b) = (
+            reg.scratch_dir("convert").unwrap(),
+            reg.scratch_dir("convert").unwrap(),
+        );
+        assert_ne!(a, b, "two conversions at once must not share one");
+        assert!(a.is_dir() && b.is_dir());
         std::fs::remove_dir_all(root).unwrap();
     }
 

@@ -7,7 +7,7 @@
 //! included); plain HTTP is used only for a registry the caller marks
 //! insecure.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -120,6 +120,9 @@ impl RegistryError {
     }
 }
 
+/// Numbers partial downloads apart.
+static NEXT_PARTIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Where pulled layers are kept, by digest.
 fn blob_dir(registry: &ImageRegistry) -> PathBuf {
     registry.root().join(".blobs/sha256")
@@ -155,12 +158,23 @@ fn client(reference: &Reference, insecure: bool) -> Result<Client, OciError> {
         .map_err(|e| OciError::Unsupported(format!("cannot make a registry client: {e}")))
 }
 
-/// Counts bytes written and refuses more than the descriptor said.
+/// Where a pull's progress goes.
+type Progress = Arc<Mutex<dyn FnMut(PullEvent) + Send>>;
+
+fn report(progress: &Progress, event: PullEvent) {
+    if let Ok(mut p) = progress.lock() {
+        p(event);
+    }
+}
+
+/// Layer `index` as it is written: counts the bytes, reports them, and
+/// refuses more than the descriptor's `size`.
 struct Counted<W> {
     inner: W,
+    index: usize,
     written: u64,
-    limit: u64,
-    progress: Arc<Mutex<dyn FnMut(u64) + Send>>,
+    size: u64,
+    progress: Progress,
 }
 
 impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
@@ -169,7 +183,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if self.written + buf.len() as u64 > self.limit {
+        if self.written + buf.len() as u64 > self.size {
             return Poll::Ready(Err(std::io::Error::other(
                 "the registry sent more bytes than the layer's size",
             )));
@@ -177,10 +191,12 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = polled {
             self.written += n as u64;
-            let written = self.written;
-            if let Ok(mut report) = self.progress.lock() {
-                report(written);
-            }
+            let event = PullEvent::Downloading {
+                index: self.index,
+                done: self.written,
+                size: self.size,
+            };
+            report(&self.progress, event);
         }
         polled
     }
@@ -198,13 +214,8 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
 pub async fn pull(
     registry: &ImageRegistry,
     req: &PullRequest,
-    progress: Arc<Mutex<dyn FnMut(PullEvent) + Send>>,
+    progress: Progress,
 ) -> Result<Pulled, ImageError> {
-    let report = |event: PullEvent| {
-        if let Ok(mut p) = progress.lock() {
-            p(event);
-        }
-    };
     let reference: Reference = req.reference.trim().parse().map_err(|e| {
         ImageError::Oci(OciError::Unsupported(format!(
             "`{}` is not an image reference: {e}",
@@ -260,10 +271,13 @@ pub async fn pull(
     }
     let config = ImageConfig::parse(config_json.as_bytes())?;
     let total: u64 = manifest.layers.iter().map(|l| l.size.max(0) as u64).sum();
-    report(PullEvent::Resolved {
-        layers: manifest.layers.len(),
-        bytes: total,
-    });
+    report(
+        &progress,
+        PullEvent::Resolved {
+            layers: manifest.layers.len(),
+            bytes: total,
+        },
+    );
     let blobs = blob_dir(registry);
     tokio::fs::create_dir_all(&blobs)
         .await
@@ -280,22 +294,21 @@ pub async fn pull(
             .is_ok_and(|m| m.len() == size)
         {
             cached += 1;
-            report(PullEvent::Cached { index });
+            report(&progress, PullEvent::Cached { index });
         } else {
-            let partial = blobs.join(format!("{hex}.partial-{}", std::process::id()));
+            // Unique per download: two pulls in one process may fetch the
+            // same layer at once.
+            let n = NEXT_PARTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let partial = blobs.join(format!("{hex}.partial-{}-{n}", std::process::id()));
             let file = tokio::fs::File::create(&partial)
                 .await
                 .map_err(|e| OciError::io(format!("creating {}", partial.display()), e))?;
-            let events = progress.clone();
             let writer = Counted {
                 inner: file,
+                index,
                 written: 0,
-                limit: size,
-                progress: Arc::new(Mutex::new(move |done| {
-                    if let Ok(mut p) = events.lock() {
-                        p(PullEvent::Downloading { index, done, size });
-                    }
-                })),
+                size,
+                progress: progress.clone(),
             };
             let fetched = client.pull_blob(&reference, layer, writer).await;
             if let Err(e) = fetched {
@@ -319,14 +332,8 @@ pub async fn pull(
     let registry = registry.clone();
     let source = PathBuf::from(reference.whole());
     let image = tokio::task::spawn_blocking(move || {
-        let work = registry
-            .root()
-            .join(format!(".pull-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
-        let mut convert = |step| report_blocking(&progress, PullEvent::Convert(step));
-        let made = registry.import_image(&name, &resolved, &work, Path::new(&source), &mut convert);
-        let _ = std::fs::remove_dir_all(&work);
-        made
+        let mut convert = |step| report(&progress, PullEvent::Convert(step));
+        registry.import_image(&name, &resolved, &source, &mut convert)
     })
     .await
     .map_err(|e| OciError::io("converting the image", std::io::Error::other(e.to_string())))??;
@@ -336,10 +343,4 @@ pub async fn pull(
         cached_layers: cached,
         unchanged: false,
     })
-}
-
-fn report_blocking(progress: &Arc<Mutex<dyn FnMut(PullEvent) + Send>>, event: PullEvent) {
-    if let Ok(mut p) = progress.lock() {
-        p(event);
-    }
 }

@@ -10,16 +10,17 @@
 //! even when it came from a tarball with no compressed digest.
 
 use std::collections::HashSet;
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
 use super::owners::{Owners, Recorded};
 use super::OciError;
+use crate::host_write;
 
 /// The opaque-directory marker.
 const OPAQUE: &str = ".wh..wh..opq";
@@ -55,15 +56,6 @@ pub fn digest_hex(digest: &str) -> Result<&str, OciError> {
     }
 }
 
-/// Totals of one applied layer.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Applied {
-    /// Tar entries read.
-    pub entries: u64,
-    /// Uncompressed bytes read.
-    pub bytes: u64,
-}
-
 /// Applies the layer read from `layer` (plain or gzip tar) to `tree`,
 /// checking its uncompressed bytes against `diff_id`. Owners, modes and
 /// device nodes are set on the tree, or recorded in `owners` when the
@@ -73,7 +65,7 @@ pub fn apply_layer(
     layer: impl Read,
     diff_id: &str,
     owners: &mut Owners,
-) -> Result<Applied, OciError> {
+) -> Result<(), OciError> {
     let expected = digest_hex(diff_id)?.to_owned();
     let mut buffered = BufReader::new(layer);
     let gzip = buffered
@@ -89,14 +81,14 @@ pub fn apply_layer(
         inner: plain,
         hash: Sha256::new(),
     };
-    let root = open_root(tree)?;
+    let root = host_write::open_dir_at(None, tree.as_os_str())
+        .map_err(|e| OciError::io("opening the image tree", e))?;
     let mut applier = Applier {
         tree,
         root: &root,
         written: HashSet::new(),
         owners,
     };
-    let mut applied = Applied::default();
     {
         let mut archive = tar::Archive::new(&mut hashing);
         let entries = archive
@@ -104,13 +96,11 @@ pub fn apply_layer(
             .map_err(|e| OciError::io("reading a layer", e))?;
         for entry in entries {
             let mut entry = entry.map_err(|e| OciError::io("reading a layer", e))?;
-            applied.entries += 1;
             applier.apply(&mut entry)?;
         }
     }
     // The tar ends with zero blocks the archive reader may not consume.
-    applied.bytes =
-        io::copy(&mut hashing, &mut io::sink()).map_err(|e| OciError::io("reading a layer", e))?;
+    io::copy(&mut hashing, &mut io::sink()).map_err(|e| OciError::io("reading a layer", e))?;
     let actual = format!("{:x}", hashing.hash.finalize());
     if actual != expected {
         return Err(OciError::DigestMismatch {
@@ -119,7 +109,7 @@ pub fn apply_layer(
             actual: format!("sha256:{actual}"),
         });
     }
-    Ok(applied)
+    Ok(())
 }
 
 struct Applier<'a> {
@@ -310,18 +300,11 @@ impl Applier<'_> {
     }
 }
 
-/// The normal components of an entry path (a leading `/` and `.` parts
-/// dropped); `None` when a `..` would climb out.
+/// The normal components of an entry path, relative to the image's root
+/// (a leading `/` and `.` parts dropped); `None` when a `..` would climb
+/// out.
 fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
-    let mut parts = Vec::new();
-    for c in path.components() {
-        match c {
-            Component::Normal(n) => parts.push(n),
-            Component::CurDir | Component::RootDir => {}
-            Component::ParentDir | Component::Prefix(_) => return None,
-        }
-    }
-    Some(parts)
+    host_write::clean_parts(path.strip_prefix("/").unwrap_or(path))
 }
 
 fn remove_any(path: &Path) -> Result<(), OciError> {
@@ -334,34 +317,10 @@ fn remove_any(path: &Path) -> Result<(), OciError> {
     removed.map_err(|e| OciError::io(format!("removing {}", path.display()), e))
 }
 
-fn cstring(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-fn open_root(tree: &Path) -> Result<OwnedFd, OciError> {
-    let c = cstring(tree).map_err(|e| OciError::io("opening the image tree", e))?;
-    // SAFETY: `c` is NUL-terminated and outlives the call; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(OciError::io(
-            "opening the image tree",
-            io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: a fresh descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// Resolves `rel` as if `root` were `/` (openat2 RESOLVE_IN_ROOT: absolute
 /// symlinks and `..` stay inside) to a directory's real path.
 fn resolve_in_root(root: &OwnedFd, tree: &Path, rel: &Path) -> io::Result<PathBuf> {
-    let fd = crate::host_write::openat2(
+    let fd = host_write::openat2(
         root,
         rel,
         libc::O_PATH | libc::O_DIRECTORY,
@@ -375,7 +334,7 @@ fn resolve_in_root(root: &OwnedFd, tree: &Path, rel: &Path) -> io::Result<PathBu
 }
 
 fn mknod(path: &Path, mode: u32, dev: libc::dev_t) -> io::Result<()> {
-    let c = cstring(path)?;
+    let c = host_write::cstr(path.as_os_str())?;
     // SAFETY: `c` is NUL-terminated and outlives the call.
     if unsafe { libc::mknod(c.as_ptr(), mode, dev) } < 0 {
         return Err(io::Error::last_os_error());
@@ -384,7 +343,7 @@ fn mknod(path: &Path, mode: u32, dev: libc::dev_t) -> io::Result<()> {
 }
 
 fn set_mtime(path: &Path, mtime: u64) -> io::Result<()> {
-    let c = cstring(path)?;
+    let c = host_write::cstr(path.as_os_str())?;
     let time = libc::timespec {
         tv_sec: mtime.min(i64::MAX as u64) as libc::time_t,
         tv_nsec: 0,

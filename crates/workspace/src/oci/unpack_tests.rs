@@ -83,7 +83,7 @@ fn tree(tag: &str) -> PathBuf {
     dir
 }
 
-fn apply(tree: &Path, layer: Layer) -> Result<Applied, OciError> {
+fn apply(tree: &Path, layer: Layer) -> Result<(), OciError> {
     let (bytes, diff_id) = layer.finish();
     apply_layer(tree, &bytes[..], &diff_id, &mut Owners::Direct)
 }
