@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use sha2::{Digest, Sha256};
 
 /// The cache root (shared with the tests, which look assets up there).
 pub fn root() -> anyhow::Result<PathBuf> {
@@ -87,22 +86,18 @@ impl StaticBuild {
     }
 }
 
-/// Hashes labelled inputs; the label keeps "a"+"bc" apart from "ab"+"c".
-#[derive(Default)]
-pub struct InputHash(Sha256);
+/// The product's input hash (one hashing for the product and xtask, so
+/// both find each other's builds).
+pub use workspace::assets::InputHash;
 
-impl InputHash {
-    /// Adds one input.
-    pub fn add(&mut self, label: &str, bytes: &[u8]) -> &mut Self {
-        self.0.update((label.len() as u64).to_le_bytes());
-        self.0.update(label.as_bytes());
-        self.0.update((bytes.len() as u64).to_le_bytes());
-        self.0.update(bytes);
-        self
-    }
-
+/// Adding a checked-in file to an [`InputHash`].
+pub trait AddRepoFile {
     /// Adds a file's contents, labelled with its path relative to the repo.
-    pub fn add_file(&mut self, path: &Path) -> anyhow::Result<&mut Self> {
+    fn add_file(&mut self, path: &Path) -> anyhow::Result<&mut Self>;
+}
+
+impl AddRepoFile for InputHash {
+    fn add_file(&mut self, path: &Path) -> anyhow::Result<&mut Self> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let label = path
             .strip_prefix(repo_root())
@@ -110,12 +105,6 @@ impl InputHash {
             .display()
             .to_string();
         Ok(self.add(&label, &bytes))
-    }
-
-    /// The first 16 hex digits of the digest.
-    pub fn short(&self) -> String {
-        let digest = self.0.clone().finalize();
-        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -150,14 +139,7 @@ pub fn cached_file(
 
 /// Points `<cache>/current/<name>` at `target` (replacing an older link).
 pub fn link_current(name: &str, target: &Path) -> anyhow::Result<PathBuf> {
-    let dir = root()?.join("current");
-    std::fs::create_dir_all(&dir)?;
-    let link = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp)?;
-    std::fs::rename(&tmp, &link)?;
-    Ok(link)
+    Ok(workspace::assets::link_current(&root()?, name, target)?)
 }
 
 #[cfg(test)]
@@ -173,18 +155,5 @@ mod tests {
             build.binary("microagent-agent"),
             Path::new("/c/build/agent-target/x86_64-unknown-linux-gnu/release/microagent-agent")
         );
-    }
-
-    #[test]
-    fn labels_separate_inputs() {
-        let mut a = InputHash::default();
-        a.add("x", b"ab").add("y", b"c");
-        let mut b = InputHash::default();
-        b.add("x", b"a").add("y", b"bc");
-        assert_ne!(a.short(), b.short());
-        assert_eq!(a.short().len(), 16);
-        let mut c = InputHash::default();
-        c.add("x", b"ab").add("y", b"c");
-        assert_eq!(a.short(), c.short());
     }
 }

@@ -3,7 +3,9 @@
 //! each workspace, built lean: static (no shared libraries mapped into every
 //! VMM process), with link-time optimisation and optimised for size, so a
 //! running workspace costs little beyond its guest RAM (`cargo xtask bench
-//! vmm` measures it).
+//! vmm` measures it); and the guest's `microagent-agent` (static) and
+//! `microagent-init` (nolibc), which `microagent setup` builds the
+//! `minimal` image from.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,6 +16,17 @@ use crate::cache;
 
 const PACKAGE: &str = "microagent";
 const VMM_BINARY: &str = "microagent-vmm";
+use workspace::image_build::minimal::{AGENT_BINARY, INIT_BINARY};
+const INIT_SOURCE: &str = "guest/init/init.c";
+
+/// Writes an executable by rename, so a running copy keeps its old file.
+fn write_new(to: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = to.with_extension("new");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, to).with_context(|| format!("installing {}", to.display()))
+}
 
 /// Where `dist` leaves the binaries.
 pub fn dir() -> PathBuf {
@@ -47,6 +60,13 @@ pub fn build() -> anyhow::Result<PathBuf> {
     )?;
     let dist = dir();
     std::fs::create_dir_all(&dist).with_context(|| format!("creating {}", dist.display()))?;
+    let agent = crate::images::agent::find()?;
+    write_new(&dist.join(AGENT_BINARY), &agent.bytes)?;
+    let work = cache::root()?.join("build").join("dist-init");
+    std::fs::create_dir_all(&work)?;
+    let init = crate::nolibc::build(&work, &[&repo.join(INIT_SOURCE)]);
+    let _ = std::fs::remove_dir_all(&work);
+    write_new(&dist.join(INIT_BINARY), &init?.remove(0))?;
     let copies = [
         (
             repo.join("target/release").join(PACKAGE),
@@ -62,7 +82,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
         std::fs::rename(&tmp, &to).with_context(|| format!("installing {}", to.display()))?;
     }
     eprintln!(
-        "xtask: {} holds {PACKAGE} and {VMM_BINARY}; install both into one directory on PATH",
+        "xtask: {} holds {PACKAGE}, {VMM_BINARY}, {AGENT_BINARY} and {INIT_BINARY}; install them into one directory on PATH",
         dist.display()
     );
     Ok(dist.join(PACKAGE))

@@ -8,7 +8,7 @@
 //! `<cache>/images/.<name>-<hash16>.partial/` (image and manifest), which is
 //! renamed into place only when complete; both are removed on failure.
 
-mod agent;
+pub mod agent;
 mod debian;
 mod manifest;
 mod minimal;
@@ -21,31 +21,20 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use crate::cache::{self, InputHash};
+use crate::cache::{self, AddRepoFile, InputHash};
 use crate::{nolibc, sh};
 
 /// Bump when the recipe changes in a way the inputs do not show.
 const RECIPE_VERSION: &str = "images-recipe-1";
-/// Where the agent goes in every image.
-pub const AGENT_PATH: &str = "usr/bin/microagent-agent";
+/// Where the agent goes in every image, and what every image has (the
+/// product's own lists).
+pub use workspace::image_build::minimal::{AGENT_PATH, HOSTNAME, HOSTS, OVERLAY_DIRS};
 /// The guest init's source; without it `/sbin/init` links to the agent.
 const INIT_SOURCE: &str = "guest/init/init.c";
-const HOSTNAME: &str = "microagent\n";
-const HOSTS: &str = "127.0.0.1\tlocalhost\n127.0.1.1\tmicroagent\n";
 /// mkfs.ext4 options before `-d`. `-T default` keeps 4 KiB blocks and one
 /// inode per 16 KiB below 512 MiB too (mke2fs would pick its `small` type:
 /// 1 KiB blocks, four times the inode tables).
 const MKFS_OPTIONS: &[&str] = &["-q", "-F", "-T", "default", "-E", "root_owner=0:0"];
-/// Mount points the guest init and workspaces use (harmless when unused).
-const OVERLAY_DIRS: &[&str] = &[
-    "overlay",
-    "overlay/upper",
-    "overlay/work",
-    "overlay/lower",
-    "overlay/new",
-    "overlay/merged",
-];
-
 /// Which image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Image {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::cache::{self, InputHash};
+use crate::cache::{self, AddRepoFile, InputHash};
 use crate::cpio::{archive, Entry};
 use crate::{nolibc, sh};
 

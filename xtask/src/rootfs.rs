@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::cache::{self, InputHash};
+use crate::cache::{self, AddRepoFile, InputHash};
 use crate::{nolibc, sh};
 
 const RECIPE_VERSION: &str = "test-rootfs-recipe-1";

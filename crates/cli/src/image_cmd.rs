@@ -1,4 +1,4 @@
-//! `microagent image ls | inspect | import | pull | rm` and `kernel ls`.
+//! `microagent image ls | inspect | import | pull | rm`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +61,28 @@ pub enum ImageCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Build an image: from Debian packages (`--from debian:bookworm`,
+    /// mmdebstrap, as root) or on top of an image (booted in a throwaway
+    /// workspace; files copied in, commands run, its root filesystem saved
+    /// as the new image). Without --confirm or --yes it only shows the plan.
+    Build {
+        /// The new image's name.
+        name: String,
+        /// `debian:SUITE` or an image name.
+        #[arg(long)]
+        from: String,
+        /// Debian packages to install (comma-separated or repeated).
+        #[arg(long, value_delimiter = ',')]
+        packages: Vec<String>,
+        /// A command to run in the guest, as root (repeat for more; in order).
+        #[arg(long = "run", value_name = "CMD")]
+        run: Vec<String>,
+        /// A host file or directory to copy in first: SRC:DST (repeat for more).
+        #[arg(long = "copy", value_name = "SRC:DST")]
+        copy: Vec<String>,
+        #[command(flatten)]
+        flags: crate::plan_out::ConfirmFlags,
+    },
     /// Remove an image (refused while a workspace uses it).
     Rm {
         /// Image name.
@@ -71,53 +93,6 @@ pub enum ImageCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
-pub enum KernelCommand {
-    /// List guest kernels: the built ones (which variant this host boots)
-    /// and those only imported images carry, with versions and users.
-    Ls {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-impl KernelCommand {
-    pub fn json(&self) -> bool {
-        match self {
-            Self::Ls { json } => *json,
-        }
-    }
-}
-
-pub fn run_kernel(ws: &Workspaces, cmd: &KernelCommand) -> Result<ExitCode, Error> {
-    match cmd {
-        KernelCommand::Ls { json } => {
-            let kernels = workspace::kernels::list(ws.images())?;
-            if *json {
-                output::json(&kernels);
-            } else if kernels.is_empty() {
-                println!("no guest kernels (build them: cargo xtask setup)");
-            } else {
-                for k in &kernels {
-                    println!(
-                        "{:<9} {:>6.1} MiB  {}{}",
-                        k.variant.as_deref().unwrap_or("imported"),
-                        k.bytes as f64 / (1 << 20) as f64,
-                        k.version.as_deref().unwrap_or("(no version banner)"),
-                        if k.this_host { "  [this host]" } else { "" }
-                    );
-                    println!("          {}", k.path.display());
-                    if !k.used_by.is_empty() {
-                        println!("          used by {}", k.used_by.join(", "));
-                    }
-                }
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 impl ImageCommand {
     pub fn json(&self) -> bool {
         match self {
@@ -125,6 +100,10 @@ impl ImageCommand {
             | Self::Inspect { json, .. }
             | Self::Import { json, .. }
             | Self::Pull { json, .. }
+            | Self::Build {
+                flags: crate::plan_out::ConfirmFlags { json, .. },
+                ..
+            }
             | Self::Rm { json, .. } => *json,
         }
     }
@@ -133,6 +112,39 @@ impl ImageCommand {
 pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error> {
     let images = ws.images();
     match cmd {
+        ImageCommand::Build {
+            name,
+            from,
+            packages,
+            run,
+            copy,
+            flags,
+        } => {
+            let req = build_request(name, from, packages, run, copy)?;
+            let mut rerun = format!("microagent image build {name} --from {from}");
+            if !packages.is_empty() {
+                rerun.push_str(&format!(" --packages {}", packages.join(",")));
+            }
+            for command in run {
+                rerun.push_str(&format!(" --run {}", workspace::plan::shell_quote(command)));
+            }
+            for c in copy {
+                rerun.push_str(&format!(" --copy {}", workspace::plan::shell_quote(c)));
+            }
+            let progress = crate::kernel_cmd::stderr_progress("image build");
+            let done = crate::plan_out::run_change(flags, &rerun, |token| {
+                let (req, progress) = (&req, progress.clone());
+                async move { ws.image_build(req, token.as_deref(), progress).await }
+            })
+            .await?;
+            if let (Some(image), false) = (&done.image, flags.json) {
+                println!(
+                    "built {} ({} MiB root filesystem)",
+                    image.name,
+                    image.rootfs_bytes.div_ceil(1 << 20)
+                );
+            }
+        }
         ImageCommand::Pull {
             reference,
             name,
@@ -307,4 +319,32 @@ fn pull_progress(terminal: bool) -> impl FnMut(PullEvent) + Send {
         }
         last_line = line;
     }
+}
+
+/// The library's request from the command line.
+fn build_request(
+    name: &str,
+    from: &str,
+    packages: &[String],
+    run: &[String],
+    copy: &[String],
+) -> Result<workspace::image_build::ImageBuildRequest, Error> {
+    use workspace::image_build::{BuildBase, CopyStep, ImageBuildRequest};
+    let from = BuildBase::parse(from).map_err(Error::from)?;
+    let copy = copy
+        .iter()
+        .map(|c| CopyStep::parse(c))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Error::from)?;
+    Ok(ImageBuildRequest {
+        name: name.to_owned(),
+        from: Some(from),
+        packages: packages
+            .iter()
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .collect(),
+        run: run.to_vec(),
+        copy,
+    })
 }

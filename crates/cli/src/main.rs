@@ -4,9 +4,11 @@ mod doctor_cmd;
 mod exec_cmd;
 mod files_cmd;
 mod image_cmd;
+mod kernel_cmd;
 mod logs_cmd;
 mod network_cmd;
 mod output;
+mod plan_out;
 mod port_cmd;
 mod process_cmd;
 mod serve_cmd;
@@ -39,12 +41,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Make this host ready: install the build packages, build the guest
+    /// kernel it needs and the `minimal` and `debian` images, leaving what is
+    /// there. Without --yes or --confirm it only shows the plan (packages,
+    /// disk, time, files) and a token.
+    Setup {
+        #[command(flatten)]
+        flags: plan_out::ConfirmFlags,
+    },
     /// Manage images (kernel + root filesystem pairs).
     #[command(subcommand)]
     Image(image_cmd::ImageCommand),
-    /// Guest kernels: `kernel ls` (built ones and those images carry).
+    /// Guest kernels: `kernel ls` (built ones and those images carry),
+    /// `kernel install` (from Debian's source or a file; preview, then confirm).
     #[command(subcommand)]
-    Kernel(image_cmd::KernelCommand),
+    Kernel(kernel_cmd::KernelCommand),
     /// Manage snapshots of workspaces.
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
@@ -286,6 +297,7 @@ impl Command {
             Command::Run(r) => r.exec.json,
             Command::Image(i) => i.json(),
             Command::Kernel(k) => k.json(),
+            Command::Setup { flags } => flags.json,
             Command::Snapshot(c) => c.json(),
             Command::Port(c) => c.json(),
             Command::Process(c) => c.json(),
@@ -332,7 +344,8 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
     use workspace_cmd as w;
     match command {
         Command::Image(cmd) => image_cmd::run(ws, cmd).await,
-        Command::Kernel(cmd) => image_cmd::run_kernel(ws, cmd),
+        Command::Kernel(cmd) => kernel_cmd::run(ws, cmd).await,
+        Command::Setup { flags } => kernel_cmd::setup(ws, flags).await,
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd).await,
         Command::Port(cmd) => port_cmd::run(ws, cmd),
         Command::Network(cmd) => network_cmd::run(ws, cmd),

@@ -170,38 +170,11 @@ fn print_change(change: &HostChange, command: &str, json: bool) {
     if json {
         return output::json(change);
     }
-    let plan = &change.preview.plan;
-    if plan.steps.is_empty() {
-        println!("{}: nothing to do", plan.action);
-        for note in &plan.notes {
-            println!("{note}");
-        }
-        return;
-    }
-    let verb = if change.applied {
-        "applied"
-    } else {
-        "would run"
-    };
-    println!("{} {verb}:", plan.action);
-    for (i, step) in plan.steps.iter().enumerate() {
-        println!("  {}. {}", i + 1, step.what);
-        println!("     $ {}", step.command_line());
-        if let Some(stdin) = &step.stdin {
-            for line in stdin.lines() {
-                println!("     | {line}");
-            }
-        }
-    }
-    for note in &plan.notes {
-        println!("note: {note}");
-    }
-    if let Some(token) = &change.preview.token {
-        println!();
-        println!("nothing was changed. To apply exactly this plan within 5 minutes, run as root:");
-        println!("  microagent network {command} --confirm {token}");
-        println!("(as another user, keep the same state directory: sudo MICROAGENT_HOME=\"$MICROAGENT_HOME\" ... or sudo -E)");
-    }
+    crate::plan_out::print(
+        &change.preview,
+        change.applied,
+        Some(&format!("microagent network {command}")),
+    );
 }
 
 pub fn run(ws: &Workspaces, cmd: &NetworkCommand) -> Result<ExitCode, Error> {

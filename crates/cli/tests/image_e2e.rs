@@ -227,3 +227,248 @@ fn container_images_import_and_boot_with_their_defaults() {
     assert_eq!(ghost.error_code(), "INVALID_INPUT", "{}", ghost.stderr);
     cli.ok_json(&["delete", "box", "--force", "--yes", "--json"]);
 }
+
+/// `kernel install --file`: a preview changes nothing, a wrong token or a
+/// changed file is refused, and the token installs the kernel after it
+/// booted the `minimal` image. Runs against a cache of its own (links to
+/// the built assets) so the suites' current kernel stays as it is.
+#[test]
+fn kernel_install_from_a_file_boots_it_first_and_needs_the_token() {
+    let test = "kernel_install_from_a_file_boots_it_first_and_needs_the_token";
+    let Some(assets) = testkit::require(test, testkit::guest_assets()) else {
+        return;
+    };
+    let Some(minimal) = testkit::require(test, testkit::workspace_image("minimal")) else {
+        return;
+    };
+    let scratch = home("kinstall-files");
+    let cache = scratch.home().join("cache");
+    let current = cache.join("current");
+    std::fs::create_dir_all(&current).unwrap();
+    let real_kernel = std::fs::canonicalize(&assets.kernel).unwrap();
+    let kernel_link = current.join(assets.host.kernel_variant().vmlinux_file());
+    std::os::unix::fs::symlink(&real_kernel, &kernel_link).unwrap();
+    std::os::unix::fs::symlink(
+        std::fs::canonicalize(minimal).unwrap(),
+        current.join("rootfs-minimal.ext4"),
+    )
+    .unwrap();
+    let cli = home("kernel-install").with_env("MICROAGENT_CACHE", &cache);
+    let file = scratch.home().join("vmlinux");
+    std::fs::copy(&real_kernel, &file).unwrap();
+    let file_arg = file.to_str().unwrap();
+
+    // Not a kernel: refused before any plan.
+    let junk = scratch.home().join("junk");
+    std::fs::write(&junk, vec![7u8; 4096]).unwrap();
+    let bad = cli.run(&[
+        "kernel",
+        "install",
+        "--file",
+        junk.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(bad.error_code(), "INVALID_INPUT", "{}", bad.stdout);
+
+    let preview = cli.ok_json(&["kernel", "install", "--file", file_arg, "--json"]);
+    assert_eq!(preview["applied"], false, "{preview}");
+    let token = preview["token"].as_str().expect("a token").to_owned();
+    let writes = preview["plan"]["writes"].as_array().unwrap();
+    assert!(
+        writes[0].as_str().unwrap().contains("/kernel/file-"),
+        "{preview}"
+    );
+    let unchanged = || std::fs::read_link(&kernel_link).unwrap() == real_kernel;
+    assert!(unchanged(), "a preview changed the current kernel");
+
+    let wrong = cli.run(&[
+        "kernel",
+        "install",
+        "--file",
+        file_arg,
+        "--confirm",
+        "1-2-3",
+        "--json",
+    ]);
+    assert_eq!(wrong.error_code(), "INVALID_INPUT", "{}", wrong.stdout);
+    // The file changed since the preview: its plan (sha256) changed.
+    let mut changed = std::fs::read(&real_kernel).unwrap();
+    changed.push(0);
+    std::fs::write(&file, &changed).unwrap();
+    let stale = cli.run(&[
+        "kernel",
+        "install",
+        "--file",
+        file_arg,
+        "--confirm",
+        &token,
+        "--json",
+    ]);
+    assert_eq!(stale.error_code(), "CONFLICT", "{}", stale.stdout);
+    assert!(unchanged(), "a refused token changed the current kernel");
+
+    std::fs::copy(&real_kernel, &file).unwrap();
+    let done = cli.ok_json(&[
+        "kernel",
+        "install",
+        "--file",
+        file_arg,
+        "--confirm",
+        &token,
+        "--json",
+    ]);
+    assert_eq!(done["applied"], true, "{done}");
+    assert!(
+        done["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("Linux version 6.1"),
+        "{done}"
+    );
+    let installed = std::fs::read_link(&kernel_link).unwrap();
+    assert!(
+        installed.starts_with(cache.join("kernel")) && installed.ends_with("vmlinux"),
+        "{}",
+        installed.display()
+    );
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(&real_kernel).unwrap()
+    );
+    // The check left no workspace and no image behind.
+    let left = cli.ok_json(&["list", "--json"]);
+    assert_eq!(left.as_array().map(Vec::len), Some(0), "{left}");
+    let images = cli.ok_json(&["image", "ls", "--json"]);
+    assert!(!images.to_string().contains("kernel-check"), "{images}");
+    // The same again: nothing to do, so no token.
+    let again = cli.ok_json(&["kernel", "install", "--file", file_arg, "--json"]);
+    assert!(again["token"].is_null(), "{again}");
+    assert!(again["plan"]["writes"].is_null(), "{again}");
+}
+
+/// `image build --from minimal`: a preview registers nothing; a failing
+/// step registers nothing and leaves no workspace; the confirmed build
+/// copies a host file in, runs a command, and a workspace of the new image
+/// sees both.
+#[test]
+fn image_build_on_an_image_copies_runs_and_saves_it() {
+    let test = "image_build_on_an_image_copies_runs_and_saves_it";
+    let Some(_) = testkit::require(test, testkit::guest_assets()) else {
+        return;
+    };
+    let Some(_) = testkit::require(test, testkit::workspace_image("minimal")) else {
+        return;
+    };
+    let cli = home("image-build");
+    let src = cli.home().join("hello.txt");
+    std::fs::write(&src, "from the host\n").unwrap();
+    let copy = format!("{}:/opt/hello.txt", src.display());
+    let args = [
+        "image",
+        "build",
+        "tools",
+        "--from",
+        "minimal",
+        "--copy",
+        &copy,
+        "--run",
+        "echo built > /etc/marker",
+        "--json",
+    ];
+    let preview = cli.ok_json(&args);
+    assert_eq!(preview["applied"], false, "{preview}");
+    let token = preview["token"].as_str().expect("a token").to_owned();
+    let notes = preview["plan"]["notes"].to_string();
+    assert!(notes.contains("echo built > /etc/marker"), "{notes}");
+    let missing = cli.run(&["image", "inspect", "tools", "--json"]);
+    assert_eq!(missing.error_code(), "NOT_FOUND", "a preview registered it");
+
+    // A failing step: its stderr comes back, nothing is registered.
+    let failed = cli.run(&[
+        "image",
+        "build",
+        "broken",
+        "--from",
+        "minimal",
+        "--run",
+        "echo no such luck >&2; exit 3",
+        "--yes",
+        "--json",
+    ]);
+    assert_eq!(failed.error_code(), "INVALID_INPUT", "{}", failed.stdout);
+    assert!(failed.stdout.contains("no such luck"), "{}", failed.stdout);
+    let broken = cli.run(&["image", "inspect", "broken", "--json"]);
+    assert_eq!(broken.error_code(), "NOT_FOUND");
+
+    let mut confirmed = args.to_vec();
+    confirmed.extend(["--confirm", &token]);
+    let built = cli.ok_json(&confirmed);
+    assert_eq!(built["applied"], true, "{built}");
+    assert_eq!(built["image"]["name"], "tools", "{built}");
+    assert_eq!(built["image"]["boot_args"], "init=/.microagent/init");
+    let left = cli.ok_json(&["list", "--json"]);
+    assert_eq!(left.as_array().map(Vec::len), Some(0), "{left}");
+
+    let out = cli.run(&[
+        "run",
+        "--image",
+        "tools",
+        "--",
+        "cat",
+        "/etc/marker",
+        "/opt/hello.txt",
+    ]);
+    assert_eq!(out.status, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout, "built\nfrom the host\n");
+}
+
+/// `setup`: with the built assets there is nothing to do; on a host with
+/// an empty asset cache and state the plan names the kernel build, the
+/// `minimal` image (from the agent and init binaries named) and the
+/// `debian` image, and nothing changes without its token.
+#[test]
+fn setup_previews_what_is_missing_and_changes_nothing_without_the_token() {
+    let test = "setup_previews_what_is_missing_and_changes_nothing_without_the_token";
+    let ready = home("setup-ready");
+    if testkit::require(test, testkit::guest_assets()).is_some()
+        && testkit::workspace_image("minimal").is_ok()
+        && testkit::workspace_image("debian").is_ok()
+    {
+        let nothing = ready.ok_json(&["setup", "--json"]);
+        assert!(nothing["token"].is_null(), "{nothing}");
+        assert_eq!(nothing["plan"]["steps"], serde_json::json!([]), "{nothing}");
+    }
+
+    let bare = home("setup-bare");
+    let cache = bare.home().join("empty-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let binaries = bare.home().join("bin");
+    std::fs::create_dir_all(&binaries).unwrap();
+    for name in ["agent", "init"] {
+        std::fs::write(binaries.join(name), b"stand-in").unwrap();
+    }
+    let cli = home("setup-bare-state")
+        .with_env("MICROAGENT_CACHE", &cache)
+        .with_env("MICROAGENT_AGENT_BIN", binaries.join("agent"))
+        .with_env("MICROAGENT_INIT_BIN", binaries.join("init"));
+    let preview = cli.ok_json(&["setup", "--json"]);
+    assert_eq!(preview["applied"], false, "{preview}");
+    let token = preview["token"].as_str().expect("a token").to_owned();
+    let writes = preview["plan"]["writes"].to_string();
+    for want in ["vmlinux", "images/minimal", "images/debian"] {
+        assert!(writes.contains(want), "{want}: {preview}");
+    }
+    assert_eq!(preview["plan"]["needs_root"], true, "{preview}");
+    let notes = preview["plan"]["notes"].to_string();
+    assert!(
+        notes.contains(&binaries.join("agent").display().to_string()),
+        "{notes}"
+    );
+    let wrong = cli.run(&["setup", "--confirm", "1-2-3", "--json"]);
+    assert_eq!(wrong.error_code(), "INVALID_INPUT", "{}", wrong.stdout);
+    // A token is bound to its plan: another state directory's is wrong.
+    let other = ready.run(&["setup", "--confirm", &token, "--json"]);
+    assert!(other.status != 0, "{}", other.stdout);
+    let left: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+    assert!(left.is_empty(), "a preview wrote into the cache: {left:?}");
+}

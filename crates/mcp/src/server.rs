@@ -97,6 +97,7 @@ impl MicroagentServer {
             + Self::ports_router()
             + Self::networks_router()
             + Self::images_router()
+            + Self::host_router()
             + Self::run_router()
             + Self::processes_router();
         for route in tool_router.map.values_mut() {

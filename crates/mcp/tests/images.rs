@@ -130,3 +130,73 @@ async fn container_images_pull_and_import_through_mcp() {
         json!(["minimal", "test-1", "tool-2"])
     );
 }
+
+/// kernel_install without KVM: bad files are refused, a preview changes
+/// nothing and returns a token, and wrong or other-plan tokens are refused
+/// without writing anything (the e2e suite applies one on a real guest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_install_previews_and_refuses_wrong_tokens() {
+    let h = Harness::new("kinstall").await;
+    let junk = h.root.join("junk");
+    std::fs::write(&junk, vec![7u8; 4096]).unwrap();
+    h.fails(
+        "kernel_install",
+        json!({"file": junk.display().to_string()}),
+        "INVALID_INPUT",
+    )
+    .await;
+    let src = h.root.join("fake");
+    testkit::fake_image_files(&src);
+    let fake = src.join("vmlinux").display().to_string();
+    // The boot check needs the `minimal` image: said before any token.
+    let message = h
+        .fails("kernel_install", json!({"file": fake}), "NOT_FOUND")
+        .await;
+    assert!(message.contains("minimal"), "{message}");
+    h.ws.images().import_dir("minimal", &src).unwrap();
+
+    let preview = h
+        .ok(
+            "kernel_install",
+            json!({"file": fake, "variant": "standard"}),
+        )
+        .await;
+    assert_eq!(preview["applied"], false, "{preview}");
+    let token = preview["token"].as_str().expect("a token").to_owned();
+    let writes = preview["plan"]["writes"].as_array().unwrap();
+    assert!(
+        writes[1]
+            .as_str()
+            .unwrap()
+            .ends_with("current/vmlinux-standard"),
+        "{preview}"
+    );
+    let written = std::path::PathBuf::from(writes[0].as_str().unwrap());
+    h.fails(
+        "kernel_install",
+        json!({"file": fake, "variant": "standard", "confirm": "1-2-3"}),
+        "INVALID_INPUT",
+    )
+    .await;
+    // The token of the `standard` plan does not apply the `compat` one.
+    h.fails(
+        "kernel_install",
+        json!({"file": fake, "variant": "compat", "confirm": token}),
+        "CONFLICT",
+    )
+    .await;
+    assert!(
+        !written.exists(),
+        "a refused token wrote {}",
+        written.display()
+    );
+    h.fails(
+        "kernel_install",
+        json!({"file": fake, "bogus": 1}),
+        "INVALID_INPUT",
+    )
+    .await;
+    // From source: a plan of the same action, whatever this host has.
+    let source = h.ok("kernel_install", json!({})).await;
+    assert_eq!(source["plan"]["action"], "kernel install", "{source}");
+}

@@ -15,6 +15,8 @@ pub struct CliHome {
     home: PathBuf,
     /// Run every command in this network namespace (`ip netns exec`).
     netns: Option<String>,
+    /// More environment for every command.
+    env: Vec<(String, std::ffi::OsString)>,
 }
 
 /// What one command did.
@@ -74,7 +76,14 @@ impl CliHome {
             bin: bin.into(),
             home,
             netns: None,
+            env: Vec::new(),
         }
+    }
+
+    /// The same, with `key=value` in every command's environment.
+    pub fn with_env(mut self, key: &str, value: impl Into<std::ffi::OsString>) -> Self {
+        self.env.push((key.to_owned(), value.into()));
+        self
     }
 
     /// The same, with every command run in the network namespace `ns`
@@ -104,6 +113,7 @@ impl CliHome {
         if let Some(warm) = crate::shared_warm_dir() {
             cmd.env("MICROAGENT_WARM_DIR", warm);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 

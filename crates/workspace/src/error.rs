@@ -121,6 +121,12 @@ pub enum Error {
     /// A host change was not previewed, confirmed or applied.
     #[error(transparent)]
     Plan(#[from] crate::plan::PlanError),
+    /// A kernel install failed.
+    #[error(transparent)]
+    KernelInstall(#[from] crate::kernel_install::KernelInstallError),
+    /// An image build failed.
+    #[error(transparent)]
+    ImageBuild(crate::image_build::ImageBuildError),
     /// not an address of this machine.
     #[error("host address {addr} cannot be listened on")]
     PortUnavailable {
@@ -172,6 +178,8 @@ impl Error {
             Error::Image(e) => e.code(),
             Error::Network(e) => e.code(),
             Error::Plan(e) => e.code(),
+            Error::KernelInstall(e) => e.code(),
+            Error::ImageBuild(e) => e.code(),
             Error::Agent { source, .. } => agent_code(source),
             Error::PortUnavailable { source, .. } => {
                 if source.kind() == std::io::ErrorKind::AddrInUse {

@@ -172,7 +172,7 @@ pub struct ImageRegistry {
     kernel_variant: KernelVariant,
 }
 
-fn check_kernel(path: &Path) -> Result<u64, ImageError> {
+pub(crate) fn check_kernel(path: &Path) -> Result<u64, ImageError> {
     let bad = |problem: String| ImageError::BadSource {
         path: path.to_owned(),
         problem,
@@ -504,6 +504,26 @@ impl ImageRegistry {
         result
     }
 
+    /// Registers `rootfs` (a converted root filesystem: our init under
+    /// `/.microagent/`) with `kernel` as `name`, workspaces of it starting
+    /// with `defaults`.
+    pub(crate) fn register_converted(
+        &self,
+        name: &str,
+        kernel: &Path,
+        rootfs: &Path,
+        defaults: ImageDefaults,
+        source: PathBuf,
+    ) -> Result<ImageInfo, ImageError> {
+        let extras = Extras {
+            boot_args: Some(crate::oci::rootfs::BOOT_ARGS.into()),
+            defaults,
+            origin: None,
+            source: Some(source),
+        };
+        self.import_with(name, kernel, rootfs, None, extras)
+    }
+
     /// A new empty directory in the registry for `kind` of work
     /// (`.<kind>-<pid>-<n>`): unique per call, since one process (the MCP
     /// server) may convert several images at once.
@@ -520,7 +540,7 @@ impl ImageRegistry {
     }
 
     /// Refuses a bad or taken name before any work.
-    fn check_free(&self, name: &str) -> Result<(), ImageError> {
+    pub(crate) fn check_free(&self, name: &str) -> Result<(), ImageError> {
         if self.image_dir(name)?.join(IMAGE_FILE).exists() {
             return Err(ImageError::Exists(name.to_owned()));
         }

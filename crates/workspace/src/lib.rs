@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod assets;
 pub(crate) mod builder;
 pub(crate) mod code;
 pub(crate) mod console_log;
@@ -31,6 +32,9 @@ pub(crate) mod guest_processes;
 pub(crate) mod handle;
 pub mod host_write;
 pub mod image;
+pub mod image_build;
+pub mod kernel_build;
+pub mod kernel_install;
 pub mod kernels;
 pub mod launch;
 pub(crate) mod manager;
@@ -47,6 +51,7 @@ pub mod ports;
 pub(crate) mod process;
 pub(crate) mod remedy;
 pub mod settings;
+pub mod setup;
 pub(crate) mod snapshots;
 pub(crate) mod spec;
 pub(crate) mod state;

@@ -1,5 +1,5 @@
-//! Preview-then-confirm for changes to the host (network setup now;
-//! kernel install and image builds later): asked without a token, an
+//! Preview-then-confirm for changes to the host (network setup, kernel
+//! install, image builds, setup): asked without a token, an
 //! operation changes nothing and returns its exact [`Plan`] with a token
 //! bound to it; asked with the token, it applies that plan. A token is
 //! refused when it is malformed or forged ([`PlanError::TokenWrong`]),
@@ -158,7 +158,8 @@ impl Step {
     }
 }
 
-fn shell_quote(s: &str) -> String {
+/// `s` as one shell word (quoted only when it needs to be).
+pub fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+#".contains(&b));
@@ -170,19 +171,88 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// The exact changes an operation would make.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Plan {
-    /// The operation (`network setup`).
+    /// The operation (`network setup`, `kernel install`).
     pub action: String,
-    /// The commands, run in order; empty when nothing needs doing.
+    /// The host commands, run in order first (package installs, network
+    /// changes).
     pub steps: Vec<Step>,
-    /// What else the caller should know (what is left as it is, why).
+    /// What else the caller should know (what is left as it is, why, the
+    /// work after the steps).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Debian packages the steps install.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+    /// Files and directories it writes (created or replaced).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<String>,
+    /// Disk space it needs at its peak, in bytes (an estimate).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub disk_bytes: u64,
+    /// Roughly how long it takes on this host, in seconds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub estimate_seconds: u64,
+    /// Applying it needs root (package installs, network changes).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub needs_root: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Plan {
+    /// A plan of `action` that does nothing yet.
+    pub fn new(action: impl Into<String>) -> Self {
+        Self {
+            action: action.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Whether it changes nothing (no step, nothing written).
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty() && self.writes.is_empty()
+    }
+
+    /// The step installing the `packages` that are missing (with apt-get,
+    /// as root), recorded in [`Plan::packages`]; none when all are there.
+    pub fn install_packages(&mut self, packages: &[String]) {
+        if packages.is_empty() {
+            return;
+        }
+        let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+        args.extend(packages.iter().map(String::as_str));
+        self.steps.push(Step::new(
+            format!("install Debian packages: {}", packages.join(" ")),
+            "apt-get",
+            &args,
+        ));
+        self.packages.extend(packages.iter().cloned());
+        self.needs_root = true;
+    }
+
+    /// Refuses to apply it without root when it needs root, keeping the
+    /// (still valid) token for a caller that has it.
+    pub fn check_privilege(&self, token: &str) -> Result<(), PlanError> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if self.needs_root && unsafe { libc::geteuid() } != 0 {
+            return Err(PlanError::Privilege {
+                needs: "root (it installs Debian packages)",
+                action: self.action.clone(),
+                token: token.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     /// The digest a token binds to.
     pub fn digest(&self) -> String {
         let json = serde_json::to_vec(self).unwrap_or_default();
@@ -337,7 +407,7 @@ impl Confirmer {
 
     /// The preview of `plan` at `now_ms`: with a token unless it is empty.
     pub fn preview(&self, plan: Plan, now_ms: u64) -> Preview {
-        if plan.steps.is_empty() {
+        if plan.is_empty() {
             return Preview {
                 plan,
                 token: None,
@@ -402,7 +472,7 @@ mod tests {
         Plan {
             action: "test".into(),
             steps: vec![Step::new("say it", "true", &[arg])],
-            notes: vec![],
+            ..Plan::default()
         }
     }
 
@@ -456,9 +526,14 @@ mod tests {
         let empty = Plan {
             action: "test".into(),
             steps: vec![],
-            notes: vec![],
+            ..Plan::default()
         };
         assert_eq!(c.preview(empty, 1).token, None);
+        let writes = Plan {
+            writes: vec!["/x".into()],
+            ..Plan::new("test")
+        };
+        assert!(c.preview(writes, 1).token.is_some());
     }
 
     #[test]
@@ -491,7 +566,7 @@ mod tests {
                 Step::new("fail", "sh", &["-c", "echo nope >&2; exit 3"]),
                 Step::new("mark", "touch", &[mark.to_str().unwrap()]),
             ],
-            notes: vec![],
+            ..Plan::default()
         };
         let err = p.run().unwrap_err().to_string();
         assert!(
@@ -505,11 +580,32 @@ mod tests {
                 Step::new("copy", "sh", &["-c", &format!("cat > {}", mark.display())])
                     .with_stdin("ruleset".into()),
             ],
-            notes: vec![],
+            ..Plan::default()
         };
         fed.run().unwrap();
         assert_eq!(std::fs::read_to_string(&mark).unwrap(), "ruleset");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn package_installs_are_one_apt_step_and_need_root() {
+        let mut p = Plan::new("test");
+        p.install_packages(&[]);
+        assert!(p.is_empty() && !p.needs_root);
+        p.install_packages(&["flex".into(), "bc".into()]);
+        assert_eq!(p.steps.len(), 1);
+        assert_eq!(
+            p.steps[0].command_line(),
+            "apt-get install -y -qq --no-install-recommends flex bc"
+        );
+        assert_eq!(p.packages, ["flex", "bc"]);
+        assert!(p.needs_root);
+        // Fields a plan does not use stay out of its JSON (and digest).
+        let json = serde_json::to_value(Plan::new("x")).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"action": "x", "steps": [], "notes": []})
+        );
     }
 
     #[test]

@@ -84,8 +84,9 @@ fn checked(path: &str) -> Result<PathBuf, ArchiveError> {
 
 /// `tar_out`: the directory's tree (names relative to it, symlinks as
 /// symlinks, sockets skipped, sorted by name) as kind-5 frames, then an
-/// empty one.
-pub fn tar_out(conn: &mut Conn, path: &str) -> Result<(), ArchiveError> {
+/// empty one; with `one_file_system`, directories of other filesystems
+/// (mount points) are archived without their contents.
+pub fn tar_out(conn: &mut Conn, path: &str, one_file_system: bool) -> Result<(), ArchiveError> {
     let root = checked(path)?;
     let meta = fs::metadata(&root).map_err(|source| ArchiveError::Stat {
         path: root.clone(),
@@ -102,14 +103,21 @@ pub fn tar_out(conn: &mut Conn, path: &str) -> Result<(), ArchiveError> {
     {
         let mut builder = tar::Builder::new(&mut out);
         builder.follow_symlinks(false);
-        append_tree(&mut builder, &root).map_err(build_err)?;
+        let device = one_file_system.then(|| std::os::unix::fs::MetadataExt::dev(&meta));
+        append_tree(&mut builder, &root, device).map_err(build_err)?;
         builder.finish().map_err(build_err)?;
     }
     out.finish().map_err(build_err)
 }
 
-fn append_tree<W: Write>(builder: &mut tar::Builder<W>, root: &Path) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
+/// Appends everything below `root`; with `device`, the contents of
+/// directories on another device are left out (the directory stays).
+fn append_tree<W: Write>(
+    builder: &mut tar::Builder<W>,
+    root: &Path,
+    device: Option<u64>,
+) -> io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let mut dirs = vec![PathBuf::new()];
     while let Some(rel) = dirs.pop() {
         let mut entries = fs::read_dir(root.join(&rel))?.collect::<Result<Vec<_>, _>>()?;
@@ -122,7 +130,11 @@ fn append_tree<W: Write>(builder: &mut tar::Builder<W>, root: &Path) -> io::Resu
             }
             let name = rel.join(entry.file_name());
             builder.append_path_with_name(entry.path(), &name)?;
-            if ft.is_dir() {
+            let same_fs = match device {
+                Some(dev) => entry.metadata()?.dev() == dev,
+                None => true,
+            };
+            if ft.is_dir() && same_fs {
                 subdirs.push(name);
             }
         }

@@ -390,9 +390,10 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
             files::remove(&path, recursive).map_err(RequestError::File)?
         }
         Request::Rename { from, to } => files::rename(&from, &to).map_err(RequestError::File)?,
-        Request::TarOut { path } => {
-            return archive::tar_out(conn, &path).map_err(RequestError::Archive)
-        }
+        Request::TarOut {
+            path,
+            one_file_system,
+        } => return archive::tar_out(conn, &path, one_file_system).map_err(RequestError::Archive),
         Request::TarIn { path } => {
             return archive::tar_in(conn, &path).map_err(RequestError::Archive)
         }

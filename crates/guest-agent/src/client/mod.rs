@@ -317,12 +317,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
 
     /// Streams a directory as a tar archive into `out`; returns its size.
     pub async fn tar_out_to<W: AsyncWrite + Unpin + ?Sized>(
+        self,
+        path: &str,
+        out: &mut W,
+    ) -> Result<u64, ClientError> {
+        self.tar_out_with(path, false, out).await
+    }
+
+    /// [`Self::tar_out_to`], staying on the directory's filesystem when
+    /// `one_file_system` (mount points are archived empty).
+    pub async fn tar_out_with<W: AsyncWrite + Unpin + ?Sized>(
         mut self,
         path: &str,
+        one_file_system: bool,
         out: &mut W,
     ) -> Result<u64, ClientError> {
         let req = Request::TarOut {
             path: path.to_owned(),
+            one_file_system,
         };
         self.send_start(&req).await?;
         self.read_hello().await?;

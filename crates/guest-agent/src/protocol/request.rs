@@ -270,6 +270,11 @@ pub enum Request {
     TarOut {
         /// Absolute path of a directory.
         path: String,
+        /// Stays on the directory's filesystem: the directories other
+        /// filesystems are mounted on are archived empty (`/proc`, `/sys`,
+        /// `/dev`, `/tmp` when archiving `/`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        one_file_system: bool,
     },
     /// Extracts the tar archive in the kind-5 frames that follow.
     TarIn {

@@ -14,6 +14,7 @@
 
 pub mod exec;
 pub mod files;
+pub mod host;
 pub mod images;
 pub mod info;
 pub mod lifecycle;

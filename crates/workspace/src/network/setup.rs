@@ -202,11 +202,7 @@ fn stop_dnsmasq(pid: u32, network: &str) -> Step {
 
 /// The plan that makes the host match `want` (empty when it does).
 pub fn setup_plan(want: &Desired, host: &HostState) -> Plan {
-    let mut plan = Plan {
-        action: "network setup".into(),
-        steps: Vec::new(),
-        notes: Vec::new(),
-    };
+    let mut plan = Plan::new("network setup");
     if want.is_applied(host) {
         plan.notes
             .push("the host already matches the networks".into());
@@ -287,15 +283,15 @@ pub fn setup_plan(want: &Desired, host: &HostState) -> Plan {
         "the rules live in our own table; another table's DROP policy (Docker's, a firewall's) still applies to guest traffic"
             .into(),
     );
+    plan.needs_root = !plan.steps.is_empty();
     plan
 }
 
 /// The plan that removes everything setup made.
 pub fn teardown_plan(host: &HostState) -> Plan {
     let mut plan = Plan {
-        action: "network teardown".into(),
-        steps: Vec::new(),
         notes: vec!["IPv4 forwarding is left as it is (other software may rely on it)".into()],
+        ..Plan::new("network teardown")
     };
     for (name, pid) in &host.dnsmasq {
         plan.steps.push(stop_dnsmasq(*pid, name));
@@ -314,6 +310,7 @@ pub fn teardown_plan(host: &HostState) -> Plan {
             &["link", "del", "dev", link],
         ));
     }
+    plan.needs_root = !plan.steps.is_empty();
     plan
 }
 

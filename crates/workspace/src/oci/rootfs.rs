@@ -105,16 +105,8 @@ pub fn convert_with(
     }
     let defaults =
         ImageDefaults::from_config(&image.config.config.clone().unwrap_or_default(), &tree)?;
-    add_guest_files(&tree, base_rootfs, work)?;
-    if let Some(cwd) = &defaults.cwd {
-        // As container runtimes do: a missing working directory is made.
-        let _ = std::fs::create_dir_all(tree.join(cwd.trim_start_matches('/')));
-    }
     progress(Step::Filesystem);
-    let rootfs = work.join(crate::image::ROOTFS_FILE);
-    mkfs(&tree, &rootfs)?;
-    owners.write_into(&tree, &rootfs, &tool("debugfs"))?;
-    let _ = std::fs::remove_dir_all(&tree);
+    let rootfs = finish(work, base_rootfs, &owners, defaults.cwd.as_deref())?;
     Ok(Converted {
         rootfs,
         defaults,
@@ -125,6 +117,53 @@ pub fn convert_with(
             layers,
         },
     })
+}
+
+/// Makes `work/tree` bootable (our files, mount points, `cwd`) and writes
+/// it into `work/rootfs.ext4` with the owners `owners` holds; the tree is
+/// removed afterwards.
+fn finish(
+    work: &Path,
+    base_rootfs: &Path,
+    owners: &Owners,
+    cwd: Option<&str>,
+) -> Result<PathBuf, OciError> {
+    let tree = work.join("tree");
+    add_guest_files(&tree, base_rootfs, work)?;
+    if let Some(cwd) = cwd {
+        // As container runtimes do: a missing working directory is made.
+        let _ = std::fs::create_dir_all(tree.join(cwd.trim_start_matches('/')));
+    }
+    let rootfs = work.join(crate::image::ROOTFS_FILE);
+    mkfs(&tree, &rootfs)?;
+    owners.write_into(&tree, &rootfs, &tool("debugfs"))?;
+    let _ = std::fs::remove_dir_all(&tree);
+    Ok(rootfs)
+}
+
+/// Makes the tree already in `work/tree` (made as root, with its real
+/// owners: a Debian bootstrap) bootable and writes `work/rootfs.ext4`.
+pub fn convert_tree(work: &Path, base_rootfs: &Path) -> Result<PathBuf, OciError> {
+    finish(work, base_rootfs, &Owners::for_this_process(), None)
+}
+
+/// Converts one uncompressed tar of a whole root filesystem (what an image
+/// build saves of a workspace; `diff_id` is its sha256) in `work`, as
+/// [`convert`] does a container image; returns `work/rootfs.ext4`.
+pub fn convert_archive(
+    archive: &Path,
+    diff_id: &str,
+    work: &Path,
+    base_rootfs: &Path,
+    cwd: Option<&str>,
+) -> Result<PathBuf, OciError> {
+    let tree = work.join("tree");
+    std::fs::create_dir_all(&tree).map_err(|e| OciError::io("creating the image tree", e))?;
+    let mut owners = Owners::for_this_process();
+    let file = std::fs::File::open(archive)
+        .map_err(|e| OciError::io(format!("opening {}", archive.display()), e))?;
+    unpack::apply_layer(&tree, file, diff_id, &mut owners)?;
+    finish(work, base_rootfs, &owners, cwd)
 }
 
 fn tool(name: &str) -> PathBuf {
@@ -243,12 +282,30 @@ fn usage(dir: &Path) -> (u64, u64) {
 /// `mkfs.ext4 -d tree`: sized to the tree with room for the journal and
 /// metadata (the image is attached read-only; writes go to the layer).
 fn mkfs(tree: &Path, out: &Path) -> Result<(), OciError> {
+    mkfs_with(Command::new(tool("mkfs.ext4")), tree, out)
+}
+
+/// [`mkfs`] with every file owned by root: as root directly, otherwise
+/// under `fakeroot` (a tree made by an unprivileged user for a system
+/// image, such as `minimal`).
+pub(crate) fn mkfs_root_owned(tree: &Path, out: &Path) -> Result<(), OciError> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let cmd = if unsafe { libc::geteuid() } == 0 {
+        Command::new(tool("mkfs.ext4"))
+    } else {
+        let mut c = Command::new(tool("fakeroot"));
+        c.arg(tool("mkfs.ext4"));
+        c
+    };
+    mkfs_with(cmd, tree, out)
+}
+
+fn mkfs_with(mut cmd: Command, tree: &Path, out: &Path) -> Result<(), OciError> {
     let (bytes, inodes) = usage(tree);
     let size_mib = (bytes + bytes / 5) / (1 << 20) + 64;
     let inodes = inodes + inodes / 4 + 1024;
     run(
-        Command::new(tool("mkfs.ext4"))
-            .args(["-q", "-F", "-T", "default", "-E", "root_owner=0:0"])
+        cmd.args(["-q", "-F", "-T", "default", "-E", "root_owner=0:0"])
             .arg("-N")
             .arg(inodes.to_string())
             .arg("-d")

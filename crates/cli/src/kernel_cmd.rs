@@ -1,0 +1,144 @@
+//! `microagent kernel ls | install` and `microagent setup` (the kernel
+//! and the built images).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Subcommand;
+use workspace::kernel_install::KernelSource;
+use workspace::{Error, Workspaces};
+
+use crate::output;
+use crate::plan_out::{run_change, ConfirmFlags};
+
+#[derive(Debug, Subcommand)]
+pub enum KernelCommand {
+    /// List guest kernels: the built ones (which variant this host boots)
+    /// and those only imported images carry, with versions and users.
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install the guest kernel this host needs: build it from Debian's
+    /// kernel source (the default), or install a kernel file after checking
+    /// that it boots the `minimal` image. Without --confirm or --yes it only
+    /// shows the plan (packages, disk, time, files) and a token.
+    Install {
+        /// Build from Debian's linux-source-6.1 with our config and patches.
+        #[arg(long, conflicts_with = "file")]
+        from_source: bool,
+        /// Install this kernel (ELF vmlinux or bzImage) instead.
+        #[arg(long, value_name = "VMLINUX")]
+        file: Option<PathBuf>,
+        /// The variant to install (default: the one this host needs).
+        #[arg(long, value_parser = ["standard", "compat"])]
+        variant: Option<String>,
+        #[command(flatten)]
+        flags: ConfirmFlags,
+    },
+}
+
+impl KernelCommand {
+    pub fn json(&self) -> bool {
+        match self {
+            Self::Ls { json } => *json,
+            Self::Install { flags, .. } => flags.json,
+        }
+    }
+}
+
+/// Progress lines on stderr, so stdout stays the result.
+pub fn stderr_progress(prefix: &'static str) -> Arc<dyn Fn(&str) + Send + Sync> {
+    Arc::new(move |step: &str| eprintln!("{prefix}: {step}"))
+}
+
+pub async fn run(ws: &Workspaces, cmd: &KernelCommand) -> Result<ExitCode, Error> {
+    match cmd {
+        KernelCommand::Ls { json } => list(ws, *json)?,
+        KernelCommand::Install {
+            from_source: _,
+            file,
+            variant,
+            flags,
+        } => {
+            let source = match file {
+                Some(f) => KernelSource::File(f.clone()),
+                None => KernelSource::FromSource,
+            };
+            let variant = variant
+                .as_deref()
+                .and_then(workspace::KernelVariant::from_name);
+            let mut rerun = String::from("microagent kernel install");
+            if let Some(f) = file {
+                rerun.push_str(&format!(" --file {}", f.display()));
+            }
+            if let Some(v) = variant {
+                rerun.push_str(&format!(" --variant {v}"));
+            }
+            let progress = stderr_progress("kernel install");
+            let done = run_change(flags, &rerun, |token| {
+                let (source, progress) = (&source, progress.clone());
+                async move {
+                    ws.kernel_install(source, variant, token.as_deref(), progress)
+                        .await
+                }
+            })
+            .await?;
+            if done.applied && !flags.json {
+                println!(
+                    "installed {} ({})",
+                    done.kernel
+                        .as_ref()
+                        .map_or_else(String::new, |k| k.display().to_string()),
+                    done.version.as_deref().unwrap_or("no version banner")
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `microagent setup`.
+pub async fn setup(ws: &Workspaces, flags: &ConfirmFlags) -> Result<ExitCode, Error> {
+    let progress = stderr_progress("setup");
+    let done = run_change(flags, "microagent setup", |token| {
+        let progress = progress.clone();
+        async move { ws.setup(token.as_deref(), progress).await }
+    })
+    .await?;
+    if done.applied && !flags.json {
+        if done.made.is_empty() {
+            println!("nothing to do: this host has everything");
+        } else {
+            println!("made: {}", done.made.join(", "));
+        }
+        println!("try it: microagent run -- uname -a");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(ws: &Workspaces, json: bool) -> Result<(), Error> {
+    let kernels = workspace::kernels::list(ws.images())?;
+    if json {
+        output::json(&kernels);
+    } else if kernels.is_empty() {
+        println!("no guest kernels (install one: microagent kernel install)");
+    } else {
+        for k in &kernels {
+            println!(
+                "{:<9} {:>6.1} MiB  {}{}",
+                k.variant.as_deref().unwrap_or("imported"),
+                k.bytes as f64 / (1 << 20) as f64,
+                k.version.as_deref().unwrap_or("(no version banner)"),
+                if k.this_host { "  [this host]" } else { "" }
+            );
+            println!("          {}", k.path.display());
+            if !k.used_by.is_empty() {
+                println!("          used by {}", k.used_by.join(", "));
+            }
+        }
+    }
+    Ok(())
+}

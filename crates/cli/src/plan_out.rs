@@ -1,0 +1,171 @@
+//! How a preview-then-confirm plan reads on a terminal (network setup,
+//! kernel install, image build, setup): the steps with their commands,
+//! what is written, disk and time, and the command that applies it.
+
+use std::future::Future;
+
+use serde::Serialize;
+use workspace::image_build::ImageBuild;
+use workspace::kernel_install::KernelInstall;
+use workspace::plan::Preview;
+use workspace::Error;
+
+use crate::output;
+
+/// The flags of every preview-then-confirm command.
+#[derive(Debug, clap::Args)]
+pub struct ConfirmFlags {
+    /// Apply the plan a preview printed (its token).
+    #[arg(long, value_name = "TOKEN", conflicts_with = "yes")]
+    pub confirm: Option<String>,
+    /// Preview and apply at once.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A library result that carries a plan.
+pub trait Change: Serialize {
+    /// The plan and its token.
+    fn preview(&self) -> &Preview;
+    /// Whether it was applied.
+    fn applied(&self) -> bool;
+}
+
+impl Change for KernelInstall {
+    fn preview(&self) -> &Preview {
+        &self.preview
+    }
+    fn applied(&self) -> bool {
+        self.applied
+    }
+}
+
+impl Change for workspace::setup::Setup {
+    fn preview(&self) -> &Preview {
+        &self.preview
+    }
+    fn applied(&self) -> bool {
+        self.applied
+    }
+}
+
+impl Change for ImageBuild {
+    fn preview(&self) -> &Preview {
+        &self.preview
+    }
+    fn applied(&self) -> bool {
+        self.applied
+    }
+}
+
+/// Runs a preview-then-confirm operation as the flags say: `call(None)`
+/// previews, `call(Some(token))` applies. A preview is printed (JSON or
+/// text with the command that applies it, `rerun`); an applied result is
+/// returned for the caller to report (printed here only as JSON).
+pub async fn run_change<T, F, Fut>(flags: &ConfirmFlags, rerun: &str, call: F) -> Result<T, Error>
+where
+    T: Change,
+    F: Fn(Option<String>) -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let mut token = flags.confirm.clone();
+    if flags.yes {
+        let preview = call(None).await?;
+        match &preview.preview().token {
+            Some(t) => token = Some(t.clone()),
+            None => {
+                // Nothing to do.
+                show(&preview, flags.json, rerun);
+                return Ok(preview);
+            }
+        }
+        if !flags.json {
+            print(preview.preview(), false, None);
+        }
+    }
+    let done = call(token).await?;
+    show(&done, flags.json, rerun);
+    Ok(done)
+}
+
+fn show<T: Change>(change: &T, json: bool, rerun: &str) {
+    if json {
+        output::json(change);
+    } else if !change.applied() {
+        print(change.preview(), false, Some(rerun));
+    }
+}
+
+/// Prints `preview` (applied or not); `rerun` is the command line that
+/// applies it when given the token (none: it is being applied now).
+pub fn print(preview: &Preview, applied: bool, rerun: Option<&str>) {
+    let plan = &preview.plan;
+    if plan.is_empty() {
+        println!("{}: nothing to do", plan.action);
+        for note in &plan.notes {
+            println!("{note}");
+        }
+        return;
+    }
+    let verb = if applied { "applied" } else { "would" };
+    println!("{} {verb}:", plan.action);
+    for (i, step) in plan.steps.iter().enumerate() {
+        println!("  {}. {}", i + 1, step.what);
+        println!("     $ {}", step.command_line());
+        if let Some(stdin) = &step.stdin {
+            for line in stdin.lines() {
+                println!("     | {line}");
+            }
+        }
+    }
+    for note in &plan.notes {
+        println!("  - {note}");
+    }
+    if !plan.writes.is_empty() {
+        println!("  writes:");
+        for path in &plan.writes {
+            println!("    {path}");
+        }
+    }
+    if plan.disk_bytes > 0 {
+        println!(
+            "  disk: about {:.1} GiB at its peak",
+            plan.disk_bytes as f64 / f64::from(1 << 30)
+        );
+    }
+    if plan.estimate_seconds > 0 {
+        println!("  time: about {}", minutes(plan.estimate_seconds));
+    }
+    if let (Some(token), Some(rerun)) = (&preview.token, rerun) {
+        println!();
+        let who = if plan.needs_root { ", as root" } else { "" };
+        println!("nothing was changed. To apply exactly this plan within 5 minutes{who}, run:");
+        println!("  {rerun} --confirm {token}");
+        if plan.needs_root {
+            println!("(as another user, keep the same state directory: sudo MICROAGENT_HOME=\"$MICROAGENT_HOME\" ... or sudo -E)");
+        }
+    }
+}
+
+/// `90` -> `2 min`, `30` -> `30 s`.
+fn minutes(secs: u64) -> String {
+    if secs < 90 {
+        format!("{secs} s")
+    } else {
+        format!("{} min", secs.div_ceil(60))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_read_in_minutes_past_ninety_seconds() {
+        assert_eq!(super::minutes(30), "30 s");
+        assert_eq!(super::minutes(89), "89 s");
+        assert_eq!(super::minutes(360), "6 min");
+        assert_eq!(super::minutes(361), "7 min");
+    }
+}

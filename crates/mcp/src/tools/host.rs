@@ -1,0 +1,121 @@
+//! Host-change tools, each preview-then-confirm: kernel_install,
+//! image_build.
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, RoleServer};
+use workspace::image_build::{BuildBase, CopyStep, ImageBuild, ImageBuildRequest};
+use workspace::kernel_install::{KernelInstall, KernelSource};
+
+use crate::output::{Out, ToolResult};
+use crate::progress::Progress;
+use crate::schema::host::*;
+use crate::MicroagentServer;
+
+/// The newest step a long host change reported, for progress messages.
+fn step_tracker(first: &str) -> (Arc<Mutex<String>>, workspace::kernel_install::ProgressFn) {
+    let status = Arc::new(Mutex::new(first.to_owned()));
+    let latest = status.clone();
+    let progress = Arc::new(move |step: &str| {
+        if let Ok(mut s) = latest.lock() {
+            *s = step.to_owned();
+        }
+    });
+    (status, progress)
+}
+
+#[tool_router(router = host_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// Install the guest kernel this host needs: build it from Debian's
+    /// kernel source (several minutes; installs build packages, as root,
+    /// when missing), or install a kernel file after checking it boots the
+    /// `minimal` image. Called without `confirm` it changes nothing and
+    /// returns the exact plan (packages, disk, time, files written) and a
+    /// token; called with that token it applies the plan, sending progress
+    /// when asked.
+    #[tool(
+        output_schema = crate::output::schema::<KernelInstall>(),
+        annotations(
+        title = "Install a guest kernel",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = true
+    )
+    )]
+    async fn kernel_install(
+        &self,
+        Parameters(p): Parameters<KernelInstallParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<KernelInstall> {
+        let source = match &p.file {
+            Some(f) => KernelSource::File(self.host_roots.existing(f)?),
+            None => KernelSource::FromSource,
+        };
+        let (status, steps) = step_tracker("planning");
+        let mut progress = Progress::new(&ctx);
+        let done = progress
+            .drive(
+                self.ws.kernel_install(
+                    &source,
+                    p.variant.map(VariantParam::variant),
+                    p.confirm.as_deref(),
+                    steps,
+                ),
+                |_| status.lock().map(|s| s.clone()).unwrap_or_default(),
+            )
+            .await?;
+        Ok(Out(done))
+    }
+
+    /// Build an image: from Debian packages (`from: "debian:bookworm"`, by
+    /// mmdebstrap; the server must run as root) or on top of an image (it
+    /// boots in a throwaway workspace; `copy` files go in, `run` commands
+    /// run as root, then its root filesystem is saved as the new image).
+    /// Called without `confirm` it changes nothing and returns the plan and
+    /// a token; with the token it builds, sending progress when asked.
+    /// Nothing is registered when a step fails (INVALID_INPUT with the
+    /// step's stderr).
+    #[tool(
+        output_schema = crate::output::schema::<ImageBuild>(),
+        annotations(
+        title = "Build an image",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = true
+    )
+    )]
+    async fn image_build(
+        &self,
+        Parameters(p): Parameters<ImageBuildParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<ImageBuild> {
+        let from = BuildBase::parse(&p.from).map_err(workspace::Error::from)?;
+        let mut copy = Vec::with_capacity(p.copy.len());
+        for c in p.copy {
+            copy.push(CopyStep {
+                from: self.host_roots.existing(&c.from)?,
+                to: c.to,
+            });
+        }
+        let req = ImageBuildRequest {
+            name: p.name,
+            from: Some(from),
+            packages: p.packages,
+            run: p.run,
+            copy,
+        };
+        let (status, steps) = step_tracker("planning");
+        let mut progress = Progress::new(&ctx);
+        let done = progress
+            .drive(
+                self.ws.image_build(&req, p.confirm.as_deref(), steps),
+                |_| status.lock().map(|s| s.clone()).unwrap_or_default(),
+            )
+            .await?;
+        Ok(Out(done))
+    }
+}
