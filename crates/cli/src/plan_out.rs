@@ -110,8 +110,8 @@ pub fn print(preview: &Preview, applied: bool, rerun: Option<&str>) {
         }
         return;
     }
-    let verb = if applied { "applied" } else { "would" };
-    println!("{} {verb}:", plan.action);
+    let what = if applied { "applied" } else { "plan" };
+    println!("{} {what}:", plan.action);
     for (i, step) in plan.steps.iter().enumerate() {
         println!("  {}. {}", i + 1, step.what);
         println!("     $ {}", step.command_line());
