@@ -25,7 +25,7 @@ use crate::cache::{self, AddRepoFile, InputHash};
 use crate::{nolibc, sh};
 
 /// Bump when the recipe changes in a way the inputs do not show.
-const RECIPE_VERSION: &str = "images-recipe-1";
+const RECIPE_VERSION: &str = "images-recipe-2";
 /// Where the agent goes in every image, and what every image has (the
 /// product's own lists).
 pub use workspace::image_build::minimal::{AGENT_PATH, HOSTNAME, HOSTS, OVERLAY_DIRS};
@@ -252,6 +252,9 @@ fn build(image: Image, common: &Common) -> anyhow::Result<PathBuf> {
     let size_mib = image_size_mib(usage, image.headroom_mib());
     let partial_image = staging.join("rootfs.ext4");
     mkfs(name, &tree, &partial_image, size_mib)?;
+    if image == Image::Minimal {
+        workspace::image_build::minimal::own_user_home(&partial_image)?;
+    }
     let manifest = manifest::Manifest {
         name: name.to_owned(),
         input_hash: key.clone(),

@@ -1,7 +1,7 @@
 //! `microagent vmm ...`: boot a kernel directly and probe the host.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -88,9 +88,15 @@ fn parse_disk(spec: &str) -> DiskConfig {
         _ => (spec, false),
     };
     DiskConfig {
-        path: PathBuf::from(path),
+        path: resolved(Path::new(path)),
         read_only,
     }
+}
+
+/// A path the user named, its symlinks resolved here (the VMM opens files
+/// without following them; the asset cache's `current/` names are links).
+fn resolved(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
 }
 
 pub fn run(cmd: VmmCommand) -> anyhow::Result<ExitCode> {
@@ -167,8 +173,8 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let config = MachineConfig {
-        kernel: args.kernel.clone(),
-        initrd: args.initrd.clone(),
+        kernel: resolved(&args.kernel),
+        initrd: args.initrd.as_deref().map(resolved),
         extra_cmdline: args.cmdline.clone(),
         mem_mib: args.mem_mib,
         vcpus: args.vcpus,

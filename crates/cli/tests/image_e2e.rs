@@ -187,6 +187,7 @@ fn container_images_import_and_boot_with_their_defaults() {
             started.stderr, logs.stdout
         );
     }
+    check_cgroup(&cli, "box");
     let run = cli.ok_json(&[
         "exec", "box", "--json", "--",
         "sh", "-c", "cat /etc/marker; id -u; pwd; echo $GREETING; cat /etc/os-release; test -e /tmp/gone || echo gone; echo $HOME",
@@ -409,17 +410,24 @@ fn image_build_on_an_image_copies_runs_and_saves_it() {
     let left = cli.ok_json(&["list", "--json"]);
     assert_eq!(left.as_array().map(Vec::len), Some(0), "{left}");
 
+    // As the images' unprivileged user (kept by the save: tar_out records
+    // owners), whose home is its own.
     let out = cli.run(&[
         "run",
         "--image",
         "tools",
+        "--user",
+        "user",
         "--",
-        "cat",
-        "/etc/marker",
-        "/opt/hello.txt",
+        "sh",
+        "-c",
+        "id -u; id -g; cat /etc/marker /opt/hello.txt; touch $HOME/mine && echo home is $HOME",
     ]);
     assert_eq!(out.status, 0, "{}{}", out.stdout, out.stderr);
-    assert_eq!(out.stdout, "built\nfrom the host\n");
+    assert_eq!(
+        out.stdout,
+        "1000\n1000\nbuilt\nfrom the host\nhome is /home/user\n"
+    );
 }
 
 /// `setup`: with the built assets there is nothing to do; on a host with
@@ -471,4 +479,94 @@ fn setup_previews_what_is_missing_and_changes_nothing_without_the_token() {
     assert!(other.status != 0, "{}", other.stdout);
     let left: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
     assert!(left.is_empty(), "a preview wrote into the cache: {left:?}");
+}
+
+/// A full disk during a pull: the layer store is a 128 KiB tmpfs this test
+/// mounts (root only), the image's layers are bigger, so the download
+/// fails; the error says so and nothing is left: no image, no partial
+/// layer.
+#[test]
+fn a_full_disk_fails_the_pull_and_leaves_nothing() {
+    let test = "a_full_disk_fails_the_pull_and_leaves_nothing";
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        testkit::skip(test, "mounting a small tmpfs needs root");
+        return;
+    }
+    let Some(skopeo) = testkit::require(test, testkit::host_tool("skopeo")) else {
+        return;
+    };
+    let Some(_) = testkit::require(test, testkit::workspace_image("minimal")) else {
+        return;
+    };
+    let cli = home("full-disk");
+    let Some(registry) = testkit::require(test, Registry::start(&cli.home().join("registry")))
+    else {
+        return;
+    };
+    let layout = cli.home().join("layout");
+    write_layout(&layout);
+    let target = format!("127.0.0.1:{}/full:1", registry.port);
+    testkit::oci::push(&skopeo, &layout, &target);
+    // The store exists once anything was imported; make it a tiny tmpfs.
+    cli.ok_json(&["image", "ls", "--json"]);
+    let blobs = cli.home().join("images/.blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=128k", "tmpfs"])
+        .arg(&blobs)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    let pulled = cli.run(&["image", "pull", &target, "--insecure", "--json"]);
+    let left: Vec<_> = walk(&blobs);
+    let _ = std::process::Command::new("umount").arg(&blobs).status();
+    assert_ne!(pulled.status, 0, "{}", pulled.stdout);
+    let message = pulled.json()["error"]["message"].to_string();
+    assert!(message.contains("No space left"), "{message}");
+    assert!(left.is_empty(), "left in the layer store: {left:?}");
+    let missing = cli.run(&["image", "inspect", "full-1", "--json"]);
+    assert_eq!(missing.error_code(), "NOT_FOUND", "{}", missing.stdout);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The workspace's VMM runs in a cgroup of its own, limited to its guest
+/// memory plus the overhead, where the host has the v1 controllers and we
+/// may make groups (our hosts, as root); elsewhere it says why not.
+fn check_cgroup(cli: &testkit::cli::CliHome, name: &str) {
+    let inspected = cli.ok_json(&["inspect", name, "--json"]);
+    let protections = inspected["runtime"]["protections"].to_string();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !(root && std::path::Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists()) {
+        assert!(protections.contains("cgroup"), "{protections}");
+        return;
+    }
+    assert!(protections.contains("cgroup v1: memory"), "{protections}");
+    let pid = inspected["runtime"]["pid"].as_u64().unwrap();
+    let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let memory = groups
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_owned()))
+        .unwrap();
+    assert!(memory.contains(&format!("/microagent/{name}-")), "{groups}");
+    let limit = std::fs::read_to_string(format!(
+        "/sys/fs/cgroup/memory{memory}/memory.limit_in_bytes"
+    ))
+    .unwrap();
+    let mem_mib = inspected["spec"]["mem_mib"].as_u64().unwrap();
+    let want = (mem_mib + workspace::cgroup::MEMORY_OVERHEAD_MIB) << 20;
+    assert_eq!(limit.trim(), want.to_string());
 }

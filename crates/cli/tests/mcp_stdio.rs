@@ -576,8 +576,8 @@ fn run_code_in_a_one_shot_debian_workspace() {
     }
     let began = Instant::now();
     let mut s = Session::start("py");
-    let code =
-        "import sys\nprint(sum(range(10)))\nprint(sys.stdin.read().strip().upper())\nsys.exit(3)";
+    // The image's unprivileged user is there too (uid 1000).
+    let code = "import pwd, sys\nprint(sum(range(10)))\nprint(sys.stdin.read().strip().upper())\nprint(pwd.getpwnam('user').pw_uid)\nsys.exit(3)";
     let id = s.call_async(
         "run_code",
         json!({"code": code, "stdin": "abc"}),
@@ -588,7 +588,7 @@ fn run_code_in_a_one_shot_debian_workspace() {
     assert_eq!(ran["result"]["isError"], false, "{ran}");
     assert_eq!(result["one_shot"], true);
     assert_eq!(result["exit_code"], 3, "{ran}");
-    assert_eq!(result["stdout"], "45\nABC\n", "{ran}");
+    assert_eq!(result["stdout"], "45\nABC\n1000\n", "{ran}");
     assert!(
         s.notifications
             .iter()

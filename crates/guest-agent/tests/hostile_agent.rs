@@ -48,3 +48,50 @@ async fn a_read_stops_at_the_length_asked_for() {
     assert!(out.len() <= 100_000, "kept {} bytes", out.len());
     fake.await.unwrap();
 }
+
+/// Answers `hello` to the first request, then nothing, keeping the
+/// connection open until the client hangs up.
+async fn stalled(mut agent: tokio::net::UnixStream, say_hello: bool) {
+    let mut request = [0u8; 4096];
+    let _ = agent.read(&mut request).await;
+    if say_hello {
+        let hello = Response::Hello {
+            version: MIN_PROTOCOL_VERSION,
+            agent: "stalled".into(),
+            capabilities: Vec::new(),
+        };
+        let _ = agent.write_all(&frame::encode_json(&hello).unwrap()).await;
+    }
+    // Until the client closes its end.
+    let _ = agent.read(&mut request).await;
+}
+
+#[tokio::test]
+async fn a_call_to_an_agent_that_stops_answering_ends_at_its_deadline() {
+    use std::time::{Duration, Instant};
+    let idle = Duration::from_millis(300);
+    for say_hello in [false, true] {
+        let (host, agent) = tokio::net::UnixStream::pair().unwrap();
+        let fake = tokio::spawn(stalled(agent, say_hello));
+        let started = Instant::now();
+        let err = GuestAgentClient::new(host)
+            .idle_deadline(idle)
+            .stat("/f")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ClientError::Stalled { .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        fake.await.unwrap();
+
+        let (host, agent) = tokio::net::UnixStream::pair().unwrap();
+        let fake = tokio::spawn(stalled(agent, say_hello));
+        let mut out = Vec::new();
+        let err = GuestAgentClient::new(host)
+            .idle_deadline(idle)
+            .read_file_to("/f", None, None, &mut out)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ClientError::Stalled { .. }), "{err}");
+        fake.await.unwrap();
+    }
+}

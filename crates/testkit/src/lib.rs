@@ -117,10 +117,12 @@ pub fn guest_assets() -> Result<GuestAssets, String> {
             ));
         }
     }
+    // The files themselves: the VMM opens them without following links.
+    let real = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
     Ok(GuestAssets {
-        kernel,
-        initramfs,
-        test_rootfs,
+        kernel: real(kernel),
+        initramfs: real(initramfs),
+        test_rootfs: real(test_rootfs),
         host,
     })
 }
@@ -163,7 +165,8 @@ pub fn workspace_image(name: &str) -> Result<PathBuf, String> {
         .join("current")
         .join(format!("rootfs-{name}.ext4"));
     if path.exists() {
-        Ok(path)
+        // The file itself: the VMM opens disks without following links.
+        Ok(std::fs::canonicalize(&path).unwrap_or(path))
     } else {
         Err(format!(
             "{} is missing; build it with `cargo xtask rootfs {name}`",

@@ -98,11 +98,18 @@ pub struct LoadedKernel {
     pub setup_header: Option<setup_header>,
 }
 
+/// Opens a kernel or initrd file; a symlink at `path` is refused (ELOOP),
+/// as for disks: callers resolve the links they mean to follow.
 fn open(path: &Path) -> Result<File, KernelError> {
-    File::open(path).map_err(|source| KernelError::Read {
-        path: path.to_owned(),
-        source,
-    })
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|source| KernelError::Read {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// Loads an ELF vmlinux or a bzImage, whichever `path` is.

@@ -288,7 +288,81 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
     checks.push(network_check());
     checks.push(tap_check(state));
     checks.push(confinement_check());
+    checks.push(budget_check(state));
+    checks.push(cgroup_check());
     Report::new(checks)
+}
+
+/// Whether each VMM can get a cgroup of its own (memory, CPU, pids).
+fn cgroup_check() -> Check {
+    let root = Path::new(crate::cgroup::CGROUP_ROOT);
+    let v1: Vec<_> = ["memory", "cpu", "pids"]
+        .iter()
+        .map(|c| root.join(c))
+        .collect();
+    let writable = |dir: &Path| {
+        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+            return false;
+        };
+        // SAFETY: c is NUL-terminated; access only reads it.
+        unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    };
+    if v1.iter().all(|d| d.join("cgroup.procs").exists()) {
+        if v1.iter().all(|d| writable(d)) {
+            return Check::ok(
+                "cgroups",
+                "cgroup v1 memory, cpu and pids: each VMM gets a group with its limits",
+            );
+        }
+        return Check::warn(
+            "cgroups",
+            "cgroup v1 memory, cpu and pids are mounted but not writable by this user: VMMs run without limits of their own",
+            "run as root, or delegate the controllers to this user",
+        );
+    }
+    if root.join("cgroup.controllers").exists() {
+        return Check::ok(
+            "cgroups",
+            "cgroup v2: each VMM gets a group where its own group delegates memory, cpu and pids (inspect says which)",
+        );
+    }
+    Check::warn(
+        "cgroups",
+        "no cgroup hierarchy: VMMs run without memory, CPU and pids limits of their own",
+        "mount the cgroup v1 controllers or a cgroup v2 hierarchy",
+    )
+}
+
+/// The host budget (`budget.json`) and where the disk stands against it.
+fn budget_check(state: &StateDir) -> Check {
+    use crate::budget::{free_mib, HostBudget, BUDGET_FILE};
+    let budget = match HostBudget::load(state.root()) {
+        Ok(b) => b,
+        Err(e) => {
+            return Check::fail(
+                "host_budget",
+                crate::error_chain(&e),
+                format!("fix or remove {}", state.root().join(BUDGET_FILE).display()),
+            )
+        }
+    };
+    let limit =
+        |v: Option<u64>, unit: &str| v.map_or("no limit".to_owned(), |n| format!("{n}{unit}"));
+    let detail = format!(
+        "running workspaces: {}; guest memory: {}; free-disk floor: {} MiB ({})",
+        limit(budget.max_running.map(u64::from), ""),
+        limit(budget.max_guest_mem_mib, " MiB"),
+        budget.min_free_disk_mib,
+        state.root().join(BUDGET_FILE).display()
+    );
+    match free_mib(state.root()) {
+        Ok(free) if free < budget.min_free_disk_mib => Check::fail(
+            "host_budget",
+            format!("{detail}; only {free} MiB free: creates and starts are refused"),
+            "free some disk space, or lower min_free_disk_mib",
+        ),
+        _ => Check::ok("host_budget", detail),
+    }
 }
 
 /// Whether `tap` networks can work here: TAP devices, nftables, dnsmasq,

@@ -127,6 +127,9 @@ pub enum Error {
     /// An image build failed.
     #[error(transparent)]
     ImageBuild(crate::image_build::ImageBuildError),
+    /// The host budget refused, or could not be read.
+    #[error(transparent)]
+    Budget(#[from] crate::budget::BudgetError),
     /// not an address of this machine.
     #[error("host address {addr} cannot be listened on")]
     PortUnavailable {
@@ -180,6 +183,7 @@ impl Error {
             Error::Plan(e) => e.code(),
             Error::KernelInstall(e) => e.code(),
             Error::ImageBuild(e) => e.code(),
+            Error::Budget(e) => e.code(),
             Error::Agent { source, .. } => agent_code(source),
             Error::PortUnavailable { source, .. } => {
                 if source.kind() == std::io::ErrorKind::AddrInUse {
@@ -250,6 +254,9 @@ impl Error {
 }
 
 fn agent_code(e: &ClientError) -> ErrorCode {
+    if matches!(e, ClientError::Stalled { .. }) {
+        return ErrorCode::Timeout;
+    }
     match e.code() {
         Some(AgentCode::NotFound) => ErrorCode::NotFound,
         Some(AgentCode::InvalidInput | AgentCode::TooLarge | AgentCode::Exists) => {

@@ -354,6 +354,10 @@ pub enum ExecEnd {
     },
 }
 
+/// How long past an exec's own timeout the host waits for the agent to
+/// report its end.
+pub const EXEC_DEADLINE_GRACE: Duration = Duration::from_secs(30);
+
 impl Workspaces {
     /// Runs a command, streaming its output to `on_event`; the workspace's
     /// env is added under the request's own. Logs exec started/finished.
@@ -370,6 +374,10 @@ impl Workspaces {
         req.check()?;
         let (ws, meta) = self.running(name)?;
         let command = req.describe();
+        // The agent ends a command at its timeout and reports it; past that
+        // and a grace the host stops waiting (an agent that stopped
+        // answering). Without a timeout the caller chose to wait.
+        let deadline = req.timeout.map(|t| t.saturating_add(EXEC_DEADLINE_GRACE));
         let req = req.into_wire(&meta.spec);
         let events = ws.events();
         let client = ws
@@ -377,18 +385,25 @@ impl Workspaces {
             .connect()
             .await
             .map_err(Error::agent("connect"))?;
-        let exited = client
-            .exec(req, input, |event| {
-                if let ExecEvent::Started { exec_id, .. } = &event {
-                    let _ = events.append(EventKind::ExecStarted {
-                        exec_id: exec_id.clone(),
-                        command: command.clone(),
-                    });
-                }
-                on_event(event)
-            })
-            .await
-            .map_err(Error::agent("exec"))?;
+        let running = client.exec(req, input, |event| {
+            if let ExecEvent::Started { exec_id, .. } = &event {
+                let _ = events.append(EventKind::ExecStarted {
+                    exec_id: exec_id.clone(),
+                    command: command.clone(),
+                });
+            }
+            on_event(event)
+        });
+        let exited = match deadline {
+            Some(deadline) => tokio::time::timeout(deadline, running).await.map_err(|_| {
+                Error::Timeout(format!(
+                    "the agent did not report the end of `{command}` within {} s of its timeout",
+                    EXEC_DEADLINE_GRACE.as_secs()
+                ))
+            })?,
+            None => running.await,
+        }
+        .map_err(Error::agent("exec"))?;
         events.append(EventKind::ExecFinished {
             exec_id: exited.exec_id.clone(),
             code: exited.code,

@@ -19,7 +19,9 @@
 #![warn(missing_docs)]
 
 pub mod assets;
+pub mod budget;
 pub(crate) mod builder;
+pub mod cgroup;
 pub(crate) mod code;
 pub(crate) mod console_log;
 pub(crate) mod contract;

@@ -260,6 +260,7 @@ impl Workspaces {
     pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
         let ws = self.dir(name)?;
         spec.validate_within(&self.limits)?;
+        self.check_budget_disk()?;
         ws.check_socket_paths()?;
         crate::ports::check_free(&spec.ports)?;
         let image: ImageInfo = self.images.get(&spec.image)?;
@@ -446,6 +447,10 @@ impl Workspaces {
         }
         self.images.get(&meta.spec.image)?;
         crate::network::attach::preflight(&self.state, &meta.spec)?;
+        // Held until this start is recorded as starting: two starts at
+        // once cannot both take the budget's last place.
+        let _budget = crate::budget::BudgetLock::take(self.state.root())?;
+        self.check_budget_start(name, meta.spec.mem_mib)?;
         let boot = boot(&meta)?;
         let log = std::fs::File::create(ws.path().join(VMM_LOG))
             .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;

@@ -225,6 +225,7 @@ impl Workspaces {
                     let rootfs = work.join(crate::image::ROOTFS_FILE);
                     crate::oci::rootfs::mkfs_root_owned(&tree, &rootfs)
                         .map_err(ImageBuildError::from)?;
+                    minimal::own_user_home(&rootfs)?;
                     ws.images()
                         .import_files("minimal", &kernel, &rootfs, None)?;
                     Ok(())
@@ -316,6 +317,7 @@ mod tests {
             [
                 "flex",
                 "e2fsprogs",
+                "passt",
                 "busybox-static",
                 "mmdebstrap",
                 "debian-archive-keyring"

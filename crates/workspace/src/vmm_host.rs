@@ -160,6 +160,8 @@ pub struct VmmProcess {
     owner: Option<crate::spec::Owner>,
     /// Its disk and memory sizes in MiB (the largest files it writes).
     disk_and_mem_mib: (u64, u64),
+    /// Its cgroup, joined before the guest was built.
+    cgroup: crate::cgroup::Placement,
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -225,8 +227,14 @@ impl VmmProcess {
             .is_some_and(|t| ws.holds_launch_ticket(t));
         let mut passt = None;
         let mut guest_net = None;
+        let mut cgroup = None;
         let (mut building, mut built_at) = (0, 0);
         let mut build = |spec: &crate::spec::WorkspaceSpec| {
+            // First, so the guest's memory and the network helper count.
+            let limits = crate::cgroup::Limits::for_workspace(spec.vcpus, spec.mem_mib);
+            let group = crate::cgroup::group_id(state.root(), name);
+            let root = std::path::Path::new(crate::cgroup::CGROUP_ROOT);
+            cgroup = Some(crate::cgroup::join(root, &group, &limits));
             ws.remove_sockets();
             building = vmm_core::vcpu::monotonic_ns();
             let built = crate::network::attach::attach(&state, &ws, spec).and_then(|net| {
@@ -328,6 +336,8 @@ impl VmmProcess {
             passt,
             owner: meta.spec.owner,
             disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
+            cgroup: cgroup
+                .unwrap_or_else(|| crate::cgroup::Placement::Unavailable("not built".into())),
         })
     }
 
@@ -378,6 +388,7 @@ impl VmmProcess {
         match crate::vmm_guard::confine() {
             Ok(mut protections) => {
                 protections.extend(["rlimits".to_owned(), "inherited_fds_closed".to_owned()]);
+                protections.push(self.cgroup.describe());
                 let _ = shared.update(|m| {
                     if let Some(rt) = m.runtime.as_mut() {
                         rt.protections = protections;
@@ -399,6 +410,7 @@ impl VmmProcess {
             Err(e) => (true, format!("the VMM failed: {e}")),
         };
         shared.finish(crashed, &reason);
+        crate::cgroup::leave(&self.cgroup);
         Ok(RunEnd { crashed })
     }
 }

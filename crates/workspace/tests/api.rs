@@ -204,3 +204,36 @@ fn one_shot_runs_clean_up_whatever_happens() {
     assert_eq!(taken.unwrap_err().code(), ErrorCode::Conflict);
     h.ws.delete("kept", DeleteOptions::default()).unwrap();
 }
+
+/// The host budget (`budget.json` in the state directory): a create below
+/// the free-disk floor and a start past the running budget are refused
+/// with CONFLICT before anything is made or launched.
+#[tokio::test]
+async fn the_host_budget_refuses_creates_and_starts_past_it() {
+    let test = "the_host_budget_refuses_creates_and_starts_past_it";
+    if !have_mkfs(test) {
+        return;
+    }
+    let h = home("budget");
+    let budget = h.root.join("state").join(workspace::budget::BUDGET_FILE);
+    std::fs::write(&budget, r#"{"min_free_disk_mib": 1099511627776}"#).unwrap();
+    let err = h.ws.create("full", spec()).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Conflict, "{err}");
+    assert!(err.to_string().contains("floor"), "{err}");
+    assert!(h.ws.list(&ListFilter::default()).unwrap().is_empty());
+
+    std::fs::write(&budget, r#"{"max_running": 0}"#).unwrap();
+    h.ws.create("dev", spec()).unwrap();
+    let err =
+        h.ws.start("dev", Duration::from_secs(5), |_| {})
+            .await
+            .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Conflict, "{err}");
+    assert!(err.to_string().contains("host budget"), "{err}");
+    // Refused before any VMM was launched: still stopped.
+    assert_eq!(h.ws.get("dev").unwrap().state, State::Stopped);
+
+    std::fs::write(&budget, r#"{"max_running": "many"}"#).unwrap();
+    let err = h.ws.create("bad", spec()).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidInput, "{err}");
+}

@@ -14,6 +14,7 @@ use crate::sh;
 
 use workspace::image_build::minimal::{
     missing_applets, APPLETS, BUSYBOX, BUSYBOX_PACKAGE as PACKAGE, GROUP, NSSWITCH, PASSWD,
+    USER_HOME,
 };
 
 pub fn ensure_debs() -> anyhow::Result<()> {
@@ -54,6 +55,8 @@ pub fn populate(root: &Path) -> anyhow::Result<Vec<(String, String)>> {
     for applet in APPLETS {
         tree::symlink(root, &format!("bin/{applet}"), "busybox")?;
     }
+    // Owned by the user once the image is written (own_user_home).
+    tree::mkdir(root, USER_HOME, 0o755)?;
     tree::write_file(root, "etc/passwd", PASSWD.as_bytes(), 0o644)?;
     tree::write_file(root, "etc/group", GROUP.as_bytes(), 0o644)?;
     tree::write_file(root, "etc/nsswitch.conf", NSSWITCH.as_bytes(), 0o644)?;

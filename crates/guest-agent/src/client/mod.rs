@@ -30,17 +30,35 @@ use crate::protocol::{
     WriteMode, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
+/// How long an operation waits for the agent's next message (or for it
+/// to take what we send) before failing as [`ClientError::Stalled`]:
+/// answers come in milliseconds, so this only ends calls to an agent that
+/// stopped answering. A wait the request asks for (a process wait, an
+/// output long-poll) is added to it; an exec's output is bounded by the
+/// exec's own timeout instead.
+pub const IDLE_DEADLINE: Duration = Duration::from_secs(60);
+
 /// One connection to the agent, good for one operation.
 #[derive(Debug)]
 pub struct GuestAgentClient<S> {
     stream: S,
+    idle: Duration,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     /// Wraps a stream that reaches the agent (see [`connect_unix`] and
     /// [`connect_hybrid_vsock`]).
     pub fn new(stream: S) -> Self {
-        Self { stream }
+        Self {
+            stream,
+            idle: IDLE_DEADLINE,
+        }
+    }
+
+    /// The same client with another idle deadline (see [`IDLE_DEADLINE`]).
+    pub fn idle_deadline(mut self, idle: Duration) -> Self {
+        self.idle = idle;
+        self
     }
 
     /// Gives the stream back.
@@ -55,9 +73,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
             version: MIN_PROTOCOL_VERSION,
         })
         .map_err(ClientError::Frame)?;
-        wire::write_all(&mut self.stream, &bytes)
-            .await
-            .map_err(ClientError::Frame)?;
+        self.write_within(&bytes).await?;
         self.read_hello().await
     }
 
@@ -112,9 +128,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         }
         let streaming = req.stdin == StdinMode::Stream;
         self.send_start(&Request::Exec(req)).await?;
+        let idle = self.idle;
         let (mut rd, mut wr) = tokio::io::split(self.stream);
         let reading = async {
-            read_hello_from(&mut rd).await?;
+            read_hello_from(&mut rd, idle).await?;
             loop {
                 let frame = wire::read_frame(&mut rd)
                     .await
@@ -366,17 +383,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
 
     /// Sends `hello` and `req` in one write.
     async fn send_start(&mut self, req: &Request) -> Result<(), ClientError> {
-        wire::write_all(&mut self.stream, &start_bytes(req)?)
-            .await
-            .map_err(ClientError::Frame)
+        self.write_within(&start_bytes(req)?).await
+    }
+
+    /// Writes `bytes`, waiting at most the idle deadline for the agent to
+    /// take them.
+    async fn write_within(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        match tokio::time::timeout(self.idle, wire::write_all(&mut self.stream, bytes)).await {
+            Ok(written) => written.map_err(ClientError::Frame),
+            Err(_) => Err(ClientError::Stalled {
+                secs: self.idle.as_secs(),
+            }),
+        }
     }
 
     async fn read_hello(&mut self) -> Result<AgentHello, ClientError> {
-        read_hello_from(&mut self.stream).await
+        read_hello_from(&mut self.stream, self.idle).await
     }
 
     async fn response(&mut self) -> Result<Response, ClientError> {
-        read_response(&mut self.stream).await
+        read_response(&mut self.stream, self.idle).await
     }
 
     /// Sends the request and the data stream, then reads the answer. A
@@ -408,10 +434,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     ) -> Result<u64, ClientError> {
         let mut total = 0u64;
         loop {
-            let frame = wire::read_frame(&mut self.stream)
-                .await
-                .map_err(ClientError::Frame)?
-                .ok_or(ClientError::Closed)?;
+            let frame = wire::next_frame(&mut self.stream, self.idle).await?;
             match frame.kind {
                 FrameKind::Data if frame.payload.is_empty() => break,
                 FrameKind::Data if total.saturating_add(frame.payload.len() as u64) > limit => {
@@ -456,18 +479,18 @@ fn decode(frame: &crate::frame::Frame) -> Result<Response, ClientError> {
     }
 }
 
-async fn read_response<R: AsyncRead + Unpin + ?Sized>(r: &mut R) -> Result<Response, ClientError> {
-    let frame = wire::read_frame(r)
-        .await
-        .map_err(ClientError::Frame)?
-        .ok_or(ClientError::Closed)?;
-    decode(&frame)
+async fn read_response<R: AsyncRead + Unpin + ?Sized>(
+    r: &mut R,
+    idle: Duration,
+) -> Result<Response, ClientError> {
+    decode(&wire::next_frame(r, idle).await?)
 }
 
 async fn read_hello_from<R: AsyncRead + Unpin + ?Sized>(
     r: &mut R,
+    idle: Duration,
 ) -> Result<AgentHello, ClientError> {
-    hello_of(read_response(r).await?)
+    hello_of(read_response(r, idle).await?)
 }
 
 /// The agent's `hello` answer, which every operation's answer starts with.

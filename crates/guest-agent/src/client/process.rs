@@ -61,6 +61,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
             max_bytes,
             wait_ms: Some(millis(wait)),
         };
+        // The long-poll may hold the answer back for `wait`.
+        self.idle = self.idle.saturating_add(wait);
         self.send_start(&req).await?;
         self.read_hello().await?;
         let output = match self.response().await? {
@@ -74,10 +76,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         };
         let (want_out, want_err) = (read.output.stdout.len, read.output.stderr.len);
         while (read.stdout.len() as u64) < want_out || (read.stderr.len() as u64) < want_err {
-            let frame = wire::read_frame(&mut self.stream)
-                .await
-                .map_err(ClientError::Frame)?
-                .ok_or(ClientError::Closed)?;
+            let frame = wire::next_frame(&mut self.stream, self.idle).await?;
             let (buf, want) = match frame.kind {
                 FrameKind::Stdout => (&mut read.stdout, want_out),
                 FrameKind::Stderr => (&mut read.stderr, want_err),
@@ -125,7 +124,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
 
     /// The process once it exits, or as it is after `timeout`.
     pub async fn process_wait(
-        self,
+        mut self,
         id: &str,
         timeout: Duration,
     ) -> Result<ProcessInfo, ClientError> {
@@ -133,6 +132,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
             id: id.to_owned(),
             timeout_ms: millis(timeout),
         };
+        // The agent answers when the process exits or after `timeout`.
+        self.idle = self.idle.saturating_add(timeout);
         match self.call(&req).await? {
             Response::Process(info) => Ok(info),
             other => Err(ClientError::unexpected(&other)),

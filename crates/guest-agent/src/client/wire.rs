@@ -67,6 +67,13 @@ pub enum ClientError {
         /// The most the operation takes.
         limit: u64,
     },
+    /// The agent sent nothing (or took nothing we sent) for longer than
+    /// the call's deadline: it stopped answering.
+    #[error("the agent stopped answering (nothing for {secs} s)")]
+    Stalled {
+        /// The deadline, in seconds.
+        secs: u64,
+    },
     /// The agent sent a message that does not fit the operation.
     #[error("unexpected {got} from the agent")]
     Unexpected {
@@ -94,6 +101,20 @@ impl ClientError {
         Self::Unexpected {
             got: format!("{kind:?} frame"),
         }
+    }
+}
+
+/// Reads the next frame, waiting at most `idle` for it; the end of the
+/// stream is [`ClientError::Closed`].
+pub(crate) async fn next_frame<R: AsyncRead + Unpin + ?Sized>(
+    r: &mut R,
+    idle: std::time::Duration,
+) -> Result<crate::frame::Frame, ClientError> {
+    match tokio::time::timeout(idle, read_frame(r)).await {
+        Ok(read) => read.map_err(ClientError::Frame)?.ok_or(ClientError::Closed),
+        Err(_) => Err(ClientError::Stalled {
+            secs: idle.as_secs(),
+        }),
     }
 }
 

@@ -17,6 +17,10 @@ pub const HOST_PACKAGES: &[&str] = &["mmdebstrap", "debian-archive-keyring"];
 const VARIANT: &str = "minbase";
 /// Where the archive's keyring is, on the host and in the image.
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+/// Adds the unprivileged user every built image has (uid and gid 1000,
+/// a home, bash), chrooted into the finished tree.
+pub const USER_HOOK: &str =
+    "--customize-hook=chroot \"$1\" useradd --create-home --uid 1000 --user-group --shell /bin/bash user";
 /// What a build downloads and unpacks, roughly (minbase is ~150 MB).
 pub const DISK_BYTES: u64 = 1 << 30;
 /// Roughly how long mmdebstrap takes for minbase.
@@ -71,6 +75,7 @@ pub fn mmdebstrap_args(suite: &str, packages: &[String], tree: &Path) -> Vec<Str
         "--skip=chroot/mount".to_owned(),
         "--skip=check/signed-by".to_owned(),
         format!("--include={}", include(packages).join(",")),
+        USER_HOOK.to_owned(),
         "--aptopt=Acquire::Retries \"3\"".to_owned(),
         suite.to_owned(),
         tree.display().to_string(),
@@ -133,6 +138,10 @@ mod tests {
         assert!(args.contains(&"--mode=root".to_owned()));
         assert!(args.contains(&"--skip=chroot/mount".to_owned()));
         assert!(args.contains(&"--include=ca-certificates,procps,coreutils,bash,git".to_owned()));
+        assert!(
+            args.contains(&USER_HOOK.to_owned()),
+            "the unprivileged user"
+        );
         let suite = args.iter().position(|a| a == "bookworm").unwrap();
         assert_eq!(args[suite + 1], "/w/tree");
         assert_eq!(args.len(), suite + 2 + 3);

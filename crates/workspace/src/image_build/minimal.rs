@@ -32,11 +32,17 @@ pub const APPLETS: &[&str] = &[
     "wget", "nc", "ip", "ifconfig", "route", "ping", "nslookup", "netstat", "httpd",
 ];
 
-/// `/etc/passwd`.
+/// `/etc/passwd`: root, an unprivileged `user` (for `--user user`) and
+/// nobody.
 pub const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n\
+                          user:x:1000:1000:user:/home/user:/bin/sh\n\
                           nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
 /// `/etc/group`.
-pub const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+pub const GROUP: &str = "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n";
+/// The unprivileged user every built image has.
+pub const USER: (&str, u32) = ("user", 1000);
+/// Its home, relative to the tree.
+pub const USER_HOME: &str = "home/user";
 /// Names from /etc/hosts first (`host.microagent.internal`, localhost), as
 /// on Debian; without the file glibc asks DNS first.
 pub const NSSWITCH: &str = "passwd: files\ngroup: files\nhosts: files dns\n";
@@ -124,6 +130,7 @@ pub fn populate(tree: &Path, agent: &Path, init: &Path) -> Result<(), ImageBuild
         mkdir(tree, dir, 0o755)?;
     }
     mkdir(tree, "root", 0o700)?;
+    mkdir(tree, USER_HOME, 0o755)?;
     mkdir(tree, "tmp", 0o1777)?;
     for dir in OVERLAY_DIRS {
         mkdir(tree, dir, 0o755)?;
@@ -145,6 +152,44 @@ pub fn populate(tree: &Path, agent: &Path, init: &Path) -> Result<(), ImageBuild
         ("etc/hosts", HOSTS),
     ] {
         write(tree, rel, text.as_bytes(), 0o644)?;
+    }
+    Ok(())
+}
+
+/// Gives the user's home to the user in the ext4 `image` (made with
+/// every file root's): one `debugfs -w` script, no privileges needed.
+pub fn own_user_home(image: &Path) -> Result<(), ImageBuildError> {
+    let debugfs = crate::settings::host_tool("debugfs").unwrap_or_else(|| "debugfs".into());
+    let (_, id) = USER;
+    let script = format!("sif /{USER_HOME} uid {id}\nsif /{USER_HOME} gid {id}\n");
+    let mut child = Command::new(&debugfs)
+        .args(["-w", "-f", "-"])
+        .arg(image)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(io("running debugfs".into()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(io("writing the debugfs script".into()))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(io("running debugfs".into()))?;
+    // debugfs reports a failed request on stderr and exits 0.
+    let said = String::from_utf8_lossy(&out.stderr);
+    let failed = said
+        .lines()
+        .any(|l| !l.starts_with("debugfs ") && !l.trim().is_empty());
+    if !out.status.success() || failed {
+        return Err(ImageBuildError::Request(format!(
+            "setting the owner of /{USER_HOME} in {}: {}",
+            image.display(),
+            said.trim()
+        )));
     }
     Ok(())
 }
@@ -177,6 +222,8 @@ mod tests {
             assert_eq!(line.split(':').count(), 4, "{line}");
         }
         assert!(PASSWD.starts_with("root:x:0:0:"));
+        let user = format!("{}:x:{}:{}:", USER.0, USER.1, USER.1);
+        assert!(PASSWD.contains(&user) && PASSWD.contains(USER_HOME));
     }
 
     #[test]

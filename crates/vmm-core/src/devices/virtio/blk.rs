@@ -9,6 +9,7 @@ use std::cmp::min;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -106,8 +107,9 @@ impl std::fmt::Debug for BlockDevice {
 }
 
 impl BlockDevice {
-    /// Opens `path` (read-write unless `read_only`) as a disk of
-    /// `length / 512` sectors; the length must be a multiple of 512.
+    /// Opens `path` (read-write unless `read_only`; a symlink is refused)
+    /// as a disk of `length / 512` sectors; the length must be a multiple
+    /// of 512.
     ///
     /// The GET_ID answer defaults to `"microagent-"` followed by nine hex
     /// digits hashed from the file's device and inode numbers (20 bytes,
@@ -118,7 +120,13 @@ impl BlockDevice {
             mode: if read_only { "read-only" } else { "read-write" },
             source,
         };
-        let file = OpenOptions::new().read(true).write(!read_only).open(path);
+        // The last component is never followed: a symlink planted where a
+        // disk should be is refused (ELOOP), not opened.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!read_only)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path);
         let file = file.map_err(open_err)?;
         let meta = file.metadata().map_err(open_err)?;
         // Seeking to the end also sizes block devices, whose metadata says 0.
@@ -572,6 +580,21 @@ mod tests {
             assert_eq!(self.irq.irq().read().unwrap(), 1);
             assert_eq!(self.irq.status(), INT_USED_RING);
         }
+    }
+
+    #[test]
+    fn a_symlink_is_not_opened_as_a_disk() {
+        let dir = std::env::temp_dir().join(format!("blk-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let real = dir.join("disk");
+        std::fs::write(&real, vec![0u8; 1024]).unwrap();
+        let link = dir.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(BlockDevice::new(&real, true).is_ok());
+        let err = BlockDevice::new(&link, true).unwrap_err();
+        assert!(matches!(err, BlockError::Open { .. }), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
