@@ -583,21 +583,6 @@ mod tests {
     }
 
     #[test]
-    fn a_symlink_is_not_opened_as_a_disk() {
-        let dir = std::env::temp_dir().join(format!("blk-link-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let real = dir.join("disk");
-        std::fs::write(&real, vec![0u8; 1024]).unwrap();
-        let link = dir.join("link");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&real, &link).unwrap();
-        assert!(BlockDevice::new(&real, true).is_ok());
-        let err = BlockDevice::new(&link, true).unwrap_err();
-        assert!(matches!(err, BlockError::Open { .. }), "{err}");
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
     fn reads_sectors_into_guest_memory() {
         let image = pattern(8 * 512, 0x5a);
         let mem = create_guest_memory(16).unwrap();
