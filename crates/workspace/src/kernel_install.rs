@@ -214,6 +214,14 @@ fn file_dir(root: &Path, sha: &str) -> PathBuf {
 }
 
 impl Workspaces {
+    /// The kernel variant this host needs, by a short KVM probe (the
+    /// registry's when KVM cannot be probed).
+    pub fn host_kernel_variant(&self) -> KernelVariant {
+        vmm_core::host::probe()
+            .map(|p| p.kernel_variant())
+            .unwrap_or_else(|_| self.images().kernel_variant())
+    }
+
     /// The asset cache whose `current/` these workspaces boot from.
     pub(crate) fn asset_root(&self) -> Result<PathBuf> {
         match self.assets().and_then(Path::parent) {
@@ -235,7 +243,7 @@ impl Workspaces {
         if let Some(token) = confirm {
             Confirmer::expect_issued(self.state_dir().root(), token)?;
         }
-        let variant = variant.unwrap_or_else(|| self.images().kernel_variant());
+        let variant = variant.unwrap_or_else(|| self.host_kernel_variant());
         let root = self.asset_root()?;
         let (plan, file) = match source {
             KernelSource::FromSource => (source_plan(&root, variant, &SourceHost::probe()), None),

@@ -137,7 +137,7 @@ impl Workspaces {
             Confirmer::expect_issued(self.state_dir().root(), token)?;
         }
         let root = self.asset_root()?;
-        let variant = self.images().kernel_variant();
+        let variant = self.host_kernel_variant();
         let kernel_host = SourceHost::probe();
         let kernel_plan = source_plan(&root, variant, &kernel_host);
         let images = self.images();
@@ -168,7 +168,7 @@ impl Workspaces {
         };
         confirmer.check(&plan, token, now_ms())?;
         plan.check_privilege(token)?;
-        let made = self.apply_setup(&plan, &missing, progress).await?;
+        let made = self.apply_setup(&plan, &missing, variant, progress).await?;
         Ok(Setup {
             preview: Preview {
                 plan,
@@ -184,11 +184,11 @@ impl Workspaces {
         &self,
         plan: &Plan,
         missing: &Missing,
+        variant: vmm_core::KernelVariant,
         progress: ProgressFn,
     ) -> Result<Vec<String>> {
         let mut made = Vec::new();
-        let (steps, kernel, variant) =
-            (plan.clone(), missing.kernel, self.images().kernel_variant());
+        let (steps, kernel, variant) = (plan.clone(), missing.kernel, variant);
         let report = progress.clone();
         let kernel_file = self
             .blocking(move |ws| {
