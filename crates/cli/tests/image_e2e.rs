@@ -14,6 +14,14 @@ fn home(test: &str) -> CliHome {
     CliHome::new(env!("CARGO_BIN_EXE_microagent"), test)
 }
 
+/// The guest kernel and the `minimal` image, or the test is skipped (and
+/// says why).
+fn guest_with_minimal(test: &str) -> Option<(testkit::GuestAssets, std::path::PathBuf)> {
+    let assets = testkit::require(test, testkit::guest_assets())?;
+    let minimal = testkit::require(test, testkit::workspace_image("minimal"))?;
+    Some((assets, minimal))
+}
+
 /// A file of an ext4 image, read with debugfs.
 fn ext4_cat(image: &str, path: &str) -> String {
     let debugfs = testkit::host_tool("debugfs").unwrap();
@@ -236,10 +244,7 @@ fn container_images_import_and_boot_with_their_defaults() {
 #[test]
 fn kernel_install_from_a_file_boots_it_first_and_needs_the_token() {
     let test = "kernel_install_from_a_file_boots_it_first_and_needs_the_token";
-    let Some(assets) = testkit::require(test, testkit::guest_assets()) else {
-        return;
-    };
-    let Some(minimal) = testkit::require(test, testkit::workspace_image("minimal")) else {
+    let Some((assets, minimal)) = guest_with_minimal(test) else {
         return;
     };
     let scratch = home("kinstall-files");
@@ -354,12 +359,9 @@ fn kernel_install_from_a_file_boots_it_first_and_needs_the_token() {
 #[test]
 fn image_build_on_an_image_copies_runs_and_saves_it() {
     let test = "image_build_on_an_image_copies_runs_and_saves_it";
-    let Some(_) = testkit::require(test, testkit::guest_assets()) else {
+    if guest_with_minimal(test).is_none() {
         return;
-    };
-    let Some(_) = testkit::require(test, testkit::workspace_image("minimal")) else {
-        return;
-    };
+    }
     let cli = home("image-build");
     let src = cli.home().join("hello.txt");
     std::fs::write(&src, "from the host\n").unwrap();

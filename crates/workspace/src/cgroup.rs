@@ -208,6 +208,43 @@ fn join_v2(root: &Path, id: &str, limits: &Limits) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// The file in a workspace's directory naming its VMM's groups, so that
+/// whoever ends a VMM the hard way (halt, delete, a crash noticed) removes
+/// them once it is gone.
+pub const RECORD_FILE: &str = "cgroups";
+
+/// Records `placement`'s groups in the workspace directory `ws`.
+pub fn record(placement: &Placement, ws: &Path) {
+    if let Placement::Joined { dirs, .. } = placement {
+        let text: String = dirs.iter().map(|d| format!("{}\n", d.display())).collect();
+        let _ = std::fs::write(ws.join(RECORD_FILE), text);
+    }
+}
+
+/// Removes the groups recorded in `ws` (their VMM is gone); a group whose
+/// tasks are still leaving is retried for up to a second.
+pub fn remove_recorded(ws: &Path) {
+    let record = ws.join(RECORD_FILE);
+    let Ok(text) = std::fs::read_to_string(&record) else {
+        return;
+    };
+    for dir in text.lines().map(Path::new) {
+        // Only groups of ours: a record is no way to remove others'.
+        let named_ours = dir.components().any(|c| c.as_os_str() == PARENT)
+            || dir
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(PARENT));
+        let ours = dir.starts_with(CGROUP_ROOT) && named_ours;
+        for _ in 0..20 {
+            if !ours || std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    let _ = std::fs::remove_file(record);
+}
+
 /// Moves this process back to each group's parent and removes the groups
 /// (best effort: an ending VMM has nothing better to do about a failure).
 pub fn leave(placement: &Placement) {

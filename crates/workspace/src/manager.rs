@@ -311,6 +311,7 @@ impl Workspaces {
                 }
                 None => format!("its VMM process {pid} died unexpectedly (killed or crashed)"),
             };
+            crate::cgroup::remove_recorded(ws.path());
             ws.record_exit(&mut meta, true, &reason)?;
         }
         Ok(meta)
@@ -639,6 +640,7 @@ impl Workspaces {
                 )));
             }
         }
+        crate::cgroup::remove_recorded(ws.path());
         ws.record_exit(&mut meta, false, "halted (VM torn down)")?;
         Ok(meta)
     }

@@ -234,7 +234,9 @@ impl VmmProcess {
             let limits = crate::cgroup::Limits::for_workspace(spec.vcpus, spec.mem_mib);
             let group = crate::cgroup::group_id(state.root(), name);
             let root = std::path::Path::new(crate::cgroup::CGROUP_ROOT);
-            cgroup = Some(crate::cgroup::join(root, &group, &limits));
+            let placed = crate::cgroup::join(root, &group, &limits);
+            crate::cgroup::record(&placed, ws.path());
+            cgroup = Some(placed);
             ws.remove_sockets();
             building = vmm_core::vcpu::monotonic_ns();
             let built = crate::network::attach::attach(&state, &ws, spec).and_then(|net| {
@@ -411,6 +413,7 @@ impl VmmProcess {
         };
         shared.finish(crashed, &reason);
         crate::cgroup::leave(&self.cgroup);
+        let _ = std::fs::remove_file(ws.path().join(crate::cgroup::RECORD_FILE));
         Ok(RunEnd { crashed })
     }
 }

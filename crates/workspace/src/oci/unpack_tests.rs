@@ -76,11 +76,28 @@ impl Layer {
     }
 }
 
-fn tree(tag: &str) -> PathBuf {
+/// A scratch tree, removed (with an image file beside it) when dropped.
+struct Tree(PathBuf);
+
+impl std::ops::Deref for Tree {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_file(self.0.with_extension("ext4"));
+    }
+}
+
+fn tree(tag: &str) -> Tree {
     let dir = std::env::temp_dir().join(format!("ma-unpack-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Tree(dir)
 }
 
 fn apply(tree: &Path, layer: Layer) -> Result<(), OciError> {
@@ -122,7 +139,6 @@ fn whiteouts_and_opaque_directories_hide_lower_layers() {
     assert!(!t.join("var/cache/a").exists() && !t.join("var/cache/b").exists());
     assert!(!t.join("var/cache/.wh..wh..opq").exists());
     assert!(!t.join("var/lib/dir").exists());
-    std::fs::remove_dir_all(t).unwrap();
 }
 
 #[test]
@@ -155,7 +171,6 @@ fn links_resolve_inside_the_tree_and_types_replace_each_other() {
     let hard = std::fs::metadata(t.join("usr/bin/hard")).unwrap();
     assert_eq!(tool.ino(), hard.ino());
     assert_eq!(read(&t, "swap/child").as_deref(), Some("now a dir"));
-    std::fs::remove_dir_all(t).unwrap();
 }
 
 #[test]
@@ -170,7 +185,6 @@ fn owners_modes_and_times_come_from_the_layer() {
     assert_eq!(m.mode() & 0o7777, 0o4750);
     assert_eq!((m.uid(), m.gid()), (1000, 1000));
     assert_eq!(m.mtime(), 1_700_000_000);
-    std::fs::remove_dir_all(t).unwrap();
 }
 
 #[test]
@@ -186,7 +200,6 @@ fn a_path_climbing_out_is_refused() {
     )
     .unwrap_err();
     assert!(matches!(err, OciError::LayerPath(_)), "{err}");
-    std::fs::remove_dir_all(t).unwrap();
 }
 
 #[test]
@@ -211,7 +224,6 @@ fn gzip_layers_are_read_and_hashed_uncompressed() {
     let compressed = gz.finish().unwrap();
     apply_layer(&t, &compressed[..], &diff_id, &mut Owners::Direct).unwrap();
     assert_eq!(read(&t, "z/file").as_deref(), Some("zipped"));
-    std::fs::remove_dir_all(t).unwrap();
 }
 
 /// What debugfs says of `path` in `image`.
@@ -248,7 +260,7 @@ fn without_root_owners_modes_and_devices_reach_the_image_through_debugfs() {
     let image = t.with_extension("ext4");
     let made = std::process::Command::new(mkfs)
         .args(["-q", "-F", "-d"])
-        .arg(&t)
+        .arg(&*t)
         .arg(&image)
         .arg("16M")
         .status()
@@ -270,6 +282,5 @@ fn without_root_owners_modes_and_devices_reach_the_image_through_debugfs() {
     );
     let spaced = ext4_stat(&image, "/a file with spaces");
     assert!(spaced.contains("User:     0"), "{spaced}");
-    std::fs::remove_dir_all(t).unwrap();
     std::fs::remove_file(image).unwrap();
 }

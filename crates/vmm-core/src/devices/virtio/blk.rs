@@ -107,26 +107,26 @@ impl std::fmt::Debug for BlockDevice {
 }
 
 impl BlockDevice {
-    /// Opens `path` (read-write unless `read_only`; a symlink is refused)
-    /// as a disk of `length / 512` sectors; the length must be a multiple
-    /// of 512.
-    ///
-    /// The GET_ID answer defaults to `"microagent-"` followed by nine hex
-    /// digits hashed from the file's device and inode numbers (20 bytes,
-    /// stable for the same file across runs); see [`BlockDevice::with_id`].
+    /// Opens `path` (read-write unless `read_only`; a symlink is refused:
+    /// O_NOFOLLOW) as a disk of `length / 512` sectors; the length must be
+    /// a multiple of 512. The GET_ID answer defaults to `"microagent-"` and
+    /// nine hex digits hashed from the file's device and inode numbers
+    /// (stable for the same file across runs); see [`BlockDevice::with_id`].
     pub fn new(path: &Path, read_only: bool) -> Result<Self, BlockError> {
+        let mut options = OpenOptions::new();
+        options.read(true).write(!read_only);
+        let file = options.custom_flags(libc::O_NOFOLLOW).open(path);
+        Self::from_file(file, path, read_only)
+    }
+
+    /// [`BlockDevice::new`] of an opened file (a memfd); `path` names it.
+    pub fn from_file(file: io::Result<File>, path: &Path, ro: bool) -> Result<Self, BlockError> {
+        let read_only = ro;
         let open_err = |source| BlockError::Open {
             path: path.to_owned(),
             mode: if read_only { "read-only" } else { "read-write" },
             source,
         };
-        // The last component is never followed: a symlink planted where a
-        // disk should be is refused (ELOOP), not opened.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(!read_only)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path);
         let file = file.map_err(open_err)?;
         let meta = file.metadata().map_err(open_err)?;
         // Seeking to the end also sizes block devices, whose metadata says 0.

@@ -5,7 +5,7 @@
 //! a bug. Not for production use.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 use std::sync::{Arc, OnceLock};
 
 use virtio_queue::{Queue, QueueT};
@@ -27,10 +27,11 @@ const MAX_INPUT: usize = 1 << 20;
 /// Where the queues the input does not describe live (zeroed memory).
 const EMPTY_QUEUES: u32 = 0x20_0000;
 
-/// A backing "disk": a 1 MiB memfd, shared by all iterations in a process.
-fn backing_file() -> &'static std::path::PathBuf {
-    static PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
+/// A backing "disk": a 1 MiB memfd, shared by all iterations in a process
+/// (each device gets a duplicate descriptor).
+fn backing_file() -> &'static File {
+    static FILE: OnceLock<File> = OnceLock::new();
+    FILE.get_or_init(|| {
         // SAFETY: memfd_create takes a NUL-terminated name and flags; the
         // returned fd (checked below) is owned by the File from here on.
         let fd = unsafe { libc::memfd_create(c"fuzz-disk".as_ptr(), 0) };
@@ -38,10 +39,7 @@ fn backing_file() -> &'static std::path::PathBuf {
         // SAFETY: fd is a fresh descriptor nobody else owns.
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(1 << 20).expect("sizing the fuzz disk");
-        let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        // Keep the memfd open for the life of the process.
-        std::mem::forget(file);
-        path
+        file
     })
 }
 
@@ -75,7 +73,12 @@ fn interrupt() -> Arc<Interrupt> {
 /// Runs a virtio-blk device over a queue made of `data`.
 pub fn blk_queue(data: &[u8]) {
     let (mem, queue) = memory_and_queue(data);
-    let mut dev = BlockDevice::new(backing_file(), false).expect("fuzz disk");
+    let mut dev = BlockDevice::from_file(
+        backing_file().try_clone(),
+        std::path::Path::new("fuzz-disk"),
+        false,
+    )
+    .expect("fuzz disk");
     dev.activate(mem, vec![queue], interrupt(), VIRTIO_F_VERSION_1)
         .expect("activation");
     dev.process_queue();
