@@ -336,6 +336,8 @@ mod tests {
         let notes = plan.notes.join("\n");
         assert!(notes.contains("/d/microagent-agent"), "{notes}");
         assert!(notes.contains("python3,nodejs"), "{notes}");
-        assert!(plan.estimate_seconds > debian::SECONDS + 300);
+        // The kernel (its packages too), minimal, debian.
+        let kernel = crate::kernel_build::CPU_SECONDS / 2 + 60;
+        assert_eq!(plan.estimate_seconds, kernel + 10 + debian::SECONDS);
     }
 }

@@ -31,12 +31,14 @@ use crate::protocol::{
 };
 
 /// How long an operation waits for the agent's next message (or for it
-/// to take what we send) before failing as [`ClientError::Stalled`]:
-/// answers come in milliseconds, so this only ends calls to an agent that
+/// to take what we send) before failing as [`ClientError::Stalled`]. Most
+/// answers come in milliseconds, but unpacking a large upload where the
+/// guest kernel is emulated (~0.7 ms per guest system call) can take
+/// minutes before the answer, so this ends only calls to an agent that
 /// stopped answering. A wait the request asks for (a process wait, an
 /// output long-poll) is added to it; an exec's output is bounded by the
 /// exec's own timeout instead.
-pub const IDLE_DEADLINE: Duration = Duration::from_secs(60);
+pub const IDLE_DEADLINE: Duration = Duration::from_secs(300);
 
 /// One connection to the agent, good for one operation.
 #[derive(Debug)]
