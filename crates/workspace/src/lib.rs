@@ -12,9 +12,13 @@
 //! [`launch::VmmLaunch`] says) with a control socket. State lives in a
 //! crash-safe directory ([`StateDir`]); every failure carries a stable
 //! [`ErrorCode`] and, where the caller can act, a [`Remedy`]. The public
-//! modules are namespaces of their own: [`image`], [`doctor`] (host
-//! checks), [`settings`] (asset paths, clock, ids), [`launch`] and
-//! [`vmm_host`] (the VMM process); everything else is at the root.
+//! modules are namespaces of their own: [`image`], [`oci`],
+//! [`image_build`], [`kernel_install`] and [`setup`] (images and kernels;
+//! the host changes among them are preview-then-confirm, [`plan`]),
+//! [`budget`] and [`cgroup`] (host limits), [`doctor`] (host checks),
+//! [`settings`] (asset paths, clock, ids), [`launch`] and [`vmm_host`] (the
+//! VMM process), and a few more listed in docs/library.md; everything else
+//! is at the root.
 
 #![warn(missing_docs)]
 
