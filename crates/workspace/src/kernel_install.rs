@@ -142,13 +142,6 @@ pub(crate) fn source_plan(root: &Path, variant: KernelVariant, host: &SourceHost
         return plan;
     }
     let missing = &host.missing;
-    if !missing.is_empty() {
-        plan.steps.push(crate::plan::Step::new(
-            "refresh the Debian package lists",
-            "apt-get",
-            &["update", "-qq"],
-        ));
-    }
     plan.install_packages(missing);
     let out = match &host.source {
         Some(source) => {

@@ -222,12 +222,18 @@ impl Plan {
         self.steps.is_empty() && self.writes.is_empty()
     }
 
-    /// The step installing the `packages` that are missing (with apt-get,
-    /// as root), recorded in [`Plan::packages`]; none when all are there.
+    /// The steps installing the `packages` that are missing (apt-get
+    /// update, then install, as root), recorded in [`Plan::packages`]; none
+    /// when all are there.
     pub fn install_packages(&mut self, packages: &[String]) {
         if packages.is_empty() {
             return;
         }
+        self.steps.push(Step::new(
+            "refresh the Debian package lists",
+            "apt-get",
+            &["update", "-qq"],
+        ));
         let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
         args.extend(packages.iter().map(String::as_str));
         self.steps.push(Step::new(
@@ -593,9 +599,10 @@ mod tests {
         p.install_packages(&[]);
         assert!(p.is_empty() && !p.needs_root);
         p.install_packages(&["flex".into(), "bc".into()]);
-        assert_eq!(p.steps.len(), 1);
+        assert_eq!(p.steps.len(), 2);
+        assert_eq!(p.steps[0].command_line(), "apt-get update -qq");
         assert_eq!(
-            p.steps[0].command_line(),
+            p.steps[1].command_line(),
             "apt-get install -y -qq --no-install-recommends flex bc"
         );
         assert_eq!(p.packages, ["flex", "bc"]);

@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::image_build::{debian, minimal, ImageBuildError};
 use crate::kernel_install::{source_plan, SourceHost};
 use crate::manager::Workspaces;
-use crate::plan::{Confirmer, Plan, Preview, Step};
+use crate::plan::{Confirmer, Plan, Preview};
 use crate::settings::now_ms;
 
 /// Where the progress of setup goes (the current step).
@@ -82,13 +82,6 @@ fn setup_plan(
     images_dir: &Path,
 ) -> Plan {
     let mut plan = Plan::new("setup");
-    if !packages.is_empty() {
-        plan.steps.push(Step::new(
-            "refresh the Debian package lists",
-            "apt-get",
-            &["update", "-qq"],
-        ));
-    }
     plan.install_packages(packages);
     if missing.kernel {
         plan.notes.extend(kernel_plan.notes.iter().cloned());

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::image::ImageInfo;
 use crate::manager::Workspaces;
-use crate::plan::{Confirmer, Plan, Preview, Step};
+use crate::plan::{Confirmer, Plan, Preview};
 use crate::settings::now_ms;
 
 /// Where the progress of a build goes (the current step).
@@ -219,13 +219,6 @@ fn build_plan(
     let boots = !req.run.is_empty() || !req.copy.is_empty();
     match base {
         BuildBase::Debian(suite) => {
-            if !missing_host_packages.is_empty() {
-                plan.steps.push(Step::new(
-                    "refresh the Debian package lists",
-                    "apt-get",
-                    &["update", "-qq"],
-                ));
-            }
             plan.install_packages(missing_host_packages);
             plan.needs_root = true;
             plan.notes.push(format!(
