@@ -22,11 +22,7 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
 /// Makes sure Debian `packages` are installed, installing the missing ones
 /// with apt-get (which needs root: otherwise says what to run).
 pub fn ensure_debs(packages: &[&str]) -> anyhow::Result<()> {
-    let missing: Vec<&str> = packages
-        .iter()
-        .copied()
-        .filter(|p| deb_version(p).is_none())
-        .collect();
+    let missing = workspace::settings::missing_debs(packages);
     if missing.is_empty() {
         return Ok(());
     }

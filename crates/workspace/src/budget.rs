@@ -197,19 +197,6 @@ impl BudgetLock {
     }
 }
 
-/// Free space of the filesystem holding `path`, MiB.
-pub(crate) fn free_mib(path: &Path) -> std::io::Result<u64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(std::io::Error::other)?;
-    // SAFETY: an all-zero statvfs is a valid value for the out-parameter.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is NUL-terminated and st is a valid, writable statvfs.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(st.f_bavail.saturating_mul(st.f_frsize) >> 20)
-}
-
 impl Workspaces {
     /// The host budget of this state directory.
     pub fn host_budget(&self) -> Result<HostBudget> {
@@ -218,19 +205,23 @@ impl Workspaces {
 
     /// Refuses a create when the disk is below the floor.
     pub(crate) fn check_budget_disk(&self) -> Result<()> {
-        let budget = self.host_budget()?;
+        self.check_disk_against(&self.host_budget()?)
+    }
+
+    fn check_disk_against(&self, budget: &HostBudget) -> Result<()> {
         let root = self.state_dir().root();
-        let free = free_mib(root).map_err(|source| BudgetError::Io {
+        let free = crate::settings::free_bytes(root).map_err(|source| BudgetError::Io {
             what: format!("measuring the free space of {}", root.display()),
             source,
         })?;
-        Ok(budget.check_disk(free)?)
+        Ok(budget.check_disk(free >> 20)?)
     }
 
     /// Refuses a start of `name` (of `mem_mib`) past the budget. The
     /// caller holds the workspace's lock and the budget lock.
     pub(crate) fn check_budget_start(&self, name: &str, mem_mib: u64) -> Result<()> {
-        self.check_budget_disk()?;
+        let budget = self.host_budget()?;
+        self.check_disk_against(&budget)?;
         let mut others = Vec::new();
         for other in self.state_dir().list_workspaces()? {
             if other == name {
@@ -242,7 +233,7 @@ impl Workspaces {
                 Err(_) => continue,
             }
         }
-        Ok(self.host_budget()?.check_start(&others, mem_mib)?)
+        Ok(budget.check_start(&others, mem_mib)?)
     }
 }
 

@@ -222,18 +222,6 @@ fn image_checks(checks: &mut Vec<Check>, state: &StateDir, assets: Option<&Path>
     }
 }
 
-fn free_bytes(path: &Path) -> std::io::Result<u64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(std::io::Error::other)?;
-    // SAFETY: an all-zero statvfs is a valid value for the out-parameter.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is NUL-terminated and st is a valid, writable statvfs.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(st.f_bavail * st.f_frsize)
-}
-
 fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
     let probe = state.root().join(format!(".doctor-{}", std::process::id()));
     match std::fs::write(&probe, b"ok").and_then(|()| std::fs::remove_file(&probe)) {
@@ -247,7 +235,7 @@ fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
             "fix its permissions, or point MICROAGENT_HOME elsewhere",
         )),
     }
-    match free_bytes(state.root()) {
+    match crate::settings::free_bytes(state.root()) {
         Ok(free) if free < FAIL_FREE_BYTES => checks.push(Check::fail(
             "free_disk",
             format!("{} MiB free", free >> 20),
@@ -335,7 +323,7 @@ fn cgroup_check() -> Check {
 
 /// The host budget (`budget.json`) and where the disk stands against it.
 fn budget_check(state: &StateDir) -> Check {
-    use crate::budget::{free_mib, HostBudget, BUDGET_FILE};
+    use crate::budget::{HostBudget, BUDGET_FILE};
     let budget = match HostBudget::load(state.root()) {
         Ok(b) => b,
         Err(e) => {
@@ -355,7 +343,7 @@ fn budget_check(state: &StateDir) -> Check {
         budget.min_free_disk_mib,
         state.root().join(BUDGET_FILE).display()
     );
-    match free_mib(state.root()) {
+    match crate::settings::free_bytes(state.root()).map(|b| b >> 20) {
         Ok(free) if free < budget.min_free_disk_mib => Check::fail(
             "host_budget",
             format!("{detail}; only {free} MiB free: creates and starts are refused"),

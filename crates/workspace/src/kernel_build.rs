@@ -135,11 +135,7 @@ pub fn patches(variant: KernelVariant) -> &'static [(&'static str, &'static str)
 
 /// The build packages that are not installed.
 pub fn missing_packages() -> Vec<String> {
-    BUILD_PACKAGES
-        .iter()
-        .filter(|p| crate::settings::deb_version(p).is_none())
-        .map(|p| (*p).to_owned())
-        .collect()
+    crate::settings::missing_debs(BUILD_PACKAGES)
 }
 
 /// The cache key of `variant` built from source version `source`:

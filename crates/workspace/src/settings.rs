@@ -56,6 +56,28 @@ pub fn deb_version(package: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The Debian packages of `packages` that are not installed.
+pub fn missing_debs(packages: &[&str]) -> Vec<String> {
+    packages
+        .iter()
+        .filter(|p| deb_version(p).is_none())
+        .map(|p| (*p).to_owned())
+        .collect()
+}
+
+/// Bytes free for this user on the filesystem holding `path`.
+pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(std::io::Error::other)?;
+    // SAFETY: an all-zero statvfs is a valid value for the out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated and st is a valid, writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
 /// `timeout` from now; a timeout past what an `Instant` can hold (a user's
 /// `--timeout 18446744073709551615`) is a century, not a panic.
 pub fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {

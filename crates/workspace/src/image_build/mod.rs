@@ -285,14 +285,7 @@ impl Workspaces {
         let minimal = images.get(crate::image::BUILTIN_IMAGES[0])?;
         let (base_info, missing) = match &base {
             BuildBase::Image(name) => (Some(images.get(name)?), Vec::new()),
-            BuildBase::Debian(_) => (
-                None,
-                debian::HOST_PACKAGES
-                    .iter()
-                    .filter(|p| crate::settings::deb_version(p).is_none())
-                    .map(|p| (*p).to_owned())
-                    .collect(),
-            ),
+            BuildBase::Debian(_) => (None, crate::settings::missing_debs(debian::HOST_PACKAGES)),
         };
         let base_bytes = base_info.as_ref().map_or(0, |i| i.rootfs_bytes);
         let plan = build_plan(
