@@ -95,10 +95,18 @@ fn write(dir: &Path, file: &str, value: &str) -> Result<(), String> {
         .map_err(|e| format!("writing {}: {e}", dir.join(file).display()))
 }
 
+/// The memory, cpu and pids v1 controllers under `root`, when all three
+/// are mounted apart.
+pub fn v1_controllers(root: &Path) -> Option<[PathBuf; 3]> {
+    let v1 = ["memory", "cpu", "pids"].map(|c| root.join(c));
+    v1.iter()
+        .all(|d| d.join("cgroup.procs").exists())
+        .then_some(v1)
+}
+
 /// Puts this process into group `id` under `root` with `limits`.
 pub fn join(root: &Path, id: &str, limits: &Limits) -> Placement {
-    let v1 = ["memory", "cpu", "pids"].map(|c| root.join(c));
-    if v1.iter().all(|d| d.join("cgroup.procs").exists()) {
+    if let Some(v1) = v1_controllers(root) {
         return match join_v1(&v1, id, limits) {
             Ok(dirs) => Placement::Joined {
                 version: "v1",

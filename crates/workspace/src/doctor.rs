@@ -284,10 +284,6 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
 /// Whether each VMM can get a cgroup of its own (memory, CPU, pids).
 fn cgroup_check() -> Check {
     let root = Path::new(crate::cgroup::CGROUP_ROOT);
-    let v1: Vec<_> = ["memory", "cpu", "pids"]
-        .iter()
-        .map(|c| root.join(c))
-        .collect();
     let writable = |dir: &Path| {
         let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
             return false;
@@ -295,7 +291,7 @@ fn cgroup_check() -> Check {
         // SAFETY: c is NUL-terminated; access only reads it.
         unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
     };
-    if v1.iter().all(|d| d.join("cgroup.procs").exists()) {
+    if let Some(v1) = crate::cgroup::v1_controllers(root) {
         if v1.iter().all(|d| writable(d)) {
             return Check::ok(
                 "cgroups",
