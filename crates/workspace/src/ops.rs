@@ -13,7 +13,7 @@ use crate::console_log;
 use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::exec::MAX_COLLECTED_BYTES;
-use crate::host_write::{self, TempFile, COPY_OUT_MAX_BYTES, COPY_OUT_MAX_ENTRIES};
+use crate::host_write::{self, TempFile};
 use crate::manager::Workspaces;
 use crate::spec::Meta;
 use crate::state::State;
@@ -204,7 +204,7 @@ impl Workspaces {
                     .map_err(Error::host_io(format!("creating {}", host_path.display())))?;
                 // Streamed to disk, not memory, within the byte budget.
                 let mut tmp = TempFile::beside(host_path)?;
-                let mut budgeted = tmp.budgeted_writer(COPY_OUT_MAX_BYTES)?;
+                let mut budgeted = tmp.budgeted_writer(self.limits().max_copy_out_bytes)?;
                 let got = self
                     .agent(name)
                     .await?
@@ -219,7 +219,7 @@ impl Workspaces {
                 std::io::Seek::rewind(archive)
                     .map_err(Error::host_io("rewinding the archive".to_owned()))?;
                 let reader = std::io::BufReader::new(&*archive);
-                host_write::unpack(reader, host_path, COPY_OUT_MAX_ENTRIES)?;
+                host_write::unpack(reader, host_path, self.limits().max_copy_out_entries)?;
                 Ok(size)
             }
             FileKind::File => {
@@ -231,7 +231,7 @@ impl Workspaces {
                 let budget = stat
                     .size
                     .saturating_add(host_write::COPY_OUT_GROWTH)
-                    .min(COPY_OUT_MAX_BYTES);
+                    .min(self.limits().max_copy_out_bytes);
                 let mut budgeted = tmp.budgeted_writer(budget)?;
                 let got = self
                     .agent(name)

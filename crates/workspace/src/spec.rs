@@ -26,6 +26,11 @@ pub struct Limits {
     pub max_ttl_secs: u64,
     /// Most labels or env variables.
     pub max_entries: usize,
+    /// Most bytes one `copy_out` writes to the host (a directory's archive,
+    /// or a file).
+    pub max_copy_out_bytes: u64,
+    /// Most entries one `copy_out` of a directory unpacks.
+    pub max_copy_out_entries: u64,
 }
 
 /// Longest env or label value, bytes: they are stored in every record and
@@ -41,6 +46,8 @@ pub const LIMITS: Limits = Limits {
     max_disk_mib: 1 << 20,
     max_ttl_secs: 30 * 24 * 3600,
     max_entries: 64,
+    max_copy_out_bytes: crate::host_write::COPY_OUT_MAX_BYTES,
+    max_copy_out_entries: crate::host_write::COPY_OUT_MAX_ENTRIES,
 };
 
 /// Defaults for a new workspace.
@@ -296,6 +303,8 @@ impl Limits {
             && self.max_disk_mib <= outer.max_disk_mib
             && self.max_ttl_secs <= outer.max_ttl_secs
             && self.max_entries <= outer.max_entries
+            && self.max_copy_out_bytes <= outer.max_copy_out_bytes
+            && self.max_copy_out_entries <= outer.max_copy_out_entries
     }
 }
 
