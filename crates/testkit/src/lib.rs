@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod guest_faults;
+pub mod leftovers;
 pub mod oci;
 pub mod terminal;
 

@@ -51,6 +51,7 @@ pub(crate) mod network_ops;
 pub mod oci;
 pub(crate) mod one_shot;
 pub(crate) mod ops;
+pub mod pause_point;
 pub mod plan;
 pub(crate) mod port_forward;
 pub mod ports;

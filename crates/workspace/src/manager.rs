@@ -275,6 +275,7 @@ impl Workspaces {
             std::fs::create_dir_all(ws.path())
                 .map_err(Error::host_io(format!("creating {}", ws.path().display())))?;
             make_disk(&ws.disk(), spec.disk_mib)?;
+            crate::pause_point::pause_point("create:disk");
             let meta = Meta {
                 name: name.to_owned(),
                 spec: spec.with_image(image),
@@ -319,6 +320,7 @@ impl Workspaces {
 
     /// Every workspace that matches `filter`, by name.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<Meta>> {
+        self.state.sweep_abandoned();
         let mut out = Vec::new();
         for name in self.state.list_workspaces()? {
             let meta = match self.get(&name) {
@@ -540,6 +542,7 @@ impl Workspaces {
         timeout: Duration,
         progress: &mut (impl FnMut(StartProgress) + Send),
     ) -> Result<Meta> {
+        crate::pause_point::pause_point("start:waiting");
         let ws = self.dir(name)?;
         let mut last_report = Instant::now();
         loop {
@@ -595,6 +598,7 @@ impl Workspaces {
             // A VMM that cannot take requests is torn down.
             return self.halt(name);
         }
+        crate::pause_point::pause_point("stop:asked");
         let deadline =
             crate::settings::deadline_after(timeout.saturating_add(Duration::from_secs(10)));
         // Until its last thread is gone it may still hold a published port.
@@ -656,8 +660,18 @@ impl Workspaces {
             self.halt_locked(name)?;
         }
         crate::network::attach::remove_tap(&self.state, &meta.spec);
-        std::fs::remove_dir_all(ws.path())
+        // Gone from every listing at once; a delete killed while removing
+        // leaves a directory the next listing sweeps.
+        let doomed = ws.path().with_file_name(format!(
+            "{}{name}-{}",
+            crate::store::DELETING_PREFIX,
+            std::process::id()
+        ));
+        std::fs::rename(ws.path(), &doomed)
             .map_err(Error::host_io(format!("removing {}", ws.path().display())))?;
+        crate::pause_point::pause_point("delete:renamed");
+        std::fs::remove_dir_all(&doomed)
+            .map_err(Error::host_io(format!("removing {}", doomed.display())))?;
         self.state.remove_lock(name, lock)?;
         Ok(meta)
     }

@@ -319,3 +319,26 @@ fn a_seccomp_kill_is_named_from_the_vmm_log() {
         Some("the devices thread made syscall 59, outside its filter")
     );
 }
+
+#[test]
+fn a_snapshot_take_or_delete_killed_half_way_is_swept_by_the_next_listing() {
+    let f = fixture("snapsweep", "/nonexistent/vmm");
+    let dir =
+        f.ws.state_dir()
+            .root()
+            .join(crate::snapshots::SNAPSHOTS_DIR);
+    let dead = [
+        format!(".s1.{}.tmp", u32::MAX),
+        format!(".s2.{}.rm", u32::MAX),
+    ];
+    let live = format!(".s3.{}.tmp", std::process::id());
+    for name in dead.iter().chain([&live]) {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+    }
+    assert!(f.ws.snapshot_list(None).unwrap().is_empty());
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, [live]);
+}

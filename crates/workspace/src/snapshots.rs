@@ -24,7 +24,7 @@ use crate::store::{read_json, write_json_atomic};
 use crate::workspace_dir::WorkspaceDir;
 
 /// The snapshots' directory in the state directory.
-const SNAPSHOTS_DIR: &str = "snapshots";
+pub(crate) const SNAPSHOTS_DIR: &str = "snapshots";
 /// A snapshot's record in its directory.
 const RECORD: &str = "snapshot.json";
 /// Where a live fork keeps the snapshot it started from, in its own
@@ -100,6 +100,29 @@ impl Workspaces {
         self.state_dir().root().join(SNAPSHOTS_DIR)
     }
 
+    /// Removes the `.NAME.PID.tmp` and `.NAME.PID.rm` directories of takes
+    /// and deletes whose process was killed half-way.
+    fn sweep_abandoned_snapshots(&self) {
+        let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let Some(stem) = file_name
+                .to_str()
+                .filter(|n| n.starts_with('.'))
+                .and_then(|n| n.strip_suffix(".tmp").or_else(|| n.strip_suffix(".rm")))
+            else {
+                continue;
+            };
+            if crate::store::leftover_pid(stem, '.')
+                .is_some_and(|pid| !crate::store::pid_exists(pid))
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+
     fn snapshot_dir(&self, name: &str) -> Result<PathBuf> {
         validate_name(name).map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
         Ok(self.snapshots_dir().join(name))
@@ -155,6 +178,7 @@ impl Workspaces {
         if dir.exists() {
             return Err(Error::SnapshotExists(name));
         }
+        self.sweep_abandoned_snapshots();
         let parent = self.snapshots_dir();
         std::fs::create_dir_all(&parent)
             .map_err(Error::host_io(format!("creating {}", parent.display())))?;
@@ -163,6 +187,7 @@ impl Workspaces {
         std::fs::create_dir(&tmp).map_err(Error::host_io(format!("creating {}", tmp.display())))?;
         let made = (|| -> Result<SnapshotInfo> {
             let (has_memory, paused_ms) = self.write_machine(workspace, &tmp)?;
+            crate::pause_point::pause_point("snapshot:written");
             let memory_sha256 = has_memory
                 .then(|| memory_digest(&tmp))
                 .transpose()
@@ -210,6 +235,7 @@ impl Workspaces {
 
     /// Every snapshot (of `workspace` only, if given), oldest first.
     pub fn snapshot_list(&self, workspace: Option<&str>) -> Result<Vec<SnapshotInfo>> {
+        self.sweep_abandoned_snapshots();
         let mut out = Vec::new();
         let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
             return Ok(out);

@@ -250,6 +250,66 @@ impl StateDir {
     }
 }
 
+/// The prefix of a workspace directory being deleted: renamed first, so a
+/// delete that dies half-way never leaves a workspace that looks whole.
+pub const DELETING_PREFIX: &str = ".deleting-";
+
+/// Whether process `pid` exists (a pid in a leftover's name).
+pub(crate) fn pid_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The pid a leftover's name ends with (`<...>-<pid>` or `<...>.<pid>.<ext>`).
+pub(crate) fn leftover_pid(name: &str, separator: char) -> Option<u32> {
+    name.rsplit(separator).next()?.parse().ok()
+}
+
+impl StateDir {
+    /// Removes what processes killed in the middle of an operation left
+    /// under `workspaces/`: a delete's renamed directory (its process gone),
+    /// a create's directory without metadata and a lock file without a
+    /// directory (both only when nobody holds their lock). Best effort:
+    /// listing goes on whatever this cannot remove.
+    pub fn sweep_abandoned(&self) {
+        let dir = self.root.join("workspaces");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let Some(name) = file_name.to_str() else {
+                continue;
+            };
+            if let Some(rest) = name.strip_prefix(DELETING_PREFIX) {
+                if leftover_pid(rest, '-').is_none_or(|pid| !pid_exists(pid)) {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+                continue;
+            }
+            let (workspace, is_lock) = match name.strip_suffix(".lock") {
+                Some(w) => (w, true),
+                None => (name, false),
+            };
+            if validate_name(workspace).is_err() {
+                continue;
+            }
+            let ws_dir = dir.join(workspace);
+            if ws_dir.join(META_FILE).exists() || (is_lock && ws_dir.exists()) {
+                continue;
+            }
+            // A create holds the lock until its metadata is written.
+            let Ok(Some(lock)) = self.try_lock_workspace(workspace) else {
+                continue;
+            };
+            if ws_dir.join(META_FILE).exists() {
+                continue;
+            }
+            let _ = std::fs::remove_dir_all(&ws_dir);
+            let _ = self.remove_lock(workspace, lock);
+        }
+    }
+}
+
 fn same_file(file: &File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (file.metadata(), std::fs::metadata(path)) {
@@ -337,6 +397,46 @@ mod tests {
             std::env::temp_dir().join(format!("microagent-store-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         StateDir::at(root).unwrap()
+    }
+
+    #[test]
+    fn what_killed_operations_left_is_swept_and_nothing_else() {
+        let state = temp_state("sweep");
+        let dir = state.root().join("workspaces");
+        let mkdir = |name: &str| std::fs::create_dir_all(dir.join(name)).unwrap();
+        // A delete killed half-way, and one still going (this process).
+        mkdir(&format!("{DELETING_PREFIX}gone-{}", u32::MAX));
+        let live = format!("{DELETING_PREFIX}busy-{}", std::process::id());
+        mkdir(&live);
+        // A create killed after its directory, one still going (its lock
+        // held), a whole workspace, a lock file whose directory never came.
+        mkdir("half");
+        std::fs::write(dir.join("half/disk.ext4"), b"").unwrap();
+        drop(state.lock_workspace("half").unwrap());
+        mkdir("making");
+        let making = state.lock_workspace("making").unwrap();
+        mkdir("whole");
+        std::fs::write(dir.join("whole").join(META_FILE), b"{}").unwrap();
+        drop(state.lock_workspace("whole").unwrap());
+        drop(state.lock_workspace("orphan").unwrap());
+
+        state.sweep_abandoned();
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = vec![
+            live,
+            "making".to_owned(),
+            "making.lock".to_owned(),
+            "whole".to_owned(),
+            "whole.lock".to_owned(),
+        ];
+        want.sort();
+        assert_eq!(left, want);
+        drop(making);
+        std::fs::remove_dir_all(state.root()).unwrap();
     }
 
     #[test]

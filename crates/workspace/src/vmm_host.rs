@@ -403,7 +403,9 @@ impl VmmProcess {
                 return Ok(RunEnd { crashed: true });
             }
         }
+        crate::pause_point::pause_point("vmm:confined");
         let outcome = machine.run(None);
+        crate::pause_point::pause_point("vmm:finishing");
         // The network's helper ends with the guest it served.
         drop(self.passt);
         let stopping = *shared.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
@@ -701,11 +703,14 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                 };
             }
             match machine.snapshot(&dir) {
-                Ok(taken) => ControlResponse::Snapshot {
-                    paused_us: taken.paused.as_micros() as u64,
-                    total_us: taken.total.as_micros() as u64,
-                    memory_data_bytes: taken.memory.data_bytes,
-                },
+                Ok(taken) => {
+                    crate::pause_point::pause_point("vmm:snapshot");
+                    ControlResponse::Snapshot {
+                        paused_us: taken.paused.as_micros() as u64,
+                        total_us: taken.total.as_micros() as u64,
+                        memory_data_bytes: taken.memory.data_bytes,
+                    }
+                }
                 Err(e) => ControlResponse::Error {
                     message: format!(
                         "workspace `{}` could not be snapshotted: {}",

@@ -1,0 +1,313 @@
+//! SIGKILL of the CLI, of the MCP server and of a VMM at named steps of
+//! create, start, snapshot, stop and delete (`MICROAGENT_TEST_PAUSE_AT`
+//! stops the process there; `workspace::pause_point`), each followed by
+//! the next command, which must report a consistent state; at the end
+//! nothing of the state directory is left (no process, file or cgroup).
+//! Real guests: each workspace is fresh, so it resumes the image's warm
+//! snapshot in seconds.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use testkit::cli::CliHome;
+use workspace::pause_point::{PAUSED_PREFIX, PAUSE_VAR};
+
+/// How long a process may take to reach its pause point (a start boots).
+const REACH: Duration = Duration::from_secs(300);
+
+/// Waits for `child`'s stderr to say it paused at `step`.
+fn wait_paused(child: &mut Child, step: &str) {
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = mpsc::channel();
+    let want = format!("{PAUSED_PREFIX}{step} ");
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.starts_with(&want) {
+                let _ = tx.send(Ok(()));
+                return;
+            }
+            seen.push(line);
+        }
+        let _ = tx.send(Err(seen.join("\n")));
+    });
+    match rx.recv_timeout(REACH) {
+        Ok(Ok(())) => {}
+        Ok(Err(stderr)) => panic!("the process ended before pausing at {step}:\n{stderr}"),
+        Err(_) => panic!("the process did not reach {step}"),
+    }
+}
+
+/// Runs `microagent ARGS` until it pauses at `step`, then SIGKILLs it.
+fn kill_cli_at(cli: &CliHome, step: &str, args: &[&str]) {
+    let mut child = cli
+        .command(args)
+        .env(PAUSE_VAR, step)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_paused(&mut child, step);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Waits for `name`'s VMM to pause at `step` (it says so in its vmm.log)
+/// and SIGKILLs it.
+fn kill_vmm_at(cli: &CliHome, name: &str, step: &str) {
+    let log = cli.home().join("workspaces").join(name).join("vmm.log");
+    let want = format!("{PAUSED_PREFIX}{step} (pid ");
+    let deadline = Instant::now() + REACH;
+    let pid: i32 = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(at) = text.find(&want) {
+            let rest = &text[at + want.len()..];
+            break rest[..rest.find(')').unwrap()].parse().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the VMM of {name} never paused at {step}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // SAFETY: kill(2) takes no pointers.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+}
+
+fn state(cli: &CliHome, name: &str) -> Value {
+    cli.ok_json(&["inspect", name, "--json"])
+}
+
+fn wait_state(cli: &CliHome, name: &str, want: &str) -> Value {
+    let deadline = Instant::now() + REACH;
+    loop {
+        let info = state(cli, name);
+        if info["state"] == want {
+            return info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never became {want}: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn names(cli: &CliHome) -> Vec<String> {
+    cli.ok_json(&["list", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Hidden entries (half-made or half-removed) under `dir`.
+fn hidden(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect()
+}
+
+fn last_exit_reason(info: &Value) -> String {
+    info["last_exit"]["reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// The CLI killed at each step of one workspace's life.
+fn the_cli(cli: &CliHome) {
+    // create: after the disk, before the record. Not listed; the name is free.
+    kill_cli_at(cli, "create:disk", &["create", "a"]);
+    assert!(!names(cli).contains(&"a".to_owned()));
+    assert!(
+        !cli.home().join("workspaces/a").exists(),
+        "the half-made directory stays"
+    );
+    assert_eq!(
+        cli.run(&["inspect", "a", "--json"]).error_code(),
+        "NOT_FOUND"
+    );
+    cli.ok_json(&["create", "a", "--json"]);
+
+    // start: the VMM was launched; it comes up without the CLI.
+    kill_cli_at(cli, "start:waiting", &["start", "a"]);
+    let info = state(cli, "a");
+    assert!(
+        ["starting", "running"].contains(&info["state"].as_str().unwrap()),
+        "{info}"
+    );
+    wait_state(cli, "a", "running");
+    assert_eq!(
+        cli.ok_json(&["exec", "a", "--json", "--", "true"])["exit_code"],
+        0
+    );
+
+    // snapshot: the machine was written, the record not: no snapshot, no scratch.
+    kill_cli_at(cli, "snapshot:written", &["snapshot", "take", "a", "s1"]);
+    let listed = cli.ok_json(&["snapshot", "ls", "--json"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+    assert!(hidden(&cli.home().join("snapshots")).is_empty());
+    assert_eq!(state(cli, "a")["state"], "running");
+    cli.ok_json(&["snapshot", "take", "a", "s1", "--json"]);
+
+    // stop: asked; the VMM stops the guest by itself.
+    kill_cli_at(cli, "stop:asked", &["stop", "a"]);
+    let info = wait_state(cli, "a", "stopped");
+    assert_eq!(info["last_exit"]["crashed"], false, "{info}");
+
+    // delete: renamed away, not yet removed: gone, and swept by the next listing.
+    kill_cli_at(cli, "delete:renamed", &["delete", "a", "--yes"]);
+    assert!(!names(cli).contains(&"a".to_owned()));
+    assert!(hidden(&cli.home().join("workspaces")).is_empty());
+    assert_eq!(
+        cli.run(&["inspect", "a", "--json"]).error_code(),
+        "NOT_FOUND"
+    );
+    cli.ok_json(&["snapshot", "rm", "s1", "--yes", "--json"]);
+}
+
+/// A VMM killed before its guest runs, while it writes a snapshot, and
+/// after its guest stopped.
+fn the_vmm(cli: &CliHome) {
+    cli.ok_json(&["create", "b", "--json"]);
+    let start = cli
+        .command(&["start", "b", "--json"])
+        .env(PAUSE_VAR, "vmm:confined")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kill_vmm_at(cli, "b", "vmm:confined");
+    let started = start.wait_with_output().unwrap();
+    assert!(
+        !started.status.success(),
+        "a start whose VMM was killed succeeded"
+    );
+    let info = state(cli, "b");
+    assert_eq!(info["state"], "crashed", "{info}");
+    assert!(
+        last_exit_reason(&info).contains("died unexpectedly"),
+        "{info}"
+    );
+    cli.ok_json(&["delete", "b", "--yes", "--json"]);
+
+    cli.ok_json(&["create", "c", "--json"]);
+    let started = cli
+        .command(&["start", "c", "--json"])
+        .env(PAUSE_VAR, "vmm:snapshot")
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{started:?}");
+    let take = cli
+        .command(&["snapshot", "take", "c", "s2", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kill_vmm_at(cli, "c", "vmm:snapshot");
+    let took = take.wait_with_output().unwrap();
+    assert!(
+        !took.status.success(),
+        "the snapshot of a killed VMM succeeded"
+    );
+    let listed = cli.ok_json(&["snapshot", "ls", "--json"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+    assert!(hidden(&cli.home().join("snapshots")).is_empty());
+    assert_eq!(state(cli, "c")["state"], "crashed");
+    cli.ok_json(&["delete", "c", "--yes", "--json"]);
+
+    cli.ok_json(&["create", "d", "--json"]);
+    let started = cli
+        .command(&["start", "d", "--json"])
+        .env(PAUSE_VAR, "vmm:finishing")
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{started:?}");
+    let stop = cli
+        .command(&["stop", "d", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill_vmm_at(cli, "d", "vmm:finishing");
+    let stopped = stop.wait_with_output().unwrap();
+    assert!(stopped.status.success(), "{stopped:?}");
+    let info = state(cli, "d");
+    assert!(
+        ["stopped", "crashed"].contains(&info["state"].as_str().unwrap()),
+        "{info}"
+    );
+    cli.ok_json(&["delete", "d", "--yes", "--json"]);
+}
+
+/// The MCP server killed while a start waits and while a create makes the disk.
+fn the_mcp_server(cli: &CliHome) {
+    let call = |id: u64, tool: &str, args: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": tool, "arguments": args}})
+    };
+    let serve = |step: &str, request: Value| {
+        let mut server = cli
+            .command(&["serve", "mcp"])
+            .env(PAUSE_VAR, step)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = server.stdin.take().unwrap();
+        for message in [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "kill9", "version": "0"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            request,
+        ] {
+            writeln!(stdin, "{message}").unwrap();
+        }
+        wait_paused(&mut server, step);
+        server.kill().unwrap();
+        server.wait().unwrap();
+    };
+    serve(
+        "create:disk",
+        call(2, "workspace_create", json!({"name": "e"})),
+    );
+    assert!(!names(cli).contains(&"e".to_owned()));
+    cli.ok_json(&["create", "e", "--json"]);
+    serve(
+        "start:waiting",
+        call(2, "workspace_start", json!({"name": "e"})),
+    );
+    wait_state(cli, "e", "running");
+    cli.ok_json(&["delete", "e", "--yes", "--force", "--json"]);
+}
+
+#[test]
+fn killed_at_each_step_the_next_command_finds_a_consistent_state() {
+    let test = "killed_at_each_step_the_next_command_finds_a_consistent_state";
+    let Some(_) = testkit::require(test, testkit::guest_assets()) else {
+        return;
+    };
+    let Some(_) = testkit::require(test, testkit::workspace_image("minimal")) else {
+        return;
+    };
+    let cli = CliHome::new(env!("CARGO_BIN_EXE_microagent"), test);
+    let began = Instant::now();
+    the_cli(&cli);
+    the_vmm(&cli);
+    the_mcp_server(&cli);
+    eprintln!("done in {:.0} s", began.elapsed().as_secs_f64());
+    assert!(names(&cli).is_empty());
+    testkit::leftovers::assert_none(cli.home());
+}
