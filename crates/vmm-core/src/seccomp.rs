@@ -18,7 +18,10 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 
 /// The exit status of a VMM process killed by its filter.
 pub const SECCOMP_EXIT_CODE: i32 = 159;
@@ -244,26 +247,188 @@ const CONTROL: &[i64] = &[
     libc::SYS_timerfd_settime,
 ];
 
+// The ioctl requests the threads make once the machine runs (the KVM ABI
+// numbers, from the structures' sizes as the kernel's headers define them).
+mod kvm_requests {
+    #![allow(missing_docs)]
+    use kvm_bindings::{
+        kvm_clock_data, kvm_cpuid2, kvm_debugregs, kvm_ioeventfd, kvm_irqchip, kvm_irqfd,
+        kvm_lapic_state, kvm_mp_state, kvm_msr_list, kvm_msrs, kvm_pit_state2, kvm_regs, kvm_sregs,
+        kvm_vcpu_events, kvm_xcrs, kvm_xsave, KVMIO,
+    };
+    use vmm_sys_util::{ioctl_io_nr, ioctl_ior_nr, ioctl_iow_nr, ioctl_iowr_nr};
+
+    ioctl_iowr_nr!(KVM_GET_MSR_INDEX_LIST, KVMIO, 0x02, kvm_msr_list);
+    ioctl_io_nr!(KVM_CHECK_EXTENSION, KVMIO, 0x03);
+    ioctl_iowr_nr!(KVM_GET_SUPPORTED_CPUID, KVMIO, 0x05, kvm_cpuid2);
+    ioctl_iowr_nr!(KVM_GET_IRQCHIP, KVMIO, 0x62, kvm_irqchip);
+    ioctl_iow_nr!(KVM_IRQFD, KVMIO, 0x76, kvm_irqfd);
+    ioctl_iow_nr!(KVM_IOEVENTFD, KVMIO, 0x79, kvm_ioeventfd);
+    ioctl_ior_nr!(KVM_GET_CLOCK, KVMIO, 0x7c, kvm_clock_data);
+    ioctl_io_nr!(KVM_RUN, KVMIO, 0x80);
+    ioctl_ior_nr!(KVM_GET_REGS, KVMIO, 0x81, kvm_regs);
+    ioctl_ior_nr!(KVM_GET_SREGS, KVMIO, 0x83, kvm_sregs);
+    ioctl_iowr_nr!(KVM_GET_MSRS, KVMIO, 0x88, kvm_msrs);
+    ioctl_ior_nr!(KVM_GET_LAPIC, KVMIO, 0x8e, kvm_lapic_state);
+    ioctl_ior_nr!(KVM_GET_MP_STATE, KVMIO, 0x98, kvm_mp_state);
+    ioctl_ior_nr!(KVM_GET_PIT2, KVMIO, 0x9f, kvm_pit_state2);
+    ioctl_ior_nr!(KVM_GET_VCPU_EVENTS, KVMIO, 0x9f, kvm_vcpu_events);
+    ioctl_ior_nr!(KVM_GET_DEBUGREGS, KVMIO, 0xa1, kvm_debugregs);
+    ioctl_io_nr!(KVM_GET_TSC_KHZ, KVMIO, 0xa3);
+    ioctl_ior_nr!(KVM_GET_XSAVE, KVMIO, 0xa4, kvm_xsave);
+    ioctl_iow_nr!(KVM_SET_XSAVE, KVMIO, 0xa5, kvm_xsave);
+    ioctl_ior_nr!(KVM_GET_XCRS, KVMIO, 0xa6, kvm_xcrs);
+}
+use kvm_requests::*;
+
+/// vCPU threads: running the guest; the compat kernel's upper YMM halves
+/// (XSAVE state); the registers a crash report or a timeout names.
+fn vcpu_ioctls() -> Vec<u64> {
+    vec![
+        KVM_RUN(),
+        KVM_GET_XSAVE(),
+        KVM_SET_XSAVE(),
+        KVM_GET_REGS(),
+        KVM_GET_SREGS(),
+    ]
+}
+
+/// The device thread: non-blocking mode for accepted vsock connections.
+fn devices_ioctls() -> Vec<u64> {
+    vec![libc::FIONBIO]
+}
+
+/// Every other thread: snapshots read each vCPU's and the VM's state and
+/// record the host's KVM facts, and reflink the disk; device interrupts
+/// and doorbells (irqfd, ioeventfd) are wired as drivers come up; sockets
+/// are made non-blocking. Nothing creates, maps or sets VM state.
+fn control_ioctls() -> Vec<u64> {
+    vec![
+        libc::FIONBIO,
+        crate::snapshot::disk_copy::FICLONE,
+        KVM_CHECK_EXTENSION(),
+        KVM_GET_MSR_INDEX_LIST(),
+        KVM_GET_SUPPORTED_CPUID(),
+        KVM_GET_TSC_KHZ(),
+        KVM_GET_CLOCK(),
+        KVM_GET_IRQCHIP(),
+        KVM_GET_PIT2(),
+        KVM_GET_REGS(),
+        KVM_GET_SREGS(),
+        KVM_GET_MSRS(),
+        KVM_GET_LAPIC(),
+        KVM_GET_MP_STATE(),
+        KVM_GET_VCPU_EVENTS(),
+        KVM_GET_DEBUGREGS(),
+        KVM_GET_XSAVE(),
+        KVM_GET_XCRS(),
+        KVM_IRQFD(),
+        KVM_IOEVENTFD(),
+    ]
+}
+
+/// Socket families the control threads open: Unix sockets (the agent, the
+/// guest's connections to host sockets) and TCP listeners of published
+/// ports. No netlink, packet or other family.
+const SOCKET_FAMILIES: [libc::c_int; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, seccompiler::BackendError> {
+    SeccompRule::new(conditions)
+}
+
+fn arg_is(index: u8, value: u64) -> Result<SeccompCondition, seccompiler::BackendError> {
+    // ioctl requests and socket families are 32-bit in the kernel.
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
+}
+
+/// The rules a role puts on syscalls' arguments: its ioctl requests, the
+/// socket families, and `clone` for threads only (a new process would
+/// start outside the filter's intent: no fork of a confined VMM).
+fn argument_rules(
+    role: ThreadRole,
+) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
+    let mut ioctls = match role {
+        ThreadRole::Vcpu => vcpu_ioctls(),
+        ThreadRole::Devices => devices_ioctls(),
+        // Every thread has the control filter under its own: it lets
+        // through what any role makes.
+        ThreadRole::Control => [control_ioctls(), vcpu_ioctls(), devices_ioctls()].concat(),
+    };
+    ioctls.sort_unstable();
+    ioctls.dedup();
+    let mut rules = BTreeMap::new();
+    rules.insert(
+        libc::SYS_ioctl,
+        ioctls
+            .into_iter()
+            .map(|r| rule(vec![arg_is(1, r)?]))
+            .collect::<Result<Vec<_>, _>>()?,
+    );
+    if role == ThreadRole::Control {
+        rules.insert(
+            libc::SYS_socket,
+            SOCKET_FAMILIES
+                .iter()
+                .map(|&f| rule(vec![arg_is(0, f as u64)?]))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        let thread = libc::CLONE_THREAD as u64;
+        rules.insert(
+            libc::SYS_clone,
+            vec![rule(vec![SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(thread),
+                thread,
+            )?])?],
+        );
+    }
+    Ok(rules)
+}
+
 fn build(role: ThreadRole, extra: &[i64]) -> Result<BpfProgram, SeccompError> {
-    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = EVERY_THREAD
+    let failed = |source| SeccompError::Build {
+        role: role.name(),
+        source,
+    };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = EVERY_THREAD
         .iter()
         .chain(extra)
         .map(|&nr| (nr, Vec::new()))
         .collect();
+    for (nr, conditions) in argument_rules(role).map_err(failed)? {
+        if rules.contains_key(&nr) {
+            rules.insert(nr, conditions);
+        }
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Trap,
         SeccompAction::Allow,
         TargetArch::x86_64,
     )
-    .map_err(|source| SeccompError::Build {
-        role: role.name(),
+    .map_err(failed)?;
+    filter.try_into().map_err(failed)
+}
+
+/// `clone3` passes its flags in memory, which a filter cannot read: it
+/// fails with ENOSYS instead, and the C library starts threads with
+/// `clone`, whose flags the control filter checks.
+fn clone3_unavailable() -> Result<BpfProgram, SeccompError> {
+    let failed = |source| SeccompError::Build {
+        role: "clone3",
         source,
-    })?;
-    filter.try_into().map_err(|source| SeccompError::Build {
-        role: role.name(),
-        source,
-    })
+    };
+    let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        TargetArch::x86_64,
+    )
+    .map_err(failed)?
+    .try_into()
+    .map_err(failed)
 }
 
 /// The compiled filters, for the roles' threads to install.
@@ -272,6 +437,7 @@ pub struct Filters {
     vcpu: BpfProgram,
     devices: BpfProgram,
     control: BpfProgram,
+    clone3: BpfProgram,
 }
 
 impl Filters {
@@ -281,6 +447,7 @@ impl Filters {
             vcpu: build(ThreadRole::Vcpu, VCPU)?,
             devices: build(ThreadRole::Devices, DEVICES)?,
             control: build(ThreadRole::Control, CONTROL)?,
+            clone3: clone3_unavailable()?,
         })
     }
 
@@ -303,6 +470,12 @@ static ACTIVE: OnceLock<Filters> = OnceLock::new();
 pub fn confine_process(filters: Filters) -> Result<(), SeccompError> {
     install_sigsys_handler()?;
     let filters = ACTIVE.get_or_init(|| filters);
+    seccompiler::apply_filter_all_threads(&filters.clone3).map_err(|source| {
+        SeccompError::Install {
+            role: "clone3",
+            source,
+        }
+    })?;
     seccompiler::apply_filter_all_threads(filters.program(ThreadRole::Control)).map_err(|source| {
         SeccompError::Install {
             role: "control",
@@ -351,7 +524,7 @@ fn install_sigsys_handler() -> Result<(), SeccompError> {
 }
 
 /// Reports the refused syscall on stderr and ends the process.
-extern "C" fn on_sigsys(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+extern "C" fn on_sigsys(_: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // The syscall number is si_syscall: the int after si_call_addr, the
     // pointer that starts the siginfo union at offset 16 (so at 24).
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers;
@@ -372,12 +545,43 @@ extern "C" fn on_sigsys(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
     let mut digits = [0u8; 12];
     let n = format_decimal(nr, &mut digits);
     push(&digits[..n], &mut len);
-    push(b", outside its filter\n", &mut len);
+    // Its first two arguments (an ioctl's request, a socket's family, a
+    // clone's flags) say which use of it was refused.
+    // SAFETY: for SA_SIGINFO handlers the third argument is the interrupted
+    // thread's ucontext, whose registers hold the syscall's arguments.
+    let (arg0, arg1) = unsafe {
+        let regs = &(*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs;
+        (
+            regs[libc::REG_RDI as usize] as u64,
+            regs[libc::REG_RSI as usize] as u64,
+        )
+    };
+    let mut hex = [0u8; 18];
+    push(b" (arguments ", &mut len);
+    let n = format_hex(arg0, &mut hex);
+    push(&hex[..n], &mut len);
+    push(b", ", &mut len);
+    let n = format_hex(arg1, &mut hex);
+    push(&hex[..n], &mut len);
+    push(b"), outside its filter\n", &mut len);
     // SAFETY: write and _exit are async-signal safe and in every filter.
     unsafe {
         libc::write(2, buf.as_ptr().cast(), len);
         libc::_exit(SECCOMP_EXIT_CODE);
     }
+}
+
+/// Writes `n` as `0x` and lowercase hex digits into `out`; returns the
+/// bytes written.
+fn format_hex(n: u64, out: &mut [u8; 18]) -> usize {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out[0] = b'0';
+    out[1] = b'x';
+    let digits = (16 - n.leading_zeros() as usize / 4).max(1);
+    for i in 0..digits {
+        out[2 + i] = DIGITS[((n >> (4 * (digits - 1 - i))) & 0xf) as usize];
+    }
+    2 + digits
 }
 
 /// Writes `n` in decimal into `out`; returns the digits written.
@@ -452,10 +656,84 @@ mod tests {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(SECCOMP_EXIT_CODE), "{stderr}");
         let line = format!(
-            "{VIOLATION_PREFIX} the vcpu thread made syscall {}, outside its filter",
-            libc::SYS_socket
+            "{VIOLATION_PREFIX} the vcpu thread made syscall {} (arguments 0x{:x}, 0x{:x}), outside its filter",
+            libc::SYS_socket,
+            libc::AF_UNIX,
+            libc::SOCK_STREAM
         );
         assert!(stderr.contains(&line), "{stderr}");
+    }
+
+    /// Run by [`the_control_filter_checks_arguments`] in a child process.
+    #[test]
+    #[ignore = "run in a child process by the test below"]
+    fn confined_control_child() {
+        if std::env::var_os("MICROAGENT_SECCOMP_CONTROL_CHILD").is_none() {
+            return;
+        }
+        confine_process(Filters::new().unwrap()).unwrap();
+        // Threads still start (clone3 fails with ENOSYS; the C library
+        // falls back to clone with CLONE_THREAD), and Unix sockets open.
+        let t = std::thread::spawn(|| 7);
+        assert_eq!(t.join().unwrap(), 7);
+        let unix = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        drop(unix);
+        // A netlink socket is not a family the control threads use.
+        // SAFETY: socket() takes no pointers.
+        unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0) };
+        unreachable!("the filter let a control thread open a netlink socket");
+    }
+
+    #[test]
+    fn the_control_filter_checks_arguments() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "seccomp::tests::confined_control_child",
+                "--nocapture",
+            ])
+            .env("MICROAGENT_SECCOMP_CONTROL_CHILD", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(SECCOMP_EXIT_CODE), "{stderr}");
+        let line = format!(
+            "{VIOLATION_PREFIX} the control thread made syscall {} (arguments 0x{:x}, 0x{:x}), outside its filter",
+            libc::SYS_socket,
+            libc::AF_NETLINK,
+            libc::SOCK_RAW
+        );
+        assert!(stderr.contains(&line), "{stderr}");
+    }
+
+    #[test]
+    fn ioctl_requests_are_the_kernels() {
+        // From <linux/kvm.h> on x86_64, as `strace -X raw` prints them.
+        assert_eq!(KVM_RUN(), 0xae80);
+        assert_eq!(KVM_GET_REGS(), 0x8090_ae81);
+        assert_eq!(KVM_GET_SREGS(), 0x8138_ae83);
+        assert_eq!(KVM_GET_XSAVE(), 0x9000_aea4);
+        assert_eq!(KVM_SET_XSAVE(), 0x5000_aea5);
+        assert_eq!(KVM_IRQFD(), 0x4020_ae76);
+        assert_eq!(KVM_IOEVENTFD(), 0x4040_ae79);
+        assert_eq!(KVM_CHECK_EXTENSION(), 0xae03);
+        // The vCPU threads cannot create, map or set VM state.
+        for forbidden in [0xae01u64, 0x4020_ae46, 0x4090_ae82] {
+            assert!(!vcpu_ioctls().contains(&forbidden));
+            assert!(!control_ioctls().contains(&forbidden));
+        }
+    }
+
+    #[test]
+    fn numbers_are_written_in_hex() {
+        let mut out = [0u8; 18];
+        let n = format_hex(0, &mut out);
+        assert_eq!(&out[..n], b"0x0");
+        let n = format_hex(0xae80, &mut out);
+        assert_eq!(&out[..n], b"0xae80");
+        let n = format_hex(u64::MAX, &mut out);
+        assert_eq!(&out[..n], b"0xffffffffffffffff");
     }
 
     #[test]

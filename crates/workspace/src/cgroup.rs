@@ -256,21 +256,60 @@ pub fn remove_recorded(ws: &Path) {
 /// Moves this process back to each group's parent and removes the groups
 /// (best effort: an ending VMM has nothing better to do about a failure).
 pub fn leave(placement: &Placement) {
-    let Placement::Joined { dirs, .. } = placement else {
-        return;
-    };
-    let me = std::process::id().to_string();
-    for dir in dirs {
-        let Some(parent) = dir.parent() else { continue };
-        // v1 groups sit in microagent/ whose parent is the controller root;
-        // a v2 group's parent is the group it was made in.
-        let home = if parent.ends_with(PARENT) {
-            parent.parent().unwrap_or(parent)
-        } else {
-            parent
+    Leaving::prepare(placement).leave();
+}
+
+/// What leaving a group takes, opened in advance: the VMM opens these
+/// before its root becomes a private one without `/sys/fs/cgroup`
+/// (`vmm_jail`), and leaves at its end through them.
+#[derive(Debug, Default)]
+pub struct Leaving {
+    /// Per group: the `cgroup.procs` to move into, the directory holding
+    /// the group, and the group's name in it.
+    groups: Vec<(std::fs::File, std::fs::File, std::ffi::CString)>,
+}
+
+impl Leaving {
+    /// Opens what leaving `placement` needs (nothing when it has no group).
+    pub fn prepare(placement: &Placement) -> Self {
+        let Placement::Joined { dirs, .. } = placement else {
+            return Self::default();
         };
-        let _ = std::fs::write(home.join("cgroup.procs"), &me);
-        let _ = std::fs::remove_dir(dir);
+        let mut groups = Vec::new();
+        for dir in dirs {
+            let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+                continue;
+            };
+            // v1 groups sit in microagent/ whose parent is the controller
+            // root; a v2 group's parent is the group it was made in.
+            let home = if parent.ends_with(PARENT) {
+                parent.parent().unwrap_or(parent)
+            } else {
+                parent
+            };
+            let procs = std::fs::OpenOptions::new()
+                .write(true)
+                .open(home.join("cgroup.procs"));
+            let holder = std::fs::File::open(parent);
+            let name = std::ffi::CString::new(name.as_encoded_bytes());
+            if let (Ok(procs), Ok(holder), Ok(name)) = (procs, holder, name) {
+                groups.push((procs, holder, name));
+            }
+        }
+        Self { groups }
+    }
+
+    /// Moves this process out of its groups and removes them.
+    pub fn leave(self) {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let me = std::process::id().to_string();
+        for (mut procs, holder, name) in self.groups {
+            let _ = procs.write_all(me.as_bytes());
+            // SAFETY: `holder` is an open directory and `name` a valid C
+            // string; unlinkat touches nothing of this process's memory.
+            unsafe { libc::unlinkat(holder.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) };
+        }
     }
 }
 

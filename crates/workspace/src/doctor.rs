@@ -430,10 +430,22 @@ fn confinement_check() -> Check {
             ),
         );
     }
-    Check::ok(
-        "vmm_confinement",
-        "VMM processes run with seccomp filters per thread role (vcpu, devices, control) and no_new_privs; not yet: cgroup limits, a private mount namespace",
-    )
+    const CAP_SYS_ADMIN: u32 = 21;
+    let filters = "VMM processes run with seccomp filters per thread role (vcpu, devices, control; ioctl requests, socket families and clone flags checked), no_new_privs and rlimits";
+    if crate::settings::has_capability(CAP_SYS_ADMIN) {
+        Check::ok(
+            "vmm_confinement",
+            format!(
+                "{filters}, and see only their own files (a private root in a mount namespace)"
+            ),
+        )
+    } else {
+        Check::warn(
+            "vmm_confinement",
+            format!("{filters}; without CAP_SYS_ADMIN they cannot take a mount namespace and see the host's files"),
+            "run microagent as root for a private root per VMM (docs/security.md)",
+        )
+    }
 }
 
 /// The `user` network (every workspace's default) needs `passt`, one

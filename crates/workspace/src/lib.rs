@@ -65,6 +65,7 @@ pub(crate) mod state;
 pub(crate) mod store;
 pub mod vmm_guard;
 pub mod vmm_host;
+pub(crate) mod vmm_jail;
 pub(crate) mod warm;
 pub(crate) mod workspace_dir;
 

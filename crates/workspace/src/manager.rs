@@ -306,7 +306,7 @@ impl Workspaces {
         let (_lock, mut meta) = self.lock_existing(name)?;
         if vmm_died(&meta) {
             let pid = meta.runtime.as_ref().map_or(0, |r| r.pid);
-            let reason = match seccomp_violation(&ws) {
+            let reason = match crate::vmm_guard::seccomp_violation(&ws) {
                 Some(what) => {
                     format!("its VMM process {pid} was killed by its seccomp filter: {what}")
                 }
@@ -616,6 +616,8 @@ impl Workspaces {
         let ws = self.dir(name)?;
         let (_lock, mut meta) = self.lock_existing(name)?;
         if meta.state.has_vmm() {
+            // A VMM killed after its guest stopped did not leave its group.
+            crate::cgroup::remove_recorded(ws.path());
             ws.record_exit(&mut meta, false, reason)?;
         }
         Ok(meta)
@@ -660,6 +662,8 @@ impl Workspaces {
             self.halt_locked(name)?;
         }
         crate::network::attach::remove_tap(&self.state, &meta.spec);
+        // Whatever group a killed VMM left behind goes with it.
+        crate::cgroup::remove_recorded(ws.path());
         // Gone from every listing at once; a delete killed while removing
         // leaves a directory the next listing sweeps.
         let doomed = ws.path().with_file_name(format!(
@@ -730,22 +734,6 @@ impl Workspaces {
         ws.write_meta(&meta)?;
         Ok(meta)
     }
-}
-
-/// What the VMM's SIGSYS handler reported in its log, if it did.
-fn seccomp_violation(ws: &WorkspaceDir) -> Option<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut log = std::fs::File::open(ws.path().join(VMM_LOG)).ok()?;
-    let len = log.metadata().ok()?.len();
-    log.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
-    let mut tail = Vec::new();
-    log.read_to_end(&mut tail).ok()?;
-    let tail = String::from_utf8_lossy(&tail);
-    let line = tail
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(vmm_core::seccomp::VIOLATION_PREFIX))?;
-    Some(line.trim().to_owned())
 }
 
 /// True when the record expects a VMM that is no longer there.

@@ -7,6 +7,7 @@ use super::*;
 use crate::code::ErrorCode;
 use crate::image::{KERNEL_FILE, ROOTFS_FILE};
 use crate::settings::{host_tool, now_ms};
+use crate::vmm_guard::seccomp_violation;
 
 struct Fixture {
     root: PathBuf,

@@ -465,9 +465,7 @@ impl Confirmer {
 /// Whether this process has CAP_NET_ADMIN in its effective set.
 pub fn has_cap_net_admin() -> bool {
     const CAP_NET_ADMIN: u32 = 12;
-    crate::settings::proc_self_status("CapEff")
-        .and_then(|v| u64::from_str_radix(&v, 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_NET_ADMIN) != 0)
+    crate::settings::has_capability(CAP_NET_ADMIN)
 }
 
 #[cfg(test)]

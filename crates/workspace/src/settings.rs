@@ -88,6 +88,14 @@ pub fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {
         .unwrap_or(now)
 }
 
+/// Whether this process has capability number `bit` (`<linux/capability.h>`)
+/// in its effective set.
+pub fn has_capability(bit: u32) -> bool {
+    proc_self_status("CapEff")
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
+        .is_some_and(|caps| bit < 64 && caps & (1 << bit) != 0)
+}
+
 /// A field of this process's /proc/self/status (`Umask`, `CapEff`,
 /// `Seccomp`), its value trimmed; `None` when /proc cannot tell.
 pub fn proc_self_status(field: &str) -> Option<String> {

@@ -215,9 +215,14 @@ impl StateDir {
         self.lock(name, true)
     }
 
+    /// A workspace's lock file (`name` is validated by the callers).
+    pub fn lock_path(&self, name: &str) -> PathBuf {
+        self.root.join("workspaces").join(format!("{name}.lock"))
+    }
+
     fn lock(&self, name: &str, nonblocking: bool) -> Result<Option<WorkspaceLock>, StoreError> {
         validate_name(name)?;
-        let path = self.root.join("workspaces").join(format!("{name}.lock"));
+        let path = self.lock_path(name);
         let err = |source| StoreError::Lock {
             path: path.clone(),
             source,
@@ -323,7 +328,7 @@ impl StateDir {
     /// (waiters notice the unlinked file and retry on a fresh one).
     pub fn remove_lock(&self, name: &str, lock: WorkspaceLock) -> Result<(), StoreError> {
         validate_name(name)?;
-        let path = self.root.join("workspaces").join(format!("{name}.lock"));
+        let path = self.lock_path(name);
         let removed = std::fs::remove_file(&path);
         drop(lock);
         removed.map_err(|source| StoreError::Write { path, source })

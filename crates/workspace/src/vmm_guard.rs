@@ -4,7 +4,11 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use std::path::Path;
+
 use crate::spec::Owner;
+use crate::store::StateDir;
+use crate::workspace_dir::WorkspaceDir;
 
 /// Turns off confinement (for debugging a missing syscall; docs/security.md).
 pub const NO_SECCOMP_VAR: &str = "MICROAGENT_VMM_NO_SECCOMP";
@@ -18,6 +22,69 @@ pub fn confine() -> Result<Vec<String>, vmm_core::seccomp::SeccompError> {
     }
     vmm_core::seccomp::confine_process(vmm_core::seccomp::Filters::new()?)?;
     Ok(vec!["seccomp".into(), "no_new_privs".into()])
+}
+
+/// Everything that confines a VMM process once its machine is built.
+#[derive(Debug)]
+pub struct Lockdown {
+    /// Its disk and memory sizes in MiB (the largest files it writes).
+    pub disk_and_mem_mib: (u64, u64),
+    /// Its own mount namespace, or why it has none.
+    pub mount_ns: Result<(), String>,
+    /// What its private root keeps.
+    pub keep: Vec<crate::vmm_jail::Keep>,
+}
+
+impl Lockdown {
+    /// In order: resource limits, the private root (when the namespace was
+    /// taken), the seccomp filters. Returns the protections on, or why the
+    /// VMM must not run the guest.
+    pub fn apply(self, ws: &WorkspaceDir) -> Result<Vec<String>, String> {
+        let (disk_mib, mem_mib) = self.disk_and_mem_mib;
+        limit_resources(disk_mib, mem_mib)
+            .map_err(|e| format!("the VMM could not limit its resources: {e}"))?;
+        let mounts = match self.mount_ns {
+            Ok(()) => {
+                crate::vmm_jail::enter(&ws.path().join(crate::vmm_jail::JAIL_DIR), &self.keep)
+                    .map_err(|e| {
+                        format!(
+                            "the VMM could not make its root private: {}",
+                            crate::error::error_chain(&e)
+                        )
+                    })?;
+                "private_root".to_owned()
+            }
+            Err(why) => format!("no private root: {why}"),
+        };
+        let mut protections =
+            confine().map_err(|e| format!("the VMM could not confine itself: {e}"))?;
+        protections.extend([
+            "rlimits".to_owned(),
+            "inherited_fds_closed".to_owned(),
+            mounts,
+        ]);
+        Ok(protections)
+    }
+}
+
+/// What a VMM's private root keeps: its workspace directory and lock file,
+/// the snapshots directory (a snapshot is written there), and the
+/// directory of the warm snapshot it keeps, if any.
+pub fn jail_keeps(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    keep_warm: Option<&Path>,
+) -> Vec<crate::vmm_jail::Keep> {
+    use crate::vmm_jail::Keep;
+    let mut keep = vec![
+        Keep::Dir(ws.path().to_path_buf()),
+        Keep::File(state.lock_path(ws.name())),
+        Keep::Dir(state.root().join(crate::snapshots::SNAPSHOTS_DIR)),
+    ];
+    if let Some(parent) = keep_warm.and_then(Path::parent) {
+        keep.push(Keep::Dir(parent.to_path_buf()));
+    }
+    keep
 }
 
 /// Closes every descriptor this process inherited beyond stdin, stdout and
@@ -103,6 +170,22 @@ pub fn wait_for_owner_end(owner: Owner) -> bool {
             return false;
         }
     }
+}
+
+/// What the VMM's SIGSYS handler reported in its log, if it did.
+pub(crate) fn seccomp_violation(ws: &WorkspaceDir) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut log = std::fs::File::open(ws.path().join(crate::workspace_dir::VMM_LOG)).ok()?;
+    let len = log.metadata().ok()?.len();
+    log.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut tail = Vec::new();
+    log.read_to_end(&mut tail).ok()?;
+    let tail = String::from_utf8_lossy(&tail);
+    let line = tail
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(vmm_core::seccomp::VIOLATION_PREFIX))?;
+    Some(line.trim().to_owned())
 }
 
 #[cfg(test)]

@@ -162,6 +162,8 @@ pub struct VmmProcess {
     disk_and_mem_mib: (u64, u64),
     /// Its cgroup, joined before the guest was built.
     cgroup: crate::cgroup::Placement,
+    /// Its own mount namespace, or why it has none (`vmm_jail`).
+    mount_ns: std::result::Result<(), String>,
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -207,6 +209,8 @@ impl VmmProcess {
     pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
         let entered = vmm_core::vcpu::monotonic_ns();
         crate::vmm_guard::close_inherited_fds();
+        // While this is the only thread.
+        let mount_ns = crate::vmm_jail::unshare().map_err(|e| crate::error::error_chain(&e));
         // SAFETY: setsid(2) takes no arguments; it fails only when this
         // process already leads a process group, which is detached enough.
         unsafe {
@@ -340,6 +344,7 @@ impl VmmProcess {
             disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
             cgroup: cgroup
                 .unwrap_or_else(|| crate::cgroup::Placement::Unavailable("not built".into())),
+            mount_ns,
         })
     }
 
@@ -382,14 +387,15 @@ impl VmmProcess {
         }
 
         // Confined before the guest runs; a VMM that cannot be is not run.
-        let (disk_mib, mem_mib) = self.disk_and_mem_mib;
-        if let Err(e) = crate::vmm_guard::limit_resources(disk_mib, mem_mib) {
-            shared.finish(true, &format!("the VMM could not limit its resources: {e}"));
-            return Ok(RunEnd { crashed: true });
-        }
-        match crate::vmm_guard::confine() {
+        let leaving = crate::cgroup::Leaving::prepare(&self.cgroup);
+        let keep = crate::vmm_guard::jail_keeps(&shared.state, &ws, shared.keep_warm.as_deref());
+        let lockdown = crate::vmm_guard::Lockdown {
+            disk_and_mem_mib: self.disk_and_mem_mib,
+            mount_ns: self.mount_ns,
+            keep,
+        };
+        match lockdown.apply(&ws) {
             Ok(mut protections) => {
-                protections.extend(["rlimits".to_owned(), "inherited_fds_closed".to_owned()]);
                 protections.push(self.cgroup.describe());
                 let _ = shared.update(|m| {
                     if let Some(rt) = m.runtime.as_mut() {
@@ -398,8 +404,8 @@ impl VmmProcess {
                     Ok(())
                 });
             }
-            Err(e) => {
-                shared.finish(true, &format!("the VMM could not confine itself: {e}"));
+            Err(why) => {
+                shared.finish(true, &why);
                 return Ok(RunEnd { crashed: true });
             }
         }
@@ -414,7 +420,7 @@ impl VmmProcess {
             Err(e) => (true, format!("the VMM failed: {e}")),
         };
         shared.finish(crashed, &reason);
-        crate::cgroup::leave(&self.cgroup);
+        leaving.leave();
         let _ = std::fs::remove_file(ws.path().join(crate::cgroup::RECORD_FILE));
         Ok(RunEnd { crashed })
     }

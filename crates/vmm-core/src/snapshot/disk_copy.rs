@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// `_IOW(0x94, 9, int)`: share all of the source's extents.
-const FICLONE: libc::c_ulong = 0x4004_9409;
+pub(crate) const FICLONE: libc::c_ulong = 0x4004_9409;
 /// Largest single copy_file_range request.
 const CHUNK: u64 = 64 << 20;
 

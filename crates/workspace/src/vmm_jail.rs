@@ -1,0 +1,295 @@
+//! A private view of the filesystem for a VMM process, with Firecracker's
+//! jailer as the model: in a mount namespace of its own, the process's root
+//! becomes a small read-only tmpfs holding only what it still opens once
+//! its machine is built: its workspace directory, its lock file, the
+//! snapshots directory, the warm-snapshot directory it may fill, and its
+//! own `/proc` entry. Its disks, kernel, `/dev/kvm`, network and cgroup
+//! files are open by then. A bug in the code that parses guest requests
+//! finds no other host path to open.
+//!
+//! Two steps: [`unshare`] while the process has one thread (a namespace
+//! taken later would cover only the thread that took it), and [`enter`]
+//! once the machine is built, which moves every thread's root. Both need
+//! `CAP_SYS_ADMIN`; without it the VMM runs unjailed and `inspect` says so.
+
+use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The directory in the workspace the private root is mounted on (empty
+/// on the host: the mount exists only in the VMM's namespace).
+pub const JAIL_DIR: &str = "vmm-root";
+
+/// Why the filesystem could not be made private.
+#[derive(Debug, thiserror::Error)]
+pub enum JailError {
+    /// The process had threads already.
+    #[error("the process already runs {0} threads; a mount namespace must come first")]
+    Threaded(usize),
+    /// A system call failed.
+    #[error("{step}")]
+    Call {
+        /// What was being done.
+        step: String,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn call(step: impl Into<String>) -> impl FnOnce(std::io::Error) -> JailError {
+    let step = step.into();
+    move |source| JailError::Call { step, source }
+}
+
+fn check(rc: libc::c_int, step: impl Into<String>) -> Result<(), JailError> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(call(step)(std::io::Error::last_os_error()))
+    }
+}
+
+fn c_path(path: &Path) -> Result<CString, JailError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| JailError::Call {
+        step: format!("{} has a NUL byte", path.display()),
+        source: std::io::ErrorKind::InvalidInput.into(),
+    })
+}
+
+/// The number of threads of this process.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
+}
+
+/// mount(2) with C strings, or nulls for `None`.
+fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+    step: impl Into<String>,
+) -> Result<(), JailError> {
+    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is a valid C string or null, as mount(2) takes
+    // them; the kernel does not keep them.
+    let rc = unsafe {
+        libc::mount(
+            ptr(source),
+            target.as_ptr(),
+            ptr(fstype),
+            flags,
+            ptr(data).cast(),
+        )
+    };
+    check(rc, step)
+}
+
+/// Takes a mount namespace of its own whose mounts do not propagate to the
+/// host's. Call while the process has one thread.
+pub fn unshare() -> Result<(), JailError> {
+    let n = threads();
+    if n != 1 {
+        return Err(JailError::Threaded(n));
+    }
+    // SAFETY: unshare takes flags only.
+    let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
+    check(
+        rc,
+        "taking a mount namespace (unshare CLONE_NEWNS needs CAP_SYS_ADMIN)",
+    )?;
+    make_private()
+}
+
+/// Stops mounts propagating between this namespace and the host's.
+fn make_private() -> Result<(), JailError> {
+    mount(
+        None,
+        c"/",
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+        "making the mounts private",
+    )
+}
+
+/// What the private root keeps, at the same absolute paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keep {
+    /// A directory (made first when missing), read-write.
+    Dir(PathBuf),
+    /// A file that exists, read-write.
+    File(PathBuf),
+}
+
+impl Keep {
+    fn path(&self) -> &Path {
+        match self {
+            Keep::Dir(p) | Keep::File(p) => p,
+        }
+    }
+}
+
+/// Makes a tmpfs on `jail` the root of this process (all its threads),
+/// holding `keep` bind-mounted at their own paths and this process's
+/// `/proc` entry, then makes that root read-only. After [`unshare`].
+pub fn enter(jail: &Path, keep: &[Keep]) -> Result<(), JailError> {
+    std::fs::create_dir_all(jail).map_err(call(format!("creating {}", jail.display())))?;
+    let jail_c = c_path(jail)?;
+    let no_devices = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    mount(
+        Some(c"tmpfs"),
+        &jail_c,
+        Some(c"tmpfs"),
+        no_devices,
+        Some(c"size=1m,mode=0755"),
+        format!("mounting a tmpfs on {}", jail.display()),
+    )?;
+    let pid = std::process::id();
+    let own_proc = Keep::Dir(PathBuf::from(format!("/proc/{pid}")));
+    for item in keep.iter().chain([&own_proc]) {
+        bind(jail, item)?;
+    }
+    std::os::unix::fs::symlink(pid.to_string(), jail.join("proc/self"))
+        .map_err(call("linking /proc/self"))?;
+    let old = jail.join(".old");
+    std::fs::create_dir(&old).map_err(call("creating the old root's mount point"))?;
+    let old_c = c_path(&old)?;
+    // SAFETY: pivot_root takes two valid C strings.
+    let rc = unsafe { libc::syscall(libc::SYS_pivot_root, jail_c.as_ptr(), old_c.as_ptr()) };
+    check(if rc == 0 { 0 } else { -1 }, "pivot_root")?;
+    std::env::set_current_dir("/").map_err(call("chdir /"))?;
+    // SAFETY: a valid C string and flags.
+    let rc = unsafe { libc::umount2(c"/.old".as_ptr(), libc::MNT_DETACH) };
+    check(rc, "unmounting the old root")?;
+    std::fs::remove_dir("/.old").map_err(call("removing the old root's mount point"))?;
+    mount(
+        None,
+        c"/",
+        None,
+        libc::MS_REMOUNT | libc::MS_RDONLY | no_devices,
+        None,
+        "making the new root read-only",
+    )
+}
+
+/// Bind-mounts `item` at its own path under `jail`.
+fn bind(jail: &Path, item: &Keep) -> Result<(), JailError> {
+    let source = item.path();
+    let target = jail.join(source.strip_prefix("/").unwrap_or(source));
+    let made = match item {
+        Keep::Dir(dir) => {
+            std::fs::create_dir_all(dir).map_err(call(format!("creating {}", dir.display())))?;
+            std::fs::create_dir_all(&target)
+        }
+        Keep::File(_) => target
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::File::create(&target).map(drop)),
+    };
+    made.map_err(call(format!(
+        "making the mount point of {}",
+        source.display()
+    )))?;
+    mount(
+        Some(&c_path(source)?),
+        &c_path(&target)?,
+        None,
+        libc::MS_BIND,
+        None,
+        format!("binding {}", source.display()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threaded_process_is_not_unshared() {
+        // The test harness runs tests on threads of their own.
+        let other =
+            std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(200)));
+        let err = unshare().unwrap_err();
+        assert!(matches!(err, JailError::Threaded(n) if n > 1), "{err}");
+        other.join().unwrap();
+    }
+
+    /// Run by [`a_jailed_child_sees_only_what_it_keeps`] in a child process
+    /// (a fresh, single-threaded one, since unshare needs that).
+    #[test]
+    #[ignore = "run in a child process by the test below"]
+    fn jailed_child() {
+        let Some(kept) = std::env::var_os("MICROAGENT_JAIL_CHILD") else {
+            return;
+        };
+        let kept = PathBuf::from(kept);
+        if let Err(e) = run_jailed(&kept) {
+            panic!("{}", crate::error::error_chain(&e));
+        }
+    }
+
+    fn run_jailed(kept: &Path) -> Result<(), JailError> {
+        // The harness has threads, so `unshare()` would refuse; the
+        // checks below run on this thread, whose namespace this is.
+        // SAFETY: unshare takes flags only.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
+        check(rc, "unshare")?;
+        make_private()?;
+        enter(&kept.join(JAIL_DIR), &[Keep::Dir(kept.to_path_buf())])?;
+        let seen = |p: &str| Path::new(p).exists();
+        let io = |what: &str| JailError::Call {
+            step: what.to_owned(),
+            source: std::io::ErrorKind::Other.into(),
+        };
+        if seen("/etc/passwd") || seen("/dev/kvm") || seen("/usr") {
+            return Err(io("the host's files are still visible"));
+        }
+        std::fs::write(kept.join("written"), b"ok").map_err(call("writing in the kept dir"))?;
+        if std::fs::write("/outside", b"x").is_ok() {
+            return Err(io("the root is writable"));
+        }
+        let status = std::fs::read_to_string("/proc/self/status").map_err(call("/proc/self"))?;
+        if !status.contains("Pid:") {
+            return Err(io("/proc/self is not this process"));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_jailed_child_sees_only_what_it_keeps() {
+        // SAFETY: geteuid takes nothing.
+        if unsafe { libc::geteuid() } != 0 {
+            let why = "a_jailed_child_sees_only_what_it_keeps: needs root (CAP_SYS_ADMIN)";
+            eprintln!("SKIPPED {why}");
+            if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
+                use std::io::Write;
+                let _ = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .and_then(|mut f| writeln!(f, "{why}"));
+            }
+            return;
+        }
+        let kept = std::env::temp_dir().join(format!("ma-jail-{}", crate::settings::unique_id()));
+        std::fs::create_dir_all(&kept).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "vmm_jail::tests::jailed_child",
+                "--nocapture",
+            ])
+            .env("MICROAGENT_JAIL_CHILD", &kept)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(std::fs::read(kept.join("written")).unwrap(), b"ok");
+        // On the host the mount point is an empty directory.
+        assert_eq!(std::fs::read_dir(kept.join(JAIL_DIR)).unwrap().count(), 0);
+        std::fs::remove_dir_all(&kept).unwrap();
+    }
+}
