@@ -83,21 +83,6 @@ fn state(cli: &CliHome, name: &str) -> Value {
     cli.ok_json(&["inspect", name, "--json"])
 }
 
-fn wait_state(cli: &CliHome, name: &str, want: &str) -> Value {
-    let deadline = Instant::now() + REACH;
-    loop {
-        let info = state(cli, name);
-        if info["state"] == want {
-            return info;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} never became {want}: {info}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 fn names(cli: &CliHome) -> Vec<String> {
     cli.ok_json(&["list", "--json"])
         .as_array()
@@ -147,7 +132,7 @@ fn the_cli(cli: &CliHome) {
         ["starting", "running"].contains(&info["state"].as_str().unwrap()),
         "{info}"
     );
-    wait_state(cli, "a", "running");
+    cli.wait_state("a", "running", REACH);
     assert_eq!(
         cli.ok_json(&["exec", "a", "--json", "--", "true"])["exit_code"],
         0
@@ -163,7 +148,7 @@ fn the_cli(cli: &CliHome) {
 
     // stop: asked; the VMM stops the guest by itself.
     kill_cli_at(cli, "stop:asked", &["stop", "a"]);
-    let info = wait_state(cli, "a", "stopped");
+    let info = cli.wait_state("a", "stopped", REACH);
     assert_ne!(info["last_exit"]["crashed"], true, "{info}");
     assert_eq!(last_exit_reason(&info), "stopped on request", "{info}");
 
@@ -292,7 +277,7 @@ fn the_mcp_server(cli: &CliHome) {
         "start:waiting",
         call(2, "workspace_start", json!({"name": "e"})),
     );
-    wait_state(cli, "e", "running");
+    cli.wait_state("e", "running", REACH);
     cli.ok_json(&["delete", "e", "--yes", "--force", "--json"]);
 }
 

@@ -40,22 +40,6 @@ fn start(cli: &CliHome, name: &str) {
     eprintln!("{name} started in {:.1} s", began.elapsed().as_secs_f64());
 }
 
-/// Waits until `name` reaches `state`.
-fn wait_state(cli: &CliHome, name: &str, state: &str, timeout: Duration) -> serde_json::Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let info = cli.ok_json(&["inspect", name, "--json"]);
-        if info["state"] == state {
-            return info;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} never became {state}: {info}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 /// An HTTP server on the host's loopback (an ephemeral port) answering
 /// every request with `body`, for the rest of the test process.
 struct HostHttp {
@@ -233,7 +217,7 @@ fn life_cycle_exec_files_logs_events() {
     let protections = &inspected["runtime"]["protections"];
     // SAFETY: geteuid takes nothing. As root the VMM has a private root.
     let root = unsafe { libc::geteuid() } == 0;
-    let private_root = if root { "private_root" } else { "seccomp" };
+    let private_root = if root { "private_root" } else { "rlimits" };
     for p in [
         "seccomp",
         "no_new_privs",
@@ -254,8 +238,12 @@ fn life_cycle_exec_files_logs_events() {
         .find(|c| c["name"] == "vmm_confinement")
         .cloned()
         .unwrap_or_default();
-    let want = if root { "ok" } else { "warn" };
-    assert_eq!(confinement["status"], want, "{doctor}");
+    // Without root it depends on the host's user namespaces.
+    if root {
+        assert_eq!(confinement["status"], "ok", "{doctor}");
+    } else {
+        assert_ne!(confinement["status"], "fail", "{doctor}");
+    }
 
     let uname = cli.run(&["exec", "dev", "--", "uname", "-a"]);
     assert_eq!(uname.status, 0, "{}", uname.stderr);
@@ -635,7 +623,7 @@ fn ttl_expiry_and_kill_9_detection() {
     // A TTL set on the running workspace goes to its VMM, which enforces it.
     let set = cli.ok_json(&["ttl", "short", "2", "--json"]);
     assert_eq!(set["spec"]["ttl_secs"], 2);
-    let stopped = wait_state(&cli, "short", "stopped", Duration::from_secs(60));
+    let stopped = cli.wait_state("short", "stopped", Duration::from_secs(60));
     assert!(
         stopped["last_exit"]["reason"]
             .as_str()
@@ -658,7 +646,7 @@ fn ttl_expiry_and_kill_9_detection() {
     let pid = info["runtime"]["pid"].as_i64().unwrap() as i32;
     // SAFETY: kill(2) with plain integers.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let crashed = wait_state(&cli, "short", "crashed", Duration::from_secs(10));
+    let crashed = cli.wait_state("short", "crashed", Duration::from_secs(10));
     assert!(crashed["last_exit"]["reason"]
         .as_str()
         .unwrap()
@@ -717,7 +705,7 @@ fn five_cycles_and_a_one_shot_run_leave_nothing_behind() {
                 .unwrap() as i32;
             // SAFETY: kill(2) with plain integers.
             assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-            let stopped = wait_state(&cli, &name, "stopped", Duration::from_secs(60));
+            let stopped = cli.wait_state(&name, "stopped", Duration::from_secs(60));
             assert_eq!(stopped["last_exit"]["reason"], "stopped by SIGTERM");
             assert_no_leftovers(&cli, &name);
             start(&cli, &name);
@@ -766,7 +754,7 @@ fn five_cycles_and_a_one_shot_run_leave_nothing_behind() {
     );
     orphaned.kill().unwrap();
     orphaned.wait().unwrap();
-    let stopped = wait_state(&cli, "orphan", "stopped", Duration::from_secs(60));
+    let stopped = cli.wait_state("orphan", "stopped", Duration::from_secs(60));
     assert_eq!(
         stopped["last_exit"]["reason"], "the process it ran for ended",
         "{stopped}"

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use crate::guest_faults;
 
@@ -183,6 +184,23 @@ impl CliHome {
             run.stdout, run.stderr
         );
         run.json()
+    }
+
+    /// Polls `inspect` until workspace `name` is in `state` (at most
+    /// `timeout`); returns the record then.
+    pub fn wait_state(&self, name: &str, state: &str, timeout: Duration) -> serde_json::Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let info = self.ok_json(&["inspect", name, "--json"]);
+            if info["state"] == state {
+                return info;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} never became {state}: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     /// Pids of live VMM processes serving this state directory.

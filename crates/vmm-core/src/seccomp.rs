@@ -641,20 +641,27 @@ mod tests {
         unreachable!("the filter let a vCPU thread open a socket");
     }
 
-    #[test]
-    fn a_syscall_outside_the_filter_ends_the_process_with_a_report() {
+    /// Runs the ignored test `name` in a child process with `var` set;
+    /// checks that its filter ended it and returns its stderr.
+    fn run_confined_child(name: &str, var: &str) -> String {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--ignored",
                 "--exact",
-                "seccomp::tests::confined_child",
+                &format!("seccomp::tests::{name}"),
                 "--nocapture",
             ])
-            .env("MICROAGENT_SECCOMP_CHILD", "1")
+            .env(var, "1")
             .output()
             .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(SECCOMP_EXIT_CODE), "{stderr}");
+        stderr
+    }
+
+    #[test]
+    fn a_syscall_outside_the_filter_ends_the_process_with_a_report() {
+        let stderr = run_confined_child("confined_child", "MICROAGENT_SECCOMP_CHILD");
         let line = format!(
             "{VIOLATION_PREFIX} the vcpu thread made syscall {} (arguments 0x{:x}, 0x{:x}), outside its filter",
             libc::SYS_socket,
@@ -686,18 +693,8 @@ mod tests {
 
     #[test]
     fn the_control_filter_checks_arguments() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "seccomp::tests::confined_control_child",
-                "--nocapture",
-            ])
-            .env("MICROAGENT_SECCOMP_CONTROL_CHILD", "1")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(SECCOMP_EXIT_CODE), "{stderr}");
+        let stderr =
+            run_confined_child("confined_control_child", "MICROAGENT_SECCOMP_CONTROL_CHILD");
         let line = format!(
             "{VIOLATION_PREFIX} the control thread made syscall {} (arguments 0x{:x}, 0x{:x}), outside its filter",
             libc::SYS_socket,

@@ -430,21 +430,17 @@ fn confinement_check() -> Check {
             ),
         );
     }
-    const CAP_SYS_ADMIN: u32 = 21;
     let filters = "VMM processes run with seccomp filters per thread role (vcpu, devices, control; ioctl requests, socket families and clone flags checked), no_new_privs and rlimits";
-    if crate::settings::has_capability(CAP_SYS_ADMIN) {
-        Check::ok(
+    match crate::vmm_jail::availability() {
+        Ok(how) => Check::ok(
             "vmm_confinement",
-            format!(
-                "{filters}, and see only their own files (a private root in a mount namespace)"
-            ),
-        )
-    } else {
-        Check::warn(
+            format!("{filters}, and see only their own files (a private root through {how})"),
+        ),
+        Err(why) => Check::warn(
             "vmm_confinement",
-            format!("{filters}; without CAP_SYS_ADMIN they cannot take a mount namespace and see the host's files"),
-            "run microagent as root for a private root per VMM (docs/security.md)",
-        )
+            format!("{filters}, but see the host's files: {why}"),
+            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1), or run microagent as root",
+        ),
     }
 }
 

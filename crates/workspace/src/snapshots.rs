@@ -413,11 +413,27 @@ impl Workspaces {
                     info.has_memory,
                 ),
                 (None, Some(meta)) => {
+                    // Written where the source's VMM sees (its private root
+                    // has the snapshots directory, not other workspaces),
+                    // then moved into the fork's directory.
+                    let parent = self.snapshots_dir();
+                    let scratch =
+                        parent.join(format!(".fork-{new_name}.{}.tmp", std::process::id()));
+                    let _ = std::fs::remove_dir_all(&scratch);
+                    std::fs::create_dir_all(&scratch)
+                        .map_err(Error::host_io(format!("creating {}", scratch.display())))?;
                     let dir = ws.path().join(FORK_ORIGIN);
-                    std::fs::create_dir(&dir)
-                        .map_err(Error::host_io(format!("creating {}", dir.display())))?;
-                    let (has_memory, _) = self.write_machine(source, &dir)?;
-                    (dir, meta.spec.clone(), has_memory)
+                    let written = self.write_machine(source, &scratch).and_then(|(mem, _)| {
+                        std::fs::rename(&scratch, &dir).map_err(Error::host_io(format!(
+                            "moving the snapshot to {}",
+                            dir.display()
+                        )))?;
+                        Ok(mem)
+                    });
+                    if written.is_err() {
+                        let _ = std::fs::remove_dir_all(&scratch);
+                    }
+                    (dir, meta.spec.clone(), written?)
                 }
                 (None, None) => return Err(Error::WorkspaceNotFound(source.to_owned())),
             };

@@ -136,25 +136,30 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
     Ok(())
 }
 
-/// Waits until `owner` ends; true when it did. An owner already gone when
-/// the VMM starts means a later, manual start of a kept workspace: false at
-/// once (not watched).
-pub fn wait_for_owner_end(owner: Owner) -> bool {
+/// A descriptor of `owner` to wait on (a pidfd), when it is still the
+/// process the workspace was made for. An owner already gone when the VMM
+/// starts means a later, manual start of a kept workspace: not watched.
+pub fn watch_owner(owner: Owner) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags; the result is checked.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner.pid as libc::pid_t, 0) };
     if fd < 0 {
         tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
-        return false;
+        return None;
     }
     // SAFETY: a fresh descriptor (it fits an i32) that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     // The pid may be another process by now: its start time tells.
     if !crate::process::is_alive(owner.pid, owner.start_ticks) {
         tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
-        return false;
+        return None;
     }
+    Some(fd)
+}
+
+/// Waits until the process of `pidfd` ends; true when it did.
+pub fn wait_for_owner_end(pidfd: &OwnedFd) -> bool {
     let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
+        fd: pidfd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
@@ -162,7 +167,7 @@ pub fn wait_for_owner_end(owner: Owner) -> bool {
         // SAFETY: `pfd` is one live pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, -1) };
         if n > 0 {
-            tracing::info!(pid = owner.pid, "the owner process ended; stopping");
+            tracing::info!("the owner process ended; stopping");
             return true;
         }
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
@@ -227,15 +232,19 @@ mod tests {
             start_ticks: crate::process::start_ticks(pid).unwrap(),
         };
         let reaper = std::thread::spawn(move || child.wait());
-        assert!(wait_for_owner_end(owner), "the end of a live owner is seen");
+        let watched = watch_owner(owner).expect("a live owner is watched");
+        assert!(
+            wait_for_owner_end(&watched),
+            "the end of a live owner is seen"
+        );
         reaper.join().unwrap().unwrap();
-        assert!(!wait_for_owner_end(owner), "a gone owner is not watched");
+        assert!(watch_owner(owner).is_none(), "a gone owner is not watched");
         let recycled = Owner {
             pid: std::process::id(),
             start_ticks: 1,
         };
         assert!(
-            !wait_for_owner_end(recycled),
+            watch_owner(recycled).is_none(),
             "another process with its pid is not it"
         );
     }

@@ -209,8 +209,7 @@ impl VmmProcess {
     pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
         let entered = vmm_core::vcpu::monotonic_ns();
         crate::vmm_guard::close_inherited_fds();
-        // While this is the only thread.
-        let mount_ns = crate::vmm_jail::unshare().map_err(|e| crate::error::error_chain(&e));
+        let mut mount_ns = Err("the machine was not built".to_owned());
         // SAFETY: setsid(2) takes no arguments; it fails only when this
         // process already leads a process group, which is detached enough.
         unsafe {
@@ -244,6 +243,9 @@ impl VmmProcess {
             ws.remove_sockets();
             building = vmm_core::vcpu::monotonic_ns();
             let built = crate::network::attach::attach(&state, &ws, spec).and_then(|net| {
+                // After passt started (it stays in the host's namespace, out
+                // of reach of the pivot), while this is the only thread.
+                mount_ns = crate::vmm_jail::unshare().map_err(|e| crate::error::error_chain(&e));
                 let (net, addressing) = match net {
                     Some(a) => {
                         passt = a.passt;
@@ -377,10 +379,11 @@ impl VmmProcess {
         std::thread::spawn(move || wait_for_agent(&s));
         let s = shared.clone();
         std::thread::spawn(move || enforce_ttl(&s));
-        if let Some(owner) = self.owner {
+        // Opened and checked now: /proc is gone once the root is private.
+        if let Some(owner) = self.owner.and_then(crate::vmm_guard::watch_owner) {
             let s = shared.clone();
             std::thread::spawn(move || {
-                if crate::vmm_guard::wait_for_owner_end(owner) {
+                if crate::vmm_guard::wait_for_owner_end(&owner) {
                     s.begin_stop(OWNER_GRACE, "the process it ran for ended");
                 }
             });

@@ -8,9 +8,13 @@
 //! finds no other host path to open.
 //!
 //! Two steps: [`unshare`] while the process has one thread (a namespace
-//! taken later would cover only the thread that took it), and [`enter`]
+//! taken later would cover only the thread that took it) and after the
+//! network helper started (a process in the namespace would be moved by
+//! the pivot, whatever root it was setting up for itself), and [`enter`]
 //! once the machine is built, which moves every thread's root. Both need
-//! `CAP_SYS_ADMIN`; without it the VMM runs unjailed and `inspect` says so.
+//! `CAP_SYS_ADMIN`, or a user namespace of the process's own where the
+//! host allows unprivileged ones; without either the VMM runs unjailed and
+//! `inspect` says so.
 
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -87,19 +91,66 @@ fn mount(
 }
 
 /// Takes a mount namespace of its own whose mounts do not propagate to the
-/// host's. Call while the process has one thread.
+/// host's: directly with `CAP_SYS_ADMIN`, else inside a user namespace of
+/// its own where the host allows unprivileged ones (this user's uid and
+/// gid mapped to themselves, so files keep their owners and `/dev/kvm`
+/// its permission). Call while the process has one thread.
 pub fn unshare() -> Result<(), JailError> {
+    const CAP_SYS_ADMIN: u32 = 21;
     let n = threads();
     if n != 1 {
         return Err(JailError::Threaded(n));
     }
-    // SAFETY: unshare takes flags only.
-    let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
-    check(
-        rc,
-        "taking a mount namespace (unshare CLONE_NEWNS needs CAP_SYS_ADMIN)",
-    )?;
+    if crate::settings::has_capability(CAP_SYS_ADMIN) {
+        // SAFETY: unshare takes flags only.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
+        check(rc, "taking a mount namespace")?;
+    } else {
+        // SAFETY: getuid and getgid take nothing.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        // SAFETY: unshare takes flags only.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) };
+        check(
+            rc,
+            "taking a user and mount namespace (without CAP_SYS_ADMIN this needs unprivileged user namespaces)",
+        )?;
+        let write = |file: &str, text: String| {
+            std::fs::write(format!("/proc/self/{file}"), text)
+                .map_err(call(format!("writing /proc/self/{file}")))
+        };
+        // The kernel requires setgroups denied before an unprivileged
+        // gid_map; the groups this process has (kvm) stay.
+        write("setgroups", "deny".into())?;
+        write("uid_map", format!("{uid} {uid} 1"))?;
+        write("gid_map", format!("{gid} {gid} 1"))?;
+    }
     make_private()
+}
+
+/// How a VMM started by this user gets its private root (for `doctor`),
+/// or why it cannot.
+pub fn availability() -> Result<&'static str, String> {
+    const CAP_SYS_ADMIN: u32 = 21;
+    if crate::settings::has_capability(CAP_SYS_ADMIN) {
+        return Ok("a mount namespace (CAP_SYS_ADMIN)");
+    }
+    let sysctl = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/{name}"))
+            .ok()
+            .map(|v| v.trim().to_owned())
+    };
+    if sysctl("kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        return Err(
+            "unprivileged user namespaces are off (kernel.unprivileged_userns_clone = 0)".into(),
+        );
+    }
+    if sysctl("user/max_user_namespaces").as_deref() == Some("0") {
+        return Err("user namespaces are off (user.max_user_namespaces = 0)".into());
+    }
+    if sysctl("kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        return Err("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)".into());
+    }
+    Ok("a user and mount namespace of its own")
 }
 
 /// Stops mounts propagating between this namespace and the host's.
