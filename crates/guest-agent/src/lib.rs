@@ -20,6 +20,10 @@ pub mod users;
 #[cfg(feature = "client")]
 pub mod client;
 
+/// A hostile agent for the host side's tests.
+#[cfg(feature = "fake")]
+pub mod fake;
+
 #[cfg(feature = "client")]
 pub use client::{
     connect_hybrid_vsock, connect_unix, AgentEndpoint, AgentHello, ClientError, ExecEvent,

@@ -6,6 +6,12 @@
 //! rather than passed.
 
 pub mod cli;
+
+// The workspace crate's own test support, shared: a fake image, a
+// workspace recorded as running.
+#[path = "../../workspace/tests/support/mod.rs"]
+mod workspace_support;
+pub use workspace_support::{fake_image_files, pretend_running};
 pub mod guest_faults;
 pub mod leftovers;
 pub mod oci;
@@ -189,19 +195,6 @@ pub fn guest_program(name: &str) -> Result<Vec<u8>, String> {
             path.display()
         )
     })
-}
-
-/// Writes `vmlinux` and `rootfs.ext4` into `dir`: a fake image with the
-/// right magic numbers (ELF, ext4 superblock) for the import checks, not
-/// bootable.
-pub fn fake_image_files(dir: &std::path::Path) {
-    std::fs::create_dir_all(dir).expect("creating the fake image directory");
-    let mut kernel = vec![0u8; 4096];
-    kernel[..4].copy_from_slice(b"\x7fELF");
-    std::fs::write(dir.join("vmlinux"), kernel).expect("writing the fake kernel");
-    let mut rootfs = vec![0u8; 8192];
-    rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
-    std::fs::write(dir.join("rootfs.ext4"), rootfs).expect("writing the fake rootfs");
 }
 
 /// The library's view of the state directory `home` (a test's

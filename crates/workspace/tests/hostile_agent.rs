@@ -1,39 +1,19 @@
-//! The library's entry points against a hostile agent: a fake on the
-//! workspace's vsock socket that answers every request with more than was
-//! asked for, without end. Each entry point ends with an error, keeps no
-//! more than its bound in memory, and leaves no partial file on the host.
-//! (`run_code` and `run` collect their command's output through the same
-//! `exec_collect` the exec case drives.) No KVM needed: the workspace's
-//! record says it runs, with this test process as its VMM.
+//! The library's entry points against a hostile agent
+//! (`guest_agent::fake`) on the workspace's vsock socket that answers
+//! every request with more than was asked for, without end. Each entry
+//! point ends with an error, keeps no more than its bound in memory, and
+//! leaves no partial file on the host (MCP's `run_code` against the same
+//! fake: crates/mcp/tests/hostile_agent.rs). No KVM needed: the
+//! workspace's record says it runs, with this test process as its VMM.
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use guest_agent::frame::{self, FrameKind};
-use guest_agent::protocol::{FileKind, FileStat, Response, MIN_PROTOCOL_VERSION};
+use guest_agent::fake::{self, Hostility};
 use workspace::{ErrorCode, ExecInput, ExecRequest, StateDir, WorkspaceSpec, Workspaces};
-
-/// How much an exec's fake sends before it stalls: far past the cap.
-const EXEC_FLOOD: u64 = 1 << 30;
-
-/// What the fake does with a request.
-#[derive(Clone, Copy)]
-enum Hostility {
-    /// `stat` says a file; `read_file` claims 10 bytes and sends data
-    /// without end.
-    EndlessFile,
-    /// `stat` says a directory; `tar_out` sends bytes without end.
-    EndlessArchive,
-    /// `stat` says a directory; `tar_out` sends a valid archive of many
-    /// files.
-    ManyEntries,
-    /// `exec` starts, floods stdout past any cap, then says nothing more.
-    FloodThenStall,
-}
 
 /// A state directory with a fake image and a workspace `dev` recorded as
 /// running (its "VMM" is this process), its agent the hostile fake.
@@ -78,120 +58,12 @@ fn home(test: &str, hostility: Hostility, limits: workspace::Limits) -> Option<H
         .unwrap()
         .workspace_dir("dev")
         .unwrap();
-    pretend_running(&dir);
-    let listener = UnixListener::bind(dir.join("vsock.sock")).unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { return };
-            std::thread::spawn(move || serve(conn, hostility));
-        }
-    });
+    support::pretend_running(&dir);
+    fake::serve(
+        UnixListener::bind(dir.join("vsock.sock")).unwrap(),
+        hostility,
+    );
     Some(Home { root, ws })
-}
-
-/// Records the workspace as running with this process as its VMM.
-fn pretend_running(dir: &Path) {
-    let path = dir.join("meta.json");
-    let mut meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    // Field 22 (start time), counted after the command's closing paren.
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let start: u64 = after.split(' ').nth(19).unwrap().parse().unwrap();
-    meta["state"] = "running".into();
-    meta["runtime"] = serde_json::json!({
-        "pid": std::process::id(),
-        "pid_start": start,
-        "started_at_ms": 1,
-    });
-    std::fs::write(&path, serde_json::to_vec(&meta).unwrap()).unwrap();
-}
-
-/// One connection: the hybrid vsock handshake, the client's `hello` and
-/// request, then the hostile answer until the client hangs up.
-fn serve(conn: UnixStream, hostility: Hostility) {
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    let mut out = conn;
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() || !line.starts_with("CONNECT ") {
-        return;
-    }
-    let _ = out.write_all(b"OK 1\n");
-    let request = loop {
-        let Ok(Some(f)) = frame::read_frame(&mut reader) else {
-            return;
-        };
-        let msg: serde_json::Value = frame::decode_json(&f).unwrap();
-        if msg["type"] != "hello" {
-            break msg;
-        }
-    };
-    let mut send = |r: &Response| out.write_all(&frame::encode_json(r).unwrap()).is_ok();
-    send(&Response::Hello {
-        version: MIN_PROTOCOL_VERSION,
-        agent: "hostile".into(),
-        capabilities: Vec::new(),
-    });
-    let kind = match hostility {
-        Hostility::EndlessFile => FileKind::File,
-        _ => FileKind::Dir,
-    };
-    match (request["type"].as_str().unwrap_or(""), hostility) {
-        ("stat", _) => {
-            send(&Response::Stat(FileStat {
-                kind,
-                size: 10,
-                mode: 0o755,
-                mtime_s: 0,
-                uid: 0,
-                gid: 0,
-            }));
-        }
-        // The header, then data without end.
-        ("read_file", _)
-            if send(&Response::File {
-                size: 10,
-                mode: 0o644,
-            }) =>
-        {
-            flood(&mut out, FrameKind::Data, u64::MAX)
-        }
-        ("tar_out", Hostility::ManyEntries) => {
-            let mut tar = tar::Builder::new(Vec::new());
-            for i in 0..100 {
-                let mut header = tar::Header::new_gnu();
-                header.set_size(0);
-                header.set_mode(0o644);
-                header.set_cksum();
-                tar.append_data(&mut header, format!("f{i}"), &[][..])
-                    .unwrap();
-            }
-            let tar = tar.into_inner().unwrap();
-            for chunk in tar.chunks(60_000) {
-                let _ = out.write_all(&frame::encode(FrameKind::Data, chunk).unwrap());
-            }
-            let _ = out.write_all(&frame::encode(FrameKind::Data, &[]).unwrap());
-        }
-        ("tar_out", _) => flood(&mut out, FrameKind::Data, u64::MAX),
-        ("exec", _) => {
-            let exec_id = request["id"].as_str().unwrap_or("e1").to_owned();
-            if send(&Response::Started { exec_id, pid: 7 }) {
-                flood(&mut out, FrameKind::Stdout, EXEC_FLOOD);
-                // Then silence until the client gives up.
-                let _ = reader.read(&mut [0u8; 1]);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Sends `kind` frames of junk until `total` bytes or the peer hangs up.
-fn flood(out: &mut UnixStream, kind: FrameKind, total: u64) {
-    let chunk = frame::encode(kind, &[b'x'; 60_000]).unwrap();
-    let mut sent = 0u64;
-    while sent < total && out.write_all(&chunk).is_ok() {
-        sent += 60_000;
-    }
 }
 
 /// The most this process has had resident, in KiB.
@@ -274,7 +146,7 @@ fn copy_out_of_a_directory_stops_at_the_entry_budget() {
         max_copy_out_entries: 10,
         ..workspace::LIMITS
     };
-    let Some(h) = home("entries", Hostility::ManyEntries, limits) else {
+    let Some(h) = home("entries", Hostility::ManyEntries(100), limits) else {
         return;
     };
     let dest = h.root.join("out");

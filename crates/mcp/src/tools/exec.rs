@@ -20,6 +20,10 @@ use crate::schema::exec::*;
 use crate::schema::lifecycle::{DEFAULT_START_TIMEOUT_SECS, MAX_START_TIMEOUT_SECS};
 use crate::{MicroagentServer, ToolError};
 
+/// How long run_code's interpreter probe and script cleanup may take.
+const HOUSEKEEPING_TIMEOUT: Duration = Duration::from_secs(30);
+/// What of their output is kept (a path at most).
+const HOUSEKEEPING_OUTPUT: u64 = 4096;
 /// The image of run_code's one-shot workspaces.
 pub const RUN_CODE_IMAGE: &str = "debian";
 /// Guest memory of run_code's one-shot workspaces, MiB.
@@ -141,7 +145,12 @@ impl MicroagentServer {
     ) -> Result<ExecResult, ToolError> {
         let (language, code, stdin) = (p.language, &p.code, p.stdin.clone());
         let interpreter = language.interpreter();
-        let probe = ExecRequest::argv(["/bin/sh", "-c", &format!("command -v {interpreter}")]);
+        // Short housekeeping commands get a short leash: a guest that
+        // stalls them holds the call a minute at most, not the client's
+        // five-minute deadline.
+        let probe = ExecRequest::argv(["/bin/sh", "-c", &format!("command -v {interpreter}")])
+            .timeout(HOUSEKEEPING_TIMEOUT)
+            .output_cap(HOUSEKEEPING_OUTPUT);
         let found = self.ws.exec_collect(name, probe, ExecInput::None).await?;
         if !found.success() {
             let image = self.meta(name).await?.spec.image;
@@ -174,7 +183,9 @@ impl MicroagentServer {
             .ws
             .exec_collect(
                 name,
-                ExecRequest::argv(["rm", "-f", &script]),
+                ExecRequest::argv(["rm", "-f", &script])
+                    .timeout(HOUSEKEEPING_TIMEOUT)
+                    .output_cap(HOUSEKEEPING_OUTPUT),
                 ExecInput::None,
             )
             .await;

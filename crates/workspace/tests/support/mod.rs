@@ -1,7 +1,8 @@
 //! What the workspace crate's own tests share (its unit tests include this
-//! file too): a fake image that passes the import checks, and the skip when
-//! mkfs.ext4 is missing. testkit has the same for other crates' tests; this
-//! crate cannot use testkit, which depends on it.
+//! file too, and testkit re-exports it for other crates' tests; this crate
+//! cannot use testkit, which depends on it): a fake image that passes the
+//! import checks, a workspace recorded as running with the test process as
+//! its VMM, and the skip when mkfs.ext4 is missing.
 
 // Each test binary that includes this file uses part of it.
 #![allow(dead_code)]
@@ -45,4 +46,24 @@ pub fn skip(test: &str, reason: &str) {
             .open(Path::new(&log))
             .and_then(|mut f| writeln!(f, "{test}: {reason}"));
     }
+}
+
+/// Records the workspace in `dir` as running with this process as its VMM
+/// (for tests that serve its vsock socket with `guest_agent::fake`; never
+/// `delete` or `stop` it: that would signal this process).
+pub fn pretend_running(dir: &Path) {
+    let path = dir.join("meta.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Field 22 (start time), counted after the command's closing paren.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let start: u64 = after.split(' ').nth(19).unwrap().parse().unwrap();
+    meta["state"] = "running".into();
+    meta["runtime"] = serde_json::json!({
+        "pid": std::process::id(),
+        "pid_start": start,
+        "started_at_ms": 1,
+    });
+    std::fs::write(&path, serde_json::to_vec(&meta).unwrap()).unwrap();
 }
