@@ -134,23 +134,31 @@ pub fn availability() -> Result<&'static str, String> {
     if crate::settings::has_capability(CAP_SYS_ADMIN) {
         return Ok("a mount namespace (CAP_SYS_ADMIN)");
     }
+    if let Some(why) = user_namespaces_blocked() {
+        return Err(why);
+    }
+    Ok("a user and mount namespace of its own")
+}
+
+/// Why this host refuses unprivileged user namespaces, if it does.
+fn user_namespaces_blocked() -> Option<String> {
     let sysctl = |name: &str| {
         std::fs::read_to_string(format!("/proc/sys/{name}"))
             .ok()
             .map(|v| v.trim().to_owned())
     };
     if sysctl("kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        return Err(
+        return Some(
             "unprivileged user namespaces are off (kernel.unprivileged_userns_clone = 0)".into(),
         );
     }
     if sysctl("user/max_user_namespaces").as_deref() == Some("0") {
-        return Err("user namespaces are off (user.max_user_namespaces = 0)".into());
+        return Some("user namespaces are off (user.max_user_namespaces = 0)".into());
     }
     if sysctl("kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-        return Err("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)".into());
+        return Some("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)".into());
     }
-    Ok("a user and mount namespace of its own")
+    None
 }
 
 /// Stops mounts propagating between this namespace and the host's.
@@ -267,27 +275,58 @@ mod tests {
         other.join().unwrap();
     }
 
-    /// Run by [`a_jailed_child_sees_only_what_it_keeps`] in a child process
-    /// (a fresh, single-threaded one, since unshare needs that).
+    /// Run by the two tests below in a child process: as root with a
+    /// mount namespace of this thread's own; as another user, in a forked
+    /// process of one thread, the VMM's way (a user namespace).
     #[test]
-    #[ignore = "run in a child process by the test below"]
+    #[ignore = "run in a child process by the tests below"]
     fn jailed_child() {
         let Some(kept) = std::env::var_os("MICROAGENT_JAIL_CHILD") else {
             return;
         };
         let kept = PathBuf::from(kept);
-        if let Err(e) = run_jailed(&kept) {
-            panic!("{}", crate::error::error_chain(&e));
+        // SAFETY: geteuid takes nothing.
+        if unsafe { libc::geteuid() } == 0 {
+            // The harness has threads, so `unshare()` would refuse; the
+            // checks run on this thread, whose namespace this is.
+            // SAFETY: unshare takes flags only.
+            let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
+            let jailed = check(rc, "unshare")
+                .and_then(|()| make_private())
+                .and_then(|()| enter_and_check(&kept));
+            if let Err(e) = jailed {
+                panic!("{}", crate::error::error_chain(&e));
+            }
+            return;
+        }
+        // SAFETY: the child runs only this thread's code; glibc keeps
+        // malloc usable after fork, and the child ends with _exit.
+        match unsafe { libc::fork() } {
+            0 => {
+                let code = match unshare().and_then(|()| enter_and_check(&kept)) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("{}", crate::error::error_chain(&e));
+                        3
+                    }
+                };
+                // SAFETY: ends the forked child without running the
+                // parent's exit handlers.
+                unsafe { libc::_exit(code) }
+            }
+            pid => {
+                let mut status = 0;
+                // SAFETY: waits for our own child; `status` is ours.
+                assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "the jailed child failed ({status:#x})"
+                );
+            }
         }
     }
 
-    fn run_jailed(kept: &Path) -> Result<(), JailError> {
-        // The harness has threads, so `unshare()` would refuse; the
-        // checks below run on this thread, whose namespace this is.
-        // SAFETY: unshare takes flags only.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
-        check(rc, "unshare")?;
-        make_private()?;
+    fn enter_and_check(kept: &Path) -> Result<(), JailError> {
         enter(&kept.join(JAIL_DIR), &[Keep::Dir(kept.to_path_buf())])?;
         let seen = |p: &str| Path::new(p).exists();
         let io = |what: &str| JailError::Call {
@@ -308,39 +347,65 @@ mod tests {
         Ok(())
     }
 
-    #[test]
-    fn a_jailed_child_sees_only_what_it_keeps() {
-        // SAFETY: geteuid takes nothing.
-        if unsafe { libc::geteuid() } != 0 {
-            let why = "a_jailed_child_sees_only_what_it_keeps: needs root (CAP_SYS_ADMIN)";
-            eprintln!("SKIPPED {why}");
-            if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
-                use std::io::Write;
-                let _ = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .and_then(|mut f| writeln!(f, "{why}"));
-            }
-            return;
+    fn skip(why: &str) {
+        eprintln!("SKIPPED {why}");
+        if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
+            use std::io::Write;
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .and_then(|mut f| writeln!(f, "{why}"));
         }
+    }
+
+    /// Runs [`jailed_child`] as `uid` (this process's own when `None`)
+    /// over a fresh kept directory; checks what it wrote and left.
+    fn run_jailed_child(uid: Option<u32>) {
+        use std::os::unix::process::CommandExt;
         let kept = std::env::temp_dir().join(format!("ma-jail-{}", crate::settings::unique_id()));
         std::fs::create_dir_all(&kept).unwrap();
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "vmm_jail::tests::jailed_child",
-                "--nocapture",
-            ])
-            .env("MICROAGENT_JAIL_CHILD", &kept)
-            .output()
-            .unwrap();
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--ignored",
+            "--exact",
+            "vmm_jail::tests::jailed_child",
+            "--nocapture",
+        ])
+        .env("MICROAGENT_JAIL_CHILD", &kept);
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(&kept, Some(uid), Some(uid)).unwrap();
+            cmd.uid(uid).gid(uid);
+        }
+        let out = cmd.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{stderr}");
         assert_eq!(std::fs::read(kept.join("written")).unwrap(), b"ok");
         // On the host the mount point is an empty directory.
         assert_eq!(std::fs::read_dir(kept.join(JAIL_DIR)).unwrap().count(), 0);
         std::fs::remove_dir_all(&kept).unwrap();
+    }
+
+    #[test]
+    fn a_jailed_child_sees_only_what_it_keeps() {
+        // SAFETY: geteuid takes nothing.
+        if unsafe { libc::geteuid() } != 0 {
+            return skip("a_jailed_child_sees_only_what_it_keeps: needs root (CAP_SYS_ADMIN)");
+        }
+        run_jailed_child(None);
+    }
+
+    #[test]
+    fn without_root_the_jail_comes_through_a_user_namespace() {
+        let test = "without_root_the_jail_comes_through_a_user_namespace";
+        // SAFETY: geteuid takes nothing.
+        if unsafe { libc::geteuid() } != 0 {
+            return skip(&format!("{test}: needs root to run its child as nobody"));
+        }
+        if let Some(why) = user_namespaces_blocked() {
+            return skip(&format!("{test}: {why}"));
+        }
+        const NOBODY: u32 = 65534;
+        run_jailed_child(Some(NOBODY));
     }
 }
