@@ -12,13 +12,6 @@ use std::os::unix::net::UnixListener;
 use guest_agent::fake::{self, Hostility};
 use serde_json::json;
 
-/// The most this process (client and server) has had resident, in KiB.
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn run_code_against_a_flooding_agent_ends_at_its_deadline() {
     let test = "run_code_against_a_flooding_agent_ends_at_its_deadline";
@@ -54,7 +47,7 @@ async fn run_code_against_a_flooding_agent_ends_at_its_deadline() {
         )
         .await;
     assert!(message.contains("did not report the end"), "{message}");
-    let peak = peak_rss_kib();
+    let peak = testkit::peak_rss_kib();
     assert!(peak < 256 << 10, "peak resident {peak} KiB");
     // Never `delete` it: its "VMM" is this process.
     h.finish().await;

@@ -11,7 +11,7 @@ pub mod cli;
 // workspace recorded as running.
 #[path = "../../workspace/tests/support/mod.rs"]
 mod workspace_support;
-pub use workspace_support::{fake_image_files, pretend_running};
+pub use workspace_support::{fake_image_files, peak_rss_kib, pretend_running};
 pub mod guest_faults;
 pub mod leftovers;
 pub mod oci;

@@ -66,13 +66,6 @@ fn home(test: &str, hostility: Hostility, limits: workspace::Limits) -> Option<H
     Some(Home { root, ws })
 }
 
-/// The most this process has had resident, in KiB.
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 fn files_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -171,6 +164,6 @@ fn an_exec_that_floods_then_stalls_ends_with_its_deadline_and_bounded_memory() {
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Timeout, "{err}");
     // A gibibyte went by; what stayed was about the cap.
-    let peak = peak_rss_kib();
+    let peak = support::peak_rss_kib();
     assert!(peak < 256 << 10, "peak resident {peak} KiB");
 }

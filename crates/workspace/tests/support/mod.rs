@@ -67,3 +67,10 @@ pub fn pretend_running(dir: &Path) {
     });
     std::fs::write(&path, serde_json::to_vec(&meta).unwrap()).unwrap();
 }
+
+/// The most this process has had resident, in KiB (`VmHWM`).
+pub fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
