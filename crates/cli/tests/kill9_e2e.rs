@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use testkit::cli::CliHome;
-use workspace::pause_point::{PAUSED_PREFIX, PAUSE_VAR};
+use workspace::pause_point::{PAUSED_PREFIX, PAUSE_VAR, REFUSED_SYSCALL_VAR};
 
 /// How long a process may take to reach its pause point (a start boots).
 const REACH: Duration = Duration::from_secs(300);
@@ -163,8 +163,8 @@ fn the_cli(cli: &CliHome) {
     cli.ok_json(&["snapshot", "rm", "s1", "--json"]);
 }
 
-/// A VMM killed before its guest runs, while it writes a snapshot, and
-/// after its guest stopped.
+/// A VMM killed before its guest runs, by its seccomp filter, while it
+/// writes a snapshot, and after its guest stopped.
 fn the_vmm(cli: &CliHome) {
     cli.ok_json(&["create", "b", "--json"]);
     // Cold: a warm start whose VMM dies is retried as a boot (and the
@@ -189,6 +189,27 @@ fn the_vmm(cli: &CliHome) {
         "{info}"
     );
     cli.ok_json(&["delete", "b", "--yes", "--json"]);
+
+    // A bug that makes a call outside the filter: the filter ends the
+    // VMM, and the next command names the call.
+    cli.ok_json(&["create", "f", "--json"]);
+    let started = cli
+        .command(&["start", "f", "--cold", "--json"])
+        .env(REFUSED_SYSCALL_VAR, "vmm:confined")
+        .output()
+        .unwrap();
+    assert!(!started.status.success(), "{started:?}");
+    let info = state(cli, "f");
+    assert_eq!(info["state"], "crashed", "{info}");
+    let reason = last_exit_reason(&info);
+    let call = format!(
+        "killed by its seccomp filter: the control thread made syscall {} (arguments 0x{:x}, 0x{:x})",
+        libc::SYS_socket,
+        libc::AF_NETLINK,
+        libc::SOCK_RAW
+    );
+    assert!(reason.contains(&call), "{info}");
+    cli.ok_json(&["delete", "f", "--yes", "--json"]);
 
     cli.ok_json(&["create", "c", "--json"]);
     let started = cli

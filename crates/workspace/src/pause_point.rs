@@ -13,8 +13,19 @@ pub const PAUSE_VAR: &str = "MICROAGENT_TEST_PAUSE_AT";
 /// What a paused process writes to stderr, before the step's name.
 pub const PAUSED_PREFIX: &str = "microagent: paused at ";
 
-/// Pauses for good when `step` is the one the environment names.
+/// The environment variable naming the step at which a process makes a
+/// system call its seccomp filter refuses (a netlink socket), as a bug
+/// would, so the tests see how a filter's kill is recorded.
+pub const REFUSED_SYSCALL_VAR: &str = "MICROAGENT_TEST_REFUSED_SYSCALL_AT";
+
+/// Pauses for good when `step` is the one the environment names (or makes
+/// the refused call, when that variable names it).
 pub fn pause_point(step: &str) {
+    if std::env::var_os(REFUSED_SYSCALL_VAR).is_some_and(|s| s == step) {
+        // SAFETY: socket(2) takes no pointers; under the VMM's filters it
+        // does not return.
+        unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0) };
+    }
     let Some(wanted) = std::env::var_os(PAUSE_VAR) else {
         return;
     };
