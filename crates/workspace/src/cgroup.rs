@@ -253,15 +253,11 @@ pub fn remove_recorded(ws: &Path) {
     let _ = std::fs::remove_file(record);
 }
 
-/// Moves this process back to each group's parent and removes the groups
-/// (best effort: an ending VMM has nothing better to do about a failure).
-pub fn leave(placement: &Placement) {
-    Leaving::prepare(placement).leave();
-}
-
 /// What leaving a group takes, opened in advance: the VMM opens these
 /// before its root becomes a private one without `/sys/fs/cgroup`
-/// (`vmm_jail`), and leaves at its end through them.
+/// (`vmm_jail`), and at its end moves back to each group's parent and
+/// removes the groups through them (best effort: an ending VMM has nothing
+/// better to do about a failure).
 #[derive(Debug, Default)]
 pub struct Leaving {
     /// Per group: the `cgroup.procs` to move into, the directory holding
