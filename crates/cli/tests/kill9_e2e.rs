@@ -77,6 +77,25 @@ fn kill_vmm_at(cli: &CliHome, name: &str, step: &str) {
     };
     // SAFETY: kill(2) takes no pointers.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // Its sockets close before it is dead: the KVM teardown of an exiting
+    // process comes after them. Wait for the death the next command sees.
+    let deadline = Instant::now() + REACH;
+    while workspace_vmm_lives(pid) {
+        assert!(Instant::now() < deadline, "VMM {pid} did not die");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn workspace_vmm_lives(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 2..))
+        .and_then(|rest| rest.split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X"))
 }
 
 fn state(cli: &CliHome, name: &str) -> Value {
