@@ -116,7 +116,7 @@ impl Workspaces {
                 continue;
             };
             if crate::store::leftover_pid(stem, '.')
-                .is_some_and(|pid| !crate::store::pid_exists(pid))
+                .is_some_and(|pid| crate::process::start_ticks(pid).is_none())
             {
                 let _ = std::fs::remove_dir_all(entry.path());
             }

@@ -259,11 +259,6 @@ impl StateDir {
 /// delete that dies half-way never leaves a workspace that looks whole.
 pub const DELETING_PREFIX: &str = ".deleting-";
 
-/// Whether process `pid` exists (a pid in a leftover's name).
-pub(crate) fn pid_exists(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
 /// The pid a leftover's name ends with (`<...>-<pid>` or `<...>.<pid>.<ext>`).
 pub(crate) fn leftover_pid(name: &str, separator: char) -> Option<u32> {
     name.rsplit(separator).next()?.parse().ok()
@@ -286,7 +281,9 @@ impl StateDir {
                 continue;
             };
             if let Some(rest) = name.strip_prefix(DELETING_PREFIX) {
-                if leftover_pid(rest, '-').is_none_or(|pid| !pid_exists(pid)) {
+                if leftover_pid(rest, '-')
+                    .is_none_or(|pid| crate::process::start_ticks(pid).is_none())
+                {
                     let _ = std::fs::remove_dir_all(entry.path());
                 }
                 continue;
