@@ -359,22 +359,76 @@ mod tests {
         }
     }
 
+    /// A directory for a test's child that runs as another user: made
+    /// under a parent every user can traverse (the temp dir, else `/tmp`),
+    /// owned by that user, removed when dropped. The child's program is
+    /// copied into it, so the test does not depend on where the checkout
+    /// lives (a clone in a 0700 directory is not enterable by `nobody`).
+    struct OtherUserDir(PathBuf);
+
+    impl OtherUserDir {
+        fn new(uid: Option<u32>) -> Result<Self, String> {
+            let parent = [std::env::temp_dir(), PathBuf::from("/tmp")]
+                .into_iter()
+                .find(|p| uid.is_none() || traversable_by_all(p))
+                .ok_or("neither the temp dir nor /tmp is traversable by every user")?;
+            let dir = parent.join(format!("ma-jail-{}", crate::settings::unique_id()));
+            std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let made = Self(dir);
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            std::fs::copy(&exe, made.program()).map_err(|e| format!("{}: {e}", exe.display()))?;
+            std::fs::create_dir(made.kept()).map_err(|e| e.to_string())?;
+            if let Some(uid) = uid {
+                for path in [made.0.as_path(), &made.kept(), &made.program()] {
+                    std::os::unix::fs::chown(path, Some(uid), Some(uid))
+                        .map_err(|e| format!("chown {}: {e}", path.display()))?;
+                }
+            }
+            Ok(made)
+        }
+
+        fn program(&self) -> PathBuf {
+            self.0.join("test-binary")
+        }
+
+        fn kept(&self) -> PathBuf {
+            self.0.join("kept")
+        }
+    }
+
+    impl Drop for OtherUserDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// True when every user may pass through `path` and its ancestors.
+    fn traversable_by_all(path: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        path.ancestors().all(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o001 != 0)
+        })
+    }
+
     /// Runs [`jailed_child`] as `uid` (this process's own when `None`)
     /// over a fresh kept directory; checks what it wrote and left.
-    fn run_jailed_child(uid: Option<u32>) {
+    fn run_jailed_child(test: &str, uid: Option<u32>) {
         use std::os::unix::process::CommandExt;
-        let kept = std::env::temp_dir().join(format!("ma-jail-{}", crate::settings::unique_id()));
-        std::fs::create_dir_all(&kept).unwrap();
-        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        let dir = match OtherUserDir::new(uid) {
+            Ok(dir) => dir,
+            Err(why) => return skip(&format!("{test}: {why}")),
+        };
+        let kept = dir.kept();
+        let mut cmd = std::process::Command::new(dir.program());
         cmd.args([
             "--ignored",
             "--exact",
             "vmm_jail::tests::jailed_child",
             "--nocapture",
         ])
+        .current_dir(&dir.0)
         .env("MICROAGENT_JAIL_CHILD", &kept);
         if let Some(uid) = uid {
-            std::os::unix::fs::chown(&kept, Some(uid), Some(uid)).unwrap();
             cmd.uid(uid).gid(uid);
         }
         let out = cmd.output().unwrap();
@@ -383,7 +437,6 @@ mod tests {
         assert_eq!(std::fs::read(kept.join("written")).unwrap(), b"ok");
         // On the host the mount point is an empty directory.
         assert_eq!(std::fs::read_dir(kept.join(JAIL_DIR)).unwrap().count(), 0);
-        std::fs::remove_dir_all(&kept).unwrap();
     }
 
     #[test]
@@ -392,7 +445,7 @@ mod tests {
         if unsafe { libc::geteuid() } != 0 {
             return skip("a_jailed_child_sees_only_what_it_keeps: needs root (CAP_SYS_ADMIN)");
         }
-        run_jailed_child(None);
+        run_jailed_child("a_jailed_child_sees_only_what_it_keeps", None);
     }
 
     #[test]
@@ -406,6 +459,6 @@ mod tests {
             return skip(&format!("{test}: {why}"));
         }
         const NOBODY: u32 = 65534;
-        run_jailed_child(Some(NOBODY));
+        run_jailed_child(test, Some(NOBODY));
     }
 }

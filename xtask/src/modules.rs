@@ -1,0 +1,463 @@
+//! `cargo xtask modules`: each crate's module graph, read from its
+//! `use crate::`/`super::` paths, with the cycles in it and the number of
+//! source files per folder. The tidy rules fail on what this finds.
+//!
+//! A module here is a source file (`a/b.rs` or `a/b/mod.rs` is `a::b`);
+//! test code (`#[cfg(test)]` onwards, `*_tests.rs`) is left out. An edge
+//! `a -> b` means `a` names something of `b`; a module naming one of its
+//! ancestors is not an edge (a child builds on its parent's items, and the
+//! parent re-exports its children), but a path through a re-export counts
+//! for the module that defines the item.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// One crate's modules and what each names.
+#[derive(Debug, Default)]
+pub struct Graph {
+    /// Module path (`""` is the crate root) to the modules it uses.
+    pub edges: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The `src` directories of the crates under `crates/`, by crate folder.
+pub fn crate_sources(root: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(root.join("crates")) {
+        for entry in entries.flatten() {
+            let src = entry.path().join("src");
+            if src.is_dir() {
+                out.push((entry.file_name().to_string_lossy().into_owned(), src));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The module path of a source file relative to `src`, or `None` for a
+/// test file or a second binary root.
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let name = rel.to_string_lossy().replace('\\', "/");
+    if name.ends_with("_tests.rs") || name.split('/').any(|p| p == "tests") {
+        return None;
+    }
+    let trimmed = name.strip_suffix(".rs")?;
+    let parts: Vec<&str> = trimmed.split('/').collect();
+    let parts = match parts.as_slice() {
+        ["lib"] | ["main"] => return Some(String::new()),
+        ["bin", ..] => return None,
+        [rest @ .., "mod"] => rest.to_vec(),
+        all => all.to_vec(),
+    };
+    Some(parts.join("::"))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+}
+
+/// The code of a file without its tests and comments.
+fn code_of(text: &str) -> String {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    code.lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Expands one `use` tree (`crate::{a, b::{C, D}}`) into its full paths.
+fn expand_use(tree: &str) -> Vec<String> {
+    let tree: String = drop_aliases(tree)
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let Some(open) = tree.find('{') else {
+        return vec![tree];
+    };
+    let prefix = &tree[..open];
+    let inner = tree[open + 1..]
+        .strip_suffix('}')
+        .unwrap_or(&tree[open + 1..]);
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| expand_use(&format!("{prefix}{p}")))
+        .collect()
+}
+
+/// A use tree without its `as NAME` renames.
+fn drop_aliases(tree: &str) -> String {
+    let mut out = String::new();
+    let mut rest = tree;
+    while let Some(i) = rest.find(" as ") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 4..];
+        let end = after.find([',', '}']).unwrap_or(after.len());
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every path the code names, as written: the trees of its `use`
+/// statements, expanded, and `crate::`/`super::` paths in expressions.
+fn named_paths(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    let mut outside_uses = String::new();
+    while let Some(at) = find_use(rest) {
+        outside_uses.push_str(&rest[..at]);
+        let after = &rest[at..];
+        let start = after.find("use ").map_or(0, |i| i + 4);
+        let end = after.find(';').unwrap_or(after.len());
+        paths.extend(expand_use(&after[start..end]));
+        rest = &after[(end + 1).min(after.len())..];
+    }
+    outside_uses.push_str(rest);
+    for anchor in ["crate::", "super::"] {
+        let mut text = outside_uses.as_str();
+        while let Some(i) = text.find(anchor) {
+            let before = text[..i].chars().next_back();
+            let tail = &text[i..];
+            let len = tail
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(tail.len());
+            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                paths.push(tail[..len].trim_end_matches(':').to_owned());
+            }
+            text = &tail[len.max(anchor.len())..];
+        }
+    }
+    paths
+}
+
+/// Where the next `use` statement starts (at a line's start, any `pub`).
+fn find_use(text: &str) -> Option<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let body = trimmed
+            .strip_prefix("pub(crate) ")
+            .or_else(|| trimmed.strip_prefix("pub(super) "))
+            .or_else(|| trimmed.strip_prefix("pub "))
+            .unwrap_or(trimmed);
+        if body.starts_with("use ") {
+            return Some(offset + (line.len() - trimmed.len()));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// Resolves a named path to the module that defines it, from `module`.
+fn resolve(
+    module: &str,
+    path: &str,
+    modules: &BTreeSet<String>,
+    reexports: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Option<String> {
+    let mut segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+    let mut base: Vec<&str> = if module.is_empty() {
+        Vec::new()
+    } else {
+        module.split("::").collect()
+    };
+    match segments.first() {
+        Some(&"crate") => {
+            base.clear();
+            segments.remove(0);
+        }
+        Some(&"super") => {
+            while segments.first() == Some(&"super") {
+                base.pop()?;
+                segments.remove(0);
+            }
+        }
+        _ => return None,
+    }
+    // The longest prefix that is a module, then a re-export from it.
+    let mut current = base.join("::");
+    for seg in segments {
+        let next = if current.is_empty() {
+            seg.to_owned()
+        } else {
+            format!("{current}::{seg}")
+        };
+        if modules.contains(&next) {
+            current = next;
+            continue;
+        }
+        if let Some(real) = reexports.get(&current).and_then(|r| r.get(seg)) {
+            return Some(real.clone());
+        }
+        break;
+    }
+    Some(current)
+}
+
+/// Names a module re-exports (`pub use child::Name;`), to the module the
+/// path resolves to.
+fn reexports_of(module: &str, code: &str, modules: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in code.split(';') {
+        let trimmed = line.trim_start();
+        let Some(tree) = trimmed
+            .strip_prefix("pub use ")
+            .or_else(|| trimmed.strip_prefix("pub(crate) use "))
+        else {
+            continue;
+        };
+        for full in expand_use(tree) {
+            let name = full.rsplit("::").next().unwrap_or("").to_owned();
+            let rel = full
+                .strip_prefix("self::")
+                .or_else(|| full.strip_prefix("crate::"))
+                .unwrap_or(&full);
+            // The longest module prefix of the path, relative to `module`
+            // (or to the root for `crate::`).
+            let mut owner = None;
+            let segs: Vec<&str> = rel.split("::").collect();
+            for n in (1..segs.len()).rev() {
+                let cand = segs[..n].join("::");
+                let cand = if module.is_empty() || full.starts_with("crate::") {
+                    cand
+                } else {
+                    format!("{module}::{cand}")
+                };
+                if modules.contains(&cand) {
+                    owner = Some(cand);
+                    break;
+                }
+            }
+            if let Some(owner) = owner {
+                out.insert(name, owner);
+            }
+        }
+    }
+    out
+}
+
+/// Reads the module graph of the crate whose sources are in `src`.
+pub fn graph(src: &Path) -> Graph {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut code = BTreeMap::new();
+    for f in &files {
+        if let Some(m) = module_of(src, f) {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            code.insert(m, code_of(&text));
+        }
+    }
+    let modules: BTreeSet<String> = code.keys().cloned().collect();
+    let reexports: BTreeMap<_, _> = code
+        .iter()
+        .map(|(m, c)| (m.clone(), reexports_of(m, c, &modules)))
+        .collect();
+    let mut g = Graph::default();
+    for (module, text) in &code {
+        let targets = g.edges.entry(module.clone()).or_default();
+        for path in named_paths(text) {
+            let Some(target) = resolve(module, &path, &modules, &reexports) else {
+                continue;
+            };
+            let ancestor = target.is_empty()
+                || *module == target
+                || module.starts_with(&format!("{target}::"));
+            if !ancestor {
+                targets.insert(target);
+            }
+        }
+    }
+    g
+}
+
+impl Graph {
+    /// Each strongly connected group of two or more modules (Tarjan).
+    pub fn cycles(&self) -> Vec<Vec<String>> {
+        struct State<'a> {
+            g: &'a Graph,
+            index: BTreeMap<&'a str, usize>,
+            low: BTreeMap<&'a str, usize>,
+            stack: Vec<&'a str>,
+            on_stack: BTreeSet<&'a str>,
+            out: Vec<Vec<String>>,
+        }
+        fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+            let i = s.index.len();
+            s.index.insert(v, i);
+            s.low.insert(v, i);
+            s.stack.push(v);
+            s.on_stack.insert(v);
+            if let Some(targets) = s.g.edges.get(v) {
+                for w in targets {
+                    let w = w.as_str();
+                    if !s.index.contains_key(w) {
+                        visit(s, w);
+                        let lw = s.low[w];
+                        let lv = s.low.get_mut(v).expect("visited");
+                        *lv = (*lv).min(lw);
+                    } else if s.on_stack.contains(w) {
+                        let iw = s.index[w];
+                        let lv = s.low.get_mut(v).expect("visited");
+                        *lv = (*lv).min(iw);
+                    }
+                }
+            }
+            if s.low[v] == s.index[v] {
+                let mut group = Vec::new();
+                while let Some(w) = s.stack.pop() {
+                    s.on_stack.remove(w);
+                    group.push(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                if group.len() > 1 {
+                    group.sort();
+                    s.out.push(group);
+                }
+            }
+        }
+        let mut s = State {
+            g: self,
+            index: BTreeMap::new(),
+            low: BTreeMap::new(),
+            stack: Vec::new(),
+            on_stack: BTreeSet::new(),
+            out: Vec::new(),
+        };
+        for v in self.edges.keys() {
+            if !s.index.contains_key(v.as_str()) {
+                visit(&mut s, v);
+            }
+        }
+        s.out.sort();
+        s.out
+    }
+}
+
+/// Source files (`.rs`, tests included) directly in each folder under `src`.
+pub fn files_per_folder(src: &Path) -> BTreeMap<PathBuf, usize> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let dir = f.parent().unwrap_or(src);
+        let rel = dir.strip_prefix(src).unwrap_or(dir).to_path_buf();
+        *out.entry(rel).or_insert(0) += 1;
+    }
+    out
+}
+
+/// `cargo xtask modules`: prints each crate's cycles and folder sizes.
+pub fn run(root: &Path) -> anyhow::Result<()> {
+    let mut cycles = 0;
+    for (name, src) in crate_sources(root) {
+        let g = graph(&src);
+        let found = g.cycles();
+        let edges: usize = g.edges.values().map(BTreeSet::len).sum();
+        println!(
+            "{name}: {} modules, {edges} edges, {} cycles",
+            g.edges.len(),
+            found.len()
+        );
+        for (dir, n) in files_per_folder(&src) {
+            println!("  src/{}: {n} files", dir.display());
+        }
+        for group in &found {
+            let shown: Vec<&str> = group
+                .iter()
+                .map(|m| if m.is_empty() { "(root)" } else { m.as_str() })
+                .collect();
+            println!("  cycle: {}", shown.join(" <-> "));
+        }
+        cycles += found.len();
+    }
+    if cycles > 0 {
+        anyhow::bail!("{cycles} module cycles");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn use_trees_expand() {
+        assert_eq!(
+            expand_use("crate::{a, b::{C, D}, e::F as G}"),
+            ["crate::a", "crate::b::C", "crate::b::D", "crate::e::F"]
+        );
+    }
+
+    #[test]
+    fn paths_resolve_through_modules_and_reexports() {
+        let modules: BTreeSet<String> = ["", "a", "a::x", "b", "c"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut reexports = BTreeMap::new();
+        reexports.insert(
+            String::new(),
+            reexports_of("", "pub use c::Thing;\npub use a::x::{Y, Z};", &modules),
+        );
+        let r = |m: &str, p: &str| resolve(m, p, &modules, &reexports);
+        assert_eq!(r("b", "crate::a::x::f").as_deref(), Some("a::x"));
+        assert_eq!(r("b", "crate::Thing").as_deref(), Some("c"));
+        assert_eq!(r("b", "crate::Z").as_deref(), Some("a::x"));
+        assert_eq!(r("a::x", "super::super::b::f").as_deref(), Some("b"));
+        assert_eq!(r("b", "std::fs").as_deref(), None);
+    }
+
+    #[test]
+    fn a_cycle_is_found_and_a_chain_is_not() {
+        let dir = std::env::temp_dir().join(format!("xtask-modules-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("net")).unwrap();
+        let write = |p: &str, t: &str| std::fs::write(dir.join(p), t).unwrap();
+        write("lib.rs", "mod a; mod b; mod net;\npub use a::A;\n");
+        write("a.rs", "use crate::b::B;\n");
+        write("b.rs", "fn f() -> crate::A { todo() }\n");
+        write("net/mod.rs", "mod inner; pub use inner::N;\n");
+        write(
+            "net/inner.rs",
+            "use super::super::a::A;\n#[cfg(test)]\nuse crate::b;\n",
+        );
+        let g = graph(&dir);
+        assert_eq!(g.cycles(), vec![vec!["a".to_owned(), "b".to_owned()]]);
+        assert!(g.edges["net::inner"].contains("a"));
+        assert!(
+            !g.edges["net::inner"].contains("b"),
+            "test code is left out"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
