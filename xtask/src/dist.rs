@@ -28,6 +28,28 @@ fn write_new(to: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::rename(&tmp, to).with_context(|| format!("installing {}", to.display()))
 }
 
+/// The environment variables of the library's test hooks (the
+/// `test-hooks` feature): a shipped binary must not react to them.
+const TEST_HOOK_VARS: [&str; 2] = [
+    "MICROAGENT_TEST_PAUSE_AT",
+    "MICROAGENT_TEST_REFUSED_SYSCALL_AT",
+];
+
+/// Fails when `binary` holds a test hook's variable name (the
+/// `test-hooks` feature reached a shipped build).
+fn refuse_test_hooks(binary: &std::path::Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    for var in TEST_HOOK_VARS {
+        if bytes.windows(var.len()).any(|w| w == var.as_bytes()) {
+            anyhow::bail!(
+                "{} was built with the test-hooks feature (it holds {var}); shipped builds must not be",
+                binary.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Where `dist` leaves the binaries.
 pub fn dir() -> PathBuf {
     cache::repo_root().join("target/dist")
@@ -81,9 +103,39 @@ pub fn build() -> anyhow::Result<PathBuf> {
             .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
         std::fs::rename(&tmp, &to).with_context(|| format!("installing {}", to.display()))?;
     }
+    for binary in [PACKAGE, VMM_BINARY] {
+        refuse_test_hooks(&dist.join(binary))?;
+    }
     eprintln!(
         "xtask: {} holds {PACKAGE}, {VMM_BINARY}, {AGENT_BINARY} and {INIT_BINARY}; install them into one directory on PATH",
         dist.display()
     );
     Ok(dist.join(PACKAGE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hook_names_checked_are_the_librarys() {
+        let source = cache::repo_root().join("crates/workspace/src/pause_point.rs");
+        let text = std::fs::read_to_string(source).unwrap();
+        for var in TEST_HOOK_VARS {
+            assert!(text.contains(&format!("\"{var}\"")), "{var}");
+        }
+    }
+
+    #[test]
+    fn a_binary_with_a_hook_name_is_refused() {
+        let dir = std::env::temp_dir().join(format!("xtask-dist-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let clean = dir.join("clean");
+        std::fs::write(&clean, b"\x7fELF MICROAGENT_HOME").unwrap();
+        assert!(refuse_test_hooks(&clean).is_ok());
+        let hooked = dir.join("hooked");
+        std::fs::write(&hooked, b"\x7fELF\0MICROAGENT_TEST_PAUSE_AT\0").unwrap();
+        assert!(refuse_test_hooks(&hooked).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

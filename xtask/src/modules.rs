@@ -397,6 +397,14 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
                 .map(|m| if m.is_empty() { "(root)" } else { m.as_str() })
                 .collect();
             println!("  cycle: {}", shown.join(" <-> "));
+            for from in group {
+                let inside: Vec<&str> = g.edges[from]
+                    .iter()
+                    .filter(|to| group.contains(to))
+                    .map(String::as_str)
+                    .collect();
+                println!("    {from} -> {}", inside.join(", "));
+            }
         }
         cycles += found.len();
     }

@@ -38,6 +38,10 @@ fn add_result_line(line: &str, counts: &mut Counts) -> bool {
     true
 }
 
+/// The features tests build with: the test hooks (pause points) the kill
+/// -9 suite needs, which shipped builds never have.
+const TEST_FEATURES: &str = "microagent/test-hooks";
+
 /// How long `cargo xtask test` fuzzes the virtio queues.
 const FUZZ_SECONDS: u64 = 20;
 
@@ -59,6 +63,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                     "clippy",
                     "--workspace",
                     "--all-targets",
+                    "--features",
+                    TEST_FEATURES,
                     "--quiet",
                     "--",
                     "-D",
@@ -75,7 +81,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         std::env::temp_dir().join(format!("microagent-skips-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&skip_log);
     let mut child = Command::new(cargo)
-        .args(["test", "--workspace"])
+        .args(["test", "--workspace", "--features", TEST_FEATURES])
         .env("MICROAGENT_SKIP_LOG", &skip_log)
         .current_dir(&root)
         .stdout(Stdio::piped())

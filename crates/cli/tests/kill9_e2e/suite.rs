@@ -1,10 +1,4 @@
-//! SIGKILL of the CLI, of the MCP server and of a VMM at named steps of
-//! create, start, snapshot, stop and delete (`MICROAGENT_TEST_PAUSE_AT`
-//! stops the process there; `workspace::pause_point`), each followed by
-//! the next command, which must report a consistent state; at the end
-//! nothing of the state directory is left (no process, file or cgroup).
-//! Real guests: each workspace is fresh, so it resumes the image's warm
-//! snapshot in seconds.
+//! The kill -9 suite itself (built with the `test-hooks` feature).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
