@@ -53,8 +53,9 @@ tasks:
                                 OPTIONS are extra guest kernel options to test a hypothesis
   dist                          the binaries as shipped, in target/dist/: microagent and the
                                 lean VMM process microagent-vmm (static, LTO) beside it
-  modules                       each crate's module cycles (from its `use crate::`/`super::`
-                                paths) and source files per folder; fails on a cycle
+  modules [--edges]             each crate's module cycles (from its `use crate::`/`super::`
+                                paths) and source files per folder; fails on a cycle;
+                                --edges lists every edge instead
   fuzz [--seconds N]            random virtio queues into blk, vsock and net processing (default 30 s)
   bench vmm [--runs N]          VMM figures: process start to first KVM_RUN, time to the
                                 init marker, VMM RSS beyond guest memory; the RSS of a
@@ -114,7 +115,7 @@ fn main() -> anyhow::Result<()> {
         "fuzz" => fuzz::run(rest),
         "dist" => dist::build().map(drop),
         "soak" => soak::run(rest),
-        "modules" => modules::run(&cache::repo_root()),
+        "modules" => modules::run(&cache::repo_root(), rest),
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),
             [what] if what == "agent" => bench_agent::run(),

@@ -376,11 +376,21 @@ pub fn files_per_folder(src: &Path) -> BTreeMap<PathBuf, usize> {
     out
 }
 
-/// `cargo xtask modules`: prints each crate's cycles and folder sizes.
-pub fn run(root: &Path) -> anyhow::Result<()> {
+/// `cargo xtask modules [--edges]`: prints each crate's cycles and folder
+/// sizes (or every edge).
+pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let all_edges = args.iter().any(|a| a == "--edges");
     let mut cycles = 0;
     for (name, src) in crate_sources(root) {
         let g = graph(&src);
+        if all_edges {
+            for (from, targets) in &g.edges {
+                for to in targets {
+                    println!("{name}: {from} -> {to}");
+                }
+            }
+            continue;
+        }
         let found = g.cycles();
         let edges: usize = g.edges.values().map(BTreeSet::len).sum();
         println!(
