@@ -88,7 +88,7 @@ impl StaticBuild {
 
 /// The product's input hash (one hashing for the product and xtask, so
 /// both find each other's builds).
-pub use workspace::assets::InputHash;
+pub use workspace::host::assets::InputHash;
 
 /// Adding a checked-in file to an [`InputHash`].
 pub trait AddRepoFile {
@@ -139,7 +139,11 @@ pub fn cached_file(
 
 /// Points `<cache>/current/<name>` at `target` (replacing an older link).
 pub fn link_current(name: &str, target: &Path) -> anyhow::Result<PathBuf> {
-    Ok(workspace::assets::link_current(&root()?, name, target)?)
+    Ok(workspace::host::assets::link_current(
+        &root()?,
+        name,
+        target,
+    )?)
 }
 
 #[cfg(test)]

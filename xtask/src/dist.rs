@@ -16,7 +16,7 @@ use crate::cache;
 
 const PACKAGE: &str = "microagent";
 const VMM_BINARY: &str = "microagent-vmm";
-use workspace::image_build::minimal::{AGENT_BINARY, INIT_BINARY};
+use workspace::images::build::minimal::{AGENT_BINARY, INIT_BINARY};
 const INIT_SOURCE: &str = "guest/init/init.c";
 
 /// Writes an executable by rename, so a running copy keeps its old file.

@@ -28,7 +28,7 @@ use crate::{nolibc, sh};
 const RECIPE_VERSION: &str = "images-recipe-2";
 /// Where the agent goes in every image, and what every image has (the
 /// product's own lists).
-pub use workspace::image_build::minimal::{AGENT_PATH, HOSTNAME, HOSTS, OVERLAY_DIRS};
+pub use workspace::images::build::minimal::{AGENT_PATH, HOSTNAME, HOSTS, OVERLAY_DIRS};
 /// The guest init's source; without it `/sbin/init` links to the agent.
 const INIT_SOURCE: &str = "guest/init/init.c";
 /// mkfs.ext4 options before `-d`. `-T default` keeps 4 KiB blocks and one
@@ -253,7 +253,7 @@ fn build(image: Image, common: &Common) -> anyhow::Result<PathBuf> {
     let partial_image = staging.join("rootfs.ext4");
     mkfs(name, &tree, &partial_image, size_mib)?;
     if image == Image::Minimal {
-        workspace::image_build::minimal::own_user_home(&partial_image)?;
+        workspace::images::build::minimal::own_user_home(&partial_image)?;
     }
     let manifest = manifest::Manifest {
         name: name.to_owned(),

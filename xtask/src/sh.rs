@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 
 /// The installed version of a Debian package (the product's own lookup).
-pub use workspace::settings::deb_version;
+pub use workspace::host::settings::deb_version;
 
 /// Runs `cmd`, failing with its command line when it does not succeed.
 pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
@@ -22,7 +22,7 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
 /// Makes sure Debian `packages` are installed, installing the missing ones
 /// with apt-get (which needs root: otherwise says what to run).
 pub fn ensure_debs(packages: &[&str]) -> anyhow::Result<()> {
-    let missing = workspace::settings::missing_debs(packages);
+    let missing = workspace::host::settings::missing_debs(packages);
     if missing.is_empty() {
         return Ok(());
     }

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use clap::Subcommand;
-use workspace::oci::pull::{PullEvent, PullRequest};
-use workspace::oci::rootfs::Step;
+use workspace::images::oci::pull::{PullEvent, PullRequest};
+use workspace::images::oci::rootfs::Step;
 use workspace::{Error, Workspaces};
 
 use crate::output::{self, age};
@@ -126,10 +126,16 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
                 rerun.push_str(&format!(" --packages {}", packages.join(",")));
             }
             for command in run {
-                rerun.push_str(&format!(" --run {}", workspace::plan::shell_quote(command)));
+                rerun.push_str(&format!(
+                    " --run {}",
+                    workspace::host::plan::shell_quote(command)
+                ));
             }
             for c in copy {
-                rerun.push_str(&format!(" --copy {}", workspace::plan::shell_quote(c)));
+                rerun.push_str(&format!(
+                    " --copy {}",
+                    workspace::host::plan::shell_quote(c)
+                ));
             }
             let progress = crate::kernel_cmd::stderr_progress("image build");
             let done = crate::plan_out::run_change(flags, &rerun, |token| {
@@ -157,7 +163,7 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
                 insecure: *insecure,
             };
             let shown = Arc::new(Mutex::new(pull_progress(output::interactive())));
-            let pulled = workspace::oci::pull::pull(images, &req, shown).await?;
+            let pulled = workspace::images::oci::pull::pull(images, &req, shown).await?;
             if *json {
                 output::json(&pulled);
             } else if pulled.unchanged {
@@ -177,7 +183,7 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
             if *json {
                 output::json(&all);
             } else {
-                let now = workspace::settings::now_ms();
+                let now = workspace::host::settings::now_ms();
                 let rows: Vec<Vec<String>> = all
                     .iter()
                     .map(|i| {
@@ -328,8 +334,8 @@ fn build_request(
     packages: &[String],
     run: &[String],
     copy: &[String],
-) -> Result<workspace::image_build::ImageBuildRequest, Error> {
-    use workspace::image_build::{BuildBase, CopyStep, ImageBuildRequest};
+) -> Result<workspace::images::build::ImageBuildRequest, Error> {
+    use workspace::images::build::{BuildBase, CopyStep, ImageBuildRequest};
     let from = BuildBase::parse(from).map_err(Error::from)?;
     let copy = copy
         .iter()

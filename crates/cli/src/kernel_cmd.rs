@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Subcommand;
-use workspace::kernel_install::KernelSource;
+use workspace::host::kernel_install::KernelSource;
 use workspace::{Error, Workspaces};
 
 use crate::output;
@@ -120,7 +120,7 @@ pub async fn setup(ws: &Workspaces, flags: &ConfirmFlags) -> Result<ExitCode, Er
 }
 
 fn list(ws: &Workspaces, json: bool) -> Result<(), Error> {
-    let kernels = workspace::kernels::list(ws.images())?;
+    let kernels = workspace::host::kernels::list(ws.images())?;
     if json {
         output::json(&kernels);
     } else if kernels.is_empty() {

@@ -5,9 +5,9 @@
 use std::future::Future;
 
 use serde::Serialize;
-use workspace::image_build::ImageBuild;
-use workspace::kernel_install::KernelInstall;
-use workspace::plan::Preview;
+use workspace::host::kernel_install::KernelInstall;
+use workspace::host::plan::Preview;
+use workspace::images::build::ImageBuild;
 use workspace::Error;
 
 use crate::output;
@@ -43,7 +43,7 @@ impl Change for KernelInstall {
     }
 }
 
-impl Change for workspace::setup::Setup {
+impl Change for workspace::host::setup::Setup {
     fn preview(&self) -> &Preview {
         &self.preview
     }

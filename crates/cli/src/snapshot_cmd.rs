@@ -128,7 +128,7 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Err
             if *json {
                 output::json(&all);
             } else {
-                let now = workspace::settings::now_ms();
+                let now = workspace::host::settings::now_ms();
                 let rows: Vec<Vec<String>> = all
                     .iter()
                     .map(|s| {

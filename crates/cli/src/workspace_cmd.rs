@@ -43,7 +43,7 @@ pub struct SpecArgs {
     /// 127.0.0.1:GUEST_PORT in the guest (repeatable; works without a
     /// network too).
     #[arg(long = "publish", short = 'p', value_name = "[HOST_IP:]HOST_PORT:GUEST_PORT", value_parser = crate::port_cmd::parse_mapping)]
-    pub ports: Vec<workspace::ports::PortMapping>,
+    pub ports: Vec<workspace::network::ports::PortMapping>,
 }
 
 impl SpecArgs {
@@ -221,7 +221,7 @@ pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode
         output::json(&all);
         return Ok(ExitCode::SUCCESS);
     }
-    let now = workspace::settings::now_ms();
+    let now = workspace::host::settings::now_ms();
     let rows: Vec<Vec<String>> = all
         .iter()
         .map(|m| {
@@ -328,7 +328,7 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
             );
         }
         if let Some(at) = rt.ttl_deadline_ms {
-            let left = at.saturating_sub(workspace::settings::now_ms());
+            let left = at.saturating_sub(workspace::host::settings::now_ms());
             println!("  ttl left    {}", age(left));
         }
     }
@@ -347,7 +347,7 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
         println!(
             "  last exit   {} ({} ago)",
             exit.reason,
-            age(workspace::settings::now_ms().saturating_sub(exit.at_ms))
+            age(workspace::host::settings::now_ms().saturating_sub(exit.at_ms))
         );
         for line in &exit.console_tail {
             println!("    | {}", output::guest_text(line));

@@ -193,7 +193,7 @@ fn the_vmm_program_understands_the_library_launch_and_nothing_else() {
     let mut cmd = cli.command(&["create", "dev", "--image", "fake", "--json"]);
     assert!(cmd.output().unwrap().status.success());
     let before = cli.snapshot();
-    let launch = workspace::launch::VmmLaunch::new(
+    let launch = workspace::vmm::launch::VmmLaunch::new(
         std::path::Path::new(vmm),
         cli.home(),
         "dev",

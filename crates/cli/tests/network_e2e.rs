@@ -40,7 +40,7 @@ fn preconditions() -> Result<(), String> {
         return Err("needs root (network namespaces, CAP_NET_ADMIN)".into());
     }
     for tool in ["ip", "nft", "dnsmasq", "busybox"] {
-        if workspace::settings::host_tool(tool).is_none() && which(tool).is_none() {
+        if workspace::host::settings::host_tool(tool).is_none() && which(tool).is_none() {
             return Err(format!(
                 "{tool} is not installed (apt-get install iproute2 nftables dnsmasq-base busybox-static)"
             ));

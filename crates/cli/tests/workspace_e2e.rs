@@ -615,7 +615,7 @@ fn ttl_expiry_and_kill_9_detection() {
     assert_eq!(extended["spec"]["ttl_secs"], 5400, "{extended}");
     let info = cli.ok_json(&["inspect", "short", "--json"]);
     let left_ms =
-        info["runtime"]["ttl_deadline_ms"].as_u64().unwrap() - workspace::settings::now_ms();
+        info["runtime"]["ttl_deadline_ms"].as_u64().unwrap() - workspace::host::settings::now_ms();
     assert!(
         (89 * 60_000..=90 * 60_000).contains(&left_ms),
         "{left_ms} ms left"

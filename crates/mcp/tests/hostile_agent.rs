@@ -15,7 +15,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread")]
 async fn run_code_against_a_flooding_agent_ends_at_its_deadline() {
     let test = "run_code_against_a_flooding_agent_ends_at_its_deadline";
-    if workspace::settings::host_tool("mkfs.ext4").is_none() {
+    if workspace::host::settings::host_tool("mkfs.ext4").is_none() {
         testkit::skip(
             test,
             "mkfs.ext4 is not installed (apt-get install e2fsprogs)",

@@ -27,7 +27,7 @@ use vmm_core::HostProfile;
 /// The guest asset cache: `$MICROAGENT_CACHE` or `~/.cache/microagent`
 /// (where `cargo xtask` puts kernels and root filesystems).
 pub fn cache_root() -> Option<PathBuf> {
-    workspace::settings::asset_cache_root()
+    workspace::host::settings::asset_cache_root()
 }
 
 /// Where the test suites keep the warm snapshots their workspaces share
@@ -39,7 +39,7 @@ pub fn shared_warm_dir() -> Option<PathBuf> {
 
 /// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.
 pub fn host_tool(name: &str) -> Result<PathBuf, String> {
-    workspace::settings::host_tool(name)
+    workspace::host::settings::host_tool(name)
         .ok_or_else(|| format!("{name} is not installed (apt-get install e2fsprogs)"))
 }
 

@@ -10,8 +10,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use workspace::launch::VmmLaunch;
-use workspace::vmm_host::VmmProcess;
+use workspace::vmm::launch::VmmLaunch;
+use workspace::vmm_process::host::VmmProcess;
 use workspace::{DeleteOptions, ExecInput, ExecRequest, WorkspaceSpec, Workspaces};
 
 fn main() -> ExitCode {
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
 
 async fn hello() -> workspace::Result<()> {
     let ws = Workspaces::builder().build()?;
-    let name = format!("hello-{}", workspace::settings::unique_id());
+    let name = format!("hello-{}", workspace::host::settings::unique_id());
     ws.create(&name, WorkspaceSpec::default())?;
     let dev = ws.workspace(&name)?;
     let result = async {

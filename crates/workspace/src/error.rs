@@ -5,14 +5,14 @@ use guest_agent::client::ClientError;
 use guest_agent::protocol::ErrorCode as AgentCode;
 
 use crate::code::ErrorCode;
-use crate::console_log::ConsoleLogError;
-use crate::control::ControlError;
-use crate::events::EventsError;
-use crate::image::ImageError;
+use crate::images::registry::ImageError;
 use crate::network::NetworkError;
 use crate::remedy::Remedy;
-use crate::state::{State, TransitionError};
+use crate::store::console_log::ConsoleLogError;
+use crate::store::events::EventsError;
+use crate::store::state::{State, TransitionError};
 use crate::store::StoreError;
+use crate::vmm::control::ControlError;
 
 /// Why a workspace operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -120,16 +120,16 @@ pub enum Error {
     Network(#[from] NetworkError),
     /// A host change was not previewed, confirmed or applied.
     #[error(transparent)]
-    Plan(#[from] crate::plan::PlanError),
+    Plan(#[from] crate::host::plan::PlanError),
     /// A kernel install failed.
     #[error(transparent)]
-    KernelInstall(#[from] crate::kernel_install::KernelInstallError),
+    KernelInstall(#[from] crate::host::kernel_install::KernelInstallError),
     /// An image build failed.
     #[error(transparent)]
-    ImageBuild(crate::image_build::ImageBuildError),
+    ImageBuild(crate::images::build::ImageBuildError),
     /// The host budget refused, or could not be read.
     #[error(transparent)]
-    Budget(#[from] crate::budget::BudgetError),
+    Budget(#[from] crate::host::budget::BudgetError),
     /// not an address of this machine.
     #[error("host address {addr} cannot be listened on")]
     PortUnavailable {
@@ -150,7 +150,7 @@ pub enum Error {
     /// What a guest sent was refused or over budget, or could not be
     /// written on the host.
     #[error("copying to the host")]
-    HostWrite(#[from] crate::host_write::HostWriteError),
+    HostWrite(#[from] crate::guest::host_write::HostWriteError),
     /// A host-side file operation failed.
     #[error("{what}")]
     HostIo {
@@ -194,9 +194,11 @@ impl Error {
             }
             Error::PortNotPublished { .. } => ErrorCode::NotFound,
             Error::HostWrite(e) => match e {
-                crate::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
-                crate::host_write::HostWriteError::OverBudget { .. } => ErrorCode::InvalidInput,
-                crate::host_write::HostWriteError::Io { .. } => ErrorCode::Internal,
+                crate::guest::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
+                crate::guest::host_write::HostWriteError::OverBudget { .. } => {
+                    ErrorCode::InvalidInput
+                }
+                crate::guest::host_write::HostWriteError::Io { .. } => ErrorCode::Internal,
             },
             Error::Events(_)
             | Error::ConsoleLog(_)

@@ -22,87 +22,58 @@
 
 #![warn(missing_docs)]
 
-pub mod assets;
-pub mod budget;
-pub(crate) mod builder;
-pub mod cgroup;
 pub(crate) mod code;
-pub(crate) mod console_log;
-pub(crate) mod contract;
-pub(crate) mod control;
-pub mod doctor;
 pub(crate) mod error;
-pub(crate) mod events;
-pub(crate) mod exec;
-pub(crate) mod guest_processes;
-pub(crate) mod handle;
-pub mod host_write;
-pub mod image;
-pub mod image_build;
-pub mod kernel_build;
-pub mod kernel_install;
-pub mod kernels;
-pub mod launch;
-pub(crate) mod manager;
-pub(crate) mod metrics;
-pub(crate) mod name;
+pub mod guest;
+pub mod host;
+pub mod images;
 pub mod network;
-pub(crate) mod network_ops;
-pub mod oci;
-pub(crate) mod one_shot;
-pub(crate) mod ops;
 pub mod pause_point;
-pub mod plan;
-pub(crate) mod port_forward;
-pub mod ports;
-pub(crate) mod process;
 pub(crate) mod remedy;
-pub mod settings;
-pub mod setup;
 pub(crate) mod snapshots;
-pub(crate) mod spec;
-pub(crate) mod state;
 pub(crate) mod store;
-pub mod vmm_guard;
-pub mod vmm_host;
-pub(crate) mod vmm_jail;
-pub(crate) mod warm;
-pub(crate) mod workspace_dir;
+pub mod vmm;
+pub mod vmm_process;
+pub(crate) mod workspaces;
 
 #[cfg(all(test, feature = "schemars"))]
 mod schema_tests;
 
-pub use builder::WorkspacesBuilder;
 pub use code::ErrorCode;
-pub use console_log::ConsoleLogError;
-pub use contract::{contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE};
-pub use control::ControlError;
 pub use error::{error_chain, Error, Result};
-pub use events::{Event, EventKind, EventsError};
-pub use exec::{ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector, MAX_COLLECTED_BYTES};
+pub use guest::exec::{
+    ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector, MAX_COLLECTED_BYTES,
+};
+pub use guest::files::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
+pub use guest::metrics::{WorkspaceMetrics, CPU_SAMPLE};
+pub use guest::processes::{
+    ProcessInfo, ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,
+    MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_RUNNING_PROCESSES,
+};
 /// The guest agent's streaming and file types the exec and file methods
 /// take and return, so a program needs no other crate to use them.
 pub use guest_agent::client::{ExecEvent, ExecInput, TerminalInput};
 pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, PtySize, WriteMode};
-pub use guest_processes::{
-    ProcessInfo, ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,
-    MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_RUNNING_PROCESSES,
-};
-pub use handle::Workspace;
-pub use manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
-pub use manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
-pub use metrics::{WorkspaceMetrics, CPU_SAMPLE};
-pub use name::{validate_name, NameError};
-pub use network_ops::{GuestNetwork, HostChange, NetworkInfo};
-pub use one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
-pub use ops::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
+pub use network::ops::{GuestNetwork, HostChange, NetworkInfo};
 pub use remedy::Remedy;
 pub use snapshots::SnapshotInfo;
-pub use spec::{
+pub use store::console_log::ConsoleLogError;
+pub use store::events::{Event, EventKind, EventsError};
+pub use store::name::{validate_name, NameError};
+pub use store::spec::{
     defaults, parse_duration, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Owner, Runtime,
     StartKind, WorkspaceSpec, LIMITS,
 };
-pub use state::{State, TransitionError};
+pub use store::state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};
+pub use vmm::control::ControlError;
 /// The guest kernel variant (standard, or compat for emulating hosts).
 pub use vmm_core::KernelVariant;
+pub use workspaces::builder::WorkspacesBuilder;
+pub use workspaces::contract::{
+    contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE,
+};
+pub use workspaces::handle::Workspace;
+pub use workspaces::manager::{ListFilter, StartProgress, WorkspaceInfo, Workspaces};
+pub use workspaces::manager::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
+pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};

@@ -50,10 +50,13 @@ fn every_property_of_every_result_type_is_described() {
     let schemas = [
         ("Meta", schema::<crate::Meta>()),
         ("WorkspaceInfo", schema::<crate::WorkspaceInfo>()),
-        ("Contract", schema::<crate::contract::Contract>()),
-        ("Report", schema::<crate::doctor::Report>()),
-        ("ImageInfo", schema::<crate::image::ImageInfo>()),
-        ("Event", schema::<crate::events::Event>()),
+        (
+            "Contract",
+            schema::<crate::workspaces::contract::Contract>(),
+        ),
+        ("Report", schema::<crate::host::doctor::Report>()),
+        ("ImageInfo", schema::<crate::images::registry::ImageInfo>()),
+        ("Event", schema::<crate::store::events::Event>()),
         ("ExecResult", schema::<crate::ExecResult>()),
     ];
     for (name, schema) in schemas {

@@ -41,7 +41,10 @@ fn home(test: &str) -> Home {
 
 /// Creating a workspace formats its disk with mkfs.ext4.
 fn have_mkfs(test: &str) -> bool {
-    support::have_mkfs(test, workspace::settings::host_tool("mkfs.ext4").is_some())
+    support::have_mkfs(
+        test,
+        workspace::host::settings::host_tool("mkfs.ext4").is_some(),
+    )
 }
 
 fn spec() -> WorkspaceSpec {
@@ -215,7 +218,10 @@ async fn the_host_budget_refuses_creates_and_starts_past_it() {
         return;
     }
     let h = home("budget");
-    let budget = h.root.join("state").join(workspace::budget::BUDGET_FILE);
+    let budget = h
+        .root
+        .join("state")
+        .join(workspace::host::budget::BUDGET_FILE);
     std::fs::write(&budget, r#"{"min_free_disk_mib": 1099511627776}"#).unwrap();
     let err = h.ws.create("full", spec()).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Conflict, "{err}");

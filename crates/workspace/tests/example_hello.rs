@@ -27,7 +27,7 @@ fn missing_precondition() -> Option<String> {
     {
         return Some(format!("/dev/kvm is not usable: {e}"));
     }
-    let Some(assets) = workspace::settings::asset_dir() else {
+    let Some(assets) = workspace::host::settings::asset_dir() else {
         return Some("no asset cache directory (HOME is not set)".into());
     };
     let kernel = ["vmlinux-compat", "vmlinux-standard"]
@@ -39,7 +39,7 @@ fn missing_precondition() -> Option<String> {
             assets.display()
         ));
     }
-    if workspace::settings::host_tool("mkfs.ext4").is_none() {
+    if workspace::host::settings::host_tool("mkfs.ext4").is_none() {
         return Some("mkfs.ext4 is not installed (apt-get install e2fsprogs)".into());
     }
     None
@@ -59,7 +59,7 @@ fn the_hello_example_runs_a_command_in_a_fresh_workspace() {
     );
     let home = std::env::temp_dir().join(format!("microagent-hello-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
-    let warm = workspace::settings::asset_cache_root().map(|root| root.join("test-warm"));
+    let warm = workspace::host::settings::asset_cache_root().map(|root| root.join("test-warm"));
     let out = Command::new(&example)
         .env("MICROAGENT_HOME", &home)
         .envs(warm.map(|w| ("MICROAGENT_WARM_DIR", w)))

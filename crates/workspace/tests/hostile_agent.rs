@@ -30,7 +30,7 @@ impl Drop for Home {
 }
 
 fn home(test: &str, hostility: Hostility, limits: workspace::Limits) -> Option<Home> {
-    if workspace::settings::host_tool("mkfs.ext4").is_none() {
+    if workspace::host::settings::host_tool("mkfs.ext4").is_none() {
         support::skip(
             test,
             "mkfs.ext4 is not installed (apt-get install e2fsprogs)",
@@ -101,7 +101,7 @@ fn read_file_and_copy_out_of_a_file_stop_at_their_bounds() {
         .block_on(h.ws.copy_out("dev", "/f", &dest.join("f")))
         .unwrap_err();
     let chain = workspace::error_chain(&err);
-    let budget = 10 + workspace::host_write::COPY_OUT_GROWTH;
+    let budget = 10 + workspace::guest::host_write::COPY_OUT_GROWTH;
     assert!(
         chain.contains(&format!("over its budget of {budget} bytes")),
         "{chain}"

@@ -59,7 +59,10 @@ pub fn add_inputs(hash: &mut InputHash) {
         .add("sources", SOURCES.join("\n").as_bytes())
         .add("mmdebstrap", mmdebstrap_version().as_bytes())
         .add("resolv.conf", RESOLV_CONF.as_bytes())
-        .add("user", workspace::image_build::debian::USER_HOOK.as_bytes());
+        .add(
+            "user",
+            workspace::images::build::debian::USER_HOOK.as_bytes(),
+        );
 }
 
 /// The mmdebstrap command line that creates `root`.
@@ -70,7 +73,7 @@ fn mmdebstrap_args(root: &Path) -> Vec<String> {
         "--skip=chroot/mount".to_owned(),
         "--skip=check/signed-by".to_owned(),
         format!("--include={}", INCLUDE.join(",")),
-        workspace::image_build::debian::USER_HOOK.to_owned(),
+        workspace::images::build::debian::USER_HOOK.to_owned(),
         "--aptopt=Acquire::Retries \"3\"".to_owned(),
         SUITE.to_owned(),
         root.display().to_string(),

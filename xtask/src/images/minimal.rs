@@ -1,6 +1,6 @@
 //! The `minimal` image: Debian's static busybox with links for the common
 //! applets, minimal /etc files (the product's lists,
-//! `workspace::image_build::minimal`); the agent and init come from
+//! `workspace::images::build::minimal`); the agent and init come from
 //! `finish_tree`.
 
 use std::path::Path;
@@ -12,7 +12,7 @@ use super::tree;
 use crate::cache::{AddRepoFile, InputHash};
 use crate::sh;
 
-use workspace::image_build::minimal::{
+use workspace::images::build::minimal::{
     missing_applets, APPLETS, BUSYBOX, BUSYBOX_PACKAGE as PACKAGE, GROUP, NSSWITCH, PASSWD,
     USER_HOME,
 };

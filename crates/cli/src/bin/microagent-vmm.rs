@@ -1,21 +1,21 @@
 //! `microagent-vmm`: the detached VMM process of one workspace, a program
 //! of its own so that it carries only the VMM: no async runtime, command
 //! line parser or MCP server in its resident memory. `microagent start`
-//! runs it with the arguments `workspace::launch::VmmLaunch` writes; it owns
+//! runs it with the arguments `workspace::vmm::launch::VmmLaunch` writes; it owns
 //! the process's signals, logging and exit status, and the library runs the
 //! VM.
 
 use std::process::ExitCode;
 
-use workspace::launch::VmmLaunch;
-use workspace::vmm_host::{VmmProcess, VmmStopper};
+use workspace::vmm::launch::VmmLaunch;
+use workspace::vmm_process::host::{VmmProcess, VmmStopper};
 
 fn main() -> ExitCode {
     let Some(launch) = VmmLaunch::from_args(std::env::args_os().skip(1)) else {
         eprintln!(
             "microagent-vmm: runs one workspace's VM and is started by `microagent start`; it takes the arguments `{} {} --home DIR --kernel VARIANT [--restore DIR] NAME`",
-            workspace::launch::VMM_SUBCOMMAND[0],
-            workspace::launch::VMM_SUBCOMMAND[1]
+            workspace::vmm::launch::VMM_SUBCOMMAND[0],
+            workspace::vmm::launch::VMM_SUBCOMMAND[1]
         );
         return ExitCode::from(2);
     };

@@ -3,9 +3,9 @@
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use workspace::image_build::ImageBuild;
-use workspace::kernel_install::KernelInstall;
-use workspace::plan::Preview;
+use workspace::host::kernel_install::KernelInstall;
+use workspace::host::plan::Preview;
+use workspace::images::build::ImageBuild;
 
 use crate::output::Render;
 

@@ -3,7 +3,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::image::ImageInfo;
+use workspace::images::ImageInfo;
 
 use crate::output::Render;
 
@@ -102,7 +102,7 @@ impl Render for ImageDeleteResult {
     }
 }
 
-impl Render for workspace::oci::pull::Pulled {
+impl Render for workspace::images::oci::pull::Pulled {
     fn render(&self) -> String {
         if self.unchanged {
             return format!("{} is up to date (same manifest digest)", self.image.name);

@@ -3,8 +3,8 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::doctor::Report;
-use workspace::image::ImageInfo;
+use workspace::host::doctor::Report;
+use workspace::images::ImageInfo;
 use workspace::{Contract, WorkspaceMetrics};
 
 use crate::cost::PriceTable;
@@ -24,7 +24,7 @@ pub struct ImageEntry {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct KernelListResult {
     /// The built kernels (one per variant) and those only imported images carry.
-    pub kernels: Vec<workspace::kernels::KernelInfo>,
+    pub kernels: Vec<workspace::host::kernels::KernelInfo>,
 }
 
 impl Render for KernelListResult {

@@ -61,7 +61,7 @@ pub struct CreateParams {
     /// 127.0.0.1:guest_port in the guest (at most 32; a host port in use
     /// is refused with CONFLICT).
     #[serde(default)]
-    pub ports: Vec<workspace::ports::PortMapping>,
+    pub ports: Vec<workspace::network::ports::PortMapping>,
 }
 
 /// Inputs that only name a workspace.

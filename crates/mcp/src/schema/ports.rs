@@ -3,7 +3,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::ports::PortMapping;
+use workspace::network::ports::PortMapping;
 
 use crate::output::Render;
 

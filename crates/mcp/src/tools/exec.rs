@@ -160,7 +160,7 @@ impl MicroagentServer {
         }
         let script = format!(
             "/tmp/microagent-run-code-{}.{}",
-            workspace::settings::unique_id(),
+            workspace::host::settings::unique_id(),
             language.extension()
         );
         self.ws

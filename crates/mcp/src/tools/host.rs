@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::image_build::{BuildBase, CopyStep, ImageBuild, ImageBuildRequest};
-use workspace::kernel_install::{KernelInstall, KernelSource};
+use workspace::host::kernel_install::{KernelInstall, KernelSource};
+use workspace::images::build::{BuildBase, CopyStep, ImageBuild, ImageBuildRequest};
 
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
@@ -15,7 +15,12 @@ use crate::schema::host::*;
 use crate::MicroagentServer;
 
 /// The newest step a long host change reported, for progress messages.
-fn step_tracker(first: &str) -> (Arc<Mutex<String>>, workspace::kernel_install::ProgressFn) {
+fn step_tracker(
+    first: &str,
+) -> (
+    Arc<Mutex<String>>,
+    workspace::host::kernel_install::ProgressFn,
+) {
     let status = Arc::new(Mutex::new(first.to_owned()));
     let latest = status.clone();
     let progress = Arc::new(move |step: &str| {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
-use workspace::doctor::{self, Report};
+use workspace::host::doctor::{self, Report};
 use workspace::ListFilter;
 use workspace::MAX_EVENT_WAIT;
 use workspace::{defaults, LIMITS};
@@ -62,7 +62,7 @@ impl MicroagentServer {
     ) -> ToolResult<KernelListResult> {
         let kernels = self
             .blocking(|ws| {
-                Ok(workspace::kernels::list(ws.images()).map_err(workspace::Error::from)?)
+                Ok(workspace::host::kernels::list(ws.images()).map_err(workspace::Error::from)?)
             })
             .await?;
         Ok(Out(KernelListResult { kernels }))

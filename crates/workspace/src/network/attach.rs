@@ -9,9 +9,9 @@ use vmm_core::machine::NetBackendConfig;
 
 use super::{Addressing, Backend, Network, NetworkError, Passt};
 use crate::error::{Error, Result};
-use crate::spec::WorkspaceSpec;
+use crate::store::spec::WorkspaceSpec;
+use crate::store::workspace_dir::WorkspaceDir;
 use crate::store::StateDir;
-use crate::workspace_dir::WorkspaceDir;
 
 /// A workspace's network device, ready for the machine.
 #[derive(Debug)]
@@ -102,7 +102,7 @@ pub fn preflight(state: &StateDir, spec: &WorkspaceSpec) -> Result<()> {
 }
 
 fn ip(args: &[&str]) -> std::result::Result<std::process::Output, NetworkError> {
-    let ip = crate::settings::host_tool("ip").unwrap_or_else(|| "ip".into());
+    let ip = crate::host::settings::host_tool("ip").unwrap_or_else(|| "ip".into());
     Command::new(&ip)
         .args(args)
         .output()

@@ -21,6 +21,8 @@ use crate::error::{Error, Result};
 pub mod attach;
 pub mod nft;
 pub mod objects;
+pub(crate) mod ops;
+pub mod ports;
 pub mod setup;
 
 pub use objects::{
@@ -52,7 +54,7 @@ pub const PASST_LOG: &str = "passt.log";
 pub fn validate_network(name: &str) -> Result<()> {
     match name {
         USER | NONE => Ok(()),
-        other => crate::name::validate_name(other)
+        other => crate::store::name::validate_name(other)
             .map_err(|e| Error::InvalidInput(format!("network name `{other}`: {e}"))),
     }
 }
@@ -88,7 +90,7 @@ pub const PASST_OVERRIDE_VAR: &str = "MICROAGENT_PASST";
 pub fn passt_binary() -> Option<PathBuf> {
     match std::env::var_os(PASST_OVERRIDE_VAR) {
         Some(path) if !path.is_empty() => Some(PathBuf::from(path)),
-        _ => crate::settings::host_tool("passt"),
+        _ => crate::host::settings::host_tool("passt"),
     }
 }
 
@@ -105,7 +107,7 @@ pub const PASST_FIXED_SNAPSHOT: u32 = 20230327;
 /// piped stdout.
 pub fn passt_snapshot(path: &Path) -> Option<u32> {
     if path == Path::new(DEBIAN_PASST) {
-        return passt_snapshot_date(&crate::settings::deb_version("passt")?);
+        return passt_snapshot_date(&crate::host::settings::deb_version("passt")?);
     }
     let bytes = std::fs::read(path).ok()?;
     let at = bytes.windows(4).position(|w| w == b"~git")?;

@@ -541,7 +541,7 @@ pub struct NetworksLock {
 
 /// Checks a new network's name and request on their own.
 pub fn check_new(name: &str, req: &NetworkRequest) -> Result<(), NetworkError> {
-    crate::name::validate_name(name)
+    crate::store::name::validate_name(name)
         .map_err(|e| NetworkError::Invalid(format!("network name `{name}`: {e}")))?;
     if [super::USER, super::NONE].contains(&name) {
         return Err(NetworkError::Exists(name.to_owned()));
@@ -608,7 +608,7 @@ impl Networks {
             super::NONE => return Ok(Network::none()),
             _ => {}
         }
-        if crate::name::validate_name(name).is_err() {
+        if crate::store::name::validate_name(name).is_err() {
             return Err(NetworkError::NotFound(name.to_owned()));
         }
         let path = self.record(name);
@@ -642,7 +642,7 @@ impl Networks {
                     .and_then(|n| n.strip_suffix(".json"))
                     .map(str::to_owned)
             })
-            .filter(|n| crate::name::validate_name(n).is_ok())
+            .filter(|n| crate::store::name::validate_name(n).is_ok())
             .collect();
         names.sort();
         for name in names {

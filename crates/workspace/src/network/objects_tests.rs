@@ -3,7 +3,10 @@
 use super::*;
 
 fn temp_state() -> (StateDir, PathBuf) {
-    let root = std::env::temp_dir().join(format!("ma-networks-{}", crate::settings::unique_id()));
+    let root = std::env::temp_dir().join(format!(
+        "ma-networks-{}",
+        crate::host::settings::unique_id()
+    ));
     (StateDir::at(&root).unwrap(), root)
 }
 

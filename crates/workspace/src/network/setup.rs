@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{nft, Backend, Egress, Network, HOST_ALIAS};
-use crate::plan::{Plan, Step};
+use crate::host::plan::{Plan, Step};
 
 /// The record of the last applied setup, in the networks directory.
 pub const APPLIED_FILE: &str = ".host-setup.json";

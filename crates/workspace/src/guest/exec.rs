@@ -1,0 +1,589 @@
+//! Commands run in a workspace: the library's own request ([`ExecRequest`])
+//! and results ([`Exited`], [`ExecResult`], [`ExecEnd`]), and the
+//! [`Workspaces`] calls that run them through the guest agent. The agent's
+//! wire format stays behind this module.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use guest_agent::client::{ExecEvent, ExecInput};
+use guest_agent::protocol as wire;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::store::events::EventKind;
+use crate::workspaces::manager::Workspaces;
+
+/// What runs: a program with its arguments, or a shell line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Program {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+/// A command to run in a workspace: a program with arguments or a
+/// `/bin/sh -c` line, with its environment, directory and limits.
+///
+/// ```
+/// use std::time::Duration;
+/// let req = workspace::ExecRequest::shell("make test")
+///     .cwd("/src")
+///     .env("CI", "1")
+///     .timeout(Duration::from_secs(600));
+/// assert_eq!(req.describe(), "make test");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecRequest {
+    program: Program,
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+    timeout: Option<Duration>,
+    output_cap: Option<u64>,
+    id: Option<String>,
+    pty: Option<wire::PtySize>,
+    user: Option<String>,
+}
+
+impl ExecRequest {
+    fn new(program: Program) -> Self {
+        Self {
+            program,
+            env: BTreeMap::new(),
+            cwd: None,
+            timeout: None,
+            output_cap: None,
+            id: None,
+            pty: None,
+            user: None,
+        }
+    }
+
+    /// Runs `argv[0]` (looked up in the guest's `PATH`) with the rest as
+    /// its arguments, without a shell.
+    pub fn argv<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::new(Program::Argv(argv.into_iter().map(Into::into).collect()))
+    }
+
+    /// Runs `line` with `/bin/sh -c` (pipes, redirections, globs).
+    pub fn shell(line: impl Into<String>) -> Self {
+        Self::new(Program::Shell(line.into()))
+    }
+
+    /// Adds an environment variable (over the workspace's own).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds environment variables (over the workspace's own).
+    pub fn envs<I, K, V>(mut self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.env
+            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// Sets the working directory in the guest (default `/`).
+    pub fn cwd(mut self, dir: impl Into<String>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Kills the command's process group once it has run this long.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Bytes of each output stream sent back; the rest is only counted
+    /// (default: the agent's, 1 MiB).
+    pub fn output_cap(mut self, bytes: u64) -> Self {
+        self.output_cap = Some(bytes);
+        self
+    }
+
+    /// Runs the command on a pseudo-terminal of this size in the guest:
+    /// it sees a tty on stdin, stdout and stderr, output arrives as stdout
+    /// only, and input comes as [`crate::TerminalInput`]
+    /// ([`ExecInput::Terminal`]), which carries size changes too.
+    pub fn terminal(mut self, size: wire::PtySize) -> Self {
+        self.pty = Some(size);
+        self
+    }
+
+    /// The command as text: the arguments joined by spaces, or the shell
+    /// line (what the workspace's events record).
+    pub fn describe(&self) -> String {
+        match &self.program {
+            Program::Argv(argv) => argv.join(" "),
+            Program::Shell(line) => line.clone(),
+        }
+    }
+
+    /// Refuses a command with no program.
+    pub(crate) fn check(&self) -> Result<()> {
+        match &self.program {
+            Program::Argv(argv) if argv.is_empty() => Err(Error::InvalidInput(
+                "no command given; pass a program and its arguments, or a shell line".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs as `user` instead of the workspace's default (its image's, else
+    /// root): a name the guest's /etc/passwd lists (`root`, `node`), a uid,
+    /// or `user:group`; resolved in the guest, `INVALID_INPUT` when it
+    /// names nobody.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// The agent's request, with the workspace's `env` under the request's
+    /// and its working directory and user (its image's) as defaults.
+    pub(crate) fn into_wire(self, spec: &crate::store::spec::WorkspaceSpec) -> wire::ExecRequest {
+        let mut req = match self.program {
+            Program::Argv(argv) => wire::ExecRequest::argv(argv),
+            Program::Shell(line) => wire::ExecRequest::shell(line),
+        };
+        req.env = spec.env.clone();
+        req.env.extend(self.env);
+        req.cwd = self.cwd.or_else(|| spec.cwd.clone());
+        match (self.user, spec.user) {
+            (Some(user), _) => req.user = Some(user),
+            (None, Some((uid, gid))) => {
+                req.uid = Some(uid);
+                req.gid = Some(gid);
+            }
+            (None, None) => {}
+        }
+        if let Some(t) = self.timeout {
+            req = req.timeout(t);
+        }
+        req.output_cap = self.output_cap;
+        req.id = self.id;
+        if let Some(size) = self.pty {
+            req = req.pty(size);
+        }
+        req
+    }
+}
+
+/// How a command ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Exited {
+    /// The exec's id, as the workspace's events name it.
+    pub exec_id: String,
+    /// Exit code, when the process exited.
+    pub code: Option<i32>,
+    /// Signal number, when a signal killed it.
+    pub signal: Option<i32>,
+    /// True when its timeout killed it.
+    pub timed_out: bool,
+    /// Milliseconds from start to end.
+    pub wall_ms: u64,
+    /// Bytes it wrote to stdout.
+    pub stdout_bytes: u64,
+    /// Bytes it wrote to stderr.
+    pub stderr_bytes: u64,
+    /// Stdout bytes past the output cap: counted, not sent.
+    pub stdout_dropped: u64,
+    /// Stderr bytes past the output cap: counted, not sent.
+    pub stderr_dropped: u64,
+}
+
+impl Exited {
+    /// True when the process exited with code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl From<wire::Exited> for Exited {
+    fn from(e: wire::Exited) -> Self {
+        Self {
+            exec_id: e.exec_id,
+            code: e.code,
+            signal: e.signal,
+            timed_out: e.timed_out,
+            wall_ms: e.wall_ms,
+            stdout_bytes: e.stdout_bytes,
+            stderr_bytes: e.stderr_bytes,
+            stdout_dropped: e.stdout_dropped,
+            stderr_dropped: e.stderr_dropped,
+        }
+    }
+}
+
+/// How a command ended and what it printed: the one result every front
+/// end returns (the CLI's `--json`, the MCP server's tools).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ExecResult {
+    /// The agent's id of this command (the workspace's events name it).
+    pub exec_id: String,
+    /// Exit code, when the command exited.
+    pub exit_code: Option<i32>,
+    /// Signal number, when a signal killed it.
+    pub signal: Option<i32>,
+    /// True when its timeout killed it.
+    pub timed_out: bool,
+    /// Milliseconds from start to end.
+    pub wall_ms: u64,
+    /// Its stdout, up to the output cap (invalid UTF-8 replaced).
+    pub stdout: String,
+    /// Its stderr, up to the output cap (invalid UTF-8 replaced).
+    pub stderr: String,
+    /// Bytes it wrote to stdout.
+    pub stdout_bytes: u64,
+    /// Bytes it wrote to stderr.
+    pub stderr_bytes: u64,
+    /// Stdout bytes past the cap: counted, not returned.
+    pub stdout_dropped: u64,
+    /// Stderr bytes past the cap: counted, not returned.
+    pub stderr_dropped: u64,
+}
+
+impl ExecResult {
+    /// True when the command exited with code 0.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+
+    /// True when output past the cap was dropped.
+    pub fn output_dropped(&self) -> bool {
+        self.stdout_dropped > 0 || self.stderr_dropped > 0
+    }
+}
+
+/// Gathers a command's output while it runs, up to a cap per stream, into
+/// an [`ExecResult`]: feed it the events, then [`OutputCollector::finish`].
+#[derive(Debug, Default)]
+pub struct OutputCollector {
+    cap: u64,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    /// Bytes past the cap the agent sent anyway (an agent that ignores the
+    /// request's cap is not believed).
+    over_cap: [u64; 2],
+    pid: Option<u32>,
+}
+
+/// The most a collector keeps of one stream, whatever was asked: output
+/// past it is counted as dropped, so a guest cannot make the host grow
+/// without bound.
+pub const MAX_COLLECTED_BYTES: u64 = 64 << 20;
+
+impl OutputCollector {
+    /// Keeps at most `cap` bytes of each stream (without one, and never
+    /// more than, [`MAX_COLLECTED_BYTES`]).
+    pub fn new(cap: Option<u64>) -> Self {
+        Self {
+            cap: cap.unwrap_or(MAX_COLLECTED_BYTES).min(MAX_COLLECTED_BYTES),
+            ..Self::default()
+        }
+    }
+
+    /// Records one event.
+    pub fn on_event(&mut self, event: ExecEvent) {
+        match event {
+            ExecEvent::Started { pid, .. } => self.pid = Some(pid),
+            ExecEvent::Stdout(b) => self.over_cap[0] += keep(&mut self.stdout, &b, self.cap),
+            ExecEvent::Stderr(b) => self.over_cap[1] += keep(&mut self.stderr, &b, self.cap),
+        }
+    }
+
+    /// The command's pid (and process group) in the guest, once started.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// The result of the command that ended as `exited`.
+    pub fn finish(self, exited: Exited) -> ExecResult {
+        ExecResult {
+            exec_id: exited.exec_id,
+            exit_code: exited.code,
+            signal: exited.signal,
+            timed_out: exited.timed_out,
+            wall_ms: exited.wall_ms,
+            stdout: String::from_utf8_lossy(&self.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&self.stderr).into_owned(),
+            stdout_bytes: exited.stdout_bytes,
+            stderr_bytes: exited.stderr_bytes,
+            stdout_dropped: exited.stdout_dropped.saturating_add(self.over_cap[0]),
+            stderr_dropped: exited.stderr_dropped.saturating_add(self.over_cap[1]),
+        }
+    }
+}
+
+/// Appends what fits under `cap` to `buf`; returns the bytes left out.
+fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64) -> u64 {
+    let room = usize::try_from(cap)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(buf.len());
+    let taken = chunk.len().min(room);
+    buf.extend_from_slice(&chunk[..taken]);
+    (chunk.len() - taken) as u64
+}
+
+/// How [`Workspaces::exec_cancellable`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecEnd {
+    /// The command ended by itself (or its own timeout killed it).
+    Exited(Exited),
+    /// The cancel future completed first, and SIGKILL was sent to the
+    /// command's process group.
+    Cancelled {
+        /// The exec's id, as the workspace's events name it.
+        exec_id: String,
+        /// Whether the agent confirmed the kill. When false the command may
+        /// still run in the guest: the agent could not be reached, or did
+        /// not know the exec within about 2 s (it had not started yet, or
+        /// had already ended).
+        killed: bool,
+    },
+}
+
+/// How long past an exec's own timeout the host waits for the agent to
+/// report its end.
+pub const EXEC_DEADLINE_GRACE: Duration = Duration::from_secs(30);
+
+impl Workspaces {
+    /// Runs a command, streaming its output to `on_event`; the workspace's
+    /// env is added under the request's own. Logs exec started/finished.
+    pub async fn exec<F>(
+        &self,
+        name: &str,
+        req: ExecRequest,
+        input: ExecInput,
+        mut on_event: F,
+    ) -> Result<Exited>
+    where
+        F: FnMut(ExecEvent) + Send,
+    {
+        req.check()?;
+        let (ws, meta) = self.running(name)?;
+        let command = req.describe();
+        // The agent ends a command at its timeout and reports it; past that
+        // and a grace the host stops waiting (an agent that stopped
+        // answering). Without a timeout the caller chose to wait.
+        let deadline = req.timeout.map(|t| t.saturating_add(EXEC_DEADLINE_GRACE));
+        let req = req.into_wire(&meta.spec);
+        let events = ws.events();
+        let client = ws
+            .agent()
+            .connect()
+            .await
+            .map_err(Error::agent("connect"))?;
+        let running = client.exec(req, input, |event| {
+            if let ExecEvent::Started { exec_id, .. } = &event {
+                let _ = events.append(EventKind::ExecStarted {
+                    exec_id: exec_id.clone(),
+                    command: command.clone(),
+                });
+            }
+            on_event(event)
+        });
+        let exited = match deadline {
+            Some(deadline) => tokio::time::timeout(deadline, running).await.map_err(|_| {
+                Error::Timeout(format!(
+                    "the agent did not report the end of `{command}` within {} s of its timeout",
+                    EXEC_DEADLINE_GRACE.as_secs()
+                ))
+            })?,
+            None => running.await,
+        }
+        .map_err(Error::agent("exec"))?;
+        events.append(EventKind::ExecFinished {
+            exec_id: exited.exec_id.clone(),
+            code: exited.code,
+            signal: exited.signal,
+        })?;
+        Ok(exited.into())
+    }
+
+    /// Like [`Workspaces::exec`], but when `cancel` completes first the
+    /// command's process group is killed (SIGKILL): the agent keeps a
+    /// process running when its client goes away, so dropping the exec
+    /// alone would leave it behind. [`ExecEnd`] says whether the kill was
+    /// confirmed; only then is `exec_finished` (signal 9) logged.
+    pub async fn exec_cancellable<F, C>(
+        &self,
+        name: &str,
+        mut req: ExecRequest,
+        input: ExecInput,
+        on_event: F,
+        cancel: C,
+    ) -> Result<ExecEnd>
+    where
+        F: FnMut(ExecEvent) + Send,
+        C: std::future::Future<Output = ()>,
+    {
+        let id = req
+            .id
+            .get_or_insert_with(|| format!("host-{}", crate::host::settings::unique_id()))
+            .clone();
+        let exec = self.exec(name, req, input, on_event);
+        tokio::pin!(exec);
+        tokio::select! {
+            done = &mut exec => done.map(ExecEnd::Exited),
+            () = cancel => {
+                let killed = self.kill_exec(name, &id).await;
+                if killed {
+                    if let Ok(ws) = self.dir(name) {
+                        let _ = ws.events().append(EventKind::ExecFinished {
+                            exec_id: id.clone(),
+                            code: None,
+                            signal: Some(libc::SIGKILL),
+                        });
+                    }
+                }
+                Ok(ExecEnd::Cancelled { exec_id: id, killed })
+            }
+        }
+    }
+
+    /// Sends SIGKILL to exec `id`'s process group; true when the agent
+    /// confirmed it. An exec the agent does not know yet may be starting:
+    /// it is retried for about 2 s.
+    async fn kill_exec(&self, name: &str, id: &str) -> bool {
+        for _ in 0..20 {
+            match self.signal_exec(name, id, libc::SIGKILL).await {
+                Ok(()) => return true,
+                Err(e) if e.code() == crate::ErrorCode::NotFound => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Runs a command to its end and collects its output (up to the
+    /// request's output cap).
+    pub async fn exec_collect(
+        &self,
+        name: &str,
+        req: ExecRequest,
+        input: ExecInput,
+    ) -> Result<ExecResult> {
+        let mut collector = OutputCollector::new(req.output_cap);
+        let exited = self
+            .exec(name, req, input, |event| collector.on_event(event))
+            .await?;
+        Ok(collector.finish(exited))
+    }
+
+    /// Sends a signal to a running exec's process group.
+    pub async fn signal_exec(&self, name: &str, exec_id: &str, signal: i32) -> Result<()> {
+        self.agent(name)
+            .await?
+            .signal(exec_id, signal)
+            .await
+            .map_err(Error::agent("signal"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_carries_everything_to_the_agent() {
+        let req = ExecRequest::argv(["ls", "-l"])
+            .env("A", "request")
+            .envs([("B", "2")])
+            .cwd("/tmp")
+            .timeout(Duration::from_millis(1500))
+            .output_cap(10);
+        assert_eq!(req.describe(), "ls -l");
+        let spec = crate::store::spec::WorkspaceSpec {
+            env: BTreeMap::from([
+                ("A".to_owned(), "workspace".to_owned()),
+                ("C".to_owned(), "3".to_owned()),
+            ]),
+            cwd: Some("/app".into()),
+            user: Some((1000, 1001)),
+            ..Default::default()
+        };
+        let wire = req.clone().into_wire(&spec);
+        assert_eq!(wire.argv, Some(vec!["ls".to_owned(), "-l".to_owned()]));
+        assert_eq!(wire.shell, None);
+        assert_eq!(wire.env["A"], "request", "the request's env wins");
+        assert_eq!(wire.env["B"], "2");
+        assert_eq!(wire.env["C"], "3");
+        assert_eq!(wire.cwd.as_deref(), Some("/tmp"));
+        assert_eq!(wire.timeout_ms, Some(1500));
+        assert_eq!(wire.output_cap, Some(10));
+        assert_eq!((wire.uid, wire.gid), (Some(1000), Some(1001)));
+        let as_root = ExecRequest::argv(["id"]).user("root").into_wire(&spec);
+        assert_eq!((as_root.user.as_deref(), as_root.uid), (Some("root"), None));
+        let no_cwd = ExecRequest::argv(["ls"]).into_wire(&spec);
+        assert_eq!(
+            no_cwd.cwd.as_deref(),
+            Some("/app"),
+            "the image's cwd by default"
+        );
+    }
+
+    #[test]
+    fn a_shell_line_goes_as_one_string() {
+        let wire = ExecRequest::shell("echo hi | wc -c").into_wire(&Default::default());
+        assert_eq!(wire.shell.as_deref(), Some("echo hi | wc -c"));
+        assert_eq!(wire.argv, None);
+    }
+
+    #[test]
+    fn an_empty_argv_is_refused() {
+        let err = ExecRequest::argv(Vec::<String>::new()).check().unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
+        assert!(ExecRequest::shell("true").check().is_ok());
+    }
+
+    #[test]
+    fn the_collector_keeps_up_to_the_cap_and_the_pid() {
+        let mut c = OutputCollector::new(Some(4));
+        c.on_event(ExecEvent::Started {
+            exec_id: "e1".into(),
+            pid: 42,
+        });
+        c.on_event(ExecEvent::Stdout(b"abc".to_vec()));
+        c.on_event(ExecEvent::Stdout(b"def".to_vec()));
+        c.on_event(ExecEvent::Stderr(vec![0xff, b'x']));
+        assert_eq!(c.pid(), Some(42));
+        let result = c.finish(Exited {
+            exec_id: "e1".into(),
+            code: Some(0),
+            signal: None,
+            timed_out: false,
+            wall_ms: 5,
+            stdout_bytes: 6,
+            stderr_bytes: 2,
+            stdout_dropped: 0,
+            stderr_dropped: 0,
+        });
+        assert_eq!(result.stdout, "abcd");
+        assert_eq!(result.stderr, "\u{fffd}x", "invalid UTF-8 is replaced");
+        assert_eq!(result.stdout_bytes, 6);
+        assert!(result.success());
+        // The agent sent past the cap and said nothing was dropped: the
+        // host counts what it left out itself.
+        assert_eq!(result.stdout_dropped, 2);
+        assert!(result.output_dropped());
+        assert_eq!(OutputCollector::new(None).cap, MAX_COLLECTED_BYTES);
+        assert_eq!(
+            OutputCollector::new(Some(u64::MAX)).cap,
+            MAX_COLLECTED_BYTES
+        );
+    }
+}

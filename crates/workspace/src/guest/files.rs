@@ -1,0 +1,315 @@
+//! A workspace's files through its guest agent (read, write, list, stat,
+//! copies in and out), and what it recorded: console logs and events.
+//! Commands are in `exec`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use guest_agent::client::GuestAgentClient;
+use guest_agent::protocol::{DirEntry, FileKind, FileStat, WriteMode};
+use tokio::net::UnixStream;
+
+use crate::error::{Error, Result};
+use crate::guest::exec::MAX_COLLECTED_BYTES;
+use crate::guest::host_write::{self, TempFile};
+use crate::store::console_log;
+use crate::store::events::Event;
+use crate::store::spec::Meta;
+use crate::store::state::State;
+use crate::store::workspace_dir::WorkspaceDir;
+use crate::workspaces::manager::Workspaces;
+
+/// Longest `events --wait` the library accepts.
+pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
+
+/// What [`Workspaces::read_file`] read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileRead {
+    /// The bytes read.
+    pub data: Vec<u8>,
+    /// The whole file's size.
+    pub size: u64,
+}
+
+/// How [`Workspaces::write_file`] writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Append instead of replacing the file.
+    pub append: bool,
+    /// Permission bits of a file it creates (default 0644).
+    pub perm: Option<u32>,
+}
+
+/// A guest directory's entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DirListing {
+    /// The entries.
+    pub entries: Vec<DirEntry>,
+    /// Whether the list was cut short (too many entries).
+    pub truncated: bool,
+}
+
+/// New console bytes and where to read next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsoleChunk {
+    /// The bytes.
+    pub data: Vec<u8>,
+    /// The offset to pass next time.
+    pub next_offset: u64,
+}
+
+impl Workspaces {
+    /// The workspace's directory and record, if it is running.
+    pub(crate) fn running(&self, name: &str) -> Result<(WorkspaceDir, Meta)> {
+        let meta = self.get(name)?;
+        if meta.state != State::Running {
+            return Err(Error::NotRunning {
+                name: name.to_owned(),
+                state: meta.state,
+            });
+        }
+        Ok((self.dir(name)?, meta))
+    }
+
+    pub(crate) async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
+        let (ws, _) = self.running(name)?;
+        ws.agent().connect().await.map_err(Error::agent("connect"))
+    }
+
+    /// Reads `length` bytes from `offset` of a guest file (default: to its
+    /// end, at most [`MAX_COLLECTED_BYTES`]; `copy_out` streams larger ones).
+    pub async fn read_file(
+        &self,
+        name: &str,
+        path: &str,
+        offset: Option<u64>,
+        length: Option<u64>,
+    ) -> Result<FileRead> {
+        // Into memory: never more than a collector keeps (copy_out streams).
+        let length = Some(
+            length
+                .unwrap_or(MAX_COLLECTED_BYTES)
+                .min(MAX_COLLECTED_BYTES),
+        );
+        let mut data = Vec::new();
+        let header = self
+            .agent(name)
+            .await?
+            .read_file_to(path, offset, length, &mut data)
+            .await
+            .map_err(Error::agent("read_file"))?;
+        Ok(FileRead {
+            data,
+            size: header.size,
+        })
+    }
+
+    /// Writes a guest file (replacing it, or appending); bytes written.
+    pub async fn write_file(
+        &self,
+        name: &str,
+        path: &str,
+        data: &[u8],
+        options: WriteOptions,
+    ) -> Result<u64> {
+        let WriteOptions { append, perm } = options;
+        let mode = if append {
+            WriteMode::Append
+        } else {
+            WriteMode::Truncate
+        };
+        self.agent(name)
+            .await?
+            .write_file(path, mode, perm, data)
+            .await
+            .map_err(Error::agent("write_file"))
+    }
+
+    /// A guest directory's entries.
+    pub async fn list_dir(&self, name: &str, path: &str) -> Result<DirListing> {
+        let (entries, truncated) = self
+            .agent(name)
+            .await?
+            .list_dir(path)
+            .await
+            .map_err(Error::agent("list_dir"))?;
+        Ok(DirListing { entries, truncated })
+    }
+
+    /// Metadata of a guest path.
+    pub async fn stat(&self, name: &str, path: &str) -> Result<FileStat> {
+        self.agent(name)
+            .await?
+            .stat(path)
+            .await
+            .map_err(Error::agent("stat"))
+    }
+
+    /// Copies a host file or directory to `guest_path` (a directory is
+    /// copied as `guest_path` itself, created if missing). Returns bytes
+    /// (file) or entries (directory) copied.
+    pub async fn copy_in(&self, name: &str, host_path: &Path, guest_path: &str) -> Result<u64> {
+        let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
+                "{} does not exist on the host",
+                host_path.display()
+            )),
+            _ => Error::HostIo {
+                what: format!("reading {}", host_path.display()),
+                source: e,
+            },
+        })?;
+        check_guest_path(guest_path)?;
+        if meta.is_dir() {
+            let archive = tar_dir(host_path)?;
+            self.agent(name)
+                .await?
+                .tar_in(guest_path, &archive)
+                .await
+                .map_err(Error::agent("tar_in"))
+        } else {
+            let mut file = tokio::fs::File::open(host_path)
+                .await
+                .map_err(Error::host_io(format!("opening {}", host_path.display())))?;
+            use std::os::unix::fs::PermissionsExt;
+            let perm = meta.permissions().mode() & 0o7777;
+            self.agent(name)
+                .await?
+                .write_file_from(guest_path, WriteMode::Truncate, Some(perm), &mut file)
+                .await
+                .map_err(Error::agent("write_file"))
+        }
+    }
+
+    /// Copies a guest file or directory to `host_path` (a directory becomes
+    /// `host_path` itself, merged into when it exists). Returns the bytes
+    /// received. What the guest sends is checked and bounded
+    /// ([`crate::guest::host_write`]): nothing is written outside `host_path` or
+    /// through a symlink, and a failed copy leaves no partial file.
+    pub async fn copy_out(&self, name: &str, guest_path: &str, host_path: &Path) -> Result<u64> {
+        check_guest_path(guest_path)?;
+        let stat = self.stat(name, guest_path).await?;
+        match stat.kind {
+            FileKind::Dir => {
+                if std::fs::symlink_metadata(host_path).is_ok_and(|m| !m.is_dir()) {
+                    return Err(Error::InvalidInput(format!(
+                        "{} exists and is not a directory",
+                        host_path.display()
+                    )));
+                }
+                std::fs::create_dir_all(host_path)
+                    .map_err(Error::host_io(format!("creating {}", host_path.display())))?;
+                // Streamed to disk, not memory, within the byte budget.
+                let mut tmp = TempFile::beside(host_path)?;
+                let mut budgeted = tmp.budgeted_writer(self.limits().max_copy_out_bytes)?;
+                let got = self
+                    .agent(name)
+                    .await?
+                    .tar_out_to(guest_path, &mut budgeted)
+                    .await;
+                let size = match got {
+                    Ok(size) => size,
+                    Err(_) if budgeted.exhausted() => return Err(budgeted.over().into()),
+                    Err(e) => return Err(Error::agent("tar_out")(e)),
+                };
+                let archive = tmp.file();
+                std::io::Seek::rewind(archive)
+                    .map_err(Error::host_io("rewinding the archive".to_owned()))?;
+                let reader = std::io::BufReader::new(&*archive);
+                host_write::unpack(reader, host_path, self.limits().max_copy_out_entries)?;
+                Ok(size)
+            }
+            FileKind::File => {
+                // Written beside the target and renamed, so a failed copy
+                // never leaves a partial file under the name.
+                let tmp = TempFile::beside(host_path)?;
+                // The size the guest reported, with room for a file that
+                // grows while it is copied.
+                let budget = stat
+                    .size
+                    .saturating_add(host_write::COPY_OUT_GROWTH)
+                    .min(self.limits().max_copy_out_bytes);
+                let mut budgeted = tmp.budgeted_writer(budget)?;
+                let got = self
+                    .agent(name)
+                    .await?
+                    .read_file_to(guest_path, None, None, &mut budgeted)
+                    .await;
+                let header = match got {
+                    Ok(h) => h,
+                    Err(_) if budgeted.exhausted() => return Err(budgeted.over().into()),
+                    Err(e) => return Err(Error::agent("read_file")(e)),
+                };
+                tmp.persist(header.mode, host_path)?;
+                Ok(header.transferred)
+            }
+            other => Err(Error::InvalidInput(format!(
+                "{guest_path} is a {other:?}; only files and directories can be copied"
+            ))),
+        }
+    }
+
+    /// The last `lines` console lines (all when `None`).
+    pub fn logs(&self, name: &str, lines: Option<usize>) -> Result<Vec<String>> {
+        self.get(name)?;
+        let ws = self.dir(name)?;
+        Ok(console_log::tail_lines(
+            ws.path(),
+            lines.unwrap_or(usize::MAX),
+        )?)
+    }
+
+    /// New console bytes from `offset` of the current console file, and the
+    /// next offset (for following).
+    pub fn logs_from(&self, name: &str, offset: u64) -> Result<ConsoleChunk> {
+        let ws = self.dir(name)?;
+        ws.read_meta()?;
+        let (data, next_offset) = console_log::read_from(ws.path(), offset)?;
+        Ok(ConsoleChunk { data, next_offset })
+    }
+
+    /// Events after `after`, waiting up to `wait` for one when none are there.
+    pub async fn events(&self, name: &str, after: u64, wait: Duration) -> Result<Vec<Event>> {
+        if wait > MAX_EVENT_WAIT {
+            return Err(Error::InvalidInput(format!(
+                "wait is {} s; at most {} s",
+                wait.as_secs(),
+                MAX_EVENT_WAIT.as_secs()
+            )));
+        }
+        let ws = self.dir(name)?;
+        let log = ws.events();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // A VMM that died is recorded (and its event logged) as it is noticed.
+            self.get(name)?;
+            let events = log.read_after(after)?;
+            if !events.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(events);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn check_guest_path(path: &str) -> Result<()> {
+    if !path.starts_with('/') {
+        return Err(Error::InvalidInput(format!(
+            "guest path {path:?} is not absolute; guest paths start with /"
+        )));
+    }
+    Ok(())
+}
+
+/// A host directory's contents as a tar archive (paths relative to it).
+fn tar_dir(dir: &Path) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    builder
+        .append_dir_all(".", dir)
+        .and_then(|()| builder.into_inner())
+        .map_err(Error::host_io(format!("archiving {}", dir.display())))
+}

@@ -1,0 +1,539 @@
+//! Writing what a guest sends into a host directory, safely: `copy_out`.
+//!
+//! The guest is not trusted. Its file lands in a temporary file of a random
+//! name, created O_EXCL|O_NOFOLLOW (a planted symlink is never written
+//! through), and is renamed over the target only when complete; its mode
+//! loses set-id bits and honours the umask. A directory arrives as a tar
+//! archive, streamed to such a temporary file under a byte budget, then
+//! unpacked entry by entry: every path is relative and free of `..`, every
+//! directory on the way is opened with O_NOFOLLOW from the destination
+//! down (so nothing is written through a symlink), symlinks and hard links
+//! must point inside the destination, device nodes and FIFOs are refused.
+
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Most bytes one `copy_out` takes from a guest (file or archive).
+pub const COPY_OUT_MAX_BYTES: u64 = 16 << 30;
+/// How much a guest file may grow while `copy_out` copies it (beyond the
+/// size the guest reported when asked).
+pub const COPY_OUT_GROWTH: u64 = 64 << 20;
+/// Most entries of one directory `copy_out`.
+pub const COPY_OUT_MAX_ENTRIES: u64 = 1_000_000;
+
+/// Why a guest's data was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum HostWriteError {
+    /// An archive entry would leave the destination or is not allowed.
+    #[error("refused archive entry {entry}: {why}")]
+    Refused {
+        /// The entry's path as the guest sent it.
+        entry: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// The guest sent more than a copy may take.
+    #[error("the copy is over its budget of {limit} {what}")]
+    OverBudget {
+        /// Bytes or entries.
+        what: &'static str,
+        /// The budget.
+        limit: u64,
+    },
+    /// A host file operation failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done, with the path.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HostWriteError {
+    let what = what.into();
+    move |source| HostWriteError::Io { what, source }
+}
+
+/// A new file of a random name beside `target`, removed when dropped
+/// unless [`TempFile::persist`]ed.
+#[derive(Debug)]
+pub struct TempFile {
+    path: Option<PathBuf>,
+    file: File,
+}
+
+impl TempFile {
+    /// Creates `.NAME.RANDOM.microagent-part` beside `target`: mode 0600,
+    /// O_EXCL|O_NOFOLLOW, so nothing already there is opened.
+    pub fn beside(target: &Path) -> Result<Self, HostWriteError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = target.parent().unwrap_or(Path::new("."));
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut tries = 0;
+        loop {
+            let path = dir.join(format!(".{name}.{}.microagent-part", random_hex()));
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path);
+            match opened {
+                Ok(file) => {
+                    return Ok(Self {
+                        path: Some(path),
+                        file,
+                    })
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+                Err(e) => return Err(io_err(format!("creating {}", path.display()))(e)),
+            }
+        }
+    }
+
+    /// The open file.
+    pub fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// An async writer on the file that takes at most `budget` bytes (what
+    /// a guest streams into it).
+    pub fn budgeted_writer(
+        &self,
+        budget: u64,
+    ) -> Result<Budgeted<tokio::fs::File>, HostWriteError> {
+        let shown = self.path.as_deref().unwrap_or(Path::new("")).display();
+        let file = self
+            .file
+            .try_clone()
+            .map_err(io_err(format!("opening {shown} again")))?;
+        Ok(Budgeted::new(tokio::fs::File::from_std(file), budget))
+    }
+
+    /// Gives it `mode` (set-id bits dropped, the umask applied) and renames
+    /// it to `target`.
+    pub fn persist(mut self, mode: u32, target: &Path) -> Result<(), HostWriteError> {
+        let path = self.path.take().unwrap_or_default();
+        let result = fchmod(&self.file, mode & 0o777 & !umask())
+            .map_err(io_err(format!("setting the mode of {}", path.display())))
+            .and_then(|()| {
+                std::fs::rename(&path, target)
+                    .map_err(io_err(format!("writing {}", target.display())))
+            });
+        if result.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        result
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A writer that fails once more than `limit` bytes went through it.
+#[derive(Debug)]
+pub struct Budgeted<W> {
+    inner: W,
+    left: u64,
+    limit: u64,
+}
+
+impl<W> Budgeted<W> {
+    /// `inner`, taking at most `limit` bytes.
+    pub fn new(inner: W, limit: u64) -> Self {
+        Self {
+            inner,
+            left: limit,
+            limit,
+        }
+    }
+
+    /// Whether a write was refused for the budget.
+    pub fn exhausted(&self) -> bool {
+        self.left == 0
+    }
+
+    /// The error for an exhausted budget.
+    pub fn over(&self) -> HostWriteError {
+        HostWriteError::OverBudget {
+            what: "bytes",
+            limit: self.limit,
+        }
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Budgeted<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        if buf.len() as u64 > self.left {
+            self.left = 0;
+            return std::task::Poll::Ready(Err(io::Error::other("over the copy's byte budget")));
+        }
+        let me = &mut *self;
+        let polled = std::pin::Pin::new(&mut me.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &polled {
+            me.left -= *n as u64;
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Unpacks the tar `archive` into the existing directory `dest` (merging
+/// into what is there); returns the entries written.
+pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, HostWriteError> {
+    let root = open_dir_at(None, dest.as_os_str())
+        .map_err(io_err(format!("opening {}", dest.display())))?;
+    let mut archive = tar::Archive::new(archive);
+    let entries = archive
+        .entries()
+        .map_err(io_err("reading the guest's archive"))?;
+    // Read once: /proc/self/status for every file would be work per entry.
+    let umask = umask();
+    let mut count = 0u64;
+    for entry in entries {
+        let mut entry = entry.map_err(io_err("reading the guest's archive"))?;
+        count += 1;
+        if count > max_entries {
+            return Err(HostWriteError::OverBudget {
+                what: "entries",
+                limit: max_entries,
+            });
+        }
+        let raw = entry.path_bytes().into_owned();
+        let shown = String::from_utf8_lossy(&raw).into_owned();
+        let refuse = |why| HostWriteError::Refused {
+            entry: shown.clone(),
+            why,
+        };
+        let parts = clean_parts(Path::new(OsStr::from_bytes(&raw)))
+            .ok_or_else(|| refuse("its path is absolute or has `..`"))?;
+        let Some((name, dirs)) = parts.split_last() else {
+            continue; // `./`: the destination itself.
+        };
+        let parent = open_dirs(&root, dirs, &refuse)?;
+        let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
+        let kind = entry.header().entry_type();
+        let at = |what: &str| format!("{what} {}/{shown}", dest.display());
+        if kind.is_dir() {
+            make_dir(&parent, name, mode).map_err(|e| match e.raw_os_error() {
+                Some(libc::EEXIST) => refuse("a non-directory is in its place"),
+                _ => io_err(at("creating"))(e),
+            })?;
+        } else if kind.is_file() || kind == tar::EntryType::Continuous {
+            write_file(&parent, name, mode & !umask, &mut entry).map_err(|e| {
+                match e.raw_os_error() {
+                    Some(libc::EISDIR) | Some(libc::ENOTEMPTY) => {
+                        refuse("a directory is in its place")
+                    }
+                    _ => io_err(at("writing"))(e),
+                }
+            })?;
+        } else if kind.is_symlink() {
+            let target = entry
+                .link_name_bytes()
+                .ok_or_else(|| refuse("a symlink without a target"))?
+                .into_owned();
+            let target = Path::new(OsStr::from_bytes(&target));
+            if !stays_inside(dirs, target) {
+                return Err(refuse("a symlink pointing outside the destination"));
+            }
+            replace_with(&parent, name, |p, n| symlinkat(target, p, n))
+                .map_err(io_err(at("linking")))?;
+        } else if kind.is_hard_link() {
+            let target = entry
+                .link_name_bytes()
+                .ok_or_else(|| refuse("a hard link without a target"))?
+                .into_owned();
+            let target_parts = clean_parts(Path::new(OsStr::from_bytes(&target)))
+                .ok_or_else(|| refuse("a hard link pointing outside the destination"))?;
+            let Some((target_name, target_dirs)) = target_parts.split_last() else {
+                return Err(refuse("a hard link to the destination itself"));
+            };
+            let from = open_dirs(&root, target_dirs, &refuse)?;
+            if !is_regular_file(&from, target_name) {
+                return Err(refuse("a hard link to something not copied as a file"));
+            }
+            replace_with(&parent, name, |p, n| linkat(&from, target_name, p, n))
+                .map_err(io_err(at("linking")))?;
+        } else {
+            return Err(refuse("device nodes, FIFOs and sockets are not copied"));
+        }
+    }
+    Ok(count)
+}
+
+/// The normal components of a relative path (`.` dropped); `None` for an
+/// absolute path or one with `..`.
+pub(crate) fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
+    let mut parts = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(n) => parts.push(n),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(parts)
+}
+
+/// Whether a relative symlink `target` in directory `dirs` (relative to the
+/// destination) resolves lexically inside the destination.
+fn stays_inside(dirs: &[&OsStr], target: &Path) -> bool {
+    let mut depth = dirs.len();
+    for c in target.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir if depth > 0 => depth -= 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Opens (creating missing ones) `dirs` below `root`, never following a
+/// symlink.
+fn open_dirs(
+    root: &OwnedFd,
+    dirs: &[&OsStr],
+    refuse: &dyn Fn(&'static str) -> HostWriteError,
+) -> Result<OwnedFd, HostWriteError> {
+    let mut fd = dup(root).map_err(io_err("duplicating a descriptor"))?;
+    for dir in dirs {
+        let next = match open_dir_at(Some(&fd), dir) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                make_dir(&fd, dir, 0o755).map_err(io_err("creating a directory"))?;
+                open_dir_at(Some(&fd), dir)
+            }
+            other => other,
+        };
+        fd = next.map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+                refuse("its path goes through a symlink or a file")
+            }
+            _ => io_err("opening a directory")(e),
+        })?;
+    }
+    Ok(fd)
+}
+
+/// openat2(2): opens `rel` below `dir` with `flags` (O_CLOEXEC added) and
+/// the `resolve` rules (`RESOLVE_BENEATH`, `RESOLVE_IN_ROOT`, ...), which
+/// the kernel enforces on every component, symlinks included.
+pub fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
+    let c = cstr(rel.as_os_str())?;
+    // SAFETY: open_how is plain integers; all-zero is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    // SAFETY: openat2 reads `c` (NUL-terminated) and `how` (its size
+    // passed) and returns a new descriptor or -1; both outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor (it fits an i32: the kernel returns one).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+pub(crate) fn cstr(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+pub(crate) fn open_dir_at(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
+    let c = cstr(name)?;
+    let at = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `c` is NUL-terminated and outlives the call; the result is checked.
+    let fd = check(unsafe { libc::openat(at, c.as_ptr(), flags) })?;
+    // SAFETY: a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn dup(fd: &OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a live descriptor; the result is checked.
+    let new = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// mkdirat; an existing directory is fine (a merge), anything else EEXIST.
+fn make_dir(parent: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
+    let c = cstr(name)?;
+    // The owner keeps write access while the copy fills it.
+    // SAFETY: `c` is NUL-terminated; mkdirat only reads it.
+    match check(unsafe { libc::mkdirat(parent.as_raw_fd(), c.as_ptr(), mode | 0o700) }) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            open_dir_at(Some(parent), name).map(drop).map_err(|_| e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `data` to a new temporary file in `parent`, gives it `mode` (the
+/// umask already applied), then renames it over `name` (an existing file is
+/// replaced, never written through).
+fn write_file(parent: &OwnedFd, name: &OsStr, mode: u32, data: &mut impl Read) -> io::Result<()> {
+    let mut tmp_name = b".".to_vec();
+    tmp_name.extend_from_slice(name.as_bytes());
+    tmp_name.extend_from_slice(format!(".{}.microagent-part", random_hex()).as_bytes());
+    let tmp = OsStr::from_bytes(&tmp_name);
+    let c_tmp = cstr(tmp)?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `c_tmp` is NUL-terminated; the result is checked.
+    let fd = check(unsafe { libc::openat(parent.as_raw_fd(), c_tmp.as_ptr(), flags, 0o600) })?;
+    // SAFETY: a fresh descriptor nothing else owns.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    let written = io::copy(data, &mut file)
+        .and_then(|_| fchmod(&file, mode))
+        .and_then(|()| rename_at(parent, tmp, name));
+    if written.is_err() {
+        // SAFETY: `c_tmp` is NUL-terminated; unlinkat only reads it.
+        unsafe { libc::unlinkat(parent.as_raw_fd(), c_tmp.as_ptr(), 0) };
+    }
+    written
+}
+
+fn rename_at(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    // SAFETY: both names are NUL-terminated and outlive the call.
+    check(unsafe {
+        libc::renameat(
+            parent.as_raw_fd(),
+            f.as_ptr(),
+            parent.as_raw_fd(),
+            t.as_ptr(),
+        )
+    })
+    .map(drop)
+}
+
+/// Removes what is at `name` (not a directory), then `make`s it.
+fn replace_with(
+    parent: &OwnedFd,
+    name: &OsStr,
+    make: impl Fn(&OwnedFd, &OsStr) -> io::Result<()>,
+) -> io::Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: `c` is NUL-terminated; unlinkat removes a name, not a directory.
+    if let Err(e) = check(unsafe { libc::unlinkat(parent.as_raw_fd(), c.as_ptr(), 0) }) {
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            return Err(e);
+        }
+    }
+    make(parent, name)
+}
+
+fn symlinkat(target: &Path, parent: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let (t, n) = (cstr(target.as_os_str())?, cstr(name)?);
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    check(unsafe { libc::symlinkat(t.as_ptr(), parent.as_raw_fd(), n.as_ptr()) }).map(drop)
+}
+
+fn linkat(from: &OwnedFd, from_name: &OsStr, parent: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let (f, n) = (cstr(from_name)?, cstr(name)?);
+    // SAFETY: both strings are NUL-terminated; flags 0: a symlink is not followed.
+    check(unsafe {
+        libc::linkat(
+            from.as_raw_fd(),
+            f.as_ptr(),
+            parent.as_raw_fd(),
+            n.as_ptr(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+fn is_regular_file(parent: &OwnedFd, name: &OsStr) -> bool {
+    let Ok(c) = cstr(name) else { return false };
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated, `st` is a live stat buffer.
+    let ret = unsafe {
+        libc::fstatat(
+            parent.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    ret == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
+fn fchmod(file: &File, mode: u32) -> io::Result<()> {
+    // SAFETY: fchmod on a live descriptor.
+    check(unsafe { libc::fchmod(file.as_raw_fd(), mode) }).map(drop)
+}
+
+/// This process's umask, read without changing it (umask(2) would, for
+/// every thread); 022 when /proc cannot tell.
+pub fn umask() -> u32 {
+    crate::host::settings::proc_self_status("Umask")
+        .and_then(|v| u32::from_str_radix(&v, 8).ok())
+        .unwrap_or(0o022)
+}
+
+fn random_hex() -> String {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        // Unpredictable enough for a name that is also created O_EXCL.
+        return crate::host::settings::unique_id();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+#[path = "host_write_tests.rs"]
+mod tests;

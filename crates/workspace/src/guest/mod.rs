@@ -1,0 +1,9 @@
+//! Work in a running guest through its agent: commands (`exec`),
+//! background processes (`processes`), files and copies (`files`, with
+//! `host_write` for what lands on the host) and metrics (`metrics`).
+
+pub(crate) mod exec;
+pub(crate) mod files;
+pub mod host_write;
+pub(crate) mod metrics;
+pub(crate) mod processes;

@@ -1,0 +1,362 @@
+//! Background processes in a workspace: started and returned from at once,
+//! then listed, read from byte cursors, fed stdin, signalled, waited for
+//! and removed by any later caller (another CLI run, a restarted MCP
+//! server), since the guest agent keeps them and their output.
+
+use std::time::Duration;
+
+use guest_agent::protocol::{self as wire, SignalSpec, StdinMode};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::guest::exec::ExecRequest;
+use crate::store::events::EventKind;
+use crate::workspaces::manager::Workspaces;
+
+pub use wire::{
+    DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING,
+    MAX_RUNNING_PROCESSES,
+};
+
+/// Longest wait one agent request may carry; longer waits are several.
+const AGENT_MAX_WAIT: Duration = wire::MAX_PROCESS_WAIT;
+
+/// How a background process starts, beyond its command.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessOptions {
+    /// Keep its stdin a pipe for [`Workspaces::process_write_stdin`]
+    /// (otherwise it reads /dev/null).
+    pub stdin: bool,
+    /// Bytes of each output stream kept (default 1 MiB, at most 16 MiB);
+    /// older output is dropped, and readers are told how much.
+    pub ring_bytes: Option<u64>,
+    /// Its id (1-128 of `A-Za-z0-9._:-`); default `proc-N`.
+    pub id: Option<String>,
+}
+
+/// Whether a background process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessState {
+    /// It runs.
+    Running,
+    /// It exited or was killed; its output can still be read.
+    Exited,
+}
+
+/// A background process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ProcessInfo {
+    /// Its id (what every other process call takes).
+    pub id: String,
+    /// Its pid in the guest (also its process group).
+    pub pid: u32,
+    /// The command: the arguments joined by spaces, or the shell line (cut
+    /// at 200 bytes).
+    pub command: String,
+    /// Running or exited.
+    pub state: ProcessState,
+    /// When it started, Unix milliseconds (the guest's clock).
+    pub started_unix_ms: u64,
+    /// When it ended, Unix milliseconds.
+    pub ended_unix_ms: Option<u64>,
+    /// Exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Signal number, when a signal killed it.
+    pub signal: Option<i32>,
+    /// True when its timeout killed it.
+    pub timed_out: bool,
+    /// Bytes it wrote to stdout so far.
+    pub stdout_bytes: u64,
+    /// Bytes it wrote to stderr so far.
+    pub stderr_bytes: u64,
+    /// Its stdin is open for writing.
+    pub stdin_open: bool,
+    /// Bytes of each output stream kept.
+    pub ring_bytes: u64,
+}
+
+impl From<wire::ProcessInfo> for ProcessInfo {
+    fn from(p: wire::ProcessInfo) -> Self {
+        Self {
+            id: p.id,
+            pid: p.pid,
+            command: p.command,
+            state: match p.state {
+                wire::ProcessState::Running => ProcessState::Running,
+                wire::ProcessState::Exited => ProcessState::Exited,
+            },
+            started_unix_ms: p.started_unix_ms,
+            ended_unix_ms: p.ended_unix_ms,
+            exit_code: p.exit_code,
+            signal: p.signal,
+            timed_out: p.timed_out,
+            stdout_bytes: p.stdout_bytes,
+            stderr_bytes: p.stderr_bytes,
+            stdin_open: p.stdin_open,
+            ring_bytes: p.ring_bytes,
+        }
+    }
+}
+
+impl ProcessInfo {
+    /// True while it runs.
+    pub fn running(&self) -> bool {
+        self.state == ProcessState::Running
+    }
+
+    /// "running", "exit 0", "killed by signal 15", "timed out".
+    pub fn status(&self) -> String {
+        match (self.state, self.exit_code, self.signal) {
+            (ProcessState::Running, ..) => "running".into(),
+            _ if self.timed_out => "timed out (killed)".into(),
+            (_, Some(code), _) => format!("exit {code}"),
+            (_, _, Some(sig)) => format!("killed by signal {sig}"),
+            _ => "exited".into(),
+        }
+    }
+}
+
+/// One stream's part of a [`ProcessOutput`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamOutput {
+    /// Offset of `bytes[0]` in everything the stream carried.
+    pub cursor: u64,
+    /// The bytes from `cursor`.
+    pub bytes: Vec<u8>,
+    /// The cursor to ask for next.
+    pub next_cursor: u64,
+    /// Bytes between the cursor asked for and `cursor` that were no longer
+    /// kept (the ring overflowed).
+    pub dropped: u64,
+}
+
+impl StreamOutput {
+    fn new(chunk: wire::OutputChunk, bytes: Vec<u8>) -> Self {
+        Self {
+            cursor: chunk.cursor,
+            bytes,
+            next_cursor: chunk.next_cursor,
+            dropped: chunk.dropped,
+        }
+    }
+}
+
+/// Output of a background process from a pair of cursors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessOutput {
+    /// The process as of this read.
+    pub process: ProcessInfo,
+    /// Stdout from the stdout cursor.
+    pub stdout: StreamOutput,
+    /// Stderr from the stderr cursor.
+    pub stderr: StreamOutput,
+    /// Both streams are closed: no more output will come.
+    pub eof: bool,
+}
+
+impl ProcessOutput {
+    /// True when nothing more will come: it exited and its output is closed.
+    pub fn finished(&self) -> bool {
+        self.eof && !self.process.running()
+    }
+}
+
+/// A signal by number (`"9"`) or name (`"KILL"`, `"SIGTERM"`); the agent
+/// checks it.
+fn signal_spec(signal: &str) -> SignalSpec {
+    match signal.trim().parse::<i32>() {
+        Ok(n) => SignalSpec::Number(n),
+        Err(_) => SignalSpec::Name(signal.trim().to_owned()),
+    }
+}
+
+impl Workspaces {
+    /// Starts `req` as a background process in running workspace `name`
+    /// and returns at once; the workspace's env is added under the
+    /// request's own, and its timeout (if any) kills it.
+    pub async fn process_start(
+        &self,
+        name: &str,
+        req: ExecRequest,
+        options: ProcessOptions,
+    ) -> Result<ProcessInfo> {
+        req.check()?;
+        let (ws, meta) = self.running(name)?;
+        let command = req.describe();
+        let mut wire = req.into_wire(&meta.spec);
+        if options.stdin {
+            wire.stdin = StdinMode::Stream;
+        }
+        wire.output_cap = options.ring_bytes;
+        wire.id = options.id;
+        let client = ws
+            .agent()
+            .connect()
+            .await
+            .map_err(Error::agent("connect"))?;
+        let info: ProcessInfo = client
+            .process_start(wire)
+            .await
+            .map_err(Error::agent("process_start"))?
+            .into();
+        ws.events().append(EventKind::ProcessStarted {
+            id: info.id.clone(),
+            command,
+        })?;
+        Ok(info)
+    }
+
+    /// The background processes of workspace `name`, oldest first
+    /// (finished ones until removed or pushed out by newer ones).
+    pub async fn process_list(&self, name: &str) -> Result<Vec<ProcessInfo>> {
+        let list = self
+            .agent(name)
+            .await?
+            .process_list()
+            .await
+            .map_err(Error::agent("process_list"))?;
+        Ok(list.into_iter().map(Into::into).collect())
+    }
+
+    /// Output of process `id` from `cursors` (stdout, stderr byte offsets;
+    /// 0 for the start), at most `max_bytes` per stream (default and limit
+    /// 4 MiB), waiting up to `wait` (at most 10 min) for some when there
+    /// is none yet.
+    pub async fn process_output(
+        &self,
+        name: &str,
+        id: &str,
+        cursors: [u64; 2],
+        max_bytes: Option<u64>,
+        wait: Duration,
+    ) -> Result<ProcessOutput> {
+        let read = self
+            .agent(name)
+            .await?
+            .process_output(id, cursors, max_bytes, wait.min(AGENT_MAX_WAIT))
+            .await
+            .map_err(Error::agent("process_output"))?;
+        Ok(ProcessOutput {
+            process: read.output.process.into(),
+            stdout: StreamOutput::new(read.output.stdout, read.stdout),
+            stderr: StreamOutput::new(read.output.stderr, read.stderr),
+            eof: read.output.eof,
+        })
+    }
+
+    /// Writes `data` to process `id`'s stdin, then closes it when `close`;
+    /// returns the bytes written.
+    pub async fn process_write_stdin(
+        &self,
+        name: &str,
+        id: &str,
+        data: &[u8],
+        close: bool,
+    ) -> Result<u64> {
+        let mut written = 0;
+        let mut parts = data.chunks(wire::MAX_PROCESS_STDIN).peekable();
+        if parts.peek().is_none() && !close {
+            return Ok(0);
+        }
+        loop {
+            let part = parts.next().unwrap_or_default();
+            let last = parts.peek().is_none();
+            written += self
+                .agent(name)
+                .await?
+                .process_stdin(id, part, close && last)
+                .await
+                .map_err(Error::agent("process_stdin"))?;
+            if last {
+                return Ok(written);
+            }
+        }
+    }
+
+    /// Sends `signal` (a number, or a name such as `TERM` or `SIGKILL`) to
+    /// process `id`'s process group.
+    pub async fn process_signal(&self, name: &str, id: &str, signal: &str) -> Result<()> {
+        self.agent(name)
+            .await?
+            .process_signal(id, signal_spec(signal))
+            .await
+            .map_err(Error::agent("process_signal"))
+    }
+
+    /// Waits up to `timeout` for process `id` to exit; returns it either
+    /// way (check [`ProcessInfo::running`]).
+    pub async fn process_wait(
+        &self,
+        name: &str,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<ProcessInfo> {
+        let mut left = timeout;
+        loop {
+            let part = left.min(AGENT_MAX_WAIT);
+            let info: ProcessInfo = self
+                .agent(name)
+                .await?
+                .process_wait(id, part)
+                .await
+                .map_err(Error::agent("process_wait"))?
+                .into();
+            left -= part;
+            if !info.running() || left.is_zero() {
+                return Ok(info);
+            }
+        }
+    }
+
+    /// Forgets finished process `id` and its output.
+    pub async fn process_remove(&self, name: &str, id: &str) -> Result<()> {
+        self.agent(name)
+            .await?
+            .process_remove(id)
+            .await
+            .map_err(Error::agent("process_remove"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_go_by_number_or_name() {
+        assert_eq!(signal_spec("9"), SignalSpec::Number(9));
+        assert_eq!(signal_spec(" TERM "), SignalSpec::Name("TERM".into()));
+    }
+
+    #[test]
+    fn the_status_says_how_it_ended() {
+        let mut p = ProcessInfo::from(wire::ProcessInfo {
+            id: "p".into(),
+            pid: 5,
+            command: "sleep 1".into(),
+            state: wire::ProcessState::Running,
+            started_unix_ms: 1,
+            ended_unix_ms: None,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+            stdin_open: false,
+            ring_bytes: 1,
+        });
+        assert_eq!(p.status(), "running");
+        p.state = ProcessState::Exited;
+        p.exit_code = Some(2);
+        assert_eq!(p.status(), "exit 2");
+        p.exit_code = None;
+        p.signal = Some(15);
+        assert_eq!(p.status(), "killed by signal 15");
+        p.timed_out = true;
+        assert_eq!(p.status(), "timed out (killed)");
+    }
+}

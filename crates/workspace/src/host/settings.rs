@@ -1,0 +1,163 @@
+//! Where things are and what time it is: the guest asset cache, host tools,
+//! the clock and unique ids. Every other module asks here, so none of them
+//! depends on another for these.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where `cargo xtask` builds and caches guest assets: `$MICROAGENT_CACHE`,
+/// else `~/.cache/microagent`. The xtask and the tests use this same root.
+pub fn asset_cache_root() -> Option<PathBuf> {
+    match std::env::var_os("MICROAGENT_CACHE") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/microagent")),
+    }
+}
+
+/// The `current/` directory of the asset cache, whose links name the newest
+/// build of each asset.
+pub fn asset_dir() -> Option<PathBuf> {
+    asset_cache_root().map(|root| root.join("current"))
+}
+
+/// Where warm snapshots are kept instead of the state directory's `warm/`:
+/// `$MICROAGENT_WARM_DIR`, so several state directories (test suites) can
+/// share them. A warm snapshot is only used when its image files are the
+/// same files (hard links count), so sharing is safe.
+pub fn warm_dir_override() -> Option<PathBuf> {
+    std::env::var_os("MICROAGENT_WARM_DIR").map(PathBuf::from)
+}
+
+/// Where a host program microagent runs (`mkfs.ext4`, `debugfs`, `passt`)
+/// is installed, if it is: /usr/local/sbin, /usr/local/bin (a local build
+/// wins, as in the usual PATH), /usr/sbin, /sbin or /usr/bin.
+pub fn host_tool(name: &str) -> Option<PathBuf> {
+    [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/sbin",
+        "/usr/bin",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join(name))
+    .find(|p| p.exists())
+}
+
+/// The version of a Debian package that is installed (not one removed
+/// with only its configuration left), if any.
+pub fn deb_version(package: &str) -> Option<String> {
+    let out = std::process::Command::new("dpkg-query")
+        .args(["-W", "-f=${Status} ${Version}", package])
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    text.strip_prefix("install ok installed ")
+        .map(str::to_owned)
+}
+
+/// The Debian packages of `packages` that are not installed.
+pub fn missing_debs(packages: &[&str]) -> Vec<String> {
+    packages
+        .iter()
+        .filter(|p| deb_version(p).is_none())
+        .map(|p| (*p).to_owned())
+        .collect()
+}
+
+/// Bytes free for this user on the filesystem holding `path`.
+pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(std::io::Error::other)?;
+    // SAFETY: an all-zero statvfs is a valid value for the out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated and st is a valid, writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// `timeout` from now; a timeout past what an `Instant` can hold (a user's
+/// `--timeout 18446744073709551615`) is a century, not a panic.
+pub fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {
+    const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = std::time::Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(CENTURY))
+        .unwrap_or(now)
+}
+
+/// Whether this process has capability number `bit` (`<linux/capability.h>`)
+/// in its effective set.
+pub fn has_capability(bit: u32) -> bool {
+    proc_self_status("CapEff")
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
+        .is_some_and(|caps| bit < 64 && caps & (1 << bit) != 0)
+}
+
+/// A field of this process's /proc/self/status (`Umask`, `CapEff`,
+/// `Seccomp`), its value trimmed; `None` when /proc cannot tell.
+pub fn proc_self_status(field: &str) -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    })
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A short id no other call in any process on this host returns at the same
+/// time: the process id, a per-process counter and the clock's low bits, in
+/// hex (valid in workspace names and file names).
+pub fn unique_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{:x}{:x}{:04x}", std::process::id(), n, nanos & 0xffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_name_safe() {
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| unique_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        for id in ids.iter().take(10) {
+            assert!(
+                crate::store::name::validate_name(&format!("run-{id}")).is_ok(),
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_clock_moves_forward() {
+        let a = now_ms();
+        assert!(a > 1_600_000_000_000, "{a}");
+        assert!(now_ms() >= a);
+    }
+
+    #[test]
+    fn finds_installed_tools_only() {
+        assert!(host_tool("no-such-e2fs-tool").is_none());
+        assert_eq!(
+            proc_self_status("Pid"),
+            Some(std::process::id().to_string())
+        );
+        assert_eq!(proc_self_status("No-such-field"), None);
+        let far = deadline_after(std::time::Duration::MAX);
+        assert!(far > std::time::Instant::now() + std::time::Duration::from_secs(3600));
+    }
+}

@@ -1,0 +1,435 @@
+//! Image builds, preview-then-confirm ([`crate::host::plan`]): a new image from
+//! Debian packages (`debian:SUITE`, by mmdebstrap as root) or on top of a
+//! registered image, by booting it in a throwaway workspace, copying files
+//! in, running commands there, and saving its whole root filesystem (a tar
+//! streamed out of the guest) as the new image. Both end as container
+//! images do: our init and agent under `/.microagent/`, the `minimal`
+//! image's kernel. Nothing is registered unless every step succeeded.
+
+pub mod debian;
+pub mod minimal;
+mod steps;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::host::plan::{Confirmer, Plan, Preview};
+use crate::host::settings::now_ms;
+use crate::images::registry::ImageInfo;
+use crate::workspaces::manager::Workspaces;
+
+/// Where the progress of a build goes (the current step).
+pub type ProgressFn = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Why an image was not built.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageBuildError {
+    /// The request is not one we can build.
+    #[error("{0}")]
+    Request(String),
+    /// A `--copy` source is not on the host.
+    #[error("copy source {} does not exist on the host", path.display())]
+    CopySource {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A command of the build failed in the guest; nothing was registered.
+    #[error("step {step} (`{command}`) failed ({how}): {stderr}")]
+    StepFailed {
+        /// 1-based step number.
+        step: usize,
+        /// The command.
+        command: String,
+        /// `exit code 2`, `signal 9`, `timed out`.
+        how: String,
+        /// The end of its stderr.
+        stderr: String,
+    },
+    /// mmdebstrap failed.
+    #[error("mmdebstrap failed ({status}); the end of its output:\n{tail}")]
+    Bootstrap {
+        /// How it ended.
+        status: String,
+        /// Its last lines.
+        tail: String,
+    },
+    /// A host file of the build could not be written.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The saved root filesystem could not be converted.
+    #[error("converting the saved root filesystem")]
+    Convert(#[from] crate::images::oci::OciError),
+}
+
+impl ImageBuildError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> crate::ErrorCode {
+        match self {
+            Self::Request(_) | Self::CopySource { .. } | Self::StepFailed { .. } => {
+                crate::ErrorCode::InvalidInput
+            }
+            Self::Convert(e) => e.code(),
+            Self::Bootstrap { .. } | Self::Io { .. } => crate::ErrorCode::Internal,
+        }
+    }
+}
+
+/// What a build starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildBase {
+    /// `debian:SUITE`: Debian packages, by mmdebstrap.
+    Debian(String),
+    /// A registered image.
+    Image(String),
+}
+
+impl BuildBase {
+    /// `debian:bookworm` or an image name.
+    pub fn parse(from: &str) -> std::result::Result<Self, ImageBuildError> {
+        if let Some(suite) = from.strip_prefix("debian:") {
+            if !debian::valid_suite(suite) {
+                return Err(ImageBuildError::Request(format!(
+                    "`{suite}` is not a Debian suite name (bookworm, trixie)"
+                )));
+            }
+            return Ok(Self::Debian(suite.to_owned()));
+        }
+        crate::store::name::validate_name(from)
+            .map_err(|e| ImageBuildError::Request(format!("--from {from}: {e}")))?;
+        Ok(Self::Image(from.to_owned()))
+    }
+}
+
+/// A host file or directory copied into the build workspace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct CopyStep {
+    /// On the host.
+    pub from: PathBuf,
+    /// In the guest (absolute).
+    pub to: String,
+}
+
+impl CopyStep {
+    /// `SRC:DST` (DST absolute; SRC may hold colons).
+    pub fn parse(spec: &str) -> std::result::Result<Self, ImageBuildError> {
+        match spec.rsplit_once(":/") {
+            Some((from, to)) if !from.is_empty() => Ok(Self {
+                from: PathBuf::from(from),
+                to: format!("/{to}"),
+            }),
+            _ => Err(ImageBuildError::Request(format!(
+                "`{spec}` is not SRC:DST with DST an absolute guest path"
+            ))),
+        }
+    }
+}
+
+/// What to build.
+#[derive(Clone, Debug, Default)]
+pub struct ImageBuildRequest {
+    /// The new image's name.
+    pub name: String,
+    /// What it starts from (`None` is an error: every build names one).
+    pub from: Option<BuildBase>,
+    /// Debian packages to install.
+    pub packages: Vec<String>,
+    /// Commands to run in the guest, in order, as root.
+    pub run: Vec<String>,
+    /// Files to copy in, before the commands.
+    pub copy: Vec<CopyStep>,
+}
+
+/// An image build: the plan, its token, and the image when applied.
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct ImageBuild {
+    /// The plan and its token.
+    #[serde(flatten)]
+    pub preview: Preview,
+    /// It was applied (false: a preview).
+    pub applied: bool,
+    /// The new image, when applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageInfo>,
+}
+
+/// Seconds a cold boot takes here, for estimates.
+const BOOT_SECONDS: u64 = 40;
+
+/// The guest commands of a build on a booted image, in order: the package
+/// install (an image base only), then the `run` commands.
+fn guest_commands(req: &ImageBuildRequest) -> Vec<String> {
+    let mut out = Vec::new();
+    if matches!(req.from, Some(BuildBase::Image(_))) && !req.packages.is_empty() {
+        out.push(format!(
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {}",
+            req.packages.join(" ")
+        ));
+    }
+    out.extend(req.run.iter().cloned());
+    out
+}
+
+/// Checks what can be checked before any work.
+fn check(req: &ImageBuildRequest) -> std::result::Result<BuildBase, ImageBuildError> {
+    let base = req.from.clone().ok_or_else(|| {
+        ImageBuildError::Request("say what to build from: debian:SUITE or an image".into())
+    })?;
+    if let Some(bad) = req.packages.iter().find(|p| !debian::valid_package(p)) {
+        return Err(ImageBuildError::Request(format!(
+            "`{bad}` is not a Debian package name"
+        )));
+    }
+    for copy in &req.copy {
+        if std::fs::symlink_metadata(&copy.from).is_err() {
+            return Err(ImageBuildError::CopySource {
+                path: copy.from.clone(),
+            });
+        }
+    }
+    if matches!(base, BuildBase::Image(_)) && guest_commands(req).is_empty() && req.copy.is_empty()
+    {
+        return Err(ImageBuildError::Request(
+            "nothing to build: give packages, commands to run or files to copy".into(),
+        ));
+    }
+    Ok(base)
+}
+
+/// The plan of `req`; `base_bytes` is the base image's root filesystem
+/// size (none for a Debian build), `image_dir` where it is registered.
+fn build_plan(
+    req: &ImageBuildRequest,
+    base: &BuildBase,
+    base_bytes: u64,
+    missing_host_packages: &[String],
+    image_dir: &Path,
+) -> Plan {
+    let mut plan = Plan::new("image build");
+    let boots = !req.run.is_empty() || !req.copy.is_empty();
+    match base {
+        BuildBase::Debian(suite) => {
+            plan.install_packages(missing_host_packages);
+            plan.needs_root = true;
+            plan.notes.push(format!(
+                "mmdebstrap {suite} minbase as root with {} (downloads from deb.debian.org)",
+                debian::include(&req.packages).join(",")
+            ));
+            plan.disk_bytes = debian::DISK_BYTES * 2;
+            plan.estimate_seconds = debian::SECONDS;
+        }
+        BuildBase::Image(image) => {
+            plan.notes.push(format!(
+                "boots `{image}` in a throwaway workspace (its network: user)"
+            ));
+            plan.disk_bytes = base_bytes * 3;
+        }
+    }
+    if boots || matches!(base, BuildBase::Image(_)) {
+        if matches!(base, BuildBase::Debian(_)) {
+            plan.notes
+                .push("boots the result in a throwaway workspace for the steps below".into());
+        }
+        for copy in &req.copy {
+            plan.notes.push(format!(
+                "copies {} to {} in the guest",
+                copy.from.display(),
+                copy.to
+            ));
+        }
+        for command in guest_commands(req) {
+            plan.notes
+                .push(format!("runs `{command}` in the guest, as root"));
+        }
+        plan.notes.push(
+            "saves the guest's root filesystem (without /proc, /sys, /dev, /run, /tmp)".into(),
+        );
+        plan.estimate_seconds += BOOT_SECONDS
+            + 15 * (guest_commands(req).len() + req.copy.len()) as u64
+            + base_bytes / (20 << 20);
+    }
+    plan.notes.push(format!(
+        "registers it as `{}` with the `minimal` image's kernel; nothing is registered if a step fails",
+        req.name
+    ));
+    plan.writes.push(image_dir.display().to_string());
+    plan
+}
+
+impl Workspaces {
+    /// Previews (without `confirm`) or applies (with the preview's token)
+    /// an image build. `progress` hears each step.
+    pub async fn image_build(
+        &self,
+        req: &ImageBuildRequest,
+        confirm: Option<&str>,
+        progress: ProgressFn,
+    ) -> Result<ImageBuild> {
+        if let Some(token) = confirm {
+            Confirmer::expect_issued(self.state_dir().root(), token)?;
+        }
+        let base = check(req)?;
+        let images = self.images();
+        images.check_free(&req.name)?;
+        // The kernel and our init come from `minimal`: needed either way.
+        let minimal = images.get(crate::images::registry::BUILTIN_IMAGES[0])?;
+        let (base_info, missing) = match &base {
+            BuildBase::Image(name) => (Some(images.get(name)?), Vec::new()),
+            BuildBase::Debian(_) => (
+                None,
+                crate::host::settings::missing_debs(debian::HOST_PACKAGES),
+            ),
+        };
+        let base_bytes = base_info.as_ref().map_or(0, |i| i.rootfs_bytes);
+        let plan = build_plan(
+            req,
+            &base,
+            base_bytes,
+            &missing,
+            &images.root().join(&req.name),
+        );
+        let confirmer = Confirmer::open(self.state_dir().root())?;
+        let Some(token) = confirm else {
+            return Ok(ImageBuild {
+                preview: confirmer.preview(plan, now_ms()),
+                applied: false,
+                image: None,
+            });
+        };
+        confirmer.check(&plan, token, now_ms())?;
+        plan.check_privilege(token)?;
+        let image = steps::apply(self, req, &plan, &minimal, base_info, progress).await?;
+        Ok(ImageBuild {
+            preview: Preview {
+                plan,
+                token: None,
+                expires_at_ms: None,
+            },
+            applied: true,
+            image: Some(image),
+        })
+    }
+}
+
+impl From<ImageBuildError> for Error {
+    fn from(e: ImageBuildError) -> Self {
+        Error::ImageBuild(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(from: &str) -> ImageBuildRequest {
+        ImageBuildRequest {
+            name: "tools".into(),
+            from: Some(BuildBase::parse(from).unwrap()),
+            ..ImageBuildRequest::default()
+        }
+    }
+
+    #[test]
+    fn bases_and_copies_parse() {
+        assert_eq!(
+            BuildBase::parse("debian:bookworm").unwrap(),
+            BuildBase::Debian("bookworm".into())
+        );
+        assert_eq!(
+            BuildBase::parse("python-3-12").unwrap(),
+            BuildBase::Image("python-3-12".into())
+        );
+        assert!(BuildBase::parse("debian:Bad;").is_err());
+        assert!(BuildBase::parse("../x").is_err());
+        assert_eq!(
+            CopyStep::parse("a:b/c:/opt/x").unwrap(),
+            CopyStep {
+                from: "a:b/c".into(),
+                to: "/opt/x".into()
+            }
+        );
+        for bad in ["a", "a:b", ":/x", "/x"] {
+            assert!(CopyStep::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_before_any_work() {
+        let mut r = req("minimal");
+        assert!(check(&r).is_err(), "nothing to build");
+        r.run.push("true".into());
+        assert!(check(&r).is_ok());
+        r.packages.push("Bad Name".into());
+        assert!(check(&r).is_err());
+        let mut r = req("minimal");
+        r.copy.push(CopyStep {
+            from: "/nonexistent/file".into(),
+            to: "/x".into(),
+        });
+        assert!(matches!(check(&r), Err(ImageBuildError::CopySource { .. })));
+        // A Debian build with nothing else is a build.
+        assert!(check(&req("debian:bookworm")).is_ok());
+        let none = ImageBuildRequest::default();
+        assert!(check(&none).is_err());
+    }
+
+    #[test]
+    fn an_image_plan_lists_its_guest_steps_and_writes_only_the_image() {
+        let mut r = req("debian");
+        r.packages = vec!["git".into()];
+        r.run = vec!["echo hi > /etc/motd".into()];
+        r.copy = vec![CopyStep {
+            from: env!("CARGO_MANIFEST_DIR").into(),
+            to: "/opt/src".into(),
+        }];
+        let base = check(&r).unwrap();
+        let plan = build_plan(&r, &base, 100 << 20, &[], Path::new("/s/images/tools"));
+        assert!(plan.steps.is_empty() && !plan.needs_root, "{plan:?}");
+        assert_eq!(plan.writes, ["/s/images/tools"]);
+        let notes = plan.notes.join("\n");
+        assert!(
+            notes.contains("apt-get install -y -qq --no-install-recommends git"),
+            "{notes}"
+        );
+        let copies = format!("copies {} to /opt/src", env!("CARGO_MANIFEST_DIR"));
+        assert!(notes.contains(&copies), "{notes}");
+        assert!(notes.contains("runs `echo hi > /etc/motd`"), "{notes}");
+        assert!(plan.estimate_seconds >= BOOT_SECONDS + 45);
+        assert_eq!(plan.disk_bytes, 300 << 20);
+    }
+
+    #[test]
+    fn a_debian_plan_needs_root_and_installs_mmdebstrap_when_missing() {
+        let mut r = req("debian:bookworm");
+        r.packages = vec!["git".into()];
+        let base = check(&r).unwrap();
+        let plan = build_plan(
+            &r,
+            &base,
+            0,
+            &["mmdebstrap".into()],
+            Path::new("/s/images/tools"),
+        );
+        assert!(plan.needs_root);
+        assert_eq!(plan.packages, ["mmdebstrap"]);
+        assert_eq!(plan.steps.len(), 2);
+        assert!(plan.notes[0].contains("bookworm minbase") && plan.notes[0].contains(",git"));
+        // Packages go in by mmdebstrap, not by a guest command.
+        assert!(
+            !plan.notes.join("\n").contains("apt-get install"),
+            "{plan:?}"
+        );
+        let ready = build_plan(&r, &base, 0, &[], Path::new("/s/images/tools"));
+        assert!(ready.steps.is_empty() && ready.needs_root);
+    }
+}

@@ -1,0 +1,317 @@
+//! From an unpacked image tree to a bootable ext4 root image: our init and
+//! agent go under `/.microagent/` (the image's `/sbin/init` and the rest
+//! stay as they are; the kernel is told `init=/.microagent/init`), the
+//! files the agent rewrites become regular files, and `mkfs.ext4 -d`
+//! writes the tree into an image file (no mounts, no loop devices).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::config::ImageDefaults;
+use super::layout::Resolved;
+use super::owners::Owners;
+use super::{unpack, OciError, OciOrigin};
+use crate::host::settings::host_tool;
+
+/// Our directory in every converted image.
+pub const GUEST_DIR: &str = ".microagent";
+/// The kernel arguments of a converted image: our init, which finds the
+/// agent and the writable layer's mount point beside itself.
+pub const BOOT_ARGS: &str = "init=/.microagent/init";
+/// Where the built images keep init and agent (the source of ours).
+const BASE_INIT: &str = "/sbin/init";
+const BASE_AGENT: &str = "/usr/bin/microagent-agent";
+
+/// What a conversion made.
+#[derive(Debug)]
+pub struct Converted {
+    /// The ext4 image.
+    pub rootfs: PathBuf,
+    /// The image config's defaults.
+    pub defaults: ImageDefaults,
+    /// What it was made from.
+    pub origin: OciOrigin,
+}
+
+/// Progress of a conversion, for a front end to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Applying layer `index` (from 1) of `count`.
+    Layer {
+        /// This layer.
+        index: usize,
+        /// Of this many.
+        count: usize,
+    },
+    /// Writing the ext4 image.
+    Filesystem,
+}
+
+/// Converts `image` in `work` (an empty scratch directory; the result is
+/// `work/rootfs.ext4`), taking init and agent from `base_rootfs` (a built
+/// image's ext4).
+pub fn convert(
+    image: &Resolved,
+    work: &Path,
+    base_rootfs: &Path,
+    progress: &mut dyn FnMut(Step),
+) -> Result<Converted, OciError> {
+    convert_with(
+        image,
+        work,
+        base_rootfs,
+        Owners::for_this_process(),
+        progress,
+    )
+}
+
+/// [`convert`] with owners set on the tree or recorded for debugfs (what
+/// a conversion without root does; tests force it as root).
+pub fn convert_with(
+    image: &Resolved,
+    work: &Path,
+    base_rootfs: &Path,
+    mut owners: Owners,
+    progress: &mut dyn FnMut(Step),
+) -> Result<Converted, OciError> {
+    let tree = work.join("tree");
+    std::fs::create_dir_all(&tree).map_err(|e| OciError::io("creating the image tree", e))?;
+    let count = image.layers.len();
+    let mut layers = Vec::with_capacity(count);
+    for (index, ((path, digest), diff_id)) in image
+        .layers
+        .iter()
+        .zip(&image.config.rootfs.diff_ids)
+        .enumerate()
+    {
+        progress(Step::Layer {
+            index: index + 1,
+            count,
+        });
+        if digest != diff_id {
+            // A compressed blob: its own digest first.
+            super::layout::verify_file(path, digest, "layer")?;
+        }
+        let file = std::fs::File::open(path)
+            .map_err(|e| OciError::io(format!("opening {}", path.display()), e))?;
+        unpack::apply_layer(&tree, file, diff_id, &mut owners)?;
+        layers.push(digest.clone());
+    }
+    if count != image.config.rootfs.diff_ids.len() {
+        return Err(OciError::NotAnImage {
+            path: work.to_owned(),
+            problem: "its manifest and config list different numbers of layers".into(),
+        });
+    }
+    let defaults =
+        ImageDefaults::from_config(&image.config.config.clone().unwrap_or_default(), &tree)?;
+    progress(Step::Filesystem);
+    let rootfs = finish(work, base_rootfs, &owners, defaults.cwd.as_deref())?;
+    Ok(Converted {
+        rootfs,
+        defaults,
+        origin: OciOrigin {
+            reference: image.reference.clone().unwrap_or_default(),
+            manifest_digest: image.manifest_digest.clone(),
+            config_digest: image.config_digest.clone(),
+            layers,
+        },
+    })
+}
+
+/// Makes `work/tree` bootable (our files, mount points, `cwd`) and writes
+/// it into `work/rootfs.ext4` with the owners `owners` holds; the tree is
+/// removed afterwards.
+fn finish(
+    work: &Path,
+    base_rootfs: &Path,
+    owners: &Owners,
+    cwd: Option<&str>,
+) -> Result<PathBuf, OciError> {
+    let tree = work.join("tree");
+    add_guest_files(&tree, base_rootfs, work)?;
+    if let Some(cwd) = cwd {
+        // As container runtimes do: a missing working directory is made.
+        let _ = std::fs::create_dir_all(tree.join(cwd.trim_start_matches('/')));
+    }
+    let rootfs = work.join(crate::images::registry::ROOTFS_FILE);
+    mkfs(&tree, &rootfs)?;
+    owners.write_into(&tree, &rootfs, &tool("debugfs"))?;
+    let _ = std::fs::remove_dir_all(&tree);
+    Ok(rootfs)
+}
+
+/// Makes the tree already in `work/tree` (made as root, with its real
+/// owners: a Debian bootstrap) bootable and writes `work/rootfs.ext4`.
+pub fn convert_tree(work: &Path, base_rootfs: &Path) -> Result<PathBuf, OciError> {
+    finish(work, base_rootfs, &Owners::for_this_process(), None)
+}
+
+/// Converts one uncompressed tar of a whole root filesystem (what an image
+/// build saves of a workspace; `diff_id` is its sha256) in `work`, as
+/// [`convert`] does a container image; returns `work/rootfs.ext4`.
+pub fn convert_archive(
+    archive: &Path,
+    diff_id: &str,
+    work: &Path,
+    base_rootfs: &Path,
+    cwd: Option<&str>,
+) -> Result<PathBuf, OciError> {
+    let tree = work.join("tree");
+    std::fs::create_dir_all(&tree).map_err(|e| OciError::io("creating the image tree", e))?;
+    let mut owners = Owners::for_this_process();
+    let file = std::fs::File::open(archive)
+        .map_err(|e| OciError::io(format!("opening {}", archive.display()), e))?;
+    unpack::apply_layer(&tree, file, diff_id, &mut owners)?;
+    finish(work, base_rootfs, &owners, cwd)
+}
+
+fn tool(name: &str) -> PathBuf {
+    host_tool(name).unwrap_or_else(|| PathBuf::from(name))
+}
+
+fn run(cmd: &mut Command, name: &str) -> Result<(), OciError> {
+    let out = cmd
+        .output()
+        .map_err(|e| OciError::io(format!("running {name}"), e))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(OciError::Tool {
+        tool: name.into(),
+        detail: format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    })
+}
+
+/// Puts init and agent (read out of `base_rootfs` with debugfs) under
+/// `/.microagent/`, makes the writable layer's mount point there, and makes
+/// the files the agent writes at boot regular files.
+fn add_guest_files(tree: &Path, base_rootfs: &Path, work: &Path) -> Result<(), OciError> {
+    let ours = tree.join(GUEST_DIR);
+    let _ = std::fs::remove_dir_all(&ours);
+    std::fs::create_dir_all(ours.join("overlay"))
+        .map_err(|e| OciError::io("creating /.microagent", e))?;
+    for (from, to) in [(BASE_INIT, "init"), (BASE_AGENT, "agent")] {
+        let out = work.join(to);
+        let _ = std::fs::remove_file(&out);
+        run(
+            Command::new(tool("debugfs"))
+                .arg("-R")
+                .arg(format!("dump -p {from} {}", out.display()))
+                .arg(base_rootfs),
+            "debugfs",
+        )?;
+        // debugfs reports a missing file on stderr but exits 0.
+        let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+        if len == 0 {
+            return Err(OciError::Tool {
+                tool: "debugfs".into(),
+                detail: format!("{from} is missing from {}", base_rootfs.display()),
+            });
+        }
+        std::fs::rename(&out, ours.join(to))
+            .map_err(|e| OciError::io(format!("adding /.microagent/{to}"), e))?;
+        std::fs::set_permissions(
+            ours.join(to),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .map_err(|e| OciError::io(format!("adding /.microagent/{to}"), e))?;
+    }
+    // The kernel mounts devtmpfs on /dev before init runs (init needs the
+    // writable layer's disk there); the rest are init's mount points.
+    for (dir, mode) in [
+        ("dev", 0o755),
+        ("proc", 0o555),
+        ("sys", 0o555),
+        ("run", 0o755),
+        ("tmp", 0o1777),
+    ] {
+        let path = tree.join(dir);
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            let _ = std::fs::remove_file(&path);
+            std::fs::create_dir(&path).map_err(|e| OciError::io(format!("creating /{dir}"), e))?;
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .map_err(|e| OciError::io(format!("creating /{dir}"), e))?;
+        }
+    }
+    let etc = tree.join("etc");
+    let _ = std::fs::create_dir_all(&etc);
+    for (name, default) in [
+        ("resolv.conf", ""),
+        ("hosts", "127.0.0.1\tlocalhost\n"),
+        ("hostname", "microagent\n"),
+    ] {
+        let path = etc.join(name);
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        if !regular {
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::write(&path, default)
+                .map_err(|e| OciError::io(format!("writing /etc/{name}"), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Bytes and inodes the tree needs.
+fn usage(dir: &Path) -> (u64, u64) {
+    let (mut bytes, mut inodes) = (0u64, 0u64);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(m) = entry.metadata() else { continue };
+            inodes += 1;
+            // Whole 4 KiB blocks, plus a block per directory.
+            bytes += m.len().div_ceil(4096) * 4096;
+            if m.is_dir() {
+                bytes += 4096;
+                stack.push(entry.path());
+            }
+        }
+    }
+    (bytes, inodes)
+}
+
+/// `mkfs.ext4 -d tree`: sized to the tree with room for the journal and
+/// metadata (the image is attached read-only; writes go to the layer).
+fn mkfs(tree: &Path, out: &Path) -> Result<(), OciError> {
+    mkfs_with(Command::new(tool("mkfs.ext4")), tree, out)
+}
+
+/// [`mkfs`] with every file owned by root: as root directly, otherwise
+/// under `fakeroot` (a tree made by an unprivileged user for a system
+/// image, such as `minimal`).
+pub(crate) fn mkfs_root_owned(tree: &Path, out: &Path) -> Result<(), OciError> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let cmd = if unsafe { libc::geteuid() } == 0 {
+        Command::new(tool("mkfs.ext4"))
+    } else {
+        let mut c = Command::new(tool("fakeroot"));
+        c.arg(tool("mkfs.ext4"));
+        c
+    };
+    mkfs_with(cmd, tree, out)
+}
+
+fn mkfs_with(mut cmd: Command, tree: &Path, out: &Path) -> Result<(), OciError> {
+    let (bytes, inodes) = usage(tree);
+    let size_mib = (bytes + bytes / 5) / (1 << 20) + 64;
+    let inodes = inodes + inodes / 4 + 1024;
+    run(
+        cmd.args(["-q", "-F", "-T", "default", "-E", "root_owner=0:0"])
+            .arg("-N")
+            .arg(inodes.to_string())
+            .arg("-d")
+            .arg(tree)
+            .arg(out)
+            .arg(format!("{size_mib}M")),
+        "mkfs.ext4",
+    )
+}

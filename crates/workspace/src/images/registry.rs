@@ -1,0 +1,667 @@
+//! The image registry: kernel + root filesystem pairs registered by name in
+//! `<state>/images/<name>/` (`vmlinux`, `rootfs.ext4`, `image.json`).
+//!
+//! Importing hard-links the files when the source is on the same filesystem
+//! (xtask never rewrites a built file in place, so a link is a stable copy)
+//! and copies them otherwise. The images `cargo xtask setup` builds
+//! (`minimal`, `debian`) are imported from the asset cache on first use.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::code::ErrorCode;
+use crate::host::settings::now_ms;
+use crate::images::oci::{ImageDefaults, OciOrigin};
+use crate::remedy::Remedy;
+use crate::store::name::{validate_name, NameError};
+use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+use vmm_core::KernelVariant;
+
+/// The record file inside an image directory.
+pub const IMAGE_FILE: &str = "image.json";
+/// The kernel's file name inside an image (and import) directory.
+pub const KERNEL_FILE: &str = "vmlinux";
+/// The root filesystem's file name inside an image (and import) directory.
+pub const ROOTFS_FILE: &str = "rootfs.ext4";
+/// The optional build manifest's file name.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// Images `cargo xtask rootfs` builds.
+pub const BUILTIN_IMAGES: [&str; 2] = ["minimal", "debian"];
+
+/// Why an image operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// Bad image name.
+    #[error("invalid image name")]
+    Name(#[source] NameError),
+    /// Not registered (and not a built image that could be imported).
+    #[error("image `{0}` does not exist")]
+    NotFound(String),
+    /// The name is taken.
+    #[error("image `{0}` already exists")]
+    Exists(String),
+    /// Workspaces use it.
+    #[error("image `{name}` is used by workspace(s) {}; delete them first", users.join(", "))]
+    InUse {
+        /// The image.
+        name: String,
+        /// The workspaces.
+        users: Vec<String>,
+    },
+    /// The import directory lacks a file or has a bad one.
+    #[error("{}: {problem}", path.display())]
+    BadSource {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Copying or linking failed.
+    #[error("cannot import {} into {}", from.display(), to.display())]
+    Copy {
+        /// Source.
+        from: PathBuf,
+        /// Destination.
+        to: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Removing failed.
+    #[error("cannot remove {}", path.display())]
+    Remove {
+        /// The directory.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The registry's files.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A container image could not be read or converted.
+    #[error("cannot import the container image")]
+    Oci(#[from] crate::images::oci::OciError),
+    /// The registry could not give the image.
+    #[error(transparent)]
+    Registry(#[from] crate::images::oci::pull::RegistryError),
+    /// Converting a container image needs a built image's kernel, init
+    /// and agent.
+    #[error("converting a container image needs the built `{0}` image (its kernel, init and agent), which is missing")]
+    NoBase(String),
+}
+
+impl ImageError {
+    /// What resolves the failure, if the caller can do something.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            ImageError::NotFound(_) => Some(Remedy::ListImages),
+            ImageError::Exists(image) => Some(Remedy::RemoveImage {
+                image: image.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ImageError::Name(_) | ImageError::BadSource { .. } => ErrorCode::InvalidInput,
+            ImageError::NotFound(_) | ImageError::NoBase(_) => ErrorCode::NotFound,
+            ImageError::Oci(e) => e.code(),
+            ImageError::Registry(e) => e.code(),
+            ImageError::Exists(_) | ImageError::InUse { .. } => ErrorCode::Conflict,
+            ImageError::Store(e) => e.code(),
+            ImageError::Copy { .. } | ImageError::Remove { .. } => ErrorCode::Internal,
+        }
+    }
+}
+
+/// A registered image.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ImageInfo {
+    /// Its name.
+    pub name: String,
+    /// The guest kernel.
+    pub kernel: PathBuf,
+    /// The root filesystem (attached read-only).
+    pub rootfs: PathBuf,
+    /// Kernel size in bytes.
+    pub kernel_bytes: u64,
+    /// Root filesystem size in bytes (apparent).
+    pub rootfs_bytes: u64,
+    /// Unix ms of the import.
+    pub imported_at_ms: u64,
+    /// Where it was imported from.
+    pub source: PathBuf,
+    /// The build manifest, when the source had one.
+    #[serde(default)]
+    pub manifest: Option<serde_json::Value>,
+    /// Kernel arguments the image needs (a converted container image:
+    /// `init=/.microagent/init`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_args: Option<String>,
+    /// What workspaces of it start with (a container image's config).
+    #[serde(default)]
+    pub defaults: ImageDefaults,
+    /// The container image it was converted from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<OciOrigin>,
+}
+
+/// What a converted image adds to its record.
+#[derive(Debug, Default)]
+struct Extras {
+    boot_args: Option<String>,
+    defaults: ImageDefaults,
+    origin: Option<OciOrigin>,
+    source: Option<PathBuf>,
+}
+
+/// The registry in a state directory.
+#[derive(Clone, Debug)]
+pub struct ImageRegistry {
+    dir: PathBuf,
+    /// Where built images are looked for (the asset cache's `current/`).
+    assets: Option<PathBuf>,
+    /// The kernel variant of this host (`compat` or `standard`).
+    kernel_variant: KernelVariant,
+}
+
+pub(crate) fn check_kernel(path: &Path) -> Result<u64, ImageError> {
+    let bad = |problem: String| ImageError::BadSource {
+        path: path.to_owned(),
+        problem,
+    };
+    let mut head = [0u8; 0x206];
+    let mut f = std::fs::File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    f.read_exact(&mut head)
+        .map_err(|_| bad("too short to be a kernel".into()))?;
+    if &head[..4] == b"\x7fELF" || &head[0x202..0x206] == b"HdrS" {
+        Ok(len)
+    } else {
+        Err(bad("not a kernel (neither ELF vmlinux nor bzImage)".into()))
+    }
+}
+
+fn check_rootfs(path: &Path) -> Result<u64, ImageError> {
+    let bad = |problem: String| ImageError::BadSource {
+        path: path.to_owned(),
+        problem,
+    };
+    let mut sb = [0u8; 1082];
+    let mut f = std::fs::File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    f.read_exact(&mut sb)
+        .map_err(|_| bad("too short to be an ext4 image".into()))?;
+    // The ext2/3/4 superblock magic 0xEF53 sits at byte 1024 + 56.
+    if sb[1080..1082] != [0x53, 0xef] {
+        return Err(bad("not an ext4 filesystem image".into()));
+    }
+    if len % 512 != 0 {
+        return Err(bad("size is not a multiple of 512 bytes".into()));
+    }
+    Ok(len)
+}
+
+/// Hard-links `from` to `to`, or copies it (keeping holes) across filesystems.
+fn link_or_copy(from: &Path, to: &Path) -> Result<(), ImageError> {
+    let err = |source| ImageError::Copy {
+        from: from.to_owned(),
+        to: to.to_owned(),
+        source,
+    };
+    let from = std::fs::canonicalize(from).map_err(err)?;
+    if std::fs::hard_link(&from, to).is_ok() {
+        return Ok(());
+    }
+    let status = std::process::Command::new("cp")
+        .arg("--sparse=always")
+        .arg(&from)
+        .arg(to)
+        .status()
+        .map_err(err)?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(err(std::io::Error::other(format!(
+            "cp exited with {status}"
+        ))))
+    }
+}
+
+impl ImageRegistry {
+    /// The registry of `state`; built images are found in `assets` (the
+    /// asset cache's `current/`), with the kernel of `kernel_variant`.
+    pub fn new(state: &StateDir, assets: Option<PathBuf>, kernel_variant: KernelVariant) -> Self {
+        Self {
+            dir: state.root().join("images"),
+            assets,
+            kernel_variant,
+        }
+    }
+
+    /// Where built images and kernels are looked for.
+    pub fn assets(&self) -> Option<&Path> {
+        self.assets.as_deref()
+    }
+
+    /// The registry's directory.
+    pub(crate) fn root(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The kernel variant images are imported with.
+    pub fn kernel_variant(&self) -> KernelVariant {
+        self.kernel_variant
+    }
+
+    fn image_dir(&self, name: &str) -> Result<PathBuf, ImageError> {
+        validate_name(name).map_err(ImageError::Name)?;
+        Ok(self.dir.join(name))
+    }
+
+    /// The built image `name` in the asset cache: kernel, rootfs, manifest.
+    fn built(&self, name: &str) -> Option<(PathBuf, PathBuf, Option<PathBuf>)> {
+        if !BUILTIN_IMAGES.contains(&name) {
+            return None;
+        }
+        let assets = self.assets.as_ref()?;
+        let kernel = assets.join(self.kernel_variant.vmlinux_file());
+        let rootfs = assets.join(format!("rootfs-{name}.ext4"));
+        if !kernel.exists() || !rootfs.exists() {
+            return None;
+        }
+        let manifest = std::fs::canonicalize(&rootfs)
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join(MANIFEST_FILE)))
+            .filter(|p| p.exists());
+        Some((kernel, rootfs, manifest))
+    }
+
+    /// Imports the built images not registered yet.
+    pub fn import_built(&self) -> Result<(), ImageError> {
+        for name in BUILTIN_IMAGES {
+            if self.dir.join(name).join(IMAGE_FILE).exists() {
+                continue;
+            }
+            if let Some((kernel, rootfs, manifest)) = self.built(name) {
+                match self.import_files(name, &kernel, &rootfs, manifest.as_deref()) {
+                    // Another process imported it first.
+                    Ok(_) | Err(ImageError::Exists(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every registered image (built images are imported first), by name.
+    pub fn list(&self) -> Result<Vec<ImageInfo>, ImageError> {
+        self.import_built()?;
+        let mut out = Vec::new();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(source) => {
+                return Err(StoreError::Read {
+                    path: self.dir.clone(),
+                    source,
+                }
+                .into())
+            }
+        };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let record = entry.path().join(IMAGE_FILE);
+            if record.is_file() {
+                out.push(read_json(&record)?);
+            }
+        }
+        out.sort_by(|a: &ImageInfo, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// One image (a built image is imported on first use).
+    pub fn get(&self, name: &str) -> Result<ImageInfo, ImageError> {
+        let record = self.image_dir(name)?.join(IMAGE_FILE);
+        if !record.exists() && self.built(name).is_some() {
+            self.import_built()?;
+        }
+        match read_json(&record) {
+            Ok(info) => Ok(info),
+            Err(StoreError::Missing { .. }) => Err(ImageError::NotFound(name.to_owned())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Imports `vmlinux` and `rootfs.ext4` (and `manifest.json` if present)
+    /// from `source_dir` as `name`.
+    pub fn import_dir(&self, name: &str, source_dir: &Path) -> Result<ImageInfo, ImageError> {
+        let manifest = source_dir.join(MANIFEST_FILE);
+        self.import_files(
+            name,
+            &source_dir.join(KERNEL_FILE),
+            &source_dir.join(ROOTFS_FILE),
+            manifest.exists().then_some(manifest.as_path()),
+        )
+    }
+
+    /// Imports a kernel and root filesystem as `name`. Checked first; on
+    /// any failure nothing is left behind.
+    pub fn import_files(
+        &self,
+        name: &str,
+        kernel: &Path,
+        rootfs: &Path,
+        manifest: Option<&Path>,
+    ) -> Result<ImageInfo, ImageError> {
+        self.import_with(name, kernel, rootfs, manifest, Extras::default())
+    }
+
+    fn import_with(
+        &self,
+        name: &str,
+        kernel: &Path,
+        rootfs: &Path,
+        manifest: Option<&Path>,
+        extras: Extras,
+    ) -> Result<ImageInfo, ImageError> {
+        let dir = self.image_dir(name)?;
+        let kernel_bytes = check_kernel(kernel)?;
+        let rootfs_bytes = check_rootfs(rootfs)?;
+        let manifest = match manifest {
+            Some(path) => Some(read_json::<serde_json::Value>(path)?),
+            None => None,
+        };
+        std::fs::create_dir_all(&self.dir).map_err(|source| StoreError::CreateDir {
+            path: self.dir.clone(),
+            source,
+        })?;
+        // Built in a staging directory and renamed into place, so a crash or
+        // a concurrent import never leaves a half image under the name.
+        let staging = self
+            .dir
+            .join(format!(".import-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        let result = (|| {
+            std::fs::create_dir(&staging).map_err(|source| StoreError::CreateDir {
+                path: staging.clone(),
+                source,
+            })?;
+            link_or_copy(kernel, &staging.join(KERNEL_FILE))?;
+            link_or_copy(rootfs, &staging.join(ROOTFS_FILE))?;
+            let info = ImageInfo {
+                name: name.to_owned(),
+                kernel: dir.join(KERNEL_FILE),
+                rootfs: dir.join(ROOTFS_FILE),
+                kernel_bytes,
+                rootfs_bytes,
+                imported_at_ms: now_ms(),
+                source: extras
+                    .source
+                    .unwrap_or_else(|| rootfs.parent().map(Path::to_path_buf).unwrap_or_default()),
+                manifest,
+                boot_args: extras.boot_args,
+                defaults: extras.defaults,
+                origin: extras.origin,
+            };
+            write_json_atomic(&staging.join(IMAGE_FILE), &info)?;
+            // rename(2) onto an existing non-empty directory fails: the name is taken.
+            std::fs::rename(&staging, &dir).map_err(|_| ImageError::Exists(name.to_owned()))?;
+            Ok(info)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+        result
+    }
+
+    /// Imports what is at `path`: a directory with `vmlinux` and
+    /// `rootfs.ext4` (`name` required), or a container image (an OCI image
+    /// layout directory, a tar of one, or a `docker save` tarball; `name`
+    /// defaults to the image's tag), converted with the `minimal` image's
+    /// kernel, init and agent. On any failure nothing is left behind.
+    pub fn import_path(
+        &self,
+        name: Option<&str>,
+        path: &Path,
+        progress: &mut dyn FnMut(crate::images::oci::rootfs::Step),
+    ) -> Result<ImageInfo, ImageError> {
+        if path.join(KERNEL_FILE).exists() || path.join(ROOTFS_FILE).exists() {
+            let name = name.ok_or_else(|| ImageError::BadSource {
+                path: path.to_owned(),
+                problem: "a kernel and root filesystem directory needs a name for the image".into(),
+            })?;
+            return self.import_dir(name, path);
+        }
+        if let Some(name) = name {
+            self.check_free(name)?;
+        }
+        // A tarball is unpacked into a scratch directory and read there.
+        let unpacked = if path.is_dir() {
+            None
+        } else {
+            let scratch = self.scratch_dir("unpack")?;
+            if let Err(e) = crate::images::oci::layout::unpack_archive(path, &scratch) {
+                let _ = std::fs::remove_dir_all(&scratch);
+                return Err(e.into());
+            }
+            Some(scratch)
+        };
+        let result = (|| {
+            let image =
+                crate::images::oci::layout::read_dir(unpacked.as_deref().unwrap_or(path), None)?;
+            let name = match name {
+                Some(name) => name.to_owned(),
+                None => {
+                    let name = crate::images::oci::image_name(image.reference.as_deref())
+                        .ok_or_else(|| ImageError::BadSource {
+                            path: path.to_owned(),
+                            problem: "the image has no tag to name it by; give a name".into(),
+                        })?;
+                    self.check_free(&name)?;
+                    name
+                }
+            };
+            self.import_image(&name, &image, path, progress)
+        })();
+        if let Some(scratch) = unpacked {
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
+        result
+    }
+
+    /// Converts a read container image (in a scratch directory removed
+    /// afterwards) and registers it as `name`.
+    pub(crate) fn import_image(
+        &self,
+        name: &str,
+        image: &crate::images::oci::layout::Resolved,
+        source: &Path,
+        progress: &mut dyn FnMut(crate::images::oci::rootfs::Step),
+    ) -> Result<ImageInfo, ImageError> {
+        let base = self
+            .get(BUILTIN_IMAGES[0])
+            .map_err(|_| ImageError::NoBase(BUILTIN_IMAGES[0].into()))?;
+        let build = self.scratch_dir("convert")?;
+        let result = (|| {
+            let converted =
+                crate::images::oci::rootfs::convert(image, &build, &base.rootfs, progress)?;
+            let extras = Extras {
+                boot_args: Some(crate::images::oci::rootfs::BOOT_ARGS.into()),
+                defaults: converted.defaults,
+                origin: Some(converted.origin),
+                source: Some(source.to_owned()),
+            };
+            self.import_with(name, &base.kernel, &converted.rootfs, None, extras)
+        })();
+        let _ = std::fs::remove_dir_all(&build);
+        result
+    }
+
+    /// Registers `rootfs` (a converted root filesystem: our init under
+    /// `/.microagent/`) with `kernel` as `name`, workspaces of it starting
+    /// with `defaults`.
+    pub(crate) fn register_converted(
+        &self,
+        name: &str,
+        kernel: &Path,
+        rootfs: &Path,
+        defaults: ImageDefaults,
+        source: PathBuf,
+    ) -> Result<ImageInfo, ImageError> {
+        let extras = Extras {
+            boot_args: Some(crate::images::oci::rootfs::BOOT_ARGS.into()),
+            defaults,
+            origin: None,
+            source: Some(source),
+        };
+        self.import_with(name, kernel, rootfs, None, extras)
+    }
+
+    /// A new empty directory in the registry for `kind` of work
+    /// (`.<kind>-<pid>-<n>`): unique per call, since one process (the MCP
+    /// server) may convert several images at once.
+    pub(crate) fn scratch_dir(&self, kind: &str) -> Result<PathBuf, ImageError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = self.dir.join(format!(".{kind}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(dir)
+    }
+
+    /// Refuses a bad or taken name before any work.
+    pub(crate) fn check_free(&self, name: &str) -> Result<(), ImageError> {
+        if self.image_dir(name)?.join(IMAGE_FILE).exists() {
+            return Err(ImageError::Exists(name.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Removes an image unless a workspace in `users` uses it.
+    pub fn remove(&self, name: &str, users: Vec<String>) -> Result<(), ImageError> {
+        let dir = self.image_dir(name)?;
+        if !dir.join(IMAGE_FILE).exists() {
+            return Err(ImageError::NotFound(name.to_owned()));
+        }
+        if !users.is_empty() {
+            return Err(ImageError::InUse {
+                name: name.to_owned(),
+                users,
+            });
+        }
+        std::fs::remove_dir_all(&dir).map_err(|source| ImageError::Remove { path: dir, source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_image(dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut kernel = vec![0u8; 4096];
+        kernel[..4].copy_from_slice(b"\x7fELF");
+        std::fs::write(dir.join(KERNEL_FILE), kernel).unwrap();
+        let mut rootfs = vec![0u8; 8192];
+        rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
+        std::fs::write(dir.join(ROOTFS_FILE), rootfs).unwrap();
+    }
+
+    fn registry(test: &str) -> (ImageRegistry, PathBuf) {
+        let root =
+            std::env::temp_dir().join(format!("microagent-img-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let state = StateDir::at(root.join("state")).unwrap();
+        let assets = root.join("assets");
+        std::fs::create_dir_all(&assets).unwrap();
+        (
+            ImageRegistry::new(&state, Some(assets), KernelVariant::Compat),
+            root,
+        )
+    }
+
+    #[test]
+    fn import_list_get_remove() {
+        let (reg, root) = registry("cycle");
+        let src = root.join("src");
+        fake_image(&src);
+        let info = reg.import_dir("mine", &src).unwrap();
+        assert_eq!(info.kernel_bytes, 4096);
+        assert_eq!(reg.get("mine").unwrap(), info);
+        assert_eq!(reg.list().unwrap(), vec![info.clone()]);
+        let again = reg.import_dir("mine", &src).unwrap_err();
+        assert_eq!(again.code(), ErrorCode::Conflict);
+        let in_use = reg.remove("mine", vec!["dev".into()]).unwrap_err();
+        assert_eq!(in_use.code(), ErrorCode::Conflict);
+        assert!(in_use.to_string().contains("dev"));
+        assert!(reg.get("mine").is_ok(), "a refused rm changes nothing");
+        reg.remove("mine", Vec::new()).unwrap();
+        assert_eq!(reg.get("mine").unwrap_err().code(), ErrorCode::NotFound);
+        assert_eq!(
+            reg.remove("mine", Vec::new()).unwrap_err().code(),
+            ErrorCode::NotFound
+        );
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn bad_sources_are_refused_and_leave_nothing() {
+        let (reg, root) = registry("bad");
+        let src = root.join("src");
+        fake_image(&src);
+        std::fs::write(src.join(ROOTFS_FILE), vec![0u8; 4096]).unwrap();
+        let err = reg.import_dir("mine", &src).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidInput);
+        assert!(err.to_string().contains("ext4"));
+        std::fs::remove_file(src.join(KERNEL_FILE)).unwrap();
+        assert_eq!(
+            reg.import_dir("mine", &src).unwrap_err().code(),
+            ErrorCode::InvalidInput
+        );
+        assert_eq!(
+            reg.import_dir("Bad Name", &src).unwrap_err().code(),
+            ErrorCode::InvalidInput
+        );
+        assert!(reg.list().unwrap().is_empty());
+        assert_eq!(std::fs::read_dir(&reg.dir).unwrap().count(), 0);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn scratch_directories_are_apart_within_one_process() {
+        let (reg, root) = registry("scratch");
+        let (a, b) = (
+            reg.scratch_dir("convert").unwrap(),
+            reg.scratch_dir("convert").unwrap(),
+        );
+        assert_ne!(a, b, "two conversions at once must not share one");
+        assert!(a.is_dir() && b.is_dir());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn built_images_are_imported_on_first_use() {
+        let (reg, root) = registry("built");
+        let assets = root.join("assets");
+        let src = root.join("src");
+        fake_image(&src);
+        std::fs::copy(src.join(KERNEL_FILE), assets.join("vmlinux-compat")).unwrap();
+        std::fs::copy(src.join(ROOTFS_FILE), assets.join("rootfs-minimal.ext4")).unwrap();
+        assert_eq!(reg.get("debian").unwrap_err().code(), ErrorCode::NotFound);
+        let info = reg.get("minimal").unwrap();
+        assert_eq!(info.name, "minimal");
+        assert!(info.rootfs.exists());
+        assert_eq!(reg.list().unwrap().len(), 1);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}

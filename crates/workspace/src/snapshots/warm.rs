@@ -1,0 +1,328 @@
+//! Warm starts: the first time a fresh workspace of an image (for one
+//! kernel, vCPU count, memory and disk size) reaches agent-ready, its VMM
+//! keeps a snapshot of it in `warm/<key>/` of the state directory; a later
+//! start of a fresh workspace with the same key resumes that snapshot, with
+//! a copy of its disk, instead of booting. A warm snapshot that no longer
+//! fits (snapshot format, kernel, image or guest command line changed) is
+//! discarded with an event saying why, and that start boots and keeps a new
+//! one.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use vmm_core::snapshot::{MachineState, SnapshotFiles};
+
+use crate::error::{Error, Result};
+use crate::host::settings::{now_ms, unique_id};
+use crate::snapshots::copy_snapshot_disk;
+use crate::store::console_log::CONSOLE_FILE;
+use crate::store::events::EventKind;
+use crate::store::spec::{Meta, StartKind, WorkspaceSpec};
+use crate::vmm_process::host::GUEST_CMDLINE;
+use crate::workspaces::manager::{make_disk, Boot, StartProgress, Workspaces};
+
+/// The warm snapshots' directory in the state directory.
+const WARM_DIR: &str = "warm";
+/// A warm snapshot's record.
+const WARM_RECORD: &str = "warm.json";
+/// The prefix of a warm snapshot being written by a starting VMM.
+const PENDING_PREFIX: &str = ".pending-";
+/// A pending warm snapshot this old belongs to a VMM that died: a start
+/// keeps its warm snapshot right after the agent first answers.
+const PENDING_STALE_AFTER: Duration = Duration::from_secs(3600);
+
+/// What a warm snapshot was made from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct WarmRecord {
+    /// Its directory's name.
+    pub key: String,
+    /// Everything that must not have changed for it to be usable.
+    pub fingerprint: String,
+    /// The workspace whose first boot it is.
+    pub from: String,
+    /// Unix ms when it was kept.
+    pub created_at_ms: u64,
+    /// The memory file's digest, set when the snapshot is promoted.
+    #[serde(default)]
+    pub memory_sha256: Option<String>,
+}
+
+/// Which file `path` is (device, inode, size, modification time): the same
+/// for every hard link of an image file (each state directory links the
+/// built images), different once it is rebuilt.
+fn file_identity(path: &Path) -> String {
+    std::fs::metadata(path).map_or_else(
+        |_| format!("{} missing", path.display()),
+        |m| {
+            format!(
+                "{}:{} {} {}.{}",
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec()
+            )
+        },
+    )
+}
+
+/// Makes the record's directory the warm snapshot of its key (the VMM
+/// process calls this once it has written the snapshot into `pending`); if
+/// another start kept one first, `pending` is removed.
+pub(crate) fn promote(pending: &Path) -> std::io::Result<()> {
+    let mut record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    record.memory_sha256 = Some(crate::snapshots::memory_digest(pending)?);
+    crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let parent = pending.parent().unwrap_or(Path::new("."));
+    if std::fs::rename(pending, parent.join(&record.key)).is_err() {
+        std::fs::remove_dir_all(pending)?;
+    }
+    Ok(())
+}
+
+/// Removes the pending warm snapshots in `root` that their VMM left behind
+/// when it died (older than [`PENDING_STALE_AFTER`]).
+fn sweep_stale_pending(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(PENDING_PREFIX)
+        {
+            continue;
+        }
+        let age = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        if age.is_some_and(|a| a > PENDING_STALE_AFTER) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+impl Workspaces {
+    fn warm_root(&self) -> PathBuf {
+        crate::host::settings::warm_dir_override()
+            .unwrap_or_else(|| self.state_dir().root().join(WARM_DIR))
+    }
+
+    /// The warm snapshot's key for `spec` and the fingerprint of what it
+    /// depends on.
+    fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
+        let image = self.images().get(&spec.image)?;
+        let variant = self.images().kernel_variant();
+        let net = crate::network::Networks::new(self.state_dir()).get(&spec.network)?;
+        // Each guest on a tap network has an address of its own, which a
+        // restored guest takes from the VMM: one warm snapshot serves all
+        // tap networks.
+        let (network, addressing) = if net.backend == Some(crate::network::Backend::Tap) {
+            ("tap".to_owned(), "re-addressed at restore".to_owned())
+        } else {
+            (
+                spec.network.clone(),
+                crate::network::guest_cmdline(
+                    crate::network::attach::addressing(&net, spec).as_ref(),
+                )
+                .unwrap_or_default(),
+            )
+        };
+        let key = format!(
+            "{}-{}c-{}m-{}d-{}-{}",
+            image.name,
+            spec.vcpus,
+            spec.mem_mib,
+            spec.disk_mib,
+            variant.name(),
+            network
+        );
+        let inputs = [
+            format!("format {}", vmm_core::snapshot::format::FORMAT_VERSION),
+            file_identity(&image.kernel),
+            file_identity(&image.rootfs),
+            format!(
+                "cmdline {GUEST_CMDLINE} {}",
+                image.boot_args.as_deref().unwrap_or_default()
+            ),
+            format!("network {addressing}"),
+            key.clone(),
+        ];
+        let fingerprint = format!("{:x}", Sha256::digest(inputs.join("\n")));
+        Ok((key, fingerprint))
+    }
+
+    /// The usable warm snapshot of `key`, or why there is none (`None`:
+    /// there never was one).
+    fn usable_warm(
+        &self,
+        key: &str,
+        fingerprint: &str,
+    ) -> std::result::Result<PathBuf, Option<String>> {
+        let dir = self.warm_root().join(key);
+        let record = dir.join(WARM_RECORD);
+        if !record.exists() {
+            return Err(None);
+        }
+        let record: WarmRecord = crate::store::read_json(&record)
+            .map_err(|e| Some(format!("its record is unreadable: {e}")))?;
+        if record.fingerprint != fingerprint {
+            return Err(Some(
+                "the kernel, the image, the guest command line or the snapshot format changed"
+                    .into(),
+            ));
+        }
+        MachineState::read(&SnapshotFiles::new(&dir))
+            .map_err(|e| Some(format!("its state file is unusable: {e}")))?;
+        crate::snapshots::check_memory(&dir, record.memory_sha256.as_deref()).map_err(Some)?;
+        Ok(dir)
+    }
+
+    fn discard_warm(&self, key: &str, workspace: &str, reason: &str) {
+        let dir = self.warm_root().join(key);
+        let doomed = self
+            .warm_root()
+            .join(format!(".discard-{key}-{}", unique_id()));
+        if std::fs::rename(&dir, &doomed).is_ok() {
+            let _ = std::fs::remove_dir_all(&doomed);
+        }
+        if let Ok(ws) = self.dir(workspace) {
+            let _ = ws.events().append(EventKind::WarmSnapshotDiscarded {
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    /// How `meta`'s start goes: warm when it is pristine and a usable warm
+    /// snapshot exists (its disk then becomes a copy of the snapshot's),
+    /// else a boot that keeps one when it is pristine.
+    fn plan_boot(&self, meta: &Meta, cold: bool) -> Result<Boot> {
+        let boot = Boot {
+            kind: StartKind::Cold,
+            restore: None,
+            keep_warm: None,
+        };
+        if cold || !meta.pristine {
+            return Ok(boot);
+        }
+        let (key, fingerprint) = self.warm_identity(&meta.spec)?;
+        match self.usable_warm(&key, &fingerprint) {
+            Ok(dir) => {
+                let ws = self.dir(&meta.name)?;
+                copy_snapshot_disk(&dir, &ws)?;
+                // The boot's console, so `logs` shows how the guest came up.
+                let _ = std::fs::copy(dir.join(CONSOLE_FILE), ws.path().join(CONSOLE_FILE));
+                Ok(Boot {
+                    kind: StartKind::Warm,
+                    restore: Some(dir),
+                    ..boot
+                })
+            }
+            Err(why) => {
+                if let Some(reason) = why {
+                    self.discard_warm(&key, &meta.name, &reason);
+                }
+                sweep_stale_pending(&self.warm_root());
+                let pending = self
+                    .warm_root()
+                    .join(format!("{PENDING_PREFIX}{key}-{}", unique_id()));
+                std::fs::create_dir_all(&pending)
+                    .map_err(Error::host_io(format!("creating {}", pending.display())))?;
+                let record = WarmRecord {
+                    key,
+                    fingerprint,
+                    from: meta.name.clone(),
+                    created_at_ms: now_ms(),
+                    memory_sha256: None,
+                };
+                crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)?;
+                Ok(Boot {
+                    keep_warm: Some(pending),
+                    ..boot
+                })
+            }
+        }
+    }
+
+    /// Starts `name`: warm when it can (see the module), cold when `cold`
+    /// or when the warm start fails (the warm snapshot is then discarded
+    /// and the workspace boots from a fresh disk).
+    pub(crate) async fn start_maybe_warm(
+        &self,
+        name: &str,
+        timeout: Duration,
+        mut progress: impl FnMut(StartProgress) + Send,
+        cold: bool,
+    ) -> Result<Meta> {
+        let started = Instant::now();
+        let boot = self.launch_vmm(name, |meta| self.plan_boot(meta, cold))?;
+        let result = self
+            .wait_running(name, started, timeout, &mut progress)
+            .await;
+        let Err(e) = &result else {
+            return result;
+        };
+        if boot.kind != StartKind::Warm || matches!(e, Error::StartTimedOut { .. }) {
+            return result;
+        }
+        // The warm snapshot did not resume here: boot instead.
+        let meta = self.get(name)?;
+        let (key, _) = self.warm_identity(&meta.spec)?;
+        self.discard_warm(
+            &key,
+            name,
+            &format!("resuming it failed: {}", e.full_message()),
+        );
+        let ws = self.dir(name)?;
+        make_disk(&ws.disk(), meta.spec.disk_mib)?;
+        {
+            let _lock = self.state_dir().lock_workspace(name)?;
+            let mut meta = ws.read_meta()?;
+            meta.pristine = true;
+            ws.write_meta(&meta)?;
+        }
+        self.launch_vmm(name, |meta| self.plan_boot(meta, false))?;
+        self.wait_running(name, started, timeout, &mut progress)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_only_pending_snapshots_older_than_the_bound() {
+        let root = std::env::temp_dir().join(format!("ma-warm-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let old_pending = root.join(format!("{PENDING_PREFIX}minimal-old"));
+        let new_pending = root.join(format!("{PENDING_PREFIX}minimal-new"));
+        let old_kept = root.join("minimal-1c-256m-1024d-compat-user");
+        for dir in [&old_pending, &new_pending, &old_kept] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - PENDING_STALE_AFTER * 2;
+        for dir in [&old_pending, &old_kept] {
+            std::fs::File::open(dir)
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
+        sweep_stale_pending(&root);
+        assert!(!old_pending.exists(), "a stale pending snapshot stays");
+        assert!(
+            new_pending.exists(),
+            "a pending snapshot in use was removed"
+        );
+        assert!(old_kept.exists(), "a kept warm snapshot was removed");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -1,0 +1,102 @@
+//! Whether a recorded VMM process is still the one we started: pid plus its
+//! start time from `/proc`, so a recycled pid never looks alive.
+
+use std::time::{Duration, Instant};
+
+/// The start time of `pid` in clock ticks since boot, or `None` when it is
+/// gone or a zombie (dead, not yet reaped).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); starttime is field 22.
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// True while the process `pid` that started at `ticks` runs.
+pub fn is_alive(pid: u32, ticks: u64) -> bool {
+    start_ticks(pid) == Some(ticks)
+}
+
+/// Sends SIGKILL to `pid` if it is still the process that started at `ticks`.
+pub fn kill(pid: u32, ticks: u64) {
+    if is_alive(pid, ticks) {
+        if let Ok(pid) = i32::try_from(pid) {
+            // SAFETY: kill(2) takes plain integers and touches no memory.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// True while `pid` is a dead thread-group leader (a zombie) whose other
+/// threads are still exiting. Its descriptors (a published port's listener,
+/// say) close only when the last thread is gone, so until then it still
+/// holds them although it no longer counts as alive.
+fn threads_still_exiting(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 2..))
+        .and_then(|rest| rest.split_whitespace().next());
+    if !matches!(state, Some("Z") | Some("X")) {
+        return false;
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| tasks.count() > 1)
+}
+
+/// True while the process runs or its threads are still exiting: its
+/// files (sockets, ports) may still be open.
+pub fn not_yet_gone(pid: u32, ticks: u64) -> bool {
+    is_alive(pid, ticks) || threads_still_exiting(pid)
+}
+
+/// Waits until the process is gone with all its threads (so its files are
+/// closed); false if it still runs after `timeout`.
+pub fn wait_gone(pid: u32, ticks: u64, timeout: Duration) -> bool {
+    let deadline = crate::host::settings::deadline_after(timeout);
+    while not_yet_gone(pid, ticks) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_running_process_has_no_exiting_threads() {
+        assert!(!threads_still_exiting(u32::MAX));
+        assert!(!threads_still_exiting(std::process::id()));
+    }
+
+    #[test]
+    fn tracks_a_child_from_start_to_end() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let ticks = start_ticks(pid).expect("a running child has a start time");
+        assert!(is_alive(pid, ticks));
+        assert!(
+            !is_alive(pid, ticks + 1),
+            "another start time is another process"
+        );
+        kill(pid, ticks);
+        // Dead but unreaped: a zombie is not alive.
+        assert!(wait_gone(pid, ticks, Duration::from_secs(5)));
+        child.wait().unwrap();
+        assert!(!is_alive(pid, ticks));
+        assert_eq!(start_ticks(u32::MAX), None);
+    }
+}

@@ -1,0 +1,523 @@
+//! What a workspace is made of (its spec, checked against the limits) and
+//! what is recorded about it in `meta.json`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::store::state::State;
+
+/// Limits every front end enforces; `contract` reports them.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Limits {
+    /// Most vCPUs.
+    pub max_vcpus: u8,
+    /// Least guest memory, MiB.
+    pub min_mem_mib: u64,
+    /// Most guest memory, MiB.
+    pub max_mem_mib: u64,
+    /// Least writable disk, MiB.
+    pub min_disk_mib: u64,
+    /// Most writable disk, MiB.
+    pub max_disk_mib: u64,
+    /// Longest TTL, seconds.
+    pub max_ttl_secs: u64,
+    /// Most labels or env variables.
+    pub max_entries: usize,
+    /// Most bytes one `copy_out` writes to the host (a directory's archive,
+    /// or a file).
+    pub max_copy_out_bytes: u64,
+    /// Most entries one `copy_out` of a directory unpacks.
+    pub max_copy_out_entries: u64,
+}
+
+/// Longest env or label value, bytes: they are stored in every record and
+/// sent with every start.
+pub const MAX_VALUE_BYTES: usize = 4096;
+
+/// The limits of this build.
+pub const LIMITS: Limits = Limits {
+    max_vcpus: 8,
+    min_mem_mib: 64,
+    max_mem_mib: 16384,
+    min_disk_mib: 64,
+    max_disk_mib: 1 << 20,
+    max_ttl_secs: 30 * 24 * 3600,
+    max_entries: 64,
+    max_copy_out_bytes: crate::guest::host_write::COPY_OUT_MAX_BYTES,
+    max_copy_out_entries: crate::guest::host_write::COPY_OUT_MAX_ENTRIES,
+};
+
+/// Defaults for a new workspace.
+pub mod defaults {
+    /// Image.
+    pub const IMAGE: &str = "minimal";
+    /// vCPUs.
+    pub const VCPUS: u8 = 1;
+    /// Guest memory, MiB.
+    pub const MEM_MIB: u64 = 256;
+    /// Writable disk, MiB (sparse: only written blocks use host disk).
+    pub const DISK_MIB: u64 = 1024;
+}
+
+/// What to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct WorkspaceSpec {
+    /// Image name.
+    pub image: String,
+    /// vCPUs.
+    pub vcpus: u8,
+    /// Guest memory, MiB.
+    pub mem_mib: u64,
+    /// Writable disk, MiB.
+    pub disk_mib: u64,
+    /// Added to every exec's environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Free-form labels, for `list` filters.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Stop the workspace this many seconds after each start (null: no
+    /// TTL).
+    #[serde(default)]
+    pub ttl_secs: Option<u64>,
+    /// The network: `user` (rootless NAT, the default) or `none`.
+    #[serde(default = "default_network")]
+    pub network: String,
+    /// Published ports: host addresses whose connections reach ports on
+    /// the guest's loopback.
+    #[serde(default)]
+    pub ports: Vec<crate::network::ports::PortMapping>,
+    /// The guest's address on a `tap` network, assigned at create (a value
+    /// given is replaced; every `user` guest has the same one, so none is
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<std::net::Ipv4Addr>,
+    /// The process the workspace lives for (one-shot runs): its VMM stops
+    /// when that process ends, so a killed client leaves nothing running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+    /// Working directory of commands that name none (from the image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The user (uid, gid) commands run as (from the image; else root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<(u32, u32)>,
+}
+
+/// A host process, told apart from a later one with the same pid by its
+/// start time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Owner {
+    /// Process id.
+    pub pid: u32,
+    /// Its start time in clock ticks after boot (/proc/PID/stat field 22).
+    pub start_ticks: u64,
+}
+
+impl Owner {
+    /// The running process; `None` when /proc cannot tell its start.
+    pub fn this_process() -> Option<Self> {
+        let pid = std::process::id();
+        crate::store::process::start_ticks(pid).map(|start_ticks| Self { pid, start_ticks })
+    }
+}
+
+fn default_network() -> String {
+    crate::network::DEFAULT_NETWORK.into()
+}
+
+impl Default for WorkspaceSpec {
+    fn default() -> Self {
+        Self {
+            image: defaults::IMAGE.into(),
+            vcpus: defaults::VCPUS,
+            mem_mib: defaults::MEM_MIB,
+            disk_mib: defaults::DISK_MIB,
+            env: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            ttl_secs: None,
+            network: default_network(),
+            ports: Vec::new(),
+            address: None,
+            owner: None,
+            cwd: None,
+            user: None,
+        }
+    }
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 128
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c))
+}
+
+impl WorkspaceSpec {
+    /// The spec of a workspace of `image`: its registered name, and its
+    /// defaults (environment under the spec's own, working directory,
+    /// user) recorded, so the workspace keeps them if the image goes.
+    pub fn with_image(self, image: crate::images::registry::ImageInfo) -> Self {
+        let defaults = image.defaults;
+        let mut env = defaults.env;
+        env.extend(self.env);
+        let user = match (defaults.uid, defaults.gid) {
+            (Some(uid), gid) => Some((uid, gid.unwrap_or(0))),
+            _ => None,
+        };
+        Self {
+            image: image.name,
+            env,
+            cwd: self.cwd.or(defaults.cwd),
+            user: self.user.or(user),
+            ..self
+        }
+    }
+
+    /// Checks every field against [`LIMITS`].
+    pub fn validate(&self) -> Result<()> {
+        self.validate_within(&LIMITS)
+    }
+
+    /// Checks the spec against `l` (the limits a [`crate::Workspaces`] was
+    /// built with).
+    pub fn validate_within(&self, l: &Limits) -> Result<()> {
+        let bad = |msg: String| Err(Error::InvalidInput(msg));
+        if self.vcpus == 0 || self.vcpus > l.max_vcpus {
+            return bad(format!("vcpus is {}; use 1 to {}", self.vcpus, l.max_vcpus));
+        }
+        if !(l.min_mem_mib..=l.max_mem_mib).contains(&self.mem_mib) {
+            return bad(format!(
+                "memory is {} MiB; use {} to {} MiB",
+                self.mem_mib, l.min_mem_mib, l.max_mem_mib
+            ));
+        }
+        if !(l.min_disk_mib..=l.max_disk_mib).contains(&self.disk_mib) {
+            return bad(format!(
+                "disk is {} MiB; use {} to {} MiB",
+                self.disk_mib, l.min_disk_mib, l.max_disk_mib
+            ));
+        }
+        if let Some(ttl) = self.ttl_secs {
+            l.check_ttl(ttl)?;
+        }
+        for (what, map) in [("env", &self.env), ("labels", &self.labels)] {
+            if map.len() > l.max_entries {
+                return bad(format!(
+                    "{} {what} entries; at most {} are allowed",
+                    map.len(),
+                    l.max_entries
+                ));
+            }
+            if let Some(key) = map.keys().find(|k| !valid_key(k)) {
+                return bad(format!(
+                    "{what} key {key:?} is not allowed; use letters, digits and _ . - /"
+                ));
+            }
+            if let Some((key, value)) = map.iter().find(|(_, v)| v.len() > MAX_VALUE_BYTES) {
+                return bad(format!(
+                    "{what} value of {key:?} is {} bytes; at most {MAX_VALUE_BYTES}",
+                    value.len()
+                ));
+            }
+        }
+        if self.image.is_empty() {
+            return bad("image name is empty".into());
+        }
+        crate::network::ports::validate(&self.ports)?;
+        crate::network::validate_network(&self.network)
+    }
+}
+
+/// Parses a duration as people write it: `90` or `90s`, `30m`, `1h`,
+/// `1h30m`, `2d` (seconds; units `s`, `m`, `h`, `d`).
+pub fn parse_duration(text: &str) -> Result<u64> {
+    let bad = || {
+        Error::InvalidInput(format!(
+            "duration {text:?}: use seconds or a number with a unit, e.g. 90, 30m, 1h, 1h30m, 2d"
+        ))
+    };
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(secs) = t.parse::<u64>() {
+        return Ok(secs);
+    }
+    let (mut total, mut digits) = (0u64, String::new());
+    for c in t.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        };
+        let n: u64 = digits.parse().map_err(|_| bad())?;
+        digits.clear();
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+    }
+    if !digits.is_empty() {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
+/// Checks a TTL in seconds against this build's [`LIMITS`].
+pub fn validate_ttl(ttl: u64) -> Result<()> {
+    LIMITS.check_ttl(ttl)
+}
+
+impl Limits {
+    /// Checks a TTL in seconds.
+    pub fn check_ttl(&self, ttl: u64) -> Result<()> {
+        if ttl == 0 || ttl > self.max_ttl_secs {
+            return Err(Error::InvalidInput(format!(
+                "ttl is {ttl} s; use 1 to {} s",
+                self.max_ttl_secs
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether every limit is within `outer` (a program may tighten this
+    /// build's limits, not widen them).
+    pub fn within(&self, outer: &Limits) -> bool {
+        self.max_vcpus <= outer.max_vcpus
+            && self.min_mem_mib >= outer.min_mem_mib
+            && self.max_mem_mib <= outer.max_mem_mib
+            && self.min_disk_mib >= outer.min_disk_mib
+            && self.max_disk_mib <= outer.max_disk_mib
+            && self.max_ttl_secs <= outer.max_ttl_secs
+            && self.max_entries <= outer.max_entries
+            && self.max_copy_out_bytes <= outer.max_copy_out_bytes
+            && self.max_copy_out_entries <= outer.max_copy_out_entries
+    }
+}
+
+/// The running VMM of a workspace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct Runtime {
+    /// The VMM process id on the host.
+    pub pid: u32,
+    /// The VMM process's start time in clock ticks since boot (field 22 of
+    /// `/proc/<pid>/stat`), so a recycled pid is never mistaken for it.
+    pub pid_start: u64,
+    /// Unix ms of the start request.
+    pub started_at_ms: u64,
+    /// Unix ms when the guest agent first answered (null while booting).
+    #[serde(default)]
+    pub ready_at_ms: Option<u64>,
+    /// Unix ms when the TTL stops it (null without a TTL).
+    #[serde(default)]
+    pub ttl_deadline_ms: Option<u64>,
+    /// How the machine came up (null in records of older versions).
+    #[serde(default)]
+    pub start_kind: Option<StartKind>,
+    /// CLOCK_MONOTONIC ns when the VMM process was launched.
+    #[serde(default)]
+    pub launched_mono_ns: Option<u64>,
+    /// Microseconds from the VMM process's launch to its first vCPU in
+    /// the guest.
+    #[serde(default)]
+    pub vcpu_running_us: Option<u64>,
+    /// Microseconds from the VMM process's launch to the agent answering.
+    #[serde(default)]
+    pub ready_us: Option<u64>,
+    /// The confinement the VMM process runs under (docs/security.md):
+    /// `seccomp` (a filter per thread role), `no_new_privs`.
+    #[serde(default)]
+    pub protections: Vec<String>,
+}
+
+/// How a workspace's machine came up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum StartKind {
+    /// A kernel boot.
+    Cold,
+    /// Restored from the warm snapshot of its image: no boot.
+    Warm,
+    /// Restored from a snapshot (a fork or a restore).
+    Snapshot,
+}
+
+impl StartKind {
+    /// The lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StartKind::Cold => "cold",
+            StartKind::Warm => "warm",
+            StartKind::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// How the last run ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct LastExit {
+    /// Unix ms when it ended.
+    pub at_ms: u64,
+    /// What happened, in words.
+    pub reason: String,
+    /// The last console lines, kept for crashes (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub console_tail: Vec<String>,
+}
+
+/// `meta.json`: a workspace's spec and state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct Meta {
+    /// Its name.
+    pub name: String,
+    /// What it was created with.
+    pub spec: WorkspaceSpec,
+    /// Unix ms of creation.
+    pub created_at_ms: u64,
+    /// Where it is in its life.
+    pub state: State,
+    /// Its VMM, while a VMM process is expected (null otherwise).
+    #[serde(default)]
+    pub runtime: Option<Runtime>,
+    /// How the last run ended (null before the first).
+    #[serde(default)]
+    pub last_exit: Option<LastExit>,
+    /// Never started: its disk is as `create` made it, so a start may
+    /// resume its image's warm snapshot instead of booting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pristine: bool,
+}
+
+/// How [`Workspaces::delete`](crate::Workspaces::delete) deletes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeleteOptions {
+    /// Delete a running workspace too, halting it first (default: refuse).
+    pub force: bool,
+}
+
+impl DeleteOptions {
+    /// Sets [`DeleteOptions::force`].
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+}
+
+impl Meta {
+    /// Whether the workspace may be deleted as `options` say: one with a
+    /// VMM only with `force` (which halts it first). The one place this
+    /// rule lives.
+    pub fn check_delete(&self, options: DeleteOptions) -> Result<()> {
+        if self.state.has_vmm() && !options.force {
+            return Err(Error::WrongState {
+                name: self.name.clone(),
+                state: self.state,
+                why: "a running workspace is deleted only with force",
+                remedy: Some(crate::remedy::Remedy::StopOrForce {
+                    workspace: self.name.clone(),
+                }),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_people_write_them() {
+        for (text, secs) in [
+            ("90", 90),
+            ("90s", 90),
+            ("30m", 1800),
+            ("1h", 3600),
+            ("1h30m", 5400),
+            ("2d", 172_800),
+            (" 1d2h3m4s ", 93_784),
+        ] {
+            assert_eq!(parse_duration(text).unwrap(), secs, "{text}");
+        }
+        for bad in ["", "h", "1x", "1.5h", "-1", "1h30", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_limits_are_enforced() {
+        WorkspaceSpec::default().validate().unwrap();
+        type Case = Box<dyn Fn(&mut WorkspaceSpec)>;
+        let cases: Vec<Case> = vec![
+            Box::new(|s| s.vcpus = 0),
+            Box::new(|s| s.vcpus = 9),
+            Box::new(|s| s.mem_mib = 8),
+            Box::new(|s| s.disk_mib = 1),
+            Box::new(|s| s.ttl_secs = Some(0)),
+            Box::new(|s| {
+                s.env.insert("A B".into(), "x".into());
+            }),
+            Box::new(|s| {
+                s.labels.insert(String::new(), "x".into());
+            }),
+            Box::new(|s| s.image.clear()),
+        ];
+        for (i, case) in cases.iter().enumerate() {
+            let mut spec = WorkspaceSpec::default();
+            case(&mut spec);
+            let err = spec.validate().unwrap_err();
+            assert_eq!(
+                err.code(),
+                crate::ErrorCode::InvalidInput,
+                "case {i}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn meta_round_trips() {
+        let meta = Meta {
+            name: "dev".into(),
+            spec: WorkspaceSpec::default(),
+            created_at_ms: 1,
+            state: State::Running,
+            runtime: Some(Runtime {
+                pid: 42,
+                pid_start: 7,
+                started_at_ms: 2,
+                ready_at_ms: Some(3),
+                ttl_deadline_ms: None,
+                start_kind: Some(StartKind::Warm),
+                launched_mono_ns: Some(5),
+                vcpu_running_us: Some(6),
+                protections: Vec::new(),
+                ready_us: Some(7),
+            }),
+            last_exit: None,
+            pristine: false,
+        };
+        let json = serde_json::to_string(&meta).unwrap();
+        assert_eq!(serde_json::from_str::<Meta>(&json).unwrap(), meta);
+    }
+}

@@ -1,0 +1,200 @@
+//! The files of one workspace directory, and reading/writing its metadata
+//! under the workspace lock.
+
+use std::path::{Path, PathBuf};
+
+use guest_agent::client::blocking::BlockingClient;
+use guest_agent::client::AgentEndpoint;
+
+use crate::error::{Error, Result};
+use crate::host::settings::now_ms;
+use crate::store::console_log::tail_lines;
+use crate::store::events::{EventKind, EventLog};
+use crate::store::spec::{LastExit, Meta};
+use crate::store::state::State;
+use crate::store::{read_json, write_json_atomic, StateDir, StoreError, META_FILE};
+use crate::vmm::control::CONTROL_SOCKET;
+
+/// The writable disk (ext4, sparse) the guest overlays on its image.
+pub const DISK_FILE: &str = "disk.ext4";
+/// The VMM's hybrid vsock socket.
+pub const VSOCK_SOCKET: &str = "vsock.sock";
+/// The VMM process's own log (its stderr).
+pub const VMM_LOG: &str = "vmm.log";
+/// The starter's ticket for the VMM process it is launching.
+const LAUNCH_TICKET: &str = "launch.ticket";
+/// The agent's vsock port.
+pub const AGENT_PORT: u32 = 1024;
+/// Console lines kept with a crash record.
+pub const CRASH_TAIL_LINES: usize = 20;
+/// Longest Unix socket path (sun_path is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// One workspace's directory.
+#[derive(Clone, Debug)]
+pub struct WorkspaceDir {
+    name: String,
+    dir: PathBuf,
+}
+
+impl WorkspaceDir {
+    /// The directory of `name` in `state` (the name is validated).
+    pub fn new(state: &StateDir, name: &str) -> Result<Self> {
+        Ok(Self {
+            name: name.to_owned(),
+            dir: state.workspace_dir(name)?,
+        })
+    }
+
+    /// The workspace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `meta.json`.
+    pub fn meta_path(&self) -> PathBuf {
+        self.dir.join(META_FILE)
+    }
+
+    /// The writable disk.
+    pub fn disk(&self) -> PathBuf {
+        self.dir.join(DISK_FILE)
+    }
+
+    /// The hybrid vsock socket.
+    pub fn vsock(&self) -> PathBuf {
+        self.dir.join(VSOCK_SOCKET)
+    }
+
+    /// The control socket.
+    pub fn control(&self) -> PathBuf {
+        self.dir.join(CONTROL_SOCKET)
+    }
+
+    /// Writes a new launch ticket (the starter, under the workspace's lock,
+    /// before it spawns the VMM): a VMM process given the same ticket was
+    /// started for this workspace by that starter, which is about to
+    /// record it, so it may build its machine at once. Returns the ticket.
+    pub fn issue_launch_ticket(&self) -> Result<String> {
+        let ticket = crate::host::settings::unique_id();
+        let path = self.dir.join(LAUNCH_TICKET);
+        std::fs::write(&path, &ticket)
+            .map_err(Error::host_io(format!("writing {}", path.display())))?;
+        Ok(ticket)
+    }
+
+    /// Whether `ticket` is the newest launch ticket.
+    pub fn holds_launch_ticket(&self, ticket: &str) -> bool {
+        std::fs::read_to_string(self.dir.join(LAUNCH_TICKET)).is_ok_and(|t| t == ticket)
+    }
+
+    /// Removes the launch ticket (once the VMM has checked its record).
+    pub fn remove_launch_ticket(&self) {
+        let _ = std::fs::remove_file(self.dir.join(LAUNCH_TICKET));
+    }
+
+    /// The event log.
+    pub fn events(&self) -> EventLog {
+        EventLog::new(&self.dir)
+    }
+
+    /// Where the guest agent is reached.
+    pub fn agent(&self) -> AgentEndpoint {
+        AgentEndpoint::HybridVsock {
+            uds: self.vsock(),
+            port: AGENT_PORT,
+        }
+    }
+
+    /// A blocking connection to its guest agent (for the VMM process, which
+    /// runs no async runtime); reads and writes wait at most `timeout`.
+    pub fn agent_blocking(
+        &self,
+        timeout: std::time::Duration,
+    ) -> std::result::Result<BlockingClient, guest_agent::client::ClientError> {
+        BlockingClient::connect_hybrid_vsock(&self.vsock(), AGENT_PORT, timeout)
+    }
+
+    /// Refuses a state directory whose socket paths would be too long.
+    pub fn check_socket_paths(&self) -> Result<()> {
+        let longest = self.vsock().as_os_str().len() + format!("_{AGENT_PORT}").len();
+        if longest > MAX_SOCKET_PATH {
+            return Err(Error::InvalidInput(format!(
+                "the state directory path is too long for Unix sockets ({longest} > {MAX_SOCKET_PATH} bytes); set MICROAGENT_HOME to a shorter path"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads `meta.json`; a missing one means the workspace does not exist.
+    pub fn read_meta(&self) -> Result<Meta> {
+        match read_json(&self.meta_path()) {
+            Ok(m) => Ok(m),
+            Err(StoreError::Missing { .. }) => Err(Error::WorkspaceNotFound(self.name.clone())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes `meta.json` atomically (hold the workspace lock).
+    pub fn write_meta(&self, meta: &Meta) -> Result<()> {
+        Ok(write_json_atomic(&self.meta_path(), meta)?)
+    }
+
+    /// Removes the VMM's sockets (after it is gone).
+    pub fn remove_sockets(&self) {
+        let _ = std::fs::remove_file(self.control());
+        let _ = std::fs::remove_file(self.vsock());
+        // Guest-initiated vsock connections use `<vsock>_<port>` sockets.
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.filter_map(|e| e.ok()) {
+                let name = e.file_name();
+                if name
+                    .to_string_lossy()
+                    .starts_with(&format!("{VSOCK_SOCKET}_"))
+                {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+
+    /// Records that the run ended: `state` becomes Stopped or Crashed (via
+    /// Stopping when needed), the runtime is cleared, the event logged and
+    /// the sockets removed. Hold the workspace lock.
+    pub fn record_exit(&self, meta: &mut Meta, crashed: bool, reason: &str) -> Result<()> {
+        let console_tail = if crashed {
+            tail_lines(&self.dir, CRASH_TAIL_LINES).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        if crashed {
+            meta.state = meta.state.become_(State::Crashed)?;
+        } else {
+            if meta.state != State::Stopping {
+                meta.state = meta.state.become_(State::Stopping)?;
+            }
+            meta.state = meta.state.become_(State::Stopped)?;
+        }
+        meta.runtime = None;
+        meta.last_exit = Some(LastExit {
+            at_ms: now_ms(),
+            reason: reason.to_owned(),
+            console_tail,
+        });
+        self.write_meta(meta)?;
+        self.remove_sockets();
+        self.events().append(if crashed {
+            EventKind::Crashed {
+                reason: reason.to_owned(),
+            }
+        } else {
+            EventKind::Stopped
+        })?;
+        Ok(())
+    }
+}

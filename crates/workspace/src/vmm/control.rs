@@ -1,0 +1,227 @@
+//! The control socket of a workspace's VMM process (`control.sock` in its
+//! directory): one JSON request line, one JSON response line, per connection.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The socket's file name in the workspace directory.
+pub const CONTROL_SOCKET: &str = "control.sock";
+/// Longest request line the server reads (a snapshot request holds a path).
+const MAX_LINE: u64 = 8192;
+
+/// What a client asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ControlRequest {
+    /// How the VMM is doing.
+    Status,
+    /// Stop the guest: ask the agent to shut down, force after `timeout_ms`.
+    Stop {
+        /// Grace period before the VM is torn down.
+        timeout_ms: u64,
+    },
+    /// Change the TTL: seconds from now, or none.
+    SetTtl {
+        /// New TTL from now; `None` removes it.
+        ttl_secs: Option<u64>,
+    },
+    /// Write a snapshot of the running machine into `dir` (existing, empty).
+    Snapshot {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// Start listening for a published port.
+    Publish {
+        /// The port.
+        mapping: crate::network::ports::PortMapping,
+    },
+    /// Stop listening on a host address (open connections run on).
+    Unpublish {
+        /// Host address.
+        host_ip: std::net::IpAddr,
+        /// Host port.
+        host_port: u16,
+    },
+}
+
+/// What the VMM answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlResponse {
+    /// The answer to `status`.
+    Status {
+        /// The VMM's pid.
+        pid: u32,
+        /// Milliseconds since the VMM started.
+        uptime_ms: u64,
+        /// Whether the agent has answered.
+        ready: bool,
+        /// Whether a stop is under way.
+        stopping: bool,
+        /// Unix ms when the TTL stops the VM.
+        ttl_deadline_ms: Option<u64>,
+    },
+    /// The answer to `snapshot`.
+    Snapshot {
+        /// How long the guest was paused, in microseconds.
+        paused_us: u64,
+        /// From request to files written, in microseconds.
+        total_us: u64,
+        /// Bytes of guest memory written (the rest are holes).
+        memory_data_bytes: u64,
+    },
+    /// Done.
+    Ok {
+        /// Unix ms when the TTL stops the VM (for `set_ttl`).
+        #[serde(default)]
+        ttl_deadline_ms: Option<u64>,
+    },
+    /// A published port's host address could not be listened on.
+    PortUnavailable {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// In use (otherwise: not an address of this machine, or refused).
+        in_use: bool,
+        /// What the OS said.
+        message: String,
+    },
+    /// Refused.
+    Error {
+        /// Why.
+        message: String,
+    },
+}
+
+/// Why a control call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Connecting failed (the VMM is gone or not listening yet).
+    #[error("cannot connect to {}", path.display())]
+    Connect {
+        /// The socket.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Sending or receiving failed.
+    #[error("control socket I/O")]
+    Io(#[source] std::io::Error),
+    /// The answer was not a response.
+    #[error("malformed control answer")]
+    Malformed(#[source] serde_json::Error),
+    /// The VMM refused.
+    #[error("the VMM refused: {0}")]
+    Refused(String),
+}
+
+/// Sends one request and reads the answer, waiting at most `timeout`.
+pub fn call(
+    path: &Path,
+    req: &ControlRequest,
+    timeout: Duration,
+) -> Result<ControlResponse, ControlError> {
+    let stream = UnixStream::connect(path).map_err(|source| ControlError::Connect {
+        path: path.to_owned(),
+        source,
+    })?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(ControlError::Io)?;
+    let mut line = serde_json::to_vec(req).map_err(ControlError::Malformed)?;
+    line.push(b'\n');
+    (&stream).write_all(&line).map_err(ControlError::Io)?;
+    let mut answer = String::new();
+    BufReader::new(&stream)
+        .take(MAX_LINE * 4)
+        .read_line(&mut answer)
+        .map_err(ControlError::Io)?;
+    match serde_json::from_str(&answer).map_err(ControlError::Malformed)? {
+        ControlResponse::Error { message } => Err(ControlError::Refused(message)),
+        resp => Ok(resp),
+    }
+}
+
+/// Answers connections on `listener` with `handler`, one at a time, until
+/// the process ends. A malformed request gets an `error` answer.
+pub fn serve(listener: UnixListener, handler: impl Fn(ControlRequest) -> ControlResponse) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut line = String::new();
+        if BufReader::new(&stream)
+            .take(MAX_LINE)
+            .read_line(&mut line)
+            .is_err()
+        {
+            continue;
+        }
+        let resp = match serde_json::from_str::<ControlRequest>(&line) {
+            Ok(req) => handler(req),
+            Err(e) => ControlResponse::Error {
+                message: format!("bad request: {e}"),
+            },
+        };
+        let mut out = serde_json::to_vec(&resp).unwrap_or_default();
+        out.push(b'\n');
+        let _ = (&stream).write_all(&out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_response_over_a_socket() {
+        let path = std::env::temp_dir().join(format!("microagent-ctl-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        std::thread::spawn(move || {
+            serve(listener, |req| match req {
+                ControlRequest::Status => ControlResponse::Status {
+                    pid: 7,
+                    uptime_ms: 1,
+                    ready: true,
+                    stopping: false,
+                    ttl_deadline_ms: None,
+                },
+                ControlRequest::SetTtl { ttl_secs } => ControlResponse::Ok {
+                    ttl_deadline_ms: ttl_secs,
+                },
+                ControlRequest::Stop { .. }
+                | ControlRequest::Snapshot { .. }
+                | ControlRequest::Publish { .. }
+                | ControlRequest::Unpublish { .. } => ControlResponse::Error {
+                    message: "no".into(),
+                },
+            })
+        });
+        let t = Duration::from_secs(5);
+        assert!(matches!(
+            call(&path, &ControlRequest::Status, t).unwrap(),
+            ControlResponse::Status { pid: 7, .. }
+        ));
+        assert_eq!(
+            call(&path, &ControlRequest::SetTtl { ttl_secs: Some(3) }, t).unwrap(),
+            ControlResponse::Ok {
+                ttl_deadline_ms: Some(3)
+            }
+        );
+        let refused = call(&path, &ControlRequest::Stop { timeout_ms: 1 }, t).unwrap_err();
+        assert!(matches!(refused, ControlError::Refused(m) if m == "no"));
+        // Garbage gets an error answer, and the server keeps serving.
+        let s = UnixStream::connect(&path).unwrap();
+        (&s).write_all(b"{nonsense\n").unwrap();
+        let mut answer = String::new();
+        BufReader::new(&s).read_line(&mut answer).unwrap();
+        assert!(answer.contains("bad request"));
+        assert!(call(&path, &ControlRequest::Status, t).is_ok());
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -1,0 +1,211 @@
+//! How a workspace's VMM process is started: the program to run and the
+//! arguments that name the workspace, turned into argv in this one place.
+//! The `microagent` binary runs VMM processes as its hidden `vmm
+//! serve-workspace` command; a program that embeds the library and runs
+//! [`crate::vmm_process::host::VmmProcess`] itself accepts the same arguments.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use vmm_core::KernelVariant;
+
+/// The subcommand words before the options.
+pub const VMM_SUBCOMMAND: [&str; 2] = ["vmm", "serve-workspace"];
+
+/// One VMM process to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmmLaunch {
+    /// The program (by default the running executable).
+    pub program: PathBuf,
+    /// The state directory.
+    pub home: PathBuf,
+    /// The workspace.
+    pub workspace: String,
+    /// The guest kernel variant, chosen once by the starter (so the VMM
+    /// process does not probe the host again).
+    pub kernel: KernelVariant,
+    /// A snapshot directory to restore instead of booting.
+    pub restore: Option<PathBuf>,
+    /// A directory (holding only `warm.json`) to write the image's warm
+    /// snapshot into once the agent answers.
+    pub keep_warm: Option<PathBuf>,
+    /// The starter's launch ticket (see `WorkspaceDir::launch_ticket`):
+    /// with it the process builds its machine before the starter has
+    /// recorded it.
+    pub ticket: Option<String>,
+}
+
+impl VmmLaunch {
+    /// The process for `workspace` of the state directory `home`, run by
+    /// `program`, booting the `kernel` variant.
+    pub fn new(program: &Path, home: &Path, workspace: &str, kernel: KernelVariant) -> Self {
+        Self {
+            program: program.to_path_buf(),
+            home: home.to_path_buf(),
+            workspace: workspace.to_owned(),
+            kernel,
+            restore: None,
+            keep_warm: None,
+            ticket: None,
+        }
+    }
+
+    /// Carries the starter's launch ticket.
+    pub fn with_ticket(mut self, ticket: &str) -> Self {
+        self.ticket = Some(ticket.to_owned());
+        self
+    }
+
+    /// Keeps a warm snapshot in `dir` once the agent answers.
+    pub fn keeping_warm(mut self, dir: &Path) -> Self {
+        self.keep_warm = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Restores the snapshot in `dir` instead of booting.
+    pub fn restoring(mut self, dir: &Path) -> Self {
+        self.restore = Some(dir.to_path_buf());
+        self
+    }
+
+    /// The arguments after the program name: `vmm serve-workspace --home
+    /// HOME --kernel VARIANT [--restore DIR] [--keep-warm DIR] [--ticket T]
+    /// WORKSPACE`.
+    pub fn args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = VMM_SUBCOMMAND.iter().map(OsString::from).collect();
+        args.push("--home".into());
+        args.push(self.home.clone().into_os_string());
+        args.push("--kernel".into());
+        args.push(self.kernel.name().into());
+        for (flag, dir) in [
+            ("--restore", &self.restore),
+            ("--keep-warm", &self.keep_warm),
+        ] {
+            if let Some(dir) = dir {
+                args.push(flag.into());
+                args.push(dir.clone().into_os_string());
+            }
+        }
+        if let Some(ticket) = &self.ticket {
+            args.push("--ticket".into());
+            args.push(ticket.into());
+        }
+        args.push(self.workspace.clone().into());
+        args
+    }
+
+    /// Reads this program's own arguments (`args` after the program name):
+    /// `Some` when they ask it to be a VMM process, as [`VmmLaunch::args`]
+    /// writes them. For programs that embed the library and are their
+    /// workspaces' VMM program.
+    pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Option<Self> {
+        let program = std::env::current_exe().ok()?;
+        let args: Vec<OsString> = args.into_iter().collect();
+        let (words, rest) = args.split_at_checked(VMM_SUBCOMMAND.len())?;
+        if words.iter().zip(VMM_SUBCOMMAND).any(|(w, s)| w != s) {
+            return None;
+        }
+        let (workspace, mut options) = rest.split_last()?;
+        let (mut home, mut kernel, mut restore, mut keep_warm, mut ticket) =
+            (None, None, None, None, None);
+        while let [flag, value, more @ ..] = options {
+            let slot = match flag.to_str()? {
+                "--home" => &mut home,
+                "--kernel" => &mut kernel,
+                "--restore" => &mut restore,
+                "--keep-warm" => &mut keep_warm,
+                "--ticket" => &mut ticket,
+                _ => return None,
+            };
+            if slot.replace(value.clone()).is_some() {
+                return None;
+            }
+            options = more;
+        }
+        if !options.is_empty() {
+            return None;
+        }
+        Some(Self {
+            program,
+            home: PathBuf::from(home?),
+            workspace: workspace.to_str()?.to_owned(),
+            kernel: KernelVariant::from_name(kernel?.to_str()?)?,
+            restore: restore.map(PathBuf::from),
+            keep_warm: keep_warm.map(PathBuf::from),
+            ticket: match ticket {
+                Some(t) => Some(t.into_string().ok()?),
+                None => None,
+            },
+        })
+    }
+
+    /// The command that starts the process (stdio not yet set).
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(self.args());
+        cmd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_names_the_home_and_workspace() {
+        let l = VmmLaunch::new(
+            Path::new("/bin/prog"),
+            Path::new("/tmp/h"),
+            "dev",
+            KernelVariant::Compat,
+        );
+        assert_eq!(
+            l.args(),
+            [
+                "vmm",
+                "serve-workspace",
+                "--home",
+                "/tmp/h",
+                "--kernel",
+                "compat",
+                "dev"
+            ]
+            .map(OsString::from)
+            .to_vec()
+        );
+        assert_eq!(l.command().get_program(), "/bin/prog");
+        let back = VmmLaunch::from_args(l.args()).unwrap();
+        assert_eq!(
+            (back.home, back.workspace, back.kernel),
+            (l.home.clone(), l.workspace.clone(), l.kernel)
+        );
+        let restoring = l.clone().restoring(Path::new("/tmp/h/snap"));
+        assert_eq!(
+            restoring.args()[6..8],
+            ["--restore", "/tmp/h/snap"].map(OsString::from)
+        );
+        let back = VmmLaunch::from_args(restoring.args()).unwrap();
+        assert_eq!(back.restore.as_deref(), Some(Path::new("/tmp/h/snap")));
+        assert_eq!(back.workspace, "dev");
+        let warm = l.clone().keeping_warm(Path::new("/tmp/h/warm/.p"));
+        let back = VmmLaunch::from_args(warm.args()).unwrap();
+        assert_eq!(back.keep_warm.as_deref(), Some(Path::new("/tmp/h/warm/.p")));
+        assert_eq!(back.restore, None);
+        let ticketed = l.clone().with_ticket("abc");
+        let back = VmmLaunch::from_args(ticketed.args()).unwrap();
+        assert_eq!(back.ticket.as_deref(), Some("abc"));
+        let mut twice = warm.args();
+        twice.insert(6, "/x".into());
+        twice.insert(6, "--home".into());
+        assert!(VmmLaunch::from_args(twice).is_none(), "a repeated flag");
+        let mut unknown_kernel = l.args();
+        unknown_kernel[5] = "mystery".into();
+        assert!(VmmLaunch::from_args(unknown_kernel).is_none());
+        assert!(VmmLaunch::from_args(["list".into()]).is_none());
+        assert!(
+            VmmLaunch::from_args(["vmm", "serve-workspace", "--home"].map(OsString::from))
+                .is_none()
+        );
+    }
+}

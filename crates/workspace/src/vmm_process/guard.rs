@@ -1,0 +1,254 @@
+//! What guards a VMM process besides its guest's own end: the seccomp
+//! confinement it runs under, and the owner process a one-shot workspace
+//! lives for (docs/security.md).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use std::path::Path;
+
+use crate::store::spec::Owner;
+use crate::store::workspace_dir::WorkspaceDir;
+use crate::store::StateDir;
+
+/// Turns off confinement (for debugging a missing syscall; docs/security.md).
+pub const NO_SECCOMP_VAR: &str = "MICROAGENT_VMM_NO_SECCOMP";
+
+/// Installs the VMM's seccomp filters on every thread (vCPU and device
+/// threads add their own as they start); returns the protections now on.
+pub fn confine() -> Result<Vec<String>, vmm_core::seccomp::SeccompError> {
+    if std::env::var_os(NO_SECCOMP_VAR).is_some_and(|v| v == "1") {
+        tracing::warn!("{NO_SECCOMP_VAR}=1: the VMM runs without seccomp filters");
+        return Ok(Vec::new());
+    }
+    vmm_core::seccomp::confine_process(vmm_core::seccomp::Filters::new()?)?;
+    Ok(vec!["seccomp".into(), "no_new_privs".into()])
+}
+
+/// Everything that confines a VMM process once its machine is built.
+#[derive(Debug)]
+pub struct Lockdown {
+    /// Its disk and memory sizes in MiB (the largest files it writes).
+    pub disk_and_mem_mib: (u64, u64),
+    /// Its own mount namespace, or why it has none.
+    pub mount_ns: Result<(), String>,
+    /// What its private root keeps.
+    pub keep: Vec<crate::vmm_process::jail::Keep>,
+}
+
+impl Lockdown {
+    /// In order: resource limits, the private root (when the namespace was
+    /// taken), the seccomp filters. Returns the protections on, or why the
+    /// VMM must not run the guest.
+    pub fn apply(self, ws: &WorkspaceDir) -> Result<Vec<String>, String> {
+        let (disk_mib, mem_mib) = self.disk_and_mem_mib;
+        limit_resources(disk_mib, mem_mib)
+            .map_err(|e| format!("the VMM could not limit its resources: {e}"))?;
+        let mounts = match self.mount_ns {
+            Ok(()) => {
+                crate::vmm_process::jail::enter(
+                    &ws.path().join(crate::vmm_process::jail::JAIL_DIR),
+                    &self.keep,
+                )
+                .map_err(|e| {
+                    format!(
+                        "the VMM could not make its root private: {}",
+                        crate::error::error_chain(&e)
+                    )
+                })?;
+                "private_root".to_owned()
+            }
+            Err(why) => format!("no private root: {why}"),
+        };
+        let mut protections =
+            confine().map_err(|e| format!("the VMM could not confine itself: {e}"))?;
+        protections.extend([
+            "rlimits".to_owned(),
+            "inherited_fds_closed".to_owned(),
+            mounts,
+        ]);
+        Ok(protections)
+    }
+}
+
+/// What a VMM's private root keeps: its workspace directory and lock file,
+/// the snapshots directory (a snapshot is written there), and the
+/// directory of the warm snapshot it keeps, if any.
+pub fn jail_keeps(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    keep_warm: Option<&Path>,
+) -> Vec<crate::vmm_process::jail::Keep> {
+    use crate::vmm_process::jail::Keep;
+    let mut keep = vec![
+        Keep::Dir(ws.path().to_path_buf()),
+        Keep::File(state.lock_path(ws.name())),
+        Keep::Dir(state.root().join(crate::snapshots::SNAPSHOTS_DIR)),
+    ];
+    if let Some(parent) = keep_warm.and_then(Path::parent) {
+        keep.push(Keep::Dir(parent.to_path_buf()));
+    }
+    keep
+}
+
+/// Closes every descriptor this process inherited beyond stdin, stdout and
+/// stderr (the VMM opens what it needs itself): a descriptor leaked by
+/// whatever started it must not reach the code that parses guest requests.
+pub fn close_inherited_fds() {
+    // SAFETY: close_range takes plain integers; it closes only descriptors
+    // (none is owned by Rust objects yet: this runs first thing).
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if closed != 0 {
+        tracing::warn!("close_range failed: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// Most descriptors a VMM process may hold: disks, sockets of published
+/// ports and their tunnels, vsock connections.
+pub const MAX_OPEN_FILES: u64 = 4096;
+
+/// Limits what the process can open and how large a file it can write: the
+/// largest file it writes is a disk copy or a memory file (for snapshots),
+/// so `max(disk, memory)` plus room for logs.
+pub fn limit_resources(disk_mib: u64, mem_mib: u64) -> std::io::Result<()> {
+    let largest = disk_mib
+        .max(mem_mib)
+        .saturating_add(64)
+        .saturating_mul(1 << 20);
+    set_limit(libc::RLIMIT_FSIZE, largest)?;
+    set_limit(libc::RLIMIT_NOFILE, MAX_OPEN_FILES)
+}
+
+/// Lowers a limit to `value` (never raises one already lower).
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
+    let mut cur = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `cur` is a live rlimit the call fills.
+    if unsafe { libc::getrlimit(resource, &mut cur) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let new = libc::rlimit {
+        rlim_cur: cur.rlim_cur.min(value),
+        rlim_max: cur.rlim_max.min(value),
+    };
+    // SAFETY: `new` is a valid rlimit no larger than the current one.
+    if unsafe { libc::setrlimit(resource, &new) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A descriptor of `owner` to wait on (a pidfd), when it is still the
+/// process the workspace was made for. An owner already gone when the VMM
+/// starts means a later, manual start of a kept workspace: not watched.
+pub fn watch_owner(owner: Owner) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner.pid as libc::pid_t, 0) };
+    if fd < 0 {
+        tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
+        return None;
+    }
+    // SAFETY: a fresh descriptor (it fits an i32) that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // The pid may be another process by now: its start time tells.
+    if !crate::store::process::is_alive(owner.pid, owner.start_ticks) {
+        tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
+        return None;
+    }
+    Some(fd)
+}
+
+/// Waits until the process of `pidfd` ends; true when it did.
+pub fn wait_for_owner_end(pidfd: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `pfd` is one live pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n > 0 {
+            tracing::info!("the owner process ended; stopping");
+            return true;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            tracing::warn!("waiting for the owner process failed; not watched");
+            return false;
+        }
+    }
+}
+
+/// What the VMM's SIGSYS handler reported in its log, if it did.
+pub(crate) fn seccomp_violation(ws: &WorkspaceDir) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut log = std::fs::File::open(ws.path().join(crate::store::workspace_dir::VMM_LOG)).ok()?;
+    let len = log.metadata().ok()?.len();
+    log.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut tail = Vec::new();
+    log.read_to_end(&mut tail).ok()?;
+    let tail = String::from_utf8_lossy(&tail);
+    let line = tail
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(vmm_core::seccomp::VIOLATION_PREFIX))?;
+    Some(line.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_lowered_never_raised() {
+        // In a child process: limits stay with the process that set them.
+        let out = std::process::Command::new("sh")
+            .args(["-c", "ulimit -n 100; ulimit -n"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "100");
+        let mut cur = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `cur` is a live rlimit.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur) }, 0);
+        let before = cur.rlim_cur;
+        let wanted = before.saturating_add(1000);
+        // Raising is not what set_limit does: asking for more keeps it.
+        set_limit(libc::RLIMIT_NOFILE, wanted).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur) }, 0);
+        assert_eq!(cur.rlim_cur, before);
+    }
+
+    #[test]
+    fn an_owner_that_ends_is_seen_and_a_gone_one_is_not_watched() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let owner = Owner {
+            pid,
+            start_ticks: crate::store::process::start_ticks(pid).unwrap(),
+        };
+        let reaper = std::thread::spawn(move || child.wait());
+        let watched = watch_owner(owner).expect("a live owner is watched");
+        assert!(
+            wait_for_owner_end(&watched),
+            "the end of a live owner is seen"
+        );
+        reaper.join().unwrap().unwrap();
+        assert!(watch_owner(owner).is_none(), "a gone owner is not watched");
+        let recycled = Owner {
+            pid: std::process::id(),
+            start_ticks: 1,
+        };
+        assert!(
+            watch_owner(recycled).is_none(),
+            "another process with its pid is not it"
+        );
+    }
+}

@@ -1,0 +1,798 @@
+//! The detached VMM process of one running workspace, as a library: boots
+//! the guest, marks the workspace running when the agent answers, serves
+//! the control socket, enforces the TTL, and records how the run ended. It
+//! owns the workspace's state while it lives. The process itself (its
+//! `main`, signals, exit status) belongs to the program that runs it
+//! ([`crate::vmm::launch::VmmLaunch`] says how it is started).
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use vmm_core::devices::serial::ConsoleSink;
+use vmm_core::machine::{
+    DiskConfig, MachineHandle, NetBackendConfig, NetConfig, RestoreConfig, VsockConfig,
+};
+use vmm_core::{KernelVariant, Machine, MachineConfig, StopReason};
+
+use guest_agent::client::blocking::BlockingClient;
+
+use crate::error::{Error, Result};
+use crate::host::settings::{asset_dir, now_ms};
+use crate::images::registry::ImageRegistry;
+use crate::network::ports::PortMapping;
+use crate::remedy::Remedy;
+use crate::store::console_log::{tail_lines, ConsoleLogWriter};
+use crate::store::events::EventKind;
+use crate::store::spec::validate_ttl;
+use crate::store::state::State;
+use crate::store::workspace_dir::{WorkspaceDir, AGENT_PORT};
+use crate::store::StateDir;
+use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::vmm::launch::VmmLaunch;
+use crate::vmm_process::port_forward::PortForwarder;
+
+/// The workspace guest's command line before its hostname. The guest uses
+/// kvm-clock, which a restore resumes where it was saved: on hosts that
+/// cannot offset the guest's TSC a TSC clocksource would jump by the time
+/// between snapshot and restore.
+pub(crate) const GUEST_CMDLINE: &str =
+    "root=/dev/vda ro rootfstype=ext4 clocksource=kvm-clock microagent_overlay=/dev/vdb";
+/// Grace period a TTL expiry gives the guest to shut down.
+const TTL_GRACE: Duration = Duration::from_secs(10);
+/// How long a guest whose owner process ended gets to shut down.
+const OWNER_GRACE: Duration = Duration::from_secs(2);
+/// The guest's vsock context id (each VMM has its own device).
+const GUEST_CID: u64 = 3;
+
+struct Shared {
+    ws: WorkspaceDir,
+    /// The machine was restored from a snapshot: the guest gets a fresh
+    /// identity once its agent answers.
+    restored: bool,
+    /// The guest's addresses on its network (a restored guest takes them).
+    guest_net: Option<crate::network::Addressing>,
+    /// Where to keep the image's warm snapshot once the agent answers.
+    keep_warm: Option<std::path::PathBuf>,
+    state: StateDir,
+    started: Instant,
+    ready: AtomicBool,
+    stopping: AtomicBool,
+    /// Why the stop under way was started.
+    stop_reason: Mutex<Option<&'static str>>,
+    /// Unix ms of the TTL deadline; the condvar wakes the TTL thread on change.
+    ttl_deadline: Mutex<Option<u64>>,
+    ttl_changed: Condvar,
+    /// The published ports' listeners.
+    ports: PortForwarder,
+    /// Set by whoever records the end first.
+    finished: AtomicBool,
+    /// Controls the machine's run (teardown, snapshots), once it exists.
+    machine: OnceLock<MachineHandle>,
+}
+
+impl Shared {
+    /// Updates meta.json under the workspace lock.
+    fn update(&self, f: impl FnOnce(&mut crate::store::spec::Meta) -> Result<()>) -> Result<()> {
+        let _lock = self.state.lock_workspace(self.ws.name())?;
+        let mut meta = self.ws.read_meta()?;
+        f(&mut meta)?;
+        self.ws.write_meta(&meta)
+    }
+
+    /// Records the end of the run once; later calls do nothing.
+    fn finish(&self, crashed: bool, reason: &str) {
+        if self.finished.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tracing::info!(%reason, "run ended");
+        let result = (|| {
+            let _lock = self.state.lock_workspace(self.ws.name())?;
+            let mut meta = self.ws.read_meta()?;
+            if !meta.state.has_vmm() {
+                return Ok(());
+            }
+            self.ws.record_exit(&mut meta, crashed, reason)
+        })();
+        if let Err(e) = result {
+            tracing::error!(error = %e.full_message(), "could not record the end");
+        }
+    }
+
+    /// Ends the run at once; nothing happens before the machine exists.
+    fn tear_down(&self) {
+        if let Some(handle) = self.machine.get() {
+            handle.stop();
+        }
+    }
+
+    /// Starts a stop: asks the agent to shut the guest down, and tears the
+    /// VM down if it has not gone after `grace`.
+    fn begin_stop(self: &Arc<Self>, grace: Duration, reason: &'static str) {
+        if self.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        *self.stop_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        let _ = self.update(|m| {
+            if m.state == State::Starting || m.state == State::Running {
+                m.state = m.state.become_(State::Stopping)?;
+            }
+            Ok(())
+        });
+        self.ttl_changed.notify_all();
+        let shared = self.clone();
+        std::thread::spawn(move || {
+            if shared.ready.load(Ordering::SeqCst) {
+                let asked = shared
+                    .ws
+                    .agent_blocking(AGENT_CALL_TIMEOUT)
+                    .and_then(BlockingClient::shutdown);
+                if let Err(e) = asked {
+                    tracing::warn!(error = %e, "agent shutdown failed");
+                } else {
+                    std::thread::sleep(grace);
+                }
+            }
+            shared.finish(
+                false,
+                &format!("{reason} (VM torn down after the grace period)"),
+            );
+            shared.tear_down();
+        });
+    }
+}
+
+/// How long one call to the agent may wait for each read or write.
+const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The VMM of one workspace in this process: checked against the
+/// workspace's record and built, its guest not yet running.
+#[derive(Debug)]
+pub struct VmmProcess {
+    shared: Arc<Shared>,
+    /// None when the VM could not be built (the end is already recorded).
+    machine: Option<Machine>,
+    /// The `user` network's passt, ended with the run.
+    passt: Option<crate::network::Passt>,
+    /// The process this workspace lives for, if any.
+    owner: Option<crate::store::spec::Owner>,
+    /// Its disk and memory sizes in MiB (the largest files it writes).
+    disk_and_mem_mib: (u64, u64),
+    /// Its cgroup, joined before the guest was built.
+    cgroup: crate::vmm_process::cgroup::Placement,
+    /// Its own mount namespace, or why it has none (`vmm_jail`).
+    mount_ns: std::result::Result<(), String>,
+}
+
+/// Stops a [`VmmProcess`] from another thread (the program's signal
+/// handling): the first call stops gracefully, as a stop request does; a
+/// call while stopping tears the VM down at once.
+#[derive(Clone, Debug)]
+pub struct VmmStopper {
+    shared: Arc<Shared>,
+}
+
+impl VmmStopper {
+    /// Stops the workspace for `reason` (recorded as how the run ended).
+    pub fn stop(&self, reason: &'static str) {
+        if self.shared.stopping.load(Ordering::SeqCst) {
+            self.shared
+                .finish(false, &format!("{reason} (while stopping: VM torn down)"));
+            self.shared.tear_down();
+        } else {
+            self.shared.begin_stop(TTL_GRACE, reason);
+        }
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("workspace", &self.ws.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl VmmProcess {
+    /// Builds the VM of the workspace `launch` names with the kernel
+    /// variant the starter chose, or restores it from the snapshot the
+    /// launch names, then checks that this process was started for it. A
+    /// VM that cannot be built is recorded as a crash, and
+    /// [`VmmProcess::run`] then returns at once.
+    ///
+    /// The process first leaves its starter's session, so it outlives the
+    /// terminal and the starter and no terminal signal reaches it (the
+    /// starter spawns it without a pre-exec step, which keeps the launch
+    /// fast).
+    pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
+        let entered = vmm_core::vcpu::monotonic_ns();
+        crate::vmm_process::guard::close_inherited_fds();
+        let mut mount_ns = Err("the machine was not built".to_owned());
+        // SAFETY: setsid(2) takes no arguments; it fails only when this
+        // process already leads a process group, which is detached enough.
+        unsafe {
+            libc::setsid();
+        }
+        let name = launch.workspace.as_str();
+        let ws = WorkspaceDir::new(&state, name)?;
+        // With its starter's ticket the machine is built while the starter
+        // still holds the lock to record this process: a workspace's spec
+        // never changes and its record is replaced atomically, so it can be
+        // read unlocked, and while the starter holds the lock no other VMM
+        // of this workspace runs, so stale sockets of a crashed run (the
+        // binds would fail) can go. Without the ticket nothing is touched
+        // before the record says this process was started for it.
+        let ticketed = launch
+            .ticket
+            .as_deref()
+            .is_some_and(|t| ws.holds_launch_ticket(t));
+        let mut passt = None;
+        let mut guest_net = None;
+        let mut cgroup = None;
+        let (mut building, mut built_at) = (0, 0);
+        let mut build = |spec: &crate::store::spec::WorkspaceSpec| {
+            // First, so the guest's memory and the network helper count.
+            let limits =
+                crate::vmm_process::cgroup::Limits::for_workspace(spec.vcpus, spec.mem_mib);
+            let group = crate::vmm_process::cgroup::group_id(state.root(), name);
+            let root = std::path::Path::new(crate::vmm_process::cgroup::CGROUP_ROOT);
+            let placed = crate::vmm_process::cgroup::join(root, &group, &limits);
+            crate::vmm_process::cgroup::record(&placed, ws.path());
+            cgroup = Some(placed);
+            ws.remove_sockets();
+            building = vmm_core::vcpu::monotonic_ns();
+            let built = crate::network::attach::attach(&state, &ws, spec).and_then(|net| {
+                // After passt started (it stays in the host's namespace, out
+                // of reach of the pivot), while this is the only thread.
+                mount_ns =
+                    crate::vmm_process::jail::unshare().map_err(|e| crate::error::error_chain(&e));
+                let (net, addressing) = match net {
+                    Some(a) => {
+                        passt = a.passt;
+                        guest_net = Some(a.addressing);
+                        (Some(a.backend), Some(a.addressing))
+                    }
+                    None => (None, None),
+                };
+                match &launch.restore {
+                    None => build_machine(&state, &ws, spec, launch.kernel, net, addressing),
+                    Some(dir) => restore_machine(&state, &ws, spec, launch.kernel, dir, net),
+                }
+            });
+            built_at = vmm_core::vcpu::monotonic_ns();
+            built
+        };
+        let early = if ticketed {
+            Some(build(&ws.read_meta()?.spec))
+        } else {
+            None
+        };
+        let meta = {
+            let _lock = state.lock_workspace(name)?;
+            ws.read_meta()?
+        };
+        let me = std::process::id();
+        match &meta.runtime {
+            Some(rt) if rt.pid == me && meta.state == State::Starting => {}
+            _ => {
+                return Err(Error::WrongState {
+                    name: name.to_owned(),
+                    state: meta.state,
+                    why: "this VMM process was not started for it",
+                    remedy: Some(Remedy::StartWorkspace {
+                        workspace: name.to_owned(),
+                    }),
+                })
+            }
+        }
+        ws.remove_launch_ticket();
+        let built = match early {
+            Some(built) => built,
+            None => build(&meta.spec),
+        };
+        // Published ports listen from the start; one that cannot fails it.
+        let ports = PortForwarder::new(&ws.vsock(), AGENT_PORT);
+        let built = built.and_then(|m| {
+            for p in &meta.spec.ports {
+                ports.publish(*p)?;
+            }
+            Ok(m)
+        });
+        let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
+        let ms_after_launch = |ns| us_after(launched, Some(ns)).map(|us| us as f64 / 1e3);
+        tracing::info!(
+            process_ms = ms_after_launch(entered),
+            build_began_ms = ms_after_launch(building),
+            built_ms = ms_after_launch(built_at),
+            checked_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
+            restored = launch.restore.is_some(),
+            before_the_record = ticketed,
+            "machine built (times since the VMM's launch)"
+        );
+        let shared = Arc::new(Shared {
+            ws: ws.clone(),
+            restored: launch.restore.is_some(),
+            guest_net,
+            keep_warm: launch.keep_warm.clone(),
+            state: state.clone(),
+            started: Instant::now(),
+            ready: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            stop_reason: Mutex::new(None),
+            ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
+            ttl_changed: Condvar::new(),
+            ports,
+            finished: AtomicBool::new(false),
+            machine: OnceLock::new(),
+        });
+        let machine = match built {
+            Ok(m) => {
+                let _ = shared.machine.set(m.handle());
+                Some(m)
+            }
+            Err(e) => {
+                shared.finish(
+                    true,
+                    &format!("the VM could not be built: {}", e.full_message()),
+                );
+                None
+            }
+        };
+        Ok(Self {
+            shared,
+            machine,
+            passt,
+            owner: meta.spec.owner,
+            disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
+            cgroup: cgroup.unwrap_or_else(|| {
+                crate::vmm_process::cgroup::Placement::Unavailable("not built".into())
+            }),
+            mount_ns,
+        })
+    }
+
+    /// A handle that stops this VMM from another thread.
+    pub fn stopper(&self) -> VmmStopper {
+        VmmStopper {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Runs the guest until it ends; returns whether the run crashed (the
+    /// program's exit status is its own choice).
+    pub fn run(self) -> Result<RunEnd> {
+        let shared = self.shared;
+        let Some(machine) = self.machine else {
+            return Ok(RunEnd { crashed: true });
+        };
+        let ws = shared.ws.clone();
+        let listener = UnixListener::bind(ws.control()).map_err(Error::host_io(format!(
+            "binding {}",
+            ws.control().display()
+        )))?;
+        // Only this user drives the VMM (the directory is 0700 as well).
+        std::fs::set_permissions(ws.control(), std::fs::Permissions::from_mode(0o600)).map_err(
+            Error::host_io(format!("restricting {}", ws.control().display())),
+        )?;
+        let s = shared.clone();
+        std::thread::spawn(move || control::serve(listener, |req| handle_control(&s, req)));
+        let s = shared.clone();
+        std::thread::spawn(move || wait_for_agent(&s));
+        let s = shared.clone();
+        std::thread::spawn(move || enforce_ttl(&s));
+        // Opened and checked now: /proc is gone once the root is private.
+        if let Some(owner) = self.owner.and_then(crate::vmm_process::guard::watch_owner) {
+            let s = shared.clone();
+            std::thread::spawn(move || {
+                if crate::vmm_process::guard::wait_for_owner_end(&owner) {
+                    s.begin_stop(OWNER_GRACE, "the process it ran for ended");
+                }
+            });
+        }
+
+        // Confined before the guest runs; a VMM that cannot be is not run.
+        let leaving = crate::vmm_process::cgroup::Leaving::prepare(&self.cgroup);
+        let keep =
+            crate::vmm_process::guard::jail_keeps(&shared.state, &ws, shared.keep_warm.as_deref());
+        let lockdown = crate::vmm_process::guard::Lockdown {
+            disk_and_mem_mib: self.disk_and_mem_mib,
+            mount_ns: self.mount_ns,
+            keep,
+        };
+        match lockdown.apply(&ws) {
+            Ok(mut protections) => {
+                protections.push(self.cgroup.describe());
+                let _ = shared.update(|m| {
+                    if let Some(rt) = m.runtime.as_mut() {
+                        rt.protections = protections;
+                    }
+                    Ok(())
+                });
+            }
+            Err(why) => {
+                shared.finish(true, &why);
+                return Ok(RunEnd { crashed: true });
+            }
+        }
+        crate::pause_point::pause_point("vmm:confined");
+        let outcome = machine.run(None);
+        crate::pause_point::pause_point("vmm:finishing");
+        // The network's helper ends with the guest it served.
+        drop(self.passt);
+        let stopping = *shared.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
+        let (crashed, reason) = match outcome {
+            Ok(o) => classify_end(&o.reason, stopping, &ws),
+            Err(e) => (true, format!("the VMM failed: {e}")),
+        };
+        shared.finish(crashed, &reason);
+        leaving.leave();
+        let _ = std::fs::remove_file(ws.path().join(crate::vmm_process::cgroup::RECORD_FILE));
+        Ok(RunEnd { crashed })
+    }
+}
+
+/// How a [`VmmProcess`] run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunEnd {
+    /// The guest or the VMM failed (the workspace is recorded as crashed).
+    pub crashed: bool,
+}
+
+/// Whether the run crashed, and why it ended, in words.
+fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) -> (bool, String) {
+    let panicked = tail_lines(ws.path(), 60)
+        .unwrap_or_default()
+        .iter()
+        .any(|l| l.contains("Kernel panic"));
+    match reason {
+        _ if panicked => (true, "the guest kernel panicked".into()),
+        StopReason::Reset | StopReason::PowerOff if stopping.is_some() => {
+            (false, stopping.unwrap_or_default().to_owned())
+        }
+        StopReason::Reset | StopReason::PowerOff => {
+            (false, "the guest shut down or rebooted itself".into())
+        }
+        StopReason::Stopped => (
+            false,
+            format!("{} (VM torn down)", stopping.unwrap_or("stopped")),
+        ),
+        StopReason::TripleFault => (true, "the guest triple-faulted".into()),
+        other => (true, format!("the VM stopped: {other:?}")),
+    }
+}
+
+fn build_machine(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    spec: &crate::store::spec::WorkspaceSpec,
+    kernel: KernelVariant,
+    net: Option<NetBackendConfig>,
+    addressing: Option<crate::network::Addressing>,
+) -> Result<Machine> {
+    let images = ImageRegistry::new(state, asset_dir(), kernel);
+    let image = images.get(&spec.image)?;
+    let console = ConsoleLogWriter::create(ws.path())?;
+    let mut cmdline = format!("{GUEST_CMDLINE} microagent_hostname={}", ws.name());
+    if let Some(args) = &image.boot_args {
+        cmdline.push(' ');
+        cmdline.push_str(args);
+    }
+    if let Some(net) = crate::network::guest_cmdline(addressing.as_ref()) {
+        cmdline.push(' ');
+        cmdline.push_str(&net);
+    }
+    Machine::build(MachineConfig {
+        kernel: image.kernel,
+        initrd: None,
+        extra_cmdline: Some(cmdline),
+        mem_mib: spec.mem_mib,
+        vcpus: spec.vcpus,
+        template: kernel.cpu_template(),
+        console: ConsoleSink::new().with(Box::new(console)),
+        disks: workspace_disks(image.rootfs, ws),
+        vsock: Some(VsockConfig {
+            guest_cid: GUEST_CID,
+            uds_path: ws.vsock(),
+        }),
+        net: net.map(|backend| NetConfig {
+            mac: crate::network::mac_for(ws.name()),
+            backend,
+        }),
+    })
+    .map_err(|e| start_failed(ws, &e))
+}
+
+fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
+    Error::StartFailed {
+        name: ws.name().to_owned(),
+        reason: crate::error::error_chain(e),
+    }
+}
+
+/// The disks of a workspace's machine: the image's read-only root, then
+/// the workspace's own writable disk.
+fn workspace_disks(rootfs: std::path::PathBuf, ws: &WorkspaceDir) -> Vec<DiskConfig> {
+    vec![
+        DiskConfig {
+            path: rootfs,
+            read_only: true,
+        },
+        DiskConfig {
+            path: ws.disk(),
+            read_only: false,
+        },
+    ]
+}
+
+/// The workspace's machine from the snapshot in `dir`: the image's root
+/// disk, the workspace's own disk (already a copy of the snapshot's), new
+/// sockets.
+fn restore_machine(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    spec: &crate::store::spec::WorkspaceSpec,
+    kernel: KernelVariant,
+    dir: &std::path::Path,
+    net: Option<NetBackendConfig>,
+) -> Result<Machine> {
+    let images = ImageRegistry::new(state, asset_dir(), kernel);
+    let image = images.get(&spec.image)?;
+    let console = ConsoleLogWriter::create(ws.path())?;
+    Machine::restore(RestoreConfig {
+        snapshot: dir.to_path_buf(),
+        console: ConsoleSink::new().with(Box::new(console)),
+        disks: workspace_disks(image.rootfs, ws),
+        vsock_uds: Some(ws.vsock()),
+        net,
+    })
+    .map_err(|e| start_failed(ws, &e))
+}
+
+/// Polls the agent until it answers, then marks the workspace running.
+fn wait_for_agent(shared: &Arc<Shared>) {
+    loop {
+        if shared.stopping.load(Ordering::SeqCst) || shared.finished.load(Ordering::SeqCst) {
+            return;
+        }
+        let attempt = shared
+            .ws
+            .agent_blocking(AGENT_CALL_TIMEOUT)
+            .and_then(BlockingClient::ping);
+        if attempt.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    if shared.restored {
+        give_identity(&shared.ws, shared.guest_net.as_ref());
+    }
+    if let Some(dir) = &shared.keep_warm {
+        keep_warm(shared, dir);
+    }
+    shared.ready.store(true, Ordering::SeqCst);
+    let ready_ns = vmm_core::vcpu::monotonic_ns();
+    let first_run_ns = shared.machine.get().and_then(MachineHandle::first_run_ns);
+    let mut started = None;
+    let marked = shared.update(|m| {
+        if m.state == State::Starting {
+            m.state = m.state.become_(State::Running)?;
+            if let Some(rt) = m.runtime.as_mut() {
+                rt.ready_at_ms = Some(now_ms());
+                rt.ready_us = us_after(rt.launched_mono_ns, Some(ready_ns));
+                rt.vcpu_running_us = us_after(rt.launched_mono_ns, first_run_ns);
+                started = Some(EventKind::Started {
+                    start: rt.start_kind,
+                    ready_ms: rt.ready_us.map(|us| us / 1000),
+                });
+            }
+        }
+        Ok(())
+    });
+    let event = started.unwrap_or(EventKind::Started {
+        start: None,
+        ready_ms: None,
+    });
+    match marked.and_then(|()| Ok(shared.ws.events().append(event)?)) {
+        Ok(_) => tracing::info!(secs = shared.started.elapsed().as_secs_f64(), "agent ready"),
+        Err(e) => tracing::error!(error = %e.full_message(), "could not mark running"),
+    }
+}
+
+/// Snapshots the freshly booted guest (before anyone has used it) as its
+/// image's warm snapshot, with the boot's console.
+fn keep_warm(shared: &Shared, dir: &std::path::Path) {
+    let Some(machine) = shared.machine.get() else {
+        return;
+    };
+    let kept = machine
+        .snapshot(dir)
+        .map_err(|e| e.to_string())
+        .and_then(|_| {
+            let _ = std::fs::copy(
+                shared
+                    .ws
+                    .path()
+                    .join(crate::store::console_log::CONSOLE_FILE),
+                dir.join(crate::store::console_log::CONSOLE_FILE),
+            );
+            crate::snapshots::warm::promote(dir).map_err(|e| e.to_string())
+        });
+    match kept {
+        Ok(()) => tracing::info!("kept the warm snapshot of this image"),
+        Err(e) => {
+            tracing::error!(error = %e, "could not keep a warm snapshot");
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Microseconds from `from` to `to` (CLOCK_MONOTONIC ns), when both are known.
+fn us_after(from: Option<u64>, to: Option<u64>) -> Option<u64> {
+    Some(to?.saturating_sub(from?) / 1000)
+}
+
+/// A restored guest takes this workspace's name as its hostname, fresh
+/// host randomness and the host's clock, so forks of one snapshot differ.
+fn give_identity(ws: &WorkspaceDir, net: Option<&crate::network::Addressing>) {
+    let mut entropy = [0u8; 64];
+    // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
+    let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
+    if got != entropy.len() as isize {
+        tracing::error!("no host randomness for the restored guest");
+        return;
+    }
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let given = ws.agent_blocking(AGENT_CALL_TIMEOUT).and_then(|agent| {
+        let network = net.map(|a| {
+            (
+                crate::network::net_setting(a),
+                crate::network::mac_for(ws.name()),
+            )
+        });
+        agent.restored(ws.name(), &entropy, now_ns, network)
+    });
+    match given {
+        Ok(()) => tracing::info!("restored guest took its identity"),
+        Err(e) => tracing::error!(error = %e, "the restored guest did not take its identity"),
+    }
+}
+
+/// Sleeps until the TTL deadline (re-reading it when it changes), then stops.
+fn enforce_ttl(shared: &Arc<Shared>) {
+    let mut deadline = shared
+        .ttl_deadline
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    loop {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let wait = match *deadline {
+            None => Duration::from_secs(3600),
+            Some(at) => {
+                let now = now_ms();
+                if now >= at {
+                    break;
+                }
+                Duration::from_millis(at - now)
+            }
+        };
+        deadline = shared
+            .ttl_changed
+            .wait_timeout(deadline, wait)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+    drop(deadline);
+    if let Err(e) = shared.ws.events().append(EventKind::TtlExpired) {
+        tracing::error!(error = %e, "could not log the TTL expiry");
+    }
+    shared.begin_stop(TTL_GRACE, "its TTL expired");
+}
+
+fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse {
+    match req {
+        ControlRequest::Status => ControlResponse::Status {
+            pid: std::process::id(),
+            uptime_ms: shared.started.elapsed().as_millis() as u64,
+            ready: shared.ready.load(Ordering::SeqCst),
+            stopping: shared.stopping.load(Ordering::SeqCst),
+            ttl_deadline_ms: *shared
+                .ttl_deadline
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        },
+        ControlRequest::Snapshot { dir } => {
+            let Some(machine) = shared.machine.get() else {
+                return ControlResponse::Error {
+                    message: "the VM is not running".into(),
+                };
+            };
+            if !shared.ready.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
+                return ControlResponse::Error {
+                    message: "the workspace is starting or stopping".into(),
+                };
+            }
+            match machine.snapshot(&dir) {
+                Ok(taken) => {
+                    crate::pause_point::pause_point("vmm:snapshot");
+                    ControlResponse::Snapshot {
+                        paused_us: taken.paused.as_micros() as u64,
+                        total_us: taken.total.as_micros() as u64,
+                        memory_data_bytes: taken.memory.data_bytes,
+                    }
+                }
+                Err(e) => ControlResponse::Error {
+                    message: format!(
+                        "workspace `{}` could not be snapshotted: {}",
+                        shared.ws.name(),
+                        crate::error::error_chain(&e)
+                    ),
+                },
+            }
+        }
+        ControlRequest::Publish { mapping } => publish(shared, mapping),
+        ControlRequest::Unpublish { host_ip, host_port } => {
+            shared
+                .ports
+                .unpublish(std::net::SocketAddr::new(host_ip, host_port));
+            ControlResponse::Ok {
+                ttl_deadline_ms: None,
+            }
+        }
+        ControlRequest::Stop { timeout_ms } => {
+            shared.begin_stop(Duration::from_millis(timeout_ms), "stopped on request");
+            ControlResponse::Ok {
+                ttl_deadline_ms: None,
+            }
+        }
+        ControlRequest::SetTtl { ttl_secs } => {
+            if let Some(Err(e)) = ttl_secs.map(validate_ttl) {
+                return ControlResponse::Error {
+                    message: e.to_string(),
+                };
+            }
+            let at = ttl_secs.map(|s| now_ms() + s * 1000);
+            let recorded = shared.update(|m| {
+                if let Some(rt) = m.runtime.as_mut() {
+                    rt.ttl_deadline_ms = at;
+                }
+                Ok(())
+            });
+            if let Err(e) = recorded {
+                return ControlResponse::Error {
+                    message: e.full_message(),
+                };
+            }
+            *shared
+                .ttl_deadline
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = at;
+            shared.ttl_changed.notify_all();
+            ControlResponse::Ok {
+                ttl_deadline_ms: at,
+            }
+        }
+    }
+}
+
+fn publish(shared: &Shared, mapping: PortMapping) -> ControlResponse {
+    match shared.ports.publish(mapping) {
+        Ok(()) => ControlResponse::Ok {
+            ttl_deadline_ms: None,
+        },
+        Err(Error::PortUnavailable { addr, source }) => ControlResponse::PortUnavailable {
+            addr,
+            in_use: source.kind() == std::io::ErrorKind::AddrInUse,
+            message: source.to_string(),
+        },
+        Err(e) => ControlResponse::Error {
+            message: e.full_message(),
+        },
+    }
+}

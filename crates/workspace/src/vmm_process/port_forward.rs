@@ -1,0 +1,282 @@
+//! The VMM process's side of published ports ([`crate::network::ports`]): a listener
+//! per host address; each connection is tunnelled over vsock to the guest
+//! agent (`tcp_connect`), which connects to the guest port on the guest's
+//! loopback. No guest network is involved.
+
+use std::collections::BTreeMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use guest_agent::client::blocking::BlockingClient;
+use guest_agent::client::ClientError;
+
+use crate::error::{Error, Result};
+use crate::network::ports::{self, PortMapping};
+
+/// Longest a connection waits for the agent to answer (a guest that is
+/// still booting, or a warm start being resumed).
+const AGENT_WAIT: Duration = Duration::from_secs(60);
+/// Pause between attempts to reach the agent.
+const AGENT_RETRY: Duration = Duration::from_millis(250);
+/// Timeout of each handshake step with the agent (generous: where guest
+/// kernel mode is emulated a busy guest answers in seconds).
+const AGENT_IO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The published ports of one VMM process.
+#[derive(Debug)]
+pub struct PortForwarder {
+    vsock: PathBuf,
+    agent_port: u32,
+    listening: Mutex<BTreeMap<SocketAddr, Listening>>,
+}
+
+#[derive(Debug)]
+struct Listening {
+    mapping: PortMapping,
+    /// A second handle on the listening socket, to shut it down.
+    socket: TcpListener,
+    stop: Arc<AtomicBool>,
+}
+
+impl PortForwarder {
+    /// Tunnels to the agent on vsock `agent_port` behind the hybrid vsock
+    /// socket `vsock`.
+    pub fn new(vsock: &Path, agent_port: u32) -> Self {
+        Self {
+            vsock: vsock.to_owned(),
+            agent_port,
+            listening: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Listens for `mapping` (the same mapping twice is one). A host address
+    /// already published here for another guest port is refused.
+    pub fn publish(&self, mapping: PortMapping) -> Result<()> {
+        let mut listening = self.lock();
+        if let Some(l) = listening.get(&mapping.host_addr()) {
+            if l.mapping == mapping {
+                return Ok(());
+            }
+            return Err(Error::InvalidInput(format!(
+                "host address {} is already published (to guest port {})",
+                mapping.host_addr(),
+                l.mapping.guest_port
+            )));
+        }
+        let listener = ports::bind(&mapping)?;
+        let socket = listener.try_clone().map_err(Error::host_io(format!(
+            "listening on {}",
+            mapping.host_addr()
+        )))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = stop.clone();
+        let vsock = self.vsock.clone();
+        let agent_port = self.agent_port;
+        std::thread::Builder::new()
+            .name(format!("port-{}", mapping.host_port))
+            .spawn(move || accept_loop(listener, &thread_stop, &vsock, agent_port, mapping))
+            .map_err(Error::host_io("starting a port listener thread"))?;
+        listening.insert(
+            mapping.host_addr(),
+            Listening {
+                mapping,
+                socket,
+                stop,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops listening on `addr`; false when it was not published.
+    pub fn unpublish(&self, addr: SocketAddr) -> bool {
+        let Some(l) = self.lock().remove(&addr) else {
+            return false;
+        };
+        l.stop.store(true, Ordering::Release);
+        // Wakes the accept: on Linux a shut-down listening socket makes a
+        // blocked accept() fail.
+        // SAFETY: shutdown on a socket descriptor we own; no memory is passed.
+        unsafe { libc::shutdown(l.socket.as_raw_fd(), libc::SHUT_RDWR) };
+        true
+    }
+
+    /// What is published, in host address order.
+    #[cfg(test)]
+    pub fn published(&self) -> Vec<PortMapping> {
+        self.lock().values().map(|l| l.mapping).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SocketAddr, Listening>> {
+        self.listening.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for PortForwarder {
+    fn drop(&mut self) {
+        let addrs: Vec<_> = self.lock().keys().copied().collect();
+        for addr in addrs {
+            self.unpublish(addr);
+        }
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    stop: &AtomicBool,
+    vsock: &Path,
+    agent_port: u32,
+    mapping: PortMapping,
+) {
+    loop {
+        let accepted = listener.accept();
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        match accepted {
+            Ok((tcp, _)) => {
+                let vsock = vsock.to_owned();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("tunnel-{}", mapping.guest_port))
+                    .spawn(move || tunnel(tcp, &vsock, agent_port, mapping.guest_port));
+                if let Err(e) = spawned {
+                    tracing::warn!(port = %mapping, "could not start a tunnel thread: {e}");
+                }
+            }
+            // Out of descriptors or memory: wait for connections to end.
+            Err(e) => {
+                tracing::warn!(port = %mapping, "accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// Carries `tcp` to 127.0.0.1:`guest_port` in the guest, or closes it when
+/// the guest cannot be reached or nothing listens there.
+fn tunnel(tcp: TcpStream, vsock: &Path, agent_port: u32, guest_port: u16) {
+    let deadline = Instant::now() + AGENT_WAIT;
+    let stream = loop {
+        match BlockingClient::connect_hybrid_vsock(vsock, agent_port, AGENT_IO_TIMEOUT)
+            .and_then(|c| c.tcp_connect(guest_port))
+        {
+            Ok(stream) => break stream,
+            // The agent is not listening yet (booting, or being resumed).
+            Err(ClientError::Connect { .. } | ClientError::Handshake { .. })
+                if Instant::now() < deadline =>
+            {
+                std::thread::sleep(AGENT_RETRY);
+            }
+            Err(e) => {
+                tracing::info!(guest_port, "a published-port connection was refused: {e}");
+                let _ = tcp.shutdown(Shutdown::Both);
+                return;
+            }
+        }
+    };
+    if let Err(e) = guest_agent::pipe::pipe(stream, tcp) {
+        tracing::info!(guest_port, "a published-port connection failed: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixListener;
+
+    /// A stand-in for the VMM's hybrid vsock socket and the agent: answers
+    /// the handshake, hello and `tcp_connect`, then echoes in upper case.
+    fn fake_agent(dir: &Path) -> PathBuf {
+        use guest_agent::frame;
+        use guest_agent::protocol::{Request, Response, PROTOCOL_VERSION};
+        let path = dir.join("vsock.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let mut s = conn.unwrap();
+                let mut line = Vec::new();
+                let mut b = [0u8];
+                while s.read(&mut b).unwrap() == 1 && b[0] != b'\n' {
+                    line.push(b[0]);
+                }
+                assert_eq!(line, b"CONNECT 1024");
+                s.write_all(b"OK 1024\n").unwrap();
+                let hello = frame::read_frame(&mut s).unwrap().unwrap();
+                assert!(matches!(
+                    serde_json::from_slice(&hello.payload).unwrap(),
+                    Request::Hello { .. }
+                ));
+                frame::write_json(
+                    &mut s,
+                    &Response::Hello {
+                        version: PROTOCOL_VERSION,
+                        agent: "fake".into(),
+                        capabilities: vec![],
+                    },
+                )
+                .unwrap();
+                let req = frame::read_frame(&mut s).unwrap().unwrap();
+                assert_eq!(
+                    serde_json::from_slice::<Request>(&req.payload).unwrap(),
+                    Request::TcpConnect { port: 8080 }
+                );
+                frame::write_json(&mut s, &Response::ok()).unwrap();
+                let mut got = Vec::new();
+                s.read_to_end(&mut got).unwrap();
+                s.write_all(&got.to_ascii_uppercase()).unwrap();
+            }
+        });
+        path
+    }
+
+    #[test]
+    fn a_connection_is_tunnelled_and_unpublish_stops_listening() {
+        let dir = std::env::temp_dir().join(format!("microagent-ports-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let vsock = fake_agent(&dir);
+        let fwd = PortForwarder::new(&vsock, 1024);
+        let free = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        drop(free);
+        let mapping = PortMapping::local(port, 8080);
+        fwd.publish(mapping).unwrap();
+        fwd.publish(mapping).unwrap();
+        assert_eq!(fwd.published(), vec![mapping]);
+        let clash = PortMapping::local(port, 9090);
+        assert_eq!(
+            fwd.publish(clash).unwrap_err().code(),
+            crate::ErrorCode::InvalidInput
+        );
+
+        let mut c = TcpStream::connect(mapping.host_addr()).unwrap();
+        c.write_all(b"through the tunnel").unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let mut back = String::new();
+        c.read_to_string(&mut back).unwrap();
+        assert_eq!(back, "THROUGH THE TUNNEL");
+
+        assert!(fwd.unpublish(mapping.host_addr()));
+        assert!(!fwd.unpublish(mapping.host_addr()));
+        assert!(fwd.published().is_empty());
+        // The address is free again once the accept thread let go of it.
+        assert!(testkit_wait(
+            || TcpListener::bind(mapping.host_addr()).is_ok()
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn testkit_wait(mut f: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}

@@ -1,0 +1,132 @@
+//! [`WorkspacesBuilder`]: how a program opens a state directory, with every
+//! choice defaulted (state in `$MICROAGENT_HOME` or `~/.microagent`, guest
+//! assets from `cargo xtask`'s cache, this executable as the VMM program).
+
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+use crate::host::settings::asset_dir;
+use crate::store::spec::{Limits, LIMITS};
+use crate::store::StateDir;
+use crate::workspaces::manager::Workspaces;
+
+/// Builds a [`Workspaces`]; see [`Workspaces::builder`].
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct WorkspacesBuilder {
+    state_dir: Option<PathBuf>,
+    assets: Option<Option<PathBuf>>,
+    vmm_program: Option<PathBuf>,
+    limits: Option<Limits>,
+}
+
+impl WorkspacesBuilder {
+    /// Keeps workspaces, images and snapshots in `dir` (created if needed).
+    /// Default: `$MICROAGENT_HOME`, else `~/.microagent`.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Imports built images (kernel + root filesystem) from `dir` on first
+    /// use, or from nowhere with `None`. Default: the `current/` directory
+    /// of the asset cache (`$MICROAGENT_CACHE` or `~/.cache/microagent`).
+    pub fn assets(mut self, dir: Option<PathBuf>) -> Self {
+        self.assets = Some(dir);
+        self
+    }
+
+    /// Runs each workspace's VMM process as `program` with the arguments of
+    /// [`crate::vmm::launch::VmmLaunch`]. Default: this executable, which must
+    /// then run [`crate::vmm_process::host::VmmProcess`] when given those arguments
+    /// (the `microagent` binary does).
+    pub fn vmm_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.vmm_program = Some(program.into());
+        self
+    }
+
+    /// Refuses to create workspaces beyond `limits` (vCPUs, memory, disk,
+    /// TTL, entries), which may only tighten this build's [`LIMITS`].
+    /// Default: [`LIMITS`].
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// Opens the state directory.
+    pub fn build(self) -> Result<Workspaces> {
+        let limits = self.limits.unwrap_or(LIMITS);
+        if !limits.within(&LIMITS) {
+            return Err(Error::InvalidInput(format!(
+                "limits {limits:?} go beyond this build's {LIMITS:?}; they may only tighten them"
+            )));
+        }
+        let state = match self.state_dir {
+            Some(dir) => StateDir::at(dir)?,
+            None => StateDir::from_env()?,
+        };
+        let program = match self.vmm_program {
+            Some(p) => p,
+            None => std::env::current_exe()
+                .map_err(Error::host_io("finding this program's executable"))?,
+        };
+        let assets = self.assets.unwrap_or_else(asset_dir);
+        Ok(Workspaces::new(state, assets, program).with_limits(limits))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_with_explicit_choices() {
+        let dir = std::env::temp_dir().join(format!("microagent-builder-{}", std::process::id()));
+        let ws = Workspaces::builder()
+            .state_dir(&dir)
+            .assets(None)
+            .vmm_program("/usr/bin/true")
+            .build()
+            .unwrap();
+        assert_eq!(ws.state_dir().root(), dir);
+        assert!(ws.assets().is_none());
+        assert!(dir.join("workspaces").is_dir());
+        assert_eq!(ws.limits().max_vcpus, LIMITS.max_vcpus);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn limits_only_tighten() {
+        let dir = std::env::temp_dir().join(format!("microagent-limits-{}", std::process::id()));
+        let tight = Limits {
+            max_vcpus: 2,
+            max_mem_mib: 1024,
+            ..LIMITS
+        };
+        let ws = Workspaces::builder()
+            .state_dir(&dir)
+            .assets(None)
+            .limits(tight)
+            .build()
+            .unwrap();
+        let spec = crate::WorkspaceSpec {
+            vcpus: 4,
+            ..Default::default()
+        };
+        let err = ws.create("big", spec).unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
+        assert!(err.to_string().contains("use 1 to 2"), "{err}");
+        assert!(ws.list(&Default::default()).unwrap().is_empty());
+        let wide = Limits {
+            max_vcpus: LIMITS.max_vcpus + 1,
+            ..LIMITS
+        };
+        let err = Workspaces::builder()
+            .state_dir(&dir)
+            .limits(wide)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,9 @@
+//! The API: the collection of workspaces (`manager`) and how it is opened
+//! (`builder`), one workspace's handle (`handle`), the runtime contract
+//! (`contract`) and the one-shot use case (`one_shot`).
+
+pub(crate) mod builder;
+pub(crate) mod contract;
+pub(crate) mod handle;
+pub(crate) mod manager;
+pub(crate) mod one_shot;
