@@ -27,10 +27,7 @@ async fn the_tool_list_is_the_checked_in_one() {
             .lines()
             .zip(expected.lines())
             .position(|(a, b)| a != b)
-            .map_or_else(
-                || answer.lines().count().min(expected.lines().count()),
-                |n| n,
-            );
+            .unwrap_or_else(|| answer.lines().count().min(expected.lines().count()));
         panic!(
             "tools/list differs from {COPY} at line {}:\n  now:      {}\n  expected: {}\n\
              If the change is meant, rewrite the copy with MICROAGENT_BLESS=1 and review its diff.",

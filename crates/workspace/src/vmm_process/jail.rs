@@ -425,8 +425,8 @@ mod tests {
         let child_test = format!("{module}::jailed_child");
         let mut cmd = std::process::Command::new(dir.program());
         cmd.args(["--ignored", "--exact", &child_test, "--nocapture"])
-        .current_dir(&dir.0)
-        .env("MICROAGENT_JAIL_CHILD", &kept);
+            .current_dir(&dir.0)
+            .env("MICROAGENT_JAIL_CHILD", &kept);
         if let Some(uid) = uid {
             cmd.uid(uid).gid(uid);
         }
