@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use clap::Subcommand;
-use workspace::images::oci::pull::{PullEvent, PullRequest};
 use workspace::images::oci::rootfs::Step;
+use workspace::images::pull::{PullEvent, PullRequest};
 use workspace::{Error, Workspaces};
 
 use crate::output::{self, age};
@@ -163,7 +163,7 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
                 insecure: *insecure,
             };
             let shown = Arc::new(Mutex::new(pull_progress(output::interactive())));
-            let pulled = workspace::images::oci::pull::pull(images, &req, shown).await?;
+            let pulled = workspace::images::pull::pull(images, &req, shown).await?;
             if *json {
                 output::json(&pulled);
             } else if pulled.unchanged {

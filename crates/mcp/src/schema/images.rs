@@ -102,7 +102,7 @@ impl Render for ImageDeleteResult {
     }
 }
 
-impl Render for workspace::images::oci::pull::Pulled {
+impl Render for workspace::images::pull::Pulled {
     fn render(&self) -> String {
         if self.unchanged {
             return format!("{} is up to date (same manifest digest)", self.image.name);

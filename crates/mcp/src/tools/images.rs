@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::images::oci::pull::{PullEvent, PullRequest, Pulled};
 use workspace::images::oci::rootfs::Step;
+use workspace::images::pull::{PullEvent, PullRequest, Pulled};
 
 use super::would_or_did;
 use crate::output::{Out, ToolResult};
@@ -136,7 +136,7 @@ impl MicroagentServer {
         let mut progress = Progress::new(&ctx);
         let pulled = progress
             .drive(
-                async move { workspace::images::oci::pull::pull(&images, &req, events).await },
+                async move { workspace::images::pull::pull(&images, &req, events).await },
                 |_| status.lock().map(|s| s.clone()).unwrap_or_default(),
             )
             .await

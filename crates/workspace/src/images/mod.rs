@@ -1,8 +1,10 @@
 //! Images: the registry of bootable images (`registry`), container images
-//! converted to them (`oci`), and image builds (`build`).
+//! converted to them (`oci`), pulled from registries (`pull`), and image
+//! builds (`build`).
 
 pub mod build;
 pub mod oci;
+pub mod pull;
 pub(crate) mod registry;
 
 pub use registry::*;

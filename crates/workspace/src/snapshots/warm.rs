@@ -21,7 +21,7 @@ use crate::snapshots::copy_snapshot_disk;
 use crate::store::console_log::CONSOLE_FILE;
 use crate::store::events::EventKind;
 use crate::store::spec::{Meta, StartKind, WorkspaceSpec};
-use crate::vmm_process::host::GUEST_CMDLINE;
+use crate::vmm::launch::GUEST_CMDLINE;
 use crate::workspaces::manager::{make_disk, Boot, StartProgress, Workspaces};
 
 /// The warm snapshots' directory in the state directory.

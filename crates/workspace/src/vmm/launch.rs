@@ -10,6 +10,13 @@ use std::process::Command;
 
 use vmm_core::KernelVariant;
 
+/// The workspace guest's command line before its hostname. The guest uses
+/// kvm-clock, which a restore resumes where it was saved: on hosts that
+/// cannot offset the guest's TSC a TSC clocksource would jump by the time
+/// between snapshot and restore.
+pub(crate) const GUEST_CMDLINE: &str =
+    "root=/dev/vda ro rootfstype=ext4 clocksource=kvm-clock microagent_overlay=/dev/vdb";
+
 /// The subcommand words before the options.
 pub const VMM_SUBCOMMAND: [&str; 2] = ["vmm", "serve-workspace"];
 

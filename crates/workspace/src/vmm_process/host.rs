@@ -32,14 +32,9 @@ use crate::store::workspace_dir::{WorkspaceDir, AGENT_PORT};
 use crate::store::StateDir;
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::vmm::launch::VmmLaunch;
+use crate::vmm::launch::GUEST_CMDLINE;
 use crate::vmm_process::port_forward::PortForwarder;
 
-/// The workspace guest's command line before its hostname. The guest uses
-/// kvm-clock, which a restore resumes where it was saved: on hosts that
-/// cannot offset the guest's TSC a TSC clocksource would jump by the time
-/// between snapshot and restore.
-pub(crate) const GUEST_CMDLINE: &str =
-    "root=/dev/vda ro rootfstype=ext4 clocksource=kvm-clock microagent_overlay=/dev/vdb";
 /// Grace period a TTL expiry gives the guest to shut down.
 const TTL_GRACE: Duration = Duration::from_secs(10);
 /// How long a guest whose owner process ended gets to shut down.

@@ -1,13 +1,13 @@
-//! Pulling an image from an OCI or Docker registry (the `oci-client`
-//! crate): the manifest for linux/amd64 and its config, then each layer not
-//! already cached, into `<state>/images/.blobs/sha256/` by digest (so a
-//! second pull of the same layers downloads nothing), then the same
-//! conversion as an import. Credentials come from the Docker config
+//! The registry side of a pull, from an OCI or Docker registry (the
+//! `oci-client` crate): the manifest for linux/amd64 and its config, then
+//! each layer not already cached, into a blob directory by digest (so a
+//! second pull of the same layers downloads nothing); `images::pull`
+//! registers the result. Credentials come from the Docker config
 //! (`$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, helpers
 //! included); plain HTTP is used only for a registry the caller marks
 //! insecure.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -23,7 +23,6 @@ use super::config::ImageConfig;
 use super::layout::Resolved;
 use super::rootfs::Step;
 use super::OciError;
-use crate::images::registry::{ImageError, ImageInfo, ImageRegistry};
 
 /// What to pull.
 #[derive(Debug, Clone, Default)]
@@ -62,22 +61,6 @@ pub enum PullEvent {
     },
     /// Conversion into a workspace image.
     Convert(Step),
-}
-
-/// What a pull did.
-#[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-#[derive(serde::Serialize)]
-pub struct Pulled {
-    /// The registered image.
-    pub image: ImageInfo,
-    /// Bytes downloaded (0 when every layer was cached or the image was
-    /// registered already).
-    pub downloaded_bytes: u64,
-    /// Layers found in the cache.
-    pub cached_layers: usize,
-    /// The image was registered already with this manifest: nothing done.
-    pub unchanged: bool,
 }
 
 /// Why the registry could not give the image.
@@ -123,11 +106,6 @@ impl RegistryError {
 /// Numbers partial downloads apart.
 static NEXT_PARTIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Where pulled layers are kept, by digest.
-fn blob_dir(registry: &ImageRegistry) -> PathBuf {
-    registry.root().join(".blobs/sha256")
-}
-
 fn auth_for(registry_host: &str) -> RegistryAuth {
     match docker_credential::get_credential(registry_host) {
         Ok(docker_credential::DockerCredential::UsernamePassword(user, password)) => {
@@ -159,9 +137,10 @@ fn client(reference: &Reference, insecure: bool) -> Result<Client, OciError> {
 }
 
 /// Where a pull's progress goes.
-type Progress = Arc<Mutex<dyn FnMut(PullEvent) + Send>>;
+pub type Progress = Arc<Mutex<dyn FnMut(PullEvent) + Send>>;
 
-fn report(progress: &Progress, event: PullEvent) {
+/// Tells `progress` of `event`.
+pub(crate) fn report(progress: &Progress, event: PullEvent) {
     if let Ok(mut p) = progress.lock() {
         p(event);
     }
@@ -210,137 +189,138 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
     }
 }
 
-/// Pulls `req` and registers it; `progress` hears each step.
-pub async fn pull(
-    registry: &ImageRegistry,
-    req: &PullRequest,
-    progress: Progress,
-) -> Result<Pulled, ImageError> {
-    let reference: Reference = req.reference.trim().parse().map_err(|e| {
-        ImageError::Oci(OciError::Unsupported(format!(
+/// Why the registry side of a pull failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// The reference, the image or a layer cannot be used.
+    #[error(transparent)]
+    Oci(#[from] OciError),
+    /// The registry refused or could not be reached.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// An image's manifest and config, read from its registry, with the client
+/// that fetches its layers.
+pub(crate) struct Remote {
+    client: Client,
+    reference: Reference,
+    /// The image's manifest for linux/amd64.
+    pub manifest: oci_client::manifest::OciImageManifest,
+    /// Its digest.
+    pub manifest_digest: String,
+    /// The image's configuration, as the registry sent it (parsed when
+    /// its layers are fetched).
+    config_json: String,
+}
+
+/// Parses `req`'s reference.
+pub(crate) fn reference(req: &PullRequest) -> Result<Reference, OciError> {
+    req.reference.trim().parse().map_err(|e| {
+        OciError::Unsupported(format!(
             "`{}` is not an image reference: {e}",
             req.reference
-        )))
-    })?;
-    let name = match &req.name {
-        Some(name) => name.clone(),
-        None => super::image_name(
-            Some(reference.repository())
-                .map(|repo| match reference.tag() {
-                    Some(tag) => format!("{repo}:{tag}"),
-                    None => repo.to_owned(),
-                })
-                .as_deref(),
-        )
-        .ok_or_else(|| {
-            ImageError::Oci(OciError::Unsupported(format!(
-                "cannot name an image after `{}`; give a name",
-                req.reference
-            )))
-        })?,
-    };
-    let registry_error = |source| {
-        ImageError::Registry(RegistryError {
-            reference: reference.whole(),
-            source,
-        })
-    };
-    let client = client(&reference, req.insecure)?;
-    let auth = auth_for(reference.resolve_registry());
-    let (manifest, manifest_digest, config_json) = client
-        .pull_manifest_and_config(&reference, &auth)
-        .await
-        .map_err(registry_error)?;
-    match registry.get(&name) {
-        Ok(existing)
-            if existing
-                .origin
-                .as_ref()
-                .is_some_and(|o| o.manifest_digest == manifest_digest) =>
-        {
-            return Ok(Pulled {
-                image: existing,
-                downloaded_bytes: 0,
-                cached_layers: manifest.layers.len(),
-                unchanged: true,
-            });
-        }
-        Ok(_) => return Err(ImageError::Exists(name)),
-        Err(ImageError::NotFound(_)) => {}
-        Err(e) => return Err(e),
-    }
-    let config = ImageConfig::parse(config_json.as_bytes())?;
-    let total: u64 = manifest.layers.iter().map(|l| l.size.max(0) as u64).sum();
-    report(
-        &progress,
-        PullEvent::Resolved {
-            layers: manifest.layers.len(),
-            bytes: total,
-        },
-    );
-    let blobs = blob_dir(registry);
-    tokio::fs::create_dir_all(&blobs)
-        .await
-        .map_err(|e| OciError::io(format!("creating {}", blobs.display()), e))?;
-    let (mut downloaded, mut cached) = (0u64, 0usize);
-    let mut layers = Vec::new();
-    for (i, layer) in manifest.layers.iter().enumerate() {
-        let index = i + 1;
-        let hex = super::unpack::digest_hex(&layer.digest)?;
-        let path = blobs.join(hex);
-        let size = layer.size.max(0) as u64;
-        if tokio::fs::metadata(&path)
+        ))
+    })
+}
+
+impl Remote {
+    /// Reads `reference`'s manifest and config from its registry.
+    pub(crate) async fn open(reference: Reference, insecure: bool) -> Result<Remote, PullError> {
+        let client = client(&reference, insecure)?;
+        let auth = auth_for(reference.resolve_registry());
+        let (manifest, manifest_digest, config_json) = client
+            .pull_manifest_and_config(&reference, &auth)
             .await
-            .is_ok_and(|m| m.len() == size)
-        {
-            cached += 1;
-            report(&progress, PullEvent::Cached { index });
-        } else {
-            // Unique per download: two pulls in one process may fetch the
-            // same layer at once.
-            let n = NEXT_PARTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let partial = blobs.join(format!("{hex}.partial-{}-{n}", std::process::id()));
-            let file = tokio::fs::File::create(&partial)
-                .await
-                .map_err(|e| OciError::io(format!("creating {}", partial.display()), e))?;
-            let writer = Counted {
-                inner: file,
-                index,
-                written: 0,
-                size,
-                progress: progress.clone(),
-            };
-            let fetched = client.pull_blob(&reference, layer, writer).await;
-            if let Err(e) = fetched {
-                let _ = tokio::fs::remove_file(&partial).await;
-                return Err(registry_error(e));
-            }
-            tokio::fs::rename(&partial, &path)
-                .await
-                .map_err(|e| OciError::io(format!("keeping layer {}", layer.digest), e))?;
-            downloaded += size;
-        }
-        layers.push((path, layer.digest.clone()));
+            .map_err(|source| RegistryError {
+                reference: reference.whole(),
+                source,
+            })?;
+        Ok(Remote {
+            client,
+            reference,
+            manifest,
+            manifest_digest,
+            config_json,
+        })
     }
-    let resolved = Resolved {
-        reference: Some(reference.whole()),
-        manifest_digest,
-        config_digest: manifest.config.digest.clone(),
-        config,
-        layers,
-    };
-    let registry = registry.clone();
-    let source = PathBuf::from(reference.whole());
-    let image = tokio::task::spawn_blocking(move || {
-        let mut convert = |step| report(&progress, PullEvent::Convert(step));
-        registry.import_image(&name, &resolved, &source, &mut convert)
-    })
-    .await
-    .map_err(|e| OciError::io("converting the image", std::io::Error::other(e.to_string())))??;
-    Ok(Pulled {
-        image,
-        downloaded_bytes: downloaded,
-        cached_layers: cached,
-        unchanged: false,
-    })
+
+    /// Fetches each layer not already in `blobs` (by digest) into it;
+    /// returns the image as [`Resolved`], the bytes downloaded and the
+    /// number of layers found cached.
+    pub(crate) async fn fetch_layers(
+        self,
+        blobs: &Path,
+        progress: &Progress,
+    ) -> Result<(Resolved, u64, usize), PullError> {
+        let registry_error = |source| RegistryError {
+            reference: self.reference.whole(),
+            source,
+        };
+        let config = ImageConfig::parse(self.config_json.as_bytes())?;
+        let total: u64 = self
+            .manifest
+            .layers
+            .iter()
+            .map(|l| l.size.max(0) as u64)
+            .sum();
+        report(
+            progress,
+            PullEvent::Resolved {
+                layers: self.manifest.layers.len(),
+                bytes: total,
+            },
+        );
+        tokio::fs::create_dir_all(blobs)
+            .await
+            .map_err(|e| OciError::io(format!("creating {}", blobs.display()), e))?;
+        let (mut downloaded, mut cached) = (0u64, 0usize);
+        let mut layers = Vec::new();
+        for (i, layer) in self.manifest.layers.iter().enumerate() {
+            let index = i + 1;
+            let hex = super::unpack::digest_hex(&layer.digest)?;
+            let path = blobs.join(hex);
+            let size = layer.size.max(0) as u64;
+            if tokio::fs::metadata(&path)
+                .await
+                .is_ok_and(|m| m.len() == size)
+            {
+                cached += 1;
+                report(progress, PullEvent::Cached { index });
+            } else {
+                // Unique per download: two pulls in one process may fetch the
+                // same layer at once.
+                let n = NEXT_PARTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let partial = blobs.join(format!("{hex}.partial-{}-{n}", std::process::id()));
+                let file = tokio::fs::File::create(&partial)
+                    .await
+                    .map_err(|e| OciError::io(format!("creating {}", partial.display()), e))?;
+                let writer = Counted {
+                    inner: file,
+                    index,
+                    written: 0,
+                    size,
+                    progress: progress.clone(),
+                };
+                let fetched = self.client.pull_blob(&self.reference, layer, writer).await;
+                if let Err(e) = fetched {
+                    let _ = tokio::fs::remove_file(&partial).await;
+                    return Err(registry_error(e).into());
+                }
+                tokio::fs::rename(&partial, &path)
+                    .await
+                    .map_err(|e| OciError::io(format!("keeping layer {}", layer.digest), e))?;
+                downloaded += size;
+            }
+            layers.push((path, layer.digest.clone()));
+        }
+        let resolved = Resolved {
+            reference: Some(self.reference.whole()),
+            manifest_digest: self.manifest_digest,
+            config_digest: self.manifest.config.digest.clone(),
+            config,
+            layers,
+        };
+        Ok((resolved, downloaded, cached))
+    }
 }

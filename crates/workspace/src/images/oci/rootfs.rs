@@ -119,6 +119,9 @@ pub fn convert_with(
     })
 }
 
+/// The file in the work directory a conversion writes.
+const OUTPUT: &str = "rootfs.ext4";
+
 /// Makes `work/tree` bootable (our files, mount points, `cwd`) and writes
 /// it into `work/rootfs.ext4` with the owners `owners` holds; the tree is
 /// removed afterwards.
@@ -134,7 +137,7 @@ fn finish(
         // As container runtimes do: a missing working directory is made.
         let _ = std::fs::create_dir_all(tree.join(cwd.trim_start_matches('/')));
     }
-    let rootfs = work.join(crate::images::registry::ROOTFS_FILE);
+    let rootfs = work.join(OUTPUT);
     mkfs(&tree, &rootfs)?;
     owners.write_into(&tree, &rootfs, &tool("debugfs"))?;
     let _ = std::fs::remove_dir_all(&tree);
