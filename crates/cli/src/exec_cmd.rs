@@ -224,19 +224,19 @@ fn not_started(e: Error, json: bool) -> Result<ExitCode, Error> {
     Ok(output::error(&e, json, status))
 }
 
-pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
+/// Refuses the modes of `exec` that do not go together.
+pub fn check_modes(args: &ExecArgs) -> Result<(), Error> {
     if args.tty && (args.detach || args.command.json) {
         return Err(Error::InvalidInput(
             "--tty attaches this terminal; it does not go with --detach or --json".into(),
         ));
     }
-    if args.detach {
-        return crate::process_cmd::detach(ws, name, args).await;
-    }
-    if args.tty {
-        let req = args.command.request(&args.env)?;
-        return crate::terminal_cmd::run(ws, name, req, args.command.stdin).await;
-    }
+    Ok(())
+}
+
+/// `exec` without `--detach` or `--tty` (the caller sends those to
+/// `process_cmd::detach` and `terminal_cmd::run`).
+pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
     match exec_in(ws, name, &args.command, &args.env).await {
         Ok(Ran::Exited(code)) => Ok(code),
         Ok(Ran::Interrupted { killed, pid }) => {

@@ -405,7 +405,17 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
             extend,
             json,
         } => w::ttl(ws, name, ttl, *extend, *json),
-        Command::Exec { name, args } => exec_cmd::exec(ws, name, args).await,
+        Command::Exec { name, args } => {
+            exec_cmd::check_modes(args)?;
+            if args.detach {
+                process_cmd::detach(ws, name, args).await
+            } else if args.tty {
+                let req = args.command.request(&args.env)?;
+                terminal_cmd::run(ws, name, req, args.command.stdin).await
+            } else {
+                exec_cmd::exec(ws, name, args).await
+            }
+        }
         Command::Shell { name, env } => {
             let req = terminal_cmd::login_shell().envs(env.iter().cloned());
             terminal_cmd::run(ws, name, req, true).await

@@ -17,10 +17,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 pub use process::ProcessRead;
 pub use types::{
-    AgentEndpoint, AgentHello, ExecCollector, ExecEvent, ExecInput, ExecOutput, ExecResult,
-    FileHeader, TerminalInput,
+    AgentHello, ExecCollector, ExecEvent, ExecInput, ExecOutput, ExecResult, FileHeader,
+    TerminalInput,
 };
-pub use wire::{connect_hybrid_vsock, connect_unix, ClientError};
+pub use wire::{connect_hybrid_vsock, connect_unix, AgentEndpoint, ClientError};
 
 use wire::{send_data, send_stdin};
 

@@ -1,40 +1,11 @@
 //! What the client's operations take and return.
 
 use std::fmt;
-use std::path::PathBuf;
 
 use tokio::io::AsyncRead;
-use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
-use super::{connect_hybrid_vsock, connect_unix, ClientError, GuestAgentClient};
 use crate::protocol::{Exited, PtySize};
-
-/// Where an agent listens; [`AgentEndpoint::connect`] opens a new
-/// connection (one per operation).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentEndpoint {
-    /// A Unix socket (`microagent-agent --unix PATH`).
-    Unix(PathBuf),
-    /// A guest vsock port behind the VMM's hybrid vsock socket.
-    HybridVsock {
-        /// The VMM's `--vsock` socket.
-        uds: PathBuf,
-        /// The agent's vsock port (usually 1024).
-        port: u32,
-    },
-}
-
-impl AgentEndpoint {
-    /// Opens a connection and wraps it in a client.
-    pub async fn connect(&self) -> Result<GuestAgentClient<UnixStream>, ClientError> {
-        let stream = match self {
-            Self::Unix(path) => connect_unix(path).await?,
-            Self::HybridVsock { uds, port } => connect_hybrid_vsock(uds, *port).await?,
-        };
-        Ok(GuestAgentClient::new(stream))
-    }
-}
 
 /// The agent's answer to `hello`.
 #[derive(Debug, Clone, PartialEq, Eq)]

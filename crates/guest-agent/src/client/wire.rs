@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-use super::{ExecInput, TerminalInput};
+use super::{ExecInput, GuestAgentClient, TerminalInput};
 use crate::frame::{self, Frame, FrameError, FrameKind};
 use crate::protocol::{ErrorCode, Request, Response, DATA_CHUNK};
 
@@ -290,4 +290,30 @@ pub(crate) async fn send_stdin<W: AsyncWrite + Unpin + ?Sized>(
     }
     let eof = frame::encode(FrameKind::Stdin, &[]).map_err(ClientError::Frame)?;
     write_all(w, &eof).await.map_err(ClientError::Frame)
+}
+
+/// Where an agent listens; [`AgentEndpoint::connect`] opens a new
+/// connection (one per operation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEndpoint {
+    /// A Unix socket (`microagent-agent --unix PATH`).
+    Unix(PathBuf),
+    /// A guest vsock port behind the VMM's hybrid vsock socket.
+    HybridVsock {
+        /// The VMM's `--vsock` socket.
+        uds: PathBuf,
+        /// The agent's vsock port (usually 1024).
+        port: u32,
+    },
+}
+
+impl AgentEndpoint {
+    /// Opens a connection and wraps it in a client.
+    pub async fn connect(&self) -> Result<GuestAgentClient<UnixStream>, ClientError> {
+        let stream = match self {
+            Self::Unix(path) => connect_unix(path).await?,
+            Self::HybridVsock { uds, port } => connect_hybrid_vsock(uds, *port).await?,
+        };
+        Ok(GuestAgentClient::new(stream))
+    }
 }
