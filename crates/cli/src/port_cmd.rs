@@ -57,7 +57,7 @@ impl PortCommand {
 
 /// Parses `[HOST_IP:]HOST_PORT:GUEST_PORT`.
 pub fn parse_mapping(s: &str) -> Result<PortMapping, String> {
-    s.parse().map_err(|e: Error| e.to_string())
+    s.parse::<PortMapping>().map_err(|e| e.to_string())
 }
 
 fn parse_host_port(s: &str) -> Result<(IpAddr, u16), String> {

@@ -40,6 +40,14 @@ pub enum ToolError {
     Internal(String),
 }
 
+/// The library checks a spec, a duration or a delete on their own
+/// (before any workspace operation); they fail as the operations would.
+impl From<workspace::SpecError> for ToolError {
+    fn from(e: workspace::SpecError) -> Self {
+        ToolError::Workspace(e.into())
+    }
+}
+
 /// The library's message, then what to do next in terms of this server's
 /// tools.
 fn workspace_message(e: &workspace::Error) -> String {

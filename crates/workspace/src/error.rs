@@ -5,12 +5,16 @@ use guest_agent::client::ClientError;
 use guest_agent::protocol::ErrorCode as AgentCode;
 
 use crate::code::ErrorCode;
+
 use crate::images::registry::ImageError;
+use crate::network::ports::PortError;
 use crate::network::NetworkError;
 use crate::remedy::Remedy;
 use crate::store::console_log::ConsoleLogError;
 use crate::store::events::EventsError;
+use crate::store::spec::{SpecError, DELETE_NEEDS_FORCE};
 use crate::store::state::{State, TransitionError};
+use crate::store::workspace_dir::WorkspaceDirError;
 use crate::store::StoreError;
 use crate::vmm::control::ControlError;
 
@@ -242,7 +246,7 @@ impl Error {
 
     /// The message with every cause, on one line.
     pub fn full_message(&self) -> String {
-        error_chain(self)
+        crate::error_chain::error_chain(self)
     }
 
     pub(crate) fn agent(op: &'static str) -> impl FnOnce(ClientError) -> Error {
@@ -252,6 +256,52 @@ impl Error {
     pub(crate) fn host_io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let what = what.into();
         move |source| Error::HostIo { what, source }
+    }
+}
+
+// Module errors the callers have always seen as one of the variants above
+// keep that variant: same message, code and remedy.
+
+impl From<SpecError> for Error {
+    fn from(e: SpecError) -> Self {
+        match e {
+            SpecError::Invalid(message) => Error::InvalidInput(message),
+            SpecError::Ports(e) => e.into(),
+            SpecError::Network(e) => Error::Network(e),
+            SpecError::DeleteRunning { name, state } => Error::WrongState {
+                remedy: Some(Remedy::StopOrForce {
+                    workspace: name.clone(),
+                }),
+                name,
+                state,
+                why: DELETE_NEEDS_FORCE,
+            },
+        }
+    }
+}
+
+impl From<PortError> for Error {
+    fn from(e: PortError) -> Self {
+        match e {
+            PortError::Invalid(message) => Error::InvalidInput(message),
+            PortError::Unavailable { addr, source } => Error::PortUnavailable { addr, source },
+        }
+    }
+}
+
+impl From<WorkspaceDirError> for Error {
+    fn from(e: WorkspaceDirError) -> Self {
+        match e {
+            WorkspaceDirError::NotFound(name) => Error::WorkspaceNotFound(name),
+            e @ WorkspaceDirError::SocketPathTooLong { .. } => Error::InvalidInput(e.to_string()),
+            WorkspaceDirError::Write { path, source } => Error::HostIo {
+                what: format!("writing {}", path.display()),
+                source,
+            },
+            WorkspaceDirError::Store(e) => Error::Store(e),
+            WorkspaceDirError::Transition(e) => Error::Transition(e),
+            WorkspaceDirError::Events(e) => Error::Events(e),
+        }
     }
 }
 
@@ -274,22 +324,6 @@ fn agent_code(e: &ClientError) -> ErrorCode {
 
 /// Shorthand for results of workspace operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// An error and its causes on one line, each cause once (a message that
-/// already quotes its cause is not repeated).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
-        }
-        source = s.source();
-    }
-    msg
-}
 
 #[cfg(test)]
 mod tests {

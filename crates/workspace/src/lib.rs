@@ -24,6 +24,7 @@
 
 pub(crate) mod code;
 pub(crate) mod error;
+pub(crate) mod error_chain;
 pub mod guest;
 pub mod host;
 pub mod images;
@@ -40,7 +41,8 @@ pub(crate) mod workspaces;
 mod schema_tests;
 
 pub use code::ErrorCode;
-pub use error::{error_chain, Error, Result};
+pub use error::{Error, Result};
+pub use error_chain::error_chain;
 pub use guest::exec::{
     ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector, MAX_COLLECTED_BYTES,
 };
@@ -62,7 +64,7 @@ pub use store::events::{Event, EventKind, EventsError};
 pub use store::name::{validate_name, NameError};
 pub use store::spec::{
     defaults, parse_duration, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Owner, Runtime,
-    StartKind, WorkspaceSpec, LIMITS,
+    SpecError, StartKind, WorkspaceSpec, LIMITS,
 };
 pub use store::state::{State, TransitionError};
 pub use store::{StateDir, StoreError, WorkspaceLock};

@@ -14,9 +14,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
 use crate::store::spec::Meta;
-use crate::workspaces::manager::Workspaces;
 
 /// The budget file in the state directory.
 pub const BUDGET_FILE: &str = "budget.json";
@@ -194,46 +192,6 @@ impl BudgetLock {
             return Err(io("locking")(std::io::Error::last_os_error()));
         }
         Ok(Self(file))
-    }
-}
-
-impl Workspaces {
-    /// The host budget of this state directory.
-    pub fn host_budget(&self) -> Result<HostBudget> {
-        Ok(HostBudget::load(self.state_dir().root())?)
-    }
-
-    /// Refuses a create when the disk is below the floor.
-    pub(crate) fn check_budget_disk(&self) -> Result<()> {
-        self.check_disk_against(&self.host_budget()?)
-    }
-
-    fn check_disk_against(&self, budget: &HostBudget) -> Result<()> {
-        let root = self.state_dir().root();
-        let free = crate::host::settings::free_bytes(root).map_err(|source| BudgetError::Io {
-            what: format!("measuring the free space of {}", root.display()),
-            source,
-        })?;
-        Ok(budget.check_disk(free >> 20)?)
-    }
-
-    /// Refuses a start of `name` (of `mem_mib`) past the budget. The
-    /// caller holds the workspace's lock and the budget lock.
-    pub(crate) fn check_budget_start(&self, name: &str, mem_mib: u64) -> Result<()> {
-        let budget = self.host_budget()?;
-        self.check_disk_against(&budget)?;
-        let mut others = Vec::new();
-        for other in self.state_dir().list_workspaces()? {
-            if other == name {
-                continue;
-            }
-            match self.get(&other) {
-                Ok(meta) => others.push(meta),
-                // Deleted meanwhile, or a damaged record `inspect` names.
-                Err(_) => continue,
-            }
-        }
-        Ok(budget.check_start(&others, mem_mib)?)
     }
 }
 

@@ -329,7 +329,7 @@ fn budget_check(state: &StateDir) -> Check {
         Err(e) => {
             return Check::fail(
                 "host_budget",
-                crate::error_chain(&e),
+                crate::error_chain::error_chain(&e),
                 format!("fix or remove {}", state.root().join(BUDGET_FILE).display()),
             )
         }

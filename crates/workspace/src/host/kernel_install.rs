@@ -244,7 +244,7 @@ impl Workspaces {
                 let bytes = crate::images::registry::check_kernel(path).map_err(|e| {
                     KernelInstallError::NotAKernel {
                         path: path.clone(),
-                        problem: crate::error_chain(&e),
+                        problem: crate::error_chain::error_chain(&e),
                     }
                 })?;
                 // The check boot needs it: say so before any token.
@@ -252,7 +252,7 @@ impl Workspaces {
                 let sha = crate::images::oci::layout::file_digest(path)
                     .map_err(|e| KernelInstallError::NotAKernel {
                         path: path.clone(),
-                        problem: crate::error_chain(&e),
+                        problem: crate::error_chain::error_chain(&e),
                     })?
                     .trim_start_matches("sha256:")
                     .to_owned();

@@ -8,7 +8,6 @@ use std::process::Command;
 use vmm_core::machine::NetBackendConfig;
 
 use super::{Addressing, Backend, Network, NetworkError, Passt};
-use crate::error::{Error, Result};
 use crate::store::spec::WorkspaceSpec;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::store::StateDir;
@@ -56,7 +55,7 @@ pub fn attach(
     state: &StateDir,
     ws: &WorkspaceDir,
     spec: &WorkspaceSpec,
-) -> Result<Option<Attachment>> {
+) -> Result<Option<Attachment>, NetworkError> {
     let net = super::Networks::new(state).get(&spec.network)?;
     let Some(addressing) = addressing(&net, spec) else {
         return Ok(None);
@@ -85,7 +84,7 @@ pub fn attach(
 
 /// Checks before a start what the VMM process would find missing: the
 /// network, and a `tap` network's bridge.
-pub fn preflight(state: &StateDir, spec: &WorkspaceSpec) -> Result<()> {
+pub fn preflight(state: &StateDir, spec: &WorkspaceSpec) -> Result<(), NetworkError> {
     let net = super::Networks::new(state).get(&spec.network)?;
     let Some(bridge) = net.bridge() else {
         return Ok(());
@@ -101,7 +100,7 @@ pub fn preflight(state: &StateDir, spec: &WorkspaceSpec) -> Result<()> {
     }
 }
 
-fn ip(args: &[&str]) -> std::result::Result<std::process::Output, NetworkError> {
+fn ip(args: &[&str]) -> Result<std::process::Output, NetworkError> {
     let ip = crate::host::settings::host_tool("ip").unwrap_or_else(|| "ip".into());
     Command::new(&ip)
         .args(args)
@@ -114,7 +113,7 @@ fn ip(args: &[&str]) -> std::result::Result<std::process::Output, NetworkError> 
 
 /// Makes the TAP device `tap` (persistent, so it outlives one VMM and is
 /// reused at the next start) and puts it up on `bridge`.
-fn ensure_tap(tap: &str, bridge: &str, network: &str) -> Result<()> {
+fn ensure_tap(tap: &str, bridge: &str, network: &str) -> Result<(), NetworkError> {
     let bridge_there = ip(&["link", "show", "dev", bridge])?.status.success();
     if !bridge_there {
         return Err(NetworkError::NotSetUp {
@@ -163,15 +162,15 @@ pub fn remove_tap(state: &StateDir, spec: &WorkspaceSpec) {
 
 /// The lowest free guest address on a `tap` network, given the addresses
 /// its workspaces hold.
-pub fn free_address(net: &Network, taken: &[Ipv4Addr]) -> Result<Ipv4Addr> {
+pub fn free_address(net: &Network, taken: &[Ipv4Addr]) -> Result<Ipv4Addr, NetworkError> {
     let subnet = net
         .subnet
-        .ok_or_else(|| Error::InvalidInput(format!("network `{}` has no subnet", net.name)))?;
+        .ok_or_else(|| NetworkError::Invalid(format!("network `{}` has no subnet", net.name)))?;
     (super::objects::TAP_FIRST_GUEST_HOST..subnet.size() - 1)
         .map(|h| subnet.host(h))
         .find(|a| !taken.contains(a))
         .ok_or_else(|| {
-            Error::InvalidInput(format!(
+            NetworkError::Invalid(format!(
                 "network `{}` ({subnet}) has no free address; delete a workspace on it or create a network with a larger --subnet",
                 net.name
             ))

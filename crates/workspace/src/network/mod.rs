@@ -16,8 +16,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use crate::error::{Error, Result};
-
 pub mod attach;
 pub mod nft;
 pub mod objects;
@@ -51,11 +49,11 @@ pub const PASST_LOG: &str = "passt.log";
 
 /// Checks the form of a network name a workspace asks for (whether it
 /// exists is checked against [`Networks`] at create).
-pub fn validate_network(name: &str) -> Result<()> {
+pub fn validate_network(name: &str) -> Result<(), NetworkError> {
     match name {
         USER | NONE => Ok(()),
         other => crate::store::name::validate_name(other)
-            .map_err(|e| Error::InvalidInput(format!("network name `{other}`: {e}"))),
+            .map_err(|e| NetworkError::Invalid(format!("network name `{other}`: {e}"))),
     }
 }
 
@@ -143,14 +141,10 @@ impl Drop for Passt {
 /// Starts `passt` for the `user` network on one end of a new socket pair
 /// and returns the other end, for the VMM's network device. It logs to
 /// [`PASST_LOG`] in `dir`.
-pub fn start_passt(dir: &Path, addr: &Addressing) -> Result<(UnixStream, Passt)> {
-    let binary = passt_binary().ok_or_else(|| {
-        Error::HostUnsupported(
-            "the `user` network needs passt, which is not installed (apt-get install passt)".into(),
-        )
-    })?;
+pub fn start_passt(dir: &Path, addr: &Addressing) -> Result<(UnixStream, Passt), NetworkError> {
+    let binary = passt_binary().ok_or(NetworkError::PasstMissing)?;
     let (ours, theirs) =
-        UnixStream::pair().map_err(Error::host_io("creating the socket pair for passt"))?;
+        UnixStream::pair().map_err(NetworkError::io("creating the socket pair for passt"))?;
     let fd = theirs.as_raw_fd();
     let mut cmd = Command::new(&binary);
     cmd.args(["--foreground", "--quiet", "--one-off", "--ipv4-only"])
@@ -182,7 +176,7 @@ pub fn start_passt(dir: &Path, addr: &Addressing) -> Result<(UnixStream, Passt)>
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(Error::host_io(format!(
+    let child = cmd.spawn().map_err(NetworkError::io(format!(
         "starting {} for the `user` network",
         binary.display()
     )))?;

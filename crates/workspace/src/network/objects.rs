@@ -73,6 +73,18 @@ pub enum NetworkError {
         #[source]
         source: std::io::Error,
     },
+    /// `passt`, the `user` network's NAT, is not installed.
+    #[error("the `user` network needs passt, which is not installed (apt-get install passt)")]
+    PasstMissing,
+    /// A host-side step failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The record could not be read or written.
     #[error("network record {}", path.display())]
     Record {
@@ -85,6 +97,12 @@ pub enum NetworkError {
 }
 
 impl NetworkError {
+    /// An `Io` error for `what`.
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetworkError {
+        let what = what.into();
+        move |source| NetworkError::Io { what, source }
+    }
+
     /// The stable code front ends report.
     pub fn code(&self) -> crate::ErrorCode {
         use crate::ErrorCode as C;
@@ -92,8 +110,8 @@ impl NetworkError {
             Self::NotFound(_) => C::NotFound,
             Self::Exists(_) | Self::InUse { .. } | Self::BuiltIn(_) => C::Conflict,
             Self::Invalid(_) => C::InvalidInput,
-            Self::NotSetUp { .. } | Self::Tap { .. } => C::HostUnsupported,
-            Self::Command { .. } | Self::Record { .. } => C::Internal,
+            Self::NotSetUp { .. } | Self::Tap { .. } | Self::PasstMissing => C::HostUnsupported,
+            Self::Command { .. } | Self::Record { .. } | Self::Io { .. } => C::Internal,
         }
     }
 

@@ -7,14 +7,54 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::str::FromStr;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::store::spec::Meta;
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
-use crate::workspaces::manager::Workspaces;
+use crate::code::ErrorCode;
+use crate::remedy::Remedy;
+
+/// Why a port mapping or a set of them is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// A mapping, or the set, is malformed or too large.
+    #[error("{0}")]
+    Invalid(String),
+    /// A host address cannot be listened on: in use, or not an address
+    /// of this machine.
+    #[error("host address {addr} cannot be listened on")]
+    Unavailable {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl PortError {
+    /// The stable code: an address in use is CONFLICT, the rest
+    /// INVALID_INPUT.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            PortError::Unavailable { source, .. }
+                if source.kind() == std::io::ErrorKind::AddrInUse =>
+            {
+                ErrorCode::Conflict
+            }
+            _ => ErrorCode::InvalidInput,
+        }
+    }
+
+    /// What the caller can do about it.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            PortError::Unavailable { addr, .. } => Some(Remedy::ChooseAnotherPort { addr: *addr }),
+            PortError::Invalid(_) => None,
+        }
+    }
+}
+
+type Result<T, E = PortError> = std::result::Result<T, E>;
 
 /// Most ports one workspace publishes.
 pub const MAX_PORTS: usize = 32;
@@ -56,7 +96,7 @@ impl PortMapping {
 
     fn check(&self) -> Result<()> {
         if self.host_port == 0 || self.guest_port == 0 {
-            return Err(Error::InvalidInput(format!(
+            return Err(PortError::Invalid(format!(
                 "port mapping {self}: ports are 1 to 65535"
             )));
         }
@@ -71,12 +111,12 @@ impl fmt::Display for PortMapping {
 }
 
 impl FromStr for PortMapping {
-    type Err = Error;
+    type Err = PortError;
 
     /// `[HOST_IP:]HOST_PORT:GUEST_PORT`; an IPv6 host address in brackets.
     fn from_str(s: &str) -> Result<Self> {
         let bad = || {
-            Error::InvalidInput(format!(
+            PortError::Invalid(format!(
                 "port mapping {s:?}: use [HOST_IP:]HOST_PORT:GUEST_PORT, e.g. 8080:80 or 127.0.0.1:8080:80"
             ))
         };
@@ -113,7 +153,7 @@ pub fn parse_host_addr(s: &str) -> Option<(IpAddr, u16)> {
 /// address and port twice.
 pub fn validate(ports: &[PortMapping]) -> Result<()> {
     if ports.len() > MAX_PORTS {
-        return Err(Error::InvalidInput(format!(
+        return Err(PortError::Invalid(format!(
             "{} published ports; at most {MAX_PORTS} are allowed",
             ports.len()
         )));
@@ -121,7 +161,7 @@ pub fn validate(ports: &[PortMapping]) -> Result<()> {
     for (i, p) in ports.iter().enumerate() {
         p.check()?;
         if ports[..i].iter().any(|q| q.host_addr() == p.host_addr()) {
-            return Err(Error::InvalidInput(format!(
+            return Err(PortError::Invalid(format!(
                 "host address {} is published twice",
                 p.host_addr()
             )));
@@ -130,10 +170,10 @@ pub fn validate(ports: &[PortMapping]) -> Result<()> {
     Ok(())
 }
 
-/// Binds `mapping`'s host address: in use is [`Error::PortUnavailable`],
+/// Binds `mapping`'s host address: in use is [`PortError::Unavailable`],
 /// as is an address that is not this machine's.
 pub fn bind(mapping: &PortMapping) -> Result<TcpListener> {
-    TcpListener::bind(mapping.host_addr()).map_err(|source| Error::PortUnavailable {
+    TcpListener::bind(mapping.host_addr()).map_err(|source| PortError::Unavailable {
         addr: mapping.host_addr(),
         source,
     })
@@ -146,86 +186,6 @@ pub fn check_free(ports: &[PortMapping]) -> Result<()> {
         drop(bind(p)?);
     }
     Ok(())
-}
-
-/// How long a control call about ports may take.
-const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
-
-impl Workspaces {
-    /// Publishes `mapping` on workspace `name`: at once when it is running
-    /// (its VMM process listens before this returns), and at every start.
-    /// A host address in use, or already published, changes nothing.
-    pub fn publish_port(&self, name: &str, mapping: PortMapping) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let meta = self.get(name)?;
-        let mut ports = meta.spec.ports.clone();
-        ports.push(mapping);
-        validate(&ports)?;
-        if meta.state.has_vmm() {
-            expect_ok(control::call(
-                &ws.control(),
-                &ControlRequest::Publish { mapping },
-                CONTROL_TIMEOUT,
-            )?)?;
-        } else {
-            check_free(&[mapping])?;
-        }
-        let (_lock, mut meta) = self.lock_existing(name)?;
-        if !meta.spec.ports.contains(&mapping) {
-            meta.spec.ports.push(mapping);
-        }
-        ws.write_meta(&meta)?;
-        Ok(meta)
-    }
-
-    /// Stops publishing the host address `host_ip`:`host_port` of workspace
-    /// `name` (open connections run on). NOT_FOUND when it is not published.
-    pub fn unpublish_port(&self, name: &str, host_ip: IpAddr, host_port: u16) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let meta = self.get(name)?;
-        let addr = SocketAddr::new(host_ip, host_port);
-        if !meta.spec.ports.iter().any(|p| p.host_addr() == addr) {
-            return Err(Error::PortNotPublished {
-                workspace: name.to_owned(),
-                addr,
-            });
-        }
-        if meta.state.has_vmm() {
-            expect_ok(control::call(
-                &ws.control(),
-                &ControlRequest::Unpublish { host_ip, host_port },
-                CONTROL_TIMEOUT,
-            )?)?;
-        }
-        let (_lock, mut meta) = self.lock_existing(name)?;
-        meta.spec.ports.retain(|p| p.host_addr() != addr);
-        ws.write_meta(&meta)?;
-        Ok(meta)
-    }
-}
-
-fn expect_ok(resp: ControlResponse) -> Result<()> {
-    match resp {
-        ControlResponse::Ok { .. } => Ok(()),
-        ControlResponse::PortUnavailable {
-            addr,
-            in_use,
-            message,
-        } => {
-            let kind = if in_use {
-                std::io::ErrorKind::AddrInUse
-            } else {
-                std::io::ErrorKind::AddrNotAvailable
-            };
-            Err(Error::PortUnavailable {
-                addr,
-                source: std::io::Error::new(kind, message),
-            })
-        }
-        other => Err(Error::InvalidInput(format!(
-            "unexpected answer from the VMM: {other:?}"
-        ))),
-    }
 }
 
 #[cfg(test)]

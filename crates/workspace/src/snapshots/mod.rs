@@ -84,7 +84,7 @@ pub(crate) fn check_memory(dir: &Path, want: Option<&str>) -> std::result::Resul
 /// error keeps its causes in its message.
 pub(crate) fn memory_digest(dir: &Path) -> std::io::Result<String> {
     vmm_core::snapshot::memory_file::digest(&SnapshotFiles::new(dir).memory())
-        .map_err(|e| std::io::Error::other(crate::error::error_chain(&e)))
+        .map_err(|e| std::io::Error::other(crate::error_chain::error_chain(&e)))
 }
 
 fn allocated_bytes(dir: &Path) -> u64 {
@@ -290,7 +290,7 @@ impl Workspaces {
             reason,
         };
         vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(&dir))
-            .map_err(|e| unusable(crate::error::error_chain(&e)))?;
+            .map_err(|e| unusable(crate::error_chain::error_chain(&e)))?;
         check_memory(&dir, info.memory_sha256.as_deref()).map_err(unusable)
     }
 

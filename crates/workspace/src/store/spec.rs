@@ -5,8 +5,50 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::network::ports::PortError;
+use crate::network::NetworkError;
+
 use crate::store::state::State;
+
+/// Why a spec, a duration or a TTL is refused, or a delete is not allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// A value is out of range or malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// A published port, or the set of them.
+    #[error(transparent)]
+    Ports(#[from] PortError),
+    /// The network name.
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+    /// The workspace has a VMM and the delete was not forced.
+    #[error("workspace `{name}` is {state}: {DELETE_NEEDS_FORCE}")]
+    DeleteRunning {
+        /// The workspace.
+        name: String,
+        /// Its state.
+        state: State,
+    },
+}
+
+impl SpecError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> crate::code::ErrorCode {
+        use crate::code::ErrorCode;
+        match self {
+            SpecError::Invalid(_) => ErrorCode::InvalidInput,
+            SpecError::Ports(e) => e.code(),
+            SpecError::Network(e) => e.code(),
+            SpecError::DeleteRunning { .. } => ErrorCode::Conflict,
+        }
+    }
+}
+
+/// Why a delete of a workspace with a VMM is refused.
+pub const DELETE_NEEDS_FORCE: &str = "a running workspace is deleted only with force";
+
+type Result<T, E = SpecError> = std::result::Result<T, E>;
 
 /// Limits every front end enforces; `contract` reports them.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -188,7 +230,7 @@ impl WorkspaceSpec {
     /// Checks the spec against `l` (the limits a [`crate::Workspaces`] was
     /// built with).
     pub fn validate_within(&self, l: &Limits) -> Result<()> {
-        let bad = |msg: String| Err(Error::InvalidInput(msg));
+        let bad = |msg: String| Err(SpecError::Invalid(msg));
         if self.vcpus == 0 || self.vcpus > l.max_vcpus {
             return bad(format!("vcpus is {}; use 1 to {}", self.vcpus, l.max_vcpus));
         }
@@ -231,7 +273,7 @@ impl WorkspaceSpec {
             return bad("image name is empty".into());
         }
         crate::network::ports::validate(&self.ports)?;
-        crate::network::validate_network(&self.network)
+        Ok(crate::network::validate_network(&self.network)?)
     }
 }
 
@@ -239,7 +281,7 @@ impl WorkspaceSpec {
 /// `1h30m`, `2d` (seconds; units `s`, `m`, `h`, `d`).
 pub fn parse_duration(text: &str) -> Result<u64> {
     let bad = || {
-        Error::InvalidInput(format!(
+        SpecError::Invalid(format!(
             "duration {text:?}: use seconds or a number with a unit, e.g. 90, 30m, 1h, 1h30m, 2d"
         ))
     };
@@ -285,7 +327,7 @@ impl Limits {
     /// Checks a TTL in seconds.
     pub fn check_ttl(&self, ttl: u64) -> Result<()> {
         if ttl == 0 || ttl > self.max_ttl_secs {
-            return Err(Error::InvalidInput(format!(
+            return Err(SpecError::Invalid(format!(
                 "ttl is {ttl} s; use 1 to {} s",
                 self.max_ttl_secs
             )));
@@ -430,13 +472,9 @@ impl Meta {
     /// rule lives.
     pub fn check_delete(&self, options: DeleteOptions) -> Result<()> {
         if self.state.has_vmm() && !options.force {
-            return Err(Error::WrongState {
+            return Err(SpecError::DeleteRunning {
                 name: self.name.clone(),
                 state: self.state,
-                why: "a running workspace is deleted only with force",
-                remedy: Some(crate::remedy::Remedy::StopOrForce {
-                    workspace: self.name.clone(),
-                }),
             });
         }
         Ok(())

@@ -6,14 +6,47 @@ use std::path::{Path, PathBuf};
 use guest_agent::client::blocking::BlockingClient;
 use guest_agent::client::AgentEndpoint;
 
-use crate::error::{Error, Result};
 use crate::host::settings::now_ms;
 use crate::store::console_log::tail_lines;
-use crate::store::events::{EventKind, EventLog};
+use crate::store::events::{EventKind, EventLog, EventsError};
 use crate::store::spec::{LastExit, Meta};
-use crate::store::state::State;
+use crate::store::state::{State, TransitionError};
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError, META_FILE};
 use crate::vmm::control::CONTROL_SOCKET;
+
+/// Why a workspace's files could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceDirError {
+    /// It has no `meta.json`: no such workspace.
+    #[error("workspace `{0}` does not exist")]
+    NotFound(String),
+    /// The state directory's path leaves no room for the socket names.
+    #[error("the state directory path is too long for Unix sockets ({longest} > {MAX_SOCKET_PATH} bytes); set MICROAGENT_HOME to a shorter path")]
+    SocketPathTooLong {
+        /// The longest socket path it would need.
+        longest: usize,
+    },
+    /// A file of the workspace could not be written.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The state directory.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An illegal state change.
+    #[error("state change refused")]
+    Transition(#[from] TransitionError),
+    /// The event log.
+    #[error("event log")]
+    Events(#[from] EventsError),
+}
+
+type Result<T, E = WorkspaceDirError> = std::result::Result<T, E>;
 
 /// The writable disk (ext4, sparse) the guest overlays on its image.
 pub const DISK_FILE: &str = "disk.ext4";
@@ -83,8 +116,10 @@ impl WorkspaceDir {
     pub fn issue_launch_ticket(&self) -> Result<String> {
         let ticket = crate::host::settings::unique_id();
         let path = self.dir.join(LAUNCH_TICKET);
-        std::fs::write(&path, &ticket)
-            .map_err(Error::host_io(format!("writing {}", path.display())))?;
+        std::fs::write(&path, &ticket).map_err(|source| WorkspaceDirError::Write {
+            path: path.clone(),
+            source,
+        })?;
         Ok(ticket)
     }
 
@@ -124,9 +159,7 @@ impl WorkspaceDir {
     pub fn check_socket_paths(&self) -> Result<()> {
         let longest = self.vsock().as_os_str().len() + format!("_{AGENT_PORT}").len();
         if longest > MAX_SOCKET_PATH {
-            return Err(Error::InvalidInput(format!(
-                "the state directory path is too long for Unix sockets ({longest} > {MAX_SOCKET_PATH} bytes); set MICROAGENT_HOME to a shorter path"
-            )));
+            return Err(WorkspaceDirError::SocketPathTooLong { longest });
         }
         Ok(())
     }
@@ -135,7 +168,7 @@ impl WorkspaceDir {
     pub fn read_meta(&self) -> Result<Meta> {
         match read_json(&self.meta_path()) {
             Ok(m) => Ok(m),
-            Err(StoreError::Missing { .. }) => Err(Error::WorkspaceNotFound(self.name.clone())),
+            Err(StoreError::Missing { .. }) => Err(WorkspaceDirError::NotFound(self.name.clone())),
             Err(e) => Err(e.into()),
         }
     }

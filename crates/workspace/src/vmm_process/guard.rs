@@ -52,7 +52,7 @@ impl Lockdown {
                 .map_err(|e| {
                     format!(
                         "the VMM could not make its root private: {}",
-                        crate::error::error_chain(&e)
+                        crate::error_chain::error_chain(&e)
                     )
                 })?;
                 "private_root".to_owned()

@@ -74,7 +74,7 @@ impl Shared {
         let _lock = self.state.lock_workspace(self.ws.name())?;
         let mut meta = self.ws.read_meta()?;
         f(&mut meta)?;
-        self.ws.write_meta(&meta)
+        Ok(self.ws.write_meta(&meta)?)
     }
 
     /// Records the end of the run once; later calls do nothing.
@@ -89,7 +89,7 @@ impl Shared {
             if !meta.state.has_vmm() {
                 return Ok(());
             }
-            self.ws.record_exit(&mut meta, crashed, reason)
+            Ok::<(), Error>(self.ws.record_exit(&mut meta, crashed, reason)?)
         })();
         if let Err(e) = result {
             tracing::error!(error = %e.full_message(), "could not record the end");
@@ -238,11 +238,12 @@ impl VmmProcess {
             cgroup = Some(placed);
             ws.remove_sockets();
             building = vmm_core::vcpu::monotonic_ns();
-            let built = crate::network::attach::attach(&state, &ws, spec).and_then(|net| {
+            let attached = crate::network::attach::attach(&state, &ws, spec).map_err(Error::from);
+            let built = attached.and_then(|net| {
                 // After passt started (it stays in the host's namespace, out
                 // of reach of the pivot), while this is the only thread.
-                mount_ns =
-                    crate::vmm_process::jail::unshare().map_err(|e| crate::error::error_chain(&e));
+                mount_ns = crate::vmm_process::jail::unshare()
+                    .map_err(|e| crate::error_chain::error_chain(&e));
                 let (net, addressing) = match net {
                     Some(a) => {
                         passt = a.passt;
@@ -503,7 +504,7 @@ fn build_machine(
 fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
     Error::StartFailed {
         name: ws.name().to_owned(),
-        reason: crate::error::error_chain(e),
+        reason: crate::error_chain::error_chain(e),
     }
 }
 
@@ -726,7 +727,7 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                     message: format!(
                         "workspace `{}` could not be snapshotted: {}",
                         shared.ws.name(),
-                        crate::error::error_chain(&e)
+                        crate::error_chain::error_chain(&e)
                     ),
                 },
             }

@@ -295,7 +295,7 @@ mod tests {
                 .and_then(|()| make_private())
                 .and_then(|()| enter_and_check(&kept));
             if let Err(e) = jailed {
-                panic!("{}", crate::error::error_chain(&e));
+                panic!("{}", crate::error_chain::error_chain(&e));
             }
             return;
         }
@@ -306,7 +306,7 @@ mod tests {
                 let code = match unshare().and_then(|()| enter_and_check(&kept)) {
                     Ok(()) => 0,
                     Err(e) => {
-                        eprintln!("{}", crate::error::error_chain(&e));
+                        eprintln!("{}", crate::error_chain::error_chain(&e));
                         3
                     }
                 };

@@ -16,7 +16,7 @@ use crate::store::events::EventKind;
 use crate::store::process;
 use crate::store::spec::{DeleteOptions, Limits, Meta, Runtime, StartKind, WorkspaceSpec, LIMITS};
 use crate::store::state::State;
-use crate::store::workspace_dir::{WorkspaceDir, VMM_LOG};
+use crate::store::workspace_dir::{WorkspaceDir, WorkspaceDirError, VMM_LOG};
 use crate::store::{StateDir, WorkspaceLock};
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::vmm::launch::VmmLaunch;
@@ -206,7 +206,7 @@ impl Workspaces {
     }
 
     pub(crate) fn dir(&self, name: &str) -> Result<WorkspaceDir> {
-        WorkspaceDir::new(&self.state, name)
+        Ok(WorkspaceDir::new(&self.state, name)?)
     }
 
     fn lock(&self, name: &str) -> Result<WorkspaceLock> {
@@ -219,11 +219,11 @@ impl Workspaces {
         let lock = self.lock(name)?;
         match self.dir(name)?.read_meta() {
             Ok(meta) => Ok((lock, meta)),
-            Err(e @ Error::WorkspaceNotFound(_)) => {
+            Err(e @ WorkspaceDirError::NotFound(_)) => {
                 let _ = self.state.remove_lock(name, lock);
-                Err(e)
+                Err(e.into())
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -512,7 +512,7 @@ impl Workspaces {
         });
         if let Err(e) = ws.write_meta(&meta) {
             process::kill(pid, pid_start);
-            return Err(e);
+            return Err(e.into());
         }
         Ok(boot)
     }

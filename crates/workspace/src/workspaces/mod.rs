@@ -2,8 +2,10 @@
 //! (`builder`), one workspace's handle (`handle`), the runtime contract
 //! (`contract`) and the one-shot use case (`one_shot`).
 
+pub(crate) mod budget;
 pub(crate) mod builder;
 pub(crate) mod contract;
 pub(crate) mod handle;
 pub(crate) mod manager;
 pub(crate) mod one_shot;
+pub(crate) mod ports;
