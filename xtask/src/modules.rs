@@ -264,6 +264,33 @@ fn reexports_of(module: &str, code: &str, modules: &BTreeSet<String>) -> BTreeMa
     out
 }
 
+/// Paths through a child module named without `self::` (`steps::run()`
+/// in the parent of `steps`), as `crate::` paths.
+fn child_paths(module: &str, code: &str, modules: &BTreeSet<String>) -> Vec<String> {
+    let prefix = if module.is_empty() {
+        String::new()
+    } else {
+        format!("{module}::")
+    };
+    let children = modules.iter().filter_map(|m| {
+        let rest = m.strip_prefix(&prefix)?;
+        (!rest.is_empty() && !rest.contains("::")).then_some(rest)
+    });
+    let mut out = Vec::new();
+    for child in children {
+        let needle = format!("{child}::");
+        let mut text = code;
+        while let Some(i) = text.find(&needle) {
+            let before = text[..i].chars().next_back();
+            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                out.push(format!("crate::{prefix}{child}"));
+            }
+            text = &text[i + needle.len()..];
+        }
+    }
+    out
+}
+
 /// Reads the module graph of the crate whose sources are in `src`.
 pub fn graph(src: &Path) -> Graph {
     let mut files = Vec::new();
@@ -283,7 +310,9 @@ pub fn graph(src: &Path) -> Graph {
     let mut g = Graph::default();
     for (module, text) in &code {
         let targets = g.edges.entry(module.clone()).or_default();
-        for path in named_paths(text) {
+        let mut paths = named_paths(text);
+        paths.extend(child_paths(module, text, &modules));
+        for path in paths {
             let Some(target) = resolve(module, &path, &modules, &reexports) else {
                 continue;
             };

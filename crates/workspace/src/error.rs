@@ -280,6 +280,12 @@ impl From<SpecError> for Error {
     }
 }
 
+impl From<crate::images::build::ImageBuildError> for Error {
+    fn from(e: crate::images::build::ImageBuildError) -> Self {
+        Error::ImageBuild(e)
+    }
+}
+
 impl From<PortError> for Error {
     fn from(e: PortError) -> Self {
         match e {

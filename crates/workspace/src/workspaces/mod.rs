@@ -6,6 +6,8 @@ pub(crate) mod budget;
 pub(crate) mod builder;
 pub(crate) mod contract;
 pub(crate) mod handle;
+pub(crate) mod image_build;
+pub(crate) mod kernel_install;
 pub(crate) mod manager;
 pub(crate) mod one_shot;
 pub(crate) mod ports;

@@ -8,18 +8,14 @@
 
 pub mod debian;
 pub mod minimal;
-mod steps;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::host::plan::{Confirmer, Plan, Preview};
-use crate::host::settings::now_ms;
+use crate::host::plan::{Plan, Preview};
 use crate::images::registry::ImageInfo;
-use crate::workspaces::manager::Workspaces;
 
 /// Where the progress of a build goes (the current step).
 pub type ProgressFn = Arc<dyn Fn(&str) + Send + Sync>;
@@ -168,7 +164,7 @@ const BOOT_SECONDS: u64 = 40;
 
 /// The guest commands of a build on a booted image, in order: the package
 /// install (an image base only), then the `run` commands.
-fn guest_commands(req: &ImageBuildRequest) -> Vec<String> {
+pub(crate) fn guest_commands(req: &ImageBuildRequest) -> Vec<String> {
     let mut out = Vec::new();
     if matches!(req.from, Some(BuildBase::Image(_))) && !req.packages.is_empty() {
         out.push(format!(
@@ -181,7 +177,7 @@ fn guest_commands(req: &ImageBuildRequest) -> Vec<String> {
 }
 
 /// Checks what can be checked before any work.
-fn check(req: &ImageBuildRequest) -> std::result::Result<BuildBase, ImageBuildError> {
+pub(crate) fn check(req: &ImageBuildRequest) -> std::result::Result<BuildBase, ImageBuildError> {
     let base = req.from.clone().ok_or_else(|| {
         ImageBuildError::Request("say what to build from: debian:SUITE or an image".into())
     })?;
@@ -208,7 +204,7 @@ fn check(req: &ImageBuildRequest) -> std::result::Result<BuildBase, ImageBuildEr
 
 /// The plan of `req`; `base_bytes` is the base image's root filesystem
 /// size (none for a Debian build), `image_dir` where it is registered.
-fn build_plan(
+pub(crate) fn build_plan(
     req: &ImageBuildRequest,
     base: &BuildBase,
     base_bytes: u64,
@@ -264,67 +260,6 @@ fn build_plan(
     ));
     plan.writes.push(image_dir.display().to_string());
     plan
-}
-
-impl Workspaces {
-    /// Previews (without `confirm`) or applies (with the preview's token)
-    /// an image build. `progress` hears each step.
-    pub async fn image_build(
-        &self,
-        req: &ImageBuildRequest,
-        confirm: Option<&str>,
-        progress: ProgressFn,
-    ) -> Result<ImageBuild> {
-        if let Some(token) = confirm {
-            Confirmer::expect_issued(self.state_dir().root(), token)?;
-        }
-        let base = check(req)?;
-        let images = self.images();
-        images.check_free(&req.name)?;
-        // The kernel and our init come from `minimal`: needed either way.
-        let minimal = images.get(crate::images::registry::BUILTIN_IMAGES[0])?;
-        let (base_info, missing) = match &base {
-            BuildBase::Image(name) => (Some(images.get(name)?), Vec::new()),
-            BuildBase::Debian(_) => (
-                None,
-                crate::host::settings::missing_debs(debian::HOST_PACKAGES),
-            ),
-        };
-        let base_bytes = base_info.as_ref().map_or(0, |i| i.rootfs_bytes);
-        let plan = build_plan(
-            req,
-            &base,
-            base_bytes,
-            &missing,
-            &images.root().join(&req.name),
-        );
-        let confirmer = Confirmer::open(self.state_dir().root())?;
-        let Some(token) = confirm else {
-            return Ok(ImageBuild {
-                preview: confirmer.preview(plan, now_ms()),
-                applied: false,
-                image: None,
-            });
-        };
-        confirmer.check(&plan, token, now_ms())?;
-        plan.check_privilege(token)?;
-        let image = steps::apply(self, req, &plan, &minimal, base_info, progress).await?;
-        Ok(ImageBuild {
-            preview: Preview {
-                plan,
-                token: None,
-                expires_at_ms: None,
-            },
-            applied: true,
-            image: Some(image),
-        })
-    }
-}
-
-impl From<ImageBuildError> for Error {
-    fn from(e: ImageBuildError) -> Self {
-        Error::ImageBuild(e)
-    }
 }
 
 #[cfg(test)]

@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{debian, guest_commands, BuildBase, ImageBuildError, ImageBuildRequest, ProgressFn};
 use crate::error::{Error, Result};
 use crate::host::plan::Plan;
 use crate::host::settings::unique_id;
+use crate::images::build::{
+    debian, guest_commands, BuildBase, ImageBuildError, ImageBuildRequest, ProgressFn,
+};
 use crate::images::registry::ImageInfo;
 use crate::workspaces::manager::Workspaces;
 use crate::{ExecInput, ExecRequest, OneShot, WorkspaceSpec};

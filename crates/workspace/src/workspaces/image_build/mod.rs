@@ -1,0 +1,68 @@
+//! `image build` as the collection runs it: preview-then-confirm of the
+//! plan `images::build` makes, then the build itself (`steps`: on a booted
+//! image, or from Debian packages).
+
+mod steps;
+
+use crate::error::Result;
+use crate::host::plan::{Confirmer, Preview};
+use crate::host::settings::now_ms;
+use crate::images::build::{
+    build_plan, check, debian, BuildBase, ImageBuild, ImageBuildRequest, ProgressFn,
+};
+use crate::workspaces::manager::Workspaces;
+
+impl Workspaces {
+    /// Previews (without `confirm`) or applies (with the preview's token)
+    /// an image build. `progress` hears each step.
+    pub async fn image_build(
+        &self,
+        req: &ImageBuildRequest,
+        confirm: Option<&str>,
+        progress: ProgressFn,
+    ) -> Result<ImageBuild> {
+        if let Some(token) = confirm {
+            Confirmer::expect_issued(self.state_dir().root(), token)?;
+        }
+        let base = check(req)?;
+        let images = self.images();
+        images.check_free(&req.name)?;
+        // The kernel and our init come from `minimal`: needed either way.
+        let minimal = images.get(crate::images::registry::BUILTIN_IMAGES[0])?;
+        let (base_info, missing) = match &base {
+            BuildBase::Image(name) => (Some(images.get(name)?), Vec::new()),
+            BuildBase::Debian(_) => (
+                None,
+                crate::host::settings::missing_debs(debian::HOST_PACKAGES),
+            ),
+        };
+        let base_bytes = base_info.as_ref().map_or(0, |i| i.rootfs_bytes);
+        let plan = build_plan(
+            req,
+            &base,
+            base_bytes,
+            &missing,
+            &images.root().join(&req.name),
+        );
+        let confirmer = Confirmer::open(self.state_dir().root())?;
+        let Some(token) = confirm else {
+            return Ok(ImageBuild {
+                preview: confirmer.preview(plan, now_ms()),
+                applied: false,
+                image: None,
+            });
+        };
+        confirmer.check(&plan, token, now_ms())?;
+        plan.check_privilege(token)?;
+        let image = steps::apply(self, req, &plan, &minimal, base_info, progress).await?;
+        Ok(ImageBuild {
+            preview: Preview {
+                plan,
+                token: None,
+                expires_at_ms: None,
+            },
+            applied: true,
+            image: Some(image),
+        })
+    }
+}
