@@ -56,7 +56,8 @@ pub use guest::processes::{
 /// take and return, so a program needs no other crate to use them.
 pub use guest_agent::client::{ExecEvent, ExecInput, TerminalInput};
 pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, PtySize, WriteMode};
-pub use network::ops::{GuestNetwork, HostChange, NetworkInfo};
+pub use network::ops::{HostChange, NetworkInfo};
+pub use network::GuestNetwork;
 pub use remedy::Remedy;
 pub use snapshots::SnapshotInfo;
 pub use store::console_log::ConsoleLogError;

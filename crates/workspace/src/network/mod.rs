@@ -24,8 +24,8 @@ pub mod ports;
 pub mod setup;
 
 pub use objects::{
-    Addressing, AllowEntry, Backend, Egress, Network, NetworkError, NetworkRequest, Networks,
-    NetworksLock, Subnet,
+    Addressing, AllowEntry, Backend, Egress, GuestNetwork, Network, NetworkError, NetworkRequest,
+    Networks, NetworksLock, Subnet,
 };
 
 /// The built-in rootless network.

@@ -129,6 +129,26 @@ impl NetworkError {
     }
 }
 
+/// A workspace's place on its network, as `inspect` shows it.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct GuestNetwork {
+    /// The network.
+    pub name: String,
+    /// Its backend.
+    pub backend: Backend,
+    /// What the guest may reach.
+    pub egress: Egress,
+    /// Its allowlist.
+    #[serde(default)]
+    pub allow: Vec<AllowEntry>,
+    /// The guest's addresses (the gateway is `host.microagent.internal`).
+    #[serde(flatten)]
+    pub addressing: Addressing,
+    /// The guest's MAC address.
+    pub mac: String,
+}
+
 /// How a network reaches the outside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]

@@ -1,6 +1,7 @@
 //! Networks through [`Workspaces`]: create, list, inspect and delete them
 //! (a network in use is kept), and place a new workspace on its network.
 
+use crate::network::GuestNetwork;
 use serde::Serialize;
 
 use crate::error::Result;
@@ -25,26 +26,6 @@ pub struct NetworkInfo {
     pub gateway: Option<std::net::Ipv4Addr>,
     /// The workspaces that name it.
     pub workspaces: Vec<String>,
-}
-
-/// A workspace's place on its network, as `inspect` shows it.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct GuestNetwork {
-    /// The network.
-    pub name: String,
-    /// Its backend.
-    pub backend: Backend,
-    /// What the guest may reach.
-    pub egress: crate::network::Egress,
-    /// Its allowlist.
-    #[serde(default)]
-    pub allow: Vec<crate::network::AllowEntry>,
-    /// The guest's addresses (the gateway is `host.microagent.internal`).
-    #[serde(flatten)]
-    pub addressing: crate::network::Addressing,
-    /// The guest's MAC address.
-    pub mac: String,
 }
 
 impl Workspaces {

@@ -25,8 +25,7 @@ use crate::store::{read_json, write_json_atomic};
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::workspaces::manager::{StartProgress, Workspaces};
 
-/// The snapshots' directory in the state directory.
-pub(crate) const SNAPSHOTS_DIR: &str = "snapshots";
+use crate::store::SNAPSHOTS_DIR;
 /// A snapshot's record in its directory.
 const RECORD: &str = "snapshot.json";
 /// Where a live fork keeps the snapshot it started from, in its own

@@ -26,6 +26,9 @@ use serde::Serialize;
 use crate::code::ErrorCode;
 use crate::store::name::{validate_name, NameError};
 
+/// The directory of the state directory that holds snapshots.
+pub(crate) const SNAPSHOTS_DIR: &str = "snapshots";
+
 /// The metadata file of a workspace.
 pub const META_FILE: &str = "meta.json";
 

@@ -82,7 +82,7 @@ pub fn jail_keeps(
     let mut keep = vec![
         Keep::Dir(ws.path().to_path_buf()),
         Keep::File(state.lock_path(ws.name())),
-        Keep::Dir(state.root().join(crate::snapshots::SNAPSHOTS_DIR)),
+        Keep::Dir(state.root().join(crate::store::SNAPSHOTS_DIR)),
     ];
     if let Some(parent) = keep_warm.and_then(Path::parent) {
         keep.push(Keep::Dir(parent.to_path_buf()));

@@ -75,6 +75,31 @@ impl WorkspacesBuilder {
     }
 }
 
+impl Workspaces {
+    /// Chooses the state directory, the guest assets and the VMM program,
+    /// each with a default; [`WorkspacesBuilder::build`] opens it.
+    ///
+    /// ```no_run
+    /// let ws = workspace::Workspaces::builder()
+    ///     .state_dir("/tmp/my-agent-state")
+    ///     .build()?;
+    /// for meta in ws.list(&workspace::ListFilter::default())? {
+    ///     println!("{} is {}", meta.name, meta.state);
+    /// }
+    /// # Ok::<(), workspace::Error>(())
+    /// ```
+    pub fn builder() -> WorkspacesBuilder {
+        WorkspacesBuilder::default()
+    }
+
+    /// Every default of [`Workspaces::builder`]: the state directory from
+    /// the environment, the asset cache for built images, and this
+    /// executable as the VMM program.
+    pub fn from_env() -> Result<Self> {
+        Self::builder().build()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,6 @@ use crate::store::workspace_dir::{WorkspaceDir, WorkspaceDirError, VMM_LOG};
 use crate::store::{StateDir, WorkspaceLock};
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::vmm::launch::VmmLaunch;
-use crate::workspaces::builder::WorkspacesBuilder;
 use vmm_core::KernelVariant;
 
 /// Default time `start` waits for the agent.
@@ -68,7 +67,7 @@ pub struct WorkspaceInfo {
     /// The guest's network as it is now (null on `none`, or when the
     /// network's record is gone).
     #[serde(default)]
-    pub network: Option<crate::network::ops::GuestNetwork>,
+    pub network: Option<crate::network::GuestNetwork>,
 }
 
 /// Filters for `list`.
@@ -140,29 +139,6 @@ fn kernel_variant(assets: Option<&PathBuf>) -> KernelVariant {
 }
 
 impl Workspaces {
-    /// Chooses the state directory, the guest assets and the VMM program,
-    /// each with a default; [`WorkspacesBuilder::build`] opens it.
-    ///
-    /// ```no_run
-    /// let ws = workspace::Workspaces::builder()
-    ///     .state_dir("/tmp/my-agent-state")
-    ///     .build()?;
-    /// for meta in ws.list(&workspace::ListFilter::default())? {
-    ///     println!("{} is {}", meta.name, meta.state);
-    /// }
-    /// # Ok::<(), workspace::Error>(())
-    /// ```
-    pub fn builder() -> WorkspacesBuilder {
-        WorkspacesBuilder::default()
-    }
-
-    /// Every default of [`Workspaces::builder`]: the state directory from
-    /// the environment, the asset cache for built images, and this
-    /// executable as the VMM program.
-    pub fn from_env() -> Result<Self> {
-        Self::builder().build()
-    }
-
     /// Workspaces in `state`, built images from `assets`, VMM processes run
     /// as `vmm_binary vmm serve-workspace`.
     pub fn new(state: StateDir, assets: Option<PathBuf>, vmm_binary: PathBuf) -> Self {

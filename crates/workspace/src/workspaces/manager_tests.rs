@@ -324,10 +324,7 @@ fn a_seccomp_kill_is_named_from_the_vmm_log() {
 #[test]
 fn a_snapshot_take_or_delete_killed_half_way_is_swept_by_the_next_listing() {
     let f = fixture("snapsweep", "/nonexistent/vmm");
-    let dir =
-        f.ws.state_dir()
-            .root()
-            .join(crate::snapshots::SNAPSHOTS_DIR);
+    let dir = f.ws.state_dir().root().join(crate::store::SNAPSHOTS_DIR);
     let dead = [
         format!(".s1.{}.tmp", u32::MAX),
         format!(".s2.{}.rm", u32::MAX),
