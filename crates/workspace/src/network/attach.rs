@@ -95,8 +95,7 @@ pub fn preflight(state: &StateDir, spec: &WorkspaceSpec) -> Result<(), NetworkEr
         Err(NetworkError::NotSetUp {
             network: net.name,
             bridge,
-        }
-        .into())
+        })
     }
 }
 
@@ -119,8 +118,7 @@ fn ensure_tap(tap: &str, bridge: &str, network: &str) -> Result<(), NetworkError
         return Err(NetworkError::NotSetUp {
             network: network.to_owned(),
             bridge: bridge.to_owned(),
-        }
-        .into());
+        });
     }
     let exists = ip(&["link", "show", "dev", tap])?.status.success();
     let steps: Vec<Vec<&str>> = [
@@ -143,8 +141,7 @@ fn ensure_tap(tap: &str, bridge: &str, network: &str) -> Result<(), NetworkError
                 tap: tap.to_owned(),
                 network: network.to_owned(),
                 why,
-            }
-            .into());
+            });
         }
     }
     Ok(())
