@@ -194,4 +194,46 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn no_crate_has_a_module_cycle() {
+        let mut sources = crate::modules::crate_sources(&repo_root());
+        sources.push(("xtask".into(), repo_root().join("xtask/src")));
+        assert!(sources.len() > 5);
+        let mut found = Vec::new();
+        for (name, src) in sources {
+            for group in crate::modules::graph(&src).cycles() {
+                found.push(format!("{name}: {}", group.join(" <-> ")));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "module cycles (`cargo xtask modules` lists the edges in each); \
+             move what both sides need below them:\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// A library crate is folders of concerns: no level of its `src` holds
+    /// more than this many source files.
+    const MAX_FILES_PER_FOLDER: usize = 15;
+
+    #[test]
+    fn library_folders_stay_small() {
+        let mut found = Vec::new();
+        for (name, src) in crate::modules::crate_sources(&repo_root()) {
+            if !src.join("lib.rs").is_file() {
+                continue;
+            }
+            for (dir, n) in crate::modules::files_per_folder(&src) {
+                if n > MAX_FILES_PER_FOLDER {
+                    found.push(format!("crates/{name}/src/{}: {n} files", dir.display()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "group these into folders of one concern each (at most {MAX_FILES_PER_FOLDER} files a level): {found:?}"
+        );
+    }
 }

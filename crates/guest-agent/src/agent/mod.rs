@@ -3,19 +3,11 @@
 
 mod archive;
 mod conn;
-mod exec;
 mod files;
 mod identity;
 pub mod listen;
-mod lookup;
 pub mod net;
-mod poller;
-mod processes;
-mod pty;
-mod reaper;
-mod registry;
-mod ring;
-mod spawn;
+mod process;
 mod sysinfo;
 mod tunnel;
 
@@ -34,9 +26,9 @@ use guest_agent::protocol::{
 
 use conn::Conn;
 use listen::Listener;
-use processes::Processes;
-use reaper::Reaper;
-use registry::Registry;
+use process::processes::Processes;
+use process::reaper::Reaper;
+use process::registry::Registry;
 
 /// Stack of a connection thread (tar and JSON work happen there).
 const CONN_STACK: usize = 512 << 10;
@@ -92,7 +84,7 @@ enum RequestError {
     )]
     NotInit,
     #[error("exec")]
-    Exec(#[source] exec::ExecError),
+    Exec(#[source] process::exec::ExecError),
     #[error("file operation")]
     File(#[source] files::FileError),
     #[error("tar")]
@@ -106,7 +98,7 @@ enum RequestError {
     #[error("taking the restored network")]
     Network(#[source] net::NetError),
     #[error("background process")]
-    Process(#[source] processes::ProcessError),
+    Process(#[source] process::processes::ProcessError),
 }
 
 impl RequestError {
@@ -135,7 +127,7 @@ impl RequestError {
             Self::Frame(e) | Self::Send(e) => Some(e),
             Self::File(files::FileError::Send(e)) => Some(e),
             Self::Archive(archive::ArchiveError::Send(e)) => Some(e),
-            Self::Process(processes::ProcessError::Send(e)) => Some(e),
+            Self::Process(process::processes::ProcessError::Send(e)) => Some(e),
             _ => None,
         };
         frame_error.is_some_and(|e| e.is_disconnect())
@@ -366,9 +358,11 @@ fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
             conn.send(&Response::ok()).map_err(RequestError::Send)?;
             shutdown_guest();
         }
-        Request::Exec(req) => return exec::run(conn, state, req).map_err(RequestError::Exec),
+        Request::Exec(req) => {
+            return process::exec::run(conn, state, req).map_err(RequestError::Exec)
+        }
         Request::Signal { exec_id, signal } => {
-            exec::signal(state, &exec_id, &signal).map_err(RequestError::Exec)?;
+            process::exec::signal(state, &exec_id, &signal).map_err(RequestError::Exec)?;
             Response::ok()
         }
         Request::Result { exec_id } => match state.registry.result(&exec_id) {

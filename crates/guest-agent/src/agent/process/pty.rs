@@ -14,8 +14,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use guest_agent::frame::{self, FrameKind};
 use guest_agent::protocol::{PtySize, Request};
 
-use super::conn::Conn;
 use super::spawn::{Input, Output, Session, Spawn};
+use crate::agent::conn::Conn;
 
 /// Why a pty could not be set up.
 #[derive(Debug, thiserror::Error)]

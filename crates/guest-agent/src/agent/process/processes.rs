@@ -20,12 +20,12 @@ use guest_agent::protocol::{
     MAX_PROCESS_RING, MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES, OUTPUT_CHUNK,
 };
 
-use super::conn::Conn;
 use super::exec::{build_command, describe, kill_group, parse_signal};
 use super::reaper::{decode_status, Reaper};
 use super::registry::valid_id;
 use super::ring::Ring;
-use super::spawn_thread;
+use crate::agent::conn::Conn;
+use crate::agent::spawn_thread;
 
 /// How long `process_wait` waits, after the exit, for the output pipes
 /// to drain.

@@ -20,14 +20,14 @@ use guest_agent::protocol::{
     MAX_OUTPUT_CAP, OUTPUT_CHUNK, RESULT_HEAD,
 };
 
-use super::conn::Conn;
 use super::lookup;
 use super::poller;
 use super::pty;
 use super::reaper::decode_status;
 use super::registry::{Lookup, RegistryError};
 use super::spawn::{Input, Spawn};
-use super::{spawn_thread, State};
+use crate::agent::conn::Conn;
+use crate::agent::{spawn_thread, State};
 
 /// PATH of every exec unless its `env` sets one.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
