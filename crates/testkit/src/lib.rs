@@ -7,11 +7,9 @@
 
 pub mod cli;
 
-// The workspace crate's own test support, shared: a fake image, a
-// workspace recorded as running.
-#[path = "../../workspace/tests/support/mod.rs"]
-mod workspace_support;
-pub use workspace_support::{fake_image_files, peak_rss_kib, pretend_running};
+// The workspace crate's test support, shared: a fake image, a workspace
+// recorded as running, peak memory, skip accounting.
+pub use workspace::test_support::{fake_image_files, peak_rss_kib, pretend_running, skip};
 pub mod guest_faults;
 pub mod leftovers;
 pub mod oci;
@@ -41,25 +39,6 @@ pub fn shared_warm_dir() -> Option<PathBuf> {
 pub fn host_tool(name: &str) -> Result<PathBuf, String> {
     workspace::host::settings::host_tool(name)
         .ok_or_else(|| format!("{name} is not installed (apt-get install e2fsprogs)"))
-}
-
-/// Records that `test` was skipped and why.
-pub fn skip(test: &str, reason: &str) {
-    eprintln!("SKIPPED {test}: {reason}");
-    if let Some(path) = std::env::var_os("MICROAGENT_SKIP_LOG") {
-        let line = format!("{test}: {reason}\n");
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(line.as_bytes()));
-        if let Err(e) = written {
-            eprintln!(
-                "could not record the skip in {}: {e}",
-                PathBuf::from(path).display()
-            );
-        }
-    }
 }
 
 /// Unwraps a precondition, or records `test` as skipped with its reason.

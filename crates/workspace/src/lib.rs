@@ -33,6 +33,8 @@ pub mod pause_point;
 pub(crate) mod remedy;
 pub(crate) mod snapshots;
 pub(crate) mod store;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 pub mod vmm;
 pub mod vmm_process;
 pub(crate) mod workspaces;

@@ -2,8 +2,6 @@
 //! image, the life cycle of a workspace that never boots, and the stable
 //! codes and remedies of what fails. No KVM needed.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -28,7 +26,7 @@ fn home(test: &str) -> Home {
     let root = std::env::temp_dir().join(format!("microagent-api-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let src = root.join("image");
-    support::fake_image_files(&src);
+    testkit::fake_image_files(&src);
     let ws = Workspaces::builder()
         .state_dir(root.join("state"))
         .assets(None)
@@ -41,7 +39,7 @@ fn home(test: &str) -> Home {
 
 /// Creating a workspace formats its disk with mkfs.ext4.
 fn have_mkfs(test: &str) -> bool {
-    support::have_mkfs(
+    workspace::test_support::have_mkfs(
         test,
         workspace::host::settings::host_tool("mkfs.ext4").is_some(),
     )

@@ -3,8 +3,6 @@
 //! workspace deleted. Needs /dev/kvm and the images of `cargo xtask setup`;
 //! without them it is recorded as skipped, with the reason.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -48,7 +46,7 @@ fn missing_precondition() -> Option<String> {
 #[test]
 fn the_hello_example_runs_a_command_in_a_fresh_workspace() {
     if let Some(reason) = missing_precondition() {
-        support::skip(TEST, &reason);
+        testkit::skip(TEST, &reason);
         return;
     }
     let example = example_binary();

@@ -6,8 +6,6 @@
 //! fake: crates/mcp/tests/hostile_agent.rs). No KVM needed: the
 //! workspace's record says it runs, with this test process as its VMM.
 
-mod support;
-
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,7 +29,7 @@ impl Drop for Home {
 
 fn home(test: &str, hostility: Hostility, limits: workspace::Limits) -> Option<Home> {
     if workspace::host::settings::host_tool("mkfs.ext4").is_none() {
-        support::skip(
+        testkit::skip(
             test,
             "mkfs.ext4 is not installed (apt-get install e2fsprogs)",
         );
@@ -39,7 +37,7 @@ fn home(test: &str, hostility: Hostility, limits: workspace::Limits) -> Option<H
     }
     let root = std::env::temp_dir().join(format!("ma-hostile-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
-    support::fake_image_files(&root.join("image"));
+    testkit::fake_image_files(&root.join("image"));
     let ws = Workspaces::builder()
         .state_dir(root.join("state"))
         .assets(None)
@@ -58,7 +56,7 @@ fn home(test: &str, hostility: Hostility, limits: workspace::Limits) -> Option<H
         .unwrap()
         .workspace_dir("dev")
         .unwrap();
-    support::pretend_running(&dir);
+    testkit::pretend_running(&dir);
     fake::serve(
         UnixListener::bind(dir.join("vsock.sock")).unwrap(),
         hostility,
@@ -164,6 +162,6 @@ fn an_exec_that_floods_then_stalls_ends_with_its_deadline_and_bounded_memory() {
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Timeout, "{err}");
     // A gibibyte went by; what stayed was about the cap.
-    let peak = support::peak_rss_kib();
+    let peak = testkit::peak_rss_kib();
     assert!(peak < 256 << 10, "peak resident {peak} KiB");
 }

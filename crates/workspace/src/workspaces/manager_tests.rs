@@ -1,8 +1,5 @@
 //! Life-cycle tests that need no KVM: a fake image, and fake VMM processes.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use super::*;
 use crate::code::ErrorCode;
 use crate::host::settings::{host_tool, now_ms};
@@ -24,7 +21,7 @@ fn fixture(test: &str, vmm_binary: &str) -> Fixture {
     let root = PathBuf::from(format!("/tmp/ma-mgr-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let src = root.join("src");
-    support::fake_image_files(&src);
+    crate::test_support::fake_image_files(&src);
     assert!(src.join(KERNEL_FILE).exists() && src.join(ROOTFS_FILE).exists());
     let state = StateDir::at(root.join("state")).unwrap();
     let ws = Workspaces::new(state, None, PathBuf::from(vmm_binary));
@@ -42,7 +39,7 @@ fn spec() -> WorkspaceSpec {
 
 /// Whether mkfs.ext4 is here (else `test` is recorded as skipped).
 fn have_mkfs(test: &str) -> bool {
-    support::have_mkfs(test, host_tool("mkfs.ext4").is_some())
+    crate::test_support::have_mkfs(test, host_tool("mkfs.ext4").is_some())
 }
 
 #[test]

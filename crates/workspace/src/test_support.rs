@@ -1,11 +1,8 @@
-//! What the workspace crate's own tests share (its unit tests include this
-//! file too, and testkit re-exports it for other crates' tests; this crate
-//! cannot use testkit, which depends on it): a fake image that passes the
-//! import checks, a workspace recorded as running with the test process as
-//! its VMM, and the skip when mkfs.ext4 is missing.
-
-// Each test binary that includes this file uses part of it.
-#![allow(dead_code)]
+//! What tests of this crate and of the others share (testkit re-exports
+//! it): a fake image that passes the import checks, a workspace recorded as
+//! running with the test process as its VMM, peak memory, and skip
+//! accounting. Compiled for this crate's unit tests and with the
+//! `test-support` feature, which only testkit enables.
 
 use std::path::Path;
 
@@ -22,8 +19,7 @@ pub fn fake_image_files(dir: &Path) {
 }
 
 /// Passes `here` (whether mkfs.ext4 was found) through; when false,
-/// records `test` as skipped the way testkit does (a line in
-/// `$MICROAGENT_SKIP_LOG`).
+/// records `test` as skipped.
 pub fn have_mkfs(test: &str, here: bool) -> bool {
     if !here {
         skip(
@@ -34,17 +30,25 @@ pub fn have_mkfs(test: &str, here: bool) -> bool {
     here
 }
 
-/// Records `test` as skipped for `reason` the way testkit does (a line in
-/// `$MICROAGENT_SKIP_LOG`), and says so on stderr.
+/// Records that `test` was skipped and why: on stderr, and as a line in
+/// the file `$MICROAGENT_SKIP_LOG` names (`cargo xtask test` counts those
+/// as skipped, not passed).
 pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
     eprintln!("SKIPPED {test}: {reason}");
-    if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
-        use std::io::Write;
-        let _ = std::fs::OpenOptions::new()
+    if let Some(path) = std::env::var_os("MICROAGENT_SKIP_LOG") {
+        let line = format!("{test}: {reason}\n");
+        let written = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(Path::new(&log))
-            .and_then(|mut f| writeln!(f, "{test}: {reason}"));
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            eprintln!(
+                "could not record the skip in {}: {e}",
+                Path::new(&path).display()
+            );
+        }
     }
 }
 
