@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use guest_agent::client::{AgentEndpoint, ExecInput};
-use guest_agent::protocol::{ExecRequest, WriteMode};
+use guest_agent::protocol::{ExecCall, WriteMode};
 
 use crate::bench_workspace::microagent;
 use crate::{cache, images, kernel, sh};
@@ -41,7 +41,7 @@ async fn process_first_output_ms(endpoint: &AgentEndpoint) -> anyhow::Result<f64
         let info = endpoint
             .connect()
             .await?
-            .process_start(ExecRequest::argv(["echo", "first"]))
+            .process_start(ExecCall::argv(["echo", "first"]))
             .await?;
         loop {
             let read = endpoint
@@ -70,7 +70,7 @@ async fn measure(endpoint: &AgentEndpoint) -> anyhow::Result<Figures> {
         let out = endpoint
             .connect()
             .await?
-            .exec_collect(ExecRequest::argv(["true"]), ExecInput::None)
+            .exec_collect(ExecCall::argv(["true"]), ExecInput::None)
             .await?;
         if !out.exited.success() {
             bail!("`true` failed: {:?}", out.exited);

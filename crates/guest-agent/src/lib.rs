@@ -27,10 +27,10 @@ pub mod fake;
 #[cfg(feature = "client")]
 pub use client::{
     connect_hybrid_vsock, connect_unix, AgentEndpoint, AgentHello, ClientError, ExecEvent,
-    ExecInput, ExecOutput, ExecResult, FileHeader, GuestAgentClient, ProcessRead, TerminalInput,
+    ExecInput, ExecOutcome, ExecOutput, FileHeader, GuestAgentClient, ProcessRead, TerminalInput,
 };
 pub use frame::{Frame, FrameError, FrameKind};
 pub use protocol::{
-    DirEntry, DiskUsage, ErrorCode, ExecRequest, Exited, FileKind, FileStat, PtySize, Request,
+    DirEntry, DiskUsage, ErrorCode, ExecCall, Exited, FileKind, FileStat, PtySize, Request,
     Response, SignalSpec, StdinMode, SystemInfo, WriteMode, PROTOCOL_VERSION,
 };

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use common::{eventually, Agent};
 use guest_agent::client::TerminalInput;
 use guest_agent::protocol::PtySize;
-use guest_agent::{ClientError, ErrorCode, ExecEvent, ExecInput, ExecRequest, ExecResult, Exited};
+use guest_agent::{ClientError, ErrorCode, ExecCall, ExecEvent, ExecInput, ExecOutcome, Exited};
 use tokio::sync::mpsc;
 
-async fn run(agent: &Agent, req: ExecRequest) -> guest_agent::ExecOutput {
+async fn run(agent: &Agent, req: ExecCall) -> guest_agent::ExecOutput {
     agent
         .client()
         .await
@@ -21,32 +21,28 @@ async fn run(agent: &Agent, req: ExecRequest) -> guest_agent::ExecOutput {
         .unwrap()
 }
 
-async fn result(agent: &Agent, id: &str) -> Result<ExecResult, ClientError> {
+async fn result(agent: &Agent, id: &str) -> Result<ExecOutcome, ClientError> {
     agent.client().await.result(id).await
 }
 
 #[tokio::test]
 async fn argv_and_shell_run_and_report_exit_codes() {
     let agent = Agent::start();
-    let out = run(&agent, ExecRequest::argv(["echo", "hello", "world"])).await;
+    let out = run(&agent, ExecCall::argv(["echo", "hello", "world"])).await;
     assert_eq!(out.stdout, b"hello world\n");
     assert_eq!(out.exited.code, Some(0));
     assert!(out.exited.success());
     assert!(out.pid > 0);
     assert_eq!(out.exec_id, out.exited.exec_id);
 
-    let out = run(
-        &agent,
-        ExecRequest::shell("echo out; echo err >&2; exit 42"),
-    )
-    .await;
+    let out = run(&agent, ExecCall::shell("echo out; echo err >&2; exit 42")).await;
     assert_eq!(out.stdout, b"out\n");
     assert_eq!(out.stderr, b"err\n");
     assert_eq!((out.exited.code, out.exited.signal), (Some(42), None));
     assert_eq!((out.exited.stdout_bytes, out.exited.stderr_bytes), (4, 4));
     assert!(!out.exited.timed_out);
 
-    let out = run(&agent, ExecRequest::shell("kill -TERM $$")).await;
+    let out = run(&agent, ExecCall::shell("kill -TERM $$")).await;
     assert_eq!(
         (out.exited.code, out.exited.signal),
         (None, Some(libc::SIGTERM))
@@ -55,14 +51,14 @@ async fn argv_and_shell_run_and_report_exit_codes() {
     let err = agent
         .client()
         .await
-        .exec_collect(ExecRequest::argv(["/no/such/program"]), ExecInput::None)
+        .exec_collect(ExecCall::argv(["/no/such/program"]), ExecInput::None)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
     let err = agent
         .client()
         .await
-        .exec_collect(ExecRequest::default(), ExecInput::None)
+        .exec_collect(ExecCall::default(), ExecInput::None)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
@@ -72,7 +68,7 @@ async fn argv_and_shell_run_and_report_exit_codes() {
 async fn env_and_cwd_apply_over_a_minimal_environment() {
     let agent = Agent::start();
     let dir = agent.files();
-    let req = ExecRequest::shell("echo $GREETING; pwd; echo $PATH; echo $HOME; env | wc -l")
+    let req = ExecCall::shell("echo $GREETING; pwd; echo $PATH; echo $HOME; env | wc -l")
         .env("GREETING", "hi there")
         .cwd(dir.to_str().unwrap());
     let out = run(&agent, req).await;
@@ -95,7 +91,7 @@ async fn uid_and_gid_apply() {
     let target = if uid == 0 { (65534, 65534) } else { (uid, gid) };
     let out = run(
         &agent,
-        ExecRequest::shell("id -u; id -g").user(target.0, target.1),
+        ExecCall::shell("id -u; id -g").user(target.0, target.1),
     )
     .await;
     assert_eq!(
@@ -120,7 +116,7 @@ async fn named_users_resolve_in_the_agents_passwd() {
     };
     let out = run(
         &agent,
-        ExecRequest::shell("id -u; echo $HOME").user_named(me.0.clone()),
+        ExecCall::shell("id -u; echo $HOME").user_named(me.0.clone()),
     )
     .await;
     assert_eq!(
@@ -131,7 +127,7 @@ async fn named_users_resolve_in_the_agents_passwd() {
         .client()
         .await
         .exec_collect(
-            ExecRequest::shell("id -u").user_named("no-such-user-here"),
+            ExecCall::shell("id -u").user_named("no-such-user-here"),
             ExecInput::None,
         )
         .await
@@ -154,7 +150,7 @@ async fn stdin_streams_from_the_client() {
     let out = agent
         .client()
         .await
-        .exec_collect(ExecRequest::argv(["cat"]), ExecInput::Channel(rx))
+        .exec_collect(ExecCall::argv(["cat"]), ExecInput::Channel(rx))
         .await
         .unwrap();
     feeder.await.unwrap();
@@ -168,7 +164,7 @@ async fn stdin_streams_from_the_client() {
         .client()
         .await
         .exec_collect(
-            ExecRequest::shell("wc -c").output_cap(1 << 20),
+            ExecCall::shell("wc -c").output_cap(1 << 20),
             ExecInput::Bytes(big),
         )
         .await
@@ -176,7 +172,7 @@ async fn stdin_streams_from_the_client() {
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "3145728");
 
     // stdin "none" is /dev/null.
-    let out = run(&agent, ExecRequest::argv(["cat"])).await;
+    let out = run(&agent, ExecCall::argv(["cat"])).await;
     assert!(out.stdout.is_empty() && out.exited.success());
 }
 
@@ -187,7 +183,7 @@ async fn several_execs_run_concurrently() {
     let runs = (0..8).map(|i| {
         let endpoint = agent.endpoint();
         tokio::spawn(async move {
-            let req = ExecRequest::shell(format!("sleep 0.5; echo {i}"));
+            let req = ExecCall::shell(format!("sleep 0.5; echo {i}"));
             let client = endpoint.connect().await.unwrap();
             (i, client.exec_collect(req, ExecInput::None).await.unwrap())
         })
@@ -208,7 +204,7 @@ async fn several_execs_run_concurrently() {
 async fn output_past_the_cap_is_counted_and_dropped() {
     let agent = Agent::start();
     let req =
-        ExecRequest::shell("head -c 3000000 /dev/zero; head -c 10 /dev/zero >&2").output_cap(1000);
+        ExecCall::shell("head -c 3000000 /dev/zero; head -c 10 /dev/zero >&2").output_cap(1000);
     let out = run(&agent, req).await;
     assert_eq!(out.stdout.len(), 1000);
     assert_eq!(out.exited.stdout_bytes, 3_000_000);
@@ -216,7 +212,7 @@ async fn output_past_the_cap_is_counted_and_dropped() {
     assert_eq!((out.stderr.len(), out.exited.stderr_dropped), (10, 0));
 
     // The default cap is 1 MiB.
-    let out = run(&agent, ExecRequest::shell("head -c 1500000 /dev/zero")).await;
+    let out = run(&agent, ExecCall::shell("head -c 1500000 /dev/zero")).await;
     assert_eq!(out.stdout.len(), 1 << 20);
     assert_eq!(out.exited.stdout_dropped, 1_500_000 - (1 << 20));
 
@@ -224,7 +220,7 @@ async fn output_past_the_cap_is_counted_and_dropped() {
         .client()
         .await
         .exec_collect(
-            ExecRequest::shell("true").output_cap(65 << 20),
+            ExecCall::shell("true").output_cap(65 << 20),
             ExecInput::None,
         )
         .await
@@ -246,7 +242,7 @@ fn process_gone(pid: u32) -> bool {
 #[tokio::test]
 async fn timeout_kills_the_process_group() {
     let agent = Agent::start();
-    let req = ExecRequest::shell("sleep 30 & echo $!; wait").timeout(Duration::from_millis(500));
+    let req = ExecCall::shell("sleep 30 & echo $!; wait").timeout(Duration::from_millis(500));
     let start = Instant::now();
     let out = run(&agent, req).await;
     assert!(start.elapsed() < Duration::from_secs(10));
@@ -262,12 +258,12 @@ async fn timeout_kills_the_process_group() {
 
     let quick = run(
         &agent,
-        ExecRequest::shell("true").timeout(Duration::from_secs(5)),
+        ExecCall::shell("true").timeout(Duration::from_secs(5)),
     )
     .await;
     assert!(!quick.exited.timed_out && quick.exited.success());
     // A timeout too far away to represent is no timeout.
-    let mut forever = ExecRequest::shell("true");
+    let mut forever = ExecCall::shell("true");
     forever.timeout_ms = Some(u64::MAX);
     assert!(run(&agent, forever).await.exited.success());
 }
@@ -275,7 +271,7 @@ async fn timeout_kills_the_process_group() {
 /// Starts an exec on its own connection; returns once it has started.
 async fn start_exec(
     agent: &Agent,
-    req: ExecRequest,
+    req: ExecCall,
 ) -> (String, tokio::task::JoinHandle<Result<Exited, ClientError>>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let client = agent.client().await;
@@ -295,7 +291,7 @@ async fn start_exec(
 #[tokio::test]
 async fn signal_from_a_second_connection() {
     let agent = Agent::start();
-    let (id, task) = start_exec(&agent, ExecRequest::argv(["sleep", "30"]).id("sleeper")).await;
+    let (id, task) = start_exec(&agent, ExecCall::argv(["sleep", "30"]).id("sleeper")).await;
     assert_eq!(id, "sleeper");
     agent
         .client()
@@ -307,7 +303,7 @@ async fn signal_from_a_second_connection() {
     assert_eq!(exited.signal, Some(libc::SIGTERM));
     assert!(!exited.timed_out);
 
-    let (id, task) = start_exec(&agent, ExecRequest::argv(["sleep", "30"])).await;
+    let (id, task) = start_exec(&agent, ExecCall::argv(["sleep", "30"])).await;
     agent.client().await.signal(&id, 9).await.unwrap();
     assert_eq!(task.await.unwrap().unwrap().signal, Some(9));
 
@@ -329,18 +325,18 @@ async fn results_are_kept_by_id() {
     let agent = Agent::start();
     let (id, task) = start_exec(
         &agent,
-        ExecRequest::shell("sleep 0.5; echo hello; echo oops >&2; exit 3").id("job-1"),
+        ExecCall::shell("sleep 0.5; echo hello; echo oops >&2; exit 3").id("job-1"),
     )
     .await;
     assert!(matches!(
         result(&agent, &id).await.unwrap(),
-        ExecResult::Running { pid } if pid > 0
+        ExecOutcome::Running { pid } if pid > 0
     ));
     // The id is taken while it runs.
     let err = agent
         .client()
         .await
-        .exec_collect(ExecRequest::shell("true").id("job-1"), ExecInput::None)
+        .exec_collect(ExecCall::shell("true").id("job-1"), ExecInput::None)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::Exists));
@@ -349,7 +345,7 @@ async fn results_are_kept_by_id() {
     assert!(exited.stdout_head.is_none());
 
     for _ in 0..2 {
-        let ExecResult::Exited(kept) = result(&agent, "job-1").await.unwrap() else {
+        let ExecOutcome::Exited(kept) = result(&agent, "job-1").await.unwrap() else {
             panic!("still running")
         };
         assert_eq!(kept.code, Some(3));
@@ -364,7 +360,7 @@ async fn results_are_kept_by_id() {
 #[tokio::test]
 async fn an_exec_outlives_its_client_and_its_result_stays() {
     let agent = Agent::start();
-    let req = ExecRequest::shell("sleep 0.5; echo done").id("orphan");
+    let req = ExecCall::shell("sleep 0.5; echo done").id("orphan");
     let client = agent.client().await;
     let cut = tokio::time::timeout(
         Duration::from_millis(200),
@@ -375,8 +371,8 @@ async fn an_exec_outlives_its_client_and_its_result_stays() {
     let mut last = None;
     for _ in 0..100 {
         match result(&agent, "orphan").await.unwrap() {
-            ExecResult::Running { .. } => tokio::time::sleep(Duration::from_millis(50)).await,
-            ExecResult::Exited(e) => {
+            ExecOutcome::Running { .. } => tokio::time::sleep(Duration::from_millis(50)).await,
+            ExecOutcome::Exited(e) => {
                 last = Some(e);
                 break;
             }
@@ -406,7 +402,7 @@ async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_si
     let line = "stty size; read line; stty size; echo got-$line; \
                 trap 'echo interrupted; exit 9' INT; echo ready; \
                 while :; do sleep 0.1; done";
-    let req = ExecRequest::shell(line).pty(PtySize { rows: 20, cols: 70 });
+    let req = ExecCall::shell(line).pty(PtySize { rows: 20, cols: 70 });
     let out = agent
         .client()
         .await
@@ -426,7 +422,7 @@ async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_si
     let err = agent
         .client()
         .await
-        .process_start(ExecRequest::argv(["true"]).pty(PtySize::default()))
+        .process_start(ExecCall::argv(["true"]).pty(PtySize::default()))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidInput));

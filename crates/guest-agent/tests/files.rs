@@ -425,7 +425,7 @@ async fn hybrid_vsock_handshake() {
         .await
         .unwrap()
         .exec_collect(
-            guest_agent::ExecRequest::argv(["echo", "via vsock"]),
+            guest_agent::ExecCall::argv(["echo", "via vsock"]),
             guest_agent::ExecInput::None,
         )
         .await

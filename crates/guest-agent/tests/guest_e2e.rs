@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use guest_agent::client::{AgentEndpoint, ExecInput, ExecOutput};
-use guest_agent::protocol::{ExecRequest, WriteMode};
+use guest_agent::protocol::{ExecCall, WriteMode};
 use vmm_core::devices::serial::ConsoleSink;
 use vmm_core::machine::{DiskConfig, VsockConfig};
 use vmm_core::{Machine, MachineConfig, StopReason};
@@ -37,11 +37,7 @@ fn stress_processes() -> u32 {
 
 /// Runs `req` through the agent; fails with the console tail when the
 /// process died of a fault signal.
-async fn exec(
-    endpoint: &AgentEndpoint,
-    req: ExecRequest,
-    console: &testkit::Capture,
-) -> ExecOutput {
+async fn exec(endpoint: &AgentEndpoint, req: ExecCall, console: &testkit::Capture) -> ExecOutput {
     let what = match (&req.argv, &req.shell) {
         (Some(argv), _) => argv.join(" "),
         (None, shell) => shell.clone().unwrap_or_default(),
@@ -166,7 +162,7 @@ fn agent_in_a_real_guest() {
         assert_eq!(hello.version, 1);
         step("agent answered");
 
-        let out = exec(&endpoint, ExecRequest::argv(["uname", "-a"]), &console).await;
+        let out = exec(&endpoint, ExecCall::argv(["uname", "-a"]), &console).await;
         let uname = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.exited.success(), "{:?}", out.exited);
         assert!(
@@ -225,7 +221,7 @@ fn agent_in_a_real_guest() {
             "i=0; while [ $i -lt {n} ]; do /bin/sleep 0; r=$?; \
              [ $r -eq 0 ] || {{ echo \"process $i ended with $r\"; exit 1; }}; i=$((i+1)); done"
         );
-        let out = exec(&endpoint, ExecRequest::shell(script), &console).await;
+        let out = exec(&endpoint, ExecCall::shell(script), &console).await;
         assert!(
             out.exited.success(),
             "{:?}: {}\n{}",
@@ -235,7 +231,7 @@ fn agent_in_a_real_guest() {
         );
         step(&format!("{n} shell-started processes done"));
         for _ in 0..STRESS_AGENT_EXECS {
-            let out = exec(&endpoint, ExecRequest::argv(["true"]), &console).await;
+            let out = exec(&endpoint, ExecCall::argv(["true"]), &console).await;
             assert!(out.exited.success(), "{:?}", out.exited);
         }
         testkit::guest_faults::assert_no_faults("agent e2e guest", &console.text());
@@ -256,7 +252,7 @@ fn agent_in_a_real_guest() {
             .unwrap();
         let out = exec(
             &endpoint,
-            ExecRequest::argv(["/root/ymmcheck", "2", YMM_CHECKS]),
+            ExecCall::argv(["/root/ymmcheck", "2", YMM_CHECKS]),
             &console,
         )
         .await;
@@ -272,14 +268,14 @@ fn agent_in_a_real_guest() {
                 .last()
                 .unwrap_or("ymmcheck done"),
         );
-        let mut sleeper = ExecRequest::argv(["sleep", "600"]);
+        let mut sleeper = ExecCall::argv(["sleep", "600"]);
         sleeper.timeout_ms = Some(2000);
         let out = exec(&endpoint, sleeper, &console).await;
         assert!(out.exited.timed_out, "{:?}", out.exited);
         assert_eq!(out.exited.signal, Some(9));
         let ps = exec(
             &endpoint,
-            ExecRequest::shell("ps | grep 'sleep 600' | grep -v grep || true"),
+            ExecCall::shell("ps | grep 'sleep 600' | grep -v grep || true"),
             &console,
         )
         .await;

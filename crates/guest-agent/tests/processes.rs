@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use common::Agent;
 use guest_agent::protocol::{
-    ProcessInfo, ProcessState, StdinMode, MAX_FINISHED_PROCESSES, MAX_PROCESS_RING,
+    ProcessEntry, ProcessState, StdinMode, MAX_FINISHED_PROCESSES, MAX_PROCESS_RING,
 };
-use guest_agent::{ErrorCode, ExecRequest, ProcessRead};
+use guest_agent::{ErrorCode, ExecCall, ProcessRead};
 
-async fn start(agent: &Agent, req: ExecRequest) -> ProcessInfo {
+async fn start(agent: &Agent, req: ExecCall) -> ProcessEntry {
     agent.client().await.process_start(req).await.unwrap()
 }
 
@@ -27,7 +27,7 @@ async fn output(agent: &Agent, id: &str, cursors: [u64; 2], wait_ms: u64) -> Pro
         .unwrap()
 }
 
-async fn wait(agent: &Agent, id: &str, secs: u64) -> ProcessInfo {
+async fn wait(agent: &Agent, id: &str, secs: u64) -> ProcessEntry {
     agent
         .client()
         .await
@@ -42,7 +42,7 @@ async fn a_process_runs_on_after_its_client_and_its_output_reads_from_cursors() 
     let started = Instant::now();
     let info = start(
         &agent,
-        ExecRequest::shell("echo one; sleep 1; echo two; echo err >&2; exit 3"),
+        ExecCall::shell("echo one; sleep 1; echo two; echo err >&2; exit 3"),
     )
     .await;
     assert!(
@@ -101,7 +101,7 @@ async fn a_small_ring_keeps_the_newest_output_and_says_what_was_dropped() {
     let agent = Agent::start();
     let info = start(
         &agent,
-        ExecRequest::shell("i=0; while [ $i -lt 100 ]; do echo line$i; i=$((i+1)); done")
+        ExecCall::shell("i=0; while [ $i -lt 100 ]; do echo line$i; i=$((i+1)); done")
             .output_cap(64)
             .id("ring"),
     )
@@ -121,14 +121,14 @@ async fn a_small_ring_keeps_the_newest_output_and_says_what_was_dropped() {
     let err = agent
         .client()
         .await
-        .process_start(ExecRequest::shell("true").output_cap(MAX_PROCESS_RING + 1))
+        .process_start(ExecCall::shell("true").output_cap(MAX_PROCESS_RING + 1))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::TooLarge), "{err}");
     let err = agent
         .client()
         .await
-        .process_start(ExecRequest::shell("true").id("ring"))
+        .process_start(ExecCall::shell("true").id("ring"))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::Exists), "{err}");
@@ -137,7 +137,7 @@ async fn a_small_ring_keeps_the_newest_output_and_says_what_was_dropped() {
 #[tokio::test]
 async fn stdin_is_written_then_closed_and_signals_end_a_process() {
     let agent = Agent::start();
-    let mut req = ExecRequest::argv(["cat"]);
+    let mut req = ExecCall::argv(["cat"]);
     req.stdin = StdinMode::Stream;
     let cat = start(&agent, req).await;
     assert!(cat.stdin_open);
@@ -172,7 +172,7 @@ async fn stdin_is_written_then_closed_and_signals_end_a_process() {
     assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
 
     // No stdin asked for: none to write to.
-    let sleeper = start(&agent, ExecRequest::argv(["sleep", "600"])).await;
+    let sleeper = start(&agent, ExecCall::argv(["sleep", "600"])).await;
     let err = agent
         .client()
         .await
@@ -204,7 +204,7 @@ async fn stdin_is_written_then_closed_and_signals_end_a_process() {
     // A timeout kills it and says so.
     let timed = start(
         &agent,
-        ExecRequest::argv(["sleep", "600"]).timeout(Duration::from_millis(300)),
+        ExecCall::argv(["sleep", "600"]).timeout(Duration::from_millis(300)),
     )
     .await;
     let done = wait(&agent, &timed.id, 20).await;
@@ -217,7 +217,7 @@ async fn finished_processes_are_pushed_out_by_newer_ones_and_bad_requests_change
     let agent = Agent::start();
     let mut ids = Vec::new();
     for i in 0..MAX_FINISHED_PROCESSES + 3 {
-        let info = start(&agent, ExecRequest::argv(["true"]).id(format!("t{i}"))).await;
+        let info = start(&agent, ExecCall::argv(["true"]).id(format!("t{i}"))).await;
         wait(&agent, &info.id, 20).await;
         ids.push(info.id);
     }
@@ -231,12 +231,12 @@ async fn finished_processes_are_pushed_out_by_newer_ones_and_bad_requests_change
 
     for (req, code) in [
         (
-            ExecRequest::shell("true").id("bad id"),
+            ExecCall::shell("true").id("bad id"),
             ErrorCode::InvalidInput,
         ),
-        (ExecRequest::argv(["/no/such/program"]), ErrorCode::NotFound),
+        (ExecCall::argv(["/no/such/program"]), ErrorCode::NotFound),
         (
-            ExecRequest::shell("true").timeout(Duration::ZERO),
+            ExecCall::shell("true").timeout(Duration::ZERO),
             ErrorCode::InvalidInput,
         ),
     ] {

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 pub use process::ProcessRead;
 pub use types::{
-    AgentHello, ExecCollector, ExecEvent, ExecInput, ExecOutput, ExecResult, FileHeader,
+    AgentHello, ExecCollector, ExecEvent, ExecInput, ExecOutcome, ExecOutput, FileHeader,
     TerminalInput,
 };
 pub use wire::{connect_hybrid_vsock, connect_unix, AgentEndpoint, ClientError};
@@ -26,7 +26,7 @@ use wire::{send_data, send_stdin};
 
 use crate::frame::{self, FrameKind};
 use crate::protocol::{
-    DirEntry, ExecRequest, Exited, FileStat, Request, Response, SignalSpec, StdinMode, SystemInfo,
+    DirEntry, ExecCall, Exited, FileStat, Request, Response, SignalSpec, StdinMode, SystemInfo,
     WriteMode, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
@@ -118,7 +118,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     /// chunk as they arrive, and returns how it ended.
     pub async fn exec<F>(
         mut self,
-        mut req: ExecRequest,
+        mut req: ExecCall,
         input: ExecInput,
         mut on_event: F,
     ) -> Result<Exited, ClientError>
@@ -176,7 +176,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     /// Runs a process and collects its output.
     pub async fn exec_collect(
         self,
-        req: ExecRequest,
+        req: ExecCall,
         input: ExecInput,
     ) -> Result<ExecOutput, ClientError> {
         let mut collector = ExecCollector::default();
@@ -200,13 +200,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     }
 
     /// An exec's state: running, or its result with the head of its output.
-    pub async fn result(self, exec_id: &str) -> Result<ExecResult, ClientError> {
+    pub async fn result(self, exec_id: &str) -> Result<ExecOutcome, ClientError> {
         let req = Request::Result {
             exec_id: exec_id.to_owned(),
         };
         match self.call(&req).await? {
-            Response::Running { pid, .. } => Ok(ExecResult::Running { pid }),
-            Response::Exited(exited) => Ok(ExecResult::Exited(exited)),
+            Response::Running { pid, .. } => Ok(ExecOutcome::Running { pid }),
+            Response::Exited(exited) => Ok(ExecOutcome::Exited(exited)),
             other => Err(ClientError::unexpected(&other)),
         }
     }

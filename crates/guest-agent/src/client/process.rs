@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{expect_ok, wire, ClientError, GuestAgentClient};
 use crate::frame::FrameKind;
-use crate::protocol::{ExecRequest, ProcessInfo, ProcessOutput, Request, Response, SignalSpec};
+use crate::protocol::{ExecCall, ProcessEntry, ProcessOutput, Request, Response, SignalSpec};
 
 /// A `process_output` answer with its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     /// Starts a background process and returns at once. `req.stdin`
     /// `Stream` keeps its stdin open for [`Self::process_stdin`];
     /// `req.output_cap` is the ring size per stream.
-    pub async fn process_start(self, req: ExecRequest) -> Result<ProcessInfo, ClientError> {
+    pub async fn process_start(self, req: ExecCall) -> Result<ProcessEntry, ClientError> {
         match self.call(&Request::ProcessStart(req)).await? {
             Response::Process(info) => Ok(info),
             other => Err(ClientError::unexpected(&other)),
@@ -38,7 +38,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     }
 
     /// Every background process the agent keeps, oldest first.
-    pub async fn process_list(self) -> Result<Vec<ProcessInfo>, ClientError> {
+    pub async fn process_list(self) -> Result<Vec<ProcessEntry>, ClientError> {
         match self.call(&Request::ProcessList).await? {
             Response::Processes { processes } => Ok(processes),
             other => Err(ClientError::unexpected(&other)),
@@ -127,7 +127,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         mut self,
         id: &str,
         timeout: Duration,
-    ) -> Result<ProcessInfo, ClientError> {
+    ) -> Result<ProcessEntry, ClientError> {
         let req = Request::ProcessWait {
             id: id.to_owned(),
             timeout_ms: millis(timeout),

@@ -118,7 +118,7 @@ impl ExecCollector {
 
 /// The answer to `result`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExecResult {
+pub enum ExecOutcome {
     /// Still running.
     Running {
         /// The process id.

@@ -16,11 +16,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use process::{
-    OutputChunk, ProcessInfo, ProcessOutput, ProcessState, DEFAULT_PROCESS_RING,
+    OutputChunk, ProcessEntry, ProcessOutput, ProcessState, DEFAULT_PROCESS_RING,
     MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING,
     MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
 };
-pub use request::{ExecRequest, PtySize, Request, SignalSpec, StdinMode, WriteMode};
+pub use request::{ExecCall, PtySize, Request, SignalSpec, StdinMode, WriteMode};
 pub use response::{
     CpuTicks, DirEntry, DiskUsage, Exited, FileKind, FileStat, NetCounters, Response, SystemInfo,
 };
@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn requests_use_the_documented_json() {
-        let req = Request::Exec(ExecRequest::shell("echo hi").timeout(Duration::from_secs(2)));
+        let req = Request::Exec(ExecCall::shell("echo hi").timeout(Duration::from_secs(2)));
         let json = serde_json::to_string(&req).unwrap();
         assert_eq!(
             json,

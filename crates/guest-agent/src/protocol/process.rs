@@ -36,7 +36,7 @@ pub enum ProcessState {
 /// A background process as `process_start`, `process_list` and
 /// `process_wait` report it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessInfo {
+pub struct ProcessEntry {
     /// Its id (for every other `process_*` request).
     pub id: String,
     /// Its pid in the guest (also its process group).
@@ -88,7 +88,7 @@ pub struct OutputChunk {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessOutput {
     /// The process, as of this answer.
-    pub process: ProcessInfo,
+    pub process: ProcessEntry,
     /// Stdout from the stdout cursor asked for.
     pub stdout: OutputChunk,
     /// Stderr from the stderr cursor asked for.
@@ -97,7 +97,7 @@ pub struct ProcessOutput {
     pub eof: bool,
 }
 
-/// Longest `command` in a [`ProcessInfo`] (longer ones are cut, so a list
+/// Longest `command` in a [`ProcessEntry`] (longer ones are cut, so a list
 /// of every process fits in one message).
 pub const MAX_PROCESS_COMMAND: usize = 200;
 
@@ -122,7 +122,7 @@ mod tests {
                 wait_ms: Some(100),
             }
         );
-        let info = ProcessInfo {
+        let info = ProcessEntry {
             id: "p1".into(),
             pid: 7,
             command: "sleep 1".into(),

@@ -52,7 +52,7 @@ impl From<&str> for SignalSpec {
 
 /// The `exec` request: what to run and how.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecRequest {
+pub struct ExecCall {
     /// Program and arguments (exactly one of `argv` and `shell`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub argv: Option<Vec<String>>,
@@ -113,7 +113,7 @@ impl Default for PtySize {
     }
 }
 
-impl ExecRequest {
+impl ExecCall {
     /// Runs `argv[0]` (looked up in `PATH`) with the rest as arguments.
     pub fn argv<I, S>(argv: I) -> Self
     where
@@ -202,7 +202,7 @@ pub enum Request {
     /// System information.
     Info,
     /// Runs a process.
-    Exec(ExecRequest),
+    Exec(ExecCall),
     /// Signals a running exec's process group.
     Signal {
         /// The exec.
@@ -310,7 +310,7 @@ pub enum Request {
     /// Starts a background process (`stdin: "stream"` keeps its stdin a
     /// pipe for `process_stdin`; `output_cap` is the ring size per stream);
     /// answered with `process` at once.
-    ProcessStart(ExecRequest),
+    ProcessStart(ExecCall),
     /// Lists the background processes, oldest first.
     ProcessList,
     /// Output of a background process from byte cursors, waiting up to

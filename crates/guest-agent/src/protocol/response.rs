@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::process::{ProcessInfo, ProcessOutput};
+use super::process::{ProcessEntry, ProcessOutput};
 use super::ErrorCode;
 
 /// How an exec ended.
@@ -223,11 +223,11 @@ pub enum Response {
         truncated: bool,
     },
     /// A background process (`process_start`, `process_wait`).
-    Process(ProcessInfo),
+    Process(ProcessEntry),
     /// Answer to `process_list`.
     Processes {
         /// Oldest first.
-        processes: Vec<ProcessInfo>,
+        processes: Vec<ProcessEntry>,
     },
     /// Answer to `process_output`.
     ProcessOutput(ProcessOutput),

@@ -128,7 +128,9 @@ pub struct RunCodeParams {
 
 /// How a command ended and what it printed.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct ExecResult {
+// The schema keeps the name clients have always seen.
+#[schemars(rename = "ExecResult")]
+pub struct ExecReply {
     /// The library's result.
     #[serde(flatten)]
     pub ran: workspace::ExecResult,
@@ -136,7 +138,7 @@ pub struct ExecResult {
     pub truncated_hint: Option<String>,
 }
 
-impl ExecResult {
+impl ExecReply {
     /// The library's result, with a hint when output past `cap` was dropped.
     pub fn new(ran: workspace::ExecResult, cap: u64) -> Self {
         let truncated_hint = ran.output_dropped().then(|| {
@@ -169,7 +171,7 @@ impl ExecResult {
     }
 }
 
-impl Render for ExecResult {
+impl Render for ExecReply {
     fn render(&self) -> String {
         let mut text = format!("{} after {} ms", self.status(), self.ran.wall_ms);
         for (what, out) in [("stdout", &self.ran.stdout), ("stderr", &self.ran.stderr)] {
@@ -198,7 +200,7 @@ pub struct RunCodeResult {
     pub language: Language,
     /// How the program ended and what it printed.
     #[serde(flatten)]
-    pub result: ExecResult,
+    pub result: ExecReply,
 }
 
 impl Render for RunCodeResult {
@@ -263,7 +265,7 @@ pub struct RunResult {
     pub workspace: String,
     /// How the command ended and what it printed.
     #[serde(flatten)]
-    pub result: ExecResult,
+    pub result: ExecReply,
 }
 
 impl Render for RunResult {

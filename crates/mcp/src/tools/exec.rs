@@ -30,7 +30,7 @@ pub const RUN_CODE_IMAGE: &str = "debian";
 pub const RUN_CODE_MEM_MIB: u64 = 512;
 
 /// How a command is to run, checked.
-pub(super) struct Limits {
+pub(super) struct RunLimits {
     timeout: Option<Duration>,
     cap: u64,
 }
@@ -38,7 +38,7 @@ pub(super) struct Limits {
 pub(super) fn limits(
     timeout_secs: Option<u64>,
     output_cap: Option<u64>,
-) -> Result<Limits, ToolError> {
+) -> Result<RunLimits, ToolError> {
     let timeout = match timeout_secs {
         Some(t) => Some(Duration::from_secs(in_range(
             "timeout_secs",
@@ -54,7 +54,7 @@ pub(super) fn limits(
         0,
         MAX_OUTPUT_CAP,
     )?;
-    Ok(Limits { timeout, cap })
+    Ok(RunLimits { timeout, cap })
 }
 
 /// The request for `command` (an argv, or one line run as `shell` is) or
@@ -93,10 +93,10 @@ impl MicroagentServer {
         name: &str,
         mut req: ExecRequest,
         stdin: ExecInput,
-        limits: &Limits,
+        limits: &RunLimits,
         ctx: &RequestContext<RoleServer>,
         progress: &mut Progress,
-    ) -> Result<ExecResult, ToolError> {
+    ) -> Result<ExecReply, ToolError> {
         if let Some(t) = limits.timeout {
             req = req.timeout(t);
         }
@@ -120,7 +120,7 @@ impl MicroagentServer {
             )
         };
         match progress.drive(exec, status).await? {
-            ExecEnd::Exited(exited) => Ok(ExecResult::new(collected.finish(exited), limits.cap)),
+            ExecEnd::Exited(exited) => Ok(ExecReply::new(collected.finish(exited), limits.cap)),
             ExecEnd::Cancelled { killed: true, .. } => Err(ToolError::Cancelled(format!(
                 "`{what}` in workspace `{name}` was killed"
             ))),
@@ -139,10 +139,10 @@ impl MicroagentServer {
         &self,
         name: &str,
         p: &RunCodeParams,
-        limits: &Limits,
+        limits: &RunLimits,
         ctx: &RequestContext<RoleServer>,
         progress: &mut Progress,
-    ) -> Result<ExecResult, ToolError> {
+    ) -> Result<ExecReply, ToolError> {
         let (language, code, stdin) = (p.language, &p.code, p.stdin.clone());
         let interpreter = language.interpreter();
         // Short housekeeping commands get a short leash: a guest that
@@ -196,7 +196,7 @@ impl MicroagentServer {
     async fn run_code_once(
         &self,
         p: RunCodeParams,
-        limits: &Limits,
+        limits: &RunLimits,
         ctx: &RequestContext<RoleServer>,
         progress: &mut Progress,
     ) -> Result<RunCodeResult, ToolError> {
@@ -265,7 +265,7 @@ impl MicroagentServer {
     /// /bin/sh -c line). Sends progress when asked; cancelling the call
     /// kills the command.
     #[tool(
-        output_schema = crate::output::schema::<ExecResult>(),
+        output_schema = crate::output::schema::<ExecReply>(),
         annotations(
         title = "Run a command in a workspace",
         read_only_hint = false,
@@ -278,7 +278,7 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<ExecParams>,
         ctx: RequestContext<RoleServer>,
-    ) -> ToolResult<ExecResult> {
+    ) -> ToolResult<ExecReply> {
         let mut req = command_request(p.command, p.shell)?;
         let limits = limits(p.timeout_secs, p.output_cap)?;
         req = req.envs(p.env);

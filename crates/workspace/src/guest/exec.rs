@@ -149,10 +149,10 @@ impl ExecRequest {
 
     /// The agent's request, with the workspace's `env` under the request's
     /// and its working directory and user (its image's) as defaults.
-    pub(crate) fn into_wire(self, spec: &crate::store::spec::WorkspaceSpec) -> wire::ExecRequest {
+    pub(crate) fn into_wire(self, spec: &crate::store::spec::WorkspaceSpec) -> wire::ExecCall {
         let mut req = match self.program {
-            Program::Argv(argv) => wire::ExecRequest::argv(argv),
-            Program::Shell(line) => wire::ExecRequest::shell(line),
+            Program::Argv(argv) => wire::ExecCall::argv(argv),
+            Program::Shell(line) => wire::ExecCall::shell(line),
         };
         req.env = spec.env.clone();
         req.env.extend(self.env);

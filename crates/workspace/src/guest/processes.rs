@@ -79,8 +79,8 @@ pub struct ProcessInfo {
     pub ring_bytes: u64,
 }
 
-impl From<wire::ProcessInfo> for ProcessInfo {
-    fn from(p: wire::ProcessInfo) -> Self {
+impl From<wire::ProcessEntry> for ProcessInfo {
+    fn from(p: wire::ProcessEntry) -> Self {
         Self {
             id: p.id,
             pid: p.pid,
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn the_status_says_how_it_ended() {
-        let mut p = ProcessInfo::from(wire::ProcessInfo {
+        let mut p = ProcessInfo::from(wire::ProcessEntry {
             id: "p".into(),
             pid: 5,
             command: "sleep 1".into(),

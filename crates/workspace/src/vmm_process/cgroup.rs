@@ -27,7 +27,7 @@ const PARENT: &str = "microagent";
 
 /// The limits of one VMM process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
+pub struct CgroupLimits {
     /// Memory, bytes.
     pub memory_bytes: u64,
     /// CPU time per period, microseconds.
@@ -36,7 +36,7 @@ pub struct Limits {
     pub pids_max: u64,
 }
 
-impl Limits {
+impl CgroupLimits {
     /// The limits of a workspace of `vcpus` and `mem_mib`.
     pub fn for_workspace(vcpus: u8, mem_mib: u64) -> Self {
         Self {
@@ -59,7 +59,7 @@ pub enum Placement {
         /// The group's directories (one per v1 controller).
         dirs: Vec<PathBuf>,
         /// Its limits.
-        limits: Limits,
+        limits: CgroupLimits,
     },
     /// No group could be had; why.
     Unavailable(String),
@@ -105,7 +105,7 @@ pub fn v1_controllers(root: &Path) -> Option<[PathBuf; 3]> {
 }
 
 /// Puts this process into group `id` under `root` with `limits`.
-pub fn join(root: &Path, id: &str, limits: &Limits) -> Placement {
+pub fn join(root: &Path, id: &str, limits: &CgroupLimits) -> Placement {
     if let Some(v1) = v1_controllers(root) {
         return match join_v1(&v1, id, limits) {
             Ok(dirs) => Placement::Joined {
@@ -152,7 +152,11 @@ fn own_v1_group(cgroups: &str, name: &str) -> PathBuf {
 /// v1: `<ctrl>/<own group>/microagent/<id>` for memory, cpu and pids, so
 /// the groups nest under where the starter was (and its own limits still
 /// apply).
-fn join_v1(controllers: &[PathBuf; 3], id: &str, limits: &Limits) -> Result<Vec<PathBuf>, String> {
+fn join_v1(
+    controllers: &[PathBuf; 3],
+    id: &str,
+    limits: &CgroupLimits,
+) -> Result<Vec<PathBuf>, String> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let dirs: Vec<PathBuf> = controllers
         .iter()
@@ -188,7 +192,7 @@ fn own_v2_group(root: &Path) -> Option<PathBuf> {
     Some(root.join(path.trim_start_matches('/')))
 }
 
-fn join_v2(root: &Path, id: &str, limits: &Limits) -> Result<PathBuf, String> {
+fn join_v2(root: &Path, id: &str, limits: &CgroupLimits) -> Result<PathBuf, String> {
     let parent = own_v2_group(root).ok_or("this process has no cgroup v2 group")?;
     let delegated =
         std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
@@ -315,7 +319,7 @@ mod tests {
 
     #[test]
     fn limits_follow_the_workspace() {
-        let l = Limits::for_workspace(2, 512);
+        let l = CgroupLimits::for_workspace(2, 512);
         assert_eq!(l.memory_bytes, (512 + MEMORY_OVERHEAD_MIB) << 20);
         assert_eq!(l.cpu_quota_us, 300_000);
         assert_eq!(l.pids_max, PIDS_MAX);
@@ -345,7 +349,7 @@ mod tests {
             std::fs::create_dir_all(root.join(c)).unwrap();
             std::fs::write(root.join(c).join("cgroup.procs"), "").unwrap();
         }
-        let limits = Limits::for_workspace(1, 256);
+        let limits = CgroupLimits::for_workspace(1, 256);
         let placed = join(&root, "dev-0001", &limits);
         let Placement::Joined { version, dirs, .. } = &placed else {
             panic!("{placed:?}");
@@ -386,7 +390,7 @@ mod tests {
         let root =
             std::env::temp_dir().join(format!("ma-cgroup-{}", crate::host::settings::unique_id()));
         std::fs::create_dir_all(&root).unwrap();
-        let placed = join(&root, "x", &Limits::for_workspace(1, 64));
+        let placed = join(&root, "x", &CgroupLimits::for_workspace(1, 64));
         assert!(
             matches!(&placed, Placement::Unavailable(why) if why.contains("neither")),
             "{placed:?}"

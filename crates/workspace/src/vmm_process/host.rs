@@ -230,7 +230,7 @@ impl VmmProcess {
         let mut build = |spec: &crate::store::spec::WorkspaceSpec| {
             // First, so the guest's memory and the network helper count.
             let limits =
-                crate::vmm_process::cgroup::Limits::for_workspace(spec.vcpus, spec.mem_mib);
+                crate::vmm_process::cgroup::CgroupLimits::for_workspace(spec.vcpus, spec.mem_mib);
             let group = crate::vmm_process::cgroup::group_id(state.root(), name);
             let root = std::path::Path::new(crate::vmm_process::cgroup::CGROUP_ROOT);
             let placed = crate::vmm_process::cgroup::join(root, &group, &limits);

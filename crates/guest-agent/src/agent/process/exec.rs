@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use guest_agent::frame::FrameKind;
 use guest_agent::protocol::{
-    ErrorCode, ExecRequest, Exited, Response, SignalSpec, StdinMode, DEFAULT_OUTPUT_CAP,
+    ErrorCode, ExecCall, Exited, Response, SignalSpec, StdinMode, DEFAULT_OUTPUT_CAP,
     MAX_OUTPUT_CAP, OUTPUT_CHUNK, RESULT_HEAD,
 };
 
@@ -163,7 +163,7 @@ impl Output {
     }
 }
 
-pub(super) fn build_command(req: &ExecRequest) -> Result<(Spawn, String), ExecError> {
+pub(super) fn build_command(req: &ExecCall) -> Result<(Spawn, String), ExecError> {
     let (mut cmd, program) = match (&req.argv, &req.shell) {
         (Some(argv), None) if argv.first().is_some_and(|p| !p.is_empty()) => {
             let path = req.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
@@ -250,7 +250,7 @@ fn resolve_user(user: &str) -> Result<guest_agent::users::ResolvedUser, ExecErro
 }
 
 /// The command as text: the arguments joined by spaces, or the shell line.
-pub(super) fn describe(req: &ExecRequest) -> String {
+pub(super) fn describe(req: &ExecCall) -> String {
     match (&req.argv, &req.shell) {
         (Some(argv), _) => argv.join(" "),
         (None, Some(line)) => line.clone(),
@@ -259,7 +259,7 @@ pub(super) fn describe(req: &ExecRequest) -> String {
 }
 
 /// Runs an exec on this connection: `started`, output frames, `exited`.
-pub fn run(conn: &mut Conn, state: &State, req: ExecRequest) -> Result<(), ExecError> {
+pub fn run(conn: &mut Conn, state: &State, req: ExecCall) -> Result<(), ExecError> {
     let cap = req.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP);
     if cap > MAX_OUTPUT_CAP {
         return Err(ExecError::OutputCap(cap));
@@ -663,20 +663,20 @@ mod tests {
 
     #[test]
     fn commands_need_exactly_one_program() {
-        let both = ExecRequest {
+        let both = ExecCall {
             argv: Some(vec!["ls".into()]),
             shell: Some("ls".into()),
-            ..ExecRequest::default()
+            ..ExecCall::default()
         };
         assert!(matches!(build_command(&both), Err(ExecError::Command)));
-        let empty = ExecRequest::argv(Vec::<String>::new());
+        let empty = ExecCall::argv(Vec::<String>::new());
         assert!(matches!(build_command(&empty), Err(ExecError::Command)));
-        let bad_env = ExecRequest::shell("true").env("A=B", "c");
+        let bad_env = ExecCall::shell("true").env("A=B", "c");
         assert!(matches!(
             build_command(&bad_env),
             Err(ExecError::EnvName(_))
         ));
-        let rel = ExecRequest::shell("true").cwd("tmp");
+        let rel = ExecCall::shell("true").cwd("tmp");
         assert!(matches!(build_command(&rel), Err(ExecError::Cwd(_))));
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use guest_agent::frame::FrameKind;
 use guest_agent::protocol::{
-    ErrorCode, ExecRequest, OutputChunk, ProcessInfo, ProcessOutput, ProcessState, SignalSpec,
+    ErrorCode, ExecCall, OutputChunk, ProcessEntry, ProcessOutput, ProcessState, SignalSpec,
     DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ,
     MAX_PROCESS_RING, MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES, OUTPUT_CHUNK,
 };
@@ -155,12 +155,12 @@ impl Proc {
             .map_or_else(|p| p.into_inner().0, |(guard, _)| guard)
     }
 
-    fn info(&self, live: &Live) -> ProcessInfo {
+    fn info(&self, live: &Live) -> ProcessEntry {
         let (exit_code, signal) = live
             .exit
             .as_ref()
             .map_or((None, None), |e| decode_status(e.status));
-        ProcessInfo {
+        ProcessEntry {
             id: self.id.clone(),
             pid: self.pid.load(Ordering::SeqCst),
             command: self.command.clone(),
@@ -226,7 +226,7 @@ impl Processes {
     }
 
     /// `process_start`: spawns the process and returns at once.
-    pub fn start(&self, reaper: &Reaper, req: ExecRequest) -> Result<ProcessInfo, ProcessError> {
+    pub fn start(&self, reaper: &Reaper, req: ExecCall) -> Result<ProcessEntry, ProcessError> {
         let ring_bytes = req.output_cap.unwrap_or(DEFAULT_PROCESS_RING);
         if ring_bytes > MAX_PROCESS_RING {
             return Err(ProcessError::RingTooLarge(ring_bytes));
@@ -371,7 +371,7 @@ impl Processes {
     }
 
     /// `process_list`.
-    pub fn list(&self) -> Vec<ProcessInfo> {
+    pub fn list(&self) -> Vec<ProcessEntry> {
         self.prune();
         let table = self.lock().clone();
         table.iter().map(|p| p.info(&p.lock())).collect()
@@ -469,7 +469,7 @@ impl Processes {
     }
 
     /// `process_wait`: the process once it exits, or as it is after `timeout_ms`.
-    pub fn wait(&self, id: &str, timeout_ms: u64) -> Result<ProcessInfo, ProcessError> {
+    pub fn wait(&self, id: &str, timeout_ms: u64) -> Result<ProcessEntry, ProcessError> {
         let wait = wait_limit(timeout_ms)?;
         let proc = self.find(id)?;
         let until = Instant::now() + wait;
