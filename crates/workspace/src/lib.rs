@@ -2,23 +2,22 @@
 //! MCP server use, and what a Rust program embeds (docs/library.md).
 //!
 //! [`Workspaces`] is the API ([`Workspaces::builder`] opens a state
-//! directory; [`Workspace`] is one workspace by name): images ([`image`]),
-//! the life cycle ([`Workspaces::create`], [`Workspaces::start`], stop,
-//! halt, delete, list, inspect, TTL), commands ([`ExecRequest`] to
-//! [`ExecResult`]), background processes ([`Workspaces::process_start`]), files and copies ([`Workspaces::read_file`],
-//! [`Workspaces::copy_in`], ...), console logs and [`Event`]s, and the
-//! one-shot use case ([`Workspaces::run_once`]). Each running workspace is
-//! one detached VMM process ([`vmm_host`], started as
-//! [`launch::VmmLaunch`] says) with a control socket. State lives in a
-//! crash-safe directory ([`StateDir`]); every failure carries a stable
-//! [`ErrorCode`] and, where the caller can act, a [`Remedy`]. The public
-//! modules are namespaces of their own: [`image`], [`oci`],
-//! [`image_build`], [`kernel_install`] and [`setup`] (images and kernels;
-//! the host changes among them are preview-then-confirm, [`plan`]),
-//! [`budget`] and [`cgroup`] (host limits), [`doctor`] (host checks),
-//! [`settings`] (asset paths, clock, ids), [`launch`] and [`vmm_host`] (the
-//! VMM process), and a few more listed in docs/library.md; everything else
-//! is at the root.
+//! directory; [`Workspace`] is one workspace by name): the life cycle
+//! ([`Workspaces::create`], [`Workspaces::start`], stop, halt, delete, list,
+//! inspect, TTL), commands ([`ExecRequest`] to [`ExecResult`]), background
+//! processes ([`Workspaces::process_start`]), files and copies
+//! ([`Workspaces::read_file`], [`Workspaces::copy_in`], ...), console logs
+//! and [`Event`]s, snapshots and forks, and the one-shot use case
+//! ([`Workspaces::run_once`]). Each running workspace is one detached VMM
+//! process ([`vmm_process`], started as [`vmm::launch::VmmLaunch`] says)
+//! with a control socket. State lives in a crash-safe directory
+//! ([`StateDir`]); every failure carries a stable [`ErrorCode`] and, where
+//! the caller can act, a [`Remedy`].
+//!
+//! The code is in folders by concern (docs/architecture.md); the public
+//! modules are the namespaces of one concern each: [`images`], [`host`],
+//! [`network`], [`guest`], [`vmm`] and [`vmm_process`]; everything else a
+//! front end needs is at the root.
 
 #![warn(missing_docs)]
 
