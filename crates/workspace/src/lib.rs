@@ -38,6 +38,11 @@ pub mod vmm;
 pub mod vmm_process;
 pub(crate) mod workspaces;
 
+/// docs/library.md, whose examples `cargo test --doc` compiles.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/library.md")]
+struct LibraryDoc;
+
 #[cfg(all(test, feature = "schemars"))]
 mod schema_tests;
 
