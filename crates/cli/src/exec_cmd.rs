@@ -64,9 +64,6 @@ pub struct CommandArgs {
     /// Forward this terminal's stdin to the command.
     #[arg(short = 'i', long = "stdin")]
     pub stdin: bool,
-    /// Print one JSON result (output included) instead of streaming.
-    #[arg(long)]
-    pub json: bool,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
@@ -150,6 +147,7 @@ async fn exec_in(
     name: &str,
     args: &CommandArgs,
     env: &[(String, String)],
+    json: bool,
 ) -> Result<Ran, Error> {
     let req = args.request(env)?;
     let input = if args.stdin {
@@ -157,7 +155,6 @@ async fn exec_in(
     } else {
         ExecInput::None
     };
-    let json = args.json;
     // With --json the output goes into the one result; otherwise it streams.
     let mut collected = OutputCollector::new(None);
     let on_event = |event: ExecEvent| match event {
@@ -225,8 +222,8 @@ fn not_started(e: Error, json: bool) -> Result<ExitCode, Error> {
 }
 
 /// Refuses the modes of `exec` that do not go together.
-pub fn check_modes(args: &ExecArgs) -> Result<(), Error> {
-    if args.tty && (args.detach || args.command.json) {
+pub fn check_modes(args: &ExecArgs, json: bool) -> Result<(), Error> {
+    if args.tty && (args.detach || json) {
         return Err(Error::InvalidInput(
             "--tty attaches this terminal; it does not go with --detach or --json".into(),
         ));
@@ -236,14 +233,19 @@ pub fn check_modes(args: &ExecArgs) -> Result<(), Error> {
 
 /// `exec` without `--detach` or `--tty` (the caller sends those to
 /// `process_cmd::detach` and `terminal_cmd::run`).
-pub async fn exec(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
-    match exec_in(ws, name, &args.command, &args.env).await {
+pub async fn exec(
+    ws: &Workspaces,
+    name: &str,
+    args: &ExecArgs,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    match exec_in(ws, name, &args.command, &args.env, json).await {
         Ok(Ran::Exited(code)) => Ok(code),
         Ok(Ran::Interrupted { killed, pid }) => {
             report_interrupt(name, killed, pid, true);
             Ok(ExitCode::from(INTERRUPTED))
         }
-        Err(e) => not_started(e, args.command.json),
+        Err(e) => not_started(e, json),
     }
 }
 
@@ -264,7 +266,7 @@ pub struct RunArgs {
     pub exec: CommandArgs,
 }
 
-pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
+pub async fn run(ws: &Workspaces, args: &RunArgs, json: bool) -> Result<ExitCode, Error> {
     args.exec.request(&[])?;
     let one_shot = OneShot::new("run", args.spec.spec())
         .named(args.name.clone())
@@ -279,12 +281,12 @@ pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
             &one_shot,
             |name| async move {
                 tokio::select! {
-                    started = start_with_progress(ws, &name, timeout, args.exec.json) => started.map(|_| true),
+                    started = start_with_progress(ws, &name, timeout, json) => started.map(|_| true),
                     () = ctrl_c() => Ok(false),
                 }
             },
             // The workspace's env (from --env) already applies to every command.
-            |name| async move { exec_in(ws, &name, &args.exec, &[]).await },
+            |name| async move { exec_in(ws, &name, &args.exec, &[], json).await },
         )
         .await?;
     let name = end.workspace;
@@ -301,6 +303,6 @@ pub async fn run(ws: &Workspaces, args: &RunArgs) -> Result<ExitCode, Error> {
         Ok(Some(Ran::Exited(code))) => Ok(code),
         // Interrupted while booting (`None`) or running.
         Ok(None | Some(Ran::Interrupted { .. })) => Ok(ExitCode::from(INTERRUPTED)),
-        Err(e) => not_started(e, args.exec.json),
+        Err(e) => not_started(e, json),
     }
 }

@@ -14,18 +14,11 @@ use crate::output::{self, age};
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
     /// List images (built images from `cargo xtask setup` are registered on first use).
-    Ls {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Show one image: its files, sizes and build manifest.
     Inspect {
         /// Image name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Import an image: a container image (an OCI image layout directory,
     /// a tar of one, or a `docker save` tarball) converted to a workspace
@@ -38,9 +31,6 @@ pub enum ImageCommand {
         /// tag: `python:3.12-slim` is `python-3-12-slim`).
         #[arg(long)]
         name: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Pull an image from an OCI or Docker registry and convert it into a
     /// workspace image: `image pull alpine`, `image pull python:3.12-slim`,
@@ -57,9 +47,6 @@ pub enum ImageCommand {
         /// Speak plain HTTP to the registry (a local or test registry).
         #[arg(long)]
         insecure: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Build an image: from Debian packages (`--from debian:bookworm`,
     /// mmdebstrap, as root) or on top of an image (booted in a throwaway
@@ -87,29 +74,10 @@ pub enum ImageCommand {
     Rm {
         /// Image name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
 }
 
-impl ImageCommand {
-    pub fn json(&self) -> bool {
-        match self {
-            Self::Ls { json }
-            | Self::Inspect { json, .. }
-            | Self::Import { json, .. }
-            | Self::Pull { json, .. }
-            | Self::Build {
-                flags: crate::plan_out::ConfirmFlags { json, .. },
-                ..
-            }
-            | Self::Rm { json, .. } => *json,
-        }
-    }
-}
-
-pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error> {
+pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<ExitCode, Error> {
     let images = ws.images();
     match cmd {
         ImageCommand::Build {
@@ -138,12 +106,12 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
                 ));
             }
             let progress = crate::kernel_cmd::stderr_progress("image build");
-            let done = crate::plan_out::run_change(flags, &rerun, |token| {
+            let done = crate::plan_out::run_change(flags, json, &rerun, |token| {
                 let (req, progress) = (&req, progress.clone());
                 async move { ws.image_build(req, token.as_deref(), progress).await }
             })
             .await?;
-            if let (Some(image), false) = (&done.image, flags.json) {
+            if let (Some(image), false) = (&done.image, json) {
                 println!(
                     "built {} ({} MiB root filesystem)",
                     image.name,
@@ -155,7 +123,6 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
             reference,
             name,
             insecure,
-            json,
         } => {
             let req = PullRequest {
                 reference: reference.clone(),
@@ -164,7 +131,7 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
             };
             let shown = Arc::new(Mutex::new(pull_progress(output::interactive())));
             let pulled = workspace::images::pull::pull(images, &req, shown).await?;
-            if *json {
+            if json {
                 output::json(&pulled);
             } else if pulled.unchanged {
                 println!("{} is up to date ({})", pulled.image.name, reference);
@@ -178,9 +145,9 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
                 );
             }
         }
-        ImageCommand::Ls { json } => {
+        ImageCommand::Ls => {
             let all = images.list()?;
-            if *json {
+            if json {
                 output::json(&all);
             } else {
                 let now = workspace::host::settings::now_ms();
@@ -198,10 +165,10 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
                 output::table(&["NAME", "ROOTFS", "KERNEL", "IMPORTED"], &rows);
             }
         }
-        ImageCommand::Inspect { name, json } => {
+        ImageCommand::Inspect { name } => {
             let info = images.get(name)?;
             let users = ws.image_users(name)?;
-            if *json {
+            if json {
                 let mut v = serde_json::to_value(&info).unwrap_or_default();
                 v["used_by"] = serde_json::json!(users);
                 output::json(&v);
@@ -257,21 +224,21 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand) -> Result<ExitCode, Error>
                 }
             }
         }
-        ImageCommand::Import { path, name, json } => {
+        ImageCommand::Import { path, name } => {
             let mut progress = |step: Step| match step {
                 Step::Layer { index, count } => eprintln!("applying layer {index} of {count}"),
                 Step::Filesystem => eprintln!("writing the root filesystem"),
             };
             let info = images.import_path(name.as_deref(), path, &mut progress)?;
-            if *json {
+            if json {
                 output::json(&info);
             } else {
                 println!("imported {} from {}", info.name, path.display());
             }
         }
-        ImageCommand::Rm { name, json } => {
+        ImageCommand::Rm { name } => {
             ws.remove_image(name)?;
-            if *json {
+            if json {
                 output::json(&serde_json::json!({ "removed": name }));
             } else {
                 println!("removed image {name}");

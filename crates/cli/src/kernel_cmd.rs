@@ -16,11 +16,7 @@ use crate::plan_out::{run_change, ConfirmFlags};
 pub enum KernelCommand {
     /// List guest kernels: the built ones (which variant this host boots)
     /// and those only imported images carry, with versions and users.
-    Ls {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Install the guest kernel this host needs: build it from Debian's
     /// kernel source (the default), or install a kernel file after checking
     /// that it boots the `minimal` image. Without --confirm or --yes it only
@@ -40,23 +36,14 @@ pub enum KernelCommand {
     },
 }
 
-impl KernelCommand {
-    pub fn json(&self) -> bool {
-        match self {
-            Self::Ls { json } => *json,
-            Self::Install { flags, .. } => flags.json,
-        }
-    }
-}
-
 /// Progress lines on stderr, so stdout stays the result.
 pub fn stderr_progress(prefix: &'static str) -> Arc<dyn Fn(&str) + Send + Sync> {
     Arc::new(move |step: &str| eprintln!("{prefix}: {step}"))
 }
 
-pub async fn run(ws: &Workspaces, cmd: &KernelCommand) -> Result<ExitCode, Error> {
+pub async fn run(ws: &Workspaces, cmd: &KernelCommand, json: bool) -> Result<ExitCode, Error> {
     match cmd {
-        KernelCommand::Ls { json } => list(ws, *json)?,
+        KernelCommand::Ls => list(ws, json)?,
         KernelCommand::Install {
             from_source: _,
             file,
@@ -78,7 +65,7 @@ pub async fn run(ws: &Workspaces, cmd: &KernelCommand) -> Result<ExitCode, Error
                 rerun.push_str(&format!(" --variant {v}"));
             }
             let progress = stderr_progress("kernel install");
-            let done = run_change(flags, &rerun, |token| {
+            let done = run_change(flags, json, &rerun, |token| {
                 let (source, progress) = (&source, progress.clone());
                 async move {
                     ws.kernel_install(source, variant, token.as_deref(), progress)
@@ -86,7 +73,7 @@ pub async fn run(ws: &Workspaces, cmd: &KernelCommand) -> Result<ExitCode, Error
                 }
             })
             .await?;
-            if done.applied && !flags.json {
+            if done.applied && !json {
                 println!(
                     "installed {} ({})",
                     done.kernel
@@ -101,14 +88,14 @@ pub async fn run(ws: &Workspaces, cmd: &KernelCommand) -> Result<ExitCode, Error
 }
 
 /// `microagent setup`.
-pub async fn setup(ws: &Workspaces, flags: &ConfirmFlags) -> Result<ExitCode, Error> {
+pub async fn setup(ws: &Workspaces, flags: &ConfirmFlags, json: bool) -> Result<ExitCode, Error> {
     let progress = stderr_progress("setup");
-    let done = run_change(flags, "microagent setup", |token| {
+    let done = run_change(flags, json, "microagent setup", |token| {
         let progress = progress.clone();
         async move { ws.setup(token.as_deref(), progress).await }
     })
     .await?;
-    if done.applied && !flags.json {
+    if done.applied && !json {
         if done.made.is_empty() {
             println!("nothing to do: this host has everything");
         } else {

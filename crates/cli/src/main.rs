@@ -30,17 +30,16 @@ use workspace::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Print results (and errors) as JSON.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Check that this host can run workspaces: KVM, its speed, guest
     /// kernel and images, state directory, free disk. Exit 1 on any failure.
-    Doctor {
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Doctor,
     /// Make this host ready: install the build packages, build the guest
     /// kernel it needs and the `minimal` and `debian` images, leaving what is
     /// there. Without --yes or --confirm it only shows the plan (packages,
@@ -80,9 +79,6 @@ enum Command {
         /// Seconds to wait for the fork's agent.
         #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
         timeout: u64,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Create a workspace (stopped; `start` boots it).
     Create {
@@ -90,9 +86,6 @@ enum Command {
         name: String,
         #[command(flatten)]
         spec: workspace_cmd::SpecArgs,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Boot a workspace and wait until its agent answers. A workspace never
     /// started before resumes its image's warm snapshot when there is one.
@@ -105,9 +98,6 @@ enum Command {
         /// Seconds to wait for the boot.
         #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
         timeout: u64,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Shut a workspace down cleanly; tear it down after the timeout.
     Stop {
@@ -116,17 +106,11 @@ enum Command {
         /// Seconds the guest gets to shut down.
         #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STOP_TIMEOUT.as_secs())]
         timeout: u64,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Tear a workspace's VM down at once (unsynced guest writes are lost).
     Halt {
         /// Workspace name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Delete a workspace and its disk.
     Delete {
@@ -138,9 +122,6 @@ enum Command {
         /// Halt it first if it is running.
         #[arg(long, short = 'f')]
         force: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// List workspaces.
     #[command(alias = "ls")]
@@ -154,17 +135,11 @@ enum Command {
         /// Only workspaces with this label (repeatable).
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = output::key_value)]
         labels: Vec<(String, String)>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Show a workspace: state, VMM, resources, ages, last exit.
     Inspect {
         /// Workspace name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Set a workspace's TTL in seconds (from now if running), or `off`.
     Ttl {
@@ -175,9 +150,6 @@ enum Command {
         /// Add TTL to what is left instead of setting it.
         #[arg(long)]
         extend: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Run a command in a running workspace; exits with the command's status.
     Exec {
@@ -200,17 +172,11 @@ enum Command {
     Metrics {
         /// Workspace name (default: all).
         name: Option<String>,
-        /// Print JSON (an object for one workspace, an array for all).
-        #[arg(long)]
-        json: bool,
     },
     /// List a workspace's background processes (`exec --detach`).
     Ps {
         /// Workspace name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Background processes: `process output dev proc-1 --follow`,
     /// `process wait`, `process signal`, `process stdin`, `process rm`.
@@ -222,9 +188,6 @@ enum Command {
         src: String,
         /// Destination (host path, or NAME:/path).
         dst: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Show a workspace's serial console.
     Logs {
@@ -236,9 +199,6 @@ enum Command {
         /// Keep printing new output.
         #[arg(short = 'f', long)]
         follow: bool,
-        /// Print JSON (one object per line when following).
-        #[arg(long)]
-        json: bool,
     },
     /// Show a workspace's events (created, started, exec, stopped, crashed, ...).
     Events {
@@ -253,18 +213,11 @@ enum Command {
         /// Wait up to this many seconds for an event when none is there yet.
         #[arg(long, value_name = "SECONDS")]
         wait: Option<u64>,
-        /// Print JSON lines (one event per line).
-        #[arg(long)]
-        json: bool,
     },
     /// One-shot: create, start, run a command, delete; exits with its status.
     Run(exec_cmd::RunArgs),
     /// Print the runtime contract (states, error codes, limits) as JSON.
-    Contract {
-        /// Accepted for symmetry; the output is always JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Contract,
     /// Low-level VMM commands: boot a kernel directly, probe the host's KVM.
     #[command(subcommand)]
     Vmm(vmm_cmd::VmmCommand),
@@ -275,37 +228,6 @@ enum Command {
 }
 
 impl Command {
-    fn json(&self) -> bool {
-        match self {
-            Command::Doctor { json }
-            | Command::Create { json, .. }
-            | Command::Start { json, .. }
-            | Command::Stop { json, .. }
-            | Command::Halt { json, .. }
-            | Command::Delete { json, .. }
-            | Command::List { json, .. }
-            | Command::Inspect { json, .. }
-            | Command::Ttl { json, .. }
-            | Command::Fork { json, .. }
-            | Command::Cp { json, .. }
-            | Command::Ps { json, .. }
-            | Command::Metrics { json, .. }
-            | Command::Logs { json, .. }
-            | Command::Events { json, .. }
-            | Command::Contract { json } => *json,
-            Command::Exec { args, .. } => args.command.json,
-            Command::Run(r) => r.exec.json,
-            Command::Image(i) => i.json(),
-            Command::Kernel(k) => k.json(),
-            Command::Setup { flags } => flags.json,
-            Command::Snapshot(c) => c.json(),
-            Command::Port(c) => c.json(),
-            Command::Process(c) => c.json(),
-            Command::Network(c) => c.json(),
-            Command::Vmm(_) | Command::Serve(_) | Command::Shell { .. } => false,
-        }
-    }
-
     fn failure_status(&self) -> u8 {
         match self {
             Command::Exec { .. } | Command::Run(_) | Command::Shell { .. } => {
@@ -340,21 +262,24 @@ fn init_logging() {
         .init();
 }
 
-async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace::Result<ExitCode> {
+async fn run_workspace_command(
+    ws: &Workspaces,
+    command: &Command,
+    json: bool,
+) -> workspace::Result<ExitCode> {
     use workspace_cmd as w;
     match command {
-        Command::Image(cmd) => image_cmd::run(ws, cmd).await,
-        Command::Kernel(cmd) => kernel_cmd::run(ws, cmd).await,
-        Command::Setup { flags } => kernel_cmd::setup(ws, flags).await,
-        Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd).await,
-        Command::Port(cmd) => port_cmd::run(ws, cmd),
-        Command::Network(cmd) => network_cmd::run(ws, cmd),
+        Command::Image(cmd) => image_cmd::run(ws, cmd, json).await,
+        Command::Kernel(cmd) => kernel_cmd::run(ws, cmd, json).await,
+        Command::Setup { flags } => kernel_cmd::setup(ws, flags, json).await,
+        Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd, json).await,
+        Command::Port(cmd) => port_cmd::run(ws, cmd, json),
+        Command::Network(cmd) => network_cmd::run(ws, cmd, json),
         Command::Fork {
             workspace,
             new_name,
             snapshot,
             timeout,
-            json,
         } => {
             snapshot_cmd::fork(
                 ws,
@@ -362,83 +287,65 @@ async fn run_workspace_command(ws: &Workspaces, command: &Command) -> workspace:
                 new_name,
                 snapshot.as_deref(),
                 std::time::Duration::from_secs(*timeout),
-                *json,
+                json,
             )
             .await
         }
-        Command::Create { name, spec, json } => w::create(ws, name, spec, *json),
+        Command::Create { name, spec } => w::create(ws, name, spec, json),
         Command::Start {
             name,
             cold,
             timeout,
-            json,
-        } => w::start(ws, name, *cold, *timeout, *json).await,
-        Command::Stop {
-            name,
-            timeout,
-            json,
-        } => w::stop(ws, name, *timeout, *json).await,
-        Command::Halt { name, json } => w::halt(ws, name, *json),
-        Command::Delete {
-            name,
-            yes,
-            force,
-            json,
-        } => w::delete(ws, name, *yes, *force, *json),
+        } => w::start(ws, name, *cold, *timeout, json).await,
+        Command::Stop { name, timeout } => w::stop(ws, name, *timeout, json).await,
+        Command::Halt { name } => w::halt(ws, name, json),
+        Command::Delete { name, yes, force } => w::delete(ws, name, *yes, *force, json),
         Command::List {
             state,
             image,
             labels,
-            json,
         } => {
             let filter = ListFilter {
                 state: *state,
                 image: image.clone(),
                 labels: labels.clone(),
             };
-            w::list(ws, &filter, *json)
+            w::list(ws, &filter, json)
         }
-        Command::Inspect { name, json } => w::inspect(ws, name, *json),
-        Command::Ttl {
-            name,
-            ttl,
-            extend,
-            json,
-        } => w::ttl(ws, name, ttl, *extend, *json),
+        Command::Inspect { name } => w::inspect(ws, name, json),
+        Command::Ttl { name, ttl, extend } => w::ttl(ws, name, ttl, *extend, json),
         Command::Exec { name, args } => {
-            exec_cmd::check_modes(args)?;
+            exec_cmd::check_modes(args, json)?;
             if args.detach {
-                process_cmd::detach(ws, name, args).await
+                process_cmd::detach(ws, name, args, json).await
             } else if args.tty {
                 let req = args.command.request(&args.env)?;
                 terminal_cmd::run(ws, name, req, args.command.stdin).await
             } else {
-                exec_cmd::exec(ws, name, args).await
+                exec_cmd::exec(ws, name, args, json).await
             }
         }
         Command::Shell { name, env } => {
             let req = terminal_cmd::login_shell().envs(env.iter().cloned());
             terminal_cmd::run(ws, name, req, true).await
         }
-        Command::Ps { name, json } => process_cmd::ps(ws, name, *json).await,
-        Command::Metrics { name, json } => w::metrics(ws, name.as_deref(), *json).await,
-        Command::Process(cmd) => process_cmd::run(ws, cmd).await,
-        Command::Cp { src, dst, json } => files_cmd::cp(ws, src, dst, *json).await,
+        Command::Ps { name } => process_cmd::ps(ws, name, json).await,
+        Command::Metrics { name } => w::metrics(ws, name.as_deref(), json).await,
+        Command::Process(cmd) => process_cmd::run(ws, cmd, json).await,
+        Command::Cp { src, dst } => files_cmd::cp(ws, src, dst, json).await,
         Command::Logs {
             name,
             lines,
             follow,
-            json,
-        } => logs_cmd::logs(ws, name, *lines, *follow, *json).await,
+        } => logs_cmd::logs(ws, name, *lines, *follow, json).await,
         Command::Events {
             name,
             after,
             follow,
             wait,
-            json,
-        } => logs_cmd::events(ws, name, *after, *follow, *wait, *json).await,
-        Command::Run(args) => exec_cmd::run(ws, args).await,
-        Command::Doctor { .. } | Command::Contract { .. } | Command::Vmm(_) | Command::Serve(_) => {
+        } => logs_cmd::events(ws, name, *after, *follow, *wait, json).await,
+        Command::Run(args) => exec_cmd::run(ws, args, json).await,
+        Command::Doctor | Command::Contract | Command::Vmm(_) | Command::Serve(_) => {
             unreachable!("handled before the workspace store is opened")
         }
     }
@@ -467,12 +374,29 @@ fn main() -> ExitCode {
             return ExitCode::from(output::USAGE);
         }
     };
-    let json = cli.command.json();
+    let json = cli.json;
+    if json {
+        // These commands have no JSON output: --json is a usage error, as
+        // it was when each command declared its own.
+        let without = match cli.command {
+            Command::Shell { .. } => Some("shell"),
+            Command::Serve(_) => Some("serve"),
+            _ => None,
+        };
+        if let Some(command) = without {
+            return output::report(
+                ErrorCode::InvalidInput,
+                &format!("--json does not apply to {command}"),
+                true,
+                output::USAGE,
+            );
+        }
+    }
     match cli.command {
-        Command::Doctor { json } => return anyhow_exit(doctor_cmd::run(json)),
-        Command::Vmm(cmd) => return anyhow_exit(vmm_cmd::run(cmd)),
+        Command::Doctor => return anyhow_exit(doctor_cmd::run(json)),
+        Command::Vmm(cmd) => return anyhow_exit(vmm_cmd::run(cmd, json)),
         Command::Serve(cmd) => return serve_cmd::run(cmd),
-        Command::Contract { .. } => {
+        Command::Contract => {
             output::json(&workspace::contract());
             return ExitCode::SUCCESS;
         }
@@ -495,7 +419,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let ws = open_workspaces()?;
-        run_workspace_command(&ws, &cli.command).await
+        run_workspace_command(&ws, &cli.command, json).await
     });
     match result {
         Ok(code) => code,
@@ -523,5 +447,14 @@ mod tests {
     fn the_command_line_definition_is_consistent() {
         // Catches clashing flags (e.g. two `--env` in `run`) before a user does.
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn json_is_one_global_flag() {
+        let parsed = |args: &[&str]| Cli::try_parse_from(args).unwrap().json;
+        assert!(parsed(&["microagent", "list", "--json"]));
+        assert!(parsed(&["microagent", "--json", "image", "ls"]));
+        assert!(parsed(&["microagent", "image", "ls", "--json"]));
+        assert!(!parsed(&["microagent", "list"]));
     }
 }

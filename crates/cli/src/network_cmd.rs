@@ -46,33 +46,20 @@ pub enum NetworkCommand {
         /// allowlist lets guests reach (repeatable).
         #[arg(long = "allow", value_name = "DOMAIN|CIDR", value_parser = parse_allow)]
         allow: Vec<AllowEntry>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// List networks and the workspaces on each.
     #[command(alias = "list")]
-    Ls {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Show one network.
     Inspect {
         /// Network name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Remove a network no workspace uses.
     #[command(alias = "delete")]
     Rm {
         /// Network name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Show the host changes the tap networks need (bridges, nftables,
     /// resolvers); apply them with the printed --confirm token, as root.
@@ -80,32 +67,13 @@ pub enum NetworkCommand {
         /// The token of a preview: apply exactly that plan.
         #[arg(long, value_name = "TOKEN")]
         confirm: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Show how to remove everything setup made; apply with --confirm.
     Teardown {
         /// The token of a preview: apply exactly that plan.
         #[arg(long, value_name = "TOKEN")]
         confirm: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
-}
-
-impl NetworkCommand {
-    pub fn json(&self) -> bool {
-        match self {
-            Self::Create { json, .. }
-            | Self::Ls { json }
-            | Self::Inspect { json, .. }
-            | Self::Rm { json, .. }
-            | Self::Setup { json, .. }
-            | Self::Teardown { json, .. } => *json,
-        }
-    }
 }
 
 fn parse_subnet(s: &str) -> Result<Subnet, String> {
@@ -177,7 +145,7 @@ fn print_change(change: &HostChange, command: &str, json: bool) {
     );
 }
 
-pub fn run(ws: &Workspaces, cmd: &NetworkCommand) -> Result<ExitCode, Error> {
+pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode, Error> {
     match cmd {
         NetworkCommand::Create {
             name,
@@ -185,7 +153,6 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand) -> Result<ExitCode, Error> {
             subnet,
             egress,
             allow,
-            json,
         } => {
             let req = NetworkRequest {
                 backend: match backend {
@@ -201,16 +168,16 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand) -> Result<ExitCode, Error> {
                 allow: allow.clone(),
             };
             let info = ws.create_network(name, &req)?;
-            print_one(&info, *json);
-            if !*json && req.backend == Backend::Tap {
+            print_one(&info, json);
+            if !json && req.backend == Backend::Tap {
                 eprintln!(
                     "next: `microagent network setup` shows the host changes this network needs"
                 );
             }
         }
-        NetworkCommand::Ls { json } => {
+        NetworkCommand::Ls => {
             let all = ws.list_networks()?;
-            if *json {
+            if json {
                 output::json(&all);
             } else {
                 let rows: Vec<Vec<String>> = all.iter().map(describe).collect();
@@ -220,20 +187,20 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand) -> Result<ExitCode, Error> {
                 );
             }
         }
-        NetworkCommand::Inspect { name, json } => print_one(&ws.inspect_network(name)?, *json),
-        NetworkCommand::Rm { name, json } => {
+        NetworkCommand::Inspect { name } => print_one(&ws.inspect_network(name)?, json),
+        NetworkCommand::Rm { name } => {
             let info = ws.delete_network(name, false)?;
-            if *json {
+            if json {
                 output::json(&info);
             } else {
                 println!("removed network {name}");
             }
         }
-        NetworkCommand::Setup { confirm, json } => {
-            print_change(&ws.network_setup(confirm.as_deref())?, "setup", *json);
+        NetworkCommand::Setup { confirm } => {
+            print_change(&ws.network_setup(confirm.as_deref())?, "setup", json);
         }
-        NetworkCommand::Teardown { confirm, json } => {
-            print_change(&ws.network_teardown(confirm.as_deref())?, "teardown", *json);
+        NetworkCommand::Teardown { confirm } => {
+            print_change(&ws.network_teardown(confirm.as_deref())?, "teardown", json);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -21,9 +21,6 @@ pub struct ConfirmFlags {
     /// Preview and apply at once.
     #[arg(long, short = 'y')]
     pub yes: bool,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// A library result that carries a plan.
@@ -65,7 +62,12 @@ impl Change for ImageBuild {
 /// previews, `call(Some(token))` applies. A preview is printed (JSON or
 /// text with the command that applies it, `rerun`); an applied result is
 /// returned for the caller to report (printed here only as JSON).
-pub async fn run_change<T, F, Fut>(flags: &ConfirmFlags, rerun: &str, call: F) -> Result<T, Error>
+pub async fn run_change<T, F, Fut>(
+    flags: &ConfirmFlags,
+    json: bool,
+    rerun: &str,
+    call: F,
+) -> Result<T, Error>
 where
     T: Change,
     F: Fn(Option<String>) -> Fut,
@@ -78,16 +80,16 @@ where
             Some(t) => token = Some(t.clone()),
             None => {
                 // Nothing to do.
-                show(&preview, flags.json, rerun);
+                show(&preview, json, rerun);
                 return Ok(preview);
             }
         }
-        if !flags.json {
+        if !json {
             print(preview.preview(), false, None);
         }
     }
     let done = call(token).await?;
-    show(&done, flags.json, rerun);
+    show(&done, json, rerun);
     Ok(done)
 }
 

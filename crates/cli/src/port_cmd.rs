@@ -21,18 +21,12 @@ pub enum PortCommand {
         /// `[HOST_IP:]HOST_PORT:GUEST_PORT` (host address 127.0.0.1 unless given).
         #[arg(value_parser = parse_mapping)]
         mapping: PortMapping,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// List a workspace's published ports.
     #[command(alias = "list")]
     Ls {
         /// Workspace name.
         workspace: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Stop publishing a host port (open connections run on).
     Rm {
@@ -41,18 +35,7 @@ pub enum PortCommand {
         /// `[HOST_IP:]HOST_PORT` (host address 127.0.0.1 unless given).
         #[arg(value_parser = parse_host_port)]
         host: (IpAddr, u16),
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
-}
-
-impl PortCommand {
-    pub fn json(&self) -> bool {
-        match self {
-            Self::Add { json, .. } | Self::Ls { json, .. } | Self::Rm { json, .. } => *json,
-        }
-    }
 }
 
 /// Parses `[HOST_IP:]HOST_PORT:GUEST_PORT`.
@@ -87,27 +70,22 @@ fn print(workspace: &str, ports: &[PortMapping], json: bool) {
     }
 }
 
-pub fn run(ws: &Workspaces, cmd: &PortCommand) -> Result<ExitCode, Error> {
+pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, Error> {
     match cmd {
-        PortCommand::Add {
-            workspace,
-            mapping,
-            json,
-        } => {
+        PortCommand::Add { workspace, mapping } => {
             let meta = ws.publish_port(workspace, *mapping)?;
-            print(workspace, &meta.spec.ports, *json);
+            print(workspace, &meta.spec.ports, json);
         }
-        PortCommand::Ls { workspace, json } => {
+        PortCommand::Ls { workspace } => {
             let meta = ws.get(workspace)?;
-            print(workspace, &meta.spec.ports, *json);
+            print(workspace, &meta.spec.ports, json);
         }
         PortCommand::Rm {
             workspace,
             host: (ip, port),
-            json,
         } => {
             let meta = ws.unpublish_port(workspace, *ip, *port)?;
-            print(workspace, &meta.spec.ports, *json);
+            print(workspace, &meta.spec.ports, json);
         }
     }
     Ok(ExitCode::SUCCESS)

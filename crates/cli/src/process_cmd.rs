@@ -38,9 +38,6 @@ pub enum ProcessCommand {
         /// Keep printing output until the process ends and its output closes.
         #[arg(short = 'f', long)]
         follow: bool,
-        /// Print JSON (one object per read when following).
-        #[arg(long)]
-        json: bool,
     },
     /// Wait for a process to end; exits with its status (124 if its
     /// timeout killed it), or fails with TIMEOUT while it still runs.
@@ -52,9 +49,6 @@ pub enum ProcessCommand {
         /// Seconds to wait.
         #[arg(long, value_name = "SECONDS", default_value_t = 600)]
         timeout: u64,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Send a signal to a process's process group.
     Signal {
@@ -65,9 +59,6 @@ pub enum ProcessCommand {
         /// Signal name or number (TERM, KILL, INT, 9, ...).
         #[arg(default_value = "TERM")]
         signal: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Write to a process's stdin (started with `exec --detach -i`): DATA,
     /// or this command's own stdin when DATA is absent.
@@ -81,9 +72,6 @@ pub enum ProcessCommand {
         /// Close the process's stdin afterwards (end of file).
         #[arg(long)]
         close: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Forget a finished process and its output.
     Rm {
@@ -91,26 +79,16 @@ pub enum ProcessCommand {
         workspace: String,
         /// Process id.
         id: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
 }
 
-impl ProcessCommand {
-    pub fn json(&self) -> bool {
-        match self {
-            Self::Output { json, .. }
-            | Self::Wait { json, .. }
-            | Self::Signal { json, .. }
-            | Self::Stdin { json, .. }
-            | Self::Rm { json, .. } => *json,
-        }
-    }
-}
-
 /// `exec --detach`: starts the command and prints its process id.
-pub async fn detach(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<ExitCode, Error> {
+pub async fn detach(
+    ws: &Workspaces,
+    name: &str,
+    args: &ExecArgs,
+    json: bool,
+) -> Result<ExitCode, Error> {
     let cmd = &args.command;
     // The output cap of a detached command is its ring size.
     let req = cmd.request(&args.env)?;
@@ -120,7 +98,7 @@ pub async fn detach(ws: &Workspaces, name: &str, args: &ExecArgs) -> Result<Exit
         id: None,
     };
     let info = ws.process_start(name, req, options).await?;
-    if cmd.json {
+    if json {
         output::json(&info);
     } else {
         println!("{}", info.id);
@@ -254,7 +232,7 @@ fn wait_status(p: &ProcessInfo) -> u8 {
     crate::exec_cmd::status_of(p.timed_out, p.exit_code, p.signal, output::FAILURE)
 }
 
-pub async fn run(ws: &Workspaces, cmd: &ProcessCommand) -> Result<ExitCode, Error> {
+pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<ExitCode, Error> {
     match cmd {
         ProcessCommand::Output {
             workspace,
@@ -263,16 +241,14 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand) -> Result<ExitCode, Erro
             stderr_cursor,
             wait,
             follow,
-            json,
         } => {
             let cursors = [*stdout_cursor, *stderr_cursor];
-            output_cmd(ws, workspace, id, cursors, *wait, *follow, *json).await
+            output_cmd(ws, workspace, id, cursors, *wait, *follow, json).await
         }
         ProcessCommand::Wait {
             workspace,
             id,
             timeout,
-            json,
         } => {
             let info = ws
                 .process_wait(workspace, id, Duration::from_secs(*timeout))
@@ -284,11 +260,11 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand) -> Result<ExitCode, Erro
                 return Ok(output::report(
                     ErrorCode::Timeout,
                     &message,
-                    *json,
+                    json,
                     output::FAILURE,
                 ));
             }
-            if *json {
+            if json {
                 output::json(&info);
             } else if output::interactive() {
                 eprintln!("microagent: {id} {}", info.status());
@@ -299,10 +275,9 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand) -> Result<ExitCode, Erro
             workspace,
             id,
             signal,
-            json,
         } => {
             ws.process_signal(workspace, id, signal).await?;
-            if *json {
+            if json {
                 output::json(&serde_json::json!({ "id": id, "signal": signal }));
             }
             Ok(ExitCode::SUCCESS)
@@ -312,7 +287,6 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand) -> Result<ExitCode, Erro
             id,
             data,
             close,
-            json,
         } => {
             let bytes = match data {
                 Some(text) => text.clone().into_bytes(),
@@ -330,18 +304,14 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand) -> Result<ExitCode, Erro
             let written = ws
                 .process_write_stdin(workspace, id, &bytes, *close)
                 .await?;
-            if *json {
+            if json {
                 output::json(&serde_json::json!({ "id": id, "bytes": written, "closed": close }));
             }
             Ok(ExitCode::SUCCESS)
         }
-        ProcessCommand::Rm {
-            workspace,
-            id,
-            json,
-        } => {
+        ProcessCommand::Rm { workspace, id } => {
             ws.process_remove(workspace, id).await?;
-            if *json {
+            if json {
                 output::json(&serde_json::json!({ "id": id, "removed": true }));
             }
             Ok(ExitCode::SUCCESS)

@@ -18,9 +18,6 @@ pub enum SnapshotCommand {
         workspace: String,
         /// Snapshot name (default: WORKSPACE-<unix ms>).
         name: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// List snapshots.
     #[command(alias = "list")]
@@ -28,17 +25,11 @@ pub enum SnapshotCommand {
         /// Only snapshots of this workspace.
         #[arg(long)]
         workspace: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Show one snapshot.
     Inspect {
         /// Snapshot name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Put a snapshot's workspace back to the snapshot's state (a running
     /// one needs --force), or with --as start a new workspace from it.
@@ -55,30 +46,12 @@ pub enum SnapshotCommand {
         /// Seconds to wait for the agent.
         #[arg(long, value_name = "SECONDS", default_value_t = workspace::DEFAULT_START_TIMEOUT.as_secs())]
         timeout: u64,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Delete a snapshot (workspaces forked from it keep running).
     Rm {
         /// Snapshot name.
         name: String,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
-}
-
-impl SnapshotCommand {
-    pub fn json(&self) -> bool {
-        match self {
-            Self::Take { json, .. }
-            | Self::Ls { json, .. }
-            | Self::Inspect { json, .. }
-            | Self::Restore { json, .. }
-            | Self::Rm { json, .. } => *json,
-        }
-    }
 }
 
 fn mib(bytes: u64) -> String {
@@ -103,16 +76,12 @@ fn describe(s: &SnapshotInfo) {
     }
 }
 
-pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Error> {
+pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<ExitCode, Error> {
     match cmd {
-        SnapshotCommand::Take {
-            workspace,
-            name,
-            json,
-        } => {
+        SnapshotCommand::Take { workspace, name } => {
             let began = Instant::now();
             let info = ws.snapshot_take(workspace, name.as_deref())?;
-            if *json {
+            if json {
                 output::json(&info);
             } else {
                 eprintln!(
@@ -123,9 +92,9 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Err
                 describe(&info);
             }
         }
-        SnapshotCommand::Ls { workspace, json } => {
+        SnapshotCommand::Ls { workspace } => {
             let all = ws.snapshot_list(workspace.as_deref())?;
-            if *json {
+            if json {
                 output::json(&all);
             } else {
                 let now = workspace::host::settings::now_ms();
@@ -144,9 +113,9 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Err
                 output::table(&["NAME", "WORKSPACE", "HOLDS", "SIZE", "AGE"], &rows);
             }
         }
-        SnapshotCommand::Inspect { name, json } => {
+        SnapshotCommand::Inspect { name } => {
             let info = ws.snapshot_get(name)?;
-            if *json {
+            if json {
                 output::json(&info);
             } else {
                 describe(&info);
@@ -157,10 +126,9 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Err
             as_name,
             force,
             timeout,
-            json,
         } => {
             let began = Instant::now();
-            let show = !*json && output::interactive();
+            let show = !json && output::interactive();
             let meta = ws
                 .snapshot_restore(
                     name,
@@ -179,7 +147,7 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Err
                 eprint!("\r\x1b[2K");
             }
             let meta = meta?;
-            if *json {
+            if json {
                 output::json(&meta);
             } else {
                 eprintln!(
@@ -190,9 +158,9 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand) -> Result<ExitCode, Err
                 );
             }
         }
-        SnapshotCommand::Rm { name, json } => {
+        SnapshotCommand::Rm { name } => {
             let info = ws.snapshot_delete(name)?;
-            if *json {
+            if json {
                 output::json(&info);
             } else {
                 eprintln!("deleted snapshot {}", info.name);

@@ -19,11 +19,7 @@ pub enum VmmCommand {
     /// reboots or powers off.
     Boot(BootArgs),
     /// Measure whether this host's KVM runs guest kernel code natively or emulates it.
-    Probe {
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Probe,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -75,9 +71,6 @@ pub struct BootArgs {
     /// The guest's vsock context ID.
     #[arg(long, default_value_t = 3)]
     vsock_cid: u64,
-    /// Print a JSON summary on stdout when the guest stops.
-    #[arg(long)]
-    json: bool,
 }
 
 /// Parses `PATH[:ro]` (or `PATH:rw`).
@@ -99,10 +92,10 @@ fn resolved(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
 }
 
-pub fn run(cmd: VmmCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: VmmCommand, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
-        VmmCommand::Boot(args) => boot(args),
-        VmmCommand::Probe { json } => probe(json),
+        VmmCommand::Boot(args) => boot(args, json),
+        VmmCommand::Probe => probe(json),
     }
 }
 
@@ -157,7 +150,7 @@ fn console_sink(specs: &[String]) -> anyhow::Result<ConsoleSink> {
     Ok(sink)
 }
 
-fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
+fn boot(args: BootArgs, json: bool) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let template = match args.cpu_template {
         TemplateArg::Standard => CpuTemplate::Standard,
@@ -196,7 +189,7 @@ fn boot(args: BootArgs) -> anyhow::Result<ExitCode> {
         .run(args.timeout.map(Duration::from_secs))
         .context("could not run the VM")?;
     let elapsed = started.elapsed();
-    if args.json {
+    if json {
         let v = json!({
             "reason": format!("{:?}", outcome.reason),
             "clean": outcome.reason.is_clean(),

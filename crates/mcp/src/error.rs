@@ -9,7 +9,7 @@ use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
 use serde::Serialize;
 use workspace::{ErrorCode, Remedy};
 
-use crate::cost::PriceError;
+use workspace::host::cost::PriceError;
 
 /// Why a tool call failed.
 #[derive(Debug, thiserror::Error)]

@@ -10,11 +10,10 @@
 //! module per tool family), [`schema`] (every tool's input and output
 //! types), [`error`] (tool failures and their stable codes), [`output`]
 //! (structured content plus a short text rendering), [`progress`],
-//! [`cost`] (the `estimate_cost` price table), [`register`] (how to register
+//! [`register`] (how to register
 //! the server with MCP clients), [`host_roots`] (the host directories tools
 //! may read and write).
 
-pub mod cost;
 pub mod error;
 pub mod host_roots;
 pub mod json_schema;

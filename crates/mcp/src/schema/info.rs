@@ -7,8 +7,8 @@ use workspace::host::doctor::Report;
 use workspace::images::ImageInfo;
 use workspace::{Contract, WorkspaceMetrics};
 
-use crate::cost::PriceTable;
 use crate::output::{bytes, Render};
+use workspace::host::cost::PriceTable;
 
 /// One registered image and the workspaces that use it.
 #[derive(Debug, Serialize, JsonSchema)]

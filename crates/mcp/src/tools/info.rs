@@ -11,7 +11,6 @@ use workspace::MAX_EVENT_WAIT;
 use workspace::{defaults, LIMITS};
 
 use super::{in_range, vcpus};
-use crate::cost;
 use crate::output::{Out, ToolResult};
 use crate::schema::exec::{DEFAULT_OUTPUT_CAP, MAX_OUTPUT_CAP};
 use crate::schema::files::{DEFAULT_READ_LENGTH, MAX_READ_LENGTH, MAX_WRITE_BYTES};
@@ -188,8 +187,8 @@ impl MicroagentServer {
         )?;
         let secs = in_range("duration_secs", p.duration_secs, 1, MAX_COST_SECS)?;
         let count = in_range("count", p.count.unwrap_or(1), 1, MAX_COST_COUNT)?;
-        let (price, source) = cost::load(self.ws.state_dir().root())?;
-        let e = cost::estimate(&price, vcpus.into(), mem_mib, secs, count);
+        let (price, source) = workspace::host::cost::load(self.ws.state_dir().root())?;
+        let e = workspace::host::cost::estimate(&price, vcpus.into(), mem_mib, secs, count);
         Ok(Out(CostResult {
             vcpus: vcpus.into(),
             mem_mib,

@@ -1,9 +1,11 @@
 //! The host: where things are (`settings`, `assets`), what it lacks and
 //! how to change it (`plan`, `setup`, `kernel_build`, `kernel_install`,
-//! `kernels`), its checks (`doctor`) and its budget (`budget`).
+//! `kernels`), its checks (`doctor`), its budget (`budget`) and the price
+//! table cost estimates use (`cost`).
 
 pub mod assets;
 pub mod budget;
+pub mod cost;
 pub mod doctor;
 pub mod kernel_build;
 pub mod kernel_install;

@@ -1,4 +1,4 @@
-//! `estimate_cost`: vCPU-hours and GiB-hours of memory for a workspace spec
+//! Cost estimates: vCPU-hours and GiB-hours of memory for a workspace spec
 //! and a duration, priced by a table. The table comes from the optional
 //! `config.json` in the state directory (`$MICROAGENT_HOME/config.json`),
 //! key `price`; any field left out keeps its default:
@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::code::ErrorCode;
 use serde::{Deserialize, Serialize};
-use workspace::ErrorCode;
 
 /// The config file's name in the state directory.
 pub const CONFIG_FILE: &str = "config.json";
@@ -63,7 +63,8 @@ impl PriceError {
 }
 
 /// Prices per unit and hour.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct PriceTable {
     /// Price of one vCPU for one hour.
