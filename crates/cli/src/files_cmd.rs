@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use workspace::guest::copy_plan::{CopyDirection, CopyOptions};
 use workspace::{Error, Workspaces};
 
 use crate::output;
@@ -26,23 +27,48 @@ fn parse(arg: &str) -> Place {
     }
 }
 
-pub async fn cp(ws: &Workspaces, src: &str, dst: &str, json: bool) -> Result<ExitCode, Error> {
-    let (bytes, direction) =
+/// Copies `src` to `dst` as the library plans it (or, with `preview`,
+/// only says what it would do).
+pub async fn cp(
+    ws: &Workspaces,
+    src: &str,
+    dst: &str,
+    options: CopyOptions,
+    preview: bool,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let plan =
         match (parse(src), parse(dst)) {
             (Place::Host(from), Place::Guest { workspace, path }) => {
-                (ws.copy_in(&workspace, &from, &path).await?, "in")
+                ws.plan_copy_in(&workspace, &from, &path).await?
             }
             (Place::Guest { workspace, path }, Place::Host(to)) => {
-                (ws.copy_out(&workspace, &path, &to).await?, "out")
+                ws.plan_copy_out(&workspace, &path, &to, options).await?
             }
             _ => return Err(Error::InvalidInput(
                 "one side of cp must be a workspace path (NAME:/path) and the other a host path"
                     .into(),
             )),
         };
+    let direction = match plan.direction {
+        CopyDirection::In => "in",
+        CopyDirection::Out => "out",
+    };
+    if preview {
+        if json {
+            output::json(&serde_json::json!({
+                "from": src, "to": dst, "direction": direction, "bytes": 0,
+                "preview": true, "action": format!("would {}", plan.action)
+            }));
+        } else {
+            println!("would {}", plan.action);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let count = ws.copy(&plan).await?;
     if json {
         output::json(&serde_json::json!({
-            "from": src, "to": dst, "direction": direction, "bytes": bytes
+            "from": src, "to": dst, "direction": direction, "bytes": count
         }));
     } else {
         println!("copied {src} -> {dst}");

@@ -182,12 +182,23 @@ enum Command {
     /// `process wait`, `process signal`, `process stdin`, `process rm`.
     #[command(subcommand)]
     Process(process_cmd::ProcessCommand),
-    /// Copy a file or directory in or out: `cp ./src dev:/work`, `cp dev:/etc/os-release .`.
+    /// Copy a file or directory in or out: `cp ./src dev:/work`,
+    /// `cp dev:/etc/os-release ./os-release`. A file replaces a guest file
+    /// and a directory merges into a guest directory; on the host an
+    /// existing path is replaced (file) or merged into (directory) only with
+    /// --overwrite.
     Cp {
         /// Source (host path, or NAME:/path).
         src: String,
         /// Destination (host path, or NAME:/path).
         dst: String,
+        /// Replace an existing host file, or merge into an existing host
+        /// directory.
+        #[arg(long)]
+        overwrite: bool,
+        /// Only say what the copy would do (nothing is copied).
+        #[arg(long)]
+        preview: bool,
     },
     /// Show a workspace's serial console.
     Logs {
@@ -332,7 +343,15 @@ async fn run_workspace_command(
         Command::Ps { name } => process_cmd::ps(ws, name, json).await,
         Command::Metrics { name } => w::metrics(ws, name.as_deref(), json).await,
         Command::Process(cmd) => process_cmd::run(ws, cmd, json).await,
-        Command::Cp { src, dst } => files_cmd::cp(ws, src, dst, json).await,
+        Command::Cp {
+            src,
+            dst,
+            overwrite,
+            preview,
+        } => {
+            let options = workspace::guest::copy_plan::CopyOptions::default().overwrite(*overwrite);
+            files_cmd::cp(ws, src, dst, options, *preview, json).await
+        }
         Command::Logs {
             name,
             lines,

@@ -87,6 +87,10 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::PreviewAgain => {
             "run the command again without --confirm for a fresh plan and token".into()
         }
+        Remedy::Overwrite { .. } => {
+            "pass --overwrite to replace it (a directory is merged into), or name another host path"
+                .into()
+        }
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

@@ -292,6 +292,31 @@ fn life_cycle_exec_files_logs_events() {
         std::fs::read_to_string(p("tree-back/sub/leaf.txt")).unwrap(),
         "leaf\n"
     );
+    // An existing host path only with --overwrite; --preview copies nothing.
+    std::fs::write(p("back.bin"), b"stale").unwrap();
+    assert_eq!(
+        cli.run(&["cp", "dev:/root/file.bin", &p("back.bin"), "--json"])
+            .error_code(),
+        "CONFLICT"
+    );
+    let would = cli.ok_json(&[
+        "cp",
+        "dev:/root/file.bin",
+        &p("back.bin"),
+        "--overwrite",
+        "--preview",
+        "--json",
+    ]);
+    assert_eq!(would["preview"], true);
+    let action = would["action"].as_str().unwrap();
+    assert!(action.starts_with("would copy guest file"), "{action}");
+    assert!(action.contains("replacing a host file of 5 B"), "{action}");
+    assert_eq!(std::fs::read(p("back.bin")).unwrap(), b"stale");
+    cli.ok(&["cp", "dev:/root/file.bin", &p("back.bin"), "--overwrite"]);
+    assert_eq!(
+        std::fs::read(p("back.bin")).unwrap(),
+        std::fs::read(p("file.bin")).unwrap()
+    );
     assert_eq!(
         cli.run(&["cp", "dev:/root/missing", &p("x"), "--json"])
             .error_code(),

@@ -104,6 +104,9 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "this server lacks CAP_NET_ADMIN; a root shell can apply the same plan: sudo microagent {operation} --confirm {token} (with this server's MICROAGENT_HOME)"
         ),
         Remedy::PreviewAgain => "call the tool again without a token for a fresh plan and token".into(),
+        Remedy::Overwrite { .. } => {
+            "pass overwrite: true to replace it (a directory is merged into)".into()
+        }
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

@@ -155,6 +155,13 @@ pub enum Error {
     /// written on the host.
     #[error("copying to the host")]
     HostWrite(#[from] crate::guest::host_write::HostWriteError),
+    /// A copy out would replace or merge into an existing host path it
+    /// was not asked to overwrite.
+    #[error("host path {} exists", path.display())]
+    HostPathExists {
+        /// The host path.
+        path: std::path::PathBuf,
+    },
     /// A host-side file operation failed.
     #[error("{what}")]
     HostIo {
@@ -197,6 +204,7 @@ impl Error {
                 }
             }
             Error::PortNotPublished { .. } => ErrorCode::NotFound,
+            Error::HostPathExists { .. } => ErrorCode::Conflict,
             Error::HostWrite(e) => match e {
                 crate::guest::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
                 crate::guest::host_write::HostWriteError::OverBudget { .. } => {
@@ -240,6 +248,7 @@ impl Error {
             Error::PortNotPublished { workspace, .. } => Some(Remedy::ListPorts {
                 workspace: workspace.clone(),
             }),
+            Error::HostPathExists { path } => Some(Remedy::Overwrite { path: path.clone() }),
             _ => None,
         }
     }

@@ -83,6 +83,12 @@ pub enum Remedy {
         /// The token.
         token: String,
     },
+    /// Ask again to overwrite the host path (a file is replaced, a
+    /// directory merged into), or name another one.
+    Overwrite {
+        /// The existing host path.
+        path: std::path::PathBuf,
+    },
     /// Remove the image that has the name first.
     RemoveImage {
         /// The image.

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::output::{bytes, Render};
+use crate::output::Render;
+use workspace::guest::copy_plan::human_bytes;
 
 /// Default bytes of each output stream returned.
 pub const DEFAULT_OUTPUT_CAP: u64 = 64 << 10;
@@ -144,10 +145,10 @@ impl ExecReply {
         let truncated_hint = ran.output_dropped().then(|| {
             format!(
                 "output past {} per stream was dropped ({} of stdout, {} of stderr): rerun with a larger output_cap (at most {}), or redirect the output to a file (`cmd > /tmp/out.txt 2>&1`) and read it with file_read using offset and length",
-                bytes(cap),
-                bytes(ran.stdout_dropped),
-                bytes(ran.stderr_dropped),
-                bytes(MAX_OUTPUT_CAP)
+                human_bytes(cap),
+                human_bytes(ran.stdout_dropped),
+                human_bytes(ran.stderr_dropped),
+                human_bytes(MAX_OUTPUT_CAP)
             )
         });
         Self {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::{FileKind, FileStat};
+use workspace::guest::copy_plan::kind_name;
+use workspace::FileStat;
 
 use crate::output::Render;
 
@@ -127,16 +128,6 @@ pub struct StatView {
     pub mode: String,
     /// Modification time, Unix seconds.
     pub mtime_s: i64,
-}
-
-/// The name of a file kind.
-pub fn kind_name(kind: FileKind) -> &'static str {
-    match kind {
-        FileKind::File => "file",
-        FileKind::Dir => "dir",
-        FileKind::Symlink => "symlink",
-        FileKind::Other => "other",
-    }
 }
 
 impl From<FileStat> for StatView {

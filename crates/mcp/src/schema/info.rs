@@ -7,7 +7,8 @@ use workspace::host::doctor::Report;
 use workspace::images::ImageInfo;
 use workspace::{Contract, WorkspaceMetrics};
 
-use crate::output::{bytes, Render};
+use crate::output::Render;
+use workspace::guest::copy_plan::human_bytes;
 use workspace::host::cost::PriceTable;
 
 /// One registered image and the workspaces that use it.
@@ -66,7 +67,7 @@ impl Render for ImageListResult {
                 format!(
                     "{}: root filesystem {}, used by {}",
                     i.image.name,
-                    bytes(i.image.rootfs_bytes),
+                    human_bytes(i.image.rootfs_bytes),
                     if i.used_by.is_empty() {
                         "no workspace".into()
                     } else {
@@ -142,8 +143,8 @@ impl Render for ContractResult {
             c.limits.max_mem_mib,
             c.limits.min_disk_mib,
             c.limits.max_disk_mib,
-            bytes(self.mcp.default_output_cap),
-            bytes(self.mcp.max_output_cap),
+            human_bytes(self.mcp.default_output_cap),
+            human_bytes(self.mcp.max_output_cap),
         )
     }
 }
@@ -230,7 +231,7 @@ impl Render for MetricsResult {
         if self.workspaces.is_empty() {
             return "no workspaces".into();
         }
-        let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), bytes);
+        let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), human_bytes);
         self.workspaces
             .iter()
             .map(|m| {
@@ -246,8 +247,8 @@ impl Render for MetricsResult {
                     opt(m.memory_total_bytes),
                     opt(m.host_rss_bytes),
                     opt(m.disk_used_bytes),
-                    bytes(m.disk_allocated_bytes),
-                    bytes(m.disk_size_bytes),
+                    human_bytes(m.disk_allocated_bytes),
+                    human_bytes(m.disk_size_bytes),
                 )
             })
             .collect::<Vec<_>>()

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use workspace::{Event, EventKind};
 use workspace::{Meta, State, WorkspaceInfo};
 
-use crate::output::{bytes, Render};
+use crate::output::Render;
+use workspace::guest::copy_plan::human_bytes;
 
 /// Default seconds `workspace_start` waits for the boot.
 pub const DEFAULT_START_TIMEOUT_SECS: u64 = 300;
@@ -218,7 +219,7 @@ impl Render for DeleteResult {
         format!(
             "{tag}{} ({} of host disk)",
             self.action,
-            bytes(self.disk_used_bytes)
+            human_bytes(self.disk_used_bytes)
         )
     }
 }
@@ -252,7 +253,7 @@ impl Render for WorkspaceInfo {
         text.push_str(&format!(
             "\nage {} s, disk uses {}",
             self.age_ms / 1000,
-            bytes(self.disk_used_bytes)
+            human_bytes(self.disk_used_bytes)
         ));
         if let Some(up) = self.uptime_ms {
             text.push_str(&format!(", up {} s", up / 1000));

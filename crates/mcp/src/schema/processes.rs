@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use workspace::ProcessInfo;
 
 use super::exec::CommandArg;
-use crate::output::{bytes, Render};
+use crate::output::Render;
+use workspace::guest::copy_plan::human_bytes;
 
 /// Default bytes of each stream one process_output call returns.
 pub const DEFAULT_READ_BYTES: u64 = 64 << 10;
@@ -149,8 +150,8 @@ impl Render for ProcessResult {
             self.workspace,
             p.status(),
             p.command,
-            bytes(p.stdout_bytes),
-            bytes(p.stderr_bytes)
+            human_bytes(p.stdout_bytes),
+            human_bytes(p.stderr_bytes)
         )
     }
 }
@@ -214,8 +215,8 @@ impl Render for ProcessOutputResult {
         if self.stdout_dropped + self.stderr_dropped > 0 {
             text.push_str(&format!(
                 "; {} of stdout and {} of stderr were no longer kept",
-                bytes(self.stdout_dropped),
-                bytes(self.stderr_dropped)
+                human_bytes(self.stdout_dropped),
+                human_bytes(self.stderr_dropped)
             ));
         }
         for (what, out) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {

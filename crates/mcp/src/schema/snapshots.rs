@@ -5,7 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use workspace::{Meta, SnapshotInfo};
 
-use crate::output::{bytes, Render};
+use crate::output::Render;
+use workspace::guest::copy_plan::human_bytes;
 
 /// Longest wait for a fork's or restore's agent.
 pub const MAX_RESTORE_TIMEOUT_SECS: u64 = 3600;
@@ -98,7 +99,7 @@ impl Render for SnapshotInfo {
             "snapshot {} of {} ({holds}, {} on disk)",
             self.name,
             self.workspace,
-            bytes(self.size_bytes)
+            human_bytes(self.size_bytes)
         )
     }
 }

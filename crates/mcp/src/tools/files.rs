@@ -1,16 +1,14 @@
 //! File tools: read, write and list guest files; copy files and directories
 //! between host and guest. Writes and copies accept preview: true.
 
-use std::path::{Path, PathBuf};
-
 use base64::Engine;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
-use workspace::ErrorCode;
-use workspace::{FileKind, FileStat};
+use workspace::guest::copy_plan::{describe_stat, human_bytes, kind_name, CopyOptions, CopyPlan};
+use workspace::FileKind;
 
 use super::{guest_path, in_range, would_or_did};
-use crate::output::{bytes, Out, ToolResult};
+use crate::output::{Out, ToolResult};
 use crate::schema::files::*;
 use crate::{MicroagentServer, ToolError};
 
@@ -56,76 +54,18 @@ fn encode(mut data: Vec<u8>, asked: Option<Encoding>, at_eof: bool) -> (Encoding
     }
 }
 
-/// Entries (the directory itself included, as copy_in counts them) and
-/// file bytes of a host directory (symlinks not followed).
-fn tree_size(dir: &Path) -> std::io::Result<(u64, u64)> {
-    let (mut entries, mut total) = (1u64, 0u64);
-    let mut pending = vec![dir.to_owned()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let entry = entry?;
-            let meta = entry.path().symlink_metadata()?;
-            entries += 1;
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else {
-                total += meta.len();
-            }
-        }
-    }
-    Ok((entries, total))
-}
-
-fn describe(stat: &FileStat) -> String {
-    format!(
-        "a {} {}, mode {:04o}",
-        bytes(stat.size),
-        kind_name(stat.kind),
-        stat.mode
-    )
-}
-
-/// A copy checked and described, before it runs.
-struct CopyPlan {
-    /// What it does, without "would" or "did".
-    action: String,
-    host: PathBuf,
-    guest: String,
-    /// file or dir.
-    kind: &'static str,
-    /// What `transferred` counts: bytes or entries.
-    unit: &'static str,
-}
-
-impl CopyPlan {
-    /// The result of the copy, which `transferred` so many units, or of its
-    /// preview (`None`).
-    fn result(self, transferred: Option<u64>) -> CopyResult {
-        let preview = transferred.is_none();
-        CopyResult {
-            preview,
-            action: would_or_did(preview, &self.action),
-            host_path: self.host,
-            guest_path: self.guest,
-            kind: self.kind.into(),
-            transferred: transferred.unwrap_or(0),
-            unit: self.unit.into(),
-        }
-    }
-}
-
-impl MicroagentServer {
-    /// What is at a guest path, if anything.
-    async fn stat_opt(&self, name: &str, path: &str) -> Result<Option<FileStat>, ToolError> {
-        match self.ws.stat(name, path).await {
-            Ok(s) => Ok(Some(s)),
-            Err(e) if e.code() == ErrorCode::NotFound => {
-                // NOT_FOUND is also what a missing workspace gives.
-                self.meta(name).await?;
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        }
+/// The result of `plan`, which `transferred` so many units, or of its
+/// preview (`None`).
+fn copy_result(plan: CopyPlan, transferred: Option<u64>) -> CopyResult {
+    let preview = transferred.is_none();
+    CopyResult {
+        preview,
+        action: would_or_did(preview, &plan.action),
+        unit: plan.unit().into(),
+        kind: plan.kind.as_str().into(),
+        host_path: plan.host_path,
+        guest_path: plan.guest_path,
+        transferred: transferred.unwrap_or(0),
     }
 }
 
@@ -203,23 +143,23 @@ impl MicroagentServer {
         if data.len() > MAX_WRITE_BYTES {
             return Err(ToolError::InvalidInput(format!(
                 "content is {}; file_write takes at most {} (use copy_in for large files)",
-                bytes(data.len() as u64),
-                bytes(MAX_WRITE_BYTES as u64)
+                human_bytes(data.len() as u64),
+                human_bytes(MAX_WRITE_BYTES as u64)
             )));
         }
         let perm = p.mode.as_deref().map(parse_mode).transpose()?;
-        let existing = self.stat_opt(&p.name, &p.path).await?;
+        let existing = self.ws.stat_if_exists(&p.name, &p.path).await?;
         if let Some(s) = existing.as_ref().filter(|s| s.kind == FileKind::Dir) {
             return Err(ToolError::InvalidInput(format!(
                 "{} is {}; name a file",
                 p.path,
-                describe(s)
+                describe_stat(s)
             )));
         }
-        let n = bytes(data.len() as u64);
+        let n = human_bytes(data.len() as u64);
         let action = match (&existing, p.append) {
-            (Some(s), true) => format!("append {n} to {}, {}", p.path, describe(s)),
-            (Some(s), false) => format!("replace {}, {}, with {n}", p.path, describe(s)),
+            (Some(s), true) => format!("append {n} to {}, {}", p.path, describe_stat(s)),
+            (Some(s), false) => format!("replace {}, {}, with {n}", p.path, describe_stat(s)),
             (None, _) => format!(
                 "create {} with {n} (mode {:04o})",
                 p.path,
@@ -303,57 +243,13 @@ impl MicroagentServer {
     async fn copy_in(&self, Parameters(p): Parameters<CopyInParams>) -> ToolResult<CopyResult> {
         let host = self.host_roots.existing(&p.host_path)?;
         guest_path("guest_path", &p.guest_path)?;
-        let meta = std::fs::metadata(&host).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                ToolError::InvalidInput(format!("{} does not exist on the host", host.display()))
-            }
-            _ => ToolError::InvalidInput(format!("cannot read {}: {e}", host.display())),
-        })?;
-        let target = self.stat_opt(&p.name, &p.guest_path).await?;
-        let (kind, unit) = if meta.is_dir() {
-            ("dir", "entries")
-        } else {
-            ("file", "bytes")
-        };
-        let source = if meta.is_dir() {
-            let (entries, total) = tree_size(&host).map_err(|e| {
-                ToolError::InvalidInput(format!("cannot read {}: {e}", host.display()))
-            })?;
-            format!(
-                "host directory {} ({entries} entries, {} of files)",
-                host.display(),
-                bytes(total)
-            )
-        } else {
-            format!("host file {} ({})", host.display(), bytes(meta.len()))
-        };
-        let effect = match (&target, meta.is_dir()) {
-            (None, _) => "creating it".to_owned(),
-            (Some(s), true) if s.kind == FileKind::Dir => {
-                "merging into the existing directory".into()
-            }
-            (Some(s), false) if s.kind == FileKind::File => format!("replacing {}", describe(s)),
-            (Some(s), _) => {
-                return Err(ToolError::InvalidInput(format!(
-                    "guest path {} is {}; a {kind} cannot be copied over it",
-                    p.guest_path,
-                    describe(s)
-                )))
-            }
-        };
-        let plan = CopyPlan {
-            action: format!("copy {source} to {}:{}, {effect}", p.name, p.guest_path),
-            host,
-            guest: p.guest_path,
-            kind,
-            unit,
-        };
+        let plan = self.ws.plan_copy_in(&p.name, &host, &p.guest_path).await?;
         let transferred = if p.preview {
             None
         } else {
-            Some(self.ws.copy_in(&p.name, &plan.host, &plan.guest).await?)
+            Some(self.ws.copy(&plan).await?)
         };
-        Ok(Out(plan.result(transferred)))
+        Ok(Out(copy_result(plan, transferred)))
     }
 
     /// Copy a guest file or directory out of a running workspace to the
@@ -372,66 +268,17 @@ impl MicroagentServer {
     async fn copy_out(&self, Parameters(p): Parameters<CopyOutParams>) -> ToolResult<CopyResult> {
         let host = self.host_roots.writable(&p.host_path)?;
         guest_path("guest_path", &p.guest_path)?;
-        let stat = self.ws.stat(&p.name, &p.guest_path).await?;
-        let kind = match stat.kind {
-            FileKind::File => "file",
-            FileKind::Dir => "dir",
-            other => {
-                return Err(ToolError::InvalidInput(format!(
-                    "{} is a {}; only files and directories can be copied",
-                    p.guest_path,
-                    kind_name(other)
-                )))
-            }
-        };
-        match host.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() && !parent.is_dir() => {
-                return Err(ToolError::InvalidInput(format!(
-                    "host directory {} does not exist",
-                    parent.display()
-                )))
-            }
-            _ => {}
-        }
-        let existing = std::fs::symlink_metadata(&host).ok();
-        let effect = match &existing {
-            None => "creating it".to_owned(),
-            Some(_) if !p.overwrite => {
-                return Err(ToolError::Conflict(format!(
-                    "host path {} exists; pass overwrite: true to replace it (a directory is merged into)",
-                    host.display()
-                )))
-            }
-            Some(m) if m.is_dir() && kind == "dir" => "merging into the existing directory".into(),
-            Some(m) if m.is_file() && kind == "file" => {
-                format!("replacing a host file of {}", bytes(m.len()))
-            }
-            Some(_) => {
-                return Err(ToolError::InvalidInput(format!(
-                    "host path {} exists and is not a {kind}; name another path",
-                    host.display()
-                )))
-            }
-        };
-        let plan = CopyPlan {
-            action: format!(
-                "copy guest {kind} {}:{} ({}) to host {}, {effect}",
-                p.name,
-                p.guest_path,
-                bytes(stat.size),
-                host.display()
-            ),
-            host,
-            guest: p.guest_path,
-            kind,
-            unit: "bytes",
-        };
+        let options = CopyOptions::default().overwrite(p.overwrite);
+        let plan = self
+            .ws
+            .plan_copy_out(&p.name, &p.guest_path, &host, options)
+            .await?;
         let transferred = if p.preview {
             None
         } else {
-            Some(self.ws.copy_out(&p.name, &plan.guest, &plan.host).await?)
+            Some(self.ws.copy(&plan).await?)
         };
-        Ok(Out(plan.result(transferred)))
+        Ok(Out(copy_result(plan, transferred)))
     }
 }
 

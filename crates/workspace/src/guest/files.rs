@@ -295,7 +295,7 @@ impl Workspaces {
     }
 }
 
-fn check_guest_path(path: &str) -> Result<()> {
+pub(crate) fn check_guest_path(path: &str) -> Result<()> {
     if !path.starts_with('/') {
         return Err(Error::InvalidInput(format!(
             "guest path {path:?} is not absolute; guest paths start with /"

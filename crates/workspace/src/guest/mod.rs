@@ -1,7 +1,9 @@
 //! Work in a running guest through its agent: commands (`exec`),
-//! background processes (`processes`), files and copies (`files`, with
-//! `host_write` for what lands on the host) and metrics (`metrics`).
+//! background processes (`processes`), files and copies (`files`; copies
+//! planned before they run, `copy_plan`; `host_write` for what lands on the
+//! host) and metrics (`metrics`).
 
+pub mod copy_plan;
 pub(crate) mod exec;
 pub(crate) mod files;
 pub mod host_write;
