@@ -87,6 +87,9 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::PreviewAgain => {
             "run the command again without --confirm for a fresh plan and token".into()
         }
+        Remedy::UseCodeImage { image } => format!(
+            "use a workspace of the `{image}` image, which has it (`microagent create NAME --image {image}`)"
+        ),
         Remedy::Overwrite { .. } => {
             "pass --overwrite to replace it (a directory is merged into), or name another host path"
                 .into()

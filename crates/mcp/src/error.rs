@@ -104,6 +104,9 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "this server lacks CAP_NET_ADMIN; a root shell can apply the same plan: sudo microagent {operation} --confirm {token} (with this server's MICROAGENT_HOME)"
         ),
         Remedy::PreviewAgain => "call the tool again without a token for a fresh plan and token".into(),
+        Remedy::UseCodeImage { image } => format!(
+            "run_code needs an image with it such as `{image}`: leave out `workspace` to run in a one-shot {image} workspace, or create one with image \"{image}\""
+        ),
         Remedy::Overwrite { .. } => {
             "pass overwrite: true to replace it (a directory is merged into)".into()
         }

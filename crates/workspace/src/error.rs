@@ -155,6 +155,16 @@ pub enum Error {
     /// written on the host.
     #[error("copying to the host")]
     HostWrite(#[from] crate::guest::host_write::HostWriteError),
+    /// The workspace's image lacks the interpreter code was to run with.
+    #[error("workspace `{workspace}` (image `{image}`) has no {interpreter}")]
+    InterpreterMissing {
+        /// The workspace.
+        workspace: String,
+        /// Its image.
+        image: String,
+        /// The interpreter.
+        interpreter: &'static str,
+    },
     /// A copy out would replace or merge into an existing host path it
     /// was not asked to overwrite.
     #[error("host path {} exists", path.display())]
@@ -205,6 +215,7 @@ impl Error {
             }
             Error::PortNotPublished { .. } => ErrorCode::NotFound,
             Error::HostPathExists { .. } => ErrorCode::Conflict,
+            Error::InterpreterMissing { .. } => ErrorCode::InvalidInput,
             Error::HostWrite(e) => match e {
                 crate::guest::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
                 crate::guest::host_write::HostWriteError::OverBudget { .. } => {
@@ -249,6 +260,9 @@ impl Error {
                 workspace: workspace.clone(),
             }),
             Error::HostPathExists { path } => Some(Remedy::Overwrite { path: path.clone() }),
+            Error::InterpreterMissing { .. } => Some(Remedy::UseCodeImage {
+                image: crate::guest::code::CODE_IMAGE.into(),
+            }),
             _ => None,
         }
     }

@@ -89,6 +89,12 @@ pub enum Remedy {
         /// The existing host path.
         path: std::path::PathBuf,
     },
+    /// Run the code in a one-shot workspace of this image (it has every
+    /// interpreter), or in a workspace created from it.
+    UseCodeImage {
+        /// The image.
+        image: String,
+    },
     /// Remove the image that has the name first.
     RemoveImage {
         /// The image.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use workspace::guest::code::Language;
 
 use crate::output::Render;
 use workspace::guest::copy_plan::human_bytes;
@@ -61,39 +62,6 @@ pub struct ExecParams {
     /// 65536. The rest is counted (stdout_dropped, stderr_dropped), not
     /// returned.
     pub output_cap: Option<u64>,
-}
-
-/// A language `run_code` runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Language {
-    /// Python 3 (`python3`).
-    #[default]
-    Python,
-    /// JavaScript (Node.js, `node`).
-    Javascript,
-    /// A bash script (`bash`).
-    Bash,
-}
-
-impl Language {
-    /// The interpreter, looked up in the guest's PATH.
-    pub fn interpreter(self) -> &'static str {
-        match self {
-            Self::Python => "python3",
-            Self::Javascript => "node",
-            Self::Bash => "bash",
-        }
-    }
-
-    /// The script file's extension.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Self::Python => "py",
-            Self::Javascript => "js",
-            Self::Bash => "sh",
-        }
-    }
 }
 
 /// `run_code`.

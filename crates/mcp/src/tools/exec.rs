@@ -9,6 +9,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::defaults;
+use workspace::guest::code::{CODE_IMAGE, CODE_MEM_MIB};
 use workspace::ExecRequest;
 use workspace::{ErrorCode, ExecEnd, OneShot, WorkspaceSpec};
 use workspace::{ExecEvent, ExecInput, OutputCollector};
@@ -19,15 +20,6 @@ use crate::progress::Progress;
 use crate::schema::exec::*;
 use crate::schema::lifecycle::{DEFAULT_START_TIMEOUT_SECS, MAX_START_TIMEOUT_SECS};
 use crate::{MicroagentServer, ToolError};
-
-/// How long run_code's interpreter probe and script cleanup may take.
-const HOUSEKEEPING_TIMEOUT: Duration = Duration::from_secs(30);
-/// What of their output is kept (a path at most).
-const HOUSEKEEPING_OUTPUT: u64 = 4096;
-/// The image of run_code's one-shot workspaces.
-pub const RUN_CODE_IMAGE: &str = "debian";
-/// Guest memory of run_code's one-shot workspaces, MiB.
-pub const RUN_CODE_MEM_MIB: u64 = 512;
 
 /// How a command is to run, checked.
 pub(super) struct RunLimits {
@@ -143,52 +135,18 @@ impl MicroagentServer {
         ctx: &RequestContext<RoleServer>,
         progress: &mut Progress,
     ) -> Result<ExecReply, ToolError> {
-        let (language, code, stdin) = (p.language, &p.code, p.stdin.clone());
-        let interpreter = language.interpreter();
-        // Short housekeeping commands get a short leash: a guest that
-        // stalls them holds the call a minute at most, not the client's
-        // five-minute deadline.
-        let probe = ExecRequest::argv(["/bin/sh", "-c", &format!("command -v {interpreter}")])
-            .timeout(HOUSEKEEPING_TIMEOUT)
-            .output_cap(HOUSEKEEPING_OUTPUT);
-        let found = self.ws.exec_collect(name, probe, ExecInput::None).await?;
-        if !found.success() {
-            let image = self.meta(name).await?.spec.image;
-            return Err(ToolError::InvalidInput(format!(
-                "workspace `{name}` (image `{image}`) has no {interpreter}; run_code needs an image with it such as `{RUN_CODE_IMAGE}`: leave out `workspace` to run in a one-shot {RUN_CODE_IMAGE} workspace, or create one with image \"{RUN_CODE_IMAGE}\""
-            )));
-        }
-        let script = format!(
-            "/tmp/microagent-run-code-{}.{}",
-            workspace::host::settings::unique_id(),
-            language.extension()
-        );
-        self.ws
-            .write_file(
-                name,
-                &script,
-                code.as_bytes(),
-                workspace::WriteOptions {
-                    append: false,
-                    perm: Some(0o600),
-                },
-            )
-            .await?;
-        let req = ExecRequest::argv([interpreter, script.as_str()]);
+        let script = self.ws.write_code_script(name, p.language, &p.code).await?;
         let ran = self
-            .run_command(name, req, input(stdin), limits, ctx, progress)
-            .await;
-        // Best effort: the workspace may be gone or stopping.
-        let _ = self
-            .ws
-            .exec_collect(
+            .run_command(
                 name,
-                ExecRequest::argv(["rm", "-f", &script])
-                    .timeout(HOUSEKEEPING_TIMEOUT)
-                    .output_cap(HOUSEKEEPING_OUTPUT),
-                ExecInput::None,
+                script.request(),
+                input(p.stdin.clone()),
+                limits,
+                ctx,
+                progress,
             )
             .await;
+        self.ws.remove_code_script(&script).await;
         ran
     }
 
@@ -208,17 +166,17 @@ impl MicroagentServer {
         )?;
         let language = p.language;
         let spec = WorkspaceSpec {
-            image: RUN_CODE_IMAGE.into(),
+            image: CODE_IMAGE.into(),
             vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
-            mem_mib: p.mem_mib.unwrap_or(RUN_CODE_MEM_MIB),
+            mem_mib: p.mem_mib.unwrap_or(CODE_MEM_MIB),
             ..WorkspaceSpec::default()
         };
         spec.validate()?;
         let interpreter = language.interpreter();
-        self.blocking(move |ws| match ws.images().get(RUN_CODE_IMAGE) {
+        self.blocking(move |ws| match ws.images().get(CODE_IMAGE) {
             Ok(_) => Ok(()),
             Err(e) if e.code() == ErrorCode::NotFound => Err(ToolError::NotFound(format!(
-                "run_code's one-shot workspaces use the `{RUN_CODE_IMAGE}` image, which is not built on this host (build it with `cargo xtask rootfs {RUN_CODE_IMAGE}`); or pass `workspace`, a running workspace whose image has {interpreter}"
+                "run_code's one-shot workspaces use the `{CODE_IMAGE}` image, which is not built on this host (build it with `cargo xtask rootfs {CODE_IMAGE}`); or pass `workspace`, a running workspace whose image has {interpreter}"
             ))),
             Err(e) => Err(workspace::Error::from(e).into()),
         })

@@ -1,0 +1,156 @@
+//! Running code as a script: `run_code`'s policy, once. The interpreter is
+//! looked for in the guest first (a missing one says which image has it),
+//! the code is written to a private script file, run by the interpreter as
+//! any command is, and removed afterwards.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::guest::exec::ExecRequest;
+use crate::guest::files::WriteOptions;
+use crate::workspaces::manager::Workspaces;
+use guest_agent::client::ExecInput;
+
+/// The image that has every [`Language`]'s interpreter; one-shot code runs
+/// use it.
+pub const CODE_IMAGE: &str = "debian";
+/// Guest memory of a one-shot code run's workspace, MiB.
+pub const CODE_MEM_MIB: u64 = 512;
+/// How long the interpreter probe and the script's removal may take: a
+/// guest that stalls them holds the caller a minute at most.
+const HOUSEKEEPING_TIMEOUT: Duration = Duration::from_secs(30);
+/// What of their output is kept (a path at most).
+const HOUSEKEEPING_OUTPUT: u64 = 4096;
+
+/// A language `run_code` runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Language {
+    /// Python 3 (`python3`).
+    #[default]
+    Python,
+    /// JavaScript (Node.js, `node`).
+    Javascript,
+    /// A bash script (`bash`).
+    Bash,
+}
+
+impl Language {
+    /// The interpreter, looked up in the guest's PATH.
+    pub fn interpreter(self) -> &'static str {
+        match self {
+            Self::Python => "python3",
+            Self::Javascript => "node",
+            Self::Bash => "bash",
+        }
+    }
+
+    /// The script file's extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Python => "py",
+            Self::Javascript => "js",
+            Self::Bash => "sh",
+        }
+    }
+}
+
+/// Code written to a script in a workspace, ready to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeScript {
+    workspace: String,
+    path: String,
+    language: Language,
+}
+
+impl CodeScript {
+    /// The command that runs it (add a timeout, an output cap, stdin).
+    pub fn request(&self) -> ExecRequest {
+        ExecRequest::argv([self.language.interpreter(), self.path.as_str()])
+    }
+
+    /// The script's guest path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+fn housekeeping(argv: &[&str]) -> ExecRequest {
+    ExecRequest::argv(argv.iter().copied())
+        .timeout(HOUSEKEEPING_TIMEOUT)
+        .output_cap(HOUSEKEEPING_OUTPUT)
+}
+
+impl Workspaces {
+    /// Writes `code` to a private script in the running workspace `name`
+    /// once its image is found to have `language`'s interpreter (else
+    /// [`Error::InterpreterMissing`]). Run it with [`CodeScript::request`],
+    /// then [`Workspaces::remove_code_script`].
+    pub async fn write_code_script(
+        &self,
+        name: &str,
+        language: Language,
+        code: &str,
+    ) -> Result<CodeScript> {
+        let interpreter = language.interpreter();
+        let probe = housekeeping(&["/bin/sh", "-c", &format!("command -v {interpreter}")]);
+        let found = self.exec_collect(name, probe, ExecInput::None).await?;
+        if !found.success() {
+            return Err(Error::InterpreterMissing {
+                workspace: name.to_owned(),
+                image: self.get(name)?.spec.image,
+                interpreter,
+            });
+        }
+        let path = format!(
+            "/tmp/microagent-run-code-{}.{}",
+            crate::host::settings::unique_id(),
+            language.extension()
+        );
+        let options = WriteOptions {
+            append: false,
+            perm: Some(0o600),
+        };
+        self.write_file(name, &path, code.as_bytes(), options)
+            .await?;
+        Ok(CodeScript {
+            workspace: name.to_owned(),
+            path,
+            language,
+        })
+    }
+
+    /// Removes `script`, best effort: the workspace may be gone or
+    /// stopping.
+    pub async fn remove_code_script(&self, script: &CodeScript) {
+        let rm = housekeeping(&["rm", "-f", &script.path]);
+        let _ = self
+            .exec_collect(&script.workspace, rm, ExecInput::None)
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_language_has_its_interpreter_and_extension() {
+        let all = [Language::Python, Language::Javascript, Language::Bash];
+        let names: Vec<_> = all
+            .iter()
+            .map(|l| (l.interpreter(), l.extension()))
+            .collect();
+        assert_eq!(names, [("python3", "py"), ("node", "js"), ("bash", "sh")]);
+        assert_eq!(Language::default(), Language::Python);
+        let script = CodeScript {
+            workspace: "dev".into(),
+            path: "/tmp/x.py".into(),
+            language: Language::Python,
+        };
+        assert_eq!(script.request().describe(), "python3 /tmp/x.py");
+    }
+}
