@@ -17,16 +17,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub mod attach;
+pub mod egress;
 pub mod nft;
 pub mod objects;
 pub(crate) mod ops;
 pub mod ports;
 pub mod setup;
+pub mod subnet;
 
+pub use egress::{AllowEntry, Egress};
 pub use objects::{
-    Addressing, AllowEntry, Backend, Egress, GuestNetwork, Network, NetworkError, NetworkRequest,
-    Networks, NetworksLock, Subnet,
+    Addressing, Backend, GuestNetwork, Network, NetworkError, NetworkRequest, Networks,
+    NetworksLock,
 };
+pub use subnet::Subnet;
 
 /// The built-in rootless network.
 pub const USER: &str = "user";

@@ -7,10 +7,11 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::egress::{AllowEntry, Egress};
+use super::subnet::Subnet;
 use crate::store::StateDir;
 
 /// Where network records live in the state directory.
@@ -161,216 +162,11 @@ pub enum Backend {
     Tap,
 }
 
-/// What a network's guests may reach beyond it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum Egress {
-    /// Anything the host can reach.
-    All,
-    /// Nothing but the network's own resolver and gateway.
-    None,
-    /// Only the listed domains (the addresses the network's resolver
-    /// returned for them) and CIDRs.
-    Allowlist,
-}
-
-impl fmt::Display for Egress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::All => "all",
-            Self::None => "none",
-            Self::Allowlist => "allowlist",
-        })
-    }
-}
-
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::User => "user",
             Self::Tap => "tap",
-        })
-    }
-}
-
-/// An IPv4 subnet: `10.89.0.0/24`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Subnet {
-    /// The network address (host bits zero).
-    pub addr: Ipv4Addr,
-    /// The prefix length.
-    pub prefix: u8,
-}
-
-impl Subnet {
-    fn mask(prefix: u8) -> u32 {
-        u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
-    }
-
-    /// The address `offset` hosts into the subnet.
-    pub fn host(&self, offset: u32) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.addr) + offset)
-    }
-
-    /// How many addresses it spans.
-    pub fn size(&self) -> u32 {
-        1u32 << (32 - u32::from(self.prefix))
-    }
-
-    /// Whether `ip` is in it.
-    pub fn contains(&self, ip: Ipv4Addr) -> bool {
-        u32::from(ip) & Self::mask(self.prefix) == u32::from(self.addr)
-    }
-
-    /// Whether the two share any address.
-    pub fn overlaps(&self, other: &Subnet) -> bool {
-        self.contains(other.addr) || other.contains(self.addr)
-    }
-}
-
-impl fmt::Display for Subnet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
-
-impl FromStr for Subnet {
-    type Err = String;
-
-    /// Parses `A.B.C.D/N`; host bits must be zero.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (addr, prefix) = s
-            .split_once('/')
-            .ok_or_else(|| format!("subnet {s:?} needs a prefix length, e.g. 10.89.0.0/24"))?;
-        let addr: Ipv4Addr = addr
-            .parse()
-            .map_err(|_| format!("subnet {s:?}: {addr:?} is not an IPv4 address"))?;
-        let prefix: u8 = prefix
-            .parse()
-            .ok()
-            .filter(|p| *p <= 32)
-            .ok_or_else(|| format!("subnet {s:?}: the prefix length must be 0 to 32"))?;
-        if u32::from(addr) & !Self::mask(prefix) != 0 {
-            return Err(format!(
-                "subnet {s:?} has host bits set; did you mean {}/{prefix}?",
-                Ipv4Addr::from(u32::from(addr) & Self::mask(prefix))
-            ));
-        }
-        Ok(Self { addr, prefix })
-    }
-}
-
-impl Serialize for Subnet {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Subnet {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
-
-#[cfg(feature = "schemars")]
-impl schemars::JsonSchema for Subnet {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Subnet".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "description": "An IPv4 subnet, e.g. 10.89.0.0/24",
-        })
-    }
-}
-
-/// One allowlist entry: a domain (and its subdomains) or a CIDR.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum AllowEntry {
-    /// Addresses the network's resolver returns for this domain or any
-    /// name under it.
-    Domain(String),
-    /// A literal range (a single address is `/32`).
-    Cidr(Subnet),
-}
-
-impl fmt::Display for AllowEntry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Domain(d) => f.write_str(d),
-            Self::Cidr(c) => write!(f, "{c}"),
-        }
-    }
-}
-
-fn valid_domain(d: &str) -> bool {
-    d.len() <= 253
-        && d.contains('.')
-        && d.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
-}
-
-impl FromStr for AllowEntry {
-    type Err = String;
-
-    /// `example.com`, `10.1.2.3` or `10.1.0.0/16`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        if let Ok(ip) = s.parse::<Ipv4Addr>() {
-            return Ok(Self::Cidr(Subnet {
-                addr: ip,
-                prefix: 32,
-            }));
-        }
-        if s.contains('/') {
-            return s.parse().map(Self::Cidr);
-        }
-        let domain = s.trim_end_matches('.').to_ascii_lowercase();
-        if valid_domain(&domain) {
-            Ok(Self::Domain(domain))
-        } else {
-            Err(format!(
-                "{s:?} is neither a domain (example.com) nor an IPv4 address or CIDR (10.0.0.0/8)"
-            ))
-        }
-    }
-}
-
-impl Serialize for AllowEntry {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for AllowEntry {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
-
-#[cfg(feature = "schemars")]
-impl schemars::JsonSchema for AllowEntry {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "AllowEntry".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "description": "A domain (it and the names under it), an IPv4 address or a CIDR",
         })
     }
 }
@@ -782,5 +578,126 @@ impl Networks {
 }
 
 #[cfg(test)]
-#[path = "objects_tests.rs"]
-mod tests;
+mod tests {
+    // Network records: parsing, validation, creation and removal rules.
+
+    use super::*;
+
+    fn temp_state() -> (StateDir, PathBuf) {
+        let root = std::env::temp_dir().join(format!(
+            "ma-networks-{}",
+            crate::host::settings::unique_id()
+        ));
+        (StateDir::at(&root).unwrap(), root)
+    }
+
+    fn tap(egress: Egress, allow: &[&str]) -> NetworkRequest {
+        NetworkRequest {
+            backend: Backend::Tap,
+            subnet: None,
+            egress,
+            allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_before_anything_is_written() {
+        let user_none = NetworkRequest {
+            egress: Egress::None,
+            ..NetworkRequest::default()
+        };
+        let err = validate_request(&user_none).unwrap_err().to_string();
+        assert!(err.contains("needs a tap network"), "{err}");
+        assert!(validate_request(&tap(Egress::Allowlist, &[])).is_err());
+        assert!(validate_request(&tap(Egress::All, &["pypi.org"])).is_err());
+        validate_request(&tap(Egress::Allowlist, &["pypi.org", "10.0.0.0/8"])).unwrap();
+        let public = NetworkRequest {
+            subnet: Some("8.8.8.0/24".parse().unwrap()),
+            ..NetworkRequest::default()
+        };
+        assert!(validate_request(&public)
+            .unwrap_err()
+            .to_string()
+            .contains("not private"));
+        let tiny = NetworkRequest {
+            subnet: Some("10.1.1.0/30".parse().unwrap()),
+            ..NetworkRequest::default()
+        };
+        assert!(validate_request(&tiny).is_err());
+    }
+
+    #[test]
+    fn builtins_are_listed_and_cannot_be_made_or_removed() {
+        let (state, root) = temp_state();
+        let nets = Networks::new(&state);
+        let names: Vec<String> = nets.list().unwrap().into_iter().map(|n| n.name).collect();
+        assert_eq!(names, ["user", "none"]);
+        assert!(matches!(
+            nets.create("user", &NetworkRequest::default(), 1),
+            Err(NetworkError::Exists(_))
+        ));
+        assert!(matches!(
+            nets.remove("none", vec![]),
+            Err(NetworkError::BuiltIn(_))
+        ));
+        assert!(matches!(nets.get("corp"), Err(NetworkError::NotFound(_))));
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn tap_networks_get_their_own_index_and_subnet() {
+        let (state, root) = temp_state();
+        let nets = Networks::new(&state);
+        let a = nets.create("a", &tap(Egress::All, &[]), 1).unwrap();
+        let b = nets.create("b", &tap(Egress::None, &[]), 2).unwrap();
+        assert_eq!((a.index, b.index), (0, 1));
+        assert_eq!(a.subnet.unwrap().to_string(), "10.89.0.0/24");
+        assert_eq!(b.subnet.unwrap().to_string(), "10.89.1.0/24");
+        assert_eq!(a.bridge().as_deref(), Some("microagent0"));
+        let addr = b.addressing(5).unwrap();
+        assert_eq!(addr.guest, Ipv4Addr::new(10, 89, 1, 5));
+        assert_eq!(addr.gateway, Ipv4Addr::new(10, 89, 1, 1));
+        assert_eq!(addr.dns, addr.gateway);
+        let clash = NetworkRequest {
+            subnet: Some("10.89.0.0/16".parse().unwrap()),
+            ..tap(Egress::All, &[])
+        };
+        let err = nets.create("c", &clash, 3).unwrap_err().to_string();
+        assert!(err.contains("overlaps network `a`"), "{err}");
+        assert!(!root.join(NETWORKS_DIR).join("c.json").exists());
+        // User networks may repeat a subnet: each guest has its own passt.
+        nets.create("u1", &NetworkRequest::default(), 4).unwrap();
+        nets.create("u2", &NetworkRequest::default(), 5).unwrap();
+        assert_eq!(nets.get("b").unwrap(), b);
+        let names: Vec<String> = nets.list().unwrap().into_iter().map(|n| n.name).collect();
+        assert_eq!(names, ["user", "none", "a", "b", "u1", "u2"]);
+        // An index freed by a removal is taken again.
+        nets.remove("a", vec![]).unwrap();
+        assert_eq!(
+            nets.create("d", &tap(Egress::All, &[]), 6).unwrap().index,
+            0
+        );
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn a_network_in_use_is_not_removed() {
+        let (state, root) = temp_state();
+        let nets = Networks::new(&state);
+        nets.create("corp", &tap(Egress::All, &[]), 1).unwrap();
+        let err = nets.remove("corp", vec!["dev".into()]).unwrap_err();
+        assert!(matches!(err, NetworkError::InUse { .. }));
+        assert!(err.to_string().contains("dev"), "{err}");
+        assert!(nets.get("corp").is_ok());
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn the_user_network_keeps_qemus_addresses() {
+        let addr = Network::user().addressing(0).unwrap();
+        assert_eq!(addr.guest, Ipv4Addr::new(10, 0, 2, 15));
+        assert_eq!(addr.gateway, Ipv4Addr::new(10, 0, 2, 2));
+        assert_eq!(addr.dns, Ipv4Addr::new(10, 0, 2, 3));
+        assert_eq!(Network::none().addressing(0), None);
+    }
+}
