@@ -164,6 +164,8 @@ pub enum Error {
         image: String,
         /// The interpreter.
         interpreter: &'static str,
+        /// An image that has it.
+        image_with_it: &'static str,
     },
     /// A copy out would replace or merge into an existing host path it
     /// was not asked to overwrite.
@@ -260,8 +262,8 @@ impl Error {
                 workspace: workspace.clone(),
             }),
             Error::HostPathExists { path } => Some(Remedy::Overwrite { path: path.clone() }),
-            Error::InterpreterMissing { .. } => Some(Remedy::UseCodeImage {
-                image: crate::guest::code::CODE_IMAGE.into(),
+            Error::InterpreterMissing { image_with_it, .. } => Some(Remedy::UseCodeImage {
+                image: (*image_with_it).into(),
             }),
             _ => None,
         }

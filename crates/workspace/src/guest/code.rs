@@ -103,6 +103,7 @@ impl Workspaces {
                 workspace: name.to_owned(),
                 image: self.get(name)?.spec.image,
                 interpreter,
+                image_with_it: CODE_IMAGE,
             });
         }
         let path = format!(

@@ -23,7 +23,8 @@ use crate::store::state::State;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::store::{read_json, write_json_atomic};
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
-use crate::workspaces::manager::{StartProgress, Workspaces};
+use crate::workspaces::lifecycle::StartProgress;
+use crate::workspaces::manager::Workspaces;
 
 use crate::store::SNAPSHOTS_DIR;
 /// A snapshot's record in its directory.

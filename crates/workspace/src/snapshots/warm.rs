@@ -22,7 +22,8 @@ use crate::store::console_log::CONSOLE_FILE;
 use crate::store::events::EventKind;
 use crate::store::spec::{Meta, StartKind, WorkspaceSpec};
 use crate::vmm::launch::GUEST_CMDLINE;
-use crate::workspaces::manager::{make_disk, Boot, StartProgress, Workspaces};
+use crate::workspaces::lifecycle::{Boot, StartProgress};
+use crate::workspaces::manager::{make_disk, Workspaces};
 
 /// The warm snapshots' directory in the state directory.
 const WARM_DIR: &str = "warm";

@@ -10,7 +10,8 @@ use crate::guest::files::FileRead;
 use crate::store::events::Event;
 use crate::store::name::validate_name;
 use crate::store::spec::{DeleteOptions, Meta};
-use crate::workspaces::manager::{StartProgress, WorkspaceInfo, Workspaces};
+use crate::workspaces::lifecycle::StartProgress;
+use crate::workspaces::manager::{WorkspaceInfo, Workspaces};
 use crate::{ExecInput, ExecRequest, ExecResult};
 
 /// One workspace, by a name that passed the name rules. It may not exist

@@ -3,50 +3,20 @@
 //! under its lock; the running VMM process records its own state changes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::host::settings::{host_tool, now_ms};
 use crate::images::registry::{ImageInfo, ImageRegistry};
-use crate::remedy::Remedy;
 use crate::store::events::EventKind;
 use crate::store::process;
-use crate::store::spec::{DeleteOptions, Limits, Meta, Runtime, StartKind, WorkspaceSpec, LIMITS};
+use crate::store::spec::{Limits, Meta, WorkspaceSpec, LIMITS};
 use crate::store::state::State;
-use crate::store::workspace_dir::{WorkspaceDir, WorkspaceDirError, VMM_LOG};
+use crate::store::workspace_dir::{WorkspaceDir, WorkspaceDirError};
 use crate::store::{StateDir, WorkspaceLock};
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
-use crate::vmm::launch::VmmLaunch;
 use vmm_core::KernelVariant;
-
-/// Default time `start` waits for the agent.
-pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(300);
-/// Default grace period of `stop` before the VM is torn down.
-pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How one start launches the VMM.
-#[derive(Clone, Debug)]
-pub(crate) struct Boot {
-    /// Cold, warm or from a snapshot.
-    pub kind: StartKind,
-    /// The snapshot directory to restore, if not booting.
-    pub restore: Option<PathBuf>,
-    /// Where the VMM keeps a warm snapshot once the agent answers.
-    pub keep_warm: Option<PathBuf>,
-}
-
-/// What `start` reports while it waits.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct StartProgress {
-    /// Time since the start request.
-    pub elapsed: Duration,
-    /// The newest console line.
-    pub console: Option<String>,
-}
 
 /// `inspect`: the record plus what is known live.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -114,13 +84,13 @@ pub struct ListFilter {
 /// sending it.
 #[derive(Clone, Debug)]
 pub struct Workspaces {
-    state: StateDir,
-    images: ImageRegistry,
+    pub(crate) state: StateDir,
+    pub(crate) images: ImageRegistry,
     /// The asset directory built images are imported from.
-    assets: Option<PathBuf>,
-    vmm_binary: PathBuf,
+    pub(crate) assets: Option<PathBuf>,
+    pub(crate) vmm_binary: PathBuf,
     /// What `create` and `set_ttl` accept.
-    limits: Limits,
+    pub(crate) limits: Limits,
 }
 
 /// The kernel variant built images are imported with: the one built, or
@@ -185,7 +155,7 @@ impl Workspaces {
         Ok(WorkspaceDir::new(&self.state, name)?)
     }
 
-    fn lock(&self, name: &str) -> Result<WorkspaceLock> {
+    pub(crate) fn lock(&self, name: &str) -> Result<WorkspaceLock> {
         Ok(self.state.lock_workspace(name)?)
     }
 
@@ -344,376 +314,10 @@ impl Workspaces {
             meta,
         })
     }
-
-    /// Starts the workspace's VMM and waits (at most `timeout`) for the
-    /// agent, reporting progress about once a second. A workspace never
-    /// started before resumes its image's warm snapshot when there is a
-    /// usable one (no boot), and otherwise boots and keeps one.
-    pub async fn start(
-        &self,
-        name: &str,
-        timeout: Duration,
-        progress: impl FnMut(StartProgress) + Send,
-    ) -> Result<Meta> {
-        self.start_maybe_warm(name, timeout, progress, false).await
-    }
-
-    /// [`Workspaces::start`] that always boots the kernel (no warm snapshot
-    /// is used or kept).
-    pub async fn start_cold(
-        &self,
-        name: &str,
-        timeout: Duration,
-        progress: impl FnMut(StartProgress) + Send,
-    ) -> Result<Meta> {
-        self.start_maybe_warm(name, timeout, progress, true).await
-    }
-
-    /// [`Workspaces::start`], restoring the snapshot in `restore` (whose
-    /// writable disk the workspace's disk is a copy of) instead of booting.
-    pub(crate) async fn start_from(
-        &self,
-        name: &str,
-        timeout: Duration,
-        mut progress: impl FnMut(StartProgress) + Send,
-        restore: Option<&Path>,
-    ) -> Result<Meta> {
-        let started = Instant::now();
-        self.launch_vmm(name, |_| {
-            Ok(Boot {
-                kind: match restore {
-                    None => StartKind::Cold,
-                    Some(_) => StartKind::Snapshot,
-                },
-                restore: restore.map(Path::to_path_buf),
-                keep_warm: None,
-            })
-        })?;
-        self.wait_running(name, started, timeout, &mut progress)
-            .await
-    }
-
-    /// Checks that `name` can start and launches its VMM process as `boot`
-    /// (decided under the workspace's lock from its record) says.
-    pub(crate) fn launch_vmm(
-        &self,
-        name: &str,
-        boot: impl FnOnce(&Meta) -> Result<Boot>,
-    ) -> Result<Boot> {
-        let ws = self.dir(name)?;
-        self.get(name)?;
-        let (_lock, mut meta) = self.lock_existing(name)?;
-        match meta.state {
-            State::Stopped | State::Crashed => {}
-            State::Running => {
-                return Err(Error::WrongState {
-                    name: name.into(),
-                    state: meta.state,
-                    why: "it is already running",
-                    remedy: None,
-                })
-            }
-            state => {
-                return Err(Error::WrongState {
-                    name: name.into(),
-                    state,
-                    why: "it is between states",
-                    remedy: Some(Remedy::WaitOrHalt {
-                        workspace: name.into(),
-                    }),
-                })
-            }
-        }
-        self.images.get(&meta.spec.image)?;
-        crate::network::attach::preflight(&self.state, &meta.spec)?;
-        // Held until this start is recorded as starting: two starts at
-        // once cannot both take the budget's last place.
-        let _budget = crate::host::budget::BudgetLock::take(self.state.root())?;
-        self.check_budget_start(name, meta.spec.mem_mib)?;
-        let boot = boot(&meta)?;
-        let log = std::fs::File::create(ws.path().join(VMM_LOG))
-            .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
-        let mut launch = VmmLaunch::new(
-            &self.vmm_binary,
-            self.state.root(),
-            name,
-            self.images.kernel_variant(),
-        );
-        if let Some(dir) = &boot.restore {
-            launch = launch.restoring(dir);
-        }
-        if let Some(dir) = &boot.keep_warm {
-            launch = launch.keeping_warm(dir);
-        }
-        launch = launch.with_ticket(&ws.issue_launch_ticket()?);
-        let mut cmd = launch.command();
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-        // No pre_exec step (the VMM leaves this session itself), so the
-        // standard library spawns with posix_spawn, not a fork of this
-        // process: a restore's launch is part of its time to running.
-        meta.state = meta.state.become_(State::Starting)?;
-        meta.pristine = false;
-        let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
-        let child = cmd.spawn().map_err(Error::host_io(format!(
-            "starting the VMM process {}",
-            self.vmm_binary.display()
-        )))?;
-        let pid = child.id();
-        // Reaped by a thread, so a long-lived caller collects no zombies.
-        std::thread::spawn(move || {
-            let mut child = child;
-            let _ = child.wait();
-        });
-        let Some(pid_start) = process::start_ticks(pid) else {
-            return Err(Error::StartFailed {
-                name: name.into(),
-                reason: format!(
-                    "the VMM process exited at once; see {}",
-                    ws.path().join(VMM_LOG).display()
-                ),
-            });
-        };
-        let now = now_ms();
-        meta.runtime = Some(Runtime {
-            pid,
-            pid_start,
-            started_at_ms: now,
-            ready_at_ms: None,
-            ttl_deadline_ms: meta.spec.ttl_secs.map(|s| now + s * 1000),
-            start_kind: Some(boot.kind),
-            launched_mono_ns: Some(launched_mono_ns),
-            vcpu_running_us: None,
-            protections: Vec::new(),
-            ready_us: None,
-        });
-        if let Err(e) = ws.write_meta(&meta) {
-            process::kill(pid, pid_start);
-            return Err(e.into());
-        }
-        Ok(boot)
-    }
-
-    /// Runs a synchronous (file-locking, possibly slow) call off the async
-    /// runtime when there is one.
-    pub(crate) async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Workspaces) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let ws = self.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => handle
-                .spawn_blocking(move || f(&ws))
-                .await
-                .map_err(|e| Error::BlockingStep(e.to_string()))?,
-            Err(_) => f(&ws),
-        }
-    }
-
-    /// Waits (until `timeout` after `started`) for a launched workspace to
-    /// run, reporting progress about once a second; halts it on timeout.
-    pub(crate) async fn wait_running(
-        &self,
-        name: &str,
-        started: Instant,
-        timeout: Duration,
-        progress: &mut (impl FnMut(StartProgress) + Send),
-    ) -> Result<Meta> {
-        crate::pause_point::pause_point("start:waiting");
-        let ws = self.dir(name)?;
-        let mut last_report = Instant::now();
-        loop {
-            let meta = self.get(name)?;
-            match meta.state {
-                State::Running => return Ok(meta),
-                State::Starting => {}
-                _ => {
-                    let reason = meta
-                        .last_exit
-                        .as_ref()
-                        .map_or_else(|| format!("it is {}", meta.state), |e| e.reason.clone());
-                    return Err(Error::StartFailed {
-                        name: name.into(),
-                        reason,
-                    });
-                }
-            }
-            if started.elapsed() > timeout {
-                self.halt(name)?;
-                return Err(Error::StartTimedOut {
-                    name: name.into(),
-                    secs: timeout.as_secs(),
-                });
-            }
-            if last_report.elapsed() >= Duration::from_secs(1) {
-                last_report = Instant::now();
-                progress(StartProgress {
-                    elapsed: started.elapsed(),
-                    console: crate::store::console_log::tail_lines(ws.path(), 1)
-                        .ok()
-                        .and_then(|mut l| l.pop()),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// Stops the workspace: the agent shuts the guest down; after `timeout`
-    /// the VM is torn down. Stopping a stopped or crashed workspace does
-    /// nothing.
-    pub async fn stop(&self, name: &str, timeout: Duration) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let meta = self.get(name)?;
-        let Some(rt) = meta.runtime.clone().filter(|_| meta.state.has_vmm()) else {
-            return Ok(meta);
-        };
-        let req = ControlRequest::Stop {
-            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-        };
-        let asked = control::call(&ws.control(), &req, Duration::from_secs(5));
-        if asked.is_err() {
-            // A VMM that cannot take requests is torn down.
-            return self.halt(name);
-        }
-        crate::pause_point::pause_point("stop:asked");
-        let deadline =
-            crate::host::settings::deadline_after(timeout.saturating_add(Duration::from_secs(10)));
-        // Until its last thread is gone it may still hold a published port.
-        while process::not_yet_gone(rt.pid, rt.pid_start) {
-            if Instant::now() > deadline {
-                return self.halt(name);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        self.settle(name, "stopped on request")
-    }
-
-    /// After the VMM is gone: records the end if it did not.
-    fn settle(&self, name: &str, reason: &str) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let (_lock, mut meta) = self.lock_existing(name)?;
-        if meta.state.has_vmm() {
-            // A VMM killed after its guest stopped did not leave its group.
-            crate::vmm_process::cgroup::remove_recorded(ws.path());
-            ws.record_exit(&mut meta, false, reason)?;
-        }
-        Ok(meta)
-    }
-
-    /// Tears the VM down at once (SIGKILL to its VMM). Guest writes not yet
-    /// on the disk are lost.
-    pub fn halt(&self, name: &str) -> Result<Meta> {
-        self.get(name)?;
-        let (_lock, _) = self.lock_existing(name)?;
-        self.halt_locked(name)
-    }
-
-    fn halt_locked(&self, name: &str) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let mut meta = ws.read_meta()?;
-        if !meta.state.has_vmm() {
-            return Ok(meta);
-        }
-        if let Some(rt) = &meta.runtime {
-            process::kill(rt.pid, rt.pid_start);
-            if !process::wait_gone(rt.pid, rt.pid_start, Duration::from_secs(10)) {
-                return Err(Error::Timeout(format!(
-                    "VMM process {} did not die after SIGKILL",
-                    rt.pid
-                )));
-            }
-        }
-        crate::vmm_process::cgroup::remove_recorded(ws.path());
-        ws.record_exit(&mut meta, false, "halted (VM torn down)")?;
-        Ok(meta)
-    }
-
-    /// Deletes a workspace and everything it has. A running one is refused
-    /// unless `options.force`, which halts it first.
-    pub fn delete(&self, name: &str, options: DeleteOptions) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        self.get(name)?;
-        let (lock, meta) = self.lock_existing(name)?;
-        meta.check_delete(options)?;
-        if meta.state.has_vmm() {
-            self.halt_locked(name)?;
-        }
-        crate::network::attach::remove_tap(&self.state, &meta.spec);
-        // Whatever group a killed VMM left behind goes with it.
-        crate::vmm_process::cgroup::remove_recorded(ws.path());
-        // Gone from every listing at once; a delete killed while removing
-        // leaves a directory the next listing sweeps.
-        let doomed = ws.path().with_file_name(format!(
-            "{}{name}-{}",
-            crate::store::DELETING_PREFIX,
-            std::process::id()
-        ));
-        std::fs::rename(ws.path(), &doomed)
-            .map_err(Error::host_io(format!("removing {}", ws.path().display())))?;
-        crate::pause_point::pause_point("delete:renamed");
-        std::fs::remove_dir_all(&doomed)
-            .map_err(Error::host_io(format!("removing {}", doomed.display())))?;
-        self.state.remove_lock(name, lock)?;
-        Ok(meta)
-    }
-
-    /// Sets the TTL (seconds from each start; from now if it is running),
-    /// or removes it.
-    pub fn set_ttl(&self, name: &str, ttl_secs: Option<u64>) -> Result<Meta> {
-        if let Some(ttl) = ttl_secs {
-            self.limits.check_ttl(ttl)?;
-        }
-        let ws = self.dir(name)?;
-        let meta = self.get(name)?;
-        if meta.state.has_vmm() {
-            let req = ControlRequest::SetTtl { ttl_secs };
-            match control::call(&ws.control(), &req, Duration::from_secs(5))? {
-                ControlResponse::Ok { .. } => {}
-                other => {
-                    return Err(Error::InvalidInput(format!(
-                        "unexpected answer from the VMM: {other:?}"
-                    )))
-                }
-            }
-        }
-        let (_lock, mut meta) = self.lock_existing(name)?;
-        meta.spec.ttl_secs = ttl_secs;
-        ws.write_meta(&meta)?;
-        Ok(meta)
-    }
-}
-
-impl Workspaces {
-    /// Extends the TTL by `by_secs`: a running workspace's deadline moves
-    /// that much later, and the TTL of later starts grows by as much (a
-    /// workspace without a TTL gets one of `by_secs`, from now if it runs).
-    pub fn extend_ttl(&self, name: &str, by_secs: u64) -> Result<Meta> {
-        if by_secs == 0 {
-            return Err(Error::InvalidInput("extend the TTL by at least 1 s".into()));
-        }
-        let meta = self.get(name)?;
-        let per_start = meta
-            .spec
-            .ttl_secs
-            .map_or(by_secs, |t| t.saturating_add(by_secs));
-        self.limits.check_ttl(per_start)?;
-        let deadline = meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms);
-        if !meta.state.has_vmm() {
-            return self.set_ttl(name, Some(per_start));
-        }
-        let left = deadline.map_or(0, |at| at.saturating_sub(now_ms()) / 1000);
-        let running = left.saturating_add(by_secs);
-        self.limits.check_ttl(running)?;
-        self.set_ttl(name, Some(running))?;
-        let ws = self.dir(name)?;
-        let (_lock, mut meta) = self.lock_existing(name)?;
-        meta.spec.ttl_secs = Some(per_start);
-        ws.write_meta(&meta)?;
-        Ok(meta)
-    }
 }
 
 /// True when the record expects a VMM that is no longer there.
-fn vmm_died(meta: &Meta) -> bool {
+pub(crate) fn vmm_died(meta: &Meta) -> bool {
     meta.state.has_vmm()
         && meta
             .runtime
@@ -754,5 +358,348 @@ pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
 }
 
 #[cfg(test)]
-#[path = "manager_tests.rs"]
-mod tests;
+mod tests {
+    // Life-cycle tests that need no KVM: a fake image, and fake VMM processes.
+
+    use super::*;
+    use std::time::Duration;
+
+    use crate::code::ErrorCode;
+    use crate::host::settings::{host_tool, now_ms};
+    use crate::images::registry::{KERNEL_FILE, ROOTFS_FILE};
+    use crate::store::spec::{DeleteOptions, Runtime};
+    use crate::store::workspace_dir::VMM_LOG;
+    use crate::vmm_process::guard::seccomp_violation;
+
+    struct Fixture {
+        root: PathBuf,
+        ws: Workspaces,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn fixture(test: &str, vmm_binary: &str) -> Fixture {
+        let root = PathBuf::from(format!("/tmp/ma-mgr-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let src = root.join("src");
+        crate::test_support::fake_image_files(&src);
+        assert!(src.join(KERNEL_FILE).exists() && src.join(ROOTFS_FILE).exists());
+        let state = StateDir::at(root.join("state")).unwrap();
+        let ws = Workspaces::new(state, None, PathBuf::from(vmm_binary));
+        ws.images().import_dir("fake", &src).unwrap();
+        Fixture { root, ws }
+    }
+
+    fn spec() -> WorkspaceSpec {
+        WorkspaceSpec {
+            image: "fake".into(),
+            disk_mib: 64,
+            ..WorkspaceSpec::default()
+        }
+    }
+
+    /// Whether mkfs.ext4 is here (else `test` is recorded as skipped).
+    fn have_mkfs(test: &str) -> bool {
+        crate::test_support::have_mkfs(test, host_tool("mkfs.ext4").is_some())
+    }
+
+    #[test]
+    fn create_list_inspect_delete() {
+        if !have_mkfs("create_list_inspect_delete") {
+            return;
+        }
+        let f = fixture("cycle", "/nonexistent");
+        let meta = f.ws.create("dev", spec()).unwrap();
+        assert_eq!(meta.state, State::Stopped);
+        assert_eq!(
+            f.ws.create("dev", spec()).unwrap_err().code(),
+            ErrorCode::Conflict
+        );
+        let info = f.ws.inspect("dev").unwrap();
+        assert!(info.dir.join("disk.ext4").exists());
+        assert_eq!(
+            std::fs::metadata(info.dir.join("disk.ext4")).unwrap().len(),
+            64 << 20
+        );
+        assert_eq!(f.ws.list(&ListFilter::default()).unwrap().len(), 1);
+        let only_running = ListFilter {
+            state: Some(State::Running),
+            ..ListFilter::default()
+        };
+        assert!(f.ws.list(&only_running).unwrap().is_empty());
+        assert_eq!(f.ws.image_users("fake").unwrap(), vec!["dev".to_string()]);
+        assert_eq!(
+            f.ws.remove_image("fake").unwrap_err().code(),
+            ErrorCode::Conflict
+        );
+        // Halting or stopping a stopped workspace changes nothing.
+        assert_eq!(f.ws.halt("dev").unwrap().state, State::Stopped);
+        f.ws.delete("dev", DeleteOptions::default()).unwrap();
+        let left: Vec<_> = std::fs::read_dir(f.ws.state_dir().root().join("workspaces"))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "delete removes the directory and the lock");
+        assert_eq!(f.ws.get("dev").unwrap_err().code(), ErrorCode::NotFound);
+        f.ws.remove_image("fake").unwrap();
+    }
+
+    #[test]
+    fn a_dead_vmm_is_recorded_as_crashed_once() {
+        if !have_mkfs("a_dead_vmm_is_recorded_as_crashed_once") {
+            return;
+        }
+        let f = fixture("crash", "/nonexistent");
+        f.ws.create("dev", spec()).unwrap();
+        let dir = f.ws.dir("dev").unwrap();
+        std::fs::write(dir.path().join("console.log"), "booting\nKernel says hi\n").unwrap();
+        // A process that ran and is gone stands for a VMM killed with -9.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let ticks = process::start_ticks(pid).unwrap_or(1);
+        child.wait().unwrap();
+        let mut meta = dir.read_meta().unwrap();
+        meta.state = State::Running;
+        meta.runtime = Some(Runtime {
+            pid,
+            pid_start: ticks,
+            started_at_ms: now_ms(),
+            ready_at_ms: Some(now_ms()),
+            ttl_deadline_ms: None,
+            start_kind: None,
+            launched_mono_ns: None,
+            vcpu_running_us: None,
+            protections: Vec::new(),
+            ready_us: None,
+        });
+        dir.write_meta(&meta).unwrap();
+        std::fs::write(dir.control(), b"").unwrap();
+
+        let seen = f.ws.get("dev").unwrap();
+        assert_eq!(seen.state, State::Crashed);
+        let exit = seen.last_exit.unwrap();
+        assert!(exit.reason.contains(&pid.to_string()));
+        assert_eq!(exit.console_tail, vec!["booting", "Kernel says hi"]);
+        assert!(
+            !dir.control().exists(),
+            "the dead VMM's sockets are removed"
+        );
+        assert_eq!(f.ws.get("dev").unwrap().state, State::Crashed);
+        let crashes = dir
+            .events()
+            .read_after(0)
+            .unwrap()
+            .into_iter()
+            .filter(|e| matches!(e.kind, EventKind::Crashed { .. }))
+            .count();
+        assert_eq!(crashes, 1, "recorded once, however often it is looked at");
+        let err = futures_exec(&f.ws);
+        assert_eq!(err.code(), ErrorCode::NotRunning);
+    }
+
+    fn futures_exec(ws: &Workspaces) -> Error {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(ws.exec_collect(
+            "dev",
+            crate::ExecRequest::argv(["true"]),
+            crate::ExecInput::None,
+        ))
+        .unwrap_err()
+    }
+
+    #[test]
+    fn a_start_whose_vmm_cannot_run_changes_nothing() {
+        if !have_mkfs("a_start_whose_vmm_cannot_run_changes_nothing") {
+            return;
+        }
+        let f = fixture("nostart", "/nonexistent/microagent");
+        f.ws.create("dev", spec()).unwrap();
+        let before = f.ws.get("dev").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt
+            .block_on(f.ws.start("dev", Duration::from_secs(5), |_| {}))
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Internal);
+        assert!(err.full_message().contains("/nonexistent/microagent"));
+        assert_eq!(f.ws.get("dev").unwrap(), before);
+        assert_eq!(
+            rt.block_on(f.ws.start("ghost", Duration::from_secs(5), |_| {}))
+                .unwrap_err()
+                .code(),
+            ErrorCode::NotFound
+        );
+    }
+
+    #[test]
+    fn concurrent_creates_of_one_name_make_one_workspace() {
+        if !have_mkfs("concurrent_creates_of_one_name_make_one_workspace") {
+            return;
+        }
+        let f = fixture("race", "/nonexistent");
+        let results: Vec<Result<Meta>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| f.ws.create("same", spec())))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+        for r in results.iter().filter_map(|r| r.as_ref().err()) {
+            assert_eq!(r.code(), ErrorCode::Conflict);
+        }
+        assert_eq!(f.ws.list(&ListFilter::default()).unwrap().len(), 1);
+        // Delete racing with deletes: one wins, the others find nothing.
+        let deleted: Vec<Result<Meta>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| f.ws.delete("same", DeleteOptions::default().force(true))))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(deleted.iter().filter(|r| r.is_ok()).count(), 1);
+        let left: Vec<_> = std::fs::read_dir(f.ws.state_dir().root().join("workspaces"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "losing deletes leave no lock file: {left:?}"
+        );
+    }
+
+    #[test]
+    fn a_damaged_record_does_not_hide_the_others() {
+        if !have_mkfs("a_damaged_record_does_not_hide_the_others") {
+            return;
+        }
+        let f = fixture("damaged", "/nonexistent");
+        f.ws.create("good", spec()).unwrap();
+        f.ws.create("bad", spec()).unwrap();
+        std::fs::write(f.ws.dir("bad").unwrap().meta_path(), b"{ torn").unwrap();
+        let names: Vec<String> =
+            f.ws.list(&ListFilter::default())
+                .unwrap()
+                .into_iter()
+                .map(|m| m.name)
+                .collect();
+        assert_eq!(names, vec!["good".to_string()]);
+        let err = f.ws.inspect("bad").unwrap_err();
+        assert!(
+            err.full_message().contains("damaged"),
+            "{}",
+            err.full_message()
+        );
+    }
+
+    #[test]
+    fn waiting_for_events_returns_new_ones_or_times_out() {
+        if !have_mkfs("waiting_for_events_returns_new_ones_or_times_out") {
+            return;
+        }
+        let f = fixture("events-wait", "/nonexistent");
+        f.ws.create("dev", spec()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let last = rt
+            .block_on(f.ws.events("dev", 0, Duration::ZERO))
+            .unwrap()
+            .last()
+            .map_or(0, |e| e.seq);
+        let start = std::time::Instant::now();
+        let none = rt
+            .block_on(f.ws.events("dev", last, Duration::from_millis(300)))
+            .unwrap();
+        assert!(none.is_empty());
+        assert!(start.elapsed() >= Duration::from_millis(300));
+        let writer = f.ws.dir("dev").unwrap().events();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            writer.append(EventKind::TtlExpired).unwrap();
+        });
+        let got = rt
+            .block_on(f.ws.events("dev", last, Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(got[0].kind, EventKind::TtlExpired);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn extending_a_stopped_workspaces_ttl_adds_to_it() {
+        if !have_mkfs("extending_a_stopped_workspaces_ttl_adds_to_it") {
+            return;
+        }
+        let f = fixture("ttlext", "/nonexistent");
+        f.ws.create("dev", spec()).unwrap();
+        // No TTL yet: the extension becomes it.
+        assert_eq!(
+            f.ws.extend_ttl("dev", 1800).unwrap().spec.ttl_secs,
+            Some(1800)
+        );
+        assert_eq!(
+            f.ws.extend_ttl("dev", 3600).unwrap().spec.ttl_secs,
+            Some(5400)
+        );
+        let max = crate::store::spec::LIMITS.max_ttl_secs;
+        let err = f.ws.extend_ttl("dev", max).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidInput, "{err}");
+        assert_eq!(
+            f.ws.extend_ttl("dev", 0).unwrap_err().code(),
+            ErrorCode::InvalidInput
+        );
+        assert_eq!(
+            f.ws.get("dev").unwrap().spec.ttl_secs,
+            Some(5400),
+            "refusals change nothing"
+        );
+        assert_eq!(
+            f.ws.extend_ttl("ghost", 60).unwrap_err().code(),
+            ErrorCode::NotFound
+        );
+    }
+
+    #[test]
+    fn a_seccomp_kill_is_named_from_the_vmm_log() {
+        let f = fixture("seccomp", "/nonexistent-vmm");
+        f.ws.create("dev", spec()).unwrap();
+        let ws = f.ws.dir("dev").unwrap();
+        assert_eq!(seccomp_violation(&ws), None, "no log yet");
+        let log = format!(
+            "INFO machine built\n{} the devices thread made syscall 59, outside its filter\n",
+            vmm_core::seccomp::VIOLATION_PREFIX
+        );
+        std::fs::write(ws.path().join(VMM_LOG), log).unwrap();
+        assert_eq!(
+            seccomp_violation(&ws).as_deref(),
+            Some("the devices thread made syscall 59, outside its filter")
+        );
+    }
+
+    #[test]
+    fn a_snapshot_take_or_delete_killed_half_way_is_swept_by_the_next_listing() {
+        let f = fixture("snapsweep", "/nonexistent/vmm");
+        let dir = f.ws.state_dir().root().join(crate::store::SNAPSHOTS_DIR);
+        let dead = [
+            format!(".s1.{}.tmp", u32::MAX),
+            format!(".s2.{}.rm", u32::MAX),
+        ];
+        let live = format!(".s3.{}.tmp", std::process::id());
+        for name in dead.iter().chain([&live]) {
+            std::fs::create_dir_all(dir.join(name)).unwrap();
+        }
+        assert!(f.ws.snapshot_list(None).unwrap().is_empty());
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, [live]);
+    }
+}

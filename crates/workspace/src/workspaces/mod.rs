@@ -8,6 +8,7 @@ pub(crate) mod contract;
 pub(crate) mod handle;
 pub(crate) mod image_build;
 pub(crate) mod kernel_install;
+pub(crate) mod lifecycle;
 pub(crate) mod manager;
 pub(crate) mod one_shot;
 pub(crate) mod ports;

@@ -9,7 +9,8 @@ use std::future::Future;
 use crate::error::{Error, Result};
 use crate::host::settings::unique_id;
 use crate::store::spec::WorkspaceSpec;
-use crate::workspaces::manager::{Workspaces, DEFAULT_STOP_TIMEOUT};
+use crate::workspaces::lifecycle::DEFAULT_STOP_TIMEOUT;
+use crate::workspaces::manager::Workspaces;
 
 /// What becomes of a one-shot workspace afterwards.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,411 @@
+//! The life cycle of a workspace with a VMM: start (warm, cold or
+//! restored), stop, halt, delete, and its TTL.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::host::settings::now_ms;
+use crate::remedy::Remedy;
+use crate::store::process;
+use crate::store::spec::{DeleteOptions, Meta, Runtime, StartKind};
+use crate::store::state::State;
+use crate::store::workspace_dir::VMM_LOG;
+use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::vmm::launch::VmmLaunch;
+use crate::workspaces::manager::Workspaces;
+
+/// Default time `start` waits for the agent.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default grace period of `stop` before the VM is torn down.
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How one start launches the VMM.
+#[derive(Clone, Debug)]
+pub(crate) struct Boot {
+    /// Cold, warm or from a snapshot.
+    pub kind: StartKind,
+    /// The snapshot directory to restore, if not booting.
+    pub restore: Option<PathBuf>,
+    /// Where the VMM keeps a warm snapshot once the agent answers.
+    pub keep_warm: Option<PathBuf>,
+}
+
+/// What `start` reports while it waits.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StartProgress {
+    /// Time since the start request.
+    pub elapsed: Duration,
+    /// The newest console line.
+    pub console: Option<String>,
+}
+
+impl Workspaces {
+    /// Starts the workspace's VMM and waits (at most `timeout`) for the
+    /// agent, reporting progress about once a second. A workspace never
+    /// started before resumes its image's warm snapshot when there is a
+    /// usable one (no boot), and otherwise boots and keeps one.
+    pub async fn start(
+        &self,
+        name: &str,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        self.start_maybe_warm(name, timeout, progress, false).await
+    }
+
+    /// [`Workspaces::start`] that always boots the kernel (no warm snapshot
+    /// is used or kept).
+    pub async fn start_cold(
+        &self,
+        name: &str,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        self.start_maybe_warm(name, timeout, progress, true).await
+    }
+
+    /// [`Workspaces::start`], restoring the snapshot in `restore` (whose
+    /// writable disk the workspace's disk is a copy of) instead of booting.
+    pub(crate) async fn start_from(
+        &self,
+        name: &str,
+        timeout: Duration,
+        mut progress: impl FnMut(StartProgress) + Send,
+        restore: Option<&Path>,
+    ) -> Result<Meta> {
+        let started = Instant::now();
+        self.launch_vmm(name, |_| {
+            Ok(Boot {
+                kind: match restore {
+                    None => StartKind::Cold,
+                    Some(_) => StartKind::Snapshot,
+                },
+                restore: restore.map(Path::to_path_buf),
+                keep_warm: None,
+            })
+        })?;
+        self.wait_running(name, started, timeout, &mut progress)
+            .await
+    }
+
+    /// Checks that `name` can start and launches its VMM process as `boot`
+    /// (decided under the workspace's lock from its record) says.
+    pub(crate) fn launch_vmm(
+        &self,
+        name: &str,
+        boot: impl FnOnce(&Meta) -> Result<Boot>,
+    ) -> Result<Boot> {
+        let ws = self.dir(name)?;
+        self.get(name)?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
+        match meta.state {
+            State::Stopped | State::Crashed => {}
+            State::Running => {
+                return Err(Error::WrongState {
+                    name: name.into(),
+                    state: meta.state,
+                    why: "it is already running",
+                    remedy: None,
+                })
+            }
+            state => {
+                return Err(Error::WrongState {
+                    name: name.into(),
+                    state,
+                    why: "it is between states",
+                    remedy: Some(Remedy::WaitOrHalt {
+                        workspace: name.into(),
+                    }),
+                })
+            }
+        }
+        self.images.get(&meta.spec.image)?;
+        crate::network::attach::preflight(&self.state, &meta.spec)?;
+        // Held until this start is recorded as starting: two starts at
+        // once cannot both take the budget's last place.
+        let _budget = crate::host::budget::BudgetLock::take(self.state.root())?;
+        self.check_budget_start(name, meta.spec.mem_mib)?;
+        let boot = boot(&meta)?;
+        let log = std::fs::File::create(ws.path().join(VMM_LOG))
+            .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
+        let mut launch = VmmLaunch::new(
+            &self.vmm_binary,
+            self.state.root(),
+            name,
+            self.images.kernel_variant(),
+        );
+        if let Some(dir) = &boot.restore {
+            launch = launch.restoring(dir);
+        }
+        if let Some(dir) = &boot.keep_warm {
+            launch = launch.keeping_warm(dir);
+        }
+        launch = launch.with_ticket(&ws.issue_launch_ticket()?);
+        let mut cmd = launch.command();
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        // No pre_exec step (the VMM leaves this session itself), so the
+        // standard library spawns with posix_spawn, not a fork of this
+        // process: a restore's launch is part of its time to running.
+        meta.state = meta.state.become_(State::Starting)?;
+        meta.pristine = false;
+        let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
+        let child = cmd.spawn().map_err(Error::host_io(format!(
+            "starting the VMM process {}",
+            self.vmm_binary.display()
+        )))?;
+        let pid = child.id();
+        // Reaped by a thread, so a long-lived caller collects no zombies.
+        std::thread::spawn(move || {
+            let mut child = child;
+            let _ = child.wait();
+        });
+        let Some(pid_start) = process::start_ticks(pid) else {
+            return Err(Error::StartFailed {
+                name: name.into(),
+                reason: format!(
+                    "the VMM process exited at once; see {}",
+                    ws.path().join(VMM_LOG).display()
+                ),
+            });
+        };
+        let now = now_ms();
+        meta.runtime = Some(Runtime {
+            pid,
+            pid_start,
+            started_at_ms: now,
+            ready_at_ms: None,
+            ttl_deadline_ms: meta.spec.ttl_secs.map(|s| now + s * 1000),
+            start_kind: Some(boot.kind),
+            launched_mono_ns: Some(launched_mono_ns),
+            vcpu_running_us: None,
+            protections: Vec::new(),
+            ready_us: None,
+        });
+        if let Err(e) = ws.write_meta(&meta) {
+            process::kill(pid, pid_start);
+            return Err(e.into());
+        }
+        Ok(boot)
+    }
+
+    /// Runs a synchronous (file-locking, possibly slow) call off the async
+    /// runtime when there is one.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Workspaces) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let ws = self.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle
+                .spawn_blocking(move || f(&ws))
+                .await
+                .map_err(|e| Error::BlockingStep(e.to_string()))?,
+            Err(_) => f(&ws),
+        }
+    }
+
+    /// Waits (until `timeout` after `started`) for a launched workspace to
+    /// run, reporting progress about once a second; halts it on timeout.
+    pub(crate) async fn wait_running(
+        &self,
+        name: &str,
+        started: Instant,
+        timeout: Duration,
+        progress: &mut (impl FnMut(StartProgress) + Send),
+    ) -> Result<Meta> {
+        crate::pause_point::pause_point("start:waiting");
+        let ws = self.dir(name)?;
+        let mut last_report = Instant::now();
+        loop {
+            let meta = self.get(name)?;
+            match meta.state {
+                State::Running => return Ok(meta),
+                State::Starting => {}
+                _ => {
+                    let reason = meta
+                        .last_exit
+                        .as_ref()
+                        .map_or_else(|| format!("it is {}", meta.state), |e| e.reason.clone());
+                    return Err(Error::StartFailed {
+                        name: name.into(),
+                        reason,
+                    });
+                }
+            }
+            if started.elapsed() > timeout {
+                self.halt(name)?;
+                return Err(Error::StartTimedOut {
+                    name: name.into(),
+                    secs: timeout.as_secs(),
+                });
+            }
+            if last_report.elapsed() >= Duration::from_secs(1) {
+                last_report = Instant::now();
+                progress(StartProgress {
+                    elapsed: started.elapsed(),
+                    console: crate::store::console_log::tail_lines(ws.path(), 1)
+                        .ok()
+                        .and_then(|mut l| l.pop()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops the workspace: the agent shuts the guest down; after `timeout`
+    /// the VM is torn down. Stopping a stopped or crashed workspace does
+    /// nothing.
+    pub async fn stop(&self, name: &str, timeout: Duration) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        let meta = self.get(name)?;
+        let Some(rt) = meta.runtime.clone().filter(|_| meta.state.has_vmm()) else {
+            return Ok(meta);
+        };
+        let req = ControlRequest::Stop {
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let asked = control::call(&ws.control(), &req, Duration::from_secs(5));
+        if asked.is_err() {
+            // A VMM that cannot take requests is torn down.
+            return self.halt(name);
+        }
+        crate::pause_point::pause_point("stop:asked");
+        let deadline =
+            crate::host::settings::deadline_after(timeout.saturating_add(Duration::from_secs(10)));
+        // Until its last thread is gone it may still hold a published port.
+        while process::not_yet_gone(rt.pid, rt.pid_start) {
+            if Instant::now() > deadline {
+                return self.halt(name);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.settle(name, "stopped on request")
+    }
+
+    /// After the VMM is gone: records the end if it did not.
+    fn settle(&self, name: &str, reason: &str) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
+        if meta.state.has_vmm() {
+            // A VMM killed after its guest stopped did not leave its group.
+            crate::vmm_process::cgroup::remove_recorded(ws.path());
+            ws.record_exit(&mut meta, false, reason)?;
+        }
+        Ok(meta)
+    }
+
+    /// Tears the VM down at once (SIGKILL to its VMM). Guest writes not yet
+    /// on the disk are lost.
+    pub fn halt(&self, name: &str) -> Result<Meta> {
+        self.get(name)?;
+        let (_lock, _) = self.lock_existing(name)?;
+        self.halt_locked(name)
+    }
+
+    fn halt_locked(&self, name: &str) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        let mut meta = ws.read_meta()?;
+        if !meta.state.has_vmm() {
+            return Ok(meta);
+        }
+        if let Some(rt) = &meta.runtime {
+            process::kill(rt.pid, rt.pid_start);
+            if !process::wait_gone(rt.pid, rt.pid_start, Duration::from_secs(10)) {
+                return Err(Error::Timeout(format!(
+                    "VMM process {} did not die after SIGKILL",
+                    rt.pid
+                )));
+            }
+        }
+        crate::vmm_process::cgroup::remove_recorded(ws.path());
+        ws.record_exit(&mut meta, false, "halted (VM torn down)")?;
+        Ok(meta)
+    }
+
+    /// Deletes a workspace and everything it has. A running one is refused
+    /// unless `options.force`, which halts it first.
+    pub fn delete(&self, name: &str, options: DeleteOptions) -> Result<Meta> {
+        let ws = self.dir(name)?;
+        self.get(name)?;
+        let (lock, meta) = self.lock_existing(name)?;
+        meta.check_delete(options)?;
+        if meta.state.has_vmm() {
+            self.halt_locked(name)?;
+        }
+        crate::network::attach::remove_tap(&self.state, &meta.spec);
+        // Whatever group a killed VMM left behind goes with it.
+        crate::vmm_process::cgroup::remove_recorded(ws.path());
+        // Gone from every listing at once; a delete killed while removing
+        // leaves a directory the next listing sweeps.
+        let doomed = ws.path().with_file_name(format!(
+            "{}{name}-{}",
+            crate::store::DELETING_PREFIX,
+            std::process::id()
+        ));
+        std::fs::rename(ws.path(), &doomed)
+            .map_err(Error::host_io(format!("removing {}", ws.path().display())))?;
+        crate::pause_point::pause_point("delete:renamed");
+        std::fs::remove_dir_all(&doomed)
+            .map_err(Error::host_io(format!("removing {}", doomed.display())))?;
+        self.state.remove_lock(name, lock)?;
+        Ok(meta)
+    }
+
+    /// Sets the TTL (seconds from each start; from now if it is running),
+    /// or removes it.
+    pub fn set_ttl(&self, name: &str, ttl_secs: Option<u64>) -> Result<Meta> {
+        if let Some(ttl) = ttl_secs {
+            self.limits.check_ttl(ttl)?;
+        }
+        let ws = self.dir(name)?;
+        let meta = self.get(name)?;
+        if meta.state.has_vmm() {
+            let req = ControlRequest::SetTtl { ttl_secs };
+            match control::call(&ws.control(), &req, Duration::from_secs(5))? {
+                ControlResponse::Ok { .. } => {}
+                other => {
+                    return Err(Error::InvalidInput(format!(
+                        "unexpected answer from the VMM: {other:?}"
+                    )))
+                }
+            }
+        }
+        let (_lock, mut meta) = self.lock_existing(name)?;
+        meta.spec.ttl_secs = ttl_secs;
+        ws.write_meta(&meta)?;
+        Ok(meta)
+    }
+}
+
+impl Workspaces {
+    /// Extends the TTL by `by_secs`: a running workspace's deadline moves
+    /// that much later, and the TTL of later starts grows by as much (a
+    /// workspace without a TTL gets one of `by_secs`, from now if it runs).
+    pub fn extend_ttl(&self, name: &str, by_secs: u64) -> Result<Meta> {
+        if by_secs == 0 {
+            return Err(Error::InvalidInput("extend the TTL by at least 1 s".into()));
+        }
+        let meta = self.get(name)?;
+        let per_start = meta
+            .spec
+            .ttl_secs
+            .map_or(by_secs, |t| t.saturating_add(by_secs));
+        self.limits.check_ttl(per_start)?;
+        let deadline = meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms);
+        if !meta.state.has_vmm() {
+            return self.set_ttl(name, Some(per_start));
+        }
+        let left = deadline.map_or(0, |at| at.saturating_sub(now_ms()) / 1000);
+        let running = left.saturating_add(by_secs);
+        self.limits.check_ttl(running)?;
+        self.set_ttl(name, Some(running))?;
+        let ws = self.dir(name)?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
+        meta.spec.ttl_secs = Some(per_start);
+        ws.write_meta(&meta)?;
+        Ok(meta)
+    }
+}
