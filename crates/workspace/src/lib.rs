@@ -28,7 +28,10 @@ pub mod guest;
 pub mod host;
 pub mod images;
 pub mod network;
+#[cfg(feature = "test-hooks")]
 pub mod pause_point;
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) mod pause_point;
 pub(crate) mod remedy;
 pub(crate) mod snapshots;
 pub(crate) mod store;

@@ -10,6 +10,7 @@
 pub mod blk;
 pub mod fuzz;
 pub mod mmio;
+mod mmio_state;
 pub mod net;
 pub mod vsock;
 
