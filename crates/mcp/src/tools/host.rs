@@ -15,12 +15,7 @@ use crate::schema::host::*;
 use crate::MicroagentServer;
 
 /// The newest step a long host change reported, for progress messages.
-fn step_tracker(
-    first: &str,
-) -> (
-    Arc<Mutex<String>>,
-    workspace::host::kernel_install::ProgressFn,
-) {
+fn step_tracker(first: &str) -> (Arc<Mutex<String>>, workspace::host::plan::ProgressFn) {
     let status = Arc::new(Mutex::new(first.to_owned()));
     let latest = status.clone();
     let progress = Arc::new(move |step: &str| {

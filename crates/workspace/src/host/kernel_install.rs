@@ -6,7 +6,6 @@
 //! plan's token it is applied.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -87,9 +86,6 @@ pub struct KernelInstall {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
-
-/// Where the progress of a long install goes (a step, a count).
-pub type ProgressFn = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// What a source build depends on in this host's packages.
 #[derive(Clone, Debug, Default)]

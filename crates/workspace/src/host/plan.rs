@@ -19,6 +19,10 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// Where the progress of a long host change goes (the current step, a
+/// count): setup, kernel installs and image builds report through it.
+pub type ProgressFn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
 /// How long a preview's token can be confirmed.
 pub const TOKEN_TTL_MS: u64 = 5 * 60 * 1000;
 /// The key that signs tokens, in the state directory.

@@ -6,19 +6,15 @@
 //! already is left as it is.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::error::Result;
 use crate::host::kernel_install::{source_plan, SourceHost};
-use crate::host::plan::{Confirmer, Plan, Preview};
+use crate::host::plan::{Confirmer, Plan, Preview, ProgressFn};
 use crate::host::settings::now_ms;
 use crate::images::build::{debian, minimal, ImageBuildError};
 use crate::workspaces::manager::Workspaces;
-
-/// Where the progress of setup goes (the current step).
-pub type ProgressFn = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// What the `debian` image has beyond minbase (as `cargo xtask rootfs
 /// debian` builds it).

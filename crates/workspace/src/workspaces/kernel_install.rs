@@ -10,9 +10,10 @@ use crate::error::{Error, Result};
 use crate::host::assets;
 use crate::host::kernel_build;
 use crate::host::kernel_install::{
-    file_dir, file_plan, source_plan, KernelInstall, KernelInstallError, KernelSource, ProgressFn,
-    SourceHost, CHECK_BOOT_TIMEOUT, CHECK_IMAGE,
+    file_dir, file_plan, source_plan, KernelInstall, KernelInstallError, KernelSource, SourceHost,
+    CHECK_BOOT_TIMEOUT, CHECK_IMAGE,
 };
+use crate::host::plan::ProgressFn;
 use crate::host::plan::{Confirmer, Preview};
 use crate::host::settings::{now_ms, unique_id};
 use crate::workspaces::manager::Workspaces;

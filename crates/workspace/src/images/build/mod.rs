@@ -10,15 +10,11 @@ pub mod debian;
 pub mod minimal;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::host::plan::{Plan, Preview};
 use crate::images::registry::ImageInfo;
-
-/// Where the progress of a build goes (the current step).
-pub type ProgressFn = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Why an image was not built.
 #[derive(Debug, thiserror::Error)]

@@ -5,11 +5,10 @@
 mod steps;
 
 use crate::error::Result;
+use crate::host::plan::ProgressFn;
 use crate::host::plan::{Confirmer, Preview};
 use crate::host::settings::now_ms;
-use crate::images::build::{
-    build_plan, check, debian, BuildBase, ImageBuild, ImageBuildRequest, ProgressFn,
-};
+use crate::images::build::{build_plan, check, debian, BuildBase, ImageBuild, ImageBuildRequest};
 use crate::workspaces::manager::Workspaces;
 
 impl Workspaces {

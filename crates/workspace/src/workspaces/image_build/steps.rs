@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::host::plan::Plan;
+use crate::host::plan::ProgressFn;
 use crate::host::settings::unique_id;
-use crate::images::build::{
-    debian, guest_commands, BuildBase, ImageBuildError, ImageBuildRequest, ProgressFn,
-};
+use crate::images::build::{debian, guest_commands, BuildBase, ImageBuildError, ImageBuildRequest};
 use crate::images::registry::ImageInfo;
 use crate::workspaces::manager::Workspaces;
 use crate::{ExecInput, ExecRequest, OneShot, WorkspaceSpec};
