@@ -1,6 +1,7 @@
-//! Workspace life cycle: create, start, stop, halt, delete, list, inspect,
-//! TTL changes, and crash detection. Every change to a workspace happens
-//! under its lock; the running VMM process records its own state changes.
+//! The collection of workspaces: how it is made, create, get (with crash
+//! detection), list, inspect, and the images workspaces use; the life
+//! cycle is in `lifecycle`. Every change to a workspace happens under its
+//! lock; the running VMM process records its own state changes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
