@@ -58,6 +58,9 @@ pub struct CopyPlan {
     /// What it does, as a sentence without "would" or "did" ("copy host
     /// file ... to dev:/x, replacing ...").
     pub action: String,
+    /// The guest side's metadata, read while planning a copy out (so the
+    /// copy does not ask the agent again).
+    guest_stat: Option<FileStat>,
 }
 
 impl CopyPlan {
@@ -226,6 +229,7 @@ impl Workspaces {
             host_path: host_path.to_owned(),
             guest_path: guest_path.to_owned(),
             kind,
+            guest_stat: None,
         })
     }
 
@@ -294,6 +298,7 @@ impl Workspaces {
             host_path: host_path.to_owned(),
             guest_path: guest_path.to_owned(),
             kind,
+            guest_stat: Some(stat),
         })
     }
 
@@ -304,10 +309,16 @@ impl Workspaces {
                 self.copy_in(&plan.workspace, &plan.host_path, &plan.guest_path)
                     .await
             }
-            CopyDirection::Out => {
-                self.copy_out(&plan.workspace, &plan.guest_path, &plan.host_path)
-                    .await
-            }
+            CopyDirection::Out => match &plan.guest_stat {
+                Some(stat) => {
+                    self.copy_out_of(&plan.workspace, &plan.guest_path, stat, &plan.host_path)
+                        .await
+                }
+                None => {
+                    self.copy_out(&plan.workspace, &plan.guest_path, &plan.host_path)
+                        .await
+                }
+            },
         }
     }
 }
@@ -332,6 +343,7 @@ mod tests {
             guest_path: "/x".into(),
             kind,
             action: String::new(),
+            guest_stat: None,
         };
         assert_eq!(plan(CopyDirection::In, CopyKind::Dir).unit(), "entries");
         assert_eq!(plan(CopyDirection::In, CopyKind::File).unit(), "bytes");

@@ -192,6 +192,18 @@ impl Workspaces {
     pub async fn copy_out(&self, name: &str, guest_path: &str, host_path: &Path) -> Result<u64> {
         check_guest_path(guest_path)?;
         let stat = self.stat(name, guest_path).await?;
+        self.copy_out_of(name, guest_path, &stat, host_path).await
+    }
+
+    /// [`Workspaces::copy_out`] of a guest path whose `stat` the caller
+    /// already has (a planned copy does not ask the agent twice).
+    pub(crate) async fn copy_out_of(
+        &self,
+        name: &str,
+        guest_path: &str,
+        stat: &FileStat,
+        host_path: &Path,
+    ) -> Result<u64> {
         match stat.kind {
             FileKind::Dir => {
                 if std::fs::symlink_metadata(host_path).is_ok_and(|m| !m.is_dir()) {
