@@ -406,8 +406,12 @@ fn terminal_sessions(cli: &CliHome) {
     std::thread::sleep(Duration::from_secs(1));
     term.type_text("stty size\n");
     term.wait_for("40 120", Duration::from_secs(60));
-    term.type_text("sleep 100 && echo after-$((1+1))\n");
-    std::thread::sleep(Duration::from_secs(3));
+    // Ctrl-C goes once the command runs: typed while the shell still reads
+    // its line (raw mode, which a busy host stretches to seconds), it would
+    // be a plain byte, not an interrupt.
+    term.type_text("echo started-$((1+2)); sleep 100 && echo after-$((1+1))\n");
+    term.wait_for("started-3", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(1));
     term.type_text("\x03");
     term.type_text("echo alive-$((2+3))\n");
     term.wait_for("alive-5", Duration::from_secs(60));
