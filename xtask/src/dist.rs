@@ -74,7 +74,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
     let vmm = cache::StaticBuild::new("vmm-target")?;
     eprintln!("xtask: building {VMM_BINARY} (static, LTO, size-optimised)");
     crate::sh::run(
-        vmm.command(PACKAGE)
+        vmm.command(VMM_BINARY)
             .args(["--quiet", "--bin", VMM_BINARY])
             .env("CARGO_PROFILE_RELEASE_LTO", "fat")
             .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")

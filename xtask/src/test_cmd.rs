@@ -40,7 +40,7 @@ fn add_result_line(line: &str, counts: &mut Counts) -> bool {
 
 /// The features tests build with: the test hooks (pause points) the kill
 /// -9 suite needs, which shipped builds never have.
-const TEST_FEATURES: &str = "microagent/test-hooks";
+const TEST_FEATURES: &str = "microagent/test-hooks,microagent-vmm/test-hooks";
 
 /// How long `cargo xtask test` fuzzes the virtio queues.
 const FUZZ_SECONDS: u64 = 20;

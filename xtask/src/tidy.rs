@@ -214,6 +214,48 @@ mod tests {
         );
     }
 
+    /// The VMM process carries only the VMM: the `microagent-vmm` package's
+    /// normal dependencies have no async runtime, command-line parser or
+    /// MCP server (each would sit in every running workspace's memory).
+    #[test]
+    fn the_vmm_package_has_no_front_end_dependencies() {
+        let out = std::process::Command::new(env!("CARGO"))
+            .args([
+                "tree",
+                "--offline",
+                "-p",
+                "microagent-vmm",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--format",
+                "{p}",
+            ])
+            .current_dir(repo_root())
+            .output()
+            .expect("running cargo tree");
+        assert!(
+            out.status.success(),
+            "cargo tree: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tree = String::from_utf8_lossy(&out.stdout);
+        assert!(tree.contains("vmm-core"), "{tree}");
+        let banned: Vec<&str> = tree
+            .lines()
+            .filter(|l| {
+                let name = l.split_whitespace().next().unwrap_or("");
+                ["tokio", "clap", "rmcp", "oci-client"].contains(&name)
+            })
+            .collect();
+        assert!(
+            banned.is_empty(),
+            "microagent-vmm depends on {banned:?}; keep crates/vmm-host on the \
+             `workspace` crate without its `client` feature"
+        );
+    }
+
     /// A library crate is folders of concerns: no level of its `src` holds
     /// more than this many source files.
     const MAX_FILES_PER_FOLDER: usize = 15;

@@ -174,13 +174,8 @@ fn contract_and_help_are_available_without_kvm() {
 /// launch the workspace did not expect changes nothing.
 #[test]
 fn the_vmm_program_understands_the_library_launch_and_nothing_else() {
-    let vmm = env!("CARGO_BIN_EXE_microagent-vmm");
-    assert_eq!(
-        std::path::Path::new(vmm).parent(),
-        std::path::Path::new(env!("CARGO_BIN_EXE_microagent")).parent(),
-        "installed beside microagent, where the CLI looks for it"
-    );
-    let usage = std::process::Command::new(vmm).output().unwrap();
+    let vmm = testkit::vmm_program_beside(std::path::Path::new(env!("CARGO_BIN_EXE_microagent")));
+    let usage = std::process::Command::new(&vmm).output().unwrap();
     assert_eq!(usage.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&usage.stderr)
         .contains("--home DIR --kernel VARIANT [--restore DIR] NAME"));
@@ -194,7 +189,7 @@ fn the_vmm_program_understands_the_library_launch_and_nothing_else() {
     assert!(cmd.output().unwrap().status.success());
     let before = cli.snapshot();
     let launch = workspace::vmm::launch::VmmLaunch::new(
-        std::path::Path::new(vmm),
+        &vmm,
         cli.home(),
         "dev",
         workspace::KernelVariant::Standard,

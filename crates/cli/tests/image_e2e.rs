@@ -569,6 +569,6 @@ fn check_cgroup(cli: &testkit::cli::CliHome, name: &str) {
     ))
     .unwrap();
     let mem_mib = inspected["spec"]["mem_mib"].as_u64().unwrap();
-    let want = (mem_mib + workspace::vmm_process::cgroup::MEMORY_OVERHEAD_MIB) << 20;
+    let want = (mem_mib + workspace::host::cgroup::MEMORY_OVERHEAD_MIB) << 20;
     assert_eq!(limit.trim(), want.to_string());
 }

@@ -406,9 +406,8 @@ fn terminal_sessions(cli: &CliHome) {
     std::thread::sleep(Duration::from_secs(1));
     term.type_text("stty size\n");
     term.wait_for("40 120", Duration::from_secs(60));
-    // Ctrl-C goes once the command runs: typed while the shell still reads
-    // its line (raw mode, which a busy host stretches to seconds), it would
-    // be a plain byte, not an interrupt.
+    // Ctrl-C once the command runs: while the shell still reads its line (raw
+    // mode; seconds on a busy host) it would be a plain byte.
     term.type_text("echo started-$((1+2)); sleep 100 && echo after-$((1+1))\n");
     term.wait_for("started-3", Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(1));

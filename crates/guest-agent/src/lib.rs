@@ -6,7 +6,8 @@
 //!   blocking read/write functions;
 //! - [`protocol`]: the JSON messages, limits and error codes of version 1;
 //! - [`users`]: user names (`node`, `1000:50`) resolved against /etc/passwd;
-//! - `client` (cargo feature `client`): [`GuestAgentClient`], an async tokio
+//! - `client`: with cargo feature `blocking-client` a blocking client on std
+//!   sockets (for the VMM process); with `client` also [`GuestAgentClient`], an async tokio
 //!   client over any `AsyncRead + AsyncWrite` stream, with
 //!   [`connect_unix`] and [`connect_hybrid_vsock`] to open one.
 //!
@@ -17,7 +18,7 @@ pub mod pipe;
 pub mod protocol;
 pub mod users;
 
-#[cfg(feature = "client")]
+#[cfg(feature = "blocking-client")]
 pub mod client;
 
 /// A hostile agent for the host side's tests.
@@ -26,9 +27,11 @@ pub mod fake;
 
 #[cfg(feature = "client")]
 pub use client::{
-    connect_hybrid_vsock, connect_unix, AgentEndpoint, AgentHello, ClientError, ExecEvent,
-    ExecInput, ExecOutcome, ExecOutput, FileHeader, GuestAgentClient, ProcessRead, TerminalInput,
+    connect_hybrid_vsock, connect_unix, AgentEndpoint, ExecEvent, ExecInput, ExecOutcome,
+    ExecOutput, FileHeader, GuestAgentClient, ProcessRead, TerminalInput,
 };
+#[cfg(feature = "blocking-client")]
+pub use client::{AgentHello, ClientError};
 pub use frame::{Frame, FrameError, FrameKind};
 pub use protocol::{
     DirEntry, DiskUsage, ErrorCode, ExecCall, Exited, FileKind, FileStat, PtySize, Request,

@@ -73,8 +73,10 @@ impl CliHome {
         let home = PathBuf::from(format!("/tmp/ma-{short}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&home);
         std::fs::create_dir_all(&home).expect("creating the test state directory");
+        let bin = bin.into();
+        vmm_program_beside(&bin);
         Self {
-            bin: bin.into(),
+            bin,
             home,
             netns: None,
             env: Vec::new(),
@@ -283,4 +285,17 @@ impl Drop for CliHome {
         }
         let _ = std::fs::remove_dir_all(&self.home);
     }
+}
+
+/// The VMM program `microagent` runs, beside it: built by the
+/// `microagent-vmm` package, which `cargo test -p microagent` alone does not
+/// build (`cargo xtask test` and `cargo test --workspace` do).
+pub fn vmm_program_beside(bin: &Path) -> PathBuf {
+    let vmm = bin.with_file_name("microagent-vmm");
+    assert!(
+        vmm.exists(),
+        "{} is missing: build it first with `cargo build -p microagent-vmm` (add `--features test-hooks` for the kill -9 suite), or run the tests with `cargo xtask test`",
+        vmm.display()
+    );
+    vmm
 }

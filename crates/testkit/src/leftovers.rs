@@ -59,11 +59,11 @@ pub fn files_of(dir: &Path) -> Vec<String> {
 /// The cgroups (under every v1 controller) of the workspaces of the state
 /// directory `home`: their names end in the same hash of it.
 pub fn cgroups_of(home: &Path) -> Vec<String> {
-    let group = workspace::vmm_process::cgroup::group_id(home, "any");
+    let group = workspace::host::cgroup::group_id(home, "any");
     let suffix = format!("-{}", group.rsplit('-').next().unwrap_or_default());
     let mut groups = Vec::new();
     for controller in ["memory", "cpu", "pids"] {
-        let root = Path::new(workspace::vmm_process::cgroup::CGROUP_ROOT).join(controller);
+        let root = Path::new(workspace::host::cgroup::CGROUP_ROOT).join(controller);
         find_groups(&root, &suffix, &mut groups, 6);
     }
     groups

@@ -9,6 +9,7 @@ pub mod cli;
 
 // The workspace crate's test support, shared: a fake image, a workspace
 // recorded as running, peak memory, skip accounting.
+pub use cli::vmm_program_beside;
 pub use workspace::test_support::{fake_image_files, peak_rss_kib, pretend_running, skip};
 pub mod guest_faults;
 pub mod leftovers;

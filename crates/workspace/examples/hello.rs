@@ -10,8 +10,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use vmm_host::VmmProcess;
 use workspace::vmm::launch::VmmLaunch;
-use workspace::vmm_process::host::VmmProcess;
 use workspace::{DeleteOptions, ExecInput, ExecRequest, WorkspaceSpec, Workspaces};
 
 fn main() -> ExitCode {

@@ -278,7 +278,9 @@ impl Error {
         move |source| Error::Agent { op, source }
     }
 
-    pub(crate) fn host_io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    /// The error for a host file operation `what` that failed (for the
+    /// VMM process, which reports into the same error type).
+    pub fn host_io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let what = what.into();
         move |source| Error::HostIo { what, source }
     }

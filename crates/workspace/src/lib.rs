@@ -9,17 +9,20 @@
 //! ([`Workspaces::read_file`], [`Workspaces::copy_in`], ...), console logs
 //! and [`Event`]s, snapshots and forks, and the one-shot use case
 //! ([`Workspaces::run_once`]). Each running workspace is one detached VMM
-//! process ([`vmm_process`], started as [`vmm::launch::VmmLaunch`] says)
+//! process (crates/vmm-host, started as [`vmm::launch::VmmLaunch`] says)
 //! with a control socket. State lives in a crash-safe directory
 //! ([`StateDir`]); every failure carries a stable [`ErrorCode`] and, where
 //! the caller can act, a [`Remedy`].
 //!
 //! The code is in folders by concern (docs/architecture.md); the public
 //! modules are the namespaces of one concern each: [`images`], [`host`],
-//! [`network`], [`guest`], [`vmm`] and [`vmm_process`]; everything else a
+//! [`network`], [`guest`], [`store`] and [`vmm`]; everything else a
 //! front end needs is at the root.
 
 #![warn(missing_docs)]
+// Without the `client` feature (the VMM process's build) the helpers only
+// the client calls are unused.
+#![cfg_attr(not(feature = "client"), allow(dead_code))]
 
 pub(crate) mod code;
 pub(crate) mod error;
@@ -33,12 +36,13 @@ pub mod pause_point;
 #[cfg(not(feature = "test-hooks"))]
 pub(crate) mod pause_point;
 pub(crate) mod remedy;
+#[cfg(feature = "client")]
 pub(crate) mod snapshots;
-pub(crate) mod store;
+pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 pub mod vmm;
-pub mod vmm_process;
+#[cfg(feature = "client")]
 pub(crate) mod workspaces;
 
 /// docs/library.md, whose examples `cargo test --doc` compiles.
@@ -52,22 +56,29 @@ mod schema_tests;
 pub use code::ErrorCode;
 pub use error::{Error, Result};
 pub use error_chain::error_chain;
+#[cfg(feature = "client")]
 pub use guest::exec::{
     ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector, MAX_COLLECTED_BYTES,
 };
+#[cfg(feature = "client")]
 pub use guest::files::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
+#[cfg(feature = "client")]
 pub use guest::metrics::{WorkspaceMetrics, CPU_SAMPLE};
+#[cfg(feature = "client")]
 pub use guest::processes::{
     ProcessInfo, ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,
     MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_RUNNING_PROCESSES,
 };
 /// The guest agent's streaming and file types the exec and file methods
 /// take and return, so a program needs no other crate to use them.
+#[cfg(feature = "client")]
 pub use guest_agent::client::{ExecEvent, ExecInput, TerminalInput};
 pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, PtySize, WriteMode};
+#[cfg(feature = "client")]
 pub use network::ops::{HostChange, NetworkInfo};
 pub use network::GuestNetwork;
 pub use remedy::Remedy;
+#[cfg(feature = "client")]
 pub use snapshots::SnapshotInfo;
 pub use store::console_log::ConsoleLogError;
 pub use store::events::{Event, EventKind, EventsError};
@@ -81,11 +92,17 @@ pub use store::{StateDir, StoreError, WorkspaceLock};
 pub use vmm::control::ControlError;
 /// The guest kernel variant (standard, or compat for emulating hosts).
 pub use vmm_core::KernelVariant;
+#[cfg(feature = "client")]
 pub use workspaces::builder::WorkspacesBuilder;
+#[cfg(feature = "client")]
 pub use workspaces::contract::{
     contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE,
 };
+#[cfg(feature = "client")]
 pub use workspaces::handle::Workspace;
+#[cfg(feature = "client")]
 pub use workspaces::lifecycle::{StartProgress, DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
+#[cfg(feature = "client")]
 pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
+#[cfg(feature = "client")]
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};

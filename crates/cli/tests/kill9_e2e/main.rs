@@ -17,6 +17,6 @@ mod suite;
 fn killed_at_each_step_the_next_command_finds_a_consistent_state() {
     testkit::skip(
         "killed_at_each_step_the_next_command_finds_a_consistent_state",
-        "the binaries were built without the test-hooks feature (cargo xtask test enables it: --features microagent/test-hooks)",
+        "the binaries were built without the test-hooks feature (cargo xtask test enables it: --features microagent/test-hooks,microagent-vmm/test-hooks)",
     );
 }

@@ -8,8 +8,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use super::wire::handshake_reply;
-use super::{decode, expect_ok, hello_of, start_bytes, ClientError};
+use super::messages::{decode, expect_ok, handshake_reply, hello_of, start_bytes};
+use super::ClientError;
 use crate::frame;
 use crate::protocol::{Request, Response};
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{expect_ok, wire, ClientError, GuestAgentClient};
+use super::messages::expect_ok;
+use super::{wire, ClientError, GuestAgentClient};
 use crate::frame::FrameKind;
 use crate::protocol::{ExecCall, ProcessEntry, ProcessOutput, Request, Response, SignalSpec};
 

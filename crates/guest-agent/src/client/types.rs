@@ -7,17 +7,6 @@ use tokio::sync::mpsc;
 
 use crate::protocol::{Exited, PtySize};
 
-/// The agent's answer to `hello`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentHello {
-    /// Protocol version.
-    pub version: u32,
-    /// Agent name and version.
-    pub agent: String,
-    /// Supported operations.
-    pub capabilities: Vec<String>,
-}
-
 /// What an exec reports while it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecEvent {

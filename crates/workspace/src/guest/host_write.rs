@@ -108,6 +108,7 @@ impl TempFile {
 
     /// An async writer on the file that takes at most `budget` bytes (what
     /// a guest streams into it).
+    #[cfg(feature = "client")]
     pub fn budgeted_writer(
         &self,
         budget: u64,
@@ -177,6 +178,7 @@ impl<W> Budgeted<W> {
     }
 }
 
+#[cfg(feature = "client")]
 impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Budgeted<W> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,

@@ -4,10 +4,16 @@
 //! planned before they run, `copy_plan`; `host_write` for what lands on the
 //! host) and metrics (`metrics`).
 
+#[cfg(feature = "client")]
 pub mod code;
+#[cfg(feature = "client")]
 pub mod copy_plan;
+#[cfg(feature = "client")]
 pub(crate) mod exec;
+#[cfg(feature = "client")]
 pub(crate) mod files;
 pub mod host_write;
+#[cfg(feature = "client")]
 pub(crate) mod metrics;
+#[cfg(feature = "client")]
 pub(crate) mod processes;

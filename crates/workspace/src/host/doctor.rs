@@ -287,7 +287,7 @@ pub fn run(state: &StateDir, assets: Option<&Path>) -> Report {
 
 /// Whether each VMM can get a cgroup of its own (memory, CPU, pids).
 fn cgroup_check() -> Check {
-    let root = Path::new(crate::vmm_process::cgroup::CGROUP_ROOT);
+    let root = Path::new(crate::host::cgroup::CGROUP_ROOT);
     let writable = |dir: &Path| {
         let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
             return false;
@@ -295,7 +295,7 @@ fn cgroup_check() -> Check {
         // SAFETY: c is NUL-terminated; access only reads it.
         unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
     };
-    if let Some(v1) = crate::vmm_process::cgroup::v1_controllers(root) {
+    if let Some(v1) = crate::host::cgroup::v1_controllers(root) {
         if v1.iter().all(|d| writable(d)) {
             return Check::ok(
                 "cgroups",
@@ -421,21 +421,21 @@ fn confinement_check() -> Check {
             "use a kernel built with CONFIG_SECCOMP_FILTER",
         );
     }
-    if std::env::var_os(crate::vmm_process::guard::NO_SECCOMP_VAR).is_some_and(|v| v == "1") {
+    if std::env::var_os(crate::vmm::confinement::NO_SECCOMP_VAR).is_some_and(|v| v == "1") {
         return Check::warn(
             "vmm_confinement",
             format!(
                 "{} is set: VMM processes started from here run without seccomp filters",
-                crate::vmm_process::guard::NO_SECCOMP_VAR
+                crate::vmm::confinement::NO_SECCOMP_VAR
             ),
             format!(
                 "unset {} unless you are debugging a filter",
-                crate::vmm_process::guard::NO_SECCOMP_VAR
+                crate::vmm::confinement::NO_SECCOMP_VAR
             ),
         );
     }
     let filters = "VMM processes run with seccomp filters per thread role (vcpu, devices, control; ioctl requests, socket families and clone flags checked), no_new_privs and rlimits";
-    match crate::vmm_process::jail::availability() {
+    match crate::host::jail::availability() {
         Ok(how) => Check::ok(
             "vmm_confinement",
             format!("{filters}, and see only their own files (a private root through {how})"),

@@ -5,11 +5,14 @@
 
 pub mod assets;
 pub mod budget;
+pub mod cgroup;
 pub mod cost;
 pub mod doctor;
+pub mod jail;
 pub mod kernel_build;
 pub mod kernel_install;
 pub mod kernels;
 pub mod plan;
 pub mod settings;
+#[cfg(feature = "client")]
 pub mod setup;

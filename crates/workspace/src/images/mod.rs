@@ -4,6 +4,7 @@
 
 pub mod build;
 pub mod oci;
+#[cfg(feature = "client")]
 pub mod pull;
 pub(crate) mod registry;
 

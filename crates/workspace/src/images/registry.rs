@@ -85,6 +85,7 @@ pub enum ImageError {
     #[error("cannot import the container image")]
     Oci(#[from] crate::images::oci::OciError),
     /// The registry could not give the image.
+    #[cfg(feature = "client")]
     #[error(transparent)]
     Registry(#[from] crate::images::oci::pull::RegistryError),
     /// Converting a container image needs a built image's kernel, init
@@ -111,6 +112,7 @@ impl ImageError {
             ImageError::Name(_) | ImageError::BadSource { .. } => ErrorCode::InvalidInput,
             ImageError::NotFound(_) | ImageError::NoBase(_) => ErrorCode::NotFound,
             ImageError::Oci(e) => e.code(),
+            #[cfg(feature = "client")]
             ImageError::Registry(e) => e.code(),
             ImageError::Exists(_) | ImageError::InUse { .. } => ErrorCode::Conflict,
             ImageError::Store(e) => e.code(),

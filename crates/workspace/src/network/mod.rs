@@ -20,6 +20,7 @@ pub mod attach;
 pub mod egress;
 pub mod nft;
 pub mod objects;
+#[cfg(feature = "client")]
 pub(crate) mod ops;
 pub mod ports;
 pub mod setup;

@@ -11,7 +11,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use vmm_core::snapshot::{MachineState, SnapshotFiles};
 
@@ -22,34 +21,15 @@ use crate::store::console_log::CONSOLE_FILE;
 use crate::store::events::EventKind;
 use crate::store::spec::{Meta, StartKind, WorkspaceSpec};
 use crate::vmm::launch::GUEST_CMDLINE;
+use crate::vmm::warm::{WarmRecord, PENDING_PREFIX, WARM_RECORD};
 use crate::workspaces::lifecycle::{Boot, StartProgress};
 use crate::workspaces::manager::{make_disk, Workspaces};
 
 /// The warm snapshots' directory in the state directory.
 const WARM_DIR: &str = "warm";
-/// A warm snapshot's record.
-const WARM_RECORD: &str = "warm.json";
-/// The prefix of a warm snapshot being written by a starting VMM.
-const PENDING_PREFIX: &str = ".pending-";
 /// A pending warm snapshot this old belongs to a VMM that died: a start
 /// keeps its warm snapshot right after the agent first answers.
 const PENDING_STALE_AFTER: Duration = Duration::from_secs(3600);
-
-/// What a warm snapshot was made from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct WarmRecord {
-    /// Its directory's name.
-    pub key: String,
-    /// Everything that must not have changed for it to be usable.
-    pub fingerprint: String,
-    /// The workspace whose first boot it is.
-    pub from: String,
-    /// Unix ms when it was kept.
-    pub created_at_ms: u64,
-    /// The memory file's digest, set when the snapshot is promoted.
-    #[serde(default)]
-    pub memory_sha256: Option<String>,
-}
 
 /// Which file `path` is (device, inode, size, modification time): the same
 /// for every hard link of an image file (each state directory links the
@@ -68,22 +48,6 @@ fn file_identity(path: &Path) -> String {
             )
         },
     )
-}
-
-/// Makes the record's directory the warm snapshot of its key (the VMM
-/// process calls this once it has written the snapshot into `pending`); if
-/// another start kept one first, `pending` is removed.
-pub(crate) fn promote(pending: &Path) -> std::io::Result<()> {
-    let mut record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    record.memory_sha256 = Some(crate::snapshots::memory_digest(pending)?);
-    crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let parent = pending.parent().unwrap_or(Path::new("."));
-    if std::fs::rename(pending, parent.join(&record.key)).is_err() {
-        std::fs::remove_dir_all(pending)?;
-    }
-    Ok(())
 }
 
 /// Removes the pending warm snapshots in `root` that their VMM left behind

@@ -5,14 +5,17 @@
 //! disk, sockets, logs); `workspaces/<name>.lock` is its lock, kept beside
 //! the directory so a delete can remove the directory while holding it;
 //! `images/` holds registered images.
+//!
+//! Public for the VMM process (crates/vmm-host), which reads and updates
+//! the same records.
 
-pub(crate) mod console_log;
-pub(crate) mod events;
-pub(crate) mod name;
-pub(crate) mod process;
-pub(crate) mod spec;
-pub(crate) mod state;
-pub(crate) mod workspace_dir;
+pub mod console_log;
+pub mod events;
+pub mod name;
+pub mod process;
+pub mod spec;
+pub mod state;
+pub mod workspace_dir;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -27,7 +30,7 @@ use crate::code::ErrorCode;
 use crate::store::name::{validate_name, NameError};
 
 /// The directory of the state directory that holds snapshots.
-pub(crate) const SNAPSHOTS_DIR: &str = "snapshots";
+pub const SNAPSHOTS_DIR: &str = "snapshots";
 
 /// The metadata file of a workspace.
 pub const META_FILE: &str = "meta.json";

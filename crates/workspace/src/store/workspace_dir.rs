@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use guest_agent::client::blocking::BlockingClient;
+#[cfg(feature = "client")]
 use guest_agent::client::AgentEndpoint;
 
 use crate::host::settings::now_ms;
@@ -139,6 +140,7 @@ impl WorkspaceDir {
     }
 
     /// Where the guest agent is reached.
+    #[cfg(feature = "client")]
     pub fn agent(&self) -> AgentEndpoint {
         AgentEndpoint::HybridVsock {
             uds: self.vsock(),

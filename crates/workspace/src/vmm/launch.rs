@@ -2,7 +2,7 @@
 //! arguments that name the workspace, turned into argv in this one place.
 //! The `microagent` binary runs VMM processes as its hidden `vmm
 //! serve-workspace` command; a program that embeds the library and runs
-//! [`crate::vmm_process::host::VmmProcess`] itself accepts the same arguments.
+//! `vmm_host::VmmProcess` (crates/vmm-host) itself accepts the same arguments.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use vmm_core::KernelVariant;
 /// kvm-clock, which a restore resumes where it was saved: on hosts that
 /// cannot offset the guest's TSC a TSC clocksource would jump by the time
 /// between snapshot and restore.
-pub(crate) const GUEST_CMDLINE: &str =
+pub const GUEST_CMDLINE: &str =
     "root=/dev/vda ro rootfstype=ext4 clocksource=kvm-clock microagent_overlay=/dev/vdb";
 
 /// The subcommand words before the options.

@@ -1,5 +1,9 @@
-//! The client side of a workspace's VMM process: how it is launched
-//! (`launch`) and its control socket protocol (`control`).
+//! The client side of a workspace's VMM process (crates/vmm-host): how it
+//! is launched (`launch`), its control socket protocol (`control`), the
+//! warm snapshot it is asked to keep (`warm`) and what its confinement
+//! leaves behind (`confinement`).
 
-pub(crate) mod control;
+pub mod confinement;
+pub mod control;
 pub mod launch;
+pub mod warm;

@@ -38,7 +38,7 @@ impl WorkspacesBuilder {
 
     /// Runs each workspace's VMM process as `program` with the arguments of
     /// [`crate::vmm::launch::VmmLaunch`]. Default: this executable, which must
-    /// then run [`crate::vmm_process::host::VmmProcess`] when given those arguments
+    /// then run `vmm_host::VmmProcess` (crates/vmm-host) when given those arguments
     /// (the `microagent` binary does).
     pub fn vmm_program(mut self, program: impl Into<PathBuf>) -> Self {
         self.vmm_program = Some(program.into());

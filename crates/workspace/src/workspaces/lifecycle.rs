@@ -291,7 +291,7 @@ impl Workspaces {
         let (_lock, mut meta) = self.lock_existing(name)?;
         if meta.state.has_vmm() {
             // A VMM killed after its guest stopped did not leave its group.
-            crate::vmm_process::cgroup::remove_recorded(ws.path());
+            crate::host::cgroup::remove_recorded(ws.path());
             ws.record_exit(&mut meta, false, reason)?;
         }
         Ok(meta)
@@ -320,7 +320,7 @@ impl Workspaces {
                 )));
             }
         }
-        crate::vmm_process::cgroup::remove_recorded(ws.path());
+        crate::host::cgroup::remove_recorded(ws.path());
         ws.record_exit(&mut meta, false, "halted (VM torn down)")?;
         Ok(meta)
     }
@@ -337,7 +337,7 @@ impl Workspaces {
         }
         crate::network::attach::remove_tap(&self.state, &meta.spec);
         // Whatever group a killed VMM left behind goes with it.
-        crate::vmm_process::cgroup::remove_recorded(ws.path());
+        crate::host::cgroup::remove_recorded(ws.path());
         // Gone from every listing at once; a delete killed while removing
         // leaves a directory the next listing sweeps.
         let doomed = ws.path().with_file_name(format!(

@@ -253,13 +253,13 @@ impl Workspaces {
         let (_lock, mut meta) = self.lock_existing(name)?;
         if vmm_died(&meta) {
             let pid = meta.runtime.as_ref().map_or(0, |r| r.pid);
-            let reason = match crate::vmm_process::guard::seccomp_violation(&ws) {
+            let reason = match crate::vmm::confinement::seccomp_violation(&ws) {
                 Some(what) => {
                     format!("its VMM process {pid} was killed by its seccomp filter: {what}")
                 }
                 None => format!("its VMM process {pid} died unexpectedly (killed or crashed)"),
             };
-            crate::vmm_process::cgroup::remove_recorded(ws.path());
+            crate::host::cgroup::remove_recorded(ws.path());
             ws.record_exit(&mut meta, true, &reason)?;
         }
         Ok(meta)
@@ -370,7 +370,7 @@ mod tests {
     use crate::images::registry::{KERNEL_FILE, ROOTFS_FILE};
     use crate::store::spec::{DeleteOptions, Runtime};
     use crate::store::workspace_dir::VMM_LOG;
-    use crate::vmm_process::guard::seccomp_violation;
+    use crate::vmm::confinement::seccomp_violation;
 
     struct Fixture {
         root: PathBuf,

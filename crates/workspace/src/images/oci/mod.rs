@@ -11,6 +11,7 @@
 pub mod config;
 pub mod layout;
 pub mod owners;
+#[cfg(feature = "client")]
 pub mod pull;
 pub mod rootfs;
 pub mod unpack;

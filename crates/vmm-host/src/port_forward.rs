@@ -1,4 +1,4 @@
-//! The VMM process's side of published ports ([`crate::network::ports`]): a listener
+//! The VMM process's side of published ports ([`workspace::network::ports`]): a listener
 //! per host address; each connection is tunnelled over vsock to the guest
 //! agent (`tcp_connect`), which connects to the guest port on the guest's
 //! loopback. No guest network is involved.
@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use guest_agent::client::blocking::BlockingClient;
 use guest_agent::client::ClientError;
 
-use crate::error::{Error, Result};
-use crate::network::ports::{self, PortMapping};
+use workspace::network::ports::{self, PortMapping};
+use workspace::{Error, Result};
 
 /// Longest a connection waits for the agent to answer (a guest that is
 /// still booting, or a warm start being resumed).
@@ -249,7 +249,7 @@ mod tests {
         let clash = PortMapping::local(port, 9090);
         assert_eq!(
             fwd.publish(clash).unwrap_err().code(),
-            crate::ErrorCode::InvalidInput
+            workspace::ErrorCode::InvalidInput
         );
 
         let mut c = TcpStream::connect(mapping.host_addr()).unwrap();

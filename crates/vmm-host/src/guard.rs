@@ -6,12 +6,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use std::path::Path;
 
-use crate::store::spec::Owner;
-use crate::store::workspace_dir::WorkspaceDir;
-use crate::store::StateDir;
+use workspace::store::spec::Owner;
+use workspace::store::workspace_dir::WorkspaceDir;
+use workspace::store::StateDir;
 
-/// Turns off confinement (for debugging a missing syscall; docs/security.md).
-pub const NO_SECCOMP_VAR: &str = "MICROAGENT_VMM_NO_SECCOMP";
+use workspace::vmm::confinement::NO_SECCOMP_VAR;
 
 /// Installs the VMM's seccomp filters on every thread (vCPU and device
 /// threads add their own as they start); returns the protections now on.
@@ -32,7 +31,7 @@ pub struct Lockdown {
     /// Its own mount namespace, or why it has none.
     pub mount_ns: Result<(), String>,
     /// What its private root keeps.
-    pub keep: Vec<crate::vmm_process::jail::Keep>,
+    pub keep: Vec<workspace::host::jail::Keep>,
 }
 
 impl Lockdown {
@@ -45,14 +44,14 @@ impl Lockdown {
             .map_err(|e| format!("the VMM could not limit its resources: {e}"))?;
         let mounts = match self.mount_ns {
             Ok(()) => {
-                crate::vmm_process::jail::enter(
-                    &ws.path().join(crate::vmm_process::jail::JAIL_DIR),
+                workspace::host::jail::enter(
+                    &ws.path().join(workspace::host::jail::JAIL_DIR),
                     &self.keep,
                 )
                 .map_err(|e| {
                     format!(
                         "the VMM could not make its root private: {}",
-                        crate::error_chain::error_chain(&e)
+                        workspace::error_chain(&e)
                     )
                 })?;
                 "private_root".to_owned()
@@ -77,12 +76,12 @@ pub fn jail_keeps(
     state: &StateDir,
     ws: &WorkspaceDir,
     keep_warm: Option<&Path>,
-) -> Vec<crate::vmm_process::jail::Keep> {
-    use crate::vmm_process::jail::Keep;
+) -> Vec<workspace::host::jail::Keep> {
+    use workspace::host::jail::Keep;
     let mut keep = vec![
         Keep::Dir(ws.path().to_path_buf()),
         Keep::File(state.lock_path(ws.name())),
-        Keep::Dir(state.root().join(crate::store::SNAPSHOTS_DIR)),
+        Keep::Dir(state.root().join(workspace::store::SNAPSHOTS_DIR)),
     ];
     if let Some(parent) = keep_warm.and_then(Path::parent) {
         keep.push(Keep::Dir(parent.to_path_buf()));
@@ -152,7 +151,7 @@ pub fn watch_owner(owner: Owner) -> Option<OwnedFd> {
     // SAFETY: a fresh descriptor (it fits an i32) that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     // The pid may be another process by now: its start time tells.
-    if !crate::store::process::is_alive(owner.pid, owner.start_ticks) {
+    if !workspace::store::process::is_alive(owner.pid, owner.start_ticks) {
         tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
         return None;
     }
@@ -178,22 +177,6 @@ pub fn wait_for_owner_end(pidfd: &OwnedFd) -> bool {
             return false;
         }
     }
-}
-
-/// What the VMM's SIGSYS handler reported in its log, if it did.
-pub(crate) fn seccomp_violation(ws: &WorkspaceDir) -> Option<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut log = std::fs::File::open(ws.path().join(crate::store::workspace_dir::VMM_LOG)).ok()?;
-    let len = log.metadata().ok()?.len();
-    log.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
-    let mut tail = Vec::new();
-    log.read_to_end(&mut tail).ok()?;
-    let tail = String::from_utf8_lossy(&tail);
-    let line = tail
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(vmm_core::seccomp::VIOLATION_PREFIX))?;
-    Some(line.trim().to_owned())
 }
 
 #[cfg(test)]
@@ -232,7 +215,7 @@ mod tests {
         let pid = child.id();
         let owner = Owner {
             pid,
-            start_ticks: crate::store::process::start_ticks(pid).unwrap(),
+            start_ticks: workspace::store::process::start_ticks(pid).unwrap(),
         };
         let reaper = std::thread::spawn(move || child.wait());
         let watched = watch_owner(owner).expect("a live owner is watched");

@@ -7,8 +7,8 @@
 
 use std::process::ExitCode;
 
+use vmm_host::{VmmProcess, VmmStopper};
 use workspace::vmm::launch::VmmLaunch;
-use workspace::vmm_process::host::{VmmProcess, VmmStopper};
 
 fn main() -> ExitCode {
     let Some(launch) = VmmLaunch::from_args(std::env::args_os().skip(1)) else {

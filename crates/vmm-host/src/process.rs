@@ -3,7 +3,7 @@
 //! the control socket, enforces the TTL, and records how the run ended. It
 //! owns the workspace's state while it lives. The process itself (its
 //! `main`, signals, exit status) belongs to the program that runs it
-//! ([`crate::vmm::launch::VmmLaunch`] says how it is started).
+//! ([`workspace::vmm::launch::VmmLaunch`] says how it is started).
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
@@ -11,36 +11,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use vmm_core::devices::serial::ConsoleSink;
-use vmm_core::machine::{
-    DiskConfig, MachineHandle, NetBackendConfig, NetConfig, RestoreConfig, VsockConfig,
-};
-use vmm_core::{KernelVariant, Machine, MachineConfig, StopReason};
-
 use guest_agent::client::blocking::BlockingClient;
+use vmm_core::machine::MachineHandle;
+use vmm_core::{Machine, StopReason};
+use workspace::host::settings::now_ms;
+use workspace::network::ports::PortMapping;
+use workspace::store::console_log::tail_lines;
+use workspace::store::events::EventKind;
+use workspace::store::spec::{validate_ttl, Meta};
+use workspace::store::state::State;
+use workspace::store::workspace_dir::{WorkspaceDir, AGENT_PORT};
+use workspace::store::StateDir;
+use workspace::vmm::control::{self, ControlRequest, ControlResponse};
+use workspace::vmm::launch::VmmLaunch;
+use workspace::{Error, Remedy, Result};
 
-use crate::error::{Error, Result};
-use crate::host::settings::{asset_dir, now_ms};
-use crate::images::registry::ImageRegistry;
-use crate::network::ports::PortMapping;
-use crate::remedy::Remedy;
-use crate::store::console_log::{tail_lines, ConsoleLogWriter};
-use crate::store::events::EventKind;
-use crate::store::spec::validate_ttl;
-use crate::store::state::State;
-use crate::store::workspace_dir::{WorkspaceDir, AGENT_PORT};
-use crate::store::StateDir;
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
-use crate::vmm::launch::VmmLaunch;
-use crate::vmm::launch::GUEST_CMDLINE;
-use crate::vmm_process::port_forward::PortForwarder;
+use crate::build::Built;
+use crate::port_forward::PortForwarder;
 
 /// Grace period a TTL expiry gives the guest to shut down.
 const TTL_GRACE: Duration = Duration::from_secs(10);
 /// How long a guest whose owner process ended gets to shut down.
 const OWNER_GRACE: Duration = Duration::from_secs(2);
-/// The guest's vsock context id (each VMM has its own device).
-const GUEST_CID: u64 = 3;
 
 struct Shared {
     ws: WorkspaceDir,
@@ -48,7 +40,7 @@ struct Shared {
     /// identity once its agent answers.
     restored: bool,
     /// The guest's addresses on its network (a restored guest takes them).
-    guest_net: Option<crate::network::Addressing>,
+    guest_net: Option<workspace::network::Addressing>,
     /// Where to keep the image's warm snapshot once the agent answers.
     keep_warm: Option<std::path::PathBuf>,
     state: StateDir,
@@ -70,7 +62,10 @@ struct Shared {
 
 impl Shared {
     /// Updates meta.json under the workspace lock.
-    fn update(&self, f: impl FnOnce(&mut crate::store::spec::Meta) -> Result<()>) -> Result<()> {
+    fn update(
+        &self,
+        f: impl FnOnce(&mut workspace::store::spec::Meta) -> Result<()>,
+    ) -> Result<()> {
         let _lock = self.state.lock_workspace(self.ws.name())?;
         let mut meta = self.ws.read_meta()?;
         f(&mut meta)?;
@@ -150,13 +145,13 @@ pub struct VmmProcess {
     /// None when the VM could not be built (the end is already recorded).
     machine: Option<Machine>,
     /// The `user` network's passt, ended with the run.
-    passt: Option<crate::network::Passt>,
+    passt: Option<workspace::network::Passt>,
     /// The process this workspace lives for, if any.
-    owner: Option<crate::store::spec::Owner>,
+    owner: Option<workspace::store::spec::Owner>,
     /// Its disk and memory sizes in MiB (the largest files it writes).
     disk_and_mem_mib: (u64, u64),
     /// Its cgroup, joined before the guest was built.
-    cgroup: crate::vmm_process::cgroup::Placement,
+    cgroup: workspace::host::cgroup::Placement,
     /// Its own mount namespace, or why it has none (`vmm_jail`).
     mount_ns: std::result::Result<(), String>,
 }
@@ -203,13 +198,7 @@ impl VmmProcess {
     /// fast).
     pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
         let entered = vmm_core::vcpu::monotonic_ns();
-        crate::vmm_process::guard::close_inherited_fds();
-        let mut mount_ns = Err("the machine was not built".to_owned());
-        // SAFETY: setsid(2) takes no arguments; it fails only when this
-        // process already leads a process group, which is detached enough.
-        unsafe {
-            libc::setsid();
-        }
+        leave_starter();
         let name = launch.workspace.as_str();
         let ws = WorkspaceDir::new(&state, name)?;
         // With its starter's ticket the machine is built while the starter
@@ -223,79 +212,27 @@ impl VmmProcess {
             .ticket
             .as_deref()
             .is_some_and(|t| ws.holds_launch_ticket(t));
-        let mut passt = None;
-        let mut guest_net = None;
-        let mut cgroup = None;
-        let (mut building, mut built_at) = (0, 0);
-        let mut build = |spec: &crate::store::spec::WorkspaceSpec| {
-            // First, so the guest's memory and the network helper count.
-            let limits =
-                crate::vmm_process::cgroup::CgroupLimits::for_workspace(spec.vcpus, spec.mem_mib);
-            let group = crate::vmm_process::cgroup::group_id(state.root(), name);
-            let root = std::path::Path::new(crate::vmm_process::cgroup::CGROUP_ROOT);
-            let placed = crate::vmm_process::cgroup::join(root, &group, &limits);
-            crate::vmm_process::cgroup::record(&placed, ws.path());
-            cgroup = Some(placed);
-            ws.remove_sockets();
-            building = vmm_core::vcpu::monotonic_ns();
-            let attached = crate::network::attach::attach(&state, &ws, spec).map_err(Error::from);
-            let built = attached.and_then(|net| {
-                // After passt started (it stays in the host's namespace, out
-                // of reach of the pivot), while this is the only thread.
-                mount_ns = crate::vmm_process::jail::unshare()
-                    .map_err(|e| crate::error_chain::error_chain(&e));
-                let (net, addressing) = match net {
-                    Some(a) => {
-                        passt = a.passt;
-                        guest_net = Some(a.addressing);
-                        (Some(a.backend), Some(a.addressing))
-                    }
-                    None => (None, None),
-                };
-                match &launch.restore {
-                    None => build_machine(&state, &ws, spec, launch.kernel, net, addressing),
-                    Some(dir) => restore_machine(&state, &ws, spec, launch.kernel, dir, net),
-                }
-            });
-            built_at = vmm_core::vcpu::monotonic_ns();
-            built
-        };
         let early = if ticketed {
-            Some(build(&ws.read_meta()?.spec))
+            Some(Built::build(&state, &ws, launch, &ws.read_meta()?.spec))
         } else {
             None
         };
-        let meta = {
-            let _lock = state.lock_workspace(name)?;
-            ws.read_meta()?
-        };
-        let me = std::process::id();
-        match &meta.runtime {
-            Some(rt) if rt.pid == me && meta.state == State::Starting => {}
-            _ => {
-                return Err(Error::WrongState {
-                    name: name.to_owned(),
-                    state: meta.state,
-                    why: "this VMM process was not started for it",
-                    remedy: Some(Remedy::StartWorkspace {
-                        workspace: name.to_owned(),
-                    }),
-                })
-            }
-        }
+        let meta = started_for_it(&state, &ws)?;
         ws.remove_launch_ticket();
-        let built = match early {
+        let mut built = match early {
             Some(built) => built,
-            None => build(&meta.spec),
+            None => Built::build(&state, &ws, launch, &meta.spec),
         };
-        // Published ports listen from the start; one that cannot fails it.
-        let ports = PortForwarder::new(&ws.vsock(), AGENT_PORT);
-        let built = built.and_then(|m| {
-            for p in &meta.spec.ports {
-                ports.publish(*p)?;
-            }
-            Ok(m)
-        });
+        let ports = publish_ports(&ws, &meta.spec, &mut built.machine);
+        let Built {
+            machine: built,
+            passt,
+            guest_net,
+            cgroup,
+            mount_ns,
+            began_ns: building,
+            built_ns: built_at,
+        } = built;
         let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
         let ms_after_launch = |ns| us_after(launched, Some(ns)).map(|us| us as f64 / 1e3);
         tracing::info!(
@@ -342,9 +279,7 @@ impl VmmProcess {
             passt,
             owner: meta.spec.owner,
             disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
-            cgroup: cgroup.unwrap_or_else(|| {
-                crate::vmm_process::cgroup::Placement::Unavailable("not built".into())
-            }),
+            cgroup,
             mount_ns,
         })
     }
@@ -379,20 +314,19 @@ impl VmmProcess {
         let s = shared.clone();
         std::thread::spawn(move || enforce_ttl(&s));
         // Opened and checked now: /proc is gone once the root is private.
-        if let Some(owner) = self.owner.and_then(crate::vmm_process::guard::watch_owner) {
+        if let Some(owner) = self.owner.and_then(crate::guard::watch_owner) {
             let s = shared.clone();
             std::thread::spawn(move || {
-                if crate::vmm_process::guard::wait_for_owner_end(&owner) {
+                if crate::guard::wait_for_owner_end(&owner) {
                     s.begin_stop(OWNER_GRACE, "the process it ran for ended");
                 }
             });
         }
 
         // Confined before the guest runs; a VMM that cannot be is not run.
-        let leaving = crate::vmm_process::cgroup::Leaving::prepare(&self.cgroup);
-        let keep =
-            crate::vmm_process::guard::jail_keeps(&shared.state, &ws, shared.keep_warm.as_deref());
-        let lockdown = crate::vmm_process::guard::Lockdown {
+        let leaving = workspace::host::cgroup::Leaving::prepare(&self.cgroup);
+        let keep = crate::guard::jail_keeps(&shared.state, &ws, shared.keep_warm.as_deref());
+        let lockdown = crate::guard::Lockdown {
             disk_and_mem_mib: self.disk_and_mem_mib,
             mount_ns: self.mount_ns,
             keep,
@@ -412,9 +346,9 @@ impl VmmProcess {
                 return Ok(RunEnd { crashed: true });
             }
         }
-        crate::pause_point::pause_point("vmm:confined");
+        crate::pause_point("vmm:confined");
         let outcome = machine.run(None);
-        crate::pause_point::pause_point("vmm:finishing");
+        crate::pause_point("vmm:finishing");
         // The network's helper ends with the guest it served.
         drop(self.passt);
         let stopping = *shared.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
@@ -424,9 +358,62 @@ impl VmmProcess {
         };
         shared.finish(crashed, &reason);
         leaving.leave();
-        let _ = std::fs::remove_file(ws.path().join(crate::vmm_process::cgroup::RECORD_FILE));
+        let _ = std::fs::remove_file(ws.path().join(workspace::host::cgroup::RECORD_FILE));
         Ok(RunEnd { crashed })
     }
+}
+
+/// Leaves the starter's session (so the terminal's signals do not reach
+/// this process and it outlives both) and closes what it inherited
+/// besides stdio.
+fn leave_starter() {
+    crate::guard::close_inherited_fds();
+    // SAFETY: setsid(2) takes no arguments; it fails only when this
+    // process already leads a process group, which is detached enough.
+    unsafe {
+        libc::setsid();
+    }
+}
+
+/// The workspace's record, once it says this process was started for it
+/// (read under the workspace's lock).
+fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
+    let meta = {
+        let _lock = state.lock_workspace(ws.name())?;
+        ws.read_meta()?
+    };
+    match &meta.runtime {
+        Some(rt) if rt.pid == std::process::id() && meta.state == State::Starting => Ok(meta),
+        _ => Err(Error::WrongState {
+            name: ws.name().to_owned(),
+            state: meta.state,
+            why: "this VMM process was not started for it",
+            remedy: Some(Remedy::StartWorkspace {
+                workspace: ws.name().to_owned(),
+            }),
+        }),
+    }
+}
+
+/// Published ports listen from the start; one that cannot fails the
+/// machine.
+fn publish_ports(
+    ws: &WorkspaceDir,
+    spec: &workspace::store::spec::WorkspaceSpec,
+    machine: &mut Result<Machine>,
+) -> PortForwarder {
+    let ports = PortForwarder::new(&ws.vsock(), AGENT_PORT);
+    if machine.is_ok() {
+        if let Some(Err(e)) = spec
+            .ports
+            .iter()
+            .map(|p| ports.publish(*p))
+            .find(Result::is_err)
+        {
+            *machine = Err(e);
+        }
+    }
+    ports
 }
 
 /// How a [`VmmProcess`] run ended.
@@ -458,93 +445,6 @@ fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) 
         StopReason::TripleFault => (true, "the guest triple-faulted".into()),
         other => (true, format!("the VM stopped: {other:?}")),
     }
-}
-
-fn build_machine(
-    state: &StateDir,
-    ws: &WorkspaceDir,
-    spec: &crate::store::spec::WorkspaceSpec,
-    kernel: KernelVariant,
-    net: Option<NetBackendConfig>,
-    addressing: Option<crate::network::Addressing>,
-) -> Result<Machine> {
-    let images = ImageRegistry::new(state, asset_dir(), kernel);
-    let image = images.get(&spec.image)?;
-    let console = ConsoleLogWriter::create(ws.path())?;
-    let mut cmdline = format!("{GUEST_CMDLINE} microagent_hostname={}", ws.name());
-    if let Some(args) = &image.boot_args {
-        cmdline.push(' ');
-        cmdline.push_str(args);
-    }
-    if let Some(net) = crate::network::guest_cmdline(addressing.as_ref()) {
-        cmdline.push(' ');
-        cmdline.push_str(&net);
-    }
-    Machine::build(MachineConfig {
-        kernel: image.kernel,
-        initrd: None,
-        extra_cmdline: Some(cmdline),
-        mem_mib: spec.mem_mib,
-        vcpus: spec.vcpus,
-        template: kernel.cpu_template(),
-        console: ConsoleSink::new().with(Box::new(console)),
-        disks: workspace_disks(image.rootfs, ws),
-        vsock: Some(VsockConfig {
-            guest_cid: GUEST_CID,
-            uds_path: ws.vsock(),
-        }),
-        net: net.map(|backend| NetConfig {
-            mac: crate::network::mac_for(ws.name()),
-            backend,
-        }),
-    })
-    .map_err(|e| start_failed(ws, &e))
-}
-
-fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
-    Error::StartFailed {
-        name: ws.name().to_owned(),
-        reason: crate::error_chain::error_chain(e),
-    }
-}
-
-/// The disks of a workspace's machine: the image's read-only root, then
-/// the workspace's own writable disk.
-fn workspace_disks(rootfs: std::path::PathBuf, ws: &WorkspaceDir) -> Vec<DiskConfig> {
-    vec![
-        DiskConfig {
-            path: rootfs,
-            read_only: true,
-        },
-        DiskConfig {
-            path: ws.disk(),
-            read_only: false,
-        },
-    ]
-}
-
-/// The workspace's machine from the snapshot in `dir`: the image's root
-/// disk, the workspace's own disk (already a copy of the snapshot's), new
-/// sockets.
-fn restore_machine(
-    state: &StateDir,
-    ws: &WorkspaceDir,
-    spec: &crate::store::spec::WorkspaceSpec,
-    kernel: KernelVariant,
-    dir: &std::path::Path,
-    net: Option<NetBackendConfig>,
-) -> Result<Machine> {
-    let images = ImageRegistry::new(state, asset_dir(), kernel);
-    let image = images.get(&spec.image)?;
-    let console = ConsoleLogWriter::create(ws.path())?;
-    Machine::restore(RestoreConfig {
-        snapshot: dir.to_path_buf(),
-        console: ConsoleSink::new().with(Box::new(console)),
-        disks: workspace_disks(image.rootfs, ws),
-        vsock_uds: Some(ws.vsock()),
-        net,
-    })
-    .map_err(|e| start_failed(ws, &e))
 }
 
 /// Polls the agent until it answers, then marks the workspace running.
@@ -611,10 +511,10 @@ fn keep_warm(shared: &Shared, dir: &std::path::Path) {
                 shared
                     .ws
                     .path()
-                    .join(crate::store::console_log::CONSOLE_FILE),
-                dir.join(crate::store::console_log::CONSOLE_FILE),
+                    .join(workspace::store::console_log::CONSOLE_FILE),
+                dir.join(workspace::store::console_log::CONSOLE_FILE),
             );
-            crate::snapshots::warm::promote(dir).map_err(|e| e.to_string())
+            workspace::vmm::warm::promote(dir).map_err(|e| e.to_string())
         });
     match kept {
         Ok(()) => tracing::info!("kept the warm snapshot of this image"),
@@ -632,7 +532,7 @@ fn us_after(from: Option<u64>, to: Option<u64>) -> Option<u64> {
 
 /// A restored guest takes this workspace's name as its hostname, fresh
 /// host randomness and the host's clock, so forks of one snapshot differ.
-fn give_identity(ws: &WorkspaceDir, net: Option<&crate::network::Addressing>) {
+fn give_identity(ws: &WorkspaceDir, net: Option<&workspace::network::Addressing>) {
     let mut entropy = [0u8; 64];
     // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
     let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
@@ -646,8 +546,8 @@ fn give_identity(ws: &WorkspaceDir, net: Option<&crate::network::Addressing>) {
     let given = ws.agent_blocking(AGENT_CALL_TIMEOUT).and_then(|agent| {
         let network = net.map(|a| {
             (
-                crate::network::net_setting(a),
-                crate::network::mac_for(ws.name()),
+                workspace::network::net_setting(a),
+                workspace::network::mac_for(ws.name()),
             )
         });
         agent.restored(ws.name(), &entropy, now_ns, network)
@@ -716,7 +616,7 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
             }
             match machine.snapshot(&dir) {
                 Ok(taken) => {
-                    crate::pause_point::pause_point("vmm:snapshot");
+                    crate::pause_point("vmm:snapshot");
                     ControlResponse::Snapshot {
                         paused_us: taken.paused.as_micros() as u64,
                         total_us: taken.total.as_micros() as u64,
@@ -727,7 +627,7 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                     message: format!(
                         "workspace `{}` could not be snapshotted: {}",
                         shared.ws.name(),
-                        crate::error_chain::error_chain(&e)
+                        workspace::error_chain(&e)
                     ),
                 },
             }

@@ -1,0 +1,180 @@
+//! Building a workspace's machine, in the order the steps must run: join
+//! its cgroup (so the guest's memory and the network helper count), clear
+//! a crashed run's sockets, attach the network (passt stays in the host's
+//! namespace), take a mount namespace of its own while this is the only
+//! thread, then build the machine or restore it from a snapshot.
+
+use vmm_core::devices::serial::ConsoleSink;
+use vmm_core::machine::{DiskConfig, NetBackendConfig, NetConfig, RestoreConfig, VsockConfig};
+use vmm_core::{KernelVariant, Machine, MachineConfig};
+use workspace::host::cgroup::{self, CgroupLimits, Placement};
+use workspace::host::settings::asset_dir;
+use workspace::images::ImageRegistry;
+use workspace::network::Addressing;
+use workspace::store::console_log::ConsoleLogWriter;
+use workspace::store::spec::WorkspaceSpec;
+use workspace::store::workspace_dir::WorkspaceDir;
+use workspace::store::StateDir;
+use workspace::vmm::launch::{VmmLaunch, GUEST_CMDLINE};
+use workspace::{Error, Result};
+
+/// The guest's vsock context id (the first one guests get).
+const GUEST_CID: u64 = 3;
+
+/// What building left: the machine (or why there is none) and what the
+/// run needs besides it.
+#[derive(Debug)]
+pub(crate) struct Built {
+    /// The machine, or why it could not be built.
+    pub machine: Result<Machine>,
+    /// The `user` network's passt, ended with the run.
+    pub passt: Option<workspace::network::Passt>,
+    /// The guest's addresses on a network, if it has one.
+    pub guest_net: Option<Addressing>,
+    /// The cgroup joined (or why none).
+    pub cgroup: Placement,
+    /// Its own mount namespace, or why it has none.
+    pub mount_ns: std::result::Result<(), String>,
+    /// When building began and ended (monotonic ns).
+    pub began_ns: u64,
+    /// See `began_ns`.
+    pub built_ns: u64,
+}
+
+impl Built {
+    /// Runs the steps for the workspace `ws` of `spec` as `launch` asks.
+    pub(crate) fn build(
+        state: &StateDir,
+        ws: &WorkspaceDir,
+        launch: &VmmLaunch,
+        spec: &WorkspaceSpec,
+    ) -> Self {
+        let cgroup = join_cgroup(state, ws, spec);
+        ws.remove_sockets();
+        let began_ns = vmm_core::vcpu::monotonic_ns();
+        let (mut passt, mut guest_net) = (None, None);
+        let mut mount_ns = Err("the machine was not built".to_owned());
+        let machine = workspace::network::attach::attach(state, ws, spec)
+            .map_err(Error::from)
+            .and_then(|net| {
+                mount_ns = workspace::host::jail::unshare().map_err(|e| workspace::error_chain(&e));
+                let (net, addressing) = match net {
+                    Some(a) => {
+                        passt = a.passt;
+                        guest_net = Some(a.addressing);
+                        (Some(a.backend), Some(a.addressing))
+                    }
+                    None => (None, None),
+                };
+                match &launch.restore {
+                    None => build_machine(state, ws, spec, launch.kernel, net, addressing),
+                    Some(dir) => restore_machine(state, ws, spec, launch.kernel, dir, net),
+                }
+            });
+        Self {
+            machine,
+            passt,
+            guest_net,
+            cgroup,
+            mount_ns,
+            began_ns,
+            built_ns: vmm_core::vcpu::monotonic_ns(),
+        }
+    }
+}
+
+/// Joins the workspace's cgroup with its limits and records where.
+fn join_cgroup(state: &StateDir, ws: &WorkspaceDir, spec: &WorkspaceSpec) -> Placement {
+    let limits = CgroupLimits::for_workspace(spec.vcpus, spec.mem_mib);
+    let group = cgroup::group_id(state.root(), ws.name());
+    let placed = cgroup::join(std::path::Path::new(cgroup::CGROUP_ROOT), &group, &limits);
+    cgroup::record(&placed, ws.path());
+    placed
+}
+
+fn build_machine(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    spec: &WorkspaceSpec,
+    kernel: KernelVariant,
+    net: Option<NetBackendConfig>,
+    addressing: Option<Addressing>,
+) -> Result<Machine> {
+    let images = ImageRegistry::new(state, asset_dir(), kernel);
+    let image = images.get(&spec.image)?;
+    let console = ConsoleLogWriter::create(ws.path())?;
+    let mut cmdline = format!("{GUEST_CMDLINE} microagent_hostname={}", ws.name());
+    if let Some(args) = &image.boot_args {
+        cmdline.push(' ');
+        cmdline.push_str(args);
+    }
+    if let Some(net) = workspace::network::guest_cmdline(addressing.as_ref()) {
+        cmdline.push(' ');
+        cmdline.push_str(&net);
+    }
+    Machine::build(MachineConfig {
+        kernel: image.kernel,
+        initrd: None,
+        extra_cmdline: Some(cmdline),
+        mem_mib: spec.mem_mib,
+        vcpus: spec.vcpus,
+        template: kernel.cpu_template(),
+        console: ConsoleSink::new().with(Box::new(console)),
+        disks: workspace_disks(image.rootfs, ws),
+        vsock: Some(VsockConfig {
+            guest_cid: GUEST_CID,
+            uds_path: ws.vsock(),
+        }),
+        net: net.map(|backend| NetConfig {
+            mac: workspace::network::mac_for(ws.name()),
+            backend,
+        }),
+    })
+    .map_err(|e| start_failed(ws, &e))
+}
+
+fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
+    Error::StartFailed {
+        name: ws.name().to_owned(),
+        reason: workspace::error_chain(e),
+    }
+}
+
+/// The disks of a workspace's machine: the image's read-only root, then
+/// the workspace's own writable disk.
+fn workspace_disks(rootfs: std::path::PathBuf, ws: &WorkspaceDir) -> Vec<DiskConfig> {
+    vec![
+        DiskConfig {
+            path: rootfs,
+            read_only: true,
+        },
+        DiskConfig {
+            path: ws.disk(),
+            read_only: false,
+        },
+    ]
+}
+
+/// The workspace's machine from the snapshot in `dir`: the image's root
+/// disk, the workspace's own disk (already a copy of the snapshot's), new
+/// sockets.
+fn restore_machine(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    spec: &WorkspaceSpec,
+    kernel: KernelVariant,
+    dir: &std::path::Path,
+    net: Option<NetBackendConfig>,
+) -> Result<Machine> {
+    let images = ImageRegistry::new(state, asset_dir(), kernel);
+    let image = images.get(&spec.image)?;
+    let console = ConsoleLogWriter::create(ws.path())?;
+    Machine::restore(RestoreConfig {
+        snapshot: dir.to_path_buf(),
+        console: ConsoleSink::new().with(Box::new(console)),
+        disks: workspace_disks(image.rootfs, ws),
+        vsock_uds: Some(ws.vsock()),
+        net,
+    })
+    .map_err(|e| start_failed(ws, &e))
+}

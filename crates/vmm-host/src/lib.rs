@@ -1,0 +1,27 @@
+//! The VMM process of one workspace (the `microagent-vmm` program, started
+//! by `microagent start` with the arguments `workspace::vmm::launch::VmmLaunch`
+//! writes). It links no async runtime, command-line parser or MCP server:
+//! only vmm-core, the guest agent's blocking client and the records of
+//! the `workspace` crate without its `client` feature.
+//!
+//! - [`process`]: [`VmmProcess`], the process from launch to exit: its
+//!   setup steps in order, its threads and the control socket it serves;
+//! - [`guard`]: what confines it (seccomp, the jail, resource limits) and
+//!   the owner process a one-shot workspace lives for;
+//! - [`port_forward`]: published ports, host TCP to guest vsock.
+
+mod build;
+pub mod guard;
+pub mod port_forward;
+pub mod process;
+
+pub use process::{RunEnd, VmmProcess, VmmStopper};
+
+/// A named pause point of the kill -9 suite (cargo feature `test-hooks`,
+/// which shipped builds never enable); nothing otherwise.
+fn pause_point(name: &str) {
+    #[cfg(feature = "test-hooks")]
+    workspace::pause_point::pause_point(name);
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = name;
+}

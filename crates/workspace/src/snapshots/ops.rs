@@ -1,0 +1,402 @@
+//! Taking, listing, deleting and forking snapshots (the collection's side).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use vmm_core::snapshot::disk_copy::copy_disk;
+use vmm_core::snapshot::SnapshotFiles;
+
+use crate::error::{Error, Result};
+use crate::host::settings::now_ms;
+use crate::snapshots::{
+    allocated_bytes, check_memory, copy_snapshot_disk, memory_digest, SnapshotInfo, WORKSPACE_DISK,
+};
+use crate::store::events::EventKind;
+use crate::store::name::validate_name;
+use crate::store::spec::{Meta, WorkspaceSpec};
+use crate::store::state::State;
+use crate::store::{read_json, write_json_atomic, SNAPSHOTS_DIR};
+use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::workspaces::lifecycle::StartProgress;
+use crate::workspaces::manager::Workspaces;
+
+/// A snapshot's record in its directory.
+const RECORD: &str = "snapshot.json";
+/// Where a live fork keeps the snapshot it started from, in its own
+/// directory (deleted with it).
+const FORK_ORIGIN: &str = "origin";
+/// How long the VMM may take to write a snapshot.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
+
+impl Workspaces {
+    fn snapshots_dir(&self) -> PathBuf {
+        self.state_dir().root().join(SNAPSHOTS_DIR)
+    }
+
+    /// Removes the `.NAME.PID.tmp` and `.NAME.PID.rm` directories of takes
+    /// and deletes whose process was killed half-way.
+    fn sweep_abandoned_snapshots(&self) {
+        let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let Some(stem) = file_name
+                .to_str()
+                .filter(|n| n.starts_with('.'))
+                .and_then(|n| n.strip_suffix(".tmp").or_else(|| n.strip_suffix(".rm")))
+            else {
+                continue;
+            };
+            if crate::store::leftover_pid(stem, '.')
+                .is_some_and(|pid| crate::store::process::start_ticks(pid).is_none())
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+
+    fn snapshot_dir(&self, name: &str) -> Result<PathBuf> {
+        validate_name(name).map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
+        Ok(self.snapshots_dir().join(name))
+    }
+
+    /// Writes `workspace`'s machine into the new directory `dir`: memory
+    /// and disk when it runs, the disk alone when it is stopped. Returns
+    /// whether memory was saved and the pause in ms.
+    fn write_machine(&self, workspace: &str, dir: &Path) -> Result<(bool, f64)> {
+        let meta = self.get(workspace)?;
+        let ws = self.dir(workspace)?;
+        match meta.state {
+            State::Running => {
+                let answer = control::call(
+                    &ws.control(),
+                    &ControlRequest::Snapshot {
+                        dir: dir.to_path_buf(),
+                    },
+                    SNAPSHOT_TIMEOUT,
+                )?;
+                let paused_us = match answer {
+                    ControlResponse::Snapshot { paused_us, .. } => paused_us,
+                    _ => 0,
+                };
+                Ok((true, paused_us as f64 / 1000.0))
+            }
+            State::Stopped | State::Crashed => {
+                let to = SnapshotFiles::new(dir).disk(WORKSPACE_DISK);
+                copy_disk(&ws.disk(), &to).map_err(Error::host_io(format!(
+                    "copying the disk to {}",
+                    to.display()
+                )))?;
+                Ok((false, 0.0))
+            }
+            state => Err(Error::WrongState {
+                name: workspace.to_owned(),
+                state,
+                why: "it is between states; a snapshot needs it running or stopped",
+                remedy: Some(crate::remedy::Remedy::WaitOrHalt {
+                    workspace: workspace.to_owned(),
+                }),
+            }),
+        }
+    }
+
+    /// Takes a snapshot of `workspace` named `name` (by default
+    /// `<workspace>-<time>`): its whole machine while it runs (the guest
+    /// pauses meanwhile), its disk while it is stopped.
+    pub fn snapshot_take(&self, workspace: &str, name: Option<&str>) -> Result<SnapshotInfo> {
+        let meta = self.get(workspace)?;
+        let name = name.map_or_else(|| format!("{workspace}-{}", now_ms()), str::to_owned);
+        let dir = self.snapshot_dir(&name)?;
+        if dir.exists() {
+            return Err(Error::SnapshotExists(name));
+        }
+        self.sweep_abandoned_snapshots();
+        let parent = self.snapshots_dir();
+        std::fs::create_dir_all(&parent)
+            .map_err(Error::host_io(format!("creating {}", parent.display())))?;
+        let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir(&tmp).map_err(Error::host_io(format!("creating {}", tmp.display())))?;
+        let made = (|| -> Result<SnapshotInfo> {
+            let (has_memory, paused_ms) = self.write_machine(workspace, &tmp)?;
+            crate::pause_point::pause_point("snapshot:written");
+            let memory_sha256 = has_memory
+                .then(|| memory_digest(&tmp))
+                .transpose()
+                .map_err(Error::host_io("reading the memory file back"))?;
+            let info = SnapshotInfo {
+                name: name.clone(),
+                workspace: workspace.to_owned(),
+                created_at_ms: now_ms(),
+                spec: meta.spec.clone(),
+                has_memory,
+                paused_ms,
+                size_bytes: 0,
+                memory_sha256,
+            };
+            write_json_atomic(&tmp.join(RECORD), &info)?;
+            // Fails if the name was taken meanwhile: a non-empty target.
+            std::fs::rename(&tmp, &dir).map_err(|_| Error::SnapshotExists(name.clone()))?;
+            Ok(info)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        let mut info = made?;
+        info.size_bytes = allocated_bytes(&dir);
+        self.dir(workspace)?
+            .events()
+            .append(EventKind::SnapshotTaken {
+                snapshot: name,
+                has_memory: info.has_memory,
+            })?;
+        Ok(info)
+    }
+
+    /// The snapshot `name`.
+    pub fn snapshot_get(&self, name: &str) -> Result<SnapshotInfo> {
+        let dir = self.snapshot_dir(name)?;
+        let record = dir.join(RECORD);
+        if !record.exists() {
+            return Err(Error::SnapshotNotFound(name.to_owned()));
+        }
+        let mut info: SnapshotInfo = read_json(&record)?;
+        info.size_bytes = allocated_bytes(&dir);
+        Ok(info)
+    }
+
+    /// Every snapshot (of `workspace` only, if given), oldest first.
+    pub fn snapshot_list(&self, workspace: Option<&str>) -> Result<Vec<SnapshotInfo>> {
+        self.sweep_abandoned_snapshots();
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
+            return Ok(out);
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            match self.snapshot_get(&name) {
+                Ok(info) if workspace.is_none_or(|w| w == info.workspace) => out.push(info),
+                Ok(_) | Err(Error::SnapshotNotFound(_)) => {}
+                Err(e) => tracing::warn!("skipping snapshot `{name}`: {}", e.full_message()),
+            }
+        }
+        out.sort_by(|a, b| (a.created_at_ms, &a.name).cmp(&(b.created_at_ms, &b.name)));
+        Ok(out)
+    }
+
+    /// Deletes the snapshot `name`. Workspaces forked from it keep running:
+    /// they hold its memory file open.
+    pub fn snapshot_delete(&self, name: &str) -> Result<SnapshotInfo> {
+        let info = self.snapshot_get(name)?;
+        let dir = self.snapshot_dir(name)?;
+        // Renamed first, so a half-deleted snapshot never looks whole.
+        let doomed = self
+            .snapshots_dir()
+            .join(format!(".{name}.{}.rm", std::process::id()));
+        std::fs::rename(&dir, &doomed)
+            .and_then(|()| std::fs::remove_dir_all(&doomed))
+            .map_err(Error::host_io(format!("deleting {}", dir.display())))?;
+        if let Ok(ws) = self.dir(&info.workspace) {
+            // The workspace may be gone; its snapshots outlive it.
+            let _ = ws.events().append(EventKind::SnapshotDeleted {
+                snapshot: name.to_owned(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// Fails unless the snapshot's state file reads whole (magic, version,
+    /// length, checksum).
+    fn check_usable(&self, info: &SnapshotInfo) -> Result<()> {
+        if !info.has_memory {
+            return Ok(());
+        }
+        let dir = self.snapshot_dir(&info.name)?;
+        let unusable = |reason| Error::SnapshotUnusable {
+            name: info.name.clone(),
+            reason,
+        };
+        vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(&dir))
+            .map_err(|e| unusable(crate::error_chain::error_chain(&e)))?;
+        check_memory(&dir, info.memory_sha256.as_deref()).map_err(unusable)
+    }
+
+    /// Puts the snapshot's workspace back to the snapshot's state: its disk
+    /// is replaced by a copy of the snapshot's, and a snapshot with memory
+    /// resumes it where it was taken (a disk-only one leaves it stopped). A
+    /// running workspace is only restored with `force` (it is halted
+    /// first). With `as_name`, a new workspace of that name is made from
+    /// the snapshot instead (a fork) and the original is left alone.
+    pub async fn snapshot_restore(
+        &self,
+        name: &str,
+        as_name: Option<&str>,
+        force: bool,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        let info = self.snapshot_get(name)?;
+        if let Some(new_name) = as_name {
+            return self
+                .fork(&info.workspace, new_name, Some(name), timeout, progress)
+                .await;
+        }
+        self.check_usable(&info)?;
+        let target = info.workspace.as_str();
+        let meta = self.get(target)?;
+        if meta.state.has_vmm() {
+            if !force {
+                return Err(Error::WrongState {
+                    name: target.to_owned(),
+                    state: meta.state,
+                    why: "restoring it in place discards its running state",
+                    remedy: Some(crate::remedy::Remedy::StopOrForceRestore {
+                        workspace: target.to_owned(),
+                        snapshot: name.to_owned(),
+                    }),
+                });
+            }
+            self.halt(target)?;
+        }
+        let ws = self.dir(target)?;
+        {
+            let _lock = self.state_dir().lock_workspace(target)?;
+            let dir = self.snapshot_dir(name)?;
+            copy_snapshot_disk(&dir, &ws)?;
+            ws.events().append(EventKind::Restored {
+                snapshot: name.to_owned(),
+            })?;
+        }
+        if !info.has_memory {
+            return self.get(target);
+        }
+        let dir = self.snapshot_dir(name)?;
+        self.start_from(target, timeout, progress, Some(&dir)).await
+    }
+
+    /// Creates workspace `new_name` as a fork and starts it: from the
+    /// snapshot `snapshot` if given, else from `source` as it is now (a
+    /// snapshot of its running machine, kept in the fork's directory). A
+    /// snapshot with memory resumes where it was taken; a disk-only one
+    /// boots from its disk. The fork has its own disk copy and sockets.
+    pub async fn fork(
+        &self,
+        source: &str,
+        new_name: &str,
+        snapshot: Option<&str>,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        // It may write a snapshot of a running workspace and copy a disk.
+        let (from, to, snap) = (
+            source.to_owned(),
+            new_name.to_owned(),
+            snapshot.map(str::to_owned),
+        );
+        let origin = self
+            .blocking(move |ws| ws.prepare_fork(&from, &to, snap.as_deref()))
+            .await?;
+        self.start_from(new_name, timeout, progress, origin.as_deref())
+            .await
+    }
+
+    /// Makes the fork's directory, disk and record; returns the snapshot
+    /// directory to restore, if it holds memory.
+    fn prepare_fork(
+        &self,
+        source: &str,
+        new_name: &str,
+        snapshot: Option<&str>,
+    ) -> Result<Option<PathBuf>> {
+        let ws = self.dir(new_name)?;
+        ws.check_socket_paths()?;
+        let from_snapshot = snapshot.map(|s| self.snapshot_get(s)).transpose()?;
+        // A snapshot outlives its workspace; only a live fork needs it.
+        let source_meta = match &from_snapshot {
+            Some(_) => None,
+            None => Some(self.get(source)?),
+        };
+        if let Some(info) = &from_snapshot {
+            // Checked whole before anything is made: a damaged snapshot
+            // leaves no half-made fork behind.
+            self.check_usable(info)?;
+        }
+        if let Some(meta) = source_meta.as_ref().filter(|m| m.state != State::Running) {
+            return Err(Error::NotRunning {
+                name: source.to_owned(),
+                state: meta.state,
+            });
+        }
+        let lock = self.state_dir().lock_workspace(new_name)?;
+        if ws.meta_path().exists() {
+            return Err(Error::WorkspaceExists(new_name.to_owned()));
+        }
+        let _ = std::fs::remove_dir_all(ws.path());
+        let made = (|| -> Result<Option<PathBuf>> {
+            std::fs::create_dir_all(ws.path())
+                .map_err(Error::host_io(format!("creating {}", ws.path().display())))?;
+            let (dir, spec, has_memory) = match (&from_snapshot, &source_meta) {
+                (Some(info), _) => (
+                    self.snapshot_dir(&info.name)?,
+                    info.spec.clone(),
+                    info.has_memory,
+                ),
+                (None, Some(meta)) => {
+                    // Written where the source's VMM sees (its private root
+                    // has the snapshots directory, not other workspaces),
+                    // then moved into the fork's directory.
+                    let parent = self.snapshots_dir();
+                    let scratch =
+                        parent.join(format!(".fork-{new_name}.{}.tmp", std::process::id()));
+                    let _ = std::fs::remove_dir_all(&scratch);
+                    std::fs::create_dir_all(&scratch)
+                        .map_err(Error::host_io(format!("creating {}", scratch.display())))?;
+                    let dir = ws.path().join(FORK_ORIGIN);
+                    let written = self.write_machine(source, &scratch).and_then(|(mem, _)| {
+                        std::fs::rename(&scratch, &dir).map_err(Error::host_io(format!(
+                            "moving the snapshot to {}",
+                            dir.display()
+                        )))?;
+                        Ok(mem)
+                    });
+                    if written.is_err() {
+                        let _ = std::fs::remove_dir_all(&scratch);
+                    }
+                    (dir, meta.spec.clone(), written?)
+                }
+                (None, None) => return Err(Error::WorkspaceNotFound(source.to_owned())),
+            };
+            copy_snapshot_disk(&dir, &ws)?;
+            // Host ports belong to one workspace: a fork publishes none; on
+            // a tap network it takes an address of its own.
+            let (_network, spec) = self.place_on_network(WorkspaceSpec {
+                ports: Vec::new(),
+                ..spec
+            })?;
+            let meta = Meta {
+                name: new_name.to_owned(),
+                spec,
+                created_at_ms: now_ms(),
+                state: State::Stopped,
+                runtime: None,
+                last_exit: None,
+                pristine: false,
+            };
+            ws.write_meta(&meta)?;
+            ws.events().append(EventKind::Forked {
+                from: source.to_owned(),
+                snapshot: snapshot.map(str::to_owned),
+            })?;
+            Ok(has_memory.then_some(dir))
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(ws.path());
+            let _ = self.state_dir().remove_lock(new_name, lock);
+        }
+        made
+    }
+}

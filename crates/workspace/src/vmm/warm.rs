@@ -1,0 +1,51 @@
+//! A warm snapshot's record (`warm.json`) and its promotion: the starting
+//! client writes the record into a pending directory, the VMM process
+//! writes the snapshot beside it and promotes it ([`promote`]).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use vmm_core::snapshot::SnapshotFiles;
+
+/// A warm snapshot's record.
+pub(crate) const WARM_RECORD: &str = "warm.json";
+/// The prefix of a warm snapshot being written by a starting VMM.
+pub(crate) const PENDING_PREFIX: &str = ".pending-";
+/// What a warm snapshot was made from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct WarmRecord {
+    /// Its directory's name.
+    pub key: String,
+    /// Everything that must not have changed for it to be usable.
+    pub fingerprint: String,
+    /// The workspace whose first boot it is.
+    pub from: String,
+    /// Unix ms when it was kept.
+    pub created_at_ms: u64,
+    /// The memory file's digest, set when the snapshot is promoted.
+    #[serde(default)]
+    pub memory_sha256: Option<String>,
+}
+
+/// Makes the record's directory the warm snapshot of its key (the VMM
+/// process calls this once it has written the snapshot into `pending`); if
+/// another start kept one first, `pending` is removed.
+pub fn promote(pending: &Path) -> std::io::Result<()> {
+    let mut record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    record.memory_sha256 = Some(memory_digest(pending)?);
+    crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let parent = pending.parent().unwrap_or(Path::new("."));
+    if std::fs::rename(pending, parent.join(&record.key)).is_err() {
+        std::fs::remove_dir_all(pending)?;
+    }
+    Ok(())
+}
+
+/// The digest of the memory file in the snapshot directory `dir`; a read
+/// error keeps its causes in its message.
+pub(crate) fn memory_digest(dir: &Path) -> std::io::Result<String> {
+    vmm_core::snapshot::memory_file::digest(&SnapshotFiles::new(dir).memory())
+        .map_err(|e| std::io::Error::other(crate::error_chain::error_chain(&e)))
+}
