@@ -10,10 +10,10 @@ use std::time::Duration;
 use clap::Args;
 use workspace::DEFAULT_START_TIMEOUT;
 use workspace::EXEC_FAILURE_EXIT_CODE;
+use workspace::{guest::ExecEnd, Error, Workspaces};
+use workspace::{guest::ExecEvent, guest::OutputCollector, ExecInput};
+use workspace::{guest::Exited, ExecRequest};
 use workspace::{Afterwards, OneShot};
-use workspace::{Error, ExecEnd, Workspaces};
-use workspace::{ExecEvent, ExecInput, OutputCollector};
-use workspace::{ExecRequest, Exited};
 
 use crate::output::{self, key_value};
 use crate::workspace_cmd::{start_with_progress, SpecArgs};

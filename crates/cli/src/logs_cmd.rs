@@ -38,7 +38,7 @@ pub async fn logs(
             _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
             () = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
-        let workspace::ConsoleChunk {
+        let workspace::guest::ConsoleChunk {
             data: bytes,
             next_offset: next,
             ..

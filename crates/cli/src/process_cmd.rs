@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Subcommand;
 use serde::Serialize;
-use workspace::{Error, ErrorCode, ProcessInfo, ProcessOptions, ProcessOutput, Workspaces};
+use workspace::{
+    guest::ProcessOptions, guest::ProcessOutput, Error, ErrorCode, ProcessInfo, Workspaces,
+};
 
 use crate::exec_cmd::ExecArgs;
 use crate::output;

@@ -14,7 +14,10 @@ use std::process::ExitCode;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use workspace::Workspaces;
-use workspace::{Error, ExecEnd, ExecEvent, ExecInput, ExecRequest, PtySize, TerminalInput};
+use workspace::{
+    guest::ExecEnd, guest::ExecEvent, guest::PtySize, guest::TerminalInput, Error, ExecInput,
+    ExecRequest,
+};
 
 use crate::exec_cmd::exit_status;
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use workspace::defaults;
+use workspace::store::defaults;
 use workspace::{Error, ListFilter, Meta, State, WorkspaceSpec, Workspaces};
 
 use crate::output::{self, age, key_value};
@@ -370,7 +370,7 @@ pub fn ttl(
             ))
         }
         "off" | "none" => None,
-        s => Some(workspace::parse_duration(s)?),
+        s => Some(workspace::store::parse_duration(s)?),
     };
     let meta = match secs {
         Some(by) if extend => ws.extend_ttl(name, by)?,
@@ -380,7 +380,7 @@ pub fn ttl(
 }
 
 fn parse_ttl(s: &str) -> Result<u64, String> {
-    workspace::parse_duration(s).map_err(|e| e.to_string())
+    workspace::store::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// Parses a `--state` filter.

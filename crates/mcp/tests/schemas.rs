@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use workspace::host::doctor::{Check, Report, Status};
 use workspace::images::ImageInfo;
+use workspace::{store::LastExit, store::Runtime};
 use workspace::{Event, EventKind};
-use workspace::{LastExit, Runtime};
 use workspace::{Meta, State, WorkspaceInfo, WorkspaceSpec};
 
 /// `T`'s output schema, as a tool announces it, with every object schema
@@ -137,7 +137,7 @@ fn events_of_every_kind_match_their_schema() {
             ready_ms: None,
         },
         EventKind::Started {
-            start: Some(workspace::StartKind::Warm),
+            start: Some(workspace::store::StartKind::Warm),
             ready_ms: Some(40),
         },
         EventKind::ExecStarted {

@@ -57,39 +57,22 @@ pub use code::ErrorCode;
 pub use error::{Error, Result};
 pub use error_chain::error_chain;
 #[cfg(feature = "client")]
-pub use guest::exec::{
-    ExecEnd, ExecRequest, ExecResult, Exited, OutputCollector, MAX_COLLECTED_BYTES,
-};
+pub use guest::exec::{ExecRequest, ExecResult};
 #[cfg(feature = "client")]
-pub use guest::files::{ConsoleChunk, DirListing, FileRead, WriteOptions, MAX_EVENT_WAIT};
+pub use guest::files::{FileRead, WriteOptions};
 #[cfg(feature = "client")]
-pub use guest::metrics::{WorkspaceMetrics, CPU_SAMPLE};
+pub use guest::processes::ProcessInfo;
+/// The input an exec takes (a stream, bytes, a terminal), so a program
+/// needs no other crate to give it.
 #[cfg(feature = "client")]
-pub use guest::processes::{
-    ProcessInfo, ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,
-    MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_RUNNING_PROCESSES,
-};
-/// The guest agent's streaming and file types the exec and file methods
-/// take and return, so a program needs no other crate to use them.
-#[cfg(feature = "client")]
-pub use guest_agent::client::{ExecEvent, ExecInput, TerminalInput};
-pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, PtySize, WriteMode};
-#[cfg(feature = "client")]
-pub use network::ops::{HostChange, NetworkInfo};
-pub use network::GuestNetwork;
+pub use guest_agent::client::ExecInput;
 pub use remedy::Remedy;
 #[cfg(feature = "client")]
 pub use snapshots::SnapshotInfo;
-pub use store::console_log::ConsoleLogError;
-pub use store::events::{Event, EventKind, EventsError};
-pub use store::name::{validate_name, NameError};
-pub use store::spec::{
-    defaults, parse_duration, validate_ttl, DeleteOptions, LastExit, Limits, Meta, Owner, Runtime,
-    SpecError, StartKind, WorkspaceSpec, LIMITS,
-};
-pub use store::state::{State, TransitionError};
-pub use store::{StateDir, StoreError, WorkspaceLock};
-pub use vmm::control::ControlError;
+pub use store::events::{Event, EventKind};
+pub use store::spec::{DeleteOptions, Limits, Meta, WorkspaceSpec, LIMITS};
+pub use store::state::State;
+pub use store::StateDir;
 /// The guest kernel variant (standard, or compat for emulating hosts).
 pub use vmm_core::KernelVariant;
 #[cfg(feature = "client")]

@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use workspace::host::doctor::Report;
 use workspace::images::ImageInfo;
-use workspace::{Contract, WorkspaceMetrics};
+use workspace::{guest::WorkspaceMetrics, Contract};
 
 use crate::output::Render;
 use workspace::guest::copy_plan::human_bytes;

@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use workspace::network::{AllowEntry, Backend, Egress, Subnet};
-use workspace::{HostChange, NetworkInfo};
+use workspace::{network::HostChange, network::NetworkInfo};
 
 use crate::output::Render;
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::defaults;
 use workspace::guest::code::{CODE_IMAGE, CODE_MEM_MIB};
+use workspace::store::defaults;
 use workspace::ExecRequest;
-use workspace::{ErrorCode, ExecEnd, OneShot, WorkspaceSpec};
-use workspace::{ExecEvent, ExecInput, OutputCollector};
+use workspace::{guest::ExecEnd, ErrorCode, OneShot, WorkspaceSpec};
+use workspace::{guest::ExecEvent, guest::OutputCollector, ExecInput};
 
 use super::{in_range, seconds, vcpus};
 use crate::output::{Out, ToolResult};

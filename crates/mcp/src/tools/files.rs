@@ -5,7 +5,7 @@ use base64::Engine;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
 use workspace::guest::copy_plan::{describe_stat, human_bytes, kind_name, CopyOptions, CopyPlan};
-use workspace::FileKind;
+use workspace::guest::FileKind;
 
 use super::{guest_path, in_range, would_or_did};
 use crate::output::{Out, ToolResult};
@@ -206,7 +206,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<FileListParams>,
     ) -> ToolResult<FileListResult> {
         guest_path("path", &p.path)?;
-        let workspace::DirListing {
+        let workspace::guest::DirListing {
             mut entries,
             truncated,
             ..

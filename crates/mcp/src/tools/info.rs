@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
+use workspace::guest::MAX_EVENT_WAIT;
 use workspace::host::doctor::{self, Report};
 use workspace::ListFilter;
-use workspace::MAX_EVENT_WAIT;
-use workspace::{defaults, LIMITS};
+use workspace::{store::defaults, LIMITS};
 
 use super::{in_range, vcpus};
 use crate::output::{Out, ToolResult};

@@ -8,8 +8,8 @@ use std::time::Duration;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::defaults;
-use workspace::MAX_EVENT_WAIT;
+use workspace::guest::MAX_EVENT_WAIT;
+use workspace::store::defaults;
 use workspace::{ListFilter, Meta, WorkspaceInfo, WorkspaceSpec};
 
 use super::{in_range, seconds, vcpus};
@@ -133,7 +133,7 @@ impl MicroagentServer {
                     ))
                 }
                 (Some(secs), None) => Some(secs),
-                (None, Some(text)) => Some(workspace::parse_duration(text)?),
+                (None, Some(text)) => Some(workspace::store::parse_duration(text)?),
                 (None, None) => None,
             },
             network: p
@@ -167,7 +167,7 @@ impl MicroagentServer {
     ) -> ToolResult<Meta> {
         let meta = match (p.by.as_deref(), p.ttl_secs) {
             (Some(by), None) => {
-                let by = workspace::parse_duration(by)?;
+                let by = workspace::store::parse_duration(by)?;
                 self.on_workspace(&p.name, move |ws, name| ws.extend_ttl(name, by))
                     .await?
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::ProcessOptions;
+use workspace::guest::ProcessOptions;
 
 use super::exec::command_request;
 use super::in_range;
@@ -52,7 +52,12 @@ impl MicroagentServer {
             req = req.timeout(Duration::from_secs(secs));
         }
         let ring_bytes = match p.ring_bytes {
-            Some(n) => Some(in_range("ring_bytes", n, 0, workspace::MAX_PROCESS_RING)?),
+            Some(n) => Some(in_range(
+                "ring_bytes",
+                n,
+                0,
+                workspace::guest::MAX_PROCESS_RING,
+            )?),
             None => None,
         };
         let options = ProcessOptions {

@@ -112,7 +112,7 @@ impl ExecRequest {
 
     /// Runs the command on a pseudo-terminal of this size in the guest:
     /// it sees a tty on stdin, stdout and stderr, output arrives as stdout
-    /// only, and input comes as [`crate::TerminalInput`]
+    /// only, and input comes as [`crate::guest::TerminalInput`]
     /// ([`ExecInput::Terminal`]), which carries size changes too.
     pub fn terminal(mut self, size: wire::PtySize) -> Self {
         self.pty = Some(size);

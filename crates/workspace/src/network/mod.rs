@@ -26,6 +26,9 @@ pub mod ports;
 pub mod setup;
 pub mod subnet;
 
+#[cfg(feature = "client")]
+pub use ops::{HostChange, NetworkInfo};
+
 pub use egress::{AllowEntry, Egress};
 pub use objects::{
     Addressing, Backend, GuestNetwork, Network, NetworkError, NetworkRequest, Networks,

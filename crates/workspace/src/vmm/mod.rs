@@ -7,3 +7,5 @@ pub mod confinement;
 pub mod control;
 pub mod launch;
 pub mod warm;
+
+pub use control::ControlError;
