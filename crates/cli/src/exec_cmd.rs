@@ -168,7 +168,8 @@ async fn exec_in(
         event => collected.on_event(event),
     };
     let end = ws
-        .exec_cancellable(name, req, input, on_event, ctrl_c())
+        .workspace(name)?
+        .exec_cancellable(req, input, on_event, ctrl_c())
         .await?;
     let exited = match end {
         ExecEnd::Exited(exited) => exited,

@@ -40,10 +40,12 @@ pub async fn cp(
     let plan =
         match (parse(src), parse(dst)) {
             (Place::Host(from), Place::Guest { workspace, path }) => {
-                ws.plan_copy_in(&workspace, &from, &path).await?
+                ws.workspace(&workspace)?.plan_copy_in(&from, &path).await?
             }
             (Place::Guest { workspace, path }, Place::Host(to)) => {
-                ws.plan_copy_out(&workspace, &path, &to, options).await?
+                ws.workspace(&workspace)?
+                    .plan_copy_out(&path, &to, options)
+                    .await?
             }
             _ => return Err(Error::InvalidInput(
                 "one side of cp must be a workspace path (NAME:/path) and the other a host path"

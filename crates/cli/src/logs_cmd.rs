@@ -16,7 +16,7 @@ pub async fn logs(
     follow: bool,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let tail = ws.logs(name, lines)?;
+    let tail = ws.workspace(name)?.logs(lines)?;
     if json && !follow {
         output::json(&serde_json::json!({ "workspace": name, "lines": tail }));
         return Ok(ExitCode::SUCCESS);
@@ -31,7 +31,7 @@ pub async fn logs(
     if !follow {
         return Ok(ExitCode::SUCCESS);
     }
-    let mut offset = ws.logs_from(name, 0)?.next_offset;
+    let mut offset = ws.workspace(name)?.logs_from(0)?.next_offset;
     let mut partial = Vec::new();
     loop {
         tokio::select! {
@@ -42,7 +42,7 @@ pub async fn logs(
             data: bytes,
             next_offset: next,
             ..
-        } = ws.logs_from(name, offset)?;
+        } = ws.workspace(name)?.logs_from(offset)?;
         offset = next;
         if json {
             partial.extend_from_slice(&bytes);
@@ -103,7 +103,7 @@ pub async fn events(
 ) -> Result<ExitCode, Error> {
     let mut cursor = after;
     let first_wait = Duration::from_secs(wait.unwrap_or(0));
-    let events = ws.events(name, cursor, first_wait).await?;
+    let events = ws.workspace(name)?.events(cursor, first_wait).await?;
     for e in &events {
         print_event(e, json);
         cursor = e.seq;
@@ -114,7 +114,7 @@ pub async fn events(
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
-            got = ws.events(name, cursor, Duration::from_secs(30)) => {
+            got = ws.workspace(name)?.events(cursor, Duration::from_secs(30)) => {
                 for e in &got? {
                     print_event(e, json);
                     cursor = e.seq;

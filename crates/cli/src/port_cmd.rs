@@ -73,18 +73,18 @@ fn print(workspace: &str, ports: &[PortMapping], json: bool) {
 pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, Error> {
     match cmd {
         PortCommand::Add { workspace, mapping } => {
-            let meta = ws.publish_port(workspace, *mapping)?;
+            let meta = ws.workspace(workspace)?.publish_port(*mapping)?;
             print(workspace, &meta.spec.ports, json);
         }
         PortCommand::Ls { workspace } => {
-            let meta = ws.get(workspace)?;
+            let meta = ws.workspace(workspace)?.get()?;
             print(workspace, &meta.spec.ports, json);
         }
         PortCommand::Rm {
             workspace,
             host: (ip, port),
         } => {
-            let meta = ws.unpublish_port(workspace, *ip, *port)?;
+            let meta = ws.workspace(workspace)?.unpublish_port(*ip, *port)?;
             print(workspace, &meta.spec.ports, json);
         }
     }

@@ -99,7 +99,7 @@ pub async fn detach(
         ring_bytes: cmd.output_cap,
         id: None,
     };
-    let info = ws.process_start(name, req, options).await?;
+    let info = ws.workspace(name)?.process_start(req, options).await?;
     if json {
         output::json(&info);
     } else {
@@ -122,7 +122,7 @@ fn now_ms() -> u64 {
 
 /// `ps WS`.
 pub async fn ps(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
-    let list = ws.process_list(name).await?;
+    let list = ws.workspace(name)?.process_list().await?;
     if json {
         #[derive(Serialize)]
         struct Listed<'a> {
@@ -207,7 +207,10 @@ async fn output_cmd(
 ) -> Result<ExitCode, Error> {
     let mut wait = Duration::from_secs(wait);
     loop {
-        let out = ws.process_output(name, id, cursors, None, wait).await?;
+        let out = ws
+            .workspace(name)?
+            .process_output(id, cursors, None, wait)
+            .await?;
         print_output(&out, json);
         cursors = [out.stdout.next_cursor, out.stderr.next_cursor];
         if !follow {
@@ -253,7 +256,8 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<Ex
             timeout,
         } => {
             let info = ws
-                .process_wait(workspace, id, Duration::from_secs(*timeout))
+                .workspace(workspace)?
+                .process_wait(id, Duration::from_secs(*timeout))
                 .await?;
             if info.running() {
                 let message = format!(
@@ -278,7 +282,7 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<Ex
             id,
             signal,
         } => {
-            ws.process_signal(workspace, id, signal).await?;
+            ws.workspace(workspace)?.process_signal(id, signal).await?;
             if json {
                 output::json(&serde_json::json!({ "id": id, "signal": signal }));
             }
@@ -304,7 +308,8 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<Ex
                 }
             };
             let written = ws
-                .process_write_stdin(workspace, id, &bytes, *close)
+                .workspace(workspace)?
+                .process_write_stdin(id, &bytes, *close)
                 .await?;
             if json {
                 output::json(&serde_json::json!({ "id": id, "bytes": written, "closed": close }));
@@ -312,7 +317,7 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<Ex
             Ok(ExitCode::SUCCESS)
         }
         ProcessCommand::Rm { workspace, id } => {
-            ws.process_remove(workspace, id).await?;
+            ws.workspace(workspace)?.process_remove(id).await?;
             if json {
                 output::json(&serde_json::json!({ "id": id, "removed": true }));
             }

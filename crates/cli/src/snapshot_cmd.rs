@@ -80,7 +80,7 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<E
     match cmd {
         SnapshotCommand::Take { workspace, name } => {
             let began = Instant::now();
-            let info = ws.snapshot_take(workspace, name.as_deref())?;
+            let info = ws.workspace(workspace)?.snapshot_take(name.as_deref())?;
             if json {
                 output::json(&info);
             } else {
@@ -182,7 +182,8 @@ pub async fn fork(
     let show = !json && output::interactive();
     let began = Instant::now();
     let meta = ws
-        .fork(source, new_name, snapshot, timeout, |p| {
+        .workspace(source)?
+        .fork(new_name, snapshot, timeout, |p| {
             if show {
                 eprint!("\r\x1b[2Kforking {new_name}: {:>3} s", p.elapsed.as_secs());
                 let _ = std::io::stderr().flush();

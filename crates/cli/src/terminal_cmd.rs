@@ -169,7 +169,9 @@ pub async fn run(
             let _ = o.write_all(&b).and_then(|()| o.flush());
         }
     };
-    let exec = ws.exec_cancellable(name, req, ExecInput::Terminal(rx), on_event, terminated());
+    let exec =
+        ws.workspace(name)?
+            .exec_cancellable(req, ExecInput::Terminal(rx), on_event, terminated());
     let end = tokio::select! {
         end = exec => end,
         never = forward_resizes(tx) => match never {},

@@ -131,9 +131,9 @@ async fn start_showing(
         }
     };
     let meta = if cold {
-        ws.start_cold(name, timeout, report).await
+        ws.workspace(name)?.start_cold(timeout, report).await
     } else {
-        ws.start(name, timeout, report).await
+        ws.workspace(name)?.start(timeout, report).await
     };
     if show {
         eprint!("\r\x1b[2K");
@@ -170,12 +170,15 @@ pub async fn stop(
     timeout: u64,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let meta = ws.stop(name, Duration::from_secs(timeout)).await?;
+    let meta = ws
+        .workspace(name)?
+        .stop(Duration::from_secs(timeout))
+        .await?;
     Ok(done(&meta, json))
 }
 
 pub fn halt(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
-    let meta = ws.halt(name)?;
+    let meta = ws.workspace(name)?.halt()?;
     Ok(done(&meta, json))
 }
 
@@ -187,7 +190,7 @@ pub fn delete(
     json: bool,
 ) -> Result<ExitCode, Error> {
     // Checked first, so a prompt is never shown for a missing workspace.
-    let meta = ws.get(name)?;
+    let meta = ws.workspace(name)?.get()?;
     if !yes {
         if !std::io::stdin().is_terminal() || json {
             return Err(Error::InvalidInput(format!(
@@ -206,7 +209,9 @@ pub fn delete(
             return Ok(ExitCode::from(output::FAILURE));
         }
     }
-    let meta = ws.delete(name, workspace::DeleteOptions::default().force(force))?;
+    let meta = ws
+        .workspace(name)?
+        .delete(workspace::DeleteOptions::default().force(force))?;
     if json {
         output::json(&serde_json::json!({ "deleted": meta.name, "was": meta.state }));
     } else {
@@ -302,7 +307,7 @@ pub async fn metrics(ws: &Workspaces, name: Option<&str>, json: bool) -> Result<
 }
 
 pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
-    let info = ws.inspect(name)?;
+    let info = ws.workspace(name)?.inspect()?;
     if json {
         output::json(&info);
         return Ok(ExitCode::SUCCESS);
@@ -373,8 +378,8 @@ pub fn ttl(
         s => Some(workspace::store::parse_duration(s)?),
     };
     let meta = match secs {
-        Some(by) if extend => ws.extend_ttl(name, by)?,
-        secs => ws.set_ttl(name, secs)?,
+        Some(by) if extend => ws.workspace(name)?.extend_ttl(by)?,
+        secs => ws.workspace(name)?.set_ttl(secs)?,
     };
     Ok(done(&meta, json))
 }

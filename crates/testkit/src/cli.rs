@@ -280,7 +280,7 @@ impl Drop for CliHome {
                 .list(&workspace::ListFilter::default())
                 .unwrap_or_default()
             {
-                let _ = all.halt(&meta.name);
+                let _ = all.workspace(&meta.name).and_then(|w| w.halt());
             }
         }
         let _ = std::fs::remove_dir_all(&self.home);

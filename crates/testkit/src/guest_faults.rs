@@ -72,7 +72,7 @@ pub fn workspace_consoles(home: &std::path::Path) -> Vec<(String, String)> {
     names
         .into_iter()
         .filter_map(|meta| {
-            let lines = all.logs(&meta.name, None).ok()?;
+            let lines = all.workspace(&meta.name).ok()?.logs(None).ok()?;
             Some((meta.name, lines.join("\n")))
         })
         .collect()

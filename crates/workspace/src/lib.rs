@@ -3,10 +3,10 @@
 //!
 //! [`Workspaces`] is the API ([`Workspaces::builder`] opens a state
 //! directory; [`Workspace`] is one workspace by name): the life cycle
-//! ([`Workspaces::create`], [`Workspaces::start`], stop, halt, delete, list,
+//! ([`Workspaces::create`], [`Workspace::start`], stop, halt, delete, list,
 //! inspect, TTL), commands ([`ExecRequest`] to [`ExecResult`]), background
-//! processes ([`Workspaces::process_start`]), files and copies
-//! ([`Workspaces::read_file`], [`Workspaces::copy_in`], ...), console logs
+//! processes ([`Workspace::process_start`]), files and copies
+//! ([`Workspace::read_file`], [`Workspace::copy_in`], ...), console logs
 //! and [`Event`]s, snapshots and forks, and the one-shot use case
 //! ([`Workspaces::run_once`]). Each running workspace is one detached VMM
 //! process (crates/vmm-host, started as [`vmm::launch::VmmLaunch`] says)

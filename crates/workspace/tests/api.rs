@@ -84,7 +84,11 @@ fn a_workspace_from_create_to_delete() {
         .build()
         .unwrap();
     let stopped = rt
-        .block_on(h.ws.exec_collect("dev", ExecRequest::argv(["true"]), ExecInput::None))
+        .block_on(
+            h.ws.workspace("dev")
+                .unwrap()
+                .exec_collect(ExecRequest::argv(["true"]), ExecInput::None),
+        )
         .unwrap_err();
     assert_eq!(stopped.code(), ErrorCode::NotRunning);
     assert_eq!(
@@ -95,28 +99,40 @@ fn a_workspace_from_create_to_delete() {
     );
     // The VMM program does not exist: the start fails and names it.
     let failed = rt
-        .block_on(h.ws.start("dev", Duration::from_secs(5), |_| {}))
+        .block_on(
+            h.ws.workspace("dev")
+                .unwrap()
+                .start(Duration::from_secs(5), |_| {}),
+        )
         .unwrap_err();
     assert!(
         failed.full_message().contains("/nonexistent/vmm"),
         "{failed}"
     );
 
-    h.ws.get("dev")
+    h.ws.workspace("dev")
+        .unwrap()
+        .get()
         .unwrap()
         .check_delete(DeleteOptions::default())
         .unwrap();
-    h.ws.delete("dev", DeleteOptions::default()).unwrap();
+    h.ws.workspace("dev")
+        .unwrap()
+        .delete(DeleteOptions::default())
+        .unwrap();
     assert!(h.ws.list(&ListFilter::default()).unwrap().is_empty());
 }
 
 #[test]
 fn unknown_names_fail_with_codes_and_change_nothing() {
     let h = home("unknown");
-    let missing = h.ws.get("nope").unwrap_err();
+    let missing = h.ws.workspace("nope").unwrap().get().unwrap_err();
     assert_eq!(missing.code(), ErrorCode::NotFound);
     assert_eq!(missing.remedy(), Some(Remedy::ListWorkspaces));
-    let bad = h.ws.get("Not A Name").unwrap_err();
+    let bad =
+        h.ws.workspace("Not A Name")
+            .and_then(|w| w.get())
+            .unwrap_err();
     assert_eq!(bad.code(), ErrorCode::InvalidInput);
     assert_eq!(
         h.ws.workspace("Not A Name").unwrap_err().code(),
@@ -194,7 +210,10 @@ fn one_shot_runs_clean_up_whatever_happens() {
         ))
         .unwrap();
     assert_eq!(end.outcome.unwrap().as_deref(), Some("kept"));
-    assert_eq!(h.ws.get("kept").unwrap().state, State::Stopped);
+    assert_eq!(
+        h.ws.workspace("kept").unwrap().get().unwrap().state,
+        State::Stopped
+    );
 
     // A name that is taken fails before anything is created.
     let taken = rt.block_on(h.ws.run_once(
@@ -203,7 +222,10 @@ fn one_shot_runs_clean_up_whatever_happens() {
         |_| async { Ok(()) },
     ));
     assert_eq!(taken.unwrap_err().code(), ErrorCode::Conflict);
-    h.ws.delete("kept", DeleteOptions::default()).unwrap();
+    h.ws.workspace("kept")
+        .unwrap()
+        .delete(DeleteOptions::default())
+        .unwrap();
 }
 
 /// The host budget (`budget.json` in the state directory): a create below
@@ -229,13 +251,18 @@ async fn the_host_budget_refuses_creates_and_starts_past_it() {
     std::fs::write(&budget, r#"{"max_running": 0}"#).unwrap();
     h.ws.create("dev", spec()).unwrap();
     let err =
-        h.ws.start("dev", Duration::from_secs(5), |_| {})
+        h.ws.workspace("dev")
+            .unwrap()
+            .start(Duration::from_secs(5), |_| {})
             .await
             .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Conflict, "{err}");
     assert!(err.to_string().contains("host budget"), "{err}");
     // Refused before any VMM was launched: still stopped.
-    assert_eq!(h.ws.get("dev").unwrap().state, State::Stopped);
+    assert_eq!(
+        h.ws.workspace("dev").unwrap().get().unwrap().state,
+        State::Stopped
+    );
 
     std::fs::write(&budget, r#"{"max_running": "many"}"#).unwrap();
     let err = h.ws.create("bad", spec()).unwrap_err();

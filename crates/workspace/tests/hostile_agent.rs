@@ -87,7 +87,11 @@ fn read_file_and_copy_out_of_a_file_stop_at_their_bounds() {
     };
     let rt = runtime();
     let read = rt
-        .block_on(h.ws.read_file("dev", "/f", None, Some(1 << 20)))
+        .block_on(
+            h.ws.workspace("dev")
+                .unwrap()
+                .read_file("/f", None, Some(1 << 20)),
+        )
         .unwrap_err();
     let chain = workspace::error_chain(&read);
     assert!(chain.contains("more than"), "{chain}");
@@ -96,7 +100,11 @@ fn read_file_and_copy_out_of_a_file_stop_at_their_bounds() {
     let dest = h.root.join("out");
     std::fs::create_dir_all(&dest).unwrap();
     let err = rt
-        .block_on(h.ws.copy_out("dev", "/f", &dest.join("f")))
+        .block_on(
+            h.ws.workspace("dev")
+                .unwrap()
+                .copy_out("/f", &dest.join("f")),
+        )
         .unwrap_err();
     let chain = workspace::error_chain(&err);
     let budget = 10 + workspace::guest::host_write::COPY_OUT_GROWTH;
@@ -119,7 +127,11 @@ fn copy_out_of_a_directory_stops_at_the_byte_budget() {
     let dest = h.root.join("out");
     std::fs::create_dir_all(&dest).unwrap();
     let err = runtime()
-        .block_on(h.ws.copy_out("dev", "/d", &dest.join("d")))
+        .block_on(
+            h.ws.workspace("dev")
+                .unwrap()
+                .copy_out("/d", &dest.join("d")),
+        )
         .unwrap_err();
     let chain = workspace::error_chain(&err);
     assert!(
@@ -142,7 +154,7 @@ fn copy_out_of_a_directory_stops_at_the_entry_budget() {
     };
     let dest = h.root.join("out");
     let err = runtime()
-        .block_on(h.ws.copy_out("dev", "/d", &dest))
+        .block_on(h.ws.workspace("dev").unwrap().copy_out("/d", &dest))
         .unwrap_err();
     let chain = workspace::error_chain(&err);
     assert!(chain.contains("entries"), "{chain}");
@@ -158,7 +170,11 @@ fn an_exec_that_floods_then_stalls_ends_with_its_deadline_and_bounded_memory() {
         .timeout(Duration::from_secs(1))
         .output_cap(1 << 20);
     let err = runtime()
-        .block_on(h.ws.exec_collect("dev", req, ExecInput::None))
+        .block_on(
+            h.ws.workspace("dev")
+                .unwrap()
+                .exec_collect(req, ExecInput::None),
+        )
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Timeout, "{err}");
     // A gibibyte went by; what stayed was about the cap.

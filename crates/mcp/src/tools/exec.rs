@@ -103,7 +103,10 @@ impl MicroagentServer {
             collected.on_event(event);
         };
         let cancel = ctx.ct.clone().cancelled_owned();
-        let exec = self.ws.exec_cancellable(name, req, stdin, on_event, cancel);
+        let exec = self
+            .ws
+            .workspace(name)?
+            .exec_cancellable(req, stdin, on_event, cancel);
         let status = |elapsed: Duration| {
             format!(
                 "running `{what}` in {name}: {} s, {} bytes of output",
@@ -135,7 +138,11 @@ impl MicroagentServer {
         ctx: &RequestContext<RoleServer>,
         progress: &mut Progress,
     ) -> Result<ExecReply, ToolError> {
-        let script = self.ws.write_code_script(name, p.language, &p.code).await?;
+        let script = self
+            .ws
+            .workspace(name)?
+            .write_code_script(p.language, &p.code)
+            .await?;
         let ran = self
             .run_command(
                 name,

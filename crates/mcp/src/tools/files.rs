@@ -98,7 +98,8 @@ impl MicroagentServer {
         let offset = p.offset.unwrap_or(0);
         let workspace::FileRead { data, size, .. } = self
             .ws
-            .read_file(&p.name, &p.path, Some(offset), Some(length))
+            .workspace(&p.name)?
+            .read_file(&p.path, Some(offset), Some(length))
             .await?;
         let reaches_end = offset.saturating_add(data.len() as u64) >= size;
         let (encoding, content, data) = encode(data, p.encoding, reaches_end);
@@ -148,7 +149,7 @@ impl MicroagentServer {
             )));
         }
         let perm = p.mode.as_deref().map(parse_mode).transpose()?;
-        let existing = self.ws.stat_if_exists(&p.name, &p.path).await?;
+        let existing = self.ws.workspace(&p.name)?.stat_if_exists(&p.path).await?;
         if let Some(s) = existing.as_ref().filter(|s| s.kind == FileKind::Dir) {
             return Err(ToolError::InvalidInput(format!(
                 "{} is {}; name a file",
@@ -170,8 +171,8 @@ impl MicroagentServer {
             data.len() as u64
         } else {
             self.ws
+                .workspace(&p.name)?
                 .write_file(
-                    &p.name,
                     &p.path,
                     &data,
                     workspace::WriteOptions {
@@ -210,7 +211,7 @@ impl MicroagentServer {
             mut entries,
             truncated,
             ..
-        } = self.ws.list_dir(&p.name, &p.path).await?;
+        } = self.ws.workspace(&p.name)?.list_dir(&p.path).await?;
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Out(FileListResult {
             path: p.path,
@@ -243,7 +244,11 @@ impl MicroagentServer {
     async fn copy_in(&self, Parameters(p): Parameters<CopyInParams>) -> ToolResult<CopyResult> {
         let host = self.host_roots.existing(&p.host_path)?;
         guest_path("guest_path", &p.guest_path)?;
-        let plan = self.ws.plan_copy_in(&p.name, &host, &p.guest_path).await?;
+        let plan = self
+            .ws
+            .workspace(&p.name)?
+            .plan_copy_in(&host, &p.guest_path)
+            .await?;
         let transferred = if p.preview {
             None
         } else {
@@ -271,7 +276,8 @@ impl MicroagentServer {
         let options = CopyOptions::default().overwrite(p.overwrite);
         let plan = self
             .ws
-            .plan_copy_out(&p.name, &p.guest_path, &host, options)
+            .workspace(&p.name)?
+            .plan_copy_out(&p.guest_path, &host, options)
             .await?;
         let transferred = if p.preview {
             None

@@ -21,7 +21,8 @@ use crate::{MicroagentServer, ToolError};
 impl MicroagentServer {
     /// The workspace record (crash detection included), off the runtime.
     pub(crate) async fn meta(&self, name: &str) -> Result<Meta, ToolError> {
-        self.on_workspace(name, |ws, name| ws.get(name)).await
+        self.on_workspace(name, |ws, name| ws.workspace(name)?.get())
+            .await
     }
 
     /// Starts `name`, reporting progress; a cancelled start halts the VM.
@@ -41,9 +42,9 @@ impl MicroagentServer {
         let work = async {
             let start = async {
                 if cold {
-                    self.ws.start_cold(name, timeout, report).await
+                    self.ws.workspace(name)?.start_cold(timeout, report).await
                 } else {
-                    self.ws.start(name, timeout, report).await
+                    self.ws.workspace(name)?.start(timeout, report).await
                 }
             };
             tokio::select! {
@@ -62,7 +63,8 @@ impl MicroagentServer {
         match progress.drive(work, status).await? {
             Some(meta) => Ok(meta),
             None => {
-                self.on_workspace(name, |ws, name| ws.halt(name)).await?;
+                self.on_workspace(name, |ws, name| ws.workspace(name)?.halt())
+                    .await?;
                 Err(ToolError::Cancelled(format!(
                     "the start of `{name}` was cancelled and its VM halted"
                 )))
@@ -168,12 +170,14 @@ impl MicroagentServer {
         let meta = match (p.by.as_deref(), p.ttl_secs) {
             (Some(by), None) => {
                 let by = workspace::store::parse_duration(by)?;
-                self.on_workspace(&p.name, move |ws, name| ws.extend_ttl(name, by))
+                self.on_workspace(&p.name, move |ws, name| ws.workspace(name)?.extend_ttl(by))
                     .await?
             }
             (None, Some(secs)) => {
-                self.on_workspace(&p.name, move |ws, name| ws.set_ttl(name, Some(secs)))
-                    .await?
+                self.on_workspace(&p.name, move |ws, name| {
+                    ws.workspace(name)?.set_ttl(Some(secs))
+                })
+                .await?
             }
             _ => {
                 return Err(ToolError::InvalidInput(
@@ -246,7 +250,13 @@ impl MicroagentServer {
                 timeout.as_secs()
             )
         };
-        let stop = async { self.ws.stop(&p.name, timeout).await.map_err(Into::into) };
+        let stop = async {
+            self.ws
+                .workspace(&p.name)?
+                .stop(timeout)
+                .await
+                .map_err(Into::into)
+        };
         self.change_vm(&p.name, p.preview, ("stop", "stopped"), would, stop)
             .await
     }
@@ -276,7 +286,7 @@ impl MicroagentServer {
                 before.runtime.as_ref().map_or(0, |r| r.pid)
             )
         };
-        let halt = self.on_workspace(&p.name, |ws, name| ws.halt(name));
+        let halt = self.on_workspace(&p.name, |ws, name| ws.workspace(name)?.halt());
         self.change_vm(&p.name, p.preview, ("halt", "halted"), would, halt)
             .await
     }
@@ -299,7 +309,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<DeleteParams>,
     ) -> ToolResult<DeleteResult> {
         let info = self
-            .on_workspace(&p.name, |ws, name| ws.inspect(name))
+            .on_workspace(&p.name, |ws, name| ws.workspace(name)?.inspect())
             .await?;
         info.meta
             .check_delete(workspace::DeleteOptions::default().force(p.force))?;
@@ -322,7 +332,8 @@ impl MicroagentServer {
         }
         let meta = self
             .on_workspace(&p.name, move |ws, name| {
-                ws.delete(name, workspace::DeleteOptions::default().force(p.force))
+                ws.workspace(name)?
+                    .delete(workspace::DeleteOptions::default().force(p.force))
             })
             .await?;
         Ok(Out(DeleteResult {
@@ -378,7 +389,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<NameParams>,
     ) -> ToolResult<WorkspaceInfo> {
         let info = self
-            .on_workspace(&p.name, |ws, name| ws.inspect(name))
+            .on_workspace(&p.name, |ws, name| ws.workspace(name)?.inspect())
             .await?;
         Ok(Out(info))
     }
@@ -406,7 +417,9 @@ impl MicroagentServer {
             MAX_LOG_LINES as u64,
         )? as usize;
         let lines = self
-            .on_workspace(&p.name, move |ws, name| ws.logs(name, Some(lines)))
+            .on_workspace(&p.name, move |ws, name| {
+                ws.workspace(name)?.logs(Some(lines))
+            })
             .await?;
         Ok(Out(LogsResult {
             name: p.name,
@@ -435,7 +448,7 @@ impl MicroagentServer {
     ) -> ToolResult<EventsResult> {
         let wait = in_range("wait_secs", p.wait_secs, 0, MAX_EVENT_WAIT.as_secs())?;
         let events = tokio::select! {
-            got = self.ws.events(&p.name, p.after, Duration::from_secs(wait)) => got?,
+            got = self.ws.workspace(&p.name)?.events(p.after, Duration::from_secs(wait)) => got?,
             () = ctx.ct.cancelled() => {
                 return Err(ToolError::Cancelled("the wait for events was cancelled".into()))
             }

@@ -41,7 +41,9 @@ impl MicroagentServer {
             guest_port: p.guest_port,
         };
         let meta = self
-            .on_workspace(&p.workspace, move |ws, name| ws.publish_port(name, mapping))
+            .on_workspace(&p.workspace, move |ws, name| {
+                ws.workspace(name)?.publish_port(mapping)
+            })
             .await?;
         Ok(Out(result(p.workspace, meta)))
     }
@@ -62,7 +64,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<ListPortsParams>,
     ) -> ToolResult<PortsResult> {
         let meta = self
-            .on_workspace(&p.workspace, |ws, name| ws.get(name))
+            .on_workspace(&p.workspace, |ws, name| ws.workspace(name)?.get())
             .await?;
         Ok(Out(result(p.workspace, meta)))
     }
@@ -86,7 +88,7 @@ impl MicroagentServer {
         let port = p.host_port;
         let meta = self
             .on_workspace(&p.workspace, move |ws, name| {
-                ws.unpublish_port(name, ip, port)
+                ws.workspace(name)?.unpublish_port(ip, port)
             })
             .await?;
         Ok(Out(result(p.workspace, meta)))

@@ -65,7 +65,11 @@ impl MicroagentServer {
             ring_bytes,
             id: None,
         };
-        let process = self.ws.process_start(&p.name, req, options).await?;
+        let process = self
+            .ws
+            .workspace(&p.name)?
+            .process_start(req, options)
+            .await?;
         Ok(Out(ProcessResult {
             workspace: p.name,
             process,
@@ -89,7 +93,7 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<ProcessListParams>,
     ) -> ToolResult<ProcessListResult> {
-        let processes = self.ws.process_list(&p.name).await?;
+        let processes = self.ws.workspace(&p.name)?.process_list().await?;
         Ok(Out(ProcessListResult {
             workspace: p.name,
             processes,
@@ -128,8 +132,7 @@ impl MicroagentServer {
             MAX_READ_BYTES,
         )?;
         let cursors = [p.stdout_cursor, p.stderr_cursor];
-        let read = self.ws.process_output(
-            &p.name,
+        let read = self.ws.workspace(&p.name)?.process_output(
             &p.id,
             cursors,
             Some(max),
@@ -173,7 +176,8 @@ impl MicroagentServer {
     ) -> ToolResult<ProcessActionResult> {
         let written = self
             .ws
-            .process_write_stdin(&p.name, &p.id, p.data.as_bytes(), p.close)
+            .workspace(&p.name)?
+            .process_write_stdin(&p.id, p.data.as_bytes(), p.close)
             .await?;
         let mut action = format!("wrote {written} bytes");
         if p.close {
@@ -203,7 +207,10 @@ impl MicroagentServer {
         Parameters(p): Parameters<ProcessSignalParams>,
     ) -> ToolResult<ProcessActionResult> {
         let signal = p.signal.unwrap_or_else(|| "TERM".into());
-        self.ws.process_signal(&p.name, &p.id, &signal).await?;
+        self.ws
+            .workspace(&p.name)?
+            .process_signal(&p.id, &signal)
+            .await?;
         Ok(Out(ProcessActionResult {
             workspace: p.name,
             id: p.id,
@@ -237,7 +244,8 @@ impl MicroagentServer {
         )?;
         let wait = self
             .ws
-            .process_wait(&p.name, &p.id, Duration::from_secs(secs));
+            .workspace(&p.name)?
+            .process_wait(&p.id, Duration::from_secs(secs));
         let id = p.id.clone();
         let process = Progress::new(&ctx)
             .drive(wait, |elapsed| {

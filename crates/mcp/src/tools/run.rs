@@ -100,8 +100,8 @@ impl MicroagentServer {
                 |name| async move {
                     for f in files {
                         self.ws
+                            .workspace(&name)?
                             .write_file(
-                                &name,
                                 &f.path,
                                 f.content.as_bytes(),
                                 workspace::WriteOptions {

@@ -34,7 +34,9 @@ impl MicroagentServer {
             Some(meta) => Ok(meta),
             None => {
                 // It may not exist yet if the call was cancelled early.
-                let _ = self.on_workspace(target, |ws, name| ws.halt(name)).await;
+                let _ = self
+                    .on_workspace(target, |ws, name| ws.workspace(name)?.halt())
+                    .await;
                 Err(ToolError::Cancelled(format!(
                     "the start of `{target}` was cancelled and its VM halted"
                 )))
@@ -66,7 +68,11 @@ impl MicroagentServer {
     ) -> ToolResult<SnapshotInfo> {
         let mut progress = Progress::new(&ctx);
         let workspace = p.workspace.clone();
-        let take = self.blocking(move |ws| Ok(ws.snapshot_take(&p.workspace, p.name.as_deref())?));
+        let take = self.blocking(move |ws| {
+            Ok(ws
+                .workspace(&p.workspace)?
+                .snapshot_take(p.name.as_deref())?)
+        });
         let status = |elapsed: Duration| {
             format!("writing a snapshot of {workspace}: {} s", elapsed.as_secs())
         };
@@ -250,9 +256,10 @@ impl MicroagentServer {
             DEFAULT_RESTORE_TIMEOUT_SECS,
             MAX_RESTORE_TIMEOUT_SECS,
         )?;
-        let work = self
-            .ws
-            .fork(&p.name, &p.new_name, p.snapshot.as_deref(), timeout, |_| {});
+        let work =
+            self.ws
+                .workspace(&p.name)?
+                .fork(&p.new_name, p.snapshot.as_deref(), timeout, |_| {});
         Ok(Out(self
             .start_from_snapshot(&p.new_name, work, &ctx)
             .await?))

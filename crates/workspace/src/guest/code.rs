@@ -85,11 +85,8 @@ fn housekeeping(argv: &[&str]) -> ExecRequest {
 }
 
 impl Workspaces {
-    /// Writes `code` to a private script in the running workspace `name`
-    /// once its image is found to have `language`'s interpreter (else
-    /// [`Error::InterpreterMissing`]). Run it with [`CodeScript::request`],
-    /// then [`Workspaces::remove_code_script`].
-    pub async fn write_code_script(
+    // The implementation of [`Workspace::write_code_script`].
+    pub(crate) async fn write_code_script(
         &self,
         name: &str,
         language: Language,

@@ -153,8 +153,8 @@ fn cannot_read(path: &Path, e: &std::io::Error) -> Error {
 }
 
 impl Workspaces {
-    /// What is at a guest path of a running workspace, if anything.
-    pub async fn stat_if_exists(&self, name: &str, path: &str) -> Result<Option<FileStat>> {
+    // The implementation of [`Workspace::stat_if_exists`].
+    pub(crate) async fn stat_if_exists(&self, name: &str, path: &str) -> Result<Option<FileStat>> {
         match self.stat(name, path).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.code() == crate::ErrorCode::NotFound => {
@@ -166,11 +166,8 @@ impl Workspaces {
         }
     }
 
-    /// Plans copying the host file or directory `host_path` to
-    /// `guest_path` in the running workspace `name`: a file replaces a guest
-    /// file, a directory becomes (or merges into) the guest directory;
-    /// anything else there is refused.
-    pub async fn plan_copy_in(
+    // The implementation of [`Workspace::plan_copy_in`].
+    pub(crate) async fn plan_copy_in(
         &self,
         name: &str,
         host_path: &Path,
@@ -233,11 +230,8 @@ impl Workspaces {
         })
     }
 
-    /// Plans copying the guest file or directory `guest_path` of the
-    /// running workspace `name` to `host_path`: an existing host path is
-    /// refused (CONFLICT) unless `options` allow overwriting it, and then
-    /// only a file over a file or a directory into a directory.
-    pub async fn plan_copy_out(
+    // The implementation of [`Workspace::plan_copy_out`].
+    pub(crate) async fn plan_copy_out(
         &self,
         name: &str,
         guest_path: &str,

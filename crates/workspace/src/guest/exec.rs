@@ -336,7 +336,7 @@ fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64) -> u64 {
     (chunk.len() - taken) as u64
 }
 
-/// How [`Workspaces::exec_cancellable`] ended.
+/// How [`Workspace::exec_cancellable`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExecEnd {
     /// The command ended by itself (or its own timeout killed it).
@@ -359,9 +359,8 @@ pub enum ExecEnd {
 pub const EXEC_DEADLINE_GRACE: Duration = Duration::from_secs(30);
 
 impl Workspaces {
-    /// Runs a command, streaming its output to `on_event`; the workspace's
-    /// env is added under the request's own. Logs exec started/finished.
-    pub async fn exec<F>(
+    // The implementation of [`Workspace::exec`].
+    pub(crate) async fn exec<F>(
         &self,
         name: &str,
         req: ExecRequest,
@@ -412,12 +411,8 @@ impl Workspaces {
         Ok(exited.into())
     }
 
-    /// Like [`Workspaces::exec`], but when `cancel` completes first the
-    /// command's process group is killed (SIGKILL): the agent keeps a
-    /// process running when its client goes away, so dropping the exec
-    /// alone would leave it behind. [`ExecEnd`] says whether the kill was
-    /// confirmed; only then is `exec_finished` (signal 9) logged.
-    pub async fn exec_cancellable<F, C>(
+    // The implementation of [`Workspace::exec_cancellable`].
+    pub(crate) async fn exec_cancellable<F, C>(
         &self,
         name: &str,
         mut req: ExecRequest,
@@ -469,9 +464,8 @@ impl Workspaces {
         false
     }
 
-    /// Runs a command to its end and collects its output (up to the
-    /// request's output cap).
-    pub async fn exec_collect(
+    // The implementation of [`Workspace::exec_collect`].
+    pub(crate) async fn exec_collect(
         &self,
         name: &str,
         req: ExecRequest,
@@ -484,8 +478,8 @@ impl Workspaces {
         Ok(collector.finish(exited))
     }
 
-    /// Sends a signal to a running exec's process group.
-    pub async fn signal_exec(&self, name: &str, exec_id: &str, signal: i32) -> Result<()> {
+    // The implementation of [`Workspace::signal_exec`].
+    pub(crate) async fn signal_exec(&self, name: &str, exec_id: &str, signal: i32) -> Result<()> {
         self.agent(name)
             .await?
             .signal(exec_id, signal)

@@ -22,7 +22,7 @@ use crate::workspaces::manager::Workspaces;
 /// Longest `events --wait` the library accepts.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
 
-/// What [`Workspaces::read_file`] read.
+/// What [`Workspace::read_file`] read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FileRead {
@@ -32,7 +32,7 @@ pub struct FileRead {
     pub size: u64,
 }
 
-/// How [`Workspaces::write_file`] writes.
+/// How [`Workspace::write_file`] writes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteOptions {
     /// Append instead of replacing the file.
@@ -79,9 +79,8 @@ impl Workspaces {
         ws.agent().connect().await.map_err(Error::agent("connect"))
     }
 
-    /// Reads `length` bytes from `offset` of a guest file (default: to its
-    /// end, at most [`MAX_COLLECTED_BYTES`]; `copy_out` streams larger ones).
-    pub async fn read_file(
+    // The implementation of [`Workspace::read_file`].
+    pub(crate) async fn read_file(
         &self,
         name: &str,
         path: &str,
@@ -107,8 +106,8 @@ impl Workspaces {
         })
     }
 
-    /// Writes a guest file (replacing it, or appending); bytes written.
-    pub async fn write_file(
+    // The implementation of [`Workspace::write_file`].
+    pub(crate) async fn write_file(
         &self,
         name: &str,
         path: &str,
@@ -128,8 +127,8 @@ impl Workspaces {
             .map_err(Error::agent("write_file"))
     }
 
-    /// A guest directory's entries.
-    pub async fn list_dir(&self, name: &str, path: &str) -> Result<DirListing> {
+    // The implementation of [`Workspace::list_dir`].
+    pub(crate) async fn list_dir(&self, name: &str, path: &str) -> Result<DirListing> {
         let (entries, truncated) = self
             .agent(name)
             .await?
@@ -139,8 +138,8 @@ impl Workspaces {
         Ok(DirListing { entries, truncated })
     }
 
-    /// Metadata of a guest path.
-    pub async fn stat(&self, name: &str, path: &str) -> Result<FileStat> {
+    // The implementation of [`Workspace::stat`].
+    pub(crate) async fn stat(&self, name: &str, path: &str) -> Result<FileStat> {
         self.agent(name)
             .await?
             .stat(path)
@@ -148,10 +147,13 @@ impl Workspaces {
             .map_err(Error::agent("stat"))
     }
 
-    /// Copies a host file or directory to `guest_path` (a directory is
-    /// copied as `guest_path` itself, created if missing). Returns bytes
-    /// (file) or entries (directory) copied.
-    pub async fn copy_in(&self, name: &str, host_path: &Path, guest_path: &str) -> Result<u64> {
+    // The implementation of [`Workspace::copy_in`].
+    pub(crate) async fn copy_in(
+        &self,
+        name: &str,
+        host_path: &Path,
+        guest_path: &str,
+    ) -> Result<u64> {
         let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
                 "{} does not exist on the host",
@@ -184,18 +186,19 @@ impl Workspaces {
         }
     }
 
-    /// Copies a guest file or directory to `host_path` (a directory becomes
-    /// `host_path` itself, merged into when it exists). Returns the bytes
-    /// received. What the guest sends is checked and bounded
-    /// ([`crate::guest::host_write`]): nothing is written outside `host_path` or
-    /// through a symlink, and a failed copy leaves no partial file.
-    pub async fn copy_out(&self, name: &str, guest_path: &str, host_path: &Path) -> Result<u64> {
+    // The implementation of [`Workspace::copy_out`].
+    pub(crate) async fn copy_out(
+        &self,
+        name: &str,
+        guest_path: &str,
+        host_path: &Path,
+    ) -> Result<u64> {
         check_guest_path(guest_path)?;
         let stat = self.stat(name, guest_path).await?;
         self.copy_out_of(name, guest_path, &stat, host_path).await
     }
 
-    /// [`Workspaces::copy_out`] of a guest path whose `stat` the caller
+    /// [`Workspace::copy_out`] of a guest path whose `stat` the caller
     /// already has (a planned copy does not ask the agent twice).
     pub(crate) async fn copy_out_of(
         &self,
@@ -264,8 +267,8 @@ impl Workspaces {
         }
     }
 
-    /// The last `lines` console lines (all when `None`).
-    pub fn logs(&self, name: &str, lines: Option<usize>) -> Result<Vec<String>> {
+    // The implementation of [`Workspace::logs`].
+    pub(crate) fn logs(&self, name: &str, lines: Option<usize>) -> Result<Vec<String>> {
         self.get(name)?;
         let ws = self.dir(name)?;
         Ok(console_log::tail_lines(
@@ -274,17 +277,21 @@ impl Workspaces {
         )?)
     }
 
-    /// New console bytes from `offset` of the current console file, and the
-    /// next offset (for following).
-    pub fn logs_from(&self, name: &str, offset: u64) -> Result<ConsoleChunk> {
+    // The implementation of [`Workspace::logs_from`].
+    pub(crate) fn logs_from(&self, name: &str, offset: u64) -> Result<ConsoleChunk> {
         let ws = self.dir(name)?;
         ws.read_meta()?;
         let (data, next_offset) = console_log::read_from(ws.path(), offset)?;
         Ok(ConsoleChunk { data, next_offset })
     }
 
-    /// Events after `after`, waiting up to `wait` for one when none are there.
-    pub async fn events(&self, name: &str, after: u64, wait: Duration) -> Result<Vec<Event>> {
+    // The implementation of [`Workspace::events`].
+    pub(crate) async fn events(
+        &self,
+        name: &str,
+        after: u64,
+        wait: Duration,
+    ) -> Result<Vec<Event>> {
         if wait > MAX_EVENT_WAIT {
             return Err(Error::InvalidInput(format!(
                 "wait is {} s; at most {} s",

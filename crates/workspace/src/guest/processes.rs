@@ -24,7 +24,7 @@ const AGENT_MAX_WAIT: Duration = wire::MAX_PROCESS_WAIT;
 /// How a background process starts, beyond its command.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessOptions {
-    /// Keep its stdin a pipe for [`Workspaces::process_write_stdin`]
+    /// Keep its stdin a pipe for [`Workspace::process_write_stdin`]
     /// (otherwise it reads /dev/null).
     pub stdin: bool,
     /// Bytes of each output stream kept (default 1 MiB, at most 16 MiB);
@@ -175,10 +175,8 @@ fn signal_spec(signal: &str) -> SignalSpec {
 }
 
 impl Workspaces {
-    /// Starts `req` as a background process in running workspace `name`
-    /// and returns at once; the workspace's env is added under the
-    /// request's own, and its timeout (if any) kills it.
-    pub async fn process_start(
+    // The implementation of [`Workspace::process_start`].
+    pub(crate) async fn process_start(
         &self,
         name: &str,
         req: ExecRequest,
@@ -210,9 +208,8 @@ impl Workspaces {
         Ok(info)
     }
 
-    /// The background processes of workspace `name`, oldest first
-    /// (finished ones until removed or pushed out by newer ones).
-    pub async fn process_list(&self, name: &str) -> Result<Vec<ProcessInfo>> {
+    // The implementation of [`Workspace::process_list`].
+    pub(crate) async fn process_list(&self, name: &str) -> Result<Vec<ProcessInfo>> {
         let list = self
             .agent(name)
             .await?
@@ -222,11 +219,8 @@ impl Workspaces {
         Ok(list.into_iter().map(Into::into).collect())
     }
 
-    /// Output of process `id` from `cursors` (stdout, stderr byte offsets;
-    /// 0 for the start), at most `max_bytes` per stream (default and limit
-    /// 4 MiB), waiting up to `wait` (at most 10 min) for some when there
-    /// is none yet.
-    pub async fn process_output(
+    // The implementation of [`Workspace::process_output`].
+    pub(crate) async fn process_output(
         &self,
         name: &str,
         id: &str,
@@ -248,9 +242,8 @@ impl Workspaces {
         })
     }
 
-    /// Writes `data` to process `id`'s stdin, then closes it when `close`;
-    /// returns the bytes written.
-    pub async fn process_write_stdin(
+    // The implementation of [`Workspace::process_write_stdin`].
+    pub(crate) async fn process_write_stdin(
         &self,
         name: &str,
         id: &str,
@@ -277,9 +270,8 @@ impl Workspaces {
         }
     }
 
-    /// Sends `signal` (a number, or a name such as `TERM` or `SIGKILL`) to
-    /// process `id`'s process group.
-    pub async fn process_signal(&self, name: &str, id: &str, signal: &str) -> Result<()> {
+    // The implementation of [`Workspace::process_signal`].
+    pub(crate) async fn process_signal(&self, name: &str, id: &str, signal: &str) -> Result<()> {
         self.agent(name)
             .await?
             .process_signal(id, signal_spec(signal))
@@ -287,9 +279,8 @@ impl Workspaces {
             .map_err(Error::agent("process_signal"))
     }
 
-    /// Waits up to `timeout` for process `id` to exit; returns it either
-    /// way (check [`ProcessInfo::running`]).
-    pub async fn process_wait(
+    // The implementation of [`Workspace::process_wait`].
+    pub(crate) async fn process_wait(
         &self,
         name: &str,
         id: &str,
@@ -312,8 +303,8 @@ impl Workspaces {
         }
     }
 
-    /// Forgets finished process `id` and its output.
-    pub async fn process_remove(&self, name: &str, id: &str) -> Result<()> {
+    // The implementation of [`Workspace::process_remove`].
+    pub(crate) async fn process_remove(&self, name: &str, id: &str) -> Result<()> {
         self.agent(name)
             .await?
             .process_remove(id)

@@ -101,10 +101,12 @@ impl Workspaces {
         }
     }
 
-    /// Takes a snapshot of `workspace` named `name` (by default
-    /// `<workspace>-<time>`): its whole machine while it runs (the guest
-    /// pauses meanwhile), its disk while it is stopped.
-    pub fn snapshot_take(&self, workspace: &str, name: Option<&str>) -> Result<SnapshotInfo> {
+    // The implementation of [`Workspace::snapshot_take`].
+    pub(crate) fn snapshot_take(
+        &self,
+        workspace: &str,
+        name: Option<&str>,
+    ) -> Result<SnapshotInfo> {
         let meta = self.get(workspace)?;
         let name = name.map_or_else(|| format!("{workspace}-{}", now_ms()), str::to_owned);
         let dir = self.snapshot_dir(&name)?;
@@ -278,12 +280,8 @@ impl Workspaces {
         self.start_from(target, timeout, progress, Some(&dir)).await
     }
 
-    /// Creates workspace `new_name` as a fork and starts it: from the
-    /// snapshot `snapshot` if given, else from `source` as it is now (a
-    /// snapshot of its running machine, kept in the fork's directory). A
-    /// snapshot with memory resumes where it was taken; a disk-only one
-    /// boots from its disk. The fork has its own disk copy and sockets.
-    pub async fn fork(
+    // The implementation of [`Workspace::fork`].
+    pub(crate) async fn fork(
         &self,
         source: &str,
         new_name: &str,

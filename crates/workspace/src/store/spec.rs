@@ -450,7 +450,7 @@ pub struct Meta {
     pub pristine: bool,
 }
 
-/// How [`Workspaces::delete`](crate::Workspaces::delete) deletes.
+/// How [`Workspace::delete`](crate::Workspace::delete) deletes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DeleteOptions {

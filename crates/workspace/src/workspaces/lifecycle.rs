@@ -43,11 +43,8 @@ pub struct StartProgress {
 }
 
 impl Workspaces {
-    /// Starts the workspace's VMM and waits (at most `timeout`) for the
-    /// agent, reporting progress about once a second. A workspace never
-    /// started before resumes its image's warm snapshot when there is a
-    /// usable one (no boot), and otherwise boots and keeps one.
-    pub async fn start(
+    // The implementation of [`Workspace::start`].
+    pub(crate) async fn start(
         &self,
         name: &str,
         timeout: Duration,
@@ -56,9 +53,8 @@ impl Workspaces {
         self.start_maybe_warm(name, timeout, progress, false).await
     }
 
-    /// [`Workspaces::start`] that always boots the kernel (no warm snapshot
-    /// is used or kept).
-    pub async fn start_cold(
+    // The implementation of [`Workspace::start_cold`].
+    pub(crate) async fn start_cold(
         &self,
         name: &str,
         timeout: Duration,
@@ -67,7 +63,7 @@ impl Workspaces {
         self.start_maybe_warm(name, timeout, progress, true).await
     }
 
-    /// [`Workspaces::start`], restoring the snapshot in `restore` (whose
+    /// [`Workspace::start`], restoring the snapshot in `restore` (whose
     /// writable disk the workspace's disk is a copy of) instead of booting.
     pub(crate) async fn start_from(
         &self,
@@ -255,10 +251,8 @@ impl Workspaces {
         }
     }
 
-    /// Stops the workspace: the agent shuts the guest down; after `timeout`
-    /// the VM is torn down. Stopping a stopped or crashed workspace does
-    /// nothing.
-    pub async fn stop(&self, name: &str, timeout: Duration) -> Result<Meta> {
+    // The implementation of [`Workspace::stop`].
+    pub(crate) async fn stop(&self, name: &str, timeout: Duration) -> Result<Meta> {
         let ws = self.dir(name)?;
         let meta = self.get(name)?;
         let Some(rt) = meta.runtime.clone().filter(|_| meta.state.has_vmm()) else {
@@ -297,9 +291,8 @@ impl Workspaces {
         Ok(meta)
     }
 
-    /// Tears the VM down at once (SIGKILL to its VMM). Guest writes not yet
-    /// on the disk are lost.
-    pub fn halt(&self, name: &str) -> Result<Meta> {
+    // The implementation of [`Workspace::halt`].
+    pub(crate) fn halt(&self, name: &str) -> Result<Meta> {
         self.get(name)?;
         let (_lock, _) = self.lock_existing(name)?;
         self.halt_locked(name)
@@ -325,9 +318,8 @@ impl Workspaces {
         Ok(meta)
     }
 
-    /// Deletes a workspace and everything it has. A running one is refused
-    /// unless `options.force`, which halts it first.
-    pub fn delete(&self, name: &str, options: DeleteOptions) -> Result<Meta> {
+    // The implementation of [`Workspace::delete`].
+    pub(crate) fn delete(&self, name: &str, options: DeleteOptions) -> Result<Meta> {
         let ws = self.dir(name)?;
         self.get(name)?;
         let (lock, meta) = self.lock_existing(name)?;
@@ -354,9 +346,8 @@ impl Workspaces {
         Ok(meta)
     }
 
-    /// Sets the TTL (seconds from each start; from now if it is running),
-    /// or removes it.
-    pub fn set_ttl(&self, name: &str, ttl_secs: Option<u64>) -> Result<Meta> {
+    // The implementation of [`Workspace::set_ttl`].
+    pub(crate) fn set_ttl(&self, name: &str, ttl_secs: Option<u64>) -> Result<Meta> {
         if let Some(ttl) = ttl_secs {
             self.limits.check_ttl(ttl)?;
         }
@@ -381,10 +372,8 @@ impl Workspaces {
 }
 
 impl Workspaces {
-    /// Extends the TTL by `by_secs`: a running workspace's deadline moves
-    /// that much later, and the TTL of later starts grows by as much (a
-    /// workspace without a TTL gets one of `by_secs`, from now if it runs).
-    pub fn extend_ttl(&self, name: &str, by_secs: u64) -> Result<Meta> {
+    // The implementation of [`Workspace::extend_ttl`].
+    pub(crate) fn extend_ttl(&self, name: &str, by_secs: u64) -> Result<Meta> {
         if by_secs == 0 {
             return Err(Error::InvalidInput("extend the TTL by at least 1 s".into()));
         }

@@ -243,8 +243,8 @@ impl Workspaces {
         made
     }
 
-    /// Reads a workspace, first recording a crash if its VMM died.
-    pub fn get(&self, name: &str) -> Result<Meta> {
+    // The implementation of [`Workspace::get`].
+    pub(crate) fn get(&self, name: &str) -> Result<Meta> {
         let ws = self.dir(name)?;
         let meta = ws.read_meta()?;
         if !vmm_died(&meta) {
@@ -295,8 +295,8 @@ impl Workspaces {
         Ok(out)
     }
 
-    /// The record plus ages and disk use.
-    pub fn inspect(&self, name: &str) -> Result<WorkspaceInfo> {
+    // The implementation of [`Workspace::inspect`].
+    pub(crate) fn inspect(&self, name: &str) -> Result<WorkspaceInfo> {
         let meta = self.get(name)?;
         let ws = self.dir(name)?;
         let now = now_ms();

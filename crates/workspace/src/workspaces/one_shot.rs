@@ -97,7 +97,7 @@ impl Workspaces {
     /// nothing behind; every later failure is in the returned
     /// [`OneShotEnd`], after the cleanup.
     ///
-    /// `start` is given the name and calls [`Workspaces::start`] with the
+    /// `start` is given the name and calls [`Workspace::start`] with the
     /// progress reporting and cancellation its front end wants; `work` runs
     /// the command. Their error type is the front end's own.
     pub async fn run_once<T, E, S, SF, W, WF>(

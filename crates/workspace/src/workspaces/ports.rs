@@ -14,10 +14,8 @@ use crate::workspaces::manager::Workspaces;
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Workspaces {
-    /// Publishes `mapping` on workspace `name`: at once when it is running
-    /// (its VMM process listens before this returns), and at every start.
-    /// A host address in use, or already published, changes nothing.
-    pub fn publish_port(&self, name: &str, mapping: PortMapping) -> Result<Meta> {
+    // The implementation of [`Workspace::publish_port`].
+    pub(crate) fn publish_port(&self, name: &str, mapping: PortMapping) -> Result<Meta> {
         let ws = self.dir(name)?;
         let meta = self.get(name)?;
         let mut ports = meta.spec.ports.clone();
@@ -40,9 +38,13 @@ impl Workspaces {
         Ok(meta)
     }
 
-    /// Stops publishing the host address `host_ip`:`host_port` of workspace
-    /// `name` (open connections run on). NOT_FOUND when it is not published.
-    pub fn unpublish_port(&self, name: &str, host_ip: IpAddr, host_port: u16) -> Result<Meta> {
+    // The implementation of [`Workspace::unpublish_port`].
+    pub(crate) fn unpublish_port(
+        &self,
+        name: &str,
+        host_ip: IpAddr,
+        host_port: u16,
+    ) -> Result<Meta> {
         let ws = self.dir(name)?;
         let meta = self.get(name)?;
         let addr = SocketAddr::new(host_ip, host_port);
