@@ -160,7 +160,7 @@ impl Init {
 
 /// Inputs every image shares, found once per run.
 struct Common {
-    agent: agent::Agent,
+    agent: agent::AgentBinary,
     init: Init,
     e2fsprogs: String,
 }
@@ -412,7 +412,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("usr/sbin")).unwrap();
         std::os::unix::fs::symlink("usr/sbin", dir.join("sbin")).unwrap();
         let common = Common {
-            agent: agent::Agent {
+            agent: agent::AgentBinary {
                 bytes: b"agent".to_vec(),
                 sha256: String::new(),
                 source: String::new(),

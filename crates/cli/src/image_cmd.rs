@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use clap::Subcommand;
-use workspace::images::oci::rootfs::Step;
+use workspace::images::oci::rootfs::ConversionStep;
 use workspace::images::pull::{PullEvent, PullRequest};
 use workspace::{Error, Workspaces};
 
@@ -225,9 +225,11 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
             }
         }
         ImageCommand::Import { path, name } => {
-            let mut progress = |step: Step| match step {
-                Step::Layer { index, count } => eprintln!("applying layer {index} of {count}"),
-                Step::Filesystem => eprintln!("writing the root filesystem"),
+            let mut progress = |step: ConversionStep| match step {
+                ConversionStep::Layer { index, count } => {
+                    eprintln!("applying layer {index} of {count}")
+                }
+                ConversionStep::Filesystem => eprintln!("writing the root filesystem"),
             };
             let info = images.import_path(name.as_deref(), path, &mut progress)?;
             if json {
@@ -272,10 +274,10 @@ fn pull_progress(terminal: bool) -> impl FnMut(PullEvent) + Send {
                     size as f64 / (1 << 20) as f64
                 )
             }
-            PullEvent::Convert(Step::Layer { index, count }) => {
+            PullEvent::Convert(ConversionStep::Layer { index, count }) => {
                 format!("applying layer {index} of {count}")
             }
-            PullEvent::Convert(Step::Filesystem) => "writing the root filesystem".into(),
+            PullEvent::Convert(ConversionStep::Filesystem) => "writing the root filesystem".into(),
         };
         let same_layer =
             terminal && last_line.split(':').next() == line.split(':').next() && line.contains('%');

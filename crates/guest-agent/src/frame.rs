@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::protocol::ErrorCode;
+use crate::protocol::AgentErrorCode;
 
 /// Largest frame payload (kind byte excluded).
 pub const MAX_PAYLOAD: usize = 1 << 20;
@@ -94,18 +94,18 @@ pub enum FrameError {
 
 impl FrameError {
     /// The protocol error code for this failure.
-    pub fn code(&self) -> ErrorCode {
+    pub fn code(&self) -> AgentErrorCode {
         match self {
             Self::Read(e) | Self::Write(e) => match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ErrorCode::Timeout,
-                _ => ErrorCode::Internal,
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => AgentErrorCode::Timeout,
+                _ => AgentErrorCode::Internal,
             },
-            Self::TooLarge { .. } => ErrorCode::TooLarge,
+            Self::TooLarge { .. } => AgentErrorCode::TooLarge,
             Self::Truncated
             | Self::ZeroLength
             | Self::UnknownKind(_)
             | Self::UnexpectedKind { .. }
-            | Self::BadJson(_) => ErrorCode::InvalidInput,
+            | Self::BadJson(_) => AgentErrorCode::InvalidInput,
         }
     }
 
@@ -343,6 +343,6 @@ mod tests {
             payload: b"{not json".to_vec(),
         };
         let err = decode_json::<serde_json::Value>(&frame).unwrap_err();
-        assert_eq!(err.code(), ErrorCode::InvalidInput);
+        assert_eq!(err.code(), AgentErrorCode::InvalidInput);
     }
 }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use common::{eventually, Agent};
 use guest_agent::client::TerminalInput;
 use guest_agent::protocol::PtySize;
-use guest_agent::{ClientError, ErrorCode, ExecCall, ExecEvent, ExecInput, ExecOutcome, Exited};
+use guest_agent::{
+    AgentErrorCode, ClientError, ExecCall, ExecEvent, ExecInput, ExecOutcome, Exited,
+};
 use tokio::sync::mpsc;
 
 async fn run(agent: &Agent, req: ExecCall) -> guest_agent::ExecOutput {
@@ -54,14 +56,14 @@ async fn argv_and_shell_run_and_report_exit_codes() {
         .exec_collect(ExecCall::argv(["/no/such/program"]), ExecInput::None)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::NotFound), "{err}");
     let err = agent
         .client()
         .await
         .exec_collect(ExecCall::default(), ExecInput::None)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput), "{err}");
 }
 
 #[tokio::test]
@@ -132,7 +134,7 @@ async fn named_users_resolve_in_the_agents_passwd() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput), "{err}");
     assert!(err.to_string().contains("no-such-user-here"), "{err}");
 }
 
@@ -225,7 +227,7 @@ async fn output_past_the_cap_is_counted_and_dropped() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::TooLarge));
+    assert_eq!(err.code(), Some(AgentErrorCode::TooLarge));
 }
 
 fn process_gone(pid: u32) -> bool {
@@ -308,16 +310,16 @@ async fn signal_from_a_second_connection() {
     assert_eq!(task.await.unwrap().unwrap().signal, Some(9));
 
     let err = agent.client().await.signal(&id, "KILL").await.unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::NotFound));
+    assert_eq!(err.code(), Some(AgentErrorCode::NotFound));
     let err = agent
         .client()
         .await
         .signal("nope", "KILL")
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::NotFound));
+    assert_eq!(err.code(), Some(AgentErrorCode::NotFound));
     let err = agent.client().await.signal(&id, "BOGUS").await.unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput));
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput));
 }
 
 #[tokio::test]
@@ -339,7 +341,7 @@ async fn results_are_kept_by_id() {
         .exec_collect(ExecCall::shell("true").id("job-1"), ExecInput::None)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::Exists));
+    assert_eq!(err.code(), Some(AgentErrorCode::Exists));
     let exited = task.await.unwrap().unwrap();
     assert_eq!(exited.code, Some(3));
     assert!(exited.stdout_head.is_none());
@@ -354,7 +356,7 @@ async fn results_are_kept_by_id() {
         assert_eq!(kept.stdout_bytes, exited.stdout_bytes);
     }
     let err = result(&agent, "never-ran").await.unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::NotFound));
+    assert_eq!(err.code(), Some(AgentErrorCode::NotFound));
 }
 
 #[tokio::test]
@@ -425,5 +427,5 @@ async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_si
         .process_start(ExecCall::argv(["true"]).pty(PtySize::default()))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput));
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput));
 }

@@ -9,11 +9,11 @@ use std::path::Path;
 
 use common::{random_bytes, read_to_end, Agent};
 use guest_agent::{
-    connect_hybrid_vsock, ClientError, ErrorCode, FileKind, GuestAgentClient, WriteMode,
+    connect_hybrid_vsock, AgentErrorCode, ClientError, FileKind, GuestAgentClient, WriteMode,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn code<T: std::fmt::Debug>(r: Result<T, ClientError>) -> ErrorCode {
+fn code<T: std::fmt::Debug>(r: Result<T, ClientError>) -> AgentErrorCode {
     let err = r.unwrap_err();
     err.code()
         .unwrap_or_else(|| panic!("not an agent error: {err}"))
@@ -57,7 +57,7 @@ async fn shutdown_is_refused_unless_the_agent_is_init() {
     let err = agent.client().await.shutdown().await.unwrap_err();
     assert_eq!(
         err.code(),
-        Some(guest_agent::ErrorCode::PermissionDenied),
+        Some(guest_agent::AgentErrorCode::PermissionDenied),
         "{err}"
     );
     assert!(agent.client().await.ping().await.is_ok(), "still serving");
@@ -82,7 +82,7 @@ async fn write_modes_read_ranges_and_permissions() {
                 .write_file(&path, WriteMode::Create, None, b"x")
                 .await
         ),
-        ErrorCode::Exists
+        AgentErrorCode::Exists
     );
     // append keeps, truncate replaces (keeping the mode unless given).
     c().await
@@ -153,15 +153,15 @@ async fn write_modes_read_ranges_and_permissions() {
 
     assert_eq!(
         code(c().await.read_file(&agent.path("missing")).await),
-        ErrorCode::NotFound
+        AgentErrorCode::NotFound
     );
     assert_eq!(
         code(c().await.read_file("relative/path").await),
-        ErrorCode::InvalidInput
+        AgentErrorCode::InvalidInput
     );
     assert_eq!(
         code(c().await.read_file(agent.files().to_str().unwrap()).await),
-        ErrorCode::InvalidInput
+        AgentErrorCode::InvalidInput
     );
     assert_eq!(
         code(
@@ -169,7 +169,7 @@ async fn write_modes_read_ranges_and_permissions() {
                 .write_file(&agent.path("no/dir/f"), WriteMode::Create, None, b"")
                 .await
         ),
-        ErrorCode::NotFound
+        AgentErrorCode::NotFound
     );
 }
 
@@ -196,7 +196,7 @@ async fn stat_list_mkdir_remove_rename() {
     );
     assert_eq!(
         code(c().await.stat(&agent.path("nope")).await),
-        ErrorCode::NotFound
+        AgentErrorCode::NotFound
     );
 
     let (entries, truncated) = c().await.list_dir(&agent.path("d")).await.unwrap();
@@ -212,7 +212,7 @@ async fn stat_list_mkdir_remove_rename() {
     );
     assert_eq!(
         code(c().await.mkdir(&agent.path("d/file")).await),
-        ErrorCode::Exists
+        AgentErrorCode::Exists
     );
 
     c().await
@@ -226,12 +226,12 @@ async fn stat_list_mkdir_remove_rename() {
                 .rename(&agent.path("d/file"), &agent.path("d/x"))
                 .await
         ),
-        ErrorCode::NotFound
+        AgentErrorCode::NotFound
     );
 
     assert_eq!(
         code(c().await.remove(&agent.path("d/e"), false).await),
-        ErrorCode::InvalidInput
+        AgentErrorCode::InvalidInput
     );
     c().await
         .remove(&agent.path("d/moved"), false)
@@ -241,15 +241,15 @@ async fn stat_list_mkdir_remove_rename() {
     assert!(!Path::new(&agent.path("d")).exists());
     assert_eq!(
         code(c().await.remove(&agent.path("d"), true).await),
-        ErrorCode::NotFound
+        AgentErrorCode::NotFound
     );
     assert_eq!(
         code(c().await.remove("/", true).await),
-        ErrorCode::InvalidInput
+        AgentErrorCode::InvalidInput
     );
     assert_eq!(
         code(c().await.remove("/tmp/..", true).await),
-        ErrorCode::InvalidInput
+        AgentErrorCode::InvalidInput
     );
 }
 
@@ -343,7 +343,7 @@ async fn tar_round_trip_is_byte_exact() {
     let file = src.join("empty.txt");
     assert_eq!(
         code(agent.client().await.tar_out(file.to_str().unwrap()).await),
-        ErrorCode::InvalidInput
+        AgentErrorCode::InvalidInput
     );
 }
 
@@ -373,7 +373,7 @@ async fn tar_in_refuses_entries_that_escape() {
             .await
             .tar_in(target.to_str().unwrap(), &tar)
             .await;
-        assert_eq!(code(err), ErrorCode::InvalidInput, "{evil}");
+        assert_eq!(code(err), AgentErrorCode::InvalidInput, "{evil}");
         assert!(!agent.files().join("evil.txt").exists());
         assert!(!Path::new("/abs-evil.txt").exists());
         assert_eq!(read_to_end(&target.join("ok.txt")), b"fine");

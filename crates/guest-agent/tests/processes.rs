@@ -12,7 +12,7 @@ use common::Agent;
 use guest_agent::protocol::{
     ProcessEntry, ProcessState, StdinMode, MAX_FINISHED_PROCESSES, MAX_PROCESS_RING,
 };
-use guest_agent::{ErrorCode, ExecCall, ProcessRead};
+use guest_agent::{AgentErrorCode, ExecCall, ProcessRead};
 
 async fn start(agent: &Agent, req: ExecCall) -> ProcessEntry {
     agent.client().await.process_start(req).await.unwrap()
@@ -93,7 +93,7 @@ async fn a_process_runs_on_after_its_client_and_its_output_reads_from_cursors() 
         .process_wait(&info.id, Duration::ZERO)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::NotFound), "{err}");
 }
 
 #[tokio::test]
@@ -124,14 +124,14 @@ async fn a_small_ring_keeps_the_newest_output_and_says_what_was_dropped() {
         .process_start(ExecCall::shell("true").output_cap(MAX_PROCESS_RING + 1))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::TooLarge), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::TooLarge), "{err}");
     let err = agent
         .client()
         .await
         .process_start(ExecCall::shell("true").id("ring"))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::Exists), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::Exists), "{err}");
 }
 
 #[tokio::test]
@@ -169,7 +169,7 @@ async fn stdin_is_written_then_closed_and_signals_end_a_process() {
         .process_stdin(&cat.id, b"late", false)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput), "{err}");
 
     // No stdin asked for: none to write to.
     let sleeper = start(&agent, ExecCall::argv(["sleep", "600"])).await;
@@ -179,7 +179,7 @@ async fn stdin_is_written_then_closed_and_signals_end_a_process() {
         .process_stdin(&sleeper.id, b"x", false)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput), "{err}");
     // A bounded wait on a running process returns it still running.
     let t = Instant::now();
     let still = wait(&agent, &sleeper.id, 1).await;
@@ -191,7 +191,7 @@ async fn stdin_is_written_then_closed_and_signals_end_a_process() {
         .process_remove(&sleeper.id)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput), "{err}");
     agent
         .client()
         .await
@@ -232,12 +232,15 @@ async fn finished_processes_are_pushed_out_by_newer_ones_and_bad_requests_change
     for (req, code) in [
         (
             ExecCall::shell("true").id("bad id"),
-            ErrorCode::InvalidInput,
+            AgentErrorCode::InvalidInput,
         ),
-        (ExecCall::argv(["/no/such/program"]), ErrorCode::NotFound),
+        (
+            ExecCall::argv(["/no/such/program"]),
+            AgentErrorCode::NotFound,
+        ),
         (
             ExecCall::shell("true").timeout(Duration::ZERO),
-            ErrorCode::InvalidInput,
+            AgentErrorCode::InvalidInput,
         ),
     ] {
         let err = agent.client().await.process_start(req).await.unwrap_err();
@@ -249,21 +252,21 @@ async fn finished_processes_are_pushed_out_by_newer_ones_and_bad_requests_change
         .process_output("nope", [0, 0], None, Duration::ZERO)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::NotFound), "{err}");
     let err = agent
         .client()
         .await
         .process_wait("t34", Duration::from_secs(601))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput), "{err}");
     let err = agent
         .client()
         .await
         .process_signal("t34", "NOPE")
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::InvalidInput), "{err}");
+    assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput), "{err}");
     assert_eq!(
         agent.client().await.process_list().await.unwrap().len(),
         MAX_FINISHED_PROCESSES

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use common::{exchange, hello_bytes, ping, read_all, responses, Agent};
 use guest_agent::frame::{self, FrameKind, MAX_JSON};
 use guest_agent::protocol::{
-    ErrorCode, Request, Response, WriteMode, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    AgentErrorCode, Request, Response, WriteMode, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
-fn error_code(frames: &[guest_agent::Frame]) -> Option<ErrorCode> {
+fn error_code(frames: &[guest_agent::Frame]) -> Option<AgentErrorCode> {
     responses(frames).into_iter().find_map(|r| match r {
         Response::Error { code, .. } => Some(code),
         _ => None,
@@ -64,9 +64,15 @@ fn version_mismatch_is_refused() {
         );
     }
     let frames = exchange(&agent, &hello_bytes(0));
-    assert_eq!(error_code(&frames), Some(ErrorCode::UnsupportedVersion));
+    assert_eq!(
+        error_code(&frames),
+        Some(AgentErrorCode::UnsupportedVersion)
+    );
     let frames = exchange(&agent, &hello_bytes(PROTOCOL_VERSION + 1));
-    assert_eq!(error_code(&frames), Some(ErrorCode::UnsupportedVersion));
+    assert_eq!(
+        error_code(&frames),
+        Some(AgentErrorCode::UnsupportedVersion)
+    );
     assert!(!responses(&frames)
         .iter()
         .any(|r| matches!(r, Response::Hello { .. })));
@@ -78,77 +84,81 @@ fn malformed_frames_get_an_error_and_the_agent_keeps_serving() {
     let agent = Agent::start();
     let json = |v: &str| frame::encode(FrameKind::Json, v.as_bytes()).unwrap();
     let oversized_json = frame::encode(FrameKind::Json, &vec![b' '; MAX_JSON + 1]).unwrap();
-    let cases: Vec<(&str, Vec<u8>, Option<ErrorCode>)> = vec![
+    let cases: Vec<(&str, Vec<u8>, Option<AgentErrorCode>)> = vec![
         (
             "length 0xffffffff",
             vec![0xff; 8],
-            Some(ErrorCode::TooLarge),
+            Some(AgentErrorCode::TooLarge),
         ),
         (
             "payload just over 1 MiB",
             ((1u32 << 20) + 2).to_le_bytes().to_vec(),
-            Some(ErrorCode::TooLarge),
+            Some(AgentErrorCode::TooLarge),
         ),
-        ("length 0", vec![0, 0, 0, 0], Some(ErrorCode::InvalidInput)),
+        (
+            "length 0",
+            vec![0, 0, 0, 0],
+            Some(AgentErrorCode::InvalidInput),
+        ),
         (
             "unknown kind",
             vec![1, 0, 0, 0, 9],
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "truncated frame",
             vec![10, 0, 0, 0, 1, b'{'],
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "bad JSON",
             json("{\"type\":"),
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "not an object",
             json("[1,2]"),
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "oversized JSON",
             oversized_json.clone(),
-            Some(ErrorCode::TooLarge),
+            Some(AgentErrorCode::TooLarge),
         ),
         (
             "request before hello",
             json(r#"{"type":"ping"}"#),
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "stdout frame first",
             frame::encode(FrameKind::Stdout, b"x").unwrap(),
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "unknown type",
             with_hello(&json(r#"{"type":"frobnicate"}"#)),
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "missing field",
             with_hello(&json(r#"{"type":"stat"}"#)),
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "bad JSON after hello",
             with_hello(&json("nope")),
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
         (
             "oversized JSON after hello",
             with_hello(&oversized_json),
-            Some(ErrorCode::TooLarge),
+            Some(AgentErrorCode::TooLarge),
         ),
         (
             "second hello",
             with_hello(&hello_bytes(PROTOCOL_VERSION)),
-            Some(ErrorCode::InvalidInput),
+            Some(AgentErrorCode::InvalidInput),
         ),
     ];
     for (name, bytes, code) in cases {
@@ -184,7 +194,11 @@ fn a_client_that_stalls_mid_upload_is_dropped_and_nothing_is_left() {
     // No end frame, no close: silence.
     let frames = read_all(&mut s);
     assert!(start.elapsed() < Duration::from_secs(10));
-    assert_eq!(error_code(&frames), Some(ErrorCode::Timeout), "{frames:?}");
+    assert_eq!(
+        error_code(&frames),
+        Some(AgentErrorCode::Timeout),
+        "{frames:?}"
+    );
     let leftovers: Vec<_> = std::fs::read_dir(agent.files()).unwrap().collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
     ping(&agent);
@@ -195,7 +209,11 @@ fn a_silent_client_is_dropped_before_hello() {
     let agent = Agent::start_with(&["--idle-timeout-ms", "200"]);
     let mut s = agent.raw();
     let frames = read_all(&mut s);
-    assert_eq!(error_code(&frames), Some(ErrorCode::Timeout), "{frames:?}");
+    assert_eq!(
+        error_code(&frames),
+        Some(AgentErrorCode::Timeout),
+        "{frames:?}"
+    );
 }
 
 #[test]
@@ -206,5 +224,9 @@ fn over_the_connection_limit_the_agent_says_so() {
     std::thread::sleep(Duration::from_millis(100));
     // ...so the next gets TOO_LARGE at once.
     let frames = exchange(&agent, &hello_bytes(PROTOCOL_VERSION));
-    assert_eq!(error_code(&frames), Some(ErrorCode::TooLarge), "{frames:?}");
+    assert_eq!(
+        error_code(&frames),
+        Some(AgentErrorCode::TooLarge),
+        "{frames:?}"
+    );
 }

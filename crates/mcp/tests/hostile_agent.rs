@@ -22,7 +22,7 @@ async fn run_code_against_a_flooding_agent_ends_at_its_deadline() {
         );
         return;
     }
-    let h = common::Harness::new("hostile").await;
+    let h = common::McpHarness::new("hostile").await;
     h.fake_image("fake");
     h.ok(
         "workspace_create",

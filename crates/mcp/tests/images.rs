@@ -6,12 +6,12 @@
 
 mod common;
 
-use common::{text, Harness};
+use common::{text, McpHarness};
 use serde_json::json;
 
 /// Registers a `minimal` image whose root filesystem has the two files a
 /// conversion takes from it.
-fn stand_in_minimal(h: &Harness) -> Option<()> {
+fn stand_in_minimal(h: &McpHarness) -> Option<()> {
     let mkfs = testkit::require("stand_in_minimal", testkit::host_tool("mkfs.ext4"))?;
     let src = h.root.join("src-minimal");
     testkit::fake_image_files(&src);
@@ -35,7 +35,7 @@ fn stand_in_minimal(h: &Harness) -> Option<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_images_pull_and_import_through_mcp() {
     let test = "container_images_pull_and_import_through_mcp";
-    let h = Harness::new("oci").await;
+    let h = McpHarness::new("oci").await;
     let layout = h.root.join("layout");
     testkit::oci::write_layout(&layout);
     let layout_arg = layout.display().to_string();
@@ -136,7 +136,7 @@ async fn container_images_pull_and_import_through_mcp() {
 /// without writing anything (the e2e suite applies one on a real guest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_install_previews_and_refuses_wrong_tokens() {
-    let h = Harness::new("kinstall").await;
+    let h = McpHarness::new("kinstall").await;
     let junk = h.root.join("junk");
     std::fs::write(&junk, vec![7u8; 4096]).unwrap();
     h.fails(

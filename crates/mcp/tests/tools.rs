@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Harness;
+use common::McpHarness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
@@ -163,7 +163,7 @@ fn check_schema(tool: &str, what: &str, schema: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_every_tool_with_schemas_and_honest_annotations() {
-    let h = Harness::new("list").await;
+    let h = McpHarness::new("list").await;
     let mut names: Vec<&str> = h.tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort();
     assert_eq!(names, TOOLS);
@@ -207,7 +207,7 @@ async fn lists_every_tool_with_schemas_and_honest_annotations() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_tool_error_that_changes_nothing() {
-    let h = Harness::new("bad").await;
+    let h = McpHarness::new("bad").await;
     let host_file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let before = h.snapshot();
     // A host port in use: publishing it is CONFLICT.
@@ -552,7 +552,7 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_tools_are_json_rpc_errors_and_bad_arguments_invalid_input() {
-    let h = Harness::new("rpc").await;
+    let h = McpHarness::new("rpc").await;
     match h.try_call("no_such_tool", json!({})).await {
         Err(ServiceError::McpError(e)) => assert!(e.message.contains("tool not found"), "{e:?}"),
         other => panic!("expected a JSON-RPC error, got {other:?}"),
@@ -579,7 +579,7 @@ async fn unknown_tools_are_json_rpc_errors_and_bad_arguments_invalid_input() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn life_cycle_without_a_vm_and_previews_that_change_nothing() {
-    let h = Harness::new("life").await;
+    let h = McpHarness::new("life").await;
     h.fake_image("fake");
     let created = h
         .ok(
@@ -694,7 +694,7 @@ async fn life_cycle_without_a_vm_and_previews_that_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn information_tools_answer() {
-    let h = Harness::new("info").await;
+    let h = McpHarness::new("info").await;
     let contract = h.ok("contract", json!({})).await;
     assert_eq!(contract["error_codes"].as_array().unwrap().len(), 8);
     assert_eq!(contract["limits"]["max_vcpus"], 8);

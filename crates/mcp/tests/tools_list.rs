@@ -8,13 +8,13 @@
 
 mod common;
 
-use common::Harness;
+use common::McpHarness;
 
 const COPY: &str = "tests/tools_list.json";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tool_list_is_the_checked_in_one() {
-    let h = Harness::new("tools-list").await;
+    let h = McpHarness::new("tools-list").await;
     // In the order the server lists them: that order is part of the answer.
     let answer = serde_json::to_string_pretty(&h.tools).unwrap() + "\n";
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(COPY);

@@ -4,12 +4,12 @@
 
 mod common;
 
-use common::Harness;
+use common::McpHarness;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn networks_are_objects_workspaces_name_and_host_changes_wait_for_a_token() {
-    let h = Harness::new("nets").await;
+    let h = McpHarness::new("nets").await;
     h.fake_image("fake");
     let listed = h.ok("network_list", json!({})).await;
     let names: Vec<&str> = listed["networks"]
@@ -130,7 +130,7 @@ impl rmcp::ClientHandler for ProgressRecorder {
 async fn a_slow_call_reports_progress_while_it_waits() {
     use rmcp::model::{CallToolRequestParams, ProgressToken, RequestParamsMeta};
     use rmcp::ServiceExt;
-    let h = Harness::new("beat").await;
+    let h = McpHarness::new("beat").await;
     h.fake_image("fake");
     // A second client that records notifications, on the same state.
     let server = mcp::MicroagentServer::new(h.ws.clone(), common::host_roots(&h.root));
@@ -170,7 +170,7 @@ async fn a_slow_call_reports_progress_while_it_waits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttls_are_durations_and_extend() {
-    let h = Harness::new("ttl").await;
+    let h = McpHarness::new("ttl").await;
     h.fake_image("fake");
     let made = h
         .ok(
@@ -217,7 +217,7 @@ async fn ttls_are_durations_and_extend() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn images_are_inspected_imported_and_deleted() {
-    let h = Harness::new("imgs").await;
+    let h = McpHarness::new("imgs").await;
     h.fake_image("fake");
     h.ok("workspace_create", json!({"name": "dev", "image": "fake"}))
         .await;
@@ -270,7 +270,7 @@ async fn images_are_inspected_imported_and_deleted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_refuses_bad_input_and_leaves_nothing() {
-    let h = Harness::new("run").await;
+    let h = McpHarness::new("run").await;
     h.fake_image("fake");
     let many: Vec<_> = (0..17)
         .map(|i| json!({"path": format!("/tmp/{i}"), "content": ""}))
@@ -312,7 +312,7 @@ async fn run_refuses_bad_input_and_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_paths_outside_the_allowed_roots_are_forbidden() {
-    let h = Harness::new("roots").await;
+    let h = McpHarness::new("roots").await;
     h.fake_image("fake");
     // Outside every root: a secret file, an image directory, and a symlink
     // inside a root that leads to them.

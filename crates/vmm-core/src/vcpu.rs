@@ -59,7 +59,7 @@ pub enum VcpuError {
 
 /// The state of a vCPU thread, as its owner observes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VcpuState {
+pub enum VcpuThreadState {
     /// Thread started, not yet in the guest.
     Starting,
     /// In its run loop (in or between KVM_RUN calls).
@@ -72,15 +72,15 @@ pub enum VcpuState {
 struct SharedState(AtomicU8);
 
 impl SharedState {
-    fn set(&self, state: VcpuState) {
+    fn set(&self, state: VcpuThreadState) {
         self.0.store(state as u8, Ordering::Release);
     }
 
-    fn get(&self) -> VcpuState {
+    fn get(&self) -> VcpuThreadState {
         match self.0.load(Ordering::Acquire) {
-            0 => VcpuState::Starting,
-            1 => VcpuState::Running,
-            _ => VcpuState::Exited,
+            0 => VcpuThreadState::Starting,
+            1 => VcpuThreadState::Running,
+            _ => VcpuThreadState::Exited,
         }
     }
 }
@@ -228,7 +228,7 @@ impl VcpuThread {
         reports: Sender<R>,
     ) -> Result<Self, VcpuError> {
         install_kick_handler()?;
-        let state = Arc::new(SharedState(AtomicU8::new(VcpuState::Starting as u8)));
+        let state = Arc::new(SharedState(AtomicU8::new(VcpuThreadState::Starting as u8)));
         let thread_state = state.clone();
         let handle = std::thread::Builder::new()
             .name(format!("vcpu{index}"))
@@ -240,12 +240,12 @@ impl VcpuThread {
                         reason: StopReason::KvmFailure(format!("vCPU {index}: {e}")),
                         registers: None,
                     }));
-                    thread_state.set(VcpuState::Exited);
+                    thread_state.set(VcpuThreadState::Exited);
                     return fd;
                 }
-                thread_state.set(VcpuState::Running);
+                thread_state.set(VcpuThreadState::Running);
                 let fd = run_loop(index, fd, &buses, xstate.as_ref(), &control, &reports);
-                thread_state.set(VcpuState::Exited);
+                thread_state.set(VcpuThreadState::Exited);
                 fd
             })
             .map_err(|source| VcpuError::Spawn { index, source })?;
@@ -257,7 +257,7 @@ impl VcpuThread {
     }
 
     /// Where the vCPU's thread is.
-    pub fn state(&self) -> VcpuState {
+    pub fn state(&self) -> VcpuThreadState {
         self.state.get()
     }
 
@@ -360,7 +360,7 @@ fn run_loop<R: From<VcpuExitReport>>(
                 if xstate.is_some()
                     && (port == xstate_switch::SAVE_PORT || port == xstate_switch::LOAD_PORT) =>
             {
-                xstate_request = xstate_switch::Request::decode(port, data);
+                xstate_request = xstate_switch::SwitchRequest::decode(port, data);
             }
             Ok(exit) => match handle_exit(exit, buses) {
                 ExitAction::Continue => {}

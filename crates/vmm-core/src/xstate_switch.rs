@@ -64,16 +64,16 @@ pub enum Direction {
 
 /// One guest request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Request {
+pub struct SwitchRequest {
     /// Which way.
     pub direction: Direction,
     /// The task's area.
     pub area: GuestAddress,
 }
 
-impl Request {
+impl SwitchRequest {
     /// The request a port write makes, or None when the write is not one.
-    pub fn decode(port: u16, data: &[u8]) -> Option<Request> {
+    pub fn decode(port: u16, data: &[u8]) -> Option<SwitchRequest> {
         let direction = match port {
             SAVE_PORT => Direction::Save,
             LOAD_PORT => Direction::Load,
@@ -81,7 +81,7 @@ impl Request {
         };
         let value: [u8; 4] = data.try_into().ok()?;
         let area = u64::from(u32::from_le_bytes(value)) << AREA_ADDRESS_SHIFT;
-        Some(Request {
+        Some(SwitchRequest {
             direction,
             area: GuestAddress(area),
         })
@@ -103,7 +103,7 @@ impl XstateSwitch {
     }
 
     /// Copies the extended state as `request` asks.
-    pub fn serve(&self, fd: &VcpuFd, request: Request) -> Result<(), XstateSwitchError> {
+    pub fn serve(&self, fd: &VcpuFd, request: SwitchRequest) -> Result<(), XstateSwitchError> {
         let get = |source| XstateSwitchError::Xsave {
             action: "read",
             source,
@@ -175,15 +175,15 @@ mod tests {
 
     #[test]
     fn decodes_only_four_byte_writes_to_its_ports() {
-        let r = Request::decode(SAVE_PORT, &0x1234u32.to_le_bytes()).unwrap();
+        let r = SwitchRequest::decode(SAVE_PORT, &0x1234u32.to_le_bytes()).unwrap();
         assert_eq!(r.direction, Direction::Save);
         assert_eq!(r.area, GuestAddress(0x1234 << 6));
-        let r = Request::decode(LOAD_PORT, &u32::MAX.to_le_bytes()).unwrap();
+        let r = SwitchRequest::decode(LOAD_PORT, &u32::MAX.to_le_bytes()).unwrap();
         assert_eq!(r.direction, Direction::Load);
         assert_eq!(r.area, GuestAddress(u64::from(u32::MAX) << 6));
-        assert_eq!(Request::decode(0x3f8, &[0; 4]), None);
-        assert_eq!(Request::decode(SAVE_PORT, &[1]), None);
-        assert_eq!(Request::decode(LOAD_PORT, &[0; 2]), None);
+        assert_eq!(SwitchRequest::decode(0x3f8, &[0; 4]), None);
+        assert_eq!(SwitchRequest::decode(SAVE_PORT, &[1]), None);
+        assert_eq!(SwitchRequest::decode(LOAD_PORT, &[0; 2]), None);
     }
 
     #[test]

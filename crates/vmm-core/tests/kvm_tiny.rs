@@ -13,7 +13,7 @@ use vmm_core::devices::{BusDevice, DeviceAction};
 use vmm_core::exit::Buses;
 use vmm_core::layout::PROBE_CODE_START;
 use vmm_core::tiny::{asm, TinyGuest};
-use vmm_core::vcpu::{configure, stop_all, RunControl, VcpuState, VcpuThread};
+use vmm_core::vcpu::{configure, stop_all, RunControl, VcpuThread, VcpuThreadState};
 use vmm_core::xstate_switch::{self, XstateSwitch};
 use vmm_core::StopReason;
 
@@ -172,10 +172,10 @@ fn a_spinning_vcpu_is_kicked_out_of_kvm_run() {
         .first_run_ns()
         .is_some()));
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(thread.state(), VcpuState::Running);
+    assert_eq!(thread.state(), VcpuThreadState::Running);
     let mut threads = [thread];
     let fds = stop_all(&control, &mut threads);
-    assert_eq!(threads[0].state(), VcpuState::Exited);
+    assert_eq!(threads[0].state(), VcpuThreadState::Exited);
     assert_eq!(fds.len(), 1, "the vCPU thread ended and handed back its fd");
     let regs = fds[0].get_regs().unwrap();
     assert_eq!(regs.rip, PROBE_CODE_START, "still on the jmp $");

@@ -2,7 +2,7 @@
 //! says what to do next, and the stable [`ErrorCode`] front ends report.
 
 use guest_agent::client::ClientError;
-use guest_agent::protocol::ErrorCode as AgentCode;
+use guest_agent::protocol::AgentErrorCode as AgentCode;
 
 use crate::code::ErrorCode;
 

@@ -16,7 +16,7 @@ const BINARY: &str = "microagent-agent";
 
 /// The agent's bytes and where they came from.
 #[derive(Debug)]
-pub struct Agent {
+pub struct AgentBinary {
     pub bytes: Vec<u8>,
     pub sha256: String,
     /// `crates/guest-agent` or `MICROAGENT_AGENT_BIN=<path>`.
@@ -24,7 +24,7 @@ pub struct Agent {
 }
 
 /// `MICROAGENT_AGENT_BIN` when set, else a static release build of the crate.
-pub fn find() -> anyhow::Result<Agent> {
+pub fn find() -> anyhow::Result<AgentBinary> {
     let (path, source) = match std::env::var_os(OVERRIDE_VAR) {
         Some(p) if !p.is_empty() => {
             let path = PathBuf::from(p);
@@ -51,7 +51,7 @@ pub fn find() -> anyhow::Result<Agent> {
         path.display(),
         bytes.len() / 1024
     );
-    Ok(Agent {
+    Ok(AgentBinary {
         bytes,
         sha256,
         source,

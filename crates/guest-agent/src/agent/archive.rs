@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::path::{Component, Path, PathBuf};
 
 use guest_agent::frame::FrameError;
-use guest_agent::protocol::{ErrorCode, Response};
+use guest_agent::protocol::{AgentErrorCode, Response};
 
 use super::conn::Conn;
 use super::files::checked_path;
@@ -65,15 +65,17 @@ pub enum ArchiveError {
 }
 
 impl ArchiveError {
-    pub fn code(&self) -> ErrorCode {
+    pub fn code(&self) -> AgentErrorCode {
         match self {
-            Self::BadPath(_) | Self::NotADirectory(_) | Self::Escapes(_) => ErrorCode::InvalidInput,
-            Self::TooManyEntries => ErrorCode::TooLarge,
+            Self::BadPath(_) | Self::NotADirectory(_) | Self::Escapes(_) => {
+                AgentErrorCode::InvalidInput
+            }
+            Self::TooManyEntries => AgentErrorCode::TooLarge,
             Self::Receive(e) | Self::Send(e) => e.code(),
             Self::Stat { source, .. }
             | Self::Build { source, .. }
             | Self::Mkdir { source, .. }
-            | Self::Extract { source, .. } => ErrorCode::from_io(source.kind()),
+            | Self::Extract { source, .. } => AgentErrorCode::from_io(source.kind()),
         }
     }
 }

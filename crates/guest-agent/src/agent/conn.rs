@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use guest_agent::frame::{self, Frame, FrameError, FrameKind};
-use guest_agent::protocol::{ErrorCode, Response, DATA_CHUNK};
+use guest_agent::protocol::{AgentErrorCode, Response, DATA_CHUNK};
 
 /// Longest the agent keeps reading (and discarding) what a client still
 /// sends after the answer, so the client gets to read that answer.
@@ -141,7 +141,7 @@ impl Conn {
     }
 
     /// Sends an `error` message.
-    pub fn send_error(&mut self, code: ErrorCode, message: String) -> Result<(), FrameError> {
+    pub fn send_error(&mut self, code: AgentErrorCode, message: String) -> Result<(), FrameError> {
         self.send(&Response::Error { code, message })
     }
 

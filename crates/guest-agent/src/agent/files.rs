@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use guest_agent::frame::FrameError;
 use guest_agent::protocol::{
-    DirEntry, ErrorCode, FileKind, FileStat, Response, WriteMode, DATA_CHUNK, MAX_DIR_ENTRIES,
+    AgentErrorCode, DirEntry, FileKind, FileStat, Response, WriteMode, DATA_CHUNK, MAX_DIR_ENTRIES,
 };
 
 use super::conn::Conn;
@@ -112,14 +112,14 @@ pub enum FileError {
 }
 
 impl FileError {
-    pub fn code(&self) -> ErrorCode {
+    pub fn code(&self) -> AgentErrorCode {
         match self {
             Self::BadPath(_)
             | Self::BadPerm(_)
             | Self::NoFileName(_)
             | Self::RemoveRefused(_)
-            | Self::NotAFile(_) => ErrorCode::InvalidInput,
-            Self::Exists(_) => ErrorCode::Exists,
+            | Self::NotAFile(_) => AgentErrorCode::InvalidInput,
+            Self::Exists(_) => AgentErrorCode::Exists,
             Self::Receive(e) | Self::Send(e) => e.code(),
             Self::Stat { source, .. }
             | Self::Open { source, .. }
@@ -129,7 +129,7 @@ impl FileError {
             | Self::ListDir { source, .. }
             | Self::Mkdir { source, .. }
             | Self::Remove { source, .. }
-            | Self::Rename { source, .. } => ErrorCode::from_io(source.kind()),
+            | Self::Rename { source, .. } => AgentErrorCode::from_io(source.kind()),
         }
     }
 }

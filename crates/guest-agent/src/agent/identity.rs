@@ -6,7 +6,7 @@
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 
-use guest_agent::protocol::ErrorCode;
+use guest_agent::protocol::AgentErrorCode;
 
 /// `_IOW('R', 0x03, int[2])`: add entropy (credited) to the input pool.
 const RNDADDENTROPY: libc::c_ulong = 0x4008_5203;
@@ -39,10 +39,10 @@ pub enum IdentityError {
 
 impl IdentityError {
     /// The protocol code.
-    pub fn code(&self) -> ErrorCode {
+    pub fn code(&self) -> AgentErrorCode {
         match self {
-            Self::Hostname(_) | Self::Entropy => ErrorCode::InvalidInput,
-            Self::Sys { .. } => ErrorCode::Internal,
+            Self::Hostname(_) | Self::Entropy => AgentErrorCode::InvalidInput,
+            Self::Sys { .. } => AgentErrorCode::Internal,
         }
     }
 }
@@ -139,7 +139,7 @@ mod tests {
         }
         assert_eq!(
             parse("ok", "zz").unwrap_err().code(),
-            ErrorCode::InvalidInput
+            AgentErrorCode::InvalidInput
         );
     }
 }

@@ -21,14 +21,14 @@ use std::time::{Duration, Instant};
 
 use guest_agent::frame::{self, FrameError, FrameKind};
 use guest_agent::protocol::{
-    ErrorCode, Request, Response, CAPABILITIES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    AgentErrorCode, Request, Response, CAPABILITIES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 use conn::Conn;
 use listen::Listener;
 use process::processes::Processes;
 use process::reaper::Reaper;
-use process::registry::Registry;
+use process::registry::ProcessTable;
 
 /// Stack of a connection thread (tar and JSON work happen there).
 const CONN_STACK: usize = 512 << 10;
@@ -49,11 +49,11 @@ pub struct Config {
 
 /// What every connection thread shares.
 #[derive(Debug)]
-pub struct State {
+pub struct AgentState {
     started: Instant,
     config: Config,
     reaper: Reaper,
-    registry: Registry,
+    registry: ProcessTable,
     processes: Processes,
     connections: AtomicUsize,
 }
@@ -96,20 +96,22 @@ enum RequestError {
     #[error("tcp_connect")]
     Tunnel(#[source] tunnel::TunnelError),
     #[error("taking the restored network")]
-    Network(#[source] net::NetError),
+    Network(#[source] net::NetSetupError),
     #[error("background process")]
     Process(#[source] process::processes::ProcessError),
 }
 
 impl RequestError {
-    fn code(&self) -> ErrorCode {
+    fn code(&self) -> AgentErrorCode {
         match self {
             Self::Frame(e) | Self::Send(e) => e.code(),
-            Self::NoHello(_) | Self::RepeatedHello | Self::StrayResize => ErrorCode::InvalidInput,
-            Self::Version(_) => ErrorCode::UnsupportedVersion,
-            Self::NotInit => ErrorCode::PermissionDenied,
-            Self::NoResult(_) => ErrorCode::NotFound,
-            Self::Busy(_) => ErrorCode::TooLarge,
+            Self::NoHello(_) | Self::RepeatedHello | Self::StrayResize => {
+                AgentErrorCode::InvalidInput
+            }
+            Self::Version(_) => AgentErrorCode::UnsupportedVersion,
+            Self::NotInit => AgentErrorCode::PermissionDenied,
+            Self::NoResult(_) => AgentErrorCode::NotFound,
+            Self::Busy(_) => AgentErrorCode::TooLarge,
             Self::Exec(e) => e.code(),
             Self::File(e) => e.code(),
             Self::Archive(e) => e.code(),
@@ -163,11 +165,11 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
         Ok(reaper) => reaper,
         Err(e) => return e,
     };
-    let state = Arc::new(State {
+    let state = Arc::new(AgentState {
         started: Instant::now(),
         config,
         reaper,
-        registry: Registry::default(),
+        registry: ProcessTable::default(),
         processes: Processes::default(),
         connections: AtomicUsize::new(0),
     });
@@ -210,7 +212,12 @@ struct WorkerQueue {
 
 impl Workers {
     /// Serves `stream` on an idle worker, or on a new one.
-    fn hand_over(&self, stream: UnixStream, active: usize, state: &Arc<State>) -> io::Result<()> {
+    fn hand_over(
+        &self,
+        stream: UnixStream,
+        active: usize,
+        state: &Arc<AgentState>,
+    ) -> io::Result<()> {
         let queue = &self.shared;
         let claimed = queue
             .idle
@@ -230,7 +237,7 @@ impl Workers {
 }
 
 /// Serves connections until more than [`IDLE_WORKERS`] wait idle.
-fn work(queue: &WorkerQueue, state: &State, mut stream: UnixStream, mut active: usize) {
+fn work(queue: &WorkerQueue, state: &AgentState, mut stream: UnixStream, mut active: usize) {
     loop {
         {
             let _slot = Slot(&state.connections);
@@ -259,7 +266,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A connection counted in `State::connections` (released even if the
+/// A connection counted in `AgentState::connections` (released even if the
 /// connection's thread panics).
 struct Slot<'a>(&'a AtomicUsize);
 
@@ -269,7 +276,7 @@ impl Drop for Slot<'_> {
     }
 }
 
-fn handle_connection(stream: UnixStream, state: &State, active: usize) {
+fn handle_connection(stream: UnixStream, state: &AgentState, active: usize) {
     let mut conn = match Conn::new(stream, state.config.idle_timeout) {
         Ok(conn) => conn,
         Err(e) => {
@@ -288,7 +295,7 @@ fn handle_connection(stream: UnixStream, state: &State, active: usize) {
             let _ = conn.send_error(e.code(), message.clone());
         }
         // The console may be slow (emulated serial): only what needs a look.
-        if state.config.verbose || e.code() == ErrorCode::Internal {
+        if state.config.verbose || e.code() == AgentErrorCode::Internal {
             log!("request failed ({}): {message}", e.code());
         }
     }
@@ -310,7 +317,7 @@ fn read_request(conn: &mut Conn) -> Result<Option<Request>, RequestError> {
         .map_err(RequestError::Frame)
 }
 
-fn serve_request(conn: &mut Conn, state: &State) -> Result<(), RequestError> {
+fn serve_request(conn: &mut Conn, state: &AgentState) -> Result<(), RequestError> {
     let version = match read_request(conn)? {
         // Connected and left (a probe): nothing to do.
         None => return Ok(()),

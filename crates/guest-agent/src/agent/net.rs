@@ -27,7 +27,7 @@ pub struct NetSetup {
 
 /// Why the network could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum NetError {
+pub enum NetSetupError {
     /// The setting does not parse.
     #[error("microagent_net={0:?} is not ADDR/PREFIX,GATEWAY,DNS")]
     Setting(String),
@@ -50,20 +50,20 @@ pub enum NetError {
     File(&'static str, #[source] io::Error),
 }
 
-impl NetError {
+impl NetSetupError {
     /// The protocol code.
-    pub fn code(&self) -> guest_agent::protocol::ErrorCode {
-        use guest_agent::protocol::ErrorCode;
+    pub fn code(&self) -> guest_agent::protocol::AgentErrorCode {
+        use guest_agent::protocol::AgentErrorCode;
         match self {
-            Self::Setting(_) | Self::Mac(_) => ErrorCode::InvalidInput,
-            Self::Ioctl { .. } | Self::File(..) => ErrorCode::Internal,
+            Self::Setting(_) | Self::Mac(_) => AgentErrorCode::InvalidInput,
+            Self::Ioctl { .. } | Self::File(..) => AgentErrorCode::Internal,
         }
     }
 }
 
 /// Parses `02:4d:00:11:22:33`.
-pub fn parse_mac(s: &str) -> Result<[u8; 6], NetError> {
-    let bad = || NetError::Mac(s.chars().take(40).collect());
+pub fn parse_mac(s: &str) -> Result<[u8; 6], NetSetupError> {
+    let bad = || NetSetupError::Mac(s.chars().take(40).collect());
     let parts: Vec<&str> = s.split(':').collect();
     if parts.len() != 6 {
         return Err(bad());
@@ -86,10 +86,10 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], NetError> {
 /// it) and MAC: `eth0` goes down (which drops its routes and neighbours of
 /// the old network), takes the MAC and address, and comes back up with
 /// the new route and resolver. Nothing changes unless both parse.
-pub fn readdress(setting: &str, mac: Option<&str>) -> Result<(), NetError> {
+pub fn readdress(setting: &str, mac: Option<&str>) -> Result<(), NetSetupError> {
     let setup = NetSetup::parse(setting)?;
     let mac = mac.map(parse_mac).transpose()?;
-    let sock = inet_socket().map_err(|source| NetError::Ioctl {
+    let sock = inet_socket().map_err(|source| NetSetupError::Ioctl {
         what: "opening a socket for",
         interface: INTERFACE,
         source,
@@ -118,8 +118,8 @@ pub fn readdress(setting: &str, mac: Option<&str>) -> Result<(), NetError> {
 
 impl NetSetup {
     /// Parses `ADDR/PREFIX,GATEWAY,DNS`.
-    pub fn parse(value: &str) -> Result<Self, NetError> {
-        let bad = || NetError::Setting(value.to_owned());
+    pub fn parse(value: &str) -> Result<Self, NetSetupError> {
+        let bad = || NetSetupError::Setting(value.to_owned());
         let mut parts = value.split(',');
         let (Some(cidr), Some(gateway), Some(dns), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -150,7 +150,7 @@ impl NetSetup {
 
 /// The network settings of a kernel command line: the setup (if asked,
 /// and whether it parses) and the host's alias.
-pub fn from_cmdline(cmdline: &str) -> (Option<Result<NetSetup, NetError>>, Option<&str>) {
+pub fn from_cmdline(cmdline: &str) -> (Option<Result<NetSetup, NetSetupError>>, Option<&str>) {
     let value = |key: &str| {
         cmdline
             .split_whitespace()
@@ -207,8 +207,8 @@ pub fn hosts_with(hosts: &str, alias: &str, addr: Ipv4Addr) -> String {
 
 /// Brings the loopback up and, when `setup` is given, `eth0`, its route
 /// and the resolver; `alias` names the gateway in /etc/hosts.
-pub fn configure(setup: Option<&NetSetup>, alias: Option<&str>) -> Result<(), NetError> {
-    let sock = inet_socket().map_err(|source| NetError::Ioctl {
+pub fn configure(setup: Option<&NetSetup>, alias: Option<&str>) -> Result<(), NetSetupError> {
+    let sock = inet_socket().map_err(|source| NetSetupError::Ioctl {
         what: "opening a socket for",
         interface: INTERFACE,
         source,
@@ -232,13 +232,13 @@ pub fn configure(setup: Option<&NetSetup>, alias: Option<&str>) -> Result<(), Ne
     set_up(&sock, INTERFACE)?;
     add_default_route(&sock, setup.gateway)?;
     std::fs::write("/etc/resolv.conf", resolv_conf(setup.dns))
-        .map_err(|e| NetError::File("/etc/resolv.conf", e))?;
+        .map_err(|e| NetSetupError::File("/etc/resolv.conf", e))?;
     if let Some(alias) = alias {
         let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-        let mut file =
-            std::fs::File::create("/etc/hosts").map_err(|e| NetError::File("/etc/hosts", e))?;
+        let mut file = std::fs::File::create("/etc/hosts")
+            .map_err(|e| NetSetupError::File("/etc/hosts", e))?;
         file.write_all(hosts_with(&hosts, alias, setup.gateway).as_bytes())
-            .map_err(|e| NetError::File("/etc/hosts", e))?;
+            .map_err(|e| NetSetupError::File("/etc/hosts", e))?;
     }
     Ok(())
 }
@@ -282,11 +282,11 @@ fn ioctl(
     arg: *mut libc::c_void,
     what: &'static str,
     interface: &'static str,
-) -> Result<(), NetError> {
+) -> Result<(), NetSetupError> {
     // SAFETY: every caller passes a request whose argument is the
     // structure `arg` points to, owned by the caller for the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), request, arg) } < 0 {
-        return Err(NetError::Ioctl {
+        return Err(NetSetupError::Ioctl {
             what,
             interface,
             source: io::Error::last_os_error(),
@@ -295,11 +295,11 @@ fn ioctl(
     Ok(())
 }
 
-fn set_up(sock: &OwnedFd, name: &'static str) -> Result<(), NetError> {
+fn set_up(sock: &OwnedFd, name: &'static str) -> Result<(), NetSetupError> {
     set_flags(sock, name, true)
 }
 
-fn set_flags(sock: &OwnedFd, name: &'static str, up: bool) -> Result<(), NetError> {
+fn set_flags(sock: &OwnedFd, name: &'static str, up: bool) -> Result<(), NetSetupError> {
     let mut req = ifreq(name);
     ioctl(
         sock,
@@ -326,7 +326,7 @@ fn set_addr(
     request: libc::Ioctl,
     addr: Ipv4Addr,
     what: &'static str,
-) -> Result<(), NetError> {
+) -> Result<(), NetSetupError> {
     let mut req = ifreq(INTERFACE);
     req.ifr_ifru.ifru_addr = sockaddr(addr);
     ioctl(
@@ -360,7 +360,7 @@ struct RtEntry {
 /// RTF_UP | RTF_GATEWAY.
 const RTF_UP_GATEWAY: libc::c_ushort = 0x0001 | 0x0002;
 
-fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), NetError> {
+fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), NetSetupError> {
     let mut route = RtEntry {
         rt_pad1: 0,
         rt_dst: sockaddr(Ipv4Addr::UNSPECIFIED),
@@ -384,7 +384,7 @@ fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), NetError> 
         INTERFACE,
     ) {
         // Already there (a second call): what was asked holds.
-        Err(NetError::Ioctl { source, .. }) if source.raw_os_error() == Some(libc::EEXIST) => {
+        Err(NetSetupError::Ioctl { source, .. }) if source.raw_os_error() == Some(libc::EEXIST) => {
             Ok(())
         }
         other => other,

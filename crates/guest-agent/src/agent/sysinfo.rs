@@ -4,7 +4,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 
-use guest_agent::protocol::{CpuTicks, DiskUsage, ErrorCode, NetCounters, SystemInfo};
+use guest_agent::protocol::{AgentErrorCode, CpuTicks, DiskUsage, NetCounters, SystemInfo};
 
 /// Filesystem types reported besides block-device mounts.
 const NETWORK_OR_LAYERED: &[&str] = &["overlay", "virtiofs", "9p", "nfs", "nfs4", "fuse"];
@@ -27,8 +27,8 @@ pub enum InfoError {
 }
 
 impl InfoError {
-    pub fn code(&self) -> ErrorCode {
-        ErrorCode::Internal
+    pub fn code(&self) -> AgentErrorCode {
+        AgentErrorCode::Internal
     }
 }
 

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use guest_agent::frame::FrameError;
-use guest_agent::protocol::{ErrorCode, Response};
+use guest_agent::protocol::{AgentErrorCode, Response};
 
 use super::conn::Conn;
 
@@ -48,13 +48,13 @@ pub enum TunnelError {
 
 impl TunnelError {
     /// The wire code.
-    pub fn code(&self) -> ErrorCode {
+    pub fn code(&self) -> AgentErrorCode {
         match self {
-            Self::PortZero => ErrorCode::InvalidInput,
-            Self::Refused { .. } => ErrorCode::ConnectionRefused,
-            Self::Connect { source, .. } => ErrorCode::from_io(source.kind()),
+            Self::PortZero => AgentErrorCode::InvalidInput,
+            Self::Refused { .. } => AgentErrorCode::ConnectionRefused,
+            Self::Connect { source, .. } => AgentErrorCode::from_io(source.kind()),
             Self::Send(e) => e.code(),
-            Self::Pipe(_) => ErrorCode::Internal,
+            Self::Pipe(_) => AgentErrorCode::Internal,
         }
     }
 }

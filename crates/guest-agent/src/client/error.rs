@@ -4,7 +4,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::frame::FrameError;
-use crate::protocol::{ErrorCode, Response};
+use crate::protocol::{AgentErrorCode, Response};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum ClientError {
     #[error("agent error {code}: {message}")]
     Agent {
         /// The agent's error code.
-        code: ErrorCode,
+        code: AgentErrorCode,
         /// The agent's message.
         message: String,
     },
@@ -78,7 +78,7 @@ pub enum ClientError {
 
 impl ClientError {
     /// The agent's error code, when the agent answered with an error.
-    pub fn code(&self) -> Option<ErrorCode> {
+    pub fn code(&self) -> Option<AgentErrorCode> {
         match self {
             Self::Agent { code, .. } => Some(*code),
             _ => None,

@@ -56,7 +56,7 @@ pub const MAX_EXEC_ID: usize = 128;
 /// Why a request failed: the `code` of an `error` message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ErrorCode {
+pub enum AgentErrorCode {
     /// The request (or a frame) was malformed or made no sense.
     InvalidInput,
     /// A path, exec id or process did not exist.
@@ -80,7 +80,7 @@ pub enum ErrorCode {
     Unknown,
 }
 
-impl ErrorCode {
+impl AgentErrorCode {
     /// The code as it appears on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -123,7 +123,7 @@ impl ErrorCode {
     }
 }
 
-impl fmt::Display for ErrorCode {
+impl fmt::Display for AgentErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -195,12 +195,12 @@ mod tests {
         assert!(matches!(
             err,
             Response::Error {
-                code: ErrorCode::Unknown,
+                code: AgentErrorCode::Unknown,
                 ..
             }
         ));
         assert_eq!(
-            serde_json::to_string(&ErrorCode::UnsupportedVersion).unwrap(),
+            serde_json::to_string(&AgentErrorCode::UnsupportedVersion).unwrap(),
             "\"UNSUPPORTED_VERSION\""
         );
     }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::process::{ProcessEntry, ProcessOutput};
-use super::ErrorCode;
+use super::AgentErrorCode;
 
 /// How an exec ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,7 +234,7 @@ pub enum Response {
     /// The request failed.
     Error {
         /// Why.
-        code: ErrorCode,
+        code: AgentErrorCode,
         /// Details for a person.
         message: String,
     },

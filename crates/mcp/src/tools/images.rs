@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::images::oci::rootfs::Step;
+use workspace::images::oci::rootfs::ConversionStep;
 use workspace::images::pull::{PullEvent, PullRequest, Pulled};
 
 use super::would_or_did;
@@ -180,9 +180,9 @@ fn describe(event: &PullEvent) -> String {
         PullEvent::Downloading { index, done, size } => {
             format!("layer {index}: {done} of {size} bytes")
         }
-        PullEvent::Convert(Step::Layer { index, count }) => {
+        PullEvent::Convert(ConversionStep::Layer { index, count }) => {
             format!("applying layer {index} of {count}")
         }
-        PullEvent::Convert(Step::Filesystem) => "writing the root filesystem".into(),
+        PullEvent::Convert(ConversionStep::Filesystem) => "writing the root filesystem".into(),
     }
 }

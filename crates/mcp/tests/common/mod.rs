@@ -13,17 +13,17 @@ use rmcp::{ServiceError, ServiceExt};
 use serde_json::Value;
 use workspace::{StateDir, Workspaces};
 
-pub struct Harness {
+pub struct McpHarness {
     pub client: RunningService<RoleClient, ()>,
     pub root: PathBuf,
     pub ws: Workspaces,
     pub tools: Vec<Tool>,
 }
 
-impl Harness {
+impl McpHarness {
     /// A server over a fresh state directory (no guest assets, a VMM that
     /// does not exist) and a client connected to it.
-    pub async fn new(tag: &str) -> Harness {
+    pub async fn new(tag: &str) -> McpHarness {
         let root = PathBuf::from(format!("/tmp/mcp-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let state = StateDir::at(&root).unwrap();
@@ -34,7 +34,7 @@ impl Harness {
         tokio::spawn(mcp::serve(server, reader, writer));
         let client = ().serve(client_end).await.unwrap();
         let tools = client.list_all_tools().await.unwrap();
-        Harness {
+        McpHarness {
             client,
             root,
             ws,

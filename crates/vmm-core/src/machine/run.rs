@@ -22,7 +22,7 @@ use crate::snapshot::disk_copy::copy_disk;
 use crate::snapshot::{memory_file, MachineState, SnapshotError, SnapshotFiles, SnapshotTaken};
 use crate::stats;
 use crate::vcpu::{
-    registers, stop_all, RunControl, VcpuExitReport, VcpuState as ThreadState, VcpuThread,
+    registers, stop_all, RunControl, VcpuExitReport, VcpuThread, VcpuThreadState as ThreadState,
 };
 use crate::xstate_switch::XstateSwitch;
 

@@ -13,7 +13,7 @@ const CHUNK: u64 = 64 << 20;
 
 /// How a copy was made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CopyKind {
+pub enum DiskCopyMethod {
     /// The filesystem shares the extents (copy-on-write).
     Reflink,
     /// The data extents were copied; holes stayed holes.
@@ -24,7 +24,7 @@ pub enum CopyKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DiskCopy {
     /// How.
-    pub kind: CopyKind,
+    pub kind: DiskCopyMethod,
     /// The image's length.
     pub len: u64,
     /// Bytes of data copied (zero for a reflink, which copies none).
@@ -41,7 +41,7 @@ pub fn copy_disk(from: &Path, to: &Path) -> io::Result<DiskCopy> {
         // memory of ours; both fds are open for the call.
         if unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE, src.as_raw_fd()) } == 0 {
             return Ok(DiskCopy {
-                kind: CopyKind::Reflink,
+                kind: DiskCopyMethod::Reflink,
                 len,
                 copied: 0,
             });
@@ -49,7 +49,7 @@ pub fn copy_disk(from: &Path, to: &Path) -> io::Result<DiskCopy> {
         let copied = copy_data_extents(&src, &dst, len)?;
         dst.set_len(len)?;
         Ok(DiskCopy {
-            kind: CopyKind::Sparse,
+            kind: DiskCopyMethod::Sparse,
             len,
             copied,
         })
@@ -136,7 +136,7 @@ mod tests {
             std::fs::read(&to).unwrap(),
             "contents differ"
         );
-        if copy.kind == CopyKind::Sparse {
+        if copy.kind == DiskCopyMethod::Sparse {
             assert!(copy.copied < 1 << 20, "copied {}", copy.copied);
             assert!(std::fs::metadata(&to).unwrap().blocks() * 512 < 1 << 20);
         }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use super::oci::pull::{report, PullError, Remote};
-pub use super::oci::pull::{Progress, PullEvent, PullRequest};
+pub use super::oci::pull::{PullEvent, PullProgress, PullRequest};
 use super::oci::OciError;
 use super::registry::{ImageError, ImageInfo, ImageRegistry};
 
@@ -38,7 +38,7 @@ impl From<PullError> for ImageError {
 pub async fn pull(
     registry: &ImageRegistry,
     req: &PullRequest,
-    progress: Progress,
+    progress: PullProgress,
 ) -> Result<Pulled, ImageError> {
     let reference = super::oci::pull::reference(req)?;
     let name = match &req.name {

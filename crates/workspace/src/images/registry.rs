@@ -432,7 +432,7 @@ impl ImageRegistry {
         &self,
         name: Option<&str>,
         path: &Path,
-        progress: &mut dyn FnMut(crate::images::oci::rootfs::Step),
+        progress: &mut dyn FnMut(crate::images::oci::rootfs::ConversionStep),
     ) -> Result<ImageInfo, ImageError> {
         if path.join(KERNEL_FILE).exists() || path.join(ROOTFS_FILE).exists() {
             let name = name.ok_or_else(|| ImageError::BadSource {
@@ -485,7 +485,7 @@ impl ImageRegistry {
         name: &str,
         image: &crate::images::oci::layout::Resolved,
         source: &Path,
-        progress: &mut dyn FnMut(crate::images::oci::rootfs::Step),
+        progress: &mut dyn FnMut(crate::images::oci::rootfs::ConversionStep),
     ) -> Result<ImageInfo, ImageError> {
         let base = self
             .get(BUILTIN_IMAGES[0])

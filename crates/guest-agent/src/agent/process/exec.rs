@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use guest_agent::frame::FrameKind;
 use guest_agent::protocol::{
-    ErrorCode, ExecCall, Exited, Response, SignalSpec, StdinMode, DEFAULT_OUTPUT_CAP,
+    AgentErrorCode, ExecCall, Exited, Response, SignalSpec, StdinMode, DEFAULT_OUTPUT_CAP,
     MAX_OUTPUT_CAP, OUTPUT_CHUNK, RESULT_HEAD,
 };
 
@@ -24,10 +24,10 @@ use super::lookup;
 use super::poller;
 use super::pty;
 use super::reaper::decode_status;
-use super::registry::{Lookup, RegistryError};
+use super::registry::{Lookup, ProcessTableError};
 use super::spawn::{Input, Spawn};
 use crate::agent::conn::Conn;
-use crate::agent::{spawn_thread, State};
+use crate::agent::{spawn_thread, AgentState};
 
 /// PATH of every exec unless its `env` sets one.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -68,7 +68,7 @@ pub enum ExecError {
     ZeroTimeout,
     /// The exec id could not be taken.
     #[error("exec id")]
-    Id(#[source] RegistryError),
+    Id(#[source] ProcessTableError),
     /// The process could not be started.
     #[error("spawning {program:?}")]
     Spawn {
@@ -102,21 +102,21 @@ pub enum ExecError {
 }
 
 impl ExecError {
-    pub fn code(&self) -> ErrorCode {
+    pub fn code(&self) -> AgentErrorCode {
         match self {
             Self::Command
             | Self::EnvName(_)
             | Self::Cwd(_)
             | Self::User { .. }
             | Self::ZeroTimeout
-            | Self::BadSignal(_) => ErrorCode::InvalidInput,
-            Self::OutputCap(_) => ErrorCode::TooLarge,
+            | Self::BadSignal(_) => AgentErrorCode::InvalidInput,
+            Self::OutputCap(_) => AgentErrorCode::TooLarge,
             Self::Id(e) => e.code(),
             Self::Spawn { source, .. } | Self::Kill { source, .. } => {
-                ErrorCode::from_io(source.kind())
+                AgentErrorCode::from_io(source.kind())
             }
-            Self::Thread(_) | Self::Pty(_) => ErrorCode::Internal,
-            Self::NotRunning(_) => ErrorCode::NotFound,
+            Self::Thread(_) | Self::Pty(_) => AgentErrorCode::Internal,
+            Self::NotRunning(_) => AgentErrorCode::NotFound,
         }
     }
 }
@@ -259,7 +259,7 @@ pub(super) fn describe(req: &ExecCall) -> String {
 }
 
 /// Runs an exec on this connection: `started`, output frames, `exited`.
-pub fn run(conn: &mut Conn, state: &State, req: ExecCall) -> Result<(), ExecError> {
+pub fn run(conn: &mut Conn, state: &AgentState, req: ExecCall) -> Result<(), ExecError> {
     let cap = req.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP);
     if cap > MAX_OUTPUT_CAP {
         return Err(ExecError::OutputCap(cap));
@@ -623,7 +623,7 @@ pub fn parse_signal(spec: &SignalSpec) -> Option<i32> {
 }
 
 /// `signal`: signals a running exec's process group.
-pub fn signal(state: &State, exec_id: &str, spec: &SignalSpec) -> Result<(), ExecError> {
+pub fn signal(state: &AgentState, exec_id: &str, spec: &SignalSpec) -> Result<(), ExecError> {
     let sig = parse_signal(spec).ok_or_else(|| ExecError::BadSignal(format!("{spec:?}")))?;
     match state.registry.lookup(exec_id) {
         Lookup::Running(pid) if pid > 1 => kill_group(pid, sig).map_err(|source| {

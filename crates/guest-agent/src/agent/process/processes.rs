@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use guest_agent::frame::FrameKind;
 use guest_agent::protocol::{
-    ErrorCode, ExecCall, OutputChunk, ProcessEntry, ProcessOutput, ProcessState, SignalSpec,
+    AgentErrorCode, ExecCall, OutputChunk, ProcessEntry, ProcessOutput, ProcessState, SignalSpec,
     DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ,
     MAX_PROCESS_RING, MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES, OUTPUT_CHUNK,
 };
@@ -85,7 +85,7 @@ pub enum ProcessError {
 }
 
 impl ProcessError {
-    pub fn code(&self) -> ErrorCode {
+    pub fn code(&self) -> AgentErrorCode {
         match self {
             Self::Command(e) => e.code(),
             Self::BadId(_)
@@ -95,14 +95,14 @@ impl ProcessError {
             | Self::StillRunning(_)
             | Self::NoStdin(_)
             | Self::Base64(_)
-            | Self::BadSignal(_) => ErrorCode::InvalidInput,
-            Self::Exists(_) => ErrorCode::Exists,
-            Self::Full | Self::RingTooLarge(_) | Self::StdinTooLarge(_) => ErrorCode::TooLarge,
-            Self::Unknown(_) => ErrorCode::NotFound,
+            | Self::BadSignal(_) => AgentErrorCode::InvalidInput,
+            Self::Exists(_) => AgentErrorCode::Exists,
+            Self::Full | Self::RingTooLarge(_) | Self::StdinTooLarge(_) => AgentErrorCode::TooLarge,
+            Self::Unknown(_) => AgentErrorCode::NotFound,
             Self::Stdin(e) | Self::Spawn { source: e, .. } | Self::Kill { source: e, .. } => {
-                ErrorCode::from_io(e.kind())
+                AgentErrorCode::from_io(e.kind())
             }
-            Self::Thread(_) => ErrorCode::Internal,
+            Self::Thread(_) => AgentErrorCode::Internal,
             Self::Send(e) => e.code(),
         }
     }

@@ -6,11 +6,13 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use base64::Engine as _;
-use guest_agent::protocol::{ErrorCode, Exited, Response, MAX_EXEC_ID, MAX_RESULTS, RESULT_TTL};
+use guest_agent::protocol::{
+    AgentErrorCode, Exited, Response, MAX_EXEC_ID, MAX_RESULTS, RESULT_TTL,
+};
 
 /// Why an exec id could not be taken.
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub enum ProcessTableError {
     /// The id is empty, too long or has characters outside `[A-Za-z0-9._:-]`.
     #[error("exec id {0:?} must be 1-128 characters of A-Z a-z 0-9 . _ : -")]
     BadId(String),
@@ -19,11 +21,11 @@ pub enum RegistryError {
     Running(String),
 }
 
-impl RegistryError {
-    pub fn code(&self) -> ErrorCode {
+impl ProcessTableError {
+    pub fn code(&self) -> AgentErrorCode {
         match self {
-            Self::BadId(_) => ErrorCode::InvalidInput,
-            Self::Running(_) => ErrorCode::Exists,
+            Self::BadId(_) => AgentErrorCode::InvalidInput,
+            Self::Running(_) => AgentErrorCode::Exists,
         }
     }
 }
@@ -85,25 +87,25 @@ pub enum Lookup {
 
 /// The exec registry.
 #[derive(Debug, Default)]
-pub struct Registry {
+pub struct ProcessTable {
     inner: Mutex<Inner>,
 }
 
-impl Registry {
+impl ProcessTable {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes `requested` (or a fresh id) for a new exec.
-    pub fn reserve(&self, requested: Option<String>) -> Result<String, RegistryError> {
+    pub fn reserve(&self, requested: Option<String>) -> Result<String, ProcessTableError> {
         let mut inner = self.lock();
         let id = match requested {
             Some(id) => {
                 if !valid_id(&id) {
-                    return Err(RegistryError::BadId(id));
+                    return Err(ProcessTableError::BadId(id));
                 }
                 if inner.running.contains_key(&id) {
-                    return Err(RegistryError::Running(id));
+                    return Err(ProcessTableError::Running(id));
                 }
                 id
             }
@@ -188,7 +190,7 @@ impl Registry {
 mod tests {
     use super::*;
 
-    fn finished(reg: &Registry, id: &str) {
+    fn finished(reg: &ProcessTable, id: &str) {
         let exited = Exited {
             exec_id: id.into(),
             ..Exited::default()
@@ -198,15 +200,15 @@ mod tests {
 
     #[test]
     fn ids_are_unique_while_running_and_results_are_bounded() {
-        let reg = Registry::default();
+        let reg = ProcessTable::default();
         let a = reg.reserve(None).unwrap();
         assert!(matches!(
             reg.reserve(Some(a.clone())),
-            Err(RegistryError::Running(_))
+            Err(ProcessTableError::Running(_))
         ));
         assert!(matches!(
             reg.reserve(Some("bad id".into())),
-            Err(RegistryError::BadId(_))
+            Err(ProcessTableError::BadId(_))
         ));
         reg.set_pid(&a, 42);
         assert_eq!(reg.lookup(&a), Lookup::Running(42));

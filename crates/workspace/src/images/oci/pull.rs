@@ -21,7 +21,7 @@ use tokio::io::AsyncWrite;
 
 use super::config::ImageConfig;
 use super::layout::Resolved;
-use super::rootfs::Step;
+use super::rootfs::ConversionStep;
 use super::OciError;
 
 /// What to pull.
@@ -60,7 +60,7 @@ pub enum PullEvent {
         size: u64,
     },
     /// Conversion into a workspace image.
-    Convert(Step),
+    Convert(ConversionStep),
 }
 
 /// Why the registry could not give the image.
@@ -137,10 +137,10 @@ fn client(reference: &Reference, insecure: bool) -> Result<Client, OciError> {
 }
 
 /// Where a pull's progress goes.
-pub type Progress = Arc<Mutex<dyn FnMut(PullEvent) + Send>>;
+pub type PullProgress = Arc<Mutex<dyn FnMut(PullEvent) + Send>>;
 
 /// Tells `progress` of `event`.
-pub(crate) fn report(progress: &Progress, event: PullEvent) {
+pub(crate) fn report(progress: &PullProgress, event: PullEvent) {
     if let Ok(mut p) = progress.lock() {
         p(event);
     }
@@ -153,7 +153,7 @@ struct Counted<W> {
     index: usize,
     written: u64,
     size: u64,
-    progress: Progress,
+    progress: PullProgress,
 }
 
 impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
@@ -251,7 +251,7 @@ impl Remote {
     pub(crate) async fn fetch_layers(
         self,
         blobs: &Path,
-        progress: &Progress,
+        progress: &PullProgress,
     ) -> Result<(Resolved, u64, usize), PullError> {
         let registry_error = |source| RegistryError {
             reference: self.reference.whole(),

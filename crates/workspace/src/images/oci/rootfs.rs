@@ -35,7 +35,7 @@ pub struct Converted {
 
 /// Progress of a conversion, for a front end to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum ConversionStep {
     /// Applying layer `index` (from 1) of `count`.
     Layer {
         /// This layer.
@@ -54,7 +54,7 @@ pub fn convert(
     image: &Resolved,
     work: &Path,
     base_rootfs: &Path,
-    progress: &mut dyn FnMut(Step),
+    progress: &mut dyn FnMut(ConversionStep),
 ) -> Result<Converted, OciError> {
     convert_with(
         image,
@@ -72,7 +72,7 @@ pub fn convert_with(
     work: &Path,
     base_rootfs: &Path,
     mut owners: Owners,
-    progress: &mut dyn FnMut(Step),
+    progress: &mut dyn FnMut(ConversionStep),
 ) -> Result<Converted, OciError> {
     let tree = work.join("tree");
     std::fs::create_dir_all(&tree).map_err(|e| OciError::io("creating the image tree", e))?;
@@ -84,7 +84,7 @@ pub fn convert_with(
         .zip(&image.config.rootfs.diff_ids)
         .enumerate()
     {
-        progress(Step::Layer {
+        progress(ConversionStep::Layer {
             index: index + 1,
             count,
         });
@@ -105,7 +105,7 @@ pub fn convert_with(
     }
     let defaults =
         ImageDefaults::from_config(&image.config.config.clone().unwrap_or_default(), &tree)?;
-    progress(Step::Filesystem);
+    progress(ConversionStep::Filesystem);
     let rootfs = finish(work, base_rootfs, &owners, defaults.cwd.as_deref())?;
     Ok(Converted {
         rootfs,

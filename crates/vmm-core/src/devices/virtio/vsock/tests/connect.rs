@@ -8,7 +8,7 @@ use crate::devices::virtio::vsock::unix_backend::{CONNECT_TIMEOUT, LOCAL_PORT_BA
 
 #[test]
 fn host_initiated_connect_gets_ok_with_local_port() {
-    let mut h = Harness::new("host-connect");
+    let mut h = VsockHarness::new("host-connect");
     let (host, req) = h.host_connect(1234);
     assert_eq!((req.src_cid, req.dst_cid), (HOST_CID, GUEST_CID));
     assert_eq!(req.dst_port, 1234);
@@ -27,7 +27,7 @@ fn host_initiated_connect_gets_ok_with_local_port() {
 
 #[test]
 fn guest_rst_refuses_host_connect() {
-    let mut h = Harness::new("host-refused");
+    let mut h = VsockHarness::new("host-refused");
     let (host, req) = h.host_connect(99);
     h.send(ghdr(OP_RST, req.dst_port, req.src_port), &[]);
     assert!(host_sees_close(&host));
@@ -38,7 +38,7 @@ fn guest_rst_refuses_host_connect() {
 
 #[test]
 fn host_connect_times_out_without_answer() {
-    let mut h = Harness::new("host-timeout");
+    let mut h = VsockHarness::new("host-timeout");
     let (host, req) = h.host_connect(7);
     h.dev
         .backend
@@ -67,7 +67,7 @@ fn host_connect_times_out_without_answer() {
 
 #[test]
 fn bad_or_missing_connect_line_closes_host() {
-    let mut h = Harness::new("bad-line");
+    let mut h = VsockHarness::new("bad-line");
     let bad = UnixStream::connect(&h.path).unwrap();
     (&bad).write_all(b"CONNECT nope\n").unwrap();
     let long = UnixStream::connect(&h.path).unwrap();
@@ -88,7 +88,7 @@ fn bad_or_missing_connect_line_closes_host() {
 
 #[test]
 fn guest_connect_to_listening_socket_gets_response() {
-    let mut h = Harness::new("guest-connect");
+    let mut h = VsockHarness::new("guest-connect");
     let listener = h.host_listener(5000);
     let reply = h.guest_connect(1025, 5000);
     assert_eq!(reply.op, OP_RESPONSE);
@@ -106,7 +106,7 @@ fn guest_connect_to_listening_socket_gets_response() {
 
 #[test]
 fn guest_connect_to_missing_socket_gets_rst() {
-    let mut h = Harness::new("guest-missing");
+    let mut h = VsockHarness::new("guest-missing");
     let reply = h.guest_connect(1025, 6000);
     assert_eq!(
         (reply.op, reply.src_port, reply.dst_port),
@@ -117,7 +117,7 @@ fn guest_connect_to_missing_socket_gets_rst() {
 
 #[test]
 fn guest_connect_to_non_listening_socket_gets_rst() {
-    let mut h = Harness::new("guest-refused");
+    let mut h = VsockHarness::new("guest-refused");
     let listener = h.host_listener(6001);
     drop(listener); // the file stays, nobody listens: ECONNREFUSED
     assert_eq!(h.guest_connect(1025, 6001).op, OP_RST);
@@ -125,7 +125,7 @@ fn guest_connect_to_non_listening_socket_gets_rst() {
 
 #[test]
 fn duplicate_request_resets_the_connection() {
-    let mut h = Harness::new("dup-request");
+    let mut h = VsockHarness::new("dup-request");
     let listener = h.host_listener(5000);
     assert_eq!(h.guest_connect(1025, 5000).op, OP_RESPONSE);
     let (host, _) = listener.accept().unwrap();
@@ -135,7 +135,7 @@ fn duplicate_request_resets_the_connection() {
 
 #[test]
 fn connection_cap_resets_new_requests() {
-    let mut h = Harness::new("cap");
+    let mut h = VsockHarness::new("cap");
     h.dev.backend.set_max_connections(3);
     let listener = h.host_listener(5000);
     for port in 0..3 {
@@ -154,7 +154,7 @@ fn connection_cap_resets_new_requests() {
 
 #[test]
 fn many_concurrent_connections() {
-    let mut h = Harness::new("many");
+    let mut h = VsockHarness::new("many");
     let listener = h.host_listener(5000);
     const N: u32 = 40;
     let mut guest_side = Vec::new();
@@ -195,7 +195,7 @@ fn many_concurrent_connections() {
 
 #[test]
 fn reset_drops_connections_and_keeps_the_listener() {
-    let mut h = Harness::new("reset");
+    let mut h = VsockHarness::new("reset");
     let (host, req) = h.host_connect(1);
     h.accept_host(&host, &req);
     h.dev.reset();

@@ -7,7 +7,7 @@ use super::*;
 
 /// A guest-initiated connection from guest port 1025 to host port 5000;
 /// returns the host program's end (non-blocking).
-fn connected(h: &mut Harness, guest_buf_alloc: u32) -> UnixStream {
+fn connected(h: &mut VsockHarness, guest_buf_alloc: u32) -> UnixStream {
     let listener = h.host_listener(5000);
     let mut req = ghdr(OP_REQUEST, 1025, 5000);
     req.buf_alloc = guest_buf_alloc;
@@ -39,7 +39,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn data_flows_both_ways_byte_exact() {
-    let mut h = Harness::new("data-both");
+    let mut h = VsockHarness::new("data-both");
     let mut host = connected(&mut h, 1 << 20);
 
     // Guest -> host: more than one packet and more than the socket holds,
@@ -50,7 +50,7 @@ fn data_flows_both_ways_byte_exact() {
     for chunk in out.chunks(MAX_PKT_PAYLOAD) {
         h.send(ghdr(OP_RW, 1025, 5000), chunk);
         for _ in 0..50 {
-            Harness::host_read_available(&mut host, &mut got);
+            VsockHarness::host_read_available(&mut host, &mut got);
             h.service();
             for (hdr, _) in h.recv_all() {
                 assert_eq!(hdr.op, OP_CREDIT_UPDATE);
@@ -63,7 +63,7 @@ fn data_flows_both_ways_byte_exact() {
         }
     }
     while got.len() < out.len() {
-        assert!(Harness::host_read_available(&mut host, &mut got));
+        assert!(VsockHarness::host_read_available(&mut host, &mut got));
         h.service();
     }
     assert_same(got.as_slice(), out.as_slice());
@@ -104,7 +104,7 @@ fn data_flows_both_ways_byte_exact() {
 
 #[test]
 fn device_never_sends_more_than_the_guest_credit() {
-    let mut h = Harness::new("credit-out");
+    let mut h = VsockHarness::new("credit-out");
     let mut host = connected(&mut h, 1000);
     host.write_all(&pattern(5000, 3)).unwrap();
     h.give_rx(16, RX_BUF_LEN);
@@ -135,7 +135,7 @@ fn device_never_sends_more_than_the_guest_credit() {
 
 #[test]
 fn host_data_waits_for_rx_buffers() {
-    let mut h = Harness::new("no-rx");
+    let mut h = VsockHarness::new("no-rx");
     let mut host = connected(&mut h, 1 << 20);
     assert_eq!(h.rx.outstanding(), 3);
     // Use up the remaining buffers with small data packets.
@@ -160,7 +160,7 @@ fn host_data_waits_for_rx_buffers() {
 
 #[test]
 fn guest_exceeding_credit_is_reset() {
-    let mut h = Harness::new("credit-in");
+    let mut h = VsockHarness::new("credit-in");
     let host = connected(&mut h, 1 << 20);
     // Use up the rx buffers, so no credit update can reach the guest: its
     // credit stays exactly CONN_BUF_ALLOC.
@@ -186,7 +186,7 @@ fn guest_exceeding_credit_is_reset() {
 
 #[test]
 fn credit_update_after_host_consumes() {
-    let mut h = Harness::new("credit-update");
+    let mut h = VsockHarness::new("credit-update");
     let mut host = connected(&mut h, 1 << 20);
     // The guest keeps to its credit; moving four times the device's buffer
     // only completes if credit updates follow the host reading.
@@ -202,7 +202,7 @@ fn credit_update_after_host_consumes() {
             h.send(ghdr(OP_RW, 1025, 5000), &data[sent..sent + n]);
             sent += n;
         }
-        Harness::host_read_available(&mut host, &mut got);
+        VsockHarness::host_read_available(&mut host, &mut got);
         h.give_rx(4usize.saturating_sub(h.rx.outstanding()), RX_BUF_LEN);
         h.service();
         for (p, _) in h.recv_all() {
@@ -222,7 +222,7 @@ fn credit_update_after_host_consumes() {
 
 #[test]
 fn credit_request_is_answered() {
-    let mut h = Harness::new("credit-request");
+    let mut h = VsockHarness::new("credit-request");
     let _host = connected(&mut h, 1 << 20);
     h.send(ghdr(OP_RW, 1025, 5000), b"abc");
     h.send(ghdr(OP_CREDIT_REQUEST, 1025, 5000), &[]);
@@ -246,7 +246,7 @@ fn credit_request_is_answered() {
 
 #[test]
 fn host_eof_sends_shutdown() {
-    let mut h = Harness::new("host-eof");
+    let mut h = VsockHarness::new("host-eof");
     let mut host = connected(&mut h, 1 << 20);
     host.write_all(b"last words").unwrap();
     host.shutdown(std::net::Shutdown::Write).unwrap();
@@ -268,7 +268,7 @@ fn host_eof_sends_shutdown() {
 
 #[test]
 fn host_close_without_guest_reply_is_cleaned_up() {
-    let mut h = Harness::new("eof-timeout");
+    let mut h = VsockHarness::new("eof-timeout");
     let host = connected(&mut h, 1 << 20);
     drop(host);
     h.service();
@@ -283,7 +283,7 @@ fn host_close_without_guest_reply_is_cleaned_up() {
 
 #[test]
 fn guest_rst_closes_the_host_socket() {
-    let mut h = Harness::new("guest-rst");
+    let mut h = VsockHarness::new("guest-rst");
     let host = connected(&mut h, 1 << 20);
     h.send(ghdr(OP_RST, 1025, 5000), &[]);
     assert!(host_sees_close(&host));
@@ -293,7 +293,7 @@ fn guest_rst_closes_the_host_socket() {
 
 #[test]
 fn guest_shutdown_flushes_then_closes_and_answers_rst() {
-    let mut h = Harness::new("guest-shutdown");
+    let mut h = VsockHarness::new("guest-shutdown");
     let mut host = connected(&mut h, 1 << 20);
     // Leave data buffered in the device: more than the socket takes.
     let data = pattern(CONN_BUF_ALLOC as usize, 5);
@@ -311,7 +311,7 @@ fn guest_shutdown_flushes_then_closes_and_answers_rst() {
     let mut got = Vec::new();
     let mut open = true;
     for _ in 0..100 {
-        open = Harness::host_read_available(&mut host, &mut got);
+        open = VsockHarness::host_read_available(&mut host, &mut got);
         h.service();
         if !open {
             break;
@@ -326,14 +326,17 @@ fn guest_shutdown_flushes_then_closes_and_answers_rst() {
 
 #[test]
 fn guest_shutdown_send_only_half_closes() {
-    let mut h = Harness::new("half-close");
+    let mut h = VsockHarness::new("half-close");
     let mut host = connected(&mut h, 1 << 20);
     h.send(ghdr(OP_RW, 1025, 5000), b"req");
     let mut sd = ghdr(OP_SHUTDOWN, 1025, 5000);
     sd.flags = SHUTDOWN_SEND;
     h.send(sd, &[]);
     let mut got = Vec::new();
-    assert!(!Harness::host_read_available(&mut host, &mut got), "EOF");
+    assert!(
+        !VsockHarness::host_read_available(&mut host, &mut got),
+        "EOF"
+    );
     assert_eq!(got, b"req");
     // The other direction still works.
     host.write_all(b"reply").unwrap();

@@ -7,7 +7,7 @@ use crate::devices::virtio::vsock::unix_backend::MAX_CONNECTIONS;
 
 #[test]
 fn config_features_and_queues() {
-    let mut h = Harness::new("config");
+    let mut h = VsockHarness::new("config");
     let dev = &mut h.dev;
     assert_eq!(dev.device_type(), TYPE_VSOCK);
     assert_eq!(dev.queue_max_sizes(), &[256, 256, 256]);
@@ -48,7 +48,7 @@ fn activate_needs_three_queues() {
 
 /// Sends `hdr` (with its own `len`) and checks it had no effect but the
 /// tx chain coming back.
-fn assert_dropped(h: &mut Harness, hdr: PacketHeader, payload: &[u8]) {
+fn assert_dropped(h: &mut VsockHarness, hdr: PacketHeader, payload: &[u8]) {
     let before = h.dev.backend.conn_count();
     h.queue_tx(hdr, payload);
     h.dev.handle_tx();
@@ -60,7 +60,7 @@ fn assert_dropped(h: &mut Harness, hdr: PacketHeader, payload: &[u8]) {
 
 #[test]
 fn misaddressed_and_unsupported_packets_are_dropped() {
-    let mut h = Harness::new("misaddressed");
+    let mut h = VsockHarness::new("misaddressed");
     let _l = h.host_listener(5000);
     h.give_rx(4, RX_BUF_LEN);
     let mut p = ghdr(OP_REQUEST, 1025, 5000);
@@ -80,7 +80,7 @@ fn misaddressed_and_unsupported_packets_are_dropped() {
 
 #[test]
 fn unknown_op_leaves_a_live_connection_alone() {
-    let mut h = Harness::new("unknown-op");
+    let mut h = VsockHarness::new("unknown-op");
     let listener = h.host_listener(5000);
     assert_eq!(h.guest_connect(1025, 5000).op, OP_RESPONSE);
     let (mut host, _) = listener.accept().unwrap();
@@ -93,7 +93,7 @@ fn unknown_op_leaves_a_live_connection_alone() {
 
 #[test]
 fn packets_for_unknown_connections_get_rst() {
-    let mut h = Harness::new("unknown-conn");
+    let mut h = VsockHarness::new("unknown-conn");
     h.give_rx(8, RX_BUF_LEN);
     for op in [
         OP_RESPONSE,
@@ -113,7 +113,7 @@ fn packets_for_unknown_connections_get_rst() {
 
 #[test]
 fn unsolicited_rsts_are_bounded() {
-    let mut h = Harness::new("rst-flood");
+    let mut h = VsockHarness::new("rst-flood");
     // No rx buffers: every answer has to wait.
     for i in 0..(2 * MAX_CONNECTIONS as u32) {
         h.queue_tx(ghdr(OP_RW, i, 1), &[]);
@@ -132,7 +132,7 @@ fn unsolicited_rsts_are_bounded() {
 
 #[test]
 fn bad_lengths_are_dropped() {
-    let mut h = Harness::new("bad-len");
+    let mut h = VsockHarness::new("bad-len");
     let listener = h.host_listener(5000);
     assert_eq!(h.guest_connect(1025, 5000).op, OP_RESPONSE);
     let (mut host, _) = listener.accept().unwrap();
@@ -154,20 +154,20 @@ fn bad_lengths_are_dropped() {
     h.dev.handle_tx();
     assert!(h.tx.pop_used(&h.mem).is_some());
     let mut got = Vec::new();
-    Harness::host_read_available(&mut host, &mut got);
+    VsockHarness::host_read_available(&mut host, &mut got);
     assert!(got.is_empty(), "nothing reached the host");
     // Payload longer than len: only len bytes count.
     let mut p = ghdr(OP_RW, 1025, 5000);
     p.len = 2;
     h.queue_tx(p, b"okIGNORED");
     h.dev.handle_tx();
-    Harness::host_read_available(&mut host, &mut got);
+    VsockHarness::host_read_available(&mut host, &mut got);
     assert_eq!(got, b"ok");
 }
 
 #[test]
 fn header_and_payload_may_span_descriptors() {
-    let mut h = Harness::new("split-chain");
+    let mut h = VsockHarness::new("split-chain");
     let listener = h.host_listener(5000);
     assert_eq!(h.guest_connect(1025, 5000).op, OP_RESPONSE);
     let (mut host, _) = listener.accept().unwrap();
@@ -190,7 +190,7 @@ fn header_and_payload_may_span_descriptors() {
 
 #[test]
 fn hostile_descriptors_are_survived() {
-    let mut h = Harness::new("hostile");
+    let mut h = VsockHarness::new("hostile");
     h.give_rx(4, RX_BUF_LEN);
     // Out of guest memory.
     h.tx.add_chain(&h.mem, &[(0xffff_0000_0000, 64, 0)]);
@@ -234,7 +234,7 @@ fn hostile_descriptors_are_survived() {
 
 #[test]
 fn runaway_avail_index_does_not_hang() {
-    let mut h = Harness::new("avail-idx");
+    let mut h = VsockHarness::new("avail-idx");
     h.tx.set_avail_idx(&h.mem, 1000);
     h.dev.handle_tx();
     h.rx.set_avail_idx(&h.mem, 60000);
@@ -244,7 +244,7 @@ fn runaway_avail_index_does_not_hang() {
 
 #[test]
 fn unusable_rx_buffers_are_returned_empty() {
-    let mut h = Harness::new("bad-rx");
+    let mut h = VsockHarness::new("bad-rx");
     // Out of memory, too small, and device-readable only.
     h.rx.add_chain(
         &h.mem,
@@ -269,7 +269,7 @@ fn unusable_rx_buffers_are_returned_empty() {
 
 #[test]
 fn header_only_rx_buffers_carry_control_packets() {
-    let mut h = Harness::new("tiny-rx");
+    let mut h = VsockHarness::new("tiny-rx");
     let at = h.rx.alloc(64);
     h.rx.add_chain(&h.mem, &[(at, HDR_SIZE as u32, VRING_DESC_F_WRITE as u16)]);
     h.send(ghdr(OP_RW, 1111, 2222), b"");

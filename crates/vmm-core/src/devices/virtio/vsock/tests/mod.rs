@@ -227,7 +227,7 @@ pub(super) fn ghdr(op: u16, src_port: u32, dst_port: u32) -> PacketHeader {
 }
 
 /// An activated device, its driver queues and a host socket directory.
-pub(super) struct Harness {
+pub(super) struct VsockHarness {
     pub mem: GuestMemory,
     pub dev: VsockDevice,
     pub rx: DriverQueue,
@@ -237,7 +237,7 @@ pub(super) struct Harness {
     extra_paths: Vec<PathBuf>,
 }
 
-impl Harness {
+impl VsockHarness {
     pub(super) fn new(test: &str) -> Self {
         let path = sock_path(test);
         let dev = VsockDevice::new(GUEST_CID, path.clone()).unwrap();
@@ -365,7 +365,7 @@ impl Harness {
     }
 }
 
-impl Drop for Harness {
+impl Drop for VsockHarness {
     fn drop(&mut self) {
         for p in &self.extra_paths {
             let _ = std::fs::remove_file(p);
