@@ -50,6 +50,42 @@ mod tests {
         );
     }
 
+    /// Each public type name is defined once in the whole workspace, so a
+    /// name says which thing it is (the library's `Exited` and the wire's
+    /// `ExecExit`, not two `Exited`s).
+    #[test]
+    fn public_type_names_are_used_once() {
+        let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for f in all_rust_files() {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for line in text.lines() {
+                let line = line.trim_start();
+                let Some(rest) = ["pub struct ", "pub enum ", "pub trait ", "pub type "]
+                    .iter()
+                    .find_map(|k| line.strip_prefix(k))
+                else {
+                    continue;
+                };
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                seen.entry(name).or_default().push(f.display().to_string());
+            }
+        }
+        assert!(seen.len() > 100, "{}", seen.len());
+        let twice: Vec<String> = seen
+            .into_iter()
+            .filter(|(_, files)| files.len() > 1)
+            .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+            .collect();
+        assert!(
+            twice.is_empty(),
+            "give each its own name:\n{}",
+            twice.join("\n")
+        );
+    }
+
     #[test]
     fn every_crate_uses_the_workspace_lints() {
         let manifests = crate_manifests();

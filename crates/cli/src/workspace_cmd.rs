@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use workspace::store::defaults;
+use workspace::store::spec::defaults;
 use workspace::{Error, ListFilter, Meta, State, WorkspaceSpec, Workspaces};
 
 use crate::output::{self, age, key_value};
@@ -375,7 +375,7 @@ pub fn ttl(
             ))
         }
         "off" | "none" => None,
-        s => Some(workspace::store::parse_duration(s)?),
+        s => Some(workspace::store::spec::parse_duration(s)?),
     };
     let meta = match secs {
         Some(by) if extend => ws.workspace(name)?.extend_ttl(by)?,
@@ -385,7 +385,7 @@ pub fn ttl(
 }
 
 fn parse_ttl(s: &str) -> Result<u64, String> {
-    workspace::store::parse_duration(s).map_err(|e| e.to_string())
+    workspace::store::spec::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// Parses a `--state` filter.

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 
 use crate::frame::{self, FrameKind};
-use crate::protocol::{Exited, FileKind, FileStat, Response, MIN_PROTOCOL_VERSION};
+use crate::protocol::{ExecExit, FileKind, FileStat, Response, MIN_PROTOCOL_VERSION};
 
 /// How much a flooding exec sends before it stalls: far past any cap.
 pub const EXEC_FLOOD: u64 = 1 << 30;
@@ -156,8 +156,8 @@ fn stat(kind: FileKind) -> FileStat {
     }
 }
 
-fn exited(exec_id: String) -> Exited {
-    Exited {
+fn exited(exec_id: String) -> ExecExit {
+    ExecExit {
         exec_id,
         code: Some(0),
         signal: None,

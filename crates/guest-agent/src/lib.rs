@@ -34,6 +34,6 @@ pub use client::{
 pub use client::{AgentHello, ClientError};
 pub use frame::{Frame, FrameError, FrameKind};
 pub use protocol::{
-    AgentErrorCode, DirEntry, DiskUsage, ExecCall, Exited, FileKind, FileStat, PtySize, Request,
+    AgentErrorCode, DirEntry, DiskUsage, ExecCall, ExecExit, FileKind, FileStat, PtySize, Request,
     Response, SignalSpec, StdinMode, SystemInfo, WriteMode, PROTOCOL_VERSION,
 };

@@ -10,7 +10,7 @@ use common::{eventually, Agent};
 use guest_agent::client::TerminalInput;
 use guest_agent::protocol::PtySize;
 use guest_agent::{
-    AgentErrorCode, ClientError, ExecCall, ExecEvent, ExecInput, ExecOutcome, Exited,
+    AgentErrorCode, ClientError, ExecCall, ExecEvent, ExecExit, ExecInput, ExecOutcome,
 };
 use tokio::sync::mpsc;
 
@@ -274,7 +274,10 @@ async fn timeout_kills_the_process_group() {
 async fn start_exec(
     agent: &Agent,
     req: ExecCall,
-) -> (String, tokio::task::JoinHandle<Result<Exited, ClientError>>) {
+) -> (
+    String,
+    tokio::task::JoinHandle<Result<ExecExit, ClientError>>,
+) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let client = agent.client().await;
     let task = tokio::spawn(async move {

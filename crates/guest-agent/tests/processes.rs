@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::Agent;
 use guest_agent::protocol::{
-    ProcessEntry, ProcessState, StdinMode, MAX_FINISHED_PROCESSES, MAX_PROCESS_RING,
+    ProcessEntry, ProcessRunState, StdinMode, MAX_FINISHED_PROCESSES, MAX_PROCESS_RING,
 };
 use guest_agent::{AgentErrorCode, ExecCall, ProcessRead};
 
@@ -49,7 +49,7 @@ async fn a_process_runs_on_after_its_client_and_its_output_reads_from_cursors() 
         started.elapsed() < Duration::from_millis(900),
         "process_start returns before the process ends"
     );
-    assert_eq!(info.state, ProcessState::Running);
+    assert_eq!(info.state, ProcessRunState::Running);
     assert!(info.pid > 1);
     assert!(info.id.starts_with("proc-"), "{info:?}");
     assert_eq!(
@@ -64,7 +64,7 @@ async fn a_process_runs_on_after_its_client_and_its_output_reads_from_cursors() 
     assert!(!first.output.eof);
 
     let done = wait(&agent, &info.id, 20).await;
-    assert_eq!(done.state, ProcessState::Exited);
+    assert_eq!(done.state, ProcessRunState::Exited);
     assert_eq!((done.exit_code, done.signal), (Some(3), None));
     assert_eq!((done.stdout_bytes, done.stderr_bytes), (8, 4));
     assert!(done.ended_unix_ms.unwrap() >= done.started_unix_ms);
@@ -183,7 +183,7 @@ async fn stdin_is_written_then_closed_and_signals_end_a_process() {
     // A bounded wait on a running process returns it still running.
     let t = Instant::now();
     let still = wait(&agent, &sleeper.id, 1).await;
-    assert_eq!(still.state, ProcessState::Running);
+    assert_eq!(still.state, ProcessRunState::Running);
     assert!(t.elapsed() >= Duration::from_millis(900));
     let err = agent
         .client()

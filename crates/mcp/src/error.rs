@@ -42,8 +42,8 @@ pub enum ToolError {
 
 /// The library checks a spec, a duration or a delete on their own
 /// (before any workspace operation); they fail as the operations would.
-impl From<workspace::store::SpecError> for ToolError {
-    fn from(e: workspace::store::SpecError) -> Self {
+impl From<workspace::store::spec::SpecError> for ToolError {
+    fn from(e: workspace::store::spec::SpecError) -> Self {
         ToolError::Workspace(e.into())
     }
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use workspace::host::doctor::{Check, Report, Status};
 use workspace::images::ImageInfo;
-use workspace::{store::LastExit, store::Runtime};
+use workspace::{store::spec::LastExit, store::spec::Runtime};
 use workspace::{Event, EventKind};
 use workspace::{Meta, State, WorkspaceInfo, WorkspaceSpec};
 
@@ -137,7 +137,7 @@ fn events_of_every_kind_match_their_schema() {
             ready_ms: None,
         },
         EventKind::Started {
-            start: Some(workspace::store::StartKind::Warm),
+            start: Some(workspace::store::spec::StartKind::Warm),
             ready_ms: Some(40),
         },
         EventKind::ExecStarted {

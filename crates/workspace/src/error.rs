@@ -401,7 +401,7 @@ mod tests {
         };
         assert_eq!(denied.code(), ErrorCode::Forbidden);
         assert_eq!(
-            Error::Store(StoreError::Name(crate::store::NameError::Empty)).code(),
+            Error::Store(StoreError::Name(crate::store::name::NameError::Empty)).code(),
             ErrorCode::InvalidInput
         );
     }

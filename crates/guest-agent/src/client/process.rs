@@ -10,13 +10,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::messages::expect_ok;
 use super::{wire, ClientError, GuestAgentClient};
 use crate::frame::FrameKind;
-use crate::protocol::{ExecCall, ProcessEntry, ProcessOutput, Request, Response, SignalSpec};
+use crate::protocol::{ExecCall, OutputAnswer, ProcessEntry, Request, Response, SignalSpec};
 
 /// A `process_output` answer with its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessRead {
     /// The answer: the process, both streams' cursors, end of file.
-    pub output: ProcessOutput,
+    pub output: OutputAnswer,
     /// Stdout bytes from `output.stdout.cursor`.
     pub stdout: Vec<u8>,
     /// Stderr bytes from `output.stderr.cursor`.

@@ -10,7 +10,7 @@ use super::wire::{self, send_data, send_stdin};
 use super::ClientError;
 use crate::frame::{self, FrameKind};
 use crate::protocol::{
-    DirEntry, ExecCall, Exited, FileStat, Request, Response, SignalSpec, StdinMode, SystemInfo,
+    DirEntry, ExecCall, ExecExit, FileStat, Request, Response, SignalSpec, StdinMode, SystemInfo,
     WriteMode, MIN_PROTOCOL_VERSION,
 };
 
@@ -105,7 +105,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         mut req: ExecCall,
         input: ExecInput,
         mut on_event: F,
-    ) -> Result<Exited, ClientError>
+    ) -> Result<ExecExit, ClientError>
     where
         F: FnMut(ExecEvent) + Send,
     {

@@ -5,7 +5,7 @@ use std::fmt;
 use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 
-use crate::protocol::{Exited, PtySize};
+use crate::protocol::{ExecExit, PtySize};
 
 /// What an exec reports while it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub struct ExecOutput {
     /// The process id.
     pub pid: u32,
     /// How it ended.
-    pub exited: Exited,
+    pub exited: ExecExit,
     /// Stdout as sent (at most the output cap).
     pub stdout: Vec<u8>,
     /// Stderr as sent (at most the output cap).
@@ -93,7 +93,7 @@ impl ExecCollector {
     }
 
     /// The collected output of the exec that ended as `exited`.
-    pub fn finish(self, exited: Exited) -> ExecOutput {
+    pub fn finish(self, exited: ExecExit) -> ExecOutput {
         let (exec_id, pid) = self.started.unwrap_or_else(|| (exited.exec_id.clone(), 0));
         ExecOutput {
             exec_id,
@@ -114,7 +114,7 @@ pub enum ExecOutcome {
         pid: u32,
     },
     /// Ended; `stdout_head`/`stderr_head` hold the first 64 KiB of each stream.
-    Exited(Exited),
+    Exited(ExecExit),
 }
 
 /// Header of a `read_file` answer.

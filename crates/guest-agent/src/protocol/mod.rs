@@ -16,13 +16,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use process::{
-    OutputChunk, ProcessEntry, ProcessOutput, ProcessState, DEFAULT_PROCESS_RING,
+    OutputAnswer, OutputChunk, ProcessEntry, ProcessRunState, DEFAULT_PROCESS_RING,
     MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING,
     MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
 };
 pub use request::{ExecCall, PtySize, Request, SignalSpec, StdinMode, WriteMode};
 pub use response::{
-    CpuTicks, DirEntry, DiskUsage, Exited, FileKind, FileStat, NetCounters, Response, SystemInfo,
+    CpuTicks, DirEntry, DiskUsage, ExecExit, FileKind, FileStat, NetCounters, Response, SystemInfo,
 };
 
 /// The protocol version this crate speaks.
@@ -180,10 +180,10 @@ mod tests {
 
     #[test]
     fn responses_use_the_documented_json() {
-        let exited = Response::Exited(Exited {
+        let exited = Response::Exited(ExecExit {
             exec_id: "e1".into(),
             code: Some(0),
-            ..Exited::default()
+            ..ExecExit::default()
         });
         let json = serde_json::to_value(&exited).unwrap();
         assert_eq!(json["type"], "exited");

@@ -26,7 +26,7 @@ pub const MAX_PROCESS_STDIN: usize = 32 << 10;
 /// Whether a background process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ProcessState {
+pub enum ProcessRunState {
     /// It runs.
     Running,
     /// It exited or was killed (output may still be read).
@@ -44,7 +44,7 @@ pub struct ProcessEntry {
     /// The command: the arguments joined by spaces, or the shell line.
     pub command: String,
     /// Running or exited.
-    pub state: ProcessState,
+    pub state: ProcessRunState,
     /// When it started, Unix milliseconds (guest clock).
     pub started_unix_ms: u64,
     /// When it ended, Unix milliseconds (guest clock).
@@ -86,7 +86,7 @@ pub struct OutputChunk {
 
 /// The `process_output` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessOutput {
+pub struct OutputAnswer {
     /// The process, as of this answer.
     pub process: ProcessEntry,
     /// Stdout from the stdout cursor asked for.
@@ -126,7 +126,7 @@ mod tests {
             id: "p1".into(),
             pid: 7,
             command: "sleep 1".into(),
-            state: ProcessState::Running,
+            state: ProcessRunState::Running,
             started_unix_ms: 1,
             ended_unix_ms: None,
             exit_code: None,

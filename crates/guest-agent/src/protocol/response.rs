@@ -2,12 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::process::{ProcessEntry, ProcessOutput};
+use super::process::{OutputAnswer, ProcessEntry};
 use super::AgentErrorCode;
 
 /// How an exec ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Exited {
+pub struct ExecExit {
     /// The exec.
     pub exec_id: String,
     /// Exit code, if the process exited.
@@ -34,7 +34,7 @@ pub struct Exited {
     pub stderr_head: Option<String>,
 }
 
-impl Exited {
+impl ExecExit {
     /// True when the process exited with code 0.
     pub fn success(&self) -> bool {
         self.code == Some(0)
@@ -189,7 +189,7 @@ pub enum Response {
         pid: u32,
     },
     /// The exec ended.
-    Exited(Exited),
+    Exited(ExecExit),
     /// Answer to `result` while the exec runs.
     Running {
         /// The exec.
@@ -230,7 +230,7 @@ pub enum Response {
         processes: Vec<ProcessEntry>,
     },
     /// Answer to `process_output`.
-    ProcessOutput(ProcessOutput),
+    ProcessOutput(OutputAnswer),
     /// The request failed.
     Error {
         /// Why.

@@ -9,7 +9,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::guest::code::{CODE_IMAGE, CODE_MEM_MIB};
-use workspace::store::defaults;
+use workspace::store::spec::defaults;
 use workspace::ExecRequest;
 use workspace::{guest::ExecEnd, ErrorCode, OneShot, WorkspaceSpec};
 use workspace::{guest::ExecEvent, guest::OutputCollector, ExecInput};

@@ -8,7 +8,7 @@ use rmcp::{tool, tool_router};
 use workspace::guest::MAX_EVENT_WAIT;
 use workspace::host::doctor::{self, Report};
 use workspace::ListFilter;
-use workspace::{store::defaults, LIMITS};
+use workspace::{store::spec::defaults, LIMITS};
 
 use super::{in_range, vcpus};
 use crate::output::{Out, ToolResult};

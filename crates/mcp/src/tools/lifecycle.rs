@@ -9,7 +9,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::guest::MAX_EVENT_WAIT;
-use workspace::store::defaults;
+use workspace::store::spec::defaults;
 use workspace::{ListFilter, Meta, WorkspaceInfo, WorkspaceSpec};
 
 use super::{in_range, seconds, vcpus};
@@ -135,7 +135,7 @@ impl MicroagentServer {
                     ))
                 }
                 (Some(secs), None) => Some(secs),
-                (None, Some(text)) => Some(workspace::store::parse_duration(text)?),
+                (None, Some(text)) => Some(workspace::store::spec::parse_duration(text)?),
                 (None, None) => None,
             },
             network: p
@@ -169,7 +169,7 @@ impl MicroagentServer {
     ) -> ToolResult<Meta> {
         let meta = match (p.by.as_deref(), p.ttl_secs) {
             (Some(by), None) => {
-                let by = workspace::store::parse_duration(by)?;
+                let by = workspace::store::spec::parse_duration(by)?;
                 self.on_workspace(&p.name, move |ws, name| ws.workspace(name)?.extend_ttl(by))
                     .await?
             }

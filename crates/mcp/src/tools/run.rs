@@ -4,7 +4,7 @@
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::{store::defaults, ExecRequest, OneShot, WorkspaceSpec};
+use workspace::{store::spec::defaults, ExecRequest, OneShot, WorkspaceSpec};
 
 use super::exec::{command_request, input, limits};
 use super::{guest_path, seconds};

@@ -208,8 +208,8 @@ impl Exited {
     }
 }
 
-impl From<wire::Exited> for Exited {
-    fn from(e: wire::Exited) -> Self {
+impl From<wire::ExecExit> for Exited {
+    fn from(e: wire::ExecExit) -> Self {
         Self {
             exec_id: e.exec_id,
             code: e.code,

@@ -21,13 +21,10 @@ pub mod egress;
 pub mod nft;
 pub mod objects;
 #[cfg(feature = "client")]
-pub(crate) mod ops;
+pub mod ops;
 pub mod ports;
 pub mod setup;
 pub mod subnet;
-
-#[cfg(feature = "client")]
-pub use ops::{HostChange, NetworkInfo};
 
 pub use egress::{AllowEntry, Egress};
 pub use objects::{

@@ -17,14 +17,6 @@ pub mod spec;
 pub mod state;
 pub mod workspace_dir;
 
-pub use console_log::ConsoleLogError;
-pub use events::EventsError;
-pub use name::{validate_name, NameError};
-pub use spec::{
-    defaults, parse_duration, validate_ttl, LastExit, Owner, Runtime, SpecError, StartKind,
-};
-pub use state::TransitionError;
-
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -35,6 +27,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::code::ErrorCode;
+use crate::store::name::{validate_name, NameError};
 
 /// The directory of the state directory that holds snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";

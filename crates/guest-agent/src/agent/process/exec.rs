@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use guest_agent::frame::FrameKind;
 use guest_agent::protocol::{
-    AgentErrorCode, ExecCall, Exited, Response, SignalSpec, StdinMode, DEFAULT_OUTPUT_CAP,
+    AgentErrorCode, ExecCall, ExecExit, Response, SignalSpec, StdinMode, DEFAULT_OUTPUT_CAP,
     MAX_OUTPUT_CAP, OUTPUT_CHUNK, RESULT_HEAD,
 };
 
@@ -362,7 +362,7 @@ pub fn run(conn: &mut Conn, state: &AgentState, req: ExecCall) -> Result<(), Exe
         outputs: [stdout, stderr],
         ..
     } = forward;
-    let exited = Exited {
+    let exited = ExecExit {
         exec_id: exec_id.clone(),
         code,
         signal,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use guest_agent::frame::FrameKind;
 use guest_agent::protocol::{
-    AgentErrorCode, ExecCall, OutputChunk, ProcessEntry, ProcessOutput, ProcessState, SignalSpec,
+    AgentErrorCode, ExecCall, OutputAnswer, OutputChunk, ProcessEntry, ProcessRunState, SignalSpec,
     DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ,
     MAX_PROCESS_RING, MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES, OUTPUT_CHUNK,
 };
@@ -165,8 +165,8 @@ impl Proc {
             pid: self.pid.load(Ordering::SeqCst),
             command: self.command.clone(),
             state: match live.exit {
-                Some(_) => ProcessState::Exited,
-                None => ProcessState::Running,
+                Some(_) => ProcessRunState::Exited,
+                None => ProcessRunState::Running,
             },
             started_unix_ms: self.started_unix_ms,
             ended_unix_ms: live.exit.as_ref().map(|e| e.unix_ms),
@@ -408,7 +408,7 @@ impl Processes {
             next_cursor: r.cursor + r.bytes.len() as u64,
             dropped: r.dropped,
         };
-        let answer = ProcessOutput {
+        let answer = OutputAnswer {
             process: proc.info(&live),
             stdout: chunk(&reads[0]),
             stderr: chunk(&reads[1]),

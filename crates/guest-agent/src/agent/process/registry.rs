@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use base64::Engine as _;
 use guest_agent::protocol::{
-    AgentErrorCode, Exited, Response, MAX_EXEC_ID, MAX_RESULTS, RESULT_TTL,
+    AgentErrorCode, ExecExit, Response, MAX_EXEC_ID, MAX_RESULTS, RESULT_TTL,
 };
 
 /// Why an exec id could not be taken.
@@ -33,7 +33,7 @@ impl ProcessTableError {
 #[derive(Debug)]
 struct Done {
     at: Instant,
-    exited: Exited,
+    exited: ExecExit,
     stdout_head: Vec<u8>,
     stderr_head: Vec<u8>,
 }
@@ -135,7 +135,7 @@ impl ProcessTable {
 
     /// Moves an exec from running to finished (replacing an older result
     /// with the same id).
-    pub fn finish(&self, exited: Exited, stdout_head: Vec<u8>, stderr_head: Vec<u8>) {
+    pub fn finish(&self, exited: ExecExit, stdout_head: Vec<u8>, stderr_head: Vec<u8>) {
         let now = Instant::now();
         let mut inner = self.lock();
         let id = exited.exec_id.clone();
@@ -191,9 +191,9 @@ mod tests {
     use super::*;
 
     fn finished(reg: &ProcessTable, id: &str) {
-        let exited = Exited {
+        let exited = ExecExit {
             exec_id: id.into(),
-            ..Exited::default()
+            ..ExecExit::default()
         };
         reg.finish(exited, b"out".to_vec(), Vec::new());
     }
