@@ -46,12 +46,13 @@ fn stats(name: &str, unit: &str, v: Vec<f64>) {
 }
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let runs: usize = match args {
+    let (args, against) = split_against(args)?;
+    let runs: usize = match args.as_slice() {
         [what] if what == "vmm" => 3,
         [what, flag, n] if what == "vmm" && flag == "--runs" => {
             n.parse().context("--runs takes a number")?
         }
-        _ => bail!("usage: cargo xtask bench vmm [--runs N]"),
+        _ => bail!("usage: cargo xtask bench vmm [--runs N] [--against DIST_DIR]"),
     };
     let profile = vmm_core::host::probe()?;
     let variant = profile.kernel_variant();
@@ -157,7 +158,39 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     if lean.overhead_kib as f64 / 1024.0 > TARGET_OVERHEAD_MIB {
         println!("  ABOVE TARGET");
     }
+    if let Some(other) = against {
+        let theirs = workspace_vmm(&other.join("microagent"))?;
+        println!(
+            "  against, same run: {}'s workspace VMM process, {:.2} MiB resident beyond guest RAM, {} threads",
+            other.display(),
+            theirs.overhead_kib as f64 / 1024.0,
+            theirs.threads
+        );
+    }
     Ok(())
+}
+
+/// `--against DIST_DIR` (another build's `cargo xtask dist` output, measured
+/// in the same run as a reference) taken out of `args`.
+pub fn split_against(args: &[String]) -> anyhow::Result<(Vec<String>, Option<std::path::PathBuf>)> {
+    let mut rest = Vec::new();
+    let mut against = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--against" {
+            let dir = std::path::PathBuf::from(it.next().context("--against takes a directory")?);
+            if !dir.join("microagent").is_file() || !dir.join("microagent-vmm").is_file() {
+                bail!(
+                    "{} holds no microagent and microagent-vmm (the output of `cargo xtask dist`)",
+                    dir.display()
+                );
+            }
+            against = Some(dir);
+        } else {
+            rest.push(a.clone());
+        }
+    }
+    Ok((rest, against))
 }
 
 /// What a running workspace's VMM process holds.

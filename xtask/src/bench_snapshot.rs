@@ -62,10 +62,11 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let runs: usize = match args {
+    let (args, against) = crate::bench::split_against(args)?;
+    let runs: usize = match args.as_slice() {
         [] => 5,
         [flag, n] if flag == "--runs" => n.parse().context("--runs takes a number")?,
-        _ => bail!("usage: cargo xtask bench snapshot [--runs N]"),
+        _ => bail!("usage: cargo xtask bench snapshot [--runs N] [--against DIST_DIR]"),
     };
     if runs == 0 {
         bail!("--runs must be at least 1");
@@ -73,13 +74,27 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     let bin = dist::build()?;
-    let home = std::path::PathBuf::from(format!("/tmp/ma-bench-snap-{}", std::process::id()));
+    measure_in_fresh_home(&bin, runs)?;
+    if let Some(other) = against {
+        println!("against, same run: {}", other.display());
+        measure_in_fresh_home(&other.join("microagent"), runs)?;
+    }
+    Ok(())
+}
+
+/// [`measure`] in a state directory of its own, removed afterwards.
+fn measure_in_fresh_home(bin: &Path, runs: usize) -> anyhow::Result<()> {
+    let home = std::path::PathBuf::from(format!(
+        "/tmp/ma-bench-snap-{}-{}",
+        std::process::id(),
+        workspace::host::settings::unique_id()
+    ));
     let _ = std::fs::remove_dir_all(&home);
-    let result = measure(&bin, &home, runs);
-    let _ = microagent(&bin, &home, &["delete", "src", "--yes", "--force"]);
+    let result = measure(bin, &home, runs);
+    let _ = microagent(bin, &home, &["delete", "src", "--yes", "--force"]);
     let names = (0..FORKS).map(|i| format!("f{i}"));
     for name in names.chain((0..runs).map(|i| format!("r{i}"))) {
-        let _ = microagent(&bin, &home, &["delete", &name, "--yes", "--force"]);
+        let _ = microagent(bin, &home, &["delete", &name, "--yes", "--force"]);
     }
     let _ = std::fs::remove_dir_all(&home);
     result

@@ -57,9 +57,11 @@ tasks:
                                 paths) and source files per folder; fails on a cycle;
                                 --edges lists every edge instead
   fuzz [--seconds N]            random virtio queues into blk, vsock and net processing (default 30 s)
-  bench vmm [--runs N]          VMM figures: process start to first KVM_RUN, time to the
+  bench vmm [--runs N] [--against DIST_DIR]
+                                VMM figures: process start to first KVM_RUN, time to the
                                 init marker, VMM RSS beyond guest memory; the RSS of a
-                                running workspace's microagent-vmm (target: 2.5 MiB)
+                                running workspace's microagent-vmm (target: 2.5 MiB);
+                                --against also measures another build's `dist` output
   bench devices                 vsock round trip and throughput, virtio-blk sequential read,
                                 each beside the host's own loopback figure
   bench agent                   guest agent exec round trip and file throughput, beside the
@@ -69,8 +71,10 @@ tasks:
                                 a workspace of it beside one of `minimal`
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
-  bench snapshot [--runs N]     snapshot take (pause, size), restore to vCPU running and to
-                                agent ready, 5 forks' memory, each beside a cold boot
+  bench snapshot [--runs N] [--against DIST_DIR]
+                                snapshot take (pause, size), restore to vCPU running and to
+                                agent ready, 5 forks' memory, each beside a cold boot;
+                                --against measures another build's `dist` output too
   bench net                     TCP throughput and round trip: guest to host over the user
                                 network, host to guest over a published port, beside the
                                 host's own loopback
