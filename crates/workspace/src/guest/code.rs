@@ -19,8 +19,10 @@ pub const CODE_IMAGE: &str = "debian";
 /// Guest memory of a one-shot code run's workspace, MiB.
 pub const CODE_MEM_MIB: u64 = 512;
 /// How long the interpreter probe and the script's removal may take: a
-/// guest that stalls them holds the caller a minute at most.
-const HOUSEKEEPING_TIMEOUT: Duration = Duration::from_secs(30);
+/// guest that stalls them holds the caller two minutes at most. (The
+/// first command in a freshly started guest on a host that emulates guest
+/// kernel code has taken over 30 s while the host was busy.)
+const HOUSEKEEPING_TIMEOUT: Duration = Duration::from_secs(120);
 /// What of their output is kept (a path at most).
 const HOUSEKEEPING_OUTPUT: u64 = 4096;
 
@@ -95,6 +97,14 @@ impl Workspaces {
         let interpreter = language.interpreter();
         let probe = housekeeping(&["/bin/sh", "-c", &format!("command -v {interpreter}")]);
         let found = self.exec_collect(name, probe, ExecInput::None).await?;
+        // Only an answer says the interpreter is missing; a probe that
+        // did not finish says nothing about the image.
+        if found.timed_out {
+            return Err(Error::Timeout(format!(
+                "looking for {interpreter} in workspace `{name}` took over {} s",
+                HOUSEKEEPING_TIMEOUT.as_secs()
+            )));
+        }
         if !found.success() {
             return Err(Error::InterpreterMissing {
                 workspace: name.to_owned(),
