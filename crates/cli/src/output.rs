@@ -90,6 +90,9 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::UseCodeImage { image } => format!(
             "use a workspace of the `{image}` image, which has it (`microagent create NAME --image {image}`)"
         ),
+        Remedy::BuildCodeImage { image, .. } => {
+            format!("build it with `cargo xtask rootfs {image}`")
+        }
         Remedy::Overwrite { .. } => {
             "pass --overwrite to replace it (a directory is merged into), or name another host path"
                 .into()

@@ -107,6 +107,9 @@ pub(crate) fn remedy(r: &Remedy) -> String {
         Remedy::UseCodeImage { image } => format!(
             "run_code needs an image with it such as `{image}`: leave out `workspace` to run in a one-shot {image} workspace, or create one with image \"{image}\""
         ),
+        Remedy::BuildCodeImage { image, interpreter } => format!(
+            "build it with `cargo xtask rootfs {image}`; or pass `workspace`, a running workspace whose image has {interpreter}"
+        ),
         Remedy::Overwrite { .. } => {
             "pass overwrite: true to replace it (a directory is merged into)".into()
         }

@@ -1,4 +1,7 @@
-//! Seccomp filters for the VMM process, one per thread role, in one place.
+//! Seccomp filters for the VMM process, one per thread role. The vCPU and
+//! device threads' lists are here, beside the machine that runs them; the
+//! control threads' list ([`ControlRole`]) comes from the process that
+//! embeds the machine, which knows what those threads do.
 //!
 //! A workspace's VMM parses every guest request; if a guest ever found a
 //! bug in it, the filters bound what that bug can make the host do. Every
@@ -36,8 +39,9 @@ pub enum ThreadRole {
     Vcpu,
     /// The device event loop: disk files, vsock and network sockets.
     Devices,
-    /// Everything else: the control socket, the agent link, published
-    /// ports, snapshots, TTL, signals, the end of the run.
+    /// Every other thread of the process that embeds the machine: what
+    /// its [`ControlRole`] lists, and the machine's control operations
+    /// (pausing, snapshots, interrupt wiring) it calls.
     Control,
 }
 
@@ -75,6 +79,21 @@ pub enum SeccompError {
     /// The SIGSYS handler could not be installed.
     #[error("installing the SIGSYS handler")]
     Handler(#[source] std::io::Error),
+}
+
+/// What the control threads of the process that embeds the machine do
+/// (its control socket, agent link, ports, files, signals): that process
+/// knows its threads, so it lists them. The filter adds the KVM requests
+/// of the machine's own control operations, and lets `clone` start
+/// threads only.
+#[derive(Clone, Copy, Debug)]
+pub struct ControlRole {
+    /// Syscalls beyond the ones every thread makes.
+    pub syscalls: &'static [i64],
+    /// ioctl requests beyond the machine's.
+    pub ioctls: &'static [u64],
+    /// The socket families it opens (when `syscalls` has `socket`).
+    pub socket_families: &'static [libc::c_int],
 }
 
 /// Syscalls every thread makes: memory, locks, signals, time, its own exit,
@@ -157,96 +176,6 @@ const DEVICES: &[i64] = &[
     libc::SYS_timerfd_gettime,
 ];
 
-/// Everything else the VMM process does after its machine is built.
-const CONTROL: &[i64] = &[
-    // Files: metadata, event log, console log, snapshots, disk copies.
-    libc::SYS_openat,
-    libc::SYS_close,
-    libc::SYS_read,
-    libc::SYS_pread64,
-    libc::SYS_pwrite64,
-    libc::SYS_readv,
-    libc::SYS_lseek,
-    libc::SYS_newfstatat,
-    libc::SYS_fstat,
-    libc::SYS_statx,
-    libc::SYS_getdents64,
-    libc::SYS_readlink,
-    libc::SYS_access,
-    libc::SYS_fcntl,
-    libc::SYS_flock,
-    libc::SYS_ftruncate,
-    libc::SYS_fallocate,
-    libc::SYS_fsync,
-    libc::SYS_fdatasync,
-    libc::SYS_rename,
-    libc::SYS_renameat,
-    libc::SYS_renameat2,
-    libc::SYS_unlink,
-    libc::SYS_unlinkat,
-    libc::SYS_mkdir,
-    libc::SYS_mkdirat,
-    libc::SYS_rmdir,
-    libc::SYS_chmod,
-    libc::SYS_fchmod,
-    libc::SYS_copy_file_range,
-    libc::SYS_sendfile,
-    libc::SYS_dup,
-    libc::SYS_dup2,
-    libc::SYS_dup3,
-    libc::SYS_pipe2,
-    libc::SYS_eventfd2,
-    // The control socket, the agent link, published ports (TCP listeners
-    // and their tunnels over the vsock socket).
-    libc::SYS_socket,
-    libc::SYS_socketpair,
-    libc::SYS_bind,
-    libc::SYS_listen,
-    libc::SYS_accept4,
-    libc::SYS_connect,
-    libc::SYS_recvfrom,
-    libc::SYS_recvmsg,
-    libc::SYS_sendto,
-    libc::SYS_sendmsg,
-    libc::SYS_shutdown,
-    libc::SYS_setsockopt,
-    libc::SYS_getsockopt,
-    libc::SYS_getsockname,
-    libc::SYS_getpeername,
-    libc::SYS_poll,
-    libc::SYS_ppoll,
-    libc::SYS_epoll_create1,
-    libc::SYS_epoll_ctl,
-    libc::SYS_epoll_wait,
-    libc::SYS_epoll_pwait,
-    // KVM: pausing and snapshotting vCPUs and devices, ioeventfds.
-    libc::SYS_ioctl,
-    // New threads (port tunnels, the stop sequence) and their ends.
-    libc::SYS_clone,
-    libc::SYS_clone3,
-    // vCPU and device threads stack their own filter as they start (a
-    // filter can only be narrowed, never lifted).
-    libc::SYS_seccomp,
-    // Signals: termination signals, vCPU kicks, passt's end.
-    libc::SYS_rt_sigaction,
-    libc::SYS_rt_sigtimedwait,
-    libc::SYS_tgkill,
-    libc::SYS_kill,
-    libc::SYS_wait4,
-    libc::SYS_waitid,
-    // The owner process of a one-shot workspace.
-    libc::SYS_pidfd_open,
-    // Process facts: /proc reads go through openat; ids for logs.
-    libc::SYS_geteuid,
-    libc::SYS_getuid,
-    libc::SYS_getegid,
-    libc::SYS_getgid,
-    libc::SYS_prlimit64,
-    libc::SYS_uname,
-    libc::SYS_timerfd_create,
-    libc::SYS_timerfd_settime,
-];
-
 // The ioctl requests the threads make once the machine runs (the KVM ABI
 // numbers, from the structures' sizes as the kernel's headers define them).
 mod kvm_requests {
@@ -298,13 +227,13 @@ fn devices_ioctls() -> Vec<u64> {
     vec![libc::FIONBIO]
 }
 
-/// Every other thread: snapshots read each vCPU's and the VM's state and
-/// record the host's KVM facts, and reflink the disk; device interrupts
-/// and doorbells (irqfd, ioeventfd) are wired as drivers come up; sockets
-/// are made non-blocking. Nothing creates, maps or sets VM state.
+/// The machine's control operations, on whichever thread calls them:
+/// snapshots read each vCPU's and the VM's state and record the host's KVM
+/// facts, and reflink the disk; device interrupts and doorbells (irqfd,
+/// ioeventfd) are wired as drivers come up. Nothing creates, maps or sets
+/// VM state.
 fn control_ioctls() -> Vec<u64> {
     vec![
-        libc::FIONBIO,
         crate::snapshot::disk_copy::FICLONE,
         KVM_CHECK_EXTENSION(),
         KVM_GET_MSR_INDEX_LIST(),
@@ -327,11 +256,6 @@ fn control_ioctls() -> Vec<u64> {
     ]
 }
 
-/// Socket families the control threads open: Unix sockets (the agent, the
-/// guest's connections to host sockets) and TCP listeners of published
-/// ports. No netlink, packet or other family.
-const SOCKET_FAMILIES: [libc::c_int; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
-
 fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, seccompiler::BackendError> {
     SeccompRule::new(conditions)
 }
@@ -346,13 +270,20 @@ fn arg_is(index: u8, value: u64) -> Result<SeccompCondition, seccompiler::Backen
 /// start outside the filter's intent: no fork of a confined VMM).
 fn argument_rules(
     role: ThreadRole,
+    control: &ControlRole,
 ) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
     let mut ioctls = match role {
         ThreadRole::Vcpu => vcpu_ioctls(),
         ThreadRole::Devices => devices_ioctls(),
         // Every thread has the control filter under its own: it lets
         // through what any role makes.
-        ThreadRole::Control => [control_ioctls(), vcpu_ioctls(), devices_ioctls()].concat(),
+        ThreadRole::Control => [
+            control.ioctls.to_vec(),
+            control_ioctls(),
+            vcpu_ioctls(),
+            devices_ioctls(),
+        ]
+        .concat(),
     };
     ioctls.sort_unstable();
     ioctls.dedup();
@@ -367,7 +298,8 @@ fn argument_rules(
     if role == ThreadRole::Control {
         rules.insert(
             libc::SYS_socket,
-            SOCKET_FAMILIES
+            control
+                .socket_families
                 .iter()
                 .map(|&f| rule(vec![arg_is(0, f as u64)?]))
                 .collect::<Result<Vec<_>, _>>()?,
@@ -386,7 +318,11 @@ fn argument_rules(
     Ok(rules)
 }
 
-fn build(role: ThreadRole, extra: &[i64]) -> Result<BpfProgram, SeccompError> {
+fn build(
+    role: ThreadRole,
+    extra: &[i64],
+    control: &ControlRole,
+) -> Result<BpfProgram, SeccompError> {
     let failed = |source| SeccompError::Build {
         role: role.name(),
         source,
@@ -396,7 +332,7 @@ fn build(role: ThreadRole, extra: &[i64]) -> Result<BpfProgram, SeccompError> {
         .chain(extra)
         .map(|&nr| (nr, Vec::new()))
         .collect();
-    for (nr, conditions) in argument_rules(role).map_err(failed)? {
+    for (nr, conditions) in argument_rules(role, control).map_err(failed)? {
         if rules.contains_key(&nr) {
             rules.insert(nr, conditions);
         }
@@ -441,12 +377,12 @@ pub struct Filters {
 }
 
 impl Filters {
-    /// Compiles every role's filter.
-    pub fn new() -> Result<Self, SeccompError> {
+    /// Compiles every role's filter, the control threads' from `control`.
+    pub fn new(control: &ControlRole) -> Result<Self, SeccompError> {
         Ok(Self {
-            vcpu: build(ThreadRole::Vcpu, VCPU)?,
-            devices: build(ThreadRole::Devices, DEVICES)?,
-            control: build(ThreadRole::Control, CONTROL)?,
+            vcpu: build(ThreadRole::Vcpu, VCPU, control)?,
+            devices: build(ThreadRole::Devices, DEVICES, control)?,
+            control: build(ThreadRole::Control, control.syscalls, control)?,
             clone3: clone3_unavailable()?,
         })
     }
@@ -611,9 +547,33 @@ fn format_decimal(n: libc::c_int, out: &mut [u8]) -> usize {
 mod tests {
     use super::*;
 
+    /// Control threads that start threads and open Unix sockets, as the
+    /// tests below need.
+    const TEST_CONTROL: ControlRole = ControlRole {
+        syscalls: &[
+            libc::SYS_clone,
+            libc::SYS_clone3,
+            libc::SYS_socket,
+            libc::SYS_close,
+            libc::SYS_rt_sigaction,
+            libc::SYS_seccomp,
+            libc::SYS_openat,
+            libc::SYS_read,
+            libc::SYS_fstat,
+            libc::SYS_newfstatat,
+            libc::SYS_statx,
+            libc::SYS_poll,
+            libc::SYS_ppoll,
+            libc::SYS_fcntl,
+            libc::SYS_ioctl,
+        ],
+        ioctls: &[],
+        socket_families: &[libc::AF_UNIX],
+    };
+
     #[test]
     fn every_filter_compiles() {
-        let f = Filters::new().unwrap();
+        let f = Filters::new(&TEST_CONTROL).unwrap();
         for role in [ThreadRole::Vcpu, ThreadRole::Devices, ThreadRole::Control] {
             assert!(!f.program(role).is_empty());
         }
@@ -627,7 +587,7 @@ mod tests {
         if std::env::var_os("MICROAGENT_SECCOMP_CHILD").is_none() {
             return;
         }
-        confine_process(Filters::new().unwrap()).unwrap();
+        confine_process(Filters::new(&TEST_CONTROL).unwrap()).unwrap();
         let vcpu = std::thread::spawn(|| {
             enter(ThreadRole::Vcpu).unwrap();
             // Allowed: memory and a console write.
@@ -678,7 +638,7 @@ mod tests {
         if std::env::var_os("MICROAGENT_SECCOMP_CONTROL_CHILD").is_none() {
             return;
         }
-        confine_process(Filters::new().unwrap()).unwrap();
+        confine_process(Filters::new(&TEST_CONTROL).unwrap()).unwrap();
         // Threads still start (clone3 fails with ENOSYS; the C library
         // falls back to clone with CLONE_THREAD), and Unix sockets open.
         let t = std::thread::spawn(|| 7);
@@ -755,17 +715,6 @@ mod tests {
             ] {
                 assert!(!list.contains(&nr) && !EVERY_THREAD.contains(&nr), "{nr}");
             }
-        }
-        for nr in [
-            libc::SYS_execve,
-            libc::SYS_execveat,
-            libc::SYS_ptrace,
-            libc::SYS_mount,
-        ] {
-            assert!(
-                !CONTROL.contains(&nr) && !EVERY_THREAD.contains(&nr),
-                "{nr}"
-            );
         }
     }
 }

@@ -19,7 +19,7 @@ pub fn confine() -> Result<Vec<String>, vmm_core::seccomp::SeccompError> {
         tracing::warn!("{NO_SECCOMP_VAR}=1: the VMM runs without seccomp filters");
         return Ok(Vec::new());
     }
-    vmm_core::seccomp::confine_process(vmm_core::seccomp::Filters::new()?)?;
+    vmm_core::seccomp::confine_process(vmm_core::seccomp::Filters::new(&crate::seccomp::CONTROL)?)?;
     Ok(vec!["seccomp".into(), "no_new_privs".into()])
 }
 

@@ -8,12 +8,14 @@
 //!   setup steps in order, its threads and the control socket it serves;
 //! - [`guard`]: what confines it (seccomp, the jail, resource limits) and
 //!   the owner process a one-shot workspace lives for;
-//! - [`port_forward`]: published ports, host TCP to guest vsock.
+//! - [`port_forward`]: published ports, host TCP to guest vsock;
+//! - [`seccomp`]: what its control threads may do under seccomp.
 
 mod build;
 pub mod guard;
 pub mod port_forward;
 pub mod process;
+pub mod seccomp;
 
 pub use process::{RunEnd, VmmProcess, VmmStopper};
 

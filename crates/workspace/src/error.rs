@@ -167,6 +167,17 @@ pub enum Error {
         /// An image that has it.
         image_with_it: &'static str,
     },
+    /// A one-shot code run needs the image with every interpreter, and
+    /// this host does not have it.
+    #[error(
+        "run_code's one-shot workspaces use the `{image}` image, which is not built on this host"
+    )]
+    CodeImageMissing {
+        /// The image.
+        image: &'static str,
+        /// The interpreter the code was to run with.
+        interpreter: &'static str,
+    },
     /// A copy out would replace or merge into an existing host path it
     /// was not asked to overwrite.
     #[error("host path {} exists", path.display())]
@@ -218,6 +229,7 @@ impl Error {
             Error::PortNotPublished { .. } => ErrorCode::NotFound,
             Error::HostPathExists { .. } => ErrorCode::Conflict,
             Error::InterpreterMissing { .. } => ErrorCode::InvalidInput,
+            Error::CodeImageMissing { .. } => ErrorCode::NotFound,
             Error::HostWrite(e) => match e {
                 crate::guest::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
                 crate::guest::host_write::HostWriteError::OverBudget { .. } => {
@@ -264,6 +276,10 @@ impl Error {
             Error::HostPathExists { path } => Some(Remedy::Overwrite { path: path.clone() }),
             Error::InterpreterMissing { image_with_it, .. } => Some(Remedy::UseCodeImage {
                 image: (*image_with_it).into(),
+            }),
+            Error::CodeImageMissing { image, interpreter } => Some(Remedy::BuildCodeImage {
+                image: (*image).into(),
+                interpreter,
             }),
             _ => None,
         }

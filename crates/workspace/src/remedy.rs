@@ -95,6 +95,14 @@ pub enum Remedy {
         /// The image.
         image: String,
     },
+    /// Build the image that has every interpreter, or run the code in a
+    /// running workspace whose image has this one.
+    BuildCodeImage {
+        /// The image.
+        image: String,
+        /// The interpreter.
+        interpreter: &'static str,
+    },
     /// Remove the image that has the name first.
     RemoveImage {
         /// The image.

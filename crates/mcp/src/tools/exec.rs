@@ -8,10 +8,9 @@ use std::time::Duration;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::guest::code::{CODE_IMAGE, CODE_MEM_MIB};
 use workspace::store::spec::defaults;
 use workspace::ExecRequest;
-use workspace::{guest::ExecEnd, ErrorCode, OneShot, WorkspaceSpec};
+use workspace::{guest::ExecEnd, OneShot};
 use workspace::{guest::ExecEvent, guest::OutputCollector, ExecInput};
 
 use super::{in_range, seconds, vcpus};
@@ -172,22 +171,11 @@ impl MicroagentServer {
             MAX_START_TIMEOUT_SECS,
         )?;
         let language = p.language;
-        let spec = WorkspaceSpec {
-            image: CODE_IMAGE.into(),
-            vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
-            mem_mib: p.mem_mib.unwrap_or(CODE_MEM_MIB),
-            ..WorkspaceSpec::default()
-        };
-        spec.validate()?;
-        let interpreter = language.interpreter();
-        self.blocking(move |ws| match ws.images().get(CODE_IMAGE) {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == ErrorCode::NotFound => Err(ToolError::NotFound(format!(
-                "run_code's one-shot workspaces use the `{CODE_IMAGE}` image, which is not built on this host (build it with `cargo xtask rootfs {CODE_IMAGE}`); or pass `workspace`, a running workspace whose image has {interpreter}"
-            ))),
-            Err(e) => Err(workspace::Error::from(e).into()),
-        })
-        .await?;
+        let vcpus = vcpus(p.vcpus, defaults::VCPUS)?;
+        let mem_mib = p.mem_mib;
+        let spec = self
+            .blocking(move |ws| Ok(ws.code_workspace_spec(language, vcpus, mem_mib)?))
+            .await?;
         // Steps in turn: start then work share `progress`.
         let progress = &tokio::sync::Mutex::new(progress);
         let end = self

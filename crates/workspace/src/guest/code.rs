@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::guest::exec::ExecRequest;
 use crate::guest::files::WriteOptions;
+use crate::images::registry::ImageError;
+use crate::store::spec::WorkspaceSpec;
 use crate::workspaces::manager::Workspaces;
 use guest_agent::client::ExecInput;
 
@@ -87,6 +89,33 @@ fn housekeeping(argv: &[&str]) -> ExecRequest {
 }
 
 impl Workspaces {
+    /// The spec of a one-shot workspace that runs code in `language`: the
+    /// [`CODE_IMAGE`] (which must be on this host, else
+    /// [`Error::CodeImageMissing`]), `vcpus`, and `mem_mib` or
+    /// [`CODE_MEM_MIB`]; checked as a create would check it.
+    pub fn code_workspace_spec(
+        &self,
+        language: Language,
+        vcpus: u8,
+        mem_mib: Option<u64>,
+    ) -> Result<WorkspaceSpec> {
+        let spec = WorkspaceSpec {
+            image: CODE_IMAGE.into(),
+            vcpus,
+            mem_mib: mem_mib.unwrap_or(CODE_MEM_MIB),
+            ..WorkspaceSpec::default()
+        };
+        spec.validate()?;
+        match self.images().get(CODE_IMAGE) {
+            Ok(_) => Ok(spec),
+            Err(ImageError::NotFound(_)) => Err(Error::CodeImageMissing {
+                image: CODE_IMAGE,
+                interpreter: language.interpreter(),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     // The implementation of [`Workspace::write_code_script`].
     pub(crate) async fn write_code_script(
         &self,
