@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use guest_agent::client::{AgentEndpoint, ExecInput};
+use guest_agent::client::{AgentEndpoint, ExecStdin};
 use guest_agent::protocol::{ExecCall, WriteMode};
 
 use crate::bench_workspace::microagent;
@@ -70,7 +70,7 @@ async fn measure(endpoint: &AgentEndpoint) -> anyhow::Result<Figures> {
         let out = endpoint
             .connect()
             .await?
-            .exec_collect(ExecCall::argv(["true"]), ExecInput::None)
+            .exec_collect(ExecCall::argv(["true"]), ExecStdin::None)
             .await?;
         if !out.exited.success() {
             bail!("`true` failed: {:?}", out.exited);

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 
 use crate::frame::{self, FrameKind};
-use crate::protocol::{ExecExit, FileKind, FileStat, Response, MIN_PROTOCOL_VERSION};
+use crate::protocol::{EntryKind, ExecExit, Response, StatAnswer, MIN_PROTOCOL_VERSION};
 
 /// How much a flooding exec sends before it stalls: far past any cap.
 pub const EXEC_FLOOD: u64 = 1 << 30;
@@ -80,8 +80,8 @@ fn answer(conn: UnixStream, hostility: Hostility) {
     match request["type"].as_str().unwrap_or("") {
         "stat" => {
             let kind = match hostility {
-                Hostility::EndlessFile => FileKind::File,
-                _ => FileKind::Dir,
+                Hostility::EndlessFile => EntryKind::File,
+                _ => EntryKind::Dir,
             };
             send(&mut out, &Response::Stat(stat(kind)));
         }
@@ -145,8 +145,8 @@ fn send(out: &mut UnixStream, response: &Response) -> bool {
         .is_some_and(|bytes| out.write_all(&bytes).is_ok())
 }
 
-fn stat(kind: FileKind) -> FileStat {
-    FileStat {
+fn stat(kind: EntryKind) -> StatAnswer {
+    StatAnswer {
         kind,
         size: 10,
         mode: 0o755,

@@ -27,13 +27,13 @@ pub mod fake;
 
 #[cfg(feature = "client")]
 pub use client::{
-    connect_hybrid_vsock, connect_unix, AgentEndpoint, ExecEvent, ExecInput, ExecOutcome,
-    ExecOutput, FileHeader, GuestAgentClient, ProcessRead, TerminalInput,
+    connect_hybrid_vsock, connect_unix, AgentEndpoint, ExecOutcome, ExecOutput, ExecStdin,
+    ExecUpdate, FileHeader, GuestAgentClient, ProcessRead, PtyInput,
 };
 #[cfg(feature = "blocking-client")]
 pub use client::{AgentHello, ClientError};
 pub use frame::{Frame, FrameError, FrameKind};
 pub use protocol::{
-    AgentErrorCode, DirEntry, DiskUsage, ExecCall, ExecExit, FileKind, FileStat, PtySize, Request,
-    Response, SignalSpec, StdinMode, SystemInfo, WriteMode, PROTOCOL_VERSION,
+    AgentErrorCode, DiskUsage, EntryKind, ExecCall, ExecExit, ListedEntry, Request, Response,
+    SignalSpec, StatAnswer, StdinMode, SystemInfo, WinSize, WriteMode, PROTOCOL_VERSION,
 };

@@ -7,10 +7,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{eventually, Agent};
-use guest_agent::client::TerminalInput;
-use guest_agent::protocol::PtySize;
+use guest_agent::client::PtyInput;
+use guest_agent::protocol::WinSize;
 use guest_agent::{
-    AgentErrorCode, ClientError, ExecCall, ExecEvent, ExecExit, ExecInput, ExecOutcome,
+    AgentErrorCode, ClientError, ExecCall, ExecExit, ExecOutcome, ExecStdin, ExecUpdate,
 };
 use tokio::sync::mpsc;
 
@@ -18,7 +18,7 @@ async fn run(agent: &Agent, req: ExecCall) -> guest_agent::ExecOutput {
     agent
         .client()
         .await
-        .exec_collect(req, ExecInput::None)
+        .exec_collect(req, ExecStdin::None)
         .await
         .unwrap()
 }
@@ -53,14 +53,14 @@ async fn argv_and_shell_run_and_report_exit_codes() {
     let err = agent
         .client()
         .await
-        .exec_collect(ExecCall::argv(["/no/such/program"]), ExecInput::None)
+        .exec_collect(ExecCall::argv(["/no/such/program"]), ExecStdin::None)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(AgentErrorCode::NotFound), "{err}");
     let err = agent
         .client()
         .await
-        .exec_collect(ExecCall::default(), ExecInput::None)
+        .exec_collect(ExecCall::default(), ExecStdin::None)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput), "{err}");
@@ -130,7 +130,7 @@ async fn named_users_resolve_in_the_agents_passwd() {
         .await
         .exec_collect(
             ExecCall::shell("id -u").user_named("no-such-user-here"),
-            ExecInput::None,
+            ExecStdin::None,
         )
         .await
         .unwrap_err();
@@ -152,7 +152,7 @@ async fn stdin_streams_from_the_client() {
     let out = agent
         .client()
         .await
-        .exec_collect(ExecCall::argv(["cat"]), ExecInput::Channel(rx))
+        .exec_collect(ExecCall::argv(["cat"]), ExecStdin::Channel(rx))
         .await
         .unwrap();
     feeder.await.unwrap();
@@ -167,7 +167,7 @@ async fn stdin_streams_from_the_client() {
         .await
         .exec_collect(
             ExecCall::shell("wc -c").output_cap(1 << 20),
-            ExecInput::Bytes(big),
+            ExecStdin::Bytes(big),
         )
         .await
         .unwrap();
@@ -187,7 +187,7 @@ async fn several_execs_run_concurrently() {
         tokio::spawn(async move {
             let req = ExecCall::shell(format!("sleep 0.5; echo {i}"));
             let client = endpoint.connect().await.unwrap();
-            (i, client.exec_collect(req, ExecInput::None).await.unwrap())
+            (i, client.exec_collect(req, ExecStdin::None).await.unwrap())
         })
     });
     for run in runs.collect::<Vec<_>>() {
@@ -223,7 +223,7 @@ async fn output_past_the_cap_is_counted_and_dropped() {
         .await
         .exec_collect(
             ExecCall::shell("true").output_cap(65 << 20),
-            ExecInput::None,
+            ExecStdin::None,
         )
         .await
         .unwrap_err();
@@ -282,8 +282,8 @@ async fn start_exec(
     let client = agent.client().await;
     let task = tokio::spawn(async move {
         client
-            .exec(req, ExecInput::None, move |event| {
-                if let ExecEvent::Started { exec_id, .. } = event {
+            .exec(req, ExecStdin::None, move |event| {
+                if let ExecUpdate::Started { exec_id, .. } = event {
                     let _ = tx.send(exec_id);
                 }
             })
@@ -341,7 +341,7 @@ async fn results_are_kept_by_id() {
     let err = agent
         .client()
         .await
-        .exec_collect(ExecCall::shell("true").id("job-1"), ExecInput::None)
+        .exec_collect(ExecCall::shell("true").id("job-1"), ExecStdin::None)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(AgentErrorCode::Exists));
@@ -369,7 +369,7 @@ async fn an_exec_outlives_its_client_and_its_result_stays() {
     let client = agent.client().await;
     let cut = tokio::time::timeout(
         Duration::from_millis(200),
-        client.exec_collect(req, ExecInput::None),
+        client.exec_collect(req, ExecStdin::None),
     )
     .await;
     assert!(cut.is_err(), "the exec should still have been running");
@@ -395,23 +395,21 @@ async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_si
     let (tx, rx) = mpsc::channel(8);
     let feeder = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let size = PtySize { rows: 30, cols: 90 };
-        tx.send(TerminalInput::Resize(size)).await.unwrap();
-        tx.send(TerminalInput::Data(b"hello\n".to_vec()))
-            .await
-            .unwrap();
+        let size = WinSize { rows: 30, cols: 90 };
+        tx.send(PtyInput::Resize(size)).await.unwrap();
+        tx.send(PtyInput::Data(b"hello\n".to_vec())).await.unwrap();
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        tx.send(TerminalInput::Data(vec![0x03])).await.unwrap();
+        tx.send(PtyInput::Data(vec![0x03])).await.unwrap();
         tx
     });
     let line = "stty size; read line; stty size; echo got-$line; \
                 trap 'echo interrupted; exit 9' INT; echo ready; \
                 while :; do sleep 0.1; done";
-    let req = ExecCall::shell(line).pty(PtySize { rows: 20, cols: 70 });
+    let req = ExecCall::shell(line).pty(WinSize { rows: 20, cols: 70 });
     let out = agent
         .client()
         .await
-        .exec_collect(req, ExecInput::Terminal(rx))
+        .exec_collect(req, ExecStdin::Terminal(rx))
         .await
         .unwrap();
     drop(feeder.await.unwrap());
@@ -427,7 +425,7 @@ async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_si
     let err = agent
         .client()
         .await
-        .process_start(ExecCall::argv(["true"]).pty(PtySize::default()))
+        .process_start(ExecCall::argv(["true"]).pty(WinSize::default()))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput));

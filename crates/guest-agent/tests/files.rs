@@ -9,7 +9,7 @@ use std::path::Path;
 
 use common::{random_bytes, read_to_end, Agent};
 use guest_agent::{
-    connect_hybrid_vsock, AgentErrorCode, ClientError, FileKind, GuestAgentClient, WriteMode,
+    connect_hybrid_vsock, AgentErrorCode, ClientError, EntryKind, GuestAgentClient, WriteMode,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -184,15 +184,15 @@ async fn stat_list_mkdir_remove_rename() {
     symlink("file", agent.path("d/link")).unwrap();
 
     let st = c().await.stat(&agent.path("d/file")).await.unwrap();
-    assert_eq!((st.kind, st.size), (FileKind::File, 5));
+    assert_eq!((st.kind, st.size), (EntryKind::File, 5));
     assert!(st.mtime_s > 1_600_000_000);
     assert_eq!(
         c().await.stat(&agent.path("d/link")).await.unwrap().kind,
-        FileKind::Symlink
+        EntryKind::Symlink
     );
     assert_eq!(
         c().await.stat(&agent.path("d/e")).await.unwrap().kind,
-        FileKind::Dir
+        EntryKind::Dir
     );
     assert_eq!(
         code(c().await.stat(&agent.path("nope")).await),
@@ -201,14 +201,17 @@ async fn stat_list_mkdir_remove_rename() {
 
     let (entries, truncated) = c().await.list_dir(&agent.path("d")).await.unwrap();
     assert!(!truncated);
-    let got: Vec<(&str, FileKind, u64)> = entries
+    let got: Vec<(&str, EntryKind, u64)> = entries
         .iter()
         .map(|e| (e.name.as_str(), e.kind, e.size))
         .collect();
     assert_eq!(got[0].0, "e");
     assert_eq!(
         got[1..],
-        [("file", FileKind::File, 5), ("link", FileKind::Symlink, 4)]
+        [
+            ("file", EntryKind::File, 5),
+            ("link", EntryKind::Symlink, 4)
+        ]
     );
     assert_eq!(
         code(c().await.mkdir(&agent.path("d/file")).await),
@@ -426,7 +429,7 @@ async fn hybrid_vsock_handshake() {
         .unwrap()
         .exec_collect(
             guest_agent::ExecCall::argv(["echo", "via vsock"]),
-            guest_agent::ExecInput::None,
+            guest_agent::ExecStdin::None,
         )
         .await
         .unwrap();

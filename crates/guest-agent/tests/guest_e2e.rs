@@ -10,7 +10,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use guest_agent::client::{AgentEndpoint, ExecInput, ExecOutput};
+use guest_agent::client::{AgentEndpoint, ExecOutput, ExecStdin};
 use guest_agent::protocol::{ExecCall, WriteMode};
 use vmm_core::devices::serial::ConsoleSink;
 use vmm_core::machine::{DiskConfig, VsockConfig};
@@ -46,7 +46,7 @@ async fn exec(endpoint: &AgentEndpoint, req: ExecCall, console: &testkit::Captur
         .connect()
         .await
         .unwrap()
-        .exec_collect(req, ExecInput::None)
+        .exec_collect(req, ExecStdin::None)
         .await
         .unwrap();
     testkit::guest_faults::assert_not_faulted(&what, out.exited.signal, &console.text());

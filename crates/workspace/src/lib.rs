@@ -65,7 +65,7 @@ pub use guest::processes::ProcessInfo;
 /// The input an exec takes (a stream, bytes, a terminal), so a program
 /// needs no other crate to give it.
 #[cfg(feature = "client")]
-pub use guest_agent::client::ExecInput;
+pub use guest::stream::ExecInput;
 pub use remedy::Remedy;
 #[cfg(feature = "client")]
 pub use snapshots::SnapshotInfo;

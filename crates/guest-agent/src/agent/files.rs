@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use guest_agent::frame::FrameError;
 use guest_agent::protocol::{
-    AgentErrorCode, DirEntry, FileKind, FileStat, Response, WriteMode, DATA_CHUNK, MAX_DIR_ENTRIES,
+    AgentErrorCode, EntryKind, ListedEntry, Response, StatAnswer, WriteMode, DATA_CHUNK,
+    MAX_DIR_ENTRIES,
 };
 
 use super::conn::Conn;
@@ -142,15 +143,15 @@ pub fn checked_path(path: &str) -> Result<PathBuf, FileError> {
     Ok(PathBuf::from(path))
 }
 
-fn kind_of(ft: fs::FileType) -> FileKind {
+fn kind_of(ft: fs::FileType) -> EntryKind {
     if ft.is_file() {
-        FileKind::File
+        EntryKind::File
     } else if ft.is_dir() {
-        FileKind::Dir
+        EntryKind::Dir
     } else if ft.is_symlink() {
-        FileKind::Symlink
+        EntryKind::Symlink
     } else {
-        FileKind::Other
+        EntryKind::Other
     }
 }
 
@@ -344,7 +345,7 @@ fn commit(temp: &Path, path: &Path, mode: WriteMode) -> Result<(), FileError> {
 pub fn stat(path: &str) -> Result<Response, FileError> {
     let path = checked_path(path)?;
     let meta = fs::symlink_metadata(&path).map_err(|source| FileError::Stat { path, source })?;
-    Ok(Response::Stat(FileStat {
+    Ok(Response::Stat(StatAnswer {
         kind: kind_of(meta.file_type()),
         size: meta.len(),
         mode: meta.mode() & 0o7777,
@@ -371,7 +372,7 @@ pub fn list_dir(path: &str) -> Result<Response, FileError> {
         }
         // An entry removed meanwhile is skipped.
         let Ok(meta) = entry.metadata() else { continue };
-        entries.push(DirEntry {
+        entries.push(ListedEntry {
             name: entry.file_name().to_string_lossy().into_owned(),
             kind: kind_of(meta.file_type()),
             size: meta.len(),

@@ -29,7 +29,7 @@ pub use process::ProcessRead;
 pub use session::{GuestAgentClient, IDLE_DEADLINE};
 #[cfg(feature = "client")]
 pub use types::{
-    ExecCollector, ExecEvent, ExecInput, ExecOutcome, ExecOutput, FileHeader, TerminalInput,
+    ExecCollector, ExecOutcome, ExecOutput, ExecStdin, ExecUpdate, FileHeader, PtyInput,
 };
 #[cfg(feature = "client")]
 pub use wire::{connect_hybrid_vsock, connect_unix, AgentEndpoint};

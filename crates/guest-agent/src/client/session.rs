@@ -5,13 +5,13 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::messages::{decode, expect_ok, hello_of, start_bytes, AgentHello};
-use super::types::{ExecCollector, ExecEvent, ExecInput, ExecOutcome, ExecOutput, FileHeader};
+use super::types::{ExecCollector, ExecOutcome, ExecOutput, ExecStdin, ExecUpdate, FileHeader};
 use super::wire::{self, send_data, send_stdin};
 use super::ClientError;
 use crate::frame::{self, FrameKind};
 use crate::protocol::{
-    DirEntry, ExecCall, ExecExit, FileStat, Request, Response, SignalSpec, StdinMode, SystemInfo,
-    WriteMode, MIN_PROTOCOL_VERSION,
+    ExecCall, ExecExit, ListedEntry, Request, Response, SignalSpec, StatAnswer, StdinMode,
+    SystemInfo, WriteMode, MIN_PROTOCOL_VERSION,
 };
 
 /// How long an operation waits for the agent's next message (or for it
@@ -103,13 +103,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     pub async fn exec<F>(
         mut self,
         mut req: ExecCall,
-        input: ExecInput,
+        input: ExecStdin,
         mut on_event: F,
     ) -> Result<ExecExit, ClientError>
     where
-        F: FnMut(ExecEvent) + Send,
+        F: FnMut(ExecUpdate) + Send,
     {
-        if !matches!(input, ExecInput::None) {
+        if !matches!(input, ExecStdin::None) {
             req.stdin = StdinMode::Stream;
         }
         let streaming = req.stdin == StdinMode::Stream;
@@ -124,11 +124,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
                     .map_err(ClientError::Frame)?
                     .ok_or(ClientError::Closed)?;
                 match frame.kind {
-                    FrameKind::Stdout => on_event(ExecEvent::Stdout(frame.payload)),
-                    FrameKind::Stderr => on_event(ExecEvent::Stderr(frame.payload)),
+                    FrameKind::Stdout => on_event(ExecUpdate::Stdout(frame.payload)),
+                    FrameKind::Stderr => on_event(ExecUpdate::Stderr(frame.payload)),
                     FrameKind::Json => match decode(&frame)? {
                         Response::Started { exec_id, pid } => {
-                            on_event(ExecEvent::Started { exec_id, pid })
+                            on_event(ExecUpdate::Started { exec_id, pid })
                         }
                         Response::Exited(exited) => return Ok(exited),
                         other => return Err(ClientError::unexpected(&other)),
@@ -161,7 +161,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     pub async fn exec_collect(
         self,
         req: ExecCall,
-        input: ExecInput,
+        input: ExecStdin,
     ) -> Result<ExecOutput, ClientError> {
         let mut collector = ExecCollector::default();
         let exited = self
@@ -264,7 +264,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     }
 
     /// Metadata of a path (symlinks not followed).
-    pub async fn stat(self, path: &str) -> Result<FileStat, ClientError> {
+    pub async fn stat(self, path: &str) -> Result<StatAnswer, ClientError> {
         let req = Request::Stat {
             path: path.to_owned(),
         };
@@ -275,7 +275,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     }
 
     /// A directory's entries (sorted by name) and whether the list was cut at 10,000.
-    pub async fn list_dir(self, path: &str) -> Result<(Vec<DirEntry>, bool), ClientError> {
+    pub async fn list_dir(self, path: &str) -> Result<(Vec<ListedEntry>, bool), ClientError> {
         let req = Request::ListDir {
             path: path.to_owned(),
         };

@@ -5,11 +5,11 @@ use std::fmt;
 use tokio::io::AsyncRead;
 use tokio::sync::mpsc;
 
-use crate::protocol::{ExecExit, PtySize};
+use crate::protocol::{ExecExit, WinSize};
 
 /// What an exec reports while it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExecEvent {
+pub enum ExecUpdate {
     /// The process was spawned.
     Started {
         /// The exec id (for `signal` and `result`).
@@ -24,7 +24,7 @@ pub enum ExecEvent {
 }
 
 /// The exec's stdin. Anything but `None` makes the request `stdin: "stream"`.
-pub enum ExecInput {
+pub enum ExecStdin {
     /// /dev/null (unless the request itself asks for a stream, which then gets EOF at once).
     None,
     /// These bytes, then EOF.
@@ -34,19 +34,19 @@ pub enum ExecInput {
     /// Everything the reader yields, then EOF.
     Reader(Box<dyn AsyncRead + Send + Unpin>),
     /// Keystrokes and size changes for an exec on a pty, as they come.
-    Terminal(mpsc::Receiver<TerminalInput>),
+    Terminal(mpsc::Receiver<PtyInput>),
 }
 
 /// What a terminal sends to an exec on a pty.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TerminalInput {
+pub enum PtyInput {
     /// Bytes typed.
     Data(Vec<u8>),
     /// The terminal's new size.
-    Resize(PtySize),
+    Resize(WinSize),
 }
 
-impl fmt::Debug for ExecInput {
+impl fmt::Debug for ExecStdin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::None => f.write_str("None"),
@@ -74,7 +74,7 @@ pub struct ExecOutput {
 }
 
 /// Gathers an exec's events into an [`ExecOutput`]: feed it every
-/// [`ExecEvent`], then [`ExecCollector::finish`] with how the exec ended.
+/// [`ExecUpdate`], then [`ExecCollector::finish`] with how the exec ended.
 #[derive(Debug, Default)]
 pub struct ExecCollector {
     started: Option<(String, u32)>,
@@ -84,11 +84,11 @@ pub struct ExecCollector {
 
 impl ExecCollector {
     /// Records one event.
-    pub fn on_event(&mut self, event: ExecEvent) {
+    pub fn on_event(&mut self, event: ExecUpdate) {
         match event {
-            ExecEvent::Started { exec_id, pid } => self.started = Some((exec_id, pid)),
-            ExecEvent::Stdout(b) => self.stdout.extend_from_slice(&b),
-            ExecEvent::Stderr(b) => self.stderr.extend_from_slice(&b),
+            ExecUpdate::Started { exec_id, pid } => self.started = Some((exec_id, pid)),
+            ExecUpdate::Stdout(b) => self.stdout.extend_from_slice(&b),
+            ExecUpdate::Stderr(b) => self.stderr.extend_from_slice(&b),
         }
     }
 

@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use super::messages::handshake_reply;
-use super::{ClientError, ExecInput, GuestAgentClient, TerminalInput};
+use super::{ClientError, ExecStdin, GuestAgentClient, PtyInput};
 use crate::frame::{self, Frame, FrameError, FrameKind};
 use crate::protocol::{Request, DATA_CHUNK};
 
@@ -147,25 +147,25 @@ where
 /// Kind-4 frames of the exec's input, then the empty one (EOF).
 pub(crate) async fn send_stdin<W: AsyncWrite + Unpin + ?Sized>(
     w: &mut W,
-    input: ExecInput,
+    input: ExecStdin,
 ) -> Result<(), ClientError> {
     match input {
-        ExecInput::None => {}
-        ExecInput::Bytes(bytes) => write_chunked(w, FrameKind::Stdin, &bytes)
+        ExecStdin::None => {}
+        ExecStdin::Bytes(bytes) => write_chunked(w, FrameKind::Stdin, &bytes)
             .await
             .map_err(ClientError::Frame)?,
-        ExecInput::Channel(mut rx) => {
+        ExecStdin::Channel(mut rx) => {
             while let Some(bytes) = rx.recv().await {
                 write_chunked(w, FrameKind::Stdin, &bytes)
                     .await
                     .map_err(ClientError::Frame)?;
             }
         }
-        ExecInput::Terminal(mut rx) => {
+        ExecStdin::Terminal(mut rx) => {
             while let Some(input) = rx.recv().await {
                 match input {
-                    TerminalInput::Data(bytes) => write_chunked(w, FrameKind::Stdin, &bytes).await,
-                    TerminalInput::Resize(size) => {
+                    PtyInput::Data(bytes) => write_chunked(w, FrameKind::Stdin, &bytes).await,
+                    PtyInput::Resize(size) => {
                         let msg = frame::encode_json(&Request::Resize(size))
                             .map_err(ClientError::Frame)?;
                         write_all(w, &msg).await
@@ -174,7 +174,7 @@ pub(crate) async fn send_stdin<W: AsyncWrite + Unpin + ?Sized>(
                 .map_err(ClientError::Frame)?;
             }
         }
-        ExecInput::Reader(mut reader) => {
+        ExecStdin::Reader(mut reader) => {
             let mut buf = vec![0u8; DATA_CHUNK];
             loop {
                 let n = reader.read(&mut buf).await.map_err(ClientError::Local)?;

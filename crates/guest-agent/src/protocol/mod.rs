@@ -20,9 +20,10 @@ pub use process::{
     MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING,
     MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
 };
-pub use request::{ExecCall, PtySize, Request, SignalSpec, StdinMode, WriteMode};
+pub use request::{ExecCall, Request, SignalSpec, StdinMode, WinSize, WriteMode};
 pub use response::{
-    CpuTicks, DirEntry, DiskUsage, ExecExit, FileKind, FileStat, NetCounters, Response, SystemInfo,
+    CpuTicks, DiskUsage, EntryKind, ExecExit, ListedEntry, NetCounters, Response, StatAnswer,
+    SystemInfo,
 };
 
 /// The protocol version this crate speaks.

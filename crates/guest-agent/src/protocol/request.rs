@@ -94,19 +94,19 @@ pub struct ExecCall {
     /// stderr. Output comes as stdout frames only; stdin is a stream, and
     /// `resize` messages may come between the stdin frames.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pty: Option<PtySize>,
+    pub pty: Option<WinSize>,
 }
 
 /// A terminal's size in character cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PtySize {
+pub struct WinSize {
     /// Rows (lines).
     pub rows: u16,
     /// Columns.
     pub cols: u16,
 }
 
-impl Default for PtySize {
+impl Default for WinSize {
     /// 24 x 80, what a terminal that says nothing is taken to be.
     fn default() -> Self {
         Self { rows: 24, cols: 80 }
@@ -178,7 +178,7 @@ impl ExecCall {
     }
 
     /// Runs on a pseudo-terminal of this size.
-    pub fn pty(mut self, size: PtySize) -> Self {
+    pub fn pty(mut self, size: WinSize) -> Self {
         self.pty = Some(size);
         self.stdin = StdinMode::Stream;
         self
@@ -365,7 +365,7 @@ pub enum Request {
     },
     /// Only between the stdin frames of an exec on a pty: the client's
     /// terminal changed size (the process gets SIGWINCH).
-    Resize(PtySize),
+    Resize(WinSize),
 }
 
 impl Request {

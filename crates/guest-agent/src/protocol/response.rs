@@ -122,7 +122,7 @@ pub struct NetCounters {
 /// What a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FileKind {
+pub enum EntryKind {
     /// A regular file.
     File,
     /// A directory.
@@ -135,9 +135,9 @@ pub enum FileKind {
 
 /// The `stat` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileStat {
+pub struct StatAnswer {
     /// What the path is.
-    pub kind: FileKind,
+    pub kind: EntryKind,
     /// Size in bytes.
     pub size: u64,
     /// Permission bits (`st_mode & 0o7777`).
@@ -152,11 +152,11 @@ pub struct FileStat {
 
 /// One `list_dir` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DirEntry {
+pub struct ListedEntry {
     /// File name (non-UTF-8 bytes replaced).
     pub name: String,
     /// What it is (symlinks are not followed).
-    pub kind: FileKind,
+    pub kind: EntryKind,
     /// Size in bytes.
     pub size: u64,
 }
@@ -214,11 +214,11 @@ pub enum Response {
         mode: u32,
     },
     /// Answer to `stat`.
-    Stat(FileStat),
+    Stat(StatAnswer),
     /// Answer to `list_dir`.
     Entries {
         /// Sorted by name.
-        entries: Vec<DirEntry>,
+        entries: Vec<ListedEntry>,
         /// More than 10,000 entries existed.
         truncated: bool,
     },

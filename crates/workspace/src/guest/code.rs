@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::guest::exec::ExecRequest;
 use crate::guest::files::WriteOptions;
+use crate::guest::stream::ExecInput;
 use crate::images::registry::ImageError;
 use crate::store::spec::WorkspaceSpec;
 use crate::workspaces::manager::Workspaces;
-use guest_agent::client::ExecInput;
 
 /// The image that has every [`Language`]'s interpreter; one-shot code runs
 /// use it.

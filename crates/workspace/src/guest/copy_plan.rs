@@ -7,10 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use guest_agent::protocol::{FileKind, FileStat};
-
 use crate::error::{Error, Result};
-use crate::guest::files::check_guest_path;
+use crate::guest::files::{check_guest_path, FileKind, FileStat};
 use crate::workspaces::manager::Workspaces;
 
 /// Which way a copy goes.

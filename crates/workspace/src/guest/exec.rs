@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use guest_agent::client::{ExecEvent, ExecInput};
 use guest_agent::protocol as wire;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::guest::stream::{ExecEvent, ExecInput, PtySize};
 use crate::store::events::EventKind;
 use crate::workspaces::manager::Workspaces;
 
@@ -40,7 +40,7 @@ pub struct ExecRequest {
     timeout: Option<Duration>,
     output_cap: Option<u64>,
     id: Option<String>,
-    pty: Option<wire::PtySize>,
+    pty: Option<PtySize>,
     user: Option<String>,
 }
 
@@ -114,7 +114,7 @@ impl ExecRequest {
     /// it sees a tty on stdin, stdout and stderr, output arrives as stdout
     /// only, and input comes as [`crate::guest::TerminalInput`]
     /// ([`ExecInput::Terminal`]), which carries size changes too.
-    pub fn terminal(mut self, size: wire::PtySize) -> Self {
+    pub fn terminal(mut self, size: PtySize) -> Self {
         self.pty = Some(size);
         self
     }
@@ -171,7 +171,7 @@ impl ExecRequest {
         req.output_cap = self.output_cap;
         req.id = self.id;
         if let Some(size) = self.pty {
-            req = req.pty(size);
+            req = req.pty(size.into());
         }
         req
     }
@@ -384,7 +384,8 @@ impl Workspaces {
             .connect()
             .await
             .map_err(Error::agent("connect"))?;
-        let running = client.exec(req, input, |event| {
+        let running = client.exec(req, input.into_agent(), |update| {
+            let event = ExecEvent::from(update);
             if let ExecEvent::Started { exec_id, .. } = &event {
                 let _ = events.append(EventKind::ExecStarted {
                     exec_id: exec_id.clone(),

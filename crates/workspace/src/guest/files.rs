@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use guest_agent::client::GuestAgentClient;
-use guest_agent::protocol::{DirEntry, FileKind, FileStat, WriteMode};
+use guest_agent::protocol::{self as wire, WriteMode};
 use tokio::net::UnixStream;
 
 use crate::error::{Error, Result};
@@ -39,6 +39,81 @@ pub struct WriteOptions {
     pub append: bool,
     /// Permission bits of a file it creates (default 0644).
     pub perm: Option<u32>,
+}
+
+/// What a guest path is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// Anything else (device, fifo, socket).
+    Other,
+}
+
+impl From<wire::EntryKind> for FileKind {
+    fn from(kind: wire::EntryKind) -> Self {
+        match kind {
+            wire::EntryKind::File => Self::File,
+            wire::EntryKind::Dir => Self::Dir,
+            wire::EntryKind::Symlink => Self::Symlink,
+            wire::EntryKind::Other => Self::Other,
+        }
+    }
+}
+
+/// What [`Workspace::stat`] found (symlinks are not followed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileStat {
+    /// What the path is.
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Modification time, seconds since the epoch.
+    pub mtime_s: i64,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+impl From<wire::StatAnswer> for FileStat {
+    fn from(s: wire::StatAnswer) -> Self {
+        Self {
+            kind: s.kind.into(),
+            size: s.size,
+            mode: s.mode,
+            mtime_s: s.mtime_s,
+            uid: s.uid,
+            gid: s.gid,
+        }
+    }
+}
+
+/// One entry of a guest directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// File name (non-UTF-8 bytes replaced).
+    pub name: String,
+    /// What it is (symlinks are not followed).
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl From<wire::ListedEntry> for DirEntry {
+    fn from(e: wire::ListedEntry) -> Self {
+        Self {
+            name: e.name,
+            kind: e.kind.into(),
+            size: e.size,
+        }
+    }
 }
 
 /// A guest directory's entries.
@@ -135,7 +210,10 @@ impl Workspaces {
             .list_dir(path)
             .await
             .map_err(Error::agent("list_dir"))?;
-        Ok(DirListing { entries, truncated })
+        Ok(DirListing {
+            entries: entries.into_iter().map(DirEntry::from).collect(),
+            truncated,
+        })
     }
 
     // The implementation of [`Workspace::stat`].
@@ -144,6 +222,7 @@ impl Workspaces {
             .await?
             .stat(path)
             .await
+            .map(FileStat::from)
             .map_err(Error::agent("stat"))
     }
 

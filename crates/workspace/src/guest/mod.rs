@@ -17,16 +17,13 @@ pub mod host_write;
 pub(crate) mod metrics;
 #[cfg(feature = "client")]
 pub(crate) mod processes;
+#[cfg(feature = "client")]
+pub(crate) mod stream;
 
 #[cfg(feature = "client")]
 pub use exec::{ExecEnd, Exited, OutputCollector, MAX_COLLECTED_BYTES};
 #[cfg(feature = "client")]
-pub use files::{ConsoleChunk, DirListing, MAX_EVENT_WAIT};
-/// The guest agent's streaming and file types the exec and file methods
-/// take and return.
-#[cfg(feature = "client")]
-pub use guest_agent::client::{ExecEvent, TerminalInput};
-pub use guest_agent::protocol::{DirEntry, FileKind, FileStat, PtySize, WriteMode};
+pub use files::{ConsoleChunk, DirEntry, DirListing, FileKind, FileStat, MAX_EVENT_WAIT};
 #[cfg(feature = "client")]
 pub use metrics::{WorkspaceMetrics, CPU_SAMPLE};
 #[cfg(feature = "client")]
@@ -34,3 +31,5 @@ pub use processes::{
     ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,
     MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_RUNNING_PROCESSES,
 };
+#[cfg(feature = "client")]
+pub use stream::{ExecEvent, PtySize, TerminalInput};

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use guest_agent::frame::{self, FrameKind};
-use guest_agent::protocol::{PtySize, Request};
+use guest_agent::protocol::{Request, WinSize};
 
 use super::spawn::{Input, Output, Session, Spawn};
 use crate::agent::conn::Conn;
@@ -58,7 +58,7 @@ fn last_error<T>(rc: libc::c_int, ok: T) -> io::Result<T> {
 }
 
 /// Sets the terminal size of `fd` (master or slave).
-pub fn set_size(fd: &impl AsRawFd, size: PtySize) -> io::Result<()> {
+pub fn set_size(fd: &impl AsRawFd, size: WinSize) -> io::Result<()> {
     let ws = libc::winsize {
         ws_row: size.rows,
         ws_col: size.cols,
@@ -100,7 +100,7 @@ fn open_master() -> io::Result<(OwnedFd, String)> {
 /// Opens a pty of `size` and makes it `cmd`'s terminal: stdin, stdout and
 /// stderr, and, in the child, a new session with it as controlling tty.
 /// Spawning `cmd` closes the agent's copies of the slave side.
-pub fn attach(cmd: &mut Spawn, size: PtySize) -> Result<Master, PtyError> {
+pub fn attach(cmd: &mut Spawn, size: WinSize) -> Result<Master, PtyError> {
     let (master, slave_path) = open_master().map_err(PtyError::Open)?;
     set_size(&master, size).map_err(PtyError::Size)?;
     let slave = std::fs::OpenOptions::new()
@@ -165,7 +165,7 @@ mod tests {
         cmd.arg("-c").arg("test -t 0 && stty size && echo pgrp-ok");
         let master = attach(
             &mut cmd,
-            PtySize {
+            WinSize {
                 rows: 33,
                 cols: 101,
             },
