@@ -392,6 +392,58 @@ impl Graph {
     }
 }
 
+impl Graph {
+    /// The graph among the children of module `parent` (`""` the root):
+    /// each child stands for itself and every module under it, so an edge
+    /// `a -> b` means something under `a` names something under `b`.
+    fn among_children(&self, parent: &str) -> Graph {
+        let prefix = if parent.is_empty() {
+            String::new()
+        } else {
+            format!("{parent}::")
+        };
+        let child = |m: &str| -> Option<String> {
+            let rest = m.strip_prefix(&prefix)?;
+            let first = rest.split("::").next()?;
+            (!first.is_empty()).then(|| first.to_owned())
+        };
+        let mut g = Graph::default();
+        for (from, targets) in &self.edges {
+            let Some(a) = child(from) else { continue };
+            let out = g.edges.entry(a.clone()).or_default();
+            for to in targets {
+                if let Some(b) = child(to) {
+                    if b != a {
+                        out.insert(b);
+                    }
+                }
+            }
+        }
+        g
+    }
+
+    /// The cycles among the children of every module with children (the
+    /// root's top-level modules and folders, each folder's files and
+    /// subfolders), as (the parent, the group): a folder is one concern
+    /// only if what is in it does not also lean on what leans on it.
+    pub fn folder_cycles(&self) -> Vec<(String, Vec<String>)> {
+        let mut parents: BTreeSet<String> = BTreeSet::from([String::new()]);
+        for m in self.edges.keys() {
+            let parts: Vec<&str> = m.split("::").collect();
+            for n in 1..parts.len() {
+                parents.insert(parts[..n].join("::"));
+            }
+        }
+        let mut out = Vec::new();
+        for parent in parents {
+            for group in self.among_children(&parent).cycles() {
+                out.push((parent.clone(), group));
+            }
+        }
+        out
+    }
+}
+
 /// Source files (`.rs`, tests included) directly in each folder under `src`.
 pub fn files_per_folder(src: &Path) -> BTreeMap<PathBuf, usize> {
     let mut files = Vec::new();
@@ -446,6 +498,15 @@ pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
             }
         }
         cycles += found.len();
+        let folders = g.folder_cycles();
+        for (parent, group) in &folders {
+            let at = if parent.is_empty() { "(root)" } else { parent };
+            println!(
+                "  cycle among the children of {at}: {}",
+                group.join(" <-> ")
+            );
+        }
+        cycles += folders.len();
     }
     if cycles > 0 {
         anyhow::bail!("{cycles} module cycles");
@@ -456,6 +517,34 @@ pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn folders_that_lean_on_each_other_are_a_cycle() {
+        // net::inner -> store::spec and store::spec -> net::ports: no two
+        // files form a cycle, but the folders `net` and `store` do.
+        let mut g = Graph::default();
+        let edge = |g: &mut Graph, a: &str, b: &str| {
+            g.edges
+                .entry(a.to_owned())
+                .or_default()
+                .insert(b.to_owned());
+            g.edges.entry(b.to_owned()).or_default();
+        };
+        edge(&mut g, "net::inner", "store::spec");
+        edge(&mut g, "store::spec", "net::ports");
+        edge(&mut g, "store::spec", "store::name");
+        assert!(g.cycles().is_empty());
+        assert_eq!(
+            g.folder_cycles(),
+            vec![(String::new(), vec!["net".to_owned(), "store".to_owned()])]
+        );
+        // Within a folder, files are children too.
+        edge(&mut g, "store::name", "store::spec");
+        assert!(g.folder_cycles().contains(&(
+            "store".to_owned(),
+            vec!["name".to_owned(), "spec".to_owned()]
+        )));
+    }
 
     #[test]
     fn use_trees_expand() {
@@ -500,6 +589,9 @@ mod tests {
         );
         let g = graph(&dir);
         assert_eq!(g.cycles(), vec![vec!["a".to_owned(), "b".to_owned()]]);
+        assert!(g
+            .folder_cycles()
+            .contains(&(String::new(), vec!["a".to_owned(), "b".to_owned()])));
         assert!(g.edges["net::inner"].contains("a"));
         assert!(
             !g.edges["net::inner"].contains("b"),

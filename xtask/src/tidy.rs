@@ -250,6 +250,28 @@ mod tests {
         );
     }
 
+    /// Folders are layers: no two modules at one level (top-level
+    /// modules and folders, a folder's files and subfolders) lean on each
+    /// other through anything under them.
+    #[test]
+    fn no_folder_leans_on_what_leans_on_it() {
+        let mut sources = crate::modules::crate_sources(&repo_root());
+        sources.push(("xtask".into(), repo_root().join("xtask/src")));
+        let mut found = Vec::new();
+        for (name, src) in sources {
+            for (parent, group) in crate::modules::graph(&src).folder_cycles() {
+                let at = if parent.is_empty() { "src" } else { &parent };
+                found.push(format!("{name}: in {at}: {}", group.join(" <-> ")));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "folders that lean on each other (`cargo xtask modules` lists them); \
+             move what both need below both:\n{}",
+            found.join("\n")
+        );
+    }
+
     /// The VMM process carries only the VMM: the `microagent-vmm` package's
     /// normal dependencies have no async runtime, command-line parser or
     /// MCP server (each would sit in every running workspace's memory).

@@ -3,12 +3,12 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use workspace::host::doctor::{self, Status};
+use workspace::host::doctor::{Report, Status};
 use workspace::StateDir;
 
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
     let state = StateDir::from_env().context("cannot open the state directory")?;
-    let report = doctor::run(&state, workspace::host::settings::asset_dir().as_deref());
+    let report = Report::check_host(&state, workspace::host::settings::asset_dir().as_deref());
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -107,7 +107,7 @@ pub async fn setup(ws: &Workspaces, flags: &ConfirmFlags, json: bool) -> Result<
 }
 
 fn list(ws: &Workspaces, json: bool) -> Result<(), Error> {
-    let kernels = workspace::host::kernels::list(ws.images())?;
+    let kernels = workspace::images::kernels::list(ws.images())?;
     if json {
         output::json(&kernels);
     } else if kernels.is_empty() {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Subcommand, ValueEnum};
 use workspace::network::{AllowEntry, Backend, Egress, NetworkRequest, Subnet};
-use workspace::{network::ops::HostChange, network::ops::NetworkInfo, Error, Workspaces};
+use workspace::{network::setup::HostChange, network::NetworkInfo, Error, Workspaces};
 
 use crate::output;
 

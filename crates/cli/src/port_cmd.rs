@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use serde::Serialize;
-use workspace::network::ports::PortMapping;
+use workspace::store::ports::PortMapping;
 use workspace::{Error, Workspaces};
 
 use crate::output;
@@ -44,7 +44,7 @@ pub fn parse_mapping(s: &str) -> Result<PortMapping, String> {
 }
 
 fn parse_host_port(s: &str) -> Result<(IpAddr, u16), String> {
-    workspace::network::ports::parse_host_addr(s)
+    workspace::store::ports::parse_host_addr(s)
         .ok_or_else(|| format!("{s:?}: use [HOST_IP:]HOST_PORT, e.g. 8080 or 127.0.0.1:8080"))
 }
 
@@ -94,7 +94,7 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use workspace::network::ports::DEFAULT_HOST_IP;
+    use workspace::store::ports::DEFAULT_HOST_IP;
 
     #[test]
     fn host_ports_parse() {

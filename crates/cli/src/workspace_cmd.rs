@@ -37,13 +37,13 @@ pub struct SpecArgs {
     pub ttl_secs: Option<u64>,
     /// Network: `user` (rootless NAT; the host's loopback is reachable as
     /// host.microagent.internal), `none`, or one from `network create`.
-    #[arg(long, value_name = "NAME", default_value = workspace::network::DEFAULT_NETWORK)]
+    #[arg(long, value_name = "NAME", default_value = workspace::store::name::DEFAULT_NETWORK)]
     pub network: String,
     /// Publish a port: connections to the host address reach
     /// 127.0.0.1:GUEST_PORT in the guest (repeatable; works without a
     /// network too).
     #[arg(long = "publish", short = 'p', value_name = "[HOST_IP:]HOST_PORT:GUEST_PORT", value_parser = crate::port_cmd::parse_mapping)]
-    pub ports: Vec<workspace::network::ports::PortMapping>,
+    pub ports: Vec<workspace::store::ports::PortMapping>,
 }
 
 impl SpecArgs {

@@ -10,6 +10,7 @@
 
 pub mod arch;
 pub mod devices;
+pub mod disk_copy;
 pub mod exit;
 pub mod host;
 pub mod kernel;

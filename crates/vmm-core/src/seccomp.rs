@@ -234,7 +234,7 @@ fn devices_ioctls() -> Vec<u64> {
 /// VM state.
 fn control_ioctls() -> Vec<u64> {
     vec![
-        crate::snapshot::disk_copy::FICLONE,
+        crate::disk_copy::FICLONE,
         KVM_CHECK_EXTENSION(),
         KVM_GET_MSR_INDEX_LIST(),
         KVM_GET_SUPPORTED_CPUID(),

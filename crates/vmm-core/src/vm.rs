@@ -13,7 +13,6 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::layout::{KVM_IDENTITY_MAP_START, KVM_TSS_START};
 use crate::memory::GuestMemory;
-use crate::snapshot::cpu::HostCpu;
 
 /// KVM API version every supported kernel reports.
 const KVM_API_VERSION: i32 = 12;
@@ -89,6 +88,19 @@ pub enum VmError {
         #[source]
         source: kvm_ioctls::Error,
     },
+}
+
+/// What the host's KVM offers, read once per save or restore.
+#[derive(Debug)]
+pub struct HostCpu {
+    /// MSRs KVM saves and restores.
+    pub msr_indices: Vec<u32>,
+    /// KVM_GET_SUPPORTED_CPUID.
+    pub supported: CpuId,
+    /// Whether KVM_GET/SET_XCRS exist.
+    pub has_xcrs: bool,
+    /// Size of the guest XSAVE area (KVM_CAP_XSAVE2), 0 when unknown.
+    pub xsave_size: usize,
 }
 
 /// A VM and the KVM handle it came from.

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use vmm_core::devices::serial::{ConsoleSink, COM1_PORT_BASE};
+use vmm_core::disk_copy::copy_disk;
 use vmm_core::layout::TINY_DATA_START;
 use vmm_core::machine::{DiskConfig, MachineError, RestoreConfig, VsockConfig};
-use vmm_core::snapshot::disk_copy::copy_disk;
 use vmm_core::snapshot::format::FormatError;
 use vmm_core::snapshot::{SnapshotError, SnapshotFiles};
 use vmm_core::tiny::{asm, elf_kernel};

@@ -1,4 +1,4 @@
-//! The VMM process's side of published ports ([`workspace::network::ports`]): a listener
+//! The VMM process's side of published ports ([`workspace::store::ports`]): a listener
 //! per host address; each connection is tunnelled over vsock to the guest
 //! agent (`tcp_connect`), which connects to the guest port on the guest's
 //! loopback. No guest network is involved.
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use guest_agent::client::blocking::BlockingClient;
 use guest_agent::client::ClientError;
 
-use workspace::network::ports::{self, PortMapping};
+use workspace::store::ports::{self, PortMapping};
 use workspace::{Error, Result};
 
 /// Longest a connection waits for the agent to answer (a guest that is

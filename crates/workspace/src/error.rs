@@ -7,11 +7,11 @@ use guest_agent::protocol::AgentErrorCode as AgentCode;
 use crate::code::ErrorCode;
 
 use crate::images::registry::ImageError;
-use crate::network::ports::PortError;
 use crate::network::NetworkError;
 use crate::remedy::Remedy;
 use crate::store::console_log::ConsoleLogError;
 use crate::store::events::EventsError;
+use crate::store::ports::PortError;
 use crate::store::spec::{SpecError, DELETE_NEEDS_FORCE};
 use crate::store::state::{State, TransitionError};
 use crate::store::workspace_dir::WorkspaceDirError;
@@ -154,7 +154,7 @@ pub enum Error {
     /// What a guest sent was refused or over budget, or could not be
     /// written on the host.
     #[error("copying to the host")]
-    HostWrite(#[from] crate::guest::host_write::HostWriteError),
+    HostWrite(#[from] crate::host::host_write::HostWriteError),
     /// The workspace's image lacks the interpreter code was to run with.
     #[error("workspace `{workspace}` (image `{image}`) has no {interpreter}")]
     InterpreterMissing {
@@ -231,11 +231,11 @@ impl Error {
             Error::InterpreterMissing { .. } => ErrorCode::InvalidInput,
             Error::CodeImageMissing { .. } => ErrorCode::NotFound,
             Error::HostWrite(e) => match e {
-                crate::guest::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
-                crate::guest::host_write::HostWriteError::OverBudget { .. } => {
+                crate::host::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
+                crate::host::host_write::HostWriteError::OverBudget { .. } => {
                     ErrorCode::InvalidInput
                 }
-                crate::guest::host_write::HostWriteError::Io { .. } => ErrorCode::Internal,
+                crate::host::host_write::HostWriteError::Io { .. } => ErrorCode::Internal,
             },
             Error::Events(_)
             | Error::ConsoleLog(_)
@@ -310,7 +310,6 @@ impl From<SpecError> for Error {
         match e {
             SpecError::Invalid(message) => Error::InvalidInput(message),
             SpecError::Ports(e) => e.into(),
-            SpecError::Network(e) => Error::Network(e),
             SpecError::DeleteRunning { name, state } => Error::WrongState {
                 remedy: Some(Remedy::StopOrForce {
                     workspace: name.clone(),

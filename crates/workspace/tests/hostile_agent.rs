@@ -107,7 +107,7 @@ fn read_file_and_copy_out_of_a_file_stop_at_their_bounds() {
         )
         .unwrap_err();
     let chain = workspace::error_chain(&err);
-    let budget = 10 + workspace::guest::host_write::COPY_OUT_GROWTH;
+    let budget = 10 + workspace::host::host_write::COPY_OUT_GROWTH;
     assert!(
         chain.contains(&format!("over its budget of {budget} bytes")),
         "{chain}"

@@ -25,7 +25,7 @@ pub struct ImageEntry {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct KernelListResult {
     /// The built kernels (one per variant) and those only imported images carry.
-    pub kernels: Vec<workspace::host::kernels::KernelInfo>,
+    pub kernels: Vec<workspace::images::kernels::KernelInfo>,
 }
 
 impl Render for KernelListResult {

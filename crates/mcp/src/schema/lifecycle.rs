@@ -62,7 +62,7 @@ pub struct CreateParams {
     /// 127.0.0.1:guest_port in the guest (at most 32; a host port in use
     /// is refused with CONFLICT).
     #[serde(default)]
-    pub ports: Vec<workspace::network::ports::PortMapping>,
+    pub ports: Vec<workspace::store::ports::PortMapping>,
 }
 
 /// Inputs that only name a workspace.

@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use workspace::network::{AllowEntry, Backend, Egress, Subnet};
-use workspace::{network::ops::HostChange, network::ops::NetworkInfo};
+use workspace::{network::setup::HostChange, network::NetworkInfo};
 
 use crate::output::Render;
 

@@ -3,7 +3,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::network::ports::PortMapping;
+use workspace::store::ports::PortMapping;
 
 use crate::output::Render;
 

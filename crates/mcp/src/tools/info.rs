@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
 use workspace::guest::MAX_EVENT_WAIT;
-use workspace::host::doctor::{self, Report};
+use workspace::host::doctor::Report;
 use workspace::ListFilter;
 use workspace::{store::spec::defaults, LIMITS};
 
@@ -61,7 +61,10 @@ impl MicroagentServer {
     ) -> ToolResult<KernelListResult> {
         let kernels = self
             .blocking(|ws| {
-                Ok(workspace::host::kernels::list(ws.images()).map_err(workspace::Error::from)?)
+                Ok(
+                    workspace::images::kernels::list(ws.images())
+                        .map_err(workspace::Error::from)?,
+                )
             })
             .await?;
         Ok(Out(KernelListResult { kernels }))
@@ -114,7 +117,7 @@ impl MicroagentServer {
     )]
     async fn host_doctor(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<Report> {
         let report = self
-            .blocking(|ws| Ok(doctor::run(ws.state_dir(), ws.assets())))
+            .blocking(|ws| Ok(Report::check_host(ws.state_dir(), ws.assets())))
             .await?;
         Ok(Out(report))
     }

@@ -140,7 +140,7 @@ impl MicroagentServer {
             },
             network: p
                 .network
-                .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
+                .unwrap_or_else(|| workspace::store::name::DEFAULT_NETWORK.into()),
             ports: p.ports,
             ..WorkspaceSpec::default()
         };

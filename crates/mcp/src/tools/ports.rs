@@ -2,7 +2,7 @@
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
-use workspace::network::ports::{PortMapping, DEFAULT_HOST_IP};
+use workspace::store::ports::{PortMapping, DEFAULT_HOST_IP};
 
 use crate::output::{Out, ToolResult};
 use crate::schema::ports::*;

@@ -80,7 +80,7 @@ impl MicroagentServer {
             network: p
                 .network
                 .clone()
-                .unwrap_or_else(|| workspace::network::DEFAULT_NETWORK.into()),
+                .unwrap_or_else(|| workspace::store::name::DEFAULT_NETWORK.into()),
             ..WorkspaceSpec::default()
         };
         spec.validate()?;

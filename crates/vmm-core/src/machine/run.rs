@@ -16,9 +16,9 @@ use kvm_ioctls::VcpuFd;
 use super::{Machine, MachineError};
 use crate::arch::cpuid::CpuTemplate;
 use crate::devices::event_loop::{EventLoop, RunningEventLoop};
+use crate::disk_copy::copy_disk;
 use crate::exit::{Buses, StopReason};
 use crate::snapshot::cpu::VcpuState;
-use crate::snapshot::disk_copy::copy_disk;
 use crate::snapshot::{memory_file, MachineState, SnapshotError, SnapshotFiles, SnapshotTaken};
 use crate::stats;
 use crate::vcpu::{
@@ -222,7 +222,7 @@ impl Runner {
     fn write_snapshot(
         &self,
         dir: &Path,
-        host: &crate::snapshot::cpu::HostCpu,
+        host: &crate::vm::HostCpu,
     ) -> Result<SnapshotTaken, MachineError> {
         let Phase::Paused { vcpus, .. } = &self.phase else {
             return Err(MachineError::NotRunning);

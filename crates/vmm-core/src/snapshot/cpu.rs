@@ -11,6 +11,7 @@ use kvm_ioctls::VcpuFd;
 use serde::{Deserialize, Serialize};
 
 use crate::arch::cpuid::{apply_template, CpuTemplate, VcpuTopology};
+use crate::vm::HostCpu;
 
 /// IA32_TSC_DEADLINE: restored after IA32_TSC, or the deadline is measured
 /// against the wrong clock.
@@ -110,27 +111,12 @@ pub struct VcpuState {
     pub tsc_khz: Option<u32>,
 }
 
-/// What the host's KVM offers, read once per save or restore.
-#[derive(Debug)]
-pub struct HostCpu {
-    /// MSRs KVM saves and restores.
-    pub msr_indices: Vec<u32>,
-    /// KVM_GET_SUPPORTED_CPUID.
-    pub supported: CpuId,
-    /// Whether KVM_GET/SET_XCRS exist.
-    pub has_xcrs: bool,
-    /// Size of the guest XSAVE area (KVM_CAP_XSAVE2), 0 when unknown.
-    pub xsave_size: usize,
-}
-
-impl HostCpu {
-    /// Fails when the host's XSAVE state does not fit `kvm_xsave`.
-    fn check_xsave(&self) -> Result<(), CpuStateError> {
-        if self.xsave_size > std::mem::size_of::<kvm_xsave>() {
-            return Err(CpuStateError::XsaveTooLarge(self.xsave_size));
-        }
-        Ok(())
+/// Fails when the host's XSAVE state does not fit `kvm_xsave`.
+fn check_xsave(host: &HostCpu) -> Result<(), CpuStateError> {
+    if host.xsave_size > std::mem::size_of::<kvm_xsave>() {
+        return Err(CpuStateError::XsaveTooLarge(host.xsave_size));
     }
+    Ok(())
 }
 
 /// Whether `e` is subleaf 0 of `leaf` (the index only counts where KVM
@@ -185,7 +171,7 @@ impl VcpuState {
         cpuid: &[kvm_cpuid_entry2],
         host: &HostCpu,
     ) -> Result<Self, CpuStateError> {
-        host.check_xsave()?;
+        check_xsave(host)?;
         let get = |what| {
             move |source| CpuStateError::Get {
                 what,
@@ -232,7 +218,7 @@ impl VcpuState {
         template: CpuTemplate,
         topo: VcpuTopology,
     ) -> Result<(), CpuStateError> {
-        host.check_xsave()?;
+        check_xsave(host)?;
         let mut here = host.supported.as_slice().to_vec();
         apply_template(template, &mut here, topo);
         for &(leaf, not_features) in &FEATURE_LEAVES {
@@ -273,7 +259,7 @@ impl VcpuState {
     /// Sets the whole state on fresh vCPU `index` (checked with
     /// [`VcpuState::check_host`] first).
     pub fn restore(&self, fd: &VcpuFd, index: u8, host: &HostCpu) -> Result<(), CpuStateError> {
-        host.check_xsave()?;
+        check_xsave(host)?;
         let set = |what| {
             move |source| CpuStateError::Set {
                 what,

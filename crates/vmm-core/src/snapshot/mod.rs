@@ -7,7 +7,6 @@
 //! describes the format.
 
 pub mod cpu;
-pub mod disk_copy;
 pub mod format;
 pub mod memory_file;
 
@@ -19,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use crate::arch::cpuid::CpuTemplate;
 use crate::devices::serial::SerialRegs;
 use crate::devices::virtio::mmio::TransportState;
+use crate::disk_copy::DiskCopy;
 use crate::vm::VmState;
 use cpu::VcpuState;
-use disk_copy::DiskCopy;
 use memory_file::SavedMemory;
 
 /// The state file's name in a snapshot directory.

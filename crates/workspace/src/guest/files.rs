@@ -11,7 +11,7 @@ use tokio::net::UnixStream;
 
 use crate::error::{Error, Result};
 use crate::guest::exec::MAX_COLLECTED_BYTES;
-use crate::guest::host_write::{self, TempFile};
+use crate::host::host_write::{self, TempFile};
 use crate::store::console_log;
 use crate::store::events::Event;
 use crate::store::spec::Meta;

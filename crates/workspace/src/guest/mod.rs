@@ -1,8 +1,9 @@
 //! Work in a running guest through its agent: commands (`exec`), code run
 //! as a script (`code`),
 //! background processes (`processes`), files and copies (`files`; copies
-//! planned before they run, `copy_plan`; `host_write` for what lands on the
-//! host) and metrics (`metrics`).
+//! planned before they run, `copy_plan`), the streaming types (`stream`)
+//! and metrics (`metrics`). What lands on the host goes through
+//! `host::host_write`.
 
 #[cfg(feature = "client")]
 pub mod code;
@@ -12,7 +13,6 @@ pub mod copy_plan;
 pub(crate) mod exec;
 #[cfg(feature = "client")]
 pub(crate) mod files;
-pub mod host_write;
 #[cfg(feature = "client")]
 pub(crate) mod metrics;
 #[cfg(feature = "client")]

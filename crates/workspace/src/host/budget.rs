@@ -14,8 +14,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::spec::Meta;
-
 /// The budget file in the state directory.
 pub const BUDGET_FILE: &str = "budget.json";
 /// The lock starts take while they check and claim their place.
@@ -145,9 +143,9 @@ impl HostBudget {
     }
 
     /// Refuses a start of a workspace of `mem_mib` beside `others` (every
-    /// other workspace's record).
-    pub fn check_start(&self, others: &[Meta], mem_mib: u64) -> Result<(), BudgetError> {
-        let live: Vec<&Meta> = others.iter().filter(|m| m.state.has_vmm()).collect();
+    /// other workspace).
+    pub fn check_start(&self, others: &[Occupant], mem_mib: u64) -> Result<(), BudgetError> {
+        let live: Vec<&Occupant> = others.iter().filter(|o| o.has_vmm).collect();
         let running = u32::try_from(live.len()).unwrap_or(u32::MAX);
         if let Some(max) = self.max_running {
             if running >= max {
@@ -157,7 +155,7 @@ impl HostBudget {
         if let Some(max) = self.max_guest_mem_mib {
             let total = live
                 .iter()
-                .map(|m| m.spec.mem_mib)
+                .map(|o| o.mem_mib)
                 .fold(mem_mib, u64::saturating_add);
             if total > max {
                 return Err(BudgetError::Memory { total, max });
@@ -165,6 +163,15 @@ impl HostBudget {
         }
         Ok(())
     }
+}
+
+/// Another workspace, as a start's budget check sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Occupant {
+    /// It has a VMM process (it counts as running and holds its memory).
+    pub has_vmm: bool,
+    /// Its guest memory, MiB.
+    pub mem_mib: u64,
 }
 
 /// Holds the budget lock of a state directory while a start checks and
@@ -215,18 +222,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    fn meta(name: &str, state: crate::State, mem_mib: u64) -> Meta {
-        Meta {
-            name: name.into(),
-            spec: crate::WorkspaceSpec {
-                mem_mib,
-                ..crate::WorkspaceSpec::default()
-            },
-            created_at_ms: 0,
-            state,
-            runtime: None,
-            last_exit: None,
-            pristine: false,
+    fn occupant(_name: &str, state: crate::State, mem_mib: u64) -> Occupant {
+        Occupant {
+            has_vmm: state.has_vmm(),
+            mem_mib,
         }
     }
 
@@ -234,9 +233,9 @@ mod tests {
     fn starts_are_refused_past_the_running_and_memory_budgets() {
         use crate::State;
         let others = [
-            meta("a", State::Running, 512),
-            meta("b", State::Starting, 256),
-            meta("c", State::Stopped, 4096),
+            occupant("a", State::Running, 512),
+            occupant("b", State::Starting, 256),
+            occupant("c", State::Stopped, 4096),
         ];
         HostBudget::default().check_start(&others, 1 << 20).unwrap();
         let two = HostBudget {

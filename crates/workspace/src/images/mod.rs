@@ -3,6 +3,7 @@
 //! builds (`build`).
 
 pub mod build;
+pub mod kernels;
 pub mod oci;
 #[cfg(feature = "client")]
 pub mod pull;

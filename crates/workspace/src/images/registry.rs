@@ -16,6 +16,7 @@ use crate::host::settings::now_ms;
 use crate::images::oci::{ImageDefaults, OciOrigin};
 use crate::remedy::Remedy;
 use crate::store::name::{validate_name, NameError};
+use crate::store::spec::WorkspaceSpec;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
 use vmm_core::KernelVariant;
 
@@ -234,6 +235,30 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<(), ImageError> {
         Err(err(std::io::Error::other(format!(
             "cp exited with {status}"
         ))))
+    }
+}
+
+// Applying an image to a spec is the registry's knowledge of images, so
+// it lives here, below the spec's other rules in `store`.
+impl WorkspaceSpec {
+    /// The spec of a workspace of `image`: its registered name, and its
+    /// defaults (environment under the spec's own, working directory,
+    /// user) recorded, so the workspace keeps them if the image goes.
+    pub fn with_image(self, image: ImageInfo) -> Self {
+        let defaults = image.defaults;
+        let mut env = defaults.env;
+        env.extend(self.env);
+        let user = match (defaults.uid, defaults.gid) {
+            (Some(uid), gid) => Some((uid, gid.unwrap_or(0))),
+            _ => None,
+        };
+        Self {
+            image: image.name,
+            env,
+            cwd: self.cwd.or(defaults.cwd),
+            user: self.user.or(user),
+            ..self
+        }
     }
 }
 

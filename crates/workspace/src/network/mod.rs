@@ -20,25 +20,16 @@ pub mod attach;
 pub mod egress;
 pub mod nft;
 pub mod objects;
-#[cfg(feature = "client")]
-pub mod ops;
-pub mod ports;
 pub mod setup;
 pub mod subnet;
 
 pub use egress::{AllowEntry, Egress};
 pub use objects::{
-    Addressing, Backend, GuestNetwork, Network, NetworkError, NetworkRequest, Networks,
-    NetworksLock,
+    Addressing, Backend, GuestNetwork, Network, NetworkError, NetworkInfo, NetworkRequest,
+    Networks, NetworksLock,
 };
 pub use subnet::Subnet;
 
-/// The built-in rootless network.
-pub const USER: &str = "user";
-/// No network device.
-pub const NONE: &str = "none";
-/// The network a workspace gets unless it asks for another.
-pub const DEFAULT_NETWORK: &str = USER;
 /// The name guests reach the host's loopback by, where the network allows.
 pub const HOST_ALIAS: &str = "host.microagent.internal";
 /// The guest's address on the `user` network.
@@ -55,11 +46,8 @@ pub const PASST_LOG: &str = "passt.log";
 /// Checks the form of a network name a workspace asks for (whether it
 /// exists is checked against [`Networks`] at create).
 pub fn validate_network(name: &str) -> Result<(), NetworkError> {
-    match name {
-        USER | NONE => Ok(()),
-        other => crate::store::name::validate_name(other)
-            .map_err(|e| NetworkError::Invalid(format!("network name `{other}`: {e}"))),
-    }
+    crate::store::name::validate_network_name(name)
+        .map_err(|e| NetworkError::Invalid(format!("network name `{name}`: {e}")))
 }
 
 /// The guest's addresses as `microagent_net=` and a restored guest's
@@ -192,6 +180,7 @@ pub fn start_passt(dir: &Path, addr: &Addressing) -> Result<(UnixStream, Passt),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::name::{NO_NETWORK, USER_NETWORK};
 
     #[test]
     fn passt_snapshot_dates_come_from_debian_versions() {
@@ -210,8 +199,8 @@ mod tests {
 
     #[test]
     fn network_names_are_checked_for_form() {
-        validate_network(USER).unwrap();
-        validate_network(NONE).unwrap();
+        validate_network(USER_NETWORK).unwrap();
+        validate_network(NO_NETWORK).unwrap();
         validate_network("corp").unwrap();
         let err = validate_network("Corp Net").unwrap_err();
         assert!(err.to_string().contains("network name"), "{err}");

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::egress::{AllowEntry, Egress};
 use super::subnet::Subnet;
+use crate::store::name::{NO_NETWORK, USER_NETWORK};
 use crate::store::StateDir;
 
 /// Where network records live in the state directory.
@@ -264,7 +265,7 @@ impl Network {
     /// The built-in `user` network.
     pub fn user() -> Self {
         Self {
-            name: super::USER.into(),
+            name: USER_NETWORK.into(),
             builtin: true,
             backend: Some(Backend::User),
             subnet: Some(Subnet {
@@ -281,7 +282,7 @@ impl Network {
     /// The built-in `none` network.
     pub fn none() -> Self {
         Self {
-            name: super::NONE.into(),
+            name: NO_NETWORK.into(),
             builtin: true,
             backend: None,
             subnet: None,
@@ -377,7 +378,7 @@ pub struct NetworksLock {
 pub fn check_new(name: &str, req: &NetworkRequest) -> Result<(), NetworkError> {
     crate::store::name::validate_name(name)
         .map_err(|e| NetworkError::Invalid(format!("network name `{name}`: {e}")))?;
-    if [super::USER, super::NONE].contains(&name) {
+    if [USER_NETWORK, NO_NETWORK].contains(&name) {
         return Err(NetworkError::Exists(name.to_owned()));
     }
     validate_request(req)
@@ -438,8 +439,8 @@ impl Networks {
     /// The network `name`.
     pub fn get(&self, name: &str) -> Result<Network, NetworkError> {
         match name {
-            super::USER => return Ok(Network::user()),
-            super::NONE => return Ok(Network::none()),
+            USER_NETWORK => return Ok(Network::user()),
+            NO_NETWORK => return Ok(Network::none()),
             _ => {}
         }
         if crate::store::name::validate_name(name).is_err() {
@@ -575,6 +576,22 @@ impl Networks {
         })?;
         Ok(net)
     }
+}
+
+/// A network and the workspaces on it.
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct NetworkInfo {
+    /// The network.
+    #[serde(flatten)]
+    pub network: Network,
+    /// Its bridge (`tap` networks).
+    pub bridge: Option<String>,
+    /// Its gateway: the default route, the resolver on `tap` networks, and
+    /// `host.microagent.internal` in its guests.
+    pub gateway: Option<std::net::Ipv4Addr>,
+    /// The workspaces that name it.
+    pub workspaces: Vec<String>,
 }
 
 #[cfg(test)]

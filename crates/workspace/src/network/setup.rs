@@ -368,6 +368,18 @@ fn parse_links(out: &str) -> Vec<String> {
         .collect()
 }
 
+/// A host setup or teardown: the plan, its token, and whether it was
+/// applied (only with a valid token).
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct HostChange {
+    /// The plan and its token.
+    #[serde(flatten)]
+    pub preview: crate::host::plan::Preview,
+    /// The plan was applied (false: a preview).
+    pub applied: bool,
+}
+
 #[cfg(test)]
 mod tests {
     // Host setup plans: dnsmasq per policy, what a bare, a set-up and a

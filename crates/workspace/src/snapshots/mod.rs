@@ -11,7 +11,7 @@ pub(crate) mod warm;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use vmm_core::snapshot::disk_copy::copy_disk;
+use vmm_core::disk_copy::copy_disk;
 use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};

@@ -12,6 +12,7 @@
 pub mod console_log;
 pub mod events;
 pub mod name;
+pub mod ports;
 pub mod process;
 pub mod spec;
 pub mod state;

@@ -46,6 +46,22 @@ pub fn validate_name(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
+/// The built-in rootless network.
+pub const USER_NETWORK: &str = "user";
+/// No network device.
+pub const NO_NETWORK: &str = "none";
+/// The network a workspace gets unless it asks for another.
+pub const DEFAULT_NETWORK: &str = USER_NETWORK;
+
+/// Checks the form of a network name: a built-in one, or one that
+/// [`validate_name`] accepts (whether it exists is the networks' concern).
+pub fn validate_network_name(name: &str) -> Result<(), NameError> {
+    match name {
+        USER_NETWORK | NO_NETWORK => Ok(()),
+        other => validate_name(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,9 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::network::ports::PortError;
-use crate::network::NetworkError;
-
+use crate::store::ports::PortError;
 use crate::store::state::State;
 
 /// Why a spec, a duration or a TTL is refused, or a delete is not allowed.
@@ -19,9 +17,6 @@ pub enum SpecError {
     /// A published port, or the set of them.
     #[error(transparent)]
     Ports(#[from] PortError),
-    /// The network name.
-    #[error(transparent)]
-    Network(#[from] NetworkError),
     /// The workspace has a VMM and the delete was not forced.
     #[error("workspace `{name}` is {state}: {DELETE_NEEDS_FORCE}")]
     DeleteRunning {
@@ -39,7 +34,6 @@ impl SpecError {
         match self {
             SpecError::Invalid(_) => ErrorCode::InvalidInput,
             SpecError::Ports(e) => e.code(),
-            SpecError::Network(e) => e.code(),
             SpecError::DeleteRunning { .. } => ErrorCode::Conflict,
         }
     }
@@ -88,8 +82,8 @@ pub const LIMITS: Limits = Limits {
     max_disk_mib: 1 << 20,
     max_ttl_secs: 30 * 24 * 3600,
     max_entries: 64,
-    max_copy_out_bytes: crate::guest::host_write::COPY_OUT_MAX_BYTES,
-    max_copy_out_entries: crate::guest::host_write::COPY_OUT_MAX_ENTRIES,
+    max_copy_out_bytes: crate::host::host_write::COPY_OUT_MAX_BYTES,
+    max_copy_out_entries: crate::host::host_write::COPY_OUT_MAX_ENTRIES,
 };
 
 /// Defaults for a new workspace.
@@ -132,7 +126,7 @@ pub struct WorkspaceSpec {
     /// Published ports: host addresses whose connections reach ports on
     /// the guest's loopback.
     #[serde(default)]
-    pub ports: Vec<crate::network::ports::PortMapping>,
+    pub ports: Vec<crate::store::ports::PortMapping>,
     /// The guest's address on a `tap` network, assigned at create (a value
     /// given is replaced; every `user` guest has the same one, so none is
     /// recorded).
@@ -170,7 +164,7 @@ impl Owner {
 }
 
 fn default_network() -> String {
-    crate::network::DEFAULT_NETWORK.into()
+    crate::store::name::DEFAULT_NETWORK.into()
 }
 
 impl Default for WorkspaceSpec {
@@ -202,26 +196,6 @@ fn valid_key(key: &str) -> bool {
 }
 
 impl WorkspaceSpec {
-    /// The spec of a workspace of `image`: its registered name, and its
-    /// defaults (environment under the spec's own, working directory,
-    /// user) recorded, so the workspace keeps them if the image goes.
-    pub fn with_image(self, image: crate::images::registry::ImageInfo) -> Self {
-        let defaults = image.defaults;
-        let mut env = defaults.env;
-        env.extend(self.env);
-        let user = match (defaults.uid, defaults.gid) {
-            (Some(uid), gid) => Some((uid, gid.unwrap_or(0))),
-            _ => None,
-        };
-        Self {
-            image: image.name,
-            env,
-            cwd: self.cwd.or(defaults.cwd),
-            user: self.user.or(user),
-            ..self
-        }
-    }
-
     /// Checks every field against [`LIMITS`].
     pub fn validate(&self) -> Result<()> {
         self.validate_within(&LIMITS)
@@ -272,8 +246,9 @@ impl WorkspaceSpec {
         if self.image.is_empty() {
             return bad("image name is empty".into());
         }
-        crate::network::ports::validate(&self.ports)?;
-        Ok(crate::network::validate_network(&self.network)?)
+        crate::store::ports::validate(&self.ports)?;
+        crate::store::name::validate_network_name(&self.network)
+            .map_err(|e| SpecError::Invalid(format!("network name `{}`: {e}", self.network)))
     }
 }
 

@@ -13,7 +13,6 @@ use crate::store::events::{EventKind, EventLog, EventsError};
 use crate::store::spec::{LastExit, Meta};
 use crate::store::state::{State, TransitionError};
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError, META_FILE};
-use crate::vmm::control::CONTROL_SOCKET;
 
 /// Why a workspace's files could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +50,8 @@ type Result<T, E = WorkspaceDirError> = std::result::Result<T, E>;
 
 /// The writable disk (ext4, sparse) the guest overlays on its image.
 pub const DISK_FILE: &str = "disk.ext4";
+/// The VMM's control socket (`vmm::control`'s protocol).
+pub const CONTROL_SOCKET: &str = "control.sock";
 /// The VMM's hybrid vsock socket.
 pub const VSOCK_SOCKET: &str = "vsock.sock";
 /// The VMM process's own log (its stderr).

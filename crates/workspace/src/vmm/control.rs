@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The socket's file name in the workspace directory.
-pub const CONTROL_SOCKET: &str = "control.sock";
 /// Longest request line the server reads (a snapshot request holds a path).
 const MAX_LINE: u64 = 8192;
 
@@ -37,7 +35,7 @@ pub enum ControlRequest {
     /// Start listening for a published port.
     Publish {
         /// The port.
-        mapping: crate::network::ports::PortMapping,
+        mapping: crate::store::ports::PortMapping,
     },
     /// Stop listening on a host address (open connections run on).
     Unpublish {

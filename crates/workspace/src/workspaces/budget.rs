@@ -2,7 +2,7 @@
 //! create (disk) and start (running workspaces, guest memory, disk).
 
 use crate::error::Result;
-use crate::host::budget::{BudgetError, HostBudget};
+use crate::host::budget::{BudgetError, HostBudget, Occupant};
 use crate::workspaces::manager::Workspaces;
 
 impl Workspaces {
@@ -36,7 +36,10 @@ impl Workspaces {
                 continue;
             }
             match self.get(&other) {
-                Ok(meta) => others.push(meta),
+                Ok(meta) => others.push(Occupant {
+                    has_vmm: meta.state.has_vmm(),
+                    mem_mib: meta.spec.mem_mib,
+                }),
                 // Deleted meanwhile, or a damaged record `inspect` names.
                 Err(_) => continue,
             }

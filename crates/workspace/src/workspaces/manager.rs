@@ -209,7 +209,7 @@ impl Workspaces {
         spec.validate_within(&self.limits)?;
         self.check_budget_disk()?;
         ws.check_socket_paths()?;
-        crate::network::ports::check_free(&spec.ports)?;
+        crate::store::ports::check_free(&spec.ports)?;
         let image: ImageInfo = self.images.get(&spec.image)?;
         let (_network, spec) = self.place_on_network(spec)?;
         let lock = self.lock(name)?;

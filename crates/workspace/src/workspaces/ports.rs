@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::network::ports::{check_free, validate, PortMapping};
+use crate::store::ports::{check_free, validate, PortMapping};
 use crate::store::spec::Meta;
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::workspaces::manager::Workspaces;

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::owners::{Owners, Recorded};
 use super::OciError;
-use crate::guest::host_write;
+use crate::host::host_write;
 
 /// The opaque-directory marker.
 const OPAQUE: &str = ".wh..wh..opq";

@@ -16,10 +16,10 @@ use crate::guest::exec::{ExecEnd, ExecRequest, ExecResult, Exited};
 use crate::guest::files::{ConsoleChunk, DirListing, FileRead, WriteOptions};
 use crate::guest::processes::{ProcessInfo, ProcessOptions, ProcessOutput};
 use crate::guest::{ExecEvent, FileStat};
-use crate::network::ports::PortMapping;
 use crate::snapshots::SnapshotInfo;
 use crate::store::events::Event;
 use crate::store::name::validate_name;
+use crate::store::ports::PortMapping;
 use crate::store::spec::{DeleteOptions, Meta};
 use crate::workspaces::lifecycle::StartProgress;
 use crate::workspaces::manager::{WorkspaceInfo, Workspaces};
@@ -149,7 +149,7 @@ impl<'a> Workspace<'a> {
     /// Copies a guest file or directory to `host_path` (a directory becomes
     /// `host_path` itself, merged into when it exists). Returns the bytes
     /// received. What the guest sends is checked and bounded
-    /// ([`crate::guest::host_write`]): nothing is written outside `host_path` or
+    /// ([`crate::host::host_write`]): nothing is written outside `host_path` or
     /// through a symlink, and a failed copy leaves no partial file.
     pub async fn copy_out(self, guest_path: &str, host_path: &Path) -> Result<u64> {
         self.all.copy_out(self.name, guest_path, host_path).await

@@ -1,8 +1,9 @@
 //! Networks through [`Workspaces`]: create, list, inspect and delete them
-//! (a network in use is kept), and place a new workspace on its network.
+//! (a network in use is kept), place a new workspace on its network, and
+//! set up or tear down the host's networking (preview-then-confirm).
 
-use crate::network::GuestNetwork;
-use serde::Serialize;
+use crate::network::setup::HostChange;
+use crate::network::{GuestNetwork, NetworkInfo};
 
 use crate::error::Result;
 use crate::host::settings::now_ms;
@@ -11,22 +12,6 @@ use crate::network::{
 };
 use crate::store::spec::WorkspaceSpec;
 use crate::workspaces::manager::{ListFilter, Workspaces};
-
-/// A network and the workspaces on it.
-#[derive(Clone, Debug, Serialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct NetworkInfo {
-    /// The network.
-    #[serde(flatten)]
-    pub network: Network,
-    /// Its bridge (`tap` networks).
-    pub bridge: Option<String>,
-    /// Its gateway: the default route, the resolver on `tap` networks, and
-    /// `host.microagent.internal` in its guests.
-    pub gateway: Option<std::net::Ipv4Addr>,
-    /// The workspaces that name it.
-    pub workspaces: Vec<String>,
-}
 
 impl Workspaces {
     /// Where `meta`'s guest is on its network.
@@ -142,18 +127,6 @@ impl Workspaces {
         };
         Ok((lock, WorkspaceSpec { address, ..spec }))
     }
-}
-
-/// A host setup or teardown: the plan, its token, and whether it was
-/// applied (only with a valid token).
-#[derive(Clone, Debug, Serialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct HostChange {
-    /// The plan and its token.
-    #[serde(flatten)]
-    pub preview: crate::host::plan::Preview,
-    /// The plan was applied (false: a preview).
-    pub applied: bool,
 }
 
 impl Workspaces {

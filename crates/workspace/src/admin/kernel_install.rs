@@ -119,7 +119,7 @@ impl Workspaces {
                 expires_at_ms: None,
             },
             applied: true,
-            version: crate::host::kernels::version_of(&kernel),
+            version: crate::images::kernels::version_of(&kernel),
             kernel: Some(kernel),
         })
     }

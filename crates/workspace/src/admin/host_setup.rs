@@ -1,0 +1,320 @@
+//! Setup, preview-then-confirm: everything a new host lacks to run
+//! workspaces, in one plan: the Debian packages the builds need, the guest
+//! kernel this host needs (built from source, [`crate::host::kernel_build`]), the
+//! `minimal` image (busybox with the agent and init installed beside this
+//! program) and the `debian` image (mmdebstrap, as root). What is there
+//! already is left as it is.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::Result;
+use crate::host::kernel_install::{source_plan, SourceHost};
+use crate::host::plan::{Confirmer, Plan, Preview, ProgressFn};
+use crate::host::settings::now_ms;
+use crate::host::setup::Setup;
+use crate::images::build::{debian, minimal, ImageBuildError};
+use crate::workspaces::manager::Workspaces;
+
+/// What the `debian` image has beyond minbase (as `cargo xtask rootfs
+/// debian` builds it).
+pub const DEBIAN_PACKAGES: &[&str] = &["python3", "nodejs"];
+/// The suite of the `debian` image.
+pub const DEBIAN_SUITE: &str = "bookworm";
+
+/// What setup would make.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Missing {
+    kernel: bool,
+    minimal: Option<(PathBuf, PathBuf)>,
+    debian: bool,
+}
+
+/// The host packages `missing` needs that are not installed.
+fn host_packages(
+    missing: &Missing,
+    kernel: &SourceHost,
+    installed: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut want: Vec<String> = Vec::new();
+    if missing.kernel {
+        want.extend(kernel.missing.iter().cloned());
+    }
+    // Workspaces' default network (rootless NAT) runs passt.
+    let mut more: Vec<&str> = vec!["passt"];
+    if missing.minimal.is_some() {
+        more.extend([minimal::BUSYBOX_PACKAGE, "e2fsprogs", "fakeroot"]);
+    }
+    if missing.debian {
+        more.extend(debian::HOST_PACKAGES);
+        more.push("e2fsprogs");
+    }
+    for p in more {
+        if !installed(p) && !want.iter().any(|w| w == p) {
+            want.push(p.to_owned());
+        }
+    }
+    want
+}
+
+/// The plan that makes what is missing.
+fn setup_plan(
+    missing: &Missing,
+    kernel_plan: &Plan,
+    packages: &[String],
+    images_dir: &Path,
+) -> Plan {
+    let mut plan = Plan::new("setup");
+    plan.install_packages(packages);
+    if missing.kernel {
+        plan.notes.extend(kernel_plan.notes.iter().cloned());
+        plan.writes.extend(kernel_plan.writes.iter().cloned());
+        plan.disk_bytes = plan.disk_bytes.max(kernel_plan.disk_bytes);
+        plan.estimate_seconds += kernel_plan.estimate_seconds;
+    }
+    if let Some((agent, init)) = &missing.minimal {
+        plan.notes.push(format!(
+            "builds the `minimal` image: {} with the agent {} and init {}",
+            minimal::BUSYBOX,
+            agent.display(),
+            init.display()
+        ));
+        plan.writes
+            .push(images_dir.join("minimal").display().to_string());
+        plan.estimate_seconds += 10;
+    }
+    if missing.debian {
+        plan.needs_root = true;
+        plan.notes.push(format!(
+            "builds the `debian` image: mmdebstrap {DEBIAN_SUITE} minbase as root with {} (downloads from deb.debian.org)",
+            debian::include(&owned(DEBIAN_PACKAGES)).join(",")
+        ));
+        plan.writes
+            .push(images_dir.join("debian").display().to_string());
+        plan.disk_bytes = plan.disk_bytes.max(debian::DISK_BYTES * 2);
+        plan.estimate_seconds += debian::SECONDS;
+    }
+    if plan.is_empty() {
+        plan.notes
+            .push("this host has the kernel and the `minimal` and `debian` images".into());
+    }
+    plan
+}
+
+fn owned(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+impl Workspaces {
+    /// Previews (without `confirm`) or applies (with the preview's token)
+    /// what this host lacks to run workspaces. `progress` hears each step.
+    pub async fn setup(&self, confirm: Option<&str>, progress: ProgressFn) -> Result<Setup> {
+        if let Some(token) = confirm {
+            Confirmer::expect_issued(self.state_dir().root(), token)?;
+        }
+        let root = self.asset_root()?;
+        let variant = self.host_kernel_variant();
+        let kernel_host = SourceHost::probe();
+        let kernel_plan = source_plan(&root, variant, &kernel_host);
+        let images = self.images();
+        let minimal_binaries = if images.get("minimal").is_ok() {
+            None
+        } else {
+            Some((
+                minimal::installed_binary(minimal::AGENT_BINARY)?,
+                minimal::installed_binary(minimal::INIT_BINARY)?,
+            ))
+        };
+        let missing = Missing {
+            kernel: !kernel_plan.is_empty(),
+            minimal: minimal_binaries,
+            debian: images.get("debian").is_err(),
+        };
+        let packages = host_packages(&missing, &kernel_host, &|p| {
+            crate::host::settings::deb_version(p).is_some()
+        });
+        let plan = setup_plan(&missing, &kernel_plan, &packages, images.root());
+        let confirmer = Confirmer::open(self.state_dir().root())?;
+        let Some(token) = confirm else {
+            return Ok(Setup {
+                preview: confirmer.preview(plan, now_ms()),
+                applied: false,
+                made: Vec::new(),
+            });
+        };
+        confirmer.check(&plan, token, now_ms())?;
+        plan.check_privilege(token)?;
+        let made = self.apply_setup(&plan, &missing, variant, progress).await?;
+        Ok(Setup {
+            preview: Preview {
+                plan,
+                token: None,
+                expires_at_ms: None,
+            },
+            applied: true,
+            made,
+        })
+    }
+
+    async fn apply_setup(
+        &self,
+        plan: &Plan,
+        missing: &Missing,
+        variant: vmm_core::KernelVariant,
+        progress: ProgressFn,
+    ) -> Result<Vec<String>> {
+        let mut made = Vec::new();
+        let (steps, kernel, variant) = (plan.clone(), missing.kernel, variant);
+        let report = progress.clone();
+        let kernel_file = self
+            .blocking(move |ws| {
+                if !steps.steps.is_empty() {
+                    report("installing Debian packages");
+                    steps.run()?;
+                }
+                if kernel {
+                    crate::host::kernel_build::build(variant, &mut |s| {
+                        report(&format!("kernel: {s}"))
+                    })
+                    .map_err(crate::host::kernel_install::KernelInstallError::from)?;
+                }
+                // The kernel workspaces of the built images boot.
+                let link = ws
+                    .asset_root()?
+                    .join("current")
+                    .join(variant.vmlinux_file());
+                std::fs::canonicalize(&link).map_err(crate::Error::host_io(format!(
+                    "finding the {variant} kernel at {}",
+                    link.display()
+                )))
+            })
+            .await?;
+        if kernel {
+            made.push("kernel".to_owned());
+        }
+        if let Some((agent, init)) = missing.minimal.clone() {
+            let (report, kernel) = (progress.clone(), kernel_file.clone());
+            self.blocking(move |ws| {
+                report("building the minimal image");
+                let work = ws.images().scratch_dir("setup-minimal")?;
+                let built = (|| -> Result<()> {
+                    let tree = work.join("tree");
+                    minimal::populate(&tree, &agent, &init)?;
+                    let rootfs = work.join(crate::images::registry::ROOTFS_FILE);
+                    crate::images::oci::rootfs::mkfs_root_owned(&tree, &rootfs)
+                        .map_err(ImageBuildError::from)?;
+                    minimal::own_user_home(&rootfs)?;
+                    ws.images()
+                        .import_files("minimal", &kernel, &rootfs, None)?;
+                    Ok(())
+                })();
+                let _ = std::fs::remove_dir_all(&work);
+                built
+            })
+            .await?;
+            made.push("minimal".to_owned());
+        }
+        if missing.debian {
+            let (report, kernel) = (progress.clone(), kernel_file.clone());
+            self.blocking(move |ws| {
+                report(&format!(
+                    "building the debian image (mmdebstrap {DEBIAN_SUITE})"
+                ));
+                let base = ws.images().get("minimal")?;
+                let work = ws.images().scratch_dir("setup-debian")?;
+                let built = (|| -> Result<()> {
+                    debian::bootstrap(
+                        DEBIAN_SUITE,
+                        &owned(DEBIAN_PACKAGES),
+                        &work.join("tree"),
+                        &work.join("mmdebstrap.log"),
+                    )?;
+                    report("writing the debian root filesystem");
+                    let rootfs = crate::images::oci::rootfs::convert_tree(&work, &base.rootfs)
+                        .map_err(ImageBuildError::from)?;
+                    ws.images().register_converted(
+                        "debian",
+                        &kernel,
+                        &rootfs,
+                        Default::default(),
+                        PathBuf::from(format!("debian:{DEBIAN_SUITE}")),
+                    )?;
+                    Ok(())
+                })();
+                let _ = std::fs::remove_dir_all(&work);
+                built
+            })
+            .await?;
+            made.push("debian".to_owned());
+        }
+        Ok(made)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel_host(missing: &[&str]) -> SourceHost {
+        SourceHost {
+            source: Some("6.1.1".into()),
+            missing: owned(missing),
+            jobs: 2,
+        }
+    }
+
+    #[test]
+    fn a_complete_host_needs_nothing() {
+        let missing = Missing::default();
+        let packages = host_packages(&missing, &kernel_host(&["flex"]), &|_| true);
+        assert!(packages.is_empty(), "{packages:?}");
+        let packages = host_packages(&missing, &kernel_host(&["flex"]), &|p| p != "passt");
+        assert_eq!(packages, ["passt"], "the default network needs it");
+        let packages: Vec<String> = Vec::new();
+        let plan = setup_plan(
+            &missing,
+            &Plan::new("kernel install"),
+            &packages,
+            Path::new("/s/images"),
+        );
+        assert!(plan.is_empty(), "{plan:?}");
+        assert!(plan.notes[0].contains("has the kernel"));
+    }
+
+    #[test]
+    fn a_bare_host_gets_one_package_install_then_everything() {
+        let missing = Missing {
+            kernel: true,
+            minimal: Some(("/d/microagent-agent".into(), "/d/microagent-init".into())),
+            debian: true,
+        };
+        let host = kernel_host(&["flex", "e2fsprogs"]);
+        let packages = host_packages(&missing, &host, &|p| p == "fakeroot");
+        assert_eq!(
+            packages,
+            [
+                "flex",
+                "e2fsprogs",
+                "passt",
+                "busybox-static",
+                "mmdebstrap",
+                "debian-archive-keyring"
+            ]
+        );
+        let kernel_plan = source_plan(Path::new("/c"), vmm_core::KernelVariant::Compat, &host);
+        let plan = setup_plan(&missing, &kernel_plan, &packages, Path::new("/s/images"));
+        assert_eq!(plan.steps.len(), 2, "one update, one install: {plan:?}");
+        assert!(plan.needs_root);
+        assert!(plan
+            .writes
+            .iter()
+            .any(|w| w.ends_with("current/vmlinux-compat")));
+        assert!(plan.writes.contains(&"/s/images/minimal".to_owned()));
+        assert!(plan.writes.contains(&"/s/images/debian".to_owned()));
+        let notes = plan.notes.join("\n");
+        assert!(notes.contains("/d/microagent-agent"), "{notes}");
+        assert!(notes.contains("python3,nodejs"), "{notes}");
+        // The kernel (its packages too), minimal, debian.
+        let kernel = crate::host::kernel_build::CPU_SECONDS / 2 + 60;
+        assert_eq!(plan.estimate_seconds, kernel + 10 + debian::SECONDS);
+    }
+}

@@ -1,0 +1,12 @@
+//! Operations on the host that orchestrate workspaces: image builds
+//! (`image_build`) and kernel installs (`kernel_install`), each of which
+//! boots a throwaway workspace; host setup (`host_setup`), network objects
+//! and host networking (`networks`), and the doctor's checks (`checks`).
+//! Their records and plans live in their concerns' folders (`host`,
+//! `network`, `images`); this folder sits above them and the guest calls.
+
+pub(crate) mod checks;
+pub(crate) mod host_setup;
+pub(crate) mod image_build;
+pub(crate) mod kernel_install;
+pub(crate) mod networks;
