@@ -30,8 +30,6 @@ pub(crate) mod code;
 pub(crate) mod error;
 pub(crate) mod error_chain;
 pub mod guest;
-#[cfg(feature = "client")]
-pub(crate) mod handle;
 pub mod host;
 pub mod images;
 pub mod network;
@@ -70,8 +68,6 @@ pub use guest::processes::ProcessInfo;
 /// needs no other crate to give it.
 #[cfg(feature = "client")]
 pub use guest::stream::ExecInput;
-#[cfg(feature = "client")]
-pub use handle::Workspace;
 pub use remedy::Remedy;
 #[cfg(feature = "client")]
 pub use snapshots::SnapshotInfo;
@@ -87,6 +83,8 @@ pub use workspaces::builder::WorkspacesBuilder;
 pub use workspaces::contract::{
     contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE,
 };
+#[cfg(feature = "client")]
+pub use workspaces::handle::Workspace;
 #[cfg(feature = "client")]
 pub use workspaces::lifecycle::{StartProgress, DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
 #[cfg(feature = "client")]

@@ -140,17 +140,18 @@ impl Workspaces {
             .run_once(
                 &run,
                 |name| async move {
-                    self.start_cold(&name, CHECK_BOOT_TIMEOUT, |_| {})
+                    self.at(&name)
+                        .start_cold(CHECK_BOOT_TIMEOUT, |_| {})
                         .await
                         .map(|_| true)
                 },
                 |name| async move {
-                    self.exec_collect(
-                        &name,
-                        crate::ExecRequest::argv(["uname", "-r"]),
-                        crate::ExecInput::None,
-                    )
-                    .await
+                    self.at(&name)
+                        .exec_collect(
+                            crate::ExecRequest::argv(["uname", "-r"]),
+                            crate::ExecInput::None,
+                        )
+                        .await
                 },
             )
             .await;

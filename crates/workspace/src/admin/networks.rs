@@ -127,9 +127,7 @@ impl Workspaces {
         };
         Ok((lock, WorkspaceSpec { address, ..spec }))
     }
-}
 
-impl Workspaces {
     fn networks_dir(&self) -> std::path::PathBuf {
         self.state_dir()
             .root()

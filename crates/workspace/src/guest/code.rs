@@ -13,6 +13,7 @@ use crate::guest::files::WriteOptions;
 use crate::guest::stream::ExecInput;
 use crate::images::registry::ImageError;
 use crate::store::spec::WorkspaceSpec;
+use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
 /// The image that has every [`Language`]'s interpreter; one-shot code runs
@@ -115,17 +116,18 @@ impl Workspaces {
             Err(e) => Err(e.into()),
         }
     }
+}
 
-    // The implementation of [`Workspace::write_code_script`].
-    pub(crate) async fn write_code_script(
-        &self,
-        name: &str,
-        language: Language,
-        code: &str,
-    ) -> Result<CodeScript> {
+impl Workspace<'_> {
+    /// Writes `code` to a private script in this running workspace
+    /// once its image is found to have `language`'s interpreter (else
+    /// [`Error::InterpreterMissing`]). Run it with [`CodeScript::request`],
+    /// then [`Workspaces::remove_code_script`].
+    pub async fn write_code_script(self, language: Language, code: &str) -> Result<CodeScript> {
+        let name = self.name;
         let interpreter = language.interpreter();
         let probe = housekeeping(&["/bin/sh", "-c", &format!("command -v {interpreter}")]);
-        let found = self.exec_collect(name, probe, ExecInput::None).await?;
+        let found = self.exec_collect(probe, ExecInput::None).await?;
         // Only an answer says the interpreter is missing; a probe that
         // did not finish says nothing about the image.
         if found.timed_out {
@@ -137,7 +139,7 @@ impl Workspaces {
         if !found.success() {
             return Err(Error::InterpreterMissing {
                 workspace: name.to_owned(),
-                image: self.get(name)?.spec.image,
+                image: self.get()?.spec.image,
                 interpreter,
                 image_with_it: CODE_IMAGE,
             });
@@ -151,21 +153,23 @@ impl Workspaces {
             append: false,
             perm: Some(0o600),
         };
-        self.write_file(name, &path, code.as_bytes(), options)
-            .await?;
+        self.write_file(&path, code.as_bytes(), options).await?;
         Ok(CodeScript {
             workspace: name.to_owned(),
             path,
             language,
         })
     }
+}
 
+impl Workspaces {
     /// Removes `script`, best effort: the workspace may be gone or
     /// stopping.
     pub async fn remove_code_script(&self, script: &CodeScript) {
         let rm = housekeeping(&["rm", "-f", &script.path]);
         let _ = self
-            .exec_collect(&script.workspace, rm, ExecInput::None)
+            .at(&script.workspace)
+            .exec_collect(rm, ExecInput::None)
             .await;
     }
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::guest::files::{check_guest_path, FileKind, FileStat};
+use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
 /// Which way a copy goes.
@@ -150,27 +151,26 @@ fn cannot_read(path: &Path, e: &std::io::Error) -> Error {
     Error::InvalidInput(format!("cannot read {}: {e}", path.display()))
 }
 
-impl Workspaces {
-    // The implementation of [`Workspace::stat_if_exists`].
-    pub(crate) async fn stat_if_exists(&self, name: &str, path: &str) -> Result<Option<FileStat>> {
-        match self.stat(name, path).await {
+impl Workspace<'_> {
+    /// What is at a guest path of a running workspace, if anything.
+    pub async fn stat_if_exists(self, path: &str) -> Result<Option<FileStat>> {
+        match self.stat(path).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.code() == crate::ErrorCode::NotFound => {
                 // NOT_FOUND is also what a missing workspace gives.
-                self.get(name)?;
+                self.get()?;
                 Ok(None)
             }
             Err(e) => Err(e),
         }
     }
 
-    // The implementation of [`Workspace::plan_copy_in`].
-    pub(crate) async fn plan_copy_in(
-        &self,
-        name: &str,
-        host_path: &Path,
-        guest_path: &str,
-    ) -> Result<CopyPlan> {
+    /// Plans copying the host file or directory `host_path` to
+    /// `guest_path` in this running workspace: a file replaces a guest
+    /// file, a directory becomes (or merges into) the guest directory;
+    /// anything else there is refused.
+    pub async fn plan_copy_in(self, host_path: &Path, guest_path: &str) -> Result<CopyPlan> {
+        let name = self.name;
         let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
                 "{} does not exist on the host",
@@ -184,7 +184,7 @@ impl Workspaces {
         } else {
             CopyKind::File
         };
-        let target = self.stat_if_exists(name, guest_path).await?;
+        let target = self.stat_if_exists(guest_path).await?;
         let source = match kind {
             CopyKind::Dir => {
                 let (entries, total) =
@@ -228,16 +228,19 @@ impl Workspaces {
         })
     }
 
-    // The implementation of [`Workspace::plan_copy_out`].
-    pub(crate) async fn plan_copy_out(
-        &self,
-        name: &str,
+    /// Plans copying the guest file or directory `guest_path` of the
+    /// running workspace to `host_path`: an existing host path is
+    /// refused (CONFLICT) unless `options` allow overwriting it, and then
+    /// only a file over a file or a directory into a directory.
+    pub async fn plan_copy_out(
+        self,
         guest_path: &str,
         host_path: &Path,
         options: CopyOptions,
     ) -> Result<CopyPlan> {
+        let name = self.name;
         check_guest_path(guest_path)?;
-        let stat = self.stat(name, guest_path).await?;
+        let stat = self.stat(guest_path).await?;
         let kind = match stat.kind {
             FileKind::File => CopyKind::File,
             FileKind::Dir => CopyKind::Dir,
@@ -293,12 +296,15 @@ impl Workspaces {
             guest_stat: Some(stat),
         })
     }
+}
 
+impl Workspaces {
     /// Carries out `plan`; returns the count [`CopyPlan::unit`] names.
     pub async fn copy(&self, plan: &CopyPlan) -> Result<u64> {
         match plan.direction {
             CopyDirection::In => {
-                self.copy_in(&plan.workspace, &plan.host_path, &plan.guest_path)
+                self.at(&plan.workspace)
+                    .copy_in(&plan.host_path, &plan.guest_path)
                     .await
             }
             CopyDirection::Out => match &plan.guest_stat {
@@ -307,7 +313,8 @@ impl Workspaces {
                         .await
                 }
                 None => {
-                    self.copy_out(&plan.workspace, &plan.guest_path, &plan.host_path)
+                    self.at(&plan.workspace)
+                        .copy_out(&plan.guest_path, &plan.host_path)
                         .await
                 }
             },

@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::guest::stream::{ExecEvent, ExecInput, PtySize};
 use crate::store::events::EventKind;
+use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
 /// What runs: a program with its arguments, or a shell line.
@@ -358,11 +359,11 @@ pub enum ExecEnd {
 /// report its end.
 pub const EXEC_DEADLINE_GRACE: Duration = Duration::from_secs(30);
 
-impl Workspaces {
-    // The implementation of [`Workspace::exec`].
-    pub(crate) async fn exec<F>(
-        &self,
-        name: &str,
+impl Workspace<'_> {
+    /// Runs a command, streaming its output to `on_event`; the workspace's
+    /// env is added under the request's own. Logs exec started/finished.
+    pub async fn exec<F>(
+        self,
         req: ExecRequest,
         input: ExecInput,
         mut on_event: F,
@@ -370,8 +371,9 @@ impl Workspaces {
     where
         F: FnMut(ExecEvent) + Send,
     {
+        let (all, name) = (self.all, self.name);
         req.check()?;
-        let (ws, meta) = self.running(name)?;
+        let (ws, meta) = all.running(name)?;
         let command = req.describe();
         // The agent ends a command at its timeout and reports it; past that
         // and a grace the host stops waiting (an agent that stopped
@@ -412,10 +414,13 @@ impl Workspaces {
         Ok(exited.into())
     }
 
-    // The implementation of [`Workspace::exec_cancellable`].
-    pub(crate) async fn exec_cancellable<F, C>(
-        &self,
-        name: &str,
+    /// Like [`Workspace::exec`], but when `cancel` completes first the
+    /// command's process group is killed (SIGKILL): the agent keeps a
+    /// process running when its client goes away, so dropping the exec
+    /// alone would leave it behind. [`ExecEnd`] says whether the kill was
+    /// confirmed; only then is `exec_finished` (signal 9) logged.
+    pub async fn exec_cancellable<F, C>(
+        self,
         mut req: ExecRequest,
         input: ExecInput,
         on_event: F,
@@ -425,18 +430,19 @@ impl Workspaces {
         F: FnMut(ExecEvent) + Send,
         C: std::future::Future<Output = ()>,
     {
+        let (all, name) = (self.all, self.name);
         let id = req
             .id
             .get_or_insert_with(|| format!("host-{}", crate::host::settings::unique_id()))
             .clone();
-        let exec = self.exec(name, req, input, on_event);
+        let exec = self.exec(req, input, on_event);
         tokio::pin!(exec);
         tokio::select! {
             done = &mut exec => done.map(ExecEnd::Exited),
             () = cancel => {
-                let killed = self.kill_exec(name, &id).await;
+                let killed = all.kill_exec(name, &id).await;
                 if killed {
-                    if let Ok(ws) = self.dir(name) {
+                    if let Ok(ws) = all.dir(name) {
                         let _ = ws.events().append(EventKind::ExecFinished {
                             exec_id: id.clone(),
                             code: None,
@@ -448,13 +454,15 @@ impl Workspaces {
             }
         }
     }
+}
 
+impl Workspaces {
     /// Sends SIGKILL to exec `id`'s process group; true when the agent
     /// confirmed it. An exec the agent does not know yet may be starting:
     /// it is retried for about 2 s.
     async fn kill_exec(&self, name: &str, id: &str) -> bool {
         for _ in 0..20 {
-            match self.signal_exec(name, id, libc::SIGKILL).await {
+            match self.at(name).signal_exec(id, libc::SIGKILL).await {
                 Ok(()) => return true,
                 Err(e) if e.code() == crate::ErrorCode::NotFound => {
                     tokio::time::sleep(Duration::from_millis(100)).await
@@ -464,24 +472,23 @@ impl Workspaces {
         }
         false
     }
+}
 
-    // The implementation of [`Workspace::exec_collect`].
-    pub(crate) async fn exec_collect(
-        &self,
-        name: &str,
-        req: ExecRequest,
-        input: ExecInput,
-    ) -> Result<ExecResult> {
+impl Workspace<'_> {
+    /// Runs a command to its end and collects its output (up to the
+    /// request's output cap).
+    pub async fn exec_collect(self, req: ExecRequest, input: ExecInput) -> Result<ExecResult> {
         let mut collector = OutputCollector::new(req.output_cap);
         let exited = self
-            .exec(name, req, input, |event| collector.on_event(event))
+            .exec(req, input, |event| collector.on_event(event))
             .await?;
         Ok(collector.finish(exited))
     }
 
-    // The implementation of [`Workspace::signal_exec`].
-    pub(crate) async fn signal_exec(&self, name: &str, exec_id: &str, signal: i32) -> Result<()> {
-        self.agent(name)
+    /// Sends a signal to a running exec's process group.
+    pub async fn signal_exec(self, exec_id: &str, signal: i32) -> Result<()> {
+        let (all, name) = (self.all, self.name);
+        all.agent(name)
             .await?
             .signal(exec_id, signal)
             .await

@@ -17,6 +17,7 @@ use crate::store::events::Event;
 use crate::store::spec::Meta;
 use crate::store::state::State;
 use crate::store::workspace_dir::WorkspaceDir;
+use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
 /// Longest `events --wait` the library accepts.
@@ -139,7 +140,7 @@ pub struct ConsoleChunk {
 impl Workspaces {
     /// The workspace's directory and record, if it is running.
     pub(crate) fn running(&self, name: &str) -> Result<(WorkspaceDir, Meta)> {
-        let meta = self.get(name)?;
+        let meta = self.at(name).get()?;
         if meta.state != State::Running {
             return Err(Error::NotRunning {
                 name: name.to_owned(),
@@ -153,15 +154,18 @@ impl Workspaces {
         let (ws, _) = self.running(name)?;
         ws.agent().connect().await.map_err(Error::agent("connect"))
     }
+}
 
-    // The implementation of [`Workspace::read_file`].
-    pub(crate) async fn read_file(
-        &self,
-        name: &str,
+impl Workspace<'_> {
+    /// Reads `length` bytes from `offset` of a guest file (default: to its
+    /// end, at most [`MAX_COLLECTED_BYTES`]; `copy_out` streams larger ones).
+    pub async fn read_file(
+        self,
         path: &str,
         offset: Option<u64>,
         length: Option<u64>,
     ) -> Result<FileRead> {
+        let (all, name) = (self.all, self.name);
         // Into memory: never more than a collector keeps (copy_out streams).
         let length = Some(
             length
@@ -169,7 +173,7 @@ impl Workspaces {
                 .min(MAX_COLLECTED_BYTES),
         );
         let mut data = Vec::new();
-        let header = self
+        let header = all
             .agent(name)
             .await?
             .read_file_to(path, offset, length, &mut data)
@@ -181,30 +185,26 @@ impl Workspaces {
         })
     }
 
-    // The implementation of [`Workspace::write_file`].
-    pub(crate) async fn write_file(
-        &self,
-        name: &str,
-        path: &str,
-        data: &[u8],
-        options: WriteOptions,
-    ) -> Result<u64> {
+    /// Writes a guest file (replacing it, or appending); bytes written.
+    pub async fn write_file(self, path: &str, data: &[u8], options: WriteOptions) -> Result<u64> {
+        let (all, name) = (self.all, self.name);
         let WriteOptions { append, perm } = options;
         let mode = if append {
             WriteMode::Append
         } else {
             WriteMode::Truncate
         };
-        self.agent(name)
+        all.agent(name)
             .await?
             .write_file(path, mode, perm, data)
             .await
             .map_err(Error::agent("write_file"))
     }
 
-    // The implementation of [`Workspace::list_dir`].
-    pub(crate) async fn list_dir(&self, name: &str, path: &str) -> Result<DirListing> {
-        let (entries, truncated) = self
+    /// A guest directory's entries.
+    pub async fn list_dir(self, path: &str) -> Result<DirListing> {
+        let (all, name) = (self.all, self.name);
+        let (entries, truncated) = all
             .agent(name)
             .await?
             .list_dir(path)
@@ -216,9 +216,10 @@ impl Workspaces {
         })
     }
 
-    // The implementation of [`Workspace::stat`].
-    pub(crate) async fn stat(&self, name: &str, path: &str) -> Result<FileStat> {
-        self.agent(name)
+    /// Metadata of a guest path.
+    pub async fn stat(self, path: &str) -> Result<FileStat> {
+        let (all, name) = (self.all, self.name);
+        all.agent(name)
             .await?
             .stat(path)
             .await
@@ -226,13 +227,11 @@ impl Workspaces {
             .map_err(Error::agent("stat"))
     }
 
-    // The implementation of [`Workspace::copy_in`].
-    pub(crate) async fn copy_in(
-        &self,
-        name: &str,
-        host_path: &Path,
-        guest_path: &str,
-    ) -> Result<u64> {
+    /// Copies a host file or directory to `guest_path` (a directory is
+    /// copied as `guest_path` itself, created if missing). Returns bytes
+    /// (file) or entries (directory) copied.
+    pub async fn copy_in(self, host_path: &Path, guest_path: &str) -> Result<u64> {
+        let (all, name) = (self.all, self.name);
         let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
                 "{} does not exist on the host",
@@ -246,7 +245,7 @@ impl Workspaces {
         check_guest_path(guest_path)?;
         if meta.is_dir() {
             let archive = tar_dir(host_path)?;
-            self.agent(name)
+            all.agent(name)
                 .await?
                 .tar_in(guest_path, &archive)
                 .await
@@ -257,7 +256,7 @@ impl Workspaces {
                 .map_err(Error::host_io(format!("opening {}", host_path.display())))?;
             use std::os::unix::fs::PermissionsExt;
             let perm = meta.permissions().mode() & 0o7777;
-            self.agent(name)
+            all.agent(name)
                 .await?
                 .write_file_from(guest_path, WriteMode::Truncate, Some(perm), &mut file)
                 .await
@@ -265,18 +264,20 @@ impl Workspaces {
         }
     }
 
-    // The implementation of [`Workspace::copy_out`].
-    pub(crate) async fn copy_out(
-        &self,
-        name: &str,
-        guest_path: &str,
-        host_path: &Path,
-    ) -> Result<u64> {
+    /// Copies a guest file or directory to `host_path` (a directory becomes
+    /// `host_path` itself, merged into when it exists). Returns the bytes
+    /// received. What the guest sends is checked and bounded
+    /// ([`crate::host::host_write`]): nothing is written outside `host_path` or
+    /// through a symlink, and a failed copy leaves no partial file.
+    pub async fn copy_out(self, guest_path: &str, host_path: &Path) -> Result<u64> {
+        let (all, name) = (self.all, self.name);
         check_guest_path(guest_path)?;
-        let stat = self.stat(name, guest_path).await?;
-        self.copy_out_of(name, guest_path, &stat, host_path).await
+        let stat = self.stat(guest_path).await?;
+        all.copy_out_of(name, guest_path, &stat, host_path).await
     }
+}
 
+impl Workspaces {
     /// [`Workspace::copy_out`] of a guest path whose `stat` the caller
     /// already has (a planned copy does not ask the agent twice).
     pub(crate) async fn copy_out_of(
@@ -345,32 +346,33 @@ impl Workspaces {
             ))),
         }
     }
+}
 
-    // The implementation of [`Workspace::logs`].
-    pub(crate) fn logs(&self, name: &str, lines: Option<usize>) -> Result<Vec<String>> {
-        self.get(name)?;
-        let ws = self.dir(name)?;
+impl Workspace<'_> {
+    /// The last `lines` console lines (all when `None`).
+    pub fn logs(self, lines: Option<usize>) -> Result<Vec<String>> {
+        let (all, name) = (self.all, self.name);
+        self.get()?;
+        let ws = all.dir(name)?;
         Ok(console_log::tail_lines(
             ws.path(),
             lines.unwrap_or(usize::MAX),
         )?)
     }
 
-    // The implementation of [`Workspace::logs_from`].
-    pub(crate) fn logs_from(&self, name: &str, offset: u64) -> Result<ConsoleChunk> {
-        let ws = self.dir(name)?;
+    /// New console bytes from `offset` of the current console file, and the
+    /// next offset (for following).
+    pub fn logs_from(self, offset: u64) -> Result<ConsoleChunk> {
+        let (all, name) = (self.all, self.name);
+        let ws = all.dir(name)?;
         ws.read_meta()?;
         let (data, next_offset) = console_log::read_from(ws.path(), offset)?;
         Ok(ConsoleChunk { data, next_offset })
     }
 
-    // The implementation of [`Workspace::events`].
-    pub(crate) async fn events(
-        &self,
-        name: &str,
-        after: u64,
-        wait: Duration,
-    ) -> Result<Vec<Event>> {
+    /// Events after `after`, waiting up to `wait` for one when none are there.
+    pub async fn events(self, after: u64, wait: Duration) -> Result<Vec<Event>> {
+        let (all, name) = (self.all, self.name);
         if wait > MAX_EVENT_WAIT {
             return Err(Error::InvalidInput(format!(
                 "wait is {} s; at most {} s",
@@ -378,12 +380,12 @@ impl Workspaces {
                 MAX_EVENT_WAIT.as_secs()
             )));
         }
-        let ws = self.dir(name)?;
+        let ws = all.dir(name)?;
         let log = ws.events();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // A VMM that died is recorded (and its event logged) as it is noticed.
-            self.get(name)?;
+            self.get()?;
             let events = log.read_after(after)?;
             if !events.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(events);

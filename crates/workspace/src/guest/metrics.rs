@@ -79,7 +79,7 @@ impl Workspaces {
     /// list of all, that workspace's guest figures are null.
     pub async fn metrics(&self, name: Option<&str>) -> Result<Vec<WorkspaceMetrics>> {
         let metas = match name {
-            Some(name) => vec![self.get(name)?],
+            Some(name) => vec![self.at(name).get()?],
             None => self.list(&ListFilter::default())?,
         };
         let mut all = Vec::with_capacity(metas.len());

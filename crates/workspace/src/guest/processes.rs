@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::guest::exec::ExecRequest;
 use crate::store::events::EventKind;
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::handle::Workspace;
 
 pub use wire::{
     DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING,
@@ -174,16 +174,18 @@ fn signal_spec(signal: &str) -> SignalSpec {
     }
 }
 
-impl Workspaces {
-    // The implementation of [`Workspace::process_start`].
-    pub(crate) async fn process_start(
-        &self,
-        name: &str,
+impl Workspace<'_> {
+    /// Starts `req` as a background process in this running workspace
+    /// and returns at once; the workspace's env is added under the
+    /// request's own, and its timeout (if any) kills it.
+    pub async fn process_start(
+        self,
         req: ExecRequest,
         options: ProcessOptions,
     ) -> Result<ProcessInfo> {
+        let (all, name) = (self.all, self.name);
         req.check()?;
-        let (ws, meta) = self.running(name)?;
+        let (ws, meta) = all.running(name)?;
         let command = req.describe();
         let mut wire = req.into_wire(&meta.spec);
         if options.stdin {
@@ -208,9 +210,11 @@ impl Workspaces {
         Ok(info)
     }
 
-    // The implementation of [`Workspace::process_list`].
-    pub(crate) async fn process_list(&self, name: &str) -> Result<Vec<ProcessInfo>> {
-        let list = self
+    /// Its background processes, oldest first
+    /// (finished ones until removed or pushed out by newer ones).
+    pub async fn process_list(self) -> Result<Vec<ProcessInfo>> {
+        let (all, name) = (self.all, self.name);
+        let list = all
             .agent(name)
             .await?
             .process_list()
@@ -219,16 +223,19 @@ impl Workspaces {
         Ok(list.into_iter().map(Into::into).collect())
     }
 
-    // The implementation of [`Workspace::process_output`].
-    pub(crate) async fn process_output(
-        &self,
-        name: &str,
+    /// Output of process `id` from `cursors` (stdout, stderr byte offsets;
+    /// 0 for the start), at most `max_bytes` per stream (default and limit
+    /// 4 MiB), waiting up to `wait` (at most 10 min) for some when there
+    /// is none yet.
+    pub async fn process_output(
+        self,
         id: &str,
         cursors: [u64; 2],
         max_bytes: Option<u64>,
         wait: Duration,
     ) -> Result<ProcessOutput> {
-        let read = self
+        let (all, name) = (self.all, self.name);
+        let read = all
             .agent(name)
             .await?
             .process_output(id, cursors, max_bytes, wait.min(AGENT_MAX_WAIT))
@@ -242,14 +249,10 @@ impl Workspaces {
         })
     }
 
-    // The implementation of [`Workspace::process_write_stdin`].
-    pub(crate) async fn process_write_stdin(
-        &self,
-        name: &str,
-        id: &str,
-        data: &[u8],
-        close: bool,
-    ) -> Result<u64> {
+    /// Writes `data` to process `id`'s stdin, then closes it when `close`;
+    /// returns the bytes written.
+    pub async fn process_write_stdin(self, id: &str, data: &[u8], close: bool) -> Result<u64> {
+        let (all, name) = (self.all, self.name);
         let mut written = 0;
         let mut parts = data.chunks(wire::MAX_PROCESS_STDIN).peekable();
         if parts.peek().is_none() && !close {
@@ -258,7 +261,7 @@ impl Workspaces {
         loop {
             let part = parts.next().unwrap_or_default();
             let last = parts.peek().is_none();
-            written += self
+            written += all
                 .agent(name)
                 .await?
                 .process_stdin(id, part, close && last)
@@ -270,26 +273,25 @@ impl Workspaces {
         }
     }
 
-    // The implementation of [`Workspace::process_signal`].
-    pub(crate) async fn process_signal(&self, name: &str, id: &str, signal: &str) -> Result<()> {
-        self.agent(name)
+    /// Sends `signal` (a number, or a name such as `TERM` or `SIGKILL`) to
+    /// process `id`'s process group.
+    pub async fn process_signal(self, id: &str, signal: &str) -> Result<()> {
+        let (all, name) = (self.all, self.name);
+        all.agent(name)
             .await?
             .process_signal(id, signal_spec(signal))
             .await
             .map_err(Error::agent("process_signal"))
     }
 
-    // The implementation of [`Workspace::process_wait`].
-    pub(crate) async fn process_wait(
-        &self,
-        name: &str,
-        id: &str,
-        timeout: Duration,
-    ) -> Result<ProcessInfo> {
+    /// Waits up to `timeout` for process `id` to exit; returns it either
+    /// way (check [`ProcessInfo::running`]).
+    pub async fn process_wait(self, id: &str, timeout: Duration) -> Result<ProcessInfo> {
+        let (all, name) = (self.all, self.name);
         let mut left = timeout;
         loop {
             let part = left.min(AGENT_MAX_WAIT);
-            let info: ProcessInfo = self
+            let info: ProcessInfo = all
                 .agent(name)
                 .await?
                 .process_wait(id, part)
@@ -303,9 +305,10 @@ impl Workspaces {
         }
     }
 
-    // The implementation of [`Workspace::process_remove`].
-    pub(crate) async fn process_remove(&self, name: &str, id: &str) -> Result<()> {
-        self.agent(name)
+    /// Forgets finished process `id` and its output.
+    pub async fn process_remove(self, id: &str) -> Result<()> {
+        let (all, name) = (self.all, self.name);
+        all.agent(name)
             .await?
             .process_remove(id)
             .await

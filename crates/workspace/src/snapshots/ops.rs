@@ -17,6 +17,7 @@ use crate::store::spec::{Meta, WorkspaceSpec};
 use crate::store::state::State;
 use crate::store::{read_json, write_json_atomic, SNAPSHOTS_DIR};
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::StartProgress;
 use crate::workspaces::manager::Workspaces;
 
@@ -65,7 +66,7 @@ impl Workspaces {
     /// and disk when it runs, the disk alone when it is stopped. Returns
     /// whether memory was saved and the pause in ms.
     fn write_machine(&self, workspace: &str, dir: &Path) -> Result<(bool, f64)> {
-        let meta = self.get(workspace)?;
+        let meta = self.at(workspace).get()?;
         let ws = self.dir(workspace)?;
         match meta.state {
             State::Running => {
@@ -100,28 +101,29 @@ impl Workspaces {
             }),
         }
     }
+}
 
-    // The implementation of [`Workspace::snapshot_take`].
-    pub(crate) fn snapshot_take(
-        &self,
-        workspace: &str,
-        name: Option<&str>,
-    ) -> Result<SnapshotInfo> {
-        let meta = self.get(workspace)?;
+impl Workspace<'_> {
+    /// Takes a snapshot of it named `name` (by default
+    /// `<workspace>-<time>`): its whole machine while it runs (the guest
+    /// pauses meanwhile), its disk while it is stopped.
+    pub fn snapshot_take(self, name: Option<&str>) -> Result<SnapshotInfo> {
+        let (all, workspace) = (self.all, self.name);
+        let meta = self.get()?;
         let name = name.map_or_else(|| format!("{workspace}-{}", now_ms()), str::to_owned);
-        let dir = self.snapshot_dir(&name)?;
+        let dir = all.snapshot_dir(&name)?;
         if dir.exists() {
             return Err(Error::SnapshotExists(name));
         }
-        self.sweep_abandoned_snapshots();
-        let parent = self.snapshots_dir();
+        all.sweep_abandoned_snapshots();
+        let parent = all.snapshots_dir();
         std::fs::create_dir_all(&parent)
             .map_err(Error::host_io(format!("creating {}", parent.display())))?;
         let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir(&tmp).map_err(Error::host_io(format!("creating {}", tmp.display())))?;
         let made = (|| -> Result<SnapshotInfo> {
-            let (has_memory, paused_ms) = self.write_machine(workspace, &tmp)?;
+            let (has_memory, paused_ms) = all.write_machine(workspace, &tmp)?;
             crate::pause_point::pause_point("snapshot:written");
             let memory_sha256 = has_memory
                 .then(|| memory_digest(&tmp))
@@ -147,7 +149,7 @@ impl Workspaces {
         }
         let mut info = made?;
         info.size_bytes = allocated_bytes(&dir);
-        self.dir(workspace)?
+        all.dir(workspace)?
             .events()
             .append(EventKind::SnapshotTaken {
                 snapshot: name,
@@ -155,7 +157,9 @@ impl Workspaces {
             })?;
         Ok(info)
     }
+}
 
+impl Workspaces {
     /// The snapshot `name`.
     pub fn snapshot_get(&self, name: &str) -> Result<SnapshotInfo> {
         let dir = self.snapshot_dir(name)?;
@@ -244,12 +248,13 @@ impl Workspaces {
         let info = self.snapshot_get(name)?;
         if let Some(new_name) = as_name {
             return self
-                .fork(&info.workspace, new_name, Some(name), timeout, progress)
+                .at(&info.workspace)
+                .fork(new_name, Some(name), timeout, progress)
                 .await;
         }
         self.check_usable(&info)?;
         let target = info.workspace.as_str();
-        let meta = self.get(target)?;
+        let meta = self.at(target).get()?;
         if meta.state.has_vmm() {
             if !force {
                 return Err(Error::WrongState {
@@ -262,7 +267,7 @@ impl Workspaces {
                     }),
                 });
             }
-            self.halt(target)?;
+            self.at(target).halt()?;
         }
         let ws = self.dir(target)?;
         {
@@ -274,34 +279,42 @@ impl Workspaces {
             })?;
         }
         if !info.has_memory {
-            return self.get(target);
+            return self.at(target).get();
         }
         let dir = self.snapshot_dir(name)?;
         self.start_from(target, timeout, progress, Some(&dir)).await
     }
+}
 
-    // The implementation of [`Workspace::fork`].
-    pub(crate) async fn fork(
-        &self,
-        source: &str,
+impl Workspace<'_> {
+    /// Creates workspace `new_name` as a fork and starts it: from the
+    /// snapshot `snapshot` if given, else from this workspace as it is now (a
+    /// snapshot of its running machine, kept in the fork's directory). A
+    /// snapshot with memory resumes where it was taken; a disk-only one
+    /// boots from its disk. The fork has its own disk copy and sockets.
+    pub async fn fork(
+        self,
         new_name: &str,
         snapshot: Option<&str>,
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
+        let (all, source) = (self.all, self.name);
         // It may write a snapshot of a running workspace and copy a disk.
         let (from, to, snap) = (
             source.to_owned(),
             new_name.to_owned(),
             snapshot.map(str::to_owned),
         );
-        let origin = self
+        let origin = all
             .blocking(move |ws| ws.prepare_fork(&from, &to, snap.as_deref()))
             .await?;
-        self.start_from(new_name, timeout, progress, origin.as_deref())
+        all.start_from(new_name, timeout, progress, origin.as_deref())
             .await
     }
+}
 
+impl Workspaces {
     /// Makes the fork's directory, disk and record; returns the snapshot
     /// directory to restore, if it holds memory.
     fn prepare_fork(
@@ -316,7 +329,7 @@ impl Workspaces {
         // A snapshot outlives its workspace; only a live fork needs it.
         let source_meta = match &from_snapshot {
             Some(_) => None,
-            None => Some(self.get(source)?),
+            None => Some(self.at(source).get()?),
         };
         if let Some(info) = &from_snapshot {
             // Checked whole before anything is made: a damaged snapshot

@@ -239,7 +239,7 @@ impl Workspaces {
             return result;
         }
         // The warm snapshot did not resume here: boot instead.
-        let meta = self.get(name)?;
+        let meta = self.at(name).get()?;
         let (key, _) = self.warm_identity(&meta.spec)?;
         self.discard_warm(
             &key,

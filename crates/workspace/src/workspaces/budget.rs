@@ -35,7 +35,7 @@ impl Workspaces {
             if other == name {
                 continue;
             }
-            match self.get(&other) {
+            match self.at(&other).get() {
                 Ok(meta) => others.push(Occupant {
                     has_vmm: meta.state.has_vmm(),
                     mem_mib: meta.spec.mem_mib,

@@ -14,6 +14,7 @@ use crate::store::state::State;
 use crate::store::workspace_dir::VMM_LOG;
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::vmm::launch::VmmLaunch;
+use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
 /// Default time `start` waits for the agent.
@@ -42,27 +43,33 @@ pub struct StartProgress {
     pub console: Option<String>,
 }
 
+impl Workspace<'_> {
+    /// Starts the workspace's VMM and waits (at most `timeout`) for the
+    /// agent, reporting progress about once a second. A workspace never
+    /// started before resumes its image's warm snapshot when there is a
+    /// usable one (no boot), and otherwise boots and keeps one.
+    pub async fn start(
+        self,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        all.start_maybe_warm(name, timeout, progress, false).await
+    }
+
+    /// [`Workspace::start`] that always boots the kernel (no warm snapshot
+    /// is used or kept).
+    pub async fn start_cold(
+        self,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        all.start_maybe_warm(name, timeout, progress, true).await
+    }
+}
+
 impl Workspaces {
-    // The implementation of [`Workspace::start`].
-    pub(crate) async fn start(
-        &self,
-        name: &str,
-        timeout: Duration,
-        progress: impl FnMut(StartProgress) + Send,
-    ) -> Result<Meta> {
-        self.start_maybe_warm(name, timeout, progress, false).await
-    }
-
-    // The implementation of [`Workspace::start_cold`].
-    pub(crate) async fn start_cold(
-        &self,
-        name: &str,
-        timeout: Duration,
-        progress: impl FnMut(StartProgress) + Send,
-    ) -> Result<Meta> {
-        self.start_maybe_warm(name, timeout, progress, true).await
-    }
-
     /// [`Workspace::start`], restoring the snapshot in `restore` (whose
     /// writable disk the workspace's disk is a copy of) instead of booting.
     pub(crate) async fn start_from(
@@ -95,7 +102,7 @@ impl Workspaces {
         boot: impl FnOnce(&Meta) -> Result<Boot>,
     ) -> Result<Boot> {
         let ws = self.dir(name)?;
-        self.get(name)?;
+        self.at(name).get()?;
         let (_lock, mut meta) = self.lock_existing(name)?;
         match meta.state {
             State::Stopped | State::Crashed => {}
@@ -216,7 +223,7 @@ impl Workspaces {
         let ws = self.dir(name)?;
         let mut last_report = Instant::now();
         loop {
-            let meta = self.get(name)?;
+            let meta = self.at(name).get()?;
             match meta.state {
                 State::Running => return Ok(meta),
                 State::Starting => {}
@@ -232,7 +239,7 @@ impl Workspaces {
                 }
             }
             if started.elapsed() > timeout {
-                self.halt(name)?;
+                self.at(name).halt()?;
                 return Err(Error::StartTimedOut {
                     name: name.into(),
                     secs: timeout.as_secs(),
@@ -250,11 +257,16 @@ impl Workspaces {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
 
-    // The implementation of [`Workspace::stop`].
-    pub(crate) async fn stop(&self, name: &str, timeout: Duration) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let meta = self.get(name)?;
+impl Workspace<'_> {
+    /// Stops the workspace: the agent shuts the guest down; after `timeout`
+    /// the VM is torn down. Stopping a stopped or crashed workspace does
+    /// nothing.
+    pub async fn stop(self, timeout: Duration) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        let ws = all.dir(name)?;
+        let meta = self.get()?;
         let Some(rt) = meta.runtime.clone().filter(|_| meta.state.has_vmm()) else {
             return Ok(meta);
         };
@@ -264,7 +276,7 @@ impl Workspaces {
         let asked = control::call(&ws.control(), &req, Duration::from_secs(5));
         if asked.is_err() {
             // A VMM that cannot take requests is torn down.
-            return self.halt(name);
+            return self.halt();
         }
         crate::pause_point::pause_point("stop:asked");
         let deadline =
@@ -272,13 +284,15 @@ impl Workspaces {
         // Until its last thread is gone it may still hold a published port.
         while process::not_yet_gone(rt.pid, rt.pid_start) {
             if Instant::now() > deadline {
-                return self.halt(name);
+                return self.halt();
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        self.settle(name, "stopped on request")
+        all.settle(name, "stopped on request")
     }
+}
 
+impl Workspaces {
     /// After the VMM is gone: records the end if it did not.
     fn settle(&self, name: &str, reason: &str) -> Result<Meta> {
         let ws = self.dir(name)?;
@@ -290,14 +304,20 @@ impl Workspaces {
         }
         Ok(meta)
     }
+}
 
-    // The implementation of [`Workspace::halt`].
-    pub(crate) fn halt(&self, name: &str) -> Result<Meta> {
-        self.get(name)?;
-        let (_lock, _) = self.lock_existing(name)?;
-        self.halt_locked(name)
+impl Workspace<'_> {
+    /// Tears the VM down at once (SIGKILL to its VMM). Guest writes not yet
+    /// on the disk are lost.
+    pub fn halt(self) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        self.get()?;
+        let (_lock, _) = all.lock_existing(name)?;
+        all.halt_locked(name)
     }
+}
 
+impl Workspaces {
     fn halt_locked(&self, name: &str) -> Result<Meta> {
         let ws = self.dir(name)?;
         let mut meta = ws.read_meta()?;
@@ -317,17 +337,21 @@ impl Workspaces {
         ws.record_exit(&mut meta, false, "halted (VM torn down)")?;
         Ok(meta)
     }
+}
 
-    // The implementation of [`Workspace::delete`].
-    pub(crate) fn delete(&self, name: &str, options: DeleteOptions) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        self.get(name)?;
-        let (lock, meta) = self.lock_existing(name)?;
+impl Workspace<'_> {
+    /// Deletes it and everything it has. A running one is refused
+    /// unless `options.force`, which halts it first.
+    pub fn delete(self, options: DeleteOptions) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        let ws = all.dir(name)?;
+        self.get()?;
+        let (lock, meta) = all.lock_existing(name)?;
         meta.check_delete(options)?;
         if meta.state.has_vmm() {
-            self.halt_locked(name)?;
+            all.halt_locked(name)?;
         }
-        crate::network::attach::remove_tap(&self.state, &meta.spec);
+        crate::network::attach::remove_tap(&all.state, &meta.spec);
         // Whatever group a killed VMM left behind goes with it.
         crate::host::cgroup::remove_recorded(ws.path());
         // Gone from every listing at once; a delete killed while removing
@@ -342,17 +366,19 @@ impl Workspaces {
         crate::pause_point::pause_point("delete:renamed");
         std::fs::remove_dir_all(&doomed)
             .map_err(Error::host_io(format!("removing {}", doomed.display())))?;
-        self.state.remove_lock(name, lock)?;
+        all.state.remove_lock(name, lock)?;
         Ok(meta)
     }
 
-    // The implementation of [`Workspace::set_ttl`].
-    pub(crate) fn set_ttl(&self, name: &str, ttl_secs: Option<u64>) -> Result<Meta> {
+    /// Sets the TTL (seconds from each start; from now if it is running),
+    /// or removes it.
+    pub fn set_ttl(self, ttl_secs: Option<u64>) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
         if let Some(ttl) = ttl_secs {
-            self.limits.check_ttl(ttl)?;
+            all.limits.check_ttl(ttl)?;
         }
-        let ws = self.dir(name)?;
-        let meta = self.get(name)?;
+        let ws = all.dir(name)?;
+        let meta = self.get()?;
         if meta.state.has_vmm() {
             let req = ControlRequest::SetTtl { ttl_secs };
             match control::call(&ws.control(), &req, Duration::from_secs(5))? {
@@ -364,35 +390,36 @@ impl Workspaces {
                 }
             }
         }
-        let (_lock, mut meta) = self.lock_existing(name)?;
+        let (_lock, mut meta) = all.lock_existing(name)?;
         meta.spec.ttl_secs = ttl_secs;
         ws.write_meta(&meta)?;
         Ok(meta)
     }
-}
 
-impl Workspaces {
-    // The implementation of [`Workspace::extend_ttl`].
-    pub(crate) fn extend_ttl(&self, name: &str, by_secs: u64) -> Result<Meta> {
+    /// Extends the TTL by `by_secs`: a running workspace's deadline moves
+    /// that much later, and the TTL of later starts grows by as much (a
+    /// workspace without a TTL gets one of `by_secs`, from now if it runs).
+    pub fn extend_ttl(self, by_secs: u64) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
         if by_secs == 0 {
             return Err(Error::InvalidInput("extend the TTL by at least 1 s".into()));
         }
-        let meta = self.get(name)?;
+        let meta = self.get()?;
         let per_start = meta
             .spec
             .ttl_secs
             .map_or(by_secs, |t| t.saturating_add(by_secs));
-        self.limits.check_ttl(per_start)?;
+        all.limits.check_ttl(per_start)?;
         let deadline = meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms);
         if !meta.state.has_vmm() {
-            return self.set_ttl(name, Some(per_start));
+            return self.set_ttl(Some(per_start));
         }
         let left = deadline.map_or(0, |at| at.saturating_sub(now_ms()) / 1000);
         let running = left.saturating_add(by_secs);
-        self.limits.check_ttl(running)?;
-        self.set_ttl(name, Some(running))?;
-        let ws = self.dir(name)?;
-        let (_lock, mut meta) = self.lock_existing(name)?;
+        all.limits.check_ttl(running)?;
+        self.set_ttl(Some(running))?;
+        let ws = all.dir(name)?;
+        let (_lock, mut meta) = all.lock_existing(name)?;
         meta.spec.ttl_secs = Some(per_start);
         ws.write_meta(&meta)?;
         Ok(meta)

@@ -61,26 +61,26 @@ pub struct ListFilter {
 /// changes the same workspace. Some take seconds even uncontended:
 ///
 /// - [`create`](Self::create) formats the writable disk (`mkfs.ext4`);
-/// - [`halt`](Self::halt) waits up to 10 s for the VMM process to die;
-/// - [`delete`](Self::delete) halts a running workspace first (with
+/// - [`halt`](crate::Workspace::halt) waits up to 10 s for the VMM process to die;
+/// - [`delete`](crate::Workspace::delete) halts a running workspace first (with
 ///   `force`), then removes its directory and disk;
-/// - [`set_ttl`](Self::set_ttl) asks a running VMM over its control socket
+/// - [`set_ttl`](crate::Workspace::set_ttl) asks a running VMM over its control socket
 ///   (up to 5 s);
 /// - [`remove_image`](Self::remove_image) and the image imports of
 ///   [`images`](Self::images) remove or copy image files;
 /// - [`new`](Self::new) and [`from_env`](Self::from_env) may run a short KVM
 ///   probe to pick the kernel variant.
 ///
-/// [`get`](Self::get), [`list`](Self::list), [`inspect`](Self::inspect) and
+/// [`get`](crate::Workspace::get), [`list`](Self::list), [`inspect`](crate::Workspace::inspect) and
 /// `logs` read small files and return quickly when no lock is held.
 ///
 /// An async caller runs the synchronous methods with
 /// `tokio::task::spawn_blocking`, as the MCP server does. The async methods
 /// wait with `tokio::time::sleep` and talk to the guest agent
 /// asynchronously, but run their own quick synchronous steps inline; two
-/// can still block their task for long: [`stop`](Self::stop) falls back to
-/// [`halt`](Self::halt) when the guest does not shut down in time, and
-/// [`start`](Self::start) halts a VM that did not boot within its timeout.
+/// can still block their task for long: [`stop`](crate::Workspace::stop) falls back to
+/// [`halt`](crate::Workspace::halt) when the guest does not shut down in time, and
+/// [`start`](crate::Workspace::start) halts a VM that did not boot within its timeout.
 /// `copy_in` builds the archive of a host directory in memory before
 /// sending it.
 #[derive(Clone, Debug)]
@@ -242,35 +242,15 @@ impl Workspaces {
         }
         made
     }
+}
 
-    // The implementation of [`Workspace::get`].
-    pub(crate) fn get(&self, name: &str) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let meta = ws.read_meta()?;
-        if !vmm_died(&meta) {
-            return Ok(meta);
-        }
-        let (_lock, mut meta) = self.lock_existing(name)?;
-        if vmm_died(&meta) {
-            let pid = meta.runtime.as_ref().map_or(0, |r| r.pid);
-            let reason = match crate::vmm::confinement::seccomp_violation(&ws) {
-                Some(what) => {
-                    format!("its VMM process {pid} was killed by its seccomp filter: {what}")
-                }
-                None => format!("its VMM process {pid} died unexpectedly (killed or crashed)"),
-            };
-            crate::host::cgroup::remove_recorded(ws.path());
-            ws.record_exit(&mut meta, true, &reason)?;
-        }
-        Ok(meta)
-    }
-
+impl Workspaces {
     /// Every workspace that matches `filter`, by name.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<Meta>> {
         self.state.sweep_abandoned();
         let mut out = Vec::new();
         for name in self.state.list_workspaces()? {
-            let meta = match self.get(&name) {
+            let meta = match self.at(&name).get() {
                 Ok(m) => m,
                 // Deleted while listing.
                 Err(Error::WorkspaceNotFound(_)) => continue,
@@ -293,27 +273,6 @@ impl Workspaces {
             }
         }
         Ok(out)
-    }
-
-    // The implementation of [`Workspace::inspect`].
-    pub(crate) fn inspect(&self, name: &str) -> Result<WorkspaceInfo> {
-        let meta = self.get(name)?;
-        let ws = self.dir(name)?;
-        let now = now_ms();
-        let disk_used_bytes = std::fs::metadata(ws.disk())
-            .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
-            .unwrap_or(0);
-        Ok(WorkspaceInfo {
-            age_ms: now.saturating_sub(meta.created_at_ms),
-            uptime_ms: meta
-                .runtime
-                .as_ref()
-                .map(|r| now.saturating_sub(r.started_at_ms)),
-            dir: ws.path().to_owned(),
-            disk_used_bytes,
-            network: self.guest_network(&meta),
-            meta,
-        })
     }
 }
 
@@ -420,7 +379,7 @@ mod tests {
             f.ws.create("dev", spec()).unwrap_err().code(),
             ErrorCode::Conflict
         );
-        let info = f.ws.inspect("dev").unwrap();
+        let info = f.ws.at("dev").inspect().unwrap();
         assert!(info.dir.join("disk.ext4").exists());
         assert_eq!(
             std::fs::metadata(info.dir.join("disk.ext4")).unwrap().len(),
@@ -438,13 +397,16 @@ mod tests {
             ErrorCode::Conflict
         );
         // Halting or stopping a stopped workspace changes nothing.
-        assert_eq!(f.ws.halt("dev").unwrap().state, State::Stopped);
-        f.ws.delete("dev", DeleteOptions::default()).unwrap();
+        assert_eq!(f.ws.at("dev").halt().unwrap().state, State::Stopped);
+        f.ws.at("dev").delete(DeleteOptions::default()).unwrap();
         let left: Vec<_> = std::fs::read_dir(f.ws.state_dir().root().join("workspaces"))
             .unwrap()
             .collect();
         assert!(left.is_empty(), "delete removes the directory and the lock");
-        assert_eq!(f.ws.get("dev").unwrap_err().code(), ErrorCode::NotFound);
+        assert_eq!(
+            f.ws.at("dev").get().unwrap_err().code(),
+            ErrorCode::NotFound
+        );
         f.ws.remove_image("fake").unwrap();
     }
 
@@ -479,7 +441,7 @@ mod tests {
         dir.write_meta(&meta).unwrap();
         std::fs::write(dir.control(), b"").unwrap();
 
-        let seen = f.ws.get("dev").unwrap();
+        let seen = f.ws.at("dev").get().unwrap();
         assert_eq!(seen.state, State::Crashed);
         let exit = seen.last_exit.unwrap();
         assert!(exit.reason.contains(&pid.to_string()));
@@ -488,7 +450,7 @@ mod tests {
             !dir.control().exists(),
             "the dead VMM's sockets are removed"
         );
-        assert_eq!(f.ws.get("dev").unwrap().state, State::Crashed);
+        assert_eq!(f.ws.at("dev").get().unwrap().state, State::Crashed);
         let crashes = dir
             .events()
             .read_after(0)
@@ -506,11 +468,10 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(ws.exec_collect(
-            "dev",
-            crate::ExecRequest::argv(["true"]),
-            crate::ExecInput::None,
-        ))
+        rt.block_on(
+            ws.at("dev")
+                .exec_collect(crate::ExecRequest::argv(["true"]), crate::ExecInput::None),
+        )
         .unwrap_err()
     }
 
@@ -521,19 +482,19 @@ mod tests {
         }
         let f = fixture("nostart", "/nonexistent/microagent");
         f.ws.create("dev", spec()).unwrap();
-        let before = f.ws.get("dev").unwrap();
+        let before = f.ws.at("dev").get().unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         let err = rt
-            .block_on(f.ws.start("dev", Duration::from_secs(5), |_| {}))
+            .block_on(f.ws.at("dev").start(Duration::from_secs(5), |_| {}))
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::Internal);
         assert!(err.full_message().contains("/nonexistent/microagent"));
-        assert_eq!(f.ws.get("dev").unwrap(), before);
+        assert_eq!(f.ws.at("dev").get().unwrap(), before);
         assert_eq!(
-            rt.block_on(f.ws.start("ghost", Duration::from_secs(5), |_| {}))
+            rt.block_on(f.ws.at("ghost").start(Duration::from_secs(5), |_| {}))
                 .unwrap_err()
                 .code(),
             ErrorCode::NotFound
@@ -560,7 +521,7 @@ mod tests {
         // Delete racing with deletes: one wins, the others find nothing.
         let deleted: Vec<Result<Meta>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..3)
-                .map(|_| s.spawn(|| f.ws.delete("same", DeleteOptions::default().force(true))))
+                .map(|_| s.spawn(|| f.ws.at("same").delete(DeleteOptions::default().force(true))))
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
@@ -591,7 +552,7 @@ mod tests {
                 .map(|m| m.name)
                 .collect();
         assert_eq!(names, vec!["good".to_string()]);
-        let err = f.ws.inspect("bad").unwrap_err();
+        let err = f.ws.at("bad").inspect().unwrap_err();
         assert!(
             err.full_message().contains("damaged"),
             "{}",
@@ -611,13 +572,13 @@ mod tests {
             .build()
             .unwrap();
         let last = rt
-            .block_on(f.ws.events("dev", 0, Duration::ZERO))
+            .block_on(f.ws.at("dev").events(0, Duration::ZERO))
             .unwrap()
             .last()
             .map_or(0, |e| e.seq);
         let start = std::time::Instant::now();
         let none = rt
-            .block_on(f.ws.events("dev", last, Duration::from_millis(300)))
+            .block_on(f.ws.at("dev").events(last, Duration::from_millis(300)))
             .unwrap();
         assert!(none.is_empty());
         assert!(start.elapsed() >= Duration::from_millis(300));
@@ -627,7 +588,7 @@ mod tests {
             writer.append(EventKind::TtlExpired).unwrap();
         });
         let got = rt
-            .block_on(f.ws.events("dev", last, Duration::from_secs(10)))
+            .block_on(f.ws.at("dev").events(last, Duration::from_secs(10)))
             .unwrap();
         assert_eq!(got[0].kind, EventKind::TtlExpired);
         t.join().unwrap();
@@ -642,27 +603,27 @@ mod tests {
         f.ws.create("dev", spec()).unwrap();
         // No TTL yet: the extension becomes it.
         assert_eq!(
-            f.ws.extend_ttl("dev", 1800).unwrap().spec.ttl_secs,
+            f.ws.at("dev").extend_ttl(1800).unwrap().spec.ttl_secs,
             Some(1800)
         );
         assert_eq!(
-            f.ws.extend_ttl("dev", 3600).unwrap().spec.ttl_secs,
+            f.ws.at("dev").extend_ttl(3600).unwrap().spec.ttl_secs,
             Some(5400)
         );
         let max = crate::store::spec::LIMITS.max_ttl_secs;
-        let err = f.ws.extend_ttl("dev", max).unwrap_err();
+        let err = f.ws.at("dev").extend_ttl(max).unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidInput, "{err}");
         assert_eq!(
-            f.ws.extend_ttl("dev", 0).unwrap_err().code(),
+            f.ws.at("dev").extend_ttl(0).unwrap_err().code(),
             ErrorCode::InvalidInput
         );
         assert_eq!(
-            f.ws.get("dev").unwrap().spec.ttl_secs,
+            f.ws.at("dev").get().unwrap().spec.ttl_secs,
             Some(5400),
             "refusals change nothing"
         );
         assert_eq!(
-            f.ws.extend_ttl("ghost", 60).unwrap_err().code(),
+            f.ws.at("ghost").extend_ttl(60).unwrap_err().code(),
             ErrorCode::NotFound
         );
     }

@@ -97,7 +97,7 @@ impl Workspaces {
     /// nothing behind; every later failure is in the returned
     /// [`OneShotEnd`], after the cleanup.
     ///
-    /// `start` is given the name and calls [`Workspace::start`] with the
+    /// `start` is given the name and calls [`Workspace::start`](crate::Workspace::start) with the
     /// progress reporting and cancellation its front end wants; `work` runs
     /// the command. Their error type is the front end's own.
     pub async fn run_once<T, E, S, SF, W, WF>(
@@ -128,11 +128,12 @@ impl Workspaces {
         }
         .await;
         let cleanup = match run.afterwards {
-            Afterwards::KeepStopped => self.stop(&name, DEFAULT_STOP_TIMEOUT).await.map(drop),
+            Afterwards::KeepStopped => self.at(&name).stop(DEFAULT_STOP_TIMEOUT).await.map(drop),
             Afterwards::Delete => {
                 let target = name.clone();
                 self.blocking(move |ws| {
-                    ws.delete(&target, crate::DeleteOptions::default().force(true))
+                    ws.at(&target)
+                        .delete(crate::DeleteOptions::default().force(true))
                         .map(drop)
                 })
                 .await

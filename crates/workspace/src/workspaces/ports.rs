@@ -8,16 +8,19 @@ use crate::error::{Error, Result};
 use crate::store::ports::{check_free, validate, PortMapping};
 use crate::store::spec::Meta;
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::handle::Workspace;
 
 /// How long a control call about ports may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
-impl Workspaces {
-    // The implementation of [`Workspace::publish_port`].
-    pub(crate) fn publish_port(&self, name: &str, mapping: PortMapping) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let meta = self.get(name)?;
+impl Workspace<'_> {
+    /// Publishes `mapping` on it: at once when it is running
+    /// (its VMM process listens before this returns), and at every start.
+    /// A host address in use, or already published, changes nothing.
+    pub fn publish_port(self, mapping: PortMapping) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        let ws = all.dir(name)?;
+        let meta = self.get()?;
         let mut ports = meta.spec.ports.clone();
         ports.push(mapping);
         validate(&ports)?;
@@ -30,7 +33,7 @@ impl Workspaces {
         } else {
             check_free(&[mapping])?;
         }
-        let (_lock, mut meta) = self.lock_existing(name)?;
+        let (_lock, mut meta) = all.lock_existing(name)?;
         if !meta.spec.ports.contains(&mapping) {
             meta.spec.ports.push(mapping);
         }
@@ -38,15 +41,11 @@ impl Workspaces {
         Ok(meta)
     }
 
-    // The implementation of [`Workspace::unpublish_port`].
-    pub(crate) fn unpublish_port(
-        &self,
-        name: &str,
-        host_ip: IpAddr,
-        host_port: u16,
-    ) -> Result<Meta> {
-        let ws = self.dir(name)?;
-        let meta = self.get(name)?;
+    /// Stops publishing the host address `host_ip`:`host_port` of it (open connections run on). NOT_FOUND when it is not published.
+    pub fn unpublish_port(self, host_ip: IpAddr, host_port: u16) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        let ws = all.dir(name)?;
+        let meta = self.get()?;
         let addr = SocketAddr::new(host_ip, host_port);
         if !meta.spec.ports.iter().any(|p| p.host_addr() == addr) {
             return Err(Error::PortNotPublished {
@@ -61,7 +60,7 @@ impl Workspaces {
                 CONTROL_TIMEOUT,
             )?)?;
         }
-        let (_lock, mut meta) = self.lock_existing(name)?;
+        let (_lock, mut meta) = all.lock_existing(name)?;
         meta.spec.ports.retain(|p| p.host_addr() != addr);
         ws.write_meta(&meta)?;
         Ok(meta)

@@ -153,7 +153,7 @@ async fn in_workspace(
             &one_shot,
             |name| async move {
                 progress(&format!("booting {}", base.name));
-                ws.start(&name, BOOT_TIMEOUT, |_| {}).await.map(|_| true)
+                ws.at(&name).start(BOOT_TIMEOUT, |_| {}).await.map(|_| true)
             },
             |name| async move {
                 run_steps(ws, &name, req, progress).await?;
@@ -211,11 +211,8 @@ async fn run_steps(
         // As a Dockerfile's COPY does: the destination's parents are made.
         if let Some(parent) = Path::new(&copy.to).parent().and_then(Path::to_str) {
             let made = ws
-                .exec_collect(
-                    name,
-                    ExecRequest::argv(["mkdir", "-p", parent]),
-                    ExecInput::None,
-                )
+                .at(name)
+                .exec_collect(ExecRequest::argv(["mkdir", "-p", parent]), ExecInput::None)
                 .await?;
             if !made.success() {
                 return Err(ImageBuildError::StepFailed {
@@ -227,13 +224,13 @@ async fn run_steps(
                 .into());
             }
         }
-        ws.copy_in(name, &copy.from, &copy.to).await?;
+        ws.at(name).copy_in(&copy.from, &copy.to).await?;
     }
     for (i, command) in guest_commands(req).into_iter().enumerate() {
         progress(&format!("running `{command}`"));
         let result = ws
+            .at(name)
             .exec_collect(
-                name,
                 ExecRequest::shell(command.clone()).timeout(STEP_TIMEOUT),
                 ExecInput::None,
             )

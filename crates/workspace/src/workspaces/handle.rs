@@ -1,0 +1,105 @@
+//! [`Workspace`]: one workspace of a [`Workspaces`], its name checked once:
+//! everything about one workspace (life cycle, exec, files, processes,
+//! snapshots of it, forks, ports, TTL) is a call on it, and the collection
+//! keeps the collection's calls (create, list, images, networks, host).
+//! It is `Copy`, and its calls take it by value, so a future it returns
+//! does not borrow a temporary. Each call is implemented in its concern's
+//! file (`guest/exec.rs`, `snapshots/ops.rs`, `workspaces/lifecycle.rs`,
+//! ...) as an `impl Workspace<'_>` block.
+
+use crate::error::Result;
+use crate::host::settings::now_ms;
+use crate::store::name::validate_name;
+use crate::store::spec::Meta;
+use crate::workspaces::manager::{vmm_died, WorkspaceInfo, Workspaces};
+
+/// One workspace, by a name that passed the name rules. It may not exist
+/// (yet): each call reports `NOT_FOUND` then, as the `Workspaces` call does.
+#[derive(Clone, Copy, Debug)]
+pub struct Workspace<'a> {
+    pub(crate) all: &'a Workspaces,
+    pub(crate) name: &'a str,
+}
+
+impl Workspaces {
+    /// The workspace called `name`, after checking the name rules (not
+    /// whether it exists).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> workspace::Result<()> {
+    /// let all = workspace::Workspaces::from_env()?;
+    /// let dev = all.workspace("dev")?;
+    /// let out = dev
+    ///     .exec_collect(workspace::ExecRequest::argv(["uname", "-a"]), workspace::ExecInput::None)
+    ///     .await?;
+    /// print!("{}", out.stdout);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn workspace<'a>(&'a self, name: &'a str) -> Result<Workspace<'a>> {
+        validate_name(name).map_err(crate::store::StoreError::Name)?;
+        Ok(Workspace { all: self, name })
+    }
+
+    /// The workspace called `name` without checking the name, for the
+    /// crate's own calls on a name it already holds.
+    pub(crate) fn at<'a>(&'a self, name: &'a str) -> Workspace<'a> {
+        Workspace { all: self, name }
+    }
+}
+
+impl<'a> Workspace<'a> {
+    /// Its name.
+    pub fn name(self) -> &'a str {
+        self.name
+    }
+}
+
+impl Workspace<'_> {
+    /// Reads a workspace, first recording a crash if its VMM died.
+    pub fn get(self) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        let ws = all.dir(name)?;
+        let meta = ws.read_meta()?;
+        if !vmm_died(&meta) {
+            return Ok(meta);
+        }
+        let (_lock, mut meta) = all.lock_existing(name)?;
+        if vmm_died(&meta) {
+            let pid = meta.runtime.as_ref().map_or(0, |r| r.pid);
+            let reason = match crate::vmm::confinement::seccomp_violation(&ws) {
+                Some(what) => {
+                    format!("its VMM process {pid} was killed by its seccomp filter: {what}")
+                }
+                None => format!("its VMM process {pid} died unexpectedly (killed or crashed)"),
+            };
+            crate::host::cgroup::remove_recorded(ws.path());
+            ws.record_exit(&mut meta, true, &reason)?;
+        }
+        Ok(meta)
+    }
+}
+
+impl Workspace<'_> {
+    /// The record plus ages and disk use.
+    pub fn inspect(self) -> Result<WorkspaceInfo> {
+        let (all, name) = (self.all, self.name);
+        let meta = self.get()?;
+        let ws = all.dir(name)?;
+        let now = now_ms();
+        let disk_used_bytes = std::fs::metadata(ws.disk())
+            .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+            .unwrap_or(0);
+        Ok(WorkspaceInfo {
+            age_ms: now.saturating_sub(meta.created_at_ms),
+            uptime_ms: meta
+                .runtime
+                .as_ref()
+                .map(|r| now.saturating_sub(r.started_at_ms)),
+            dir: ws.path().to_owned(),
+            disk_used_bytes,
+            network: all.guest_network(&meta),
+            meta,
+        })
+    }
+}
