@@ -169,7 +169,7 @@ fn beneath(root: &Root, rel: &Path) -> Result<Beneath, ToolError> {
         rel
     };
     let beneath = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
-    match workspace::host::host_write::openat2(&root.dir, rel, libc::O_PATH, beneath) {
+    match workspace::host::dirfd::openat2(&root.dir, rel, libc::O_PATH, beneath) {
         Ok(_) => Ok(Beneath::Inside),
         Err(e) => match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => Ok(Beneath::Missing),

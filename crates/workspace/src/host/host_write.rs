@@ -10,12 +10,17 @@
 //! down (so nothing is written through a symlink), symlinks and hard links
 //! must point inside the destination, device nodes and FIFOs are refused.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+
+use crate::host::dirfd::{
+    clean_parts, cstr, dup, fchmod, is_regular_file, linkat, make_dir, open_dir_at, openat2,
+    random_hex, replace_with, symlinkat, umask, write_file,
+};
 
 /// Most bytes one `copy_out` takes from a guest (file or archive).
 pub const COPY_OUT_MAX_BYTES: u64 = 16 << 30;
@@ -224,6 +229,10 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
     // Read once: /proc/self/status for every file would be work per entry.
     let umask = umask();
     let mut count = 0u64;
+    // Links are checked once all are written: a later link can make an
+    // earlier one's target leave the destination (`sub/e -> d/../../x`,
+    // then `sub/d -> ..`).
+    let mut links: Vec<(PathBuf, String)> = Vec::new();
     for entry in entries {
         let mut entry = entry.map_err(io_err("reading the guest's archive"))?;
         count += 1;
@@ -273,6 +282,9 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
             }
             replace_with(&parent, name, |p, n| symlinkat(target, p, n))
                 .map_err(io_err(at("linking")))?;
+            let mut rel: PathBuf = dirs.iter().collect();
+            rel.push(name);
+            links.push((rel, shown.clone()));
         } else if kind.is_hard_link() {
             let target = entry
                 .link_name_bytes()
@@ -293,21 +305,8 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
             return Err(refuse("device nodes, FIFOs and sockets are not copied"));
         }
     }
+    check_links(&root, &links)?;
     Ok(count)
-}
-
-/// The normal components of a relative path (`.` dropped); `None` for an
-/// absolute path or one with `..`.
-pub(crate) fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
-    let mut parts = Vec::new();
-    for c in path.components() {
-        match c {
-            Component::Normal(n) => parts.push(n),
-            Component::CurDir => {}
-            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
-        }
-    }
-    Some(parts)
 }
 
 /// Whether a relative symlink `target` in directory `dirs` (relative to the
@@ -323,6 +322,47 @@ fn stays_inside(dirs: &[&OsStr], target: &Path) -> bool {
         }
     }
     true
+}
+
+/// Follows each of `links` (paths below `root`) as the kernel would, held
+/// beneath `root` (openat2 `RESOLVE_BENEATH`): one that leads out is
+/// removed, with every other link of the copy that does, and the copy is
+/// refused. A link to nothing yet, or a loop, stays: it leads nowhere.
+fn check_links(root: &OwnedFd, links: &[(PathBuf, String)]) -> Result<(), HostWriteError> {
+    let mut escaping = Vec::new();
+    for (rel, shown) in links {
+        match openat2(
+            root,
+            rel,
+            libc::O_PATH,
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+        ) {
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => escaping.push((rel, shown)),
+            _ => {}
+        }
+    }
+    let Some((_, first)) = escaping.first() else {
+        return Ok(());
+    };
+    let entry = (*first).clone();
+    for (rel, _) in &escaping {
+        let (Some(name), dirs) = (rel.file_name(), rel.parent()) else {
+            continue;
+        };
+        let parts: Vec<&OsStr> = dirs.map(|d| d.iter().collect()).unwrap_or_default();
+        let refuse = |why| HostWriteError::Refused {
+            entry: entry.clone(),
+            why,
+        };
+        let parent = open_dirs(root, &parts, &refuse)?;
+        let c = cstr(name).map_err(io_err("removing a link"))?;
+        // SAFETY: `c` is NUL-terminated; unlinkat removes the name only.
+        unsafe { libc::unlinkat(parent.as_raw_fd(), c.as_ptr(), 0) };
+    }
+    Err(HostWriteError::Refused {
+        entry,
+        why: "a symlink whose target leaves the destination through other links",
+    })
 }
 
 /// Opens (creating missing ones) `dirs` below `root`, never following a
@@ -349,191 +389,6 @@ fn open_dirs(
         })?;
     }
     Ok(fd)
-}
-
-/// openat2(2): opens `rel` below `dir` with `flags` (O_CLOEXEC added) and
-/// the `resolve` rules (`RESOLVE_BENEATH`, `RESOLVE_IN_ROOT`, ...), which
-/// the kernel enforces on every component, symlinks included.
-pub fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
-    let c = cstr(rel.as_os_str())?;
-    // SAFETY: open_how is plain integers; all-zero is a valid value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.resolve = resolve;
-    // SAFETY: openat2 reads `c` (NUL-terminated) and `how` (its size
-    // passed) and returns a new descriptor or -1; both outlive the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor (it fits an i32: the kernel returns one).
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-pub(crate) fn cstr(name: &OsStr) -> io::Result<CString> {
-    CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
-pub(crate) fn open_dir_at(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
-    let c = cstr(name)?;
-    let at = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: `c` is NUL-terminated and outlives the call; the result is checked.
-    let fd = check(unsafe { libc::openat(at, c.as_ptr(), flags) })?;
-    // SAFETY: a fresh descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn dup(fd: &OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC on a live descriptor; the result is checked.
-    let new = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
-    // SAFETY: a fresh descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
-}
-
-/// mkdirat; an existing directory is fine (a merge), anything else EEXIST.
-fn make_dir(parent: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
-    let c = cstr(name)?;
-    // The owner keeps write access while the copy fills it.
-    // SAFETY: `c` is NUL-terminated; mkdirat only reads it.
-    match check(unsafe { libc::mkdirat(parent.as_raw_fd(), c.as_ptr(), mode | 0o700) }) {
-        Ok(_) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-            open_dir_at(Some(parent), name).map(drop).map_err(|_| e)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Writes `data` to a new temporary file in `parent`, gives it `mode` (the
-/// umask already applied), then renames it over `name` (an existing file is
-/// replaced, never written through).
-fn write_file(parent: &OwnedFd, name: &OsStr, mode: u32, data: &mut impl Read) -> io::Result<()> {
-    let mut tmp_name = b".".to_vec();
-    tmp_name.extend_from_slice(name.as_bytes());
-    tmp_name.extend_from_slice(format!(".{}.microagent-part", random_hex()).as_bytes());
-    let tmp = OsStr::from_bytes(&tmp_name);
-    let c_tmp = cstr(tmp)?;
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: `c_tmp` is NUL-terminated; the result is checked.
-    let fd = check(unsafe { libc::openat(parent.as_raw_fd(), c_tmp.as_ptr(), flags, 0o600) })?;
-    // SAFETY: a fresh descriptor nothing else owns.
-    let mut file = unsafe { File::from_raw_fd(fd) };
-    let written = io::copy(data, &mut file)
-        .and_then(|_| fchmod(&file, mode))
-        .and_then(|()| rename_at(parent, tmp, name));
-    if written.is_err() {
-        // SAFETY: `c_tmp` is NUL-terminated; unlinkat only reads it.
-        unsafe { libc::unlinkat(parent.as_raw_fd(), c_tmp.as_ptr(), 0) };
-    }
-    written
-}
-
-fn rename_at(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
-    // SAFETY: both names are NUL-terminated and outlive the call.
-    check(unsafe {
-        libc::renameat(
-            parent.as_raw_fd(),
-            f.as_ptr(),
-            parent.as_raw_fd(),
-            t.as_ptr(),
-        )
-    })
-    .map(drop)
-}
-
-/// Removes what is at `name` (not a directory), then `make`s it.
-fn replace_with(
-    parent: &OwnedFd,
-    name: &OsStr,
-    make: impl Fn(&OwnedFd, &OsStr) -> io::Result<()>,
-) -> io::Result<()> {
-    let c = cstr(name)?;
-    // SAFETY: `c` is NUL-terminated; unlinkat removes a name, not a directory.
-    if let Err(e) = check(unsafe { libc::unlinkat(parent.as_raw_fd(), c.as_ptr(), 0) }) {
-        if e.raw_os_error() != Some(libc::ENOENT) {
-            return Err(e);
-        }
-    }
-    make(parent, name)
-}
-
-fn symlinkat(target: &Path, parent: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    let (t, n) = (cstr(target.as_os_str())?, cstr(name)?);
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    check(unsafe { libc::symlinkat(t.as_ptr(), parent.as_raw_fd(), n.as_ptr()) }).map(drop)
-}
-
-fn linkat(from: &OwnedFd, from_name: &OsStr, parent: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    let (f, n) = (cstr(from_name)?, cstr(name)?);
-    // SAFETY: both strings are NUL-terminated; flags 0: a symlink is not followed.
-    check(unsafe {
-        libc::linkat(
-            from.as_raw_fd(),
-            f.as_ptr(),
-            parent.as_raw_fd(),
-            n.as_ptr(),
-            0,
-        )
-    })
-    .map(drop)
-}
-
-fn is_regular_file(parent: &OwnedFd, name: &OsStr) -> bool {
-    let Ok(c) = cstr(name) else { return false };
-    // SAFETY: an all-zero stat is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated, `st` is a live stat buffer.
-    let ret = unsafe {
-        libc::fstatat(
-            parent.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    ret == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
-}
-
-fn fchmod(file: &File, mode: u32) -> io::Result<()> {
-    // SAFETY: fchmod on a live descriptor.
-    check(unsafe { libc::fchmod(file.as_raw_fd(), mode) }).map(drop)
-}
-
-/// This process's umask, read without changing it (umask(2) would, for
-/// every thread); 022 when /proc cannot tell.
-pub fn umask() -> u32 {
-    crate::host::settings::proc_self_status("Umask")
-        .and_then(|v| u32::from_str_radix(&v, 8).ok())
-        .unwrap_or(0o022)
-}
-
-fn random_hex() -> String {
-    let mut bytes = [0u8; 8];
-    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if n != bytes.len() as isize {
-        // Unpredictable enough for a name that is also created O_EXCL.
-        return crate::host::settings::unique_id();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -633,6 +488,36 @@ mod tests {
         // A second copy merges: files are replaced, not written through.
         assert_eq!(unpack_into(&dir, &bytes).unwrap(), 7);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Each link is lexically inside, but together they lead out: the
+    /// later link `sub/d -> ..` turns `sub/e -> d/../../outside/victim`
+    /// into a way out. Both orders are refused and the links removed.
+    #[test]
+    fn chains_of_links_that_lead_out_are_refused() {
+        use tar::EntryType as T;
+        for (tag, later_first) in [("chain-a", false), ("chain-b", true)] {
+            let dir = scratch(tag);
+            let bytes = archive(|b| {
+                entry(b, T::Directory, "sub", "", 0o755, b"");
+                let (d, e) = (("sub/d", ".."), ("sub/e", "d/../../outside/victim"));
+                let order = if later_first { [e, d] } else { [d, e] };
+                for (path, link) in order {
+                    entry(b, T::Symlink, path, link, 0o777, b"");
+                }
+            });
+            let err = unpack_into(&dir, &bytes).unwrap_err();
+            assert!(
+                matches!(err, HostWriteError::Refused { .. }),
+                "{tag}: {err}"
+            );
+            assert!(
+                std::fs::symlink_metadata(dir.join("dest/sub/e")).is_err(),
+                "{tag}: the escaping link is gone"
+            );
+            victim_untouched(&dir);
+            std::fs::remove_dir_all(dir).unwrap();
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod assets;
 pub mod budget;
 pub mod cgroup;
 pub mod cost;
+pub mod dirfd;
 pub mod doctor;
 pub mod host_write;
 pub mod jail;

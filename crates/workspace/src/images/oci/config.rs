@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::tree::ImageTree;
 use super::OciError;
 
 /// The image config document (OCI `application/vnd.oci.image.config.v1+json`
@@ -150,8 +151,14 @@ impl ImageDefaults {
 /// An image's `User` as uid, gid and home directory, looked up in the
 /// tree's /etc/passwd and /etc/group as the container runtime would.
 fn resolve_user(user: &str, tree: &Path) -> Result<(u32, u32, Option<String>), OciError> {
-    let passwd = std::fs::read_to_string(tree.join("etc/passwd")).unwrap_or_default();
-    let group = std::fs::read_to_string(tree.join("etc/group")).unwrap_or_default();
+    // Read as the image has them: regular files inside the tree, bounded.
+    let image = ImageTree::open(tree)?;
+    let text = |rel| -> Result<String, OciError> {
+        let data = image.read_small(rel)?.unwrap_or_default();
+        Ok(String::from_utf8_lossy(&data).into_owned())
+    };
+    let passwd = text("etc/passwd")?;
+    let group = text("etc/group")?;
     let found = guest_agent::users::resolve(user, &passwd, &group)
         .map_err(|e| OciError::Unsupported(format!("the image runs as `{user}`, but {e}")))?;
     Ok((found.uid, found.gid, found.home))

@@ -14,6 +14,7 @@ pub mod owners;
 #[cfg(feature = "client")]
 pub mod pull;
 pub mod rootfs;
+pub(crate) mod tree;
 pub mod unpack;
 
 use std::io;

@@ -10,6 +10,7 @@ use std::process::Command;
 use super::config::ImageDefaults;
 use super::layout::Resolved;
 use super::owners::Owners;
+use super::tree::ImageTree;
 use super::{unpack, OciError, OciOrigin};
 use crate::host::settings::host_tool;
 
@@ -132,10 +133,12 @@ fn finish(
     cwd: Option<&str>,
 ) -> Result<PathBuf, OciError> {
     let tree = work.join("tree");
-    add_guest_files(&tree, base_rootfs, work)?;
+    let image_tree = ImageTree::open(&tree)?;
+    add_guest_files(&image_tree, base_rootfs, work)?;
     if let Some(cwd) = cwd {
-        // As container runtimes do: a missing working directory is made.
-        let _ = std::fs::create_dir_all(tree.join(cwd.trim_start_matches('/')));
+        // As container runtimes do: a missing working directory is made
+        // (inside the image, whatever links are on its way).
+        image_tree.make_dir_path(cwd)?;
     }
     let rootfs = work.join(OUTPUT);
     mkfs(&tree, &rootfs)?;
@@ -193,7 +196,10 @@ fn run(cmd: &mut Command, name: &str) -> Result<(), OciError> {
 /// Puts init and agent (read out of `base_rootfs` with debugfs) under
 /// `/.microagent/`, makes the writable layer's mount point there, and makes
 /// the files the agent writes at boot regular files.
-fn add_guest_files(tree: &Path, base_rootfs: &Path, work: &Path) -> Result<(), OciError> {
+fn add_guest_files(image: &ImageTree, base_rootfs: &Path, work: &Path) -> Result<(), OciError> {
+    let tree = image.path();
+    // Top-level names are replaced, never followed: removing a symlink
+    // removes the link.
     let ours = tree.join(GUEST_DIR);
     let _ = std::fs::remove_dir_all(&ours);
     std::fs::create_dir_all(ours.join("overlay"))
@@ -224,6 +230,13 @@ fn add_guest_files(tree: &Path, base_rootfs: &Path, work: &Path) -> Result<(), O
         )
         .map_err(|e| OciError::io(format!("adding /.microagent/{to}"), e))?;
     }
+    make_boot_files(image)
+}
+
+/// Makes init's mount points directories and the files the agent writes
+/// at boot regular files, in the image's root and its `/etc`.
+fn make_boot_files(image: &ImageTree) -> Result<(), OciError> {
+    let tree = image.path();
     // The kernel mounts devtmpfs on /dev before init runs (init needs the
     // writable layer's disk there); the rest are init's mount points.
     for (dir, mode) in [
@@ -241,8 +254,9 @@ fn add_guest_files(tree: &Path, base_rootfs: &Path, work: &Path) -> Result<(), O
                 .map_err(|e| OciError::io(format!("creating /{dir}"), e))?;
         }
     }
-    let etc = tree.join("etc");
-    let _ = std::fs::create_dir_all(&etc);
+    // /etc as the image resolves it (a link to /etc stays in the image);
+    // its files' own names are replaced, never followed.
+    let etc = image.make_dirs(&[std::ffi::OsStr::new("etc")], "etc", &mut |_| {})?;
     for (name, default) in [
         ("resolv.conf", ""),
         ("hosts", "127.0.0.1\tlocalhost\n"),
@@ -317,4 +331,54 @@ fn mkfs_with(mut cmd: Command, tree: &Path, out: &Path) -> Result<(), OciError> 
             .arg(format!("{size_mib}M")),
         "mkfs.ext4",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hostile image's links to the host (`etc -> outside`, a mount
+    /// point and our own directory as links) change nothing outside the
+    /// tree: an absolute link resolves inside it, top-level names are
+    /// replaced, and a working directory above the root is refused.
+    #[test]
+    fn boot_files_and_the_working_directory_stay_in_the_tree() {
+        let dir =
+            std::env::temp_dir().join(format!("ma-rootfs-{}", crate::host::settings::unique_id()));
+        let (tree, outside) = (dir.join("tree"), dir.join("outside"));
+        std::fs::create_dir_all(&tree).unwrap();
+        std::fs::create_dir_all(outside.join("etc")).unwrap();
+        std::fs::write(outside.join("etc/hosts"), "host's own").unwrap();
+        std::os::unix::fs::symlink("hosts", outside.join("etc/resolv.conf")).unwrap();
+        std::os::unix::fs::symlink(outside.join("etc"), tree.join("etc")).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("tmp")).unwrap();
+        let image = ImageTree::open(&tree).unwrap();
+        // `etc` names the host's directory by an absolute path, which
+        // inside the image names nothing: the conversion stops.
+        assert!(make_boot_files(&image).is_err());
+        std::fs::remove_file(tree.join("etc")).unwrap();
+        std::os::unix::fs::symlink("/private/etc", tree.join("etc")).unwrap();
+        std::fs::create_dir_all(tree.join("private/etc")).unwrap();
+        make_boot_files(&image).unwrap();
+        assert!(std::fs::symlink_metadata(tree.join("tmp"))
+            .unwrap()
+            .is_dir());
+        assert_eq!(
+            std::fs::read_to_string(tree.join("private/etc/hosts")).unwrap(),
+            "127.0.0.1\tlocalhost\n"
+        );
+        assert!(image.make_dir_path("/../../x").is_err());
+        let made = image.make_dir_path("/etc/../app/data").unwrap();
+        assert_eq!(made, tree.join("app/data"));
+        assert_eq!(
+            std::fs::read_to_string(outside.join("etc/hosts")).unwrap(),
+            "host's own"
+        );
+        assert_eq!(
+            std::fs::read_link(outside.join("etc/resolv.conf")).unwrap(),
+            Path::new("hosts")
+        );
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

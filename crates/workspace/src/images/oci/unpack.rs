@@ -12,15 +12,15 @@
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
 use super::owners::{Owners, Recorded};
+use super::tree::ImageTree;
 use super::OciError;
-use crate::host::host_write;
+use crate::host::dirfd;
 
 /// The opaque-directory marker.
 const OPAQUE: &str = ".wh..wh..opq";
@@ -81,11 +81,9 @@ pub fn apply_layer(
         inner: plain,
         hash: Sha256::new(),
     };
-    let root = host_write::open_dir_at(None, tree.as_os_str())
-        .map_err(|e| OciError::io("opening the image tree", e))?;
+    let image_tree = ImageTree::open(tree)?;
     let mut applier = Applier {
-        tree,
-        root: &root,
+        tree: &image_tree,
         written: HashSet::new(),
         owners,
     };
@@ -113,8 +111,7 @@ pub fn apply_layer(
 }
 
 struct Applier<'a> {
-    tree: &'a Path,
-    root: &'a OwnedFd,
+    tree: &'a ImageTree<'a>,
     /// Paths this layer wrote: an opaque marker keeps them.
     written: HashSet<PathBuf>,
     owners: &'a mut Owners,
@@ -263,26 +260,10 @@ impl Applier<'_> {
     /// The real path of directory `dirs` (relative to the tree), following
     /// symlinks inside the tree and creating missing directories.
     fn dir(&mut self, dirs: &[&OsStr], shown: &str) -> Result<PathBuf, OciError> {
-        let mut current = self.tree.to_path_buf();
-        for dir in dirs {
-            let next = current.join(dir);
-            match std::fs::symlink_metadata(&next) {
-                Ok(m) if m.is_dir() => current = next,
-                Ok(m) if m.file_type().is_symlink() => {
-                    let rel = next.strip_prefix(self.tree).unwrap_or(&next);
-                    current = resolve_in_root(self.root, self.tree, rel)
-                        .map_err(|e| OciError::io(format!("resolving /{shown}"), e))?;
-                }
-                Ok(_) => return Err(OciError::NotADirectory(shown.to_owned())),
-                Err(_) => {
-                    std::fs::create_dir(&next)
-                        .map_err(|e| OciError::io(format!("creating a parent of /{shown}"), e))?;
-                    self.written.insert(next.clone());
-                    current = next;
-                }
-            }
-        }
-        Ok(current)
+        let written = &mut self.written;
+        self.tree.make_dirs(dirs, shown, &mut |made| {
+            written.insert(made.to_owned());
+        })
     }
 
     /// Empties `dir` of what this layer did not write.
@@ -304,7 +285,7 @@ impl Applier<'_> {
 /// (a leading `/` and `.` parts dropped); `None` when a `..` would climb
 /// out.
 fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
-    host_write::clean_parts(path.strip_prefix("/").unwrap_or(path))
+    dirfd::clean_parts(path.strip_prefix("/").unwrap_or(path))
 }
 
 fn remove_any(path: &Path) -> Result<(), OciError> {
@@ -317,24 +298,8 @@ fn remove_any(path: &Path) -> Result<(), OciError> {
     removed.map_err(|e| OciError::io(format!("removing {}", path.display()), e))
 }
 
-/// Resolves `rel` as if `root` were `/` (openat2 RESOLVE_IN_ROOT: absolute
-/// symlinks and `..` stay inside) to a directory's real path.
-fn resolve_in_root(root: &OwnedFd, tree: &Path, rel: &Path) -> io::Result<PathBuf> {
-    let fd = host_write::openat2(
-        root,
-        rel,
-        libc::O_PATH | libc::O_DIRECTORY,
-        libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
-    )?;
-    let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
-    if !real.starts_with(tree) {
-        return Err(io::Error::from_raw_os_error(libc::EXDEV));
-    }
-    Ok(real)
-}
-
 fn mknod(path: &Path, mode: u32, dev: libc::dev_t) -> io::Result<()> {
-    let c = host_write::cstr(path.as_os_str())?;
+    let c = dirfd::cstr(path.as_os_str())?;
     // SAFETY: `c` is NUL-terminated and outlives the call.
     if unsafe { libc::mknod(c.as_ptr(), mode, dev) } < 0 {
         return Err(io::Error::last_os_error());
@@ -343,7 +308,7 @@ fn mknod(path: &Path, mode: u32, dev: libc::dev_t) -> io::Result<()> {
 }
 
 fn set_mtime(path: &Path, mtime: u64) -> io::Result<()> {
-    let c = host_write::cstr(path.as_os_str())?;
+    let c = dirfd::cstr(path.as_os_str())?;
     let time = libc::timespec {
         tv_sec: mtime.min(i64::MAX as u64) as libc::time_t,
         tv_nsec: 0,
