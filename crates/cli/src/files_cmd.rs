@@ -67,13 +67,21 @@ pub async fn cp(
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let count = ws.copy(&plan).await?;
+    let copied = ws.copy(&plan).await?;
     if json {
         output::json(&serde_json::json!({
-            "from": src, "to": dst, "direction": direction, "bytes": count
+            "from": src, "to": dst, "direction": direction, "bytes": copied.count,
+            "left_out": copied.left_out, "left_out_entries": copied.left_out_entries
         }));
     } else {
         println!("copied {src} -> {dst}");
+        if !copied.left_out.is_empty() {
+            println!(
+                "left out git metadata ({} entries): {}; --include-git-metadata copies it",
+                copied.left_out_entries,
+                copied.left_out.join(", ")
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -196,6 +196,10 @@ enum Command {
         /// directory.
         #[arg(long)]
         overwrite: bool,
+        /// Copy git metadata out too (paths through a `.git`: its hooks and
+        /// config run code at your next git command). Left out by default.
+        #[arg(long)]
+        include_git_metadata: bool,
         /// Only say what the copy would do (nothing is copied).
         #[arg(long)]
         preview: bool,
@@ -347,9 +351,12 @@ async fn run_workspace_command(
             src,
             dst,
             overwrite,
+            include_git_metadata,
             preview,
         } => {
-            let options = workspace::guest::copy_plan::CopyOptions::default().overwrite(*overwrite);
+            let options = workspace::guest::copy_plan::CopyOptions::default()
+                .overwrite(*overwrite)
+                .include_git_metadata(*include_git_metadata);
             files_cmd::cp(ws, src, dst, options, *preview, json).await
         }
         Command::Logs {

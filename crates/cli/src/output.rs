@@ -97,6 +97,10 @@ pub fn remedy(r: &Remedy) -> String {
             "pass --overwrite to replace it (a directory is merged into), or name another host path"
                 .into()
         }
+        Remedy::IncludeGitMetadata => {
+            "pass --include-git-metadata once you trust what the guest wrote there (its hooks and config run on your next git command), or name a host path outside any .git"
+                .into()
+        }
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

@@ -17,12 +17,29 @@ pub enum ServeCommand {
         /// every such directory, also through symlinks, are FORBIDDEN.
         #[arg(long = "allow-host-path", value_name = "DIR")]
         allow_host_paths: Vec<PathBuf>,
+        /// Let tools apply host changes with a preview's token
+        /// (kernel_install, image_build from debian:*,
+        /// host_networking_setup). Without it they preview only, and
+        /// applying is FORBIDDEN: a client could confirm its own token.
+        #[arg(long)]
+        allow_host_changes: bool,
+        /// Let port_publish listen on non-loopback host addresses
+        /// (reachable from other machines). Without it: 127.0.0.1 or ::1.
+        #[arg(long)]
+        allow_public_ports: bool,
     },
 }
 
 pub fn run(cmd: ServeCommand) -> ExitCode {
     match cmd {
-        ServeCommand::Mcp { allow_host_paths } => {
+        ServeCommand::Mcp {
+            allow_host_paths,
+            allow_host_changes,
+            allow_public_ports,
+        } => {
+            let grants = mcp::Grants::default()
+                .host_changes(allow_host_changes)
+                .public_ports(allow_public_ports);
             let dirs = if allow_host_paths.is_empty() {
                 match std::env::current_dir() {
                     Ok(cwd) => vec![cwd],
@@ -54,7 +71,7 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let served = runtime.block_on(mcp::serve_stdio(crate::open_workspaces, roots));
+            let served = runtime.block_on(mcp::serve_stdio(crate::open_workspaces, roots, grants));
             // Tool calls still running past the shutdown grace are not
             // waited for.
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -341,7 +341,29 @@ fn kernel_install_from_a_file_boots_it_first_and_needs_the_token() {
         std::fs::read(&installed).unwrap(),
         std::fs::read(&real_kernel).unwrap()
     );
-    // The check left no workspace and no image behind.
+    // A token applies its plan once.
+    let replayed = cli.run(&[
+        "kernel",
+        "install",
+        "--file",
+        file_arg,
+        "--confirm",
+        &token,
+        "--json",
+    ]);
+    assert_eq!(
+        replayed.error_code(),
+        "INVALID_INPUT",
+        "{}",
+        replayed.stdout
+    );
+    // The check left no workspace and no image behind, and no staging.
+    let staging: Vec<_> = std::fs::read_dir(cache.join("kernel"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".staging"))
+        .collect();
+    assert!(staging.is_empty(), "{staging:?}");
     let left = cli.ok_json(&["list", "--json"]);
     assert_eq!(left.as_array().map(Vec::len), Some(0), "{left}");
     let images = cli.ok_json(&["image", "ls", "--json"]);

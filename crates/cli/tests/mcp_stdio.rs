@@ -395,6 +395,8 @@ fn a_real_workspace_over_stdio() {
     let _ = std::fs::remove_dir_all(&files);
     std::fs::create_dir_all(files.join("src")).unwrap();
     std::fs::write(files.join("src/a.txt"), "copied in\n").unwrap();
+    std::fs::create_dir_all(files.join("src/.git")).unwrap();
+    std::fs::write(files.join("src/.git/config"), "[core]\n").unwrap();
     let src = files.join("src");
     let preview = s.ok(
         "copy_in",
@@ -411,11 +413,47 @@ fn a_real_workspace_over_stdio() {
         json!({"name": name, "host_path": src, "guest_path": "/tmp/src"}),
     );
     assert_eq!(
-        copied["transferred"], 2,
-        "the directory and a.txt: {copied}"
+        copied["transferred"], 4,
+        "the directory, a.txt, .git and .git/config: {copied}"
     );
     let listed = s.ok("file_list", json!({"name": name, "path": "/tmp/src"}));
-    assert_eq!(listed["entries"][0]["name"], "a.txt", "{listed}");
+    assert!(
+        listed["entries"].to_string().contains("\"a.txt\""),
+        "{listed}"
+    );
+    // Git metadata comes back only when asked for.
+    let back = files.join("back");
+    let copied = s.ok(
+        "copy_out",
+        json!({"name": name, "guest_path": "/tmp/src", "host_path": back}),
+    );
+    assert_eq!(copied["left_out"], json!([".git"]), "{copied}");
+    assert_eq!(copied["left_out_entries"], 2, "{copied}");
+    assert!(back.join("a.txt").is_file() && !back.join(".git").exists());
+    // Into the hooks of a host checkout: refused.
+    std::fs::create_dir_all(back.join(".git/hooks")).unwrap();
+    let hook = back.join(".git/hooks/pre-commit");
+    let id = s.call_async(
+        "copy_out",
+        json!({"name": name, "guest_path": "/tmp/src/a.txt", "host_path": hook}),
+        None,
+    );
+    let refused = s.response(id, Duration::from_secs(60));
+    assert_eq!(
+        refused["result"]["structuredContent"]["code"], "FORBIDDEN",
+        "{refused}"
+    );
+    assert!(!hook.exists());
+    let copied = s.ok(
+        "copy_out",
+        json!({"name": name, "guest_path": "/tmp/src", "host_path": back,
+               "overwrite": true, "include_git_metadata": true}),
+    );
+    assert!(copied.get("left_out").is_none(), "{copied}");
+    assert_eq!(
+        std::fs::read_to_string(back.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
     let out = files.join("out.txt");
     s.ok(
         "copy_out",

@@ -113,6 +113,10 @@ pub(crate) fn remedy(r: &Remedy) -> String {
         Remedy::Overwrite { .. } => {
             "pass overwrite: true to replace it (a directory is merged into)".into()
         }
+        Remedy::IncludeGitMetadata => {
+            "pass include_git_metadata: true only if the user asked for the guest's .git (its hooks and config run on the host's next git command), or name a host path outside any .git"
+                .into()
+        }
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

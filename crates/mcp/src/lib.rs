@@ -12,9 +12,11 @@
 //! (structured content plus a short text rendering), [`progress`],
 //! [`register`] (how to register
 //! the server with MCP clients), [`host_roots`] (the host directories tools
-//! may read and write).
+//! may read and write), [`grants`] (what the operator allowed beyond that:
+//! host changes, public ports).
 
 pub mod error;
+pub mod grants;
 pub mod host_roots;
 pub mod json_schema;
 pub mod output;
@@ -32,6 +34,7 @@ use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use error::ToolError;
+pub use grants::Grants;
 pub use host_roots::{HostRoots, HostRootsError};
 pub use server::MicroagentServer;
 
@@ -63,12 +66,13 @@ pub enum McpError {
 pub async fn serve_stdio(
     open: impl FnOnce() -> workspace::Result<workspace::Workspaces>,
     host_roots: HostRoots,
+    grants: Grants,
 ) -> Result<(), McpError> {
     if std::io::stdin().is_terminal() {
         eprintln!("{}", register::instructions(&register::program()));
         return Ok(());
     }
-    let server = MicroagentServer::new(open()?, host_roots);
+    let server = MicroagentServer::new(open()?, host_roots).with_grants(grants);
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     serve(server, stdin, stdout).await
 }

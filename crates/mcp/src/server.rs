@@ -81,6 +81,8 @@ pub struct MicroagentServer {
     pub(crate) ws: Workspaces,
     /// The host directories copies and imports may use.
     pub(crate) host_roots: Arc<HostRoots>,
+    /// What the operator allowed beyond the defaults.
+    pub(crate) grants: crate::Grants,
     tool_router: ToolRouter<Self>,
     inflight: Arc<Inflight>,
 }
@@ -110,9 +112,16 @@ impl MicroagentServer {
         Self {
             ws,
             host_roots: Arc::new(host_roots),
+            grants: crate::Grants::default(),
             tool_router,
             inflight: Arc::default(),
         }
+    }
+
+    /// The same server with `grants` (none by default).
+    pub fn with_grants(mut self, grants: crate::Grants) -> Self {
+        self.grants = grants;
+        self
     }
 
     /// The workspace store.

@@ -136,7 +136,8 @@ async fn container_images_pull_and_import_through_mcp() {
 /// without writing anything (the e2e suite applies one on a real guest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_install_previews_and_refuses_wrong_tokens() {
-    let h = McpHarness::new("kinstall").await;
+    let granted = mcp::Grants::default().host_changes(true);
+    let h = McpHarness::with_grants("kinstall", granted).await;
     let junk = h.root.join("junk");
     std::fs::write(&junk, vec![7u8; 4096]).unwrap();
     h.fails(
@@ -196,6 +197,29 @@ async fn kernel_install_previews_and_refuses_wrong_tokens() {
         "INVALID_INPUT",
     )
     .await;
+    // A server not granted host changes previews, but applies nothing.
+    let plain = McpHarness::new("kinstall-plain").await;
+    let src = plain.root.join("fake");
+    testkit::fake_image_files(&src);
+    let fake = src.join("vmlinux").display().to_string();
+    plain.ws.images().import_dir("minimal", &src).unwrap();
+    let preview = plain
+        .ok(
+            "kernel_install",
+            json!({"file": fake, "variant": "standard"}),
+        )
+        .await;
+    let token = preview["token"].as_str().expect("a token").to_owned();
+    let message = plain
+        .fails(
+            "kernel_install",
+            json!({"file": fake, "variant": "standard", "confirm": token}),
+            "FORBIDDEN",
+        )
+        .await;
+    assert!(message.contains("--allow-host-changes"), "{message}");
+    let would = preview["plan"]["writes"][0].as_str().unwrap().to_owned();
+    assert!(!std::path::Path::new(&would).exists());
     // From source: a plan of the same action, whatever this host has.
     let source = h.ok("kernel_install", json!({})).await;
     assert_eq!(source["plan"]["action"], "kernel install", "{source}");

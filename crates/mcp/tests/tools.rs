@@ -497,6 +497,24 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
             json!({"name": "missing", "guest_path": "etc", "host_path": "x"}),
             "INVALID_INPUT",
         ),
+        // Beyond loopback only for a server started --allow-public-ports.
+        (
+            "port_publish",
+            json!({"workspace": "missing", "host_port": 8080, "guest_port": 80, "host_ip": "0.0.0.0"}),
+            "FORBIDDEN",
+        ),
+        (
+            "workspace_create",
+            json!({"name": "pub", "ports": [{"host_ip": "::", "host_port": 8080, "guest_port": 80}]}),
+            "FORBIDDEN",
+        ),
+        // Host changes are applied only by a server started
+        // --allow-host-changes.
+        (
+            "image_build",
+            json!({"name": "deb", "from": "debian:bookworm", "confirm": "1-2-3-4"}),
+            "FORBIDDEN",
+        ),
         (
             "run_code",
             json!({"code": "print(1)", "workspace": "missing"}),

@@ -83,15 +83,18 @@ async fn networks_are_objects_workspaces_name_and_host_changes_wait_for_a_token(
     let steps = preview["plan"]["steps"].as_array().unwrap();
     assert!(steps.iter().any(|s| s["program"] == "nft"), "{preview:#}");
     assert!(preview["token"].as_str().is_some_and(|t| t.len() > 20));
+    // This server was not granted host changes: even the right token is
+    // refused.
+    let token = preview["token"].as_str().unwrap();
     h.fails(
         "host_networking_setup",
-        json!({"confirm_token": "1-2-3"}),
-        "INVALID_INPUT",
+        json!({"confirm_token": token}),
+        "FORBIDDEN",
     )
     .await;
     assert!(
         h.snapshot() == before,
-        "a preview and a wrong token changed nothing"
+        "a preview and a refused token changed nothing"
     );
 
     for ws in ["dev", "dev2"] {

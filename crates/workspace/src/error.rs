@@ -118,13 +118,15 @@ pub enum Error {
     /// panicked or its runtime shut down).
     #[error("a blocking step did not finish: {0}")]
     BlockingStep(String),
-    /// A published port's host address cannot be listened on: in use, or
     /// A network operation failed.
     #[error(transparent)]
     Network(#[from] NetworkError),
     /// A host change was not previewed, confirmed or applied.
     #[error(transparent)]
     Plan(#[from] crate::host::plan::PlanError),
+    /// A confirm token was refused.
+    #[error(transparent)]
+    Confirm(#[from] crate::host::confirm::ConfirmError),
     /// A kernel install failed.
     #[error(transparent)]
     KernelInstall(#[from] crate::host::kernel_install::KernelInstallError),
@@ -185,6 +187,13 @@ pub enum Error {
         /// The host path.
         path: std::path::PathBuf,
     },
+    /// A copy out would write git metadata on the host (a guest-written
+    /// `.git/config` or hook runs code at the next `git` command).
+    #[error("host path {} is git metadata; a copy out writes none unless asked", path.display())]
+    GitMetadataRefused {
+        /// The host path.
+        path: std::path::PathBuf,
+    },
     /// A host-side file operation failed.
     #[error("{what}")]
     HostIo {
@@ -215,6 +224,7 @@ impl Error {
             Error::Image(e) => e.code(),
             Error::Network(e) => e.code(),
             Error::Plan(e) => e.code(),
+            Error::Confirm(e) => e.code(),
             Error::KernelInstall(e) => e.code(),
             Error::ImageBuild(e) => e.code(),
             Error::Budget(e) => e.code(),
@@ -228,6 +238,7 @@ impl Error {
             }
             Error::PortNotPublished { .. } => ErrorCode::NotFound,
             Error::HostPathExists { .. } => ErrorCode::Conflict,
+            Error::GitMetadataRefused { .. } => ErrorCode::Forbidden,
             Error::InterpreterMissing { .. } => ErrorCode::InvalidInput,
             Error::CodeImageMissing { .. } => ErrorCode::NotFound,
             Error::HostWrite(e) => match e {
@@ -269,11 +280,13 @@ impl Error {
             Error::Image(e) => e.remedy(),
             Error::Network(e) => e.remedy(),
             Error::Plan(e) => e.remedy(),
+            Error::Confirm(e) => e.remedy(),
             Error::PortUnavailable { addr, .. } => Some(Remedy::ChooseAnotherPort { addr: *addr }),
             Error::PortNotPublished { workspace, .. } => Some(Remedy::ListPorts {
                 workspace: workspace.clone(),
             }),
             Error::HostPathExists { path } => Some(Remedy::Overwrite { path: path.clone() }),
+            Error::GitMetadataRefused { .. } => Some(Remedy::IncludeGitMetadata),
             Error::InterpreterMissing { image_with_it, .. } => Some(Remedy::UseCodeImage {
                 image: (*image_with_it).into(),
             }),

@@ -89,6 +89,9 @@ pub enum Remedy {
         /// The existing host path.
         path: std::path::PathBuf,
     },
+    /// Ask again with git metadata included, having checked what the guest
+    /// wrote there, or name a host path outside any `.git`.
+    IncludeGitMetadata,
     /// Run the code in a one-shot workspace of this image (it has every
     /// interpreter), or in a workspace created from it.
     UseCodeImage {

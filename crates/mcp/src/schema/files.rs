@@ -112,6 +112,12 @@ pub struct CopyOutParams {
     /// without it an existing host path is refused with CONFLICT.
     #[serde(default)]
     pub overwrite: bool,
+    /// Also write git metadata (paths through a `.git`, whose hooks and
+    /// config run code at the host's next git command). Only when the user
+    /// asked for it: by default a directory's `.git` is left out (see
+    /// `left_out`) and a host path through a `.git` is refused (FORBIDDEN).
+    #[serde(default)]
+    pub include_git_metadata: bool,
     /// Only report what would happen; change nothing.
     #[serde(default)]
     pub preview: bool,
@@ -262,6 +268,17 @@ pub struct CopyResult {
     pub transferred: u64,
     /// bytes or entries.
     pub unit: String,
+    /// Git metadata a copy out did not write (`.git` paths relative to
+    /// host_path; include_git_metadata: true writes it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
+    /// How many archive entries `left_out` held.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub left_out_entries: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Render for CopyResult {
@@ -269,7 +286,15 @@ impl Render for CopyResult {
         if self.preview {
             format!("preview: {}", self.action)
         } else {
-            format!("{} ({} {})", self.action, self.transferred, self.unit)
+            let mut text = format!("{} ({} {})", self.action, self.transferred, self.unit);
+            if !self.left_out.is_empty() {
+                text.push_str(&format!(
+                    "\nleft out git metadata ({} entries): {}",
+                    self.left_out_entries,
+                    self.left_out.join(", ")
+                ));
+            }
+            text
         }
     }
 }

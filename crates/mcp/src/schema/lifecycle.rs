@@ -60,7 +60,8 @@ pub struct CreateParams {
     /// Published ports: each {host_port, guest_port[, host_ip]} makes TCP
     /// connections to the host address (default 127.0.0.1) reach
     /// 127.0.0.1:guest_port in the guest (at most 32; a host port in use
-    /// is refused with CONFLICT).
+    /// is refused with CONFLICT; a non-loopback host_ip is FORBIDDEN
+    /// unless the server was started with --allow-public-ports).
     #[serde(default)]
     pub ports: Vec<workspace::store::ports::PortMapping>,
 }

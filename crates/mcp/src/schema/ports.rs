@@ -19,6 +19,8 @@ pub struct PublishParams {
     /// TCP port on the guest's loopback (127.0.0.1) each connection reaches.
     pub guest_port: u16,
     /// Host address to listen on; default "127.0.0.1" (this machine only).
+    /// A non-loopback address is FORBIDDEN unless the server was started
+    /// with --allow-public-ports.
     pub host_ip: Option<std::net::IpAddr>,
 }
 

@@ -5,7 +5,7 @@ use base64::Engine;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
 use workspace::guest::copy_plan::{describe_stat, human_bytes, kind_name, CopyOptions, CopyPlan};
-use workspace::guest::FileKind;
+use workspace::guest::{Copied, FileKind};
 
 use super::{guest_path, in_range, would_or_did};
 use crate::output::{Out, ToolResult};
@@ -56,8 +56,9 @@ fn encode(mut data: Vec<u8>, asked: Option<Encoding>, at_eof: bool) -> (Encoding
 
 /// The result of `plan`, which `transferred` so many units, or of its
 /// preview (`None`).
-fn copy_result(plan: CopyPlan, transferred: Option<u64>) -> CopyResult {
-    let preview = transferred.is_none();
+fn copy_result(plan: CopyPlan, copied: Option<Copied>) -> CopyResult {
+    let preview = copied.is_none();
+    let copied = copied.unwrap_or_default();
     CopyResult {
         preview,
         action: would_or_did(preview, &plan.action),
@@ -65,7 +66,9 @@ fn copy_result(plan: CopyPlan, transferred: Option<u64>) -> CopyResult {
         kind: plan.kind.as_str().into(),
         host_path: plan.host_path,
         guest_path: plan.guest_path,
-        transferred: transferred.unwrap_or(0),
+        transferred: copied.count,
+        left_out: copied.left_out,
+        left_out_entries: copied.left_out_entries,
     }
 }
 
@@ -249,12 +252,12 @@ impl MicroagentServer {
             .workspace(&p.name)?
             .plan_copy_in(&host, &p.guest_path)
             .await?;
-        let transferred = if p.preview {
+        let copied = if p.preview {
             None
         } else {
             Some(self.ws.copy(&plan).await?)
         };
-        Ok(Out(copy_result(plan, transferred)))
+        Ok(Out(copy_result(plan, copied)))
     }
 
     /// Copy a guest file or directory out of a running workspace to the
@@ -273,18 +276,20 @@ impl MicroagentServer {
     async fn copy_out(&self, Parameters(p): Parameters<CopyOutParams>) -> ToolResult<CopyResult> {
         let host = self.host_roots.writable(&p.host_path)?;
         guest_path("guest_path", &p.guest_path)?;
-        let options = CopyOptions::default().overwrite(p.overwrite);
+        let options = CopyOptions::default()
+            .overwrite(p.overwrite)
+            .include_git_metadata(p.include_git_metadata);
         let plan = self
             .ws
             .workspace(&p.name)?
             .plan_copy_out(&p.guest_path, &host, options)
             .await?;
-        let transferred = if p.preview {
+        let copied = if p.preview {
             None
         } else {
             Some(self.ws.copy(&plan).await?)
         };
-        Ok(Out(copy_result(plan, transferred)))
+        Ok(Out(copy_result(plan, copied)))
     }
 }
 

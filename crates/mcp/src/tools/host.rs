@@ -33,8 +33,9 @@ impl MicroagentServer {
     /// when missing), or install a kernel file after checking it boots the
     /// `minimal` image. Called without `confirm` it changes nothing and
     /// returns the exact plan (packages, disk, time, files written) and a
-    /// token; called with that token it applies the plan, sending progress
-    /// when asked.
+    /// token; called with that token (once) it applies the plan, sending
+    /// progress when asked. Applying needs a server started with
+    /// --allow-host-changes (FORBIDDEN otherwise).
     #[tool(
         output_schema = crate::output::schema::<KernelInstall>(),
         annotations(
@@ -50,6 +51,8 @@ impl MicroagentServer {
         Parameters(p): Parameters<KernelInstallParams>,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<KernelInstall> {
+        self.grants
+            .check_host_change(p.confirm.is_some(), "kernel_install", "kernel install")?;
         let source = match &p.file {
             Some(f) => KernelSource::File(self.host_roots.existing(f)?),
             None => KernelSource::FromSource,
@@ -75,7 +78,9 @@ impl MicroagentServer {
     /// boots in a throwaway workspace; `copy` files go in, `run` commands
     /// run as root, then its root filesystem is saved as the new image).
     /// Called without `confirm` it changes nothing and returns the plan and
-    /// a token; with the token it builds, sending progress when asked.
+    /// a token; with the token (once) it builds, sending progress when
+    /// asked. Applying a `debian:*` build needs a server started with
+    /// --allow-host-changes (FORBIDDEN otherwise).
     /// Nothing is registered when a step fails (INVALID_INPUT with the
     /// step's stderr).
     #[tool(
@@ -94,6 +99,13 @@ impl MicroagentServer {
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<ImageBuild> {
         let from = BuildBase::parse(&p.from).map_err(workspace::Error::from)?;
+        if matches!(from, BuildBase::Debian(_)) {
+            self.grants.check_host_change(
+                p.confirm.is_some(),
+                "image_build from debian:*",
+                &format!("image build {} --from {}", p.name, p.from),
+            )?;
+        }
         let mut copy = Vec::with_capacity(p.copy.len());
         for c in p.copy {
             copy.push(CopyStep {

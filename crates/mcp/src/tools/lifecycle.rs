@@ -121,6 +121,9 @@ impl MicroagentServer {
     )
     )]
     async fn workspace_create(&self, Parameters(p): Parameters<CreateParams>) -> ToolResult<Meta> {
+        for port in &p.ports {
+            self.grants.check_port_address(port.host_ip)?;
+        }
         let spec = WorkspaceSpec {
             image: p.image.unwrap_or_else(|| defaults::IMAGE.into()),
             vcpus: vcpus(p.vcpus, defaults::VCPUS)?,

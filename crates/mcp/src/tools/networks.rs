@@ -115,7 +115,8 @@ impl MicroagentServer {
     /// networks: bridges, IPv4 forwarding, our nftables table, a dnsmasq
     /// per network. Without confirm_token nothing changes: the exact
     /// commands come back with a token valid for 5 minutes; call again
-    /// with it to apply that plan (refused if the plan changed since).
+    /// with it to apply that plan once (refused if the plan changed since;
+    /// FORBIDDEN unless the server was started with --allow-host-changes).
     #[tool(
         output_schema = crate::output::schema::<HostSetupResult>(),
         annotations(
@@ -130,6 +131,13 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<HostSetupParams>,
     ) -> ToolResult<HostSetupResult> {
+        let cli = if p.teardown {
+            "network teardown"
+        } else {
+            "network setup"
+        };
+        self.grants
+            .check_host_change(p.confirm_token.is_some(), "host_networking_setup", cli)?;
         let change = self
             .blocking(move |ws| {
                 let token = p.confirm_token.as_deref();

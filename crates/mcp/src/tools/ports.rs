@@ -40,6 +40,7 @@ impl MicroagentServer {
             host_port: p.host_port,
             guest_port: p.guest_port,
         };
+        self.grants.check_port_address(mapping.host_ip)?;
         let meta = self
             .on_workspace(&p.workspace, move |ws, name| {
                 ws.workspace(name)?.publish_port(mapping)

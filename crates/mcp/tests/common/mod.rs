@@ -24,11 +24,16 @@ impl McpHarness {
     /// A server over a fresh state directory (no guest assets, a VMM that
     /// does not exist) and a client connected to it.
     pub async fn new(tag: &str) -> McpHarness {
+        Self::with_grants(tag, mcp::Grants::default()).await
+    }
+
+    /// [`McpHarness::new`] of a server granted `grants`.
+    pub async fn with_grants(tag: &str, grants: mcp::Grants) -> McpHarness {
         let root = PathBuf::from(format!("/tmp/mcp-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let state = StateDir::at(&root).unwrap();
         let ws = Workspaces::new(state, None, PathBuf::from("/nonexistent-vmm"));
-        let server = MicroagentServer::new(ws.clone(), host_roots(&root));
+        let server = MicroagentServer::new(ws.clone(), host_roots(&root)).with_grants(grants);
         let (server_end, client_end) = tokio::io::duplex(1 << 20);
         let (reader, writer) = tokio::io::split(server_end);
         tokio::spawn(mcp::serve(server, reader, writer));

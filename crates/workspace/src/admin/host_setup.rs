@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
+use crate::host::confirm::Confirmer;
 use crate::host::kernel_install::{source_plan, SourceHost};
-use crate::host::plan::{Confirmer, Plan, Preview, ProgressFn};
+use crate::host::plan::{Plan, Preview, ProgressFn};
 use crate::host::settings::now_ms;
 use crate::host::setup::Setup;
 use crate::images::build::{debian, minimal, ImageBuildError};
@@ -143,6 +144,7 @@ impl Workspaces {
         };
         confirmer.check(&plan, token, now_ms())?;
         plan.check_privilege(token)?;
+        confirmer.spend(token, now_ms())?;
         let made = self.apply_setup(&plan, &missing, variant, progress).await?;
         Ok(Setup {
             preview: Preview {

@@ -8,13 +8,14 @@ use vmm_core::KernelVariant;
 
 use crate::error::{Error, Result};
 use crate::host::assets;
+use crate::host::confirm::Confirmer;
 use crate::host::kernel_build;
 use crate::host::kernel_install::{
     file_dir, file_plan, source_plan, KernelInstall, KernelInstallError, KernelSource, SourceHost,
     CHECK_BOOT_TIMEOUT, CHECK_IMAGE,
 };
+use crate::host::plan::Preview;
 use crate::host::plan::ProgressFn;
-use crate::host::plan::{Confirmer, Preview};
 use crate::host::settings::{now_ms, unique_id};
 use crate::workspaces::manager::Workspaces;
 
@@ -53,23 +54,13 @@ impl Workspaces {
         let (plan, file) = match source {
             KernelSource::FromSource => (source_plan(&root, variant, &SourceHost::probe()), None),
             KernelSource::File(path) => {
-                let bytes = crate::images::registry::check_kernel(path).map_err(|e| {
-                    KernelInstallError::NotAKernel {
-                        path: path.clone(),
-                        problem: crate::error_chain::error_chain(&e),
-                    }
-                })?;
+                // Every step after this one reads the staged copy: what was
+                // checked, booted and installed are the same bytes.
+                let staged = StagedKernel::copy(path, &root)?;
                 // The check boot needs it: say so before any token.
                 self.images().get(CHECK_IMAGE)?;
-                let sha = crate::images::oci::layout::file_digest(path)
-                    .map_err(|e| KernelInstallError::NotAKernel {
-                        path: path.clone(),
-                        problem: crate::error_chain::error_chain(&e),
-                    })?
-                    .trim_start_matches("sha256:")
-                    .to_owned();
-                let plan = file_plan(&root, variant, path, &sha, bytes);
-                (plan, Some((path.clone(), sha)))
+                let plan = file_plan(&root, variant, path, &staged.sha, staged.bytes);
+                (plan, Some((path.clone(), staged)))
             }
         };
         let confirmer = Confirmer::open(self.state_dir().root())?;
@@ -83,6 +74,7 @@ impl Workspaces {
         };
         confirmer.check(&plan, token, now_ms())?;
         plan.check_privilege(token)?;
+        confirmer.spend(token, now_ms())?;
         let kernel = match file {
             None => {
                 let steps = plan.clone();
@@ -97,15 +89,20 @@ impl Workspaces {
                 })
                 .await?
             }
-            Some((path, sha)) => {
+            Some((path, staged)) => {
                 progress(&format!(
                     "booting {} with the {CHECK_IMAGE} image",
                     path.display()
                 ));
-                self.boot_check(&path).await?;
+                self.boot_check(&staged.file).await.map_err(|e| match e {
+                    Error::KernelInstall(KernelInstallError::BootCheck { reason, .. }) => {
+                        Error::from(KernelInstallError::BootCheck { path, reason })
+                    }
+                    other => other,
+                })?;
                 progress("installing into the cache");
-                let dir = file_dir(&root, &sha);
-                install_file(&path, &dir)?;
+                let dir = file_dir(&root, &staged.sha);
+                staged.install(&dir)?;
                 let vmlinux = dir.join("vmlinux");
                 assets::link_current(&root, &variant.vmlinux_file(), &vmlinux)
                     .map_err(KernelInstallError::from)?;
@@ -174,22 +171,134 @@ impl Workspaces {
     }
 }
 
-/// Copies `file` into `dir/vmlinux` through a staging directory.
-fn install_file(file: &Path, dir: &Path) -> Result<()> {
-    if dir.join("vmlinux").is_file() {
-        return Ok(());
-    }
-    let staging = dir.with_extension(format!("partial-{}", unique_id()));
-    let io = |what: String| Error::host_io(what);
-    let done = (|| {
-        std::fs::create_dir_all(&staging).map_err(io(format!("creating {}", staging.display())))?;
-        std::fs::copy(file, staging.join("vmlinux"))
-            .map_err(io(format!("copying {}", file.display())))?;
-        match std::fs::rename(&staging, dir) {
-            Err(_) if dir.join("vmlinux").is_file() => Ok(()),
-            other => other.map_err(io(format!("installing {}", dir.display()))),
+/// A kernel file copied once, from one descriptor, into a private
+/// staging directory of the cache, with the digest of exactly those bytes;
+/// removed when dropped unless installed.
+#[derive(Debug)]
+struct StagedKernel {
+    dir: PathBuf,
+    file: PathBuf,
+    sha: String,
+    bytes: u64,
+}
+
+impl StagedKernel {
+    /// Copies `path` (a regular file, checked to be a kernel) into the
+    /// cache at `root`.
+    fn copy(path: &Path, root: &Path) -> Result<Self> {
+        use sha2::{Digest, Sha256};
+        use std::io::{Read, Write};
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let not_a_kernel = |problem: String| {
+            Error::from(KernelInstallError::NotAKernel {
+                path: path.to_owned(),
+                problem,
+            })
+        };
+        let mut source = std::fs::File::open(path).map_err(|e| not_a_kernel(format!("{e}")))?;
+        let meta = source
+            .metadata()
+            .map_err(|e| not_a_kernel(format!("{e}")))?;
+        if !meta.is_file() {
+            return Err(not_a_kernel("not a regular file".into()));
         }
-    })();
-    let _ = std::fs::remove_dir_all(&staging);
-    done
+        let kernels = root.join("kernel");
+        std::fs::create_dir_all(&kernels)
+            .map_err(Error::host_io(format!("creating {}", kernels.display())))?;
+        let dir = kernels.join(format!(".staging-{}", unique_id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(Error::host_io(format!("creating {}", dir.display())))?;
+        let mut staged = Self {
+            file: dir.join("vmlinux"),
+            dir,
+            sha: String::new(),
+            bytes: 0,
+        };
+        let io = |what: &str| Error::host_io(format!("{what} {}", staged.file.display()));
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&staged.file)
+            .map_err(io("creating"))?;
+        let mut hash = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = match source.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(not_a_kernel(format!("reading it: {e}"))),
+            };
+            hash.update(&buf[..n]);
+            out.write_all(&buf[..n]).map_err(io("writing"))?;
+            staged.bytes += n as u64;
+        }
+        out.sync_all().map_err(io("syncing"))?;
+        staged.sha = format!("{:x}", hash.finalize());
+        crate::images::registry::check_kernel(&staged.file).map_err(|e| match e {
+            crate::images::registry::ImageError::BadSource { problem, .. } => not_a_kernel(problem),
+            other => not_a_kernel(crate::error_chain::error_chain(&other)),
+        })?;
+        Ok(staged)
+    }
+
+    /// Moves the staged file to `dir/vmlinux` (kept when that digest is
+    /// installed already).
+    fn install(self, dir: &Path) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        if dir.join("vmlinux").is_file() {
+            return Ok(());
+        }
+        let done = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755))
+            .and_then(|()| std::fs::rename(&self.dir, dir));
+        match done {
+            Err(_) if dir.join("vmlinux").is_file() => Ok(()),
+            other => other.map_err(Error::host_io(format!("installing {}", dir.display()))),
+        }
+    }
+}
+
+impl Drop for StagedKernel {
+    fn drop(&mut self) {
+        // Gone already when installed.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_staged_kernel_is_the_bytes_read_once() {
+        let dir = std::env::temp_dir().join(format!("ma-kstage-{}", unique_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("vmlinux");
+        let mut elf = b"\x7fELF".to_vec();
+        elf.resize(4096, 1);
+        std::fs::write(&file, &elf).unwrap();
+        let root = dir.join("cache");
+        let staged = StagedKernel::copy(&file, &root).unwrap();
+        // The file changes after the check: the staged copy does not.
+        std::fs::write(&file, b"#!/bin/sh\nrm -rf ~\n").unwrap();
+        assert_eq!(std::fs::read(&staged.file).unwrap(), elf);
+        use sha2::Digest;
+        assert_eq!(staged.sha, format!("{:x}", sha2::Sha256::digest(&elf)));
+        assert_eq!(staged.bytes, 4096);
+        let to = file_dir(&root, &staged.sha);
+        staged.install(&to).unwrap();
+        assert_eq!(std::fs::read(to.join("vmlinux")).unwrap(), elf);
+        let left: Vec<_> = std::fs::read_dir(root.join("kernel")).unwrap().collect();
+        assert_eq!(left.len(), 1, "only the installed kernel: {left:?}");
+        // Not a kernel: refused, nothing staged is left.
+        let err = StagedKernel::copy(&file, &root).unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidInput, "{err}");
+        let left: Vec<_> = std::fs::read_dir(root.join("kernel")).unwrap().collect();
+        assert_eq!(left.len(), 1);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

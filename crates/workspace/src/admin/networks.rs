@@ -140,7 +140,7 @@ impl Workspaces {
         confirm: Option<&str>,
         applied_record: Option<String>,
     ) -> Result<HostChange> {
-        let confirmer = crate::host::plan::Confirmer::open(self.state_dir().root())?;
+        let confirmer = crate::host::confirm::Confirmer::open(self.state_dir().root())?;
         let Some(token) = confirm else {
             return Ok(HostChange {
                 preview: confirmer.preview(plan, now_ms()),
@@ -156,6 +156,7 @@ impl Workspaces {
             }
             .into());
         }
+        confirmer.spend(token, now_ms())?;
         plan.run()?;
         let record = self.networks_dir().join(setup::APPLIED_FILE);
         match applied_record {
@@ -192,7 +193,7 @@ impl Workspaces {
     /// the host setup of the `tap` networks.
     pub fn network_setup(&self, confirm: Option<&str>) -> Result<HostChange> {
         if let Some(token) = confirm {
-            crate::host::plan::Confirmer::expect_issued(self.state_dir().root(), token)?;
+            crate::host::confirm::Confirmer::expect_issued(self.state_dir().root(), token)?;
         }
         let _lock = self.networks().lock()?;
         let nets = self.networks().list()?;
@@ -204,7 +205,7 @@ impl Workspaces {
     /// Previews or applies the removal of everything the setup made.
     pub fn network_teardown(&self, confirm: Option<&str>) -> Result<HostChange> {
         if let Some(token) = confirm {
-            crate::host::plan::Confirmer::expect_issued(self.state_dir().root(), token)?;
+            crate::host::confirm::Confirmer::expect_issued(self.state_dir().root(), token)?;
         }
         let _lock = self.networks().lock()?;
         let plan = setup::teardown_plan(&setup::probe(&self.networks_dir()));

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::guest::files::{check_guest_path, FileKind, FileStat};
+use crate::guest::files::{check_git_host_path, check_guest_path, Copied, FileKind, FileStat};
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
@@ -60,6 +60,8 @@ pub struct CopyPlan {
     /// The guest side's metadata, read while planning a copy out (so the
     /// copy does not ask the agent again).
     guest_stat: Option<FileStat>,
+    /// A copy out writes git metadata ([`CopyOptions::include_git_metadata`]).
+    git_metadata: bool,
 }
 
 impl CopyPlan {
@@ -81,12 +83,22 @@ pub struct CopyOptions {
     /// A copy out may replace an existing host file or merge into an
     /// existing host directory (default: refused with CONFLICT).
     pub overwrite: bool,
+    /// A copy out writes git metadata: paths through a `.git`, whose hooks
+    /// and config run code at the host's next `git` command (default: left
+    /// out of a directory, refused as a host path with FORBIDDEN).
+    pub include_git_metadata: bool,
 }
 
 impl CopyOptions {
     /// Sets [`CopyOptions::overwrite`].
     pub fn overwrite(mut self, overwrite: bool) -> Self {
         self.overwrite = overwrite;
+        self
+    }
+
+    /// Sets [`CopyOptions::include_git_metadata`].
+    pub fn include_git_metadata(mut self, include: bool) -> Self {
+        self.include_git_metadata = include;
         self
     }
 }
@@ -225,6 +237,7 @@ impl Workspace<'_> {
             guest_path: guest_path.to_owned(),
             kind,
             guest_stat: None,
+            git_metadata: false,
         })
     }
 
@@ -240,6 +253,7 @@ impl Workspace<'_> {
     ) -> Result<CopyPlan> {
         let name = self.name;
         check_guest_path(guest_path)?;
+        check_git_host_path(host_path, options.include_git_metadata)?;
         let stat = self.stat(guest_path).await?;
         let kind = match stat.kind {
             FileKind::File => CopyKind::File,
@@ -281,9 +295,13 @@ impl Workspace<'_> {
                 )))
             }
         };
+        let git = match kind {
+            CopyKind::Dir if !options.include_git_metadata => ", leaving out git metadata",
+            _ => "",
+        };
         Ok(CopyPlan {
             action: format!(
-                "copy guest {} {name}:{guest_path} ({}) to host {}, {effect}",
+                "copy guest {} {name}:{guest_path} ({}) to host {}, {effect}{git}",
                 kind.as_str(),
                 human_bytes(stat.size),
                 host_path.display()
@@ -294,30 +312,32 @@ impl Workspace<'_> {
             guest_path: guest_path.to_owned(),
             kind,
             guest_stat: Some(stat),
+            git_metadata: options.include_git_metadata,
         })
     }
 }
 
 impl Workspaces {
-    /// Carries out `plan`; returns the count [`CopyPlan::unit`] names.
-    pub async fn copy(&self, plan: &CopyPlan) -> Result<u64> {
-        match plan.direction {
-            CopyDirection::In => {
-                self.at(&plan.workspace)
-                    .copy_in(&plan.host_path, &plan.guest_path)
-                    .await
+    /// Carries out `plan`: the count [`CopyPlan::unit`] names, and what
+    /// was left out.
+    pub async fn copy(&self, plan: &CopyPlan) -> Result<Copied> {
+        let ws = self.at(&plan.workspace);
+        match (plan.direction, &plan.guest_stat) {
+            (CopyDirection::In, _) => ws
+                .copy_in(&plan.host_path, &plan.guest_path)
+                .await
+                .map(Copied::just),
+            (CopyDirection::Out, Some(stat)) => {
+                self.copy_out_of(
+                    &plan.workspace,
+                    &plan.guest_path,
+                    stat,
+                    &plan.host_path,
+                    plan.git_metadata,
+                )
+                .await
             }
-            CopyDirection::Out => match &plan.guest_stat {
-                Some(stat) => {
-                    self.copy_out_of(&plan.workspace, &plan.guest_path, stat, &plan.host_path)
-                        .await
-                }
-                None => {
-                    self.at(&plan.workspace)
-                        .copy_out(&plan.guest_path, &plan.host_path)
-                        .await
-                }
-            },
+            (CopyDirection::Out, None) => ws.copy_out(&plan.guest_path, &plan.host_path).await,
         }
     }
 }
@@ -343,6 +363,7 @@ mod tests {
             kind,
             action: String::new(),
             guest_stat: None,
+            git_metadata: false,
         };
         assert_eq!(plan(CopyDirection::In, CopyKind::Dir).unit(), "entries");
         assert_eq!(plan(CopyDirection::In, CopyKind::File).unit(), "bytes");

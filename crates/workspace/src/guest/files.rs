@@ -20,6 +20,29 @@ use crate::store::workspace_dir::WorkspaceDir;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
+/// What a copy moved, and what it left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Copied {
+    /// Bytes, or entries for a directory copied in (see
+    /// [`crate::guest::copy_plan::CopyPlan::unit`]).
+    pub count: u64,
+    /// Git metadata a copy out did not write (the `.git` paths, relative to
+    /// the destination, at most [`host_write::LEFT_OUT_SHOWN`]).
+    pub left_out: Vec<String>,
+    /// How many archive entries those paths held.
+    pub left_out_entries: u64,
+}
+
+impl Copied {
+    pub(crate) fn just(count: u64) -> Self {
+        Self {
+            count,
+            ..Self::default()
+        }
+    }
+}
+
 /// Longest `events --wait` the library accepts.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
 
@@ -268,25 +291,41 @@ impl Workspace<'_> {
     /// `host_path` itself, merged into when it exists). Returns the bytes
     /// received. What the guest sends is checked and bounded
     /// ([`crate::host::host_write`]): nothing is written outside `host_path` or
-    /// through a symlink, and a failed copy leaves no partial file.
-    pub async fn copy_out(self, guest_path: &str, host_path: &Path) -> Result<u64> {
+    /// through a symlink, and a failed copy leaves no partial file. Git
+    /// metadata is left out (see [`Copied::left_out`]); a planned copy
+    /// ([`Workspace::plan_copy_out`]) can ask for it.
+    pub async fn copy_out(self, guest_path: &str, host_path: &Path) -> Result<Copied> {
         let (all, name) = (self.all, self.name);
         check_guest_path(guest_path)?;
         let stat = self.stat(guest_path).await?;
-        all.copy_out_of(name, guest_path, &stat, host_path).await
+        all.copy_out_of(name, guest_path, &stat, host_path, false)
+            .await
     }
+}
+
+/// Refuses a host path through a `.git` unless git metadata was asked for.
+pub(crate) fn check_git_host_path(host_path: &Path, git_metadata: bool) -> Result<()> {
+    if !git_metadata && host_path.iter().any(host_write::is_git_metadata) {
+        return Err(Error::GitMetadataRefused {
+            path: host_path.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 impl Workspaces {
     /// [`Workspace::copy_out`] of a guest path whose `stat` the caller
-    /// already has (a planned copy does not ask the agent twice).
+    /// already has (a planned copy does not ask the agent twice), writing
+    /// git metadata only when `git_metadata`.
     pub(crate) async fn copy_out_of(
         &self,
         name: &str,
         guest_path: &str,
         stat: &FileStat,
         host_path: &Path,
-    ) -> Result<u64> {
+        git_metadata: bool,
+    ) -> Result<Copied> {
+        check_git_host_path(host_path, git_metadata)?;
         match stat.kind {
             FileKind::Dir => {
                 if std::fs::symlink_metadata(host_path).is_ok_and(|m| !m.is_dir()) {
@@ -314,8 +353,16 @@ impl Workspaces {
                 std::io::Seek::rewind(archive)
                     .map_err(Error::host_io("rewinding the archive".to_owned()))?;
                 let reader = std::io::BufReader::new(&*archive);
-                host_write::unpack(reader, host_path, self.limits().max_copy_out_entries)?;
-                Ok(size)
+                let rules = host_write::UnpackRules {
+                    max_entries: self.limits().max_copy_out_entries,
+                    git_metadata,
+                };
+                let unpacked = host_write::unpack(reader, host_path, rules)?;
+                Ok(Copied {
+                    count: size,
+                    left_out: unpacked.left_out,
+                    left_out_entries: unpacked.left_out_entries,
+                })
             }
             FileKind::File => {
                 // Written beside the target and renamed, so a failed copy
@@ -339,7 +386,7 @@ impl Workspaces {
                     Err(e) => return Err(Error::agent("read_file")(e)),
                 };
                 tmp.persist(header.mode, host_path)?;
-                Ok(header.transferred)
+                Ok(Copied::just(header.transferred))
             }
             other => Err(Error::InvalidInput(format!(
                 "{guest_path} is a {other:?}; only files and directories can be copied"

@@ -23,7 +23,7 @@ pub(crate) mod stream;
 #[cfg(feature = "client")]
 pub use exec::{ExecEnd, Exited, OutputCollector, MAX_COLLECTED_BYTES};
 #[cfg(feature = "client")]
-pub use files::{ConsoleChunk, DirEntry, DirListing, FileKind, FileStat, MAX_EVENT_WAIT};
+pub use files::{ConsoleChunk, Copied, DirEntry, DirListing, FileKind, FileStat, MAX_EVENT_WAIT};
 #[cfg(feature = "client")]
 pub use metrics::{WorkspaceMetrics, CPU_SAMPLE};
 #[cfg(feature = "client")]

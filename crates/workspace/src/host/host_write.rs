@@ -9,6 +9,9 @@
 //! directory on the way is opened with O_NOFOLLOW from the destination
 //! down (so nothing is written through a symlink), symlinks and hard links
 //! must point inside the destination, device nodes and FIFOs are refused.
+//! Git metadata (any path through a `.git`) is left out unless asked for:
+//! a guest-written `.git/config` or hook runs code at the host's next `git`
+//! command.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -217,9 +220,43 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Budgeted<W> {
     }
 }
 
+/// What an unpack may write.
+#[derive(Clone, Copy, Debug)]
+pub struct UnpackRules {
+    /// Most entries it takes.
+    pub max_entries: u64,
+    /// Whether entries through a `.git` are written (default: left out).
+    pub git_metadata: bool,
+}
+
+/// What an unpack wrote and left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unpacked {
+    /// Entries written.
+    pub entries: u64,
+    /// The `.git` paths left out (each once, at most [`LEFT_OUT_SHOWN`]).
+    pub left_out: Vec<String>,
+    /// Entries left out, all of them.
+    pub left_out_entries: u64,
+}
+
+/// Most left-out paths an [`Unpacked`] names.
+pub const LEFT_OUT_SHOWN: usize = 100;
+
+/// Whether `part` names git metadata (`.git` in any case: a case-folding
+/// host filesystem would take `.GIT` for it).
+pub fn is_git_metadata(part: &OsStr) -> bool {
+    part.as_bytes().eq_ignore_ascii_case(b".git")
+}
+
 /// Unpacks the tar `archive` into the existing directory `dest` (merging
-/// into what is there); returns the entries written.
-pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, HostWriteError> {
+/// into what is there).
+pub fn unpack(
+    archive: impl Read,
+    dest: &Path,
+    rules: UnpackRules,
+) -> Result<Unpacked, HostWriteError> {
+    let max_entries = rules.max_entries;
     let root = open_dir_at(None, dest.as_os_str())
         .map_err(io_err(format!("opening {}", dest.display())))?;
     let mut archive = tar::Archive::new(archive);
@@ -229,6 +266,7 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
     // Read once: /proc/self/status for every file would be work per entry.
     let umask = umask();
     let mut count = 0u64;
+    let mut unpacked = Unpacked::default();
     // Links are checked once all are written: a later link can make an
     // earlier one's target leave the destination (`sub/e -> d/../../x`,
     // then `sub/d -> ..`).
@@ -253,6 +291,17 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
         let Some((name, dirs)) = parts.split_last() else {
             continue; // `./`: the destination itself.
         };
+        if let Some(at) = parts.iter().position(|p| is_git_metadata(p)) {
+            if !rules.git_metadata {
+                unpacked.left_out_entries += 1;
+                let shown: PathBuf = parts[..=at].iter().collect();
+                let shown = shown.to_string_lossy().into_owned();
+                if unpacked.left_out.len() < LEFT_OUT_SHOWN && !unpacked.left_out.contains(&shown) {
+                    unpacked.left_out.push(shown);
+                }
+                continue;
+            }
+        }
         let parent = open_dirs(&root, dirs, &refuse)?;
         let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
         let kind = entry.header().entry_type();
@@ -306,7 +355,8 @@ pub fn unpack(archive: impl Read, dest: &Path, max_entries: u64) -> Result<u64, 
         }
     }
     check_links(&root, &links)?;
-    Ok(count)
+    unpacked.entries = count - unpacked.left_out_entries;
+    Ok(unpacked)
 }
 
 /// Whether a relative symlink `target` in directory `dirs` (relative to the
@@ -436,8 +486,56 @@ mod tests {
         b.into_inner().unwrap()
     }
 
+    const RULES: UnpackRules = UnpackRules {
+        max_entries: COPY_OUT_MAX_ENTRIES,
+        git_metadata: false,
+    };
+
     fn unpack_into(dir: &Path, bytes: &[u8]) -> Result<u64, HostWriteError> {
-        unpack(bytes, &dir.join("dest"), COPY_OUT_MAX_ENTRIES)
+        unpack(bytes, &dir.join("dest"), RULES).map(|u| u.entries)
+    }
+
+    #[test]
+    fn git_metadata_is_left_out_unless_asked_for() {
+        let dir = scratch("git");
+        let bytes = archive(|b| {
+            use tar::EntryType::{Directory, Regular, Symlink};
+            entry(b, Directory, "repo/", "", 0o755, b"");
+            entry(b, Regular, "repo/main.rs", "", 0o644, b"fn main() {}");
+            entry(b, Directory, "repo/.git/", "", 0o755, b"");
+            entry(b, Regular, "repo/.git/config", "", 0o644, b"[core]");
+            entry(
+                b,
+                Regular,
+                "repo/.git/hooks/pre-commit",
+                "",
+                0o755,
+                b"#!/bin/sh",
+            );
+            entry(b, Regular, "sub/.GIT/config", "", 0o644, b"[core]");
+            entry(b, Symlink, ".git", "repo", 0o777, b"");
+        });
+        let dest = dir.join("dest");
+        let got = unpack(bytes.as_slice(), &dest, RULES).unwrap();
+        assert_eq!(got.entries, 2, "repo/ and repo/main.rs");
+        assert_eq!(got.left_out_entries, 5);
+        assert_eq!(got.left_out, ["repo/.git", "sub/.GIT", ".git"]);
+        assert!(dest.join("repo/main.rs").is_file());
+        for gone in ["repo/.git", "sub/.GIT", ".git"] {
+            assert!(
+                std::fs::symlink_metadata(dest.join(gone)).is_err(),
+                "{gone}"
+            );
+        }
+
+        let asked = UnpackRules {
+            git_metadata: true,
+            ..RULES
+        };
+        let got = unpack(bytes.as_slice(), &dest, asked).unwrap();
+        assert_eq!((got.entries, got.left_out_entries), (7, 0));
+        assert!(dest.join("repo/.git/hooks/pre-commit").is_file());
+        victim_untouched(&dir);
     }
 
     fn victim_untouched(dir: &Path) {
@@ -613,7 +711,11 @@ mod tests {
                 );
             }
         });
-        let err = unpack(bytes.as_slice(), &dir.join("dest"), 3).unwrap_err();
+        let three = UnpackRules {
+            max_entries: 3,
+            ..RULES
+        };
+        let err = unpack(bytes.as_slice(), &dir.join("dest"), three).unwrap_err();
         assert!(
             matches!(
                 err,

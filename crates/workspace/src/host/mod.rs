@@ -1,5 +1,5 @@
 //! The host: where things are (`settings`, `assets`), what it lacks and
-//! how to change it (`plan`, `setup`, `kernel_build`, `kernel_install`),
+//! how to change it (`plan`, confirmed by `confirm`, `setup`, `kernel_build`, `kernel_install`),
 //! its checks (`doctor`), its budget (`budget`), what a guest may write on
 //! it (`host_write`), the confinement of VMM processes (`cgroup`, `jail`)
 //! and the price table cost estimates use (`cost`).
@@ -7,6 +7,7 @@
 pub mod assets;
 pub mod budget;
 pub mod cgroup;
+pub mod confirm;
 pub mod cost;
 pub mod dirfd;
 pub mod doctor;

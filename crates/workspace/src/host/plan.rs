@@ -1,19 +1,10 @@
 //! Preview-then-confirm for changes to the host (network setup, kernel
-//! install, image builds, setup): asked without a token, an
-//! operation changes nothing and returns its exact [`Plan`] with a token
-//! bound to it; asked with the token, it applies that plan. A token is
-//! refused when it is malformed or forged ([`PlanError::TokenWrong`]),
-//! older than [`TOKEN_TTL_MS`] ([`PlanError::TokenExpired`]), or issued for
-//! a plan other than the one the operation would apply now
-//! ([`PlanError::PlanChanged`]: the host or the request changed since).
-//!
-//! Tokens are `EXPIRES-PLANDIGEST-MAC`: the MAC is keyed with a random
-//! key kept in the state directory ([`KEY_FILE`], mode 0600), so only
-//! this state directory's previews can be confirmed.
+//! install, image builds, setup): asked without a token, an operation
+//! changes nothing and returns its exact [`Plan`] with a token bound to it
+//! ([`crate::host::confirm`]); asked with the token, it applies that plan:
+//! its [`Step`]s run in order here.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
@@ -23,37 +14,9 @@ use sha2::{Digest, Sha256};
 /// count): setup, kernel installs and image builds report through it.
 pub type ProgressFn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
-/// How long a preview's token can be confirmed.
-pub const TOKEN_TTL_MS: u64 = 5 * 60 * 1000;
-/// The key that signs tokens, in the state directory.
-pub const KEY_FILE: &str = "plan.key";
-/// Hex digits of the plan digest a token carries.
-const DIGEST_HEX: usize = 16;
-/// Bytes of the key.
-const KEY_LEN: usize = 32;
-
-/// Why a plan was not previewed or applied.
+/// Why a plan was not applied.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    /// The token is not one this state directory issued.
-    #[error("the confirm token is not valid")]
-    TokenWrong,
-    /// The token is older than five minutes.
-    #[error("the confirm token expired")]
-    TokenExpired,
-    /// What would be applied now differs from what the token was issued
-    /// for.
-    #[error("the plan changed since the preview (the host or the request changed)")]
-    PlanChanged,
-    /// The signing key could not be read or made.
-    #[error("the plan key {}", path.display())]
-    Key {
-        /// The key file.
-        path: PathBuf,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
     /// The host lacks a right the plan needs.
     #[error("applying this plan needs {needs}")]
     Privilege {
@@ -96,19 +59,14 @@ impl PlanError {
     pub fn code(&self) -> crate::ErrorCode {
         use crate::ErrorCode as C;
         match self {
-            Self::TokenWrong | Self::TokenExpired => C::InvalidInput,
-            Self::PlanChanged => C::Conflict,
             Self::Privilege { .. } => C::Forbidden,
-            Self::Key { .. } | Self::Spawn { .. } | Self::StepFailed { .. } => C::Internal,
+            Self::Spawn { .. } | Self::StepFailed { .. } => C::Internal,
         }
     }
 
     /// What the caller can do about it.
     pub fn remedy(&self) -> Option<crate::Remedy> {
         match self {
-            Self::TokenWrong | Self::TokenExpired | Self::PlanChanged => {
-                Some(crate::Remedy::PreviewAgain)
-            }
             Self::Privilege { action, token, .. } => Some(crate::Remedy::ConfirmAsRoot {
                 operation: action.clone(),
                 token: token.clone(),
@@ -330,142 +288,6 @@ pub struct Preview {
     pub expires_at_ms: Option<u64>,
 }
 
-/// Issues and checks tokens with the state directory's key.
-#[derive(Clone)]
-pub struct Confirmer {
-    key: [u8; KEY_LEN],
-}
-
-impl std::fmt::Debug for Confirmer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Confirmer { .. }")
-    }
-}
-
-impl Confirmer {
-    /// The confirmer of the state directory at `root` (its key is made on
-    /// first use).
-    pub fn open(root: &Path) -> Result<Self, PlanError> {
-        let path = root.join(KEY_FILE);
-        let err = |source| PlanError::Key {
-            path: path.clone(),
-            source,
-        };
-        match std::fs::read(&path) {
-            Ok(bytes) if bytes.len() == KEY_LEN => {
-                let mut key = [0; KEY_LEN];
-                key.copy_from_slice(&bytes);
-                return Ok(Self { key });
-            }
-            Ok(_) => {
-                return Err(err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("it is not {KEY_LEN} bytes; remove it and preview again"),
-                )))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(err(e)),
-        }
-        let mut key = [0u8; KEY_LEN];
-        // SAFETY: getrandom writes at most `key.len()` bytes into it.
-        let got = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
-        if got != KEY_LEN as isize {
-            return Err(err(std::io::Error::last_os_error()));
-        }
-        let made = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|mut f| f.write_all(&key).and_then(|()| f.sync_all()));
-        match made {
-            Ok(()) => Ok(Self { key }),
-            // Another process made it first: use theirs.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Self::open(root),
-            Err(e) => Err(err(e)),
-        }
-    }
-
-    /// Checks that a token could be this state directory's at all (a key
-    /// exists: some preview was made) without making anything, so a
-    /// stray token changes nothing.
-    pub fn expect_issued(root: &Path, token: &str) -> Result<(), PlanError> {
-        let well_formed = token.trim().splitn(3, '-').count() == 3;
-        if well_formed && root.join(KEY_FILE).exists() {
-            Ok(())
-        } else {
-            Err(PlanError::TokenWrong)
-        }
-    }
-
-    /// A confirmer with a given key (tests).
-    pub fn with_key(key: [u8; KEY_LEN]) -> Self {
-        Self { key }
-    }
-
-    fn mac(&self, message: &str) -> String {
-        let inner = Sha256::new()
-            .chain_update(self.key)
-            .chain_update(message.as_bytes())
-            .finalize();
-        let outer = Sha256::new()
-            .chain_update(self.key)
-            .chain_update(inner)
-            .finalize();
-        format!("{outer:x}")
-    }
-
-    /// The preview of `plan` at `now_ms`: with a token unless it is empty.
-    pub fn preview(&self, plan: Plan, now_ms: u64) -> Preview {
-        if plan.is_empty() {
-            return Preview {
-                plan,
-                token: None,
-                expires_at_ms: None,
-            };
-        }
-        let expires = now_ms + TOKEN_TTL_MS;
-        let digest = &plan.digest()[..DIGEST_HEX];
-        let message = format!("{expires}-{digest}");
-        let token = format!("{message}-{}", self.mac(&message));
-        Preview {
-            plan,
-            token: Some(token),
-            expires_at_ms: Some(expires),
-        }
-    }
-
-    /// Checks that `token` confirms `plan` at `now_ms`.
-    pub fn check(&self, plan: &Plan, token: &str, now_ms: u64) -> Result<(), PlanError> {
-        let mut parts = token.trim().splitn(3, '-');
-        let (Some(expires), Some(digest), Some(mac)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return Err(PlanError::TokenWrong);
-        };
-        let message = format!("{expires}-{digest}");
-        // Both are hex of one length: comparing all bytes costs the same
-        // whatever matches.
-        let want = self.mac(&message);
-        let same = want.len() == mac.len()
-            && want
-                .bytes()
-                .zip(mac.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if !same {
-            return Err(PlanError::TokenWrong);
-        }
-        let expires: u64 = expires.parse().map_err(|_| PlanError::TokenWrong)?;
-        if now_ms > expires {
-            return Err(PlanError::TokenExpired);
-        }
-        if plan.digest()[..DIGEST_HEX] != *digest {
-            return Err(PlanError::PlanChanged);
-        }
-        Ok(())
-    }
-}
-
 /// Whether this process has CAP_NET_ADMIN in its effective set.
 pub fn has_cap_net_admin() -> bool {
     const CAP_NET_ADMIN: u32 = 12;
@@ -475,93 +297,6 @@ pub fn has_cap_net_admin() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn plan(arg: &str) -> Plan {
-        Plan {
-            action: "test".into(),
-            steps: vec![Step::new("say it", "true", &[arg])],
-            ..Plan::default()
-        }
-    }
-
-    #[test]
-    fn a_token_confirms_its_own_plan_only_and_only_in_time() {
-        let c = Confirmer::with_key([7; KEY_LEN]);
-        let p = plan("a");
-        let preview = c.preview(p.clone(), 1_000);
-        let token = preview.token.unwrap();
-        assert_eq!(preview.expires_at_ms, Some(1_000 + TOKEN_TTL_MS));
-        c.check(&p, &token, 1_000).unwrap();
-        c.check(&p, &token, 1_000 + TOKEN_TTL_MS).unwrap();
-        assert!(matches!(
-            c.check(&p, &token, 1_001 + TOKEN_TTL_MS),
-            Err(PlanError::TokenExpired)
-        ));
-        assert!(matches!(
-            c.check(&plan("b"), &token, 2_000),
-            Err(PlanError::PlanChanged)
-        ));
-    }
-
-    #[test]
-    fn forged_and_malformed_tokens_are_wrong() {
-        let c = Confirmer::with_key([7; KEY_LEN]);
-        let p = plan("a");
-        let token = c.preview(p.clone(), 1_000).token.unwrap();
-        let other = Confirmer::with_key([8; KEY_LEN]);
-        assert!(matches!(
-            other.check(&p, &token, 1_000),
-            Err(PlanError::TokenWrong)
-        ));
-        // A later expiry with the old MAC.
-        let (_, rest) = token.split_once('-').unwrap();
-        let extended = format!("{}-{rest}", 1_000 + 10 * TOKEN_TTL_MS);
-        assert!(matches!(
-            c.check(&p, &extended, 1_000),
-            Err(PlanError::TokenWrong)
-        ));
-        for bad in ["", "x", "1-2", "1-2-3", "--", &token[..token.len() - 1]] {
-            assert!(
-                matches!(c.check(&p, bad, 1_000), Err(PlanError::TokenWrong)),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn an_empty_plan_needs_no_token() {
-        let c = Confirmer::with_key([7; KEY_LEN]);
-        let empty = Plan {
-            action: "test".into(),
-            steps: vec![],
-            ..Plan::default()
-        };
-        assert_eq!(c.preview(empty, 1).token, None);
-        let writes = Plan {
-            writes: vec!["/x".into()],
-            ..Plan::new("test")
-        };
-        assert!(c.preview(writes, 1).token.is_some());
-    }
-
-    #[test]
-    fn the_key_is_made_once_and_kept_private() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir =
-            std::env::temp_dir().join(format!("ma-plan-{}", crate::host::settings::unique_id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let a = Confirmer::open(&dir).unwrap();
-        let b = Confirmer::open(&dir).unwrap();
-        assert_eq!(a.key, b.key);
-        let mode = std::fs::metadata(dir.join(KEY_FILE))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
-        let token = a.preview(plan("a"), 5).token.unwrap();
-        b.check(&plan("a"), &token, 5).unwrap();
-        let _ = std::fs::remove_dir_all(dir);
-    }
 
     #[test]
     fn steps_run_in_order_and_stop_at_the_first_failure() {

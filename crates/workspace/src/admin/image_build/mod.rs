@@ -5,8 +5,9 @@
 mod steps;
 
 use crate::error::Result;
+use crate::host::confirm::Confirmer;
+use crate::host::plan::Preview;
 use crate::host::plan::ProgressFn;
-use crate::host::plan::{Confirmer, Preview};
 use crate::host::settings::now_ms;
 use crate::images::build::{build_plan, check, debian, BuildBase, ImageBuild, ImageBuildRequest};
 use crate::workspaces::manager::Workspaces;
@@ -53,6 +54,7 @@ impl Workspaces {
         };
         confirmer.check(&plan, token, now_ms())?;
         plan.check_privilege(token)?;
+        confirmer.spend(token, now_ms())?;
         let image = steps::apply(self, req, &plan, &minimal, base_info, progress).await?;
         Ok(ImageBuild {
             preview: Preview {

@@ -1,0 +1,93 @@
+//! What the operator who started the server allowed its tools beyond the
+//! defaults. An MCP client is not a human: it can preview a host change
+//! and confirm the token itself, or be steered by a prompt it read. So a
+//! host change is applied over MCP only when `serve mcp` was started with
+//! `--allow-host-changes`, and a published port listens beyond loopback
+//! only with `--allow-public-ports`. Previews change nothing and stay open.
+
+use crate::ToolError;
+
+/// The rights a server's operator granted its tools.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Grants {
+    /// Tools may apply host changes (kernel_install, image_build from
+    /// `debian:*`, host_networking_setup) with a preview's token.
+    pub host_changes: bool,
+    /// port_publish may listen on a non-loopback host address.
+    pub public_ports: bool,
+}
+
+impl Grants {
+    /// Sets [`Grants::host_changes`].
+    pub fn host_changes(mut self, allowed: bool) -> Self {
+        self.host_changes = allowed;
+        self
+    }
+
+    /// Sets [`Grants::public_ports`].
+    pub fn public_ports(mut self, allowed: bool) -> Self {
+        self.public_ports = allowed;
+        self
+    }
+
+    /// Refuses applying a host change (a call with a confirm token) unless
+    /// granted; `cli` is the terminal command that applies the same plan.
+    pub(crate) fn check_host_change(
+        &self,
+        confirming: bool,
+        tool: &str,
+        cli: &str,
+    ) -> Result<(), ToolError> {
+        if !confirming || self.host_changes {
+            return Ok(());
+        }
+        Err(ToolError::Forbidden(format!(
+            "{tool} with a token changes the host, and this server was started without --allow-host-changes; \
+             show the user the preview: they can apply it in a terminal (`microagent {cli}`, then its --confirm token) \
+             or restart the server with `microagent serve mcp --allow-host-changes`"
+        )))
+    }
+
+    /// Refuses a published port on a non-loopback address unless granted.
+    pub(crate) fn check_port_address(&self, addr: std::net::IpAddr) -> Result<(), ToolError> {
+        if addr.is_loopback() || self.public_ports {
+            return Ok(());
+        }
+        Err(ToolError::Forbidden(format!(
+            "host address {addr} is reachable from other machines, and this server was started without --allow-public-ports; \
+             leave host_ip out (127.0.0.1), or ask the user to restart the server with `microagent serve mcp --allow-public-ports`"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_changes_and_public_ports_need_their_grant() {
+        let none = Grants::default();
+        assert!(none
+            .check_host_change(false, "kernel_install", "kernel install")
+            .is_ok());
+        let refused = none
+            .check_host_change(true, "kernel_install", "kernel install")
+            .unwrap_err();
+        assert_eq!(refused.code(), workspace::ErrorCode::Forbidden);
+        assert!(refused.to_string().contains("--allow-host-changes"));
+        let all = none.host_changes(true).public_ports(true);
+        assert!(all
+            .check_host_change(true, "kernel_install", "kernel install")
+            .is_ok());
+        let public: std::net::IpAddr = "0.0.0.0".parse().unwrap();
+        let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(none.check_port_address(local).is_ok());
+        assert_eq!(
+            none.check_port_address(public).unwrap_err().code(),
+            workspace::ErrorCode::Forbidden
+        );
+        assert!(all.check_port_address(public).is_ok());
+        assert!(none.check_port_address("::1".parse().unwrap()).is_ok());
+    }
+}
