@@ -255,7 +255,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn exec_floor(bin: &Path) -> anyhow::Result<()> {
     let forkexec = crate::rootfs::guest_program("forkexec")?;
     let home = std::env::temp_dir().join(format!("microagent-bench-floor-{}", std::process::id()));
-    std::fs::create_dir_all(&home)?;
+    // microagent makes it, private (it refuses one others can read).
+    let _ = std::fs::remove_dir_all(&home);
     let run = |args: &[&str]| microagent(bin, &home, args);
     run(&["create", "floor", "--json"])?;
     let measured = (|| {

@@ -43,6 +43,11 @@ pub use server::MicroagentServer;
 /// away.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(60);
 
+/// The longest JSON-RPC line the server reads: the largest `file_write`
+/// in any encoding (JSON escapes a byte in at most six) with room for the
+/// rest of the call.
+pub const MAX_MESSAGE_BYTES: usize = 7 * schema::files::MAX_WRITE_BYTES;
+
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
@@ -85,7 +90,12 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let inflight = server.inflight();
-    let running = match server.serve((reader, writer)).await {
+    // rmcp drops a longer line without an answer (the call would hang):
+    // every valid call fits, so a too-large file_write is answered with
+    // INVALID_INPUT instead.
+    let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(reader, writer)
+        .with_max_line_length(MAX_MESSAGE_BYTES);
+    let running = match server.serve(transport).await {
         Ok(running) => running,
         // The client went away before it said anything: a normal end.
         Err(ServerInitializeError::ConnectionClosed(why)) => {

@@ -4,6 +4,7 @@
 
 mod common;
 
+use base64::Engine;
 use common::McpHarness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
@@ -465,6 +466,19 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
         (
             "file_write",
             json!({"name": "x", "path": "/x", "content": "", "mode": "999"}),
+            "INVALID_INPUT",
+        ),
+        // Over file_write's limit, in either encoding: answered, not
+        // dropped by the transport (the base64 line is 22 MiB).
+        (
+            "file_write",
+            json!({"name": "x", "path": "/x", "content": "a".repeat(mcp::schema::files::MAX_WRITE_BYTES + 1)}),
+            "INVALID_INPUT",
+        ),
+        (
+            "file_write",
+            json!({"name": "x", "path": "/x", "encoding": "base64",
+                   "content": base64::engine::general_purpose::STANDARD.encode(vec![0u8; mcp::schema::files::MAX_WRITE_BYTES + 3])}),
             "INVALID_INPUT",
         ),
         (

@@ -72,7 +72,10 @@ impl CliHome {
             .collect();
         let home = PathBuf::from(format!("/tmp/ma-{short}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&home);
-        std::fs::create_dir_all(&home).expect("creating the test state directory");
+        // Private, as the library demands of a state directory.
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&home)
+            .expect("creating the test state directory");
         let bin = bin.into();
         vmm_program_beside(&bin);
         Self {

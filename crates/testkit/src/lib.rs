@@ -33,7 +33,13 @@ pub fn cache_root() -> Option<PathBuf> {
 /// (`test-warm/` in the asset cache): the first fresh workspace of an image
 /// boots, the others resume its snapshot.
 pub fn shared_warm_dir() -> Option<PathBuf> {
-    cache_root().map(|root| root.join("test-warm"))
+    let dir = cache_root()?.join("test-warm");
+    // Private, as the library demands of a warm directory (an older run
+    // may have made it 0755).
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+    Some(dir)
 }
 
 /// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.

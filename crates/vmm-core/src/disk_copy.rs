@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// `_IOW(0x94, 9, int)`: share all of the source's extents.
@@ -35,7 +36,12 @@ pub struct DiskCopy {
 pub fn copy_disk(from: &Path, to: &Path) -> io::Result<DiskCopy> {
     let src = File::open(from)?;
     let len = src.metadata()?.len();
-    let dst = OpenOptions::new().write(true).create_new(true).open(to)?;
+    // A guest's disk: nobody else's to read.
+    let dst = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
     let result = (|| {
         // SAFETY: FICLONE reads the source fd number we pass and touches no
         // memory of ours; both fds are open for the call.

@@ -19,6 +19,7 @@ pub mod machine;
 pub mod memory;
 pub mod seccomp;
 pub mod snapshot;
+pub mod spawn;
 pub mod stats;
 pub mod tiny;
 pub mod vcpu;

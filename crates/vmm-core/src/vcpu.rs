@@ -219,6 +219,7 @@ pub struct VcpuThread {
 impl VcpuThread {
     /// Starts vCPU `index` running; its stop report goes to `reports`.
     /// `xstate` serves the compat kernel's FPU state requests (see [`xstate_switch`]).
+    /// When it cannot start, `fd` comes back with the error.
     pub fn spawn<R: From<VcpuExitReport> + Send + 'static>(
         index: u8,
         fd: VcpuFd,
@@ -226,29 +227,33 @@ impl VcpuThread {
         xstate: Option<XstateSwitch>,
         control: Arc<RunControl>,
         reports: Sender<R>,
-    ) -> Result<Self, VcpuError> {
-        install_kick_handler()?;
+    ) -> Result<Self, (VcpuFd, VcpuError)> {
+        if let Err(e) = install_kick_handler() {
+            return Err((fd, e));
+        }
         let state = Arc::new(SharedState(AtomicU8::new(VcpuThreadState::Starting as u8)));
         let thread_state = state.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("vcpu{index}"))
-            .spawn(move || {
-                // Before the first KVM_RUN: no guest code runs unconfined.
-                if let Err(e) = crate::seccomp::enter(crate::seccomp::ThreadRole::Vcpu) {
-                    let _ = reports.send(R::from(VcpuExitReport {
-                        index,
-                        reason: StopReason::KvmFailure(format!("vCPU {index}: {e}")),
-                        registers: None,
-                    }));
-                    thread_state.set(VcpuThreadState::Exited);
-                    return fd;
-                }
-                thread_state.set(VcpuThreadState::Running);
-                let fd = run_loop(index, fd, &buses, xstate.as_ref(), &control, &reports);
+        let builder = std::thread::Builder::new().name(format!("vcpu{index}"));
+        let handle = crate::spawn::spawn_owning(builder, fd, move |fd| {
+            // Before the first KVM_RUN: no guest code runs unconfined.
+            if let Err(e) = crate::seccomp::enter(crate::seccomp::ThreadRole::Vcpu) {
+                let _ = reports.send(R::from(VcpuExitReport {
+                    index,
+                    reason: StopReason::KvmFailure(format!("vCPU {index}: {e}")),
+                    registers: None,
+                }));
                 thread_state.set(VcpuThreadState::Exited);
-                fd
-            })
-            .map_err(|source| VcpuError::Spawn { index, source })?;
+                return fd;
+            }
+            thread_state.set(VcpuThreadState::Running);
+            let fd = run_loop(index, fd, &buses, xstate.as_ref(), &control, &reports);
+            thread_state.set(VcpuThreadState::Exited);
+            fd
+        })
+        .map_err(|failed| {
+            let source = failed.error;
+            (failed.value, VcpuError::Spawn { index, source })
+        })?;
         Ok(Self {
             index,
             state,

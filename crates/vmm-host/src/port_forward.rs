@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,12 +26,58 @@ const AGENT_RETRY: Duration = Duration::from_millis(250);
 /// kernel mode is emulated a busy guest answers in seconds).
 const AGENT_IO_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Most connections one published port carries at once; each costs two
+/// threads against the VMM's `pids.max` (`workspace::host::cgroup`).
+pub const MAX_CONNECTIONS_PER_PORT: usize = 16;
+/// Most connections all of a VMM's published ports carry at once, so the
+/// vCPU and device threads a resume needs always fit under `pids.max`.
+pub const MAX_CONNECTIONS: usize = 32;
+
 /// The published ports of one VMM process.
 #[derive(Debug)]
 pub struct PortForwarder {
     vsock: PathBuf,
     agent_port: u32,
     listening: Mutex<BTreeMap<SocketAddr, Listening>>,
+    /// Connections open on all ports.
+    open: Arc<AtomicUsize>,
+}
+
+/// One connection's place under both caps, given back when dropped.
+struct Slot {
+    port: Arc<AtomicUsize>,
+    all: Arc<AtomicUsize>,
+}
+
+impl Slot {
+    /// A place, or None when either cap is reached.
+    fn take(port: &Arc<AtomicUsize>, all: &Arc<AtomicUsize>) -> Option<Self> {
+        let under = |count: &AtomicUsize, cap| {
+            count
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < cap).then_some(n + 1)
+                })
+                .is_ok()
+        };
+        if !under(all, MAX_CONNECTIONS) {
+            return None;
+        }
+        if !under(port, MAX_CONNECTIONS_PER_PORT) {
+            all.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Self {
+            port: port.clone(),
+            all: all.clone(),
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.port.fetch_sub(1, Ordering::AcqRel);
+        self.all.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[derive(Debug)]
@@ -50,6 +96,7 @@ impl PortForwarder {
             vsock: vsock.to_owned(),
             agent_port,
             listening: Mutex::new(BTreeMap::new()),
+            open: Arc::default(),
         }
     }
 
@@ -74,11 +121,15 @@ impl PortForwarder {
         )))?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
-        let vsock = self.vsock.clone();
-        let agent_port = self.agent_port;
+        let tunnel_to = Tunnel {
+            vsock: self.vsock.clone(),
+            agent_port: self.agent_port,
+            guest_port: mapping.guest_port,
+        };
+        let open = self.open.clone();
         std::thread::Builder::new()
             .name(format!("port-{}", mapping.host_port))
-            .spawn(move || accept_loop(listener, &thread_stop, &vsock, agent_port, mapping))
+            .spawn(move || accept_loop(listener, &thread_stop, tunnel_to, &open, mapping))
             .map_err(Error::host_io("starting a port listener thread"))?;
         listening.insert(
             mapping.host_addr(),
@@ -124,13 +175,22 @@ impl Drop for PortForwarder {
     }
 }
 
+/// Where a port's connections go.
+#[derive(Clone, Debug)]
+struct Tunnel {
+    vsock: PathBuf,
+    agent_port: u32,
+    guest_port: u16,
+}
+
 fn accept_loop(
     listener: TcpListener,
     stop: &AtomicBool,
-    vsock: &Path,
-    agent_port: u32,
+    to: Tunnel,
+    open: &Arc<AtomicUsize>,
     mapping: PortMapping,
 ) {
+    let on_port = Arc::new(AtomicUsize::new(0));
     loop {
         let accepted = listener.accept();
         if stop.load(Ordering::Acquire) {
@@ -138,10 +198,20 @@ fn accept_loop(
         }
         match accepted {
             Ok((tcp, _)) => {
-                let vsock = vsock.to_owned();
+                let Some(slot) = Slot::take(&on_port, open) else {
+                    // Closed at once: the client sees the refusal, and the
+                    // VMM keeps the threads it needs.
+                    tracing::warn!(port = %mapping, "connection refused: too many open");
+                    let _ = tcp.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let to = to.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("tunnel-{}", mapping.guest_port))
-                    .spawn(move || tunnel(tcp, &vsock, agent_port, mapping.guest_port));
+                    .spawn(move || {
+                        let _slot = slot;
+                        tunnel(tcp, &to)
+                    });
                 if let Err(e) = spawned {
                     tracing::warn!(port = %mapping, "could not start a tunnel thread: {e}");
                 }
@@ -157,10 +227,11 @@ fn accept_loop(
 
 /// Carries `tcp` to 127.0.0.1:`guest_port` in the guest, or closes it when
 /// the guest cannot be reached or nothing listens there.
-fn tunnel(tcp: TcpStream, vsock: &Path, agent_port: u32, guest_port: u16) {
+fn tunnel(tcp: TcpStream, to: &Tunnel) {
+    let guest_port = to.guest_port;
     let deadline = Instant::now() + AGENT_WAIT;
     let stream = loop {
-        match BlockingClient::connect_hybrid_vsock(vsock, agent_port, AGENT_IO_TIMEOUT)
+        match BlockingClient::connect_hybrid_vsock(&to.vsock, to.agent_port, AGENT_IO_TIMEOUT)
             .and_then(|c| c.tcp_connect(guest_port))
         {
             Ok(stream) => break stream,
@@ -187,6 +258,31 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn connections_are_capped_per_port_and_in_all() {
+        let all = Arc::new(AtomicUsize::new(0));
+        let ports: Vec<_> = (0..3).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+        let mut held: Vec<Slot> = (0..MAX_CONNECTIONS_PER_PORT)
+            .map(|_| Slot::take(&ports[0], &all).unwrap())
+            .collect();
+        assert!(Slot::take(&ports[0], &all).is_none(), "the port is full");
+        held.extend((0..MAX_CONNECTIONS_PER_PORT).map(|_| Slot::take(&ports[1], &all).unwrap()));
+        assert!(Slot::take(&ports[2], &all).is_none(), "the VMM is full");
+        assert_eq!(
+            ports[2].load(Ordering::Acquire),
+            0,
+            "a refusal holds nothing"
+        );
+        held.pop();
+        assert!(
+            Slot::take(&ports[2], &all).is_some(),
+            "an ended one frees a place"
+        );
+        drop(held);
+        assert_eq!(all.load(Ordering::Acquire), 0);
+        assert!(ports.iter().all(|p| p.load(Ordering::Acquire) == 0));
+    }
 
     /// A stand-in for the VMM's hybrid vsock socket and the agent: answers
     /// the handshake, hello and `tcp_connect`, then echoes in upper case.

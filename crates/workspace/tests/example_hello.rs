@@ -57,7 +57,7 @@ fn the_hello_example_runs_a_command_in_a_fresh_workspace() {
     );
     let home = std::env::temp_dir().join(format!("microagent-hello-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
-    let warm = workspace::host::settings::asset_cache_root().map(|root| root.join("test-warm"));
+    let warm = testkit::shared_warm_dir();
     let out = Command::new(&example)
         .env("MICROAGENT_HOME", &home)
         .envs(warm.map(|w| ("MICROAGENT_WARM_DIR", w)))

@@ -76,27 +76,29 @@ impl EventLoop {
 
     /// Runs the loop on its own thread until the returned handle is stopped
     /// or paused.
-    pub fn spawn(mut self) -> Result<RunningEventLoop, EventLoopError> {
+    pub fn spawn(self) -> Result<RunningEventLoop, Box<(EventLoop, EventLoopError)>> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
-        let waker = self.waker.try_clone().map_err(EventLoopError::Waker)?;
-        let handle = std::thread::Builder::new()
-            .name("devices".into())
-            .spawn(move || {
-                if let Err(e) = crate::seccomp::enter(crate::seccomp::ThreadRole::Devices) {
-                    // Devices stay still rather than run unconfined.
-                    tracing::error!("device event loop not started: {e}");
-                    return self;
+        let waker = match self.waker.try_clone() {
+            Ok(w) => w,
+            Err(e) => return Err(Box::new((self, EventLoopError::Waker(e)))),
+        };
+        let builder = std::thread::Builder::new().name("devices".into());
+        let handle = crate::spawn::spawn_owning(builder, self, move |mut me: EventLoop| {
+            if let Err(e) = crate::seccomp::enter(crate::seccomp::ThreadRole::Devices) {
+                // Devices stay still rather than run unconfined.
+                tracing::error!("device event loop not started: {e}");
+                return me;
+            }
+            while !thread_stop.load(Ordering::Acquire) {
+                if let Err(e) = me.manager.run_with_timeout(POLL_MS) {
+                    tracing::error!("device event loop: {e}");
+                    break;
                 }
-                while !thread_stop.load(Ordering::Acquire) {
-                    if let Err(e) = self.manager.run_with_timeout(POLL_MS) {
-                        tracing::error!("device event loop: {e}");
-                        break;
-                    }
-                }
-                self
-            })
-            .map_err(EventLoopError::Spawn)?;
+            }
+            me
+        })
+        .map_err(|failed| Box::new((failed.value, EventLoopError::Spawn(failed.error))))?;
         Ok(RunningEventLoop {
             stop,
             waker,
@@ -172,7 +174,7 @@ mod tests {
             evt: evt.try_clone().unwrap(),
             seen: seen.clone(),
         })));
-        let running = lp.spawn().unwrap();
+        let running = lp.spawn().map_err(|b| b.1).unwrap();
         evt.write(3).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while *seen.lock().unwrap() != 3 && std::time::Instant::now() < deadline {
@@ -184,7 +186,7 @@ mod tests {
         evt.write(2).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert_eq!(*seen.lock().unwrap(), 3);
-        let mut running = paused.spawn().unwrap();
+        let mut running = paused.spawn().map_err(|b| b.1).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while *seen.lock().unwrap() != 5 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(5));

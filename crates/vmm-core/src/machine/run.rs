@@ -114,6 +114,10 @@ impl MachineHandle {
     }
 }
 
+/// How often a resume after a snapshot is tried again, and how long apart.
+const RESUME_TRIES: u32 = 50;
+const RESUME_RETRY: Duration = Duration::from_millis(100);
+
 enum Phase {
     Running {
         threads: Vec<VcpuThread>,
@@ -123,7 +127,8 @@ enum Phase {
         vcpus: Vec<VcpuFd>,
         devices: EventLoop,
     },
-    /// Between the two, or after a failed transition (the run then ends).
+    /// Between the two, or after a transition that lost a vCPU or the
+    /// device loop (the run then ends).
     Gone,
 }
 
@@ -139,11 +144,19 @@ struct Runner {
 }
 
 impl Runner {
-    fn spawn_vcpus(&self, fds: Vec<VcpuFd>) -> Result<Vec<VcpuThread>, MachineError> {
+    /// Starts a thread per vCPU; when one cannot start, the started ones
+    /// are stopped and every descriptor comes back, in order, with the
+    /// error.
+    fn spawn_vcpus(
+        &self,
+        fds: Vec<VcpuFd>,
+    ) -> Result<Vec<VcpuThread>, (Vec<VcpuFd>, MachineError)> {
         let mut threads = Vec::with_capacity(fds.len());
-        for (index, fd) in fds.into_iter().enumerate() {
+        let mut fds = fds.into_iter();
+        let mut index = 0u8;
+        while let Some(fd) = fds.next() {
             match VcpuThread::spawn(
-                index as u8,
+                index,
                 fd,
                 self.buses.clone(),
                 self.xstate.clone(),
@@ -151,11 +164,14 @@ impl Runner {
                 self.tx.clone(),
             ) {
                 Ok(t) => threads.push(t),
-                Err(e) => {
-                    let _ = stop_all(&self.control, &mut threads);
-                    return Err(e.into());
+                Err((fd, e)) => {
+                    let mut back = stop_all(&self.control, &mut threads);
+                    back.push(fd);
+                    back.extend(fds);
+                    return Err((back, e.into()));
                 }
             }
+            index += 1;
         }
         Ok(threads)
     }
@@ -184,11 +200,31 @@ impl Runner {
     fn resume(&mut self) -> Result<(), MachineError> {
         match std::mem::replace(&mut self.phase, Phase::Gone) {
             Phase::Paused { vcpus, devices } => {
+                // A thread that cannot start (pids.max, memory) leaves the
+                // machine paused and whole: it can be resumed again.
                 self.control.clear_stop();
-                let devices = devices.spawn()?;
-                let threads = self.spawn_vcpus(vcpus)?;
-                self.phase = Phase::Running { threads, devices };
-                Ok(())
+                let devices = match devices.spawn() {
+                    Ok(d) => d,
+                    Err(failed) => {
+                        let (devices, e) = *failed;
+                        self.phase = Phase::Paused { vcpus, devices };
+                        return Err(e.into());
+                    }
+                };
+                match self.spawn_vcpus(vcpus) {
+                    Ok(threads) => {
+                        self.phase = Phase::Running { threads, devices };
+                        Ok(())
+                    }
+                    Err((vcpus, e)) => {
+                        let devices = devices.pause()?;
+                        if vcpus.len() != self.vcpu_count {
+                            return Err(MachineError::VcpusLost);
+                        }
+                        self.phase = Phase::Paused { vcpus, devices };
+                        Err(e)
+                    }
+                }
             }
             other => {
                 self.phase = other;
@@ -206,7 +242,7 @@ impl Runner {
         let paused_at = Instant::now();
         let written = self.write_snapshot(dir, &host);
         let paused = if was_running {
-            let resumed = self.resume();
+            let resumed = self.resume_retrying();
             let paused = paused_at.elapsed();
             resumed?;
             paused
@@ -217,6 +253,22 @@ impl Runner {
         taken.paused = paused;
         taken.total = started.elapsed();
         Ok(taken)
+    }
+
+    /// Resumes, trying again for a while when threads cannot start yet
+    /// (tunnel threads ending free the VMM's task budget).
+    fn resume_retrying(&mut self) -> Result<(), MachineError> {
+        let mut tries = 0;
+        loop {
+            match self.resume() {
+                Err(e) if matches!(self.phase, Phase::Paused { .. }) && tries < RESUME_TRIES => {
+                    tracing::warn!("resuming after a snapshot: {e}; trying again");
+                    tries += 1;
+                    std::thread::sleep(RESUME_RETRY);
+                }
+                other => return other,
+            }
+        }
     }
 
     fn write_snapshot(

@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 use vm_memory::mmap::MmapRegionBuilder;
@@ -97,9 +97,11 @@ pub fn save(mem: &GuestMemory, path: &Path) -> Result<SavedMemory, MemoryFileErr
         path: path.to_owned(),
         source,
     };
+    // Guest RAM: nobody else's to read.
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(0o600)
         .open(path)
         .map_err(write_err)?;
     let mut offset = 0u64;

@@ -163,7 +163,17 @@ impl MachineState {
             path: path.clone(),
             source,
         })?;
-        std::fs::write(&path, &bytes).map_err(|source| SnapshotError::Io {
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?
+                .write_all(&bytes)
+        };
+        write().map_err(|source| SnapshotError::Io {
             action: "write",
             path,
             source,

@@ -17,11 +17,7 @@ use vmm_core::snapshot::SnapshotFiles;
 use crate::error::{Error, Result};
 use crate::store::spec::WorkspaceSpec;
 use crate::store::workspace_dir::WorkspaceDir;
-use crate::vmm::warm::memory_digest;
-
-/// The workspace's writable disk among its machine's disks (the image's
-/// root disk is 0).
-pub(crate) const WORKSPACE_DISK: usize = 1;
+pub(crate) use crate::vmm::seal::WORKSPACE_DISK;
 /// A disk copy in progress, in the workspace's directory.
 const DISK_COPY_TMP: &str = ".disk.copy.tmp";
 
@@ -50,19 +46,10 @@ pub struct SnapshotInfo {
     /// checked before the snapshot is resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_sha256: Option<String>,
-}
-
-/// Whether the memory file in `dir` still has the digest `want` (taken
-/// after the guest resumed, so the pause does not grow with it); why not.
-pub(crate) fn check_memory(dir: &Path, want: Option<&str>) -> std::result::Result<(), String> {
-    let Some(want) = want else {
-        return Err("its record has no memory digest (an older build took it)".into());
-    };
-    let found = memory_digest(dir).map_err(|e| e.to_string())?;
-    if found != want {
-        return Err("its memory file does not match its digest (it was changed or damaged)".into());
-    }
-    Ok(())
+    /// The disk copy's digest (the same kind), checked before the snapshot
+    /// is restored or forked (absent from snapshots older builds took).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_sha256: Option<String>,
 }
 
 pub(crate) fn allocated_bytes(dir: &Path) -> u64 {

@@ -8,15 +8,14 @@ use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
 use crate::host::settings::now_ms;
-use crate::snapshots::{
-    allocated_bytes, check_memory, copy_snapshot_disk, memory_digest, SnapshotInfo, WORKSPACE_DISK,
-};
+use crate::snapshots::{allocated_bytes, copy_snapshot_disk, SnapshotInfo, WORKSPACE_DISK};
 use crate::store::events::EventKind;
 use crate::store::name::validate_name;
 use crate::store::spec::{Meta, WorkspaceSpec};
 use crate::store::state::State;
-use crate::store::{read_json, write_json_atomic, SNAPSHOTS_DIR};
+use crate::store::{make_private_dir, read_json, write_json_atomic, SNAPSHOTS_DIR};
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::vmm::seal;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::StartProgress;
 use crate::workspaces::manager::Workspaces;
@@ -103,32 +102,43 @@ impl Workspaces {
     }
 }
 
+/// `<workspace>-<ms>`, the workspace's name cut so the whole is a valid
+/// name (at most 63 characters, not ending in `-` before the time).
+fn default_snapshot_name(workspace: &str, ms: u64) -> String {
+    let time = ms.to_string();
+    let room = crate::store::name::MAX_NAME_LEN.saturating_sub(time.len() + 1);
+    let cut = workspace[..workspace.len().min(room)].trim_end_matches('-');
+    format!("{cut}-{time}")
+}
+
 impl Workspace<'_> {
     /// Takes a snapshot of it named `name` (by default
-    /// `<workspace>-<time>`): its whole machine while it runs (the guest
+    /// `<workspace>-<time>`, the name shortened to fit): its whole machine while it runs (the guest
     /// pauses meanwhile), its disk while it is stopped.
     pub fn snapshot_take(self, name: Option<&str>) -> Result<SnapshotInfo> {
         let (all, workspace) = (self.all, self.name);
         let meta = self.get()?;
-        let name = name.map_or_else(|| format!("{workspace}-{}", now_ms()), str::to_owned);
+        let name = name.map_or_else(|| default_snapshot_name(workspace, now_ms()), str::to_owned);
         let dir = all.snapshot_dir(&name)?;
         if dir.exists() {
             return Err(Error::SnapshotExists(name));
         }
         all.sweep_abandoned_snapshots();
         let parent = all.snapshots_dir();
-        std::fs::create_dir_all(&parent)
-            .map_err(Error::host_io(format!("creating {}", parent.display())))?;
+        make_private_dir(&parent)?;
         let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir(&tmp).map_err(Error::host_io(format!("creating {}", tmp.display())))?;
+        make_private_dir(&tmp)?;
         let made = (|| -> Result<SnapshotInfo> {
             let (has_memory, paused_ms) = all.write_machine(workspace, &tmp)?;
             crate::pause_point::pause_point("snapshot:written");
             let memory_sha256 = has_memory
-                .then(|| memory_digest(&tmp))
+                .then(|| seal::memory_digest(&tmp))
                 .transpose()
                 .map_err(Error::host_io("reading the memory file back"))?;
+            let disk_sha256 = Some(
+                seal::disk_digest(&tmp).map_err(Error::host_io("reading the disk copy back"))?,
+            );
             let info = SnapshotInfo {
                 name: name.clone(),
                 workspace: workspace.to_owned(),
@@ -138,10 +148,16 @@ impl Workspace<'_> {
                 paused_ms,
                 size_bytes: 0,
                 memory_sha256,
+                disk_sha256,
             };
             write_json_atomic(&tmp.join(RECORD), &info)?;
+            // On disk before it has its name: a crash leaves a temporary
+            // directory, never a snapshot with missing bytes.
+            seal::sync_tree(&tmp).map_err(Error::host_io(format!("syncing {}", tmp.display())))?;
             // Fails if the name was taken meanwhile: a non-empty target.
             std::fs::rename(&tmp, &dir).map_err(|_| Error::SnapshotExists(name.clone()))?;
+            seal::sync_dir(&parent)
+                .map_err(Error::host_io(format!("syncing {}", parent.display())))?;
             Ok(info)
         })();
         if made.is_err() {
@@ -218,17 +234,22 @@ impl Workspaces {
     /// Fails unless the snapshot's state file reads whole (magic, version,
     /// length, checksum).
     fn check_usable(&self, info: &SnapshotInfo) -> Result<()> {
-        if !info.has_memory {
-            return Ok(());
-        }
         let dir = self.snapshot_dir(&info.name)?;
         let unusable = |reason| Error::SnapshotUnusable {
             name: info.name.clone(),
             reason,
         };
+        // Older builds recorded no disk digest: their copies are taken as
+        // they are.
+        if info.disk_sha256.is_some() {
+            seal::check_digest(&dir, "disk", info.disk_sha256.as_deref()).map_err(unusable)?;
+        }
+        if !info.has_memory {
+            return Ok(());
+        }
         vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(&dir))
             .map_err(|e| unusable(crate::error_chain::error_chain(&e)))?;
-        check_memory(&dir, info.memory_sha256.as_deref()).map_err(unusable)
+        seal::check_digest(&dir, "memory", info.memory_sha256.as_deref()).map_err(unusable)
     }
 
     /// Puts the snapshot's workspace back to the snapshot's state: its disk
@@ -409,5 +430,25 @@ impl Workspaces {
             let _ = self.state_dir().remove_lock(new_name, lock);
         }
         made
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_snapshot_names_are_valid_names_for_any_workspace() {
+        let ms = 1_795_435_674_448;
+        assert_eq!(default_snapshot_name("dev", ms), "dev-1795435674448");
+        let long = "a".repeat(63);
+        let name = default_snapshot_name(&long, ms);
+        assert_eq!(name.len(), 63);
+        validate_name(&name).unwrap();
+        // Cut where a dash would end up before the time.
+        let dashed = format!("{}-bcd", "a".repeat(48));
+        let name = default_snapshot_name(&dashed, ms);
+        assert_eq!(name, format!("{}-{ms}", "a".repeat(48)));
+        validate_name(&name).unwrap();
     }
 }

@@ -21,6 +21,7 @@ use crate::store::console_log::CONSOLE_FILE;
 use crate::store::events::EventKind;
 use crate::store::spec::{Meta, StartKind, WorkspaceSpec};
 use crate::vmm::launch::GUEST_CMDLINE;
+use crate::vmm::seal;
 use crate::vmm::warm::{WarmRecord, PENDING_PREFIX, WARM_RECORD};
 use crate::workspaces::lifecycle::{Boot, StartProgress};
 use crate::workspaces::manager::{make_disk, Workspaces};
@@ -147,7 +148,8 @@ impl Workspaces {
         }
         MachineState::read(&SnapshotFiles::new(&dir))
             .map_err(|e| Some(format!("its state file is unusable: {e}")))?;
-        crate::snapshots::check_memory(&dir, record.memory_sha256.as_deref()).map_err(Some)?;
+        seal::check_digest(&dir, "memory", record.memory_sha256.as_deref()).map_err(Some)?;
+        seal::check_digest(&dir, "disk", record.disk_sha256.as_deref()).map_err(Some)?;
         Ok(dir)
     }
 
@@ -179,6 +181,9 @@ impl Workspaces {
             return Ok(boot);
         }
         let (key, fingerprint) = self.warm_identity(&meta.spec)?;
+        // A snapshot planted there would be resumed into new workspaces:
+        // the directory must be this user's alone.
+        crate::store::private_dir(&self.warm_root(), "warm snapshot directory")?;
         match self.usable_warm(&key, &fingerprint) {
             Ok(dir) => {
                 let ws = self.dir(&meta.name)?;
@@ -207,6 +212,7 @@ impl Workspaces {
                     from: meta.name.clone(),
                     created_at_ms: now_ms(),
                     memory_sha256: None,
+                    disk_sha256: None,
                 };
                 crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)?;
                 Ok(Boot {

@@ -98,8 +98,10 @@ pub enum StoreError {
     Name(#[from] NameError),
     /// The state directory could be changed by someone else: it holds the
     /// sockets that drive every workspace.
-    #[error("state directory {} {why}; fix it with: {fix}", path.display())]
+    #[error("{what} {} {why}; fix it with: {fix}", path.display())]
     Unsafe {
+        /// Which directory: `state directory`, `warm snapshot directory`.
+        what: &'static str,
         /// The directory.
         path: PathBuf,
         /// What is wrong.
@@ -139,8 +141,31 @@ fn create_dir(path: &Path) -> Result<(), StoreError> {
         })
 }
 
-/// Refuses a directory another user owns or may write into.
-fn check_owned_private(path: &Path) -> Result<(), StoreError> {
+/// Makes `path` (and missing parents) mode 0700, then refuses it unless
+/// it is private: this user's, and nobody else's to read or write. `what`
+/// names it in the error.
+pub(crate) fn private_dir(path: &Path, what: &'static str) -> Result<(), StoreError> {
+    create_dir(path)?;
+    check_owned_private(path, what)
+}
+
+/// Makes `path` (and missing parents) a directory only this user may
+/// enter: mode 0700, also when it existed (a directory of ours inside the
+/// state directory, made by an older build).
+pub(crate) fn make_private_dir(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    create_dir(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|source| {
+        StoreError::CreateDir {
+            path: path.to_owned(),
+            source,
+        }
+    })
+}
+
+/// Refuses a directory another user owns or may read or write: guest
+/// memory, snapshots and the sockets that drive workspaces live there.
+fn check_owned_private(path: &Path, what: &'static str) -> Result<(), StoreError> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).map_err(|source| StoreError::Read {
         path: path.to_owned(),
@@ -149,6 +174,7 @@ fn check_owned_private(path: &Path) -> Result<(), StoreError> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     let unsafe_dir = |why: String, fix: String| StoreError::Unsafe {
+        what,
         path: path.to_owned(),
         why,
         fix,
@@ -159,10 +185,13 @@ fn check_owned_private(path: &Path) -> Result<(), StoreError> {
             format!("chown -R {me} {}", path.display()),
         ));
     }
-    if meta.mode() & 0o022 != 0 {
+    if meta.mode() & 0o077 != 0 {
         return Err(unsafe_dir(
-            format!("is writable by others (mode {:o})", meta.mode() & 0o7777),
-            format!("chmod go-w {}", path.display()),
+            format!(
+                "can be read or written by others (mode {:o})",
+                meta.mode() & 0o7777
+            ),
+            format!("chmod go-rwx {}", path.display()),
         ));
     }
     Ok(())
@@ -180,14 +209,14 @@ impl StateDir {
     }
 
     /// Opens (creating if needed, mode 0700) the state directory at `root`.
-    /// An existing directory must belong to this user and not be group- or
-    /// world-writable.
+    /// An existing directory must belong to this user, and others may
+    /// neither read nor write it.
     pub fn at(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
         for sub in ["workspaces", "images"] {
             create_dir(&root.join(sub))?;
         }
-        check_owned_private(&root)?;
+        check_owned_private(&root, "state directory")?;
         Ok(Self { root })
     }
 
@@ -457,16 +486,29 @@ mod tests {
     }
 
     #[test]
-    fn a_state_directory_others_can_write_is_refused() {
+    fn a_state_directory_others_can_read_or_write_is_refused() {
         use std::os::unix::fs::PermissionsExt;
         let state = temp_state("shared");
         let root = state.root().to_owned();
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err = StateDir::at(&root).unwrap_err();
-        assert_eq!(err.code(), ErrorCode::Forbidden);
-        assert!(err.to_string().contains("chmod go-w"), "{err}");
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o750)).unwrap();
+        for mode in [0o777, 0o755, 0o750, 0o701] {
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = StateDir::at(&root).unwrap_err();
+            assert_eq!(err.code(), ErrorCode::Forbidden);
+            assert!(err.to_string().contains("chmod go-rwx"), "{err}");
+        }
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
         StateDir::at(&root).unwrap();
+        // A new one is made private.
+        let fresh = root.join("inner");
+        private_dir(&fresh, "warm snapshot directory").unwrap();
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = private_dir(&fresh, "warm snapshot directory").unwrap_err();
+        assert!(
+            err.to_string().starts_with("warm snapshot directory"),
+            "{err}"
+        );
         std::fs::remove_dir_all(root).unwrap();
     }
 

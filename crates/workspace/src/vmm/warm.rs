@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
+use crate::vmm::seal;
 use serde::{Deserialize, Serialize};
-use vmm_core::snapshot::SnapshotFiles;
 
 /// A warm snapshot's record.
 pub(crate) const WARM_RECORD: &str = "warm.json";
@@ -25,6 +25,9 @@ pub(crate) struct WarmRecord {
     /// The memory file's digest, set when the snapshot is promoted.
     #[serde(default)]
     pub memory_sha256: Option<String>,
+    /// The disk copy's digest, set when the snapshot is promoted.
+    #[serde(default)]
+    pub disk_sha256: Option<String>,
 }
 
 /// Makes the record's directory the warm snapshot of its key (the VMM
@@ -33,19 +36,14 @@ pub(crate) struct WarmRecord {
 pub fn promote(pending: &Path) -> std::io::Result<()> {
     let mut record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    record.memory_sha256 = Some(memory_digest(pending)?);
+    record.memory_sha256 = Some(seal::memory_digest(pending)?);
+    record.disk_sha256 = Some(seal::disk_digest(pending)?);
     crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
+    seal::sync_tree(pending)?;
     let parent = pending.parent().unwrap_or(Path::new("."));
     if std::fs::rename(pending, parent.join(&record.key)).is_err() {
         std::fs::remove_dir_all(pending)?;
     }
-    Ok(())
-}
-
-/// The digest of the memory file in the snapshot directory `dir`; a read
-/// error keeps its causes in its message.
-pub(crate) fn memory_digest(dir: &Path) -> std::io::Result<String> {
-    vmm_core::snapshot::memory_file::digest(&SnapshotFiles::new(dir).memory())
-        .map_err(|e| std::io::Error::other(crate::error_chain::error_chain(&e)))
+    seal::sync_dir(parent)
 }

@@ -1,0 +1,159 @@
+//! Snapshots and forks of the running `dev` workspace (part of
+//! `life_cycle_exec_files_logs_events`, which boots it).
+
+use std::time::Instant;
+
+use testkit::cli::CliHome;
+
+use crate::events;
+
+/// On the running `dev`: a snapshot, two forks of it that see the state
+/// of then (and not what came after) and not each other's writes, a fork of
+/// the live workspace, a damaged snapshot refused. Forks restore in about a
+/// second, so this costs no boot.
+pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
+    let sh = |ws: &str, line: &str| cli.run(&["exec", ws, "--shell", "--", line]);
+    assert_eq!(sh("dev", "echo A > /root/a").status, 0);
+    let taken = cli.ok_json(&["snapshot", "take", "dev", "s1", "--json"]);
+    assert_eq!(taken["has_memory"], true, "{taken}");
+    // Guest memory and disks are this user's alone.
+    let mode = |p: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let path = cli.home().join(p);
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777
+    };
+    for dir in ["snapshots", "snapshots/s1"] {
+        assert_eq!(mode(dir), 0o700, "{dir}");
+    }
+    for file in ["vm.state", "memory.raw", "disk-1.raw"] {
+        assert_eq!(mode(&format!("snapshots/s1/{file}")), 0o600, "{file}");
+    }
+    assert_eq!(
+        cli.run(&["snapshot", "take", "dev", "s1", "--json"])
+            .error_code(),
+        "CONFLICT"
+    );
+    assert_eq!(sh("dev", "echo B > /root/b").status, 0);
+    for fork in ["f1", "f2"] {
+        let began = Instant::now();
+        let forked = cli.ok_json(&["fork", "dev", fork, "--snapshot", "s1", "--json"]);
+        assert_eq!(forked["state"], "running");
+        assert_eq!(
+            forked["spec"]["ports"],
+            serde_json::json!([]),
+            "forks publish no ports"
+        );
+        eprintln!("{fork} forked in {:.1} s", began.elapsed().as_secs_f64());
+    }
+    // Both at once, each seeing A and not B.
+    let listings: Vec<_> = std::thread::scope(|scope| {
+        ["f1", "f2"]
+            .map(|fork| scope.spawn(move || cli.run(&["exec", fork, "--", "ls", "/root"])))
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect()
+    });
+    for ls in &listings {
+        assert_eq!(ls.status, 0, "{}", ls.stderr);
+        let names: Vec<&str> = ls.stdout.split_whitespace().collect();
+        assert!(names.contains(&"a") && !names.contains(&"b"), "{names:?}");
+    }
+    assert_eq!(
+        sh("f1", "hostname").stdout,
+        "f1\n",
+        "a fork takes its own name"
+    );
+    // A fork's network comes up with it (a passt of its own).
+    let fetched = cli.run(&["exec", "f2", "--", "wget", "-qO-", url]);
+    assert_eq!(
+        fetched.stdout, "from the host's loopback\n",
+        "{}",
+        fetched.stderr
+    );
+    assert_eq!(sh("f1", "echo one > /root/only-f1").status, 0);
+    assert_eq!(sh("f2", "test -e /root/only-f1").status, 1);
+    let live = cli.ok_json(&["fork", "dev", "f3", "--json"]);
+    assert_eq!(live["state"], "running");
+    let f3 = cli.run(&["exec", "f3", "--", "ls", "/root"]);
+    assert!(
+        f3.stdout.split_whitespace().any(|n| n == "b"),
+        "{}",
+        f3.stdout
+    );
+
+    // In place: refused while running, then forced: A without B again.
+    assert_eq!(
+        cli.run(&["snapshot", "restore", "s1", "--json"])
+            .error_code(),
+        "CONFLICT"
+    );
+    let restored = cli.ok_json(&["snapshot", "restore", "s1", "--force", "--json"]);
+    assert_eq!(restored["state"], "running", "{restored}");
+    let ls = cli.run(&["exec", "dev", "--", "ls", "/root"]);
+    let names: Vec<&str> = ls.stdout.split_whitespace().collect();
+    assert!(names.contains(&"a") && !names.contains(&"b"), "{names:?}");
+
+    let listed = cli.ok_json(&["snapshot", "ls", "--workspace", "dev", "--json"]);
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    let state = cli.home().join("snapshots/s1/vm.state");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&state, &bytes).unwrap();
+    assert_eq!(
+        cli.run(&["fork", "dev", "f4", "--snapshot", "s1", "--json"])
+            .error_code(),
+        "INVALID_INPUT"
+    );
+    assert!(
+        !cli.home().join("workspaces/f4").exists(),
+        "a refused fork left a workspace"
+    );
+    // A changed byte of guest memory (the kernel's text at 16 MiB) is seen too.
+    cli.ok(&["snapshot", "take", "dev", "s2"]);
+    let memory = cli.home().join("snapshots/s2/memory.raw");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&memory)
+        .unwrap();
+    let mut byte = [0u8];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, 16 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[byte[0] ^ 0xff], 16 << 20).unwrap();
+    let refused = cli.run(&["fork", "dev", "f4", "--snapshot", "s2", "--json"]);
+    assert_eq!(refused.error_code(), "INVALID_INPUT", "{}", refused.stderr);
+    cli.ok(&["snapshot", "rm", "s2"]);
+    // So is a changed byte of the disk copy (its boot block, zeros).
+    cli.ok(&["snapshot", "take", "dev", "s3"]);
+    let disk = cli.home().join("snapshots/s3/disk-1.raw");
+    let file = std::fs::OpenOptions::new().write(true).open(&disk).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xff], 0).unwrap();
+    let refused = cli.run(&["fork", "dev", "f4", "--snapshot", "s3", "--json"]);
+    assert_eq!(refused.error_code(), "INVALID_INPUT", "{}", refused.stderr);
+    assert!(refused.stdout.contains("disk file"), "{}", refused.stdout);
+    cli.ok(&["snapshot", "rm", "s3"]);
+    cli.ok(&["snapshot", "rm", "s1"]);
+    assert_eq!(
+        cli.run(&["snapshot", "inspect", "s1", "--json"])
+            .error_code(),
+        "NOT_FOUND"
+    );
+    for fork in ["f1", "f2", "f3"] {
+        cli.ok(&["delete", fork, "--yes", "--force"]);
+    }
+
+    // A fresh workspace of the same shape resumes the warm snapshot that
+    // dev's first start kept (or used), and takes its own name.
+    cli.ok(&["create", "w1", "--json"]);
+    let began = Instant::now();
+    let warm = cli.ok_json(&["start", "w1", "--json"]);
+    assert_eq!(warm["runtime"]["start_kind"], "warm", "{warm}");
+    eprintln!("w1 started warm in {:.1} s", began.elapsed().as_secs_f64());
+    assert_eq!(sh("w1", "hostname").stdout, "w1\n");
+    assert!(
+        cli.run(&["logs", "w1"]).stdout.contains("Linux version"),
+        "a warm start's console holds the boot it resumes"
+    );
+    cli.ok(&["delete", "w1", "--yes", "--force"]);
+    assert!(events(cli, "dev").iter().any(|k| k == "snapshot_taken"));
+}

@@ -1,0 +1,99 @@
+//! What makes a snapshot directory trustworthy once its VMM wrote it: its
+//! files and the directory itself are on disk before it is renamed into
+//! place ([`sync_tree`], then [`sync_dir`] of the parent after the
+//! rename), and the digests of its memory file and disk copy are recorded,
+//! to be checked before it is resumed. Both digests are
+//! `vmm_core::snapshot::memory_file::digest`: over each non-zero page, so
+//! they cost what the guest used and not how the filesystem laid it out.
+
+use std::path::Path;
+
+use vmm_core::snapshot::SnapshotFiles;
+
+/// The index of the workspace's writable disk among its machine's disks
+/// (0 is the image's read-only root filesystem).
+pub(crate) const WORKSPACE_DISK: usize = 1;
+
+fn digest_of(path: &Path) -> std::io::Result<String> {
+    vmm_core::snapshot::memory_file::digest(path)
+        .map_err(|e| std::io::Error::other(crate::error_chain::error_chain(&e)))
+}
+
+/// The digest of the memory file in the snapshot directory `dir`; a read
+/// error keeps its causes in its message.
+pub(crate) fn memory_digest(dir: &Path) -> std::io::Result<String> {
+    digest_of(&SnapshotFiles::new(dir).memory())
+}
+
+/// The digest of the workspace disk's copy in `dir`.
+pub(crate) fn disk_digest(dir: &Path) -> std::io::Result<String> {
+    digest_of(&SnapshotFiles::new(dir).disk(WORKSPACE_DISK))
+}
+
+/// Whether the file `what` (`memory`, `disk`) in `dir` still has the
+/// digest `want`; why not.
+pub(crate) fn check_digest(
+    dir: &Path,
+    what: &str,
+    want: Option<&str>,
+) -> std::result::Result<(), String> {
+    let Some(want) = want else {
+        return Err(format!(
+            "its record has no {what} digest (an older build took it)"
+        ));
+    };
+    let found = match what {
+        "memory" => memory_digest(dir),
+        _ => disk_digest(dir),
+    }
+    .map_err(|e| e.to_string())?;
+    if found != want {
+        return Err(format!(
+            "its {what} file does not match its digest (it was changed or damaged)"
+        ));
+    }
+    Ok(())
+}
+
+/// Flushes every regular file directly in `dir`, then `dir` itself.
+pub(crate) fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    sync_dir(dir)
+}
+
+/// Flushes the directory `dir` (its entries: a rename into it).
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_follow_content_and_name_what_changed() {
+        let dir =
+            std::env::temp_dir().join(format!("ma-seal-{}", crate::host::settings::unique_id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = SnapshotFiles::new(&dir);
+        std::fs::write(files.memory(), vec![1u8; 8192]).unwrap();
+        std::fs::write(files.disk(WORKSPACE_DISK), vec![2u8; 8192]).unwrap();
+        let memory = memory_digest(&dir).unwrap();
+        let disk = disk_digest(&dir).unwrap();
+        assert_ne!(memory, disk);
+        sync_tree(&dir).unwrap();
+        check_digest(&dir, "memory", Some(&memory)).unwrap();
+        check_digest(&dir, "disk", Some(&disk)).unwrap();
+        let err = check_digest(&dir, "disk", None).unwrap_err();
+        assert!(err.contains("no disk digest"), "{err}");
+        std::fs::write(files.disk(WORKSPACE_DISK), vec![3u8; 8192]).unwrap();
+        let err = check_digest(&dir, "disk", Some(&disk)).unwrap_err();
+        assert!(err.contains("disk file does not match"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
