@@ -267,12 +267,8 @@ impl Workspace<'_> {
         })?;
         check_guest_path(guest_path)?;
         if meta.is_dir() {
-            let archive = tar_dir(host_path)?;
-            all.agent(name)
-                .await?
-                .tar_in(guest_path, &archive)
-                .await
-                .map_err(Error::agent("tar_in"))
+            let agent = all.agent(name).await?;
+            stream_dir_in(host_path, guest_path, agent).await
         } else {
             let mut file = tokio::fs::File::open(host_path)
                 .await
@@ -452,11 +448,40 @@ pub(crate) fn check_guest_path(path: &str) -> Result<()> {
 }
 
 /// A host directory's contents as a tar archive (paths relative to it).
-fn tar_dir(dir: &Path) -> Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
-    builder.follow_symlinks(false);
-    builder
-        .append_dir_all(".", dir)
-        .and_then(|()| builder.into_inner())
-        .map_err(Error::host_io(format!("archiving {}", dir.display())))
+/// Sends the host directory `dir` to the agent as a tar archive streamed
+/// while it is made (a thread writes it into a socket pair the upload
+/// reads), so a large tree never sits in memory. A host-side failure is
+/// reported before the agent's.
+async fn stream_dir_in(
+    dir: &Path,
+    guest_path: &str,
+    agent: GuestAgentClient<UnixStream>,
+) -> Result<u64> {
+    let (writer, reader) = std::os::unix::net::UnixStream::pair().map_err(Error::host_io(
+        "making the archive's socket pair".to_owned(),
+    ))?;
+    reader.set_nonblocking(true).map_err(Error::host_io(
+        "making the archive's socket pair".to_owned(),
+    ))?;
+    let mut reader = UnixStream::from_std(reader).map_err(Error::host_io(
+        "making the archive's socket pair".to_owned(),
+    ))?;
+    let source = dir.to_owned();
+    let archiving = tokio::task::spawn_blocking(move || {
+        let mut builder = tar::Builder::new(std::io::BufWriter::new(writer));
+        builder.follow_symlinks(false);
+        builder
+            .append_dir_all(".", &source)
+            .and_then(|()| builder.into_inner())
+            .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
+            .map(drop)
+    });
+    let sent = agent.tar_in_from(guest_path, &mut reader).await;
+    // The archiver sees a closed socket if the agent stopped reading.
+    drop(reader);
+    let archived = archiving
+        .await
+        .map_err(|e| Error::BlockingStep(e.to_string()))?;
+    archived.map_err(Error::host_io(format!("archiving {}", dir.display())))?;
+    sent.map_err(Error::agent("tar_in"))
 }

@@ -172,6 +172,11 @@ impl<W> Budgeted<W> {
         }
     }
 
+    /// The writer it wraps.
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+
     /// Whether a write was refused for the budget.
     pub fn exhausted(&self) -> bool {
         self.left == 0

@@ -59,7 +59,7 @@ pub async fn pull(
         })?,
     };
     let source = PathBuf::from(reference.whole());
-    let remote = Remote::open(reference, req.insecure).await?;
+    let remote = Remote::open(reference, req.insecure, registry.limits()).await?;
     match registry.get(&name) {
         Ok(existing)
             if existing

@@ -173,6 +173,8 @@ pub struct ImageRegistry {
     assets: Option<PathBuf>,
     /// The kernel variant of this host (`compat` or `standard`).
     kernel_variant: KernelVariant,
+    /// What an imported or pulled image may take (its `max_image_*`).
+    limits: crate::store::spec::Limits,
 }
 
 pub(crate) fn check_kernel(path: &Path) -> Result<u64, ImageError> {
@@ -270,7 +272,24 @@ impl ImageRegistry {
             dir: state.root().join("images"),
             assets,
             kernel_variant,
+            limits: crate::store::spec::LIMITS,
         }
+    }
+
+    /// The same registry, holding images to `limits`.
+    pub(crate) fn with_limits(mut self, limits: crate::store::spec::Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// What one image's layers may unpack to.
+    pub(crate) fn budget(&self) -> crate::images::oci::unpack::Budget {
+        crate::images::oci::unpack::Budget::of(&self.limits)
+    }
+
+    /// The limits images are held to.
+    pub(crate) fn limits(&self) -> &crate::store::spec::Limits {
+        &self.limits
     }
 
     /// Where built images and kernels are looked for.
@@ -481,8 +500,11 @@ impl ImageRegistry {
             Some(scratch)
         };
         let result = (|| {
-            let image =
-                crate::images::oci::layout::read_dir(unpacked.as_deref().unwrap_or(path), None)?;
+            let image = crate::images::oci::layout::read_dir(
+                unpacked.as_deref().unwrap_or(path),
+                None,
+                self.limits.max_image_metadata_bytes,
+            )?;
             let name = match name {
                 Some(name) => name.to_owned(),
                 None => {
@@ -517,8 +539,13 @@ impl ImageRegistry {
             .map_err(|_| ImageError::NoBase(BUILTIN_IMAGES[0].into()))?;
         let build = self.scratch_dir("convert")?;
         let result = (|| {
-            let converted =
-                crate::images::oci::rootfs::convert(image, &build, &base.rootfs, progress)?;
+            let converted = crate::images::oci::rootfs::convert(
+                image,
+                &build,
+                &base.rootfs,
+                self.budget(),
+                progress,
+            )?;
             let extras = Extras {
                 boot_args: Some(crate::images::oci::rootfs::BOOT_ARGS.into()),
                 defaults: converted.defaults,

@@ -67,6 +67,16 @@ pub struct Limits {
     pub max_copy_out_bytes: u64,
     /// Most entries one `copy_out` of a directory unpacks.
     pub max_copy_out_entries: u64,
+    /// Most bytes an image's layers unpack to, all together (a gzip layer
+    /// is stopped as it crosses it), and most bytes `image build` saves
+    /// from its guest.
+    pub max_image_bytes: u64,
+    /// Most archive entries an image's layers hold, all together.
+    pub max_image_entries: u64,
+    /// Largest layer a registry manifest may declare, in bytes.
+    pub max_layer_bytes: u64,
+    /// Largest manifest, index or config an image source may have, bytes.
+    pub max_image_metadata_bytes: u64,
 }
 
 /// Longest env or label value, bytes: they are stored in every record and
@@ -84,6 +94,10 @@ pub const LIMITS: Limits = Limits {
     max_entries: 64,
     max_copy_out_bytes: crate::host::host_write::COPY_OUT_MAX_BYTES,
     max_copy_out_entries: crate::host::host_write::COPY_OUT_MAX_ENTRIES,
+    max_image_bytes: 32 << 30,
+    max_image_entries: 4_000_000,
+    max_layer_bytes: 16 << 30,
+    max_image_metadata_bytes: 4 << 20,
 };
 
 /// Defaults for a new workspace.
@@ -322,6 +336,10 @@ impl Limits {
             && self.max_entries <= outer.max_entries
             && self.max_copy_out_bytes <= outer.max_copy_out_bytes
             && self.max_copy_out_entries <= outer.max_copy_out_entries
+            && self.max_image_bytes <= outer.max_image_bytes
+            && self.max_image_entries <= outer.max_image_entries
+            && self.max_layer_bytes <= outer.max_layer_bytes
+            && self.max_image_metadata_bytes <= outer.max_image_metadata_bytes
     }
 }
 

@@ -127,6 +127,7 @@ impl Workspaces {
     /// The same, accepting only specs within `limits`.
     pub(crate) fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self.images = self.images.with_limits(limits);
         self
     }
 

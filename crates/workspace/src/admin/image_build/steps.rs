@@ -174,6 +174,7 @@ async fn in_workspace(
         minimal.rootfs.clone(),
         base.defaults.cwd.clone(),
     );
+    let budget = crate::images::oci::unpack::Budget::of(ws.limits());
     let rootfs = ws
         .blocking(move |_| {
             std::fs::create_dir_all(&convert)
@@ -184,6 +185,7 @@ async fn in_workspace(
                 &convert,
                 &base_rootfs,
                 cwd.as_deref(),
+                budget,
             )
             .map_err(ImageBuildError::from)?;
             let _ = std::fs::remove_file(&archive);
@@ -260,14 +262,31 @@ async fn run_steps(
 /// `/` on its own filesystem: mount points such as /proc and /tmp come
 /// empty); returns its sha256.
 async fn save(ws: &Workspaces, name: &str, archive: &Path) -> Result<String> {
-    let mut file = tokio::fs::File::create(archive)
+    let file = tokio::fs::File::create(archive)
         .await
         .map_err(io(format!("creating {}", archive.display())))?;
-    ws.agent(name)
+    // A guest that streams without end stops at the image's byte limit.
+    let limit = ws.limits().max_image_bytes;
+    let mut budgeted = crate::host::host_write::Budgeted::new(file, limit);
+    let sent = ws
+        .agent(name)
         .await?
-        .tar_out_with("/", true, &mut file)
-        .await
-        .map_err(Error::agent("tar_out"))?;
+        .tar_out_with("/", true, &mut budgeted)
+        .await;
+    match sent {
+        Ok(_) => {}
+        Err(_) if budgeted.exhausted() => {
+            return Err(
+                ImageBuildError::from(crate::images::oci::OciError::OverLimit {
+                    what: "bytes saved from the guest",
+                    limit,
+                })
+                .into(),
+            )
+        }
+        Err(e) => return Err(Error::agent("tar_out")(e)),
+    }
+    let file = budgeted.into_inner();
     file.sync_all()
         .await
         .map_err(io(format!("writing {}", archive.display())))?;

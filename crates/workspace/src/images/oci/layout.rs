@@ -95,6 +95,55 @@ fn json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, O
     })
 }
 
+/// Opens `rel` below `dir` as a regular file reached through no symlink
+/// and not out of `dir` (openat2 `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`):
+/// a blob that is a link to `/dev/zero` or to a host file is refused, so
+/// no host file is read or hashed as part of an image. Its length too.
+fn open_inside(dir: &Path, rel: &Path, what: &str) -> Result<(std::fs::File, u64), OciError> {
+    let root = std::fs::File::open(dir)
+        .map_err(|e| OciError::io(format!("opening {}", dir.display()), e))?;
+    let root = std::os::fd::OwnedFd::from(root);
+    let fd = crate::host::dirfd::openat2(
+        &root,
+        rel,
+        libc::O_RDONLY,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+    )
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => not_image(dir, format!("its {what} is missing")),
+        Some(libc::ELOOP) | Some(libc::EXDEV) => not_image(
+            dir,
+            format!("its {what} is a symbolic link; only regular files inside the image are read"),
+        ),
+        _ => OciError::io(format!("opening {}/{}", dir.display(), rel.display()), e),
+    })?;
+    let file = std::fs::File::from(fd);
+    let meta = file
+        .metadata()
+        .map_err(|e| OciError::io(format!("reading {}/{}", dir.display(), rel.display()), e))?;
+    if !meta.is_file() {
+        return Err(not_image(dir, format!("its {what} is not a regular file")));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Reads `rel` below `dir` as [`open_inside`] opens it, at most `limit`
+/// bytes (`Limits::max_image_metadata_bytes`).
+fn read_inside(dir: &Path, rel: &Path, limit: u64, what: &str) -> Result<Vec<u8>, OciError> {
+    let (file, len) = open_inside(dir, rel, what)?;
+    if len > limit {
+        return Err(OciError::OverLimit {
+            what: "bytes in a manifest, index or config",
+            limit,
+        });
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(|e| OciError::io(format!("reading {}/{}", dir.display(), rel.display()), e))?;
+    Ok(bytes)
+}
+
 /// `sha256:<hex>` of a file's bytes.
 pub fn file_digest(path: &Path) -> Result<String, OciError> {
     let mut file = std::fs::File::open(path)
@@ -134,13 +183,14 @@ pub fn is_layout(path: &Path) -> bool {
 
 /// Reads the image in `dir`, a directory in OCI image layout or an
 /// unpacked `docker save`. With several images, `wanted` picks one by its
-/// ref name (else the only one, or the linux/amd64 one).
-pub fn read_dir(dir: &Path, wanted: Option<&str>) -> Result<Resolved, OciError> {
+/// ref name (else the only one, or the linux/amd64 one). Its manifests,
+/// indexes and config are at most `max_metadata` bytes each.
+pub fn read_dir(dir: &Path, wanted: Option<&str>, max_metadata: u64) -> Result<Resolved, OciError> {
     if is_layout(dir) {
-        return read_layout(dir, wanted);
+        return read_layout(dir, wanted, max_metadata);
     }
     if dir.join("manifest.json").is_file() {
-        return read_saved(dir);
+        return read_saved(dir, max_metadata);
     }
     Err(not_image(
         dir,
@@ -148,14 +198,13 @@ pub fn read_dir(dir: &Path, wanted: Option<&str>) -> Result<Resolved, OciError> 
     ))
 }
 
-fn blob(dir: &Path, digest: &str) -> Result<PathBuf, OciError> {
-    Ok(dir.join("blobs/sha256").join(digest_hex(digest)?))
+/// A blob's path relative to the layout.
+fn blob(digest: &str) -> Result<PathBuf, OciError> {
+    Ok(Path::new("blobs/sha256").join(digest_hex(digest)?))
 }
 
-fn read_blob(dir: &Path, digest: &str, what: &str) -> Result<Vec<u8>, OciError> {
-    let path = blob(dir, digest)?;
-    let bytes = std::fs::read(&path)
-        .map_err(|_| not_image(dir, format!("its {what} blob {digest} is missing")))?;
+fn read_blob(dir: &Path, digest: &str, what: &str, limit: u64) -> Result<Vec<u8>, OciError> {
+    let bytes = read_inside(dir, &blob(digest)?, limit, &format!("{what} blob {digest}"))?;
     let actual = format!("sha256:{:x}", Sha256::digest(&bytes));
     if actual != digest {
         return Err(OciError::DigestMismatch {
@@ -167,9 +216,8 @@ fn read_blob(dir: &Path, digest: &str, what: &str) -> Result<Vec<u8>, OciError> 
     Ok(bytes)
 }
 
-fn read_layout(dir: &Path, wanted: Option<&str>) -> Result<Resolved, OciError> {
-    let index_bytes = std::fs::read(dir.join("index.json"))
-        .map_err(|e| OciError::io(format!("reading {}/index.json", dir.display()), e))?;
+fn read_layout(dir: &Path, wanted: Option<&str>, limit: u64) -> Result<Resolved, OciError> {
+    let index_bytes = read_inside(dir, Path::new("index.json"), limit, "index.json")?;
     let index: Index = json(&index_bytes, "index.json")?;
     let candidates: Vec<&Descriptor> = match wanted {
         Some(name) => index
@@ -193,7 +241,7 @@ fn read_layout(dir: &Path, wanted: Option<&str>) -> Result<Resolved, OciError> {
     };
     let reference = chosen.annotations.get(REF_NAME).cloned();
     let mut manifest_digest = chosen.digest.clone();
-    let mut manifest_bytes = read_blob(dir, &manifest_digest, "manifest")?;
+    let mut manifest_bytes = read_blob(dir, &manifest_digest, "manifest", limit)?;
     if INDEX_TYPES.contains(&chosen.media_type.as_str()) {
         let nested: Index = json(&manifest_bytes, "image index")?;
         let refs: Vec<&Descriptor> = nested.manifests.iter().collect();
@@ -201,10 +249,10 @@ fn read_layout(dir: &Path, wanted: Option<&str>) -> Result<Resolved, OciError> {
             OciError::Unsupported("the image index has no linux/amd64 image".into())
         })?;
         manifest_digest = entry.digest.clone();
-        manifest_bytes = read_blob(dir, &manifest_digest, "manifest")?;
+        manifest_bytes = read_blob(dir, &manifest_digest, "manifest", limit)?;
     }
     let manifest: Manifest = json(&manifest_bytes, "manifest")?;
-    let config_bytes = read_blob(dir, &manifest.config.digest, "config")?;
+    let config_bytes = read_blob(dir, &manifest.config.digest, "config", limit)?;
     let config = ImageConfig::parse(&config_bytes)?;
     let mut layers = Vec::new();
     for layer in &manifest.layers {
@@ -214,14 +262,9 @@ fn read_layout(dir: &Path, wanted: Option<&str>) -> Result<Resolved, OciError> {
                 layer.digest, layer.media_type
             )));
         }
-        let path = blob(dir, &layer.digest)?;
-        if !path.is_file() {
-            return Err(not_image(
-                dir,
-                format!("its layer blob {} is missing", layer.digest),
-            ));
-        }
-        layers.push((path, layer.digest.clone()));
+        let rel = blob(&layer.digest)?;
+        open_inside(dir, &rel, &format!("layer blob {}", layer.digest))?;
+        layers.push((dir.join(rel), layer.digest.clone()));
     }
     Ok(Resolved {
         reference,
@@ -241,9 +284,8 @@ fn pick_platform<'a>(entries: &[&'a Descriptor]) -> Option<&'a Descriptor> {
     })
 }
 
-fn read_saved(dir: &Path) -> Result<Resolved, OciError> {
-    let bytes = std::fs::read(dir.join("manifest.json"))
-        .map_err(|e| OciError::io(format!("reading {}/manifest.json", dir.display()), e))?;
+fn read_saved(dir: &Path, limit: u64) -> Result<Resolved, OciError> {
+    let bytes = read_inside(dir, Path::new("manifest.json"), limit, "manifest.json")?;
     let saved: Vec<SavedImage> = json(&bytes, "manifest.json")?;
     let image = match saved.as_slice() {
         [one] => one,
@@ -259,11 +301,10 @@ fn read_saved(dir: &Path) -> Result<Resolved, OciError> {
         {
             return Err(OciError::LayerPath(name.to_owned()));
         }
-        Ok(dir.join(rel))
+        Ok(rel.to_owned())
     };
-    let config_path = inside(&image.config)?;
-    let config_bytes = std::fs::read(&config_path)
-        .map_err(|_| not_image(dir, format!("its config {} is missing", image.config)))?;
+    let config_rel = inside(&image.config)?;
+    let config_bytes = read_inside(dir, &config_rel, limit, &format!("config {}", image.config))?;
     let config_digest = format!("sha256:{:x}", Sha256::digest(&config_bytes));
     // The config's file is named by its digest: a mismatch is corruption.
     let stem = Path::new(&image.config)
@@ -287,10 +328,9 @@ fn read_saved(dir: &Path) -> Result<Resolved, OciError> {
     }
     let mut layers = Vec::new();
     for (name, diff_id) in image.layers.iter().zip(&config.rootfs.diff_ids) {
-        let path = inside(name)?;
-        if !path.is_file() {
-            return Err(not_image(dir, format!("its layer {name} is missing")));
-        }
+        let rel = inside(name)?;
+        open_inside(dir, &rel, &format!("layer {name}"))?;
+        let path = dir.join(rel);
         // Saved layers are uncompressed: their digest is the diff_id,
         // checked while they are applied.
         layers.push((path, diff_id.clone()));
@@ -314,4 +354,62 @@ pub fn unpack_archive(archive: &Path, into: &Path) -> Result<(), OciError> {
     // tar's unpack refuses entries that would land outside `into`.
     tar.unpack(into)
         .map_err(|e| not_image(archive, format!("not a readable image tarball: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "ma-layout-{tag}-{}",
+            crate::host::settings::unique_id()
+        ));
+        testkit::oci::write_layout(&dir);
+        dir
+    }
+
+    /// Each blob of the layout, largest first (the busybox layer).
+    fn blobs(dir: &Path) -> Vec<PathBuf> {
+        let mut all: Vec<_> = std::fs::read_dir(dir.join("blobs/sha256"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        all.sort_by_key(|p| std::cmp::Reverse(std::fs::metadata(p).unwrap().len()));
+        all
+    }
+
+    #[test]
+    fn blobs_are_read_only_as_regular_files_inside_the_layout() {
+        let dir = layout("links");
+        let image = read_dir(&dir, None, 1 << 20).unwrap();
+        assert_eq!(image.layers.len(), 2);
+        // A layer blob that is a link to /dev/zero, then one to a host file.
+        let layer = blobs(&dir).remove(0);
+        for target in ["/dev/zero", "/etc/hostname"] {
+            std::fs::remove_file(&layer).unwrap();
+            std::os::unix::fs::symlink(target, &layer).unwrap();
+            let err = read_dir(&dir, None, 1 << 20).unwrap_err();
+            assert!(err.to_string().contains("symbolic link"), "{err}");
+            assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
+        }
+        // The blobs directory itself through a link: refused the same way.
+        let dir = layout("dirlink");
+        let real = dir.join("real-blobs");
+        std::fs::rename(dir.join("blobs"), &real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.join("blobs")).unwrap();
+        let err = read_dir(&dir, None, 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+    }
+
+    #[test]
+    fn manifests_and_configs_are_read_within_their_limit() {
+        let dir = layout("big");
+        let err = read_dir(&dir, None, 64).unwrap_err();
+        assert!(
+            matches!(err, OciError::OverLimit { limit: 64, .. }),
+            "{err}"
+        );
+        read_dir(&dir, None, 4 << 20).unwrap();
+    }
 }

@@ -75,6 +75,15 @@ pub enum OciError {
     /// A layer entry below something that is not a directory.
     #[error("a layer entry `{0}` lies below a file")]
     NotADirectory(String),
+    /// An image is larger than a limit allows (a gzip bomb, a manifest
+    /// that claims too much): `Limits::max_image_*`, `max_layer_bytes`.
+    #[error("the image is over the limit of {limit} {what}")]
+    OverLimit {
+        /// What was counted: `uncompressed bytes`, `entries`, ...
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+    },
     /// A host tool (mkfs.ext4, debugfs) failed.
     #[error("{tool} failed: {detail}")]
     Tool {
@@ -126,6 +135,7 @@ impl OciError {
             | OciError::Unsupported(_)
             | OciError::BadDigest(_)
             | OciError::DigestMismatch { .. }
+            | OciError::OverLimit { .. }
             | OciError::LayerPath(_)
             | OciError::NotADirectory(_) => ErrorCode::InvalidInput,
         }

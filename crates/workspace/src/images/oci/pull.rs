@@ -189,6 +189,38 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
     }
 }
 
+/// Whether the cached blob at `path` is whole: a regular file of `size`
+/// bytes whose content has `digest` (a damaged one is fetched again).
+async fn cached_intact(path: &Path, size: u64, digest: &str) -> bool {
+    let meta = tokio::fs::symlink_metadata(path).await;
+    if !meta.is_ok_and(|m| m.is_file() && m.len() == size) {
+        return false;
+    }
+    let (path, digest) = (path.to_owned(), digest.to_owned());
+    tokio::task::spawn_blocking(move || super::layout::verify_file(&path, &digest, "layer"))
+        .await
+        .is_ok_and(|checked| checked.is_ok())
+}
+
+/// Removes the partial downloads of pulls whose process is gone (killed
+/// mid-download): `HEX.partial-PID-N`.
+fn sweep_partials(blobs: &Path) {
+    let Ok(entries) = std::fs::read_dir(blobs) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((_, rest)) = name.to_str().and_then(|n| n.split_once(".partial-")) else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Why the registry side of a pull failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
@@ -225,17 +257,51 @@ pub(crate) fn reference(req: &PullRequest) -> Result<Reference, OciError> {
 }
 
 impl Remote {
-    /// Reads `reference`'s manifest and config from its registry.
-    pub(crate) async fn open(reference: Reference, insecure: bool) -> Result<Remote, PullError> {
+    /// Reads `reference`'s manifest and config from its registry; the
+    /// config and every layer must declare sizes within `limits`.
+    pub(crate) async fn open(
+        reference: Reference,
+        insecure: bool,
+        limits: &crate::store::spec::Limits,
+    ) -> Result<Remote, PullError> {
         let client = client(&reference, insecure)?;
-        let auth = auth_for(reference.resolve_registry());
-        let (manifest, manifest_digest, config_json) = client
-            .pull_manifest_and_config(&reference, &auth)
+        // Credentials go only over TLS: a registry spoken to in plain HTTP
+        // gets none.
+        let auth = if insecure {
+            RegistryAuth::Anonymous
+        } else {
+            auth_for(reference.resolve_registry())
+        };
+        let registry_error = |source| RegistryError {
+            reference: reference.whole(),
+            source,
+        };
+        let (manifest, manifest_digest) = client
+            .pull_image_manifest(&reference, &auth)
             .await
-            .map_err(|source| RegistryError {
-                reference: reference.whole(),
-                source,
-            })?;
+            .map_err(registry_error)?;
+        let declared = |size: i64, limit: u64, what: &'static str| {
+            if size < 0 || size as u64 > limit {
+                return Err(OciError::OverLimit { what, limit });
+            }
+            Ok(size as u64)
+        };
+        let config_size = declared(
+            manifest.config.size,
+            limits.max_image_metadata_bytes,
+            "config bytes",
+        )?;
+        for layer in &manifest.layers {
+            declared(layer.size, limits.max_layer_bytes, "bytes in one layer")?;
+        }
+        // At most the declared size: the writer refuses more.
+        let mut config = crate::host::host_write::Budgeted::new(Vec::new(), config_size);
+        client
+            .pull_blob(&reference, &manifest.config, &mut config)
+            .await
+            .map_err(registry_error)?;
+        let config_json = String::from_utf8(config.into_inner())
+            .map_err(|_| OciError::Unsupported("the image's config is not UTF-8 JSON".into()))?;
         Ok(Remote {
             client,
             reference,
@@ -274,6 +340,7 @@ impl Remote {
         tokio::fs::create_dir_all(blobs)
             .await
             .map_err(|e| OciError::io(format!("creating {}", blobs.display()), e))?;
+        sweep_partials(blobs);
         let (mut downloaded, mut cached) = (0u64, 0usize);
         let mut layers = Vec::new();
         for (i, layer) in self.manifest.layers.iter().enumerate() {
@@ -281,10 +348,7 @@ impl Remote {
             let hex = super::unpack::digest_hex(&layer.digest)?;
             let path = blobs.join(hex);
             let size = layer.size.max(0) as u64;
-            if tokio::fs::metadata(&path)
-                .await
-                .is_ok_and(|m| m.len() == size)
-            {
+            if cached_intact(&path, size, &layer.digest).await {
                 cached += 1;
                 report(progress, PullEvent::Cached { index });
             } else {

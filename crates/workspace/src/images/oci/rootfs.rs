@@ -11,6 +11,7 @@ use super::config::ImageDefaults;
 use super::layout::Resolved;
 use super::owners::Owners;
 use super::tree::ImageTree;
+use super::unpack::Budget;
 use super::{unpack, OciError, OciOrigin};
 use crate::host::settings::host_tool;
 
@@ -55,6 +56,7 @@ pub fn convert(
     image: &Resolved,
     work: &Path,
     base_rootfs: &Path,
+    budget: Budget,
     progress: &mut dyn FnMut(ConversionStep),
 ) -> Result<Converted, OciError> {
     convert_with(
@@ -62,6 +64,7 @@ pub fn convert(
         work,
         base_rootfs,
         Owners::for_this_process(),
+        budget,
         progress,
     )
 }
@@ -73,6 +76,7 @@ pub fn convert_with(
     work: &Path,
     base_rootfs: &Path,
     mut owners: Owners,
+    mut budget: Budget,
     progress: &mut dyn FnMut(ConversionStep),
 ) -> Result<Converted, OciError> {
     let tree = work.join("tree");
@@ -95,7 +99,7 @@ pub fn convert_with(
         }
         let file = std::fs::File::open(path)
             .map_err(|e| OciError::io(format!("opening {}", path.display()), e))?;
-        unpack::apply_layer(&tree, file, diff_id, &mut owners)?;
+        unpack::apply_layer(&tree, file, diff_id, &mut owners, &mut budget)?;
         layers.push(digest.clone());
     }
     if count != image.config.rootfs.diff_ids.len() {
@@ -162,13 +166,14 @@ pub fn convert_archive(
     work: &Path,
     base_rootfs: &Path,
     cwd: Option<&str>,
+    mut budget: Budget,
 ) -> Result<PathBuf, OciError> {
     let tree = work.join("tree");
     std::fs::create_dir_all(&tree).map_err(|e| OciError::io("creating the image tree", e))?;
     let mut owners = Owners::for_this_process();
     let file = std::fs::File::open(archive)
         .map_err(|e| OciError::io(format!("opening {}", archive.display()), e))?;
-    unpack::apply_layer(&tree, file, diff_id, &mut owners)?;
+    unpack::apply_layer(&tree, file, diff_id, &mut owners, &mut budget)?;
     finish(work, base_rootfs, &owners, cwd)
 }
 

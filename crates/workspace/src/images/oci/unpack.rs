@@ -27,15 +27,65 @@ const OPAQUE: &str = ".wh..wh..opq";
 /// The prefix of a whiteout.
 const WHITEOUT: &str = ".wh.";
 
-/// Reads through to `inner`, hashing every byte.
+/// What an image's layers may still unpack: uncompressed bytes and
+/// entries, counted across all its layers (a gzip bomb stops as it
+/// crosses the bytes left, whatever its compressed size).
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Uncompressed bytes left.
+    pub bytes: u64,
+    /// Entries left.
+    pub entries: u64,
+    limits: (u64, u64),
+}
+
+impl Budget {
+    /// A budget of `bytes` and `entries`.
+    pub fn new(bytes: u64, entries: u64) -> Self {
+        Self {
+            bytes,
+            entries,
+            limits: (bytes, entries),
+        }
+    }
+
+    /// The budget `limits` give one image.
+    pub fn of(limits: &crate::store::spec::Limits) -> Self {
+        Self::new(limits.max_image_bytes, limits.max_image_entries)
+    }
+
+    fn over_bytes(&self) -> OciError {
+        OciError::OverLimit {
+            what: "uncompressed bytes",
+            limit: self.limits.0,
+        }
+    }
+
+    fn take_entry(&mut self) -> Result<(), OciError> {
+        self.entries = self.entries.checked_sub(1).ok_or(OciError::OverLimit {
+            what: "entries",
+            limit: self.limits.1,
+        })?;
+        Ok(())
+    }
+}
+
+/// Reads through to `inner`, hashing every byte, at most `left` of them.
 struct Hashing<R> {
     inner: R,
     hash: Sha256,
+    left: u64,
+    over: bool,
 }
 
 impl<R: Read> Read for Hashing<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
+        if n as u64 > self.left {
+            self.over = true;
+            return Err(io::Error::other("the layer is over the image's byte limit"));
+        }
+        self.left -= n as u64;
         self.hash.update(&buf[..n]);
         Ok(n)
     }
@@ -57,14 +107,15 @@ pub fn digest_hex(digest: &str) -> Result<&str, OciError> {
 }
 
 /// Applies the layer read from `layer` (plain or gzip tar) to `tree`,
-/// checking its uncompressed bytes against `diff_id`. Owners, modes and
-/// device nodes are set on the tree, or recorded in `owners` when the
-/// caller is not root.
+/// checking its uncompressed bytes against `diff_id`, within `budget`
+/// (what it uses is taken off). Owners, modes and device nodes are set on
+/// the tree, or recorded in `owners` when the caller is not root.
 pub fn apply_layer(
     tree: &Path,
     layer: impl Read,
     diff_id: &str,
     owners: &mut Owners,
+    budget: &mut Budget,
 ) -> Result<(), OciError> {
     let expected = digest_hex(diff_id)?.to_owned();
     let mut buffered = BufReader::new(layer);
@@ -80,6 +131,8 @@ pub fn apply_layer(
     let mut hashing = Hashing {
         inner: plain,
         hash: Sha256::new(),
+        left: budget.bytes,
+        over: false,
     };
     let image_tree = ImageTree::open(tree)?;
     let mut applier = Applier {
@@ -87,18 +140,29 @@ pub fn apply_layer(
         written: HashSet::new(),
         owners,
     };
-    {
+    let applied = (|| {
         let mut archive = tar::Archive::new(&mut hashing);
         let entries = archive
             .entries()
             .map_err(|e| OciError::io("reading a layer", e))?;
         for entry in entries {
             let mut entry = entry.map_err(|e| OciError::io("reading a layer", e))?;
+            budget.take_entry()?;
             applier.apply(&mut entry)?;
         }
-    }
+        Ok(())
+    })();
     // The tar ends with zero blocks the archive reader may not consume.
-    io::copy(&mut hashing, &mut io::sink()).map_err(|e| OciError::io("reading a layer", e))?;
+    let applied = applied.and_then(|()| {
+        io::copy(&mut hashing, &mut io::sink())
+            .map(drop)
+            .map_err(|e| OciError::io("reading a layer", e))
+    });
+    if hashing.over {
+        return Err(budget.over_bytes());
+    }
+    applied?;
+    budget.bytes = hashing.left;
     let actual = format!("{:x}", hashing.hash.finalize());
     if actual != expected {
         return Err(OciError::DigestMismatch {
@@ -435,7 +499,13 @@ mod tests {
 
     fn apply(tree: &Path, layer: Layer) -> Result<(), OciError> {
         let (bytes, diff_id) = layer.finish();
-        apply_layer(tree, &bytes[..], &diff_id, &mut Owners::Direct)
+        apply_layer(
+            tree,
+            &bytes[..],
+            &diff_id,
+            &mut Owners::Direct,
+            &mut Budget::new(u64::MAX, u64::MAX),
+        )
     }
 
     fn read(tree: &Path, path: &str) -> Option<String> {
@@ -540,10 +610,23 @@ mod tests {
         let t = tree("digest");
         let (bytes, _) = Layer::new().file("a", "a").finish();
         let other = format!("sha256:{}", "0".repeat(64));
-        let err = apply_layer(&t, &bytes[..], &other, &mut Owners::Direct).unwrap_err();
+        let err = apply_layer(
+            &t,
+            &bytes[..],
+            &other,
+            &mut Owners::Direct,
+            &mut Budget::new(u64::MAX, u64::MAX),
+        )
+        .unwrap_err();
         assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
         assert!(matches!(
-            apply_layer(&t, &bytes[..], "md5:abc", &mut Owners::Direct),
+            apply_layer(
+                &t,
+                &bytes[..],
+                "md5:abc",
+                &mut Owners::Direct,
+                &mut Budget::new(u64::MAX, u64::MAX)
+            ),
             Err(OciError::BadDigest(_))
         ));
     }
@@ -555,8 +638,59 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         std::io::Write::write_all(&mut gz, &bytes).unwrap();
         let compressed = gz.finish().unwrap();
-        apply_layer(&t, &compressed[..], &diff_id, &mut Owners::Direct).unwrap();
+        apply_layer(
+            &t,
+            &compressed[..],
+            &diff_id,
+            &mut Owners::Direct,
+            &mut Budget::new(u64::MAX, u64::MAX),
+        )
+        .unwrap();
         assert_eq!(read(&t, "z/file").as_deref(), Some("zipped"));
+    }
+
+    #[test]
+    fn a_gzip_bomb_stops_at_the_images_byte_limit() {
+        let t = tree("bomb");
+        // 64 MiB of zeros in one file: about 64 KiB compressed.
+        let zeros = vec![0u8; 64 << 20];
+        let (bytes, diff_id) = Layer::new()
+            .file("big", &String::from_utf8(zeros).unwrap())
+            .finish();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &bytes).unwrap();
+        let compressed = gz.finish().unwrap();
+        assert!(compressed.len() < 1 << 20, "{}", compressed.len());
+        let mut budget = Budget::new(8 << 20, 100);
+        let err = apply_layer(
+            &t,
+            &compressed[..],
+            &diff_id,
+            &mut Owners::Direct,
+            &mut budget,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, OciError::OverLimit { what: "uncompressed bytes", limit } if limit == 8 << 20),
+            "{err}"
+        );
+        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
+        // Entries are counted across layers.
+        let (two, two_id) = Layer::new().file("a", "1").file("b", "2").finish();
+        let mut budget = Budget::new(u64::MAX, 3);
+        apply_layer(&t, &two[..], &two_id, &mut Owners::Direct, &mut budget).unwrap();
+        assert_eq!(budget.entries, 1);
+        let err = apply_layer(&t, &two[..], &two_id, &mut Owners::Direct, &mut budget).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                OciError::OverLimit {
+                    what: "entries",
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     /// What debugfs says of `path` in `image`.
@@ -587,9 +721,23 @@ mod tests {
             .dir("dev/sub")
             .file("a file with spaces", "x")
             .finish();
-        apply_layer(&t, &bytes[..], &diff_id, &mut owners).unwrap();
+        apply_layer(
+            &t,
+            &bytes[..],
+            &diff_id,
+            &mut owners,
+            &mut Budget::new(u64::MAX, u64::MAX),
+        )
+        .unwrap();
         let (bytes, diff_id) = Layer::new().file("dev/.wh.gone", "").finish();
-        apply_layer(&t, &bytes[..], &diff_id, &mut owners).unwrap();
+        apply_layer(
+            &t,
+            &bytes[..],
+            &diff_id,
+            &mut owners,
+            &mut Budget::new(u64::MAX, u64::MAX),
+        )
+        .unwrap();
         let image = t.with_extension("ext4");
         let made = std::process::Command::new(mkfs)
             .args(["-q", "-F", "-d"])

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use testkit::cli::CliHome;
 use testkit::terminal::Terminal;
 
-#[path = "workspace_e2e/snapshots.rs"]
 mod snapshots;
 
 /// Whether this host can boot workspaces; prints the reason and records a
