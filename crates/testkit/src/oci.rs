@@ -61,6 +61,101 @@ fn blob(layout: &Path, media_type: &str, bytes: &[u8]) -> serde_json::Value {
     serde_json::json!({ "mediaType": media_type, "digest": digest, "size": bytes.len() })
 }
 
+/// A layer for [`write_image`]: its blob's bytes as stored, its media
+/// type, and the digest of its uncompressed tar (the config's `diff_id`).
+#[derive(Debug)]
+pub struct ImageLayer {
+    /// The blob (a tar, or a gzip of one).
+    pub blob: Vec<u8>,
+    /// Its media type.
+    pub media_type: &'static str,
+    /// `sha256:` of the uncompressed tar.
+    pub diff_id: String,
+}
+
+impl ImageLayer {
+    /// A plain tar layer of `entries`: (path, link target or None, data).
+    pub fn tar(entries: &[(&str, Option<&str>, &[u8])]) -> Self {
+        let mut layer = Layer::new();
+        for (path, link, data) in entries {
+            layer = match link {
+                Some(target) => layer.symlink(path, target),
+                None => layer.file(path, 0o644, data),
+            };
+        }
+        let bytes = layer.bytes();
+        Self {
+            diff_id: sha(&bytes),
+            blob: bytes,
+            media_type: "application/vnd.oci.image.layer.v1.tar",
+        }
+    }
+
+    /// The same layer, gzip-compressed.
+    pub fn gzip(self) -> Self {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &self.blob).unwrap();
+        Self {
+            blob: gz.finish().unwrap(),
+            media_type: "application/vnd.oci.image.layer.v1.tar+gzip",
+            diff_id: self.diff_id,
+        }
+    }
+}
+
+/// An OCI image layout at `layout` of `layers` (bottom first) with the
+/// image config `config` (`Env`, `User`, `WorkingDir`, ...) and `padding`
+/// bytes of whitespace in its config blob, tagged `test:1`; returns the
+/// config blob's path.
+pub fn write_image(
+    layout: &Path,
+    layers: &[ImageLayer],
+    config: serde_json::Value,
+    padding: usize,
+) -> std::path::PathBuf {
+    std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    let diff_ids: Vec<&str> = layers.iter().map(|l| l.diff_id.as_str()).collect();
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": config,
+        "rootfs": { "type": "layers", "diff_ids": diff_ids }
+    });
+    let config_bytes = format!("{config}{}", " ".repeat(padding));
+    let config = blob(
+        layout,
+        "application/vnd.oci.image.config.v1+json",
+        config_bytes.as_bytes(),
+    );
+    let config_path = layout
+        .join("blobs/sha256")
+        .join(&config["digest"].as_str().unwrap()[7..]);
+    let layers: Vec<_> = layers
+        .iter()
+        .map(|l| blob(layout, l.media_type, &l.blob))
+        .collect();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": config,
+        "layers": layers,
+    });
+    let mut manifest = blob(
+        layout,
+        "application/vnd.oci.image.manifest.v1+json",
+        manifest.to_string().as_bytes(),
+    );
+    manifest["annotations"] = serde_json::json!({ "org.opencontainers.image.ref.name": "test:1" });
+    let index = serde_json::json!({ "schemaVersion": 2, "manifests": [manifest] });
+    std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
+    config_path
+}
+
 /// An OCI image layout of a busybox image, tagged `test:1`.
 pub fn write_layout(layout: &Path) {
     std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();

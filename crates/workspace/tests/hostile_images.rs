@@ -1,0 +1,284 @@
+//! The malicious-image corpus (issue 31): hostile container images through
+//! the real paths, `image import` of a layout and a pull from a real
+//! registry on loopback, with the limits an embedder serving strangers
+//! would set. Each must fail with a clear error, leave a canary tree
+//! outside byte-identical, register nothing and leave no scratch or
+//! partial file, within bounded memory. No KVM: conversion does not boot.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use testkit::oci::{write_image, ImageLayer, Registry};
+use workspace::{ErrorCode, Limits, Workspaces, LIMITS};
+
+const TEST: &str = "hostile_images";
+
+/// Limits small enough that a test can cross them quickly.
+const TIGHT: Limits = Limits {
+    max_image_bytes: 64 << 20,
+    max_image_entries: 10_000,
+    max_layer_bytes: 32 << 20,
+    max_image_metadata_bytes: 64 << 10,
+    ..LIMITS
+};
+
+struct Scratch {
+    root: PathBuf,
+    ws: Workspaces,
+    canary: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Option<Scratch> {
+        testkit::require(TEST, testkit::workspace_image("minimal"))?;
+        testkit::require(TEST, testkit::host_tool("mkfs.ext4"))?;
+        testkit::require(TEST, testkit::host_tool("debugfs"))?;
+        let root = std::env::temp_dir().join(format!("ma-hostile-img-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let canary = root.join("canary");
+        std::fs::create_dir_all(canary.join("etc")).unwrap();
+        std::fs::write(canary.join("etc/hosts"), "127.0.0.1 canary\n").unwrap();
+        std::fs::write(canary.join("etc/resolv.conf"), "nameserver 192.0.2.1\n").unwrap();
+        std::fs::write(canary.join("secret"), "host secret\n").unwrap();
+        let ws = Workspaces::builder()
+            .state_dir(root.join("state"))
+            .vmm_program("/nonexistent/vmm")
+            .limits(TIGHT)
+            .build()
+            .unwrap();
+        // The built images are registered on first use: before the corpus.
+        ws.images().list().unwrap();
+        Some(Scratch { root, ws, canary })
+    }
+
+    /// Every file under the canary with its bytes.
+    fn canary_tree(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    out.insert(p.clone(), Vec::new());
+                    walk(&p, out);
+                } else {
+                    out.insert(p.clone(), std::fs::read(&p).unwrap());
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(&self.canary, &mut out);
+        out
+    }
+
+    /// What the images directory holds: registered images, scratch
+    /// directories, blobs that are partial (sorted).
+    fn leftovers(&self) -> Vec<String> {
+        let images = self.ws.state_dir().root().join("images");
+        let mut left: Vec<String> = std::fs::read_dir(&images)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != ".blobs")
+            .collect();
+        if let Ok(blobs) = std::fs::read_dir(images.join(".blobs/sha256")) {
+            left.extend(
+                blobs
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.contains(".partial")),
+            );
+        }
+        left.sort();
+        left
+    }
+
+    fn layout(&self, name: &str) -> PathBuf {
+        self.root.join("layouts").join(name)
+    }
+
+    /// Imports `layout`; checks it failed with `code` and changed nothing.
+    fn refused(&self, layout: &Path, code: ErrorCode, says: &str) {
+        let before = self.canary_tree();
+        let had = self.leftovers();
+        let got = self
+            .ws
+            .images()
+            .import_path(Some("hostile"), layout, &mut |_| {});
+        let err = match got {
+            Ok(info) => panic!("{} was imported: {info:?}", layout.display()),
+            Err(e) => workspace::Error::from(e),
+        };
+        let message = err.full_message();
+        assert_eq!(err.code(), code, "{}: {message}", layout.display());
+        assert!(message.contains(says), "{}: {message}", layout.display());
+        assert_eq!(self.canary_tree(), before, "{}", layout.display());
+        assert_eq!(self.leftovers(), had, "{}", layout.display());
+    }
+}
+
+/// A layer of one file of `n` zero bytes, gzip-compressed: a bomb. Made
+/// in a stream, so the fixture itself holds little memory.
+fn bomb(n: u64) -> ImageLayer {
+    use sha2::{Digest, Sha256};
+    use std::io::Write;
+    let mut header = tar::Header::new_gnu();
+    header.set_path("zeros").unwrap();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o644);
+    header.set_size(n);
+    header.set_cksum();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let mut hash = Sha256::new();
+    let mut put = |bytes: &[u8]| {
+        gz.write_all(bytes).unwrap();
+        hash.update(bytes);
+    };
+    put(header.as_bytes());
+    let chunk = vec![0u8; 1 << 20];
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(chunk.len() as u64) as usize;
+        put(&chunk[..take]);
+        left -= take as u64;
+    }
+    // Padding to a block, then the two zero blocks that end a tar.
+    let pad = (512 - (n % 512) as usize) % 512;
+    put(&vec![0u8; pad + 1024]);
+    ImageLayer {
+        blob: gz.finish().unwrap(),
+        media_type: "application/vnd.oci.image.layer.v1.tar+gzip",
+        diff_id: format!("sha256:{:x}", hash.finalize()),
+    }
+}
+
+/// This process's peak resident memory, KiB.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
+    let Some(s) = Scratch::new() else {
+        return;
+    };
+    let canary = s.canary.display().to_string();
+
+    // `etc` a link to a host directory: the conversion's hosts and
+    // resolv.conf must not land there.
+    let layout = s.layout("etc-link");
+    let etc_target = format!("{canary}/etc");
+    write_image(
+        &layout,
+        &[ImageLayer::tar(&[("etc", Some(&etc_target), b"")])],
+        serde_json::json!({}),
+        0,
+    );
+    let before = s.canary_tree();
+    // Converted inside the image (its own, empty /etc) or refused: the
+    // canary stays either way.
+    if let Ok(info) =
+        s.ws.images()
+            .import_path(Some("etclink"), &layout, &mut |_| {})
+    {
+        s.ws.images().remove(&info.name, Vec::new()).unwrap();
+    }
+    assert_eq!(s.canary_tree(), before, "the host's files changed");
+
+    // A working directory above the root, and one through a link out.
+    let layout = s.layout("workdir");
+    write_image(
+        &layout,
+        &[ImageLayer::tar(&[("bin/true", None, b"")])],
+        serde_json::json!({"WorkingDir": format!("/../../../..{canary}/made")}),
+        0,
+    );
+    s.refused(&layout, ErrorCode::InvalidInput, "above the image's root");
+    assert!(!s.canary.join("made").exists());
+
+    // passwd a link to /dev/zero with a named user: a bounded read of a
+    // regular file inside the tree, not an endless one.
+    let layout = s.layout("passwd");
+    write_image(
+        &layout,
+        &[ImageLayer::tar(&[
+            ("etc/passwd", Some("/dev/zero"), b""),
+            ("etc/group", Some(&format!("{canary}/secret")), b""),
+        ])],
+        serde_json::json!({"User": "nobody"}),
+        0,
+    );
+    s.refused(&layout, ErrorCode::InvalidInput, "passwd");
+
+    // A gzip bomb: 256 MiB of zeros in about 256 KiB, over the 64 MiB
+    // the limits allow.
+    let layout = s.layout("bomb");
+    write_image(&layout, &[bomb(256 << 20)], serde_json::json!({}), 0);
+    s.refused(&layout, ErrorCode::InvalidInput, "over the limit");
+
+    // A config over the metadata limit.
+    let layout = s.layout("big-config");
+    write_image(
+        &layout,
+        &[ImageLayer::tar(&[("a", None, b"a")])],
+        serde_json::json!({}),
+        128 << 10,
+    );
+    s.refused(&layout, ErrorCode::InvalidInput, "over the limit");
+
+    // A layout whose config blob is a link to a host file (its digest
+    // would be printed), then to /dev/zero.
+    let layout = s.layout("blob-link");
+    let config = write_image(
+        &layout,
+        &[ImageLayer::tar(&[("a", None, b"a")])],
+        serde_json::json!({}),
+        0,
+    );
+    for target in [format!("{canary}/secret"), "/dev/zero".to_owned()] {
+        std::fs::remove_file(&config).unwrap();
+        std::os::unix::fs::symlink(&target, &config).unwrap();
+        s.refused(&layout, ErrorCode::InvalidInput, "symbolic link");
+    }
+
+    // The same bomb and config through a real registry on loopback.
+    let skopeo = testkit::require(TEST, testkit::host_tool("skopeo"));
+    let registry = skopeo
+        .as_ref()
+        .and_then(|_| testkit::require(TEST, Registry::start(&s.root.join("registry"))));
+    if let (Some(skopeo), Some(registry)) = (&skopeo, &registry) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for (name, says) in [("bomb", "over the limit"), ("big-config", "over the limit")] {
+            let target = format!("127.0.0.1:{}/{name}:1", registry.port);
+            testkit::oci::push(skopeo, &s.layout(name), &target);
+            let before = s.canary_tree();
+            let had = s.leftovers();
+            let req = workspace::images::oci::pull::PullRequest {
+                reference: target.clone(),
+                name: Some("pulled".into()),
+                insecure: true,
+            };
+            let progress: workspace::images::oci::pull::PullProgress = std::sync::Arc::new(
+                std::sync::Mutex::new(|_: workspace::images::oci::pull::PullEvent| {}),
+            );
+            let got =
+                runtime.block_on(workspace::images::pull::pull(s.ws.images(), &req, progress));
+            let err =
+                workspace::Error::from(got.err().unwrap_or_else(|| panic!("{target} pulled")));
+            let message = err.full_message();
+            assert_eq!(err.code(), ErrorCode::InvalidInput, "{target}: {message}");
+            assert!(message.contains(says), "{target}: {message}");
+            assert_eq!(s.canary_tree(), before);
+            assert_eq!(s.leftovers(), had, "{target}");
+        }
+    }
+
+    // Nothing above held much: the bomb went to disk, within its limit.
+    let peak = peak_rss_kib();
+    assert!(peak < 512 << 10, "peak resident memory {peak} KiB");
+    let _ = std::fs::remove_dir_all(&s.root);
+}
