@@ -3,22 +3,15 @@
 //! the cargo-fuzz targets in fuzz/, which need nightly) for a bounded time,
 //! on the stable toolchain. Inputs are mostly random with structured
 //! descriptor tables, so chains, loops, and out-of-range addresses all occur.
+//! The parsers and unpackers of untrusted input take turns with them
+//! (`fuzz_inputs`).
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use vmm_core::devices::virtio::fuzz::{blk_queue, net_queue, vsock_queue};
 
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use crate::fuzz_inputs::XorShift;
 
 /// An input laid out as the harness maps it: descriptors at 0, avail ring at
 /// 0x1000, buffers after; fields biased towards plausible values.
@@ -67,7 +60,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as u64
         | 1;
-    println!("fuzzing blk, vsock and net queue processing for {seconds} s (seed {seed:#x})");
+    println!(
+        "fuzzing virtio queues, snapshot state, agent frames, control lines and archive unpacking for {seconds} s (seed {seed:#x})"
+    );
     let mut rng = XorShift(seed);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut runs = 0u64;
@@ -77,8 +72,19 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         blk_queue(&data);
         vsock_queue(&data);
         net_queue(&data);
+        crate::fuzz_inputs::snapshot_state(&mut rng);
+        crate::fuzz_inputs::agent_frames(&mut rng);
+        crate::fuzz_inputs::control_line(&mut rng);
+        // The unpackers touch the disk: one turn in eight.
+        if runs.is_multiple_of(8) {
+            crate::fuzz_inputs::host_write_unpack(&mut rng);
+            crate::fuzz_inputs::oci_apply_layer(&mut rng);
+        }
         runs += 1;
     }
-    println!("{runs} inputs per device, no panic");
+    println!(
+        "{runs} inputs per target ({} per unpacker), no panic, nothing escaped",
+        runs.div_ceil(8)
+    );
     Ok(())
 }

@@ -13,6 +13,7 @@ mod cache;
 mod cpio;
 mod dist;
 mod fuzz;
+mod fuzz_inputs;
 mod images;
 mod initramfs;
 mod kernel;
