@@ -265,6 +265,9 @@ fn arg_is(index: u8, value: u64) -> Result<SeccompCondition, seccompiler::Backen
     SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
 }
 
+/// The bits of `socket`'s type argument that name the type.
+const SOCK_TYPE_MASK: u64 = 0xf;
+
 /// The rules a role puts on syscalls' arguments: its ioctl requests, the
 /// socket families, and `clone` for threads only (a new process would
 /// start outside the filter's intent: no fork of a confined VMM).
@@ -296,14 +299,24 @@ fn argument_rules(
             .collect::<Result<Vec<_>, _>>()?,
     );
     if role == ThreadRole::Control {
-        rules.insert(
-            libc::SYS_socket,
-            control
-                .socket_families
-                .iter()
-                .map(|&f| rule(vec![arg_is(0, f as u64)?]))
-                .collect::<Result<Vec<_>, _>>()?,
-        );
+        // Its families, and only stream, datagram and seqpacket sockets of
+        // them: never a raw or packet socket (the type's low bits; the
+        // CLOEXEC and NONBLOCK flags above them pass).
+        let mut sockets = Vec::new();
+        for &family in control.socket_families {
+            for kind in [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_SEQPACKET] {
+                sockets.push(rule(vec![
+                    arg_is(0, family as u64)?,
+                    SeccompCondition::new(
+                        1,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+                        kind as u64,
+                    )?,
+                ])?);
+            }
+        }
+        rules.insert(libc::SYS_socket, sockets);
         let thread = libc::CLONE_THREAD as u64;
         rules.insert(
             libc::SYS_clone,

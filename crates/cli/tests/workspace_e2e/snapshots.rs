@@ -28,6 +28,7 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
     for file in ["vm.state", "memory.raw", "disk-1.raw"] {
         assert_eq!(mode(&format!("snapshots/s1/{file}")), 0o600, "{file}");
     }
+    other_users_see_nothing(cli);
     assert_eq!(
         cli.run(&["snapshot", "take", "dev", "s1", "--json"])
             .error_code(),
@@ -156,4 +157,72 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
     );
     cli.ok(&["delete", "w1", "--yes", "--force"]);
     assert!(events(cli, "dev").iter().any(|k| k == "snapshot_taken"));
+}
+
+/// A second uid (`nobody`) can read none of the first's guest memory,
+/// snapshots, sockets or warm snapshots: not through the private state
+/// directory, and not with its search bit opened either (each file and
+/// directory inside is private too). Needs root to switch uids.
+fn other_users_see_nothing(cli: &CliHome) {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || testkit::host_tool("setpriv").is_err() {
+        testkit::skip(
+            "other_users_see_nothing",
+            "needs root and setpriv to act as a second user",
+        );
+        return;
+    }
+    let home = cli.home();
+    let mut paths = vec![
+        home.join("snapshots/s1/memory.raw"),
+        home.join("snapshots/s1/vm.state"),
+        home.join("snapshots/s1/disk-1.raw"),
+        home.join("snapshots"),
+        home.join("workspaces/dev/control.sock"),
+        home.join("workspaces/dev/vsock.sock"),
+        home.join("workspaces/dev/disk.ext4"),
+    ];
+    if let Some(warm) = testkit::shared_warm_dir() {
+        paths.push(warm);
+    }
+    let as_nobody = |path: &std::path::Path| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(if path.is_dir() { "ls" } else { "cat" })
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    let check = |why: &str| {
+        for path in &paths {
+            let out = as_nobody(path);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && stderr.contains("Permission denied"),
+                "{why}: nobody read {}: {stderr}",
+                path.display()
+            );
+        }
+    };
+    check("through the state directory");
+    // Searchable by others for a moment: each path is still private.
+    let root_mode = std::fs::metadata(home).unwrap().permissions().mode();
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let inner = [home.join("snapshots"), home.join("workspaces")];
+    let opened: Vec<_> = inner
+        .iter()
+        .map(|d| (d, std::fs::metadata(d).unwrap().permissions().mode()))
+        .collect();
+    for (dir, _) in &opened {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    }
+    let result = std::panic::catch_unwind(|| check("with the directories above searchable"));
+    for (dir, was) in opened {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(was)).unwrap();
+    }
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(root_mode)).unwrap();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }

@@ -369,8 +369,7 @@ impl Workspaces {
         }
         let _ = std::fs::remove_dir_all(ws.path());
         let made = (|| -> Result<Option<PathBuf>> {
-            std::fs::create_dir_all(ws.path())
-                .map_err(Error::host_io(format!("creating {}", ws.path().display())))?;
+            make_private_dir(ws.path())?;
             let (dir, spec, has_memory) = match (&from_snapshot, &source_meta) {
                 (Some(info), _) => (
                     self.snapshot_dir(&info.name)?,
@@ -385,8 +384,7 @@ impl Workspaces {
                     let scratch =
                         parent.join(format!(".fork-{new_name}.{}.tmp", std::process::id()));
                     let _ = std::fs::remove_dir_all(&scratch);
-                    std::fs::create_dir_all(&scratch)
-                        .map_err(Error::host_io(format!("creating {}", scratch.display())))?;
+                    make_private_dir(&scratch)?;
                     let dir = ws.path().join(FORK_ORIGIN);
                     let written = self.write_machine(source, &scratch).and_then(|(mem, _)| {
                         std::fs::rename(&scratch, &dir).map_err(Error::host_io(format!(

@@ -220,8 +220,7 @@ impl Workspaces {
         // A directory without metadata is a create that died half-way.
         let _ = std::fs::remove_dir_all(ws.path());
         let made = (|| {
-            std::fs::create_dir_all(ws.path())
-                .map_err(Error::host_io(format!("creating {}", ws.path().display())))?;
+            crate::store::make_private_dir(ws.path())?;
             make_disk(&ws.disk(), spec.disk_mib)?;
             crate::pause_point::pause_point("create:disk");
             let meta = Meta {
@@ -288,8 +287,16 @@ pub(crate) fn vmm_died(meta: &Meta) -> bool {
 
 /// A sparse file of `mib` MiB formatted ext4.
 pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
-    let file = std::fs::File::create(path)
-        .map_err(Error::host_io(format!("creating {}", path.display())))?;
+    // The guest's disk: nobody else's to read.
+    let file = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true),
+        0o600,
+    )
+    .open(path)
+    .map_err(Error::host_io(format!("creating {}", path.display())))?;
     file.set_len(mib << 20)
         .map_err(Error::host_io(format!("sizing {}", path.display())))?;
     let mkfs = host_tool("mkfs.ext4").ok_or_else(|| {

@@ -1,0 +1,134 @@
+//! The seccomp matrix of the shipped VMM filters (as Firecracker's
+//! `test_seccomp`): for each thread role, syscalls outside its list, and
+//! argument negatives inside it (`socket` of a family the control threads
+//! do not use, a raw socket, an ioctl that is not KVM's, `clone` without
+//! `CLONE_THREAD`), each end the process with the seccomp exit status and
+//! the report line naming the role and the syscall. Each case runs in a
+//! child process of this test binary, confined by `vmm_host::seccomp::CONTROL`.
+
+use vmm_core::seccomp::{
+    confine_process, enter, Filters, ThreadRole, SECCOMP_EXIT_CODE, VIOLATION_PREFIX,
+};
+
+/// The variable that makes the child run one case: `ROLE,NR,A0,A1`.
+const CASE: &str = "MICROAGENT_SECCOMP_MATRIX_CASE";
+
+/// TIOCGWINSZ: an ioctl request that is not KVM's.
+const NOT_KVM_IOCTL: u64 = 0x5413;
+
+/// (role, syscall, first two arguments) that must each be refused.
+fn cases() -> Vec<(&'static str, i64, u64, u64)> {
+    let mut cases = Vec::new();
+    for role in ["vcpu", "devices"] {
+        for nr in [
+            libc::SYS_openat,
+            libc::SYS_execve,
+            libc::SYS_clone,
+            libc::SYS_mount,
+            libc::SYS_ptrace,
+            libc::SYS_kill,
+        ] {
+            cases.push((role, nr, 0, 0));
+        }
+        cases.push((role, libc::SYS_ioctl, 0, NOT_KVM_IOCTL));
+    }
+    cases.push((
+        "vcpu",
+        libc::SYS_socket,
+        libc::AF_UNIX as u64,
+        libc::SOCK_STREAM as u64,
+    ));
+    cases.extend([
+        (
+            "control",
+            libc::SYS_socket,
+            libc::AF_INET as u64,
+            libc::SOCK_RAW as u64,
+        ),
+        (
+            "control",
+            libc::SYS_socket,
+            libc::AF_NETLINK as u64,
+            libc::SOCK_RAW as u64,
+        ),
+        (
+            "control",
+            libc::SYS_socket,
+            libc::AF_PACKET as u64,
+            libc::SOCK_RAW as u64,
+        ),
+        ("control", libc::SYS_clone, libc::SIGCHLD as u64, 0),
+        ("control", libc::SYS_ioctl, 0, NOT_KVM_IOCTL),
+        ("control", libc::SYS_execve, 0, 0),
+        ("control", libc::SYS_mount, 0, 0),
+        ("control", libc::SYS_ptrace, 0, 0),
+        ("control", libc::SYS_setuid, 0, 0),
+        ("control", libc::SYS_bpf, 0, 0),
+        ("control", libc::SYS_init_module, 0, 0),
+    ]);
+    cases
+}
+
+/// Run in a child process by the test below: confines itself as the VMM
+/// does and makes the case's syscall in a thread of the case's role.
+#[test]
+#[ignore = "run in a child process by the matrix test"]
+fn matrix_child() {
+    let Some(case) = std::env::var_os(CASE) else {
+        return;
+    };
+    let case = case.to_string_lossy().into_owned();
+    let parts: Vec<&str> = case.split(',').collect();
+    let (role, nr, a0, a1) = (
+        parts[0].to_owned(),
+        parts[1].parse::<i64>().unwrap(),
+        parts[2].parse::<u64>().unwrap(),
+        parts[3].parse::<u64>().unwrap(),
+    );
+    confine_process(Filters::new(&vmm_host::seccomp::CONTROL).unwrap()).unwrap();
+    let call = move || {
+        // SAFETY: the filter ends the process before the kernel runs the
+        // call; were it let through, null pointers make it fail (EFAULT).
+        unsafe { libc::syscall(nr, a0, a1, 0u64, 0u64, 0u64, 0u64) };
+    };
+    match role.as_str() {
+        "control" => call(),
+        other => {
+            let role = if other == "vcpu" {
+                ThreadRole::Vcpu
+            } else {
+                ThreadRole::Devices
+            };
+            std::thread::spawn(move || {
+                enter(role).unwrap();
+                call();
+            })
+            .join()
+            .unwrap();
+        }
+    }
+    // Reached only when the filter let the call through.
+    std::process::exit(3);
+}
+
+#[test]
+fn every_role_is_refused_what_it_does_not_make() {
+    let mut failures = Vec::new();
+    for (role, nr, a0, a1) in cases() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "matrix_child", "--nocapture"])
+            .env(CASE, format!("{role},{nr},{a0},{a1}"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = format!("{VIOLATION_PREFIX} the {role} thread made syscall {nr} ");
+        if out.status.code() != Some(SECCOMP_EXIT_CODE) || !stderr.contains(&line) {
+            failures.push(format!(
+                "{role} syscall {nr} ({a0:#x}, {a1:#x}): status {:?}, stderr: {}",
+                out.status.code(),
+                stderr.lines().last().unwrap_or("")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "let through:\n{}", failures.join("\n"));
+}
