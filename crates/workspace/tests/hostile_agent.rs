@@ -181,3 +181,73 @@ fn an_exec_that_floods_then_stalls_ends_with_its_deadline_and_bounded_memory() {
     let peak = testkit::peak_rss_kib();
     assert!(peak < 256 << 10, "peak resident {peak} KiB");
 }
+
+/// A small tmpfs at `dir` (root only), unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, size: &str) -> Option<SmallDisk> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            testkit::skip(
+                "copy_out_onto_a_full_disk",
+                "mounting a small tmpfs needs root",
+            );
+            return None;
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount tmpfs");
+        Some(SmallDisk(dir.to_owned()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// ENOSPC while a guest file or directory is copied out: a clear error,
+/// the file that was there intact, no temporary or partial file left.
+#[test]
+fn copy_out_onto_a_full_disk_keeps_what_was_there() {
+    for (tag, hostility, guest) in [
+        ("fullfile", Hostility::EndlessFile, "/f"),
+        ("fulldir", Hostility::EndlessArchive, "/d"),
+    ] {
+        let Some(h) = home(tag, hostility, workspace::LIMITS) else {
+            return;
+        };
+        let Some(disk) = SmallDisk::mount(&h.root.join("small"), "256k") else {
+            return;
+        };
+        let kept = disk.0.join("kept");
+        std::fs::write(&kept, "what was there\n").unwrap();
+        let target = disk.0.join("out");
+        if guest == "/f" {
+            std::fs::write(&target, "the previous copy\n").unwrap();
+        }
+        let err = runtime()
+            .block_on(h.ws.workspace("dev").unwrap().copy_out(guest, &target))
+            .unwrap_err();
+        let chain = workspace::error_chain(&err);
+        assert!(chain.contains("No space left"), "{tag}: {chain}");
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "what was there\n");
+        if guest == "/f" {
+            assert_eq!(
+                std::fs::read_to_string(&target).unwrap(),
+                "the previous copy\n"
+            );
+            assert_eq!(files_in(&disk.0), ["kept", "out"], "{tag}");
+        } else {
+            // The directory is made first and stays empty.
+            assert_eq!(files_in(&disk.0), ["kept", "out"], "{tag}");
+            assert!(files_in(&target).is_empty(), "{tag}");
+        }
+    }
+}
