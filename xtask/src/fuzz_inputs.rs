@@ -28,20 +28,11 @@ fn bytes(rng: &mut XorShift, max: usize) -> Vec<u8> {
 /// A snapshot state file with a valid header around a random payload (the
 /// checksum matches, so the decoder itself is reached), or random bytes.
 pub fn snapshot_state(rng: &mut XorShift) {
-    use vmm_core::snapshot::format::{decode, FORMAT_VERSION, HEADER_LEN, MAGIC};
-    let payload = bytes(rng, 4096);
+    use vmm_core::snapshot::format::{decode, wrap, HEADER_LEN};
     let file = if rng.next().is_multiple_of(8) {
         bytes(rng, HEADER_LEN * 2)
     } else {
-        use sha2::{Digest, Sha256};
-        let mut f = Vec::with_capacity(HEADER_LEN + payload.len());
-        f.extend_from_slice(&MAGIC);
-        f.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        f.extend_from_slice(&0u32.to_le_bytes());
-        f.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        f.extend_from_slice(&Sha256::digest(&payload));
-        f.extend_from_slice(&payload);
-        f
+        wrap(&bytes(rng, 4096))
     };
     let _ = decode::<vmm_core::snapshot::MachineState>(&file);
 }

@@ -287,29 +287,24 @@ fn kernel_install_from_a_file_boots_it_first_and_needs_the_token() {
     let unchanged = || std::fs::read_link(&kernel_link).unwrap() == real_kernel;
     assert!(unchanged(), "a preview changed the current kernel");
 
-    let wrong = cli.run(&[
-        "kernel",
-        "install",
-        "--file",
-        file_arg,
-        "--confirm",
-        "1-2-3",
-        "--json",
-    ]);
+    let confirm = |token: &str| {
+        cli.run(&[
+            "kernel",
+            "install",
+            "--file",
+            file_arg,
+            "--confirm",
+            token,
+            "--json",
+        ])
+    };
+    let wrong = confirm("1-2-3");
     assert_eq!(wrong.error_code(), "INVALID_INPUT", "{}", wrong.stdout);
     // The file changed since the preview: its plan (sha256) changed.
     let mut changed = std::fs::read(&real_kernel).unwrap();
     changed.push(0);
     std::fs::write(&file, &changed).unwrap();
-    let stale = cli.run(&[
-        "kernel",
-        "install",
-        "--file",
-        file_arg,
-        "--confirm",
-        &token,
-        "--json",
-    ]);
+    let stale = confirm(&token);
     assert_eq!(stale.error_code(), "CONFLICT", "{}", stale.stdout);
     assert!(unchanged(), "a refused token changed the current kernel");
 
@@ -342,15 +337,7 @@ fn kernel_install_from_a_file_boots_it_first_and_needs_the_token() {
         std::fs::read(&real_kernel).unwrap()
     );
     // A token applies its plan once.
-    let replayed = cli.run(&[
-        "kernel",
-        "install",
-        "--file",
-        file_arg,
-        "--confirm",
-        &token,
-        "--json",
-    ]);
+    let replayed = confirm(&token);
     assert_eq!(
         replayed.error_code(),
         "INVALID_INPUT",

@@ -158,12 +158,6 @@ pub fn write_image(
 
 /// An OCI image layout of a busybox image, tagged `test:1`.
 pub fn write_layout(layout: &Path) {
-    std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
-    std::fs::write(
-        layout.join("oci-layout"),
-        r#"{"imageLayoutVersion":"1.0.0"}"#,
-    )
-    .unwrap();
     let busybox = std::fs::read("/bin/busybox").unwrap();
     let mut base = Layer::new()
         .file("bin/busybox", 0o755, &busybox)
@@ -195,44 +189,29 @@ pub fn write_layout(layout: &Path) {
         .dir("home/app", 1000)
         .dir("srv/app", 1000)
         .bytes();
-    let config = serde_json::json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {
+    let layers = [
+        ImageLayer {
+            diff_id: sha(&base),
+            blob: base_gz,
+            media_type: "application/vnd.oci.image.layer.v1.tar+gzip",
+        },
+        ImageLayer {
+            diff_id: sha(&top),
+            blob: top,
+            media_type: "application/vnd.oci.image.layer.v1.tar",
+        },
+    ];
+    write_image(
+        layout,
+        &layers,
+        serde_json::json!({
             "Env": ["PATH=/bin", "GREETING=hello from the image"],
             "WorkingDir": "/srv/app",
             "User": "app",
             "Cmd": ["sh"]
-        },
-        "rootfs": { "type": "layers", "diff_ids": [sha(&base), sha(&top)] }
-    });
-    let config = blob(
-        layout,
-        "application/vnd.oci.image.config.v1+json",
-        config.to_string().as_bytes(),
+        }),
+        0,
     );
-    let layers = [
-        blob(
-            layout,
-            "application/vnd.oci.image.layer.v1.tar+gzip",
-            &base_gz,
-        ),
-        blob(layout, "application/vnd.oci.image.layer.v1.tar", &top),
-    ];
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": config,
-        "layers": layers,
-    });
-    let mut manifest = blob(
-        layout,
-        "application/vnd.oci.image.manifest.v1+json",
-        manifest.to_string().as_bytes(),
-    );
-    manifest["annotations"] = serde_json::json!({ "org.opencontainers.image.ref.name": "test:1" });
-    let index = serde_json::json!({ "schemaVersion": 2, "manifests": [manifest] });
-    std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
 }
 
 /// A `docker-registry` serving on a free loopback port from a private

@@ -56,14 +56,20 @@ pub enum FormatError {
 /// The whole file for `state`.
 pub fn encode<T: Serialize>(state: &T) -> Result<Vec<u8>, FormatError> {
     let payload = postcard::to_stdvec(state).map_err(FormatError::Encode)?;
+    Ok(wrap(&payload))
+}
+
+/// The whole file around an encoded `payload`: the header, then it (the
+/// fuzzers wrap payloads of their own).
+pub fn wrap(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&Sha256::digest(&payload));
-    out.extend_from_slice(&payload);
-    Ok(out)
+    out.extend_from_slice(&Sha256::digest(payload));
+    out.extend_from_slice(payload);
+    out
 }
 
 fn le_u32(b: &[u8]) -> u32 {

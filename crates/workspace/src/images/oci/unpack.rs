@@ -399,6 +399,22 @@ mod tests {
     // digests, on layers built here.
 
     use super::*;
+
+    /// [`apply_layer`] with no budget to speak of.
+    fn apply_unlimited(
+        tree: &Path,
+        layer: impl Read,
+        diff_id: &str,
+        owners: &mut Owners,
+    ) -> Result<(), OciError> {
+        apply_layer(
+            tree,
+            layer,
+            diff_id,
+            owners,
+            &mut Budget::new(u64::MAX, u64::MAX),
+        )
+    }
     use std::os::unix::fs::MetadataExt;
 
     /// A layer under construction.
@@ -499,13 +515,7 @@ mod tests {
 
     fn apply(tree: &Path, layer: Layer) -> Result<(), OciError> {
         let (bytes, diff_id) = layer.finish();
-        apply_layer(
-            tree,
-            &bytes[..],
-            &diff_id,
-            &mut Owners::Direct,
-            &mut Budget::new(u64::MAX, u64::MAX),
-        )
+        apply_unlimited(tree, &bytes[..], &diff_id, &mut Owners::Direct)
     }
 
     fn read(tree: &Path, path: &str) -> Option<String> {
@@ -610,23 +620,10 @@ mod tests {
         let t = tree("digest");
         let (bytes, _) = Layer::new().file("a", "a").finish();
         let other = format!("sha256:{}", "0".repeat(64));
-        let err = apply_layer(
-            &t,
-            &bytes[..],
-            &other,
-            &mut Owners::Direct,
-            &mut Budget::new(u64::MAX, u64::MAX),
-        )
-        .unwrap_err();
+        let err = apply_unlimited(&t, &bytes[..], &other, &mut Owners::Direct).unwrap_err();
         assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
         assert!(matches!(
-            apply_layer(
-                &t,
-                &bytes[..],
-                "md5:abc",
-                &mut Owners::Direct,
-                &mut Budget::new(u64::MAX, u64::MAX)
-            ),
+            apply_unlimited(&t, &bytes[..], "md5:abc", &mut Owners::Direct),
             Err(OciError::BadDigest(_))
         ));
     }
@@ -638,14 +635,7 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         std::io::Write::write_all(&mut gz, &bytes).unwrap();
         let compressed = gz.finish().unwrap();
-        apply_layer(
-            &t,
-            &compressed[..],
-            &diff_id,
-            &mut Owners::Direct,
-            &mut Budget::new(u64::MAX, u64::MAX),
-        )
-        .unwrap();
+        apply_unlimited(&t, &compressed[..], &diff_id, &mut Owners::Direct).unwrap();
         assert_eq!(read(&t, "z/file").as_deref(), Some("zipped"));
     }
 
@@ -721,23 +711,9 @@ mod tests {
             .dir("dev/sub")
             .file("a file with spaces", "x")
             .finish();
-        apply_layer(
-            &t,
-            &bytes[..],
-            &diff_id,
-            &mut owners,
-            &mut Budget::new(u64::MAX, u64::MAX),
-        )
-        .unwrap();
+        apply_unlimited(&t, &bytes[..], &diff_id, &mut owners).unwrap();
         let (bytes, diff_id) = Layer::new().file("dev/.wh.gone", "").finish();
-        apply_layer(
-            &t,
-            &bytes[..],
-            &diff_id,
-            &mut owners,
-            &mut Budget::new(u64::MAX, u64::MAX),
-        )
-        .unwrap();
+        apply_unlimited(&t, &bytes[..], &diff_id, &mut owners).unwrap();
         let image = t.with_extension("ext4");
         let made = std::process::Command::new(mkfs)
             .args(["-q", "-F", "-d"])
