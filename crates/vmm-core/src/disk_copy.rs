@@ -11,6 +11,8 @@ use std::path::Path;
 pub(crate) const FICLONE: libc::c_ulong = 0x4004_9409;
 /// Largest single copy_file_range request.
 const CHUNK: u64 = 64 << 20;
+/// The buffer of a copy by reads and writes (the VMM's memory is small).
+const FALLBACK_BUFFER: u64 = 1 << 20;
 
 /// How a copy was made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +110,20 @@ fn copy_data_extents(src: &File, dst: &File, len: u64) -> io::Result<u64> {
             match n {
                 n if n > 0 => copied += n as u64,
                 0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "disk shrank")),
-                _ => return Err(io::Error::last_os_error()),
+                _ => {
+                    let e = io::Error::last_os_error();
+                    // Across filesystems (EXDEV on kernels before 5.19
+                    // for most pairs) or where the call is not there:
+                    // reads and writes.
+                    if !matches!(
+                        e.raw_os_error(),
+                        Some(libc::EXDEV | libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL)
+                    ) {
+                        return Err(e);
+                    }
+                    copied += copy_range(src, dst, off_in as u64, hole)?;
+                    off_in = hole as libc::loff_t;
+                }
             }
         }
         at = hole;
@@ -116,10 +131,55 @@ fn copy_data_extents(src: &File, dst: &File, len: u64) -> io::Result<u64> {
     Ok(copied)
 }
 
+/// Copies `src`'s bytes `from..to` to the same offsets of `dst` with reads
+/// and writes.
+fn copy_range(src: &File, dst: &File, from: u64, to: u64) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; FALLBACK_BUFFER.min(to - from) as usize];
+    let mut at = from;
+    while at < to {
+        let want = ((to - at) as usize).min(buf.len());
+        let n = src.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "disk shrank"));
+        }
+        dst.write_all_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    Ok(to - from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::{FileExt, MetadataExt};
+
+    #[test]
+    fn copies_across_filesystems() {
+        // /dev/shm is a tmpfs: another filesystem than the temp directory
+        // on most hosts, where copy_file_range says EXDEV.
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return;
+        }
+        let from = std::env::temp_dir().join(format!("microagent-xdev-{}", std::process::id()));
+        let to = shm.join(format!("microagent-xdev-{}", std::process::id()));
+        let _ = std::fs::remove_file(&to);
+        let f = File::create(&from).unwrap();
+        f.set_len(8 << 20).unwrap();
+        f.write_all_at(&[7; 3 << 20], 1 << 20).unwrap();
+        let copy = copy_disk(&from, &to).unwrap();
+        assert_eq!(copy.len, 8 << 20);
+        let got = std::fs::read(&to).unwrap();
+        assert_eq!(got.len(), 8 << 20);
+        assert!(got[(1 << 20)..(4 << 20)].iter().all(|b| *b == 7));
+        assert!(got[..(1 << 20)]
+            .iter()
+            .chain(&got[(4 << 20)..])
+            .all(|b| *b == 0));
+        let _ = std::fs::remove_file(&from);
+        let _ = std::fs::remove_file(&to);
+    }
 
     #[test]
     fn copies_data_and_keeps_holes() {

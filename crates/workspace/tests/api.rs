@@ -268,3 +268,46 @@ async fn the_host_budget_refuses_creates_and_starts_past_it() {
     let err = h.ws.create("bad", spec()).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidInput, "{err}");
 }
+
+/// ENOSPC while a stopped workspace's disk is copied into a snapshot (the
+/// snapshot store a 256 KiB tmpfs, root only): a clear error, no snapshot,
+/// no temporary directory, the workspace as it was.
+#[test]
+fn a_snapshot_onto_a_full_disk_leaves_nothing() {
+    let test = "a_snapshot_onto_a_full_disk_leaves_nothing";
+    if !have_mkfs(test) {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        testkit::skip(test, "mounting a small tmpfs needs root");
+        return;
+    }
+    let h = home("fullsnap");
+    h.ws.create("dev", spec()).unwrap();
+    let snapshots = h.ws.state_dir().root().join("snapshots");
+    std::fs::create_dir_all(&snapshots).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&snapshots)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    let taken = h.ws.workspace("dev").unwrap().snapshot_take(Some("full"));
+    let left: Vec<_> = std::fs::read_dir(&snapshots)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let _ = std::process::Command::new("umount")
+        .arg(&snapshots)
+        .status();
+    let err = taken.unwrap_err();
+    let chain = workspace::error_chain(&err);
+    assert!(chain.contains("No space left"), "{chain}");
+    assert!(left.is_empty(), "left in the snapshot store: {left:?}");
+    assert!(h.ws.snapshot_get("full").is_err());
+    assert_eq!(
+        h.ws.workspace("dev").unwrap().get().unwrap().state,
+        State::Stopped
+    );
+}

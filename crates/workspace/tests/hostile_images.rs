@@ -113,9 +113,9 @@ impl Scratch {
     }
 }
 
-/// A layer of one file of `n` zero bytes, gzip-compressed: a bomb. Made
-/// in a stream, so the fixture itself holds little memory.
-fn bomb(n: u64) -> ImageLayer {
+/// A layer of one file of `n` bytes `fill`, gzip-compressed: a bomb.
+/// Made in a stream, so the fixture itself holds little memory.
+fn bomb(n: u64, fill: u8) -> ImageLayer {
     use sha2::{Digest, Sha256};
     use std::io::Write;
     let mut header = tar::Header::new_gnu();
@@ -131,7 +131,7 @@ fn bomb(n: u64) -> ImageLayer {
         hash.update(bytes);
     };
     put(header.as_bytes());
-    let chunk = vec![0u8; 1 << 20];
+    let chunk = vec![fill; 1 << 20];
     let mut left = n;
     while left > 0 {
         let take = left.min(chunk.len() as u64) as usize;
@@ -214,7 +214,7 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
     // A gzip bomb: 256 MiB of zeros in about 256 KiB, over the 64 MiB
     // the limits allow.
     let layout = s.layout("bomb");
-    write_image(&layout, &[bomb(256 << 20)], serde_json::json!({}), 0);
+    write_image(&layout, &[bomb(256 << 20, 0)], serde_json::json!({}), 0);
     s.refused(&layout, ErrorCode::InvalidInput, "over the limit");
 
     // A config over the metadata limit.
@@ -281,4 +281,66 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
     let peak = peak_rss_kib();
     assert!(peak < 512 << 10, "peak resident memory {peak} KiB");
     let _ = std::fs::remove_dir_all(&s.root);
+}
+
+/// ENOSPC while an image converts (the state directory a 48 MiB tmpfs,
+/// holding the `minimal` image it converts with; the layer unpacks to 64
+/// MiB): a clear error, nothing registered, no scratch left.
+#[test]
+fn a_conversion_onto_a_full_disk_leaves_nothing() {
+    let test = "a_conversion_onto_a_full_disk_leaves_nothing";
+    if testkit::require(test, testkit::workspace_image("minimal")).is_none() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        testkit::skip(test, "mounting a small tmpfs needs root");
+        return;
+    }
+    let root = std::env::temp_dir().join(format!("ma-full-convert-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    // Assets of the minimal image alone (the debian one would not fit).
+    let cache_current = testkit::cache_root().unwrap().join("current");
+    let assets = root.join("assets");
+    std::fs::create_dir_all(&assets).unwrap();
+    for entry in std::fs::read_dir(&cache_current).unwrap() {
+        let name = entry.unwrap().file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("vmlinux-") || name == "rootfs-minimal.ext4" {
+            std::os::unix::fs::symlink(cache_current.join(&*name), assets.join(&*name)).unwrap();
+        }
+    }
+    let state = root.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs"])
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    let ws = Workspaces::builder()
+        .state_dir(&state)
+        .assets(Some(assets))
+        .vmm_program("/nonexistent/vmm")
+        .build()
+        .unwrap();
+    let listed = ws.images().list();
+    let layout = root.join("layout");
+    // Not zeros: a sparse write would take no room.
+    write_image(&layout, &[bomb(64 << 20, 0x55)], serde_json::json!({}), 0);
+    let got = ws.images().import_path(Some("big"), &layout, &mut |_| {});
+    let left: Vec<String> = std::fs::read_dir(state.join("images"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = std::process::Command::new("umount").arg(&state).status();
+    let _ = std::fs::remove_dir_all(&root);
+    let names: Vec<String> = listed.unwrap().into_iter().map(|i| i.name).collect();
+    assert_eq!(names, ["minimal"], "the minimal image fits");
+    let err = workspace::Error::from(got.unwrap_err());
+    let message = err.full_message();
+    assert!(message.contains("No space left"), "{message}");
+    assert_eq!(left, ["minimal"], "only the minimal image is left");
 }
