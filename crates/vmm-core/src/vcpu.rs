@@ -168,12 +168,24 @@ pub struct RunControl {
     stop: AtomicBool,
     /// CLOCK_MONOTONIC nanoseconds at the boot vCPU's first KVM_RUN (0 before).
     first_run_ns: AtomicU64,
+    /// Whether the boot vCPU's thread had a seccomp filter at its first
+    /// KVM_RUN: 0 not yet run, 1 no, 2 yes.
+    first_run_confined: AtomicU8,
 }
 
 impl RunControl {
     /// Lets vCPU threads run again after [`stop_all`] paused them.
     pub fn clear_stop(&self) {
         self.stop.store(false, Ordering::Release);
+    }
+
+    /// Whether the boot vCPU's thread was under a seccomp filter when it
+    /// first entered the guest (None before it did).
+    pub fn first_run_confined(&self) -> Option<bool> {
+        match self.first_run_confined.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(n == 2),
+        }
     }
 
     /// When the boot vCPU first entered the guest, in CLOCK_MONOTONIC ns.
@@ -354,6 +366,13 @@ fn run_loop<R: From<VcpuExitReport>>(
             break None;
         }
         if index == 0 && control.first_run_ns.load(Ordering::Relaxed) == 0 {
+            // Where the thread stands before the guest's first instruction
+            // (2: SECCOMP_MODE_FILTER).
+            // SAFETY: PR_GET_SECCOMP takes no pointers.
+            let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP) };
+            control
+                .first_run_confined
+                .store(if mode == 2 { 2 } else { 1 }, Ordering::Release);
             control
                 .first_run_ns
                 .store(monotonic_ns(), Ordering::Release);

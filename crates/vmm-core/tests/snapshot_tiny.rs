@@ -193,3 +193,70 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         "a snapshot of the restored machine"
     );
 }
+
+/// ENOSPC while a running machine writes its snapshot (the directory a
+/// 16 KiB tmpfs, root only): a clear error, and the machine runs on and
+/// snapshots whole into a directory with room.
+#[test]
+fn a_snapshot_onto_a_full_disk_fails_and_the_guest_runs_on() {
+    let test = "a_snapshot_onto_a_full_disk_fails_and_the_guest_runs_on";
+    if testkit::require(test, testkit::kvm()).is_none() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        testkit::skip(test, "mounting a small tmpfs needs root");
+        return;
+    }
+    let dir =
+        Dir(std::env::temp_dir().join(format!("microagent-snap-full-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let kernel = dir.0.join("tiny.elf");
+    std::fs::write(&kernel, elf_kernel(&counter_code())).unwrap();
+    let out = testkit::Capture::default();
+    let machine = Machine::build(MachineConfig {
+        kernel,
+        initrd: None,
+        extra_cmdline: None,
+        mem_mib: MEM_MIB,
+        vcpus: 1,
+        template: CpuTemplate::Standard,
+        console: console(&out),
+        disks: Vec::new(),
+        vsock: None,
+        net: None,
+    })
+    .unwrap();
+    let handle = machine.handle();
+    let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));
+    wait_for("first run", &out, 5);
+
+    let full = dir.0.join("full");
+    std::fs::create_dir(&full).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&full)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    let refused = handle.snapshot(&full);
+    let _ = std::process::Command::new("umount").arg(&full).status();
+    let err = refused.unwrap_err();
+    let chain = format!("{err}: {:?}", std::error::Error::source(&err));
+    assert!(
+        chain.contains("No space left") || chain.contains("os error 28"),
+        "{chain}"
+    );
+
+    // It runs on, and a snapshot with room is whole.
+    let printed = out.bytes().len();
+    wait_for("after the failed snapshot", &out, printed + 2);
+    let good = dir.0.join("good");
+    std::fs::create_dir(&good).unwrap();
+    let taken = handle.snapshot(&good).unwrap();
+    assert_eq!(taken.memory.len, MEM_MIB << 20);
+    handle.stop();
+    let end = run.join().unwrap().unwrap();
+    assert_eq!(end.reason, StopReason::Stopped);
+}

@@ -5,6 +5,8 @@
 //! `CLONE_THREAD`), each end the process with the seccomp exit status and
 //! the report line naming the role and the syscall. Each case runs in a
 //! child process of this test binary, confined by `vmm_host::seccomp::CONTROL`.
+//! And a tiny machine run so confined reports that its vCPU thread had
+//! its filter before the guest's first instruction.
 
 use vmm_core::seccomp::{
     confine_process, enter, Filters, ThreadRole, SECCOMP_EXIT_CODE, VIOLATION_PREFIX,
@@ -12,6 +14,9 @@ use vmm_core::seccomp::{
 
 /// The variable that makes the child run one case: `ROLE,NR,A0,A1`.
 const CASE: &str = "MICROAGENT_SECCOMP_MATRIX_CASE";
+/// The variable that makes the child run a tiny machine confined: its
+/// scratch directory.
+const MACHINE: &str = "MICROAGENT_SECCOMP_MATRIX_MACHINE";
 
 /// TIOCGWINSZ: an ioctl request that is not KVM's.
 const NOT_KVM_IOCTL: u64 = 0x5413;
@@ -132,4 +137,73 @@ fn every_role_is_refused_what_it_does_not_make() {
         }
     }
     assert!(failures.is_empty(), "let through:\n{}", failures.join("\n"));
+}
+
+/// A tiny machine whose guest spins (`jmp $`) for `for_ms`, built in
+/// `dir`; its outcome.
+fn run_tiny(dir: &std::path::Path, confine: bool, for_ms: u64) -> vmm_core::RunOutcome {
+    use vmm_core::devices::serial::ConsoleSink;
+    use vmm_core::tiny::{asm, elf_kernel};
+    use vmm_core::{CpuTemplate, Machine, MachineConfig};
+    let kernel = dir.join("spin.elf");
+    std::fs::write(&kernel, elf_kernel(&asm::jmp_back(0, 0))).unwrap();
+    let machine = Machine::build(MachineConfig {
+        kernel,
+        initrd: None,
+        extra_cmdline: None,
+        mem_mib: 32,
+        vcpus: 1,
+        template: CpuTemplate::Standard,
+        console: ConsoleSink::new(),
+        disks: Vec::new(),
+        vsock: None,
+        net: None,
+    })
+    .unwrap();
+    if confine {
+        confine_process(Filters::new(&vmm_host::seccomp::CONTROL).unwrap()).unwrap();
+    }
+    machine
+        .run(Some(std::time::Duration::from_millis(for_ms)))
+        .unwrap()
+}
+
+/// Run in a child process by the test below: a tiny machine in a process
+/// confined as the VMM is.
+#[test]
+#[ignore = "run in a child process by the first-instruction test"]
+fn confined_machine_child() {
+    let Some(dir) = std::env::var_os(MACHINE) else {
+        return;
+    };
+    let outcome = run_tiny(std::path::Path::new(&dir), true, 300);
+    assert_eq!(outcome.first_run_confined, Some(true), "{outcome:?}");
+}
+
+/// The vCPU thread is under its filter before the guest's first
+/// instruction (it says so at its first KVM_RUN); an unconfined run says it
+/// was not, so the report can tell.
+#[test]
+fn the_vcpu_filter_is_in_place_before_the_first_guest_instruction() {
+    let test = "the_vcpu_filter_is_in_place_before_the_first_guest_instruction";
+    if testkit::require(test, testkit::kvm()).is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ma-seccomp-first-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let unconfined = run_tiny(&dir, false, 100);
+    assert_eq!(unconfined.first_run_confined, Some(false), "{unconfined:?}");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "confined_machine_child",
+            "--nocapture",
+        ])
+        .env(MACHINE, &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
 }

@@ -38,6 +38,9 @@ pub struct RunOutcome {
     pub registers: Option<String>,
     /// CLOCK_MONOTONIC ns of the boot vCPU's first KVM_RUN.
     pub first_run_ns: Option<u64>,
+    /// Whether the boot vCPU's thread was under its seccomp filter at its
+    /// first KVM_RUN, before the guest's first instruction.
+    pub first_run_confined: Option<bool>,
     /// Resident memory of the VMM process outside guest RAM, in KiB, just before teardown.
     pub overhead_rss_kib: Option<u64>,
 }
@@ -463,6 +466,7 @@ impl Machine {
             reason,
             registers,
             first_run_ns: runner.control.first_run_ns(),
+            first_run_confined: runner.control.first_run_confined(),
             overhead_rss_kib,
         })
     }
