@@ -8,6 +8,7 @@
 //! kernel.
 
 use testkit::cli::CliHome;
+use testkit::disks::{FailingDisk, SmallDisk};
 use testkit::oci::{write_layout, Registry};
 
 fn home(test: &str) -> CliHome {
@@ -492,52 +493,75 @@ fn setup_previews_what_is_missing_and_changes_nothing_without_the_token() {
     assert!(left.is_empty(), "a preview wrote into the cache: {left:?}");
 }
 
-/// A full disk during a pull: the layer store is a 128 KiB tmpfs this test
-/// mounts (root only), the image's layers are bigger, so the download
-/// fails; the error says so and nothing is left: no image, no partial
-/// layer.
-#[test]
-fn a_full_disk_fails_the_pull_and_leaves_nothing() {
-    let test = "a_full_disk_fails_the_pull_and_leaves_nothing";
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        testkit::skip(test, "mounting a small tmpfs needs root");
-        return;
-    }
+/// A pull whose layer store fails (`mount` mounts it on the store; `fail`
+/// makes it fail): the error names one of `errors` and nothing is left: no
+/// image, no partial layer.
+fn a_failed_pull_leaves_nothing<G>(
+    test: &str,
+    tag: &str,
+    mount: impl FnOnce(&std::path::Path) -> Option<G>,
+    fail: impl FnOnce(&mut G),
+    errors: &[&str],
+) {
     let Some(skopeo) = testkit::require(test, testkit::host_tool("skopeo")) else {
         return;
     };
     let Some(_) = testkit::require(test, testkit::workspace_image("minimal")) else {
         return;
     };
-    let cli = home("full-disk");
+    let cli = home(tag);
     let Some(registry) = testkit::require(test, Registry::start(&cli.home().join("registry")))
     else {
         return;
     };
     let layout = cli.home().join("layout");
     write_layout(&layout);
-    let target = format!("127.0.0.1:{}/full:1", registry.port);
+    let target = format!("127.0.0.1:{}/{tag}:1", registry.port);
     testkit::oci::push(&skopeo, &layout, &target);
-    // The store exists once anything was imported; make it a tiny tmpfs.
+    // The store exists once anything was imported.
     cli.ok_json(&["image", "ls", "--json"]);
     let blobs = cli.home().join("images/.blobs");
-    std::fs::create_dir_all(&blobs).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=128k", "tmpfs"])
-        .arg(&blobs)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
+    let Some(mut disk) = mount(&blobs) else {
+        return;
+    };
+    fail(&mut disk);
     let pulled = cli.run(&["image", "pull", &target, "--insecure", "--json"]);
     let left: Vec<_> = walk(&blobs);
-    let _ = std::process::Command::new("umount").arg(&blobs).status();
+    drop(disk);
     assert_ne!(pulled.status, 0, "{}", pulled.stdout);
     let message = pulled.json()["error"]["message"].to_string();
-    assert!(message.contains("No space left"), "{message}");
+    assert!(errors.iter().any(|e| message.contains(e)), "{message}");
     assert!(left.is_empty(), "left in the layer store: {left:?}");
-    let missing = cli.run(&["image", "inspect", "full-1", "--json"]);
+    let missing = cli.run(&["image", "inspect", &format!("{tag}-1"), "--json"]);
     assert_eq!(missing.error_code(), "NOT_FOUND", "{}", missing.stdout);
+}
+
+/// ENOSPC: the layer store a 128 KiB tmpfs (root only); the image's layers
+/// are bigger.
+#[test]
+fn a_full_disk_fails_the_pull_and_leaves_nothing() {
+    let test = "a_full_disk_fails_the_pull_and_leaves_nothing";
+    a_failed_pull_leaves_nothing(
+        test,
+        "full",
+        |at| SmallDisk::mount(test, at, "128k"),
+        |_| {},
+        &["No space left"],
+    );
+}
+
+/// EIO: the layer store on a disk whose device fails every write (root
+/// only); the download is synced before it is kept, so the pull fails.
+#[test]
+fn a_failing_disk_fails_the_pull_and_leaves_nothing() {
+    let test = "a_failing_disk_fails_the_pull_and_leaves_nothing";
+    a_failed_pull_leaves_nothing(
+        test,
+        "eio",
+        |at| FailingDisk::mount(test, at),
+        |disk| disk.fail(true),
+        &["Input/output error", "Read-only file system"],
+    );
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

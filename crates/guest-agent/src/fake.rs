@@ -23,6 +23,9 @@ pub enum Hostility {
     /// `stat` says a directory; `tar_out` sends a valid archive of this
     /// many empty files.
     ManyEntries(usize),
+    /// Not hostile: `stat` says a file of this many bytes; `read_file`
+    /// sends that many and ends (for tests of the host's disk failing).
+    WholeFile(u64),
     /// Every `exec` starts, floods stdout with [`EXEC_FLOOD`] bytes, then
     /// says nothing more.
     FloodThenStall,
@@ -80,7 +83,7 @@ fn answer(conn: UnixStream, hostility: Hostility) {
     match request["type"].as_str().unwrap_or("") {
         "stat" => {
             let kind = match hostility {
-                Hostility::EndlessFile => EntryKind::File,
+                Hostility::EndlessFile | Hostility::WholeFile(_) => EntryKind::File,
                 _ => EntryKind::Dir,
             };
             send(&mut out, &Response::Stat(stat(kind)));
@@ -90,8 +93,17 @@ fn answer(conn: UnixStream, hostility: Hostility) {
                 size: 10,
                 mode: 0o644,
             };
-            if send(&mut out, &header) {
-                flood(&mut out, FrameKind::Data, u64::MAX);
+            if !send(&mut out, &header) {
+                return;
+            }
+            match hostility {
+                Hostility::WholeFile(n) => {
+                    flood(&mut out, FrameKind::Data, n);
+                    if let Ok(end) = frame::encode(FrameKind::Data, &[]) {
+                        let _ = out.write_all(&end);
+                    }
+                }
+                _ => flood(&mut out, FrameKind::Data, u64::MAX),
             }
         }
         "tar_out" => match hostility {
@@ -200,13 +212,22 @@ fn many_entries(out: &mut UnixStream, n: usize) {
     }
 }
 
-/// Sends `kind` frames of junk until `total` bytes or the peer hangs up.
+/// Sends `kind` frames of junk, `total` bytes or until the peer hangs up.
 fn flood(out: &mut UnixStream, kind: FrameKind, total: u64) {
-    let Ok(chunk) = frame::encode(kind, &[b'x'; 60_000]) else {
+    const CHUNK: u64 = 60_000;
+    let Ok(chunk) = frame::encode(kind, &[b'x'; CHUNK as usize]) else {
         return;
     };
     let mut sent = 0u64;
-    while sent < total && out.write_all(&chunk).is_ok() {
-        sent += 60_000;
+    while total - sent >= CHUNK {
+        if out.write_all(&chunk).is_err() {
+            return;
+        }
+        sent += CHUNK;
+    }
+    if sent < total {
+        if let Ok(last) = frame::encode(kind, &vec![b'x'; (total - sent) as usize]) {
+            let _ = out.write_all(&last);
+        }
     }
 }

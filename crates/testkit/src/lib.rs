@@ -6,6 +6,7 @@
 //! rather than passed.
 
 pub mod cli;
+pub mod disks;
 
 // The workspace crate's test support, shared: a fake image, a workspace
 // recorded as running, peak memory, skip accounting.

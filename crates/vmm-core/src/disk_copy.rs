@@ -48,6 +48,7 @@ pub fn copy_disk(from: &Path, to: &Path) -> io::Result<DiskCopy> {
         // SAFETY: FICLONE reads the source fd number we pass and touches no
         // memory of ours; both fds are open for the call.
         if unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE, src.as_raw_fd()) } == 0 {
+            dst.sync_all()?;
             return Ok(DiskCopy {
                 kind: DiskCopyMethod::Reflink,
                 len,
@@ -56,6 +57,8 @@ pub fn copy_disk(from: &Path, to: &Path) -> io::Result<DiskCopy> {
         }
         let copied = copy_data_extents(&src, &dst, len)?;
         dst.set_len(len)?;
+        // Durable before it counts as a copy: a failing disk reports here.
+        dst.sync_data()?;
         Ok(DiskCopy {
             kind: DiskCopyMethod::Sparse,
             len,

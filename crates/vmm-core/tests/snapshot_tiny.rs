@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use testkit::disks::{FailingDisk, SmallDisk};
 use vmm_core::devices::serial::{ConsoleSink, COM1_PORT_BASE};
 use vmm_core::disk_copy::copy_disk;
 use vmm_core::layout::TINY_DATA_START;
@@ -51,6 +52,30 @@ fn console(out: &testkit::Capture) -> ConsoleSink {
     ConsoleSink::new().with(Box::new(out.clone()))
 }
 
+/// The counting guest as a machine in `dir`, printing to `out`.
+fn counter_machine(
+    dir: &Path,
+    out: &testkit::Capture,
+    disks: Vec<DiskConfig>,
+    vsock: Option<VsockConfig>,
+) -> Machine {
+    let kernel = dir.join("tiny.elf");
+    std::fs::write(&kernel, elf_kernel(&counter_code())).unwrap();
+    Machine::build(MachineConfig {
+        kernel,
+        initrd: None,
+        extra_cmdline: None,
+        mem_mib: MEM_MIB,
+        vcpus: 1,
+        template: CpuTemplate::Standard,
+        console: console(out),
+        disks,
+        vsock,
+        net: None,
+    })
+    .unwrap()
+}
+
 struct Dir(PathBuf);
 
 impl Drop for Dir {
@@ -68,8 +93,6 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         Dir(std::env::temp_dir().join(format!("microagent-snap-tiny-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
     std::fs::create_dir_all(&dir.0).unwrap();
-    let kernel = dir.0.join("tiny.elf");
-    std::fs::write(&kernel, elf_kernel(&counter_code())).unwrap();
     let disk = dir.0.join("disk.raw");
     std::fs::File::create(&disk)
         .unwrap()
@@ -77,25 +100,18 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         .unwrap();
 
     let out = testkit::Capture::default();
-    let machine = Machine::build(MachineConfig {
-        kernel,
-        initrd: None,
-        extra_cmdline: None,
-        mem_mib: MEM_MIB,
-        vcpus: 1,
-        template: CpuTemplate::Standard,
-        console: console(&out),
-        disks: vec![DiskConfig {
+    let machine = counter_machine(
+        &dir.0,
+        &out,
+        vec![DiskConfig {
             path: disk.clone(),
             read_only: false,
         }],
-        vsock: Some(VsockConfig {
+        Some(VsockConfig {
             guest_cid: 3,
             uds_path: dir.0.join("v1.sock"),
         }),
-        net: None,
-    })
-    .unwrap();
+    );
     let handle = machine.handle();
     let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));
     wait_for("first run", &out, 5);
@@ -194,60 +210,35 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
     );
 }
 
-/// ENOSPC while a running machine writes its snapshot (the directory a
-/// 16 KiB tmpfs, root only): a clear error, and the machine runs on and
-/// snapshots whole into a directory with room.
-#[test]
-fn a_snapshot_onto_a_full_disk_fails_and_the_guest_runs_on() {
-    let test = "a_snapshot_onto_a_full_disk_fails_and_the_guest_runs_on";
+/// A running machine's snapshot onto a disk that fails: a clear error
+/// naming `errors`, and the machine runs on and snapshots whole into a
+/// directory with room. `onto` makes the failing directory (and keeps what
+/// mounts it alive until the snapshot failed).
+fn a_failed_snapshot_leaves_the_guest_running<G>(
+    test: &str,
+    onto: impl FnOnce(&Path) -> Option<(PathBuf, G)>,
+    errors: &[&str],
+) {
     if testkit::require(test, testkit::kvm()).is_none() {
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        testkit::skip(test, "mounting a small tmpfs needs root");
-        return;
-    }
-    let dir =
-        Dir(std::env::temp_dir().join(format!("microagent-snap-full-{}", std::process::id())));
+    let dir = Dir(std::env::temp_dir().join(format!("microagent-{test}-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
     std::fs::create_dir_all(&dir.0).unwrap();
-    let kernel = dir.0.join("tiny.elf");
-    std::fs::write(&kernel, elf_kernel(&counter_code())).unwrap();
+    let Some((failing, disk)) = onto(&dir.0) else {
+        return;
+    };
     let out = testkit::Capture::default();
-    let machine = Machine::build(MachineConfig {
-        kernel,
-        initrd: None,
-        extra_cmdline: None,
-        mem_mib: MEM_MIB,
-        vcpus: 1,
-        template: CpuTemplate::Standard,
-        console: console(&out),
-        disks: Vec::new(),
-        vsock: None,
-        net: None,
-    })
-    .unwrap();
+    let machine = counter_machine(&dir.0, &out, Vec::new(), None);
     let handle = machine.handle();
     let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));
     wait_for("first run", &out, 5);
 
-    let full = dir.0.join("full");
-    std::fs::create_dir(&full).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
-        .arg(&full)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
-    let refused = handle.snapshot(&full);
-    let _ = std::process::Command::new("umount").arg(&full).status();
+    let refused = handle.snapshot(&failing);
+    drop(disk);
     let err = refused.unwrap_err();
     let chain = format!("{err}: {:?}", std::error::Error::source(&err));
-    assert!(
-        chain.contains("No space left") || chain.contains("os error 28"),
-        "{chain}"
-    );
+    assert!(errors.iter().any(|e| chain.contains(e)), "{chain}");
 
     // It runs on, and a snapshot with room is whole.
     let printed = out.bytes().len();
@@ -259,4 +250,38 @@ fn a_snapshot_onto_a_full_disk_fails_and_the_guest_runs_on() {
     handle.stop();
     let end = run.join().unwrap().unwrap();
     assert_eq!(end.reason, StopReason::Stopped);
+}
+
+/// ENOSPC while a running machine writes its snapshot (the directory a
+/// 16 KiB tmpfs, root only).
+#[test]
+fn a_snapshot_onto_a_full_disk_fails_and_the_guest_runs_on() {
+    let test = "a_snapshot_onto_a_full_disk_fails_and_the_guest_runs_on";
+    a_failed_snapshot_leaves_the_guest_running(
+        test,
+        |dir| {
+            let disk = SmallDisk::mount(test, &dir.join("full"), "16k")?;
+            Some((disk.path().to_owned(), disk))
+        },
+        &["No space left", "os error 28"],
+    );
+}
+
+/// EIO while a running machine writes its snapshot (a disk whose device
+/// fails every write, root only): the snapshot syncs its files, so the
+/// error is reported, not found at the next restore.
+#[test]
+fn a_snapshot_onto_a_failing_disk_fails_and_the_guest_runs_on() {
+    let test = "a_snapshot_onto_a_failing_disk_fails_and_the_guest_runs_on";
+    a_failed_snapshot_leaves_the_guest_running(
+        test,
+        |dir| {
+            let mut disk = FailingDisk::mount(test, &dir.join("eio"))?;
+            let snap = disk.path().join("snap");
+            std::fs::create_dir(&snap).unwrap();
+            disk.fail(true);
+            Some((snap, disk))
+        },
+        &["Input/output error", "os error 5"],
+    );
 }

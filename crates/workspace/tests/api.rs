@@ -2,9 +2,10 @@
 //! image, the life cycle of a workspace that never boots, and the stable
 //! codes and remedies of what fails. No KVM needed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use testkit::disks::{FailingDisk, SmallDisk};
 use workspace::{
     DeleteOptions, ErrorCode, ExecInput, ExecRequest, ListFilter, Remedy, State, WorkspaceSpec,
     Workspaces,
@@ -269,45 +270,67 @@ async fn the_host_budget_refuses_creates_and_starts_past_it() {
     assert_eq!(err.code(), ErrorCode::InvalidInput, "{err}");
 }
 
-/// ENOSPC while a stopped workspace's disk is copied into a snapshot (the
-/// snapshot store a 256 KiB tmpfs, root only): a clear error, no snapshot,
-/// no temporary directory, the workspace as it was.
-#[test]
-fn a_snapshot_onto_a_full_disk_leaves_nothing() {
-    let test = "a_snapshot_onto_a_full_disk_leaves_nothing";
+/// A stopped workspace's disk copied into a snapshot store that fails
+/// (`fail` mounts it on the store's directory): a clear error naming one
+/// of `errors`, no snapshot, no temporary directory, the workspace as it
+/// was.
+fn a_failed_snapshot_leaves_nothing<G>(
+    test: &str,
+    tag: &str,
+    fail: impl FnOnce(&Path) -> Option<G>,
+    errors: &[&str],
+) {
     if !have_mkfs(test) {
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        testkit::skip(test, "mounting a small tmpfs needs root");
-        return;
-    }
-    let h = home("fullsnap");
+    let h = home(tag);
     h.ws.create("dev", spec()).unwrap();
     let snapshots = h.ws.state_dir().root().join("snapshots");
-    std::fs::create_dir_all(&snapshots).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
-        .arg(&snapshots)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
+    let Some(disk) = fail(&snapshots) else {
+        return;
+    };
     let taken = h.ws.workspace("dev").unwrap().snapshot_take(Some("full"));
     let left: Vec<_> = std::fs::read_dir(&snapshots)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    let _ = std::process::Command::new("umount")
-        .arg(&snapshots)
-        .status();
+    drop(disk);
     let err = taken.unwrap_err();
     let chain = workspace::error_chain(&err);
-    assert!(chain.contains("No space left"), "{chain}");
+    assert!(errors.iter().any(|e| chain.contains(e)), "{chain}");
     assert!(left.is_empty(), "left in the snapshot store: {left:?}");
     assert!(h.ws.snapshot_get("full").is_err());
     assert_eq!(
         h.ws.workspace("dev").unwrap().get().unwrap().state,
         State::Stopped
+    );
+}
+
+/// ENOSPC: the snapshot store a 256 KiB tmpfs (root only).
+#[test]
+fn a_snapshot_onto_a_full_disk_leaves_nothing() {
+    let test = "a_snapshot_onto_a_full_disk_leaves_nothing";
+    a_failed_snapshot_leaves_nothing(
+        test,
+        "fullsnap",
+        |at| SmallDisk::mount(test, at, "256k"),
+        &["No space left"],
+    );
+}
+
+/// EIO: the snapshot store on a disk whose device fails every write (root
+/// only); the copy is synced, so the failure is seen now.
+#[test]
+fn a_snapshot_onto_a_failing_disk_leaves_nothing() {
+    let test = "a_snapshot_onto_a_failing_disk_leaves_nothing";
+    a_failed_snapshot_leaves_nothing(
+        test,
+        "eiosnap",
+        |at| {
+            let mut disk = FailingDisk::mount(test, at)?;
+            disk.fail(true);
+            Some(disk)
+        },
+        &["Input/output error"],
     );
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use guest_agent::fake::{self, Hostility};
+use testkit::disks::{FailingDisk, SmallDisk};
 use workspace::{ErrorCode, ExecInput, ExecRequest, StateDir, WorkspaceSpec, Workspaces};
 
 /// A state directory with a fake image and a workspace `dev` recorded as
@@ -182,72 +183,91 @@ fn an_exec_that_floods_then_stalls_ends_with_its_deadline_and_bounded_memory() {
     assert!(peak < 256 << 10, "peak resident {peak} KiB");
 }
 
-/// A small tmpfs at `dir` (root only), unmounted when dropped.
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn mount(dir: &Path, size: &str) -> Option<SmallDisk> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            testkit::skip(
-                "copy_out_onto_a_full_disk",
-                "mounting a small tmpfs needs root",
-            );
-            return None;
-        }
-        std::fs::create_dir_all(dir).unwrap();
-        let mounted = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .unwrap();
-        assert!(mounted.success(), "mount tmpfs");
-        Some(SmallDisk(dir.to_owned()))
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// ENOSPC while a guest file or directory is copied out: a clear error,
-/// the file that was there intact, no temporary or partial file left.
-#[test]
-fn copy_out_onto_a_full_disk_keeps_what_was_there() {
-    for (tag, hostility, guest) in [
-        ("fullfile", Hostility::EndlessFile, "/f"),
-        ("fulldir", Hostility::EndlessArchive, "/d"),
-    ] {
+/// A guest file (`/f`) or directory (`/d`) copied out onto a disk that
+/// fails: a clear error naming one of `errors`, the file that was there
+/// intact, no temporary or partial file left. `mount` mounts the disk on
+/// the destination's directory; `fail` makes it fail once what was there
+/// is written.
+fn copy_out_onto_a_failing_disk<G>(
+    cases: [(&str, Hostility, &str); 2],
+    mount: impl Fn(&Path) -> Option<G>,
+    fail: impl Fn(&mut G),
+    errors: &[&str],
+) {
+    for (tag, hostility, guest) in cases {
         let Some(h) = home(tag, hostility, workspace::LIMITS) else {
             return;
         };
-        let Some(disk) = SmallDisk::mount(&h.root.join("small"), "256k") else {
+        let dir = h.root.join("small");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kept = dir.join("kept");
+        let target = dir.join("out");
+        let Some(mut disk) = mount(&dir) else {
             return;
         };
-        let kept = disk.0.join("kept");
         std::fs::write(&kept, "what was there\n").unwrap();
-        let target = disk.0.join("out");
         if guest == "/f" {
             std::fs::write(&target, "the previous copy\n").unwrap();
         }
+        fail(&mut disk);
         let err = runtime()
             .block_on(h.ws.workspace("dev").unwrap().copy_out(guest, &target))
             .unwrap_err();
         let chain = workspace::error_chain(&err);
-        assert!(chain.contains("No space left"), "{tag}: {chain}");
+        assert!(errors.iter().any(|e| chain.contains(e)), "{tag}: {chain}");
         assert_eq!(std::fs::read_to_string(&kept).unwrap(), "what was there\n");
         if guest == "/f" {
             assert_eq!(
                 std::fs::read_to_string(&target).unwrap(),
                 "the previous copy\n"
             );
-            assert_eq!(files_in(&disk.0), ["kept", "out"], "{tag}");
         } else {
-            // The directory is made first and stays empty.
-            assert_eq!(files_in(&disk.0), ["kept", "out"], "{tag}");
-            assert!(files_in(&target).is_empty(), "{tag}");
+            // The directory is made first and stays empty or keeps what
+            // it took before the disk failed, never more.
+            assert!(target.is_dir(), "{tag}");
         }
+        assert_eq!(files_in(&dir), ["kept", "out"], "{tag}");
+        drop(disk);
     }
+}
+
+/// ENOSPC: the destination a 256 KiB tmpfs (root only); the guest sends
+/// without end.
+#[test]
+fn copy_out_onto_a_full_disk_keeps_what_was_there() {
+    let test = "copy_out_onto_a_full_disk_keeps_what_was_there";
+    copy_out_onto_a_failing_disk(
+        [
+            ("fullfile", Hostility::EndlessFile, "/f"),
+            ("fulldir", Hostility::EndlessArchive, "/d"),
+        ],
+        |dir| SmallDisk::mount(test, dir, "256k"),
+        |_| {},
+        &["No space left"],
+    );
+}
+
+/// EIO: the destination on a disk whose device fails every write (root
+/// only); the guest sends a whole file, or an archive of 50 files. The
+/// copy is synced before it replaces anything, so the failure is seen.
+#[test]
+fn copy_out_onto_a_failing_disk_keeps_what_was_there() {
+    let test = "copy_out_onto_a_failing_disk_keeps_what_was_there";
+    copy_out_onto_a_failing_disk(
+        [
+            ("eiofile", Hostility::WholeFile(1 << 20), "/f"),
+            ("eiodir", Hostility::ManyEntries(50), "/d"),
+        ],
+        |dir| FailingDisk::mount(test, dir),
+        |disk| {
+            // What was there is on the device before it fails.
+            let synced = std::process::Command::new("sync")
+                .arg("-f")
+                .arg(disk.path())
+                .status();
+            assert!(synced.is_ok_and(|s| s.success()));
+            disk.fail(true);
+        },
+        &["Input/output error"],
+    );
 }

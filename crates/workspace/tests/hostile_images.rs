@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use testkit::disks::{FailingDisk, SmallDisk};
 use testkit::oci::{write_image, ImageLayer, Registry};
 use workspace::{ErrorCode, Limits, Workspaces, LIMITS};
 
@@ -283,21 +284,22 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
     let _ = std::fs::remove_dir_all(&s.root);
 }
 
-/// ENOSPC while an image converts (the state directory a 48 MiB tmpfs,
-/// holding the `minimal` image it converts with; the layer unpacks to 64
-/// MiB): a clear error, nothing registered, no scratch left.
-#[test]
-fn a_conversion_onto_a_full_disk_leaves_nothing() {
-    let test = "a_conversion_onto_a_full_disk_leaves_nothing";
+/// An image converted onto a state directory that fails (`mount` mounts
+/// it; `fail` makes it fail once the store is made; the layer unpacks to
+/// `layer_bytes`): a clear error naming one of `errors`, nothing
+/// registered, no scratch left.
+fn a_failed_conversion_leaves_nothing<G>(
+    test: &str,
+    mount: impl FnOnce(&Path) -> Option<G>,
+    fail: impl FnOnce(&mut G),
+    layer_bytes: u64,
+    errors: &[&str],
+    scratch_may_stay: bool,
+) {
     if testkit::require(test, testkit::workspace_image("minimal")).is_none() {
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        testkit::skip(test, "mounting a small tmpfs needs root");
-        return;
-    }
-    let root = std::env::temp_dir().join(format!("ma-full-convert-{}", std::process::id()));
+    let root = std::env::temp_dir().join(format!("ma-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     // Assets of the minimal image alone (the debian one would not fit).
     let cache_current = testkit::cache_root().unwrap().join("current");
@@ -311,13 +313,10 @@ fn a_conversion_onto_a_full_disk_leaves_nothing() {
         }
     }
     let state = root.join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs"])
-        .arg(&state)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
+    let Some(mut disk) = mount(&state) else {
+        let _ = std::fs::remove_dir_all(&root);
+        return;
+    };
     let ws = Workspaces::builder()
         .state_dir(&state)
         .assets(Some(assets))
@@ -327,7 +326,13 @@ fn a_conversion_onto_a_full_disk_leaves_nothing() {
     let listed = ws.images().list();
     let layout = root.join("layout");
     // Not zeros: a sparse write would take no room.
-    write_image(&layout, &[bomb(64 << 20, 0x55)], serde_json::json!({}), 0);
+    write_image(
+        &layout,
+        &[bomb(layer_bytes, 0x55)],
+        serde_json::json!({}),
+        0,
+    );
+    fail(&mut disk);
     let got = ws.images().import_path(Some("big"), &layout, &mut |_| {});
     let left: Vec<String> = std::fs::read_dir(state.join("images"))
         .map(|d| {
@@ -335,12 +340,57 @@ fn a_conversion_onto_a_full_disk_leaves_nothing() {
                 .collect()
         })
         .unwrap_or_default();
-    let _ = std::process::Command::new("umount").arg(&state).status();
+    drop(disk);
     let _ = std::fs::remove_dir_all(&root);
     let names: Vec<String> = listed.unwrap().into_iter().map(|i| i.name).collect();
     assert_eq!(names, ["minimal"], "the minimal image fits");
     let err = workspace::Error::from(got.unwrap_err());
     let message = err.full_message();
-    assert!(message.contains("No space left"), "{message}");
+    assert!(errors.iter().any(|e| message.contains(e)), "{message}");
+    // A disk that turned read-only keeps this process's scratch (the next
+    // process's first scratch sweeps it); nothing else may stay.
+    let ours = format!(".scratch-{}-", std::process::id());
+    let left: Vec<&String> = left
+        .iter()
+        .filter(|n| !(scratch_may_stay && n.starts_with(&ours)))
+        .collect();
     assert_eq!(left, ["minimal"], "only the minimal image is left");
+}
+
+/// ENOSPC: the state directory a 48 MiB tmpfs holding the `minimal` image
+/// it converts with; the layer unpacks to 64 MiB.
+#[test]
+fn a_conversion_onto_a_full_disk_leaves_nothing() {
+    let test = "a_conversion_onto_a_full_disk_leaves_nothing";
+    a_failed_conversion_leaves_nothing(
+        test,
+        |at| SmallDisk::mount(test, at, "48m"),
+        |_| {},
+        64 << 20,
+        &["No space left"],
+        false,
+    );
+}
+
+/// EIO: the state directory on a disk whose device fails every write once
+/// the store is made; the layer unpacks to 4 MiB.
+#[test]
+fn a_conversion_onto_a_failing_disk_leaves_nothing() {
+    let test = "a_conversion_onto_a_failing_disk_leaves_nothing";
+    a_failed_conversion_leaves_nothing(
+        test,
+        |at| FailingDisk::mount(test, at),
+        |disk| {
+            let synced = std::process::Command::new("sync")
+                .arg("-f")
+                .arg(disk.path())
+                .status();
+            assert!(synced.is_ok_and(|s| s.success()));
+            disk.fail(true);
+        },
+        4 << 20,
+        // ext4 turns read-only once its journal cannot be written.
+        &["Input/output error", "Read-only file system"],
+        true,
+    );
 }

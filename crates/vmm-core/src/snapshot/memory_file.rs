@@ -145,6 +145,9 @@ pub fn save(mem: &GuestMemory, path: &Path) -> Result<SavedMemory, MemoryFileErr
         offset += len as u64;
     }
     file.set_len(offset).map_err(write_err)?;
+    // On disk before it is reported saved: a failing disk says so here
+    // (EIO, ENOSPC at writeback), not when the snapshot is resumed.
+    file.sync_data().map_err(write_err)?;
     Ok(SavedMemory {
         len: offset,
         data_bytes,

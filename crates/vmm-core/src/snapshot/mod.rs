@@ -166,12 +166,13 @@ impl MachineState {
         let write = || -> std::io::Result<()> {
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
+            let mut file = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(&path)?
-                .write_all(&bytes)
+                .open(&path)?;
+            file.write_all(&bytes)?;
+            file.sync_data()
         };
         write().map_err(|source| SnapshotError::Io {
             action: "write",

@@ -345,6 +345,7 @@ impl Workspaces {
                     Err(_) if budgeted.exhausted() => return Err(budgeted.over().into()),
                     Err(e) => return Err(Error::agent("tar_out")(e)),
                 };
+                tmp.unlink()?;
                 let archive = tmp.file();
                 std::io::Seek::rewind(archive)
                     .map_err(Error::host_io("rewinding the archive".to_owned()))?;
@@ -447,7 +448,6 @@ pub(crate) fn check_guest_path(path: &str) -> Result<()> {
     Ok(())
 }
 
-/// A host directory's contents as a tar archive (paths relative to it).
 /// Sends the host directory `dir` to the agent as a tar archive streamed
 /// while it is made (a thread writes it into a socket pair the upload
 /// reads), so a large tree never sits in memory. A host-side failure is
@@ -457,13 +457,12 @@ async fn stream_dir_in(
     guest_path: &str,
     agent: GuestAgentClient<UnixStream>,
 ) -> Result<u64> {
-    let (writer, reader) = std::os::unix::net::UnixStream::pair().map_err(Error::host_io(
-        "making the archive's socket pair".to_owned(),
-    ))?;
-    reader.set_nonblocking(true).map_err(Error::host_io(
-        "making the archive's socket pair".to_owned(),
-    ))?;
-    let mut reader = UnixStream::from_std(reader).map_err(Error::host_io(
+    let pair = || -> std::io::Result<_> {
+        let (writer, reader) = std::os::unix::net::UnixStream::pair()?;
+        reader.set_nonblocking(true)?;
+        Ok((writer, UnixStream::from_std(reader)?))
+    };
+    let (writer, mut reader) = pair().map_err(Error::host_io(
         "making the archive's socket pair".to_owned(),
     ))?;
     let source = dir.to_owned();

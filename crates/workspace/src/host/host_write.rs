@@ -114,6 +114,17 @@ impl TempFile {
         &mut self.file
     }
 
+    /// Removes its name and keeps the open file: what is read back from it
+    /// (an archive to unpack) leaves nothing behind, whatever happens next.
+    pub fn unlink(&mut self) -> Result<(), HostWriteError> {
+        match self.path.take() {
+            Some(path) => {
+                std::fs::remove_file(&path).map_err(io_err(format!("removing {}", path.display())))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// An async writer on the file that takes at most `budget` bytes (what
     /// a guest streams into it).
     #[cfg(feature = "client")]
@@ -135,6 +146,13 @@ impl TempFile {
         let path = self.path.take().unwrap_or_default();
         let result = fchmod(&self.file, mode & 0o777 & !umask())
             .map_err(io_err(format!("setting the mode of {}", path.display())))
+            // On disk before it replaces what was there: a failing disk
+            // (EIO, ENOSPC at writeback) fails the copy, not a later read.
+            .and_then(|()| {
+                self.file
+                    .sync_all()
+                    .map_err(io_err(format!("writing {}", target.display())))
+            })
             .and_then(|()| {
                 std::fs::rename(&path, target)
                     .map_err(io_err(format!("writing {}", target.display())))
@@ -360,6 +378,14 @@ pub fn unpack(
         }
     }
     check_links(&root, &links)?;
+    // Flushes the destination's filesystem and reports a write that failed
+    // there since `root` was opened (EIO, ENOSPC at writeback).
+    // SAFETY: syncfs takes an fd we hold open; no memory is passed.
+    if unsafe { libc::syncfs(root.as_raw_fd()) } != 0 {
+        return Err(io_err(format!("writing into {}", dest.display()))(
+            io::Error::last_os_error(),
+        ));
+    }
     unpacked.entries = count - unpacked.left_out_entries;
     Ok(unpacked)
 }

@@ -165,6 +165,9 @@ struct Extras {
     source: Option<PathBuf>,
 }
 
+/// How a scratch directory's name starts: `.scratch-PID-N-KIND`.
+const SCRATCH_PREFIX: &str = ".scratch-";
+
 /// The registry in a state directory.
 #[derive(Clone, Debug)]
 pub struct ImageRegistry {
@@ -584,13 +587,35 @@ impl ImageRegistry {
     pub(crate) fn scratch_dir(&self, kind: &str) -> Result<PathBuf, ImageError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = self.dir.join(format!(".{kind}-{}-{n}", std::process::id()));
+        self.sweep_scratch();
+        let dir = self
+            .dir
+            .join(format!("{SCRATCH_PREFIX}{}-{n}-{kind}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|source| StoreError::CreateDir {
             path: dir.clone(),
             source,
         })?;
         Ok(dir)
+    }
+
+    /// Removes the scratch directories of processes that are gone (killed,
+    /// or failed on a disk that would not let them clean up).
+    fn sweep_scratch(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
     }
 
     /// Refuses a bad or taken name before any work.
@@ -700,6 +725,14 @@ mod tests {
         );
         assert_ne!(a, b, "two conversions at once must not share one");
         assert!(a.is_dir() && b.is_dir());
+        // A dead process's scratch goes with the next; a live one's stays.
+        let dead = reg
+            .dir
+            .join(format!("{SCRATCH_PREFIX}{}-0-convert", u32::MAX));
+        std::fs::create_dir(&dead).unwrap();
+        let c = reg.scratch_dir("unpack").unwrap();
+        assert!(!dead.exists(), "a dead process's scratch stayed");
+        assert!(a.is_dir() && b.is_dir() && c.is_dir());
         std::fs::remove_dir_all(root).unwrap();
     }
 

@@ -133,11 +133,13 @@ impl Workspace<'_> {
             let (has_memory, paused_ms) = all.write_machine(workspace, &tmp)?;
             crate::pause_point::pause_point("snapshot:written");
             let memory_sha256 = has_memory
-                .then(|| seal::memory_digest(&tmp))
+                .then(|| seal::Sealed::Memory.digest(&tmp))
                 .transpose()
                 .map_err(Error::host_io("reading the memory file back"))?;
             let disk_sha256 = Some(
-                seal::disk_digest(&tmp).map_err(Error::host_io("reading the disk copy back"))?,
+                seal::Sealed::Disk
+                    .digest(&tmp)
+                    .map_err(Error::host_io("reading the disk copy back"))?,
             );
             let info = SnapshotInfo {
                 name: name.clone(),
@@ -242,14 +244,18 @@ impl Workspaces {
         // Older builds recorded no disk digest: their copies are taken as
         // they are.
         if info.disk_sha256.is_some() {
-            seal::check_digest(&dir, "disk", info.disk_sha256.as_deref()).map_err(unusable)?;
+            seal::Sealed::Disk
+                .check(&dir, info.disk_sha256.as_deref())
+                .map_err(unusable)?;
         }
         if !info.has_memory {
             return Ok(());
         }
         vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(&dir))
             .map_err(|e| unusable(crate::error_chain::error_chain(&e)))?;
-        seal::check_digest(&dir, "memory", info.memory_sha256.as_deref()).map_err(unusable)
+        seal::Sealed::Memory
+            .check(&dir, info.memory_sha256.as_deref())
+            .map_err(unusable)
     }
 
     /// Puts the snapshot's workspace back to the snapshot's state: its disk

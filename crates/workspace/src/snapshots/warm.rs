@@ -148,8 +148,12 @@ impl Workspaces {
         }
         MachineState::read(&SnapshotFiles::new(&dir))
             .map_err(|e| Some(format!("its state file is unusable: {e}")))?;
-        seal::check_digest(&dir, "memory", record.memory_sha256.as_deref()).map_err(Some)?;
-        seal::check_digest(&dir, "disk", record.disk_sha256.as_deref()).map_err(Some)?;
+        seal::Sealed::Memory
+            .check(&dir, record.memory_sha256.as_deref())
+            .map_err(Some)?;
+        seal::Sealed::Disk
+            .check(&dir, record.disk_sha256.as_deref())
+            .map_err(Some)?;
         Ok(dir)
     }
 

@@ -19,40 +19,49 @@ fn digest_of(path: &Path) -> std::io::Result<String> {
         .map_err(|e| std::io::Error::other(crate::error_chain::error_chain(&e)))
 }
 
-/// The digest of the memory file in the snapshot directory `dir`; a read
-/// error keeps its causes in its message.
-pub(crate) fn memory_digest(dir: &Path) -> std::io::Result<String> {
-    digest_of(&SnapshotFiles::new(dir).memory())
+/// A sealed file of a snapshot directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sealed {
+    /// Guest memory (`memory.raw`).
+    Memory,
+    /// The copy of the workspace's writable disk.
+    Disk,
 }
 
-/// The digest of the workspace disk's copy in `dir`.
-pub(crate) fn disk_digest(dir: &Path) -> std::io::Result<String> {
-    digest_of(&SnapshotFiles::new(dir).disk(WORKSPACE_DISK))
-}
+impl Sealed {
+    fn name(self) -> &'static str {
+        match self {
+            Sealed::Memory => "memory",
+            Sealed::Disk => "disk",
+        }
+    }
 
-/// Whether the file `what` (`memory`, `disk`) in `dir` still has the
-/// digest `want`; why not.
-pub(crate) fn check_digest(
-    dir: &Path,
-    what: &str,
-    want: Option<&str>,
-) -> std::result::Result<(), String> {
-    let Some(want) = want else {
-        return Err(format!(
-            "its record has no {what} digest (an older build took it)"
-        ));
-    };
-    let found = match what {
-        "memory" => memory_digest(dir),
-        _ => disk_digest(dir),
+    /// The file's digest in the snapshot directory `dir`; a read error
+    /// keeps its causes in its message.
+    pub(crate) fn digest(self, dir: &Path) -> std::io::Result<String> {
+        let files = SnapshotFiles::new(dir);
+        digest_of(&match self {
+            Sealed::Memory => files.memory(),
+            Sealed::Disk => files.disk(WORKSPACE_DISK),
+        })
     }
-    .map_err(|e| e.to_string())?;
-    if found != want {
-        return Err(format!(
-            "its {what} file does not match its digest (it was changed or damaged)"
-        ));
+
+    /// Whether the file in `dir` still has the digest `want`; why not.
+    pub(crate) fn check(self, dir: &Path, want: Option<&str>) -> std::result::Result<(), String> {
+        let what = self.name();
+        let Some(want) = want else {
+            return Err(format!(
+                "its record has no {what} digest (an older build took it)"
+            ));
+        };
+        let found = self.digest(dir).map_err(|e| e.to_string())?;
+        if found != want {
+            return Err(format!(
+                "its {what} file does not match its digest (it was changed or damaged)"
+            ));
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Flushes every regular file directly in `dir`, then `dir` itself.
@@ -83,16 +92,16 @@ mod tests {
         let files = SnapshotFiles::new(&dir);
         std::fs::write(files.memory(), vec![1u8; 8192]).unwrap();
         std::fs::write(files.disk(WORKSPACE_DISK), vec![2u8; 8192]).unwrap();
-        let memory = memory_digest(&dir).unwrap();
-        let disk = disk_digest(&dir).unwrap();
+        let memory = Sealed::Memory.digest(&dir).unwrap();
+        let disk = Sealed::Disk.digest(&dir).unwrap();
         assert_ne!(memory, disk);
         sync_tree(&dir).unwrap();
-        check_digest(&dir, "memory", Some(&memory)).unwrap();
-        check_digest(&dir, "disk", Some(&disk)).unwrap();
-        let err = check_digest(&dir, "disk", None).unwrap_err();
+        Sealed::Memory.check(&dir, Some(&memory)).unwrap();
+        Sealed::Disk.check(&dir, Some(&disk)).unwrap();
+        let err = Sealed::Disk.check(&dir, None).unwrap_err();
         assert!(err.contains("no disk digest"), "{err}");
         std::fs::write(files.disk(WORKSPACE_DISK), vec![3u8; 8192]).unwrap();
-        let err = check_digest(&dir, "disk", Some(&disk)).unwrap_err();
+        let err = Sealed::Disk.check(&dir, Some(&disk)).unwrap_err();
         assert!(err.contains("disk file does not match"), "{err}");
         let _ = std::fs::remove_dir_all(dir);
     }

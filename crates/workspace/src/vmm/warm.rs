@@ -36,8 +36,8 @@ pub(crate) struct WarmRecord {
 pub fn promote(pending: &Path) -> std::io::Result<()> {
     let mut record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    record.memory_sha256 = Some(seal::memory_digest(pending)?);
-    record.disk_sha256 = Some(seal::disk_digest(pending)?);
+    record.memory_sha256 = Some(seal::Sealed::Memory.digest(pending)?);
+    record.disk_sha256 = Some(seal::Sealed::Disk.digest(pending)?);
     crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     seal::sync_tree(pending)?;

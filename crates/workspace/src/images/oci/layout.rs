@@ -42,6 +42,10 @@ pub struct Resolved {
     pub config: ImageConfig,
     /// Layer files, bottom first, with their digests.
     pub layers: Vec<(PathBuf, String)>,
+    /// Whether each layer file's digest was checked as it was fetched (a
+    /// pull checks downloads and cached blobs); otherwise conversion
+    /// checks them before unpacking.
+    pub layers_verified: bool,
 }
 
 #[derive(Deserialize)]
@@ -272,6 +276,7 @@ fn read_layout(dir: &Path, wanted: Option<&str>, limit: u64) -> Result<Resolved,
         config_digest: manifest.config.digest,
         config,
         layers,
+        layers_verified: false,
     })
 }
 
@@ -341,6 +346,7 @@ fn read_saved(dir: &Path, limit: u64) -> Result<Resolved, OciError> {
         config_digest,
         config,
         layers,
+        layers_verified: false,
     })
 }
 

@@ -202,6 +202,10 @@ async fn cached_intact(path: &Path, size: u64, digest: &str) -> bool {
         .is_ok_and(|checked| checked.is_ok())
 }
 
+async fn sync_file(path: &Path) -> std::io::Result<()> {
+    tokio::fs::File::open(path).await?.sync_all().await
+}
+
 /// Removes the partial downloads of pulls whose process is gone (killed
 /// mid-download): `HEX.partial-PID-N`.
 fn sweep_partials(blobs: &Path) {
@@ -371,6 +375,12 @@ impl Remote {
                     let _ = tokio::fs::remove_file(&partial).await;
                     return Err(registry_error(e).into());
                 }
+                // On disk before it is kept under its digest: a failing
+                // disk fails the pull, not the next conversion.
+                if let Err(e) = sync_file(&partial).await {
+                    let _ = tokio::fs::remove_file(&partial).await;
+                    return Err(OciError::io(format!("writing {}", partial.display()), e).into());
+                }
                 tokio::fs::rename(&partial, &path)
                     .await
                     .map_err(|e| OciError::io(format!("keeping layer {}", layer.digest), e))?;
@@ -384,6 +394,9 @@ impl Remote {
             config_digest: self.manifest.config.digest.clone(),
             config,
             layers,
+            // pull_blob checks each download's digest, cached_intact each
+            // cached blob's.
+            layers_verified: true,
         };
         Ok((resolved, downloaded, cached))
     }

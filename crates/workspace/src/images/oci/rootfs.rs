@@ -93,8 +93,9 @@ pub fn convert_with(
             index: index + 1,
             count,
         });
-        if digest != diff_id {
-            // A compressed blob: its own digest first.
+        if digest != diff_id && !image.layers_verified {
+            // A compressed blob not checked as it was fetched: its own
+            // digest first (apply_layer checks the uncompressed one).
             super::layout::verify_file(path, digest, "layer")?;
         }
         let file = std::fs::File::open(path)
@@ -181,12 +182,13 @@ fn tool(name: &str) -> PathBuf {
     host_tool(name).unwrap_or_else(|| PathBuf::from(name))
 }
 
-fn run(cmd: &mut Command, name: &str) -> Result<(), OciError> {
+/// Runs a tool; gives back what it said on stderr.
+fn run(cmd: &mut Command, name: &str) -> Result<String, OciError> {
     let out = cmd
         .output()
         .map_err(|e| OciError::io(format!("running {name}"), e))?;
     if out.status.success() {
-        return Ok(());
+        return Ok(String::from_utf8_lossy(&out.stderr).trim().to_owned());
     }
     Err(OciError::Tool {
         tool: name.into(),
@@ -212,19 +214,24 @@ fn add_guest_files(image: &ImageTree, base_rootfs: &Path, work: &Path) -> Result
     for (from, to) in [(BASE_INIT, "init"), (BASE_AGENT, "agent")] {
         let out = work.join(to);
         let _ = std::fs::remove_file(&out);
-        run(
+        let said = run(
             Command::new(tool("debugfs"))
                 .arg("-R")
                 .arg(format!("dump -p {from} {}", out.display()))
                 .arg(base_rootfs),
             "debugfs",
         )?;
-        // debugfs reports a missing file on stderr but exits 0.
+        // debugfs reports a missing file or a failed read on stderr but
+        // exits 0; its banner is the first line.
         let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
         if len == 0 {
+            let said = said.lines().skip(1).collect::<Vec<_>>().join("; ");
             return Err(OciError::Tool {
                 tool: "debugfs".into(),
-                detail: format!("{from} is missing from {}", base_rootfs.display()),
+                detail: format!(
+                    "{from} could not be read from {}: {said}",
+                    base_rootfs.display()
+                ),
             });
         }
         std::fs::rename(&out, ours.join(to))
@@ -336,6 +343,7 @@ fn mkfs_with(mut cmd: Command, tree: &Path, out: &Path) -> Result<(), OciError> 
             .arg(format!("{size_mib}M")),
         "mkfs.ext4",
     )
+    .map(drop)
 }
 
 #[cfg(test)]
