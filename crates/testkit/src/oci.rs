@@ -156,6 +156,30 @@ pub fn write_image(
     config_path
 }
 
+/// Grows the manifest of the image [`write_image`] wrote at `layout` by an
+/// annotation of `bytes` bytes (a manifest over a metadata limit).
+pub fn grow_manifest(layout: &Path, bytes: usize) {
+    let index_path = layout.join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    let entry = &mut index["manifests"][0];
+    let old = layout
+        .join("blobs/sha256")
+        .join(&entry["digest"].as_str().unwrap()[7..]);
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&old).unwrap()).unwrap();
+    manifest["annotations"] = serde_json::json!({ "padding": "x".repeat(bytes) });
+    let grown = blob(
+        layout,
+        "application/vnd.oci.image.manifest.v1+json",
+        manifest.to_string().as_bytes(),
+    );
+    std::fs::remove_file(old).unwrap();
+    entry["digest"] = grown["digest"].clone();
+    entry["size"] = grown["size"].clone();
+    std::fs::write(index_path, index.to_string()).unwrap();
+}
+
 /// An OCI image layout of a busybox image, tagged `test:1`.
 pub fn write_layout(layout: &Path) {
     let busybox = std::fs::read("/bin/busybox").unwrap();

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use testkit::disks::{FailingDisk, SmallDisk};
-use testkit::oci::{write_image, ImageLayer, Registry};
+use testkit::oci::{grow_manifest, write_image, ImageLayer, Registry};
 use workspace::{ErrorCode, Limits, Workspaces, LIMITS};
 
 const TEST: &str = "hostile_images";
@@ -228,6 +228,17 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
     );
     s.refused(&layout, ErrorCode::InvalidInput, "over the limit");
 
+    // A manifest over the metadata limit.
+    let layout = s.layout("big-manifest");
+    write_image(
+        &layout,
+        &[ImageLayer::tar(&[("a", None, b"a")])],
+        serde_json::json!({}),
+        0,
+    );
+    grow_manifest(&layout, 256 << 10);
+    s.refused(&layout, ErrorCode::InvalidInput, "over the limit");
+
     // A layout whose config blob is a link to a host file (its digest
     // would be printed), then to /dev/zero.
     let layout = s.layout("blob-link");
@@ -243,7 +254,8 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
         s.refused(&layout, ErrorCode::InvalidInput, "symbolic link");
     }
 
-    // The same bomb and config through a real registry on loopback.
+    // The same bomb, config and manifest through a real registry on
+    // loopback.
     let skopeo = testkit::require(TEST, testkit::host_tool("skopeo"));
     let registry = skopeo
         .as_ref()
@@ -253,7 +265,13 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
             .enable_all()
             .build()
             .unwrap();
-        for (name, says) in [("bomb", "over the limit"), ("big-config", "over the limit")] {
+        // The manifest is read by our own bounded request, not oci-client's
+        // (which reads it whole): refused as it crosses the limit.
+        for (name, says) in [
+            ("bomb", "over the limit"),
+            ("big-config", "over the limit"),
+            ("big-manifest", "over the limit of 65536 manifest bytes"),
+        ] {
             let target = format!("127.0.0.1:{}/{name}:1", registry.port);
             testkit::oci::push(skopeo, &s.layout(name), &target);
             let before = s.canary_tree();

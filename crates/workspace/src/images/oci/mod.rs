@@ -10,6 +10,8 @@
 
 pub mod config;
 pub mod layout;
+#[cfg(feature = "client")]
+pub(crate) mod manifest;
 pub mod owners;
 #[cfg(feature = "client")]
 pub mod pull;

@@ -21,6 +21,7 @@ use tokio::io::AsyncWrite;
 
 use super::config::ImageConfig;
 use super::layout::Resolved;
+use super::manifest::ManifestSource;
 use super::rootfs::ConversionStep;
 use super::OciError;
 
@@ -117,6 +118,11 @@ fn auth_for(registry_host: &str) -> RegistryAuth {
     }
 }
 
+/// How long to wait for a registry to accept a connection, and for the
+/// next bytes of an answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
+
 fn client(reference: &Reference, insecure: bool) -> Result<Client, OciError> {
     // reqwest's rustls needs a process-wide provider; a second install fails
     // harmlessly.
@@ -128,8 +134,8 @@ fn client(reference: &Reference, insecure: bool) -> Result<Client, OciError> {
             ClientProtocol::Https
         },
         platform_resolver: Some(Box::new(linux_amd64_resolver)),
-        connect_timeout: Some(Duration::from_secs(15)),
-        read_timeout: Some(Duration::from_secs(120)),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        read_timeout: Some(READ_TIMEOUT),
         ..Default::default()
     };
     Client::try_from(config)
@@ -280,10 +286,19 @@ impl Remote {
             reference: reference.whole(),
             source,
         };
-        let (manifest, manifest_digest) = client
-            .pull_image_manifest(&reference, &auth)
-            .await
-            .map_err(registry_error)?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .build()
+            .map_err(|e| registry_error(e.into()))?;
+        let source = ManifestSource {
+            client: &client,
+            http,
+            auth: &auth,
+            insecure,
+            limit: limits.max_image_metadata_bytes,
+        };
+        let (manifest, manifest_digest) = source.image_manifest(&reference).await?;
         let declared = |size: i64, limit: u64, what: &'static str| {
             if size < 0 || size as u64 > limit {
                 return Err(OciError::OverLimit { what, limit });
