@@ -4,7 +4,8 @@
 //! on the stable toolchain. Inputs are mostly random with structured
 //! descriptor tables, so chains, loops, and out-of-range addresses all occur.
 //! The parsers and unpackers of untrusted input take turns with them
-//! (`fuzz_inputs`).
+//! (`fuzz_inputs`). `--guided TARGET` runs one of the cargo-fuzz targets
+//! (the same entry points, coverage-guided) under libFuzzer instead.
 
 use std::time::{Duration, Instant};
 
@@ -50,12 +51,37 @@ fn input(rng: &mut XorShift) -> Vec<u8> {
     data
 }
 
+const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [--guided TARGET]";
+
+/// The cargo-fuzz targets in fuzz/ (coverage-guided, nightly).
+pub const GUIDED_TARGETS: [&str; 8] = [
+    "blk_chain",
+    "net_chain",
+    "vsock_chain",
+    "snapshot_state",
+    "agent_frames",
+    "control_line",
+    "host_write_unpack",
+    "oci_apply_layer",
+];
+
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let seconds: u64 = match args {
-        [] => 30,
-        [flag, n] if flag == "--seconds" => n.parse().context("--seconds takes a number")?,
-        _ => bail!("usage: cargo xtask fuzz [--seconds N]"),
-    };
+    let mut seconds = 30u64;
+    let mut guided = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--seconds" => {
+                let n = rest.next().context(USAGE)?;
+                seconds = n.parse().context("--seconds takes a number")?;
+            }
+            "--guided" => guided = Some(rest.next().context(USAGE)?.clone()),
+            _ => bail!(USAGE),
+        }
+    }
+    if let Some(target) = guided {
+        return run_guided(&target, seconds);
+    }
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as u64
@@ -87,4 +113,52 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         runs.div_ceil(8)
     );
     Ok(())
+}
+
+/// One cargo-fuzz target under libFuzzer for `seconds`, with its corpus
+/// in fuzz/corpus/TARGET (kept between runs).
+fn run_guided(target: &str, seconds: u64) -> anyhow::Result<()> {
+    if !GUIDED_TARGETS.contains(&target) {
+        bail!(
+            "no fuzz target `{target}`; the targets are {}",
+            GUIDED_TARGETS.join(", ")
+        );
+    }
+    let fuzz_dir = crate::cache::repo_root().join("fuzz");
+    let status = std::process::Command::new("cargo")
+        .args(["+nightly", "fuzz", "run", target, "--"])
+        .arg(format!("-max_total_time={seconds}"))
+        .current_dir(&fuzz_dir)
+        .status()
+        .context("running `cargo +nightly fuzz` (rustup toolchain install nightly; cargo install cargo-fuzz)")?;
+    if !status.success() {
+        bail!("cargo fuzz run {target} failed ({status}); a crash's input is in fuzz/artifacts/{target}/");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--guided` knows every cargo-fuzz target and no other.
+    #[test]
+    fn the_guided_targets_are_the_fuzz_crates_binaries() {
+        let manifest =
+            std::fs::read_to_string(crate::cache::repo_root().join("fuzz/Cargo.toml")).unwrap();
+        let mut named: Vec<&str> = manifest
+            .lines()
+            .filter_map(|l| l.strip_prefix("name = \""))
+            .filter_map(|l| l.strip_suffix('"'))
+            .filter(|n| *n != "microagent-fuzz")
+            .collect();
+        named.sort_unstable();
+        let mut known = GUIDED_TARGETS.to_vec();
+        known.sort_unstable();
+        assert_eq!(named, known);
+        for target in GUIDED_TARGETS {
+            let file = format!("fuzz/fuzz_targets/{target}.rs");
+            assert!(crate::cache::repo_root().join(&file).exists(), "{file}");
+        }
+    }
 }

@@ -1,11 +1,9 @@
-//! The input fuzzers beyond the virtio queues, on the stable toolchain:
-//! the snapshot state decoder, the agent's frame reader and the JSON it
-//! carries, the VMM control socket's request lines, and the two archive
-//! unpackers a guest or an image feeds (`copy_out`'s `host_write::unpack`,
-//! an image layer's `oci::unpack::apply_layer`) with the oracle "nothing
-//! outside the destination exists or changed". A panic fails the run.
-
-use std::path::{Path, PathBuf};
+//! Structured random inputs for the input fuzzers beyond the virtio
+//! queues, on the stable toolchain: snapshot state files, agent frame
+//! streams, control socket lines, and hostile archives for the two
+//! unpackers a guest or an image feeds. The checks themselves (and the
+//! oracle "nothing outside the destination exists or changed") are
+//! `testkit::fuzz`, which the cargo-fuzz targets in `fuzz/` call too.
 
 /// A seeded xorshift64 generator: the same seed, the same inputs.
 pub(crate) struct XorShift(pub(crate) u64);
@@ -25,16 +23,13 @@ fn bytes(rng: &mut XorShift, max: usize) -> Vec<u8> {
     (0..len).map(|_| rng.next() as u8).collect()
 }
 
-/// A snapshot state file with a valid header around a random payload (the
-/// checksum matches, so the decoder itself is reached), or random bytes.
+/// A snapshot state file, usually behind a valid header (see
+/// `testkit::fuzz::snapshot_state` for the choice byte).
 pub fn snapshot_state(rng: &mut XorShift) {
-    use vmm_core::snapshot::format::{decode, wrap, HEADER_LEN};
-    let file = if rng.next().is_multiple_of(8) {
-        bytes(rng, HEADER_LEN * 2)
-    } else {
-        wrap(&bytes(rng, 4096))
-    };
-    let _ = decode::<vmm_core::snapshot::MachineState>(&file);
+    let choice = u8::from(rng.next().is_multiple_of(8));
+    let mut data = vec![choice];
+    data.extend(bytes(rng, 4096));
+    testkit::fuzz::snapshot_state(&data);
 }
 
 /// JSON-ish text: braces, quotes, the protocol's words, digits.
@@ -73,11 +68,8 @@ fn json_ish(rng: &mut XorShift, max: usize) -> Vec<u8> {
     out
 }
 
-/// A stream of frames as an agent (or something posing as one) sends:
-/// each read and its JSON decoded as a response, until the stream ends or
-/// a frame is refused.
+/// A stream of frames as an agent (or something posing as one) sends.
 pub fn agent_frames(rng: &mut XorShift) {
-    use guest_agent::frame::{decode_json, read_frame};
     let mut stream = Vec::new();
     for _ in 0..(rng.next() % 6) {
         let payload = json_ish(rng, 40);
@@ -92,75 +84,12 @@ pub fn agent_frames(rng: &mut XorShift) {
         stream.push((rng.next() % 8) as u8);
         stream.extend_from_slice(&payload);
     }
-    let mut reader = &stream[..];
-    while let Ok(Some(frame)) = read_frame(&mut reader) {
-        let _ = decode_json::<guest_agent::protocol::Response>(&frame);
-        let _ = decode_json::<guest_agent::protocol::Request>(&frame);
-    }
+    testkit::fuzz::agent_frames(&stream);
 }
 
 /// A line on a VMM's control socket.
 pub fn control_line(rng: &mut XorShift) {
-    let line = json_ish(rng, 30);
-    let text = String::from_utf8_lossy(&line);
-    let _ = serde_json::from_str::<workspace::vmm::control::ControlRequest>(&text);
-    let _ = serde_json::from_str::<workspace::vmm::control::ControlResponse>(&text);
-}
-
-/// A scratch directory with `dest/` and `outside/victim`.
-struct Scratch {
-    dir: PathBuf,
-}
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ma-fuzz-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("dest")).unwrap();
-        std::fs::create_dir_all(dir.join("outside")).unwrap();
-        std::fs::write(dir.join("outside/victim"), "untouched").unwrap();
-        Scratch { dir }
-    }
-
-    fn dest(&self) -> PathBuf {
-        self.dir.join("dest")
-    }
-
-    /// The oracle: nothing outside `dest/` exists or changed.
-    fn check(&self, archive: &[u8]) {
-        let names = |p: &Path| -> Vec<String> {
-            let mut v: Vec<String> = std::fs::read_dir(p)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        };
-        let ok = names(&self.dir) == ["dest", "outside"]
-            && names(&self.dir.join("outside")) == ["victim"]
-            && std::fs::symlink_metadata(self.dir.join("outside/victim"))
-                .is_ok_and(|m| m.is_file())
-            && std::fs::read(self.dir.join("outside/victim"))
-                .ok()
-                .as_deref()
-                == Some(b"untouched");
-        if !ok {
-            let kept =
-                std::env::temp_dir().join(format!("ma-fuzz-escape-{}.tar", std::process::id()));
-            let _ = std::fs::write(&kept, archive);
-            panic!(
-                "an archive reached outside its destination {}; it is kept at {}",
-                self.dir.display(),
-                kept.display()
-            );
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    testkit::fuzz::control_line(&json_ish(rng, 30));
 }
 
 /// A tar of a few entries with hostile names and link targets, written
@@ -232,44 +161,22 @@ fn hostile_tar(rng: &mut XorShift) -> Vec<u8> {
     out
 }
 
-/// `copy_out`'s unpacker on a hostile archive.
+/// `copy_out`'s unpacker on a hostile archive, git metadata asked for
+/// one time in two.
 pub fn host_write_unpack(rng: &mut XorShift) {
-    let archive = hostile_tar(rng);
-    let s = Scratch::new("hostwrite");
-    let rules = workspace::host::host_write::UnpackRules {
-        max_entries: 64,
-        git_metadata: rng.next().is_multiple_of(2),
-    };
-    let _ = workspace::host::host_write::unpack(&archive[..], &s.dest(), rules);
-    s.check(&archive);
+    let mut data = vec![(rng.next() % 2) as u8];
+    data.extend(hostile_tar(rng));
+    testkit::fuzz::host_write_unpack(&data);
 }
 
-/// An image layer applied to a tree, on a hostile archive (its diff_id is
-/// its own, so the whole layer is applied).
+/// An image layer applied to a tree, on a hostile archive.
 pub fn oci_apply_layer(rng: &mut XorShift) {
-    use sha2::{Digest, Sha256};
-    use workspace::images::oci::owners::Owners;
-    use workspace::images::oci::unpack::{apply_layer, Budget};
-    let archive = hostile_tar(rng);
-    let diff_id = format!("sha256:{:x}", Sha256::digest(&archive));
-    let s = Scratch::new("oci");
-    let mut owners = Owners::for_this_process();
-    let mut budget = Budget::new(1 << 20, 64);
-    let _ = apply_layer(&s.dest(), &archive[..], &diff_id, &mut owners, &mut budget);
-    s.check(&archive);
+    testkit::fuzz::oci_apply_layer(&hostile_tar(rng));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    #[should_panic(expected = "reached outside")]
-    fn the_oracle_sees_a_file_written_outside() {
-        let s = Scratch::new("oracle");
-        std::fs::write(s.dir.join("outside/planted"), "x").unwrap();
-        s.check(b"");
-    }
 
     #[test]
     fn every_target_runs_on_a_few_inputs() {

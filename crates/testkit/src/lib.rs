@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod disks;
+pub mod fuzz;
 
 // The workspace crate's test support, shared: a fake image, a workspace
 // recorded as running, peak memory, skip accounting.

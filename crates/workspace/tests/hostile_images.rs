@@ -412,3 +412,90 @@ fn a_conversion_onto_a_failing_disk_leaves_nothing() {
         true,
     );
 }
+
+/// A guest that streams without end while `image build` saves it (a
+/// build step leaves a sparse file of a tebibyte, which the agent's
+/// archive sends as that many zeros): the save stops at
+/// `max_image_bytes`, the build fails with a clear error, and no image,
+/// workspace or scratch is left.
+#[test]
+fn a_guest_streaming_without_end_stops_the_build_at_its_limit() {
+    let test = "a_guest_streaming_without_end_stops_the_build_at_its_limit";
+    if testkit::require(test, testkit::kvm()).is_none()
+        || testkit::require(test, testkit::workspace_image("minimal")).is_none()
+        || testkit::require(test, testkit::host_tool("mkfs.ext4")).is_none()
+    {
+        return;
+    }
+    // The VMM binary `cargo test --workspace` builds beside the test's
+    // deps directory.
+    let exe = std::env::current_exe().unwrap();
+    let vmm = exe.parent().unwrap().with_file_name("microagent-vmm");
+    if !vmm.exists() {
+        testkit::skip(
+            test,
+            &format!(
+                "{} is not built (cargo build -p microagent-vmm)",
+                vmm.display()
+            ),
+        );
+        return;
+    }
+    let root = std::env::temp_dir().join(format!("ma-endless-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    // The minimal image's own files archive to about 4.3 MiB. Zeros of a
+    // sparse file cost the guest's kernel time to read (emulated here,
+    // about 140 KiB/s): 5 MiB keeps the stream short.
+    let limits = Limits {
+        max_image_bytes: 5 << 20,
+        ..TIGHT
+    };
+    let mut builder = Workspaces::builder()
+        .state_dir(root.join("state"))
+        .vmm_program(&vmm)
+        .limits(limits);
+    if let Some(warm) = testkit::shared_warm_dir() {
+        builder = builder.warm_dir(warm);
+    }
+    let ws = builder.build().unwrap();
+    let req = workspace::images::build::ImageBuildRequest {
+        name: "endless".into(),
+        from: Some(workspace::images::build::BuildBase::Image("minimal".into())),
+        run: vec!["truncate -s 1099511627776 /endless".into()],
+        ..Default::default()
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let progress: workspace::host::plan::ProgressFn = std::sync::Arc::new(|_: &str| {});
+    let preview = runtime
+        .block_on(ws.image_build(&req, None, progress.clone()))
+        .unwrap();
+    let token = preview.preview.token.clone().expect("a token");
+    let built = runtime.block_on(ws.image_build(&req, Some(&token), progress));
+    let images: Vec<String> = ws
+        .images()
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    let workspaces = ws.list(&workspace::ListFilter::default()).unwrap();
+    let left: Vec<String> = std::fs::read_dir(root.join("state/images"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') && n != ".blobs")
+        .collect();
+    let _ = std::fs::remove_dir_all(&root);
+    let err = match built {
+        Ok(b) => panic!("the endless image was built: {:?}", b.image),
+        Err(e) => e,
+    };
+    let message = err.full_message();
+    assert_eq!(err.code(), ErrorCode::InvalidInput, "{message}");
+    assert!(
+        message.contains("over the limit of 5242880 bytes saved from the guest"),
+        "{message}"
+    );
+    assert!(!images.contains(&"endless".to_owned()), "{images:?}");
+    assert!(workspaces.is_empty(), "{workspaces:?}");
+    assert!(left.is_empty(), "scratch left: {left:?}");
+}

@@ -105,6 +105,11 @@ pub fn tar_out(conn: &mut Conn, path: &str, one_file_system: bool) -> Result<(),
     {
         let mut builder = tar::Builder::new(&mut out);
         builder.follow_symlinks(false);
+        // Whole contents, holes as zeros: the host counts every byte it
+        // takes against its limits, and its unpackers write plain files.
+        // (GNU sparse entries would let a tebibyte file pass as a few
+        // bytes, and were dropped by the image conversion.)
+        builder.sparse(false);
         let device = one_file_system.then(|| std::os::unix::fs::MetadataExt::dev(&meta));
         append_tree(&mut builder, &root, device).map_err(build_err)?;
         builder.finish().map_err(build_err)?;

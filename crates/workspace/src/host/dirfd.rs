@@ -212,6 +212,13 @@ pub(crate) fn fchmod(file: &File, mode: u32) -> io::Result<()> {
     check(unsafe { libc::fchmod(file.as_raw_fd(), mode) }).map(drop)
 }
 
+/// syncfs(2): flushes the filesystem `fd` is on and reports a write that
+/// failed there since `fd` was opened (EIO, ENOSPC at writeback).
+pub(crate) fn sync_fs(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: syncfs on a live descriptor; no memory is passed.
+    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+}
+
 /// This process's umask, read without changing it (umask(2) would, for
 /// every thread); 022 when /proc cannot tell.
 pub fn umask() -> u32 {

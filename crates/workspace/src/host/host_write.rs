@@ -22,7 +22,7 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::host::dirfd::{
     clean_parts, cstr, dup, fchmod, is_regular_file, linkat, make_dir, open_dir_at, openat2,
-    random_hex, replace_with, symlinkat, umask, write_file,
+    random_hex, replace_with, symlinkat, sync_fs, umask, write_file,
 };
 
 /// Most bytes one `copy_out` takes from a guest (file or archive).
@@ -378,14 +378,8 @@ pub fn unpack(
         }
     }
     check_links(&root, &links)?;
-    // Flushes the destination's filesystem and reports a write that failed
-    // there since `root` was opened (EIO, ENOSPC at writeback).
-    // SAFETY: syncfs takes an fd we hold open; no memory is passed.
-    if unsafe { libc::syncfs(root.as_raw_fd()) } != 0 {
-        return Err(io_err(format!("writing into {}", dest.display()))(
-            io::Error::last_os_error(),
-        ));
-    }
+    // On disk before the copy counts (a failing disk says so here).
+    sync_fs(&root).map_err(io_err(format!("writing into {}", dest.display())))?;
     unpacked.entries = count - unpacked.left_out_entries;
     Ok(unpacked)
 }

@@ -78,7 +78,9 @@ fn sweep_stale_pending(root: &Path) {
 
 impl Workspaces {
     fn warm_root(&self) -> PathBuf {
-        crate::host::settings::warm_dir_override()
+        self.warm_dir
+            .clone()
+            .or_else(crate::host::settings::warm_dir_override)
             .unwrap_or_else(|| self.state_dir().root().join(WARM_DIR))
     }
 

@@ -18,6 +18,7 @@ pub struct WorkspacesBuilder {
     assets: Option<Option<PathBuf>>,
     vmm_program: Option<PathBuf>,
     limits: Option<Limits>,
+    warm_dir: Option<PathBuf>,
 }
 
 impl WorkspacesBuilder {
@@ -53,6 +54,15 @@ impl WorkspacesBuilder {
         self
     }
 
+    /// Keeps warm snapshots in `dir` (private to this user) instead of the
+    /// state directory's `warm/`, so several state directories share them
+    /// (a snapshot is used only with the very image files it was taken
+    /// with). Default: `$MICROAGENT_WARM_DIR`, else `warm/`.
+    pub fn warm_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.warm_dir = Some(dir.into());
+        self
+    }
+
     /// Opens the state directory.
     pub fn build(self) -> Result<Workspaces> {
         let limits = self.limits.unwrap_or(LIMITS);
@@ -71,7 +81,9 @@ impl WorkspacesBuilder {
                 .map_err(Error::host_io("finding this program's executable"))?,
         };
         let assets = self.assets.unwrap_or_else(asset_dir);
-        Ok(Workspaces::new(state, assets, program).with_limits(limits))
+        let mut ws = Workspaces::new(state, assets, program).with_limits(limits);
+        ws.warm_dir = self.warm_dir;
+        Ok(ws)
     }
 }
 

@@ -92,6 +92,9 @@ pub struct Workspaces {
     pub(crate) vmm_binary: PathBuf,
     /// What `create` and `set_ttl` accept.
     pub(crate) limits: Limits,
+    /// Where warm snapshots are kept, when not `$MICROAGENT_WARM_DIR` or
+    /// the state directory's `warm/`.
+    pub(crate) warm_dir: Option<PathBuf>,
 }
 
 /// The kernel variant built images are imported with: the one built, or
@@ -121,6 +124,7 @@ impl Workspaces {
             assets,
             vmm_binary,
             limits: LIMITS,
+            warm_dir: None,
         }
     }
 

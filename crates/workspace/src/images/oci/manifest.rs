@@ -16,7 +16,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 use sha2::{Digest, Sha256};
 
-use super::pull::{PullError, RegistryError};
+use super::registry_error::{PullError, RegistryError};
 use super::OciError;
 
 /// The manifest types asked for (OCI and Docker, images and indexes).

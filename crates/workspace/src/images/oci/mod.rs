@@ -15,6 +15,8 @@ pub(crate) mod manifest;
 pub mod owners;
 #[cfg(feature = "client")]
 pub mod pull;
+#[cfg(feature = "client")]
+pub(crate) mod registry_error;
 pub mod rootfs;
 pub(crate) mod tree;
 pub mod unpack;

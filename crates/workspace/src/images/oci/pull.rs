@@ -14,7 +14,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use oci_client::client::{linux_amd64_resolver, ClientConfig, ClientProtocol};
-use oci_client::errors::OciDistributionError;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use tokio::io::AsyncWrite;
@@ -22,6 +21,7 @@ use tokio::io::AsyncWrite;
 use super::config::ImageConfig;
 use super::layout::Resolved;
 use super::manifest::ManifestSource;
+pub use super::registry_error::{PullError, RegistryError};
 use super::rootfs::ConversionStep;
 use super::OciError;
 
@@ -62,46 +62,6 @@ pub enum PullEvent {
     },
     /// Conversion into a workspace image.
     Convert(ConversionStep),
-}
-
-/// Why the registry could not give the image.
-#[derive(Debug, thiserror::Error)]
-#[error("pulling `{reference}` from its registry failed")]
-pub struct RegistryError {
-    /// The reference.
-    pub reference: String,
-    /// What the client said.
-    #[source]
-    pub source: OciDistributionError,
-}
-
-impl RegistryError {
-    /// The stable code: a missing image or tag is NOT_FOUND, refused
-    /// credentials FORBIDDEN, a digest mismatch INVALID_INPUT, the rest
-    /// (unreachable, server errors) INTERNAL.
-    pub fn code(&self) -> crate::code::ErrorCode {
-        use crate::code::ErrorCode;
-        match &self.source {
-            OciDistributionError::ImageManifestNotFoundError(_) => ErrorCode::NotFound,
-            OciDistributionError::AuthenticationFailure(_)
-            | OciDistributionError::UnauthorizedError { .. } => ErrorCode::Forbidden,
-            OciDistributionError::DigestError(_)
-            | OciDistributionError::UnsupportedMediaTypeError(_)
-            | OciDistributionError::UnsupportedSchemaVersionError(_) => ErrorCode::InvalidInput,
-            OciDistributionError::RegistryError { envelope, .. }
-                if envelope.errors.iter().any(|e| {
-                    matches!(
-                        e.code,
-                        oci_client::errors::OciErrorCode::ManifestUnknown
-                            | oci_client::errors::OciErrorCode::NameUnknown
-                    )
-                }) =>
-            {
-                ErrorCode::NotFound
-            }
-            _ => ErrorCode::Internal,
-        }
-    }
 }
 
 /// Numbers partial downloads apart.
@@ -229,17 +189,6 @@ fn sweep_partials(blobs: &Path) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-}
-
-/// Why the registry side of a pull failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PullError {
-    /// The reference, the image or a layer cannot be used.
-    #[error(transparent)]
-    Oci(#[from] OciError),
-    /// The registry refused or could not be reached.
-    #[error(transparent)]
-    Registry(#[from] RegistryError),
 }
 
 /// An image's manifest and config, read from its registry, with the client

@@ -292,6 +292,12 @@ impl Applier<'_> {
                 libc::makedev(major, minor),
             )
             .map_err(io_at("creating"))?;
+        } else if kind == tar::EntryType::GNUSparse {
+            // Its holes would not count against the image's byte limit,
+            // and dropping it would lose a file: refused, saying so.
+            return Err(OciError::Unsupported(format!(
+                "layer entry {shown} is a GNU sparse file, which image layers do not use"
+            )));
         } else {
             // PAX/GNU metadata entries are consumed by the tar reader; other
             // kinds (sockets) have no place in an image.
@@ -552,6 +558,30 @@ mod tests {
         assert!(!t.join("var/cache/a").exists() && !t.join("var/cache/b").exists());
         assert!(!t.join("var/cache/.wh..wh..opq").exists());
         assert!(!t.join("var/lib/dir").exists());
+    }
+
+    /// A GNU sparse entry (a tebibyte that takes a few bytes) is refused
+    /// with its name, not dropped and not expanded past the byte limit.
+    #[test]
+    fn sparse_entries_are_refused_by_name() {
+        let t = tree("sparse");
+        let mut layer = Layer::new();
+        let mut h = Layer::header(tar::EntryType::GNUSparse, 0o644);
+        h.set_path("huge").unwrap();
+        if let Some(gnu) = h.as_gnu_mut() {
+            gnu.set_real_size(1 << 40);
+            // One empty chunk at the end: all hole.
+            gnu.sparse[0].set_offset(1 << 40);
+            gnu.sparse[0].set_length(0);
+        }
+        h.set_cksum();
+        layer.0.append(&h, &[][..]).unwrap();
+        let err = apply(&t, layer).unwrap_err();
+        assert!(
+            err.to_string().contains("huge is a GNU sparse file"),
+            "{err}"
+        );
+        assert!(!t.join("huge").exists());
     }
 
     #[test]

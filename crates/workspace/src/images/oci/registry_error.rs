@@ -1,0 +1,59 @@
+//! Why a registry did not give an image: what the registry client said,
+//! with the reference, and the stable code each cause maps to; and the
+//! errors of a pull's registry side, which the manifest fetch and the
+//! layer downloads share.
+
+use oci_client::errors::OciDistributionError;
+
+use super::OciError;
+
+/// Why the registry could not give the image.
+#[derive(Debug, thiserror::Error)]
+#[error("pulling `{reference}` from its registry failed")]
+pub struct RegistryError {
+    /// The reference.
+    pub reference: String,
+    /// What the client said.
+    #[source]
+    pub source: OciDistributionError,
+}
+
+impl RegistryError {
+    /// The stable code: a missing image or tag is NOT_FOUND, refused
+    /// credentials FORBIDDEN, a digest mismatch INVALID_INPUT, the rest
+    /// (unreachable, server errors) INTERNAL.
+    pub fn code(&self) -> crate::code::ErrorCode {
+        use crate::code::ErrorCode;
+        match &self.source {
+            OciDistributionError::ImageManifestNotFoundError(_) => ErrorCode::NotFound,
+            OciDistributionError::AuthenticationFailure(_)
+            | OciDistributionError::UnauthorizedError { .. } => ErrorCode::Forbidden,
+            OciDistributionError::DigestError(_)
+            | OciDistributionError::UnsupportedMediaTypeError(_)
+            | OciDistributionError::UnsupportedSchemaVersionError(_) => ErrorCode::InvalidInput,
+            OciDistributionError::RegistryError { envelope, .. }
+                if envelope.errors.iter().any(|e| {
+                    matches!(
+                        e.code,
+                        oci_client::errors::OciErrorCode::ManifestUnknown
+                            | oci_client::errors::OciErrorCode::NameUnknown
+                    )
+                }) =>
+            {
+                ErrorCode::NotFound
+            }
+            _ => ErrorCode::Internal,
+        }
+    }
+}
+
+/// Why the registry side of a pull failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// The reference, the image or a layer cannot be used.
+    #[error(transparent)]
+    Oci(#[from] OciError),
+    /// The registry refused or could not be reached.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
