@@ -32,6 +32,97 @@ pub fn snapshot_state(rng: &mut XorShift) {
     testkit::fuzz::snapshot_state(&data);
 }
 
+/// A frame for the egress filter, as `vmm_core`'s `egress_frames` takes
+/// it (a length byte, then the frame): a TCP SYN, a DNS question to the
+/// resolver, a DNS answer from it (CNAMEs, compression pointers), or
+/// junk; then a few bytes changed.
+pub fn frames(rng: &mut XorShift) -> Vec<u8> {
+    const NAMES: [&[u8]; 4] = [b"allowed.test", b"a.allowed.test", b"denied.test", b""];
+    const ADDRS: [[u8; 4]; 5] = [
+        [10, 0, 2, 2],
+        [10, 0, 2, 3],
+        [169, 254, 169, 254],
+        [192, 0, 2, 7],
+        [10, 0, 2, 15],
+    ];
+    let name = |rng: &mut XorShift, out: &mut Vec<u8>| {
+        for label in NAMES[(rng.next() as usize) % NAMES.len()].split(|&b| b == b'.') {
+            out.push(label.len() as u8);
+            out.extend_from_slice(label);
+        }
+        out.push(0);
+    };
+    let kind = rng.next() % 4;
+    let (src, dst) = match kind {
+        2 => ([10, 0, 2, 3], [10, 0, 2, 15]),
+        1 => ([10, 0, 2, 15], [10, 0, 2, 3]),
+        _ => ([10, 0, 2, 15], ADDRS[(rng.next() as usize) % ADDRS.len()]),
+    };
+    let (protocol, l4) = match kind {
+        0 => {
+            let mut t = vec![0u8; 20];
+            t[2..4].copy_from_slice(&((rng.next() % 9000) as u16).to_be_bytes());
+            t[12] = 0x50;
+            t[13] = (rng.next() % 0x20) as u8;
+            (6u8, t)
+        }
+        1 | 2 => {
+            let mut dns = vec![0x12, 0x34, if kind == 2 { 0x81 } else { 1 }, 0x80, 0, 1, 0];
+            dns.extend_from_slice(&[(rng.next() % 5) as u8, 0, 0, 0, 0]);
+            name(rng, &mut dns);
+            dns.extend_from_slice(&[0, 1, 0, 1]);
+            for _ in 0..dns[7] {
+                // The question's name by pointer, or a pointer anywhere.
+                let pointer = if rng.next().is_multiple_of(4) {
+                    rng.next() as u8
+                } else {
+                    12
+                };
+                dns.extend_from_slice(&[0xc0, pointer]);
+                let cname = rng.next().is_multiple_of(3);
+                dns.extend_from_slice(&[0, if cname { 5 } else { 1 }, 0, 1, 0, 0, 0, 60]);
+                if cname {
+                    let mut target = Vec::new();
+                    name(rng, &mut target);
+                    dns.extend_from_slice(&(target.len() as u16).to_be_bytes());
+                    dns.extend_from_slice(&target);
+                } else {
+                    dns.extend_from_slice(&[0, 4]);
+                    dns.extend_from_slice(&ADDRS[(rng.next() as usize) % ADDRS.len()]);
+                }
+            }
+            let (sport, dport) = if kind == 2 {
+                (53u16, 5353u16)
+            } else {
+                (5353, 53)
+            };
+            let mut u = Vec::new();
+            u.extend_from_slice(&sport.to_be_bytes());
+            u.extend_from_slice(&dport.to_be_bytes());
+            u.extend_from_slice(&((8 + dns.len()) as u16).to_be_bytes());
+            u.extend_from_slice(&[0, 0]);
+            u.extend_from_slice(&dns);
+            (17u8, u)
+        }
+        _ => ((rng.next() % 256) as u8, bytes(rng, 64)),
+    };
+    let mut frame = vec![0u8; 12];
+    frame.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 0, 0, 0, 0, 0, 64, protocol, 0, 0]);
+    let total = (20 + l4.len()) as u16;
+    frame[16..18].copy_from_slice(&total.to_be_bytes());
+    frame.extend_from_slice(&src);
+    frame.extend_from_slice(&dst);
+    frame.extend_from_slice(&l4);
+    for _ in 0..(rng.next() % 4) {
+        let at = (rng.next() as usize) % frame.len();
+        frame[at] = rng.next() as u8;
+    }
+    frame.truncate(255);
+    let mut out = vec![frame.len() as u8];
+    out.extend_from_slice(&frame);
+    out
+}
+
 /// JSON-ish text: braces, quotes, the protocol's words, digits.
 fn json_ish(rng: &mut XorShift, max: usize) -> Vec<u8> {
     const PIECES: [&str; 20] = [

@@ -153,10 +153,17 @@ impl FailingDisk {
         &self.at
     }
 
-    /// While on, every read and write of the device fails with EIO.
+    /// While on, every read and write of the device fails with EIO. What
+    /// was written before it is turned on is flushed to the device first.
     pub fn fail(&mut self, on: bool) {
         let trigger = self.parts.join("trigger");
         if on {
+            let synced = Command::new("sync").arg("-f").arg(&self.at).status();
+            assert!(
+                synced.is_ok_and(|s| s.success()),
+                "sync -f {}",
+                self.at.display()
+            );
             std::fs::write(&trigger, "").unwrap();
         } else {
             let _ = std::fs::remove_file(&trigger);

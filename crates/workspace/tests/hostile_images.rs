@@ -398,14 +398,7 @@ fn a_conversion_onto_a_failing_disk_leaves_nothing() {
     a_failed_conversion_leaves_nothing(
         test,
         |at| FailingDisk::mount(test, at),
-        |disk| {
-            let synced = std::process::Command::new("sync")
-                .arg("-f")
-                .arg(disk.path())
-                .status();
-            assert!(synced.is_ok_and(|s| s.success()));
-            disk.fail(true);
-        },
+        |disk| disk.fail(true),
         4 << 20,
         // ext4 turns read-only once its journal cannot be written.
         &["Input/output error", "Read-only file system"],

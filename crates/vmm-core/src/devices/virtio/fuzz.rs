@@ -1,6 +1,7 @@
 //! Entry points for fuzzing device queue processing: arbitrary bytes become
 //! guest memory holding a queue's descriptor table, rings and buffers, and
-//! the device processes it. The `fuzz/` cargo-fuzz targets and
+//! the device processes it; and the network's egress filter on arbitrary
+//! frames. The `fuzz/` cargo-fuzz targets and
 //! `cargo xtask fuzz` call these; a panic, hang or runaway allocation here is
 //! a bug. Not for production use.
 
@@ -120,6 +121,46 @@ pub fn net_queue(data: &[u8]) {
     let _ = peer.write_all(&framed);
     dev.process_tx();
     dev.process_rx();
+}
+
+/// Arbitrary bytes as frames through the egress filter, both ways, under
+/// an allowlist with one name and one host port: each cut of the input
+/// (its first byte says where) is a frame the guest sends and one it
+/// gets. Parsing, answers and learning must never panic, and the record
+/// of refusals stays bounded.
+pub fn egress_frames(data: &[u8]) {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Instant;
+
+    use super::net::egress::rules::{FilterMode, FilterPolicy, NamePattern, NetRule, Prefix};
+    use super::net::egress::{EgressFilter, DENIALS_KEPT};
+    let policy = FilterPolicy {
+        mode: FilterMode::Allowlist,
+        nets: vec![NetRule {
+            prefix: Prefix {
+                addr: IpAddr::V4(Ipv4Addr::new(10, 0, 2, 2)),
+                len: 32,
+            },
+            port: Some(8000),
+        }],
+        names: vec![NamePattern {
+            name: "allowed.test".into(),
+            subdomains: true,
+        }],
+        guarded: Vec::new(),
+        resolver: Ipv4Addr::new(10, 0, 2, 3),
+    };
+    let mut filter = EgressFilter::new(policy);
+    let now = Instant::now();
+    let Some((&cut, rest)) = data.split_first() else {
+        return;
+    };
+    let cut = usize::from(cut).max(14);
+    for frame in rest.chunks(cut) {
+        let _ = filter.outbound(frame, now);
+        filter.inbound(frame, now);
+    }
+    assert!(filter.denials().1.len() <= DENIALS_KEPT);
 }
 
 #[cfg(test)]

@@ -31,6 +31,11 @@ pub trait NetBackend: Send {
     /// Receives the next frame into `buf` (at least [`MAX_FRAME`] bytes);
     /// `Ok(None)` when none is ready. An error means the backend is gone.
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+    /// Whether [`NetBackend::recv`] has a frame ready that no fd event
+    /// will announce (one a filter made in answer to a sent frame).
+    fn has_queued(&self) -> bool {
+        false
+    }
 }
 
 /// `passt` (or any peer of its protocol) over a connected stream socket:

@@ -11,6 +11,7 @@
 //! buffers. No offload is offered, so every header is all zero.
 
 pub mod backend;
+pub mod egress;
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -401,6 +402,10 @@ impl MutEventSubscriber for NetDevice {
         let fd = events.fd();
         if fd == self.queue_evts[TX].as_raw_fd() {
             self.process_tx();
+            // A filter's answer to what was sent (a reset) waits for no fd.
+            if self.backend.has_queued() {
+                self.process_rx();
+            }
         } else if fd == self.queue_evts[RX].as_raw_fd() {
             self.process_rx();
         } else if fd == self.backend.fd() {
