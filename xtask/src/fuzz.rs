@@ -10,7 +10,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use vmm_core::devices::virtio::fuzz::{blk_queue, egress_frames, net_queue, vsock_queue};
+use vmm_core::devices::virtio::fuzz::{
+    blk_queue, egress_frames, mmio_registers, net_queue, vsock_queue,
+};
 
 use crate::fuzz_inputs::XorShift;
 
@@ -54,11 +56,12 @@ fn input(rng: &mut XorShift) -> Vec<u8> {
 const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [--guided TARGET]";
 
 /// The cargo-fuzz targets in fuzz/ (coverage-guided, nightly).
-pub const GUIDED_TARGETS: [&str; 9] = [
+pub const GUIDED_TARGETS: [&str; 10] = [
     "blk_chain",
     "net_chain",
     "vsock_chain",
     "egress_frames",
+    "mmio_registers",
     "snapshot_state",
     "agent_frames",
     "control_line",
@@ -88,7 +91,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         .as_nanos() as u64
         | 1;
     println!(
-        "fuzzing virtio queues, egress frames, snapshot state, agent frames, control lines and archive unpacking for {seconds} s (seed {seed:#x})"
+        "fuzzing virtio queues, virtio-mmio registers, egress frames, snapshot state, agent frames, control lines and archive unpacking for {seconds} s (seed {seed:#x})"
     );
     let mut rng = XorShift(seed);
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -100,6 +103,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         vsock_queue(&data);
         net_queue(&data);
         egress_frames(&crate::fuzz_inputs::frames(&mut rng));
+        mmio_registers(&crate::fuzz_inputs::mmio_accesses(&mut rng));
         crate::fuzz_inputs::snapshot_state(&mut rng);
         crate::fuzz_inputs::agent_frames(&mut rng);
         crate::fuzz_inputs::control_line(&mut rng);

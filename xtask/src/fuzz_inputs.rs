@@ -123,6 +123,39 @@ pub fn frames(rng: &mut XorShift) -> Vec<u8> {
     out
 }
 
+/// Register accesses for `vmm_core`'s `mmio_registers`: mostly aligned
+/// 4-byte accesses to the real registers (the driver's handshake values
+/// among the written ones), sometimes anything.
+pub fn mmio_accesses(rng: &mut XorShift) -> Vec<u8> {
+    // MagicValue .. QueueDeviceHigh, InterruptACK, Status, ConfigGeneration.
+    const REGS: [u16; 22] = [
+        0x000, 0x004, 0x008, 0x00c, 0x010, 0x014, 0x020, 0x024, 0x030, 0x034, 0x038, 0x044, 0x050,
+        0x064, 0x070, 0x080, 0x084, 0x090, 0x094, 0x0a0, 0x0a4, 0x0fc,
+    ];
+    const VALUES: [u64; 8] = [0, 1, 2, 3, 4, 8, 15, 0x8000_0000];
+    let mut out = Vec::new();
+    for _ in 0..(rng.next() % 64) {
+        let anything = rng.next().is_multiple_of(8);
+        let write = rng.next() % 2;
+        let width: u8 = if anything { (rng.next() % 4) as u8 } else { 2 };
+        let offset = if anything {
+            (rng.next() % 0x200) as u16
+        } else {
+            REGS[(rng.next() as usize) % REGS.len()]
+        };
+        let value = if rng.next().is_multiple_of(3) {
+            rng.next()
+        } else {
+            VALUES[(rng.next() as usize) % VALUES.len()]
+        };
+        out.push(write as u8 | (width << 1));
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.push(0);
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    out
+}
+
 /// JSON-ish text: braces, quotes, the protocol's words, digits.
 fn json_ish(rng: &mut XorShift, max: usize) -> Vec<u8> {
     const PIECES: [&str; 20] = [
