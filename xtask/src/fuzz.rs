@@ -56,7 +56,7 @@ fn input(rng: &mut XorShift) -> Vec<u8> {
 const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [--guided TARGET]";
 
 /// The cargo-fuzz targets in fuzz/ (coverage-guided, nightly).
-pub const GUIDED_TARGETS: [&str; 10] = [
+pub const GUIDED_TARGETS: [&str; 11] = [
     "blk_chain",
     "net_chain",
     "vsock_chain",
@@ -67,6 +67,7 @@ pub const GUIDED_TARGETS: [&str; 10] = [
     "control_line",
     "host_write_unpack",
     "oci_apply_layer",
+    "oci_config",
 ];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
@@ -111,6 +112,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         if runs.is_multiple_of(8) {
             crate::fuzz_inputs::host_write_unpack(&mut rng);
             crate::fuzz_inputs::oci_apply_layer(&mut rng);
+            crate::fuzz_inputs::oci_config(&mut rng);
         }
         runs += 1;
     }

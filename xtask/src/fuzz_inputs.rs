@@ -285,6 +285,35 @@ fn hostile_tar(rng: &mut XorShift) -> Vec<u8> {
     out
 }
 
+/// An image config with hostile run settings (users by name and number,
+/// working directories above the root), a few bytes changed sometimes.
+pub fn oci_config(rng: &mut XorShift) {
+    const USERS: [&str; 9] = [
+        "root",
+        "user",
+        "1000",
+        "1000:1000",
+        "nobody",
+        "0:0",
+        "user:user",
+        "../x",
+        "4294967296",
+    ];
+    const DIRS: [&str; 6] = ["/", "/app", "/../../x", "relative", "/a/../../b", ""];
+    let pick = |rng: &mut XorShift, from: &[&'static str]| from[(rng.next() as usize) % from.len()];
+    let config = format!(
+        r#"{{"os":"linux","architecture":"amd64","config":{{"User":"{}","WorkingDir":"{}","Env":["A=1","=x","B"],"Cmd":["sh"]}},"rootfs":{{"type":"layers","diff_ids":[]}}}}"#,
+        pick(rng, &USERS),
+        pick(rng, &DIRS)
+    );
+    let mut data = config.into_bytes();
+    if rng.next().is_multiple_of(4) {
+        let at = (rng.next() as usize) % data.len();
+        data[at] = rng.next() as u8;
+    }
+    testkit::fuzz::oci_config(&data);
+}
+
 /// `copy_out`'s unpacker on a hostile archive, git metadata asked for
 /// one time in two.
 pub fn host_write_unpack(rng: &mut XorShift) {
@@ -311,6 +340,9 @@ mod tests {
             control_line(&mut rng);
             host_write_unpack(&mut rng);
             oci_apply_layer(&mut rng);
+            oci_config(&mut rng);
+            let _ = frames(&mut rng);
+            let _ = mmio_accesses(&mut rng);
         }
     }
 }

@@ -72,6 +72,29 @@ pub fn oci_apply_layer(archive: &[u8]) {
     s.check(archive);
 }
 
+/// An image config, the conversion's input besides the layers: parsed,
+/// then its run settings (user, working directory, environment) resolved
+/// against a small tree with a passwd and group, which nothing may leave.
+pub fn oci_config(data: &[u8]) {
+    use workspace::images::oci::config::ImageConfig;
+    use workspace::images::oci::ImageDefaults;
+    let Ok(config) = ImageConfig::parse(data) else {
+        return;
+    };
+    let s = Scratch::new("config");
+    let etc = s.dest().join("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::write(
+        etc.join("passwd"),
+        "root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(etc.join("group"), "root:x:0:\nuser:x:1000:\n").unwrap();
+    let run = config.config.clone().unwrap_or_default();
+    let _ = ImageDefaults::from_config(&run, &s.dest());
+    s.check(data);
+}
+
 /// A scratch directory with `dest/` and `outside/victim`.
 struct Scratch {
     dir: PathBuf,
@@ -152,6 +175,7 @@ mod tests {
             control_line(data);
             host_write_unpack(data);
             oci_apply_layer(data);
+            oci_config(data);
         }
     }
 }
