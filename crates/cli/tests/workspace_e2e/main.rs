@@ -412,7 +412,18 @@ fn terminal_sessions(cli: &CliHome) {
     // mode; seconds on a busy host) it would be a plain byte.
     term.type_text("echo started-$((1+2)); sleep 100 && echo after-$((1+1))\n");
     term.wait_for("started-3", Duration::from_secs(60));
-    std::thread::sleep(Duration::from_secs(1));
+    // Ctrl-C once `sleep` runs: sent while the shell still forks it, the
+    // shell holds the signal until its child ends (100 s later). Starting a
+    // guest process takes seconds on a busy emulating host.
+    assert!(
+        testkit::wait_until(Duration::from_secs(60), || {
+            cli.run(&["exec", "dev", "--", "pgrep", "-x", "sleep"])
+                .status
+                == 0
+        }),
+        "sleep never ran: {}",
+        term.screen()
+    );
     term.type_text("\x03");
     term.type_text("echo alive-$((2+3))\n");
     term.wait_for("alive-5", Duration::from_secs(60));
