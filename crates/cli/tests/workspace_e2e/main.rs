@@ -417,8 +417,15 @@ fn terminal_sessions(cli: &CliHome) {
     // guest process takes seconds on a busy emulating host.
     assert!(
         testkit::wait_until(Duration::from_secs(60), || {
-            cli.run(&["exec", "dev", "--", "pgrep", "-x", "sleep"])
-                .status
+            cli.run(&[
+                "exec",
+                "dev",
+                "--",
+                "sh",
+                "-c",
+                "ps | grep -q '[s]leep 100'",
+            ])
+            .status
                 == 0
         }),
         "sleep never ran: {}",
