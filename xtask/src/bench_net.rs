@@ -205,6 +205,8 @@ fn measure_workspace(bin: &Path, home: &Path, netbench: &Path) -> anyhow::Result
     let free =
         || -> anyhow::Result<u16> { Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
     let (sink_port, echo_port) = (free()?, free()?);
+    // The guest reaches the host's loopback only on ports a rule opens.
+    let (host_sink_port, host_echo_port) = (host_sink(false)?, host_echo()?);
     r.ok(&[
         "create",
         "bench",
@@ -212,13 +214,17 @@ fn measure_workspace(bin: &Path, home: &Path, netbench: &Path) -> anyhow::Result
         &format!("{sink_port}:{GUEST_SINK_PORT}"),
         "--publish",
         &format!("{echo_port}:{GUEST_ECHO_PORT}"),
+        "--allow",
+        &format!("host:{host_sink_port}"),
+        "--allow",
+        &format!("host:{host_echo_port}"),
         "--json",
     ])?;
     r.ok(&["start", "bench", "--cold", "--json"])?;
     r.copy_netbench(netbench)?;
 
     // Guest to host through the user network, timed in the guest.
-    let user = r.guest_to_host(HOST_FROM_GUEST, host_sink(false)?, host_echo()?)?;
+    let user = r.guest_to_host(HOST_FROM_GUEST, host_sink_port, host_echo_port)?;
 
     // Host to guest through the published ports, timed on the host: busybox
     // nc as the guest's sink and echo server (one connection each).

@@ -18,12 +18,23 @@ pub enum BackendArg {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum EgressArg {
-    /// Anything the host reaches.
+    /// Anything the host reaches (on `user`: but the host's loopback,
+    /// link-local and private addresses, unless --allow opens them).
     All,
-    /// Nothing but the network's resolver.
+    /// Nothing.
     None,
-    /// Only the --allow domains and CIDRs.
+    /// Only what the --allow rules name.
     Allowlist,
+}
+
+impl EgressArg {
+    pub fn egress(self) -> Egress {
+        match self {
+            EgressArg::All => Egress::All,
+            EgressArg::None => Egress::None,
+            EgressArg::Allowlist => Egress::Allowlist,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,6 +57,24 @@ pub enum NetworkCommand {
         /// allowlist lets guests reach (repeatable).
         #[arg(long = "allow", value_name = "DOMAIN|CIDR", value_parser = parse_allow)]
         allow: Vec<AllowEntry>,
+    },
+    /// Show a workspace's egress policy and what it refused; with
+    /// --egress or --allow, change it (at once for new connections when it
+    /// runs, and for every start).
+    Policy {
+        /// Workspace name.
+        workspace: String,
+        /// Its mode: all, none or allowlist (default: the network's).
+        #[arg(long, value_enum)]
+        egress: Option<EgressArg>,
+        /// Its rules, replacing the ones it had (repeatable): a domain
+        /// (pypi.org, *.pythonhosted.org), an address or CIDR with or
+        /// without :PORT, or host:PORT.
+        #[arg(long = "allow", value_name = "RULE", value_parser = parse_allow)]
+        allow: Vec<AllowEntry>,
+        /// Remove its own rules (the network's stay).
+        #[arg(long, conflicts_with = "allow")]
+        no_allow: bool,
     },
     /// List networks and the workspaces on each.
     #[command(alias = "list")]
@@ -80,7 +109,7 @@ fn parse_subnet(s: &str) -> Result<Subnet, String> {
     s.parse()
 }
 
-fn parse_allow(s: &str) -> Result<AllowEntry, String> {
+pub fn parse_allow(s: &str) -> Result<AllowEntry, String> {
     s.parse()
 }
 
@@ -134,6 +163,71 @@ fn print_one(n: &NetworkInfo, json: bool) {
     );
 }
 
+/// `network policy WS [...]`: changes what was asked, then shows the
+/// policy in force and the refusals.
+fn policy(
+    ws: &Workspaces,
+    name: &str,
+    egress: Option<EgressArg>,
+    allow: &[AllowEntry],
+    no_allow: bool,
+    json: bool,
+) -> Result<(), Error> {
+    let handle = ws.workspace(name)?;
+    if egress.is_some() || !allow.is_empty() || no_allow {
+        let meta = handle.get()?;
+        let mode = egress.map(EgressArg::egress).or(meta.spec.egress);
+        let rules = if allow.is_empty() && !no_allow {
+            meta.spec.allow.clone()
+        } else {
+            allow.to_vec()
+        };
+        handle.set_egress(mode, rules)?;
+    }
+    let info = handle.inspect()?;
+    let denials = handle.egress_denials()?;
+    let network = info.network.as_ref();
+    if json {
+        return Ok(output::json(&serde_json::json!({
+            "workspace": name,
+            "egress": network.map(|n| n.egress),
+            "allow": network.map(|n| &n.allow),
+            "denied": denials.as_ref().map(|d| d.denied),
+            "denials": denials.as_ref().map(|d| &d.denials),
+        })));
+    }
+    let Some(network) = network else {
+        println!("{name}: no network (egress: nothing)");
+        return Ok(());
+    };
+    println!("workspace: {name} (network {})", network.name);
+    println!("egress:    {}", network.egress);
+    let rules: Vec<String> = network.allow.iter().map(ToString::to_string).collect();
+    println!(
+        "allow:     {}",
+        if rules.is_empty() {
+            "-".into()
+        } else {
+            rules.join(", ")
+        }
+    );
+    match denials {
+        Some(d) => {
+            println!("refused:   {} since it started", d.denied);
+            for r in &d.denials {
+                let port = r.port.map_or(String::new(), |p| format!(":{p}"));
+                let what = r
+                    .name
+                    .as_deref()
+                    .map_or(String::new(), |n| format!(" ({n})"));
+                println!("  {} {}{port}{what}: {}", r.protocol, r.dst, r.reason);
+            }
+        }
+        None => println!("refused:   (shown while it runs on the user network)"),
+    }
+    Ok(())
+}
+
 fn print_change(change: &HostChange, command: &str, json: bool) {
     if json {
         return output::json(change);
@@ -160,11 +254,7 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode
                     BackendArg::Tap => Backend::Tap,
                 },
                 subnet: *subnet,
-                egress: match egress {
-                    EgressArg::All => Egress::All,
-                    EgressArg::None => Egress::None,
-                    EgressArg::Allowlist => Egress::Allowlist,
-                },
+                egress: egress.egress(),
                 allow: allow.clone(),
             };
             let info = ws.create_network(name, &req)?;
@@ -175,6 +265,12 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode
                 );
             }
         }
+        NetworkCommand::Policy {
+            workspace,
+            egress,
+            allow,
+            no_allow,
+        } => policy(ws, workspace, *egress, allow, *no_allow, json)?,
         NetworkCommand::Ls => {
             let all = ws.list_networks()?;
             if json {

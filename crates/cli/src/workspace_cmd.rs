@@ -36,7 +36,8 @@ pub struct SpecArgs {
     #[arg(long = "ttl", value_name = "DURATION", value_parser = parse_ttl)]
     pub ttl_secs: Option<u64>,
     /// Network: `user` (rootless NAT; the host's loopback is reachable as
-    /// host.microagent.internal), `none`, or one from `network create`.
+    /// host.microagent.internal on the ports --allow host:PORT opens),
+    /// `none`, or one from `network create`.
     #[arg(long, value_name = "NAME", default_value = workspace::store::name::DEFAULT_NETWORK)]
     pub network: String,
     /// Publish a port: connections to the host address reach
@@ -44,6 +45,18 @@ pub struct SpecArgs {
     /// network too).
     #[arg(long = "publish", short = 'p', value_name = "[HOST_IP:]HOST_PORT:GUEST_PORT", value_parser = crate::port_cmd::parse_mapping)]
     pub ports: Vec<workspace::store::ports::PortMapping>,
+    /// What the guest may reach beyond the network: all (on `user`,
+    /// everything but the host's loopback, link-local and private
+    /// addresses), none, or allowlist (only the --allow rules). Default:
+    /// the network's.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub egress: Option<crate::network_cmd::EgressArg>,
+    /// A rule opening more (repeatable): a domain (pypi.org,
+    /// *.pythonhosted.org), an address or CIDR with or without :PORT, or
+    /// host:PORT (a port on the host's loopback, reached in the guest as
+    /// host.microagent.internal:PORT).
+    #[arg(long = "allow", value_name = "RULE", value_parser = crate::network_cmd::parse_allow)]
+    pub allow: Vec<workspace::network::AllowEntry>,
 }
 
 impl SpecArgs {
@@ -58,6 +71,8 @@ impl SpecArgs {
             ttl_secs: self.ttl_secs,
             network: self.network.clone(),
             ports: self.ports.clone(),
+            egress: self.egress.map(crate::network_cmd::EgressArg::egress),
+            allow: self.allow.clone(),
             ..WorkspaceSpec::default()
         }
     }

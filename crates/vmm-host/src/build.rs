@@ -29,6 +29,8 @@ pub(crate) struct Built {
     pub machine: Result<Machine>,
     /// The `user` network's passt, ended with the run.
     pub passt: Option<workspace::network::Passt>,
+    /// The `user` network's egress filter.
+    pub egress: Option<workspace::network::attach::UserEgress>,
     /// The guest's addresses on a network, if it has one.
     pub guest_net: Option<Addressing>,
     /// The cgroup joined (or why none).
@@ -52,7 +54,7 @@ impl Built {
         let cgroup = join_cgroup(state, ws, spec);
         ws.remove_sockets();
         let began_ns = vmm_core::vcpu::monotonic_ns();
-        let (mut passt, mut guest_net) = (None, None);
+        let (mut passt, mut guest_net, mut egress) = (None, None, None);
         let mut mount_ns = Err("the machine was not built".to_owned());
         let machine = workspace::network::attach::attach(state, ws, spec)
             .map_err(Error::from)
@@ -61,6 +63,7 @@ impl Built {
                 let (net, addressing) = match net {
                     Some(a) => {
                         passt = a.passt;
+                        egress = a.egress;
                         guest_net = Some(a.addressing);
                         (Some(a.backend), Some(a.addressing))
                     }
@@ -74,6 +77,7 @@ impl Built {
         Self {
             machine,
             passt,
+            egress,
             guest_net,
             cgroup,
             mount_ns,

@@ -12,6 +12,7 @@
 //! - [`seccomp`]: what its control threads may do under seccomp.
 
 mod build;
+mod egress;
 pub mod guard;
 pub mod port_forward;
 pub mod process;

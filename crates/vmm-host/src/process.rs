@@ -54,6 +54,8 @@ struct Shared {
     ttl_changed: Condvar,
     /// The published ports' listeners.
     ports: PortForwarder,
+    /// The `user` network's egress filter.
+    egress: Option<crate::egress::EgressControl>,
     /// Set by whoever records the end first.
     finished: AtomicBool,
     /// Controls the machine's run (teardown, snapshots), once it exists.
@@ -227,6 +229,7 @@ impl VmmProcess {
         let Built {
             machine: built,
             passt,
+            egress,
             guest_net,
             cgroup,
             mount_ns,
@@ -257,6 +260,7 @@ impl VmmProcess {
             ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
             ttl_changed: Condvar::new(),
             ports,
+            egress: egress.map(crate::egress::EgressControl::new),
             finished: AtomicBool::new(false),
             machine: OnceLock::new(),
         });
@@ -591,6 +595,12 @@ fn enforce_ttl(shared: &Arc<Shared>) {
     shared.begin_stop(TTL_GRACE, "its TTL expired");
 }
 
+fn no_filter() -> ControlResponse {
+    ControlResponse::Error {
+        message: "this workspace's network has no egress filter (the `none` network, or a tap network, whose policy nftables enforce)".into(),
+    }
+}
+
 fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse {
     match req {
         ControlRequest::Status => ControlResponse::Status {
@@ -602,6 +612,14 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                 .ttl_deadline
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
+        },
+        ControlRequest::SetEgress { egress, allow } => match &shared.egress {
+            Some(control) => control.set(egress, &allow),
+            None => no_filter(),
+        },
+        ControlRequest::EgressDenials => match &shared.egress {
+            Some(control) => control.denials(),
+            None => no_filter(),
         },
         ControlRequest::Snapshot { dir } => {
             let Some(machine) = shared.machine.get() else {

@@ -84,6 +84,8 @@ pub use workspaces::contract::{
     contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE,
 };
 #[cfg(feature = "client")]
+pub use workspaces::egress::EgressDenials;
+#[cfg(feature = "client")]
 pub use workspaces::handle::Workspace;
 #[cfg(feature = "client")]
 pub use workspaces::lifecycle::{StartProgress, DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};

@@ -196,6 +196,10 @@ fn life_cycle_exec_files_logs_events() {
     }
     let cli = home("lifecycle");
     let web_port = free_port();
+    // The host's loopback is closed to guests but for the ports a rule
+    // opens (docs/networking.md).
+    let server = HostHttp::serve("from the host's loopback\n");
+    let host_rule = format!("host:{}", server.port);
     let created = cli.ok_json(&[
         "create",
         "dev",
@@ -205,6 +209,8 @@ fn life_cycle_exec_files_logs_events() {
         "suite=e2e",
         "--publish",
         &format!("{web_port}:8080"),
+        "--allow",
+        &host_rule,
         "--json",
     ]);
     assert_eq!(created["state"], "stopped");
@@ -339,12 +345,13 @@ fn life_cycle_exec_files_logs_events() {
     assert_eq!(listed[0]["spec"]["network"], "user");
 
     // The host's loopback through the user network, by its name (glibc's
-    // resolver is what crashed under host load before issue 10's fix).
-    let server = HostHttp::serve("from the host's loopback\n");
+    // resolver is what crashed under host load before issue 10's fix), on
+    // the port its rule opens.
     let url = format!("http://host.microagent.internal:{}/", server.port);
     let fetched = cli.run(&["exec", "dev", "--", "wget", "-qO-", &url]);
     assert_eq!(fetched.status, 0, "{}", fetched.stderr);
     assert_eq!(fetched.stdout, "from the host's loopback\n");
+    egress_rules_change_at_once(&cli, &host_rule);
     let hosts = cli.run(&["exec", "dev", "--", "cat", "/etc/hosts"]);
     assert!(
         hosts
@@ -391,6 +398,70 @@ fn life_cycle_exec_files_logs_events() {
     let deleted = cli.ok_json(&["delete", "dev", "--yes", "--json"]);
     assert_eq!(deleted["deleted"], "dev");
     assert!(!cli.home().join("workspaces/dev").exists());
+}
+
+/// Another host port is refused at once (a reset, not a timeout), the
+/// refusal is shown, and a rule added to the running workspace opens it
+/// for the next connection.
+fn egress_rules_change_at_once(cli: &CliHome, host_rule: &str) {
+    let other = HostHttp::serve("the other host port\n");
+    let url = format!("http://host.microagent.internal:{}/", other.port);
+    let began = std::time::Instant::now();
+    let refused = cli.run(&["exec", "dev", "--", "timeout", "20", "wget", "-qO-", &url]);
+    assert_ne!(refused.status, 0, "{}", refused.stdout);
+    assert!(
+        began.elapsed() < Duration::from_secs(15),
+        "refused by a reset, not a timeout: {:?}",
+        began.elapsed()
+    );
+    let policy = cli.ok_json(&["network", "policy", "dev", "--json"]);
+    let denials = policy["denials"].as_array().expect("denials while it runs");
+    assert!(
+        denials
+            .iter()
+            .any(|d| d["port"] == other.port && d["dst"] == "10.0.2.2" && d["protocol"] == "tcp"),
+        "{policy}"
+    );
+    let other_rule = format!("host:{}", other.port);
+    let changed = cli.ok_json(&[
+        "network",
+        "policy",
+        "dev",
+        "--allow",
+        host_rule,
+        "--allow",
+        &other_rule,
+        "--json",
+    ]);
+    assert_eq!(
+        changed["allow"].as_array().map(Vec::len),
+        Some(2),
+        "{changed}"
+    );
+    let fetched = cli.run(&["exec", "dev", "--", "wget", "-qO-", &url]);
+    assert_eq!(fetched.status, 0, "{}", fetched.stderr);
+    assert_eq!(fetched.stdout, "the other host port\n");
+    // The cloud metadata address is closed by default, whatever is there.
+    let metadata = cli.run(&[
+        "exec",
+        "dev",
+        "--",
+        "timeout",
+        "20",
+        "wget",
+        "-qO-",
+        "http://169.254.169.254/",
+    ]);
+    assert_ne!(metadata.status, 0, "{}", metadata.stdout);
+    let policy = cli.ok_json(&["network", "policy", "dev", "--json"]);
+    assert!(
+        policy["denials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["dst"] == "169.254.169.254"),
+        "{policy}"
+    );
 }
 
 /// On the running `dev`, as a person at a terminal: `shell` gives a tty
@@ -646,7 +717,11 @@ fn five_cycles_and_a_one_shot_run_leave_nothing_behind() {
          head -c {UPLOAD_BYTES} /dev/zero | nc host.microagent.internal {sink_port}; exit 3",
         page.port
     );
-    let run = cli.run(&["run", "--name", "oneshot", "--", "sh", "-c", &script]);
+    let (page_rule, sink_rule) = (format!("host:{}", page.port), format!("host:{sink_port}"));
+    let run = cli.run(&[
+        "run", "--name", "oneshot", "--allow", &page_rule, "--allow", &sink_rule, "--", "sh", "-c",
+        &script,
+    ]);
     assert_eq!(
         run.status, 3,
         "run exits with the command's status: {}",

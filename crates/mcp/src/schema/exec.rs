@@ -93,6 +93,14 @@ pub struct RunCodeParams {
     pub vcpus: Option<u32>,
     /// One-shot only: guest memory in MiB, 64 to 16384; default 512.
     pub mem_mib: Option<u64>,
+    /// One-shot only: what the code may reach, "all" (default: all but the
+    /// host's loopback, link-local and private addresses), "none" or
+    /// "allowlist".
+    pub egress: Option<workspace::network::Egress>,
+    /// One-shot only: rules opening more: "pypi.org", "*.pythonhosted.org",
+    /// an address or CIDR with or without ":PORT", or "host:PORT".
+    #[serde(default)]
+    pub allow: Vec<workspace::network::AllowEntry>,
 }
 
 /// How a command ended and what it printed.
@@ -225,6 +233,16 @@ pub struct RunParams {
     pub start_timeout_secs: Option<u64>,
     /// Network: "user" (default), "none" or one from network_create.
     pub network: Option<String>,
+    /// What the guest may reach: "all", "none" or "allowlist"; default:
+    /// the network's (on "user": all but the host and private addresses).
+    pub egress: Option<workspace::network::Egress>,
+    /// Rules opening more than the mode (at most 256): a domain
+    /// ("pypi.org": it and the names under it; "*.pythonhosted.org": only
+    /// the names under it), an IPv4 address or CIDR with or without
+    /// ":PORT", or "host:PORT" (a port on the host's loopback, reached in
+    /// the guest as host.microagent.internal:PORT).
+    #[serde(default)]
+    pub allow: Vec<workspace::network::AllowEntry>,
 }
 
 /// `run`'s result.

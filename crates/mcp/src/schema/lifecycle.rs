@@ -54,9 +54,21 @@ pub struct CreateParams {
     /// The same as a duration: "90s", "30m", "1h", "1h30m", "2d" (give
     /// this or ttl_secs).
     pub ttl: Option<String>,
-    /// Network: "user" (rootless NAT through the host; the host's loopback
-    /// is reachable as host.microagent.internal) or "none"; default "user".
+    /// Network: "user" (rootless NAT through the host) or "none"; default
+    /// "user".
     pub network: Option<String>,
+    /// What the guest may reach beyond the network: "all" (on "user":
+    /// everything but the host's loopback, link-local and private
+    /// addresses), "none", or "allowlist" (only what `allow` names);
+    /// default: the network's.
+    pub egress: Option<workspace::network::Egress>,
+    /// Rules opening more than the mode (at most 256): a domain
+    /// ("pypi.org": it and the names under it; "*.pythonhosted.org": only
+    /// the names under it), an IPv4 address or CIDR with or without
+    /// ":PORT", or "host:PORT" (a port on the host's loopback, reached in
+    /// the guest as host.microagent.internal:PORT).
+    #[serde(default)]
+    pub allow: Vec<workspace::network::AllowEntry>,
     /// Published ports: each {host_port, guest_port[, host_ip]} makes TCP
     /// connections to the host address (default 127.0.0.1) reach
     /// 127.0.0.1:guest_port in the guest (at most 32; a host port in use

@@ -28,6 +28,38 @@ pub struct CreateNetworkParams {
     pub allow: Vec<AllowEntry>,
 }
 
+/// `workspace_set_egress`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetEgressParams {
+    /// Workspace name.
+    pub workspace: String,
+    /// Its mode: "all", "none" or "allowlist"; omitted: as it was.
+    pub egress: Option<Egress>,
+    /// Its own rules, replacing the ones it had (omitted: as they were; at most 256; the network's stay): a domain
+    /// ("pypi.org": it and the names under it; "*.pythonhosted.org": only
+    /// the names under it), an IPv4 address or CIDR with or without
+    /// ":PORT", or "host:PORT" (a port on the host's loopback, reached in
+    /// the guest as host.microagent.internal:PORT).
+    pub allow: Option<Vec<AllowEntry>>,
+}
+
+/// A workspace's egress policy in force and what it refused.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EgressResult {
+    /// The workspace.
+    pub workspace: String,
+    /// Its mode (its own, else its network's); none without a network.
+    pub egress: Option<Egress>,
+    /// The rules in force: the network's and its own.
+    pub allow: Vec<AllowEntry>,
+    /// While it runs on the "user" network: refusals since it started and
+    /// the last ones (where it went, why), so an agent learns why its
+    /// connection failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<workspace::EgressDenials>,
+}
+
 /// `network_inspect`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -124,6 +156,38 @@ fn line(n: &NetworkInfo) -> String {
             n.workspaces.join(", ")
         }
     )
+}
+
+impl Render for EgressResult {
+    fn render(&self) -> String {
+        let rules: Vec<String> = self.allow.iter().map(ToString::to_string).collect();
+        let mut out = format!(
+            "{}: egress {}, allow: {}",
+            self.workspace,
+            self.egress
+                .map_or("none (no network)".into(), |e| e.to_string()),
+            if rules.is_empty() {
+                "-".into()
+            } else {
+                rules.join(", ")
+            }
+        );
+        if let Some(r) = &self.refused {
+            out.push_str(&format!("\nrefused {} since it started", r.denied));
+            for d in &r.denials {
+                let port = d.port.map_or(String::new(), |p| format!(":{p}"));
+                let name = d
+                    .name
+                    .as_deref()
+                    .map_or(String::new(), |n| format!(" ({n})"));
+                out.push_str(&format!(
+                    "\n  {} {}{port}{name}: {}",
+                    d.protocol, d.dst, d.reason
+                ));
+            }
+        }
+        out
+    }
 }
 
 impl Render for NetworkResult {

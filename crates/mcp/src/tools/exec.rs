@@ -173,8 +173,14 @@ impl MicroagentServer {
         let language = p.language;
         let vcpus = vcpus(p.vcpus, defaults::VCPUS)?;
         let mem_mib = p.mem_mib;
+        let (egress, allow) = (p.egress, p.allow.clone());
         let spec = self
-            .blocking(move |ws| Ok(ws.code_workspace_spec(language, vcpus, mem_mib)?))
+            .blocking(move |ws| {
+                let mut spec = ws.code_workspace_spec(language, vcpus, mem_mib)?;
+                spec.egress = egress;
+                spec.allow = allow;
+                Ok(spec)
+            })
             .await?;
         // Steps in turn: start then work share `progress`.
         let progress = &tokio::sync::Mutex::new(progress);

@@ -145,6 +145,8 @@ impl MicroagentServer {
                 .network
                 .unwrap_or_else(|| workspace::store::name::DEFAULT_NETWORK.into()),
             ports: p.ports,
+            egress: p.egress,
+            allow: p.allow,
             ..WorkspaceSpec::default()
         };
         let meta = self

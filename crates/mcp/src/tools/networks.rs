@@ -42,6 +42,46 @@ impl MicroagentServer {
         Ok(Out(NetworkResult { network }))
     }
 
+    /// Set a workspace's egress policy: its mode and its own rules (a
+    /// domain, *.domain, an address or CIDR with or without :PORT,
+    /// host:PORT). In force at once for new connections when it runs, and
+    /// at every start. Without egress or allow it changes nothing and
+    /// shows the policy and what was refused (call it after a connection
+    /// failed to learn why).
+    #[tool(
+        output_schema = crate::output::schema::<EgressResult>(),
+        annotations(
+        title = "Set a workspace's egress policy",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_set_egress(
+        &self,
+        Parameters(p): Parameters<SetEgressParams>,
+    ) -> ToolResult<EgressResult> {
+        let (egress, allow) = (p.egress, p.allow);
+        let (info, refused) = self
+            .on_workspace(&p.workspace, move |ws, name| {
+                let handle = ws.workspace(name)?;
+                if egress.is_some() || allow.is_some() {
+                    let spec = handle.get()?.spec;
+                    handle.set_egress(egress.or(spec.egress), allow.unwrap_or(spec.allow))?;
+                }
+                Ok((handle.inspect()?, handle.egress_denials()?))
+            })
+            .await?;
+        let network = info.network;
+        Ok(Out(EgressResult {
+            workspace: p.workspace,
+            egress: network.as_ref().map(|n| n.egress),
+            allow: network.map(|n| n.allow).unwrap_or_default(),
+            refused,
+        }))
+    }
+
     /// List the networks (built-in "user" and "none" first) with their
     /// backend, subnet, egress policy and workspaces.
     #[tool(

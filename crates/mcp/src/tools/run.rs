@@ -81,6 +81,8 @@ impl MicroagentServer {
                 .network
                 .clone()
                 .unwrap_or_else(|| workspace::store::name::DEFAULT_NETWORK.into()),
+            egress: p.egress,
+            allow: p.allow.clone(),
             ..WorkspaceSpec::default()
         };
         spec.validate()?;

@@ -27,6 +27,7 @@ use crate::devices::serial::{
 use crate::devices::virtio::blk::{BlockDevice, BlockError};
 use crate::devices::virtio::mmio::{self, MmioTransport, TransportStateError};
 use crate::devices::virtio::net::backend::{NetBackend, StreamBackend, TapBackend};
+use crate::devices::virtio::net::egress::{EgressFilter, FilteredBackend};
 use crate::devices::virtio::net::{NetDevice, NetError};
 use crate::devices::virtio::vsock::{VsockDevice, VsockError};
 use crate::devices::virtio::{Interrupt, VirtioDevice};
@@ -92,6 +93,34 @@ pub enum NetBackendConfig {
     Tap(String),
     /// A connected stream socket speaking passt's frame protocol.
     Stream(std::os::unix::net::UnixStream),
+    /// Another backend behind an egress filter (shared with whoever
+    /// changes its policy and reads its refusals).
+    Filtered(Box<NetBackendConfig>, Arc<Mutex<EgressFilter>>),
+}
+
+impl NetBackendConfig {
+    /// Opens the backend.
+    fn open(self) -> Result<Box<dyn NetBackend>, MachineError> {
+        Ok(match self {
+            NetBackendConfig::Tap(name) => {
+                Box::new(
+                    TapBackend::open(&name).map_err(|source| MachineError::NetBackend {
+                        what: format!("TAP `{name}`"),
+                        source,
+                    })?,
+                )
+            }
+            NetBackendConfig::Stream(sock) => Box::new(StreamBackend::new(sock).map_err(
+                |source| MachineError::NetBackend {
+                    what: "stream socket".into(),
+                    source,
+                },
+            )?),
+            NetBackendConfig::Filtered(inner, filter) => {
+                Box::new(FilteredBackend::new(inner.open()?, filter))
+            }
+        })
+    }
 }
 
 /// A virtio-blk disk backed by a host file.
@@ -384,23 +413,7 @@ impl Machine {
     }
 
     fn attach_net(&mut self, cfg: NetConfig) -> Result<(), MachineError> {
-        let backend: Box<dyn NetBackend> = match cfg.backend {
-            NetBackendConfig::Tap(name) => {
-                Box::new(
-                    TapBackend::open(&name).map_err(|source| MachineError::NetBackend {
-                        what: format!("TAP `{name}`"),
-                        source,
-                    })?,
-                )
-            }
-            NetBackendConfig::Stream(sock) => Box::new(StreamBackend::new(sock).map_err(
-                |source| MachineError::NetBackend {
-                    what: "stream socket".into(),
-                    source,
-                },
-            )?),
-        };
-        let device = NetDevice::new(cfg.mac, backend)?;
+        let device = NetDevice::new(cfg.mac, cfg.backend.open()?)?;
         self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
         self.devices.net_mac = Some(cfg.mac);
         Ok(())

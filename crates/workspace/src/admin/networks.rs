@@ -18,10 +18,11 @@ impl Workspaces {
     pub(crate) fn guest_network(&self, meta: &crate::Meta) -> Option<GuestNetwork> {
         let net = self.networks().get(&meta.spec.network).ok()?;
         let addressing = crate::network::attach::addressing(&net, &meta.spec)?;
+        let (egress, allow) = crate::network::attach::policy(&net, &meta.spec);
         Some(GuestNetwork {
             backend: net.backend?,
-            egress: net.egress,
-            allow: net.allow,
+            egress,
+            allow,
             name: net.name,
             addressing,
             mac: guest_agent::client::blocking::format_mac(crate::network::mac_for(&meta.name)),
@@ -114,6 +115,7 @@ impl Workspaces {
         let nets = self.networks();
         let lock = nets.lock()?;
         let net = nets.get(&spec.network)?;
+        crate::network::objects::validate_workspace_policy(&net, &spec)?;
         let address = match net.backend {
             Some(Backend::Tap) => {
                 let taken: Vec<_> = self

@@ -5,9 +5,13 @@
 use std::net::Ipv4Addr;
 use std::process::Command;
 
+use std::sync::{Arc, Mutex};
+
+use vmm_core::devices::virtio::net::egress::EgressFilter;
 use vmm_core::machine::NetBackendConfig;
 
 use super::{Addressing, Backend, Network, NetworkError, Passt};
+use crate::store::egress::{AllowEntry, Egress};
 use crate::store::spec::WorkspaceSpec;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::store::StateDir;
@@ -21,6 +25,34 @@ pub struct Attachment {
     pub addressing: Addressing,
     /// The `passt` behind a `user` network, ended with the run.
     pub passt: Option<Passt>,
+    /// The egress filter of a `user` network (nftables enforce a `tap`
+    /// network's), for policy changes and refusals while it runs.
+    pub egress: Option<UserEgress>,
+}
+
+/// A `user` network's egress filter, as its VMM keeps it.
+#[derive(Debug)]
+pub struct UserEgress {
+    /// The filter the network device sends and receives through.
+    pub filter: Arc<Mutex<EgressFilter>>,
+    /// passt maps the gateway to the host's loopback (a `host:PORT` rule
+    /// was there at the start); without it no host port can be opened
+    /// until the workspace starts again.
+    pub maps_host: bool,
+}
+
+/// The egress mode and rules in force for `spec` on `net`: the
+/// workspace's mode if it names one, the network's otherwise; the
+/// network's rules and the workspace's.
+pub fn policy(net: &Network, spec: &WorkspaceSpec) -> (Egress, Vec<AllowEntry>) {
+    let mut rules = net.allow.clone();
+    rules.extend(
+        spec.allow
+            .iter()
+            .filter(|r| !net.allow.contains(r))
+            .cloned(),
+    );
+    (spec.egress.unwrap_or(net.egress), rules)
 }
 
 /// The TAP device of the guest at `guest` on a `tap` network: named by
@@ -69,14 +101,27 @@ pub fn attach(
                 backend: NetBackendConfig::Tap(tap),
                 addressing,
                 passt: None,
+                egress: None,
             }))
         }
         _ => {
-            let (sock, passt) = super::start_passt(ws.path(), &addressing)?;
+            let (egress, rules) = policy(&net, spec);
+            let filter = Arc::new(Mutex::new(EgressFilter::new(
+                super::user_filter::filter_policy(egress, &rules),
+            )));
+            let map_host = super::user_filter::maps_host(&rules);
+            let (sock, passt) = super::start_passt(ws.path(), &addressing, map_host)?;
             Ok(Some(Attachment {
-                backend: NetBackendConfig::Stream(sock),
+                backend: NetBackendConfig::Filtered(
+                    Box::new(NetBackendConfig::Stream(sock)),
+                    filter.clone(),
+                ),
                 addressing,
                 passt: Some(passt),
+                egress: Some(UserEgress {
+                    filter,
+                    maps_host: map_host,
+                }),
             }))
         }
     }

@@ -17,18 +17,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub mod attach;
-pub mod egress;
 pub mod nft;
 pub mod objects;
 pub mod setup;
-pub mod subnet;
+pub mod user_filter;
 
-pub use egress::{AllowEntry, Egress};
+pub use crate::store::egress::{AllowEntry, Egress};
+pub use crate::store::subnet::Subnet;
 pub use objects::{
     Addressing, Backend, GuestNetwork, Network, NetworkError, NetworkInfo, NetworkRequest,
     Networks, NetworksLock,
 };
-pub use subnet::Subnet;
 
 /// The name guests reach the host's loopback by, where the network allows.
 pub const HOST_ALIAS: &str = "host.microagent.internal";
@@ -134,7 +133,13 @@ impl Drop for Passt {
 /// Starts `passt` for the `user` network on one end of a new socket pair
 /// and returns the other end, for the VMM's network device. It logs to
 /// [`PASST_LOG`] in `dir`.
-pub fn start_passt(dir: &Path, addr: &Addressing) -> Result<(UnixStream, Passt), NetworkError> {
+/// The gateway reaches the host's loopback only with `map_host` (a rule
+/// opens a host port); otherwise it is passt's address alone.
+pub fn start_passt(
+    dir: &Path,
+    addr: &Addressing,
+    map_host: bool,
+) -> Result<(UnixStream, Passt), NetworkError> {
     let binary = passt_binary().ok_or(NetworkError::PasstMissing)?;
     let (ours, theirs) =
         UnixStream::pair().map_err(NetworkError::io("creating the socket pair for passt"))?;
@@ -152,6 +157,7 @@ pub fn start_passt(dir: &Path, addr: &Addressing) -> Result<(UnixStream, Passt),
         .arg("--dns-forward")
         .arg(addr.dns.to_string())
         .args(["--tcp-ports", "none", "--udp-ports", "none"])
+        .args((!map_host).then_some("--no-map-gw"))
         .arg("--log-file")
         .arg(dir.join(PASST_LOG))
         .stdin(Stdio::null())

@@ -35,7 +35,7 @@ pub fn ruleset(networks: &[Network]) -> String {
             .iter()
             .filter_map(|a| match a {
                 AllowEntry::Cidr(c) => Some(c.to_string()),
-                AllowEntry::Domain(_) => None,
+                _ => None,
             })
             .collect();
         let _ = writeln!(r, "  set {} {{", allow_set(net));

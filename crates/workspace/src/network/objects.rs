@@ -10,9 +10,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::egress::{AllowEntry, Egress};
-use super::subnet::Subnet;
+use crate::store::egress::{AllowEntry, Egress};
 use crate::store::name::{NO_NETWORK, USER_NETWORK};
+use crate::store::subnet::Subnet;
 use crate::store::StateDir;
 
 /// Where network records live in the state directory.
@@ -139,9 +139,10 @@ pub struct GuestNetwork {
     pub name: String,
     /// Its backend.
     pub backend: Backend,
-    /// What the guest may reach.
+    /// What the guest may reach: the workspace's mode, else the
+    /// network's.
     pub egress: Egress,
-    /// Its allowlist.
+    /// The rules in force: the network's and the workspace's.
     #[serde(default)]
     pub allow: Vec<AllowEntry>,
     /// The guest's addresses (the gateway is `host.microagent.internal`).
@@ -359,10 +360,68 @@ pub fn validate_request(req: &NetworkRequest) -> Result<(), NetworkError> {
     if req.egress == Egress::Allowlist && req.allow.is_empty() {
         return bad("egress `allowlist` needs at least one allowed domain or CIDR".into());
     }
+    if req.backend == Backend::Tap {
+        if let Some(rule) = req
+            .allow
+            .iter()
+            .find(|a| matches!(a, AllowEntry::CidrPort(..) | AllowEntry::HostPort(_)))
+        {
+            return bad(format!(
+                "`{rule}`: a tap network's rules are domains and CIDRs without a port"
+            ));
+        }
+    }
     if req.allow.len() > MAX_ALLOW {
         return bad(format!(
             "{} allow entries; at most {MAX_ALLOW}",
             req.allow.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a workspace's own egress policy (`spec.egress`, `spec.allow`)
+/// against its network: only a `user` network takes one (a `tap`
+/// network's is the network's, enforced by nftables for all its guests).
+pub fn validate_workspace_policy(
+    net: &Network,
+    spec: &crate::store::spec::WorkspaceSpec,
+) -> Result<(), NetworkError> {
+    let bad = |m: String| Err(NetworkError::Invalid(m));
+    if spec.egress.is_none() && spec.allow.is_empty() {
+        return Ok(());
+    }
+    match net.backend {
+        None => {
+            return bad(format!(
+                "network `{}` reaches nothing: egress and allow rules need the `user` network",
+                net.name
+            ))
+        }
+        Some(Backend::Tap) => {
+            return bad(format!(
+                "network `{}` is a tap network, whose policy is its own: set it with `network create {} --egress ... --allow ...`",
+                net.name, net.name
+            ))
+        }
+        Some(Backend::User) => {}
+    }
+    match spec.egress {
+        Some(Egress::None) if !spec.allow.is_empty() => {
+            return bad(
+                "egress `none` opens nothing, rules included; use `allowlist` with the rules"
+                    .into(),
+            )
+        }
+        Some(Egress::Allowlist) if spec.allow.is_empty() && net.allow.is_empty() => {
+            return bad("egress `allowlist` needs at least one rule (--allow)".into())
+        }
+        _ => {}
+    }
+    if spec.allow.len() > MAX_ALLOW {
+        return bad(format!(
+            "{} allow rules; at most {MAX_ALLOW}",
+            spec.allow.len()
         ));
     }
     Ok(())

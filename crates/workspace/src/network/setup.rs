@@ -88,12 +88,14 @@ pub fn dnsmasq_args(
         "--no-hosts".to_owned(),
         format!("--address=/{HOST_ALIAS}/{gateway}"),
     ];
-    let domains: Vec<&str> = net
+    // dnsmasq reads `*.d` as the names under d, `d` as d and those.
+    let domains: Vec<String> = net
         .allow
         .iter()
         .filter_map(|a| match a {
-            super::AllowEntry::Domain(d) => Some(d.as_str()),
-            super::AllowEntry::Cidr(_) => None,
+            super::AllowEntry::Domain(d) => Some(d.clone()),
+            super::AllowEntry::Subdomains(d) => Some(format!("*.{d}")),
+            _ => None,
         })
         .collect();
     match net.egress {

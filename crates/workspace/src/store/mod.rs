@@ -10,12 +10,14 @@
 //! the same records.
 
 pub mod console_log;
+pub mod egress;
 pub mod events;
 pub mod name;
 pub mod ports;
 pub mod process;
 pub mod spec;
 pub mod state;
+pub mod subnet;
 pub mod workspace_dir;
 
 use std::fs::{File, OpenOptions};

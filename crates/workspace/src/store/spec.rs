@@ -141,6 +141,15 @@ pub struct WorkspaceSpec {
     /// the guest's loopback.
     #[serde(default)]
     pub ports: Vec<crate::store::ports::PortMapping>,
+    /// What the guest may reach beyond its network, when not the
+    /// network's own policy (`user`: everything but the host and private
+    /// ranges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::store::egress::Egress>,
+    /// Rules that open more than the egress mode: domains, CIDRs with or
+    /// without a port, `host:PORT` (added to the network's own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<crate::store::egress::AllowEntry>,
     /// The guest's address on a `tap` network, assigned at create (a value
     /// given is replaced; every `user` guest has the same one, so none is
     /// recorded).
@@ -193,6 +202,8 @@ impl Default for WorkspaceSpec {
             ttl_secs: None,
             network: default_network(),
             ports: Vec::new(),
+            egress: None,
+            allow: Vec::new(),
             address: None,
             owner: None,
             cwd: None,

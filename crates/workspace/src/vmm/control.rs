@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Longest request line the server reads (a snapshot request holds a path).
-const MAX_LINE: u64 = 8192;
+/// Longest request line the server reads (a snapshot request holds a path;
+/// an egress policy up to `MAX_ALLOW` rules of up to 255 bytes each).
+const MAX_LINE: u64 = 80 << 10;
 
 /// What a client asks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +38,16 @@ pub enum ControlRequest {
         /// The port.
         mapping: crate::store::ports::PortMapping,
     },
+    /// Replace the egress policy (a `user` network's), for new
+    /// connections from now on.
+    SetEgress {
+        /// The mode.
+        egress: crate::store::egress::Egress,
+        /// The rules (the network's and the workspace's).
+        allow: Vec<crate::store::egress::AllowEntry>,
+    },
+    /// What the egress filter refused.
+    EgressDenials,
     /// Stop listening on a host address (open connections run on).
     Unpublish {
         /// Host address.
@@ -77,6 +88,13 @@ pub enum ControlResponse {
         /// Unix ms when the TTL stops the VM (for `set_ttl`).
         #[serde(default)]
         ttl_deadline_ms: Option<u64>,
+    },
+    /// The answer to `egress_denials`.
+    EgressDenials {
+        /// Refusals since the VMM started.
+        denied: u64,
+        /// The last ones, oldest first.
+        denials: Vec<crate::store::egress::EgressDenial>,
     },
     /// A published port's host address could not be listened on.
     PortUnavailable {
@@ -195,6 +213,8 @@ mod tests {
                 ControlRequest::Stop { .. }
                 | ControlRequest::Snapshot { .. }
                 | ControlRequest::Publish { .. }
+                | ControlRequest::SetEgress { .. }
+                | ControlRequest::EgressDenials
                 | ControlRequest::Unpublish { .. } => ControlResponse::Error {
                     message: "no".into(),
                 },

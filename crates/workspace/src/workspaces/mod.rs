@@ -6,6 +6,7 @@
 pub(crate) mod budget;
 pub(crate) mod builder;
 pub(crate) mod contract;
+pub(crate) mod egress;
 pub(crate) mod handle;
 pub(crate) mod lifecycle;
 pub(crate) mod manager;

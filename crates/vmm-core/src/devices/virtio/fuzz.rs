@@ -145,7 +145,7 @@ pub fn egress_frames(data: &[u8]) {
         }],
         names: vec![NamePattern {
             name: "allowed.test".into(),
-            subdomains: true,
+            below_only: true,
         }],
         guarded: Vec::new(),
         resolver: Ipv4Addr::new(10, 0, 2, 3),

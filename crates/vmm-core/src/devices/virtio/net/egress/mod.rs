@@ -403,7 +403,7 @@ mod tests {
         let mut p = policy(FilterMode::Allowlist);
         p.names.push(NamePattern {
             name: "allowed.test".into(),
-            subdomains: false,
+            below_only: false,
         });
         let mut f = EgressFilter::new(p);
         let now = Instant::now();

@@ -63,26 +63,24 @@ impl NetRule {
     }
 }
 
-/// A name a rule opens: exactly `example.org`, or with `*.example.org`
-/// any name below it (not itself).
+/// Names a rule opens: `example.org` and every name below it, or with
+/// `*.example.org` only the names below it (as dnsmasq reads them, which
+/// enforces the same rules on `tap` networks).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamePattern {
     /// Lowercased, without a trailing dot.
     pub name: String,
-    /// Names below it rather than itself (`*.`).
-    pub subdomains: bool,
+    /// Only names below it, not itself (`*.`).
+    pub below_only: bool,
 }
 
 impl NamePattern {
     /// Whether `name` (lowercased) is one it opens.
     pub fn matches(&self, name: &str) -> bool {
-        if self.subdomains {
-            name.len() > self.name.len()
-                && name.ends_with(&self.name)
-                && name.as_bytes()[name.len() - self.name.len() - 1] == b'.'
-        } else {
-            name == self.name
-        }
+        let below = name.len() > self.name.len()
+            && name.ends_with(&self.name)
+            && name.as_bytes()[name.len() - self.name.len() - 1] == b'.';
+        below || (!self.below_only && name == self.name)
     }
 }
 
@@ -211,17 +209,18 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn names_match_exactly_or_below_a_star() {
-        let exact = NamePattern {
+    fn names_match_themselves_and_below_or_only_below_a_star() {
+        let plain = NamePattern {
             name: "pypi.org".into(),
-            subdomains: false,
+            below_only: false,
         };
         let below = NamePattern {
             name: "pythonhosted.org".into(),
-            subdomains: true,
+            below_only: true,
         };
-        assert!(exact.matches("pypi.org"));
-        assert!(!exact.matches("evil-pypi.org"));
+        assert!(plain.matches("pypi.org"));
+        assert!(plain.matches("files.pypi.org"));
+        assert!(!plain.matches("evil-pypi.org"));
         assert!(below.matches("files.pythonhosted.org"));
         assert!(!below.matches("pythonhosted.org"));
         assert!(!below.matches("evilpythonhosted.org"));

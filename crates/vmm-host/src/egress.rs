@@ -1,0 +1,63 @@
+//! A running workspace's egress filter as its control socket reaches it:
+//! a new policy for new connections, and what the filter refused.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use vmm_core::devices::virtio::net::egress::EgressFilter;
+use workspace::network::attach::UserEgress;
+use workspace::network::user_filter::{filter_policy, maps_host};
+use workspace::network::{AllowEntry, Egress};
+use workspace::store::egress::EgressDenial;
+use workspace::vmm::control::ControlResponse;
+
+/// The filter and what passt was started with.
+#[derive(Debug)]
+pub(crate) struct EgressControl {
+    filter: Arc<Mutex<EgressFilter>>,
+    maps_host: bool,
+}
+
+impl EgressControl {
+    pub(crate) fn new(egress: UserEgress) -> Self {
+        Self {
+            filter: egress.filter,
+            maps_host: egress.maps_host,
+        }
+    }
+
+    fn filter(&self) -> MutexGuard<'_, EgressFilter> {
+        self.filter.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `egress` and `allow` in force for new connections.
+    pub(crate) fn set(&self, egress: Egress, allow: &[AllowEntry]) -> ControlResponse {
+        if maps_host(allow) && !self.maps_host {
+            return ControlResponse::Error {
+                message: "this workspace started without host ports, so its network cannot reach the host; a host:PORT rule takes effect at its next start".into(),
+            };
+        }
+        self.filter().set_policy(filter_policy(egress, allow));
+        ControlResponse::Ok {
+            ttl_deadline_ms: None,
+        }
+    }
+
+    /// The refusals so far and the last ones.
+    pub(crate) fn denials(&self) -> ControlResponse {
+        let (denied, kept) = self.filter().denials();
+        ControlResponse::EgressDenials {
+            denied,
+            denials: kept
+                .into_iter()
+                .map(|d| EgressDenial {
+                    dst: d.dst,
+                    port: d.port,
+                    protocol: d.protocol.to_owned(),
+                    name: d.name,
+                    reason: d.reason.as_str().to_owned(),
+                    at_ms: d.at_ms,
+                })
+                .collect(),
+        }
+    }
+}

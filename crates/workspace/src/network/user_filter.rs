@@ -1,0 +1,146 @@
+//! A `user` network's egress policy as the VMM's filter enforces it
+//! (`vmm_core`'s `net::egress`): the mode, the rules turned into prefixes,
+//! ports and name patterns, and the ranges guarded by default. passt
+//! forwards whatever the guest sends, from the host, so the host's own
+//! loopback (the gateway), link-local addresses (the cloud metadata
+//! service), private and shared ranges are denied unless a rule opens
+//! them.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use vmm_core::devices::virtio::net::egress::rules::{
+    FilterMode, FilterPolicy, NamePattern, NetRule, Prefix,
+};
+
+use super::{USER_DNS, USER_GATEWAY};
+use crate::store::egress::{AllowEntry, Egress};
+use crate::store::subnet::Subnet;
+
+/// Ranges a guest on a `user` network reaches only through a rule: the
+/// gateway (the host's loopback, through passt), loopback, link-local,
+/// private (RFC 1918, unique local) and shared (RFC 6598) ranges.
+pub const GUARDED: [(IpAddr, u8); 10] = [
+    (IpAddr::V4(USER_GATEWAY), 32),
+    (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(169, 254, 0, 0)), 16),
+    (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(172, 16, 0, 0)), 12),
+    (IpAddr::V4(Ipv4Addr::new(192, 168, 0, 0)), 16),
+    (IpAddr::V4(Ipv4Addr::new(100, 64, 0, 0)), 10),
+    (IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0)), 10),
+    (IpAddr::V6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0)), 7),
+];
+
+fn prefix(s: &Subnet) -> Prefix {
+    Prefix {
+        addr: IpAddr::V4(s.addr),
+        len: s.prefix,
+    }
+}
+
+/// The filter's policy for `egress` and `rules` on the `user` network.
+pub fn filter_policy(egress: Egress, rules: &[AllowEntry]) -> FilterPolicy {
+    let mut nets = Vec::new();
+    let mut names = Vec::new();
+    for rule in rules {
+        match rule {
+            AllowEntry::Domain(d) => names.push(NamePattern {
+                name: d.clone(),
+                below_only: false,
+            }),
+            AllowEntry::Subdomains(d) => names.push(NamePattern {
+                name: d.clone(),
+                below_only: true,
+            }),
+            AllowEntry::Cidr(c) => nets.push(NetRule {
+                prefix: prefix(c),
+                port: None,
+            }),
+            AllowEntry::CidrPort(c, port) => nets.push(NetRule {
+                prefix: prefix(c),
+                port: Some(*port),
+            }),
+            AllowEntry::HostPort(port) => nets.push(NetRule {
+                prefix: Prefix {
+                    addr: IpAddr::V4(USER_GATEWAY),
+                    len: 32,
+                },
+                port: Some(*port),
+            }),
+        }
+    }
+    FilterPolicy {
+        mode: match egress {
+            Egress::All => FilterMode::All,
+            Egress::None => FilterMode::Nothing,
+            Egress::Allowlist => FilterMode::Allowlist,
+        },
+        nets,
+        names,
+        guarded: GUARDED
+            .iter()
+            .map(|&(addr, len)| Prefix { addr, len })
+            .collect(),
+        resolver: USER_DNS,
+    }
+}
+
+/// Whether passt must map the gateway to the host's loopback: only when a
+/// rule opens a host port (otherwise `--no-map-gw`).
+pub fn maps_host(rules: &[AllowEntry]) -> bool {
+    rules.iter().any(|r| matches!(r, AllowEntry::HostPort(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
+
+    #[test]
+    fn the_default_opens_the_internet_and_guards_the_host() {
+        let p = filter_policy(Egress::All, &[]);
+        assert_eq!(p.decide(v4(93, 184, 216, 34), Some(443), false), Ok(()));
+        for guarded in [
+            v4(10, 0, 2, 2),
+            v4(169, 254, 169, 254),
+            v4(192, 168, 1, 1),
+            v4(172, 20, 0, 1),
+            v4(100, 64, 0, 1),
+            v4(127, 0, 0, 1),
+        ] {
+            assert!(p.decide(guarded, Some(80), false).is_err(), "{guarded}");
+        }
+        assert!(!maps_host(&[]));
+    }
+
+    #[test]
+    fn rules_open_what_they_name_and_no_more() {
+        let rules: Vec<AllowEntry> = [
+            "host:8000",
+            "10.1.0.0/16:5432",
+            "*.pythonhosted.org",
+            "pypi.org",
+        ]
+        .iter()
+        .map(|r| r.parse().unwrap())
+        .collect();
+        let p = filter_policy(Egress::All, &rules);
+        assert_eq!(p.decide(v4(10, 0, 2, 2), Some(8000), false), Ok(()));
+        assert!(p.decide(v4(10, 0, 2, 2), Some(8001), false).is_err());
+        assert_eq!(p.decide(v4(10, 1, 9, 9), Some(5432), false), Ok(()));
+        assert!(p.decide(v4(10, 1, 9, 9), Some(22), false).is_err());
+        assert!(maps_host(&rules));
+        let list = filter_policy(Egress::Allowlist, &rules);
+        assert!(list.may_ask("files.pythonhosted.org"));
+        assert!(!list.may_ask("pythonhosted.org"));
+        assert!(list.may_ask("pypi.org"));
+        assert!(!list.may_ask("example.org"));
+        assert!(list.decide(v4(93, 184, 216, 34), Some(443), false).is_err());
+        let none = filter_policy(Egress::None, &rules);
+        assert!(none.decide(v4(10, 0, 2, 2), Some(8000), false).is_err());
+    }
+}

@@ -1,0 +1,82 @@
+//! A workspace's own egress policy (on the `user` network): recorded in
+//! its spec, put in force by its VMM's filter at once when it runs, and
+//! what that filter refused.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::store::egress::{AllowEntry, Egress, EgressDenial};
+use crate::store::spec::Meta;
+use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::workspaces::handle::Workspace;
+
+/// How long a control call about the policy may take.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a running workspace's egress filter refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct EgressDenials {
+    /// Refusals since its VMM started.
+    pub denied: u64,
+    /// The last ones, oldest first.
+    pub denials: Vec<EgressDenial>,
+}
+
+impl Workspace<'_> {
+    /// Sets its egress mode (`None`: its network's) and its own rules,
+    /// replacing the ones it had: recorded for every start, and in force
+    /// for new connections at once when it runs. Invalid rules, or rules
+    /// its network cannot take, change nothing.
+    pub fn set_egress(self, egress: Option<Egress>, allow: Vec<AllowEntry>) -> Result<Meta> {
+        let (all, name) = (self.all, self.name);
+        let ws = all.dir(name)?;
+        let meta = self.get()?;
+        let mut spec = meta.spec.clone();
+        spec.egress = egress;
+        spec.allow = allow;
+        let net = all.networks().get(&spec.network)?;
+        crate::network::objects::validate_workspace_policy(&net, &spec)?;
+        if meta.state.has_vmm() {
+            let (egress, allow) = crate::network::attach::policy(&net, &spec);
+            match control::call(
+                &ws.control(),
+                &ControlRequest::SetEgress { egress, allow },
+                CONTROL_TIMEOUT,
+            )? {
+                ControlResponse::Ok { .. } => {}
+                ControlResponse::Error { message } => return Err(Error::InvalidInput(message)),
+                other => return Err(unexpected(&other)),
+            }
+        }
+        let (_lock, mut meta) = all.lock_existing(name)?;
+        meta.spec.egress = spec.egress;
+        meta.spec.allow = spec.allow;
+        ws.write_meta(&meta)?;
+        Ok(meta)
+    }
+
+    /// What its egress filter refused, when it runs on the `user` network
+    /// (`None` otherwise: stopped, or no filter of ours).
+    pub fn egress_denials(self) -> Result<Option<EgressDenials>> {
+        let ws = self.all.dir(self.name)?;
+        if !self.get()?.state.has_vmm() {
+            return Ok(None);
+        }
+        match control::call(
+            &ws.control(),
+            &ControlRequest::EgressDenials,
+            CONTROL_TIMEOUT,
+        )? {
+            ControlResponse::EgressDenials { denied, denials } => {
+                Ok(Some(EgressDenials { denied, denials }))
+            }
+            ControlResponse::Error { .. } => Ok(None),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+fn unexpected(resp: &ControlResponse) -> Error {
+    Error::InvalidInput(format!("unexpected answer from the VMM: {resp:?}"))
+}
