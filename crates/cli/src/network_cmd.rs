@@ -188,13 +188,14 @@ fn policy(
     let denials = handle.egress_denials()?;
     let network = info.network.as_ref();
     if json {
-        return Ok(output::json(&serde_json::json!({
+        output::json(&serde_json::json!({
             "workspace": name,
             "egress": network.map(|n| n.egress),
             "allow": network.map(|n| &n.allow),
             "denied": denials.as_ref().map(|d| d.denied),
             "denials": denials.as_ref().map(|d| &d.denials),
-        })));
+        }));
+        return Ok(());
     }
     let Some(network) = network else {
         println!("{name}: no network (egress: nothing)");
