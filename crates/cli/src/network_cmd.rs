@@ -216,12 +216,7 @@ fn policy(
         Some(d) => {
             println!("refused:   {} since it started", d.denied);
             for r in &d.denials {
-                let port = r.port.map_or(String::new(), |p| format!(":{p}"));
-                let what = r
-                    .name
-                    .as_deref()
-                    .map_or(String::new(), |n| format!(" ({n})"));
-                println!("  {} {}{port}{what}: {}", r.protocol, r.dst, r.reason);
+                println!("  {r}");
             }
         }
         None => println!("refused:   (shown while it runs on the user network)"),

@@ -47,17 +47,31 @@ impl EgressControl {
         let (denied, kept) = self.filter().denials();
         ControlResponse::EgressDenials {
             denied,
-            denials: kept
-                .into_iter()
-                .map(|d| EgressDenial {
-                    dst: d.dst,
-                    port: d.port,
-                    protocol: d.protocol.to_owned(),
-                    name: d.name,
-                    reason: d.reason.as_str().to_owned(),
-                    at_ms: d.at_ms,
-                })
-                .collect(),
+            denials: kept.into_iter().map(record).collect(),
         }
+    }
+
+    /// The kept refusals numbered after `seen`, which moves past them.
+    pub(crate) fn new_denials(&self, seen: &mut u64) -> Vec<EgressDenial> {
+        let (denied, kept) = self.filter().denials();
+        let fresh = kept
+            .into_iter()
+            .filter(|d| d.seq > *seen)
+            .map(record)
+            .collect();
+        *seen = denied;
+        fresh
+    }
+}
+
+/// A refusal as the workspace's records keep it.
+fn record(d: vmm_core::devices::virtio::net::egress::Denial) -> EgressDenial {
+    EgressDenial {
+        dst: d.dst,
+        port: d.port,
+        protocol: d.protocol.to_owned(),
+        name: d.name,
+        reason: d.reason.as_str().to_owned(),
+        at_ms: d.at_ms,
     }
 }

@@ -317,6 +317,10 @@ impl VmmProcess {
         std::thread::spawn(move || wait_for_agent(&s));
         let s = shared.clone();
         std::thread::spawn(move || enforce_ttl(&s));
+        if shared.egress.is_some() {
+            let s = shared.clone();
+            std::thread::spawn(move || record_refusals(&s));
+        }
         // Opened and checked now: /proc is gone once the root is private.
         if let Some(owner) = self.owner.and_then(crate::guard::watch_owner) {
             let s = shared.clone();
@@ -593,6 +597,28 @@ fn enforce_ttl(shared: &Arc<Shared>) {
         tracing::error!(error = %e, "could not log the TTL expiry");
     }
     shared.begin_stop(TTL_GRACE, "its TTL expired");
+}
+
+/// Writes the egress filter's refusals into the workspace's events, once a
+/// second, until the run ends: an agent reading events learns why its
+/// connection failed.
+fn record_refusals(shared: &Shared) {
+    let Some(egress) = &shared.egress else {
+        return;
+    };
+    let mut seen = 0;
+    while !shared.finished.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_secs(1));
+        for refusal in egress.new_denials(&mut seen) {
+            if let Err(e) = shared
+                .ws
+                .events()
+                .append(EventKind::EgressRefused { refusal })
+            {
+                tracing::warn!("cannot record an egress refusal: {e}");
+            }
+        }
+    }
 }
 
 fn no_filter() -> ControlResponse {

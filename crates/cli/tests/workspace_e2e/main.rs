@@ -422,6 +422,14 @@ fn egress_rules_change_at_once(cli: &CliHome, host_rule: &str) {
             .any(|d| d["port"] == other.port && d["dst"] == "10.0.2.2" && d["protocol"] == "tcp"),
         "{policy}"
     );
+    // And as an event, within the second the VMM records them in.
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || events(cli, "dev")
+            .iter()
+            .any(|k| k == "egress_refused")),
+        "{:?}",
+        events(cli, "dev")
+    );
     let other_rule = format!("host:{}", other.port);
     let changed = cli.ok_json(&[
         "network",

@@ -348,6 +348,7 @@ fn describe(kind: &EventKind) -> String {
         EventKind::SnapshotTaken { snapshot, .. } => format!("snapshot_taken `{snapshot}`"),
         EventKind::SnapshotDeleted { snapshot } => format!("snapshot_deleted `{snapshot}`"),
         EventKind::Forked { from, .. } => format!("forked from `{from}`"),
+        EventKind::EgressRefused { refusal } => format!("egress_refused {refusal}"),
         EventKind::Restored { snapshot } => format!("restored `{snapshot}`"),
         EventKind::WarmSnapshotDiscarded { reason } => {
             format!("warm snapshot discarded: {reason}")

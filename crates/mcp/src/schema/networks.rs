@@ -175,15 +175,7 @@ impl Render for EgressResult {
         if let Some(r) = &self.refused {
             out.push_str(&format!("\nrefused {} since it started", r.denied));
             for d in &r.denials {
-                let port = d.port.map_or(String::new(), |p| format!(":{p}"));
-                let name = d
-                    .name
-                    .as_deref()
-                    .map_or(String::new(), |n| format!(" ({n})"));
-                out.push_str(&format!(
-                    "\n  {} {}{port}{name}: {}",
-                    d.protocol, d.dst, d.reason
-                ));
+                out.push_str(&format!("\n  {d}"));
             }
         }
         out

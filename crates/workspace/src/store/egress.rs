@@ -147,6 +147,20 @@ pub struct EgressDenial {
     pub at_ms: u64,
 }
 
+impl fmt::Display for EgressDenial {
+    /// `tcp 10.0.2.2:8001: why`, `dns 10.0.2.3:53 (name): why`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.protocol, self.dst)?;
+        if let Some(port) = self.port {
+            write!(f, ":{port}")?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, " ({name})")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
 impl Serialize for AllowEntry {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)

@@ -84,6 +84,13 @@ pub enum EventKind {
         /// The snapshot.
         snapshot: String,
     },
+    /// Its egress policy refused a connection or a DNS question (at most
+    /// the last 32 in any second are recorded).
+    EgressRefused {
+        /// Where it went and why it was refused.
+        #[serde(flatten)]
+        refusal: crate::store::egress::EgressDenial,
+    },
     /// It was created as a fork.
     Forked {
         /// The workspace it was forked from.
