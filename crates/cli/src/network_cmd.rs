@@ -50,12 +50,15 @@ pub enum NetworkCommand {
         /// 10.89.N.0/24 for tap).
         #[arg(long, value_parser = parse_subnet)]
         subnet: Option<Subnet>,
-        /// What guests may reach: all (default), none or allowlist (tap only).
+        /// What guests may reach: all (default; on `user`, all but the
+        /// host's loopback, link-local and private addresses), none or
+        /// allowlist.
         #[arg(long, value_enum, default_value = "all")]
         egress: EgressArg,
-        /// A domain (it and names under it), an address or a CIDR the
-        /// allowlist lets guests reach (repeatable).
-        #[arg(long = "allow", value_name = "DOMAIN|CIDR", value_parser = parse_allow)]
+        /// A rule (repeatable): a domain (it and names under it; *.domain:
+        /// only those under it), an address or CIDR, and on `user` also
+        /// with :PORT, or host:PORT.
+        #[arg(long = "allow", value_name = "RULE", value_parser = parse_allow)]
         allow: Vec<AllowEntry>,
     },
     /// Show a workspace's egress policy and what it refused; with

@@ -59,7 +59,9 @@ fn bad_input_gets_its_code_and_changes_nothing() {
         (vec!["network", "inspect", "corp"], "NOT_FOUND"),
         (vec!["network", "rm", "user"], "CONFLICT"),
         (
-            vec!["network", "create", "corp", "--egress", "none"],
+            vec![
+                "network", "create", "corp", "--egress", "none", "--allow", "pypi.org",
+            ],
             "INVALID_INPUT",
         ),
         (

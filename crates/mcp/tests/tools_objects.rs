@@ -21,7 +21,10 @@ async fn networks_are_objects_workspaces_name_and_host_changes_wait_for_a_token(
     assert_eq!(names, ["user", "none"]);
     let before = h.snapshot();
     for (args, code) in [
-        (json!({"name": "corp", "egress": "none"}), "INVALID_INPUT"),
+        (
+            json!({"name": "corp", "egress": "none", "allow": ["pypi.org"]}),
+            "INVALID_INPUT",
+        ),
         (
             json!({"name": "corp", "subnet": "10.0.0.1/24"}),
             "INVALID_INPUT",

@@ -20,10 +20,12 @@ pub struct CreateNetworkParams {
     /// Subnet, e.g. "10.89.5.0/24"; default 10.0.2.0/24 for user, a free
     /// 10.89.N.0/24 for tap.
     pub subnet: Option<Subnet>,
-    /// "all" (default), "none" or "allowlist"; the last two need "tap".
+    /// "all" (default; on "user", all but the host's loopback, link-local
+    /// and private addresses), "none" or "allowlist".
     pub egress: Option<Egress>,
-    /// With egress "allowlist": domains (each also allows the names under
-    /// it), IPv4 addresses or CIDRs guests may reach.
+    /// Rules: domains (each also the names under it; "*.d": only those
+    /// under it), IPv4 addresses or CIDRs, and on "user" also with ":PORT",
+    /// or "host:PORT"; a tap network takes them with "allowlist".
     #[serde(default)]
     pub allow: Vec<AllowEntry>,
 }

@@ -348,14 +348,16 @@ pub fn validate_request(req: &NetworkRequest) -> Result<(), NetworkError> {
             ));
         }
     }
-    if req.backend == Backend::User && req.egress != Egress::All {
-        return bad(format!(
-            "egress `{}` needs a tap network (a user network's traffic leaves through passt, which cannot filter it)",
-            req.egress
-        ));
+    if req.egress == Egress::None && !req.allow.is_empty() {
+        return bad(
+            "egress `none` opens nothing, rules included; use `allowlist` with the rules".into(),
+        );
     }
-    if req.egress != Egress::Allowlist && !req.allow.is_empty() {
-        return bad("allow entries need egress `allowlist`".into());
+    if req.backend == Backend::Tap && req.egress == Egress::All && !req.allow.is_empty() {
+        return bad(
+            "a tap network under egress `all` reaches everything already; rules need `allowlist`"
+                .into(),
+        );
     }
     if req.egress == Egress::Allowlist && req.allow.is_empty() {
         return bad("egress `allowlist` needs at least one allowed domain or CIDR".into());
@@ -678,12 +680,18 @@ mod tests {
 
     #[test]
     fn requests_are_checked_before_anything_is_written() {
-        let user_none = NetworkRequest {
-            egress: Egress::None,
+        // A user network takes every mode (its VMMs filter), rules with
+        // ports too; none takes no rules.
+        let user = |egress, allow: &[&str]| NetworkRequest {
+            egress,
+            allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
             ..NetworkRequest::default()
         };
-        let err = validate_request(&user_none).unwrap_err().to_string();
-        assert!(err.contains("needs a tap network"), "{err}");
+        validate_request(&user(Egress::None, &[])).unwrap();
+        validate_request(&user(Egress::All, &["host:8000", "10.0.0.0/8:5432"])).unwrap();
+        let err = validate_request(&user(Egress::None, &["pypi.org"])).unwrap_err();
+        assert!(err.to_string().contains("opens nothing"), "{err}");
+        assert!(validate_request(&tap(Egress::Allowlist, &["host:8000"])).is_err());
         assert!(validate_request(&tap(Egress::Allowlist, &[])).is_err());
         assert!(validate_request(&tap(Egress::All, &["pypi.org"])).is_err());
         validate_request(&tap(Egress::Allowlist, &["pypi.org", "10.0.0.0/8"])).unwrap();
