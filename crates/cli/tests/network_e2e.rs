@@ -1,12 +1,14 @@
-//! Tap networks end to end, inside network namespaces this test makes (no
-//! traffic leaves them): a "host" namespace where `microagent network
-//! setup` applies its bridges, nftables table and resolvers and where the
-//! workspaces run, joined by a veth pair to a "world" namespace holding two
-//! web servers and the upstream DNS server that knows their names. Egress
-//! `allowlist` reaches the allowed server by name and nothing else, `none`
-//! reaches nothing, `all` reaches both; a fork on the same network takes an
-//! address of its own. Needs root (namespaces, CAP_NET_ADMIN), iproute2,
-//! nftables, dnsmasq and busybox.
+//! Networks end to end, inside network namespaces each test makes (no
+//! traffic leaves them): a "host" namespace where the workspaces run (and
+//! where `microagent network setup` applies its bridges, nftables table
+//! and resolvers for tap networks), joined by a veth pair to a "world"
+//! namespace holding two web servers, the upstream DNS server that knows
+//! their names, and a server on the cloud metadata address. Tap networks:
+//! egress `allowlist` reaches the allowed server by name and nothing
+//! else, `none` reaches nothing, `all` reaches both; a fork on the same
+//! network takes an address of its own. The `user` network: each VMM's
+//! filter enforces the policy with no host setup. Needs root (namespaces,
+//! CAP_NET_ADMIN), iproute2, nftables, dnsmasq and busybox.
 
 use std::process::Command;
 
@@ -16,6 +18,9 @@ const WORLD_ALLOWED: &str = "198.51.100.10";
 const WORLD_DENIED: &str = "198.51.100.20";
 const WORLD_DNS: &str = "198.51.100.53";
 const WORLD_GATEWAY: &str = "198.51.100.1";
+const METADATA: &str = "169.254.169.254";
+/// A server on the host namespace's loopback (what `host:PORT` opens).
+const HOST_PORT: u16 = 8000;
 
 fn sh(args: &[&str]) -> Result<String, String> {
     let out = Command::new(args[0])
@@ -66,12 +71,13 @@ struct Namespaces {
 }
 
 impl Namespaces {
-    fn make() -> Result<Self, String> {
+    /// Namespaces of their own for each `tag` (tests run at once).
+    fn make(tag: &str) -> Result<Self, String> {
         let id = std::process::id();
         let ns = Self {
-            host: format!("mah{id}"),
-            world: format!("maw{id}"),
-            dir: std::path::PathBuf::from(format!("/tmp/ma-netns-{id}")),
+            host: format!("mah{tag}{id}"),
+            world: format!("maw{tag}{id}"),
+            dir: std::path::PathBuf::from(format!("/tmp/ma-netns-{tag}{id}")),
         };
         ns.build()?;
         Ok(ns)
@@ -139,7 +145,34 @@ impl Namespaces {
             &format!("--address=/allowed.test/{WORLD_ALLOWED}"),
             &format!("--address=/denied.test/{WORLD_DENIED}"),
         ])?;
-        for (addr, body) in [(WORLD_ALLOWED, "allowed"), (WORLD_DENIED, "denied")] {
+        // The cloud metadata address, in the world: guests on the `user`
+        // network reach it through the host namespace's route unless the
+        // policy refuses it.
+        sh(&[
+            "ip",
+            "-n",
+            w,
+            "addr",
+            "add",
+            &format!("{METADATA}/32"),
+            "dev",
+            "vww",
+        ])?;
+        sh(&[
+            "ip",
+            "-n",
+            h,
+            "route",
+            "add",
+            &format!("{METADATA}/32"),
+            "dev",
+            "vwh",
+        ])?;
+        for (addr, body) in [
+            (WORLD_ALLOWED, "allowed"),
+            (WORLD_DENIED, "denied"),
+            (METADATA, "metadata"),
+        ] {
             let www = self.dir.join(body);
             std::fs::create_dir_all(&www).map_err(|e| e.to_string())?;
             std::fs::write(www.join("index.html"), format!("{body}\n"))
@@ -222,7 +255,7 @@ fn tap_networks_enforce_their_egress_policy() {
     {
         return;
     }
-    let ns = Namespaces::make().expect("making the test's network namespaces");
+    let ns = Namespaces::make("t").expect("making the test's network namespaces");
     let cli = CliHome::new(env!("CARGO_BIN_EXE_microagent"), test).in_netns(&ns.host);
     for (name, extra) in [
         ("open", vec!["--egress", "all"]),
@@ -296,4 +329,123 @@ fn tap_networks_enforce_their_egress_policy() {
     let links = sh(&["ip", "-n", &ns.host, "-o", "link", "show"]).unwrap();
     assert!(!links.contains("microagent"), "{links}");
     cli.ok(&["network", "rm", "open"]);
+}
+
+/// The `user` network's policy, enforced by each workspace's VMM with no
+/// host setup, in namespaces of its own: by default the world is reachable
+/// but not the host namespace's loopback nor the metadata address;
+/// `host:PORT` opens one host port; an allowlist reaches allowed names
+/// only (other names REFUSED, other resolvers and unnamed addresses
+/// refused); a rule added while it runs works at once; refusals show in
+/// `network policy` and as events.
+#[test]
+fn the_user_network_enforces_egress_without_host_setup() {
+    let test = "the_user_network_enforces_egress_without_host_setup";
+    if testkit::require(test, testkit::guest_assets()).is_none()
+        || testkit::require(test, testkit::workspace_image("minimal")).is_none()
+        || testkit::require(test, testkit::host_tool("mkfs.ext4")).is_none()
+        || testkit::require(test, preconditions()).is_none()
+    {
+        return;
+    }
+    let ns = Namespaces::make("u").expect("making the test's network namespaces");
+    let www = ns.dir.join("host-loopback");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "the host\n").unwrap();
+    for port in [HOST_PORT, HOST_PORT + 1] {
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns.host,
+            "busybox",
+            "httpd",
+            "-p",
+            &format!("127.0.0.1:{port}"),
+            "-h",
+            &www.display().to_string(),
+        ])
+        .unwrap();
+    }
+    let cli = CliHome::new(env!("CARGO_BIN_EXE_microagent"), test).in_netns(&ns.host);
+    let host_url = |port: u16| format!("http://host.microagent.internal:{port}/");
+
+    // The default: the world, not the host's loopback, not the metadata
+    // service.
+    cli.ok_json(&[
+        "create",
+        "d",
+        "--allow",
+        &format!("host:{HOST_PORT}"),
+        "--json",
+    ]);
+    cli.ok(&["start", "d"]);
+    assert_eq!(fetch(&cli, "d", "http://denied.test/").unwrap(), "denied\n");
+    assert_eq!(
+        fetch(&cli, "d", &host_url(HOST_PORT)).unwrap(),
+        "the host\n"
+    );
+    let refused = fetch(&cli, "d", &host_url(HOST_PORT + 1)).unwrap_err();
+    assert!(refused.contains("refused"), "{refused}");
+    let metadata = fetch(&cli, "d", &format!("http://{METADATA}/")).unwrap_err();
+    assert!(metadata.contains("refused"), "{metadata}");
+    let policy = cli.ok_json(&["network", "policy", "d", "--json"]);
+    let denied: Vec<String> = policy["denials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| format!("{}:{}", d["dst"].as_str().unwrap(), d["port"]))
+        .collect();
+    assert_eq!(
+        denied,
+        [
+            format!("10.0.2.2:{}", HOST_PORT + 1),
+            format!("{METADATA}:80")
+        ],
+        "{policy}"
+    );
+
+    // An allowlist by name.
+    cli.ok_json(&[
+        "create",
+        "a",
+        "--egress",
+        "allowlist",
+        "--allow",
+        "allowed.test",
+        "--json",
+    ]);
+    cli.ok(&["start", "a"]);
+    assert_eq!(
+        fetch(&cli, "a", "http://allowed.test/").unwrap(),
+        "allowed\n"
+    );
+    let unnamed = fetch(&cli, "a", "http://denied.test/").unwrap_err();
+    assert!(unnamed.contains("bad address"), "{unnamed}");
+    let direct = fetch(&cli, "a", &format!("http://{WORLD_DENIED}/")).unwrap_err();
+    assert!(direct.contains("refused"), "{direct}");
+    let other = cli.run(&["exec", "a", "--", "nslookup", "denied.test", WORLD_DNS]);
+    assert_ne!(
+        other.status, 0,
+        "another resolver answered: {}",
+        other.stdout
+    );
+    // A rule added while it runs: the next lookup and connection work.
+    cli.ok_json(&[
+        "network",
+        "policy",
+        "a",
+        "--allow",
+        "allowed.test",
+        "--allow",
+        "denied.test",
+        "--json",
+    ]);
+    assert_eq!(fetch(&cli, "a", "http://denied.test/").unwrap(), "denied\n");
+    let events = cli.run(&["events", "a", "--json"]).stdout;
+    assert!(events.contains("\"egress_refused\""), "{events}");
+    assert!(events.contains("\"name\":\"denied.test\""), "{events}");
+    for ws in ["d", "a"] {
+        cli.ok(&["delete", ws, "--force", "--yes"]);
+    }
 }
