@@ -60,6 +60,10 @@ pub enum NetworkCommand {
         /// with :PORT, or host:PORT.
         #[arg(long = "allow", value_name = "RULE", value_parser = parse_allow)]
         allow: Vec<AllowEntry>,
+        /// Let guests of this tap network reach each other (by default
+        /// each one's bridge port is isolated).
+        #[arg(long)]
+        allow_peers: bool,
     },
     /// Show a workspace's egress policy and what it refused; with
     /// --egress or --allow, change it (at once for new connections when it
@@ -246,6 +250,7 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode
             subnet,
             egress,
             allow,
+            allow_peers,
         } => {
             let req = NetworkRequest {
                 backend: match backend {
@@ -255,6 +260,7 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode
                 subnet: *subnet,
                 egress: egress.egress(),
                 allow: allow.clone(),
+                allow_peers: *allow_peers,
             };
             let info = ws.create_network(name, &req)?;
             print_one(&info, json);

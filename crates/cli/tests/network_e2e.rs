@@ -264,6 +264,7 @@ fn tap_networks_enforce_their_egress_policy() {
             "some",
             vec!["--egress", "allowlist", "--allow", "allowed.test"],
         ),
+        ("mates", vec!["--egress", "all", "--allow-peers"]),
     ] {
         let mut args = vec!["network", "create", name, "--backend", "tap", "--json"];
         args.extend(extra);
@@ -318,17 +319,30 @@ fn tap_networks_enforce_their_egress_policy() {
         "denied\n"
     );
     assert_eq!(fetch(&cli, "c", "http://denied.test/").unwrap(), "denied\n");
+    // Guests of one network do not reach each other (isolated bridge
+    // ports), unless the network allows peers.
+    let ping = |from: &str, to: &serde_json::Value| {
+        let to = to["spec"]["address"].as_str().unwrap().to_owned();
+        cli.run(&["exec", from, "--", "ping", "-c", "1", "-W", "3", &to])
+            .status
+    };
+    assert_ne!(ping("c2", &c), 0, "c2 reached c on an isolated bridge");
+    let m1 = cli.ok_json(&["create", "m1", "--network", "mates", "--json"]);
+    cli.ok(&["start", "m1"]);
+    cli.ok_json(&["fork", "m1", "m2", "--json"]);
+    assert_eq!(ping("m2", &m1), 0, "m2 did not reach m1 with --allow-peers");
 
     // A network in use stays; teardown removes what setup made.
     let in_use = cli.run(&["network", "rm", "open", "--json"]);
     assert_eq!(in_use.error_code(), "CONFLICT");
-    for ws in ["a", "b", "c", "c2"] {
+    for ws in ["a", "b", "c", "c2", "m1", "m2"] {
         cli.ok(&["delete", ws, "--force", "--yes"]);
     }
     apply(&cli, "teardown");
     let links = sh(&["ip", "-n", &ns.host, "-o", "link", "show"]).unwrap();
     assert!(!links.contains("microagent"), "{links}");
     cli.ok(&["network", "rm", "open"]);
+    cli.ok(&["network", "rm", "mates"]);
 }
 
 /// The `user` network's policy, enforced by each workspace's VMM with no

@@ -28,6 +28,10 @@ pub struct CreateNetworkParams {
     /// or "host:PORT"; a tap network takes them with "allowlist".
     #[serde(default)]
     pub allow: Vec<AllowEntry>,
+    /// "tap" only: let its guests reach each other (default: each guest's
+    /// bridge port is isolated).
+    #[serde(default)]
+    pub allow_peers: bool,
 }
 
 /// `workspace_set_egress`.

@@ -35,6 +35,7 @@ impl MicroagentServer {
             subnet: p.subnet,
             egress: p.egress.unwrap_or(Egress::All),
             allow: p.allow,
+            allow_peers: p.allow_peers,
         };
         let network = self
             .on_workspace(&p.name, move |ws, name| ws.create_network(name, &req))

@@ -96,7 +96,7 @@ pub fn attach(
         Some(Backend::Tap) => {
             let tap = tap_name(&net, addressing.guest).unwrap_or_default();
             let bridge = net.bridge().unwrap_or_default();
-            ensure_tap(&tap, &bridge, &net.name)?;
+            ensure_tap(&tap, &bridge, &net.name, net.allow_peers)?;
             Ok(Some(Attachment {
                 backend: NetBackendConfig::Tap(tap),
                 addressing,
@@ -156,8 +156,15 @@ fn ip(args: &[&str]) -> Result<std::process::Output, NetworkError> {
 }
 
 /// Makes the TAP device `tap` (persistent, so it outlives one VMM and is
-/// reused at the next start) and puts it up on `bridge`.
-fn ensure_tap(tap: &str, bridge: &str, network: &str) -> Result<(), NetworkError> {
+/// reused at the next start) and puts it up on `bridge`, its port isolated
+/// (no frame to another isolated port: guests of one network do not reach
+/// each other) unless the network allows peers.
+fn ensure_tap(
+    tap: &str,
+    bridge: &str,
+    network: &str,
+    allow_peers: bool,
+) -> Result<(), NetworkError> {
     let bridge_there = ip(&["link", "show", "dev", bridge])?.status.success();
     if !bridge_there {
         return Err(NetworkError::NotSetUp {
@@ -169,6 +176,16 @@ fn ensure_tap(tap: &str, bridge: &str, network: &str) -> Result<(), NetworkError
     let steps: Vec<Vec<&str>> = [
         (!exists).then(|| vec!["tuntap", "add", "dev", tap, "mode", "tap", "vnet_hdr"]),
         Some(vec!["link", "set", "dev", tap, "master", bridge, "up"]),
+        Some(vec![
+            "link",
+            "set",
+            "dev",
+            tap,
+            "type",
+            "bridge_slave",
+            "isolated",
+            if allow_peers { "off" } else { "on" },
+        ]),
     ]
     .into_iter()
     .flatten()

@@ -184,13 +184,17 @@ pub struct NetworkRequest {
     /// passt, so user subnets may repeat) and a free 10.89.N.0/24 for `tap`.
     #[serde(default)]
     pub subnet: Option<Subnet>,
-    /// What guests may reach (default `all`). `none` and `allowlist` need
-    /// the `tap` backend.
+    /// What guests may reach (default `all`).
     #[serde(default = "default_egress")]
     pub egress: Egress,
-    /// Domains and CIDRs an `allowlist` network may reach.
+    /// Rules opening more (domains, CIDRs, on `user` with ports and
+    /// `host:PORT`).
     #[serde(default)]
     pub allow: Vec<AllowEntry>,
+    /// Guests of a `tap` network may reach each other (by default each
+    /// one's bridge port is isolated).
+    #[serde(default)]
+    pub allow_peers: bool,
 }
 
 fn default_backend() -> Backend {
@@ -208,6 +212,7 @@ impl Default for NetworkRequest {
             subnet: None,
             egress: default_egress(),
             allow: Vec::new(),
+            allow_peers: false,
         }
     }
 }
@@ -226,9 +231,12 @@ pub struct Network {
     pub subnet: Option<Subnet>,
     /// What guests may reach.
     pub egress: Egress,
-    /// Its allowlist.
+    /// Its rules.
     #[serde(default)]
     pub allow: Vec<AllowEntry>,
+    /// Its guests may reach each other (`tap`; otherwise isolated).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_peers: bool,
     /// The number that names its bridge (`tap` networks).
     #[serde(default)]
     pub index: u8,
@@ -275,6 +283,7 @@ impl Network {
             }),
             egress: Egress::All,
             allow: Vec::new(),
+            allow_peers: false,
             index: 0,
             created_at_ms: 0,
         }
@@ -289,6 +298,7 @@ impl Network {
             subnet: None,
             egress: Egress::None,
             allow: Vec::new(),
+            allow_peers: false,
             index: 0,
             created_at_ms: 0,
         }
@@ -347,6 +357,11 @@ pub fn validate_request(req: &NetworkRequest) -> Result<(), NetworkError> {
                 "subnet {s} is not private; use one inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
             ));
         }
+    }
+    if req.allow_peers && req.backend != Backend::Tap {
+        return bad(
+            "--allow-peers is for tap networks: guests of a user network never share a link".into(),
+        );
     }
     if req.egress == Egress::None && !req.allow.is_empty() {
         return bad(
@@ -602,6 +617,7 @@ impl Networks {
             subnet: Some(subnet),
             egress: req.egress,
             allow: req.allow.clone(),
+            allow_peers: req.allow_peers,
             index,
             created_at_ms: now_ms,
         };
