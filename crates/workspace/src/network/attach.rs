@@ -249,6 +249,7 @@ mod tests {
             subnet: Some("10.89.7.0/28".parse::<Subnet>().unwrap()),
             egress: Egress::All,
             allow: vec![],
+            allow_peers: false,
             index: 7,
             created_at_ms: 1,
         }

@@ -691,6 +691,7 @@ mod tests {
             subnet: None,
             egress,
             allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
+            allow_peers: false,
         }
     }
 

@@ -398,6 +398,7 @@ mod tests {
             subnet: Some(format!("10.89.{index}.0/24").parse::<Subnet>().unwrap()),
             egress,
             allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
+            allow_peers: false,
             index,
             created_at_ms: 1,
         }
