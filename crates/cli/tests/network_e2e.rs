@@ -331,6 +331,29 @@ fn tap_networks_enforce_their_egress_policy() {
     cli.ok(&["start", "m1"]);
     cli.ok_json(&["fork", "m1", "m2", "--json"]);
     assert_eq!(ping("m2", &m1), 0, "m2 did not reach m1 with --allow-peers");
+    // A guest's frames carry its own address and MAC, or go nowhere.
+    let gateway = cli.ok_json(&["inspect", "c", "--json"])["network"]["gateway"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let spoofed = format!("{}.250", gateway.rsplit_once('.').unwrap().0);
+    let in_c = |script: &str| cli.run(&["exec", "c", "--", "sh", "-c", script]).status;
+    assert_eq!(in_c(&format!("ping -c 1 -W 3 {gateway}")), 0);
+    assert_ne!(
+        in_c(&format!(
+            "ip addr add {spoofed}/24 dev eth0 && ping -c 1 -W 3 -I {spoofed} {gateway}"
+        )),
+        0,
+        "a spoofed source address went through"
+    );
+    assert_ne!(
+        in_c(&format!(
+            "ip link set eth0 down && ip link set eth0 address 02:00:00:00:00:99 && \
+             ip link set eth0 up && ping -c 1 -W 3 {gateway}"
+        )),
+        0,
+        "a spoofed MAC went through"
+    );
 
     // A network in use stays; teardown removes what setup made.
     let in_use = cli.run(&["network", "rm", "open", "--json"]);

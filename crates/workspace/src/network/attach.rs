@@ -97,6 +97,13 @@ pub fn attach(
             let tap = tap_name(&net, addressing.guest).unwrap_or_default();
             let bridge = net.bridge().unwrap_or_default();
             ensure_tap(&tap, &bridge, &net.name, net.allow_peers)?;
+            // Its frames carry its own MAC and address, or go nowhere.
+            let guard = super::nft::guard_script(&tap, super::mac_for(ws.name()), addressing.guest);
+            nft(&guard).map_err(|why| NetworkError::Tap {
+                tap: tap.clone(),
+                network: net.name.clone(),
+                why,
+            })?;
             Ok(Some(Attachment {
                 backend: NetBackendConfig::Tap(tap),
                 addressing,
@@ -216,6 +223,36 @@ pub fn remove_tap(state: &StateDir, spec: &WorkspaceSpec) {
     };
     if let Some(tap) = spec.address.and_then(|a| tap_name(&net, a)) {
         let _ = ip(&["link", "del", "dev", &tap]);
+        let _ = nft(&super::nft::unguard_script(&tap));
+    }
+}
+
+/// Applies an `nft -f` script; why not.
+fn nft(script: &str) -> Result<(), String> {
+    use std::io::Write;
+    let nft = crate::host::settings::host_tool("nft").unwrap_or_else(|| "nft".into());
+    let mut child = Command::new(&nft)
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running {}: {e}", nft.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|e| format!("writing to nft: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for nft: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "nft refused the guest's guard: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 

@@ -116,6 +116,53 @@ pub fn ruleset(networks: &[Network]) -> String {
     r
 }
 
+/// The bridge-family table that holds each tap guest to its own MAC and
+/// IPv4 address (anti-spoofing), one chain per TAP device; kept apart from
+/// [`TABLE`], which setup replaces whole, because workspaces add and
+/// remove their chains as they start and are deleted.
+pub const GUARD_TABLE: &str = "microagent_guard";
+
+fn guard_chain(tap: &str) -> String {
+    format!("g_{tap}")
+}
+
+/// The `nft -f` script that puts `tap`'s guest under guard: frames it sends
+/// must carry `mac` and, for IPv4 and ARP, `ip`; it sends no IPv6 (the tap
+/// networks are IPv4). Idempotent: the chain is flushed and filled again.
+pub fn guard_script(tap: &str, mac: [u8; 6], ip: std::net::Ipv4Addr) -> String {
+    let chain = guard_chain(tap);
+    let mac = mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let t = format!("bridge {GUARD_TABLE}");
+    format!(
+        "add table {t}\n\
+         add map {t} taps {{ type ifname : verdict; }}\n\
+         add chain {t} prerouting {{ type filter hook prerouting priority -300; policy accept; }}\n\
+         flush chain {t} prerouting\n\
+         add rule {t} prerouting iifname vmap @taps\n\
+         add chain {t} {chain}\n\
+         flush chain {t} {chain}\n\
+         add rule {t} {chain} ether saddr != {mac} drop\n\
+         add rule {t} {chain} ether type ip ip saddr != {ip} drop\n\
+         add rule {t} {chain} ether type arp arp saddr ether != {mac} drop\n\
+         add rule {t} {chain} ether type arp arp saddr ip != {ip} drop\n\
+         add rule {t} {chain} ether type ip6 drop\n\
+         add element {t} taps {{ \"{tap}\" : jump {chain} }}\n"
+    )
+}
+
+/// The script that removes `tap`'s guard (when its workspace is deleted).
+pub fn unguard_script(tap: &str) -> String {
+    let t = format!("bridge {GUARD_TABLE}");
+    format!(
+        "delete element {t} taps {{ \"{tap}\" }}\ndelete chain {t} {}\n",
+        guard_chain(tap)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +179,32 @@ mod tests {
             index,
             created_at_ms: 1,
         }
+    }
+
+    #[test]
+    fn a_guard_names_the_guests_own_addresses_and_is_undone_by_name() {
+        let script = guard_script(
+            "ma2t5",
+            [2, 0x4d, 1, 2, 3, 0xab],
+            "10.89.2.5".parse().unwrap(),
+        );
+        assert!(
+            script.contains("ether saddr != 02:4d:01:02:03:ab drop"),
+            "{script}"
+        );
+        assert!(script.contains("ip saddr != 10.89.2.5 drop"), "{script}");
+        assert!(
+            script.contains("arp saddr ip != 10.89.2.5 drop"),
+            "{script}"
+        );
+        assert!(script.contains("\"ma2t5\" : jump g_ma2t5"), "{script}");
+        // Filling a chain again replaces its rules instead of adding.
+        assert!(script.contains("flush chain bridge microagent_guard g_ma2t5"));
+        let undo = unguard_script("ma2t5");
+        assert!(
+            undo.contains("delete chain bridge microagent_guard g_ma2t5"),
+            "{undo}"
+        );
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct HostState {
     pub ip_forward: bool,
     /// Our table exists (false also when it cannot be listed).
     pub table: bool,
+    /// Our bridge table of guest guards exists.
+    pub guard_table: bool,
     /// Per network name: the pid of its running dnsmasq.
     pub dnsmasq: Vec<(String, u32)>,
     /// The digest recorded by the last apply.
@@ -305,6 +307,13 @@ pub fn teardown_plan(host: &HostState) -> Plan {
             &["delete", "table", "ip", nft::TABLE],
         ));
     }
+    if host.guard_table {
+        plan.steps.push(Step::new(
+            format!("delete nftables table bridge {}", nft::GUARD_TABLE),
+            "nft",
+            &["delete", "table", "bridge", nft::GUARD_TABLE],
+        ));
+    }
     for link in host.links.iter().filter(|l| is_ours(l)) {
         plan.steps.push(Step::new(
             format!("remove {link}"),
@@ -324,10 +333,13 @@ pub fn probe(networks_dir: &Path) -> HostState {
         .output()
         .map(|o| parse_links(&String::from_utf8_lossy(&o.stdout)))
         .unwrap_or_default();
-    let table = Command::new("nft")
-        .args(["list", "table", "ip", nft::TABLE])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let listed = |family: &str, table: &str| {
+        Command::new("nft")
+            .args(["list", "table", family, table])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let (table, guard_table) = (listed("ip", nft::TABLE), listed("bridge", nft::GUARD_TABLE));
     let ip_forward = std::fs::read_to_string(IP_FORWARD).is_ok_and(|v| v.trim() == "1");
     // Every pid file, so the resolver of a removed network is found too.
     let mut dnsmasq: Vec<(String, u32)> = std::fs::read_dir(networks_dir)
@@ -356,6 +368,7 @@ pub fn probe(networks_dir: &Path) -> HostState {
         links,
         ip_forward,
         table,
+        guard_table,
         dnsmasq,
         applied,
     }
@@ -467,6 +480,7 @@ mod tests {
             links: vec!["microagent0".into(), "ma0t2".into()],
             ip_forward: true,
             table: true,
+            guard_table: false,
             dnsmasq: vec![("open".into(), 4242)],
             applied: Some(want.digest()),
         };
@@ -501,6 +515,7 @@ mod tests {
             links: vec!["microagent0".into(), "ma0t2".into()],
             ip_forward: true,
             table: true,
+            guard_table: true,
             dnsmasq: vec![("open".into(), 4242)],
             applied: Some("x".into()),
         };
@@ -511,8 +526,9 @@ mod tests {
             .collect();
         assert!(lines[0].contains("kill 4242"));
         assert_eq!(lines[1], "nft delete table ip microagent");
-        assert_eq!(lines[2], "ip link del dev microagent0");
-        assert_eq!(lines[3], "ip link del dev ma0t2");
+        assert_eq!(lines[2], "nft delete table bridge microagent_guard");
+        assert_eq!(lines[3], "ip link del dev microagent0");
+        assert_eq!(lines[4], "ip link del dev ma0t2");
         assert!(teardown_plan(&HostState::default()).steps.is_empty());
     }
 
