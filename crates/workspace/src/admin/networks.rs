@@ -115,7 +115,7 @@ impl Workspaces {
         let nets = self.networks();
         let lock = nets.lock()?;
         let net = nets.get(&spec.network)?;
-        crate::network::objects::validate_workspace_policy(&net, &spec)?;
+        crate::network::user_filter::validate_workspace_policy(&net, &spec)?;
         let address = match net.backend {
             Some(Backend::Tap) => {
                 let taken: Vec<_> = self

@@ -397,53 +397,6 @@ pub fn validate_request(req: &NetworkRequest) -> Result<(), NetworkError> {
     Ok(())
 }
 
-/// Checks a workspace's own egress policy (`spec.egress`, `spec.allow`)
-/// against its network: only a `user` network takes one (a `tap`
-/// network's is the network's, enforced by nftables for all its guests).
-pub fn validate_workspace_policy(
-    net: &Network,
-    spec: &crate::store::spec::WorkspaceSpec,
-) -> Result<(), NetworkError> {
-    let bad = |m: String| Err(NetworkError::Invalid(m));
-    if spec.egress.is_none() && spec.allow.is_empty() {
-        return Ok(());
-    }
-    match net.backend {
-        None => {
-            return bad(format!(
-                "network `{}` reaches nothing: egress and allow rules need the `user` network",
-                net.name
-            ))
-        }
-        Some(Backend::Tap) => {
-            return bad(format!(
-                "network `{}` is a tap network, whose policy is its own: set it with `network create {} --egress ... --allow ...`",
-                net.name, net.name
-            ))
-        }
-        Some(Backend::User) => {}
-    }
-    match spec.egress {
-        Some(Egress::None) if !spec.allow.is_empty() => {
-            return bad(
-                "egress `none` opens nothing, rules included; use `allowlist` with the rules"
-                    .into(),
-            )
-        }
-        Some(Egress::Allowlist) if spec.allow.is_empty() && net.allow.is_empty() => {
-            return bad("egress `allowlist` needs at least one rule (--allow)".into())
-        }
-        _ => {}
-    }
-    if spec.allow.len() > MAX_ALLOW {
-        return bad(format!(
-            "{} allow rules; at most {MAX_ALLOW}",
-            spec.allow.len()
-        ));
-    }
-    Ok(())
-}
-
 /// The networks' lock, released when dropped.
 #[derive(Debug)]
 pub struct NetworksLock {

@@ -1,4 +1,5 @@
-//! A `user` network's egress policy as the VMM's filter enforces it
+//! A workspace's egress policy: checked against its network, and on a
+//! `user` network turned into what the VMM's filter enforces
 //! (`vmm_core`'s `net::egress`): the mode, the rules turned into prefixes,
 //! ports and name patterns, and the ranges guarded by default. passt
 //! forwards whatever the guest sends, from the host, so the host's own
@@ -12,7 +13,8 @@ use vmm_core::devices::virtio::net::egress::rules::{
     FilterMode, FilterPolicy, NamePattern, NetRule, Prefix,
 };
 
-use super::{USER_DNS, USER_GATEWAY};
+use super::objects::MAX_ALLOW;
+use super::{Backend, Network, NetworkError, USER_DNS, USER_GATEWAY};
 use crate::store::egress::{AllowEntry, Egress};
 use crate::store::subnet::Subnet;
 
@@ -31,6 +33,53 @@ pub const GUARDED: [(IpAddr, u8); 10] = [
     (IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0)), 10),
     (IpAddr::V6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0)), 7),
 ];
+
+/// Checks a workspace's own egress policy (`spec.egress`, `spec.allow`)
+/// against its network: only a `user` network takes one (a `tap`
+/// network's is the network's, enforced by nftables for all its guests).
+pub fn validate_workspace_policy(
+    net: &Network,
+    spec: &crate::store::spec::WorkspaceSpec,
+) -> Result<(), NetworkError> {
+    let bad = |m: String| Err(NetworkError::Invalid(m));
+    if spec.egress.is_none() && spec.allow.is_empty() {
+        return Ok(());
+    }
+    match net.backend {
+        None => {
+            return bad(format!(
+                "network `{}` reaches nothing: egress and allow rules need the `user` network",
+                net.name
+            ))
+        }
+        Some(Backend::Tap) => {
+            return bad(format!(
+                "network `{}` is a tap network, whose policy is its own: set it with `network create {} --egress ... --allow ...`",
+                net.name, net.name
+            ))
+        }
+        Some(Backend::User) => {}
+    }
+    match spec.egress {
+        Some(Egress::None) if !spec.allow.is_empty() => {
+            return bad(
+                "egress `none` opens nothing, rules included; use `allowlist` with the rules"
+                    .into(),
+            )
+        }
+        Some(Egress::Allowlist) if spec.allow.is_empty() && net.allow.is_empty() => {
+            return bad("egress `allowlist` needs at least one rule (--allow)".into())
+        }
+        _ => {}
+    }
+    if spec.allow.len() > MAX_ALLOW {
+        return bad(format!(
+            "{} allow rules; at most {MAX_ALLOW}",
+            spec.allow.len()
+        ));
+    }
+    Ok(())
+}
 
 fn prefix(s: &Subnet) -> Prefix {
     Prefix {

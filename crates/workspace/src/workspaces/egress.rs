@@ -36,7 +36,7 @@ impl Workspace<'_> {
         spec.egress = egress;
         spec.allow = allow;
         let net = all.networks().get(&spec.network)?;
-        crate::network::objects::validate_workspace_policy(&net, &spec)?;
+        crate::network::user_filter::validate_workspace_policy(&net, &spec)?;
         if meta.state.has_vmm() {
             let (egress, allow) = crate::network::attach::policy(&net, &spec);
             match control::call(
