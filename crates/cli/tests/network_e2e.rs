@@ -479,9 +479,14 @@ fn the_user_network_enforces_egress_without_host_setup() {
         "--json",
     ]);
     assert_eq!(fetch(&cli, "a", "http://denied.test/").unwrap(), "denied\n");
-    let events = cli.run(&["events", "a", "--json"]).stdout;
-    assert!(events.contains("\"egress_refused\""), "{events}");
-    assert!(events.contains("\"name\":\"denied.test\""), "{events}");
+    // The VMM writes refusals into events once a second.
+    let events = || cli.run(&["events", "a", "--json"]).stdout;
+    let recorded = testkit::wait_until(std::time::Duration::from_secs(10), || {
+        events().contains("\"name\":\"denied.test\"")
+    });
+    let log = std::fs::read_to_string(cli.home().join("workspaces/a/vmm.log")).unwrap_or_default();
+    assert!(recorded, "{}\nvmm.log:\n{log}", events());
+    assert!(events().contains("\"egress_refused\""), "{}", events());
     for ws in ["d", "a"] {
         cli.ok(&["delete", ws, "--force", "--yes"]);
     }

@@ -126,6 +126,9 @@ const EVERY_THREAD: &[i64] = &[
     libc::SYS_clock_gettime,
     libc::SYS_clock_nanosleep,
     libc::SYS_nanosleep,
+    // A sleep or wait interrupted by a stop (SIGSTOP, a debugger) resumes
+    // through this; without it, `kill -STOP`/`-CONT` would end the VMM.
+    libc::SYS_restart_syscall,
     // Logging to stderr (vmm.log) and the SIGSYS report.
     libc::SYS_write,
     libc::SYS_writev,

@@ -207,3 +207,45 @@ fn the_vcpu_filter_is_in_place_before_the_first_guest_instruction() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
 }
+
+/// The variable that makes the child sleep confined.
+const STOPPED: &str = "MICROAGENT_SECCOMP_MATRIX_STOPPED";
+
+/// Run in a child process by the test below: sleeps under the control
+/// filter, the way the VMM's timers do.
+#[test]
+#[ignore = "run in a child process by the stop-and-continue test"]
+fn sleeping_child() {
+    if std::env::var_os(STOPPED).is_none() {
+        return;
+    }
+    confine_process(Filters::new(&vmm_host::seccomp::CONTROL).unwrap()).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+}
+
+/// A confined process stopped and continued (`kill -STOP`, `-CONT`, a
+/// debugger attaching) resumes its sleep through `restart_syscall`; the
+/// filter must let it, or a paused VMM dies when continued.
+#[test]
+fn a_confined_process_survives_stop_and_continue() {
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "sleeping_child", "--nocapture"])
+        .env(STOPPED, "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    for signal in [libc::SIGSTOP, libc::SIGCONT] {
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -87,8 +87,8 @@ pub enum EventKind {
     /// Its egress policy refused a connection or a DNS question (at most
     /// the last 32 in any second are recorded).
     EgressRefused {
-        /// Where it went and why it was refused.
-        #[serde(flatten)]
+        /// Where it went and why it was refused (its own object: its
+        /// `at_ms` is the refusal's, not the record's).
         refusal: crate::store::egress::EgressDenial,
     },
     /// It was created as a fork.
@@ -199,6 +199,12 @@ impl EventLog {
 
 /// The sequence number of the last complete event in `file`, and whether
 /// the file ends without a newline (a torn append).
+/// An event line's number, whatever its kind.
+#[derive(Deserialize)]
+struct Numbered {
+    seq: u64,
+}
+
 fn last_seq(file: &mut File) -> std::io::Result<(u64, bool)> {
     file.seek(SeekFrom::Start(0))?;
     let mut last = 0;
@@ -207,8 +213,10 @@ fn last_seq(file: &mut File) -> std::io::Result<(u64, bool)> {
     let mut line = String::new();
     while reader.read_line(&mut line)? > 0 {
         torn = !line.ends_with('\n');
-        if let Ok(event) = serde_json::from_str::<Event>(line.trim_end()) {
-            last = last.max(event.seq);
+        // Only the number: a line of a kind this version does not know
+        // (written by a newer one) still takes its place in the order.
+        if let Ok(numbered) = serde_json::from_str::<Numbered>(line.trim_end()) {
+            last = last.max(numbered.seq);
         }
         line.clear();
     }
@@ -225,6 +233,41 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn an_egress_refusal_reads_back_and_numbers_the_next() {
+        let dir = temp_dir("refusal");
+        let log = EventLog::new(&dir);
+        log.append(EventKind::Created).unwrap();
+        let refusal = crate::store::egress::EgressDenial {
+            dst: "10.0.2.2".parse().unwrap(),
+            port: Some(8001),
+            protocol: "tcp".into(),
+            name: None,
+            reason: "a host address".into(),
+            at_ms: 7,
+        };
+        log.append(EventKind::EgressRefused {
+            refusal: refusal.clone(),
+        })
+        .unwrap();
+        assert_eq!(log.append(EventKind::Created).unwrap().seq, 3);
+        let read = log.read_after(1).unwrap();
+        assert_eq!(read[0].kind, EventKind::EgressRefused { refusal });
+        assert_eq!(read.len(), 2);
+    }
+
+    #[test]
+    fn a_kind_this_version_does_not_know_still_counts() {
+        let dir = temp_dir("unknown");
+        std::fs::write(
+            dir.join(EVENTS_FILE),
+            "{\"seq\":4,\"at_ms\":1,\"kind\":\"from_the_future\"}\n",
+        )
+        .unwrap();
+        let log = EventLog::new(&dir);
+        assert_eq!(log.append(EventKind::Created).unwrap().seq, 5);
     }
 
     #[test]
