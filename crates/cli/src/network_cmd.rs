@@ -192,15 +192,15 @@ fn policy(
         handle.set_egress(mode, rules)?;
     }
     let info = handle.inspect()?;
-    let denials = handle.egress_denials()?;
+    let denials = info.refused.as_ref();
     let network = info.network.as_ref();
     if json {
         output::json(&serde_json::json!({
             "workspace": name,
             "egress": network.map(|n| n.egress),
             "allow": network.map(|n| &n.allow),
-            "denied": denials.as_ref().map(|d| d.denied),
-            "denials": denials.as_ref().map(|d| &d.denials),
+            "denied": denials.map(|d| d.denied),
+            "denials": denials.map(|d| &d.denials),
         }));
         return Ok(());
     }

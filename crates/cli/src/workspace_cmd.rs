@@ -359,6 +359,16 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
             "  network     {} ({} backend, egress {}): {}/{} via {}, dns {}, mac {}",
             n.name, n.backend, n.egress, a.guest, a.prefix, a.gateway, a.dns, n.mac
         );
+        if !n.allow.is_empty() {
+            let rules: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
+            println!("  allow       {}", rules.join(", "));
+        }
+    }
+    if let Some(refused) = &info.refused {
+        println!("  refused     {} since it started", refused.denied);
+        for r in &refused.denials {
+            println!("    {r}");
+        }
     }
     for (k, v) in &info.meta.spec.labels {
         println!("  label       {k}={v}");

@@ -64,14 +64,14 @@ impl MicroagentServer {
         Parameters(p): Parameters<SetEgressParams>,
     ) -> ToolResult<EgressResult> {
         let (egress, allow) = (p.egress, p.allow);
-        let (info, refused) = self
+        let info = self
             .on_workspace(&p.workspace, move |ws, name| {
                 let handle = ws.workspace(name)?;
                 if egress.is_some() || allow.is_some() {
                     let spec = handle.get()?.spec;
                     handle.set_egress(egress.or(spec.egress), allow.unwrap_or(spec.allow))?;
                 }
-                Ok((handle.inspect()?, handle.egress_denials()?))
+                handle.inspect()
             })
             .await?;
         let network = info.network;
@@ -79,7 +79,7 @@ impl MicroagentServer {
             workspace: p.workspace,
             egress: network.as_ref().map(|n| n.egress),
             allow: network.map(|n| n.allow).unwrap_or_default(),
-            refused,
+            refused: info.refused,
         }))
     }
 

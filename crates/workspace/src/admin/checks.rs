@@ -378,7 +378,7 @@ fn network_check() -> Check {
                 snapshot.unwrap_or_default()
             ),
             format!(
-                "install a passt from 2023-03-27 or later in /usr/local/bin (`cargo xtask setup` builds Debian 13's), or set {PASST_OVERRIDE_VAR} to one"
+                "run `microagent setup` as root: it builds Debian 13's passt into /usr/local/bin (or set {PASST_OVERRIDE_VAR} to a passt from 2023-03-27 or later)"
             ),
         ),
         Some(path) => Check::ok(

@@ -2,8 +2,10 @@
 //! workspaces, in one plan: the Debian packages the builds need, the guest
 //! kernel this host needs (built from source, [`crate::host::kernel_build`]), the
 //! `minimal` image (busybox with the agent and init installed beside this
-//! program) and the `debian` image (mmdebstrap, as root). What is there
-//! already is left as it is.
+//! program), the `debian` image (mmdebstrap, as root) and, where Debian's
+//! is too old, a `passt` built from Debian 13's source
+//! ([`crate::network::passt_build`]). What is there already is left as it
+//! is.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +16,7 @@ use crate::host::plan::{Plan, Preview, ProgressFn};
 use crate::host::settings::now_ms;
 use crate::host::setup::Setup;
 use crate::images::build::{debian, minimal, ImageBuildError};
+use crate::network::passt_build;
 use crate::workspaces::manager::Workspaces;
 
 /// What the `debian` image has beyond minbase (as `cargo xtask rootfs
@@ -28,6 +31,9 @@ struct Missing {
     kernel: bool,
     minimal: Option<(PathBuf, PathBuf)>,
     debian: bool,
+    /// The passt in use (or to be installed) resets long uploads: its
+    /// snapshot, when known.
+    passt: Option<Option<u32>>,
 }
 
 /// The host packages `missing` needs that are not installed.
@@ -49,6 +55,9 @@ fn host_packages(
         more.extend(debian::HOST_PACKAGES);
         more.push("e2fsprogs");
     }
+    if missing.passt.is_some() {
+        more.extend(passt_build::BUILD_PACKAGES);
+    }
     for p in more {
         if !installed(p) && !want.iter().any(|w| w == p) {
             want.push(p.to_owned());
@@ -63,9 +72,24 @@ fn setup_plan(
     kernel_plan: &Plan,
     packages: &[String],
     images_dir: &Path,
+    cache_root: &Path,
 ) -> Plan {
     let mut plan = Plan::new("setup");
     plan.install_packages(packages);
+    if let Some(snapshot) = missing.passt {
+        plan.needs_root = true;
+        plan.steps.extend(passt_build::steps(cache_root));
+        plan.notes.push(passt_build::note(snapshot));
+        for binary in ["passt", "passt.avx2"] {
+            plan.writes.push(
+                Path::new(passt_build::INSTALL_DIR)
+                    .join(binary)
+                    .display()
+                    .to_string(),
+            );
+        }
+        plan.estimate_seconds += passt_build::SECONDS;
+    }
     if missing.kernel {
         plan.notes.extend(kernel_plan.notes.iter().cloned());
         plan.writes.extend(kernel_plan.writes.iter().cloned());
@@ -96,7 +120,7 @@ fn setup_plan(
     }
     if plan.is_empty() {
         plan.notes
-            .push("this host has the kernel and the `minimal` and `debian` images".into());
+            .push("this host has the kernel, the `minimal` and `debian` images and a passt without the upload reset".into());
     }
     plan
 }
@@ -129,11 +153,12 @@ impl Workspaces {
             kernel: !kernel_plan.is_empty(),
             minimal: minimal_binaries,
             debian: images.get("debian").is_err(),
+            passt: Some(passt_build::snapshot_in_use()).filter(|s| passt_build::needed(*s)),
         };
         let packages = host_packages(&missing, &kernel_host, &|p| {
             crate::host::settings::deb_version(p).is_some()
         });
-        let plan = setup_plan(&missing, &kernel_plan, &packages, images.root());
+        let plan = setup_plan(&missing, &kernel_plan, &packages, images.root(), &root);
         let confirmer = Confirmer::open(self.state_dir().root())?;
         let Some(token) = confirm else {
             return Ok(Setup {
@@ -170,7 +195,7 @@ impl Workspaces {
         let kernel_file = self
             .blocking(move |ws| {
                 if !steps.steps.is_empty() {
-                    report("installing Debian packages");
+                    report("installing Debian packages (and passt, where the plan builds it)");
                     steps.run()?;
                 }
                 if kernel {
@@ -277,6 +302,7 @@ mod tests {
             &Plan::new("kernel install"),
             &packages,
             Path::new("/s/images"),
+            Path::new("/c"),
         );
         assert!(plan.is_empty(), "{plan:?}");
         assert!(plan.notes[0].contains("has the kernel"));
@@ -288,6 +314,7 @@ mod tests {
             kernel: true,
             minimal: Some(("/d/microagent-agent".into(), "/d/microagent-init".into())),
             debian: true,
+            passt: None,
         };
         let host = kernel_host(&["flex", "e2fsprogs"]);
         let packages = host_packages(&missing, &host, &|p| p == "fakeroot");
@@ -303,7 +330,13 @@ mod tests {
             ]
         );
         let kernel_plan = source_plan(Path::new("/c"), vmm_core::KernelVariant::Compat, &host);
-        let plan = setup_plan(&missing, &kernel_plan, &packages, Path::new("/s/images"));
+        let plan = setup_plan(
+            &missing,
+            &kernel_plan,
+            &packages,
+            Path::new("/s/images"),
+            Path::new("/c"),
+        );
         assert_eq!(plan.steps.len(), 2, "one update, one install: {plan:?}");
         assert!(plan.needs_root);
         assert!(plan
@@ -318,5 +351,30 @@ mod tests {
         // The kernel (its packages too), minimal, debian.
         let kernel = crate::host::kernel_build::CPU_SECONDS / 2 + 60;
         assert_eq!(plan.estimate_seconds, kernel + 10 + debian::SECONDS);
+    }
+
+    #[test]
+    fn an_old_passt_is_built_and_installed() {
+        let missing = Missing {
+            passt: Some(Some(20230309)),
+            ..Missing::default()
+        };
+        let packages = host_packages(&missing, &kernel_host(&[]), &|p| p != "gcc");
+        assert_eq!(packages, ["gcc"]);
+        let cache = std::env::temp_dir().join(format!("ma-setup-passt-{}", std::process::id()));
+        let plan = setup_plan(
+            &missing,
+            &Plan::new("kernel install"),
+            &packages,
+            Path::new("/s/images"),
+            &cache,
+        );
+        assert!(plan.needs_root);
+        assert!(plan.steps.iter().any(|s| s.program == "make"), "{plan:?}");
+        assert!(plan.writes.contains(&"/usr/local/bin/passt".to_owned()));
+        assert!(
+            plan.notes.iter().any(|n| n.contains("20230309")),
+            "{plan:?}"
+        );
     }
 }

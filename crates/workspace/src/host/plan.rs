@@ -89,6 +89,9 @@ pub struct Step {
     /// What it reads on stdin (an nftables ruleset), if anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
+    /// The directory it runs in (a download's destination), if not ours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
 }
 
 impl Step {
@@ -99,6 +102,15 @@ impl Step {
             program: program.to_owned(),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             stdin: None,
+            dir: None,
+        }
+    }
+
+    /// The same step run in `dir`.
+    pub fn in_dir(self, dir: &str) -> Self {
+        Self {
+            dir: Some(dir.to_owned()),
+            ..self
         }
     }
 
@@ -112,11 +124,15 @@ impl Step {
 
     /// The command as a shell would take it.
     pub fn command_line(&self) -> String {
-        std::iter::once(self.program.as_str())
+        let command = std::iter::once(self.program.as_str())
             .chain(self.args.iter().map(String::as_str))
             .map(shell_quote)
             .collect::<Vec<_>>()
-            .join(" ")
+            .join(" ");
+        match &self.dir {
+            Some(dir) => format!("cd {} && {command}", shell_quote(dir)),
+            None => command,
+        }
     }
 }
 
@@ -243,7 +259,11 @@ fn run_step(n: usize, step: &Step) -> Result<(), PlanError> {
         program: step.program.clone(),
         source,
     };
-    let mut child = Command::new(&step.program)
+    let mut command = Command::new(&step.program);
+    if let Some(dir) = &step.dir {
+        command.current_dir(dir);
+    }
+    let mut child = command
         .args(&step.args)
         .stdin(if step.stdin.is_some() {
             Stdio::piped()

@@ -19,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 pub mod attach;
 pub mod nft;
 pub mod objects;
+pub mod passt_build;
 pub mod setup;
 pub mod user_filter;
 

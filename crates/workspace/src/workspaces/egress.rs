@@ -14,7 +14,7 @@ use crate::workspaces::handle::Workspace;
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a running workspace's egress filter refused.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct EgressDenials {
     /// Refusals since its VMM started.

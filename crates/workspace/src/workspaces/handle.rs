@@ -81,10 +81,19 @@ impl Workspace<'_> {
 }
 
 impl Workspace<'_> {
-    /// The record plus ages and disk use.
+    /// The record plus ages, disk use, its network as it is now and,
+    /// while it runs on the `user` network, its egress refusals.
     pub fn inspect(self) -> Result<WorkspaceInfo> {
         let (all, name) = (self.all, self.name);
         let meta = self.get()?;
+        // A VMM that does not answer leaves the rest to show.
+        let refused = match meta.state.has_vmm() {
+            true => self.egress_denials().unwrap_or_else(|e| {
+                tracing::warn!(workspace = name, "no egress refusals: {e}");
+                None
+            }),
+            false => None,
+        };
         let ws = all.dir(name)?;
         let now = now_ms();
         let disk_used_bytes = std::fs::metadata(ws.disk())
@@ -99,6 +108,7 @@ impl Workspace<'_> {
             dir: ws.path().to_owned(),
             disk_used_bytes,
             network: all.guest_network(&meta),
+            refused,
             meta,
         })
     }

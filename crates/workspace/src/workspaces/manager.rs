@@ -39,6 +39,10 @@ pub struct WorkspaceInfo {
     /// network's record is gone).
     #[serde(default)]
     pub network: Option<crate::network::GuestNetwork>,
+    /// While it runs on the `user` network: what its egress filter refused
+    /// since it started, and the last ones (where, why, when).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<crate::workspaces::egress::EgressDenials>,
 }
 
 /// Filters for `list`.
