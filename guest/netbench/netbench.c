@@ -4,6 +4,8 @@
  *   netbench send IP PORT KIB   connect, send KIB KiB, print the time
  *   netbench rtt IP PORT N      connect, N one-byte round trips to an echo
  *                               server, print the median and the fastest
+ *   netbench conn IP PORT N     N connections opened (handshake done) and
+ *                               closed, print the median and the fastest
  *
  * Times are the guest's CLOCK_MONOTONIC, in microseconds, one line of
  * `key=value` pairs the host side parses. Built against nolibc.
@@ -77,6 +79,22 @@ static int connect_to(const char *ip, int port)
 	return s;
 }
 
+/* Sorts n times and prints their median and fastest as `key=value`s. */
+static void print_times(const char *what, long *t, int n)
+{
+	int i, j;
+
+	/* Insertion sort: n is small. */
+	for (i = 1; i < n; i++)
+		for (j = i; j > 0 && t[j - 1] > t[j]; j--) {
+			long x = t[j];
+
+			t[j] = t[j - 1];
+			t[j - 1] = x;
+		}
+	printf("%s=%d median_us=%ld min_us=%ld\n", what, n, t[n / 2], t[0]);
+}
+
 static void send_all(int s, const unsigned char *p, long n)
 {
 	while (n > 0) {
@@ -95,8 +113,22 @@ int main(int argc, char **argv)
 	int s;
 
 	if (argc != 5) {
-		printf("usage: netbench send|rtt IP PORT KIB|N\n");
+		printf("usage: netbench send|rtt|conn IP PORT KIB|N\n");
 		return 2;
+	}
+	if (!strcmp(argv[1], "conn")) {
+		int n = atoi(argv[4]), i;
+
+		if (n < 1 || n > MAX_RTT)
+			fail("N (1 to 4096)");
+		for (i = 0; i < n; i++) {
+			t0 = now_us();
+			s = connect_to(argv[2], atoi(argv[3]));
+			rtts[i] = now_us() - t0;
+			close(s);
+		}
+		print_times("conns", rtts, n);
+		return 0;
 	}
 	s = connect_to(argv[2], atoi(argv[3]));
 	if (!strcmp(argv[1], "send")) {
@@ -119,8 +151,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "rtt")) {
-		int n = atoi(argv[4]), i, j;
-		long best;
+		int n = atoi(argv[4]), i;
 
 		if (n < 1 || n > MAX_RTT)
 			fail("N (1 to 4096)");
@@ -131,16 +162,7 @@ int main(int argc, char **argv)
 				fail("read");
 			rtts[i] = now_us() - t0;
 		}
-		/* Insertion sort: n is small. */
-		for (i = 1; i < n; i++)
-			for (j = i; j > 0 && rtts[j - 1] > rtts[j]; j--) {
-				long t = rtts[j];
-
-				rtts[j] = rtts[j - 1];
-				rtts[j - 1] = t;
-			}
-		best = rtts[0];
-		printf("rtts=%d median_us=%ld min_us=%ld\n", n, rtts[n / 2], best);
+		print_times("rtts", rtts, n);
 		return 0;
 	}
 	printf("netbench: unknown mode %s\n", argv[1]);

@@ -3,7 +3,11 @@
 //! network namespace of its own) a `tap` network (guest to host, timed in
 //! the guest by guest/netbench), and through a published port (host to
 //! guest, timed on the host), beside the host's own loopback measured in the
-//! same run. All traffic stays on this machine.
+//! same run; and (as root) the egress filter's cost: one workspace on the
+//! user network reaching a server in a network namespace, first under
+//! `--egress all` without rules, then under an allowlist of 32 rules whose
+//! last admits the server, then under `all` again. All traffic stays on
+//! this machine.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -24,6 +28,11 @@ const GUEST_SEND_KIB: usize = 512;
 const PUBLISHED_KIB: usize = 4 << 10;
 /// Round trips each latency run makes.
 const ROUND_TRIPS: usize = 200;
+/// Connections each connection-setup run opens.
+const CONNECTIONS: usize = 50;
+/// The "internet" server of the filter runs: a documentation address
+/// (TEST-NET-2) on a dummy interface of the bench's own namespace.
+const WORLD_SERVER: &str = "198.51.100.20";
 /// The workspace's echo and sink servers (busybox nc) listen on these.
 const GUEST_ECHO_PORT: u16 = 7007;
 const GUEST_SINK_PORT: u16 = 9009;
@@ -190,10 +199,130 @@ impl Runner<'_> {
     }
 }
 
+impl Runner<'_> {
+    /// Guest to the world server under the policy in force: throughput,
+    /// round trips, connection setup.
+    fn with_policy(&self, sink: u16, echo: u16) -> anyhow::Result<PolicyFigures> {
+        let traffic = self.guest_to_host(WORLD_SERVER, sink, echo)?;
+        let conns = self.guest(&[
+            "/root/netbench",
+            "conn",
+            WORLD_SERVER,
+            &echo.to_string(),
+            &CONNECTIONS.to_string(),
+        ])?;
+        Ok(PolicyFigures {
+            traffic,
+            conn_median_us: field(&conns, "median_us")?,
+            conn_min_us: field(&conns, "min_us")?,
+        })
+    }
+}
+
 struct Figures {
     mib_s: f64,
     rtt_median_us: f64,
     rtt_min_us: f64,
+}
+
+/// What one egress policy costs: throughput, round trips, and connection
+/// setup (median, fastest), timed in the guest.
+struct PolicyFigures {
+    traffic: Figures,
+    conn_median_us: f64,
+    conn_min_us: f64,
+}
+
+/// The egress filter under `--egress all` without rules, under an
+/// allowlist of 32 rules, and under `all` again (the drift between the
+/// two `all` runs says how far to trust the ratio), in a namespace whose
+/// dummy interface holds the server.
+fn measure_filter(bin: &Path, netbench: &Path) -> anyhow::Result<[PolicyFigures; 3]> {
+    let ns = format!("mabenchf{}", std::process::id());
+    let home = std::path::PathBuf::from(format!("/tmp/ma-bench-filter-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let r = Runner {
+        bin,
+        home: &home,
+        netns: Some(&ns),
+    };
+    let ip = |args: &[&str]| -> anyhow::Result<()> {
+        if !Command::new("ip").args(args).status()?.success() {
+            bail!("ip {args:?} failed");
+        }
+        Ok(())
+    };
+    let measured = (|| -> anyhow::Result<[PolicyFigures; 3]> {
+        ip(&["netns", "add", &ns])?;
+        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        ip(&["-n", &ns, "link", "add", "world", "type", "dummy"])?;
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{WORLD_SERVER}/24"),
+            "dev",
+            "world",
+        ])?;
+        ip(&["-n", &ns, "link", "set", "world", "up"])?;
+        // passt takes its addresses from the interface of the default route.
+        ip(&["-n", &ns, "route", "add", "default", "dev", "world"])?;
+        let (sink, echo) = servers_in(&ns, WORLD_SERVER)?;
+        r.ok(&["create", "bench", "--egress", "all", "--json"])?;
+        r.ok(&["start", "bench", "--cold", "--json"])?;
+        r.copy_netbench(netbench)?;
+        let all = r.with_policy(sink, echo)?;
+        let mut rules: Vec<String> = (1..32)
+            .map(|i| format!("--allow=bench-{i}.example"))
+            .collect();
+        rules.push(format!("--allow={WORLD_SERVER}"));
+        let mut args = vec!["network", "policy", "bench", "--egress", "allowlist"];
+        args.extend(rules.iter().map(String::as_str));
+        args.push("--json");
+        r.ok(&args)?;
+        let allowlist = r.with_policy(sink, echo)?;
+        r.ok(&[
+            "network",
+            "policy",
+            "bench",
+            "--egress",
+            "all",
+            "--no-allow",
+            "--json",
+        ])?;
+        let again = r.with_policy(sink, echo)?;
+        Ok([all, allowlist, again])
+    })();
+    let _ = r.ok(&["delete", "bench", "--yes", "--force"]);
+    if let Ok(pids) = Command::new("ip").args(["netns", "pids", &ns]).output() {
+        for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
+    }
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    let _ = std::fs::remove_dir_all(&home);
+    measured
+}
+
+/// A sink and an echo server on `addr` in namespace `ns` (sockets belong
+/// to the namespace they were made in: a thread enters it to make them).
+fn servers_in(ns: &str, addr: &str) -> anyhow::Result<(u16, u16)> {
+    let ns_path = format!("/run/netns/{ns}");
+    std::thread::scope(|s| {
+        s.spawn(|| -> anyhow::Result<(u16, u16)> {
+            let f = std::fs::File::open(&ns_path)?;
+            // SAFETY: setns on a namespace fd we own; it changes only this
+            // thread's network namespace.
+            if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) } != 0
+            {
+                return Err(std::io::Error::last_os_error().into());
+            }
+            Ok((host_sink_at(addr, false)?, host_echo_at(addr)?))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the server thread panicked"))?
+    })
 }
 
 fn measure_workspace(bin: &Path, home: &Path, netbench: &Path) -> anyhow::Result<[Figures; 2]> {
@@ -278,24 +407,7 @@ fn measure_tap(bin: &Path, netbench: &Path) -> anyhow::Result<Figures> {
         r.ok(&["start", "bench", "--cold", "--json"])?;
         r.copy_netbench(netbench)?;
         let gateway = "10.89.0.1";
-        // Sockets belong to the namespace they were made in: make the
-        // servers on a thread that entered it.
-        let ns_path = format!("/run/netns/{ns}");
-        let (sink, echo) = std::thread::scope(|s| {
-            s.spawn(|| -> anyhow::Result<(u16, u16)> {
-                let f = std::fs::File::open(&ns_path)?;
-                // SAFETY: setns on a namespace fd we own; it changes only
-                // this thread's network namespace.
-                if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) }
-                    != 0
-                {
-                    return Err(std::io::Error::last_os_error().into());
-                }
-                Ok((host_sink_at(gateway, false)?, host_echo_at(gateway)?))
-            })
-            .join()
-            .map_err(|_| anyhow::anyhow!("the server thread panicked"))?
-        })?;
+        let (sink, echo) = servers_in(&ns, gateway)?;
         r.guest_to_host(gateway, sink, echo)
     })();
     let _ = r.ok(&["delete", "bench", "--yes", "--force"]);
@@ -343,12 +455,16 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&home);
     let [user, published] = measured?;
     // SAFETY: geteuid has no preconditions.
-    let tap = if unsafe { libc::geteuid() } == 0 {
+    let (tap, filter) = if unsafe { libc::geteuid() } == 0 {
         eprintln!("xtask: booting a workspace on a tap network (in a network namespace)");
-        Some(measure_tap(&bin, &netbench)?)
+        let tap = measure_tap(&bin, &netbench)?;
+        eprintln!(
+            "xtask: booting a workspace for the egress filter's cost (in a network namespace)"
+        );
+        (Some(tap), Some(measure_filter(&bin, &netbench)?))
     } else {
-        eprintln!("xtask: tap network skipped: it needs root (a network namespace, CAP_NET_ADMIN)");
-        None
+        eprintln!("xtask: tap network and the egress filter's cost skipped: they need root (a network namespace, CAP_NET_ADMIN)");
+        (None, None)
     };
     println!("TCP throughput and {ROUND_TRIPS} one-byte round trips (median / fastest):");
     let mut rows = vec![
@@ -369,5 +485,37 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             f.mib_s, f.rtt_median_us, f.rtt_min_us
         );
     }
+    if let Some([all, allowlist, again]) = &filter {
+        print_filter(all, allowlist, again);
+    }
     Ok(())
+}
+
+fn print_filter(all: &PolicyFigures, allowlist: &PolicyFigures, again: &PolicyFigures) {
+    println!(
+        "egress filter, guest -> a server in the namespace (throughput, {ROUND_TRIPS} round trips, {CONNECTIONS} connection setups; median / fastest):"
+    );
+    for (name, f) in [
+        ("--egress all, no rules (reference)", all),
+        ("--egress allowlist, 32 rules", allowlist),
+        ("--egress all, no rules (again)", again),
+    ] {
+        println!(
+            "  {name:<40} {:>9.3} MiB/s   rtt {:>7.0} us / {:>7.0} us   connect {:>7.0} us / {:>7.0} us",
+            f.traffic.mib_s,
+            f.traffic.rtt_median_us,
+            f.traffic.rtt_min_us,
+            f.conn_median_us,
+            f.conn_min_us
+        );
+    }
+    // Against the mean of the two reference runs.
+    let mean = |a: f64, b: f64| (a + b) / 2.0;
+    println!(
+        "  allowlist / all: throughput {:.2}x, round trip {:.2}x, connection setup {:.2}x (the two reference runs differ by {:.0}% in throughput)",
+        allowlist.traffic.mib_s / mean(all.traffic.mib_s, again.traffic.mib_s),
+        allowlist.traffic.rtt_median_us / mean(all.traffic.rtt_median_us, again.traffic.rtt_median_us),
+        allowlist.conn_median_us / mean(all.conn_median_us, again.conn_median_us),
+        100.0 * (all.traffic.mib_s - again.traffic.mib_s).abs() / mean(all.traffic.mib_s, again.traffic.mib_s)
+    );
 }

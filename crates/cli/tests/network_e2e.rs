@@ -443,7 +443,10 @@ fn the_user_network_enforces_egress_without_host_setup() {
     );
     // `inspect` shows the same refusals.
     let inspected = cli.ok_json(&["inspect", "d", "--json"]);
-    assert_eq!(inspected["refused"]["denials"], policy["denials"], "{inspected}");
+    assert_eq!(
+        inspected["refused"]["denials"], policy["denials"],
+        "{inspected}"
+    );
     assert_eq!(inspected["refused"]["denied"], 2, "{inspected}");
 
     // An allowlist by name.
