@@ -277,6 +277,7 @@ const SOCK_TYPE_MASK: u64 = 0xf;
 fn argument_rules(
     role: ThreadRole,
     control: &ControlRole,
+    peers: &Peers,
 ) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
     let mut ioctls = match role {
         ThreadRole::Vcpu => vcpu_ioctls(),
@@ -294,6 +295,39 @@ fn argument_rules(
     ioctls.sort_unstable();
     ioctls.dedup();
     let mut rules = BTreeMap::new();
+    let one_of = |index: u8, values: &[u64]| {
+        values
+            .iter()
+            .map(|&v| rule(vec![arg_is(index, v)?]))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    // Only the options the process uses: thread names (std), the check a
+    // vCPU makes at its first run, no_new_privs before a thread stacks its
+    // filter, the C library's names of anonymous mappings, and a thread
+    // giving up its capabilities (ambient and bounding sets).
+    rules.insert(
+        libc::SYS_prctl,
+        one_of(
+            0,
+            &[
+                libc::PR_SET_NAME as u64,
+                libc::PR_GET_NAME as u64,
+                libc::PR_GET_SECCOMP as u64,
+                libc::PR_SET_NO_NEW_PRIVS as u64,
+                libc::PR_SET_VMA as u64,
+                libc::PR_CAP_AMBIENT as u64,
+                libc::PR_CAPBSET_DROP as u64,
+            ],
+        )?,
+    );
+    // Signals only to its own threads (vCPU kicks) and, with `kill`, to
+    // itself and the children it made (passt).
+    rules.insert(libc::SYS_tgkill, one_of(0, &[peers.own as u64])?);
+    let mut killable = vec![peers.own as u64];
+    killable.extend(peers.children.iter().map(|&c| c as u64));
+    rules.insert(libc::SYS_kill, one_of(0, &killable)?);
+    // Its own limits only (0 is the caller).
+    rules.insert(libc::SYS_prlimit64, one_of(0, &[0, peers.own as u64])?);
     rules.insert(
         libc::SYS_ioctl,
         ioctls
@@ -338,6 +372,7 @@ fn build(
     role: ThreadRole,
     extra: &[i64],
     control: &ControlRole,
+    peers: &Peers,
 ) -> Result<BpfProgram, SeccompError> {
     let failed = |source| SeccompError::Build {
         role: role.name(),
@@ -348,7 +383,7 @@ fn build(
         .chain(extra)
         .map(|&nr| (nr, Vec::new()))
         .collect();
-    for (nr, conditions) in argument_rules(role, control).map_err(failed)? {
+    for (nr, conditions) in argument_rules(role, control, peers).map_err(failed)? {
         if rules.contains_key(&nr) {
             rules.insert(nr, conditions);
         }
@@ -392,13 +427,31 @@ pub struct Filters {
     clone3: BpfProgram,
 }
 
+/// The processes a confined process may signal: itself and its children.
+#[derive(Clone, Debug)]
+struct Peers {
+    own: u32,
+    children: Vec<u32>,
+}
+
 impl Filters {
-    /// Compiles every role's filter, the control threads' from `control`.
+    /// Compiles every role's filter, the control threads' from `control`,
+    /// for the calling process with no children to signal.
     pub fn new(control: &ControlRole) -> Result<Self, SeccompError> {
+        Self::with_children(control, &[])
+    }
+
+    /// The same, letting the control threads signal `children` (processes
+    /// this one started, such as passt) besides itself.
+    pub fn with_children(control: &ControlRole, children: &[u32]) -> Result<Self, SeccompError> {
+        let peers = Peers {
+            own: std::process::id(),
+            children: children.to_vec(),
+        };
         Ok(Self {
-            vcpu: build(ThreadRole::Vcpu, VCPU, control)?,
-            devices: build(ThreadRole::Devices, DEVICES, control)?,
-            control: build(ThreadRole::Control, control.syscalls, control)?,
+            vcpu: build(ThreadRole::Vcpu, VCPU, control, &peers)?,
+            devices: build(ThreadRole::Devices, DEVICES, control, &peers)?,
+            control: build(ThreadRole::Control, control.syscalls, control, &peers)?,
             clone3: clone3_unavailable()?,
         })
     }

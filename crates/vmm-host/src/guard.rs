@@ -14,12 +14,17 @@ use workspace::vmm::confinement::NO_SECCOMP_VAR;
 
 /// Installs the VMM's seccomp filters on every thread (vCPU and device
 /// threads add their own as they start); returns the protections now on.
-pub fn confine() -> Result<Vec<String>, vmm_core::seccomp::SeccompError> {
+/// `children` are the processes it started (passt), the only ones besides
+/// itself it may signal.
+pub fn confine(children: &[u32]) -> Result<Vec<String>, vmm_core::seccomp::SeccompError> {
     if std::env::var_os(NO_SECCOMP_VAR).is_some_and(|v| v == "1") {
         tracing::warn!("{NO_SECCOMP_VAR}=1: the VMM runs without seccomp filters");
         return Ok(Vec::new());
     }
-    vmm_core::seccomp::confine_process(vmm_core::seccomp::Filters::new(&crate::seccomp::CONTROL)?)?;
+    vmm_core::seccomp::confine_process(vmm_core::seccomp::Filters::with_children(
+        &crate::seccomp::CONTROL,
+        children,
+    )?)?;
     Ok(vec!["seccomp".into(), "no_new_privs".into()])
 }
 
@@ -32,6 +37,8 @@ pub struct Lockdown {
     pub mount_ns: Result<(), String>,
     /// What its private root keeps.
     pub keep: Vec<workspace::host::jail::Keep>,
+    /// The processes it started (passt).
+    pub children: Vec<u32>,
 }
 
 impl Lockdown {
@@ -58,14 +65,87 @@ impl Lockdown {
             }
             Err(why) => format!("no private root: {why}"),
         };
-        let mut protections =
-            confine().map_err(|e| format!("the VMM could not confine itself: {e}"))?;
+        // Last before the filters: the private root needed CAP_SYS_ADMIN.
+        drop_capabilities().map_err(|e| format!("the VMM could not drop its capabilities: {e}"))?;
+        let mut protections = confine(&self.children)
+            .map_err(|e| format!("the VMM could not confine itself: {e}"))?;
         protections.extend([
             "rlimits".to_owned(),
             "inherited_fds_closed".to_owned(),
+            "no_capabilities".to_owned(),
             mounts,
         ]);
         Ok(protections)
+    }
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets in two 32-bit halves.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// Above every capability a kernel has defined (40 in 6.x).
+const CAPABILITIES_AT_MOST: libc::c_ulong = 64;
+
+/// Gives up every capability for good: the ambient and bounding sets (so
+/// nothing regains one) and the effective, permitted and inheritable
+/// sets. The VMM writes only its own files after this (it stays their
+/// owner) and binds published ports above 1023 only. Without root (or
+/// CAP_SETPCAP in its user namespace) the bounding set stays as it was:
+/// an unprivileged process has nothing in it to use.
+pub fn drop_capabilities() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+    }
+    for cap in 0..CAPABILITIES_AT_MOST {
+        // SAFETY: as above. EINVAL past the last capability, EPERM without
+        // CAP_SETPCAP: both leave the set as it is.
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let none = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset reads a version 3 header and two data structs, which
+    // live for the call; pid 0 is the calling thread. Every thread of the
+    // process drops them: the seccomp filter that follows is installed
+    // process-wide, and threads started later inherit these sets.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, none.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `f`, run first giving up the capabilities of the thread it runs on:
+/// capabilities belong to threads, so each thread the VMM starts before its
+/// lockdown drops its own (threads started later inherit none).
+pub fn unprivileged<R>(f: impl FnOnce() -> R) -> impl FnOnce() -> R {
+    move || {
+        if let Err(e) = drop_capabilities() {
+            tracing::warn!("a VMM thread could not drop its capabilities: {e}");
+        }
+        f()
     }
 }
 

@@ -28,7 +28,9 @@ fn main() -> ExitCode {
         .and_then(|state| VmmProcess::prepare(state, &launch))
         .and_then(|vmm| {
             let stopper = vmm.stopper();
-            std::thread::spawn(move || stop_on_signals(&stopper, signals));
+            std::thread::spawn(vmm_host::guard::unprivileged(move || {
+                stop_on_signals(&stopper, signals)
+            }));
             vmm.run()
         });
     match ran {

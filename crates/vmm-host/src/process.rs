@@ -115,7 +115,7 @@ impl Shared {
         });
         self.ttl_changed.notify_all();
         let shared = self.clone();
-        std::thread::spawn(move || {
+        std::thread::spawn(crate::guard::unprivileged(move || {
             if shared.ready.load(Ordering::SeqCst) {
                 let asked = shared
                     .ws
@@ -132,7 +132,7 @@ impl Shared {
                 &format!("{reason} (VM torn down after the grace period)"),
             );
             shared.tear_down();
-        });
+        }));
     }
 }
 
@@ -312,23 +312,25 @@ impl VmmProcess {
             Error::host_io(format!("restricting {}", ws.control().display())),
         )?;
         let s = shared.clone();
-        std::thread::spawn(move || control::serve(listener, |req| handle_control(&s, req)));
+        std::thread::spawn(crate::guard::unprivileged(move || {
+            control::serve(listener, |req| handle_control(&s, req))
+        }));
         let s = shared.clone();
-        std::thread::spawn(move || wait_for_agent(&s));
+        std::thread::spawn(crate::guard::unprivileged(move || wait_for_agent(&s)));
         let s = shared.clone();
-        std::thread::spawn(move || enforce_ttl(&s));
+        std::thread::spawn(crate::guard::unprivileged(move || enforce_ttl(&s)));
         if shared.egress.is_some() {
             let s = shared.clone();
-            std::thread::spawn(move || record_refusals(&s));
+            std::thread::spawn(crate::guard::unprivileged(move || record_refusals(&s)));
         }
         // Opened and checked now: /proc is gone once the root is private.
         if let Some(owner) = self.owner.and_then(crate::guard::watch_owner) {
             let s = shared.clone();
-            std::thread::spawn(move || {
+            std::thread::spawn(crate::guard::unprivileged(move || {
                 if crate::guard::wait_for_owner_end(&owner) {
                     s.begin_stop(OWNER_GRACE, "the process it ran for ended");
                 }
-            });
+            }));
         }
 
         // Confined before the guest runs; a VMM that cannot be is not run.
@@ -338,6 +340,11 @@ impl VmmProcess {
             disk_and_mem_mib: self.disk_and_mem_mib,
             mount_ns: self.mount_ns,
             keep,
+            children: self
+                .passt
+                .iter()
+                .map(workspace::network::Passt::pid)
+                .collect(),
         };
         match lockdown.apply(&ws) {
             Ok(mut protections) => {

@@ -92,15 +92,18 @@ const CONTROL_SYSCALLS: &[i64] = &[
     // vCPU and device threads stack their own filter as they start (a
     // filter can only be narrowed, never lifted).
     libc::SYS_seccomp,
-    // Signals: termination signals, vCPU kicks, passt's end.
+    // Signals: termination signals, vCPU kicks, passt's end (`kill`,
+    // `tgkill` and `prlimit64` only on itself and its children: vmm-core's
+    // argument rules).
     libc::SYS_rt_sigaction,
     libc::SYS_rt_sigtimedwait,
     libc::SYS_tgkill,
     libc::SYS_kill,
     libc::SYS_wait4,
     libc::SYS_waitid,
-    // The owner process of a one-shot workspace.
-    libc::SYS_pidfd_open,
+    // A thread started before the lockdown giving up its capabilities
+    // (it can only lower them).
+    libc::SYS_capset,
     // Process facts: /proc reads go through openat; ids for logs.
     libc::SYS_geteuid,
     libc::SYS_getuid,

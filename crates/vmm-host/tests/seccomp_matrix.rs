@@ -2,7 +2,8 @@
 //! `test_seccomp`): for each thread role, syscalls outside its list, and
 //! argument negatives inside it (`socket` of a family the control threads
 //! do not use, a raw socket, an ioctl that is not KVM's, `clone` without
-//! `CLONE_THREAD`), each end the process with the seccomp exit status and
+//! `CLONE_THREAD`, `kill` or `prlimit64` of another process, a `prctl`
+//! option it does not use), each end the process with the seccomp exit status and
 //! the report line naming the role and the syscall. Each case runs in a
 //! child process of this test binary, confined by `vmm_host::seccomp::CONTROL`.
 //! And a tiny machine run so confined reports that its vCPU thread had
@@ -70,6 +71,16 @@ fn cases() -> Vec<(&'static str, i64, u64, u64)> {
         ("control", libc::SYS_setuid, 0, 0),
         ("control", libc::SYS_bpf, 0, 0),
         ("control", libc::SYS_init_module, 0, 0),
+        // Signals and limits of another process (pid 1: never this one
+        // nor a child it made), prctl options it does not use.
+        ("control", libc::SYS_kill, 1, 0),
+        ("control", libc::SYS_tgkill, 1, 1),
+        ("control", libc::SYS_prlimit64, 1, 0),
+        ("control", libc::SYS_pidfd_open, 1, 0),
+        ("control", libc::SYS_prctl, libc::PR_SET_DUMPABLE as u64, 1),
+        ("control", libc::SYS_prctl, libc::PR_SET_SECUREBITS as u64, 0),
+        ("vcpu", libc::SYS_tgkill, 1, 1),
+        ("vcpu", libc::SYS_prctl, libc::PR_SET_DUMPABLE as u64, 1),
     ]);
     cases
 }

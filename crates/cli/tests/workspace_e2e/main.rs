@@ -231,12 +231,26 @@ fn life_cycle_exec_files_logs_events() {
         "no_new_privs",
         "rlimits",
         "inherited_fds_closed",
+        "no_capabilities",
         private_root,
     ] {
         assert!(
             protections.as_array().unwrap().iter().any(|v| v == p),
             "{p} missing: {protections}"
         );
+    }
+    // Every thread of it holds no capability, root or not.
+    let pid = inspected["runtime"]["pid"].as_u64().unwrap();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+            let line = status.lines().find(|l| l.starts_with(set)).unwrap();
+            assert!(line.ends_with("0000000000000000"), "{line}\n{status}");
+        }
+        if root {
+            let bounding = status.lines().find(|l| l.starts_with("CapBnd")).unwrap();
+            assert!(bounding.ends_with("0000000000000000"), "{bounding}");
+        }
     }
     let doctor = cli.run(&["doctor", "--json"]).json();
     let confinement = doctor["checks"]

@@ -124,6 +124,13 @@ pub struct Passt {
     child: Child,
 }
 
+impl Passt {
+    /// Its process id (the VMM may signal it, and nothing else).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Passt {
     fn drop(&mut self) {
         let _ = self.child.kill();
