@@ -81,7 +81,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         std::env::temp_dir().join(format!("microagent-skips-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&skip_log);
     let mut child = Command::new(cargo)
-        .args(["test", "--workspace", "--features", TEST_FEATURES])
+        // Every test binary runs: one failure must not hide the others.
+        .args([
+            "test",
+            "--workspace",
+            "--no-fail-fast",
+            "--features",
+            TEST_FEATURES,
+        ])
         .env("MICROAGENT_SKIP_LOG", &skip_log)
         .current_dir(&root)
         .stdout(Stdio::piped())

@@ -9,7 +9,7 @@ use common::McpHarness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 50] = [
+const TOOLS: [&str; 51] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -58,6 +58,7 @@ const TOOLS: [&str; 50] = [
     "workspace_list",
     "workspace_logs",
     "workspace_metrics",
+    "workspace_set_egress",
     "workspace_start",
     "workspace_stop",
 ];

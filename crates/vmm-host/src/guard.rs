@@ -35,6 +35,8 @@ pub struct Lockdown {
     pub disk_and_mem_mib: (u64, u64),
     /// Its own mount namespace, or why it has none.
     pub mount_ns: Result<(), String>,
+    /// Its own empty network namespace, or why it has none.
+    pub net_ns: Result<(), String>,
     /// What its private root keeps.
     pub keep: Vec<workspace::host::jail::Keep>,
     /// The processes it started (passt).
@@ -69,14 +71,33 @@ impl Lockdown {
         drop_capabilities().map_err(|e| format!("the VMM could not drop its capabilities: {e}"))?;
         let mut protections = confine(&self.children)
             .map_err(|e| format!("the VMM could not confine itself: {e}"))?;
+        let network = match self.net_ns {
+            Ok(()) => "network_namespace".to_owned(),
+            Err(why) => format!("no network namespace: {why}"),
+        };
         protections.extend([
             "rlimits".to_owned(),
             "inherited_fds_closed".to_owned(),
             "no_capabilities".to_owned(),
             mounts,
+            network,
         ]);
         Ok(protections)
     }
+}
+
+/// Moves the calling thread (the only one, when the VMM calls it) into an
+/// empty network namespace of its own: no interface but a down loopback,
+/// and no abstract Unix socket of the host's. Its network backend (passt's
+/// socket pair, a TAP) and published ports' listeners are open already and
+/// keep working. Needs CAP_SYS_ADMIN, as root or in the user namespace the
+/// VMM took for its private root.
+pub fn leave_host_network() -> Result<(), String> {
+    // SAFETY: unshare takes flags only.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(())
 }
 
 /// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets in two 32-bit halves.

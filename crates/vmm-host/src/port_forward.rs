@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use guest_agent::client::blocking::BlockingClient;
 use guest_agent::client::ClientError;
 
-use workspace::store::ports::{self, PortMapping};
+use workspace::store::ports::PortMapping;
 use workspace::{Error, Result};
 
 /// Longest a connection waits for the agent to answer (a guest that is
@@ -100,9 +100,10 @@ impl PortForwarder {
         }
     }
 
-    /// Listens for `mapping` (the same mapping twice is one). A host address
-    /// already published here for another guest port is refused.
-    pub fn publish(&self, mapping: PortMapping) -> Result<()> {
+    /// Serves `mapping` on `listener`, bound to its host address by the
+    /// caller (the same mapping twice is one). A host address already
+    /// published here for another guest port is refused.
+    pub fn publish(&self, mapping: PortMapping, listener: TcpListener) -> Result<()> {
         let mut listening = self.lock();
         if let Some(l) = listening.get(&mapping.host_addr()) {
             if l.mapping == mapping {
@@ -114,7 +115,6 @@ impl PortForwarder {
                 l.mapping.guest_port
             )));
         }
-        let listener = ports::bind(&mapping)?;
         let socket = listener.try_clone().map_err(Error::host_io(format!(
             "listening on {}",
             mapping.host_addr()
@@ -337,16 +337,17 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let vsock = fake_agent(&dir);
         let fwd = PortForwarder::new(&vsock, 1024);
-        let free = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = free.local_addr().unwrap().port();
-        drop(free);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
         let mapping = PortMapping::local(port, 8080);
-        fwd.publish(mapping).unwrap();
-        fwd.publish(mapping).unwrap();
+        let again = listener.try_clone().unwrap();
+        let clashing = listener.try_clone().unwrap();
+        fwd.publish(mapping, listener).unwrap();
+        fwd.publish(mapping, again).unwrap();
         assert_eq!(fwd.published(), vec![mapping]);
         let clash = PortMapping::local(port, 9090);
         assert_eq!(
-            fwd.publish(clash).unwrap_err().code(),
+            fwd.publish(clash, clashing).unwrap_err().code(),
             workspace::ErrorCode::InvalidInput
         );
 

@@ -156,6 +156,8 @@ pub struct VmmProcess {
     cgroup: workspace::host::cgroup::Placement,
     /// Its own mount namespace, or why it has none (`vmm_jail`).
     mount_ns: std::result::Result<(), String>,
+    /// Its own empty network namespace, or why it has none.
+    net_ns: std::result::Result<(), String>,
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -225,7 +227,7 @@ impl VmmProcess {
             Some(built) => built,
             None => Built::build(&state, &ws, launch, &meta.spec),
         };
-        let ports = publish_ports(&ws, &meta.spec, &mut built.machine);
+        let (ports, net_ns) = publish_ports(&ws, &meta.spec, &mut built.machine);
         let Built {
             machine: built,
             passt,
@@ -285,6 +287,7 @@ impl VmmProcess {
             disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
             cgroup,
             mount_ns,
+            net_ns,
         })
     }
 
@@ -313,7 +316,7 @@ impl VmmProcess {
         )?;
         let s = shared.clone();
         std::thread::spawn(crate::guard::unprivileged(move || {
-            control::serve(listener, |req| handle_control(&s, req))
+            control::serve(listener, |req, fd| handle_control(&s, req, fd))
         }));
         let s = shared.clone();
         std::thread::spawn(crate::guard::unprivileged(move || wait_for_agent(&s)));
@@ -339,6 +342,7 @@ impl VmmProcess {
         let lockdown = crate::guard::Lockdown {
             disk_and_mem_mib: self.disk_and_mem_mib,
             mount_ns: self.mount_ns,
+            net_ns: self.net_ns,
             keep,
             children: self
                 .passt
@@ -412,23 +416,35 @@ fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
 
 /// Published ports listen from the start; one that cannot fails the
 /// machine.
+///
+/// Between binding them and serving them the process leaves the host's
+/// network namespace for an empty one (its network backend is open by
+/// now), so every thread it starts from here on is in it. Returns the
+/// ports and whether it left, or why not.
 fn publish_ports(
     ws: &WorkspaceDir,
     spec: &workspace::store::spec::WorkspaceSpec,
     machine: &mut Result<Machine>,
-) -> PortForwarder {
+) -> (PortForwarder, std::result::Result<(), String>) {
     let ports = PortForwarder::new(&ws.vsock(), AGENT_PORT);
-    if machine.is_ok() {
-        if let Some(Err(e)) = spec
-            .ports
-            .iter()
-            .map(|p| ports.publish(*p))
-            .find(Result::is_err)
-        {
-            *machine = Err(e);
-        }
+    if machine.is_err() {
+        return (ports, Err("the machine was not built".into()));
     }
-    ports
+    let bound: Result<Vec<_>> = spec
+        .ports
+        .iter()
+        .map(|p| Ok((*p, workspace::store::ports::bind(p).map_err(Error::from)?)))
+        .collect();
+    let net_ns = crate::guard::leave_host_network();
+    let served = bound.and_then(|bound| {
+        bound
+            .into_iter()
+            .try_for_each(|(mapping, listener)| ports.publish(mapping, listener))
+    });
+    if let Err(e) = served {
+        *machine = Err(e);
+    }
+    (ports, net_ns)
 }
 
 /// How a [`VmmProcess`] run ended.
@@ -634,7 +650,11 @@ fn no_filter() -> ControlResponse {
     }
 }
 
-fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse {
+fn handle_control(
+    shared: &Arc<Shared>,
+    req: ControlRequest,
+    fd: Option<std::os::fd::OwnedFd>,
+) -> ControlResponse {
     match req {
         ControlRequest::Status => ControlResponse::Status {
             pid: std::process::id(),
@@ -683,7 +703,12 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
                 },
             }
         }
-        ControlRequest::Publish { mapping } => publish(shared, mapping),
+        ControlRequest::Publish { mapping } => match fd {
+            Some(fd) => publish(shared, mapping, std::net::TcpListener::from(fd)),
+            None => ControlResponse::Error {
+                message: "publish needs the listening socket sent with the request".into(),
+            },
+        },
         ControlRequest::Unpublish { host_ip, host_port } => {
             shared
                 .ports
@@ -728,8 +753,12 @@ fn handle_control(shared: &Arc<Shared>, req: ControlRequest) -> ControlResponse 
     }
 }
 
-fn publish(shared: &Shared, mapping: PortMapping) -> ControlResponse {
-    match shared.ports.publish(mapping) {
+fn publish(
+    shared: &Shared,
+    mapping: PortMapping,
+    listener: std::net::TcpListener,
+) -> ControlResponse {
+    match shared.ports.publish(mapping, listener) {
         Ok(()) => ControlResponse::Ok {
             ttl_deadline_ms: None,
         },

@@ -16,10 +16,11 @@ pub const CONTROL: ControlRole = ControlRole {
     syscalls: CONTROL_SYSCALLS,
     // Sockets made non-blocking.
     ioctls: &[libc::FIONBIO],
-    // Unix sockets (the agent, the guest's connections to host sockets)
-    // and TCP listeners of published ports. No netlink, packet or other
-    // family.
-    socket_families: &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6],
+    // Unix sockets only (the agent, the guest's connections to host
+    // sockets): published ports' TCP listeners are bound before the
+    // lockdown or by the library, which sends them over the control
+    // socket. No internet, netlink, packet or other family.
+    socket_families: &[libc::AF_UNIX],
 };
 
 /// Everything the control threads do after the machine is built.
@@ -61,8 +62,8 @@ const CONTROL_SYSCALLS: &[i64] = &[
     libc::SYS_dup3,
     libc::SYS_pipe2,
     libc::SYS_eventfd2,
-    // The control socket, the agent link, published ports (TCP listeners
-    // and their tunnels over the vsock socket).
+    // The control socket, the agent link, published ports (listeners
+    // handed over, and their tunnels over the vsock socket).
     libc::SYS_socket,
     libc::SYS_socketpair,
     libc::SYS_bind,

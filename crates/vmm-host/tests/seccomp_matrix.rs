@@ -71,14 +71,32 @@ fn cases() -> Vec<(&'static str, i64, u64, u64)> {
         ("control", libc::SYS_setuid, 0, 0),
         ("control", libc::SYS_bpf, 0, 0),
         ("control", libc::SYS_init_module, 0, 0),
-        // Signals and limits of another process (pid 1: never this one
-        // nor a child it made), prctl options it does not use.
+        // Internet sockets (listeners are handed over), signals and limits
+        // of another process (pid 1: never this one nor a child it made),
+        // prctl options it does not use.
+        (
+            "control",
+            libc::SYS_socket,
+            libc::AF_INET as u64,
+            libc::SOCK_STREAM as u64,
+        ),
+        (
+            "control",
+            libc::SYS_socket,
+            libc::AF_INET6 as u64,
+            libc::SOCK_DGRAM as u64,
+        ),
         ("control", libc::SYS_kill, 1, 0),
         ("control", libc::SYS_tgkill, 1, 1),
         ("control", libc::SYS_prlimit64, 1, 0),
         ("control", libc::SYS_pidfd_open, 1, 0),
         ("control", libc::SYS_prctl, libc::PR_SET_DUMPABLE as u64, 1),
-        ("control", libc::SYS_prctl, libc::PR_SET_SECUREBITS as u64, 0),
+        (
+            "control",
+            libc::SYS_prctl,
+            libc::PR_SET_SECUREBITS as u64,
+            0,
+        ),
         ("vcpu", libc::SYS_tgkill, 1, 1),
         ("vcpu", libc::SYS_prctl, libc::PR_SET_DUMPABLE as u64, 1),
     ]);

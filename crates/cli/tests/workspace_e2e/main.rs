@@ -239,8 +239,21 @@ fn life_cycle_exec_files_logs_events() {
             "{p} missing: {protections}"
         );
     }
-    // Every thread of it holds no capability, root or not.
+    // Every thread of it holds no capability, root or not, and (as root)
+    // it is in an empty network namespace of its own.
     let pid = inspected["runtime"]["pid"].as_u64().unwrap();
+    if root {
+        assert!(
+            protections
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == "network_namespace"),
+            "{protections}"
+        );
+        let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).unwrap();
+        assert_ne!(ns(&pid.to_string()), ns("self"));
+    }
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
         for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {

@@ -2,6 +2,7 @@
 //! directory): one JSON request line, one JSON response line, per connection.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,7 +34,8 @@ pub enum ControlRequest {
         /// The directory.
         dir: PathBuf,
     },
-    /// Start listening for a published port.
+    /// Start serving a published port on the listening socket sent with
+    /// the request (the caller binds it: the VMM opens no internet socket).
     Publish {
         /// The port.
         mapping: crate::store::ports::PortMapping,
@@ -141,6 +143,26 @@ pub fn call(
     req: &ControlRequest,
     timeout: Duration,
 ) -> Result<ControlResponse, ControlError> {
+    call_passing(path, req, None, timeout)
+}
+
+/// The same, handing the VMM `fd` with the request (a published port's
+/// listening socket).
+pub fn call_with_fd(
+    path: &Path,
+    req: &ControlRequest,
+    fd: BorrowedFd<'_>,
+    timeout: Duration,
+) -> Result<ControlResponse, ControlError> {
+    call_passing(path, req, Some(fd), timeout)
+}
+
+fn call_passing(
+    path: &Path,
+    req: &ControlRequest,
+    fd: Option<BorrowedFd<'_>>,
+    timeout: Duration,
+) -> Result<ControlResponse, ControlError> {
     let stream = UnixStream::connect(path).map_err(|source| ControlError::Connect {
         path: path.to_owned(),
         source,
@@ -151,7 +173,11 @@ pub fn call(
         .map_err(ControlError::Io)?;
     let mut line = serde_json::to_vec(req).map_err(ControlError::Malformed)?;
     line.push(b'\n');
-    (&stream).write_all(&line).map_err(ControlError::Io)?;
+    match fd {
+        Some(fd) => super::fd_pass::send_with_fd(&stream, &line, fd),
+        None => (&stream).write_all(&line),
+    }
+    .map_err(ControlError::Io)?;
     let mut answer = String::new();
     BufReader::new(&stream)
         .take(MAX_LINE * 4)
@@ -164,21 +190,20 @@ pub fn call(
 }
 
 /// Answers connections on `listener` with `handler`, one at a time, until
-/// the process ends. A malformed request gets an `error` answer.
-pub fn serve(listener: UnixListener, handler: impl Fn(ControlRequest) -> ControlResponse) {
+/// the process ends; the handler gets the descriptor sent with the
+/// request, if any. A malformed request gets an `error` answer.
+pub fn serve(
+    listener: UnixListener,
+    handler: impl Fn(ControlRequest, Option<OwnedFd>) -> ControlResponse,
+) {
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let mut line = String::new();
-        if BufReader::new(&stream)
-            .take(MAX_LINE)
-            .read_line(&mut line)
-            .is_err()
-        {
+        let Ok((line, fd)) = read_request(&stream) else {
             continue;
-        }
+        };
         let resp = match serde_json::from_str::<ControlRequest>(&line) {
-            Ok(req) => handler(req),
+            Ok(req) => handler(req, fd),
             Err(e) => ControlResponse::Error {
                 message: format!("bad request: {e}"),
             },
@@ -187,6 +212,22 @@ pub fn serve(listener: UnixListener, handler: impl Fn(ControlRequest) -> Control
         out.push(b'\n');
         let _ = (&stream).write_all(&out);
     }
+}
+
+/// One request line (at most [`MAX_LINE`] bytes) and the descriptor sent
+/// with its first bytes.
+fn read_request(stream: &UnixStream) -> std::io::Result<(String, Option<OwnedFd>)> {
+    let mut first = vec![0u8; 4096];
+    let (n, fd) = super::fd_pass::recv_with_fd(stream, &mut first)?;
+    first.truncate(n);
+    if n > 0 && !first.contains(&b'\n') {
+        let mut rest = Vec::new();
+        BufReader::new(stream)
+            .take(MAX_LINE.saturating_sub(n as u64))
+            .read_until(b'\n', &mut rest)?;
+        first.extend(rest);
+    }
+    Ok((String::from_utf8_lossy(&first).into_owned(), fd))
 }
 
 #[cfg(test)]
@@ -199,7 +240,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path).unwrap();
         std::thread::spawn(move || {
-            serve(listener, |req| match req {
+            serve(listener, |req, _| match req {
                 ControlRequest::Status => ControlResponse::Status {
                     pid: 7,
                     uptime_ms: 1,

@@ -1,11 +1,13 @@
 //! The client side of a workspace's VMM process (crates/vmm-host): how it
 //! is launched (`launch`), its control socket protocol (`control`), the
 //! warm snapshot it is asked to keep (`warm`), how a snapshot directory it
-//! wrote is made durable and checked (`seal`) and what its confinement
-//! leaves behind (`confinement`).
+//! wrote is made durable and checked (`seal`), what its confinement
+//! leaves behind (`confinement`) and how a descriptor reaches it beside a
+//! control request (`fd_pass`).
 
 pub mod confinement;
 pub mod control;
+pub(crate) mod fd_pass;
 pub mod launch;
 pub(crate) mod seal;
 pub mod warm;

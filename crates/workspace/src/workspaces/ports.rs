@@ -14,20 +14,29 @@ use crate::workspaces::handle::Workspace;
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Workspace<'_> {
-    /// Publishes `mapping` on it: at once when it is running
-    /// (its VMM process listens before this returns), and at every start.
-    /// A host address in use, or already published, changes nothing.
+    /// Publishes `mapping` on it: at once when it is running (this
+    /// process binds the address and hands the socket to its VMM, which
+    /// listens before this returns), and at every start. A host address in
+    /// use, or published to another guest port, changes nothing; the same
+    /// mapping again is done already.
     pub fn publish_port(self, mapping: PortMapping) -> Result<Meta> {
         let (all, name) = (self.all, self.name);
         let ws = all.dir(name)?;
         let meta = self.get()?;
+        if meta.spec.ports.contains(&mapping) {
+            return Ok(meta);
+        }
         let mut ports = meta.spec.ports.clone();
         ports.push(mapping);
         validate(&ports)?;
         if meta.state.has_vmm() {
-            expect_ok(control::call(
+            // Bound here and handed over: the VMM opens no internet socket
+            // once it runs (docs/security.md).
+            let listener = crate::store::ports::bind(&mapping)?;
+            expect_ok(control::call_with_fd(
                 &ws.control(),
                 &ControlRequest::Publish { mapping },
+                std::os::fd::AsFd::as_fd(&listener),
                 CONTROL_TIMEOUT,
             )?)?;
         } else {
