@@ -71,6 +71,8 @@ pub use guest::stream::ExecInput;
 pub use remedy::Remedy;
 #[cfg(feature = "client")]
 pub use snapshots::SnapshotInfo;
+#[cfg(feature = "client")]
+pub use store::egress::EgressDenials;
 pub use store::events::{Event, EventKind};
 pub use store::spec::{DeleteOptions, Limits, Meta, WorkspaceSpec, LIMITS};
 pub use store::state::State;
@@ -83,8 +85,6 @@ pub use workspaces::builder::WorkspacesBuilder;
 pub use workspaces::contract::{
     contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE,
 };
-#[cfg(feature = "client")]
-pub use workspaces::egress::EgressDenials;
 #[cfg(feature = "client")]
 pub use workspaces::handle::Workspace;
 #[cfg(feature = "client")]

@@ -378,7 +378,7 @@ fn network_check() -> Check {
                 snapshot.unwrap_or_default()
             ),
             format!(
-                "run `microagent setup` as root: it builds Debian 13's passt into /usr/local/bin (or set {PASST_OVERRIDE_VAR} to a passt from 2023-03-27 or later)"
+                "run the host setup as root: it builds Debian 13's passt into /usr/local/bin (or set {PASST_OVERRIDE_VAR} to a passt from 2023-03-27 or later)"
             ),
         ),
         Some(path) => Check::ok(

@@ -127,6 +127,16 @@ impl FromStr for AllowEntry {
     }
 }
 
+/// What a running workspace's egress filter refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct EgressDenials {
+    /// Refusals since its VMM started.
+    pub denied: u64,
+    /// The last ones, oldest first.
+    pub denials: Vec<EgressDenial>,
+}
+
 /// A connection (or DNS question) the egress policy refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]

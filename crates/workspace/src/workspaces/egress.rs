@@ -5,23 +5,13 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::store::egress::{AllowEntry, Egress, EgressDenial};
+use crate::store::egress::{AllowEntry, Egress, EgressDenials};
 use crate::store::spec::Meta;
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::workspaces::handle::Workspace;
 
 /// How long a control call about the policy may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What a running workspace's egress filter refused.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct EgressDenials {
-    /// Refusals since its VMM started.
-    pub denied: u64,
-    /// The last ones, oldest first.
-    pub denials: Vec<EgressDenial>,
-}
 
 impl Workspace<'_> {
     /// Sets its egress mode (`None`: its network's) and its own rules,

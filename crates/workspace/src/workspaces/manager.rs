@@ -42,7 +42,7 @@ pub struct WorkspaceInfo {
     /// While it runs on the `user` network: what its egress filter refused
     /// since it started, and the last ones (where, why, when).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refused: Option<crate::workspaces::egress::EgressDenials>,
+    pub refused: Option<crate::store::egress::EgressDenials>,
 }
 
 /// Filters for `list`.
