@@ -257,12 +257,20 @@ fn tap_networks_enforce_their_egress_policy() {
     }
     let ns = Namespaces::make("t").expect("making the test's network namespaces");
     let cli = CliHome::new(env!("CARGO_BIN_EXE_microagent"), test).in_netns(&ns.host);
+    let metadata_port = format!("{METADATA}:80");
     for (name, extra) in [
         ("open", vec!["--egress", "all"]),
         ("shut", vec!["--egress", "none"]),
         (
             "some",
-            vec!["--egress", "allowlist", "--allow", "allowed.test"],
+            vec![
+                "--egress",
+                "allowlist",
+                "--allow",
+                "allowed.test",
+                "--allow",
+                &metadata_port,
+            ],
         ),
         ("mates", vec!["--egress", "all", "--allow-peers"]),
     ] {
@@ -292,6 +300,11 @@ fn tap_networks_enforce_their_egress_policy() {
     assert!(refused.contains("refused"), "{refused}");
     let unnamed = fetch(&cli, "a", "http://denied.test/").unwrap_err();
     assert!(unnamed.contains("bad address"), "{unnamed}");
+    // A rule with a port opens that address and port.
+    assert_eq!(
+        fetch(&cli, "a", &format!("http://{METADATA}/")).unwrap(),
+        "metadata\n"
+    );
 
     // none: nothing, by name or address (a warm start: the guest takes
     // its address on another network at restore).

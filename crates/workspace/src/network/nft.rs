@@ -11,11 +11,25 @@ use super::{AllowEntry, Backend, Egress, Network};
 /// Our table's name (family `ip`).
 pub const TABLE: &str = "microagent";
 
-/// The set the network's resolver fills with the addresses of its allowed
-/// domains (and that holds its allowed CIDRs).
+/// The set that holds a network's allowed CIDRs.
 pub fn allow_set(net: &Network) -> String {
     format!("allow{}", net.index)
 }
+
+/// The set the network's resolver fills with the addresses of its allowed
+/// domains; each element expires after [`RESOLVED_SECONDS`].
+pub fn resolved_set(net: &Network) -> String {
+    format!("resolved{}", net.index)
+}
+
+/// How long an address a resolver answer admitted stays admitted. The
+/// resolver hands out and caches answers for at most half of it
+/// ([`ANSWER_TTL_CAP_SECONDS`]), so no guest holds an answer whose address
+/// has already expired, and an address a name no longer has goes within
+/// the hour (connections already open stay open).
+pub const RESOLVED_SECONDS: u32 = 3600;
+/// The longest TTL the network's resolver gives or caches an answer for.
+pub const ANSWER_TTL_CAP_SECONDS: u32 = RESOLVED_SECONDS / 2;
 
 /// The ruleset for `networks` (only `tap` ones count), as `nft -f` reads
 /// it: a table that replaces any earlier one atomically.
@@ -43,6 +57,12 @@ pub fn ruleset(networks: &[Network]) -> String {
         if !cidrs.is_empty() {
             let _ = writeln!(r, "    elements = {{ {} }}", cidrs.join(", "));
         }
+        let _ = writeln!(r, "  }}");
+        let _ = writeln!(r, "  set {} {{", resolved_set(net));
+        let _ = writeln!(
+            r,
+            "    type ipv4_addr; flags timeout; timeout {RESOLVED_SECONDS}s;"
+        );
         let _ = writeln!(r, "  }}");
     }
     let _ = writeln!(r, "  chain input {{");
@@ -91,6 +111,12 @@ pub fn ruleset(networks: &[Network]) -> String {
             }
             Egress::Allowlist => {
                 let _ = writeln!(r, "    ip daddr @{} accept", allow_set(net));
+                let _ = writeln!(r, "    ip daddr @{} accept", resolved_set(net));
+                for (dst, port) in port_rules(net) {
+                    for proto in ["tcp", "udp"] {
+                        let _ = writeln!(r, "    ip daddr {dst} {proto} dport {port} accept");
+                    }
+                }
             }
             Egress::None => {}
         }
@@ -114,6 +140,19 @@ pub fn ruleset(networks: &[Network]) -> String {
     let _ = writeln!(r, "  }}");
     let _ = writeln!(r, "}}");
     r
+}
+
+/// A network's rules with a port: (destination, port), `host:PORT` being
+/// its gateway (host.microagent.internal).
+fn port_rules(net: &Network) -> Vec<(String, u16)> {
+    net.allow
+        .iter()
+        .filter_map(|a| match a {
+            AllowEntry::CidrPort(c, port) => Some((c.to_string(), *port)),
+            AllowEntry::HostPort(port) => Some((net.gateway()?.to_string(), *port)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The bridge-family table that holds each tap guest to its own MAC and
@@ -216,7 +255,13 @@ mod tests {
                 "some",
                 2,
                 Egress::Allowlist,
-                &["pypi.org", "192.0.2.0/24", "198.51.100.7"],
+                &[
+                    "pypi.org",
+                    "192.0.2.0/24",
+                    "198.51.100.7",
+                    "203.0.113.0/24:443",
+                    "host:8000",
+                ],
             ),
             Network::user(),
         ]);
@@ -230,6 +275,19 @@ mod tests {
         assert!(!accepts_all(chain(1)) && !accepts_all(chain(2)), "{rules}");
         assert!(chain(1).contains("reject"));
         assert!(chain(2).contains("ip daddr @allow2 accept"));
+        // Resolved addresses expire; answers live at most half as long.
+        assert!(chain(2).contains("ip daddr @resolved2 accept"));
+        assert!(
+            rules.contains("set resolved2 {\n    type ipv4_addr; flags timeout; timeout 3600s;"),
+            "{rules}"
+        );
+        // Rules with a port, on TCP and UDP; host:PORT is the gateway.
+        assert!(chain(2).contains("ip daddr 203.0.113.0/24 tcp dport 443 accept"));
+        assert!(chain(2).contains("ip daddr 203.0.113.0/24 udp dport 443 accept"));
+        assert!(
+            chain(2).contains("ip daddr 10.89.2.1 tcp dport 8000 accept"),
+            "{rules}"
+        );
         assert!(
             rules.contains("elements = { 192.0.2.0/24, 198.51.100.7/32 }"),
             "{rules}"

@@ -377,17 +377,6 @@ pub fn validate_request(req: &NetworkRequest) -> Result<(), NetworkError> {
     if req.egress == Egress::Allowlist && req.allow.is_empty() {
         return bad("egress `allowlist` needs at least one allowed domain or CIDR".into());
     }
-    if req.backend == Backend::Tap {
-        if let Some(rule) = req
-            .allow
-            .iter()
-            .find(|a| matches!(a, AllowEntry::CidrPort(..) | AllowEntry::HostPort(_)))
-        {
-            return bad(format!(
-                "`{rule}`: a tap network's rules are domains and CIDRs without a port"
-            ));
-        }
-    }
     if req.allow.len() > MAX_ALLOW {
         return bad(format!(
             "{} allow entries; at most {MAX_ALLOW}",
@@ -661,10 +650,14 @@ mod tests {
         validate_request(&user(Egress::All, &["host:8000", "10.0.0.0/8:5432"])).unwrap();
         let err = validate_request(&user(Egress::None, &["pypi.org"])).unwrap_err();
         assert!(err.to_string().contains("opens nothing"), "{err}");
-        assert!(validate_request(&tap(Egress::Allowlist, &["host:8000"])).is_err());
         assert!(validate_request(&tap(Egress::Allowlist, &[])).is_err());
         assert!(validate_request(&tap(Egress::All, &["pypi.org"])).is_err());
-        validate_request(&tap(Egress::Allowlist, &["pypi.org", "10.0.0.0/8"])).unwrap();
+        // A tap network's allowlist takes rules with ports too.
+        validate_request(&tap(
+            Egress::Allowlist,
+            &["pypi.org", "10.0.0.0/8", "host:8000", "192.0.2.0/24:443"],
+        ))
+        .unwrap();
         let public = NetworkRequest {
             subnet: Some("8.8.8.0/24".parse().unwrap()),
             ..NetworkRequest::default()

@@ -118,8 +118,12 @@ pub fn dnsmasq_args(
                     "--nftset=/{}/4#ip#{}#{}",
                     domains.join("/"),
                     nft::TABLE,
-                    nft::allow_set(net)
+                    nft::resolved_set(net)
                 ));
+                // Answers never outlive the addresses they admitted.
+                let cap = nft::ANSWER_TTL_CAP_SECONDS;
+                args.push(format!("--max-ttl={cap}"));
+                args.push(format!("--max-cache-ttl={cap}"));
             }
         }
     }
@@ -446,9 +450,11 @@ mod tests {
         assert!(some.contains("--server=/pypi.org/192.0.2.53"), "{some}");
         assert!(some.contains("--server=/a.test/192.0.2.53"), "{some}");
         assert!(
-            some.contains("--nftset=/pypi.org/a.test/4#ip#microagent#allow2"),
+            some.contains("--nftset=/pypi.org/a.test/4#ip#microagent#resolved2"),
             "{some}"
         );
+        assert!(some.contains("--max-ttl=1800"), "{some}");
+        assert!(some.contains("--max-cache-ttl=1800"), "{some}");
         assert!(!some.contains("10.0.0.0"), "CIDRs go to the ruleset");
         assert_eq!(dnsmasq_args(&dir(), &Network::user(), &[UPSTREAM]), None);
     }
