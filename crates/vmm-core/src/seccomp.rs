@@ -303,8 +303,7 @@ fn argument_rules(
     };
     // Only the options the process uses: thread names (std), the check a
     // vCPU makes at its first run, no_new_privs before a thread stacks its
-    // filter, the C library's names of anonymous mappings, and a thread
-    // giving up its capabilities (ambient and bounding sets).
+    // filter, and the C library's names of anonymous mappings.
     rules.insert(
         libc::SYS_prctl,
         one_of(
@@ -315,8 +314,6 @@ fn argument_rules(
                 libc::PR_GET_SECCOMP as u64,
                 libc::PR_SET_NO_NEW_PRIVS as u64,
                 libc::PR_SET_VMA as u64,
-                libc::PR_CAP_AMBIENT as u64,
-                libc::PR_CAPBSET_DROP as u64,
             ],
         )?,
     );

@@ -105,9 +105,10 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// Above every capability a kernel has defined (40 in 6.x).
 const CAPABILITIES_AT_MOST: libc::c_ulong = 64;
 
-/// Gives up every capability for good: the ambient and bounding sets (so
-/// nothing regains one) and the effective, permitted and inheritable
-/// sets. The VMM writes only its own files after this (it stays their
+/// Gives up every capability of the calling thread for good: the ambient
+/// and bounding sets (so nothing regains one) and the effective,
+/// permitted and inheritable sets. The VMM calls it before it starts any
+/// thread, so every thread inherits none. The VMM writes only its own files after this (it stays their
 /// owner) and binds published ports above 1023 only. Without root (or
 /// CAP_SETPCAP in its user namespace) the bounding set stays as it was:
 /// an unprivileged process has nothing in it to use.
@@ -149,25 +150,11 @@ pub fn drop_capabilities() -> std::io::Result<()> {
         inheritable: 0,
     }; 2];
     // SAFETY: capset reads a version 3 header and two data structs, which
-    // live for the call; pid 0 is the calling thread. Every thread of the
-    // process drops them: the seccomp filter that follows is installed
-    // process-wide, and threads started later inherit these sets.
+    // live for the call; pid 0 is the calling thread.
     if unsafe { libc::syscall(libc::SYS_capset, &header, none.as_ptr()) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// `f`, run first giving up the capabilities of the thread it runs on:
-/// capabilities belong to threads, so each thread the VMM starts before its
-/// lockdown drops its own (threads started later inherit none).
-pub fn unprivileged<R>(f: impl FnOnce() -> R) -> impl FnOnce() -> R {
-    move || {
-        if let Err(e) = drop_capabilities() {
-            tracing::warn!("a VMM thread could not drop its capabilities: {e}");
-        }
-        f()
-    }
 }
 
 /// What a VMM's private root keeps: its workspace directory and lock file,

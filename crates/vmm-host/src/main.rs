@@ -27,11 +27,9 @@ fn main() -> ExitCode {
         .map_err(workspace::Error::from)
         .and_then(|state| VmmProcess::prepare(state, &launch))
         .and_then(|vmm| {
-            let stopper = vmm.stopper();
-            std::thread::spawn(vmm_host::guard::unprivileged(move || {
-                stop_on_signals(&stopper, signals)
-            }));
-            vmm.run()
+            vmm.run(|stopper| {
+                std::thread::spawn(move || stop_on_signals(&stopper, signals));
+            })
         });
     match ran {
         Ok(end) if !end.crashed => ExitCode::SUCCESS,

@@ -129,9 +129,7 @@ impl PortForwarder {
         let open = self.open.clone();
         std::thread::Builder::new()
             .name(format!("port-{}", mapping.host_port))
-            .spawn(crate::guard::unprivileged(move || {
-                accept_loop(listener, &thread_stop, tunnel_to, &open, mapping)
-            }))
+            .spawn(move || accept_loop(listener, &thread_stop, tunnel_to, &open, mapping))
             .map_err(Error::host_io("starting a port listener thread"))?;
         listening.insert(
             mapping.host_addr(),

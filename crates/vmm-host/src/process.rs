@@ -115,7 +115,7 @@ impl Shared {
         });
         self.ttl_changed.notify_all();
         let shared = self.clone();
-        std::thread::spawn(crate::guard::unprivileged(move || {
+        std::thread::spawn(move || {
             if shared.ready.load(Ordering::SeqCst) {
                 let asked = shared
                     .ws
@@ -132,7 +132,7 @@ impl Shared {
                 &format!("{reason} (VM torn down after the grace period)"),
             );
             shared.tear_down();
-        }));
+        });
     }
 }
 
@@ -146,6 +146,9 @@ pub struct VmmProcess {
     shared: Arc<Shared>,
     /// None when the VM could not be built (the end is already recorded).
     machine: Option<Machine>,
+    /// The listeners of the spec's published ports, bound in the host's
+    /// network namespace and served once the process is confined.
+    listeners: Vec<(PortMapping, std::net::TcpListener)>,
     /// The `user` network's passt, ended with the run.
     passt: Option<workspace::network::Passt>,
     /// The process this workspace lives for, if any.
@@ -227,7 +230,7 @@ impl VmmProcess {
             Some(built) => built,
             None => Built::build(&state, &ws, launch, &meta.spec),
         };
-        let (ports, net_ns) = publish_ports(&ws, &meta.spec, &mut built.machine);
+        let (listeners, net_ns) = bind_ports(&meta.spec, &mut built.machine);
         let Built {
             machine: built,
             passt,
@@ -261,7 +264,7 @@ impl VmmProcess {
             stop_reason: Mutex::new(None),
             ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
             ttl_changed: Condvar::new(),
-            ports,
+            ports: PortForwarder::new(&ws.vsock(), AGENT_PORT),
             egress: egress.map(crate::egress::EgressControl::new),
             finished: AtomicBool::new(false),
             machine: OnceLock::new(),
@@ -282,6 +285,7 @@ impl VmmProcess {
         Ok(Self {
             shared,
             machine,
+            listeners,
             passt,
             owner: meta.spec.owner,
             disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
@@ -291,16 +295,12 @@ impl VmmProcess {
         })
     }
 
-    /// A handle that stops this VMM from another thread.
-    pub fn stopper(&self) -> VmmStopper {
-        VmmStopper {
-            shared: self.shared.clone(),
-        }
-    }
-
     /// Runs the guest until it ends; returns whether the run crashed (the
-    /// program's exit status is its own choice).
-    pub fn run(self) -> Result<RunEnd> {
+    /// program's exit status is its own choice). The process is confined
+    /// before any thread of it starts, so every thread inherits the
+    /// confinement; `when_confined` then starts the program's own threads
+    /// (its signal thread) with a [`VmmStopper`].
+    pub fn run(self, when_confined: impl FnOnce(VmmStopper)) -> Result<RunEnd> {
         let shared = self.shared;
         let Some(machine) = self.machine else {
             return Ok(RunEnd { crashed: true });
@@ -314,29 +314,11 @@ impl VmmProcess {
         std::fs::set_permissions(ws.control(), std::fs::Permissions::from_mode(0o600)).map_err(
             Error::host_io(format!("restricting {}", ws.control().display())),
         )?;
-        let s = shared.clone();
-        std::thread::spawn(crate::guard::unprivileged(move || {
-            control::serve(listener, |req, fd| handle_control(&s, req, fd))
-        }));
-        let s = shared.clone();
-        std::thread::spawn(crate::guard::unprivileged(move || wait_for_agent(&s)));
-        let s = shared.clone();
-        std::thread::spawn(crate::guard::unprivileged(move || enforce_ttl(&s)));
-        if shared.egress.is_some() {
-            let s = shared.clone();
-            std::thread::spawn(crate::guard::unprivileged(move || record_refusals(&s)));
-        }
         // Opened and checked now: /proc is gone once the root is private.
-        if let Some(owner) = self.owner.and_then(crate::guard::watch_owner) {
-            let s = shared.clone();
-            std::thread::spawn(crate::guard::unprivileged(move || {
-                if crate::guard::wait_for_owner_end(&owner) {
-                    s.begin_stop(OWNER_GRACE, "the process it ran for ended");
-                }
-            }));
-        }
+        let owner = self.owner.and_then(crate::guard::watch_owner);
 
-        // Confined before the guest runs; a VMM that cannot be is not run.
+        // Confined before any thread starts and before the guest runs; a
+        // VMM that cannot be is not run.
         let leaving = workspace::host::cgroup::Leaving::prepare(&self.cgroup);
         let keep = crate::guard::jail_keeps(&shared.state, &ws, shared.keep_warm.as_deref());
         let lockdown = crate::guard::Lockdown {
@@ -365,6 +347,38 @@ impl VmmProcess {
                 return Ok(RunEnd { crashed: true });
             }
         }
+        if let Err(e) = self
+            .listeners
+            .into_iter()
+            .try_for_each(|(mapping, listener)| shared.ports.publish(mapping, listener))
+        {
+            shared.finish(
+                true,
+                &format!("the VM could not be built: {}", e.full_message()),
+            );
+            return Ok(RunEnd { crashed: true });
+        }
+        let s = shared.clone();
+        std::thread::spawn(move || control::serve(listener, |req, fd| handle_control(&s, req, fd)));
+        let s = shared.clone();
+        std::thread::spawn(move || wait_for_agent(&s));
+        let s = shared.clone();
+        std::thread::spawn(move || enforce_ttl(&s));
+        if shared.egress.is_some() {
+            let s = shared.clone();
+            std::thread::spawn(move || record_refusals(&s));
+        }
+        if let Some(owner) = owner {
+            let s = shared.clone();
+            std::thread::spawn(move || {
+                if crate::guard::wait_for_owner_end(&owner) {
+                    s.begin_stop(OWNER_GRACE, "the process it ran for ended");
+                }
+            });
+        }
+        when_confined(VmmStopper {
+            shared: shared.clone(),
+        });
         crate::pause_point("vmm:confined");
         let outcome = machine.run(None);
         crate::pause_point("vmm:finishing");
@@ -414,21 +428,20 @@ fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
     }
 }
 
-/// Published ports listen from the start; one that cannot fails the
-/// machine.
-///
-/// Between binding them and serving them the process leaves the host's
-/// network namespace for an empty one (its network backend is open by
-/// now), so every thread it starts from here on is in it. Returns the
-/// ports and whether it left, or why not.
-fn publish_ports(
-    ws: &WorkspaceDir,
+/// Binds the spec's published ports; one that cannot fails the machine.
+/// Then the process leaves the host's network namespace for an empty one
+/// (its network backend is open by now and the listeners are bound), so
+/// every thread it starts is in it. Returns the listeners and whether it
+/// left, or why not.
+fn bind_ports(
     spec: &workspace::store::spec::WorkspaceSpec,
     machine: &mut Result<Machine>,
-) -> (PortForwarder, std::result::Result<(), String>) {
-    let ports = PortForwarder::new(&ws.vsock(), AGENT_PORT);
+) -> (
+    Vec<(PortMapping, std::net::TcpListener)>,
+    std::result::Result<(), String>,
+) {
     if machine.is_err() {
-        return (ports, Err("the machine was not built".into()));
+        return (Vec::new(), Err("the machine was not built".into()));
     }
     let bound: Result<Vec<_>> = spec
         .ports
@@ -436,15 +449,13 @@ fn publish_ports(
         .map(|p| Ok((*p, workspace::store::ports::bind(p).map_err(Error::from)?)))
         .collect();
     let net_ns = crate::guard::leave_host_network();
-    let served = bound.and_then(|bound| {
-        bound
-            .into_iter()
-            .try_for_each(|(mapping, listener)| ports.publish(mapping, listener))
-    });
-    if let Err(e) = served {
-        *machine = Err(e);
+    match bound {
+        Ok(listeners) => (listeners, net_ns),
+        Err(e) => {
+            *machine = Err(e);
+            (Vec::new(), net_ns)
+        }
     }
-    (ports, net_ns)
 }
 
 /// How a [`VmmProcess`] run ended.

@@ -102,9 +102,6 @@ const CONTROL_SYSCALLS: &[i64] = &[
     libc::SYS_kill,
     libc::SYS_wait4,
     libc::SYS_waitid,
-    // A thread started before the lockdown giving up its capabilities
-    // (it can only lower them).
-    libc::SYS_capset,
     // Process facts: /proc reads go through openat; ids for logs.
     libc::SYS_geteuid,
     libc::SYS_getuid,

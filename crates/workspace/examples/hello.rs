@@ -60,7 +60,8 @@ fn serve_vmm(launch: &VmmLaunch) -> ExitCode {
     let ran = workspace::StateDir::at(&launch.home)
         .map_err(workspace::Error::from)
         .and_then(|state| VmmProcess::prepare(state, launch))
-        .and_then(VmmProcess::run);
+        // This example handles no signals of its own.
+        .and_then(|vmm| vmm.run(|_| {}));
     match ran {
         Ok(end) if !end.crashed => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
