@@ -45,7 +45,7 @@ pub struct Lockdown {
 
 impl Lockdown {
     /// In order: resource limits, the private root (when the namespace was
-    /// taken), the seccomp filters. Returns the protections on, or why the
+    /// taken), no capabilities, Landlock, the seccomp filters. Returns the protections on, or why the
     /// VMM must not run the guest.
     pub fn apply(self, ws: &WorkspaceDir) -> Result<Vec<String>, String> {
         let (disk_mib, mem_mib) = self.disk_and_mem_mib;
@@ -69,6 +69,11 @@ impl Lockdown {
         };
         // Last before the filters: the private root needed CAP_SYS_ADMIN.
         drop_capabilities().map_err(|e| format!("the VMM could not drop its capabilities: {e}"))?;
+        // A kernel without Landlock leaves the rest in force.
+        let files = crate::file_access::confine(&self.keep).unwrap_or_else(|why| {
+            tracing::warn!("no Landlock: {why}");
+            format!("no landlock: {why}")
+        });
         let mut protections = confine(&self.children)
             .map_err(|e| format!("the VMM could not confine itself: {e}"))?;
         let network = match self.net_ns {
@@ -81,6 +86,7 @@ impl Lockdown {
             "no_capabilities".to_owned(),
             mounts,
             network,
+            files,
         ]);
         Ok(protections)
     }

@@ -8,11 +8,13 @@
 //!   setup steps in order, its threads and the control socket it serves;
 //! - [`guard`]: what confines it (seccomp, the jail, resource limits) and
 //!   the owner process a one-shot workspace lives for;
+//! - [`file_access`]: Landlock, the files and sockets it may still reach;
 //! - [`port_forward`]: published ports, host TCP to guest vsock;
 //! - [`seccomp`]: what its control threads may do under seccomp.
 
 mod build;
 mod egress;
+pub mod file_access;
 pub mod guard;
 pub mod port_forward;
 pub mod process;

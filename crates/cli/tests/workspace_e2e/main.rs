@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use testkit::cli::CliHome;
 use testkit::terminal::Terminal;
 
+mod confinement;
 mod snapshots;
 
 /// Whether this host can boot workspaces; prints the reason and records a
@@ -221,64 +222,7 @@ fn life_cycle_exec_files_logs_events() {
         "CONFLICT"
     );
     // The VMM runs confined, and says so (docs/security.md).
-    let inspected = cli.ok_json(&["inspect", "dev", "--json"]);
-    let protections = &inspected["runtime"]["protections"];
-    // SAFETY: geteuid takes nothing. As root the VMM has a private root.
-    let root = unsafe { libc::geteuid() } == 0;
-    let private_root = if root { "private_root" } else { "rlimits" };
-    for p in [
-        "seccomp",
-        "no_new_privs",
-        "rlimits",
-        "inherited_fds_closed",
-        "no_capabilities",
-        private_root,
-    ] {
-        assert!(
-            protections.as_array().unwrap().iter().any(|v| v == p),
-            "{p} missing: {protections}"
-        );
-    }
-    // Every thread of it holds no capability, root or not, and (as root)
-    // it is in an empty network namespace of its own.
-    let pid = inspected["runtime"]["pid"].as_u64().unwrap();
-    if root {
-        assert!(
-            protections
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|v| v == "network_namespace"),
-            "{protections}"
-        );
-        let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).unwrap();
-        assert_ne!(ns(&pid.to_string()), ns("self"));
-    }
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
-        for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
-            let line = status.lines().find(|l| l.starts_with(set)).unwrap();
-            assert!(line.ends_with("0000000000000000"), "{line}\n{status}");
-        }
-        if root {
-            let bounding = status.lines().find(|l| l.starts_with("CapBnd")).unwrap();
-            assert!(bounding.ends_with("0000000000000000"), "{bounding}");
-        }
-    }
-    let doctor = cli.run(&["doctor", "--json"]).json();
-    let confinement = doctor["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "vmm_confinement")
-        .cloned()
-        .unwrap_or_default();
-    // Without root it depends on the host's user namespaces.
-    if root {
-        assert_eq!(confinement["status"], "ok", "{doctor}");
-    } else {
-        assert_ne!(confinement["status"], "fail", "{doctor}");
-    }
+    confinement::check(&cli, "dev");
 
     let uname = cli.run(&["exec", "dev", "--", "uname", "-a"]);
     assert_eq!(uname.status, 0, "{}", uname.stderr);
