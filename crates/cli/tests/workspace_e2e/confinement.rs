@@ -25,15 +25,7 @@ pub fn check(cli: &CliHome, ws: &str) {
         );
     }
     // Its files and sockets are confined by Landlock where the kernel has it.
-    // SAFETY: the syscall takes a null attribute and the version flag.
-    let landlock_abi = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            1u32,
-        )
-    };
+    let landlock_abi = workspace::host::settings::landlock_abi().unwrap_or(0);
     if landlock_abi >= 6 {
         assert!(
             protections

@@ -355,11 +355,23 @@ fn confinement_check() -> Check {
             "vmm_confinement",
             format!("{filters}, and see only their own files (a private root through {how})"),
         ),
-        Err(why) => Check::warn(
-            "vmm_confinement",
-            format!("{filters}, but see the host's files: {why}"),
-            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1), or run microagent as root",
-        ),
+        Err(blocked) => {
+            let landlock = match crate::host::settings::landlock_abi() {
+                Some(abi) => format!("; Landlock (ABI {abi}) still confines their files"),
+                None => "; this kernel has no Landlock either, so they see the host's files".into(),
+            };
+            Check::warn(
+                "vmm_confinement",
+                format!(
+                    "{filters}, but get no private root: {}{landlock}",
+                    blocked.why
+                ),
+                format!(
+                    "allow user namespaces ({}), or run microagent as root",
+                    blocked.enable
+                ),
+            )
+        }
     }
 }
 

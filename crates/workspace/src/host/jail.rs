@@ -127,36 +127,58 @@ pub fn unshare() -> Result<(), JailError> {
     make_private()
 }
 
+/// Why VMMs of this user get no private root, and how to change that.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoPrivateRoot {
+    /// What blocks it.
+    pub why: String,
+    /// The host setting that lifts it.
+    pub enable: &'static str,
+}
+
 /// How a VMM started by this user gets its private root (for `doctor`),
 /// or why it cannot.
-pub fn availability() -> Result<&'static str, String> {
+pub fn availability() -> Result<&'static str, NoPrivateRoot> {
     const CAP_SYS_ADMIN: u32 = 21;
     if crate::host::settings::has_capability(CAP_SYS_ADMIN) {
         return Ok("a mount namespace (CAP_SYS_ADMIN)");
     }
-    if let Some(why) = user_namespaces_blocked() {
-        return Err(why);
+    if let Some(blocked) = user_namespaces_blocked() {
+        return Err(blocked);
     }
     Ok("a user and mount namespace of its own")
 }
 
 /// Why this host refuses unprivileged user namespaces, if it does.
-fn user_namespaces_blocked() -> Option<String> {
+fn user_namespaces_blocked() -> Option<NoPrivateRoot> {
     let sysctl = |name: &str| {
         std::fs::read_to_string(format!("/proc/sys/{name}"))
             .ok()
             .map(|v| v.trim().to_owned())
     };
+    let blocked = |why: &str, enable| {
+        Some(NoPrivateRoot {
+            why: why.to_owned(),
+            enable,
+        })
+    };
     if sysctl("kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        return Some(
-            "unprivileged user namespaces are off (kernel.unprivileged_userns_clone = 0)".into(),
+        return blocked(
+            "unprivileged user namespaces are off (kernel.unprivileged_userns_clone = 0)",
+            "sysctl -w kernel.unprivileged_userns_clone=1",
         );
     }
     if sysctl("user/max_user_namespaces").as_deref() == Some("0") {
-        return Some("user namespaces are off (user.max_user_namespaces = 0)".into());
+        return blocked(
+            "user namespaces are off (user.max_user_namespaces = 0)",
+            "sysctl -w user.max_user_namespaces=15000",
+        );
     }
     if sysctl("kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-        return Some("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)".into());
+        return blocked(
+            "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)",
+            "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile that allows userns for microagent-vmm",
+        );
     }
     None
 }
@@ -454,8 +476,8 @@ mod tests {
         if unsafe { libc::geteuid() } != 0 {
             return skip(&format!("{test}: needs root to run its child as nobody"));
         }
-        if let Some(why) = user_namespaces_blocked() {
-            return skip(&format!("{test}: {why}"));
+        if let Some(blocked) = user_namespaces_blocked() {
+            return skip(&format!("{test}: {}", blocked.why));
         }
         const NOBODY: u32 = 65534;
         run_jailed_child(test, Some(NOBODY));

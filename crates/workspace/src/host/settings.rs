@@ -126,6 +126,21 @@ pub fn unique_id() -> String {
     format!("{:x}{:x}{:04x}", std::process::id(), n, nanos & 0xffff)
 }
 
+/// The Landlock ABI this kernel offers, if it has Landlock.
+pub fn landlock_abi() -> Option<i64> {
+    // SAFETY: with a null attribute, size 0 and the version flag the call
+    // only reports the ABI.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    (abi > 0).then_some(abi)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
