@@ -94,6 +94,9 @@ pub struct ControlRole {
     pub ioctls: &'static [u64],
     /// The socket families it opens (when `syscalls` has `socket`).
     pub socket_families: &'static [libc::c_int],
+    /// The socket types it opens of those families (`SOCK_STREAM`, ...;
+    /// never `SOCK_RAW` or `SOCK_PACKET`).
+    pub socket_types: &'static [libc::c_int],
 }
 
 /// Syscalls every thread makes: memory, locks, signals, time, its own exit,
@@ -333,12 +336,12 @@ fn argument_rules(
             .collect::<Result<Vec<_>, _>>()?,
     );
     if role == ThreadRole::Control {
-        // Its families, and only stream, datagram and seqpacket sockets of
-        // them: never a raw or packet socket (the type's low bits; the
-        // CLOEXEC and NONBLOCK flags above them pass).
+        // Its families, and only its types of them: never a raw or packet
+        // socket (the type's low bits; the CLOEXEC and NONBLOCK flags above
+        // them pass).
         let mut sockets = Vec::new();
         for &family in control.socket_families {
-            for kind in [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_SEQPACKET] {
+            for &kind in control.socket_types {
                 sockets.push(rule(vec![
                     arg_is(0, family as u64)?,
                     SeccompCondition::new(
@@ -635,6 +638,7 @@ mod tests {
         ],
         ioctls: &[],
         socket_families: &[libc::AF_UNIX],
+        socket_types: &[libc::SOCK_STREAM],
     };
 
     #[test]
@@ -709,8 +713,12 @@ mod tests {
         // falls back to clone with CLONE_THREAD), and Unix sockets open.
         let t = std::thread::spawn(|| 7);
         assert_eq!(t.join().unwrap(), 7);
-        let unix = std::os::unix::net::UnixDatagram::unbound().unwrap();
-        drop(unix);
+        // SAFETY: socket() takes no pointers; the descriptor is closed.
+        let unix =
+            unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(unix >= 0);
+        // SAFETY: `unix` is ours and open.
+        unsafe { libc::close(unix) };
         // A netlink socket is not a family the control threads use.
         // SAFETY: socket() takes no pointers.
         unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0) };

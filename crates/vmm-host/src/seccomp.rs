@@ -21,6 +21,8 @@ pub const CONTROL: ControlRole = ControlRole {
     // lockdown or by the library, which sends them over the control
     // socket. No internet, netlink, packet or other family.
     socket_families: &[libc::AF_UNIX],
+    // Stream and seqpacket only: no datagram socket to send from.
+    socket_types: &[libc::SOCK_STREAM, libc::SOCK_SEQPACKET],
 };
 
 /// Everything the control threads do after the machine is built.

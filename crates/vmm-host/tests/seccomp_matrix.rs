@@ -86,6 +86,12 @@ fn cases() -> Vec<(&'static str, i64, u64, u64)> {
             libc::AF_INET6 as u64,
             libc::SOCK_DGRAM as u64,
         ),
+        (
+            "control",
+            libc::SYS_socket,
+            libc::AF_UNIX as u64,
+            libc::SOCK_DGRAM as u64,
+        ),
         ("control", libc::SYS_kill, 1, 0),
         ("control", libc::SYS_tgkill, 1, 1),
         ("control", libc::SYS_prlimit64, 1, 0),
