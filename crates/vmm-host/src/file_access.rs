@@ -17,21 +17,46 @@ use workspace::host::jail::Keep;
 /// enforce what they know (best effort), and the protection says so.
 const ABI_WANTED: ABI = ABI::V6;
 
+/// Why the VMM has no Landlock domain.
+#[derive(Debug, thiserror::Error)]
+pub enum FileAccessError {
+    /// A path it keeps could not be opened for its rule.
+    #[error("opening {} for its Landlock rule", path.display())]
+    Open {
+        /// The path.
+        path: std::path::PathBuf,
+        /// What Landlock's path handle said.
+        #[source]
+        source: landlock::PathFdError,
+    },
+    /// The ruleset could not be made or enforced.
+    #[error("making or enforcing the Landlock ruleset")]
+    Ruleset(#[source] landlock::RulesetError),
+    /// The kernel has no Landlock (or it is off at boot).
+    #[error("this kernel has no Landlock")]
+    Unsupported,
+}
+
 /// Restricts the calling thread (the VMM's only one, so every thread it
 /// starts inherits it) to `keep`. Returns the protection now on
-/// (`landlock`, `landlock (partial: ...)`), or why none is.
-pub fn confine(keep: &[Keep]) -> Result<String, String> {
+/// (`landlock`, `landlock (partial: ...)`).
+pub fn confine(keep: &[Keep]) -> Result<String, FileAccessError> {
     let fs = AccessFs::from_all(ABI_WANTED);
+    let open = |path: &std::path::Path| {
+        PathFd::new(path).map_err(|source| FileAccessError::Open {
+            path: path.to_owned(),
+            source,
+        })
+    };
     let mut rules = Vec::new();
     for k in keep {
         let (path, access) = match k {
             Keep::Dir(p) => (p, fs),
             Keep::File(p) => (p, AccessFs::from_file(ABI_WANTED)),
         };
-        let fd = PathFd::new(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
-        rules.push(PathBeneath::new(fd, access));
+        rules.push(PathBeneath::new(open(path)?, access));
     }
-    let proc_self = PathFd::new("/proc/self").map_err(|e| format!("opening /proc/self: {e}"))?;
+    let proc_self = open(std::path::Path::new("/proc/self"))?;
     rules.push(PathBeneath::new(proc_self, AccessFs::from_read(ABI_WANTED)));
     let status = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -41,12 +66,12 @@ pub fn confine(keep: &[Keep]) -> Result<String, String> {
         .and_then(|r| r.create())
         .and_then(|r| r.add_rules(rules.into_iter().map(Ok::<_, landlock::RulesetError>)))
         .and_then(|r| r.restrict_self())
-        .map_err(|e| e.to_string())?;
+        .map_err(FileAccessError::Ruleset)?;
     match status.ruleset {
         RulesetStatus::FullyEnforced => Ok("landlock".to_owned()),
         RulesetStatus::PartiallyEnforced => Ok(format!(
             "landlock (partial: this kernel's ABI is older than {ABI_WANTED:?})"
         )),
-        RulesetStatus::NotEnforced => Err("this kernel has no Landlock".to_owned()),
+        RulesetStatus::NotEnforced => Err(FileAccessError::Unsupported),
     }
 }

@@ -70,7 +70,8 @@ impl Lockdown {
         // Last before the filters: the private root needed CAP_SYS_ADMIN.
         drop_capabilities().map_err(|e| format!("the VMM could not drop its capabilities: {e}"))?;
         // A kernel without Landlock leaves the rest in force.
-        let files = crate::file_access::confine(&self.keep).unwrap_or_else(|why| {
+        let files = crate::file_access::confine(&self.keep).unwrap_or_else(|e| {
+            let why = workspace::error_chain(&e);
             tracing::warn!("no Landlock: {why}");
             format!("no landlock: {why}")
         });

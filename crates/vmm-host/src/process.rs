@@ -354,7 +354,10 @@ impl VmmProcess {
         {
             shared.finish(
                 true,
-                &format!("the VM could not be built: {}", e.full_message()),
+                &format!(
+                    "its published ports could not be served: {}",
+                    e.full_message()
+                ),
             );
             return Ok(RunEnd { crashed: true });
         }
