@@ -240,7 +240,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path).unwrap();
         std::thread::spawn(move || {
-            serve(listener, |req, _| match req {
+            serve(listener, |req, fd| match req {
                 ControlRequest::Status => ControlResponse::Status {
                     pid: 7,
                     uptime_ms: 1,
@@ -251,10 +251,17 @@ mod tests {
                 ControlRequest::SetTtl { ttl_secs } => ControlResponse::Ok {
                     ttl_deadline_ms: ttl_secs,
                 },
+                // A line longer than the first read, and a descriptor.
+                ControlRequest::SetEgress { allow, .. } => ControlResponse::Ok {
+                    ttl_deadline_ms: Some(allow.len() as u64),
+                },
+                ControlRequest::Publish { .. } => ControlResponse::Ok {
+                    ttl_deadline_ms: fd.map(|fd| {
+                        std::net::TcpListener::from(fd).local_addr().unwrap().port() as u64
+                    }),
+                },
                 ControlRequest::Stop { .. }
                 | ControlRequest::Snapshot { .. }
-                | ControlRequest::Publish { .. }
-                | ControlRequest::SetEgress { .. }
                 | ControlRequest::EgressDenials
                 | ControlRequest::Unpublish { .. } => ControlResponse::Error {
                     message: "no".into(),
@@ -270,6 +277,30 @@ mod tests {
             call(&path, &ControlRequest::SetTtl { ttl_secs: Some(3) }, t).unwrap(),
             ControlResponse::Ok {
                 ttl_deadline_ms: Some(3)
+            }
+        );
+        let allow: Vec<crate::store::egress::AllowEntry> = (0..300)
+            .map(|i| format!("name-{i}.example.org").parse().unwrap())
+            .collect();
+        let set = ControlRequest::SetEgress {
+            egress: crate::store::egress::Egress::Allowlist,
+            allow,
+        };
+        assert_eq!(
+            call(&path, &set, t).unwrap(),
+            ControlResponse::Ok {
+                ttl_deadline_ms: Some(300)
+            }
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let publish = ControlRequest::Publish {
+            mapping: crate::store::ports::PortMapping::local(port, 80),
+        };
+        assert_eq!(
+            call_with_fd(&path, &publish, std::os::fd::AsFd::as_fd(&listener), t).unwrap(),
+            ControlResponse::Ok {
+                ttl_deadline_ms: Some(port as u64)
             }
         );
         let refused = call(&path, &ControlRequest::Stop { timeout_ms: 1 }, t).unwrap_err();
