@@ -7,9 +7,12 @@
 //! (user namespaces blocked, as Ubuntu's AppArmor does by default), and
 //! adds a second wall where it could.
 
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+
 use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use workspace::host::jail::Keep;
 
@@ -25,9 +28,9 @@ pub enum FileAccessError {
     Open {
         /// The path.
         path: std::path::PathBuf,
-        /// What Landlock's path handle said.
+        /// What the OS said.
         #[source]
-        source: landlock::PathFdError,
+        source: std::io::Error,
     },
     /// The ruleset could not be made or enforced.
     #[error("making or enforcing the Landlock ruleset")]
@@ -38,15 +41,23 @@ pub enum FileAccessError {
 }
 
 /// Restricts the calling thread (the VMM's only one, so every thread it
-/// starts inherits it) to `keep`. Returns the protection now on
-/// (`landlock`, `landlock (partial: ...)`).
-pub fn confine(keep: &[Keep]) -> Result<String, FileAccessError> {
+/// starts inherits it) to `keep`, and to removing directories beneath
+/// `removable` (its cgroups' parents, opened before its root went
+/// private: it removes its own groups at the end). Returns the protection
+/// now on (`landlock`, `landlock (partial: ...)`).
+pub fn confine(keep: &[Keep], removable: Vec<OwnedFd>) -> Result<String, FileAccessError> {
     let fs = AccessFs::from_all(ABI_WANTED);
-    let open = |path: &std::path::Path| {
-        PathFd::new(path).map_err(|source| FileAccessError::Open {
-            path: path.to_owned(),
-            source,
-        })
+    // Handles for the rules only (O_PATH: nothing is read through them).
+    let open = |path: &std::path::Path| -> Result<OwnedFd, FileAccessError> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(path)
+            .map(OwnedFd::from)
+            .map_err(|source| FileAccessError::Open {
+                path: path.to_owned(),
+                source,
+            })
     };
     let mut rules = Vec::new();
     for k in keep {
@@ -55,6 +66,9 @@ pub fn confine(keep: &[Keep]) -> Result<String, FileAccessError> {
             Keep::File(p) => (p, AccessFs::from_file(ABI_WANTED)),
         };
         rules.push(PathBeneath::new(open(path)?, access));
+    }
+    for dir in removable {
+        rules.push(PathBeneath::new(dir, AccessFs::RemoveDir));
     }
     let proc_self = open(std::path::Path::new("/proc/self"))?;
     rules.push(PathBeneath::new(proc_self, AccessFs::from_read(ABI_WANTED)));

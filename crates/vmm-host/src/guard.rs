@@ -41,6 +41,8 @@ pub struct Lockdown {
     pub keep: Vec<workspace::host::jail::Keep>,
     /// The processes it started (passt).
     pub children: Vec<u32>,
+    /// Directories it removes its cgroups from at the end (opened before).
+    pub removable: Vec<std::os::fd::OwnedFd>,
 }
 
 impl Lockdown {
@@ -70,7 +72,7 @@ impl Lockdown {
         // Last before the filters: the private root needed CAP_SYS_ADMIN.
         drop_capabilities().map_err(|e| format!("the VMM could not drop its capabilities: {e}"))?;
         // A kernel without Landlock leaves the rest in force.
-        let files = crate::file_access::confine(&self.keep).unwrap_or_else(|e| {
+        let files = crate::file_access::confine(&self.keep, self.removable).unwrap_or_else(|e| {
             let why = workspace::error_chain(&e);
             tracing::warn!("no Landlock: {why}");
             format!("no landlock: {why}")

@@ -331,6 +331,7 @@ impl VmmProcess {
                 .iter()
                 .map(workspace::network::Passt::pid)
                 .collect(),
+            removable: leaving.holders(),
         };
         match lockdown.apply(&ws) {
             Ok(mut protections) => {

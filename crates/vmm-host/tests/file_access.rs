@@ -28,7 +28,14 @@ fn confined_child() {
     let abstract_name = std::env::var(ABSTRACT).unwrap();
     // Before: all of it works.
     assert!(std::fs::read("/etc/hostname").is_ok() || std::fs::read("/etc/passwd").is_ok());
-    let protection = vmm_host::file_access::confine(&[Keep::Dir(kept.clone())]).unwrap();
+    // Beneath `groups` it may only remove directories (its cgroups).
+    let groups = kept.with_extension("groups");
+    std::fs::create_dir_all(groups.join("mine")).unwrap();
+    let holder = std::fs::File::open(&groups).unwrap();
+    let protection =
+        vmm_host::file_access::confine(&[Keep::Dir(kept.clone())], vec![holder.into()]).unwrap();
+    assert!(std::fs::File::create(groups.join("file")).is_err());
+    std::fs::remove_dir(groups.join("mine")).unwrap();
     assert!(protection.starts_with("landlock"), "{protection}");
     // Its own directory: written and read back.
     std::fs::File::create(kept.join("written"))
@@ -76,6 +83,7 @@ fn the_vmm_reaches_only_what_it_keeps() {
         .unwrap();
     drop(outside);
     let _ = std::fs::remove_dir_all(&kept);
+    let _ = std::fs::remove_dir_all(kept.with_extension("groups"));
     assert!(
         out.status.success(),
         "{}{}",

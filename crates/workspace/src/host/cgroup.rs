@@ -299,6 +299,16 @@ impl Leaving {
         Self { groups }
     }
 
+    /// The directories the groups are removed from (duplicated
+    /// descriptors), for a file-access policy that must let that removal
+    /// through.
+    pub fn holders(&self) -> Vec<std::os::fd::OwnedFd> {
+        self.groups
+            .iter()
+            .filter_map(|(_, holder, _)| holder.try_clone().ok().map(Into::into))
+            .collect()
+    }
+
     /// Moves this process out of its groups and removes them.
     pub fn leave(self) {
         use std::io::Write;
