@@ -47,8 +47,8 @@ pub struct Lockdown {
 
 impl Lockdown {
     /// In order: resource limits, the private root (when the namespace was
-    /// taken), no capabilities, Landlock, the seccomp filters. Returns the protections on, or why the
-    /// VMM must not run the guest.
+    /// taken), no capabilities, Landlock, the seccomp filters. Returns the
+    /// protections on, or why the VMM must not run the guest.
     pub fn apply(self, ws: &WorkspaceDir) -> Result<Vec<String>, String> {
         let (disk_mib, mem_mib) = self.disk_and_mem_mib;
         limit_resources(disk_mib, mem_mib)
@@ -117,10 +117,11 @@ const CAPABILITIES_AT_MOST: libc::c_ulong = 64;
 /// Gives up every capability of the calling thread for good: the ambient
 /// and bounding sets (so nothing regains one) and the effective,
 /// permitted and inheritable sets. The VMM calls it before it starts any
-/// thread, so every thread inherits none. The VMM writes only its own files after this (it stays their
-/// owner) and binds published ports above 1023 only. Without root (or
-/// CAP_SETPCAP in its user namespace) the bounding set stays as it was:
-/// an unprivileged process has nothing in it to use.
+/// thread, so every thread inherits none. After this it writes only its
+/// own files (it stays their owner) and binds no socket (its listeners are
+/// bound before, or handed over). Without root (or CAP_SETPCAP in its user
+/// namespace) the bounding set stays as it was: an unprivileged process
+/// has nothing in it to use.
 pub fn drop_capabilities() -> std::io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     unsafe {
