@@ -8,6 +8,7 @@ use testkit::cli::CliHome;
 pub fn check(cli: &CliHome, ws: &str) {
     let inspected = cli.ok_json(&["inspect", ws, "--json"]);
     let protections = &inspected["runtime"]["protections"];
+    let has = |p: &str| protections.as_array().unwrap().iter().any(|v| v == p);
     // SAFETY: geteuid takes nothing. As root the VMM has a private root.
     let root = unsafe { libc::geteuid() } == 0;
     let private_root = if root { "private_root" } else { "rlimits" };
@@ -19,35 +20,18 @@ pub fn check(cli: &CliHome, ws: &str) {
         "no_capabilities",
         private_root,
     ] {
-        assert!(
-            protections.as_array().unwrap().iter().any(|v| v == p),
-            "{p} missing: {protections}"
-        );
+        assert!(has(p), "{p} missing: {protections}");
     }
     // Its files and sockets are confined by Landlock where the kernel has it.
     let landlock_abi = workspace::host::settings::landlock_abi().unwrap_or(0);
     if landlock_abi >= 6 {
-        assert!(
-            protections
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|v| v == "landlock"),
-            "{protections}"
-        );
+        assert!(has("landlock"), "{protections}");
     }
     // Every thread of it holds no capability, root or not, and (as root)
     // it is in an empty network namespace of its own.
     let pid = inspected["runtime"]["pid"].as_u64().unwrap();
     if root {
-        assert!(
-            protections
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|v| v == "network_namespace"),
-            "{protections}"
-        );
+        assert!(has("network_namespace"), "{protections}");
         let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).unwrap();
         assert_ne!(ns(&pid.to_string()), ns("self"));
     }
