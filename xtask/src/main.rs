@@ -96,6 +96,7 @@ fn main() -> anyhow::Result<()> {
     match task {
         "setup" => {
             run_cmd::ensure_runtime_debs()?;
+            run_cmd::ensure_vmm_account()?;
             passt::ensure_fixed()?;
             sh::ensure_debs(run_cmd::TAP_NETWORK_PACKAGES)?;
             kernel::build(kernel::variant_for_host()?)?;

@@ -23,8 +23,24 @@ pub fn ensure_runtime_debs() -> anyhow::Result<()> {
     crate::sh::ensure_debs(RUNTIME_PACKAGES)
 }
 
+/// Creates the account root's VMM processes run as, with the product's
+/// own step (`workspace::vmm::user`); nothing to do for other users.
+pub fn ensure_vmm_account() -> anyhow::Result<()> {
+    use workspace::vmm::user;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || user::lookup(user::DEFAULT_VMM_USER).is_some() {
+        return Ok(());
+    }
+    let mut plan = workspace::host::plan::Plan::new("vmm account");
+    plan.steps = vec![user::account_step()];
+    eprintln!("xtask: {}", plan.steps[0].what);
+    plan.run()?;
+    Ok(())
+}
+
 pub fn run(command: &[String]) -> anyhow::Result<()> {
     ensure_runtime_debs()?;
+    ensure_vmm_account()?;
     crate::passt::ensure_fixed()?;
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;

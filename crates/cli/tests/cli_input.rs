@@ -197,7 +197,10 @@ fn the_vmm_program_understands_the_library_launch_and_nothing_else() {
         workspace::KernelVariant::Standard,
     );
     // The workspace is stopped, not starting for this process: refused.
-    let out = launch.command().output().unwrap();
+    let out = std::process::Command::new(&launch.program)
+        .args(launch.args())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -56,7 +56,7 @@ impl Built {
         let began_ns = vmm_core::vcpu::monotonic_ns();
         let (mut passt, mut guest_net, mut egress) = (None, None, None);
         let mut mount_ns = Err("the machine was not built".to_owned());
-        let machine = workspace::network::attach::attach(state, ws, spec)
+        let machine = workspace::network::attach::attach(state, ws, spec, launch.user)
             .map_err(Error::from)
             .and_then(|net| {
                 mount_ns = workspace::host::jail::unshare().map_err(|e| workspace::error_chain(&e));

@@ -2,11 +2,10 @@
 //! confinement it runs under, and the owner process a one-shot workspace
 //! lives for (docs/security.md).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use std::path::Path;
 
-use workspace::store::spec::Owner;
 use workspace::store::workspace_dir::WorkspaceDir;
 use workspace::store::StateDir;
 
@@ -43,16 +42,20 @@ pub struct Lockdown {
     pub children: Vec<u32>,
     /// Directories it removes its cgroups from at the end (opened before).
     pub removable: Vec<std::os::fd::OwnedFd>,
+    /// The account (uid, gid) to change to, when started as root.
+    pub user: Option<(u32, u32)>,
 }
 
 impl Lockdown {
     /// In order: resource limits, the private root (when the namespace was
-    /// taken), no capabilities, Landlock, the seccomp filters. Returns the
-    /// protections on, or why the VMM must not run the guest.
+    /// taken), its own account and no capabilities, Landlock, the seccomp
+    /// filters. Returns the protections on, or why the VMM must not run
+    /// the guest.
     pub fn apply(self, ws: &WorkspaceDir) -> Result<Vec<String>, String> {
         let (disk_mib, mem_mib) = self.disk_and_mem_mib;
         limit_resources(disk_mib, mem_mib)
             .map_err(|e| format!("the VMM could not limit its resources: {e}"))?;
+        let private_root = self.mount_ns.is_ok();
         let mounts = match self.mount_ns {
             Ok(()) => {
                 workspace::host::jail::enter(
@@ -69,8 +72,37 @@ impl Lockdown {
             }
             Err(why) => format!("no private root: {why}"),
         };
+        // Only inside the private root: on the host's, the state directory
+        // (root's, 0700) would be out of the account's reach.
+        let user = self.user.filter(|_| private_root);
+        if let Some((uid, gid)) = user {
+            // Its own sockets, which it connects to itself (the agent link,
+            // port tunnels): a socket is connected to with write permission.
+            for socket in [ws.vsock(), ws.control()] {
+                std::os::unix::fs::lchown(&socket, Some(uid), Some(gid)).map_err(|e| {
+                    format!("the VMM could not hand over {}: {e}", socket.display())
+                })?;
+            }
+        }
         // Last before the filters: the private root needed CAP_SYS_ADMIN.
-        drop_capabilities().map_err(|e| format!("the VMM could not drop its capabilities: {e}"))?;
+        drop_capabilities(user)
+            .map_err(|e| format!("the VMM could not drop its capabilities: {e}"))?;
+        let account = match (user, self.user) {
+            (Some((uid, gid)), _) => format!("uid:{uid}:{gid}"),
+            (None, Some(_)) => "no own account: no private root".to_owned(),
+            // SAFETY: geteuid has no preconditions.
+            (None, None) if unsafe { libc::geteuid() } == 0 => {
+                "no own account: runs as root (no vmm_user account)".to_owned()
+            }
+            // SAFETY: as above.
+            (None, None) => format!("uid:{}", unsafe { libc::geteuid() }),
+        };
+        // Process 1 of its namespace: the starter made one.
+        let pids = if std::process::id() == 1 {
+            "pid_namespace".to_owned()
+        } else {
+            "no pid namespace: its starter is not root".to_owned()
+        };
         // A kernel without Landlock leaves the rest in force.
         let files = crate::file_access::confine(&self.keep, self.removable).unwrap_or_else(|e| {
             let why = workspace::error_chain(&e);
@@ -90,6 +122,8 @@ impl Lockdown {
             mounts,
             network,
             files,
+            account,
+            pids,
         ]);
         Ok(protections)
     }
@@ -115,14 +149,15 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 const CAPABILITIES_AT_MOST: libc::c_ulong = 64;
 
 /// Gives up every capability of the calling thread for good: the ambient
-/// and bounding sets (so nothing regains one) and the effective,
-/// permitted and inheritable sets. The VMM calls it before it starts any
+/// and bounding sets (so nothing regains one), then, as `user` (uid, gid)
+/// when given (no supplementary groups), the effective, permitted and
+/// inheritable sets. The VMM calls it before it starts any
 /// thread, so every thread inherits none. After this it writes only its
 /// own files (it stays their owner) and binds no socket (its listeners are
 /// bound before, or handed over). Without root (or CAP_SETPCAP in its user
 /// namespace) the bounding set stays as it was: an unprivileged process
 /// has nothing in it to use.
-pub fn drop_capabilities() -> std::io::Result<()> {
+pub fn drop_capabilities(user: Option<(u32, u32)>) -> std::io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     unsafe {
         libc::prctl(
@@ -137,6 +172,18 @@ pub fn drop_capabilities() -> std::io::Result<()> {
         // SAFETY: as above. EINVAL past the last capability, EPERM without
         // CAP_SETPCAP: both leave the set as it is.
         unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+    }
+    if let Some((uid, gid)) = user {
+        // SAFETY: plain integers and a null list of no groups. The process
+        // has one thread, so these (unlike the raw calls) cover it whole.
+        let changed = unsafe {
+            libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setresgid(gid, gid, gid) == 0
+                && libc::setresuid(uid, uid, uid) == 0
+        };
+        if !changed {
+            return Err(std::io::Error::last_os_error());
+        }
     }
     #[repr(C)]
     struct Header {
@@ -187,13 +234,26 @@ pub fn jail_keeps(
     keep
 }
 
-/// Closes every descriptor this process inherited beyond stdin, stdout and
-/// stderr (the VMM opens what it needs itself): a descriptor leaked by
+/// Leaves the starter's session (so the terminal's signals do not reach
+/// this process and it outlives both) and closes what it inherited
+/// besides stdio and, when it has one, its owner's pidfd.
+pub fn leave_starter(owner_fd: bool) {
+    close_inherited_fds(owner_fd);
+    // SAFETY: setsid(2) takes no arguments; it fails only when this
+    // process already leads a process group, which is detached enough.
+    unsafe {
+        libc::setsid();
+    }
+}
+
+/// Closes every descriptor this process inherited beyond stdin, stdout,
+/// stderr and, with `keep_owner`, its owner's pidfd (the VMM opens what it needs itself): a descriptor leaked by
 /// whatever started it must not reach the code that parses guest requests.
-pub fn close_inherited_fds() {
+pub fn close_inherited_fds(keep_owner: bool) {
+    let first = workspace::vmm::spawn::OWNER_FD as u32 + u32::from(keep_owner);
     // SAFETY: close_range takes plain integers; it closes only descriptors
     // (none is owned by Rust objects yet: this runs first thing).
-    let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
     if closed != 0 {
         tracing::warn!("close_range failed: {}", std::io::Error::last_os_error());
     }
@@ -234,26 +294,6 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// A descriptor of `owner` to wait on (a pidfd), when it is still the
-/// process the workspace was made for. An owner already gone when the VMM
-/// starts means a later, manual start of a kept workspace: not watched.
-pub fn watch_owner(owner: Owner) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner.pid as libc::pid_t, 0) };
-    if fd < 0 {
-        tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
-        return None;
-    }
-    // SAFETY: a fresh descriptor (it fits an i32) that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    // The pid may be another process by now: its start time tells.
-    if !workspace::store::process::is_alive(owner.pid, owner.start_ticks) {
-        tracing::info!(pid = owner.pid, "the owner process is gone; not watched");
-        return None;
-    }
-    Some(fd)
 }
 
 /// Waits until the process of `pidfd` ends; true when it did.
@@ -304,6 +344,8 @@ mod tests {
         assert_eq!(cur.rlim_cur, before);
     }
 
+    use workspace::store::process::pidfd;
+
     #[test]
     fn an_owner_that_ends_is_seen_and_a_gone_one_is_not_watched() {
         let mut child = std::process::Command::new("sleep")
@@ -311,24 +353,17 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let owner = Owner {
-            pid,
-            start_ticks: workspace::store::process::start_ticks(pid).unwrap(),
-        };
+        let ticks = workspace::store::process::start_ticks(pid).unwrap();
         let reaper = std::thread::spawn(move || child.wait());
-        let watched = watch_owner(owner).expect("a live owner is watched");
+        let watched = pidfd(pid, ticks).expect("a live owner is watched");
         assert!(
             wait_for_owner_end(&watched),
             "the end of a live owner is seen"
         );
         reaper.join().unwrap().unwrap();
-        assert!(watch_owner(owner).is_none(), "a gone owner is not watched");
-        let recycled = Owner {
-            pid: std::process::id(),
-            start_ticks: 1,
-        };
+        assert!(pidfd(pid, ticks).is_none(), "a gone owner is not watched");
         assert!(
-            watch_owner(recycled).is_none(),
+            pidfd(std::process::id(), 1).is_none(),
             "another process with its pid is not it"
         );
     }

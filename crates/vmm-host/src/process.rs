@@ -151,8 +151,10 @@ pub struct VmmProcess {
     listeners: Vec<(PortMapping, std::net::TcpListener)>,
     /// The `user` network's passt, ended with the run.
     passt: Option<workspace::network::Passt>,
-    /// The process this workspace lives for, if any.
-    owner: Option<workspace::store::spec::Owner>,
+    /// A pidfd of the process this workspace lives for, if any.
+    owner: Option<std::os::fd::OwnedFd>,
+    /// The account to run as once the machine is built (root only).
+    user: Option<(u32, u32)>,
     /// Its disk and memory sizes in MiB (the largest files it writes).
     disk_and_mem_mib: (u64, u64),
     /// Its cgroup, joined before the guest was built.
@@ -205,7 +207,13 @@ impl VmmProcess {
     /// fast).
     pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
         let entered = vmm_core::vcpu::monotonic_ns();
-        leave_starter();
+        crate::guard::leave_starter(launch.owner_fd);
+        let owner = launch.owner_fd.then(|| {
+            use std::os::fd::FromRawFd;
+            // SAFETY: the starter put the owner's pidfd there
+            // (`--owner-fd`) and leave_starter kept it; nothing else owns it.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(workspace::vmm::spawn::OWNER_FD) }
+        });
         let name = launch.workspace.as_str();
         let ws = WorkspaceDir::new(&state, name)?;
         // With its starter's ticket the machine is built while the starter
@@ -287,7 +295,8 @@ impl VmmProcess {
             machine,
             listeners,
             passt,
-            owner: meta.spec.owner,
+            owner,
+            user: launch.user,
             disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
             cgroup,
             mount_ns,
@@ -314,8 +323,7 @@ impl VmmProcess {
         std::fs::set_permissions(ws.control(), std::fs::Permissions::from_mode(0o600)).map_err(
             Error::host_io(format!("restricting {}", ws.control().display())),
         )?;
-        // Opened and checked now: /proc is gone once the root is private.
-        let owner = self.owner.and_then(crate::guard::watch_owner);
+        let owner = self.owner;
 
         // Confined before any thread starts and before the guest runs; a
         // VMM that cannot be is not run.
@@ -332,6 +340,7 @@ impl VmmProcess {
                 .map(workspace::network::Passt::pid)
                 .collect(),
             removable: leaving.holders(),
+            user: self.user,
         };
         match lockdown.apply(&ws) {
             Ok(mut protections) => {
@@ -394,21 +403,12 @@ impl VmmProcess {
             Err(e) => (true, format!("the VMM failed: {e}")),
         };
         shared.finish(crashed, &reason);
-        leaving.leave();
-        let _ = std::fs::remove_file(ws.path().join(workspace::host::cgroup::RECORD_FILE));
+        // A VMM running as its own account may not remove its groups: the
+        // record then stays for the next start or the delete.
+        if leaving.leave() {
+            let _ = std::fs::remove_file(ws.path().join(workspace::host::cgroup::RECORD_FILE));
+        }
         Ok(RunEnd { crashed })
-    }
-}
-
-/// Leaves the starter's session (so the terminal's signals do not reach
-/// this process and it outlives both) and closes what it inherited
-/// besides stdio.
-fn leave_starter() {
-    crate::guard::close_inherited_fds();
-    // SAFETY: setsid(2) takes no arguments; it fails only when this
-    // process already leads a process group, which is detached enough.
-    unsafe {
-        libc::setsid();
     }
 }
 
@@ -420,7 +420,11 @@ fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
         ws.read_meta()?
     };
     match &meta.runtime {
-        Some(rt) if rt.pid == std::process::id() && meta.state == State::Starting => Ok(meta),
+        Some(rt)
+            if rt.pid == workspace::host::settings::own_pid() && meta.state == State::Starting =>
+        {
+            Ok(meta)
+        }
         _ => Err(Error::WrongState {
             name: ws.name().to_owned(),
             state: meta.state,
@@ -672,7 +676,7 @@ fn handle_control(
 ) -> ControlResponse {
     match req {
         ControlRequest::Status => ControlResponse::Status {
-            pid: std::process::id(),
+            pid: workspace::host::settings::own_pid(),
             uptime_ms: shared.started.elapsed().as_millis() as u64,
             ready: shared.ready.load(Ordering::SeqCst),
             stopping: shared.stopping.load(Ordering::SeqCst),

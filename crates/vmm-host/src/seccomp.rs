@@ -65,11 +65,10 @@ const CONTROL_SYSCALLS: &[i64] = &[
     libc::SYS_pipe2,
     libc::SYS_eventfd2,
     // The control socket, the agent link, published ports (listeners
-    // handed over, and their tunnels over the vsock socket).
+    // handed over, and their tunnels over the vsock socket). No `bind` or
+    // `listen`: every listener is bound before the lockdown or handed over.
     libc::SYS_socket,
     libc::SYS_socketpair,
-    libc::SYS_bind,
-    libc::SYS_listen,
     libc::SYS_accept4,
     libc::SYS_connect,
     libc::SYS_recvfrom,
@@ -120,12 +119,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_control_threads_cannot_start_programs_or_change_mounts() {
+    fn the_control_threads_cannot_start_programs_change_mounts_or_listen() {
         for nr in [
             libc::SYS_execve,
             libc::SYS_execveat,
             libc::SYS_ptrace,
             libc::SYS_mount,
+            libc::SYS_bind,
+            libc::SYS_listen,
         ] {
             assert!(!CONTROL.syscalls.contains(&nr), "{nr}");
         }

@@ -133,6 +133,9 @@ pub enum Error {
     /// An image build failed.
     #[error(transparent)]
     ImageBuild(crate::images::build::ImageBuildError),
+    /// The account VMMs run as could not be found or given their files.
+    #[error(transparent)]
+    VmmUser(#[from] crate::vmm::user::VmmUserError),
     /// The host budget refused, or could not be read.
     #[error(transparent)]
     Budget(#[from] crate::host::budget::BudgetError),
@@ -228,6 +231,7 @@ impl Error {
             Error::KernelInstall(e) => e.code(),
             Error::ImageBuild(e) => e.code(),
             Error::Budget(e) => e.code(),
+            Error::VmmUser(e) => e.code(),
             Error::Agent { source, .. } => agent_code(source),
             Error::PortUnavailable { source, .. } => {
                 if source.kind() == std::io::ErrorKind::AddrInUse {

@@ -47,7 +47,10 @@ mod hooks {
         if wanted != step {
             return;
         }
-        eprintln!("{PAUSED_PREFIX}{step} (pid {})", std::process::id());
+        eprintln!(
+            "{PAUSED_PREFIX}{step} (pid {})",
+            crate::host::settings::own_pid()
+        );
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }

@@ -1,6 +1,6 @@
 //! How a running workspace's VMM is confined, read from outside it
-//! (docs/security.md): what `inspect` says, its threads' capability sets
-//! and network namespace in /proc, and `doctor`'s check.
+//! (docs/security.md): what `inspect` says, its threads' capability sets,
+//! account, PID and network namespaces in /proc, and `doctor`'s check.
 
 use testkit::cli::CliHome;
 
@@ -34,6 +34,34 @@ pub fn check(cli: &CliHome, ws: &str) {
         assert!(has("network_namespace"), "{protections}");
         let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).unwrap();
         assert_ne!(ns(&pid.to_string()), ns("self"));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> Vec<u32> {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+        line[name.len()..]
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    if root {
+        // Its own account (the one setup makes), in every id, and a PID
+        // namespace of its own where it is process 1.
+        let account = workspace::vmm::user::lookup(workspace::vmm::user::DEFAULT_VMM_USER)
+            .expect("the VMMs' account exists (cargo xtask setup makes it)");
+        assert_eq!(field("Uid:"), [account.uid; 4], "{status}");
+        assert_eq!(field("Gid:"), [account.gid; 4], "{status}");
+        assert!(
+            has(&format!("uid:{}:{}", account.uid, account.gid)),
+            "{protections}"
+        );
+        assert_eq!(field("NSpid:"), [pid as u32, 1], "{status}");
+        assert!(has("pid_namespace"), "{protections}");
+        let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/pid")).unwrap();
+        assert_ne!(ns(&pid.to_string()), ns("self"));
+    } else {
+        // SAFETY: getuid takes nothing.
+        let me = unsafe { libc::getuid() };
+        assert_eq!(field("Uid:")[0], me, "{status}");
     }
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();

@@ -193,7 +193,7 @@ impl Report {
         state_checks(&mut checks, state);
         checks.push(network_check());
         checks.push(tap_check(state));
-        checks.push(confinement_check());
+        checks.push(confinement_check(state));
         checks.push(budget_check(state));
         checks.push(cgroup_check());
         Report::new(checks)
@@ -328,7 +328,7 @@ fn tap_check(state: &StateDir) -> Check {
 }
 
 /// The protections VMM processes run under on this host (docs/security.md).
-fn confinement_check() -> Check {
+fn confinement_check(state: &StateDir) -> Check {
     if crate::host::settings::proc_self_status("Seccomp").is_none() {
         return Check::fail(
             "vmm_confinement",
@@ -350,10 +350,52 @@ fn confinement_check() -> Check {
         );
     }
     let filters = "VMM processes run with seccomp filters per thread role (vcpu, devices, control; ioctl requests, socket families and clone flags checked), no_new_privs and rlimits";
+    let account = match crate::vmm::user::for_state(state.root()) {
+        Ok(Some(user)) => format!(
+            "; root's run as the account {} (uid {}) in a PID namespace of their own",
+            user.name, user.uid
+        ),
+        // SAFETY: geteuid has no preconditions.
+        Ok(None) if unsafe { libc::geteuid() } == 0 => {
+            let missing = crate::vmm::user::account_missing(state.root());
+            return Check::warn(
+                "vmm_confinement",
+                format!(
+                    "{filters}, but root's stay root once their machine is built{}",
+                    if missing {
+                        format!(
+                            " (the account {} does not exist)",
+                            crate::vmm::user::DEFAULT_VMM_USER
+                        )
+                    } else {
+                        " (config.json sets vmm_user to root)".to_owned()
+                    }
+                ),
+                if missing {
+                    "run the host setup as root: it creates the account".to_owned()
+                } else {
+                    format!(
+                        "remove vmm_user from config.json to use {}",
+                        crate::vmm::user::DEFAULT_VMM_USER
+                    )
+                },
+            );
+        }
+        Ok(None) => String::new(),
+        Err(e) => {
+            return Check::fail(
+                "vmm_confinement",
+                format!("VMM processes cannot start: {}", crate::error_chain(&e)),
+                "set vmm_user in config.json to an existing account, or remove it",
+            )
+        }
+    };
     match crate::host::jail::availability() {
         Ok(how) => Check::ok(
             "vmm_confinement",
-            format!("{filters}, and see only their own files (a private root through {how})"),
+            format!(
+                "{filters}, and see only their own files (a private root through {how}){account}"
+            ),
         ),
         Err(blocked) => {
             let landlock = match crate::host::settings::landlock_abi() {

@@ -34,6 +34,8 @@ struct Missing {
     /// The passt in use (or to be installed) resets long uploads: its
     /// snapshot, when known.
     passt: Option<Option<u32>>,
+    /// Root's VMMs have no account of their own yet.
+    vmm_user: bool,
 }
 
 /// The host packages `missing` needs that are not installed.
@@ -90,6 +92,11 @@ fn setup_plan(
         }
         plan.estimate_seconds += passt_build::SECONDS;
     }
+    if missing.vmm_user {
+        plan.needs_root = true;
+        plan.steps.push(crate::vmm::user::account_step());
+        plan.writes.push("/etc/passwd".into());
+    }
     if missing.kernel {
         plan.notes.extend(kernel_plan.notes.iter().cloned());
         plan.writes.extend(kernel_plan.writes.iter().cloned());
@@ -120,7 +127,7 @@ fn setup_plan(
     }
     if plan.is_empty() {
         plan.notes
-            .push("this host has the kernel, the `minimal` and `debian` images and a passt without the upload reset".into());
+            .push("this host has the kernel, the `minimal` and `debian` images, a passt without the upload reset and, for root, the VMMs' account".into());
     }
     plan
 }
@@ -154,6 +161,7 @@ impl Workspaces {
             minimal: minimal_binaries,
             debian: images.get("debian").is_err(),
             passt: Some(passt_build::snapshot_in_use()).filter(|s| passt_build::needed(*s)),
+            vmm_user: crate::vmm::user::account_missing(self.state_dir().root()),
         };
         let packages = host_packages(&missing, &kernel_host, &|p| {
             crate::host::settings::deb_version(p).is_some()
@@ -315,6 +323,7 @@ mod tests {
             minimal: Some(("/d/microagent-agent".into(), "/d/microagent-init".into())),
             debian: true,
             passt: None,
+            vmm_user: false,
         };
         let host = kernel_host(&["flex", "e2fsprogs"]);
         let packages = host_packages(&missing, &host, &|p| p == "fakeroot");
@@ -351,6 +360,29 @@ mod tests {
         // The kernel (its packages too), minimal, debian.
         let kernel = crate::host::kernel_build::CPU_SECONDS / 2 + 60;
         assert_eq!(plan.estimate_seconds, kernel + 10 + debian::SECONDS);
+    }
+
+    #[test]
+    fn root_without_the_vmm_account_gets_it_made() {
+        let missing = Missing {
+            vmm_user: true,
+            ..Missing::default()
+        };
+        let plan = setup_plan(
+            &missing,
+            &Plan::new("kernel install"),
+            &[],
+            Path::new("/s/images"),
+            Path::new("/c"),
+        );
+        assert!(plan.needs_root);
+        let step = &plan.steps[0];
+        assert_eq!(step.program, "useradd");
+        assert_eq!(
+            step.args.last().map(String::as_str),
+            Some(crate::vmm::user::DEFAULT_VMM_USER)
+        );
+        assert!(step.args.contains(&"--system".to_owned()));
     }
 
     #[test]

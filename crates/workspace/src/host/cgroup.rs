@@ -309,17 +309,23 @@ impl Leaving {
             .collect()
     }
 
-    /// Moves this process out of its groups and removes them.
-    pub fn leave(self) {
+    /// Moves this process out of its groups and removes them; false when
+    /// one could not be removed (a VMM running as its own account may not
+    /// write the directory holding it).
+    pub fn leave(self) -> bool {
         use std::io::Write;
         use std::os::fd::AsRawFd;
         let me = std::process::id().to_string();
+        let mut removed = true;
         for (mut procs, holder, name) in self.groups {
             let _ = procs.write_all(me.as_bytes());
             // SAFETY: `holder` is an open directory and `name` a valid C
             // string; unlinkat touches nothing of this process's memory.
-            unsafe { libc::unlinkat(holder.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) };
+            let rc =
+                unsafe { libc::unlinkat(holder.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) };
+            removed &= rc == 0;
         }
+        removed
     }
 }
 

@@ -227,7 +227,9 @@ pub fn enter(jail: &Path, keep: &[Keep]) -> Result<(), JailError> {
         Some(c"size=1m,mode=0755"),
         format!("mounting a tmpfs on {}", jail.display()),
     )?;
-    let pid = std::process::id();
+    // The host's /proc names this process by its host pid, also from a PID
+    // namespace of its own.
+    let pid = crate::host::settings::own_pid();
     let own_proc = Keep::Dir(PathBuf::from(format!("/proc/{pid}")));
     for item in keep.iter().chain([&own_proc]) {
         bind(jail, item)?;

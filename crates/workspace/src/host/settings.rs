@@ -96,6 +96,16 @@ pub fn has_capability(bit: u32) -> bool {
         .is_some_and(|caps| bit < 64 && caps & (1 << bit) != 0)
 }
 
+/// This process's pid on the host: in a PID namespace of its own (a VMM
+/// started by root) its pid there is 1, while `/proc`, the host's, names
+/// it by its host pid.
+pub fn own_pid() -> u32 {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str()?.parse().ok())
+        .unwrap_or_else(std::process::id)
+}
+
 /// A field of this process's /proc/self/status (`Umask`, `CapEff`,
 /// `Seccomp`), its value trimmed; `None` when /proc cannot tell.
 pub fn proc_self_status(field: &str) -> Option<String> {

@@ -82,11 +82,14 @@ pub fn addressing(net: &Network, spec: &WorkspaceSpec) -> Option<Addressing> {
 }
 
 /// Resolves the workspace's network and attaches to it (`None`: the
-/// `none` network).
+/// `none` network). A `user` network's passt runs as `run_as` (uid, gid)
+/// when given: the account the VMM changes to, which must still be able to
+/// end it.
 pub fn attach(
     state: &StateDir,
     ws: &WorkspaceDir,
     spec: &WorkspaceSpec,
+    run_as: Option<(u32, u32)>,
 ) -> Result<Option<Attachment>, NetworkError> {
     let net = super::Networks::new(state).get(&spec.network)?;
     let Some(addressing) = addressing(&net, spec) else {
@@ -117,7 +120,7 @@ pub fn attach(
                 super::user_filter::filter_policy(egress, &rules),
             )));
             let map_host = super::user_filter::maps_host(&rules);
-            let (sock, passt) = super::start_passt(ws.path(), &addressing, map_host)?;
+            let (sock, passt) = super::start_passt(ws.path(), &addressing, map_host, run_as)?;
             Ok(Some(Attachment {
                 backend: NetBackendConfig::Filtered(
                     Box::new(NetBackendConfig::Stream(sock)),

@@ -142,16 +142,27 @@ impl Drop for Passt {
 /// and returns the other end, for the VMM's network device. It logs to
 /// [`PASST_LOG`] in `dir`.
 /// The gateway reaches the host's loopback only with `map_host` (a rule
-/// opens a host port); otherwise it is passt's address alone.
+/// opens a host port); otherwise it is passt's address alone. Started by
+/// root, passt changes to `run_as` (uid, gid) when given, else to `nobody`.
 pub fn start_passt(
     dir: &Path,
     addr: &Addressing,
     map_host: bool,
+    run_as: Option<(u32, u32)>,
 ) -> Result<(UnixStream, Passt), NetworkError> {
     let binary = passt_binary().ok_or(NetworkError::PasstMissing)?;
     let (ours, theirs) =
         UnixStream::pair().map_err(NetworkError::io("creating the socket pair for passt"))?;
     let fd = theirs.as_raw_fd();
+    if run_as.is_some() {
+        // passt opens its log as root but without CAP_DAC_OVERRIDE: in a
+        // directory handed to another account it can open only a file of
+        // root's, made fresh here.
+        let log = dir.join(PASST_LOG);
+        let _ = std::fs::remove_file(&log);
+        std::fs::File::create(&log)
+            .map_err(NetworkError::io(format!("creating {}", log.display())))?;
+    }
     let mut cmd = Command::new(&binary);
     cmd.args(["--foreground", "--quiet", "--one-off", "--ipv4-only"])
         .arg("--fd")
@@ -166,6 +177,7 @@ pub fn start_passt(
         .arg(addr.dns.to_string())
         .args(["--tcp-ports", "none", "--udp-ports", "none"])
         .args((!map_host).then_some("--no-map-gw"))
+        .args(run_as.map(|(uid, gid)| format!("--runas={uid}:{gid}")))
         .arg("--log-file")
         .arg(dir.join(PASST_LOG))
         .stdin(Stdio::null())

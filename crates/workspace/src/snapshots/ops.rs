@@ -69,13 +69,21 @@ impl Workspaces {
         let ws = self.dir(workspace)?;
         match meta.state {
             State::Running => {
+                let shared = match &meta.runtime {
+                    Some(rt) => crate::vmm::user::share_with_running(rt.pid, dir)?,
+                    None => false,
+                };
                 let answer = control::call(
                     &ws.control(),
                     &ControlRequest::Snapshot {
                         dir: dir.to_path_buf(),
                     },
                     SNAPSHOT_TIMEOUT,
-                )?;
+                );
+                if shared {
+                    crate::vmm::user::take_back(dir)?;
+                }
+                let answer = answer?;
                 let paused_us = match answer {
                     ControlResponse::Snapshot { paused_us, .. } => paused_us,
                     _ => 0,

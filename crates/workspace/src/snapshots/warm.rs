@@ -188,8 +188,14 @@ impl Workspaces {
         }
         let (key, fingerprint) = self.warm_identity(&meta.spec)?;
         // A snapshot planted there would be resumed into new workspaces:
-        // the directory must be this user's alone.
-        crate::store::private_dir(&self.warm_root(), "warm snapshot directory")?;
+        // the directory must be this user's alone (and its VMMs' account's,
+        // which fill it).
+        let vmm_gid = crate::vmm::user::for_state(self.state.root())?.map(|u| u.gid);
+        crate::store::private_dir_shared_with(
+            &self.warm_root(),
+            "warm snapshot directory",
+            vmm_gid,
+        )?;
         match self.usable_warm(&key, &fingerprint) {
             Ok(dir) => {
                 let ws = self.dir(&meta.name)?;

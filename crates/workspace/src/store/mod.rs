@@ -144,11 +144,16 @@ fn create_dir(path: &Path) -> Result<(), StoreError> {
 }
 
 /// Makes `path` (and missing parents) mode 0700, then refuses it unless
-/// it is private: this user's, and nobody else's to read or write. `what`
-/// names it in the error.
-pub(crate) fn private_dir(path: &Path, what: &'static str) -> Result<(), StoreError> {
+/// it is private: this user's, and nobody else's to read or write but the
+/// group `shared_gid` (the account VMMs run as: `crate::vmm::user`), when
+/// given. `what` names it in the error.
+pub(crate) fn private_dir_shared_with(
+    path: &Path,
+    what: &'static str,
+    shared_gid: Option<u32>,
+) -> Result<(), StoreError> {
     create_dir(path)?;
-    check_owned_private(path, what)
+    check_owned_private(path, what, shared_gid)
 }
 
 /// Makes `path` (and missing parents) a directory only this user may
@@ -167,7 +172,11 @@ pub(crate) fn make_private_dir(path: &Path) -> Result<(), StoreError> {
 
 /// Refuses a directory another user owns or may read or write: guest
 /// memory, snapshots and the sockets that drive workspaces live there.
-fn check_owned_private(path: &Path, what: &'static str) -> Result<(), StoreError> {
+fn check_owned_private(
+    path: &Path,
+    what: &'static str,
+    shared_gid: Option<u32>,
+) -> Result<(), StoreError> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).map_err(|source| StoreError::Read {
         path: path.to_owned(),
@@ -187,7 +196,12 @@ fn check_owned_private(path: &Path, what: &'static str) -> Result<(), StoreError
             format!("chown -R {me} {}", path.display()),
         ));
     }
-    if meta.mode() & 0o077 != 0 {
+    let others = if shared_gid == Some(meta.gid()) {
+        0o007
+    } else {
+        0o077
+    };
+    if meta.mode() & others != 0 {
         return Err(unsafe_dir(
             format!(
                 "can be read or written by others (mode {:o})",
@@ -218,7 +232,7 @@ impl StateDir {
         for sub in ["workspaces", "images"] {
             create_dir(&root.join(sub))?;
         }
-        check_owned_private(&root, "state directory")?;
+        check_owned_private(&root, "state directory", None)?;
         Ok(Self { root })
     }
 
@@ -407,6 +421,7 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Sto
             .write(true)
             .mode(0o600)
             .open(&tmp)?;
+        share_like(&f, dir)?;
         f.write_all(&bytes)?;
         f.write_all(b"\n")?;
         f.sync_all()?;
@@ -417,6 +432,21 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Sto
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(err)
+}
+
+/// Gives the new file `f` the group of its directory `dir`, readable and
+/// writable by it, when `dir` is shared with another group (a workspace
+/// directory shared with the account its VMM runs as: `crate::vmm::user`).
+fn share_like(f: &File, dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::metadata(dir)?;
+    // SAFETY: getegid has no preconditions.
+    let mine = unsafe { libc::getegid() };
+    if meta.mode() & 0o070 != 0o070 || meta.gid() == mine {
+        return Ok(());
+    }
+    std::os::unix::fs::fchown(f, None, Some(meta.gid()))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o660))
 }
 
 /// Reads JSON written by [`write_json_atomic`].
@@ -502,15 +532,22 @@ mod tests {
         StateDir::at(&root).unwrap();
         // A new one is made private.
         let fresh = root.join("inner");
-        private_dir(&fresh, "warm snapshot directory").unwrap();
+        let what = "warm snapshot directory";
+        private_dir_shared_with(&fresh, what, None).unwrap();
         let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
         std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let err = private_dir(&fresh, "warm snapshot directory").unwrap_err();
-        assert!(
-            err.to_string().starts_with("warm snapshot directory"),
-            "{err}"
-        );
+        let err = private_dir_shared_with(&fresh, what, None).unwrap_err();
+        assert!(err.to_string().starts_with(what), "{err}");
+        // Its group may have rights when it is the group shared with, never
+        // other users.
+        use std::os::unix::fs::MetadataExt;
+        let group = std::fs::metadata(&fresh).unwrap().gid();
+        std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o770)).unwrap();
+        private_dir_shared_with(&fresh, what, Some(group)).unwrap();
+        private_dir_shared_with(&fresh, what, Some(group + 1)).unwrap_err();
+        std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o771)).unwrap();
+        private_dir_shared_with(&fresh, what, Some(group)).unwrap_err();
         std::fs::remove_dir_all(root).unwrap();
     }
 

@@ -22,6 +22,36 @@ pub fn is_alive(pid: u32, ticks: u64) -> bool {
     start_ticks(pid) == Some(ticks)
 }
 
+/// A pidfd of `pid` (to wait on its end), when it is still the process
+/// that started at `ticks`.
+pub fn pidfd(pid: u32, ticks: u64) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let raw = i32::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh descriptor (it fits an i32) that nothing else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    // The pid may be another process by now: its start time tells.
+    is_alive(pid, ticks).then_some(fd)
+}
+
+/// Waits for this process's child `pid` to end and reaps it.
+pub fn reap(pid: u32) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    loop {
+        // SAFETY: waits for our own child; no status is read.
+        let rc = unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        if rc >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
 /// Sends SIGKILL to `pid` if it is still the process that started at `ticks`.
 pub fn kill(pid: u32, ticks: u64) {
     if is_alive(pid, ticks) {

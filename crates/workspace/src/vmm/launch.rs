@@ -6,7 +6,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use vmm_core::KernelVariant;
 
@@ -41,6 +40,12 @@ pub struct VmmLaunch {
     /// with it the process builds its machine before the starter has
     /// recorded it.
     pub ticket: Option<String>,
+    /// Whether the process gets its owner's pidfd as
+    /// [`OWNER_FD`](crate::vmm::spawn::OWNER_FD).
+    pub owner_fd: bool,
+    /// The account (uid, gid) the process runs as once its machine is
+    /// built, when started as root (see [`crate::vmm::user`]).
+    pub user: Option<(u32, u32)>,
 }
 
 impl VmmLaunch {
@@ -55,7 +60,21 @@ impl VmmLaunch {
             restore: None,
             keep_warm: None,
             ticket: None,
+            owner_fd: false,
+            user: None,
         }
+    }
+
+    /// Hands the process its owner's pidfd.
+    pub fn watching_owner(mut self) -> Self {
+        self.owner_fd = true;
+        self
+    }
+
+    /// Runs the machine as `uid`:`gid` once it is built.
+    pub fn as_user(mut self, uid: u32, gid: u32) -> Self {
+        self.user = Some((uid, gid));
+        self
     }
 
     /// Carries the starter's launch ticket.
@@ -78,7 +97,7 @@ impl VmmLaunch {
 
     /// The arguments after the program name: `vmm serve-workspace --home
     /// HOME --kernel VARIANT [--restore DIR] [--keep-warm DIR] [--ticket T]
-    /// WORKSPACE`.
+    /// [--owner-fd 3] [--user UID:GID] WORKSPACE`.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = VMM_SUBCOMMAND.iter().map(OsString::from).collect();
         args.push("--home".into());
@@ -98,6 +117,14 @@ impl VmmLaunch {
             args.push("--ticket".into());
             args.push(ticket.into());
         }
+        if self.owner_fd {
+            args.push("--owner-fd".into());
+            args.push(crate::vmm::spawn::OWNER_FD.to_string().into());
+        }
+        if let Some((uid, gid)) = self.user {
+            args.push("--user".into());
+            args.push(format!("{uid}:{gid}").into());
+        }
         args.push(self.workspace.clone().into());
         args
     }
@@ -116,6 +143,7 @@ impl VmmLaunch {
         let (workspace, mut options) = rest.split_last()?;
         let (mut home, mut kernel, mut restore, mut keep_warm, mut ticket) =
             (None, None, None, None, None);
+        let (mut owner_fd, mut user) = (None, None);
         while let [flag, value, more @ ..] = options {
             let slot = match flag.to_str()? {
                 "--home" => &mut home,
@@ -123,6 +151,8 @@ impl VmmLaunch {
                 "--restore" => &mut restore,
                 "--keep-warm" => &mut keep_warm,
                 "--ticket" => &mut ticket,
+                "--owner-fd" => &mut owner_fd,
+                "--user" => &mut user,
                 _ => return None,
             };
             if slot.replace(value.clone()).is_some() {
@@ -144,14 +174,36 @@ impl VmmLaunch {
                 Some(t) => Some(t.into_string().ok()?),
                 None => None,
             },
+            // The descriptor is always the same one: anything else is not
+            // what this library wrote.
+            owner_fd: match owner_fd {
+                Some(fd) if fd.to_str()? == crate::vmm::spawn::OWNER_FD.to_string() => true,
+                Some(_) => return None,
+                None => false,
+            },
+            user: match user {
+                Some(ids) => {
+                    let (uid, gid) = ids.to_str()?.split_once(':')?;
+                    Some((uid.parse().ok()?, gid.parse().ok()?))
+                }
+                None => None,
+            },
         })
     }
 
-    /// The command that starts the process (stdio not yet set).
-    pub fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.program);
-        cmd.args(self.args());
-        cmd
+    /// Starts the process: stderr to `log`, the owner's pidfd handed over
+    /// when [`VmmLaunch::watching_owner`] said so.
+    pub fn spawn(
+        &self,
+        log: &std::fs::File,
+        owner: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<crate::vmm::spawn::Spawned, crate::vmm::spawn::SpawnError> {
+        crate::vmm::spawn::spawn(
+            &self.program,
+            &self.args(),
+            log,
+            owner.filter(|_| self.owner_fd),
+        )
     }
 }
 
@@ -181,7 +233,6 @@ mod tests {
             .map(OsString::from)
             .to_vec()
         );
-        assert_eq!(l.command().get_program(), "/bin/prog");
         let back = VmmLaunch::from_args(l.args()).unwrap();
         assert_eq!(
             (back.home, back.workspace, back.kernel),
@@ -199,6 +250,16 @@ mod tests {
         let back = VmmLaunch::from_args(warm.args()).unwrap();
         assert_eq!(back.keep_warm.as_deref(), Some(Path::new("/tmp/h/warm/.p")));
         assert_eq!(back.restore, None);
+        let owned = l.clone().watching_owner().as_user(990, 991);
+        let back = VmmLaunch::from_args(owned.args()).unwrap();
+        assert_eq!((back.owner_fd, back.user), (true, Some((990, 991))));
+        let mut other_fd = owned.args();
+        let at = other_fd.iter().position(|a| a == "--owner-fd").unwrap();
+        other_fd[at + 1] = "7".into();
+        assert!(
+            VmmLaunch::from_args(other_fd).is_none(),
+            "another descriptor"
+        );
         let ticketed = l.clone().with_ticket("abc");
         let back = VmmLaunch::from_args(ticketed.args()).unwrap();
         assert_eq!(back.ticket.as_deref(), Some("abc"));

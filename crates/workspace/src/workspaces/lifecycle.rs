@@ -2,7 +2,6 @@
 //! restored), stop, halt, delete, and its TTL.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -132,6 +131,8 @@ impl Workspaces {
         let _budget = crate::host::budget::BudgetLock::take(self.state.root())?;
         self.check_budget_start(name, meta.spec.mem_mib)?;
         let boot = boot(&meta)?;
+        // Groups a VMM running as its own account could not remove.
+        crate::host::cgroup::remove_recorded(ws.path());
         let log = std::fs::File::create(ws.path().join(VMM_LOG))
             .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
         let mut launch = VmmLaunch::new(
@@ -146,25 +147,43 @@ impl Workspaces {
         if let Some(dir) = &boot.keep_warm {
             launch = launch.keeping_warm(dir);
         }
+        if let Some(user) = crate::vmm::user::for_state(self.state.root())? {
+            user.hand_over_tree(ws.path())?;
+            user.hand_over(&self.state.lock_path(name))?;
+            if let Some(dir) = &boot.keep_warm {
+                user.hand_over_tree(dir)?;
+                if let Some(parent) = dir.parent() {
+                    user.share(parent)?;
+                }
+            }
+            launch = launch.as_user(user.uid, user.gid);
+        }
+        // The VMM cannot name its owner from a PID namespace of its own:
+        // it gets a pidfd. An owner already gone is not watched.
+        let owner = meta
+            .spec
+            .owner
+            .and_then(|o| process::pidfd(o.pid, o.start_ticks));
+        if owner.is_some() {
+            launch = launch.watching_owner();
+        }
         launch = launch.with_ticket(&ws.issue_launch_ticket()?);
-        let mut cmd = launch.command();
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-        // No pre_exec step (the VMM leaves this session itself), so the
-        // standard library spawns with posix_spawn, not a fork of this
-        // process: a restore's launch is part of its time to running.
         meta.state = meta.state.become_(State::Starting)?;
         meta.pristine = false;
         let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
-        let child = cmd.spawn().map_err(Error::host_io(format!(
-            "starting the VMM process {}",
-            self.vmm_binary.display()
-        )))?;
-        let pid = child.id();
+        let spawned = launch
+            .spawn(&log, owner.as_ref())
+            .map_err(|e| Error::StartFailed {
+                name: name.into(),
+                reason: format!(
+                    "the VMM process {} could not be started: {}",
+                    self.vmm_binary.display(),
+                    crate::error_chain(&e)
+                ),
+            })?;
+        let pid = spawned.pid;
         // Reaped by a thread, so a long-lived caller collects no zombies.
-        std::thread::spawn(move || {
-            let mut child = child;
-            let _ = child.wait();
-        });
+        std::thread::spawn(move || process::reap(pid));
         let Some(pid_start) = process::start_ticks(pid) else {
             return Err(Error::StartFailed {
                 name: name.into(),
