@@ -269,7 +269,7 @@ pub struct RunArgs {
 
 pub async fn run(ws: &Workspaces, args: &RunArgs, json: bool) -> Result<ExitCode, Error> {
     args.exec.request(&[])?;
-    let one_shot = OneShot::new("run", args.spec.spec())
+    let one_shot = OneShot::new("run", args.spec.resolved_spec(ws).await?)
         .named(args.name.clone())
         .afterwards(if args.keep {
             Afterwards::KeepStopped

@@ -252,7 +252,7 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
 
 /// Pull progress on stderr: one line per step; on a terminal the download
 /// of a layer updates its line in place.
-fn pull_progress(terminal: bool) -> impl FnMut(PullEvent) + Send {
+pub(crate) fn pull_progress(terminal: bool) -> impl FnMut(PullEvent) + Send {
     let mut last_line = String::new();
     move |event| {
         let line = match event {

@@ -306,7 +306,7 @@ async fn run_workspace_command(
             )
             .await
         }
-        Command::Create { name, spec } => w::create(ws, name, spec, json),
+        Command::Create { name, spec } => w::create(ws, name, spec, json).await,
         Command::Start {
             name,
             cold,

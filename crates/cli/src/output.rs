@@ -66,6 +66,9 @@ pub fn remedy(r: &Remedy) -> String {
                 .into()
         }
         Remedy::RemoveImage { image } => format!("remove it first (`microagent image rm {image}`)"),
+        Remedy::PullImage { reference } => format!(
+            "pull it (`microagent image pull {reference}`), or pass --pull missing"
+        ),
         Remedy::ChooseAnotherPort { addr } => format!(
             "choose another host port, or stop what listens on {addr} (`ss -ltnp 'sport = :{}'` shows it)",
             addr.port()

@@ -14,9 +14,15 @@ use crate::output::{self, age, key_value};
 /// What `create` and `run` take to describe a workspace.
 #[derive(Debug, Clone, Args)]
 pub struct SpecArgs {
-    /// Image (see `microagent image ls`).
+    /// Image: a registered one (see `microagent image ls`), or an OCI
+    /// reference (python:3.12-alpine, 127.0.0.1:5000/team/tool:1), pulled
+    /// first as --pull says and registered under its short name.
     #[arg(long, default_value = defaults::IMAGE)]
     pub image: String,
+    /// When an --image reference is pulled: never (it must be pulled
+    /// already), missing (when its name is not registered), always.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "missing")]
+    pub pull: PullArg,
     /// Number of vCPUs.
     #[arg(long, default_value_t = defaults::VCPUS)]
     pub vcpus: u8,
@@ -59,7 +65,37 @@ pub struct SpecArgs {
     pub allow: Vec<workspace::network::AllowEntry>,
 }
 
+/// `--pull`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PullArg {
+    /// Never pull: the reference must be pulled already.
+    Never,
+    /// Pull when no image has its name.
+    Missing,
+    /// Pull every time.
+    Always,
+}
+
 impl SpecArgs {
+    /// The spec, its image pulled first when it is a reference (progress
+    /// on stderr).
+    pub async fn resolved_spec(&self, ws: &Workspaces) -> Result<WorkspaceSpec, Error> {
+        use workspace::images::pull::{resolve, PullPolicy};
+        let policy = match self.pull {
+            PullArg::Never => PullPolicy::Never,
+            PullArg::Missing => PullPolicy::Missing,
+            PullArg::Always => PullPolicy::Always,
+        };
+        let shown = std::sync::Arc::new(std::sync::Mutex::new(crate::image_cmd::pull_progress(
+            output::interactive(),
+        )));
+        let image = resolve(ws.images(), &self.image, policy, shown).await?;
+        Ok(WorkspaceSpec {
+            image,
+            ..self.spec()
+        })
+    }
+
     pub fn spec(&self) -> WorkspaceSpec {
         WorkspaceSpec {
             image: self.image.clone(),
@@ -110,8 +146,13 @@ fn done(meta: &Meta, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-pub fn create(ws: &Workspaces, name: &str, spec: &SpecArgs, json: bool) -> Result<ExitCode, Error> {
-    let meta = ws.create(name, spec.spec())?;
+pub async fn create(
+    ws: &Workspaces,
+    name: &str,
+    spec: &SpecArgs,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let meta = ws.create(name, spec.resolved_spec(ws).await?)?;
     Ok(done(&meta, json))
 }
 

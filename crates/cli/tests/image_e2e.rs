@@ -236,6 +236,34 @@ fn container_images_import_and_boot_with_their_defaults() {
     let ghost = cli.run(&["exec", "box", "--json", "--user", "ghost", "--", "id"]);
     assert_eq!(ghost.error_code(), "INVALID_INPUT", "{}", ghost.stderr);
     cli.ok_json(&["delete", "box", "--force", "--yes", "--json"]);
+
+    // Named by reference where a workspace's image is named: pulled first
+    // (plain HTTP to loopback without --insecure), or with --pull never
+    // refused, changing nothing.
+    let Some(registry) = &registry else {
+        return;
+    };
+    let unpulled = format!("127.0.0.1:{}/test:9", registry.port);
+    let never = cli.run(&[
+        "create", "nb", "--image", &unpulled, "--pull", "never", "--json",
+    ]);
+    assert_eq!(never.error_code(), "NOT_FOUND", "{}", never.stderr);
+    assert!(never.stdout.contains("test-9"), "{}", never.stdout);
+    assert_eq!(cli.ok_json(&["list", "--json"]), serde_json::json!([]));
+    cli.ok_json(&["image", "rm", "test-1", "--json"]);
+    let target = format!("127.0.0.1:{}/test:1", registry.port);
+    let ran = cli.ok_json(&[
+        "run",
+        "--image",
+        &target,
+        "--json",
+        "--",
+        "cat",
+        "/etc/marker",
+    ]);
+    assert_eq!(ran["stdout"], "layer two\n", "{ran}");
+    let image = cli.ok_json(&["image", "inspect", "test-1", "--json"]);
+    assert_eq!(image["origin"]["reference"], target.as_str(), "{image}");
 }
 
 /// `kernel install --file`: a preview changes nothing, a wrong token or a

@@ -85,6 +85,9 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "list the images (the image_list tool); `cargo xtask setup` builds minimal and debian"
                 .into()
         }
+        Remedy::PullImage { reference } => format!(
+            "pull it first (the image_pull tool with reference `{reference}`), or call again with pull: \"missing\""
+        ),
         Remedy::RemoveImage { image } => {
             format!("image `{image}` must be removed first (`microagent image rm {image}`)")
         }

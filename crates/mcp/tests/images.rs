@@ -102,13 +102,29 @@ async fn container_images_pull_and_import_through_mcp() {
             .unwrap()
     )
     .contains("up to date"));
-    // Plain HTTP only when asked: the registry speaks no TLS.
+    // A loopback registry is plain HTTP without being asked (as Docker).
+    let plain = h
+        .ok("image_pull", json!({"reference": target, "name": "plain"}))
+        .await;
+    assert_eq!(plain["image"]["name"], "plain", "{plain}");
+    h.ok("image_delete", json!({"name": "plain"})).await;
+    // Named by reference where a workspace is created: registered already,
+    // so not pulled; `pull: never` of one never pulled changes nothing.
+    let created = h
+        .ok(
+            "workspace_create",
+            json!({"name": "byref", "image": target}),
+        )
+        .await;
+    assert_eq!(created["spec"]["image"], "tool-2", "{created}");
+    h.ok("workspace_delete", json!({"name": "byref"})).await;
     h.fails(
-        "image_pull",
-        json!({"reference": target, "name": "tls"}),
-        "INTERNAL",
+        "workspace_create",
+        json!({"name": "never", "image": format!("127.0.0.1:{}/team/tool:9", registry.port), "pull": "never"}),
+        "NOT_FOUND",
     )
     .await;
+    assert!(h.ws.list(&Default::default()).unwrap().is_empty());
     h.fails(
         "image_pull",
         json!({"reference": format!("127.0.0.1:{}/team/none:1", registry.port), "insecure": true}),

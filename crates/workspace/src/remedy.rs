@@ -55,6 +55,11 @@ pub enum Remedy {
     /// List the images to find the right name (`cargo xtask setup` builds
     /// `minimal` and `debian`).
     ListImages,
+    /// Pull the image, or let the call pull it (pull policy `missing`).
+    PullImage {
+        /// The OCI reference.
+        reference: String,
+    },
     /// Choose another host port (or address), or stop what listens there.
     ChooseAnotherPort {
         /// The host address asked for.

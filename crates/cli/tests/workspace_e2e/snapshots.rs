@@ -22,8 +22,22 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
         let path = cli.home().join(p);
         std::fs::metadata(&path).unwrap().permissions().mode() & 0o777
     };
-    for dir in ["snapshots", "snapshots/s1"] {
-        assert_eq!(mode(dir), 0o700, "{dir}");
+    assert_eq!(mode("snapshots/s1"), 0o700);
+    // Root's VMMs run as their own account, whose group may only pass
+    // through `snapshots/` to the snapshot being written.
+    // SAFETY: geteuid takes nothing.
+    let vmm_account = (unsafe { libc::geteuid() } == 0)
+        .then(|| workspace::vmm::user::lookup(workspace::vmm::user::DEFAULT_VMM_USER))
+        .flatten();
+    match vmm_account {
+        Some(account) => {
+            use std::os::unix::fs::MetadataExt;
+            let gid = std::fs::metadata(cli.home().join("snapshots"))
+                .unwrap()
+                .gid();
+            assert_eq!((mode("snapshots"), gid), (0o710, account.gid));
+        }
+        None => assert_eq!(mode("snapshots"), 0o700),
     }
     for file in ["vm.state", "memory.raw", "disk-1.raw"] {
         assert_eq!(mode(&format!("snapshots/s1/{file}")), 0o600, "{file}");

@@ -213,8 +213,12 @@ pub struct RunParams {
     /// A command line run with /bin/sh -c. Give this or `command`.
     pub shell: Option<String>,
     /// Image of the one-shot workspace; default `minimal` (busybox);
-    /// `debian` has Python and apt.
+    /// `debian` has Python and apt. An OCI reference
+    /// (`python:3.12-alpine`) is pulled first as `pull` says.
     pub image: Option<String>,
+    /// When an `image` reference is pulled: `never`, `missing` (default),
+    /// `always`.
+    pub pull: Option<workspace::images::pull::PullPolicy>,
     /// Environment variables for the command.
     #[serde(default)]
     pub env: BTreeMap<String, String>,

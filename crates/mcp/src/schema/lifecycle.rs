@@ -32,8 +32,14 @@ pub struct CreateParams {
     /// not ending with '-'.
     pub name: String,
     /// Image to boot (see `image_list`); default `minimal` (busybox). Use
-    /// `debian` for Python, apt and a full userland.
+    /// `debian` for Python, apt and a full userland. An OCI reference
+    /// (`python:3.12-alpine`, `127.0.0.1:5000/team/tool:1`) is pulled
+    /// first as `pull` says and registered under its short name.
     pub image: Option<String>,
+    /// When an `image` reference is pulled: `never` (it must be pulled
+    /// already), `missing` (default: when its name is not registered),
+    /// `always`.
+    pub pull: Option<workspace::images::pull::PullPolicy>,
     /// vCPUs, 1 to 8; default 1.
     pub vcpus: Option<u32>,
     /// Guest memory in MiB, 64 to 16384; default 256.

@@ -7,7 +7,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::images::oci::rootfs::ConversionStep;
-use workspace::images::pull::{PullEvent, PullRequest, Pulled};
+use workspace::images::pull::{PullEvent, PullPolicy, PullRequest, Pulled};
 
 use super::would_or_did;
 use crate::output::{Out, ToolResult};
@@ -33,6 +33,43 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+impl MicroagentServer {
+    /// The registered image a new workspace of `image` (default
+    /// `minimal`) boots: an OCI reference is pulled first as `pull` says
+    /// (default `missing`), with progress.
+    pub(crate) async fn image_for(
+        &self,
+        image: Option<&str>,
+        pull: Option<PullPolicy>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<String, crate::error::ToolError> {
+        let image = image.unwrap_or(workspace::store::spec::defaults::IMAGE);
+        if !workspace::images::pull::is_reference(image) {
+            return Ok(image.to_owned());
+        }
+        let status = Arc::new(Mutex::new(format!("pulling {image}")));
+        let latest = status.clone();
+        let events = Arc::new(Mutex::new(move |event: PullEvent| {
+            if let Ok(mut s) = latest.lock() {
+                *s = describe(&event);
+            }
+        }));
+        let (images, reference) = (self.ws.images().clone(), image.to_owned());
+        let policy = pull.unwrap_or_default();
+        let mut progress = Progress::new(ctx);
+        let name = progress
+            .drive(
+                async move {
+                    workspace::images::pull::resolve(&images, &reference, policy, events).await
+                },
+                |_| status.lock().map(|s| s.clone()).unwrap_or_default(),
+            )
+            .await
+            .map_err(workspace::Error::from)?;
+        Ok(name)
+    }
 }
 
 #[tool_router(router = images_router, vis = "pub(crate)")]

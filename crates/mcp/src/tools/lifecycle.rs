@@ -120,12 +120,17 @@ impl MicroagentServer {
         open_world_hint = false
     )
     )]
-    async fn workspace_create(&self, Parameters(p): Parameters<CreateParams>) -> ToolResult<Meta> {
+    async fn workspace_create(
+        &self,
+        Parameters(p): Parameters<CreateParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<Meta> {
         for port in &p.ports {
             self.grants.check_port_address(port.host_ip)?;
         }
+        let image = self.image_for(p.image.as_deref(), p.pull, &ctx).await?;
         let spec = WorkspaceSpec {
-            image: p.image.unwrap_or_else(|| defaults::IMAGE.into()),
+            image,
             vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
             mem_mib: p.mem_mib.unwrap_or(defaults::MEM_MIB),
             disk_mib: p.disk_mib.unwrap_or(defaults::DISK_MIB),

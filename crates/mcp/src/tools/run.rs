@@ -4,7 +4,7 @@
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::{store::spec::defaults, ExecRequest, OneShot, WorkspaceSpec};
+use workspace::{ExecRequest, OneShot, WorkspaceSpec};
 
 use super::exec::{command_request, input, limits};
 use super::{guest_path, seconds};
@@ -75,8 +75,9 @@ impl MicroagentServer {
         )?;
         let req = request(&p)?;
         check_files(&p.files)?;
+        let image = self.image_for(p.image.as_deref(), p.pull, &ctx).await?;
         let spec = WorkspaceSpec {
-            image: p.image.clone().unwrap_or_else(|| defaults::IMAGE.into()),
+            image,
             network: p
                 .network
                 .clone()

@@ -34,7 +34,106 @@ impl From<PullError> for ImageError {
     }
 }
 
-/// Pulls `req` and registers it; `progress` hears each step.
+/// When an image named by an OCI reference is pulled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PullPolicy {
+    /// Never: the reference must have been pulled before.
+    Never,
+    /// When no image is registered under its name (the default).
+    #[default]
+    Missing,
+    /// Every time (a changed image under the same name is refused).
+    Always,
+}
+
+/// Whether `image` is an OCI reference (`python:3.12-alpine`,
+/// `127.0.0.1:5000/team/tool:1`) rather than a registered image's name,
+/// which has none of `/`, `:`, `.` or `@`.
+pub fn is_reference(image: &str) -> bool {
+    image.contains(['/', ':', '.', '@'])
+}
+
+/// Whether the registry of `reference` is on this machine's loopback
+/// (spoken to in plain HTTP without asking, as Docker does).
+pub fn on_loopback(reference: &str) -> bool {
+    let Some((host, _)) = reference.split_once('/') else {
+        return false;
+    };
+    let host = host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The name an image pulled from `reference` is registered under when
+/// none is given: its last path element and tag (`127.0.0.1:5000/team/tool:1`
+/// is `tool-1`).
+fn default_name(req: &PullRequest) -> Result<String, ImageError> {
+    let reference = super::oci::pull::reference(req)?;
+    super::oci::image_name(
+        Some(reference.repository())
+            .map(|repo| match reference.tag() {
+                Some(tag) => format!("{repo}:{tag}"),
+                None => repo.to_owned(),
+            })
+            .as_deref(),
+    )
+    .ok_or_else(|| {
+        ImageError::Oci(OciError::Unsupported(format!(
+            "cannot name an image after `{}`; give a name",
+            req.reference
+        )))
+    })
+}
+
+/// The registered image `image` names, for a new workspace: a registered
+/// name as it is; an OCI reference is pulled first as `policy` says and
+/// registered under its default name, which is returned. `progress` hears
+/// a pull's steps.
+pub async fn resolve(
+    registry: &ImageRegistry,
+    image: &str,
+    policy: PullPolicy,
+    progress: PullProgress,
+) -> Result<String, ImageError> {
+    if !is_reference(image) {
+        return Ok(image.to_owned());
+    }
+    let req = PullRequest {
+        reference: image.to_owned(),
+        name: None,
+        insecure: false,
+    };
+    let name = default_name(&req)?;
+    let registered = match registry.get(&name) {
+        Ok(_) => true,
+        Err(ImageError::NotFound(_)) => false,
+        Err(e) => return Err(e),
+    };
+    match (policy, registered) {
+        (PullPolicy::Never, false) => Err(ImageError::NotPulled {
+            reference: image.to_owned(),
+            name,
+        }),
+        (PullPolicy::Never | PullPolicy::Missing, true) => Ok(name),
+        (PullPolicy::Missing | PullPolicy::Always, _) => {
+            pull(registry, &req, progress).await.map(|p| p.image.name)
+        }
+    }
+}
+
+/// Pulls `req` and registers it; `progress` hears each step. A registry on
+/// loopback is spoken to in plain HTTP whether or not `req` says so.
 pub async fn pull(
     registry: &ImageRegistry,
     req: &PullRequest,
@@ -43,23 +142,11 @@ pub async fn pull(
     let reference = super::oci::pull::reference(req)?;
     let name = match &req.name {
         Some(name) => name.clone(),
-        None => super::oci::image_name(
-            Some(reference.repository())
-                .map(|repo| match reference.tag() {
-                    Some(tag) => format!("{repo}:{tag}"),
-                    None => repo.to_owned(),
-                })
-                .as_deref(),
-        )
-        .ok_or_else(|| {
-            ImageError::Oci(OciError::Unsupported(format!(
-                "cannot name an image after `{}`; give a name",
-                req.reference
-            )))
-        })?,
+        None => default_name(req)?,
     };
     let source = PathBuf::from(reference.whole());
-    let remote = Remote::open(reference, req.insecure, registry.limits()).await?;
+    let insecure = req.insecure || on_loopback(&req.reference);
+    let remote = Remote::open(reference, insecure, registry.limits()).await?;
     match registry.get(&name) {
         Ok(existing)
             if existing
@@ -94,4 +181,62 @@ pub async fn pull(
         cached_layers: cached,
         unchanged: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_and_names_are_told_apart() {
+        for r in [
+            "python:3.12-alpine",
+            "127.0.0.1:5000/team/tool:1",
+            "ghcr.io/org/tool",
+            "alpine@sha256:0123",
+        ] {
+            assert!(is_reference(r), "{r}");
+        }
+        for n in ["minimal", "debian", "tool-1"] {
+            assert!(!is_reference(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn loopback_registries_are_known() {
+        for r in [
+            "127.0.0.1:5000/team/tool:1",
+            "localhost:5000/x",
+            "localhost/x",
+            "[::1]:5000/x:1",
+            "127.0.0.2/x",
+        ] {
+            assert!(on_loopback(r), "{r}");
+        }
+        for r in [
+            "python:3.12",
+            "ghcr.io/org/tool:1",
+            "10.0.0.1:5000/x",
+            "docker.io/library/alpine",
+        ] {
+            assert!(!on_loopback(r), "{r}");
+        }
+    }
+
+    #[test]
+    fn a_pulled_reference_is_named_after_its_last_element_and_tag() {
+        let req = |r: &str| PullRequest {
+            reference: r.into(),
+            ..PullRequest::default()
+        };
+        assert_eq!(
+            default_name(&req("127.0.0.1:5000/team/tool:1")).unwrap(),
+            "tool-1"
+        );
+        assert_eq!(
+            default_name(&req("python:3.12-alpine")).unwrap(),
+            "python-3-12-alpine"
+        );
+        assert_eq!(default_name(&req("alpine")).unwrap(), "alpine");
+    }
 }

@@ -43,6 +43,14 @@ pub enum ImageError {
     /// The name is taken.
     #[error("image `{0}` already exists")]
     Exists(String),
+    /// A reference that was to be used as pulled before was not.
+    #[error("image `{reference}` has not been pulled (it would be registered as `{name}`)")]
+    NotPulled {
+        /// The OCI reference.
+        reference: String,
+        /// The name it would have.
+        name: String,
+    },
     /// Workspaces use it.
     #[error("image `{name}` is used by workspace(s) {}; delete them first", users.join(", "))]
     InUse {
@@ -103,6 +111,9 @@ impl ImageError {
             ImageError::Exists(image) => Some(Remedy::RemoveImage {
                 image: image.clone(),
             }),
+            ImageError::NotPulled { reference, .. } => Some(Remedy::PullImage {
+                reference: reference.clone(),
+            }),
             _ => None,
         }
     }
@@ -111,7 +122,9 @@ impl ImageError {
     pub fn code(&self) -> ErrorCode {
         match self {
             ImageError::Name(_) | ImageError::BadSource { .. } => ErrorCode::InvalidInput,
-            ImageError::NotFound(_) | ImageError::NoBase(_) => ErrorCode::NotFound,
+            ImageError::NotFound(_) | ImageError::NoBase(_) | ImageError::NotPulled { .. } => {
+                ErrorCode::NotFound
+            }
             ImageError::Oci(e) => e.code(),
             #[cfg(feature = "client")]
             ImageError::Registry(e) => e.code(),

@@ -1,5 +1,7 @@
-//! Workspace names: what users type, and a directory name in the state
-//! directory, so they are kept to a safe, DNS-label-like alphabet.
+//! Names of workspaces, images, snapshots and networks: what users type,
+//! and a directory name in the state directory, so they are kept to a
+//! safe, DNS-label-like alphabet. The messages name no noun: the error
+//! that carries one says whose name it was.
 
 /// Longest accepted name.
 pub const MAX_NAME_LEN: usize = 63;
@@ -8,19 +10,19 @@ pub const MAX_NAME_LEN: usize = 63;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
     /// Empty.
-    #[error("a workspace name cannot be empty")]
+    #[error("the name is empty")]
     Empty,
     /// Too long.
-    #[error("workspace name is {0} characters long; at most {MAX_NAME_LEN} are allowed")]
+    #[error("the name is {0} characters long; at most {MAX_NAME_LEN} are allowed")]
     TooLong(usize),
     /// A character outside the alphabet.
-    #[error("workspace name contains {0:?}; use lowercase letters, digits and '-'")]
+    #[error("the name contains {0:?}; use lowercase letters, digits and '-'")]
     BadChar(char),
     /// Must start with a letter.
-    #[error("a workspace name must start with a lowercase letter")]
+    #[error("the name must start with a lowercase letter")]
     BadStart,
     /// Must not end with '-'.
-    #[error("a workspace name cannot end with '-'")]
+    #[error("the name cannot end with '-'")]
     BadEnd,
 }
 
