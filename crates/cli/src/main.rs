@@ -3,6 +3,7 @@
 mod doctor_cmd;
 mod exec_cmd;
 mod files_cmd;
+mod fs_cmd;
 mod image_cmd;
 mod kernel_cmd;
 mod logs_cmd;
@@ -204,6 +205,11 @@ enum Command {
         #[arg(long)]
         preview: bool,
     },
+    /// File operations in a running workspace: `fs stat dev /etc/hosts`,
+    /// `fs mkdir`, `fs rm [-r] [--preview]`, `fs mv`, `fs edit --old T
+    /// --new T [--count N]`, `fs find dev /src '*.rs'`.
+    #[command(subcommand)]
+    Fs(fs_cmd::FsCommand),
     /// Show a workspace's serial console.
     Logs {
         /// Workspace name.
@@ -347,6 +353,7 @@ async fn run_workspace_command(
         Command::Ps { name } => process_cmd::ps(ws, name, json).await,
         Command::Metrics { name } => w::metrics(ws, name.as_deref(), json).await,
         Command::Process(cmd) => process_cmd::run(ws, cmd, json).await,
+        Command::Fs(cmd) => fs_cmd::run(ws, cmd, json).await,
         Command::Cp {
             src,
             dst,

@@ -297,7 +297,7 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     let tools = listed["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     // The in-process suite (crates/mcp/tests/tools.rs) checks the list by name.
-    assert_eq!(tools.len(), 51, "{names:?}");
+    assert_eq!(tools.len(), 57, "{names:?}");
     for snapshot_tool in ["snapshot_take", "snapshot_restore", "workspace_fork"] {
         assert!(names.contains(&snapshot_tool), "{names:?}");
     }
@@ -321,6 +321,94 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     let unknown = s.response(id, Duration::from_secs(30));
     assert!(unknown["error"]["code"].is_i64(), "{unknown}");
     s.close();
+}
+
+/// The file tools beyond read/write/list on the real guest: stat, mkdir,
+/// edit (a wrong count changes nothing), lines, find, move, remove.
+fn file_operations(s: &mut Session, name: &str) {
+    let fails = |s: &mut Session, tool: &str, args: Value| -> String {
+        let id = s.call_async(tool, args, None);
+        let r = s.response(id, Duration::from_secs(60));
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        r["result"]["structuredContent"]["code"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let missing = s.ok("file_stat", json!({"name": name, "path": "/tmp/nothing"}));
+    assert_eq!(missing["exists"], false, "{missing}");
+    s.ok(
+        "file_mkdir",
+        json!({"name": name, "path": "/tmp/ops/deep/er"}),
+    );
+    let dir = s.ok("file_stat", json!({"name": name, "path": "/tmp/ops/deep"}));
+    assert_eq!(
+        (dir["exists"].clone(), dir["stat"]["kind"].clone()),
+        (json!(true), json!("dir")),
+        "{dir}"
+    );
+    let text = "x = 1\ny = 2\nx = 3\n";
+    s.ok(
+        "file_write",
+        json!({"name": name, "path": "/tmp/ops/a.py", "content": text, "mode": "0640"}),
+    );
+    // Twice where once was expected: a CONFLICT, and the file as it was.
+    let code = fails(
+        s,
+        "file_edit",
+        json!({"name": name, "path": "/tmp/ops/a.py", "old_text": "x = ", "new_text": "z = "}),
+    );
+    assert_eq!(code, "CONFLICT");
+    let same = s.ok("file_read", json!({"name": name, "path": "/tmp/ops/a.py"}));
+    assert_eq!(same["content"], text, "{same}");
+    let edited = s.ok("file_edit", json!({"name": name, "path": "/tmp/ops/a.py", "old_text": "x = ", "new_text": "z = ", "expected_replacements": 2}));
+    assert_eq!(edited["replacements"], 2, "{edited}");
+    let stat = s.ok("file_stat", json!({"name": name, "path": "/tmp/ops/a.py"}));
+    assert_eq!(stat["stat"]["mode"], "0640", "the mode stays: {stat}");
+    let lines = s.ok(
+        "file_read",
+        json!({"name": name, "path": "/tmp/ops/a.py", "start_line": 2, "end_line": 3}),
+    );
+    assert_eq!(lines["content"], "y = 2\nz = 3\n", "{lines}");
+    assert_eq!(lines["lines"]["total_lines"], 3, "{lines}");
+    s.ok(
+        "file_write",
+        json!({"name": name, "path": "/tmp/ops/deep/er/b.py", "content": "pass\n"}),
+    );
+    let found = s.ok(
+        "file_find",
+        json!({"name": name, "path": "/tmp/ops", "pattern": "*.py"}),
+    );
+    assert_eq!(
+        found["matches"],
+        json!(["/tmp/ops/a.py", "/tmp/ops/deep/er/b.py"]),
+        "{found}"
+    );
+    s.ok(
+        "file_move",
+        json!({"name": name, "from": "/tmp/ops/a.py", "to": "/tmp/ops/c.py"}),
+    );
+    assert_eq!(
+        fails(
+            s,
+            "file_remove",
+            json!({"name": name, "path": "/tmp/ops/deep"})
+        ),
+        "INVALID_INPUT"
+    );
+    let preview = s.ok(
+        "file_remove",
+        json!({"name": name, "path": "/tmp/ops", "recursive": true, "preview": true}),
+    );
+    assert_eq!(preview["preview"], true, "{preview}");
+    let still = s.ok("file_stat", json!({"name": name, "path": "/tmp/ops/c.py"}));
+    assert_eq!(still["exists"], true, "a preview removes nothing: {still}");
+    s.ok(
+        "file_remove",
+        json!({"name": name, "path": "/tmp/ops", "recursive": true}),
+    );
+    let gone = s.ok("file_stat", json!({"name": name, "path": "/tmp/ops"}));
+    assert_eq!(gone["exists"], false, "{gone}");
 }
 
 fn sleeps(ps: &Value) -> bool {
@@ -389,6 +477,7 @@ fn a_real_workspace_over_stdio() {
     let read = s.ok("file_read", json!({"name": name, "path": "/tmp/hello.txt"}));
     assert_eq!(read["content"], "hello from mcp\n", "{read}");
     assert_eq!(read["eof"], true);
+    file_operations(&mut s, name);
 
     // Copies both ways.
     let files = PathBuf::from(format!("/tmp/mcp-{}-files", std::process::id()));

@@ -94,6 +94,7 @@ impl MicroagentServer {
         let mut tool_router = Self::lifecycle_router()
             + Self::exec_router()
             + Self::files_router()
+            + Self::file_ops_router()
             + Self::info_router()
             + Self::snapshots_router()
             + Self::ports_router()

@@ -9,13 +9,19 @@ use common::McpHarness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 51] = [
+const TOOLS: [&str; 57] = [
     "contract",
     "copy_in",
     "copy_out",
     "estimate_cost",
+    "file_edit",
+    "file_find",
     "file_list",
+    "file_mkdir",
+    "file_move",
     "file_read",
+    "file_remove",
+    "file_stat",
     "file_write",
     "host_doctor",
     "host_networking_setup",
@@ -63,11 +69,13 @@ const TOOLS: [&str; 51] = [
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 21] = [
+const READ_ONLY: [&str; 23] = [
     "contract",
     "estimate_cost",
+    "file_find",
     "file_list",
     "file_read",
+    "file_stat",
     "host_doctor",
     "image_inspect",
     "image_list",
@@ -87,9 +95,10 @@ const READ_ONLY: [&str; 21] = [
     "workspace_metrics",
 ];
 
-const WITH_PREVIEW: [&str; 10] = [
+const WITH_PREVIEW: [&str; 11] = [
     "copy_in",
     "copy_out",
+    "file_remove",
     "file_write",
     "image_delete",
     "network_delete",

@@ -197,6 +197,17 @@ pub enum Error {
         /// The host path.
         path: std::path::PathBuf,
     },
+    /// An edit's text does not occur as often as the caller expected:
+    /// nothing was changed.
+    #[error("{path} has {found} occurrence(s) of the text to replace, not {expected}; nothing was changed")]
+    EditMismatch {
+        /// The guest file.
+        path: String,
+        /// Occurrences expected.
+        expected: usize,
+        /// Occurrences found.
+        found: usize,
+    },
     /// A host-side file operation failed.
     #[error("{what}")]
     HostIo {
@@ -242,6 +253,7 @@ impl Error {
             }
             Error::PortNotPublished { .. } => ErrorCode::NotFound,
             Error::HostPathExists { .. } => ErrorCode::Conflict,
+            Error::EditMismatch { .. } => ErrorCode::Conflict,
             Error::GitMetadataRefused { .. } => ErrorCode::Forbidden,
             Error::InterpreterMissing { .. } => ErrorCode::InvalidInput,
             Error::CodeImageMissing { .. } => ErrorCode::NotFound,

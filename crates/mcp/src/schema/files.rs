@@ -43,6 +43,12 @@ pub struct FileReadParams {
     /// utf8 or base64. Default: utf8 when the bytes are valid UTF-8, else
     /// base64. Asking utf8 replaces invalid bytes.
     pub encoding: Option<Encoding>,
+    /// Read by lines instead of bytes: the first line (from 1). Not with
+    /// `offset` or `length`; the file must be UTF-8 text of at most 4 MiB.
+    pub start_line: Option<usize>,
+    /// The last line read by lines (default: to the end; past the end is
+    /// the end).
+    pub end_line: Option<usize>,
 }
 
 /// `file_write`.
@@ -166,10 +172,30 @@ pub struct FileReadResult {
     pub eof: bool,
     /// Where the next part starts, when there is more.
     pub next_offset: Option<u64>,
+    /// Which lines, when read by lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<LineRange>,
+}
+
+/// The lines a `file_read` by lines returned.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LineRange {
+    /// The first line returned (from 1).
+    pub start_line: usize,
+    /// The last line returned (0 when none was: start_line is past the end).
+    pub end_line: usize,
+    /// Lines in the file.
+    pub total_lines: usize,
 }
 
 impl Render for FileReadResult {
     fn render(&self) -> String {
+        if let Some(l) = &self.lines {
+            return format!(
+                "{}: lines {}..{} of {}\n{}",
+                self.path, l.start_line, l.end_line, l.total_lines, self.content
+            );
+        }
         let mut head = format!(
             "{}: bytes {}..{} of {}",
             self.path,

@@ -72,6 +72,38 @@ fn copy_result(plan: CopyPlan, copied: Option<Copied>) -> CopyResult {
     }
 }
 
+impl MicroagentServer {
+    /// `file_read` by lines.
+    async fn file_read_lines(&self, p: FileReadParams) -> ToolResult<FileReadResult> {
+        if p.offset.is_some() || p.length.is_some() || p.encoding == Some(Encoding::Base64) {
+            return Err(ToolError::InvalidInput(
+                "read by lines (start_line, end_line) or by bytes (offset, length), not both; lines are UTF-8 text".into(),
+            ));
+        }
+        let lines = self
+            .ws
+            .workspace(&p.name)?
+            .read_lines(&p.path, p.start_line.unwrap_or(1), p.end_line)
+            .await?;
+        let length = lines.text.len() as u64;
+        Ok(Out(FileReadResult {
+            path: p.path,
+            size: lines.size,
+            offset: 0,
+            length,
+            encoding: Encoding::Utf8,
+            content: lines.text,
+            eof: lines.end_line == lines.total_lines,
+            next_offset: None,
+            lines: Some(LineRange {
+                start_line: lines.start_line,
+                end_line: lines.end_line,
+                total_lines: lines.total_lines,
+            }),
+        }))
+    }
+}
+
 #[tool_router(router = files_router, vis = "pub(crate)")]
 impl MicroagentServer {
     /// Read a guest file, or a part of it (offset, length; default the
@@ -92,6 +124,9 @@ impl MicroagentServer {
         Parameters(p): Parameters<FileReadParams>,
     ) -> ToolResult<FileReadResult> {
         guest_path("path", &p.path)?;
+        if p.start_line.is_some() || p.end_line.is_some() {
+            return self.file_read_lines(p).await;
+        }
         let length = in_range(
             "length",
             p.length.unwrap_or(DEFAULT_READ_LENGTH),
@@ -117,6 +152,7 @@ impl MicroagentServer {
             content,
             eof,
             next_offset: (!eof).then_some(end),
+            lines: None,
         }))
     }
 

@@ -1,13 +1,15 @@
 //! The tools, one module per family, each its own tool router that
 //! [`crate::MicroagentServer::new`] adds up: [`lifecycle`] (create, start,
 //! stop, halt, delete, list, inspect, logs, events), [`exec`] (exec,
-//! run_code), [`processes`] (background processes), [`files`] (read, write, list, copy in and out), [`info`]
+//! run_code), [`processes`] (background processes), [`files`] (read, write, list, copy in and out), [`file_ops`] (stat,
+//! mkdir, remove, move, edit, find), [`info`]
 //! (images, doctor, contract, cost), [`snapshots`] (take, list, get,
 //! delete, restore, fork). Every tool calls the workspace library;
 //! this module holds what they share: argument checks, and running the
 //! library's blocking calls off the async runtime.
 
 pub mod exec;
+pub mod file_ops;
 pub mod files;
 pub mod host;
 pub mod images;

@@ -1,7 +1,8 @@
 //! Work in a running guest through its agent: commands (`exec`), code run
 //! as a script (`code`),
 //! background processes (`processes`), files and copies (`files`; copies
-//! planned before they run, `copy_plan`), the streaming types (`stream`)
+//! planned before they run, `copy_plan`; directories, removal, moves,
+//! edits, lines and finding, `file_ops`), the streaming types (`stream`)
 //! and metrics (`metrics`). What lands on the host goes through
 //! `host::host_write`.
 
@@ -11,6 +12,8 @@ pub mod code;
 pub mod copy_plan;
 #[cfg(feature = "client")]
 pub(crate) mod exec;
+#[cfg(feature = "client")]
+pub(crate) mod file_ops;
 #[cfg(feature = "client")]
 pub(crate) mod files;
 #[cfg(feature = "client")]
@@ -22,6 +25,8 @@ pub(crate) mod stream;
 
 #[cfg(feature = "client")]
 pub use exec::{ExecEnd, Exited, OutputCollector, MAX_COLLECTED_BYTES};
+#[cfg(feature = "client")]
+pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISITS, MAX_FOUND};
 #[cfg(feature = "client")]
 pub use files::{ConsoleChunk, Copied, DirEntry, DirListing, FileKind, FileStat, MAX_EVENT_WAIT};
 #[cfg(feature = "client")]
