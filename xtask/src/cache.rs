@@ -18,11 +18,14 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds the `microagent` binary (debug) and returns its path.
+/// Builds the `microagent` binary and the `microagent-vmm` beside it
+/// (debug); returns the first one's path.
 pub fn build_microagent() -> anyhow::Result<PathBuf> {
     crate::sh::run(
         std::process::Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "microagent"])
+            // The CLI runs each workspace's VM as the `microagent-vmm`
+            // beside it: both, or a fresh checkout's first start fails.
+            .args(["build", "--quiet", "-p", "microagent", "-p", "microagent-vmm"])
             .current_dir(repo_root()),
     )?;
     Ok(repo_root().join("target/debug/microagent"))
