@@ -31,7 +31,7 @@ const ROUND_TRIPS: usize = 200;
 /// Connections each connection-setup run opens.
 const CONNECTIONS: usize = 50;
 /// The "internet" server of the filter runs: a documentation address
-/// (TEST-NET-2) on a dummy interface of the bench's own namespace.
+/// (TEST-NET-2) on a veth interface of the bench's own namespace.
 const WORLD_SERVER: &str = "198.51.100.20";
 /// The workspace's echo and sink servers (busybox nc) listen on these.
 const GUEST_ECHO_PORT: u16 = 7007;
@@ -236,7 +236,7 @@ struct PolicyFigures {
 /// The egress filter under `--egress all` without rules, under an
 /// allowlist of 32 rules, and under `all` again (the drift between the
 /// two `all` runs says how far to trust the ratio), in a namespace whose
-/// dummy interface holds the server.
+/// veth interface holds the server.
 fn measure_filter(bin: &Path, netbench: &Path) -> anyhow::Result<[PolicyFigures; 3]> {
     let ns = format!("mabenchf{}", std::process::id());
     let home = std::path::PathBuf::from(format!("/tmp/ma-bench-filter-{}", std::process::id()));
@@ -255,7 +255,21 @@ fn measure_filter(bin: &Path, netbench: &Path) -> anyhow::Result<[PolicyFigures;
     let measured = (|| -> anyhow::Result<[PolicyFigures; 3]> {
         ip(&["netns", "add", &ns])?;
         ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        ip(&["-n", &ns, "link", "add", "world", "type", "dummy"])?;
+        // A veth pair inside the namespace (hosts without the dummy
+        // module have veth): one end holds the server's address.
+        ip(&[
+            "-n",
+            &ns,
+            "link",
+            "add",
+            "world",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "world-peer",
+        ])?;
+        ip(&["-n", &ns, "link", "set", "world-peer", "up"])?;
         ip(&[
             "-n",
             &ns,

@@ -25,7 +25,14 @@ pub fn build_microagent() -> anyhow::Result<PathBuf> {
         std::process::Command::new(env!("CARGO"))
             // The CLI runs each workspace's VM as the `microagent-vmm`
             // beside it: both, or a fresh checkout's first start fails.
-            .args(["build", "--quiet", "-p", "microagent", "-p", "microagent-vmm"])
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "microagent",
+                "-p",
+                "microagent-vmm",
+            ])
             .current_dir(repo_root()),
     )?;
     Ok(repo_root().join("target/debug/microagent"))
