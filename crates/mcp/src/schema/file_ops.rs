@@ -89,12 +89,12 @@ pub struct StatResult {
     /// What is there, when it exists.
     pub stat: Option<StatView>,
     /// Its owner's uid and gid, when it exists.
-    pub owner: Option<Owner>,
+    pub owner: Option<FileOwner>,
 }
 
 /// A file's owner.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Owner {
+pub struct FileOwner {
     /// User id.
     pub uid: u32,
     /// Group id.

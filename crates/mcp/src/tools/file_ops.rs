@@ -31,7 +31,7 @@ impl MicroagentServer {
         Ok(Out(StatResult {
             path: p.path,
             exists: stat.is_some(),
-            owner: stat.as_ref().map(|s| Owner {
+            owner: stat.as_ref().map(|s| FileOwner {
                 uid: s.uid,
                 gid: s.gid,
             }),
