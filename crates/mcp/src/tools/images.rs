@@ -49,27 +49,36 @@ impl MicroagentServer {
         if !workspace::images::pull::is_reference(image) {
             return Ok(image.to_owned());
         }
-        let status = Arc::new(Mutex::new(format!("pulling {image}")));
-        let latest = status.clone();
-        let events = Arc::new(Mutex::new(move |event: PullEvent| {
-            if let Ok(mut s) = latest.lock() {
-                *s = describe(&event);
-            }
-        }));
         let (images, reference) = (self.ws.images().clone(), image.to_owned());
         let policy = pull.unwrap_or_default();
-        let mut progress = Progress::new(ctx);
-        let name = progress
-            .drive(
-                async move {
-                    workspace::images::pull::resolve(&images, &reference, policy, events).await
-                },
-                |_| status.lock().map(|s| s.clone()).unwrap_or_default(),
-            )
-            .await
-            .map_err(workspace::Error::from)?;
+        let name = with_pull_progress(ctx, format!("pulling {image}"), |events| async move {
+            workspace::images::pull::resolve(&images, &reference, policy, events).await
+        })
+        .await
+        .map_err(workspace::Error::from)?;
         Ok(name)
     }
+}
+
+/// Runs a pull (`call`, given the sink of its events) reporting progress:
+/// the latest event, `first` until there is one.
+async fn with_pull_progress<T, F, W>(ctx: &RequestContext<RoleServer>, first: String, call: F) -> T
+where
+    F: FnOnce(workspace::images::pull::PullProgress) -> W,
+    W: std::future::Future<Output = T>,
+{
+    let status = Arc::new(Mutex::new(first));
+    let latest = status.clone();
+    let events = Arc::new(Mutex::new(move |event: PullEvent| {
+        if let Ok(mut s) = latest.lock() {
+            *s = describe(&event);
+        }
+    }));
+    Progress::new(ctx)
+        .drive(call(events), |_| {
+            status.lock().map(|s| s.clone()).unwrap_or_default()
+        })
+        .await
 }
 
 #[tool_router(router = images_router, vis = "pub(crate)")]
@@ -157,27 +166,17 @@ impl MicroagentServer {
         Parameters(p): Parameters<PullImageParams>,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<Pulled> {
-        let status = Arc::new(Mutex::new(String::from("reading the manifest")));
-        let latest = status.clone();
-        let events = Arc::new(Mutex::new(move |event: PullEvent| {
-            if let Ok(mut s) = latest.lock() {
-                *s = describe(&event);
-            }
-        }));
         let req = PullRequest {
             reference: p.reference,
             name: p.name,
             insecure: p.insecure,
         };
         let images = self.ws.images().clone();
-        let mut progress = Progress::new(&ctx);
-        let pulled = progress
-            .drive(
-                async move { workspace::images::pull::pull(&images, &req, events).await },
-                |_| status.lock().map(|s| s.clone()).unwrap_or_default(),
-            )
-            .await
-            .map_err(workspace::Error::from)?;
+        let pulled = with_pull_progress(&ctx, "reading the manifest".into(), |events| async move {
+            workspace::images::pull::pull(&images, &req, events).await
+        })
+        .await
+        .map_err(workspace::Error::from)?;
         Ok(Out(pulled))
     }
 

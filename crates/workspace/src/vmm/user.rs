@@ -225,14 +225,7 @@ impl VmmUser {
     /// with every right. Its owner keeps it too: root without
     /// `CAP_DAC_OVERRIDE` (passt opening its log there) still enters it.
     pub fn share(&self, dir: &Path) -> Result<(), VmmUserError> {
-        use std::os::unix::fs::PermissionsExt;
-        std::os::unix::fs::lchown(dir, None, Some(self.gid)).map_err(handing(dir))?;
-        let mode = std::fs::metadata(dir)
-            .map_err(handing(dir))?
-            .permissions()
-            .mode();
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o070))
-            .map_err(handing(dir))
+        regroup(dir, self.gid, |mode| mode | 0o070)
     }
 
     /// Shares `dir` (see [`VmmUser::share`]) and the directories beneath it,
@@ -254,32 +247,27 @@ impl VmmUser {
 /// Lets the group `gid` pass through the directory `dir` to what it shares
 /// beneath (a snapshot being written): search, no listing or writing.
 fn pass_through(dir: &Path, gid: u32) -> Result<(), VmmUserError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::os::unix::fs::lchown(dir, None, Some(gid)).map_err(handing(dir))?;
-    let mode = std::fs::metadata(dir)
-        .map_err(handing(dir))?
-        .permissions()
-        .mode();
-    std::fs::set_permissions(
-        dir,
-        std::fs::Permissions::from_mode((mode & !0o070) | 0o010),
-    )
-    .map_err(handing(dir))
+    regroup(dir, gid, |mode| (mode & !0o070) | 0o010)
 }
 
 /// Takes back a directory [`VmmUser::share`] shared: this process's group
 /// again and no rights for it, so no VMM enters it any more.
 pub fn take_back(dir: &Path) -> Result<(), VmmUserError> {
-    use std::os::unix::fs::PermissionsExt;
     // SAFETY: getegid has no preconditions.
     let gid = unsafe { libc::getegid() };
+    regroup(dir, gid, |mode| mode & !0o070)
+}
+
+/// Gives the directory `dir` the group `gid` and the mode `mode` makes of
+/// its current one (its owner stays).
+fn regroup(dir: &Path, gid: u32, mode: impl FnOnce(u32) -> u32) -> Result<(), VmmUserError> {
+    use std::os::unix::fs::PermissionsExt;
     std::os::unix::fs::lchown(dir, None, Some(gid)).map_err(handing(dir))?;
-    let mode = std::fs::metadata(dir)
+    let now = std::fs::metadata(dir)
         .map_err(handing(dir))?
         .permissions()
         .mode();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o070))
-        .map_err(handing(dir))
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode(now))).map_err(handing(dir))
 }
 
 fn handing(path: &Path) -> impl Fn(std::io::Error) -> VmmUserError + '_ {
