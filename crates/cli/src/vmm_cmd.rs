@@ -83,6 +83,7 @@ fn parse_disk(spec: &str) -> DiskConfig {
     DiskConfig {
         path: resolved(Path::new(path)),
         read_only,
+        id: None,
     }
 }
 

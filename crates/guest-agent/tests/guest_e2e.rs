@@ -123,10 +123,12 @@ fn agent_in_a_real_guest() {
             DiskConfig {
                 path: image,
                 read_only: true,
+                id: None,
             },
             DiskConfig {
                 path: layer.clone(),
                 read_only: false,
+                id: None,
             },
         ],
         vsock: Some(VsockConfig {

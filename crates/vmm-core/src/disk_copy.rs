@@ -36,7 +36,12 @@ pub struct DiskCopy {
 
 /// Copies `from` to a new file `to` (which must not exist).
 pub fn copy_disk(from: &Path, to: &Path) -> io::Result<DiskCopy> {
-    let src = File::open(from)?;
+    copy_open_disk(&File::open(from)?, to)
+}
+
+/// [`copy_disk`] of an open file: a VMM in its private root copies disks
+/// it opened before, whose paths it can no longer see.
+pub fn copy_open_disk(src: &File, to: &Path) -> io::Result<DiskCopy> {
     let len = src.metadata()?.len();
     // A guest's disk: nobody else's to read.
     let dst = OpenOptions::new()
@@ -55,7 +60,7 @@ pub fn copy_disk(from: &Path, to: &Path) -> io::Result<DiskCopy> {
                 copied: 0,
             });
         }
-        let copied = copy_data_extents(&src, &dst, len)?;
+        let copied = copy_data_extents(src, &dst, len)?;
         dst.set_len(len)?;
         // Durable before it counts as a copy: a failing disk reports here.
         dst.sync_data()?;

@@ -112,10 +112,12 @@ fn guest_uses_ext4_root_data_disk_and_vsock() {
             DiskConfig {
                 path: assets.test_rootfs.clone(),
                 read_only: true,
+                id: None,
             },
             DiskConfig {
                 path: data.clone(),
                 read_only: false,
+                id: None,
             },
         ],
         vsock: Some(VsockConfig {

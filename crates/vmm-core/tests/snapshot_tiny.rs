@@ -98,15 +98,31 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         .unwrap()
         .set_len(1 << 20)
         .unwrap();
+    let empty = dir.0.join("empty.raw");
+    std::fs::File::create(&empty).unwrap();
+    let filled = dir.0.join("filled.raw");
+    std::fs::File::create(&filled)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
 
     let out = testkit::Capture::default();
     let machine = counter_machine(
         &dir.0,
         &out,
-        vec![DiskConfig {
-            path: disk.clone(),
-            read_only: false,
-        }],
+        vec![
+            DiskConfig {
+                path: disk.clone(),
+                read_only: false,
+                id: None,
+            },
+            // An empty slot, which a restore may fill with any disk.
+            DiskConfig {
+                path: empty.clone(),
+                read_only: false,
+                id: Some("slot".into()),
+            },
+        ],
         Some(VsockConfig {
             guest_cid: 3,
             uds_path: dir.0.join("v1.sock"),
@@ -121,7 +137,7 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
     let taken = handle.snapshot(&snap).unwrap();
     assert_eq!(taken.memory.len, MEM_MIB << 20);
     assert!(taken.memory.data_bytes < MEM_MIB << 20, "{taken:?}");
-    assert_eq!(taken.disks.len(), 1, "the writable disk is copied");
+    assert_eq!(taken.disks.len(), 2, "the writable disks are copied");
 
     // Paused, the guest prints nothing; resumed, it goes on.
     handle.pause().unwrap();
@@ -143,10 +159,18 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         Machine::restore(RestoreConfig {
             snapshot: snapshot.to_path_buf(),
             console: console(out),
-            disks: vec![DiskConfig {
-                path: disk.to_path_buf(),
-                read_only: false,
-            }],
+            disks: vec![
+                DiskConfig {
+                    path: disk.to_path_buf(),
+                    read_only: false,
+                    id: None,
+                },
+                DiskConfig {
+                    path: filled.clone(),
+                    read_only: true,
+                    id: Some("filled".into()),
+                },
+            ],
             vsock_uds: Some(dir.0.join(sock)),
             net: None,
         })

@@ -151,10 +151,12 @@ fn workspace_disks(rootfs: std::path::PathBuf, ws: &WorkspaceDir) -> Vec<DiskCon
         DiskConfig {
             path: rootfs,
             read_only: true,
+            id: None,
         },
         DiskConfig {
             path: ws.disk(),
             read_only: false,
+            id: None,
         },
     ]
 }

@@ -8,6 +8,7 @@ pub mod run;
 pub use restore::RestoreConfig;
 pub use run::{MachineHandle, RunOutcome};
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -130,6 +131,9 @@ pub struct DiskConfig {
     pub path: PathBuf,
     /// Guest writes fail with an I/O error status.
     pub read_only: bool,
+    /// The GET_ID answer (at most 20 bytes), which the guest reads as
+    /// `/sys/block/vdX/serial`; `None` derives one from the file.
+    pub id: Option<String>,
 }
 
 /// A virtio-vsock device.
@@ -223,6 +227,9 @@ pub enum MachineError {
     /// The machine to restore into differs from the snapshot's.
     #[error("the snapshot does not fit this machine: {0}")]
     SnapshotMismatch(String),
+    /// The guest could not be told of a disk filled at restore.
+    #[error("cannot signal the guest that a disk was attached")]
+    DiskFilled(#[source] std::io::Error),
     /// The run has ended; the handle has nothing to act on.
     #[error("the machine is not running")]
     NotRunning,
@@ -238,8 +245,9 @@ struct Devices {
     cmos: Option<Arc<Mutex<Cmos>>>,
     /// In attach order: disks, then vsock, then the network device.
     transports: Vec<Arc<Mutex<MmioTransport>>>,
-    /// Each disk's configuration and shape.
-    disks: Vec<(DiskConfig, DiskState)>,
+    /// Each disk's configuration, shape and, when writable, its file
+    /// opened again for snapshot copies.
+    disks: Vec<(DiskConfig, DiskState, Option<std::fs::File>)>,
     vsock_cid: Option<u64>,
     net_mac: Option<[u8; 6]>,
 }
@@ -391,17 +399,37 @@ impl Machine {
     }
 
     fn attach_block_device(&mut self, disk: &DiskConfig) -> Result<(), MachineError> {
-        let device =
-            BlockDevice::new(&disk.path, disk.read_only).map_err(|source| MachineError::Disk {
-                path: disk.path.clone(),
-                source,
-            })?;
+        let failed = |source| MachineError::Disk {
+            path: disk.path.clone(),
+            source,
+        };
+        let mut device = BlockDevice::new(&disk.path, disk.read_only).map_err(failed)?;
+        if let Some(id) = &disk.id {
+            device = device.with_id(id.clone());
+        }
         let shape = DiskState {
             read_only: disk.read_only,
             len: device.capacity() * 512,
         };
+        // Snapshots copy writable disks later, from inside a private root
+        // where the path may not be visible.
+        let copy_source = if disk.read_only {
+            None
+        } else {
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&disk.path);
+            Some(opened.map_err(|source| {
+                failed(BlockError::Open {
+                    path: disk.path.clone(),
+                    mode: "read-only",
+                    source,
+                })
+            })?)
+        };
         self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
-        self.devices.disks.push((disk.clone(), shape));
+        self.devices.disks.push((disk.clone(), shape, copy_source));
         Ok(())
     }
 

@@ -20,7 +20,9 @@ pub struct RestoreConfig {
     pub console: ConsoleSink,
     /// The disks, in the snapshot's order and shapes. A writable disk
     /// should be a copy of the snapshot's (see [`SnapshotFiles::disk`]):
-    /// the guest's page cache expects its contents.
+    /// the guest's page cache expects its contents. A disk that was empty
+    /// (0 bytes) in the snapshot may be given any file: the guest is told
+    /// its size changed, as when a disk is resized under it.
     pub disks: Vec<DiskConfig>,
     /// The vsock device's new host socket (its CID is the snapshot's).
     pub vsock_uds: Option<PathBuf>,
@@ -86,6 +88,16 @@ impl Machine {
                 .unwrap_or_else(|p| p.into_inner())
                 .restore_state(saved)?;
         }
+        // Disks filled at this restore: the guest reads their new size.
+        for (index, saved) in state.disks.iter().enumerate() {
+            if saved.len == 0 && machine.devices.disks[index].1.len != 0 {
+                machine.devices.transports[index]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .config_changed()
+                    .map_err(MachineError::DiskFilled)?;
+            }
+        }
         Ok(machine)
     }
 }
@@ -105,7 +117,8 @@ fn check_fits(state: &MachineState, cfg: &RestoreConfig) -> Result<(), MachineEr
     }
     for (index, (disk, saved)) in cfg.disks.iter().zip(&state.disks).enumerate() {
         let len = std::fs::metadata(&disk.path).map(|m| m.len()).ok();
-        if disk.read_only != saved.read_only || len != Some(saved.len) {
+        let filled = saved.len == 0 && len.is_some();
+        if !filled && (disk.read_only != saved.read_only || len != Some(saved.len)) {
             return mismatch(format!(
                 "disk {index} was {} bytes{}; {} is {}{}",
                 saved.len,

@@ -16,7 +16,7 @@ use kvm_ioctls::VcpuFd;
 use super::{Machine, MachineError};
 use crate::arch::cpuid::CpuTemplate;
 use crate::devices::event_loop::{EventLoop, RunningEventLoop};
-use crate::disk_copy::copy_disk;
+use crate::disk_copy::copy_open_disk;
 use crate::exit::{Buses, StopReason};
 use crate::snapshot::cpu::VcpuState;
 use crate::snapshot::{memory_file, MachineState, SnapshotError, SnapshotFiles, SnapshotTaken};
@@ -302,7 +302,7 @@ impl Runner {
                 .map(|s| lock(s).save_state())
                 .unwrap_or_default(),
             cmos_index: m.devices.cmos.as_ref().map_or(0, |c| lock(c).selected()),
-            disks: m.devices.disks.iter().map(|(_, shape)| *shape).collect(),
+            disks: m.devices.disks.iter().map(|(_, shape, _)| *shape).collect(),
             vsock_cid: m.devices.vsock_cid,
             net_mac: m.devices.net_mac,
             virtio: m
@@ -316,12 +316,12 @@ impl Runner {
         let state_bytes = state.write(&files)?;
         let memory = memory_file::save(&m.mem, &files.memory()).map_err(SnapshotError::from)?;
         let mut disks = Vec::new();
-        for (index, (disk, shape)) in m.devices.disks.iter().enumerate() {
-            if shape.read_only {
+        for (index, (_, _, source)) in m.devices.disks.iter().enumerate() {
+            let Some(source) = source else {
                 continue;
-            }
+            };
             let to = files.disk(index);
-            let copy = copy_disk(&disk.path, &to).map_err(|source| SnapshotError::Disk {
+            let copy = copy_open_disk(source, &to).map_err(|source| SnapshotError::Disk {
                 index,
                 to,
                 source,

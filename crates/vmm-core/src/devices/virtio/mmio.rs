@@ -212,6 +212,17 @@ impl MmioTransport {
         Ok(())
     }
 
+    /// The device's configuration changed under a driver (a disk filled
+    /// at restore): a new generation, and the config interrupt once the
+    /// driver is up to take it.
+    pub fn config_changed(&mut self) -> std::io::Result<()> {
+        self.config_generation = self.config_generation.wrapping_add(1);
+        if self.status & status::DRIVER_OK != 0 {
+            self.interrupt.trigger(INT_CONFIG)?;
+        }
+        Ok(())
+    }
+
     fn selected(&mut self) -> Option<&mut QueueRegs> {
         self.queues.get_mut(self.queue_sel as usize)
     }
@@ -734,5 +745,19 @@ mod tests {
             setup().0.restore_state(&bad),
             Err(TransportStateError::Queue(0))
         ));
+    }
+
+    #[test]
+    fn a_config_change_reaches_only_a_driver_that_is_up() {
+        let (mut t, _) = setup();
+        t.config_changed().unwrap();
+        assert_eq!(read(&mut t, regs::INTERRUPT_STATUS), 0, "no driver yet");
+        assert_eq!(read(&mut t, regs::CONFIG_GENERATION), 1);
+        negotiate(&mut t, VIRTIO_F_VERSION_1);
+        setup_queues(&mut t);
+        write(&mut t, regs::STATUS, ALL_OK);
+        t.config_changed().unwrap();
+        assert_eq!(read(&mut t, regs::INTERRUPT_STATUS), INT_CONFIG);
+        assert_eq!(read(&mut t, regs::CONFIG_GENERATION), 2);
     }
 }
