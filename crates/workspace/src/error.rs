@@ -136,6 +136,20 @@ pub enum Error {
     /// The account VMMs run as could not be found or given their files.
     #[error(transparent)]
     VmmUser(#[from] crate::vmm::user::VmmUserError),
+    /// A volume operation failed.
+    #[error(transparent)]
+    Volume(#[from] crate::volumes::VolumeError),
+    /// A volume is mounted read-write by another running workspace, or
+    /// read-only by one when it is asked for read-write.
+    #[error("volume `{volume}` is mounted {mode} by running workspace `{holder}`")]
+    VolumeHeld {
+        /// The volume.
+        volume: String,
+        /// The workspace that holds it.
+        holder: String,
+        /// How it holds it (`read-write`, `read-only`).
+        mode: &'static str,
+    },
     /// The host budget refused, or could not be read.
     #[error(transparent)]
     Budget(#[from] crate::host::budget::BudgetError),
@@ -243,6 +257,8 @@ impl Error {
             Error::ImageBuild(e) => e.code(),
             Error::Budget(e) => e.code(),
             Error::VmmUser(e) => e.code(),
+            Error::Volume(e) => e.code(),
+            Error::VolumeHeld { .. } => ErrorCode::Conflict,
             Error::Agent { source, .. } => agent_code(source),
             Error::PortUnavailable { source, .. } => {
                 if source.kind() == std::io::ErrorKind::AddrInUse {
@@ -294,6 +310,11 @@ impl Error {
                 })
             }
             Error::Image(e) => e.remedy(),
+            Error::Volume(e) => e.remedy(),
+            Error::VolumeHeld { volume, holder, .. } => Some(Remedy::StopVolumeHolder {
+                volume: volume.clone(),
+                workspace: holder.clone(),
+            }),
             Error::Network(e) => e.remedy(),
             Error::Plan(e) => e.remedy(),
             Error::Confirm(e) => e.remedy(),

@@ -44,6 +44,7 @@ pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 pub mod vmm;
+pub mod volumes;
 #[cfg(feature = "client")]
 pub(crate) mod workspaces;
 

@@ -116,4 +116,19 @@ pub enum Remedy {
         /// The image.
         image: String,
     },
+    /// List the volumes to find the right name.
+    ListVolumes,
+    /// Pick another volume name, or remove the volume first.
+    ChooseAnotherVolumeName {
+        /// The volume.
+        volume: String,
+    },
+    /// Stop or delete the workspace that mounts the volume read-write, or
+    /// mount it read-only.
+    StopVolumeHolder {
+        /// The volume.
+        volume: String,
+        /// The workspace that holds it.
+        workspace: String,
+    },
 }

@@ -18,6 +18,7 @@ pub mod process;
 pub mod spec;
 pub mod state;
 pub mod subnet;
+pub mod volume_mounts;
 pub mod workspace_dir;
 
 use std::fs::{File, OpenOptions};

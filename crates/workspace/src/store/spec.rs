@@ -165,6 +165,9 @@ pub struct WorkspaceSpec {
     /// The user (uid, gid) commands run as (from the image; else root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<(u32, u32)>,
+    /// Named volumes it mounts, in slot order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::store::volume_mounts::VolumeMount>,
 }
 
 /// A host process, told apart from a later one with the same pid by its
@@ -208,6 +211,7 @@ impl Default for WorkspaceSpec {
             owner: None,
             cwd: None,
             user: None,
+            volumes: Vec::new(),
         }
     }
 }
@@ -272,6 +276,7 @@ impl WorkspaceSpec {
             return bad("image name is empty".into());
         }
         crate::store::ports::validate(&self.ports)?;
+        crate::store::volume_mounts::validate(&self.volumes)?;
         crate::store::name::validate_network_name(&self.network)
             .map_err(|e| SpecError::Invalid(format!("network name `{}`: {e}", self.network)))
     }

@@ -287,7 +287,7 @@ fn make_boot_files(image: &ImageTree) -> Result<(), OciError> {
 }
 
 /// Bytes and inodes the tree needs.
-fn usage(dir: &Path) -> (u64, u64) {
+pub(crate) fn usage(dir: &Path) -> (u64, u64) {
     let (mut bytes, mut inodes) = (0u64, 0u64);
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

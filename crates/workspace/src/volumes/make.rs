@@ -1,0 +1,265 @@
+//! Writing a volume's ext4 disk (empty, from a host directory or from a
+//! tar file) and reading its files back out as a tar, all without root:
+//! `mkfs.ext4 -d` copies a tree in, `debugfs` sets owners and dumps.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use super::{VolumeError, DEFAULT_SIZE_MIB, GUEST_OWNER, SIZE_RANGE_MIB};
+use crate::host::settings::host_tool;
+use crate::images::oci::owners::{Owners, Recorded};
+use crate::images::oci::unpack::{apply_layer, Budget};
+
+/// Most entries a tar source may hold.
+const MAX_TAR_ENTRIES: u64 = 1_000_000;
+
+/// What a new volume holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeSource {
+    /// An empty filesystem.
+    Empty,
+    /// A copy of a host directory's files (owned by the guest's `user`).
+    Dir(PathBuf),
+    /// The files of a tar file (plain or gzip), with its owners.
+    Tar(PathBuf),
+}
+
+impl VolumeSource {
+    /// How `inspect` names it.
+    pub(super) fn describe(&self) -> Option<String> {
+        match self {
+            VolumeSource::Empty => None,
+            VolumeSource::Dir(p) => Some(format!("dir {}", p.display())),
+            VolumeSource::Tar(p) => Some(format!("tar {}", p.display())),
+        }
+    }
+}
+
+/// Writes the disk `disk` (in the private directory `work`) from
+/// `source`; returns its size in MiB.
+pub(super) fn make(
+    work: &Path,
+    disk: &Path,
+    size_mib: Option<u64>,
+    source: &VolumeSource,
+) -> Result<u64, VolumeError> {
+    let (tree, owners) = match source {
+        VolumeSource::Empty => (None, None),
+        VolumeSource::Dir(dir) => {
+            let meta = std::fs::metadata(dir).map_err(|e| {
+                VolumeError::Invalid(format!("source directory {}: {e}", dir.display()))
+            })?;
+            if !meta.is_dir() {
+                return Err(VolumeError::Invalid(format!(
+                    "{} is not a directory",
+                    dir.display()
+                )));
+            }
+            (Some(dir.clone()), Some(owned_by_guest_user(dir)))
+        }
+        VolumeSource::Tar(file) => {
+            let tree = work.join("tree");
+            let owners = unpack_tar(file, &tree, size_mib.unwrap_or(*SIZE_RANGE_MIB.end()))?;
+            (Some(tree), Some(owners))
+        }
+    };
+    let needed_mib = tree.as_deref().map_or(0, |t| {
+        let (bytes, _) = crate::images::oci::rootfs::usage(t);
+        (bytes + bytes / 10) / (1 << 20) + 16
+    });
+    let size_mib = match size_mib {
+        Some(size) if size < needed_mib => {
+            return Err(VolumeError::Invalid(format!(
+                "the contents need about {needed_mib} MiB; the volume was to be {size} MiB: give a larger size"
+            )))
+        }
+        Some(size) => size,
+        None => DEFAULT_SIZE_MIB.max(needed_mib),
+    };
+    mkfs(disk, size_mib, tree.as_deref())?;
+    if let (Some(tree), Some(owners)) = (&tree, owners) {
+        let debugfs = tool("debugfs")?;
+        owners
+            .write_into(tree, disk, &debugfs)
+            .map_err(|e| VolumeError::Tool {
+                tool: "debugfs",
+                detail: crate::error_chain(&e),
+            })?;
+    }
+    if let VolumeSource::Tar(_) = source {
+        let _ = std::fs::remove_dir_all(work.join("tree"));
+    }
+    Ok(size_mib)
+}
+
+fn tool(name: &'static str) -> Result<PathBuf, VolumeError> {
+    host_tool(name).ok_or(VolumeError::Tool {
+        tool: name,
+        detail: "not installed; install e2fsprogs (apt-get install e2fsprogs)".into(),
+    })
+}
+
+fn run(cmd: &mut Command, name: &'static str) -> Result<(), VolumeError> {
+    let out = cmd.output().map_err(|e| VolumeError::Tool {
+        tool: name,
+        detail: e.to_string(),
+    })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(VolumeError::Tool {
+        tool: name,
+        detail: format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    })
+}
+
+/// A sparse ext4 of `size_mib` whose root the guest's `user` owns, with
+/// `tree`'s files when given.
+fn mkfs(disk: &Path, size_mib: u64, tree: Option<&Path>) -> Result<(), VolumeError> {
+    let file = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().write(true).create_new(true),
+        0o600,
+    )
+    .open(disk)
+    .map_err(VolumeError::io(format!("creating {}", disk.display())))?;
+    file.set_len(size_mib << 20)
+        .map_err(VolumeError::io(format!("sizing {}", disk.display())))?;
+    let (uid, gid) = GUEST_OWNER;
+    let mut cmd = Command::new(tool("mkfs.ext4")?);
+    cmd.args(["-q", "-F", "-m", "0", "-T", "default", "-E"])
+        .arg(format!(
+            "root_owner={uid}:{gid},lazy_itable_init=1,lazy_journal_init=1"
+        ));
+    if let Some(tree) = tree {
+        cmd.arg("-d").arg(tree);
+    }
+    run(cmd.arg(disk), "mkfs.ext4")
+}
+
+/// Every path under `dir` as the guest's `user`'s, with its own mode.
+fn owned_by_guest_user(dir: &Path) -> Owners {
+    let (uid, gid) = GUEST_OWNER;
+    let mut map = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+            let recorded = Recorded {
+                uid,
+                gid,
+                mode: meta.mode() & 0o7777,
+                device: None,
+            };
+            map.insert(entry.path(), recorded);
+        }
+    }
+    Owners::Recorded(map)
+}
+
+/// Unpacks the tar `file` into `tree` within `limit_mib`, its owners set
+/// or recorded.
+fn unpack_tar(file: &Path, tree: &Path, limit_mib: u64) -> Result<Owners, VolumeError> {
+    let bad = |e: std::io::Error| VolumeError::Invalid(format!("tar {}: {e}", file.display()));
+    let mut hasher = Sha256::new();
+    let mut input = std::fs::File::open(file).map_err(bad)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = input.read(&mut buf).map_err(bad)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    // The digest of the bytes as read: apply_layer checks what it reads
+    // against it, so a file changed meanwhile is refused.
+    let diff_id = format!("sha256:{:x}", hasher.finalize());
+    std::fs::create_dir(tree).map_err(VolumeError::io("making the volume's tree"))?;
+    let mut owners = Owners::for_this_process();
+    let mut budget = Budget::new(limit_mib << 20, MAX_TAR_ENTRIES);
+    let input = std::fs::File::open(file).map_err(bad)?;
+    apply_layer(tree, input, &diff_id, &mut owners, &mut budget).map_err(|e| {
+        VolumeError::Invalid(format!(
+            "tar {}: {}",
+            file.display(),
+            crate::error_chain(&e)
+        ))
+    })?;
+    Ok(owners)
+}
+
+/// Dumps `disk`'s files into `work/files` and writes them to the new tar
+/// file `to`; returns its bytes and entries.
+pub(super) fn export(disk: &Path, work: &Path, to: &Path) -> Result<(u64, u64), VolumeError> {
+    let files = work.join("files");
+    std::fs::create_dir(&files).map_err(VolumeError::io("making the export directory"))?;
+    let mut cmd = Command::new(tool("debugfs")?);
+    cmd.arg("-R")
+        .arg(format!("rdump / {}", files.display()))
+        .arg(disk);
+    run(&mut cmd, "debugfs")?;
+    let out = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().write(true).create_new(true),
+        0o600,
+    )
+    .open(to)
+    .map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => {
+            VolumeError::Invalid(format!("{} exists; name a new file", to.display()))
+        }
+        _ => VolumeError::io(format!("creating {}", to.display()))(e),
+    })?;
+    let written = write_tar(&files, out);
+    if written.is_err() {
+        let _ = std::fs::remove_file(to);
+    }
+    let entries = written?;
+    let bytes = std::fs::metadata(to).map(|m| m.len()).unwrap_or(0);
+    Ok((bytes, entries))
+}
+
+fn write_tar(files: &Path, out: std::fs::File) -> Result<u64, VolumeError> {
+    let failed = VolumeError::io("writing the tar file");
+    let mut builder = tar::Builder::new(std::io::BufWriter::new(out));
+    builder.follow_symlinks(false);
+    let mut entries = 0u64;
+    let mut stack = vec![PathBuf::new()];
+    let result = (|| {
+        while let Some(rel) = stack.pop() {
+            let mut names: Vec<_> = std::fs::read_dir(files.join(&rel))?
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            names.sort();
+            for name in names {
+                let rel = rel.join(&name);
+                if rel == Path::new("lost+found") {
+                    continue;
+                }
+                let path = files.join(&rel);
+                builder.append_path_with_name(&path, &rel)?;
+                entries += 1;
+                if std::fs::symlink_metadata(&path)?.is_dir() {
+                    stack.push(rel);
+                }
+            }
+        }
+        builder.into_inner()?.into_inner().map_err(|e| e.into_error())?.sync_all()
+    })();
+    result.map_err(failed)?;
+    Ok(entries)
+}
