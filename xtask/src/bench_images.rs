@@ -3,7 +3,9 @@
 //! `docker-registry` on loopback; then `microagent image pull` (download
 //! and conversion) beside `skopeo copy` of the same image to a layout
 //! (download only), and create + start of a workspace of the pulled image
-//! beside the same of the built `minimal` image, all in one run.
+//! beside the same of the built `minimal` image, then warm starts of
+//! `minimal` with and without one named volume (its attach cost), all in
+//! one run.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -157,6 +159,25 @@ pub fn run_bench() -> anyhow::Result<()> {
         };
         let oci_boot = boot(&name, "oci")?;
         let minimal_boot = boot("minimal", "min")?;
+        // The warm snapshot exists now: warm starts without and with one
+        // volume, alternated, so drift hits both alike.
+        microagent(&bin, &home, &["volume", "create", "bench", "--json"])?;
+        let (mut plain, mut with_volume) = (Vec::new(), Vec::new());
+        for round in 0..3 {
+            plain.push(boot("minimal", &format!("plain{round}"))?);
+            let ws = format!("vol{round}");
+            let (_, t) = timed(|| {
+                microagent(&bin, &home, &["create", &ws, "-v", "bench:/data", "--json"])?;
+                microagent(&bin, &home, &["start", &ws, "--json"])
+            })?;
+            microagent(&bin, &home, &["delete", &ws, "--force", "--yes", "--json"])?;
+            with_volume.push(t);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (plain, with_volume) = (median(&mut plain), median(&mut with_volume));
         let bytes = pulled["image"]["rootfs_bytes"].as_u64().unwrap_or(0);
         println!(
             "container image `{target}` (busybox, {} MiB root filesystem):",
@@ -167,6 +188,13 @@ pub fn run_bench() -> anyhow::Result<()> {
         println!("  microagent image pull again (same digest)    {again:>7.2} s");
         println!("  create + start of a workspace of it          {oci_boot:>7.2} s");
         println!("  create + start of a `minimal` workspace      {minimal_boot:>7.2} s");
+        println!("volume attach (warm starts, median of 3 each, same run):");
+        println!("  create + warm start, no volume               {plain:>7.2} s");
+        println!("  create + warm start, one volume (1 GiB)      {with_volume:>7.2} s");
+        println!(
+            "  attach cost                                  {:>7.2} s",
+            with_volume - plain
+        );
         anyhow::Ok(())
     })();
     let _ = std::fs::remove_dir_all(&work);

@@ -16,6 +16,7 @@ mod serve_cmd;
 mod snapshot_cmd;
 mod terminal_cmd;
 mod vmm_cmd;
+mod volume_cmd;
 mod workspace_cmd;
 
 use std::process::ExitCode;
@@ -52,6 +53,10 @@ enum Command {
     /// Manage images (kernel + root filesystem pairs).
     #[command(subcommand)]
     Image(image_cmd::ImageCommand),
+    /// Named volumes: persistent disks workspaces mount (`volume create
+    /// cache`, then `create WS --volume cache:/data`).
+    #[command(subcommand)]
+    Volume(volume_cmd::VolumeCommand),
     /// Guest kernels: `kernel ls` (built ones and those images carry),
     /// `kernel install` (from Debian's source or a file; preview, then confirm).
     #[command(subcommand)]
@@ -291,6 +296,7 @@ async fn run_workspace_command(
     use workspace_cmd as w;
     match command {
         Command::Image(cmd) => image_cmd::run(ws, cmd, json).await,
+        Command::Volume(cmd) => volume_cmd::run(ws, cmd, json).await,
         Command::Kernel(cmd) => kernel_cmd::run(ws, cmd, json).await,
         Command::Setup { flags } => kernel_cmd::setup(ws, flags, json).await,
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd, json).await,

@@ -104,6 +104,13 @@ pub fn remedy(r: &Remedy) -> String {
             "pass --include-git-metadata once you trust what the guest wrote there (its hooks and config run on your next git command), or name a host path outside any .git"
                 .into()
         }
+        Remedy::ListVolumes => "list the volumes (`microagent volume ls`)".into(),
+        Remedy::ChooseAnotherVolumeName { volume } => {
+            format!("pick another name, or remove it first (`microagent volume rm {volume}`)")
+        }
+        Remedy::StopVolumeHolder { volume, workspace } => format!(
+            "stop it first (`microagent stop {workspace}`), or mount it read-only (`--volume {volume}:PATH:ro`) if both only read it"
+        ),
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

@@ -63,6 +63,15 @@ pub struct SpecArgs {
     /// host.microagent.internal:PORT).
     #[arg(long = "allow", value_name = "RULE", value_parser = crate::network_cmd::parse_allow)]
     pub allow: Vec<workspace::network::AllowEntry>,
+    /// Mount a named volume (from `volume create`): NAME:/guest/path, or
+    /// NAME:/guest/path:ro (repeatable, at most 4). Read-write to one
+    /// running workspace at a time, read-only to any number.
+    #[arg(long = "volume", short = 'v', value_name = "NAME:PATH[:ro]", value_parser = parse_volume)]
+    pub volumes: Vec<workspace::store::volume_mounts::VolumeMount>,
+}
+
+fn parse_volume(text: &str) -> Result<workspace::store::volume_mounts::VolumeMount, String> {
+    workspace::store::volume_mounts::VolumeMount::parse(text).map_err(|e| e.to_string())
 }
 
 /// `--pull`.
@@ -109,6 +118,7 @@ impl SpecArgs {
             ports: self.ports.clone(),
             egress: self.egress.map(crate::network_cmd::EgressArg::egress),
             allow: self.allow.clone(),
+            volumes: self.volumes.clone(),
             ..WorkspaceSpec::default()
         }
     }

@@ -81,6 +81,13 @@ pub(crate) fn remedy(r: &Remedy) -> String {
         Remedy::ChooseAnotherSnapshotName { .. } => {
             "pick another name, or delete that snapshot first (the snapshot_delete tool)".into()
         }
+        Remedy::ListVolumes => "list the volumes (the volume_list tool)".into(),
+        Remedy::ChooseAnotherVolumeName { volume } => {
+            format!("pick another name, or delete it first (volume_delete `{volume}`)")
+        }
+        Remedy::StopVolumeHolder { volume, workspace } => format!(
+            "stop `{workspace}` first (workspace_stop), or mount `{volume}` with read_only: true if both only read it"
+        ),
         Remedy::ListImages => {
             "list the images (the image_list tool); `cargo xtask setup` builds minimal and debian"
                 .into()

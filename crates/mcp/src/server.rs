@@ -100,6 +100,7 @@ impl MicroagentServer {
             + Self::ports_router()
             + Self::networks_router()
             + Self::images_router()
+            + Self::volumes_router()
             + Self::host_router()
             + Self::run_router()
             + Self::processes_router();

@@ -13,9 +13,11 @@ use workspace::images::ImageRegistry;
 use workspace::network::Addressing;
 use workspace::store::console_log::ConsoleLogWriter;
 use workspace::store::spec::WorkspaceSpec;
+use workspace::store::volume_mounts::VOLUME_SLOTS;
 use workspace::store::workspace_dir::WorkspaceDir;
 use workspace::store::StateDir;
 use workspace::vmm::launch::{VmmLaunch, GUEST_CMDLINE};
+use workspace::volumes::VolumeStore;
 use workspace::{Error, Result};
 
 /// The guest's vsock context id (the first one guests get).
@@ -124,7 +126,7 @@ fn build_machine(
         vcpus: spec.vcpus,
         template: kernel.cpu_template(),
         console: ConsoleSink::new().with(Box::new(console)),
-        disks: workspace_disks(image.rootfs, ws),
+        disks: workspace_disks(state, image.rootfs, ws, spec)?,
         vsock: Some(VsockConfig {
             guest_cid: GUEST_CID,
             uds_path: ws.vsock(),
@@ -144,10 +146,17 @@ fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error
     }
 }
 
-/// The disks of a workspace's machine: the image's read-only root, then
-/// the workspace's own writable disk.
-fn workspace_disks(rootfs: std::path::PathBuf, ws: &WorkspaceDir) -> Vec<DiskConfig> {
-    vec![
+/// The disks of a workspace's machine: the image's read-only root, the
+/// workspace's own writable disk, then its volume slots (an empty file
+/// where no volume fills one, attached writable so a volume given at a
+/// restore can be either).
+fn workspace_disks(
+    state: &StateDir,
+    rootfs: std::path::PathBuf,
+    ws: &WorkspaceDir,
+    spec: &WorkspaceSpec,
+) -> Result<Vec<DiskConfig>> {
+    let mut disks = vec![
         DiskConfig {
             path: rootfs,
             read_only: true,
@@ -158,7 +167,32 @@ fn workspace_disks(rootfs: std::path::PathBuf, ws: &WorkspaceDir) -> Vec<DiskCon
             read_only: false,
             id: None,
         },
-    ]
+    ];
+    let volumes = VolumeStore::new(state);
+    for slot in 0..VOLUME_SLOTS {
+        disks.push(match spec.volumes.get(slot) {
+            Some(mount) => DiskConfig {
+                path: volumes.mount_disk(ws, slot, mount)?,
+                read_only: mount.read_only,
+                id: Some(mount.serial()),
+            },
+            None => {
+                let empty = ws.empty_slot();
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&empty)
+                    .map_err(Error::host_io(format!("creating {}", empty.display())))?;
+                DiskConfig {
+                    path: empty,
+                    read_only: false,
+                    id: Some(format!("empty-slot-{slot}")),
+                }
+            }
+        });
+    }
+    Ok(disks)
 }
 
 /// The workspace's machine from the snapshot in `dir`: the image's root
@@ -178,7 +212,7 @@ fn restore_machine(
     Machine::restore(RestoreConfig {
         snapshot: dir.to_path_buf(),
         console: ConsoleSink::new().with(Box::new(console)),
-        disks: workspace_disks(image.rootfs, ws),
+        disks: workspace_disks(state, image.rootfs, ws, spec)?,
         vsock_uds: Some(ws.vsock()),
         net,
     })

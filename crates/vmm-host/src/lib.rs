@@ -16,6 +16,7 @@ mod build;
 mod egress;
 pub mod file_access;
 pub mod guard;
+mod guest_ready;
 pub mod port_forward;
 pub mod process;
 pub mod seccomp;

@@ -43,6 +43,8 @@ struct Shared {
     guest_net: Option<workspace::network::Addressing>,
     /// Where to keep the image's warm snapshot once the agent answers.
     keep_warm: Option<std::path::PathBuf>,
+    /// The named volumes the guest mounts before it counts as running.
+    volumes: Vec<guest_agent::protocol::VolumeToMount>,
     state: StateDir,
     started: Instant,
     ready: AtomicBool,
@@ -119,7 +121,7 @@ impl Shared {
             if shared.ready.load(Ordering::SeqCst) {
                 let asked = shared
                     .ws
-                    .agent_blocking(AGENT_CALL_TIMEOUT)
+                    .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
                     .and_then(BlockingClient::shutdown);
                 if let Err(e) = asked {
                     tracing::warn!(error = %e, "agent shutdown failed");
@@ -135,9 +137,6 @@ impl Shared {
         });
     }
 }
-
-/// How long one call to the agent may wait for each read or write.
-const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The VMM of one workspace in this process: checked against the
 /// workspace's record and built, its guest not yet running.
@@ -265,6 +264,7 @@ impl VmmProcess {
             restored: launch.restore.is_some(),
             guest_net,
             keep_warm: launch.keep_warm.clone(),
+            volumes: crate::guest_ready::to_mount(&meta.spec),
             state: state.clone(),
             started: Instant::now(),
             ready: AtomicBool::new(false),
@@ -297,7 +297,10 @@ impl VmmProcess {
             passt,
             owner,
             user: launch.user,
-            disk_and_mem_mib: (meta.spec.disk_mib, meta.spec.mem_mib),
+            disk_and_mem_mib: (
+                crate::guest_ready::largest_disk_mib(&state, &ws, &meta.spec),
+                meta.spec.mem_mib,
+            ),
             cgroup,
             mount_ns,
             net_ns,
@@ -505,7 +508,7 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         }
         let attempt = shared
             .ws
-            .agent_blocking(AGENT_CALL_TIMEOUT)
+            .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
             .and_then(BlockingClient::ping);
         if attempt.is_ok() {
             break;
@@ -513,10 +516,15 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         std::thread::sleep(Duration::from_millis(300));
     }
     if shared.restored {
-        give_identity(&shared.ws, shared.guest_net.as_ref());
+        crate::guest_ready::give_identity(&shared.ws, shared.guest_net.as_ref());
     }
     if let Some(dir) = &shared.keep_warm {
         keep_warm(shared, dir);
+    }
+    if let Err(e) = crate::guest_ready::mount(&shared.ws, &shared.volumes) {
+        shared.finish(true, &format!("the guest could not mount its volumes: {e}"));
+        shared.tear_down();
+        return;
     }
     shared.ready.store(true, Ordering::SeqCst);
     let ready_ns = vmm_core::vcpu::monotonic_ns();
@@ -578,34 +586,6 @@ fn keep_warm(shared: &Shared, dir: &std::path::Path) {
 /// Microseconds from `from` to `to` (CLOCK_MONOTONIC ns), when both are known.
 fn us_after(from: Option<u64>, to: Option<u64>) -> Option<u64> {
     Some(to?.saturating_sub(from?) / 1000)
-}
-
-/// A restored guest takes this workspace's name as its hostname, fresh
-/// host randomness and the host's clock, so forks of one snapshot differ.
-fn give_identity(ws: &WorkspaceDir, net: Option<&workspace::network::Addressing>) {
-    let mut entropy = [0u8; 64];
-    // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
-    let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
-    if got != entropy.len() as isize {
-        tracing::error!("no host randomness for the restored guest");
-        return;
-    }
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let given = ws.agent_blocking(AGENT_CALL_TIMEOUT).and_then(|agent| {
-        let network = net.map(|a| {
-            (
-                workspace::network::net_setting(a),
-                workspace::network::mac_for(ws.name()),
-            )
-        });
-        agent.restored(ws.name(), &entropy, now_ns, network)
-    });
-    match given {
-        Ok(()) => tracing::info!("restored guest took its identity"),
-        Err(e) => tracing::error!(error = %e, "the restored guest did not take its identity"),
-    }
 }
 
 /// Sleeps until the TTL deadline (re-reading it when it changes), then stops.

@@ -9,6 +9,7 @@ use testkit::terminal::Terminal;
 
 mod confinement;
 mod snapshots;
+mod volumes;
 
 /// Whether this host can boot workspaces; prints the reason and records a
 /// skip when not.

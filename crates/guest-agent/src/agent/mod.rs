@@ -10,6 +10,7 @@ pub mod net;
 mod process;
 mod sysinfo;
 mod tunnel;
+mod volumes;
 
 use std::collections::VecDeque;
 use std::io;
@@ -99,6 +100,8 @@ enum RequestError {
     Network(#[source] net::NetSetupError),
     #[error("background process")]
     Process(#[source] process::processes::ProcessError),
+    #[error("mounting volumes")]
+    Volumes(#[source] volumes::MountError),
 }
 
 impl RequestError {
@@ -120,6 +123,7 @@ impl RequestError {
             Self::Tunnel(e) => e.code(),
             Self::Network(e) => e.code(),
             Self::Process(e) => e.code(),
+            Self::Volumes(e) => e.code(),
         }
     }
 
@@ -464,6 +468,13 @@ fn serve_request(conn: &mut Conn, state: &AgentState) -> Result<(), RequestError
             if let Some(setting) = network {
                 net::readdress(&setting, mac.as_deref()).map_err(RequestError::Network)?;
             }
+            Response::ok()
+        }
+        Request::MountVolumes { volumes } => {
+            if std::process::id() != 1 {
+                return Err(RequestError::NotInit);
+            }
+            volumes::mount_all(&volumes).map_err(RequestError::Volumes)?;
             Response::ok()
         }
     };

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::messages::{decode, expect_ok, handshake_reply, hello_of, start_bytes};
 use super::ClientError;
 use crate::frame;
-use crate::protocol::{Request, Response};
+use crate::protocol::{Request, Response, VolumeToMount};
 
 /// One connection to the agent through the VMM's hybrid vsock socket,
 /// good for one operation.
@@ -96,6 +96,12 @@ impl BlockingClient {
             mac,
         };
         expect_ok(self.call(&req)?).map(drop)
+    }
+
+    /// `mount_volumes`: the guest mounts each volume's disk (found by its
+    /// serial) on its path.
+    pub fn mount_volumes(self, volumes: Vec<VolumeToMount>) -> Result<(), ClientError> {
+        expect_ok(self.call(&Request::MountVolumes { volumes })?).map(drop)
     }
 
     /// `tcp_connect`: the agent connects to 127.0.0.1:`port` in the guest;

@@ -20,7 +20,7 @@ pub use process::{
     MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING,
     MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
 };
-pub use request::{ExecCall, Request, SignalSpec, StdinMode, WinSize, WriteMode};
+pub use request::{ExecCall, Request, SignalSpec, StdinMode, VolumeToMount, WinSize, WriteMode};
 pub use response::{
     CpuTicks, DiskUsage, EntryKind, ExecExit, ListedEntry, NetCounters, Response, StatAnswer,
     SystemInfo,
@@ -149,6 +149,7 @@ pub const CAPABILITIES: &[&str] = &[
     "tar_out",
     "tar_in",
     "restored",
+    "mount_volumes",
     "tcp_connect",
     "process",
     "pty",

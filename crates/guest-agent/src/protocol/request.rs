@@ -50,6 +50,17 @@ impl From<&str> for SignalSpec {
     }
 }
 
+/// A volume for the guest to mount.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeToMount {
+    /// The disk's serial (its virtio-blk GET_ID answer).
+    pub serial: String,
+    /// The absolute guest directory (made if missing).
+    pub path: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
 /// The `exec` request: what to run and how.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecCall {
@@ -307,6 +318,13 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mac: Option<String>,
     },
+    /// Mounts the workspace's named volumes, each the disk whose serial is
+    /// given; one already mounted where asked is left alone. Only honoured
+    /// by the guest's PID 1.
+    MountVolumes {
+        /// The volumes, in order.
+        volumes: Vec<VolumeToMount>,
+    },
     /// Starts a background process (`stdin: "stream"` keeps its stdin a
     /// pipe for `process_stdin`; `output_cap` is the ring size per stream);
     /// answered with `process` at once.
@@ -390,6 +408,7 @@ impl Request {
             Self::TarIn { .. } => "tar_in",
             Self::TcpConnect { .. } => "tcp_connect",
             Self::Restored { .. } => "restored",
+            Self::MountVolumes { .. } => "mount_volumes",
             Self::ProcessStart(_) => "process_start",
             Self::ProcessList => "process_list",
             Self::ProcessOutput { .. } => "process_output",

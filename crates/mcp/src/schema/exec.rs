@@ -101,6 +101,9 @@ pub struct RunCodeParams {
     /// an address or CIDR with or without ":PORT", or "host:PORT".
     #[serde(default)]
     pub allow: Vec<workspace::network::AllowEntry>,
+    /// One-shot only: named volumes to mount, each {name, path[, read_only]}.
+    #[serde(default)]
+    pub volumes: Vec<crate::schema::volumes::VolumeParam>,
 }
 
 /// How a command ended and what it printed.
@@ -247,6 +250,10 @@ pub struct RunParams {
     /// the guest as host.microagent.internal:PORT).
     #[serde(default)]
     pub allow: Vec<workspace::network::AllowEntry>,
+    /// Named volumes to mount, each {name, path[, read_only]}: the one-shot
+    /// workspace is deleted, what it wrote to a read-write volume stays.
+    #[serde(default)]
+    pub volumes: Vec<crate::schema::volumes::VolumeParam>,
 }
 
 /// `run`'s result.

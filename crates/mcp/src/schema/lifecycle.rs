@@ -82,6 +82,10 @@ pub struct CreateParams {
     /// unless the server was started with --allow-public-ports).
     #[serde(default)]
     pub ports: Vec<workspace::store::ports::PortMapping>,
+    /// Named volumes to mount (at most 4): each {name, path[, read_only]}.
+    /// A read-write volume held by another running workspace is CONFLICT.
+    #[serde(default)]
+    pub volumes: Vec<crate::schema::volumes::VolumeParam>,
 }
 
 /// Inputs that only name a workspace.

@@ -23,6 +23,7 @@ pub mod networks;
 pub mod ports;
 pub mod processes;
 pub mod snapshots;
+pub mod volumes;
 
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -174,11 +174,13 @@ impl MicroagentServer {
         let vcpus = vcpus(p.vcpus, defaults::VCPUS)?;
         let mem_mib = p.mem_mib;
         let (egress, allow) = (p.egress, p.allow.clone());
+        let volumes = crate::schema::volumes::mounts(&p.volumes);
         let spec = self
             .blocking(move |ws| {
                 let mut spec = ws.code_workspace_spec(language, vcpus, mem_mib)?;
                 spec.egress = egress;
                 spec.allow = allow;
+                spec.volumes = volumes;
                 Ok(spec)
             })
             .await?;

@@ -152,6 +152,7 @@ impl MicroagentServer {
             ports: p.ports,
             egress: p.egress,
             allow: p.allow,
+            volumes: crate::schema::volumes::mounts(&p.volumes),
             ..WorkspaceSpec::default()
         };
         let meta = self

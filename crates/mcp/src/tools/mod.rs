@@ -4,7 +4,7 @@
 //! run_code), [`processes`] (background processes), [`files`] (read, write, list, copy in and out), [`file_ops`] (stat,
 //! mkdir, remove, move, edit, find), [`info`]
 //! (images, doctor, contract, cost), [`snapshots`] (take, list, get,
-//! delete, restore, fork). Every tool calls the workspace library;
+//! delete, restore, fork), [`volumes`] (create, list, inspect, delete). Every tool calls the workspace library;
 //! this module holds what they share: argument checks, and running the
 //! library's blocking calls off the async runtime.
 
@@ -20,6 +20,7 @@ pub mod ports;
 pub mod processes;
 pub mod run;
 pub mod snapshots;
+pub mod volumes;
 
 use std::time::Duration;
 

@@ -84,6 +84,7 @@ impl MicroagentServer {
                 .unwrap_or_else(|| workspace::store::name::DEFAULT_NETWORK.into()),
             egress: p.egress,
             allow: p.allow.clone(),
+            volumes: crate::schema::volumes::mounts(&p.volumes),
             ..WorkspaceSpec::default()
         };
         spec.validate()?;

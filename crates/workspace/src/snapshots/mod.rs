@@ -16,8 +16,10 @@ use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
 use crate::store::spec::WorkspaceSpec;
+use crate::store::volume_mounts::VolumeMount;
 use crate::store::workspace_dir::WorkspaceDir;
 pub(crate) use crate::vmm::seal::WORKSPACE_DISK;
+use crate::volumes::VolumeStore;
 /// A disk copy in progress, in the workspace's directory.
 const DISK_COPY_TMP: &str = ".disk.copy.tmp";
 
@@ -66,15 +68,53 @@ pub(crate) fn allocated_bytes(dir: &Path) -> u64 {
 /// directory `dir`, through a temporary file: a failed copy leaves the old
 /// disk whole.
 pub(crate) fn copy_snapshot_disk(dir: &Path, ws: &WorkspaceDir) -> Result<()> {
+    copy_from_snapshot(dir, WORKSPACE_DISK, ws, &ws.disk())
+}
+
+/// Copies disk `index` of the snapshot in `dir` over `to`, through a
+/// temporary file in `ws`: a failed copy leaves `to` whole.
+fn copy_from_snapshot(dir: &Path, index: usize, ws: &WorkspaceDir, to: &Path) -> Result<()> {
     let tmp = ws.path().join(DISK_COPY_TMP);
     let _ = std::fs::remove_file(&tmp);
-    copy_disk(&SnapshotFiles::new(dir).disk(WORKSPACE_DISK), &tmp)
-        .and_then(|_| std::fs::rename(&tmp, ws.disk()))
+    copy_disk(&SnapshotFiles::new(dir).disk(index), &tmp)
+        .and_then(|_| std::fs::rename(&tmp, to))
         .map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             Error::host_io(format!(
-                "copying the snapshot's disk to {}",
-                ws.disk().display()
+                "copying the snapshot's disk {index} to {}",
+                to.display()
             ))(e)
         })
+}
+
+/// The snapshot's index of the disk in volume slot `slot` (after the
+/// image's root and the workspace's own disk).
+pub(crate) fn volume_disk_index(slot: usize) -> usize {
+    WORKSPACE_DISK + 1 + slot
+}
+
+/// Puts the read-write volumes of `volumes` back as the snapshot in `dir`
+/// has them: into the workspace's own copies with `own_copies` (a fork,
+/// whose mounts then say so), else over the disks they are on now (a
+/// restore in place). Read-only volumes are not in a snapshot.
+pub(crate) fn copy_snapshot_volumes(
+    dir: &Path,
+    ws: &WorkspaceDir,
+    volumes: &mut [VolumeMount],
+    store: &VolumeStore,
+    own_copies: bool,
+) -> Result<()> {
+    for (slot, mount) in volumes.iter_mut().enumerate() {
+        if mount.read_only {
+            continue;
+        }
+        let to = if own_copies {
+            ws.volume_copy(slot)
+        } else {
+            store.mount_disk(ws, slot, mount)?
+        };
+        copy_from_snapshot(dir, volume_disk_index(slot), ws, &to)?;
+        mount.own_copy |= own_copies;
+    }
+    Ok(())
 }

@@ -8,7 +8,10 @@ use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
 use crate::host::settings::now_ms;
-use crate::snapshots::{allocated_bytes, copy_snapshot_disk, SnapshotInfo, WORKSPACE_DISK};
+use crate::snapshots::{
+    allocated_bytes, copy_snapshot_disk, copy_snapshot_volumes, volume_disk_index, SnapshotInfo,
+    WORKSPACE_DISK,
+};
 use crate::store::events::EventKind;
 use crate::store::name::validate_name;
 use crate::store::spec::{Meta, WorkspaceSpec};
@@ -91,11 +94,22 @@ impl Workspaces {
                 Ok((true, paused_us as f64 / 1000.0))
             }
             State::Stopped | State::Crashed => {
-                let to = SnapshotFiles::new(dir).disk(WORKSPACE_DISK);
-                copy_disk(&ws.disk(), &to).map_err(Error::host_io(format!(
-                    "copying the disk to {}",
-                    to.display()
-                )))?;
+                let files = SnapshotFiles::new(dir);
+                let mut disks = vec![(WORKSPACE_DISK, ws.disk())];
+                let store = self.volumes();
+                for (slot, m) in meta.spec.volumes.iter().enumerate() {
+                    if !m.read_only {
+                        disks.push((volume_disk_index(slot), store.mount_disk(&ws, slot, m)?));
+                    }
+                }
+                for (index, from) in disks {
+                    let to = files.disk(index);
+                    copy_disk(&from, &to).map_err(Error::host_io(format!(
+                        "copying {} to {}",
+                        from.display(),
+                        to.display()
+                    )))?;
+                }
                 Ok((false, 0.0))
             }
             state => Err(Error::WrongState {
@@ -305,10 +319,15 @@ impl Workspaces {
             self.at(target).halt()?;
         }
         let ws = self.dir(target)?;
+        // Its read-write volumes go back to the snapshot's instant too:
+        // none may be another running workspace's now.
+        self.check_volumes(target, &meta.spec.volumes)?;
         {
             let _lock = self.state_dir().lock_workspace(target)?;
             let dir = self.snapshot_dir(name)?;
             copy_snapshot_disk(&dir, &ws)?;
+            let mut volumes = meta.spec.volumes.clone();
+            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes(), false)?;
             ws.events().append(EventKind::Restored {
                 snapshot: name.to_owned(),
             })?;
@@ -415,10 +434,14 @@ impl Workspaces {
                 (None, None) => return Err(Error::WorkspaceNotFound(source.to_owned())),
             };
             copy_snapshot_disk(&dir, &ws)?;
+            // Read-write volumes: the fork's own copies, as at the snapshot.
+            let mut volumes = spec.volumes.clone();
+            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes(), true)?;
             // Host ports belong to one workspace: a fork publishes none; on
             // a tap network it takes an address of its own.
             let (_network, spec) = self.place_on_network(WorkspaceSpec {
                 ports: Vec::new(),
+                volumes,
                 ..spec
             })?;
             let meta = Meta {

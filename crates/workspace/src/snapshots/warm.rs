@@ -122,6 +122,7 @@ impl Workspaces {
                 image.boot_args.as_deref().unwrap_or_default()
             ),
             format!("network {addressing}"),
+            format!("volume slots {}", crate::store::volume_mounts::VOLUME_SLOTS),
             key.clone(),
         ];
         let fingerprint = format!("{:x}", Sha256::digest(inputs.join("\n")));
@@ -211,6 +212,11 @@ impl Workspaces {
             Err(why) => {
                 if let Some(reason) = why {
                     self.discard_warm(&key, &meta.name, &reason);
+                }
+                // A warm snapshot has its volume slots empty: a boot with
+                // volumes keeps none.
+                if !meta.spec.volumes.is_empty() {
+                    return Ok(boot);
                 }
                 sweep_stale_pending(&self.warm_root());
                 let pending = self

@@ -17,6 +17,9 @@ pub enum SpecError {
     /// A published port, or the set of them.
     #[error(transparent)]
     Ports(#[from] PortError),
+    /// A volume mount, or the set of them.
+    #[error(transparent)]
+    Volumes(#[from] crate::store::volume_mounts::VolumeMountError),
     /// The workspace has a VMM and the delete was not forced.
     #[error("workspace `{name}` is {state}: {DELETE_NEEDS_FORCE}")]
     DeleteRunning {
@@ -34,6 +37,7 @@ impl SpecError {
         match self {
             SpecError::Invalid(_) => ErrorCode::InvalidInput,
             SpecError::Ports(e) => e.code(),
+            SpecError::Volumes(_) => ErrorCode::InvalidInput,
             SpecError::DeleteRunning { .. } => ErrorCode::Conflict,
         }
     }

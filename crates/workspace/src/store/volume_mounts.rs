@@ -6,7 +6,10 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::store::spec::SpecError;
+/// Why a volume mount, or a workspace's set of them, is refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct VolumeMountError(String);
 
 /// Most volumes one workspace mounts (the machine's volume slots).
 pub const VOLUME_SLOTS: usize = 4;
@@ -40,9 +43,9 @@ pub struct VolumeMount {
 
 impl VolumeMount {
     /// Parses `NAME:/guest/path`, `NAME:/guest/path:ro` or `...:rw`.
-    pub fn parse(text: &str) -> Result<Self, SpecError> {
+    pub fn parse(text: &str) -> Result<Self, VolumeMountError> {
         let bad = || {
-            SpecError::Invalid(format!(
+            VolumeMountError(format!(
                 "volume {text:?}: use NAME:/guest/path or NAME:/guest/path:ro"
             ))
         };
@@ -63,11 +66,11 @@ impl VolumeMount {
     }
 
     /// Checks the name's form and the guest path.
-    pub fn validate(&self) -> Result<(), SpecError> {
+    pub fn validate(&self) -> Result<(), VolumeMountError> {
         crate::store::name::validate_name(&self.name)
-            .map_err(|e| SpecError::Invalid(format!("volume name `{}`: {e}", self.name)))?;
+            .map_err(|e| VolumeMountError(format!("volume name `{}`: {e}", self.name)))?;
         let bad = |why: &str| {
-            Err(SpecError::Invalid(format!(
+            Err(VolumeMountError(format!(
                 "volume `{}` guest path {:?}: {why}",
                 self.name, self.path
             )))
@@ -104,9 +107,9 @@ impl VolumeMount {
 
 /// Checks a workspace's set: at most [`VOLUME_SLOTS`], each valid, no
 /// volume or guest path twice, no path inside another.
-pub fn validate(mounts: &[VolumeMount]) -> Result<(), SpecError> {
+pub fn validate(mounts: &[VolumeMount]) -> Result<(), VolumeMountError> {
     if mounts.len() > VOLUME_SLOTS {
-        return Err(SpecError::Invalid(format!(
+        return Err(VolumeMountError(format!(
             "{} volumes; a workspace mounts at most {VOLUME_SLOTS}",
             mounts.len()
         )));
@@ -115,7 +118,7 @@ pub fn validate(mounts: &[VolumeMount]) -> Result<(), SpecError> {
         m.validate()?;
         for other in &mounts[..i] {
             if other.name == m.name {
-                return Err(SpecError::Invalid(format!(
+                return Err(VolumeMountError(format!(
                     "volume `{}` is named twice; mount it once",
                     m.name
                 )));
@@ -125,7 +128,7 @@ pub fn validate(mounts: &[VolumeMount]) -> Result<(), SpecError> {
                 inner == outer || inner.starts_with(&format!("{outer}/"))
             };
             if nested(a, b) || nested(b, a) {
-                return Err(SpecError::Invalid(format!(
+                return Err(VolumeMountError(format!(
                     "volumes `{}` and `{}` are mounted on {a} and {b}; use separate directories",
                     other.name, m.name
                 )));
@@ -142,7 +145,10 @@ mod tests {
     #[test]
     fn parses_name_path_and_mode() {
         let m = VolumeMount::parse("cache:/data").unwrap();
-        assert_eq!((m.name.as_str(), m.path.as_str(), m.read_only), ("cache", "/data", false));
+        assert_eq!(
+            (m.name.as_str(), m.path.as_str(), m.read_only),
+            ("cache", "/data", false)
+        );
         assert!(VolumeMount::parse("cache:/data:ro").unwrap().read_only);
         assert!(!VolumeMount::parse("cache:/data:rw").unwrap().read_only);
         for bad in [

@@ -101,6 +101,17 @@ impl WorkspaceDir {
         self.dir.join(DISK_FILE)
     }
 
+    /// Its own copy of the volume in slot `slot` (a fork's, made from
+    /// the snapshot it was forked from).
+    pub fn volume_copy(&self, slot: usize) -> PathBuf {
+        self.dir.join(format!("volume-{slot}.ext4"))
+    }
+
+    /// The empty file behind volume slots no volume fills.
+    pub fn empty_slot(&self) -> PathBuf {
+        self.dir.join("empty-slot.disk")
+    }
+
     /// The hybrid vsock socket.
     pub fn vsock(&self) -> PathBuf {
         self.dir.join(VSOCK_SOCKET)

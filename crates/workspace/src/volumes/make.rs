@@ -258,7 +258,11 @@ fn write_tar(files: &Path, out: std::fs::File) -> Result<u64, VolumeError> {
                 }
             }
         }
-        builder.into_inner()?.into_inner().map_err(|e| e.into_error())?.sync_all()
+        builder
+            .into_inner()?
+            .into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()
     })();
     result.map_err(failed)?;
     Ok(entries)

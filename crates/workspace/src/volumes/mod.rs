@@ -14,6 +14,8 @@ use crate::code::ErrorCode;
 use crate::host::settings::{now_ms, unique_id};
 use crate::remedy::Remedy;
 use crate::store::name::{validate_name, NameError};
+use crate::store::volume_mounts::VolumeMount;
+use crate::store::workspace_dir::WorkspaceDir;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
 
 pub use make::VolumeSource;
@@ -277,7 +279,11 @@ impl VolumeStore {
         let entries = match std::fs::read_dir(&self.root) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(VolumeError::io(format!("reading {}", self.root.display()))(e)),
+            Err(e) => {
+                return Err(VolumeError::io(format!("reading {}", self.root.display()))(
+                    e,
+                ))
+            }
         };
         let mut out: Vec<VolumeInfo> = entries
             .flatten()
@@ -323,6 +329,24 @@ impl VolumeStore {
             bytes,
             entries,
         })
+    }
+
+    /// The disk behind `mount`, in slot `slot` of workspace `ws`: its own
+    /// copy when it has one, else the named volume's.
+    pub fn mount_disk(
+        &self,
+        ws: &WorkspaceDir,
+        slot: usize,
+        mount: &VolumeMount,
+    ) -> Result<PathBuf, VolumeError> {
+        if mount.own_copy {
+            return Ok(ws.volume_copy(slot));
+        }
+        let disk = self.disk(&mount.name)?;
+        if !disk.exists() {
+            return Err(VolumeError::NotFound(mount.name.clone()));
+        }
+        Ok(disk)
     }
 
     /// Host bytes all volumes take.

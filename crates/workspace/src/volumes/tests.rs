@@ -1,3 +1,6 @@
+//! Volumes made for real with mkfs.ext4 and debugfs: empty, from a
+//! directory, from a tar, exported, refused while mounted.
+
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
@@ -48,11 +51,17 @@ fn an_empty_volume_is_sparse_and_owned_by_the_guest_user() {
     assert!(stat(&store, "cache", "/").contains("User:  1000   Group:  1000"));
     assert_eq!(store.list().unwrap().len(), 1);
     // The name is taken; a bad name or size changes nothing.
-    let again = store.create("cache", None, &VolumeSource::Empty).unwrap_err();
+    let again = store
+        .create("cache", None, &VolumeSource::Empty)
+        .unwrap_err();
     assert_eq!(again.code(), ErrorCode::Conflict);
-    let bad = store.create("Cache", None, &VolumeSource::Empty).unwrap_err();
+    let bad = store
+        .create("Cache", None, &VolumeSource::Empty)
+        .unwrap_err();
     assert_eq!(bad.code(), ErrorCode::InvalidInput);
-    let small = store.create("tiny", Some(1), &VolumeSource::Empty).unwrap_err();
+    let small = store
+        .create("tiny", Some(1), &VolumeSource::Empty)
+        .unwrap_err();
     assert_eq!(small.code(), ErrorCode::InvalidInput);
     assert_eq!(store.list().unwrap().len(), 1);
 }
@@ -69,7 +78,10 @@ fn a_directory_becomes_the_guest_users_files_with_their_modes() {
     let v = store
         .create("data", Some(32), &VolumeSource::Dir(src.clone()))
         .unwrap();
-    assert_eq!(v.source.as_deref(), Some(format!("dir {}", src.display()).as_str()));
+    assert_eq!(
+        v.source.as_deref(),
+        Some(format!("dir {}", src.display()).as_str())
+    );
     let run = stat(&store, "data", "/run.sh");
     assert!(run.contains("User:  1000   Group:  1000"), "{run}");
     assert!(run.contains("Mode:  0750"), "{run}");
@@ -80,7 +92,11 @@ fn a_directory_becomes_the_guest_users_files_with_their_modes() {
     let export = store.export("data", &tar_path).unwrap();
     assert_eq!(export.entries, 4, "{export:?}");
     let again = store.export("data", &tar_path).unwrap_err();
-    assert_eq!(again.code(), ErrorCode::InvalidInput, "an existing file is kept");
+    assert_eq!(
+        again.code(),
+        ErrorCode::InvalidInput,
+        "an existing file is kept"
+    );
     let copy = store
         .create("copy", None, &VolumeSource::Tar(tar_path))
         .unwrap();
@@ -103,10 +119,15 @@ fn a_directory_becomes_the_guest_users_files_with_their_modes() {
 #[test]
 fn a_mounted_volume_is_not_removed() {
     let Some((_s, store)) = scratch() else { return };
-    store.create("keep", Some(16), &VolumeSource::Empty).unwrap();
+    store
+        .create("keep", Some(16), &VolumeSource::Empty)
+        .unwrap();
     let err = store.remove("keep", vec!["ws".into()]).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Conflict);
-    assert!(matches!(err.remedy(), Some(Remedy::DeleteWorkspacesFirst { .. })));
+    assert!(matches!(
+        err.remedy(),
+        Some(Remedy::DeleteWorkspacesFirst { .. })
+    ));
     assert!(store.get("keep").is_ok());
     store.remove("keep", Vec::new()).unwrap();
     assert_eq!(store.get("keep").unwrap_err().code(), ErrorCode::NotFound);

@@ -219,6 +219,7 @@ impl Workspaces {
         self.check_budget_disk()?;
         ws.check_socket_paths()?;
         crate::store::ports::check_free(&spec.ports)?;
+        self.check_volumes(name, &spec.volumes)?;
         let image: ImageInfo = self.images.get(&spec.image)?;
         let (_network, spec) = self.place_on_network(spec)?;
         let lock = self.lock(name)?;

@@ -1,6 +1,6 @@
 //! The collection of workspaces (`manager`) and how it is opened
 //! (`builder`), their life cycle (`lifecycle`), the host budget a start
-//! checks (`budget`), published ports (`ports`), the runtime contract
+//! checks (`budget`), published ports (`ports`), named volumes (`volumes`), the runtime contract
 //! (`contract`) and the one-shot use case (`one_shot`).
 
 pub(crate) mod budget;
@@ -12,3 +12,4 @@ pub(crate) mod lifecycle;
 pub(crate) mod manager;
 pub(crate) mod one_shot;
 pub(crate) mod ports;
+pub(crate) mod volumes;

@@ -1,0 +1,83 @@
+//! What the VMM asks of the guest once its agent answers: a restored
+//! guest's fresh identity, and the named volumes it mounts; and the
+//! largest disk the process may write (a snapshot copies each writable
+//! volume).
+
+use std::time::Duration;
+
+use guest_agent::protocol::VolumeToMount;
+use workspace::store::spec::WorkspaceSpec;
+use workspace::store::workspace_dir::WorkspaceDir;
+use workspace::store::StateDir;
+use workspace::volumes::VolumeStore;
+
+/// How long one call to the agent may wait for each read or write.
+pub(crate) const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the guest may take to mount them (a disk attached at a
+/// restore shows its size within moments).
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the guest mounts, in slot order.
+pub(crate) fn to_mount(spec: &WorkspaceSpec) -> Vec<VolumeToMount> {
+    spec.volumes
+        .iter()
+        .map(|m| VolumeToMount {
+            serial: m.serial(),
+            path: m.path.clone(),
+            read_only: m.read_only,
+        })
+        .collect()
+}
+
+/// Asks the guest to mount `volumes`; the error says why it did not.
+pub(crate) fn mount(ws: &WorkspaceDir, volumes: &[VolumeToMount]) -> Result<(), String> {
+    if volumes.is_empty() {
+        return Ok(());
+    }
+    ws.agent_blocking(MOUNT_TIMEOUT)
+        .and_then(|agent| agent.mount_volumes(volumes.to_vec()))
+        .map_err(|e| workspace::error_chain(&e))
+}
+
+/// The largest of the workspace's writable disks, MiB: its own, and each
+/// read-write volume's.
+pub(crate) fn largest_disk_mib(state: &StateDir, ws: &WorkspaceDir, spec: &WorkspaceSpec) -> u64 {
+    let store = VolumeStore::new(state);
+    spec.volumes
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| !m.read_only)
+        .filter_map(|(slot, m)| store.mount_disk(ws, slot, m).ok())
+        .filter_map(|disk| std::fs::metadata(disk).ok())
+        .map(|meta| meta.len().div_ceil(1 << 20))
+        .fold(spec.disk_mib, u64::max)
+}
+
+/// A restored guest takes this workspace's name as its hostname, fresh
+/// host randomness and the host's clock, so forks of one snapshot differ.
+pub(crate) fn give_identity(ws: &WorkspaceDir, net: Option<&workspace::network::Addressing>) {
+    let mut entropy = [0u8; 64];
+    // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
+    let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
+    if got != entropy.len() as isize {
+        tracing::error!("no host randomness for the restored guest");
+        return;
+    }
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let given = ws.agent_blocking(AGENT_CALL_TIMEOUT).and_then(|agent| {
+        let network = net.map(|a| {
+            (
+                workspace::network::net_setting(a),
+                workspace::network::mac_for(ws.name()),
+            )
+        });
+        agent.restored(ws.name(), &entropy, now_ns, network)
+    });
+    match given {
+        Ok(()) => tracing::info!("restored guest took its identity"),
+        Err(e) => tracing::error!(error = %e, "the restored guest did not take its identity"),
+    }
+}

@@ -1,0 +1,148 @@
+//! Volumes as workspaces use them: who mounts each, the rule a start
+//! checks (read-write to one running workspace, read-only to any number),
+//! and the operations front ends call, which add the holders to what the
+//! volume store knows.
+
+use std::path::Path;
+
+use super::manager::{ListFilter, Workspaces};
+use crate::store::spec::Meta;
+use crate::store::volume_mounts::VolumeMount;
+use crate::volumes::{VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore};
+use crate::{Error, Result};
+
+impl Workspaces {
+    /// The volumes of this state directory.
+    pub fn volumes(&self) -> VolumeStore {
+        VolumeStore::new(&self.state)
+    }
+
+    /// Every workspace's volume mounts, with whether its VMM runs.
+    fn volume_mounts(&self) -> Result<Vec<(Meta, VolumeMount)>> {
+        Ok(self
+            .list(&ListFilter::default())?
+            .into_iter()
+            .flat_map(|meta| {
+                let mounts = meta.spec.volumes.clone();
+                mounts.into_iter().map(move |m| (meta.clone(), m))
+            })
+            .filter(|(_, m)| !m.own_copy)
+            .collect())
+    }
+
+    /// The workspaces that mount volume `name`.
+    pub fn volume_holders(&self, name: &str) -> Result<Vec<VolumeHolder>> {
+        Ok(self
+            .volume_mounts()?
+            .into_iter()
+            .filter(|(_, m)| m.name == name)
+            .map(|(meta, m)| VolumeHolder {
+                workspace: meta.name,
+                path: m.path,
+                read_only: m.read_only,
+                active: meta.state.has_vmm(),
+            })
+            .collect())
+    }
+
+    /// Volume `name` with its holders.
+    pub fn inspect_volume(&self, name: &str) -> Result<VolumeInfo> {
+        let mut info = self.volumes().get(name)?;
+        info.holders = self.volume_holders(name)?;
+        Ok(info)
+    }
+
+    /// Every volume with its holders, by name.
+    pub fn list_volumes(&self) -> Result<Vec<VolumeInfo>> {
+        let mounts = self.volume_mounts()?;
+        let mut out = self.volumes().list()?;
+        for info in &mut out {
+            info.holders = mounts
+                .iter()
+                .filter(|(_, m)| m.name == info.name)
+                .map(|(meta, m)| VolumeHolder {
+                    workspace: meta.name.clone(),
+                    path: m.path.clone(),
+                    read_only: m.read_only,
+                    active: meta.state.has_vmm(),
+                })
+                .collect();
+        }
+        Ok(out)
+    }
+
+    /// Makes volume `name` (see [`VolumeStore::create`]) when the host
+    /// budget leaves room.
+    pub fn create_volume(
+        &self,
+        name: &str,
+        size_mib: Option<u64>,
+        source: &VolumeSource,
+    ) -> Result<VolumeInfo> {
+        self.check_budget_disk()?;
+        Ok(self.volumes().create(name, size_mib, source)?)
+    }
+
+    /// Removes volume `name` unless a workspace mounts it (CONFLICT naming
+    /// them); with `preview` it only checks. Returns what goes.
+    pub fn delete_volume(&self, name: &str, preview: bool) -> Result<VolumeInfo> {
+        let info = self.inspect_volume(name)?;
+        let holders: Vec<String> = info.holders.iter().map(|h| h.workspace.clone()).collect();
+        if preview && holders.is_empty() {
+            return Ok(info);
+        }
+        self.volumes().remove(name, holders)?;
+        Ok(info)
+    }
+
+    /// Writes volume `name`'s files to the new tar file `to`, unless a
+    /// running workspace may be writing it.
+    pub fn export_volume(&self, name: &str, to: &Path) -> Result<VolumeExport> {
+        if let Some(h) = self
+            .volume_holders(name)?
+            .into_iter()
+            .find(|h| h.active && !h.read_only)
+        {
+            return Err(Error::VolumeHeld {
+                volume: name.to_owned(),
+                holder: h.workspace,
+                mode: "read-write",
+            });
+        }
+        Ok(self.volumes().export(name, to)?)
+    }
+
+    /// Checks that `mounts` exist and that `name` may take them now: a
+    /// read-write volume no other running workspace mounts, a read-only
+    /// one no other running workspace mounts read-write.
+    pub(crate) fn check_volumes(&self, name: &str, mounts: &[VolumeMount]) -> Result<()> {
+        let volumes = self.volumes();
+        let wanted: Vec<&VolumeMount> = mounts.iter().filter(|m| !m.own_copy).collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        for m in &wanted {
+            volumes.get(&m.name)?;
+        }
+        for (meta, held) in self.volume_mounts()? {
+            if meta.name == name || !meta.state.has_vmm() {
+                continue;
+            }
+            let clash = wanted
+                .iter()
+                .any(|m| m.name == held.name && !(m.read_only && held.read_only));
+            if clash {
+                return Err(Error::VolumeHeld {
+                    volume: held.name,
+                    holder: meta.name,
+                    mode: if held.read_only {
+                        "read-only"
+                    } else {
+                        "read-write"
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+}
