@@ -219,7 +219,11 @@ impl Workspaces {
         self.check_budget_disk()?;
         ws.check_socket_paths()?;
         crate::store::ports::check_free(&spec.ports)?;
-        self.check_volumes(name, &spec.volumes)?;
+        // Held or not, they must exist; who runs with them is the start's
+        // concern.
+        for m in spec.volumes.iter().filter(|m| !m.own_copy) {
+            self.volumes().get(&m.name)?;
+        }
         let image: ImageInfo = self.images.get(&spec.image)?;
         let (_network, spec) = self.place_on_network(spec)?;
         let lock = self.lock(name)?;
