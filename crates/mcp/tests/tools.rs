@@ -9,7 +9,7 @@ use common::McpHarness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
 
-const TOOLS: [&str; 57] = [
+const TOOLS: [&str; 61] = [
     "contract",
     "copy_in",
     "copy_out",
@@ -53,6 +53,10 @@ const TOOLS: [&str; 57] = [
     "snapshot_list",
     "snapshot_restore",
     "snapshot_take",
+    "volume_create",
+    "volume_delete",
+    "volume_inspect",
+    "volume_list",
     "workspace_create",
     "workspace_delete",
     "workspace_events",
@@ -69,7 +73,7 @@ const TOOLS: [&str; 57] = [
     "workspace_stop",
 ];
 
-const READ_ONLY: [&str; 23] = [
+const READ_ONLY: [&str; 25] = [
     "contract",
     "estimate_cost",
     "file_find",
@@ -88,6 +92,8 @@ const READ_ONLY: [&str; 23] = [
     "process_wait",
     "snapshot_get",
     "snapshot_list",
+    "volume_inspect",
+    "volume_list",
     "workspace_events",
     "workspace_inspect",
     "workspace_list",
@@ -95,7 +101,7 @@ const READ_ONLY: [&str; 23] = [
     "workspace_metrics",
 ];
 
-const WITH_PREVIEW: [&str; 11] = [
+const WITH_PREVIEW: [&str; 12] = [
     "copy_in",
     "copy_out",
     "file_remove",
@@ -104,6 +110,7 @@ const WITH_PREVIEW: [&str; 11] = [
     "network_delete",
     "snapshot_delete",
     "snapshot_restore",
+    "volume_delete",
     "workspace_delete",
     "workspace_halt",
     "workspace_stop",

@@ -42,7 +42,10 @@ fn volumes_outlive_workspaces_and_forks_keep_their_instant() {
     assert_eq!(bad.error_code(), "NOT_FOUND", "{}", bad.stderr);
     let bad = cli.run(&["create", "nope", "-v", "data:/etc", "--json"]);
     assert_eq!(bad.error_code(), "INVALID_INPUT", "{}", bad.stderr);
-    assert_eq!(cli.run(&["inspect", "nope", "--json"]).error_code(), "NOT_FOUND");
+    assert_eq!(
+        cli.run(&["inspect", "nope", "--json"]).error_code(),
+        "NOT_FOUND"
+    );
 
     // A plain workspace first, so the image's warm snapshot exists (a
     // first boot with volumes keeps none).
@@ -86,7 +89,10 @@ fn volumes_outlive_workspaces_and_forks_keep_their_instant() {
         cli.ok_json(&["inspect", "w2", "--json"])["state"],
         "stopped"
     );
-    assert_eq!(cli.run(&["volume", "rm", "data", "--json"]).error_code(), "CONFLICT");
+    assert_eq!(
+        cli.run(&["volume", "rm", "data", "--json"]).error_code(),
+        "CONFLICT"
+    );
     let listed = cli.ok_json(&["volume", "inspect", "data", "--json"]);
     assert_eq!(listed["holders"].as_array().unwrap().len(), 2, "{listed}");
 
