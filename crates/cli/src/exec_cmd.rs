@@ -261,10 +261,57 @@ pub struct RunArgs {
     /// Seconds to wait for the workspace to boot.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
     pub start_timeout: u64,
+    /// After the command, before the workspace goes, copy the guest files
+    /// GLOB matches into the host directory HOSTDIR (made if missing; an
+    /// existing file there is not replaced): `--output '/out/*.png:plots'`
+    /// (repeatable).
+    #[arg(long = "output", value_name = "GLOB:HOSTDIR", value_parser = parse_output)]
+    pub outputs: Vec<(String, std::path::PathBuf)>,
     #[command(flatten)]
     pub spec: SpecArgs,
     #[command(flatten)]
     pub exec: CommandArgs,
+}
+
+/// `GLOB:HOSTDIR`: the guest pattern is absolute and up to the first `:`.
+fn parse_output(text: &str) -> Result<(String, std::path::PathBuf), String> {
+    let (glob, dir) = text
+        .split_once(':')
+        .filter(|(g, d)| !g.is_empty() && !d.is_empty())
+        .ok_or_else(|| format!("{text:?}: use GLOB:HOSTDIR, e.g. '/out/*.png:plots'"))?;
+    workspace::guest::check_patterns(&[glob.to_owned()]).map_err(|e| e.to_string())?;
+    Ok((glob.to_owned(), dir.into()))
+}
+
+/// Copies what each `--output` pattern matches in `name` into its host
+/// directory (through the checked host writer), saying so on stderr.
+async fn copy_outputs(
+    ws: &Workspaces,
+    name: &str,
+    outputs: &[(String, std::path::PathBuf)],
+) -> Result<(), Error> {
+    for (pattern, dir) in outputs {
+        let matched = ws
+            .workspace(name)?
+            .match_outputs(std::slice::from_ref(pattern))
+            .await?;
+        if matched.files.is_empty() {
+            eprintln!("microagent: --output {pattern} matched no file");
+            continue;
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(Error::host_io(format!("creating {}", dir.display())))?;
+        for file in &matched.files {
+            let base = std::path::Path::new(&file.path)
+                .file_name()
+                .map(std::path::PathBuf::from)
+                .unwrap_or_default();
+            let to = dir.join(base);
+            ws.workspace(name)?.copy_out(&file.path, &to).await?;
+            eprintln!("microagent: copied {} to {}", file.path, to.display());
+        }
+    }
+    Ok(())
 }
 
 pub async fn run(ws: &Workspaces, args: &RunArgs, json: bool) -> Result<ExitCode, Error> {
@@ -287,7 +334,13 @@ pub async fn run(ws: &Workspaces, args: &RunArgs, json: bool) -> Result<ExitCode
                 }
             },
             // The workspace's env (from --env) already applies to every command.
-            |name| async move { exec_in(ws, &name, &args.exec, &[], json).await },
+            |name| async move {
+                let ran = exec_in(ws, &name, &args.exec, &[], json).await?;
+                if matches!(ran, Ran::Exited(_)) {
+                    copy_outputs(ws, &name, &args.outputs).await?;
+                }
+                Ok(ran)
+            },
         )
         .await?;
     let name = end.workspace;

@@ -67,8 +67,22 @@ pub enum ImageCommand {
         /// A host file or directory to copy in first: SRC:DST (repeat for more).
         #[arg(long = "copy", value_name = "SRC:DST")]
         copy: Vec<String>,
+        /// What the image is (one line), for `image search`.
+        #[arg(long)]
+        description: Option<String>,
         #[command(flatten)]
         flags: crate::plan_out::ConfirmFlags,
+    },
+    /// Find images by name or description: the ones here (and the
+    /// built-in ones not built yet), and the repositories of registries
+    /// that list theirs (config.json `search_registries`, and --registry)
+    Search {
+        /// Text to look for (any case; empty lists everything).
+        #[arg(default_value = "")]
+        query: String,
+        /// A registry to search too: host or host:port (repeatable).
+        #[arg(long = "registry", value_name = "HOST[:PORT]")]
+        registries: Vec<String>,
     },
     /// Remove an image (refused while a workspace uses it).
     Rm {
@@ -80,16 +94,48 @@ pub enum ImageCommand {
 pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<ExitCode, Error> {
     let images = ws.images();
     match cmd {
+        ImageCommand::Search { query, registries } => {
+            let found = ws.search_images(query, registries).await?;
+            if json {
+                output::json(&found);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut rows: Vec<Vec<String>> = found
+                .local
+                .iter()
+                .map(|i| {
+                    let place = if i.registered {
+                        "here"
+                    } else {
+                        "built-in (not built yet)"
+                    };
+                    let about = i.description.clone().unwrap_or_default();
+                    vec![i.name.clone(), place.into(), about]
+                })
+                .collect();
+            rows.extend(found.remote.iter().map(|r| {
+                let place = format!("registry {}", r.registry);
+                vec![r.reference.clone(), place, String::new()]
+            }));
+            output::table(&["IMAGE", "WHERE", "DESCRIPTION"], &rows);
+            for p in &found.unreachable {
+                eprintln!("microagent: could not search {}: {}", p.registry, p.message);
+            }
+        }
         ImageCommand::Build {
             name,
             from,
             packages,
             run,
             copy,
+            description,
             flags,
         } => {
-            let req = build_request(name, from, packages, run, copy)?;
+            let req = build_request(name, from, packages, run, copy, description.as_deref())?;
             let mut rerun = format!("microagent image build {name} --from {from}");
+            if let Some(d) = description {
+                rerun.push_str(&format!(" --description {d:?}"));
+            }
             if !packages.is_empty() {
                 rerun.push_str(&format!(" --packages {}", packages.join(",")));
             }
@@ -303,6 +349,7 @@ fn build_request(
     packages: &[String],
     run: &[String],
     copy: &[String],
+    description: Option<&str>,
 ) -> Result<workspace::images::build::ImageBuildRequest, Error> {
     use workspace::images::build::{BuildBase, CopyStep, ImageBuildRequest};
     let from = BuildBase::parse(from).map_err(Error::from)?;
@@ -321,5 +368,6 @@ fn build_request(
             .collect(),
         run: run.to_vec(),
         copy,
+        description: description.map(str::to_owned),
     })
 }

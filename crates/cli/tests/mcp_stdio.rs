@@ -297,7 +297,7 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     let tools = listed["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     // The in-process suite (crates/mcp/tests/tools.rs) checks the list by name.
-    assert_eq!(tools.len(), 61, "{names:?}");
+    assert_eq!(tools.len(), 62, "{names:?}");
     for snapshot_tool in ["snapshot_take", "snapshot_restore", "workspace_fork"] {
         assert!(names.contains(&snapshot_tool), "{names:?}");
     }
@@ -709,11 +709,26 @@ fn run_code_in_a_one_shot_debian_workspace() {
     }
     let began = Instant::now();
     let mut s = Session::start("py");
-    // The image's unprivileged user is there too (uid 1000).
-    let code = "import pwd, sys\nprint(sum(range(10)))\nprint(sys.stdin.read().strip().upper())\nprint(pwd.getpwnam('user').pw_uid)\nsys.exit(3)";
+    // The image's unprivileged user is there too (uid 1000). The code
+    // also writes a PNG (zlib and struct, no plotting library) and a text
+    // file, which come back as content.
+    let code = r"import os, pwd, struct, sys, zlib
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+rows = b''.join(b'\x00' + bytes([255, 0, 0] * 4) for _ in range(4))
+png = b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 4, 4, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(rows)) + chunk(b'IEND', b'')
+os.makedirs('/tmp/out', exist_ok=True)
+open('/tmp/out/plot.png', 'wb').write(png)
+open('/tmp/out/notes.txt', 'w').write('done\n')
+print(sum(range(10)))
+print(sys.stdin.read().strip().upper())
+print(pwd.getpwnam('user').pw_uid)
+print(png.hex())
+sys.exit(3)";
     let id = s.call_async(
         "run_code",
-        json!({"code": code, "stdin": "abc"}),
+        json!({"code": code, "stdin": "abc",
+               "outputs": ["/tmp/out/*.png", "/tmp/out/notes.txt", "/tmp/none/*.csv"]}),
         Some("py"),
     );
     let ran = s.response(id, Duration::from_secs(600));
@@ -721,7 +736,29 @@ fn run_code_in_a_one_shot_debian_workspace() {
     assert_eq!(ran["result"]["isError"], false, "{ran}");
     assert_eq!(result["one_shot"], true);
     assert_eq!(result["exit_code"], 3, "{ran}");
-    assert_eq!(result["stdout"], "45\nABC\n1000\n", "{ran}");
+    let stdout = result["stdout"].as_str().unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[..3], ["45", "ABC", "1000"], "{ran}");
+    // The PNG as image content, byte for byte; the text inline.
+    let content = ran["result"]["content"].as_array().unwrap();
+    let image = content
+        .iter()
+        .find(|c| c["type"] == "image")
+        .unwrap_or_else(|| panic!("no image content: {ran}"));
+    assert_eq!(image["mimeType"], "image/png");
+    use base64::Engine;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(image["data"].as_str().unwrap())
+        .unwrap();
+    let hex: String = png.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, lines[3], "the PNG came back byte for byte");
+    let text = content
+        .iter()
+        .find(|c| c["type"] == "resource")
+        .unwrap_or_else(|| panic!("no embedded resource: {ran}"));
+    assert_eq!(text["resource"]["text"], "done\n", "{text}");
+    assert_eq!(result["outputs"].as_array().unwrap().len(), 2, "{result}");
+    assert_eq!(result["unmatched_outputs"], json!(["/tmp/none/*.csv"]));
     assert!(
         s.notifications
             .iter()

@@ -12,6 +12,12 @@ use serde::Serialize;
 pub trait Render {
     /// A few lines that say what happened.
     fn render(&self) -> String;
+
+    /// Content beside the text (files a command left: images, embedded
+    /// resources, links).
+    fn blocks(&self) -> Vec<ContentBlock> {
+        Vec::new()
+    }
 }
 
 /// A tool's successful output.
@@ -27,7 +33,9 @@ impl<T: Serialize + Render> Out<T> {
         let value = serde_json::to_value(&self.0).map_err(|e| {
             rmcp::ErrorData::internal_error(format!("cannot serialize the result: {e}"), None)
         })?;
-        let mut result = CallToolResult::success(vec![ContentBlock::text(self.0.render())]);
+        let mut content = vec![ContentBlock::text(self.0.render())];
+        content.extend(self.0.blocks());
+        let mut result = CallToolResult::success(content);
         result.structured_content = Some(value);
         Ok(result)
     }

@@ -139,6 +139,45 @@ async fn container_images_pull_and_import_through_mcp() {
             .map(|i| i.name)
             .collect();
     assert_eq!(names, ["minimal", "test-1", "tool-2"]);
+    // Found by the description its label gave, here and in the registry.
+    let found = h
+        .ok(
+            "image_search",
+            json!({"query": "TEAM'S TOOL", "registries": [format!("127.0.0.1:{}", registry.port)]}),
+        )
+        .await;
+    let names: Vec<&str> = found["local"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["test-1", "tool-2"], "{found}");
+    assert_eq!(found["local"][1]["description"], "a team's tool for tests");
+    let found = h
+        .ok(
+            "image_search",
+            json!({"query": "tool", "registries": [format!("127.0.0.1:{}", registry.port), "127.0.0.1:1"]}),
+        )
+        .await;
+    assert_eq!(
+        found["remote"],
+        json!([{"registry": format!("127.0.0.1:{}", registry.port), "repository": "team/tool",
+                "reference": format!("127.0.0.1:{}/team/tool", registry.port)}]),
+        "{found}"
+    );
+    assert_eq!(
+        found["unreachable"][0]["registry"], "127.0.0.1:1",
+        "{found}"
+    );
+    let builtin = h.ok("image_search", json!({"query": "debian"})).await;
+    assert_eq!(builtin["local"][0]["registered"], false, "{builtin}");
+    h.fails(
+        "image_search",
+        json!({"registries": ["http://x/y"]}),
+        "INVALID_INPUT",
+    )
+    .await;
     // Converted images boot the `minimal` image's kernel: one file, three users.
     let kernels = h.ok("kernel_list", json!({})).await;
     assert_eq!(

@@ -5,116 +5,10 @@
 mod common;
 
 use base64::Engine;
+use common::tool_lists::{READ_ONLY, TOOLS, WITH_PREVIEW};
 use common::McpHarness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
-
-const TOOLS: [&str; 61] = [
-    "contract",
-    "copy_in",
-    "copy_out",
-    "estimate_cost",
-    "file_edit",
-    "file_find",
-    "file_list",
-    "file_mkdir",
-    "file_move",
-    "file_read",
-    "file_remove",
-    "file_stat",
-    "file_write",
-    "host_doctor",
-    "host_networking_setup",
-    "image_build",
-    "image_delete",
-    "image_import",
-    "image_inspect",
-    "image_list",
-    "image_pull",
-    "kernel_install",
-    "kernel_list",
-    "network_create",
-    "network_delete",
-    "network_inspect",
-    "network_list",
-    "port_list",
-    "port_publish",
-    "port_unpublish",
-    "process_list",
-    "process_output",
-    "process_signal",
-    "process_start",
-    "process_wait",
-    "process_write_stdin",
-    "run",
-    "run_code",
-    "snapshot_delete",
-    "snapshot_get",
-    "snapshot_list",
-    "snapshot_restore",
-    "snapshot_take",
-    "volume_create",
-    "volume_delete",
-    "volume_inspect",
-    "volume_list",
-    "workspace_create",
-    "workspace_delete",
-    "workspace_events",
-    "workspace_exec",
-    "workspace_extend_ttl",
-    "workspace_fork",
-    "workspace_halt",
-    "workspace_inspect",
-    "workspace_list",
-    "workspace_logs",
-    "workspace_metrics",
-    "workspace_set_egress",
-    "workspace_start",
-    "workspace_stop",
-];
-
-const READ_ONLY: [&str; 25] = [
-    "contract",
-    "estimate_cost",
-    "file_find",
-    "file_list",
-    "file_read",
-    "file_stat",
-    "host_doctor",
-    "image_inspect",
-    "image_list",
-    "kernel_list",
-    "network_inspect",
-    "network_list",
-    "port_list",
-    "process_list",
-    "process_output",
-    "process_wait",
-    "snapshot_get",
-    "snapshot_list",
-    "volume_inspect",
-    "volume_list",
-    "workspace_events",
-    "workspace_inspect",
-    "workspace_list",
-    "workspace_logs",
-    "workspace_metrics",
-];
-
-const WITH_PREVIEW: [&str; 12] = [
-    "copy_in",
-    "copy_out",
-    "file_remove",
-    "file_write",
-    "image_delete",
-    "network_delete",
-    "snapshot_delete",
-    "snapshot_restore",
-    "volume_delete",
-    "workspace_delete",
-    "workspace_halt",
-    "workspace_stop",
-];
 
 /// The formats JSON Schema (2020-12) defines.
 const STANDARD_FORMATS: [&str; 17] = [
@@ -198,7 +92,13 @@ async fn lists_every_tool_with_schemas_and_honest_annotations() {
         assert!(a.title.is_some(), "{name} title");
         // Only a pull (a registry), a kernel install and an image build
         // (Debian's package mirrors) reach past this machine.
-        let open_world = ["image_pull", "kernel_install", "image_build"].contains(&name);
+        let open_world = [
+            "image_pull",
+            "image_search",
+            "kernel_install",
+            "image_build",
+        ]
+        .contains(&name);
         assert_eq!(a.open_world_hint, Some(open_world), "{name}");
         assert_eq!(
             a.read_only_hint,

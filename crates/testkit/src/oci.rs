@@ -232,7 +232,8 @@ pub fn write_layout(layout: &Path) {
             "Env": ["PATH=/bin", "GREETING=hello from the image"],
             "WorkingDir": "/srv/app",
             "User": "app",
-            "Cmd": ["sh"]
+            "Cmd": ["sh"],
+            "Labels": {"org.opencontainers.image.description": "a team's tool for tests"}
         }),
         0,
     );

@@ -136,6 +136,10 @@ pub enum Error {
     /// The account VMMs run as could not be found or given their files.
     #[error(transparent)]
     VmmUser(#[from] crate::vmm::user::VmmUserError),
+    /// An image search could not be made.
+    #[cfg(feature = "client")]
+    #[error(transparent)]
+    Search(#[from] crate::images::search::SearchError),
     /// A volume operation failed.
     #[error(transparent)]
     Volume(#[from] crate::volumes::VolumeError),
@@ -258,6 +262,8 @@ impl Error {
             Error::Budget(e) => e.code(),
             Error::VmmUser(e) => e.code(),
             Error::Volume(e) => e.code(),
+            #[cfg(feature = "client")]
+            Error::Search(e) => e.code(),
             Error::VolumeHeld { .. } => ErrorCode::Conflict,
             Error::Agent { source, .. } => agent_code(source),
             Error::PortUnavailable { source, .. } => {

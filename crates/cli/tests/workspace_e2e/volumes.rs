@@ -140,6 +140,26 @@ fn volumes_outlive_workspaces_and_forks_keep_their_instant() {
         cli.ok(&["delete", ws, "--force", "--yes"]);
     }
     cli.ok(&["volume", "rm", "data"]);
+
+    // A one-shot's outputs come back byte for byte before it goes.
+    let dir = cli.home().join("outputs");
+    let output = format!("/out/*.txt:{}", dir.display());
+    let run = cli.run(&[
+        "run",
+        "--output",
+        &output,
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /out && seq 1 20000 > /out/n.txt && head -c 3000 /dev/zero > /out/z.bin",
+    ]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let expected: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("n.txt")).unwrap(),
+        expected
+    );
+    assert!(!dir.join("z.bin").exists(), "only what the glob matched");
     assert_eq!(
         cli.ok_json(&["volume", "ls", "--json"]),
         serde_json::json!([])

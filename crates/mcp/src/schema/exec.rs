@@ -62,6 +62,14 @@ pub struct ExecParams {
     /// 65536. The rest is counted (stdout_dropped, stderr_dropped), not
     /// returned.
     pub output_cap: Option<u64>,
+    /// Files to bring back after the command: absolute guest paths or
+    /// globs (`/out/report.txt`, `/out/*.png`, `/out/**/*.csv`; at most
+    /// 16 patterns, 32 files). Each comes back as content beside the text:
+    /// PNG, JPEG, GIF, WebP and SVG as image content, other files as
+    /// embedded resources (text inline, the rest base64), up to 1 MiB each
+    /// and 8 MiB in all; a larger file is copied to the host and linked.
+    #[serde(default)]
+    pub outputs: Vec<String>,
 }
 
 /// `run_code`.
@@ -104,6 +112,14 @@ pub struct RunCodeParams {
     /// One-shot only: named volumes to mount, each {name, path[, read_only]}.
     #[serde(default)]
     pub volumes: Vec<crate::schema::volumes::VolumeParam>,
+    /// Files to bring back after the command: absolute guest paths or
+    /// globs (`/out/report.txt`, `/out/*.png`, `/out/**/*.csv`; at most
+    /// 16 patterns, 32 files). Each comes back as content beside the text:
+    /// PNG, JPEG, GIF, WebP and SVG as image content, other files as
+    /// embedded resources (text inline, the rest base64), up to 1 MiB each
+    /// and 8 MiB in all; a larger file is copied to the host and linked.
+    #[serde(default)]
+    pub outputs: Vec<String>,
 }
 
 /// How a command ended and what it printed.
@@ -116,9 +132,29 @@ pub struct ExecReply {
     pub ran: workspace::ExecResult,
     /// When output was dropped: how to get all of it.
     pub truncated_hint: Option<String>,
+    /// The files `outputs` matched after the command: each also comes back
+    /// as content beside the text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<crate::schema::outputs::OutputSummary>,
+    /// `outputs` patterns that matched no file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmatched_outputs: Vec<String>,
+    /// The content blocks of `outputs`.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub output_blocks: Vec<rmcp::model::ContentBlock>,
 }
 
 impl ExecReply {
+    /// This reply with the files `outputs` from `workspace` brought back.
+    pub fn with_outputs(mut self, workspace: &str, outputs: &workspace::guest::Outputs) -> Self {
+        let (summaries, blocks) = crate::schema::outputs::content(workspace, outputs);
+        self.outputs = summaries;
+        self.output_blocks = blocks;
+        self.unmatched_outputs.clone_from(&outputs.unmatched);
+        self
+    }
+
     /// The library's result, with a hint when output past `cap` was dropped.
     pub fn new(ran: workspace::ExecResult, cap: u64) -> Self {
         let truncated_hint = ran.output_dropped().then(|| {
@@ -133,6 +169,9 @@ impl ExecReply {
         Self {
             ran,
             truncated_hint,
+            outputs: Vec::new(),
+            unmatched_outputs: Vec::new(),
+            output_blocks: Vec::new(),
         }
     }
 
@@ -165,7 +204,26 @@ impl Render for ExecReply {
         if let Some(hint) = &self.truncated_hint {
             text.push_str(&format!("\n{hint}"));
         }
+        for o in &self.outputs {
+            text.push_str(&format!(
+                "\noutput {} ({} bytes, {}){}",
+                o.path,
+                o.size,
+                o.mime_type,
+                o.host_path
+                    .as_ref()
+                    .map(|p| format!(": past the inline cap, copied to {p}"))
+                    .unwrap_or_default()
+            ));
+        }
+        for p in &self.unmatched_outputs {
+            text.push_str(&format!("\noutput pattern {p} matched no file"));
+        }
         text
+    }
+
+    fn blocks(&self) -> Vec<rmcp::model::ContentBlock> {
+        self.output_blocks.clone()
     }
 }
 
@@ -192,6 +250,10 @@ impl Render for RunCodeResult {
         };
         let interpreter = self.language.interpreter();
         format!("{interpreter} in {place}: {}", self.result.render())
+    }
+
+    fn blocks(&self) -> Vec<rmcp::model::ContentBlock> {
+        self.result.blocks()
     }
 }
 
@@ -254,6 +316,14 @@ pub struct RunParams {
     /// workspace is deleted, what it wrote to a read-write volume stays.
     #[serde(default)]
     pub volumes: Vec<crate::schema::volumes::VolumeParam>,
+    /// Files to bring back after the command: absolute guest paths or
+    /// globs (`/out/report.txt`, `/out/*.png`, `/out/**/*.csv`; at most
+    /// 16 patterns, 32 files). Each comes back as content beside the text:
+    /// PNG, JPEG, GIF, WebP and SVG as image content, other files as
+    /// embedded resources (text inline, the rest base64), up to 1 MiB each
+    /// and 8 MiB in all; a larger file is copied to the host and linked.
+    #[serde(default)]
+    pub outputs: Vec<String>,
 }
 
 /// `run`'s result.
@@ -273,5 +343,9 @@ impl Render for RunResult {
             self.workspace,
             self.result.render()
         )
+    }
+
+    fn blocks(&self) -> Vec<rmcp::model::ContentBlock> {
+        self.result.blocks()
     }
 }

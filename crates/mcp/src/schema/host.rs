@@ -79,6 +79,9 @@ pub struct ImageBuildParams {
     /// Host files to copy in before the commands.
     #[serde(default)]
     pub copy: Vec<CopyParam>,
+    /// What the image is (one line), for `image_search`.
+    #[serde(default)]
+    pub description: Option<String>,
     /// The token a preview returned: applies exactly that plan. Without it
     /// nothing changes and the plan comes back with a token.
     #[serde(default)]

@@ -20,8 +20,10 @@ pub mod images;
 pub mod info;
 pub mod lifecycle;
 pub mod networks;
+pub mod outputs;
 pub mod ports;
 pub mod processes;
+pub mod search;
 pub mod snapshots;
 pub mod volumes;
 

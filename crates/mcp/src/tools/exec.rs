@@ -128,6 +128,20 @@ impl MicroagentServer {
         }
     }
 
+    /// `reply` with the files `patterns` match in `name` now.
+    pub(super) async fn bring_outputs(
+        &self,
+        name: &str,
+        patterns: &[String],
+        reply: ExecReply,
+    ) -> Result<ExecReply, ToolError> {
+        if patterns.is_empty() {
+            return Ok(reply);
+        }
+        let outputs = self.ws.workspace(name)?.collect_outputs(patterns).await?;
+        Ok(reply.with_outputs(name, &outputs))
+    }
+
     /// Runs `p.code` as a `p.language` script in the running workspace `name`.
     async fn run_snippet(
         &self,
@@ -153,7 +167,7 @@ impl MicroagentServer {
             )
             .await;
         self.ws.remove_code_script(&script).await;
-        ran
+        self.bring_outputs(name, &p.outputs, ran?).await
     }
 
     /// run_code in a workspace created for it and deleted afterwards.
@@ -242,6 +256,7 @@ impl MicroagentServer {
     ) -> ToolResult<ExecReply> {
         let mut req = command_request(p.command, p.shell)?;
         let limits = limits(p.timeout_secs, p.output_cap)?;
+        workspace::guest::check_patterns(&p.outputs)?;
         req = req.envs(p.env);
         if let Some(dir) = p.cwd {
             req = req.cwd(dir);
@@ -253,7 +268,7 @@ impl MicroagentServer {
         let result = self
             .run_command(&p.name, req, input(p.stdin), &limits, &ctx, &mut progress)
             .await?;
-        Ok(Out(result))
+        Ok(Out(self.bring_outputs(&p.name, &p.outputs, result).await?))
     }
 
     /// Run code (language python, javascript or bash; default python) and
@@ -278,6 +293,7 @@ impl MicroagentServer {
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<RunCodeResult> {
         let limits = limits(p.timeout_secs, p.output_cap)?;
+        workspace::guest::check_patterns(&p.outputs)?;
         let mut progress = Progress::new(&ctx);
         let Some(name) = p.workspace.clone() else {
             return Ok(Out(self

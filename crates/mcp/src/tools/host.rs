@@ -119,6 +119,7 @@ impl MicroagentServer {
             packages: p.packages,
             run: p.run,
             copy,
+            description: p.description,
         };
         let (status, steps) = step_tracker("planning");
         let mut progress = Progress::new(&ctx);

@@ -1,5 +1,5 @@
-//! Image tools: image_inspect, image_import, image_pull, image_delete
-//! (image_list is with the information tools).
+//! Image tools: image_inspect, image_import, image_pull, image_search,
+//! image_delete (image_list is with the information tools).
 
 use std::sync::{Arc, Mutex};
 
@@ -178,6 +178,26 @@ impl MicroagentServer {
         .await
         .map_err(workspace::Error::from)?;
         Ok(Out(pulled))
+    }
+
+    /// Find images by name or description: those here (and the built-in
+    /// ones not built yet) and the repositories of registries that list
+    /// theirs. A found reference can be given as `image` directly.
+    #[tool(
+        output_schema = crate::output::schema::<workspace::images::search::SearchResults>(),
+        annotations(
+        title = "Search images",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = true
+    )
+    )]
+    async fn image_search(
+        &self,
+        Parameters(p): Parameters<crate::schema::search::SearchImagesParams>,
+    ) -> ToolResult<workspace::images::search::SearchResults> {
+        Ok(Out(self.ws.search_images(&p.query, &p.registries).await?))
     }
 
     /// Delete an image no workspace uses (CONFLICT otherwise, naming

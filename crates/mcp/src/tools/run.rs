@@ -75,6 +75,7 @@ impl MicroagentServer {
         )?;
         let req = request(&p)?;
         check_files(&p.files)?;
+        workspace::guest::check_patterns(&p.outputs)?;
         let image = self.image_for(p.image.as_deref(), p.pull, &ctx).await?;
         let spec = WorkspaceSpec {
             image,
@@ -116,8 +117,11 @@ impl MicroagentServer {
                             .await?;
                     }
                     let mut progress = progress.lock().await;
-                    self.run_command(&name, req, input(p.stdin), limits, ctx, &mut progress)
-                        .await
+                    let reply = self
+                        .run_command(&name, req, input(p.stdin), limits, ctx, &mut progress)
+                        .await?;
+                    // Before the one-shot workspace goes.
+                    self.bring_outputs(&name, &p.outputs, reply).await
                 },
             )
             .await?;

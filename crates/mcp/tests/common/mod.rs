@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod tool_lists;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -159,20 +159,31 @@ fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
             "fix its permissions, or point MICROAGENT_HOME elsewhere",
         )),
     }
+    // Volumes outlive workspaces: what they hold is part of the picture.
+    let volumes = crate::volumes::VolumeStore::new(state)
+        .list()
+        .unwrap_or_default();
+    let held = match volumes.len() {
+        0 => String::new(),
+        n => format!(
+            "; {n} volume(s) take {} MiB",
+            volumes.iter().map(|v| v.used_bytes).sum::<u64>() >> 20
+        ),
+    };
     match crate::host::settings::free_bytes(state.root()) {
         Ok(free) if free < FAIL_FREE_BYTES => checks.push(Check::fail(
             "free_disk",
-            format!("{} MiB free", free >> 20),
-            "free some space: each workspace needs room for its writable disk",
+            format!("{} MiB free{held}", free >> 20),
+            "free some space (volumes you no longer need: `volume rm`): each workspace needs room for its writable disk",
         )),
         Ok(free) if free < WARN_FREE_BYTES => checks.push(Check::warn(
             "free_disk",
-            format!("{} MiB free", free >> 20),
+            format!("{} MiB free{held}", free >> 20),
             "free some space before creating many workspaces",
         )),
         Ok(free) => checks.push(Check::ok(
             "free_disk",
-            format!("{:.1} GiB free", free as f64 / (1u64 << 30) as f64),
+            format!("{:.1} GiB free{held}", free as f64 / (1u64 << 30) as f64),
         )),
         Err(e) => checks.push(Check::warn(
             "free_disk",

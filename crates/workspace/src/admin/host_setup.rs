@@ -272,6 +272,7 @@ impl Workspaces {
                         &rootfs,
                         Default::default(),
                         PathBuf::from(format!("debian:{DEBIAN_SUITE}")),
+                        None,
                     )?;
                     Ok(())
                 })();

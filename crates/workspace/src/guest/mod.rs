@@ -2,7 +2,8 @@
 //! as a script (`code`),
 //! background processes (`processes`), files and copies (`files`; copies
 //! planned before they run, `copy_plan`; directories, removal, moves,
-//! edits, lines and finding, `file_ops`), the streaming types (`stream`)
+//! edits, lines and finding, `file_ops`; files a command leaves behind,
+//! `outputs`), the streaming types (`stream`)
 //! and metrics (`metrics`). What lands on the host goes through
 //! `host::host_write`.
 
@@ -19,6 +20,8 @@ pub(crate) mod files;
 #[cfg(feature = "client")]
 pub(crate) mod metrics;
 #[cfg(feature = "client")]
+pub(crate) mod outputs;
+#[cfg(feature = "client")]
 pub(crate) mod processes;
 #[cfg(feature = "client")]
 pub(crate) mod stream;
@@ -31,6 +34,11 @@ pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISIT
 pub use files::{ConsoleChunk, Copied, DirEntry, DirListing, FileKind, FileStat, MAX_EVENT_WAIT};
 #[cfg(feature = "client")]
 pub use metrics::{WorkspaceMetrics, CPU_SAMPLE};
+#[cfg(feature = "client")]
+pub use outputs::{
+    check_patterns, mime_of, OutputFile, Outputs, MAX_OUTPUT_FILES, MAX_OUTPUT_PATTERNS,
+    OUTPUT_FILE_CAP, OUTPUT_TOTAL_CAP,
+};
 #[cfg(feature = "client")]
 pub use processes::{
     ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,

@@ -167,6 +167,10 @@ pub struct ImageInfo {
     /// The container image it was converted from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<OciOrigin>,
+    /// What it is (`image build --description`, or the container image's
+    /// `org.opencontainers.image.description`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// What a converted image adds to its record.
@@ -176,6 +180,7 @@ struct Extras {
     defaults: ImageDefaults,
     origin: Option<OciOrigin>,
     source: Option<PathBuf>,
+    description: Option<String>,
 }
 
 /// How a scratch directory's name starts: `.scratch-PID-N-KIND`.
@@ -471,6 +476,7 @@ impl ImageRegistry {
                 boot_args: extras.boot_args,
                 defaults: extras.defaults,
                 origin: extras.origin,
+                description: extras.description,
             };
             write_json_atomic(&staging.join(IMAGE_FILE), &info)?;
             // rename(2) onto an existing non-empty directory fails: the name is taken.
@@ -565,6 +571,7 @@ impl ImageRegistry {
             let extras = Extras {
                 boot_args: Some(crate::images::oci::rootfs::BOOT_ARGS.into()),
                 defaults: converted.defaults,
+                description: converted.origin.description.clone(),
                 origin: Some(converted.origin),
                 source: Some(source.to_owned()),
             };
@@ -584,12 +591,14 @@ impl ImageRegistry {
         rootfs: &Path,
         defaults: ImageDefaults,
         source: PathBuf,
+        description: Option<String>,
     ) -> Result<ImageInfo, ImageError> {
         let extras = Extras {
             boot_args: Some(crate::images::oci::rootfs::BOOT_ARGS.into()),
             defaults,
             origin: None,
             source: Some(source),
+            description,
         };
         self.import_with(name, kernel, rootfs, None, extras)
     }

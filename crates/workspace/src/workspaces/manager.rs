@@ -212,6 +212,18 @@ impl Workspaces {
         Ok(info)
     }
 
+    /// Images by name or description here, and in `registries` and those
+    /// `config.json` lists (see [`crate::images::search`]).
+    pub async fn search_images(
+        &self,
+        query: &str,
+        registries: &[String],
+    ) -> Result<crate::images::search::SearchResults> {
+        let mut all = crate::images::search::configured_registries(self.state.root());
+        all.extend(registries.iter().cloned());
+        Ok(crate::images::search::search(&self.images, query, &all).await?)
+    }
+
     /// Creates a stopped workspace with its writable disk.
     pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
         let ws = self.dir(name)?;

@@ -71,6 +71,7 @@ async fn build(
                     &rootfs,
                     Default::default(),
                     source,
+                    req.description.clone(),
                 )?);
             }
             // The steps run on the bootstrapped tree, registered for the
@@ -82,6 +83,7 @@ async fn build(
                 &rootfs,
                 Default::default(),
                 source,
+                None,
             )?;
             let _ = std::fs::remove_file(&rootfs);
             let result = in_workspace(ws, req, &info, minimal, work, &progress).await;
@@ -198,6 +200,7 @@ async fn in_workspace(
         &rootfs,
         base.defaults.clone(),
         PathBuf::from(format!("image build from {}", base.name)),
+        req.description.clone(),
     )?)
 }
 

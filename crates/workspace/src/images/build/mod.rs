@@ -139,6 +139,8 @@ pub struct ImageBuildRequest {
     pub run: Vec<String>,
     /// Files to copy in, before the commands.
     pub copy: Vec<CopyStep>,
+    /// What the image is, for `image search`.
+    pub description: Option<String>,
 }
 
 /// An image build: the plan, its token, and the image when applied.
@@ -177,6 +179,14 @@ pub(crate) fn check(req: &ImageBuildRequest) -> std::result::Result<BuildBase, I
     let base = req.from.clone().ok_or_else(|| {
         ImageBuildError::Request("say what to build from: debian:SUITE or an image".into())
     })?;
+    if let Some(d) = &req.description {
+        let max = crate::images::oci::rootfs::MAX_DESCRIPTION;
+        if d.chars().count() > max || d.chars().any(char::is_control) {
+            return Err(ImageBuildError::Request(format!(
+                "the description must be one line of at most {max} characters"
+            )));
+        }
+    }
     if let Some(bad) = req.packages.iter().find(|p| !debian::valid_package(p)) {
         return Err(ImageBuildError::Request(format!(
             "`{bad}` is not a Debian package name"

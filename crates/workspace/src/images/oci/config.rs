@@ -45,7 +45,13 @@ pub struct RunConfig {
     /// The entrypoint.
     #[serde(default)]
     pub entrypoint: Option<Vec<String>>,
+    /// Labels (`org.opencontainers.image.description`, ...).
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
 }
+
+/// The label or annotation that says what an image is.
+pub const DESCRIPTION_KEY: &str = "org.opencontainers.image.description";
 
 /// `rootfs` of an image config.
 #[derive(Debug, Clone, Deserialize)]
@@ -108,6 +114,9 @@ pub struct OciOrigin {
     pub config_digest: String,
     /// The layers' digests, bottom first.
     pub layers: Vec<String>,
+    /// What it says it is ([`DESCRIPTION_KEY`] of its config's labels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 impl ImageDefaults {
@@ -194,6 +203,7 @@ mod tests {
             user: Some("node".into()),
             cmd: Some(vec!["node".into()]),
             entrypoint: Some(vec!["docker-entrypoint.sh".into()]),
+            labels: None,
         };
         let d = ImageDefaults::from_config(&run, &tree).unwrap();
         assert_eq!(d.env["A"], "b=c");

@@ -121,9 +121,19 @@ pub fn convert_with(
             manifest_digest: image.manifest_digest.clone(),
             config_digest: image.config_digest.clone(),
             layers,
+            description: image
+                .config
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(crate::images::oci::config::DESCRIPTION_KEY))
+                .map(|d| d.chars().take(MAX_DESCRIPTION).collect()),
         },
     })
 }
+
+/// Longest description kept, in characters.
+pub const MAX_DESCRIPTION: usize = 1024;
 
 /// The file in the work directory a conversion writes.
 const OUTPUT: &str = "rootfs.ext4";

@@ -1,0 +1,241 @@
+//! Files a command leaves behind, brought back with its result: each
+//! `outputs` pattern is an absolute guest path, or one with a glob from
+//! some component on (`/out/*.png`, `/out/**/*.csv`), matched after the
+//! command. Matched files are read back whole up to a cap each and in all;
+//! past it only their size is given, so a caller copies them out instead.
+
+use std::path::{Path, PathBuf};
+
+use crate::guest::files::check_guest_path;
+use crate::guest::FileKind;
+use crate::workspaces::handle::Workspace;
+use crate::{Error, Result};
+
+/// Most patterns one call takes.
+pub const MAX_OUTPUT_PATTERNS: usize = 16;
+/// Most files one call brings back.
+pub const MAX_OUTPUT_FILES: usize = 32;
+/// Largest file read back whole.
+pub const OUTPUT_FILE_CAP: u64 = 1 << 20;
+/// Most bytes read back whole in all.
+pub const OUTPUT_TOTAL_CAP: u64 = 8 << 20;
+/// Where files past the caps are kept, in the state directory.
+pub const OUTPUTS_DIR: &str = "outputs";
+
+/// One matched file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputFile {
+    /// Its absolute guest path.
+    pub path: String,
+    /// Its size.
+    pub size: u64,
+    /// Its media type, from its name (`image/png`, `text/plain`, ...).
+    pub mime: &'static str,
+    /// Its bytes, when within [`OUTPUT_FILE_CAP`] and the total cap.
+    pub data: Option<Vec<u8>>,
+    /// Where a file past the caps was copied on the host (by
+    /// [`Workspace::collect_outputs`]).
+    pub kept: Option<PathBuf>,
+}
+
+/// What the patterns matched.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outputs {
+    /// The files, in pattern order.
+    pub files: Vec<OutputFile>,
+    /// Patterns that matched no regular file.
+    pub unmatched: Vec<String>,
+    /// More matched than [`MAX_OUTPUT_FILES`]; the rest were left.
+    pub truncated: bool,
+}
+
+/// Checks `patterns`: at most [`MAX_OUTPUT_PATTERNS`], each absolute and a
+/// valid glob.
+pub fn check_patterns(patterns: &[String]) -> Result<()> {
+    if patterns.len() > MAX_OUTPUT_PATTERNS {
+        return Err(Error::InvalidInput(format!(
+            "{} output patterns; at most {MAX_OUTPUT_PATTERNS}",
+            patterns.len()
+        )));
+    }
+    for p in patterns {
+        check_guest_path(p)?;
+        if p.split('/').any(|c| c == "..") {
+            return Err(Error::InvalidInput(format!(
+                "output pattern {p:?}: `..` is not allowed"
+            )));
+        }
+        glob::Pattern::new(p)
+            .map_err(|e| Error::InvalidInput(format!("output pattern {p:?}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// `(directory, glob below it)` of a pattern with glob characters, or
+/// `None` for a plain path.
+fn split_pattern(pattern: &str) -> Option<(String, String)> {
+    let parts: Vec<&str> = pattern.split('/').collect();
+    let first = parts.iter().position(|c| c.contains(['*', '?', '[']))?;
+    let dir = parts[..first].join("/");
+    let dir = if dir.is_empty() { "/".to_owned() } else { dir };
+    Some((dir, parts[first..].join("/")))
+}
+
+/// The media type of `path` by its extension.
+pub fn mime_of(path: &str) -> &'static str {
+    let ext = Path::new(path)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("gif") => "image/gif",
+        Some("webp") => "image/webp",
+        Some("svg") => "image/svg+xml",
+        Some("json") => "application/json",
+        Some("html" | "htm") => "text/html",
+        Some("csv") => "text/csv",
+        Some("md") => "text/markdown",
+        Some(
+            "txt" | "log" | "py" | "rs" | "js" | "ts" | "sh" | "toml" | "yaml" | "yml" | "c" | "h"
+            | "go" | "java" | "xml",
+        ) => "text/plain",
+        _ => "application/octet-stream",
+    }
+}
+
+impl Workspace<'_> {
+    /// The regular files `patterns` match now, with sizes; data is not read.
+    pub async fn match_outputs(self, patterns: &[String]) -> Result<Outputs> {
+        check_patterns(patterns)?;
+        let mut out = Outputs::default();
+        for pattern in patterns {
+            let mut paths = Vec::new();
+            match split_pattern(pattern) {
+                None => paths.push(pattern.clone()),
+                Some((dir, rest)) => {
+                    let found = match self.find(&dir, &rest).await {
+                        Ok(found) => found,
+                        Err(e) if e.code() == crate::ErrorCode::NotFound => {
+                            out.unmatched.push(pattern.clone());
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    // A name pattern matches in `dir` only, not below.
+                    let prefix = format!("{}/", dir.trim_end_matches('/'));
+                    paths.extend(found.paths.into_iter().filter(|p| {
+                        rest.contains('/')
+                            || p.strip_prefix(&prefix).is_some_and(|r| !r.contains('/'))
+                    }));
+                }
+            }
+            let before = out.files.len();
+            for path in paths {
+                if out.files.iter().any(|f| f.path == path) {
+                    continue;
+                }
+                let stat = match self.stat(&path).await {
+                    Ok(s) => s,
+                    Err(e) if e.code() == crate::ErrorCode::NotFound => continue,
+                    Err(e) => return Err(e),
+                };
+                if stat.kind != FileKind::File {
+                    continue;
+                }
+                if out.files.len() == MAX_OUTPUT_FILES {
+                    out.truncated = true;
+                    break;
+                }
+                out.files.push(OutputFile {
+                    mime: mime_of(&path),
+                    path,
+                    size: stat.size,
+                    data: None,
+                    kept: None,
+                });
+            }
+            if out.files.len() == before {
+                out.unmatched.push(pattern.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Workspace::match_outputs`] with each file's bytes read back while
+    /// within [`OUTPUT_FILE_CAP`] and [`OUTPUT_TOTAL_CAP`]; a file past
+    /// them is copied to the host (through the checked host writer) into
+    /// `<state>/outputs/<workspace>-<ms>/`, so it outlives a one-shot.
+    pub async fn collect_outputs(self, patterns: &[String]) -> Result<Outputs> {
+        let mut out = self.match_outputs(patterns).await?;
+        let mut total = 0u64;
+        let keep_dir = self.all.state_dir().root().join(OUTPUTS_DIR).join(format!(
+            "{}-{}",
+            self.name,
+            crate::host::settings::now_ms()
+        ));
+        for (index, file) in out.files.iter_mut().enumerate() {
+            if file.size > OUTPUT_FILE_CAP || total + file.size > OUTPUT_TOTAL_CAP {
+                let base = Path::new(&file.path)
+                    .file_name()
+                    .map_or("file".into(), |n| n.to_string_lossy().into_owned());
+                crate::store::make_private_dir(&keep_dir)?;
+                let to = keep_dir.join(format!("{index}-{base}"));
+                self.copy_out(&file.path, &to).await?;
+                file.kept = Some(to);
+                continue;
+            }
+            let read = self
+                .read_file(&file.path, None, Some(OUTPUT_FILE_CAP))
+                .await?;
+            // It may have changed since it was matched: what was read is it.
+            file.size = read.data.len() as u64;
+            total += file.size;
+            file.data = Some(read.data);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_split_at_their_first_glob() {
+        assert_eq!(split_pattern("/out/report.txt"), None);
+        assert_eq!(
+            split_pattern("/out/*.png"),
+            Some(("/out".into(), "*.png".into()))
+        );
+        assert_eq!(
+            split_pattern("/out/**/*.csv"),
+            Some(("/out".into(), "**/*.csv".into()))
+        );
+        assert_eq!(split_pattern("/*.txt"), Some(("/".into(), "*.txt".into())));
+    }
+
+    #[test]
+    fn bad_patterns_are_refused() {
+        let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_patterns(&p(&["/out/*.png", "/a.txt"])).is_ok());
+        for bad in [&["out/*.png"][..], &["/a/../etc/passwd"], &["/out/[.png"]] {
+            assert_eq!(
+                check_patterns(&p(bad)).unwrap_err().code(),
+                crate::ErrorCode::InvalidInput,
+                "{bad:?}"
+            );
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("/f{i}")).collect();
+        assert!(check_patterns(&many).is_err());
+    }
+
+    #[test]
+    fn media_types_come_from_names() {
+        assert_eq!(mime_of("/o/plot.PNG"), "image/png");
+        assert_eq!(mime_of("/o/a.svg"), "image/svg+xml");
+        assert_eq!(mime_of("/o/a.txt"), "text/plain");
+        assert_eq!(mime_of("/o/blob"), "application/octet-stream");
+    }
+}

@@ -1,0 +1,281 @@
+//! `image search`: images by name or description here (registered ones,
+//! and the built-in ones `cargo xtask setup` builds, registered at first
+//! use), and repositories of registries that list theirs
+//! (`GET /v2/_catalog`): those named in `config.json`'s
+//! `search_registries` and those the caller names. Docker Hub offers no
+//! catalog; a registry that cannot be listed is reported, not fatal.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::code::ErrorCode;
+use crate::images::pull::on_loopback;
+use crate::images::{ImageError, ImageRegistry, BUILTIN_IMAGES};
+
+/// Why a search could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// A registry or the set of them is malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// The local images could not be read.
+    #[error(transparent)]
+    Images(#[from] ImageError),
+}
+
+impl SearchError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            SearchError::Invalid(_) => ErrorCode::InvalidInput,
+            SearchError::Images(e) => e.code(),
+        }
+    }
+}
+
+/// The `config.json` key listing registries to search.
+pub const SEARCH_REGISTRIES_KEY: &str = "search_registries";
+/// Most repositories asked of one registry.
+const CATALOG_PAGE: usize = 1000;
+/// Largest catalog answer read.
+const MAX_CATALOG_BYTES: usize = 1 << 20;
+/// How long a registry may take to answer.
+const CATALOG_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most registries one search asks.
+const MAX_REGISTRIES: usize = 8;
+
+/// What a search found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct SearchResults {
+    /// Images here, by name.
+    pub local: Vec<LocalImage>,
+    /// Repositories of the registries searched.
+    pub remote: Vec<RemoteImage>,
+    /// Registries that could not be listed, and why.
+    pub unreachable: Vec<RegistryProblem>,
+}
+
+/// An image here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct LocalImage {
+    /// Its name (what `--image` takes).
+    pub name: String,
+    /// What it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// False for a built-in image not registered yet (it is at first use,
+    /// once `cargo xtask setup` built it).
+    pub registered: bool,
+}
+
+/// A repository of a registry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct RemoteImage {
+    /// The registry (`host[:port]`).
+    pub registry: String,
+    /// The repository in it.
+    pub repository: String,
+    /// What `--image` or `image pull` takes (the `latest` tag unless one
+    /// is added).
+    pub reference: String,
+}
+
+/// A registry that could not be listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct RegistryProblem {
+    /// The registry.
+    pub registry: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// What the built-in images are.
+fn builtin_description(name: &str) -> &'static str {
+    match name {
+        "minimal" => "busybox userland (sh and the common tools); the default image",
+        _ => "Debian bookworm with Python 3, Node.js, git and apt",
+    }
+}
+
+fn matches(query: &str, fields: &[Option<&str>]) -> bool {
+    let query = query.to_lowercase();
+    fields
+        .iter()
+        .flatten()
+        .any(|f| f.to_lowercase().contains(&query))
+}
+
+/// Images here whose name or description contains `query` (any case; an
+/// empty query matches all).
+pub fn search_local(images: &ImageRegistry, query: &str) -> Result<Vec<LocalImage>, ImageError> {
+    let mut out: Vec<LocalImage> = images
+        .list()?
+        .into_iter()
+        .filter(|i| matches(query, &[Some(&i.name), i.description.as_deref()]))
+        .map(|i| LocalImage {
+            name: i.name,
+            description: i.description,
+            registered: true,
+        })
+        .collect();
+    for name in BUILTIN_IMAGES {
+        let description = builtin_description(name);
+        if !out.iter().any(|i| i.name == name) && matches(query, &[Some(name), Some(description)]) {
+            out.push(LocalImage {
+                name: name.to_owned(),
+                description: Some(description.to_owned()),
+                registered: false,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The registries `config.json` in `state_root` lists to search.
+pub fn configured_registries(state_root: &Path) -> Vec<String> {
+    let path = state_root.join(crate::host::cost::CONFIG_FILE);
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    value[SEARCH_REGISTRIES_KEY]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Checks a registry's form: `host` or `host:port`, nothing more.
+pub fn check_registry(registry: &str) -> Result<(), SearchError> {
+    let (host, port) = registry.rsplit_once(':').unwrap_or((registry, ""));
+    let host_ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-[]:".contains(c));
+    if host_ok && port.chars().all(|c| c.is_ascii_digit()) {
+        return Ok(());
+    }
+    Err(SearchError::Invalid(format!(
+        "registry {registry:?}: give host or host:port, e.g. 127.0.0.1:5000 or ghcr.io"
+    )))
+}
+
+/// Repositories of `registry` whose name contains `query`.
+async fn search_registry(registry: &str, query: &str) -> Result<Vec<RemoteImage>, String> {
+    // Loopback registries are plain HTTP, as for pulls.
+    let scheme = if on_loopback(&format!("{registry}/x")) {
+        "http"
+    } else {
+        "https"
+    };
+    let url = format!("{scheme}://{registry}/v2/_catalog?n={CATALOG_PAGE}");
+    let http = reqwest::Client::builder()
+        .timeout(CATALOG_TIMEOUT)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut answer = http
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {}", crate::error_chain(&e)))?;
+    if !answer.status().is_success() {
+        return Err(format!(
+            "{url} answered {}: the registry does not list its repositories",
+            answer.status()
+        ));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = answer.chunk().await.map_err(|e| e.to_string())? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_CATALOG_BYTES {
+            return Err(format!(
+                "{url}: the catalog is over {MAX_CATALOG_BYTES} bytes"
+            ));
+        }
+    }
+    let catalog: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| format!("{url}: not a catalog: {e}"))?;
+    Ok(catalog["repositories"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str())
+        .filter(|r| matches(query, &[Some(r)]))
+        .map(|repository| RemoteImage {
+            registry: registry.to_owned(),
+            repository: repository.to_owned(),
+            reference: format!("{registry}/{repository}"),
+        })
+        .collect())
+}
+
+/// Searches here, then each of `registries` (at most 8; configured ones
+/// first, repeats dropped).
+pub async fn search(
+    images: &ImageRegistry,
+    query: &str,
+    registries: &[String],
+) -> Result<SearchResults, SearchError> {
+    let mut unique: Vec<&String> = Vec::new();
+    for r in registries {
+        check_registry(r)?;
+        if !unique.contains(&r) {
+            unique.push(r);
+        }
+    }
+    if unique.len() > MAX_REGISTRIES {
+        return Err(SearchError::Invalid(format!(
+            "{} registries; a search asks at most {MAX_REGISTRIES}",
+            unique.len()
+        )));
+    }
+    let mut results = SearchResults {
+        local: search_local(images, query)?,
+        ..SearchResults::default()
+    };
+    for registry in unique {
+        match search_registry(registry, query).await {
+            Ok(found) => results.remote.extend(found),
+            Err(message) => results.unreachable.push(RegistryProblem {
+                registry: registry.clone(),
+                message,
+            }),
+        }
+    }
+    Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_match_names_and_descriptions_in_any_case() {
+        assert!(matches("PY", &[Some("python-3-12"), None]));
+        assert!(matches("node", &[Some("x"), Some("with Node.js")]));
+        assert!(matches("", &[Some("x")]));
+        assert!(!matches("rust", &[Some("x"), Some("busybox")]));
+    }
+
+    #[test]
+    fn registries_are_hosts_with_an_optional_port() {
+        for good in ["127.0.0.1:5000", "ghcr.io", "localhost:5000", "[::1]:5000"] {
+            assert!(check_registry(good).is_ok(), "{good}");
+        }
+        for bad in ["", "http://x", "x/y", "x:port", "a b"] {
+            assert!(check_registry(bad).is_err(), "{bad}");
+        }
+    }
+}
