@@ -35,7 +35,12 @@ pub fn build_microagent() -> anyhow::Result<PathBuf> {
             ])
             .current_dir(repo_root()),
     )?;
-    Ok(repo_root().join("target/debug/microagent"))
+    // Where cargo put it: $CARGO_TARGET_DIR when set (relative to the
+    // checkout, where cargo ran), else target/.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map_or_else(|| repo_root().join("target"), |t| repo_root().join(t));
+    Ok(target.join("debug/microagent"))
 }
 
 /// The target static builds name. crt-static cannot apply to proc-macros:
