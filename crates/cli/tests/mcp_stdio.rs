@@ -304,9 +304,9 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     for tool in tools {
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
         assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
-        // Only a pull (a registry), a kernel install and an image build
-        // (package mirrors) reach past this host.
-        let open_world = ["image_pull", "kernel_install", "image_build"]
+        // Only a pull or a search (a registry), a kernel install and an
+        // image build (package mirrors) reach past this host.
+        let open_world = ["image_pull", "image_search", "kernel_install", "image_build"]
             .iter()
             .any(|t| tool["name"] == *t);
         assert_eq!(tool["annotations"]["openWorldHint"], open_world, "{tool}");
