@@ -306,9 +306,14 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
         assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
         // Only a pull or a search (a registry), a kernel install and an
         // image build (package mirrors) reach past this host.
-        let open_world = ["image_pull", "image_search", "kernel_install", "image_build"]
-            .iter()
-            .any(|t| tool["name"] == *t);
+        let open_world = [
+            "image_pull",
+            "image_search",
+            "kernel_install",
+            "image_build",
+        ]
+        .iter()
+        .any(|t| tool["name"] == *t);
         assert_eq!(tool["annotations"]["openWorldHint"], open_world, "{tool}");
     }
     // A failed operation is a result with the stable code.
