@@ -32,17 +32,7 @@ impl Workspaces {
 
     /// The workspaces that mount volume `name`.
     pub fn volume_holders(&self, name: &str) -> Result<Vec<VolumeHolder>> {
-        Ok(self
-            .volume_mounts()?
-            .into_iter()
-            .filter(|(_, m)| m.name == name)
-            .map(|(meta, m)| VolumeHolder {
-                workspace: meta.name,
-                path: m.path,
-                read_only: m.read_only,
-                active: meta.state.has_vmm(),
-            })
-            .collect())
+        Ok(holders_of(&self.volume_mounts()?, name))
     }
 
     /// Volume `name` with its holders.
@@ -57,16 +47,7 @@ impl Workspaces {
         let mounts = self.volume_mounts()?;
         let mut out = self.volumes().list()?;
         for info in &mut out {
-            info.holders = mounts
-                .iter()
-                .filter(|(_, m)| m.name == info.name)
-                .map(|(meta, m)| VolumeHolder {
-                    workspace: meta.name.clone(),
-                    path: m.path.clone(),
-                    read_only: m.read_only,
-                    active: meta.state.has_vmm(),
-                })
-                .collect();
+            info.holders = holders_of(&mounts, &info.name);
         }
         Ok(out)
     }
@@ -145,4 +126,18 @@ impl Workspaces {
         }
         Ok(())
     }
+}
+
+/// The holders of volume `name` among `mounts`.
+fn holders_of(mounts: &[(Meta, VolumeMount)], name: &str) -> Vec<VolumeHolder> {
+    mounts
+        .iter()
+        .filter(|(_, m)| m.name == name)
+        .map(|(meta, m)| VolumeHolder {
+            workspace: meta.name.clone(),
+            path: m.path.clone(),
+            read_only: m.read_only,
+            active: meta.state.has_vmm(),
+        })
+        .collect()
 }
