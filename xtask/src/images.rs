@@ -331,6 +331,8 @@ fn notable_paths(image: Image) -> Vec<&'static str> {
             "usr/bin/python3",
             "usr/bin/node",
             "usr/bin/bash",
+            "usr/bin/git",
+            "usr/bin/ssh",
             "usr/bin/ps",
             "usr/bin/apt-get",
             "etc/ssl/certs/ca-certificates.crt",

@@ -111,6 +111,15 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::StopVolumeHolder { volume, workspace } => format!(
             "stop it first (`microagent stop {workspace}`), or mount it read-only (`--volume {volume}:PATH:ro`) if both only read it"
         ),
+        Remedy::AllowRepo { repo } => format!(
+            "allow it first (`microagent repo allow PATH --alias {repo}`), or list the allowed ones (`microagent repo ls`)"
+        ),
+        Remedy::ChooseAnotherAlias { alias } => format!(
+            "pick another alias (`--alias`), or take the other one off first (`microagent repo rm {alias}`)"
+        ),
+        Remedy::UseImageWithGit { image } => format!(
+            "use an image with git instead of `{image}` (`--image debian`, which `microagent setup` builds)"
+        ),
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),
     }

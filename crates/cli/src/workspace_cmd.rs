@@ -68,6 +68,15 @@ pub struct SpecArgs {
     /// running workspace at a time, read-only to any number.
     #[arg(long = "volume", short = 'v', value_name = "NAME:PATH[:ro]", value_parser = parse_volume)]
     pub volumes: Vec<workspace::store::volume_mounts::VolumeMount>,
+    /// Clone an allowlisted repository (`repo allow`) into
+    /// /workspace/repo, on branch task/WS (needs an image with git:
+    /// debian). `repo pull WS` brings its commits back.
+    #[arg(long, value_name = "ALIAS")]
+    pub repo: Option<String>,
+    /// The branch the clone starts from (default: the repository's
+    /// current branch).
+    #[arg(long, requires = "repo")]
+    pub branch: Option<String>,
 }
 
 fn parse_volume(text: &str) -> Result<workspace::store::volume_mounts::VolumeMount, String> {
@@ -119,6 +128,9 @@ impl SpecArgs {
             egress: self.egress.map(crate::network_cmd::EgressArg::egress),
             allow: self.allow.clone(),
             volumes: self.volumes.clone(),
+            repo: self.repo.as_ref().map(|alias| {
+                workspace::store::repo_checkout::RepoCheckout::new(alias, self.branch.clone())
+            }),
             ..WorkspaceSpec::default()
         }
     }

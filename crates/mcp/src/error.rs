@@ -88,6 +88,15 @@ pub(crate) fn remedy(r: &Remedy) -> String {
         Remedy::StopVolumeHolder { volume, workspace } => format!(
             "stop `{workspace}` first (workspace_stop), or mount `{volume}` with read_only: true if both only read it"
         ),
+        Remedy::AllowRepo { repo } => format!(
+            "`{repo}` must be allowed by a human first (`microagent repo allow PATH --alias {repo}`); list_repos shows the allowed ones"
+        ),
+        Remedy::ChooseAnotherAlias { alias } => {
+            format!("pick another alias than `{alias}`")
+        }
+        Remedy::UseImageWithGit { image } => format!(
+            "use an image with git instead of `{image}` (image: \"debian\")"
+        ),
         Remedy::ListImages => {
             "list the images (the image_list tool); `cargo xtask setup` builds minimal and debian"
                 .into()

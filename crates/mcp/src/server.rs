@@ -101,6 +101,7 @@ impl MicroagentServer {
             + Self::networks_router()
             + Self::images_router()
             + Self::volumes_router()
+            + Self::repos_router()
             + Self::host_router()
             + Self::run_router()
             + Self::processes_router();

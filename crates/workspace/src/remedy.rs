@@ -123,6 +123,21 @@ pub enum Remedy {
         /// The volume.
         volume: String,
     },
+    /// Put the repository on the allowlist first (or list the allowed ones).
+    AllowRepo {
+        /// The repository asked for.
+        repo: String,
+    },
+    /// Pick another alias, or take the other repository off the allowlist.
+    ChooseAnotherAlias {
+        /// The alias.
+        alias: String,
+    },
+    /// Create the workspace from an image with git (`debian`).
+    UseImageWithGit {
+        /// The image without git.
+        image: String,
+    },
     /// Stop or delete the workspace that mounts the volume read-write, or
     /// mount it read-only.
     StopVolumeHolder {

@@ -1,4 +1,4 @@
-//! The `debian` image: bookworm minbase with python3 and nodejs, by
+//! The `debian` image: bookworm minbase with python3, nodejs and git, by
 //! `mmdebstrap --mode=root --skip=chroot/mount`: packages are unpacked and
 //! configured by dpkg chrooted into the tree, with no /proc, /sys or /dev
 //! mounted into it (nothing is mounted at all, so nothing can be left behind).
@@ -22,6 +22,9 @@ pub const INCLUDE: &[&str] = &[
     "procps",
     "coreutils",
     "bash",
+    // Repositories are cloned into workspaces and pulled back (docs/tasks.md).
+    "git",
+    "openssh-client",
 ];
 /// The image's apt sources (also written to its /etc/apt/sources.list).
 /// The keyring is named (package debian-archive-keyring, on the host and in

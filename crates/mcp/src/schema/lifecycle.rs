@@ -86,6 +86,15 @@ pub struct CreateParams {
     /// A read-write volume held by another running workspace is CONFLICT.
     #[serde(default)]
     pub volumes: Vec<crate::schema::volumes::VolumeParam>,
+    /// An allowlisted repository's alias (list_repos): a full clone goes to
+    /// /workspace/repo on branch task/<name> at the first start (needs an
+    /// image with git: "debian"). Anything not allowlisted is FORBIDDEN.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// The branch the clone starts from (default: the repository's current
+    /// branch); only with `repo`.
+    #[serde(default)]
+    pub branch: Option<String>,
 }
 
 /// Inputs that only name a workspace.

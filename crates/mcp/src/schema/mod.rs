@@ -23,6 +23,7 @@ pub mod networks;
 pub mod outputs;
 pub mod ports;
 pub mod processes;
+pub mod repos;
 pub mod search;
 pub mod snapshots;
 pub mod volumes;

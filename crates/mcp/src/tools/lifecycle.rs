@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use workspace::store::repo_checkout::RepoCheckout;
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
@@ -153,6 +154,14 @@ impl MicroagentServer {
             egress: p.egress,
             allow: p.allow,
             volumes: crate::schema::volumes::mounts(&p.volumes),
+            repo: match (p.repo, p.branch) {
+                (None, Some(_)) => {
+                    return Err(ToolError::InvalidInput(
+                        "branch needs repo: name the repository to clone".into(),
+                    ))
+                }
+                (repo, branch) => repo.map(|r| RepoCheckout::new(r, branch)),
+            },
             ..WorkspaceSpec::default()
         };
         let meta = self

@@ -18,6 +18,7 @@ pub mod lifecycle;
 pub mod networks;
 pub mod ports;
 pub mod processes;
+pub mod repos;
 pub mod run;
 pub mod snapshots;
 pub mod volumes;

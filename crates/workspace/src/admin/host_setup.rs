@@ -21,7 +21,7 @@ use crate::workspaces::manager::Workspaces;
 
 /// What the `debian` image has beyond minbase (as `cargo xtask rootfs
 /// debian` builds it).
-pub const DEBIAN_PACKAGES: &[&str] = &["python3", "nodejs"];
+pub const DEBIAN_PACKAGES: &[&str] = &["python3", "nodejs", "git", "openssh-client"];
 /// The suite of the `debian` image.
 pub const DEBIAN_SUITE: &str = "bookworm";
 

@@ -15,6 +15,7 @@ pub mod events;
 pub mod name;
 pub mod ports;
 pub mod process;
+pub mod repo_checkout;
 pub mod spec;
 pub mod state;
 pub mod subnet;

@@ -172,6 +172,10 @@ pub struct WorkspaceSpec {
     /// Named volumes it mounts, in slot order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<crate::store::volume_mounts::VolumeMount>,
+    /// The allowlisted repository cloned into `/workspace/repo` at its
+    /// first start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<crate::store::repo_checkout::RepoCheckout>,
 }
 
 /// A host process, told apart from a later one with the same pid by its
@@ -216,6 +220,7 @@ impl Default for WorkspaceSpec {
             cwd: None,
             user: None,
             volumes: Vec::new(),
+            repo: None,
         }
     }
 }

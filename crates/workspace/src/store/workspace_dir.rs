@@ -107,6 +107,12 @@ impl WorkspaceDir {
         self.dir.join(format!("volume-{slot}.ext4"))
     }
 
+    /// The bundle of the repository a workspace clones at its first start;
+    /// there until the clone is made.
+    pub fn repo_bundle(&self) -> PathBuf {
+        self.dir.join("repo.bundle")
+    }
+
     /// The empty file behind volume slots no volume fills.
     pub fn empty_slot(&self) -> PathBuf {
         self.dir.join("empty-slot.disk")

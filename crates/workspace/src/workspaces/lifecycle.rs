@@ -53,7 +53,9 @@ impl Workspace<'_> {
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
         let (all, name) = (self.all, self.name);
-        all.start_maybe_warm(name, timeout, progress, false).await
+        let meta = all.start_maybe_warm(name, timeout, progress, false).await?;
+        all.clone_pending_repo(name).await?;
+        Ok(meta)
     }
 
     /// [`Workspace::start`] that always boots the kernel (no warm snapshot
@@ -64,7 +66,9 @@ impl Workspace<'_> {
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
         let (all, name) = (self.all, self.name);
-        all.start_maybe_warm(name, timeout, progress, true).await
+        let meta = all.start_maybe_warm(name, timeout, progress, true).await?;
+        all.clone_pending_repo(name).await?;
+        Ok(meta)
     }
 }
 

@@ -237,7 +237,15 @@ impl Workspaces {
             self.volumes().get(&m.name)?;
         }
         let image: ImageInfo = self.images.get(&spec.image)?;
-        let (_network, spec) = self.place_on_network(spec)?;
+        let (_network, mut spec) = self.place_on_network(spec)?;
+        let repo = match &spec.repo {
+            Some(asked) => {
+                let (info, checkout) = self.resolve_checkout(asked, &image)?;
+                spec.repo = Some(checkout);
+                Some(info)
+            }
+            None => None,
+        };
         let lock = self.lock(name)?;
         if ws.meta_path().exists() {
             return Err(Error::WorkspaceExists(name.to_owned()));
@@ -247,6 +255,10 @@ impl Workspaces {
         let made = (|| {
             crate::store::make_private_dir(ws.path())?;
             make_disk(&ws.disk(), spec.disk_mib)?;
+            if let Some(info) = &repo {
+                crate::repos::git::bundle_all(&info.path, &ws.repo_bundle())
+                    .map_err(crate::repos::RepoError::from)?;
+            }
             crate::pause_point::pause_point("create:disk");
             let meta = Meta {
                 name: name.to_owned(),

@@ -1,0 +1,248 @@
+//! The host's git, run as a program (never through a shell) with prompts
+//! off and a fixed locale, so what it prints can be read and it never
+//! waits for a terminal.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::code::ErrorCode;
+
+/// Why a git command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// git is not installed on the host.
+    #[error("git is not installed on the host")]
+    Missing,
+    /// The path is not inside a git work tree.
+    #[error("{} is not a git work tree", path.display())]
+    NotAWorkTree {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The repository has no such branch.
+    #[error("{} has no branch `{branch}`", repo.display())]
+    NoBranch {
+        /// The repository.
+        repo: PathBuf,
+        /// The branch asked for.
+        branch: String,
+    },
+    /// A branch name git would not accept.
+    #[error("`{0}` is not a usable branch name")]
+    BadBranch(String),
+    /// HEAD is not on a branch, and none was named.
+    #[error("{} is not on a branch (detached HEAD); name one", repo.display())]
+    Detached {
+        /// The repository.
+        repo: PathBuf,
+    },
+    /// Starting git failed.
+    #[error("running git {what}")]
+    Spawn {
+        /// The subcommand.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// git ran and failed.
+    #[error("git {what} failed in {}: {stderr}", repo.display())]
+    Failed {
+        /// The subcommand.
+        what: String,
+        /// The repository.
+        repo: PathBuf,
+        /// What git said.
+        stderr: String,
+    },
+}
+
+impl GitError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            GitError::Missing => ErrorCode::HostUnsupported,
+            GitError::NotAWorkTree { .. }
+            | GitError::NoBranch { .. }
+            | GitError::BadBranch(_)
+            | GitError::Detached { .. } => ErrorCode::InvalidInput,
+            GitError::Spawn { .. } | GitError::Failed { .. } => ErrorCode::Internal,
+        }
+    }
+}
+
+/// `git -C repo ARGS...` with prompts off and the C locale.
+pub(crate) fn git<I, S>(repo: &Path, args: I) -> Result<Command, GitError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let program = crate::host::settings::host_tool("git").ok_or(GitError::Missing)?;
+    let mut cmd = Command::new(program);
+    cmd.arg("-C")
+        .arg(repo)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C")
+        .stdin(std::process::Stdio::null());
+    Ok(cmd)
+}
+
+/// Runs `cmd` (made by [`git`]); its stdout, trimmed, when it succeeds.
+pub(crate) fn output(mut cmd: Command, repo: &Path) -> Result<String, GitError> {
+    let what = cmd
+        .get_args()
+        .nth(2)
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let out = cmd.output().map_err(|source| GitError::Spawn {
+        what: what.clone(),
+        source,
+    })?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    }
+    Err(GitError::Failed {
+        what,
+        repo: repo.to_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    })
+}
+
+/// `git -C repo ARGS...`'s trimmed stdout.
+pub(crate) fn run<I, S>(repo: &Path, args: I) -> Result<String, GitError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    output(git(repo, args)?, repo)
+}
+
+/// The top directory of the work tree `path` is in.
+pub fn work_tree_top(path: &Path) -> Result<PathBuf, GitError> {
+    let not = || GitError::NotAWorkTree {
+        path: path.to_owned(),
+    };
+    let real = path.canonicalize().map_err(|_| not())?;
+    if !real.is_dir() {
+        return Err(not());
+    }
+    let inside = run(&real, ["rev-parse", "--is-inside-work-tree"]).map_err(|e| match e {
+        GitError::Failed { .. } => not(),
+        e => e,
+    })?;
+    if inside != "true" {
+        return Err(not());
+    }
+    let top = run(&real, ["rev-parse", "--show-toplevel"])?;
+    PathBuf::from(top).canonicalize().map_err(|_| not())
+}
+
+/// The branch `repo`'s HEAD is on.
+pub(crate) fn current_branch(repo: &Path) -> Result<String, GitError> {
+    run(repo, ["symbolic-ref", "--quiet", "--short", "HEAD"]).map_err(|e| match e {
+        GitError::Failed { .. } => GitError::Detached {
+            repo: repo.to_owned(),
+        },
+        e => e,
+    })
+}
+
+/// Refuses a branch name git would not take, or one that reads as an
+/// option.
+pub(crate) fn check_branch_name(repo: &Path, branch: &str) -> Result<(), GitError> {
+    if branch.starts_with('-') || branch.is_empty() {
+        return Err(GitError::BadBranch(branch.to_owned()));
+    }
+    run(repo, ["check-ref-format", "--branch", branch])
+        .map(drop)
+        .map_err(|e| match e {
+            GitError::Failed { .. } => GitError::BadBranch(branch.to_owned()),
+            e => e,
+        })
+}
+
+/// The commit local branch `branch` of `repo` points to.
+pub(crate) fn branch_commit(repo: &Path, branch: &str) -> Result<String, GitError> {
+    check_branch_name(repo, branch)?;
+    run(
+        repo,
+        [
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}^{{commit}}"),
+        ],
+    )
+    .map_err(|e| match e {
+        GitError::Failed { .. } => GitError::NoBranch {
+            repo: repo.to_owned(),
+            branch: branch.to_owned(),
+        },
+        e => e,
+    })
+}
+
+/// Writes a bundle of every branch and tag of `repo` to `file`.
+pub(crate) fn bundle_all(repo: &Path, file: &Path) -> Result<(), GitError> {
+    let mut cmd = git(repo, ["bundle", "create", "--quiet"])?;
+    cmd.arg(file).args(["--branches", "--tags"]);
+    output(cmd, repo).map(drop)
+}
+
+/// Checks that `file` is a bundle `repo` can take (it has what the bundle
+/// builds on), then fetches its `HEAD` into `dst` (forced).
+pub(crate) fn fetch_bundle_head(repo: &Path, file: &Path, dst: &str) -> Result<(), GitError> {
+    let mut verify = git(repo, ["bundle", "verify", "--quiet"])?;
+    verify.arg(file);
+    output(verify, repo)?;
+    let mut fetch = git(
+        repo,
+        ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"],
+    )?;
+    fetch.arg(file).arg(format!("+HEAD:{dst}"));
+    output(fetch, repo).map(drop)
+}
+
+/// `key` from `repo`'s git config (its own, the user's or the system's).
+pub(crate) fn config(repo: &Path, key: &str) -> Option<String> {
+    run(repo, ["config", "--get", key])
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+/// `origin`'s URL when it is a network address: a clone may keep that,
+/// never a path on the host.
+pub(crate) fn network_origin(repo: &Path) -> Option<String> {
+    config(repo, "remote.origin.url").filter(|url| is_network_url(url))
+}
+
+/// True for `scheme://host/...` (not `file://`) and scp-like `host:path`.
+fn is_network_url(url: &str) -> bool {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        return scheme != "file" && !rest.is_empty();
+    }
+    match url.split_once(':') {
+        Some((host, path)) => !host.is_empty() && !host.contains('/') && !path.is_empty(),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_network_urls_count_as_network() {
+        for url in [
+            "https://github.com/a/b.git",
+            "git@github.com:a/b.git",
+            "ssh://git@host/x",
+        ] {
+            assert!(is_network_url(url), "{url}");
+        }
+        for url in ["/srv/repo", "../repo", "file:///srv/repo", "./a:b", ""] {
+            assert!(!is_network_url(url), "{url}");
+        }
+    }
+}
