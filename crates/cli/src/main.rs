@@ -13,6 +13,7 @@ mod plan_out;
 mod port_cmd;
 mod process_cmd;
 mod repo_cmd;
+mod task_cmd;
 mod serve_cmd;
 mod snapshot_cmd;
 mod terminal_cmd;
@@ -63,6 +64,11 @@ enum Command {
     /// diff WS` to see and bring back its commits.
     #[command(subcommand)]
     Repo(repo_cmd::RepoCommand),
+    /// Coding-agent tasks on allowlisted repositories, each in its own
+    /// workspace, their commits merged back: `task run --repo ALIAS
+    /// "DESCRIPTION"`, `task ls|info|logs|wait|rm|slots`.
+    #[command(subcommand)]
+    Task(task_cmd::TaskCommand),
     /// Guest kernels: `kernel ls` (built ones and those images carry),
     /// `kernel install` (from Debian's source or a file; preview, then confirm).
     #[command(subcommand)]
@@ -304,6 +310,7 @@ async fn run_workspace_command(
         Command::Image(cmd) => image_cmd::run(ws, cmd, json).await,
         Command::Volume(cmd) => volume_cmd::run(ws, cmd, json).await,
         Command::Repo(cmd) => repo_cmd::run(ws, cmd, json).await,
+        Command::Task(cmd) => task_cmd::run(ws, cmd, json).await,
         Command::Kernel(cmd) => kernel_cmd::run(ws, cmd, json).await,
         Command::Setup { flags } => kernel_cmd::setup(ws, flags, json).await,
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd, json).await,

@@ -42,6 +42,7 @@ pub mod repos;
 #[cfg(feature = "client")]
 pub(crate) mod snapshots;
 pub mod store;
+pub mod tasks;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 pub mod vmm;

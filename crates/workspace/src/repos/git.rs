@@ -90,11 +90,17 @@ where
 
 /// Runs `cmd` (made by [`git`]); its stdout, trimmed, when it succeeds.
 pub(crate) fn output(mut cmd: Command, repo: &Path) -> Result<String, GitError> {
-    let what = cmd
-        .get_args()
-        .nth(2)
-        .map(|a| a.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    // The subcommand: the first word past `-C DIR` and `-c KEY=VALUE`.
+    let mut args = cmd.get_args().map(|a| a.to_string_lossy().into_owned());
+    let mut what = String::new();
+    while let Some(a) = args.next() {
+        if a == "-C" || a == "-c" {
+            args.next();
+        } else {
+            what = a;
+            break;
+        }
+    }
     let out = cmd.output().map_err(|source| GitError::Spawn {
         what: what.clone(),
         source,
@@ -181,6 +187,14 @@ pub(crate) fn branch_commit(repo: &Path, branch: &str) -> Result<String, GitErro
         },
         e => e,
     })
+}
+
+/// The full id of commit `rev` of `repo`.
+pub(crate) fn commit_of(repo: &Path, rev: &str) -> Result<String, GitError> {
+    if rev.starts_with('-') {
+        return Err(GitError::BadBranch(rev.to_owned()));
+    }
+    run(repo, ["rev-parse", "--verify", "--quiet", &format!("{rev}^{{commit}}")])
 }
 
 /// Writes a bundle of every branch and tag of `repo` to `file`.

@@ -17,6 +17,7 @@ pub struct WorkspacesBuilder {
     state_dir: Option<PathBuf>,
     assets: Option<Option<PathBuf>>,
     vmm_program: Option<PathBuf>,
+    task_program: Option<PathBuf>,
     limits: Option<Limits>,
     warm_dir: Option<PathBuf>,
 }
@@ -43,6 +44,15 @@ impl WorkspacesBuilder {
     /// (the `microagent` binary does).
     pub fn vmm_program(mut self, program: impl Into<PathBuf>) -> Self {
         self.vmm_program = Some(program.into());
+        self
+    }
+
+    /// Runs task supervisors as `program` with the arguments of
+    /// [`crate::tasks::SUPERVISE_SUBCOMMAND`] and a task id. Default: this
+    /// executable, which must then call [`Workspaces::supervise_task`] when
+    /// given those arguments (the `microagent` binary does).
+    pub fn task_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.task_program = Some(program.into());
         self
     }
 
@@ -83,6 +93,7 @@ impl WorkspacesBuilder {
         let assets = self.assets.unwrap_or_else(asset_dir);
         let mut ws = Workspaces::new(state, assets, program).with_limits(limits);
         ws.warm_dir = self.warm_dir;
+        ws.task_program = self.task_program;
         Ok(ws)
     }
 }

@@ -99,6 +99,8 @@ pub struct Workspaces {
     /// Where warm snapshots are kept, when not `$MICROAGENT_WARM_DIR` or
     /// the state directory's `warm/`.
     pub(crate) warm_dir: Option<PathBuf>,
+    /// The program task supervisors run as (`task supervise ID`).
+    pub(crate) task_program: Option<PathBuf>,
 }
 
 /// The kernel variant built images are imported with: the one built, or
@@ -129,6 +131,7 @@ impl Workspaces {
             vmm_binary,
             limits: LIMITS,
             warm_dir: None,
+            task_program: None,
         }
     }
 

@@ -30,7 +30,7 @@ const GUEST_PULL_BUNDLE: &str = "/tmp/microagent-pull.bundle";
 
 /// Runs as `user` in the new `/workspace/repo`: the bundle arrives on
 /// stdin; every host branch and tag becomes a local one; the work branch
-/// starts at the chosen one. Arguments: branch, work branch, name, email,
+/// starts at the base commit. Arguments: base, work branch, name, email,
 /// origin URL (may be empty).
 const CLONE_SCRIPT: &str = r#"set -e
 git -c init.defaultBranch=microagent-unborn init -q .
@@ -73,7 +73,11 @@ impl Workspaces {
             Some(b) => b.clone(),
             None => git::current_branch(&info.path).map_err(RepoError::from)?,
         };
-        let base = git::branch_commit(&info.path, &branch).map_err(RepoError::from)?;
+        let base = match &asked.base {
+            // A task fixed its base when it was asked for.
+            Some(base) => git::commit_of(&info.path, base).map_err(RepoError::from)?,
+            None => git::branch_commit(&info.path, &branch).map_err(RepoError::from)?,
+        };
         if !rootfs_has_any(&image.rootfs, GIT_PATHS)? {
             return Err(RepoError::NoGit(image.name.clone()).into());
         }
@@ -121,7 +125,7 @@ impl Workspaces {
         let clone = script(
             CLONE_SCRIPT,
             [
-                checkout.branch.clone().unwrap_or_default(),
+                checkout.base.clone().unwrap_or_default(),
                 RepoCheckout::work_branch(name),
                 identity("user.name", "microagent"),
                 identity("user.email", "agent@microagent.invalid"),
@@ -190,6 +194,12 @@ impl Workspace<'_> {
     /// bundles them, the bundle is copied out through the agent, verified
     /// and fetched. No new commits leaves the host as it was.
     pub async fn pull_repo(self) -> Result<RepoPull> {
+        let host_ref = format!("{WORKSPACE_REF_PREFIX}{}", self.name);
+        self.pull_repo_to(&host_ref).await
+    }
+
+    /// [`Workspace::pull_repo`] into `host_ref`.
+    pub(crate) async fn pull_repo_to(self, host_ref: &str) -> Result<RepoPull> {
         let (all, name) = (self.all, self.name);
         let (checkout, base) = self.checkout()?;
         let info = all.repos().get(&checkout.repo)?;
@@ -220,11 +230,10 @@ impl Workspace<'_> {
         let local = pull_bundle_path(&ws);
         let _ = std::fs::remove_file(&local);
         all.at(name).copy_out(GUEST_PULL_BUNDLE, &local).await?;
-        let host_ref = format!("{WORKSPACE_REF_PREFIX}{name}");
-        let fetched = git::fetch_bundle_head(&info.path, &local, &host_ref);
+        let fetched = git::fetch_bundle_head(&info.path, &local, host_ref);
         let _ = std::fs::remove_file(&local);
         fetched.map_err(RepoError::from)?;
-        pull.host_ref = Some(host_ref);
+        pull.host_ref = Some(host_ref.to_owned());
         Ok(pull)
     }
 

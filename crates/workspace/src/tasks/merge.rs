@@ -1,0 +1,280 @@
+//! A task's commits onto the branch it started from, on the host: a
+//! fast-forward when the branch has not moved, else a rebase in a
+//! temporary worktree. The user's checked-out worktree is only ever
+//! fast-forwarded, and never when it has uncommitted changes; then the
+//! branch is left and the reason given. The task's own commits stay at
+//! `refs/tasks/<id>` whatever happens. Hooks are off for every step.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::repos::git::{self, GitError};
+
+/// How commits reached the branch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "kebab-case")]
+pub enum MergeMethod {
+    /// The branch had not moved: it now points at the task's commits.
+    FastForward,
+    /// The branch had moved: the task's commits were replayed onto it.
+    Rebase,
+}
+
+/// What became of a task's commits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct MergeResult {
+    /// The branch now has them.
+    pub merged: bool,
+    /// How, when merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<MergeMethod>,
+    /// The task's commits (since its base).
+    pub commits: u64,
+    /// Files the rebase conflicted in.
+    #[serde(default)]
+    pub conflicts: Vec<String>,
+    /// Where the task's own commits are kept.
+    pub task_ref: String,
+    /// Why they were not merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `git -C dir` with hooks off and a committer when the repository names
+/// none (a rebase writes new commits).
+fn run(repo: &Path, dir: &Path, args: &[&str]) -> Result<String, GitError> {
+    let mut cmd = git::git(dir, ["-c", "core.hooksPath=/dev/null"])?;
+    cmd.args(args);
+    if git::config(repo, "user.email").is_none() {
+        cmd.env("GIT_COMMITTER_NAME", "microagent")
+            .env("GIT_COMMITTER_EMAIL", "microagent@localhost");
+    }
+    git::output(cmd, dir)
+}
+
+/// The worktree `branch` is checked out in, if any.
+fn worktree_of(repo: &Path, branch: &str) -> Result<Option<std::path::PathBuf>, GitError> {
+    let list = git::run(repo, ["worktree", "list", "--porcelain"])?;
+    let want = format!("branch refs/heads/{branch}");
+    let mut current = None;
+    for line in list.lines() {
+        if let Some(path) = line.strip_prefix("worktree ") {
+            current = Some(std::path::PathBuf::from(path));
+        } else if line == want {
+            return Ok(current);
+        }
+    }
+    Ok(None)
+}
+
+/// Merges `task_ref` (commits on top of `base`) onto `branch` of `repo`;
+/// `scratch` is a path for a temporary worktree (removed after).
+pub fn merge_task(
+    repo: &Path,
+    branch: &str,
+    base: &str,
+    task_ref: &str,
+    scratch: &Path,
+) -> Result<MergeResult, GitError> {
+    let range = format!("{base}..{task_ref}");
+    let commits: u64 = git::run(repo, ["rev-list", "--count", &range])?
+        .parse()
+        .unwrap_or(0);
+    let mut result = MergeResult {
+        merged: false,
+        method: None,
+        commits,
+        conflicts: Vec::new(),
+        task_ref: task_ref.to_owned(),
+        reason: None,
+    };
+    if commits == 0 {
+        result.reason = Some("the task made no commits".into());
+        return Ok(result);
+    }
+    let Ok(tip) = git::branch_commit(repo, branch) else {
+        result.reason = Some(format!("branch `{branch}` no longer exists"));
+        return Ok(result);
+    };
+    let worktree = worktree_of(repo, branch)?;
+    if let Some(wt) = &worktree {
+        let dirty = run(repo, wt, &["status", "--porcelain", "--untracked-files=no"])?;
+        if !dirty.is_empty() {
+            result.reason = Some(format!(
+                "branch `{branch}` is checked out in {} with uncommitted changes; it was not touched",
+                wt.display()
+            ));
+            return Ok(result);
+        }
+    }
+    let fast_forward = run(repo, repo, &["merge-base", "--is-ancestor", &tip, task_ref]).is_ok();
+    let new_tip = if fast_forward {
+        result.method = Some(MergeMethod::FastForward);
+        git::run(repo, ["rev-parse", &format!("{task_ref}^{{commit}}")])?
+    } else {
+        result.method = Some(MergeMethod::Rebase);
+        match rebase(repo, &tip, task_ref, scratch)? {
+            Ok(new) => new,
+            Err(conflicts) => {
+                result.method = None;
+                result.reason = Some(format!(
+                    "replaying the task's commits onto `{branch}` conflicted in {}",
+                    conflicts.join(", ")
+                ));
+                result.conflicts = conflicts;
+                return Ok(result);
+            }
+        }
+    };
+    match &worktree {
+        Some(wt) => {
+            if let Err(e) = run(repo, wt, &["merge", "--ff-only", "--quiet", &new_tip]) {
+                result.method = None;
+                result.reason = Some(format!(
+                    "fast-forwarding the worktree {} failed: {e}",
+                    wt.display()
+                ));
+                return Ok(result);
+            }
+        }
+        None => {
+            // Compare and swap: a branch moved meanwhile is not overwritten.
+            let name = format!("refs/heads/{branch}");
+            if let Err(e) = run(repo, repo, &["update-ref", &name, &new_tip, &tip]) {
+                result.method = None;
+                result.reason = Some(format!("moving `{branch}` failed: {e}"));
+                return Ok(result);
+            }
+        }
+    }
+    result.merged = true;
+    Ok(result)
+}
+
+/// Replays `task_ref`'s commits onto `onto` in a detached worktree at
+/// `scratch`: the new tip, or the conflicting files.
+fn rebase(
+    repo: &Path,
+    onto: &str,
+    task_ref: &str,
+    scratch: &Path,
+) -> Result<Result<String, Vec<String>>, GitError> {
+    let wt = scratch.to_string_lossy().into_owned();
+    let _ = run(repo, repo, &["worktree", "remove", "--force", &wt]);
+    let _ = std::fs::remove_dir_all(scratch);
+    run(repo, repo, &["worktree", "add", "--quiet", "--detach", &wt, task_ref])?;
+    let outcome = match run(repo, scratch, &["rebase", "--quiet", onto]) {
+        Ok(_) => git::run(scratch, ["rev-parse", "HEAD"]).map(Ok),
+        Err(_) => {
+            let files = git::run(scratch, ["diff", "--name-only", "--diff-filter=U"])
+                .unwrap_or_default();
+            let _ = run(repo, scratch, &["rebase", "--abort"]);
+            Ok(Err(files.lines().map(str::to_owned).collect()))
+        }
+    };
+    let _ = run(repo, repo, &["worktree", "remove", "--force", &wt]);
+    let _ = run(repo, repo, &["worktree", "prune"]);
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn sh(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// A repository on `main` with one commit, and a task branch with one
+    /// commit changing `file` to `task`.
+    fn fixture(test: &str) -> Option<(std::path::PathBuf, String)> {
+        crate::host::settings::host_tool("git")?;
+        let root = std::env::temp_dir().join(format!("ma-merge-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let repo = root.join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        sh(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("file"), "one\n").unwrap();
+        std::fs::write(repo.join("other"), "x\n").unwrap();
+        sh(&repo, &["add", "."]);
+        sh(&repo, &["commit", "-qm", "first"]);
+        let base = sh(&repo, &["rev-parse", "HEAD"]);
+        sh(&repo, &["checkout", "-qb", "work"]);
+        std::fs::write(repo.join("file"), "task\n").unwrap();
+        sh(&repo, &["commit", "-qam", "task"]);
+        sh(&repo, &["update-ref", "refs/tasks/t1", "HEAD"]);
+        sh(&repo, &["checkout", "-q", "main"]);
+        Some((repo, base))
+    }
+
+    #[test]
+    fn fast_forwards_a_clean_checked_out_branch() {
+        let Some((repo, base)) = fixture("ff") else { return };
+        let scratch = repo.with_file_name("scratch");
+        let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
+        assert!(r.merged, "{r:?}");
+        assert_eq!((r.method, r.commits), (Some(MergeMethod::FastForward), 1));
+        assert_eq!(std::fs::read_to_string(repo.join("file")).unwrap(), "task\n");
+    }
+
+    #[test]
+    fn rebases_onto_a_moved_branch_and_reports_conflicts() {
+        let Some((repo, base)) = fixture("rebase") else { return };
+        let scratch = repo.with_file_name("scratch");
+        std::fs::write(repo.join("other"), "moved\n").unwrap();
+        sh(&repo, &["commit", "-qam", "moved"]);
+        let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
+        assert_eq!((r.merged, r.method), (true, Some(MergeMethod::Rebase)), "{r:?}");
+        assert_eq!(sh(&repo, &["log", "--format=%s", "main"]), "task\nmoved\nfirst");
+        assert_eq!(std::fs::read_to_string(repo.join("file")).unwrap(), "task\n");
+        assert!(!scratch.exists());
+        // The same line changed on main since: a conflict, main unchanged.
+        std::fs::write(repo.join("file"), "main\n").unwrap();
+        sh(&repo, &["commit", "-qam", "main edit"]);
+        let tip = sh(&repo, &["rev-parse", "main"]);
+        sh(&repo, &["update-ref", "refs/tasks/t2", &sh(&repo, &["rev-parse", "work"])]);
+        let r = merge_task(&repo, "main", &base, "refs/tasks/t2", &scratch).unwrap();
+        assert!(!r.merged, "{r:?}");
+        assert_eq!(r.conflicts, ["file"]);
+        assert_eq!(sh(&repo, &["rev-parse", "main"]), tip);
+        assert_eq!(sh(&repo, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn leaves_a_dirty_worktree_alone() {
+        let Some((repo, base)) = fixture("dirty") else { return };
+        let scratch = repo.with_file_name("scratch");
+        std::fs::write(repo.join("other"), "uncommitted\n").unwrap();
+        let tip = sh(&repo, &["rev-parse", "main"]);
+        let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
+        assert!(!r.merged && r.reason.as_deref().unwrap().contains("uncommitted"), "{r:?}");
+        assert_eq!(sh(&repo, &["rev-parse", "main"]), tip);
+        assert_eq!(std::fs::read_to_string(repo.join("other")).unwrap(), "uncommitted\n");
+        assert_eq!(std::fs::read_to_string(repo.join("file")).unwrap(), "one\n");
+    }
+
+    #[test]
+    fn moves_a_branch_no_worktree_has() {
+        let Some((repo, base)) = fixture("ref") else { return };
+        let scratch = repo.with_file_name("scratch");
+        sh(&repo, &["branch", "side", &base]);
+        let r = merge_task(&repo, "side", &base, "refs/tasks/t1", &scratch).unwrap();
+        assert_eq!((r.merged, r.method), (true, Some(MergeMethod::FastForward)));
+        assert_eq!(sh(&repo, &["log", "--format=%s", "-1", "side"]), "task");
+    }
+}

@@ -1,0 +1,432 @@
+//! Tasks: a coding agent's run on a clone of an allowlisted repository, in
+//! a workspace of its own, whose commits are merged back onto the branch
+//! it started from. A task is a record in `<state>/tasks/<id>/` (`task.json`,
+//! the command's `task.log`, the supervisor's `supervisor.log`), so it
+//! outlives the CLI or MCP server that started it; a small supervisor
+//! process drives it (`workspaces::tasks`). How commits come back onto the
+//! host branch is [`merge`]; slots and their cache volumes are [`slots`].
+
+pub mod merge;
+pub mod slots;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::code::ErrorCode;
+use crate::store::file_lock::FileLock;
+use crate::store::spec::Owner;
+use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+
+pub use merge::MergeResult;
+
+/// The directory of tasks in the state directory.
+pub const TASKS_DIR: &str = "tasks";
+/// Where a task's description is written in the guest.
+pub const GUEST_TASK_FILE: &str = "/workspace/task.md";
+/// Where a task may write its result in the guest.
+pub const GUEST_RESULT_FILE: &str = "/workspace/result.json";
+/// Longest description, bytes.
+pub const MAX_DESCRIPTION: usize = 64 * 1024;
+/// Largest `result.json` read.
+pub const MAX_RESULT_BYTES: u64 = 64 * 1024;
+/// The host ref a task's commits are kept at (`<prefix><id>`).
+pub const TASK_REF_PREFIX: &str = "refs/tasks/";
+/// The arguments (before the task id) that make the task program a task's
+/// supervisor.
+pub const SUPERVISE_SUBCOMMAND: [&str; 2] = ["task", "supervise"];
+/// The `config.json` object with task settings (`command`, `max_slots`).
+pub const CONFIG_KEY: &str = "task";
+
+/// Why a task operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// No task has that id.
+    #[error("task `{0}` does not exist")]
+    NotFound(String),
+    /// The request is unusable.
+    #[error("{0}")]
+    Invalid(String),
+    /// No slot is free and the caller would not queue.
+    #[error("all {0} task slots are taken")]
+    NoSlot(u32),
+    /// The task is still running.
+    #[error("task `{0}` is still running")]
+    Running(String),
+    /// Reading or writing the state directory.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A host file operation failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done, with the path.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TaskError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            TaskError::NotFound(_) => ErrorCode::NotFound,
+            TaskError::Invalid(_) => ErrorCode::InvalidInput,
+            TaskError::NoSlot(_) | TaskError::Running(_) => ErrorCode::Conflict,
+            TaskError::Store(e) => e.code(),
+            TaskError::Io { .. } => ErrorCode::Internal,
+        }
+    }
+
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let what = what.into();
+        move |source| TaskError::Io { what, source }
+    }
+}
+
+/// Where a task is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Waiting for a slot, or for its supervisor to begin.
+    Pending,
+    /// Its workspace is being made, or its command runs, or its commits
+    /// are being merged.
+    Running,
+    /// Its command exited 0 (or its result.json says success).
+    Completed,
+    /// Its command failed, was cancelled, or a step failed.
+    Failed,
+}
+
+impl TaskStatus {
+    /// True once it will not change again.
+    pub fn is_final(self) -> bool {
+        matches!(self, TaskStatus::Completed | TaskStatus::Failed)
+    }
+}
+
+/// What a task says of itself in `/workspace/result.json`, or what its
+/// exit status and commits say when it writes none.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct TaskResult {
+    /// Whether it did what it was asked.
+    pub success: bool,
+    /// A short account of what it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Files it changed.
+    #[serde(default)]
+    pub files_changed: Vec<String>,
+    /// What went wrong, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// How long each phase took, ms since the epoch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct TaskTimings {
+    /// When it was asked for.
+    pub created_ms: u64,
+    /// When its workspace began to start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// When its command began to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_started_ms: Option<u64>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<u64>,
+}
+
+/// A task as its record keeps it and front ends show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct TaskInfo {
+    /// Its id.
+    pub task_id: String,
+    /// Where it is.
+    pub status: TaskStatus,
+    /// The allowlisted repository.
+    pub repo: String,
+    /// The host branch it started from, and its commits are merged onto.
+    pub branch: String,
+    /// The commit `branch` was at when it was asked for.
+    pub base: String,
+    /// The image of its workspace.
+    pub image: String,
+    /// What it was asked to do.
+    pub description: String,
+    /// Names of the secrets it gets (never their values).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Its workspace (kept after the end with `keep`).
+    pub workspace: String,
+    /// Keep the workspace (stopped) when it ends.
+    pub keep: bool,
+    /// The slot it runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// Its workspace's memory, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_mib: Option<u64>,
+    /// Its command's exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// What it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<TaskResult>,
+    /// How its commits came back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_result: Option<MergeResult>,
+    /// What failed, when a step (not the command) failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Phases.
+    pub timings: TaskTimings,
+    /// The supervisor process driving it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervisor: Option<Owner>,
+    /// The guest exec of its command, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_id: Option<String>,
+    /// A cancel was asked for.
+    #[serde(default)]
+    pub cancelled: bool,
+    /// `wait_next_event` has returned its end.
+    #[serde(default)]
+    pub reported: bool,
+}
+
+/// Task settings of `config.json`'s `task` object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct TaskConfig {
+    /// The command a task runs when its repository names none.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Most tasks running at once.
+    #[serde(default)]
+    pub max_slots: Option<u32>,
+}
+
+impl TaskConfig {
+    /// The settings of the state directory at `root` (defaults when the
+    /// file or the object is missing; an unreadable file is an error).
+    pub fn load(root: &Path) -> Result<Self, TaskError> {
+        let path = root.join(crate::host::cost::CONFIG_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => return Err(TaskError::io(format!("reading {}", path.display()))(e)),
+        };
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| TaskError::Invalid(format!("{}: {e}", path.display())))?;
+        match value.get(CONFIG_KEY) {
+            None => Ok(Self::default()),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                TaskError::Invalid(format!("{} `{CONFIG_KEY}`: {e}", path.display()))
+            }),
+        }
+    }
+}
+
+/// The task records of one state directory.
+#[derive(Clone, Debug)]
+pub struct TaskStore {
+    dir: PathBuf,
+}
+
+impl TaskStore {
+    /// The tasks of `state`.
+    pub fn new(state: &StateDir) -> Self {
+        Self {
+            dir: state.root().join(TASKS_DIR),
+        }
+    }
+
+    /// The tasks directory.
+    pub fn root(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Task `id`'s directory (whether or not it exists).
+    pub fn dir(&self, id: &str) -> Result<PathBuf, TaskError> {
+        let ok = !id.is_empty()
+            && id.len() <= 64
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !ok {
+            return Err(TaskError::NotFound(id.to_owned()));
+        }
+        Ok(self.dir.join(id))
+    }
+
+    /// The command log of task `id`.
+    pub fn log_path(&self, id: &str) -> Result<PathBuf, TaskError> {
+        Ok(self.dir(id)?.join("task.log"))
+    }
+
+    /// The supervisor's own log of task `id`.
+    pub fn supervisor_log(&self, id: &str) -> Result<PathBuf, TaskError> {
+        Ok(self.dir(id)?.join("supervisor.log"))
+    }
+
+    /// The lock every change of the set of tasks takes (slot choice).
+    pub fn lock_all(&self) -> Result<FileLock, TaskError> {
+        crate::store::make_private_dir(&self.dir)?;
+        let path = self.dir.join("tasks.lock");
+        FileLock::exclusive(&path).map_err(TaskError::io(format!("locking {}", path.display())))
+    }
+
+    /// Writes a new task's record.
+    pub fn insert(&self, info: &TaskInfo) -> Result<(), TaskError> {
+        let dir = self.dir(&info.task_id)?;
+        crate::store::make_private_dir(&self.dir)?;
+        crate::store::make_private_dir(&dir)?;
+        write_json_atomic(&dir.join("task.json"), info)?;
+        Ok(())
+    }
+
+    /// Task `id`.
+    pub fn get(&self, id: &str) -> Result<TaskInfo, TaskError> {
+        let file = self.dir(id)?.join("task.json");
+        if !file.exists() {
+            return Err(TaskError::NotFound(id.to_owned()));
+        }
+        Ok(read_json(&file)?)
+    }
+
+    /// Changes task `id` under its lock; returns it as changed.
+    pub fn update(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut TaskInfo),
+    ) -> Result<TaskInfo, TaskError> {
+        let dir = self.dir(id)?;
+        let _lock = FileLock::exclusive(&dir.join("task.lock"))
+            .map_err(TaskError::io(format!("locking task {id}")))?;
+        let mut info = self.get(id)?;
+        change(&mut info);
+        write_json_atomic(&dir.join("task.json"), &info)?;
+        Ok(info)
+    }
+
+    /// Every task, oldest first.
+    pub fn list(&self) -> Result<Vec<TaskInfo>, TaskError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(TaskError::io(format!("reading {}", self.dir.display()))(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            if !entry.path().is_dir() {
+                continue;
+            }
+            let id = entry.file_name().to_string_lossy().into_owned();
+            match self.get(&id) {
+                Ok(info) => out.push(info),
+                Err(e) => tracing::warn!("skipping task {id}: {e}"),
+            }
+        }
+        out.sort_by_key(|t| (t.timings.created_ms, t.task_id.clone()));
+        Ok(out)
+    }
+
+    /// Removes task `id`'s record and logs.
+    pub fn remove(&self, id: &str) -> Result<(), TaskError> {
+        let dir = self.dir(id)?;
+        std::fs::remove_dir_all(&dir)
+            .map_err(TaskError::io(format!("removing {}", dir.display())))
+    }
+}
+
+/// The id a new task gets.
+pub(crate) fn new_task_id() -> String {
+    crate::host::settings::unique_id()
+}
+
+/// The workspace task `id` runs in.
+pub fn workspace_of(id: &str) -> String {
+    format!("task-{id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(id: &str, created_ms: u64) -> TaskInfo {
+        TaskInfo {
+            task_id: id.into(),
+            status: TaskStatus::Pending,
+            repo: "proj".into(),
+            branch: "main".into(),
+            base: "a".repeat(40),
+            image: "debian".into(),
+            description: "do it".into(),
+            secrets: vec![],
+            workspace: workspace_of(id),
+            keep: false,
+            slot: None,
+            mem_mib: None,
+            exit_code: None,
+            result: None,
+            merge_result: None,
+            error: None,
+            timings: TaskTimings {
+                created_ms,
+                ..TaskTimings::default()
+            },
+            supervisor: None,
+            exec_id: None,
+            cancelled: false,
+            reported: false,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_list_oldest_first() {
+        let root = std::env::temp_dir().join(format!("ma-tasks-{}", new_task_id()));
+        let state = StateDir::at(&root).unwrap();
+        let store = TaskStore::new(&state);
+        assert!(store.list().unwrap().is_empty());
+        store.insert(&info("b2", 2)).unwrap();
+        store.insert(&info("a1", 1)).unwrap();
+        let ids: Vec<_> = store.list().unwrap().into_iter().map(|t| t.task_id).collect();
+        assert_eq!(ids, ["a1", "b2"]);
+        let done = store
+            .update("a1", |t| t.status = TaskStatus::Completed)
+            .unwrap();
+        assert!(done.status.is_final());
+        assert_eq!(store.get("a1").unwrap().status, TaskStatus::Completed);
+        assert_eq!(store.get("nope").unwrap_err().code(), ErrorCode::NotFound);
+        assert_eq!(store.get("../x").unwrap_err().code(), ErrorCode::NotFound);
+        assert!(workspace_of("a1").starts_with("task-"));
+        store.remove("a1").unwrap();
+        assert_eq!(store.list().unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn config_reads_the_task_object() {
+        let root = std::env::temp_dir().join(format!("ma-taskcfg-{}", new_task_id()));
+        std::fs::create_dir_all(&root).unwrap();
+        assert_eq!(TaskConfig::load(&root).unwrap(), TaskConfig::default());
+        std::fs::write(
+            root.join(crate::host::cost::CONFIG_FILE),
+            r#"{"task": {"command": "make", "max_slots": 2}, "other": 1}"#,
+        )
+        .unwrap();
+        let c = TaskConfig::load(&root).unwrap();
+        assert_eq!((c.command.as_deref(), c.max_slots), (Some("make"), Some(2)));
+        std::fs::write(root.join(crate::host::cost::CONFIG_FILE), r#"{"task": 3}"#).unwrap();
+        assert_eq!(
+            TaskConfig::load(&root).unwrap_err().code(),
+            ErrorCode::InvalidInput
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,275 @@
+//! What a task's supervisor does, start to end: wait for a slot, make and
+//! start the workspace (a warm start; the clone comes in at the start),
+//! write the description, run the command as `user` in the clone with its
+//! output (secrets masked) in the task's log, read its result, bring its
+//! commits back to `refs/tasks/<id>`, merge them onto the branch it
+//! started from, and remove the workspace. Every step's failure ends the
+//! task as failed with the reason; the workspace is removed (or stopped,
+//! when kept) whatever happened.
+
+use std::io::Write;
+use std::time::Duration;
+
+use super::manager::Workspaces;
+use super::tasks::task_mem;
+use crate::guest::stream::{ExecEvent, ExecInput};
+use crate::host::settings::now_ms;
+use crate::repos::GUEST_REPO_DIR;
+use crate::store::file_lock::FileLock;
+use crate::store::repo_checkout::RepoCheckout;
+use crate::store::spec::{Owner, WorkspaceSpec};
+use crate::store::volume_mounts::VolumeMount;
+use crate::tasks::merge::{merge_task, MergeResult};
+use crate::tasks::slots::{cache_volume, CACHE_MOUNT, CACHE_SIZE_MIB};
+use crate::tasks::{
+    TaskInfo, TaskResult, TaskStatus, GUEST_RESULT_FILE, GUEST_TASK_FILE, MAX_RESULT_BYTES,
+    TASK_REF_PREFIX,
+};
+use crate::volumes::VolumeSource;
+use crate::{Error, ExecRequest, Result};
+
+/// How long a start may take (a cold boot when no warm snapshot exists).
+const TASK_START_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often a queued task looks for a free slot.
+const SLOT_POLL: Duration = Duration::from_secs(1);
+
+/// Runs as root before the command: the description from stdin to
+/// task.md, and the user's ~/.cache into the slot's cache volume.
+/// Arguments: task file, cache mount.
+const PREPARE_SCRIPT: &str = r#"set -e
+cat > "$1"
+chown user:user "$1"
+mkdir -p "$2/home-cache"
+chown user:user "$2" "$2/home-cache"
+home=$(getent passwd user | cut -d: -f6)
+rm -rf "$home/.cache"
+ln -s "$2/home-cache" "$home/.cache"
+chown -h user:user "$home/.cache"
+"#;
+
+impl Workspaces {
+    /// Drives task `id` to its end (what `microagent task supervise ID`
+    /// runs, detached). The record says how it went.
+    pub async fn supervise_task(&self, id: &str) -> Result<TaskInfo> {
+        let store = self.tasks();
+        let me = Owner::this_process();
+        store.update(id, |t| t.supervisor = me.or(t.supervisor))?;
+        let outcome = self.drive(id).await;
+        let info = store.get(id)?;
+        let keep = info.keep;
+        let workspace = info.workspace.clone();
+        // The workspace goes whatever happened (stopped, when kept).
+        if self.at(&workspace).get().is_ok() {
+            let cleanup = if keep {
+                self.at(&workspace)
+                    .stop(crate::DEFAULT_STOP_TIMEOUT)
+                    .await
+                    .map(drop)
+            } else {
+                self.at(&workspace)
+                    .delete(crate::DeleteOptions::default().force(true))
+                    .map(drop)
+            };
+            if let Err(e) = cleanup {
+                tracing::warn!("task {id}: removing workspace {workspace}: {e}");
+            }
+        }
+        Ok(store.update(id, |t| {
+            if let Err(e) = &outcome {
+                t.status = TaskStatus::Failed;
+                t.error = Some(e.full_message());
+            }
+            if !t.status.is_final() {
+                t.status = TaskStatus::Failed;
+            }
+            t.exec_id = None;
+            t.timings.finished_ms = Some(now_ms());
+        })?)
+    }
+
+    async fn drive(&self, id: &str) -> Result<()> {
+        let store = self.tasks();
+        let mut info = store.get(id)?;
+        while info.slot.is_none() {
+            if info.cancelled {
+                return Err(Error::InvalidInput("cancelled while queued".into()));
+            }
+            if self.claim_slot(id, &info.repo)?.is_none() {
+                tokio::time::sleep(SLOT_POLL).await;
+            }
+            info = store.get(id)?;
+        }
+        let slot = info.slot.unwrap_or_default();
+        info = store.update(id, |t| {
+            t.status = TaskStatus::Running;
+            t.timings.started_ms = Some(now_ms());
+        })?;
+        let repo = self.repos().get(&info.repo)?;
+        let command = self.task_command(&repo)?;
+        let cache = cache_volume(slot);
+        if self.volumes().get(&cache).is_err() {
+            self.create_volume(&cache, Some(CACHE_SIZE_MIB), &VolumeSource::Empty)?;
+        }
+        let spec = WorkspaceSpec {
+            image: info.image.clone(),
+            mem_mib: task_mem(&info),
+            owner: Owner::this_process(),
+            volumes: vec![VolumeMount {
+                name: cache,
+                path: CACHE_MOUNT.into(),
+                read_only: false,
+                own_copy: false,
+            }],
+            repo: Some(RepoCheckout {
+                repo: info.repo.clone(),
+                branch: Some(info.branch.clone()),
+                base: Some(info.base.clone()),
+            }),
+            ..WorkspaceSpec::default()
+        };
+        let name = info.workspace.clone();
+        self.blocking({
+            let name = name.clone();
+            move |ws| ws.create(&name, spec).map(drop)
+        })
+        .await?;
+        self.at(&name).start(TASK_START_TIMEOUT, |_| {}).await?;
+        let prepare = ExecRequest::argv(
+            ["sh", "-c", PREPARE_SCRIPT, "sh", GUEST_TASK_FILE, CACHE_MOUNT].map(String::from),
+        )
+        .user("root");
+        let prepared = self
+            .at(&name)
+            .exec_collect(prepare, ExecInput::Bytes(info.description.clone().into_bytes()))
+            .await?;
+        if !prepared.success() {
+            return Err(Error::InvalidInput(format!(
+                "preparing the task's workspace failed: {}",
+                prepared.stderr.trim()
+            )));
+        }
+        if store.get(id)?.cancelled {
+            return Err(Error::InvalidInput("cancelled before its command ran".into()));
+        }
+        let exit = self.run_command(&info, &command).await?;
+        let cancelled = store.get(id)?.cancelled;
+        let result = self.read_result(&name, exit).await;
+        let task_ref = format!("{TASK_REF_PREFIX}{id}");
+        let pull = self.at(&name).pull_repo_to(&task_ref).await?;
+        let merge = if pull.commits == 0 {
+            MergeResult {
+                merged: false,
+                method: None,
+                commits: 0,
+                conflicts: Vec::new(),
+                task_ref: task_ref.clone(),
+                reason: Some("the task made no commits".into()),
+            }
+        } else if cancelled {
+            MergeResult {
+                merged: false,
+                method: None,
+                commits: pull.commits,
+                conflicts: Vec::new(),
+                task_ref: task_ref.clone(),
+                reason: Some("the task was cancelled; its commits are kept, not merged".into()),
+            }
+        } else {
+            let lock_path = store.root().join(format!("merge-{}.lock", info.repo));
+            let scratch = store.dir(id)?.join("rebase");
+            let path = repo.path.clone();
+            let (branch, base) = (info.branch.clone(), info.base.clone());
+            self.blocking(move |_| {
+                let _lock = FileLock::exclusive(&lock_path)
+                    .map_err(Error::host_io(format!("locking {}", lock_path.display())))?;
+                merge_task(&path, &branch, &base, &task_ref, &scratch)
+                    .map_err(|e| crate::repos::RepoError::from(e).into())
+            })
+            .await?
+        };
+        store.update(id, |t| {
+            t.exit_code = exit;
+            t.status = if result.success && !cancelled {
+                TaskStatus::Completed
+            } else {
+                TaskStatus::Failed
+            };
+            if cancelled {
+                t.error = Some("cancelled".into());
+            }
+            t.result = Some(result);
+            t.merge_result = Some(merge);
+        })?;
+        Ok(())
+    }
+
+    /// Runs the task's command to its end, its output (masked) appended to
+    /// the task's log; its exit code (`None` when a signal ended it).
+    async fn run_command(&self, info: &TaskInfo, command: &str) -> Result<Option<i32>> {
+        let store = self.tasks();
+        let id = info.task_id.clone();
+        let log_path = store.log_path(&id)?;
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(Error::host_io(format!("opening {}", log_path.display())))?;
+        let mask = self.secrets().mask_for(info.secrets.iter().map(String::as_str));
+        let (mut out, mut err) = (mask.stream(), mask.stream());
+        let mut req = ExecRequest::shell(command)
+            .user("user")
+            .cwd(GUEST_REPO_DIR)
+            .env("MICROAGENT_TASK_ID", &id)
+            .env("HOME", "/home/user");
+        for name in &info.secrets {
+            req = req.secret(name);
+        }
+        store.update(&id, |t| t.timings.command_started_ms = Some(now_ms()))?;
+        let exited = self
+            .at(&info.workspace)
+            .exec(req, ExecInput::None, |event| match event {
+                // Recorded at once, so a cancel can signal it.
+                ExecEvent::Started { exec_id, .. } => {
+                    let _ = store.update(&id, |t| t.exec_id = Some(exec_id));
+                }
+                ExecEvent::Stdout(b) => {
+                    let _ = log.write_all(&out.push(&b));
+                }
+                ExecEvent::Stderr(b) => {
+                    let _ = log.write_all(&err.push(&b));
+                }
+            })
+            .await;
+        let _ = log.write_all(&out.finish());
+        let _ = log.write_all(&err.finish());
+        Ok(exited?.code)
+    }
+
+    /// What `/workspace/result.json` says, else what the exit code says.
+    async fn read_result(&self, name: &str, exit: Option<i32>) -> TaskResult {
+        let from_exit = TaskResult {
+            success: exit == Some(0),
+            summary: None,
+            files_changed: Vec::new(),
+            error: match exit {
+                Some(0) => None,
+                Some(code) => Some(format!("the task command exited with {code}")),
+                None => Some("a signal ended the task command".into()),
+            },
+        };
+        let Ok(read) = self
+            .at(name)
+            .read_file(GUEST_RESULT_FILE, None, Some(MAX_RESULT_BYTES))
+            .await
+        else {
+            return from_exit;
+        };
+        match serde_json::from_slice::<TaskResult>(&read.data) {
+            Ok(said) => said,
+            Err(e) => TaskResult {
+                error: Some(format!("{GUEST_RESULT_FILE} is not a result: {e}")),
+                ..from_exit
+            },
+        }
+    }
+}

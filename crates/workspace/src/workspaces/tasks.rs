@@ -1,0 +1,438 @@
+//! Tasks as front ends use them: `run_task` checks the request, takes a
+//! slot (or queues), writes the record and starts the task's supervisor, a
+//! detached process that outlives the caller (`task_run` is what it does);
+//! the rest read and change records: info (a task whose supervisor is
+//! gone is marked failed), list, logs, the next finished task not yet
+//! reported, cancel, cleanup, slots.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::manager::Workspaces;
+use crate::host::settings::now_ms;
+use crate::repos::git;
+use crate::store::repo_checkout::RepoCheckout;
+use crate::store::spec::{defaults, Owner};
+use crate::tasks::slots::{self, ActiveSlot, Slots};
+use crate::tasks::{
+    new_task_id, workspace_of, TaskConfig, TaskError, TaskInfo, TaskStatus, TaskStore,
+    TaskTimings, MAX_DESCRIPTION, SUPERVISE_SUBCOMMAND,
+};
+use crate::{Error, Result};
+
+/// Memory of a task's workspace unless asked otherwise, MiB: coding
+/// agents are node or python programs.
+pub const TASK_MEM_MIB: u64 = 1024;
+/// The image of a task's workspace unless asked otherwise.
+pub const TASK_IMAGE: &str = "debian";
+/// Longest `wait_next_event` wait.
+pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// What to run.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct TaskRequest {
+    /// What the task is asked to do (written to /workspace/task.md).
+    pub description: String,
+    /// The allowlisted repository.
+    pub repo: String,
+    /// The image (default [`TASK_IMAGE`]).
+    pub image: Option<String>,
+    /// The branch to start from and merge onto (default: the
+    /// repository's current branch).
+    pub branch: Option<String>,
+    /// Secrets the command gets as environment variables.
+    pub secrets: Vec<String>,
+    /// Keep the workspace (stopped) afterwards.
+    pub keep: bool,
+    /// Refuse (CONFLICT) instead of queueing when every slot is taken.
+    pub no_queue: bool,
+    /// Guest memory, MiB (default [`TASK_MEM_MIB`]).
+    pub mem_mib: Option<u64>,
+}
+
+impl TaskRequest {
+    /// Run `description` on `repo`.
+    pub fn new(description: impl Into<String>, repo: impl Into<String>) -> Self {
+        Self {
+            description: description.into(),
+            repo: repo.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A task's command log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct TaskLogs {
+    /// The task.
+    pub task_id: String,
+    /// The log file on the host (the command's output, secrets masked).
+    pub path: PathBuf,
+    /// Its last lines.
+    pub tail: String,
+    /// The supervisor's own log (its steps and failures).
+    pub supervisor_log: PathBuf,
+}
+
+impl Workspaces {
+    /// The task records of this state directory.
+    pub fn tasks(&self) -> TaskStore {
+        TaskStore::new(&self.state)
+    }
+
+    fn task_config(&self) -> Result<TaskConfig> {
+        Ok(TaskConfig::load(self.state.root())?)
+    }
+
+    /// How many tasks may run at once here.
+    fn max_slots(&self, config: &TaskConfig) -> u32 {
+        if let Some(n) = config.max_slots {
+            return n.clamp(1, slots::MAX_SLOTS);
+        }
+        let mem = crate::host::budget::HostBudget::load(self.state.root())
+            .ok()
+            .and_then(|b| b.max_guest_mem_mib)
+            .unwrap_or_else(host_mem_mib);
+        slots::default_max_slots(mem, TASK_MEM_MIB)
+    }
+
+    /// The slots and the tasks holding them.
+    pub fn task_slots(&self) -> Result<Slots> {
+        let max = self.max_slots(&self.task_config()?);
+        let active: Vec<ActiveSlot> = self
+            .list_tasks()?
+            .into_iter()
+            .filter(|t| !t.status.is_final())
+            .filter_map(|t| {
+                t.slot.map(|slot| ActiveSlot {
+                    slot,
+                    task_id: t.task_id,
+                    repo: t.repo,
+                })
+            })
+            .collect();
+        let available = (0..max)
+            .filter(|s| active.iter().all(|a| a.slot != *s))
+            .collect();
+        Ok(Slots {
+            max_slots: max,
+            active,
+            available,
+        })
+    }
+
+    /// Takes a free slot for `repo` under the tasks lock, writing it into
+    /// task `id`'s record; `None` when every slot is taken.
+    pub(crate) fn claim_slot(&self, id: &str, repo: &str) -> Result<Option<u32>> {
+        let _lock = self.tasks().lock_all()?;
+        let s = self.task_slots()?;
+        let taken: Vec<u32> = s.active.iter().map(|a| a.slot).collect();
+        let Some(slot) = slots::choose_slot(repo, s.max_slots, &taken) else {
+            return Ok(None);
+        };
+        self.tasks().update(id, |t| t.slot = Some(slot))?;
+        Ok(Some(slot))
+    }
+
+    /// The command a task on `repo` runs.
+    pub(crate) fn task_command(&self, repo: &crate::repos::RepoInfo) -> Result<String> {
+        if let Some(cmd) = &repo.task_command {
+            return Ok(cmd.clone());
+        }
+        self.task_config()?.command.ok_or_else(|| {
+            TaskError::Invalid(format!(
+                "repository `{}` has no task command: allow it with a task command, or set `task.command` in config.json",
+                repo.alias
+            ))
+            .into()
+        })
+    }
+
+    /// Starts a task: checks it (the repository allowlisted, its branch,
+    /// the image has git, a task command, the secrets), takes a slot (or
+    /// queues it, or refuses with CONFLICT when asked not to queue), writes
+    /// its record and starts its supervisor. Returns at once.
+    pub fn run_task(&self, req: &TaskRequest) -> Result<TaskInfo> {
+        let description = req.description.trim();
+        if description.is_empty() || req.description.len() > MAX_DESCRIPTION {
+            return Err(TaskError::Invalid(format!(
+                "a task description is 1 to {MAX_DESCRIPTION} bytes of text"
+            ))
+            .into());
+        }
+        let image_name = req.image.clone().unwrap_or_else(|| TASK_IMAGE.into());
+        let image = self.images.get(&image_name)?;
+        let (repo, checkout) = self.resolve_checkout(
+            &RepoCheckout::new(req.repo.clone(), req.branch.clone()),
+            &image,
+        )?;
+        self.task_command(&repo)?;
+        self.check_secret_names(&req.secrets)?;
+        let mem_mib = req.mem_mib.unwrap_or(TASK_MEM_MIB);
+        let id = new_task_id();
+        let info = TaskInfo {
+            task_id: id.clone(),
+            status: TaskStatus::Pending,
+            repo: repo.alias.clone(),
+            branch: checkout.branch.clone().unwrap_or_default(),
+            base: checkout.base.clone().unwrap_or_default(),
+            image: image_name,
+            description: req.description.clone(),
+            secrets: req.secrets.clone(),
+            workspace: workspace_of(&id),
+            keep: req.keep,
+            slot: None,
+            mem_mib: Some(mem_mib),
+            exit_code: None,
+            result: None,
+            merge_result: None,
+            error: None,
+            timings: TaskTimings {
+                created_ms: now_ms(),
+                ..TaskTimings::default()
+            },
+            supervisor: None,
+            exec_id: None,
+            cancelled: false,
+            reported: false,
+        };
+        let store = self.tasks();
+        store.insert(&info)?;
+        let slot = match self.claim_slot(&id, &repo.alias) {
+            Ok(slot) => slot,
+            Err(e) => {
+                let _ = store.remove(&id);
+                return Err(e);
+            }
+        };
+        if slot.is_none() && req.no_queue {
+            let max = self.task_slots().map(|s| s.max_slots).unwrap_or(0);
+            let _ = store.remove(&id);
+            return Err(TaskError::NoSlot(max).into());
+        }
+        if let Err(e) = self.spawn_supervisor(&id) {
+            let _ = store.remove(&id);
+            return Err(e);
+        }
+        Ok(store.get(&id)?)
+    }
+
+    /// Starts task `id`'s supervisor, detached (its own session, stdin and
+    /// stdout on /dev/null, stderr to its log), and records it.
+    fn spawn_supervisor(&self, id: &str) -> Result<()> {
+        use std::os::unix::process::CommandExt;
+        let program = match &self.task_program {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()
+                .map_err(Error::host_io("finding this program's executable"))?,
+        };
+        let store = self.tasks();
+        let log_path = store.supervisor_log(id)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(Error::host_io(format!("opening {}", log_path.display())))?;
+        let mut cmd = std::process::Command::new(&program);
+        cmd.args(SUPERVISE_SUBCOMMAND)
+            .arg(id)
+            .env("MICROAGENT_HOME", self.state.root())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log);
+        if let Some(warm) = &self.warm_dir {
+            cmd.env("MICROAGENT_WARM_DIR", warm);
+        }
+        // SAFETY: setsid is async-signal-safe and touches no memory; it
+        // puts the supervisor in its own session, so the caller's terminal
+        // closing or its Ctrl-C does not reach it.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(Error::host_io(format!("starting {}", program.display())))?;
+        let pid = child.id();
+        // Nobody waits for it here: it is reaped by init once we exit;
+        // until then a thread does, so it never lingers as a zombie.
+        std::thread::spawn(move || {
+            let mut child = child;
+            let _ = child.wait();
+        });
+        let supervisor =
+            crate::store::process::start_ticks(pid).map(|start_ticks| Owner { pid, start_ticks });
+        store.update(id, |t| t.supervisor = t.supervisor.or(supervisor))?;
+        Ok(())
+    }
+
+    /// Task `id`; one whose supervisor is gone before its end is marked
+    /// failed first.
+    pub fn task_info(&self, id: &str) -> Result<TaskInfo> {
+        let info = self.tasks().get(id)?;
+        Ok(self.reap_orphan(info))
+    }
+
+    fn reap_orphan(&self, info: TaskInfo) -> TaskInfo {
+        let Some(owner) = info.supervisor else {
+            return info;
+        };
+        if info.status.is_final() || crate::store::process::is_alive(owner.pid, owner.start_ticks)
+        {
+            return info;
+        }
+        let gone = format!(
+            "its supervisor (pid {}) ended before the task did; see {}",
+            owner.pid,
+            self.tasks()
+                .supervisor_log(&info.task_id)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+        self.tasks()
+            .update(&info.task_id, |t| {
+                if !t.status.is_final() {
+                    t.status = TaskStatus::Failed;
+                    t.error = Some(gone);
+                    t.timings.finished_ms = Some(now_ms());
+                }
+            })
+            .unwrap_or(info)
+    }
+
+    /// Every task, oldest first.
+    pub fn list_tasks(&self) -> Result<Vec<TaskInfo>> {
+        Ok(self
+            .tasks()
+            .list()?
+            .into_iter()
+            .map(|t| self.reap_orphan(t))
+            .collect())
+    }
+
+    /// Task `id`'s command log: its path and last `lines` lines (secrets
+    /// masked as they were written).
+    pub fn task_logs(&self, id: &str, lines: usize) -> Result<TaskLogs> {
+        let store = self.tasks();
+        store.get(id)?;
+        let path = store.log_path(id)?;
+        let text = std::fs::read(&path).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        let all: Vec<&str> = text.lines().collect();
+        let tail = all[all.len().saturating_sub(lines)..].join("\n");
+        Ok(TaskLogs {
+            task_id: id.to_owned(),
+            path,
+            tail,
+            supervisor_log: store.supervisor_log(id)?,
+        })
+    }
+
+    /// The next task that ended and has not been reported yet (oldest end
+    /// first), marked reported; `None` when none ends within `timeout`.
+    /// Reports survive restarts: they are in the records.
+    pub async fn wait_next_task_event(&self, timeout: Duration) -> Result<Option<TaskInfo>> {
+        let deadline = Instant::now() + timeout.min(MAX_EVENT_WAIT);
+        loop {
+            let mut ended: Vec<TaskInfo> = self
+                .list_tasks()?
+                .into_iter()
+                .filter(|t| t.status.is_final() && !t.reported)
+                .collect();
+            ended.sort_by_key(|t| t.timings.finished_ms);
+            for t in ended {
+                let mut claimed = false;
+                let info = self.tasks().update(&t.task_id, |r| {
+                    claimed = !r.reported;
+                    r.reported = true;
+                })?;
+                if claimed {
+                    return Ok(Some(info));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Waits (at most `timeout`) for task `id` to end; returns it as it is
+    /// then.
+    pub async fn wait_task(&self, id: &str, timeout: Duration) -> Result<TaskInfo> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let info = self.task_info(id)?;
+            if info.status.is_final() || Instant::now() >= deadline {
+                return Ok(info);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Cancels task `id`: its command is killed; its supervisor then keeps
+    /// what it committed at refs/tasks/<id> (no merge) and removes the
+    /// workspace. A task that already ended is left as it is.
+    pub async fn cancel_task(&self, id: &str) -> Result<TaskInfo> {
+        let info = self.tasks().update(id, |t| {
+            if !t.status.is_final() {
+                t.cancelled = true;
+            }
+        })?;
+        if let Some(exec) = &info.exec_id {
+            if let Ok(ws) = self.workspace(&info.workspace) {
+                let _ = ws.signal_exec(exec, libc::SIGKILL).await;
+            }
+        }
+        self.task_info(id)
+    }
+
+    /// Removes ended task `id`'s record and logs, its kept workspace, and
+    /// with `delete_ref` its refs/tasks/<id>. A task not yet ended is
+    /// CONFLICT (cancel it first).
+    pub fn cleanup_task(&self, id: &str, delete_ref: bool) -> Result<TaskInfo> {
+        let info = self.task_info(id)?;
+        if !info.status.is_final() {
+            return Err(TaskError::Running(id.to_owned()).into());
+        }
+        if self.at(&info.workspace).get().is_ok() {
+            self.at(&info.workspace)
+                .delete(crate::DeleteOptions::default().force(true))?;
+        }
+        if delete_ref {
+            if let Ok(repo) = self.repos().get(&info.repo) {
+                let task_ref = format!("{}{id}", crate::tasks::TASK_REF_PREFIX);
+                if git::commit_of(&repo.path, &task_ref).is_ok() {
+                    git::run(&repo.path, ["update-ref", "-d", &task_ref])
+                        .map_err(crate::repos::RepoError::from)?;
+                }
+            }
+        }
+        self.tasks().remove(id)?;
+        Ok(info)
+    }
+}
+
+/// The host's memory, MiB (from /proc/meminfo; 4 GiB when unreadable).
+fn host_mem_mib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(4096, |kb| kb / 1024)
+}
+
+/// Memory a task's workspace gets unless its record says.
+pub(crate) fn task_mem(info: &TaskInfo) -> u64 {
+    info.mem_mib.unwrap_or(TASK_MEM_MIB).max(defaults::MEM_MIB)
+}
