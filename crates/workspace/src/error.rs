@@ -143,6 +143,9 @@ pub enum Error {
     /// A volume operation failed.
     #[error(transparent)]
     Volume(#[from] crate::volumes::VolumeError),
+    /// A secret operation failed.
+    #[error(transparent)]
+    Secret(#[from] crate::secrets::SecretError),
     /// A volume is mounted read-write by another running workspace, or
     /// read-only by one when it is asked for read-write.
     #[error("volume `{volume}` is mounted {mode} by running workspace `{holder}`")]
@@ -262,6 +265,7 @@ impl Error {
             Error::Budget(e) => e.code(),
             Error::VmmUser(e) => e.code(),
             Error::Volume(e) => e.code(),
+            Error::Secret(e) => e.code(),
             #[cfg(feature = "client")]
             Error::Search(e) => e.code(),
             Error::VolumeHeld { .. } => ErrorCode::Conflict,
@@ -317,6 +321,7 @@ impl Error {
             }
             Error::Image(e) => e.remedy(),
             Error::Volume(e) => e.remedy(),
+            Error::Secret(e) => e.remedy(),
             Error::VolumeHeld { volume, holder, .. } => Some(Remedy::StopVolumeHolder {
                 volume: volume.clone(),
                 workspace: holder.clone(),

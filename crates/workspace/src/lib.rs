@@ -38,6 +38,7 @@ pub mod pause_point;
 #[cfg(not(feature = "test-hooks"))]
 pub(crate) mod pause_point;
 pub(crate) mod remedy;
+pub mod secrets;
 #[cfg(feature = "client")]
 pub(crate) mod snapshots;
 pub mod store;

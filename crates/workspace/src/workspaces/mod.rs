@@ -12,4 +12,5 @@ pub(crate) mod lifecycle;
 pub(crate) mod manager;
 pub(crate) mod one_shot;
 pub(crate) mod ports;
+pub(crate) mod secrets;
 pub(crate) mod volumes;
