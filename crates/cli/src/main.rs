@@ -12,6 +12,7 @@ mod output;
 mod plan_out;
 mod port_cmd;
 mod process_cmd;
+mod secret_cmd;
 mod serve_cmd;
 mod snapshot_cmd;
 mod terminal_cmd;
@@ -57,6 +58,11 @@ enum Command {
     /// cache`, then `create WS --volume cache:/data`).
     #[command(subcommand)]
     Volume(volume_cmd::VolumeCommand),
+    /// Secrets: `secret set NAME` (value from stdin or --from-file, never
+    /// printed), `secret ls`, `secret rm NAME`; commands get them with
+    /// `--secret NAME` as an environment variable, their output masked.
+    #[command(subcommand)]
+    Secret(secret_cmd::SecretCommand),
     /// Guest kernels: `kernel ls` (built ones and those images carry),
     /// `kernel install` (from Debian's source or a file; preview, then confirm).
     #[command(subcommand)]
@@ -297,6 +303,7 @@ async fn run_workspace_command(
     match command {
         Command::Image(cmd) => image_cmd::run(ws, cmd, json).await,
         Command::Volume(cmd) => volume_cmd::run(ws, cmd, json).await,
+        Command::Secret(cmd) => secret_cmd::run(ws, cmd, json),
         Command::Kernel(cmd) => kernel_cmd::run(ws, cmd, json).await,
         Command::Setup { flags } => kernel_cmd::setup(ws, flags, json).await,
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd, json).await,

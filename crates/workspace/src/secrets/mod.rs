@@ -281,6 +281,20 @@ impl SecretStore {
             .collect()
     }
 
+    /// Fails unless every one of `names` is a secret (NOT_FOUND for the
+    /// first that is not): checked before a one-shot workspace is made.
+    pub fn require<'a, I>(&self, names: I) -> Result<(), SecretError>
+    where
+        I: IntoIterator<Item = &'a String>,
+    {
+        for name in names {
+            if !self.path(name)?.is_file() {
+                return Err(SecretError::NotFound(name.clone()));
+            }
+        }
+        Ok(())
+    }
+
     /// The mask for `names`: those that no longer exist are left out (their
     /// values are gone; nothing can be masked by them).
     pub fn mask_for<'a, I>(&self, names: I) -> SecretMask
