@@ -61,6 +61,10 @@ pub struct CommandArgs {
     /// Bytes of each output stream to return; the rest is counted, not sent.
     #[arg(long, value_name = "BYTES")]
     pub output_cap: Option<u64>,
+    /// Give the command secret NAME (from `secret set`) as the environment
+    /// variable NAME (repeatable); its value is masked (`***`) in the output.
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
     /// Forward this terminal's stdin to the command.
     #[arg(short = 'i', long = "stdin")]
     pub stdin: bool,
@@ -76,7 +80,8 @@ impl CommandArgs {
         } else {
             ExecRequest::argv(self.command.clone())
         }
-        .envs(env.iter().cloned());
+        .envs(env.iter().cloned())
+        .secrets(self.secrets.iter().cloned());
         if let Some(dir) = &self.cwd {
             req = req.cwd(dir);
         }
@@ -316,6 +321,8 @@ async fn copy_outputs(
 
 pub async fn run(ws: &Workspaces, args: &RunArgs, json: bool) -> Result<ExitCode, Error> {
     args.exec.request(&[])?;
+    // An unknown secret fails before a workspace is made for nothing.
+    ws.secrets().require(&args.exec.secrets)?;
     let one_shot = OneShot::new("run", args.spec.resolved_spec(ws).await?)
         .named(args.name.clone())
         .afterwards(if args.keep {

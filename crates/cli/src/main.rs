@@ -13,9 +13,10 @@ mod plan_out;
 mod port_cmd;
 mod process_cmd;
 mod repo_cmd;
-mod task_cmd;
+mod secret_cmd;
 mod serve_cmd;
 mod snapshot_cmd;
+mod task_cmd;
 mod terminal_cmd;
 mod vmm_cmd;
 mod volume_cmd;
@@ -69,6 +70,11 @@ enum Command {
     /// "DESCRIPTION"`, `task ls|info|logs|wait|rm|slots`.
     #[command(subcommand)]
     Task(task_cmd::TaskCommand),
+    /// Secrets: `secret set NAME` (value from stdin or --from-file, never
+    /// printed), `secret ls`, `secret rm NAME`; commands get them with
+    /// `--secret NAME` as an environment variable, their output masked.
+    #[command(subcommand)]
+    Secret(secret_cmd::SecretCommand),
     /// Guest kernels: `kernel ls` (built ones and those images carry),
     /// `kernel install` (from Debian's source or a file; preview, then confirm).
     #[command(subcommand)]
@@ -311,6 +317,7 @@ async fn run_workspace_command(
         Command::Volume(cmd) => volume_cmd::run(ws, cmd, json).await,
         Command::Repo(cmd) => repo_cmd::run(ws, cmd, json).await,
         Command::Task(cmd) => task_cmd::run(ws, cmd, json).await,
+        Command::Secret(cmd) => secret_cmd::run(ws, cmd, json),
         Command::Kernel(cmd) => kernel_cmd::run(ws, cmd, json).await,
         Command::Setup { flags } => kernel_cmd::setup(ws, flags, json).await,
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd, json).await,

@@ -105,6 +105,9 @@ pub fn remedy(r: &Remedy) -> String {
                 .into()
         }
         Remedy::ListVolumes => "list the volumes (`microagent volume ls`)".into(),
+        Remedy::SetSecret { secret } => format!(
+            "set it (`microagent secret set {secret}`, value on stdin), or list them (`microagent secret ls`)"
+        ),
         Remedy::ChooseAnotherVolumeName { volume } => {
             format!("pick another name, or remove it first (`microagent volume rm {volume}`)")
         }

@@ -115,7 +115,12 @@ fn status(t: &TaskInfo) -> String {
 fn describe(t: &TaskInfo) {
     println!("task:      {}", t.task_id);
     println!("status:    {}", status(t));
-    println!("repo:      {} (branch {} at {})", t.repo, t.branch, short(&t.base));
+    println!(
+        "repo:      {} (branch {} at {})",
+        t.repo,
+        t.branch,
+        short(&t.base)
+    );
     println!("workspace: {}", t.workspace);
     if let Some(slot) = t.slot {
         println!("slot:      {slot}");
@@ -127,7 +132,10 @@ fn describe(t: &TaskInfo) {
         println!(
             "result:    {}{}",
             if r.success { "success" } else { "failure" },
-            r.summary.as_deref().map(|s| format!(": {s}")).unwrap_or_default()
+            r.summary
+                .as_deref()
+                .map(|s| format!(": {s}"))
+                .unwrap_or_default()
         );
     }
     if let Some(m) = &t.merge_result {
@@ -139,7 +147,10 @@ fn describe(t: &TaskInfo) {
             "merge:     {how}{} commit(s), kept at {}{}",
             m.commits,
             m.task_ref,
-            m.reason.as_deref().map(|r| format!("; {r}")).unwrap_or_default()
+            m.reason
+                .as_deref()
+                .map(|r| format!("; {r}"))
+                .unwrap_or_default()
         );
         if !m.conflicts.is_empty() {
             println!("conflicts: {}", m.conflicts.join(", "));
@@ -202,14 +213,23 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
                             status(t),
                             t.repo.clone(),
                             t.branch.clone(),
-                            t.merge_result
-                                .as_ref()
-                                .map_or("-".into(), |m| if m.merged { "merged" } else { "not merged" }.into()),
-                            t.description.lines().next().unwrap_or("").chars().take(40).collect(),
+                            t.merge_result.as_ref().map_or("-".into(), |m| {
+                                if m.merged { "merged" } else { "not merged" }.into()
+                            }),
+                            t.description
+                                .lines()
+                                .next()
+                                .unwrap_or("")
+                                .chars()
+                                .take(40)
+                                .collect(),
                         ]
                     })
                     .collect();
-                output::table(&["TASK", "STATUS", "REPO", "BRANCH", "MERGE", "DESCRIPTION"], &rows);
+                output::table(
+                    &["TASK", "STATUS", "REPO", "BRANCH", "MERGE", "DESCRIPTION"],
+                    &rows,
+                );
             }
         }
         TaskCommand::Info { id } => {
@@ -257,7 +277,9 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             }
             let info = ws.cleanup_task(id, *delete_ref)?;
             if json {
-                output::json(&serde_json::json!({ "removed": info.task_id, "ref_deleted": delete_ref }));
+                output::json(
+                    &serde_json::json!({ "removed": info.task_id, "ref_deleted": delete_ref }),
+                );
             } else {
                 println!("removed task {}", info.task_id);
             }
@@ -267,7 +289,11 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             if json {
                 output::json(&slots);
             } else {
-                println!("{} slot(s), {} free", slots.max_slots, slots.available.len());
+                println!(
+                    "{} slot(s), {} free",
+                    slots.max_slots,
+                    slots.available.len()
+                );
                 for a in &slots.active {
                     println!("slot {}: task {} ({})", a.slot, a.task_id, a.repo);
                 }

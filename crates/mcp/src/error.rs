@@ -82,6 +82,9 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "pick another name, or delete that snapshot first (the snapshot_delete tool)".into()
         }
         Remedy::ListVolumes => "list the volumes (the volume_list tool)".into(),
+        Remedy::SetSecret { secret } => format!(
+            "secrets are set by the host's user, not over MCP: `microagent secret set {secret}` (see `microagent secret ls`)"
+        ),
         Remedy::ChooseAnotherVolumeName { volume } => {
             format!("pick another name, or delete it first (volume_delete `{volume}`)")
         }

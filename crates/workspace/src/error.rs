@@ -146,6 +146,12 @@ pub enum Error {
     /// A repository operation failed.
     #[error(transparent)]
     Repo(#[from] crate::repos::RepoError),
+    /// A task operation failed.
+    #[error(transparent)]
+    Task(#[from] crate::tasks::TaskError),
+    /// A secret operation failed.
+    #[error(transparent)]
+    Secret(#[from] crate::secrets::SecretError),
     /// A volume is mounted read-write by another running workspace, or
     /// read-only by one when it is asked for read-write.
     #[error("volume `{volume}` is mounted {mode} by running workspace `{holder}`")]
@@ -266,6 +272,8 @@ impl Error {
             Error::VmmUser(e) => e.code(),
             Error::Volume(e) => e.code(),
             Error::Repo(e) => e.code(),
+            Error::Task(e) => e.code(),
+            Error::Secret(e) => e.code(),
             #[cfg(feature = "client")]
             Error::Search(e) => e.code(),
             Error::VolumeHeld { .. } => ErrorCode::Conflict,
@@ -322,6 +330,7 @@ impl Error {
             Error::Image(e) => e.remedy(),
             Error::Volume(e) => e.remedy(),
             Error::Repo(e) => e.remedy(),
+            Error::Secret(e) => e.remedy(),
             Error::VolumeHeld { volume, holder, .. } => Some(Remedy::StopVolumeHolder {
                 volume: volume.clone(),
                 workspace: holder.clone(),

@@ -39,6 +39,7 @@ pub mod pause_point;
 pub(crate) mod pause_point;
 pub(crate) mod remedy;
 pub mod repos;
+pub mod secrets;
 #[cfg(feature = "client")]
 pub(crate) mod snapshots;
 pub mod store;

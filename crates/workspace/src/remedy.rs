@@ -146,4 +146,10 @@ pub enum Remedy {
         /// The workspace that holds it.
         workspace: String,
     },
+    /// Set the secret (its value from stdin or a file), or list the
+    /// secrets to find the right name.
+    SetSecret {
+        /// The secret.
+        secret: String,
+    },
 }

@@ -3,7 +3,7 @@
 //! [`Workspaces`] calls that run them through the guest agent. The agent's
 //! wire format stays behind this module.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use guest_agent::protocol as wire;
@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::guest::stream::{ExecEvent, ExecInput, PtySize};
+use crate::secrets::{MaskStream, SecretError, SecretMask, SecretValue};
 use crate::store::events::EventKind;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
@@ -43,6 +44,8 @@ pub struct ExecRequest {
     id: Option<String>,
     pty: Option<PtySize>,
     user: Option<String>,
+    /// Names only: values are read when the agent's request is built.
+    secrets: BTreeSet<String>,
 }
 
 impl ExecRequest {
@@ -56,6 +59,7 @@ impl ExecRequest {
             id: None,
             pty: None,
             user: None,
+            secrets: BTreeSet::new(),
         }
     }
 
@@ -90,6 +94,31 @@ impl ExecRequest {
         self.env
             .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
         self
+    }
+
+    /// Gives the command secret `name` (see [`crate::secrets`]) as the
+    /// environment variable `name`. Only the name is kept here: the value
+    /// is read from the store when the command starts (an unknown name is
+    /// NOT_FOUND and nothing runs), reaches the guest process's
+    /// environment and nothing else, and is masked (`***`) in its output.
+    pub fn secret(mut self, name: impl Into<String>) -> Self {
+        self.secrets.insert(name.into());
+        self
+    }
+
+    /// Gives the command each of these secrets ([`ExecRequest::secret`]).
+    pub fn secrets<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.secrets.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// The names of the secrets it is given.
+    pub fn secret_names(&self) -> Vec<String> {
+        self.secrets.iter().cloned().collect()
     }
 
     /// Sets the working directory in the guest (default `/`).
@@ -129,14 +158,23 @@ impl ExecRequest {
         }
     }
 
-    /// Refuses a command with no program.
+    /// Refuses a command with no program, a bad secret name, or a secret
+    /// that is also a plain variable of the request.
     pub(crate) fn check(&self) -> Result<()> {
-        match &self.program {
-            Program::Argv(argv) if argv.is_empty() => Err(Error::InvalidInput(
-                "no command given; pass a program and its arguments, or a shell line".into(),
-            )),
-            _ => Ok(()),
+        if let Program::Argv(argv) = &self.program {
+            if argv.is_empty() {
+                return Err(Error::InvalidInput(
+                    "no command given; pass a program and its arguments, or a shell line".into(),
+                ));
+            }
         }
+        for name in &self.secrets {
+            crate::secrets::validate_secret_name(name)?;
+            if self.env.contains_key(name) {
+                return Err(SecretError::EnvClash(name.clone()).into());
+            }
+        }
+        Ok(())
     }
 
     /// Runs as `user` instead of the workspace's default (its image's, else
@@ -149,14 +187,24 @@ impl ExecRequest {
     }
 
     /// The agent's request, with the workspace's `env` under the request's
-    /// and its working directory and user (its image's) as defaults.
-    pub(crate) fn into_wire(self, spec: &crate::store::spec::WorkspaceSpec) -> wire::ExecCall {
+    /// and its working directory and user (its image's) as defaults, and
+    /// the secrets' `values` (resolved from its names) over both.
+    pub(crate) fn into_wire(
+        self,
+        spec: &crate::store::spec::WorkspaceSpec,
+        values: &[(String, SecretValue)],
+    ) -> wire::ExecCall {
         let mut req = match self.program {
             Program::Argv(argv) => wire::ExecCall::argv(argv),
             Program::Shell(line) => wire::ExecCall::shell(line),
         };
         req.env = spec.env.clone();
         req.env.extend(self.env);
+        req.env.extend(
+            values
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_owned())),
+        );
         req.cwd = self.cwd.or_else(|| spec.cwd.clone());
         match (self.user, spec.user) {
             (Some(user), _) => req.user = Some(user),
@@ -337,6 +385,50 @@ fn keep(buf: &mut Vec<u8>, chunk: &[u8], cap: u64) -> u64 {
     (chunk.len() - taken) as u64
 }
 
+/// A command's output events with its secrets masked, stdout and stderr
+/// each as one stream (a value split across chunks is still masked).
+struct MaskedEvents {
+    /// None when the command has no secrets: events pass as they are.
+    streams: Option<[MaskStream; 2]>,
+}
+
+impl MaskedEvents {
+    fn new(mask: &SecretMask) -> Self {
+        Self {
+            streams: (!mask.is_empty()).then(|| [mask.stream(), mask.stream()]),
+        }
+    }
+
+    fn on_event(&mut self, event: ExecEvent, on_event: &mut impl FnMut(ExecEvent)) {
+        let Some(streams) = &mut self.streams else {
+            return on_event(event);
+        };
+        let event = match event {
+            ExecEvent::Stdout(b) => ExecEvent::Stdout(streams[0].push(&b)),
+            ExecEvent::Stderr(b) => ExecEvent::Stderr(streams[1].push(&b)),
+            started => started,
+        };
+        if !matches!(&event, ExecEvent::Stdout(b) | ExecEvent::Stderr(b) if b.is_empty()) {
+            on_event(event)
+        }
+    }
+
+    /// Gives out what each stream held back, at the command's end.
+    fn finish(&mut self, on_event: &mut impl FnMut(ExecEvent)) {
+        let Some([out, err]) = &mut self.streams else {
+            return;
+        };
+        for event in [
+            ExecEvent::Stdout(out.finish()),
+            ExecEvent::Stderr(err.finish()),
+        ] {
+            if !matches!(&event, ExecEvent::Stdout(b) | ExecEvent::Stderr(b) if b.is_empty()) {
+                on_event(event)
+            }
+        }
+    }
+}
+
 /// How [`Workspace::exec_cancellable`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExecEnd {
@@ -379,7 +471,10 @@ impl Workspace<'_> {
         // and a grace the host stops waiting (an agent that stopped
         // answering). Without a timeout the caller chose to wait.
         let deadline = req.timeout.map(|t| t.saturating_add(EXEC_DEADLINE_GRACE));
-        let req = req.into_wire(&meta.spec);
+        let (values, mask) = all.resolve_secrets(&req.secret_names())?;
+        let req = req.into_wire(&meta.spec, &values);
+        drop(values);
+        let mut masked = MaskedEvents::new(&mask);
         let events = ws.events();
         let client = ws
             .agent()
@@ -394,7 +489,7 @@ impl Workspace<'_> {
                     command: command.clone(),
                 });
             }
-            on_event(event)
+            masked.on_event(event, &mut on_event)
         });
         let exited = match deadline {
             Some(deadline) => tokio::time::timeout(deadline, running).await.map_err(|_| {
@@ -406,6 +501,7 @@ impl Workspace<'_> {
             None => running.await,
         }
         .map_err(Error::agent("exec"))?;
+        masked.finish(&mut on_event);
         events.append(EventKind::ExecFinished {
             exec_id: exited.exec_id.clone(),
             code: exited.code,
@@ -518,7 +614,7 @@ mod tests {
             user: Some((1000, 1001)),
             ..Default::default()
         };
-        let wire = req.clone().into_wire(&spec);
+        let wire = req.clone().into_wire(&spec, &[]);
         assert_eq!(wire.argv, Some(vec!["ls".to_owned(), "-l".to_owned()]));
         assert_eq!(wire.shell, None);
         assert_eq!(wire.env["A"], "request", "the request's env wins");
@@ -528,9 +624,9 @@ mod tests {
         assert_eq!(wire.timeout_ms, Some(1500));
         assert_eq!(wire.output_cap, Some(10));
         assert_eq!((wire.uid, wire.gid), (Some(1000), Some(1001)));
-        let as_root = ExecRequest::argv(["id"]).user("root").into_wire(&spec);
+        let as_root = ExecRequest::argv(["id"]).user("root").into_wire(&spec, &[]);
         assert_eq!((as_root.user.as_deref(), as_root.uid), (Some("root"), None));
-        let no_cwd = ExecRequest::argv(["ls"]).into_wire(&spec);
+        let no_cwd = ExecRequest::argv(["ls"]).into_wire(&spec, &[]);
         assert_eq!(
             no_cwd.cwd.as_deref(),
             Some("/app"),
@@ -539,8 +635,69 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_is_a_name_until_the_wire() {
+        let req = ExecRequest::shell("echo $TOKEN")
+            .secret("TOKEN")
+            .env("PLAIN", "1");
+        assert_eq!(req.secret_names(), ["TOKEN"]);
+        assert!(req.check().is_ok());
+        let shown = format!("{} {req:?}", req.describe());
+        assert!(!shown.contains("hunter2"), "{shown}");
+        let value = SecretValue::new("TOKEN", b"hunter2".to_vec()).unwrap();
+        let spec = crate::store::spec::WorkspaceSpec {
+            env: BTreeMap::from([("TOKEN".to_owned(), "from-spec".to_owned())]),
+            ..Default::default()
+        };
+        let wire = req.into_wire(&spec, &[("TOKEN".to_owned(), value)]);
+        assert_eq!(wire.env["TOKEN"], "hunter2", "the secret wins");
+        assert_eq!(wire.env["PLAIN"], "1");
+        assert_eq!(wire.shell.as_deref(), Some("echo $TOKEN"));
+        let clash = ExecRequest::shell("x").env("T", "1").secret("T");
+        assert_eq!(
+            clash.check().unwrap_err().code(),
+            crate::ErrorCode::InvalidInput
+        );
+        let bad = ExecRequest::shell("x").secret("A-B");
+        assert_eq!(
+            bad.check().unwrap_err().code(),
+            crate::ErrorCode::InvalidInput
+        );
+    }
+
+    #[test]
+    fn streamed_output_is_masked_across_chunks() {
+        let value = SecretValue::new("T", b"hunter2".to_vec()).unwrap();
+        let mut masked = MaskedEvents::new(&SecretMask::new([&value]));
+        let mut seen = Vec::new();
+        let mut sink = |e: ExecEvent| seen.push(e);
+        for event in [
+            ExecEvent::Started {
+                exec_id: "e".into(),
+                pid: 1,
+            },
+            ExecEvent::Stdout(b"pw=hun".to_vec()),
+            ExecEvent::Stderr(b"hunter2".to_vec()),
+            ExecEvent::Stdout(b"ter2\nend hunt".to_vec()),
+        ] {
+            masked.on_event(event, &mut sink);
+        }
+        masked.finish(&mut sink);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        for e in &seen {
+            match e {
+                ExecEvent::Stdout(b) => out.extend_from_slice(b),
+                ExecEvent::Stderr(b) => err.extend_from_slice(b),
+                ExecEvent::Started { .. } => {}
+            }
+        }
+        assert_eq!(out, b"pw=***\nend hunt");
+        assert_eq!(err, b"***");
+        assert!(matches!(seen[0], ExecEvent::Started { .. }));
+    }
+
+    #[test]
     fn a_shell_line_goes_as_one_string() {
-        let wire = ExecRequest::shell("echo hi | wc -c").into_wire(&Default::default());
+        let wire = ExecRequest::shell("echo hi | wc -c").into_wire(&Default::default(), &[]);
         assert_eq!(wire.shell.as_deref(), Some("echo hi | wc -c"));
         assert_eq!(wire.argv, None);
     }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::guest::exec::ExecRequest;
+use crate::secrets::SecretMask;
 use crate::store::events::EventKind;
 use crate::workspaces::handle::Workspace;
 
@@ -165,6 +166,18 @@ impl ProcessOutput {
     }
 }
 
+/// Masks one stream's read in place: unless no more will come (`eof`
+/// and all `total` bytes read), a tail that may begin a value is left for
+/// the next read (its cursor stays there). True when something was held.
+fn mask_output(mask: &SecretMask, stream: &mut StreamOutput, eof: bool, total: u64) -> bool {
+    let last = eof && stream.next_cursor >= total;
+    let (bytes, used) = mask.mask_read(&stream.bytes, last);
+    let held = used < stream.bytes.len();
+    stream.bytes = bytes;
+    stream.next_cursor = stream.cursor + used as u64;
+    held
+}
+
 /// A signal by number (`"9"`) or name (`"KILL"`, `"SIGTERM"`); the agent
 /// checks it.
 fn signal_spec(signal: &str) -> SignalSpec {
@@ -187,7 +200,10 @@ impl Workspace<'_> {
         req.check()?;
         let (ws, meta) = all.running(name)?;
         let command = req.describe();
-        let mut wire = req.into_wire(&meta.spec);
+        let secrets = req.secret_names();
+        let (values, _) = all.resolve_secrets(&secrets)?;
+        let mut wire = req.into_wire(&meta.spec, &values);
+        drop(values);
         if options.stdin {
             wire.stdin = StdinMode::Stream;
         }
@@ -203,6 +219,16 @@ impl Workspace<'_> {
             .await
             .map_err(Error::agent("process_start"))?
             .into();
+        // Names only: what later reads of its output mask. Without the
+        // record its output would be read unmasked: it is killed instead.
+        if let Err(e) = crate::secrets::processes::remember(ws.path(), &info.id, &secrets) {
+            if let Ok(client) = ws.agent().connect().await {
+                let _ = client
+                    .process_signal(&info.id, SignalSpec::Number(libc::SIGKILL))
+                    .await;
+            }
+            return Err(e.into());
+        }
         ws.events().append(EventKind::ProcessStarted {
             id: info.id.clone(),
             command,
@@ -235,18 +261,39 @@ impl Workspace<'_> {
         wait: Duration,
     ) -> Result<ProcessOutput> {
         let (all, name) = (self.all, self.name);
-        let read = all
-            .agent(name)
-            .await?
-            .process_output(id, cursors, max_bytes, wait.min(AGENT_MAX_WAIT))
-            .await
-            .map_err(Error::agent("process_output"))?;
-        Ok(ProcessOutput {
-            process: read.output.process.into(),
-            stdout: StreamOutput::new(read.output.stdout, read.stdout),
-            stderr: StreamOutput::new(read.output.stderr, read.stderr),
-            eof: read.output.eof,
-        })
+        let names = crate::secrets::processes::names(all.dir(name)?.path(), id)?;
+        let mask = all.secrets().mask_for(&names);
+        let deadline = std::time::Instant::now() + wait.min(AGENT_MAX_WAIT);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let read = all
+                .agent(name)
+                .await?
+                .process_output(id, cursors, max_bytes, left)
+                .await
+                .map_err(Error::agent("process_output"))?;
+            let mut out = ProcessOutput {
+                process: read.output.process.into(),
+                stdout: StreamOutput::new(read.output.stdout, read.stdout),
+                stderr: StreamOutput::new(read.output.stderr, read.stderr),
+                eof: read.output.eof,
+            };
+            if mask.is_empty() {
+                return Ok(out);
+            }
+            let (total_out, total_err) = (out.process.stdout_bytes, out.process.stderr_bytes);
+            let held = [
+                mask_output(&mask, &mut out.stdout, out.eof, total_out),
+                mask_output(&mask, &mut out.stderr, out.eof, total_err),
+            ];
+            // All that came may be the start of a value: wait for more
+            // rather than have the caller ask again at once.
+            let nothing = out.stdout.bytes.is_empty() && out.stderr.bytes.is_empty();
+            if !(nothing && held.contains(&true)) || left.is_zero() {
+                return Ok(out);
+            }
+            tokio::time::sleep(Duration::from_millis(100).min(left)).await;
+        }
     }
 
     /// Writes `data` to process `id`'s stdin, then closes it when `close`;
@@ -312,7 +359,9 @@ impl Workspace<'_> {
             .await?
             .process_remove(id)
             .await
-            .map_err(Error::agent("process_remove"))
+            .map_err(Error::agent("process_remove"))?;
+        crate::secrets::processes::forget(all.dir(name)?.path(), id);
+        Ok(())
     }
 }
 

@@ -194,7 +194,15 @@ pub(crate) fn commit_of(repo: &Path, rev: &str) -> Result<String, GitError> {
     if rev.starts_with('-') {
         return Err(GitError::BadBranch(rev.to_owned()));
     }
-    run(repo, ["rev-parse", "--verify", "--quiet", &format!("{rev}^{{commit}}")])
+    run(
+        repo,
+        [
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ],
+    )
 }
 
 /// Writes a bundle of every branch and tag of `repo` to `file`.

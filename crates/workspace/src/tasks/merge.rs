@@ -165,12 +165,16 @@ fn rebase(
     let wt = scratch.to_string_lossy().into_owned();
     let _ = run(repo, repo, &["worktree", "remove", "--force", &wt]);
     let _ = std::fs::remove_dir_all(scratch);
-    run(repo, repo, &["worktree", "add", "--quiet", "--detach", &wt, task_ref])?;
+    run(
+        repo,
+        repo,
+        &["worktree", "add", "--quiet", "--detach", &wt, task_ref],
+    )?;
     let outcome = match run(repo, scratch, &["rebase", "--quiet", onto]) {
         Ok(_) => git::run(scratch, ["rev-parse", "HEAD"]).map(Ok),
         Err(_) => {
-            let files = git::run(scratch, ["diff", "--name-only", "--diff-filter=U"])
-                .unwrap_or_default();
+            let files =
+                git::run(scratch, ["diff", "--name-only", "--diff-filter=U"]).unwrap_or_default();
             let _ = run(repo, scratch, &["rebase", "--abort"]);
             Ok(Err(files.lines().map(str::to_owned).collect()))
         }
@@ -196,7 +200,11 @@ mod tests {
             .env("GIT_COMMITTER_EMAIL", "t@t")
             .output()
             .unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
@@ -224,30 +232,54 @@ mod tests {
 
     #[test]
     fn fast_forwards_a_clean_checked_out_branch() {
-        let Some((repo, base)) = fixture("ff") else { return };
+        let Some((repo, base)) = fixture("ff") else {
+            return;
+        };
         let scratch = repo.with_file_name("scratch");
         let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
         assert!(r.merged, "{r:?}");
         assert_eq!((r.method, r.commits), (Some(MergeMethod::FastForward), 1));
-        assert_eq!(std::fs::read_to_string(repo.join("file")).unwrap(), "task\n");
+        assert_eq!(
+            std::fs::read_to_string(repo.join("file")).unwrap(),
+            "task\n"
+        );
     }
 
     #[test]
     fn rebases_onto_a_moved_branch_and_reports_conflicts() {
-        let Some((repo, base)) = fixture("rebase") else { return };
+        let Some((repo, base)) = fixture("rebase") else {
+            return;
+        };
         let scratch = repo.with_file_name("scratch");
         std::fs::write(repo.join("other"), "moved\n").unwrap();
         sh(&repo, &["commit", "-qam", "moved"]);
         let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
-        assert_eq!((r.merged, r.method), (true, Some(MergeMethod::Rebase)), "{r:?}");
-        assert_eq!(sh(&repo, &["log", "--format=%s", "main"]), "task\nmoved\nfirst");
-        assert_eq!(std::fs::read_to_string(repo.join("file")).unwrap(), "task\n");
+        assert_eq!(
+            (r.merged, r.method),
+            (true, Some(MergeMethod::Rebase)),
+            "{r:?}"
+        );
+        assert_eq!(
+            sh(&repo, &["log", "--format=%s", "main"]),
+            "task\nmoved\nfirst"
+        );
+        assert_eq!(
+            std::fs::read_to_string(repo.join("file")).unwrap(),
+            "task\n"
+        );
         assert!(!scratch.exists());
         // The same line changed on main since: a conflict, main unchanged.
         std::fs::write(repo.join("file"), "main\n").unwrap();
         sh(&repo, &["commit", "-qam", "main edit"]);
         let tip = sh(&repo, &["rev-parse", "main"]);
-        sh(&repo, &["update-ref", "refs/tasks/t2", &sh(&repo, &["rev-parse", "work"])]);
+        sh(
+            &repo,
+            &[
+                "update-ref",
+                "refs/tasks/t2",
+                &sh(&repo, &["rev-parse", "work"]),
+            ],
+        );
         let r = merge_task(&repo, "main", &base, "refs/tasks/t2", &scratch).unwrap();
         assert!(!r.merged, "{r:?}");
         assert_eq!(r.conflicts, ["file"]);
@@ -257,20 +289,30 @@ mod tests {
 
     #[test]
     fn leaves_a_dirty_worktree_alone() {
-        let Some((repo, base)) = fixture("dirty") else { return };
+        let Some((repo, base)) = fixture("dirty") else {
+            return;
+        };
         let scratch = repo.with_file_name("scratch");
         std::fs::write(repo.join("other"), "uncommitted\n").unwrap();
         let tip = sh(&repo, &["rev-parse", "main"]);
         let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
-        assert!(!r.merged && r.reason.as_deref().unwrap().contains("uncommitted"), "{r:?}");
+        assert!(
+            !r.merged && r.reason.as_deref().unwrap().contains("uncommitted"),
+            "{r:?}"
+        );
         assert_eq!(sh(&repo, &["rev-parse", "main"]), tip);
-        assert_eq!(std::fs::read_to_string(repo.join("other")).unwrap(), "uncommitted\n");
+        assert_eq!(
+            std::fs::read_to_string(repo.join("other")).unwrap(),
+            "uncommitted\n"
+        );
         assert_eq!(std::fs::read_to_string(repo.join("file")).unwrap(), "one\n");
     }
 
     #[test]
     fn moves_a_branch_no_worktree_has() {
-        let Some((repo, base)) = fixture("ref") else { return };
+        let Some((repo, base)) = fixture("ref") else {
+            return;
+        };
         let scratch = repo.with_file_name("scratch");
         sh(&repo, &["branch", "side", &base]);
         let r = merge_task(&repo, "side", &base, "refs/tasks/t1", &scratch).unwrap();

@@ -227,11 +227,58 @@ impl TaskConfig {
             .map_err(|e| TaskError::Invalid(format!("{}: {e}", path.display())))?;
         match value.get(CONFIG_KEY) {
             None => Ok(Self::default()),
-            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
-                TaskError::Invalid(format!("{} `{CONFIG_KEY}`: {e}", path.display()))
-            }),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| TaskError::Invalid(format!("{} `{CONFIG_KEY}`: {e}", path.display()))),
         }
     }
+}
+
+/// What to run.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct TaskRequest {
+    /// What the task is asked to do (written to /workspace/task.md).
+    pub description: String,
+    /// The allowlisted repository.
+    pub repo: String,
+    /// The image (default `debian`).
+    pub image: Option<String>,
+    /// The branch to start from and merge onto (default: the
+    /// repository's current branch).
+    pub branch: Option<String>,
+    /// Secrets the command gets as environment variables.
+    pub secrets: Vec<String>,
+    /// Keep the workspace (stopped) afterwards.
+    pub keep: bool,
+    /// Refuse (CONFLICT) instead of queueing when every slot is taken.
+    pub no_queue: bool,
+    /// Guest memory, MiB (default 1024).
+    pub mem_mib: Option<u64>,
+}
+
+impl TaskRequest {
+    /// Run `description` on `repo`.
+    pub fn new(description: impl Into<String>, repo: impl Into<String>) -> Self {
+        Self {
+            description: description.into(),
+            repo: repo.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A task's command log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct TaskLogs {
+    /// The task.
+    pub task_id: String,
+    /// The log file on the host (the command's output, secrets masked).
+    pub path: PathBuf,
+    /// Its last lines.
+    pub tail: String,
+    /// The supervisor's own log (its steps and failures).
+    pub supervisor_log: PathBuf,
 }
 
 /// The task records of one state directory.
@@ -339,8 +386,7 @@ impl TaskStore {
     /// Removes task `id`'s record and logs.
     pub fn remove(&self, id: &str) -> Result<(), TaskError> {
         let dir = self.dir(id)?;
-        std::fs::remove_dir_all(&dir)
-            .map_err(TaskError::io(format!("removing {}", dir.display())))
+        std::fs::remove_dir_all(&dir).map_err(TaskError::io(format!("removing {}", dir.display())))
     }
 }
 
@@ -395,7 +441,12 @@ mod tests {
         assert!(store.list().unwrap().is_empty());
         store.insert(&info("b2", 2)).unwrap();
         store.insert(&info("a1", 1)).unwrap();
-        let ids: Vec<_> = store.list().unwrap().into_iter().map(|t| t.task_id).collect();
+        let ids: Vec<_> = store
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|t| t.task_id)
+            .collect();
         assert_eq!(ids, ["a1", "b2"]);
         let done = store
             .update("a1", |t| t.status = TaskStatus::Completed)

@@ -13,6 +13,7 @@ pub(crate) mod manager;
 pub(crate) mod one_shot;
 pub(crate) mod ports;
 pub(crate) mod repos;
-pub(crate) mod volumes;
+pub(crate) mod secrets;
 pub(crate) mod task_run;
 pub(crate) mod tasks;
+pub(crate) mod volumes;

@@ -135,12 +135,23 @@ impl Workspaces {
         .await?;
         self.at(&name).start(TASK_START_TIMEOUT, |_| {}).await?;
         let prepare = ExecRequest::argv(
-            ["sh", "-c", PREPARE_SCRIPT, "sh", GUEST_TASK_FILE, CACHE_MOUNT].map(String::from),
+            [
+                "sh",
+                "-c",
+                PREPARE_SCRIPT,
+                "sh",
+                GUEST_TASK_FILE,
+                CACHE_MOUNT,
+            ]
+            .map(String::from),
         )
         .user("root");
         let prepared = self
             .at(&name)
-            .exec_collect(prepare, ExecInput::Bytes(info.description.clone().into_bytes()))
+            .exec_collect(
+                prepare,
+                ExecInput::Bytes(info.description.clone().into_bytes()),
+            )
             .await?;
         if !prepared.success() {
             return Err(Error::InvalidInput(format!(
@@ -149,7 +160,9 @@ impl Workspaces {
             )));
         }
         if store.get(id)?.cancelled {
-            return Err(Error::InvalidInput("cancelled before its command ran".into()));
+            return Err(Error::InvalidInput(
+                "cancelled before its command ran".into(),
+            ));
         }
         let exit = self.run_command(&info, &command).await?;
         let cancelled = store.get(id)?.cancelled;
@@ -214,7 +227,7 @@ impl Workspaces {
             .append(true)
             .open(&log_path)
             .map_err(Error::host_io(format!("opening {}", log_path.display())))?;
-        let mask = self.secrets().mask_for(info.secrets.iter().map(String::as_str));
+        let mask = self.secrets().mask_for(&info.secrets);
         let (mut out, mut err) = (mask.stream(), mask.stream());
         let mut req = ExecRequest::shell(command)
             .user("user")

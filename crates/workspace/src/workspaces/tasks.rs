@@ -5,10 +5,7 @@
 //! gone is marked failed), list, logs, the next finished task not yet
 //! reported, cancel, cleanup, slots.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-use serde::Serialize;
 
 use super::manager::Workspaces;
 use crate::host::settings::now_ms;
@@ -17,8 +14,8 @@ use crate::store::repo_checkout::RepoCheckout;
 use crate::store::spec::{defaults, Owner};
 use crate::tasks::slots::{self, ActiveSlot, Slots};
 use crate::tasks::{
-    new_task_id, workspace_of, TaskConfig, TaskError, TaskInfo, TaskStatus, TaskStore,
-    TaskTimings, MAX_DESCRIPTION, SUPERVISE_SUBCOMMAND,
+    new_task_id, workspace_of, TaskConfig, TaskError, TaskInfo, TaskLogs, TaskRequest, TaskStatus,
+    TaskStore, TaskTimings, MAX_DESCRIPTION, SUPERVISE_SUBCOMMAND,
 };
 use crate::{Error, Result};
 
@@ -29,54 +26,6 @@ pub const TASK_MEM_MIB: u64 = 1024;
 pub const TASK_IMAGE: &str = "debian";
 /// Longest `wait_next_event` wait.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(24 * 3600);
-
-/// What to run.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct TaskRequest {
-    /// What the task is asked to do (written to /workspace/task.md).
-    pub description: String,
-    /// The allowlisted repository.
-    pub repo: String,
-    /// The image (default [`TASK_IMAGE`]).
-    pub image: Option<String>,
-    /// The branch to start from and merge onto (default: the
-    /// repository's current branch).
-    pub branch: Option<String>,
-    /// Secrets the command gets as environment variables.
-    pub secrets: Vec<String>,
-    /// Keep the workspace (stopped) afterwards.
-    pub keep: bool,
-    /// Refuse (CONFLICT) instead of queueing when every slot is taken.
-    pub no_queue: bool,
-    /// Guest memory, MiB (default [`TASK_MEM_MIB`]).
-    pub mem_mib: Option<u64>,
-}
-
-impl TaskRequest {
-    /// Run `description` on `repo`.
-    pub fn new(description: impl Into<String>, repo: impl Into<String>) -> Self {
-        Self {
-            description: description.into(),
-            repo: repo.into(),
-            ..Self::default()
-        }
-    }
-}
-
-/// A task's command log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct TaskLogs {
-    /// The task.
-    pub task_id: String,
-    /// The log file on the host (the command's output, secrets masked).
-    pub path: PathBuf,
-    /// Its last lines.
-    pub tail: String,
-    /// The supervisor's own log (its steps and failures).
-    pub supervisor_log: PathBuf,
-}
 
 impl Workspaces {
     /// The task records of this state directory.
@@ -171,7 +120,7 @@ impl Workspaces {
             &image,
         )?;
         self.task_command(&repo)?;
-        self.check_secret_names(&req.secrets)?;
+        self.secrets().require(&req.secrets)?;
         let mem_mib = req.mem_mib.unwrap_or(TASK_MEM_MIB);
         let id = new_task_id();
         let info = TaskInfo {
@@ -283,8 +232,7 @@ impl Workspaces {
         let Some(owner) = info.supervisor else {
             return info;
         };
-        if info.status.is_final() || crate::store::process::is_alive(owner.pid, owner.start_ticks)
-        {
+        if info.status.is_final() || crate::store::process::is_alive(owner.pid, owner.start_ticks) {
             return info;
         }
         let gone = format!(
