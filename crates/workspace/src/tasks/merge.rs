@@ -272,14 +272,12 @@ mod tests {
         std::fs::write(repo.join("file"), "main\n").unwrap();
         sh(&repo, &["commit", "-qam", "main edit"]);
         let tip = sh(&repo, &["rev-parse", "main"]);
-        sh(
-            &repo,
-            &[
-                "update-ref",
-                "refs/tasks/t2",
-                &sh(&repo, &["rev-parse", "work"]),
-            ],
-        );
+        // A second task from the same base changed that line too.
+        sh(&repo, &["checkout", "-q", "-b", "second", &base]);
+        std::fs::write(repo.join("file"), "second task\n").unwrap();
+        sh(&repo, &["commit", "-qam", "second"]);
+        sh(&repo, &["update-ref", "refs/tasks/t2", "HEAD"]);
+        sh(&repo, &["checkout", "-q", "main"]);
         let r = merge_task(&repo, "main", &base, "refs/tasks/t2", &scratch).unwrap();
         assert!(!r.merged, "{r:?}");
         assert_eq!(r.conflicts, ["file"]);
