@@ -27,6 +27,12 @@ pub enum ServeCommand {
         /// (reachable from other machines). Without it: 127.0.0.1 or ::1.
         #[arg(long)]
         allow_public_ports: bool,
+        /// A secret (from `microagent secret set`) tools may give commands
+        /// as an environment variable (`secrets: [NAME]`); repeatable.
+        /// Others are FORBIDDEN. Values never reach the client: output
+        /// shows `***`.
+        #[arg(long = "allow-secret", value_name = "NAME")]
+        allow_secrets: Vec<String>,
     },
 }
 
@@ -36,10 +42,18 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
             allow_host_paths,
             allow_host_changes,
             allow_public_ports,
+            allow_secrets,
         } => {
-            let grants = mcp::Grants::default()
+            let mut grants = mcp::Grants::default()
                 .host_changes(allow_host_changes)
                 .public_ports(allow_public_ports);
+            for name in allow_secrets {
+                if let Err(e) = workspace::secrets::validate_secret_name(&name) {
+                    eprintln!("microagent: error: --allow-secret: {e}");
+                    return ExitCode::FAILURE;
+                }
+                grants = grants.allow_secret(name);
+            }
             let dirs = if allow_host_paths.is_empty() {
                 match std::env::current_dir() {
                     Ok(cwd) => vec![cwd],

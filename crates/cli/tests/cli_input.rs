@@ -111,6 +111,10 @@ fn bad_input_gets_its_code_and_changes_nothing() {
         (vec!["image", "import", &src, "--name", "fake"], "CONFLICT"),
         (vec!["run", "--image", "nope", "--", "true"], "NOT_FOUND"),
         (vec!["run", "--vcpus", "99", "--", "true"], "INVALID_INPUT"),
+        (vec!["run", "--secret", "NOPE", "--", "true"], "NOT_FOUND"),
+        (vec!["secret", "rm", "NOPE"], "NOT_FOUND"),
+        (vec!["secret", "set", "1BAD"], "INVALID_INPUT"),
+        (vec!["secret", "set", "EMPTY"], "INVALID_INPUT"),
     ];
     for (args, code) in cases {
         let mut args = args.clone();
@@ -208,4 +212,55 @@ fn the_vmm_program_understands_the_library_launch_and_nothing_else() {
         "stderr: {stderr}"
     );
     assert_eq!(cli.snapshot(), before, "the refused launch changed nothing");
+}
+
+#[test]
+fn secrets_are_set_listed_and_removed_without_their_values() {
+    use std::io::Write;
+    let cli = home("secrets");
+    let mut set = cli
+        .command(&["secret", "set", "API_TOKEN"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    set.stdin.take().unwrap().write_all(b"hunter2\n").unwrap();
+    let set = set.wait_with_output().unwrap();
+    assert!(set.status.success());
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&set.stdout),
+        String::from_utf8_lossy(&set.stderr)
+    );
+    assert!(!said.contains("hunter2"), "{said}");
+    let stored = cli.home().join("secrets/API_TOKEN");
+    assert_eq!(
+        std::fs::read(&stored).unwrap(),
+        b"hunter2",
+        "one newline dropped"
+    );
+    let file = cli.home().join("value.txt");
+    std::fs::write(&file, "from a file\n").unwrap();
+    cli.ok(&[
+        "secret",
+        "set",
+        "FROM_FILE",
+        "--from-file",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read(cli.home().join("secrets/FROM_FILE")).unwrap(),
+        b"from a file\n",
+        "a file is taken as it is"
+    );
+    let listed = cli.ok_json(&["secret", "ls", "--json"]);
+    assert_eq!(listed[0]["name"], "API_TOKEN", "{listed}");
+    assert_eq!(listed[1]["name"], "FROM_FILE", "{listed}");
+    assert!(!listed.to_string().contains("hunter2"), "{listed}");
+    let table = cli.ok(&["secret", "ls"]);
+    assert!(table.stdout.contains("API_TOKEN") && !table.stdout.contains("hunter2"));
+    let removed = cli.ok_json(&["secret", "rm", "API_TOKEN", "--json"]);
+    assert_eq!(removed["secret"]["name"], "API_TOKEN");
+    assert!(!stored.exists());
 }

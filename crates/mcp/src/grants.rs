@@ -5,10 +5,12 @@
 //! `--allow-host-changes`, and a published port listens beyond loopback
 //! only with `--allow-public-ports`. Previews change nothing and stay open.
 
+use std::collections::BTreeSet;
+
 use crate::ToolError;
 
 /// The rights a server's operator granted its tools.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Grants {
     /// Tools may apply host changes (kernel_install, image_build from
@@ -16,6 +18,8 @@ pub struct Grants {
     pub host_changes: bool,
     /// port_publish may listen on a non-loopback host address.
     pub public_ports: bool,
+    /// The secrets tools may give commands (`--allow-secret NAME`).
+    pub secrets: BTreeSet<String>,
 }
 
 impl Grants {
@@ -29,6 +33,37 @@ impl Grants {
     pub fn public_ports(mut self, allowed: bool) -> Self {
         self.public_ports = allowed;
         self
+    }
+
+    /// Adds secret `name` to those tools may give commands.
+    pub fn allow_secret(mut self, name: impl Into<String>) -> Self {
+        self.secrets.insert(name.into());
+        self
+    }
+
+    /// Refuses secrets the operator did not allow, naming the flag that
+    /// would: an agent asks for a secret by name, and the user decides
+    /// which of theirs it may use.
+    pub(crate) fn check_secrets(&self, names: &[String]) -> Result<(), ToolError> {
+        let refused: Vec<&str> = names
+            .iter()
+            .filter(|n| !self.secrets.contains(*n))
+            .map(String::as_str)
+            .collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let flags: Vec<String> = refused
+            .iter()
+            .map(|n| format!("--allow-secret {n}"))
+            .collect();
+        Err(ToolError::Forbidden(format!(
+            "secret(s) {} not allowed: this server was started without {}; \
+             ask the user to restart it with `microagent serve mcp {}` (secrets themselves are set with `microagent secret set NAME`)",
+            refused.join(", "),
+            flags.join(" "),
+            flags.join(" ")
+        )))
     }
 
     /// Refuses applying a host change (a call with a confirm token) unless
@@ -76,7 +111,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(refused.code(), workspace::ErrorCode::Forbidden);
         assert!(refused.to_string().contains("--allow-host-changes"));
-        let all = none.host_changes(true).public_ports(true);
+        let all = none.clone().host_changes(true).public_ports(true);
         assert!(all
             .check_host_change(true, "kernel_install", "kernel install")
             .is_ok());
@@ -89,5 +124,19 @@ mod tests {
         );
         assert!(all.check_port_address(public).is_ok());
         assert!(none.check_port_address("::1".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn secrets_need_their_grant() {
+        let grants = Grants::default().allow_secret("API_TOKEN");
+        assert!(grants.check_secrets(&[]).is_ok());
+        assert!(grants.check_secrets(&["API_TOKEN".into()]).is_ok());
+        let refused = grants
+            .check_secrets(&["API_TOKEN".into(), "DB_PASSWORD".into()])
+            .unwrap_err();
+        assert_eq!(refused.code(), workspace::ErrorCode::Forbidden);
+        let text = refused.to_string();
+        assert!(text.contains("--allow-secret DB_PASSWORD"), "{text}");
+        assert!(!text.contains("--allow-secret API_TOKEN"), "{text}");
     }
 }

@@ -44,6 +44,12 @@ pub struct ExecParams {
     /// Extra environment variables (over the workspace's own).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Names of secrets given to the command as environment variables of
+    /// the same name (set on the host with `microagent secret set NAME`;
+    /// each must be allowed with `serve mcp --allow-secret NAME`, else
+    /// FORBIDDEN). Their values are never returned: output shows `***`.
+    #[serde(default)]
+    pub secrets: Vec<String>,
     /// Working directory in the guest (absolute); default: the image's,
     /// else /.
     pub cwd: Option<String>,
@@ -287,6 +293,12 @@ pub struct RunParams {
     /// Environment variables for the command.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Names of secrets given to the command as environment variables of
+    /// the same name (set on the host with `microagent secret set NAME`;
+    /// each must be allowed with `serve mcp --allow-secret NAME`, else
+    /// FORBIDDEN). Their values are never returned: output shows `***`.
+    #[serde(default)]
+    pub secrets: Vec<String>,
     /// Files written first (at most 16, 1 MiB in all).
     #[serde(default)]
     pub files: Vec<RunFile>,

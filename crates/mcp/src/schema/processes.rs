@@ -38,6 +38,12 @@ pub struct ProcessStartParams {
     /// Extra environment variables (over the workspace's own).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Names of secrets given to the command as environment variables of
+    /// the same name (set on the host with `microagent secret set NAME`;
+    /// each must be allowed with `serve mcp --allow-secret NAME`, else
+    /// FORBIDDEN). Their values are never returned: output shows `***`.
+    #[serde(default)]
+    pub secrets: Vec<String>,
     /// Working directory in the guest (absolute); default: the image's,
     /// else /.
     pub cwd: Option<String>,

@@ -254,10 +254,11 @@ impl MicroagentServer {
         Parameters(p): Parameters<ExecParams>,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<ExecReply> {
+        self.grants.check_secrets(&p.secrets)?;
         let mut req = command_request(p.command, p.shell)?;
         let limits = limits(p.timeout_secs, p.output_cap)?;
         workspace::guest::check_patterns(&p.outputs)?;
-        req = req.envs(p.env);
+        req = req.envs(p.env).secrets(p.secrets);
         if let Some(dir) = p.cwd {
             req = req.cwd(dir);
         }

@@ -40,7 +40,10 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<ProcessStartParams>,
     ) -> ToolResult<ProcessResult> {
-        let mut req = command_request(p.command, p.shell)?.envs(p.env);
+        self.grants.check_secrets(&p.secrets)?;
+        let mut req = command_request(p.command, p.shell)?
+            .envs(p.env)
+            .secrets(p.secrets);
         if let Some(dir) = p.cwd {
             req = req.cwd(dir);
         }

@@ -23,7 +23,8 @@ fn request(p: &RunParams) -> Result<ExecRequest, ToolError> {
     let req = command_request(p.command.clone(), p.shell.clone())?;
     Ok(p.env
         .iter()
-        .fold(req, |r, (k, v)| r.env(k.clone(), v.clone())))
+        .fold(req, |r, (k, v)| r.env(k.clone(), v.clone()))
+        .secrets(p.secrets.iter().cloned()))
 }
 
 fn check_files(files: &[RunFile]) -> Result<(), ToolError> {
@@ -73,8 +74,14 @@ impl MicroagentServer {
             DEFAULT_START_TIMEOUT_SECS,
             MAX_START_TIMEOUT_SECS,
         )?;
+        self.grants.check_secrets(&p.secrets)?;
         let req = request(&p)?;
         check_files(&p.files)?;
+        // An unknown secret fails before a workspace is made for nothing.
+        self.ws
+            .secrets()
+            .require(&p.secrets)
+            .map_err(workspace::Error::from)?;
         workspace::guest::check_patterns(&p.outputs)?;
         let image = self.image_for(p.image.as_deref(), p.pull, &ctx).await?;
         let spec = WorkspaceSpec {

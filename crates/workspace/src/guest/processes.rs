@@ -376,6 +376,51 @@ mod tests {
     }
 
     #[test]
+    fn process_reads_are_masked_and_hold_a_possible_start_back() {
+        let value = crate::secrets::SecretValue::new("T", b"hunter2".to_vec()).unwrap();
+        let mask = SecretMask::new([&value]);
+        let mut read = StreamOutput {
+            cursor: 10,
+            bytes: b"pw=hunter2 next=hun".to_vec(),
+            next_cursor: 29,
+            dropped: 0,
+        };
+        assert!(mask_output(&mask, &mut read, false, 29));
+        assert_eq!(read.bytes, b"pw=*** next=");
+        assert_eq!(read.next_cursor, 26, "the next read starts at `hun`");
+        // The rest arrives: read from there.
+        let mut rest = StreamOutput {
+            cursor: 26,
+            bytes: b"hunter2".to_vec(),
+            next_cursor: 33,
+            dropped: 0,
+        };
+        assert!(!mask_output(&mask, &mut rest, true, 33));
+        assert_eq!(rest.bytes, b"***");
+        // Closed, and all of it read: nothing is held.
+        let mut end = StreamOutput {
+            cursor: 0,
+            bytes: b"bye hun".to_vec(),
+            next_cursor: 7,
+            dropped: 0,
+        };
+        assert!(!mask_output(&mask, &mut end, true, 7));
+        assert_eq!(
+            (end.bytes.as_slice(), end.next_cursor),
+            (&b"bye hun"[..], 7)
+        );
+        // Closed, but more past max_bytes: still held.
+        let mut capped = StreamOutput {
+            cursor: 0,
+            bytes: b"bye hun".to_vec(),
+            next_cursor: 7,
+            dropped: 0,
+        };
+        assert!(mask_output(&mask, &mut capped, true, 20));
+        assert_eq!(capped.next_cursor, 4);
+    }
+
+    #[test]
     fn the_status_says_how_it_ended() {
         let mut p = ProcessInfo::from(wire::ProcessEntry {
             id: "p".into(),

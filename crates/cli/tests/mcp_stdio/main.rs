@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod secrets;
+
+use secrets::{secrets_reach_the_command_only, SECRET_NAME};
+
 const BIN: &str = env!("CARGO_BIN_EXE_microagent");
 
 fn initialize(id: u64, version: &str) -> Value {
@@ -57,7 +61,7 @@ impl Session {
         // may use (the default `--allow-host-path`): the test's files are
         // under the temporary directory.
         let mut child = Command::new(BIN)
-            .args(["serve", "mcp"])
+            .args(["serve", "mcp", "--allow-secret", SECRET_NAME])
             .current_dir(std::env::temp_dir())
             .env("MICROAGENT_HOME", &home)
             .envs(testkit::shared_warm_dir().map(|w| ("MICROAGENT_WARM_DIR", w)))
@@ -464,6 +468,8 @@ fn a_real_workspace_over_stdio() {
         uname["stdout"].as_str().unwrap().starts_with("Linux"),
         "{uname}"
     );
+
+    secrets_reach_the_command_only(&mut s, name);
 
     // A background process, started here and collected by a client of a
     // new server process after this one has gone.
