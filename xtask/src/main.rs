@@ -7,6 +7,7 @@ mod bench_devices;
 mod bench_images;
 mod bench_net;
 mod bench_snapshot;
+mod bench_tasks;
 mod bench_workspace;
 mod boot;
 mod cache;
@@ -70,6 +71,8 @@ tasks:
   bench images                  `image pull` (download + convert) of a busybox image from a
                                 registry on loopback beside `skopeo copy`; create + start of
                                 a workspace of it beside one of `minimal`
+  bench tasks                   `task run` to its command running beside a cold boot, a warm
+                                start and a warm start with a clone; host PSS of 4 tasks at once
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
   bench snapshot [--runs N] [--against DIST_DIR]
@@ -126,6 +129,7 @@ fn main() -> anyhow::Result<()> {
             [what] if what == "devices" => bench_devices::run(),
             [what] if what == "agent" => bench_agent::run(),
             [what] if what == "images" => bench_images::run_bench(),
+            [what] if what == "tasks" => bench_tasks::run(),
             [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),

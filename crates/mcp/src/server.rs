@@ -102,6 +102,7 @@ impl MicroagentServer {
             + Self::images_router()
             + Self::volumes_router()
             + Self::repos_router()
+            + Self::tasks_router()
             + Self::host_router()
             + Self::run_router()
             + Self::processes_router();

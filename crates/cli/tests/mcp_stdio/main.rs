@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod secrets;
+mod tasks;
 
 use secrets::{secrets_reach_the_command_only, SECRET_NAME};
 
@@ -219,6 +220,15 @@ impl Session {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.home.clone()
+    }
+}
+
+impl Session {
+    /// Kills the server with SIGKILL, as a crashed client host would; the
+    /// state directory stays.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 }
 

@@ -2,7 +2,6 @@
 //! `serve mcp --allow-secret`, given to an exec and a background process.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::json;
@@ -12,29 +11,6 @@ use super::{Session, BIN};
 /// The secret the real workspace's commands get, and its value.
 pub(crate) const SECRET_NAME: &str = "E2E_TOKEN";
 const SECRET_VALUE: &str = "s3cr3t-e2e-value";
-
-/// Every file under `dir` of at most 64 MiB (disk images and guest memory
-/// are larger), but the secrets' own directory, that holds `needle`.
-fn files_holding(dir: &std::path::Path, needle: &[u8], out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() && entry.file_name() != "secrets" {
-            files_holding(&path, needle, out);
-        } else if meta.is_file() && meta.len() <= 64 << 20 {
-            if let Ok(bytes) = std::fs::read(&path) {
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    out.push(path);
-                }
-            }
-        }
-    }
-}
 
 /// A secret set with the CLI reaches a command's environment; the output
 /// shows `***`, and no host file but the secret's own holds the value.
@@ -77,8 +53,7 @@ pub(crate) fn secrets_reach_the_command_only(s: &mut Session, name: &str) {
     let out = s.ok("process_output", json!({"name": name, "id": id}));
     assert_eq!(out["stdout"], "p=***\n", "{out}");
     assert!(!out.to_string().contains(SECRET_VALUE), "{out}");
-    let mut found = Vec::new();
-    files_holding(&s.home, SECRET_VALUE.as_bytes(), &mut found);
+    let found = testkit::files_holding(&s.home, SECRET_VALUE.as_bytes(), "secrets");
     assert!(found.is_empty(), "the value is in {found:?}");
     assert!(s.home.join("secrets").join(SECRET_NAME).is_file());
 }

@@ -8,6 +8,7 @@ use std::process::Command;
 use testkit::cli::CliHome;
 
 mod repos;
+mod tasks;
 
 /// Whether this host can boot `debian` workspaces and has git; prints the
 /// reason and records a skip when not.

@@ -83,8 +83,8 @@ fn a_guest_commit_comes_back_to_the_host() {
         "task/dev\nfeature work,first,\nuser\n0\n3\n"
     );
     assert!(
-        !cli.home().join("workspaces/dev/repo.bundle").exists(),
-        "the bundle is gone once cloned"
+        !cli.home().join("workspaces/dev/repo.pending").exists(),
+        "the clone is made once"
     );
 
     // Nothing new yet: the host is left as it was.

@@ -205,11 +205,75 @@ pub(crate) fn commit_of(repo: &Path, rev: &str) -> Result<String, GitError> {
     )
 }
 
-/// Writes a bundle of every branch and tag of `repo` to `file`.
-pub(crate) fn bundle_all(repo: &Path, file: &Path) -> Result<(), GitError> {
-    let mut cmd = git(repo, ["bundle", "create", "--quiet"])?;
-    cmd.arg(file).args(["--branches", "--tags"]);
-    output(cmd, repo).map(drop)
+/// Who a clone's commits are by.
+pub(crate) struct Identity {
+    /// `user.name`.
+    pub name: String,
+    /// `user.email`.
+    pub email: String,
+}
+
+/// Makes at `dir` (which must not exist) a repository with every branch
+/// and tag of `repo` as its own, the work tree checked out on a new
+/// `work_branch` at `base`, commits by `who`, and `origin` only when
+/// given. Hooks are off; nothing in `dir` points back at `repo`.
+pub(crate) fn prepare_clone(
+    repo: &Path,
+    dir: &Path,
+    base: &str,
+    work_branch: &str,
+    who: &Identity,
+    origin: Option<&str>,
+) -> Result<(), GitError> {
+    let mut init = git(
+        repo,
+        [
+            "-c",
+            "init.defaultBranch=microagent-unborn",
+            "init",
+            "-q",
+            "--template=",
+        ],
+    )?;
+    init.arg(dir);
+    output(init, repo)?;
+    let in_dir = |args: &[&str]| -> Result<String, GitError> {
+        let mut cmd = git(dir, ["-c", "core.hooksPath=/dev/null"])?;
+        cmd.args(args);
+        output(cmd, dir)
+    };
+    let source = repo.to_string_lossy().into_owned();
+    in_dir(&[
+        "fetch",
+        "-q",
+        "--no-write-fetch-head",
+        &source,
+        "+refs/heads/*:refs/heads/*",
+        "+refs/tags/*:refs/tags/*",
+    ])?;
+    in_dir(&["checkout", "-q", "-B", work_branch, base])?;
+    in_dir(&["config", "user.name", &who.name])?;
+    in_dir(&["config", "user.email", &who.email])?;
+    if let Some(url) = origin {
+        in_dir(&["remote", "add", "origin", url])?;
+    }
+    Ok(())
+}
+
+/// The commit a bundle's `HEAD` names.
+pub(crate) fn bundle_head(repo: &Path, file: &Path) -> Result<String, GitError> {
+    let mut cmd = git(repo, ["bundle", "list-heads"])?;
+    cmd.arg(file);
+    let heads = output(cmd, repo)?;
+    heads
+        .lines()
+        .find_map(|l| l.strip_suffix(" HEAD"))
+        .map(str::to_owned)
+        .ok_or_else(|| GitError::Failed {
+            what: "bundle list-heads".into(),
+            repo: repo.to_owned(),
+            stderr: "the bundle has no HEAD".into(),
+        })
 }
 
 /// Checks that `file` is a bundle `repo` can take (it has what the bundle

@@ -145,7 +145,8 @@ pub struct RepoPull {
     /// The host ref now holding the workspace's HEAD (`None` when there
     /// were no new commits).
     pub host_ref: Option<String>,
-    /// The workspace's HEAD commit.
+    /// The workspace's HEAD commit, when it has new commits (else the
+    /// base).
     pub head: String,
     /// Commits since the clone's base.
     pub commits: u64,

@@ -241,6 +241,12 @@ impl Workspaces {
         }
     }
 
+    /// Whether a workspace of `spec` would resume a warm snapshot now.
+    pub(crate) fn has_warm(&self, spec: &WorkspaceSpec) -> bool {
+        self.warm_identity(spec)
+            .is_ok_and(|(key, fingerprint)| self.usable_warm(&key, &fingerprint).is_ok())
+    }
+
     /// Starts `name`: warm when it can (see the module), cold when `cold`
     /// or when the warm start fails (the warm snapshot is then discarded
     /// and the workspace boots from a fresh disk).

@@ -107,10 +107,10 @@ impl WorkspaceDir {
         self.dir.join(format!("volume-{slot}.ext4"))
     }
 
-    /// The bundle of the repository a workspace clones at its first start;
-    /// there until the clone is made.
-    pub fn repo_bundle(&self) -> PathBuf {
-        self.dir.join("repo.bundle")
+    /// There while the repository a workspace was created from is still
+    /// to be cloned in (at its first start).
+    pub fn repo_pending(&self) -> PathBuf {
+        self.dir.join("repo.pending")
     }
 
     /// The empty file behind volume slots no volume fills.

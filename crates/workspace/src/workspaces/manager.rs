@@ -243,9 +243,9 @@ impl Workspaces {
         let (_network, mut spec) = self.place_on_network(spec)?;
         let repo = match &spec.repo {
             Some(asked) => {
-                let (info, checkout) = self.resolve_checkout(asked, &image)?;
+                let (_, checkout) = self.resolve_checkout(asked, &image)?;
                 spec.repo = Some(checkout);
-                Some(info)
+                Some(())
             }
             None => None,
         };
@@ -258,9 +258,9 @@ impl Workspaces {
         let made = (|| {
             crate::store::make_private_dir(ws.path())?;
             make_disk(&ws.disk(), spec.disk_mib)?;
-            if let Some(info) = &repo {
-                crate::repos::git::bundle_all(&info.path, &ws.repo_bundle())
-                    .map_err(crate::repos::RepoError::from)?;
+            if repo.is_some() {
+                std::fs::write(ws.repo_pending(), b"")
+                    .map_err(Error::host_io("marking the clone to make"))?;
             }
             crate::pause_point::pause_point("create:disk");
             let meta = Meta {

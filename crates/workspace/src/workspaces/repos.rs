@@ -28,32 +28,19 @@ const GIT_PATHS: &[&str] = &["/usr/bin/git", "/usr/local/bin/git", "/bin/git"];
 /// Where the guest writes the bundle `pull` copies out.
 const GUEST_PULL_BUNDLE: &str = "/tmp/microagent-pull.bundle";
 
-/// Runs as `user` in the new `/workspace/repo`: the bundle arrives on
-/// stdin; every host branch and tag becomes a local one; the work branch
-/// starts at the base commit. Arguments: base, work branch, name, email,
-/// origin URL (may be empty).
-const CLONE_SCRIPT: &str = r#"set -e
-git -c init.defaultBranch=microagent-unborn init -q .
-cat > .git/microagent-clone.bundle
-git fetch -q --update-head-ok .git/microagent-clone.bundle '+refs/heads/*:refs/heads/*' '+refs/tags/*:refs/tags/*'
-rm -f .git/microagent-clone.bundle
-git checkout -q -B "$2" "$1"
-git config user.name "$3"
-git config user.email "$4"
-if [ -n "$5" ]; then git remote add origin "$5"; fi
+/// Runs as `user` in the clone: bundles HEAD's commits since the base
+/// (argument 1) into argument 2, or says `empty` when there are none. One
+/// git process: each costs seconds on a host that emulates the guest's
+/// kernel.
+const PULL_SCRIPT: &str = r#"rm -f "$2"
+if out=$(git bundle create -q "$2" HEAD "^$1" 2>&1); then echo bundled; exit 0; fi
+case "$out" in *"empty bundle"*) echo empty; exit 0;; esac
+echo "$out" >&2
+exit 1
 "#;
 
-/// Runs as `user` in the clone: prints HEAD, the commits since the base
-/// and the branch; bundles them when there are any. Arguments: base,
-/// bundle path.
-const PULL_SCRIPT: &str = r#"set -e
-rm -f "$2"
-head=$(git rev-parse HEAD)
-count=$(git rev-list --count "$1..HEAD")
-branch=$(git symbolic-ref -q --short HEAD || echo HEAD)
-echo "$head $count $branch"
-if [ "$count" != 0 ]; then git bundle create -q "$2" HEAD "^$1"; fi
-"#;
+/// Runs as root once the clone is in: the guest's `user` owns /workspace.
+const OWN_SCRIPT: &str = r#"chown -R "$1:$1" /workspace"#;
 
 impl Workspaces {
     /// The repository allowlist of this state directory.
@@ -91,61 +78,64 @@ impl Workspaces {
         ))
     }
 
-    /// Clones the bundle `create` left into the guest, once: after that the
-    /// clone lives on the workspace's disk.
+    /// Clones the repository `create` recorded into the guest, once: the
+    /// clone is made on the host (fast: git on the host costs
+    /// milliseconds, in this guest seconds per process), copied in through
+    /// the agent, and given to the guest's `user`. After that it lives on
+    /// the workspace's disk.
     pub(crate) async fn clone_pending_repo(&self, name: &str) -> Result<()> {
         let ws = self.dir(name)?;
-        let bundle = ws.repo_bundle();
-        if !bundle.exists() {
+        let pending = ws.repo_pending();
+        if !pending.exists() {
             return Ok(());
         }
         let meta = self.at(name).get()?;
         let Some(checkout) = meta.spec.repo.clone() else {
             return Ok(());
         };
-        let info = self.repos().get(&checkout.repo).ok();
-        let identity = |key: &str, fallback: &str| {
-            info.as_ref()
-                .and_then(|i| git::config(&i.path, key))
-                .unwrap_or_else(|| fallback.to_owned())
-        };
-        let prepare = script(
-            r#"mkdir -p "$1" && chown "$2:$2" /workspace "$1""#,
-            [GUEST_REPO_DIR, GUEST_USER],
-        )
-        .user("root");
-        self.guest_step(name, "preparing /workspace/repo", prepare, ExecInput::None)
-            .await?;
-        let file = tokio::fs::File::open(&bundle)
+        let info = self.repos().get(&checkout.repo)?;
+        let tree = ws.path().join("repo-clone");
+        let _ = std::fs::remove_dir_all(&tree);
+        let made = {
+            let (tree, name) = (tree.clone(), name.to_owned());
+            let base = checkout.base.clone().unwrap_or_default();
+            self.blocking(move |_| {
+                let who = git::Identity {
+                    name: git::config(&info.path, "user.name")
+                        .unwrap_or_else(|| "microagent".into()),
+                    email: git::config(&info.path, "user.email")
+                        .unwrap_or_else(|| "agent@microagent.invalid".into()),
+                };
+                let origin = git::network_origin(&info.path);
+                git::prepare_clone(
+                    &info.path,
+                    &tree,
+                    &base,
+                    &RepoCheckout::work_branch(&name),
+                    &who,
+                    origin.as_deref(),
+                )
+                .map_err(|e| RepoError::from(e).into())
+            })
             .await
-            .map_err(crate::Error::host_io(format!(
-                "opening {}",
-                bundle.display()
-            )))?;
-        let clone = script(
-            CLONE_SCRIPT,
-            [
-                checkout.base.clone().unwrap_or_default(),
-                RepoCheckout::work_branch(name),
-                identity("user.name", "microagent"),
-                identity("user.email", "agent@microagent.invalid"),
-                info.as_ref()
-                    .and_then(|i| git::network_origin(&i.path))
-                    .unwrap_or_default(),
-            ],
-        )
-        .user(GUEST_USER)
-        .cwd(GUEST_REPO_DIR);
+        };
+        let copied = match made {
+            Ok(()) => self.at(name).copy_in(&tree, GUEST_REPO_DIR).await.map(drop),
+            Err(e) => Err(e),
+        };
+        let _ = std::fs::remove_dir_all(&tree);
+        copied?;
+        let own = script(OWN_SCRIPT, [GUEST_USER]).user("root");
         self.guest_step(
             name,
-            "cloning the repository",
-            clone,
-            ExecInput::Reader(Box::new(file)),
+            "giving the clone to the guest's user",
+            own,
+            ExecInput::None,
         )
         .await?;
-        std::fs::remove_file(&bundle).map_err(crate::Error::host_io(format!(
+        std::fs::remove_file(&pending).map_err(crate::Error::host_io(format!(
             "removing {}",
-            bundle.display()
+            pending.display()
         )))?;
         Ok(())
     }
@@ -209,30 +199,46 @@ impl Workspace<'_> {
         let said = all
             .guest_step(name, "bundling the new commits", req, ExecInput::None)
             .await?;
-        let (head, commits, branch) = parse_pull_line(&said).ok_or_else(|| RepoError::Guest {
-            workspace: name.to_owned(),
-            step: "bundling the new commits",
-            detail: format!("unexpected output `{}`", said.trim()),
-        })?;
+        let branch = all
+            .at(name)
+            .read_file(&format!("{GUEST_REPO_DIR}/.git/HEAD"), None, Some(4096))
+            .await
+            .ok()
+            .map(|r| String::from_utf8_lossy(&r.data).trim().to_owned())
+            .map(|head| {
+                head.strip_prefix("ref: refs/heads/")
+                    .map_or("HEAD".to_owned(), str::to_owned)
+            })
+            .unwrap_or_else(|| "HEAD".into());
         let mut pull = RepoPull {
             workspace: name.to_owned(),
             repo: info.alias.clone(),
             host_ref: None,
-            head,
-            commits,
+            head: base.clone(),
+            commits: 0,
             branch,
-            base,
+            base: base.clone(),
         };
-        if commits == 0 {
+        if said.trim() != "bundled" {
             return Ok(pull);
         }
         let ws = all.dir(name)?;
         let local = pull_bundle_path(&ws);
         let _ = std::fs::remove_file(&local);
         all.at(name).copy_out(GUEST_PULL_BUNDLE, &local).await?;
-        let fetched = git::fetch_bundle_head(&info.path, &local, host_ref);
+        let fetched = (|| {
+            let head = git::bundle_head(&info.path, &local)?;
+            git::fetch_bundle_head(&info.path, &local, host_ref)?;
+            let count = git::run(
+                &info.path,
+                ["rev-list", "--count", &format!("{base}..{head}")],
+            )?;
+            Ok::<_, git::GitError>((head, count.parse().unwrap_or(0)))
+        })();
         let _ = std::fs::remove_file(&local);
-        fetched.map_err(RepoError::from)?;
+        let (head, commits) = fetched.map_err(RepoError::from)?;
+        pull.head = head;
+        pull.commits = commits;
         pull.host_ref = Some(host_ref.to_owned());
         Ok(pull)
     }
@@ -268,16 +274,6 @@ fn pull_bundle_path(ws: &WorkspaceDir) -> std::path::PathBuf {
     ws.path().join("repo-pull.bundle")
 }
 
-/// `HEAD COUNT BRANCH` as [`PULL_SCRIPT`] prints it.
-fn parse_pull_line(out: &str) -> Option<(String, u64, String)> {
-    let mut words = out.split_whitespace();
-    let head = words.next()?;
-    let count = words.next()?.parse().ok()?;
-    let branch = words.next()?;
-    (head.len() >= 40 && head.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| (head.to_owned(), count, branch.to_owned()))
-}
-
 /// True when the ext4 image `rootfs` has any of `paths` (read with
 /// debugfs, without mounting).
 fn rootfs_has_any(rootfs: &Path, paths: &[&str]) -> Result<bool> {
@@ -297,20 +293,4 @@ fn rootfs_has_any(rootfs: &Path, paths: &[&str]) -> Result<bool> {
         }
     }
     Ok(false)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_what_the_pull_script_prints() {
-        let head = "a".repeat(40);
-        assert_eq!(
-            parse_pull_line(&format!("{head} 2 task/dev\n")),
-            Some((head.clone(), 2, "task/dev".into()))
-        );
-        assert_eq!(parse_pull_line("nonsense"), None);
-        assert_eq!(parse_pull_line(&format!("{head} x task/dev")), None);
-    }
 }

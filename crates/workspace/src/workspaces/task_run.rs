@@ -128,6 +128,7 @@ impl Workspaces {
             ..WorkspaceSpec::default()
         };
         let name = info.workspace.clone();
+        self.ensure_warm(&spec, &name).await?;
         self.blocking({
             let name = name.clone();
             move |ws| ws.create(&name, spec).map(drop)
@@ -214,6 +215,30 @@ impl Workspaces {
             t.merge_result = Some(merge);
         })?;
         Ok(())
+    }
+
+    /// Makes the warm snapshot a workspace of `spec` resumes, when there is
+    /// none: a boot with volumes keeps none, and every task has its cache
+    /// volume, so without this every task would boot.
+    async fn ensure_warm(&self, spec: &WorkspaceSpec, name: &str) -> Result<()> {
+        let plain = WorkspaceSpec {
+            volumes: Vec::new(),
+            repo: None,
+            ..spec.clone()
+        };
+        if self.has_warm(&plain) {
+            return Ok(());
+        }
+        let warmup = format!("{name}-warmup");
+        self.blocking({
+            let warmup = warmup.clone();
+            move |ws| ws.create(&warmup, plain).map(drop)
+        })
+        .await?;
+        let started = self.at(&warmup).start(TASK_START_TIMEOUT, |_| {}).await;
+        self.at(&warmup)
+            .delete(crate::DeleteOptions::default().force(true))?;
+        started.map(drop)
     }
 
     /// Runs the task's command to its end, its output (masked) appended to

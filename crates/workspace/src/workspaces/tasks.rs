@@ -314,7 +314,7 @@ impl Workspaces {
     /// Waits (at most `timeout`) for task `id` to end; returns it as it is
     /// then.
     pub async fn wait_task(&self, id: &str, timeout: Duration) -> Result<TaskInfo> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + timeout.min(MAX_EVENT_WAIT);
         loop {
             let info = self.task_info(id)?;
             if info.status.is_final() || Instant::now() >= deadline {

@@ -1,0 +1,116 @@
+//! Tasks over stdio: run_task, then the server is killed with SIGKILL;
+//! the task runs on (its supervisor is its own process) and a new
+//! server's wait_next_event reports its end, once. Unknown ids are
+//! NOT_FOUND; cleanup_task removes the record and, asked to, the ref.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{home, Session, BIN};
+
+/// The repository's task command: edit the file task.md names, commit.
+const AGENT: &str = r#"set -e
+file=$(sed -n 1p /workspace/task.md)
+echo "$(sed -n 2p /workspace/task.md)" > "$file"
+git add "$file"
+git commit -qm "task edits $file"
+echo done
+"#;
+
+fn git(repo: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "Host")
+        .env("GIT_AUTHOR_EMAIL", "host@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Host")
+        .env("GIT_COMMITTER_EMAIL", "host@example.invalid")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_task_outlives_a_killed_server() {
+    let test = "mcp_stdio::a_task_outlives_a_killed_server";
+    if testkit::require(test, testkit::guest_assets()).is_none()
+        || testkit::require(test, testkit::workspace_image("debian")).is_none()
+        || testkit::require(test, testkit::host_tool("git")).is_none()
+    {
+        return;
+    }
+    let home = home("task");
+    std::fs::create_dir_all(&home).unwrap();
+    let repo = home.join("proj");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("agent.sh"), AGENT).unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "first"]);
+    let allowed = Command::new(BIN)
+        .args([
+            "repo",
+            "allow",
+            repo.to_str().unwrap(),
+            "--task-command",
+            "sh agent.sh",
+        ])
+        .env("MICROAGENT_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(allowed.status.success(), "{allowed:?}");
+
+    let (mut s, _) = Session::start_in(home.clone(), "2025-06-18");
+    let repos = s.ok("list_repos", json!({}));
+    assert_eq!(repos["repos"][0]["alias"], "proj", "{repos}");
+    let started = s.ok(
+        "run_task",
+        json!({"description": "out.txt\nfrom the task\n", "repo": "proj", "mem_mib": 256}),
+    );
+    let id = started["task_id"].as_str().unwrap().to_owned();
+    let listed = s.ok("list_tasks", json!({}));
+    assert_eq!(listed["tasks"][0]["task_id"], id.as_str(), "{listed}");
+    s.kill();
+
+    let (mut s, _) = Session::start_in(home.clone(), "2025-06-18");
+    let event = s.ok_within(
+        "wait_next_event",
+        json!({"timeout_ms": 900_000}),
+        Duration::from_secs(960),
+    );
+    assert_eq!(event["timeout"], false, "{event}");
+    assert_eq!(event["task"]["task_id"], id.as_str(), "{event}");
+    assert_eq!(event["task"]["status"], "completed", "{event}");
+    assert_eq!(event["task"]["merge_result"]["merged"], true, "{event}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("out.txt")).unwrap(),
+        "from the task\n"
+    );
+    let again = s.ok("wait_next_event", json!({"timeout_ms": 1000}));
+    assert_eq!(again["timeout"], true, "reported once: {again}");
+    let logs = s.ok("get_task_logs", json!({"task_id": id}));
+    assert!(logs["tail"].as_str().unwrap().contains("done"), "{logs}");
+    let info = s.ok("get_task_info", json!({"task_id": id}));
+    assert_eq!(info["exit_code"], 0, "{info}");
+    assert!(info["timings"]["command_started_ms"].is_u64(), "{info}");
+    let id_missing = s.call_async("get_task_info", json!({"task_id": "nope"}), None);
+    let missing = s.response(id_missing, Duration::from_secs(30));
+    assert_eq!(
+        missing["result"]["structuredContent"]["code"], "NOT_FOUND",
+        "{missing}"
+    );
+    let slots = s.ok("list_slots", json!({}));
+    assert_eq!(slots["active"], json!([]), "{slots}");
+    s.ok("cleanup_task", json!({"task_id": id, "delete_ref": true}));
+    assert!(git(&repo, &["for-each-ref", &format!("refs/tasks/{id}")]).is_empty());
+    assert_eq!(s.ok("list_tasks", json!({}))["tasks"], json!([]));
+    s.close();
+}

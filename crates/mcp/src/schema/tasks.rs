@@ -1,0 +1,222 @@
+//! Inputs and outputs of the task tools: run_task, get_task_info,
+//! get_task_logs, wait_next_event, list_tasks, cleanup_task, cancel_task,
+//! list_slots.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use workspace::tasks::slots::Slots;
+use workspace::tasks::{TaskInfo, TaskLogs};
+
+use crate::output::Render;
+
+/// Default `wait_next_event` wait, ms (30 minutes).
+pub const DEFAULT_EVENT_WAIT_MS: u64 = 1_800_000;
+/// Default lines of `get_task_logs`.
+pub const DEFAULT_TASK_LOG_LINES: usize = 200;
+
+/// `run_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunTaskParams {
+    /// What to do: written to /workspace/task.md, which the repository's
+    /// task command reads.
+    pub description: String,
+    /// An allowlisted repository's alias (list_repos).
+    pub repo: String,
+    /// The workspace's image (default "debian"; it needs git).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// The branch to start from and merge onto (default: the repository's
+    /// current branch).
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// Secrets the command gets as environment variables; each must be
+    /// allowed by the server's --allow-secret (FORBIDDEN otherwise).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Keep the workspace (stopped) when the task ends.
+    #[serde(default)]
+    pub keep: bool,
+    /// Refuse with CONFLICT instead of queueing when every slot is taken.
+    #[serde(default)]
+    pub no_queue: bool,
+    /// Guest memory, MiB (default 1024).
+    #[serde(default)]
+    pub mem_mib: Option<u64>,
+}
+
+/// What `run_task` started.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RunTaskResult {
+    /// The task's id: get_task_info, get_task_logs, wait_next_event.
+    pub task_id: String,
+    /// The task as it is now (pending or running).
+    pub task: TaskInfo,
+}
+
+/// Inputs that name a task.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskIdParams {
+    /// The task's id (from run_task or list_tasks).
+    pub task_id: String,
+}
+
+/// `get_task_logs`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskLogsParams {
+    /// The task's id.
+    pub task_id: String,
+    /// Lines from the end (default 200, at most 5000).
+    #[serde(default)]
+    pub lines: Option<usize>,
+}
+
+/// `wait_next_event`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitEventParams {
+    /// Longest wait, ms (default 1800000, 30 minutes).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `cleanup_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CleanupTaskParams {
+    /// The task's id; it must have ended (cancel_task first).
+    pub task_id: String,
+    /// Delete refs/tasks/<id> from the repository too.
+    #[serde(default)]
+    pub delete_ref: bool,
+}
+
+/// One task.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TaskResultOut {
+    /// The task.
+    #[serde(flatten)]
+    pub task: TaskInfo,
+}
+
+/// What `wait_next_event` saw.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TaskEvent {
+    /// True when no task ended within the wait.
+    pub timeout: bool,
+    /// The task that ended (completed or failed), reported once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskInfo>,
+}
+
+/// Every task.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TaskList {
+    /// The tasks, oldest first.
+    pub tasks: Vec<TaskInfo>,
+}
+
+/// A task's log.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TaskLogsOut {
+    /// The log.
+    #[serde(flatten)]
+    pub logs: TaskLogs,
+}
+
+/// The slots.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SlotsOut {
+    /// The slots.
+    #[serde(flatten)]
+    pub slots: Slots,
+}
+
+/// What `cleanup_task` removed.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CleanupTaskResult {
+    /// The task removed.
+    pub task_id: String,
+    /// refs/tasks/<id> was deleted too.
+    pub ref_deleted: bool,
+}
+
+fn line(t: &TaskInfo) -> String {
+    let merge = t.merge_result.as_ref().map_or(String::new(), |m| {
+        if m.merged {
+            format!(", merged {} commit(s)", m.commits)
+        } else {
+            format!(
+                ", not merged ({})",
+                m.reason.as_deref().unwrap_or("see merge_result")
+            )
+        }
+    });
+    let status = serde_json::to_value(t.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    format!(
+        "task {} on {} ({}): {status}{merge}",
+        t.task_id, t.repo, t.branch
+    )
+}
+
+impl Render for RunTaskResult {
+    fn render(&self) -> String {
+        format!("{}; wait_next_event reports its end", line(&self.task))
+    }
+}
+
+impl Render for TaskResultOut {
+    fn render(&self) -> String {
+        line(&self.task)
+    }
+}
+
+impl Render for TaskEvent {
+    fn render(&self) -> String {
+        match &self.task {
+            Some(t) => line(t),
+            None => "no task ended within the wait".into(),
+        }
+    }
+}
+
+impl Render for TaskList {
+    fn render(&self) -> String {
+        if self.tasks.is_empty() {
+            return "no tasks".into();
+        }
+        self.tasks.iter().map(line).collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Render for TaskLogsOut {
+    fn render(&self) -> String {
+        format!(
+            "{} ({}):\n{}",
+            self.logs.task_id,
+            self.logs.path.display(),
+            self.logs.tail
+        )
+    }
+}
+
+impl Render for SlotsOut {
+    fn render(&self) -> String {
+        format!(
+            "{} slot(s), {} free",
+            self.slots.max_slots,
+            self.slots.available.len()
+        )
+    }
+}
+
+impl Render for CleanupTaskResult {
+    fn render(&self) -> String {
+        format!("removed task {}", self.task_id)
+    }
+}

@@ -1,0 +1,206 @@
+//! Task tools: run_task, get_task_info, get_task_logs, wait_next_event,
+//! list_tasks, cleanup_task, cancel_task, list_slots. A task outlives the
+//! server: its supervisor is a process of its own, its state a record on
+//! disk, so a new server sees it (and reports its end once).
+
+use std::time::Duration;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::{tool, tool_router};
+use workspace::tasks::TaskRequest;
+
+use crate::output::{Out, ToolResult};
+use crate::schema::lifecycle::MAX_LOG_LINES;
+use crate::schema::tasks::*;
+use crate::MicroagentServer;
+
+#[tool_router(router = tasks_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// Start a coding-agent task on an allowlisted repository: a fresh
+    /// workspace (warm start) with the repository cloned at
+    /// /workspace/repo, the description in /workspace/task.md, the
+    /// repository's task command run as `user`. On exit its commits are
+    /// kept at refs/tasks/<id> and merged onto the branch (fast-forward,
+    /// else rebase; a dirty checked-out worktree is never touched). Returns
+    /// the task_id at once; wait_next_event reports the end.
+    #[tool(
+        output_schema = crate::output::schema::<RunTaskResult>(),
+        annotations(
+        title = "Run a task",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn run_task(
+        &self,
+        Parameters(p): Parameters<RunTaskParams>,
+    ) -> ToolResult<RunTaskResult> {
+        self.grants.check_secrets(&p.secrets)?;
+        let mut req = TaskRequest::new(p.description, p.repo);
+        req.image = p.image;
+        req.branch = p.branch;
+        req.secrets = p.secrets;
+        req.keep = p.keep;
+        req.no_queue = p.no_queue;
+        req.mem_mib = p.mem_mib;
+        let task = self.blocking(move |ws| Ok(ws.run_task(&req)?)).await?;
+        Ok(Out(RunTaskResult {
+            task_id: task.task_id.clone(),
+            task,
+        }))
+    }
+
+    /// One task: status (pending, running, completed, failed), result,
+    /// merge_result, exit_code, timings.
+    #[tool(
+        output_schema = crate::output::schema::<TaskResultOut>(),
+        annotations(
+        title = "Get a task",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn get_task_info(
+        &self,
+        Parameters(p): Parameters<TaskIdParams>,
+    ) -> ToolResult<TaskResultOut> {
+        let task = self
+            .blocking(move |ws| Ok(ws.task_info(&p.task_id)?))
+            .await?;
+        Ok(Out(TaskResultOut { task }))
+    }
+
+    /// A task's command output (secrets shown as ***): the log's path on
+    /// the host and its last lines.
+    #[tool(
+        output_schema = crate::output::schema::<TaskLogsOut>(),
+        annotations(
+        title = "Get a task's logs",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn get_task_logs(
+        &self,
+        Parameters(p): Parameters<TaskLogsParams>,
+    ) -> ToolResult<TaskLogsOut> {
+        let lines = p.lines.unwrap_or(DEFAULT_TASK_LOG_LINES).min(MAX_LOG_LINES);
+        let logs = self
+            .blocking(move |ws| Ok(ws.task_logs(&p.task_id, lines)?))
+            .await?;
+        Ok(Out(TaskLogsOut { logs }))
+    }
+
+    /// Wait until a task ends (completed or failed) that has not been
+    /// reported yet, and report it (each task once, also across server
+    /// restarts); {timeout: true} when none ends within timeout_ms.
+    /// Cancelling this wait does not cancel any task.
+    #[tool(
+        output_schema = crate::output::schema::<TaskEvent>(),
+        annotations(
+        title = "Wait for the next task to end",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn wait_next_event(
+        &self,
+        Parameters(p): Parameters<WaitEventParams>,
+    ) -> ToolResult<TaskEvent> {
+        let wait = Duration::from_millis(p.timeout_ms.unwrap_or(DEFAULT_EVENT_WAIT_MS));
+        let task = self.ws.wait_next_task_event(wait).await?;
+        Ok(Out(TaskEvent {
+            timeout: task.is_none(),
+            task,
+        }))
+    }
+
+    /// Every task, oldest first.
+    #[tool(
+        output_schema = crate::output::schema::<TaskList>(),
+        annotations(
+        title = "List tasks",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn list_tasks(&self) -> ToolResult<TaskList> {
+        let tasks = self.blocking(|ws| Ok(ws.list_tasks()?)).await?;
+        Ok(Out(TaskList { tasks }))
+    }
+
+    /// Cancel a task: its command is killed; what it committed is kept at
+    /// refs/tasks/<id> (not merged) and its workspace removed. An ended task
+    /// is left as it is.
+    #[tool(
+        output_schema = crate::output::schema::<TaskResultOut>(),
+        annotations(
+        title = "Cancel a task",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn cancel_task(
+        &self,
+        Parameters(p): Parameters<TaskIdParams>,
+    ) -> ToolResult<TaskResultOut> {
+        let task = self.ws.cancel_task(&p.task_id).await?;
+        Ok(Out(TaskResultOut { task }))
+    }
+
+    /// Remove an ended task's record, logs and kept workspace;
+    /// delete_ref: true deletes refs/tasks/<id> too. A task still running
+    /// is CONFLICT (cancel_task first).
+    #[tool(
+        output_schema = crate::output::schema::<CleanupTaskResult>(),
+        annotations(
+        title = "Clean up a task",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn cleanup_task(
+        &self,
+        Parameters(p): Parameters<CleanupTaskParams>,
+    ) -> ToolResult<CleanupTaskResult> {
+        let delete_ref = p.delete_ref;
+        let task = self
+            .blocking(move |ws| Ok(ws.cleanup_task(&p.task_id, delete_ref)?))
+            .await?;
+        Ok(Out(CleanupTaskResult {
+            task_id: task.task_id,
+            ref_deleted: delete_ref,
+        }))
+    }
+
+    /// The task slots: how many tasks may run at once, which are held
+    /// (slot, task_id, repo) and which are free.
+    #[tool(
+        output_schema = crate::output::schema::<SlotsOut>(),
+        annotations(
+        title = "List task slots",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn list_slots(&self) -> ToolResult<SlotsOut> {
+        let slots = self.blocking(|ws| Ok(ws.task_slots()?)).await?;
+        Ok(Out(SlotsOut { slots }))
+    }
+}
