@@ -213,6 +213,32 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
     }
 }
 
+/// Every file under `dir` of at most 64 MiB (disk images and guest memory
+/// are larger) that holds `needle`, but those under directories named
+/// `skip` (a secret store's own).
+pub fn files_holding(dir: &Path, needle: &[u8], skip: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() && entry.file_name() != skip {
+            out.extend(files_holding(&path, needle, skip));
+        } else if meta.is_file() && meta.len() <= 64 << 20 {
+            if let Ok(bytes) = std::fs::read(&path) {
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    out.push(path);
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,30 +264,4 @@ mod tests {
             n > 2
         }));
     }
-}
-
-/// Every file under `dir` of at most 64 MiB (disk images and guest memory
-/// are larger) that holds `needle`, but those under directories named
-/// `skip` (a secret store's own).
-pub fn files_holding(dir: &Path, needle: &[u8], skip: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() && entry.file_name() != skip {
-            out.extend(files_holding(&path, needle, skip));
-        } else if meta.is_file() && meta.len() <= 64 << 20 {
-            if let Ok(bytes) = std::fs::read(&path) {
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    out.push(path);
-                }
-            }
-        }
-    }
-    out
 }

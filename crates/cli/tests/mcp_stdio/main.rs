@@ -223,15 +223,6 @@ impl Session {
     }
 }
 
-impl Session {
-    /// Kills the server with SIGKILL, as a crashed client host would; the
-    /// state directory stays.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
 impl Drop for Session {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {

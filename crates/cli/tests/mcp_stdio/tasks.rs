@@ -38,6 +38,15 @@ fn git(repo: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+impl Session {
+    /// Kills the server with SIGKILL, as a crashed client host would; the
+    /// state directory stays.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
 #[test]
 fn a_task_outlives_a_killed_server() {
     let test = "mcp_stdio::a_task_outlives_a_killed_server";

@@ -26,7 +26,6 @@ pub mod processes;
 pub mod repos;
 pub mod search;
 pub mod snapshots;
-pub mod tasks;
 pub mod volumes;
 
 use schemars::JsonSchema;

@@ -21,7 +21,6 @@ pub mod processes;
 pub mod repos;
 pub mod run;
 pub mod snapshots;
-pub mod tasks;
 pub mod volumes;
 
 use std::time::Duration;

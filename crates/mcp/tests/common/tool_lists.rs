@@ -1,7 +1,9 @@
 //! Every tool by name, the read-only ones, and those that take `preview`.
 
 /// Every tool.
-pub const TOOLS: [&str; 62] = [
+pub const TOOLS: [&str; 73] = [
+    "cancel_task",
+    "cleanup_task",
     "contract",
     "copy_in",
     "copy_out",
@@ -15,6 +17,8 @@ pub const TOOLS: [&str; 62] = [
     "file_remove",
     "file_stat",
     "file_write",
+    "get_task_info",
+    "get_task_logs",
     "host_doctor",
     "host_networking_setup",
     "image_build",
@@ -26,6 +30,9 @@ pub const TOOLS: [&str; 62] = [
     "image_search",
     "kernel_install",
     "kernel_list",
+    "list_repos",
+    "list_slots",
+    "list_tasks",
     "network_create",
     "network_delete",
     "network_inspect",
@@ -39,8 +46,11 @@ pub const TOOLS: [&str; 62] = [
     "process_start",
     "process_wait",
     "process_write_stdin",
+    "repo_diff",
+    "repo_pull",
     "run",
     "run_code",
+    "run_task",
     "snapshot_delete",
     "snapshot_get",
     "snapshot_list",
@@ -50,6 +60,7 @@ pub const TOOLS: [&str; 62] = [
     "volume_delete",
     "volume_inspect",
     "volume_list",
+    "wait_next_event",
     "workspace_create",
     "workspace_delete",
     "workspace_events",
@@ -67,24 +78,30 @@ pub const TOOLS: [&str; 62] = [
 ];
 
 /// Those that change nothing.
-pub const READ_ONLY: [&str; 26] = [
+pub const READ_ONLY: [&str; 32] = [
     "contract",
     "estimate_cost",
     "file_find",
     "file_list",
     "file_read",
     "file_stat",
+    "get_task_info",
+    "get_task_logs",
     "host_doctor",
     "image_inspect",
     "image_list",
     "image_search",
     "kernel_list",
+    "list_repos",
+    "list_slots",
+    "list_tasks",
     "network_inspect",
     "network_list",
     "port_list",
     "process_list",
     "process_output",
     "process_wait",
+    "repo_diff",
     "snapshot_get",
     "snapshot_list",
     "volume_inspect",

@@ -1,7 +1,8 @@
 //! Operations on the host that orchestrate workspaces: image builds
 //! (`image_build`) and kernel installs (`kernel_install`), each of which
 //! boots a throwaway workspace; host setup (`host_setup`), network objects
-//! and host networking (`networks`), and the doctor's checks (`checks`).
+//! and host networking (`networks`), the doctor's checks (`checks`), and
+//! tasks' supervisors, which boot a workspace per task (`task_run`).
 //! Their records and plans live in their concerns' folders (`host`,
 //! `network`, `images`); this folder sits above them and the guest calls.
 
@@ -10,3 +11,4 @@ pub(crate) mod host_setup;
 pub(crate) mod image_build;
 pub(crate) mod kernel_install;
 pub(crate) mod networks;
+pub(crate) mod task_run;

@@ -163,7 +163,7 @@ fn rebase(
     scratch: &Path,
 ) -> Result<Result<String, Vec<String>>, GitError> {
     let wt = scratch.to_string_lossy().into_owned();
-    let _ = run(repo, repo, &["worktree", "remove", "--force", &wt]);
+    let _ = run(repo, repo, &["worktree", "remove", "-f", &wt]);
     let _ = std::fs::remove_dir_all(scratch);
     run(
         repo,
@@ -179,7 +179,7 @@ fn rebase(
             Ok(Err(files.lines().map(str::to_owned).collect()))
         }
     };
-    let _ = run(repo, repo, &["worktree", "remove", "--force", &wt]);
+    let _ = run(repo, repo, &["worktree", "remove", "-f", &wt]);
     let _ = run(repo, repo, &["worktree", "prune"]);
     outcome
 }

@@ -14,6 +14,5 @@ pub(crate) mod one_shot;
 pub(crate) mod ports;
 pub(crate) mod repos;
 pub(crate) mod secrets;
-pub(crate) mod task_run;
 pub(crate) mod tasks;
 pub(crate) mod volumes;

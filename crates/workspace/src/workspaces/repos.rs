@@ -9,7 +9,6 @@ use std::path::Path;
 use std::process::Command;
 
 use super::manager::Workspaces;
-use crate::guest::stream::ExecInput;
 use crate::images::registry::ImageInfo;
 use crate::repos::{
     git, RepoError, RepoInfo, RepoPull, RepoStore, GUEST_REPO_DIR, WORKSPACE_REF_PREFIX,
@@ -17,7 +16,7 @@ use crate::repos::{
 use crate::store::repo_checkout::RepoCheckout;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::workspaces::handle::Workspace;
-use crate::{ExecRequest, Result};
+use crate::{ExecInput, ExecRequest, Result};
 
 /// The guest account a clone belongs to (`user` in the images microagent
 /// builds).

@@ -324,23 +324,6 @@ impl Workspaces {
         }
     }
 
-    /// Cancels task `id`: its command is killed; its supervisor then keeps
-    /// what it committed at refs/tasks/<id> (no merge) and removes the
-    /// workspace. A task that already ended is left as it is.
-    pub async fn cancel_task(&self, id: &str) -> Result<TaskInfo> {
-        let info = self.tasks().update(id, |t| {
-            if !t.status.is_final() {
-                t.cancelled = true;
-            }
-        })?;
-        if let Some(exec) = &info.exec_id {
-            if let Ok(ws) = self.workspace(&info.workspace) {
-                let _ = ws.signal_exec(exec, libc::SIGKILL).await;
-            }
-        }
-        self.task_info(id)
-    }
-
     /// Removes ended task `id`'s record and logs, its kept workspace, and
     /// with `delete_ref` its refs/tasks/<id>. A task not yet ended is
     /// CONFLICT (cancel it first).

@@ -10,8 +10,6 @@
 use std::io::Write;
 use std::time::Duration;
 
-use super::manager::Workspaces;
-use super::tasks::task_mem;
 use crate::guest::stream::{ExecEvent, ExecInput};
 use crate::host::settings::now_ms;
 use crate::repos::GUEST_REPO_DIR;
@@ -26,6 +24,8 @@ use crate::tasks::{
     TASK_REF_PREFIX,
 };
 use crate::volumes::VolumeSource;
+use crate::workspaces::manager::Workspaces;
+use crate::workspaces::tasks::task_mem;
 use crate::{Error, ExecRequest, Result};
 
 /// How long a start may take (a cold boot when no warm snapshot exists).
@@ -215,6 +215,23 @@ impl Workspaces {
             t.merge_result = Some(merge);
         })?;
         Ok(())
+    }
+
+    /// Cancels task `id`: its command is killed; its supervisor then keeps
+    /// what it committed at refs/tasks/<id> (no merge) and removes the
+    /// workspace. A task that already ended is left as it is.
+    pub async fn cancel_task(&self, id: &str) -> Result<TaskInfo> {
+        let info = self.tasks().update(id, |t| {
+            if !t.status.is_final() {
+                t.cancelled = true;
+            }
+        })?;
+        if let Some(exec) = &info.exec_id {
+            if let Ok(ws) = self.workspace(&info.workspace) {
+                let _ = ws.signal_exec(exec, libc::SIGKILL).await;
+            }
+        }
+        self.task_info(id)
     }
 
     /// Makes the warm snapshot a workspace of `spec` resumes, when there is

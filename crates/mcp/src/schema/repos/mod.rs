@@ -1,6 +1,8 @@
 //! Inputs and outputs of the repository tools (list_repos, repo_pull,
 //! repo_diff) and `repo`/`branch` of workspace_create.
 
+pub mod tasks;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use workspace::repos::{RepoInfo, RepoPull};

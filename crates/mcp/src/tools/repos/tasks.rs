@@ -11,7 +11,7 @@ use workspace::tasks::TaskRequest;
 
 use crate::output::{Out, ToolResult};
 use crate::schema::lifecycle::MAX_LOG_LINES;
-use crate::schema::tasks::*;
+use crate::schema::repos::tasks::*;
 use crate::MicroagentServer;
 
 #[tool_router(router = tasks_router, vis = "pub(crate)")]

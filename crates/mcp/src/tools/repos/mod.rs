@@ -2,6 +2,8 @@
 //! may be cloned is a human's choice (`microagent repo allow`); an agent
 //! clones one with workspace_create's `repo`.
 
+pub mod tasks;
+
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
 
