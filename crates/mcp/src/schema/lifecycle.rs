@@ -87,7 +87,7 @@ pub struct CreateParams {
     #[serde(default)]
     pub volumes: Vec<crate::schema::volumes::VolumeParam>,
     /// An allowlisted repository's alias (list_repos): a full clone goes to
-    /// /workspace/repo on branch task/<name> at the first start (needs an
+    /// /workspace/repo on branch `task/<name>` at the first start (needs an
     /// image with git: "debian"). Anything not allowlisted is FORBIDDEN.
     #[serde(default)]
     pub repo: Option<String>,

@@ -218,7 +218,7 @@ impl Workspaces {
     }
 
     /// Cancels task `id`: its command is killed; its supervisor then keeps
-    /// what it committed at refs/tasks/<id> (no merge) and removes the
+    /// what it committed at `refs/tasks/<id>` (no merge) and removes the
     /// workspace. A task that already ended is left as it is.
     pub async fn cancel_task(&self, id: &str) -> Result<TaskInfo> {
         let info = self.tasks().update(id, |t| {

@@ -325,7 +325,7 @@ impl Workspaces {
     }
 
     /// Removes ended task `id`'s record and logs, its kept workspace, and
-    /// with `delete_ref` its refs/tasks/<id>. A task not yet ended is
+    /// with `delete_ref` its `refs/tasks/<id>`. A task not yet ended is
     /// CONFLICT (cancel it first).
     pub fn cleanup_task(&self, id: &str, delete_ref: bool) -> Result<TaskInfo> {
         let info = self.task_info(id)?;

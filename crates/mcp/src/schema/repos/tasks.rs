@@ -88,7 +88,7 @@ pub struct WaitEventParams {
 pub struct CleanupTaskParams {
     /// The task's id; it must have ended (cancel_task first).
     pub task_id: String,
-    /// Delete refs/tasks/<id> from the repository too.
+    /// Delete `refs/tasks/<id>` from the repository too.
     #[serde(default)]
     pub delete_ref: bool,
 }
@@ -139,7 +139,7 @@ pub struct SlotsOut {
 pub struct CleanupTaskResult {
     /// The task removed.
     pub task_id: String,
-    /// refs/tasks/<id> was deleted too.
+    /// `refs/tasks/<id>` was deleted too.
     pub ref_deleted: bool,
 }
 
