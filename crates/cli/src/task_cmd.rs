@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use workspace::tasks::{TaskInfo, TaskStatus};
+use workspace::tasks::TaskInfo;
 use workspace::{Error, Workspaces};
 
 use crate::output;
@@ -103,13 +103,7 @@ fn short(sha: &str) -> &str {
 }
 
 fn status(t: &TaskInfo) -> String {
-    let s = match t.status {
-        TaskStatus::Pending => "pending",
-        TaskStatus::Running => "running",
-        TaskStatus::Completed => "completed",
-        TaskStatus::Failed => "failed",
-    };
-    s.to_owned()
+    t.status.as_str().to_owned()
 }
 
 fn describe(t: &TaskInfo) {
@@ -307,17 +301,20 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints what the log gains until the task ends.
+/// Prints what the log gains until the task ends, reading only the new
+/// bytes each time.
 async fn follow_log(ws: &Workspaces, id: &str, path: &std::path::Path) -> Result<(), Error> {
-    use std::io::Write;
+    use std::io::{Read, Seek, SeekFrom, Write};
     let mut offset = std::fs::metadata(path).map_or(0, |m| m.len());
     loop {
         let ended = ws.task_info(id)?.status.is_final();
-        if let Ok(bytes) = std::fs::read(path) {
-            if (bytes.len() as u64) > offset {
-                let _ = std::io::stdout().write_all(&bytes[offset as usize..]);
-                let _ = std::io::stdout().flush();
-                offset = bytes.len() as u64;
+        if let Ok(mut file) = std::fs::File::open(path) {
+            let mut new = Vec::new();
+            if file.seek(SeekFrom::Start(offset)).is_ok() && file.read_to_end(&mut new).is_ok() {
+                offset += new.len() as u64;
+                let mut out = std::io::stdout();
+                let _ = out.write_all(&new);
+                let _ = out.flush();
             }
         }
         if ended {

@@ -239,6 +239,28 @@ pub fn files_holding(dir: &Path, needle: &[u8], skip: &str) -> Vec<PathBuf> {
     out
 }
 
+/// `git -C repo ARGS` as a test's own git (a fixed author and committer,
+/// so no user configuration is needed); its trimmed stdout. Fails the test
+/// when git fails.
+pub fn git(repo: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "Host")
+        .env("GIT_AUTHOR_EMAIL", "host@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Host")
+        .env("GIT_COMMITTER_EMAIL", "host@example.invalid")
+        .output()
+        .expect("running git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
+use testkit::git;
 
 use super::{home, Session, BIN};
 
@@ -18,25 +19,6 @@ git add "$file"
 git commit -qm "task edits $file"
 echo done
 "#;
-
-fn git(repo: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "Host")
-        .env("GIT_AUTHOR_EMAIL", "host@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Host")
-        .env("GIT_COMMITTER_EMAIL", "host@example.invalid")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 impl Session {
     /// Kills the server with SIGKILL, as a crashed client host would; the

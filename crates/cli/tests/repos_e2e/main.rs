@@ -3,9 +3,8 @@
 //! after the first resumes the image's warm snapshot.
 
 use std::path::Path;
-use std::process::Command;
-
 use testkit::cli::CliHome;
+use testkit::git;
 
 mod repos;
 mod tasks;
@@ -21,26 +20,6 @@ fn can_boot(test: &str) -> bool {
 
 fn home(test: &str) -> CliHome {
     CliHome::new(env!("CARGO_BIN_EXE_microagent"), test)
-}
-
-/// `git -C repo ARGS`'s trimmed stdout; fails the test when git fails.
-fn git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "Host")
-        .env("GIT_AUTHOR_EMAIL", "host@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Host")
-        .env("GIT_COMMITTER_EMAIL", "host@example.invalid")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// A repository at `dir` with one commit on `main` (README and notes.txt).

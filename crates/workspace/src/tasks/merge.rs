@@ -43,16 +43,31 @@ pub struct MergeResult {
     pub reason: Option<String>,
 }
 
-/// `git -C dir` with hooks off and a committer when the repository names
-/// none (a rebase writes new commits).
-fn run(repo: &Path, dir: &Path, args: &[&str]) -> Result<String, GitError> {
-    let mut cmd = git::git(dir, ["-c", "core.hooksPath=/dev/null"])?;
-    cmd.args(args);
-    if git::config(repo, "user.email").is_none() {
-        cmd.env("GIT_COMMITTER_NAME", "microagent")
-            .env("GIT_COMMITTER_EMAIL", "microagent@localhost");
+/// Git for one merge: hooks off, and a committer when the repository
+/// names none (a rebase writes new commits), looked up once.
+struct MergeGit<'a> {
+    repo: &'a Path,
+    needs_committer: bool,
+}
+
+impl<'a> MergeGit<'a> {
+    fn new(repo: &'a Path) -> Self {
+        Self {
+            repo,
+            needs_committer: git::config(repo, "user.email").is_none(),
+        }
     }
-    git::output(cmd, dir)
+
+    /// `git -C dir ARGS`.
+    fn run(&self, dir: &Path, args: &[&str]) -> Result<String, GitError> {
+        let mut cmd = git::git(dir, ["-c", "core.hooksPath=/dev/null"])?;
+        cmd.args(args);
+        if self.needs_committer {
+            cmd.env("GIT_COMMITTER_NAME", "microagent")
+                .env("GIT_COMMITTER_EMAIL", "microagent@localhost");
+        }
+        git::output(cmd, dir)
+    }
 }
 
 /// The worktree `branch` is checked out in, if any.
@@ -100,8 +115,9 @@ pub fn merge_task(
         return Ok(result);
     };
     let worktree = worktree_of(repo, branch)?;
+    let g = MergeGit::new(repo);
     if let Some(wt) = &worktree {
-        let dirty = run(repo, wt, &["status", "--porcelain", "--untracked-files=no"])?;
+        let dirty = g.run(wt, &["status", "--porcelain", "--untracked-files=no"])?;
         if !dirty.is_empty() {
             result.reason = Some(format!(
                 "branch `{branch}` is checked out in {} with uncommitted changes; it was not touched",
@@ -110,13 +126,15 @@ pub fn merge_task(
             return Ok(result);
         }
     }
-    let fast_forward = run(repo, repo, &["merge-base", "--is-ancestor", &tip, task_ref]).is_ok();
+    let fast_forward = g
+        .run(repo, &["merge-base", "--is-ancestor", &tip, task_ref])
+        .is_ok();
     let new_tip = if fast_forward {
         result.method = Some(MergeMethod::FastForward);
         git::run(repo, ["rev-parse", &format!("{task_ref}^{{commit}}")])?
     } else {
         result.method = Some(MergeMethod::Rebase);
-        match rebase(repo, &tip, task_ref, scratch)? {
+        match rebase(&g, &tip, task_ref, scratch)? {
             Ok(new) => new,
             Err(conflicts) => {
                 result.method = None;
@@ -131,7 +149,7 @@ pub fn merge_task(
     };
     match &worktree {
         Some(wt) => {
-            if let Err(e) = run(repo, wt, &["merge", "--ff-only", "--quiet", &new_tip]) {
+            if let Err(e) = g.run(wt, &["merge", "--ff-only", "--quiet", &new_tip]) {
                 result.method = None;
                 result.reason = Some(format!(
                     "fast-forwarding the worktree {} failed: {e}",
@@ -143,7 +161,7 @@ pub fn merge_task(
         None => {
             // Compare and swap: a branch moved meanwhile is not overwritten.
             let name = format!("refs/heads/{branch}");
-            if let Err(e) = run(repo, repo, &["update-ref", &name, &new_tip, &tip]) {
+            if let Err(e) = g.run(repo, &["update-ref", &name, &new_tip, &tip]) {
                 result.method = None;
                 result.reason = Some(format!("moving `{branch}` failed: {e}"));
                 return Ok(result);
@@ -157,30 +175,29 @@ pub fn merge_task(
 /// Replays `task_ref`'s commits onto `onto` in a detached worktree at
 /// `scratch`: the new tip, or the conflicting files.
 fn rebase(
-    repo: &Path,
+    g: &MergeGit<'_>,
     onto: &str,
     task_ref: &str,
     scratch: &Path,
 ) -> Result<Result<String, Vec<String>>, GitError> {
     let wt = scratch.to_string_lossy().into_owned();
-    let _ = run(repo, repo, &["worktree", "remove", "-f", &wt]);
+    let _ = g.run(g.repo, &["worktree", "remove", "-f", &wt]);
     let _ = std::fs::remove_dir_all(scratch);
-    run(
-        repo,
-        repo,
+    g.run(
+        g.repo,
         &["worktree", "add", "--quiet", "--detach", &wt, task_ref],
     )?;
-    let outcome = match run(repo, scratch, &["rebase", "--quiet", onto]) {
+    let outcome = match g.run(scratch, &["rebase", "--quiet", onto]) {
         Ok(_) => git::run(scratch, ["rev-parse", "HEAD"]).map(Ok),
         Err(_) => {
             let files =
                 git::run(scratch, ["diff", "--name-only", "--diff-filter=U"]).unwrap_or_default();
-            let _ = run(repo, scratch, &["rebase", "--abort"]);
+            let _ = g.run(scratch, &["rebase", "--abort"]);
             Ok(Err(files.lines().map(str::to_owned).collect()))
         }
     };
-    let _ = run(repo, repo, &["worktree", "remove", "-f", &wt]);
-    let _ = run(repo, repo, &["worktree", "prune"]);
+    let _ = g.run(g.repo, &["worktree", "remove", "-f", &wt]);
+    let _ = g.run(g.repo, &["worktree", "prune"]);
     outcome
 }
 

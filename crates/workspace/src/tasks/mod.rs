@@ -102,6 +102,16 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
+    /// Its name, as records and front ends spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+        }
+    }
+
     /// True once it will not change again.
     pub fn is_final(self) -> bool {
         matches!(self, TaskStatus::Completed | TaskStatus::Failed)
@@ -452,6 +462,11 @@ mod tests {
             .update("a1", |t| t.status = TaskStatus::Completed)
             .unwrap();
         assert!(done.status.is_final());
+        assert_eq!(
+            serde_json::to_value(done.status).unwrap(),
+            done.status.as_str(),
+            "the name is the record's"
+        );
         assert_eq!(store.get("a1").unwrap().status, TaskStatus::Completed);
         assert_eq!(store.get("nope").unwrap_err().code(), ErrorCode::NotFound);
         assert_eq!(store.get("../x").unwrap_err().code(), ErrorCode::NotFound);

@@ -241,14 +241,10 @@ impl Workspaces {
         }
         let image: ImageInfo = self.images.get(&spec.image)?;
         let (_network, mut spec) = self.place_on_network(spec)?;
-        let repo = match &spec.repo {
-            Some(asked) => {
-                let (_, checkout) = self.resolve_checkout(asked, &image)?;
-                spec.repo = Some(checkout);
-                Some(())
-            }
-            None => None,
-        };
+        if let Some(asked) = &spec.repo {
+            let (_, checkout) = self.resolve_checkout(asked, &image)?;
+            spec.repo = Some(checkout);
+        }
         let lock = self.lock(name)?;
         if ws.meta_path().exists() {
             return Err(Error::WorkspaceExists(name.to_owned()));
@@ -258,7 +254,7 @@ impl Workspaces {
         let made = (|| {
             crate::store::make_private_dir(ws.path())?;
             make_disk(&ws.disk(), spec.disk_mib)?;
-            if repo.is_some() {
+            if spec.repo.is_some() {
                 std::fs::write(ws.repo_pending(), b"")
                     .map_err(Error::host_io("marking the clone to make"))?;
             }

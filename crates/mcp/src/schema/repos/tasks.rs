@@ -154,10 +154,7 @@ fn line(t: &TaskInfo) -> String {
             )
         }
     });
-    let status = serde_json::to_value(t.status)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
+    let status = t.status.as_str();
     format!(
         "task {} on {} ({}): {status}{merge}",
         t.task_id, t.repo, t.branch
