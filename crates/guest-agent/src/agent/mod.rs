@@ -486,6 +486,7 @@ fn serve_request(conn: &mut Conn, state: &AgentState) -> Result<(), RequestError
 fn shutdown_guest() -> ! {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
+    volumes::unmount_all();
     // SAFETY: reboot with a valid command; only reached as the guest's PID 1.
     unsafe { libc::reboot(libc::LINUX_REBOOT_CMD_RESTART) };
     // The restart failed (not permitted?): keep serving rather than exit,

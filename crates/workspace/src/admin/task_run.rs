@@ -33,20 +33,6 @@ const TASK_START_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often a queued task looks for a free slot.
 const SLOT_POLL: Duration = Duration::from_secs(1);
 
-/// Runs as root before the command: the description from stdin to
-/// task.md, and the user's ~/.cache into the slot's cache volume.
-/// Arguments: task file, cache mount.
-const PREPARE_SCRIPT: &str = r#"set -e
-cat > "$1"
-chown user:user "$1"
-mkdir -p "$2/home-cache"
-chown user:user "$2" "$2/home-cache"
-home=$(getent passwd user | cut -d: -f6)
-rm -rf "$home/.cache"
-ln -s "$2/home-cache" "$home/.cache"
-chown -h user:user "$home/.cache"
-"#;
-
 impl Workspaces {
     /// Drives task `id` to its end (what `microagent task supervise ID`
     /// runs, detached). The record says how it went.
@@ -58,14 +44,21 @@ impl Workspaces {
         let info = store.get(id)?;
         let keep = info.keep;
         let workspace = info.workspace.clone();
-        // The workspace goes whatever happened (stopped, when kept).
+        // The workspace goes whatever happened (stopped, when kept). It
+        // stops first either way, so the slot's cache volume is unmounted
+        // cleanly: the next task then mounts it without a journal replay.
         if self.at(&workspace).get().is_ok() {
+            let stopped = self
+                .at(&workspace)
+                .stop(crate::DEFAULT_STOP_TIMEOUT)
+                .await
+                .map(drop);
             let cleanup = if keep {
-                self.at(&workspace)
-                    .stop(crate::DEFAULT_STOP_TIMEOUT)
-                    .await
-                    .map(drop)
+                stopped
             } else {
+                if let Err(e) = stopped {
+                    tracing::warn!("task {id}: stopping workspace {workspace}: {e}");
+                }
                 self.at(&workspace)
                     .delete(crate::DeleteOptions::default().force(true))
                     .map(drop)
@@ -74,10 +67,16 @@ impl Workspaces {
                 tracing::warn!("task {id}: removing workspace {workspace}: {e}");
             }
         }
+        // Final only now, with the workspace gone: the slot (and its
+        // cache volume) is free for the next task only once nothing
+        // mounts it.
         Ok(store.update(id, |t| {
-            if let Err(e) = &outcome {
-                t.status = TaskStatus::Failed;
-                t.error = Some(e.full_message());
+            match &outcome {
+                Ok(status) => t.status = *status,
+                Err(e) => {
+                    t.status = TaskStatus::Failed;
+                    t.error = Some(e.full_message());
+                }
             }
             if !t.status.is_final() {
                 t.status = TaskStatus::Failed;
@@ -87,7 +86,8 @@ impl Workspaces {
         })?)
     }
 
-    async fn drive(&self, id: &str) -> Result<()> {
+    /// Runs the task up to its merge; the status it ended with.
+    async fn drive(&self, id: &str) -> Result<TaskStatus> {
         let store = self.tasks();
         let mut info = store.get(id)?;
         while info.slot.is_none() {
@@ -135,31 +135,18 @@ impl Workspaces {
         })
         .await?;
         self.at(&name).start(TASK_START_TIMEOUT, |_| {}).await?;
-        let prepare = ExecRequest::argv(
-            [
-                "sh",
-                "-c",
-                PREPARE_SCRIPT,
-                "sh",
+        // A file write, not a guest process: the agent writes it (root's,
+        // readable by all); the clone's own step already linked ~/.cache.
+        self.at(&name)
+            .write_file(
                 GUEST_TASK_FILE,
-                CACHE_MOUNT,
-            ]
-            .map(String::from),
-        )
-        .user("root");
-        let prepared = self
-            .at(&name)
-            .exec_collect(
-                prepare,
-                ExecInput::Bytes(info.description.clone().into_bytes()),
+                info.description.as_bytes(),
+                crate::WriteOptions {
+                    append: false,
+                    perm: Some(0o644),
+                },
             )
             .await?;
-        if !prepared.success() {
-            return Err(Error::InvalidInput(format!(
-                "preparing the task's workspace failed: {}",
-                prepared.stderr.trim()
-            )));
-        }
         if store.get(id)?.cancelled {
             return Err(Error::InvalidInput(
                 "cancelled before its command ran".into(),
@@ -201,20 +188,20 @@ impl Workspaces {
             })
             .await?
         };
+        let status = if result.success && !cancelled {
+            TaskStatus::Completed
+        } else {
+            TaskStatus::Failed
+        };
         store.update(id, |t| {
             t.exit_code = exit;
-            t.status = if result.success && !cancelled {
-                TaskStatus::Completed
-            } else {
-                TaskStatus::Failed
-            };
             if cancelled {
                 t.error = Some("cancelled".into());
             }
             t.result = Some(result);
             t.merge_result = Some(merge);
         })?;
-        Ok(())
+        Ok(status)
     }
 
     /// Cancels task `id`: its command is killed; its supervisor then keeps

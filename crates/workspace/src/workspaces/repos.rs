@@ -15,6 +15,7 @@ use crate::repos::{
 };
 use crate::store::repo_checkout::RepoCheckout;
 use crate::store::workspace_dir::WorkspaceDir;
+use crate::tasks::slots::CACHE_MOUNT;
 use crate::workspaces::handle::Workspace;
 use crate::{ExecInput, ExecRequest, Result};
 
@@ -38,8 +39,17 @@ echo "$out" >&2
 exit 1
 "#;
 
-/// Runs as root once the clone is in: the guest's `user` owns /workspace.
-const OWN_SCRIPT: &str = r#"chown -R "$1:$1" /workspace"#;
+/// Runs as root once the clone is in: the guest's `user` (argument 1) owns
+/// /workspace; when argument 2 names a cache volume's mount, the user's
+/// `~/.cache` points at it. One script, few processes: each costs seconds
+/// on a host that emulates the guest's kernel.
+const OWN_SCRIPT: &str = r#"set -e
+chown -R "$1:$1" /workspace
+[ -n "$2" ] || exit 0
+eval "home=~$1"
+if [ -d "$home/.cache" ] && [ ! -L "$home/.cache" ]; then rm -rf "$home/.cache"; fi
+ln -sfn "$2" "$home/.cache"
+"#;
 
 impl Workspaces {
     /// The repository allowlist of this state directory.
@@ -124,7 +134,11 @@ impl Workspaces {
         };
         let _ = std::fs::remove_dir_all(&tree);
         copied?;
-        let own = script(OWN_SCRIPT, [GUEST_USER]).user("root");
+        // A task's slot cache (its root already the user's) also serves
+        // as ~/.cache, set up in the same guest process.
+        let has_cache = meta.spec.volumes.iter().any(|v| v.path == CACHE_MOUNT);
+        let cache = if has_cache { CACHE_MOUNT } else { "" };
+        let own = script(OWN_SCRIPT, [GUEST_USER, cache]).user("root");
         self.guest_step(
             name,
             "giving the clone to the guest's user",
