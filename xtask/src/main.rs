@@ -18,6 +18,7 @@ mod fuzz_inputs;
 mod images;
 mod initramfs;
 mod kernel;
+mod mcp_sdk;
 mod modules;
 mod nolibc;
 mod passt;
@@ -35,7 +36,8 @@ cargo xtask <task> [options]
 
 tasks:
   setup                         build every guest asset this host needs (cached): kernel,
-                                test initramfs, device test rootfs, minimal and debian images
+                                test initramfs, device test rootfs, minimal and debian images;
+                                and the MCP Python SDK the HTTP tests use
   guest-kernel [--variant V]    build the guest kernel; V = host (default), standard, compat
   initramfs                     build the test initramfs (marker, uname -a, reboot)
   test-rootfs                   build the ext4 root filesystem of the device tests
@@ -105,7 +107,8 @@ fn main() -> anyhow::Result<()> {
             kernel::build(kernel::variant_for_host()?)?;
             initramfs::build()?;
             rootfs::build()?;
-            images::run(&[])
+            images::run(&[])?;
+            mcp_sdk::ensure().map(drop)
         }
         "guest-kernel" => {
             let variant = match rest {

@@ -1,6 +1,8 @@
-//! `microagent serve mcp`: the MCP server over stdin/stdout (see
-//! docs/mcp.md). Stdout carries JSON-RPC only; logs go to stderr.
+//! `microagent serve mcp`: the MCP server over stdin/stdout, or over
+//! Streamable HTTP with `--http` (see docs/mcp.md). Stdout carries
+//! JSON-RPC only; logs go to stderr.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,7 +35,42 @@ pub enum ServeCommand {
         /// shows `***`.
         #[arg(long = "allow-secret", value_name = "NAME")]
         allow_secrets: Vec<String>,
+        #[command(flatten)]
+        http: HttpArgs,
     },
+}
+
+/// Serving over Streamable HTTP instead of stdio.
+#[derive(Debug, clap::Args)]
+pub struct HttpArgs {
+    /// Serve MCP's Streamable HTTP transport on this address (for example
+    /// 127.0.0.1:8765; port 0 picks a free one) at the path /mcp, to many
+    /// clients at once, until SIGINT or SIGTERM.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// The bearer token clients must send, from this file (its first line).
+    /// Default: the state directory's mcp-token, made (0600) and printed
+    /// on first use.
+    #[arg(long, value_name = "FILE", requires = "http", conflicts_with = "dev")]
+    token_file: Option<PathBuf>,
+    /// No token: for development, and only on a loopback address.
+    #[arg(long, requires = "http")]
+    dev: bool,
+    /// Allow an address other machines reach; it needs --tls-cert and
+    /// --tls-key too.
+    #[arg(long, requires = "http")]
+    public: bool,
+    /// PEM certificate chain for HTTPS (with --tls-key).
+    #[arg(long, value_name = "FILE", requires_all = ["http", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires_all = ["http", "tls_cert"])]
+    tls_key: Option<PathBuf>,
+    /// A web origin (scheme://host[:port]) whose pages may call the server,
+    /// besides its own address; repeatable. Requests from other origins,
+    /// or naming another Host, get 403.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN", requires = "http")]
+    allowed_origins: Vec<String>,
 }
 
 pub fn run(cmd: ServeCommand) -> ExitCode {
@@ -43,6 +80,7 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
             allow_host_changes,
             allow_public_ports,
             allow_secrets,
+            http,
         } => {
             let mut grants = mcp::Grants::default()
                 .host_changes(allow_host_changes)
@@ -85,6 +123,9 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            if http.http.is_some() {
+                return runtime.block_on(serve_http(http, roots, grants));
+            }
             let served = runtime.block_on(mcp::serve_stdio(crate::open_workspaces, roots, grants));
             // Tool calls still running past the shutdown grace are not
             // waited for.
@@ -96,6 +137,109 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// `serve mcp --http`: checks the options, finds the token, serves until a
+/// signal.
+async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) -> ExitCode {
+    let fail = |what: String| {
+        eprintln!("microagent: error: {what}");
+        ExitCode::FAILURE
+    };
+    let Some(bind) = args.http else {
+        return fail("--http needs an address".into());
+    };
+    let loopback = bind.ip().is_loopback();
+    if !loopback && !args.public {
+        return fail(format!(
+            "{bind} is reachable from other machines; pass --public (with --tls-cert and --tls-key) to serve it, or use 127.0.0.1"
+        ));
+    }
+    if args.dev && !loopback {
+        return fail("--dev (no token) serves loopback addresses only".into());
+    }
+    // Before a token is made: a start refused anyway leaves nothing.
+    if !loopback && args.tls_cert.is_none() {
+        return fail(format!(
+            "{bind} needs TLS: the token would cross the network in clear text; pass --tls-cert and --tls-key"
+        ));
+    }
+    let ws = match crate::open_workspaces() {
+        Ok(ws) => ws,
+        Err(e) => {
+            return fail(format!(
+                "cannot open the workspace store: {}",
+                e.full_message()
+            ))
+        }
+    };
+    let token = if args.dev {
+        None
+    } else if let Some(file) = &args.token_file {
+        match mcp::http::token::read(file) {
+            Ok(token) => Some(token),
+            Err(e) => return fail(format!("--token-file: {}", workspace::error_chain(&e))),
+        }
+    } else {
+        let path = ws.state_dir().root().join("mcp-token");
+        match mcp::http::token::read_or_make(&path) {
+            Ok((token, made)) => {
+                if made {
+                    eprintln!(
+                        "microagent: made the MCP bearer token (kept in {}; shown this once):\n{token}",
+                        path.display()
+                    );
+                }
+                Some(token)
+            }
+            Err(e) => return fail(workspace::error_chain(&e)),
+        }
+    };
+    let options = mcp::http::HttpOptions {
+        bind,
+        token,
+        tls: args.tls_cert.zip(args.tls_key),
+        allowed_origins: args.allowed_origins,
+    };
+    let server = mcp::MicroagentServer::new(ws, roots).with_grants(grants);
+    let http = match mcp::http::HttpServer::bind(server, options).await {
+        Ok(http) => http,
+        Err(e) => {
+            let next = match &e {
+                mcp::http::HttpError::NoTlsOffLoopback(_) => "; pass --tls-cert and --tls-key",
+                mcp::http::HttpError::Bind { .. } => "; pick another address or port",
+                _ => "",
+            };
+            return fail(format!("{}{next}", workspace::error_chain(&e)));
+        }
+    };
+    let auth = if args.dev {
+        "no token (--dev)"
+    } else {
+        "send Authorization: Bearer <token>"
+    };
+    eprintln!(
+        "microagent: serving MCP at {} ({auth}); stop with Ctrl-C",
+        http.url()
+    );
+    http.run(stop_signal()).await;
+    ExitCode::SUCCESS
+}
+
+/// SIGINT or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }

@@ -1,5 +1,6 @@
 //! microagent's MCP server: every workspace operation as a Model Context
-//! Protocol tool, spoken as newline-delimited JSON-RPC over stdin/stdout.
+//! Protocol tool, spoken as newline-delimited JSON-RPC over stdin/stdout,
+//! or over Streamable HTTP ([`http`]) to many clients at once.
 //!
 //! [`MicroagentServer`] wraps a [`workspace::Workspaces`] and holds no state
 //! of its own: workspaces outlive the server process. [`serve_stdio`] is
@@ -18,6 +19,7 @@
 pub mod error;
 pub mod grants;
 pub mod host_roots;
+pub mod http;
 pub mod json_schema;
 pub mod output;
 pub mod progress;
@@ -60,6 +62,9 @@ pub enum McpError {
     /// The MCP session could not be set up.
     #[error("MCP session setup failed: {0}")]
     Initialize(Box<ServerInitializeError>),
+    /// The HTTP server could not run.
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
     /// The session's task failed.
     #[error("the MCP session ended abnormally: {0}")]
     Session(#[from] tokio::task::JoinError),

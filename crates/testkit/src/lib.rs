@@ -44,6 +44,30 @@ pub fn shared_warm_dir() -> Option<PathBuf> {
     Some(dir)
 }
 
+/// The version of the official MCP Python SDK the HTTP tests drive the
+/// server with (`cargo xtask setup` installs it in the asset cache).
+pub const MCP_PYTHON_SDK: &str = "2.3.0";
+
+/// Where `cargo xtask setup` puts the MCP Python SDK's virtual environment.
+pub fn mcp_python_env() -> Option<PathBuf> {
+    Some(cache_root()?.join(format!("mcp-python-sdk-{MCP_PYTHON_SDK}")))
+}
+
+/// A Python interpreter that has the MCP Python SDK, or why there is none.
+pub fn mcp_python() -> Result<PathBuf, String> {
+    let python = mcp_python_env()
+        .ok_or("no asset cache directory (set HOME or MICROAGENT_CACHE)")?
+        .join("bin/python");
+    if python.exists() {
+        Ok(python)
+    } else {
+        Err(format!(
+            "the MCP Python SDK {MCP_PYTHON_SDK} is not installed at {} (run cargo xtask setup)",
+            python.display()
+        ))
+    }
+}
+
 /// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.
 pub fn host_tool(name: &str) -> Result<PathBuf, String> {
     workspace::host::settings::host_tool(name)

@@ -123,13 +123,26 @@ pub struct ContractResult {
     pub contract: Contract,
     /// Limits of the MCP tools.
     pub mcp: McpLimits,
+    /// How the server can be reached, and the MCP versions it speaks.
+    pub transports: Vec<McpTransport>,
+}
+
+/// One way to reach the MCP server.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct McpTransport {
+    /// `stdio` (`serve mcp`) or `streamable-http` (`serve mcp --http`).
+    pub name: String,
+    /// MCP protocol versions it negotiates.
+    pub protocol_versions: Vec<String>,
+    /// How a client proves itself.
+    pub auth: String,
 }
 
 impl Render for ContractResult {
     fn render(&self) -> String {
         let c = &self.contract;
         format!(
-            "microagent {} (contract {}, agent protocol {}); error codes: {}; limits: 1-{} vCPUs, {}-{} MiB memory, {}-{} MiB disk; exec output cap {} per stream by default, at most {}",
+            "microagent {} (contract {}, agent protocol {}); error codes: {}; limits: 1-{} vCPUs, {}-{} MiB memory, {}-{} MiB disk; exec output cap {} per stream by default, at most {}; MCP over {}",
             c.microagent_version,
             c.contract_version,
             c.agent_protocol_version,
@@ -145,6 +158,11 @@ impl Render for ContractResult {
             c.limits.max_disk_mib,
             human_bytes(self.mcp.default_output_cap),
             human_bytes(self.mcp.max_output_cap),
+            self.transports
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" and "),
         )
     }
 }

@@ -37,7 +37,28 @@ pub fn contract() -> ContractResult {
             max_event_wait_secs: MAX_EVENT_WAIT.as_secs(),
             max_start_timeout_secs: MAX_START_TIMEOUT_SECS,
         },
+        transports: transports(),
     }
+}
+
+/// stdio and Streamable HTTP, with the versions rmcp negotiates.
+fn transports() -> Vec<McpTransport> {
+    let versions: Vec<String> = rmcp::model::ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    vec![
+        McpTransport {
+            name: "stdio".into(),
+            protocol_versions: versions.clone(),
+            auth: "none: the client starts the server".into(),
+        },
+        McpTransport {
+            name: "streamable-http".into(),
+            protocol_versions: versions,
+            auth: "bearer token (none with --dev, loopback only)".into(),
+        },
+    ]
 }
 
 #[tool_router(router = info_router, vis = "pub(crate)")]

@@ -1,0 +1,268 @@
+//! What a request must pass before it reaches the MCP server: its `Host`
+//! and `Origin` name this server (DNS-rebinding protection: a web page
+//! that rebinds its own name to 127.0.0.1 still sends its name), then its
+//! bearer token matches. The first failure answers: 403, then 401.
+
+use std::net::{IpAddr, SocketAddr};
+
+use hyper::header::{HeaderMap, AUTHORIZATION, HOST, ORIGIN};
+
+/// Why a request is turned away.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// `Host` is missing or names another server.
+    #[error("the Host header {0:?} does not name this server")]
+    Host(String),
+    /// `Origin` names a site that is not allowed.
+    #[error("the Origin {0:?} is not allowed")]
+    Origin(String),
+    /// No `Authorization: Bearer` header.
+    #[error("no bearer token: send Authorization: Bearer <token>")]
+    NoToken,
+    /// A token that is not this server's.
+    #[error("the bearer token is wrong")]
+    WrongToken,
+}
+
+impl Refusal {
+    /// The HTTP status it is answered with.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Host(_) | Self::Origin(_) => 403,
+            Self::NoToken | Self::WrongToken => 401,
+        }
+    }
+}
+
+/// The checks of one server.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    /// Host names (lowercase, without port) requests may name.
+    hosts: Vec<String>,
+    /// The server's port: a `Host` with another port is refused.
+    port: u16,
+    /// Origins (`scheme://host[:port]`, lowercase) allowed besides this
+    /// server's own.
+    origins: Vec<String>,
+    /// The token; none with `--dev`.
+    token: Option<String>,
+}
+
+impl Gate {
+    /// The gate of a server listening on `bind`: requests may name its
+    /// address (and `localhost` when it is a loopback one) or the host of
+    /// an allowed origin.
+    pub fn new(bind: SocketAddr, origins: &[String], token: Option<String>) -> Self {
+        let mut hosts = vec![bracketless(&bind.ip().to_string())];
+        if bind.ip().is_loopback() {
+            hosts.extend(["localhost", "127.0.0.1", "::1"].map(String::from));
+        }
+        let origins: Vec<String> = origins
+            .iter()
+            .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+            .collect();
+        for o in &origins {
+            if let Some((host, _)) = origin_authority(o) {
+                hosts.push(host);
+            }
+        }
+        hosts.sort();
+        hosts.dedup();
+        Self {
+            hosts,
+            port: bind.port(),
+            origins,
+            token,
+        }
+    }
+
+    /// Whether a request with `headers` may go on.
+    pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        let host = headers
+            .get(HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        if !self.allows_host(host) {
+            return Err(Refusal::Host(host.to_owned()));
+        }
+        if let Some(origin) = headers.get(ORIGIN) {
+            let origin = origin.to_str().unwrap_or("<not text>");
+            if !self.allows_origin(origin) {
+                return Err(Refusal::Origin(origin.to_owned()));
+            }
+        }
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        let given = headers
+            .get(AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| {
+                let (scheme, value) = h.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| value.trim())
+            })
+            .ok_or(Refusal::NoToken)?;
+        if same_secret(given.as_bytes(), token.as_bytes()) {
+            Ok(())
+        } else {
+            Err(Refusal::WrongToken)
+        }
+    }
+
+    fn allows_host(&self, host: &str) -> bool {
+        let Some((name, port)) = split_authority(host) else {
+            return false;
+        };
+        self.hosts.contains(&name) && port.is_none_or(|p| p == self.port)
+    }
+
+    fn allows_origin(&self, origin: &str) -> bool {
+        let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+        if self.origins.contains(&origin) {
+            return true;
+        }
+        // The server's own pages (none today) and tools on the same host.
+        match origin_authority(&origin) {
+            Some((host, port)) => self.hosts.contains(&host) && port.is_none_or(|p| p == self.port),
+            None => false,
+        }
+    }
+}
+
+/// `host[:port]` of `scheme://host[:port]`.
+fn origin_authority(origin: &str) -> Option<(String, Option<u16>)> {
+    let (scheme, rest) = origin.split_once("://")?;
+    if scheme != "http" && scheme != "https" {
+        return None;
+    }
+    split_authority(rest)
+}
+
+/// A `Host` value as (lowercase name without brackets, port).
+fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
+    if authority.is_empty() || authority.contains(['/', '@', ' ']) {
+        return None;
+    }
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (ip, after) = rest.split_once(']')?;
+        ip.parse::<IpAddr>().ok()?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p.parse().ok()?),
+            None if after.is_empty() => None,
+            None => return None,
+        };
+        return Some((ip.to_ascii_lowercase(), port));
+    }
+    // A bare IPv6 address has colons and no port.
+    if authority.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Some((authority.to_ascii_lowercase(), None));
+    }
+    match authority.rsplit_once(':') {
+        Some((name, port)) => Some((name.to_ascii_lowercase(), Some(port.parse().ok()?))),
+        None => Some((authority.to_ascii_lowercase(), None)),
+    }
+}
+
+fn bracketless(ip: &str) -> String {
+    ip.trim_matches(['[', ']']).to_ascii_lowercase()
+}
+
+/// Compares without stopping at the first difference, so the time taken
+/// does not tell how much of a guess was right.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn loopback(token: Option<&str>) -> Gate {
+        Gate::new(
+            "127.0.0.1:8765".parse().unwrap(),
+            &["https://app.example.com".to_string()],
+            token.map(String::from),
+        )
+    }
+
+    #[test]
+    fn a_loopback_server_takes_its_own_names_and_port() {
+        let g = loopback(None);
+        for host in [
+            "127.0.0.1:8765",
+            "localhost:8765",
+            "LOCALHOST",
+            "[::1]:8765",
+        ] {
+            assert_eq!(g.check(&headers(&[("host", host)])), Ok(()), "{host}");
+        }
+        for host in [
+            "evil.example:8765",
+            "127.0.0.1:80",
+            "",
+            "127.0.0.1:x",
+            "a@127.0.0.1",
+        ] {
+            assert_eq!(
+                g.check(&headers(&[("host", host)])),
+                Err(Refusal::Host(host.into())),
+                "{host}"
+            );
+        }
+    }
+
+    #[test]
+    fn origins_must_be_the_server_or_allowed() {
+        let g = loopback(None);
+        let ok = [
+            "http://localhost:8765",
+            "http://127.0.0.1:8765",
+            "https://app.example.com/",
+        ];
+        for origin in ok {
+            let h = headers(&[("host", "127.0.0.1:8765"), ("origin", origin)]);
+            assert_eq!(g.check(&h), Ok(()), "{origin}");
+        }
+        for origin in [
+            "http://evil.example",
+            "http://localhost:9999",
+            "null",
+            "file://x",
+        ] {
+            let h = headers(&[("host", "127.0.0.1:8765"), ("origin", origin)]);
+            assert_eq!(g.check(&h).unwrap_err().status(), 403, "{origin}");
+        }
+    }
+
+    #[test]
+    fn the_token_is_checked_after_the_host() {
+        let g = loopback(Some("s3cret"));
+        let host = ("host", "127.0.0.1:8765");
+        assert_eq!(g.check(&headers(&[host])), Err(Refusal::NoToken));
+        let wrong = headers(&[host, ("authorization", "Bearer nope")]);
+        assert_eq!(g.check(&wrong), Err(Refusal::WrongToken));
+        let basic = headers(&[host, ("authorization", "Basic s3cret")]);
+        assert_eq!(g.check(&basic), Err(Refusal::NoToken));
+        let right = headers(&[host, ("authorization", "bearer s3cret")]);
+        assert_eq!(g.check(&right), Ok(()));
+        // A foreign Host is 403 whatever the token.
+        let rebound = headers(&[("host", "evil.example"), ("authorization", "Bearer s3cret")]);
+        assert_eq!(g.check(&rebound).unwrap_err().status(), 403);
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+    }
+}

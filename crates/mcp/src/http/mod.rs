@@ -1,0 +1,236 @@
+//! `serve mcp --http ADDR`: the same server over MCP's Streamable HTTP
+//! transport (rmcp's), for many clients at once, each in its own session.
+//! Every request first passes the [`gate::Gate`]: its `Host` and `Origin`
+//! must name this server (403 otherwise), then its bearer token must be
+//! this server's (401). Without a token the server only listens on
+//! loopback; off loopback it also needs TLS.
+
+pub mod gate;
+pub mod tls;
+pub mod token;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::net::TcpListener;
+
+use crate::server::MicroagentServer;
+use gate::{Gate, Refusal};
+
+/// Where the MCP endpoint is served; other paths are 404.
+pub const MCP_PATH: &str = "/mcp";
+
+/// How `serve mcp --http` serves.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// The address to listen on (port 0: any free one).
+    pub bind: SocketAddr,
+    /// The bearer token clients must send; none serves loopback only.
+    pub token: Option<String>,
+    /// A PEM certificate chain and its key: HTTPS instead of HTTP.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Web origins (`scheme://host[:port]`) allowed besides the server's own.
+    pub allowed_origins: Vec<String>,
+}
+
+/// Why the HTTP server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// No token was given for an address other machines can reach.
+    #[error("serving {0} without a token: only loopback addresses may go without one")]
+    NoTokenOffLoopback(SocketAddr),
+    /// Plain HTTP was asked for on an address other machines can reach.
+    #[error("serving {0} without TLS: the token would cross the network in clear text")]
+    NoTlsOffLoopback(SocketAddr),
+    /// TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The address could not be listened on.
+    #[error("listening on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A bound HTTP server, not yet serving.
+pub struct HttpServer {
+    listener: TcpListener,
+    local: SocketAddr,
+    gate: Arc<Gate>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    server: MicroagentServer,
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpServer")
+            .field("local", &self.local)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpServer {
+    /// Checks `options` and binds their address.
+    pub async fn bind(server: MicroagentServer, options: HttpOptions) -> Result<Self, HttpError> {
+        let bind = options.bind;
+        if !bind.ip().is_loopback() {
+            if options.token.is_none() {
+                return Err(HttpError::NoTokenOffLoopback(bind));
+            }
+            if options.tls.is_none() {
+                return Err(HttpError::NoTlsOffLoopback(bind));
+            }
+        }
+        let tls = match &options.tls {
+            Some((cert, key)) => Some(tls::acceptor(cert, key)?),
+            None => None,
+        };
+        let bind_error = |source| HttpError::Bind { addr: bind, source };
+        let listener = TcpListener::bind(bind).await.map_err(bind_error)?;
+        let local = listener.local_addr().map_err(bind_error)?;
+        let gate = Arc::new(Gate::new(local, &options.allowed_origins, options.token));
+        Ok(Self {
+            listener,
+            local,
+            gate,
+            tls,
+            server,
+        })
+    }
+
+    /// The endpoint clients connect to.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}{MCP_PATH}", self.local)
+    }
+
+    /// Serves until `shutdown` completes, then ends every session and
+    /// gives calls in flight [`crate::SHUTDOWN_GRACE`] to clean up.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let config = StreamableHttpServerConfig::default()
+            // The gate checks Host and Origin before the token; rmcp's own
+            // check would only repeat it.
+            .disable_allowed_hosts()
+            .disable_allowed_origins();
+        let sessions_end = config.cancellation_token.clone();
+        let base = self.server.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(base.clone()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = self.listener.accept() => accepted,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("accepting a connection: {e}");
+                    continue;
+                }
+            };
+            let (gate, service, tls) = (self.gate.clone(), service.clone(), self.tls.clone());
+            tokio::spawn(async move {
+                let handler = hyper::service::service_fn(move |req| {
+                    let (gate, service) = (gate.clone(), service.clone());
+                    async move { Ok::<_, Infallible>(route(&gate, &service, req).await) }
+                });
+                let builder = hyper::server::conn::http1::Builder::new();
+                let served = match tls {
+                    Some(tls) => match tls.accept(stream).await {
+                        Ok(stream) => {
+                            builder
+                                .serve_connection(TokioIo::new(stream), handler)
+                                .await
+                        }
+                        Err(e) => {
+                            tracing::debug!("TLS handshake: {e}");
+                            return;
+                        }
+                    },
+                    None => {
+                        builder
+                            .serve_connection(TokioIo::new(stream), handler)
+                            .await
+                    }
+                };
+                if let Err(e) = served {
+                    tracing::debug!("HTTP connection: {e}");
+                }
+            });
+        }
+        sessions_end.cancel();
+        if !self
+            .server
+            .inflight()
+            .wait_idle(crate::SHUTDOWN_GRACE)
+            .await
+        {
+            tracing::warn!("tool calls still running at shutdown; leaving them");
+        }
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// One request: the gate, the path, then the MCP service.
+async fn route(
+    gate: &Gate,
+    service: &StreamableHttpService<MicroagentServer, LocalSessionManager>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    if let Err(refusal) = gate.check(req.headers()) {
+        tracing::info!("refused a request: {refusal}");
+        return refused(&refusal);
+    }
+    if req.uri().path() != MCP_PATH {
+        return plain(404, format!("not found: the MCP endpoint is {MCP_PATH}\n"));
+    }
+    let ends_session = req.method() == hyper::Method::DELETE;
+    let mut response = service.handle(req).await;
+    // rmcp answers a session's end with 202; the Python SDK (the reference
+    // client) takes only 200 or 204 as done.
+    if ends_session && response.status() == hyper::StatusCode::ACCEPTED {
+        *response.status_mut() = hyper::StatusCode::NO_CONTENT;
+    }
+    response
+}
+
+fn refused(refusal: &Refusal) -> Response<Body> {
+    let mut response = plain(refusal.status(), format!("{refusal}\n"));
+    if refusal.status() == 401 {
+        response.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+    }
+    response
+}
+
+fn plain(status: u16, text: String) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    *response.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
