@@ -11,7 +11,7 @@
 //! module per tool family), [`schema`] (every tool's input and output
 //! types), [`error`] (tool failures and their stable codes), [`output`]
 //! (structured content plus a short text rendering), [`progress`],
-//! [`register`] (how to register
+//! [`resources`] (workspaces as MCP resources), [`register`] (how to register
 //! the server with MCP clients), [`host_roots`] (the host directories tools
 //! may read and write), [`grants`] (what the operator allowed beyond that:
 //! host changes, public ports).
@@ -24,6 +24,7 @@ pub mod json_schema;
 pub mod output;
 pub mod progress;
 pub mod register;
+pub mod resources;
 pub mod schema;
 pub mod server;
 pub mod tools;

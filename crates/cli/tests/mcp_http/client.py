@@ -1,9 +1,11 @@
 """Drives `microagent serve mcp --http` with the official MCP Python SDK.
 
 argv[1] is a JSON object: {"url", "token"?, "cafile"?, "calls": [{"tool",
-"args"}]}. One session: initialize, list the tools, make the calls in turn.
-Prints {"protocol", "server", "tools", "calls": [{"is_error", "structured",
-"text"}]} as JSON on stdout.
+"args"}], "reads": [URI]}. One session: initialize, list the tools, make
+the calls in turn, list the resources and templates, read the URIs. Prints
+{"protocol", "server", "tools", "calls": [{"is_error", "structured",
+"text"}], "resources", "templates", "reads": [{"contents"} or {"error",
+"code"}]} as JSON on stdout.
 """
 
 import asyncio
@@ -43,6 +45,17 @@ async def main(spec):
                             "text": [c.text for c in result.content if getattr(c, "type", "") == "text"],
                         }
                     )
+                out["resources"] = [r.uri for r in (await session.list_resources()).resources]
+                templates = await session.list_resource_templates()
+                out["templates"] = [t.uri_template for t in templates.resource_templates]
+                out["reads"] = []
+                for uri in spec.get("reads", []):
+                    try:
+                        read = await session.read_resource(uri)
+                        out["reads"].append({"contents": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in read.contents]})
+                    except Exception as e:  # an MCP error: its message and code
+                        error = getattr(e, "error", None)
+                        out["reads"].append({"error": str(e), "code": getattr(error, "code", None)})
     print(json.dumps(out))
 
 

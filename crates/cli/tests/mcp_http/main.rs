@@ -279,6 +279,29 @@ fn the_python_sdk_calls_tools_with_the_token() {
     assert!(transports.to_string().contains("streamable-http"), "{out}");
     assert_eq!(calls[2]["is_error"], true);
     assert_eq!(calls[2]["structured"]["code"], "NOT_FOUND", "{out}");
+    // Resources: the inventory and the templates; an unknown workspace is
+    // "resource not found".
+    let resources = python(json!({
+        "url": server.url, "token": "a-token-of-ours",
+        "reads": ["microagent://workspaces", "microagent://workspace/nope", "microagent://x"]}))
+    .unwrap();
+    assert_eq!(
+        resources["resources"],
+        json!(["microagent://workspaces"]),
+        "{resources}"
+    );
+    let templates = resources["templates"].to_string();
+    assert!(
+        templates.contains("microagent://workspace/{name}/files/{path}"),
+        "{templates}"
+    );
+    let inventory = &resources["reads"][0]["contents"][0];
+    assert_eq!(inventory["mimeType"], "application/json", "{resources}");
+    let listed: Value = serde_json::from_str(inventory["text"].as_str().unwrap()).unwrap();
+    assert_eq!(listed["count"], 0);
+    for missing in &resources["reads"].as_array().unwrap()[1..] {
+        assert_eq!(missing["code"], -32002, "{resources}");
+    }
     // The SDK with a wrong token gets nothing.
     assert!(python(json!({"url": server.url, "token": "wrong"})).is_err());
     drop(server);
@@ -399,19 +422,45 @@ fn a_real_workspace_over_http() {
     let server = Server::start(&home, &["--dev"]);
     let name = "over-http";
     let out = python(json!({
-    "url": server.url,
-    "calls": [
-        {"tool": "workspace_create", "args": {"name": name, "image": "minimal"}},
-        {"tool": "workspace_start", "args": {"name": name}},
-        {"tool": "workspace_exec", "args": {"name": name, "command": ["echo", "over http"]}},
-        {"tool": "workspace_delete", "args": {"name": name, "force": true}},
-    ]}))
+        "url": server.url,
+        "calls": [
+            {"tool": "workspace_create", "args": {"name": name, "image": "minimal"}},
+            {"tool": "workspace_start", "args": {"name": name}},
+            {"tool": "workspace_exec", "args": {"name": name, "command": ["echo", "over http"]}},
+            {"tool": "file_write", "args": {"name": name, "path": "/tmp/note.txt", "content": "read as a resource\n"}},
+        ],
+        "reads": [
+            format!("microagent://workspace/{name}/files/tmp/note.txt"),
+            format!("microagent://workspace/{name}/files/%2Ftmp%2Fnote.txt"),
+            format!("microagent://workspace/{name}"),
+            format!("microagent://workspace/{name}/logs"),
+            format!("microagent://workspace/{name}/files/tmp/absent"),
+        ]}))
     .unwrap();
     let calls = out["calls"].as_array().unwrap();
     for call in calls {
         assert_eq!(call["is_error"], false, "{out}");
     }
     assert_eq!(calls[2]["structured"]["stdout"], "over http\n", "{out}");
+    let reads = out["reads"].as_array().unwrap();
+    for file in &reads[..2] {
+        assert_eq!(file["contents"][0]["text"], "read as a resource\n", "{out}");
+    }
+    let inspected: Value =
+        serde_json::from_str(reads[2]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(inspected["state"], "running", "{inspected}");
+    assert_eq!(reads[3]["contents"][0]["mimeType"], "text/plain", "{out}");
+    assert_eq!(reads[4]["code"], -32002, "{out}");
+    let listed = out["resources"].to_string();
+    assert!(
+        listed.contains(&format!("microagent://workspace/{name}/logs")),
+        "{listed}"
+    );
+    let deleted = python(json!({
+        "url": server.url,
+        "calls": [{"tool": "workspace_delete", "args": {"name": name, "force": true}}]}))
+    .unwrap();
+    assert_eq!(deleted["calls"][0]["is_error"], false, "{deleted}");
     assert!(server.terminate());
     testkit::leftovers::assert_none(&home);
     let _ = std::fs::remove_dir_all(home);
