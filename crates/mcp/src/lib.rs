@@ -11,7 +11,8 @@
 //! module per tool family), [`schema`] (every tool's input and output
 //! types), [`error`] (tool failures and their stable codes), [`output`]
 //! (structured content plus a short text rendering), [`progress`],
-//! [`resources`] (workspaces as MCP resources), [`register`] (how to register
+//! [`resources`] (workspaces as MCP resources), [`session`] (what a
+//! session owns), [`register`] (how to register
 //! the server with MCP clients), [`host_roots`] (the host directories tools
 //! may read and write), [`grants`] (what the operator allowed beyond that:
 //! host changes, public ports).
@@ -27,6 +28,7 @@ pub mod register;
 pub mod resources;
 pub mod schema;
 pub mod server;
+pub mod session;
 pub mod tools;
 
 use std::io::IsTerminal;
@@ -96,6 +98,7 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let inflight = server.inflight();
+    let session = server.session();
     // rmcp drops a longer line without an answer (the call would hang):
     // every valid call fits, so a too-large file_write is answered with
     // INVALID_INPUT instead.
@@ -120,5 +123,7 @@ where
             SHUTDOWN_GRACE.as_secs()
         );
     }
+    // The session is over: its session-scoped workspaces go.
+    tokio::task::spawn_blocking(move || session.end()).await?;
     Ok(())
 }

@@ -90,8 +90,14 @@ fn to_error(uri: &str, e: ToolError) -> ErrorData {
     }
 }
 
-/// The templates a client can fill in.
-pub fn templates() -> ListResourceTemplatesResult {
+impl MicroagentServer {
+    /// The templates a client can fill in.
+    pub(crate) fn resource_templates() -> ListResourceTemplatesResult {
+        templates()
+    }
+}
+
+fn templates() -> ListResourceTemplatesResult {
     ListResourceTemplatesResult::with_all_items(vec![
         ResourceTemplate::new("microagent://workspace/{name}", "workspace")
             .with_description("One workspace: spec, state, VMM, ages, disk use (workspace_inspect)")

@@ -87,6 +87,8 @@ pub struct MicroagentServer {
     pub(crate) grants: crate::Grants,
     tool_router: ToolRouter<Self>,
     inflight: Arc<Inflight>,
+    /// This session's workspaces, deleted when it ends.
+    pub(crate) session: Arc<crate::session::SessionScope>,
 }
 
 impl MicroagentServer {
@@ -116,12 +118,27 @@ impl MicroagentServer {
             }
         }
         Self {
+            session: Arc::new(crate::session::SessionScope::new(ws.clone())),
             ws,
             host_roots: Arc::new(host_roots),
             grants: crate::Grants::default(),
             tool_router,
             inflight: Arc::default(),
         }
+    }
+
+    /// The same server for a new session: its own session-scoped
+    /// workspaces, the calls in flight counted with every other session's.
+    pub fn for_new_session(&self) -> Self {
+        Self {
+            session: Arc::new(crate::session::SessionScope::new(self.ws.clone())),
+            ..self.clone()
+        }
+    }
+
+    /// This session's scope (ending it deletes its workspaces).
+    pub fn session(&self) -> Arc<crate::session::SessionScope> {
+        self.session.clone()
     }
 
     /// The same server with `grants` (none by default).
@@ -239,7 +256,7 @@ impl ServerHandler for MicroagentServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        Ok(crate::resources::templates())
+        Ok(Self::resource_templates())
     }
 
     async fn read_resource(

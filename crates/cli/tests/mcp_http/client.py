@@ -1,62 +1,84 @@
-"""Drives `microagent serve mcp --http` with the official MCP Python SDK.
+"""Drives `microagent serve mcp` with the official MCP Python SDK.
 
-argv[1] is a JSON object: {"url", "token"?, "cafile"?, "calls": [{"tool",
-"args"}], "reads": [URI]}. One session: initialize, list the tools, make
-the calls in turn, list the resources and templates, read the URIs. Prints
-{"protocol", "server", "tools", "calls": [{"is_error", "structured",
-"text"}], "resources", "templates", "reads": [{"contents"} or {"error",
-"code"}]} as JSON on stdout.
+argv[1] is a JSON object: {"url", "token"?, "cafile"?} for Streamable HTTP,
+or {"stdio": [command, args...], "env": {...}} to start the server as a
+subprocess; then "calls": [{"tool", "args"}], "reads": [URI], and "hold":
+true to keep the session open after printing. One session: initialize, list
+the tools, make the calls in turn, list the resources and templates, read
+the URIs. Prints one line of JSON on stdout: {"protocol", "server", "tools",
+"calls": [{"is_error", "structured", "text"}], "resources", "templates",
+"reads": [{"contents"} or {"error", "code"}]}.
 """
 
 import asyncio
+import contextlib
 import json
+import os
 import ssl
 import sys
 
 import httpx2
 from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 
+async def run(session, spec):
+    init = await session.initialize()
+    tools = await session.list_tools()
+    out = {
+        "protocol": init.protocol_version,
+        "server": init.server_info.name,
+        "tools": [t.name for t in tools.tools],
+        "calls": [],
+    }
+    for call in spec.get("calls", []):
+        result = await session.call_tool(call["tool"], call.get("args", {}))
+        out["calls"].append(
+            {
+                "is_error": bool(result.is_error),
+                "structured": result.structured_content,
+                "text": [c.text for c in result.content if getattr(c, "type", "") == "text"],
+            }
+        )
+    out["resources"] = [r.uri for r in (await session.list_resources()).resources]
+    templates = await session.list_resource_templates()
+    out["templates"] = [t.uri_template for t in templates.resource_templates]
+    out["reads"] = []
+    for uri in spec.get("reads", []):
+        try:
+            read = await session.read_resource(uri)
+            contents = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in read.contents]
+            out["reads"].append({"contents": contents})
+        except Exception as e:  # an MCP error: its message and code
+            error = getattr(e, "error", None)
+            out["reads"].append({"error": str(e), "code": getattr(error, "code", None)})
+    print(json.dumps(out), flush=True)
+    if spec.get("hold"):
+        await asyncio.sleep(3600)
+
+
 async def main(spec):
-    headers = {}
-    if spec.get("token"):
-        headers["Authorization"] = "Bearer " + spec["token"]
-    verify = True
-    if spec.get("cafile"):
-        verify = ssl.create_default_context(cafile=spec["cafile"])
-    async with httpx2.AsyncClient(headers=headers, verify=verify, timeout=600) as http:
-        async with streamable_http_client(spec["url"], http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1]) as session:
-                init = await session.initialize()
-                tools = await session.list_tools()
-                out = {
-                    "protocol": init.protocol_version,
-                    "server": init.server_info.name,
-                    "tools": [t.name for t in tools.tools],
-                    "calls": [],
-                }
-                for call in spec.get("calls", []):
-                    result = await session.call_tool(call["tool"], call.get("args", {}))
-                    out["calls"].append(
-                        {
-                            "is_error": bool(result.is_error),
-                            "structured": result.structured_content,
-                            "text": [c.text for c in result.content if getattr(c, "type", "") == "text"],
-                        }
-                    )
-                out["resources"] = [r.uri for r in (await session.list_resources()).resources]
-                templates = await session.list_resource_templates()
-                out["templates"] = [t.uri_template for t in templates.resource_templates]
-                out["reads"] = []
-                for uri in spec.get("reads", []):
-                    try:
-                        read = await session.read_resource(uri)
-                        out["reads"].append({"contents": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in read.contents]})
-                    except Exception as e:  # an MCP error: its message and code
-                        error = getattr(e, "error", None)
-                        out["reads"].append({"error": str(e), "code": getattr(error, "code", None)})
-    print(json.dumps(out))
+    async with contextlib.AsyncExitStack() as stack:
+        if "stdio" in spec:
+            command = spec["stdio"]
+            params = StdioServerParameters(
+                command=command[0], args=command[1:], env={**os.environ, **spec.get("env", {})}
+            )
+            streams = await stack.enter_async_context(stdio_client(params))
+        else:
+            headers = {}
+            if spec.get("token"):
+                headers["Authorization"] = "Bearer " + spec["token"]
+            verify = True
+            if spec.get("cafile"):
+                verify = ssl.create_default_context(cafile=spec["cafile"])
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=headers, verify=verify, timeout=600)
+            )
+            streams = await stack.enter_async_context(streamable_http_client(spec["url"], http_client=http))
+        session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+        await run(session, spec)
 
 
 asyncio.run(main(json.loads(sys.argv[1])))

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod session;
+
 const BIN: &str = env!("CARGO_BIN_EXE_microagent");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_http/client.py");
 
@@ -42,6 +44,7 @@ impl Server {
             .args(extra)
             .current_dir(std::env::temp_dir())
             .env("MICROAGENT_HOME", home)
+            .env("MICROAGENT_LOG", "info")
             .envs(testkit::shared_warm_dir().map(|w| ("MICROAGENT_WARM_DIR", w)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

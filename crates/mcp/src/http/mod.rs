@@ -129,7 +129,9 @@ impl HttpServer {
         let sessions_end = config.cancellation_token.clone();
         let base = self.server.clone();
         let service = StreamableHttpService::new(
-            move || Ok(base.clone()),
+            // One server per session: its session-scoped workspaces go
+            // when rmcp drops it (closed, expired, or the server ends).
+            move || Ok(base.for_new_session()),
             Arc::new(LocalSessionManager::default()),
             config,
         );

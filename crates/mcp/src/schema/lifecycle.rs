@@ -95,6 +95,11 @@ pub struct CreateParams {
     /// branch); only with `repo`.
     #[serde(default)]
     pub branch: Option<String>,
+    /// Delete the workspace when this MCP session ends (stdin closed, the
+    /// HTTP session closed or expired, or this server gone). Default false:
+    /// workspaces outlive sessions.
+    #[serde(default)]
+    pub session_scoped: bool,
 }
 
 /// Inputs that only name a workspace.

@@ -129,8 +129,20 @@ impl MicroagentServer {
         for port in &p.ports {
             self.grants.check_port_address(port.host_ip)?;
         }
+        if p.session_scoped && !has_session(&ctx) {
+            return Err(ToolError::InvalidInput(
+                "session_scoped needs a session: this client speaks a stateless protocol version"
+                    .into(),
+            ));
+        }
         let image = self.image_for(p.image.as_deref(), p.pull, &ctx).await?;
         let spec = WorkspaceSpec {
+            // The VMM stops when this server ends; the next listing deletes it.
+            owner: p
+                .session_scoped
+                .then(workspace::store::spec::Owner::this_process)
+                .flatten(),
+            delete_with_owner: p.session_scoped,
             image,
             vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
             mem_mib: p.mem_mib.unwrap_or(defaults::MEM_MIB),
@@ -167,6 +179,9 @@ impl MicroagentServer {
         let meta = self
             .on_workspace(&p.name, |ws, name| ws.create(name, spec))
             .await?;
+        if p.session_scoped {
+            self.session.adopt(&meta.name);
+        }
         Ok(Out(meta))
     }
 
@@ -476,4 +491,12 @@ impl MicroagentServer {
         let next_after = events.last().map_or(p.after, |e| e.seq);
         Ok(Out(EventsResult { events, next_after }))
     }
+}
+
+/// Whether the client is in a session (it initialized with a version that
+/// has one): stateless requests have no end to scope a workspace to.
+fn has_session(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.peer
+        .peer_info()
+        .is_some_and(|info| info.protocol_version.has_initialize())
 }

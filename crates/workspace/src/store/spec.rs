@@ -163,6 +163,10 @@ pub struct WorkspaceSpec {
     /// when that process ends, so a killed client leaves nothing running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<Owner>,
+    /// Deleted, not only stopped, once `owner` has ended (an MCP session's
+    /// workspace): the next listing removes it if nothing did before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_with_owner: bool,
     /// Working directory of commands that name none (from the image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
@@ -217,6 +221,7 @@ impl Default for WorkspaceSpec {
             allow: Vec::new(),
             address: None,
             owner: None,
+            delete_with_owner: false,
             cwd: None,
             user: None,
             volumes: Vec::new(),

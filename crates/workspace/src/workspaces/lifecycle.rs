@@ -395,6 +395,32 @@ impl Workspace<'_> {
         Ok(meta)
     }
 
+    /// Deletes the workspace when it was to go with its owner and the owner
+    /// has ended (an MCP server killed before it could clean up); true when
+    /// it went.
+    pub(crate) fn delete_if_orphaned(self, meta: &Meta) -> bool {
+        let Some(owner) = meta.spec.owner.filter(|_| meta.spec.delete_with_owner) else {
+            return false;
+        };
+        if process::is_alive(owner.pid, owner.start_ticks) {
+            return false;
+        }
+        match self.delete(DeleteOptions::default().force(true)) {
+            Ok(_) => {
+                tracing::info!(
+                    "deleted workspace {}: the process it lived for ({}) has ended",
+                    meta.name,
+                    owner.pid
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!("deleting workspace {} of an ended owner: {e}", meta.name);
+                false
+            }
+        }
+    }
+
     /// Sets the TTL (seconds from each start; from now if it is running),
     /// or removes it.
     pub fn set_ttl(self, ttl_secs: Option<u64>) -> Result<Meta> {

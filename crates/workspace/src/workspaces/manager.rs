@@ -298,6 +298,9 @@ impl Workspaces {
                 }
                 Err(e) => return Err(e),
             };
+            if self.at(&name).delete_if_orphaned(&meta) {
+                continue;
+            }
             let keep = filter.state.is_none_or(|s| s == meta.state)
                 && filter.image.as_ref().is_none_or(|i| *i == meta.spec.image)
                 && filter
@@ -409,6 +412,43 @@ mod tests {
     /// Whether mkfs.ext4 is here (else `test` is recorded as skipped).
     fn have_mkfs(test: &str) -> bool {
         crate::test_support::have_mkfs(test, host_tool("mkfs.ext4").is_some())
+    }
+
+    #[test]
+    fn a_workspace_of_an_ended_owner_goes_at_the_next_listing() {
+        if !have_mkfs("a_workspace_of_an_ended_owner_goes_at_the_next_listing") {
+            return;
+        }
+        let f = fixture("orphan", "/nonexistent");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let owner = crate::store::spec::Owner {
+            pid,
+            start_ticks: crate::store::process::start_ticks(pid).unwrap(),
+        };
+        let scoped = WorkspaceSpec {
+            owner: Some(owner),
+            delete_with_owner: true,
+            ..spec()
+        };
+        f.ws.create("session", scoped).unwrap();
+        let merely_owned = WorkspaceSpec {
+            owner: Some(owner),
+            ..spec()
+        };
+        f.ws.create("one-shot", merely_owned).unwrap();
+        let names = |ws: &Workspaces| -> Vec<String> {
+            let all = ws.list(&ListFilter::default()).unwrap();
+            all.into_iter().map(|m| m.name).collect()
+        };
+        assert_eq!(names(&f.ws), ["one-shot", "session"], "the owner lives");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(names(&f.ws), ["one-shot"], "only the session's goes");
+        assert!(f.ws.at("session").get().is_err());
     }
 
     #[test]

@@ -1,0 +1,132 @@
+//! Session-scoped workspaces: gone within 10 s of their session's end,
+//! whether a stdio client was killed outright or an HTTP client closed its
+//! session; other workspaces stay.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::{home, python, Server, BIN, CLIENT};
+
+/// How long a session's workspaces may outlive it.
+const GONE_WITHIN: Duration = Duration::from_secs(10);
+
+fn needs_guest(test: &str) -> bool {
+    testkit::require(test, testkit::mcp_python()).is_some()
+        && testkit::require(test, testkit::guest_assets()).is_some()
+        && testkit::require(test, testkit::workspace_image("minimal")).is_some()
+}
+
+/// Waits for workspace `name` of `home` to be gone; how long it took.
+fn gone(home: &Path, name: &str) -> Option<Duration> {
+    let began = Instant::now();
+    let dir = home.join("workspaces").join(name);
+    testkit::wait_until(GONE_WITHIN, || !dir.exists()).then(|| began.elapsed())
+}
+
+fn create(name: &str, scoped: bool) -> Value {
+    json!({"tool": "workspace_create",
+           "args": {"name": name, "image": "minimal", "session_scoped": scoped}})
+}
+
+#[test]
+fn a_session_scoped_workspace_goes_when_its_stdio_client_is_killed() {
+    let test = "mcp_http::session::a_session_scoped_workspace_goes_when_its_stdio_client_is_killed";
+    if !needs_guest(test) {
+        return;
+    }
+    let home = home("stdio-scope");
+    let mut env = json!({"MICROAGENT_HOME": home});
+    if let Some(warm) = testkit::shared_warm_dir() {
+        env["MICROAGENT_WARM_DIR"] = json!(warm);
+    }
+    let spec = json!({
+    "stdio": [BIN, "serve", "mcp"], "env": env, "hold": true,
+    "calls": [
+        create("scoped", true),
+        {"tool": "workspace_start", "args": {"name": "scoped"}},
+        create("kept", false),
+    ]});
+    let mut client = Command::new(testkit::mcp_python().unwrap())
+        .arg(CLIENT)
+        .arg(spec.to_string())
+        .current_dir(std::env::temp_dir())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(client.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let out: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    for call in out["calls"].as_array().unwrap() {
+        assert_eq!(call["is_error"], false, "{out}");
+    }
+    assert_eq!(out["calls"][1]["structured"]["state"], "running", "{out}");
+    // The client dies without a word; the server sees its stdin close.
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let took = gone(&home, "scoped").expect("the session's workspace is gone within 10 s");
+    eprintln!(
+        "session-scoped workspace gone {:.1} s after its client",
+        took.as_secs_f64()
+    );
+    assert!(
+        home.join("workspaces/kept").exists(),
+        "other workspaces stay"
+    );
+    let status = Command::new(BIN)
+        .args(["delete", "kept", "--force", "--yes"])
+        .env("MICROAGENT_HOME", &home)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(testkit::wait_until(GONE_WITHIN, || {
+        testkit::leftovers::processes_of(&home).is_empty()
+    }));
+    testkit::leftovers::assert_none(&home);
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn a_session_scoped_workspace_goes_when_its_http_session_ends() {
+    let test = "mcp_http::session::a_session_scoped_workspace_goes_when_its_http_session_ends";
+    if !needs_guest(test) {
+        return;
+    }
+    let home = home("http-scope");
+    let server = Server::start(&home, &["--dev"]);
+    let out = python(json!({
+    "url": server.url,
+    "calls": [
+        create("scoped", true),
+        create("kept", false),
+        // Still there later in the same session.
+        {"tool": "workspace_inspect", "args": {"name": "scoped"}},
+    ]}))
+    .unwrap();
+    for call in out["calls"].as_array().unwrap() {
+        assert_eq!(call["is_error"], false, "{out}");
+    }
+    // The SDK ended its session on the way out.
+    let took = gone(&home, "scoped").expect("the session's workspace is gone within 10 s");
+    eprintln!(
+        "session-scoped workspace gone {:.1} s after its session",
+        took.as_secs_f64()
+    );
+    assert!(
+        home.join("workspaces/kept").exists(),
+        "other workspaces stay"
+    );
+    assert!(
+        server.stderr().contains("its MCP session ended"),
+        "{}",
+        server.stderr()
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(home);
+}
