@@ -18,7 +18,7 @@ mod fuzz_inputs;
 mod images;
 mod initramfs;
 mod kernel;
-mod mcp_sdk;
+mod mcp_clients;
 mod modules;
 mod nolibc;
 mod passt;
@@ -37,7 +37,7 @@ cargo xtask <task> [options]
 tasks:
   setup                         build every guest asset this host needs (cached): kernel,
                                 test initramfs, device test rootfs, minimal and debian images;
-                                and the MCP Python SDK the HTTP tests use
+                                and the MCP clients the HTTP tests use (Python SDK, conformance)
   guest-kernel [--variant V]    build the guest kernel; V = host (default), standard, compat
   initramfs                     build the test initramfs (marker, uname -a, reboot)
   test-rootfs                   build the ext4 root filesystem of the device tests
@@ -108,7 +108,7 @@ fn main() -> anyhow::Result<()> {
             initramfs::build()?;
             rootfs::build()?;
             images::run(&[])?;
-            mcp_sdk::ensure().map(drop)
+            mcp_clients::ensure()
         }
         "guest-kernel" => {
             let variant = match rest {

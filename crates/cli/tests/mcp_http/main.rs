@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod conformance;
 mod session;
 
 const BIN: &str = env!("CARGO_BIN_EXE_microagent");
