@@ -146,7 +146,7 @@ fn meminfo_kib(meminfo: &str, key: &str) -> u64 {
 }
 
 /// Decodes the octal escapes (`\040` for a space) of /proc/self/mounts.
-fn unescape(field: &str) -> String {
+pub(super) fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -145,36 +145,10 @@ fn volume_targets() -> Vec<String> {
         .filter_map(|l| {
             let mut f = l.split_whitespace();
             let (device, target, kind) = (f.next()?, f.next()?, f.next()?);
-            (device.starts_with("/dev/vd") && kind == "ext4").then(|| unescape_mount_path(target))
+            (device.starts_with("/dev/vd") && kind == "ext4")
+                .then(|| super::sysinfo::unescape(target))
         })
         .collect()
-}
-
-/// A path as /proc/self/mounts writes it: space, tab, newline and
-/// backslash as three octal digits after a backslash.
-fn unescape_mount_path(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                out.push(
-                    d.iter()
-                        .fold(0u8, |n, c| n.wrapping_mul(8).wrapping_add(c - b'0')),
-                );
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `/dev/vdX` whose serial is `serial`, once it has a size.
@@ -220,18 +194,4 @@ fn mounted(device: &str, target: &str) -> bool {
             f.next() == Some(device) && f.next() == Some(target)
         })
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::unescape_mount_path;
-
-    #[test]
-    fn mount_paths_lose_their_octal_escapes() {
-        assert_eq!(unescape_mount_path("/var/cache/x"), "/var/cache/x");
-        assert_eq!(unescape_mount_path("/a\\040b\\011c"), "/a b\tc");
-        assert_eq!(unescape_mount_path("/a\\134b"), "/a\\b");
-        // Not an escape: left as written.
-        assert_eq!(unescape_mount_path("/a\\9b\\"), "/a\\9b\\");
-    }
 }

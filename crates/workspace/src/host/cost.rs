@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use crate::code::ErrorCode;
 use serde::{Deserialize, Serialize};
 
+use crate::store::config_file::ConfigError;
 /// The config file's name in the state directory.
-pub const CONFIG_FILE: &str = "config.json";
+pub use crate::store::config_file::CONFIG_FILE;
 /// Default price of one vCPU for one hour.
 pub const DEFAULT_PER_VCPU_HOUR: f64 = 0.04;
 /// Default price of one GiB of guest memory for one hour.
@@ -24,22 +25,11 @@ pub const DEFAULT_CURRENCY: &str = "USD";
 /// Why the price table could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum PriceError {
-    /// The file exists but cannot be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        /// The config file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// The file is not the JSON expected.
-    #[error("{} is not valid: {source}; expected {{\"price\": {{\"per_vcpu_hour\": number, \"per_gib_hour\": number, \"currency\": string}}}}", path.display())]
-    Parse {
-        /// The config file.
-        path: PathBuf,
-        /// What the parser said.
-        source: serde_json::Error,
-    },
+    /// config.json could not be read, or its `price` is not a price table
+    /// (`{"per_vcpu_hour": number, "per_gib_hour": number, "currency":
+    /// string}`).
+    #[error("reading the price table")]
+    Config(#[from] crate::store::config_file::ConfigError),
     /// A price is negative or not a finite number.
     #[error("{} sets {field} to {value}; prices are finite and not negative", path.display())]
     BadPrice {
@@ -56,8 +46,10 @@ impl PriceError {
     /// The stable code.
     pub fn code(&self) -> ErrorCode {
         match self {
-            PriceError::Read { .. } => ErrorCode::Internal,
-            PriceError::Parse { .. } | PriceError::BadPrice { .. } => ErrorCode::InvalidInput,
+            PriceError::Config(ConfigError::Read { .. }) => ErrorCode::Internal,
+            PriceError::Config(ConfigError::Parse { .. }) | PriceError::BadPrice { .. } => {
+                ErrorCode::InvalidInput
+            }
         }
     }
 }
@@ -85,28 +77,14 @@ impl Default for PriceTable {
     }
 }
 
-#[derive(Deserialize)]
-struct ConfigFile {
-    #[serde(default)]
-    price: Option<PriceTable>,
-}
+/// The key of the price table in config.json.
+const PRICE_KEY: &str = "price";
 
 /// The price table of the state directory `root`, and where it came from
 /// (the file, or `None` for the defaults).
 pub fn load(root: &Path) -> Result<(PriceTable, Option<PathBuf>), PriceError> {
-    let path = root.join(CONFIG_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok((PriceTable::default(), None))
-        }
-        Err(source) => return Err(PriceError::Read { path, source }),
-    };
-    let config: ConfigFile = serde_json::from_str(&text).map_err(|source| PriceError::Parse {
-        path: path.clone(),
-        source,
-    })?;
-    let Some(table) = config.price else {
+    let Some((table, path)) = crate::store::config_file::section::<PriceTable>(root, PRICE_KEY)?
+    else {
         return Ok((PriceTable::default(), None));
     };
     for (field, value) in [

@@ -140,20 +140,12 @@ pub fn search_local(images: &ImageRegistry, query: &str) -> Result<Vec<LocalImag
 
 /// The registries `config.json` in `state_root` lists to search.
 pub fn configured_registries(state_root: &Path) -> Vec<String> {
-    let path = state_root.join(crate::host::cost::CONFIG_FILE);
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return Vec::new();
-    };
-    value[SEARCH_REGISTRIES_KEY]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
+    // A broken file adds none here; `estimate_cost` and `task run`, which
+    // read it too, say what is wrong with it.
+    crate::store::config_file::section(state_root, SEARCH_REGISTRIES_KEY)
+        .ok()
+        .flatten()
+        .map(|(registries, _)| registries)
         .unwrap_or_default()
 }
 

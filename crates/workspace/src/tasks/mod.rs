@@ -227,19 +227,9 @@ impl TaskConfig {
     /// The settings of the state directory at `root` (defaults when the
     /// file or the object is missing; an unreadable file is an error).
     pub fn load(root: &Path) -> Result<Self, TaskError> {
-        let path = root.join(crate::host::cost::CONFIG_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(e) => return Err(TaskError::io(format!("reading {}", path.display()))(e)),
-        };
-        let value: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| TaskError::Invalid(format!("{}: {e}", path.display())))?;
-        match value.get(CONFIG_KEY) {
-            None => Ok(Self::default()),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| TaskError::Invalid(format!("{} `{CONFIG_KEY}`: {e}", path.display()))),
-        }
+        let section = crate::store::config_file::section(root, CONFIG_KEY)
+            .map_err(|e| TaskError::Invalid(crate::error_chain(&e)))?;
+        Ok(section.map(|(config, _)| config).unwrap_or_default())
     }
 }
 
@@ -482,13 +472,17 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         assert_eq!(TaskConfig::load(&root).unwrap(), TaskConfig::default());
         std::fs::write(
-            root.join(crate::host::cost::CONFIG_FILE),
+            root.join(crate::store::config_file::CONFIG_FILE),
             r#"{"task": {"command": "make", "max_slots": 2}, "other": 1}"#,
         )
         .unwrap();
         let c = TaskConfig::load(&root).unwrap();
         assert_eq!((c.command.as_deref(), c.max_slots), (Some("make"), Some(2)));
-        std::fs::write(root.join(crate::host::cost::CONFIG_FILE), r#"{"task": 3}"#).unwrap();
+        std::fs::write(
+            root.join(crate::store::config_file::CONFIG_FILE),
+            r#"{"task": 3}"#,
+        )
+        .unwrap();
         assert_eq!(
             TaskConfig::load(&root).unwrap_err().code(),
             ErrorCode::InvalidInput
