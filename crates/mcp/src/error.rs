@@ -33,7 +33,7 @@ pub enum ToolError {
     #[error("cancelled by the client: {0}")]
     Cancelled(String),
     /// The price table of `estimate_cost`.
-    #[error(transparent)]
+    #[error("{}", workspace::error_chain(.0))]
     Price(#[from] PriceError),
     /// A host-side operation failed unexpectedly.
     #[error("{0}")]

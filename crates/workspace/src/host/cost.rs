@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use crate::code::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-use crate::store::config_file::ConfigError;
+use crate::host::settings::ConfigError;
 /// The config file's name in the state directory.
-pub use crate::store::config_file::CONFIG_FILE;
+pub use crate::host::settings::CONFIG_FILE;
 /// Default price of one vCPU for one hour.
 pub const DEFAULT_PER_VCPU_HOUR: f64 = 0.04;
 /// Default price of one GiB of guest memory for one hour.
@@ -29,7 +29,7 @@ pub enum PriceError {
     /// (`{"per_vcpu_hour": number, "per_gib_hour": number, "currency":
     /// string}`).
     #[error("reading the price table")]
-    Config(#[from] crate::store::config_file::ConfigError),
+    Config(#[from] crate::host::settings::ConfigError),
     /// A price is negative or not a finite number.
     #[error("{} sets {field} to {value}; prices are finite and not negative", path.display())]
     BadPrice {
@@ -83,7 +83,7 @@ const PRICE_KEY: &str = "price";
 /// The price table of the state directory `root`, and where it came from
 /// (the file, or `None` for the defaults).
 pub fn load(root: &Path) -> Result<(PriceTable, Option<PathBuf>), PriceError> {
-    let Some((table, path)) = crate::store::config_file::section::<PriceTable>(root, PRICE_KEY)?
+    let Some((table, path)) = crate::host::settings::config_section::<PriceTable>(root, PRICE_KEY)?
     else {
         return Ok((PriceTable::default(), None));
     };

@@ -1,5 +1,5 @@
 //! Where things are and what time it is: the guest asset cache, host tools,
-//! the clock and unique ids. Every other module asks here, so none of them
+//! the operator's `config.json`, the clock and unique ids. Every other module asks here, so none of them
 //! depends on another for these.
 
 use std::path::{Path, PathBuf};
@@ -151,6 +151,66 @@ pub fn landlock_abi() -> Option<i64> {
     (abi > 0).then_some(abi)
 }
 
+// config.json in the state directory: the operator's settings, one
+// top-level key per concern (`price`, `task`, `search_registries`, ...),
+// each read through `config_section`; an absent file or key means that
+// concern's defaults.
+
+/// The settings file's name in the state directory.
+pub const CONFIG_FILE: &str = "config.json";
+
+/// Why a section could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but cannot be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not JSON, or the key does not hold what it should.
+    #[error("{} `{key}` is not valid", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The key (empty: the file as a whole).
+        key: &'static str,
+        /// What the parser said.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The value of `key` in `root`'s config.json, and the file's path; `None`
+/// when the file or the key is absent.
+pub fn config_section<T: serde::de::DeserializeOwned>(
+    root: &Path,
+    key: &'static str,
+) -> Result<Option<(T, PathBuf)>, ConfigError> {
+    let path = root.join(CONFIG_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(ConfigError::Read { path, source }),
+    };
+    let parse = |key, path: &Path| {
+        let path = path.to_owned();
+        move |source| ConfigError::Parse { path, key, source }
+    };
+    let mut all: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&text).map_err(parse("", &path))?;
+    match all.remove(key) {
+        None => Ok(None),
+        Some(value) => {
+            let value = serde_json::from_value(value).map_err(parse(key, &path))?;
+            Ok(Some((value, path)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +244,28 @@ mod tests {
         assert_eq!(proc_self_status("No-such-field"), None);
         let far = deadline_after(std::time::Duration::MAX);
         assert!(far > std::time::Instant::now() + std::time::Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn a_section_is_read_from_its_key_only() {
+        let dir = std::env::temp_dir().join(format!("ma-config-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let none: Option<(u32, _)> = config_section(&dir, "n").unwrap();
+        assert!(none.is_none(), "no file: defaults");
+        std::fs::write(dir.join(CONFIG_FILE), r#"{"n": 3, "other": "x"}"#).unwrap();
+        let (n, path) = config_section::<u32>(&dir, "n").unwrap().unwrap();
+        assert_eq!((n, path), (3, dir.join(CONFIG_FILE)));
+        assert!(config_section::<u32>(&dir, "absent").unwrap().is_none());
+        assert!(matches!(
+            config_section::<u32>(&dir, "other"),
+            Err(ConfigError::Parse { key: "other", .. })
+        ));
+        std::fs::write(dir.join(CONFIG_FILE), "not json").unwrap();
+        assert!(matches!(
+            config_section::<u32>(&dir, "n"),
+            Err(ConfigError::Parse { key: "", .. })
+        ));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -142,7 +142,7 @@ pub fn search_local(images: &ImageRegistry, query: &str) -> Result<Vec<LocalImag
 pub fn configured_registries(state_root: &Path) -> Vec<String> {
     // A broken file adds none here; `estimate_cost` and `task run`, which
     // read it too, say what is wrong with it.
-    crate::store::config_file::section(state_root, SEARCH_REGISTRIES_KEY)
+    crate::host::settings::config_section(state_root, SEARCH_REGISTRIES_KEY)
         .ok()
         .flatten()
         .map(|(registries, _)| registries)

@@ -9,7 +9,6 @@
 //! Public for the VMM process (crates/vmm-host), which reads and updates
 //! the same records.
 
-pub mod config_file;
 pub mod console_log;
 pub mod egress;
 pub mod events;

@@ -227,7 +227,7 @@ impl TaskConfig {
     /// The settings of the state directory at `root` (defaults when the
     /// file or the object is missing; an unreadable file is an error).
     pub fn load(root: &Path) -> Result<Self, TaskError> {
-        let section = crate::store::config_file::section(root, CONFIG_KEY)
+        let section = crate::host::settings::config_section(root, CONFIG_KEY)
             .map_err(|e| TaskError::Invalid(crate::error_chain(&e)))?;
         Ok(section.map(|(config, _)| config).unwrap_or_default())
     }
@@ -472,14 +472,14 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         assert_eq!(TaskConfig::load(&root).unwrap(), TaskConfig::default());
         std::fs::write(
-            root.join(crate::store::config_file::CONFIG_FILE),
+            root.join(crate::host::settings::CONFIG_FILE),
             r#"{"task": {"command": "make", "max_slots": 2}, "other": 1}"#,
         )
         .unwrap();
         let c = TaskConfig::load(&root).unwrap();
         assert_eq!((c.command.as_deref(), c.max_slots), (Some("make"), Some(2)));
         std::fs::write(
-            root.join(crate::store::config_file::CONFIG_FILE),
+            root.join(crate::host::settings::CONFIG_FILE),
             r#"{"task": 3}"#,
         )
         .unwrap();
