@@ -35,6 +35,11 @@ pub enum ServeCommand {
         /// shows `***`.
         #[arg(long = "allow-secret", value_name = "NAME")]
         allow_secrets: Vec<String>,
+        /// The agent this session is (agent_list shows it; its record goes
+        /// when the session ends). Over HTTP each session registers its
+        /// own with agent_register.
+        #[arg(long, value_name = "NAME", conflicts_with = "http")]
+        agent: Option<String>,
         #[command(flatten)]
         http: HttpArgs,
     },
@@ -80,6 +85,7 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
             allow_host_changes,
             allow_public_ports,
             allow_secrets,
+            agent,
             http,
         } => {
             let mut grants = mcp::Grants::default()
@@ -126,7 +132,12 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
             if http.http.is_some() {
                 return runtime.block_on(serve_http(http, roots, grants));
             }
-            let served = runtime.block_on(mcp::serve_stdio(crate::open_workspaces, roots, grants));
+            let served = runtime.block_on(mcp::serve_stdio(
+                crate::open_workspaces,
+                roots,
+                grants,
+                agent.as_deref(),
+            ));
             // Tool calls still running past the shutdown grace are not
             // waited for.
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -74,18 +74,22 @@ pub enum McpError {
 }
 
 /// `microagent serve mcp`: serves the workspaces `open` opens over
-/// stdin/stdout until stdin closes. Started from a terminal it prints how to
+/// stdin/stdout until stdin closes, as agent `agent` when named. Started from a terminal it prints how to
 /// register it with MCP clients (on stderr) and returns at once.
 pub async fn serve_stdio(
     open: impl FnOnce() -> workspace::Result<workspace::Workspaces>,
     host_roots: HostRoots,
     grants: Grants,
+    agent: Option<&str>,
 ) -> Result<(), McpError> {
     if std::io::stdin().is_terminal() {
         eprintln!("{}", register::instructions(&register::program()));
         return Ok(());
     }
-    let server = MicroagentServer::new(open()?, host_roots).with_grants(grants);
+    let mut server = MicroagentServer::new(open()?, host_roots).with_grants(grants);
+    if let Some(name) = agent {
+        server = server.with_agent(name)?;
+    }
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     serve(server, stdin, stdout).await
 }

@@ -96,6 +96,7 @@ impl MicroagentServer {
     /// host files only beneath `host_roots`.
     pub fn new(ws: Workspaces, host_roots: HostRoots) -> Self {
         let mut tool_router = Self::lifecycle_router()
+            + Self::agents_router()
             + Self::exec_router()
             + Self::files_router()
             + Self::file_ops_router()

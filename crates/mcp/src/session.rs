@@ -1,5 +1,7 @@
-//! What belongs to one MCP session: the workspaces created with
-//! `session_scoped: true`, deleted when the session ends (stdin closed, an
+//! What belongs to one MCP session: its agent (`agent_register` or
+//! `serve mcp --agent`), whose record goes when the session ends, and the
+//! workspaces created with `session_scoped: true` (an agent's own among
+//! them), deleted when the session ends (stdin closed, an
 //! HTTP session closed or expired, the server shut down). A server killed
 //! outright cannot delete them: their VMMs watch the server process and
 //! stop with it, and the next listing deletes them (the library's
@@ -8,13 +10,15 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
+use workspace::agents::AgentInfo;
 use workspace::Workspaces;
 
-/// One session's workspaces.
+/// One session's agent and workspaces.
 #[derive(Debug)]
 pub struct SessionScope {
     ws: Workspaces,
     names: Mutex<BTreeSet<String>>,
+    agent: Mutex<Option<AgentInfo>>,
 }
 
 impl SessionScope {
@@ -23,22 +27,46 @@ impl SessionScope {
         Self {
             ws,
             names: Mutex::default(),
+            agent: Mutex::default(),
+        }
+    }
+
+    /// The session's agent, once registered.
+    pub fn agent(&self) -> Option<AgentInfo> {
+        lock(&self.agent).clone()
+    }
+
+    /// Records the session's agent; the one already there when it has one.
+    pub fn set_agent(&self, info: AgentInfo) -> Result<(), Box<AgentInfo>> {
+        let mut agent = lock(&self.agent);
+        match &*agent {
+            Some(existing) => Err(Box::new(existing.clone())),
+            None => {
+                *agent = Some(info);
+                Ok(())
+            }
         }
     }
 
     /// Workspace `name` goes when the session ends.
     pub fn adopt(&self, name: &str) {
-        self.lock().insert(name.to_owned());
+        lock(&self.names).insert(name.to_owned());
     }
 
     /// The session's workspaces.
     pub fn names(&self) -> Vec<String> {
-        self.lock().iter().cloned().collect()
+        lock(&self.names).iter().cloned().collect()
     }
 
-    /// Ends the session: deletes its workspaces (running ones halted), once.
+    /// Ends the session: its agent's record and its workspaces (running
+    /// ones halted) go, once.
     pub fn end(&self) {
-        let names = std::mem::take(&mut *self.lock());
+        if let Some(agent) = lock(&self.agent).take() {
+            if let Err(e) = self.ws.agents().remove(&agent.agent_id) {
+                tracing::warn!("removing agent {}: {e}", agent.agent_id);
+            }
+        }
+        let names = std::mem::take(&mut *lock(&self.names));
         for name in names {
             let gone = self
                 .ws
@@ -55,12 +83,10 @@ impl SessionScope {
             }
         }
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
-        self.names
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Drop for SessionScope {

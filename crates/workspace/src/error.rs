@@ -146,6 +146,9 @@ pub enum Error {
     /// A repository operation failed.
     #[error(transparent)]
     Repo(#[from] crate::repos::RepoError),
+    /// An agent operation failed.
+    #[error(transparent)]
+    Agents(#[from] crate::agents::AgentError),
     /// A task operation failed.
     #[error(transparent)]
     Task(#[from] crate::tasks::TaskError),
@@ -272,6 +275,7 @@ impl Error {
             Error::VmmUser(e) => e.code(),
             Error::Volume(e) => e.code(),
             Error::Repo(e) => e.code(),
+            Error::Agents(e) => e.code(),
             Error::Task(e) => e.code(),
             Error::Secret(e) => e.code(),
             #[cfg(feature = "client")]

@@ -26,6 +26,7 @@
 
 #[cfg(feature = "client")]
 pub(crate) mod admin;
+pub mod agents;
 pub(crate) mod code;
 pub(crate) mod error;
 pub(crate) mod error_chain;

@@ -5,7 +5,8 @@ or {"stdio": [command, args...], "env": {...}} to start the server as a
 subprocess; then "calls": [{"tool", "args"}], "reads": [URI], and "hold":
 true to keep the session open after printing. One session: initialize, list
 the tools, make the calls in turn, list the resources and templates, read
-the URIs. Prints one line of JSON on stdout: {"protocol", "server", "tools",
+the URIs ("hold": then wait for stdin to close). Prints one line of JSON
+on stdout: {"protocol", "server", "tools",
 "calls": [{"is_error", "structured", "text"}], "resources", "templates",
 "reads": [{"contents"} or {"error", "code"}]}.
 """
@@ -55,7 +56,8 @@ async def run(session, spec):
             out["reads"].append({"error": str(e), "code": getattr(error, "code", None)})
     print(json.dumps(out), flush=True)
     if spec.get("hold"):
-        await asyncio.sleep(3600)
+        # Until stdin closes; then the session ends as a client ends it.
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
 async def main(spec):

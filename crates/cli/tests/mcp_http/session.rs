@@ -130,3 +130,114 @@ fn a_session_scoped_workspace_goes_when_its_http_session_ends() {
     drop(server);
     let _ = std::fs::remove_dir_all(home);
 }
+
+/// client.py with `spec`, holding its session open until its stdin
+/// closes: the child and the JSON it printed.
+fn held(spec: Value) -> (std::process::Child, Value) {
+    let mut client = Command::new(testkit::mcp_python().unwrap())
+        .arg(CLIENT)
+        .arg(spec.to_string())
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(client.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let out = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    (client, out)
+}
+
+#[test]
+fn an_agent_and_its_workspace_last_as_long_as_its_session() {
+    let test = "mcp_http::session::an_agent_and_its_workspace_last_as_long_as_its_session";
+    if !needs_guest(test) {
+        return;
+    }
+    let home = home("agents");
+    let server = Server::start(&home, &["--dev"]);
+    let register = json!({"tool": "agent_register",
+        "args": {"name": "alpha", "capabilities": ["python"], "cpus": 1, "memory": 128}});
+    let (mut alpha, out) = held(json!({
+        "url": server.url, "hold": true,
+        "calls": [register, {"tool": "agent_workspace", "args": {}}, register]}));
+    let calls = out["calls"].as_array().unwrap();
+    assert_eq!(calls[0]["is_error"], false, "{out}");
+    let workspace = calls[0]["structured"]["workspace"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let agent_id = calls[0]["structured"]["agent_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(calls[1]["structured"], calls[0]["structured"], "{out}");
+    assert_eq!(
+        calls[2]["structured"]["code"], "CONFLICT",
+        "one per session: {out}"
+    );
+    let inspect = json!({"tool": "workspace_inspect", "args": {"name": workspace}});
+
+    // Another session sees the agent and its workspace, of the memory asked.
+    let other = python(json!({"url": server.url,
+        "calls": [{"tool": "agent_list", "args": {}}, inspect,
+                  {"tool": "agent_workspace", "args": {}}]}))
+    .unwrap();
+    let agents = &other["calls"][0]["structured"]["agents"];
+    assert_eq!(agents.as_array().unwrap().len(), 1, "{other}");
+    assert_eq!(agents[0]["agent_id"], agent_id.as_str());
+    assert_eq!(agents[0]["name"], "alpha");
+    assert_eq!(agents[0]["capabilities"], json!(["python"]));
+    assert_eq!(agents[0]["workspace"], workspace.as_str());
+    assert_eq!(
+        other["calls"][1]["structured"]["spec"]["mem_mib"], 128,
+        "{other}"
+    );
+    assert_eq!(
+        other["calls"][2]["structured"]["code"], "NOT_FOUND",
+        "{other}"
+    );
+
+    // Alpha's client ends its session: the agent and its workspace go.
+    drop(alpha.stdin.take());
+    assert!(alpha.wait().unwrap().success());
+    let took = gone(&home, &workspace).expect("the agent's workspace is gone within 10 s");
+    eprintln!(
+        "agent workspace gone {:.1} s after its session",
+        took.as_secs_f64()
+    );
+    let after = python(json!({"url": server.url,
+        "calls": [{"tool": "agent_list", "args": {}}]}))
+    .unwrap();
+    assert_eq!(
+        after["calls"][0]["structured"]["agents"],
+        json!([]),
+        "{after}"
+    );
+    drop(server);
+
+    // `serve mcp --agent` names a stdio session's agent, with no workspace.
+    let named = python(json!({
+        "stdio": [BIN, "serve", "mcp", "--agent", "gamma"], "env": {"MICROAGENT_HOME": home},
+        "calls": [{"tool": "agent_workspace", "args": {}}, {"tool": "agent_list", "args": {}}]}))
+    .unwrap();
+    assert_eq!(
+        named["calls"][0]["structured"]["workspace"],
+        Value::Null,
+        "{named}"
+    );
+    assert_eq!(
+        named["calls"][1]["structured"]["agents"][0]["name"],
+        "gamma"
+    );
+    assert!(
+        std::fs::read_dir(home.join("agents"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "records go"
+    );
+    let _ = std::fs::remove_dir_all(home);
+}

@@ -12,6 +12,7 @@
 //! module holds what several tool families share: the rendering of the
 //! workspace record, and the input of tools without arguments.
 
+pub mod agents;
 pub mod exec;
 pub mod file_ops;
 pub mod files;
@@ -24,7 +25,6 @@ pub mod outputs;
 pub mod ports;
 pub mod processes;
 pub mod repos;
-pub mod search;
 pub mod snapshots;
 pub mod volumes;
 

@@ -195,7 +195,7 @@ impl MicroagentServer {
     )]
     async fn image_search(
         &self,
-        Parameters(p): Parameters<crate::schema::search::SearchImagesParams>,
+        Parameters(p): Parameters<crate::schema::images::SearchImagesParams>,
     ) -> ToolResult<workspace::images::search::SearchResults> {
         Ok(Out(self.ws.search_images(&p.query, &p.registries).await?))
     }

@@ -13,7 +13,7 @@ use workspace::guest::MAX_EVENT_WAIT;
 use workspace::store::spec::defaults;
 use workspace::{ListFilter, Meta, WorkspaceInfo, WorkspaceSpec};
 
-use super::{in_range, seconds, vcpus};
+use super::{has_session, in_range, seconds, vcpus};
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
 use crate::schema::lifecycle::*;
@@ -491,12 +491,4 @@ impl MicroagentServer {
         let next_after = events.last().map_or(p.after, |e| e.seq);
         Ok(Out(EventsResult { events, next_after }))
     }
-}
-
-/// Whether the client is in a session (it initialized with a version that
-/// has one): stateless requests have no end to scope a workspace to.
-fn has_session(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.peer
-        .peer_info()
-        .is_some_and(|info| info.protocol_version.has_initialize())
 }

@@ -8,6 +8,7 @@
 //! this module holds what they share: argument checks, and running the
 //! library's blocking calls off the async runtime.
 
+pub mod agents;
 pub mod exec;
 pub mod file_ops;
 pub mod files;
@@ -105,6 +106,14 @@ pub(crate) fn guest_path(what: &str, path: &str) -> Result<(), ToolError> {
             "{what} {path:?} is not absolute; guest paths start with /"
         )))
     }
+}
+
+/// Whether the client is in a session (it initialized with a version that
+/// has one): stateless requests have no end to scope anything to.
+pub(crate) fn has_session(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> bool {
+    ctx.peer
+        .peer_info()
+        .is_some_and(|info| info.protocol_version.has_initialize())
 }
 
 #[cfg(test)]

@@ -1,7 +1,10 @@
 //! Every tool by name, the read-only ones, and those that take `preview`.
 
 /// Every tool.
-pub const TOOLS: [&str; 73] = [
+pub const TOOLS: [&str; 76] = [
+    "agent_list",
+    "agent_register",
+    "agent_workspace",
     "cancel_task",
     "cleanup_task",
     "contract",
@@ -78,7 +81,9 @@ pub const TOOLS: [&str; 73] = [
 ];
 
 /// Those that change nothing.
-pub const READ_ONLY: [&str; 32] = [
+pub const READ_ONLY: [&str; 34] = [
+    "agent_list",
+    "agent_workspace",
     "contract",
     "estimate_cost",
     "file_find",

@@ -1,0 +1,74 @@
+//! Inputs and outputs of the agent tools: agent_register, agent_list,
+//! agent_workspace.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use workspace::agents::AgentInfo;
+
+use crate::output::Render;
+
+/// `agent_register`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterParams {
+    /// The agent's name: 1-63 of a-z, 0-9 and '-', starting with a letter.
+    pub name: String,
+    /// What it can do, in free words (at most 32, each 1-64 bytes).
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// vCPUs of its workspace (1-8, default 1).
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    /// Memory of its workspace, MiB (64-16384, default 256).
+    #[serde(default)]
+    pub memory: Option<u64>,
+    /// Image of its workspace (default `minimal`).
+    #[serde(default)]
+    pub image: Option<String>,
+}
+
+/// This session's agent and its workspace.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AgentWorkspace {
+    /// The agent's id.
+    pub agent_id: String,
+    /// Its workspace (stopped when made: start it with workspace_start),
+    /// deleted when the session ends; none for an agent named by
+    /// `serve mcp --agent`.
+    pub workspace: Option<String>,
+}
+
+impl Render for AgentWorkspace {
+    fn render(&self) -> String {
+        match &self.workspace {
+            Some(ws) => format!(
+                "agent {}: workspace {ws} (goes when this session ends)",
+                self.agent_id
+            ),
+            None => format!("agent {}: no workspace of its own", self.agent_id),
+        }
+    }
+}
+
+/// `agent_list`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AgentList {
+    /// The agents of live sessions, oldest first.
+    pub agents: Vec<AgentInfo>,
+}
+
+impl Render for AgentList {
+    fn render(&self) -> String {
+        if self.agents.is_empty() {
+            return "no agents registered".into();
+        }
+        self.agents
+            .iter()
+            .map(|a| {
+                let ws = a.workspace.as_deref().unwrap_or("no workspace");
+                format!("{} {} ({ws})", a.agent_id, a.name)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}

@@ -1,0 +1,152 @@
+//! Agent tools: agent_register, agent_list, agent_workspace. An MCP
+//! session registers one agent; it gets a workspace of its own that goes
+//! with the session.
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, RoleServer};
+use workspace::agents::AgentStore;
+use workspace::store::spec::{defaults, Owner, WorkspaceSpec};
+
+use super::{has_session, vcpus};
+use crate::output::{Out, ToolResult};
+use crate::schema::agents::*;
+use crate::schema::NoParams;
+use crate::{MicroagentServer, ToolError};
+
+/// The label an agent's workspace carries: the agent's name.
+pub const AGENT_LABEL: &str = "microagent.agent";
+
+impl MicroagentServer {
+    /// Names this session's agent (`serve mcp --agent NAME`): recorded,
+    /// with no workspace of its own; the record goes with the session.
+    pub fn with_agent(self, name: &str) -> Result<Self, workspace::Error> {
+        let info = self.ws.agents().register(name, Vec::new(), None)?;
+        if self.session.set_agent(info.clone()).is_err() {
+            let _ = self.ws.agents().remove(&info.agent_id);
+        }
+        Ok(self)
+    }
+}
+
+#[tool_router(router = agents_router, vis = "pub(crate)")]
+impl MicroagentServer {
+    /// Register this session's agent: records {agent_id, name,
+    /// capabilities} and makes its own workspace (stopped; start it with
+    /// workspace_start) with the given cpus and memory. The workspace and
+    /// the record go when the session ends. One registration per session
+    /// (CONFLICT after).
+    #[tool(
+        output_schema = crate::output::schema::<AgentWorkspace>(),
+        annotations(
+        title = "Register this session's agent",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn agent_register(
+        &self,
+        Parameters(p): Parameters<RegisterParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<AgentWorkspace> {
+        if let Some(agent) = self.session.agent() {
+            return Err(ToolError::Conflict(format!(
+                "this session registered agent {} ({}) already: one agent per session",
+                agent.name, agent.agent_id
+            )));
+        }
+        if !has_session(&ctx) {
+            return Err(ToolError::InvalidInput(
+                "agent_register needs a session: this client speaks a stateless protocol version"
+                    .into(),
+            ));
+        }
+        AgentStore::check(&p.name, &p.capabilities).map_err(workspace::Error::from)?;
+        let image = self.image_for(p.image.as_deref(), None, &ctx).await?;
+        let suffix = workspace::host::settings::unique_id();
+        let short: String = p.name.chars().take(40).collect();
+        let name = format!(
+            "{}-{}",
+            short.trim_end_matches('-'),
+            &suffix[suffix.len().saturating_sub(6)..]
+        );
+        let spec = WorkspaceSpec {
+            image,
+            vcpus: vcpus(p.cpus, defaults::VCPUS)?,
+            mem_mib: p.memory.unwrap_or(defaults::MEM_MIB),
+            labels: [(AGENT_LABEL.to_owned(), p.name.clone())].into(),
+            owner: Owner::this_process(),
+            delete_with_owner: true,
+            ..WorkspaceSpec::default()
+        };
+        let meta = self
+            .on_workspace(&name, |ws, name| ws.create(name, spec))
+            .await?;
+        self.session.adopt(&meta.name);
+        let (agent_name, workspace) = (p.name.clone(), meta.name.clone());
+        let info = self
+            .blocking(move |ws| {
+                Ok(ws
+                    .agents()
+                    .register(&agent_name, p.capabilities, Some(workspace))
+                    .map_err(workspace::Error::from)?)
+            })
+            .await?;
+        if let Err(first) = self.session.set_agent(info.clone()) {
+            // Another call of this session won the race: this one's go.
+            let _ = self.ws.agents().remove(&info.agent_id);
+            return Err(ToolError::Conflict(format!(
+                "this session registered agent {} ({}) already: one agent per session",
+                first.name, first.agent_id
+            )));
+        }
+        Ok(Out(AgentWorkspace {
+            agent_id: info.agent_id,
+            workspace: info.workspace,
+        }))
+    }
+
+    /// The agents of live MCP sessions on this state directory, oldest
+    /// first: {agent_id, name, capabilities, registered_at, workspace}.
+    /// Agents whose session has gone are pruned.
+    #[tool(
+        output_schema = crate::output::schema::<AgentList>(),
+        annotations(
+        title = "List agents",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn agent_list(&self, _p: Parameters<NoParams>) -> ToolResult<AgentList> {
+        let agents = self
+            .blocking(|ws| Ok(ws.agents().list().map_err(workspace::Error::from)?))
+            .await?;
+        Ok(Out(AgentList { agents }))
+    }
+
+    /// This session's agent and its workspace; NOT_FOUND before
+    /// agent_register.
+    #[tool(
+        output_schema = crate::output::schema::<AgentWorkspace>(),
+        annotations(
+        title = "This session's agent workspace",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn agent_workspace(&self, _p: Parameters<NoParams>) -> ToolResult<AgentWorkspace> {
+        let agent = self.session.agent().ok_or_else(|| {
+            ToolError::NotFound("this session has no agent: call agent_register".into())
+        })?;
+        Ok(Out(AgentWorkspace {
+            agent_id: agent.agent_id,
+            workspace: agent.workspace,
+        }))
+    }
+}
