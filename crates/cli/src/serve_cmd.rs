@@ -162,20 +162,14 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
     let Some(bind) = args.http else {
         return fail("--http needs an address".into());
     };
-    let loopback = bind.ip().is_loopback();
-    if !loopback && !args.public {
+    if !bind.ip().is_loopback() && !args.public {
         return fail(format!(
             "{bind} is reachable from other machines; pass --public (with --tls-cert and --tls-key) to serve it, or use 127.0.0.1"
         ));
     }
-    if args.dev && !loopback {
-        return fail("--dev (no token) serves loopback addresses only".into());
-    }
     // Before a token is made: a start refused anyway leaves nothing.
-    if !loopback && args.tls_cert.is_none() {
-        return fail(format!(
-            "{bind} needs TLS: the token would cross the network in clear text; pass --tls-cert and --tls-key"
-        ));
+    if let Err(e) = mcp::http::check_exposure(bind, !args.dev, args.tls_cert.is_some()) {
+        return fail(http_error(&e));
     }
     let ws = match crate::open_workspaces() {
         Ok(ws) => ws,
@@ -217,14 +211,7 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
     let server = mcp::MicroagentServer::new(ws, roots).with_grants(grants);
     let http = match mcp::http::HttpServer::bind(server, options).await {
         Ok(http) => http,
-        Err(e) => {
-            let next = match &e {
-                mcp::http::HttpError::NoTlsOffLoopback(_) => "; pass --tls-cert and --tls-key",
-                mcp::http::HttpError::Bind { .. } => "; pick another address or port",
-                _ => "",
-            };
-            return fail(format!("{}{next}", workspace::error_chain(&e)));
-        }
+        Err(e) => return fail(http_error(&e)),
     };
     let auth = if args.dev {
         "no token (--dev)"
@@ -237,6 +224,19 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
     );
     http.run(stop_signal()).await;
     ExitCode::SUCCESS
+}
+
+/// What failed and what to do next.
+fn http_error(e: &mcp::http::HttpError) -> String {
+    let next = match e {
+        mcp::http::HttpError::NoTokenOffLoopback(_) => {
+            "; --dev (no token) serves loopback addresses only"
+        }
+        mcp::http::HttpError::NoTlsOffLoopback(_) => "; pass --tls-cert and --tls-key",
+        mcp::http::HttpError::Bind { .. } => "; pick another address or port",
+        _ => "",
+    };
+    format!("{}{next}", workspace::error_chain(e))
 }
 
 /// SIGINT or SIGTERM.

@@ -53,11 +53,6 @@ impl SessionScope {
         lock(&self.names).insert(name.to_owned());
     }
 
-    /// The session's workspaces.
-    pub fn names(&self) -> Vec<String> {
-        lock(&self.names).iter().cloned().collect()
-    }
-
     /// Ends the session: its agent's record and its workspaces (running
     /// ones halted) go, once.
     pub fn end(&self) {

@@ -65,6 +65,21 @@ pub enum HttpError {
     },
 }
 
+/// Whether `bind` may be served with or without a token and TLS: off
+/// loopback it needs both. Front ends ask before they make a token, so a
+/// start refused anyway leaves nothing behind.
+pub fn check_exposure(bind: SocketAddr, token: bool, tls: bool) -> Result<(), HttpError> {
+    if bind.ip().is_loopback() {
+        Ok(())
+    } else if !token {
+        Err(HttpError::NoTokenOffLoopback(bind))
+    } else if !tls {
+        Err(HttpError::NoTlsOffLoopback(bind))
+    } else {
+        Ok(())
+    }
+}
+
 /// A bound HTTP server, not yet serving.
 pub struct HttpServer {
     listener: TcpListener,
@@ -87,14 +102,7 @@ impl HttpServer {
     /// Checks `options` and binds their address.
     pub async fn bind(server: MicroagentServer, options: HttpOptions) -> Result<Self, HttpError> {
         let bind = options.bind;
-        if !bind.ip().is_loopback() {
-            if options.token.is_none() {
-                return Err(HttpError::NoTokenOffLoopback(bind));
-            }
-            if options.tls.is_none() {
-                return Err(HttpError::NoTlsOffLoopback(bind));
-            }
-        }
+        check_exposure(bind, options.token.is_some(), options.tls.is_some())?;
         let tls = match &options.tls {
             Some((cert, key)) => Some(tls::acceptor(cert, key)?),
             None => None,
