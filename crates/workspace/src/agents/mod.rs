@@ -154,23 +154,13 @@ impl AgentStore {
     /// Every agent whose server still runs, oldest first; the records of
     /// the others go.
     pub fn list(&self) -> Result<Vec<AgentInfo>, AgentError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(AgentError::Io {
-                    what: format!("listing {}", self.dir.display()),
-                    source,
-                })
-            }
-        };
+        let ids = crate::store::json_record_names(&self.dir).map_err(|source| AgentError::Io {
+            what: format!("listing {}", self.dir.display()),
+            source,
+        })?;
         let mut out = Vec::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(id) = name.strip_suffix(".json") else {
-                continue;
-            };
-            let Ok(info) = self.get(id) else {
+        for id in ids {
+            let Ok(info) = self.get(&id) else {
                 continue;
             };
             let alive = info
@@ -179,7 +169,7 @@ impl AgentStore {
             if alive {
                 out.push(info);
             } else {
-                self.remove(id)?;
+                self.remove(&id)?;
             }
         }
         out.sort_by(|a, b| (a.registered_at, &a.agent_id).cmp(&(b.registered_at, &b.agent_id)));

@@ -9,9 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::code::ErrorCode;
 use serde::{Deserialize, Serialize};
 
+use crate::code::ErrorCode;
 use crate::host::settings::ConfigError;
 /// The config file's name in the state directory.
 pub use crate::host::settings::CONFIG_FILE;
@@ -29,7 +29,7 @@ pub enum PriceError {
     /// (`{"per_vcpu_hour": number, "per_gib_hour": number, "currency":
     /// string}`).
     #[error("reading the price table")]
-    Config(#[from] crate::host::settings::ConfigError),
+    Config(#[from] ConfigError),
     /// A price is negative or not a finite number.
     #[error("{} sets {field} to {value}; prices are finite and not negative", path.display())]
     BadPrice {

@@ -1,6 +1,6 @@
 //! Where things are and what time it is: the guest asset cache, host tools,
-//! the operator's `config.json`, the clock and unique ids. Every other module asks here, so none of them
-//! depends on another for these.
+//! the operator's `config.json`, the clock and unique ids. Every other
+//! module asks here, so none of them depends on another for these.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

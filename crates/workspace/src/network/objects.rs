@@ -474,27 +474,15 @@ impl Networks {
     /// Every network, built-ins first, then by name.
     pub fn list(&self) -> Result<Vec<Network>, NetworkError> {
         let mut out = vec![Network::user(), Network::none()];
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(source) => {
-                return Err(NetworkError::Record {
+        let mut names: Vec<String> = crate::store::json_record_names(&self.dir)
+            .map_err(|source| NetworkError::Record {
+                path: self.dir.clone(),
+                source: crate::store::StoreError::Read {
                     path: self.dir.clone(),
-                    source: crate::store::StoreError::Read {
-                        path: self.dir.clone(),
-                        source,
-                    },
-                })
-            }
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .map(str::to_owned)
-            })
+                    source,
+                },
+            })?
+            .into_iter()
             .filter(|n| crate::store::name::validate_name(n).is_ok())
             .collect();
         names.sort();

@@ -251,24 +251,17 @@ impl RepoStore {
 
     /// Every allowed repository, by alias.
     pub fn list(&self) -> Result<Vec<RepoInfo>, RepoError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(RepoError::Io {
-                    what: format!("reading {}", self.dir.display()),
-                    source,
-                })
-            }
-        };
+        let aliases =
+            crate::store::json_record_names(&self.dir).map_err(|source| RepoError::Io {
+                what: format!("reading {}", self.dir.display()),
+                source,
+            })?;
         let mut out = Vec::new();
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "json") {
-                match read_json::<RepoInfo>(&path) {
-                    Ok(info) => out.push(info),
-                    Err(e) => tracing::warn!("skipping {}: {e}", path.display()),
-                }
+        for alias in aliases {
+            let path = self.dir.join(format!("{alias}.json"));
+            match read_json::<RepoInfo>(&path) {
+                Ok(info) => out.push(info),
+                Err(e) => tracing::warn!("skipping {}: {e}", path.display()),
             }
         }
         out.sort_by(|a, b| a.alias.cmp(&b.alias));

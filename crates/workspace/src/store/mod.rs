@@ -159,6 +159,20 @@ pub(crate) fn private_dir_shared_with(
     check_owned_private(path, what, shared_gid)
 }
 
+/// The names (without `.json`) of the JSON records in `dir`, in no order;
+/// none when `dir` does not exist (nothing was recorded yet). Each store
+/// keeps its own checks of the names and its own errors.
+pub(crate) fn json_record_names(dir: &Path) -> std::io::Result<Vec<String>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Ok(entries
+            .flatten()
+            .filter_map(|e| Some(e.file_name().to_str()?.strip_suffix(".json")?.to_owned()))
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Makes `path` (and missing parents) a directory only this user may
 /// enter: mode 0700, also when it existed (a directory of ours inside the
 /// state directory, made by an older build).

@@ -159,6 +159,11 @@ impl Workspaces {
         &self.state
     }
 
+    /// The agents registered by MCP sessions on this state directory.
+    pub fn agents(&self) -> crate::agents::AgentStore {
+        crate::agents::AgentStore::new(&self.state)
+    }
+
     /// The image registry.
     pub fn images(&self) -> &ImageRegistry {
         &self.images

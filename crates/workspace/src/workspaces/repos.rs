@@ -57,11 +57,6 @@ impl Workspaces {
         RepoStore::new(&self.state)
     }
 
-    /// The agents registered by MCP sessions on this state directory.
-    pub fn agents(&self) -> crate::agents::AgentStore {
-        crate::agents::AgentStore::new(&self.state)
-    }
-
     /// Checks a new workspace's repository (allowlisted, the branch
     /// exists, the image has git) and resolves its branch and base.
     pub(crate) fn resolve_checkout(
