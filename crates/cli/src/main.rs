@@ -38,6 +38,16 @@ struct Cli {
     /// Print results (and errors) as JSON.
     #[arg(long, global = true)]
     json: bool,
+    /// The namespace names are in and listings show (`*`: every one, for
+    /// listings); a full name `NAME.NAMESPACE` works from any.
+    #[arg(
+        short = 'n',
+        long,
+        global = true,
+        env = "MICROAGENT_NAMESPACE",
+        default_value = workspace::store::name::DEFAULT_NAMESPACE
+    )]
+    namespace: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -238,7 +248,7 @@ enum Command {
         /// Workspace name.
         name: String,
         /// Only the last N lines.
-        #[arg(short = 'n', long = "lines")]
+        #[arg(short = 'l', long = "lines")]
         lines: Option<usize>,
         /// Keep printing new output.
         #[arg(short = 'f', long)]
@@ -285,14 +295,20 @@ impl Command {
 /// The program beside this one that runs each workspace's VM.
 const VMM_PROGRAM: &str = "microagent-vmm";
 
-/// The workspaces of `$MICROAGENT_HOME`, whose VMM processes run as the
-/// `microagent-vmm` installed beside this binary.
+/// The namespace `--namespace` names (set once, before any store opens).
+static NAMESPACE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The workspaces of `$MICROAGENT_HOME` seen from `--namespace`, whose VMM
+/// processes run as the `microagent-vmm` installed beside this binary.
 pub(crate) fn open_workspaces() -> workspace::Result<Workspaces> {
     let mut builder = Workspaces::builder();
     if let Ok(me) = std::env::current_exe() {
         builder = builder.vmm_program(me.with_file_name(VMM_PROGRAM));
     }
-    builder.build()
+    let namespace = NAMESPACE
+        .get()
+        .map_or(workspace::store::name::DEFAULT_NAMESPACE, String::as_str);
+    builder.build()?.in_namespace(namespace)
 }
 
 fn init_logging() {
@@ -357,6 +373,8 @@ async fn run_workspace_command(
                 state: *state,
                 image: image.clone(),
                 labels: labels.clone(),
+                // The host's human sees every agent's.
+                all_agents: true,
             };
             w::list(ws, &filter, json)
         }
@@ -435,6 +453,7 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.json;
+    let _ = NAMESPACE.set(cli.namespace.clone());
     if json {
         // These commands have no JSON output: --json is a usage error, as
         // it was when each command declared its own.

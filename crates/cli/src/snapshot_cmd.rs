@@ -93,7 +93,7 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<E
             }
         }
         SnapshotCommand::Ls { workspace } => {
-            let all = ws.snapshot_list(workspace.as_deref())?;
+            let all = ws.snapshot_list(workspace.as_deref(), true)?;
             if json {
                 output::json(&all);
             } else {

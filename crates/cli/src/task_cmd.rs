@@ -60,7 +60,7 @@ pub enum TaskCommand {
         /// The task id.
         id: String,
         /// Lines from the end.
-        #[arg(short = 'n', long, default_value_t = 100)]
+        #[arg(short = 'l', long, default_value_t = 100)]
         lines: usize,
         /// Keep printing as the task writes, until it ends.
         #[arg(short, long)]

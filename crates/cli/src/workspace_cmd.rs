@@ -310,6 +310,7 @@ pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode
         .map(|m| {
             vec![
                 m.name.clone(),
+                m.spec.agent.clone().unwrap_or_else(|| "-".into()),
                 m.state.to_string(),
                 m.spec.image.clone(),
                 m.spec.vcpus.to_string(),
@@ -323,7 +324,9 @@ pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode
         })
         .collect();
     output::table(
-        &["NAME", "STATE", "IMAGE", "VCPUS", "MEM", "AGE", "UP"],
+        &[
+            "NAME", "OWNER", "STATE", "IMAGE", "VCPUS", "MEM", "AGE", "UP",
+        ],
         &rows,
     );
     Ok(ExitCode::SUCCESS)

@@ -78,6 +78,9 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "stop it first (the workspace_stop tool), or call snapshot_restore with force: true, which halts it".into()
         }
         Remedy::ListSnapshots => "list them (the snapshot_list tool)".into(),
+        Remedy::AskOwnerToShare { kind, name, owner } => format!(
+            "use one of this session's own, or ask agent `{owner}` to share {kind} `{name}` with you (workspace_share)"
+        ),
         Remedy::ChooseAnotherSnapshotName { .. } => {
             "pick another name, or delete that snapshot first (the snapshot_delete tool)".into()
         }

@@ -118,8 +118,10 @@ impl MicroagentServer {
                 crate::json_schema::standardize(Arc::make_mut(output));
             }
         }
+        let caller = Arc::new(workspace::agents::access::Caller::new());
+        let ws = ws.for_caller(caller.clone());
         Self {
-            session: Arc::new(crate::session::SessionScope::new(ws.clone())),
+            session: Arc::new(crate::session::SessionScope::new(ws.clone(), caller)),
             ws,
             host_roots: Arc::new(host_roots),
             grants: crate::Grants::default(),
@@ -131,8 +133,11 @@ impl MicroagentServer {
     /// The same server for a new session: its own session-scoped
     /// workspaces, the calls in flight counted with every other session's.
     pub fn for_new_session(&self) -> Self {
+        let caller = Arc::new(workspace::agents::access::Caller::new());
+        let ws = self.ws.for_caller(caller.clone());
         Self {
-            session: Arc::new(crate::session::SessionScope::new(self.ws.clone())),
+            session: Arc::new(crate::session::SessionScope::new(ws.clone(), caller)),
+            ws,
             ..self.clone()
         }
     }

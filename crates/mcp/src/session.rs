@@ -10,6 +10,9 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
+use std::sync::Arc;
+
+use workspace::agents::access::Caller;
 use workspace::agents::AgentInfo;
 use workspace::Workspaces;
 
@@ -17,15 +20,18 @@ use workspace::Workspaces;
 #[derive(Debug)]
 pub struct SessionScope {
     ws: Workspaces,
+    /// Who the session's view of the workspaces acts for.
+    caller: Arc<Caller>,
     names: Mutex<BTreeSet<String>>,
     agent: Mutex<Option<AgentInfo>>,
 }
 
 impl SessionScope {
-    /// An empty scope over `ws`.
-    pub fn new(ws: Workspaces) -> Self {
+    /// An empty scope over `ws`, which acts for `caller`.
+    pub fn new(ws: Workspaces, caller: Arc<Caller>) -> Self {
         Self {
             ws,
+            caller,
             names: Mutex::default(),
             agent: Mutex::default(),
         }
@@ -42,6 +48,8 @@ impl SessionScope {
         match &*agent {
             Some(existing) => Err(Box::new(existing.clone())),
             None => {
+                // What the session makes from now on is the agent's.
+                self.caller.set_agent(&info.name);
                 *agent = Some(info);
                 Ok(())
             }

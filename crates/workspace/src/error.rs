@@ -30,6 +30,17 @@ pub enum Error {
     /// No snapshot of that name.
     #[error("snapshot `{0}` does not exist")]
     SnapshotNotFound(String),
+    /// Another agent owns it and did not share it with the caller.
+    #[error("{kind} `{name}` belongs to agent `{owner}`")]
+    OwnedByAnotherAgent {
+        /// `workspace` or `snapshot`.
+        kind: &'static str,
+        /// Its full name.
+        name: String,
+        /// The owning agent (`no agent` for a session without one is never
+        /// the owner: things it makes have none).
+        owner: String,
+    },
     /// The snapshot name is taken.
     #[error("snapshot `{0}` already exists")]
     SnapshotExists(String),
@@ -256,6 +267,7 @@ impl Error {
             Error::WorkspaceNotFound(_) => ErrorCode::NotFound,
             Error::WorkspaceExists(_) => ErrorCode::Conflict,
             Error::SnapshotNotFound(_) => ErrorCode::NotFound,
+            Error::OwnedByAnotherAgent { .. } => ErrorCode::Forbidden,
             Error::SnapshotExists(_) => ErrorCode::Conflict,
             Error::SnapshotUnusable { .. } => ErrorCode::InvalidInput,
             Error::InvalidInput(_) => ErrorCode::InvalidInput,
@@ -319,6 +331,11 @@ impl Error {
                 workspace: name.clone(),
             }),
             Error::SnapshotNotFound(_) => Some(Remedy::ListSnapshots),
+            Error::OwnedByAnotherAgent { kind, name, owner } => Some(Remedy::AskOwnerToShare {
+                kind,
+                name: name.clone(),
+                owner: owner.clone(),
+            }),
             Error::SnapshotExists(name) => Some(Remedy::ChooseAnotherSnapshotName {
                 snapshot: name.clone(),
             }),

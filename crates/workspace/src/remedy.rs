@@ -47,6 +47,15 @@ pub enum Remedy {
     },
     /// List the snapshots to find the right name.
     ListSnapshots,
+    /// Ask the owning agent to share it, or use one of the caller's own.
+    AskOwnerToShare {
+        /// `workspace` or `snapshot`.
+        kind: &'static str,
+        /// Its full name.
+        name: String,
+        /// The agent that owns it.
+        owner: String,
+    },
     /// Choose another snapshot name, or delete the snapshot that has it.
     ChooseAnotherSnapshotName {
         /// The snapshot that has the name.

@@ -162,7 +162,10 @@ fn an_agent_and_its_workspace_last_as_long_as_its_session() {
         "args": {"name": "alpha", "capabilities": ["python"], "cpus": 1, "memory": 128}});
     let (mut alpha, out) = held(json!({
         "url": server.url, "hold": true,
-        "calls": [register, {"tool": "agent_workspace", "args": {}}, register]}));
+        "calls": [register, {"tool": "agent_workspace", "args": {}}, register,
+                  create("alpha-box", false),
+                  {"tool": "snapshot_take", "args": {"workspace": "alpha-box", "name": "alpha-snap"}},
+                  {"tool": "workspace_list", "args": {}}]}));
     let calls = out["calls"].as_array().unwrap();
     assert_eq!(calls[0]["is_error"], false, "{out}");
     let workspace = calls[0]["structured"]["workspace"]
@@ -178,27 +181,72 @@ fn an_agent_and_its_workspace_last_as_long_as_its_session() {
         calls[2]["structured"]["code"], "CONFLICT",
         "one per session: {out}"
     );
-    let inspect = json!({"tool": "workspace_inspect", "args": {"name": workspace}});
+    // What the session makes once it is an agent is the agent's.
+    assert_eq!(calls[3]["structured"]["spec"]["agent"], "alpha", "{out}");
+    assert_eq!(calls[4]["is_error"], false, "{out}");
+    let own = &calls[5]["structured"]["workspaces"];
+    let agent_ws = own
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == workspace.as_str())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(agent_ws["spec"]["mem_mib"], 128, "of the memory asked");
+    assert_eq!(agent_ws["spec"]["agent"], "alpha");
 
-    // Another session sees the agent and its workspace, of the memory asked.
+    // Another agent sees alpha, and alpha's things only when it asks for
+    // every agent's; using them is FORBIDDEN.
+    let forbidden = |tool: &str, args: Value| json!({"tool": tool, "args": args});
     let other = python(json!({"url": server.url,
-        "calls": [{"tool": "agent_list", "args": {}}, inspect,
-                  {"tool": "agent_workspace", "args": {}}]}))
+        "calls": [{"tool": "agent_register", "args": {"name": "beta"}},
+                  {"tool": "agent_list", "args": {}},
+                  forbidden("workspace_inspect", json!({"name": workspace})),
+                  forbidden("workspace_delete", json!({"name": "alpha-box", "force": true})),
+                  forbidden("snapshot_get", json!({"name": "alpha-snap"})),
+                  {"tool": "workspace_list", "args": {}},
+                  {"tool": "workspace_list", "args": {"namespace": "*", "all_agents": true}},
+                  {"tool": "snapshot_list", "args": {"all_agents": true}},
+                  {"tool": "workspace_create",
+                   "args": {"name": "beta-box", "image": "minimal", "namespace": "team-b"}},
+                  {"tool": "workspace_list", "args": {"namespace": "*"}},
+                  {"tool": "workspace_delete", "args": {"name": "beta-box.team-b"}}]}))
     .unwrap();
-    let agents = &other["calls"][0]["structured"]["agents"];
-    assert_eq!(agents.as_array().unwrap().len(), 1, "{other}");
+    let calls = other["calls"].as_array().unwrap();
+    let agents = &calls[1]["structured"]["agents"];
+    assert_eq!(agents.as_array().unwrap().len(), 2, "{other}");
     assert_eq!(agents[0]["agent_id"], agent_id.as_str());
     assert_eq!(agents[0]["name"], "alpha");
     assert_eq!(agents[0]["capabilities"], json!(["python"]));
     assert_eq!(agents[0]["workspace"], workspace.as_str());
-    assert_eq!(
-        other["calls"][1]["structured"]["spec"]["mem_mib"], 128,
-        "{other}"
-    );
-    assert_eq!(
-        other["calls"][2]["structured"]["code"], "NOT_FOUND",
-        "{other}"
-    );
+    for refused in &calls[2..=4] {
+        assert_eq!(refused["structured"]["code"], "FORBIDDEN", "{other}");
+    }
+    let names = |i: usize| -> Vec<String> {
+        let listed = calls[i]["structured"]["workspaces"].as_array().unwrap();
+        let mut names: Vec<String> = listed
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let beta_ws = calls[0]["structured"]["workspace"].as_str().unwrap();
+    assert_eq!(names(5), [beta_ws], "its own only: {other}");
+    let mut every = vec![
+        "alpha-box".to_owned(),
+        beta_ws.to_owned(),
+        workspace.clone(),
+    ];
+    every.sort();
+    assert_eq!(names(6), every, "{other}");
+    let snapshots = &calls[7]["structured"]["snapshots"];
+    assert_eq!(snapshots[0]["name"], "alpha-snap", "{other}");
+    assert_eq!(calls[8]["structured"]["namespace"], "team-b", "{other}");
+    assert_eq!(calls[8]["structured"]["name"], "beta-box.team-b", "{other}");
+    let mut spanning = vec![beta_ws.to_owned(), "beta-box.team-b".to_owned()];
+    spanning.sort();
+    assert_eq!(names(9), spanning, "namespaces spanned: {other}");
+    assert_eq!(calls[10]["is_error"], false, "{other}");
 
     // Alpha's client ends its session: the agent and its workspace go.
     drop(alpha.stdin.take());

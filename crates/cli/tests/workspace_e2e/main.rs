@@ -309,7 +309,7 @@ fn life_cycle_exec_files_logs_events() {
         "the console starts with the kernel banner"
     );
     assert!(logs.stdout.contains("microagent-agent: listening"));
-    let tail = cli.ok_json(&["logs", "dev", "-n", "1", "--json"]);
+    let tail = cli.ok_json(&["logs", "dev", "--lines", "1", "--json"]);
     assert_eq!(tail["lines"].as_array().unwrap().len(), 1);
 
     let listed = cli.ok_json(&["list", "--state", "running", "--json"]);

@@ -72,3 +72,15 @@ impl Render for AgentList {
             .join("\n")
     }
 }
+
+/// `workspace_share`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShareParams {
+    /// Workspace name (this session's agent must own it).
+    pub name: String,
+    /// The agent (its registered name) that may use it from now on.
+    pub agent: String,
+    /// false takes a share back; default true.
+    pub share: Option<bool>,
+}

@@ -31,6 +31,9 @@ pub struct CreateParams {
     /// Workspace name: 1-63 of a-z, 0-9 and '-', starting with a letter and
     /// not ending with '-'.
     pub name: String,
+    /// The namespace it goes in (default: the session's). Elsewhere its
+    /// full name `name.namespace` reaches it from any namespace.
+    pub namespace: Option<String>,
     /// Image to boot (see `image_list`); default `minimal` (busybox). Use
     /// `debian` for Python, apt and a full userland. An OCI reference
     /// (`python:3.12-alpine`, `127.0.0.1:5000/team/tool:1`) is pulled
@@ -191,6 +194,13 @@ pub struct ListParams {
     /// Only workspaces that have all these labels.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The namespace to list (default: the session's, `default` unless
+    /// `serve mcp --namespace` says); `*` lists every namespace.
+    pub namespace: Option<String>,
+    /// Other agents' workspaces too (read-only to this session: using them
+    /// is FORBIDDEN unless shared); default false.
+    #[serde(default)]
+    pub all_agents: bool,
 }
 
 /// `workspace_logs`.

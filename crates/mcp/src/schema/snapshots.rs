@@ -31,6 +31,13 @@ pub struct TakeParams {
 pub struct ListSnapshotsParams {
     /// Only snapshots of this workspace.
     pub workspace: Option<String>,
+    /// The namespace to list (default: the session's); `*` lists every
+    /// namespace.
+    pub namespace: Option<String>,
+    /// Other agents' snapshots too (FORBIDDEN to use unless shared);
+    /// default false.
+    #[serde(default)]
+    pub all_agents: bool,
 }
 
 /// `snapshot_get`.

@@ -81,8 +81,14 @@ impl MicroagentServer {
             delete_with_owner: true,
             ..WorkspaceSpec::default()
         };
+        // Made as the agent's: the session becomes the agent only once
+        // its record is written.
+        let as_agent = std::sync::Arc::new(workspace::agents::access::Caller::new());
+        as_agent.set_agent(&p.name);
         let meta = self
-            .on_workspace(&name, |ws, name| ws.create(name, spec))
+            .on_workspace(&name, move |ws, name| {
+                ws.for_caller(as_agent).create(name, spec)
+            })
             .await?;
         self.session.adopt(&meta.name);
         let (agent_name, workspace) = (p.name.clone(), meta.name.clone());
@@ -126,6 +132,32 @@ impl MicroagentServer {
             .blocking(|ws| Ok(ws.agents().list().map_err(workspace::Error::from)?))
             .await?;
         Ok(Out(AgentList { agents }))
+    }
+
+    /// Let another agent use a workspace this session's agent owns (and
+    /// the snapshots of it taken from then on), or with share: false no
+    /// longer. FORBIDDEN for a workspace this agent does not own.
+    #[tool(
+        output_schema = crate::output::schema::<workspace::Meta>(),
+        annotations(
+        title = "Share a workspace with another agent",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_share(
+        &self,
+        Parameters(p): Parameters<ShareParams>,
+    ) -> ToolResult<workspace::Meta> {
+        let share = p.share.unwrap_or(true);
+        let meta = self
+            .on_workspace(&p.name, move |ws, name| {
+                ws.workspace(name)?.share_with(&p.agent, share)
+            })
+            .await?;
+        Ok(Out(meta))
     }
 
     /// This session's agent and its workspace; NOT_FOUND before

@@ -176,8 +176,12 @@ impl MicroagentServer {
             },
             ..WorkspaceSpec::default()
         };
+        let namespace = p.namespace;
         let meta = self
-            .on_workspace(&p.name, |ws, name| ws.create(name, spec))
+            .on_workspace(&p.name, move |ws, name| match &namespace {
+                Some(namespace) => ws.in_namespace(namespace)?.create(name, spec),
+                None => ws.create(name, spec),
+            })
             .await?;
         if p.session_scoped {
             self.session.adopt(&meta.name);
@@ -399,8 +403,15 @@ impl MicroagentServer {
             state: p.state,
             image: p.image,
             labels: p.labels.into_iter().collect(),
+            all_agents: p.all_agents,
         };
-        let workspaces = self.blocking(move |ws| Ok(ws.list(&filter)?)).await?;
+        let namespace = p.namespace;
+        let workspaces = self
+            .blocking(move |ws| match &namespace {
+                Some(namespace) => Ok(ws.in_namespace(namespace)?.list(&filter)?),
+                None => Ok(ws.list(&filter)?),
+            })
+            .await?;
         Ok(Out(ListResult {
             count: workspaces.len(),
             workspaces,

@@ -96,7 +96,13 @@ impl MicroagentServer {
         Parameters(p): Parameters<ListSnapshotsParams>,
     ) -> ToolResult<SnapshotListResult> {
         let snapshots = self
-            .blocking(move |ws| Ok(ws.snapshot_list(p.workspace.as_deref())?))
+            .blocking(move |ws| {
+                let ws = match &p.namespace {
+                    Some(namespace) => ws.in_namespace(namespace)?,
+                    None => ws.clone(),
+                };
+                Ok(ws.snapshot_list(p.workspace.as_deref(), p.all_agents)?)
+            })
             .await?;
         Ok(Out(SnapshotListResult {
             count: snapshots.len(),

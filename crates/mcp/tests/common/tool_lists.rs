@@ -1,7 +1,7 @@
 //! Every tool by name, the read-only ones, and those that take `preview`.
 
 /// Every tool.
-pub const TOOLS: [&str; 76] = [
+pub const TOOLS: [&str; 77] = [
     "agent_list",
     "agent_register",
     "agent_workspace",
@@ -76,6 +76,7 @@ pub const TOOLS: [&str; 76] = [
     "workspace_logs",
     "workspace_metrics",
     "workspace_set_egress",
+    "workspace_share",
     "workspace_start",
     "workspace_stop",
 ];

@@ -36,7 +36,7 @@ impl Workspaces {
 
     fn users_of(&self, network: &str) -> Result<Vec<(String, WorkspaceSpec)>> {
         Ok(self
-            .list(&ListFilter::default())?
+            .list_everywhere(&ListFilter::default())?
             .into_iter()
             .filter(|m| m.spec.network == network)
             .map(|m| (m.name, m.spec))

@@ -3,6 +3,8 @@
 //! An agent lasts as long as its session: the session's end removes it,
 //! and a listing prunes any whose server process has gone.
 
+pub mod access;
+
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};

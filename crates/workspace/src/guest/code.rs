@@ -124,7 +124,7 @@ impl Workspace<'_> {
     /// [`Error::InterpreterMissing`]). Run it with [`CodeScript::request`],
     /// then [`Workspaces::remove_code_script`].
     pub async fn write_code_script(self, language: Language, code: &str) -> Result<CodeScript> {
-        let name = self.name;
+        let name = self.name.as_str();
         let interpreter = language.interpreter();
         let probe = housekeeping(&["/bin/sh", "-c", &format!("command -v {interpreter}")]);
         let found = self.exec_collect(probe, ExecInput::None).await?;

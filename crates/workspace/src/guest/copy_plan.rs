@@ -182,7 +182,7 @@ impl Workspace<'_> {
     /// file, a directory becomes (or merges into) the guest directory;
     /// anything else there is refused.
     pub async fn plan_copy_in(self, host_path: &Path, guest_path: &str) -> Result<CopyPlan> {
-        let name = self.name;
+        let name = self.name.as_str();
         let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
                 "{} does not exist on the host",
@@ -251,7 +251,7 @@ impl Workspace<'_> {
         host_path: &Path,
         options: CopyOptions,
     ) -> Result<CopyPlan> {
-        let name = self.name;
+        let name = self.name.as_str();
         check_guest_path(guest_path)?;
         check_git_host_path(host_path, options.include_git_metadata)?;
         let stat = self.stat(guest_path).await?;

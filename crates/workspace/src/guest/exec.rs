@@ -463,7 +463,7 @@ impl Workspace<'_> {
     where
         F: FnMut(ExecEvent) + Send,
     {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         req.check()?;
         let (ws, meta) = all.running(name)?;
         let command = req.describe();
@@ -526,7 +526,7 @@ impl Workspace<'_> {
         F: FnMut(ExecEvent) + Send,
         C: std::future::Future<Output = ()>,
     {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let id = req
             .id
             .get_or_insert_with(|| format!("host-{}", crate::host::settings::unique_id()))
@@ -583,7 +583,7 @@ impl Workspace<'_> {
 
     /// Sends a signal to a running exec's process group.
     pub async fn signal_exec(self, exec_id: &str, signal: i32) -> Result<()> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         all.agent(name)
             .await?
             .signal(exec_id, signal)

@@ -102,7 +102,7 @@ fn join(dir: &str, name: &str) -> String {
 impl Workspace<'_> {
     /// Makes a guest directory and its missing parents.
     pub async fn mkdir(self, path: &str) -> Result<()> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         all.agent(name)
             .await?
             .mkdir(path)
@@ -124,7 +124,7 @@ impl Workspace<'_> {
             }
         }
         if !preview {
-            let (all, name) = (self.all, self.name);
+            let (all, name) = (self.all, self.name.as_str());
             all.agent(name)
                 .await?
                 .remove(path, recursive)
@@ -140,7 +140,7 @@ impl Workspace<'_> {
 
     /// Moves (renames) a guest path; an existing file at `to` is replaced.
     pub async fn rename(self, from: &str, to: &str) -> Result<()> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         all.agent(name)
             .await?
             .rename(from, to)
@@ -240,7 +240,7 @@ impl Workspace<'_> {
             require_literal_separator: !pattern.contains("**"),
             require_literal_leading_dot: false,
         };
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let mut found = Found {
             paths: Vec::new(),
             truncated: false,

@@ -188,7 +188,7 @@ impl Workspace<'_> {
         offset: Option<u64>,
         length: Option<u64>,
     ) -> Result<FileRead> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         // Into memory: never more than a collector keeps (copy_out streams).
         let length = Some(
             length
@@ -210,7 +210,7 @@ impl Workspace<'_> {
 
     /// Writes a guest file (replacing it, or appending); bytes written.
     pub async fn write_file(self, path: &str, data: &[u8], options: WriteOptions) -> Result<u64> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let WriteOptions { append, perm } = options;
         let mode = if append {
             WriteMode::Append
@@ -226,7 +226,7 @@ impl Workspace<'_> {
 
     /// A guest directory's entries.
     pub async fn list_dir(self, path: &str) -> Result<DirListing> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let (entries, truncated) = all
             .agent(name)
             .await?
@@ -241,7 +241,7 @@ impl Workspace<'_> {
 
     /// Metadata of a guest path.
     pub async fn stat(self, path: &str) -> Result<FileStat> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         all.agent(name)
             .await?
             .stat(path)
@@ -254,7 +254,7 @@ impl Workspace<'_> {
     /// copied as `guest_path` itself, created if missing). Returns bytes
     /// (file) or entries (directory) copied.
     pub async fn copy_in(self, host_path: &Path, guest_path: &str) -> Result<u64> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
                 "{} does not exist on the host",
@@ -291,7 +291,7 @@ impl Workspace<'_> {
     /// metadata is left out (see [`Copied::left_out`]); a planned copy
     /// ([`Workspace::plan_copy_out`]) can ask for it.
     pub async fn copy_out(self, guest_path: &str, host_path: &Path) -> Result<Copied> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         check_guest_path(guest_path)?;
         let stat = self.stat(guest_path).await?;
         all.copy_out_of(name, guest_path, &stat, host_path, false)
@@ -395,7 +395,7 @@ impl Workspaces {
 impl Workspace<'_> {
     /// The last `lines` console lines (all when `None`).
     pub fn logs(self, lines: Option<usize>) -> Result<Vec<String>> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         self.get()?;
         let ws = all.dir(name)?;
         Ok(console_log::tail_lines(
@@ -407,7 +407,7 @@ impl Workspace<'_> {
     /// New console bytes from `offset` of the current console file, and the
     /// next offset (for following).
     pub fn logs_from(self, offset: u64) -> Result<ConsoleChunk> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         ws.read_meta()?;
         let (data, next_offset) = console_log::read_from(ws.path(), offset)?;
@@ -416,7 +416,7 @@ impl Workspace<'_> {
 
     /// Events after `after`, waiting up to `wait` for one when none are there.
     pub async fn events(self, after: u64, wait: Duration) -> Result<Vec<Event>> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         if wait > MAX_EVENT_WAIT {
             return Err(Error::InvalidInput(format!(
                 "wait is {} s; at most {} s",

@@ -196,7 +196,7 @@ impl Workspace<'_> {
         req: ExecRequest,
         options: ProcessOptions,
     ) -> Result<ProcessInfo> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         req.check()?;
         let (ws, meta) = all.running(name)?;
         let command = req.describe();
@@ -239,7 +239,7 @@ impl Workspace<'_> {
     /// Its background processes, oldest first
     /// (finished ones until removed or pushed out by newer ones).
     pub async fn process_list(self) -> Result<Vec<ProcessInfo>> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let list = all
             .agent(name)
             .await?
@@ -260,7 +260,7 @@ impl Workspace<'_> {
         max_bytes: Option<u64>,
         wait: Duration,
     ) -> Result<ProcessOutput> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let names = crate::secrets::processes::names(all.dir(name)?.path(), id)?;
         let mask = all.secrets().mask_for(&names);
         let deadline = std::time::Instant::now() + wait.min(AGENT_MAX_WAIT);
@@ -299,7 +299,7 @@ impl Workspace<'_> {
     /// Writes `data` to process `id`'s stdin, then closes it when `close`;
     /// returns the bytes written.
     pub async fn process_write_stdin(self, id: &str, data: &[u8], close: bool) -> Result<u64> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let mut written = 0;
         let mut parts = data.chunks(wire::MAX_PROCESS_STDIN).peekable();
         if parts.peek().is_none() && !close {
@@ -323,7 +323,7 @@ impl Workspace<'_> {
     /// Sends `signal` (a number, or a name such as `TERM` or `SIGKILL`) to
     /// process `id`'s process group.
     pub async fn process_signal(self, id: &str, signal: &str) -> Result<()> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         all.agent(name)
             .await?
             .process_signal(id, signal_spec(signal))
@@ -334,7 +334,7 @@ impl Workspace<'_> {
     /// Waits up to `timeout` for process `id` to exit; returns it either
     /// way (check [`ProcessInfo::running`]).
     pub async fn process_wait(self, id: &str, timeout: Duration) -> Result<ProcessInfo> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let mut left = timeout;
         loop {
             let part = left.min(AGENT_MAX_WAIT);
@@ -354,7 +354,7 @@ impl Workspace<'_> {
 
     /// Forgets finished process `id` and its output.
     pub async fn process_remove(self, id: &str) -> Result<()> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         all.agent(name)
             .await?
             .process_remove(id)

@@ -13,7 +13,7 @@ use crate::snapshots::{
     WORKSPACE_DISK,
 };
 use crate::store::events::EventKind;
-use crate::store::name::validate_name;
+use crate::store::name::validate_full_name;
 use crate::store::spec::{Meta, WorkspaceSpec};
 use crate::store::state::State;
 use crate::store::{make_private_dir, read_json, write_json_atomic, SNAPSHOTS_DIR};
@@ -60,7 +60,7 @@ impl Workspaces {
     }
 
     fn snapshot_dir(&self, name: &str) -> Result<PathBuf> {
-        validate_name(name).map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
+        validate_full_name(name).map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
         Ok(self.snapshots_dir().join(name))
     }
 
@@ -138,9 +138,15 @@ impl Workspace<'_> {
     /// `<workspace>-<time>`, the name shortened to fit): its whole machine while it runs (the guest
     /// pauses meanwhile), its disk while it is stopped.
     pub fn snapshot_take(self, name: Option<&str>) -> Result<SnapshotInfo> {
-        let (all, workspace) = (self.all, self.name);
+        let (all, workspace) = (self.all, self.name.as_str());
         let meta = self.get()?;
-        let name = name.map_or_else(|| default_snapshot_name(workspace, now_ms()), str::to_owned);
+        // In its workspace's namespace.
+        let (short, namespace) = workspace
+            .split_once('.')
+            .unwrap_or((workspace, crate::store::name::DEFAULT_NAMESPACE));
+        let name = name.map_or_else(|| default_snapshot_name(short, now_ms()), str::to_owned);
+        let name = crate::store::name::full_name(namespace, &name)
+            .map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
         let dir = all.snapshot_dir(&name)?;
         if dir.exists() {
             return Err(Error::SnapshotExists(name));
@@ -200,8 +206,18 @@ impl Workspace<'_> {
 }
 
 impl Workspaces {
-    /// The snapshot `name`.
+    /// The snapshot `name` (in this view's namespace, or a full name);
+    /// FORBIDDEN when another agent owns it.
     pub fn snapshot_get(&self, name: &str) -> Result<SnapshotInfo> {
+        let name = crate::store::name::full_name(&self.namespace, name)
+            .map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
+        let info = self.snapshot_record(&name)?;
+        self.check_access("snapshot", &name, &info.spec)?;
+        Ok(info)
+    }
+
+    /// The snapshot with full name `name`, unchecked.
+    fn snapshot_record(&self, name: &str) -> Result<SnapshotInfo> {
         let dir = self.snapshot_dir(name)?;
         let record = dir.join(RECORD);
         if !record.exists() {
@@ -212,8 +228,16 @@ impl Workspaces {
         Ok(info)
     }
 
-    /// Every snapshot (of `workspace` only, if given), oldest first.
-    pub fn snapshot_list(&self, workspace: Option<&str>) -> Result<Vec<SnapshotInfo>> {
+    /// Every snapshot in this view's namespace (of `workspace` only, if
+    /// given; a short name is in the view's namespace), oldest first. An
+    /// agent's view lists what it may use, or with `all_agents` every
+    /// agent's (the others' stay FORBIDDEN to use).
+    pub fn snapshot_list(
+        &self,
+        workspace: Option<&str>,
+        all_agents: bool,
+    ) -> Result<Vec<SnapshotInfo>> {
+        let workspace = workspace.map(|w| self.full_name(w)).transpose()?;
         self.sweep_abandoned_snapshots();
         let mut out = Vec::new();
         let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
@@ -224,8 +248,13 @@ impl Workspaces {
             if name.starts_with('.') {
                 continue;
             }
-            match self.snapshot_get(&name) {
-                Ok(info) if workspace.is_none_or(|w| w == info.workspace) => out.push(info),
+            let shown = |info: &SnapshotInfo| {
+                workspace.as_ref().is_none_or(|w| *w == info.workspace)
+                    && crate::store::name::in_namespace(&info.name, &self.namespace)
+                    && (all_agents || self.may_see(&info.spec))
+            };
+            match self.snapshot_record(&name) {
+                Ok(info) if shown(&info) => out.push(info),
                 Ok(_) | Err(Error::SnapshotNotFound(_)) => {}
                 Err(e) => tracing::warn!("skipping snapshot `{name}`: {}", e.full_message()),
             }
@@ -238,6 +267,7 @@ impl Workspaces {
     /// they hold its memory file open.
     pub fn snapshot_delete(&self, name: &str) -> Result<SnapshotInfo> {
         let info = self.snapshot_get(name)?;
+        let name = info.name.as_str();
         let dir = self.snapshot_dir(name)?;
         // Renamed first, so a half-deleted snapshot never looks whole.
         let doomed = self
@@ -295,6 +325,7 @@ impl Workspaces {
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
         let info = self.snapshot_get(name)?;
+        let name = info.name.as_str();
         if let Some(new_name) = as_name {
             return self
                 .at(&info.workspace)
@@ -353,17 +384,20 @@ impl Workspace<'_> {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
-        let (all, source) = (self.all, self.name);
+        let (all, source) = (self.all, self.name.as_str());
+        // The fork is in its source's namespace unless named in another.
+        let to = crate::store::name::full_name(crate::store::name::namespace_of(source), new_name)
+            .map_err(crate::store::StoreError::Name)?;
+        let snap = match snapshot {
+            Some(s) => Some(all.snapshot_get(s)?.name),
+            None => None,
+        };
         // It may write a snapshot of a running workspace and copy a disk.
-        let (from, to, snap) = (
-            source.to_owned(),
-            new_name.to_owned(),
-            snapshot.map(str::to_owned),
-        );
+        let (from, new) = (source.to_owned(), to.clone());
         let origin = all
-            .blocking(move |ws| ws.prepare_fork(&from, &to, snap.as_deref()))
+            .blocking(move |ws| ws.prepare_fork(&from, &new, snap.as_deref()))
             .await?;
-        all.start_from(new_name, timeout, progress, origin.as_deref())
+        all.start_from(&to, timeout, progress, origin.as_deref())
             .await
     }
 }
@@ -379,7 +413,7 @@ impl Workspaces {
     ) -> Result<Option<PathBuf>> {
         let ws = self.dir(new_name)?;
         ws.check_socket_paths()?;
-        let from_snapshot = snapshot.map(|s| self.snapshot_get(s)).transpose()?;
+        let from_snapshot = snapshot.map(|s| self.snapshot_record(s)).transpose()?;
         // A snapshot outlives its workspace; only a live fork needs it.
         let source_meta = match &from_snapshot {
             Some(_) => None,
@@ -439,13 +473,14 @@ impl Workspaces {
             copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes(), true)?;
             // Host ports belong to one workspace: a fork publishes none; on
             // a tap network it takes an address of its own.
-            let (_network, spec) = self.place_on_network(WorkspaceSpec {
+            let (_network, spec) = self.place_on_network(self.owned_by_caller(WorkspaceSpec {
                 ports: Vec::new(),
                 volumes,
                 ..spec
-            })?;
+            }))?;
             let meta = Meta {
                 name: new_name.to_owned(),
+                namespace: crate::store::name::namespace_of(new_name).to_owned(),
                 spec,
                 created_at_ms: now_ms(),
                 state: State::Stopped,
@@ -471,6 +506,7 @@ impl Workspaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::name::validate_name;
 
     #[test]
     fn default_snapshot_names_are_valid_names_for_any_workspace() {

@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::code::ErrorCode;
-use crate::store::name::{validate_name, NameError};
+use crate::store::name::{validate_full_name, NameError};
 
 /// The directory of the state directory that holds snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
@@ -260,7 +260,7 @@ impl StateDir {
 
     /// A workspace's directory (the name is validated).
     pub fn workspace_dir(&self, name: &str) -> Result<PathBuf, StoreError> {
-        validate_name(name)?;
+        validate_full_name(name)?;
         Ok(self.root.join("workspaces").join(name))
     }
 
@@ -275,7 +275,7 @@ impl StateDir {
             .filter_map(|e| e.ok())
             .filter(|e| e.path().join(META_FILE).is_file())
             .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| validate_name(n).is_ok())
+            .filter(|n| validate_full_name(n).is_ok())
             .collect();
         names.sort();
         Ok(names)
@@ -298,7 +298,7 @@ impl StateDir {
     }
 
     fn lock(&self, name: &str, nonblocking: bool) -> Result<Option<WorkspaceLock>, StoreError> {
-        validate_name(name)?;
+        validate_full_name(name)?;
         let path = self.lock_path(name);
         let err = |source| StoreError::Lock {
             path: path.clone(),
@@ -369,7 +369,7 @@ impl StateDir {
                 Some(w) => (w, true),
                 None => (name, false),
             };
-            if validate_name(workspace).is_err() {
+            if validate_full_name(workspace).is_err() {
                 continue;
             }
             let ws_dir = dir.join(workspace);
@@ -401,7 +401,7 @@ impl StateDir {
     /// Removes a deleted workspace's lock file while holding its lock
     /// (waiters notice the unlinked file and retry on a fresh one).
     pub fn remove_lock(&self, name: &str, lock: WorkspaceLock) -> Result<(), StoreError> {
-        validate_name(name)?;
+        validate_full_name(name)?;
         let path = self.lock_path(name);
         let removed = std::fs::remove_file(&path);
         drop(lock);

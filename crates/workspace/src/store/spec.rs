@@ -167,6 +167,13 @@ pub struct WorkspaceSpec {
     /// workspace): the next listing removes it if nothing did before.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub delete_with_owner: bool,
+    /// The agent that owns it (made by that agent's MCP session): other
+    /// agents may not use it unless it is shared with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Agents besides its owner that may use it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_with: Vec<String>,
     /// Working directory of commands that name none (from the image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
@@ -201,6 +208,10 @@ impl Owner {
     }
 }
 
+fn default_namespace() -> String {
+    crate::store::name::DEFAULT_NAMESPACE.into()
+}
+
 fn default_network() -> String {
     crate::store::name::DEFAULT_NETWORK.into()
 }
@@ -222,6 +233,8 @@ impl Default for WorkspaceSpec {
             address: None,
             owner: None,
             delete_with_owner: false,
+            agent: None,
+            shared_with: Vec::new(),
             cwd: None,
             user: None,
             volumes: Vec::new(),
@@ -453,8 +466,12 @@ pub struct LastExit {
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Meta {
-    /// Its name.
+    /// Its full name: `name`, or `name.namespace` outside the default
+    /// namespace.
     pub name: String,
+    /// The namespace it is in.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
     /// What it was created with.
     pub spec: WorkspaceSpec,
     /// Unix ms of creation.
@@ -560,6 +577,7 @@ mod tests {
     fn meta_round_trips() {
         let meta = Meta {
             name: "dev".into(),
+            namespace: "default".into(),
             spec: WorkspaceSpec::default(),
             created_at_ms: 1,
             state: State::Running,

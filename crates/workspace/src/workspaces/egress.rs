@@ -19,7 +19,7 @@ impl Workspace<'_> {
     /// for new connections at once when it runs. Invalid rules, or rules
     /// its network cannot take, change nothing.
     pub fn set_egress(self, egress: Option<Egress>, allow: Vec<AllowEntry>) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = self.get()?;
         let mut spec = meta.spec.clone();
@@ -49,7 +49,7 @@ impl Workspace<'_> {
     /// What its egress filter refused, when it runs on the `user` network
     /// (`None` otherwise: stopped, or no filter of ours).
     pub fn egress_denials(self) -> Result<Option<EgressDenials>> {
-        let ws = self.all.dir(self.name)?;
+        let ws = self.all.dir(&self.name)?;
         if !self.get()?.state.has_vmm() {
             return Ok(None);
         }

@@ -9,21 +9,24 @@
 
 use crate::error::Result;
 use crate::host::settings::now_ms;
-use crate::store::name::validate_name;
+use crate::store::name::FullName;
 use crate::store::spec::Meta;
 use crate::workspaces::manager::{vmm_died, WorkspaceInfo, Workspaces};
 
-/// One workspace, by a name that passed the name rules. It may not exist
-/// (yet): each call reports `NOT_FOUND` then, as the `Workspaces` call does.
+/// One workspace, by a full name (`name` or `name.namespace`) that passed
+/// the name rules. It may not exist (yet): each call reports `NOT_FOUND`
+/// then, as the `Workspaces` call does.
 #[derive(Clone, Copy, Debug)]
 pub struct Workspace<'a> {
     pub(crate) all: &'a Workspaces,
-    pub(crate) name: &'a str,
+    pub(crate) name: FullName,
 }
 
 impl Workspaces {
-    /// The workspace called `name`, after checking the name rules (not
-    /// whether it exists).
+    /// The workspace called `name` in this view's namespace (a full name
+    /// `name.namespace` in its own), after checking the name rules and,
+    /// when it exists and this view is an agent's, that the agent may use
+    /// it (FORBIDDEN otherwise).
     ///
     /// ```no_run
     /// # async fn demo() -> workspace::Result<()> {
@@ -36,29 +39,40 @@ impl Workspaces {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn workspace<'a>(&'a self, name: &'a str) -> Result<Workspace<'a>> {
-        validate_name(name).map_err(crate::store::StoreError::Name)?;
+    pub fn workspace(&self, name: &str) -> Result<Workspace<'_>> {
+        let full = self.full_name(name)?;
+        let name = FullName::new(&full).map_err(crate::store::StoreError::Name)?;
+        if self.caller.is_some() {
+            match self.dir(&name)?.read_meta() {
+                Ok(meta) => self.check_access("workspace", &name, &meta.spec)?,
+                Err(crate::store::workspace_dir::WorkspaceDirError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(Workspace { all: self, name })
     }
 
-    /// The workspace called `name` without checking the name, for the
-    /// crate's own calls on a name it already holds.
-    pub(crate) fn at<'a>(&'a self, name: &'a str) -> Workspace<'a> {
-        Workspace { all: self, name }
+    /// The workspace with full name `name`, unchecked, for the crate's own
+    /// calls on a name it already holds.
+    pub(crate) fn at(&self, name: &str) -> Workspace<'_> {
+        Workspace {
+            all: self,
+            name: FullName::held(name),
+        }
     }
 }
 
-impl<'a> Workspace<'a> {
-    /// Its name.
-    pub fn name(self) -> &'a str {
-        self.name
+impl Workspace<'_> {
+    /// Its full name.
+    pub fn name(&self) -> &str {
+        self.name.as_str()
     }
 }
 
 impl Workspace<'_> {
     /// Reads a workspace, first recording a crash if its VMM died.
     pub fn get(self) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = ws.read_meta()?;
         if !vmm_died(&meta) {
@@ -84,7 +98,7 @@ impl Workspace<'_> {
     /// The record plus ages, disk use, its network as it is now and,
     /// while it runs on the `user` network, its egress refusals.
     pub fn inspect(self) -> Result<WorkspaceInfo> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let meta = self.get()?;
         // A VMM that does not answer leaves the rest to show.
         let refused = match meta.state.has_vmm() {

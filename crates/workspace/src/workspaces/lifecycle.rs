@@ -52,7 +52,7 @@ impl Workspace<'_> {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let meta = all.start_maybe_warm(name, timeout, progress, false).await?;
         all.clone_pending_repo(name).await?;
         Ok(meta)
@@ -65,7 +65,7 @@ impl Workspace<'_> {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let meta = all.start_maybe_warm(name, timeout, progress, true).await?;
         all.clone_pending_repo(name).await?;
         Ok(meta)
@@ -289,7 +289,7 @@ impl Workspace<'_> {
     /// the VM is torn down. Stopping a stopped or crashed workspace does
     /// nothing.
     pub async fn stop(self, timeout: Duration) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = self.get()?;
         let Some(rt) = meta.runtime.clone().filter(|_| meta.state.has_vmm()) else {
@@ -335,7 +335,7 @@ impl Workspace<'_> {
     /// Tears the VM down at once (SIGKILL to its VMM). Guest writes not yet
     /// on the disk are lost.
     pub fn halt(self) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         self.get()?;
         let (_lock, _) = all.lock_existing(name)?;
         all.halt_locked(name)
@@ -368,7 +368,7 @@ impl Workspace<'_> {
     /// Deletes it and everything it has. A running one is refused
     /// unless `options.force`, which halts it first.
     pub fn delete(self, options: DeleteOptions) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         self.get()?;
         let (lock, meta) = all.lock_existing(name)?;
@@ -424,7 +424,7 @@ impl Workspace<'_> {
     /// Sets the TTL (seconds from each start; from now if it is running),
     /// or removes it.
     pub fn set_ttl(self, ttl_secs: Option<u64>) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         if let Some(ttl) = ttl_secs {
             all.limits.check_ttl(ttl)?;
         }
@@ -451,7 +451,7 @@ impl Workspace<'_> {
     /// that much later, and the TTL of later starts grows by as much (a
     /// workspace without a TTL gets one of `by_secs`, from now if it runs).
     pub fn extend_ttl(self, by_secs: u64) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         if by_secs == 0 {
             return Err(Error::InvalidInput("extend the TTL by at least 1 s".into()));
         }

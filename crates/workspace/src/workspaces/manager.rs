@@ -54,6 +54,9 @@ pub struct ListFilter {
     pub image: Option<String>,
     /// Only workspaces with all these labels.
     pub labels: Vec<(String, String)>,
+    /// Other agents' workspaces too (an agent's view lists only what it
+    /// may use otherwise); they stay FORBIDDEN to use.
+    pub all_agents: bool,
 }
 
 /// The workspaces of one state directory.
@@ -101,6 +104,11 @@ pub struct Workspaces {
     pub(crate) warm_dir: Option<PathBuf>,
     /// The program task supervisors run as (`task supervise ID`).
     pub(crate) task_program: Option<PathBuf>,
+    /// The namespace short names are in, and listings show (`*`: all).
+    pub(crate) namespace: String,
+    /// The MCP session this view acts for (none: the host's human, who
+    /// may use everything).
+    pub(crate) caller: Option<std::sync::Arc<crate::agents::access::Caller>>,
 }
 
 /// The kernel variant built images are imported with: the one built, or
@@ -132,6 +140,8 @@ impl Workspaces {
             limits: LIMITS,
             warm_dir: None,
             task_program: None,
+            namespace: crate::store::name::DEFAULT_NAMESPACE.to_owned(),
+            caller: None,
         }
     }
 
@@ -194,7 +204,7 @@ impl Workspaces {
     /// Workspaces that use image `name`.
     pub fn image_users(&self, image: &str) -> Result<Vec<String>> {
         Ok(self
-            .list(&ListFilter {
+            .list_everywhere(&ListFilter {
                 image: Some(image.to_owned()),
                 ..ListFilter::default()
             })?
@@ -233,7 +243,12 @@ impl Workspaces {
     }
 
     /// Creates a stopped workspace with its writable disk.
+    /// `name` is in this view's namespace (or a full name in its own); an
+    /// agent's session owns what it creates.
     pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
+        let full = self.full_name(name)?;
+        let name = full.as_str();
+        let spec = self.owned_by_caller(spec);
         let ws = self.dir(name)?;
         spec.validate_within(&self.limits)?;
         self.check_budget_disk()?;
@@ -266,6 +281,7 @@ impl Workspaces {
             crate::pause_point::pause_point("create:disk");
             let meta = Meta {
                 name: name.to_owned(),
+                namespace: crate::store::name::namespace_of(name).to_owned(),
                 spec: spec.with_image(image),
                 created_at_ms: now_ms(),
                 state: State::Stopped,
@@ -306,7 +322,9 @@ impl Workspaces {
             if self.at(&name).delete_if_orphaned(&meta) {
                 continue;
             }
-            let keep = filter.state.is_none_or(|s| s == meta.state)
+            let keep = crate::store::name::in_namespace(&name, &self.namespace)
+                && (filter.all_agents || self.may_see(&meta.spec))
+                && filter.state.is_none_or(|s| s == meta.state)
                 && filter.image.as_ref().is_none_or(|i| *i == meta.spec.image)
                 && filter
                     .labels
@@ -370,7 +388,7 @@ pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     // Life-cycle tests that need no KVM: a fake image, and fake VMM processes.
 
     use super::*;
@@ -383,9 +401,9 @@ mod tests {
     use crate::store::workspace_dir::VMM_LOG;
     use crate::vmm::confinement::seccomp_violation;
 
-    struct Fixture {
+    pub(crate) struct Fixture {
         root: PathBuf,
-        ws: Workspaces,
+        pub(crate) ws: Workspaces,
     }
 
     impl Drop for Fixture {
@@ -394,7 +412,7 @@ mod tests {
         }
     }
 
-    fn fixture(test: &str, vmm_binary: &str) -> Fixture {
+    pub(crate) fn fixture(test: &str, vmm_binary: &str) -> Fixture {
         let root = PathBuf::from(format!("/tmp/ma-mgr-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let src = root.join("src");
@@ -406,7 +424,7 @@ mod tests {
         Fixture { root, ws }
     }
 
-    fn spec() -> WorkspaceSpec {
+    pub(crate) fn spec() -> WorkspaceSpec {
         WorkspaceSpec {
             image: "fake".into(),
             disk_mib: 64,
@@ -415,7 +433,7 @@ mod tests {
     }
 
     /// Whether mkfs.ext4 is here (else `test` is recorded as skipped).
-    fn have_mkfs(test: &str) -> bool {
+    pub(crate) fn have_mkfs(test: &str) -> bool {
         crate::test_support::have_mkfs(test, host_tool("mkfs.ext4").is_some())
     }
 
@@ -746,7 +764,7 @@ mod tests {
         for name in dead.iter().chain([&live]) {
             std::fs::create_dir_all(dir.join(name)).unwrap();
         }
-        assert!(f.ws.snapshot_list(None).unwrap().is_empty());
+        assert!(f.ws.snapshot_list(None, false).unwrap().is_empty());
         let left: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

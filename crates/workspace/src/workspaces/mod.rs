@@ -15,4 +15,5 @@ pub(crate) mod ports;
 pub(crate) mod repos;
 pub(crate) mod secrets;
 pub(crate) mod tasks;
+pub(crate) mod tenancy;
 pub(crate) mod volumes;

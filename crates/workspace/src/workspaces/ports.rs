@@ -20,7 +20,7 @@ impl Workspace<'_> {
     /// use, or published to another guest port, changes nothing; the same
     /// mapping again is done already.
     pub fn publish_port(self, mapping: PortMapping) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = self.get()?;
         if meta.spec.ports.contains(&mapping) {
@@ -52,7 +52,7 @@ impl Workspace<'_> {
 
     /// Stops publishing the host address `host_ip`:`host_port` of it (open connections run on). NOT_FOUND when it is not published.
     pub fn unpublish_port(self, host_ip: IpAddr, host_port: u16) -> Result<Meta> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = self.get()?;
         let addr = SocketAddr::new(host_ip, host_port);

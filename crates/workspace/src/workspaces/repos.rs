@@ -203,7 +203,7 @@ impl Workspace<'_> {
 
     /// [`Workspace::pull_repo`] into `host_ref`.
     pub(crate) async fn pull_repo_to(self, host_ref: &str) -> Result<RepoPull> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let (checkout, base) = self.checkout()?;
         let info = all.repos().get(&checkout.repo)?;
         let req = script(PULL_SCRIPT, [base.as_str(), GUEST_PULL_BUNDLE])
@@ -259,7 +259,7 @@ impl Workspace<'_> {
     /// The workspace's changes since the clone's base, committed or not,
     /// as a unified diff (`stat`: a summary per file instead).
     pub async fn repo_diff(self, stat: bool) -> Result<String> {
-        let (all, name) = (self.all, self.name);
+        let (all, name) = (self.all, self.name.as_str());
         let (_, base) = self.checkout()?;
         let mut argv = vec!["git", "diff", "--no-color", "--no-ext-diff"];
         if stat {

@@ -20,7 +20,7 @@ impl Workspaces {
     /// Every workspace's volume mounts, with whether its VMM runs.
     fn volume_mounts(&self) -> Result<Vec<(Meta, VolumeMount)>> {
         Ok(self
-            .list(&ListFilter::default())?
+            .list_everywhere(&ListFilter::default())?
             .into_iter()
             .flat_map(|meta| {
                 let mounts = meta.spec.volumes.clone();

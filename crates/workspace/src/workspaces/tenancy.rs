@@ -1,0 +1,254 @@
+//! A view's namespace and caller: which names it means, what it lists and
+//! what it may use (the rule itself is `agents::access`), and sharing.
+
+use std::sync::Arc;
+
+use crate::agents::access::{may_use, Caller};
+use crate::error::{Error, Result};
+use crate::store::name::{full_name, validate_namespace, ALL_NAMESPACES};
+use crate::store::spec::{Meta, WorkspaceSpec};
+use crate::store::StoreError;
+use crate::workspaces::handle::Workspace;
+use crate::workspaces::manager::{ListFilter, Workspaces};
+
+impl Workspaces {
+    /// The same workspaces seen from `namespace`: short names are in it
+    /// and listings show it (`*`: every namespace; short names are then in
+    /// the default one).
+    pub fn in_namespace(&self, namespace: &str) -> Result<Self> {
+        if namespace != ALL_NAMESPACES {
+            validate_namespace(namespace)
+                .map_err(|e| Error::InvalidInput(format!("namespace `{namespace}`: {e}")))?;
+        }
+        let mut view = self.clone();
+        view.namespace = namespace.to_owned();
+        Ok(view)
+    }
+
+    /// The namespace of this view.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The same workspaces seen by an MCP session: what its agent creates
+    /// is its own, and other agents' things are FORBIDDEN to it.
+    pub fn for_caller(&self, caller: Arc<Caller>) -> Self {
+        let mut view = self.clone();
+        view.caller = Some(caller);
+        view
+    }
+
+    /// The session this view acts for (none: the host).
+    pub fn caller(&self) -> Option<&Caller> {
+        self.caller.as_deref()
+    }
+
+    /// Every workspace that matches `filter`, in every namespace and of
+    /// every agent: what the host's own checks (images, volumes and
+    /// networks in use) look at.
+    pub(crate) fn list_everywhere(&self, filter: &ListFilter) -> Result<Vec<Meta>> {
+        let mut host = self.clone();
+        host.namespace = ALL_NAMESPACES.to_owned();
+        host.caller = None;
+        host.list(filter)
+    }
+
+    /// The full name `name` means here.
+    pub(crate) fn full_name(&self, name: &str) -> Result<String> {
+        full_name(&self.namespace, name).map_err(|e| StoreError::Name(e).into())
+    }
+
+    /// `spec` as this view creates it: an agent's session owns it; a
+    /// session without an agent makes it nobody's.
+    pub(crate) fn owned_by_caller(&self, spec: WorkspaceSpec) -> WorkspaceSpec {
+        match &self.caller {
+            Some(caller) => WorkspaceSpec {
+                agent: caller.agent(),
+                shared_with: Vec::new(),
+                ..spec
+            },
+            None => spec,
+        }
+    }
+
+    /// Whether this view may use a thing made with `spec`.
+    pub(crate) fn may_see(&self, spec: &WorkspaceSpec) -> bool {
+        may_use(self.caller(), spec.agent.as_deref(), &spec.shared_with)
+    }
+
+    /// FORBIDDEN unless this view may use the `kind` called `name`.
+    pub(crate) fn check_access(
+        &self,
+        kind: &'static str,
+        name: &str,
+        spec: &WorkspaceSpec,
+    ) -> Result<()> {
+        if self.may_see(spec) {
+            return Ok(());
+        }
+        Err(Error::OwnedByAnotherAgent {
+            kind,
+            name: name.to_owned(),
+            owner: spec.agent.clone().unwrap_or_default(),
+        })
+    }
+}
+
+impl Workspace<'_> {
+    /// Lets agent `agent` use this workspace (and snapshots taken from now
+    /// on), or with `share: false` no longer. Only its owner may (or the
+    /// host); a workspace no agent owns needs no sharing (INVALID_INPUT).
+    pub fn share_with(self, agent: &str, share: bool) -> Result<Meta> {
+        crate::agents::AgentStore::check(agent, &[]).map_err(Error::Agents)?;
+        let (all, name) = (self.all, self.name.as_str());
+        let (_lock, mut meta) = all.lock_existing(name)?;
+        let Some(owner) = meta.spec.agent.clone() else {
+            return Err(Error::InvalidInput(format!(
+                "workspace `{name}` belongs to no agent: every session may use it already"
+            )));
+        };
+        let me = all.caller().map(|c| c.agent());
+        if me
+            .as_ref()
+            .is_some_and(|me| me.as_deref() != Some(owner.as_str()))
+        {
+            return Err(Error::OwnedByAnotherAgent {
+                kind: "workspace",
+                name: name.to_owned(),
+                owner,
+            });
+        }
+        meta.spec.shared_with.retain(|a| a != agent);
+        if share && agent != owner {
+            meta.spec.shared_with.push(agent.to_owned());
+        }
+        all.dir(name)?.write_meta(&meta)?;
+        Ok(meta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::code::ErrorCode;
+    use crate::store::name::ALL_NAMESPACES;
+    use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
+
+    fn names(ws: &Workspaces, all_agents: bool) -> Vec<String> {
+        let filter = ListFilter {
+            all_agents,
+            ..ListFilter::default()
+        };
+        let listed = ws.list(&filter).unwrap();
+        listed.into_iter().map(|m| m.name).collect()
+    }
+
+    #[test]
+    fn names_are_unique_per_namespace() {
+        if !have_mkfs("names_are_unique_per_namespace") {
+            return;
+        }
+        let f = fixture("namespaces", "/nonexistent");
+        let team = f.ws.in_namespace("team-a").unwrap();
+        f.ws.create("dev", spec()).unwrap();
+        let made = team.create("dev", spec()).unwrap();
+        assert_eq!(
+            (made.name.as_str(), made.namespace.as_str()),
+            ("dev.team-a", "team-a")
+        );
+        assert_eq!(names(&f.ws, false), ["dev"]);
+        assert_eq!(names(&team, false), ["dev.team-a"]);
+        let everywhere = f.ws.in_namespace(ALL_NAMESPACES).unwrap();
+        assert_eq!(names(&everywhere, false), ["dev", "dev.team-a"]);
+        // The short name means the view's namespace; the full one works
+        // from any.
+        assert_eq!(
+            team.workspace("dev").unwrap().get().unwrap().name,
+            "dev.team-a"
+        );
+        assert_eq!(f.ws.workspace("dev.team-a").unwrap().name(), "dev.team-a");
+        let taken = team.create("dev", spec()).unwrap_err();
+        assert_eq!(taken.code(), ErrorCode::Conflict);
+        let bad = f.ws.in_namespace("Team").unwrap_err();
+        assert_eq!(bad.code(), ErrorCode::InvalidInput);
+        let shortcut = f.ws.workspace("dev.default").unwrap_err();
+        assert_eq!(shortcut.code(), ErrorCode::InvalidInput);
+    }
+
+    #[test]
+    fn agents_own_what_their_sessions_make() {
+        if !have_mkfs("agents_own_what_their_sessions_make") {
+            return;
+        }
+        let f = fixture("owners", "/nonexistent");
+        let session = |agent: Option<&str>| {
+            let caller = Arc::new(Caller::new());
+            if let Some(agent) = agent {
+                caller.set_agent(agent);
+            }
+            f.ws.for_caller(caller)
+        };
+        let (a, b, anonymous) = (session(Some("a")), session(Some("b")), session(None));
+        let made = a.create("mine", spec()).unwrap();
+        assert_eq!(made.spec.agent.as_deref(), Some("a"));
+        anonymous.create("common", spec()).unwrap();
+        let refused = b.workspace("mine").unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
+        assert_eq!(
+            anonymous.workspace("mine").unwrap_err().code(),
+            ErrorCode::Forbidden
+        );
+        assert_eq!(names(&b, false), ["common"]);
+        assert_eq!(names(&b, true), ["common", "mine"], "listed, still refused");
+        assert_eq!(names(&f.ws, false), ["common", "mine"], "the host sees all");
+        let snap = a
+            .workspace("mine")
+            .unwrap()
+            .snapshot_take(Some("s1"))
+            .unwrap();
+        assert_eq!(
+            b.snapshot_get(&snap.name).unwrap_err().code(),
+            ErrorCode::Forbidden
+        );
+        assert_eq!(
+            b.snapshot_delete(&snap.name).unwrap_err().code(),
+            ErrorCode::Forbidden
+        );
+        assert!(b.snapshot_list(None, false).unwrap().is_empty());
+        assert_eq!(b.snapshot_list(None, true).unwrap().len(), 1);
+        assert_eq!(a.snapshot_list(None, false).unwrap().len(), 1);
+        // Only the owner shares.
+        let not_owner = b
+            .workspace("common")
+            .unwrap()
+            .share_with("b", true)
+            .unwrap_err();
+        assert_eq!(not_owner.code(), ErrorCode::InvalidInput);
+        a.workspace("mine").unwrap().share_with("b", true).unwrap();
+        assert_eq!(
+            b.workspace("mine").unwrap().get().unwrap().spec.shared_with,
+            ["b"]
+        );
+        let reshare = b
+            .workspace("mine")
+            .unwrap()
+            .share_with("c", true)
+            .unwrap_err();
+        assert_eq!(reshare.code(), ErrorCode::Forbidden);
+        a.workspace("mine").unwrap().share_with("b", false).unwrap();
+        assert_eq!(
+            b.workspace("mine").unwrap_err().code(),
+            ErrorCode::Forbidden
+        );
+        // Nobody else's record changes hands: an agent making a workspace
+        // cannot name another owner.
+        let claimed = crate::WorkspaceSpec {
+            agent: Some("a".into()),
+            ..spec()
+        };
+        assert_eq!(
+            b.create("claim", claimed).unwrap().spec.agent.as_deref(),
+            Some("b")
+        );
+    }
+}
