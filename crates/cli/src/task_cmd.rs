@@ -195,7 +195,7 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             }
         }
         TaskCommand::Ls => {
-            let all = ws.list_tasks()?;
+            let all = ws.list_tasks(true)?;
             if json {
                 output::json(&all);
             } else {

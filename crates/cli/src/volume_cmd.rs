@@ -124,7 +124,7 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
             }
         }
         VolumeCommand::Ls => {
-            let all = ws.list_volumes()?;
+            let all = ws.list_volumes(true)?;
             if json {
                 output::json(&all);
             } else {

@@ -42,6 +42,9 @@ pub fn mounts(params: &[VolumeParam]) -> Vec<VolumeMount> {
 pub struct CreateVolumeParams {
     /// The new volume's name (lowercase letters, digits, '-').
     pub name: String,
+    /// The namespace it goes in (default: the session's).
+    #[serde(default)]
+    pub namespace: Option<String>,
     /// Its size in MiB (default 1024, or what the source needs; sparse:
     /// it takes the host space its files use).
     #[serde(default)]
@@ -55,6 +58,19 @@ pub struct CreateVolumeParams {
     /// beneath one of the server's host roots.
     #[serde(default)]
     pub from_tar: Option<String>,
+}
+
+/// `volume_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeListParams {
+    /// The namespace to list (default: the session's); `*` lists every
+    /// namespace.
+    pub namespace: Option<String>,
+    /// Other agents' volumes too (FORBIDDEN to use unless shared);
+    /// default false.
+    #[serde(default)]
+    pub all_agents: bool,
 }
 
 /// `volume_inspect`.

@@ -178,9 +178,8 @@ impl MicroagentServer {
         };
         let namespace = p.namespace;
         let meta = self
-            .on_workspace(&p.name, move |ws, name| match &namespace {
-                Some(namespace) => ws.in_namespace(namespace)?.create(name, spec),
-                None => ws.create(name, spec),
+            .on_workspace(&p.name, move |ws, name| {
+                super::seen_from(ws, namespace.as_deref())?.create(name, spec)
             })
             .await?;
         if p.session_scoped {
@@ -407,10 +406,7 @@ impl MicroagentServer {
         };
         let namespace = p.namespace;
         let workspaces = self
-            .blocking(move |ws| match &namespace {
-                Some(namespace) => Ok(ws.in_namespace(namespace)?.list(&filter)?),
-                None => Ok(ws.list(&filter)?),
-            })
+            .blocking(move |ws| Ok(super::seen_from(ws, namespace.as_deref())?.list(&filter)?))
             .await?;
         Ok(Out(ListResult {
             count: workspaces.len(),

@@ -56,6 +56,14 @@ impl MicroagentServer {
     }
 }
 
+/// `ws` seen from `namespace` when a call names one (else the session's).
+pub(crate) fn seen_from(ws: &Workspaces, namespace: Option<&str>) -> workspace::Result<Workspaces> {
+    match namespace {
+        Some(namespace) => ws.in_namespace(namespace),
+        None => Ok(ws.clone()),
+    }
+}
+
 /// The `action` of a preview (`would ...`) or of what was done (`did ...`).
 pub(crate) fn would_or_did(preview: bool, action: &str) -> String {
     format!("{} {action}", if preview { "would" } else { "did" })

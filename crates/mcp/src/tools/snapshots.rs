@@ -97,10 +97,7 @@ impl MicroagentServer {
     ) -> ToolResult<SnapshotListResult> {
         let snapshots = self
             .blocking(move |ws| {
-                let ws = match &p.namespace {
-                    Some(namespace) => ws.in_namespace(namespace)?,
-                    None => ws.clone(),
-                };
+                let ws = super::seen_from(ws, p.namespace.as_deref())?;
                 Ok(ws.snapshot_list(p.workspace.as_deref(), p.all_agents)?)
             })
             .await?;

@@ -41,16 +41,18 @@ impl MicroagentServer {
             (None, Some(tar)) => VolumeSource::Tar(self.host_roots.existing(tar)?),
             (None, None) => VolumeSource::Empty,
         };
-        let size = p.size_mib;
+        let (size, namespace) = (p.size_mib, p.namespace);
         let volume = self
             .on_workspace(&p.name, move |ws, name| {
-                ws.create_volume(name, size, &source)
+                super::seen_from(ws, namespace.as_deref())?.create_volume(name, size, &source)
             })
             .await?;
         Ok(Out(VolumeResult { volume }))
     }
 
-    /// Every volume: size, host space used, and the workspaces that mount it.
+    /// Every volume of this namespace (namespace: "*" for all) this
+    /// session may use (all_agents: true for every agent's): size, host
+    /// space used, and the workspaces that mount it.
     #[tool(
         output_schema = crate::output::schema::<VolumeList>(),
         annotations(
@@ -61,8 +63,16 @@ impl MicroagentServer {
         open_world_hint = false
     )
     )]
-    async fn volume_list(&self) -> ToolResult<VolumeList> {
-        let volumes = self.blocking(|ws| Ok(ws.list_volumes()?)).await?;
+    async fn volume_list(
+        &self,
+        Parameters(p): Parameters<VolumeListParams>,
+    ) -> ToolResult<VolumeList> {
+        let volumes = self
+            .blocking(move |ws| {
+                let ws = super::seen_from(ws, p.namespace.as_deref())?;
+                Ok(ws.list_volumes(p.all_agents)?)
+            })
+            .await?;
         Ok(Out(VolumeList { volumes }))
     }
 

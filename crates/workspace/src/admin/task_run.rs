@@ -114,6 +114,8 @@ impl Workspaces {
             image: info.image.clone(),
             mem_mib: task_mem(&info),
             owner: Owner::this_process(),
+            // The asking agent's, as the task is.
+            agent: info.agent.clone(),
             volumes: vec![VolumeMount {
                 name: cache,
                 path: CACHE_MOUNT.into(),
@@ -208,6 +210,7 @@ impl Workspaces {
     /// what it committed at `refs/tasks/<id>` (no merge) and removes the
     /// workspace. A task that already ended is left as it is.
     pub async fn cancel_task(&self, id: &str) -> Result<TaskInfo> {
+        self.task_info(id)?;
         let info = self.tasks().update(id, |t| {
             if !t.status.is_final() {
                 t.cancelled = true;

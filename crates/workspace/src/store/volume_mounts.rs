@@ -67,7 +67,7 @@ impl VolumeMount {
 
     /// Checks the name's form and the guest path.
     pub fn validate(&self) -> Result<(), VolumeMountError> {
-        crate::store::name::validate_name(&self.name)
+        crate::store::name::validate_full_name(&self.name)
             .map_err(|e| VolumeMountError(format!("volume name `{}`: {e}", self.name)))?;
         let bad = |why: &str| {
             Err(VolumeMountError(format!(

@@ -210,6 +210,17 @@ pub struct TaskInfo {
     /// `wait_next_event` has returned its end.
     #[serde(default)]
     pub reported: bool,
+    /// The namespace it was asked for in.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// The agent whose session asked for it: its workspace is the agent's
+    /// too, and other agents may not see or change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+fn default_namespace() -> String {
+    crate::store::name::DEFAULT_NAMESPACE.to_owned()
 }
 
 /// Task settings of `config.json`'s `task` object.
@@ -401,10 +412,10 @@ pub fn workspace_of(id: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn info(id: &str, created_ms: u64) -> TaskInfo {
+    pub(crate) fn info(id: &str, created_ms: u64) -> TaskInfo {
         TaskInfo {
             task_id: id.into(),
             status: TaskStatus::Pending,
@@ -430,6 +441,8 @@ mod tests {
             exec_id: None,
             cancelled: false,
             reported: false,
+            namespace: default_namespace(),
+            agent: None,
         }
     }
 

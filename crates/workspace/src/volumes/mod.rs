@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::code::ErrorCode;
 use crate::host::settings::{now_ms, unique_id};
 use crate::remedy::Remedy;
-use crate::store::name::{validate_name, NameError};
+use crate::store::name::{validate_full_name, NameError};
 use crate::store::volume_mounts::VolumeMount;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
@@ -126,6 +126,8 @@ struct VolumeRecord {
     created_at_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    agent: Option<String>,
 }
 
 /// A volume as front ends show it.
@@ -143,6 +145,9 @@ pub struct VolumeInfo {
     /// What it was filled from (`dir PATH`, `tar PATH`), if anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The agent that owns it (made by that agent's MCP session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// The workspaces that mount it.
     #[serde(default)]
     pub holders: Vec<VolumeHolder>,
@@ -191,7 +196,7 @@ impl VolumeStore {
     }
 
     fn dir(&self, name: &str) -> Result<PathBuf, VolumeError> {
-        validate_name(name).map_err(|source| VolumeError::Name {
+        validate_full_name(name).map_err(|source| VolumeError::Name {
             name: name.to_owned(),
             source,
         })?;
@@ -206,11 +211,13 @@ impl VolumeStore {
     /// Makes volume `name` of `size_mib` (default [`DEFAULT_SIZE_MIB`], or
     /// what the source needs) from `source`. Nothing is left behind when
     /// it fails.
+    /// `agent` owns it, if given.
     pub fn create(
         &self,
         name: &str,
         size_mib: Option<u64>,
         source: &VolumeSource,
+        agent: Option<String>,
     ) -> Result<VolumeInfo, VolumeError> {
         let dir = self.dir(name)?;
         if let Some(size) = size_mib {
@@ -235,6 +242,7 @@ impl VolumeStore {
                 size_mib,
                 created_at_ms: now_ms(),
                 source: source.describe(),
+                agent,
             };
             write_json_atomic(&work.join(VOLUME_RECORD), &record)?;
             // The rename is the create: another one of the same name loses.
@@ -270,6 +278,7 @@ impl VolumeStore {
             used_bytes,
             created_at_ms: record.created_at_ms,
             source: record.source,
+            agent: record.agent,
             holders: Vec::new(),
         })
     }

@@ -45,22 +45,24 @@ fn stat(store: &VolumeStore, name: &str, path: &str) -> String {
 #[test]
 fn an_empty_volume_is_sparse_and_owned_by_the_guest_user() {
     let Some((_s, store)) = scratch() else { return };
-    let v = store.create("cache", None, &VolumeSource::Empty).unwrap();
+    let v = store
+        .create("cache", None, &VolumeSource::Empty, None)
+        .unwrap();
     assert_eq!(v.size_mib, DEFAULT_SIZE_MIB);
     assert!(v.used_bytes < 64 << 20, "not sparse: {v:?}");
     assert!(stat(&store, "cache", "/").contains("User:  1000   Group:  1000"));
     assert_eq!(store.list().unwrap().len(), 1);
     // The name is taken; a bad name or size changes nothing.
     let again = store
-        .create("cache", None, &VolumeSource::Empty)
+        .create("cache", None, &VolumeSource::Empty, None)
         .unwrap_err();
     assert_eq!(again.code(), ErrorCode::Conflict);
     let bad = store
-        .create("Cache", None, &VolumeSource::Empty)
+        .create("Cache", None, &VolumeSource::Empty, None)
         .unwrap_err();
     assert_eq!(bad.code(), ErrorCode::InvalidInput);
     let small = store
-        .create("tiny", Some(1), &VolumeSource::Empty)
+        .create("tiny", Some(1), &VolumeSource::Empty, None)
         .unwrap_err();
     assert_eq!(small.code(), ErrorCode::InvalidInput);
     assert_eq!(store.list().unwrap().len(), 1);
@@ -76,7 +78,7 @@ fn a_directory_becomes_the_guest_users_files_with_their_modes() {
     std::fs::write(src.join("sub/data"), vec![7u8; 10_000]).unwrap();
     std::os::unix::fs::symlink("run.sh", src.join("link")).unwrap();
     let v = store
-        .create("data", Some(32), &VolumeSource::Dir(src.clone()))
+        .create("data", Some(32), &VolumeSource::Dir(src.clone()), None)
         .unwrap();
     assert_eq!(
         v.source.as_deref(),
@@ -98,19 +100,24 @@ fn a_directory_becomes_the_guest_users_files_with_their_modes() {
         "an existing file is kept"
     );
     let copy = store
-        .create("copy", None, &VolumeSource::Tar(tar_path))
+        .create("copy", None, &VolumeSource::Tar(tar_path), None)
         .unwrap();
     assert_eq!(copy.source.map(|s| s.starts_with("tar ")), Some(true));
     assert!(stat(&store, "copy", "/sub/data").contains("Size: 10000"));
 
     // A source that is too big for the size asked, or not a directory.
     let err = store
-        .create("small", Some(16), &VolumeSource::Dir(s.0.join("nothing")))
+        .create(
+            "small",
+            Some(16),
+            &VolumeSource::Dir(s.0.join("nothing")),
+            None,
+        )
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidInput);
     std::fs::write(src.join("big"), vec![1u8; 20 << 20]).unwrap();
     let err = store
-        .create("small", Some(16), &VolumeSource::Dir(src))
+        .create("small", Some(16), &VolumeSource::Dir(src), None)
         .unwrap_err();
     assert!(err.to_string().contains("give a larger size"), "{err}");
     assert!(matches!(store.get("small"), Err(VolumeError::NotFound(_))));
@@ -120,7 +127,7 @@ fn a_directory_becomes_the_guest_users_files_with_their_modes() {
 fn a_mounted_volume_is_not_removed() {
     let Some((_s, store)) = scratch() else { return };
     store
-        .create("keep", Some(16), &VolumeSource::Empty)
+        .create("keep", Some(16), &VolumeSource::Empty, None)
         .unwrap();
     let err = store.remove("keep", vec!["ws".into()]).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Conflict);

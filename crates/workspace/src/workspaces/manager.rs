@@ -248,7 +248,7 @@ impl Workspaces {
     pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
         let full = self.full_name(name)?;
         let name = full.as_str();
-        let spec = self.owned_by_caller(spec);
+        let spec = self.volumes_named_in(name, self.owned_by_caller(spec))?;
         let ws = self.dir(name)?;
         spec.validate_within(&self.limits)?;
         self.check_budget_disk()?;

@@ -53,7 +53,7 @@ impl Workspaces {
     pub fn task_slots(&self) -> Result<Slots> {
         let max = self.max_slots(&self.task_config()?);
         let active: Vec<ActiveSlot> = self
-            .list_tasks()?
+            .all_tasks()?
             .into_iter()
             .filter(|t| !t.status.is_final())
             .filter_map(|t| {
@@ -148,6 +148,11 @@ impl Workspaces {
             exec_id: None,
             cancelled: false,
             reported: false,
+            namespace: match self.namespace() {
+                crate::store::name::ALL_NAMESPACES => crate::store::name::DEFAULT_NAMESPACE.into(),
+                namespace => namespace.to_owned(),
+            },
+            agent: self.creating_agent(),
         };
         let store = self.tasks();
         store.insert(&info)?;
@@ -223,8 +228,10 @@ impl Workspaces {
 
     /// Task `id`; one whose supervisor is gone before its end is marked
     /// failed first.
+    /// FORBIDDEN when another agent's session asked for it.
     pub fn task_info(&self, id: &str) -> Result<TaskInfo> {
         let info = self.tasks().get(id)?;
+        self.check_owner("task", id, info.agent.as_deref(), &[])?;
         Ok(self.reap_orphan(info))
     }
 
@@ -254,8 +261,21 @@ impl Workspaces {
             .unwrap_or(info)
     }
 
+    /// Every task of this view's namespace (`*`: all) this view may see,
+    /// or with `all_agents` every agent's, oldest first.
+    pub fn list_tasks(&self, all_agents: bool) -> Result<Vec<TaskInfo>> {
+        let mut tasks = self.all_tasks()?;
+        tasks.retain(|t| {
+            (self.namespace() == crate::store::name::ALL_NAMESPACES
+                || t.namespace == self.namespace())
+                && (all_agents
+                    || crate::agents::access::may_use(self.caller(), t.agent.as_deref(), &[]))
+        });
+        Ok(tasks)
+    }
+
     /// Every task, oldest first.
-    pub fn list_tasks(&self) -> Result<Vec<TaskInfo>> {
+    fn all_tasks(&self) -> Result<Vec<TaskInfo>> {
         Ok(self
             .tasks()
             .list()?
@@ -268,7 +288,7 @@ impl Workspaces {
     /// masked as they were written).
     pub fn task_logs(&self, id: &str, lines: usize) -> Result<TaskLogs> {
         let store = self.tasks();
-        store.get(id)?;
+        self.task_info(id)?;
         let path = store.log_path(id)?;
         let text = std::fs::read(&path).unwrap_or_default();
         let text = String::from_utf8_lossy(&text);
@@ -289,7 +309,7 @@ impl Workspaces {
         let deadline = Instant::now() + timeout.min(MAX_EVENT_WAIT);
         loop {
             let mut ended: Vec<TaskInfo> = self
-                .list_tasks()?
+                .list_tasks(false)?
                 .into_iter()
                 .filter(|t| t.status.is_final() && !t.reported)
                 .collect();

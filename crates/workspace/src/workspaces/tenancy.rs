@@ -76,21 +76,58 @@ impl Workspaces {
         may_use(self.caller(), spec.agent.as_deref(), &spec.shared_with)
     }
 
-    /// FORBIDDEN unless this view may use the `kind` called `name`.
+    /// FORBIDDEN unless this view may use the `kind` called `name`, made
+    /// with `spec`.
     pub(crate) fn check_access(
         &self,
         kind: &'static str,
         name: &str,
         spec: &WorkspaceSpec,
     ) -> Result<()> {
-        if self.may_see(spec) {
+        self.check_owner(kind, name, spec.agent.as_deref(), &spec.shared_with)
+    }
+
+    /// FORBIDDEN unless this view may use the `kind` called `name` that
+    /// `owner` owns and shared with `shared_with`.
+    pub(crate) fn check_owner(
+        &self,
+        kind: &'static str,
+        name: &str,
+        owner: Option<&str>,
+        shared_with: &[String],
+    ) -> Result<()> {
+        if may_use(self.caller(), owner, shared_with) {
             return Ok(());
         }
         Err(Error::OwnedByAnotherAgent {
             kind,
             name: name.to_owned(),
-            owner: spec.agent.clone().unwrap_or_default(),
+            owner: owner.unwrap_or_default().to_owned(),
         })
+    }
+
+    /// `spec` with its volumes named in `workspace`'s namespace, each one
+    /// that exists checked as the caller's to use.
+    pub(crate) fn volumes_named_in(
+        &self,
+        workspace: &str,
+        spec: WorkspaceSpec,
+    ) -> Result<WorkspaceSpec> {
+        let namespace = crate::store::name::namespace_of(workspace);
+        let mut spec = spec;
+        for m in &mut spec.volumes {
+            m.name = full_name(namespace, &m.name)
+                .map_err(|e| Error::InvalidInput(format!("volume `{}`: {e}", m.name)))?;
+            if let Ok(info) = self.volumes().get(&m.name) {
+                self.check_owner("volume", &m.name, info.agent.as_deref(), &[])?;
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The agent what this view creates belongs to.
+    pub(crate) fn creating_agent(&self) -> Option<String> {
+        self.caller().and_then(Caller::agent)
     }
 }
 
@@ -173,6 +210,50 @@ mod tests {
         assert_eq!(bad.code(), ErrorCode::InvalidInput);
         let shortcut = f.ws.workspace("dev.default").unwrap_err();
         assert_eq!(shortcut.code(), ErrorCode::InvalidInput);
+    }
+
+    #[test]
+    fn volumes_and_tasks_are_their_agents() {
+        if !have_mkfs("volumes_and_tasks_are_their_agents") {
+            return;
+        }
+        let f = fixture("owned-volumes", "/nonexistent");
+        let a = f.ws.for_caller(Arc::new(Caller::new()));
+        a.caller().unwrap().set_agent("a");
+        let b = f.ws.for_caller(Arc::new(Caller::new()));
+        b.caller().unwrap().set_agent("b");
+        let empty = crate::volumes::VolumeSource::Empty;
+        let made = a.create_volume("va", Some(16), &empty).unwrap();
+        assert_eq!(made.agent.as_deref(), Some("a"));
+        assert_eq!(b.inspect_volume("va").unwrap_err().code(), ErrorCode::Forbidden);
+        assert_eq!(b.delete_volume("va", true).unwrap_err().code(), ErrorCode::Forbidden);
+        assert!(b.list_volumes(false).unwrap().is_empty());
+        assert_eq!(b.list_volumes(true).unwrap().len(), 1);
+        let mounts = crate::WorkspaceSpec {
+            volumes: vec![crate::store::volume_mounts::VolumeMount {
+                name: "va".into(),
+                path: "/data".into(),
+                read_only: true,
+                own_copy: false,
+            }],
+            ..spec()
+        };
+        let refused = b.create("borrower", mounts.clone()).unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
+        // In a namespace, a short volume name is that namespace's.
+        let team = a.in_namespace("team-a").unwrap();
+        team.create_volume("va", Some(16), &empty).unwrap();
+        let made = team.create("user", mounts).unwrap();
+        assert_eq!(made.spec.volumes[0].name, "va.team-a");
+
+        let mut task = crate::tasks::tests::info("t1", 1);
+        task.agent = Some("a".into());
+        f.ws.tasks().insert(&task).unwrap();
+        assert_eq!(b.task_info("t1").unwrap_err().code(), ErrorCode::Forbidden);
+        assert!(b.list_tasks(false).unwrap().is_empty());
+        assert_eq!(b.list_tasks(true).unwrap().len(), 1);
+        assert_eq!(a.list_tasks(false).unwrap().len(), 1);
+        assert!(team.list_tasks(false).unwrap().is_empty(), "another namespace");
     }
 
     #[test]

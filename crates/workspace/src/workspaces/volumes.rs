@@ -35,39 +35,54 @@ impl Workspaces {
         Ok(holders_of(&self.volume_mounts()?, name))
     }
 
-    /// Volume `name` with its holders.
+    /// Volume `name` (in this view's namespace, or a full name) with its
+    /// holders; FORBIDDEN when another agent owns it.
     pub fn inspect_volume(&self, name: &str) -> Result<VolumeInfo> {
-        let mut info = self.volumes().get(name)?;
-        info.holders = self.volume_holders(name)?;
+        let name = self.full_name(name)?;
+        let mut info = self.volumes().get(&name)?;
+        self.check_owner("volume", &name, info.agent.as_deref(), &[])?;
+        info.holders = self.volume_holders(&name)?;
         Ok(info)
     }
 
-    /// Every volume with its holders, by name.
-    pub fn list_volumes(&self) -> Result<Vec<VolumeInfo>> {
+    /// Every volume in this view's namespace with its holders, by name: an
+    /// agent's view lists its own and nobody's, or with `all_agents` every
+    /// agent's (the others' stay FORBIDDEN to use).
+    pub fn list_volumes(&self, all_agents: bool) -> Result<Vec<VolumeInfo>> {
         let mounts = self.volume_mounts()?;
         let mut out = self.volumes().list()?;
+        out.retain(|info| {
+            crate::store::name::in_namespace(&info.name, &self.namespace)
+                && (all_agents
+                    || crate::agents::access::may_use(self.caller(), info.agent.as_deref(), &[]))
+        });
         for info in &mut out {
             info.holders = holders_of(&mounts, &info.name);
         }
         Ok(out)
     }
 
-    /// Makes volume `name` (see [`VolumeStore::create`]) when the host
-    /// budget leaves room.
+    /// Makes volume `name` (see [`VolumeStore::create`]) in this view's
+    /// namespace, its agent's when an agent's session makes it, when the
+    /// host budget leaves room.
     pub fn create_volume(
         &self,
         name: &str,
         size_mib: Option<u64>,
         source: &VolumeSource,
     ) -> Result<VolumeInfo> {
+        let name = self.full_name(name)?;
         self.check_budget_disk()?;
-        Ok(self.volumes().create(name, size_mib, source)?)
+        Ok(self
+            .volumes()
+            .create(&name, size_mib, source, self.creating_agent())?)
     }
 
     /// Removes volume `name` unless a workspace mounts it (CONFLICT naming
     /// them); with `preview` it only checks. Returns what goes.
     pub fn delete_volume(&self, name: &str, preview: bool) -> Result<VolumeInfo> {
         let info = self.inspect_volume(name)?;
+        let name = info.name.as_str();
         let holders: Vec<String> = info.holders.iter().map(|h| h.workspace.clone()).collect();
         if preview && holders.is_empty() {
             return Ok(info);
@@ -79,6 +94,8 @@ impl Workspaces {
     /// Writes volume `name`'s files to the new tar file `to`, unless a
     /// running workspace may be writing it.
     pub fn export_volume(&self, name: &str, to: &Path) -> Result<VolumeExport> {
+        let info = self.inspect_volume(name)?;
+        let name = info.name.as_str();
         if let Some(h) = self
             .volume_holders(name)?
             .into_iter()

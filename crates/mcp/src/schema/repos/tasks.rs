@@ -23,6 +23,9 @@ pub struct RunTaskParams {
     pub description: String,
     /// An allowlisted repository's alias (list_repos).
     pub repo: String,
+    /// The namespace it goes in (default: the session's).
+    #[serde(default)]
+    pub namespace: Option<String>,
     /// The workspace's image (default "debian"; it needs git).
     #[serde(default)]
     pub image: Option<String>,
@@ -60,6 +63,18 @@ pub struct RunTaskResult {
 pub struct TaskIdParams {
     /// The task's id (from run_task or list_tasks).
     pub task_id: String,
+}
+
+/// `list_tasks`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListTasksParams {
+    /// The namespace to list (default: the session's); `*` lists every
+    /// namespace.
+    pub namespace: Option<String>,
+    /// Other agents' tasks too (FORBIDDEN to use); default false.
+    #[serde(default)]
+    pub all_agents: bool,
 }
 
 /// `get_task_logs`.

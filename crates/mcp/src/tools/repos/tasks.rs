@@ -45,7 +45,12 @@ impl MicroagentServer {
         req.keep = p.keep;
         req.no_queue = p.no_queue;
         req.mem_mib = p.mem_mib;
-        let task = self.blocking(move |ws| Ok(ws.run_task(&req)?)).await?;
+        let namespace = p.namespace;
+        let task = self
+            .blocking(move |ws| {
+                Ok(crate::tools::seen_from(ws, namespace.as_deref())?.run_task(&req)?)
+            })
+            .await?;
         Ok(Out(RunTaskResult {
             task_id: task.task_id.clone(),
             task,
@@ -134,8 +139,13 @@ impl MicroagentServer {
         open_world_hint = false
     )
     )]
-    async fn list_tasks(&self) -> ToolResult<TaskList> {
-        let tasks = self.blocking(|ws| Ok(ws.list_tasks()?)).await?;
+    async fn list_tasks(&self, Parameters(p): Parameters<ListTasksParams>) -> ToolResult<TaskList> {
+        let tasks = self
+            .blocking(move |ws| {
+                let ws = crate::tools::seen_from(ws, p.namespace.as_deref())?;
+                Ok(ws.list_tasks(p.all_agents)?)
+            })
+            .await?;
         Ok(Out(TaskList { tasks }))
     }
 
