@@ -22,6 +22,7 @@ pub mod grants;
 pub mod host_roots;
 pub mod http;
 pub mod json_schema;
+pub mod long_calls;
 pub mod output;
 pub mod progress;
 pub mod register;

@@ -1,6 +1,6 @@
 //! The MCP server: a [`Workspaces`] behind a tool router. It keeps no state
 //! of its own beyond a count of the calls in flight, so shutdown can let
-//! them finish their cleanup.
+//! them finish their cleanup, and the long calls it runs as MCP tasks.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,9 +9,10 @@ use std::time::Duration;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListResourceTemplatesResult,
-    ListResourcesResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
+    Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
@@ -85,10 +86,13 @@ pub struct MicroagentServer {
     pub(crate) host_roots: Arc<HostRoots>,
     /// What the operator allowed beyond the defaults.
     pub(crate) grants: crate::Grants,
-    tool_router: ToolRouter<Self>,
-    inflight: Arc<Inflight>,
+    pub(crate) tool_router: ToolRouter<Self>,
+    pub(crate) inflight: Arc<Inflight>,
     /// This session's workspaces, deleted when it ends.
     pub(crate) session: Arc<crate::session::SessionScope>,
+    /// Long calls running or done as MCP tasks (shared by every session:
+    /// a stateless client's next request is a new session).
+    pub(crate) tasks: crate::long_calls::CallTasks,
 }
 
 impl MicroagentServer {
@@ -127,6 +131,7 @@ impl MicroagentServer {
             grants: crate::Grants::default(),
             tool_router,
             inflight: Arc::default(),
+            tasks: crate::long_calls::CallTasks::default(),
         }
     }
 
@@ -190,7 +195,7 @@ const ARGUMENT_ERROR: &str = "failed to deserialize parameters: ";
 /// SEP-1303: the model sees it and can correct itself); rmcp reports them as
 /// text only, so this gives them the INVALID_INPUT code every other tool
 /// error has.
-fn with_error_code(response: CallToolResponse) -> CallToolResponse {
+pub(crate) fn with_error_code(response: CallToolResponse) -> CallToolResponse {
     let CallToolResponse::Complete(result) = &response else {
         return response;
     };
@@ -218,6 +223,7 @@ impl ServerHandler for MicroagentServer {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_resources()
+            .enable_tasks()
             .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("microagent", env!("CARGO_PKG_VERSION")))
@@ -229,8 +235,11 @@ impl ServerHandler for MicroagentServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let _busy = self.inflight.enter();
         let name = request.name.to_string();
+        if crate::long_calls::answer_with_task(&name, &context) {
+            return Ok(CallToolResponse::Task(self.start_task(request, context)));
+        }
+        let _busy = self.inflight.enter();
         // Every call reports progress when the client asked for it: those
         // below with their own words, the rest with how long they have run.
         let mut heartbeat =
@@ -247,6 +256,31 @@ impl ServerHandler for MicroagentServer {
             None => work.await?,
         };
         Ok(with_error_code(response))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        Ok(GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.cancel_task(&request.task_id)
     }
 
     async fn list_resources(

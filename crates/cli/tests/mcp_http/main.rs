@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 mod conformance;
 mod session;
+mod tasks;
 
 const BIN: &str = env!("CARGO_BIN_EXE_microagent");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_http/client.py");
@@ -173,17 +174,22 @@ fn post(server: &Server, path: &str, headers: &[(&str, &str)], body: &str) -> Re
 
 /// The Python SDK's session: `spec` as client.py takes it.
 fn python(spec: Value) -> Result<Value, String> {
+    python_script(CLIENT, spec)
+}
+
+/// The SDK driver `script` with `spec`: the JSON it printed.
+fn python_script(script: &str, spec: Value) -> Result<Value, String> {
     let interpreter = testkit::mcp_python()?;
     let out = Command::new(interpreter)
-        .arg(CLIENT)
+        .arg(script)
         .arg(spec.to_string())
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| format!("running client.py: {e}"))?;
+        .map_err(|e| format!("running {script}: {e}"))?;
     if !out.status.success() {
-        return Err(format!("client.py failed: {}", out.status));
+        return Err(format!("{script} failed: {}", out.status));
     }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("client.py printed no JSON: {e}"))
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{script} printed no JSON: {e}"))
 }
 
 #[test]

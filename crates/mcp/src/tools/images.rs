@@ -13,7 +13,7 @@ use super::would_or_did;
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
 use crate::schema::images::*;
-use crate::MicroagentServer;
+use crate::{MicroagentServer, ToolError};
 
 /// Every file and symlink below `dir` (an image layout is a few levels deep).
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -172,11 +172,17 @@ impl MicroagentServer {
             insecure: p.insecure,
         };
         let images = self.ws.images().clone();
-        let pulled = with_pull_progress(&ctx, "reading the manifest".into(), |events| async move {
+        let pull = with_pull_progress(&ctx, "reading the manifest".into(), |events| async move {
             workspace::images::pull::pull(&images, &req, events).await
-        })
-        .await
-        .map_err(workspace::Error::from)?;
+        });
+        // A cancelled pull is dropped: it leaves no image and no partial
+        // download.
+        let pulled = tokio::select! {
+            pulled = pull => pulled.map_err(workspace::Error::from)?,
+            () = ctx.ct.cancelled() => {
+                return Err(ToolError::Cancelled("the pull was cancelled; nothing was registered".into()))
+            }
+        };
         Ok(Out(pulled))
     }
 

@@ -3,6 +3,8 @@
 //! converted as an import is and registered.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::oci::pull::{report, PullError, Remote};
 pub use super::oci::pull::{PullEvent, PullProgress, PullRequest};
@@ -132,8 +134,19 @@ pub async fn resolve(
     }
 }
 
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Pulls `req` and registers it; `progress` hears each step. A registry on
 /// loopback is spoken to in plain HTTP whether or not `req` says so.
+/// Dropped before it ends, it leaves no image and no partial download (a
+/// conversion under way finishes and is thrown away).
 pub async fn pull(
     registry: &ImageRegistry,
     req: &PullRequest,
@@ -169,9 +182,13 @@ pub async fn pull(
     let blobs = registry.root().join(".blobs/sha256");
     let (resolved, downloaded, cached) = remote.fetch_layers(&blobs, &progress).await?;
     let registry = registry.clone();
+    // A pull dropped during the conversion (a cancelled call) must not
+    // register the image the conversion goes on to make.
+    let dropped = Arc::new(AtomicBool::new(false));
+    let _on_drop = SetOnDrop(dropped.clone());
     let image = tokio::task::spawn_blocking(move || {
         let mut convert = |step| report(&progress, PullEvent::Convert(step));
-        registry.import_image(&name, &resolved, &source, &mut convert)
+        registry.import_image(&name, &resolved, &source, &mut convert, &dropped)
     })
     .await
     .map_err(|e| OciError::io("converting the image", std::io::Error::other(e.to_string())))??;

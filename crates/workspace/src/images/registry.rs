@@ -43,6 +43,9 @@ pub enum ImageError {
     /// The name is taken.
     #[error("image `{0}` already exists")]
     Exists(String),
+    /// Its pull was cancelled while it was being converted.
+    #[error("the pull of image `{0}` was cancelled; nothing was registered")]
+    Abandoned(String),
     /// A reference that was to be used as pulled before was not.
     #[error("image `{reference}` has not been pulled (it would be registered as `{name}`)")]
     NotPulled {
@@ -128,7 +131,9 @@ impl ImageError {
             ImageError::Oci(e) => e.code(),
             #[cfg(feature = "client")]
             ImageError::Registry(e) => e.code(),
-            ImageError::Exists(_) | ImageError::InUse { .. } => ErrorCode::Conflict,
+            ImageError::Exists(_) | ImageError::InUse { .. } | ImageError::Abandoned(_) => {
+                ErrorCode::Conflict
+            }
             ImageError::Store(e) => e.code(),
             ImageError::Copy { .. } | ImageError::Remove { .. } => ErrorCode::Internal,
         }
@@ -539,7 +544,8 @@ impl ImageRegistry {
                     name
                 }
             };
-            self.import_image(&name, &image, path, progress)
+            let kept = std::sync::atomic::AtomicBool::new(false);
+            self.import_image(&name, &image, path, progress, &kept)
         })();
         if let Some(scratch) = unpacked {
             let _ = std::fs::remove_dir_all(&scratch);
@@ -555,6 +561,7 @@ impl ImageRegistry {
         image: &crate::images::oci::layout::Resolved,
         source: &Path,
         progress: &mut dyn FnMut(crate::images::oci::rootfs::ConversionStep),
+        abandoned: &std::sync::atomic::AtomicBool,
     ) -> Result<ImageInfo, ImageError> {
         let base = self
             .get(BUILTIN_IMAGES[0])
@@ -575,6 +582,9 @@ impl ImageRegistry {
                 origin: Some(converted.origin),
                 source: Some(source.to_owned()),
             };
+            if abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(ImageError::Abandoned(name.to_owned()));
+            }
             self.import_with(name, &base.kernel, &converted.rootfs, None, extras)
         })();
         let _ = std::fs::remove_dir_all(&build);

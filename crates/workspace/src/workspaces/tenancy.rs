@@ -225,8 +225,14 @@ mod tests {
         let empty = crate::volumes::VolumeSource::Empty;
         let made = a.create_volume("va", Some(16), &empty).unwrap();
         assert_eq!(made.agent.as_deref(), Some("a"));
-        assert_eq!(b.inspect_volume("va").unwrap_err().code(), ErrorCode::Forbidden);
-        assert_eq!(b.delete_volume("va", true).unwrap_err().code(), ErrorCode::Forbidden);
+        assert_eq!(
+            b.inspect_volume("va").unwrap_err().code(),
+            ErrorCode::Forbidden
+        );
+        assert_eq!(
+            b.delete_volume("va", true).unwrap_err().code(),
+            ErrorCode::Forbidden
+        );
         assert!(b.list_volumes(false).unwrap().is_empty());
         assert_eq!(b.list_volumes(true).unwrap().len(), 1);
         let mounts = crate::WorkspaceSpec {
@@ -253,7 +259,10 @@ mod tests {
         assert!(b.list_tasks(false).unwrap().is_empty());
         assert_eq!(b.list_tasks(true).unwrap().len(), 1);
         assert_eq!(a.list_tasks(false).unwrap().len(), 1);
-        assert!(team.list_tasks(false).unwrap().is_empty(), "another namespace");
+        assert!(
+            team.list_tasks(false).unwrap().is_empty(),
+            "another namespace"
+        );
     }
 
     #[test]

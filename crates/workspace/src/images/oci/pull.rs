@@ -7,7 +7,7 @@
 //! included); plain HTTP is used only for a registry the caller marks
 //! insecure.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -172,6 +172,16 @@ async fn sync_file(path: &Path) -> std::io::Result<()> {
     tokio::fs::File::open(path).await?.sync_all().await
 }
 
+/// Removes a file when dropped, which a kept download (renamed away) no
+/// longer is.
+struct RemoveUnlessKept(PathBuf);
+
+impl Drop for RemoveUnlessKept {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Removes the partial downloads of pulls whose process is gone (killed
 /// mid-download): `HEX.partial-PID-N`.
 fn sweep_partials(blobs: &Path) {
@@ -324,6 +334,8 @@ impl Remote {
                 // same layer at once.
                 let n = NEXT_PARTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let partial = blobs.join(format!("{hex}.partial-{}-{n}", std::process::id()));
+                // A pull dropped mid-download (a cancelled call) leaves none.
+                let _unfinished = RemoveUnlessKept(partial.clone());
                 let file = tokio::fs::File::create(&partial)
                     .await
                     .map_err(|e| OciError::io(format!("creating {}", partial.display()), e))?;
