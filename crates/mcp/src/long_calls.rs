@@ -11,7 +11,7 @@ use std::time::Duration;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CreateTaskResult, ProtocolVersion};
 use rmcp::service::RequestContext;
-use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::task_manager::{TaskExit, TaskOptions};
 use rmcp::{ErrorData, RoleServer};
 use tokio_util::sync::CancellationToken;
 
@@ -37,28 +37,11 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a cancelled call may take to clean up before it is dropped.
 const CANCEL_GRACE: Duration = Duration::from_secs(30);
 
-/// The tasks of a server (its clones share them).
-#[derive(Clone, Default)]
-pub struct CallTasks(TaskManager);
-
-impl std::ops::Deref for CallTasks {
-    type Target = TaskManager;
-    fn deref(&self) -> &TaskManager {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for CallTasks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallTasks").finish_non_exhaustive()
-    }
-}
-
 /// Whether this call of `tool` is answered with a task: the tool is long
 /// and the client speaks 2026-07-28 or later and declared the extension
 /// (before that version the extension does not apply, whatever the client
 /// declared).
-pub fn answer_with_task(tool: &str, context: &RequestContext<RoleServer>) -> bool {
+fn answer_with_task(tool: &str, context: &RequestContext<RoleServer>) -> bool {
     // Versions are dates: they order as text.
     let modern = context
         .protocol_version()
@@ -71,6 +54,11 @@ pub fn answer_with_task(tool: &str, context: &RequestContext<RoleServer>) -> boo
 }
 
 impl MicroagentServer {
+    /// Whether this call is answered with a task (see [`TASK_TOOLS`]).
+    pub(crate) fn answers_with_task(tool: &str, context: &RequestContext<RoleServer>) -> bool {
+        answer_with_task(tool, context)
+    }
+
     /// Starts `request` as a task and returns its handle.
     pub(crate) fn start_task(
         &self,

@@ -15,6 +15,7 @@ use rmcp::model::{
     UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
+use rmcp::task_manager::TaskManager;
 use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
 use tokio::sync::Notify;
 use workspace::Workspaces;
@@ -78,6 +79,23 @@ impl Drop for InflightGuard {
     }
 }
 
+/// The long calls a server runs as MCP tasks (its clones share them).
+#[derive(Clone, Default)]
+pub struct CallTasks(TaskManager);
+
+impl std::ops::Deref for CallTasks {
+    type Target = TaskManager;
+    fn deref(&self) -> &TaskManager {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for CallTasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallTasks").finish_non_exhaustive()
+    }
+}
+
 /// The microagent MCP server over one workspace store.
 #[derive(Debug, Clone)]
 pub struct MicroagentServer {
@@ -92,7 +110,7 @@ pub struct MicroagentServer {
     pub(crate) session: Arc<crate::session::SessionScope>,
     /// Long calls running or done as MCP tasks (shared by every session:
     /// a stateless client's next request is a new session).
-    pub(crate) tasks: crate::long_calls::CallTasks,
+    pub(crate) tasks: CallTasks,
 }
 
 impl MicroagentServer {
@@ -131,7 +149,7 @@ impl MicroagentServer {
             grants: crate::Grants::default(),
             tool_router,
             inflight: Arc::default(),
-            tasks: crate::long_calls::CallTasks::default(),
+            tasks: CallTasks::default(),
         }
     }
 
@@ -236,7 +254,7 @@ impl ServerHandler for MicroagentServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
-        if crate::long_calls::answer_with_task(&name, &context) {
+        if Self::answers_with_task(&name, &context) {
             return Ok(CallToolResponse::Task(self.start_task(request, context)));
         }
         let _busy = self.inflight.enter();
