@@ -2,12 +2,14 @@
 
 argv[1] is a JSON object: {"url", "token"?, "cafile"?} for Streamable HTTP,
 or {"stdio": [command, args...], "env": {...}} to start the server as a
-subprocess; then "calls": [{"tool", "args"}], "reads": [URI], and "hold":
+subprocess; then "calls": [{"tool", "args", "timeout"?}] (a call past its
+timeout is abandoned, which cancels it), "reads": [URI], and "hold":
 true to keep the session open after printing. One session: initialize, list
 the tools, make the calls in turn, list the resources and templates, read
 the URIs ("hold": then wait for stdin to close). Prints one line of JSON
 on stdout: {"protocol", "server", "tools",
-"calls": [{"is_error", "structured", "text"}], "resources", "templates",
+"calls": [{"is_error", "structured", "text"} or {"is_error", "abandoned"}],
+"resources", "templates",
 "reads": [{"contents"} or {"error", "code"}]}.
 """
 
@@ -34,7 +36,17 @@ async def run(session, spec):
         "calls": [],
     }
     for call in spec.get("calls", []):
-        result = await session.call_tool(call["tool"], call.get("args", {}))
+        if "timeout" in call:
+            # Abandoned after that long: the SDK sends notifications/cancelled.
+            try:
+                result = await session.call_tool(
+                    call["tool"], call.get("args", {}), read_timeout_seconds=call["timeout"]
+                )
+            except Exception as e:
+                out["calls"].append({"is_error": True, "abandoned": str(e)})
+                continue
+        else:
+            result = await session.call_tool(call["tool"], call.get("args", {}))
         out["calls"].append(
             {
                 "is_error": bool(result.is_error),

@@ -438,6 +438,11 @@ fn a_real_workspace_over_http() {
             {"tool": "workspace_start", "args": {"name": name}},
             {"tool": "workspace_exec", "args": {"name": name, "command": ["echo", "over http"]}},
             {"tool": "file_write", "args": {"name": name, "path": "/tmp/note.txt", "content": "read as a resource\n"}},
+            // Abandoned by the client: the call is cancelled, its guest
+            // process killed, and the server goes on.
+            {"tool": "workspace_exec", "args": {"name": name, "command": ["sleep", "600"]}, "timeout": 8},
+            {"tool": "workspace_exec", "args": {"name": name, "command": ["sh", "-c",
+                "n=0; while ps | grep -q '[s]leep 600'; do n=$((n+1)); [ $n -gt 30 ] && exit 1; sleep 1; done"]}},
         ],
         "reads": [
             format!("microagent://workspace/{name}/files/tmp/note.txt"),
@@ -448,10 +453,15 @@ fn a_real_workspace_over_http() {
         ]}))
     .unwrap();
     let calls = out["calls"].as_array().unwrap();
-    for call in calls {
-        assert_eq!(call["is_error"], false, "{out}");
+    for (i, call) in calls.iter().enumerate().filter(|(i, _)| *i != 4) {
+        assert_eq!(call["is_error"], false, "call {i}: {out}");
     }
     assert_eq!(calls[2]["structured"]["stdout"], "over http\n", "{out}");
+    assert!(calls[4]["abandoned"].is_string(), "{out}");
+    assert_eq!(
+        calls[5]["structured"]["exit_code"], 0,
+        "sleep 600 outlived its cancel: {out}"
+    );
     let reads = out["reads"].as_array().unwrap();
     for file in &reads[..2] {
         assert_eq!(file["contents"][0]["text"], "read as a resource\n", "{out}");
