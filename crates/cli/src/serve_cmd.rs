@@ -43,6 +43,15 @@ pub enum ServeCommand {
         #[command(flatten)]
         http: HttpArgs,
     },
+    /// Wait for an MCP server process to end, then delete its session
+    /// workspaces (started detached by the server).
+    #[command(hide = true)]
+    WatchOwner {
+        /// The server's pid.
+        pid: u32,
+        /// Its start time in clock ticks after boot.
+        ticks: u64,
+    },
 }
 
 /// Serving over Streamable HTTP instead of stdio.
@@ -80,6 +89,24 @@ pub struct HttpArgs {
 
 pub fn run(cmd: ServeCommand) -> ExitCode {
     match cmd {
+        ServeCommand::WatchOwner { pid, ticks } => {
+            let owner = workspace::store::spec::Owner {
+                pid,
+                start_ticks: ticks,
+            };
+            match crate::open_workspaces().and_then(|ws| ws.delete_when_ended(owner)) {
+                Ok(deleted) => {
+                    for name in deleted {
+                        eprintln!("microagent: deleted workspace {name}: its MCP server (pid {pid}) ended before its session did");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("microagent: error: {}", e.full_message());
+                    ExitCode::FAILURE
+                }
+            }
+        }
         ServeCommand::Mcp {
             allow_host_paths,
             allow_host_changes,

@@ -4,8 +4,8 @@
 //! them), deleted when the session ends (stdin closed, an
 //! HTTP session closed or expired, the server shut down). A server killed
 //! outright cannot delete them: their VMMs watch the server process and
-//! stop with it, and the next listing deletes them (the library's
-//! `delete_with_owner`).
+//! stop with it, and a watcher process the first such workspace started
+//! deletes them (the library's `delete_with_owner`).
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -56,9 +56,16 @@ impl SessionScope {
         }
     }
 
-    /// Workspace `name` goes when the session ends.
+    /// Workspace `name` goes when the session ends; should the server be
+    /// killed first, a watcher deletes it.
     pub fn adopt(&self, name: &str) {
         lock(&self.names).insert(name.to_owned());
+        if let Err(e) = self.ws.watch_this_process() {
+            tracing::warn!(
+                "{}; workspace {name} goes at the next listing if this server is killed",
+                e.full_message()
+            );
+        }
     }
 
     /// Ends the session: its agent's record and its workspaces (running

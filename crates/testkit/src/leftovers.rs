@@ -25,7 +25,14 @@ pub fn processes_of(home: &Path) -> Vec<String> {
 
 /// Every path below the state directory `dir` but those it keeps for good.
 pub fn files_of(dir: &Path) -> Vec<String> {
-    let kept = ["images", "plan.key", "budget.lock", "events", "networks"];
+    let kept = [
+        "images",
+        "plan.key",
+        "budget.lock",
+        "events",
+        "networks",
+        "owner-watch.log",
+    ];
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

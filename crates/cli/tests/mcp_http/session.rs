@@ -93,6 +93,40 @@ fn a_session_scoped_workspace_goes_when_its_stdio_client_is_killed() {
 }
 
 #[test]
+fn a_session_scoped_workspace_goes_when_its_server_is_killed() {
+    let test = "mcp_http::session::a_session_scoped_workspace_goes_when_its_server_is_killed";
+    if !needs_guest(test) {
+        return;
+    }
+    let home = home("server-killed");
+    let (mut client, out) = held(json!({
+        "stdio": [BIN, "serve", "mcp"], "env": {"MICROAGENT_HOME": home}, "hold": true,
+        "calls": [create("orphan", true)]}));
+    assert_eq!(out["calls"][0]["is_error"], false, "{out}");
+    // The server dies without a word: no session end runs.
+    let server = out["calls"][0]["structured"]["spec"]["owner"]["pid"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{out}"));
+    // SAFETY: kill(2) with plain integers.
+    assert_eq!(unsafe { libc::kill(server as i32, libc::SIGKILL) }, 0);
+    let took = gone(&home, "orphan").expect("the killed server's workspace is gone within 10 s");
+    eprintln!(
+        "session-scoped workspace gone {:.1} s after its server was killed",
+        took.as_secs_f64()
+    );
+    // The watcher says why, once it is done.
+    let log = || std::fs::read_to_string(home.join("owner-watch.log")).unwrap_or_default();
+    assert!(
+        testkit::wait_until(GONE_WITHIN, || log().contains("deleted workspace orphan")),
+        "{}",
+        log()
+    );
+    let _ = client.kill();
+    let _ = client.wait();
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
 fn a_session_scoped_workspace_goes_when_its_http_session_ends() {
     let test = "mcp_http::session::a_session_scoped_workspace_goes_when_its_http_session_ends";
     if !needs_guest(test) {

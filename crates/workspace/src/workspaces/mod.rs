@@ -6,11 +6,13 @@
 pub(crate) mod budget;
 pub(crate) mod builder;
 pub(crate) mod contract;
+pub(crate) mod detached;
 pub(crate) mod egress;
 pub(crate) mod handle;
 pub(crate) mod lifecycle;
 pub(crate) mod manager;
 pub(crate) mod one_shot;
+pub(crate) mod owner_watch;
 pub(crate) mod ports;
 pub(crate) mod repos;
 pub(crate) mod secrets;

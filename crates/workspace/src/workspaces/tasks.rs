@@ -11,13 +11,13 @@ use super::manager::Workspaces;
 use crate::host::settings::now_ms;
 use crate::repos::git;
 use crate::store::repo_checkout::RepoCheckout;
-use crate::store::spec::{defaults, Owner};
+use crate::store::spec::defaults;
 use crate::tasks::slots::{self, ActiveSlot, Slots};
 use crate::tasks::{
     new_task_id, workspace_of, TaskConfig, TaskError, TaskInfo, TaskLogs, TaskRequest, TaskStatus,
     TaskStore, TaskTimings, MAX_DESCRIPTION, SUPERVISE_SUBCOMMAND,
 };
-use crate::{Error, Result};
+use crate::Result;
 
 /// Memory of a task's workspace unless asked otherwise, MiB: coding
 /// agents are node or python programs.
@@ -178,50 +178,13 @@ impl Workspaces {
     /// Starts task `id`'s supervisor, detached (its own session, stdin and
     /// stdout on /dev/null, stderr to its log), and records it.
     fn spawn_supervisor(&self, id: &str) -> Result<()> {
-        use std::os::unix::process::CommandExt;
-        let program = match &self.task_program {
-            Some(p) => p.clone(),
-            None => std::env::current_exe()
-                .map_err(Error::host_io("finding this program's executable"))?,
-        };
         let store = self.tasks();
-        let log_path = store.supervisor_log(id)?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(Error::host_io(format!("opening {}", log_path.display())))?;
-        let mut cmd = std::process::Command::new(&program);
-        cmd.args(SUPERVISE_SUBCOMMAND)
-            .arg(id)
-            .env("MICROAGENT_HOME", self.state.root())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log);
-        if let Some(warm) = &self.warm_dir {
-            cmd.env("MICROAGENT_WARM_DIR", warm);
-        }
-        // SAFETY: setsid is async-signal-safe and touches no memory; it
-        // puts the supervisor in its own session, so the caller's terminal
-        // closing or its Ctrl-C does not reach it.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .map_err(Error::host_io(format!("starting {}", program.display())))?;
-        let pid = child.id();
-        // Nobody waits for it here: it is reaped by init once we exit;
-        // until then a thread does, so it never lingers as a zombie.
-        std::thread::spawn(move || {
-            let mut child = child;
-            let _ = child.wait();
-        });
-        let supervisor =
-            crate::store::process::start_ticks(pid).map(|start_ticks| Owner { pid, start_ticks });
+        let args: Vec<String> = SUPERVISE_SUBCOMMAND
+            .iter()
+            .map(|a| a.to_string())
+            .chain([id.to_owned()])
+            .collect();
+        let supervisor = self.spawn_detached(&args, &store.supervisor_log(id)?)?;
         store.update(id, |t| t.supervisor = t.supervisor.or(supervisor))?;
         Ok(())
     }

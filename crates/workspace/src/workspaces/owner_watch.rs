@@ -1,0 +1,80 @@
+//! Workspaces that go with their owner (an MCP session's, `delete_with_owner`)
+//! are deleted within seconds of the owner's end even when it was killed
+//! outright and could not delete them itself: a detached watcher (`serve
+//! watch-owner PID TICKS`, started once per owner process) waits on the
+//! owner's pidfd and then deletes them, as a listing would.
+
+use std::os::fd::AsRawFd;
+use std::sync::OnceLock;
+
+use super::manager::{ListFilter, Workspaces};
+use crate::store::spec::Owner;
+use crate::{Error, Result};
+
+/// The subcommand words the watcher runs as, before PID and TICKS.
+pub const WATCH_OWNER_SUBCOMMAND: [&str; 2] = ["serve", "watch-owner"];
+
+/// Where watchers log, in the state directory.
+const WATCH_LOG: &str = "owner-watch.log";
+
+impl Workspaces {
+    /// Makes sure a watcher deletes this process's `delete_with_owner`
+    /// workspaces once it ends, however it ends (started once per process).
+    pub fn watch_this_process(&self) -> Result<()> {
+        static WATCHER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+        let started = WATCHER.get_or_init(|| {
+            let me = Owner::this_process().ok_or("this process's start time is unknown")?;
+            let args: Vec<String> = WATCH_OWNER_SUBCOMMAND
+                .iter()
+                .map(|a| a.to_string())
+                .chain([me.pid.to_string(), me.start_ticks.to_string()])
+                .collect();
+            let log = self.state.root().join(WATCH_LOG);
+            self.spawn_detached(&args, &log)
+                .map(drop)
+                .map_err(|e| e.full_message())
+        });
+        started
+            .clone()
+            .map_err(|why| Error::InvalidInput(format!("cannot watch this process: {why}")))
+    }
+
+    /// What the watcher does: waits for `owner` to end, then deletes the
+    /// workspaces that were to go with it (and any other whose owner has
+    /// ended); the names of its own that went. Returns at once when
+    /// `owner` has ended already.
+    pub fn delete_when_ended(&self, owner: Owner) -> Result<Vec<String>> {
+        if let Some(fd) = crate::store::process::pidfd(owner.pid, owner.start_ticks) {
+            let mut poll = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            loop {
+                // SAFETY: one pollfd that lives across the call; the
+                // descriptor is open until `fd` drops.
+                let rc = unsafe { libc::poll(&mut poll, 1, -1) };
+                if rc > 0
+                    || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+                {
+                    break;
+                }
+            }
+        }
+        let host = self.in_namespace(crate::store::name::ALL_NAMESPACES)?;
+        let theirs: Vec<String> = crate::store::StateDir::list_workspaces(&self.state)?
+            .into_iter()
+            .filter(|name| {
+                host.at(name)
+                    .get()
+                    .is_ok_and(|m| m.spec.delete_with_owner && m.spec.owner == Some(owner))
+            })
+            .collect();
+        // The listing deletes the orphans it meets.
+        self.list_everywhere(&ListFilter::default())?;
+        Ok(theirs
+            .into_iter()
+            .filter(|name| self.at(name).get().is_err())
+            .collect())
+    }
+}
