@@ -12,7 +12,6 @@ pub(crate) mod handle;
 pub(crate) mod lifecycle;
 pub(crate) mod manager;
 pub(crate) mod one_shot;
-pub(crate) mod owner_watch;
 pub(crate) mod ports;
 pub(crate) mod repos;
 pub(crate) mod secrets;

@@ -4,6 +4,8 @@
 //! to a log) as `<program> ARGS...`, the program being the one the
 //! collection was built with (`task_program`) or the running executable.
 
+pub(crate) mod owner_watch;
+
 use std::path::Path;
 
 use super::manager::Workspaces;

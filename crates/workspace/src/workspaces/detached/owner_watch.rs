@@ -7,8 +7,8 @@
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 
-use super::manager::{ListFilter, Workspaces};
 use crate::store::spec::Owner;
+use crate::workspaces::manager::{ListFilter, Workspaces};
 use crate::{Error, Result};
 
 /// The subcommand words the watcher runs as, before PID and TICKS.
