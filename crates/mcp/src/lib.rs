@@ -31,6 +31,7 @@ pub mod schema;
 pub mod server;
 pub mod session;
 pub mod tools;
+pub mod uris;
 
 use std::io::IsTerminal;
 use std::time::Duration;

@@ -19,10 +19,8 @@ use crate::schema::files::MAX_READ_LENGTH;
 use crate::schema::lifecycle::{ListResult, DEFAULT_LOG_LINES};
 use crate::server::MicroagentServer;
 
-/// The inventory's URI.
-pub const WORKSPACES_URI: &str = "microagent://workspaces";
-/// What every workspace's URI starts with.
-const WORKSPACE_PREFIX: &str = "microagent://workspace/";
+pub use crate::uris::WORKSPACES_URI;
+use crate::uris::WORKSPACE_PREFIX;
 
 const JSON: &str = "application/json";
 
@@ -232,6 +230,11 @@ mod tests {
         assert_eq!(
             parse("microagent://workspace/dev/files/%2Fetc%2Fhost%20name"),
             Some(file("/etc/host name"))
+        );
+        // What tool results link to is what reads.
+        assert_eq!(
+            parse(&crate::uris::file_uri("dev", "/etc/hostname")),
+            Some(file("/etc/hostname"))
         );
         for bad in [
             "microagent://workspace/",

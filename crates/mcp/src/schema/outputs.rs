@@ -47,7 +47,7 @@ pub fn content(workspace: &str, outputs: &Outputs) -> (Vec<OutputSummary>, Vec<C
 }
 
 fn block(workspace: &str, f: &OutputFile) -> (&'static str, ContentBlock) {
-    let uri = format!("microagent://workspaces/{workspace}/files{}", f.path);
+    let uri = crate::uris::file_uri(workspace, &f.path);
     let b64 = |data: &[u8]| base64::engine::general_purpose::STANDARD.encode(data);
     match &f.data {
         None => {
