@@ -438,6 +438,8 @@ fn a_real_workspace_over_http() {
             {"tool": "workspace_start", "args": {"name": name}},
             {"tool": "workspace_exec", "args": {"name": name, "command": ["echo", "over http"]}},
             {"tool": "file_write", "args": {"name": name, "path": "/tmp/note.txt", "content": "read as a resource\n"}},
+            // Part of the file: a link to all of it, which reads.
+            {"tool": "file_read", "args": {"name": name, "path": "/tmp/note.txt", "length": 4}},
             // Abandoned by the client: the call is cancelled, its guest
             // process killed, and the server goes on.
             {"tool": "workspace_exec", "args": {"name": name, "command": ["sleep", "600"]}, "timeout": 8},
@@ -453,13 +455,19 @@ fn a_real_workspace_over_http() {
         ]}))
     .unwrap();
     let calls = out["calls"].as_array().unwrap();
-    for (i, call) in calls.iter().enumerate().filter(|(i, _)| *i != 4) {
+    for (i, call) in calls.iter().enumerate().filter(|(i, _)| *i != 5) {
         assert_eq!(call["is_error"], false, "call {i}: {out}");
     }
     assert_eq!(calls[2]["structured"]["stdout"], "over http\n", "{out}");
-    assert!(calls[4]["abandoned"].is_string(), "{out}");
+    assert_eq!(calls[4]["structured"]["content"], "read", "{out}");
     assert_eq!(
-        calls[5]["structured"]["exit_code"], 0,
+        calls[4]["links"],
+        json!([format!("microagent://workspace/{name}/files/tmp/note.txt")]),
+        "{out}"
+    );
+    assert!(calls[5]["abandoned"].is_string(), "{out}");
+    assert_eq!(
+        calls[6]["structured"]["exit_code"], 0,
         "sleep 600 outlived its cancel: {out}"
     );
     let reads = out["reads"].as_array().unwrap();

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use rmcp::model::{ContentBlock, Resource};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use workspace::guest::copy_plan::kind_name;
@@ -175,6 +176,11 @@ pub struct FileReadResult {
     /// Which lines, when read by lines.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lines: Option<LineRange>,
+    /// The whole file as a resource, when this part is not all of it
+    /// (given as a resource link beside the text).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub whole: Option<String>,
 }
 
 /// The lines a `file_read` by lines returned.
@@ -210,6 +216,16 @@ impl Render for FileReadResult {
             Encoding::Utf8 => format!("{head}\n{}", self.content),
             Encoding::Base64 => format!("{head}, base64:\n{}", self.content),
         }
+    }
+
+    fn blocks(&self) -> Vec<ContentBlock> {
+        let Some(uri) = &self.whole else {
+            return Vec::new();
+        };
+        let link = Resource::new(uri.clone(), self.path.clone())
+            .with_size(self.size)
+            .with_description("the whole file, as a resource (at most its first 4 MiB)");
+        vec![ContentBlock::resource_link(link)]
     }
 }
 

@@ -86,6 +86,8 @@ impl MicroagentServer {
             .read_lines(&p.path, p.start_line.unwrap_or(1), p.end_line)
             .await?;
         let length = lines.text.len() as u64;
+        let part = lines.start_line > 1 || lines.end_line < lines.total_lines;
+        let whole = part.then(|| crate::uris::file_uri(&p.name, &p.path));
         Ok(Out(FileReadResult {
             path: p.path,
             size: lines.size,
@@ -100,6 +102,7 @@ impl MicroagentServer {
                 end_line: lines.end_line,
                 total_lines: lines.total_lines,
             }),
+            whole,
         }))
     }
 }
@@ -143,6 +146,7 @@ impl MicroagentServer {
         let (encoding, content, data) = encode(data, p.encoding, reaches_end);
         let end = offset.saturating_add(data.len() as u64);
         let eof = end >= size;
+        let whole = (offset > 0 || !eof).then(|| crate::uris::file_uri(&p.name, &p.path));
         Ok(Out(FileReadResult {
             path: p.path,
             size,
@@ -153,6 +157,7 @@ impl MicroagentServer {
             eof,
             next_offset: (!eof).then_some(end),
             lines: None,
+            whole,
         }))
     }
 
