@@ -17,6 +17,8 @@
 //! may read and write), [`grants`] (what the operator allowed beyond that:
 //! host changes, public ports).
 
+#[cfg(feature = "conformance-fixture")]
+pub mod conformance_fixture;
 pub mod error;
 pub mod grants;
 pub mod host_roots;
@@ -133,3 +135,7 @@ where
     tokio::task::spawn_blocking(move || session.end()).await?;
     Ok(())
 }
+
+/// The name of the conformance suite's fixture tool, which only test
+/// builds list (feature `conformance-fixture`).
+pub const CONFORMANCE_FIXTURE_TOOL: &str = "json_schema_2020_12_tool";

@@ -133,6 +133,10 @@ impl MicroagentServer {
             + Self::host_router()
             + Self::run_router()
             + Self::processes_router();
+        #[cfg(feature = "conformance-fixture")]
+        {
+            tool_router += Self::conformance_router();
+        }
         for route in tool_router.map.values_mut() {
             let tool = &mut route.attr;
             crate::json_schema::standardize(Arc::make_mut(&mut tool.input_schema));

@@ -1,7 +1,8 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`)
-//! against `serve mcp --http --dev`: its generic server scenarios. The
-//! others test fixtures of its reference server (a `json_schema_2020_12_tool`,
-//! `test://static-text`, prompts, sampling) that a real server does not
+//! against `serve mcp --http --dev`: its generic server scenarios, and
+//! `json-schema-2020-12`, whose fixture tool test builds list (feature
+//! `conformance-fixture`). The others test fixtures of its reference server
+//! (`test://static-text`, prompts, sampling) that a real server does not
 //! have, so they do not apply.
 
 use std::process::Command;
@@ -9,10 +10,11 @@ use std::process::Command;
 use super::{home, Server};
 
 /// The scenarios that apply to any server with tools and resources.
-const SCENARIOS: [&str; 5] = [
+const SCENARIOS: [&str; 6] = [
     "server-initialize",
     "ping",
     "tools-list",
+    "json-schema-2020-12",
     "dns-rebinding-protection",
     "resources-list",
 ];
