@@ -241,3 +241,8 @@ mod tests {
         assert!(key_value("=x").is_err() && key_value("nokey").is_err());
     }
 }
+
+/// Whose a thing is, for a table: the owning agent, or `-`.
+pub fn owner(agent: Option<&str>) -> String {
+    agent.unwrap_or("-").to_owned()
+}

@@ -103,6 +103,7 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<E
                     .map(|s| {
                         vec![
                             s.name.clone(),
+                            output::owner(s.spec.agent.as_deref()),
                             s.workspace.clone(),
                             if s.has_memory { "memory+disk" } else { "disk" }.into(),
                             mib(s.size_bytes),
@@ -110,7 +111,10 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<E
                         ]
                     })
                     .collect();
-                output::table(&["NAME", "WORKSPACE", "HOLDS", "SIZE", "AGE"], &rows);
+                output::table(
+                    &["NAME", "OWNER", "WORKSPACE", "HOLDS", "SIZE", "AGE"],
+                    &rows,
+                );
             }
         }
         SnapshotCommand::Inspect { name } => {

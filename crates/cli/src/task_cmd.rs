@@ -204,6 +204,7 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
                     .map(|t| {
                         vec![
                             t.task_id.clone(),
+                            output::owner(t.agent.as_deref()),
                             status(t),
                             t.repo.clone(),
                             t.branch.clone(),
@@ -221,7 +222,15 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
                     })
                     .collect();
                 output::table(
-                    &["TASK", "STATUS", "REPO", "BRANCH", "MERGE", "DESCRIPTION"],
+                    &[
+                        "TASK",
+                        "OWNER",
+                        "STATUS",
+                        "REPO",
+                        "BRANCH",
+                        "MERGE",
+                        "DESCRIPTION",
+                    ],
                     &rows,
                 );
             }

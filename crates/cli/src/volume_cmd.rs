@@ -133,6 +133,7 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
                     .map(|v| {
                         vec![
                             v.name.clone(),
+                            output::owner(v.agent.as_deref()),
                             format!("{} MiB", v.size_mib),
                             format!("{} MiB", v.used_bytes >> 20),
                             ago(v.created_at_ms),
@@ -140,7 +141,10 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
                         ]
                     })
                     .collect();
-                output::table(&["NAME", "SIZE", "USED", "CREATED", "MOUNTED BY"], &rows);
+                output::table(
+                    &["NAME", "OWNER", "SIZE", "USED", "CREATED", "MOUNTED BY"],
+                    &rows,
+                );
             }
         }
         VolumeCommand::Inspect { name } => {

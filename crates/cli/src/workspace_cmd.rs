@@ -310,7 +310,7 @@ pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode
         .map(|m| {
             vec![
                 m.name.clone(),
-                m.spec.agent.clone().unwrap_or_else(|| "-".into()),
+                output::owner(m.spec.agent.as_deref()),
                 m.state.to_string(),
                 m.spec.image.clone(),
                 m.spec.vcpus.to_string(),
