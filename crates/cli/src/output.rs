@@ -218,6 +218,11 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Whose a thing is, for a table: the owning agent, or `-`.
+pub fn owner(agent: Option<&str>) -> String {
+    agent.unwrap_or("-").to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,9 +245,4 @@ mod tests {
         assert_eq!(key_value("A=b=c").unwrap(), ("A".into(), "b=c".into()));
         assert!(key_value("=x").is_err() && key_value("nokey").is_err());
     }
-}
-
-/// Whose a thing is, for a table: the owning agent, or `-`.
-pub fn owner(agent: Option<&str>) -> String {
-    agent.unwrap_or("-").to_owned()
 }
