@@ -103,27 +103,3 @@ impl MicroagentServer {
         CreateTaskResult::new(task)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_task_tools_exist() {
-        let dir = std::env::temp_dir().join(format!("mcp-task-names-{}", std::process::id()));
-        let ws = workspace::Workspaces::builder()
-            .state_dir(&dir)
-            .build()
-            .unwrap();
-        let roots = crate::HostRoots::new(std::slice::from_ref(&std::env::temp_dir())).unwrap();
-        let names: Vec<String> = MicroagentServer::new(ws, roots)
-            .tools()
-            .iter()
-            .map(|t| t.name.to_string())
-            .collect();
-        for tool in TASK_TOOLS {
-            assert!(names.iter().any(|n| n == tool), "{tool}");
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}

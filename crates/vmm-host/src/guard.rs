@@ -2,7 +2,7 @@
 //! confinement it runs under, and the owner process a one-shot workspace
 //! lives for (docs/security.md).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use std::path::Path;
 
@@ -298,23 +298,12 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
 
 /// Waits until the process of `pidfd` ends; true when it did.
 pub fn wait_for_owner_end(pidfd: &OwnedFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: pidfd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: `pfd` is one live pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
-        if n > 0 {
-            tracing::info!("the owner process ended; stopping");
-            return true;
-        }
-        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            tracing::warn!("waiting for the owner process failed; not watched");
-            return false;
-        }
+    if workspace::store::process::wait_for_end(pidfd) {
+        tracing::info!("the owner process ended; stopping");
+        return true;
     }
+    tracing::warn!("waiting for the owner process failed; not watched");
+    false
 }
 
 #[cfg(test)]

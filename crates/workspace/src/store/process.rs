@@ -38,6 +38,27 @@ pub fn pidfd(pid: u32, ticks: u64) -> Option<std::os::fd::OwnedFd> {
     is_alive(pid, ticks).then_some(fd)
 }
 
+/// Waits until the process of `pidfd` (from [`pidfd`]) ends: true when it
+/// did, false when waiting failed.
+pub fn wait_for_end(pidfd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `pfd` is one live pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n > 0 {
+            return true;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+}
+
 /// Waits for this process's child `pid` to end and reaps it.
 pub fn reap(pid: u32) {
     let Ok(pid) = i32::try_from(pid) else {

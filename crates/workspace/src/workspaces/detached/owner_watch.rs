@@ -4,7 +4,6 @@
 //! watch-owner PID TICKS`, started once per owner process) waits on the
 //! owner's pidfd and then deletes them, as a listing would.
 
-use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 
 use crate::store::spec::Owner;
@@ -45,21 +44,8 @@ impl Workspaces {
     /// `owner` has ended already.
     pub fn delete_when_ended(&self, owner: Owner) -> Result<Vec<String>> {
         if let Some(fd) = crate::store::process::pidfd(owner.pid, owner.start_ticks) {
-            let mut poll = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            loop {
-                // SAFETY: one pollfd that lives across the call; the
-                // descriptor is open until `fd` drops.
-                let rc = unsafe { libc::poll(&mut poll, 1, -1) };
-                if rc > 0
-                    || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
-                {
-                    break;
-                }
-            }
+            // A failed wait sweeps now rather than never.
+            crate::store::process::wait_for_end(&fd);
         }
         let host = self.in_namespace(crate::store::name::ALL_NAMESPACES)?;
         let theirs: Vec<String> = crate::store::StateDir::list_workspaces(&self.state)?
