@@ -37,26 +37,21 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a cancelled call may take to clean up before it is dropped.
 const CANCEL_GRACE: Duration = Duration::from_secs(30);
 
-/// Whether this call of `tool` is answered with a task: the tool is long
-/// and the client speaks 2026-07-28 or later and declared the extension
-/// (before that version the extension does not apply, whatever the client
-/// declared).
-fn answer_with_task(tool: &str, context: &RequestContext<RoleServer>) -> bool {
-    // Versions are dates: they order as text.
-    let modern = context
-        .protocol_version()
-        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
-    TASK_TOOLS.contains(&tool)
-        && modern
-        && context
-            .client_capabilities()
-            .is_some_and(|c| c.supports_tasks())
-}
-
 impl MicroagentServer {
-    /// Whether this call is answered with a task (see [`TASK_TOOLS`]).
+    /// Whether this call of `tool` is answered with a task: the tool is
+    /// long and the client speaks 2026-07-28 or later and declared the
+    /// extension (before that version the extension does not apply,
+    /// whatever the client declared).
     pub(crate) fn answers_with_task(tool: &str, context: &RequestContext<RoleServer>) -> bool {
-        answer_with_task(tool, context)
+        // Versions are dates: they order as text.
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        TASK_TOOLS.contains(&tool)
+            && modern
+            && context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks())
     }
 
     /// Starts `request` as a task and returns its handle.

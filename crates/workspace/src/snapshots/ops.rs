@@ -249,9 +249,14 @@ impl Workspaces {
                 continue;
             }
             let shown = |info: &SnapshotInfo| {
+                let spec = &info.spec;
                 workspace.as_ref().is_none_or(|w| *w == info.workspace)
-                    && crate::store::name::in_namespace(&info.name, &self.namespace)
-                    && (all_agents || self.may_see(&info.spec))
+                    && self.lists(
+                        crate::store::name::namespace_of(&info.name),
+                        spec.agent.as_deref(),
+                        &spec.shared_with,
+                        all_agents,
+                    )
             };
             match self.snapshot_record(&name) {
                 Ok(info) if shown(&info) => out.push(info),

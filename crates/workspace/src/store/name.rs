@@ -103,9 +103,10 @@ pub fn namespace_of(full: &str) -> &str {
     full.split_once('.').map_or(DEFAULT_NAMESPACE, |(_, ns)| ns)
 }
 
-/// Whether a full name is in `namespace` (every one is in `*`).
-pub fn in_namespace(full: &str, namespace: &str) -> bool {
-    namespace == ALL_NAMESPACES || namespace_of(full) == namespace
+/// Whether a thing in namespace `of` is shown in `view` (everything is in
+/// `*`).
+pub fn shown_in(of: &str, view: &str) -> bool {
+    view == ALL_NAMESPACES || of == view
 }
 
 /// A full name held by value (it is `Copy`, as the handles holding it
@@ -220,7 +221,8 @@ mod tests {
         assert!(full_name("a", "x.y.z").is_err());
         assert_eq!(namespace_of("dev"), "default");
         assert_eq!(namespace_of("dev.team-a"), "team-a");
-        assert!(in_namespace("dev.team-a", "*") && !in_namespace("dev.team-a", "default"));
+        let of = namespace_of("dev.team-a");
+        assert!(shown_in(of, "*") && !shown_in(of, "default"));
         assert!(validate_full_name(&format!("{}.{}", "a".repeat(63), "b".repeat(31))).is_ok());
     }
 }

@@ -322,9 +322,13 @@ impl Workspaces {
             if self.at(&name).delete_if_orphaned(&meta) {
                 continue;
             }
-            let keep = crate::store::name::in_namespace(&name, &self.namespace)
-                && (filter.all_agents || self.may_see(&meta.spec))
-                && filter.state.is_none_or(|s| s == meta.state)
+            let spec = &meta.spec;
+            let keep = self.lists(
+                crate::store::name::namespace_of(&name),
+                spec.agent.as_deref(),
+                &spec.shared_with,
+                filter.all_agents,
+            ) && filter.state.is_none_or(|s| s == meta.state)
                 && filter.image.as_ref().is_none_or(|i| *i == meta.spec.image)
                 && filter
                     .labels

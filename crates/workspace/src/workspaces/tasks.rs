@@ -228,12 +228,7 @@ impl Workspaces {
     /// or with `all_agents` every agent's, oldest first.
     pub fn list_tasks(&self, all_agents: bool) -> Result<Vec<TaskInfo>> {
         let mut tasks = self.all_tasks()?;
-        tasks.retain(|t| {
-            (self.namespace() == crate::store::name::ALL_NAMESPACES
-                || t.namespace == self.namespace())
-                && (all_agents
-                    || crate::agents::access::may_use(self.caller(), t.agent.as_deref(), &[]))
-        });
+        tasks.retain(|t| self.lists(&t.namespace, t.agent.as_deref(), &[], all_agents));
         Ok(tasks)
     }
 

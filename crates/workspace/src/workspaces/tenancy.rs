@@ -62,8 +62,8 @@ impl Workspaces {
     /// session without an agent makes it nobody's.
     pub(crate) fn owned_by_caller(&self, spec: WorkspaceSpec) -> WorkspaceSpec {
         match &self.caller {
-            Some(caller) => WorkspaceSpec {
-                agent: caller.agent(),
+            Some(_) => WorkspaceSpec {
+                agent: self.creating_agent(),
                 shared_with: Vec::new(),
                 ..spec
             },
@@ -71,9 +71,18 @@ impl Workspaces {
         }
     }
 
-    /// Whether this view may use a thing made with `spec`.
-    pub(crate) fn may_see(&self, spec: &WorkspaceSpec) -> bool {
-        may_use(self.caller(), spec.agent.as_deref(), &spec.shared_with)
+    /// Whether this view's listings show a thing in `namespace` that
+    /// `owner` owns and shared with `shared_with`: one in its namespace it
+    /// may use, or with `all_agents` any agent's.
+    pub(crate) fn lists(
+        &self,
+        namespace: &str,
+        owner: Option<&str>,
+        shared_with: &[String],
+        all_agents: bool,
+    ) -> bool {
+        crate::store::name::shown_in(namespace, &self.namespace)
+            && (all_agents || may_use(self.caller(), owner, shared_with))
     }
 
     /// FORBIDDEN unless this view may use the `kind` called `name`, made

@@ -52,9 +52,8 @@ impl Workspaces {
         let mounts = self.volume_mounts()?;
         let mut out = self.volumes().list()?;
         out.retain(|info| {
-            crate::store::name::in_namespace(&info.name, &self.namespace)
-                && (all_agents
-                    || crate::agents::access::may_use(self.caller(), info.agent.as_deref(), &[]))
+            let namespace = crate::store::name::namespace_of(&info.name);
+            self.lists(namespace, info.agent.as_deref(), &[], all_agents)
         });
         for info in &mut out {
             info.holders = holders_of(&mounts, &info.name);

@@ -47,11 +47,12 @@ impl Workspaces {
             // A failed wait sweeps now rather than never.
             crate::store::process::wait_for_end(&fd);
         }
-        let host = self.in_namespace(crate::store::name::ALL_NAMESPACES)?;
-        let theirs: Vec<String> = crate::store::StateDir::list_workspaces(&self.state)?
+        let theirs: Vec<String> = self
+            .state
+            .list_workspaces()?
             .into_iter()
             .filter(|name| {
-                host.at(name)
+                self.at(name)
                     .get()
                     .is_ok_and(|m| m.spec.delete_with_owner && m.spec.owner == Some(owner))
             })
