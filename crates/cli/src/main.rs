@@ -10,6 +10,7 @@ mod logs_cmd;
 mod network_cmd;
 mod output;
 mod plan_out;
+mod pool_cmd;
 mod port_cmd;
 mod process_cmd;
 mod repo_cmd;
@@ -85,6 +86,11 @@ enum Command {
     /// `--secret NAME` as an environment variable, their output masked.
     #[command(subcommand)]
     Secret(secret_cmd::SecretCommand),
+    /// Pools of ready workspaces: `pool set IMAGE N` keeps N of IMAGE
+    /// restored and paused, so a start of a fresh one of that image takes
+    /// one (`inspect` says `start: pooled`); `pool ls`, `pool events`.
+    #[command(subcommand)]
+    Pool(pool_cmd::PoolCommand),
     /// Guest kernels: `kernel ls` (built ones and those images carry),
     /// `kernel install` (from Debian's source or a file; preview, then confirm).
     #[command(subcommand)]
@@ -334,6 +340,7 @@ async fn run_workspace_command(
         Command::Repo(cmd) => repo_cmd::run(ws, cmd, json).await,
         Command::Task(cmd) => task_cmd::run(ws, cmd, json).await,
         Command::Secret(cmd) => secret_cmd::run(ws, cmd, json),
+        Command::Pool(cmd) => pool_cmd::run(ws, cmd, json),
         Command::Kernel(cmd) => kernel_cmd::run(ws, cmd, json).await,
         Command::Setup { flags } => kernel_cmd::setup(ws, flags, json).await,
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd, json).await,

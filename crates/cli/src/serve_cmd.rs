@@ -52,6 +52,13 @@ pub enum ServeCommand {
         /// Its start time in clock ticks after boot.
         ticks: u64,
     },
+    /// Bring an image's pool of ready workspaces to its size (started
+    /// detached by a claim, `pool set` or `pool ls`).
+    #[command(hide = true)]
+    FillPool {
+        /// The image.
+        image: String,
+    },
 }
 
 /// Serving over Streamable HTTP instead of stdio.
@@ -89,6 +96,30 @@ pub struct HttpArgs {
 
 pub fn run(cmd: ServeCommand) -> ExitCode {
     match cmd {
+        ServeCommand::FillPool { image } => {
+            let filled = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(workspace::Error::host_io("starting the async runtime"))
+                .and_then(|rt| {
+                    rt.block_on(async { crate::open_workspaces()?.fill_pool(&image).await })
+                });
+            match filled {
+                Ok(added) => {
+                    if added > 0 {
+                        eprintln!("microagent: pool of {image}: {added} member(s) added");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!(
+                        "microagent: pool of {image} not filled: {}",
+                        e.full_message()
+                    );
+                    ExitCode::FAILURE
+                }
+            }
+        }
         ServeCommand::WatchOwner { pid, ticks } => {
             let owner = workspace::store::spec::Owner {
                 pid,

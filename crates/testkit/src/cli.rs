@@ -286,6 +286,11 @@ impl Drop for CliHome {
                 let _ = all.workspace(&meta.name).and_then(|w| w.halt());
             }
         }
+        // Pool members are in no listing.
+        for pid in self.vmm_pids() {
+            // SAFETY: kill takes two integers.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
         let _ = std::fs::remove_dir_all(&self.home);
     }
 }

@@ -716,6 +716,25 @@ fn handle_control(
                 ttl_deadline_ms: None,
             }
         }
+        ControlRequest::Pause | ControlRequest::Resume => {
+            let Some(machine) = shared.machine.get() else {
+                return ControlResponse::Error {
+                    message: "the VM is not running".into(),
+                };
+            };
+            let done = match req {
+                ControlRequest::Pause => machine.pause(),
+                _ => machine.resume(),
+            };
+            match done {
+                Ok(()) => ControlResponse::Ok {
+                    ttl_deadline_ms: None,
+                },
+                Err(e) => ControlResponse::Error {
+                    message: workspace::error_chain(&e),
+                },
+            }
+        }
         ControlRequest::Stop { timeout_ms } => {
             shared.begin_stop(Duration::from_millis(timeout_ms), "stopped on request");
             ControlResponse::Ok {

@@ -166,6 +166,9 @@ pub enum Error {
     /// A secret operation failed.
     #[error(transparent)]
     Secret(#[from] crate::secrets::SecretError),
+    /// A pool of ready workspaces could not be set or filled.
+    #[error(transparent)]
+    Pool(#[from] crate::pool::PoolError),
     /// A volume is mounted read-write by another running workspace, or
     /// read-only by one when it is asked for read-write.
     #[error("volume `{volume}` is mounted {mode} by running workspace `{holder}`")]
@@ -290,6 +293,7 @@ impl Error {
             Error::Agents(e) => e.code(),
             Error::Task(e) => e.code(),
             Error::Secret(e) => e.code(),
+            Error::Pool(e) => e.code(),
             #[cfg(feature = "client")]
             Error::Search(e) => e.code(),
             Error::VolumeHeld { .. } => ErrorCode::Conflict,

@@ -38,6 +38,7 @@ pub mod network;
 pub mod pause_point;
 #[cfg(not(feature = "test-hooks"))]
 pub(crate) mod pause_point;
+pub mod pool;
 pub(crate) mod remedy;
 pub mod repos;
 pub mod secrets;

@@ -8,6 +8,7 @@ use testkit::cli::CliHome;
 use testkit::terminal::Terminal;
 
 mod confinement;
+mod pool;
 mod snapshots;
 mod volumes;
 

@@ -387,5 +387,10 @@ fn describe(kind: &EventKind) -> String {
         EventKind::WarmSnapshotDiscarded { reason } => {
             format!("warm snapshot discarded: {reason}")
         }
+        EventKind::PoolDrained {
+            image,
+            members,
+            reason,
+        } => format!("pool of `{image}`: {members} drained: {reason}"),
     }
 }

@@ -46,7 +46,9 @@ impl PriceError {
     /// The stable code.
     pub fn code(&self) -> ErrorCode {
         match self {
-            PriceError::Config(ConfigError::Read { .. }) => ErrorCode::Internal,
+            PriceError::Config(ConfigError::Read { .. } | ConfigError::Write { .. }) => {
+                ErrorCode::Internal
+            }
             PriceError::Config(ConfigError::Parse { .. }) | PriceError::BadPrice { .. } => {
                 ErrorCode::InvalidInput
             }

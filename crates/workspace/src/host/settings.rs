@@ -171,6 +171,15 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The file could not be replaced.
+    #[error("cannot write {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The file is not JSON, or the key does not hold what it should.
     #[error("{} `{key}` is not valid", path.display())]
     Parse {
@@ -182,6 +191,37 @@ pub enum ConfigError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// Sets `key` in `root`'s config.json to `value`, keeping the other keys.
+pub fn set_config_section<T: serde::Serialize>(
+    root: &Path,
+    key: &'static str,
+    value: &T,
+) -> Result<(), ConfigError> {
+    let path = root.join(CONFIG_FILE);
+    let parse = |key| {
+        let path = path.clone();
+        move |source| ConfigError::Parse { path, key, source }
+    };
+    let mut all: serde_json::Map<String, serde_json::Value> = match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(parse(""))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Map::new(),
+        Err(source) => return Err(ConfigError::Read { path, source }),
+    };
+    all.insert(
+        key.to_owned(),
+        serde_json::to_value(value).map_err(parse(key))?,
+    );
+    // Replaced whole: a reader sees the old file or the new one.
+    let text = serde_json::to_vec_pretty(&all).map_err(parse(key))?;
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|source| {
+            let _ = std::fs::remove_file(&tmp);
+            ConfigError::Write { path, source }
+        })
 }
 
 /// The value of `key` in `root`'s config.json, and the file's path; `None`
@@ -267,5 +307,30 @@ mod tests {
             Err(ConfigError::Parse { key: "", .. })
         ));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_section_written_keeps_the_others() {
+        let dir = std::env::temp_dir().join(format!("ma-config-set-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(CONFIG_FILE), r#"{"price": {"x": 1}}"#).unwrap();
+        set_config_section(&dir, "pool", &serde_json::json!({"minimal": 2})).unwrap();
+        let (pool, _) = config_section::<serde_json::Value>(&dir, "pool")
+            .unwrap()
+            .unwrap();
+        assert_eq!(pool["minimal"], 2);
+        assert!(config_section::<serde_json::Value>(&dir, "price")
+            .unwrap()
+            .is_some());
+        std::fs::write(dir.join(CONFIG_FILE), "not json").unwrap();
+        assert!(matches!(
+            set_config_section(&dir, "pool", &1),
+            Err(ConfigError::Parse { .. })
+        ));
+        assert_eq!(
+            std::fs::read_to_string(dir.join(CONFIG_FILE)).unwrap(),
+            "not json"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

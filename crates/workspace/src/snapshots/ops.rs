@@ -492,6 +492,7 @@ impl Workspaces {
                 runtime: None,
                 last_exit: None,
                 pristine: false,
+                pool: None,
             };
             ws.write_meta(&meta)?;
             ws.events().append(EventKind::Forked {

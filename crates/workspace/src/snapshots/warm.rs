@@ -86,7 +86,7 @@ impl Workspaces {
 
     /// The warm snapshot's key for `spec` and the fingerprint of what it
     /// depends on.
-    fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
+    pub(crate) fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
         let image = self.images().get(&spec.image)?;
         let variant = self.images().kernel_variant();
         let net = crate::network::Networks::new(self.state_dir()).get(&spec.network)?;
@@ -258,6 +258,11 @@ impl Workspaces {
         cold: bool,
     ) -> Result<Meta> {
         let started = Instant::now();
+        if !cold {
+            if let Some(meta) = self.claim_pooled(name).await? {
+                return Ok(meta);
+            }
+        }
         let boot = self.launch_vmm(name, |meta| self.plan_boot(meta, cold))?;
         let result = self
             .wait_running(name, started, timeout, &mut progress)

@@ -91,6 +91,17 @@ pub enum EventKind {
         /// `at_ms` is the refusal's, not the record's).
         refusal: crate::store::egress::EgressDenial,
     },
+    /// An image's pool of ready workspaces gave members back: their image
+    /// or kernel changed, or the host needed their memory (in the pool's
+    /// own log, `pool events`).
+    PoolDrained {
+        /// The image.
+        image: String,
+        /// How many members went.
+        members: usize,
+        /// Why.
+        reason: String,
+    },
     /// It was created as a fork.
     Forked {
         /// The workspace it was forked from.

@@ -14,6 +14,16 @@ pub struct FileLock {
 impl FileLock {
     /// Blocks until `path` (made 0600 if missing) is locked by us.
     pub fn exclusive(path: &Path) -> std::io::Result<Self> {
+        Self::take(path, false).map(|l| l.expect("a blocking lock is always taken"))
+    }
+
+    /// Locks `path` (made 0600 if missing) if nobody holds it.
+    pub fn try_exclusive(path: &Path) -> std::io::Result<Option<Self>> {
+        Self::take(path, true)
+    }
+
+    fn take(path: &Path, nonblocking: bool) -> std::io::Result<Option<Self>> {
+        let op = libc::LOCK_EX | if nonblocking { libc::LOCK_NB } else { 0 };
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -22,12 +32,14 @@ impl FileLock {
             .open(path)?;
         loop {
             // SAFETY: flock on a descriptor we own; no memory is involved.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Self { _file: file });
+            if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+                return Ok(Some(Self { _file: file }));
             }
             let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) if nonblocking => return Ok(None),
+                _ => return Err(e),
             }
         }
     }

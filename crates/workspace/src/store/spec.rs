@@ -434,6 +434,9 @@ pub enum StartKind {
     Warm,
     /// Restored from a snapshot (a fork or a restore).
     Snapshot,
+    /// Claimed from its image's pool of ready workspaces: restored from
+    /// the warm snapshot before it was asked for, then given its name.
+    Pooled,
 }
 
 impl StartKind {
@@ -443,6 +446,7 @@ impl StartKind {
             StartKind::Cold => "cold",
             StartKind::Warm => "warm",
             StartKind::Snapshot => "snapshot",
+            StartKind::Pooled => "pooled",
         }
     }
 }
@@ -488,6 +492,25 @@ pub struct Meta {
     /// resume its image's warm snapshot instead of booting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pristine: bool,
+    /// Set on a member of an image's pool of ready workspaces (see
+    /// `crate::pool`): listed by no one, claimed by a start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schemars", schemars(skip))]
+    pub pool: Option<PoolMember>,
+}
+
+/// What a pool member is ready for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PoolMember {
+    /// The image it runs.
+    pub image: String,
+    /// The warm snapshot's fingerprint it was restored from: a member of
+    /// another kernel or image build is drained, not claimed.
+    pub fingerprint: String,
+    /// Running, identity given, and paused: claimable.
+    #[serde(default)]
+    pub ready: bool,
 }
 
 /// How [`Workspace::delete`](crate::Workspace::delete) deletes.
@@ -595,6 +618,7 @@ mod tests {
             }),
             last_exit: None,
             pristine: false,
+            pool: None,
         };
         let json = serde_json::to_string(&meta).unwrap();
         assert_eq!(serde_json::from_str::<Meta>(&json).unwrap(), meta);

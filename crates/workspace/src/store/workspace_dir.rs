@@ -14,6 +14,9 @@ use crate::store::spec::{LastExit, Meta};
 use crate::store::state::{State, TransitionError};
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError, META_FILE};
 
+/// The marker of a clone a start still has to make.
+pub const REPO_PENDING: &str = "repo.pending";
+
 /// Why a workspace's files could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceDirError {
@@ -110,7 +113,7 @@ impl WorkspaceDir {
     /// There while the repository a workspace was created from is still
     /// to be cloned in (at its first start).
     pub fn repo_pending(&self) -> PathBuf {
-        self.dir.join("repo.pending")
+        self.dir.join(REPO_PENDING)
     }
 
     /// The empty file behind volume slots no volume fills.

@@ -50,6 +50,11 @@ pub enum ControlRequest {
     },
     /// What the egress filter refused.
     EgressDenials,
+    /// Stop the vCPUs and devices (a pool member waiting to be claimed);
+    /// the guest sees no time pass.
+    Pause,
+    /// Run a paused machine again.
+    Resume,
     /// Stop listening on a host address (open connections run on).
     Unpublish {
         /// Host address.
@@ -263,6 +268,8 @@ mod tests {
                 ControlRequest::Stop { .. }
                 | ControlRequest::Snapshot { .. }
                 | ControlRequest::EgressDenials
+                | ControlRequest::Pause
+                | ControlRequest::Resume
                 | ControlRequest::Unpublish { .. } => ControlResponse::Error {
                     message: "no".into(),
                 },

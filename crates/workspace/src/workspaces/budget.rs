@@ -30,6 +30,22 @@ impl Workspaces {
     pub(crate) fn check_budget_start(&self, name: &str, mem_mib: u64) -> Result<()> {
         let budget = self.host_budget()?;
         self.check_disk_against(&budget)?;
+        loop {
+            let refused = match budget.check_start(&self.occupants(name)?, mem_mib) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            // Pool members are given back first; a member's own start
+            // takes no other's place.
+            let for_member = crate::store::name::namespace_of(name) == crate::pool::POOL_NAMESPACE;
+            if for_member || !self.give_back_a_member() {
+                return Err(refused.into());
+            }
+        }
+    }
+
+    /// What runs or may run beside `name`.
+    fn occupants(&self, name: &str) -> Result<Vec<Occupant>> {
         let mut others = Vec::new();
         for other in self.state_dir().list_workspaces()? {
             if other == name {
@@ -44,6 +60,6 @@ impl Workspaces {
                 Err(_) => continue,
             }
         }
-        Ok(budget.check_start(&others, mem_mib)?)
+        Ok(others)
     }
 }

@@ -226,6 +226,9 @@ impl Workspaces {
         if preview && users.is_empty() {
             return Ok(info);
         }
+        if users.is_empty() && !preview {
+            self.drain_pool(&info.name, "its image was deleted")?;
+        }
         self.images.remove(name, users)?;
         Ok(info)
     }
@@ -288,6 +291,7 @@ impl Workspaces {
                 runtime: None,
                 last_exit: None,
                 pristine: true,
+                pool: None,
             };
             ws.write_meta(&meta)?;
             ws.events().append(EventKind::Created)?;
@@ -319,7 +323,7 @@ impl Workspaces {
                 }
                 Err(e) => return Err(e),
             };
-            if self.at(&name).delete_if_orphaned(&meta) {
+            if meta.pool.is_some() || self.at(&name).delete_if_orphaned(&meta) {
                 continue;
             }
             let spec = &meta.spec;

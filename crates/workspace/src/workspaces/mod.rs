@@ -1,7 +1,8 @@
 //! The collection of workspaces (`manager`) and how it is opened
 //! (`builder`), their life cycle (`lifecycle`), the host budget a start
 //! checks (`budget`), published ports (`ports`), named volumes (`volumes`), the runtime contract
-//! (`contract`) and the one-shot use case (`one_shot`).
+//! (`contract`) and the one-shot use case (`one_shot`) and
+//! pools of ready workspaces (`pool`).
 
 pub(crate) mod budget;
 pub(crate) mod builder;
@@ -12,6 +13,7 @@ pub(crate) mod handle;
 pub(crate) mod lifecycle;
 pub(crate) mod manager;
 pub(crate) mod one_shot;
+pub(crate) mod pool;
 pub(crate) mod ports;
 pub(crate) mod repos;
 pub(crate) mod secrets;

@@ -11,6 +11,16 @@ use crate::store::StoreError;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::{ListFilter, Workspaces};
 
+/// The pool's members are no one's to name.
+fn refuse_pool_namespace(namespace: &str) -> Result<()> {
+    if namespace == crate::pool::POOL_NAMESPACE {
+        return Err(Error::InvalidInput(format!(
+            "namespace `{namespace}` is reserved for pools of ready workspaces"
+        )));
+    }
+    Ok(())
+}
+
 impl Workspaces {
     /// The same workspaces seen from `namespace`: short names are in it
     /// and listings show it (`*`: every namespace; short names are then in
@@ -20,6 +30,7 @@ impl Workspaces {
             validate_namespace(namespace)
                 .map_err(|e| Error::InvalidInput(format!("namespace `{namespace}`: {e}")))?;
         }
+        refuse_pool_namespace(namespace)?;
         let mut view = self.clone();
         view.namespace = namespace.to_owned();
         Ok(view)
@@ -55,7 +66,11 @@ impl Workspaces {
 
     /// The full name `name` means here.
     pub(crate) fn full_name(&self, name: &str) -> Result<String> {
-        full_name(&self.namespace, name).map_err(|e| StoreError::Name(e).into())
+        let full = full_name(&self.namespace, name).map_err(StoreError::Name)?;
+        if self.namespace != crate::pool::POOL_NAMESPACE {
+            refuse_pool_namespace(crate::store::name::namespace_of(&full))?;
+        }
+        Ok(full)
     }
 
     /// `spec` as this view creates it: an agent's session owns it; a
@@ -219,6 +234,22 @@ mod tests {
         assert_eq!(bad.code(), ErrorCode::InvalidInput);
         let shortcut = f.ws.workspace("dev.default").unwrap_err();
         assert_eq!(shortcut.code(), ErrorCode::InvalidInput);
+    }
+
+    #[test]
+    fn the_pool_namespace_is_no_ones_to_name() {
+        let f = fixture("pool-namespace", "/nonexistent");
+        let pool = crate::pool::POOL_NAMESPACE;
+        assert!(matches!(f.ws.in_namespace(pool), Err(Error::InvalidInput(_))));
+        assert!(matches!(
+            f.ws.workspace(&format!("member.{pool}")),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(matches!(
+            f.ws.create(&format!("member.{pool}"), spec()),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(f.ws.pool_view().full_name(&format!("member.{pool}")).is_ok());
     }
 
     #[test]

@@ -1,0 +1,149 @@
+//! Pools of ready workspaces, per image (`config.json` `pool: {IMAGE: N}`,
+//! or [`Workspaces::set_pool_size`]). A member is a workspace of the
+//! image's default size, restored from its warm snapshot with its identity
+//! given, its agent answering, then paused: hidden from every listing, in
+//! the reserved namespace [`POOL_NAMESPACE`]. A start of a fresh workspace
+//! of that image and size claims one instead of launching a VMM
+//! (`workspaces/pool/claim.rs`): the member's directory becomes the workspace's, the
+//! machine resumes, and the guest takes the workspace's name, fresh
+//! randomness and the clock before the start returns. A detached filler
+//! (`serve fill-pool IMAGE`) tops the pool up after a claim, a `pool set`
+//! or a listing that found it short (`workspaces/pool/members.rs`).
+//!
+//! Members count in the host budget and are the first thing given back
+//! when a start needs their memory; a member whose image or kernel changed
+//! is drained, with a `pool_drained` event in the pool's own log.
+
+use serde::{Deserialize, Serialize};
+
+use crate::code::ErrorCode;
+use crate::host::settings::ConfigError;
+use crate::store::spec::WorkspaceSpec;
+
+/// The namespace pool members live in; no one else may use it.
+pub const POOL_NAMESPACE: &str = "microagent-pool";
+/// The key of the pool sizes in `config.json`.
+pub const POOL_KEY: &str = "pool";
+/// The subcommand words the filler runs as, before the image.
+pub const FILL_SUBCOMMAND: [&str; 2] = ["serve", "fill-pool"];
+/// The most members one image's pool may have.
+pub const MAX_POOL_SIZE: usize = 32;
+/// The pool's directory in the state directory: its event log, the
+/// fillers' locks and log.
+pub const POOL_DIR: &str = "pool";
+
+/// Why a pool could not be set or filled.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The size asked is past [`MAX_POOL_SIZE`].
+    #[error("a pool of {asked} is more than the {MAX_POOL_SIZE} members one image may have")]
+    TooLarge {
+        /// What was asked.
+        asked: usize,
+    },
+    /// The sizes in config.json could not be read.
+    #[error("the pool sizes cannot be read")]
+    Config(#[source] ConfigError),
+    /// VMMs here get no private root, which a claim relies on (a claimed
+    /// member's VMM keeps its directory by the name it was started with).
+    #[error("pools need VMMs with a private root, which this host cannot give: {why}")]
+    NoPrivateRoot {
+        /// Why not.
+        why: String,
+    },
+    /// The image's default workspace is on a network a pool cannot serve.
+    #[error(
+        "pools serve workspaces on a `user` network; the default network `{network}` is not one"
+    )]
+    Network {
+        /// The network.
+        network: String,
+    },
+}
+
+impl PoolError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            PoolError::TooLarge { .. } | PoolError::Network { .. } => ErrorCode::InvalidInput,
+            PoolError::Config(_) => ErrorCode::Internal,
+            PoolError::NoPrivateRoot { .. } => ErrorCode::HostUnsupported,
+        }
+    }
+}
+
+/// One image's pool, as `pool ls` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct PoolStatus {
+    /// The image.
+    pub image: String,
+    /// How many members it keeps.
+    pub size: usize,
+    /// Members ready to be claimed.
+    pub ready: usize,
+    /// Members on their way.
+    pub starting: usize,
+}
+
+/// What a member of `image`'s pool is made with: the image's default
+/// workspace.
+pub fn member_spec(image: &str) -> WorkspaceSpec {
+    WorkspaceSpec {
+        image: image.to_owned(),
+        ..WorkspaceSpec::default()
+    }
+}
+
+/// Whether a fresh workspace of `spec` can be a member made with `member`:
+/// the same machine and network, and nothing a member's VMM was not
+/// started with (volumes, ports, an address, an owner it must watch, an
+/// egress policy of its own).
+pub fn claimable(spec: &WorkspaceSpec, member: &WorkspaceSpec) -> bool {
+    spec.image == member.image
+        && spec.vcpus == member.vcpus
+        && spec.mem_mib == member.mem_mib
+        && spec.disk_mib == member.disk_mib
+        && spec.network == member.network
+        && spec.volumes.is_empty()
+        && spec.ports.is_empty()
+        && spec.address.is_none()
+        && spec.owner.is_none()
+        && spec.egress.is_none()
+        && spec.allow.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_workspace_of_the_members_size_is_claimable() {
+        let member = member_spec("minimal");
+        assert!(claimable(&member_spec("minimal"), &member));
+        assert!(!claimable(&member_spec("debian"), &member));
+        let bigger = WorkspaceSpec {
+            mem_mib: member.mem_mib * 2,
+            ..member_spec("minimal")
+        };
+        assert!(!claimable(&bigger, &member));
+        let published = WorkspaceSpec {
+            ports: vec!["8080:80".parse().unwrap()],
+            ..member_spec("minimal")
+        };
+        assert!(!claimable(&published, &member));
+        let owned = WorkspaceSpec {
+            owner: crate::store::spec::Owner::this_process(),
+            ..member_spec("minimal")
+        };
+        assert!(!claimable(&owned, &member));
+        // What only the host side reads (labels, env, a TTL) does not matter.
+        let labelled = WorkspaceSpec {
+            labels: [("team".to_owned(), "a".to_owned())].into(),
+            ttl_secs: Some(60),
+            ..member_spec("minimal")
+        };
+        assert!(claimable(&labelled, &member));
+    }
+}

@@ -1,0 +1,192 @@
+//! A start that claims a pool member instead of launching a VMM.
+//!
+//! Under both locks, the member's directory replaces the fresh
+//! workspace's (which holds nothing but its record, an empty disk and its
+//! events), and the member's lock file takes the workspace's name. The
+//! member's VMM sees neither rename: its private root holds its directory
+//! and lock file bind-mounted by their old paths, the same inodes. Then the
+//! machine resumes and the guest takes the workspace's name, fresh
+//! randomness and the clock, before the start returns, as a warm start's
+//! guest does.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::host::settings::now_ms;
+use crate::pool::claimable;
+use crate::store::events::{EventKind, EVENTS_FILE};
+use crate::store::spec::{Meta, StartKind};
+use crate::store::state::State;
+use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::workspaces::manager::{make_disk, Workspaces};
+
+/// How long the guest may take to answer the identity request.
+const IDENTITY_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Workspaces {
+    /// Starts fresh workspace `name` from its image's pool when it has a
+    /// ready member that fits; `None`: it has none (the caller launches a
+    /// VMM). A claim tops the pool up in the background.
+    pub(crate) async fn claim_pooled(&self, name: &str) -> Result<Option<Meta>> {
+        let meta = self.at(name).get()?;
+        if !meta.pristine || meta.pool.is_some() || self.pool_size(&meta.spec.image)? == 0 {
+            return Ok(None);
+        }
+        let image = meta.spec.image.clone();
+        let name = name.to_owned();
+        let claimed = self
+            .blocking(move |all| {
+                for member in all.pool_members(&meta.spec.image)? {
+                    if member.ready && claimable(&meta.spec, &member.spec) {
+                        if let Some(meta) = all.take_member(&name, &member.name)? {
+                            return Ok(Some(meta));
+                        }
+                    }
+                }
+                Ok(None)
+            })
+            .await;
+        // Refilled whether or not this start found a member.
+        if let Err(e) = self.spawn_filler(&image) {
+            tracing::warn!("the pool of {image} cannot be refilled: {e}");
+        }
+        claimed
+    }
+
+    /// Moves ready member `member` into fresh workspace `name` and runs
+    /// it as `name`; `None` when either changed meanwhile.
+    fn take_member(&self, name: &str, member: &str) -> Result<Option<Meta>> {
+        let began = Instant::now();
+        let pool = self.pool_view();
+        let Some(_member_lock) = self.state.try_lock_workspace(member)? else {
+            return Ok(None);
+        };
+        let Ok(held) = pool.dir(member)?.read_meta() else {
+            return Ok(None);
+        };
+        let (name_lock, fresh) = self.lock_existing(name)?;
+        let ready = held.pool.as_ref().is_some_and(|p| p.ready) && held.state == State::Running;
+        if !ready || !fresh.pristine || fresh.state != State::Stopped {
+            return Ok(None);
+        }
+        let Some(rt) = held.runtime.clone() else {
+            return Ok(None);
+        };
+        let (ws, from) = (self.dir(name)?, pool.dir(member)?);
+        let parked = ws.path().with_file_name(format!(
+            "{}{name}-{}",
+            crate::store::DELETING_PREFIX,
+            std::process::id()
+        ));
+        let io = |what: &str| Error::host_io(format!("{what} for the claim of a pool member"));
+        std::fs::rename(ws.path(), &parked).map_err(io("setting the fresh workspace aside"))?;
+        if let Err(e) = std::fs::rename(from.path(), ws.path()) {
+            let _ = std::fs::rename(&parked, ws.path());
+            return Err(io("moving the member in")(e));
+        }
+        // The workspace keeps its own events and a clone still to make.
+        for file in [EVENTS_FILE, crate::store::workspace_dir::REPO_PENDING] {
+            let _ = std::fs::rename(parked.join(file), ws.path().join(file));
+        }
+        let _ = std::fs::remove_dir_all(&parked);
+        // Whoever waits on the old lock file finds it replaced and takes
+        // this one, which the member's lock still holds.
+        std::fs::rename(self.state.lock_path(member), self.state.lock_path(name))
+            .map_err(io("renaming the member's lock"))?;
+        drop(name_lock);
+        let now = now_ms();
+        let mut meta = Meta {
+            state: State::Running,
+            runtime: Some(crate::store::spec::Runtime {
+                started_at_ms: now,
+                ready_at_ms: Some(now),
+                ttl_deadline_ms: None,
+                start_kind: Some(StartKind::Pooled),
+                launched_mono_ns: None,
+                vcpu_running_us: None,
+                ready_us: None,
+                ..rt
+            }),
+            pool: None,
+            pristine: false,
+            ..fresh.clone()
+        };
+        ws.write_meta(&meta)?;
+        let resumed = self.resume_as(name, &meta);
+        if let Err(e) = resumed {
+            tracing::warn!("a pool member could not become {name}: {e}");
+            self.put_back_fresh(name, &fresh)?;
+            return Ok(None);
+        }
+        if let Some(ttl) = meta.spec.ttl_secs {
+            let req = ControlRequest::SetTtl {
+                ttl_secs: Some(ttl),
+            };
+            if let Ok(ControlResponse::Ok { ttl_deadline_ms }) =
+                control::call(&ws.control(), &req, Duration::from_secs(5))
+            {
+                meta = ws.read_meta()?;
+                if let Some(rt) = meta.runtime.as_mut() {
+                    rt.ttl_deadline_ms = ttl_deadline_ms;
+                }
+            }
+        }
+        if let Some(rt) = meta.runtime.as_mut() {
+            rt.ready_us = Some(began.elapsed().as_micros() as u64);
+        }
+        ws.write_meta(&meta)?;
+        ws.events().append(EventKind::Started {
+            start: Some(StartKind::Pooled),
+            ready_ms: Some(began.elapsed().as_millis() as u64),
+        })?;
+        Ok(Some(meta))
+    }
+
+    /// Resumes the claimed machine and gives its guest `name`, fresh
+    /// randomness and the clock.
+    fn resume_as(&self, name: &str, meta: &Meta) -> Result<()> {
+        let ws = self.dir(name)?;
+        match control::call(
+            &ws.control(),
+            &ControlRequest::Resume,
+            Duration::from_secs(10),
+        )? {
+            ControlResponse::Ok { .. } => {}
+            other => {
+                return Err(Error::StartFailed {
+                    name: name.to_owned(),
+                    reason: format!("the pool member did not resume: {other:?}"),
+                })
+            }
+        }
+        let mut entropy = [0u8; 64];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut entropy))
+            .map_err(Error::host_io("reading host randomness"))?;
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        ws.agent_blocking(IDENTITY_TIMEOUT)
+            .and_then(|agent| agent.restored(&meta.name, &entropy, now_ns, None))
+            .map_err(|source| Error::Agent {
+                op: "identity",
+                source,
+            })
+    }
+
+    /// Undoes a claim that failed after the move: the member's VMM goes,
+    /// and `name` is as `create` made it, for a start of its own.
+    fn put_back_fresh(&self, name: &str, fresh: &Meta) -> Result<()> {
+        let ws = self.dir(name)?;
+        let (_lock, now) = self.lock_existing(name)?;
+        if let Some(rt) = &now.runtime {
+            crate::store::process::kill(rt.pid, rt.pid_start);
+            crate::store::process::wait_gone(rt.pid, rt.pid_start, Duration::from_secs(10));
+        }
+        crate::host::cgroup::remove_recorded(ws.path());
+        make_disk(&ws.disk(), fresh.spec.disk_mib)?;
+        ws.write_meta(fresh)?;
+        Ok(())
+    }
+}

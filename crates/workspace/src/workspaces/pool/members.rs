@@ -1,0 +1,239 @@
+//! A pool's members: which are alive and current (the rest are deleted),
+//! and the filler that brings a pool to its size.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::host::settings::unique_id;
+use crate::pool::{member_spec, PoolError, POOL_DIR, POOL_NAMESPACE};
+use crate::store::file_lock::FileLock;
+use crate::store::name::namespace_of;
+use crate::store::spec::{DeleteOptions, Meta, PoolMember, WorkspaceSpec};
+use crate::store::state::State;
+use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
+use crate::workspaces::manager::Workspaces;
+use crate::Error;
+
+/// A live member of a pool.
+#[derive(Clone, Debug)]
+pub(crate) struct Member {
+    /// Its full name.
+    pub name: String,
+    /// Paused and claimable.
+    pub ready: bool,
+    /// What it runs.
+    pub spec: WorkspaceSpec,
+}
+
+impl Workspaces {
+    /// This collection seen from the pool's namespace, acting for no one.
+    pub(crate) fn pool_view(&self) -> Workspaces {
+        let mut view = self.clone();
+        view.namespace = POOL_NAMESPACE.to_owned();
+        view.caller = None;
+        view
+    }
+
+    /// The records of every pool member, of every image.
+    fn member_records(&self) -> Result<Vec<(String, Meta)>> {
+        Ok(self
+            .state
+            .list_workspaces()?
+            .into_iter()
+            .filter(|n| namespace_of(n) == POOL_NAMESPACE)
+            .filter_map(|n| self.at(&n).get().ok().map(|m| (n, m)))
+            .collect())
+    }
+
+    /// The images that have members.
+    pub(super) fn pool_images(&self) -> Result<Vec<String>> {
+        let mut images: Vec<String> = self
+            .member_records()?
+            .into_iter()
+            .filter_map(|(_, m)| m.pool.map(|p| p.image))
+            .collect();
+        images.sort();
+        images.dedup();
+        Ok(images)
+    }
+
+    /// The warm fingerprint a member of `image` must have to be claimed.
+    fn pool_fingerprint(&self, image: &str) -> Option<String> {
+        self.warm_identity(&member_spec(image))
+            .ok()
+            .map(|(_, fingerprint)| fingerprint)
+    }
+
+    /// `image`'s live, current members. A member whose VMM died is
+    /// deleted; one of another image or kernel build is drained.
+    pub(crate) fn pool_members(&self, image: &str) -> Result<Vec<Member>> {
+        let current = self.pool_fingerprint(image);
+        let (mut live, mut stale) = (Vec::new(), 0);
+        for (name, meta) in self.member_records()? {
+            let Some(member) = meta.pool.clone().filter(|p| p.image == image) else {
+                continue;
+            };
+            // A member being made is stopped and pristine until its start.
+            let dead =
+                meta.state == State::Crashed || (meta.state == State::Stopped && !meta.pristine);
+            let outdated = current.as_deref() != Some(member.fingerprint.as_str());
+            if dead || outdated {
+                let force = DeleteOptions::default().force(true);
+                if self.at(&name).delete(force).is_ok() && outdated && !dead {
+                    stale += 1;
+                }
+                continue;
+            }
+            live.push(Member {
+                name,
+                ready: member.ready,
+                spec: meta.spec,
+            });
+        }
+        self.record_drain(
+            image,
+            stale,
+            "its image, its kernel or the snapshot format changed",
+        );
+        Ok(live)
+    }
+
+    /// Deletes every member of `image`'s pool (the image is going).
+    pub(crate) fn drain_pool(&self, image: &str, reason: &str) -> Result<()> {
+        let mut gone = 0;
+        for (name, meta) in self.member_records()? {
+            if meta.pool.is_some_and(|p| p.image == image)
+                && self
+                    .at(&name)
+                    .delete(DeleteOptions::default().force(true))
+                    .is_ok()
+            {
+                gone += 1;
+            }
+        }
+        self.record_drain(image, gone, reason);
+        Ok(())
+    }
+
+    /// Gives back one ready member (the oldest), of any image, for a start
+    /// the host budget refused; false when there was none.
+    pub(crate) fn give_back_a_member(&self) -> bool {
+        let Ok(records) = self.member_records() else {
+            return false;
+        };
+        let oldest = records
+            .into_iter()
+            .filter(|(_, m)| m.pool.as_ref().is_some_and(|p| p.ready))
+            .min_by_key(|(_, m)| m.created_at_ms);
+        let Some((name, meta)) = oldest else {
+            return false;
+        };
+        let image = meta.pool.map(|p| p.image).unwrap_or_default();
+        let gone = self
+            .at(&name)
+            .delete(DeleteOptions::default().force(true))
+            .is_ok();
+        self.record_drain(
+            &image,
+            usize::from(gone),
+            "a start needed its memory (host budget)",
+        );
+        gone
+    }
+
+    /// Brings `image`'s pool to its size, one member at a time, until it
+    /// is there (or past it: the extra members go). Returns at once when
+    /// another filler of the image is at work. What the detached filler
+    /// (`serve fill-pool IMAGE`) runs.
+    pub async fn fill_pool(&self, image: &str) -> Result<usize> {
+        let dir = self.state.root().join(POOL_DIR);
+        std::fs::create_dir_all(&dir).map_err(Error::host_io("creating the pool directory"))?;
+        let lock_path = dir.join(format!("{image}.fill.lock"));
+        let Some(_filling) = FileLock::try_exclusive(&lock_path)
+            .map_err(Error::host_io(format!("locking {}", lock_path.display())))?
+        else {
+            return Ok(0);
+        };
+        let mut added = 0;
+        loop {
+            let size = self.pool_size(image)?;
+            let members = self.pool_members(image)?;
+            if members.len() > size {
+                let extra = members.len() - size;
+                for m in members.iter().rev().take(extra) {
+                    let _ = self
+                        .at(&m.name)
+                        .delete(DeleteOptions::default().force(true));
+                }
+                self.record_drain(image, extra, "the pool was made smaller");
+                return Ok(added);
+            }
+            if members.len() == size {
+                return Ok(added);
+            }
+            self.add_member(image).await?;
+            added += 1;
+        }
+    }
+
+    /// Makes one member of `image`'s pool: created, started (warm when it
+    /// can), paused, then marked ready. A member that fails is deleted.
+    async fn add_member(&self, image: &str) -> Result<()> {
+        self.check_poolable()?;
+        let spec = member_spec(image);
+        let net = crate::network::Networks::new(&self.state).get(&spec.network)?;
+        if net.backend != Some(crate::network::Backend::User) {
+            return Err(PoolError::Network {
+                network: spec.network,
+            }
+            .into());
+        }
+        let (_, fingerprint) = self.warm_identity(&spec)?;
+        let view = self.pool_view();
+        let name = format!("pool-{}.{POOL_NAMESPACE}", unique_id());
+        view.create(&name, spec)?;
+        let made = async {
+            view.mark_member(&name, |m| {
+                m.pool = Some(PoolMember {
+                    image: image.to_owned(),
+                    fingerprint,
+                    ready: false,
+                })
+            })?;
+            view.start_maybe_warm(&name, DEFAULT_START_TIMEOUT, |_| {}, false)
+                .await?;
+            let ws = view.dir(&name)?;
+            match control::call(
+                &ws.control(),
+                &ControlRequest::Pause,
+                Duration::from_secs(10),
+            )? {
+                ControlResponse::Ok { .. } => {}
+                other => {
+                    return Err(Error::StartFailed {
+                        name: name.clone(),
+                        reason: format!("the pool member could not be paused: {other:?}"),
+                    })
+                }
+            }
+            view.mark_member(&name, |m| {
+                if let Some(p) = m.pool.as_mut() {
+                    p.ready = true;
+                }
+            })
+        }
+        .await;
+        if made.is_err() {
+            let _ = view.at(&name).delete(DeleteOptions::default().force(true));
+        }
+        made
+    }
+
+    /// Changes a member's record under its lock.
+    fn mark_member(&self, name: &str, change: impl FnOnce(&mut Meta)) -> Result<()> {
+        let (_lock, mut meta) = self.lock_existing(name)?;
+        change(&mut meta);
+        Ok(self.dir(name)?.write_meta(&meta)?)
+    }
+}

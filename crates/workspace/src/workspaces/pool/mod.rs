@@ -1,0 +1,125 @@
+//! The pools of ready workspaces as the collection runs them (see
+//! [`crate::pool`]): sizes in config.json, status, the filler's start and
+//! the drain log; members in `members.rs`, the claim in `claim.rs`.
+
+mod claim;
+mod members;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+use crate::host::settings::config_section;
+use crate::pool::{PoolError, PoolStatus, FILL_SUBCOMMAND, MAX_POOL_SIZE, POOL_DIR, POOL_KEY};
+use crate::store::events::{EventKind, EventLog};
+use crate::workspaces::manager::Workspaces;
+
+impl Workspaces {
+    fn pool_dir(&self) -> PathBuf {
+        self.state.root().join(POOL_DIR)
+    }
+
+    /// The pool's own event log (drains).
+    pub fn pool_events(&self) -> EventLog {
+        EventLog::new(&self.pool_dir())
+    }
+
+    /// The pool sizes config.json sets, by image.
+    pub fn pool_sizes(&self) -> Result<BTreeMap<String, usize>> {
+        Ok(config_section(self.state.root(), POOL_KEY)
+            .map_err(PoolError::Config)?
+            .map(|(sizes, _)| sizes)
+            .unwrap_or_default())
+    }
+
+    fn pool_size(&self, image: &str) -> Result<usize> {
+        Ok(self.pool_sizes()?.get(image).copied().unwrap_or(0))
+    }
+
+    /// Keeps `size` ready workspaces of `image` (0: none), in config.json,
+    /// and starts a filler that brings the pool to that size in the
+    /// background (or drains what is past it).
+    pub fn set_pool_size(&self, image: &str, size: usize) -> Result<PoolStatus> {
+        if size > MAX_POOL_SIZE {
+            return Err(PoolError::TooLarge { asked: size }.into());
+        }
+        let image = self.images.get(image)?.name;
+        if size > 0 {
+            self.check_poolable()?;
+        }
+        let mut sizes = self.pool_sizes()?;
+        if size == 0 {
+            sizes.remove(&image);
+        } else {
+            sizes.insert(image.clone(), size);
+        }
+        crate::host::settings::set_config_section(self.state.root(), POOL_KEY, &sizes)
+            .map_err(PoolError::Config)?;
+        self.spawn_filler(&image)?;
+        self.pool_status_of(&image)
+    }
+
+    /// Every configured pool (and any image that still has members), with
+    /// what is ready. A pool found short gets a filler.
+    pub fn pool_status(&self) -> Result<Vec<PoolStatus>> {
+        let mut images: Vec<String> = self.pool_sizes()?.into_keys().collect();
+        for image in self.pool_images()? {
+            if !images.contains(&image) {
+                images.push(image);
+            }
+        }
+        images.sort();
+        images.iter().map(|i| self.pool_status_of(i)).collect()
+    }
+
+    fn pool_status_of(&self, image: &str) -> Result<PoolStatus> {
+        let members = self.pool_members(image)?;
+        let size = self.pool_size(image)?;
+        let ready = members.iter().filter(|m| m.ready).count();
+        let starting = members.len() - ready;
+        if members.len() != size {
+            self.spawn_filler(image)?;
+        }
+        Ok(PoolStatus {
+            image: image.to_owned(),
+            size,
+            ready,
+            starting,
+        })
+    }
+
+    /// Refuses pools on a host whose VMMs get no private root.
+    fn check_poolable(&self) -> Result<()> {
+        crate::host::jail::availability()
+            .map(drop)
+            .map_err(|e| PoolError::NoPrivateRoot { why: e.why }.into())
+    }
+
+    /// Starts `serve fill-pool IMAGE` detached; it exits at once when
+    /// another filler of the image is at work.
+    fn spawn_filler(&self, image: &str) -> Result<()> {
+        std::fs::create_dir_all(self.pool_dir())
+            .map_err(Error::host_io("creating the pool directory"))?;
+        let args: Vec<String> = FILL_SUBCOMMAND
+            .iter()
+            .map(|a| a.to_string())
+            .chain([image.to_owned()])
+            .collect();
+        self.spawn_detached(&args, &self.pool_dir().join("fill.log"))
+            .map(drop)
+    }
+
+    /// Records that `members` of `image`'s pool went, and why.
+    fn record_drain(&self, image: &str, members: usize, reason: &str) {
+        if members == 0 {
+            return;
+        }
+        tracing::info!("pool of {image}: {members} member(s) drained: {reason}");
+        let _ = std::fs::create_dir_all(self.pool_dir());
+        let _ = self.pool_events().append(EventKind::PoolDrained {
+            image: image.to_owned(),
+            members,
+            reason: reason.to_owned(),
+        });
+    }
+}
