@@ -58,6 +58,10 @@ pub enum ServeCommand {
     FillPool {
         /// The image.
         image: String,
+        /// Wait this long first (after a claim: the claimed workspace's
+        /// first commands come first).
+        #[arg(long, default_value_t = 0)]
+        after_ms: u64,
     },
 }
 
@@ -96,13 +100,17 @@ pub struct HttpArgs {
 
 pub fn run(cmd: ServeCommand) -> ExitCode {
     match cmd {
-        ServeCommand::FillPool { image } => {
+        ServeCommand::FillPool { image, after_ms } => {
             let filled = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(workspace::Error::host_io("starting the async runtime"))
                 .and_then(|rt| {
-                    rt.block_on(async { crate::open_workspaces()?.fill_pool(&image).await })
+                    rt.block_on(async {
+                        crate::open_workspaces()?
+                            .fill_pool(&image, std::time::Duration::from_millis(after_ms))
+                            .await
+                    })
                 });
             match filled {
                 Ok(added) => {

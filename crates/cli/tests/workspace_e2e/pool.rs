@@ -154,6 +154,11 @@ fn a_pool_gives_ready_workspaces_that_are_their_own() {
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     // SAFETY: kill takes two integers.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+        assert!(Instant::now() < deadline, "the killed member's VMM runs on");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     wait_ready(&cli, 2, Duration::from_secs(600));
     assert!(!members(&cli).contains(&victim), "{victim} stays");
     assert!(!cli
@@ -191,6 +196,22 @@ fn a_pool_gives_ready_workspaces_that_are_their_own() {
         "{:?}",
         drains(&cli)
     );
+
+    // A start the host budget refuses takes a member's place: members are
+    // the first thing given back. (Its own egress policy makes it no
+    // member's: it warm-starts.)
+    std::fs::write(cli.home().join("budget.json"), r#"{"max_running": 4}"#).unwrap();
+    cli.ok(&["create", "pc", "--image", "minimal", "--egress", "none"]);
+    let started = cli.ok_json(&["start", "pc", "--json"]);
+    assert_eq!(started["runtime"]["start_kind"], "warm", "{started}");
+    assert!(
+        drains(&cli).iter().any(|r| r.contains("host budget")),
+        "{:?}",
+        drains(&cli)
+    );
+    assert_eq!(members(&cli).len(), 1, "{:?}", members(&cli));
+    cli.ok(&["delete", "pc", "--force", "--yes"]);
+    std::fs::remove_file(cli.home().join("budget.json")).unwrap();
 
     // Deleting the image drains its pool with an event.
     for name in ["pa", "pb"] {

@@ -306,6 +306,23 @@ fn handle_connection(stream: UnixStream, state: &AgentState, active: usize) {
     conn.finish();
 }
 
+/// Takes an identity sent with a hello unless it is the one taken last
+/// (the host sends it with every request until the workspace restarts).
+fn take_identity_once(new: &guest_agent::protocol::NewIdentity) -> Result<(), RequestError> {
+    static TAKEN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    if std::process::id() != 1 {
+        return Err(RequestError::NotInit);
+    }
+    let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
+    if taken.as_deref() == Some(new.entropy.as_str()) {
+        return Ok(());
+    }
+    identity::take(&new.hostname, &new.entropy, new.unix_time_ns)
+        .map_err(RequestError::Identity)?;
+    *taken = Some(new.entropy.clone());
+    Ok(())
+}
+
 fn read_request(conn: &mut Conn) -> Result<Option<Request>, RequestError> {
     let Some(frame) = conn.read_frame().map_err(RequestError::Frame)? else {
         return Ok(None);
@@ -322,14 +339,17 @@ fn read_request(conn: &mut Conn) -> Result<Option<Request>, RequestError> {
 }
 
 fn serve_request(conn: &mut Conn, state: &AgentState) -> Result<(), RequestError> {
-    let version = match read_request(conn)? {
+    let (version, identity) = match read_request(conn)? {
         // Connected and left (a probe): nothing to do.
         None => return Ok(()),
-        Some(Request::Hello { version }) => version,
+        Some(Request::Hello { version, identity }) => (version, identity),
         Some(other) => return Err(RequestError::NoHello(other.name())),
     };
     if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
         return Err(RequestError::Version(version));
+    }
+    if let Some(new) = identity {
+        take_identity_once(&new)?;
     }
     // Answered in the client's version: an older client reads its own.
     let hello = Response::Hello {

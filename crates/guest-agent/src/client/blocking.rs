@@ -108,7 +108,7 @@ impl BlockingClient {
     /// the returned stream then carries that TCP connection's bytes, with
     /// no timeouts.
     pub fn tcp_connect(mut self, port: u16) -> Result<UnixStream, ClientError> {
-        let bytes = start_bytes(&Request::TcpConnect { port })?;
+        let bytes = start_bytes(&Request::TcpConnect { port }, None)?;
         self.stream
             .write_all(&bytes)
             .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;
@@ -124,7 +124,7 @@ impl BlockingClient {
     }
 
     fn call(mut self, req: &Request) -> Result<Response, ClientError> {
-        let bytes = start_bytes(req)?;
+        let bytes = start_bytes(req, None)?;
         self.stream
             .write_all(&bytes)
             .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;

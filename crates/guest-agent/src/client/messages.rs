@@ -2,7 +2,7 @@
 //! sends first, how an answer is decoded, and the VMM's handshake reply.
 
 use crate::frame;
-use crate::protocol::{Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
+use crate::protocol::{NewIdentity, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 use super::ClientError;
 
@@ -17,15 +17,31 @@ pub struct AgentHello {
     pub capabilities: Vec<String>,
 }
 
+/// `identity` with the clock read now, as it is sent.
+pub(crate) fn sent_now(identity: &NewIdentity) -> NewIdentity {
+    NewIdentity {
+        unix_time_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        ..identity.clone()
+    }
+}
+
 /// `hello` and `req`, framed: what every operation sends first, in one write.
-pub(crate) fn start_bytes(req: &Request) -> Result<Vec<u8>, ClientError> {
+pub(crate) fn start_bytes(
+    req: &Request,
+    identity: Option<&NewIdentity>,
+) -> Result<Vec<u8>, ClientError> {
     // Version 1 unless the request needs 2, so agents in older guests
     // still answer everything they can.
     let version = match req {
         Request::Exec(exec) if exec.pty.is_some() => PROTOCOL_VERSION,
         _ => MIN_PROTOCOL_VERSION,
     };
-    let hello = Request::Hello { version };
+    let hello = Request::Hello {
+        version,
+        identity: identity.map(sent_now),
+    };
     let mut bytes = frame::encode_json(&hello).map_err(ClientError::Frame)?;
     bytes.extend(frame::encode_json(req).map_err(ClientError::Frame)?);
     Ok(bytes)

@@ -10,8 +10,8 @@ use super::wire::{self, send_data, send_stdin};
 use super::ClientError;
 use crate::frame::{self, FrameKind};
 use crate::protocol::{
-    ExecCall, ExecExit, ListedEntry, Request, Response, SignalSpec, StatAnswer, StdinMode,
-    SystemInfo, WriteMode, MIN_PROTOCOL_VERSION,
+    ExecCall, ExecExit, ListedEntry, NewIdentity, Request, Response, SignalSpec, StatAnswer,
+    StdinMode, SystemInfo, WriteMode, MIN_PROTOCOL_VERSION,
 };
 
 /// How long an operation waits for the agent's next message (or for it
@@ -29,6 +29,8 @@ pub const IDLE_DEADLINE: Duration = Duration::from_secs(300);
 pub struct GuestAgentClient<S> {
     pub(super) stream: S,
     pub(super) idle: Duration,
+    /// Sent with the hello: a claimed pool member's identity.
+    pub(super) identity: Option<NewIdentity>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
@@ -38,7 +40,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         Self {
             stream,
             idle: IDLE_DEADLINE,
+            identity: None,
         }
+    }
+
+    /// The same client, sending `identity` with its hello: the agent takes
+    /// it before the request (once; repeats are ignored), with the clock
+    /// read as it is sent.
+    pub fn with_identity(mut self, identity: NewIdentity) -> Self {
+        self.identity = Some(identity);
+        self
     }
 
     /// The same client with another idle deadline (see [`IDLE_DEADLINE`]).
@@ -57,6 +68,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     pub async fn hello(mut self) -> Result<AgentHello, ClientError> {
         let bytes = frame::encode_json(&Request::Hello {
             version: MIN_PROTOCOL_VERSION,
+            identity: self.identity.as_ref().map(super::messages::sent_now),
         })
         .map_err(ClientError::Frame)?;
         self.write_within(&bytes).await?;
@@ -369,7 +381,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
 
     /// Sends `hello` and `req` in one write.
     pub(super) async fn send_start(&mut self, req: &Request) -> Result<(), ClientError> {
-        self.write_within(&start_bytes(req)?).await
+        let bytes = start_bytes(req, self.identity.as_ref())?;
+        self.write_within(&bytes).await
     }
 
     /// Writes `bytes`, waiting at most the idle deadline for the agent to

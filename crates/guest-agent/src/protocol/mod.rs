@@ -20,7 +20,9 @@ pub use process::{
     MAX_FINISHED_PROCESSES, MAX_PROCESS_COMMAND, MAX_PROCESS_READ, MAX_PROCESS_RING,
     MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
 };
-pub use request::{ExecCall, Request, SignalSpec, StdinMode, VolumeToMount, WinSize, WriteMode};
+pub use request::{
+    ExecCall, NewIdentity, Request, SignalSpec, StdinMode, VolumeToMount, WinSize, WriteMode,
+};
 pub use response::{
     CpuTicks, DiskUsage, EntryKind, ExecExit, ListedEntry, NetCounters, Response, StatAnswer,
     SystemInfo,
@@ -149,6 +151,7 @@ pub const CAPABILITIES: &[&str] = &[
     "tar_out",
     "tar_in",
     "restored",
+    "hello_identity",
     "mount_volumes",
     "tcp_connect",
     "process",

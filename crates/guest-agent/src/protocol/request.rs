@@ -196,6 +196,19 @@ impl ExecCall {
     }
 }
 
+/// What a restored guest takes to differ from the other copies of its
+/// snapshot: its hostname, host randomness for its pool, and the clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewIdentity {
+    /// The guest's new hostname.
+    pub hostname: String,
+    /// Host randomness, hex-encoded (16 to 512 bytes); also what tells a
+    /// repeat from a new identity.
+    pub entropy: String,
+    /// The host's wall clock when the hello was sent, Unix nanoseconds.
+    pub unix_time_ns: u64,
+}
+
 /// Messages from the client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -204,6 +217,12 @@ pub enum Request {
     Hello {
         /// The client's protocol version.
         version: u32,
+        /// A restored guest's new identity, taken before the request is
+        /// served (once: a repeat of the one taken is ignored). A claimed
+        /// pool member gets it with its first request instead of on a
+        /// connection of its own. Only honoured by the guest's PID 1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        identity: Option<NewIdentity>,
     },
     /// Liveness check.
     Ping,

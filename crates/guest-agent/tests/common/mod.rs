@@ -106,7 +106,11 @@ impl Drop for Agent {
 }
 
 pub fn hello_bytes(version: u32) -> Vec<u8> {
-    frame::encode_json(&Request::Hello { version }).unwrap()
+    frame::encode_json(&Request::Hello {
+        version,
+        identity: None,
+    })
+    .unwrap()
 }
 
 /// Sends `bytes`, closes the write side, and returns every frame the

@@ -476,11 +476,7 @@ impl Workspace<'_> {
         drop(values);
         let mut masked = MaskedEvents::new(&mask);
         let events = ws.events();
-        let client = ws
-            .agent()
-            .connect()
-            .await
-            .map_err(Error::agent("connect"))?;
+        let client = ws.connect_agent().await.map_err(Error::agent("connect"))?;
         let running = client.exec(req, input.into_agent(), |update| {
             let event = ExecEvent::from(update);
             if let ExecEvent::Started { exec_id, .. } = &event {

@@ -175,7 +175,7 @@ impl Workspaces {
 
     pub(crate) async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
         let (ws, _) = self.running(name)?;
-        ws.agent().connect().await.map_err(Error::agent("connect"))
+        ws.connect_agent().await.map_err(Error::agent("connect"))
     }
 }
 

@@ -209,11 +209,7 @@ impl Workspace<'_> {
         }
         wire.output_cap = options.ring_bytes;
         wire.id = options.id;
-        let client = ws
-            .agent()
-            .connect()
-            .await
-            .map_err(Error::agent("connect"))?;
+        let client = ws.connect_agent().await.map_err(Error::agent("connect"))?;
         let info: ProcessInfo = client
             .process_start(wire)
             .await
@@ -222,7 +218,7 @@ impl Workspace<'_> {
         // Names only: what later reads of its output mask. Without the
         // record its output would be read unmasked: it is killed instead.
         if let Err(e) = crate::secrets::processes::remember(ws.path(), &info.id, &secrets) {
-            if let Ok(client) = ws.agent().connect().await {
+            if let Ok(client) = ws.connect_agent().await {
                 let _ = client
                     .process_signal(&info.id, SignalSpec::Number(libc::SIGKILL))
                     .await;

@@ -511,6 +511,10 @@ pub struct PoolMember {
     /// Running, identity given, and paused: claimable.
     #[serde(default)]
     pub ready: bool,
+    /// Its agent takes a new identity with a hello, so a claim leaves it
+    /// to the first request instead of asking on a connection of its own.
+    #[serde(default)]
+    pub identity_with_hello: bool,
 }
 
 /// How [`Workspace::delete`](crate::Workspace::delete) deletes.

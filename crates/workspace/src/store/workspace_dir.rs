@@ -16,6 +16,9 @@ use crate::store::{read_json, write_json_atomic, StateDir, StoreError, META_FILE
 
 /// The marker of a clone a start still has to make.
 pub const REPO_PENDING: &str = "repo.pending";
+/// A claimed pool member's new identity, which every connection to its
+/// agent sends with its hello until the VMM ends (the agent takes it once).
+pub const PENDING_IDENTITY: &str = "identity.pending";
 
 /// Why a workspace's files could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +172,43 @@ impl WorkspaceDir {
         }
     }
 
+    /// A connection to its guest agent, carrying the identity a claimed
+    /// pool member has yet to take (see [`PENDING_IDENTITY`]).
+    #[cfg(feature = "client")]
+    pub async fn connect_agent(
+        &self,
+    ) -> std::result::Result<
+        guest_agent::client::GuestAgentClient<tokio::net::UnixStream>,
+        guest_agent::client::ClientError,
+    > {
+        let client = self.agent().connect().await?;
+        Ok(match self.pending_identity() {
+            Some(identity) => client.with_identity(identity),
+            None => client,
+        })
+    }
+
+    /// The identity the guest is still to take, if any.
+    pub fn pending_identity(&self) -> Option<guest_agent::protocol::NewIdentity> {
+        read_json(&self.dir.join(PENDING_IDENTITY)).ok()
+    }
+
+    /// Makes every later connection send `identity` until the VMM ends.
+    pub fn set_pending_identity(
+        &self,
+        identity: &guest_agent::protocol::NewIdentity,
+    ) -> Result<()> {
+        Ok(write_json_atomic(
+            &self.dir.join(PENDING_IDENTITY),
+            identity,
+        )?)
+    }
+
+    /// Forgets the pending identity (its VMM ended or is being replaced).
+    pub fn clear_pending_identity(&self) {
+        let _ = std::fs::remove_file(self.dir.join(PENDING_IDENTITY));
+    }
+
     /// A blocking connection to its guest agent (for the VMM process, which
     /// runs no async runtime); reads and writes wait at most `timeout`.
     pub fn agent_blocking(
@@ -223,6 +263,7 @@ impl WorkspaceDir {
     /// Stopping when needed), the runtime is cleared, the event logged and
     /// the sockets removed. Hold the workspace lock.
     pub fn record_exit(&self, meta: &mut Meta, crashed: bool, reason: &str) -> Result<()> {
+        self.clear_pending_identity();
         let console_tail = if crashed {
             tail_lines(&self.dir, CRASH_TAIL_LINES).unwrap_or_default()
         } else {

@@ -139,6 +139,7 @@ impl Workspaces {
         let boot = boot(&meta)?;
         // Groups a VMM running as its own account could not remove.
         crate::host::cgroup::remove_recorded(ws.path());
+        ws.clear_pending_identity();
         let log = std::fs::File::create(ws.path().join(VMM_LOG))
             .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
         let mut launch = VmmLaunch::new(

@@ -240,7 +240,10 @@ mod tests {
     fn the_pool_namespace_is_no_ones_to_name() {
         let f = fixture("pool-namespace", "/nonexistent");
         let pool = crate::pool::POOL_NAMESPACE;
-        assert!(matches!(f.ws.in_namespace(pool), Err(Error::InvalidInput(_))));
+        assert!(matches!(
+            f.ws.in_namespace(pool),
+            Err(Error::InvalidInput(_))
+        ));
         assert!(matches!(
             f.ws.workspace(&format!("member.{pool}")),
             Err(Error::InvalidInput(_))
@@ -249,7 +252,11 @@ mod tests {
             f.ws.create(&format!("member.{pool}"), spec()),
             Err(Error::InvalidInput(_))
         ));
-        assert!(f.ws.pool_view().full_name(&format!("member.{pool}")).is_ok());
+        assert!(f
+            .ws
+            .pool_view()
+            .full_name(&format!("member.{pool}"))
+            .is_ok());
     }
 
     #[test]

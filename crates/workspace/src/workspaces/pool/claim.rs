@@ -12,6 +12,8 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use guest_agent::protocol::NewIdentity;
+
 use crate::error::{Error, Result};
 use crate::host::settings::now_ms;
 use crate::pool::claimable;
@@ -20,6 +22,11 @@ use crate::store::spec::{Meta, StartKind};
 use crate::store::state::State;
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::workspaces::manager::{make_disk, Workspaces};
+
+/// How long a refill waits after a claim: a member's start takes both
+/// CPUs of a small host for seconds, which the claimed workspace's first
+/// commands would otherwise share.
+const REFILL_AFTER_CLAIM: Duration = Duration::from_secs(3);
 
 /// How long the guest may take to answer the identity request.
 const IDENTITY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,8 +54,9 @@ impl Workspaces {
                 Ok(None)
             })
             .await;
-        // Refilled whether or not this start found a member.
-        if let Err(e) = self.spawn_filler(&image) {
+        // Refilled whether or not this start found a member, once the
+        // claimed workspace's first command has had the CPUs to itself.
+        if let Err(e) = self.spawn_filler(&image, REFILL_AFTER_CLAIM) {
             tracing::warn!("the pool of {image} cannot be refilled: {e}");
         }
         claimed
@@ -59,7 +67,7 @@ impl Workspaces {
     fn take_member(&self, name: &str, member: &str) -> Result<Option<Meta>> {
         let began = Instant::now();
         let pool = self.pool_view();
-        let Some(_member_lock) = self.state.try_lock_workspace(member)? else {
+        let Some(member_lock) = self.state.try_lock_workspace(member)? else {
             return Ok(None);
         };
         let Ok(held) = pool.dir(member)?.read_meta() else {
@@ -112,30 +120,24 @@ impl Workspaces {
             pristine: false,
             ..fresh.clone()
         };
-        ws.write_meta(&meta)?;
-        let resumed = self.resume_as(name, &meta);
+        let with_hello = held.pool.as_ref().is_some_and(|p| p.identity_with_hello);
+        let resumed = self.resume_as(name, with_hello).and_then(|()| {
+            if let Some(rt) = meta.runtime.as_mut() {
+                rt.ready_us = Some(began.elapsed().as_micros() as u64);
+            }
+            Ok(ws.write_meta(&meta)?)
+        });
         if let Err(e) = resumed {
             tracing::warn!("a pool member could not become {name}: {e}");
             self.put_back_fresh(name, &fresh)?;
             return Ok(None);
         }
+        // The VMM records the deadline itself, under the lock held here.
+        drop(member_lock);
         if let Some(ttl) = meta.spec.ttl_secs {
-            let req = ControlRequest::SetTtl {
-                ttl_secs: Some(ttl),
-            };
-            if let Ok(ControlResponse::Ok { ttl_deadline_ms }) =
-                control::call(&ws.control(), &req, Duration::from_secs(5))
-            {
-                meta = ws.read_meta()?;
-                if let Some(rt) = meta.runtime.as_mut() {
-                    rt.ttl_deadline_ms = ttl_deadline_ms;
-                }
-            }
+            self.at(name).set_ttl(Some(ttl))?;
+            meta = ws.read_meta()?;
         }
-        if let Some(rt) = meta.runtime.as_mut() {
-            rt.ready_us = Some(began.elapsed().as_micros() as u64);
-        }
-        ws.write_meta(&meta)?;
         ws.events().append(EventKind::Started {
             start: Some(StartKind::Pooled),
             ready_ms: Some(began.elapsed().as_millis() as u64),
@@ -143,10 +145,25 @@ impl Workspaces {
         Ok(Some(meta))
     }
 
-    /// Resumes the claimed machine and gives its guest `name`, fresh
-    /// randomness and the clock.
-    fn resume_as(&self, name: &str, meta: &Meta) -> Result<()> {
+    /// Resumes the claimed machine; its guest takes the workspace's name,
+    /// fresh randomness and the clock with the first request when its agent
+    /// can (`with_hello`), else now, on a connection of its own. Either
+    /// way before any command runs.
+    fn resume_as(&self, name: &str, with_hello: bool) -> Result<()> {
         let ws = self.dir(name)?;
+        let began = Instant::now();
+        let mut entropy = [0u8; 64];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut entropy))
+            .map_err(Error::host_io("reading host randomness"))?;
+        let identity = NewIdentity {
+            hostname: name.to_owned(),
+            entropy: entropy.iter().map(|b| format!("{b:02x}")).collect(),
+            unix_time_ns: 0,
+        };
+        if with_hello {
+            ws.set_pending_identity(&identity)?;
+        }
         match control::call(
             &ws.control(),
             &ControlRequest::Resume,
@@ -160,19 +177,25 @@ impl Workspaces {
                 })
             }
         }
-        let mut entropy = [0u8; 64];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut entropy))
-            .map_err(Error::host_io("reading host randomness"))?;
-        let now_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        ws.agent_blocking(IDENTITY_TIMEOUT)
-            .and_then(|agent| agent.restored(&meta.name, &entropy, now_ns, None))
-            .map_err(|source| Error::Agent {
-                op: "identity",
-                source,
-            })
+        let resumed = began.elapsed();
+        if !with_hello {
+            let now_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            ws.agent_blocking(IDENTITY_TIMEOUT)
+                .and_then(|agent| agent.restored(name, &entropy, now_ns, None))
+                .map_err(|source| Error::Agent {
+                    op: "identity",
+                    source,
+                })?;
+        }
+        tracing::debug!(
+            resumed_us = resumed.as_micros() as u64,
+            identity_us = began.elapsed().as_micros() as u64,
+            with_hello,
+            "claimed a pool member for {name}"
+        );
+        Ok(())
     }
 
     /// Undoes a claim that failed after the move: the member's VMM goes,

@@ -7,6 +7,7 @@ mod members;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::host::settings::config_section;
@@ -55,7 +56,7 @@ impl Workspaces {
         }
         crate::host::settings::set_config_section(self.state.root(), POOL_KEY, &sizes)
             .map_err(PoolError::Config)?;
-        self.spawn_filler(&image)?;
+        self.spawn_filler(&image, Duration::ZERO)?;
         self.pool_status_of(&image)
     }
 
@@ -78,7 +79,7 @@ impl Workspaces {
         let ready = members.iter().filter(|m| m.ready).count();
         let starting = members.len() - ready;
         if members.len() != size {
-            self.spawn_filler(image)?;
+            self.spawn_filler(image, Duration::ZERO)?;
         }
         Ok(PoolStatus {
             image: image.to_owned(),
@@ -95,15 +96,20 @@ impl Workspaces {
             .map_err(|e| PoolError::NoPrivateRoot { why: e.why }.into())
     }
 
-    /// Starts `serve fill-pool IMAGE` detached; it exits at once when
-    /// another filler of the image is at work.
-    fn spawn_filler(&self, image: &str) -> Result<()> {
+    /// Starts `serve fill-pool IMAGE --after-ms N` detached; it waits
+    /// `after`, then exits at once when another filler of the image is at
+    /// work.
+    pub(crate) fn spawn_filler(&self, image: &str, after: Duration) -> Result<()> {
         std::fs::create_dir_all(self.pool_dir())
             .map_err(Error::host_io("creating the pool directory"))?;
         let args: Vec<String> = FILL_SUBCOMMAND
             .iter()
             .map(|a| a.to_string())
-            .chain([image.to_owned()])
+            .chain([
+                image.to_owned(),
+                "--after-ms".to_owned(),
+                after.as_millis().to_string(),
+            ])
             .collect();
         self.spawn_detached(&args, &self.pool_dir().join("fill.log"))
             .map(drop)
