@@ -8,6 +8,7 @@ mod bench_images;
 mod bench_net;
 mod bench_snapshot;
 mod bench_tasks;
+mod bench_tti;
 mod bench_workspace;
 mod boot;
 mod cache;
@@ -75,6 +76,11 @@ tasks:
                                 a workspace of it beside one of `minimal`
   bench tasks                   `task run` to its command running beside a cold boot, a warm
                                 start and a warm start with a clone; host PSS of 4 tasks at once
+  bench tti [--runs N] [--cold-runs N]
+                                time to interactive: CLI create+start+exec and MCP
+                                workspace_create+start+exec from a pool, a warm snapshot and
+                                cold, beside an exec round trip; fork launch to vCPU running
+                                beside the VMM program's bare start (default 10 runs each)
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
   bench snapshot [--runs N] [--against DIST_DIR]
@@ -133,6 +139,7 @@ fn main() -> anyhow::Result<()> {
             [what] if what == "agent" => bench_agent::run(),
             [what] if what == "images" => bench_images::run_bench(),
             [what] if what == "tasks" => bench_tasks::run(),
+            [what, more @ ..] if what == "tti" => bench_tti::run(more),
             [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),

@@ -1,0 +1,394 @@
+//! `cargo xtask bench tti [--runs N] [--cold-runs N]`: time to interactive,
+//! from "create" to the first command's output, as sandbox users compare
+//! it. In one run, on the `minimal` image: the reference, a bare
+//! `exec -- true` round trip on a running workspace; then the CLI's
+//! `create && start && exec -- true` and MCP's `workspace_create` +
+//! `workspace_start` + `workspace_exec` (one `serve mcp` session), each
+//! from a pool (settled: the refill after the previous claim done), from
+//! the warm snapshot, and cold; then a snapshot's forks, launch to vCPU
+//! running, beside the bare start of the VMM program.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::bench_workspace::microagent;
+use crate::{cache, images, kernel};
+
+/// How a measured start comes up.
+#[derive(Clone, Copy, PartialEq)]
+enum From {
+    Pool,
+    Warm,
+    Cold,
+}
+
+impl From {
+    fn name(self) -> &'static str {
+        match self {
+            From::Pool => "from a pool",
+            From::Warm => "warm snapshot",
+            From::Cold => "cold boot",
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[0], v[v.len() / 2], v[v.len() - 1])
+}
+
+fn show(label: &str, v: Vec<f64>, reference: f64) {
+    let (min, med, max) = median(v);
+    println!(
+        "  {label:<34} median {:>7.3} s  (min {min:.3}, max {max:.3})  {:.2}x the exec round trip",
+        med,
+        med / reference
+    );
+}
+
+/// Waits until `image`'s pool has all its members ready and no filler at
+/// work (the previous claim's refill done).
+fn settled_pool(bin: &Path, home: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let pools = microagent(bin, home, &["pool", "ls", "--json"])?;
+        let ready = pools.as_array().and_then(|a| a.first()).is_some_and(|p| {
+            p["ready"] == p["size"] && p["starting"] == 0 && p["size"].as_u64() > Some(0)
+        });
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the pool never filled: {pools}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Waits until no pool member is left (after `pool set IMAGE 0`).
+fn drained_pool(bin: &Path, home: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pools = microagent(bin, home, &["pool", "ls", "--json"])?;
+        let left = pools.as_array().is_some_and(|a| {
+            a.iter()
+                .any(|p| p["ready"].as_u64() > Some(0) || p["starting"].as_u64() > Some(0))
+        });
+        if !left {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the pool never drained: {pools}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The start kind a start `from` must report.
+fn expected_kind(from: From) -> &'static str {
+    match from {
+        From::Pool => "pooled",
+        From::Warm => "warm",
+        From::Cold => "cold",
+    }
+}
+
+/// One CLI `create && start && exec -- true`, seconds.
+fn cli_tti(bin: &Path, home: &Path, from: From) -> anyhow::Result<f64> {
+    let began = Instant::now();
+    microagent(
+        bin,
+        home,
+        &["create", "tti", "--image", "minimal", "--json"],
+    )?;
+    let mut start = vec!["start", "tti", "--json"];
+    if from == From::Cold {
+        start.push("--cold");
+    }
+    let started = microagent(bin, home, &start)?;
+    microagent(bin, home, &["exec", "tti", "--json", "--", "true"])?;
+    let secs = began.elapsed().as_secs_f64();
+    let kind = started["runtime"]["start_kind"].as_str().unwrap_or("?");
+    microagent(bin, home, &["delete", "tti", "--yes", "--force", "--json"])?;
+    let expected = expected_kind(from);
+    if kind != expected {
+        bail!("a start meant to be {expected} was {kind}");
+    }
+    Ok(secs)
+}
+
+/// A `serve mcp` session over stdio.
+struct McpSession {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+    next_id: u64,
+}
+
+impl McpSession {
+    fn open(bin: &Path, home: &Path) -> anyhow::Result<Self> {
+        let mut child = Command::new(bin)
+            .args(["serve", "mcp"])
+            .env("MICROAGENT_HOME", home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting serve mcp")?;
+        let out = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut session = Self {
+            child,
+            out,
+            next_id: 1,
+        };
+        session.request(
+            "initialize",
+            serde_json::json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "xtask-bench", "version": "1"}
+            }),
+        )?;
+        session
+            .send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        Ok(session)
+    }
+
+    fn send(&mut self, msg: &serde_json::Value) -> anyhow::Result<()> {
+        let stdin = self.child.stdin.as_mut().context("no stdin")?;
+        writeln!(stdin, "{msg}")?;
+        Ok(stdin.flush()?)
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> anyhow::Result<serde_json::Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.out.read_line(&mut line)? == 0 {
+                bail!("serve mcp ended during {method}");
+            }
+            let msg: serde_json::Value = serde_json::from_str(&line)?;
+            if msg["id"] == id {
+                if !msg["error"].is_null() {
+                    bail!("{method} failed: {}", msg["error"]);
+                }
+                return Ok(msg["result"].clone());
+            }
+        }
+    }
+
+    fn tool(&mut self, name: &str, args: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        let result = self.request(
+            "tools/call",
+            serde_json::json!({"name": name, "arguments": args}),
+        )?;
+        if result["isError"] == true {
+            bail!("{name} failed: {}", result["content"]);
+        }
+        Ok(result["structuredContent"].clone())
+    }
+}
+
+impl Drop for McpSession {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// One MCP `workspace_create` + `workspace_start` + `workspace_exec`.
+fn mcp_tti(mcp: &mut McpSession, from: From) -> anyhow::Result<f64> {
+    let began = Instant::now();
+    mcp.tool(
+        "workspace_create",
+        serde_json::json!({"name": "mtti", "image": "minimal"}),
+    )?;
+    let started = mcp.tool(
+        "workspace_start",
+        serde_json::json!({"name": "mtti", "cold": from == From::Cold}),
+    )?;
+    mcp.tool(
+        "workspace_exec",
+        serde_json::json!({"name": "mtti", "command": ["true"]}),
+    )?;
+    let secs = began.elapsed().as_secs_f64();
+    mcp.tool(
+        "workspace_delete",
+        serde_json::json!({"name": "mtti", "force": true}),
+    )?;
+    let kind = started["runtime"]["start_kind"].as_str().unwrap_or("?");
+    if kind != expected_kind(from) {
+        bail!(
+            "an MCP start meant to be {} was {kind}: {started}",
+            expected_kind(from)
+        );
+    }
+    Ok(secs)
+}
+
+/// Forks of a snapshot of a running workspace: launch to vCPU running, ms.
+fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<Vec<f64>> {
+    microagent(
+        bin,
+        home,
+        &["create", "src", "--image", "minimal", "--egress", "all"],
+    )?;
+    microagent(bin, home, &["start", "src", "--json"])?;
+    microagent(bin, home, &["snapshot", "take", "src", "s1", "--json"])?;
+    let mut ms = Vec::new();
+    for i in 0..runs {
+        let name = format!("fork{i}");
+        let forked = microagent(
+            bin,
+            home,
+            &["fork", "src", &name, "--snapshot", "s1", "--json"],
+        )?;
+        let us = forked["runtime"]["vcpu_running_us"]
+            .as_u64()
+            .context("a fork without vcpu_running_us")?;
+        ms.push(us as f64 / 1000.0);
+        microagent(bin, home, &["delete", &name, "--yes", "--force", "--json"])?;
+    }
+    microagent(bin, home, &["delete", "src", "--yes", "--force", "--json"])?;
+    Ok(ms)
+}
+
+/// The bare start of the VMM program (spawn to exit of `--help`), ms.
+fn vmm_process_ms(bin: &Path, runs: usize) -> anyhow::Result<Vec<f64>> {
+    let vmm = bin.with_file_name("microagent-vmm");
+    (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            Command::new(&vmm)
+                .arg("--help")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?;
+            Ok(t.elapsed().as_secs_f64() * 1000.0)
+        })
+        .collect()
+}
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let (mut runs, mut cold_runs) = (10usize, 10usize);
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        let n = rest.next().context("a number after the flag")?.parse()?;
+        match flag.as_str() {
+            "--runs" => runs = n,
+            "--cold-runs" => cold_runs = n,
+            _ => bail!("usage: cargo xtask bench tti [--runs N] [--cold-runs N]"),
+        }
+    }
+    if runs == 0 || cold_runs == 0 {
+        bail!("each count must be at least 1");
+    }
+    kernel::build(kernel::variant_for_host()?)?;
+    images::run(&["minimal".to_string()])?;
+    let bin = cache::build_microagent()?;
+    // Short: workspace sockets live under it.
+    let home = std::path::PathBuf::from(format!("/tmp/ma-btti-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&home)?;
+    let result = measure(&bin, &home, runs, cold_runs);
+    let _ = microagent(&bin, &home, &["pool", "set", "minimal", "0"]);
+    for name in ["ref", "tti", "mtti", "src"] {
+        let _ = microagent(&bin, &home, &["delete", name, "--yes", "--force"]);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = std::fs::remove_dir_all(&home);
+    result
+}
+
+fn measure(bin: &Path, home: &Path, runs: usize, cold_runs: usize) -> anyhow::Result<()> {
+    // The warm snapshot, made once (a cold boot) before anything is timed.
+    microagent(
+        bin,
+        home,
+        &["create", "ref", "--image", "minimal", "--json"],
+    )?;
+    microagent(bin, home, &["start", "ref", "--json"])?;
+    // A guest just up still settles for seconds: the reference is the
+    // round trip of a workspace in use.
+    for _ in 0..3 {
+        microagent(bin, home, &["exec", "ref", "--json", "--", "true"])?;
+    }
+    std::thread::sleep(Duration::from_secs(10));
+    let mut exec = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        microagent(bin, home, &["exec", "ref", "--json", "--", "true"])?;
+        exec.push(t.elapsed().as_secs_f64());
+    }
+    microagent(bin, home, &["delete", "ref", "--yes", "--force", "--json"])?;
+    let (_, reference, _) = median(exec.clone());
+
+    let mut cli = Vec::new();
+    let mut mcp = Vec::new();
+    for from in [From::Pool, From::Warm, From::Cold] {
+        let n = if from == From::Cold { cold_runs } else { runs };
+        let size = if from == From::Pool { "1" } else { "0" };
+        microagent(bin, home, &["pool", "set", "minimal", size, "--json"])?;
+        if from != From::Pool {
+            drained_pool(bin, home)?;
+        }
+        let mut times = Vec::new();
+        for i in 0..n {
+            eprintln!("xtask: tti CLI {} {}/{n}", from.name(), i + 1);
+            if from == From::Pool {
+                settled_pool(bin, home)?;
+            }
+            times.push(cli_tti(bin, home, from)?);
+        }
+        cli.push((from, times));
+        let mut session = McpSession::open(bin, home)?;
+        let mut times = Vec::new();
+        for i in 0..n {
+            eprintln!("xtask: tti MCP {} {}/{n}", from.name(), i + 1);
+            if from == From::Pool {
+                settled_pool(bin, home)?;
+            }
+            times.push(mcp_tti(&mut session, from)?);
+        }
+        mcp.push((from, times));
+    }
+    microagent(bin, home, &["pool", "set", "minimal", "0", "--json"])?;
+    let restore = restore_ms(bin, home, runs)?;
+    let process = vmm_process_ms(bin, runs)?;
+
+    println!("time to interactive (create, start, first command's output), minimal image:");
+    let (min, _, max) = median(exec);
+    println!(
+        "  {:<34} median {reference:>7.3} s  (min {min:.3}, max {max:.3})  reference",
+        "exec -- true on a running workspace"
+    );
+    for (from, times) in cli {
+        show(&format!("CLI, {}", from.name()), times, reference);
+    }
+    for (from, times) in mcp {
+        show(&format!("MCP, {}", from.name()), times, reference);
+    }
+    let (rmin, rmed, rmax) = median(restore);
+    let (pmin, pmed, pmax) = median(process);
+    println!("restore of a snapshot (forks), launch to vCPU running:");
+    println!(
+        "  fork                               median {rmed:>7.2} ms (min {rmin:.2}, max {rmax:.2})"
+    );
+    println!(
+        "  microagent-vmm --help, spawn to exit median {pmed:>7.2} ms (min {pmin:.2}, max {pmax:.2})  reference"
+    );
+    Ok(())
+}
