@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_agent;
+mod bench_density;
 mod bench_devices;
 mod bench_images;
 mod bench_net;
@@ -81,6 +82,9 @@ tasks:
                                 workspace_create+start+exec from a pool, a warm snapshot and
                                 cold, beside an exec round trip; fork launch to vCPU running
                                 beside the VMM program's bare start (default 10 runs each)
+  bench density [--forks N]      forks of one snapshot running at once (10, 50, N; default
+                                100), every agent answering: host PSS per fork, split into
+                                the pages its guest dirtied and what VMM and passt hold
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
   bench snapshot [--runs N] [--against DIST_DIR]
@@ -140,6 +144,7 @@ fn main() -> anyhow::Result<()> {
             [what] if what == "images" => bench_images::run_bench(),
             [what] if what == "tasks" => bench_tasks::run(),
             [what, more @ ..] if what == "tti" => bench_tti::run(more),
+            [what, more @ ..] if what == "density" => bench_density::run(more),
             [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),

@@ -53,6 +53,34 @@ fn hello_and_a_pipelined_request_are_answered_in_order() {
 }
 
 #[test]
+fn an_identity_with_the_hello_is_taken_by_pid_1_only() {
+    let agent = Agent::start();
+    let hello = frame::encode_json(&Request::Hello {
+        version: PROTOCOL_VERSION,
+        identity: Some(guest_agent::protocol::NewIdentity {
+            hostname: "claimed".into(),
+            entropy: "00".repeat(32),
+            unix_time_ns: 0,
+        }),
+    })
+    .unwrap();
+    let mut bytes = hello;
+    bytes.extend(frame::encode_json(&Request::Ping).unwrap());
+    let frames = exchange(&agent, &bytes);
+    // A host process never changes the host's name, randomness or clock:
+    // the request is refused before it is served.
+    assert_eq!(error_code(&frames), Some(AgentErrorCode::PermissionDenied));
+    assert!(
+        !responses(&frames)
+            .iter()
+            .any(|r| matches!(r, Response::Pong { .. })),
+        "the request ran without its identity"
+    );
+    // Without one, the same agent serves as before.
+    ping(&agent);
+}
+
+#[test]
 fn version_mismatch_is_refused() {
     let agent = Agent::start();
     // Every version from the oldest up is answered in its own number.

@@ -62,6 +62,9 @@ struct Shared {
     finished: AtomicBool,
     /// Controls the machine's run (teardown, snapshots), once it exists.
     machine: OnceLock<MachineHandle>,
+    /// The confinement in force, recorded with `running` (a write with
+    /// its fsyncs before the guest runs would delay it).
+    protections: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -276,6 +279,7 @@ impl VmmProcess {
             egress: egress.map(crate::egress::EgressControl::new),
             finished: AtomicBool::new(false),
             machine: OnceLock::new(),
+            protections: Mutex::new(Vec::new()),
         });
         let machine = match built {
             Ok(m) => {
@@ -348,12 +352,7 @@ impl VmmProcess {
         match lockdown.apply(&ws) {
             Ok(mut protections) => {
                 protections.push(self.cgroup.describe());
-                let _ = shared.update(|m| {
-                    if let Some(rt) = m.runtime.as_mut() {
-                        rt.protections = protections;
-                    }
-                    Ok(())
-                });
+                *shared.protections.lock().unwrap_or_else(|p| p.into_inner()) = protections;
             }
             Err(why) => {
                 shared.finish(true, &why);
@@ -534,6 +533,11 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         if m.state == State::Starting {
             m.state = m.state.become_(State::Running)?;
             if let Some(rt) = m.runtime.as_mut() {
+                rt.protections = shared
+                    .protections
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
                 rt.ready_at_ms = Some(now_ms());
                 rt.ready_us = us_after(rt.launched_mono_ns, Some(ready_ns));
                 rt.vcpu_running_us = us_after(rt.launched_mono_ns, first_run_ns);

@@ -1,0 +1,183 @@
+//! `cargo xtask bench density [--forks N]`: how many idle workspaces one
+//! host keeps, and what each costs it. Forks of one snapshot of a running
+//! `minimal` workspace (256 MiB guest), up to 10, 50 and N (default 100)
+//! at once, every fork's agent answering; at each step the host PSS of
+//! every process of theirs (VMMs and passt), split into what the guests
+//! dirtied (their memory mapping's private pages) and what the VMM and
+//! passt hold beside it, per fork; beside the guest memory size, the
+//! reference a fork that copied its guest would cost.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::bench_workspace::microagent;
+use crate::{cache, images, kernel};
+
+/// Host memory of the forks, KiB.
+#[derive(Default)]
+struct Memory {
+    vmm_pss: u64,
+    guest_dirty: u64,
+    passt_pss: u64,
+}
+
+/// Sums `field` (KiB) over the mappings of `smaps` that `keep` accepts
+/// (by their header line).
+fn smaps_sum(smaps: &str, field: &str, keep: impl Fn(&str) -> bool) -> u64 {
+    let mut sum = 0;
+    let mut counting = false;
+    for line in smaps.lines() {
+        let is_header = line
+            .split_whitespace()
+            .next()
+            .is_some_and(|first| first.contains('-') && !first.ends_with(':'));
+        if is_header {
+            counting = keep(line);
+        } else if counting && line.starts_with(field) {
+            sum += line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    sum
+}
+
+/// The processes serving `home`, by what they are.
+fn memory_of(home: &Path) -> Memory {
+    let needle = home.to_string_lossy().into_owned();
+    let mut m = Memory::default();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !cmdline.contains(&needle) {
+            continue;
+        }
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+        let pss = smaps_sum(&smaps, "Pss:", |_| true);
+        if cmdline.contains("passt") {
+            m.passt_pss += pss;
+        } else if cmdline.contains("serve-workspace") {
+            m.vmm_pss += pss;
+            // The guest's memory: the snapshot's file, mapped private.
+            m.guest_dirty += smaps_sum(&smaps, "Private_Dirty:", |h| h.ends_with("memory.raw"));
+        }
+    }
+    m
+}
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let forks: usize = match args {
+        [] => 100,
+        [flag, n] if flag == "--forks" => n.parse().context("--forks takes a number")?,
+        _ => bail!("usage: cargo xtask bench density [--forks N]"),
+    };
+    if forks < 10 {
+        bail!("--forks must be at least 10");
+    }
+    kernel::build(kernel::variant_for_host()?)?;
+    images::run(&["minimal".to_string()])?;
+    let bin = cache::build_microagent()?;
+    let home = std::path::PathBuf::from(format!("/tmp/ma-bden-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&home)?;
+    let result = measure(&bin, &home, forks);
+    for i in 0..forks {
+        let _ = microagent(&bin, &home, &["halt", &format!("f{i}")]);
+    }
+    let _ = microagent(&bin, &home, &["halt", "src"]);
+    let _ = std::fs::remove_dir_all(&home);
+    result
+}
+
+fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
+    microagent(
+        bin,
+        home,
+        &["create", "src", "--image", "minimal", "--json"],
+    )?;
+    microagent(bin, home, &["start", "src", "--json"])?;
+    microagent(bin, home, &["exec", "src", "--json", "--", "true"])?;
+    std::thread::sleep(Duration::from_secs(5));
+    microagent(bin, home, &["snapshot", "take", "src", "s1", "--json"])?;
+    microagent(bin, home, &["stop", "src", "--json"])?;
+    let guest_kib = 256 * 1024;
+    let mut steps = vec![10, 50, forks];
+    steps.dedup();
+    let mut rows = Vec::new();
+    let mut made = 0;
+    let began = Instant::now();
+    for &step in &steps {
+        while made < step {
+            let name = format!("f{made}");
+            microagent(
+                bin,
+                home,
+                &["fork", "src", &name, "--snapshot", "s1", "--json"],
+            )
+            .with_context(|| format!("fork {} of {step}", made + 1))?;
+            made += 1;
+        }
+        eprintln!(
+            "xtask: {made} forks running ({:.0} s); checking every agent",
+            began.elapsed().as_secs_f64()
+        );
+        for i in 0..made {
+            microagent(
+                bin,
+                home,
+                &["exec", &format!("f{i}"), "--json", "--", "true"],
+            )
+            .with_context(|| format!("fork f{i}'s agent, {made} running"))?;
+        }
+        // Idle: what the forks keep, not what a command just touched.
+        std::thread::sleep(Duration::from_secs(10));
+        rows.push((made, memory_of(home)));
+    }
+    println!("density: forks of one 256 MiB minimal snapshot, idle, every agent answering (KiB per fork):");
+    println!(
+        "  {:>5}  {:>10}  {:>12}  {:>14}  {:>10}  {:>18}",
+        "forks", "host PSS", "guest dirty", "VMM beside it", "passt", "reference: guest"
+    );
+    for (n, m) in rows {
+        let n64 = n as u64;
+        let total = (m.vmm_pss + m.passt_pss) / n64;
+        println!(
+            "  {n:>5}  {total:>10}  {:>12}  {:>14}  {:>10}  {guest_kib:>18}",
+            m.guest_dirty / n64,
+            m.vmm_pss.saturating_sub(m.guest_dirty) / n64,
+            m.passt_pss / n64,
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::smaps_sum;
+
+    #[test]
+    fn sums_a_field_over_the_mappings_kept() {
+        let smaps = "\
+7f00-7f10 rw-p 00000000 00:00 0 
+Pss:                  4 kB
+Private_Dirty:        4 kB
+7f10-7f20 rw-p 00000000 08:01 12 /s/snapshots/s1/memory.raw
+Pss:                100 kB
+Private_Dirty:       60 kB
+VmFlags: rd wr mr mw me ac
+";
+        assert_eq!(smaps_sum(smaps, "Pss:", |_| true), 104);
+        assert_eq!(
+            smaps_sum(smaps, "Private_Dirty:", |h| h.ends_with("memory.raw")),
+            60
+        );
+    }
+}
