@@ -20,7 +20,7 @@ use crate::pool::claimable;
 use crate::store::events::{EventKind, EVENTS_FILE};
 use crate::store::spec::{Meta, StartKind};
 use crate::store::state::State;
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::vmm::control::ControlRequest;
 use crate::workspaces::manager::{make_disk, Workspaces};
 
 /// How long a refill waits after a claim: a member's start takes both
@@ -164,19 +164,7 @@ impl Workspaces {
         if with_hello {
             ws.set_pending_identity(&identity)?;
         }
-        match control::call(
-            &ws.control(),
-            &ControlRequest::Resume,
-            Duration::from_secs(10),
-        )? {
-            ControlResponse::Ok { .. } => {}
-            other => {
-                return Err(Error::StartFailed {
-                    name: name.to_owned(),
-                    reason: format!("the pool member did not resume: {other:?}"),
-                })
-            }
-        }
+        self.pause_or_resume(name, ControlRequest::Resume)?;
         let resumed = began.elapsed();
         if !with_hello {
             let now_ns = std::time::SystemTime::now()

@@ -10,7 +10,7 @@ use crate::store::file_lock::FileLock;
 use crate::store::name::namespace_of;
 use crate::store::spec::{DeleteOptions, Meta, PoolMember, WorkspaceSpec};
 use crate::store::state::State;
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
+use crate::vmm::control::ControlRequest;
 use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
 use crate::workspaces::manager::Workspaces;
 use crate::Error;
@@ -227,19 +227,7 @@ impl Workspaces {
                 .exec_collect(crate::ExecRequest::argv(["true"]), crate::ExecInput::None)
                 .await?;
             tokio::time::sleep(SETTLE_BEFORE_PAUSE).await;
-            match control::call(
-                &ws.control(),
-                &ControlRequest::Pause,
-                Duration::from_secs(10),
-            )? {
-                ControlResponse::Ok { .. } => {}
-                other => {
-                    return Err(Error::StartFailed {
-                        name: name.clone(),
-                        reason: format!("the pool member could not be paused: {other:?}"),
-                    })
-                }
-            }
+            view.pause_or_resume(&name, ControlRequest::Pause)?;
             view.mark_member(&name, |m| {
                 if let Some(p) = m.pool.as_mut() {
                     p.ready = true;
