@@ -59,7 +59,12 @@ impl Workspaces {
         if let Err(e) = self.spawn_filler(&image, REFILL_AFTER_CLAIM) {
             tracing::warn!("the pool of {image} cannot be refilled: {e}");
         }
-        claimed
+        // A claim that failed left the fresh workspace as it was: it
+        // starts as if there were no pool.
+        Ok(claimed.unwrap_or_else(|e| {
+            tracing::warn!("no pool member of {image} could be claimed: {e}");
+            None
+        }))
     }
 
     /// Moves ready member `member` into fresh workspace `name` and runs
@@ -100,8 +105,10 @@ impl Workspaces {
         let _ = std::fs::remove_dir_all(&parked);
         // Whoever waits on the old lock file finds it replaced and takes
         // this one, which the member's lock still holds.
-        std::fs::rename(self.state.lock_path(member), self.state.lock_path(name))
-            .map_err(io("renaming the member's lock"))?;
+        if let Err(e) = std::fs::rename(self.state.lock_path(member), self.state.lock_path(name)) {
+            self.put_back_fresh(name, &fresh)?;
+            return Err(io("renaming the member's lock")(e));
+        }
         drop(name_lock);
         let now = now_ms();
         let mut meta = Meta {
@@ -186,11 +193,13 @@ impl Workspaces {
         Ok(())
     }
 
-    /// Undoes a claim that failed after the move: the member's VMM goes,
-    /// and `name` is as `create` made it, for a start of its own.
+    /// Undoes a claim that failed after the move (the caller holds the
+    /// lock): the member's VMM goes, and `name` is as `create` made it,
+    /// for a start of its own.
     fn put_back_fresh(&self, name: &str, fresh: &Meta) -> Result<()> {
         let ws = self.dir(name)?;
-        let (_lock, now) = self.lock_existing(name)?;
+        let now = ws.read_meta()?;
+        ws.clear_pending_identity();
         if let Some(rt) = &now.runtime {
             crate::store::process::kill(rt.pid, rt.pid_start);
             crate::store::process::wait_gone(rt.pid, rt.pid_start, Duration::from_secs(10));
