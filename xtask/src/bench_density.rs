@@ -84,10 +84,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     let bin = cache::build_microagent()?;
-    let home = std::path::PathBuf::from(format!("/tmp/ma-bden-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&home);
-    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-        .create(&home)?;
+    let home = crate::bench_workspace::private_home("bden")?;
     let result = measure(&bin, &home, forks);
     for i in 0..forks {
         let _ = microagent(&bin, &home, &["halt", &format!("f{i}")]);

@@ -70,12 +70,7 @@ pub fn run() -> anyhow::Result<()> {
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["debian".to_string()])?;
     let bin = cache::build_microagent()?;
-    // Short: workspace sockets live under it.
-    let home = std::path::PathBuf::from(format!("/tmp/ma-btask-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&home);
-    // Private, as the library demands of a state directory.
-    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-        .create(&home)?;
+    let home = crate::bench_workspace::private_home("btask")?;
     let result = (|| {
         let repo = home.join("proj");
         std::fs::create_dir_all(&repo)?;

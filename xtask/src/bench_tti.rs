@@ -298,11 +298,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     let bin = cache::build_microagent()?;
-    // Short: workspace sockets live under it.
-    let home = std::path::PathBuf::from(format!("/tmp/ma-btti-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&home);
-    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-        .create(&home)?;
+    let home = crate::bench_workspace::private_home("btti")?;
     let result = measure(&bin, &home, runs, cold_runs);
     let _ = microagent(&bin, &home, &["pool", "set", "minimal", "0"]);
     for name in ["ref", "tti", "mtti", "src"] {

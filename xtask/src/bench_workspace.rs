@@ -16,6 +16,17 @@ struct Run {
     disk_kib: u64,
 }
 
+/// A fresh, private state directory for one bench run, `/tmp/ma-<tag>-<pid>`:
+/// short, since workspace sockets live under it, and 0700, as the library
+/// demands of a state directory.
+pub fn private_home(tag: &str) -> anyhow::Result<std::path::PathBuf> {
+    let home = std::path::PathBuf::from(format!("/tmp/ma-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&home)?;
+    Ok(home)
+}
+
 /// Runs `microagent ARGS` with the state directory `home`; its JSON output
 /// (null when it printed none), or an error with its stderr.
 pub fn microagent(
