@@ -57,26 +57,26 @@ impl Workspaces {
         }
         crate::host::settings::set_config_section(self.state.root(), POOL_KEY, &sizes)
             .map_err(PoolError::Config)?;
-        self.spawn_filler(&image, Duration::ZERO)?;
-        self.pool_status_of(&image)
+        // A pool now short or past its size gets its filler there.
+        self.pool_status_of(&image, size)
     }
 
     /// Every configured pool (and any image that still has members), with
     /// what is ready. A pool found short gets a filler.
     pub fn pool_status(&self) -> Result<Vec<PoolStatus>> {
-        let mut images: Vec<String> = self.pool_sizes()?.into_keys().collect();
+        let mut sizes = self.pool_sizes()?;
         for image in self.pool_images()? {
-            if !images.contains(&image) {
-                images.push(image);
-            }
+            sizes.entry(image).or_insert(0);
         }
-        images.sort();
-        images.iter().map(|i| self.pool_status_of(i)).collect()
+        sizes
+            .iter()
+            .map(|(image, size)| self.pool_status_of(image, *size))
+            .collect()
     }
 
-    fn pool_status_of(&self, image: &str) -> Result<PoolStatus> {
+    /// `image`'s pool, whose size is `size`; a filler when it is not.
+    fn pool_status_of(&self, image: &str, size: usize) -> Result<PoolStatus> {
         let members = self.pool_members(image)?;
-        let size = self.pool_size(image)?;
         let ready = members.iter().filter(|m| m.ready).count();
         let starting = members.len() - ready;
         if members.len() != size {
