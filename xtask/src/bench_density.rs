@@ -17,8 +17,8 @@ use crate::{cache, images, kernel};
 
 /// Host memory of the forks, KiB.
 #[derive(Default)]
-struct Memory {
-    vmm_pss: u64,
+pub(crate) struct Memory {
+    pub(crate) vmm_pss: u64,
     guest_dirty: u64,
     passt_pss: u64,
 }
@@ -47,7 +47,7 @@ fn smaps_sum(smaps: &str, field: &str, keep: impl Fn(&str) -> bool) -> u64 {
 }
 
 /// The processes serving `home`, by what they are.
-fn memory_of(home: &Path) -> Memory {
+pub(crate) fn memory_of(home: &Path) -> Memory {
     let needle = home.to_string_lossy().into_owned();
     let mut m = Memory::default();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {

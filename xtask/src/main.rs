@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_agent;
+mod bench_balloon;
 mod bench_density;
 mod bench_devices;
 mod bench_images;
@@ -85,6 +86,8 @@ tasks:
   bench density [--forks N]      forks of one snapshot running at once (10, 50, N; default
                                 100), every agent answering: host PSS per fork, split into
                                 the pages its guest dirtied and what VMM and passt hold
+  bench balloon                 a 1 GiB guest fills 200 MiB of tmpfs and frees it: host PSS
+                                given back and how fast, beside what the fill cost
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
   bench snapshot [--runs N] [--against DIST_DIR]
@@ -145,6 +148,7 @@ fn main() -> anyhow::Result<()> {
             [what] if what == "tasks" => bench_tasks::run(),
             [what, more @ ..] if what == "tti" => bench_tti::run(more),
             [what, more @ ..] if what == "density" => bench_density::run(more),
+            [what, more @ ..] if what == "balloon" => bench_balloon::run(more),
             [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),

@@ -180,6 +180,7 @@ fn boot(args: BootArgs, json: bool) -> anyhow::Result<ExitCode> {
             uds_path,
         }),
         net: None,
+        balloon: false,
     };
     if args.vsock_cid < 3 {
         anyhow::bail!("--vsock-cid must be 3 or more (0-2 are reserved: hypervisor, local, host)");

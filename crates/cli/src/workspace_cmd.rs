@@ -355,6 +355,8 @@ pub async fn metrics(ws: &Workspaces, name: Option<&str>, json: bool) -> Result<
                     .map_or_else(|| "-".to_owned(), |c| format!("{c:.0}%")),
                 format!("{}/{}", opt(m.memory_used_bytes), opt(m.memory_total_bytes)),
                 opt(m.host_rss_bytes),
+                opt(m.balloon.map(|b| b.given_back_bytes)),
+                opt(m.balloon.and_then(|b| b.guest_cache_bytes)),
                 format!(
                     "{}/{}/{}",
                     opt(m.disk_used_bytes),
@@ -378,6 +380,8 @@ pub async fn metrics(ws: &Workspaces, name: Option<&str>, json: bool) -> Result<
             "CPU",
             "MEM USED/TOTAL",
             "HOST RSS",
+            "GIVEN BACK",
+            "CACHE",
             "DISK USED/ALLOC/SIZE",
             "UP",
             "NET RX/TX",

@@ -136,6 +136,7 @@ fn agent_in_a_real_guest() {
             uds_path: uds.clone(),
         }),
         net: None,
+        balloon: false,
     })
     .unwrap();
     // Bounds that grow with the stress count (about a second per guest
@@ -216,6 +217,26 @@ fn agent_in_a_real_guest() {
         );
 
         step("10 MiB round trip done");
+        // An idle guest drops its caches once (big.bin's pages go), and
+        // not again until it is used.
+        let reclaim = |idle_secs| {
+            guest_agent::client::blocking::BlockingClient::connect_hybrid_vsock(
+                &uds,
+                AGENT_PORT,
+                Duration::from_secs(30),
+            )
+            .and_then(|agent| agent.reclaim(idle_secs))
+            .unwrap()
+        };
+        let first = reclaim(0);
+        assert!(first.dropped, "{first:?}");
+        assert!(
+            first.free_kib_after >= first.free_kib_before + 5 * 1024,
+            "the 10 MiB file's cache was not dropped: {first:?}"
+        );
+        assert!(!reclaim(0).dropped, "dropped twice without use");
+        assert!(!reclaim(3600).dropped, "not idle for an hour");
+        step("reclaim done");
         // Right after heavy I/O, as in the CI failures of issue 10: many
         // fresh processes, each of which must start with its own TLS intact.
         let n = stress_processes();

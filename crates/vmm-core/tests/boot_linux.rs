@@ -28,6 +28,7 @@ fn boots_linux_to_init_and_runs_uname_on_two_vcpus() {
         disks: Vec::new(),
         vsock: None,
         net: None,
+        balloon: false,
     })
     .unwrap();
     let outcome = machine.run(Some(Duration::from_secs(300))).unwrap();

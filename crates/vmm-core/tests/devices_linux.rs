@@ -125,6 +125,7 @@ fn guest_uses_ext4_root_data_disk_and_vsock() {
             uds_path: uds.clone(),
         }),
         net: None,
+        balloon: false,
     })
     .unwrap();
     let vm = std::thread::spawn(move || machine.run(Some(Duration::from_secs(400))).unwrap());

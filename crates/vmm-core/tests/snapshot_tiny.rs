@@ -72,6 +72,7 @@ fn counter_machine(
         disks,
         vsock,
         net: None,
+        balloon: false,
     })
     .unwrap()
 }

@@ -135,6 +135,7 @@ fn build_machine(
             mac: workspace::network::mac_for(ws.name()),
             backend,
         }),
+        balloon: true,
     })
     .map_err(|e| start_failed(ws, &e))
 }

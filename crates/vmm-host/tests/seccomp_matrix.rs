@@ -193,6 +193,7 @@ fn run_tiny(dir: &std::path::Path, confine: bool, for_ms: u64) -> vmm_core::RunO
         disks: Vec::new(),
         vsock: None,
         net: None,
+        balloon: false,
     })
     .unwrap();
     if confine {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use testkit::cli::CliHome;
 use testkit::terminal::Terminal;
 
+mod balloon;
 mod confinement;
 mod pool;
 mod snapshots;
@@ -338,6 +339,7 @@ fn life_cycle_exec_files_logs_events() {
     terminal_sessions(&cli);
     background_processes(&cli);
     metrics_are_plausible(&cli);
+    balloon::memory_given_back(&cli, "dev");
     snapshots::snapshots_and_forks(&cli, &url);
 
     let stopped = cli.ok_json(&["stop", "dev", "--json"]);

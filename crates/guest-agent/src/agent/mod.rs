@@ -8,6 +8,7 @@ mod identity;
 pub mod listen;
 pub mod net;
 mod process;
+mod reclaim;
 mod sysinfo;
 mod tunnel;
 mod volumes;
@@ -15,7 +16,7 @@ mod volumes;
 use std::collections::VecDeque;
 use std::io;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -57,6 +58,11 @@ pub struct AgentState {
     registry: ProcessTable,
     processes: Processes,
     connections: AtomicUsize,
+    /// When the last request other than `reclaim` came or ended, ms
+    /// after `started`.
+    last_request_ms: AtomicU64,
+    /// The `last_request_ms` the caches were last dropped after.
+    reclaimed_after_ms: AtomicU64,
 }
 
 /// Why a connection's request failed.
@@ -92,6 +98,8 @@ enum RequestError {
     Archive(#[source] archive::ArchiveError),
     #[error("info")]
     Info(#[source] sysinfo::InfoError),
+    #[error("reclaim")]
+    Reclaim(#[source] reclaim::ReclaimError),
     #[error("taking the restored identity")]
     Identity(#[source] identity::IdentityError),
     #[error("tcp_connect")]
@@ -119,6 +127,7 @@ impl RequestError {
             Self::File(e) => e.code(),
             Self::Archive(e) => e.code(),
             Self::Info(e) => e.code(),
+            Self::Reclaim(_) => AgentErrorCode::Internal,
             Self::Identity(e) => e.code(),
             Self::Tunnel(e) => e.code(),
             Self::Network(e) => e.code(),
@@ -176,6 +185,8 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
         registry: ProcessTable::default(),
         processes: Processes::default(),
         connections: AtomicUsize::new(0),
+        last_request_ms: AtomicU64::new(0),
+        reclaimed_after_ms: AtomicU64::new(0),
     });
     let workers = Workers::default();
     loop {
@@ -288,11 +299,16 @@ fn handle_connection(stream: UnixStream, state: &AgentState, active: usize) {
             return;
         }
     };
+    let mut used = false;
     let outcome = if active >= state.config.max_connections {
         Err(RequestError::Busy(state.config.max_connections))
     } else {
-        serve_request(&mut conn, state)
+        serve_request(&mut conn, state, &mut used)
     };
+    // A long exec ending is use too: idleness counts from its end.
+    if used {
+        mark_activity(state);
+    }
     if let Err(e) = outcome {
         let message = error_chain(&e);
         if !e.is_disconnect() {
@@ -304,6 +320,12 @@ fn handle_connection(stream: UnixStream, state: &AgentState, active: usize) {
         }
     }
     conn.finish();
+}
+
+fn mark_activity(state: &AgentState) {
+    state
+        .last_request_ms
+        .store(reclaim::now_ms(state).max(1), Ordering::SeqCst);
 }
 
 /// Takes an identity sent with a hello unless it is the one taken last
@@ -338,7 +360,9 @@ fn read_request(conn: &mut Conn) -> Result<Option<Request>, RequestError> {
         .map_err(RequestError::Frame)
 }
 
-fn serve_request(conn: &mut Conn, state: &AgentState) -> Result<(), RequestError> {
+/// Serves the connection's request; `used` says whether it was one that
+/// counts as use of the guest (anything but `reclaim`).
+fn serve_request(conn: &mut Conn, state: &AgentState, used: &mut bool) -> Result<(), RequestError> {
     let (version, identity) = match read_request(conn)? {
         // Connected and left (a probe): nothing to do.
         None => return Ok(()),
@@ -376,12 +400,19 @@ fn serve_request(conn: &mut Conn, state: &AgentState) -> Result<(), RequestError
     if state.config.verbose {
         log!("request {}", request.name());
     }
+    if !matches!(request, Request::Reclaim { .. }) {
+        *used = true;
+        mark_activity(state);
+    }
     let answer = match request {
         Request::Hello { .. } => return Err(RequestError::RepeatedHello),
         Request::Ping => Response::Pong {
             uptime_ms: state.started.elapsed().as_millis() as u64,
         },
         Request::Info => Response::Info(sysinfo::collect().map_err(RequestError::Info)?),
+        Request::Reclaim { idle_secs } => {
+            Response::Reclaimed(reclaim::run(state, idle_secs).map_err(RequestError::Reclaim)?)
+        }
         Request::Shutdown => {
             if std::process::id() != 1 {
                 return Err(RequestError::NotInit);

@@ -137,7 +137,7 @@ fn uname() -> Result<(String, String), InfoError> {
     Ok((kernel, hostname))
 }
 
-fn meminfo_kib(meminfo: &str, key: &str) -> u64 {
+pub(super) fn meminfo_kib(meminfo: &str, key: &str) -> u64 {
     meminfo
         .lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))

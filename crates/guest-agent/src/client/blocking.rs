@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::messages::{decode, expect_ok, handshake_reply, hello_of, start_bytes};
 use super::ClientError;
 use crate::frame;
-use crate::protocol::{Request, Response, VolumeToMount};
+use crate::protocol::{ReclaimAnswer, Request, Response, VolumeToMount};
 
 /// One connection to the agent through the VMM's hybrid vsock socket,
 /// good for one operation.
@@ -102,6 +102,14 @@ impl BlockingClient {
     /// serial) on its path.
     pub fn mount_volumes(self, volumes: Vec<VolumeToMount>) -> Result<(), ClientError> {
         expect_ok(self.call(&Request::MountVolumes { volumes })?).map(drop)
+    }
+
+    /// `reclaim`: an idle guest drops its caches (see the request).
+    pub fn reclaim(self, idle_secs: u64) -> Result<ReclaimAnswer, ClientError> {
+        match self.call(&Request::Reclaim { idle_secs })? {
+            Response::Reclaimed(answer) => Ok(answer),
+            other => Err(ClientError::unexpected(&other)),
+        }
     }
 
     /// `tcp_connect`: the agent connects to 127.0.0.1:`port` in the guest;

@@ -24,8 +24,8 @@ pub use request::{
     ExecCall, NewIdentity, Request, SignalSpec, StdinMode, VolumeToMount, WinSize, WriteMode,
 };
 pub use response::{
-    CpuTicks, DiskUsage, EntryKind, ExecExit, ListedEntry, NetCounters, Response, StatAnswer,
-    SystemInfo,
+    CpuTicks, DiskUsage, EntryKind, ExecExit, ListedEntry, NetCounters, ReclaimAnswer, Response,
+    StatAnswer, SystemInfo,
 };
 
 /// The protocol version this crate speaks.
@@ -156,6 +156,7 @@ pub const CAPABILITIES: &[&str] = &[
     "tcp_connect",
     "process",
     "pty",
+    "reclaim",
 ];
 
 #[cfg(test)]

@@ -403,6 +403,15 @@ pub enum Request {
     /// Only between the stdin frames of an exec on a pty: the client's
     /// terminal changed size (the process gets SIGWINCH).
     Resize(WinSize),
+    /// If the guest has been idle for at least `idle_secs` (no request but
+    /// `reclaim` served, no other connection open, no background process
+    /// running) and has not been since the last reclaim, drop its page
+    /// cache and reclaimable slab, so the memory is freed (and reported to
+    /// the host by the balloon). Answered with `reclaimed`.
+    Reclaim {
+        /// Idle seconds the guest needs first.
+        idle_secs: u64,
+    },
 }
 
 impl Request {
@@ -436,6 +445,7 @@ impl Request {
             Self::ProcessWait { .. } => "process_wait",
             Self::ProcessRemove { .. } => "process_remove",
             Self::Resize(_) => "resize",
+            Self::Reclaim { .. } => "reclaim",
         }
     }
 }

@@ -161,6 +161,20 @@ pub struct ListedEntry {
     pub size: u64,
 }
 
+/// What a `reclaim` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimAnswer {
+    /// Whether the caches were dropped (false: not idle long enough, busy,
+    /// or already dropped since the last request).
+    pub dropped: bool,
+    /// Seconds since the last request other than `reclaim`.
+    pub idle_secs: u64,
+    /// MemFree before, KiB.
+    pub free_kib_before: u64,
+    /// MemFree after, KiB (the same as before when nothing was dropped).
+    pub free_kib_after: u64,
+}
+
 /// Messages from the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -181,6 +195,8 @@ pub enum Response {
     },
     /// Answer to `info`.
     Info(SystemInfo),
+    /// Answer to `reclaim`.
+    Reclaimed(ReclaimAnswer),
     /// The exec's process was spawned.
     Started {
         /// The exec.
@@ -255,6 +271,7 @@ impl Response {
             Self::Hello { .. } => "hello",
             Self::Pong { .. } => "pong",
             Self::Info(_) => "info",
+            Self::Reclaimed(_) => "reclaimed",
             Self::Started { .. } => "started",
             Self::Exited(_) => "exited",
             Self::Running { .. } => "running",

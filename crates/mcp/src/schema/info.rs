@@ -257,13 +257,15 @@ impl Render for MetricsResult {
                     .cpu_percent
                     .map_or_else(|| "-".to_owned(), |c| format!("{c:.0}%"));
                 format!(
-                    "{}: {}, {} vCPU, cpu {cpu}, memory {}/{}, host rss {}, disk {} used, {} allocated of {}",
+                    "{}: {}, {} vCPU, cpu {cpu}, memory {}/{}, host rss {}, given back {}, cache {}, disk {} used, {} allocated of {}",
                     m.name,
                     m.state.as_str(),
                     m.vcpus,
                     opt(m.memory_used_bytes),
                     opt(m.memory_total_bytes),
                     opt(m.host_rss_bytes),
+                    opt(m.balloon.map(|b| b.given_back_bytes)),
+                    opt(m.balloon.and_then(|b| b.guest_cache_bytes)),
                     opt(m.disk_used_bytes),
                     human_bytes(m.disk_allocated_bytes),
                     human_bytes(m.disk_size_bytes),

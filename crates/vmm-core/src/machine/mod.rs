@@ -25,6 +25,7 @@ use crate::devices::i8042::{I8042, I8042_PORT_BASE, I8042_PORT_LEN};
 use crate::devices::serial::{
     ConsoleSink, Serial, SerialRegs, SerialStateError, COM1_PORT_BASE, COM_PORT_LEN,
 };
+use crate::devices::virtio::balloon::{BalloonDevice, BalloonError, BalloonHandle, BalloonState};
 use crate::devices::virtio::blk::{BlockDevice, BlockError};
 use crate::devices::virtio::mmio::{self, MmioTransport, TransportStateError};
 use crate::devices::virtio::net::backend::{NetBackend, StreamBackend, TapBackend};
@@ -76,6 +77,8 @@ pub struct MachineConfig {
     pub vsock: Option<VsockConfig>,
     /// A network device.
     pub net: Option<NetConfig>,
+    /// A memory balloon: free page reporting and memory statistics.
+    pub balloon: bool,
 }
 
 /// A virtio-net device.
@@ -197,6 +200,9 @@ pub enum MachineError {
     /// The network device could not be set up.
     #[error("network device")]
     Net(#[from] NetError),
+    /// The balloon could not be set up.
+    #[error("balloon device")]
+    Balloon(#[from] BalloonError),
     /// The network backend could not be opened.
     #[error("network backend {what}")]
     NetBackend {
@@ -243,13 +249,15 @@ pub enum MachineError {
 struct Devices {
     serial: Option<Arc<Mutex<Serial>>>,
     cmos: Option<Arc<Mutex<Cmos>>>,
-    /// In attach order: disks, then vsock, then the network device.
+    /// In attach order: disks, then vsock, then the network device, then
+    /// the balloon.
     transports: Vec<Arc<Mutex<MmioTransport>>>,
     /// Each disk's configuration, shape and, when writable, its file
     /// opened again for snapshot copies.
     disks: Vec<(DiskConfig, DiskState, Option<std::fs::File>)>,
     vsock_cid: Option<u64>,
     net_mac: Option<[u8; 6]>,
+    balloon: Option<Arc<Mutex<BalloonDevice>>>,
 }
 
 /// A guest ready to run.
@@ -319,6 +327,9 @@ impl Machine {
         if let Some(net) = cfg.net {
             machine.attach_net(net)?;
         }
+        if cfg.balloon {
+            machine.attach_balloon(None)?;
+        }
         machine.attach_kernel(&cfg.kernel, cfg.initrd.as_deref())?;
         machine.attach_vcpus(cfg.vcpus, cfg.template)?;
         Ok(machine)
@@ -360,6 +371,14 @@ impl Machine {
     /// The command line the guest gets.
     pub fn cmdline(&self) -> &str {
         &self.cmdline
+    }
+
+    /// The balloon's figures, when the machine has one.
+    pub fn balloon(&self) -> Option<BalloonHandle> {
+        self.devices
+            .balloon
+            .as_ref()
+            .map(|b| b.lock().unwrap_or_else(|p| p.into_inner()).handle())
     }
 
     /// The loaded kernel.
@@ -444,6 +463,13 @@ impl Machine {
         let device = NetDevice::new(cfg.mac, cfg.backend.open()?)?;
         self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
         self.devices.net_mac = Some(cfg.mac);
+        Ok(())
+    }
+
+    fn attach_balloon(&mut self, saved: Option<BalloonState>) -> Result<(), MachineError> {
+        let device = Arc::new(Mutex::new(BalloonDevice::new(saved)?));
+        self.attach_virtio_device(device.clone())?;
+        self.devices.balloon = Some(device);
         Ok(())
     }
 

@@ -71,6 +71,9 @@ impl Machine {
         if let (Some(mac), Some(backend)) = (state.net_mac, cfg.net) {
             machine.attach_net(NetConfig { mac, backend })?;
         }
+        if let Some(balloon) = state.balloon {
+            machine.attach_balloon(Some(balloon))?;
+        }
         for (index, _) in state.vcpus.iter().enumerate() {
             let fd = machine.vm.create_vcpu(index as u8)?;
             machine.vcpus.push(fd);
@@ -137,7 +140,8 @@ fn check_fits(state: &MachineState, cfg: &RestoreConfig) -> Result<(), MachineEr
     }
     let transports = state.disks.len()
         + usize::from(state.vsock_cid.is_some())
-        + usize::from(state.net_mac.is_some());
+        + usize::from(state.net_mac.is_some())
+        + usize::from(state.balloon.is_some());
     if state.virtio.len() != transports {
         return mismatch(format!(
             "it saved {} virtio devices for {transports}",

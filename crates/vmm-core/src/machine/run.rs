@@ -305,6 +305,7 @@ impl Runner {
             disks: m.devices.disks.iter().map(|(_, shape, _)| *shape).collect(),
             vsock_cid: m.devices.vsock_cid,
             net_mac: m.devices.net_mac,
+            balloon: m.devices.balloon.as_ref().map(|b| lock(b).save_state()),
             virtio: m
                 .devices
                 .transports

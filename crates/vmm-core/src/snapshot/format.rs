@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 pub const MAGIC: [u8; 8] = *b"MAVMSNAP";
 /// The format this build writes and the only one it reads. Bump it on any
 /// change to the encoded state.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Magic, version, reserved word, payload length, checksum.
 pub const HEADER_LEN: usize = 8 + 4 + 4 + 8 + 32;
 /// Largest payload accepted (the state of 255 vCPUs fits many times over).

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::cpuid::CpuTemplate;
 use crate::devices::serial::SerialRegs;
+use crate::devices::virtio::balloon::BalloonState;
 use crate::devices::virtio::mmio::TransportState;
 use crate::disk_copy::DiskCopy;
 use crate::vm::VmState;
@@ -96,8 +97,10 @@ pub struct MachineState {
     pub vsock_cid: Option<u64>,
     /// The network device's MAC address, if there is one.
     pub net_mac: Option<[u8; 6]>,
+    /// The balloon's own state, if there is one.
+    pub balloon: Option<BalloonState>,
     /// Each virtio-mmio transport, in attach order (disks, then vsock,
-    /// then the network device).
+    /// then the network device, then the balloon).
     pub virtio: Vec<TransportState>,
 }
 

@@ -48,7 +48,55 @@ pub struct WorkspaceMetrics {
     pub net_rx_bytes: Option<u64>,
     /// Bytes sent by the guest's network interfaces.
     pub net_tx_bytes: Option<u64>,
+    /// What the memory balloon reports (None when the workspace does not
+    /// run, or its machine has no balloon).
+    pub balloon: Option<BalloonMetrics>,
 }
+
+/// Memory the guest gave back, and its memory as its balloon driver sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct BalloonMetrics {
+    /// Free memory the guest reported and the host took back since the VMM
+    /// started, bytes (memory freed, reused and freed again counts again).
+    pub given_back_bytes: u64,
+    /// Reports served.
+    pub reports: u64,
+    /// Free guest memory, bytes.
+    pub guest_free_bytes: Option<u64>,
+    /// Guest memory available for new work, bytes.
+    pub guest_available_bytes: Option<u64>,
+    /// The guest's page cache (dropped when it sits idle), bytes.
+    pub guest_cache_bytes: Option<u64>,
+}
+
+impl From<vmm_core::devices::virtio::balloon::BalloonFigures> for BalloonMetrics {
+    fn from(f: vmm_core::devices::virtio::balloon::BalloonFigures) -> Self {
+        let stats = f.stats.unwrap_or_default();
+        Self {
+            given_back_bytes: f.reported_bytes,
+            reports: f.reports,
+            guest_free_bytes: stats.free_bytes,
+            guest_available_bytes: stats.available_bytes,
+            guest_cache_bytes: stats.disk_caches_bytes,
+        }
+    }
+}
+
+/// The balloon's figures from the VMM of a running workspace (None when it
+/// has no balloon or does not answer).
+fn balloon_of(control: std::path::PathBuf) -> Option<BalloonMetrics> {
+    use crate::vmm::control::{call, ControlRequest, ControlResponse};
+    match call(&control, &ControlRequest::Memory, BALLOON_WAIT) {
+        Ok(ControlResponse::Memory { balloon }) => Some(balloon.into()),
+        _ => None,
+    }
+}
+
+/// How long the VMM may take to answer with fresh statistics (it waits up
+/// to 2 s for the guest).
+const BALLOON_WAIT: Duration = Duration::from_secs(5);
 
 /// Busy share between two samples, in percent of one CPU.
 pub(crate) fn cpu_percent(before: CpuTicks, after: CpuTicks, cpus: u32) -> Option<f64> {
@@ -84,7 +132,15 @@ impl Workspaces {
         };
         let mut all = Vec::with_capacity(metas.len());
         for meta in &metas {
-            all.push(self.host_metrics(meta)?);
+            let mut m = self.host_metrics(meta)?;
+            if meta.state == State::Running && meta.runtime.is_some() {
+                let control = self.dir(&meta.name)?.control();
+                m.balloon = tokio::task::spawn_blocking(move || balloon_of(control))
+                    .await
+                    .ok()
+                    .flatten();
+            }
+            all.push(m);
         }
         let mut first = Vec::with_capacity(metas.len());
         for meta in &metas {
@@ -130,6 +186,7 @@ impl Workspaces {
             disk_allocated_bytes: disk.blocks() * 512,
             net_rx_bytes: None,
             net_tx_bytes: None,
+            balloon: None,
         })
     }
 

@@ -3,9 +3,9 @@
 //! background processes (`processes`), files and copies (`files`; copies
 //! planned before they run, `copy_plan`; directories, removal, moves,
 //! edits, lines and finding, `file_ops`; files a command leaves behind,
-//! `outputs`), the streaming types (`stream`)
-//! and metrics (`metrics`). What lands on the host goes through
-//! `host::host_write`.
+//! `outputs`), the streaming types (`stream`), metrics (`metrics`) and
+//! the idle reclaim setting (`reclaim`). What lands on the host goes
+//! through `host::host_write`.
 
 #[cfg(feature = "client")]
 pub mod code;
@@ -23,6 +23,7 @@ pub(crate) mod metrics;
 pub(crate) mod outputs;
 #[cfg(feature = "client")]
 pub(crate) mod processes;
+pub mod reclaim;
 #[cfg(feature = "client")]
 pub(crate) mod stream;
 
@@ -33,7 +34,7 @@ pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISIT
 #[cfg(feature = "client")]
 pub use files::{ConsoleChunk, Copied, DirEntry, DirListing, FileKind, FileStat, MAX_EVENT_WAIT};
 #[cfg(feature = "client")]
-pub use metrics::{WorkspaceMetrics, CPU_SAMPLE};
+pub use metrics::{BalloonMetrics, WorkspaceMetrics, CPU_SAMPLE};
 #[cfg(feature = "client")]
 pub use outputs::{
     check_patterns, mime_of, OutputFile, Outputs, MAX_OUTPUT_FILES, MAX_OUTPUT_PATTERNS,

@@ -55,6 +55,9 @@ pub enum ControlRequest {
     Pause,
     /// Run a paused machine again.
     Resume,
+    /// The balloon's figures, with the guest's statistics fresh (asked for
+    /// and waited on briefly).
+    Memory,
     /// Stop listening on a host address (open connections run on).
     Unpublish {
         /// Host address.
@@ -102,6 +105,11 @@ pub enum ControlResponse {
         denied: u64,
         /// The last ones, oldest first.
         denials: Vec<crate::store::egress::EgressDenial>,
+    },
+    /// The answer to `memory`.
+    Memory {
+        /// What the balloon knows.
+        balloon: vmm_core::devices::virtio::balloon::BalloonFigures,
     },
     /// A published port's host address could not be listened on.
     PortUnavailable {
@@ -265,6 +273,12 @@ mod tests {
                         std::net::TcpListener::from(fd).local_addr().unwrap().port() as u64
                     }),
                 },
+                ControlRequest::Memory => ControlResponse::Memory {
+                    balloon: vmm_core::devices::virtio::balloon::BalloonFigures {
+                        reported_bytes: 4096,
+                        ..Default::default()
+                    },
+                },
                 ControlRequest::Stop { .. }
                 | ControlRequest::Snapshot { .. }
                 | ControlRequest::EgressDenials
@@ -286,6 +300,10 @@ mod tests {
                 ttl_deadline_ms: Some(3)
             }
         );
+        match call(&path, &ControlRequest::Memory, t).unwrap() {
+            ControlResponse::Memory { balloon } => assert_eq!(balloon.reported_bytes, 4096),
+            other => panic!("{other:?}"),
+        }
         let allow: Vec<crate::store::egress::AllowEntry> = (0..300)
             .map(|i| format!("name-{i}.example.org").parse().unwrap())
             .collect();

@@ -7,6 +7,7 @@
 //! notification) or its backend fds become ready. All queue processing runs
 //! on the event loop thread, never on a vCPU thread.
 
+pub mod balloon;
 pub mod blk;
 pub mod fuzz;
 pub mod mmio;
@@ -27,6 +28,8 @@ use crate::memory::GuestMemory;
 pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 /// Device type of a block device.
 pub const TYPE_BLOCK: u32 = 2;
+/// Device type of a memory balloon.
+pub const TYPE_BALLOON: u32 = 5;
 /// Device type of a socket (vsock) device.
 pub const TYPE_VSOCK: u32 = 19;
 

@@ -18,13 +18,16 @@ use workspace::host::settings::now_ms;
 use workspace::store::console_log::tail_lines;
 use workspace::store::events::EventKind;
 use workspace::store::ports::PortMapping;
-use workspace::store::spec::{validate_ttl, Meta};
+use workspace::store::spec::Meta;
 use workspace::store::state::State;
 use workspace::store::workspace_dir::{WorkspaceDir, AGENT_PORT};
 use workspace::store::StateDir;
-use workspace::vmm::control::{self, ControlRequest, ControlResponse};
+use workspace::vmm::control;
 use workspace::vmm::launch::VmmLaunch;
 use workspace::{Error, Remedy, Result};
+
+mod answers;
+mod memory;
 
 use crate::build::Built;
 use crate::port_forward::PortForwarder;
@@ -65,6 +68,13 @@ struct Shared {
     /// The confinement in force, recorded with `running` (a write with
     /// its fsyncs before the guest runs would delay it).
     protections: Mutex<Vec<String>>,
+    /// The machine's balloon, once it exists.
+    balloon: OnceLock<vmm_core::devices::virtio::balloon::BalloonHandle>,
+    /// Paused (a pool member waiting): its agent cannot answer.
+    paused: AtomicBool,
+    /// How long the guest may sit idle before it is asked to drop its
+    /// caches (None: never).
+    reclaim_after: Option<Duration>,
 }
 
 impl Shared {
@@ -280,10 +290,16 @@ impl VmmProcess {
             finished: AtomicBool::new(false),
             machine: OnceLock::new(),
             protections: Mutex::new(Vec::new()),
+            balloon: OnceLock::new(),
+            paused: AtomicBool::new(false),
+            reclaim_after: memory::reclaim_after(&state),
         });
         let machine = match built {
             Ok(m) => {
                 let _ = shared.machine.set(m.handle());
+                if let Some(balloon) = m.balloon() {
+                    let _ = shared.balloon.set(balloon);
+                }
                 Some(m)
             }
             Err(e) => {
@@ -374,11 +390,17 @@ impl VmmProcess {
             return Ok(RunEnd { crashed: true });
         }
         let s = shared.clone();
-        std::thread::spawn(move || control::serve(listener, |req, fd| handle_control(&s, req, fd)));
+        std::thread::spawn(move || {
+            control::serve(listener, |req, fd| answers::handle_control(&s, req, fd))
+        });
         let s = shared.clone();
         std::thread::spawn(move || wait_for_agent(&s));
         let s = shared.clone();
         std::thread::spawn(move || enforce_ttl(&s));
+        if let Some(after) = shared.reclaim_after {
+            let s = shared.clone();
+            std::thread::spawn(move || memory::reclaim_when_idle(&s, after));
+        }
         if shared.egress.is_some() {
             let s = shared.clone();
             std::thread::spawn(move || record_refusals(&s));
@@ -644,153 +666,5 @@ fn record_refusals(shared: &Shared) {
                 tracing::warn!("cannot record an egress refusal: {e}");
             }
         }
-    }
-}
-
-fn no_filter() -> ControlResponse {
-    ControlResponse::Error {
-        message: "this workspace's network has no egress filter (the `none` network, or a tap network, whose policy nftables enforce)".into(),
-    }
-}
-
-fn handle_control(
-    shared: &Arc<Shared>,
-    req: ControlRequest,
-    fd: Option<std::os::fd::OwnedFd>,
-) -> ControlResponse {
-    match req {
-        ControlRequest::Status => ControlResponse::Status {
-            pid: workspace::host::settings::own_pid(),
-            uptime_ms: shared.started.elapsed().as_millis() as u64,
-            ready: shared.ready.load(Ordering::SeqCst),
-            stopping: shared.stopping.load(Ordering::SeqCst),
-            ttl_deadline_ms: *shared
-                .ttl_deadline
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        },
-        ControlRequest::SetEgress { egress, allow } => match &shared.egress {
-            Some(control) => control.set(egress, &allow),
-            None => no_filter(),
-        },
-        ControlRequest::EgressDenials => match &shared.egress {
-            Some(control) => control.denials(),
-            None => no_filter(),
-        },
-        ControlRequest::Snapshot { dir } => {
-            let Some(machine) = shared.machine.get() else {
-                return ControlResponse::Error {
-                    message: "the VM is not running".into(),
-                };
-            };
-            if !shared.ready.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
-                return ControlResponse::Error {
-                    message: "the workspace is starting or stopping".into(),
-                };
-            }
-            match machine.snapshot(&dir) {
-                Ok(taken) => {
-                    crate::pause_point("vmm:snapshot");
-                    ControlResponse::Snapshot {
-                        paused_us: taken.paused.as_micros() as u64,
-                        total_us: taken.total.as_micros() as u64,
-                        memory_data_bytes: taken.memory.data_bytes,
-                    }
-                }
-                Err(e) => ControlResponse::Error {
-                    message: format!(
-                        "workspace `{}` could not be snapshotted: {}",
-                        shared.ws.name(),
-                        workspace::error_chain(&e)
-                    ),
-                },
-            }
-        }
-        ControlRequest::Publish { mapping } => match fd {
-            Some(fd) => publish(shared, mapping, std::net::TcpListener::from(fd)),
-            None => ControlResponse::Error {
-                message: "publish needs the listening socket sent with the request".into(),
-            },
-        },
-        ControlRequest::Unpublish { host_ip, host_port } => {
-            shared
-                .ports
-                .unpublish(std::net::SocketAddr::new(host_ip, host_port));
-            ControlResponse::Ok {
-                ttl_deadline_ms: None,
-            }
-        }
-        ControlRequest::Pause | ControlRequest::Resume => {
-            let Some(machine) = shared.machine.get() else {
-                return ControlResponse::Error {
-                    message: "the VM is not running".into(),
-                };
-            };
-            let done = match req {
-                ControlRequest::Pause => machine.pause(),
-                _ => machine.resume(),
-            };
-            match done {
-                Ok(()) => ControlResponse::Ok {
-                    ttl_deadline_ms: None,
-                },
-                Err(e) => ControlResponse::Error {
-                    message: workspace::error_chain(&e),
-                },
-            }
-        }
-        ControlRequest::Stop { timeout_ms } => {
-            shared.begin_stop(Duration::from_millis(timeout_ms), "stopped on request");
-            ControlResponse::Ok {
-                ttl_deadline_ms: None,
-            }
-        }
-        ControlRequest::SetTtl { ttl_secs } => {
-            if let Some(Err(e)) = ttl_secs.map(validate_ttl) {
-                return ControlResponse::Error {
-                    message: e.to_string(),
-                };
-            }
-            let at = ttl_secs.map(|s| now_ms() + s * 1000);
-            let recorded = shared.update(|m| {
-                if let Some(rt) = m.runtime.as_mut() {
-                    rt.ttl_deadline_ms = at;
-                }
-                Ok(())
-            });
-            if let Err(e) = recorded {
-                return ControlResponse::Error {
-                    message: e.full_message(),
-                };
-            }
-            *shared
-                .ttl_deadline
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = at;
-            shared.ttl_changed.notify_all();
-            ControlResponse::Ok {
-                ttl_deadline_ms: at,
-            }
-        }
-    }
-}
-
-fn publish(
-    shared: &Shared,
-    mapping: PortMapping,
-    listener: std::net::TcpListener,
-) -> ControlResponse {
-    match shared.ports.publish(mapping, listener) {
-        Ok(()) => ControlResponse::Ok {
-            ttl_deadline_ms: None,
-        },
-        Err(Error::PortUnavailable { addr, source }) => ControlResponse::PortUnavailable {
-            addr,
-            in_use: source.kind() == std::io::ErrorKind::AddrInUse,
-            message: source.to_string(),
-        },
-        Err(e) => ControlResponse::Error {
-            message: e.full_message(),
-        },
     }
 }

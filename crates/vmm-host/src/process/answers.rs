@@ -1,0 +1,168 @@
+//! The control socket's answers: each request acts on the shared state of
+//! the run (the machine, the TTL, the ports, the egress filter).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use workspace::host::settings::now_ms;
+use workspace::store::ports::PortMapping;
+use workspace::store::spec::validate_ttl;
+use workspace::vmm::control::{ControlRequest, ControlResponse};
+use workspace::Error;
+
+use super::Shared;
+
+fn no_filter() -> ControlResponse {
+    ControlResponse::Error {
+        message: "this workspace's network has no egress filter (the `none` network, or a tap network, whose policy nftables enforce)".into(),
+    }
+}
+
+pub(super) fn handle_control(
+    shared: &Arc<Shared>,
+    req: ControlRequest,
+    fd: Option<std::os::fd::OwnedFd>,
+) -> ControlResponse {
+    match req {
+        ControlRequest::Status => ControlResponse::Status {
+            pid: workspace::host::settings::own_pid(),
+            uptime_ms: shared.started.elapsed().as_millis() as u64,
+            ready: shared.ready.load(Ordering::SeqCst),
+            stopping: shared.stopping.load(Ordering::SeqCst),
+            ttl_deadline_ms: *shared
+                .ttl_deadline
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        },
+        ControlRequest::SetEgress { egress, allow } => match &shared.egress {
+            Some(control) => control.set(egress, &allow),
+            None => no_filter(),
+        },
+        ControlRequest::EgressDenials => match &shared.egress {
+            Some(control) => control.denials(),
+            None => no_filter(),
+        },
+        ControlRequest::Snapshot { dir } => {
+            let Some(machine) = shared.machine.get() else {
+                return ControlResponse::Error {
+                    message: "the VM is not running".into(),
+                };
+            };
+            if !shared.ready.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
+                return ControlResponse::Error {
+                    message: "the workspace is starting or stopping".into(),
+                };
+            }
+            match machine.snapshot(&dir) {
+                Ok(taken) => {
+                    crate::pause_point("vmm:snapshot");
+                    ControlResponse::Snapshot {
+                        paused_us: taken.paused.as_micros() as u64,
+                        total_us: taken.total.as_micros() as u64,
+                        memory_data_bytes: taken.memory.data_bytes,
+                    }
+                }
+                Err(e) => ControlResponse::Error {
+                    message: format!(
+                        "workspace `{}` could not be snapshotted: {}",
+                        shared.ws.name(),
+                        workspace::error_chain(&e)
+                    ),
+                },
+            }
+        }
+        ControlRequest::Publish { mapping } => match fd {
+            Some(fd) => publish(shared, mapping, std::net::TcpListener::from(fd)),
+            None => ControlResponse::Error {
+                message: "publish needs the listening socket sent with the request".into(),
+            },
+        },
+        ControlRequest::Unpublish { host_ip, host_port } => {
+            shared
+                .ports
+                .unpublish(std::net::SocketAddr::new(host_ip, host_port));
+            ControlResponse::Ok {
+                ttl_deadline_ms: None,
+            }
+        }
+        ControlRequest::Pause | ControlRequest::Resume => {
+            let Some(machine) = shared.machine.get() else {
+                return ControlResponse::Error {
+                    message: "the VM is not running".into(),
+                };
+            };
+            let pausing = matches!(req, ControlRequest::Pause);
+            let done = if pausing {
+                machine.pause()
+            } else {
+                machine.resume()
+            };
+            if done.is_ok() {
+                shared.paused.store(pausing, Ordering::SeqCst);
+            }
+            match done {
+                Ok(()) => ControlResponse::Ok {
+                    ttl_deadline_ms: None,
+                },
+                Err(e) => ControlResponse::Error {
+                    message: workspace::error_chain(&e),
+                },
+            }
+        }
+        ControlRequest::Memory => super::memory::figures(shared),
+        ControlRequest::Stop { timeout_ms } => {
+            shared.begin_stop(Duration::from_millis(timeout_ms), "stopped on request");
+            ControlResponse::Ok {
+                ttl_deadline_ms: None,
+            }
+        }
+        ControlRequest::SetTtl { ttl_secs } => {
+            if let Some(Err(e)) = ttl_secs.map(validate_ttl) {
+                return ControlResponse::Error {
+                    message: e.to_string(),
+                };
+            }
+            let at = ttl_secs.map(|s| now_ms() + s * 1000);
+            let recorded = shared.update(|m| {
+                if let Some(rt) = m.runtime.as_mut() {
+                    rt.ttl_deadline_ms = at;
+                }
+                Ok(())
+            });
+            if let Err(e) = recorded {
+                return ControlResponse::Error {
+                    message: e.full_message(),
+                };
+            }
+            *shared
+                .ttl_deadline
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = at;
+            shared.ttl_changed.notify_all();
+            ControlResponse::Ok {
+                ttl_deadline_ms: at,
+            }
+        }
+    }
+}
+
+fn publish(
+    shared: &Shared,
+    mapping: PortMapping,
+    listener: std::net::TcpListener,
+) -> ControlResponse {
+    match shared.ports.publish(mapping, listener) {
+        Ok(()) => ControlResponse::Ok {
+            ttl_deadline_ms: None,
+        },
+        Err(Error::PortUnavailable { addr, source }) => ControlResponse::PortUnavailable {
+            addr,
+            in_use: source.kind() == std::io::ErrorKind::AddrInUse,
+            message: source.to_string(),
+        },
+        Err(e) => ControlResponse::Error {
+            message: e.full_message(),
+        },
+    }
+}
