@@ -16,6 +16,10 @@ use std::time::Duration;
 
 use super::spawn::{Child, Spawn};
 
+/// How often a reaper with no children looks for adopted ones: an idle
+/// guest's agent should not wake its (emulated) kernel every second.
+const ADOPTION_CHECK: Duration = Duration::from_secs(60);
+
 /// Called with the raw wait status of the child it was registered for.
 pub type ExitCallback = Box<dyn FnOnce(i32) + Send>;
 
@@ -83,15 +87,14 @@ fn reap_forever(shared: &Shared, verbose: bool) {
         let pid = match wait_any_exited() {
             Ok(pid) => pid,
             Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
-                // No children: sleep until one is spawned (or a second has
-                // passed, in case one was adopted).
+                // No children: sleep until one is spawned. An orphan is
+                // adopted only from a descendant, which is a child until
+                // then, so this only guards against the kernel's own
+                // helpers: rarely enough not to wake an idle guest.
                 let registered = shared.lock();
-                let _ =
-                    shared
-                        .spawned
-                        .wait_timeout_while(registered, Duration::from_secs(1), |r| {
-                            r.spawns == spawns_before
-                        });
+                let _ = shared
+                    .spawned
+                    .wait_timeout_while(registered, ADOPTION_CHECK, |r| r.spawns == spawns_before);
                 continue;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
