@@ -18,8 +18,8 @@ use super::Shared;
 const STATS_WAIT: Duration = Duration::from_secs(2);
 
 /// The idle time after which the guest is asked to drop its caches, from
-/// the state directory's `config.json` (a broken file falls back to the
-/// default; `microagent doctor` reports it).
+/// the state directory's `config.json` (a broken setting falls back to the
+/// default, with a warning in the VMM's log).
 pub(super) fn reclaim_after(state: &StateDir) -> Option<Duration> {
     let config = MemoryConfig::load(state.root()).unwrap_or_else(|e| {
         tracing::warn!("memory settings unreadable, using the defaults: {e}");

@@ -127,23 +127,22 @@ impl BalloonDevice {
     /// Serves queue `index` after its notification.
     fn process_queue(&mut self, index: usize) {
         let _ = self.queue_events[index].read();
-        let Some(active) = self.active.as_mut() else {
+        let Some(Active { mem, queues, irq }) = self.active.as_mut() else {
             return;
         };
+        let queue = &mut queues[index];
         let mut used_any = false;
-        // The chains borrow the memory while the queue is changed.
-        let mem = active.mem.clone();
-        while let Some(chain) = active.queues[index].pop_descriptor_chain(&mem) {
+        while let Some(chain) = queue.pop_descriptor_chain(&*mem) {
             let head = chain.head_index();
             match index {
                 STATS => {
                     // A driver that queues a second buffer gets the first back.
                     if let Some(old) = self.stats_head.replace(head) {
-                        used_any |= give_back(active, STATS, old);
+                        used_any |= give_back(queue, mem, index, old);
                     }
                     let mut buf = [0u8; STAT_LEN * MAX_STATS];
                     let read = chain
-                        .reader(&mem)
+                        .reader(mem)
                         .map(|mut r| {
                             let n = r.available_bytes().min(buf.len());
                             r.read_exact(&mut buf[..n]).map(|()| n).unwrap_or(0)
@@ -154,13 +153,8 @@ impl BalloonDevice {
                     continue;
                 }
                 REPORTING => {
-                    let ranges: Vec<(u64, u64)> = chain
-                        .clone()
-                        .map(|d| (d.addr().0, u64::from(d.len())))
-                        .collect();
-                    let bytes: u64 = ranges
-                        .iter()
-                        .map(|&(addr, len)| discard(&mem, addr, len))
+                    let bytes: u64 = chain
+                        .map(|d| discard(mem, d.addr().0, u64::from(d.len())))
                         .sum();
                     let mut figures = self.shared.figures();
                     figures.reported_bytes += bytes;
@@ -170,30 +164,30 @@ impl BalloonDevice {
                 // for pages given or taken back but to return the buffers.
                 _ => {}
             }
-            used_any |= give_back(active, index, head);
+            used_any |= give_back(queue, mem, index, head);
         }
         if used_any {
-            notify(active, index);
+            notify(queue, mem, irq);
         }
     }
 
     /// Hands the held statistics buffer back, asking for fresh figures.
     fn request_stats(&mut self) {
         let _ = self.shared.refresh.read();
-        let Some(active) = self.active.as_mut() else {
+        let Some(Active { mem, queues, irq }) = self.active.as_mut() else {
             return;
         };
         if let Some(head) = self.stats_head.take() {
-            if give_back(active, STATS, head) {
-                notify(active, STATS);
+            if give_back(&mut queues[STATS], mem, STATS, head) {
+                notify(&mut queues[STATS], mem, irq);
             }
         }
     }
 }
 
-/// Returns chain `head` on queue `index`; false if it could not be.
-fn give_back(active: &mut Active, index: usize, head: u16) -> bool {
-    match active.queues[index].add_used(&active.mem, head, 0) {
+/// Returns chain `head` on `queue` (number `index`); false if it could not be.
+fn give_back(queue: &mut Queue, mem: &GuestMemory, index: usize, head: u16) -> bool {
+    match queue.add_used(mem, head, 0) {
         Ok(()) => true,
         Err(e) => {
             tracing::warn!("balloon: cannot return chain {head} on queue {index}: {e}");
@@ -202,12 +196,9 @@ fn give_back(active: &mut Active, index: usize, head: u16) -> bool {
     }
 }
 
-fn notify(active: &mut Active, index: usize) {
-    if active.queues[index]
-        .needs_notification(&active.mem)
-        .unwrap_or(true)
-    {
-        if let Err(e) = active.irq.trigger(INT_USED_RING) {
+fn notify(queue: &mut Queue, mem: &GuestMemory, irq: &Interrupt) {
+    if queue.needs_notification(mem).unwrap_or(true) {
+        if let Err(e) = irq.trigger(INT_USED_RING) {
             tracing::warn!("balloon: cannot raise the interrupt: {e}");
         }
     }
