@@ -41,8 +41,12 @@ pub const OUTPUT_CHUNK: usize = 64 << 10;
 pub const DATA_CHUNK: usize = 256 << 10;
 /// Output bytes per stream sent to the client when `output_cap` is absent.
 pub const DEFAULT_OUTPUT_CAP: u64 = 1 << 20;
-/// Largest `output_cap` accepted.
+/// Largest `output_cap` accepted, besides [`UNCAPPED_OUTPUT`].
 pub const MAX_OUTPUT_CAP: u64 = 64 << 20;
+/// The `output_cap` of a client that writes each chunk out as it comes
+/// and keeps none (the containerd shim's bridge to a container's FIFOs):
+/// everything is sent, however long the command runs.
+pub const UNCAPPED_OUTPUT: u64 = u64::MAX;
 /// Bytes of each stream kept with an exec result (`stdout_head`/`stderr_head`).
 pub const RESULT_HEAD: usize = 64 << 10;
 /// How long an exec result is kept after the exec ends.

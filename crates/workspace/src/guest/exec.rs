@@ -133,6 +133,13 @@ impl ExecRequest {
         self
     }
 
+    /// Every byte of output sent back, however much there is: for a caller
+    /// of [`Workspace::exec`] that writes each event out and keeps none
+    /// (collecting it all would hold it all in memory).
+    pub fn uncapped_output(self) -> Self {
+        self.output_cap(guest_agent::protocol::UNCAPPED_OUTPUT)
+    }
+
     /// Bytes of each output stream sent back; the rest is only counted
     /// (default: the agent's, 1 MiB).
     pub fn output_cap(mut self, bytes: u64) -> Self {

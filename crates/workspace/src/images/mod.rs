@@ -1,6 +1,7 @@
 //! Images: the registry of bootable images (`registry`), container images
 //! converted to them (`oci`), pulled from registries (`pull`), found by name or description
-//! (`search`), and image builds (`build`).
+//! (`search`), image builds (`build`), and container root filesystems
+//! registered as they are (`root_dir`, for the containerd shim).
 
 pub mod build;
 pub mod kernels;
@@ -8,6 +9,8 @@ pub mod oci;
 #[cfg(feature = "client")]
 pub mod pull;
 pub(crate) mod registry;
+#[cfg(feature = "client")]
+mod root_dir;
 #[cfg(feature = "client")]
 pub mod search;
 

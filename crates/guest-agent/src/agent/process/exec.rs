@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use guest_agent::frame::FrameKind;
 use guest_agent::protocol::{
     AgentErrorCode, ExecCall, ExecExit, Response, SignalSpec, StdinMode, DEFAULT_OUTPUT_CAP,
-    MAX_OUTPUT_CAP, OUTPUT_CHUNK, RESULT_HEAD,
+    MAX_OUTPUT_CAP, OUTPUT_CHUNK, RESULT_HEAD, UNCAPPED_OUTPUT,
 };
 
 use super::lookup;
@@ -261,7 +261,7 @@ pub(super) fn describe(req: &ExecCall) -> String {
 /// Runs an exec on this connection: `started`, output frames, `exited`.
 pub fn run(conn: &mut Conn, state: &AgentState, req: ExecCall) -> Result<(), ExecError> {
     let cap = req.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP);
-    if cap > MAX_OUTPUT_CAP {
+    if cap > MAX_OUTPUT_CAP && cap != UNCAPPED_OUTPUT {
         return Err(ExecError::OutputCap(cap));
     }
     if req.timeout_ms == Some(0) {
@@ -659,6 +659,16 @@ mod tests {
         assert_eq!(out.take(b"h"), b"");
         assert_eq!((out.total, out.dropped()), (8, 3));
         assert_eq!(out.head, b"abcdefgh");
+    }
+
+    #[test]
+    fn uncapped_output_is_all_sent() {
+        let mut out = Output::new(FrameKind::Stdout, UNCAPPED_OUTPUT);
+        let chunk = vec![7u8; OUTPUT_CHUNK];
+        for _ in 0..4 {
+            assert_eq!(out.take(&chunk).len(), OUTPUT_CHUNK);
+        }
+        assert_eq!(out.dropped(), 0);
     }
 
     #[test]

@@ -1,0 +1,228 @@
+//! A container of this shim: the workspace it runs in, its init process
+//! and its execs. Creating one boots (or joins) its workspace; deleting
+//! the one that owns its workspace deletes the workspace too.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use containerd_shim::protos::types::mount::Mount;
+use workspace::{DeleteOptions, WorkspaceSpec, Workspaces};
+
+use crate::error::ShimError;
+use crate::process::{Process, ProcessStatus};
+use crate::record::{self, Record};
+use crate::spec::{self, ContainerPlan, SandboxRole};
+use crate::stdio::Stdio;
+
+/// How long a workspace may take to boot: a cold boot on a host that
+/// emulates guest kernel code takes 25-35 s.
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A container.
+#[derive(Debug)]
+pub struct Container {
+    /// containerd's id.
+    pub id: String,
+    /// Its bundle directory.
+    pub bundle: PathBuf,
+    /// The workspace it runs in.
+    pub workspace: String,
+    /// Whether it owns the workspace (deletes it when deleted).
+    pub owns_workspace: bool,
+    /// Its init process.
+    pub init: Arc<Process>,
+    execs: Mutex<HashMap<String, Arc<Process>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What containerd's Create gives.
+#[derive(Debug)]
+pub struct CreateRequest {
+    /// The container id.
+    pub id: String,
+    /// containerd's namespace.
+    pub namespace: String,
+    /// The bundle directory.
+    pub bundle: PathBuf,
+    /// Its root filesystem's mounts.
+    pub rootfs: Vec<Mount>,
+    /// The init process's FIFOs.
+    pub stdio: Stdio,
+}
+
+impl Container {
+    /// Creates the container: reads its spec, makes (or finds) its image,
+    /// and creates and boots its workspace, or joins its pod sandbox's.
+    /// Blocking work runs on blocking threads.
+    pub async fn create(all: Arc<Workspaces>, req: CreateRequest) -> Result<Arc<Self>, ShimError> {
+        let spec = spec::load(&req.bundle)?;
+        let plan = spec::plan(&spec, all.limits().max_vcpus)?;
+        let mut stdio = req.stdio;
+        stdio.terminal = plan.process.terminal;
+        let (workspace, owns) = match &plan.placement {
+            SandboxRole::Own => (record::workspace_name(&req.namespace, &req.id), true),
+            SandboxRole::Joins(sandbox) => (record::workspace_name(&req.namespace, sandbox), false),
+        };
+        record::write(
+            &req.bundle,
+            &Record {
+                workspace: workspace.clone(),
+                owns_workspace: owns,
+                state_dir: all.state_dir().root().to_owned(),
+            },
+        )?;
+        if owns {
+            let image = match &plan.image {
+                Some(image) => image.clone(),
+                None => {
+                    let (all, bundle, rootfs) =
+                        (all.clone(), req.bundle.clone(), req.rootfs.clone());
+                    tokio::task::spawn_blocking(move || {
+                        crate::rootfs::image_for(&all, &bundle, &rootfs)
+                    })
+                    .await
+                    .map_err(|_| ShimError::WrongState {
+                        process: "the root filesystem conversion".into(),
+                        why: "was cancelled",
+                    })??
+                }
+            };
+            boot(&all, &workspace, &req.namespace, &req.id, image, &plan).await?;
+        } else {
+            all.workspace(&workspace)
+                .and_then(|ws| ws.get())
+                .map_err(ShimError::workspace(format!(
+                    "find the pod sandbox's workspace {workspace}"
+                )))?;
+        }
+        Ok(Arc::new(Self {
+            id: req.id,
+            bundle: req.bundle,
+            workspace,
+            owns_workspace: owns,
+            init: Process::new("", plan.process, stdio),
+            execs: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Process `exec_id` ("" for init).
+    pub fn process(&self, exec_id: &str) -> Result<Arc<Process>, ShimError> {
+        if exec_id.is_empty() {
+            return Ok(self.init.clone());
+        }
+        lock(&self.execs)
+            .get(exec_id)
+            .cloned()
+            .ok_or_else(|| ShimError::NoProcess {
+                id: self.id.clone(),
+                exec_id: exec_id.to_owned(),
+            })
+    }
+
+    /// Adds exec `exec_id`, not started.
+    pub fn add_exec(&self, process: Arc<Process>) -> Result<(), ShimError> {
+        if self.init.status() == ProcessStatus::Stopped {
+            return Err(ShimError::WrongState {
+                process: format!("container {}", self.id),
+                why: "has stopped; execs need it running",
+            });
+        }
+        let mut execs = lock(&self.execs);
+        if execs.contains_key(&process.exec_id) {
+            return Err(ShimError::Exists(format!("exec {}", process.exec_id)));
+        }
+        execs.insert(process.exec_id.clone(), process);
+        Ok(())
+    }
+
+    /// Forgets exec `exec_id`.
+    pub fn remove_exec(&self, exec_id: &str) -> Option<Arc<Process>> {
+        lock(&self.execs).remove(exec_id)
+    }
+
+    /// Every process, init first.
+    pub fn processes(&self) -> Vec<Arc<Process>> {
+        let mut all = vec![self.init.clone()];
+        all.extend(lock(&self.execs).values().cloned());
+        all
+    }
+
+    /// Ends the workspace when the container owns it (halted, deleted);
+    /// its execs end with it. Otherwise only its running execs are killed.
+    pub async fn remove(&self, all: &Workspaces) -> Result<(), ShimError> {
+        for process in self.processes() {
+            if process.status() == ProcessStatus::Running && !self.owns_workspace {
+                let _ = process
+                    .kill(all, &self.workspace, libc::SIGKILL as u32)
+                    .await;
+            }
+        }
+        if self.owns_workspace {
+            delete_workspace(all, &self.workspace)?;
+        }
+        let _ = std::fs::remove_file(self.bundle.join(record::RECORD_FILE));
+        Ok(())
+    }
+}
+
+/// Creates workspace `name` for container `id` and boots it.
+async fn boot(
+    all: &Workspaces,
+    name: &str,
+    namespace: &str,
+    id: &str,
+    image: String,
+    plan: &ContainerPlan,
+) -> Result<(), ShimError> {
+    let mut spec = WorkspaceSpec {
+        image,
+        vcpus: plan.vcpus,
+        mem_mib: plan.mem_mib,
+        ..WorkspaceSpec::default()
+    };
+    spec.labels
+        .insert("io.containerd.namespace".into(), namespace.into());
+    spec.labels.insert("io.containerd.id".into(), id.into());
+    if let Some(network) = &plan.network {
+        spec.network = network.clone();
+    }
+    if let Some(egress) = &plan.egress {
+        spec.egress = Some(
+            serde_json::from_value(serde_json::Value::String(egress.clone())).map_err(|_| {
+                ShimError::BadSpec(format!(
+                    "annotation {} is {egress:?}; use all, none or allowlist",
+                    spec::EGRESS_ANNOTATION
+                ))
+            })?,
+        );
+    }
+    all.create(name, spec)
+        .map_err(ShimError::workspace(format!("create workspace {name}")))?;
+    let started = match all.workspace(name) {
+        Ok(ws) => ws.start(BOOT_TIMEOUT, |_| {}).await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = started {
+        // Nothing half made stays behind a failed create.
+        let _ = delete_workspace(all, name);
+        return Err(ShimError::workspace(format!("start workspace {name}"))(e));
+    }
+    Ok(())
+}
+
+/// Halts and deletes workspace `name`; one already gone is fine.
+pub fn delete_workspace(all: &Workspaces, name: &str) -> Result<(), ShimError> {
+    let deleted = all
+        .workspace(name)
+        .and_then(|ws| ws.delete(DeleteOptions::default().force(true)));
+    match deleted {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == workspace::ErrorCode::NotFound => Ok(()),
+        Err(e) => Err(ShimError::workspace(format!("delete workspace {name}"))(e)),
+    }
+}

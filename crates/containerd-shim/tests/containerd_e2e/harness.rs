@@ -1,0 +1,239 @@
+//! A containerd of the test's own (Debian's, with its own root, state and
+//! socket under /tmp, the CRI plugin off), finding this crate's shim on
+//! its PATH and giving it the test's microagent state directory; `ctr`
+//! against it; and the busybox OCI image the test writes, imported.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The runtime name `ctr run --runtime` takes.
+pub const RUNTIME: &str = "io.containerd.microagent.v2";
+/// The shim binary.
+pub const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-microagent-v2");
+/// The containerd namespace the tests use.
+pub const NAMESPACE: &str = "microagent-test";
+
+/// A running containerd.
+pub struct Containerd {
+    pub root: PathBuf,
+    /// The microagent state directory its shims use.
+    pub home: PathBuf,
+    child: Option<Child>,
+}
+
+/// Why the suite cannot run here, if it cannot.
+pub fn missing() -> Option<String> {
+    // SAFETY: geteuid reads a process attribute.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("containerd and its shims run as root; run the suite as root".into());
+    }
+    for tool in ["containerd", "ctr"] {
+        if let Err(e) = testkit::host_tool(tool) {
+            return Some(format!("{e} (apt-get install containerd)"));
+        }
+    }
+    if let Err(e) = testkit::guest_assets() {
+        return Some(e);
+    }
+    testkit::workspace_image("minimal").err()
+}
+
+impl Containerd {
+    /// Starts one for test `name` and waits until it answers.
+    pub fn start(name: &str) -> Self {
+        let root = PathBuf::from(format!("/tmp/ma-ctrd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let home = root.join("home");
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&home)
+            .unwrap();
+        testkit::cli::vmm_program_beside(Path::new(SHIM));
+        let config = format!(
+            r#"version = 2
+root = "{root}/root"
+state = "{root}/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "{root}/containerd.sock"
+[ttrpc]
+  address = "{root}/containerd.sock.ttrpc"
+"#,
+            root = root.display()
+        );
+        std::fs::write(root.join("config.toml"), config).unwrap();
+        let mut me = Self {
+            root,
+            home,
+            child: None,
+        };
+        me.launch();
+        me
+    }
+
+    /// Starts the containerd process (again, after [`Containerd::stop`]).
+    pub fn launch(&mut self) {
+        let shim_dir = Path::new(SHIM).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            shim_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.join("containerd.log"))
+            .unwrap();
+        let mut cmd = Command::new(testkit::host_tool("containerd").unwrap());
+        cmd.arg("--config")
+            .arg(self.root.join("config.toml"))
+            .env("PATH", path)
+            .env("MICROAGENT_HOME", &self.home)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        if let Some(warm) = testkit::shared_warm_dir() {
+            cmd.env("MICROAGENT_WARM_DIR", warm);
+        }
+        self.child = Some(cmd.spawn().expect("starting containerd"));
+        let up = testkit::wait_until(Duration::from_secs(30), || {
+            self.ctr(&["version"]).status.success()
+        });
+        assert!(up, "containerd did not answer:\n{}", self.log());
+    }
+
+    /// Stops the containerd process (its shims keep running).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill takes two integers.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+
+    /// Its log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root.join("containerd.log")).unwrap_or_default()
+    }
+
+    /// `ctr ARGS` against it.
+    pub fn ctr_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(testkit::host_tool("ctr").unwrap());
+        cmd.arg("--address")
+            .arg(self.root.join("containerd.sock"))
+            .args(["--namespace", NAMESPACE])
+            .args(args);
+        cmd
+    }
+
+    /// Runs `ctr ARGS` with no stdin.
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        self.ctr_command(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running ctr")
+    }
+
+    /// Runs `ctr ARGS` and fails the test unless it succeeds; its stdout.
+    pub fn ctr_ok(&self, args: &[&str]) -> String {
+        let out = self.ctr(args);
+        assert!(
+            out.status.success(),
+            "ctr {args:?} failed: {}\n{}\ncontainerd log tail:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            tail(&self.log(), 40)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Writes the busybox test image and imports it; its name.
+    pub fn import_test_image(&self) -> String {
+        let layout = self.root.join("layout");
+        testkit::oci::write_layout(&layout);
+        let archive = self.root.join("layout.tar");
+        let mut tar = tar::Builder::new(std::fs::File::create(&archive).unwrap());
+        tar.append_dir_all(".", &layout).unwrap();
+        tar.finish().unwrap();
+        let name = "docker.io/library/test:1";
+        self.ctr_ok(&[
+            "images",
+            "import",
+            "--index-name",
+            name,
+            archive.to_str().unwrap(),
+        ]);
+        name.to_owned()
+    }
+
+    /// The PIDs of this containerd's shims.
+    pub fn shim_pids(&self) -> Vec<u32> {
+        let sock = self.root.join("containerd.sock").display().to_string();
+        testkit::leftovers::processes_of(Path::new(&sock))
+            .iter()
+            .filter(|p| p.contains("containerd-shim-microagent-v2"))
+            .filter_map(|p| p.split(':').next()?.parse().ok())
+            .collect()
+    }
+
+    /// Waits until process `pid` is gone.
+    pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        for task in self
+            .ctr(&["tasks", "ls", "-q"])
+            .stdout
+            .split(|b| *b == b'\n')
+        {
+            let task = String::from_utf8_lossy(task).trim().to_owned();
+            if !task.is_empty() {
+                let _ = self.ctr(&["tasks", "kill", "-s", "SIGKILL", &task]);
+                let _ = self.ctr(&["tasks", "rm", "-f", &task]);
+            }
+        }
+        self.stop();
+        for pid in self.shim_pids() {
+            // SAFETY: kill takes two integers.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        for line in testkit::leftovers::processes_of(&self.home) {
+            if let Some(pid) = line.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
+                // SAFETY: kill takes two integers.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        // What containerd mounted under its root, deepest first.
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let root = self.root.display().to_string();
+        let mut points: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1))
+            .filter(|p| p.starts_with(&root))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for p in points {
+            let _ = Command::new("umount").args(["-l", p]).status();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
