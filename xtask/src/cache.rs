@@ -35,12 +35,15 @@ pub fn build_microagent() -> anyhow::Result<PathBuf> {
             ])
             .current_dir(repo_root()),
     )?;
-    // Where cargo put it: $CARGO_TARGET_DIR when set (relative to the
-    // checkout, where cargo ran), else target/.
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    Ok(target_dir().join("debug/microagent"))
+}
+
+/// Where cargo puts what it builds here: $CARGO_TARGET_DIR when set
+/// (relative to the checkout, where cargo runs), else target/.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .map_or_else(|| repo_root().join("target"), |t| repo_root().join(t));
-    Ok(target.join("debug/microagent"))
+        .map_or_else(|| repo_root().join("target"), |t| repo_root().join(t))
 }
 
 /// The target static builds name. crt-static cannot apply to proc-macros:

@@ -1,5 +1,6 @@
 //! `cargo xtask dist`: the binaries as we ship them, in `target/dist/`:
-//! `microagent` (release) and beside it `microagent-vmm`, the VMM process of
+//! `microagent` and containerd's shim `containerd-shim-microagent-v2`
+//! (release), and beside them `microagent-vmm`, the VMM process of
 //! each workspace, built lean: static (no shared libraries mapped into every
 //! VMM process), with link-time optimisation and optimised for size, so a
 //! running workspace costs little beyond its guest RAM (`cargo xtask bench
@@ -16,6 +17,8 @@ use crate::cache;
 
 const PACKAGE: &str = "microagent";
 const VMM_BINARY: &str = "microagent-vmm";
+const SHIM_PACKAGE: &str = "containerd-shim-microagent";
+const SHIM_BINARY: &str = "containerd-shim-microagent-v2";
 use workspace::images::build::minimal::{AGENT_BINARY, INIT_BINARY};
 const INIT_SOURCE: &str = "guest/init/init.c";
 
@@ -68,6 +71,10 @@ pub fn build() -> anyhow::Result<PathBuf> {
                 PACKAGE,
                 "--bin",
                 PACKAGE,
+                "-p",
+                SHIM_PACKAGE,
+                "--bin",
+                SHIM_BINARY,
             ])
             .current_dir(&repo),
     )?;
@@ -91,8 +98,12 @@ pub fn build() -> anyhow::Result<PathBuf> {
     write_new(&dist.join(INIT_BINARY), &init?.remove(0))?;
     let copies = [
         (
-            repo.join("target/release").join(PACKAGE),
+            cache::target_dir().join("release").join(PACKAGE),
             dist.join(PACKAGE),
+        ),
+        (
+            cache::target_dir().join("release").join(SHIM_BINARY),
+            dist.join(SHIM_BINARY),
         ),
         (vmm.binary(VMM_BINARY), dist.join(VMM_BINARY)),
     ];
@@ -103,11 +114,11 @@ pub fn build() -> anyhow::Result<PathBuf> {
             .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
         std::fs::rename(&tmp, &to).with_context(|| format!("installing {}", to.display()))?;
     }
-    for binary in [PACKAGE, VMM_BINARY] {
+    for binary in [PACKAGE, VMM_BINARY, SHIM_BINARY] {
         refuse_test_hooks(&dist.join(binary))?;
     }
     eprintln!(
-        "xtask: {} holds {PACKAGE}, {VMM_BINARY}, {AGENT_BINARY} and {INIT_BINARY}; install them into one directory on PATH",
+        "xtask: {} holds {PACKAGE}, {VMM_BINARY}, {SHIM_BINARY}, {AGENT_BINARY} and {INIT_BINARY}; install them into one directory on PATH (containerd finds its shim there)",
         dist.display()
     );
     Ok(dist.join(PACKAGE))

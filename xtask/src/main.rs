@@ -4,6 +4,7 @@
 mod bench;
 mod bench_agent;
 mod bench_balloon;
+mod bench_containerd;
 mod bench_density;
 mod bench_devices;
 mod bench_images;
@@ -58,8 +59,9 @@ tasks:
                                 processes after heavy I/O in a booted guest (default 1000),
                                 for N rounds (default 3); fails on any guest process fault;
                                 OPTIONS are extra guest kernel options to test a hypothesis
-  dist                          the binaries as shipped, in target/dist/: microagent and the
-                                lean VMM process microagent-vmm (static, LTO) beside it
+  dist                          the binaries as shipped, in target/dist/: microagent, the
+                                containerd shim containerd-shim-microagent-v2 and the lean
+                                VMM process microagent-vmm (static, LTO) beside them
   modules [--edges]             each crate's module cycles (from its `use crate::`/`super::`
                                 paths) and source files per folder; fails on a cycle;
                                 --edges lists every edge instead
@@ -88,6 +90,9 @@ tasks:
                                 the pages its guest dirtied and what VMM and passt hold
   bench balloon                 a 1 GiB guest fills 200 MiB of tmpfs and frees it: host PSS
                                 given back and how fast, beside what the fill cost
+  bench containerd [--runs N]   `ctr run` to the container's first output through our shim,
+                                cold (image converted, guest booted) and warm, beside
+                                containerd's runc shim on the same image
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
   bench snapshot [--runs N] [--against DIST_DIR]
@@ -149,6 +154,7 @@ fn main() -> anyhow::Result<()> {
             [what, more @ ..] if what == "tti" => bench_tti::run(more),
             [what, more @ ..] if what == "density" => bench_density::run(more),
             [what, more @ ..] if what == "balloon" => bench_balloon::run(more),
+            [what, more @ ..] if what == "containerd" => bench_containerd::run(more),
             [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),

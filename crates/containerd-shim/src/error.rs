@@ -21,6 +21,10 @@ pub enum ShimError {
         /// The exec id asked for.
         exec_id: String,
     },
+    /// The process has already ended (what runc's shim answers a signal
+    /// for one with).
+    #[error("process {0} has already finished")]
+    Finished(String),
     /// A container or exec id already in use.
     #[error("{0} already exists")]
     Exists(String),
@@ -122,7 +126,7 @@ impl ShimError {
 
     fn code(&self) -> Code {
         match self {
-            Self::NoContainer(_) | Self::NoProcess { .. } => Code::NOT_FOUND,
+            Self::NoContainer(_) | Self::NoProcess { .. } | Self::Finished(_) => Code::NOT_FOUND,
             Self::Exists(_) => Code::ALREADY_EXISTS,
             Self::Spec { .. } | Self::BadSpec(_) => Code::INVALID_ARGUMENT,
             Self::WrongState { .. } | Self::StateDir(_) => Code::FAILED_PRECONDITION,

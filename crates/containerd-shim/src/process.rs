@@ -223,10 +223,7 @@ impl Process {
                 Ok(())
             }
             (ProcessStatus::Stopped, _) | (ProcessStatus::Running, None) => {
-                Err(ShimError::NoProcess {
-                    id: workspace.to_owned(),
-                    exec_id: format!("{} (it has already finished)", self.exec_id),
-                })
+                Err(ShimError::Finished(self.describe()))
             }
             (ProcessStatus::Running, Some(id)) => all
                 .workspace(workspace)

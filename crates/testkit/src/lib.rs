@@ -6,6 +6,7 @@
 //! rather than passed.
 
 pub mod cli;
+pub mod containerd;
 pub mod disks;
 pub mod fuzz;
 

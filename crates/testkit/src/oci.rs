@@ -182,6 +182,12 @@ pub fn grow_manifest(layout: &Path, bytes: usize) {
 
 /// An OCI image layout of a busybox image, tagged `test:1`.
 pub fn write_layout(layout: &Path) {
+    write_layout_running(layout, &["sh"]);
+}
+
+/// [`write_layout`] with `cmd` as the image's command (a pod sandbox's
+/// image runs one that lasts).
+pub fn write_layout_running(layout: &Path, cmd: &[&str]) {
     let busybox = std::fs::read("/bin/busybox").unwrap();
     let mut base = Layer::new()
         .file("bin/busybox", 0o755, &busybox)
@@ -232,7 +238,7 @@ pub fn write_layout(layout: &Path) {
             "Env": ["PATH=/bin", "GREETING=hello from the image"],
             "WorkingDir": "/srv/app",
             "User": "app",
-            "Cmd": ["sh"],
+            "Cmd": cmd,
             "Labels": {"org.opencontainers.image.description": "a team's tool for tests"}
         }),
         0,

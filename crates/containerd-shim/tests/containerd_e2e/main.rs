@@ -3,15 +3,20 @@
 //! its own root and socket, a busybox OCI image the test writes imported
 //! with `ctr`, and `ctr` driving every step on the real guest kernel.
 //! One suite, its steps in order: the first container boots, the others
-//! resume the image's warm snapshot.
+//! resume the image's warm snapshot. A pod through the CRI plugin
+//! (`cri.rs`) runs beside it with a containerd of its own.
 
-mod harness;
+mod cri;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use harness::{Containerd, RUNTIME};
+use testkit::containerd::{self as harness, Containerd, RUNTIME};
+
+/// The shim under test.
+const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-microagent-v2");
 
 #[test]
 fn containerd_runs_containers_in_microvms() {
@@ -19,7 +24,7 @@ fn containerd_runs_containers_in_microvms() {
     if testkit::require(test, harness::missing().map_or(Ok(()), Err)).is_none() {
         return;
     }
-    let mut ctrd = Containerd::start("run");
+    let mut ctrd = Containerd::start("run", Path::new(SHIM));
     let image = ctrd.import_test_image();
     runs_on_the_guest_kernel(&ctrd, &image);
     keeps_streams_apart_with_the_exit_code(&ctrd, &image);
@@ -30,6 +35,15 @@ fn containerd_runs_containers_in_microvms() {
     outlives_a_containerd_restart(&mut ctrd, &image);
     a_killed_shim_leaves_nothing(&ctrd, &image);
     testkit::guest_faults::assert_no_faults_in(&ctrd.home);
+}
+
+#[test]
+fn a_pods_containers_share_one_microvm() {
+    let test = "a_pods_containers_share_one_microvm";
+    if testkit::require(test, harness::missing().map_or(Ok(()), Err)).is_none() {
+        return;
+    }
+    cri::a_pods_containers_share_one_microvm(Path::new(SHIM));
 }
 
 fn run_args<'a>(image: &'a str, id: &'a str, command: &[&'a str]) -> Vec<&'a str> {
@@ -135,21 +149,27 @@ fn runs_on_a_terminal_that_resizes(ctrd: &Containerd, image: &str) {
     assert_eq!(status.code(), Some(7), "{}", term.screen());
 }
 
-/// `ctr run -d`, a second process by `ctr task exec`, SIGTERM by `ctr task
-/// kill` (exit status 143, as runc's), and `ctr task rm`: no VMM, passt,
-/// cgroup or workspace state left.
-fn detached_exec_kill_and_rm_leave_nothing(ctrd: &Containerd, image: &str) {
-    ctrd.ctr_ok(&[
+/// `ctr run -d IMAGE ID busybox sleep 1000`.
+fn run_detached(ctrd: &Containerd, image: &str, id: &str) {
+    let args = [
         "run",
         "-d",
         "--runtime",
         RUNTIME,
         image,
-        "bg",
+        id,
         "busybox",
         "sleep",
         "1000",
-    ]);
+    ];
+    ctrd.ctr_ok(&args);
+}
+
+/// `ctr run -d`, a second process by `ctr task exec`, SIGTERM by `ctr task
+/// kill` (exit status 143, as runc's), and `ctr task rm`: no VMM, passt,
+/// cgroup or workspace state left.
+fn detached_exec_kill_and_rm_leave_nothing(ctrd: &Containerd, image: &str) {
+    run_detached(ctrd, image, "bg");
     assert!(ctrd.ctr_ok(&["tasks", "ls"]).contains("RUNNING"));
     let out = ctrd.ctr_ok(&[
         "tasks",
@@ -182,17 +202,7 @@ fn detached_exec_kill_and_rm_leave_nothing(ctrd: &Containerd, image: &str) {
 
 /// containerd restarted: it finds the running task through its shim.
 fn outlives_a_containerd_restart(ctrd: &mut Containerd, image: &str) {
-    ctrd.ctr_ok(&[
-        "run",
-        "-d",
-        "--runtime",
-        RUNTIME,
-        image,
-        "kept",
-        "busybox",
-        "sleep",
-        "1000",
-    ]);
+    run_detached(ctrd, image, "kept");
     ctrd.stop();
     ctrd.launch();
     let tasks = ctrd.ctr_ok(&["tasks", "ls"]);
@@ -226,17 +236,7 @@ fn outlives_a_containerd_restart(ctrd: &mut Containerd, image: &str) {
 /// which stops and removes the container's workspace; the task is
 /// reported ended (status 137) and nothing is left.
 fn a_killed_shim_leaves_nothing(ctrd: &Containerd, image: &str) {
-    ctrd.ctr_ok(&[
-        "run",
-        "-d",
-        "--runtime",
-        RUNTIME,
-        image,
-        "doomed",
-        "busybox",
-        "sleep",
-        "1000",
-    ]);
+    run_detached(ctrd, image, "doomed");
     let shims = ctrd.shim_pids();
     assert_eq!(shims.len(), 1, "{shims:?}");
     // SAFETY: kill takes two integers.

@@ -1,7 +1,9 @@
-//! A containerd of the test's own (Debian's, with its own root, state and
-//! socket under /tmp, the CRI plugin off), finding this crate's shim on
-//! its PATH and giving it the test's microagent state directory; `ctr`
-//! against it; and the busybox OCI image the test writes, imported.
+//! A containerd of the caller's own (Debian's, with its own root, state
+//! and socket under /tmp, the CRI plugin off), finding microagent's shim
+//! on its PATH and giving it a fresh microagent state directory; `ctr`
+//! against it; and the busybox OCI image of [`crate::oci::write_layout`],
+//! imported. The containerd suite and `cargo xtask bench containerd` use
+//! it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -9,16 +11,29 @@ use std::time::{Duration, Instant};
 
 /// The runtime name `ctr run --runtime` takes.
 pub const RUNTIME: &str = "io.containerd.microagent.v2";
-/// The shim binary.
-pub const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-microagent-v2");
-/// The containerd namespace the tests use.
+/// containerd's own runc shim, the reference.
+pub const RUNC_RUNTIME: &str = "io.containerd.runc.v2";
+/// The containerd namespace `ctr` uses (the CRI plugin's is `k8s.io`).
 pub const NAMESPACE: &str = "microagent-test";
+/// The CRI plugin's namespace.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+/// The runtime handler the CRI plugin is configured with.
+pub const CRI_HANDLER: &str = "microagent";
+/// The image the CRI plugin's pod sandboxes run (the test image running
+/// `sleep`).
+pub const SANDBOX_IMAGE: &str = "docker.io/library/sandbox:test";
 
 /// A running containerd.
+#[derive(Debug)]
 pub struct Containerd {
+    /// Its root, state, socket and log are in here.
     pub root: PathBuf,
     /// The microagent state directory its shims use.
     pub home: PathBuf,
+    /// The directory of the shim (and `microagent-vmm` beside it).
+    shim_dir: PathBuf,
+    /// The namespace `ctr` works in.
+    namespace: &'static str,
     child: Option<Child>,
 }
 
@@ -29,19 +44,32 @@ pub fn missing() -> Option<String> {
         return Some("containerd and its shims run as root; run the suite as root".into());
     }
     for tool in ["containerd", "ctr"] {
-        if let Err(e) = testkit::host_tool(tool) {
+        if let Err(e) = crate::host_tool(tool) {
             return Some(format!("{e} (apt-get install containerd)"));
         }
     }
-    if let Err(e) = testkit::guest_assets() {
+    if let Err(e) = crate::guest_assets() {
         return Some(e);
     }
-    testkit::workspace_image("minimal").err()
+    crate::workspace_image("minimal").err()
 }
 
 impl Containerd {
-    /// Starts one for test `name` and waits until it answers.
-    pub fn start(name: &str) -> Self {
+    /// Starts one for `name` (a test or bench), its shims `shim` (with
+    /// `microagent-vmm` beside it), and waits until it answers.
+    pub fn start(name: &str, shim: &Path) -> Self {
+        Self::start_with(name, shim, false)
+    }
+
+    /// [`Containerd::start`] with the CRI plugin on: its socket is the
+    /// same, its runtime `microagent` is our shim, pods on the host's
+    /// network need no CNI, and its sandboxes run [`SANDBOX_IMAGE`]
+    /// (imported by [`Containerd::import_test_image`]).
+    pub fn start_with_cri(name: &str, shim: &Path) -> Self {
+        Self::start_with(name, shim, true)
+    }
+
+    fn start_with(name: &str, shim: &Path, cri: bool) -> Self {
         let root = PathBuf::from(format!("/tmp/ma-ctrd-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
@@ -49,23 +77,46 @@ impl Containerd {
         std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
             .create(&home)
             .unwrap();
-        testkit::cli::vmm_program_beside(Path::new(SHIM));
+        crate::cli::vmm_program_beside(shim);
+        let plugins = if cri {
+            format!(
+                r#"[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{SANDBOX_IMAGE}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{root}/cni/bin"
+    conf_dir = "{root}/cni/conf"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "{CRI_HANDLER}"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{CRI_HANDLER}]
+    runtime_type = "{RUNTIME}"
+"#,
+                root = root.display()
+            )
+        } else {
+            r#"disabled_plugins = ["io.containerd.grpc.v1.cri"]
+"#
+            .to_owned()
+        };
         let config = format!(
             r#"version = 2
 root = "{root}/root"
 state = "{root}/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
+{plugins}[grpc]
   address = "{root}/containerd.sock"
 [ttrpc]
   address = "{root}/containerd.sock.ttrpc"
 "#,
             root = root.display()
         );
+
         std::fs::write(root.join("config.toml"), config).unwrap();
         let mut me = Self {
             root,
             home,
+            shim_dir: shim.parent().unwrap_or(Path::new("/")).to_owned(),
+            namespace: if cri { CRI_NAMESPACE } else { NAMESPACE },
             child: None,
         };
         me.launch();
@@ -74,10 +125,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 
     /// Starts the containerd process (again, after [`Containerd::stop`]).
     pub fn launch(&mut self) {
-        let shim_dir = Path::new(SHIM).parent().unwrap();
         let path = format!(
             "{}:{}",
-            shim_dir.display(),
+            self.shim_dir.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         let log = std::fs::OpenOptions::new()
@@ -85,7 +135,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
             .append(true)
             .open(self.root.join("containerd.log"))
             .unwrap();
-        let mut cmd = Command::new(testkit::host_tool("containerd").unwrap());
+        let mut cmd = Command::new(crate::host_tool("containerd").unwrap());
         cmd.arg("--config")
             .arg(self.root.join("config.toml"))
             .env("PATH", path)
@@ -93,11 +143,11 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        if let Some(warm) = testkit::shared_warm_dir() {
+        if let Some(warm) = crate::shared_warm_dir() {
             cmd.env("MICROAGENT_WARM_DIR", warm);
         }
         self.child = Some(cmd.spawn().expect("starting containerd"));
-        let up = testkit::wait_until(Duration::from_secs(30), || {
+        let up = crate::wait_until(Duration::from_secs(30), || {
             self.ctr(&["version"]).status.success()
         });
         assert!(up, "containerd did not answer:\n{}", self.log());
@@ -119,10 +169,10 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 
     /// `ctr ARGS` against it.
     pub fn ctr_command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(testkit::host_tool("ctr").unwrap());
+        let mut cmd = Command::new(crate::host_tool("ctr").unwrap());
         cmd.arg("--address")
             .arg(self.root.join("containerd.sock"))
-            .args(["--namespace", NAMESPACE])
+            .args(["--namespace", self.namespace])
             .args(args);
         cmd
     }
@@ -135,7 +185,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
             .expect("running ctr")
     }
 
-    /// Runs `ctr ARGS` and fails the test unless it succeeds; its stdout.
+    /// Runs `ctr ARGS` and panics unless it succeeds; its stdout.
     pub fn ctr_ok(&self, args: &[&str]) -> String {
         let out = self.ctr(args);
         assert!(
@@ -148,15 +198,25 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Writes the busybox test image and imports it; its name.
+    /// Writes the busybox test image and imports it; its name. With the
+    /// CRI plugin on, [`SANDBOX_IMAGE`] too.
     pub fn import_test_image(&self) -> String {
-        let layout = self.root.join("layout");
-        testkit::oci::write_layout(&layout);
-        let archive = self.root.join("layout.tar");
+        let name = "docker.io/library/test:1";
+        self.import_layout(name, &["sh"]);
+        if self.namespace == CRI_NAMESPACE {
+            self.import_layout(SANDBOX_IMAGE, &["busybox", "sleep", "100000"]);
+        }
+        name.to_owned()
+    }
+
+    fn import_layout(&self, name: &str, cmd: &[&str]) {
+        let dir = self.root.join(name.replace(['/', ':'], "_"));
+        let layout = dir.join("layout");
+        crate::oci::write_layout_running(&layout, cmd);
+        let archive = dir.join("layout.tar");
         let mut tar = tar::Builder::new(std::fs::File::create(&archive).unwrap());
         tar.append_dir_all(".", &layout).unwrap();
         tar.finish().unwrap();
-        let name = "docker.io/library/test:1";
         self.ctr_ok(&[
             "images",
             "import",
@@ -164,13 +224,17 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
             name,
             archive.to_str().unwrap(),
         ]);
-        name.to_owned()
+    }
+
+    /// Its socket (the CRI plugin's too).
+    pub fn socket(&self) -> PathBuf {
+        self.root.join("containerd.sock")
     }
 
     /// The PIDs of this containerd's shims.
     pub fn shim_pids(&self) -> Vec<u32> {
         let sock = self.root.join("containerd.sock").display().to_string();
-        testkit::leftovers::processes_of(Path::new(&sock))
+        crate::leftovers::processes_of(Path::new(&sock))
             .iter()
             .filter(|p| p.contains("containerd-shim-microagent-v2"))
             .filter_map(|p| p.split(':').next()?.parse().ok())
@@ -208,7 +272,7 @@ impl Drop for Containerd {
             // SAFETY: kill takes two integers.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
-        for line in testkit::leftovers::processes_of(&self.home) {
+        for line in crate::leftovers::processes_of(&self.home) {
             if let Some(pid) = line.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
                 // SAFETY: kill takes two integers.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
