@@ -59,13 +59,21 @@ impl Container {
     /// Creates the container: reads its spec, makes (or finds) its image,
     /// and creates and boots its workspace, or joins its pod sandbox's.
     /// Blocking work runs on blocking threads.
-    pub async fn create(all: Arc<Workspaces>, req: CreateRequest) -> Result<Arc<Self>, ShimError> {
+    /// `boots` is held while a pod's workspace is looked for and booted,
+    /// so two of its containers never boot it twice.
+    pub async fn create(
+        all: Arc<Workspaces>,
+        req: CreateRequest,
+        boots: &tokio::sync::Mutex<()>,
+    ) -> Result<Arc<Self>, ShimError> {
         let spec = spec::load(&req.bundle)?;
         let plan = spec::plan(&spec, all.limits().max_vcpus)?;
         let mut stdio = req.stdio;
         stdio.terminal = plan.process.terminal;
         let (workspace, owns) = match &plan.placement {
-            SandboxRole::Own => (record::workspace_name(&req.namespace, &req.id), true),
+            SandboxRole::Own | SandboxRole::PodSandbox => {
+                (record::workspace_name(&req.namespace, &req.id), true)
+            }
             SandboxRole::Joins(sandbox) => (record::workspace_name(&req.namespace, sandbox), false),
         };
         record::write(
@@ -76,7 +84,16 @@ impl Container {
                 state_dir: all.state_dir().root().to_owned(),
             },
         )?;
-        if owns {
+        let _booting = boots.lock().await;
+        // A pod's sandbox boots nothing unless the pod names its image: the
+        // pause image has nothing to run, so the pod's first container
+        // boots the pod's workspace from its own root filesystem.
+        let boot_now = match &plan.placement {
+            SandboxRole::Own => true,
+            SandboxRole::PodSandbox => plan.image.is_some(),
+            SandboxRole::Joins(_) => !exists(&all, &workspace)?,
+        };
+        if boot_now {
             let image = match &plan.image {
                 Some(image) => image.clone(),
                 None => {
@@ -93,19 +110,17 @@ impl Container {
                 }
             };
             boot(&all, &workspace, &req.namespace, &req.id, image, &plan).await?;
-        } else {
-            all.workspace(&workspace)
-                .and_then(|ws| ws.get())
-                .map_err(ShimError::workspace(format!(
-                    "find the pod sandbox's workspace {workspace}"
-                )))?;
         }
+        let init = match plan.placement {
+            SandboxRole::PodSandbox => Process::pause(stdio),
+            _ => Process::new("", plan.process, stdio),
+        };
         Ok(Arc::new(Self {
             id: req.id,
             bundle: req.bundle,
             workspace,
             owns_workspace: owns,
-            init: Process::new("", plan.process, stdio),
+            init,
             execs: Mutex::new(HashMap::new()),
         }))
     }
@@ -213,6 +228,17 @@ async fn boot(
         return Err(ShimError::workspace(format!("start workspace {name}"))(e));
     }
     Ok(())
+}
+
+/// Whether workspace `name` exists.
+fn exists(all: &Workspaces, name: &str) -> Result<bool, ShimError> {
+    match all.workspace(name).and_then(|ws| ws.get()) {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == workspace::ErrorCode::NotFound => Ok(false),
+        Err(e) => Err(ShimError::workspace(format!("look for workspace {name}"))(
+            e,
+        )),
+    }
 }
 
 /// Halts and deletes workspace `name`; one already gone is fine.

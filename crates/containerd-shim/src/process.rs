@@ -54,7 +54,9 @@ pub struct Process {
     pub exec_id: String,
     /// Its FIFOs.
     pub stdio: Stdio,
-    plan: ProcessPlan,
+    /// What the agent runs; None for a pod's pause process, which runs
+    /// nowhere (it only holds the pod's namespaces under runc).
+    plan: Option<ProcessPlan>,
     inner: Mutex<Inner>,
     exit: watch::Sender<Option<Exit>>,
     input: Mutex<Option<InputControl>>,
@@ -67,6 +69,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Process {
     /// A process not yet started.
     pub fn new(exec_id: &str, plan: ProcessPlan, stdio: Stdio) -> Arc<Self> {
+        Self::with_plan(exec_id, Some(plan), stdio)
+    }
+
+    /// A pod sandbox's pause process: started and killed like any other,
+    /// run nowhere.
+    pub fn pause(stdio: Stdio) -> Arc<Self> {
+        Self::with_plan("", None, stdio)
+    }
+
+    fn with_plan(exec_id: &str, plan: Option<ProcessPlan>, stdio: Stdio) -> Arc<Self> {
         Arc::new(Self {
             exec_id: exec_id.to_owned(),
             stdio,
@@ -112,12 +124,18 @@ impl Process {
                 });
             }
         }
+        let Some(plan) = &self.plan else {
+            let mut inner = lock(&self.inner);
+            inner.status = ProcessStatus::Running;
+            inner.pid = std::process::id();
+            return Ok(inner.pid);
+        };
         let mut outputs = OutputFifos::open(&self.stdio)?;
         let (input, control) = stdio::input(&self.stdio);
         *lock(&self.input) = Some(control.clone());
         let (started_tx, started_rx) = oneshot::channel::<(String, u32)>();
         let started_tx = Mutex::new(Some(started_tx));
-        let request = self.plan.request();
+        let request = plan.request();
         let me = self.clone();
         let (failed_tx, failed_rx) = oneshot::channel::<workspace::Error>();
         tokio::spawn(async move {
@@ -222,6 +240,12 @@ impl Process {
                 self.finish(128 + signal);
                 Ok(())
             }
+            // pause ends with 0 on SIGINT and SIGTERM, and so does ours.
+            (ProcessStatus::Running, None) if self.plan.is_none() => {
+                let clean = [libc::SIGINT, libc::SIGTERM].contains(&(signal as i32));
+                self.finish(if clean { 0 } else { 128 + signal });
+                Ok(())
+            }
             (ProcessStatus::Stopped, _) | (ProcessStatus::Running, None) => {
                 Err(ShimError::Finished(self.describe()))
             }
@@ -273,6 +297,37 @@ mod tests {
             user: "0:0".into(),
             terminal: false,
         }
+    }
+
+    #[tokio::test]
+    async fn a_pause_process_runs_nowhere_and_ends_as_pause_does() {
+        let home = std::env::temp_dir().join(format!("ma-shim-pause-{}", std::process::id()));
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&home)
+            .unwrap();
+        let all = Arc::new(
+            workspace::Workspaces::builder()
+                .state_dir(&home)
+                .build()
+                .unwrap(),
+        );
+        let p = Process::pause(Stdio::default());
+        assert_eq!(
+            p.start(all.clone(), "none".into()).await.unwrap(),
+            std::process::id()
+        );
+        assert_eq!(p.status(), ProcessStatus::Running);
+        p.kill(&all, "none", libc::SIGTERM as u32).await.unwrap();
+        assert_eq!(p.wait().await.status, 0);
+        let q = Process::pause(Stdio::default());
+        q.start(all.clone(), "none".into()).await.unwrap();
+        q.kill(&all, "none", libc::SIGKILL as u32).await.unwrap();
+        assert_eq!(q.wait().await.status, 137);
+        assert!(matches!(
+            q.kill(&all, "none", 9).await,
+            Err(ShimError::Finished(_))
+        ));
+        std::fs::remove_dir_all(&home).unwrap();
     }
 
     #[tokio::test]

@@ -38,6 +38,9 @@ struct Inner {
     all: Result<Arc<Workspaces>, String>,
     namespace: String,
     containers: Mutex<HashMap<String, Arc<Container>>>,
+    /// Held while a container's workspace is booted (a pod's containers
+    /// come one at a time to it).
+    boots: tokio::sync::Mutex<()>,
     publisher: Option<RemotePublisher>,
     exit: Arc<ExitSignal>,
 }
@@ -69,6 +72,7 @@ impl Service {
                 all,
                 namespace: namespace.to_owned(),
                 containers: Mutex::new(HashMap::new()),
+                boots: tokio::sync::Mutex::new(()),
                 publisher,
                 exit,
             }),
@@ -164,6 +168,7 @@ impl Service {
                     terminal: req.terminal,
                 },
             },
+            &self.inner.boots,
         )
         .await?;
         lock(&self.inner.containers).insert(req.id.clone(), container.clone());

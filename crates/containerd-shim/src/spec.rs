@@ -34,9 +34,13 @@ pub const MEM_FLOOR_MIB: u64 = 256;
 /// Where a container runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SandboxRole {
-    /// In a workspace of its own (a plain container, or a pod's sandbox
-    /// container): `sandbox` is its own id.
+    /// In a workspace of its own (a plain container).
     Own,
+    /// A pod's sandbox (pause) container: the pod's workspace is its, but
+    /// is booted by the pod's first container, from that container's root
+    /// filesystem (or now, from `io.microagent.image` when the pod names
+    /// one); the pause process itself runs nowhere.
+    PodSandbox,
     /// In the workspace of pod sandbox `sandbox`.
     Joins(String),
 }
@@ -139,7 +143,7 @@ pub fn annotations(spec: &Spec) -> HashMap<String, String> {
 pub fn grouping(spec: &Spec, id: &str) -> String {
     match placement(&annotations(spec)) {
         SandboxRole::Joins(sandbox) => sandbox,
-        SandboxRole::Own => id.to_owned(),
+        SandboxRole::Own | SandboxRole::PodSandbox => id.to_owned(),
     }
 }
 
@@ -153,6 +157,7 @@ fn placement(annotations: &HashMap<String, String>) -> SandboxRole {
         (Some("container"), Some(sandbox)) if !sandbox.is_empty() => {
             SandboxRole::Joins(sandbox.clone())
         }
+        (Some("sandbox"), _) => SandboxRole::PodSandbox,
         _ => SandboxRole::Own,
     }
 }
@@ -272,7 +277,7 @@ mod tests {
         assert_eq!(p.network.as_deref(), Some("none"));
         json["annotations"][CONTAINER_TYPE_ANNOTATION] = "sandbox".into();
         let s = spec(json);
-        assert_eq!(plan(&s, 4).unwrap().placement, SandboxRole::Own);
+        assert_eq!(plan(&s, 4).unwrap().placement, SandboxRole::PodSandbox);
         assert_eq!(grouping(&s, "pod1"), "pod1");
     }
 

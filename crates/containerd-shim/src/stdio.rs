@@ -4,6 +4,7 @@
 //! client closes it or containerd says `CloseIO`; a terminal's size
 //! changes (`ResizePty`) go in beside the keystrokes.
 
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -214,6 +215,9 @@ where
         tokio::task::spawn_blocking(move || std::fs::File::open(path))
     };
     let file = tokio::select! {
+        // An open that is done wins over a close that came with it: the
+        // client may have written and asked to close in one breath.
+        biased;
         opened = &mut opening => match opened {
             Ok(Ok(file)) => file,
             _ => return,
@@ -228,6 +232,15 @@ where
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if opening.is_finished() {
+                if let Ok(Ok(file)) = opening.await {
+                    for chunk in drain(&file) {
+                        if !deliver(chunk).await {
+                            break;
+                        }
+                    }
+                }
             }
             return;
         }
@@ -246,8 +259,42 @@ where
                     }
                 }
             },
-            () = close.notified() => return,
+            // What the client wrote before it asked to close is still
+            // delivered (containerd's client writes, then calls CloseIO).
+            () = close.notified() => {
+                for chunk in drain(&fifo) {
+                    if !deliver(chunk).await {
+                        break;
+                    }
+                }
+                return;
+            }
         }
+    }
+}
+
+/// Everything the FIFO `fifo` holds now, read without waiting for more
+/// (straight from the descriptor: the runtime may not have seen it
+/// become readable yet).
+fn drain(fifo: &impl AsRawFd) -> Vec<Vec<u8>> {
+    let fd = fifo.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on a descriptor the caller holds open.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+    let mut chunks = Vec::new();
+    let mut buf = vec![0u8; STDIN_CHUNK];
+    loop {
+        // SAFETY: reads at most buf.len() bytes into buf, which outlives
+        // the call; fd is open for the call's duration.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            return chunks;
+        }
+        chunks.push(buf[..n as usize].to_vec());
     }
 }
 
@@ -264,7 +311,6 @@ fn release_opener(path: &std::path::Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
 
     fn mkfifo(path: &std::path::Path) {
         let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -339,6 +385,38 @@ mod tests {
             got.extend(chunk);
         }
         assert_eq!(got, b"line one\n");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_was_written_before_close_io_is_delivered() {
+        let d = dir("drain");
+        let path = d.join("stdin");
+        mkfifo(&path);
+        let (input, control) = input(&Stdio {
+            stdin: path.display().to_string(),
+            ..Stdio::default()
+        });
+        let ExecInput::Channel(mut rx) = input else {
+            panic!("not a channel");
+        };
+        // The client keeps its end open, writes, and asks to close at once.
+        let mut client = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || {
+                std::fs::OpenOptions::new().write(true).open(path).unwrap()
+            })
+            .await
+            .unwrap()
+        };
+        std::io::Write::write_all(&mut client, b"all of it\n").unwrap();
+        control.close_stdin();
+        let mut got = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            got.extend(chunk);
+        }
+        assert_eq!(got, b"all of it\n");
+        drop(client);
         std::fs::remove_dir_all(&d).unwrap();
     }
 

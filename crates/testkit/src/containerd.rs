@@ -19,8 +19,8 @@ pub const NAMESPACE: &str = "microagent-test";
 pub const CRI_NAMESPACE: &str = "k8s.io";
 /// The runtime handler the CRI plugin is configured with.
 pub const CRI_HANDLER: &str = "microagent";
-/// The image the CRI plugin's pod sandboxes run (the test image running
-/// `sleep`).
+/// The image of the CRI plugin's pod sandboxes (the test image with
+/// `/pause`, which it lacks, as its command).
 pub const SANDBOX_IMAGE: &str = "docker.io/library/sandbox:test";
 
 /// A running containerd.
@@ -204,7 +204,9 @@ state = "{root}/state"
         let name = "docker.io/library/test:1";
         self.import_layout(name, &["sh"]);
         if self.namespace == CRI_NAMESPACE {
-            self.import_layout(SANDBOX_IMAGE, &["busybox", "sleep", "100000"]);
+            // A command the image does not have: the pod's pause process
+            // must run nowhere.
+            self.import_layout(SANDBOX_IMAGE, &["/pause"]);
         }
         name.to_owned()
     }

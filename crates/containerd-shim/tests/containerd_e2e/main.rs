@@ -184,6 +184,13 @@ fn detached_exec_kill_and_rm_leave_nothing(ctrd: &Containerd, image: &str) {
     assert_eq!(out, "from-exec\n1000\n");
     let pids = ctrd.ctr_ok(&["tasks", "ps", "bg"]);
     assert!(pids.lines().count() >= 2, "{pids}");
+    // The guest's memory, in cgroup terms.
+    let metrics = ctrd.ctr_ok(&["tasks", "metrics", "bg"]);
+    let usage = metrics
+        .lines()
+        .find(|l| l.starts_with("memory.usage_in_bytes"))
+        .and_then(|l| l.split_whitespace().last()?.parse::<u64>().ok());
+    assert!(usage.is_some_and(|u| u > 0), "{metrics}");
     ctrd.ctr_ok(&["tasks", "kill", "-s", "SIGTERM", "bg"]);
     let stopped = testkit::wait_until(Duration::from_secs(30), || {
         ctrd.ctr_ok(&["tasks", "ls"]).contains("STOPPED")
