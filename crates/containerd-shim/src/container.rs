@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub struct Container {
     /// Its init process.
     pub init: Arc<Process>,
     execs: Mutex<HashMap<String, Arc<Process>>>,
+    /// Its workspace's vCPUs are paused (containerd's Pause).
+    pub paused: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -122,6 +125,7 @@ impl Container {
             owns_workspace: owns,
             init,
             execs: Mutex::new(HashMap::new()),
+            paused: AtomicBool::new(false),
         }))
     }
 

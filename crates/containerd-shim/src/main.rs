@@ -3,6 +3,7 @@
 //! container, or every pod sandbox, runs in a workspace microVM made by
 //! the `workspace` library; docs/kubernetes.md says how to configure it.
 
+mod checkpoint;
 mod container;
 mod error;
 mod process;

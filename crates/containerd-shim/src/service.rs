@@ -3,6 +3,8 @@
 //! containerd expects, and answers.
 
 use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
@@ -11,7 +13,8 @@ use containerd_shim::api;
 use containerd_shim::asynchronous::publisher::RemotePublisher;
 use containerd_shim::asynchronous::ExitSignal;
 use containerd_shim::protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskStart,
+    TaskCheckpointed, TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskPaused,
+    TaskResumed, TaskStart,
 };
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim::protos::protobuf::MessageDyn;
@@ -229,6 +232,9 @@ impl Service {
         let process = container.process(&req.exec_id)?;
         let status = match process.status() {
             ProcessStatus::Created => api::Status::CREATED,
+            ProcessStatus::Running if container.paused.load(Ordering::SeqCst) => {
+                api::Status::PAUSED
+            }
             ProcessStatus::Running => api::Status::RUNNING,
             ProcessStatus::Stopped => api::Status::STOPPED,
         };
@@ -354,6 +360,54 @@ impl Service {
             stats: Some(any).into(),
             ..Default::default()
         })
+    }
+}
+
+impl Service {
+    /// Pauses (or resumes) the vCPUs of container `id`'s workspace; a
+    /// pod's containers share theirs.
+    async fn pause_or_resume(&self, id: &str, pause: bool) -> Result<(), ShimError> {
+        let container = self.container(id)?;
+        let all = self.all()?;
+        let name = container.workspace.clone();
+        let what = format!(
+            "{} workspace {name}",
+            if pause { "pause" } else { "resume" }
+        );
+        tokio::task::spawn_blocking(move || {
+            let ws = all.workspace(&name)?;
+            if pause {
+                ws.pause()
+            } else {
+                ws.resume()
+            }
+        })
+        .await
+        .map_err(|_| ShimError::WrongState {
+            process: what.clone(),
+            why: "was cancelled",
+        })?
+        .map_err(ShimError::workspace(what))?;
+        container.paused.store(pause, Ordering::SeqCst);
+        let (topic, event): (&str, Box<dyn MessageDyn>) = if pause {
+            (
+                topics::TASK_PAUSED_EVENT_TOPIC,
+                Box::new(TaskPaused {
+                    container_id: id.to_owned(),
+                    ..TaskPaused::default()
+                }),
+            )
+        } else {
+            (
+                topics::TASK_RESUMED_EVENT_TOPIC,
+                Box::new(TaskResumed {
+                    container_id: id.to_owned(),
+                    ..TaskResumed::default()
+                }),
+            )
+        };
+        self.publish(topic, event).await;
+        Ok(())
     }
 }
 
@@ -505,32 +559,35 @@ impl Task for Service {
         Ok(api::Empty::default())
     }
 
-    async fn pause(&self, _: &TtrpcContext, _: api::PauseRequest) -> TtrpcResult<api::Empty> {
-        Err(ShimError::Unsupported {
-            call: "pause",
-            why: "a workspace's vCPUs are not paused on request",
-        }
-        .into())
+    async fn pause(&self, _: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
+        self.pause_or_resume(&req.id, true).await?;
+        Ok(api::Empty::default())
     }
 
-    async fn resume(&self, _: &TtrpcContext, _: api::ResumeRequest) -> TtrpcResult<api::Empty> {
-        Err(ShimError::Unsupported {
-            call: "resume",
-            why: "a workspace's vCPUs are not paused on request",
-        }
-        .into())
+    async fn resume(&self, _: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<api::Empty> {
+        self.pause_or_resume(&req.id, false).await?;
+        Ok(api::Empty::default())
     }
 
     async fn checkpoint(
         &self,
         _: &TtrpcContext,
-        _: api::CheckpointTaskRequest,
+        req: api::CheckpointTaskRequest,
     ) -> TtrpcResult<api::Empty> {
-        Err(ShimError::Unsupported {
-            call: "checkpoint",
-            why: "take a full-VM snapshot with `microagent snapshot take` on the container's workspace",
-        }
-        .into())
+        let container = self.container(&req.id)?;
+        let snapshot =
+            crate::checkpoint::take(self.all()?, &container.workspace, Path::new(&req.path))
+                .await?;
+        self.publish(
+            topics::TASK_CHECKPOINTED_EVENT_TOPIC,
+            Box::new(TaskCheckpointed {
+                container_id: req.id.clone(),
+                checkpoint: snapshot,
+                ..TaskCheckpointed::default()
+            }),
+        )
+        .await;
+        Ok(api::Empty::default())
     }
 
     async fn update(&self, _: &TtrpcContext, _: api::UpdateTaskRequest) -> TtrpcResult<api::Empty> {

@@ -191,6 +191,30 @@ fn detached_exec_kill_and_rm_leave_nothing(ctrd: &Containerd, image: &str) {
         .find(|l| l.starts_with("memory.usage_in_bytes"))
         .and_then(|l| l.split_whitespace().last()?.parse::<u64>().ok());
     assert!(usage.is_some_and(|u| u > 0), "{metrics}");
+    // Pause and resume: the guest's vCPUs.
+    ctrd.ctr_ok(&["tasks", "pause", "bg"]);
+    assert!(ctrd.ctr_ok(&["tasks", "ls"]).contains("PAUSED"));
+    ctrd.ctr_ok(&["tasks", "resume", "bg"]);
+    assert!(ctrd.ctr_ok(&["tasks", "ls"]).contains("RUNNING"));
+    // A checkpoint (containerd pauses, asks, resumes) is a full-VM
+    // snapshot of the workspace, and the container runs on.
+    ctrd.ctr_ok(&["tasks", "checkpoint", "bg"]);
+    let all = testkit::open_state_dir(&ctrd.home).unwrap();
+    let snapshots = all.snapshot_list(None, true).unwrap();
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+    assert!(snapshots[0].has_memory);
+    let out = ctrd.ctr_ok(&[
+        "tasks",
+        "exec",
+        "--exec-id",
+        "e2",
+        "bg",
+        "busybox",
+        "echo",
+        "after",
+    ]);
+    assert_eq!(out, "after\n");
+    all.snapshot_delete(&snapshots[0].name).unwrap();
     ctrd.ctr_ok(&["tasks", "kill", "-s", "SIGTERM", "bg"]);
     let stopped = testkit::wait_until(Duration::from_secs(30), || {
         ctrd.ctr_ok(&["tasks", "ls"]).contains("STOPPED")

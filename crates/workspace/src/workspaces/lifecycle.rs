@@ -333,6 +333,40 @@ impl Workspaces {
 }
 
 impl Workspace<'_> {
+    /// Stops its vCPUs: the guest keeps its memory and devices, answers
+    /// nothing (commands wait), and goes on where it was at
+    /// [`Workspace::resume`]. Its state stays `running`.
+    pub fn pause(self) -> Result<()> {
+        let (all, name) = (self.all, self.name.as_str());
+        all.running(name)?;
+        all.pause_or_resume(name, ControlRequest::Pause)
+    }
+
+    /// Runs its vCPUs again after [`Workspace::pause`] (resuming one that
+    /// runs does nothing).
+    pub fn resume(self) -> Result<()> {
+        let (all, name) = (self.all, self.name.as_str());
+        all.running(name)?;
+        all.pause_or_resume(name, ControlRequest::Resume)
+    }
+}
+
+impl Workspaces {
+    /// Pauses or resumes (`request`) the machine of `name` (a pool member
+    /// too).
+    pub(crate) fn pause_or_resume(&self, name: &str, request: ControlRequest) -> Result<()> {
+        let ws = self.dir(name)?;
+        match control::call(&ws.control(), &request, Duration::from_secs(10))? {
+            ControlResponse::Ok { .. } => Ok(()),
+            other => Err(control::ControlError::Refused(format!(
+                "workspace `{name}` did not take {request:?}: {other:?}"
+            ))
+            .into()),
+        }
+    }
+}
+
+impl Workspace<'_> {
     /// Tears the VM down at once (SIGKILL to its VMM). Guest writes not yet
     /// on the disk are lost.
     pub fn halt(self) -> Result<Meta> {

@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 use crate::host::settings::config_section;
 use crate::pool::{PoolError, PoolStatus, FILL_SUBCOMMAND, MAX_POOL_SIZE, POOL_DIR, POOL_KEY};
 use crate::store::events::{EventKind, EventLog};
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::workspaces::manager::Workspaces;
 
 impl Workspaces {
@@ -114,18 +113,6 @@ impl Workspaces {
             .collect();
         self.spawn_detached(&args, &self.pool_dir().join("fill.log"))
             .map(drop)
-    }
-
-    /// Pauses or resumes (`request`) a member's machine.
-    fn pause_or_resume(&self, name: &str, request: ControlRequest) -> Result<()> {
-        let ws = self.dir(name)?;
-        match control::call(&ws.control(), &request, Duration::from_secs(10))? {
-            ControlResponse::Ok { .. } => Ok(()),
-            other => Err(Error::StartFailed {
-                name: name.to_owned(),
-                reason: format!("the pool member did not take {request:?}: {other:?}"),
-            }),
-        }
     }
 
     /// Records that `members` of `image`'s pool went, and why.
