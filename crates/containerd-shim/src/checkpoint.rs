@@ -17,7 +17,7 @@ pub const DESCRIPTOR_FILE: &str = "microagent-snapshot.json";
 
 /// What a checkpoint holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Descriptor {
+pub struct CheckpointDescriptor {
     /// The microagent state directory.
     pub state_dir: PathBuf,
     /// The workspace it was taken of.
@@ -40,7 +40,7 @@ pub async fn take(all: Arc<Workspaces>, workspace: &str, dir: &Path) -> Result<S
             })?
             .map_err(ShimError::workspace(what))?
     };
-    let descriptor = Descriptor {
+    let descriptor = CheckpointDescriptor {
         state_dir: all.state_dir().root().to_owned(),
         workspace: workspace.to_owned(),
         snapshot: taken.name.clone(),
@@ -63,13 +63,16 @@ mod tests {
 
     #[test]
     fn the_descriptor_names_the_snapshot_in_json() {
-        let d = Descriptor {
+        let d = CheckpointDescriptor {
             state_dir: "/var/lib/microagent".into(),
             workspace: "ctr-1".into(),
             snapshot: "ctr-1-1764000000000".into(),
         };
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(json["snapshot"], "ctr-1-1764000000000");
-        assert_eq!(serde_json::from_value::<Descriptor>(json).unwrap(), d);
+        assert_eq!(
+            serde_json::from_value::<CheckpointDescriptor>(json).unwrap(),
+            d
+        );
     }
 }
