@@ -318,6 +318,30 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     }
 
+    /// A stdin FIFO in a fresh directory, and the process's side of it.
+    fn stdin_fifo(test: &str) -> (PathBuf, PathBuf, mpsc::Receiver<Vec<u8>>, InputControl) {
+        let d = dir(test);
+        let path = d.join("stdin");
+        mkfifo(&path);
+        let (input, control) = input(&Stdio {
+            stdin: path.display().to_string(),
+            ..Stdio::default()
+        });
+        let ExecInput::Channel(rx) = input else {
+            panic!("not a channel");
+        };
+        (d, path, rx, control)
+    }
+
+    /// Everything the process's stdin gets, to its end.
+    async fn received(rx: &mut mpsc::Receiver<Vec<u8>>) -> Vec<u8> {
+        let mut got = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            got.extend(chunk);
+        }
+        got
+    }
+
     fn dir(test: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("ma-shim-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -361,16 +385,7 @@ mod tests {
 
     #[tokio::test]
     async fn stdin_is_relayed_until_the_client_closes_it() {
-        let d = dir("in");
-        let path = d.join("stdin");
-        mkfifo(&path);
-        let (input, _control) = input(&Stdio {
-            stdin: path.display().to_string(),
-            ..Stdio::default()
-        });
-        let ExecInput::Channel(mut rx) = input else {
-            panic!("not a channel");
-        };
+        let (d, path, mut rx, _control) = stdin_fifo("in");
         let writer = {
             let path = path.clone();
             tokio::task::spawn_blocking(move || {
@@ -380,26 +395,14 @@ mod tests {
             })
         };
         writer.await.unwrap();
-        let mut got = Vec::new();
-        while let Some(chunk) = rx.recv().await {
-            got.extend(chunk);
-        }
+        let got = received(&mut rx).await;
         assert_eq!(got, b"line one\n");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[tokio::test]
     async fn what_was_written_before_close_io_is_delivered() {
-        let d = dir("drain");
-        let path = d.join("stdin");
-        mkfifo(&path);
-        let (input, control) = input(&Stdio {
-            stdin: path.display().to_string(),
-            ..Stdio::default()
-        });
-        let ExecInput::Channel(mut rx) = input else {
-            panic!("not a channel");
-        };
+        let (d, path, mut rx, control) = stdin_fifo("drain");
         // The client keeps its end open, writes, and asks to close at once.
         let mut client = {
             let path = path.clone();
@@ -411,10 +414,7 @@ mod tests {
         };
         std::io::Write::write_all(&mut client, b"all of it\n").unwrap();
         control.close_stdin();
-        let mut got = Vec::new();
-        while let Some(chunk) = rx.recv().await {
-            got.extend(chunk);
-        }
+        let got = received(&mut rx).await;
         assert_eq!(got, b"all of it\n");
         drop(client);
         std::fs::remove_dir_all(&d).unwrap();
@@ -422,16 +422,7 @@ mod tests {
 
     #[tokio::test]
     async fn close_io_ends_stdin_even_before_a_client_opened_it() {
-        let d = dir("close");
-        let path = d.join("stdin");
-        mkfifo(&path);
-        let (input, control) = input(&Stdio {
-            stdin: path.display().to_string(),
-            ..Stdio::default()
-        });
-        let ExecInput::Channel(mut rx) = input else {
-            panic!("not a channel");
-        };
+        let (d, _path, mut rx, control) = stdin_fifo("close");
         control.close_stdin();
         let ended = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
         assert_eq!(ended.unwrap(), None);
