@@ -45,15 +45,13 @@ pub async fn take(all: Arc<Workspaces>, workspace: &str, dir: &Path) -> Result<S
         workspace: workspace.to_owned(),
         snapshot: taken.name.clone(),
     };
-    let path = dir.join(DESCRIPTOR_FILE);
-    let bytes = serde_json::to_vec_pretty(&descriptor).expect("a descriptor always serialises");
-    std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&path, bytes))
-        .map_err(|source| ShimError::Record {
-            what: "write",
-            path,
-            source,
-        })?;
+    std::fs::create_dir_all(dir).map_err(|source| ShimError::Record {
+        what: "make the directory of",
+        path: dir.join(DESCRIPTOR_FILE),
+        source,
+    })?;
+    workspace::store::write_json_atomic(&dir.join(DESCRIPTOR_FILE), &descriptor)
+        .map_err(ShimError::Write)?;
     Ok(taken.name)
 }
 

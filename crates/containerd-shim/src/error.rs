@@ -90,6 +90,10 @@ pub enum ShimError {
         #[source]
         source: std::io::Error,
     },
+    /// The shim's record or a checkpoint's descriptor could not be
+    /// written.
+    #[error("cannot write the shim's file")]
+    Write(#[source] workspace::store::StoreError),
     /// The process is not in a state that allows the call.
     #[error("process {process} {why}")]
     WrongState {
@@ -144,6 +148,7 @@ impl ShimError {
             | Self::MountPoint { .. }
             | Self::Fifo { .. }
             | Self::Record { .. }
+            | Self::Write(_)
             | Self::Protobuf(..) => Code::INTERNAL,
         }
     }

@@ -33,18 +33,10 @@ pub fn workspace_name(namespace: &str, sandbox: &str) -> String {
     format!("ctr-{}", &digest[..20])
 }
 
-/// Writes the record of the container whose bundle is `bundle`.
+/// Writes the record of the container whose bundle is `bundle` (the
+/// library's atomic JSON write: a crash leaves the old record or the new).
 pub fn write(bundle: &Path, record: &Record) -> Result<(), ShimError> {
-    let path = bundle.join(RECORD_FILE);
-    let tmp = bundle.join(format!("{RECORD_FILE}.new"));
-    let bytes = serde_json::to_vec_pretty(record).expect("a record always serialises");
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, &path))
-        .map_err(|source| ShimError::Record {
-            what: "write",
-            path,
-            source,
-        })
+    workspace::store::write_json_atomic(&bundle.join(RECORD_FILE), record).map_err(ShimError::Write)
 }
 
 /// Reads it; None when there is none (the container never got as far as
