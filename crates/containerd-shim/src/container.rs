@@ -1,6 +1,9 @@
 //! A container of this shim: the workspace it runs in, its init process
 //! and its execs. Creating one boots (or joins) its workspace; deleting
-//! the one that owns its workspace deletes the workspace too.
+//! the one that owns its workspace deletes the workspace too. A container
+//! that joins a pod workspace already running has its root filesystem
+//! copied into the guest under [`CONTAINERS_DIR`] and its processes run
+//! with that as their root.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,6 +24,10 @@ use crate::stdio::Stdio;
 /// emulates guest kernel code takes 25-35 s.
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The guest directory that holds, per container id, the root filesystem
+/// of each container that joined its pod's running workspace.
+pub const CONTAINERS_DIR: &str = "/var/lib/microagent/containers";
+
 /// A container.
 #[derive(Debug)]
 pub struct Container {
@@ -32,6 +39,10 @@ pub struct Container {
     pub workspace: String,
     /// Whether it owns the workspace (deletes it when deleted).
     pub owns_workspace: bool,
+    /// The guest directory that is its root, when it has one of its own;
+    /// else it runs in the guest's root (the workspace was booted from its
+    /// root filesystem).
+    pub root: Option<String>,
     /// Its init process.
     pub init: Arc<Process>,
     execs: Mutex<HashMap<String, Arc<Process>>>,
@@ -87,7 +98,7 @@ impl Container {
                 state_dir: all.state_dir().root().to_owned(),
             },
         )?;
-        let _booting = boots.lock().await;
+        let booting = boots.lock().await;
         // A pod's sandbox boots nothing unless the pod names its image: the
         // pause image has nothing to run, so the pod's first container
         // boots the pod's workspace from its own root filesystem.
@@ -114,15 +125,37 @@ impl Container {
             };
             boot(&all, &workspace, &req.namespace, &req.id, image, &plan).await?;
         }
+        drop(booting);
+        // The pod's workspace runs another root: this container's own is
+        // copied in beside it.
+        let root = match &plan.placement {
+            SandboxRole::Joins(_) if !boot_now => {
+                let dir = format!("{}/rootfs", container_dir(&req.id)?);
+                let copied = crate::rootfs::copy_into_guest(
+                    &all,
+                    &workspace,
+                    &req.bundle,
+                    &req.rootfs,
+                    &dir,
+                )
+                .await?;
+                log::info!("container {}: {copied} entries copied to {dir}", req.id);
+                Some(dir)
+            }
+            _ => None,
+        };
+        let mut process = plan.process;
+        process.root = root.clone();
         let init = match plan.placement {
             SandboxRole::PodSandbox => Process::pause(stdio),
-            _ => Process::new("", plan.process, stdio),
+            _ => Process::new("", process, stdio),
         };
         Ok(Arc::new(Self {
             id: req.id,
             bundle: req.bundle,
             workspace,
             owns_workspace: owns,
+            root,
             init,
             execs: Mutex::new(HashMap::new()),
             paused: AtomicBool::new(false),
@@ -183,10 +216,47 @@ impl Container {
         }
         if self.owns_workspace {
             delete_workspace(all, &self.workspace)?;
+        } else if self.root.is_some() {
+            self.remove_own_root(all).await;
         }
         let _ = std::fs::remove_file(self.bundle.join(record::RECORD_FILE));
         Ok(())
     }
+}
+
+impl Container {
+    /// Removes its root filesystem from its pod's guest. A failure is only
+    /// logged: the pod's workspace holds it until the pod ends.
+    async fn remove_own_root(&self, all: &Workspaces) {
+        let Ok(dir) = container_dir(&self.id) else {
+            return;
+        };
+        let removed = match all.workspace(&self.workspace) {
+            Ok(ws) => ws.remove(&dir, true, false).await.map(drop),
+            Err(e) => Err(e),
+        };
+        match removed {
+            Err(e) if e.code() != workspace::ErrorCode::NotFound => log::warn!(
+                "container {}: removing {dir} from workspace {}: {}",
+                self.id,
+                self.workspace,
+                workspace::error_chain(&e)
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// The guest directory of container `id` under [`CONTAINERS_DIR`]
+/// (containerd's ids are single path components; anything else is
+/// refused).
+pub fn container_dir(id: &str) -> Result<String, ShimError> {
+    if id.is_empty() || id == "." || id == ".." || id.contains(['/', '\0']) {
+        return Err(ShimError::BadSpec(format!(
+            "container id {id:?} cannot name a guest directory"
+        )));
+    }
+    Ok(format!("{CONTAINERS_DIR}/{id}"))
 }
 
 /// Creates workspace `name` for container `id` and boots it.

@@ -296,6 +296,7 @@ mod tests {
             cwd: "/".into(),
             user: "0:0".into(),
             terminal: false,
+            root: None,
         }
     }
 

@@ -3,9 +3,12 @@
 //! registered as an image by the library's conversion (the one `image
 //! import` uses), and unmounted. The image is named after the snapshot's
 //! chain (the mounts less the container's own writable layer), so a
-//! second container of the same image converts nothing.
+//! second container of the same image converts nothing. A container that
+//! joins a running pod workspace has its root filesystem copied into the
+//! guest instead (`copy_into_guest`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use containerd_shim::protos::types::mount::Mount;
 use sha2::{Digest, Sha256};
@@ -108,6 +111,48 @@ fn mount_all(mounts: &[Mount], target: &Path) -> Result<(), ShimError> {
         }
     }
     Ok(())
+}
+
+/// Copies the container's root filesystem (`mounts`, mounted at the
+/// bundle's `rootfs` for the copy) into workspace `workspace` as guest
+/// directory `guest_dir`: for a container that joins a pod whose workspace
+/// already runs, booted from another root. Returns the entries copied.
+pub async fn copy_into_guest(
+    all: &Arc<Workspaces>,
+    workspace: &str,
+    bundle: &Path,
+    mounts: &[Mount],
+    guest_dir: &str,
+) -> Result<u64, ShimError> {
+    if mounts.is_empty() {
+        return Err(ShimError::BadSpec(
+            "containerd gave no root filesystem mounts; give the container an image".into(),
+        ));
+    }
+    let target = bundle.join("rootfs");
+    let (at, mounts_owned) = (target.clone(), mounts.to_vec());
+    tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&at).map_err(|source| ShimError::MountPoint {
+            path: at.clone(),
+            source,
+        })?;
+        mount_all(&mounts_owned, &at)
+    })
+    .await
+    .map_err(|_| ShimError::WrongState {
+        process: "mounting the root filesystem".into(),
+        why: "was cancelled",
+    })??;
+    let copied = match all.workspace(workspace) {
+        Ok(ws) => ws.copy_in_archive(&target, guest_dir).await,
+        Err(e) => Err(e),
+    };
+    let unmounted = unmount(&target);
+    let copied = copied.map_err(ShimError::workspace(format!(
+        "copy the container's root filesystem into workspace {workspace} at {guest_dir}"
+    )))?;
+    unmounted?;
+    Ok(copied)
 }
 
 /// Unmounts everything at `target` (nothing mounted is fine).

@@ -300,7 +300,9 @@ impl Service {
             .spec
             .as_ref()
             .ok_or_else(|| ShimError::BadSpec("the exec has no process spec".into()))?;
-        let plan = ProcessPlan::from_json(&spec.value)?;
+        let mut plan = ProcessPlan::from_json(&spec.value)?;
+        // An exec runs in its container's root filesystem.
+        plan.root = container.root.clone();
         let stdio = Stdio {
             stdin: req.stdin.clone(),
             stdout: req.stdout.clone(),

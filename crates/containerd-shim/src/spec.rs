@@ -77,6 +77,9 @@ pub struct ProcessPlan {
     pub user: String,
     /// On a pseudo-terminal.
     pub terminal: bool,
+    /// The guest directory that is its root, when its container has one
+    /// of its own (container.rs); else the guest's root.
+    pub root: Option<String>,
 }
 
 impl ProcessPlan {
@@ -103,6 +106,7 @@ impl ProcessPlan {
             cwd: process.cwd().display().to_string(),
             user: format!("{}:{}", user.uid(), user.gid()),
             terminal: process.terminal().unwrap_or(false),
+            root: None,
         })
     }
 
@@ -122,6 +126,9 @@ impl ProcessPlan {
             .uncapped_output();
         if self.terminal {
             req = req.terminal(workspace::guest::PtySize::default());
+        }
+        if let Some(root) = &self.root {
+            req = req.root(root.clone());
         }
         req
     }

@@ -350,6 +350,43 @@ async fn tar_round_trip_is_byte_exact() {
     );
 }
 
+#[tokio::test]
+async fn tar_in_keeps_owners_only_when_asked() {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        testkit::skip(
+            "tar_in_keeps_owners_only_when_asked",
+            "needs root (chown to another user)",
+        );
+        return;
+    }
+    let agent = Agent::start();
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(3);
+    header.set_mode(0o640);
+    header.set_uid(4321);
+    header.set_gid(4322);
+    header.set_entry_type(tar::EntryType::Regular);
+    builder
+        .append_data(&mut header, "owned", &b"abc"[..])
+        .unwrap();
+    let tar = builder.into_inner().unwrap();
+    for (owners, want) in [(true, (4321, 4322)), (false, (0, 0))] {
+        let dst = agent.files().join(format!("owners-{owners}"));
+        let mut reader = &tar[..];
+        agent
+            .client()
+            .await
+            .tar_in_with(dst.to_str().unwrap(), owners, &mut reader)
+            .await
+            .unwrap();
+        let meta = std::fs::metadata(dst.join("owned")).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), want, "owners: {owners}");
+    }
+}
+
 fn raw_tar_entry(name: &str, data: &[u8]) -> Vec<u8> {
     let mut header = tar::Header::new_old();
     header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());

@@ -211,10 +211,22 @@ state = "{root}/state"
         name.to_owned()
     }
 
+    /// Imports a second test image, `other:1`, whose `/etc/marker` is
+    /// `marker`; returns its name.
+    pub fn import_other_image(&self, marker: &str) -> String {
+        let name = "docker.io/library/other:1";
+        self.import_marked(name, &["sh"], marker);
+        name.to_owned()
+    }
+
     fn import_layout(&self, name: &str, cmd: &[&str]) {
+        self.import_marked(name, cmd, "layer two\n");
+    }
+
+    fn import_marked(&self, name: &str, cmd: &[&str], marker: &str) {
         let dir = self.root.join(name.replace(['/', ':'], "_"));
         let layout = dir.join("layout");
-        crate::oci::write_layout_running(&layout, cmd);
+        crate::oci::write_layout_marked(&layout, cmd, marker);
         let archive = dir.join("layout.tar");
         let mut tar = tar::Builder::new(std::fs::File::create(&archive).unwrap());
         tar.append_dir_all(".", &layout).unwrap();

@@ -188,6 +188,12 @@ pub fn write_layout(layout: &Path) {
 /// [`write_layout`] with `cmd` as the image's command (a pod sandbox's
 /// image runs one that lasts).
 pub fn write_layout_running(layout: &Path, cmd: &[&str]) {
+    write_layout_marked(layout, cmd, "layer two\n");
+}
+
+/// [`write_layout_running`] whose top layer's `/etc/marker` holds
+/// `marker`: another image of the same shape.
+pub fn write_layout_marked(layout: &Path, cmd: &[&str], marker: &str) {
     let busybox = std::fs::read("/bin/busybox").unwrap();
     let mut base = Layer::new()
         .file("bin/busybox", 0o755, &busybox)
@@ -214,7 +220,7 @@ pub fn write_layout_running(layout: &Path, cmd: &[&str]) {
     std::io::Write::write_all(&mut gz, &base).unwrap();
     let base_gz = gz.finish().unwrap();
     let top = Layer::new()
-        .file("etc/marker", 0o644, b"layer two\n")
+        .file("etc/marker", 0o644, marker.as_bytes())
         .file("tmp/.wh.gone", 0o644, b"")
         .dir("home/app", 1000)
         .dir("srv/app", 1000)

@@ -1,7 +1,7 @@
 //! A pod through containerd's CRI plugin (its gRPC API, as the kubelet
 //! calls it, with the `k8s-cri` crate: crictl is not packaged): the pod's
-//! sandbox and two containers share one workspace microVM, and removing
-//! the pod leaves nothing.
+//! sandbox and two containers of two images share one workspace microVM,
+//! each in its own root filesystem, and removing the pod leaves nothing.
 
 use std::path::Path;
 
@@ -91,11 +91,13 @@ async fn exec(cri: &mut RuntimeServiceClient<Channel>, id: &str, cmd: &[&str]) -
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The pod's two containers see one guest: one boot id, one filesystem,
-/// one VMM.
+/// The pod's two containers, of two images, share one guest (one boot id,
+/// one VMM) and each sees its own root filesystem: the second one's,
+/// copied in with its owners, is gone once it is removed.
 pub fn a_pods_containers_share_one_microvm(shim: &Path) {
     let ctrd = Containerd::start_with_cri("cri", shim);
     let image = ctrd.import_test_image();
+    let other = ctrd.import_other_image("image b\n");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -112,21 +114,22 @@ pub fn a_pods_containers_share_one_microvm(shim: &Path) {
             .into_inner()
             .pod_sandbox_id;
         let mut ids = Vec::new();
-        for (name, script) in [
+        for (name, image, script) in [
             (
                 "writer",
+                &image,
                 "echo from-writer > /home/app/shared; exec busybox sleep 100000",
             ),
-            ("reader", "exec busybox sleep 100000"),
+            ("reader", &other, "exec busybox sleep 100000"),
         ] {
             let id = cri
                 .create_container(CreateContainerRequest {
                     pod_sandbox_id: pod.clone(),
-                    config: Some(container(name, &image, script)),
+                    config: Some(container(name, image, script)),
                     sandbox_config: Some(sandbox_config()),
                 })
                 .await
-                .unwrap_or_else(|e| panic!("CreateContainer {name}: {e}"))
+                .unwrap_or_else(|e| panic!("CreateContainer {name}: {e}\n{}", ctrd.log()))
                 .into_inner()
                 .container_id;
             cri.start_container(StartContainerRequest {
@@ -136,31 +139,61 @@ pub fn a_pods_containers_share_one_microvm(shim: &Path) {
             .unwrap_or_else(|e| panic!("StartContainer {name}: {e}"));
             ids.push(id);
         }
-        let boot_ids: Vec<String> = {
-            let mut v = Vec::new();
-            for id in &ids {
-                v.push(exec(&mut cri, id, &["cat", "/proc/sys/kernel/random/boot_id"]).await);
-            }
-            v
-        };
-        assert_eq!(boot_ids[0], boot_ids[1], "two guests");
-        // The writer's file, seen by the reader (once the writer ran).
+        let (writer, reader) = (ids[0].clone(), ids[1].clone());
+        let boot_id = ["cat", "/proc/sys/kernel/random/boot_id"];
+        assert_eq!(
+            exec(&mut cri, &writer, &boot_id).await,
+            exec(&mut cri, &reader, &boot_id).await,
+            "two guests"
+        );
+        // Each runs in its own image.
+        assert_eq!(
+            exec(&mut cri, &writer, &["cat", "/etc/marker"]).await,
+            "layer two\n"
+        );
+        assert_eq!(
+            exec(&mut cri, &reader, &["cat", "/etc/marker"]).await,
+            "image b\n"
+        );
+        // The writer's file is in the writer's filesystem alone.
         let mut seen = String::new();
         for _ in 0..30 {
-            let read = ["sh", "-c", "cat /home/app/shared 2>&1 || true"];
-            seen = exec(&mut cri, &ids[1], &read).await;
+            seen = exec(
+                &mut cri,
+                &writer,
+                &["sh", "-c", "cat /home/app/shared 2>&1 || true"],
+            )
+            .await;
             if seen == "from-writer\n" {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
         assert_eq!(seen, "from-writer\n");
+        let absent = [
+            "sh",
+            "-c",
+            "test -e /home/app/shared && echo there || echo absent",
+        ];
+        assert_eq!(exec(&mut cri, &reader, &absent).await, "absent\n");
+        // The image's user owns its home in the copy: it can write there.
+        let write = [
+            "sh",
+            "-c",
+            "id -u; echo mine > /home/app/mine && cat /home/app/mine",
+        ];
+        assert_eq!(exec(&mut cri, &reader, &write).await, "1000\nmine\n");
         let vmms: Vec<String> = testkit::leftovers::processes_of(&ctrd.home)
             .into_iter()
             .filter(|p| p.contains("microagent-vmm"))
             .collect();
         assert_eq!(vmms.len(), 1, "{vmms:?}");
-        for id in &ids {
+        // The reader's root, seen from the writer (the guest's root).
+        let copy = format!("/var/lib/microagent/containers/{reader}");
+        let probe = format!("test -d {copy} && echo kept || echo removed");
+        let probe = ["sh", "-c", probe.as_str()];
+        assert_eq!(exec(&mut cri, &writer, &probe).await, "kept\n");
+        for id in [&reader, &writer] {
             cri.stop_container(StopContainerRequest {
                 container_id: id.clone(),
                 timeout: 5,
@@ -172,6 +205,9 @@ pub fn a_pods_containers_share_one_microvm(shim: &Path) {
             })
             .await
             .expect("RemoveContainer");
+            if id == &reader {
+                assert_eq!(exec(&mut cri, &writer, &probe).await, "removed\n");
+            }
         }
         cri.stop_pod_sandbox(StopPodSandboxRequest {
             pod_sandbox_id: pod.clone(),

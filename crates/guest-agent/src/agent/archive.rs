@@ -153,8 +153,9 @@ fn append_tree<W: Write>(
 /// `tar_in`: extracts the kind-5 tar stream under `path` (created if
 /// missing) and answers `ok {entries}`. An entry that is absolute or has a
 /// `..` component stops the extraction with INVALID_INPUT; what was
-/// extracted before it stays.
-pub fn tar_in(conn: &mut Conn, path: &str) -> Result<(), ArchiveError> {
+/// extracted before it stays. With `owners`, entries keep the archive's
+/// owner and group.
+pub fn tar_in(conn: &mut Conn, path: &str, owners: bool) -> Result<(), ArchiveError> {
     let root = checked(path)?;
     fs::create_dir_all(&root).map_err(|source| ArchiveError::Mkdir {
         path: root.clone(),
@@ -170,6 +171,7 @@ pub fn tar_in(conn: &mut Conn, path: &str) -> Result<(), ArchiveError> {
         let mut archive = tar::Archive::new(&mut data);
         archive.set_preserve_permissions(true);
         archive.set_preserve_mtime(true);
+        archive.set_preserve_ownerships(owners);
         archive.set_overwrite(true);
         for entry in archive.entries().map_err(extract_err)? {
             let mut entry = entry.map_err(extract_err)?;

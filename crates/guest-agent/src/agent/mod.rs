@@ -450,8 +450,8 @@ fn serve_request(conn: &mut Conn, state: &AgentState, used: &mut bool) -> Result
             path,
             one_file_system,
         } => return archive::tar_out(conn, &path, one_file_system).map_err(RequestError::Archive),
-        Request::TarIn { path } => {
-            return archive::tar_in(conn, &path).map_err(RequestError::Archive)
+        Request::TarIn { path, owners } => {
+            return archive::tar_in(conn, &path, owners).map_err(RequestError::Archive)
         }
         Request::TcpConnect { port } => {
             return tunnel::tcp_connect(conn, port).map_err(RequestError::Tunnel)

@@ -370,8 +370,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         path: &str,
         reader: &mut R,
     ) -> Result<u64, ClientError> {
+        self.tar_in_with(path, false, reader).await
+    }
+
+    /// [`Self::tar_in_from`], keeping each entry's owner and group when
+    /// `owners` is set.
+    pub async fn tar_in_with<R: AsyncRead + Unpin + ?Sized>(
+        self,
+        path: &str,
+        owners: bool,
+        reader: &mut R,
+    ) -> Result<u64, ClientError> {
         let req = Request::TarIn {
             path: path.to_owned(),
+            owners,
         };
         match self.upload(&req, reader).await? {
             Response::Ok { entries, .. } => Ok(entries.unwrap_or(0)),

@@ -143,6 +143,7 @@ pub const CAPABILITIES: &[&str] = &[
     "info",
     "exec",
     "exec.stdin_stream",
+    "exec.root",
     "signal",
     "result",
     "read_file",

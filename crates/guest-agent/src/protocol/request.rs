@@ -106,6 +106,13 @@ pub struct ExecCall {
     /// `resize` messages may come between the stdin frames.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pty: Option<WinSize>,
+    /// Runs the process with this guest directory as its root (capability
+    /// `exec.root`): in a mount namespace of its own, with the guest's
+    /// /proc, /dev and /sys mounted inside it, then chrooted. The program,
+    /// `cwd` and `user` are looked up inside it. The containerd shim runs
+    /// each later container of a pod in its own root filesystem this way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
 }
 
 /// A terminal's size in character cells.
@@ -154,6 +161,12 @@ impl ExecCall {
     /// Sets the working directory.
     pub fn cwd(mut self, dir: impl Into<String>) -> Self {
         self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Runs with `dir` as the process's root directory.
+    pub fn root(mut self, dir: impl Into<String>) -> Self {
+        self.root = Some(dir.into());
         self
     }
 
@@ -310,6 +323,10 @@ pub enum Request {
     TarIn {
         /// Absolute path of the directory to extract into (created if missing).
         path: String,
+        /// Keeps each entry's owner and group as the archive gives them
+        /// (as `cp -a` does); else what is extracted belongs to root.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        owners: bool,
     },
     /// Connects to 127.0.0.1:`port` in the guest; after the `ok` answer the
     /// connection carries the TCP stream's bytes both ways, unframed.

@@ -44,6 +44,7 @@ pub struct ExecRequest {
     id: Option<String>,
     pty: Option<PtySize>,
     user: Option<String>,
+    root: Option<String>,
     /// Names only: values are read when the agent's request is built.
     secrets: BTreeSet<String>,
 }
@@ -59,6 +60,7 @@ impl ExecRequest {
             id: None,
             pty: None,
             user: None,
+            root: None,
             secrets: BTreeSet::new(),
         }
     }
@@ -127,6 +129,16 @@ impl ExecRequest {
         self
     }
 
+    /// Runs the command with guest directory `dir` as its root: in a mount
+    /// namespace of its own with the guest's /proc, /dev and /sys mounted
+    /// inside, chrooted. Its program, working directory and user are then
+    /// looked up inside `dir` (the containerd shim runs a pod's later
+    /// containers each in its own root filesystem this way).
+    pub fn root(mut self, dir: impl Into<String>) -> Self {
+        self.root = Some(dir.into());
+        self
+    }
+
     /// Kills the command's process group once it has run this long.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
@@ -165,9 +177,13 @@ impl ExecRequest {
         }
     }
 
-    /// Refuses a command with no program, a bad secret name, or a secret
-    /// that is also a plain variable of the request.
+    /// Refuses a command with no program, a root that is not an absolute
+    /// guest path, a bad secret name, or a secret that is also a plain
+    /// variable of the request.
     pub(crate) fn check(&self) -> Result<()> {
+        if let Some(root) = &self.root {
+            super::files::check_guest_path(root)?;
+        }
         if let Program::Argv(argv) = &self.program {
             if argv.is_empty() {
                 return Err(Error::InvalidInput(
@@ -226,6 +242,7 @@ impl ExecRequest {
         }
         req.output_cap = self.output_cap;
         req.id = self.id;
+        req.root = self.root;
         if let Some(size) = self.pty {
             req = req.pty(size.into());
         }
@@ -606,7 +623,8 @@ mod tests {
             .envs([("B", "2")])
             .cwd("/tmp")
             .timeout(Duration::from_millis(1500))
-            .output_cap(10);
+            .output_cap(10)
+            .root("/var/lib/ctr/a");
         assert_eq!(req.describe(), "ls -l");
         let spec = crate::store::spec::WorkspaceSpec {
             env: BTreeMap::from([
@@ -626,6 +644,7 @@ mod tests {
         assert_eq!(wire.cwd.as_deref(), Some("/tmp"));
         assert_eq!(wire.timeout_ms, Some(1500));
         assert_eq!(wire.output_cap, Some(10));
+        assert_eq!(wire.root.as_deref(), Some("/var/lib/ctr/a"));
         assert_eq!((wire.uid, wire.gid), (Some(1000), Some(1001)));
         let as_root = ExecRequest::argv(["id"]).user("root").into_wire(&spec, &[]);
         assert_eq!((as_root.user.as_deref(), as_root.uid), (Some("root"), None));
@@ -710,6 +729,11 @@ mod tests {
         let err = ExecRequest::argv(Vec::<String>::new()).check().unwrap_err();
         assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
         assert!(ExecRequest::shell("true").check().is_ok());
+        let relative_root = ExecRequest::shell("true").root("ctr/a").check();
+        assert_eq!(
+            relative_root.unwrap_err().code(),
+            crate::ErrorCode::InvalidInput
+        );
     }
 
     #[test]

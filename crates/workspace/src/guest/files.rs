@@ -268,7 +268,7 @@ impl Workspace<'_> {
         check_guest_path(guest_path)?;
         if meta.is_dir() {
             let agent = all.agent(name).await?;
-            stream_dir_in(host_path, guest_path, agent).await
+            stream_dir_in(host_path, guest_path, false, agent).await
         } else {
             let mut file = tokio::fs::File::open(host_path)
                 .await
@@ -281,6 +281,22 @@ impl Workspace<'_> {
                 .await
                 .map_err(Error::agent("write_file"))
         }
+    }
+
+    /// Copies the host directory `host_dir` to `guest_path` as
+    /// [`Self::copy_in`] does, keeping every entry's owner and group (as
+    /// `cp -a` does; `copy_in` makes them root's): for a tree that is a
+    /// whole root filesystem. Returns the entries copied.
+    pub async fn copy_in_archive(self, host_dir: &Path, guest_path: &str) -> Result<u64> {
+        check_guest_path(guest_path)?;
+        if !host_dir.is_dir() {
+            return Err(Error::InvalidInput(format!(
+                "{} is not a directory on the host",
+                host_dir.display()
+            )));
+        }
+        let agent = self.all.agent(self.name.as_str()).await?;
+        stream_dir_in(host_dir, guest_path, true, agent).await
     }
 
     /// Copies a guest file or directory to `host_path` (a directory becomes
@@ -455,6 +471,7 @@ pub(crate) fn check_guest_path(path: &str) -> Result<()> {
 async fn stream_dir_in(
     dir: &Path,
     guest_path: &str,
+    owners: bool,
     agent: GuestAgentClient<UnixStream>,
 ) -> Result<u64> {
     let pair = || -> std::io::Result<_> {
@@ -475,7 +492,7 @@ async fn stream_dir_in(
             .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
             .map(drop)
     });
-    let sent = agent.tar_in_from(guest_path, &mut reader).await;
+    let sent = agent.tar_in_with(guest_path, owners, &mut reader).await;
     // The archiver sees a closed socket if the agent stopped reading.
     drop(reader);
     let archived = archiving

@@ -25,6 +25,7 @@ use super::poller;
 use super::pty;
 use super::reaper::decode_status;
 use super::registry::{Lookup, ProcessTableError};
+use super::root::{read_inside, ExecRoot, RootError};
 use super::spawn::{Input, Spawn};
 use crate::agent::conn::Conn;
 use crate::agent::{spawn_thread, AgentState};
@@ -60,6 +61,9 @@ pub enum ExecError {
         #[source]
         source: guest_agent::users::UserError,
     },
+    /// `root` cannot be used.
+    #[error("exec root")]
+    Root(#[source] RootError),
     /// `output_cap` over the limit.
     #[error("output_cap {0} is over the {MAX_OUTPUT_CAP}-byte limit")]
     OutputCap(u64),
@@ -110,6 +114,10 @@ impl ExecError {
             | Self::User { .. }
             | Self::ZeroTimeout
             | Self::BadSignal(_) => AgentErrorCode::InvalidInput,
+            Self::Root(RootError::MountPoint { source, .. }) => {
+                AgentErrorCode::from_io(source.kind())
+            }
+            Self::Root(_) => AgentErrorCode::InvalidInput,
             Self::OutputCap(_) => AgentErrorCode::TooLarge,
             Self::Id(e) => e.code(),
             Self::Spawn { source, .. } | Self::Kill { source, .. } => {
@@ -164,11 +172,15 @@ impl Output {
 }
 
 pub(super) fn build_command(req: &ExecCall) -> Result<(Spawn, String), ExecError> {
+    let root = match &req.root {
+        Some(dir) => Some(ExecRoot::prepare(dir).map_err(ExecError::Root)?),
+        None => None,
+    };
     let (mut cmd, program) = match (&req.argv, &req.shell) {
         (Some(argv), None) if argv.first().is_some_and(|p| !p.is_empty()) => {
             let path = req.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
-            let found =
-                lookup::find_program(&argv[0], path).map_err(|source| ExecError::Spawn {
+            let found = lookup::find_program(&argv[0], path, root.as_ref().map(ExecRoot::dir))
+                .map_err(|source| ExecError::Spawn {
                     program: argv[0].clone(),
                     source,
                 })?;
@@ -188,7 +200,7 @@ pub(super) fn build_command(req: &ExecCall) -> Result<(Spawn, String), ExecError
         _ => return Err(ExecError::Command),
     };
     let named = match &req.user {
-        Some(user) => Some(resolve_user(user)?),
+        Some(user) => Some(resolve_user(user, root.as_ref())?),
         None => None,
     };
     let (uid, gid) = match &named {
@@ -199,7 +211,9 @@ pub(super) fn build_command(req: &ExecCall) -> Result<(Spawn, String), ExecError
     // for root by default); the request's env may set another.
     let home = match (&named, uid) {
         (Some(found), _) => found.home.clone().unwrap_or_else(|| "/".into()),
-        (None, Some(uid)) if uid != 0 => passwd_home(uid).unwrap_or_else(|| "/".into()),
+        (None, Some(uid)) if uid != 0 => {
+            passwd_home(uid, root.as_ref()).unwrap_or_else(|| "/".into())
+        }
         _ => "/root".into(),
     };
     cmd.env("PATH", DEFAULT_PATH).env("HOME", &home);
@@ -228,21 +242,27 @@ pub(super) fn build_command(req: &ExecCall) -> Result<(Spawn, String), ExecError
     if req.stdin == StdinMode::Stream {
         cmd.stdin(Input::Piped);
     }
+    if let Some(root) = &root {
+        cmd.root(root.dir());
+    }
     Ok((cmd, program))
 }
 
-/// The home directory /etc/passwd gives `uid`.
-fn passwd_home(uid: u32) -> Option<String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+/// The home directory /etc/passwd (the root's) gives `uid`.
+fn passwd_home(uid: u32, root: Option<&ExecRoot>) -> Option<String> {
+    let passwd = read_inside(root, "/etc/passwd");
     guest_agent::users::resolve(&uid.to_string(), &passwd, "")
         .ok()?
         .home
 }
 
-/// `user` resolved in this system's /etc/passwd and /etc/group.
-fn resolve_user(user: &str) -> Result<guest_agent::users::ResolvedUser, ExecError> {
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+/// `user` resolved in /etc/passwd and /etc/group (the root's).
+fn resolve_user(
+    user: &str,
+    root: Option<&ExecRoot>,
+) -> Result<guest_agent::users::ResolvedUser, ExecError> {
+    let passwd = read_inside(root, "/etc/passwd");
+    let group = read_inside(root, "/etc/group");
     guest_agent::users::resolve(user, &passwd, &group).map_err(|source| ExecError::User {
         user: user.to_owned(),
         source,

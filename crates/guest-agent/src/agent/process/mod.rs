@@ -2,7 +2,8 @@
 //! pipe or a terminal, `pty`), background processes with output rings
 //! (`processes`, `ring`), and what both stand on: the spawn (`spawn`), the
 //! reaper of exited children (`reaper`), the registry of running ones
-//! (`registry`), the output poller (`poller`) and user lookups (`lookup`).
+//! (`registry`), the output poller (`poller`), program lookups (`lookup`)
+//! and an exec's own root directory (`root`).
 
 pub(crate) mod exec;
 mod lookup;
@@ -12,4 +13,5 @@ mod pty;
 pub(crate) mod reaper;
 pub(crate) mod registry;
 mod ring;
+mod root;
 mod spawn;

@@ -26,6 +26,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
+use super::root::MOUNTED_INSIDE;
+
 /// The child's stack: it calls a few libc wrappers and `execve`.
 const CHILD_STACK: usize = 64 << 10;
 /// Signal numbers are 1 to 64 on Linux.
@@ -71,6 +73,8 @@ pub struct Spawn {
     argv: Vec<CString>,
     env: Vec<CString>,
     cwd: Option<CString>,
+    /// Its own root directory and the mount points in it (root.rs).
+    root: Option<[CString; 4]>,
     uid: Option<u32>,
     gid: Option<u32>,
     stdin: Input,
@@ -98,6 +102,7 @@ impl Spawn {
             argv: Vec::new(),
             env: Vec::new(),
             cwd: None,
+            root: None,
             uid: None,
             gid: None,
             stdin: Input::Null,
@@ -139,6 +144,20 @@ impl Spawn {
     /// The child's working directory (else the agent's, `/`).
     pub fn cwd(&mut self, dir: &str) -> &mut Self {
         self.cwd = Some(self.c_string(dir.as_bytes()));
+        self
+    }
+
+    /// Runs the child in a mount namespace of its own with `dir` as its
+    /// root, the guest's /proc, /dev and /sys mounted inside; the working
+    /// directory is then inside it. The mount points must exist.
+    pub fn root(&mut self, dir: &Path) -> &mut Self {
+        let dirs = [
+            self.c_string(dir.as_os_str().as_bytes()),
+            self.c_string(dir.join(MOUNTED_INSIDE[0]).as_os_str().as_bytes()),
+            self.c_string(dir.join(MOUNTED_INSIDE[1]).as_os_str().as_bytes()),
+            self.c_string(dir.join(MOUNTED_INSIDE[2]).as_os_str().as_bytes()),
+        ];
+        self.root = Some(dirs);
         self
     }
 
@@ -208,6 +227,10 @@ impl Spawn {
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
             cwd: self.cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            root: self
+                .root
+                .as_ref()
+                .map(|dirs| dirs.each_ref().map(|c| c.as_ptr())),
             uid: self.uid,
             gid: self.gid,
             fds: [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()],
@@ -239,6 +262,8 @@ struct Plan {
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     cwd: *const libc::c_char,
+    /// Root, then its proc, dev and sys mount points.
+    root: Option<[*const libc::c_char; 4]>,
     uid: Option<u32>,
     gid: Option<u32>,
     fds: [libc::c_int; 3],
@@ -414,6 +439,46 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         } else if libc::setpgid(0, 0) == -1 {
             fail(plan);
         }
+        if let Some([root, proc, dev, sys]) = plan.root {
+            // Private first, so nothing mounted here shows in the agent's
+            // namespace; the mounts end with the last process using them.
+            let none = std::ptr::null::<libc::c_char>();
+            let recursive_bind = libc::MS_BIND | libc::MS_REC;
+            if libc::unshare(libc::CLONE_NEWNS) == -1
+                || libc::mount(
+                    none,
+                    c"/".as_ptr(),
+                    none,
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) == -1
+                || libc::mount(
+                    c"proc".as_ptr(),
+                    proc,
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                ) == -1
+                || libc::mount(
+                    c"/dev".as_ptr(),
+                    dev,
+                    none,
+                    recursive_bind,
+                    std::ptr::null(),
+                ) == -1
+                || libc::mount(
+                    c"/sys".as_ptr(),
+                    sys,
+                    none,
+                    recursive_bind,
+                    std::ptr::null(),
+                ) == -1
+                || libc::chroot(root) == -1
+                || libc::chdir(c"/".as_ptr()) == -1
+            {
+                fail(plan);
+            }
+        }
         if !plan.cwd.is_null() && libc::chdir(plan.cwd) == -1 {
             fail(plan);
         }
@@ -484,6 +549,38 @@ mod tests {
         assert_eq!(wait(child.pid), 0);
         assert_eq!(out, "sh one two\n/tmp\nfrom stdin\nleader\n");
         assert_eq!(err, "err\n");
+    }
+
+    #[test]
+    fn a_child_with_a_root_sees_it_as_slash_with_proc_and_dev_inside() {
+        const TEST: &str = "a_child_with_a_root_sees_it_as_slash_with_proc_and_dev_inside";
+        let busybox = Path::new("/usr/bin/busybox");
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 || !busybox.exists() {
+            testkit::skip(TEST, "needs root (a mount namespace) and busybox-static");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("agent-spawn-root-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::copy(busybox, dir.join("bin/busybox")).unwrap();
+        std::fs::write(dir.join("marker"), "inside\n").unwrap();
+        for name in MOUNTED_INSIDE {
+            std::fs::create_dir_all(dir.join(name)).unwrap();
+        }
+        let mut spawn = Spawn::new(Path::new("/bin/busybox"), "sh");
+        spawn
+            .arg("-c")
+            .arg("cat /marker; pwd; test -r /proc/self/status && echo proc; test -c /dev/null && echo dev")
+            .cwd("/bin")
+            .root(&dir);
+        let mut child = spawn.spawn().unwrap();
+        let out = read_all(child.stdout.take());
+        let err = read_all(child.stderr.take());
+        assert_eq!(wait(child.pid), 0, "{err}");
+        assert_eq!(out, "inside\n/bin\nproc\ndev\n");
+        // The mounts were the child's alone: nothing is left mounted here.
+        assert!(!dir.join("proc/self").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
