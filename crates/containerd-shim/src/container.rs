@@ -326,3 +326,22 @@ pub fn delete_workspace(all: &Workspaces, name: &str) -> Result<(), ShimError> {
         Err(e) => Err(ShimError::workspace(format!("delete workspace {name}"))(e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_container_dir_is_one_component_under_the_containers_dir() {
+        assert_eq!(
+            container_dir("web-1.a_b").unwrap(),
+            format!("{CONTAINERS_DIR}/web-1.a_b")
+        );
+        for bad in ["", ".", "..", "a/b", "../x"] {
+            assert!(
+                matches!(container_dir(bad), Err(ShimError::BadSpec(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}
