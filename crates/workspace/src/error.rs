@@ -154,6 +154,10 @@ pub enum Error {
     /// A volume operation failed.
     #[error(transparent)]
     Volume(#[from] crate::volumes::VolumeError),
+    /// A server operation failed.
+    #[cfg(feature = "client")]
+    #[error(transparent)]
+    Server(#[from] crate::servers::ServerError),
     /// A repository operation failed.
     #[error(transparent)]
     Repo(#[from] crate::repos::RepoError),
@@ -289,6 +293,8 @@ impl Error {
             Error::Budget(e) => e.code(),
             Error::VmmUser(e) => e.code(),
             Error::Volume(e) => e.code(),
+            #[cfg(feature = "client")]
+            Error::Server(e) => e.code(),
             Error::Repo(e) => e.code(),
             Error::Agents(e) => e.code(),
             Error::Task(e) => e.code(),

@@ -43,6 +43,8 @@ pub(crate) mod remedy;
 pub mod repos;
 pub mod secrets;
 #[cfg(feature = "client")]
+pub mod servers;
+#[cfg(feature = "client")]
 pub(crate) mod snapshots;
 pub mod store;
 pub mod tasks;

@@ -17,6 +17,12 @@ impl Workspaces {
         VolumeStore::new(&self.state)
     }
 
+    /// The servers this state directory knows, and where its remote
+    /// workspaces live (docs/servers.md).
+    pub fn servers(&self) -> crate::servers::ServerRegistry {
+        crate::servers::ServerRegistry::new(&self.state)
+    }
+
     /// Every workspace's volume mounts, with whether its VMM runs.
     fn volume_mounts(&self) -> Result<Vec<(Meta, VolumeMount)>> {
         Ok(self

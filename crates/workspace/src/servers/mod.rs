@@ -1,0 +1,115 @@
+//! A pool of hosts over SSH: the servers this host knows
+//! ([`ServerRegistry`]), how each is reached (`ssh`: the system's OpenSSH
+//! client, one shared connection per server), their health and resources
+//! ([`ServerStatus`], measured by each server itself), and running
+//! `microagent` on one ([`run_remote`]). A workspace placed on a remote
+//! server is recorded here ([`Placement`]); every operation on it is
+//! forwarded there by the front ends (docs/servers.md).
+
+mod registry;
+mod remote;
+pub mod ssh;
+mod status;
+
+pub use registry::{check_server_name, Placement, ServerRegistry, ServerSpec, LOCAL_SERVER};
+pub use remote::{
+    pick_server, report, reports, run_remote, run_remote_json, RemoteOutput, DEFAULT_DEADLINE,
+};
+pub use status::{
+    available_score, local_report, Availability, Health, Resources, ServerReport, ServerStatus,
+    WorkspaceUsage, VERSION,
+};
+
+use crate::store::StoreError;
+use crate::ErrorCode;
+
+/// Why a server operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A bad name, target or option.
+    #[error("{0}")]
+    Invalid(String),
+    /// No server of that name.
+    #[error("no server named {0:?}")]
+    NotFound(String),
+    /// The name is taken.
+    #[error("a server named {0:?} exists")]
+    Exists(String),
+    /// Workspaces still live on it.
+    #[error("server {server} still has workspaces: {}", workspaces.join(", "))]
+    InUse {
+        /// The server.
+        server: String,
+        /// Its workspaces.
+        workspaces: Vec<String>,
+    },
+    /// ssh could not reach it (or was cut off).
+    #[error("server {server} is unreachable: {detail}")]
+    Unreachable {
+        /// The server.
+        server: String,
+        /// What ssh said.
+        detail: String,
+    },
+    /// It did not answer in time.
+    #[error("server {server} did not answer within {secs} s")]
+    Deadline {
+        /// The server.
+        server: String,
+        /// The deadline.
+        secs: u64,
+    },
+    /// Its microagent refused: the remote's own code and message.
+    #[error("on server {server}: {message}")]
+    Remote {
+        /// The server.
+        server: String,
+        /// The remote's code.
+        code: ErrorCode,
+        /// The remote's message.
+        message: String,
+    },
+    /// Its answer was not what microagent prints.
+    #[error("server {server} answered what is not microagent's JSON: {detail}")]
+    Garbled {
+        /// The server.
+        server: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// ssh could not be run here.
+    #[error("running ssh")]
+    Spawn(#[source] std::io::Error),
+    /// This host's own workspaces could not be read.
+    #[error("reading this host's workspaces")]
+    Local(#[source] Box<crate::Error>),
+    /// Reading or writing the state directory.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A state file operation failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ServerError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ServerError::Invalid(_) => ErrorCode::InvalidInput,
+            ServerError::NotFound(_) => ErrorCode::NotFound,
+            ServerError::Exists(_) | ServerError::InUse { .. } => ErrorCode::Conflict,
+            ServerError::Unreachable { .. } | ServerError::Spawn(_) => ErrorCode::HostUnsupported,
+            ServerError::Deadline { .. } => ErrorCode::Timeout,
+            ServerError::Remote { code, .. } => *code,
+            ServerError::Garbled { .. } | ServerError::Io { .. } => ErrorCode::Internal,
+            ServerError::Local(e) => e.code(),
+            ServerError::Store(e) => e.code(),
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! The servers this host knows (`<state>/servers/<name>.json`, one file
+//! each, so two adds never lose one) and where each remote workspace lives
+//! (`<state>/servers/placed/<workspace>.json`).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::ssh::SshTarget;
+use super::ServerError;
+use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+
+/// The servers folder of the state directory.
+const SERVERS_DIR: &str = "servers";
+/// Its folder of placements.
+const PLACED_DIR: &str = "placed";
+/// The name of this host as a server.
+pub const LOCAL_SERVER: &str = "local";
+
+/// A server: how to reach it and where its microagent keeps its state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct ServerSpec {
+    /// Its name (lowercase letters, digits and `-`; not `local`).
+    pub name: String,
+    /// `USER@HOST[:PORT]`, as `ssh` is given it.
+    pub ssh: String,
+    /// The private key ssh uses (else ssh's own choice: the agent, the
+    /// defaults of `~/.ssh/config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<PathBuf>,
+    /// The remote's state directory (`MICROAGENT_HOME` there); else its
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
+    /// The `microagent` to run there (else the one on its `PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_binary: Option<String>,
+    /// Extra `ssh -o` options, `Key=Value` each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_options: Vec<String>,
+}
+
+impl ServerSpec {
+    /// A server reached as `ssh` (`USER@HOST[:PORT]`).
+    pub fn new(name: impl Into<String>, ssh: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ssh: ssh.into(),
+            identity: None,
+            state_dir: None,
+            remote_binary: None,
+            ssh_options: Vec::new(),
+        }
+    }
+
+    /// With this private key.
+    pub fn identity(mut self, file: impl Into<PathBuf>) -> Self {
+        self.identity = Some(file.into());
+        self
+    }
+
+    /// With this remote state directory.
+    pub fn state_dir(mut self, dir: impl Into<String>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// With this remote `microagent`.
+    pub fn remote_binary(mut self, path: impl Into<String>) -> Self {
+        self.remote_binary = Some(path.into());
+        self
+    }
+
+    /// With an extra `ssh -o` option.
+    pub fn ssh_option(mut self, option: impl Into<String>) -> Self {
+        self.ssh_options.push(option.into());
+        self
+    }
+
+    /// Checks every field.
+    pub fn check(&self) -> Result<(), ServerError> {
+        check_server_name(&self.name)?;
+        SshTarget::parse(&self.ssh)?;
+        for option in &self.ssh_options {
+            let ok = option.split_once('=').is_some_and(|(k, v)| {
+                !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric()) && !v.is_empty()
+            }) && !option.contains(['\n', '\0']);
+            if !ok {
+                return Err(ServerError::Invalid(format!(
+                    "ssh option {option:?}: use Key=Value, as `ssh -o` takes it"
+                )));
+            }
+        }
+        for (what, value) in [
+            ("state directory", &self.state_dir),
+            ("remote binary", &self.remote_binary),
+        ] {
+            if value
+                .as_ref()
+                .is_some_and(|v| v.is_empty() || v.contains(['\n', '\0']))
+            {
+                return Err(ServerError::Invalid(format!(
+                    "the {what} must be a non-empty path"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a workspace placed on a remote server lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct Placement {
+    /// The workspace (its name here and there).
+    pub workspace: String,
+    /// The server it lives on.
+    pub server: String,
+}
+
+/// Checks a server name: 1-32 of `a-z 0-9 -`, starting with a letter,
+/// and not `local` (this host).
+pub fn check_server_name(name: &str) -> Result<(), ServerError> {
+    let ok = (1..=32).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok {
+        return Err(ServerError::Invalid(format!(
+            "server name {name:?}: use 1-32 lowercase letters, digits and '-', starting with a letter"
+        )));
+    }
+    if name == LOCAL_SERVER {
+        return Err(ServerError::Invalid(format!(
+            "`{LOCAL_SERVER}` is this host; choose another name"
+        )));
+    }
+    Ok(())
+}
+
+/// The servers of a state directory and their placements.
+#[derive(Clone, Debug)]
+pub struct ServerRegistry {
+    root: PathBuf,
+}
+
+impl ServerRegistry {
+    /// The servers of `state`.
+    pub fn new(state: &StateDir) -> Self {
+        Self {
+            root: state.root().join(SERVERS_DIR),
+        }
+    }
+
+    /// Where ssh keeps this state directory's shared connections.
+    pub fn control_dir(&self) -> PathBuf {
+        self.root.join("ssh")
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.root.join(format!("{name}.json"))
+    }
+
+    /// Adds `spec`; CONFLICT when the name is taken.
+    pub fn add(&self, spec: &ServerSpec) -> Result<(), ServerError> {
+        spec.check()?;
+        crate::store::make_private_dir(&self.root)?;
+        let file = self.file(&spec.name);
+        let tmp = self
+            .root
+            .join(format!(".new-{}-{}", spec.name, std::process::id()));
+        write_json_atomic(&tmp, spec)?;
+        // A hard link fails when the name exists: the add is atomic.
+        let linked = std::fs::hard_link(&tmp, &file);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(ServerError::Exists(spec.name.clone()))
+            }
+            Err(source) => Err(ServerError::Io {
+                what: format!("writing {}", file.display()),
+                source,
+            }),
+        }
+    }
+
+    /// Server `name`.
+    pub fn get(&self, name: &str) -> Result<ServerSpec, ServerError> {
+        if name != LOCAL_SERVER {
+            check_server_name(name)?;
+        }
+        match read_json(&self.file(name)) {
+            Ok(spec) => Ok(spec),
+            Err(StoreError::Missing { .. }) => Err(ServerError::NotFound(name.to_owned())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every server, by name.
+    pub fn list(&self) -> Result<Vec<ServerSpec>, ServerError> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(ServerError::Io {
+                    what: format!("reading {}", self.root.display()),
+                    source,
+                })
+            }
+        };
+        let mut specs = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(server) = name.strip_suffix(".json") {
+                if check_server_name(server).is_ok() {
+                    specs.push(self.get(server)?);
+                }
+            }
+        }
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(specs)
+    }
+
+    /// Removes server `name`; CONFLICT while workspaces are placed on it.
+    pub fn remove(&self, name: &str) -> Result<ServerSpec, ServerError> {
+        let spec = self.get(name)?;
+        let placed: Vec<String> = self
+            .placements()?
+            .into_iter()
+            .filter(|p| p.server == name)
+            .map(|p| p.workspace)
+            .collect();
+        if !placed.is_empty() {
+            return Err(ServerError::InUse {
+                server: name.to_owned(),
+                workspaces: placed,
+            });
+        }
+        std::fs::remove_file(self.file(name)).map_err(|source| ServerError::Io {
+            what: format!("removing server {name}"),
+            source,
+        })?;
+        Ok(spec)
+    }
+
+    fn placed_file(&self, workspace: &str) -> PathBuf {
+        self.root.join(PLACED_DIR).join(format!("{workspace}.json"))
+    }
+
+    /// Records that `workspace` lives on `server`.
+    pub fn place(&self, workspace: &str, server: &str) -> Result<(), ServerError> {
+        crate::store::name::validate_full_name(workspace)
+            .map_err(|e| ServerError::Invalid(e.to_string()))?;
+        crate::store::make_private_dir(&self.root.join(PLACED_DIR))?;
+        let placement = Placement {
+            workspace: workspace.to_owned(),
+            server: server.to_owned(),
+        };
+        write_json_atomic(&self.placed_file(workspace), &placement)?;
+        Ok(())
+    }
+
+    /// Where `workspace` lives, when on a remote server.
+    pub fn placement(&self, workspace: &str) -> Result<Option<Placement>, ServerError> {
+        if crate::store::name::validate_full_name(workspace).is_err() {
+            return Ok(None);
+        }
+        match read_json(&self.placed_file(workspace)) {
+            Ok(placement) => Ok(Some(placement)),
+            Err(StoreError::Missing { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Forgets where `workspace` lived (it was deleted there).
+    pub fn unplace(&self, workspace: &str) -> Result<(), ServerError> {
+        match std::fs::remove_file(self.placed_file(workspace)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(ServerError::Io {
+                what: format!("forgetting where {workspace} lives"),
+                source,
+            }),
+        }
+    }
+
+    /// Every placement.
+    pub fn placements(&self) -> Result<Vec<Placement>, ServerError> {
+        let dir = self.root.join(PLACED_DIR);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(Vec::new());
+        };
+        let mut all = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(workspace) = name.strip_suffix(".json") {
+                if let Some(p) = self.placement(workspace)? {
+                    all.push(p);
+                }
+            }
+        }
+        all.sort_by(|a, b| a.workspace.cmp(&b.workspace));
+        Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_are_added_once_listed_and_removed_when_empty() {
+        let dir = std::env::temp_dir().join(format!("ma-servers-{}", std::process::id()));
+        let state = StateDir::at(dir.join("state")).unwrap();
+        let servers = ServerRegistry::new(&state);
+        assert!(servers.list().unwrap().is_empty());
+        let spec = ServerSpec::new("box-1", "ci@127.0.0.1:2222").state_dir("/srv/ma");
+        servers.add(&spec).unwrap();
+        assert!(matches!(servers.add(&spec), Err(ServerError::Exists(_))));
+        assert_eq!(servers.get("box-1").unwrap(), spec);
+        assert_eq!(servers.list().unwrap(), vec![spec.clone()]);
+        for bad in [
+            ServerSpec::new("local", "h"),
+            ServerSpec::new("Box", "h"),
+            ServerSpec::new("b", "u@h:99999"),
+            ServerSpec::new("b", "h").ssh_option("ProxyCommand"),
+            ServerSpec::new("b", "h").state_dir(""),
+        ] {
+            assert_eq!(
+                servers.add(&bad).unwrap_err().code(),
+                crate::ErrorCode::InvalidInput,
+                "{bad:?}"
+            );
+        }
+        servers.place("dev", "box-1").unwrap();
+        assert_eq!(servers.placement("dev").unwrap().unwrap().server, "box-1");
+        assert!(servers.placement("other").unwrap().is_none());
+        assert!(matches!(
+            servers.remove("box-1"),
+            Err(ServerError::InUse { .. })
+        ));
+        servers.unplace("dev").unwrap();
+        servers.remove("box-1").unwrap();
+        assert!(matches!(
+            servers.get("box-1"),
+            Err(ServerError::NotFound(_))
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

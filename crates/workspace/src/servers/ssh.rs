@@ -1,0 +1,242 @@
+//! The transport to a server: the system's OpenSSH client, so the user's
+//! `~/.ssh/config`, agent and known_hosts apply. Never a prompt
+//! (`BatchMode`), one shared connection per server (`ControlMaster`, so an
+//! operation costs no new handshake), keepalives so a dead peer is noticed
+//! in seconds, and `microagent` run there with its arguments quoted for
+//! the remote shell.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use super::registry::ServerSpec;
+use super::ServerError;
+
+/// How long ssh may take to connect.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Keepalive interval; the connection is dropped after
+/// [`KEEPALIVE_MISSES`] unanswered ones.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Unanswered keepalives before ssh gives up.
+pub const KEEPALIVE_MISSES: u32 = 2;
+/// How long a shared connection outlives its last use.
+pub const CONTROL_PERSIST: Duration = Duration::from_secs(300);
+/// ssh's own failure status (the remote command's is passed through).
+pub const SSH_FAILED: i32 = 255;
+
+/// `USER@HOST[:PORT]`, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshTarget {
+    /// The login user (else ssh's default).
+    pub user: Option<String>,
+    /// The host name or address (`[v6]` brackets removed).
+    pub host: String,
+    /// The port (else ssh's default).
+    pub port: Option<u16>,
+}
+
+impl SshTarget {
+    /// Parses `USER@HOST[:PORT]` (`HOST` may be `[::1]`).
+    pub fn parse(text: &str) -> Result<Self, ServerError> {
+        let bad = |why: &str| {
+            ServerError::Invalid(format!(
+                "ssh target {text:?}: {why}; use USER@HOST or USER@HOST:PORT"
+            ))
+        };
+        let (user, rest) = match text.rsplit_once('@') {
+            Some((u, r)) => (Some(u.to_owned()), r),
+            None => (None, text),
+        };
+        if user.as_ref().is_some_and(|u| {
+            u.is_empty() || u.starts_with('-') || !u.chars().all(|c| c.is_ascii_graphic())
+        }) {
+            return Err(bad("bad user"));
+        }
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
+            match after.strip_prefix(':') {
+                Some(p) => (host, Some(p)),
+                None if after.is_empty() => (host, None),
+                None => return Err(bad("junk after ]")),
+            }
+        } else {
+            match rest.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (rest, None),
+            }
+        };
+        let host_ok = !host.is_empty()
+            && !host.starts_with('-')
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c));
+        if !host_ok {
+            return Err(bad("bad host"));
+        }
+        let port = match port {
+            Some(p) => Some(
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| bad("bad port"))?,
+            ),
+            None => None,
+        };
+        Ok(Self {
+            user,
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+/// Quotes `arg` for a POSIX shell (the remote's login shell reads the
+/// command line ssh sends).
+pub fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:@,+%".contains(c));
+    if plain {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+/// The line the remote shell runs for `microagent ARGS`.
+pub fn remote_line(spec: &ServerSpec, args: &[String]) -> String {
+    let mut words = Vec::new();
+    if let Some(dir) = &spec.state_dir {
+        words.push("env".to_owned());
+        words.push(shell_quote(&format!("MICROAGENT_HOME={dir}")));
+    }
+    words.push(shell_quote(
+        spec.remote_binary.as_deref().unwrap_or("microagent"),
+    ));
+    words.extend(args.iter().map(|a| shell_quote(a)));
+    words.join(" ")
+}
+
+/// `ssh` for `spec` running `remote` (a shell line), sharing one
+/// connection per server under `control_dir`; `tty` asks for a terminal.
+pub fn command(spec: &ServerSpec, control_dir: &Path, remote: &str, tty: bool) -> Command {
+    let target = SshTarget::parse(&spec.ssh).ok();
+    let mut cmd = Command::new("ssh");
+    let option = |cmd: &mut Command, kv: String| {
+        cmd.arg("-o").arg(kv);
+    };
+    option(&mut cmd, "BatchMode=yes".into());
+    option(
+        &mut cmd,
+        format!("ConnectTimeout={}", CONNECT_TIMEOUT.as_secs()),
+    );
+    option(
+        &mut cmd,
+        format!("ServerAliveInterval={}", KEEPALIVE_INTERVAL.as_secs()),
+    );
+    option(&mut cmd, format!("ServerAliveCountMax={KEEPALIVE_MISSES}"));
+    option(&mut cmd, "ControlMaster=auto".into());
+    option(
+        &mut cmd,
+        format!("ControlPath={}/%C", control_dir.display()),
+    );
+    option(
+        &mut cmd,
+        format!("ControlPersist={}", CONTROL_PERSIST.as_secs()),
+    );
+    if let Some(identity) = &spec.identity {
+        cmd.arg("-i").arg(identity);
+        option(&mut cmd, "IdentitiesOnly=yes".into());
+    }
+    for extra in &spec.ssh_options {
+        option(&mut cmd, extra.clone());
+    }
+    if let Some(target) = &target {
+        if let Some(port) = target.port {
+            cmd.arg("-p").arg(port.to_string());
+        }
+        if let Some(user) = &target.user {
+            cmd.arg("-l").arg(user);
+        }
+    }
+    cmd.arg(if tty { "-tt" } else { "-T" });
+    cmd.arg("--")
+        .arg(target.map_or_else(|| spec.ssh.clone(), |t| t.host))
+        .arg(remote);
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_with_user_host_and_port() {
+        let t = SshTarget::parse("ci@box-1.lan:2222").unwrap();
+        assert_eq!(
+            (t.user.as_deref(), t.host.as_str(), t.port),
+            (Some("ci"), "box-1.lan", Some(2222))
+        );
+        let t = SshTarget::parse("root@[::1]:22").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", Some(22)));
+        let t = SshTarget::parse("host").unwrap();
+        assert_eq!((t.user, t.port), (None, None));
+        for bad in [
+            "",
+            "u@",
+            "@h",
+            "u@h:0",
+            "u@h:x",
+            "u@-oProxyCommand=x",
+            "-l@h",
+            "u@h;rm",
+            "u@[::1",
+        ] {
+            assert!(SshTarget::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_remote_line_quotes_every_word() {
+        assert_eq!(shell_quote("exec"), "exec");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+        let spec = ServerSpec::new("box", "u@h")
+            .state_dir("/srv/ma state")
+            .remote_binary("/opt/microagent");
+        let line = remote_line(&spec, &["exec".into(), "dev".into(), "echo $HOME".into()]);
+        assert_eq!(
+            line,
+            "env 'MICROAGENT_HOME=/srv/ma state' /opt/microagent exec dev 'echo $HOME'"
+        );
+    }
+
+    #[test]
+    fn ssh_never_prompts_and_shares_its_connection() {
+        let spec = ServerSpec::new("box", "ci@h:2222")
+            .identity("/k/id")
+            .ssh_option("UserKnownHostsFile=/k/known");
+        let cmd = command(&spec, Path::new("/s/ssh"), "microagent list", false);
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let joined = args.join(" ");
+        for want in [
+            "-o BatchMode=yes",
+            "-o ControlMaster=auto",
+            "-o ControlPath=/s/ssh/%C",
+            "-o ServerAliveInterval=5",
+            "-i /k/id",
+            "-o UserKnownHostsFile=/k/known",
+            "-p 2222",
+            "-l ci",
+            "-T -- h microagent list",
+        ] {
+            assert!(joined.contains(want), "{want}: {joined}");
+        }
+    }
+}
