@@ -10,14 +10,14 @@ use crate::output;
 
 /// One side of a copy.
 #[derive(Debug, PartialEq, Eq)]
-enum Place {
+pub(crate) enum Place {
     Host(PathBuf),
     Guest { workspace: String, path: String },
 }
 
 /// `NAME:/path` is a guest path; anything else is a host path (write
 /// `./a:b` for a host file whose name has a colon).
-fn parse(arg: &str) -> Place {
+pub(crate) fn parse(arg: &str) -> Place {
     match arg.split_once(':') {
         Some((ws, path)) if !ws.is_empty() && !ws.contains('/') => Place::Guest {
             workspace: ws.to_owned(),

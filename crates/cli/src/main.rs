@@ -13,9 +13,12 @@ mod plan_out;
 mod pool_cmd;
 mod port_cmd;
 mod process_cmd;
+mod remote_cmd;
+mod remote_cp;
 mod repo_cmd;
 mod secret_cmd;
 mod serve_cmd;
+mod server_cmd;
 mod snapshot_cmd;
 mod task_cmd;
 mod terminal_cmd;
@@ -36,6 +39,10 @@ use workspace::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Run the command on this server (`server ls`), not where its
+    /// workspace lives; `create --server NAME` places a workspace there.
+    #[arg(long, global = true, value_name = "NAME")]
+    server: Option<String>,
     /// Print results (and errors) as JSON.
     #[arg(long, global = true)]
     json: bool,
@@ -103,6 +110,12 @@ enum Command {
     /// networks, by preview and --confirm token).
     #[command(subcommand)]
     Network(network_cmd::NetworkCommand),
+    /// Servers: other hosts with microagent, reached over SSH (`server
+    /// add box --ssh me@box`, `server ls`, `server status box`); `create
+    /// --server box` puts a workspace there, and every command on it runs
+    /// there.
+    #[command(subcommand)]
+    Server(server_cmd::ServerCommand),
     /// Published ports: `port add dev 8080:80`, `port ls dev`, `port rm dev 8080`.
     #[command(subcommand)]
     Port(port_cmd::PortCommand),
@@ -346,6 +359,7 @@ async fn run_workspace_command(
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd, json).await,
         Command::Port(cmd) => port_cmd::run(ws, cmd, json),
         Command::Network(cmd) => network_cmd::run(ws, cmd, json),
+        Command::Server(cmd) => server_cmd::run(ws, cmd, json).await,
         Command::Fork {
             workspace,
             new_name,
@@ -383,7 +397,7 @@ async fn run_workspace_command(
                 // The host's human sees every agent's.
                 all_agents: true,
             };
-            w::list(ws, &filter, json)
+            remote_cmd::list_everywhere(ws, &filter, json).await
         }
         Command::Inspect { name } => w::inspect(ws, name, json),
         Command::Ttl { name, ttl, extend } => w::ttl(ws, name, ttl, *extend, json),
@@ -505,6 +519,15 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let ws = open_workspaces()?;
+        let server = cli.server.as_deref();
+        let forwarded = match cli.command {
+            Command::Server(_) => None,
+            Command::Cp { .. } => remote_cp::cp_if_remote(&ws, &cli.command, json)?,
+            _ => remote_cmd::forward_if_remote(&ws, &cli.command, server, json).await?,
+        };
+        if let Some(code) = forwarded {
+            return Ok(code);
+        }
         run_workspace_command(&ws, &cli.command, json).await
     });
     match result {

@@ -17,6 +17,7 @@ pub use workspace::test_support::{fake_image_files, peak_rss_kib, pretend_runnin
 pub mod guest_faults;
 pub mod leftovers;
 pub mod oci;
+pub mod sshd;
 pub mod terminal;
 
 use std::io::Write;

@@ -1,24 +1,26 @@
 //! A pool of hosts over SSH: the servers this host knows
 //! ([`ServerRegistry`]), how each is reached (`ssh`: the system's OpenSSH
 //! client, one shared connection per server), their health and resources
-//! ([`ServerStatus`], measured by each server itself), and running
-//! `microagent` on one ([`run_remote`]). A workspace placed on a remote
-//! server is recorded here ([`Placement`]); every operation on it is
+//! ([`ServerStatus`], measured by each server itself: see
+//! `Workspaces::server_report`), and running `microagent` on one
+//! ([`run_remote`]). A workspace placed on a remote
+//! server is recorded here ([`PlacedWorkspace`]); every operation on it is
 //! forwarded there by the front ends (docs/servers.md).
 
 mod registry;
 mod remote;
+mod spec;
 pub mod ssh;
 mod status;
 
-pub use registry::{check_server_name, Placement, ServerRegistry, ServerSpec, LOCAL_SERVER};
-pub use remote::{
-    pick_server, report, reports, run_remote, run_remote_json, RemoteOutput, DEFAULT_DEADLINE,
-};
+pub use registry::{PlacedWorkspace, ServerRegistry};
+pub use remote::{run_remote, run_remote_json, RemoteOutput, DEFAULT_DEADLINE, PROBE_DEADLINE};
+pub use spec::{check_server_name, ServerSpec, SshTarget, LOCAL_SERVER};
 pub use status::{
-    available_score, local_report, Availability, Health, Resources, ServerReport, ServerStatus,
-    WorkspaceUsage, VERSION,
+    available_score, offline, remote_status, Availability, Health, Resources, ServerReport,
+    ServerStatus, WorkspaceUsage, VERSION,
 };
+pub(crate) use status::{cpu_times, disk, memory};
 
 use crate::store::StoreError;
 use crate::ErrorCode;
@@ -80,9 +82,9 @@ pub enum ServerError {
     /// ssh could not be run here.
     #[error("running ssh")]
     Spawn(#[source] std::io::Error),
-    /// This host's own workspaces could not be read.
-    #[error("reading this host's workspaces")]
-    Local(#[source] Box<crate::Error>),
+    /// No online server with room has the image.
+    #[error("no online server with room has image {0}")]
+    NoRoom(String),
     /// Reading or writing the state directory.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -108,7 +110,7 @@ impl ServerError {
             ServerError::Deadline { .. } => ErrorCode::Timeout,
             ServerError::Remote { code, .. } => *code,
             ServerError::Garbled { .. } | ServerError::Io { .. } => ErrorCode::Internal,
-            ServerError::Local(e) => e.code(),
+            ServerError::NoRoom(_) => ErrorCode::Conflict,
             ServerError::Store(e) => e.code(),
         }
     }

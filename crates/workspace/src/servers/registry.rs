@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::ssh::SshTarget;
+use super::spec::{check_server_name, ServerSpec, LOCAL_SERVER};
 use super::ServerError;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
 
@@ -14,132 +14,15 @@ use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
 const SERVERS_DIR: &str = "servers";
 /// Its folder of placements.
 const PLACED_DIR: &str = "placed";
-/// The name of this host as a server.
-pub const LOCAL_SERVER: &str = "local";
-
-/// A server: how to reach it and where its microagent keeps its state.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-#[non_exhaustive]
-pub struct ServerSpec {
-    /// Its name (lowercase letters, digits and `-`; not `local`).
-    pub name: String,
-    /// `USER@HOST[:PORT]`, as `ssh` is given it.
-    pub ssh: String,
-    /// The private key ssh uses (else ssh's own choice: the agent, the
-    /// defaults of `~/.ssh/config`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub identity: Option<PathBuf>,
-    /// The remote's state directory (`MICROAGENT_HOME` there); else its
-    /// default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state_dir: Option<String>,
-    /// The `microagent` to run there (else the one on its `PATH`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_binary: Option<String>,
-    /// Extra `ssh -o` options, `Key=Value` each.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ssh_options: Vec<String>,
-}
-
-impl ServerSpec {
-    /// A server reached as `ssh` (`USER@HOST[:PORT]`).
-    pub fn new(name: impl Into<String>, ssh: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            ssh: ssh.into(),
-            identity: None,
-            state_dir: None,
-            remote_binary: None,
-            ssh_options: Vec::new(),
-        }
-    }
-
-    /// With this private key.
-    pub fn identity(mut self, file: impl Into<PathBuf>) -> Self {
-        self.identity = Some(file.into());
-        self
-    }
-
-    /// With this remote state directory.
-    pub fn state_dir(mut self, dir: impl Into<String>) -> Self {
-        self.state_dir = Some(dir.into());
-        self
-    }
-
-    /// With this remote `microagent`.
-    pub fn remote_binary(mut self, path: impl Into<String>) -> Self {
-        self.remote_binary = Some(path.into());
-        self
-    }
-
-    /// With an extra `ssh -o` option.
-    pub fn ssh_option(mut self, option: impl Into<String>) -> Self {
-        self.ssh_options.push(option.into());
-        self
-    }
-
-    /// Checks every field.
-    pub fn check(&self) -> Result<(), ServerError> {
-        check_server_name(&self.name)?;
-        SshTarget::parse(&self.ssh)?;
-        for option in &self.ssh_options {
-            let ok = option.split_once('=').is_some_and(|(k, v)| {
-                !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric()) && !v.is_empty()
-            }) && !option.contains(['\n', '\0']);
-            if !ok {
-                return Err(ServerError::Invalid(format!(
-                    "ssh option {option:?}: use Key=Value, as `ssh -o` takes it"
-                )));
-            }
-        }
-        for (what, value) in [
-            ("state directory", &self.state_dir),
-            ("remote binary", &self.remote_binary),
-        ] {
-            if value
-                .as_ref()
-                .is_some_and(|v| v.is_empty() || v.contains(['\n', '\0']))
-            {
-                return Err(ServerError::Invalid(format!(
-                    "the {what} must be a non-empty path"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Where a workspace placed on a remote server lives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
-pub struct Placement {
+pub struct PlacedWorkspace {
     /// The workspace (its name here and there).
     pub workspace: String,
     /// The server it lives on.
     pub server: String,
-}
-
-/// Checks a server name: 1-32 of `a-z 0-9 -`, starting with a letter,
-/// and not `local` (this host).
-pub fn check_server_name(name: &str) -> Result<(), ServerError> {
-    let ok = (1..=32).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !ok {
-        return Err(ServerError::Invalid(format!(
-            "server name {name:?}: use 1-32 lowercase letters, digits and '-', starting with a letter"
-        )));
-    }
-    if name == LOCAL_SERVER {
-        return Err(ServerError::Invalid(format!(
-            "`{LOCAL_SERVER}` is this host; choose another name"
-        )));
-    }
-    Ok(())
 }
 
 /// The servers of a state directory and their placements.
@@ -159,6 +42,18 @@ impl ServerRegistry {
     /// Where ssh keeps this state directory's shared connections.
     pub fn control_dir(&self) -> PathBuf {
         self.root.join("ssh")
+    }
+
+    /// `ssh` to `spec` running the shell line `remote` over this state
+    /// directory's shared connection to it; `tty` asks for a terminal.
+    pub fn ssh_command(
+        &self,
+        spec: &ServerSpec,
+        remote: &str,
+        tty: bool,
+    ) -> Result<std::process::Command, ServerError> {
+        crate::store::make_private_dir(&self.control_dir())?;
+        Ok(super::ssh::command(spec, &self.control_dir(), remote, tty))
     }
 
     fn file(&self, name: &str) -> PathBuf {
@@ -257,7 +152,7 @@ impl ServerRegistry {
         crate::store::name::validate_full_name(workspace)
             .map_err(|e| ServerError::Invalid(e.to_string()))?;
         crate::store::make_private_dir(&self.root.join(PLACED_DIR))?;
-        let placement = Placement {
+        let placement = PlacedWorkspace {
             workspace: workspace.to_owned(),
             server: server.to_owned(),
         };
@@ -266,7 +161,7 @@ impl ServerRegistry {
     }
 
     /// Where `workspace` lives, when on a remote server.
-    pub fn placement(&self, workspace: &str) -> Result<Option<Placement>, ServerError> {
+    pub fn placement(&self, workspace: &str) -> Result<Option<PlacedWorkspace>, ServerError> {
         if crate::store::name::validate_full_name(workspace).is_err() {
             return Ok(None);
         }
@@ -290,7 +185,7 @@ impl ServerRegistry {
     }
 
     /// Every placement.
-    pub fn placements(&self) -> Result<Vec<Placement>, ServerError> {
+    pub fn placements(&self) -> Result<Vec<PlacedWorkspace>, ServerError> {
         let dir = self.root.join(PLACED_DIR);
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Ok(Vec::new());

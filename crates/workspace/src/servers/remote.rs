@@ -1,20 +1,19 @@
-//! Running `microagent` on a server over SSH with a deadline, reading its
-//! JSON answer or its JSON error, and what is built on that: each server's
-//! report and the choice of a server for a new workspace.
+//! Running `microagent` on a server over SSH with a deadline, and reading
+//! its JSON answer or its JSON error.
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use super::registry::{ServerRegistry, ServerSpec, LOCAL_SERVER};
+use super::registry::ServerRegistry;
+use super::spec::ServerSpec;
 use super::ssh::{self, SSH_FAILED};
-use super::status::{self, Availability, ServerReport, ServerStatus};
 use super::ServerError;
-use crate::{ErrorCode, Workspaces};
+use crate::ErrorCode;
 
 /// How long a remote operation may take unless its caller says.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 /// How long a status probe may take.
-const PROBE_DEADLINE: Duration = Duration::from_secs(30);
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// What a remote `microagent` printed and how it ended.
 #[derive(Clone, Debug)]
@@ -36,10 +35,8 @@ pub async fn run_remote(
     args: &[String],
     deadline: Duration,
 ) -> Result<RemoteOutput, ServerError> {
-    crate::store::make_private_dir(&registry.control_dir())?;
     let line = ssh::remote_line(spec, args);
-    let mut cmd =
-        tokio::process::Command::from(ssh::command(spec, &registry.control_dir(), &line, false));
+    let mut cmd = tokio::process::Command::from(registry.ssh_command(spec, &line, false)?);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -119,74 +116,4 @@ pub async fn run_remote_json(
         });
     }
     Ok(value)
-}
-
-/// Server `name`'s report: this host's measured here, a remote's asked of
-/// it (offline, with the reason, when it cannot be reached).
-pub async fn report(all: &Workspaces, name: &str) -> Result<ServerReport, ServerError> {
-    if name == LOCAL_SERVER {
-        return status::local_report(all).await;
-    }
-    let registry = all.servers();
-    let spec = registry.get(name)?;
-    let args = ["server", "status", LOCAL_SERVER].map(String::from);
-    match run_remote_json(&registry, &spec, &args, PROBE_DEADLINE).await {
-        Ok(value) => match serde_json::from_value::<ServerReport>(value) {
-            Ok(report) => Ok(status::remote_status(&spec, report)),
-            Err(e) => Ok(status::offline(
-                &spec,
-                format!("its microagent answered `server status` in another shape ({e}); install this version there"),
-            )),
-        },
-        Err(e @ (ServerError::Unreachable { .. } | ServerError::Deadline { .. })) => {
-            Ok(status::offline(&spec, e.to_string()))
-        }
-        Err(e @ (ServerError::Remote { .. } | ServerError::Garbled { .. })) => {
-            Ok(status::offline(&spec, e.to_string()))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Every server's report, `local` first.
-pub async fn reports(all: &Workspaces) -> Result<Vec<ServerReport>, ServerError> {
-    let mut out = vec![status::local_report(all).await?];
-    for spec in all.servers().list()? {
-        out.push(report(all, &spec.name).await?);
-    }
-    Ok(out)
-}
-
-/// The server a new workspace of `image` goes to: of the online servers
-/// that have the image (or can pull it: a registry reference), the one
-/// with the best available score; `local` wins a tie.
-pub async fn pick_server(all: &Workspaces, image: &str) -> Result<String, ServerError> {
-    let pullable = image.contains('/') || image.contains(':');
-    let mut best: Option<(u32, String)> = None;
-    for report in reports(all).await? {
-        let ServerStatus {
-            name,
-            status,
-            resources,
-            ..
-        } = report.server;
-        let Some(resources) = resources else { continue };
-        if status != Availability::Online {
-            continue;
-        }
-        if !pullable && !report.images.iter().any(|i| i == image) {
-            continue;
-        }
-        if best
-            .as_ref()
-            .is_none_or(|(score, _)| resources.available_score > *score)
-        {
-            best = Some((resources.available_score, name));
-        }
-    }
-    best.map(|(_, name)| name).ok_or_else(|| {
-        ServerError::Invalid(format!(
-            "no online server has image {image}; add it to one (`microagent image`), or name a server"
-        ))
-    })
 }

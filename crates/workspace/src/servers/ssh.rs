@@ -9,8 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use super::registry::ServerSpec;
-use super::ServerError;
+use super::spec::{ServerSpec, SshTarget};
 
 /// How long ssh may take to connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,72 +22,6 @@ pub const KEEPALIVE_MISSES: u32 = 2;
 pub const CONTROL_PERSIST: Duration = Duration::from_secs(300);
 /// ssh's own failure status (the remote command's is passed through).
 pub const SSH_FAILED: i32 = 255;
-
-/// `USER@HOST[:PORT]`, parsed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SshTarget {
-    /// The login user (else ssh's default).
-    pub user: Option<String>,
-    /// The host name or address (`[v6]` brackets removed).
-    pub host: String,
-    /// The port (else ssh's default).
-    pub port: Option<u16>,
-}
-
-impl SshTarget {
-    /// Parses `USER@HOST[:PORT]` (`HOST` may be `[::1]`).
-    pub fn parse(text: &str) -> Result<Self, ServerError> {
-        let bad = |why: &str| {
-            ServerError::Invalid(format!(
-                "ssh target {text:?}: {why}; use USER@HOST or USER@HOST:PORT"
-            ))
-        };
-        let (user, rest) = match text.rsplit_once('@') {
-            Some((u, r)) => (Some(u.to_owned()), r),
-            None => (None, text),
-        };
-        if user.as_ref().is_some_and(|u| {
-            u.is_empty() || u.starts_with('-') || !u.chars().all(|c| c.is_ascii_graphic())
-        }) {
-            return Err(bad("bad user"));
-        }
-        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-            let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
-            match after.strip_prefix(':') {
-                Some(p) => (host, Some(p)),
-                None if after.is_empty() => (host, None),
-                None => return Err(bad("junk after ]")),
-            }
-        } else {
-            match rest.split_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (rest, None),
-            }
-        };
-        let host_ok = !host.is_empty()
-            && !host.starts_with('-')
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c));
-        if !host_ok {
-            return Err(bad("bad host"));
-        }
-        let port = match port {
-            Some(p) => Some(
-                p.parse::<u16>()
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| bad("bad port"))?,
-            ),
-            None => None,
-        };
-        Ok(Self {
-            user,
-            host: host.to_owned(),
-            port,
-        })
-    }
-}
 
 /// Quotes `arg` for a POSIX shell (the remote's login shell reads the
 /// command line ssh sends).
@@ -170,32 +103,6 @@ pub fn command(spec: &ServerSpec, control_dir: &Path, remote: &str, tty: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn targets_parse_with_user_host_and_port() {
-        let t = SshTarget::parse("ci@box-1.lan:2222").unwrap();
-        assert_eq!(
-            (t.user.as_deref(), t.host.as_str(), t.port),
-            (Some("ci"), "box-1.lan", Some(2222))
-        );
-        let t = SshTarget::parse("root@[::1]:22").unwrap();
-        assert_eq!((t.host.as_str(), t.port), ("::1", Some(22)));
-        let t = SshTarget::parse("host").unwrap();
-        assert_eq!((t.user, t.port), (None, None));
-        for bad in [
-            "",
-            "u@",
-            "@h",
-            "u@h:0",
-            "u@h:x",
-            "u@-oProxyCommand=x",
-            "-l@h",
-            "u@h;rm",
-            "u@[::1",
-        ] {
-            assert!(SshTarget::parse(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn the_remote_line_quotes_every_word() {

@@ -1,22 +1,16 @@
-//! A server's health and resources. This host measures its own
-//! ([`local_report`]); a remote server is asked over SSH for its own
-//! (`microagent server status local --json` there), so both have one shape.
+//! A server's health and resources, and how they are measured. Each host
+//! measures its own (`Workspaces::server_report`); a remote server is asked
+//! over SSH for its own report, so both have one shape.
 //! An unreachable server is `offline` with no resources; one whose
 //! microagent differs in major or minor version is `degraded`.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
-use super::registry::{ServerSpec, LOCAL_SERVER};
-use super::ServerError;
+use super::spec::ServerSpec;
 use crate::host::budget::HostBudget;
-use crate::{ListFilter, State, Workspaces};
 
 /// The microagent version this build is.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// How long CPU use is sampled.
-const CPU_SAMPLE: Duration = Duration::from_millis(250);
 
 /// Whether a server can take work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,8 +59,9 @@ pub struct Resources {
     pub used_disk_bytes: u64,
     /// Workspaces running.
     pub running_workspaces: u32,
-    /// 0-100: how much room it has for one more workspace, the least of
-    /// its free CPU, free memory, free disk and its host budget's room.
+    /// 0-100: how much room it has for one more workspace: the least of
+    /// its free memory, its free disk and its host budget's room, halved
+    /// when its CPUs are all busy (0 when its budget lets nothing more run).
     pub available_score: u32,
 }
 
@@ -121,88 +116,10 @@ pub struct ServerReport {
     pub images: Vec<String>,
 }
 
-/// This host as the server `local`: measured now (CPU over a short
-/// sample).
-pub async fn local_report(all: &Workspaces) -> Result<ServerReport, ServerError> {
-    let metas = all
-        .list(&ListFilter {
-            all_agents: true,
-            ..ListFilter::default()
-        })
-        .map_err(|e| ServerError::Local(Box::new(e)))?;
-    let running = metas.iter().filter(|m| m.state == State::Running).count() as u32;
-    let running_mem_mib: u64 = metas
-        .iter()
-        .filter(|m| m.state == State::Running)
-        .map(|m| m.spec.mem_mib)
-        .sum();
-    let before = cpu_times();
-    tokio::time::sleep(CPU_SAMPLE).await;
-    let after = cpu_times();
-    let cpu_used_percent = match (before, after) {
-        (Some((busy0, total0)), Some((busy1, total1))) if total1 > total0 => {
-            100.0 * (busy1.saturating_sub(busy0)) as f64 / (total1 - total0) as f64
-        }
-        _ => 0.0,
-    };
-    let (total_memory_bytes, available_memory) = memory();
-    let (total_disk_bytes, free_disk) = disk(all.state_dir().root());
-    let budget = HostBudget::load(all.state_dir().root()).unwrap_or_default();
-    let mut resources = Resources {
-        total_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        cpu_used_percent: (cpu_used_percent * 10.0).round() / 10.0,
-        total_memory_bytes,
-        used_memory_bytes: total_memory_bytes.saturating_sub(available_memory),
-        total_disk_bytes,
-        used_disk_bytes: total_disk_bytes.saturating_sub(free_disk),
-        running_workspaces: running,
-        available_score: 0,
-    };
-    resources.available_score = available_score(&resources, &budget, running_mem_mib);
-    let doctor = crate::host::doctor::Report::check_host(
-        all.state_dir(),
-        crate::host::settings::asset_dir().as_deref(),
-    );
-    let kvm = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    let workspaces = metas
-        .into_iter()
-        .map(|m| WorkspaceUsage {
-            name: m.name,
-            state: m.state.as_str().to_owned(),
-            image: m.spec.image,
-            vcpus: m.spec.vcpus,
-            mem_mib: m.spec.mem_mib,
-        })
-        .collect();
-    let images = all
-        .images()
-        .list()
-        .map(|list| list.into_iter().map(|i| i.name).collect())
-        .unwrap_or_default();
-    Ok(ServerReport {
-        images,
-        server: ServerStatus {
-            name: LOCAL_SERVER.to_owned(),
-            status: Availability::Online,
-            reason: None,
-            health: Some(Health {
-                ssh: true,
-                kvm,
-                microagent: VERSION.to_owned(),
-                doctor: doctor.status.as_str().to_owned(),
-            }),
-            resources: Some(resources),
-        },
-        workspaces,
-    })
-}
-
-/// The score: the least of free CPU, free memory, free disk (over the
-/// budget's floor) and the budget's room for one more workspace, 0-100.
+/// The score, 0-100: the least of free memory, free disk (over the
+/// budget's floor) and the budget's room for one more workspace, scaled
+/// by CPU from 1 (idle) to 1/2 (all busy): a busy CPU slows a workspace,
+/// a full memory or budget refuses it.
 pub fn available_score(r: &Resources, budget: &HostBudget, running_mem_mib: u64) -> u32 {
     let fraction = |free: f64, total: f64| {
         if total <= 0.0 {
@@ -223,7 +140,7 @@ pub fn available_score(r: &Resources, budget: &HostBudget, running_mem_mib: u64)
             .saturating_sub(floor) as f64,
         r.total_disk_bytes as f64,
     );
-    let mut least = cpu.min(mem).min(disk);
+    let mut least = mem.min(disk);
     if let Some(max) = budget.max_running {
         least = least.min(fraction(
             f64::from(max) - f64::from(r.running_workspaces),
@@ -236,11 +153,11 @@ pub fn available_score(r: &Resources, budget: &HostBudget, running_mem_mib: u64)
             max.max(1) as f64,
         ));
     }
-    (least * 100.0).round() as u32
+    (least * (0.5 + cpu / 2.0) * 100.0).round() as u32
 }
 
 /// Busy and total jiffies of all CPUs, from /proc/stat.
-fn cpu_times() -> Option<(u64, u64)> {
+pub(crate) fn cpu_times() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
     let fields: Vec<u64> = line
@@ -255,7 +172,7 @@ fn cpu_times() -> Option<(u64, u64)> {
 }
 
 /// Total and available memory, bytes, from /proc/meminfo.
-fn memory() -> (u64, u64) {
+pub(crate) fn memory() -> (u64, u64) {
     let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let field = |name: &str| {
         info.lines()
@@ -268,7 +185,7 @@ fn memory() -> (u64, u64) {
 }
 
 /// Total and free bytes of the filesystem holding `path`.
-fn disk(path: &std::path::Path) -> (u64, u64) {
+pub(crate) fn disk(path: &std::path::Path) -> (u64, u64) {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return (0, 0);
@@ -339,8 +256,9 @@ mod tests {
     #[test]
     fn the_score_is_the_scarcest_resource() {
         let budget = HostBudget::default();
-        assert_eq!(available_score(&resources(10.0, 20, 0), &budget, 0), 80);
-        assert_eq!(available_score(&resources(70.0, 20, 0), &budget, 0), 30);
+        assert_eq!(available_score(&resources(0.0, 20, 0), &budget, 0), 80);
+        assert_eq!(available_score(&resources(100.0, 20, 0), &budget, 0), 40);
+        assert_eq!(available_score(&resources(0.0, 95, 0), &budget, 0), 5);
         let full = HostBudget {
             max_running: Some(2),
             ..HostBudget::default()

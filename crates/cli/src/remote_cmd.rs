@@ -1,0 +1,280 @@
+//! Commands on another server: with `--server NAME`, or on a workspace
+//! that lives on one, the same command line runs there over SSH with this
+//! terminal's stdin, stdout and stderr, and its exit status comes back.
+//! So streaming, stdin, terminals and `--json` behave as they do here.
+//! What this host records follows what the remote confirmed: a create or
+//! fork that succeeded there is placed, a delete forgets the placement.
+//! `list` merges every server's workspaces.
+
+use std::process::ExitCode;
+
+use workspace::servers::{self, ServerSpec, LOCAL_SERVER};
+use workspace::{ListFilter, Workspaces};
+
+use crate::output;
+use crate::Command;
+
+/// What this host records once the remote command succeeded.
+#[derive(Debug, PartialEq, Eq)]
+enum Record {
+    Nothing,
+    Place(String),
+    Forget(String),
+}
+
+/// Where `cmd` runs: `None` here, else the server and what to record. A
+/// create that names no server goes where [`servers::pick_server`] says
+/// once servers are configured.
+async fn route(
+    ws: &Workspaces,
+    cmd: &Command,
+    server_flag: Option<&str>,
+) -> workspace::Result<Option<(ServerSpec, Record)>> {
+    let record = match cmd {
+        Command::Create { name, .. } => Record::Place(name.clone()),
+        Command::Fork { new_name, .. } => Record::Place(new_name.clone()),
+        Command::Snapshot(crate::snapshot_cmd::SnapshotCommand::Restore {
+            as_name: Some(new_name),
+            ..
+        }) => Record::Place(new_name.clone()),
+        Command::Delete { name, .. } => Record::Forget(name.clone()),
+        _ => Record::Nothing,
+    };
+    let server = match (server_flag, cmd) {
+        (Some(server), _) => Some(server.to_owned()),
+        (None, Command::Create { spec, .. }) if !ws.servers().list()?.is_empty() => {
+            Some(ws.pick_server(&spec.image).await?)
+        }
+        (None, _) => match target(cmd) {
+            Some(name) => ws.servers().placement(name)?.map(|p| p.server),
+            None => None,
+        },
+    };
+    match server {
+        None => Ok(None),
+        Some(s) if s == LOCAL_SERVER => Ok(None),
+        Some(s) => Ok(Some((ws.servers().get(&s)?, record))),
+    }
+}
+
+/// The workspace `cmd` acts on, when it names one.
+fn target(cmd: &Command) -> Option<&str> {
+    use crate::fs_cmd::FsCommand as F;
+    use crate::port_cmd::PortCommand as P;
+    use crate::process_cmd::ProcessCommand as Pr;
+    use crate::snapshot_cmd::SnapshotCommand as S;
+    Some(match cmd {
+        Command::Start { name, .. }
+        | Command::Stop { name, .. }
+        | Command::Halt { name }
+        | Command::Delete { name, .. }
+        | Command::Inspect { name }
+        | Command::Ttl { name, .. }
+        | Command::Exec { name, .. }
+        | Command::Shell { name, .. }
+        | Command::Ps { name }
+        | Command::Logs { name, .. }
+        | Command::Events { name, .. } => name,
+        Command::Metrics { name } => name.as_deref()?,
+        Command::Fork { workspace, .. } => workspace,
+        Command::Process(
+            Pr::Output { workspace, .. }
+            | Pr::Wait { workspace, .. }
+            | Pr::Signal { workspace, .. }
+            | Pr::Stdin { workspace, .. }
+            | Pr::Rm { workspace, .. },
+        ) => workspace,
+        Command::Fs(
+            F::Stat { name, .. }
+            | F::Mkdir { name, .. }
+            | F::Rm { name, .. }
+            | F::Mv { name, .. }
+            | F::Edit { name, .. }
+            | F::Find { name, .. },
+        ) => name,
+        Command::Snapshot(S::Take { workspace, .. }) => workspace,
+        Command::Snapshot(S::Ls {
+            workspace: Some(workspace),
+        }) => workspace,
+        Command::Port(P::Add { workspace, .. } | P::Ls { workspace } | P::Rm { workspace, .. }) => {
+            workspace
+        }
+        _ => return None,
+    })
+}
+
+/// This process's arguments without the global `--server NAME` (before a
+/// `--`, after which they are the guest command's).
+fn forwarded_args() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            out.push(arg);
+            out.extend(args.by_ref());
+            break;
+        }
+        if arg == "--server" {
+            args.next();
+            continue;
+        }
+        if arg.starts_with("--server=") {
+            continue;
+        }
+        out.push(arg);
+    }
+    out
+}
+
+/// Runs `cmd` where it belongs when that is another server; `None` when
+/// it runs here.
+pub async fn forward_if_remote(
+    ws: &Workspaces,
+    cmd: &Command,
+    server_flag: Option<&str>,
+    json: bool,
+) -> workspace::Result<Option<ExitCode>> {
+    let Some((spec, record)) = route(ws, cmd, server_flag).await? else {
+        return Ok(None);
+    };
+    let tty = matches!(cmd, Command::Shell { .. })
+        || matches!(cmd, Command::Exec { args, .. } if args.tty);
+    // `--server local` there: the remote runs it itself, never onward.
+    let mut args = vec!["--server".to_owned(), LOCAL_SERVER.to_owned()];
+    args.extend(forwarded_args());
+    let status = run_there(ws, &spec, &args, tty)?;
+    if status == 0 {
+        let servers = ws.servers();
+        match record {
+            Record::Place(name) => servers.place(&name, &spec.name)?,
+            Record::Forget(name) => servers.unplace(&name)?,
+            Record::Nothing => {}
+        }
+    } else if status == servers::ssh::SSH_FAILED {
+        eprintln!(
+            "microagent: exit 255 from server {}: ssh failed (above), or the command there exited 255; `microagent server status {}` shows whether it is reachable",
+            spec.name, spec.name
+        );
+    }
+    let _ = json;
+    Ok(Some(ExitCode::from(
+        u8::try_from(status).unwrap_or(output::FAILURE),
+    )))
+}
+
+/// Runs `microagent ARGS` on `spec` with this process's stdio; its status.
+pub fn run_there(
+    ws: &Workspaces,
+    spec: &ServerSpec,
+    args: &[String],
+    tty: bool,
+) -> workspace::Result<i32> {
+    let line = servers::ssh::remote_line(spec, args);
+    let status = ws
+        .servers()
+        .ssh_command(spec, &line, tty)?
+        .status()
+        .map_err(|e| workspace::Error::from(servers::ServerError::Spawn(e)))?;
+    Ok(status.code().unwrap_or(servers::ssh::SSH_FAILED))
+}
+
+/// `list` over every server: this host's workspaces, then each server's
+/// (`SERVER` column; JSON entries gain `server`). An unreachable server's
+/// placed workspaces are listed in state `unknown`.
+pub async fn list_everywhere(
+    ws: &Workspaces,
+    filter: &ListFilter,
+    json: bool,
+) -> workspace::Result<ExitCode> {
+    let specs = ws.servers().list()?;
+    if specs.is_empty() {
+        return crate::workspace_cmd::list(ws, filter, json);
+    }
+    let mut entries: Vec<serde_json::Value> = Vec::new();
+    for meta in ws.list(filter)? {
+        let mut v = serde_json::to_value(&meta).unwrap_or_default();
+        v["server"] = LOCAL_SERVER.into();
+        entries.push(v);
+    }
+    let mut args = vec!["list".to_owned()];
+    if let Some(state) = filter.state {
+        args.extend(["--state".to_owned(), state.to_string()]);
+    }
+    if let Some(image) = &filter.image {
+        args.extend(["--image".to_owned(), image.clone()]);
+    }
+    for (k, v) in &filter.labels {
+        args.extend(["--label".to_owned(), format!("{k}={v}")]);
+    }
+    let placements = ws.servers().placements()?;
+    for spec in &specs {
+        let registry = ws.servers();
+        match servers::run_remote_json(&registry, spec, &args, servers::DEFAULT_DEADLINE).await {
+            Ok(serde_json::Value::Array(list)) => {
+                for mut v in list {
+                    v["server"] = spec.name.clone().into();
+                    entries.push(v);
+                }
+            }
+            Ok(_) | Err(_) => {
+                for p in placements.iter().filter(|p| p.server == spec.name) {
+                    entries.push(serde_json::json!({
+                        "name": p.workspace, "server": spec.name, "state": "unknown",
+                    }));
+                }
+            }
+        }
+    }
+    if json {
+        output::json(&entries);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_owned();
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                text(&e["name"]),
+                text(&e["server"]),
+                text(&e["state"]),
+                text(&e["spec"]["image"]),
+                e["spec"]["vcpus"]
+                    .as_u64()
+                    .map_or("-".into(), |n| n.to_string()),
+                e["spec"]["mem_mib"]
+                    .as_u64()
+                    .map_or("-".into(), |n| format!("{n}M")),
+            ]
+        })
+        .collect();
+    output::table(&["NAME", "SERVER", "STATE", "IMAGE", "VCPUS", "MEM"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> crate::Cli {
+        crate::Cli::try_parse_from(args).unwrap()
+    }
+
+    #[test]
+    fn workspace_commands_name_their_workspace() {
+        for (args, want) in [
+            (&["m", "exec", "dev", "--", "ls"][..], Some("dev")),
+            (&["m", "fs", "stat", "dev", "/etc"], Some("dev")),
+            (&["m", "process", "wait", "dev", "p1"], Some("dev")),
+            (&["m", "snapshot", "take", "dev"], Some("dev")),
+            (&["m", "fork", "dev", "dev2"], Some("dev")),
+            (&["m", "metrics"], None),
+            (&["m", "list"], None),
+            (&["m", "image", "ls"], None),
+        ] {
+            assert_eq!(target(&parse(args).command), want, "{args:?}");
+        }
+        let cli = parse(&["m", "create", "dev", "--server", "box"]);
+        assert_eq!(cli.server.as_deref(), Some("box"));
+    }
+}

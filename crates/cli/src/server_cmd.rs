@@ -1,0 +1,183 @@
+//! `microagent server add | ls | status | rm`: the hosts this one reaches
+//! over SSH (docs/servers.md).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use workspace::servers::{Availability, ServerReport, ServerSpec, ServerStatus};
+use workspace::Workspaces;
+
+use crate::output;
+
+#[derive(Debug, Subcommand)]
+pub enum ServerCommand {
+    /// Add a server: a host with microagent, reached with the system's
+    /// ssh (your ~/.ssh/config, agent and known_hosts apply; never a
+    /// password prompt).
+    Add {
+        /// Its name (lowercase letters, digits and '-').
+        name: String,
+        /// USER@HOST or USER@HOST:PORT.
+        #[arg(long)]
+        ssh: String,
+        /// The private key to log in with.
+        #[arg(long, value_name = "FILE")]
+        identity: Option<PathBuf>,
+        /// Its state directory (MICROAGENT_HOME there).
+        #[arg(long, value_name = "PATH")]
+        state_dir: Option<String>,
+        /// The microagent to run there (default: the one on its PATH).
+        #[arg(long, value_name = "PATH")]
+        remote_binary: Option<String>,
+        /// An extra `ssh -o` option, Key=Value (repeatable).
+        #[arg(long = "ssh-option", value_name = "KEY=VALUE")]
+        ssh_options: Vec<String>,
+    },
+    /// List the servers, `local` first, with health and resources.
+    Ls,
+    /// One server's health, resources and workspaces.
+    Status {
+        /// Server name (`local`: this host).
+        name: String,
+    },
+    /// Remove a server (refused while workspaces live on it).
+    Rm {
+        /// Server name.
+        name: String,
+    },
+}
+
+pub async fn run(ws: &Workspaces, cmd: &ServerCommand, json: bool) -> workspace::Result<ExitCode> {
+    match cmd {
+        ServerCommand::Add {
+            name,
+            ssh,
+            identity,
+            state_dir,
+            remote_binary,
+            ssh_options,
+        } => {
+            let mut spec = ServerSpec::new(name, ssh);
+            if let Some(file) = identity {
+                spec = spec.identity(absolute(file));
+            }
+            if let Some(dir) = state_dir {
+                spec = spec.state_dir(dir);
+            }
+            if let Some(bin) = remote_binary {
+                spec = spec.remote_binary(bin);
+            }
+            for option in ssh_options {
+                spec = spec.ssh_option(option);
+            }
+            ws.servers().add(&spec)?;
+            let report = ws.server_report(name).await?;
+            if json {
+                output::json(&report.server);
+            } else {
+                println!("server {name} added");
+                print_statuses(&[report.server]);
+            }
+        }
+        ServerCommand::Ls => {
+            let statuses: Vec<ServerStatus> = ws
+                .server_reports()
+                .await?
+                .into_iter()
+                .map(|r| r.server)
+                .collect();
+            if json {
+                output::json(&statuses);
+            } else {
+                print_statuses(&statuses);
+            }
+        }
+        ServerCommand::Status { name } => {
+            let report = ws.server_report(name).await?;
+            if json {
+                output::json(&report);
+            } else {
+                print_report(&report);
+            }
+        }
+        ServerCommand::Rm { name } => {
+            let spec = ws.servers().remove(name)?;
+            if json {
+                output::json(&spec);
+            } else {
+                println!("server {name} removed");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn absolute(file: &std::path::Path) -> PathBuf {
+    std::path::absolute(file).unwrap_or_else(|_| file.to_owned())
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1}G", bytes as f64 / f64::from(1u32 << 30))
+}
+
+fn print_statuses(statuses: &[ServerStatus]) {
+    let rows: Vec<Vec<String>> = statuses
+        .iter()
+        .map(|s| {
+            let status = match s.status {
+                Availability::Online => "online",
+                Availability::Degraded => "degraded",
+                Availability::Offline => "offline",
+            };
+            let mut row = vec![s.name.clone(), status.to_owned()];
+            match &s.resources {
+                Some(r) => row.extend([
+                    r.total_cpus.to_string(),
+                    format!("{:.0}%", r.cpu_used_percent),
+                    format!("{}/{}", gib(r.used_memory_bytes), gib(r.total_memory_bytes)),
+                    format!("{}/{}", gib(r.used_disk_bytes), gib(r.total_disk_bytes)),
+                    r.running_workspaces.to_string(),
+                    r.available_score.to_string(),
+                ]),
+                None => row.extend(std::iter::repeat_n("-".to_owned(), 6)),
+            }
+            row.push(s.reason.clone().unwrap_or_default());
+            row
+        })
+        .collect();
+    output::table(
+        &[
+            "NAME", "STATUS", "CPUS", "CPU", "MEMORY", "DISK", "RUNNING", "SCORE", "REASON",
+        ],
+        &rows,
+    );
+}
+
+fn print_report(report: &ServerReport) {
+    print_statuses(std::slice::from_ref(&report.server));
+    if let Some(h) = &report.server.health {
+        println!(
+            "\nhealth: ssh {}, kvm {}, microagent {}, doctor {}",
+            h.ssh, h.kvm, h.microagent, h.doctor
+        );
+    }
+    if report.workspaces.is_empty() {
+        return;
+    }
+    println!();
+    let rows: Vec<Vec<String>> = report
+        .workspaces
+        .iter()
+        .map(|w| {
+            vec![
+                w.name.clone(),
+                w.state.clone(),
+                w.image.clone(),
+                w.vcpus.to_string(),
+                format!("{} MiB", w.mem_mib),
+            ]
+        })
+        .collect();
+    output::table(&["WORKSPACE", "STATE", "IMAGE", "VCPUS", "MEMORY"], &rows);
+}

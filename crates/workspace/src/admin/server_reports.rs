@@ -1,0 +1,160 @@
+//! Each server's report and the choice of a server for a new workspace:
+//! this host measures itself (its workspaces, budget and doctor), a remote
+//! server is asked for its own report over SSH.
+
+use std::time::Duration;
+
+use crate::host::budget::HostBudget;
+use crate::servers::{
+    self, Availability, Health, Resources, ServerError, ServerReport, ServerStatus, WorkspaceUsage,
+    LOCAL_SERVER, VERSION,
+};
+use crate::{ListFilter, Result, State, Workspaces};
+
+/// How long CPU use is sampled.
+const CPU_SAMPLE: Duration = Duration::from_millis(250);
+
+impl Workspaces {
+    /// Server `name`'s report: this host's (`local`) measured here, a
+    /// remote's asked of it (offline, with the reason, when it cannot be
+    /// reached or answers in another shape).
+    pub async fn server_report(&self, name: &str) -> Result<ServerReport> {
+        if name == LOCAL_SERVER {
+            return self.local_server_report().await;
+        }
+        let registry = self.servers();
+        let spec = registry.get(name)?;
+        let args = ["server", "status", LOCAL_SERVER].map(String::from);
+        let probed =
+            servers::run_remote_json(&registry, &spec, &args, servers::PROBE_DEADLINE).await;
+        Ok(match probed {
+            Ok(value) => match serde_json::from_value::<ServerReport>(value) {
+                Ok(report) => servers::remote_status(&spec, report),
+                Err(e) => servers::offline(
+                    &spec,
+                    format!("its microagent answered the status probe in another shape ({e}); install this version there"),
+                ),
+            },
+            Err(
+                e @ (ServerError::Unreachable { .. }
+                | ServerError::Deadline { .. }
+                | ServerError::Remote { .. }
+                | ServerError::Garbled { .. }),
+            ) => servers::offline(&spec, e.to_string()),
+            Err(e) => return Err(e.into()),
+        })
+    }
+
+    /// Every server's report, `local` first.
+    pub async fn server_reports(&self) -> Result<Vec<ServerReport>> {
+        let mut out = vec![self.local_server_report().await?];
+        for spec in self.servers().list()? {
+            out.push(self.server_report(&spec.name).await?);
+        }
+        Ok(out)
+    }
+
+    /// The server a new workspace of `image` goes to: of the online
+    /// servers that have the image (or can pull it: a registry reference)
+    /// and room (a score above 0), the one with the best available score;
+    /// `local` wins a tie.
+    pub async fn pick_server(&self, image: &str) -> Result<String> {
+        let pullable = image.contains('/') || image.contains(':');
+        let mut best: Option<(u32, String)> = None;
+        for report in self.server_reports().await? {
+            let ServerStatus {
+                name,
+                status,
+                resources,
+                ..
+            } = report.server;
+            let Some(resources) = resources else { continue };
+            let has_image = pullable || report.images.iter().any(|i| i == image);
+            if status != Availability::Online || resources.available_score == 0 || !has_image {
+                continue;
+            }
+            if best
+                .as_ref()
+                .is_none_or(|(score, _)| resources.available_score > *score)
+            {
+                best = Some((resources.available_score, name));
+            }
+        }
+        best.map(|(_, name)| name)
+            .ok_or_else(|| ServerError::NoRoom(image.to_owned()).into())
+    }
+
+    /// This host as the server `local`, measured now (CPU over a short
+    /// sample).
+    async fn local_server_report(&self) -> Result<ServerReport> {
+        let metas = self.list(&ListFilter {
+            all_agents: true,
+            ..ListFilter::default()
+        })?;
+        let running: Vec<_> = metas.iter().filter(|m| m.state == State::Running).collect();
+        let running_mem_mib: u64 = running.iter().map(|m| m.spec.mem_mib).sum();
+        let before = servers::cpu_times();
+        tokio::time::sleep(CPU_SAMPLE).await;
+        let after = servers::cpu_times();
+        let cpu_used_percent = match (before, after) {
+            (Some((busy0, total0)), Some((busy1, total1))) if total1 > total0 => {
+                100.0 * busy1.saturating_sub(busy0) as f64 / (total1 - total0) as f64
+            }
+            _ => 0.0,
+        };
+        let (total_memory_bytes, available_memory) = servers::memory();
+        let (total_disk_bytes, free_disk) = servers::disk(self.state_dir().root());
+        let budget = HostBudget::load(self.state_dir().root()).unwrap_or_default();
+        let mut resources = Resources {
+            total_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            cpu_used_percent: (cpu_used_percent * 10.0).round() / 10.0,
+            total_memory_bytes,
+            used_memory_bytes: total_memory_bytes.saturating_sub(available_memory),
+            total_disk_bytes,
+            used_disk_bytes: total_disk_bytes.saturating_sub(free_disk),
+            running_workspaces: running.len() as u32,
+            available_score: 0,
+        };
+        resources.available_score = servers::available_score(&resources, &budget, running_mem_mib);
+        let doctor = crate::host::doctor::Report::check_host(
+            self.state_dir(),
+            crate::host::settings::asset_dir().as_deref(),
+        );
+        let kvm = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_ok();
+        let images = self
+            .images()
+            .list()
+            .map(|list| list.into_iter().map(|i| i.name).collect())
+            .unwrap_or_default();
+        let workspaces = metas
+            .into_iter()
+            .map(|m| WorkspaceUsage {
+                name: m.name,
+                state: m.state.as_str().to_owned(),
+                image: m.spec.image,
+                vcpus: m.spec.vcpus,
+                mem_mib: m.spec.mem_mib,
+            })
+            .collect();
+        Ok(ServerReport {
+            server: ServerStatus {
+                name: LOCAL_SERVER.to_owned(),
+                status: Availability::Online,
+                reason: None,
+                health: Some(Health {
+                    ssh: true,
+                    kvm,
+                    microagent: VERSION.to_owned(),
+                    doctor: doctor.status.as_str().to_owned(),
+                }),
+                resources: Some(resources),
+            },
+            workspaces,
+            images,
+        })
+    }
+}
