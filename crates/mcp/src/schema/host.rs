@@ -1,11 +1,13 @@
-//! Inputs and outputs of the host-change tools (preview, then confirm):
-//! kernel_install, image_build.
+//! Inputs and outputs of the host tools: the host changes (preview, then
+//! confirm: kernel_install, image_build) and the servers (server_list,
+//! server_status).
 
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use workspace::host::kernel_install::KernelInstall;
 use workspace::host::plan::Preview;
 use workspace::images::build::ImageBuild;
+use workspace::servers::{Availability, ServerReport, ServerStatus};
 
 use crate::output::Render;
 
@@ -138,5 +140,70 @@ fn describe_plan(preview: &Preview, tool: &str) -> String {
             ));
         }
         out
+    }
+}
+
+/// `server_list` takes nothing.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerListParams {}
+
+/// `server_status`: one server.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerStatusParams {
+    /// The server (`local`: this host).
+    pub name: String,
+}
+
+/// `server_list`'s answer.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ServerList {
+    /// Every server, `local` first.
+    pub servers: Vec<ServerStatus>,
+}
+
+fn one_line(s: &ServerStatus) -> String {
+    let status = match s.status {
+        Availability::Online => "online",
+        Availability::Degraded => "degraded",
+        Availability::Offline => "offline",
+    };
+    match (&s.resources, &s.reason) {
+        (Some(r), reason) => format!(
+            "{}: {status}, {} CPUs ({:.0}% used), {} workspaces running, score {}{}",
+            s.name,
+            r.total_cpus,
+            r.cpu_used_percent,
+            r.running_workspaces,
+            r.available_score,
+            reason
+                .as_ref()
+                .map_or_else(String::new, |r| format!(" ({r})"))
+        ),
+        (None, reason) => format!("{}: {status} ({})", s.name, reason.as_deref().unwrap_or("")),
+    }
+}
+
+impl Render for ServerList {
+    fn render(&self) -> String {
+        self.servers
+            .iter()
+            .map(one_line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Render for ServerReport {
+    fn render(&self) -> String {
+        let mut lines = vec![one_line(&self.server)];
+        lines.extend(self.workspaces.iter().map(|w| {
+            format!(
+                "  {} ({}, {}, {} vCPU, {} MiB)",
+                w.name, w.state, w.image, w.vcpus, w.mem_mib
+            )
+        }));
+        lines.join("\n")
     }
 }

@@ -103,6 +103,10 @@ pub struct CreateParams {
     /// workspaces outlive sessions.
     #[serde(default)]
     pub session_scoped: bool,
+    /// The server it goes on (see `server_list`; default this host,
+    /// `local`). Every later call on it is run there over SSH.
+    #[serde(default)]
+    pub server: Option<String>,
 }
 
 /// Inputs that only name a workspace.

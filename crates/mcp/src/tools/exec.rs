@@ -265,6 +265,24 @@ impl MicroagentServer {
         if let Some(user) = p.user {
             req = req.user(user);
         }
+        let servers = self.workspaces().servers();
+        if let Some(placed) = servers.placement(&p.name).map_err(workspace::Error::from)? {
+            if p.stdin.is_some() || !p.outputs.is_empty() {
+                return Err(ToolError::InvalidInput(format!(
+                    "workspace {} is on server {}: stdin and outputs are not sent there yet",
+                    p.name, placed.server
+                )));
+            }
+            if let Some(t) = limits.timeout {
+                req = req.timeout(t);
+            }
+            req = req.output_cap(limits.cap);
+            let ran = self
+                .workspaces()
+                .exec_on_server(&placed.server, &p.name, &req)
+                .await?;
+            return Ok(Out(ExecReply::new(ran, limits.cap)));
+        }
         let mut progress = Progress::new(&ctx);
         let result = self
             .run_command(&p.name, req, input(p.stdin), &limits, &ctx, &mut progress)

@@ -1,5 +1,6 @@
-//! Host-change tools, each preview-then-confirm: kernel_install,
-//! image_build.
+//! Host tools: the host changes, each preview-then-confirm
+//! (kernel_install, image_build), and the servers workspaces can go on
+//! (server_list, server_status).
 
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +14,7 @@ use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
 use crate::schema::host::*;
 use crate::MicroagentServer;
+use workspace::servers::ServerReport;
 
 /// The newest step a long host change reported, for progress messages.
 fn step_tracker(first: &str) -> (Arc<Mutex<String>>, workspace::host::plan::ProgressFn) {
@@ -130,5 +132,49 @@ impl MicroagentServer {
             )
             .await?;
         Ok(Out(done))
+    }
+
+    /// Every server workspaces can go on: this host (`local`) and those
+    /// added with `microagent server add`, each with its health (ssh, kvm,
+    /// microagent version, doctor) and resources (CPUs, CPU used, memory,
+    /// disk, running workspaces, an available score). An unreachable one
+    /// is `offline` with the reason.
+    #[tool(
+        output_schema = crate::output::schema::<ServerList>(),
+        annotations(
+        title = "List servers",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn server_list(
+        &self,
+        Parameters(_): Parameters<ServerListParams>,
+    ) -> ToolResult<ServerList> {
+        let servers = self.workspaces().server_reports().await?;
+        Ok(Out(ServerList {
+            servers: servers.into_iter().map(|r| r.server).collect(),
+        }))
+    }
+
+    /// One server's health, resources and workspaces (name, state, image,
+    /// vCPUs, memory).
+    #[tool(
+        output_schema = crate::output::schema::<ServerReport>(),
+        annotations(
+        title = "Show a server",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn server_status(
+        &self,
+        Parameters(p): Parameters<ServerStatusParams>,
+    ) -> ToolResult<ServerReport> {
+        Ok(Out(self.workspaces().server_report(&p.name).await?))
     }
 }

@@ -135,7 +135,16 @@ impl MicroagentServer {
                     .into(),
             ));
         }
-        let image = self.image_for(p.image.as_deref(), p.pull, &ctx).await?;
+        let remote = p
+            .server
+            .clone()
+            .filter(|s| s != workspace::servers::LOCAL_SERVER);
+        // A remote server pulls what it needs itself.
+        let image = match (&remote, p.image.clone()) {
+            (Some(_), Some(image)) => image,
+            (Some(_), None) => defaults::IMAGE.to_owned(),
+            (None, _) => self.image_for(p.image.as_deref(), p.pull, &ctx).await?,
+        };
         let spec = WorkspaceSpec {
             // The VMM stops when this server ends; the next listing deletes it.
             owner: p
@@ -176,6 +185,13 @@ impl MicroagentServer {
             },
             ..WorkspaceSpec::default()
         };
+        if let Some(server) = remote {
+            let meta = self
+                .workspaces()
+                .create_on_server(&server, &p.name, &spec)
+                .await?;
+            return Ok(Out(meta));
+        }
         let namespace = p.namespace;
         let meta = self
             .on_workspace(&p.name, move |ws, name| {

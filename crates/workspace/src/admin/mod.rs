@@ -2,7 +2,8 @@
 //! (`image_build`) and kernel installs (`kernel_install`), each of which
 //! boots a throwaway workspace; host setup (`host_setup`), network objects
 //! and host networking (`networks`), the doctor's checks (`checks`), each
-//! server's report and placement (`server_reports`), and tasks' supervisors, which boot a workspace per task (`task_run`).
+//! server's report and placement (`server_reports`), a create or command
+//! on a remote server (`remote_ops`), and tasks' supervisors, which boot a workspace per task (`task_run`).
 //! Their records and plans live in their concerns' folders (`host`,
 //! `network`, `images`); this folder sits above them and the guest calls.
 
@@ -11,5 +12,6 @@ pub(crate) mod host_setup;
 pub(crate) mod image_build;
 pub(crate) mod kernel_install;
 pub(crate) mod networks;
+pub(crate) mod remote_ops;
 pub(crate) mod server_reports;
 pub(crate) mod task_run;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use guest_agent::protocol as wire;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::guest::stream::{ExecEvent, ExecInput, PtySize};
@@ -18,7 +18,7 @@ use crate::workspaces::manager::Workspaces;
 
 /// What runs: a program with its arguments, or a shell line.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Program {
+pub(crate) enum Program {
     Argv(Vec<String>),
     Shell(String),
 }
@@ -36,17 +36,17 @@ enum Program {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecRequest {
-    program: Program,
-    env: BTreeMap<String, String>,
-    cwd: Option<String>,
-    timeout: Option<Duration>,
-    output_cap: Option<u64>,
+    pub(crate) program: Program,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) output_cap: Option<u64>,
     id: Option<String>,
     pty: Option<PtySize>,
-    user: Option<String>,
-    root: Option<String>,
+    pub(crate) user: Option<String>,
+    pub(crate) root: Option<String>,
     /// Names only: values are read when the agent's request is built.
-    secrets: BTreeSet<String>,
+    pub(crate) secrets: BTreeSet<String>,
 }
 
 impl ExecRequest {
@@ -301,7 +301,7 @@ impl From<wire::ExecExit> for Exited {
 
 /// How a command ended and what it printed: the one result every front
 /// end returns (the CLI's `--json`, the MCP server's tools).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ExecResult {

@@ -1,0 +1,201 @@
+//! Workspace operations on a remote server for the front ends that call
+//! the library (the MCP server): a create there, recorded here once the
+//! remote confirmed it, and a command run there. Each is the remote's own
+//! CLI with `--json`, so both hosts apply the same checks.
+
+use std::time::Duration;
+
+use crate::guest::exec::Program;
+use crate::servers::{run_remote_json, ServerError, LOCAL_SERVER};
+use crate::store::spec::{Meta, WorkspaceSpec};
+use crate::{ExecRequest, ExecResult, Workspaces};
+
+/// Slack over a command's own timeout for the SSH round trip.
+const EXEC_SLACK: Duration = Duration::from_secs(30);
+/// How long a command without a timeout may run on a remote server.
+pub const REMOTE_EXEC_DEADLINE: Duration = Duration::from_secs(3600);
+/// How long a remote create may take (a registry pull included).
+const CREATE_DEADLINE: Duration = Duration::from_secs(900);
+
+/// `--server local` first: the remote runs it itself, never onward.
+fn on_itself(mut args: Vec<String>) -> Vec<String> {
+    let mut out = vec!["--server".to_owned(), LOCAL_SERVER.to_owned()];
+    out.append(&mut args);
+    out
+}
+
+/// The remote's `create` arguments for `spec`. What a remote create cannot
+/// take yet (ports, volumes, repositories, egress rules, a session owner)
+/// is refused rather than dropped.
+pub(crate) fn create_args(name: &str, spec: &WorkspaceSpec) -> Result<Vec<String>, ServerError> {
+    let mut unsupported = Vec::new();
+    if !spec.ports.is_empty() {
+        unsupported.push("ports");
+    }
+    if !spec.volumes.is_empty() {
+        unsupported.push("volumes");
+    }
+    if spec.repo.is_some() {
+        unsupported.push("repo");
+    }
+    if spec.egress.is_some() || !spec.allow.is_empty() {
+        unsupported.push("egress rules");
+    }
+    if spec.owner.is_some() || spec.delete_with_owner {
+        unsupported.push("session_scoped");
+    }
+    if !unsupported.is_empty() {
+        return Err(ServerError::Invalid(format!(
+            "a workspace on a remote server cannot have {} yet; create it without them, or on this host",
+            unsupported.join(", ")
+        )));
+    }
+    let mut args = vec![
+        "create".to_owned(),
+        name.to_owned(),
+        "--image".into(),
+        spec.image.clone(),
+        "--vcpus".into(),
+        spec.vcpus.to_string(),
+        "--mem".into(),
+        spec.mem_mib.to_string(),
+        "--disk".into(),
+        spec.disk_mib.to_string(),
+        "--network".into(),
+        spec.network.clone(),
+    ];
+    for (k, v) in &spec.env {
+        args.extend(["--env".to_owned(), format!("{k}={v}")]);
+    }
+    for (k, v) in &spec.labels {
+        args.extend(["--label".to_owned(), format!("{k}={v}")]);
+    }
+    if let Some(ttl) = spec.ttl_secs {
+        args.extend(["--ttl".to_owned(), format!("{ttl}s")]);
+    }
+    Ok(args)
+}
+
+/// The remote's `exec` arguments for `req` in workspace `name`.
+pub(crate) fn exec_args(name: &str, req: &ExecRequest) -> Vec<String> {
+    let mut args = vec!["exec".to_owned(), name.to_owned()];
+    for (k, v) in &req.env {
+        args.extend(["--env".to_owned(), format!("{k}={v}")]);
+    }
+    if let Some(dir) = &req.cwd {
+        args.extend(["--cwd".to_owned(), dir.clone()]);
+    }
+    if let Some(user) = &req.user {
+        args.extend(["--user".to_owned(), user.clone()]);
+    }
+    if let Some(timeout) = req.timeout {
+        let secs = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+        args.extend(["--timeout".to_owned(), secs.to_string()]);
+    }
+    if let Some(cap) = req.output_cap {
+        args.extend(["--output-cap".to_owned(), cap.to_string()]);
+    }
+    for secret in &req.secrets {
+        args.extend(["--secret".to_owned(), secret.clone()]);
+    }
+    match &req.program {
+        Program::Shell(line) => args.extend(["--shell".to_owned(), "--".into(), line.clone()]),
+        Program::Argv(argv) => {
+            args.push("--".into());
+            args.extend(argv.iter().cloned());
+        }
+    }
+    args
+}
+
+impl Workspaces {
+    /// Creates workspace `name` of `spec` on server `server` and records
+    /// that it lives there once the remote confirmed it; its record as the
+    /// remote keeps it.
+    pub async fn create_on_server(
+        &self,
+        server: &str,
+        name: &str,
+        spec: &WorkspaceSpec,
+    ) -> crate::Result<Meta> {
+        let registry = self.servers();
+        let target = registry.get(server)?;
+        let args = on_itself(create_args(name, spec)?);
+        let value = run_remote_json(&registry, &target, &args, CREATE_DEADLINE).await?;
+        let meta: Meta = serde_json::from_value(value).map_err(|e| ServerError::Garbled {
+            server: server.to_owned(),
+            detail: format!("its create answer: {e}"),
+        })?;
+        registry.place(name, server)?;
+        Ok(meta)
+    }
+
+    /// Runs `req` in workspace `name` on server `server`: its result as the
+    /// remote reports it (stdin is not sent).
+    pub async fn exec_on_server(
+        &self,
+        server: &str,
+        name: &str,
+        req: &ExecRequest,
+    ) -> crate::Result<ExecResult> {
+        let registry = self.servers();
+        let target = registry.get(server)?;
+        let deadline = req.timeout.map_or(REMOTE_EXEC_DEADLINE, |t| t + EXEC_SLACK);
+        let args = on_itself(exec_args(name, req));
+        let value = run_remote_json(&registry, &target, &args, deadline).await?;
+        Ok(
+            serde_json::from_value(value).map_err(|e| ServerError::Garbled {
+                server: server.to_owned(),
+                detail: format!("its exec answer: {e}"),
+            })?,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_become_the_remote_command_line() {
+        let req = ExecRequest::shell("echo $A")
+            .env("A", "1")
+            .cwd("/srv")
+            .timeout(Duration::from_millis(1500));
+        assert_eq!(
+            exec_args("dev", &req),
+            [
+                "exec",
+                "dev",
+                "--env",
+                "A=1",
+                "--cwd",
+                "/srv",
+                "--timeout",
+                "2",
+                "--shell",
+                "--",
+                "echo $A"
+            ]
+        );
+        let argv = exec_args("dev", &ExecRequest::argv(["ls", "-l"]));
+        assert_eq!(argv, ["exec", "dev", "--", "ls", "-l"]);
+        let spec = WorkspaceSpec {
+            image: "debian".into(),
+            ..WorkspaceSpec::default()
+        };
+        let args = create_args("w", &spec).unwrap();
+        assert_eq!(&args[..4], ["create", "w", "--image", "debian"]);
+        let with_ports = WorkspaceSpec {
+            ports: vec![serde_json::from_value(
+                serde_json::json!({"host_port": 8080, "guest_port": 80}),
+            )
+            .unwrap()],
+            ..spec
+        };
+        assert_eq!(
+            create_args("w", &with_ports).unwrap_err().code(),
+            crate::ErrorCode::InvalidInput
+        );
+    }
+}
