@@ -156,6 +156,51 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     let merged = names(&here.ok_json(&["list", "--json"]));
     assert_eq!(merged, [("w1".into(), "remote1".into(), "running".into())]);
 
+    // Through MCP, with the official Python SDK over stdio: the servers,
+    // a command in the remote workspace, a create placed there.
+    if let Some(python) = testkit::require(test, testkit::mcp_python()) {
+        let spec = serde_json::json!({
+            "stdio": [BIN, "serve", "mcp"],
+            "env": {"MICROAGENT_HOME": here.home()},
+            "calls": [
+                {"tool": "server_list", "args": {}},
+                {"tool": "workspace_exec", "args": {"name": "w1", "shell": "echo via-mcp; exit 4"}},
+                {"tool": "workspace_create", "args": {"name": "w4", "server": "remote1"}},
+            ],
+        });
+        let out = std::process::Command::new(python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/mcp_http/client.py"
+            ))
+            .arg(spec.to_string())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let calls = &answer["calls"];
+        let servers = &calls[0]["structured"]["servers"];
+        assert_eq!(servers[1]["name"], "remote1", "{answer}");
+        assert_eq!(servers[1]["status"], "online", "{answer}");
+        let ran = &calls[1]["structured"];
+        assert_eq!(
+            (ran["exit_code"].as_i64(), ran["stdout"].as_str()),
+            (Some(4), Some("via-mcp\n")),
+            "{answer}"
+        );
+        assert_eq!(calls[2]["structured"]["name"], "w4", "{answer}");
+        assert_eq!(
+            there.ok_json(&["inspect", "w4", "--json"])["state"],
+            "stopped"
+        );
+        here.ok(&["delete", "w4", "--yes"]);
+    }
+
     // The connection cut mid-exec: a clear end within the keepalive
     // deadline, not a hang; the workspace is still there.
     let began = Instant::now();

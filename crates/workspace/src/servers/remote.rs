@@ -83,8 +83,9 @@ pub async fn run_remote_json(
     args: &[String],
     deadline: Duration,
 ) -> Result<serde_json::Value, ServerError> {
+    // First: after a `--` it would be the guest command's.
     let mut args = args.to_vec();
-    args.push("--json".into());
+    args.insert(0, "--json".into());
     let out = run_remote(registry, spec, &args, deadline).await?;
     let garbled = |detail: String| ServerError::Garbled {
         server: spec.name.clone(),
