@@ -9,6 +9,7 @@ mod bench_density;
 mod bench_devices;
 mod bench_images;
 mod bench_net;
+mod bench_servers;
 mod bench_snapshot;
 mod bench_tasks;
 mod bench_tti;
@@ -93,6 +94,8 @@ tasks:
   bench containerd [--runs N]   `ctr run` to the container's first output through our shim,
                                 cold (image converted, guest booted) and warm, beside
                                 containerd's runc shim on the same image
+  bench servers [--runs N]      `exec WS -- true` on a workspace of a server reached over
+                                ssh (Debian's sshd on loopback) beside one of this host
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
                                 and host disk of a running workspace
   bench snapshot [--runs N] [--against DIST_DIR]
@@ -156,6 +159,7 @@ fn main() -> anyhow::Result<()> {
             [what, more @ ..] if what == "balloon" => bench_balloon::run(more),
             [what, more @ ..] if what == "containerd" => bench_containerd::run(more),
             [what, more @ ..] if what == "net" => bench_net::run(more),
+            [what, more @ ..] if what == "servers" => bench_servers::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),
             _ => bench::run(rest),
