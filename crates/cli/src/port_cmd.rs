@@ -21,6 +21,10 @@ pub enum PortCommand {
         /// `[HOST_IP:]HOST_PORT:GUEST_PORT` (host address 127.0.0.1 unless given).
         #[arg(value_parser = parse_mapping)]
         mapping: PortMapping,
+        /// For a workspace on another server: also forward this host's
+        /// 127.0.0.1:HOST_PORT to it over SSH (until `port rm` or delete).
+        #[arg(long)]
+        forward: bool,
     },
     /// List a workspace's published ports.
     #[command(alias = "list")]
@@ -72,7 +76,16 @@ fn print(workspace: &str, ports: &[PortMapping], json: bool) {
 
 pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, Error> {
     match cmd {
-        PortCommand::Add { workspace, mapping } => {
+        PortCommand::Add {
+            workspace,
+            mapping,
+            forward,
+        } => {
+            if *forward {
+                return Err(workspace::Error::InvalidInput(format!(
+                    "--forward is for a workspace on another server; {workspace} is on this host, so its port is published here already"
+                )));
+            }
             let meta = ws.workspace(workspace)?.publish_port(*mapping)?;
             print(workspace, &meta.spec.ports, json);
         }

@@ -14,12 +14,17 @@ use workspace::{ListFilter, Workspaces};
 use crate::output;
 use crate::Command;
 
-/// What this host records once the remote command succeeded.
+/// What this host does once the remote command succeeded.
 #[derive(Debug, PartialEq, Eq)]
 enum Record {
     Nothing,
     Place(String),
+    /// Forget the workspace: its placement and its forwards.
     Forget(String),
+    /// Forward this host's 127.0.0.1:port to the server's `ip`:port.
+    Forward(String, u16, std::net::IpAddr),
+    /// End the forward of a port.
+    Unforward(String, u16),
 }
 
 /// Where `cmd` runs: `None` here, else the server and what to record. A
@@ -38,6 +43,15 @@ async fn route(
             ..
         }) => Record::Place(new_name.clone()),
         Command::Delete { name, .. } => Record::Forget(name.clone()),
+        Command::Port(crate::port_cmd::PortCommand::Add {
+            workspace,
+            mapping,
+            forward: true,
+        }) => Record::Forward(workspace.clone(), mapping.host_port, mapping.host_ip),
+        Command::Port(crate::port_cmd::PortCommand::Rm {
+            workspace,
+            host: (_, port),
+        }) => Record::Unforward(workspace.clone(), *port),
         _ => Record::Nothing,
     };
     let server = match (server_flag, cmd) {
@@ -118,7 +132,8 @@ fn forwarded_args() -> Vec<String> {
             args.next();
             continue;
         }
-        if arg.starts_with("--server=") {
+        // This host's own part of `port add`; the server publishes.
+        if arg.starts_with("--server=") || arg == "--forward" {
             continue;
         }
         out.push(arg);
@@ -147,7 +162,25 @@ pub async fn forward_if_remote(
         let servers = ws.servers();
         match record {
             Record::Place(name) => servers.place(&name, &spec.name)?,
-            Record::Forget(name) => servers.unplace(&name)?,
+            Record::Forget(name) => {
+                servers.unforward_all(&name)?;
+                servers.unplace(&name)?;
+            }
+            Record::Forward(name, port, ip) => {
+                let ip = match ip {
+                    ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
+                    std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                    std::net::IpAddr::V4(v4) => v4.to_string(),
+                };
+                servers.forward_port(&spec, &name, port, &ip)?;
+                eprintln!(
+                    "127.0.0.1:{port} here is forwarded to port {port} of server {}",
+                    spec.name
+                );
+            }
+            Record::Unforward(name, port) => {
+                servers.unforward_port(&name, port)?;
+            }
             Record::Nothing => {}
         }
     } else if status == servers::ssh::SSH_FAILED {

@@ -34,6 +34,20 @@ fn names(list: &serde_json::Value) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// The body of `GET /` from 127.0.0.1:`port`.
+fn http_get(port: u16) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    conn.write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text)?;
+    if text.is_empty() {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(text)
+}
+
 #[test]
 fn a_remote_server_runs_workspaces_over_ssh() {
     let test = "a_remote_server_runs_workspaces_over_ssh";
@@ -152,6 +166,26 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     here.ok(&["delete", "w2", "--yes", "--force"]);
     assert!(!here.home().join("servers/placed/w2.json").exists());
 
+    // A port the server publishes, forwarded here over SSH on request (the
+    // server publishes on 127.0.0.2: both hosts are this machine).
+    let serve = "mkdir -p /root/www && echo from-the-remote > /root/www/index.html \
+                 && httpd -p 127.0.0.1:8080 -h /root/www";
+    here.ok(&["exec", "w1", "--shell", "--", serve]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let published = format!("127.0.0.2:{port}:8080");
+    here.ok(&["port", "add", "w1", &published, "--forward"]);
+    let page = http_get(port).unwrap();
+    assert!(page.ends_with("from-the-remote\n"), "{page}");
+    here.ok(&["port", "rm", "w1", &format!("127.0.0.2:{port}")]);
+    assert!(
+        testkit::wait_until(Duration::from_secs(5), || http_get(port).is_err()),
+        "the forward outlived port rm"
+    );
+
     // list merges: the remote workspace, with its server.
     let merged = names(&here.ok_json(&["list", "--json"]));
     assert_eq!(merged, [("w1".into(), "remote1".into(), "running".into())]);
@@ -166,6 +200,7 @@ fn a_remote_server_runs_workspaces_over_ssh() {
                 {"tool": "server_list", "args": {}},
                 {"tool": "workspace_exec", "args": {"name": "w1", "shell": "echo via-mcp; exit 4"}},
                 {"tool": "workspace_create", "args": {"name": "w4", "server": "remote1"}},
+                {"tool": "workspace_metrics", "args": {"server": "remote1"}},
             ],
         });
         let out = std::process::Command::new(python)
@@ -194,6 +229,12 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             "{answer}"
         );
         assert_eq!(calls[2]["structured"]["name"], "w4", "{answer}");
+        let metrics = &calls[3]["structured"]["workspaces"];
+        assert_eq!(metrics[0]["name"], "w1", "{answer}");
+        assert!(
+            metrics[0]["memory_total_bytes"].as_u64().unwrap() > 0,
+            "{answer}"
+        );
         assert_eq!(
             there.ok_json(&["inspect", "w4", "--json"])["state"],
             "stopped"

@@ -235,6 +235,10 @@ pub struct MetricsParams {
     /// The workspace; every workspace when absent.
     #[serde(default)]
     pub name: Option<String>,
+    /// The server whose workspaces these are (see `server_list`; default
+    /// this host, or the server `name` lives on).
+    #[serde(default)]
+    pub server: Option<String>,
 }
 
 /// `workspace_metrics`'s result.

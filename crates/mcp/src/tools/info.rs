@@ -178,7 +178,23 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<MetricsParams>,
     ) -> ToolResult<MetricsResult> {
-        let workspaces = self.ws.metrics(p.name.as_deref()).await?;
+        let placed = match &p.name {
+            Some(name) => self
+                .ws
+                .servers()
+                .placement(name)
+                .map_err(workspace::Error::from)?
+                .map(|placed| placed.server),
+            None => None,
+        };
+        let workspaces = match p.server.or(placed) {
+            Some(server) if server != workspace::servers::LOCAL_SERVER => {
+                self.ws
+                    .metrics_on_server(&server, p.name.as_deref())
+                    .await?
+            }
+            _ => self.ws.metrics(p.name.as_deref()).await?,
+        };
         Ok(Out(MetricsResult { workspaces }))
     }
 

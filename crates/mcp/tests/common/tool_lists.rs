@@ -1,7 +1,7 @@
 //! Every tool by name, the read-only ones, and those that take `preview`.
 
 /// Every tool.
-pub const TOOLS: [&str; 77] = [
+pub const TOOLS: [&str; 79] = [
     "agent_list",
     "agent_register",
     "agent_workspace",
@@ -54,6 +54,8 @@ pub const TOOLS: [&str; 77] = [
     "run",
     "run_code",
     "run_task",
+    "server_list",
+    "server_status",
     "snapshot_delete",
     "snapshot_get",
     "snapshot_list",
@@ -82,7 +84,7 @@ pub const TOOLS: [&str; 77] = [
 ];
 
 /// Those that change nothing.
-pub const READ_ONLY: [&str; 34] = [
+pub const READ_ONLY: [&str; 36] = [
     "agent_list",
     "agent_workspace",
     "contract",
@@ -108,6 +110,8 @@ pub const READ_ONLY: [&str; 34] = [
     "process_output",
     "process_wait",
     "repo_diff",
+    "server_list",
+    "server_status",
     "snapshot_get",
     "snapshot_list",
     "volume_inspect",

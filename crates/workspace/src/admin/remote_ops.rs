@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::guest::exec::Program;
+use crate::guest::WorkspaceMetrics;
 use crate::servers::{run_remote_json, ServerError, LOCAL_SERVER};
 use crate::store::spec::{Meta, WorkspaceSpec};
 use crate::{ExecRequest, ExecResult, Workspaces};
@@ -14,6 +15,8 @@ use crate::{ExecRequest, ExecResult, Workspaces};
 const EXEC_SLACK: Duration = Duration::from_secs(30);
 /// How long a command without a timeout may run on a remote server.
 pub const REMOTE_EXEC_DEADLINE: Duration = Duration::from_secs(3600);
+/// How long a remote `metrics` may take (it samples CPU for a second).
+const METRICS_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a remote create may take (a registry pull included).
 const CREATE_DEADLINE: Duration = Duration::from_secs(900);
 
@@ -128,6 +131,31 @@ impl Workspaces {
         })?;
         registry.place(name, server)?;
         Ok(meta)
+    }
+
+    /// The figures of workspace `name` on server `server`, or of every
+    /// workspace there (its microagent's `metrics`).
+    pub async fn metrics_on_server(
+        &self,
+        server: &str,
+        name: Option<&str>,
+    ) -> crate::Result<Vec<WorkspaceMetrics>> {
+        let registry = self.servers();
+        let target = registry.get(server)?;
+        let mut args = vec!["metrics".to_owned()];
+        args.extend(name.map(str::to_owned));
+        let value = run_remote_json(&registry, &target, &on_itself(args), METRICS_DEADLINE).await?;
+        // One workspace's figures come as an object, every one's as a list.
+        let value = match value {
+            serde_json::Value::Array(_) => value,
+            one => serde_json::Value::Array(vec![one]),
+        };
+        Ok(
+            serde_json::from_value(value).map_err(|e| ServerError::Garbled {
+                server: server.to_owned(),
+                detail: format!("its metrics answer: {e}"),
+            })?,
+        )
     }
 
     /// Runs `req` in workspace `name` on server `server`: its result as the

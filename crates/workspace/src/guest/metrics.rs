@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use guest_agent::protocol::{CpuTicks, SystemInfo};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::store::spec::Meta;
@@ -17,7 +17,7 @@ use crate::workspaces::manager::{ListFilter, Workspaces};
 pub const CPU_SAMPLE: Duration = Duration::from_secs(1);
 
 /// One workspace's figures; the guest's are null when it does not run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct WorkspaceMetrics {
@@ -54,7 +54,7 @@ pub struct WorkspaceMetrics {
 }
 
 /// Memory the guest gave back, and its memory as its balloon driver sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BalloonMetrics {

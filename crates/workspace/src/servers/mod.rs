@@ -7,6 +7,7 @@
 //! server is recorded here ([`PlacedWorkspace`]); every operation on it is
 //! forwarded there by the front ends (docs/servers.md).
 
+mod forwards;
 mod registry;
 mod remote;
 mod spec;

@@ -51,39 +51,28 @@ pub fn remote_line(spec: &ServerSpec, args: &[String]) -> String {
     words.join(" ")
 }
 
-/// `ssh` for `spec` running `remote` (a shell line), sharing one
-/// connection per server under `control_dir`; `tty` asks for a terminal.
-pub fn command(spec: &ServerSpec, control_dir: &Path, remote: &str, tty: bool) -> Command {
+/// `ssh` to `spec` with what every use shares: never a prompt, a bounded
+/// connect, keepalives, its key, options, port and user. `control` is the
+/// shared connection's option set, or the options of a connection alone.
+fn base(spec: &ServerSpec, control: &[String]) -> (Command, String) {
     let target = SshTarget::parse(&spec.ssh).ok();
     let mut cmd = Command::new("ssh");
-    let option = |cmd: &mut Command, kv: String| {
-        cmd.arg("-o").arg(kv);
-    };
-    option(&mut cmd, "BatchMode=yes".into());
-    option(
-        &mut cmd,
+    let mut options = vec![
+        "BatchMode=yes".to_owned(),
         format!("ConnectTimeout={}", CONNECT_TIMEOUT.as_secs()),
-    );
-    option(
-        &mut cmd,
         format!("ServerAliveInterval={}", KEEPALIVE_INTERVAL.as_secs()),
-    );
-    option(&mut cmd, format!("ServerAliveCountMax={KEEPALIVE_MISSES}"));
-    option(&mut cmd, "ControlMaster=auto".into());
-    option(
-        &mut cmd,
-        format!("ControlPath={}/%C", control_dir.display()),
-    );
-    option(
-        &mut cmd,
-        format!("ControlPersist={}", CONTROL_PERSIST.as_secs()),
-    );
+        format!("ServerAliveCountMax={KEEPALIVE_MISSES}"),
+    ];
+    options.extend(control.iter().cloned());
+    if spec.identity.is_some() {
+        options.push("IdentitiesOnly=yes".into());
+    }
+    options.extend(spec.ssh_options.iter().cloned());
+    for option in options {
+        cmd.arg("-o").arg(option);
+    }
     if let Some(identity) = &spec.identity {
         cmd.arg("-i").arg(identity);
-        option(&mut cmd, "IdentitiesOnly=yes".into());
-    }
-    for extra in &spec.ssh_options {
-        option(&mut cmd, extra.clone());
     }
     if let Some(target) = &target {
         if let Some(port) = target.port {
@@ -93,10 +82,38 @@ pub fn command(spec: &ServerSpec, control_dir: &Path, remote: &str, tty: bool) -
             cmd.arg("-l").arg(user);
         }
     }
+    let host = target.map_or_else(|| spec.ssh.clone(), |t| t.host);
+    (cmd, host)
+}
+
+/// `ssh` for `spec` running `remote` (a shell line), sharing one
+/// connection per server under `control_dir`; `tty` asks for a terminal.
+pub fn command(spec: &ServerSpec, control_dir: &Path, remote: &str, tty: bool) -> Command {
+    let shared = [
+        "ControlMaster=auto".to_owned(),
+        format!("ControlPath={}/%C", control_dir.display()),
+        format!("ControlPersist={}", CONTROL_PERSIST.as_secs()),
+    ];
+    let (mut cmd, host) = base(spec, &shared);
     cmd.arg(if tty { "-tt" } else { "-T" });
-    cmd.arg("--")
-        .arg(target.map_or_else(|| spec.ssh.clone(), |t| t.host))
-        .arg(remote);
+    cmd.arg("--").arg(host).arg(remote);
+    cmd
+}
+
+/// `ssh` for `spec` that only forwards this host's 127.0.0.1:`port` to
+/// `remote_ip`:`port` on the server, on a connection of its own (it lives
+/// as long as the forward), and fails if it cannot listen.
+pub fn forward_command(spec: &ServerSpec, port: u16, remote_ip: &str) -> Command {
+    let alone = [
+        "ControlMaster=no".to_owned(),
+        "ControlPath=none".to_owned(),
+        "ExitOnForwardFailure=yes".to_owned(),
+    ];
+    let (mut cmd, host) = base(spec, &alone);
+    cmd.arg("-N")
+        .arg("-L")
+        .arg(format!("127.0.0.1:{port}:{remote_ip}:{port}"));
+    cmd.arg("--").arg(host);
     cmd
 }
 

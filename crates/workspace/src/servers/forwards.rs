@@ -1,0 +1,123 @@
+//! SSH local forwards to the ports a server publishes for its workspaces:
+//! asked for with `port add --forward`, one background `ssh -N -L` each,
+//! recorded as `<state>/servers/forwards/<workspace>-<port>.pid` so `port
+//! rm` and `delete` end it.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use super::registry::ServerRegistry;
+use super::spec::ServerSpec;
+use super::ServerError;
+
+/// How long a new forward may take to listen.
+const LISTEN_DEADLINE: Duration = Duration::from_secs(15);
+
+impl ServerRegistry {
+    fn forwards_dir(&self) -> PathBuf {
+        self.control_dir().with_file_name("forwards")
+    }
+
+    fn forward_file(&self, workspace: &str, port: u16) -> PathBuf {
+        self.forwards_dir().join(format!("{workspace}-{port}.pid"))
+    }
+
+    /// Forwards this host's 127.0.0.1:`port` to `remote_ip`:`port` on
+    /// `spec`'s host, where it publishes a port of `workspace`; returns once
+    /// the forward listens. A port taken here is refused by ssh
+    /// (`ExitOnForwardFailure`) and reported.
+    pub fn forward_port(
+        &self,
+        spec: &ServerSpec,
+        workspace: &str,
+        port: u16,
+        remote_ip: &str,
+    ) -> Result<(), ServerError> {
+        crate::store::make_private_dir(&self.forwards_dir())?;
+        let log = self.forwards_dir().join(format!("{workspace}-{port}.log"));
+        let log_file = std::fs::File::create(&log).map_err(|source| ServerError::Io {
+            what: format!("creating {}", log.display()),
+            source,
+        })?;
+        let mut cmd = super::ssh::forward_command(spec, port, remote_ip);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .map_err(ServerError::Spawn)?;
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(ServerError::Unreachable {
+                    server: spec.name.clone(),
+                    detail: format!(
+                        "the forward of port {port} ended ({status}): {}",
+                        said.trim()
+                    ),
+                });
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            if started.elapsed() > LISTEN_DEADLINE {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ServerError::Deadline {
+                    server: spec.name.clone(),
+                    secs: LISTEN_DEADLINE.as_secs(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let file = self.forward_file(workspace, port);
+        std::fs::write(&file, child.id().to_string()).map_err(|source| ServerError::Io {
+            what: format!("writing {}", file.display()),
+            source,
+        })
+    }
+
+    /// Ends the forward of `workspace`'s `port`; false when there was none.
+    pub fn unforward_port(&self, workspace: &str, port: u16) -> Result<bool, ServerError> {
+        let file = self.forward_file(workspace, port);
+        let Ok(pid) = std::fs::read_to_string(&file) else {
+            return Ok(false);
+        };
+        if let Ok(pid) = pid.trim().parse::<i32>() {
+            // Only an ssh we started: the pid may have been reused.
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "ssh" {
+                // SAFETY: kill only sends a signal.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        let _ = std::fs::remove_file(self.forwards_dir().join(format!("{workspace}-{port}.log")));
+        std::fs::remove_file(&file).map_err(|source| ServerError::Io {
+            what: format!("removing {}", file.display()),
+            source,
+        })?;
+        Ok(true)
+    }
+
+    /// Ends every forward of `workspace`.
+    pub fn unforward_all(&self, workspace: &str) -> Result<(), ServerError> {
+        let Ok(entries) = std::fs::read_dir(self.forwards_dir()) else {
+            return Ok(());
+        };
+        let prefix = format!("{workspace}-");
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let port = name
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.strip_suffix(".pid"))
+                .and_then(|p| p.parse::<u16>().ok());
+            if let Some(port) = port {
+                self.unforward_port(workspace, port)?;
+            }
+        }
+        Ok(())
+    }
+}
