@@ -184,12 +184,19 @@ pub async fn forward_if_remote(
             Record::Nothing => {}
         }
     } else if status == servers::ssh::SSH_FAILED {
-        eprintln!(
-            "microagent: exit 255 from server {}: ssh failed (above), or the command there exited 255; `microagent server status {}` shows whether it is reachable",
+        // ssh's own failure (its message is above) cannot be told from a
+        // command there that exited 255; say both.
+        let message = format!(
+            "server {} could not be reached or dropped the connection (ssh said why above), unless the command there exited 255; `microagent server status {}` shows whether it is reachable",
             spec.name, spec.name
         );
+        return Ok(Some(output::report(
+            workspace::ErrorCode::HostUnsupported,
+            &message,
+            json,
+            255,
+        )));
     }
-    let _ = json;
     Ok(Some(ExitCode::from(
         u8::try_from(status).unwrap_or(output::FAILURE),
     )))
