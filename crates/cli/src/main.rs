@@ -445,7 +445,7 @@ async fn run_workspace_command(
         } => logs_cmd::events(ws, name, *after, *follow, *wait, json).await,
         Command::Run(args) => exec_cmd::run(ws, args, json).await,
         Command::Doctor | Command::Contract | Command::Vmm(_) | Command::Serve(_) => {
-            unreachable!("handled before the workspace store is opened")
+            unreachable!("handled before the workspace store is opened, or forwarded")
         }
     }
 }
@@ -492,11 +492,24 @@ fn main() -> ExitCode {
             );
         }
     }
+    // `doctor` and `contract` with `--server` run there (forwarded below).
+    let elsewhere = cli
+        .server
+        .as_deref()
+        .is_some_and(|s| s != workspace::servers::LOCAL_SERVER);
     match cli.command {
-        Command::Doctor => return anyhow_exit(doctor_cmd::run(json)),
+        Command::Vmm(_) | Command::Serve(_) if elsewhere => {
+            return output::report(
+                ErrorCode::InvalidInput,
+                "--server does not apply to vmm and serve: they run on this host; run them on the server itself",
+                json,
+                output::USAGE,
+            );
+        }
+        Command::Doctor if !elsewhere => return anyhow_exit(doctor_cmd::run(json)),
         Command::Vmm(cmd) => return anyhow_exit(vmm_cmd::run(cmd, json)),
         Command::Serve(cmd) => return serve_cmd::run(cmd),
-        Command::Contract => {
+        Command::Contract if !elsewhere => {
             output::json(&workspace::contract());
             return ExitCode::SUCCESS;
         }
