@@ -138,7 +138,7 @@ impl Staging<'_> {
         if status != 0 {
             return exit(status);
         }
-        let (parent, base) = split(to)?;
+        let (parent, _) = split(to)?;
         let landing = parent.join(format!(".microagent-cp-{}", std::process::id()));
         std::fs::create_dir(&landing)
             .map_err(Error::host_io(format!("making {}", landing.display())))?;
@@ -186,7 +186,6 @@ impl Staging<'_> {
         });
         let _ = std::fs::remove_dir_all(&landing);
         placed?;
-        let _ = base;
         if json {
             crate::output::json(&serde_json::json!({
                 "from": src, "to": to, "direction": "out", "server": spec.name

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use crate::host::budget::HostBudget;
+use crate::host::doctor::Status;
 use crate::servers::{
-    self, Availability, Health, Resources, ServerError, ServerReport, ServerStatus, WorkspaceUsage,
-    LOCAL_SERVER, VERSION,
+    self, Availability, Health, Resources, ServerError, ServerReport, ServerSpec, ServerStatus,
+    WorkspaceUsage, LOCAL_SERVER, VERSION,
 };
 use crate::{ListFilter, Result, State, Workspaces};
 
@@ -22,16 +23,20 @@ impl Workspaces {
         if name == LOCAL_SERVER {
             return self.local_server_report().await;
         }
+        self.remote_server_report(&self.servers().get(name)?).await
+    }
+
+    /// `spec`'s own report, asked of it.
+    async fn remote_server_report(&self, spec: &ServerSpec) -> Result<ServerReport> {
         let registry = self.servers();
-        let spec = registry.get(name)?;
         let args = ["server", "status", LOCAL_SERVER].map(String::from);
         let probed =
-            servers::run_remote_json(&registry, &spec, &args, servers::PROBE_DEADLINE).await;
+            servers::run_remote_json(&registry, spec, &args, servers::PROBE_DEADLINE).await;
         Ok(match probed {
             Ok(value) => match serde_json::from_value::<ServerReport>(value) {
-                Ok(report) => servers::remote_status(&spec, report),
+                Ok(report) => servers::remote_status(spec, report),
                 Err(e) => servers::offline(
-                    &spec,
+                    spec,
                     format!("its microagent answered the status probe in another shape ({e}); install this version there"),
                 ),
             },
@@ -40,7 +45,7 @@ impl Workspaces {
                 | ServerError::Deadline { .. }
                 | ServerError::Remote { .. }
                 | ServerError::Garbled { .. }),
-            ) => servers::offline(&spec, e.to_string()),
+            ) => servers::offline(spec, e.to_string()),
             Err(e) => return Err(e.into()),
         })
     }
@@ -49,7 +54,7 @@ impl Workspaces {
     pub async fn server_reports(&self) -> Result<Vec<ServerReport>> {
         let mut out = vec![self.local_server_report().await?];
         for spec in self.servers().list()? {
-            out.push(self.server_report(&spec.name).await?);
+            out.push(self.remote_server_report(&spec).await?);
         }
         Ok(out)
     }
@@ -103,7 +108,8 @@ impl Workspaces {
             _ => 0.0,
         };
         let (total_memory_bytes, available_memory) = servers::memory();
-        let (total_disk_bytes, free_disk) = servers::disk(self.state_dir().root());
+        let (total_disk_bytes, free_disk) =
+            crate::host::settings::disk_bytes(self.state_dir().root()).unwrap_or((0, 0));
         let budget = HostBudget::load(self.state_dir().root()).unwrap_or_default();
         let mut resources = Resources {
             total_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
@@ -120,11 +126,11 @@ impl Workspaces {
             self.state_dir(),
             crate::host::settings::asset_dir().as_deref(),
         );
-        let kvm = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/kvm")
-            .is_ok();
+        // The doctor opened /dev/kvm already.
+        let kvm = doctor
+            .checks
+            .iter()
+            .any(|c| c.name == "kvm_device" && c.status == Status::Ok);
         let images = self
             .images()
             .list()

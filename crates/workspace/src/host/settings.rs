@@ -67,6 +67,12 @@ pub fn missing_debs(packages: &[&str]) -> Vec<String> {
 
 /// Bytes free for this user on the filesystem holding `path`.
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    disk_bytes(path).map(|(_, free)| free)
+}
+
+/// Total bytes of the filesystem holding `path`, and those free for this
+/// user.
+pub fn disk_bytes(path: &Path) -> std::io::Result<(u64, u64)> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(std::io::Error::other)?;
     // SAFETY: an all-zero statvfs is a valid value for the out-parameter.
@@ -75,7 +81,10 @@ pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    Ok((
+        st.f_blocks.saturating_mul(st.f_frsize),
+        st.f_bavail.saturating_mul(st.f_frsize),
+    ))
 }
 
 /// `timeout` from now; a timeout past what an `Instant` can hold (a user's

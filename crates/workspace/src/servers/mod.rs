@@ -21,7 +21,7 @@ pub use status::{
     available_score, offline, remote_status, Availability, Health, Resources, ServerReport,
     ServerStatus, WorkspaceUsage, VERSION,
 };
-pub(crate) use status::{cpu_times, disk, memory};
+pub(crate) use status::{cpu_times, memory};
 
 use crate::store::StoreError;
 use crate::ErrorCode;

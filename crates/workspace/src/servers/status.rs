@@ -184,22 +184,6 @@ pub(crate) fn memory() -> (u64, u64) {
     (field("MemTotal:"), field("MemAvailable:"))
 }
 
-/// Total and free bytes of the filesystem holding `path`.
-pub(crate) fn disk(path: &std::path::Path) -> (u64, u64) {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return (0, 0);
-    };
-    // SAFETY: statvfs is plain data; all zeroes is a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated and `st` outlives the call.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return (0, 0);
-    }
-    let frsize = st.f_frsize;
-    (st.f_blocks * frsize, st.f_bavail * frsize)
-}
-
 /// Whether versions `a` and `b` agree in major and minor.
 pub fn same_minor(a: &str, b: &str) -> bool {
     let minor = |v: &str| v.split('.').take(2).collect::<Vec<_>>().join(".");
@@ -290,7 +274,8 @@ mod tests {
         assert!(total >= busy && total > 0);
         let (mem_total, available) = memory();
         assert!(mem_total > 0 && available <= mem_total);
-        let (disk_total, free) = disk(std::path::Path::new("/"));
+        let (disk_total, free) =
+            crate::host::settings::disk_bytes(std::path::Path::new("/")).unwrap();
         assert!(disk_total > 0 && free <= disk_total);
     }
 }
