@@ -14,6 +14,37 @@ use super::ServerError;
 /// How long a new forward may take to listen.
 const LISTEN_DEADLINE: Duration = Duration::from_secs(15);
 
+/// Whether process `pid` holds a socket listening on 127.0.0.1:`port`.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    let inodes = listening_inodes(&table, port);
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            let target = target.to_string_lossy();
+            inodes.iter().any(|i| target == format!("socket:[{i}]"))
+        })
+    })
+}
+
+/// The inodes of the sockets listening on 127.0.0.1:`port` in a
+/// `/proc/net/tcp` table.
+fn listening_inodes(table: &str, port: u16) -> Vec<String> {
+    const LISTEN: &str = "0A";
+    let local = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (addr, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
+            (*addr == local && *state == LISTEN).then(|| (*inode).to_owned())
+        })
+        .collect()
+}
+
 impl ServerRegistry {
     fn forwards_dir(&self) -> PathBuf {
         self.control_dir().with_file_name("forwards")
@@ -60,7 +91,9 @@ impl ServerRegistry {
                     ),
                 });
             }
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            // Not a test connection: it would reach the workspace's server
+            // as a spurious empty request.
+            if listens_on(child.id(), port) {
                 break;
             }
             if started.elapsed() > LISTEN_DEADLINE {
@@ -119,5 +152,32 @@ impl ServerRegistry {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_listening_socket_on_the_port_counts() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0000000000000000 20 4 30 10 -1
+   2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0000000000000000 100 0 0 10 0
+   3: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4545 1 0000000000000000 100 0 0 10 0
+";
+        assert_eq!(listening_inodes(table, 8080), ["4242"]);
+        assert!(listening_inodes(table, 80).is_empty());
+        assert!(listening_inodes("", 8080).is_empty());
+    }
+
+    #[test]
+    fn a_process_listening_is_seen_and_one_that_is_not_is_not() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listens_on(std::process::id(), port));
+        drop(listener);
+        assert!(!listens_on(std::process::id(), port));
     }
 }
