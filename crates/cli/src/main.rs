@@ -1,5 +1,6 @@
 //! The `microagent` command.
 
+mod browser_cmd;
 mod doctor_cmd;
 mod exec_cmd;
 mod files_cmd;
@@ -235,6 +236,11 @@ enum Command {
     /// `process wait`, `process signal`, `process stdin`, `process rm`.
     #[command(subcommand)]
     Process(process_cmd::ProcessCommand),
+    /// A headless browser in the workspace, driven by accessibility
+    /// snapshots: `browser open dev http://...`, `browser click dev e3`,
+    /// `browser fill dev e2 --value x`, `browser screenshot dev page.png`.
+    #[command(subcommand)]
+    Browser(browser_cmd::BrowserCommand),
     /// Copy a file or directory in or out: `cp ./src dev:/work`,
     /// `cp dev:/etc/os-release ./os-release`. A file replaces a guest file
     /// and a directory merges into a guest directory; on the host an
@@ -419,6 +425,7 @@ async fn run_workspace_command(
         Command::Ps { name } => process_cmd::ps(ws, name, json).await,
         Command::Metrics { name } => w::metrics(ws, name.as_deref(), json).await,
         Command::Process(cmd) => process_cmd::run(ws, cmd, json).await,
+        Command::Browser(cmd) => browser_cmd::run(ws, cmd, json).await,
         Command::Fs(cmd) => fs_cmd::run(ws, cmd, json).await,
         Command::Cp {
             src,

@@ -73,6 +73,7 @@ async fn route(
 
 /// The workspace `cmd` acts on, when it names one.
 fn target(cmd: &Command) -> Option<&str> {
+    use crate::browser_cmd::BrowserCommand as B;
     use crate::fs_cmd::FsCommand as F;
     use crate::port_cmd::PortCommand as P;
     use crate::process_cmd::ProcessCommand as Pr;
@@ -113,6 +114,15 @@ fn target(cmd: &Command) -> Option<&str> {
         Command::Port(P::Add { workspace, .. } | P::Ls { workspace } | P::Rm { workspace, .. }) => {
             workspace
         }
+        // Not `screenshot`: its file is written where the command runs.
+        Command::Browser(
+            B::Open { workspace, .. }
+            | B::Snapshot { workspace, .. }
+            | B::Click { workspace, .. }
+            | B::Fill { workspace, .. }
+            | B::Close { workspace, .. }
+            | B::Events { workspace, .. },
+        ) => workspace,
         _ => return None,
     })
 }

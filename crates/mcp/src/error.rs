@@ -129,6 +129,13 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "this server lacks CAP_NET_ADMIN; a root shell can apply the same plan: sudo microagent {operation} --confirm {token} (with this server's MICROAGENT_HOME)"
         ),
         Remedy::PreviewAgain => "call the tool again without a token for a fresh plan and token".into(),
+        Remedy::UseBrowserImage => "use a workspace of an image with Chromium: build it on the host once (`microagent image build browser --from debian:bookworm --packages chromium-headless-shell,fonts-dejavu-core --yes`) and create one with image \"browser\" and mem_mib 2048".into(),
+        Remedy::TakeBrowserSnapshot { page, .. } => format!(
+            "call browser_snapshot (page \"{page}\") and use one of its refs, or pass a selector"
+        ),
+        Remedy::OpenBrowserPage { page, .. } => format!(
+            "open it first with browser_open (page \"{page}\")"
+        ),
         Remedy::UseCodeImage { image } => format!(
             "run_code needs an image with it such as `{image}`: leave out `workspace` to run in a one-shot {image} workspace, or create one with image \"{image}\""
         ),

@@ -132,7 +132,8 @@ impl MicroagentServer {
             + Self::tasks_router()
             + Self::host_router()
             + Self::run_router()
-            + Self::processes_router();
+            + Self::processes_router()
+            + Self::browser_router();
         #[cfg(feature = "conformance-fixture")]
         {
             tool_router += Self::conformance_router();

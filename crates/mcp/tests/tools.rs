@@ -90,13 +90,17 @@ async fn lists_every_tool_with_schemas_and_honest_annotations() {
         check_schema(name, "output", &Value::Object(output.clone()));
         let a = tool.annotations.as_ref().expect("annotations");
         assert!(a.title.is_some(), "{name} title");
-        // Only a pull (a registry), a kernel install and an image build
-        // (Debian's package mirrors) reach past this machine.
+        // Only a pull (a registry), a kernel install, an image build
+        // (Debian's package mirrors) and the browser's page loads (opening a
+        // URL, and clicks and typing that send forms) reach past this machine.
         let open_world = [
             "image_pull",
             "image_search",
             "kernel_install",
             "image_build",
+            "browser_open",
+            "browser_click",
+            "browser_fill",
         ]
         .contains(&name);
         assert_eq!(a.open_world_hint, Some(open_world), "{name}");

@@ -158,6 +158,10 @@ pub enum Error {
     #[cfg(feature = "client")]
     #[error(transparent)]
     Server(#[from] crate::servers::ServerError),
+    /// A browser call failed.
+    #[cfg(feature = "client")]
+    #[error(transparent)]
+    Browser(#[from] crate::browser::BrowserError),
     /// A repository operation failed.
     #[error(transparent)]
     Repo(#[from] crate::repos::RepoError),
@@ -295,6 +299,8 @@ impl Error {
             Error::Volume(e) => e.code(),
             #[cfg(feature = "client")]
             Error::Server(e) => e.code(),
+            #[cfg(feature = "client")]
+            Error::Browser(e) => e.code(),
             Error::Repo(e) => e.code(),
             Error::Agents(e) => e.code(),
             Error::Task(e) => e.code(),
@@ -359,6 +365,8 @@ impl Error {
                 })
             }
             Error::Image(e) => e.remedy(),
+            #[cfg(feature = "client")]
+            Error::Browser(e) => e.remedy(),
             Error::Volume(e) => e.remedy(),
             Error::Repo(e) => e.remedy(),
             Error::Secret(e) => e.remedy(),

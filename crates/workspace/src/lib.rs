@@ -27,6 +27,8 @@
 #[cfg(feature = "client")]
 pub(crate) mod admin;
 pub mod agents;
+#[cfg(feature = "client")]
+pub mod browser;
 pub(crate) mod code;
 pub(crate) mod error;
 pub(crate) mod error_chain;

@@ -112,6 +112,23 @@ pub enum Remedy {
         /// The image.
         image: String,
     },
+    /// Use a workspace of an image with Chromium (`browser`), building it
+    /// first if it is missing.
+    UseBrowserImage,
+    /// Take a new snapshot of the page: its refs are what click and fill take.
+    TakeBrowserSnapshot {
+        /// The workspace.
+        workspace: String,
+        /// The page.
+        page: String,
+    },
+    /// Open the page first (or list the pages the browser has).
+    OpenBrowserPage {
+        /// The workspace.
+        workspace: String,
+        /// The page.
+        page: String,
+    },
     /// Build the image that has every interpreter, or run the code in a
     /// running workspace whose image has this one.
     BuildCodeImage {

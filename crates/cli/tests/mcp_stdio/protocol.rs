@@ -81,7 +81,7 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     let mut tools = listed["result"]["tools"].as_array().unwrap().clone();
     tools.retain(|t| t["name"] != "json_schema_2020_12_tool");
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(tools.len(), 79, "{names:?}");
+    assert_eq!(tools.len(), 86, "{names:?}");
     for snapshot_tool in ["snapshot_take", "snapshot_restore", "workspace_fork"] {
         assert!(names.contains(&snapshot_tool), "{names:?}");
     }

@@ -78,6 +78,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     /// Any request whose answer is one message: sends it and returns that
     /// message (an `error` answer becomes [`ClientError::Agent`]).
     pub async fn call(mut self, req: &Request) -> Result<Response, ClientError> {
+        self.call_ref(req).await
+    }
+
+    /// `tcp_connect`: the agent connects to 127.0.0.1:`port` in the guest;
+    /// the returned stream then carries that TCP connection's bytes.
+    pub async fn tcp_connect(mut self, port: u16) -> Result<S, ClientError> {
+        expect_ok(self.call_ref(&Request::TcpConnect { port }).await?)?;
+        Ok(self.stream)
+    }
+
+    async fn call_ref(&mut self, req: &Request) -> Result<Response, ClientError> {
         self.send_start(req).await?;
         self.read_hello().await?;
         self.response().await

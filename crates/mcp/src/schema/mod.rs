@@ -13,6 +13,7 @@
 //! workspace record, and the input of tools without arguments.
 
 pub mod agents;
+pub mod browser;
 pub mod exec;
 pub mod file_ops;
 pub mod files;

@@ -9,6 +9,7 @@
 //! library's blocking calls off the async runtime.
 
 pub mod agents;
+pub mod browser;
 pub mod exec;
 pub mod file_ops;
 pub mod files;

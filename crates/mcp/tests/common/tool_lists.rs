@@ -1,10 +1,17 @@
 //! Every tool by name, the read-only ones, and those that take `preview`.
 
 /// Every tool.
-pub const TOOLS: [&str; 79] = [
+pub const TOOLS: [&str; 86] = [
     "agent_list",
     "agent_register",
     "agent_workspace",
+    "browser_click",
+    "browser_close",
+    "browser_events",
+    "browser_fill",
+    "browser_open",
+    "browser_screenshot",
+    "browser_snapshot",
     "cancel_task",
     "cleanup_task",
     "contract",
@@ -84,9 +91,12 @@ pub const TOOLS: [&str; 79] = [
 ];
 
 /// Those that change nothing.
-pub const READ_ONLY: [&str; 36] = [
+pub const READ_ONLY: [&str; 39] = [
     "agent_list",
     "agent_workspace",
+    "browser_events",
+    "browser_screenshot",
+    "browser_snapshot",
     "contract",
     "estimate_cost",
     "file_find",

@@ -115,14 +115,14 @@ pub enum EventKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
-pub struct Event {
+pub struct Event<K = EventKind> {
     /// 1, 2, 3, ... in order of appending.
     pub seq: u64,
     /// Unix time in milliseconds.
     pub at_ms: u64,
     /// What happened.
     #[serde(flatten)]
-    pub kind: EventKind,
+    pub kind: K,
 }
 
 /// Why the log could not be used.
@@ -139,17 +139,27 @@ pub enum EventsError {
     },
 }
 
-/// The event log of one workspace.
+/// The event log of one workspace, or another numbered log of records
+/// `K` (the browser's, `crate::browser`).
 #[derive(Clone, Debug)]
-pub struct EventLog {
+pub struct EventLog<K = EventKind> {
     path: PathBuf,
+    kind: std::marker::PhantomData<fn() -> K>,
 }
 
 impl EventLog {
     /// The log in workspace directory `dir` (created on first append).
     pub fn new(dir: &Path) -> Self {
+        Self::at(dir.join(EVENTS_FILE))
+    }
+}
+
+impl<K: Serialize + serde::de::DeserializeOwned> EventLog<K> {
+    /// The log in file `path` (created on first append).
+    pub fn at(path: PathBuf) -> Self {
         Self {
-            path: dir.join(EVENTS_FILE),
+            path,
+            kind: std::marker::PhantomData,
         }
     }
 
@@ -161,7 +171,7 @@ impl EventLog {
     }
 
     /// Appends `kind`; returns the event as logged.
-    pub fn append(&self, kind: EventKind) -> Result<Event, EventsError> {
+    pub fn append(&self, kind: K) -> Result<Event<K>, EventsError> {
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -188,7 +198,7 @@ impl EventLog {
     }
 
     /// Events with `seq > after`, in order (a missing log has none).
-    pub fn read_after(&self, after: u64) -> Result<Vec<Event>, EventsError> {
+    pub fn read_after(&self, after: u64) -> Result<Vec<Event<K>>, EventsError> {
         let file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -198,7 +208,7 @@ impl EventLog {
         for line in BufReader::new(file).lines() {
             let line = line.map_err(self.err())?;
             // A torn last line (crash mid-append) is skipped, not fatal.
-            if let Ok(event) = serde_json::from_str::<Event>(&line) {
+            if let Ok(event) = serde_json::from_str::<Event<K>>(&line) {
                 if event.seq > after {
                     out.push(event);
                 }

@@ -1,0 +1,371 @@
+//! The browser calls of a workspace. Each takes the workspace's browser
+//! lock, makes sure Chromium runs (`launch`), opens a DevTools connection
+//! through the agent, acts on one page and returns its new snapshot.
+
+use serde_json::{json, Value};
+use tokio::net::UnixStream;
+
+use super::cdp::Cdp;
+use super::launch::{self, Endpoint};
+use super::page::{png_size, Page};
+use super::state::{BrowserDir, BrowserState, PageState};
+use super::{
+    check_url, BrowserError, BrowserEventKind, BrowserEvents, BrowserPageClosed, BrowserScreenshot,
+    BrowserSnapshot, Element, PageOptions, MAX_EVENTS_PER_CALL, MAX_SNAPSHOT_BYTES,
+};
+use crate::error::{Error, Result};
+use crate::store::file_lock::FileLock;
+use crate::store::workspace_dir::WorkspaceDir;
+use crate::workspaces::handle::Workspace;
+
+/// Bound on the browser-level commands (targets).
+const TARGET_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One call's hold on the browser.
+struct Call<'a> {
+    ws: Workspace<'a>,
+    dir: BrowserDir,
+    _lock: FileLock,
+    state: BrowserState,
+    endpoint: Endpoint,
+    cdp: Option<Cdp<UnixStream>>,
+}
+
+/// A DevTools connection to `endpoint` through the workspace's agent.
+async fn connect(ws_dir: &WorkspaceDir, endpoint: &Endpoint) -> Result<Cdp<UnixStream>> {
+    let stream = ws_dir
+        .connect_agent()
+        .await
+        .map_err(Error::agent("connect"))?
+        .tcp_connect(endpoint.port)
+        .await
+        .map_err(Error::agent("tcp_connect"))?;
+    Ok(Cdp::handshake(stream, endpoint.port, &endpoint.path).await?)
+}
+
+impl<'a> Call<'a> {
+    async fn begin(ws: Workspace<'a>) -> Result<Self> {
+        let (ws_dir, _) = ws.all.running(ws.name.as_str())?;
+        let dir = BrowserDir::new(ws_dir.path());
+        let lock = dir.lock().await?;
+        let began = std::time::Instant::now();
+        let mut endpoint = launch::ensure(ws, &dir).await?;
+        let cdp = match connect(&ws_dir, &endpoint).await {
+            Ok(cdp) => cdp,
+            // It exited or hung since it was last seen: start it again.
+            Err(e) if !endpoint.fresh => {
+                tracing::info!(
+                    workspace = ws.name.as_str(),
+                    "the browser does not answer ({e}); restarting it"
+                );
+                launch::stop(ws).await?;
+                endpoint = launch::ensure(ws, &dir).await?;
+                connect(&ws_dir, &endpoint).await?
+            }
+            Err(e) => return Err(e),
+        };
+        tracing::info!(
+            workspace = ws.name.as_str(),
+            port = endpoint.port,
+            ms = began.elapsed().as_millis() as u64,
+            "browser connected"
+        );
+        let mut state = dir.load();
+        if state.browser_started_ms != endpoint.started_ms {
+            // Another browser process: its pages are gone.
+            state = BrowserState {
+                browser_started_ms: endpoint.started_ms,
+                ..BrowserState::default()
+            };
+        }
+        Ok(Self {
+            ws,
+            dir,
+            _lock: lock,
+            state,
+            endpoint,
+            cdp: Some(cdp),
+        })
+    }
+
+    fn workspace(&self) -> String {
+        self.ws.name.as_str().to_owned()
+    }
+
+    fn cdp(&mut self) -> Result<&mut Cdp<UnixStream>> {
+        self.cdp.as_mut().ok_or_else(|| BrowserError::Closed.into())
+    }
+
+    /// The open targets' ids.
+    async fn targets(&mut self) -> Result<Vec<String>> {
+        let answer = self
+            .cdp()?
+            .call(None, "Target.getTargets", json!({}), TARGET_DEADLINE)
+            .await?;
+        Ok(answer
+            .get("targetInfos")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|t| t.get("type").and_then(Value::as_str) == Some("page"))
+            .filter_map(|t| t.get("targetId").and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Attaches to page `name`, opening it when `open` (else it must exist).
+    async fn page(&mut self, name: &str, open: bool) -> Result<Page<UnixStream>> {
+        let targets = self.targets().await?;
+        let known = self
+            .state
+            .pages
+            .get(name)
+            .filter(|p| targets.contains(&p.target_id))
+            .map(|p| p.target_id.clone());
+        let target = match known {
+            Some(t) => t,
+            None if open => {
+                let began = std::time::Instant::now();
+                let created = self
+                    .cdp()?
+                    .call(
+                        None,
+                        "Target.createTarget",
+                        json!({"url": "about:blank"}),
+                        TARGET_DEADLINE,
+                    )
+                    .await?;
+                let id = created
+                    .get("targetId")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| BrowserError::Protocol {
+                        method: "Target.createTarget".into(),
+                        message: "no targetId in the answer".into(),
+                    })?
+                    .to_owned();
+                self.state.pages.insert(
+                    name.to_owned(),
+                    PageState {
+                        target_id: id.clone(),
+                        refs: Default::default(),
+                    },
+                );
+                self.dir.save(&self.state)?;
+                tracing::info!(
+                    page = name,
+                    ms = began.elapsed().as_millis() as u64,
+                    "page created"
+                );
+                id
+            }
+            None => {
+                self.state.pages.remove(name);
+                return Err(BrowserError::UnknownPage {
+                    workspace: self.workspace(),
+                    page: name.to_owned(),
+                }
+                .into());
+            }
+        };
+        let cdp = self.cdp.take().ok_or(BrowserError::Closed)?;
+        let workspace = self.workspace();
+        let began = std::time::Instant::now();
+        let page = Page::attach(cdp, &target, (&workspace, name), self.dir.events()).await?;
+        tracing::info!(
+            workspace,
+            page = name,
+            ms = began.elapsed().as_millis() as u64,
+            "page attached"
+        );
+        Ok(page)
+    }
+
+    fn action(&self, page: &str, action: String) -> Result<()> {
+        self.dir.events().append(BrowserEventKind::Action {
+            page: page.to_owned(),
+            action,
+        })?;
+        Ok(())
+    }
+
+    /// The node `element` names on `page`.
+    async fn node(
+        &self,
+        page: &mut Page<UnixStream>,
+        name: &str,
+        element: &Element,
+    ) -> Result<i64> {
+        match element {
+            Element::Ref(r) => self
+                .state
+                .pages
+                .get(name)
+                .and_then(|p| p.refs.get(r))
+                .copied()
+                .ok_or_else(|| {
+                    BrowserError::UnknownRef {
+                        workspace: self.workspace(),
+                        page: name.to_owned(),
+                        reference: r.clone(),
+                    }
+                    .into()
+                }),
+            Element::Selector(s) => Ok(page.select(s).await?),
+        }
+    }
+
+    /// Snapshots `page`, keeps its refs, and ends the call.
+    async fn finish(mut self, mut page: Page<UnixStream>, name: &str) -> Result<BrowserSnapshot> {
+        let snap = page.snapshot(MAX_SNAPSHOT_BYTES).await?;
+        page.into_cdp().close().await;
+        let refs = snap.rendered.refs.len();
+        if let Some(p) = self.state.pages.get_mut(name) {
+            p.refs = snap.rendered.refs;
+        }
+        self.dir.save(&self.state)?;
+        Ok(BrowserSnapshot {
+            workspace: self.workspace(),
+            page: name.to_owned(),
+            url: snap.url,
+            title: snap.title,
+            snapshot: snap.rendered.yaml,
+            refs,
+            truncated: snap.rendered.truncated_lines > 0,
+            restarted: self.endpoint.restarted.take(),
+        })
+    }
+}
+
+impl Workspace<'_> {
+    /// Opens `url` in page `options.page` (made on first use; the browser
+    /// starts on first use) and returns its snapshot once it has loaded.
+    pub async fn browser_open(self, url: &str, options: PageOptions) -> Result<BrowserSnapshot> {
+        check_url(url)?;
+        options.check()?;
+        let mut call = Call::begin(self).await?;
+        let mut page = call.page(&options.page, true).await?;
+        call.action(&options.page, format!("open {url}"))?;
+        page.navigate(url, options.timeout).await?;
+        call.finish(page, &options.page).await
+    }
+
+    /// A new snapshot of an open page.
+    pub async fn browser_snapshot(self, options: PageOptions) -> Result<BrowserSnapshot> {
+        options.check()?;
+        let mut call = Call::begin(self).await?;
+        let page = call.page(&options.page, false).await?;
+        call.finish(page, &options.page).await
+    }
+
+    /// Clicks `element` on an open page, waits for what it sets off
+    /// (a navigation, requests) and returns the new snapshot.
+    pub async fn browser_click(
+        self,
+        element: &Element,
+        options: PageOptions,
+    ) -> Result<BrowserSnapshot> {
+        options.check()?;
+        let mut call = Call::begin(self).await?;
+        let mut page = call.page(&options.page, false).await?;
+        let node = call.node(&mut page, &options.page, element).await?;
+        call.action(&options.page, format!("click {element}"))?;
+        page.click(node, element).await?;
+        page.settle(options.timeout).await?;
+        call.finish(page, &options.page).await
+    }
+
+    /// Types `value` into `element` (replacing what it held) on an open
+    /// page and returns the new snapshot.
+    pub async fn browser_fill(
+        self,
+        element: &Element,
+        value: &str,
+        options: PageOptions,
+    ) -> Result<BrowserSnapshot> {
+        options.check()?;
+        let mut call = Call::begin(self).await?;
+        let mut page = call.page(&options.page, false).await?;
+        let node = call.node(&mut page, &options.page, element).await?;
+        call.action(&options.page, format!("fill {element}"))?;
+        page.fill(node, value).await?;
+        page.settle(options.timeout).await?;
+        call.finish(page, &options.page).await
+    }
+
+    /// Closes an open page.
+    pub async fn browser_close(self, options: PageOptions) -> Result<BrowserPageClosed> {
+        options.check()?;
+        let mut call = Call::begin(self).await?;
+        let name = options.page;
+        let targets = call.targets().await?;
+        let Some(target) = call
+            .state
+            .pages
+            .get(&name)
+            .filter(|p| targets.contains(&p.target_id))
+            .map(|p| p.target_id.clone())
+        else {
+            return Err(BrowserError::UnknownPage {
+                workspace: call.workspace(),
+                page: name,
+            }
+            .into());
+        };
+        call.cdp()?
+            .call(
+                None,
+                "Target.closeTarget",
+                json!({"targetId": target}),
+                TARGET_DEADLINE,
+            )
+            .await?;
+        call.state.pages.remove(&name);
+        call.dir.save(&call.state)?;
+        call.action(&name, "close".into())?;
+        if let Some(cdp) = call.cdp.take() {
+            cdp.close().await;
+        }
+        Ok(BrowserPageClosed {
+            workspace: call.workspace(),
+            page: name,
+            pages: call.state.pages.keys().cloned().collect(),
+        })
+    }
+
+    /// A PNG of an open page's viewport.
+    pub async fn browser_screenshot(self, options: PageOptions) -> Result<BrowserScreenshot> {
+        options.check()?;
+        let mut call = Call::begin(self).await?;
+        let mut page = call.page(&options.page, false).await?;
+        let png = page.screenshot().await?;
+        let (snap_url, _) = page.location().await?;
+        page.into_cdp().close().await;
+        call.action(&options.page, "screenshot".into())?;
+        let (width, height) = png_size(&png).ok_or_else(|| BrowserError::Protocol {
+            method: "Page.captureScreenshot".into(),
+            message: "the answer is not a PNG".into(),
+        })?;
+        Ok(BrowserScreenshot {
+            page: options.page,
+            url: snap_url,
+            png,
+            width,
+            height,
+        })
+    }
+
+    /// The browser log after sequence number `offset`, at most `limit`
+    /// events (at most [`MAX_EVENTS_PER_CALL`]).
+    pub async fn browser_events(self, offset: u64, limit: usize) -> Result<BrowserEvents> {
+        let dir = BrowserDir::new(self.all.dir(self.name.as_str())?.path());
+        self.get()?;
+        let mut events = dir.events().read_after(offset)?;
+        events.truncate(limit.clamp(1, MAX_EVENTS_PER_CALL));
+        let next_offset = events.last().map_or(offset, |e| e.seq);
+        Ok(BrowserEvents {
+            workspace: self.name.as_str().to_owned(),
+            events,
+            next_offset,
+        })
+    }
+}
