@@ -13,7 +13,7 @@ use testkit::sshd::Sshd;
 use crate::{dist, images, kernel, sh};
 
 /// A fresh private state directory.
-fn home(name: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn home(name: &str) -> anyhow::Result<PathBuf> {
     let dir = PathBuf::from(format!("/tmp/ma-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
@@ -22,7 +22,7 @@ fn home(name: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn microagent(bin: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn microagent(bin: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new(bin)
         .args(args)
         .env("MICROAGENT_HOME", home)
@@ -37,7 +37,7 @@ fn microagent(bin: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> 
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn timed(bin: &Path, home: &Path, args: &[&str]) -> anyhow::Result<f64> {
+pub(crate) fn timed(bin: &Path, home: &Path, args: &[&str]) -> anyhow::Result<f64> {
     let start = Instant::now();
     microagent(bin, home, args)?;
     Ok(start.elapsed().as_secs_f64())

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_agent;
 mod bench_balloon;
+mod bench_browser;
 mod bench_containerd;
 mod bench_density;
 mod bench_devices;
@@ -94,6 +95,8 @@ tasks:
   bench containerd [--runs N]   `ctr run` to the container's first output through our shim,
                                 cold (image converted, guest booted) and warm, beside
                                 containerd's runc shim on the same image
+  bench browser [--runs N]      first `browser open` (Chromium's start included) and a later
+                                `browser snapshot`, beside `exec WS -- true`, same workspace
   bench servers [--runs N]      `exec WS -- true` on a workspace of a server reached over
                                 ssh (Debian's sshd on loopback) beside one of this host
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
@@ -160,6 +163,7 @@ fn main() -> anyhow::Result<()> {
             [what, more @ ..] if what == "containerd" => bench_containerd::run(more),
             [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "servers" => bench_servers::run(more),
+            [what, more @ ..] if what == "browser" => bench_browser::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),
             _ => bench::run(rest),

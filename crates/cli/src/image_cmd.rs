@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use clap::Subcommand;
+use workspace::images::build::{BuildBase, ImageBuildRequest};
 use workspace::images::oci::rootfs::ConversionStep;
 use workspace::images::pull::{PullEvent, PullRequest};
 use workspace::{Error, Workspaces};
@@ -132,38 +133,7 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
             flags,
         } => {
             let req = build_request(name, from, packages, run, copy, description.as_deref())?;
-            let mut rerun = format!("microagent image build {name} --from {from}");
-            if let Some(d) = description {
-                rerun.push_str(&format!(" --description {d:?}"));
-            }
-            if !packages.is_empty() {
-                rerun.push_str(&format!(" --packages {}", packages.join(",")));
-            }
-            for command in run {
-                rerun.push_str(&format!(
-                    " --run {}",
-                    workspace::host::plan::shell_quote(command)
-                ));
-            }
-            for c in copy {
-                rerun.push_str(&format!(
-                    " --copy {}",
-                    workspace::host::plan::shell_quote(c)
-                ));
-            }
-            let progress = crate::kernel_cmd::stderr_progress("image build");
-            let done = crate::plan_out::run_change(flags, json, &rerun, |token| {
-                let (req, progress) = (&req, progress.clone());
-                async move { ws.image_build(req, token.as_deref(), progress).await }
-            })
-            .await?;
-            if let (Some(image), false) = (&done.image, json) {
-                println!(
-                    "built {} ({} MiB root filesystem)",
-                    image.name,
-                    image.rootfs_bytes.div_ceil(1 << 20)
-                );
-            }
+            build(ws, &req, flags, json).await?;
         }
         ImageCommand::Pull {
             reference,
@@ -351,7 +321,7 @@ fn build_request(
     copy: &[String],
     description: Option<&str>,
 ) -> Result<workspace::images::build::ImageBuildRequest, Error> {
-    use workspace::images::build::{BuildBase, CopyStep, ImageBuildRequest};
+    use workspace::images::build::CopyStep;
     let from = BuildBase::parse(from).map_err(Error::from)?;
     let copy = copy
         .iter()
@@ -370,4 +340,57 @@ fn build_request(
         copy,
         description: description.map(str::to_owned),
     })
+}
+
+/// The `image build` command line that makes `req` (what a preview says to
+/// run with its token).
+fn rerun_line(req: &ImageBuildRequest) -> String {
+    let from = match &req.from {
+        Some(BuildBase::Debian(suite)) => format!("debian:{suite}"),
+        Some(BuildBase::Image(image)) => image.clone(),
+        None => String::new(),
+    };
+    let mut rerun = format!("microagent image build {} --from {from}", req.name);
+    if let Some(d) = &req.description {
+        rerun.push_str(&format!(" --description {d:?}"));
+    }
+    if !req.packages.is_empty() {
+        rerun.push_str(&format!(" --packages {}", req.packages.join(",")));
+    }
+    for command in &req.run {
+        rerun.push_str(&format!(
+            " --run {}",
+            workspace::host::plan::shell_quote(command)
+        ));
+    }
+    for c in &req.copy {
+        rerun.push_str(&format!(
+            " --copy {}",
+            workspace::host::plan::shell_quote(&format!("{}:{}", c.from.display(), c.to))
+        ));
+    }
+    rerun
+}
+
+/// Previews or applies the build of `req` as `flags` say.
+pub async fn build(
+    ws: &Workspaces,
+    req: &ImageBuildRequest,
+    flags: &crate::plan_out::ConfirmFlags,
+    json: bool,
+) -> Result<(), Error> {
+    let progress = crate::kernel_cmd::stderr_progress("image build");
+    let done = crate::plan_out::run_change(flags, json, &rerun_line(req), |token| {
+        let progress = progress.clone();
+        async move { ws.image_build(req, token.as_deref(), progress).await }
+    })
+    .await?;
+    if let (Some(image), false) = (&done.image, json) {
+        println!(
+            "built {} ({} MiB root filesystem)",
+            image.name,
+            image.rootfs_bytes.div_ceil(1 << 20)
+        );
+    }
+    Ok(())
 }

@@ -88,7 +88,19 @@ pub async fn run(ws: &Workspaces, cmd: &KernelCommand, json: bool) -> Result<Exi
 }
 
 /// `microagent setup`.
-pub async fn setup(ws: &Workspaces, flags: &ConfirmFlags, json: bool) -> Result<ExitCode, Error> {
+/// An optional image `setup --with` builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SetupExtra {
+    /// Debian with headless Chromium, for the browser tools.
+    Browser,
+}
+
+pub async fn setup(
+    ws: &Workspaces,
+    flags: &ConfirmFlags,
+    with: &[SetupExtra],
+    json: bool,
+) -> Result<ExitCode, Error> {
     let progress = stderr_progress("setup");
     let done = run_change(flags, json, "microagent setup", |token| {
         let progress = progress.clone();
@@ -102,6 +114,21 @@ pub async fn setup(ws: &Workspaces, flags: &ConfirmFlags, json: bool) -> Result<
             println!("made: {}", done.made.join(", "));
         }
         println!("try it: microagent run -- uname -a");
+    }
+    if with.contains(&SetupExtra::Browser) {
+        let req = workspace::browser::image_request();
+        if ws.images().get(&req.name).is_ok() {
+            if !json {
+                println!("image {}: already built", req.name);
+            }
+        } else {
+            // Its own plan: a setup token does not confirm it.
+            let image_flags = ConfirmFlags {
+                confirm: None,
+                yes: flags.yes,
+            };
+            crate::image_cmd::build(ws, &req, &image_flags, json).await?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

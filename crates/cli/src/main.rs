@@ -71,6 +71,11 @@ enum Command {
     Setup {
         #[command(flatten)]
         flags: plan_out::ConfirmFlags,
+        /// Also build an optional image: `browser` (Debian with headless
+        /// Chromium, for `microagent browser`); previewed and confirmed as
+        /// its own plan.
+        #[arg(long = "with", value_name = "IMAGE")]
+        with: Vec<kernel_cmd::SetupExtra>,
     },
     /// Manage images (kernel + root filesystem pairs).
     #[command(subcommand)]
@@ -361,7 +366,7 @@ async fn run_workspace_command(
         Command::Secret(cmd) => secret_cmd::run(ws, cmd, json),
         Command::Pool(cmd) => pool_cmd::run(ws, cmd, json),
         Command::Kernel(cmd) => kernel_cmd::run(ws, cmd, json).await,
-        Command::Setup { flags } => kernel_cmd::setup(ws, flags, json).await,
+        Command::Setup { flags, with } => kernel_cmd::setup(ws, flags, with, json).await,
         Command::Snapshot(cmd) => snapshot_cmd::run(ws, cmd, json).await,
         Command::Port(cmd) => port_cmd::run(ws, cmd, json),
         Command::Network(cmd) => network_cmd::run(ws, cmd, json),

@@ -8,7 +8,7 @@ true to keep the session open after printing. One session: initialize, list
 the tools, make the calls in turn, list the resources and templates, read
 the URIs ("hold": then wait for stdin to close). Prints one line of JSON
 on stdout: {"protocol", "server", "tools",
-"calls": [{"is_error", "structured", "text", "links"} or {"is_error", "abandoned"}],
+"calls": [{"is_error", "structured", "text", "links", "images"} or {"is_error", "abandoned"}],
 "resources", "templates",
 "reads": [{"contents"} or {"error", "code"}]}.
 """
@@ -53,6 +53,7 @@ async def run(session, spec):
                 "structured": result.structured_content,
                 "text": [c.text for c in result.content if getattr(c, "type", "") == "text"],
                 "links": [str(c.uri) for c in result.content if getattr(c, "type", "") == "resource_link"],
+                "images": [{"mime": getattr(c, "mime_type", None) or getattr(c, "mimeType", None), "data": c.data} for c in result.content if getattr(c, "type", "") == "image"],
             }
         )
     out["resources"] = [r.uri for r in (await session.list_resources()).resources]

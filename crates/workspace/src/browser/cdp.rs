@@ -116,11 +116,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
         }
     }
 
-    /// Forgets the events read so far.
-    pub fn discard_events(&mut self) {
-        self.events.clear();
-    }
-
     fn keep_event(&mut self, value: Value) {
         let Some(method) = value.get("method").and_then(Value::as_str) else {
             return;

@@ -33,6 +33,23 @@ pub const MAX_SNAPSHOT_BYTES: usize = 48 * 1024;
 /// Most events one `browser_events` call returns.
 pub const MAX_EVENTS_PER_CALL: usize = 1000;
 
+/// The image the browser tools need, as `setup --with browser` builds it.
+pub const IMAGE: &str = "browser";
+/// Its Debian packages: Chromium's headless shell and a font to render.
+pub const IMAGE_PACKAGES: &[&str] = &["chromium-headless-shell", "fonts-dejavu-core"];
+
+/// The build of the [`IMAGE`]: Debian bookworm with [`IMAGE_PACKAGES`].
+pub fn image_request() -> crate::images::build::ImageBuildRequest {
+    crate::images::build::ImageBuildRequest {
+        name: IMAGE.to_owned(),
+        from: Some(crate::images::build::BuildBase::Debian("bookworm".into())),
+        packages: IMAGE_PACKAGES.iter().map(|p| (*p).to_owned()).collect(),
+        run: Vec::new(),
+        copy: Vec::new(),
+        description: Some("Debian with headless Chromium, for the browser tools".into()),
+    }
+}
+
 /// Why a browser call failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

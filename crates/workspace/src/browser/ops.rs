@@ -147,7 +147,7 @@ impl<'a> Call<'a> {
                     name.to_owned(),
                     PageState {
                         target_id: id.clone(),
-                        refs: Default::default(),
+                        ..PageState::default()
                     },
                 );
                 self.dir.save(&self.state)?;
@@ -170,7 +170,15 @@ impl<'a> Call<'a> {
         let cdp = self.cdp.take().ok_or(BrowserError::Closed)?;
         let workspace = self.workspace();
         let began = std::time::Instant::now();
-        let page = Page::attach(cdp, &target, (&workspace, name), self.dir.events()).await?;
+        let console_ms = self.state.pages.get(name).map_or(0.0, |p| p.console_ms);
+        let page = Page::attach(
+            cdp,
+            &target,
+            (&workspace, name),
+            self.dir.events(),
+            console_ms,
+        )
+        .await?;
         tracing::info!(
             workspace,
             page = name,
@@ -214,11 +222,22 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Closes the connection `page` holds and keeps what it saw.
+    async fn release(&mut self, page: Page<UnixStream>, name: &str) -> Result<()> {
+        let (cdp, console_ms) = page.into_cdp();
+        cdp.close().await;
+        if let Some(p) = self.state.pages.get_mut(name) {
+            p.console_ms = console_ms;
+        }
+        self.dir.save(&self.state)?;
+        Ok(())
+    }
+
     /// Snapshots `page`, keeps its refs, and ends the call.
     async fn finish(mut self, mut page: Page<UnixStream>, name: &str) -> Result<BrowserSnapshot> {
         let snap = page.snapshot(MAX_SNAPSHOT_BYTES).await?;
-        page.into_cdp().close().await;
         let refs = snap.rendered.refs.len();
+        self.release(page, name).await?;
         if let Some(p) = self.state.pages.get_mut(name) {
             p.refs = snap.rendered.refs;
         }
@@ -339,7 +358,7 @@ impl Workspace<'_> {
         let mut page = call.page(&options.page, false).await?;
         let png = page.screenshot().await?;
         let (snap_url, _) = page.location().await?;
-        page.into_cdp().close().await;
+        call.release(page, &options.page).await?;
         call.action(&options.page, "screenshot".into())?;
         let (width, height) = png_size(&png).ok_or_else(|| BrowserError::Protocol {
             method: "Page.captureScreenshot".into(),

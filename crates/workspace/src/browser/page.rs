@@ -40,6 +40,9 @@ pub struct Page<S> {
     last_network: Instant,
     loaded: bool,
     navigating: bool,
+    /// Newest console message logged (its timestamp): enabling the
+    /// runtime replays older ones, logged by earlier calls.
+    console_ms: f64,
 }
 
 /// The page's answer to a snapshot.
@@ -56,6 +59,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
         target_id: &str,
         (workspace, name): (&str, &str),
         log: EventLog<BrowserEventKind>,
+        console_ms: f64,
     ) -> Result<Self, BrowserError> {
         let attached = cdp
             .call(
@@ -84,21 +88,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
             last_network: Instant::now(),
             loaded: true,
             navigating: false,
+            console_ms,
         };
         for method in ["Page.enable", "Network.enable", "Runtime.enable"] {
             page.call(method, json!({})).await?;
         }
         page.call("Page.setLifecycleEventsEnabled", json!({"enabled": true}))
             .await?;
-        // Enabling replays the console messages the page logged before:
-        // earlier calls have logged them already.
-        page.cdp.discard_events();
         Ok(page)
     }
 
-    /// Gives the connection back.
-    pub fn into_cdp(self) -> Cdp<S> {
-        self.cdp
+    /// Gives the connection back, and the newest console message's time.
+    pub fn into_cdp(self) -> (Cdp<S>, f64) {
+        (self.cdp, self.console_ms)
+    }
+
+    /// True for a console event not logged yet (and notes its time).
+    fn new_console(&mut self, p: &Value) -> bool {
+        let at = p.get("timestamp").and_then(Value::as_f64).unwrap_or(0.0);
+        if at <= self.console_ms {
+            return false;
+        }
+        self.console_ms = at;
+        true
     }
 
     async fn call(&mut self, method: &str, params: Value) -> Result<Value, BrowserError> {
@@ -284,7 +296,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
                     })?;
                 }
             }
-            "Runtime.consoleAPICalled" => {
+            "Runtime.consoleAPICalled" if self.new_console(p) => {
                 let args = p.get("args").and_then(Value::as_array);
                 let words: Vec<String> = args
                     .into_iter()
@@ -301,7 +313,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
                     text: cut(&words.join(" ")),
                 })?;
             }
-            "Runtime.exceptionThrown" => {
+            "Runtime.exceptionThrown" if self.new_console(p) => {
                 let details = p.get("exceptionDetails").unwrap_or(&Value::Null);
                 let described = details
                     .get("exception")

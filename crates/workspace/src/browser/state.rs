@@ -13,17 +13,20 @@ use crate::store::events::EventLog;
 use crate::store::file_lock::FileLock;
 
 /// One named page.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PageState {
     /// Its DevTools target.
     pub target_id: String,
     /// The refs of its last snapshot: `e1` -> backend DOM node id.
     #[serde(default)]
     pub refs: BTreeMap<String, i64>,
+    /// The newest console message logged (its timestamp, the guest's ms).
+    #[serde(default)]
+    pub console_ms: f64,
 }
 
 /// The browser's pages, as of the browser process that made them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BrowserState {
     /// When the browser process started (the guest's clock): pages of
     /// another browser process are gone.
@@ -117,6 +120,7 @@ mod tests {
             PageState {
                 target_id: "T1".into(),
                 refs: BTreeMap::from([("e1".into(), 42)]),
+                console_ms: 1.5,
             },
         );
         dir.save(&state).unwrap();
