@@ -379,7 +379,7 @@ pub async fn build(
     flags: &crate::plan_out::ConfirmFlags,
     json: bool,
 ) -> Result<(), Error> {
-    let progress = crate::kernel_cmd::stderr_progress("image build");
+    let progress = crate::plan_out::stderr_progress("image build");
     let done = crate::plan_out::run_change(flags, json, &rerun_line(req), |token| {
         let progress = progress.clone();
         async move { ws.image_build(req, token.as_deref(), progress).await }

@@ -3,14 +3,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Subcommand;
 use workspace::host::kernel_install::KernelSource;
 use workspace::{Error, Workspaces};
 
 use crate::output;
-use crate::plan_out::{run_change, ConfirmFlags};
+use crate::plan_out::{run_change, stderr_progress, ConfirmFlags};
 
 #[derive(Debug, Subcommand)]
 pub enum KernelCommand {
@@ -34,11 +33,6 @@ pub enum KernelCommand {
         #[command(flatten)]
         flags: ConfirmFlags,
     },
-}
-
-/// Progress lines on stderr, so stdout stays the result.
-pub fn stderr_progress(prefix: &'static str) -> Arc<dyn Fn(&str) + Send + Sync> {
-    Arc::new(move |step: &str| eprintln!("{prefix}: {step}"))
 }
 
 pub async fn run(ws: &Workspaces, cmd: &KernelCommand, json: bool) -> Result<ExitCode, Error> {

@@ -23,6 +23,11 @@ pub struct ConfirmFlags {
     pub yes: bool,
 }
 
+/// Progress lines on stderr, so stdout stays the result.
+pub fn stderr_progress(prefix: &'static str) -> std::sync::Arc<dyn Fn(&str) + Send + Sync> {
+    std::sync::Arc::new(move |step: &str| eprintln!("{prefix}: {step}"))
+}
+
 /// A library result that carries a plan.
 pub trait Change: Serialize {
     /// The plan and its token.

@@ -322,7 +322,7 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
 
     // Through MCP, with the official Python SDK: a snapshot, a screenshot
     // as image content, and the log.
-    if let Some(python) = testkit::require(test, testkit::mcp_python()) {
+    if testkit::require(test, testkit::mcp_python()).is_some() {
         let spec = serde_json::json!({
             "stdio": [BIN, "serve", "mcp"],
             "env": {"MICROAGENT_HOME": h.home()},
@@ -333,21 +333,8 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
                 {"tool": "browser_click", "args": {"name": "web", "ref": "e77"}},
             ],
         });
-        let out = std::process::Command::new(python)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/mcp_http/client.py"
-            ))
-            .arg(spec.to_string())
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_http/client.py");
+        let answer = testkit::mcp_python_run(client, spec).unwrap();
         let calls = &answer["calls"];
         assert_eq!(calls[0]["structured"]["title"], "Thanks", "{answer}");
         assert_eq!(calls[1]["images"][0]["mime"], "image/png", "{answer}");

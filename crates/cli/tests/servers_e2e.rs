@@ -194,7 +194,7 @@ fn a_remote_server_runs_workspaces_over_ssh() {
 
     // Through MCP, with the official Python SDK over stdio: the servers,
     // a command in the remote workspace, a create placed there.
-    if let Some(python) = testkit::require(test, testkit::mcp_python()) {
+    if testkit::require(test, testkit::mcp_python()).is_some() {
         let spec = serde_json::json!({
             "stdio": [BIN, "serve", "mcp"],
             "env": {"MICROAGENT_HOME": here.home()},
@@ -205,21 +205,8 @@ fn a_remote_server_runs_workspaces_over_ssh() {
                 {"tool": "workspace_metrics", "args": {"server": "remote1"}},
             ],
         });
-        let out = std::process::Command::new(python)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/mcp_http/client.py"
-            ))
-            .arg(spec.to_string())
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_http/client.py");
+        let answer = testkit::mcp_python_run(client, spec).unwrap();
         let calls = &answer["calls"];
         let servers = &calls[0]["structured"]["servers"];
         assert_eq!(servers[1]["name"], "remote1", "{answer}");

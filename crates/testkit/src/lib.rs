@@ -55,6 +55,22 @@ pub fn mcp_python_env() -> Option<PathBuf> {
     Some(cache_root()?.join(format!("mcp-python-sdk-{MCP_PYTHON_SDK}")))
 }
 
+/// Runs the SDK driver `script` (with the interpreter of [`mcp_python`])
+/// on `spec`; the JSON it printed (its stderr goes to the test's).
+pub fn mcp_python_run(script: &str, spec: serde_json::Value) -> Result<serde_json::Value, String> {
+    let interpreter = mcp_python()?;
+    let out = std::process::Command::new(interpreter)
+        .arg(script)
+        .arg(spec.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {script}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{script} failed: {}", out.status));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{script} printed no JSON: {e}"))
+}
+
 /// A Python interpreter that has the MCP Python SDK, or why there is none.
 pub fn mcp_python() -> Result<PathBuf, String> {
     let python = mcp_python_env()

@@ -179,17 +179,7 @@ fn python(spec: Value) -> Result<Value, String> {
 
 /// The SDK driver `script` with `spec`: the JSON it printed.
 fn python_script(script: &str, spec: Value) -> Result<Value, String> {
-    let interpreter = testkit::mcp_python()?;
-    let out = Command::new(interpreter)
-        .arg(script)
-        .arg(spec.to_string())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("running {script}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("{script} failed: {}", out.status));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("{script} printed no JSON: {e}"))
+    testkit::mcp_python_run(script, spec)
 }
 
 #[test]

@@ -1,18 +1,17 @@
 //! A headless browser in a workspace, driven by accessibility snapshots
-//! (docs/browser.md). Chromium runs in the guest as `user`, started on
-//! first use as the background process `browser`, with DevTools on a
-//! guest-local port; the host reaches it through the agent's
-//! `tcp_connect` (never a host TCP port) and speaks the DevTools protocol
-//! over a websocket (`cdp`). Named pages persist in the browser between
-//! calls; their refs, and the event log, are kept in the workspace's
-//! directory (`state`), so every front end process sees the same.
+//! (docs/browser.md): the types, errors and limits, the DevTools client
+//! over a websocket (`cdp`), one attached page (`page`), the accessibility
+//! tree as YAML with refs (`aria`), and what outlives a call in the
+//! workspace's directory (`state`). Chromium runs in the guest as `user`,
+//! started on first use as the background process `browser`; the host
+//! reaches it through the agent's `tcp_connect` (never a host TCP port).
+//! The calls themselves are the `Workspace` handle's, in
+//! `guest::browser_ops` (they run Chromium through the agent).
 
 mod aria;
-mod cdp;
-mod launch;
-mod ops;
-mod page;
-mod state;
+pub(crate) mod cdp;
+pub(crate) mod page;
+pub(crate) mod state;
 
 use std::time::Duration;
 
@@ -373,7 +372,7 @@ impl PageOptions {
     }
 
     /// Refuses names and bounds out of range.
-    pub(crate) fn check(&self) -> Result<(), BrowserError> {
+    pub fn check(&self) -> Result<(), BrowserError> {
         let ok = !self.page.is_empty()
             && self.page.len() <= 64
             && self
@@ -398,7 +397,7 @@ impl PageOptions {
 
 /// Refuses URLs the browser should not be sent to: only http, https and
 /// about:blank.
-pub(crate) fn check_url(url: &str) -> Result<(), BrowserError> {
+pub fn check_url(url: &str) -> Result<(), BrowserError> {
     let lower = url.to_ascii_lowercase();
     let ok = (lower.starts_with("http://") || lower.starts_with("https://"))
         && url.len() > "http://".len()

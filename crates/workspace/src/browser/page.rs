@@ -237,11 +237,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
             |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
         let page = self.name.clone();
         match event.method.as_str() {
-            "Page.frameStartedLoading" | "Page.frameRequestedNavigation" => {
-                if self.is_main_frame(p) {
-                    self.navigating = true;
-                    self.loaded = false;
-                }
+            "Page.frameStartedLoading" | "Page.frameRequestedNavigation"
+                if self.is_main_frame(p) =>
+            {
+                self.navigating = true;
+                self.loaded = false;
             }
             "Page.loadEventFired" => {
                 self.loaded = true;

@@ -4,9 +4,15 @@
 //! planned before they run, `copy_plan`; directories, removal, moves,
 //! edits, lines and finding, `file_ops`; files a command leaves behind,
 //! `outputs`), the streaming types (`stream`), metrics (`metrics`) and
-//! the idle reclaim setting (`reclaim`). What lands on the host goes
-//! through `host::host_write`.
+//! the idle reclaim setting (`reclaim`), and the workspace's browser
+//! (`browser_launch`: Chromium started on first use; `browser_ops`: the
+//! browser calls, on `crate::browser`'s DevTools client). What lands on the
+//! host goes through `host::host_write`.
 
+#[cfg(feature = "client")]
+pub(crate) mod browser_launch;
+#[cfg(feature = "client")]
+pub(crate) mod browser_ops;
 #[cfg(feature = "client")]
 pub mod code;
 #[cfg(feature = "client")]

@@ -13,7 +13,7 @@ use crate::output::Render;
 /// `browser_open`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct OpenParams {
+pub struct BrowserOpenParams {
     /// Workspace name (running; its image needs Chromium: `browser`).
     pub name: String,
     /// http://, https:// or about:blank. The host's loopback is
@@ -28,7 +28,7 @@ pub struct OpenParams {
 /// `browser_snapshot`, `browser_close`, `browser_screenshot`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PageParams {
+pub struct BrowserPageParams {
     /// Workspace name.
     pub name: String,
     /// The page; default "default".
@@ -38,7 +38,7 @@ pub struct PageParams {
 /// `browser_click`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ClickParams {
+pub struct BrowserClickParams {
     /// Workspace name.
     pub name: String,
     /// A ref from the page's last snapshot (`e3`); or give `selector`.
@@ -55,7 +55,7 @@ pub struct ClickParams {
 /// `browser_fill`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct FillParams {
+pub struct BrowserFillParams {
     /// Workspace name.
     pub name: String,
     /// A ref from the page's last snapshot (`e2`); or give `selector`.
@@ -74,7 +74,7 @@ pub struct FillParams {
 /// `browser_events`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EventsParams {
+pub struct BrowserEventsParams {
     /// Workspace name.
     pub name: String,
     /// Only events after this sequence number (default 0: from the start);
@@ -86,13 +86,13 @@ pub struct EventsParams {
 
 /// A page's snapshot (open, snapshot, click, fill).
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct SnapshotResult {
+pub struct BrowserSnapshotResult {
     /// The result.
     #[serde(flatten)]
     pub result: BrowserSnapshot,
 }
 
-impl Render for SnapshotResult {
+impl Render for BrowserSnapshotResult {
     fn render(&self) -> String {
         let s = &self.result;
         let mut text = String::new();
@@ -109,13 +109,13 @@ impl Render for SnapshotResult {
 
 /// A closed page.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct ClosedResult {
+pub struct BrowserClosedResult {
     /// The result.
     #[serde(flatten)]
     pub result: BrowserPageClosed,
 }
 
-impl Render for ClosedResult {
+impl Render for BrowserClosedResult {
     fn render(&self) -> String {
         let c = &self.result;
         format!(
@@ -129,13 +129,13 @@ impl Render for ClosedResult {
 
 /// A slice of the browser log.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct EventsResult {
+pub struct BrowserEventsResult {
     /// The result.
     #[serde(flatten)]
     pub result: BrowserEvents,
 }
 
-impl Render for EventsResult {
+impl Render for BrowserEventsResult {
     fn render(&self) -> String {
         let e = &self.result;
         let mut text = format!(
@@ -154,7 +154,7 @@ impl Render for EventsResult {
 
 /// A screenshot: its facts here, the PNG as image content.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct ScreenshotResult {
+pub struct BrowserScreenshotResult {
     /// The workspace.
     pub workspace: String,
     /// The page.
@@ -173,7 +173,7 @@ pub struct ScreenshotResult {
     pub png: Vec<u8>,
 }
 
-impl Render for ScreenshotResult {
+impl Render for BrowserScreenshotResult {
     fn render(&self) -> String {
         format!(
             "{}x{} PNG of page {} of {} at {}",

@@ -43,7 +43,7 @@ impl MicroagentServer {
     /// whose KVM is emulated); pages persist until browser_close or the
     /// workspace stops. A load past timeout_secs is TIMEOUT.
     #[tool(
-        output_schema = crate::output::schema::<SnapshotResult>(),
+        output_schema = crate::output::schema::<BrowserSnapshotResult>(),
         annotations(
             title = "Open a URL in the workspace's browser",
             read_only_hint = false,
@@ -54,21 +54,21 @@ impl MicroagentServer {
     )]
     async fn browser_open(
         &self,
-        Parameters(p): Parameters<OpenParams>,
-    ) -> ToolResult<SnapshotResult> {
+        Parameters(p): Parameters<BrowserOpenParams>,
+    ) -> ToolResult<BrowserSnapshotResult> {
         let options = options(p.page, p.timeout_secs)?;
         let snap = self
             .ws
             .workspace(&p.name)?
             .browser_open(&p.url, options)
             .await?;
-        Ok(Out(SnapshotResult { result: snap }))
+        Ok(Out(BrowserSnapshotResult { result: snap }))
     }
 
     /// A new accessibility snapshot of an open page (its refs replace the
     /// previous snapshot's).
     #[tool(
-        output_schema = crate::output::schema::<SnapshotResult>(),
+        output_schema = crate::output::schema::<BrowserSnapshotResult>(),
         annotations(
             title = "Snapshot a browser page",
             read_only_hint = true,
@@ -79,21 +79,21 @@ impl MicroagentServer {
     )]
     async fn browser_snapshot(
         &self,
-        Parameters(p): Parameters<PageParams>,
-    ) -> ToolResult<SnapshotResult> {
+        Parameters(p): Parameters<BrowserPageParams>,
+    ) -> ToolResult<BrowserSnapshotResult> {
         let snap = self
             .ws
             .workspace(&p.name)?
             .browser_snapshot(options(p.page, None)?)
             .await?;
-        Ok(Out(SnapshotResult { result: snap }))
+        Ok(Out(BrowserSnapshotResult { result: snap }))
     }
 
     /// Click an element (a ref of the last snapshot, or a CSS selector),
     /// wait for the navigation or requests it sets off, and return the new
     /// snapshot. An unknown ref is INVALID_INPUT and nothing is clicked.
     #[tool(
-        output_schema = crate::output::schema::<SnapshotResult>(),
+        output_schema = crate::output::schema::<BrowserSnapshotResult>(),
         annotations(
             title = "Click in a browser page",
             read_only_hint = false,
@@ -104,21 +104,21 @@ impl MicroagentServer {
     )]
     async fn browser_click(
         &self,
-        Parameters(p): Parameters<ClickParams>,
-    ) -> ToolResult<SnapshotResult> {
+        Parameters(p): Parameters<BrowserClickParams>,
+    ) -> ToolResult<BrowserSnapshotResult> {
         let target = element(p.reference, p.selector)?;
         let snap = self
             .ws
             .workspace(&p.name)?
             .browser_click(&target, options(p.page, p.timeout_secs)?)
             .await?;
-        Ok(Out(SnapshotResult { result: snap }))
+        Ok(Out(BrowserSnapshotResult { result: snap }))
     }
 
     /// Type a value into an element (a ref or a CSS selector), replacing
     /// what it held, and return the new snapshot.
     #[tool(
-        output_schema = crate::output::schema::<SnapshotResult>(),
+        output_schema = crate::output::schema::<BrowserSnapshotResult>(),
         annotations(
             title = "Fill a field in a browser page",
             read_only_hint = false,
@@ -129,20 +129,20 @@ impl MicroagentServer {
     )]
     async fn browser_fill(
         &self,
-        Parameters(p): Parameters<FillParams>,
-    ) -> ToolResult<SnapshotResult> {
+        Parameters(p): Parameters<BrowserFillParams>,
+    ) -> ToolResult<BrowserSnapshotResult> {
         let target = element(p.reference, p.selector)?;
         let snap = self
             .ws
             .workspace(&p.name)?
             .browser_fill(&target, &p.value, options(p.page, p.timeout_secs)?)
             .await?;
-        Ok(Out(SnapshotResult { result: snap }))
+        Ok(Out(BrowserSnapshotResult { result: snap }))
     }
 
     /// Close a page of the workspace's browser.
     #[tool(
-        output_schema = crate::output::schema::<ClosedResult>(),
+        output_schema = crate::output::schema::<BrowserClosedResult>(),
         annotations(
             title = "Close a browser page",
             read_only_hint = false,
@@ -153,21 +153,21 @@ impl MicroagentServer {
     )]
     async fn browser_close(
         &self,
-        Parameters(p): Parameters<PageParams>,
-    ) -> ToolResult<ClosedResult> {
+        Parameters(p): Parameters<BrowserPageParams>,
+    ) -> ToolResult<BrowserClosedResult> {
         let closed = self
             .ws
             .workspace(&p.name)?
             .browser_close(options(p.page, None)?)
             .await?;
-        Ok(Out(ClosedResult { result: closed }))
+        Ok(Out(BrowserClosedResult { result: closed }))
     }
 
     /// The browser's log, to recover context: every action, navigation,
     /// console message and failed request, each with a sequence number;
     /// read on from next_offset.
     #[tool(
-        output_schema = crate::output::schema::<EventsResult>(),
+        output_schema = crate::output::schema::<BrowserEventsResult>(),
         annotations(
             title = "Browser events",
             read_only_hint = true,
@@ -178,8 +178,8 @@ impl MicroagentServer {
     )]
     async fn browser_events(
         &self,
-        Parameters(p): Parameters<EventsParams>,
-    ) -> ToolResult<EventsResult> {
+        Parameters(p): Parameters<BrowserEventsParams>,
+    ) -> ToolResult<BrowserEventsResult> {
         let limit = p.limit.unwrap_or(100);
         let max = workspace::browser::MAX_EVENTS_PER_CALL;
         if !(1..=max).contains(&limit) {
@@ -192,12 +192,12 @@ impl MicroagentServer {
             .workspace(&p.name)?
             .browser_events(p.offset.unwrap_or(0), limit)
             .await?;
-        Ok(Out(EventsResult { result: events }))
+        Ok(Out(BrowserEventsResult { result: events }))
     }
 
     /// A PNG of a page's viewport (1280x720), as image content.
     #[tool(
-        output_schema = crate::output::schema::<ScreenshotResult>(),
+        output_schema = crate::output::schema::<BrowserScreenshotResult>(),
         annotations(
             title = "Screenshot a browser page",
             read_only_hint = true,
@@ -208,14 +208,14 @@ impl MicroagentServer {
     )]
     async fn browser_screenshot(
         &self,
-        Parameters(p): Parameters<PageParams>,
-    ) -> ToolResult<ScreenshotResult> {
+        Parameters(p): Parameters<BrowserPageParams>,
+    ) -> ToolResult<BrowserScreenshotResult> {
         let shot = self
             .ws
             .workspace(&p.name)?
             .browser_screenshot(options(p.page, None)?)
             .await?;
-        Ok(Out(ScreenshotResult {
+        Ok(Out(BrowserScreenshotResult {
             workspace: p.name,
             bytes: shot.png.len(),
             page: shot.page,

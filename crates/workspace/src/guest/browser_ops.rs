@@ -5,11 +5,11 @@
 use serde_json::{json, Value};
 use tokio::net::UnixStream;
 
-use super::cdp::Cdp;
-use super::launch::{self, Endpoint};
-use super::page::{png_size, Page};
-use super::state::{BrowserDir, BrowserState, PageState};
-use super::{
+use super::browser_launch::{self as launch, Endpoint};
+use crate::browser::cdp::Cdp;
+use crate::browser::page::{png_size, Page};
+use crate::browser::state::{BrowserDir, BrowserState, PageState};
+use crate::browser::{
     check_url, BrowserError, BrowserEventKind, BrowserEvents, BrowserPageClosed, BrowserScreenshot,
     BrowserSnapshot, Element, PageOptions, MAX_EVENTS_PER_CALL, MAX_SNAPSHOT_BYTES,
 };
@@ -283,14 +283,7 @@ impl Workspace<'_> {
         element: &Element,
         options: PageOptions,
     ) -> Result<BrowserSnapshot> {
-        options.check()?;
-        let mut call = Call::begin(self).await?;
-        let mut page = call.page(&options.page, false).await?;
-        let node = call.node(&mut page, &options.page, element).await?;
-        call.action(&options.page, format!("click {element}"))?;
-        page.click(node, element).await?;
-        page.settle(options.timeout).await?;
-        call.finish(page, &options.page).await
+        self.browser_act(element, None, options).await
     }
 
     /// Types `value` into `element` (replacing what it held) on an open
@@ -301,12 +294,26 @@ impl Workspace<'_> {
         value: &str,
         options: PageOptions,
     ) -> Result<BrowserSnapshot> {
+        self.browser_act(element, Some(value), options).await
+    }
+
+    /// A click (no `value`) or a fill, then the wait for what it set off.
+    async fn browser_act(
+        self,
+        element: &Element,
+        value: Option<&str>,
+        options: PageOptions,
+    ) -> Result<BrowserSnapshot> {
         options.check()?;
         let mut call = Call::begin(self).await?;
         let mut page = call.page(&options.page, false).await?;
         let node = call.node(&mut page, &options.page, element).await?;
-        call.action(&options.page, format!("fill {element}"))?;
-        page.fill(node, value).await?;
+        let verb = if value.is_some() { "fill" } else { "click" };
+        call.action(&options.page, format!("{verb} {element}"))?;
+        match value {
+            Some(v) => page.fill(node, v).await?,
+            None => page.click(node, element).await?,
+        }
         page.settle(options.timeout).await?;
         call.finish(page, &options.page).await
     }

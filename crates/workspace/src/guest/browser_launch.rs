@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::state::BrowserDir;
-use super::{BrowserError, BrowserEventKind};
+use crate::browser::state::BrowserDir;
+use crate::browser::{BrowserError, BrowserEventKind};
 use crate::error::Result;
 use crate::guest::processes::ProcessInfo;
 use crate::guest::processes::ProcessOptions;
