@@ -17,8 +17,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::MicroagentServer;
 
-/// The tools a task-aware client gets as tasks.
-pub const TASK_TOOLS: [&str; 8] = [
+/// The tools a task-aware client gets as tasks (the browser's: any call
+/// may start Chromium, which takes minutes where guest kernel mode is
+/// emulated).
+pub const TASK_TOOLS: [&str; 14] = [
+    "browser_click",
+    "browser_close",
+    "browser_fill",
+    "browser_open",
+    "browser_screenshot",
+    "browser_snapshot",
     "image_pull",
     "image_build",
     "kernel_install",

@@ -5,7 +5,7 @@
 mod common;
 
 use base64::Engine;
-use common::tool_lists::{READ_ONLY, TOOLS, WITH_PREVIEW};
+use common::tool_lists::{OPEN_WORLD, READ_ONLY, TOOLS, WITH_PREVIEW};
 use common::McpHarness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
@@ -90,19 +90,7 @@ async fn lists_every_tool_with_schemas_and_honest_annotations() {
         check_schema(name, "output", &Value::Object(output.clone()));
         let a = tool.annotations.as_ref().expect("annotations");
         assert!(a.title.is_some(), "{name} title");
-        // Only a pull (a registry), a kernel install, an image build
-        // (Debian's package mirrors) and the browser's page loads (opening a
-        // URL, and clicks and typing that send forms) reach past this machine.
-        let open_world = [
-            "image_pull",
-            "image_search",
-            "kernel_install",
-            "image_build",
-            "browser_open",
-            "browser_click",
-            "browser_fill",
-        ]
-        .contains(&name);
+        let open_world = OPEN_WORLD.contains(&name);
         assert_eq!(a.open_world_hint, Some(open_world), "{name}");
         assert_eq!(
             a.read_only_hint,

@@ -1,4 +1,6 @@
-//! Every tool by name, the read-only ones, and those that take `preview`.
+//! Every tool by name, the read-only ones, those that take `preview`, and
+//! those that reach past this machine. The CLI's stdio tests read this
+//! file too.
 
 /// Every tool.
 pub const TOOLS: [&str; 86] = [
@@ -147,4 +149,18 @@ pub const WITH_PREVIEW: [&str; 12] = [
     "workspace_delete",
     "workspace_halt",
     "workspace_stop",
+];
+
+/// The tools that reach past this machine: a pull or a search (a
+/// registry), a kernel install and an image build (Debian's package
+/// mirrors), and the browser's page loads (opening a URL, and clicks and
+/// typing that send forms).
+pub const OPEN_WORLD: [&str; 7] = [
+    "browser_click",
+    "browser_fill",
+    "browser_open",
+    "image_build",
+    "image_pull",
+    "image_search",
+    "kernel_install",
 ];

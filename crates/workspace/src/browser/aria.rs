@@ -133,7 +133,7 @@ pub fn render(nodes: &[AxNode], cap: usize) -> Rendered {
     if let Some(root) = root {
         // The document itself is the snapshot: its children are the top.
         for child in &root.child_ids {
-            walk(&by_id, child, 0, &mut out);
+            walk(&by_id, child, (0, 0), &mut out);
         }
     }
     let mut rendered = Rendered {
@@ -166,11 +166,15 @@ struct Out {
 
 /// Deepest nesting rendered.
 const MAX_DEPTH: usize = 100;
+/// Deepest nesting walked, flattened containers included.
+const MAX_NESTING: usize = 400;
 
-fn walk(by_id: &HashMap<&str, &AxNode>, id: &str, depth: usize, out: &mut Out) {
+/// Renders node `id` at `depth` (indentation); `nesting` counts every
+/// level walked, flattened ones too, so a deep page cannot exhaust the stack.
+fn walk(by_id: &HashMap<&str, &AxNode>, id: &str, (depth, nesting): (usize, usize), out: &mut Out) {
     // The tree comes from the guest: a node seen twice (a cycle) or one too
     // deep is not followed.
-    if depth > MAX_DEPTH || !out.seen.insert(id.to_owned()) {
+    if depth > MAX_DEPTH || nesting > MAX_NESTING || !out.seen.insert(id.to_owned()) {
         return;
     }
     let Some(node) = by_id.get(id) else {
@@ -183,7 +187,7 @@ fn walk(by_id: &HashMap<&str, &AxNode>, id: &str, depth: usize, out: &mut Out) {
     let name = node.name();
     if node.ignored || (TRANSPARENT.contains(&role.as_str()) && name.is_empty()) {
         for child in &node.child_ids {
-            walk(by_id, child, depth, out);
+            walk(by_id, child, (depth, nesting + 1), out);
         }
         return;
     }
@@ -229,7 +233,7 @@ fn walk(by_id: &HashMap<&str, &AxNode>, id: &str, depth: usize, out: &mut Out) {
     let at = out.lines.len();
     out.lines.push(String::new());
     for child in children {
-        walk(by_id, child, depth + 1, out);
+        walk(by_id, child, (depth + 1, nesting + 1), out);
     }
     if out.lines.len() > at + 1 {
         line.push(':');
@@ -407,6 +411,17 @@ mod tests {
             "# truncated: {} more lines past the snapshot cap of 60 bytes\n",
             r.truncated_lines
         )));
+    }
+
+    #[test]
+    fn a_very_deep_page_is_cut_not_overflowed() {
+        let mut nodes = vec![node(1, "RootWebArea", "", &[2], 1)];
+        for id in 2..20_000u32 {
+            nodes.push(node(id, "generic", "", &[id + 1], id.into()));
+        }
+        nodes.push(node(20_000, "button", "Deep", &[], 20_000));
+        let r = render(&parse(nodes), 1000);
+        assert_eq!(r.yaml, "", "past the nesting bound nothing is rendered");
     }
 
     #[test]

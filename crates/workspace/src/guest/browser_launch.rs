@@ -201,7 +201,12 @@ async fn wait_ready(
         }
         // Only the last lines matter for a failure.
         if said.len() > 16 * 1024 {
-            said.drain(..said.len() - 8 * 1024);
+            // On a character: the text is the guest's.
+            let mut cut = said.len() - 8 * 1024;
+            while !said.is_char_boundary(cut) {
+                cut += 1;
+            }
+            said.drain(..cut);
         }
         if !out.process.running() {
             let tail: Vec<&str> = said.lines().rev().take(5).collect();
