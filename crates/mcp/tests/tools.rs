@@ -5,10 +5,10 @@
 mod common;
 
 use base64::Engine;
-use common::tool_lists::{OPEN_WORLD, READ_ONLY, TOOLS, WITH_PREVIEW};
 use common::McpHarness;
 use rmcp::ServiceError;
 use serde_json::{json, Value};
+use testkit::mcp_tools::{OPEN_WORLD, READ_ONLY, TOOLS, WITH_PREVIEW};
 
 /// The formats JSON Schema (2020-12) defines.
 const STANDARD_FORMATS: [&str; 17] = [

@@ -16,6 +16,7 @@ pub use cli::vmm_program_beside;
 pub use workspace::test_support::{fake_image_files, peak_rss_kib, pretend_running, skip};
 pub mod guest_faults;
 pub mod leftovers;
+pub mod mcp_tools;
 pub mod oci;
 pub mod sshd;
 pub mod terminal;

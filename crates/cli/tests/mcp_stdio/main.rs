@@ -14,10 +14,6 @@ use serde_json::{json, Value};
 mod protocol;
 mod secrets;
 mod tasks;
-// The MCP crate's lists of its tools, one copy for both crates' tests.
-#[path = "../../../mcp/tests/common/tool_lists.rs"]
-#[allow(dead_code)]
-mod tool_lists;
 
 use secrets::{secrets_reach_the_command_only, SECRET_NAME};
 

@@ -81,14 +81,14 @@ fn lists_the_tools_and_exits_when_stdin_closes() {
     let mut tools = listed["result"]["tools"].as_array().unwrap().clone();
     tools.retain(|t| t["name"] != "json_schema_2020_12_tool");
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(tools.len(), crate::tool_lists::TOOLS.len(), "{names:?}");
+    assert_eq!(tools.len(), testkit::mcp_tools::TOOLS.len(), "{names:?}");
     for snapshot_tool in ["snapshot_take", "snapshot_restore", "workspace_fork"] {
         assert!(names.contains(&snapshot_tool), "{names:?}");
     }
     for tool in tools {
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
         assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
-        let open_world = crate::tool_lists::OPEN_WORLD
+        let open_world = testkit::mcp_tools::OPEN_WORLD
             .iter()
             .any(|t| tool["name"] == *t);
         assert_eq!(tool["annotations"]["openWorldHint"], open_world, "{tool}");

@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod tool_lists;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

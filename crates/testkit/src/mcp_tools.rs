@@ -1,6 +1,6 @@
-//! Every tool by name, the read-only ones, those that take `preview`, and
-//! those that reach past this machine. The CLI's stdio tests read this
-//! file too.
+//! The MCP server's tools by name, the read-only ones, those that take
+//! `preview`, and those that reach past this machine: one list for the MCP
+//! crate's tests and the CLI's stdio tests.
 
 /// Every tool.
 pub const TOOLS: [&str; 86] = [
