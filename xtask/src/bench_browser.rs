@@ -46,17 +46,18 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     std::thread::spawn(move || serve(listener));
+    let packages = workspace::browser::IMAGE_PACKAGES.join(",");
     let build = timed(
         &bin,
         &state,
         &[
             "image",
             "build",
-            "browser",
+            workspace::browser::IMAGE,
             "--from",
             "debian:bookworm",
             "--packages",
-            "chromium-headless-shell,fonts-dejavu-core",
+            &packages,
             "--yes",
         ],
     )?;

@@ -115,14 +115,15 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
     );
     // The image, the product's way: Debian packages, preview then confirm.
     let began = Instant::now();
+    let packages = workspace::browser::IMAGE_PACKAGES.join(",");
     h.ok(&[
         "image",
         "build",
-        "browser",
+        workspace::browser::IMAGE,
         "--from",
         "debian:bookworm",
         "--packages",
-        "chromium-headless-shell,fonts-dejavu-core",
+        &packages,
         "--description",
         "Debian with headless Chromium",
         "--yes",
