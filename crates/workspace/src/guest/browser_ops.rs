@@ -113,16 +113,20 @@ impl<'a> Call<'a> {
             .collect())
     }
 
-    /// Attaches to page `name`, opening it when `open` (else it must exist).
-    async fn page(&mut self, name: &str, open: bool) -> Result<Page<UnixStream>> {
+    /// Page `name`'s target, if the browser still has it open.
+    async fn known_target(&mut self, name: &str) -> Result<Option<String>> {
         let targets = self.targets().await?;
-        let known = self
+        Ok(self
             .state
             .pages
             .get(name)
             .filter(|p| targets.contains(&p.target_id))
-            .map(|p| p.target_id.clone());
-        let target = match known {
+            .map(|p| p.target_id.clone()))
+    }
+
+    /// Attaches to page `name`, opening it when `open` (else it must exist).
+    async fn page(&mut self, name: &str, open: bool) -> Result<Page<UnixStream>> {
+        let target = match self.known_target(name).await? {
             Some(t) => t,
             None if open => {
                 let began = std::time::Instant::now();
@@ -222,22 +226,21 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Closes the connection `page` holds and keeps what it saw.
-    async fn release(&mut self, page: Page<UnixStream>, name: &str) -> Result<()> {
+    /// Closes the connection `page` holds and notes what it saw (the
+    /// caller saves the state).
+    async fn release(&mut self, page: Page<UnixStream>, name: &str) {
         let (cdp, console_ms) = page.into_cdp();
         cdp.close().await;
         if let Some(p) = self.state.pages.get_mut(name) {
             p.console_ms = console_ms;
         }
-        self.dir.save(&self.state)?;
-        Ok(())
     }
 
     /// Snapshots `page`, keeps its refs, and ends the call.
     async fn finish(mut self, mut page: Page<UnixStream>, name: &str) -> Result<BrowserSnapshot> {
         let snap = page.snapshot(MAX_SNAPSHOT_BYTES).await?;
         let refs = snap.rendered.refs.len();
-        self.release(page, name).await?;
+        self.release(page, name).await;
         if let Some(p) = self.state.pages.get_mut(name) {
             p.refs = snap.rendered.refs;
         }
@@ -323,14 +326,7 @@ impl Workspace<'_> {
         options.check()?;
         let mut call = Call::begin(self).await?;
         let name = options.page;
-        let targets = call.targets().await?;
-        let Some(target) = call
-            .state
-            .pages
-            .get(&name)
-            .filter(|p| targets.contains(&p.target_id))
-            .map(|p| p.target_id.clone())
-        else {
+        let Some(target) = call.known_target(&name).await? else {
             return Err(BrowserError::UnknownPage {
                 workspace: call.workspace(),
                 page: name,
@@ -365,7 +361,8 @@ impl Workspace<'_> {
         let mut page = call.page(&options.page, false).await?;
         let png = page.screenshot().await?;
         let (snap_url, _) = page.location().await?;
-        call.release(page, &options.page).await?;
+        call.release(page, &options.page).await;
+        call.dir.save(&call.state)?;
         call.action(&options.page, "screenshot".into())?;
         let (width, height) = png_size(&png).ok_or_else(|| BrowserError::Protocol {
             method: "Page.captureScreenshot".into(),
