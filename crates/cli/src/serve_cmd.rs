@@ -29,6 +29,13 @@ pub enum ServeCommand {
         /// (reachable from other machines). Without it: 127.0.0.1 or ::1.
         #[arg(long)]
         allow_public_ports: bool,
+        /// Let egress rules open the host's side of the network: host
+        /// ports (`host:PORT`), loopback, link-local (the cloud metadata
+        /// address), private, shared and multicast ranges, and ranges wider
+        /// than one address. Without it those rules are FORBIDDEN over MCP
+        /// (the CLI keeps them).
+        #[arg(long)]
+        allow_host_egress: bool,
         /// A secret (from `microagent secret set`) tools may give commands
         /// as an environment variable (`secrets: [NAME]`); repeatable.
         /// Others are FORBIDDEN. Values never reach the client: output
@@ -150,13 +157,15 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
             allow_host_paths,
             allow_host_changes,
             allow_public_ports,
+            allow_host_egress,
             allow_secrets,
             agent,
             http,
         } => {
             let mut grants = mcp::Grants::default()
                 .host_changes(allow_host_changes)
-                .public_ports(allow_public_ports);
+                .public_ports(allow_public_ports)
+                .host_egress(allow_host_egress);
             for name in allow_secrets {
                 if let Err(e) = workspace::secrets::validate_secret_name(&name) {
                     eprintln!("microagent: error: --allow-secret: {e}");

@@ -18,6 +18,10 @@ pub struct Grants {
     pub host_changes: bool,
     /// port_publish may listen on a non-loopback host address.
     pub public_ports: bool,
+    /// Egress rules may open the host's side: host ports, loopback,
+    /// link-local, private, shared and multicast ranges, and ranges wider
+    /// than one address (`--allow-host-egress`).
+    pub host_egress: bool,
     /// The secrets tools may give commands (`--allow-secret NAME`).
     pub secrets: BTreeSet<String>,
 }
@@ -32,6 +36,12 @@ impl Grants {
     /// Sets [`Grants::public_ports`].
     pub fn public_ports(mut self, allowed: bool) -> Self {
         self.public_ports = allowed;
+        self
+    }
+
+    /// Sets [`Grants::host_egress`].
+    pub fn host_egress(mut self, allowed: bool) -> Self {
+        self.host_egress = allowed;
         self
     }
 
@@ -84,6 +94,64 @@ impl Grants {
         )))
     }
 
+    /// Refuses egress rules that open the host (the library's
+    /// `opens_host`) unless granted: a prompt-injected agent must not open
+    /// the host's services or the cloud metadata address to its guest.
+    pub(crate) fn check_egress_rules(
+        &self,
+        rules: &[workspace::network::AllowEntry],
+    ) -> Result<(), ToolError> {
+        if self.host_egress {
+            return Ok(());
+        }
+        let refused: Vec<String> = rules
+            .iter()
+            .filter(|r| workspace::network::user_filter::opens_host(r))
+            .map(ToString::to_string)
+            .collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(ToolError::Forbidden(format!(
+            "rule(s) {} open the host's side of the network (a host port, loopback, link-local, private, shared or multicast addresses, or a range wider than one address), \
+             and this server was started without --allow-host-egress; allow names or single public addresses instead, \
+             or ask the user to add the rule in a terminal (`microagent network policy WORKSPACE --allow RULE`) or restart the server with `microagent serve mcp --allow-host-egress`",
+            refused.join(", ")
+        )))
+    }
+
+    /// The grants as the contract lists them: each flag, whether this
+    /// server has it, and what it lets tools do.
+    pub fn listing(&self) -> Vec<(&'static str, bool, &'static str)> {
+        vec![
+            (
+                "--allow-host-changes",
+                self.host_changes,
+                "apply host changes (kernel_install, image_build from debian:*, host_networking_setup) with a preview's token",
+            ),
+            (
+                "--allow-public-ports",
+                self.public_ports,
+                "port_publish on a non-loopback host address",
+            ),
+            (
+                "--allow-host-egress",
+                self.host_egress,
+                "egress rules that open host ports, loopback, link-local, private, shared or multicast ranges, or ranges wider than one address",
+            ),
+            (
+                "--allow-secret",
+                !self.secrets.is_empty(),
+                "give commands the named secrets",
+            ),
+            (
+                "--allow-host-path",
+                true,
+                "copy files to and from the host directories named (default: the working directory)",
+            ),
+        ]
+    }
+
     /// Refuses a published port on a non-loopback address unless granted.
     pub(crate) fn check_port_address(&self, addr: std::net::IpAddr) -> Result<(), ToolError> {
         if addr.is_loopback() || self.public_ports {
@@ -98,6 +166,35 @@ impl Grants {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn egress_rules_that_open_the_host_need_the_grant() {
+        use workspace::network::AllowEntry;
+        let rules: Vec<AllowEntry> = ["pypi.org", "host:6379", "169.254.169.254/32", "0.0.0.0/0"]
+            .iter()
+            .map(|r| r.parse().unwrap())
+            .collect();
+        let refused = super::Grants::default()
+            .check_egress_rules(&rules)
+            .unwrap_err();
+        let text = refused.to_string();
+        assert!(
+            text.contains("host:6379")
+                && text.contains("169.254.169.254/32")
+                && text.contains("0.0.0.0/0"),
+            "{text}"
+        );
+        assert!(!text.contains("pypi.org,") && text.contains("--allow-host-egress"));
+        let safe: Vec<AllowEntry> = vec![
+            "pypi.org".parse().unwrap(),
+            "93.184.216.34/32:443".parse().unwrap(),
+        ];
+        assert!(super::Grants::default().check_egress_rules(&safe).is_ok());
+        assert!(super::Grants::default()
+            .host_egress(true)
+            .check_egress_rules(&rules)
+            .is_ok());
+    }
+
     use super::*;
 
     #[test]

@@ -209,7 +209,7 @@ fn host_checks_contract_and_images_match_their_schemas() {
     ]);
     assert_eq!(report.status, Status::Warn, "the worst of the checks");
     check(&[report]);
-    check(&[mcp::tools::info::contract()]);
+    check(&[mcp::tools::info::contract(&mcp::Grants::default())]);
     let image = |manifest: Option<Value>| -> ImageInfo {
         record(json!({
             "name": "minimal",

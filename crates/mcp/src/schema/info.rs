@@ -125,6 +125,20 @@ pub struct ContractResult {
     pub mcp: McpLimits,
     /// How the server can be reached, and the MCP versions it speaks.
     pub transports: Vec<McpTransport>,
+    /// What the human who started the server allowed beyond the defaults
+    /// (`serve mcp --allow-*`): without a grant, its tools answer FORBIDDEN.
+    pub grants: Vec<McpGrant>,
+}
+
+/// One grant `serve mcp` can be started with.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct McpGrant {
+    /// The flag: `--allow-host-egress`, ...
+    pub flag: String,
+    /// Whether this server was started with it.
+    pub granted: bool,
+    /// What it lets tools do.
+    pub allows: String,
 }
 
 /// One way to reach the MCP server.

@@ -311,6 +311,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<RunCodeParams>,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<RunCodeResult> {
+        self.grants.check_egress_rules(&p.allow)?;
         let limits = limits(p.timeout_secs, p.output_cap)?;
         workspace::guest::check_patterns(&p.outputs)?;
         let mut progress = Progress::new(&ctx);

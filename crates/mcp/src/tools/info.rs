@@ -24,9 +24,18 @@ pub const MAX_COST_SECS: u64 = 365 * 24 * 3600;
 /// Most workspaces `estimate_cost` prices at once.
 pub const MAX_COST_COUNT: u64 = 10_000;
 
-/// The contract tool's document.
-pub fn contract() -> ContractResult {
+/// The contract tool's document, for a server with `grants`.
+pub fn contract(grants: &crate::Grants) -> ContractResult {
     ContractResult {
+        grants: grants
+            .listing()
+            .into_iter()
+            .map(|(flag, granted, allows)| McpGrant {
+                flag: flag.into(),
+                granted,
+                allows: allows.into(),
+            })
+            .collect(),
         contract: workspace::contract(),
         mcp: McpLimits {
             default_output_cap: DEFAULT_OUTPUT_CAP,
@@ -156,7 +165,7 @@ impl MicroagentServer {
     )
     )]
     async fn contract(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<ContractResult> {
-        Ok(Out(contract()))
+        Ok(Out(contract(&self.grants)))
     }
 
     /// What one workspace (`name`) or every workspace uses now: state,

@@ -129,6 +129,7 @@ impl MicroagentServer {
         for port in &p.ports {
             self.grants.check_port_address(port.host_ip)?;
         }
+        self.grants.check_egress_rules(&p.allow)?;
         if p.session_scoped && !has_session(&ctx) {
             return Err(ToolError::InvalidInput(
                 "session_scoped needs a session: this client speaks a stateless protocol version"

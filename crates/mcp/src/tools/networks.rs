@@ -30,6 +30,7 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<CreateNetworkParams>,
     ) -> ToolResult<NetworkResult> {
+        self.grants.check_egress_rules(&p.allow)?;
         let req = NetworkRequest {
             backend: p.backend.unwrap_or(Backend::User),
             subnet: p.subnet,
@@ -63,6 +64,8 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<SetEgressParams>,
     ) -> ToolResult<EgressResult> {
+        self.grants
+            .check_egress_rules(p.allow.as_deref().unwrap_or_default())?;
         let (egress, allow) = (p.egress, p.allow);
         let info = self
             .on_workspace(&p.workspace, move |ws, name| {

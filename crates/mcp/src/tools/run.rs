@@ -67,6 +67,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<RunParams>,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<RunResult> {
+        self.grants.check_egress_rules(&p.allow)?;
         let limits = limits(p.timeout_secs, p.output_cap)?;
         let start_timeout = seconds(
             "start_timeout_secs",

@@ -17,6 +17,7 @@ use crate::store::file_lock::FileLock;
 use crate::store::repo_checkout::RepoCheckout;
 use crate::store::spec::{Owner, WorkspaceSpec};
 use crate::store::volume_mounts::VolumeMount;
+use crate::repos::incoming::RepoLimits;
 use crate::tasks::merge::{merge_task, MergeResult};
 use crate::tasks::slots::{cache_volume, CACHE_MOUNT, CACHE_SIZE_MIB};
 use crate::tasks::{
@@ -182,10 +183,11 @@ impl Workspaces {
             let scratch = store.dir(id)?.join("rebase");
             let path = repo.path.clone();
             let (branch, base) = (info.branch.clone(), info.base.clone());
+            let limits = RepoLimits::load(self.state.root()).map_err(Error::InvalidInput)?;
             self.blocking(move |_| {
                 let _lock = FileLock::exclusive(&lock_path)
                     .map_err(Error::host_io(format!("locking {}", lock_path.display())))?;
-                merge_task(&path, &branch, &base, &task_ref, &scratch)
+                merge_task(&path, &branch, &base, &task_ref, &scratch, &limits)
                     .map_err(|e| crate::repos::RepoError::from(e).into())
             })
             .await?

@@ -132,6 +132,39 @@ pub fn join(root: &Path, id: &str, limits: &CgroupLimits) -> Placement {
     ))
 }
 
+/// A fresh memory-capped group `id` that nobody has joined yet (for a
+/// host tool: see [`crate::host::tool`]), where this process may make one:
+/// its directory and the file a process writes `0` to in order to join
+/// (v1 `tasks`, v2 `cgroup.procs`). The caller removes the directory.
+pub fn memory_group(root: &Path, id: &str, memory_bytes: u64) -> Option<(PathBuf, &'static str)> {
+    let made = |dir: PathBuf, limit: &str, join: &'static str| {
+        std::fs::create_dir_all(&dir).ok()?;
+        if write(&dir, limit, &memory_bytes.to_string()).is_err() {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some((dir, join))
+    };
+    if let Some([memory, _, _]) = v1_controllers(root) {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let dir = memory
+            .join(own_v1_group(&own, "memory"))
+            .join(PARENT)
+            .join(id);
+        return made(dir, "memory.limit_in_bytes", "tasks");
+    }
+    let parent = own_v2_group(root)?;
+    let delegated = std::fs::read_to_string(parent.join("cgroup.subtree_control")).ok()?;
+    if !delegated.split_whitespace().any(|c| c == "memory") {
+        return None;
+    }
+    made(
+        parent.join(format!("{PARENT}-{id}")),
+        "memory.max",
+        "cgroup.procs",
+    )
+}
+
 /// This process's group under v1 controller `name`, relative to its
 /// mount (`4:memory:/a/b` is `a/b`); the root when not listed.
 fn own_v1_group(cgroups: &str, name: &str) -> PathBuf {

@@ -89,6 +89,10 @@ pub fn dnsmasq_args(
         format!("--listen-address={gateway}"),
         "--no-hosts".to_owned(),
         format!("--address=/{HOST_ALIAS}/{gateway}"),
+        // An upstream answer naming a private, loopback or link-local
+        // address is dropped (DNS rebinding): a name's owner chooses its
+        // answers, and only a CIDR rule may open those ranges.
+        "--stop-dns-rebind".to_owned(),
     ];
     // dnsmasq reads `*.d` as the names under d, `d` as d and those.
     let domains: Vec<String> = net

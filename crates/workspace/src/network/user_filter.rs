@@ -20,8 +20,9 @@ use crate::store::subnet::Subnet;
 
 /// Ranges a guest on a `user` network reaches only through a rule: the
 /// gateway (the host's loopback, through passt), loopback, link-local,
-/// private (RFC 1918, unique local) and shared (RFC 6598) ranges.
-pub const GUARDED: [(IpAddr, u8); 10] = [
+/// private (RFC 1918, unique local), shared (RFC 6598) and multicast
+/// ranges.
+pub const GUARDED: [(IpAddr, u8); 13] = [
     (IpAddr::V4(USER_GATEWAY), 32),
     (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8),
     (IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)), 8),
@@ -32,7 +33,36 @@ pub const GUARDED: [(IpAddr, u8); 10] = [
     (IpAddr::V4(Ipv4Addr::new(100, 64, 0, 0)), 10),
     (IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0)), 10),
     (IpAddr::V6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0)), 7),
+    (IpAddr::V4(Ipv4Addr::new(224, 0, 0, 0)), 4),
+    (IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
+    (IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0)), 8),
 ];
+
+/// Whether a rule opens the host's side of the network: a host port, or
+/// an address range that is wider than one address or touches a guarded
+/// range. Such rules are a human's to give: over MCP they need the
+/// server's grant (`serve mcp --allow-host-egress`). A name does not:
+/// what it resolves to never opens a guarded range.
+pub fn opens_host(rule: &AllowEntry) -> bool {
+    let (net, len) = match rule {
+        AllowEntry::Domain(_) | AllowEntry::Subdomains(_) => return false,
+        AllowEntry::HostPort(_) => return true,
+        AllowEntry::Cidr(c) | AllowEntry::CidrPort(c, _) => {
+            let p = prefix(c);
+            (p.addr, p.len)
+        }
+    };
+    let single = match net {
+        IpAddr::V4(_) => len >= 32,
+        IpAddr::V6(_) => len >= 128,
+    };
+    let rule = Prefix { addr: net, len };
+    !single
+        || GUARDED.iter().any(|&(addr, glen)| {
+            let guarded = Prefix { addr, len: glen };
+            guarded.contains(net) || rule.contains(addr)
+        })
+}
 
 /// Checks a workspace's own egress policy (`spec.egress`, `spec.allow`)
 /// against its network: only a `user` network takes one (a `tap`
@@ -147,6 +177,33 @@ mod tests {
 
     fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
         IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
+
+    #[test]
+    fn rules_that_open_the_host_are_told_apart() {
+        for rule in [
+            "host:8000",
+            "169.254.169.254/32",
+            "127.0.0.1/32",
+            "10.1.0.0/16:5432",
+            "192.168.1.7/32",
+            "100.64.0.1/32",
+            "224.0.0.251/32",
+            "0.0.0.0/0",
+            "8.8.0.0/16",
+        ] {
+            let entry: AllowEntry = rule.parse().unwrap();
+            assert!(opens_host(&entry), "{rule}");
+        }
+        for rule in [
+            "pypi.org",
+            "*.pythonhosted.org",
+            "93.184.216.34/32",
+            "1.1.1.1/32:53",
+        ] {
+            let entry: AllowEntry = rule.parse().unwrap();
+            assert!(!opens_host(&entry), "{rule}");
+        }
     }
 
     #[test]

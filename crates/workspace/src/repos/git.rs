@@ -1,11 +1,11 @@
-//! The host's git, run as a program (never through a shell) with prompts
-//! off and a fixed locale, so what it prints can be read and it never
-//! waits for a terminal.
-
-use std::path::{Path, PathBuf};
-use std::process::Command;
+//! The host's git, run through the host-tool runner ([`HostTool::git`]):
+//! a program (never a shell), prompts off, a fixed locale, every config
+//! key that names a program overridden, and bounds on memory, file sizes,
+//! output and time, since what it reads may be a guest's.
 
 use crate::code::ErrorCode;
+use crate::host::tool::{HostTool, ToolError};
+use std::path::{Path, PathBuf};
 
 /// Why a git command failed.
 #[derive(Debug, thiserror::Error)]
@@ -36,14 +36,15 @@ pub enum GitError {
         /// The repository.
         repo: PathBuf,
     },
-    /// Starting git failed.
+    /// Running git failed (it could not start, ran past its deadline or
+    /// printed past its bound).
     #[error("running git {what}")]
-    Spawn {
+    Tool {
         /// The subcommand.
         what: String,
-        /// What the OS said.
+        /// What the runner said.
         #[source]
-        source: std::io::Error,
+        source: ToolError,
     },
     /// git ran and failed.
     #[error("git {what} failed in {}: {stderr}", repo.display())]
@@ -66,47 +67,64 @@ impl GitError {
             | GitError::NoBranch { .. }
             | GitError::BadBranch(_)
             | GitError::Detached { .. } => ErrorCode::InvalidInput,
-            GitError::Spawn { .. } | GitError::Failed { .. } => ErrorCode::Internal,
+            GitError::Tool {
+                source: ToolError::TimedOut { .. },
+                ..
+            } => ErrorCode::Timeout,
+            GitError::Tool { .. } | GitError::Failed { .. } => ErrorCode::Internal,
         }
     }
 }
 
-/// `git -C repo ARGS...` with prompts off and the C locale.
-pub(crate) fn git<I, S>(repo: &Path, args: I) -> Result<Command, GitError>
+/// `git -C repo ARGS...` through the host-tool runner: every config key
+/// that names a program overridden, prompts off, memory, file sizes and
+/// time bounded ([`HostTool::git`]).
+pub(crate) fn git<I, S>(repo: &Path, args: I) -> Result<HostTool, GitError>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let program = crate::host::settings::host_tool("git").ok_or(GitError::Missing)?;
-    let mut cmd = Command::new(program);
-    cmd.arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("LC_ALL", "C")
-        .stdin(std::process::Stdio::null());
-    Ok(cmd)
+    let tool = HostTool::git(repo).map_err(|e| match e {
+        ToolError::Missing { .. } => GitError::Missing,
+        source => GitError::Tool {
+            what: "start".into(),
+            source,
+        },
+    })?;
+    Ok(tool.args(args))
 }
 
-/// Runs `cmd` (made by [`git`]); its stdout, trimmed, when it succeeds.
-pub(crate) fn output(mut cmd: Command, repo: &Path) -> Result<String, GitError> {
-    // The subcommand: the first word past `-C DIR` and `-c KEY=VALUE`.
-    let mut args = cmd.get_args().map(|a| a.to_string_lossy().into_owned());
-    let mut what = String::new();
+/// The subcommand of a git run: the first word past `-C DIR` and
+/// `-c KEY=VALUE`.
+fn subcommand(tool: &mut HostTool) -> String {
+    let mut args = tool
+        .command()
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned());
     while let Some(a) = args.next() {
         if a == "-C" || a == "-c" {
             args.next();
         } else {
-            what = a;
-            break;
+            return a;
         }
     }
-    let out = cmd.output().map_err(|source| GitError::Spawn {
+    String::new()
+}
+
+/// Runs `tool` (made by [`git`]); its stdout, trimmed, when it succeeds.
+pub(crate) fn output(tool: HostTool, repo: &Path) -> Result<String, GitError> {
+    output_bytes(tool, repo).map(|out| String::from_utf8_lossy(&out).trim().to_owned())
+}
+
+/// Runs `tool` (made by [`git`]); its stdout as it is, when it succeeds.
+pub(crate) fn output_bytes(mut tool: HostTool, repo: &Path) -> Result<Vec<u8>, GitError> {
+    let what = subcommand(&mut tool);
+    let out = tool.output().map_err(|source| GitError::Tool {
         what: what.clone(),
         source,
     })?;
     if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        return Ok(out.stdout);
     }
     Err(GitError::Failed {
         what,
@@ -225,7 +243,7 @@ pub(crate) fn prepare_clone(
     who: &Identity,
     origin: Option<&str>,
 ) -> Result<(), GitError> {
-    let mut init = git(
+    let init = git(
         repo,
         [
             "-c",
@@ -234,14 +252,10 @@ pub(crate) fn prepare_clone(
             "-q",
             "--template=",
         ],
-    )?;
-    init.arg(dir);
+    )?
+    .arg(dir);
     output(init, repo)?;
-    let in_dir = |args: &[&str]| -> Result<String, GitError> {
-        let mut cmd = git(dir, ["-c", "core.hooksPath=/dev/null"])?;
-        cmd.args(args);
-        output(cmd, dir)
-    };
+    let in_dir = |args: &[&str]| -> Result<String, GitError> { output(git(dir, args)?, dir) };
     let source = repo.to_string_lossy().into_owned();
     in_dir(&[
         "fetch",
@@ -262,9 +276,7 @@ pub(crate) fn prepare_clone(
 
 /// The commit a bundle's `HEAD` names.
 pub(crate) fn bundle_head(repo: &Path, file: &Path) -> Result<String, GitError> {
-    let mut cmd = git(repo, ["bundle", "list-heads"])?;
-    cmd.arg(file);
-    let heads = output(cmd, repo)?;
+    let heads = output(git(repo, ["bundle", "list-heads"])?.arg(file), repo)?;
     heads
         .lines()
         .find_map(|l| l.strip_suffix(" HEAD"))
@@ -279,14 +291,22 @@ pub(crate) fn bundle_head(repo: &Path, file: &Path) -> Result<String, GitError> 
 /// Checks that `file` is a bundle `repo` can take (it has what the bundle
 /// builds on), then fetches its `HEAD` into `dst` (forced).
 pub(crate) fn fetch_bundle_head(repo: &Path, file: &Path, dst: &str) -> Result<(), GitError> {
-    let mut verify = git(repo, ["bundle", "verify", "--quiet"])?;
-    verify.arg(file);
-    output(verify, repo)?;
-    let mut fetch = git(
+    output(git(repo, ["bundle", "verify", "--quiet"])?.arg(file), repo)?;
+    // fsck what comes from a guest: it refuses trees naming `.git`,
+    // `..` or unsafe `.gitmodules`, which no checkout should meet.
+    let fetch = git(
         repo,
-        ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"],
-    )?;
-    fetch.arg(file).arg(format!("+HEAD:{dst}"));
+        [
+            "-c",
+            "fetch.fsckObjects=true",
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+        ],
+    )?
+    .arg(file)
+    .arg(format!("+HEAD:{dst}"));
     output(fetch, repo).map(drop)
 }
 

@@ -4,6 +4,7 @@
 //! commits come back is `workspaces::repos`; the host's git is [`git`].
 
 pub mod git;
+pub mod incoming;
 
 use std::path::{Path, PathBuf};
 
@@ -68,6 +69,14 @@ pub enum RepoError {
     /// A path, branch or command is unusable.
     #[error("{0}")]
     Invalid(String),
+    /// The commits a guest bundled are over a limit; nothing was fetched.
+    #[error("the commits of workspace `{workspace}` were not taken: {why}")]
+    BundleRefused {
+        /// The workspace.
+        workspace: String,
+        /// Which limit, with its config key.
+        why: String,
+    },
     /// Git failed.
     #[error(transparent)]
     Git(#[from] GitError),
@@ -92,7 +101,8 @@ impl RepoError {
             RepoError::Alias { .. }
             | RepoError::Invalid(_)
             | RepoError::NoRepo(_)
-            | RepoError::NoGit(_) => ErrorCode::InvalidInput,
+            | RepoError::NoGit(_)
+            | RepoError::BundleRefused { .. } => ErrorCode::InvalidInput,
             RepoError::Guest { .. } => ErrorCode::Internal,
             RepoError::NotAllowed(_) => ErrorCode::Forbidden,
             RepoError::AliasTaken { .. } => ErrorCode::Conflict,

@@ -3,13 +3,17 @@
 //! temporary worktree. The user's checked-out worktree is only ever
 //! fast-forwarded, and never when it has uncommitted changes; then the
 //! branch is left and the reason given. The task's own commits stay at
-//! `refs/tasks/<id>` whatever happens. Hooks are off for every step.
+//! `refs/tasks/<id>` whatever happens. Every git step runs through the
+//! host-tool runner, and nothing is checked out that is over the
+//! repository limits, under `.git`, or in place of an untracked or ignored
+//! file ([`crate::repos::incoming`]).
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::repos::git::{self, GitError};
+use crate::repos::incoming::{check_checkout, RepoLimits};
 
 /// How commits reached the branch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +47,7 @@ pub struct MergeResult {
     pub reason: Option<String>,
 }
 
-/// Git for one merge: hooks off, and a committer when the repository
+/// Git for one merge: a committer when the repository
 /// names none (a rebase writes new commits), looked up once.
 struct MergeGit<'a> {
     repo: &'a Path,
@@ -60,13 +64,13 @@ impl<'a> MergeGit<'a> {
 
     /// `git -C dir ARGS`.
     fn run(&self, dir: &Path, args: &[&str]) -> Result<String, GitError> {
-        let mut cmd = git::git(dir, ["-c", "core.hooksPath=/dev/null"])?;
-        cmd.args(args);
+        let mut tool = git::git(dir, args)?;
         if self.needs_committer {
-            cmd.env("GIT_COMMITTER_NAME", "microagent")
+            tool.command()
+                .env("GIT_COMMITTER_NAME", "microagent")
                 .env("GIT_COMMITTER_EMAIL", "microagent@localhost");
         }
-        git::output(cmd, dir)
+        git::output(tool, dir)
     }
 }
 
@@ -93,6 +97,7 @@ pub fn merge_task(
     base: &str,
     task_ref: &str,
     scratch: &Path,
+    limits: &RepoLimits,
 ) -> Result<MergeResult, GitError> {
     let range = format!("{base}..{task_ref}");
     let commits: u64 = git::run(repo, ["rev-list", "--count", &range])?
@@ -126,6 +131,12 @@ pub fn merge_task(
             return Ok(result);
         }
     }
+    // What the task adds over its base, before anything is checked out
+    // (the rebase's scratch worktree included).
+    if let Err(why) = check_checkout(repo, None, Some(base), task_ref, limits)? {
+        result.reason = Some(format!("the task's commits were not merged: {why}"));
+        return Ok(result);
+    }
     let fast_forward = g
         .run(repo, &["merge-base", "--is-ancestor", &tip, task_ref])
         .is_ok();
@@ -149,6 +160,14 @@ pub fn merge_task(
     };
     match &worktree {
         Some(wt) => {
+            if let Err(why) = check_checkout(repo, Some(wt), Some(&tip), &new_tip, limits)? {
+                result.method = None;
+                result.reason = Some(format!(
+                    "the task's commits were not merged into {}: {why}",
+                    wt.display()
+                ));
+                return Ok(result);
+            }
             if let Err(e) = g.run(wt, &["merge", "--ff-only", "--quiet", &new_tip]) {
                 result.method = None;
                 result.reason = Some(format!(
@@ -253,7 +272,15 @@ mod tests {
             return;
         };
         let scratch = repo.with_file_name("scratch");
-        let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
+        let r = merge_task(
+            &repo,
+            "main",
+            &base,
+            "refs/tasks/t1",
+            &scratch,
+            &RepoLimits::default(),
+        )
+        .unwrap();
         assert!(r.merged, "{r:?}");
         assert_eq!((r.method, r.commits), (Some(MergeMethod::FastForward), 1));
         assert_eq!(
@@ -270,7 +297,15 @@ mod tests {
         let scratch = repo.with_file_name("scratch");
         std::fs::write(repo.join("other"), "moved\n").unwrap();
         sh(&repo, &["commit", "-qam", "moved"]);
-        let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
+        let r = merge_task(
+            &repo,
+            "main",
+            &base,
+            "refs/tasks/t1",
+            &scratch,
+            &RepoLimits::default(),
+        )
+        .unwrap();
         assert_eq!(
             (r.merged, r.method),
             (true, Some(MergeMethod::Rebase)),
@@ -295,7 +330,15 @@ mod tests {
         sh(&repo, &["commit", "-qam", "second"]);
         sh(&repo, &["update-ref", "refs/tasks/t2", "HEAD"]);
         sh(&repo, &["checkout", "-q", "main"]);
-        let r = merge_task(&repo, "main", &base, "refs/tasks/t2", &scratch).unwrap();
+        let r = merge_task(
+            &repo,
+            "main",
+            &base,
+            "refs/tasks/t2",
+            &scratch,
+            &RepoLimits::default(),
+        )
+        .unwrap();
         assert!(!r.merged, "{r:?}");
         assert_eq!(r.conflicts, ["file"]);
         assert_eq!(sh(&repo, &["rev-parse", "main"]), tip);
@@ -310,7 +353,15 @@ mod tests {
         let scratch = repo.with_file_name("scratch");
         std::fs::write(repo.join("other"), "uncommitted\n").unwrap();
         let tip = sh(&repo, &["rev-parse", "main"]);
-        let r = merge_task(&repo, "main", &base, "refs/tasks/t1", &scratch).unwrap();
+        let r = merge_task(
+            &repo,
+            "main",
+            &base,
+            "refs/tasks/t1",
+            &scratch,
+            &RepoLimits::default(),
+        )
+        .unwrap();
         assert!(
             !r.merged && r.reason.as_deref().unwrap().contains("uncommitted"),
             "{r:?}"
@@ -330,7 +381,15 @@ mod tests {
         };
         let scratch = repo.with_file_name("scratch");
         sh(&repo, &["branch", "side", &base]);
-        let r = merge_task(&repo, "side", &base, "refs/tasks/t1", &scratch).unwrap();
+        let r = merge_task(
+            &repo,
+            "side",
+            &base,
+            "refs/tasks/t1",
+            &scratch,
+            &RepoLimits::default(),
+        )
+        .unwrap();
         assert_eq!((r.merged, r.method), (true, Some(MergeMethod::FastForward)));
         assert_eq!(sh(&repo, &["log", "--format=%s", "-1", "side"]), "task");
     }

@@ -9,6 +9,9 @@
 pub mod merge;
 pub mod slots;
 
+#[cfg(test)]
+mod hostile_tests;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};

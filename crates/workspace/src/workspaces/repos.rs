@@ -10,6 +10,7 @@ use std::process::Command;
 
 use super::manager::Workspaces;
 use crate::images::registry::ImageInfo;
+use crate::repos::incoming::{check_bundle, RepoLimits};
 use crate::repos::{
     git, RepoError, RepoInfo, RepoPull, RepoStore, GUEST_REPO_DIR, WORKSPACE_REF_PREFIX,
 };
@@ -239,6 +240,15 @@ impl Workspace<'_> {
         let local = pull_bundle_path(&ws);
         let _ = std::fs::remove_file(&local);
         all.at(name).copy_out(GUEST_PULL_BUNDLE, &local).await?;
+        let limits = RepoLimits::load(all.state.root()).map_err(RepoError::Invalid)?;
+        if let Err(why) = check_bundle(&local, &limits) {
+            let _ = std::fs::remove_file(&local);
+            return Err(RepoError::BundleRefused {
+                workspace: name.to_owned(),
+                why,
+            }
+            .into());
+        }
         let fetched = (|| {
             let head = git::bundle_head(&info.path, &local)?;
             git::fetch_bundle_head(&info.path, &local, host_ref)?;

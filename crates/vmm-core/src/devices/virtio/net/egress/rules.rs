@@ -115,6 +115,8 @@ pub enum DenyReason {
     NameNotAllowed,
     /// DNS to another resolver than the network's.
     OtherResolver,
+    /// An allowed name's answer gave a guarded address (DNS rebinding).
+    GuardedAnswer,
 }
 
 impl DenyReason {
@@ -126,6 +128,9 @@ impl DenyReason {
             DenyReason::Guarded => "a host, link-local or private address no rule allows",
             DenyReason::NameNotAllowed => "a name not on the allowlist",
             DenyReason::OtherResolver => "DNS to another resolver than the network's",
+            DenyReason::GuardedAnswer => {
+                "a host, link-local or private address an allowed name resolved to (DNS rebinding)"
+            }
         }
     }
 }
@@ -141,14 +146,20 @@ impl FilterPolicy {
         if dst == IpAddr::V4(self.resolver) && port == Some(53) {
             return Ok(());
         }
-        if learned || self.nets.iter().any(|r| r.allows(dst, port)) {
+        if self.nets.iter().any(|r| r.allows(dst, port)) {
+            return Ok(());
+        }
+        // A learned address never opens a guarded range: a name's answer
+        // is the name owner's to choose (DNS rebinding), a rule is the
+        // user's. Only an explicit rule for the range does.
+        let guarded = self.guarded.iter().any(|p| p.contains(dst));
+        if learned && !guarded {
             return Ok(());
         }
         match self.mode {
-            FilterMode::All if self.guarded.iter().any(|p| p.contains(dst)) => {
-                Err(DenyReason::Guarded)
-            }
+            FilterMode::All if guarded => Err(DenyReason::Guarded),
             FilterMode::All => Ok(()),
+            _ if learned => Err(DenyReason::GuardedAnswer),
             _ if port == Some(53) => Err(DenyReason::OtherResolver),
             _ => Err(DenyReason::NotAllowed),
         }
@@ -193,6 +204,28 @@ pub(crate) mod tests {
                 prefix(v4(192, 168, 0, 0), 16),
             ],
             resolver: Ipv4Addr::new(10, 0, 2, 3),
+        }
+    }
+
+    #[test]
+    fn a_learned_answer_never_opens_a_guarded_range() {
+        for mode in [FilterMode::All, FilterMode::Allowlist] {
+            let mut p = policy(mode);
+            for guarded in [v4(169, 254, 169, 254), v4(10, 0, 2, 2), v4(192, 168, 1, 1)] {
+                let refused = p.decide(guarded, Some(80), true);
+                assert!(refused.is_err(), "{mode:?} {guarded}");
+            }
+            assert_eq!(
+                policy(FilterMode::Allowlist).decide(v4(169, 254, 169, 254), Some(80), true),
+                Err(DenyReason::GuardedAnswer)
+            );
+            assert_eq!(p.decide(v4(93, 184, 216, 34), Some(443), true), Ok(()));
+            // An explicit rule for the range opens it.
+            p.nets.push(NetRule {
+                prefix: prefix(v4(169, 254, 169, 254), 32),
+                port: None,
+            });
+            assert_eq!(p.decide(v4(169, 254, 169, 254), Some(80), true), Ok(()));
         }
     }
 
