@@ -300,6 +300,9 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
                 for a in &slots.active {
                     println!("slot {}: task {} ({})", a.slot, a.task_id, a.repo);
                 }
+                for c in &slots.caches {
+                    println!("{}", c.line());
+                }
             }
         }
         TaskCommand::Supervise { id } => {

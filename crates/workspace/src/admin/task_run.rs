@@ -19,12 +19,11 @@ use crate::store::spec::{Owner, WorkspaceSpec};
 use crate::store::volume_mounts::VolumeMount;
 use crate::repos::incoming::RepoLimits;
 use crate::tasks::merge::{merge_task, MergeResult};
-use crate::tasks::slots::{cache_volume, CACHE_MOUNT, CACHE_SIZE_MIB};
+use crate::tasks::slots::CACHE_MOUNT;
 use crate::tasks::{
     TaskInfo, TaskResult, TaskStatus, GUEST_RESULT_FILE, GUEST_TASK_FILE, MAX_RESULT_BYTES,
     TASK_REF_PREFIX,
 };
-use crate::volumes::VolumeSource;
 use crate::workspaces::manager::Workspaces;
 use crate::workspaces::tasks::task_mem;
 use crate::{Error, ExecRequest, Result};
@@ -107,10 +106,8 @@ impl Workspaces {
         })?;
         let repo = self.repos().get(&info.repo)?;
         let command = self.task_command(&repo)?;
-        let cache = cache_volume(slot);
-        if self.volumes().get(&cache).is_err() {
-            self.create_volume(&cache, Some(CACHE_SIZE_MIB), &VolumeSource::Empty)?;
-        }
+        // The cache of this agent's tasks on this repository in this slot.
+        let cache = self.task_cache(info.agent.as_deref(), &info.repo, slot)?;
         let spec = WorkspaceSpec {
             image: info.image.clone(),
             mem_mib: task_mem(&info),

@@ -1,9 +1,13 @@
 //! Task slots: at most N tasks run at once. Each repository prefers one
 //! slot (by a hash of its alias), so its next task finds the caches its
-//! last one left: every slot has a cache volume (`task-cache-<slot>`)
-//! mounted at [`CACHE_MOUNT`], which the guest's `~/.cache` points into.
+//! last one left: a task mounts the cache volume of its agent, its
+//! repository and its slot ([`cache_volume`]) at [`CACHE_MOUNT`], which
+//! the guest's `~/.cache` points into. The volume is its agent's (a task
+//! the host started: nobody's), so no other agent mounts, reads or plants
+//! anything in what the next task of that agent runs.
 
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 /// Where a slot's cache volume is mounted in a task's guest.
 pub const CACHE_MOUNT: &str = "/var/cache/microagent";
@@ -11,6 +15,11 @@ pub const CACHE_MOUNT: &str = "/var/cache/microagent";
 pub const MAX_SLOTS: u32 = 16;
 /// Size of a slot's cache volume, MiB (sparse).
 pub const CACHE_SIZE_MIB: u64 = 8 * 1024;
+/// What every task cache volume's name starts with; a session of an agent
+/// may not make a volume so named.
+pub const CACHE_PREFIX: &str = "task-cache-";
+/// Hex digits of the key in a cache volume's name.
+const CACHE_KEY_HEX: usize = 16;
 
 /// A slot a task holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -34,11 +43,88 @@ pub struct Slots {
     pub active: Vec<ActiveSlot>,
     /// Free slots.
     pub available: Vec<u32>,
+    /// The task cache volumes the caller may use, by name.
+    pub caches: Vec<TaskCache>,
 }
 
-/// The cache volume of `slot`.
-pub fn cache_volume(slot: u32) -> String {
-    format!("task-cache-{slot}")
+/// A task cache volume: whose, for which repository, in which slot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct TaskCache {
+    /// The volume.
+    pub volume: String,
+    /// The slot whose tasks mount it.
+    pub slot: u32,
+    /// The agent that owns it (none: tasks the host started).
+    pub agent: Option<String>,
+    /// The repository whose tasks mount it (none: a repository no longer
+    /// allowlisted, or an unused cache of an older version).
+    pub repo: Option<String>,
+    /// Its size, MiB (sparse).
+    pub size_mib: u64,
+    /// Host bytes it takes.
+    pub used_bytes: u64,
+    /// A `task-cache-<slot>` volume of a version before caches had owners:
+    /// no task mounts it any more; remove it (`volume rm`) when its
+    /// contents are not wanted.
+    pub legacy: bool,
+}
+
+impl TaskCache {
+    /// One line for a person: the volume, its slot, whose and for what.
+    pub fn line(&self) -> String {
+        let whose = match &self.agent {
+            Some(agent) => format!("agent {agent}"),
+            None => "no agent (the host's tasks)".to_owned(),
+        };
+        let what = match (&self.repo, self.legacy) {
+            (_, true) => "unused since caches have owners (`volume rm` it when not wanted)".into(),
+            (Some(repo), false) => format!("repository {repo}"),
+            (None, false) => "a repository no longer allowlisted".into(),
+        };
+        format!(
+            "cache {}: slot {}, {whose}, {what}, {} MiB used",
+            self.volume,
+            self.slot,
+            self.used_bytes >> 20
+        )
+    }
+}
+
+/// The key of `agent`'s caches for `repo` (none: the host's tasks): hex of
+/// a SHA-256 over both, so names of any length fit a volume name and no
+/// two owners or repositories share one.
+pub fn cache_key(agent: Option<&str>, repo: &str) -> String {
+    let mut hash = Sha256::new();
+    match agent {
+        Some(agent) => hash.update(format!("agent\0{agent}\0{repo}")),
+        None => hash.update(format!("host\0{repo}")),
+    }
+    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    hex[..CACHE_KEY_HEX].to_owned()
+}
+
+/// The cache volume of `agent`'s tasks on `repo` in `slot` (none: the
+/// host's): `task-cache-<key>-<slot>`.
+pub fn cache_volume(agent: Option<&str>, repo: &str, slot: u32) -> String {
+    format!("{CACHE_PREFIX}{}-{slot}", cache_key(agent, repo))
+}
+
+/// The key and slot a cache volume's short name carries (no key: an older
+/// version's `task-cache-<slot>`); `None` for any other volume.
+pub fn parse_cache_volume(name: &str) -> Option<(Option<&str>, u32)> {
+    let rest = name.strip_prefix(CACHE_PREFIX)?;
+    match rest.split_once('-') {
+        None => Some((None, rest.parse().ok()?)),
+        Some((key, slot)) => {
+            let hex = key.len() == CACHE_KEY_HEX
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            hex.then_some(())?;
+            Some((Some(key), slot.parse().ok()?))
+        }
+    }
 }
 
 /// Slots when the configuration names no number: as many tasks of
@@ -80,7 +166,36 @@ mod tests {
         let other = choose_slot("proj", 4, &[p]).unwrap();
         assert_ne!(other, p);
         assert_eq!(choose_slot("proj", 2, &[0, 1]), None);
-        assert_eq!(cache_volume(3), "task-cache-3");
+    }
+
+    #[test]
+    fn caches_are_keyed_by_agent_repository_and_slot() {
+        let mine = cache_volume(Some("alice"), "proj", 3);
+        crate::store::name::validate_name(&mine).unwrap();
+        assert!(
+            mine.starts_with(CACHE_PREFIX) && mine.ends_with("-3"),
+            "{mine}"
+        );
+        let key = cache_key(Some("alice"), "proj");
+        assert_eq!(parse_cache_volume(&mine), Some((Some(key.as_str()), 3)));
+        let others = [
+            cache_volume(Some("bob"), "proj", 3),
+            cache_volume(None, "proj", 3),
+            cache_volume(Some("alice"), "other", 3),
+            cache_volume(Some("alice"), "proj", 4),
+            // The separator keeps agent and alias apart.
+            cache_volume(Some("alice-proj"), "", 3),
+        ];
+        for other in &others {
+            assert_ne!(&mine, other);
+        }
+        // Names of any length still make a valid volume name.
+        let long = "a".repeat(crate::store::name::MAX_NAME_LEN);
+        crate::store::name::validate_name(&cache_volume(Some(&long), &long, MAX_SLOTS)).unwrap();
+        assert_eq!(parse_cache_volume("task-cache-7"), Some((None, 7)));
+        for not_a_cache in ["data", "task-cache-", "task-cache-x-1", "task-cache-7x"] {
+            assert_eq!(parse_cache_volume(not_a_cache), None, "{not_a_cache}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub(crate) mod pool;
 pub(crate) mod ports;
 pub(crate) mod repos;
 pub(crate) mod secrets;
+pub(crate) mod task_caches;
 pub(crate) mod tasks;
 pub(crate) mod tenancy;
 pub(crate) mod volumes;

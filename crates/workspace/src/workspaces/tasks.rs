@@ -49,7 +49,8 @@ impl Workspaces {
         slots::default_max_slots(mem, TASK_MEM_MIB)
     }
 
-    /// The slots and the tasks holding them.
+    /// The slots, the tasks holding them, and the task caches this view
+    /// may use.
     pub fn task_slots(&self) -> Result<Slots> {
         let max = self.max_slots(&self.task_config()?);
         let active: Vec<ActiveSlot> = self
@@ -71,6 +72,7 @@ impl Workspaces {
             max_slots: max,
             active,
             available,
+            caches: self.task_caches()?,
         })
     }
 

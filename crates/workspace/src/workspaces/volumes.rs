@@ -69,7 +69,9 @@ impl Workspaces {
 
     /// Makes volume `name` (see [`VolumeStore::create`]) in this view's
     /// namespace, its agent's when an agent's session makes it, when the
-    /// host budget leaves room.
+    /// host budget leaves room. A session may not take a task cache's name
+    /// (INVALID_INPUT): tasks make their caches themselves, so no agent
+    /// makes one that another agent's task would then mount.
     pub fn create_volume(
         &self,
         name: &str,
@@ -77,6 +79,12 @@ impl Workspaces {
         source: &VolumeSource,
     ) -> Result<VolumeInfo> {
         let name = self.full_name(name)?;
+        if self.caller().is_some() && name.starts_with(crate::tasks::slots::CACHE_PREFIX) {
+            return Err(Error::InvalidInput(format!(
+                "volume names starting with `{}` are kept for task caches; choose another name",
+                crate::tasks::slots::CACHE_PREFIX
+            )));
+        }
         self.check_budget_disk()?;
         Ok(self
             .volumes()

@@ -219,11 +219,16 @@ impl Render for TaskLogsOut {
 
 impl Render for SlotsOut {
     fn render(&self) -> String {
-        format!(
+        let mut text = format!(
             "{} slot(s), {} free",
             self.slots.max_slots,
             self.slots.available.len()
-        )
+        );
+        for c in &self.slots.caches {
+            text.push('\n');
+            text.push_str(&c.line());
+        }
+        text
     }
 }
 

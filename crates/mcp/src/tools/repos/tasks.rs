@@ -198,7 +198,9 @@ impl MicroagentServer {
     }
 
     /// The task slots: how many tasks may run at once, which are held
-    /// (slot, task_id, repo) and which are free.
+    /// (slot, task_id, repo) and which are free; and the task cache
+    /// volumes this session may use (each its agent's, per repository and
+    /// slot).
     #[tool(
         output_schema = crate::output::schema::<SlotsOut>(),
         annotations(
