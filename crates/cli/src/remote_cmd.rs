@@ -60,10 +60,15 @@ async fn route(
             Some(ws.pick_server(&spec.image).await?)
         }
         (None, _) => match target(cmd) {
-            Some(name) => ws.servers().placement(name)?.map(|p| p.server),
+            Some(name) => ws.placement_of(name)?.map(|p| p.server),
             None => None,
         },
     };
+    // Whoever names the server, a workspace placed from here is checked
+    // as its owner's before any ssh runs.
+    if let Some(name) = target(cmd) {
+        ws.placement_of(name)?;
+    }
     match server {
         None => Ok(None),
         Some(s) if s == LOCAL_SERVER => Ok(None),
@@ -171,7 +176,10 @@ pub async fn forward_if_remote(
     if status == 0 {
         let servers = ws.servers();
         match record {
-            Record::Place(name) => servers.place(&name, &spec.name)?,
+            Record::Place(name) => {
+                let agent = ws.caller().and_then(|c| c.agent());
+                servers.place(&name, &spec.name, agent.as_deref())?;
+            }
             Record::Forget(name) => {
                 servers.unforward_all(&name)?;
                 servers.unplace(&name)?;

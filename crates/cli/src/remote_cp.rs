@@ -34,7 +34,7 @@ pub fn cp_if_remote(
         | (Place::Host(_), Place::Guest { workspace, .. }) => workspace,
         _ => return Ok(None),
     };
-    let Some(placement) = ws.servers().placement(&workspace)? else {
+    let Some(placement) = ws.placement_of(&workspace)? else {
         return Ok(None);
     };
     if *preview {

@@ -265,8 +265,8 @@ impl MicroagentServer {
         if let Some(user) = p.user {
             req = req.user(user);
         }
-        let servers = self.workspaces().servers();
-        if let Some(placed) = servers.placement(&p.name).map_err(workspace::Error::from)? {
+        // FORBIDDEN here, before any ssh, when another agent placed it.
+        if let Some(placed) = self.workspaces().placement_of(&p.name)? {
             if p.stdin.is_some() || !p.outputs.is_empty() {
                 return Err(ToolError::InvalidInput(format!(
                     "workspace {} is on server {}: stdin and outputs are not sent there yet",

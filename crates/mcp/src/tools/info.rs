@@ -188,12 +188,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<MetricsParams>,
     ) -> ToolResult<MetricsResult> {
         let placed = match &p.name {
-            Some(name) => self
-                .ws
-                .servers()
-                .placement(name)
-                .map_err(workspace::Error::from)?
-                .map(|placed| placed.server),
+            Some(name) => self.ws.placement_of(name)?.map(|placed| placed.server),
             None => None,
         };
         let workspaces = match p.server.or(placed) {

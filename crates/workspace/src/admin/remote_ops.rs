@@ -1,15 +1,19 @@
 //! Workspace operations on a remote server for the front ends that call
 //! the library (the MCP server): a create there, recorded here once the
-//! remote confirmed it, and a command run there. Each is the remote's own
-//! CLI with `--json`, so both hosts apply the same checks.
+//! remote confirmed it with the creating agent as its owner, and a command
+//! run there. Each is the remote's own CLI with `--json`, so both hosts
+//! apply the same checks; who may use a remote workspace is decided here,
+//! before any ssh runs, by the same rule as a local one
+//! ([`Workspaces::placement_of`]): the remote runs what it is sent as its
+//! host, and knows no agents.
 
 use std::time::Duration;
 
 use crate::guest::exec::Program;
 use crate::guest::WorkspaceMetrics;
-use crate::servers::{run_remote_json, ServerError, LOCAL_SERVER};
+use crate::servers::{run_remote_json, PlacedWorkspace, ServerError, LOCAL_SERVER};
 use crate::store::spec::{Meta, WorkspaceSpec};
-use crate::{ExecRequest, ExecResult, Workspaces};
+use crate::{Error, ExecRequest, ExecResult, Workspaces};
 
 /// Slack over a command's own timeout for the SSH round trip.
 const EXEC_SLACK: Duration = Duration::from_secs(30);
@@ -112,9 +116,34 @@ pub(crate) fn exec_args(name: &str, req: &ExecRequest) -> Vec<String> {
 }
 
 impl Workspaces {
+    /// Where workspace `name` lives when on a remote server (`None`: not
+    /// placed on one from here). FORBIDDEN when its owner (the agent whose
+    /// session created it) is not this view's caller and did not share it:
+    /// every forwarded operation finds its target through this, before any
+    /// ssh runs.
+    pub fn placement_of(&self, name: &str) -> crate::Result<Option<PlacedWorkspace>> {
+        let Some(placed) = self.servers().placement(name)? else {
+            return Ok(None);
+        };
+        self.check_owner("workspace", name, placed.agent.as_deref(), &[])?;
+        Ok(Some(placed))
+    }
+
+    /// Checks that this view may forward an operation on workspace `name`
+    /// to `server`: FORBIDDEN as [`Self::placement_of`] says; a session
+    /// reaches only what was placed on that server from here (its owner is
+    /// known only then), else NOT_FOUND. The host reaches any.
+    fn check_forward(&self, server: &str, name: &str) -> crate::Result<()> {
+        match self.placement_of(name)? {
+            Some(placed) if placed.server == server => Ok(()),
+            _ if self.caller().is_none() => Ok(()),
+            _ => Err(Error::WorkspaceNotFound(name.to_owned())),
+        }
+    }
+
     /// Creates workspace `name` of `spec` on server `server` and records
-    /// that it lives there once the remote confirmed it; its record as the
-    /// remote keeps it.
+    /// that it lives there, owned by this view's agent, once the remote
+    /// confirmed it; its record as the remote keeps it.
     pub async fn create_on_server(
         &self,
         server: &str,
@@ -129,17 +158,20 @@ impl Workspaces {
             server: server.to_owned(),
             detail: format!("its create answer: {e}"),
         })?;
-        registry.place(name, server)?;
+        registry.place(name, server, self.creating_agent().as_deref())?;
         Ok(meta)
     }
 
     /// The figures of workspace `name` on server `server`, or of every
-    /// workspace there (its microagent's `metrics`).
+    /// workspace there this view may use (its microagent's `metrics`).
     pub async fn metrics_on_server(
         &self,
         server: &str,
         name: Option<&str>,
     ) -> crate::Result<Vec<WorkspaceMetrics>> {
+        if let Some(name) = name {
+            self.check_forward(server, name)?;
+        }
         let registry = self.servers();
         let target = registry.get(server)?;
         let mut args = vec!["metrics".to_owned()];
@@ -150,22 +182,25 @@ impl Workspaces {
             serde_json::Value::Array(_) => value,
             one => serde_json::Value::Array(vec![one]),
         };
-        Ok(
+        let mut all: Vec<WorkspaceMetrics> =
             serde_json::from_value(value).map_err(|e| ServerError::Garbled {
                 server: server.to_owned(),
                 detail: format!("its metrics answer: {e}"),
-            })?,
-        )
+            })?;
+        all.retain(|m| self.check_forward(server, &m.name).is_ok());
+        Ok(all)
     }
 
     /// Runs `req` in workspace `name` on server `server`: its result as the
-    /// remote reports it (stdin is not sent).
+    /// remote reports it (stdin is not sent). FORBIDDEN, before any ssh,
+    /// when the workspace is another agent's.
     pub async fn exec_on_server(
         &self,
         server: &str,
         name: &str,
         req: &ExecRequest,
     ) -> crate::Result<ExecResult> {
+        self.check_forward(server, name)?;
         let registry = self.servers();
         let target = registry.get(server)?;
         let deadline = req.timeout.map_or(REMOTE_EXEC_DEADLINE, |t| t + EXEC_SLACK);
@@ -225,5 +260,71 @@ mod tests {
             create_args("w", &with_ports).unwrap_err().code(),
             crate::ErrorCode::InvalidInput
         );
+    }
+
+    #[tokio::test]
+    async fn a_remote_exec_by_another_agent_is_forbidden() {
+        use crate::agents::access::Caller;
+        use crate::servers::ServerSpec;
+        use crate::workspaces::manager::tests::fixture;
+        use crate::ErrorCode;
+        use std::sync::Arc;
+
+        let f = fixture("remote-owner", "/nonexistent");
+        let session = |agent: Option<&str>| {
+            let caller = Arc::new(Caller::new());
+            if let Some(agent) = agent {
+                caller.set_agent(agent);
+            }
+            f.ws.for_caller(caller)
+        };
+        let (a, b, anonymous) = (session(Some("a")), session(Some("b")), session(None));
+        // Nothing listens on port 1: an ssh that runs fails to connect, so
+        // FORBIDDEN can only come from the check before it.
+        let servers = f.ws.servers();
+        servers
+            .add(&ServerSpec::new("box", "nobody@127.0.0.1:1"))
+            .unwrap();
+        // What a's `workspace_create` on the server records once the
+        // remote confirmed it; and one of an older version, nobody's.
+        servers.place("dev", "box", Some("a")).unwrap();
+        servers.place("old", "box", None).unwrap();
+        let req = ExecRequest::shell("id");
+
+        for other in [&b, &anonymous] {
+            let refused = other.exec_on_server("box", "dev", &req).await.unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
+            let refused = other
+                .metrics_on_server("box", Some("dev"))
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
+            let refused = other.placement_of("dev").unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
+        }
+        // A session reaches only what was placed from here, where it was.
+        let unknown = b.exec_on_server("box", "never-placed", &req).await;
+        assert_eq!(unknown.unwrap_err().code(), ErrorCode::NotFound);
+        let elsewhere = a.exec_on_server("other-box", "dev", &req).await;
+        assert_eq!(elsewhere.unwrap_err().code(), ErrorCode::NotFound);
+
+        // The owner, a nobody's workspace and the host pass the check and
+        // meet the unreachable server.
+        let unreachable = [
+            a.exec_on_server("box", "dev", &req).await.unwrap_err(),
+            b.exec_on_server("box", "old", &req).await.unwrap_err(),
+            f.ws.exec_on_server("box", "dev", &req).await.unwrap_err(),
+            a.metrics_on_server("box", Some("dev")).await.unwrap_err(),
+        ];
+        for e in unreachable {
+            assert_eq!(e.code(), ErrorCode::HostUnsupported, "{e}");
+        }
+        let placed = a.placement_of("dev").unwrap().unwrap();
+        assert_eq!(
+            (placed.server.as_str(), placed.agent.as_deref()),
+            ("box", Some("a"))
+        );
+        assert!(f.ws.placement_of("dev").unwrap().is_some(), "the host's");
+        assert!(b.placement_of("old").unwrap().is_some(), "nobody's");
     }
 }

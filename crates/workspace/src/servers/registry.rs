@@ -23,6 +23,12 @@ pub struct PlacedWorkspace {
     pub workspace: String,
     /// The server it lives on.
     pub server: String,
+    /// The agent whose session created it (none: the host, a session
+    /// without an agent, or a placement older than owners). The remote
+    /// knows no agents: every forwarded operation is checked against this
+    /// before any ssh runs (`Workspaces::placement_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// The servers of a state directory and their placements.
@@ -147,14 +153,21 @@ impl ServerRegistry {
         self.root.join(PLACED_DIR).join(format!("{workspace}.json"))
     }
 
-    /// Records that `workspace` lives on `server`.
-    pub fn place(&self, workspace: &str, server: &str) -> Result<(), ServerError> {
+    /// Records that `workspace` lives on `server`, created by `agent`'s
+    /// session (none: nobody's).
+    pub fn place(
+        &self,
+        workspace: &str,
+        server: &str,
+        agent: Option<&str>,
+    ) -> Result<(), ServerError> {
         crate::store::name::validate_full_name(workspace)
             .map_err(|e| ServerError::Invalid(e.to_string()))?;
         crate::store::make_private_dir(&self.root.join(PLACED_DIR))?;
         let placement = PlacedWorkspace {
             workspace: workspace.to_owned(),
             server: server.to_owned(),
+            agent: agent.map(str::to_owned),
         };
         write_json_atomic(&self.placed_file(workspace), &placement)?;
         Ok(())
@@ -232,8 +245,10 @@ mod tests {
                 "{bad:?}"
             );
         }
-        servers.place("dev", "box-1").unwrap();
-        assert_eq!(servers.placement("dev").unwrap().unwrap().server, "box-1");
+        servers.place("dev", "box-1", Some("alice")).unwrap();
+        let placed = servers.placement("dev").unwrap().unwrap();
+        assert_eq!(placed.server, "box-1");
+        assert_eq!(placed.agent.as_deref(), Some("alice"));
         assert!(servers.placement("other").unwrap().is_none());
         assert!(matches!(
             servers.remove("box-1"),
