@@ -354,4 +354,89 @@ mod tests {
             .collect();
         assert!(found.is_empty(), "modules included by #[path]: {found:?}");
     }
+
+    /// Host tools that read what a guest or an image made run only through
+    /// `workspace::host_tool` (program-naming config overridden, memory,
+    /// file size and time bounded): no other code starts them.
+    #[test]
+    fn host_tools_run_through_one_runner() {
+        const TOOLS: &[&str] = &["git", "debugfs", "mkfs.ext4", "fakeroot"];
+        let runner = repo_root().join("crates/workspace/src/host_tool.rs");
+        let listed = std::fs::read_to_string(&runner).unwrap();
+        for tool in TOOLS {
+            assert!(
+                listed.contains(&format!("\"{tool}\"")),
+                "{tool} is not in host_tool's CONFINED_TOOLS"
+            );
+        }
+        let mut found = Vec::new();
+        for f in all_rust_files() {
+            let path = f.to_string_lossy();
+            let test_file = path.ends_with("_tests.rs") || path.contains("/tests/");
+            if f == runner || test_file || f.starts_with(repo_root().join("xtask")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (n, line) in code_lines(&text) {
+                let names_tool = |t: &&str| line.contains(&format!("\"{t}\""));
+                let spawns = line.contains("Command::new(") && TOOLS.iter().any(names_tool);
+                // Asking whether a tool is installed is fine; finding its
+                // path to start it is the runner's.
+                let finds = line.contains("host_tool(")
+                    && TOOLS.iter().any(names_tool)
+                    && !line.contains(".is_none()")
+                    && !line.contains(".is_some()");
+                if spawns || finds {
+                    found.push(format!("{}:{n}: {}", f.display(), line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "run these through workspace::host_tool::HostTool:\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// docs/security.md's trust-boundary inventory: every row names at
+    /// least one test that feeds that boundary hostile input, and each
+    /// named test exists.
+    #[test]
+    fn every_trust_boundary_has_its_hostile_test() {
+        let doc = std::fs::read_to_string(repo_root().join("docs/security.md")).unwrap();
+        let section = doc
+            .split("\n## Trust-boundary inventory")
+            .nth(1)
+            .expect("docs/security.md has a `## Trust-boundary inventory` section");
+        let section = section.split("\n## ").next().unwrap();
+        let rows: Vec<&str> = section
+            .lines()
+            .filter(|l| l.starts_with('|') && !l.starts_with("|---") && !l.starts_with("| what"))
+            .collect();
+        assert!(rows.len() >= 20, "the inventory has only {} rows", rows.len());
+        let mut sources = String::new();
+        for f in all_rust_files() {
+            sources.push_str(&std::fs::read_to_string(&f).unwrap());
+        }
+        let mut problems = Vec::new();
+        for row in rows {
+            let cells: Vec<&str> = row.trim_matches('|').split(" | ").collect();
+            let tests = cells.last().copied().unwrap_or("");
+            let names: Vec<&str> = tests
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|n| !n.is_empty())
+                .collect();
+            if names.is_empty() {
+                problems.push(format!("no test named: {row}"));
+            }
+            for name in names {
+                if !sources.contains(&format!("fn {name}(")) {
+                    problems.push(format!("no `fn {name}` in the tree: {row}"));
+                }
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
 }

@@ -34,6 +34,7 @@ pub(crate) mod error;
 pub(crate) mod error_chain;
 pub mod guest;
 pub mod host;
+pub mod host_tool;
 pub mod images;
 pub mod network;
 #[cfg(feature = "test-hooks")]

@@ -133,7 +133,7 @@ pub fn join(root: &Path, id: &str, limits: &CgroupLimits) -> Placement {
 }
 
 /// A fresh memory-capped group `id` that nobody has joined yet (for a
-/// host tool: see [`crate::host::tool`]), where this process may make one:
+/// host tool: see [`crate::host_tool`]), where this process may make one:
 /// its directory and the file a process writes `0` to in order to join
 /// (v1 `tasks`, v2 `cgroup.procs`). The caller removes the directory.
 pub fn memory_group(root: &Path, id: &str, memory_bytes: u64) -> Option<(PathBuf, &'static str)> {

@@ -1,8 +1,7 @@
 //! The host: where things are (`settings`, `assets`), what it lacks and
 //! how to change it (`plan`, confirmed by `confirm`, `setup`, `kernel_build`, `kernel_install`),
 //! its checks (`doctor`), its budget (`budget`), what a guest may write on
-//! it (`host_write`), the confinement of VMM processes (`cgroup`, `jail`),
-//! the one runner for host tools on untrusted data (`tool`)
+//! it (`host_write`), the confinement of VMM processes (`cgroup`, `jail`)
 //! and the price table cost estimates use (`cost`).
 
 pub mod assets;
@@ -19,4 +18,3 @@ pub mod kernel_install;
 pub mod plan;
 pub mod settings;
 pub mod setup;
-pub mod tool;

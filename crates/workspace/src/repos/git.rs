@@ -4,7 +4,7 @@
 //! output and time, since what it reads may be a guest's.
 
 use crate::code::ErrorCode;
-use crate::host::tool::{HostTool, ToolError};
+use crate::host_tool::{HostTool, HostToolError};
 use std::path::{Path, PathBuf};
 
 /// Why a git command failed.
@@ -44,7 +44,7 @@ pub enum GitError {
         what: String,
         /// What the runner said.
         #[source]
-        source: ToolError,
+        source: HostToolError,
     },
     /// git ran and failed.
     #[error("git {what} failed in {}: {stderr}", repo.display())]
@@ -68,7 +68,7 @@ impl GitError {
             | GitError::BadBranch(_)
             | GitError::Detached { .. } => ErrorCode::InvalidInput,
             GitError::Tool {
-                source: ToolError::TimedOut { .. },
+                source: HostToolError::TimedOut { .. },
                 ..
             } => ErrorCode::Timeout,
             GitError::Tool { .. } | GitError::Failed { .. } => ErrorCode::Internal,
@@ -85,7 +85,7 @@ where
     S: AsRef<std::ffi::OsStr>,
 {
     let tool = HostTool::git(repo).map_err(|e| match e {
-        ToolError::Missing { .. } => GitError::Missing,
+        HostToolError::Missing { .. } => GitError::Missing,
         source => GitError::Tool {
             what: "start".into(),
             source,

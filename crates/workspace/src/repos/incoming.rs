@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::host::tool::ToolError;
+use crate::host_tool::HostToolError;
 use crate::repos::git::{self, GitError};
 
 /// The `config.json` object with these limits.
@@ -120,7 +120,7 @@ fn tree(
     let bound = listing.current_limits().output_bytes;
     let out = match git::output_bytes(listing, repo) {
         Err(GitError::Tool {
-            source: ToolError::OutputTooLarge { .. },
+            source: HostToolError::OutputTooLarge { .. },
             ..
         }) => {
             return Ok(Err(format!(

@@ -1,4 +1,4 @@
-//! The one runner for host tools (git, debugfs, mkfs.ext4, fakeroot, ...)
+//! The one runner for host tools (git, debugfs, mkfs.ext4, fakeroot)
 //! that read what a guest, an image or a registry made. Such data is
 //! hostile: it may be built to make the tool run a program (git hooks,
 //! filters), eat the host's memory (a delta chain that inflates to
@@ -15,7 +15,7 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::host::cgroup;
 
@@ -79,7 +79,7 @@ const GIT_OVERRIDES: &[&str] = &[
 
 /// Why running a host tool failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ToolError {
+pub enum HostToolError {
     /// The tool is not installed.
     #[error("{tool} is not installed on the host")]
     Missing {
@@ -144,17 +144,27 @@ pub struct HostTool {
 impl HostTool {
     /// `name` (found on the host's tool path), with stdin closed and the C
     /// locale.
-    pub fn new(name: &str) -> Result<Self, ToolError> {
-        let program = crate::host::settings::host_tool(name).ok_or_else(|| ToolError::Missing {
-            tool: name.to_owned(),
-        })?;
+    pub fn new(name: &str) -> Result<Self, HostToolError> {
+        let program =
+            crate::host::settings::host_tool(name).ok_or_else(|| HostToolError::Missing {
+                tool: name.to_owned(),
+            })?;
         Ok(Self::at(name, program))
     }
 
     /// The program at `program`, known as `name` in errors.
     pub fn at(name: &str, program: impl AsRef<OsStr>) -> Self {
+        // Nothing of the caller's environment but PATH: variables such as
+        // DEBUGFS_PAGER, E2FSPROGS_FAKE_TIME or GIT_DIR change what a tool
+        // runs or reads.
         let mut cmd = Command::new(program);
-        cmd.env("LC_ALL", "C").stdin(Stdio::null());
+        cmd.env_clear()
+            .env(
+                "PATH",
+                std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()),
+            )
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null());
         Self {
             name: name.to_owned(),
             cmd,
@@ -165,23 +175,15 @@ impl HostTool {
     /// `git -C repo` with every program-naming key overridden, the system
     /// config and git's own environment variables ignored, prompts off,
     /// and object allocations bounded.
-    pub fn git(repo: &Path) -> Result<Self, ToolError> {
+    pub fn git(repo: &Path) -> Result<Self, HostToolError> {
         let mut tool = Self::new("git")?;
         let cmd = &mut tool.cmd;
-        for (key, _) in std::env::vars_os() {
-            if key.as_encoded_bytes().starts_with(b"GIT_") {
-                cmd.env_remove(key);
-            }
-        }
+        with_user_config(cmd);
         cmd.env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_ALLOC_LIMIT", GIT_ALLOC_LIMIT)
             .env("GIT_PAGER", "cat")
-            .env("GIT_EDITOR", ":")
-            .env_remove("SSH_ASKPASS")
-            .env_remove("EDITOR")
-            .env_remove("VISUAL")
-            .env_remove("PAGER");
+            .env("GIT_EDITOR", ":");
         cmd.arg("-C").arg(repo);
         for kv in GIT_OVERRIDES {
             cmd.arg("-c").arg(kv);
@@ -231,7 +233,7 @@ impl HostTool {
     }
 
     /// Starts it with `stdin`, its stdout and stderr piped, confined.
-    pub fn spawn(mut self, stdin: Stdio) -> Result<RunningTool, ToolError> {
+    pub fn spawn(mut self, stdin: Stdio) -> Result<RunningTool, HostToolError> {
         let group = ToolGroup::make(self.limits.memory_bytes);
         let limits = self.limits;
         let join = group.as_ref().and_then(ToolGroup::join_fd);
@@ -248,33 +250,64 @@ impl HostTool {
                 Ok(())
             });
         }
-        let child = self.cmd.spawn().map_err(|source| ToolError::Spawn {
+        let child = self.cmd.spawn().map_err(|source| HostToolError::Spawn {
             tool: self.name.clone(),
             source,
         })?;
+        let watchdog = Some(Watchdog::start(child.id(), limits.deadline));
         Ok(RunningTool {
             name: self.name,
             child,
             limits,
-            started: Instant::now(),
+            watchdog,
             _group: group,
         })
     }
 
     /// Runs it to the end with stdin closed.
-    pub fn output(self) -> Result<ToolOutput, ToolError> {
+    pub fn output(self) -> Result<ToolOutput, HostToolError> {
         self.spawn(Stdio::null())?.finish()
     }
 }
 
-/// A started run.
+/// A started run; a watchdog kills it at its deadline, whoever is reading
+/// its output.
 #[derive(Debug)]
 pub struct RunningTool {
     name: String,
     child: Child,
     limits: ToolLimits,
-    started: Instant,
+    watchdog: Option<Watchdog>,
     _group: Option<ToolGroup>,
+}
+
+/// Kills a child at its deadline unless told it is done first.
+#[derive(Debug)]
+struct Watchdog {
+    done: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl Watchdog {
+    fn start(pid: u32, deadline: Duration) -> Self {
+        let (done, told) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = told.recv_timeout(deadline) {
+                // SAFETY: the child is reaped only after this thread is
+                // joined, so `pid` is still the tool (running or a zombie).
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                return true;
+            }
+            false
+        });
+        Self { done, thread }
+    }
+
+    /// Whether it had to kill.
+    fn stop(self) -> bool {
+        let _ = self.done.send(());
+        self.thread.join().unwrap_or(false)
+    }
 }
 
 impl RunningTool {
@@ -283,46 +316,44 @@ impl RunningTool {
         self.child.stdin.take()
     }
 
-    /// Waits for its end (killing it at the deadline), reading its output
-    /// up to the bound.
-    pub fn finish(mut self) -> Result<ToolOutput, ToolError> {
+    /// Its stdout, to read as a stream (the reader bounds what it keeps;
+    /// [`RunningTool::finish`] then returns no stdout).
+    pub fn stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.stdout.take()
+    }
+
+    /// Waits for its end (it is killed at the deadline), reading what
+    /// output is still piped up to the bound.
+    pub fn finish(mut self) -> Result<ToolOutput, HostToolError> {
         let bound = self.limits.output_bytes;
         let stdout = self.child.stdout.take().map(|s| read_bounded(s, bound));
         let stderr = self.child.stderr.take().map(|s| read_bounded(s, bound));
-        let deadline = self.started + self.limits.deadline;
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    return Err(ToolError::TimedOut {
-                        tool: self.name,
-                        after: self.limits.deadline,
-                    });
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(source) => {
-                    return Err(ToolError::Wait {
-                        tool: self.name,
-                        source,
-                    })
-                }
-            }
-        };
+        let waited = self.child.wait();
+        // Reaped: the watchdog must not kill anything from now on.
+        let killed = self.watchdog.take().is_some_and(Watchdog::stop);
+        let status = waited.map_err(|source| HostToolError::Wait {
+            tool: self.name.clone(),
+            source,
+        })?;
+        if killed {
+            return Err(HostToolError::TimedOut {
+                tool: self.name.clone(),
+                after: self.limits.deadline,
+            });
+        }
         let join = |h: Option<std::thread::JoinHandle<std::io::Result<(Vec<u8>, bool)>>>| {
             h.map(|h| h.join().unwrap_or_else(|_| Ok((Vec::new(), false))))
                 .unwrap_or_else(|| Ok((Vec::new(), false)))
         };
-        let wait_err = |source| ToolError::Wait {
+        let wait_err = |source| HostToolError::Wait {
             tool: self.name.clone(),
             source,
         };
         let (stdout, stdout_cut) = join(stdout).map_err(wait_err)?;
         let (stderr, _) = join(stderr).map_err(wait_err)?;
         if stdout_cut {
-            return Err(ToolError::OutputTooLarge {
-                tool: self.name,
+            return Err(HostToolError::OutputTooLarge {
+                tool: self.name.clone(),
                 limit: bound,
             });
         }
@@ -331,6 +362,17 @@ impl RunningTool {
             stdout,
             stderr,
         })
+    }
+}
+
+impl Drop for RunningTool {
+    /// A run dropped unfinished (its reader failed) is killed and reaped.
+    fn drop(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            watchdog.stop();
+        }
     }
 }
 
@@ -426,6 +468,16 @@ impl Drop for ToolGroup {
     }
 }
 
+/// Lets git find the user's own config (identity, safe.directory) in
+/// their home; every key there that names a program is overridden.
+fn with_user_config(cmd: &mut Command) {
+    for key in ["HOME", "XDG_CONFIG_HOME"] {
+        if let Some(value) = std::env::var_os(key) {
+            cmd.env(key, value);
+        }
+    }
+}
+
 /// `-c` overrides for the filter, merge and diff drivers `repo`'s config
 /// (the user's) defines: an attribute in guest-made `.gitattributes` may
 /// name any of them, and none may run on guest data. Filters become `cat`
@@ -496,9 +548,9 @@ mod tests {
             deadline: Duration::from_millis(200),
             ..ToolLimits::default()
         });
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let err = tool.output().unwrap_err();
-        assert!(matches!(err, ToolError::TimedOut { .. }), "{err}");
+        assert!(matches!(err, HostToolError::TimedOut { .. }), "{err}");
         assert!(started.elapsed() < Duration::from_secs(10));
     }
 
@@ -512,7 +564,7 @@ mod tests {
             });
         let err = tool.output().unwrap_err();
         assert!(
-            matches!(err, ToolError::OutputTooLarge { limit: 1000, .. }),
+            matches!(err, HostToolError::OutputTooLarge { limit: 1000, .. }),
             "{err}"
         );
     }
