@@ -187,6 +187,17 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
                     done.entries,
                     done.bytes
                 );
+                if done.refused_entries > 0 {
+                    // The volume's own names: a guest's, shown escaped.
+                    println!("left out {} entries of the volume:", done.refused_entries);
+                    for r in &done.refused {
+                        println!("  {}: {}", r.path.escape_debug(), r.why);
+                    }
+                    let more = done.refused_entries - done.refused.len() as u64;
+                    if more > 0 {
+                        println!("  and {more} more");
+                    }
+                }
             }
         }
     }

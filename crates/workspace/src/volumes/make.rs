@@ -1,6 +1,6 @@
 //! Writing a volume's ext4 disk (empty, from a host directory or from a
-//! tar file) and reading its files back out as a tar, all without root:
-//! `mkfs.ext4 -d` copies a tree in, `debugfs` sets owners and dumps.
+//! tar file) without root: `mkfs.ext4 -d` copies a tree in, `debugfs`
+//! sets owners. Reading it back out is [`super::export`].
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -83,9 +83,8 @@ pub(super) fn make(
     };
     mkfs(disk, size_mib, tree.as_deref())?;
     if let (Some(tree), Some(owners)) = (&tree, owners) {
-        let debugfs = tool("debugfs")?;
         owners
-            .write_into(tree, disk, &debugfs)
+            .write_into(tree, disk)
             .map_err(|e| VolumeError::Tool {
                 tool: "debugfs",
                 detail: crate::error_chain(&e),
@@ -97,7 +96,7 @@ pub(super) fn make(
     Ok(size_mib)
 }
 
-fn tool(name: &'static str) -> Result<PathBuf, VolumeError> {
+pub(super) fn tool(name: &'static str) -> Result<PathBuf, VolumeError> {
     host_tool(name).ok_or(VolumeError::Tool {
         tool: name,
         detail: "not installed; install e2fsprogs (apt-get install e2fsprogs)".into(),
@@ -200,70 +199,4 @@ fn unpack_tar(file: &Path, tree: &Path, limit_mib: u64) -> Result<Owners, Volume
         ))
     })?;
     Ok(owners)
-}
-
-/// Dumps `disk`'s files into `work/files` and writes them to the new tar
-/// file `to`; returns its bytes and entries.
-pub(super) fn export(disk: &Path, work: &Path, to: &Path) -> Result<(u64, u64), VolumeError> {
-    let files = work.join("files");
-    std::fs::create_dir(&files).map_err(VolumeError::io("making the export directory"))?;
-    let mut cmd = Command::new(tool("debugfs")?);
-    cmd.arg("-R")
-        .arg(format!("rdump / {}", files.display()))
-        .arg(disk);
-    run(&mut cmd, "debugfs")?;
-    let out = std::os::unix::fs::OpenOptionsExt::mode(
-        std::fs::OpenOptions::new().write(true).create_new(true),
-        0o600,
-    )
-    .open(to)
-    .map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => {
-            VolumeError::Invalid(format!("{} exists; name a new file", to.display()))
-        }
-        _ => VolumeError::io(format!("creating {}", to.display()))(e),
-    })?;
-    let written = write_tar(&files, out);
-    if written.is_err() {
-        let _ = std::fs::remove_file(to);
-    }
-    let entries = written?;
-    let bytes = std::fs::metadata(to).map(|m| m.len()).unwrap_or(0);
-    Ok((bytes, entries))
-}
-
-fn write_tar(files: &Path, out: std::fs::File) -> Result<u64, VolumeError> {
-    let failed = VolumeError::io("writing the tar file");
-    let mut builder = tar::Builder::new(std::io::BufWriter::new(out));
-    builder.follow_symlinks(false);
-    let mut entries = 0u64;
-    let mut stack = vec![PathBuf::new()];
-    let result = (|| {
-        while let Some(rel) = stack.pop() {
-            let mut names: Vec<_> = std::fs::read_dir(files.join(&rel))?
-                .flatten()
-                .map(|e| e.file_name())
-                .collect();
-            names.sort();
-            for name in names {
-                let rel = rel.join(&name);
-                if rel == Path::new("lost+found") {
-                    continue;
-                }
-                let path = files.join(&rel);
-                builder.append_path_with_name(&path, &rel)?;
-                entries += 1;
-                if std::fs::symlink_metadata(&path)?.is_dir() {
-                    stack.push(rel);
-                }
-            }
-        }
-        builder
-            .into_inner()?
-            .into_inner()
-            .map_err(|e| e.into_error())?
-            .sync_all()
-    })();
-    result.map_err(failed)?;
-    Ok(entries)
 }

@@ -4,6 +4,8 @@
 //! one, and when, is the workspaces' concern. Contents are written without
 //! root, as images are: `mkfs.ext4 -d`, then owners by `debugfs`.
 
+mod disk_read;
+mod export;
 mod make;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use crate::store::volume_mounts::VolumeMount;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
 
+pub use export::{ExportLimits, RefusedEntry, EXPORT_MAX_DEPTH, EXPORT_MAX_ENTRIES, REFUSED_SHOWN};
 pub use make::VolumeSource;
 
 /// The directory of volumes in the state directory.
@@ -71,6 +74,26 @@ pub enum VolumeError {
         /// What it said.
         detail: String,
     },
+    /// A host tool ran past its deadline and was killed.
+    #[error("{tool} took over {secs} s and was stopped")]
+    ToolTimedOut {
+        /// The tool.
+        tool: &'static str,
+        /// Its deadline.
+        secs: u64,
+    },
+    /// An export would write more than its limit.
+    #[error("the volume holds more than an export writes: over {limit} {what}")]
+    ExportOverLimit {
+        /// Entries, directory levels or bytes.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+    },
+    /// The volume's disk did not read back as its own listing said (a
+    /// damaged disk, or one written to mislead).
+    #[error("reading the volume's disk: {0}")]
+    DiskUnreadable(String),
     /// Reading or writing the state directory.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -89,7 +112,11 @@ impl VolumeError {
     /// The stable code front ends report.
     pub fn code(&self) -> ErrorCode {
         match self {
-            VolumeError::Name { .. } | VolumeError::Invalid(_) => ErrorCode::InvalidInput,
+            VolumeError::Name { .. }
+            | VolumeError::Invalid(_)
+            | VolumeError::ExportOverLimit { .. }
+            | VolumeError::DiskUnreadable(_) => ErrorCode::InvalidInput,
+            VolumeError::ToolTimedOut { .. } => ErrorCode::Timeout,
             VolumeError::NotFound(_) => ErrorCode::NotFound,
             VolumeError::Exists(_) | VolumeError::InUse { .. } => ErrorCode::Conflict,
             VolumeError::Tool { .. } => ErrorCode::HostUnsupported,
@@ -179,6 +206,13 @@ pub struct VolumeExport {
     pub bytes: u64,
     /// Files, directories and links in it.
     pub entries: u64,
+    /// Entries of the disk left out, and why (at most
+    /// [`REFUSED_SHOWN`]): names holding `/`, `.`/`..` entries that are
+    /// not the directory's own, a second entry of a name, a directory seen
+    /// twice, device nodes, FIFOs and sockets.
+    pub refused: Vec<RefusedEntry>,
+    /// How many entries were left out, all of them.
+    pub refused_entries: u64,
 }
 
 /// The volumes of one state directory.
@@ -323,20 +357,36 @@ impl VolumeStore {
     }
 
     /// Writes volume `name`'s files to the new tar file `to` (owners,
-    /// modes and links as the volume has them). The caller makes sure no
-    /// running workspace writes it meanwhile.
+    /// modes and links as the volume has them, set-id bits dropped) within
+    /// [`ExportLimits::for_disk`]. The disk is a guest's: names it must
+    /// not hold are left out and listed in [`VolumeExport::refused`]. The
+    /// caller makes sure no running workspace writes it meanwhile.
     pub fn export(&self, name: &str, to: &Path) -> Result<VolumeExport, VolumeError> {
+        let disk = self.disk(name)?;
+        let disk_bytes = std::fs::metadata(&disk).map(|m| m.len()).unwrap_or(0);
+        self.export_within(name, to, ExportLimits::for_disk(disk_bytes))
+    }
+
+    /// [`VolumeStore::export`] within `limits`.
+    pub fn export_within(
+        &self,
+        name: &str,
+        to: &Path,
+        limits: ExportLimits,
+    ) -> Result<VolumeExport, VolumeError> {
         self.get(name)?;
         let work = self.root.join(format!(".export-{name}-{}", unique_id()));
         crate::store::make_private_dir(&work)?;
-        let result = make::export(&self.disk(name)?, &work, to);
+        let result = export::export(&self.disk(name)?, &work, to, limits);
         let _ = std::fs::remove_dir_all(&work);
-        let (bytes, entries) = result?;
+        let (bytes, walked) = result?;
         Ok(VolumeExport {
             name: name.to_owned(),
             path: to.to_owned(),
             bytes,
-            entries,
+            entries: walked.entries,
+            refused: walked.refused,
+            refused_entries: walked.refused_entries,
         })
     }
 
@@ -366,5 +416,7 @@ impl VolumeStore {
     }
 }
 
+#[cfg(test)]
+mod export_tests;
 #[cfg(test)]
 mod tests;

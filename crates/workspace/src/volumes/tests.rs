@@ -104,6 +104,8 @@ fn a_directory_becomes_the_guest_users_files_with_their_modes() {
         .unwrap();
     assert_eq!(copy.source.map(|s| s.starts_with("tar ")), Some(true));
     assert!(stat(&store, "copy", "/sub/data").contains("Size: 10000"));
+    assert!(stat(&store, "copy", "/link").contains("Fast link dest: \"run.sh\""));
+    assert!(stat(&store, "copy", "/run.sh").contains("Mode:  0750"));
 
     // A source that is too big for the size asked, or not a directory.
     let err = store
