@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
+use workspace::tasks::log::{LogRange, MAX_LOG_READ};
 use workspace::tasks::TaskInfo;
 use workspace::{Error, Workspaces};
 
@@ -55,13 +56,29 @@ pub enum TaskCommand {
         /// The task id.
         id: String,
     },
-    /// Show a task's command output (secrets masked).
+    /// Show a task's command output (secrets masked): its last lines, or
+    /// with --offset the bytes from there on. Offsets count everything the
+    /// command printed; the log keeps its newest part under a cap
+    /// (`task.max_log_bytes` in config.json, default 64 MiB).
     Logs {
         /// The task id.
         id: String,
-        /// Lines from the end.
-        #[arg(short = 'l', long, default_value_t = 100)]
-        lines: usize,
+        /// Lines from the end (within the last --limit bytes).
+        #[arg(
+            short = 'l',
+            long = "tail",
+            visible_alias = "lines",
+            default_value_t = 100
+        )]
+        tail: usize,
+        /// Print the bytes from this offset on instead (to the log's end,
+        /// or --limit bytes).
+        #[arg(long, conflicts_with = "tail")]
+        offset: Option<u64>,
+        /// Most bytes printed (default: 1 MiB for the last lines and with
+        /// --json, at most 4 MiB there; all from --offset on).
+        #[arg(long)]
+        limit: Option<u64>,
         /// Keep printing as the task writes, until it ends.
         #[arg(short, long)]
         follow: bool,
@@ -243,18 +260,14 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
                 describe(&info);
             }
         }
-        TaskCommand::Logs { id, lines, follow } => {
-            let logs = ws.task_logs(id, *lines)?;
-            if json && !follow {
-                output::json(&logs);
-                return Ok(ExitCode::SUCCESS);
-            }
-            if !logs.tail.is_empty() {
-                println!("{}", logs.tail);
-            }
-            if *follow {
-                follow_log(ws, id, &logs.path).await?;
-            }
+        TaskCommand::Logs {
+            id,
+            tail,
+            offset,
+            limit,
+            follow,
+        } => {
+            logs(ws, id, *tail, *offset, *limit, *follow, json).await?;
         }
         TaskCommand::Wait { id, timeout } => {
             let timeout = Duration::from_secs(*timeout);
@@ -313,25 +326,155 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints what the log gains until the task ends, reading only the new
-/// bytes each time.
-async fn follow_log(ws: &Workspaces, id: &str, path: &std::path::Path) -> Result<(), Error> {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let mut offset = std::fs::metadata(path).map_or(0, |m| m.len());
+/// Bytes a read takes unless --limit says.
+const CLI_LOG_READ: u64 = 1 << 20;
+
+/// `task logs`: one bounded read for --json; printed in chunks of at most
+/// [`CLI_LOG_READ`] otherwise, so no read holds the whole log.
+async fn logs(
+    ws: &Workspaces,
+    id: &str,
+    tail: usize,
+    offset: Option<u64>,
+    limit: Option<u64>,
+    follow: bool,
+    json: bool,
+) -> Result<(), Error> {
+    if limit == Some(0) || (json && limit.is_some_and(|l| l > MAX_LOG_READ)) {
+        return Err(Error::InvalidInput(format!(
+            "--limit is 1 to {MAX_LOG_READ} bytes{}",
+            if json { " with --json" } else { "" }
+        )));
+    }
+    let first = limit.unwrap_or(CLI_LOG_READ).min(MAX_LOG_READ);
+    let range = match offset {
+        Some(offset) => LogRange::From {
+            offset,
+            limit: first,
+        },
+        None => LogRange::Tail {
+            lines: tail,
+            limit: first,
+        },
+    };
+    let logs = ws.task_logs(id, range)?;
+    if json && !follow {
+        output::json(&logs);
+        return Ok(());
+    }
+    say_dropped(offset, &logs);
+    print_raw(&logs.text);
+    let mut next = logs.next_offset;
+    if offset.is_some() {
+        // From an offset: on to the end, or to --limit bytes.
+        let mut left = limit.map(|l| l.saturating_sub(logs.next_offset - logs.offset));
+        while next < logs.size && left != Some(0) {
+            let want = left.unwrap_or(CLI_LOG_READ).min(CLI_LOG_READ);
+            let more = ws.task_logs(
+                id,
+                LogRange::From {
+                    offset: next,
+                    limit: want,
+                },
+            )?;
+            if more.next_offset == more.offset {
+                break;
+            }
+            say_dropped(Some(next), &more);
+            print_raw(&more.text);
+            left = left.map(|l| l.saturating_sub(more.next_offset - more.offset));
+            next = more.next_offset;
+        }
+    }
+    if follow {
+        follow_log(ws, id, next).await?;
+    }
+    Ok(())
+}
+
+/// Says on stderr (stdout is the log's) when what was asked for reaches
+/// back past what the log keeps (`asked_from`: the offset asked for; none
+/// for the last lines).
+fn say_dropped(asked_from: Option<u64>, logs: &workspace::tasks::TaskLogs) {
+    let reaches_back = asked_from.map_or(true, |a| a < logs.offset);
+    if logs.dropped_bytes > 0 && logs.offset == logs.dropped_bytes && reaches_back {
+        eprintln!(
+            "microagent: the first {} bytes of this log were dropped (it is capped at {} bytes)",
+            logs.dropped_bytes, logs.max_log_bytes
+        );
+    }
+}
+
+fn print_raw(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// Prints what the log gains from `offset` until the task ends, in reads
+/// of at most [`CLI_LOG_READ`] bytes (offsets survive the log's cuts).
+async fn follow_log(ws: &Workspaces, id: &str, mut offset: u64) -> Result<(), Error> {
     loop {
         let ended = ws.task_info(id)?.status.is_final();
-        if let Ok(mut file) = std::fs::File::open(path) {
-            let mut new = Vec::new();
-            if file.seek(SeekFrom::Start(offset)).is_ok() && file.read_to_end(&mut new).is_ok() {
-                offset += new.len() as u64;
-                let mut out = std::io::stdout();
-                let _ = out.write_all(&new);
-                let _ = out.flush();
+        loop {
+            let chunk = ws.task_logs(
+                id,
+                LogRange::From {
+                    offset,
+                    limit: CLI_LOG_READ,
+                },
+            )?;
+            if chunk.offset > offset {
+                eprintln!(
+                    "microagent: {} bytes were dropped from the log before they were read",
+                    chunk.offset - offset
+                );
+            }
+            print_raw(&chunk.text);
+            offset = chunk.next_offset;
+            if chunk.next_offset >= chunk.size || chunk.next_offset == chunk.offset {
+                break;
             }
         }
         if ended {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_info_shows_guest_text_escaped() {
+        let info: TaskInfo = serde_json::from_value(serde_json::json!({
+            "task_id": "t-1", "status": "failed", "repo": "app", "branch": "main",
+            "base": "0123456789abcdef", "image": "debian", "description": "fix it",
+            "workspace": "task-t-1", "keep": false, "timings": {"created_ms": 0},
+            "result": {"success": false,
+                       "summary": "done\u{1b}]0;pwned\u{7}\u{1b}[2J\r\nrm -rf ~"},
+            "merge_result": {"merged": false, "commits": 1, "task_ref": "refs/tasks/t-1",
+                             "conflicts": ["a\u{1b}[8mhidden"], "reason": "no\u{9b}31m"},
+            "error": "guest said \u{1b}[?1049h",
+        }))
+        .unwrap();
+        let text = describe_text(&info);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{9b}'),
+            "{text:?}"
+        );
+        assert!(!text.contains('\r') && !text.contains('\u{7}'), "{text:?}");
+        assert!(
+            text.contains("result:    failure: done^[]0;pwned^G^[[2J^M^Jrm -rf ~\n"),
+            "{text}"
+        );
+        assert!(text.contains("; no\\u{9b}31m\n"), "{text}");
+        assert!(text.contains("conflicts: a^[[8mhidden\n"), "{text}");
+        assert!(text.contains("error:     guest said ^[[?1049h\n"), "{text}");
+        // One line per field: the guest's newline did not make a new one.
+        assert_eq!(text.lines().count(), 8, "{text}");
     }
 }

@@ -212,6 +212,10 @@ pub enum Error {
     /// written on the host.
     #[error("copying to the host")]
     HostWrite(#[from] crate::host::host_write::HostWriteError),
+    /// Outputs past the inline caps were over a quota, or could not be
+    /// kept on the host.
+    #[error(transparent)]
+    KeptOutputs(#[from] crate::store::kept_outputs::KeptOutputsError),
     /// The workspace's image lacks the interpreter code was to run with.
     #[error("workspace `{workspace}` (image `{image}`) has no {interpreter}")]
     InterpreterMissing {
@@ -323,6 +327,7 @@ impl Error {
             Error::GitMetadataRefused { .. } => ErrorCode::Forbidden,
             Error::InterpreterMissing { .. } => ErrorCode::InvalidInput,
             Error::CodeImageMissing { .. } => ErrorCode::NotFound,
+            Error::KeptOutputs(e) => e.code(),
             Error::HostWrite(e) => match e {
                 crate::host::host_write::HostWriteError::Refused { .. } => ErrorCode::Forbidden,
                 crate::host::host_write::HostWriteError::OverBudget { .. } => {

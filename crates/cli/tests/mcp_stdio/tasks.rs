@@ -2,6 +2,9 @@
 //! the task runs on (its supervisor is its own process) and a new
 //! server's wait_next_event reports its end, once. Unknown ids are
 //! NOT_FOUND; cleanup_task removes the record and, asked to, the ref.
+//! The command prints 3 MB into a log capped at 1 MiB: the log stays
+//! under its cap with the marker, and get_task_logs returns what it is
+//! asked for and no more.
 
 use std::process::Command;
 use std::time::Duration;
@@ -17,8 +20,12 @@ file=$(sed -n 1p /workspace/task.md)
 echo "$(sed -n 2p /workspace/task.md)" > "$file"
 git add "$file"
 git commit -qm "task edits $file"
+yes 'a line the task prints without end' | head -c 3000000
 echo done
 "#;
+
+/// The cap of the task's log in this test, bytes (`task.max_log_bytes`).
+const LOG_CAP: u64 = 1 << 20;
 
 impl Session {
     /// Kills the server with SIGKILL, as a crashed client host would; the
@@ -43,6 +50,11 @@ fn a_task_outlives_a_killed_server() {
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
         .create(&home)
         .unwrap();
+    std::fs::write(
+        home.join("config.json"),
+        json!({"task": {"max_log_bytes": LOG_CAP}}).to_string(),
+    )
+    .unwrap();
     let repo = home.join("proj");
     std::fs::create_dir_all(&repo).unwrap();
     git(&repo, &["init", "-q", "-b", "main"]);
@@ -91,7 +103,38 @@ fn a_task_outlives_a_killed_server() {
     let again = s.ok("wait_next_event", json!({"timeout_ms": 1000}));
     assert_eq!(again["timeout"], true, "reported once: {again}");
     let logs = s.ok("get_task_logs", json!({"task_id": id}));
-    assert!(logs["tail"].as_str().unwrap().contains("done"), "{logs}");
+    assert!(logs["text"].as_str().unwrap().ends_with("done\n"), "{logs}");
+    // Capped, the oldest part dropped under a marker; reads bounded.
+    let path = std::path::PathBuf::from(logs["path"].as_str().unwrap());
+    let on_disk = std::fs::metadata(&path).unwrap().len();
+    assert!(on_disk <= LOG_CAP, "the log is {on_disk} bytes");
+    let dropped = logs["dropped_bytes"].as_u64().unwrap();
+    assert!(dropped >= 3_000_000 - LOG_CAP, "{logs}");
+    assert!(logs["size"].as_u64().unwrap() > 3_000_000, "{logs}");
+    let mut head = vec![0; 200];
+    let n = std::io::Read::read(&mut std::fs::File::open(&path).unwrap(), &mut head).unwrap();
+    let head = String::from_utf8_lossy(&head[..n]);
+    assert!(
+        head.starts_with(&format!("[microagent: the first {dropped} bytes")),
+        "{head}"
+    );
+    let ranged = s.ok(
+        "get_task_logs",
+        json!({"task_id": id, "offset": 0, "limit": 4096}),
+    );
+    assert_eq!(ranged["offset"], dropped, "{ranged}");
+    assert_eq!(ranged["text"].as_str().unwrap().len(), 4096);
+    assert_eq!(ranged["next_offset"], dropped + 4096);
+    let over = s.call_async(
+        "get_task_logs",
+        json!({"task_id": id, "limit": 1u64 << 30}),
+        None,
+    );
+    let over = s.response(over, Duration::from_secs(30));
+    assert_eq!(
+        over["result"]["structuredContent"]["code"], "INVALID_INPUT",
+        "{over}"
+    );
     let info = s.ok("get_task_info", json!({"task_id": id}));
     assert_eq!(info["exit_code"], 0, "{info}");
     assert!(info["timings"]["command_started_ms"].is_u64(), "{info}");

@@ -145,7 +145,7 @@ fn tasks_merge_back_conflict_and_keep_secrets() {
     // The secret reached the command, masked in what callers read, and
     // is in no file but its own.
     let logs = cli.ok_json(&["task", "logs", &a, "--json"]);
-    let tail = logs["tail"].as_str().unwrap();
+    let tail = logs["text"].as_str().unwrap();
     assert!(tail.contains("token: ***"), "{logs}");
     assert!(!tail.contains(SECRET), "{logs}");
     let leaked = testkit::files_holding(cli.home(), SECRET.as_bytes(), "secrets");

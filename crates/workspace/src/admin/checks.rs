@@ -163,13 +163,23 @@ fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
     let volumes = crate::volumes::VolumeStore::new(state)
         .list()
         .unwrap_or_default();
-    let held = match volumes.len() {
+    let mut held = match volumes.len() {
         0 => String::new(),
         n => format!(
             "; {n} volume(s) take {} MiB",
             volumes.iter().map(|v| v.used_bytes).sum::<u64>() >> 20
         ),
     };
+    // So are outputs kept on the host (a guest chose them).
+    if let Ok(kept) = crate::store::kept_outputs::KeptOutputs::new(state.root()) {
+        let limits = kept.limits();
+        held.push_str(&format!(
+            "; kept outputs take {} MiB of {} MiB (removed with their workspace or after {} day(s))",
+            kept.total_bytes() >> 20,
+            limits.max_total_bytes >> 20,
+            limits.ttl_secs.div_ceil(24 * 3600)
+        ));
+    }
     match crate::host::settings::free_bytes(state.root()) {
         Ok(free) if free < FAIL_FREE_BYTES => checks.push(Check::fail(
             "free_disk",

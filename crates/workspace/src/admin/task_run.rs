@@ -7,7 +7,6 @@
 //! task as failed with the reason; the workspace is removed (or stopped,
 //! when kept) whatever happened.
 
-use std::io::Write;
 use std::time::Duration;
 
 use crate::guest::stream::{ExecEvent, ExecInput};
@@ -17,6 +16,7 @@ use crate::store::file_lock::FileLock;
 use crate::store::repo_checkout::RepoCheckout;
 use crate::store::spec::{Owner, WorkspaceSpec};
 use crate::store::volume_mounts::VolumeMount;
+use crate::tasks::log::CappedLog;
 use crate::repos::incoming::RepoLimits;
 use crate::tasks::merge::{merge_task, MergeResult};
 use crate::tasks::slots::CACHE_MOUNT;
@@ -253,10 +253,10 @@ impl Workspaces {
         let store = self.tasks();
         let id = info.task_id.clone();
         let log_path = store.log_path(&id)?;
-        let mut log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
+        // What the guest prints is kept under the cap (the oldest part
+        // dropped), however much it prints.
+        let cap = crate::tasks::TaskConfig::load(self.state_dir().root())?.log_cap();
+        let mut log = CappedLog::open(&log_path, cap)
             .map_err(Error::host_io(format!("opening {}", log_path.display())))?;
         let mask = self.secrets().mask_for(&info.secrets);
         let (mut out, mut err) = (mask.stream(), mask.stream());
@@ -277,15 +277,15 @@ impl Workspaces {
                     let _ = store.update(&id, |t| t.exec_id = Some(exec_id));
                 }
                 ExecEvent::Stdout(b) => {
-                    let _ = log.write_all(&out.push(&b));
+                    let _ = log.write(&out.push(&b));
                 }
                 ExecEvent::Stderr(b) => {
-                    let _ = log.write_all(&err.push(&b));
+                    let _ = log.write(&err.push(&b));
                 }
             })
             .await;
-        let _ = log.write_all(&out.finish());
-        let _ = log.write_all(&err.finish());
+        let _ = log.write(&out.finish());
+        let _ = log.write(&err.finish());
         Ok(exited?.code)
     }
 

@@ -3,11 +3,15 @@
 //! some component on (`/out/*.png`, `/out/**/*.csv`), matched after the
 //! command. Matched files are read back whole up to a cap each and in all;
 //! past it only their size is given, so a caller copies them out instead.
+//! [`Workspace::collect_outputs`] keeps such files on the host, under the
+//! quotas of [`crate::store::kept_outputs`].
 
 use std::path::{Path, PathBuf};
 
 use crate::guest::files::check_guest_path;
 use crate::guest::FileKind;
+use crate::host::host_write::{Budgeted, TempFile, COPY_OUT_GROWTH};
+use crate::store::kept_outputs::{KeepCall, KeptOutputs, SparseWriter};
 use crate::workspaces::handle::Workspace;
 use crate::{Error, Result};
 
@@ -19,8 +23,6 @@ pub const MAX_OUTPUT_FILES: usize = 32;
 pub const OUTPUT_FILE_CAP: u64 = 1 << 20;
 /// Most bytes read back whole in all.
 pub const OUTPUT_TOTAL_CAP: u64 = 8 << 20;
-/// Where files past the caps are kept, in the state directory.
-pub const OUTPUTS_DIR: &str = "outputs";
 
 /// One matched file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,24 +167,25 @@ impl Workspace<'_> {
 
     /// [`Workspace::match_outputs`] with each file's bytes read back while
     /// within [`OUTPUT_FILE_CAP`] and [`OUTPUT_TOTAL_CAP`]; a file past
-    /// them is copied to the host (through the checked host writer) into
-    /// `<state>/outputs/<workspace>-<ms>/`, so it outlives a one-shot.
+    /// them is copied to the host (holes kept as holes) into
+    /// `<state>/outputs/<workspace>/<call>/`, so it outlives a one-shot,
+    /// under the kept outputs' quotas: a call over one keeps nothing and
+    /// fails. What is past its TTL is swept first.
     pub async fn collect_outputs(self, patterns: &[String]) -> Result<Outputs> {
         let mut out = self.match_outputs(patterns).await?;
+        let kept = KeptOutputs::new(self.all.state_dir().root())?;
+        kept.sweep();
+        // Removes what it kept when dropped before it is finished.
+        let mut call = kept.begin(self.name.as_str());
         let mut total = 0u64;
-        let keep_dir = self.all.state_dir().root().join(OUTPUTS_DIR).join(format!(
-            "{}-{}",
-            self.name,
-            crate::host::settings::now_ms()
-        ));
         for (index, file) in out.files.iter_mut().enumerate() {
             if file.size > OUTPUT_FILE_CAP || total + file.size > OUTPUT_TOTAL_CAP {
                 let base = Path::new(&file.path)
                     .file_name()
                     .map_or("file".into(), |n| n.to_string_lossy().into_owned());
-                crate::store::make_private_dir(&keep_dir)?;
-                let to = keep_dir.join(format!("{index}-{base}"));
-                self.copy_out(&file.path, &to).await?;
+                let to = call.path_for(&format!("{index}-{base}"))?;
+                self.keep_file(&file.path, file.size, &to, &mut call)
+                    .await?;
                 file.kept = Some(to);
                 continue;
             }
@@ -194,7 +197,55 @@ impl Workspace<'_> {
             total += file.size;
             file.data = Some(read.data);
         }
+        if let Some(dir) = call.finish()? {
+            // Where they are kept now that the call finished.
+            for file in &mut out.files {
+                if let Some(name) = file.kept.as_deref().and_then(Path::file_name) {
+                    file.kept = Some(dir.join(name));
+                }
+            }
+        }
         Ok(out)
+    }
+
+    /// Copies guest file `path` (`size` bytes when matched) to `to`, holes
+    /// kept, within the room `call` has left; counts it in `call`.
+    async fn keep_file(self, path: &str, size: u64, to: &Path, call: &mut KeepCall) -> Result<()> {
+        let (room, quota) = call.room();
+        let mut tmp = TempFile::beside(to)?;
+        let file = tmp
+            .file()
+            .try_clone()
+            .map_err(Error::host_io(format!("opening {} again", to.display())))?;
+        // What the guest may stream (time, not disk), as a copy out takes.
+        let budget = size
+            .saturating_add(COPY_OUT_GROWTH)
+            .min(self.all.limits().max_copy_out_bytes);
+        let mut writer = Budgeted::new(SparseWriter::new(file, room), budget);
+        let got = self
+            .all
+            .agent(self.name.as_str())
+            .await?
+            .read_file_to(path, None, None, &mut writer)
+            .await;
+        let (exhausted, streamed_over) = (writer.exhausted(), writer.over());
+        let mut sparse = writer.into_inner();
+        let over_quota = |sparse: &SparseWriter| call.over(quota.clone(), sparse.written() + 1);
+        let header = match got {
+            Ok(h) => h,
+            Err(_) if sparse.over() => return Err(over_quota(&sparse).into()),
+            Err(_) if exhausted => return Err(streamed_over.into()),
+            Err(e) => return Err(Error::agent("read_file")(e)),
+        };
+        if let Err(e) = sparse.finish() {
+            if sparse.over() {
+                return Err(over_quota(&sparse).into());
+            }
+            return Err(Error::host_io(format!("writing {}", to.display()))(e));
+        }
+        tmp.persist(header.mode, to)?;
+        call.add(to)?;
+        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@ pub mod console_log;
 pub mod egress;
 pub mod events;
 pub mod file_lock;
+pub mod kept_outputs;
 pub mod name;
 pub mod ports;
 pub mod process;

@@ -523,12 +523,22 @@ pub struct PoolMember {
 pub struct DeleteOptions {
     /// Delete a running workspace too, halting it first (default: refuse).
     pub force: bool,
+    /// Leave the outputs kept on the host for it until their TTL (a
+    /// one-shot's, whose caller still has to read them); default: they go
+    /// with it.
+    pub keep_outputs: bool,
 }
 
 impl DeleteOptions {
     /// Sets [`DeleteOptions::force`].
     pub fn force(mut self, force: bool) -> Self {
         self.force = force;
+        self
+    }
+
+    /// Sets [`DeleteOptions::keep_outputs`].
+    pub fn keep_outputs(mut self, keep: bool) -> Self {
+        self.keep_outputs = keep;
         self
     }
 }

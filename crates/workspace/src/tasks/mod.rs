@@ -6,6 +6,7 @@
 //! process drives it (`workspaces::tasks`). How commits come back onto the
 //! host branch is [`merge`]; slots and their cache volumes are [`slots`].
 
+pub mod log;
 pub mod merge;
 pub mod slots;
 
@@ -38,7 +39,8 @@ pub const TASK_REF_PREFIX: &str = "refs/tasks/";
 /// The arguments (before the task id) that make the task program a task's
 /// supervisor.
 pub const SUPERVISE_SUBCOMMAND: [&str; 2] = ["task", "supervise"];
-/// The `config.json` object with task settings (`command`, `max_slots`).
+/// The `config.json` object with task settings (`command`, `max_slots`,
+/// `max_log_bytes`).
 pub const CONFIG_KEY: &str = "task";
 
 /// Why a task operation failed.
@@ -235,6 +237,19 @@ pub struct TaskConfig {
     /// Most tasks running at once.
     #[serde(default)]
     pub max_slots: Option<u32>,
+    /// The cap of each task's log, bytes (default
+    /// [`log::DEFAULT_MAX_LOG_BYTES`], at least [`log::MIN_MAX_LOG_BYTES`]).
+    #[serde(default)]
+    pub max_log_bytes: Option<u64>,
+}
+
+impl TaskConfig {
+    /// The cap of each task's log.
+    pub fn log_cap(&self) -> u64 {
+        self.max_log_bytes
+            .unwrap_or(log::DEFAULT_MAX_LOG_BYTES)
+            .max(log::MIN_MAX_LOG_BYTES)
+    }
 }
 
 impl TaskConfig {
@@ -281,7 +296,9 @@ impl TaskRequest {
     }
 }
 
-/// A task's command log.
+/// A range of a task's command log. Offsets count bytes of everything the
+/// command printed: the log keeps only its newest part past its cap, and a
+/// cut does not move them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct TaskLogs {
@@ -289,8 +306,19 @@ pub struct TaskLogs {
     pub task_id: String,
     /// The log file on the host (the command's output, secrets masked).
     pub path: PathBuf,
-    /// Its last lines.
-    pub tail: String,
+    /// The bytes read, as text (an invalid UTF-8 sequence shows as U+FFFD).
+    pub text: String,
+    /// Where they start.
+    pub offset: u64,
+    /// Where they end: the `offset` that reads on from here.
+    pub next_offset: u64,
+    /// Bytes the command printed so far.
+    pub size: u64,
+    /// Bytes dropped from the log's start to keep it under its cap (no
+    /// longer readable).
+    pub dropped_bytes: u64,
+    /// The log's cap, bytes.
+    pub max_log_bytes: u64,
     /// The supervisor's own log (its steps and failures).
     pub supervisor_log: PathBuf,
 }
@@ -489,11 +517,13 @@ pub(crate) mod tests {
         assert_eq!(TaskConfig::load(&root).unwrap(), TaskConfig::default());
         std::fs::write(
             root.join(crate::host::settings::CONFIG_FILE),
-            r#"{"task": {"command": "make", "max_slots": 2}, "other": 1}"#,
+            r#"{"task": {"command": "make", "max_slots": 2, "max_log_bytes": 1000}, "other": 1}"#,
         )
         .unwrap();
         let c = TaskConfig::load(&root).unwrap();
         assert_eq!((c.command.as_deref(), c.max_slots), (Some("make"), Some(2)));
+        assert_eq!(c.log_cap(), log::MIN_MAX_LOG_BYTES, "a cap has a floor");
+        assert_eq!(TaskConfig::default().log_cap(), log::DEFAULT_MAX_LOG_BYTES);
         std::fs::write(
             root.join(crate::host::settings::CONFIG_FILE),
             r#"{"task": 3}"#,

@@ -427,6 +427,19 @@ impl Workspace<'_> {
         std::fs::remove_dir_all(&doomed)
             .map_err(Error::host_io(format!("removing {}", doomed.display())))?;
         all.state.remove_lock(name, lock)?;
+        // Its kept outputs go with it (a one-shot's stay until their
+        // TTL), and any past their TTL with them.
+        match crate::store::kept_outputs::KeptOutputs::new(all.state.root()) {
+            Ok(kept) => {
+                if !options.keep_outputs {
+                    if let Err(e) = kept.remove_workspace(name) {
+                        tracing::warn!("removing the kept outputs of {name}: {e}");
+                    }
+                }
+                kept.sweep();
+            }
+            Err(e) => tracing::warn!("kept outputs not swept: {e}"),
+        }
         Ok(meta)
     }
 
@@ -509,5 +522,54 @@ impl Workspace<'_> {
         meta.spec.ttl_secs = Some(per_start);
         ws.write_meta(&meta)?;
         Ok(meta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::kept_outputs::tests::visible;
+    use crate::store::kept_outputs::{KeptOutputs, OUTPUTS_DIR};
+    use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
+    use crate::DeleteOptions;
+
+    #[test]
+    fn kept_outputs_go_with_their_workspace_unless_kept() {
+        if !have_mkfs("kept_outputs_go_with_their_workspace_unless_kept") {
+            return;
+        }
+        let f = fixture("kept-outputs", "/nonexistent");
+        let root = f.ws.state_dir().root().to_owned();
+        let kept = KeptOutputs::new(&root).unwrap();
+        for name in ["dev", "once", "other"] {
+            f.ws.create(name, spec()).unwrap();
+            let mut call = kept.begin(name);
+            let path = call.path_for("0-out.bin").unwrap();
+            std::fs::write(&path, [1u8; 8192]).unwrap();
+            call.add(&path).unwrap();
+            call.finish().unwrap();
+        }
+        f.ws.at("dev").delete(DeleteOptions::default()).unwrap();
+        assert!(!kept.workspace_dir("dev").exists(), "gone with it");
+        // A one-shot's stay for its caller, until their TTL.
+        f.ws.at("once")
+            .delete(DeleteOptions::default().keep_outputs(true))
+            .unwrap();
+        assert!(kept.workspace_dir("once").exists(), "a one-shot's stay");
+        assert!(kept.workspace_dir("other").exists(), "others' stay");
+        // A delete sweeps what is past its TTL: with a TTL of 0, everything.
+        std::fs::write(
+            root.join(crate::host::settings::CONFIG_FILE),
+            r#"{"outputs": {"ttl_secs": 0}}"#,
+        )
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        f.ws.at("other")
+            .delete(DeleteOptions::default().keep_outputs(true))
+            .unwrap();
+        assert_eq!(
+            visible(&root.join(OUTPUTS_DIR)),
+            0,
+            "the one-shot's went at its TTL"
+        );
     }
 }

@@ -132,8 +132,14 @@ impl Workspaces {
             Afterwards::Delete => {
                 let target = name.clone();
                 self.blocking(move |ws| {
+                    // Its kept outputs stay (until their TTL): its
+                    // caller reads them after this.
                     ws.at(&target)
-                        .delete(crate::DeleteOptions::default().force(true))
+                        .delete(
+                            crate::DeleteOptions::default()
+                                .force(true)
+                                .keep_outputs(true),
+                        )
                         .map(drop)
                 })
                 .await

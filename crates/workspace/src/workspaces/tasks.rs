@@ -12,6 +12,7 @@ use crate::host::settings::now_ms;
 use crate::repos::git;
 use crate::store::repo_checkout::RepoCheckout;
 use crate::store::spec::defaults;
+use crate::tasks::log::{read_log, LogRange};
 use crate::tasks::slots::{self, ActiveSlot, Slots};
 use crate::tasks::{
     new_task_id, workspace_of, TaskConfig, TaskError, TaskInfo, TaskLogs, TaskRequest, TaskStatus,
@@ -244,20 +245,24 @@ impl Workspaces {
             .collect())
     }
 
-    /// Task `id`'s command log: its path and last `lines` lines (secrets
-    /// masked as they were written).
-    pub fn task_logs(&self, id: &str, lines: usize) -> Result<TaskLogs> {
+    /// A range of task `id`'s command log (secrets masked as they were
+    /// written), reading at most the range's limit
+    /// ([`crate::tasks::log::MAX_LOG_READ`] at most) from the file.
+    pub fn task_logs(&self, id: &str, range: LogRange) -> Result<TaskLogs> {
         let store = self.tasks();
         self.task_info(id)?;
         let path = store.log_path(id)?;
-        let text = std::fs::read(&path).unwrap_or_default();
-        let text = String::from_utf8_lossy(&text);
-        let all: Vec<&str> = text.lines().collect();
-        let tail = all[all.len().saturating_sub(lines)..].join("\n");
+        let chunk = read_log(&path, range)
+            .map_err(crate::Error::host_io(format!("reading {}", path.display())))?;
         Ok(TaskLogs {
             task_id: id.to_owned(),
             path,
-            tail,
+            text: String::from_utf8_lossy(&chunk.data).into_owned(),
+            offset: chunk.offset,
+            next_offset: chunk.next_offset,
+            size: chunk.size,
+            dropped_bytes: chunk.dropped_bytes,
+            max_log_bytes: self.task_config()?.log_cap(),
             supervisor_log: store.supervisor_log(id)?,
         })
     }

@@ -13,6 +13,8 @@ use crate::output::Render;
 pub const DEFAULT_EVENT_WAIT_MS: u64 = 1_800_000;
 /// Default lines of `get_task_logs`.
 pub const DEFAULT_TASK_LOG_LINES: usize = 200;
+/// Most bytes one `get_task_logs` returns (its `limit`).
+pub const MAX_TASK_LOG_READ: u64 = 1 << 20;
 
 /// `run_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -77,15 +79,25 @@ pub struct ListTasksParams {
     pub all_agents: bool,
 }
 
-/// `get_task_logs`.
+/// `get_task_logs`: the last `tail` lines, or with `offset` the bytes from
+/// there on; never more than `limit` bytes.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskLogsParams {
     /// The task's id.
     pub task_id: String,
-    /// Lines from the end (default 200, at most 5000).
+    /// Lines from the end (default 200), within the last `limit` bytes.
+    /// Not with `offset`.
+    #[serde(default, alias = "lines")]
+    pub tail: Option<usize>,
+    /// Read forward from this byte offset of everything the command
+    /// printed (a previous answer's `next_offset` reads on; an offset
+    /// before `dropped_bytes` starts at the oldest byte kept).
     #[serde(default)]
-    pub lines: Option<usize>,
+    pub offset: Option<u64>,
+    /// Most bytes returned, 1 to 1048576 (default 65536).
+    #[serde(default)]
+    pub limit: Option<u64>,
 }
 
 /// `wait_next_event`.
@@ -208,11 +220,22 @@ impl Render for TaskList {
 
 impl Render for TaskLogsOut {
     fn render(&self) -> String {
+        let l = &self.logs;
+        let dropped = match l.dropped_bytes {
+            0 => String::new(),
+            n => format!(
+                "; the first {n} bytes were dropped (the log is capped at {} bytes)",
+                l.max_log_bytes
+            ),
+        };
         format!(
-            "{} ({}):\n{}",
-            self.logs.task_id,
-            self.logs.path.display(),
-            self.logs.tail
+            "{} ({}), bytes {} to {} of {}{dropped}:\n{}",
+            l.task_id,
+            l.path.display(),
+            l.offset,
+            l.next_offset,
+            l.size,
+            l.text
         )
     }
 }

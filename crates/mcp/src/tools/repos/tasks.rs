@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
+use workspace::tasks::log::{LogRange, DEFAULT_LOG_READ};
 use workspace::tasks::TaskRequest;
 
 use crate::output::{Out, ToolResult};
-use crate::schema::lifecycle::MAX_LOG_LINES;
 use crate::schema::repos::tasks::*;
 use crate::MicroagentServer;
 
@@ -79,8 +79,12 @@ impl MicroagentServer {
         Ok(Out(TaskResultOut { task }))
     }
 
-    /// A task's command output (secrets shown as ***): the log's path on
-    /// the host and its last lines.
+    /// A task's command output (secrets shown as ***): the last `tail`
+    /// lines (default 200), or with `offset` the bytes from there on
+    /// (`next_offset` reads on); at most `limit` bytes (default 65536, at
+    /// most 1048576). Offsets count everything the command printed; the
+    /// log keeps its newest part under a cap, and `dropped_bytes` says how
+    /// much went.
     #[tool(
         output_schema = crate::output::schema::<TaskLogsOut>(),
         annotations(
@@ -95,9 +99,26 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<TaskLogsParams>,
     ) -> ToolResult<TaskLogsOut> {
-        let lines = p.lines.unwrap_or(DEFAULT_TASK_LOG_LINES).min(MAX_LOG_LINES);
+        let limit = crate::tools::in_range(
+            "limit",
+            p.limit.unwrap_or(DEFAULT_LOG_READ),
+            1,
+            MAX_TASK_LOG_READ,
+        )?;
+        let range = match (p.offset, p.tail) {
+            (Some(_), Some(_)) => {
+                return Err(crate::ToolError::InvalidInput(
+                    "give `offset` (read forward) or `tail` (last lines), not both".into(),
+                ))
+            }
+            (Some(offset), None) => LogRange::From { offset, limit },
+            (None, tail) => LogRange::Tail {
+                lines: tail.unwrap_or(DEFAULT_TASK_LOG_LINES),
+                limit,
+            },
+        };
         let logs = self
-            .blocking(move |ws| Ok(ws.task_logs(&p.task_id, lines)?))
+            .blocking(move |ws| Ok(ws.task_logs(&p.task_id, range)?))
             .await?;
         Ok(Out(TaskLogsOut { logs }))
     }
