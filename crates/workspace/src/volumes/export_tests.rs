@@ -91,7 +91,7 @@ fn dirent(bytes: &[u8], name: &str) -> usize {
                 && (1..=7).contains(&bytes[i - 1])
                 && (1..1 << 16).contains(&ino)
                 && rec_len >= 8 + n
-                && rec_len % 4 == 0
+                && rec_len.is_multiple_of(4)
                 && &bytes[i..i + n] == name.as_bytes()
         })
         .collect();
