@@ -103,6 +103,13 @@ pub struct HttpArgs {
     /// or naming another Host, get 403.
     #[arg(long = "allowed-origin", value_name = "ORIGIN", requires = "http")]
     allowed_origins: Vec<String>,
+    /// Connections open at once. At the limit a new connection closes the
+    /// oldest one that has not yet sent a request with the token; when all
+    /// have, the new one is closed.
+    #[arg(long, value_name = "N", requires = "http",
+          default_value_t = mcp::http::limits::DEFAULT_MAX_CONNECTIONS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
 }
 
 pub fn run(cmd: ServeCommand) -> ExitCode {
@@ -282,14 +289,16 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
         token,
         tls: args.tls_cert.zip(args.tls_key),
         allowed_origins: args.allowed_origins,
+        max_connections: args.max_connections as usize,
     };
+    raise_open_file_limit(args.max_connections as usize);
     let server = mcp::MicroagentServer::new(ws, roots).with_grants(grants);
     let http = match mcp::http::HttpServer::bind(server, options).await {
         Ok(http) => http,
         Err(e) => return fail(http_error(&e)),
     };
     let auth = if args.dev {
-        "no token (--dev)"
+        "no token: with --dev any user or program on this machine can use it"
     } else {
         "send Authorization: Bearer <token>"
     };
@@ -299,6 +308,33 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
     );
     http.run(stop_signal()).await;
     ExitCode::SUCCESS
+}
+
+/// Raises the soft limit on open files toward the hard one, so `max`
+/// connections (and the descriptors workspaces use) fit; past the hard
+/// limit the accept loop backs off instead (see `mcp::http::limits`).
+fn raise_open_file_limit(max: usize) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    // Room for the connections plus the server's own files and VMs.
+    let wanted = (max as libc::rlim_t)
+        .saturating_mul(2)
+        .saturating_add(1024)
+        .min(limit.rlim_max);
+    if wanted > limit.rlim_cur {
+        limit.rlim_cur = wanted;
+        // SAFETY: setrlimit reads the struct we own; failing leaves the
+        // limit as it was, which the accept loop copes with.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            tracing::debug!("could not raise the open-file limit");
+        }
+    }
 }
 
 /// What failed and what to do next.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod abuse;
 mod conformance;
 mod session;
 mod tasks;
@@ -41,7 +42,13 @@ struct Server {
 
 impl Server {
     fn start(home: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(BIN)
+        Self::start_with(home, extra, |_| {})
+    }
+
+    /// As [`Server::start`], with the command changed by `adjust` first.
+    fn start_with(home: &Path, extra: &[&str], adjust: impl FnOnce(&mut Command)) -> Server {
+        let mut command = Command::new(BIN);
+        command
             .args(["serve", "mcp", "--http", "127.0.0.1:0"])
             .args(extra)
             .current_dir(std::env::temp_dir())
@@ -50,9 +57,9 @@ impl Server {
             .envs(testkit::shared_warm_dir().map(|w| ("MICROAGENT_WARM_DIR", w)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start microagent serve mcp --http");
+            .stderr(Stdio::piped());
+        adjust(&mut command);
+        let mut child = command.spawn().expect("start microagent serve mcp --http");
         let stderr = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         {
@@ -355,13 +362,9 @@ fn off_loopback_needs_public_and_tls_and_dev_stays_on_loopback() {
     let _ = std::fs::remove_dir_all(home);
 }
 
-#[test]
-fn tls_serves_the_sdk() {
-    let test = "mcp_http::tls_serves_the_sdk";
-    if testkit::require(test, testkit::mcp_python()).is_none() {
-        return;
-    }
-    let home = home("tls");
+/// A self-signed certificate for 127.0.0.1 and its key, made by openssl
+/// in `home`; none (a recorded skip) without openssl.
+fn test_certificate(test: &str, home: &Path) -> Option<(PathBuf, PathBuf)> {
     let (cert, key) = (home.join("cert.pem"), home.join("key.pem"));
     let made = Command::new("openssl")
         .args([
@@ -380,17 +383,25 @@ fn tls_serves_the_sdk() {
         .arg(&cert)
         .stderr(Stdio::null())
         .status();
-    if testkit::require(
+    testkit::require(
         test,
         match made {
-            Ok(s) if s.success() => Ok(()),
+            Ok(s) if s.success() => Ok((cert, key)),
             _ => Err("openssl could not make a test certificate (apt-get install openssl)".into()),
         },
     )
-    .is_none()
-    {
+}
+
+#[test]
+fn tls_serves_the_sdk() {
+    let test = "mcp_http::tls_serves_the_sdk";
+    if testkit::require(test, testkit::mcp_python()).is_none() {
         return;
     }
+    let home = home("tls");
+    let Some((cert, key)) = test_certificate(test, &home) else {
+        return;
+    };
     let args = [
         "--tls-cert",
         cert.to_str().unwrap(),

@@ -3,9 +3,11 @@
 //! Every request first passes the [`gate::Gate`]: its `Host` and `Origin`
 //! must name this server (403 otherwise), then its bearer token must be
 //! this server's (401). Without a token the server only listens on
-//! loopback; off loopback it also needs TLS.
+//! loopback; off loopback it also needs TLS. Before that, [`limits`] bounds
+//! what a connection may hold without authenticating.
 
 pub mod gate;
+pub mod limits;
 pub mod tls;
 pub mod token;
 
@@ -13,18 +15,20 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::server::MicroagentServer;
 use gate::{Gate, Refusal};
+use limits::{Admission, Connections};
 
 /// Where the MCP endpoint is served; other paths are 404.
 pub const MCP_PATH: &str = "/mcp";
@@ -40,6 +44,8 @@ pub struct HttpOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Web origins (`scheme://host[:port]`) allowed besides the server's own.
     pub allowed_origins: Vec<String>,
+    /// Connections open at once ([`limits::DEFAULT_MAX_CONNECTIONS`]).
+    pub max_connections: usize,
 }
 
 /// Why the HTTP server could not run.
@@ -87,6 +93,7 @@ pub struct HttpServer {
     gate: Arc<Gate>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     server: MicroagentServer,
+    connections: Arc<Connections>,
 }
 
 impl std::fmt::Debug for HttpServer {
@@ -117,6 +124,7 @@ impl HttpServer {
             gate,
             tls,
             server,
+            connections: Connections::new(options.max_connections),
         })
     }
 
@@ -144,6 +152,8 @@ impl HttpServer {
             config,
         );
         tokio::pin!(shutdown);
+        // Set while accepting fails, so a run of failures logs once.
+        let mut failing = false;
         loop {
             let accepted = tokio::select! {
                 () = &mut shutdown => break,
@@ -151,40 +161,36 @@ impl HttpServer {
             };
             let stream = match accepted {
                 Ok((stream, _)) => stream,
+                Err(e) if limits::one_connection_lost(&e) => continue,
                 Err(e) => {
-                    tracing::warn!("accepting a connection: {e}");
-                    continue;
+                    if !failing {
+                        tracing::warn!(
+                            "accepting a connection: {e}; retrying every {} ms",
+                            limits::ACCEPT_RETRY.as_millis()
+                        );
+                        failing = true;
+                    }
+                    // Out of descriptors: give back those of connections
+                    // that have not authenticated, so the queue moves.
+                    if limits::out_of_resources(&e) {
+                        let shed = self.connections.shed_unauthenticated();
+                        tracing::debug!("closed {shed} unauthenticated connection(s)");
+                    }
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(limits::ACCEPT_RETRY) => continue,
+                    }
                 }
             };
+            if std::mem::take(&mut failing) {
+                tracing::info!("accepting connections again");
+            }
+            let Some(admission) = self.connections.admit() else {
+                tracing::debug!("every connection has authenticated; closed a new one");
+                continue;
+            };
             let (gate, service, tls) = (self.gate.clone(), service.clone(), self.tls.clone());
-            tokio::spawn(async move {
-                let handler = hyper::service::service_fn(move |req| {
-                    let (gate, service) = (gate.clone(), service.clone());
-                    async move { Ok::<_, Infallible>(route(&gate, &service, req).await) }
-                });
-                let builder = hyper::server::conn::http1::Builder::new();
-                let served = match tls {
-                    Some(tls) => match tls.accept(stream).await {
-                        Ok(stream) => {
-                            builder
-                                .serve_connection(TokioIo::new(stream), handler)
-                                .await
-                        }
-                        Err(e) => {
-                            tracing::debug!("TLS handshake: {e}");
-                            return;
-                        }
-                    },
-                    None => {
-                        builder
-                            .serve_connection(TokioIo::new(stream), handler)
-                            .await
-                    }
-                };
-                if let Err(e) = served {
-                    tracing::debug!("HTTP connection: {e}");
-                }
-            });
+            tokio::spawn(serve_connection(stream, tls, gate, service, admission));
         }
         sessions_end.cancel();
         if !self
@@ -199,17 +205,80 @@ impl HttpServer {
 }
 
 type Body = BoxBody<Bytes, Infallible>;
+type Service = StreamableHttpService<MicroagentServer, LocalSessionManager>;
 
-/// One request: the gate, the path, then the MCP service.
+/// One connection: the TLS handshake and each request's header within
+/// their bounds, until the client or the server ends it, or the server
+/// closes it to make room.
+async fn serve_connection(
+    stream: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    gate: Arc<Gate>,
+    service: Service,
+    admission: Admission,
+) {
+    let authenticated = admission.authenticated();
+    let handler = hyper::service::service_fn(move |req| {
+        let (gate, service, authenticated) = (gate.clone(), service.clone(), authenticated.clone());
+        async move { Ok::<_, Infallible>(route(&gate, &service, &authenticated, req).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits::HEADER_READ_TIMEOUT);
+    let serve = async {
+        let served = match tls {
+            Some(tls) => {
+                match tokio::time::timeout(limits::TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)).await
+                {
+                    Ok(Ok(stream)) => {
+                        builder
+                            .serve_connection(TokioIo::new(stream), handler)
+                            .await
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!("TLS handshake: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!("TLS handshake not done in time");
+                        return;
+                    }
+                }
+            }
+            None => {
+                builder
+                    .serve_connection(TokioIo::new(stream), handler)
+                    .await
+            }
+        };
+        if let Err(e) = served {
+            tracing::debug!("HTTP connection: {e}");
+        }
+    };
+    let closed = admission.closed();
+    tokio::select! {
+        () = serve => {}
+        () = closed.cancelled() => {
+            tracing::debug!("closed a connection that had not authenticated, to make room");
+        }
+    }
+    drop(admission);
+}
+
+/// One request: the gate, the path, then the MCP service. A request past
+/// the gate marks its connection `authenticated`.
 async fn route(
     gate: &Gate,
-    service: &StreamableHttpService<MicroagentServer, LocalSessionManager>,
+    service: &Service,
+    authenticated: &AtomicBool,
     req: Request<Incoming>,
 ) -> Response<Body> {
     if let Err(refusal) = gate.check(req.headers()) {
         tracing::info!("refused a request: {refusal}");
         return refused(&refusal);
     }
+    authenticated.store(true, Ordering::Relaxed);
     if req.uri().path() != MCP_PATH {
         return plain(404, format!("not found: the MCP endpoint is {MCP_PATH}\n"));
     }
