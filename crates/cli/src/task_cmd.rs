@@ -396,7 +396,7 @@ async fn logs(
 /// back past what the log keeps (`asked_from`: the offset asked for; none
 /// for the last lines).
 fn say_dropped(asked_from: Option<u64>, logs: &workspace::tasks::TaskLogs) {
-    let reaches_back = asked_from.map_or(true, |a| a < logs.offset);
+    let reaches_back = asked_from.is_none_or(|a| a < logs.offset);
     if logs.dropped_bytes > 0 && logs.offset == logs.dropped_bytes && reaches_back {
         eprintln!(
             "microagent: the first {} bytes of this log were dropped (it is capped at {} bytes)",
