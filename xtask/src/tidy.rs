@@ -372,7 +372,10 @@ mod tests {
         let mut found = Vec::new();
         for f in all_rust_files() {
             let path = f.to_string_lossy();
-            let test_file = path.ends_with("_tests.rs") || path.contains("/tests/");
+            let test_file = path.ends_with("_tests.rs")
+                || path.ends_with("/tests.rs")
+                || path.contains("/tests/")
+                || path.contains("crates/testkit/");
             if f == runner || test_file || f.starts_with(repo_root().join("xtask")) {
                 continue;
             }

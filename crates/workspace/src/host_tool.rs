@@ -37,13 +37,25 @@ pub struct ToolLimits {
 
 impl Default for ToolLimits {
     /// 4 GiB of address space (git maps pack windows; its heap stays far
-    /// below), 2 GiB per file, 10 minutes, 64 MiB of output.
+    /// below), 4 GiB per file, 10 minutes, 64 MiB of output. A tool that
+    /// writes a disk image is given that image's size
+    /// ([`ToolLimits::writing`]).
     fn default() -> Self {
         Self {
             memory_bytes: 4 << 30,
-            file_bytes: 2 << 30,
+            file_bytes: 4 << 30,
             deadline: Duration::from_secs(600),
             output_bytes: 64 << 20,
+        }
+    }
+}
+
+impl ToolLimits {
+    /// The defaults, for a tool that writes a disk image of `bytes`.
+    pub fn writing(bytes: u64) -> Self {
+        Self {
+            file_bytes: bytes,
+            ..Self::default()
         }
     }
 }
@@ -112,6 +124,17 @@ pub enum HostToolError {
         /// The deadline.
         after: Duration,
     },
+    /// It ran and said it failed (its exit status, or, for debugfs, which
+    /// exits 0 either way, a line on stderr).
+    #[error("{tool} failed ({status}): {said}")]
+    Failed {
+        /// Its name.
+        tool: String,
+        /// How it ended.
+        status: ExitStatus,
+        /// What it said on stderr.
+        said: String,
+    },
     /// It printed more than the bound.
     #[error("{tool} printed more than {limit} bytes")]
     OutputTooLarge {
@@ -150,6 +173,16 @@ impl HostTool {
                 tool: name.to_owned(),
             })?;
         Ok(Self::at(name, program))
+    }
+
+    /// `name` run by `wrapper` (`fakeroot mkfs.ext4 ...`), both found on
+    /// the host's tool path.
+    pub fn under(wrapper: &str, name: &str) -> Result<Self, HostToolError> {
+        let inner =
+            crate::host::settings::host_tool(name).ok_or_else(|| HostToolError::Missing {
+                tool: name.to_owned(),
+            })?;
+        Ok(Self::new(wrapper)?.arg(inner))
     }
 
     /// The program at `program`, known as `name` in errors.
@@ -232,8 +265,20 @@ impl HostTool {
         self
     }
 
-    /// Starts it with `stdin`, its stdout and stderr piped, confined.
-    pub fn spawn(mut self, stdin: Stdio) -> Result<RunningTool, HostToolError> {
+    /// Starts it with `stdin`, confined; its stdout and stderr are read
+    /// (up to the bound) on threads of their own, so it never blocks on a
+    /// full pipe whatever the caller does meanwhile.
+    pub fn spawn(self, stdin: Stdio) -> Result<RunningTool, HostToolError> {
+        self.start(stdin, false)
+    }
+
+    /// [`HostTool::spawn`], but its stdout is the caller's to read as a
+    /// stream ([`RunningTool::stdout`]; the reader bounds what it keeps).
+    pub fn spawn_streaming(self, stdin: Stdio) -> Result<RunningTool, HostToolError> {
+        self.start(stdin, true)
+    }
+
+    fn start(mut self, stdin: Stdio, streaming: bool) -> Result<RunningTool, HostToolError> {
         let group = ToolGroup::make(self.limits.memory_bytes);
         let limits = self.limits;
         let join = group.as_ref().and_then(ToolGroup::join_fd);
@@ -250,16 +295,24 @@ impl HostTool {
                 Ok(())
             });
         }
-        let child = self.cmd.spawn().map_err(|source| HostToolError::Spawn {
+        let mut child = self.cmd.spawn().map_err(|source| HostToolError::Spawn {
             tool: self.name.clone(),
             source,
         })?;
         let watchdog = Some(Watchdog::start(child.id(), limits.deadline));
+        let bound = limits.output_bytes;
+        let stdout = match streaming {
+            true => None,
+            false => child.stdout.take().map(|s| read_bounded(s, bound)),
+        };
+        let stderr = child.stderr.take().map(|s| read_bounded(s, bound));
         Ok(RunningTool {
             name: self.name,
             child,
             limits,
             watchdog,
+            stdout,
+            stderr,
             _group: group,
         })
     }
@@ -270,6 +323,9 @@ impl HostTool {
     }
 }
 
+/// What reads one of a run's pipes: its bytes, and whether it was cut.
+type PipeReader = std::thread::JoinHandle<std::io::Result<(Vec<u8>, bool)>>;
+
 /// A started run; a watchdog kills it at its deadline, whoever is reading
 /// its output.
 #[derive(Debug)]
@@ -278,6 +334,8 @@ pub struct RunningTool {
     child: Child,
     limits: ToolLimits,
     watchdog: Option<Watchdog>,
+    stdout: Option<PipeReader>,
+    stderr: Option<PipeReader>,
     _group: Option<ToolGroup>,
 }
 
@@ -316,22 +374,43 @@ impl RunningTool {
         self.child.stdin.take()
     }
 
-    /// Its stdout, to read as a stream (the reader bounds what it keeps;
-    /// [`RunningTool::finish`] then returns no stdout).
+    /// Its stdout, when it was started with [`HostTool::spawn_streaming`].
     pub fn stdout(&mut self) -> Option<std::process::ChildStdout> {
         self.child.stdout.take()
     }
 
-    /// Waits for its end (it is killed at the deadline), reading what
-    /// output is still piped up to the bound.
-    pub fn finish(mut self) -> Result<ToolOutput, HostToolError> {
-        let bound = self.limits.output_bytes;
-        let stdout = self.child.stdout.take().map(|s| read_bounded(s, bound));
-        let stderr = self.child.stderr.take().map(|s| read_bounded(s, bound));
-        let waited = self.child.wait();
-        // Reaped: the watchdog must not kill anything from now on.
+    /// Waits for its end (it is killed at the deadline), with its output.
+    pub fn finish(self) -> Result<ToolOutput, HostToolError> {
+        self.end(false)
+    }
+
+    /// Ends it now (its output is no longer wanted) and collects what it
+    /// said; its status is then that of the kill unless it had ended.
+    pub fn stop(self) -> Result<ToolOutput, HostToolError> {
+        self.end(true)
+    }
+
+    fn end(mut self, kill: bool) -> Result<ToolOutput, HostToolError> {
+        if kill {
+            let _ = self.child.kill();
+        }
+        // Wait without reaping, so the watchdog can never signal a pid
+        // reused by another process; then stop it; then reap.
+        let pid = self.child.id() as libc::id_t;
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: waitid writes only `info`; WNOWAIT leaves the child
+            // for `wait` below.
+            let rc =
+                unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+            if rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+            {
+                break;
+            }
+        }
         let killed = self.watchdog.take().is_some_and(Watchdog::stop);
-        let status = waited.map_err(|source| HostToolError::Wait {
+        let status = self.child.wait().map_err(|source| HostToolError::Wait {
             tool: self.name.clone(),
             source,
         })?;
@@ -341,20 +420,16 @@ impl RunningTool {
                 after: self.limits.deadline,
             });
         }
-        let join = |h: Option<std::thread::JoinHandle<std::io::Result<(Vec<u8>, bool)>>>| {
-            h.map(|h| h.join().unwrap_or_else(|_| Ok((Vec::new(), false))))
-                .unwrap_or_else(|| Ok((Vec::new(), false)))
-        };
         let wait_err = |source| HostToolError::Wait {
             tool: self.name.clone(),
             source,
         };
-        let (stdout, stdout_cut) = join(stdout).map_err(wait_err)?;
-        let (stderr, _) = join(stderr).map_err(wait_err)?;
+        let (stdout, stdout_cut) = join_reader(self.stdout.take()).map_err(wait_err)?;
+        let (stderr, _) = join_reader(self.stderr.take()).map_err(wait_err)?;
         if stdout_cut {
             return Err(HostToolError::OutputTooLarge {
                 tool: self.name.clone(),
-                limit: bound,
+                limit: self.limits.output_bytes,
             });
         }
         Ok(ToolOutput {
@@ -369,19 +444,24 @@ impl Drop for RunningTool {
     /// A run dropped unfinished (its reader failed) is killed and reaped.
     fn drop(&mut self) {
         if let Some(watchdog) = self.watchdog.take() {
+            // Killed but not reaped, its pid stays its own until the
+            // watchdog is gone.
             let _ = self.child.kill();
-            let _ = self.child.wait();
             watchdog.stop();
+            let _ = self.child.wait();
         }
     }
 }
 
+fn join_reader(reader: Option<PipeReader>) -> std::io::Result<(Vec<u8>, bool)> {
+    reader
+        .map(|h| h.join().unwrap_or_else(|_| Ok((Vec::new(), false))))
+        .unwrap_or_else(|| Ok((Vec::new(), false)))
+}
+
 /// Reads `from` on a thread of its own, keeping `bound` bytes and draining
 /// the rest (so the tool never blocks on a full pipe); true when cut.
-fn read_bounded(
-    mut from: impl Read + Send + 'static,
-    bound: usize,
-) -> std::thread::JoinHandle<std::io::Result<(Vec<u8>, bool)>> {
+fn read_bounded(mut from: impl Read + Send + 'static, bound: usize) -> PipeReader {
     std::thread::spawn(move || {
         let mut kept = Vec::new();
         let mut cut = false;
@@ -476,6 +556,41 @@ fn with_user_config(cmd: &mut Command) {
             cmd.env(key, value);
         }
     }
+}
+
+/// Runs a `debugfs -w` script (request lines only: the caller quotes every
+/// name in it) on the ext4 `image`. debugfs exits 0 even when a request
+/// fails and says so on stderr, so any line there but its banner fails.
+pub fn debugfs_write(image: &Path, script: &str) -> Result<(), HostToolError> {
+    use std::io::Write;
+    let size = std::fs::metadata(image).map(|m| m.len()).unwrap_or(0);
+    let mut run = HostTool::new("debugfs")?
+        .args(["-w", "-f", "-"])
+        .arg(image)
+        .limits(ToolLimits::writing(size))
+        .spawn(Stdio::piped())?;
+    if let Some(mut stdin) = run.stdin() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|source| HostToolError::Wait {
+                tool: "debugfs".into(),
+                source,
+            })?;
+    }
+    let out = run.finish()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    let errors: Vec<&str> = said
+        .lines()
+        .filter(|l| !l.starts_with("debugfs ") && !l.trim().is_empty())
+        .collect();
+    if !out.status.success() || !errors.is_empty() {
+        return Err(HostToolError::Failed {
+            tool: "debugfs".into(),
+            status: out.status,
+            said: errors.join("; "),
+        });
+    }
+    Ok(())
 }
 
 /// `-c` overrides for the filter, merge and diff drivers `repo`'s config

@@ -1,7 +1,7 @@
 //! Reading an ext4 disk a guest wrote, through `debugfs`, by inode only.
 //!
-//! debugfs runs read-only (`-c`), never through a shell, with an empty
-//! environment, from a command file holding nothing but command words and
+//! debugfs runs through the host-tool runner, read-only (`-c`), from a
+//! command file holding nothing but command words and
 //! inode numbers (no name from the disk is ever handed back to it). It may
 //! not write any host file (`RLIMIT_FSIZE` 0: its output goes to a pipe),
 //! its address space is capped, and each run has a deadline after which it
@@ -11,13 +11,12 @@
 //! the size the listing gave, else the read fails.
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Stdio;
 use std::time::Duration;
 
 use super::VolumeError;
+use crate::host_tool::{HostTool, HostToolError, ToolLimits};
 
 /// Longest listing line taken (an ext4 name is at most 255 bytes).
 const MAX_LINE: usize = 4096;
@@ -223,68 +222,48 @@ impl<'a> Debugfs<'a> {
         let file = self.work.join("debugfs-commands");
         std::fs::write(&file, commands)
             .map_err(VolumeError::io(format!("writing {}", file.display())))?;
-        let mut cmd = Command::new(&self.exe);
-        cmd.arg("-c")
+        let tool = HostTool::at("debugfs", &self.exe)
+            .arg("-c")
             .arg("-f")
             .arg(&file)
             .arg(self.disk)
-            .env_clear()
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // SAFETY: setrlimit is async-signal-safe and touches only the
-        // child's limits; the closure allocates nothing.
-        unsafe {
-            cmd.pre_exec(|| {
-                limit(libc::RLIMIT_FSIZE, 0)?;
-                limit(libc::RLIMIT_CORE, 0)?;
-                limit(libc::RLIMIT_AS, DEBUGFS_MAX_AS)
+            .limits(ToolLimits {
+                memory_bytes: DEBUGFS_MAX_AS,
+                // Its output goes to a pipe: it may write no host file.
+                file_bytes: 0,
+                deadline,
+                output_bytes: MAX_STDERR,
             });
-        }
-        let mut child = cmd.spawn().map_err(|e| VolumeError::Tool {
+        let tool_err = |e: HostToolError| VolumeError::Tool {
             tool: "debugfs",
-            detail: e.to_string(),
-        })?;
-        let stderr = child.stderr.take().map(|mut err| {
-            std::thread::spawn(move || {
-                let mut kept = Vec::new();
-                let _ = (&mut err).take(MAX_STDERR as u64).read_to_end(&mut kept);
-                let _ = std::io::copy(&mut err, &mut std::io::sink());
-                kept
-            })
-        });
-        let (done, watched) = mpsc::channel::<()>();
-        let pid = child.id() as libc::pid_t;
-        let watchdog = std::thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = watched.recv_timeout(deadline) {
-                // SAFETY: the child is not reaped before this thread is
-                // joined, so `pid` is still debugfs (running or a zombie).
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                return true;
-            }
-            false
-        });
-        let result = match child.stdout.take() {
+            detail: crate::error_chain(&e),
+        };
+        let mut run = tool.spawn_streaming(Stdio::null()).map_err(tool_err)?;
+        let result = match run.stdout() {
             Some(stdout) => read(&mut BufReader::with_capacity(1 << 16, stdout)),
             None => Err(VolumeError::Tool {
                 tool: "debugfs",
                 detail: "no output pipe".into(),
             }),
         };
-        let _ = done.send(());
-        let timed_out = watchdog.join().unwrap_or(false);
-        let status = finish(&mut child);
-        let said = stderr
-            .and_then(|t| t.join().ok())
-            .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
-            .unwrap_or_default();
-        if timed_out {
-            return Err(VolumeError::ToolTimedOut {
-                tool: "debugfs",
-                secs: deadline.as_secs(),
-            });
-        }
+        // Output refused early: it need not run on.
+        let ended = match result.is_ok() {
+            true => run.finish(),
+            false => run.stop(),
+        };
+        let (status, said) = match ended {
+            Ok(out) => (
+                Some(out.status.success()),
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ),
+            Err(HostToolError::TimedOut { .. }) => {
+                return Err(VolumeError::ToolTimedOut {
+                    tool: "debugfs",
+                    secs: deadline.as_secs(),
+                })
+            }
+            Err(e) => return Err(tool_err(e)),
+        };
         match (result, status) {
             (Ok(value), Some(true)) => Ok(value),
             (Ok(_), _) => Err(VolumeError::Tool {
@@ -302,30 +281,9 @@ impl<'a> Debugfs<'a> {
     }
 }
 
-/// Waits for debugfs, killing it first if it still runs (its output was
-/// refused early); whether it exited 0.
-fn finish(child: &mut Child) -> Option<bool> {
-    if let Ok(None) = child.try_wait() {
-        let _ = child.kill();
-    }
-    child.wait().ok().map(|s| s.success())
-}
-
 fn last_lines(said: &str) -> String {
     let lines: Vec<&str> = said.lines().collect();
     lines[lines.len().saturating_sub(3)..].join("; ")
-}
-
-fn limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
-    let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
-    };
-    // SAFETY: `lim` is a valid rlimit for the duration of the call.
-    if unsafe { libc::setrlimit(resource, &lim) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Reads one line into `line` (without its `\n`), keeping at most

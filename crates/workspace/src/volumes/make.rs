@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
 use super::{VolumeError, DEFAULT_SIZE_MIB, GUEST_OWNER, SIZE_RANGE_MIB};
 use crate::host::settings::host_tool;
+use crate::host_tool::{HostTool, ToolLimits};
 use crate::images::oci::owners::{Owners, Recorded};
 use crate::images::oci::unpack::{apply_layer, Budget};
 
@@ -103,22 +103,17 @@ pub(super) fn tool(name: &'static str) -> Result<PathBuf, VolumeError> {
     })
 }
 
-fn run(cmd: &mut Command, name: &'static str) -> Result<(), VolumeError> {
-    let out = cmd.output().map_err(|e| VolumeError::Tool {
-        tool: name,
-        detail: e.to_string(),
-    })?;
+fn run(tool: HostTool, name: &'static str) -> Result<(), VolumeError> {
+    let failed = |detail| VolumeError::Tool { tool: name, detail };
+    let out = tool.output().map_err(|e| failed(crate::error_chain(&e)))?;
     if out.status.success() {
         return Ok(());
     }
-    Err(VolumeError::Tool {
-        tool: name,
-        detail: format!(
-            "{}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ),
-    })
+    Err(failed(format!(
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
 }
 
 /// A sparse ext4 of `size_mib` whose root the guest's `user` owns, with
@@ -133,15 +128,18 @@ fn mkfs(disk: &Path, size_mib: u64, tree: Option<&Path>) -> Result<(), VolumeErr
     file.set_len(size_mib << 20)
         .map_err(VolumeError::io(format!("sizing {}", disk.display())))?;
     let (uid, gid) = GUEST_OWNER;
-    let mut cmd = Command::new(tool("mkfs.ext4")?);
-    cmd.args(["-q", "-F", "-m", "0", "-T", "default", "-E"])
+    let mut mkfs = HostTool::at("mkfs.ext4", tool("mkfs.ext4")?)
+        .args(["-q", "-F", "-m", "0", "-T", "default", "-E"])
         .arg(format!(
             "root_owner={uid}:{gid},lazy_itable_init=1,lazy_journal_init=1"
         ));
     if let Some(tree) = tree {
-        cmd.arg("-d").arg(tree);
+        mkfs = mkfs.arg("-d").arg(tree);
     }
-    run(cmd.arg(disk), "mkfs.ext4")
+    run(
+        mkfs.arg(disk).limits(ToolLimits::writing(size_mib << 20)),
+        "mkfs.ext4",
+    )
 }
 
 /// Every path under `dir` as the guest's `user`'s, with its own mode.

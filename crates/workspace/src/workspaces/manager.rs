@@ -4,12 +4,12 @@
 //! lock; the running VMM process records its own state changes.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::host::settings::{host_tool, now_ms};
+use crate::host::settings::now_ms;
+use crate::host_tool::HostTool;
 use crate::images::registry::{ImageInfo, ImageRegistry};
 use crate::store::events::EventKind;
 use crate::store::process;
@@ -369,12 +369,12 @@ pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
     .map_err(Error::host_io(format!("creating {}", path.display())))?;
     file.set_len(mib << 20)
         .map_err(Error::host_io(format!("sizing {}", path.display())))?;
-    let mkfs = host_tool("mkfs.ext4").ok_or_else(|| {
+    let mkfs = HostTool::new("mkfs.ext4").map_err(|_| {
         Error::HostUnsupported(
             "mkfs.ext4 is not installed; install e2fsprogs (apt-get install e2fsprogs)".into(),
         )
     })?;
-    let out = Command::new(mkfs)
+    let out = mkfs
         .args([
             "-q",
             "-F",
@@ -384,8 +384,12 @@ pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
             "lazy_itable_init=1,lazy_journal_init=1",
         ])
         .arg(path)
+        .limits(crate::host_tool::ToolLimits::writing(mib << 20))
         .output()
-        .map_err(Error::host_io("running mkfs.ext4"))?;
+        .map_err(|e| Error::HostIo {
+            what: format!("mkfs.ext4 {}", path.display()),
+            source: std::io::Error::other(crate::error_chain(&e)),
+        })?;
     if !out.status.success() {
         return Err(Error::HostIo {
             what: format!("mkfs.ext4 {}", path.display()),

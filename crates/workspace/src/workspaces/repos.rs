@@ -6,7 +6,7 @@
 //! `refs/workspaces/<workspace>`; `diff` shows what changed.
 
 use std::path::Path;
-use std::process::Command;
+use crate::host_tool::HostTool;
 
 use super::manager::Workspaces;
 use crate::images::registry::ImageInfo;
@@ -300,17 +300,20 @@ fn pull_bundle_path(ws: &WorkspaceDir) -> std::path::PathBuf {
 /// True when the ext4 image `rootfs` has any of `paths` (read with
 /// debugfs, without mounting).
 fn rootfs_has_any(rootfs: &Path, paths: &[&str]) -> Result<bool> {
-    let Some(debugfs) = crate::host::settings::host_tool("debugfs") else {
-        // Without debugfs the clone itself says so, once the guest is up.
-        return Ok(true);
-    };
     for path in paths {
-        let out = Command::new(&debugfs)
+        let Ok(debugfs) = HostTool::new("debugfs") else {
+            // Without debugfs the clone itself says so, once the guest is up.
+            return Ok(true);
+        };
+        let out = debugfs
             .arg("-R")
             .arg(format!("stat {path}"))
             .arg(rootfs)
             .output()
-            .map_err(crate::Error::host_io("running debugfs"))?;
+            .map_err(|e| crate::Error::HostIo {
+                what: format!("reading {} with debugfs", rootfs.display()),
+                source: std::io::Error::other(crate::error_chain(&e)),
+            })?;
         if String::from_utf8_lossy(&out.stdout).contains("Inode:") {
             return Ok(true);
         }

@@ -159,39 +159,15 @@ pub fn populate(tree: &Path, agent: &Path, init: &Path) -> Result<(), ImageBuild
 /// Gives the user's home to the user in the ext4 `image` (made with
 /// every file root's): one `debugfs -w` script, no privileges needed.
 pub fn own_user_home(image: &Path) -> Result<(), ImageBuildError> {
-    let debugfs = crate::host::settings::host_tool("debugfs").unwrap_or_else(|| "debugfs".into());
     let (_, id) = USER;
     let script = format!("sif /{USER_HOME} uid {id}\nsif /{USER_HOME} gid {id}\n");
-    let mut child = Command::new(&debugfs)
-        .args(["-w", "-f", "-"])
-        .arg(image)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(io("running debugfs".into()))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        use std::io::Write;
-        stdin
-            .write_all(script.as_bytes())
-            .map_err(io("writing the debugfs script".into()))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(io("running debugfs".into()))?;
-    // debugfs reports a failed request on stderr and exits 0.
-    let said = String::from_utf8_lossy(&out.stderr);
-    let failed = said
-        .lines()
-        .any(|l| !l.starts_with("debugfs ") && !l.trim().is_empty());
-    if !out.status.success() || failed {
-        return Err(ImageBuildError::Request(format!(
+    crate::host_tool::debugfs_write(image, &script).map_err(|e| {
+        ImageBuildError::Request(format!(
             "setting the owner of /{USER_HOME} in {}: {}",
             image.display(),
-            said.trim()
-        )));
-    }
-    Ok(())
+            crate::error_chain(&e)
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -6,10 +6,8 @@
 //! the caller owns.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use super::OciError;
 
@@ -78,7 +76,7 @@ impl Owners {
     /// Sets, in the ext4 `image` made of `tree`, every inode's owner and
     /// mode (what a layer said, else root's and the tree's mode) and makes
     /// the recorded device nodes. Nothing to do when owners were direct.
-    pub fn write_into(&self, tree: &Path, image: &Path, debugfs: &Path) -> Result<(), OciError> {
+    pub fn write_into(&self, tree: &Path, image: &Path) -> Result<(), OciError> {
         let Owners::Recorded(map) = self else {
             return Ok(());
         };
@@ -135,35 +133,10 @@ impl Owners {
                 kind | r.mode
             ));
         }
-        let mut child = Command::new(debugfs)
-            .args(["-w", "-f", "-"])
-            .arg(image)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| OciError::io("running debugfs", e))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(script.as_bytes())
-                .map_err(|e| OciError::io("writing to debugfs", e))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| OciError::io("running debugfs", e))?;
-        // debugfs exits 0 even when a request fails; it says so on stderr.
-        let errors: Vec<&str> = std::str::from_utf8(&out.stderr)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.starts_with("debugfs ") && !l.trim().is_empty())
-            .collect();
-        if !out.status.success() || !errors.is_empty() {
-            return Err(OciError::Tool {
-                tool: "debugfs".into(),
-                detail: format!("{}: {}", out.status, errors.join("; ")),
-            });
-        }
-        Ok(())
+        crate::host_tool::debugfs_write(image, &script).map_err(|e| OciError::Tool {
+            tool: "debugfs".into(),
+            detail: crate::error_chain(&e),
+        })
     }
 }
 

@@ -5,7 +5,6 @@
 //! writes the tree into an image file (no mounts, no loop devices).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use super::config::ImageDefaults;
 use super::layout::Resolved;
@@ -13,7 +12,7 @@ use super::owners::Owners;
 use super::tree::ImageTree;
 use super::unpack::Budget;
 use super::{unpack, OciError, OciOrigin};
-use crate::host::settings::host_tool;
+use crate::host_tool::{HostTool, ToolLimits};
 
 /// Our directory in every converted image.
 pub const GUEST_DIR: &str = ".microagent";
@@ -157,7 +156,7 @@ fn finish(
     }
     let rootfs = work.join(OUTPUT);
     mkfs(&tree, &rootfs)?;
-    owners.write_into(&tree, &rootfs, &tool("debugfs"))?;
+    owners.write_into(&tree, &rootfs)?;
     let _ = std::fs::remove_dir_all(&tree);
     Ok(rootfs)
 }
@@ -188,15 +187,22 @@ pub fn convert_archive(
     finish(work, base_rootfs, &owners, cwd)
 }
 
-fn tool(name: &str) -> PathBuf {
-    host_tool(name).unwrap_or_else(|| PathBuf::from(name))
+/// `name` through the host-tool runner (the image tree it reads is the
+/// image's: bounded memory, file sizes and time).
+fn tool(name: &str) -> Result<HostTool, OciError> {
+    HostTool::new(name).map_err(|e| OciError::Tool {
+        tool: name.into(),
+        detail: crate::error_chain(&e),
+    })
 }
 
 /// Runs a tool; gives back what it said on stderr.
-fn run(cmd: &mut Command, name: &str) -> Result<String, OciError> {
-    let out = cmd
-        .output()
-        .map_err(|e| OciError::io(format!("running {name}"), e))?;
+fn run(tool: HostTool) -> Result<String, OciError> {
+    let name = tool.name().to_owned();
+    let out = tool.output().map_err(|e| OciError::Tool {
+        tool: name.clone(),
+        detail: crate::error_chain(&e),
+    })?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stderr).trim().to_owned());
     }
@@ -224,13 +230,10 @@ fn add_guest_files(image: &ImageTree, base_rootfs: &Path, work: &Path) -> Result
     for (from, to) in [(BASE_INIT, "init"), (BASE_AGENT, "agent")] {
         let out = work.join(to);
         let _ = std::fs::remove_file(&out);
-        let said = run(
-            Command::new(tool("debugfs"))
-                .arg("-R")
-                .arg(format!("dump -p {from} {}", out.display()))
-                .arg(base_rootfs),
-            "debugfs",
-        )?;
+        let said = run(tool("debugfs")?
+            .arg("-R")
+            .arg(format!("dump -p {from} {}", out.display()))
+            .arg(base_rootfs))?;
         // debugfs reports a missing file or a failed read on stderr but
         // exits 0; its banner is the first line.
         let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
@@ -321,7 +324,7 @@ pub(crate) fn usage(dir: &Path) -> (u64, u64) {
 /// `mkfs.ext4 -d tree`: sized to the tree with room for the journal and
 /// metadata (the image is attached read-only; writes go to the layer).
 fn mkfs(tree: &Path, out: &Path) -> Result<(), OciError> {
-    mkfs_with(Command::new(tool("mkfs.ext4")), tree, out)
+    mkfs_with(tool("mkfs.ext4")?, tree, out)
 }
 
 /// [`mkfs`] with every file owned by root: as root directly, otherwise
@@ -329,30 +332,30 @@ fn mkfs(tree: &Path, out: &Path) -> Result<(), OciError> {
 /// image, such as `minimal`).
 pub(crate) fn mkfs_root_owned(tree: &Path, out: &Path) -> Result<(), OciError> {
     // SAFETY: geteuid has no preconditions and cannot fail.
-    let cmd = if unsafe { libc::geteuid() } == 0 {
-        Command::new(tool("mkfs.ext4"))
+    let tool = if unsafe { libc::geteuid() } == 0 {
+        tool("mkfs.ext4")?
     } else {
-        let mut c = Command::new(tool("fakeroot"));
-        c.arg(tool("mkfs.ext4"));
-        c
+        HostTool::under("fakeroot", "mkfs.ext4").map_err(|e| OciError::Tool {
+            tool: "fakeroot".into(),
+            detail: crate::error_chain(&e),
+        })?
     };
-    mkfs_with(cmd, tree, out)
+    mkfs_with(tool, tree, out)
 }
 
-fn mkfs_with(mut cmd: Command, tree: &Path, out: &Path) -> Result<(), OciError> {
+fn mkfs_with(tool: HostTool, tree: &Path, out: &Path) -> Result<(), OciError> {
     let (bytes, inodes) = usage(tree);
     let size_mib = (bytes + bytes / 5) / (1 << 20) + 64;
     let inodes = inodes + inodes / 4 + 1024;
-    run(
-        cmd.args(["-q", "-F", "-T", "default", "-E", "root_owner=0:0"])
-            .arg("-N")
-            .arg(inodes.to_string())
-            .arg("-d")
-            .arg(tree)
-            .arg(out)
-            .arg(format!("{size_mib}M")),
-        "mkfs.ext4",
-    )
+    run(tool
+        .args(["-q", "-F", "-T", "default", "-E", "root_owner=0:0"])
+        .arg("-N")
+        .arg(inodes.to_string())
+        .arg("-d")
+        .arg(tree)
+        .arg(out)
+        .arg(format!("{size_mib}M"))
+        .limits(ToolLimits::writing(size_mib << 20)))
     .map(drop)
 }
 

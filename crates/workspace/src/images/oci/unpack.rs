@@ -725,7 +725,7 @@ mod tests {
 
     #[test]
     fn without_root_owners_modes_and_devices_reach_the_image_through_debugfs() {
-        let (Some(mkfs), Some(debugfs)) = (
+        let (Some(mkfs), Some(_)) = (
             crate::host::settings::host_tool("mkfs.ext4"),
             crate::host::settings::host_tool("debugfs"),
         ) else {
@@ -753,7 +753,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        owners.write_into(&t, &image, &debugfs).unwrap();
+        owners.write_into(&t, &image).unwrap();
         let secret = ext4_stat(&image, "/home/user/secret");
         assert!(
             secret.contains("User:  1000") && secret.contains("Group:  1000"),
