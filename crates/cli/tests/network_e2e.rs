@@ -144,6 +144,9 @@ impl Namespaces {
             &format!("--pid-file={}", pid.display()),
             &format!("--address=/allowed.test/{WORLD_ALLOWED}"),
             &format!("--address=/denied.test/{WORLD_DENIED}"),
+            // A name whose owner points it at the metadata address (DNS
+            // rebinding): allowing the name must not open the address.
+            &format!("--address=/rebind.test/{METADATA}"),
         ])?;
         // The cloud metadata address, in the world: guests on the `user`
         // network reach it through the host namespace's route unless the
@@ -269,6 +272,8 @@ fn tap_networks_enforce_their_egress_policy() {
                 "--allow",
                 "allowed.test",
                 "--allow",
+                "rebind.test",
+                "--allow",
                 &metadata_port,
             ],
         ),
@@ -300,6 +305,11 @@ fn tap_networks_enforce_their_egress_policy() {
     assert!(refused.contains("refused"), "{refused}");
     let unnamed = fetch(&cli, "a", "http://denied.test/").unwrap_err();
     assert!(unnamed.contains("bad address"), "{unnamed}");
+    // An allowed name answering a link-local address: the network's
+    // resolver drops the answer (--stop-dns-rebind), though a rule opens
+    // the address itself.
+    let rebound = fetch(&cli, "a", "http://rebind.test/").unwrap_err();
+    assert!(rebound.contains("bad address"), "{rebound}");
     // A rule with a port opens that address and port.
     assert_eq!(
         fetch(&cli, "a", &format!("http://{METADATA}/")).unwrap(),
@@ -499,6 +509,22 @@ fn the_user_network_enforces_egress_without_host_setup() {
         "--json",
     ]);
     assert_eq!(fetch(&cli, "a", "http://denied.test/").unwrap(), "denied\n");
+    // An allowed name that answers the metadata address (DNS rebinding):
+    // the answer admits nothing guarded.
+    cli.ok_json(&[
+        "network",
+        "policy",
+        "a",
+        "--allow",
+        "allowed.test",
+        "--allow",
+        "denied.test",
+        "--allow",
+        "rebind.test",
+        "--json",
+    ]);
+    let rebound = fetch(&cli, "a", "http://rebind.test/").unwrap_err();
+    assert!(rebound.contains("refused"), "{rebound}");
     // The VMM writes refusals into events once a second.
     let events = || cli.run(&["events", "a", "--json"]).stdout;
     let recorded = testkit::wait_until(std::time::Duration::from_secs(10), || {
