@@ -194,6 +194,85 @@ mod tests {
         );
     }
 
+    /// The CLI shows text from guests, images, registries and MCP clients
+    /// only through its one escaper (`output::field`, `output::inert`,
+    /// `output::guest_text`; `output::table` escapes every cell): a print
+    /// that names a field known to carry such text must use one of them.
+    #[test]
+    fn the_cli_prints_outside_text_escaped() {
+        const OUTSIDE_FIELDS: &[&str] = &[
+            ".summary",
+            ".reason",
+            ".message",
+            ".conflicts",
+            ".console_tail",
+            ".denials",
+            ".labels",
+            ".title",
+            ".url",
+            ".snapshot",
+            ".version",
+            ".manifest",
+            ".boot_args",
+            ".branch",
+            ".description",
+            ".error",
+            ".left_out",
+            "diff",
+        ];
+        const ESCAPERS: &[&str] = &["output::field", "output::inert", "output::guest_text", "f("];
+        const PRINTS: &[&str] = &[
+            "println!(",
+            "eprintln!(",
+            "print!(",
+            "eprint!(",
+            "writeln!(",
+        ];
+        let mut files = Vec::new();
+        rust_files(&repo_root().join("crates/cli/src"), &mut files);
+        let mut found = Vec::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            let code: String = code_lines(&text).map(|(_, l)| format!("{l}\n")).collect();
+            let mut rest = code.as_str();
+            while let Some(at) = PRINTS.iter().filter_map(|p| rest.find(p)).min() {
+                // The macro's arguments, to its closing parenthesis.
+                let call = &rest[at..];
+                let mut depth = 0usize;
+                let mut end = call.len();
+                for (i, c) in call.char_indices() {
+                    match c {
+                        '(' => depth += 1,
+                        ')' if depth <= 1 => {
+                            end = i + 1;
+                            break;
+                        }
+                        ')' => depth -= 1,
+                        _ => {}
+                    }
+                }
+                let args = &call[..end];
+                // `.url` the field, not `.url()` or `.url_of`.
+                let names_outside = OUTSIDE_FIELDS.iter().any(|field| {
+                    args.match_indices(field).any(|(i, _)| {
+                        let next = args[i + field.len()..].chars().next().unwrap_or(' ');
+                        !(next.is_alphanumeric() || next == '_' || next == '(')
+                    })
+                });
+                if names_outside && !ESCAPERS.iter().any(|e| args.contains(e)) {
+                    let line = args.lines().next().unwrap_or_default().trim();
+                    found.push(format!("{}: {line}", f.display()));
+                }
+                rest = &call[end.max(1)..];
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "print these through crate::output::field (or inert for multi-line text):\n{}",
+            found.join("\n")
+        );
+    }
+
     #[test]
     fn only_binaries_end_the_process() {
         let mut found = Vec::new();

@@ -199,7 +199,7 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
             } else {
                 for e in &events.events {
                     let line = serde_json::to_value(&e.kind).unwrap_or_default();
-                    println!("{:>5}  {}", e.seq, line);
+                    println!("{:>5}  {}", e.seq, output::field(&line.to_string()));
                 }
             }
         }
@@ -239,7 +239,7 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
                     file.display(),
                     shot.width,
                     shot.height,
-                    shot.url
+                    output::field(&shot.url)
                 );
             }
         }
@@ -253,11 +253,18 @@ fn print_snapshot(snap: &BrowserSnapshot, json: bool) {
         return;
     }
     if let Some(why) = &snap.restarted {
-        eprintln!("microagent: the browser was restarted: {why}");
+        eprintln!(
+            "microagent: the browser was restarted: {}",
+            output::field(why)
+        );
     }
+    // The page's title, address and text are the web page's words.
     println!(
-        "# page {} of {}: {:?} at {}",
-        snap.page, snap.workspace, snap.title, snap.url
+        "# page {} of {}: \"{}\" at {}",
+        snap.page,
+        snap.workspace,
+        output::field(&snap.title),
+        output::field(&snap.url)
     );
-    print!("{}", snap.snapshot);
+    print!("{}", output::inert(&snap.snapshot));
 }

@@ -313,7 +313,11 @@ async fn copy_outputs(
                 .unwrap_or_default();
             let to = dir.join(base);
             ws.workspace(name)?.copy_out(&file.path, &to).await?;
-            eprintln!("microagent: copied {} to {}", file.path, to.display());
+            eprintln!(
+                "microagent: copied {} to {}",
+                output::field(&file.path),
+                output::field(&to.display().to_string())
+            );
         }
     }
     Ok(())

@@ -63,7 +63,7 @@ pub async fn cp(
                 "preview": true, "action": format!("would {}", plan.action)
             }));
         } else {
-            println!("would {}", plan.action);
+            println!("would {}", output::field(&plan.action));
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -79,7 +79,7 @@ pub async fn cp(
             println!(
                 "left out git metadata ({} entries): {}; --include-git-metadata copies it",
                 copied.left_out_entries,
-                copied.left_out.join(", ")
+                output::field(&copied.left_out.join(", "))
             );
         }
     }

@@ -169,7 +169,9 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
         } => {
             absolute("path", path)?;
             let found = ws.workspace(name)?.find(path, pattern).await?;
-            let mut text = found.paths.join("\n");
+            // Guest file names: one per line, each escaped.
+            let names: Vec<_> = found.paths.iter().map(|p| output::field(p)).collect();
+            let mut text = names.join("\n");
             if found.truncated {
                 text.push_str("\n(stopped early: too many entries)");
             }
@@ -182,7 +184,7 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
     if json {
         output::json(&value);
     } else if !text.is_empty() {
-        println!("{text}");
+        println!("{}", output::inert(&text));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -120,7 +120,11 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
             }));
             output::table(&["IMAGE", "WHERE", "DESCRIPTION"], &rows);
             for p in &found.unreachable {
-                eprintln!("microagent: could not search {}: {}", p.registry, p.message);
+                eprintln!(
+                    "microagent: could not search {}: {}",
+                    output::field(&p.registry),
+                    output::field(&p.message)
+                );
             }
         }
         ImageCommand::Build {
@@ -200,7 +204,10 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
                     info.rootfs.display(),
                     info.rootfs_bytes
                 );
-                println!("  source   {}", info.source.display());
+                println!(
+                    "  source   {}",
+                    output::field(&info.source.display().to_string())
+                );
                 println!(
                     "  used by  {}",
                     if users.is_empty() {
@@ -209,34 +216,39 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
                         users.join(", ")
                     }
                 );
+                // What follows comes from the image's manifest and
+                // config, as its registry served them.
+                let f = output::field;
                 if let Some(m) = &info.manifest {
-                    println!("  manifest {m}");
+                    println!("  manifest {}", f(&m.to_string()));
                 }
                 if let Some(origin) = &info.origin {
                     println!(
                         "  image    {} ({})",
-                        origin.reference, origin.manifest_digest
+                        f(&origin.reference),
+                        f(&origin.manifest_digest)
                     );
                 }
                 if let Some(args) = &info.boot_args {
-                    println!("  boots    {args}");
+                    println!("  boots    {}", f(args));
                 }
                 let d = &info.defaults;
                 if let Some(user) = &d.user {
                     println!(
-                        "  user     {user} ({}:{})",
+                        "  user     {} ({}:{})",
+                        f(user),
                         d.uid.unwrap_or(0),
                         d.gid.unwrap_or(0)
                     );
                 }
                 if let Some(cwd) = &d.cwd {
-                    println!("  workdir  {cwd}");
+                    println!("  workdir  {}", f(cwd));
                 }
                 for (k, v) in &d.env {
-                    println!("  env      {k}={}", output::inert(v));
+                    println!("  env      {}={}", f(k), f(v));
                 }
                 if let Some(command) = &d.command {
-                    println!("  command  {}", output::inert(&command.join(" ")));
+                    println!("  command  {}", f(&command.join(" ")));
                 }
             }
         }

@@ -73,7 +73,8 @@ pub async fn run(ws: &Workspaces, cmd: &KernelCommand, json: bool) -> Result<Exi
                     done.kernel
                         .as_ref()
                         .map_or_else(String::new, |k| k.display().to_string()),
-                    done.version.as_deref().unwrap_or("no version banner")
+                    // The banner is read from the kernel file.
+                    output::field(done.version.as_deref().unwrap_or("no version banner"))
                 );
             }
         }
@@ -139,7 +140,7 @@ fn list(ws: &Workspaces, json: bool) -> Result<(), Error> {
                 "{:<9} {:>6.1} MiB  {}{}",
                 k.variant.as_deref().unwrap_or("imported"),
                 k.bytes as f64 / (1 << 20) as f64,
-                k.version.as_deref().unwrap_or("(no version banner)"),
+                output::field(k.version.as_deref().unwrap_or("(no version banner)")),
                 if k.this_host { "  [this host]" } else { "" }
             );
             println!("          {}", k.path.display());

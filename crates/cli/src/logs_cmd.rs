@@ -84,12 +84,14 @@ fn print_event(e: &Event, json: bool) {
                 .collect()
         })
         .unwrap_or_default();
+    // JSON leaves C1 controls as they are; an event's details carry
+    // guest text (exit reasons, refused names).
     println!(
         "{:>4}  {}  {:<14} {}",
         e.seq,
         e.at_ms,
-        kind,
-        details.join(" ")
+        output::field(&kind),
+        output::field(&details.join(" "))
     );
 }
 

@@ -565,7 +565,7 @@ fn anyhow_exit(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("microagent: error: {e:#}");
+            eprintln!("microagent: error: {}", output::field(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

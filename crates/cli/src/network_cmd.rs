@@ -158,7 +158,7 @@ fn print_one(n: &NetworkInfo, json: bool) {
     println!("egress:     {}", net.egress);
     if !net.allow.is_empty() {
         let allow: Vec<String> = net.allow.iter().map(ToString::to_string).collect();
-        println!("allow:      {}", allow.join(", "));
+        println!("allow:      {}", output::field(&allow.join(", ")));
     }
     println!(
         "workspaces: {}",
@@ -216,14 +216,15 @@ fn policy(
         if rules.is_empty() {
             "-".into()
         } else {
-            rules.join(", ")
+            output::field(&rules.join(", ")).into_owned()
         }
     );
     match denials {
         Some(d) => {
             println!("refused:   {} since it started", d.denied);
+            // A refusal names what the guest asked for (a DNS name).
             for r in &d.denials {
-                println!("  {r}");
+                println!("  {}", output::field(&r.to_string()));
             }
         }
         None => println!("refused:   (shown while it runs on the user network)"),

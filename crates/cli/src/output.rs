@@ -140,30 +140,45 @@ pub fn report(code: ErrorCode, message: &str, as_json: bool, status: u8) -> Exit
     if as_json {
         json(&serde_json::json!({ "error": { "code": code, "message": message } }));
     }
-    eprintln!("microagent: error [{code}]: {message}");
+    // A message can carry a guest's or a registry's words.
+    eprintln!("microagent: error [{code}]: {}", field(message));
     ExitCode::from(status)
 }
 
 /// Prints rows as left-aligned columns under `header`.
 pub fn table(header: &[&str], rows: &[Vec<String>]) {
+    print!("{}", table_text(header, rows));
+}
+
+/// The text of [`table`]: every cell goes through [`field`] (names,
+/// commands and descriptions come from guests and clients), so a cell can
+/// neither drive the terminal nor start a row of its own.
+fn table_text(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| field(cell).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<&str>| {
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
         let text: Vec<String> = cells
             .iter()
             .zip(&widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", text.join("  ").trim_end());
+        out.push_str(text.join("  ").trim_end());
+        out.push('\n');
     };
     line(header.to_vec());
-    for row in rows {
+    for row in &rows {
         line(row.iter().map(String::as_str).collect());
     }
+    out
 }
 
 /// A duration for people: `42s`, `5m`, `3h`, `2d`.
@@ -182,29 +197,52 @@ pub fn interactive() -> bool {
     std::io::stderr().is_terminal()
 }
 
-/// Guest text made inert for a terminal: control characters other than
-/// newline and tab are shown in caret notation (ESC as `^[`), carriage
-/// returns dropped, so a guest's console cannot move the cursor, retitle
-/// the window or rewrite what the user sees.
-pub fn inert(text: &str) -> std::borrow::Cow<'_, str> {
-    let is_control = |c: char| c.is_control() && c != '\n' && c != '\t';
-    if !text.chars().any(is_control) {
+/// Text from outside (a guest, an image, a registry, an MCP client) made
+/// safe to show on a terminal: the one place the CLI escapes. Control
+/// characters (C0, DEL, C1) are shown in caret notation (ESC as `^[`, DEL
+/// as `^?`) or as `\u{..}`, and so are the Unicode marks that reorder
+/// text (bidi overrides and isolates), so what is shown cannot move the
+/// cursor, retitle the window, rewrite earlier lines or read back as
+/// something else. With `keep_lines` newlines and tabs stay and carriage
+/// returns go (console and log text); without, they are escaped too (one
+/// field of a line or a table).
+pub fn escape(text: &str, keep_lines: bool) -> std::borrow::Cow<'_, str> {
+    let kept = |c: char| keep_lines && (c == '\n' || c == '\t');
+    let unsafe_char = |c: char| (c.is_control() || reorders(c)) && !kept(c);
+    if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
         match c {
-            '\r' => {}
-            c if is_control(c) && (c as u32) < 0x20 => {
+            '\r' if keep_lines => {}
+            c if !unsafe_char(c) => out.push(c),
+            c if (c as u32) < 0x20 => {
                 out.push('^');
                 out.push(char::from(b'@' + c as u8));
             }
             '\u{7f}' => out.push_str("^?"),
-            c if is_control(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Marks that reorder how text reads (Trojan Source): bidi embeddings,
+/// overrides, isolates and the invisible direction marks.
+fn reorders(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Console or log text from a guest, for a terminal (lines kept).
+pub fn inert(text: &str) -> std::borrow::Cow<'_, str> {
+    escape(text, true)
+}
+
+/// One value from outside (a name, a summary, a reason, an error) for a
+/// line or a table cell.
+pub fn field(text: &str) -> std::borrow::Cow<'_, str> {
+    escape(text, false)
 }
 
 /// Guest text for stdout: inert when stdout is a terminal, as it is when
@@ -242,6 +280,34 @@ mod tests {
             "^[[2J^[]0;owned^Gboot\n"
         );
         assert_eq!(inert("del\x7f c1\u{9b}"), "del^? c1\\u{9b}");
+        assert!(matches!(inert("plain"), std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_field_escapes_every_control_and_reordering_mark() {
+        assert_eq!(field("done: all tests pass"), "done: all tests pass");
+        assert_eq!(field("ok\x1b[31m red"), "ok^[[31m red");
+        // A fake second line or row, an erased line, a tab.
+        assert_eq!(field("a\nb\r\x1b[2Kc\td"), "a^Jb^M^[[2Kc^Id");
+        // C0 NUL and BEL, DEL, C1 CSI and OSC, NEL.
+        assert_eq!(
+            field("\0\x07\x7f\u{9b}\u{9d}\u{85}"),
+            "^@^G^?\\u{9b}\\u{9d}\\u{85}"
+        );
+        // Trojan Source: a right-to-left override and an isolate.
+        assert_eq!(field("x\u{202e}y\u{2066}"), "x\\u{202e}y\\u{2066}");
+        // Text in other scripts is shown as it is.
+        assert_eq!(field("задача 完成 ✓"), "задача 完成 ✓");
+    }
+
+    #[test]
+    fn a_table_cell_from_a_guest_stays_in_its_cell() {
+        let rows = vec![
+            vec!["p1".to_string(), "sleep\x1b[2K\nFAKE ROW".to_string()],
+            vec!["p2".to_string(), "ok".to_string()],
+        ];
+        let text = table_text(&["ID", "COMMAND"], &rows);
+        assert_eq!(text, "ID  COMMAND\np1  sleep^[[2K^JFAKE ROW\np2  ok\n");
     }
 
     #[test]

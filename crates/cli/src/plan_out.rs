@@ -23,9 +23,10 @@ pub struct ConfirmFlags {
     pub yes: bool,
 }
 
-/// Progress lines on stderr, so stdout stays the result.
+/// Progress lines on stderr, so stdout stays the result (escaped: a
+/// build's steps can carry what its guest printed).
 pub fn stderr_progress(prefix: &'static str) -> std::sync::Arc<dyn Fn(&str) + Send + Sync> {
-    std::sync::Arc::new(move |step: &str| eprintln!("{prefix}: {step}"))
+    std::sync::Arc::new(move |step: &str| eprintln!("{prefix}: {}", output::field(step)))
 }
 
 /// A library result that carries a plan.
@@ -119,22 +120,25 @@ pub fn print(preview: &Preview, applied: bool, rerun: Option<&str>) {
     }
     let what = if applied { "applied" } else { "plan" };
     println!("{} {what}:", plan.action);
+    // Steps name packages, scripts and files an image build was given
+    // (from an MCP client too): escaped like any outside text.
+    let f = output::field;
     for (i, step) in plan.steps.iter().enumerate() {
-        println!("  {}. {}", i + 1, step.what);
-        println!("     $ {}", step.command_line());
+        println!("  {}. {}", i + 1, f(&step.what));
+        println!("     $ {}", f(&step.command_line()));
         if let Some(stdin) = &step.stdin {
             for line in stdin.lines() {
-                println!("     | {line}");
+                println!("     | {}", f(line));
             }
         }
     }
     for note in &plan.notes {
-        println!("  - {note}");
+        println!("  - {}", f(note));
     }
     if !plan.writes.is_empty() {
         println!("  writes:");
         for path in &plan.writes {
-            println!("    {path}");
+            println!("    {}", f(path));
         }
     }
     if plan.disk_bytes > 0 {

@@ -74,6 +74,7 @@ pub fn run(ws: &Workspaces, cmd: &PoolCommand, json: bool) -> Result<ExitCode, E
                     } = &e.kind
                     {
                         let ago = output::age(now.saturating_sub(e.at_ms));
+                        let reason = output::field(reason);
                         println!("{ago} ago: pool of {image}: {members} drained: {reason}");
                     }
                 }

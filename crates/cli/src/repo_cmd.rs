@@ -108,19 +108,25 @@ pub async fn run(ws: &Workspaces, cmd: &RepoCommand, json: bool) -> Result<ExitC
             if json {
                 output::json(&pull);
             } else {
-                match &pull.host_ref {
+                // The branch and head name what the guest's repository
+                // says: escaped, and cut by characters.
+                let short = |sha: &str| {
+                    output::field(&sha.chars().take(12).collect::<String>()).into_owned()
+                };
+                let r = pull.host_ref.as_deref().map(output::field);
+                match r {
                     Some(r) => println!(
                         "{} new commit(s) from {} ({}) are at {r} in `{}`; see them with `git log {}..{r}`",
                         pull.commits,
                         pull.workspace,
-                        pull.branch,
+                        output::field(&pull.branch),
                         pull.repo,
-                        &pull.base[..pull.base.len().min(12)]
+                        short(&pull.base)
                     ),
                     None => println!(
                         "{} has no new commits since it was made (HEAD {})",
                         pull.workspace,
-                        &pull.head[..pull.head.len().min(12)]
+                        short(&pull.head)
                     ),
                 }
             }
@@ -130,7 +136,8 @@ pub async fn run(ws: &Workspaces, cmd: &RepoCommand, json: bool) -> Result<ExitC
             if json {
                 output::json(&serde_json::json!({ "workspace": workspace, "diff": diff }));
             } else {
-                print!("{diff}");
+                // The guest's changes: file contents and names, escaped.
+                print!("{}", output::inert(&diff));
             }
         }
     }

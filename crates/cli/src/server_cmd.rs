@@ -157,10 +157,12 @@ fn print_statuses(statuses: &[ServerStatus]) {
 fn print_report(report: &ServerReport) {
     print_statuses(std::slice::from_ref(&report.server));
     if let Some(h) = &report.server.health {
-        println!(
-            "\nhealth: ssh {}, kvm {}, microagent {}, doctor {}",
+        // What the remote machine answered.
+        let health = format!(
+            "ssh {}, kvm {}, microagent {}, doctor {}",
             h.ssh, h.kvm, h.microagent, h.doctor
         );
+        println!("\nhealth: {}", output::field(&health));
     }
     if report.workspaces.is_empty() {
         return;

@@ -124,28 +124,40 @@ fn status(t: &TaskInfo) -> String {
 }
 
 fn describe(t: &TaskInfo) {
-    println!("task:      {}", t.task_id);
-    println!("status:    {}", status(t));
-    println!(
+    print!("{}", describe_text(t));
+}
+
+/// `task info` as text. The summary, reasons, conflicting paths and
+/// errors come from the guest and its commits: shown through
+/// [`output::field`], so they cannot drive the terminal.
+fn describe_text(t: &TaskInfo) -> String {
+    use std::fmt::Write;
+    let f = |s: &str| output::field(s).into_owned();
+    let mut out = String::new();
+    let _ = writeln!(out, "task:      {}", f(&t.task_id));
+    let _ = writeln!(out, "status:    {}", status(t));
+    let _ = writeln!(
+        out,
         "repo:      {} (branch {} at {})",
-        t.repo,
-        t.branch,
-        short(&t.base)
+        f(&t.repo),
+        f(&t.branch),
+        f(short(&t.base))
     );
-    println!("workspace: {}", t.workspace);
+    let _ = writeln!(out, "workspace: {}", f(&t.workspace));
     if let Some(slot) = t.slot {
-        println!("slot:      {slot}");
+        let _ = writeln!(out, "slot:      {slot}");
     }
     if let Some(code) = t.exit_code {
-        println!("exit code: {code}");
+        let _ = writeln!(out, "exit code: {code}");
     }
     if let Some(r) = &t.result {
-        println!(
+        let _ = writeln!(
+            out,
             "result:    {}{}",
             if r.success { "success" } else { "failure" },
             r.summary
                 .as_deref()
-                .map(|s| format!(": {s}"))
+                .map(|s| format!(": {}", f(s)))
                 .unwrap_or_default()
         );
     }
@@ -154,22 +166,24 @@ fn describe(t: &TaskInfo) {
             (true, Some(method)) => format!("merged ({method:?}) "),
             _ => "not merged ".into(),
         };
-        println!(
+        let _ = writeln!(
+            out,
             "merge:     {how}{} commit(s), kept at {}{}",
             m.commits,
-            m.task_ref,
+            f(&m.task_ref),
             m.reason
                 .as_deref()
-                .map(|r| format!("; {r}"))
+                .map(|r| format!("; {}", f(r)))
                 .unwrap_or_default()
         );
         if !m.conflicts.is_empty() {
-            println!("conflicts: {}", m.conflicts.join(", "));
+            let _ = writeln!(out, "conflicts: {}", f(&m.conflicts.join(", ")));
         }
     }
     if let Some(e) = &t.error {
-        println!("error:     {e}");
+        let _ = writeln!(out, "error:     {}", f(e));
     }
+    out
 }
 
 pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitCode, Error> {

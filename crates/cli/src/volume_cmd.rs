@@ -157,7 +157,7 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
                 println!("used:       {} MiB on the host", v.used_bytes >> 20);
                 println!("created:    {}", ago(v.created_at_ms));
                 if let Some(source) = &v.source {
-                    println!("filled from: {source}");
+                    println!("filled from: {}", output::field(&source.to_string()));
                 }
                 println!("mounted by: {}", holders(&v));
             }

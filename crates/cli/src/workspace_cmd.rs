@@ -200,7 +200,7 @@ async fn start_showing(
     let report = |p: workspace::StartProgress| {
         if show {
             let console = p.console.unwrap_or_default();
-            let line: String = output::inert(&console).chars().take(60).collect();
+            let line: String = output::field(&console).chars().take(60).collect();
             eprint!(
                 "\r\x1b[2Kstarting {name}: {:>3} s  {line}",
                 p.elapsed.as_secs()
@@ -431,26 +431,28 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
         );
         if !n.allow.is_empty() {
             let rules: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
-            println!("  allow       {}", rules.join(", "));
+            println!("  allow       {}", output::field(&rules.join(", ")));
         }
     }
     if let Some(refused) = &info.refused {
         println!("  refused     {} since it started", refused.denied);
+        // Refusals name what the guest asked for; labels come from
+        // clients; the last exit carries the guest's console.
         for r in &refused.denials {
-            println!("    {r}");
+            println!("    {}", output::field(&r.to_string()));
         }
     }
     for (k, v) in &info.meta.spec.labels {
-        println!("  label       {k}={v}");
+        println!("  label       {}={}", output::field(k), output::field(v));
     }
     if let Some(exit) = &info.meta.last_exit {
         println!(
             "  last exit   {} ({} ago)",
-            exit.reason,
+            output::field(&exit.reason.to_string()),
             age(workspace::host::settings::now_ms().saturating_sub(exit.at_ms))
         );
         for line in &exit.console_tail {
-            println!("    | {}", output::guest_text(line));
+            println!("    | {}", output::field(line));
         }
     }
     Ok(ExitCode::SUCCESS)

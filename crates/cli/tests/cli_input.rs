@@ -315,3 +315,53 @@ fn secrets_are_set_listed_and_removed_without_their_values() {
     assert_eq!(removed["secret"]["name"], "API_TOKEN");
     assert!(!stored.exists());
 }
+
+/// A task record as a guest could have filled it (its summary and error,
+/// the merge's reason and conflicting paths from its commits): `task info`
+/// and `task ls` print it escaped, `--json` keeps it exact.
+#[test]
+fn a_task_record_from_a_guest_prints_escaped() {
+    let cli = home("taskescape");
+    let dir = cli.home().join("tasks").join("t-esc");
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&dir)
+        .unwrap();
+    let summary = "done\u{1b}]0;pwned\u{7}\u{1b}[2J\r\nall good";
+    let record = serde_json::json!({
+        "task_id": "t-esc", "status": "failed", "repo": "app", "branch": "main",
+        "base": "0123456789abcdef0123", "image": "debian",
+        "description": "fix\u{1b}[8m hidden", "workspace": "task-t-esc", "keep": false,
+        "timings": {"created_ms": 1},
+        "result": {"success": false, "summary": summary},
+        "merge_result": {"merged": false, "commits": 1, "task_ref": "refs/tasks/t-esc",
+                         "conflicts": ["a\u{9b}31mb"], "reason": "no\u{202e}txt.exe"},
+        "error": "guest said \u{1b}[?1049h",
+    });
+    std::fs::write(dir.join("task.json"), record.to_string()).unwrap();
+
+    let info = cli.ok(&["task", "info", "t-esc"]);
+    let ls = cli.ok(&["task", "ls"]);
+    for out in [&info.stdout, &ls.stdout] {
+        assert!(
+            !out.contains(['\u{1b}', '\u{7}', '\r', '\u{9b}', '\u{202e}']),
+            "{out:?}"
+        );
+    }
+    assert!(
+        info.stdout
+            .contains("result:    failure: done^[]0;pwned^G^[[2J^M^Jall good\n"),
+        "{}",
+        info.stdout
+    );
+    assert!(info.stdout.contains("^[[?1049h"), "{}", info.stdout);
+    assert!(
+        info.stdout.contains("no\\u{202e}txt.exe"),
+        "{}",
+        info.stdout
+    );
+    assert!(info.stdout.contains("a\\u{9b}31mb"), "{}", info.stdout);
+    assert!(ls.stdout.contains("fix^[[8m hidden"), "{}", ls.stdout);
+    // JSON carries the exact text for programs.
+    let json = cli.ok_json(&["task", "info", "t-esc", "--json"]);
+    assert_eq!(json["result"]["summary"], summary);
+}
