@@ -207,7 +207,7 @@ fn run(tool: HostTool) -> Result<String, OciError> {
         return Ok(String::from_utf8_lossy(&out.stderr).trim().to_owned());
     }
     Err(OciError::Tool {
-        tool: name.into(),
+        tool: name,
         detail: format!(
             "{}: {}",
             out.status,
