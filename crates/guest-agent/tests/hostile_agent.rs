@@ -95,3 +95,71 @@ async fn a_call_to_an_agent_that_stops_answering_ends_at_its_deadline() {
         fake.await.unwrap();
     }
 }
+
+/// Answers a `process_output` with lengths far past what was asked for,
+/// then streams stdout frames without end (until the client hangs up).
+async fn endless_process_output(mut agent: tokio::net::UnixStream) {
+    use guest_agent::protocol::{OutputAnswer, OutputChunk, ProcessEntry, ProcessRunState};
+    let mut request = [0u8; 4096];
+    let _ = agent.read(&mut request).await;
+    let hello = Response::Hello {
+        version: MIN_PROTOCOL_VERSION,
+        agent: "hostile".into(),
+        capabilities: Vec::new(),
+    };
+    let huge = OutputChunk {
+        cursor: 0,
+        len: u64::MAX,
+        next_cursor: u64::MAX,
+        dropped: 0,
+    };
+    let answer = Response::ProcessOutput(OutputAnswer {
+        process: ProcessEntry {
+            id: "p1".into(),
+            pid: 7,
+            command: "yes".into(),
+            state: ProcessRunState::Running,
+            started_unix_ms: 0,
+            ended_unix_ms: None,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            stdout_bytes: u64::MAX,
+            stderr_bytes: 0,
+            stdin_open: false,
+            ring_bytes: 1 << 20,
+        },
+        stdout: huge,
+        stderr: OutputChunk::default(),
+        eof: false,
+    });
+    let mut bytes = frame::encode_json(&hello).unwrap();
+    bytes.extend(frame::encode_json(&answer).unwrap());
+    if agent.write_all(&bytes).await.is_err() {
+        return;
+    }
+    let chunk = frame::encode(FrameKind::Stdout, &[b'y'; 60_000]).unwrap();
+    while agent.write_all(&chunk).await.is_ok() {}
+}
+
+#[tokio::test]
+async fn a_process_read_takes_no_more_than_was_asked_for() {
+    use std::time::Duration;
+    for (asked, cap) in [
+        (Some(1000), 1000),
+        (None, guest_agent::protocol::MAX_PROCESS_READ),
+        (Some(u64::MAX), guest_agent::protocol::MAX_PROCESS_READ),
+    ] {
+        let (host, agent) = tokio::net::UnixStream::pair().unwrap();
+        let fake = tokio::spawn(endless_process_output(agent));
+        let err = GuestAgentClient::new(host)
+            .process_output("p1", [0, 0], asked, Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ClientError::Oversized { limit } if limit == cap),
+            "{err}"
+        );
+        fake.await.unwrap();
+    }
+}

@@ -10,7 +10,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::messages::expect_ok;
 use super::{wire, ClientError, GuestAgentClient};
 use crate::frame::FrameKind;
-use crate::protocol::{ExecCall, OutputAnswer, ProcessEntry, Request, Response, SignalSpec};
+use crate::protocol::{
+    ExecCall, OutputAnswer, ProcessEntry, Request, Response, SignalSpec, MAX_PROCESS_READ,
+};
 
 /// A `process_output` answer with its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +77,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
             stdout: Vec::new(),
             stderr: Vec::new(),
         };
+        // The lengths are the agent's word: more than was asked for (at
+        // most MAX_PROCESS_READ per stream) is never taken into memory.
+        let cap = max_bytes.unwrap_or(MAX_PROCESS_READ).min(MAX_PROCESS_READ);
         let (want_out, want_err) = (read.output.stdout.len, read.output.stderr.len);
+        if want_out > cap || want_err > cap {
+            return Err(ClientError::Oversized { limit: cap });
+        }
         while (read.stdout.len() as u64) < want_out || (read.stderr.len() as u64) < want_err {
             let frame = wire::next_frame(&mut self.stream, self.idle).await?;
             let (buf, want) = match frame.kind {

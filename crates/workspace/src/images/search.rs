@@ -173,6 +173,9 @@ async fn search_registry(registry: &str, query: &str) -> Result<Vec<RemoteImage>
         "https"
     };
     let url = format!("{scheme}://{registry}/v2/_catalog?n={CATALOG_PAGE}");
+    // reqwest is built without a TLS provider of its own; a search made
+    // before any pull in this process would panic building its client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder()
         .timeout(CATALOG_TIMEOUT)
         .build()
@@ -269,5 +272,47 @@ mod tests {
         for bad in ["", "http://x", "x/y", "x:port", "a b"] {
             assert!(check_registry(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A registry on loopback that answers every request with `head` and
+    /// then `body` repeated until the client hangs up (`endless`) or once.
+    async fn hostile_registry(body: Vec<u8>, endless: bool) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = conn.read(&mut request).await;
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+                    if conn.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    while conn.write_all(&body).await.is_ok() && endless {}
+                });
+            }
+        });
+        addr.to_string()
+    }
+
+    #[tokio::test]
+    async fn a_hostile_catalog_is_refused_at_its_bound_or_read_as_data() {
+        // Without end: stops past MAX_CATALOG_BYTES, not at the host's memory.
+        let registry = hostile_registry(vec![b' '; 64 << 10], true).await;
+        let err = search_registry(&registry, "x").await.unwrap_err();
+        assert!(err.contains("over 1048576 bytes"), "{err}");
+        // Nesting far past serde_json's depth: an error, not a stack overflow.
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let registry = hostile_registry(deep.into_bytes(), false).await;
+        let err = search_registry(&registry, "x").await.unwrap_err();
+        assert!(err.contains("not a catalog"), "{err}");
+        // Names that are not strings, or carry escapes, stay data.
+        let odd = br#"{"repositories": [1, null, {"a": "b"}, "ok/x", "evil\u001b]0;x\u0007"]}"#;
+        let registry = hostile_registry(odd.to_vec(), false).await;
+        let found = search_registry(&registry, "").await.unwrap();
+        let names: Vec<&str> = found.iter().map(|r| r.repository.as_str()).collect();
+        assert_eq!(names, ["ok/x", "evil\u{1b}]0;x\u{7}"]);
     }
 }

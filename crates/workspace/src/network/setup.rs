@@ -432,6 +432,22 @@ mod tests {
     const UPSTREAM: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 53);
 
     #[test]
+    fn upstream_answers_naming_guarded_ranges_are_dropped_in_every_mode() {
+        // An allowlisted name's owner chooses its answers (DNS rebinding):
+        // dnsmasq drops private, loopback and link-local ones, and no
+        // exception for a domain or for localhost is made.
+        for (i, egress) in [Egress::All, Egress::None, Egress::Allowlist]
+            .into_iter()
+            .enumerate()
+        {
+            let n = net("rebind", i as u8, egress, &["attacker.test"]);
+            let args = dnsmasq_args(&dir(), &n, &[UPSTREAM]).unwrap();
+            assert!(args.iter().any(|a| a == "--stop-dns-rebind"), "{args:?}");
+            assert!(!args.iter().any(|a| a.starts_with("--rebind-")), "{args:?}");
+        }
+    }
+
+    #[test]
     fn resolvers_follow_the_policy() {
         let args = |n: &Network| dnsmasq_args(&dir(), n, &[UPSTREAM]).unwrap().join(" ");
         let all = args(&net("open", 0, Egress::All, &[]));

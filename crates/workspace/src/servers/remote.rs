@@ -87,8 +87,15 @@ pub async fn run_remote_json(
     let mut args = args.to_vec();
     args.insert(0, "--json".into());
     let out = run_remote(registry, spec, &args, deadline).await?;
+    answer_of(&spec.name, &out)
+}
+
+/// The JSON answer in what a remote `microagent --json` printed: what a
+/// server sends is data, read as JSON only, and its error's code must be
+/// one of the stable codes.
+fn answer_of(server: &str, out: &RemoteOutput) -> Result<serde_json::Value, ServerError> {
     let garbled = |detail: String| ServerError::Garbled {
-        server: spec.name.clone(),
+        server: server.to_owned(),
         detail,
     };
     let text = String::from_utf8_lossy(&out.stdout);
@@ -111,10 +118,58 @@ pub async fn run_remote_json(
         let code: ErrorCode = serde_json::from_value(error["code"].clone())
             .map_err(|e| garbled(format!("an error without a known code: {e}")))?;
         return Err(ServerError::Remote {
-            server: spec.name.clone(),
+            server: server.to_owned(),
             code,
             message: error["message"].as_str().unwrap_or("").to_owned(),
         });
     }
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(status: i32, stdout: &[u8]) -> RemoteOutput {
+        RemoteOutput {
+            status,
+            stdout: stdout.to_vec(),
+            stderr: "ssh: last words\n".into(),
+        }
+    }
+
+    #[test]
+    fn a_servers_hostile_answers_are_data_or_garbled_never_more() {
+        let garbled = |o: &RemoteOutput| match answer_of("s1", o) {
+            Err(ServerError::Garbled { server, detail }) => {
+                assert_eq!(server, "s1");
+                detail
+            }
+            other => panic!("{other:?}"),
+        };
+        // Nothing, binary junk, a torn document.
+        assert!(garbled(&out(0, b"")).contains("nothing on stdout"));
+        garbled(&out(0, &[0xff, 0xfe, 0x00, b'{']));
+        garbled(&out(0, b"{\"name\": \"w\""));
+        // Nesting past serde_json's depth is an error, not a stack overflow.
+        let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
+        garbled(&out(0, deep.as_bytes()));
+        // An error whose code is not one of the stable codes.
+        let odd = br#"{"error": {"code": "ROOT_PLEASE", "message": "x"}}"#;
+        assert!(garbled(&out(1, odd)).contains("without a known code"));
+        // A known code is kept; the message stays text, escapes and all.
+        let known = br#"{"error": {"code": "FORBIDDEN", "message": "no\u001b[2J"}}"#;
+        match answer_of("s1", &out(1, known)) {
+            Err(ServerError::Remote { code, message, .. }) => {
+                assert_eq!(code, ErrorCode::Forbidden);
+                assert_eq!(message, "no\u{1b}[2J");
+            }
+            other => panic!("{other:?}"),
+        }
+        // An "error" on success is data; of several lines the last counts.
+        let value = answer_of("s1", &out(0, odd)).unwrap();
+        assert_eq!(value["error"]["code"], "ROOT_PLEASE");
+        let lines = b"{\"progress\": 1}\nnot json\n{\"done\": true}\n";
+        assert_eq!(answer_of("s1", &out(0, lines)).unwrap()["done"], true);
+    }
 }

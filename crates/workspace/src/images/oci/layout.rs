@@ -418,4 +418,88 @@ mod tests {
         );
         read_dir(&dir, None, 4 << 20).unwrap();
     }
+
+    /// A tar header of `kind` whose name (and link name) are written as
+    /// they are, `..` and all, as a hostile tarball would carry them.
+    fn raw_entry(
+        tar: &mut tar::Builder<Vec<u8>>,
+        kind: tar::EntryType,
+        name: &str,
+        link: &str,
+        data: &[u8],
+    ) {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        let old = header.as_old_mut();
+        old.name[..name.len()].copy_from_slice(name.as_bytes());
+        old.linkname[..link.len()].copy_from_slice(link.as_bytes());
+        header.set_cksum();
+        tar.append(&header, data).unwrap();
+    }
+
+    #[test]
+    fn a_hostile_image_tarball_writes_nothing_outside_its_scratch() {
+        use tar::EntryType::{Link, Regular, Symlink};
+        let base = std::env::temp_dir().join(format!(
+            "ma-layout-tarball-{}",
+            crate::host::settings::unique_id()
+        ));
+        let outside = base.join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "kept").unwrap();
+        let (abs, abs_dir) = (outside.join("abs"), outside.to_str().unwrap().to_owned());
+        // Each a tarball of its own, so every trick meets the unpacker.
+        // (kind, name, link name, data)
+        type Entry<'a> = (tar::EntryType, &'a str, &'a str, &'a [u8]);
+        let cases: Vec<Vec<Entry>> = vec![
+            vec![(Regular, "../outside/dotdot", "", b"x")],
+            vec![(Regular, abs.to_str().unwrap(), "", b"x")],
+            vec![
+                (Symlink, "link", &abs_dir, b""),
+                (Regular, "link/through", "", b"x"),
+            ],
+            vec![
+                (Symlink, "rel", "../outside", b""),
+                (Regular, "rel/secret", "", b"overwritten"),
+            ],
+            vec![
+                (Link, "hard", "../outside/secret", b""),
+                (Regular, "hard", "", b"overwritten"),
+            ],
+            vec![
+                (Symlink, "s", "../outside/secret", b""),
+                (Regular, "s", "", b"overwritten"),
+            ],
+        ];
+        for (i, entries) in cases.iter().enumerate() {
+            let into = base.join(format!("into-{i}"));
+            std::fs::create_dir_all(&into).unwrap();
+            let mut tar = tar::Builder::new(Vec::new());
+            for (kind, name, link, data) in entries {
+                raw_entry(&mut tar, *kind, name, link, data);
+            }
+            let archive = base.join(format!("image-{i}.tar"));
+            std::fs::write(&archive, tar.into_inner().unwrap()).unwrap();
+            // Refused or not, nothing outside `into` changed.
+            let _ = unpack_archive(&archive, &into);
+            let names: Vec<_> = std::fs::read_dir(&outside)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["secret"], "case {i}");
+            let secret = std::fs::read_to_string(outside.join("secret")).unwrap();
+            assert_eq!(secret, "kept", "case {i}");
+            // And what it holds is no image.
+            assert!(read_dir(&into, None, 1 << 20).is_err(), "case {i}");
+        }
+        let top = std::fs::read_dir(&base).unwrap().count();
+        assert_eq!(
+            top,
+            1 + 2 * cases.len(),
+            "only the canary, archives and scratches"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
