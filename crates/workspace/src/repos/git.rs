@@ -117,9 +117,9 @@ pub(crate) fn output(tool: HostTool, repo: &Path) -> Result<String, GitError> {
 }
 
 /// Runs `tool` (made by [`git`]); its stdout as it is, when it succeeds.
-pub(crate) fn output_bytes(mut tool: HostTool, repo: &Path) -> Result<Vec<u8>, GitError> {
-    let what = subcommand(&mut tool);
-    let out = tool.output().map_err(|source| GitError::Tool {
+pub(crate) fn output_bytes(mut run: HostTool, repo: &Path) -> Result<Vec<u8>, GitError> {
+    let what = subcommand(&mut run);
+    let out = run.output().map_err(|source| GitError::Tool {
         what: what.clone(),
         source,
     })?;

@@ -18,6 +18,8 @@ use std::time::Duration;
 use super::VolumeError;
 use crate::host_tool::{HostTool, HostToolError, ToolLimits};
 
+/// Most bytes of directory listings one export reads.
+pub const MAX_LISTING_BYTES: u64 = 256 << 20;
 /// Longest listing line taken (an ext4 name is at most 255 bytes).
 const MAX_LINE: usize = 4096;
 /// Most bytes of debugfs's stderr kept for an error message.
@@ -82,7 +84,7 @@ impl<'a> Debugfs<'a> {
                     .checked_sub(read as u64)
                     .ok_or(VolumeError::ExportOverLimit {
                         what: "bytes of directory listings",
-                        limit: super::export::MAX_LISTING_BYTES,
+                        limit: MAX_LISTING_BYTES,
                     })?;
                 let next = current.map_or(0, |c| c + 1);
                 if next < dirs.len()

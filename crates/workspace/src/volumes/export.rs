@@ -24,15 +24,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::disk_read::{Debugfs, DirEntry};
+use super::disk_read::{Debugfs, DirEntry, MAX_LISTING_BYTES};
 use super::VolumeError;
 
 /// Most entries (directories, files, links) an export writes.
 pub const EXPORT_MAX_ENTRIES: u64 = 1_000_000;
 /// Deepest directory an export descends into (levels below the root).
 pub const EXPORT_MAX_DEPTH: usize = 256;
-/// Most bytes of debugfs directory listings one export reads.
-pub const MAX_LISTING_BYTES: u64 = 256 << 20;
 /// Longest symlink target taken (ext4's own limit).
 const MAX_LINK_TARGET: u64 = 4095;
 /// Directories listed by one debugfs run.

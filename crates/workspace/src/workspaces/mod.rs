@@ -17,7 +17,6 @@ pub(crate) mod pool;
 pub(crate) mod ports;
 pub(crate) mod repos;
 pub(crate) mod secrets;
-pub(crate) mod task_caches;
 pub(crate) mod tasks;
 pub(crate) mod tenancy;
 pub(crate) mod volumes;

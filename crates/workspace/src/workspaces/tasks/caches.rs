@@ -4,10 +4,10 @@
 //! can neither mount, export nor delete it, nor plant what the next task's
 //! `~/.cache` runs. `task slots` lists them.
 
-use super::manager::Workspaces;
 use crate::agents::access::may_use;
 use crate::tasks::slots::{self, TaskCache};
 use crate::volumes::{VolumeError, VolumeSource};
+use crate::workspaces::manager::Workspaces;
 use crate::{Error, Result};
 
 impl Workspaces {

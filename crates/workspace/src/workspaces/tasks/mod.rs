@@ -5,9 +5,10 @@
 //! gone is marked failed), list, logs, the next finished task not yet
 //! reported, cancel, cleanup, slots.
 
+mod caches;
+
 use std::time::{Duration, Instant};
 
-use super::manager::Workspaces;
 use crate::host::settings::now_ms;
 use crate::repos::git;
 use crate::store::repo_checkout::RepoCheckout;
@@ -18,6 +19,7 @@ use crate::tasks::{
     new_task_id, workspace_of, TaskConfig, TaskError, TaskInfo, TaskLogs, TaskRequest, TaskStatus,
     TaskStore, TaskTimings, MAX_DESCRIPTION, SUPERVISE_SUBCOMMAND,
 };
+use crate::workspaces::manager::Workspaces;
 use crate::Result;
 
 /// Memory of a task's workspace unless asked otherwise, MiB: coding
