@@ -495,7 +495,11 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with('|') && !l.starts_with("|---") && !l.starts_with("| what"))
             .collect();
-        assert!(rows.len() >= 20, "the inventory has only {} rows", rows.len());
+        assert!(
+            rows.len() >= 20,
+            "the inventory has only {} rows",
+            rows.len()
+        );
         let mut sources = String::new();
         for f in all_rust_files() {
             sources.push_str(&std::fs::read_to_string(&f).unwrap());
