@@ -14,10 +14,13 @@ use std::process::Command;
 
 use testkit::cli::CliHome;
 
-const WORLD_ALLOWED: &str = "198.51.100.10";
-const WORLD_DENIED: &str = "198.51.100.20";
-const WORLD_DNS: &str = "198.51.100.53";
-const WORLD_GATEWAY: &str = "198.51.100.1";
+// The test's "internet" is in 198.18/15 (benchmarking), an address range
+// a public name may answer: dnsmasq's --stop-dns-rebind drops answers in
+// the TEST-NETs (198.51.100/24 and the like) as it does private ones.
+const WORLD_ALLOWED: &str = "198.18.0.10";
+const WORLD_DENIED: &str = "198.18.0.20";
+const WORLD_DNS: &str = "198.18.0.53";
+const WORLD_GATEWAY: &str = "198.18.0.1";
 const METADATA: &str = "169.254.169.254";
 /// A server on the host namespace's loopback (what `host:PORT` opens).
 const HOST_PORT: u16 = 8000;

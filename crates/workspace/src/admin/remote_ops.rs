@@ -264,20 +264,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_remote_exec_by_another_agent_is_forbidden() {
-        use crate::agents::access::Caller;
         use crate::servers::ServerSpec;
         use crate::workspaces::manager::tests::fixture;
         use crate::ErrorCode;
-        use std::sync::Arc;
 
         let f = fixture("remote-owner", "/nonexistent");
-        let session = |agent: Option<&str>| {
-            let caller = Arc::new(Caller::new());
-            if let Some(agent) = agent {
-                caller.set_agent(agent);
-            }
-            f.ws.for_caller(caller)
-        };
+        let session = |agent| crate::workspaces::manager::tests::session(&f.ws, agent);
         let (a, b, anonymous) = (session(Some("a")), session(Some("b")), session(None));
         // Nothing listens on port 1: an ssh that runs fails to connect, so
         // FORBIDDEN can only come from the check before it.

@@ -12,8 +12,9 @@ use super::merge::merge_task;
 use crate::repos::git;
 use crate::repos::incoming::{check_bundle, RepoLimits};
 
-/// Plain git, as a user runs it (hooks and filters as configured).
-fn sh(dir: &Path, args: &[&str]) -> String {
+/// Plain git, as a user runs it (hooks and filters as configured): its
+/// trimmed stdout; the merge tests' too.
+pub(super) fn sh(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)

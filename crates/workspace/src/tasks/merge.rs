@@ -223,26 +223,7 @@ fn rebase(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
-
-    fn sh(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
+    use crate::tasks::hostile_tests::sh;
 
     /// A repository on `main` with one commit, and a task branch with one
     /// commit changing `file` to `task`.

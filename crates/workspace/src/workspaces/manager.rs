@@ -444,6 +444,15 @@ pub(crate) mod tests {
         }
     }
 
+    /// `ws` as a session of `agent` (None: a session without one) sees it.
+    pub(crate) fn session(ws: &Workspaces, agent: Option<&str>) -> Workspaces {
+        let caller = std::sync::Arc::new(crate::agents::access::Caller::new());
+        if let Some(agent) = agent {
+            caller.set_agent(agent);
+        }
+        ws.for_caller(caller)
+    }
+
     /// Whether mkfs.ext4 is here (else `test` is recorded as skipped).
     pub(crate) fn have_mkfs(test: &str) -> bool {
         crate::test_support::have_mkfs(test, host_tool("mkfs.ext4").is_some())

@@ -318,13 +318,7 @@ mod tests {
             return;
         }
         let f = fixture("owners", "/nonexistent");
-        let session = |agent: Option<&str>| {
-            let caller = Arc::new(Caller::new());
-            if let Some(agent) = agent {
-                caller.set_agent(agent);
-            }
-            f.ws.for_caller(caller)
-        };
+        let session = |agent| crate::workspaces::manager::tests::session(&f.ws, agent);
         let (a, b, anonymous) = (session(Some("a")), session(Some("b")), session(None));
         let made = a.create("mine", spec()).unwrap();
         assert_eq!(made.spec.agent.as_deref(), Some("a"));

@@ -74,23 +74,13 @@ impl Workspaces {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
-    use crate::agents::access::Caller;
     use crate::code::ErrorCode;
     use crate::store::volume_mounts::VolumeMount;
     use crate::tasks::slots::{cache_volume, CACHE_MOUNT};
     use crate::volumes::VolumeSource;
-    use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
+    use crate::workspaces::manager::tests::{fixture, have_mkfs, session, spec};
     use crate::{WorkspaceSpec, Workspaces};
-
-    fn session(ws: &Workspaces, agent: Option<&str>) -> Workspaces {
-        let caller = Arc::new(Caller::new());
-        if let Some(agent) = agent {
-            caller.set_agent(agent);
-        }
-        ws.for_caller(caller)
-    }
 
     fn mounting(cache: &str) -> WorkspaceSpec {
         WorkspaceSpec {
