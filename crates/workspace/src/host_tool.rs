@@ -605,6 +605,8 @@ fn git_driver_overrides(repo: &Path, name: &str) -> Vec<String> {
         crate::host::settings::host_tool("git").unwrap_or_default(),
     );
     let cmd = list.command();
+    // The same config the run reads: the user's own (HOME) included.
+    with_user_config(cmd);
     cmd.env("GIT_CONFIG_NOSYSTEM", "1")
         .arg("-C")
         .arg(repo)

@@ -12,6 +12,8 @@ pub mod slots;
 
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod redteam_hostile_tests;
 
 use std::path::{Path, PathBuf};
 
