@@ -87,6 +87,18 @@ const GIT_OVERRIDES: &[&str] = &[
     "pack.threads=1",
     "index.threads=1",
     "submodule.recurse=false",
+    // Signing would put the user's key on a guest's content.
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "gpg.program=false",
+    "gpg.openpgp.program=false",
+    "gpg.ssh.program=false",
+    "gpg.x509.program=false",
+    "merge.verifySignatures=false",
+    "log.showSignature=false",
+    // The user's global attributes are not read (the repository's own
+    // are, and repos::incoming accounts for them).
+    "core.attributesFile=/dev/null",
 ];
 
 /// Why running a host tool failed.

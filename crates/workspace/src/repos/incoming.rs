@@ -161,6 +161,151 @@ fn tree(
     Ok(Ok(entries))
 }
 
+/// Checks what replaying the commits of `base..tip` one by one writes (a
+/// rebase checks out each; a commit may add a gigabyte and the next remove
+/// it): the sum of the blobs each adds or changes, held to the checkout
+/// limit. The refusal's words, or Ok.
+pub(crate) fn check_commits(
+    repo: &Path,
+    base: &str,
+    tip: &str,
+    limits: &RepoLimits,
+) -> Result<Result<(), String>, GitError> {
+    let range = format!("{base}..{tip}");
+    let log = git::git(
+        repo,
+        [
+            "log",
+            "--no-renames",
+            "--raw",
+            "-z",
+            "--no-abbrev",
+            "--format=",
+            &range,
+        ],
+    )?;
+    let bound = log.current_limits().output_bytes;
+    let out = match git::output_bytes(log, repo) {
+        Err(GitError::Tool {
+            source: HostToolError::OutputTooLarge { .. },
+            ..
+        }) => {
+            return Ok(Err(format!(
+                "its commits list more than {bound} bytes of changes"
+            )))
+        }
+        other => other?,
+    };
+    // `:<mode> <mode> <id> <id> <status>` NUL `<path>` NUL, per change.
+    let mut written: Vec<String> = Vec::new();
+    for record in out.split(|b| *b == 0) {
+        let Some(meta) = record.strip_prefix(b":") else {
+            continue;
+        };
+        let meta = String::from_utf8_lossy(meta);
+        let words: Vec<&str> = meta.split_whitespace().collect();
+        if let [_, new_mode, _, new_id, status] = words[..] {
+            // Deletions write nothing; gitlinks are no files.
+            if !status.starts_with('D') && new_mode != "160000" {
+                written.push(new_id.to_owned());
+            }
+        }
+    }
+    if written.is_empty() {
+        return Ok(Ok(()));
+    }
+    let mut sizes = git::git(repo, ["cat-file", "--batch-check=%(objectsize)"])?
+        .spawn(std::process::Stdio::piped())
+        .map_err(|source| GitError::Tool {
+            what: "cat-file".into(),
+            source,
+        })?;
+    if let Some(mut stdin) = sizes.stdin() {
+        use std::io::Write;
+        let ids: String = written.iter().map(|id| format!("{id}\n")).collect();
+        // A write that fails means cat-file ended; finish says why.
+        let _ = stdin.write_all(ids.as_bytes());
+    }
+    let out = sizes.finish().map_err(|source| GitError::Tool {
+        what: "cat-file".into(),
+        source,
+    })?;
+    let factor = match tree(repo, tip, limits)? {
+        Ok(t) => expansion(repo, &t)?,
+        Err(why) => return Ok(Err(why)),
+    };
+    let mut bytes: u64 = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let size: u64 = line.trim().parse().unwrap_or(0);
+        bytes = bytes.saturating_add(size.saturating_mul(factor));
+    }
+    if bytes > limits.max_checkout_bytes {
+        return Ok(Err(format!(
+            "replaying its commits would write {bytes} bytes, more than {} (config.json repos.max_checkout_bytes)",
+            limits.max_checkout_bytes
+        )));
+    }
+    Ok(Ok(()))
+}
+
+/// Most bytes of one attributes file read.
+const MAX_ATTRIBUTES_BYTES: usize = 1 << 20;
+
+/// How much bigger than its blob a file may be once checked out, by the
+/// attributes that apply (the tree's `.gitattributes` files and the
+/// repository's `info/attributes`; the user's global file is not read by
+/// the runner's git, `core.attributesFile=/dev/null`): `ident` turns each
+/// 4-byte `$Id$` into 47 bytes, a `working-tree-encoding` up to 4 bytes a
+/// character, `crlf` 2 a newline. Read as words anywhere in the text, so
+/// a comment errs on the side of refusing.
+fn expansion(repo: &Path, tree: &HashMap<Vec<u8>, Entry>) -> Result<u64, GitError> {
+    let mut texts: Vec<Vec<u8>> = Vec::new();
+    for (path, entry) in tree {
+        if path == b".gitattributes" || path.ends_with(b"/.gitattributes") {
+            let show = git::git(repo, ["cat-file", "blob", &entry.id])?.limits(
+                crate::host_tool::ToolLimits {
+                    output_bytes: MAX_ATTRIBUTES_BYTES,
+                    ..crate::host_tool::ToolLimits::default()
+                },
+            );
+            match git::output_bytes(show, repo) {
+                Ok(text) => texts.push(text),
+                // Past the bound: assume the worst.
+                Err(GitError::Tool {
+                    source: HostToolError::OutputTooLarge { .. },
+                    ..
+                }) => texts.push(b"ident working-tree-encoding crlf".to_vec()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let info = git::run(repo, ["rev-parse", "--git-path", "info/attributes"])?;
+    let info = repo.join(info);
+    if let Ok(file) = std::fs::File::open(&info) {
+        let mut text = Vec::new();
+        let _ = file
+            .take(MAX_ATTRIBUTES_BYTES as u64)
+            .read_to_end(&mut text);
+        texts.push(text);
+    }
+    let has = |word: &[u8]| {
+        texts
+            .iter()
+            .any(|t| t.windows(word.len()).any(|w| w == word))
+    };
+    let mut factor = 1;
+    if has(b"ident") {
+        factor *= 12;
+    }
+    if has(b"working-tree-encoding") {
+        factor *= 4;
+    }
+    if has(b"crlf") {
+        factor *= 2;
+    }
+    Ok(factor)
+}
+
 /// Whether a tree path has a `.git` component (as git and the file systems
 /// it protects against read it: any case, trailing dots and spaces off),
 /// or a `.` or `..` one.
@@ -204,6 +349,7 @@ pub(crate) fn check_checkout(
                 .map(move |(i, _)| &p[..i])
         })
         .collect();
+    let factor = expansion(repo, &new)?;
     let mut bytes: u64 = 0;
     for (path, entry) in &new {
         let shown = String::from_utf8_lossy(path);
@@ -213,11 +359,16 @@ pub(crate) fn check_checkout(
         if old.get(path) == Some(entry) {
             continue;
         }
-        bytes = bytes.saturating_add(entry.size);
+        bytes = bytes.saturating_add(entry.size.saturating_mul(factor));
         if bytes > limits.max_checkout_bytes {
             return Ok(Err(format!(
-                "it would write more than {} bytes (config.json repos.max_checkout_bytes)",
-                limits.max_checkout_bytes
+                "it would write more than {} bytes (config.json repos.max_checkout_bytes{})",
+                limits.max_checkout_bytes,
+                if factor > 1 {
+                    ", with its attributes' expansion"
+                } else {
+                    ""
+                }
             )));
         }
         let Some(wt) = worktree else { continue };

@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::repos::git::{self, GitError};
-use crate::repos::incoming::{check_checkout, RepoLimits};
+use crate::repos::incoming::{check_checkout, check_commits, RepoLimits};
 
 /// How commits reached the branch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,7 +133,11 @@ pub fn merge_task(
     }
     // What the task adds over its base, before anything is checked out
     // (the rebase's scratch worktree included).
-    if let Err(why) = check_checkout(repo, None, Some(base), task_ref, limits)? {
+    let checked = match check_checkout(repo, None, Some(base), task_ref, limits)? {
+        Ok(()) => check_commits(repo, base, task_ref, limits)?,
+        refused => refused,
+    };
+    if let Err(why) = checked {
         result.reason = Some(format!("the task's commits were not merged: {why}"));
         return Ok(result);
     }
