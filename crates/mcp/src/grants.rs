@@ -120,6 +120,27 @@ impl Grants {
         )))
     }
 
+    /// Refuses a `tap` network under egress `all` unless granted: its
+    /// guests reach the host itself, the metadata address and the LAN
+    /// with no rule at all (a `user` network guards them).
+    pub(crate) fn check_network(
+        &self,
+        backend: workspace::network::Backend,
+        egress: workspace::network::Egress,
+        rules: &[workspace::network::AllowEntry],
+    ) -> Result<(), ToolError> {
+        use workspace::network::{Backend, Egress};
+        if backend == Backend::Tap && egress == Egress::All && !self.host_egress {
+            return Err(ToolError::Forbidden(
+                "a tap network with egress all reaches the host itself, the cloud metadata address and the LAN, \
+                 and this server was started without --allow-host-egress; create it with egress allowlist (and its rules) or none, \
+                 or ask the user to create it in a terminal (`microagent network create NAME --backend tap`) or restart the server with `microagent serve mcp --allow-host-egress`"
+                    .into(),
+            ));
+        }
+        self.check_egress_rules(rules)
+    }
+
     /// The grants as the contract lists them: each flag, whether this
     /// server has it, and what it lets tools do.
     pub fn listing(&self) -> Vec<(&'static str, bool, &'static str)> {

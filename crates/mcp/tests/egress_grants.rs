@@ -1,7 +1,8 @@
 //! Egress rules that open the host's side of the network (host ports,
 //! loopback, the metadata address, private ranges, anything wider than one
-//! address) are FORBIDDEN over MCP unless the server was started with
-//! `--allow-host-egress`, and a refusal changes nothing. No KVM needed.
+//! address), and a tap network under egress all, are FORBIDDEN over MCP
+//! unless the server was started with `--allow-host-egress`, and a refusal
+//! changes nothing. No KVM needed.
 
 mod common;
 
@@ -91,5 +92,23 @@ async fn rules_opening_the_host_need_the_servers_grant() {
         .unwrap()
         .iter()
         .any(|g| g["flag"] == "--allow-host-egress" && g["granted"] == true));
+    h.finish().await;
+}
+
+/// A `tap` network under egress `all` (the default) reaches the host
+/// itself, the metadata address and the LAN with no rule at all: over MCP
+/// it needs the grant too (red team).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tap_network_that_reaches_the_host_needs_the_servers_grant() {
+    let h = common::McpHarness::new("egress-grants-tap").await;
+    let before = h.snapshot();
+    for params in [
+        json!({"name": "wide", "backend": "tap"}),
+        json!({"name": "wide", "backend": "tap", "egress": "all"}),
+    ] {
+        let message = h.fails("network_create", params, "FORBIDDEN").await;
+        assert!(message.contains("--allow-host-egress"), "{message}");
+    }
+    assert!(h.snapshot() == before, "refused calls changed nothing");
     h.finish().await;
 }

@@ -94,6 +94,8 @@ const GIT_OVERRIDES: &[&str] = &[
     "gpg.openpgp.program=false",
     "gpg.ssh.program=false",
     "gpg.x509.program=false",
+    "gpg.ssh.defaultKeyCommand=false",
+    "core.alternateRefsCommand=true",
     "merge.verifySignatures=false",
     "log.showSignature=false",
     // The user's global attributes are not read (the repository's own

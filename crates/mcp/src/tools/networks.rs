@@ -30,11 +30,15 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<CreateNetworkParams>,
     ) -> ToolResult<NetworkResult> {
-        self.grants.check_egress_rules(&p.allow)?;
+        let (backend, egress) = (
+            p.backend.unwrap_or(Backend::User),
+            p.egress.unwrap_or(Egress::All),
+        );
+        self.grants.check_network(backend, egress, &p.allow)?;
         let req = NetworkRequest {
-            backend: p.backend.unwrap_or(Backend::User),
+            backend,
             subnet: p.subnet,
-            egress: p.egress.unwrap_or(Egress::All),
+            egress,
             allow: p.allow,
             allow_peers: p.allow_peers,
         };

@@ -204,6 +204,9 @@ pub fn start_passt(
 }
 
 #[cfg(test)]
+mod user_filter_hostile_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::name::{NO_NETWORK, USER_NETWORK};

@@ -21,8 +21,9 @@ use crate::store::subnet::Subnet;
 /// Ranges a guest on a `user` network reaches only through a rule: the
 /// gateway (the host's loopback, through passt), loopback, link-local,
 /// private (RFC 1918, unique local), shared (RFC 6598) and multicast
-/// ranges.
-pub const GUARDED: [(IpAddr, u8); 13] = [
+/// ranges, and the IPv6 spellings of IPv4 addresses (`::ffff:0:0/96`, a
+/// dual-stack socket sends them as IPv4) and `::` (the local host).
+pub const GUARDED: [(IpAddr, u8); 15] = [
     (IpAddr::V4(USER_GATEWAY), 32),
     (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8),
     (IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)), 8),
@@ -36,6 +37,8 @@ pub const GUARDED: [(IpAddr, u8); 13] = [
     (IpAddr::V4(Ipv4Addr::new(224, 0, 0, 0)), 4),
     (IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
     (IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0)), 8),
+    (IpAddr::V6(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0)), 96),
+    (IpAddr::V6(Ipv6Addr::UNSPECIFIED), 128),
 ];
 
 /// Whether a rule opens the host's side of the network: a host port, or

@@ -54,6 +54,14 @@ pub enum ServerError {
         /// What ssh said.
         detail: String,
     },
+    /// It printed more than an answer may hold.
+    #[error("server {server} printed more than {limit} bytes")]
+    AnswerTooLarge {
+        /// The server.
+        server: String,
+        /// The bound.
+        limit: u64,
+    },
     /// It did not answer in time.
     #[error("server {server} did not answer within {secs} s")]
     Deadline {
@@ -110,7 +118,9 @@ impl ServerError {
             ServerError::Unreachable { .. } | ServerError::Spawn(_) => ErrorCode::HostUnsupported,
             ServerError::Deadline { .. } => ErrorCode::Timeout,
             ServerError::Remote { code, .. } => *code,
-            ServerError::Garbled { .. } | ServerError::Io { .. } => ErrorCode::Internal,
+            ServerError::Garbled { .. }
+            | ServerError::Io { .. }
+            | ServerError::AnswerTooLarge { .. } => ErrorCode::Internal,
             ServerError::NoRoom(_) => ErrorCode::Conflict,
             ServerError::Store(e) => e.code(),
         }

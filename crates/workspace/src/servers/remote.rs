@@ -15,6 +15,12 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 /// How long a status probe may take.
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Most bytes of a remote `microagent`'s stdout read (its JSON answer;
+/// an exec's output is capped far below this on the server).
+pub const MAX_REMOTE_STDOUT: u64 = 256 << 20;
+/// Most bytes of its stderr kept (the rest is read and dropped).
+const MAX_REMOTE_STDERR: u64 = 1 << 20;
+
 /// What a remote `microagent` printed and how it ended.
 #[derive(Clone, Debug)]
 pub struct RemoteOutput {
@@ -41,19 +47,54 @@ pub async fn run_remote(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let child = cmd.spawn().map_err(ServerError::Spawn)?;
-    let out = match tokio::time::timeout(deadline, child.wait_with_output()).await {
-        Ok(out) => out.map_err(ServerError::Spawn)?,
-        Err(_) => {
-            return Err(ServerError::Deadline {
-                server: spec.name.clone(),
-                secs: deadline.as_secs(),
-            })
-        }
+    let mut child = cmd.spawn().map_err(ServerError::Spawn)?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(ServerError::Spawn(std::io::Error::other(
+            "ssh has no pipes",
+        )));
     };
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let status = out.status.code().unwrap_or(SSH_FAILED);
-    if status == SSH_FAILED && out.stdout.is_empty() {
+    let late = || ServerError::Deadline {
+        server: spec.name.clone(),
+        secs: deadline.as_secs(),
+    };
+    // Both pipes are read at once, each up to its bound, so a server
+    // that floods either can neither block ssh nor fill this process.
+    let read = async {
+        use tokio::io::AsyncReadExt;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut stderr = stderr;
+        let mut stdout = stdout.take(MAX_REMOTE_STDOUT + 1);
+        let stdout_read = stdout.read_to_end(&mut out);
+        let stderr_read = async {
+            (&mut stderr)
+                .take(MAX_REMOTE_STDERR)
+                .read_to_end(&mut err)
+                .await?;
+            tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await
+        };
+        let (a, b) = tokio::join!(stdout_read, stderr_read);
+        a.and(b.map(drop))?;
+        Ok::<_, std::io::Error>((out, err))
+    };
+    let (stdout, stderr) = tokio::time::timeout(deadline, read)
+        .await
+        .map_err(|_| late())?
+        .map_err(ServerError::Spawn)?;
+    // Past the bound, ssh is killed when `child` is dropped.
+    if stdout.len() as u64 > MAX_REMOTE_STDOUT {
+        return Err(ServerError::AnswerTooLarge {
+            server: spec.name.clone(),
+            limit: MAX_REMOTE_STDOUT,
+        });
+    }
+    let status = tokio::time::timeout(deadline, child.wait())
+        .await
+        .map_err(|_| late())?
+        .map_err(ServerError::Spawn)?
+        .code()
+        .unwrap_or(SSH_FAILED);
+    let stderr = String::from_utf8_lossy(&stderr).into_owned();
+    if status == SSH_FAILED && stdout.is_empty() {
         return Err(ServerError::Unreachable {
             server: spec.name.clone(),
             detail: last_line(&stderr),
@@ -61,7 +102,7 @@ pub async fn run_remote(
     }
     Ok(RemoteOutput {
         status,
-        stdout: out.stdout,
+        stdout,
         stderr,
     })
 }
