@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use crate::guest::stream::{ExecEvent, ExecInput};
 use crate::host::settings::now_ms;
+use crate::repos::incoming::RepoLimits;
 use crate::repos::GUEST_REPO_DIR;
 use crate::store::file_lock::FileLock;
 use crate::store::repo_checkout::RepoCheckout;
 use crate::store::spec::{Owner, WorkspaceSpec};
 use crate::store::volume_mounts::VolumeMount;
 use crate::tasks::log::CappedLog;
-use crate::repos::incoming::RepoLimits;
 use crate::tasks::merge::{merge_task, MergeResult};
 use crate::tasks::slots::CACHE_MOUNT;
 use crate::tasks::{
@@ -260,7 +260,10 @@ impl Workspaces {
             .map_err(Error::host_io(format!("opening {}", log_path.display())))?;
         let mask = self.secrets().mask_for(&info.secrets);
         let (mut out, mut err) = (mask.stream(), mask.stream());
+        // Every byte comes back (the agent's default sends 1 MiB per
+        // stream): the log, not the stream, is what bounds it.
         let mut req = ExecRequest::shell(command)
+            .uncapped_output()
             .user("user")
             .cwd(GUEST_REPO_DIR)
             .env("MICROAGENT_TASK_ID", &id)
@@ -276,16 +279,12 @@ impl Workspaces {
                 ExecEvent::Started { exec_id, .. } => {
                     let _ = store.update(&id, |t| t.exec_id = Some(exec_id));
                 }
-                ExecEvent::Stdout(b) => {
-                    let _ = log.write(&out.push(&b));
-                }
-                ExecEvent::Stderr(b) => {
-                    let _ = log.write(&err.push(&b));
-                }
+                ExecEvent::Stdout(b) => log.write_or_warn(&out.push(&b)),
+                ExecEvent::Stderr(b) => log.write_or_warn(&err.push(&b)),
             })
             .await;
-        let _ = log.write(&out.finish());
-        let _ = log.write(&err.finish());
+        log.write_or_warn(&out.finish());
+        log.write_or_warn(&err.finish());
         Ok(exited?.code)
     }
 

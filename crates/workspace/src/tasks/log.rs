@@ -83,6 +83,8 @@ pub struct CappedLog {
     /// The file's length.
     len: u64,
     cut: Cut,
+    /// A failed write was logged.
+    warned: bool,
 }
 
 impl CappedLog {
@@ -104,6 +106,7 @@ impl CappedLog {
             cap: cap.max(MIN_MAX_LOG_BYTES),
             len,
             cut,
+            warned: false,
         })
     }
 
@@ -120,6 +123,17 @@ impl CappedLog {
     /// Bytes of output dropped so far.
     pub fn dropped_bytes(&self) -> u64 {
         self.cut.dropped_bytes
+    }
+
+    /// [`CappedLog::write`], a failure said once in the supervisor's log
+    /// (the command runs on; its output is what is lost).
+    pub fn write_or_warn(&mut self, data: &[u8]) {
+        if let Err(e) = self.write(data) {
+            if !self.warned {
+                self.warned = true;
+                tracing::warn!("writing {}: {e}", self.path.display());
+            }
+        }
     }
 
     /// Appends `data`, cutting the log first when it would pass the cap.
