@@ -5,8 +5,8 @@
 //! commits back as a bundle and fetches them into the host repository at
 //! `refs/workspaces/<workspace>`; `diff` shows what changed.
 
-use std::path::Path;
 use crate::host_tool::HostTool;
+use std::path::Path;
 
 use super::manager::Workspaces;
 use crate::images::registry::ImageInfo;
