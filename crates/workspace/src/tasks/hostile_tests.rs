@@ -35,7 +35,10 @@ pub(super) fn sh(dir: &Path, args: &[&str]) -> String {
 
 /// A user repository on `main` (with `setup` done and committed) and a
 /// "guest" clone of it: (root, user repo, guest clone, base commit).
-fn repos(test: &str, setup: impl Fn(&Path)) -> Option<(PathBuf, PathBuf, PathBuf, String)> {
+pub(super) fn repos(
+    test: &str,
+    setup: impl Fn(&Path),
+) -> Option<(PathBuf, PathBuf, PathBuf, String)> {
     if crate::host::settings::host_tool("git").is_none() {
         crate::test_support::skip(test, "git is not installed");
         return None;
@@ -63,7 +66,7 @@ fn repos(test: &str, setup: impl Fn(&Path)) -> Option<(PathBuf, PathBuf, PathBuf
 
 /// The guest's commits since `base` as a bundle, as the guest agent's
 /// pull script writes it.
-fn bundle(root: &Path, guest: &Path, base: &str) -> PathBuf {
+pub(super) fn bundle(root: &Path, guest: &Path, base: &str) -> PathBuf {
     let file = root.join("pull.bundle");
     let range = format!("{base}..HEAD");
     sh(
@@ -80,10 +83,16 @@ fn bundle(root: &Path, guest: &Path, base: &str) -> PathBuf {
     file
 }
 
-/// The host's side: check, fetch to `refs/tasks/t1`, merge onto main.
-fn take(root: &Path, user: &Path, file: &Path, base: &str) -> super::merge::MergeResult {
-    let limits = RepoLimits::default();
-    check_bundle(file, &limits).unwrap();
+/// The host's side under `limits`: check, fetch to `refs/tasks/t1`, merge
+/// onto main.
+pub(super) fn take(
+    root: &Path,
+    user: &Path,
+    file: &Path,
+    base: &str,
+    limits: &RepoLimits,
+) -> super::merge::MergeResult {
+    check_bundle(file, limits).unwrap();
     git::fetch_bundle_head(user, file, "refs/tasks/t1").unwrap();
     merge_task(
         user,
@@ -91,7 +100,7 @@ fn take(root: &Path, user: &Path, file: &Path, base: &str) -> super::merge::Merg
         base,
         "refs/tasks/t1",
         &root.join("scratch"),
-        &limits,
+        limits,
     )
     .unwrap()
 }
@@ -135,7 +144,7 @@ fn hooks_and_filters_a_guest_commits_never_run_on_the_host() {
     sh(&guest, &["add", "."]);
     sh(&guest, &["commit", "-qm", "hooks"]);
     let file = bundle(&root, &guest, &base);
-    let r = take(&root, &user, &file, &base);
+    let r = take(&root, &user, &file, &base, &RepoLimits::default());
     assert!(r.merged, "{r:?}");
     assert!(user.join(".githooks/reference-transaction").exists());
     // Later host git on the repository: deleting the task's ref, another
@@ -167,7 +176,7 @@ fn a_guest_commit_never_replaces_an_ignored_file() {
     sh(&guest, &["commit", "-qm", "env"]);
     let file = bundle(&root, &guest, &base);
     let tip = sh(&user, &["rev-parse", "main"]);
-    let r = take(&root, &user, &file, &base);
+    let r = take(&root, &user, &file, &base, &RepoLimits::default());
     assert!(!r.merged, "{r:?}");
     assert!(r.reason.as_deref().unwrap().contains("`.env`"), "{r:?}");
     assert_eq!(
@@ -184,7 +193,7 @@ fn a_guest_commit_never_replaces_an_ignored_file() {
     sh(&guest, &["add", "-f", "build/x"]);
     sh(&guest, &["commit", "-qm", "build"]);
     let file = bundle(&root, &guest, &base);
-    let r = take(&root, &user, &file, &base);
+    let r = take(&root, &user, &file, &base, &RepoLimits::default());
     assert!(
         !r.merged && r.reason.as_deref().unwrap().contains("`build`"),
         "{r:?}"
@@ -250,7 +259,7 @@ fn a_fan_out_bundle_is_refused_before_anything_is_written() {
     sh(&guest, &["reset", "-q", "--soft", &commit]);
     let file = bundle(&root, &guest, &base);
     assert!(std::fs::metadata(&file).unwrap().len() < 64 << 10);
-    let r = take(&root, &user, &file, &base);
+    let r = take(&root, &user, &file, &base, &RepoLimits::default());
     assert!(!r.merged, "{r:?}");
     assert!(
         r.reason

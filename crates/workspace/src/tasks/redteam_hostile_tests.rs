@@ -1,96 +1,13 @@
 //! Red-team attacks on merge-back that the first hostile tests
 //! (`hostile_tests.rs`) do not cover, through the same real path: the
-//! guest's bundle checked and fetched, then [`merge_task`] with the host's
+//! guest's bundle checked and fetched, then [`super::merge::merge_task`] with the host's
 //! git. Each test first shows plain git would have been hurt.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use super::merge::merge_task;
-use crate::repos::git;
-use crate::repos::incoming::{check_bundle, RepoLimits};
-
-fn sh(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// (root, user repo on `main`, guest clone, base commit).
-fn repos(test: &str) -> Option<(PathBuf, PathBuf, PathBuf, String)> {
-    if crate::host::settings::host_tool("git").is_none() {
-        crate::test_support::skip(test, "git is not installed");
-        return None;
-    }
-    let root = std::env::temp_dir().join(format!("ma-redteam-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let user = root.join("user");
-    std::fs::create_dir_all(&user).unwrap();
-    sh(&user, &["init", "-q", "-b", "main"]);
-    std::fs::write(user.join("README"), "hello\n").unwrap();
-    sh(&user, &["add", "."]);
-    sh(&user, &["commit", "-qm", "first"]);
-    let base = sh(&user, &["rev-parse", "HEAD"]);
-    let guest = root.join("guest");
-    let out = Command::new("git")
-        .args(["clone", "-q"])
-        .arg(&user)
-        .arg(&guest)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    Some((root, user, guest, base))
-}
-
-fn bundle(root: &Path, guest: &Path, base: &str) -> PathBuf {
-    let file = root.join("pull.bundle");
-    let range = format!("{base}..HEAD");
-    sh(
-        guest,
-        &[
-            "bundle",
-            "create",
-            "-q",
-            file.to_str().unwrap(),
-            "HEAD",
-            &range,
-        ],
-    );
-    file
-}
-
-fn take(
-    root: &Path,
-    user: &Path,
-    file: &Path,
-    base: &str,
-    limits: &RepoLimits,
-) -> super::merge::MergeResult {
-    check_bundle(file, limits).unwrap();
-    git::fetch_bundle_head(user, file, "refs/tasks/t1").unwrap();
-    merge_task(
-        user,
-        "main",
-        base,
-        "refs/tasks/t1",
-        &root.join("scratch"),
-        limits,
-    )
-    .unwrap()
-}
+use super::hostile_tests::{bundle, repos, sh, take};
+use crate::repos::incoming::RepoLimits;
 
 /// Filter drivers are made inert when `host_tool::git_driver_overrides`
 /// lists them; it must read the config the run reads, the user's own
@@ -130,7 +47,7 @@ fn a_filter_in_the_users_global_config_never_runs_on_guest_data() {
         assert!(said.contains("1 passed"), "the child test failed:\n{said}");
         return;
     }
-    let Some((root, user, guest, base)) = repos(test) else {
+    let Some((root, user, guest, base)) = repos(test, |_| {}) else {
         return;
     };
     let marker = root.join("ran");
@@ -188,7 +105,7 @@ fn tree_bytes(dir: &Path) -> u64 {
 #[test]
 fn an_ident_attribute_never_writes_past_the_checkout_limit() {
     let test = "an_ident_attribute_never_writes_past_the_checkout_limit";
-    let Some((root, user, guest, base)) = repos(test) else {
+    let Some((root, user, guest, base)) = repos(test, |_| {}) else {
         return;
     };
     let limit: u64 = 1 << 20;
@@ -224,7 +141,7 @@ fn an_ident_attribute_never_writes_past_the_checkout_limit() {
 #[test]
 fn a_rebase_never_writes_an_intermediate_commit_past_the_checkout_limit() {
     let test = "a_rebase_never_writes_an_intermediate_commit_past_the_checkout_limit";
-    let Some((root, user, guest, base)) = repos(test) else {
+    let Some((root, user, guest, base)) = repos(test, |_| {}) else {
         return;
     };
     let limit: u64 = 1 << 20;
@@ -282,7 +199,7 @@ fn a_rebase_never_writes_an_intermediate_commit_past_the_checkout_limit() {
 #[test]
 fn a_rebase_never_runs_the_users_signing_program_on_guest_commits() {
     let test = "a_rebase_never_runs_the_users_signing_program_on_guest_commits";
-    let Some((root, user, guest, base)) = repos(test) else {
+    let Some((root, user, guest, base)) = repos(test, |_| {}) else {
         return;
     };
     let marker = root.join("ran");
