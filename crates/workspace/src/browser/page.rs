@@ -18,6 +18,10 @@ use crate::store::events::EventLog;
 
 /// Bound on one DevTools command that does not load anything.
 const CALL_DEADLINE: Duration = Duration::from_secs(60);
+/// Bound on each command that attaches to a page and turns its domains
+/// on: the first page of a fresh browser in a guest whose kernel code is
+/// emulated took over 60 s for `Page.enable` alone (CI, 2026-11-28).
+const ATTACH_DEADLINE: Duration = Duration::from_secs(300);
 /// How long after an action a navigation may begin and still be waited for.
 const NAVIGATION_GRACE: Duration = Duration::from_millis(1500);
 /// Quiet time that counts as network idle.
@@ -66,7 +70,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
                 None,
                 "Target.attachToTarget",
                 json!({"targetId": target_id, "flatten": true}),
-                CALL_DEADLINE,
+                ATTACH_DEADLINE,
             )
             .await?;
         let session = attached
@@ -90,11 +94,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
             navigating: false,
             console_ms,
         };
-        for method in ["Page.enable", "Network.enable", "Runtime.enable"] {
-            page.call(method, json!({})).await?;
+        let session = page.session.clone();
+        for (method, params) in [
+            ("Page.enable", json!({})),
+            ("Network.enable", json!({})),
+            ("Runtime.enable", json!({})),
+            ("Page.setLifecycleEventsEnabled", json!({"enabled": true})),
+        ] {
+            page.cdp
+                .call(Some(&session), method, params, ATTACH_DEADLINE)
+                .await?;
         }
-        page.call("Page.setLifecycleEventsEnabled", json!({"enabled": true}))
-            .await?;
         Ok(page)
     }
 
