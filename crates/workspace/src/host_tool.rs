@@ -235,7 +235,7 @@ impl HostTool {
         for kv in GIT_OVERRIDES {
             cmd.arg("-c").arg(kv);
         }
-        for kv in git_driver_overrides(repo, &tool.name) {
+        for kv in git_driver_overrides(repo, &tool.name)? {
             tool.cmd.arg("-c").arg(kv);
         }
         Ok(tool)
@@ -611,7 +611,7 @@ pub fn debugfs_write(image: &Path, script: &str) -> Result<(), HostToolError> {
 /// (the user's) defines: an attribute in guest-made `.gitattributes` may
 /// name any of them, and none may run on guest data. Filters become `cat`
 /// (content as stored), merges fail to a conflict, diff programs go.
-fn git_driver_overrides(repo: &Path, name: &str) -> Vec<String> {
+fn git_driver_overrides(repo: &Path, name: &str) -> Result<Vec<String>, HostToolError> {
     let regexp =
         r"^(filter|merge|diff)\..*\.(smudge|clean|process|required|driver|command|textconv)$";
     let mut list = HostTool::at(
@@ -625,10 +625,18 @@ fn git_driver_overrides(repo: &Path, name: &str) -> Vec<String> {
         .arg("-C")
         .arg(repo)
         .args(["config", "--name-only", "--get-regexp", regexp]);
-    let Ok(out) = list.output() else {
-        return Vec::new();
-    };
-    driver_overrides(&String::from_utf8_lossy(&out.stdout))
+    let out = list.output()?;
+    // 0: keys listed; 1: none. Anything else (a config git cannot read)
+    // leaves no run: its drivers could not be made inert.
+    match out.status.code() {
+        Some(0) => Ok(driver_overrides(&String::from_utf8_lossy(&out.stdout))),
+        Some(1) => Ok(Vec::new()),
+        _ => Err(HostToolError::Failed {
+            tool: format!("{name} config"),
+            status: out.status,
+            said: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        }),
+    }
 }
 
 /// The overrides for the keys `git config --name-only` listed.
