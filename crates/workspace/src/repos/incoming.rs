@@ -109,6 +109,23 @@ struct Entry {
     size: u64,
 }
 
+/// A listing's output, or the refusal's words when it is past the
+/// runner's bound (`what` says what it lists).
+fn bounded_output(
+    listing: crate::host_tool::HostTool,
+    repo: &Path,
+    what: &str,
+) -> Result<Result<Vec<u8>, String>, GitError> {
+    let bound = listing.current_limits().output_bytes;
+    match git::output_bytes(listing, repo) {
+        Err(GitError::Tool {
+            source: HostToolError::OutputTooLarge { .. },
+            ..
+        }) => Ok(Err(format!("there are more than {bound} bytes {what}"))),
+        other => other.map(Ok),
+    }
+}
+
 /// `rev`'s tree as path -> entry (`-z` listing, bounded in bytes by the
 /// runner and in count by `limits`).
 fn tree(
@@ -117,17 +134,9 @@ fn tree(
     limits: &RepoLimits,
 ) -> Result<Result<HashMap<Vec<u8>, Entry>, String>, GitError> {
     let listing = git::git(repo, ["ls-tree", "-r", "-l", "-z", "--full-tree", rev])?;
-    let bound = listing.current_limits().output_bytes;
-    let out = match git::output_bytes(listing, repo) {
-        Err(GitError::Tool {
-            source: HostToolError::OutputTooLarge { .. },
-            ..
-        }) => {
-            return Ok(Err(format!(
-                "its tree lists more than {bound} bytes of file names"
-            )))
-        }
-        other => other?,
+    let out = match bounded_output(listing, repo, "of file names in its tree")? {
+        Ok(out) => out,
+        Err(why) => return Ok(Err(why)),
     };
     let mut entries = HashMap::new();
     for record in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
@@ -184,17 +193,9 @@ pub(crate) fn check_commits(
             &range,
         ],
     )?;
-    let bound = log.current_limits().output_bytes;
-    let out = match git::output_bytes(log, repo) {
-        Err(GitError::Tool {
-            source: HostToolError::OutputTooLarge { .. },
-            ..
-        }) => {
-            return Ok(Err(format!(
-                "its commits list more than {bound} bytes of changes"
-            )))
-        }
-        other => other?,
+    let out = match bounded_output(log, repo, "of changes in its commits")? {
+        Ok(out) => out,
+        Err(why) => return Ok(Err(why)),
     };
     // `:<mode> <mode> <id> <id> <status>` NUL `<path>` NUL, per change.
     let mut written: Vec<String> = Vec::new();
