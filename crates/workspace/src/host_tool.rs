@@ -182,21 +182,13 @@ impl HostTool {
     /// `name` (found on the host's tool path), with stdin closed and the C
     /// locale.
     pub fn new(name: &str) -> Result<Self, HostToolError> {
-        let program =
-            crate::host::settings::host_tool(name).ok_or_else(|| HostToolError::Missing {
-                tool: name.to_owned(),
-            })?;
-        Ok(Self::at(name, program))
+        Ok(Self::at(name, find(name)?))
     }
 
     /// `name` run by `wrapper` (`fakeroot mkfs.ext4 ...`), both found on
     /// the host's tool path.
     pub fn under(wrapper: &str, name: &str) -> Result<Self, HostToolError> {
-        let inner =
-            crate::host::settings::host_tool(name).ok_or_else(|| HostToolError::Missing {
-                tool: name.to_owned(),
-            })?;
-        Ok(Self::new(wrapper)?.arg(inner))
+        Ok(Self::new(wrapper)?.arg(find(name)?))
     }
 
     /// The program at `program`, known as `name` in errors.
@@ -562,6 +554,13 @@ impl Drop for ToolGroup {
     }
 }
 
+/// Where tool `name` is on the host's tool path.
+fn find(name: &str) -> Result<PathBuf, HostToolError> {
+    crate::host::settings::host_tool(name).ok_or_else(|| HostToolError::Missing {
+        tool: name.to_owned(),
+    })
+}
+
 /// Lets git find the user's own config (identity, safe.directory) in
 /// their home; every key there that names a program is overridden.
 fn with_user_config(cmd: &mut Command) {
@@ -614,10 +613,7 @@ pub fn debugfs_write(image: &Path, script: &str) -> Result<(), HostToolError> {
 fn git_driver_overrides(repo: &Path, name: &str) -> Result<Vec<String>, HostToolError> {
     let regexp =
         r"^(filter|merge|diff)\..*\.(smudge|clean|process|required|driver|command|textconv)$";
-    let mut list = HostTool::at(
-        name,
-        crate::host::settings::host_tool("git").unwrap_or_default(),
-    );
+    let mut list = HostTool::new(name)?;
     let cmd = list.command();
     // The same config the run reads: the user's own (HOME) included.
     with_user_config(cmd);

@@ -229,6 +229,19 @@ mod tests {
     use super::*;
     use crate::tasks::hostile_tests::sh;
 
+    /// [`merge_task`] under the default limits.
+    fn merge(repo: &Path, branch: &str, base: &str, task_ref: &str, scratch: &Path) -> MergeResult {
+        merge_task(
+            repo,
+            branch,
+            base,
+            task_ref,
+            scratch,
+            &RepoLimits::default(),
+        )
+        .unwrap()
+    }
+
     /// A repository on `main` with one commit, and a task branch with one
     /// commit changing `file` to `task`.
     fn fixture(test: &str) -> Option<(std::path::PathBuf, String)> {
@@ -257,15 +270,7 @@ mod tests {
             return;
         };
         let scratch = repo.with_file_name("scratch");
-        let r = merge_task(
-            &repo,
-            "main",
-            &base,
-            "refs/tasks/t1",
-            &scratch,
-            &RepoLimits::default(),
-        )
-        .unwrap();
+        let r = merge(&repo, "main", &base, "refs/tasks/t1", &scratch);
         assert!(r.merged, "{r:?}");
         assert_eq!((r.method, r.commits), (Some(MergeMethod::FastForward), 1));
         assert_eq!(
@@ -282,15 +287,7 @@ mod tests {
         let scratch = repo.with_file_name("scratch");
         std::fs::write(repo.join("other"), "moved\n").unwrap();
         sh(&repo, &["commit", "-qam", "moved"]);
-        let r = merge_task(
-            &repo,
-            "main",
-            &base,
-            "refs/tasks/t1",
-            &scratch,
-            &RepoLimits::default(),
-        )
-        .unwrap();
+        let r = merge(&repo, "main", &base, "refs/tasks/t1", &scratch);
         assert_eq!(
             (r.merged, r.method),
             (true, Some(MergeMethod::Rebase)),
@@ -315,15 +312,7 @@ mod tests {
         sh(&repo, &["commit", "-qam", "second"]);
         sh(&repo, &["update-ref", "refs/tasks/t2", "HEAD"]);
         sh(&repo, &["checkout", "-q", "main"]);
-        let r = merge_task(
-            &repo,
-            "main",
-            &base,
-            "refs/tasks/t2",
-            &scratch,
-            &RepoLimits::default(),
-        )
-        .unwrap();
+        let r = merge(&repo, "main", &base, "refs/tasks/t2", &scratch);
         assert!(!r.merged, "{r:?}");
         assert_eq!(r.conflicts, ["file"]);
         assert_eq!(sh(&repo, &["rev-parse", "main"]), tip);
@@ -338,15 +327,7 @@ mod tests {
         let scratch = repo.with_file_name("scratch");
         std::fs::write(repo.join("other"), "uncommitted\n").unwrap();
         let tip = sh(&repo, &["rev-parse", "main"]);
-        let r = merge_task(
-            &repo,
-            "main",
-            &base,
-            "refs/tasks/t1",
-            &scratch,
-            &RepoLimits::default(),
-        )
-        .unwrap();
+        let r = merge(&repo, "main", &base, "refs/tasks/t1", &scratch);
         assert!(
             !r.merged && r.reason.as_deref().unwrap().contains("uncommitted"),
             "{r:?}"
@@ -366,15 +347,7 @@ mod tests {
         };
         let scratch = repo.with_file_name("scratch");
         sh(&repo, &["branch", "side", &base]);
-        let r = merge_task(
-            &repo,
-            "side",
-            &base,
-            "refs/tasks/t1",
-            &scratch,
-            &RepoLimits::default(),
-        )
-        .unwrap();
+        let r = merge(&repo, "side", &base, "refs/tasks/t1", &scratch);
         assert_eq!((r.merged, r.method), (true, Some(MergeMethod::FastForward)));
         assert_eq!(sh(&repo, &["log", "--format=%s", "-1", "side"]), "task");
     }
