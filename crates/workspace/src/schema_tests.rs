@@ -48,8 +48,11 @@ fn undescribed(schema: &Value, path: &str, out: &mut Vec<String>) {
 #[test]
 fn every_property_of_every_result_type_is_described() {
     let schemas = [
-        ("Meta", schema::<crate::Meta>()),
-        ("WorkspaceInfo", schema::<crate::WorkspaceInfo>()),
+        ("Meta", schema::<crate::store::spec::Meta>()),
+        (
+            "WorkspaceInfo",
+            schema::<crate::workspaces::manager::WorkspaceInfo>(),
+        ),
         (
             "Contract",
             schema::<crate::workspaces::contract::Contract>(),
@@ -57,7 +60,7 @@ fn every_property_of_every_result_type_is_described() {
         ("Report", schema::<crate::host::doctor::Report>()),
         ("ImageInfo", schema::<crate::images::registry::ImageInfo>()),
         ("Event", schema::<crate::store::events::Event>()),
-        ("ExecResult", schema::<crate::ExecResult>()),
+        ("ExecResult", schema::<crate::guest::exec::ExecResult>()),
     ];
     for (name, schema) in schemas {
         assert_eq!(schema["type"], "object", "{name}: {schema:#}");
@@ -79,10 +82,16 @@ fn names(schema: &Value) -> Vec<&str> {
 
 #[test]
 fn enums_list_their_serde_names() {
-    let states = schema::<crate::State>();
-    let expected: Vec<&str> = crate::State::ALL.iter().map(|s| s.as_str()).collect();
+    let states = schema::<crate::store::state::State>();
+    let expected: Vec<&str> = crate::store::state::State::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
     assert_eq!(names(&states), expected);
-    let codes = schema::<crate::ErrorCode>();
-    let expected: Vec<&str> = crate::ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    let codes = schema::<crate::code::ErrorCode>();
+    let expected: Vec<&str> = crate::code::ErrorCode::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .collect();
     assert_eq!(names(&codes), expected);
 }

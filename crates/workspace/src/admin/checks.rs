@@ -406,7 +406,10 @@ fn confinement_check(state: &StateDir) -> Check {
         Err(e) => {
             return Check::fail(
                 "vmm_confinement",
-                format!("VMM processes cannot start: {}", crate::error_chain(&e)),
+                format!(
+                    "VMM processes cannot start: {}",
+                    crate::error_chain::error_chain(&e)
+                ),
                 "set vmm_user in config.json to an existing account, or remove it",
             )
         }

@@ -217,7 +217,7 @@ impl Workspaces {
                     .asset_root()?
                     .join("current")
                     .join(variant.vmlinux_file());
-                std::fs::canonicalize(&link).map_err(crate::Error::host_io(format!(
+                std::fs::canonicalize(&link).map_err(crate::error::Error::host_io(format!(
                     "finding the {variant} kernel at {}",
                     link.display()
                 )))

@@ -128,11 +128,11 @@ impl Workspaces {
         let image = format!("kernel-check-{}", unique_id());
         self.images()
             .import_files(&image, kernel, &check.rootfs, None)?;
-        let spec = crate::WorkspaceSpec {
+        let spec = crate::store::spec::WorkspaceSpec {
             image: image.clone(),
-            ..crate::WorkspaceSpec::default()
+            ..crate::store::spec::WorkspaceSpec::default()
         };
-        let run = crate::OneShot::new("kernel-check", spec);
+        let run = crate::workspaces::one_shot::OneShot::new("kernel-check", spec);
         let ended = self
             .run_once(
                 &run,
@@ -145,8 +145,8 @@ impl Workspaces {
                 |name| async move {
                     self.at(&name)
                         .exec_collect(
-                            crate::ExecRequest::argv(["uname", "-r"]),
-                            crate::ExecInput::None,
+                            crate::guest::exec::ExecRequest::argv(["uname", "-r"]),
+                            crate::guest::stream::ExecInput::None,
                         )
                         .await
                 },
@@ -296,7 +296,7 @@ mod tests {
         assert_eq!(left.len(), 1, "only the installed kernel: {left:?}");
         // Not a kernel: refused, nothing staged is left.
         let err = StagedKernel::copy(&file, &root).unwrap_err();
-        assert_eq!(err.code(), crate::ErrorCode::InvalidInput, "{err}");
+        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput, "{err}");
         let left: Vec<_> = std::fs::read_dir(root.join("kernel")).unwrap().collect();
         assert_eq!(left.len(), 1);
         let _ = std::fs::remove_dir_all(dir);

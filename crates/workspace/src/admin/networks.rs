@@ -15,7 +15,7 @@ use crate::workspaces::manager::{ListFilter, Workspaces};
 
 impl Workspaces {
     /// Where `meta`'s guest is on its network.
-    pub(crate) fn guest_network(&self, meta: &crate::Meta) -> Option<GuestNetwork> {
+    pub(crate) fn guest_network(&self, meta: &crate::store::spec::Meta) -> Option<GuestNetwork> {
         let net = self.networks().get(&meta.spec.network).ok()?;
         let addressing = crate::network::attach::addressing(&net, &meta.spec)?;
         let (egress, allow) = crate::network::attach::policy(&net, &meta.spec);

@@ -9,11 +9,13 @@
 
 use std::time::Duration;
 
+use crate::error::Error;
 use crate::guest::exec::Program;
+use crate::guest::exec::{ExecRequest, ExecResult};
 use crate::guest::WorkspaceMetrics;
 use crate::servers::{run_remote_json, PlacedWorkspace, ServerError, LOCAL_SERVER};
 use crate::store::spec::{Meta, WorkspaceSpec};
-use crate::{Error, ExecRequest, ExecResult, Workspaces};
+use crate::workspaces::manager::Workspaces;
 
 /// Slack over a command's own timeout for the SSH round trip.
 const EXEC_SLACK: Duration = Duration::from_secs(30);
@@ -121,7 +123,7 @@ impl Workspaces {
     /// session created it) is not this view's caller and did not share it:
     /// every forwarded operation finds its target through this, before any
     /// ssh runs.
-    pub fn placement_of(&self, name: &str) -> crate::Result<Option<PlacedWorkspace>> {
+    pub fn placement_of(&self, name: &str) -> crate::error::Result<Option<PlacedWorkspace>> {
         let Some(placed) = self.servers().placement(name)? else {
             return Ok(None);
         };
@@ -133,7 +135,7 @@ impl Workspaces {
     /// to `server`: FORBIDDEN as [`Self::placement_of`] says; a session
     /// reaches only what was placed on that server from here (its owner is
     /// known only then), else NOT_FOUND. The host reaches any.
-    fn check_forward(&self, server: &str, name: &str) -> crate::Result<()> {
+    fn check_forward(&self, server: &str, name: &str) -> crate::error::Result<()> {
         match self.placement_of(name)? {
             Some(placed) if placed.server == server => Ok(()),
             _ if self.caller().is_none() => Ok(()),
@@ -149,7 +151,7 @@ impl Workspaces {
         server: &str,
         name: &str,
         spec: &WorkspaceSpec,
-    ) -> crate::Result<Meta> {
+    ) -> crate::error::Result<Meta> {
         let registry = self.servers();
         let target = registry.get(server)?;
         let args = on_itself(create_args(name, spec)?);
@@ -168,7 +170,7 @@ impl Workspaces {
         &self,
         server: &str,
         name: Option<&str>,
-    ) -> crate::Result<Vec<WorkspaceMetrics>> {
+    ) -> crate::error::Result<Vec<WorkspaceMetrics>> {
         if let Some(name) = name {
             self.check_forward(server, name)?;
         }
@@ -199,7 +201,7 @@ impl Workspaces {
         server: &str,
         name: &str,
         req: &ExecRequest,
-    ) -> crate::Result<ExecResult> {
+    ) -> crate::error::Result<ExecResult> {
         self.check_forward(server, name)?;
         let registry = self.servers();
         let target = registry.get(server)?;
@@ -258,15 +260,15 @@ mod tests {
         };
         assert_eq!(
             create_args("w", &with_ports).unwrap_err().code(),
-            crate::ErrorCode::InvalidInput
+            crate::code::ErrorCode::InvalidInput
         );
     }
 
     #[tokio::test]
     async fn a_remote_exec_by_another_agent_is_forbidden() {
+        use crate::code::ErrorCode;
         use crate::servers::ServerSpec;
         use crate::workspaces::manager::tests::fixture;
-        use crate::ErrorCode;
 
         let f = fixture("remote-owner", "/nonexistent");
         let session = |agent| crate::workspaces::manager::tests::session(&f.ws, agent);

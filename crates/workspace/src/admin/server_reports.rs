@@ -4,13 +4,15 @@
 
 use std::time::Duration;
 
+use crate::error::Result;
 use crate::host::budget::HostBudget;
 use crate::host::doctor::Status;
 use crate::servers::{
     self, Availability, Health, Resources, ServerError, ServerReport, ServerSpec, ServerStatus,
     WorkspaceUsage, LOCAL_SERVER, VERSION,
 };
-use crate::{ListFilter, Result, State, Workspaces};
+use crate::store::state::State;
+use crate::workspaces::manager::{ListFilter, Workspaces};
 
 /// How long CPU use is sampled.
 const CPU_SAMPLE: Duration = Duration::from_millis(250);

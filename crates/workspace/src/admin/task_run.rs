@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+use crate::error::{Error, Result};
+use crate::guest::exec::ExecRequest;
 use crate::guest::stream::{ExecEvent, ExecInput};
 use crate::host::settings::now_ms;
 use crate::repos::incoming::RepoLimits;
@@ -26,7 +28,6 @@ use crate::tasks::{
 };
 use crate::workspaces::manager::Workspaces;
 use crate::workspaces::tasks::task_mem;
-use crate::{Error, ExecRequest, Result};
 
 /// How long a start may take (a cold boot when no warm snapshot exists).
 const TASK_START_TIMEOUT: Duration = Duration::from_secs(600);
@@ -50,7 +51,7 @@ impl Workspaces {
         if self.at(&workspace).get().is_ok() {
             let stopped = self
                 .at(&workspace)
-                .stop(crate::DEFAULT_STOP_TIMEOUT)
+                .stop(crate::workspaces::lifecycle::DEFAULT_STOP_TIMEOUT)
                 .await
                 .map(drop);
             let cleanup = if keep {
@@ -60,7 +61,7 @@ impl Workspaces {
                     tracing::warn!("task {id}: stopping workspace {workspace}: {e}");
                 }
                 self.at(&workspace)
-                    .delete(crate::DeleteOptions::default().force(true))
+                    .delete(crate::store::spec::DeleteOptions::default().force(true))
                     .map(drop)
             };
             if let Err(e) = cleanup {
@@ -141,7 +142,7 @@ impl Workspaces {
             .write_file(
                 GUEST_TASK_FILE,
                 info.description.as_bytes(),
-                crate::WriteOptions {
+                crate::guest::files::WriteOptions {
                     append: false,
                     perm: Some(0o644),
                 },
@@ -243,7 +244,7 @@ impl Workspaces {
         .await?;
         let started = self.at(&warmup).start(TASK_START_TIMEOUT, |_| {}).await;
         self.at(&warmup)
-            .delete(crate::DeleteOptions::default().force(true))?;
+            .delete(crate::store::spec::DeleteOptions::default().force(true))?;
         started.map(drop)
     }
 

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use crate::browser::state::BrowserDir;
 use crate::browser::{BrowserError, BrowserEventKind};
 use crate::error::Result;
+use crate::guest::exec::ExecRequest;
 use crate::guest::processes::ProcessInfo;
 use crate::guest::processes::ProcessOptions;
 use crate::workspaces::handle::Workspace;
-use crate::ExecRequest;
 
 /// The background process's id (`microagent ps` shows it).
 pub const PROCESS_ID: &str = "browser";
@@ -53,7 +53,7 @@ pub async fn stop(ws: Workspace<'_>) -> Result<()> {
     match ws.process_signal(PROCESS_ID, "KILL").await {
         Ok(()) => {}
         // Already gone.
-        Err(e) if e.code() == crate::ErrorCode::NotFound => return Ok(()),
+        Err(e) if e.code() == crate::code::ErrorCode::NotFound => return Ok(()),
         Err(e) => return Err(e),
     }
     ws.process_wait(PROCESS_ID, Duration::from_secs(30)).await?;

@@ -168,7 +168,7 @@ impl Workspace<'_> {
     pub async fn stat_if_exists(self, path: &str) -> Result<Option<FileStat>> {
         match self.stat(path).await {
             Ok(s) => Ok(Some(s)),
-            Err(e) if e.code() == crate::ErrorCode::NotFound => {
+            Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
                 // NOT_FOUND is also what a missing workspace gives.
                 self.get()?;
                 Ok(None)

@@ -582,7 +582,7 @@ impl Workspaces {
         for _ in 0..20 {
             match self.at(name).signal_exec(id, libc::SIGKILL).await {
                 Ok(()) => return true,
-                Err(e) if e.code() == crate::ErrorCode::NotFound => {
+                Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
                     tokio::time::sleep(Duration::from_millis(100)).await
                 }
                 Err(_) => return false,
@@ -679,12 +679,12 @@ mod tests {
         let clash = ExecRequest::shell("x").env("T", "1").secret("T");
         assert_eq!(
             clash.check().unwrap_err().code(),
-            crate::ErrorCode::InvalidInput
+            crate::code::ErrorCode::InvalidInput
         );
         let bad = ExecRequest::shell("x").secret("A-B");
         assert_eq!(
             bad.check().unwrap_err().code(),
-            crate::ErrorCode::InvalidInput
+            crate::code::ErrorCode::InvalidInput
         );
     }
 
@@ -729,12 +729,12 @@ mod tests {
     #[test]
     fn an_empty_argv_is_refused() {
         let err = ExecRequest::argv(Vec::<String>::new()).check().unwrap_err();
-        assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
+        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
         assert!(ExecRequest::shell("true").check().is_ok());
         let relative_root = ExecRequest::shell("true").root("ctr/a").check();
         assert_eq!(
             relative_root.unwrap_err().code(),
-            crate::ErrorCode::InvalidInput
+            crate::code::ErrorCode::InvalidInput
         );
     }
 

@@ -8,12 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::{Error, Result};
 use crate::guest::files::check_guest_path;
 use crate::guest::FileKind;
 use crate::host::host_write::{Budgeted, TempFile, COPY_OUT_GROWTH};
 use crate::store::kept_outputs::{KeepCall, KeptOutputs, SparseWriter};
 use crate::workspaces::handle::Workspace;
-use crate::{Error, Result};
 
 /// Most patterns one call takes.
 pub const MAX_OUTPUT_PATTERNS: usize = 16;
@@ -119,7 +119,7 @@ impl Workspace<'_> {
                 Some((dir, rest)) => {
                     let found = match self.find(&dir, &rest).await {
                         Ok(found) => found,
-                        Err(e) if e.code() == crate::ErrorCode::NotFound => {
+                        Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
                             out.unmatched.push(pattern.clone());
                             continue;
                         }
@@ -140,7 +140,7 @@ impl Workspace<'_> {
                 }
                 let stat = match self.stat(&path).await {
                     Ok(s) => s,
-                    Err(e) if e.code() == crate::ErrorCode::NotFound => continue,
+                    Err(e) if e.code() == crate::code::ErrorCode::NotFound => continue,
                     Err(e) => return Err(e),
                 };
                 if stat.kind != FileKind::File {
@@ -274,7 +274,7 @@ mod tests {
         for bad in [&["out/*.png"][..], &["/a/../etc/passwd"], &["/out/[.png"]] {
             assert_eq!(
                 check_patterns(&p(bad)).unwrap_err().code(),
-                crate::ErrorCode::InvalidInput,
+                crate::code::ErrorCode::InvalidInput,
                 "{bad:?}"
             );
         }

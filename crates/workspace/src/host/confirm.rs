@@ -68,8 +68,8 @@ pub enum ConfirmError {
 
 impl ConfirmError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::ErrorCode {
-        use crate::ErrorCode as C;
+    pub fn code(&self) -> crate::code::ErrorCode {
+        use crate::code::ErrorCode as C;
         match self {
             Self::TokenWrong | Self::TokenExpired | Self::TokenUsed => C::InvalidInput,
             Self::PlanChanged => C::Conflict,
@@ -78,10 +78,10 @@ impl ConfirmError {
     }
 
     /// What the caller can do about it.
-    pub fn remedy(&self) -> Option<crate::Remedy> {
+    pub fn remedy(&self) -> Option<crate::remedy::Remedy> {
         match self {
             Self::TokenWrong | Self::TokenExpired | Self::TokenUsed | Self::PlanChanged => {
-                Some(crate::Remedy::PreviewAgain)
+                Some(crate::remedy::Remedy::PreviewAgain)
             }
             Self::Key { .. } | Self::Spend { .. } => None,
         }

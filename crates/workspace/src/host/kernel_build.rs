@@ -112,10 +112,10 @@ pub enum KernelBuildError {
 
 impl KernelBuildError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::ErrorCode {
+    pub fn code(&self) -> crate::code::ErrorCode {
         match self {
-            Self::MissingPackages { .. } => crate::ErrorCode::HostUnsupported,
-            _ => crate::ErrorCode::Internal,
+            Self::MissingPackages { .. } => crate::code::ErrorCode::HostUnsupported,
+            _ => crate::code::ErrorCode::Internal,
         }
     }
 }

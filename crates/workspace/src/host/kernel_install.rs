@@ -61,11 +61,13 @@ pub enum KernelInstallError {
 
 impl KernelInstallError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::ErrorCode {
+    pub fn code(&self) -> crate::code::ErrorCode {
         match self {
-            Self::NotAKernel { .. } | Self::BootCheck { .. } => crate::ErrorCode::InvalidInput,
+            Self::NotAKernel { .. } | Self::BootCheck { .. } => {
+                crate::code::ErrorCode::InvalidInput
+            }
             Self::Build(e) => e.code(),
-            Self::Asset(_) => crate::ErrorCode::Internal,
+            Self::Asset(_) => crate::code::ErrorCode::Internal,
         }
     }
 }

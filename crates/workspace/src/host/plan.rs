@@ -56,8 +56,8 @@ pub enum PlanError {
 
 impl PlanError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::ErrorCode {
-        use crate::ErrorCode as C;
+    pub fn code(&self) -> crate::code::ErrorCode {
+        use crate::code::ErrorCode as C;
         match self {
             Self::Privilege { .. } => C::Forbidden,
             Self::Spawn { .. } | Self::StepFailed { .. } => C::Internal,
@@ -65,9 +65,9 @@ impl PlanError {
     }
 
     /// What the caller can do about it.
-    pub fn remedy(&self) -> Option<crate::Remedy> {
+    pub fn remedy(&self) -> Option<crate::remedy::Remedy> {
         match self {
-            Self::Privilege { action, token, .. } => Some(crate::Remedy::ConfirmAsRoot {
+            Self::Privilege { action, token, .. } => Some(crate::remedy::Remedy::ConfirmAsRoot {
                 operation: action.clone(),
                 token: token.clone(),
             }),

@@ -184,7 +184,7 @@ async fn search_registry(registry: &str, query: &str) -> Result<Vec<RemoteImage>
         .get(&url)
         .send()
         .await
-        .map_err(|e| format!("{url}: {}", crate::error_chain(&e)))?;
+        .map_err(|e| format!("{url}: {}", crate::error_chain::error_chain(&e)))?;
     if !answer.status().is_success() {
         return Err(format!(
             "{url} answered {}: the registry does not list its repositories",

@@ -106,8 +106,8 @@ impl NetworkError {
     }
 
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::ErrorCode {
-        use crate::ErrorCode as C;
+    pub fn code(&self) -> crate::code::ErrorCode {
+        use crate::code::ErrorCode as C;
         match self {
             Self::NotFound(_) => C::NotFound,
             Self::Exists(_) | Self::InUse { .. } | Self::BuiltIn(_) => C::Conflict,
@@ -118,8 +118,8 @@ impl NetworkError {
     }
 
     /// What the caller can do about it.
-    pub fn remedy(&self) -> Option<crate::Remedy> {
-        use crate::Remedy as R;
+    pub fn remedy(&self) -> Option<crate::remedy::Remedy> {
+        use crate::remedy::Remedy as R;
         match self {
             Self::NotFound(_) => Some(R::ListNetworks),
             Self::InUse { workspaces, .. } => Some(R::DeleteWorkspacesFirst {

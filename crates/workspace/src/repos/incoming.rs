@@ -48,7 +48,7 @@ impl RepoLimits {
     pub fn load(root: &Path) -> Result<Self, String> {
         crate::host::settings::config_section(root, CONFIG_KEY)
             .map(|s| s.map(|(limits, _)| limits).unwrap_or_default())
-            .map_err(|e| crate::error_chain(&e))
+            .map_err(|e| crate::error_chain::error_chain(&e))
     }
 }
 

@@ -23,8 +23,8 @@ pub use status::{
 };
 pub(crate) use status::{cpu_times, memory};
 
+use crate::code::ErrorCode;
 use crate::store::StoreError;
-use crate::ErrorCode;
 
 /// Why a server operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -241,7 +241,7 @@ mod tests {
         ] {
             assert_eq!(
                 servers.add(&bad).unwrap_err().code(),
-                crate::ErrorCode::InvalidInput,
+                crate::code::ErrorCode::InvalidInput,
                 "{bad:?}"
             );
         }

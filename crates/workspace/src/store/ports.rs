@@ -215,7 +215,7 @@ mod tests {
             "x:1:2:3",
         ] {
             let e = bad.parse::<PortMapping>().unwrap_err();
-            assert_eq!(e.code(), crate::ErrorCode::InvalidInput, "{bad}: {e}");
+            assert_eq!(e.code(), crate::code::ErrorCode::InvalidInput, "{bad}: {e}");
         }
     }
 
@@ -244,7 +244,7 @@ mod tests {
         let held = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = held.local_addr().unwrap().port();
         let e = check_free(&[PortMapping::local(port, 80)]).unwrap_err();
-        assert_eq!(e.code(), crate::ErrorCode::Conflict, "{e}");
+        assert_eq!(e.code(), crate::code::ErrorCode::Conflict, "{e}");
         drop(held);
         check_free(&[PortMapping::local(port, 80)]).unwrap();
     }

@@ -604,7 +604,7 @@ mod tests {
             let err = spec.validate().unwrap_err();
             assert_eq!(
                 err.code(),
-                crate::ErrorCode::InvalidInput,
+                crate::code::ErrorCode::InvalidInput,
                 "case {i}: {err}"
             );
         }

@@ -359,7 +359,7 @@ fn a_delta_bomb_bundle_is_refused_with_host_git_under_its_cap() {
     assert!(std::fs::metadata(&file).unwrap().len() < 64 << 10);
     check_bundle(&file, &RepoLimits::default()).unwrap();
     let err = git::fetch_bundle_head(&user, &file, "refs/tasks/t1").unwrap_err();
-    let text = crate::error_chain(&err);
+    let text = crate::error_chain::error_chain(&err);
     assert!(
         text.contains("over limit") || text.contains("allocate"),
         "{text}"

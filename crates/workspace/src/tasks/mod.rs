@@ -259,7 +259,7 @@ impl TaskConfig {
     /// file or the object is missing; an unreadable file is an error).
     pub fn load(root: &Path) -> Result<Self, TaskError> {
         let section = crate::host::settings::config_section(root, CONFIG_KEY)
-            .map_err(|e| TaskError::Invalid(crate::error_chain(&e)))?;
+            .map_err(|e| TaskError::Invalid(crate::error_chain::error_chain(&e)))?;
         Ok(section.map(|(config, _)| config).unwrap_or_default())
     }
 }

@@ -238,7 +238,7 @@ impl<'a> Debugfs<'a> {
             });
         let tool_err = |e: HostToolError| VolumeError::Tool {
             tool: "debugfs",
-            detail: crate::error_chain(&e),
+            detail: crate::error_chain::error_chain(&e),
         };
         let mut run = tool.spawn_streaming(Stdio::null()).map_err(tool_err)?;
         let result = match run.stdout() {

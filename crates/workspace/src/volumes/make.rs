@@ -87,7 +87,7 @@ pub(super) fn make(
             .write_into(tree, disk)
             .map_err(|e| VolumeError::Tool {
                 tool: "debugfs",
-                detail: crate::error_chain(&e),
+                detail: crate::error_chain::error_chain(&e),
             })?;
     }
     if let VolumeSource::Tar(_) = source {
@@ -105,7 +105,9 @@ pub(super) fn tool(name: &'static str) -> Result<PathBuf, VolumeError> {
 
 fn run(tool: HostTool, name: &'static str) -> Result<(), VolumeError> {
     let failed = |detail| VolumeError::Tool { tool: name, detail };
-    let out = tool.output().map_err(|e| failed(crate::error_chain(&e)))?;
+    let out = tool
+        .output()
+        .map_err(|e| failed(crate::error_chain::error_chain(&e)))?;
     if out.status.success() {
         return Ok(());
     }
@@ -193,7 +195,7 @@ fn unpack_tar(file: &Path, tree: &Path, limit_mib: u64) -> Result<Owners, Volume
         VolumeError::Invalid(format!(
             "tar {}: {}",
             file.display(),
-            crate::error_chain(&e)
+            crate::error_chain::error_chain(&e)
         ))
     })?;
     Ok(owners)

@@ -157,12 +157,12 @@ mod tests {
             .limits(tight)
             .build()
             .unwrap();
-        let spec = crate::WorkspaceSpec {
+        let spec = crate::store::spec::WorkspaceSpec {
             vcpus: 4,
             ..Default::default()
         };
         let err = ws.create("big", spec).unwrap_err();
-        assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
+        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
         assert!(err.to_string().contains("use 1 to 2"), "{err}");
         assert!(ws.list(&Default::default()).unwrap().is_empty());
         let wide = Limits {
@@ -174,7 +174,7 @@ mod tests {
             .limits(wide)
             .build()
             .unwrap_err();
-        assert_eq!(err.code(), crate::ErrorCode::InvalidInput);
+        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -185,7 +185,7 @@ impl Workspaces {
                 reason: format!(
                     "the VMM process {} could not be started: {}",
                     self.vmm_binary.display(),
-                    crate::error_chain(&e)
+                    crate::error_chain::error_chain(&e)
                 ),
             })?;
         let pid = spawned.pid;
@@ -529,8 +529,8 @@ impl Workspace<'_> {
 mod tests {
     use crate::store::kept_outputs::tests::visible;
     use crate::store::kept_outputs::{KeptOutputs, OUTPUTS_DIR};
+    use crate::store::spec::DeleteOptions;
     use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
-    use crate::DeleteOptions;
 
     #[test]
     fn kept_outputs_go_with_their_workspace_unless_kept() {

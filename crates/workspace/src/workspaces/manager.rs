@@ -388,7 +388,7 @@ pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
         .output()
         .map_err(|e| Error::HostIo {
             what: format!("mkfs.ext4 {}", path.display()),
-            source: std::io::Error::other(crate::error_chain(&e)),
+            source: std::io::Error::other(crate::error_chain::error_chain(&e)),
         })?;
     if !out.status.success() {
         return Err(Error::HostIo {
@@ -596,10 +596,10 @@ pub(crate) mod tests {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(
-            ws.at("dev")
-                .exec_collect(crate::ExecRequest::argv(["true"]), crate::ExecInput::None),
-        )
+        rt.block_on(ws.at("dev").exec_collect(
+            crate::guest::exec::ExecRequest::argv(["true"]),
+            crate::guest::stream::ExecInput::None,
+        ))
         .unwrap_err()
     }
 

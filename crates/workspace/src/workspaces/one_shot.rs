@@ -136,7 +136,7 @@ impl Workspaces {
                     // caller reads them after this.
                     ws.at(&target)
                         .delete(
-                            crate::DeleteOptions::default()
+                            crate::store::spec::DeleteOptions::default()
                                 .force(true)
                                 .keep_outputs(true),
                         )

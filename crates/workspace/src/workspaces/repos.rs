@@ -9,6 +9,9 @@ use crate::host_tool::HostTool;
 use std::path::Path;
 
 use super::manager::Workspaces;
+use crate::error::Result;
+use crate::guest::exec::ExecRequest;
+use crate::guest::stream::ExecInput;
 use crate::images::registry::ImageInfo;
 use crate::repos::incoming::{check_bundle, RepoLimits};
 use crate::repos::{
@@ -18,7 +21,6 @@ use crate::store::repo_checkout::RepoCheckout;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::tasks::slots::CACHE_MOUNT;
 use crate::workspaces::handle::Workspace;
-use crate::{ExecInput, ExecRequest, Result};
 
 /// The guest account a clone belongs to (`user` in the images microagent
 /// builds).
@@ -147,7 +149,7 @@ impl Workspaces {
             ExecInput::None,
         )
         .await?;
-        std::fs::remove_file(&pending).map_err(crate::Error::host_io(format!(
+        std::fs::remove_file(&pending).map_err(crate::error::Error::host_io(format!(
             "removing {}",
             pending.display()
         )))?;
@@ -310,9 +312,9 @@ fn rootfs_has_any(rootfs: &Path, paths: &[&str]) -> Result<bool> {
             .arg(format!("stat {path}"))
             .arg(rootfs)
             .output()
-            .map_err(|e| crate::Error::HostIo {
+            .map_err(|e| crate::error::Error::HostIo {
                 what: format!("reading {} with debugfs", rootfs.display()),
-                source: std::io::Error::other(crate::error_chain(&e)),
+                source: std::io::Error::other(crate::error_chain::error_chain(&e)),
             })?;
         if String::from_utf8_lossy(&out.stdout).contains("Inode:") {
             return Ok(true);

@@ -2,8 +2,8 @@
 //! values and mask a command given secret names runs with.
 
 use super::manager::Workspaces;
+use crate::error::Result;
 use crate::secrets::{SecretMask, SecretStore, SecretValue};
-use crate::Result;
 
 impl Workspaces {
     /// The secrets of this state directory.

@@ -282,7 +282,7 @@ mod tests {
         );
         assert!(b.list_volumes(false).unwrap().is_empty());
         assert_eq!(b.list_volumes(true).unwrap().len(), 1);
-        let mounts = crate::WorkspaceSpec {
+        let mounts = crate::store::spec::WorkspaceSpec {
             volumes: vec![crate::store::volume_mounts::VolumeMount {
                 name: "va".into(),
                 path: "/data".into(),
@@ -373,7 +373,7 @@ mod tests {
         );
         // Nobody else's record changes hands: an agent making a workspace
         // cannot name another owner.
-        let claimed = crate::WorkspaceSpec {
+        let claimed = crate::store::spec::WorkspaceSpec {
             agent: Some("a".into()),
             ..spec()
         };

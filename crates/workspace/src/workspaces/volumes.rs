@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use super::manager::{ListFilter, Workspaces};
+use crate::error::{Error, Result};
 use crate::store::spec::Meta;
 use crate::store::volume_mounts::VolumeMount;
 use crate::volumes::{VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore};
-use crate::{Error, Result};
 
 impl Workspaces {
     /// The volumes of this state directory.

@@ -6,13 +6,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::guest::exec::ExecRequest;
+use crate::guest::stream::ExecInput;
 use crate::host::plan::Plan;
 use crate::host::plan::ProgressFn;
 use crate::host::settings::unique_id;
 use crate::images::build::{debian, guest_commands, BuildBase, ImageBuildError, ImageBuildRequest};
 use crate::images::registry::ImageInfo;
+use crate::store::spec::WorkspaceSpec;
 use crate::workspaces::manager::Workspaces;
-use crate::{ExecInput, ExecRequest, OneShot, WorkspaceSpec};
+use crate::workspaces::one_shot::OneShot;
 
 /// How long one build command may run.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30 * 60);

@@ -165,7 +165,7 @@ pub fn own_user_home(image: &Path) -> Result<(), ImageBuildError> {
         ImageBuildError::Request(format!(
             "setting the owner of /{USER_HOME} in {}: {}",
             image.display(),
-            crate::error_chain(&e)
+            crate::error_chain::error_chain(&e)
         ))
     })
 }

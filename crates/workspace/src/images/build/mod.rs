@@ -64,13 +64,13 @@ pub enum ImageBuildError {
 
 impl ImageBuildError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::ErrorCode {
+    pub fn code(&self) -> crate::code::ErrorCode {
         match self {
             Self::Request(_) | Self::CopySource { .. } | Self::StepFailed { .. } => {
-                crate::ErrorCode::InvalidInput
+                crate::code::ErrorCode::InvalidInput
             }
             Self::Convert(e) => e.code(),
-            Self::Bootstrap { .. } | Self::Io { .. } => crate::ErrorCode::Internal,
+            Self::Bootstrap { .. } | Self::Io { .. } => crate::code::ErrorCode::Internal,
         }
     }
 }

@@ -135,7 +135,7 @@ impl Owners {
         }
         crate::host_tool::debugfs_write(image, &script).map_err(|e| OciError::Tool {
             tool: "debugfs".into(),
-            detail: crate::error_chain(&e),
+            detail: crate::error_chain::error_chain(&e),
         })
     }
 }

@@ -192,7 +192,7 @@ pub fn convert_archive(
 fn tool(name: &str) -> Result<HostTool, OciError> {
     HostTool::new(name).map_err(|e| OciError::Tool {
         tool: name.into(),
-        detail: crate::error_chain(&e),
+        detail: crate::error_chain::error_chain(&e),
     })
 }
 
@@ -201,7 +201,7 @@ fn run(tool: HostTool) -> Result<String, OciError> {
     let name = tool.name().to_owned();
     let out = tool.output().map_err(|e| OciError::Tool {
         tool: name.clone(),
-        detail: crate::error_chain(&e),
+        detail: crate::error_chain::error_chain(&e),
     })?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stderr).trim().to_owned());
@@ -337,7 +337,7 @@ pub(crate) fn mkfs_root_owned(tree: &Path, out: &Path) -> Result<(), OciError> {
     } else {
         HostTool::under("fakeroot", "mkfs.ext4").map_err(|e| OciError::Tool {
             tool: "fakeroot".into(),
-            detail: crate::error_chain(&e),
+            detail: crate::error_chain::error_chain(&e),
         })?
     };
     mkfs_with(tool, tree, out)

@@ -9,8 +9,8 @@ pub(crate) mod owner_watch;
 use std::path::Path;
 
 use super::manager::Workspaces;
+use crate::error::{Error, Result};
 use crate::store::spec::Owner;
-use crate::{Error, Result};
 
 impl Workspaces {
     /// Starts `<program> args...` detached, its stderr appended to `log`;

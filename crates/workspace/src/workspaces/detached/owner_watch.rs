@@ -6,9 +6,9 @@
 
 use std::sync::OnceLock;
 
+use crate::error::{Error, Result};
 use crate::store::spec::Owner;
 use crate::workspaces::manager::{ListFilter, Workspaces};
-use crate::{Error, Result};
 
 /// The subcommand words the watcher runs as, before PID and TICKS.
 pub const WATCH_OWNER_SUBCOMMAND: [&str; 2] = ["serve", "watch-owner"];

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::error::Error;
 use crate::error::Result;
 use crate::host::settings::unique_id;
 use crate::pool::{member_spec, PoolError, POOL_DIR, POOL_NAMESPACE};
@@ -13,7 +14,6 @@ use crate::store::state::State;
 use crate::vmm::control::ControlRequest;
 use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
 use crate::workspaces::manager::Workspaces;
-use crate::Error;
 
 /// How long a new member runs before it is paused: a restored guest
 /// finishes work of its own for seconds after its first command, which a
@@ -224,7 +224,10 @@ impl Workspaces {
             // (the shell, the agent's exec path): paid here, not by the
             // claim's first command.
             view.at(&name)
-                .exec_collect(crate::ExecRequest::argv(["true"]), crate::ExecInput::None)
+                .exec_collect(
+                    crate::guest::exec::ExecRequest::argv(["true"]),
+                    crate::guest::stream::ExecInput::None,
+                )
                 .await?;
             tokio::time::sleep(SETTLE_BEFORE_PAUSE).await;
             view.pause_or_resume(&name, ControlRequest::Pause)?;

@@ -5,10 +5,10 @@
 //! `~/.cache` runs. `task slots` lists them.
 
 use crate::agents::access::may_use;
+use crate::error::{Error, Result};
 use crate::tasks::slots::{self, TaskCache};
 use crate::volumes::{VolumeError, VolumeSource};
 use crate::workspaces::manager::Workspaces;
-use crate::{Error, Result};
 
 impl Workspaces {
     /// The task cache volumes this view may use, with whose they are and
@@ -76,11 +76,12 @@ impl Workspaces {
 mod tests {
 
     use crate::code::ErrorCode;
+    use crate::store::spec::WorkspaceSpec;
     use crate::store::volume_mounts::VolumeMount;
     use crate::tasks::slots::{cache_volume, CACHE_MOUNT};
     use crate::volumes::VolumeSource;
     use crate::workspaces::manager::tests::{fixture, have_mkfs, session, spec};
-    use crate::{WorkspaceSpec, Workspaces};
+    use crate::workspaces::manager::Workspaces;
 
     fn mounting(cache: &str) -> WorkspaceSpec {
         WorkspaceSpec {
@@ -198,7 +199,7 @@ mod tests {
         a.create("mine", mounting(&cache)).unwrap();
         a.workspace("mine")
             .unwrap()
-            .delete(crate::DeleteOptions::default().force(true))
+            .delete(crate::store::spec::DeleteOptions::default().force(true))
             .unwrap();
         a.delete_volume(&cache, false).unwrap();
         assert!(f.ws.volumes().get(&cache).is_err());

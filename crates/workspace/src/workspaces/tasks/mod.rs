@@ -9,6 +9,7 @@ mod caches;
 
 use std::time::{Duration, Instant};
 
+use crate::error::Result;
 use crate::host::settings::now_ms;
 use crate::repos::git;
 use crate::store::repo_checkout::RepoCheckout;
@@ -20,7 +21,6 @@ use crate::tasks::{
     TaskStore, TaskTimings, MAX_DESCRIPTION, SUPERVISE_SUBCOMMAND,
 };
 use crate::workspaces::manager::Workspaces;
-use crate::Result;
 
 /// Memory of a task's workspace unless asked otherwise, MiB: coding
 /// agents are node or python programs.
@@ -254,8 +254,10 @@ impl Workspaces {
         let store = self.tasks();
         self.task_info(id)?;
         let path = store.log_path(id)?;
-        let chunk = read_log(&path, range)
-            .map_err(crate::Error::host_io(format!("reading {}", path.display())))?;
+        let chunk = read_log(&path, range).map_err(crate::error::Error::host_io(format!(
+            "reading {}",
+            path.display()
+        )))?;
         Ok(TaskLogs {
             task_id: id.to_owned(),
             path,
@@ -321,7 +323,7 @@ impl Workspaces {
         }
         if self.at(&info.workspace).get().is_ok() {
             self.at(&info.workspace)
-                .delete(crate::DeleteOptions::default().force(true))?;
+                .delete(crate::store::spec::DeleteOptions::default().force(true))?;
         }
         if delete_ref {
             if let Ok(repo) = self.repos().get(&info.repo) {
