@@ -1,12 +1,19 @@
 //! The tools, one module per family, each its own tool router that
 //! [`crate::MicroagentServer::new`] adds up: [`lifecycle`] (create, start,
-//! stop, halt, delete, list, inspect, logs, events), [`exec`] (exec,
-//! run_code), [`processes`] (background processes), [`files`] (read, write, list, copy in and out), [`file_ops`] (stat,
-//! mkdir, remove, move, edit, find), [`info`]
-//! (images, doctor, contract, cost), [`snapshots`] (take, list, get,
-//! delete, restore, fork), [`volumes`] (create, list, inspect, delete). Every tool calls the workspace library;
-//! this module holds what they share: argument checks, and running the
-//! library's blocking calls off the async runtime.
+//! stop, halt, delete, list, inspect, logs, events), [`run`] (a command in
+//! a one-shot workspace), [`exec`] (exec, run_code), [`processes`]
+//! (background processes), [`files`] (read, write, list, copy in and out),
+//! [`file_ops`] (stat, mkdir, remove, move, edit, find), [`info`] (images,
+//! doctor, contract, cost), [`images`] (inspect, import, pull, search,
+//! delete), [`snapshots`] (take, list, get, delete, restore, fork),
+//! [`volumes`] (create, list, inspect, delete), [`networks`] (network
+//! objects, host networking setup), [`ports`] (publish, list, unpublish),
+//! [`host`] (kernel install and image build, preview then confirm;
+//! servers), [`agents`] (register, list, the session's workspace),
+//! [`browser`] (a headless Chromium in the workspace) and [`repos`]
+//! (allowed repositories, pulls and diffs; tasks). Every tool calls the
+//! workspace library; this module holds what they share: argument checks,
+//! and running the library's blocking calls off the async runtime.
 
 pub mod agents;
 pub mod browser;
