@@ -34,6 +34,7 @@ mod sh;
 mod soak;
 mod test_cmd;
 mod tidy;
+mod tidy_structure;
 
 use anyhow::bail;
 

@@ -15,9 +15,15 @@
 //! the caller can act, a [`Remedy`].
 //!
 //! The code is in folders by concern (docs/architecture.md); the public
-//! modules are the namespaces of one concern each: [`images`], [`host`],
-//! [`network`], [`guest`], [`store`] and [`vmm`]; everything else a
-//! front end needs is at the root.
+//! modules are the namespaces of one concern each: [`host`] (paths,
+//! settings, host plans, kernels, budget), [`store`] (the state directory
+//! and its records), [`network`], [`images`], [`vmm`] (what a VMM process
+//! shares with the client), [`volumes`], [`secrets`], [`repos`] (the
+//! repository allowlist), [`agents`] (MCP sessions' agents), [`pool`]
+//! (pools of ready workspaces), [`tasks`], [`browser`] (a headless
+//! Chromium's pages), [`servers`] (other hosts over SSH), [`guest`] (work
+//! in a running guest) and [`host_tool`] (the one runner of host tools on
+//! outside data); everything else a front end needs is at the root.
 
 #![warn(missing_docs)]
 // Without the `client` feature (the VMM process's build) the helpers only
