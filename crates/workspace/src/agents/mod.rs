@@ -5,15 +5,14 @@
 
 pub mod access;
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 
 use crate::code::ErrorCode;
 use crate::host::settings::{now_ms, unique_id};
 use crate::store::name::{validate_name, NameError};
+use crate::store::records::{RecordError, RecordLayout, RecordStore};
 use crate::store::spec::Owner;
-use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+use crate::store::{StateDir, StoreError};
 
 /// Where the records live in the state directory.
 pub const AGENTS_DIR: &str = "agents";
@@ -63,18 +62,22 @@ pub enum AgentError {
     /// No agent has that id.
     #[error("no agent `{0}`")]
     NotFound(String),
-    /// Reading or writing a record failed.
+    /// Reading or writing the state directory.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Listing or removing records failed.
-    #[error("{what}")]
-    Io {
-        /// Which step.
-        what: String,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading, writing, listing or removing a record failed.
+    #[error(transparent)]
+    Record(RecordError),
+}
+
+impl From<RecordError> for AgentError {
+    fn from(e: RecordError) -> Self {
+        match e {
+            // An id is made here, never typed: one that is no name is no agent.
+            RecordError::Name { name } => AgentError::NotFound(name),
+            e => AgentError::Record(e),
+        }
+    }
 }
 
 impl AgentError {
@@ -84,7 +87,7 @@ impl AgentError {
             Self::Name { .. } | Self::Capabilities => ErrorCode::InvalidInput,
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::Store(e) => e.code(),
-            Self::Io { .. } => ErrorCode::Internal,
+            Self::Record(e) => e.code(),
         }
     }
 }
@@ -92,20 +95,24 @@ impl AgentError {
 /// The agent records of a state directory.
 #[derive(Clone, Debug)]
 pub struct AgentStore {
-    dir: PathBuf,
+    records: RecordStore<AgentInfo>,
 }
 
 impl AgentStore {
     /// The records of `state`.
     pub fn new(state: &StateDir) -> Self {
         Self {
-            dir: state.root().join(AGENTS_DIR),
+            records: RecordStore::new(
+                state.root().join(AGENTS_DIR),
+                RecordLayout::File(".json"),
+                |id| validate_name(id).is_ok(),
+            ),
         }
     }
 
-    fn file(&self, id: &str) -> Result<PathBuf, AgentError> {
-        validate_name(id).map_err(|_| AgentError::NotFound(id.to_owned()))?;
-        Ok(self.dir.join(format!("{id}.json")))
+    #[cfg(test)]
+    fn file(&self, id: &str) -> Result<std::path::PathBuf, AgentError> {
+        Ok(self.records.files().file(id)?)
     }
 
     /// Checks a registration's name and capabilities.
@@ -139,27 +146,21 @@ impl AgentStore {
             workspace,
             server: Owner::this_process(),
         };
-        crate::store::make_private_dir(&self.dir)?;
-        write_json_atomic(&self.file(&info.agent_id)?, &info)?;
+        self.records.put(&info.agent_id, &info)?;
         Ok(info)
     }
 
     /// Agent `id`.
     pub fn get(&self, id: &str) -> Result<AgentInfo, AgentError> {
-        match read_json(&self.file(id)?) {
-            Ok(info) => Ok(info),
-            Err(StoreError::Missing { .. }) => Err(AgentError::NotFound(id.to_owned())),
-            Err(e) => Err(e.into()),
-        }
+        self.records
+            .get(id)?
+            .ok_or_else(|| AgentError::NotFound(id.to_owned()))
     }
 
     /// Every agent whose server still runs, oldest first; the records of
     /// the others go.
     pub fn list(&self) -> Result<Vec<AgentInfo>, AgentError> {
-        let ids = crate::store::json_record_names(&self.dir).map_err(|source| AgentError::Io {
-            what: format!("listing {}", self.dir.display()),
-            source,
-        })?;
+        let ids = self.records.names()?;
         let mut out = Vec::new();
         for id in ids {
             let Ok(info) = self.get(&id) else {
@@ -180,21 +181,15 @@ impl AgentStore {
 
     /// Removes agent `id`'s record (gone already: nothing to do).
     pub fn remove(&self, id: &str) -> Result<(), AgentError> {
-        let file = self.file(id)?;
-        match std::fs::remove_file(&file) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(AgentError::Io {
-                what: format!("removing {}", file.display()),
-                source,
-            }),
-        }
+        self.records.remove(id)?;
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::write_json_atomic;
 
     #[test]
     fn agents_register_list_and_go() {

@@ -14,7 +14,8 @@ use crate::code::ErrorCode;
 use crate::host::settings::now_ms;
 use crate::remedy::Remedy;
 use crate::store::name::{validate_name, NameError};
-use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+use crate::store::records::{RecordError, RecordLayout, RecordStore};
+use crate::store::{StateDir, StoreError};
 
 pub use git::GitError;
 
@@ -83,15 +84,9 @@ pub enum RepoError {
     /// Reading or writing the state directory.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A host file operation failed.
-    #[error("{what}")]
-    Io {
-        /// What was being done, with the path.
-        what: String,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading, writing, listing or removing an allowlist entry failed.
+    #[error(transparent)]
+    Record(#[from] RecordError),
 }
 
 impl RepoError {
@@ -108,7 +103,7 @@ impl RepoError {
             RepoError::AliasTaken { .. } => ErrorCode::Conflict,
             RepoError::Git(e) => e.code(),
             RepoError::Store(e) => e.code(),
-            RepoError::Io { .. } => ErrorCode::Internal,
+            RepoError::Record(e) => e.code(),
         }
     }
 
@@ -169,23 +164,28 @@ pub struct RepoPull {
 /// The allowlist of one state directory.
 #[derive(Clone, Debug)]
 pub struct RepoStore {
-    dir: PathBuf,
+    records: RecordStore<RepoInfo>,
 }
 
 impl RepoStore {
     /// The allowlist of `state`.
     pub fn new(state: &StateDir) -> Self {
         Self {
-            dir: state.root().join(REPOS_DIR),
+            records: RecordStore::new(
+                state.root().join(REPOS_DIR),
+                RecordLayout::File(".json"),
+                |alias| validate_name(alias).is_ok(),
+            ),
         }
     }
 
-    fn entry(&self, alias: &str) -> Result<PathBuf, RepoError> {
+    /// Refuses a bad alias with the rule it breaks (the records would
+    /// refuse it too, without saying which).
+    fn check_alias(alias: &str) -> Result<(), RepoError> {
         validate_name(alias).map_err(|source| RepoError::Alias {
             alias: alias.to_owned(),
             source,
-        })?;
-        Ok(self.dir.join(format!("{alias}.json")))
+        })
     }
 
     /// Allows the git work tree at `path` (its top directory is what is
@@ -217,7 +217,7 @@ impl RepoStore {
                 )));
             }
         }
-        let file = self.entry(&alias)?;
+        Self::check_alias(&alias)?;
         let added = match self.get(&alias) {
             Ok(old) if old.path != top => {
                 return Err(RepoError::AliasTaken {
@@ -229,14 +229,13 @@ impl RepoStore {
             Err(RepoError::NotAllowed(_)) => now_ms(),
             Err(e) => return Err(e),
         };
-        crate::store::make_private_dir(&self.dir)?;
         let info = RepoInfo {
             alias,
             path: top,
             added,
             task_command,
         };
-        write_json_atomic(&file, &info)?;
+        self.records.put(&info.alias, &info)?;
         Ok(info)
     }
 
@@ -252,26 +251,19 @@ impl RepoStore {
                 .find(|r| r.path == top)
                 .ok_or_else(|| RepoError::NotAllowed(alias_or_path.to_owned()));
         }
-        let file = self.entry(alias_or_path)?;
-        if !file.exists() {
-            return Err(RepoError::NotAllowed(alias_or_path.to_owned()));
-        }
-        Ok(read_json(&file)?)
+        Self::check_alias(alias_or_path)?;
+        self.records
+            .get(alias_or_path)?
+            .ok_or_else(|| RepoError::NotAllowed(alias_or_path.to_owned()))
     }
 
     /// Every allowed repository, by alias.
     pub fn list(&self) -> Result<Vec<RepoInfo>, RepoError> {
-        let aliases =
-            crate::store::json_record_names(&self.dir).map_err(|source| RepoError::Io {
-                what: format!("reading {}", self.dir.display()),
-                source,
-            })?;
         let mut out = Vec::new();
-        for alias in aliases {
-            let path = self.dir.join(format!("{alias}.json"));
-            match read_json::<RepoInfo>(&path) {
-                Ok(info) => out.push(info),
-                Err(e) => tracing::warn!("skipping {}: {e}", path.display()),
+        for alias in self.records.names()? {
+            match self.records.get(&alias) {
+                Ok(info) => out.extend(info),
+                Err(e) => tracing::warn!("skipping repository {alias}: {e}"),
             }
         }
         out.sort_by(|a, b| a.alias.cmp(&b.alias));
@@ -282,11 +274,7 @@ impl RepoStore {
     /// repository itself is not touched.
     pub fn remove(&self, alias: &str) -> Result<RepoInfo, RepoError> {
         let info = self.get(alias)?;
-        let file = self.entry(&info.alias)?;
-        std::fs::remove_file(&file).map_err(|source| RepoError::Io {
-            what: format!("removing {}", file.display()),
-            source,
-        })?;
+        self.records.remove(&info.alias)?;
         Ok(info)
     }
 }

@@ -7,15 +7,14 @@
 mod mask;
 pub(crate) mod processes;
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::code::ErrorCode;
-use crate::host::settings::unique_id;
 use crate::remedy::Remedy;
+use crate::store::records::{RecordError, RecordFiles, RecordLayout};
 use crate::store::{StateDir, StoreError};
 
 pub use mask::{MaskStream, SecretMask, MASK};
@@ -56,15 +55,9 @@ pub enum SecretError {
     /// The secrets directory could not be made.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A host file operation failed.
-    #[error("{what}")]
-    Io {
-        /// What was being done, with the path.
-        what: String,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading, writing, listing or removing a secret's file failed.
+    #[error(transparent)]
+    Record(#[from] RecordError),
 }
 
 impl SecretError {
@@ -76,7 +69,7 @@ impl SecretError {
             }
             SecretError::NotFound(_) => ErrorCode::NotFound,
             SecretError::Store(e) => e.code(),
-            SecretError::Io { .. } => ErrorCode::Internal,
+            SecretError::Record(e) => e.code(),
         }
     }
 
@@ -88,11 +81,6 @@ impl SecretError {
             }),
             _ => None,
         }
-    }
-
-    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
-        let what = what.into();
-        move |source| SecretError::Io { what, source }
     }
 }
 
@@ -138,7 +126,7 @@ impl SecretValue {
             return Err(bad("it is empty"));
         }
         if bytes.len() > MAX_SECRET_VALUE {
-            return Err(bad("it is larger than 64 KiB"));
+            return Err(bad(TOO_LARGE));
         }
         if bytes.contains(&0) {
             return Err(bad("it holds a NUL byte"));
@@ -170,6 +158,9 @@ pub struct SecretInfo {
     pub updated_at_ms: u64,
 }
 
+/// Why a value read back is refused when its file is over the bound.
+const TOO_LARGE: &str = "it is larger than 64 KiB";
+
 /// The secrets of one state directory.
 #[derive(Clone, Debug)]
 pub struct SecretStore {
@@ -184,42 +175,30 @@ impl SecretStore {
         }
     }
 
-    fn path(&self, name: &str) -> Result<PathBuf, SecretError> {
-        validate_secret_name(name)?;
-        Ok(self.root.join(name))
+    /// The secrets as files: one each, named as the secret, its value
+    /// all it holds.
+    fn files(&self) -> RecordFiles {
+        RecordFiles::new(&self.root, RecordLayout::File(""), |name| {
+            validate_secret_name(name).is_ok()
+        })
+        .max_bytes(MAX_SECRET_VALUE as u64)
     }
 
     /// Sets secret `name` to `value` (replacing it): written to a 0600
     /// temporary file, synced, then renamed over the old one, so a crash
     /// leaves the old value or the new one.
     pub fn set(&self, name: &str, value: &SecretValue) -> Result<SecretInfo, SecretError> {
-        let path = self.path(name)?;
-        crate::store::make_private_dir(&self.root)?;
-        let tmp = self.root.join(format!(".{name}.tmp-{}", unique_id()));
-        let written = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .create_new(true)
-                .write(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(value.expose().as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            std::fs::File::open(&self.root)?.sync_all()
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(SecretError::io(format!("writing {}", path.display()))(e));
-        }
+        validate_secret_name(name)?;
+        self.files().write(name, value.expose().as_bytes())?;
         self.info(name)
     }
 
     fn info(&self, name: &str) -> Result<SecretInfo, SecretError> {
-        let path = self.path(name)?;
-        let meta = std::fs::metadata(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SecretError::NotFound(name.to_owned()),
-            _ => SecretError::io(format!("reading {}", path.display()))(e),
-        })?;
+        validate_secret_name(name)?;
+        let meta = self
+            .files()
+            .metadata(name)?
+            .ok_or_else(|| SecretError::NotFound(name.to_owned()))?;
         let updated_at_ms = u64::try_from(meta.mtime()).unwrap_or(0) * 1000
             + u64::try_from(meta.mtime_nsec()).unwrap_or(0) / 1_000_000;
         Ok(SecretInfo {
@@ -230,44 +209,35 @@ impl SecretStore {
 
     /// Every secret's name and update time (never a value), by name.
     pub fn list(&self) -> Result<Vec<SecretInfo>, SecretError> {
-        let entries = match std::fs::read_dir(&self.root) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(SecretError::io(format!("reading {}", self.root.display()))(
-                    e,
-                ))
-            }
-        };
-        let mut out: Vec<SecretInfo> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| validate_secret_name(n).is_ok())
-            .filter_map(|n| self.info(&n).ok())
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok(self
+            .files()
+            .names()?
+            .iter()
+            .filter_map(|n| self.info(n).ok())
+            .collect())
     }
 
     /// Removes secret `name`.
     pub fn remove(&self, name: &str) -> Result<SecretInfo, SecretError> {
         let info = self.info(name)?;
-        let path = self.path(name)?;
-        std::fs::remove_file(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SecretError::NotFound(name.to_owned()),
-            _ => SecretError::io(format!("removing {}", path.display()))(e),
-        })?;
+        if !self.files().remove(name)? {
+            return Err(SecretError::NotFound(name.to_owned()));
+        }
         Ok(info)
     }
 
     /// Secret `name`'s value.
     pub fn get(&self, name: &str) -> Result<SecretValue, SecretError> {
-        let path = self.path(name)?;
-        let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SecretError::NotFound(name.to_owned()),
-            _ => SecretError::io(format!("reading {}", path.display()))(e),
-        })?;
-        SecretValue::new(name, bytes)
+        validate_secret_name(name)?;
+        match self.files().read(name) {
+            Ok(Some(bytes)) => SecretValue::new(name, bytes),
+            Ok(None) => Err(SecretError::NotFound(name.to_owned())),
+            Err(RecordError::TooLarge { .. }) => Err(SecretError::Value {
+                name: name.to_owned(),
+                why: TOO_LARGE,
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The values of `names`, in order; the first unknown name fails it.
@@ -288,7 +258,8 @@ impl SecretStore {
         I: IntoIterator<Item = &'a String>,
     {
         for name in names {
-            if !self.path(name)?.is_file() {
+            validate_secret_name(name)?;
+            if !self.files().metadata(name)?.is_some_and(|m| m.is_file()) {
                 return Err(SecretError::NotFound(name.clone()));
             }
         }

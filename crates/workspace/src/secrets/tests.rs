@@ -4,6 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
+use crate::host::settings::unique_id;
 
 struct Scratch(PathBuf);
 

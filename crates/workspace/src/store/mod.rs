@@ -17,6 +17,7 @@ pub mod kept_outputs;
 pub mod name;
 pub mod ports;
 pub mod process;
+pub mod records;
 pub mod repo_checkout;
 pub mod spec;
 pub mod state;
@@ -421,6 +422,24 @@ pub struct WorkspaceLock {
 /// directory, fsync, rename over `path`, fsync of the directory. A crash at
 /// any point leaves either the old file or the new one, never a mix.
 pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
+    let bytes = json_file_bytes(value).map_err(|e| StoreError::Write {
+        path: path.to_owned(),
+        source: std::io::Error::other(e),
+    })?;
+    write_file_atomic(path, &bytes)
+}
+
+/// What [`write_json_atomic`] writes for `value`: pretty JSON and a newline.
+pub(crate) fn json_file_bytes<T: Serialize>(value: &T) -> serde_json::Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec_pretty(value)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// Writes `bytes` to `path` (mode 0600) as [`write_json_atomic`] does: a
+/// temporary file of a name no other writer uses, fsync, rename, fsync of
+/// the directory.
+pub(crate) fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let err = |source| StoreError::Write {
         path: path.to_owned(),
         source,
@@ -430,18 +449,20 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Sto
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{file_name}.tmp{}", std::process::id()));
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| err(std::io::Error::other(e)))?;
+    // Unique per call, not per process: two threads writing one record
+    // must not share a temporary file.
+    let tmp = dir.join(format!(
+        ".{file_name}.tmp{}",
+        crate::host::settings::unique_id()
+    ));
     let result = (|| {
         let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .write(true)
             .mode(0o600)
             .open(&tmp)?;
         share_like(&f, dir)?;
-        f.write_all(&bytes)?;
-        f.write_all(b"\n")?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         File::open(dir)?.sync_all()

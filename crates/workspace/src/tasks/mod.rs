@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::code::ErrorCode;
 use crate::store::file_lock::FileLock;
+use crate::store::records::{RecordError, RecordLayout, RecordStore};
 use crate::store::spec::Owner;
-use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+use crate::store::{StateDir, StoreError};
 
 pub use merge::MergeResult;
 
@@ -63,6 +64,9 @@ pub enum TaskError {
     /// Reading or writing the state directory.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Reading, writing, listing or removing a task's record failed.
+    #[error(transparent)]
+    Record(RecordError),
     /// A host file operation failed.
     #[error("{what}")]
     Io {
@@ -82,6 +86,7 @@ impl TaskError {
             TaskError::Invalid(_) => ErrorCode::InvalidInput,
             TaskError::NoSlot(_) | TaskError::Running(_) => ErrorCode::Conflict,
             TaskError::Store(e) => e.code(),
+            TaskError::Record(e) => e.code(),
             TaskError::Io { .. } => ErrorCode::Internal,
         }
     }
@@ -89,6 +94,16 @@ impl TaskError {
     pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let what = what.into();
         move |source| TaskError::Io { what, source }
+    }
+}
+
+impl From<RecordError> for TaskError {
+    fn from(e: RecordError) -> Self {
+        match e {
+            // Ids are made here, never typed: one that is no id is no task.
+            RecordError::Name { name } => TaskError::NotFound(name),
+            e => TaskError::Record(e),
+        }
     }
 }
 
@@ -328,31 +343,35 @@ pub struct TaskLogs {
 /// The task records of one state directory.
 #[derive(Clone, Debug)]
 pub struct TaskStore {
-    dir: PathBuf,
+    records: RecordStore<TaskInfo>,
+}
+
+/// Whether `id` may be a task's id (and so a folder's name).
+fn is_task_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 impl TaskStore {
-    /// The tasks of `state`.
+    /// The tasks of `state`: a folder each, its record `task.json`, which
+    /// updates lock with `task.lock`.
     pub fn new(state: &StateDir) -> Self {
         Self {
-            dir: state.root().join(TASKS_DIR),
+            records: RecordStore::new(
+                state.root().join(TASKS_DIR),
+                RecordLayout::Folder("task.json"),
+                is_task_id,
+            ),
         }
     }
 
     /// The tasks directory.
     pub fn root(&self) -> &Path {
-        &self.dir
+        self.records.dir()
     }
 
     /// Task `id`'s directory (whether or not it exists).
     pub fn dir(&self, id: &str) -> Result<PathBuf, TaskError> {
-        let ok = !id.is_empty()
-            && id.len() <= 64
-            && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !ok {
-            return Err(TaskError::NotFound(id.to_owned()));
-        }
-        Ok(self.dir.join(id))
+        Ok(self.records.files().home(id)?)
     }
 
     /// The command log of task `id`.
@@ -367,27 +386,21 @@ impl TaskStore {
 
     /// The lock every change of the set of tasks takes (slot choice).
     pub fn lock_all(&self) -> Result<FileLock, TaskError> {
-        crate::store::make_private_dir(&self.dir)?;
-        let path = self.dir.join("tasks.lock");
+        crate::store::make_private_dir(self.root())?;
+        let path = self.root().join("tasks.lock");
         FileLock::exclusive(&path).map_err(TaskError::io(format!("locking {}", path.display())))
     }
 
     /// Writes a new task's record.
     pub fn insert(&self, info: &TaskInfo) -> Result<(), TaskError> {
-        let dir = self.dir(&info.task_id)?;
-        crate::store::make_private_dir(&self.dir)?;
-        crate::store::make_private_dir(&dir)?;
-        write_json_atomic(&dir.join("task.json"), info)?;
-        Ok(())
+        Ok(self.records.put(&info.task_id, info)?)
     }
 
     /// Task `id`.
     pub fn get(&self, id: &str) -> Result<TaskInfo, TaskError> {
-        let file = self.dir(id)?.join("task.json");
-        if !file.exists() {
-            return Err(TaskError::NotFound(id.to_owned()));
-        }
-        Ok(read_json(&file)?)
+        self.records
+            .get(id)?
+            .ok_or_else(|| TaskError::NotFound(id.to_owned()))
     }
 
     /// Changes task `id` under its lock; returns it as changed.
@@ -396,28 +409,15 @@ impl TaskStore {
         id: &str,
         change: impl FnOnce(&mut TaskInfo),
     ) -> Result<TaskInfo, TaskError> {
-        let dir = self.dir(id)?;
-        let _lock = FileLock::exclusive(&dir.join("task.lock"))
-            .map_err(TaskError::io(format!("locking task {id}")))?;
-        let mut info = self.get(id)?;
-        change(&mut info);
-        write_json_atomic(&dir.join("task.json"), &info)?;
-        Ok(info)
+        self.records
+            .update(id, change)?
+            .ok_or_else(|| TaskError::NotFound(id.to_owned()))
     }
 
     /// Every task, oldest first.
     pub fn list(&self) -> Result<Vec<TaskInfo>, TaskError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(TaskError::io(format!("reading {}", self.dir.display()))(e)),
-        };
         let mut out = Vec::new();
-        for entry in entries.flatten() {
-            if !entry.path().is_dir() {
-                continue;
-            }
-            let id = entry.file_name().to_string_lossy().into_owned();
+        for id in self.records.names()? {
             match self.get(&id) {
                 Ok(info) => out.push(info),
                 Err(e) => tracing::warn!("skipping task {id}: {e}"),
@@ -427,10 +427,10 @@ impl TaskStore {
         Ok(out)
     }
 
-    /// Removes task `id`'s record and logs.
+    /// Removes task `id`'s record and logs (gone already: nothing to do).
     pub fn remove(&self, id: &str) -> Result<(), TaskError> {
-        let dir = self.dir(id)?;
-        std::fs::remove_dir_all(&dir).map_err(TaskError::io(format!("removing {}", dir.display())))
+        self.records.remove(id)?;
+        Ok(())
     }
 }
 

@@ -16,9 +16,10 @@ use crate::code::ErrorCode;
 use crate::host::settings::{now_ms, unique_id};
 use crate::remedy::Remedy;
 use crate::store::name::{validate_full_name, NameError};
+use crate::store::records::{RecordError, RecordLayout, RecordStore};
 use crate::store::volume_mounts::VolumeMount;
 use crate::store::workspace_dir::WorkspaceDir;
-use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+use crate::store::{write_json_atomic, StateDir, StoreError};
 
 pub use export::{ExportLimits, RefusedEntry, EXPORT_MAX_DEPTH, EXPORT_MAX_ENTRIES, REFUSED_SHOWN};
 pub use make::VolumeSource;
@@ -97,6 +98,9 @@ pub enum VolumeError {
     /// Reading or writing the state directory.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Reading, listing or removing a volume's record failed.
+    #[error(transparent)]
+    Record(#[from] RecordError),
     /// A host file operation failed.
     #[error("{what}")]
     Io {
@@ -121,6 +125,7 @@ impl VolumeError {
             VolumeError::Exists(_) | VolumeError::InUse { .. } => ErrorCode::Conflict,
             VolumeError::Tool { .. } => ErrorCode::HostUnsupported,
             VolumeError::Store(e) => e.code(),
+            VolumeError::Record(e) => e.code(),
             VolumeError::Io { .. } => ErrorCode::Internal,
         }
     }
@@ -218,15 +223,24 @@ pub struct VolumeExport {
 /// The volumes of one state directory.
 #[derive(Clone, Debug)]
 pub struct VolumeStore {
-    root: PathBuf,
+    records: RecordStore<VolumeRecord>,
 }
 
 impl VolumeStore {
     /// The volumes of `state`.
     pub fn new(state: &StateDir) -> Self {
         Self {
-            root: state.root().join(VOLUMES_DIR),
+            records: RecordStore::new(
+                state.root().join(VOLUMES_DIR),
+                RecordLayout::Folder(VOLUME_RECORD),
+                |name| validate_full_name(name).is_ok(),
+            ),
         }
+    }
+
+    /// The volumes directory.
+    fn root(&self) -> &Path {
+        self.records.dir()
     }
 
     fn dir(&self, name: &str) -> Result<PathBuf, VolumeError> {
@@ -234,7 +248,7 @@ impl VolumeStore {
             name: name.to_owned(),
             source,
         })?;
-        Ok(self.root.join(name))
+        Ok(self.root().join(name))
     }
 
     /// The disk of volume `name` (whether or not it exists).
@@ -266,8 +280,8 @@ impl VolumeStore {
         if dir.exists() {
             return Err(VolumeError::Exists(name.to_owned()));
         }
-        crate::store::make_private_dir(&self.root)?;
-        let work = self.root.join(format!(".new-{name}-{}", unique_id()));
+        crate::store::make_private_dir(self.root())?;
+        let work = self.root().join(format!(".new-{name}-{}", unique_id()));
         let made = (|| {
             crate::store::make_private_dir(&work)?;
             let size_mib = make::make(&work, &work.join(VOLUME_DISK), size_mib, source)?;
@@ -298,11 +312,10 @@ impl VolumeStore {
     /// Volume `name`, without its holders.
     pub fn get(&self, name: &str) -> Result<VolumeInfo, VolumeError> {
         let dir = self.dir(name)?;
-        let record_path = dir.join(VOLUME_RECORD);
-        if !record_path.exists() {
-            return Err(VolumeError::NotFound(name.to_owned()));
-        }
-        let record: VolumeRecord = read_json(&record_path)?;
+        let record = self
+            .records
+            .get(name)?
+            .ok_or_else(|| VolumeError::NotFound(name.to_owned()))?;
         let used_bytes = std::fs::metadata(dir.join(VOLUME_DISK))
             .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
             .map_err(VolumeError::io(format!("reading {}", dir.display())))?;
@@ -319,23 +332,12 @@ impl VolumeStore {
 
     /// Every volume, by name (unreadable ones are skipped).
     pub fn list(&self) -> Result<Vec<VolumeInfo>, VolumeError> {
-        let entries = match std::fs::read_dir(&self.root) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(VolumeError::io(format!("reading {}", self.root.display()))(
-                    e,
-                ))
-            }
-        };
-        let mut out: Vec<VolumeInfo> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| !n.starts_with('.'))
-            .filter_map(|n| self.get(&n).ok())
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok(self
+            .records
+            .names()?
+            .iter()
+            .filter_map(|n| self.get(n).ok())
+            .collect())
     }
 
     /// Removes volume `name`; `holders` are the workspaces that mount it
@@ -348,11 +350,7 @@ impl VolumeStore {
                 holders,
             });
         }
-        let dir = self.dir(name)?;
-        let doomed = self.root.join(format!(".gone-{name}-{}", unique_id()));
-        std::fs::rename(&dir, &doomed)
-            .map_err(VolumeError::io(format!("removing {}", dir.display())))?;
-        let _ = std::fs::remove_dir_all(&doomed);
+        self.records.remove(name)?;
         Ok(info)
     }
 
@@ -375,7 +373,7 @@ impl VolumeStore {
         limits: ExportLimits,
     ) -> Result<VolumeExport, VolumeError> {
         self.get(name)?;
-        let work = self.root.join(format!(".export-{name}-{}", unique_id()));
+        let work = self.root().join(format!(".export-{name}-{}", unique_id()));
         crate::store::make_private_dir(&work)?;
         let result = export::export(&self.disk(name)?, &work, to, limits);
         let _ = std::fs::remove_dir_all(&work);
