@@ -97,6 +97,9 @@ pub enum ServerError {
     /// Reading or writing the state directory.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Reading, writing, listing or removing a server's record failed.
+    #[error(transparent)]
+    Record(#[from] crate::store::records::RecordError),
     /// A state file operation failed.
     #[error("{what}")]
     Io {
@@ -123,6 +126,7 @@ impl ServerError {
             | ServerError::AnswerTooLarge { .. } => ErrorCode::Internal,
             ServerError::NoRoom(_) => ErrorCode::Conflict,
             ServerError::Store(e) => e.code(),
+            ServerError::Record(e) => e.code(),
         }
     }
 }

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::spec::{check_server_name, ServerSpec, LOCAL_SERVER};
 use super::ServerError;
-use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
+use crate::store::name::validate_full_name;
+use crate::store::records::{RecordLayout, RecordStore};
+use crate::store::StateDir;
 
 /// The servers folder of the state directory.
 const SERVERS_DIR: &str = "servers";
@@ -34,20 +36,29 @@ pub struct PlacedWorkspace {
 /// The servers of a state directory and their placements.
 #[derive(Clone, Debug)]
 pub struct ServerRegistry {
-    root: PathBuf,
+    servers: RecordStore<ServerSpec>,
+    placed: RecordStore<PlacedWorkspace>,
 }
 
 impl ServerRegistry {
     /// The servers of `state`.
     pub fn new(state: &StateDir) -> Self {
+        let root = state.root().join(SERVERS_DIR);
         Self {
-            root: state.root().join(SERVERS_DIR),
+            placed: RecordStore::new(
+                root.join(PLACED_DIR),
+                RecordLayout::File(".json"),
+                |workspace| validate_full_name(workspace).is_ok(),
+            ),
+            servers: RecordStore::new(root, RecordLayout::File(".json"), |name| {
+                check_server_name(name).is_ok()
+            }),
         }
     }
 
     /// Where ssh keeps this state directory's shared connections.
     pub fn control_dir(&self) -> PathBuf {
-        self.root.join("ssh")
+        self.servers.dir().join("ssh")
     }
 
     /// `ssh` to `spec` running the shell line `remote` over this state
@@ -62,68 +73,33 @@ impl ServerRegistry {
         Ok(super::ssh::command(spec, &self.control_dir(), remote, tty))
     }
 
-    fn file(&self, name: &str) -> PathBuf {
-        self.root.join(format!("{name}.json"))
-    }
-
     /// Adds `spec`; CONFLICT when the name is taken.
     pub fn add(&self, spec: &ServerSpec) -> Result<(), ServerError> {
         spec.check()?;
-        crate::store::make_private_dir(&self.root)?;
-        let file = self.file(&spec.name);
-        let tmp = self
-            .root
-            .join(format!(".new-{}-{}", spec.name, std::process::id()));
-        write_json_atomic(&tmp, spec)?;
-        // A hard link fails when the name exists: the add is atomic.
-        let linked = std::fs::hard_link(&tmp, &file);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                Err(ServerError::Exists(spec.name.clone()))
-            }
-            Err(source) => Err(ServerError::Io {
-                what: format!("writing {}", file.display()),
-                source,
-            }),
+        if !self.servers.create(&spec.name, spec)? {
+            return Err(ServerError::Exists(spec.name.clone()));
         }
+        Ok(())
     }
 
     /// Server `name`.
     pub fn get(&self, name: &str) -> Result<ServerSpec, ServerError> {
+        // This host is no record: asking for it finds none.
         if name != LOCAL_SERVER {
             check_server_name(name)?;
+            if let Some(spec) = self.servers.get(name)? {
+                return Ok(spec);
+            }
         }
-        match read_json(&self.file(name)) {
-            Ok(spec) => Ok(spec),
-            Err(StoreError::Missing { .. }) => Err(ServerError::NotFound(name.to_owned())),
-            Err(e) => Err(e.into()),
-        }
+        Err(ServerError::NotFound(name.to_owned()))
     }
 
     /// Every server, by name.
     pub fn list(&self) -> Result<Vec<ServerSpec>, ServerError> {
-        let entries = match std::fs::read_dir(&self.root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(ServerError::Io {
-                    what: format!("reading {}", self.root.display()),
-                    source,
-                })
-            }
-        };
         let mut specs = Vec::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(server) = name.strip_suffix(".json") {
-                if check_server_name(server).is_ok() {
-                    specs.push(self.get(server)?);
-                }
-            }
+        for name in self.servers.names()? {
+            specs.push(self.get(&name)?);
         }
-        specs.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(specs)
     }
 
@@ -142,15 +118,8 @@ impl ServerRegistry {
                 workspaces: placed,
             });
         }
-        std::fs::remove_file(self.file(name)).map_err(|source| ServerError::Io {
-            what: format!("removing server {name}"),
-            source,
-        })?;
+        self.servers.remove(name)?;
         Ok(spec)
-    }
-
-    fn placed_file(&self, workspace: &str) -> PathBuf {
-        self.root.join(PLACED_DIR).join(format!("{workspace}.json"))
     }
 
     /// Records that `workspace` lives on `server`, created by `agent`'s
@@ -161,58 +130,39 @@ impl ServerRegistry {
         server: &str,
         agent: Option<&str>,
     ) -> Result<(), ServerError> {
-        crate::store::name::validate_full_name(workspace)
-            .map_err(|e| ServerError::Invalid(e.to_string()))?;
-        crate::store::make_private_dir(&self.root.join(PLACED_DIR))?;
+        validate_full_name(workspace).map_err(|e| ServerError::Invalid(e.to_string()))?;
         let placement = PlacedWorkspace {
             workspace: workspace.to_owned(),
             server: server.to_owned(),
             agent: agent.map(str::to_owned),
         };
-        write_json_atomic(&self.placed_file(workspace), &placement)?;
+        self.placed.put(workspace, &placement)?;
         Ok(())
     }
 
     /// Where `workspace` lives, when on a remote server.
     pub fn placement(&self, workspace: &str) -> Result<Option<PlacedWorkspace>, ServerError> {
-        if crate::store::name::validate_full_name(workspace).is_err() {
+        if validate_full_name(workspace).is_err() {
             return Ok(None);
         }
-        match read_json(&self.placed_file(workspace)) {
-            Ok(placement) => Ok(Some(placement)),
-            Err(StoreError::Missing { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.placed.get(workspace)?)
     }
 
-    /// Forgets where `workspace` lived (it was deleted there).
+    /// Forgets where `workspace` lived (it was deleted there). A name no
+    /// workspace can have was never placed.
     pub fn unplace(&self, workspace: &str) -> Result<(), ServerError> {
-        match std::fs::remove_file(self.placed_file(workspace)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(ServerError::Io {
-                what: format!("forgetting where {workspace} lives"),
-                source,
-            }),
+        if validate_full_name(workspace).is_ok() {
+            self.placed.remove(workspace)?;
         }
+        Ok(())
     }
 
     /// Every placement.
     pub fn placements(&self) -> Result<Vec<PlacedWorkspace>, ServerError> {
-        let dir = self.root.join(PLACED_DIR);
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Ok(Vec::new());
-        };
         let mut all = Vec::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(workspace) = name.strip_suffix(".json") {
-                if let Some(p) = self.placement(workspace)? {
-                    all.push(p);
-                }
-            }
+        for workspace in self.placed.names()? {
+            all.extend(self.placement(&workspace)?);
         }
-        all.sort_by(|a, b| a.workspace.cmp(&b.workspace));
         Ok(all)
     }
 }
