@@ -263,7 +263,7 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode
                 allow: allow.clone(),
                 allow_peers: *allow_peers,
             };
-            let info = ws.create_network(name, &req)?;
+            let info = ws.networks().create(name, &req)?;
             print_one(&info, json);
             if !json && req.backend == Backend::Tap {
                 eprintln!(
@@ -278,7 +278,7 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode
             no_allow,
         } => policy(ws, workspace, *egress, allow, *no_allow, json)?,
         NetworkCommand::Ls => {
-            let all = ws.list_networks()?;
+            let all = ws.networks().list()?;
             if json {
                 output::json(&all);
             } else {
@@ -289,9 +289,9 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode
                 );
             }
         }
-        NetworkCommand::Inspect { name } => print_one(&ws.inspect_network(name)?, json),
+        NetworkCommand::Inspect { name } => print_one(&ws.networks().inspect(name)?, json),
         NetworkCommand::Rm { name } => {
-            let info = ws.delete_network(name, false)?;
+            let info = ws.networks().delete(name, false)?;
             if json {
                 output::json(&info);
             } else {
@@ -299,10 +299,14 @@ pub fn run(ws: &Workspaces, cmd: &NetworkCommand, json: bool) -> Result<ExitCode
             }
         }
         NetworkCommand::Setup { confirm } => {
-            print_change(&ws.network_setup(confirm.as_deref())?, "setup", json);
+            print_change(&ws.networks().setup(confirm.as_deref())?, "setup", json);
         }
         NetworkCommand::Teardown { confirm } => {
-            print_change(&ws.network_teardown(confirm.as_deref())?, "teardown", json);
+            print_change(
+                &ws.networks().teardown(confirm.as_deref())?,
+                "teardown",
+                json,
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -43,7 +43,7 @@ impl MicroagentServer {
             allow_peers: p.allow_peers,
         };
         let network = self
-            .on_workspace(&p.name, move |ws, name| ws.create_network(name, &req))
+            .on_workspace(&p.name, move |ws, name| ws.networks().create(name, &req))
             .await?;
         Ok(Out(NetworkResult { network }))
     }
@@ -106,7 +106,7 @@ impl MicroagentServer {
         &self,
         Parameters(_): Parameters<ListNetworksParams>,
     ) -> ToolResult<NetworkListResult> {
-        let networks = self.blocking(|ws| Ok(ws.list_networks()?)).await?;
+        let networks = self.blocking(|ws| Ok(ws.networks().list()?)).await?;
         Ok(Out(NetworkListResult { networks }))
     }
 
@@ -127,7 +127,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<NetworkNameParams>,
     ) -> ToolResult<NetworkResult> {
         let network = self
-            .on_workspace(&p.name, |ws, name| ws.inspect_network(name))
+            .on_workspace(&p.name, |ws, name| ws.networks().inspect(name))
             .await?;
         Ok(Out(NetworkResult { network }))
     }
@@ -150,7 +150,7 @@ impl MicroagentServer {
     ) -> ToolResult<NetworkDeleteResult> {
         let preview = p.preview;
         let network = self
-            .on_workspace(&p.name, move |ws, name| ws.delete_network(name, preview))
+            .on_workspace(&p.name, move |ws, name| ws.networks().delete(name, preview))
             .await?;
         Ok(Out(NetworkDeleteResult {
             preview,
@@ -190,9 +190,9 @@ impl MicroagentServer {
             .blocking(move |ws| {
                 let token = p.confirm_token.as_deref();
                 Ok(if p.teardown {
-                    ws.network_teardown(token)?
+                    ws.networks().teardown(token)?
                 } else {
-                    ws.network_setup(token)?
+                    ws.networks().setup(token)?
                 })
             })
             .await?;

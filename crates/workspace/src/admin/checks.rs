@@ -292,7 +292,7 @@ fn budget_check(state: &StateDir) -> Check {
 /// Whether `tap` networks can work here: TAP devices, nftables, dnsmasq,
 /// the right to use them, and whether the host setup matches the networks.
 fn tap_check(state: &StateDir) -> Check {
-    use crate::network::{setup, Backend, Networks};
+    use crate::network::{setup, Backend, NetworkStore};
     let mut missing: Vec<&str> = ["ip", "nft", "dnsmasq"]
         .into_iter()
         .filter(|t| crate::host::settings::host_tool(t).is_none())
@@ -301,7 +301,7 @@ fn tap_check(state: &StateDir) -> Check {
         missing.push("/dev/net/tun");
     }
     let admin = crate::host::plan::has_cap_net_admin();
-    let nets = Networks::new(state).list().unwrap_or_default();
+    let nets = NetworkStore::new(state).list().unwrap_or_default();
     let taps: Vec<String> = nets
         .iter()
         .filter(|n| n.backend == Some(Backend::Tap))

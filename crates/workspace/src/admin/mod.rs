@@ -1,7 +1,6 @@
 //! Operations on the host that orchestrate workspaces: image builds
 //! (`image_build`) and kernel installs (`kernel_install`), each of which
-//! boots a throwaway workspace; host setup (`host_setup`), network objects
-//! and host networking (`networks`), the doctor's checks (`checks`), each
+//! boots a throwaway workspace; host setup (`host_setup`), the doctor's checks (`checks`), each
 //! server's report and placement (`server_reports`), a create or command
 //! on a remote server (`remote_ops`), and tasks' supervisors, which boot a workspace per task (`task_run`).
 //! Their records and plans live in their concerns' folders (`host`,
@@ -11,7 +10,6 @@ pub(crate) mod checks;
 pub(crate) mod host_setup;
 pub(crate) mod image_build;
 pub(crate) mod kernel_install;
-pub(crate) mod networks;
 pub(crate) mod remote_ops;
 pub(crate) mod server_reports;
 pub(crate) mod task_run;

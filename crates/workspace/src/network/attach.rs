@@ -91,7 +91,7 @@ pub fn attach(
     spec: &WorkspaceSpec,
     run_as: Option<(u32, u32)>,
 ) -> Result<Option<Attachment>, NetworkError> {
-    let net = super::Networks::new(state).get(&spec.network)?;
+    let net = super::NetworkStore::new(state).get(&spec.network)?;
     let Some(addressing) = addressing(&net, spec) else {
         return Ok(None);
     };
@@ -140,7 +140,7 @@ pub fn attach(
 /// Checks before a start what the VMM process would find missing: the
 /// network, and a `tap` network's bridge.
 pub fn preflight(state: &StateDir, spec: &WorkspaceSpec) -> Result<(), NetworkError> {
-    let net = super::Networks::new(state).get(&spec.network)?;
+    let net = super::NetworkStore::new(state).get(&spec.network)?;
     let Some(bridge) = net.bridge() else {
         return Ok(());
     };
@@ -221,7 +221,7 @@ fn ensure_tap(
 
 /// Removes a workspace's TAP device, if it has one (at delete).
 pub fn remove_tap(state: &StateDir, spec: &WorkspaceSpec) {
-    let Ok(net) = super::Networks::new(state).get(&spec.network) else {
+    let Ok(net) = super::NetworkStore::new(state).get(&spec.network) else {
         return;
     };
     if let Some(tap) = spec.address.and_then(|a| tap_name(&net, a)) {

@@ -20,6 +20,8 @@ pub mod attach;
 pub mod nft;
 pub mod objects;
 pub mod passt_build;
+#[cfg(feature = "client")]
+pub mod service;
 pub mod setup;
 pub mod user_filter;
 
@@ -27,8 +29,10 @@ pub use crate::store::egress::{AllowEntry, Egress};
 pub use crate::store::subnet::Subnet;
 pub use objects::{
     Addressing, Backend, GuestNetwork, Network, NetworkError, NetworkInfo, NetworkRequest,
-    Networks, NetworksLock,
+    NetworkStore, NetworksLock,
 };
+#[cfg(feature = "client")]
+pub use service::{NetworkUsers, Networks};
 
 /// The name guests reach the host's loopback by, where the network allows.
 pub const HOST_ALIAS: &str = "host.microagent.internal";
@@ -44,7 +48,7 @@ pub const USER_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 pub const PASST_LOG: &str = "passt.log";
 
 /// Checks the form of a network name a workspace asks for (whether it
-/// exists is checked against [`Networks`] at create).
+/// exists is checked against [`NetworkStore`] at create).
 pub fn validate_network(name: &str) -> Result<(), NetworkError> {
     crate::store::name::validate_network_name(name)
         .map_err(|e| NetworkError::Invalid(format!("network name `{name}`: {e}")))

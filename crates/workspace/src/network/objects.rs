@@ -341,7 +341,7 @@ impl Network {
 }
 
 /// Checks a request on its own (overlaps with other networks are checked
-/// by [`Networks::create`]).
+/// by [`NetworkStore::create`]).
 pub fn validate_request(req: &NetworkRequest) -> Result<(), NetworkError> {
     let bad = |m: String| Err(NetworkError::Invalid(m));
     if let Some(s) = req.subnet {
@@ -404,11 +404,11 @@ pub fn check_new(name: &str, req: &NetworkRequest) -> Result<(), NetworkError> {
 
 /// The networks of a state directory.
 #[derive(Clone, Debug)]
-pub struct Networks {
+pub struct NetworkStore {
     dir: PathBuf,
 }
 
-impl Networks {
+impl NetworkStore {
     /// The networks recorded in `state`.
     pub fn new(state: &StateDir) -> Self {
         Self {
@@ -492,7 +492,7 @@ impl Networks {
         Ok(out)
     }
 
-    /// Records a new network. The caller holds [`Networks::lock`] (so two
+    /// Records a new network. The caller holds [`NetworkStore::lock`] (so two
     /// creates cannot take one subnet or index).
     pub fn create(
         &self,
@@ -664,7 +664,7 @@ mod tests {
     #[test]
     fn builtins_are_listed_and_cannot_be_made_or_removed() {
         let (state, root) = temp_state();
-        let nets = Networks::new(&state);
+        let nets = NetworkStore::new(&state);
         let names: Vec<String> = nets.list().unwrap().into_iter().map(|n| n.name).collect();
         assert_eq!(names, ["user", "none"]);
         assert!(matches!(
@@ -682,7 +682,7 @@ mod tests {
     #[test]
     fn tap_networks_get_their_own_index_and_subnet() {
         let (state, root) = temp_state();
-        let nets = Networks::new(&state);
+        let nets = NetworkStore::new(&state);
         let a = nets.create("a", &tap(Egress::All, &[]), 1).unwrap();
         let b = nets.create("b", &tap(Egress::None, &[]), 2).unwrap();
         assert_eq!((a.index, b.index), (0, 1));
@@ -718,7 +718,7 @@ mod tests {
     #[test]
     fn a_network_in_use_is_not_removed() {
         let (state, root) = temp_state();
-        let nets = Networks::new(&state);
+        let nets = NetworkStore::new(&state);
         nets.create("corp", &tap(Egress::All, &[]), 1).unwrap();
         let err = nets.remove("corp", vec!["dev".into()]).unwrap_err();
         assert!(matches!(err, NetworkError::InUse { .. }));

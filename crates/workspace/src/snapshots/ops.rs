@@ -478,7 +478,7 @@ impl Workspaces {
             copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes(), true)?;
             // Host ports belong to one workspace: a fork publishes none; on
             // a tap network it takes an address of its own.
-            let (_network, spec) = self.place_on_network(self.owned_by_caller(WorkspaceSpec {
+            let (_network, spec) = self.networks().place(self.owned_by_caller(WorkspaceSpec {
                 ports: Vec::new(),
                 volumes,
                 ..spec

@@ -89,7 +89,7 @@ impl Workspaces {
     pub(crate) fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
         let image = self.images().get(&spec.image)?;
         let variant = self.images().kernel_variant();
-        let net = crate::network::Networks::new(self.state_dir()).get(&spec.network)?;
+        let net = crate::network::NetworkStore::new(self.state_dir()).get(&spec.network)?;
         // Each guest on a tap network has an address of its own, which a
         // restored guest takes from the VMM: one warm snapshot serves all
         // tap networks.

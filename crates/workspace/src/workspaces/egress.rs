@@ -25,7 +25,7 @@ impl Workspace<'_> {
         let mut spec = meta.spec.clone();
         spec.egress = egress;
         spec.allow = allow;
-        let net = all.networks().get(&spec.network)?;
+        let net = all.networks().store().get(&spec.network)?;
         crate::network::user_filter::validate_workspace_policy(&net, &spec)?;
         if meta.state.has_vmm() {
             let (egress, allow) = crate::network::attach::policy(&net, &spec);

@@ -121,7 +121,7 @@ impl Workspace<'_> {
                 .map(|r| now.saturating_sub(r.started_at_ms)),
             dir: ws.path().to_owned(),
             disk_used_bytes,
-            network: all.guest_network(&meta),
+            network: all.networks().guest(&meta),
             refused,
             meta,
         })

@@ -263,7 +263,7 @@ impl Workspaces {
             self.volumes().get(&m.name)?;
         }
         let image: ImageInfo = self.images.get(&spec.image)?;
-        let (_network, mut spec) = self.place_on_network(spec)?;
+        let (_network, mut spec) = self.networks().place(spec)?;
         if let Some(asked) = &spec.repo {
             let (_, checkout) = self.resolve_checkout(asked, &image)?;
             spec.repo = Some(checkout);

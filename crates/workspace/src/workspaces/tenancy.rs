@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use crate::agents::access::{may_use, Caller};
 use crate::error::{Error, Result};
+use crate::network::service::{NetworkUsers, Networks};
 use crate::store::name::{full_name, validate_namespace, ALL_NAMESPACES};
 use crate::store::spec::{Meta, WorkspaceSpec};
-use crate::store::StoreError;
+use crate::store::{StateDir, StoreError};
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::{ListFilter, Workspaces};
 
@@ -62,6 +63,12 @@ impl Workspaces {
         host.namespace = ALL_NAMESPACES.to_owned();
         host.caller = None;
         host.list(filter)
+    }
+
+    /// The networks of this state directory: their records, the
+    /// workspaces on each, and the host setup they need.
+    pub fn networks(&self) -> Networks<'_, Self> {
+        Networks::new(self)
     }
 
     /// The full name `name` means here.
@@ -185,6 +192,26 @@ impl Workspace<'_> {
         }
         all.dir(name)?.write_meta(&meta)?;
         Ok(meta)
+    }
+}
+
+impl NetworkUsers for Workspaces {
+    type Error = Error;
+
+    fn network_state(&self) -> &StateDir {
+        self.state_dir()
+    }
+
+    fn network_users(&self) -> Result<Vec<(String, WorkspaceSpec)>> {
+        Ok(self
+            .list_everywhere(&ListFilter::default())?
+            .into_iter()
+            .map(|m| (m.name, m.spec))
+            .collect())
+    }
+
+    fn host_io_error(what: String, source: std::io::Error) -> Error {
+        Error::HostIo { what, source }
     }
 }
 

@@ -189,7 +189,7 @@ impl Workspaces {
     async fn add_member(&self, image: &str) -> Result<()> {
         self.check_poolable()?;
         let spec = member_spec(image);
-        let net = crate::network::Networks::new(&self.state).get(&spec.network)?;
+        let net = crate::network::NetworkStore::new(&self.state).get(&spec.network)?;
         if net.backend != Some(crate::network::Backend::User) {
             return Err(PoolError::Network {
                 network: spec.network,

@@ -1,22 +1,68 @@
-//! Networks through [`Workspaces`]: create, list, inspect and delete them
-//! (a network in use is kept), place a new workspace on its network, and
-//! set up or tear down the host's networking (preview-then-confirm).
+//! The network calls the collection hands out (`ws.networks()`): create,
+//! list, inspect and delete networks (a network in use is kept), place a
+//! new workspace on its network, and set up or tear down the host's
+//! networking (preview-then-confirm).
+//!
+//! The workspaces that use a network are above this folder, so the calls
+//! reach them through [`NetworkUsers`], which the collection implements;
+//! the calls return the collection's error.
 
-use crate::network::setup::HostChange;
-use crate::network::{GuestNetwork, NetworkInfo};
+use std::path::PathBuf;
 
-use crate::error::Result;
+use crate::host::confirm::{ConfirmError, Confirmer};
+use crate::host::plan::{Plan, PlanError, Preview};
 use crate::host::settings::now_ms;
+use crate::network::objects::{check_new, NETWORKS_DIR};
+use crate::network::setup::{self, HostChange};
 use crate::network::{
-    setup, Backend, Network, NetworkError, NetworkRequest, Networks, NetworksLock,
+    Backend, GuestNetwork, Network, NetworkError, NetworkInfo, NetworkRequest, NetworkStore,
+    NetworksLock,
 };
-use crate::store::spec::WorkspaceSpec;
-use crate::workspaces::manager::{ListFilter, Workspaces};
+use crate::store::spec::{Meta, WorkspaceSpec};
+use crate::store::{StateDir, StoreError};
 
-impl Workspaces {
+/// What the network calls need from the workspaces above them.
+pub trait NetworkUsers {
+    /// The error the calls return; each lower error keeps the variant
+    /// callers have always seen.
+    type Error: From<NetworkError> + From<StoreError> + From<PlanError> + From<ConfirmError>;
+
+    /// The state directory the networks are recorded in.
+    fn network_state(&self) -> &StateDir;
+
+    /// Every workspace in every namespace, by full name, with its spec.
+    fn network_users(&self) -> Result<Vec<(String, WorkspaceSpec)>, Self::Error>;
+
+    /// A host-side file operation that failed while `what`.
+    fn host_io_error(what: String, source: std::io::Error) -> Self::Error;
+}
+
+/// The networks of a collection of workspaces (`ws.networks()`).
+pub struct Networks<'a, U: NetworkUsers> {
+    users: &'a U,
+}
+
+impl<U: NetworkUsers> std::fmt::Debug for Networks<'_, U> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Networks")
+            .field("state", &self.users.network_state().root())
+            .finish()
+    }
+}
+
+impl<'a, U: NetworkUsers> Networks<'a, U> {
+    pub(crate) fn new(users: &'a U) -> Self {
+        Self { users }
+    }
+
+    /// The records of the networks.
+    pub(crate) fn store(&self) -> NetworkStore {
+        NetworkStore::new(self.users.network_state())
+    }
+
     /// Where `meta`'s guest is on its network.
-    pub(crate) fn guest_network(&self, meta: &crate::store::spec::Meta) -> Option<GuestNetwork> {
-        let net = self.networks().get(&meta.spec.network).ok()?;
+    pub(crate) fn guest(&self, meta: &Meta) -> Option<GuestNetwork> {
+        let net = self.store().get(&meta.spec.network).ok()?;
         let addressing = crate::network::attach::addressing(&net, &meta.spec)?;
         let (egress, allow) = crate::network::attach::policy(&net, &meta.spec);
         Some(GuestNetwork {
@@ -29,21 +75,16 @@ impl Workspaces {
         })
     }
 
-    /// The networks of this state directory.
-    pub fn networks(&self) -> Networks {
-        Networks::new(self.state_dir())
-    }
-
-    fn users_of(&self, network: &str) -> Result<Vec<(String, WorkspaceSpec)>> {
+    fn users_of(&self, network: &str) -> Result<Vec<(String, WorkspaceSpec)>, U::Error> {
         Ok(self
-            .list_everywhere(&ListFilter::default())?
+            .users
+            .network_users()?
             .into_iter()
-            .filter(|m| m.spec.network == network)
-            .map(|m| (m.name, m.spec))
+            .filter(|(_, spec)| spec.network == network)
             .collect())
     }
 
-    fn info(&self, network: Network) -> Result<NetworkInfo> {
+    fn info(&self, network: Network) -> Result<NetworkInfo, U::Error> {
         let workspaces = self
             .users_of(&network.name)?
             .into_iter()
@@ -58,19 +99,19 @@ impl Workspaces {
     }
 
     /// Creates a network.
-    pub fn create_network(&self, name: &str, req: &NetworkRequest) -> Result<NetworkInfo> {
-        let nets = self.networks();
+    pub fn create(&self, name: &str, req: &NetworkRequest) -> Result<NetworkInfo, U::Error> {
+        let nets = self.store();
         // Refused requests leave the state directory as it was (no lock
         // file either).
-        crate::network::objects::check_new(name, req)?;
+        check_new(name, req)?;
         let _lock = nets.lock()?;
         let net = nets.create(name, req, now_ms())?;
         self.info(net)
     }
 
     /// Every network and its workspaces.
-    pub fn list_networks(&self) -> Result<Vec<NetworkInfo>> {
-        self.networks()
+    pub fn list(&self) -> Result<Vec<NetworkInfo>, U::Error> {
+        self.store()
             .list()?
             .into_iter()
             .map(|n| self.info(n))
@@ -78,17 +119,17 @@ impl Workspaces {
     }
 
     /// One network and its workspaces.
-    pub fn inspect_network(&self, name: &str) -> Result<NetworkInfo> {
-        let net = self.networks().get(name)?;
+    pub fn inspect(&self, name: &str) -> Result<NetworkInfo, U::Error> {
+        let net = self.store().get(name)?;
         self.info(net)
     }
 
     /// Deletes a network no workspace names (CONFLICT otherwise); with
     /// `preview` it only checks and returns what would go.
-    pub fn delete_network(&self, name: &str, preview: bool) -> Result<NetworkInfo> {
-        let nets = self.networks();
+    pub fn delete(&self, name: &str, preview: bool) -> Result<NetworkInfo, U::Error> {
+        let nets = self.store();
         let _lock = nets.lock()?;
-        let info = self.inspect_network(name)?;
+        let info = self.inspect(name)?;
         if info.network.builtin {
             return Err(NetworkError::BuiltIn(name.to_owned()).into());
         }
@@ -108,11 +149,11 @@ impl Workspaces {
     /// Checks that `spec`'s network exists and gives its guest an address
     /// on a `tap` network. The returned lock keeps the network (and the
     /// address) until the caller has written the workspace's record.
-    pub(crate) fn place_on_network(
+    pub(crate) fn place(
         &self,
         spec: WorkspaceSpec,
-    ) -> Result<(NetworksLock, WorkspaceSpec)> {
-        let nets = self.networks();
+    ) -> Result<(NetworksLock, WorkspaceSpec), U::Error> {
+        let nets = self.store();
         let lock = nets.lock()?;
         let net = nets.get(&spec.network)?;
         crate::network::user_filter::validate_workspace_policy(&net, &spec)?;
@@ -130,19 +171,17 @@ impl Workspaces {
         Ok((lock, WorkspaceSpec { address, ..spec }))
     }
 
-    fn networks_dir(&self) -> std::path::PathBuf {
-        self.state_dir()
-            .root()
-            .join(crate::network::objects::NETWORKS_DIR)
+    fn networks_dir(&self) -> PathBuf {
+        self.users.network_state().root().join(NETWORKS_DIR)
     }
 
     fn host_change(
         &self,
-        plan: crate::host::plan::Plan,
+        plan: Plan,
         confirm: Option<&str>,
         applied_record: Option<String>,
-    ) -> Result<HostChange> {
-        let confirmer = crate::host::confirm::Confirmer::open(self.state_dir().root())?;
+    ) -> Result<HostChange, U::Error> {
+        let confirmer = Confirmer::open(self.users.network_state().root())?;
         let Some(token) = confirm else {
             return Ok(HostChange {
                 preview: confirmer.preview(plan, now_ms()),
@@ -151,7 +190,7 @@ impl Workspaces {
         };
         confirmer.check(&plan, token, now_ms())?;
         if !plan.steps.is_empty() && !crate::host::plan::has_cap_net_admin() {
-            return Err(crate::host::plan::PlanError::Privilege {
+            return Err(PlanError::Privilege {
                 needs: "CAP_NET_ADMIN (root)",
                 action: plan.action,
                 token: token.to_owned(),
@@ -163,12 +202,12 @@ impl Workspaces {
         let record = self.networks_dir().join(setup::APPLIED_FILE);
         match applied_record {
             Some(digest) => {
-                std::fs::create_dir_all(self.networks_dir()).map_err(
-                    crate::error::Error::host_io(format!(
-                        "creating {}",
-                        self.networks_dir().display()
-                    )),
-                )?;
+                std::fs::create_dir_all(self.networks_dir()).map_err(|source| {
+                    U::host_io_error(
+                        format!("creating {}", self.networks_dir().display()),
+                        source,
+                    )
+                })?;
                 crate::store::write_json_atomic(
                     &record,
                     &setup::Applied {
@@ -182,7 +221,7 @@ impl Workspaces {
             }
         }
         Ok(HostChange {
-            preview: crate::host::plan::Preview {
+            preview: Preview {
                 plan,
                 token: None,
                 expires_at_ms: None,
@@ -193,31 +232,31 @@ impl Workspaces {
 
     /// Previews (without `confirm`) or applies (with the preview's token)
     /// the host setup of the `tap` networks.
-    pub fn network_setup(&self, confirm: Option<&str>) -> Result<HostChange> {
+    pub fn setup(&self, confirm: Option<&str>) -> Result<HostChange, U::Error> {
         if let Some(token) = confirm {
-            crate::host::confirm::Confirmer::expect_issued(self.state_dir().root(), token)?;
+            Confirmer::expect_issued(self.users.network_state().root(), token)?;
         }
-        let _lock = self.networks().lock()?;
-        let nets = self.networks().list()?;
+        let _lock = self.store().lock()?;
+        let nets = self.store().list()?;
         let want = setup::Desired::of(&nets, &self.networks_dir(), &setup::host_resolvers());
         let plan = setup::setup_plan(&want, &setup::probe(&self.networks_dir()));
         self.host_change(plan, confirm, Some(want.digest()))
     }
 
     /// Previews or applies the removal of everything the setup made.
-    pub fn network_teardown(&self, confirm: Option<&str>) -> Result<HostChange> {
+    pub fn teardown(&self, confirm: Option<&str>) -> Result<HostChange, U::Error> {
         if let Some(token) = confirm {
-            crate::host::confirm::Confirmer::expect_issued(self.state_dir().root(), token)?;
+            Confirmer::expect_issued(self.users.network_state().root(), token)?;
         }
-        let _lock = self.networks().lock()?;
+        let _lock = self.store().lock()?;
         let plan = setup::teardown_plan(&setup::probe(&self.networks_dir()));
         self.host_change(plan, confirm, None)
     }
 
     /// Whether the host matches the `tap` networks (`None`: there are
     /// none).
-    pub fn network_setup_applied(&self) -> Result<Option<bool>> {
-        let nets = self.networks().list()?;
+    pub fn setup_applied(&self) -> Result<Option<bool>, U::Error> {
+        let nets = self.store().list()?;
         let want = setup::Desired::of(&nets, &self.networks_dir(), &setup::host_resolvers());
         if want.taps.is_empty() {
             return Ok(None);
