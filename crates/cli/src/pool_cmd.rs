@@ -29,7 +29,7 @@ pub enum PoolCommand {
 pub fn run(ws: &Workspaces, cmd: &PoolCommand, json: bool) -> Result<ExitCode, Error> {
     match cmd {
         PoolCommand::Set { image, size } => {
-            let status = ws.set_pool_size(image, *size)?;
+            let status = ws.pools().set_size(image, *size)?;
             if json {
                 output::json(&status);
             } else if *size == 0 {
@@ -42,7 +42,7 @@ pub fn run(ws: &Workspaces, cmd: &PoolCommand, json: bool) -> Result<ExitCode, E
             }
         }
         PoolCommand::Ls => {
-            let all = ws.pool_status()?;
+            let all = ws.pools().status()?;
             if json {
                 output::json(&all);
             } else {
@@ -61,7 +61,7 @@ pub fn run(ws: &Workspaces, cmd: &PoolCommand, json: bool) -> Result<ExitCode, E
             }
         }
         PoolCommand::Events => {
-            let events = ws.pool_events().read_after(0)?;
+            let events = ws.pools().events().read_after(0)?;
             if json {
                 output::json(&events);
             } else {

@@ -122,7 +122,8 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
                 .and_then(|rt| {
                     rt.block_on(async {
                         crate::open_workspaces()?
-                            .fill_pool(&image, std::time::Duration::from_millis(after_ms))
+                            .pools()
+                            .fill(&image, std::time::Duration::from_millis(after_ms))
                             .await
                     })
                 });

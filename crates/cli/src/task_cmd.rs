@@ -206,9 +206,9 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             req.keep = *keep;
             req.no_queue = *no_queue;
             req.mem_mib = *mem_mib;
-            let mut info = ws.run_task(&req)?;
+            let mut info = ws.tasks().run(&req)?;
             if *wait {
-                info = ws.wait_task(&info.task_id, Duration::MAX).await?;
+                info = ws.tasks().wait(&info.task_id, Duration::MAX).await?;
             }
             if json {
                 output::json(&info);
@@ -226,7 +226,7 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             }
         }
         TaskCommand::Ls => {
-            let all = ws.list_tasks(true)?;
+            let all = ws.tasks().list(true)?;
             if json {
                 output::json(&all);
             } else {
@@ -267,7 +267,7 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             }
         }
         TaskCommand::Info { id } => {
-            let info = ws.task_info(id)?;
+            let info = ws.tasks().info(id)?;
             if json {
                 output::json(&info);
             } else {
@@ -286,8 +286,8 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
         TaskCommand::Wait { id, timeout } => {
             let timeout = Duration::from_secs(*timeout);
             let info = match id {
-                Some(id) => Some(ws.wait_task(id, timeout).await?),
-                None => ws.wait_next_task_event(timeout).await?,
+                Some(id) => Some(ws.tasks().wait(id, timeout).await?),
+                None => ws.tasks().wait_next_event(timeout).await?,
             };
             match (info, json) {
                 (Some(info), true) => output::json(&info),
@@ -301,11 +301,11 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             force,
             delete_ref,
         } => {
-            if *force && !ws.task_info(id)?.status.is_final() {
-                ws.cancel_task(id).await?;
-                ws.wait_task(id, Duration::from_secs(300)).await?;
+            if *force && !ws.tasks().info(id)?.status.is_final() {
+                ws.tasks().cancel(id).await?;
+                ws.tasks().wait(id, Duration::from_secs(300)).await?;
             }
-            let info = ws.cleanup_task(id, *delete_ref)?;
+            let info = ws.tasks().cleanup(id, *delete_ref)?;
             if json {
                 output::json(
                     &serde_json::json!({ "removed": info.task_id, "ref_deleted": delete_ref }),
@@ -315,7 +315,7 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             }
         }
         TaskCommand::Slots => {
-            let slots = ws.task_slots()?;
+            let slots = ws.tasks().slots()?;
             if json {
                 output::json(&slots);
             } else {
@@ -333,7 +333,7 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             }
         }
         TaskCommand::Supervise { id } => {
-            let info = ws.supervise_task(id).await?;
+            let info = ws.tasks().supervise(id).await?;
             eprintln!("task {id} ended: {:?}", info.status);
         }
     }
@@ -371,7 +371,7 @@ async fn logs(
             limit: first,
         },
     };
-    let logs = ws.task_logs(id, range)?;
+    let logs = ws.tasks().logs(id, range)?;
     if json && !follow {
         output::json(&logs);
         return Ok(());
@@ -384,7 +384,7 @@ async fn logs(
         let mut left = limit.map(|l| l.saturating_sub(logs.next_offset - logs.offset));
         while next < logs.size && left != Some(0) {
             let want = left.unwrap_or(CLI_LOG_READ).min(CLI_LOG_READ);
-            let more = ws.task_logs(
+            let more = ws.tasks().logs(
                 id,
                 LogRange::From {
                     offset: next,
@@ -430,9 +430,9 @@ fn print_raw(text: &str) {
 /// of at most [`CLI_LOG_READ`] bytes (offsets survive the log's cuts).
 async fn follow_log(ws: &Workspaces, id: &str, mut offset: u64) -> Result<(), Error> {
     loop {
-        let ended = ws.task_info(id)?.status.is_final();
+        let ended = ws.tasks().info(id)?.status.is_final();
         loop {
-            let chunk = ws.task_logs(
+            let chunk = ws.tasks().logs(
                 id,
                 LogRange::From {
                     offset,

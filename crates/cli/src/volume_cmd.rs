@@ -113,7 +113,7 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
                 (None, Some(tar)) => VolumeSource::Tar(tar.clone()),
                 (None, None) => VolumeSource::Empty,
             };
-            let info = ws.create_volume(name, size_mib, &source)?;
+            let info = ws.volumes().create(name, size_mib, &source)?;
             if json {
                 output::json(&info);
             } else {
@@ -124,7 +124,7 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
             }
         }
         VolumeCommand::Ls => {
-            let all = ws.list_volumes(true)?;
+            let all = ws.volumes().list(true)?;
             if json {
                 output::json(&all);
             } else {
@@ -148,7 +148,7 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
             }
         }
         VolumeCommand::Inspect { name } => {
-            let v = ws.inspect_volume(name)?;
+            let v = ws.volumes().inspect(name)?;
             if json {
                 output::json(&v);
             } else {
@@ -163,7 +163,7 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
             }
         }
         VolumeCommand::Rm { name, preview } => {
-            let v = ws.delete_volume(name, *preview)?;
+            let v = ws.volumes().delete(name, *preview)?;
             if json {
                 output::json(&serde_json::json!({ "removed": !preview, "volume": v }));
             } else if *preview {
@@ -177,7 +177,7 @@ pub async fn run(ws: &Workspaces, cmd: &VolumeCommand, json: bool) -> Result<Exi
             }
         }
         VolumeCommand::Export { name, file } => {
-            let done = ws.export_volume(name, file)?;
+            let done = ws.volumes().export(name, file)?;
             if json {
                 output::json(&done);
             } else {

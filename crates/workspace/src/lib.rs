@@ -110,3 +110,9 @@ pub use workspaces::lifecycle::{StartProgress, DEFAULT_START_TIMEOUT, DEFAULT_ST
 pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
 #[cfg(feature = "client")]
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
+pub use workspaces::pool::Pools;
+#[cfg(feature = "client")]
+pub use workspaces::tasks::Tasks;
+#[cfg(feature = "client")]
+pub use workspaces::volumes::Volumes;
+#[cfg(feature = "client")]

@@ -44,7 +44,9 @@ impl MicroagentServer {
         let (size, namespace) = (p.size_mib, p.namespace);
         let volume = self
             .on_workspace(&p.name, move |ws, name| {
-                super::seen_from(ws, namespace.as_deref())?.create_volume(name, size, &source)
+                super::seen_from(ws, namespace.as_deref())?
+                    .volumes()
+                    .create(name, size, &source)
             })
             .await?;
         Ok(Out(VolumeResult { volume }))
@@ -70,7 +72,7 @@ impl MicroagentServer {
         let volumes = self
             .blocking(move |ws| {
                 let ws = super::seen_from(ws, p.namespace.as_deref())?;
-                Ok(ws.list_volumes(p.all_agents)?)
+                Ok(ws.volumes().list(p.all_agents)?)
             })
             .await?;
         Ok(Out(VolumeList { volumes }))
@@ -93,7 +95,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<VolumeNameParams>,
     ) -> ToolResult<VolumeResult> {
         let volume = self
-            .on_workspace(&p.name, |ws, name| ws.inspect_volume(name))
+            .on_workspace(&p.name, |ws, name| ws.volumes().inspect(name))
             .await?;
         Ok(Out(VolumeResult { volume }))
     }
@@ -116,7 +118,7 @@ impl MicroagentServer {
     ) -> ToolResult<VolumeDeleteResult> {
         let preview = p.preview;
         let volume = self
-            .on_workspace(&p.name, move |ws, name| ws.delete_volume(name, preview))
+            .on_workspace(&p.name, move |ws, name| ws.volumes().delete(name, preview))
             .await?;
         Ok(Out(VolumeDeleteResult {
             preview,

@@ -26,19 +26,18 @@ use crate::tasks::{
     TaskInfo, TaskResult, TaskStatus, GUEST_RESULT_FILE, GUEST_TASK_FILE, MAX_RESULT_BYTES,
     TASK_REF_PREFIX,
 };
-use crate::workspaces::manager::Workspaces;
-use crate::workspaces::tasks::task_mem;
+use crate::workspaces::tasks::{task_mem, Tasks};
 
 /// How long a start may take (a cold boot when no warm snapshot exists).
 const TASK_START_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often a queued task looks for a free slot.
 const SLOT_POLL: Duration = Duration::from_secs(1);
 
-impl Workspaces {
+impl Tasks<'_> {
     /// Drives task `id` to its end (what `microagent task supervise ID`
     /// runs, detached). The record says how it went.
-    pub async fn supervise_task(&self, id: &str) -> Result<TaskInfo> {
-        let store = self.tasks();
+    pub async fn supervise(&self, id: &str) -> Result<TaskInfo> {
+        let store = self.store();
         let me = Owner::this_process();
         store.update(id, |t| t.supervisor = me.or(t.supervisor))?;
         let outcome = self.drive(id).await;
@@ -48,8 +47,9 @@ impl Workspaces {
         // The workspace goes whatever happened (stopped, when kept). It
         // stops first either way, so the slot's cache volume is unmounted
         // cleanly: the next task then mounts it without a journal replay.
-        if self.at(&workspace).get().is_ok() {
+        if self.all.at(&workspace).get().is_ok() {
             let stopped = self
+                .all
                 .at(&workspace)
                 .stop(crate::workspaces::lifecycle::DEFAULT_STOP_TIMEOUT)
                 .await
@@ -60,7 +60,8 @@ impl Workspaces {
                 if let Err(e) = stopped {
                     tracing::warn!("task {id}: stopping workspace {workspace}: {e}");
                 }
-                self.at(&workspace)
+                self.all
+                    .at(&workspace)
                     .delete(crate::store::spec::DeleteOptions::default().force(true))
                     .map(drop)
             };
@@ -89,7 +90,7 @@ impl Workspaces {
 
     /// Runs the task up to its merge; the status it ended with.
     async fn drive(&self, id: &str) -> Result<TaskStatus> {
-        let store = self.tasks();
+        let store = self.store();
         let mut info = store.get(id)?;
         while info.slot.is_none() {
             if info.cancelled {
@@ -105,10 +106,10 @@ impl Workspaces {
             t.status = TaskStatus::Running;
             t.timings.started_ms = Some(now_ms());
         })?;
-        let repo = self.repos().get(&info.repo)?;
-        let command = self.task_command(&repo)?;
+        let repo = self.all.repos().get(&info.repo)?;
+        let command = self.command(&repo)?;
         // The cache of this agent's tasks on this repository in this slot.
-        let cache = self.task_cache(info.agent.as_deref(), &info.repo, slot)?;
+        let cache = self.cache(info.agent.as_deref(), &info.repo, slot)?;
         let spec = WorkspaceSpec {
             image: info.image.clone(),
             mem_mib: task_mem(&info),
@@ -130,15 +131,17 @@ impl Workspaces {
         };
         let name = info.workspace.clone();
         self.ensure_warm(&spec, &name).await?;
-        self.blocking({
-            let name = name.clone();
-            move |ws| ws.create(&name, spec).map(drop)
-        })
-        .await?;
-        self.at(&name).start(TASK_START_TIMEOUT, |_| {}).await?;
+        self.all
+            .blocking({
+                let name = name.clone();
+                move |ws| ws.create(&name, spec).map(drop)
+            })
+            .await?;
+        self.all.at(&name).start(TASK_START_TIMEOUT, |_| {}).await?;
         // A file write, not a guest process: the agent writes it (root's,
         // readable by all); the clone's own step already linked ~/.cache.
-        self.at(&name)
+        self.all
+            .at(&name)
             .write_file(
                 GUEST_TASK_FILE,
                 info.description.as_bytes(),
@@ -157,7 +160,7 @@ impl Workspaces {
         let cancelled = store.get(id)?.cancelled;
         let result = self.read_result(&name, exit).await;
         let task_ref = format!("{TASK_REF_PREFIX}{id}");
-        let pull = self.at(&name).pull_repo_to(&task_ref).await?;
+        let pull = self.all.at(&name).pull_repo_to(&task_ref).await?;
         let merge = if pull.commits == 0 {
             MergeResult {
                 merged: false,
@@ -181,14 +184,15 @@ impl Workspaces {
             let scratch = store.dir(id)?.join("rebase");
             let path = repo.path.clone();
             let (branch, base) = (info.branch.clone(), info.base.clone());
-            let limits = RepoLimits::load(self.state.root()).map_err(Error::InvalidInput)?;
-            self.blocking(move |_| {
-                let _lock = FileLock::exclusive(&lock_path)
-                    .map_err(Error::host_io(format!("locking {}", lock_path.display())))?;
-                merge_task(&path, &branch, &base, &task_ref, &scratch, &limits)
-                    .map_err(|e| crate::repos::RepoError::from(e).into())
-            })
-            .await?
+            let limits = RepoLimits::load(self.all.state.root()).map_err(Error::InvalidInput)?;
+            self.all
+                .blocking(move |_| {
+                    let _lock = FileLock::exclusive(&lock_path)
+                        .map_err(Error::host_io(format!("locking {}", lock_path.display())))?;
+                    merge_task(&path, &branch, &base, &task_ref, &scratch, &limits)
+                        .map_err(|e| crate::repos::RepoError::from(e).into())
+                })
+                .await?
         };
         let status = if result.success && !cancelled {
             TaskStatus::Completed
@@ -209,19 +213,19 @@ impl Workspaces {
     /// Cancels task `id`: its command is killed; its supervisor then keeps
     /// what it committed at `refs/tasks/<id>` (no merge) and removes the
     /// workspace. A task that already ended is left as it is.
-    pub async fn cancel_task(&self, id: &str) -> Result<TaskInfo> {
-        self.task_info(id)?;
-        let info = self.tasks().update(id, |t| {
+    pub async fn cancel(&self, id: &str) -> Result<TaskInfo> {
+        self.info(id)?;
+        let info = self.store().update(id, |t| {
             if !t.status.is_final() {
                 t.cancelled = true;
             }
         })?;
         if let Some(exec) = &info.exec_id {
-            if let Ok(ws) = self.workspace(&info.workspace) {
+            if let Ok(ws) = self.all.workspace(&info.workspace) {
                 let _ = ws.signal_exec(exec, libc::SIGKILL).await;
             }
         }
-        self.task_info(id)
+        self.info(id)
     }
 
     /// Makes the warm snapshot a workspace of `spec` resumes, when there is
@@ -233,17 +237,19 @@ impl Workspaces {
             repo: None,
             ..spec.clone()
         };
-        if self.has_warm(&plain) {
+        if self.all.has_warm(&plain) {
             return Ok(());
         }
         let warmup = format!("{name}-warmup");
-        self.blocking({
-            let warmup = warmup.clone();
-            move |ws| ws.create(&warmup, plain).map(drop)
-        })
-        .await?;
-        let started = self.at(&warmup).start(TASK_START_TIMEOUT, |_| {}).await;
-        self.at(&warmup)
+        self.all
+            .blocking({
+                let warmup = warmup.clone();
+                move |ws| ws.create(&warmup, plain).map(drop)
+            })
+            .await?;
+        let started = self.all.at(&warmup).start(TASK_START_TIMEOUT, |_| {}).await;
+        self.all
+            .at(&warmup)
             .delete(crate::store::spec::DeleteOptions::default().force(true))?;
         started.map(drop)
     }
@@ -251,15 +257,15 @@ impl Workspaces {
     /// Runs the task's command to its end, its output (masked) appended to
     /// the task's log; its exit code (`None` when a signal ended it).
     async fn run_command(&self, info: &TaskInfo, command: &str) -> Result<Option<i32>> {
-        let store = self.tasks();
+        let store = self.store();
         let id = info.task_id.clone();
         let log_path = store.log_path(&id)?;
         // What the guest prints is kept under the cap (the oldest part
         // dropped), however much it prints.
-        let cap = crate::tasks::TaskConfig::load(self.state_dir().root())?.log_cap();
+        let cap = crate::tasks::TaskConfig::load(self.all.state_dir().root())?.log_cap();
         let mut log = CappedLog::open(&log_path, cap)
             .map_err(Error::host_io(format!("opening {}", log_path.display())))?;
-        let mask = self.secrets().mask_for(&info.secrets);
+        let mask = self.all.secrets().mask_for(&info.secrets);
         let (mut out, mut err) = (mask.stream(), mask.stream());
         // Every byte comes back (the agent's default sends 1 MiB per
         // stream): the log, not the stream, is what bounds it.
@@ -274,6 +280,7 @@ impl Workspaces {
         }
         store.update(&id, |t| t.timings.command_started_ms = Some(now_ms()))?;
         let exited = self
+            .all
             .at(&info.workspace)
             .exec(req, ExecInput::None, |event| match event {
                 // Recorded at once, so a cancel can signal it.
@@ -302,6 +309,7 @@ impl Workspaces {
             },
         };
         let Ok(read) = self
+            .all
             .at(name)
             .read_file(GUEST_RESULT_FILE, None, Some(MAX_RESULT_BYTES))
             .await

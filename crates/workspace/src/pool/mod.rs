@@ -1,5 +1,5 @@
 //! Pools of ready workspaces, per image (`config.json` `pool: {IMAGE: N}`,
-//! or [`crate::Workspaces::set_pool_size`]). A member is a workspace of the
+//! or [`Pools::set_size`](crate::Pools::set_size)). A member is a workspace of the
 //! image's default size, restored from its warm snapshot with its identity
 //! given, its agent answering, then paused: hidden from every listing, in
 //! the reserved namespace [`POOL_NAMESPACE`]. A start of a fresh workspace

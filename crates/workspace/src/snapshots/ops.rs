@@ -96,7 +96,7 @@ impl Workspaces {
             State::Stopped | State::Crashed => {
                 let files = SnapshotFiles::new(dir);
                 let mut disks = vec![(WORKSPACE_DISK, ws.disk())];
-                let store = self.volumes();
+                let store = self.volumes().store();
                 for (slot, m) in meta.spec.volumes.iter().enumerate() {
                     if !m.read_only {
                         disks.push((volume_disk_index(slot), store.mount_disk(&ws, slot, m)?));
@@ -357,13 +357,13 @@ impl Workspaces {
         let ws = self.dir(target)?;
         // Its read-write volumes go back to the snapshot's instant too:
         // none may be another running workspace's now.
-        self.check_volumes(target, &meta.spec.volumes)?;
+        self.volumes().check_mountable(target, &meta.spec.volumes)?;
         {
             let _lock = self.state_dir().lock_workspace(target)?;
             let dir = self.snapshot_dir(name)?;
             copy_snapshot_disk(&dir, &ws)?;
             let mut volumes = meta.spec.volumes.clone();
-            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes(), false)?;
+            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes().store(), false)?;
             ws.events().append(EventKind::Restored {
                 snapshot: name.to_owned(),
             })?;
@@ -475,7 +475,7 @@ impl Workspaces {
             copy_snapshot_disk(&dir, &ws)?;
             // Read-write volumes: the fork's own copies, as at the snapshot.
             let mut volumes = spec.volumes.clone();
-            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes(), true)?;
+            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes().store(), true)?;
             // Host ports belong to one workspace: a fork publishes none; on
             // a tap network it takes an address of its own.
             let (_network, spec) = self.networks().place(self.owned_by_caller(WorkspaceSpec {

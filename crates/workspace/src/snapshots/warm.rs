@@ -259,7 +259,7 @@ impl Workspaces {
     ) -> Result<Meta> {
         let started = Instant::now();
         if !cold {
-            if let Some(meta) = self.claim_pooled(name).await? {
+            if let Some(meta) = self.pools().claim(name).await? {
                 return Ok(meta);
             }
         }

@@ -38,7 +38,7 @@ impl Workspaces {
             // Pool members are given back first; a member's own start
             // takes no other's place.
             let for_member = crate::store::name::namespace_of(name) == crate::pool::POOL_NAMESPACE;
-            if for_member || !self.give_back_a_member() {
+            if for_member || !self.pools().give_back_a_member() {
                 return Err(refused.into());
             }
         }

@@ -49,7 +49,7 @@ impl WorkspacesBuilder {
 
     /// Runs task supervisors as `program` with the arguments of
     /// [`crate::tasks::SUPERVISE_SUBCOMMAND`] and a task id. Default: this
-    /// executable, which must then call [`Workspaces::supervise_task`] when
+    /// executable, which must then call [`Tasks::supervise`](crate::Tasks::supervise) when
     /// given those arguments (the `microagent` binary does).
     pub fn task_program(mut self, program: impl Into<PathBuf>) -> Self {
         self.task_program = Some(program.into());

@@ -227,7 +227,7 @@ impl Workspaces {
             return Ok(info);
         }
         if users.is_empty() && !preview {
-            self.drain_pool(&info.name, "its image was deleted")?;
+            self.pools().drain(&info.name, "its image was deleted")?;
         }
         self.images.remove(name, users)?;
         Ok(info)
@@ -260,7 +260,7 @@ impl Workspaces {
         // Held or not, they must exist; who runs with them is the start's
         // concern.
         for m in spec.volumes.iter().filter(|m| !m.own_copy) {
-            self.volumes().get(&m.name)?;
+            self.volumes().store().get(&m.name)?;
         }
         let image: ImageInfo = self.images.get(&spec.image)?;
         let (_network, mut spec) = self.networks().place(spec)?;

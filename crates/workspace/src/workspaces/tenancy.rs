@@ -149,7 +149,7 @@ impl Workspaces {
         for m in &mut spec.volumes {
             m.name = full_name(namespace, &m.name)
                 .map_err(|e| Error::InvalidInput(format!("volume `{}`: {e}", m.name)))?;
-            if let Ok(info) = self.volumes().get(&m.name) {
+            if let Ok(info) = self.volumes().store().get(&m.name) {
                 self.check_owner("volume", &m.name, info.agent.as_deref(), &[])?;
             }
         }
@@ -281,7 +281,8 @@ mod tests {
         ));
         assert!(f
             .ws
-            .pool_view()
+            .pools()
+            .view()
             .full_name(&format!("member.{pool}"))
             .is_ok());
     }
@@ -297,18 +298,18 @@ mod tests {
         let b = f.ws.for_caller(Arc::new(Caller::new()));
         b.caller().unwrap().set_agent("b");
         let empty = crate::volumes::VolumeSource::Empty;
-        let made = a.create_volume("va", Some(16), &empty).unwrap();
+        let made = a.volumes().create("va", Some(16), &empty).unwrap();
         assert_eq!(made.agent.as_deref(), Some("a"));
         assert_eq!(
-            b.inspect_volume("va").unwrap_err().code(),
+            b.volumes().inspect("va").unwrap_err().code(),
             ErrorCode::Forbidden
         );
         assert_eq!(
-            b.delete_volume("va", true).unwrap_err().code(),
+            b.volumes().delete("va", true).unwrap_err().code(),
             ErrorCode::Forbidden
         );
-        assert!(b.list_volumes(false).unwrap().is_empty());
-        assert_eq!(b.list_volumes(true).unwrap().len(), 1);
+        assert!(b.volumes().list(false).unwrap().is_empty());
+        assert_eq!(b.volumes().list(true).unwrap().len(), 1);
         let mounts = crate::store::spec::WorkspaceSpec {
             volumes: vec![crate::store::volume_mounts::VolumeMount {
                 name: "va".into(),
@@ -322,19 +323,22 @@ mod tests {
         assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
         // In a namespace, a short volume name is that namespace's.
         let team = a.in_namespace("team-a").unwrap();
-        team.create_volume("va", Some(16), &empty).unwrap();
+        team.volumes().create("va", Some(16), &empty).unwrap();
         let made = team.create("user", mounts).unwrap();
         assert_eq!(made.spec.volumes[0].name, "va.team-a");
 
         let mut task = crate::tasks::tests::info("t1", 1);
         task.agent = Some("a".into());
-        f.ws.tasks().insert(&task).unwrap();
-        assert_eq!(b.task_info("t1").unwrap_err().code(), ErrorCode::Forbidden);
-        assert!(b.list_tasks(false).unwrap().is_empty());
-        assert_eq!(b.list_tasks(true).unwrap().len(), 1);
-        assert_eq!(a.list_tasks(false).unwrap().len(), 1);
+        f.ws.tasks().store().insert(&task).unwrap();
+        assert_eq!(
+            b.tasks().info("t1").unwrap_err().code(),
+            ErrorCode::Forbidden
+        );
+        assert!(b.tasks().list(false).unwrap().is_empty());
+        assert_eq!(b.tasks().list(true).unwrap().len(), 1);
+        assert_eq!(a.tasks().list(false).unwrap().len(), 1);
         assert!(
-            team.list_tasks(false).unwrap().is_empty(),
+            team.tasks().list(false).unwrap().is_empty(),
             "another namespace"
         );
     }

@@ -1,7 +1,7 @@
-//! Volumes as workspaces use them: who mounts each, the rule a start
-//! checks (read-write to one running workspace, read-only to any number),
-//! and the operations front ends call, which add the holders to what the
-//! volume store knows.
+//! Volumes as workspaces use them, the service `ws.volumes()`: who mounts
+//! each, the rule a start checks (read-write to one running workspace,
+//! read-only to any number), and the operations front ends call, which add
+//! the holders to what the volume store knows.
 
 use std::path::Path;
 
@@ -11,10 +11,17 @@ use crate::store::spec::Meta;
 use crate::store::volume_mounts::VolumeMount;
 use crate::volumes::{VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore};
 
+/// The named volumes of a collection, as its view (an agent's session or
+/// the host's) sees them: `ws.volumes()`.
+#[derive(Clone, Copy, Debug)]
+pub struct Volumes<'a> {
+    all: &'a Workspaces,
+}
+
 impl Workspaces {
-    /// The volumes of this state directory.
-    pub fn volumes(&self) -> VolumeStore {
-        VolumeStore::new(&self.state)
+    /// The volumes of this state directory, as this view sees them.
+    pub fn volumes(&self) -> Volumes<'_> {
+        Volumes { all: self }
     }
 
     /// The servers this state directory knows, and where its remote
@@ -22,10 +29,18 @@ impl Workspaces {
     pub fn servers(&self) -> crate::servers::ServerRegistry {
         crate::servers::ServerRegistry::new(&self.state)
     }
+}
+
+impl Volumes<'_> {
+    /// The volume records of the state directory, unchecked for the view.
+    pub(crate) fn store(&self) -> VolumeStore {
+        VolumeStore::new(&self.all.state)
+    }
 
     /// Every workspace's volume mounts, with whether its VMM runs.
-    fn volume_mounts(&self) -> Result<Vec<(Meta, VolumeMount)>> {
+    fn mounts(&self) -> Result<Vec<(Meta, VolumeMount)>> {
         Ok(self
+            .all
             .list_everywhere(&ListFilter::default())?
             .into_iter()
             .flat_map(|meta| {
@@ -37,29 +52,31 @@ impl Workspaces {
     }
 
     /// The workspaces that mount volume `name`.
-    pub fn volume_holders(&self, name: &str) -> Result<Vec<VolumeHolder>> {
-        Ok(holders_of(&self.volume_mounts()?, name))
+    pub fn holders(&self, name: &str) -> Result<Vec<VolumeHolder>> {
+        Ok(holders_of(&self.mounts()?, name))
     }
 
     /// Volume `name` (in this view's namespace, or a full name) with its
     /// holders; FORBIDDEN when another agent owns it.
-    pub fn inspect_volume(&self, name: &str) -> Result<VolumeInfo> {
-        let name = self.full_name(name)?;
-        let mut info = self.volumes().get(&name)?;
-        self.check_owner("volume", &name, info.agent.as_deref(), &[])?;
-        info.holders = self.volume_holders(&name)?;
+    pub fn inspect(&self, name: &str) -> Result<VolumeInfo> {
+        let name = self.all.full_name(name)?;
+        let mut info = self.store().get(&name)?;
+        self.all
+            .check_owner("volume", &name, info.agent.as_deref(), &[])?;
+        info.holders = self.holders(&name)?;
         Ok(info)
     }
 
     /// Every volume in this view's namespace with its holders, by name: an
     /// agent's view lists its own and nobody's, or with `all_agents` every
     /// agent's (the others' stay FORBIDDEN to use).
-    pub fn list_volumes(&self, all_agents: bool) -> Result<Vec<VolumeInfo>> {
-        let mounts = self.volume_mounts()?;
-        let mut out = self.volumes().list()?;
+    pub fn list(&self, all_agents: bool) -> Result<Vec<VolumeInfo>> {
+        let mounts = self.mounts()?;
+        let mut out = self.store().list()?;
         out.retain(|info| {
             let namespace = crate::store::name::namespace_of(&info.name);
-            self.lists(namespace, info.agent.as_deref(), &[], all_agents)
+            self.all
+                .lists(namespace, info.agent.as_deref(), &[], all_agents)
         });
         for info in &mut out {
             info.holders = holders_of(&mounts, &info.name);
@@ -72,45 +89,45 @@ impl Workspaces {
     /// host budget leaves room. A session may not take a task cache's name
     /// (INVALID_INPUT): tasks make their caches themselves, so no agent
     /// makes one that another agent's task would then mount.
-    pub fn create_volume(
+    pub fn create(
         &self,
         name: &str,
         size_mib: Option<u64>,
         source: &VolumeSource,
     ) -> Result<VolumeInfo> {
-        let name = self.full_name(name)?;
-        if self.caller().is_some() && name.starts_with(crate::tasks::slots::CACHE_PREFIX) {
+        let name = self.all.full_name(name)?;
+        if self.all.caller().is_some() && name.starts_with(crate::tasks::slots::CACHE_PREFIX) {
             return Err(Error::InvalidInput(format!(
                 "volume names starting with `{}` are kept for task caches; choose another name",
                 crate::tasks::slots::CACHE_PREFIX
             )));
         }
-        self.check_budget_disk()?;
+        self.all.check_budget_disk()?;
         Ok(self
-            .volumes()
-            .create(&name, size_mib, source, self.creating_agent())?)
+            .store()
+            .create(&name, size_mib, source, self.all.creating_agent())?)
     }
 
     /// Removes volume `name` unless a workspace mounts it (CONFLICT naming
     /// them); with `preview` it only checks. Returns what goes.
-    pub fn delete_volume(&self, name: &str, preview: bool) -> Result<VolumeInfo> {
-        let info = self.inspect_volume(name)?;
+    pub fn delete(&self, name: &str, preview: bool) -> Result<VolumeInfo> {
+        let info = self.inspect(name)?;
         let name = info.name.as_str();
         let holders: Vec<String> = info.holders.iter().map(|h| h.workspace.clone()).collect();
         if preview && holders.is_empty() {
             return Ok(info);
         }
-        self.volumes().remove(name, holders)?;
+        self.store().remove(name, holders)?;
         Ok(info)
     }
 
     /// Writes volume `name`'s files to the new tar file `to`, unless a
     /// running workspace may be writing it.
-    pub fn export_volume(&self, name: &str, to: &Path) -> Result<VolumeExport> {
-        let info = self.inspect_volume(name)?;
+    pub fn export(&self, name: &str, to: &Path) -> Result<VolumeExport> {
+        let info = self.inspect(name)?;
         let name = info.name.as_str();
         if let Some(h) = self
-            .volume_holders(name)?
+            .holders(name)?
             .into_iter()
             .find(|h| h.active && !h.read_only)
         {
@@ -120,14 +137,14 @@ impl Workspaces {
                 mode: "read-write",
             });
         }
-        Ok(self.volumes().export(name, to)?)
+        Ok(self.store().export(name, to)?)
     }
 
-    /// Checks that `mounts` exist and that `name` may take them now: a
-    /// read-write volume no other running workspace mounts, a read-only
-    /// one no other running workspace mounts read-write.
-    pub(crate) fn check_volumes(&self, name: &str, mounts: &[VolumeMount]) -> Result<()> {
-        let volumes = self.volumes();
+    /// Checks that `mounts` exist and that workspace `name` may take them
+    /// now: a read-write volume no other running workspace mounts, a
+    /// read-only one no other running workspace mounts read-write.
+    pub(crate) fn check_mountable(&self, name: &str, mounts: &[VolumeMount]) -> Result<()> {
+        let volumes = self.store();
         let wanted: Vec<&VolumeMount> = mounts.iter().filter(|m| !m.own_copy).collect();
         if wanted.is_empty() {
             return Ok(());
@@ -135,7 +152,7 @@ impl Workspaces {
         for m in &wanted {
             volumes.get(&m.name)?;
         }
-        for (meta, held) in self.volume_mounts()? {
+        for (meta, held) in self.mounts()? {
             if meta.name == name || !meta.state.has_vmm() {
                 continue;
             }

@@ -48,7 +48,9 @@ impl MicroagentServer {
         let namespace = p.namespace;
         let task = self
             .blocking(move |ws| {
-                Ok(crate::tools::seen_from(ws, namespace.as_deref())?.run_task(&req)?)
+                Ok(crate::tools::seen_from(ws, namespace.as_deref())?
+                    .tasks()
+                    .run(&req)?)
             })
             .await?;
         Ok(Out(RunTaskResult {
@@ -74,7 +76,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<TaskIdParams>,
     ) -> ToolResult<TaskResultOut> {
         let task = self
-            .blocking(move |ws| Ok(ws.task_info(&p.task_id)?))
+            .blocking(move |ws| Ok(ws.tasks().info(&p.task_id)?))
             .await?;
         Ok(Out(TaskResultOut { task }))
     }
@@ -118,7 +120,7 @@ impl MicroagentServer {
             },
         };
         let logs = self
-            .blocking(move |ws| Ok(ws.task_logs(&p.task_id, range)?))
+            .blocking(move |ws| Ok(ws.tasks().logs(&p.task_id, range)?))
             .await?;
         Ok(Out(TaskLogsOut { logs }))
     }
@@ -142,7 +144,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<WaitEventParams>,
     ) -> ToolResult<TaskEvent> {
         let wait = Duration::from_millis(p.timeout_ms.unwrap_or(DEFAULT_EVENT_WAIT_MS));
-        let task = self.ws.wait_next_task_event(wait).await?;
+        let task = self.ws.tasks().wait_next_event(wait).await?;
         Ok(Out(TaskEvent {
             timeout: task.is_none(),
             task,
@@ -164,7 +166,7 @@ impl MicroagentServer {
         let tasks = self
             .blocking(move |ws| {
                 let ws = crate::tools::seen_from(ws, p.namespace.as_deref())?;
-                Ok(ws.list_tasks(p.all_agents)?)
+                Ok(ws.tasks().list(p.all_agents)?)
             })
             .await?;
         Ok(Out(TaskList { tasks }))
@@ -187,7 +189,7 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<TaskIdParams>,
     ) -> ToolResult<TaskResultOut> {
-        let task = self.ws.cancel_task(&p.task_id).await?;
+        let task = self.ws.tasks().cancel(&p.task_id).await?;
         Ok(Out(TaskResultOut { task }))
     }
 
@@ -210,7 +212,7 @@ impl MicroagentServer {
     ) -> ToolResult<CleanupTaskResult> {
         let delete_ref = p.delete_ref;
         let task = self
-            .blocking(move |ws| Ok(ws.cleanup_task(&p.task_id, delete_ref)?))
+            .blocking(move |ws| Ok(ws.tasks().cleanup(&p.task_id, delete_ref)?))
             .await?;
         Ok(Out(CleanupTaskResult {
             task_id: task.task_id,
@@ -233,7 +235,7 @@ impl MicroagentServer {
     )
     )]
     async fn list_slots(&self) -> ToolResult<SlotsOut> {
-        let slots = self.blocking(|ws| Ok(ws.task_slots()?)).await?;
+        let slots = self.blocking(|ws| Ok(ws.tasks().slots()?)).await?;
         Ok(Out(SlotsOut { slots }))
     }
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use guest_agent::protocol::NewIdentity;
 
+use super::Pools;
 use crate::error::{Error, Result};
 use crate::host::settings::now_ms;
 use crate::pool::claimable;
@@ -21,7 +22,7 @@ use crate::store::events::{EventKind, EVENTS_FILE};
 use crate::store::spec::{Meta, StartKind};
 use crate::store::state::State;
 use crate::vmm::control::ControlRequest;
-use crate::workspaces::manager::{make_disk, Workspaces};
+use crate::workspaces::manager::make_disk;
 
 /// How long a refill waits after a claim: a member's start takes both
 /// CPUs of a small host for seconds, which the claimed workspace's first
@@ -31,22 +32,23 @@ const REFILL_AFTER_CLAIM: Duration = Duration::from_secs(3);
 /// How long the guest may take to answer the identity request.
 const IDENTITY_TIMEOUT: Duration = Duration::from_secs(10);
 
-impl Workspaces {
+impl Pools<'_> {
     /// Starts fresh workspace `name` from its image's pool when it has a
     /// ready member that fits; `None`: it has none (the caller launches a
     /// VMM). A claim tops the pool up in the background.
-    pub(crate) async fn claim_pooled(&self, name: &str) -> Result<Option<Meta>> {
-        let meta = self.at(name).get()?;
-        if !meta.pristine || meta.pool.is_some() || self.pool_size(&meta.spec.image)? == 0 {
+    pub(crate) async fn claim(&self, name: &str) -> Result<Option<Meta>> {
+        let meta = self.all.at(name).get()?;
+        if !meta.pristine || meta.pool.is_some() || self.size(&meta.spec.image)? == 0 {
             return Ok(None);
         }
         let image = meta.spec.image.clone();
         let name = name.to_owned();
         let claimed = self
+            .all
             .blocking(move |all| {
-                for member in all.pool_members(&meta.spec.image)? {
+                for member in all.pools().members(&meta.spec.image)? {
                     if member.ready && claimable(&meta.spec, &member.spec) {
-                        if let Some(meta) = all.take_member(&name, &member.name)? {
+                        if let Some(meta) = all.pools().take_member(&name, &member.name)? {
                             return Ok(Some(meta));
                         }
                     }
@@ -71,14 +73,14 @@ impl Workspaces {
     /// it as `name`; `None` when either changed meanwhile.
     fn take_member(&self, name: &str, member: &str) -> Result<Option<Meta>> {
         let began = Instant::now();
-        let pool = self.pool_view();
-        let Some(member_lock) = self.state.try_lock_workspace(member)? else {
+        let pool = self.view();
+        let Some(member_lock) = self.all.state.try_lock_workspace(member)? else {
             return Ok(None);
         };
         let Ok(held) = pool.dir(member)?.read_meta() else {
             return Ok(None);
         };
-        let (name_lock, fresh) = self.lock_existing(name)?;
+        let (name_lock, fresh) = self.all.lock_existing(name)?;
         let ready = held.pool.as_ref().is_some_and(|p| p.ready) && held.state == State::Running;
         if !ready || !fresh.pristine || fresh.state != State::Stopped {
             return Ok(None);
@@ -86,7 +88,7 @@ impl Workspaces {
         let Some(rt) = held.runtime.clone() else {
             return Ok(None);
         };
-        let (ws, from) = (self.dir(name)?, pool.dir(member)?);
+        let (ws, from) = (self.all.dir(name)?, pool.dir(member)?);
         let parked = ws.path().with_file_name(format!(
             "{}{name}-{}",
             crate::store::DELETING_PREFIX,
@@ -105,7 +107,10 @@ impl Workspaces {
         let _ = std::fs::remove_dir_all(&parked);
         // Whoever waits on the old lock file finds it replaced and takes
         // this one, which the member's lock still holds.
-        if let Err(e) = std::fs::rename(self.state.lock_path(member), self.state.lock_path(name)) {
+        if let Err(e) = std::fs::rename(
+            self.all.state.lock_path(member),
+            self.all.state.lock_path(name),
+        ) {
             self.put_back_fresh(name, &fresh)?;
             return Err(io("renaming the member's lock")(e));
         }
@@ -142,7 +147,7 @@ impl Workspaces {
         // The VMM records the deadline itself, under the lock held here.
         drop(member_lock);
         if let Some(ttl) = meta.spec.ttl_secs {
-            self.at(name).set_ttl(Some(ttl))?;
+            self.all.at(name).set_ttl(Some(ttl))?;
             meta = ws.read_meta()?;
         }
         ws.events().append(EventKind::Started {
@@ -157,7 +162,7 @@ impl Workspaces {
     /// can (`with_hello`), else now, on a connection of its own. Either
     /// way before any command runs.
     fn resume_as(&self, name: &str, with_hello: bool) -> Result<()> {
-        let ws = self.dir(name)?;
+        let ws = self.all.dir(name)?;
         let began = Instant::now();
         let mut entropy = [0u8; 64];
         std::fs::File::open("/dev/urandom")
@@ -171,7 +176,7 @@ impl Workspaces {
         if with_hello {
             ws.set_pending_identity(&identity)?;
         }
-        self.pause_or_resume(name, ControlRequest::Resume)?;
+        self.all.pause_or_resume(name, ControlRequest::Resume)?;
         let resumed = began.elapsed();
         if !with_hello {
             let now_ns = std::time::SystemTime::now()
@@ -197,7 +202,7 @@ impl Workspaces {
     /// lock): the member's VMM goes, and `name` is as `create` made it,
     /// for a start of its own.
     fn put_back_fresh(&self, name: &str, fresh: &Meta) -> Result<()> {
-        let ws = self.dir(name)?;
+        let ws = self.all.dir(name)?;
         let now = ws.read_meta()?;
         ws.clear_pending_identity();
         if let Some(rt) = &now.runtime {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::Pools;
 use crate::error::Error;
 use crate::error::Result;
 use crate::host::settings::unique_id;
@@ -32,10 +33,10 @@ pub(crate) struct Member {
     pub spec: WorkspaceSpec,
 }
 
-impl Workspaces {
+impl Pools<'_> {
     /// This collection seen from the pool's namespace, acting for no one.
-    pub(crate) fn pool_view(&self) -> Workspaces {
-        let mut view = self.clone();
+    pub(crate) fn view(&self) -> Workspaces {
+        let mut view = self.all.clone();
         view.namespace = POOL_NAMESPACE.to_owned();
         view.caller = None;
         view
@@ -44,16 +45,17 @@ impl Workspaces {
     /// The records of every pool member, of every image.
     fn member_records(&self) -> Result<Vec<(String, Meta)>> {
         Ok(self
+            .all
             .state
             .list_workspaces()?
             .into_iter()
             .filter(|n| namespace_of(n) == POOL_NAMESPACE)
-            .filter_map(|n| self.at(&n).get().ok().map(|m| (n, m)))
+            .filter_map(|n| self.all.at(&n).get().ok().map(|m| (n, m)))
             .collect())
     }
 
     /// The images that have members.
-    pub(super) fn pool_images(&self) -> Result<Vec<String>> {
+    pub(super) fn member_images(&self) -> Result<Vec<String>> {
         let mut images: Vec<String> = self
             .member_records()?
             .into_iter()
@@ -65,16 +67,17 @@ impl Workspaces {
     }
 
     /// The warm fingerprint a member of `image` must have to be claimed.
-    fn pool_fingerprint(&self, image: &str) -> Option<String> {
-        self.warm_identity(&member_spec(image))
+    fn fingerprint(&self, image: &str) -> Option<String> {
+        self.all
+            .warm_identity(&member_spec(image))
             .ok()
             .map(|(_, fingerprint)| fingerprint)
     }
 
     /// `image`'s live, current members. A member whose VMM died is
     /// deleted; one of another image or kernel build is drained.
-    pub(crate) fn pool_members(&self, image: &str) -> Result<Vec<Member>> {
-        let current = self.pool_fingerprint(image);
+    pub(crate) fn members(&self, image: &str) -> Result<Vec<Member>> {
+        let current = self.fingerprint(image);
         let (mut live, mut stale) = (Vec::new(), 0);
         for (name, meta) in self.member_records()? {
             let Some(member) = meta.pool.clone().filter(|p| p.image == image) else {
@@ -86,7 +89,7 @@ impl Workspaces {
             let outdated = current.as_deref() != Some(member.fingerprint.as_str());
             if dead || outdated {
                 let force = DeleteOptions::default().force(true);
-                if self.at(&name).delete(force).is_ok() && outdated && !dead {
+                if self.all.at(&name).delete(force).is_ok() && outdated && !dead {
                     stale += 1;
                 }
                 continue;
@@ -106,11 +109,12 @@ impl Workspaces {
     }
 
     /// Deletes every member of `image`'s pool (the image is going).
-    pub(crate) fn drain_pool(&self, image: &str, reason: &str) -> Result<()> {
+    pub(crate) fn drain(&self, image: &str, reason: &str) -> Result<()> {
         let mut gone = 0;
         for (name, meta) in self.member_records()? {
             if meta.pool.is_some_and(|p| p.image == image)
                 && self
+                    .all
                     .at(&name)
                     .delete(DeleteOptions::default().force(true))
                     .is_ok()
@@ -137,6 +141,7 @@ impl Workspaces {
         };
         let image = meta.pool.map(|p| p.image).unwrap_or_default();
         let gone = self
+            .all
             .at(&name)
             .delete(DeleteOptions::default().force(true))
             .is_ok();
@@ -152,9 +157,9 @@ impl Workspaces {
     /// time, until it is there (or past it: the extra members go). Returns at once when
     /// another filler of the image is at work. What the detached filler
     /// (`serve fill-pool IMAGE`) runs.
-    pub async fn fill_pool(&self, image: &str, after: Duration) -> Result<usize> {
+    pub async fn fill(&self, image: &str, after: Duration) -> Result<usize> {
         tokio::time::sleep(after).await;
-        let dir = self.state.root().join(POOL_DIR);
+        let dir = self.all.state.root().join(POOL_DIR);
         std::fs::create_dir_all(&dir).map_err(Error::host_io("creating the pool directory"))?;
         let lock_path = dir.join(format!("{image}.fill.lock"));
         let Some(_filling) = FileLock::try_exclusive(&lock_path)
@@ -164,12 +169,13 @@ impl Workspaces {
         };
         let mut added = 0;
         loop {
-            let size = self.pool_size(image)?;
-            let members = self.pool_members(image)?;
+            let size = self.size(image)?;
+            let members = self.members(image)?;
             if members.len() > size {
                 let extra = members.len() - size;
                 for m in members.iter().rev().take(extra) {
                     let _ = self
+                        .all
                         .at(&m.name)
                         .delete(DeleteOptions::default().force(true));
                 }
@@ -189,19 +195,19 @@ impl Workspaces {
     async fn add_member(&self, image: &str) -> Result<()> {
         self.check_poolable()?;
         let spec = member_spec(image);
-        let net = crate::network::NetworkStore::new(&self.state).get(&spec.network)?;
+        let net = crate::network::NetworkStore::new(&self.all.state).get(&spec.network)?;
         if net.backend != Some(crate::network::Backend::User) {
             return Err(PoolError::Network {
                 network: spec.network,
             }
             .into());
         }
-        let (_, fingerprint) = self.warm_identity(&spec)?;
-        let view = self.pool_view();
+        let (_, fingerprint) = self.all.warm_identity(&spec)?;
+        let view = self.view();
         let name = format!("pool-{}.{POOL_NAMESPACE}", unique_id());
         view.create(&name, spec)?;
         let made = async {
-            view.mark_member(&name, |m| {
+            view.pools().mark_member(&name, |m| {
                 m.pool = Some(PoolMember {
                     image: image.to_owned(),
                     fingerprint,
@@ -231,7 +237,7 @@ impl Workspaces {
                 .await?;
             tokio::time::sleep(SETTLE_BEFORE_PAUSE).await;
             view.pause_or_resume(&name, ControlRequest::Pause)?;
-            view.mark_member(&name, |m| {
+            view.pools().mark_member(&name, |m| {
                 if let Some(p) = m.pool.as_mut() {
                     p.ready = true;
                     p.identity_with_hello = with_hello;
@@ -247,8 +253,8 @@ impl Workspaces {
 
     /// Changes a member's record under its lock.
     fn mark_member(&self, name: &str, change: impl FnOnce(&mut Meta)) -> Result<()> {
-        let (_lock, mut meta) = self.lock_existing(name)?;
+        let (_lock, mut meta) = self.all.lock_existing(name)?;
         change(&mut meta);
-        Ok(self.dir(name)?.write_meta(&meta)?)
+        Ok(self.all.dir(name)?.write_meta(&meta)?)
     }
 }

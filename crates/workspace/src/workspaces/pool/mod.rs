@@ -15,67 +15,80 @@ use crate::pool::{PoolError, PoolStatus, FILL_SUBCOMMAND, MAX_POOL_SIZE, POOL_DI
 use crate::store::events::{EventKind, EventLog};
 use crate::workspaces::manager::Workspaces;
 
+/// The pools of ready workspaces of a collection: `ws.pools()`.
+#[derive(Clone, Copy, Debug)]
+pub struct Pools<'a> {
+    pub(crate) all: &'a Workspaces,
+}
+
 impl Workspaces {
-    fn pool_dir(&self) -> PathBuf {
-        self.state.root().join(POOL_DIR)
+    /// The pools of ready workspaces of this state directory.
+    pub fn pools(&self) -> Pools<'_> {
+        Pools { all: self }
+    }
+}
+
+impl Pools<'_> {
+    fn root(&self) -> PathBuf {
+        self.all.state.root().join(POOL_DIR)
     }
 
     /// The pool's own event log (drains).
-    pub fn pool_events(&self) -> EventLog {
-        EventLog::new(&self.pool_dir())
+    pub fn events(&self) -> EventLog {
+        EventLog::new(&self.root())
     }
 
     /// The pool sizes config.json sets, by image.
-    pub fn pool_sizes(&self) -> Result<BTreeMap<String, usize>> {
-        Ok(config_section(self.state.root(), POOL_KEY)
+    pub fn sizes(&self) -> Result<BTreeMap<String, usize>> {
+        Ok(config_section(self.all.state.root(), POOL_KEY)
             .map_err(PoolError::Config)?
             .map(|(sizes, _)| sizes)
             .unwrap_or_default())
     }
 
-    fn pool_size(&self, image: &str) -> Result<usize> {
-        Ok(self.pool_sizes()?.get(image).copied().unwrap_or(0))
+    fn size(&self, image: &str) -> Result<usize> {
+        Ok(self.sizes()?.get(image).copied().unwrap_or(0))
     }
 
     /// Keeps `size` ready workspaces of `image` (0: none), in config.json,
     /// and starts a filler that brings the pool to that size in the
     /// background (or drains what is past it).
-    pub fn set_pool_size(&self, image: &str, size: usize) -> Result<PoolStatus> {
+    pub fn set_size(&self, image: &str, size: usize) -> Result<PoolStatus> {
         if size > MAX_POOL_SIZE {
             return Err(PoolError::TooLarge { asked: size }.into());
         }
-        let image = self.images.get(image)?.name;
+        let image = self.all.images.get(image)?.name;
         if size > 0 {
             self.check_poolable()?;
         }
-        let mut sizes = self.pool_sizes()?;
+        let mut sizes = self.sizes()?;
         if size == 0 {
             sizes.remove(&image);
         } else {
             sizes.insert(image.clone(), size);
         }
-        crate::host::settings::set_config_section(self.state.root(), POOL_KEY, &sizes)
+        crate::host::settings::set_config_section(self.all.state.root(), POOL_KEY, &sizes)
             .map_err(PoolError::Config)?;
         // A pool now short or past its size gets its filler there.
-        self.pool_status_of(&image, size)
+        self.status_of(&image, size)
     }
 
     /// Every configured pool (and any image that still has members), with
     /// what is ready. A pool found short gets a filler.
-    pub fn pool_status(&self) -> Result<Vec<PoolStatus>> {
-        let mut sizes = self.pool_sizes()?;
-        for image in self.pool_images()? {
+    pub fn status(&self) -> Result<Vec<PoolStatus>> {
+        let mut sizes = self.sizes()?;
+        for image in self.member_images()? {
             sizes.entry(image).or_insert(0);
         }
         sizes
             .iter()
-            .map(|(image, size)| self.pool_status_of(image, *size))
+            .map(|(image, size)| self.status_of(image, *size))
             .collect()
     }
 
     /// `image`'s pool, whose size is `size`; a filler when it is not.
-    fn pool_status_of(&self, image: &str, size: usize) -> Result<PoolStatus> {
-        let members = self.pool_members(image)?;
+    fn status_of(&self, image: &str, size: usize) -> Result<PoolStatus> {
+        let members = self.members(image)?;
         let ready = members.iter().filter(|m| m.ready).count();
         let starting = members.len() - ready;
         if members.len() != size {
@@ -100,7 +113,7 @@ impl Workspaces {
     /// `after`, then exits at once when another filler of the image is at
     /// work.
     pub(crate) fn spawn_filler(&self, image: &str, after: Duration) -> Result<()> {
-        std::fs::create_dir_all(self.pool_dir())
+        std::fs::create_dir_all(self.root())
             .map_err(Error::host_io("creating the pool directory"))?;
         let args: Vec<String> = FILL_SUBCOMMAND
             .iter()
@@ -111,7 +124,8 @@ impl Workspaces {
                 after.as_millis().to_string(),
             ])
             .collect();
-        self.spawn_detached(&args, &self.pool_dir().join("fill.log"))
+        self.all
+            .spawn_detached(&args, &self.root().join("fill.log"))
             .map(drop)
     }
 
@@ -121,8 +135,8 @@ impl Workspaces {
             return;
         }
         tracing::info!("pool of {image}: {members} member(s) drained: {reason}");
-        let _ = std::fs::create_dir_all(self.pool_dir());
-        let _ = self.pool_events().append(EventKind::PoolDrained {
+        let _ = std::fs::create_dir_all(self.root());
+        let _ = self.events().append(EventKind::PoolDrained {
             image: image.to_owned(),
             members,
             reason: reason.to_owned(),

@@ -4,24 +4,30 @@
 //! can neither mount, export nor delete it, nor plant what the next task's
 //! `~/.cache` runs. `task slots` lists them.
 
+use super::Tasks;
 use crate::agents::access::may_use;
 use crate::error::{Error, Result};
 use crate::tasks::slots::{self, TaskCache};
 use crate::volumes::{VolumeError, VolumeSource};
-use crate::workspaces::manager::Workspaces;
 
-impl Workspaces {
+impl Tasks<'_> {
     /// The task cache volumes this view may use, with whose they are and
     /// the repository their key names (found among the allowlisted ones).
-    pub(crate) fn task_caches(&self) -> Result<Vec<TaskCache>> {
-        let aliases: Vec<String> = self.repos().list()?.into_iter().map(|r| r.alias).collect();
+    pub(crate) fn caches(&self) -> Result<Vec<TaskCache>> {
+        let aliases: Vec<String> = self
+            .all
+            .repos()
+            .list()?
+            .into_iter()
+            .map(|r| r.alias)
+            .collect();
         let mut out = Vec::new();
-        for info in self.volumes().list()? {
+        for info in self.all.volumes().store().list()? {
             let short = info.name.split('.').next().unwrap_or_default();
             let Some((key, slot)) = slots::parse_cache_volume(short) else {
                 continue;
             };
-            if !may_use(self.caller(), info.agent.as_deref(), &[]) {
+            if !may_use(self.all.caller(), info.agent.as_deref(), &[]) {
                 continue;
             }
             let agent = info.agent.as_deref();
@@ -48,9 +54,11 @@ impl Workspaces {
     /// `slot`, made when missing, owned by `agent`. FORBIDDEN when a volume
     /// of its name belongs to anyone else: what the task's `~/.cache` runs
     /// comes from its own agent's earlier tasks only.
-    pub(crate) fn task_cache(&self, agent: Option<&str>, repo: &str, slot: u32) -> Result<String> {
-        let name = self.full_name(&slots::cache_volume(agent, repo, slot))?;
-        match self.volumes().get(&name) {
+    pub(crate) fn cache(&self, agent: Option<&str>, repo: &str, slot: u32) -> Result<String> {
+        let name = self
+            .all
+            .full_name(&slots::cache_volume(agent, repo, slot))?;
+        match self.all.volumes().store().get(&name) {
             Ok(info) if info.agent.as_deref() == agent => Ok(name),
             Ok(info) => Err(Error::OwnedByAnotherAgent {
                 kind: "task cache volume",
@@ -58,8 +66,8 @@ impl Workspaces {
                 owner: info.agent.unwrap_or_else(|| "no agent".into()),
             }),
             Err(VolumeError::NotFound(_)) => {
-                self.check_budget_disk()?;
-                self.volumes().create(
+                self.all.check_budget_disk()?;
+                self.all.volumes().store().create(
                     &name,
                     Some(slots::CACHE_SIZE_MIB),
                     &VolumeSource::Empty,
@@ -118,14 +126,14 @@ mod tests {
         );
 
         // What agent a's task's supervisor (the host's view) does.
-        let cache = f.ws.task_cache(Some("a"), "proj", 2).unwrap();
+        let cache = f.ws.tasks().cache(Some("a"), "proj", 2).unwrap();
         assert_eq!(cache, cache_volume(Some("a"), "proj", 2));
-        let info = f.ws.volumes().get(&cache).unwrap();
+        let info = f.ws.volumes().store().get(&cache).unwrap();
         assert_eq!(info.agent.as_deref(), Some("a"));
-        assert_eq!(f.ws.task_cache(Some("a"), "proj", 2).unwrap(), cache);
-        let host_cache = f.ws.task_cache(None, "proj", 2).unwrap();
+        assert_eq!(f.ws.tasks().cache(Some("a"), "proj", 2).unwrap(), cache);
+        let host_cache = f.ws.tasks().cache(None, "proj", 2).unwrap();
         assert_ne!(host_cache, cache, "the host's tasks have their own");
-        assert_eq!(f.ws.volumes().get(&host_cache).unwrap().agent, None);
+        assert_eq!(f.ws.volumes().store().get(&host_cache).unwrap().agent, None);
 
         // Another agent, or a session without one: no mount, export,
         // inspection or delete.
@@ -142,19 +150,19 @@ mod tests {
             };
             let refused = other.create("reader", readonly).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
-            let refused = other.delete_volume(&cache, false).unwrap_err();
+            let refused = other.volumes().delete(&cache, false).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
             let out = root.join("stolen.tar");
-            let refused = other.export_volume(&cache, &out).unwrap_err();
+            let refused = other.volumes().export(&cache, &out).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
             assert!(!out.exists());
-            let refused = other.inspect_volume(&cache).unwrap_err();
+            let refused = other.volumes().inspect(&cache).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
         }
-        assert!(f.ws.volumes().get(&cache).is_ok(), "still there");
+        assert!(f.ws.volumes().store().get(&cache).is_ok(), "still there");
 
         // No session makes a volume of a cache's name (to plant in it).
-        let planted = b.create_volume(
+        let planted = b.volumes().create(
             &cache_volume(Some("a"), "proj", 3),
             Some(16),
             &VolumeSource::Empty,
@@ -163,16 +171,18 @@ mod tests {
         // One made behind the sessions' back is refused to a's task.
         let squatted = cache_volume(Some("a"), "proj", 4);
         f.ws.volumes()
+            .store()
             .create(&squatted, Some(16), &VolumeSource::Empty, Some("b".into()))
             .unwrap();
-        let refused = f.ws.task_cache(Some("a"), "proj", 4).unwrap_err();
+        let refused = f.ws.tasks().cache(Some("a"), "proj", 4).unwrap_err();
         assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
 
         // `task slots` shows each cache with its agent and repository: a
         // session sees its own and nobody's, the host all.
         let shown = |ws: &Workspaces| {
             let mut caches: Vec<(String, Option<String>, Option<String>, u32)> = ws
-                .task_slots()
+                .tasks()
+                .slots()
                 .unwrap()
                 .caches
                 .into_iter()
@@ -189,9 +199,10 @@ mod tests {
         assert_eq!(shown(&f.ws).len(), 3, "{:?}", shown(&f.ws));
         // An older version's cache is listed as such, and left alone.
         f.ws.volumes()
+            .store()
             .create("task-cache-1", Some(16), &VolumeSource::Empty, None)
             .unwrap();
-        let legacy = f.ws.task_slots().unwrap().caches;
+        let legacy = f.ws.tasks().slots().unwrap().caches;
         let legacy = legacy.iter().find(|c| c.volume == "task-cache-1").unwrap();
         assert!(legacy.legacy && legacy.repo.is_none() && legacy.slot == 1);
 
@@ -201,7 +212,7 @@ mod tests {
             .unwrap()
             .delete(crate::store::spec::DeleteOptions::default().force(true))
             .unwrap();
-        a.delete_volume(&cache, false).unwrap();
-        assert!(f.ws.volumes().get(&cache).is_err());
+        a.volumes().delete(&cache, false).unwrap();
+        assert!(f.ws.volumes().store().get(&cache).is_err());
     }
 }

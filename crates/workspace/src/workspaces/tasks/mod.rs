@@ -1,6 +1,7 @@
-//! Tasks as front ends use them: `run_task` checks the request, takes a
-//! slot (or queues), writes the record and starts the task's supervisor, a
-//! detached process that outlives the caller (`task_run` is what it does);
+//! Tasks as front ends use them, the service `ws.tasks()`: `run` checks the
+//! request, takes a slot (or queues), writes the record and starts the
+//! task's supervisor, a detached process that outlives the caller
+//! (`admin::task_run` is what it does, `supervise`, and `cancel`);
 //! the rest read and change records: info (a task whose supervisor is
 //! gone is marked failed), list, logs, the next finished task not yet
 //! reported, cancel, cleanup, slots.
@@ -30,14 +31,28 @@ pub const TASK_IMAGE: &str = "debian";
 /// Longest `wait_next_event` wait.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(24 * 3600);
 
+/// The tasks of a collection, as its view (an agent's session or the
+/// host's) sees them: `ws.tasks()`.
+#[derive(Clone, Copy, Debug)]
+pub struct Tasks<'a> {
+    pub(crate) all: &'a Workspaces,
+}
+
 impl Workspaces {
-    /// The task records of this state directory.
-    pub fn tasks(&self) -> TaskStore {
-        TaskStore::new(&self.state)
+    /// The tasks of this state directory, as this view sees them.
+    pub fn tasks(&self) -> Tasks<'_> {
+        Tasks { all: self }
+    }
+}
+
+impl Tasks<'_> {
+    /// The task records of this state directory, unchecked for the view.
+    pub(crate) fn store(&self) -> TaskStore {
+        TaskStore::new(&self.all.state)
     }
 
-    fn task_config(&self) -> Result<TaskConfig> {
-        Ok(TaskConfig::load(self.state.root())?)
+    fn config(&self) -> Result<TaskConfig> {
+        Ok(TaskConfig::load(self.all.state.root())?)
     }
 
     /// How many tasks may run at once here.
@@ -45,7 +60,7 @@ impl Workspaces {
         if let Some(n) = config.max_slots {
             return n.clamp(1, slots::MAX_SLOTS);
         }
-        let mem = crate::host::budget::HostBudget::load(self.state.root())
+        let mem = crate::host::budget::HostBudget::load(self.all.state.root())
             .ok()
             .and_then(|b| b.max_guest_mem_mib)
             .unwrap_or_else(host_mem_mib);
@@ -54,8 +69,8 @@ impl Workspaces {
 
     /// The slots, the tasks holding them, and the task caches this view
     /// may use.
-    pub fn task_slots(&self) -> Result<Slots> {
-        let max = self.max_slots(&self.task_config()?);
+    pub fn slots(&self) -> Result<Slots> {
+        let max = self.max_slots(&self.config()?);
         let active: Vec<ActiveSlot> = self
             .all_tasks()?
             .into_iter()
@@ -75,29 +90,29 @@ impl Workspaces {
             max_slots: max,
             active,
             available,
-            caches: self.task_caches()?,
+            caches: self.caches()?,
         })
     }
 
     /// Takes a free slot for `repo` under the tasks lock, writing it into
     /// task `id`'s record; `None` when every slot is taken.
     pub(crate) fn claim_slot(&self, id: &str, repo: &str) -> Result<Option<u32>> {
-        let _lock = self.tasks().lock_all()?;
-        let s = self.task_slots()?;
+        let _lock = self.store().lock_all()?;
+        let s = self.slots()?;
         let taken: Vec<u32> = s.active.iter().map(|a| a.slot).collect();
         let Some(slot) = slots::choose_slot(repo, s.max_slots, &taken) else {
             return Ok(None);
         };
-        self.tasks().update(id, |t| t.slot = Some(slot))?;
+        self.store().update(id, |t| t.slot = Some(slot))?;
         Ok(Some(slot))
     }
 
     /// The command a task on `repo` runs.
-    pub(crate) fn task_command(&self, repo: &crate::repos::RepoInfo) -> Result<String> {
+    pub(crate) fn command(&self, repo: &crate::repos::RepoInfo) -> Result<String> {
         if let Some(cmd) = &repo.task_command {
             return Ok(cmd.clone());
         }
-        self.task_config()?.command.ok_or_else(|| {
+        self.config()?.command.ok_or_else(|| {
             TaskError::Invalid(format!(
                 "repository `{}` has no task command: allow it with a task command, or set `task.command` in config.json",
                 repo.alias
@@ -110,7 +125,7 @@ impl Workspaces {
     /// the image has git, a task command, the secrets), takes a slot (or
     /// queues it, or refuses with CONFLICT when asked not to queue), writes
     /// its record and starts its supervisor. Returns at once.
-    pub fn run_task(&self, req: &TaskRequest) -> Result<TaskInfo> {
+    pub fn run(&self, req: &TaskRequest) -> Result<TaskInfo> {
         let description = req.description.trim();
         if description.is_empty() || req.description.len() > MAX_DESCRIPTION {
             return Err(TaskError::Invalid(format!(
@@ -119,13 +134,13 @@ impl Workspaces {
             .into());
         }
         let image_name = req.image.clone().unwrap_or_else(|| TASK_IMAGE.into());
-        let image = self.images.get(&image_name)?;
-        let (repo, checkout) = self.resolve_checkout(
+        let image = self.all.images.get(&image_name)?;
+        let (repo, checkout) = self.all.resolve_checkout(
             &RepoCheckout::new(req.repo.clone(), req.branch.clone()),
             &image,
         )?;
-        self.task_command(&repo)?;
-        self.secrets().require(&req.secrets)?;
+        self.command(&repo)?;
+        self.all.secrets().require(&req.secrets)?;
         let mem_mib = req.mem_mib.unwrap_or(TASK_MEM_MIB);
         let id = new_task_id();
         let info = TaskInfo {
@@ -153,13 +168,13 @@ impl Workspaces {
             exec_id: None,
             cancelled: false,
             reported: false,
-            namespace: match self.namespace() {
+            namespace: match self.all.namespace() {
                 crate::store::name::ALL_NAMESPACES => crate::store::name::DEFAULT_NAMESPACE.into(),
                 namespace => namespace.to_owned(),
             },
-            agent: self.creating_agent(),
+            agent: self.all.creating_agent(),
         };
-        let store = self.tasks();
+        let store = self.store();
         store.insert(&info)?;
         let slot = match self.claim_slot(&id, &repo.alias) {
             Ok(slot) => slot,
@@ -169,7 +184,7 @@ impl Workspaces {
             }
         };
         if slot.is_none() && req.no_queue {
-            let max = self.task_slots().map(|s| s.max_slots).unwrap_or(0);
+            let max = self.slots().map(|s| s.max_slots).unwrap_or(0);
             let _ = store.remove(&id);
             return Err(TaskError::NoSlot(max).into());
         }
@@ -183,13 +198,13 @@ impl Workspaces {
     /// Starts task `id`'s supervisor, detached (its own session, stdin and
     /// stdout on /dev/null, stderr to its log), and records it.
     fn spawn_supervisor(&self, id: &str) -> Result<()> {
-        let store = self.tasks();
+        let store = self.store();
         let args: Vec<String> = SUPERVISE_SUBCOMMAND
             .iter()
             .map(|a| a.to_string())
             .chain([id.to_owned()])
             .collect();
-        let supervisor = self.spawn_detached(&args, &store.supervisor_log(id)?)?;
+        let supervisor = self.all.spawn_detached(&args, &store.supervisor_log(id)?)?;
         store.update(id, |t| t.supervisor = t.supervisor.or(supervisor))?;
         Ok(())
     }
@@ -197,9 +212,10 @@ impl Workspaces {
     /// Task `id`; one whose supervisor is gone before its end is marked
     /// failed first.
     /// FORBIDDEN when another agent's session asked for it.
-    pub fn task_info(&self, id: &str) -> Result<TaskInfo> {
-        let info = self.tasks().get(id)?;
-        self.check_owner("task", id, info.agent.as_deref(), &[])?;
+    pub fn info(&self, id: &str) -> Result<TaskInfo> {
+        let info = self.store().get(id)?;
+        self.all
+            .check_owner("task", id, info.agent.as_deref(), &[])?;
         Ok(self.reap_orphan(info))
     }
 
@@ -213,12 +229,12 @@ impl Workspaces {
         let gone = format!(
             "its supervisor (pid {}) ended before the task did; see {}",
             owner.pid,
-            self.tasks()
+            self.store()
                 .supervisor_log(&info.task_id)
                 .map(|p| p.display().to_string())
                 .unwrap_or_default()
         );
-        self.tasks()
+        self.store()
             .update(&info.task_id, |t| {
                 if !t.status.is_final() {
                     t.status = TaskStatus::Failed;
@@ -231,16 +247,19 @@ impl Workspaces {
 
     /// Every task of this view's namespace (`*`: all) this view may see,
     /// or with `all_agents` every agent's, oldest first.
-    pub fn list_tasks(&self, all_agents: bool) -> Result<Vec<TaskInfo>> {
+    pub fn list(&self, all_agents: bool) -> Result<Vec<TaskInfo>> {
         let mut tasks = self.all_tasks()?;
-        tasks.retain(|t| self.lists(&t.namespace, t.agent.as_deref(), &[], all_agents));
+        tasks.retain(|t| {
+            self.all
+                .lists(&t.namespace, t.agent.as_deref(), &[], all_agents)
+        });
         Ok(tasks)
     }
 
     /// Every task, oldest first.
     fn all_tasks(&self) -> Result<Vec<TaskInfo>> {
         Ok(self
-            .tasks()
+            .store()
             .list()?
             .into_iter()
             .map(|t| self.reap_orphan(t))
@@ -250,9 +269,9 @@ impl Workspaces {
     /// A range of task `id`'s command log (secrets masked as they were
     /// written), reading at most the range's limit
     /// ([`crate::tasks::log::MAX_LOG_READ`] at most) from the file.
-    pub fn task_logs(&self, id: &str, range: LogRange) -> Result<TaskLogs> {
-        let store = self.tasks();
-        self.task_info(id)?;
+    pub fn logs(&self, id: &str, range: LogRange) -> Result<TaskLogs> {
+        let store = self.store();
+        self.info(id)?;
         let path = store.log_path(id)?;
         let chunk = read_log(&path, range).map_err(crate::error::Error::host_io(format!(
             "reading {}",
@@ -266,7 +285,7 @@ impl Workspaces {
             next_offset: chunk.next_offset,
             size: chunk.size,
             dropped_bytes: chunk.dropped_bytes,
-            max_log_bytes: self.task_config()?.log_cap(),
+            max_log_bytes: self.config()?.log_cap(),
             supervisor_log: store.supervisor_log(id)?,
         })
     }
@@ -274,18 +293,18 @@ impl Workspaces {
     /// The next task that ended and has not been reported yet (oldest end
     /// first), marked reported; `None` when none ends within `timeout`.
     /// Reports survive restarts: they are in the records.
-    pub async fn wait_next_task_event(&self, timeout: Duration) -> Result<Option<TaskInfo>> {
+    pub async fn wait_next_event(&self, timeout: Duration) -> Result<Option<TaskInfo>> {
         let deadline = Instant::now() + timeout.min(MAX_EVENT_WAIT);
         loop {
             let mut ended: Vec<TaskInfo> = self
-                .list_tasks(false)?
+                .list(false)?
                 .into_iter()
                 .filter(|t| t.status.is_final() && !t.reported)
                 .collect();
             ended.sort_by_key(|t| t.timings.finished_ms);
             for t in ended {
                 let mut claimed = false;
-                let info = self.tasks().update(&t.task_id, |r| {
+                let info = self.store().update(&t.task_id, |r| {
                     claimed = !r.reported;
                     r.reported = true;
                 })?;
@@ -302,10 +321,10 @@ impl Workspaces {
 
     /// Waits (at most `timeout`) for task `id` to end; returns it as it is
     /// then.
-    pub async fn wait_task(&self, id: &str, timeout: Duration) -> Result<TaskInfo> {
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<TaskInfo> {
         let deadline = Instant::now() + timeout.min(MAX_EVENT_WAIT);
         loop {
-            let info = self.task_info(id)?;
+            let info = self.info(id)?;
             if info.status.is_final() || Instant::now() >= deadline {
                 return Ok(info);
             }
@@ -316,17 +335,18 @@ impl Workspaces {
     /// Removes ended task `id`'s record and logs, its kept workspace, and
     /// with `delete_ref` its `refs/tasks/<id>`. A task not yet ended is
     /// CONFLICT (cancel it first).
-    pub fn cleanup_task(&self, id: &str, delete_ref: bool) -> Result<TaskInfo> {
-        let info = self.task_info(id)?;
+    pub fn cleanup(&self, id: &str, delete_ref: bool) -> Result<TaskInfo> {
+        let info = self.info(id)?;
         if !info.status.is_final() {
             return Err(TaskError::Running(id.to_owned()).into());
         }
-        if self.at(&info.workspace).get().is_ok() {
-            self.at(&info.workspace)
+        if self.all.at(&info.workspace).get().is_ok() {
+            self.all
+                .at(&info.workspace)
                 .delete(crate::store::spec::DeleteOptions::default().force(true))?;
         }
         if delete_ref {
-            if let Ok(repo) = self.repos().get(&info.repo) {
+            if let Ok(repo) = self.all.repos().get(&info.repo) {
                 let task_ref = format!("{}{id}", crate::tasks::TASK_REF_PREFIX);
                 if git::commit_of(&repo.path, &task_ref).is_ok() {
                     git::run(&repo.path, ["update-ref", "-d", &task_ref])
@@ -334,7 +354,7 @@ impl Workspaces {
                 }
             }
         }
-        self.tasks().remove(id)?;
+        self.store().remove(id)?;
         Ok(info)
     }
 }
