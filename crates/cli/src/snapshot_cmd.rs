@@ -93,7 +93,7 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<E
             }
         }
         SnapshotCommand::Ls { workspace } => {
-            let all = ws.snapshot_list(workspace.as_deref(), true)?;
+            let all = ws.snapshots().list(workspace.as_deref(), true)?;
             if json {
                 output::json(&all);
             } else {
@@ -118,7 +118,7 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<E
             }
         }
         SnapshotCommand::Inspect { name } => {
-            let info = ws.snapshot_get(name)?;
+            let info = ws.snapshots().get(name)?;
             if json {
                 output::json(&info);
             } else {
@@ -134,7 +134,8 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<E
             let began = Instant::now();
             let show = !json && output::interactive();
             let meta = ws
-                .snapshot_restore(
+                .snapshots()
+                .restore(
                     name,
                     as_name.as_deref(),
                     *force,
@@ -163,7 +164,7 @@ pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<E
             }
         }
         SnapshotCommand::Rm { name } => {
-            let info = ws.snapshot_delete(name)?;
+            let info = ws.snapshots().delete(name)?;
             if json {
                 output::json(&info);
             } else {

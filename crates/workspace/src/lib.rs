@@ -87,7 +87,7 @@ pub use guest::processes::ProcessInfo;
 pub use guest::stream::ExecInput;
 pub use remedy::Remedy;
 #[cfg(feature = "client")]
-pub use snapshots::SnapshotInfo;
+pub use snapshots::{SnapshotInfo, Snapshots};
 #[cfg(feature = "client")]
 pub use store::egress::EgressDenials;
 pub use store::events::{Event, EventKind};

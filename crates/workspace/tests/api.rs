@@ -299,7 +299,7 @@ fn a_failed_snapshot_leaves_nothing<G>(
     let chain = workspace::error_chain(&err);
     assert!(errors.iter().any(|e| chain.contains(e)), "{chain}");
     assert!(left.is_empty(), "left in the snapshot store: {left:?}");
-    assert!(h.ws.snapshot_get("full").is_err());
+    assert!(h.ws.snapshots().get("full").is_err());
     assert_eq!(
         h.ws.workspace("dev").unwrap().get().unwrap().state,
         State::Stopped

@@ -200,7 +200,7 @@ fn detached_exec_kill_and_rm_leave_nothing(ctrd: &Containerd, image: &str) {
     // snapshot of the workspace, and the container runs on.
     ctrd.ctr_ok(&["tasks", "checkpoint", "bg"]);
     let all = testkit::open_state_dir(&ctrd.home).unwrap();
-    let snapshots = all.snapshot_list(None, true).unwrap();
+    let snapshots = all.snapshots().list(None, true).unwrap();
     assert_eq!(snapshots.len(), 1, "{snapshots:?}");
     assert!(snapshots[0].has_memory);
     let out = ctrd.ctr_ok(&[
@@ -214,7 +214,7 @@ fn detached_exec_kill_and_rm_leave_nothing(ctrd: &Containerd, image: &str) {
         "after",
     ]);
     assert_eq!(out, "after\n");
-    all.snapshot_delete(&snapshots[0].name).unwrap();
+    all.snapshots().delete(&snapshots[0].name).unwrap();
     ctrd.ctr_ok(&["tasks", "kill", "-s", "SIGTERM", "bg"]);
     let stopped = testkit::wait_until(Duration::from_secs(30), || {
         ctrd.ctr_ok(&["tasks", "ls"]).contains("STOPPED")

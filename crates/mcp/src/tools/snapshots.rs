@@ -98,7 +98,7 @@ impl MicroagentServer {
         let snapshots = self
             .blocking(move |ws| {
                 let ws = super::seen_from(ws, p.namespace.as_deref())?;
-                Ok(ws.snapshot_list(p.workspace.as_deref(), p.all_agents)?)
+                Ok(ws.snapshots().list(p.workspace.as_deref(), p.all_agents)?)
             })
             .await?;
         Ok(Out(SnapshotListResult {
@@ -125,7 +125,7 @@ impl MicroagentServer {
         Parameters(p): Parameters<SnapshotNameParams>,
     ) -> ToolResult<SnapshotInfo> {
         Ok(Out(self
-            .blocking(move |ws| Ok(ws.snapshot_get(&p.name)?))
+            .blocking(move |ws| Ok(ws.snapshots().get(&p.name)?))
             .await?))
     }
 
@@ -148,7 +148,7 @@ impl MicroagentServer {
         let preview = p.preview;
         let (snapshot, action) = self
             .blocking(move |ws| {
-                let info = ws.snapshot_get(&p.name)?;
+                let info = ws.snapshots().get(&p.name)?;
                 if preview {
                     let action = format!(
                         "would delete snapshot `{}` of `{}`, freeing {} bytes",
@@ -156,7 +156,7 @@ impl MicroagentServer {
                     );
                     return Ok((info, action));
                 }
-                let info = ws.snapshot_delete(&p.name)?;
+                let info = ws.snapshots().delete(&p.name)?;
                 let action = format!("deleted snapshot `{}`", info.name);
                 Ok((info, action))
             })
@@ -196,7 +196,9 @@ impl MicroagentServer {
             MAX_RESTORE_TIMEOUT_SECS,
         )?;
         let name = p.name.clone();
-        let info = self.blocking(move |ws| Ok(ws.snapshot_get(&name)?)).await?;
+        let info = self
+            .blocking(move |ws| Ok(ws.snapshots().get(&name)?))
+            .await?;
         let target = p.as_name.clone().unwrap_or_else(|| info.workspace.clone());
         if p.preview {
             let action = match &p.as_name {
@@ -224,7 +226,8 @@ impl MicroagentServer {
         }
         let work =
             self.ws
-                .snapshot_restore(&p.name, p.as_name.as_deref(), p.force, timeout, |_| {});
+                .snapshots()
+                .restore(&p.name, p.as_name.as_deref(), p.force, timeout, |_| {});
         let meta = self.start_from_snapshot(&target, work, &ctx).await?;
         Ok(Out(RestoreResult {
             preview: false,

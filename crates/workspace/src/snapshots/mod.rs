@@ -6,6 +6,7 @@
 //! started from a snapshot (memory included) with a copy of its disk.
 
 mod ops;
+mod service;
 pub(crate) mod warm;
 
 use std::path::Path;
@@ -20,10 +21,12 @@ use crate::store::volume_mounts::VolumeMount;
 use crate::store::workspace_dir::WorkspaceDir;
 pub(crate) use crate::vmm::seal::WORKSPACE_DISK;
 use crate::volumes::VolumeStore;
+
+pub use service::Snapshots;
 /// A disk copy in progress, in the workspace's directory.
 const DISK_COPY_TMP: &str = ".disk.copy.tmp";
 
-/// One snapshot, as `snapshot_list` and `snapshot_get` report it.
+/// One snapshot, as [`Snapshots::list`] and [`Snapshots::get`] report it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]

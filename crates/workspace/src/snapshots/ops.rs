@@ -208,7 +208,7 @@ impl Workspace<'_> {
 impl Workspaces {
     /// The snapshot `name` (in this view's namespace, or a full name);
     /// FORBIDDEN when another agent owns it.
-    pub fn snapshot_get(&self, name: &str) -> Result<SnapshotInfo> {
+    pub(crate) fn snapshot_get(&self, name: &str) -> Result<SnapshotInfo> {
         let name = crate::store::name::full_name(&self.namespace, name)
             .map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
         let info = self.snapshot_record(&name)?;
@@ -232,7 +232,7 @@ impl Workspaces {
     /// given; a short name is in the view's namespace), oldest first. An
     /// agent's view lists what it may use, or with `all_agents` every
     /// agent's (the others' stay FORBIDDEN to use).
-    pub fn snapshot_list(
+    pub(crate) fn snapshot_list(
         &self,
         workspace: Option<&str>,
         all_agents: bool,
@@ -270,7 +270,7 @@ impl Workspaces {
 
     /// Deletes the snapshot `name`. Workspaces forked from it keep running:
     /// they hold its memory file open.
-    pub fn snapshot_delete(&self, name: &str) -> Result<SnapshotInfo> {
+    pub(crate) fn snapshot_delete(&self, name: &str) -> Result<SnapshotInfo> {
         let info = self.snapshot_get(name)?;
         let name = info.name.as_str();
         let dir = self.snapshot_dir(name)?;
@@ -321,7 +321,7 @@ impl Workspaces {
     /// running workspace is only restored with `force` (it is halted
     /// first). With `as_name`, a new workspace of that name is made from
     /// the snapshot instead (a fork) and the original is left alone.
-    pub async fn snapshot_restore(
+    pub(crate) async fn snapshot_restore(
         &self,
         name: &str,
         as_name: Option<&str>,

@@ -785,7 +785,7 @@ pub(crate) mod tests {
         for name in dead.iter().chain([&live]) {
             std::fs::create_dir_all(dir.join(name)).unwrap();
         }
-        assert!(f.ws.snapshot_list(None, false).unwrap().is_empty());
+        assert!(f.ws.snapshots().list(None, false).unwrap().is_empty());
         let left: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

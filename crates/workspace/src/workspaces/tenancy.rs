@@ -369,16 +369,16 @@ mod tests {
             .snapshot_take(Some("s1"))
             .unwrap();
         assert_eq!(
-            b.snapshot_get(&snap.name).unwrap_err().code(),
+            b.snapshots().get(&snap.name).unwrap_err().code(),
             ErrorCode::Forbidden
         );
         assert_eq!(
-            b.snapshot_delete(&snap.name).unwrap_err().code(),
+            b.snapshots().delete(&snap.name).unwrap_err().code(),
             ErrorCode::Forbidden
         );
-        assert!(b.snapshot_list(None, false).unwrap().is_empty());
-        assert_eq!(b.snapshot_list(None, true).unwrap().len(), 1);
-        assert_eq!(a.snapshot_list(None, false).unwrap().len(), 1);
+        assert!(b.snapshots().list(None, false).unwrap().is_empty());
+        assert_eq!(b.snapshots().list(None, true).unwrap().len(), 1);
+        assert_eq!(a.snapshots().list(None, false).unwrap().len(), 1);
         // Only the owner shares.
         let not_owner = b
             .workspace("common")
