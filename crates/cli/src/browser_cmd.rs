@@ -140,14 +140,16 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
             }
             let snap = ws
                 .workspace(workspace)?
-                .browser_open(url, page.options())
+                .browser()
+                .open(url, page.options())
                 .await?;
             print_snapshot(&snap, json);
         }
         BrowserCommand::Snapshot { workspace, page } => {
             let snap = ws
                 .workspace(workspace)?
-                .browser_snapshot(page.options())
+                .browser()
+                .snapshot(page.options())
                 .await?;
             print_snapshot(&snap, json);
         }
@@ -158,7 +160,8 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
         } => {
             let snap = ws
                 .workspace(workspace)?
-                .browser_click(&element.element(), page.options())
+                .browser()
+                .click(&element.element(), page.options())
                 .await?;
             print_snapshot(&snap, json);
         }
@@ -170,14 +173,16 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
         } => {
             let snap = ws
                 .workspace(workspace)?
-                .browser_fill(&element.element(), value, page.options())
+                .browser()
+                .fill(&element.element(), value, page.options())
                 .await?;
             print_snapshot(&snap, json);
         }
         BrowserCommand::Close { workspace, page } => {
             let closed = ws
                 .workspace(workspace)?
-                .browser_close(page.options())
+                .browser()
+                .close(page.options())
                 .await?;
             if json {
                 output::json(&closed);
@@ -192,7 +197,8 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
         } => {
             let events = ws
                 .workspace(workspace)?
-                .browser_events(*offset, *limit)
+                .browser()
+                .events(*offset, *limit)
                 .await?;
             if json {
                 output::json(&events);
@@ -210,7 +216,8 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
         } => {
             let shot = ws
                 .workspace(workspace)?
-                .browser_screenshot(page.options())
+                .browser()
+                .screenshot(page.options())
                 .await?;
             std::fs::write(file, &shot.png)
                 .map_err(Error::host_io(format!("writing {}", file.display())))?;

@@ -258,13 +258,28 @@ impl<'a> Call<'a> {
     }
 }
 
-impl Workspace<'_> {
+/// A workspace's browser (`dev.browser()`): a headless Chromium in the
+/// guest, started on first use, its pages kept between calls. `Copy`; its
+/// calls take it by value, as the handle's do.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkspaceBrowser<'a> {
+    ws: Workspace<'a>,
+}
+
+impl<'a> Workspace<'a> {
+    /// This workspace's browser.
+    pub fn browser(self) -> WorkspaceBrowser<'a> {
+        WorkspaceBrowser { ws: self }
+    }
+}
+
+impl WorkspaceBrowser<'_> {
     /// Opens `url` in page `options.page` (made on first use; the browser
     /// starts on first use) and returns its snapshot once it has loaded.
-    pub async fn browser_open(self, url: &str, options: PageOptions) -> Result<BrowserSnapshot> {
+    pub async fn open(self, url: &str, options: PageOptions) -> Result<BrowserSnapshot> {
         check_url(url)?;
         options.check()?;
-        let mut call = Call::begin(self).await?;
+        let mut call = Call::begin(self.ws).await?;
         let mut page = call.page(&options.page, true).await?;
         call.action(&options.page, format!("open {url}"))?;
         page.navigate(url, options.timeout).await?;
@@ -272,43 +287,39 @@ impl Workspace<'_> {
     }
 
     /// A new snapshot of an open page.
-    pub async fn browser_snapshot(self, options: PageOptions) -> Result<BrowserSnapshot> {
+    pub async fn snapshot(self, options: PageOptions) -> Result<BrowserSnapshot> {
         options.check()?;
-        let mut call = Call::begin(self).await?;
+        let mut call = Call::begin(self.ws).await?;
         let page = call.page(&options.page, false).await?;
         call.finish(page, &options.page).await
     }
 
     /// Clicks `element` on an open page, waits for what it sets off
     /// (a navigation, requests) and returns the new snapshot.
-    pub async fn browser_click(
-        self,
-        element: &Element,
-        options: PageOptions,
-    ) -> Result<BrowserSnapshot> {
-        self.browser_act(element, None, options).await
+    pub async fn click(self, element: &Element, options: PageOptions) -> Result<BrowserSnapshot> {
+        self.act(element, None, options).await
     }
 
     /// Types `value` into `element` (replacing what it held) on an open
     /// page and returns the new snapshot.
-    pub async fn browser_fill(
+    pub async fn fill(
         self,
         element: &Element,
         value: &str,
         options: PageOptions,
     ) -> Result<BrowserSnapshot> {
-        self.browser_act(element, Some(value), options).await
+        self.act(element, Some(value), options).await
     }
 
     /// A click (no `value`) or a fill, then the wait for what it set off.
-    async fn browser_act(
+    async fn act(
         self,
         element: &Element,
         value: Option<&str>,
         options: PageOptions,
     ) -> Result<BrowserSnapshot> {
         options.check()?;
-        let mut call = Call::begin(self).await?;
+        let mut call = Call::begin(self.ws).await?;
         let mut page = call.page(&options.page, false).await?;
         let node = call.node(&mut page, &options.page, element).await?;
         let verb = if value.is_some() { "fill" } else { "click" };
@@ -322,9 +333,9 @@ impl Workspace<'_> {
     }
 
     /// Closes an open page.
-    pub async fn browser_close(self, options: PageOptions) -> Result<BrowserPageClosed> {
+    pub async fn close(self, options: PageOptions) -> Result<BrowserPageClosed> {
         options.check()?;
-        let mut call = Call::begin(self).await?;
+        let mut call = Call::begin(self.ws).await?;
         let name = options.page;
         let Some(target) = call.known_target(&name).await? else {
             return Err(BrowserError::UnknownPage {
@@ -355,9 +366,9 @@ impl Workspace<'_> {
     }
 
     /// A PNG of an open page's viewport.
-    pub async fn browser_screenshot(self, options: PageOptions) -> Result<BrowserScreenshot> {
+    pub async fn screenshot(self, options: PageOptions) -> Result<BrowserScreenshot> {
         options.check()?;
-        let mut call = Call::begin(self).await?;
+        let mut call = Call::begin(self.ws).await?;
         let mut page = call.page(&options.page, false).await?;
         let png = page.screenshot().await?;
         let (snap_url, _) = page.location().await?;
@@ -379,14 +390,15 @@ impl Workspace<'_> {
 
     /// The browser log after sequence number `offset`, at most `limit`
     /// events (at most [`MAX_EVENTS_PER_CALL`]).
-    pub async fn browser_events(self, offset: u64, limit: usize) -> Result<BrowserEvents> {
-        let dir = BrowserDir::new(self.all.dir(self.name.as_str())?.path());
-        self.get()?;
+    pub async fn events(self, offset: u64, limit: usize) -> Result<BrowserEvents> {
+        let ws = self.ws;
+        let dir = BrowserDir::new(ws.all.dir(ws.name.as_str())?.path());
+        ws.get()?;
         let mut events = dir.events().read_after(offset)?;
         events.truncate(limit.clamp(1, MAX_EVENTS_PER_CALL));
         let next_offset = events.last().map_or(offset, |e| e.seq);
         Ok(BrowserEvents {
-            workspace: self.name.as_str().to_owned(),
+            workspace: ws.name.as_str().to_owned(),
             events,
             next_offset,
         })

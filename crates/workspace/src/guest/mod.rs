@@ -34,6 +34,8 @@ pub mod reclaim;
 pub(crate) mod stream;
 
 #[cfg(feature = "client")]
+pub use browser_ops::WorkspaceBrowser;
+#[cfg(feature = "client")]
 pub use exec::{ExecEnd, Exited, OutputCollector, MAX_COLLECTED_BYTES};
 #[cfg(feature = "client")]
 pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISITS, MAX_FOUND};

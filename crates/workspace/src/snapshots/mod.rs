@@ -26,7 +26,7 @@ pub use service::Snapshots;
 /// A disk copy in progress, in the workspace's directory.
 const DISK_COPY_TMP: &str = ".disk.copy.tmp";
 
-/// One snapshot, as [`Snapshots::list`] and [`Snapshots::get`] report it.
+/// One snapshot, as `snapshot_list` and `snapshot_get` report it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]

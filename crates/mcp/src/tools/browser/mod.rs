@@ -60,7 +60,8 @@ impl MicroagentServer {
         let snap = self
             .ws
             .workspace(&p.name)?
-            .browser_open(&p.url, options)
+            .browser()
+            .open(&p.url, options)
             .await?;
         Ok(Out(BrowserSnapshotResult { result: snap }))
     }
@@ -84,7 +85,8 @@ impl MicroagentServer {
         let snap = self
             .ws
             .workspace(&p.name)?
-            .browser_snapshot(options(p.page, None)?)
+            .browser()
+            .snapshot(options(p.page, None)?)
             .await?;
         Ok(Out(BrowserSnapshotResult { result: snap }))
     }
@@ -110,7 +112,8 @@ impl MicroagentServer {
         let snap = self
             .ws
             .workspace(&p.name)?
-            .browser_click(&target, options(p.page, p.timeout_secs)?)
+            .browser()
+            .click(&target, options(p.page, p.timeout_secs)?)
             .await?;
         Ok(Out(BrowserSnapshotResult { result: snap }))
     }
@@ -135,7 +138,8 @@ impl MicroagentServer {
         let snap = self
             .ws
             .workspace(&p.name)?
-            .browser_fill(&target, &p.value, options(p.page, p.timeout_secs)?)
+            .browser()
+            .fill(&target, &p.value, options(p.page, p.timeout_secs)?)
             .await?;
         Ok(Out(BrowserSnapshotResult { result: snap }))
     }
@@ -158,7 +162,8 @@ impl MicroagentServer {
         let closed = self
             .ws
             .workspace(&p.name)?
-            .browser_close(options(p.page, None)?)
+            .browser()
+            .close(options(p.page, None)?)
             .await?;
         Ok(Out(BrowserClosedResult { result: closed }))
     }
@@ -190,7 +195,8 @@ impl MicroagentServer {
         let events = self
             .ws
             .workspace(&p.name)?
-            .browser_events(p.offset.unwrap_or(0), limit)
+            .browser()
+            .events(p.offset.unwrap_or(0), limit)
             .await?;
         Ok(Out(BrowserEventsResult { result: events }))
     }
@@ -213,7 +219,8 @@ impl MicroagentServer {
         let shot = self
             .ws
             .workspace(&p.name)?
-            .browser_screenshot(options(p.page, None)?)
+            .browser()
+            .screenshot(options(p.page, None)?)
             .await?;
         Ok(Out(BrowserScreenshotResult {
             workspace: p.name,
