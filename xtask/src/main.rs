@@ -17,6 +17,7 @@ mod bench_tti;
 mod bench_workspace;
 mod boot;
 mod cache;
+mod call_edges;
 mod cpio;
 mod dist;
 mod fuzz;
@@ -66,8 +67,9 @@ tasks:
                                 containerd shim containerd-shim-microagent-v2 and the lean
                                 VMM process microagent-vmm (static, LTO) beside them
   modules [--edges]             each crate's module cycles (from its `use crate::`/`super::`
-                                paths) and source files per folder; fails on a cycle;
-                                --edges lists every edge instead
+                                paths, and for folders also its calls of the central types'
+                                methods) and source files per folder; fails on a cycle;
+                                --edges lists every edge instead, call edges marked
   fuzz [--seconds N]            random virtio queues into blk, vsock and net processing (default 30 s)
   bench vmm [--runs N] [--against DIST_DIR]
                                 VMM figures: process start to first KVM_RUN, time to the

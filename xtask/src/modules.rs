@@ -7,16 +7,21 @@
 //! `a -> b` means `a` names something of `b`; a module naming one of its
 //! ancestors is not an edge (a child builds on its parent's items, and the
 //! parent re-exports its children), but a path through a re-export counts
-//! for the module that defines the item.
+//! for the module that defines the item. [`Graph::with_calls`] adds the
+//! calls of the central types' methods (`call_edges`) as edges too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::call_edges::{self, Calls};
+
 /// One crate's modules and what each names.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Graph {
     /// Module path (`""` is the crate root) to the modules it uses.
     pub edges: BTreeMap<String, BTreeSet<String>>,
+    /// The call edges among `edges` (empty until [`Graph::with_calls`]).
+    pub calls: Calls,
 }
 
 /// The `src` directories of the crates under `crates/`, by crate folder.
@@ -292,17 +297,25 @@ fn child_paths(module: &str, code: &str, modules: &BTreeSet<String>) -> Vec<Stri
     out
 }
 
-/// Reads the module graph of the crate whose sources are in `src`.
-pub fn graph(src: &Path) -> Graph {
+/// Each module's source text under `src`, by module path.
+fn sources(src: &Path) -> BTreeMap<String, String> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    let mut code = BTreeMap::new();
+    let mut out = BTreeMap::new();
     for f in &files {
         if let Some(m) = module_of(src, f) {
-            let text = std::fs::read_to_string(f).unwrap_or_default();
-            code.insert(m, code_of(&text));
+            out.insert(m, std::fs::read_to_string(f).unwrap_or_default());
         }
     }
+    out
+}
+
+/// Reads the module graph of the crate whose sources are in `src`.
+pub fn graph(src: &Path) -> Graph {
+    let code: BTreeMap<String, String> = sources(src)
+        .into_iter()
+        .map(|(m, text)| (m, code_of(&text)))
+        .collect();
     let modules: BTreeSet<String> = code.keys().cloned().collect();
     let reexports: BTreeMap<_, _> = code
         .iter()
@@ -329,6 +342,51 @@ pub fn graph(src: &Path) -> Graph {
 }
 
 impl Graph {
+    /// The graph with the calls of [`call_edges::SERVICE_TYPES`]' methods
+    /// in the crate at `src` added as edges (and kept in `calls`).
+    pub fn with_calls(mut self, src: &Path) -> Graph {
+        let code: BTreeMap<String, String> = sources(src)
+            .into_iter()
+            .map(|(m, text)| {
+                let code = text.split("#[cfg(test)]").next().unwrap_or("").to_owned();
+                (m, code)
+            })
+            .collect();
+        self.calls = call_edges::calls(&code, call_edges::SERVICE_TYPES);
+        for (from, targets) in &self.calls.edges {
+            let out = self.edges.entry(from.clone()).or_default();
+            out.extend(targets.keys().cloned());
+        }
+        self
+    }
+
+    /// The calls that make up the edges from `a` to `b` among the children
+    /// of `parent` (each child standing for everything under it), as
+    /// "workspaces::lifecycle calls `start_maybe_warm` of snapshots::warm".
+    pub fn calls_between(&self, parent: &str, a: &str, b: &str) -> Vec<String> {
+        let under = |m: &str, child: &str| {
+            let full = if parent.is_empty() {
+                child.to_owned()
+            } else {
+                format!("{parent}::{child}")
+            };
+            m == full || m.starts_with(&format!("{full}::"))
+        };
+        let mut out = Vec::new();
+        for (from, targets) in &self.calls.edges {
+            if !under(from, a) {
+                continue;
+            }
+            for (to, names) in targets {
+                if under(to, b) {
+                    let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+                    out.push(format!("{from} calls {} of {to}", names.join(", ")));
+                }
+            }
+        }
+        out
+    }
+
     /// Each strongly connected group of two or more modules (Tarjan).
     pub fn cycles(&self) -> Vec<Vec<String>> {
         struct State<'a> {
@@ -459,17 +517,36 @@ pub fn files_per_folder(src: &Path) -> BTreeMap<PathBuf, usize> {
 }
 
 /// `cargo xtask modules [--edges]`: prints each crate's cycles and folder
-/// sizes (or every edge).
+/// sizes (or every edge, the call edges marked as such).
 pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let all_edges = args.iter().any(|a| a == "--edges");
     let mut cycles = 0;
     for (name, src) in crate_sources(root) {
         let g = graph(&src);
+        let with_calls = g.clone().with_calls(&src);
         if all_edges {
             for (from, targets) in &g.edges {
                 for to in targets {
                     println!("{name}: {from} -> {to}");
                 }
+            }
+            for (from, targets) in &with_calls.calls.edges {
+                for (to, names) in targets {
+                    let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+                    println!("{name}: {from} -> {to} (calls {})", names.join(", "));
+                }
+            }
+            if !with_calls.calls.ambiguous.is_empty() {
+                let names: Vec<&str> = with_calls
+                    .calls
+                    .ambiguous
+                    .iter()
+                    .map(String::as_str)
+                    .collect();
+                println!(
+                    "{name}: calls not followed (ambiguous names): {}",
+                    names.join(", ")
+                );
             }
             continue;
         }
@@ -499,13 +576,20 @@ pub fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
             }
         }
         cycles += found.len();
-        let folders = g.folder_cycles();
+        let folders = with_calls.folder_cycles();
         for (parent, group) in &folders {
             let at = if parent.is_empty() { "(root)" } else { parent };
             println!(
                 "  cycle among the children of {at}: {}",
                 group.join(" <-> ")
             );
+            for a in group {
+                for b in group.iter().filter(|b| *b != a) {
+                    for call in with_calls.calls_between(parent, a, b) {
+                        println!("    {call}");
+                    }
+                }
+            }
         }
         cycles += folders.len();
     }

@@ -351,6 +351,37 @@ mod tests {
         );
     }
 
+    /// The same layers, counting calls too: a module calling a method of
+    /// the collection, a workspace's handle or a service (`Workspaces`,
+    /// `Workspace`, `Volumes`, ...: `call_edges::SERVICE_TYPES`) leans on
+    /// the module whose `impl` block defines it, though no path names it.
+    #[test]
+    fn no_folder_calls_what_calls_it() {
+        let mut sources = crate::modules::crate_sources(&repo_root());
+        sources.push(("xtask".into(), repo_root().join("xtask/src")));
+        let mut found = Vec::new();
+        for (name, src) in sources {
+            let g = crate::modules::graph(&src).with_calls(&src);
+            for (parent, group) in g.folder_cycles() {
+                let at = if parent.is_empty() { "src" } else { &parent };
+                found.push(format!("{name}: in {at}: {}", group.join(" <-> ")));
+                for a in &group {
+                    for b in group.iter().filter(|b| *b != a) {
+                        for call in g.calls_between(&parent, a, b) {
+                            found.push(format!("    {call}"));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "folders that call each other's methods (`cargo xtask modules --edges` \
+             lists the calls); move the method below both, or the call above:\n{}",
+            found.join("\n")
+        );
+    }
+
     /// The VMM process carries only the VMM: the `microagent-vmm` package's
     /// normal dependencies have no async runtime, command-line parser or
     /// MCP server (each would sit in every running workspace's memory).
