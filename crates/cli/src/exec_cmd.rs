@@ -312,7 +312,10 @@ async fn copy_outputs(
                 .map(std::path::PathBuf::from)
                 .unwrap_or_default();
             let to = dir.join(base);
-            ws.workspace(name)?.copy_out(&file.path, &to).await?;
+            ws.workspace(name)?
+                .files()
+                .copy_out(&file.path, &to)
+                .await?;
             eprintln!(
                 "microagent: copied {} to {}",
                 output::field(&file.path),

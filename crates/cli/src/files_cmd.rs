@@ -40,10 +40,14 @@ pub async fn cp(
     let plan =
         match (parse(src), parse(dst)) {
             (Place::Host(from), Place::Guest { workspace, path }) => {
-                ws.workspace(&workspace)?.plan_copy_in(&from, &path).await?
+                ws.workspace(&workspace)?
+                    .files()
+                    .plan_copy_in(&from, &path)
+                    .await?
             }
             (Place::Guest { workspace, path }, Place::Host(to)) => {
                 ws.workspace(&workspace)?
+                    .files()
                     .plan_copy_out(&path, &to, options)
                     .await?
             }

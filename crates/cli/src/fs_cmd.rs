@@ -90,7 +90,7 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
     let (value, text) = match cmd {
         FsCommand::Stat { name, path } => {
             absolute("path", path)?;
-            match ws.workspace(name)?.stat_if_exists(path).await? {
+            match ws.workspace(name)?.files().stat_if_exists(path).await? {
                 Some(s) => (
                     json!({"path": path, "exists": true, "kind": kind_name(s.kind),
                         "size": s.size, "mode": format!("{:04o}", s.mode),
@@ -113,7 +113,7 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
         }
         FsCommand::Mkdir { name, path } => {
             absolute("path", path)?;
-            ws.workspace(name)?.mkdir(path).await?;
+            ws.workspace(name)?.files().mkdir(path).await?;
             (json!({"path": path}), format!("made the directory {path}"))
         }
         FsCommand::Rm {
@@ -125,6 +125,7 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
             absolute("path", path)?;
             let r = ws
                 .workspace(name)?
+                .files()
                 .remove(path, *recursive, *preview)
                 .await?;
             let verb = if *preview { "would remove" } else { "removed" };
@@ -136,7 +137,7 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
         FsCommand::Mv { name, from, to } => {
             absolute("from", from)?;
             absolute("to", to)?;
-            ws.workspace(name)?.rename(from, to).await?;
+            ws.workspace(name)?.files().rename(from, to).await?;
             (
                 json!({"from": from, "to": to}),
                 format!("moved {from} to {to}"),
@@ -152,6 +153,7 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
             absolute("path", path)?;
             let e = ws
                 .workspace(name)?
+                .files()
                 .edit_file(path, old_text, new_text, *count)
                 .await?;
             (
@@ -168,7 +170,7 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
             pattern,
         } => {
             absolute("path", path)?;
-            let found = ws.workspace(name)?.find(path, pattern).await?;
+            let found = ws.workspace(name)?.files().find(path, pattern).await?;
             // Guest file names: one per line, each escaped.
             let names: Vec<_> = found.paths.iter().map(|p| output::field(p)).collect();
             let mut text = names.join("\n");

@@ -99,7 +99,11 @@ pub async fn detach(
         ring_bytes: cmd.output_cap,
         id: None,
     };
-    let info = ws.workspace(name)?.process_start(req, options).await?;
+    let info = ws
+        .workspace(name)?
+        .processes()
+        .process_start(req, options)
+        .await?;
     if json {
         output::json(&info);
     } else {
@@ -122,7 +126,7 @@ fn now_ms() -> u64 {
 
 /// `ps WS`.
 pub async fn ps(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
-    let list = ws.workspace(name)?.process_list().await?;
+    let list = ws.workspace(name)?.processes().process_list().await?;
     if json {
         #[derive(Serialize)]
         struct Listed<'a> {
@@ -209,6 +213,7 @@ async fn output_cmd(
     loop {
         let out = ws
             .workspace(name)?
+            .processes()
             .process_output(id, cursors, None, wait)
             .await?;
         print_output(&out, json);
@@ -257,6 +262,7 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<Ex
         } => {
             let info = ws
                 .workspace(workspace)?
+                .processes()
                 .process_wait(id, Duration::from_secs(*timeout))
                 .await?;
             if info.running() {
@@ -282,7 +288,10 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<Ex
             id,
             signal,
         } => {
-            ws.workspace(workspace)?.process_signal(id, signal).await?;
+            ws.workspace(workspace)?
+                .processes()
+                .process_signal(id, signal)
+                .await?;
             if json {
                 output::json(&serde_json::json!({ "id": id, "signal": signal }));
             }
@@ -309,6 +318,7 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<Ex
             };
             let written = ws
                 .workspace(workspace)?
+                .processes()
                 .process_write_stdin(id, &bytes, *close)
                 .await?;
             if json {
@@ -317,7 +327,10 @@ pub async fn run(ws: &Workspaces, cmd: &ProcessCommand, json: bool) -> Result<Ex
             Ok(ExitCode::SUCCESS)
         }
         ProcessCommand::Rm { workspace, id } => {
-            ws.workspace(workspace)?.process_remove(id).await?;
+            ws.workspace(workspace)?
+                .processes()
+                .process_remove(id)
+                .await?;
             if json {
                 output::json(&serde_json::json!({ "id": id, "removed": true }));
             }

@@ -232,7 +232,7 @@ impl Container {
             return;
         };
         let removed = match all.workspace(&self.workspace) {
-            Ok(ws) => ws.remove(&dir, true, false).await.map(drop),
+            Ok(ws) => ws.files().remove(&dir, true, false).await.map(drop),
             Err(e) => Err(e),
         };
         match removed {

@@ -144,7 +144,7 @@ pub async fn copy_into_guest(
         why: "was cancelled",
     })??;
     let copied = match all.workspace(workspace) {
-        Ok(ws) => ws.copy_in_archive(&target, guest_dir).await,
+        Ok(ws) => ws.files().copy_in_archive(&target, guest_dir).await,
         Err(e) => Err(e),
     };
     let unmounted = unmount(&target);

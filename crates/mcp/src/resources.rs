@@ -185,6 +185,7 @@ impl MicroagentServer {
                 let read = self
                     .ws
                     .workspace(&name)?
+                    .files()
                     .read_file(&path, Some(0), Some(MAX_READ_LENGTH))
                     .await?;
                 Ok(match String::from_utf8(read.data) {

@@ -45,7 +45,7 @@ async fn hello() -> workspace::Result<()> {
             )
             .await?;
         eprintln!("exec ended: {:?}", out.exit_code);
-        let file = dev.read_file("/root/uname.txt", None, None).await?;
+        let file = dev.files().read_file("/root/uname.txt", None, None).await?;
         print!("{}", String::from_utf8_lossy(&file.data));
         Ok(())
     }

@@ -5,8 +5,8 @@
 //! directory; [`Workspace`] is one workspace by name): the life cycle
 //! ([`Workspaces::create`], [`Workspace::start`], stop, halt, delete, list,
 //! inspect, TTL), commands ([`ExecRequest`] to [`ExecResult`]), background
-//! processes ([`Workspace::process_start`]), files and copies
-//! ([`Workspace::read_file`], [`Workspace::copy_in`], ...), console logs
+//! processes ([`Workspace::processes`]), files and copies
+//! ([`Workspace::files`]: read_file, copy_in, ...), console logs
 //! and [`Event`]s, snapshots and forks, and the one-shot use case
 //! ([`Workspaces::run_once`]). Each running workspace is one detached VMM
 //! process (crates/vmm-host, started as [`vmm::launch::VmmLaunch`] says)

@@ -91,6 +91,7 @@ fn read_file_and_copy_out_of_a_file_stop_at_their_bounds() {
         .block_on(
             h.ws.workspace("dev")
                 .unwrap()
+                .files()
                 .read_file("/f", None, Some(1 << 20)),
         )
         .unwrap_err();
@@ -104,6 +105,7 @@ fn read_file_and_copy_out_of_a_file_stop_at_their_bounds() {
         .block_on(
             h.ws.workspace("dev")
                 .unwrap()
+                .files()
                 .copy_out("/f", &dest.join("f")),
         )
         .unwrap_err();
@@ -131,6 +133,7 @@ fn copy_out_of_a_directory_stops_at_the_byte_budget() {
         .block_on(
             h.ws.workspace("dev")
                 .unwrap()
+                .files()
                 .copy_out("/d", &dest.join("d")),
         )
         .unwrap_err();
@@ -155,7 +158,7 @@ fn copy_out_of_a_directory_stops_at_the_entry_budget() {
     };
     let dest = h.root.join("out");
     let err = runtime()
-        .block_on(h.ws.workspace("dev").unwrap().copy_out("/d", &dest))
+        .block_on(h.ws.workspace("dev").unwrap().files().copy_out("/d", &dest))
         .unwrap_err();
     let chain = workspace::error_chain(&err);
     assert!(chain.contains("entries"), "{chain}");
@@ -211,7 +214,12 @@ fn copy_out_onto_a_failing_disk<G>(
         }
         fail(&mut disk);
         let err = runtime()
-            .block_on(h.ws.workspace("dev").unwrap().copy_out(guest, &target))
+            .block_on(
+                h.ws.workspace("dev")
+                    .unwrap()
+                    .files()
+                    .copy_out(guest, &target),
+            )
             .unwrap_err();
         let chain = workspace::error_chain(&err);
         assert!(errors.iter().any(|e| chain.contains(e)), "{tag}: {chain}");

@@ -27,7 +27,12 @@ impl MicroagentServer {
     )]
     async fn file_stat(&self, Parameters(p): Parameters<PathParams>) -> ToolResult<StatResult> {
         guest_path("path", &p.path)?;
-        let stat = self.ws.workspace(&p.name)?.stat_if_exists(&p.path).await?;
+        let stat = self
+            .ws
+            .workspace(&p.name)?
+            .files()
+            .stat_if_exists(&p.path)
+            .await?;
         Ok(Out(StatResult {
             path: p.path,
             exists: stat.is_some(),
@@ -53,7 +58,7 @@ impl MicroagentServer {
     )]
     async fn file_mkdir(&self, Parameters(p): Parameters<PathParams>) -> ToolResult<PathResult> {
         guest_path("path", &p.path)?;
-        self.ws.workspace(&p.name)?.mkdir(&p.path).await?;
+        self.ws.workspace(&p.name)?.files().mkdir(&p.path).await?;
         Ok(Out(PathResult {
             preview: false,
             action: format!("made the directory {}", p.path),
@@ -79,6 +84,7 @@ impl MicroagentServer {
         let removal = self
             .ws
             .workspace(&p.name)?
+            .files()
             .remove(&p.path, p.recursive, p.preview)
             .await?;
         let what = format!(
@@ -112,7 +118,11 @@ impl MicroagentServer {
     async fn file_move(&self, Parameters(p): Parameters<MoveParams>) -> ToolResult<PathResult> {
         guest_path("from", &p.from)?;
         guest_path("to", &p.to)?;
-        self.ws.workspace(&p.name)?.rename(&p.from, &p.to).await?;
+        self.ws
+            .workspace(&p.name)?
+            .files()
+            .rename(&p.from, &p.to)
+            .await?;
         Ok(Out(PathResult {
             preview: false,
             action: format!("moved {} to {}", p.from, p.to),
@@ -138,6 +148,7 @@ impl MicroagentServer {
         let edited = self
             .ws
             .workspace(&p.name)?
+            .files()
             .edit_file(
                 &p.path,
                 &p.old_text,
@@ -169,6 +180,7 @@ impl MicroagentServer {
         let found = self
             .ws
             .workspace(&p.name)?
+            .files()
             .find(&p.path, &p.pattern)
             .await?;
         Ok(Out(FindResult {

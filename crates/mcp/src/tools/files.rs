@@ -83,6 +83,7 @@ impl MicroagentServer {
         let lines = self
             .ws
             .workspace(&p.name)?
+            .files()
             .read_lines(&p.path, p.start_line.unwrap_or(1), p.end_line)
             .await?;
         let length = lines.text.len() as u64;
@@ -140,6 +141,7 @@ impl MicroagentServer {
         let workspace::FileRead { data, size, .. } = self
             .ws
             .workspace(&p.name)?
+            .files()
             .read_file(&p.path, Some(offset), Some(length))
             .await?;
         let reaches_end = offset.saturating_add(data.len() as u64) >= size;
@@ -193,7 +195,12 @@ impl MicroagentServer {
             )));
         }
         let perm = p.mode.as_deref().map(parse_mode).transpose()?;
-        let existing = self.ws.workspace(&p.name)?.stat_if_exists(&p.path).await?;
+        let existing = self
+            .ws
+            .workspace(&p.name)?
+            .files()
+            .stat_if_exists(&p.path)
+            .await?;
         if let Some(s) = existing.as_ref().filter(|s| s.kind == FileKind::Dir) {
             return Err(ToolError::InvalidInput(format!(
                 "{} is {}; name a file",
@@ -216,6 +223,7 @@ impl MicroagentServer {
         } else {
             self.ws
                 .workspace(&p.name)?
+                .files()
                 .write_file(
                     &p.path,
                     &data,
@@ -255,7 +263,12 @@ impl MicroagentServer {
             mut entries,
             truncated,
             ..
-        } = self.ws.workspace(&p.name)?.list_dir(&p.path).await?;
+        } = self
+            .ws
+            .workspace(&p.name)?
+            .files()
+            .list_dir(&p.path)
+            .await?;
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Out(FileListResult {
             path: p.path,
@@ -291,6 +304,7 @@ impl MicroagentServer {
         let plan = self
             .ws
             .workspace(&p.name)?
+            .files()
             .plan_copy_in(&host, &p.guest_path)
             .await?;
         let copied = if p.preview {
@@ -323,6 +337,7 @@ impl MicroagentServer {
         let plan = self
             .ws
             .workspace(&p.name)?
+            .files()
             .plan_copy_out(&p.guest_path, &host, options)
             .await?;
         let copied = if p.preview {

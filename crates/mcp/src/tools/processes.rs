@@ -71,6 +71,7 @@ impl MicroagentServer {
         let process = self
             .ws
             .workspace(&p.name)?
+            .processes()
             .process_start(req, options)
             .await?;
         Ok(Out(ProcessResult {
@@ -96,7 +97,12 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<ProcessListParams>,
     ) -> ToolResult<ProcessListResult> {
-        let processes = self.ws.workspace(&p.name)?.process_list().await?;
+        let processes = self
+            .ws
+            .workspace(&p.name)?
+            .processes()
+            .process_list()
+            .await?;
         Ok(Out(ProcessListResult {
             workspace: p.name,
             processes,
@@ -135,7 +141,7 @@ impl MicroagentServer {
             MAX_READ_BYTES,
         )?;
         let cursors = [p.stdout_cursor, p.stderr_cursor];
-        let read = self.ws.workspace(&p.name)?.process_output(
+        let read = self.ws.workspace(&p.name)?.processes().process_output(
             &p.id,
             cursors,
             Some(max),
@@ -180,6 +186,7 @@ impl MicroagentServer {
         let written = self
             .ws
             .workspace(&p.name)?
+            .processes()
             .process_write_stdin(&p.id, p.data.as_bytes(), p.close)
             .await?;
         let mut action = format!("wrote {written} bytes");
@@ -212,6 +219,7 @@ impl MicroagentServer {
         let signal = p.signal.unwrap_or_else(|| "TERM".into());
         self.ws
             .workspace(&p.name)?
+            .processes()
             .process_signal(&p.id, &signal)
             .await?;
         Ok(Out(ProcessActionResult {
@@ -248,6 +256,7 @@ impl MicroagentServer {
         let wait = self
             .ws
             .workspace(&p.name)?
+            .processes()
             .process_wait(&p.id, Duration::from_secs(secs));
         let id = p.id.clone();
         let process = Progress::new(&ctx)

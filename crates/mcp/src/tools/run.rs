@@ -114,6 +114,7 @@ impl MicroagentServer {
                     for f in files {
                         self.ws
                             .workspace(&name)?
+                            .files()
                             .write_file(
                                 &f.path,
                                 f.content.as_bytes(),

@@ -5,16 +5,18 @@
 //! apply the same checks; who may use a remote workspace is decided here,
 //! before any ssh runs, by the same rule as a local one
 //! ([`Workspaces::placement_of`]): the remote runs what it is sent as its
-//! host, and knows no agents.
+//! host, and knows no agents. And the server's side of a handle's call on
+//! a workspace placed there ([`Workspaces::answer_call`]).
 
 use std::time::Duration;
 
 use crate::error::Error;
 use crate::guest::exec::Program;
 use crate::guest::exec::{ExecRequest, ExecResult};
+use crate::guest::files::WriteOptions;
 use crate::guest::WorkspaceMetrics;
-use crate::servers::{run_remote_json, PlacedWorkspace, ServerError, LOCAL_SERVER};
-use crate::store::spec::{Meta, WorkspaceSpec};
+use crate::servers::{run_remote_json, RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER};
+use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 use crate::workspaces::manager::Workspaces;
 
 /// Slack over a command's own timeout for the SSH round trip.
@@ -118,29 +120,178 @@ pub(crate) fn exec_args(name: &str, req: &ExecRequest) -> Vec<String> {
 }
 
 impl Workspaces {
-    /// Where workspace `name` lives when on a remote server (`None`: not
-    /// placed on one from here). FORBIDDEN when its owner (the agent whose
-    /// session created it) is not this view's caller and did not share it:
-    /// every forwarded operation finds its target through this, before any
-    /// ssh runs.
-    pub fn placement_of(&self, name: &str) -> crate::error::Result<Option<PlacedWorkspace>> {
-        let Some(placed) = self.servers().placement(name)? else {
-            return Ok(None);
-        };
-        self.check_owner("workspace", name, placed.agent.as_deref(), &[])?;
-        Ok(Some(placed))
+    /// Answers a call this host's client sent for one of its workspaces
+    /// (the server's side of [`Workspace::remote`]): the handle's call of
+    /// the same name, its answer as JSON.
+    pub async fn answer_call(&self, call: RemoteCall) -> crate::error::Result<serde_json::Value> {
+        if let Some(placed) = self.servers().placement(&call.workspace)? {
+            return Err(ServerError::PlacedAgain {
+                workspace: call.workspace,
+                server: placed.server,
+            }
+            .into());
+        }
+        let dev = self.workspace(&call.workspace)?;
+        let ms = Duration::from_millis;
+        let json = |v: serde_json::Result<serde_json::Value>| Ok(v.map_err(ServerError::Encode)?);
+        use WorkspaceCall as C;
+        match call.call {
+            C::Start {
+                cold: false,
+                timeout_ms,
+            } => json(serde_json::to_value(
+                dev.start(ms(timeout_ms), |_| {}).await?,
+            )),
+            C::Start {
+                cold: true,
+                timeout_ms,
+            } => json(serde_json::to_value(
+                dev.start_cold(ms(timeout_ms), |_| {}).await?,
+            )),
+            C::Stop { timeout_ms } => json(serde_json::to_value(dev.stop(ms(timeout_ms)).await?)),
+            C::Halt {} => json(serde_json::to_value(dev.halt()?)),
+            C::Delete { force } => json(serde_json::to_value(
+                dev.delete(DeleteOptions::default().force(force))?,
+            )),
+            C::Inspect {} => json(serde_json::to_value(dev.inspect()?)),
+            C::SetTtl { ttl_secs } => json(serde_json::to_value(dev.set_ttl(ttl_secs)?)),
+            C::ExtendTtl { by_secs } => json(serde_json::to_value(dev.extend_ttl(by_secs)?)),
+            C::Logs { lines } => json(serde_json::to_value(dev.logs(lines)?)),
+            C::Events { after, wait_ms } => {
+                json(serde_json::to_value(dev.events(after, ms(wait_ms)).await?))
+            }
+            C::SnapshotTake { snapshot } => json(serde_json::to_value(
+                dev.snapshot_take(snapshot.as_deref())?,
+            )),
+            C::Fork {
+                new_name,
+                snapshot,
+                timeout_ms,
+            } => {
+                if let Some(snapshot) = &snapshot {
+                    self.check_snapshot_of(snapshot, dev.name())?;
+                }
+                json(serde_json::to_value(
+                    dev.fork(&new_name, snapshot.as_deref(), ms(timeout_ms), |_| {})
+                        .await?,
+                ))
+            }
+            C::PublishPort { mapping } => json(serde_json::to_value(dev.publish_port(mapping)?)),
+            C::UnpublishPort { host_ip, host_port } => json(serde_json::to_value(
+                dev.unpublish_port(host_ip, host_port)?,
+            )),
+            C::ProcessStart { request, options } => {
+                let bad =
+                    |e: serde_json::Error| Error::InvalidInput(format!("a process start: {e}"));
+                let request = serde_json::from_value(request).map_err(bad)?;
+                let options = serde_json::from_value(options).map_err(bad)?;
+                json(serde_json::to_value(
+                    dev.processes().process_start(request, options).await?,
+                ))
+            }
+            C::ProcessList {} => json(serde_json::to_value(dev.processes().process_list().await?)),
+            C::ProcessOutput {
+                id,
+                cursors,
+                max_bytes,
+                wait_ms,
+            } => json(serde_json::to_value(
+                dev.processes()
+                    .process_output(&id, cursors, max_bytes, ms(wait_ms))
+                    .await?,
+            )),
+            C::ProcessWriteStdin { id, data, close } => json(serde_json::to_value(
+                dev.processes()
+                    .process_write_stdin(&id, &data, close)
+                    .await?,
+            )),
+            C::ProcessSignal { id, signal } => json(serde_json::to_value(
+                dev.processes().process_signal(&id, &signal).await?,
+            )),
+            C::ProcessWait { id, timeout_ms } => json(serde_json::to_value(
+                dev.processes().process_wait(&id, ms(timeout_ms)).await?,
+            )),
+            C::ProcessRemove { id } => json(serde_json::to_value(
+                dev.processes().process_remove(&id).await?,
+            )),
+            C::ReadFile {
+                path,
+                offset,
+                length,
+            } => json(serde_json::to_value(
+                dev.files().read_file(&path, offset, length).await?,
+            )),
+            C::WriteFile {
+                path,
+                data,
+                append,
+                perm,
+            } => {
+                let options = WriteOptions { append, perm };
+                json(serde_json::to_value(
+                    dev.files().write_file(&path, &data, options).await?,
+                ))
+            }
+            C::ListDir { path } => json(serde_json::to_value(dev.files().list_dir(&path).await?)),
+            C::Stat { path } => json(serde_json::to_value(dev.files().stat(&path).await?)),
+            C::Mkdir { path } => json(serde_json::to_value(dev.files().mkdir(&path).await?)),
+            C::Remove {
+                path,
+                recursive,
+                preview,
+            } => json(serde_json::to_value(
+                dev.files().remove(&path, recursive, preview).await?,
+            )),
+            C::Rename { from, to } => {
+                json(serde_json::to_value(dev.files().rename(&from, &to).await?))
+            }
+            C::EditFile {
+                path,
+                old,
+                new,
+                expected,
+            } => json(serde_json::to_value(
+                dev.files().edit_file(&path, &old, &new, expected).await?,
+            )),
+            C::ReadLines {
+                path,
+                start_line,
+                end_line,
+            } => json(serde_json::to_value(
+                dev.files().read_lines(&path, start_line, end_line).await?,
+            )),
+            C::Find { dir, pattern } => json(serde_json::to_value(
+                dev.files().find(&dir, &pattern).await?,
+            )),
+        }
     }
 
-    /// Checks that this view may forward an operation on workspace `name`
-    /// to `server`: FORBIDDEN as [`Self::placement_of`] says; a session
-    /// reaches only what was placed on that server from here (its owner is
-    /// known only then), else NOT_FOUND. The host reaches any.
-    fn check_forward(&self, server: &str, name: &str) -> crate::error::Result<()> {
-        match self.placement_of(name)? {
-            Some(placed) if placed.server == server => Ok(()),
-            _ if self.caller().is_none() => Ok(()),
-            _ => Err(Error::WorkspaceNotFound(name.to_owned())),
+    /// FORBIDDEN unless snapshot `snapshot` was taken of `workspace` as it
+    /// is (not of an earlier one of that name): the host that sent a call
+    /// checked who may use that workspace only, and here, where it knows no
+    /// agents, every snapshot is the host's, so a fork through a
+    /// workspace's call takes only that workspace's own.
+    fn check_snapshot_of(&self, snapshot: &str, workspace: &str) -> crate::error::Result<()> {
+        let info = self.snapshot_get(snapshot)?;
+        let born = self.at(workspace).get()?.created_at_ms;
+        if info.workspace != workspace || info.created_at_ms < born {
+            return Err(ServerError::SnapshotOfAnother {
+                snapshot: info.name,
+                workspace: workspace.to_owned(),
+            }
+            .into());
         }
+        Ok(())
+    }
+
+    /// Where a new workspace of `image` goes when its creator names no
+    /// server: `None` (this host) until servers are configured, then the
+    /// one with most room ([`Self::pick_server`], `local` among them).
+    pub async fn place_by_score(&self, image: &str) -> crate::error::Result<Option<String>> {
+        if self.servers().list()?.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(self.pick_server(image).await?))
     }
 
     /// Creates workspace `name` of `spec` on server `server` and records
@@ -152,6 +303,11 @@ impl Workspaces {
         name: &str,
         spec: &WorkspaceSpec,
     ) -> crate::error::Result<Meta> {
+        // Its full name, outside the pool's namespace, and free here and
+        // among the placements (another agent's included) before any ssh.
+        let full = self.full_name(name)?;
+        let name = full.as_str();
+        self.check_name_free(name)?;
         let registry = self.servers();
         let target = registry.get(server)?;
         let args = on_itself(create_args(name, spec)?);
@@ -160,6 +316,7 @@ impl Workspaces {
             server: server.to_owned(),
             detail: format!("its create answer: {e}"),
         })?;
+        crate::workspaces::placement::check_made(server, name, &meta)?;
         registry.place(name, server, self.creating_agent().as_deref())?;
         Ok(meta)
     }
@@ -320,5 +477,49 @@ mod tests {
         );
         assert!(f.ws.placement_of("dev").unwrap().is_some(), "the host's");
         assert!(b.placement_of("old").unwrap().is_some(), "nobody's");
+    }
+
+    #[tokio::test]
+    async fn a_fork_through_a_call_takes_only_its_own_workspaces_snapshots() {
+        use crate::code::ErrorCode;
+        use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
+
+        let test = "a_fork_through_a_call_takes_only_its_own_workspaces_snapshots";
+        if !have_mkfs(test) {
+            return;
+        }
+        // The server's side: it knows no agents, every snapshot is its
+        // host's; the calling host checked who may use `mine` only.
+        let f = fixture("remote-fork-snapshot", "/nonexistent");
+        for name in ["mine", "theirs"] {
+            f.ws.create(name, spec()).unwrap();
+        }
+        f.ws.at("theirs").snapshot_take(Some("s-theirs")).unwrap();
+        f.ws.at("mine").snapshot_take(Some("s-old")).unwrap();
+        // `mine` deleted and made again: an earlier one's snapshot is not
+        // the new one's.
+        f.ws.at("mine")
+            .delete(DeleteOptions::default().force(true))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        f.ws.create("mine", spec()).unwrap();
+        f.ws.at("mine").snapshot_take(Some("s-mine")).unwrap();
+        let fork = |snapshot: &str| RemoteCall {
+            workspace: "mine".into(),
+            call: WorkspaceCall::Fork {
+                new_name: "copy".into(),
+                snapshot: Some(snapshot.into()),
+                timeout_ms: 1000,
+            },
+        };
+        for other in ["s-theirs", "s-old"] {
+            let refused = f.ws.answer_call(fork(other)).await.unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::Forbidden, "{other}: {refused}");
+        }
+        let copy = f.ws.workspace("copy").unwrap();
+        assert!(copy.get().is_err(), "no fork made");
+        // Its own passes the check (and fails further on: no VMM here).
+        let own = f.ws.answer_call(fork("s-mine")).await.unwrap_err();
+        assert_ne!(own.code(), ErrorCode::Forbidden, "{own}");
     }
 }

@@ -142,6 +142,7 @@ impl Tasks<'_> {
         // readable by all); the clone's own step already linked ~/.cache.
         self.all
             .at(&name)
+            .files()
             .write_file(
                 GUEST_TASK_FILE,
                 info.description.as_bytes(),
@@ -311,6 +312,7 @@ impl Tasks<'_> {
         let Ok(read) = self
             .all
             .at(name)
+            .files()
             .read_file(GUEST_RESULT_FILE, None, Some(MAX_RESULT_BYTES))
             .await
         else {

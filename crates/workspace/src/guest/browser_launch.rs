@@ -50,13 +50,15 @@ pub struct Endpoint {
 
 /// Kills the browser process (one that hangs) and waits for it to end.
 pub async fn stop(ws: Workspace<'_>) -> Result<()> {
-    match ws.process_signal(PROCESS_ID, "KILL").await {
+    match ws.processes().process_signal(PROCESS_ID, "KILL").await {
         Ok(()) => {}
         // Already gone.
         Err(e) if e.code() == crate::code::ErrorCode::NotFound => return Ok(()),
         Err(e) => return Err(e),
     }
-    ws.process_wait(PROCESS_ID, Duration::from_secs(30)).await?;
+    ws.processes()
+        .process_wait(PROCESS_ID, Duration::from_secs(30))
+        .await?;
     Ok(())
 }
 
@@ -109,6 +111,7 @@ pub fn parse_active_port(text: &str) -> Option<(u16, String)> {
 /// running (logged in `dir`'s events).
 pub async fn ensure(ws: Workspace<'_>, dir: &BrowserDir) -> Result<Endpoint> {
     let previous = ws
+        .processes()
         .process_list()
         .await?
         .into_iter()
@@ -116,15 +119,15 @@ pub async fn ensure(ws: Workspace<'_>, dir: &BrowserDir) -> Result<Endpoint> {
     let restarted = match previous {
         Some(p) if p.running() => return wait_ready(ws, &p, None, false).await,
         Some(p) => {
-            ws.process_remove(PROCESS_ID).await?;
+            ws.processes().process_remove(PROCESS_ID).await?;
             Some(format!("the browser had exited ({})", p.status()))
         }
         None => None,
     };
     let binary = find_binary(ws).await?;
     let port_file = format!("{PROFILE}/DevToolsActivePort");
-    if ws.stat_if_exists(&port_file).await?.is_some() {
-        ws.remove(&port_file, false, false).await?;
+    if ws.files().stat_if_exists(&port_file).await?.is_some() {
+        ws.files().remove(&port_file, false, false).await?;
     }
     let req = ExecRequest::argv(command_line(&binary))
         .user(USER)
@@ -133,7 +136,7 @@ pub async fn ensure(ws: Workspace<'_>, dir: &BrowserDir) -> Result<Endpoint> {
         id: Some(PROCESS_ID.to_owned()),
         ..ProcessOptions::default()
     };
-    let info = ws.process_start(req, options).await?;
+    let info = ws.processes().process_start(req, options).await?;
     dir.events().append(BrowserEventKind::BrowserStarted {
         restarted_after: restarted.clone(),
     })?;
@@ -142,7 +145,7 @@ pub async fn ensure(ws: Workspace<'_>, dir: &BrowserDir) -> Result<Endpoint> {
 
 async fn find_binary(ws: Workspace<'_>) -> Result<String> {
     for binary in BINARIES {
-        if ws.stat_if_exists(binary).await?.is_some() {
+        if ws.files().stat_if_exists(binary).await?.is_some() {
             return Ok((*binary).to_owned());
         }
     }
@@ -172,8 +175,8 @@ async fn wait_ready(
     };
     if !fresh {
         let port_file = format!("{PROFILE}/DevToolsActivePort");
-        if ws.stat_if_exists(&port_file).await?.is_some() {
-            let text = ws.read_file(&port_file, None, Some(512)).await?;
+        if ws.files().stat_if_exists(&port_file).await?.is_some() {
+            let text = ws.files().read_file(&port_file, None, Some(512)).await?;
             if let Some(found) = parse_active_port(&String::from_utf8_lossy(&text.data)) {
                 return Ok(endpoint(found));
             }
@@ -192,6 +195,7 @@ async fn wait_ready(
             .into());
         }
         let out = ws
+            .processes()
             .process_output(PROCESS_ID, cursors, Some(64 * 1024), left.min(START_POLL))
             .await?;
         cursors = [out.stdout.next_cursor, out.stderr.next_cursor];

@@ -153,7 +153,9 @@ impl Workspace<'_> {
             append: false,
             perm: Some(0o600),
         };
-        self.write_file(&path, code.as_bytes(), options).await?;
+        self.files()
+            .write_file(&path, code.as_bytes(), options)
+            .await?;
         Ok(CodeScript {
             workspace: name.to_owned(),
             path,

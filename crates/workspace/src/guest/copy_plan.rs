@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::guest::files::{check_git_host_path, check_guest_path, Copied, FileKind, FileStat};
-use crate::workspaces::handle::Workspace;
+use crate::guest::files::{
+    check_git_host_path, check_guest_path, Copied, FileKind, FileStat, WorkspaceFiles,
+};
 use crate::workspaces::manager::Workspaces;
 
 /// Which way a copy goes.
@@ -163,14 +164,14 @@ fn cannot_read(path: &Path, e: &std::io::Error) -> Error {
     Error::InvalidInput(format!("cannot read {}: {e}", path.display()))
 }
 
-impl Workspace<'_> {
+impl WorkspaceFiles<'_> {
     /// What is at a guest path of a running workspace, if anything.
     pub async fn stat_if_exists(self, path: &str) -> Result<Option<FileStat>> {
         match self.stat(path).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
                 // NOT_FOUND is also what a missing workspace gives.
-                self.get()?;
+                self.ws.get()?;
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -182,7 +183,7 @@ impl Workspace<'_> {
     /// file, a directory becomes (or merges into) the guest directory;
     /// anything else there is refused.
     pub async fn plan_copy_in(self, host_path: &Path, guest_path: &str) -> Result<CopyPlan> {
-        let name = self.name.as_str();
+        let name = self.ws.name.as_str();
         let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
                 "{} does not exist on the host",
@@ -251,7 +252,7 @@ impl Workspace<'_> {
         host_path: &Path,
         options: CopyOptions,
     ) -> Result<CopyPlan> {
-        let name = self.name.as_str();
+        let name = self.ws.name.as_str();
         check_guest_path(guest_path)?;
         check_git_host_path(host_path, options.include_git_metadata)?;
         let stat = self.stat(guest_path).await?;
@@ -324,6 +325,7 @@ impl Workspaces {
         let ws = self.at(&plan.workspace);
         match (plan.direction, &plan.guest_stat) {
             (CopyDirection::In, _) => ws
+                .files()
                 .copy_in(&plan.host_path, &plan.guest_path)
                 .await
                 .map(Copied::just),
@@ -337,7 +339,9 @@ impl Workspaces {
                 )
                 .await
             }
-            (CopyDirection::Out, None) => ws.copy_out(&plan.guest_path, &plan.host_path).await,
+            (CopyDirection::Out, None) => {
+                ws.files().copy_out(&plan.guest_path, &plan.host_path).await
+            }
         }
     }
 }

@@ -6,8 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::guest::exec::MAX_COLLECTED_BYTES;
-use crate::guest::files::{FileKind, FileStat, WriteOptions};
-use crate::workspaces::handle::Workspace;
+use crate::guest::files::{FileKind, FileStat, WorkspaceFiles, WriteOptions};
 
 /// Most paths `find` returns.
 pub const MAX_FOUND: usize = 1000;
@@ -17,7 +16,7 @@ pub const MAX_FIND_VISITS: usize = 20_000;
 pub const MAX_FIND_DEPTH: usize = 32;
 
 /// What a remove did, or would do.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct Removal {
     /// The path.
@@ -29,7 +28,7 @@ pub struct Removal {
 }
 
 /// What an edit did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct Edited {
     /// Occurrences replaced.
@@ -39,7 +38,7 @@ pub struct Edited {
 }
 
 /// Lines of a file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct Lines {
     /// The lines, each with its newline (the last may have none).
@@ -55,7 +54,7 @@ pub struct Lines {
 }
 
 /// What `find` found.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct Found {
     /// Absolute paths, in directory order, directories first visited first.
@@ -99,10 +98,17 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-impl Workspace<'_> {
+impl WorkspaceFiles<'_> {
     /// Makes a guest directory and its missing parents.
     pub async fn mkdir(self, path: &str) -> Result<()> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Mkdir {
+                    path: path.to_owned(),
+                })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         all.agent(name)
             .await?
             .mkdir(path)
@@ -114,6 +120,15 @@ impl Workspace<'_> {
     /// a directory and what it holds; `preview` only says what it would
     /// remove. A missing path is NOT_FOUND.
     pub async fn remove(self, path: &str, recursive: bool, preview: bool) -> Result<Removal> {
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Remove {
+                    path: path.to_owned(),
+                    recursive,
+                    preview,
+                })
+                .await?);
+        }
         let stat = self.stat(path).await?;
         if stat.kind == FileKind::Dir && !recursive && !preview {
             let listing = self.list_dir(path).await?;
@@ -124,7 +139,7 @@ impl Workspace<'_> {
             }
         }
         if !preview {
-            let (all, name) = (self.all, self.name.as_str());
+            let (all, name) = (self.ws.all, self.ws.name.as_str());
             all.agent(name)
                 .await?
                 .remove(path, recursive)
@@ -140,7 +155,15 @@ impl Workspace<'_> {
 
     /// Moves (renames) a guest path; an existing file at `to` is replaced.
     pub async fn rename(self, from: &str, to: &str) -> Result<()> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Rename {
+                    from: from.to_owned(),
+                    to: to.to_owned(),
+                })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         all.agent(name)
             .await?
             .rename(from, to)
@@ -158,6 +181,16 @@ impl Workspace<'_> {
         new: &str,
         expected: usize,
     ) -> Result<Edited> {
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::EditFile {
+                    path: path.to_owned(),
+                    old: old.to_owned(),
+                    new: new.to_owned(),
+                    expected,
+                })
+                .await?);
+        }
         if old.is_empty() {
             return Err(Error::InvalidInput(
                 "the text to replace is empty; give some".into(),
@@ -209,6 +242,15 @@ impl Workspace<'_> {
         start_line: usize,
         end_line: Option<usize>,
     ) -> Result<Lines> {
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::ReadLines {
+                    path: path.to_owned(),
+                    start_line,
+                    end_line,
+                })
+                .await?);
+        }
         if start_line == 0 || end_line.is_some_and(|e| e < start_line) {
             return Err(Error::InvalidInput(
                 "lines count from 1, and end_line is not before start_line".into(),
@@ -232,6 +274,14 @@ impl Workspace<'_> {
     /// followed; bounded by [`MAX_FOUND`], [`MAX_FIND_VISITS`] and
     /// [`MAX_FIND_DEPTH`].
     pub async fn find(self, dir: &str, pattern: &str) -> Result<Found> {
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Find {
+                    dir: dir.to_owned(),
+                    pattern: pattern.to_owned(),
+                })
+                .await?);
+        }
         let glob = glob::Pattern::new(pattern)
             .map_err(|e| Error::InvalidInput(format!("pattern `{pattern}`: {e}")))?;
         let by_name = !pattern.contains('/');
@@ -240,7 +290,7 @@ impl Workspace<'_> {
             require_literal_separator: !pattern.contains("**"),
             require_literal_leading_dot: false,
         };
-        let (all, name) = (self.all, self.name.as_str());
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let mut found = Found {
             paths: Vec::new(),
             truncated: false,

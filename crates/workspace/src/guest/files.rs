@@ -46,18 +46,19 @@ impl Copied {
 /// Longest `events --wait` the library accepts.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
 
-/// What [`Workspace::read_file`] read.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What [`WorkspaceFiles::read_file`] read.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct FileRead {
     /// The bytes read.
+    #[serde(with = "crate::wire_bytes")]
     pub data: Vec<u8>,
     /// The whole file's size.
     pub size: u64,
 }
 
-/// How [`Workspace::write_file`] writes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How [`WorkspaceFiles::write_file`] writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WriteOptions {
     /// Append instead of replacing the file.
     pub append: bool,
@@ -66,7 +67,8 @@ pub struct WriteOptions {
 }
 
 /// What a guest path is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FileKind {
     /// A regular file.
     File,
@@ -89,8 +91,8 @@ impl From<wire::EntryKind> for FileKind {
     }
 }
 
-/// What [`Workspace::stat`] found (symlinks are not followed).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What [`WorkspaceFiles::stat`] found (symlinks are not followed).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileStat {
     /// What the path is.
     pub kind: FileKind,
@@ -120,7 +122,7 @@ impl From<wire::StatAnswer> for FileStat {
 }
 
 /// One entry of a guest directory.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DirEntry {
     /// File name (non-UTF-8 bytes replaced).
     pub name: String,
@@ -141,7 +143,7 @@ impl From<wire::ListedEntry> for DirEntry {
 }
 
 /// A guest directory's entries.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct DirListing {
     /// The entries.
@@ -179,7 +181,22 @@ impl Workspaces {
     }
 }
 
-impl Workspace<'_> {
+/// A workspace's files (`dev.files()`): reads, writes, listings, copies
+/// in and out and the edits of its guest's files, through its agent.
+/// `Copy`; its calls take it by value, as the handle's do.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkspaceFiles<'a> {
+    pub(crate) ws: Workspace<'a>,
+}
+
+impl<'a> Workspace<'a> {
+    /// This workspace's files.
+    pub fn files(self) -> WorkspaceFiles<'a> {
+        WorkspaceFiles { ws: self }
+    }
+}
+
+impl WorkspaceFiles<'_> {
     /// Reads `length` bytes from `offset` of a guest file (default: to its
     /// end, at most [`MAX_COLLECTED_BYTES`]; `copy_out` streams larger ones).
     pub async fn read_file(
@@ -188,13 +205,25 @@ impl Workspace<'_> {
         offset: Option<u64>,
         length: Option<u64>,
     ) -> Result<FileRead> {
-        let (all, name) = (self.all, self.name.as_str());
         // Into memory: never more than a collector keeps (copy_out streams).
-        let length = Some(
-            length
-                .unwrap_or(MAX_COLLECTED_BYTES)
-                .min(MAX_COLLECTED_BYTES),
-        );
+        let asked = length
+            .unwrap_or(MAX_COLLECTED_BYTES)
+            .min(MAX_COLLECTED_BYTES);
+        let length = Some(asked);
+        if let Some(remote) = self.ws.remote()? {
+            let read: FileRead = remote
+                .call(crate::servers::WorkspaceCall::ReadFile {
+                    path: path.to_owned(),
+                    offset,
+                    length,
+                })
+                .await?;
+            // A server's answer is held to what was asked, as an agent's is.
+            let (server, got) = (remote.server(), read.data.len());
+            crate::servers::check_answer_bytes(server, "read_file", got, asked)?;
+            return Ok(read);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let mut data = Vec::new();
         let header = all
             .agent(name)
@@ -210,7 +239,17 @@ impl Workspace<'_> {
 
     /// Writes a guest file (replacing it, or appending); bytes written.
     pub async fn write_file(self, path: &str, data: &[u8], options: WriteOptions) -> Result<u64> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::WriteFile {
+                    path: path.to_owned(),
+                    data: data.to_vec(),
+                    append: options.append,
+                    perm: options.perm,
+                })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let WriteOptions { append, perm } = options;
         let mode = if append {
             WriteMode::Append
@@ -226,7 +265,14 @@ impl Workspace<'_> {
 
     /// A guest directory's entries.
     pub async fn list_dir(self, path: &str) -> Result<DirListing> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::ListDir {
+                    path: path.to_owned(),
+                })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let (entries, truncated) = all
             .agent(name)
             .await?
@@ -241,7 +287,14 @@ impl Workspace<'_> {
 
     /// Metadata of a guest path.
     pub async fn stat(self, path: &str) -> Result<FileStat> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Stat {
+                    path: path.to_owned(),
+                })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         all.agent(name)
             .await?
             .stat(path)
@@ -254,7 +307,7 @@ impl Workspace<'_> {
     /// copied as `guest_path` itself, created if missing). Returns bytes
     /// (file) or entries (directory) copied.
     pub async fn copy_in(self, host_path: &Path, guest_path: &str) -> Result<u64> {
-        let (all, name) = (self.all, self.name.as_str());
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
                 "{} does not exist on the host",
@@ -295,7 +348,7 @@ impl Workspace<'_> {
                 host_dir.display()
             )));
         }
-        let agent = self.all.agent(self.name.as_str()).await?;
+        let agent = self.ws.all.agent(self.ws.name.as_str()).await?;
         stream_dir_in(host_dir, guest_path, true, agent).await
     }
 
@@ -305,9 +358,9 @@ impl Workspace<'_> {
     /// ([`crate::host::host_write`]): nothing is written outside `host_path` or
     /// through a symlink, and a failed copy leaves no partial file. Git
     /// metadata is left out (see [`Copied::left_out`]); a planned copy
-    /// ([`Workspace::plan_copy_out`]) can ask for it.
+    /// ([`WorkspaceFiles::plan_copy_out`]) can ask for it.
     pub async fn copy_out(self, guest_path: &str, host_path: &Path) -> Result<Copied> {
-        let (all, name) = (self.all, self.name.as_str());
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         check_guest_path(guest_path)?;
         let stat = self.stat(guest_path).await?;
         all.copy_out_of(name, guest_path, &stat, host_path, false)
@@ -326,7 +379,7 @@ pub(crate) fn check_git_host_path(host_path: &Path, git_metadata: bool) -> Resul
 }
 
 impl Workspaces {
-    /// [`Workspace::copy_out`] of a guest path whose `stat` the caller
+    /// [`WorkspaceFiles::copy_out`] of a guest path whose `stat` the caller
     /// already has (a planned copy does not ask the agent twice), writing
     /// git metadata only when `git_metadata`.
     pub(crate) async fn copy_out_of(
@@ -411,6 +464,9 @@ impl Workspaces {
 impl Workspace<'_> {
     /// The last `lines` console lines (all when `None`).
     pub fn logs(self, lines: Option<usize>) -> Result<Vec<String>> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote.call_blocking(crate::servers::WorkspaceCall::Logs { lines })?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         self.get()?;
         let ws = all.dir(name)?;
@@ -432,6 +488,14 @@ impl Workspace<'_> {
 
     /// Events after `after`, waiting up to `wait` for one when none are there.
     pub async fn events(self, after: u64, wait: Duration) -> Result<Vec<Event>> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Events {
+                    after,
+                    wait_ms: crate::servers::millis(wait),
+                })
+                .await?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         if wait > MAX_EVENT_WAIT {
             return Err(Error::InvalidInput(format!(

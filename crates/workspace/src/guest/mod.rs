@@ -40,7 +40,9 @@ pub use exec::{ExecEnd, Exited, OutputCollector, MAX_COLLECTED_BYTES};
 #[cfg(feature = "client")]
 pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISITS, MAX_FOUND};
 #[cfg(feature = "client")]
-pub use files::{ConsoleChunk, Copied, DirEntry, DirListing, FileKind, FileStat, MAX_EVENT_WAIT};
+pub use files::{
+    ConsoleChunk, Copied, DirEntry, DirListing, FileKind, FileStat, WorkspaceFiles, MAX_EVENT_WAIT,
+};
 #[cfg(feature = "client")]
 pub use metrics::{BalloonMetrics, WorkspaceMetrics, CPU_SAMPLE};
 #[cfg(feature = "client")]
@@ -50,8 +52,9 @@ pub use outputs::{
 };
 #[cfg(feature = "client")]
 pub use processes::{
-    ProcessOptions, ProcessOutput, ProcessState, StreamOutput, DEFAULT_PROCESS_RING,
-    MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING, MAX_RUNNING_PROCESSES,
+    ProcessOptions, ProcessOutput, ProcessState, StreamOutput, WorkspaceProcesses,
+    DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING,
+    MAX_RUNNING_PROCESSES,
 };
 #[cfg(feature = "client")]
 pub use stream::{ExecEvent, PtySize, TerminalInput};

@@ -117,7 +117,7 @@ impl Workspace<'_> {
             match split_pattern(pattern) {
                 None => paths.push(pattern.clone()),
                 Some((dir, rest)) => {
-                    let found = match self.find(&dir, &rest).await {
+                    let found = match self.files().find(&dir, &rest).await {
                         Ok(found) => found,
                         Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
                             out.unmatched.push(pattern.clone());
@@ -138,7 +138,7 @@ impl Workspace<'_> {
                 if out.files.iter().any(|f| f.path == path) {
                     continue;
                 }
-                let stat = match self.stat(&path).await {
+                let stat = match self.files().stat(&path).await {
                     Ok(s) => s,
                     Err(e) if e.code() == crate::code::ErrorCode::NotFound => continue,
                     Err(e) => return Err(e),
@@ -190,6 +190,7 @@ impl Workspace<'_> {
                 continue;
             }
             let read = self
+                .files()
                 .read_file(&file.path, None, Some(OUTPUT_FILE_CAP))
                 .await?;
             // It may have changed since it was matched: what was read is it.

@@ -23,9 +23,10 @@ pub use wire::{
 const AGENT_MAX_WAIT: Duration = wire::MAX_PROCESS_WAIT;
 
 /// How a background process starts, beyond its command.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProcessOptions {
-    /// Keep its stdin a pipe for [`Workspace::process_write_stdin`]
+    /// Keep its stdin a pipe for [`WorkspaceProcesses::process_write_stdin`]
     /// (otherwise it reads /dev/null).
     pub stdin: bool,
     /// Bytes of each output stream kept (default 1 MiB, at most 16 MiB);
@@ -36,7 +37,7 @@ pub struct ProcessOptions {
 }
 
 /// Whether a background process runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ProcessState {
@@ -47,7 +48,7 @@ pub enum ProcessState {
 }
 
 /// A background process.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ProcessInfo {
@@ -122,11 +123,12 @@ impl ProcessInfo {
 }
 
 /// One stream's part of a [`ProcessOutput`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct StreamOutput {
     /// Offset of `bytes[0]` in everything the stream carried.
     pub cursor: u64,
     /// The bytes from `cursor`.
+    #[serde(with = "crate::wire_bytes")]
     pub bytes: Vec<u8>,
     /// The cursor to ask for next.
     pub next_cursor: u64,
@@ -147,7 +149,7 @@ impl StreamOutput {
 }
 
 /// Output of a background process from a pair of cursors.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ProcessOutput {
     /// The process as of this read.
     pub process: ProcessInfo,
@@ -187,7 +189,22 @@ fn signal_spec(signal: &str) -> SignalSpec {
     }
 }
 
-impl Workspace<'_> {
+/// A workspace's background processes (`dev.processes()`), kept by its
+/// guest agent between calls. `Copy`; its calls take it by value, as the
+/// handle's do.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkspaceProcesses<'a> {
+    ws: Workspace<'a>,
+}
+
+impl<'a> Workspace<'a> {
+    /// This workspace's background processes.
+    pub fn processes(self) -> WorkspaceProcesses<'a> {
+        WorkspaceProcesses { ws: self }
+    }
+}
+
+impl WorkspaceProcesses<'_> {
     /// Starts `req` as a background process in this running workspace
     /// and returns at once; the workspace's env is added under the
     /// request's own, and its timeout (if any) kills it.
@@ -196,7 +213,15 @@ impl Workspace<'_> {
         req: ExecRequest,
         options: ProcessOptions,
     ) -> Result<ProcessInfo> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            let encode = crate::servers::ServerError::Encode;
+            let call = crate::servers::WorkspaceCall::ProcessStart {
+                request: serde_json::to_value(&req).map_err(encode)?,
+                options: serde_json::to_value(&options).map_err(encode)?,
+            };
+            return Ok(remote.call(call).await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         req.check()?;
         let (ws, meta) = all.running(name)?;
         let command = req.describe();
@@ -235,7 +260,12 @@ impl Workspace<'_> {
     /// Its background processes, oldest first
     /// (finished ones until removed or pushed out by newer ones).
     pub async fn process_list(self) -> Result<Vec<ProcessInfo>> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::ProcessList {})
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let list = all
             .agent(name)
             .await?
@@ -256,7 +286,25 @@ impl Workspace<'_> {
         max_bytes: Option<u64>,
         wait: Duration,
     ) -> Result<ProcessOutput> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            let out: ProcessOutput = remote
+                .call(crate::servers::WorkspaceCall::ProcessOutput {
+                    id: id.to_owned(),
+                    cursors,
+                    max_bytes,
+                    wait_ms: crate::servers::millis(wait),
+                })
+                .await?;
+            // Held to what was asked, as an agent's answer is; a masked
+            // secret may grow to `***` (3 bytes a byte at most).
+            let asked = max_bytes.map_or(MAX_PROCESS_READ, |m| m.min(MAX_PROCESS_READ));
+            for stream in [&out.stdout, &out.stderr] {
+                let (server, got) = (remote.server(), stream.bytes.len());
+                crate::servers::check_answer_bytes(server, "process_output", got, asked * 3)?;
+            }
+            return Ok(out);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let names = crate::secrets::processes::names(all.dir(name)?.path(), id)?;
         let mask = all.secrets().mask_for(&names);
         let deadline = std::time::Instant::now() + wait.min(AGENT_MAX_WAIT);
@@ -295,7 +343,16 @@ impl Workspace<'_> {
     /// Writes `data` to process `id`'s stdin, then closes it when `close`;
     /// returns the bytes written.
     pub async fn process_write_stdin(self, id: &str, data: &[u8], close: bool) -> Result<u64> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::ProcessWriteStdin {
+                    id: id.to_owned(),
+                    data: data.to_vec(),
+                    close,
+                })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let mut written = 0;
         let mut parts = data.chunks(wire::MAX_PROCESS_STDIN).peekable();
         if parts.peek().is_none() && !close {
@@ -319,7 +376,15 @@ impl Workspace<'_> {
     /// Sends `signal` (a number, or a name such as `TERM` or `SIGKILL`) to
     /// process `id`'s process group.
     pub async fn process_signal(self, id: &str, signal: &str) -> Result<()> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::ProcessSignal {
+                    id: id.to_owned(),
+                    signal: signal.to_owned(),
+                })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         all.agent(name)
             .await?
             .process_signal(id, signal_spec(signal))
@@ -330,7 +395,15 @@ impl Workspace<'_> {
     /// Waits up to `timeout` for process `id` to exit; returns it either
     /// way (check [`ProcessInfo::running`]).
     pub async fn process_wait(self, id: &str, timeout: Duration) -> Result<ProcessInfo> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::ProcessWait {
+                    id: id.to_owned(),
+                    timeout_ms: crate::servers::millis(timeout),
+                })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let mut left = timeout;
         loop {
             let part = left.min(AGENT_MAX_WAIT);
@@ -350,7 +423,12 @@ impl Workspace<'_> {
 
     /// Forgets finished process `id` and its output.
     pub async fn process_remove(self, id: &str) -> Result<()> {
-        let (all, name) = (self.all, self.name.as_str());
+        if let Some(remote) = self.ws.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::ProcessRemove { id: id.to_owned() })
+                .await?);
+        }
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         all.agent(name)
             .await?
             .process_remove(id)

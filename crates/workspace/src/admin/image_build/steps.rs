@@ -232,7 +232,7 @@ async fn run_steps(
                 .into());
             }
         }
-        ws.at(name).copy_in(&copy.from, &copy.to).await?;
+        ws.at(name).files().copy_in(&copy.from, &copy.to).await?;
     }
     for (i, command) in guest_commands(req).into_iter().enumerate() {
         progress(&format!("running `{command}`"));
