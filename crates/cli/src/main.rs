@@ -302,6 +302,10 @@ enum Command {
     Run(exec_cmd::RunArgs),
     /// Print the runtime contract (states, error codes, limits) as JSON.
     Contract,
+    /// The server side of a workspace another host placed here: one call
+    /// as JSON on stdin, its answer as JSON (hosts speak it over ssh).
+    #[command(name = "workspace-call", hide = true)]
+    WorkspaceCall,
     /// Low-level VMM commands: boot a kernel directly, probe the host's KVM.
     #[command(subcommand)]
     Vmm(vmm_cmd::VmmCommand),
@@ -456,6 +460,7 @@ async fn run_workspace_command(
             wait,
         } => logs_cmd::events(ws, name, *after, *follow, *wait, json).await,
         Command::Run(args) => exec_cmd::run(ws, args, json).await,
+        Command::WorkspaceCall => server_cmd::answer_call(ws).await,
         Command::Doctor | Command::Contract | Command::Vmm(_) | Command::Serve(_) => {
             unreachable!("handled before the workspace store is opened, or forwarded")
         }

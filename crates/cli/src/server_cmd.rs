@@ -183,3 +183,24 @@ fn print_report(report: &ServerReport) {
         .collect();
     output::table(&["WORKSPACE", "STATE", "IMAGE", "VCPUS", "MEMORY"], &rows);
 }
+
+/// Answers one workspace call read from stdin (what a host that placed a
+/// workspace here sends over ssh); its answer is JSON on stdout.
+pub async fn answer_call(ws: &Workspaces) -> workspace::Result<ExitCode> {
+    use std::io::Read;
+    use workspace::servers::MAX_CALL_BYTES;
+    let mut body = Vec::new();
+    std::io::stdin()
+        .take(MAX_CALL_BYTES as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| workspace::Error::InvalidInput(format!("reading the call from stdin: {e}")))?;
+    if body.len() > MAX_CALL_BYTES {
+        return Err(workspace::Error::InvalidInput(format!(
+            "a workspace call of more than {MAX_CALL_BYTES} bytes"
+        )));
+    }
+    let call: workspace::servers::RemoteCall = serde_json::from_slice(&body)
+        .map_err(|e| workspace::Error::InvalidInput(format!("not a workspace call: {e}")))?;
+    output::json(&ws.answer_call(call).await?);
+    Ok(ExitCode::SUCCESS)
+}

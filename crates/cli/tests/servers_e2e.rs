@@ -193,20 +193,37 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     assert_eq!(merged, [("w1".into(), "remote1".into(), "running".into())]);
 
     // Through MCP, with the official Python SDK over stdio: the servers,
-    // a command in the remote workspace, a create placed there.
+    // a command in the remote workspace, a create placed there; then an
+    // agent's workspace placed there and started, and every per-workspace
+    // tool on it (the handle's calls go to the server); another agent's
+    // calls on it are FORBIDDEN.
     if testkit::require(test, testkit::mcp_python()).is_some() {
-        let spec = serde_json::json!({
-            "stdio": [BIN, "serve", "mcp"],
-            "env": {"MICROAGENT_HOME": here.home()},
-            "calls": [
-                {"tool": "server_list", "args": {}},
-                {"tool": "workspace_exec", "args": {"name": "w1", "shell": "echo via-mcp; exit 4"}},
-                {"tool": "workspace_create", "args": {"name": "w4", "server": "remote1"}},
-                {"tool": "workspace_metrics", "args": {"server": "remote1"}},
-            ],
-        });
         let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_http/client.py");
-        let answer = testkit::mcp_python_run(client, spec).unwrap();
+        let call =
+            |tool: &str, args: serde_json::Value| serde_json::json!({"tool": tool, "args": args});
+        let session = |calls: Vec<serde_json::Value>| {
+            let spec = serde_json::json!({
+                "stdio": [BIN, "serve", "mcp"],
+                "env": {"MICROAGENT_HOME": here.home()},
+                "calls": calls,
+            });
+            testkit::mcp_python_run(client, spec).unwrap()
+        };
+        let answer = session(vec![
+            call("server_list", serde_json::json!({})),
+            call(
+                "workspace_exec",
+                serde_json::json!({"name": "w1", "shell": "echo via-mcp; exit 4"}),
+            ),
+            call(
+                "workspace_create",
+                serde_json::json!({"name": "w4", "server": "remote1"}),
+            ),
+            call(
+                "workspace_metrics",
+                serde_json::json!({"server": "remote1"}),
+            ),
+        ]);
         let calls = &answer["calls"];
         let servers = &calls[0]["structured"]["servers"];
         assert_eq!(servers[1]["name"], "remote1", "{answer}");
@@ -229,6 +246,205 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             "stopped"
         );
         here.ok(&["delete", "w4", "--yes"]);
+
+        let w5 = |more: serde_json::Value| {
+            let mut args = serde_json::json!({"name": "w5"});
+            args.as_object_mut()
+                .unwrap()
+                .extend(more.as_object().unwrap().clone());
+            args
+        };
+        let none = serde_json::json!({});
+        // Each step is (what to call it, the tool, its arguments).
+        let steps = [
+            (
+                "register",
+                "agent_register",
+                serde_json::json!({"name": "alpha"}),
+            ),
+            (
+                "create",
+                "workspace_create",
+                serde_json::json!({"name": "w5", "server": "remote1", "start": true}),
+            ),
+            ("inspect", "workspace_inspect", w5(none.clone())),
+            (
+                "mkdir",
+                "file_mkdir",
+                w5(serde_json::json!({"path": "/tmp/d/sub"})),
+            ),
+            (
+                "write",
+                "file_write",
+                w5(serde_json::json!({"path": "/tmp/d/a.txt", "content": "one\ntwo\n"})),
+            ),
+            (
+                "read",
+                "file_read",
+                w5(serde_json::json!({"path": "/tmp/d/a.txt"})),
+            ),
+            (
+                "edit",
+                "file_edit",
+                w5(serde_json::json!({"path": "/tmp/d/a.txt", "old_text": "two", "new_text": "2"})),
+            ),
+            (
+                "lines",
+                "file_read",
+                w5(serde_json::json!({"path": "/tmp/d/a.txt", "start_line": 2})),
+            ),
+            (
+                "move",
+                "file_move",
+                w5(serde_json::json!({"from": "/tmp/d/a.txt", "to": "/tmp/d/sub/b.txt"})),
+            ),
+            (
+                "list",
+                "file_list",
+                w5(serde_json::json!({"path": "/tmp/d/sub"})),
+            ),
+            (
+                "stat",
+                "file_stat",
+                w5(serde_json::json!({"path": "/tmp/d/sub/b.txt"})),
+            ),
+            (
+                "find",
+                "file_find",
+                w5(serde_json::json!({"path": "/tmp/d", "pattern": "*.txt"})),
+            ),
+            (
+                "remove",
+                "file_remove",
+                w5(serde_json::json!({"path": "/tmp/d", "recursive": true})),
+            ),
+            ("halt", "workspace_halt", w5(none.clone())),
+            ("start", "workspace_start", w5(none.clone())),
+            (
+                "process",
+                "process_start",
+                w5(serde_json::json!({"shell": "read x; echo got-$x", "stdin": true})),
+            ),
+            ("processes", "process_list", w5(none.clone())),
+            (
+                "logs",
+                "workspace_logs",
+                w5(serde_json::json!({"lines": 5})),
+            ),
+            (
+                "events",
+                "workspace_events",
+                w5(serde_json::json!({"after": 0})),
+            ),
+            ("ports", "port_list", serde_json::json!({"workspace": "w5"})),
+            (
+                "snapshot",
+                "snapshot_take",
+                serde_json::json!({"workspace": "w5", "name": "s5"}),
+            ),
+            (
+                "fork",
+                "workspace_fork",
+                w5(serde_json::json!({"new_name": "w6"})),
+            ),
+            (
+                "stop fork",
+                "workspace_stop",
+                serde_json::json!({"name": "w6"}),
+            ),
+            (
+                "delete fork",
+                "workspace_delete",
+                serde_json::json!({"name": "w6"}),
+            ),
+        ];
+        let answer = session(
+            steps
+                .iter()
+                .map(|(_, tool, args)| call(tool, args.clone()))
+                .collect(),
+        );
+        let calls = answer["calls"].as_array().unwrap();
+        assert_eq!(calls.len(), steps.len(), "{answer}");
+        let got: std::collections::BTreeMap<&str, &serde_json::Value> = steps
+            .iter()
+            .zip(calls)
+            .map(|((step, ..), c)| {
+                assert_eq!(c["is_error"], false, "{step}: {answer}");
+                (*step, &c["structured"])
+            })
+            .collect();
+        assert_eq!(got["create"]["state"], "running", "{answer}");
+        assert!(
+            !here.home().join("workspaces/w5").exists(),
+            "w5 is the server's"
+        );
+        assert_eq!(got["inspect"]["name"], "w5", "{answer}");
+        assert_eq!(got["read"]["content"], "one\ntwo\n", "{answer}");
+        assert_eq!(got["lines"]["content"], "2\n", "{answer}");
+        assert_eq!(got["list"]["entries"][0]["name"], "b.txt", "{answer}");
+        assert_eq!(got["stat"]["stat"]["size"], 6, "{answer}");
+        assert_eq!(got["find"]["matches"][0], "/tmp/d/sub/b.txt", "{answer}");
+        assert_eq!(got["halt"]["action"], "halted workspace `w5`", "{answer}");
+        assert_eq!(got["start"]["state"], "running", "{answer}");
+        assert_eq!(
+            got["processes"]["processes"][0]["state"], "running",
+            "{answer}"
+        );
+        assert!(
+            got["logs"]["lines"].as_array().unwrap().len() > 1,
+            "{answer}"
+        );
+        assert!(
+            got["events"]["events"].as_array().unwrap().len() > 2,
+            "{answer}"
+        );
+        assert_eq!(got["snapshot"]["name"], "s5", "{answer}");
+        assert_eq!(got["fork"]["name"], "w6", "{answer}");
+        assert!(!here.home().join("servers/placed/w6.json").exists());
+        let id = got["process"]["id"].as_str().unwrap();
+        // A later session of the same agent reaches it again.
+        let answer = session(vec![
+            call("agent_register", serde_json::json!({"name": "alpha"})),
+            call(
+                "process_write_stdin",
+                w5(serde_json::json!({"id": id, "data": "x\n", "close": true})),
+            ),
+            call(
+                "process_wait",
+                w5(serde_json::json!({"id": id, "timeout_secs": 30})),
+            ),
+            call("process_output", w5(serde_json::json!({"id": id}))),
+        ]);
+        let calls = answer["calls"].as_array().unwrap();
+        for (i, c) in calls.iter().enumerate() {
+            assert_eq!(c["is_error"], false, "call {i}: {answer}");
+        }
+        assert_eq!(calls[3]["structured"]["stdout"], "got-x\n", "{answer}");
+
+        // Another agent: FORBIDDEN before anything reaches the server.
+        let answer = session(vec![
+            call("agent_register", serde_json::json!({"name": "beta"})),
+            call("workspace_inspect", w5(none.clone())),
+            call(
+                "file_read",
+                w5(serde_json::json!({"path": "/etc/hostname"})),
+            ),
+            call("workspace_exec", w5(serde_json::json!({"shell": "true"}))),
+            call("workspace_delete", w5(serde_json::json!({"force": true}))),
+            call("snapshot_take", serde_json::json!({"workspace": "w5"})),
+        ]);
+        let calls = answer["calls"].as_array().unwrap();
+        for c in &calls[1..] {
+            assert_eq!(c["structured"]["code"], "FORBIDDEN", "{answer}");
+        }
+        assert_eq!(
+            there.ok_json(&["inspect", "w5", "--json"])["state"],
+            "running"
+        );
+        here.ok(&["delete", "w5", "--yes", "--force"]);
+        assert!(!here.home().join("servers/placed/w5.json").exists());
+        here.ok(&["--server", "remote1", "snapshot", "rm", "s5"]);
     }
 
     // The connection cut mid-exec: a clear end within the keepalive

@@ -62,6 +62,8 @@ pub mod test_support;
 pub mod vmm;
 pub mod volumes;
 #[cfg(feature = "client")]
+pub(crate) mod wire_bytes;
+#[cfg(feature = "client")]
 pub(crate) mod workspaces;
 
 /// docs/library.md, whose examples `cargo test --doc` compiles.
@@ -110,9 +112,9 @@ pub use workspaces::lifecycle::{StartProgress, DEFAULT_START_TIMEOUT, DEFAULT_ST
 pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
 #[cfg(feature = "client")]
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
+#[cfg(feature = "client")]
 pub use workspaces::pool::Pools;
 #[cfg(feature = "client")]
 pub use workspaces::tasks::Tasks;
 #[cfg(feature = "client")]
 pub use workspaces::volumes::Volumes;
-#[cfg(feature = "client")]

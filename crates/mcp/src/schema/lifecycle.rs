@@ -103,10 +103,16 @@ pub struct CreateParams {
     /// workspaces outlive sessions.
     #[serde(default)]
     pub session_scoped: bool,
-    /// The server it goes on (see `server_list`; default this host,
-    /// `local`). Every later call on it is run there over SSH.
+    /// The server it goes on (see `server_list`). Default: where there is
+    /// most room once servers are configured (a workspace with ports,
+    /// volumes, a repository, egress rules or session_scoped stays on this
+    /// host), else this host (`local`). Every later call on it runs there.
     #[serde(default)]
     pub server: Option<String>,
+    /// Start it too, and answer once its agent answers (default false:
+    /// created stopped).
+    #[serde(default)]
+    pub start: bool,
 }
 
 /// Inputs that only name a workspace.

@@ -136,10 +136,21 @@ impl MicroagentServer {
                     .into(),
             ));
         }
-        let remote = p
-            .server
-            .clone()
-            .filter(|s| s != workspace::servers::LOCAL_SERVER);
+        let stays_here = !p.ports.is_empty()
+            || !p.volumes.is_empty()
+            || p.repo.is_some()
+            || p.egress.is_some()
+            || !p.allow.is_empty()
+            || p.session_scoped;
+        let server = match p.server.clone() {
+            Some(server) => Some(server),
+            None if stays_here => None,
+            None => {
+                let image = p.image.as_deref().unwrap_or(defaults::IMAGE);
+                self.workspaces().place_by_score(image).await?
+            }
+        };
+        let remote = server.filter(|s| s != workspace::servers::LOCAL_SERVER);
         // A remote server pulls what it needs itself.
         let image = match (&remote, p.image.clone()) {
             (Some(_), Some(image)) => image,
@@ -186,23 +197,34 @@ impl MicroagentServer {
             },
             ..WorkspaceSpec::default()
         };
-        if let Some(server) = remote {
-            let meta = self
-                .workspaces()
-                .create_on_server(&server, &p.name, &spec)
-                .await?;
+        let meta = match remote {
+            Some(server) => {
+                self.workspaces()
+                    .create_on_server(&server, &p.name, &spec)
+                    .await?
+            }
+            None => {
+                let namespace = p.namespace;
+                let meta = self
+                    .on_workspace(&p.name, move |ws, name| {
+                        super::seen_from(ws, namespace.as_deref())?.create(name, spec)
+                    })
+                    .await?;
+                if p.session_scoped {
+                    self.session.adopt(&meta.name);
+                }
+                meta
+            }
+        };
+        if !p.start {
             return Ok(Out(meta));
         }
-        let namespace = p.namespace;
-        let meta = self
-            .on_workspace(&p.name, move |ws, name| {
-                super::seen_from(ws, namespace.as_deref())?.create(name, spec)
-            })
+        let timeout = Duration::from_secs(DEFAULT_START_TIMEOUT_SECS);
+        let mut progress = Progress::new(&ctx);
+        let started = self
+            .start_workspace(&meta.name, false, timeout, &ctx, &mut progress)
             .await?;
-        if p.session_scoped {
-            self.session.adopt(&meta.name);
-        }
-        Ok(Out(meta))
+        Ok(Out(started))
     }
 
     /// Extend a workspace's TTL (`by`: "1h", "30m", ...) or set it

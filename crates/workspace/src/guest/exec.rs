@@ -17,7 +17,8 @@ use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
 /// What runs: a program with its arguments, or a shell line.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum Program {
     Argv(Vec<String>),
     Shell(String),
@@ -34,7 +35,8 @@ pub(crate) enum Program {
 ///     .timeout(Duration::from_secs(600));
 /// assert_eq!(req.describe(), "make test");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     pub(crate) program: Program,
     pub(crate) env: BTreeMap<String, String>,
@@ -601,6 +603,14 @@ impl Workspace<'_> {
             .exec(req, input, |event| collector.on_event(event))
             .await?;
         Ok(collector.finish(exited))
+    }
+
+    /// Runs `true`: a restored guest's first command pays for what it
+    /// loads (the shell, the agent's exec path), so whoever warms one up
+    /// pays it instead of its first user.
+    pub(crate) async fn exec_true(self) -> Result<ExecResult> {
+        self.exec_collect(ExecRequest::argv(["true"]), ExecInput::None)
+            .await
     }
 
     /// Sends a signal to a running exec's process group.

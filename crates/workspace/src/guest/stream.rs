@@ -105,7 +105,7 @@ impl TerminalInput {
 }
 
 /// A terminal's size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PtySize {
     /// Rows (lines).
     pub rows: u16,

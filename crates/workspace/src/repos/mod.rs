@@ -1,7 +1,7 @@
 //! Host repositories workspaces may clone: an allowlist in
 //! `<state>/repos/<alias>.json`, each entry a git work tree on the host.
 //! Nothing else is ever cloned into a guest. How a clone gets in and
-//! commits come back is `workspaces::repos`; the host's git is [`git`].
+//! commits come back is `guest::repo`; the host's git is [`git`].
 
 pub mod git;
 pub mod incoming;

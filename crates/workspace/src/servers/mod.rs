@@ -4,9 +4,11 @@
 //! ([`ServerStatus`], measured by each server itself: see
 //! `Workspaces::server_report`), and running `microagent` on one
 //! ([`run_remote`]). A workspace placed on a remote
-//! server is recorded here ([`PlacedWorkspace`]); every operation on it is
-//! forwarded there by the front ends (docs/servers.md).
+//! server is recorded here ([`PlacedWorkspace`]); a workspace handle's
+//! calls on it go there as [`WorkspaceCall`]s ([`RemoteWorkspace`];
+//! docs/servers.md).
 
+mod calls;
 mod forwards;
 mod registry;
 mod remote;
@@ -14,6 +16,9 @@ mod spec;
 pub mod ssh;
 mod status;
 
+pub use calls::{
+    check_answer_bytes, millis, RemoteCall, RemoteWorkspace, WorkspaceCall, MAX_CALL_BYTES,
+};
 pub use registry::{PlacedWorkspace, ServerRegistry};
 pub use remote::{run_remote, run_remote_json, RemoteOutput, DEFAULT_DEADLINE, PROBE_DEADLINE};
 pub use spec::{check_server_name, ServerSpec, SshTarget, LOCAL_SERVER};
@@ -88,6 +93,29 @@ pub enum ServerError {
         /// What was wrong.
         detail: String,
     },
+    /// A workspace call or its answer could not be written as JSON.
+    #[error("writing a workspace call or its answer")]
+    Encode(#[source] serde_json::Error),
+    /// A call came for a workspace this server placed on yet another one:
+    /// calls go one hop only.
+    #[error(
+        "workspace {workspace} lives on server {server} of this one; calls are not forwarded twice"
+    )]
+    PlacedAgain {
+        /// The workspace.
+        workspace: String,
+        /// Where this server placed it.
+        server: String,
+    },
+    /// A fork asked through a workspace's call named a snapshot of another
+    /// workspace (whose owner only the calling host knows).
+    #[error("snapshot {snapshot} was not taken of workspace {workspace}; a fork on a server takes only its own workspace's snapshots")]
+    SnapshotOfAnother {
+        /// The snapshot.
+        snapshot: String,
+        /// The workspace the call was for.
+        workspace: String,
+    },
     /// ssh could not be run here.
     #[error("running ssh")]
     Spawn(#[source] std::io::Error),
@@ -124,7 +152,9 @@ impl ServerError {
             ServerError::Garbled { .. }
             | ServerError::Io { .. }
             | ServerError::AnswerTooLarge { .. } => ErrorCode::Internal,
-            ServerError::NoRoom(_) => ErrorCode::Conflict,
+            ServerError::NoRoom(_) | ServerError::PlacedAgain { .. } => ErrorCode::Conflict,
+            ServerError::Encode(_) => ErrorCode::Internal,
+            ServerError::SnapshotOfAnother { .. } => ErrorCode::Forbidden,
             ServerError::Store(e) => e.code(),
             ServerError::Record(e) => e.code(),
         }

@@ -32,22 +32,28 @@ pub struct RemoteOutput {
     pub stderr: String,
 }
 
-/// Runs `microagent ARGS` on `spec`, its output collected. ssh's own
-/// failure is [`ServerError::Unreachable`]; past `deadline` ssh is killed
-/// and it is [`ServerError::Deadline`].
+/// Runs `microagent ARGS` on `spec` with `input` on its stdin (none: an
+/// empty one), its output collected. ssh's own failure is
+/// [`ServerError::Unreachable`]; past `deadline` ssh is killed and it is
+/// [`ServerError::Deadline`].
 pub async fn run_remote(
     registry: &ServerRegistry,
     spec: &ServerSpec,
     args: &[String],
+    input: &[u8],
     deadline: Duration,
 ) -> Result<RemoteOutput, ServerError> {
     let line = ssh::remote_line(spec, args);
     let mut cmd = tokio::process::Command::from(registry.ssh_command(spec, &line, false)?);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    cmd.stdin(match input.is_empty() {
+        true => Stdio::null(),
+        false => Stdio::piped(),
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(ServerError::Spawn)?;
+    let stdin = child.stdin.take();
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ServerError::Spawn(std::io::Error::other(
             "ssh has no pipes",
@@ -59,6 +65,16 @@ pub async fn run_remote(
     };
     // Both pipes are read at once, each up to its bound, so a server
     // that floods either can neither block ssh nor fill this process.
+    // The input is written while the answer is read: a remote that
+    // answers before reading all of it cannot stall either side.
+    let feed = async {
+        use tokio::io::AsyncWriteExt;
+        if let Some(mut stdin) = stdin {
+            // A remote that stops reading early ends the write; its answer
+            // says why.
+            let _ = stdin.write_all(input).await;
+        }
+    };
     let read = async {
         use tokio::io::AsyncReadExt;
         let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -76,7 +92,7 @@ pub async fn run_remote(
         a.and(b.map(drop))?;
         Ok::<_, std::io::Error>((out, err))
     };
-    let (stdout, stderr) = tokio::time::timeout(deadline, read)
+    let (stdout, stderr) = tokio::time::timeout(deadline, async { tokio::join!(feed, read).1 })
         .await
         .map_err(|_| late())?
         .map_err(ServerError::Spawn)?;
@@ -124,10 +140,21 @@ pub async fn run_remote_json(
     args: &[String],
     deadline: Duration,
 ) -> Result<serde_json::Value, ServerError> {
+    run_remote_json_fed(registry, spec, args, &[], deadline).await
+}
+
+/// [`run_remote_json`] with `input` on the remote's stdin.
+pub async fn run_remote_json_fed(
+    registry: &ServerRegistry,
+    spec: &ServerSpec,
+    args: &[String],
+    input: &[u8],
+    deadline: Duration,
+) -> Result<serde_json::Value, ServerError> {
     // First: after a `--` it would be the guest command's.
     let mut args = args.to_vec();
     args.insert(0, "--json".into());
-    let out = run_remote(registry, spec, &args, deadline).await?;
+    let out = run_remote(registry, spec, &args, input, deadline).await?;
     answer_of(&spec.name, &out)
 }
 

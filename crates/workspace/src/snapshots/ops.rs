@@ -138,6 +138,13 @@ impl Workspace<'_> {
     /// `<workspace>-<time>`, the name shortened to fit): its whole machine while it runs (the guest
     /// pauses meanwhile), its disk while it is stopped.
     pub fn snapshot_take(self, name: Option<&str>) -> Result<SnapshotInfo> {
+        if let Some(remote) = self.remote()? {
+            return Ok(
+                remote.call_blocking(crate::servers::WorkspaceCall::SnapshotTake {
+                    snapshot: name.map(str::to_owned),
+                })?,
+            );
+        }
         let (all, workspace) = (self.all, self.name.as_str());
         let meta = self.get()?;
         // In its workspace's namespace.
@@ -389,6 +396,26 @@ impl Workspace<'_> {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            // Named as the server names it (in its source's namespace),
+            // checked and free here before any ssh; the placement is of
+            // that name, never of one the server answers with.
+            let source_namespace = crate::store::name::namespace_of(self.name());
+            let to = crate::store::name::full_name(source_namespace, new_name)
+                .map_err(crate::store::StoreError::Name)?;
+            self.all.check_name_free(&to)?;
+            let call = crate::servers::WorkspaceCall::Fork {
+                new_name: to.clone(),
+                snapshot: snapshot.map(str::to_owned),
+                timeout_ms: crate::servers::millis(timeout),
+            };
+            let meta: Meta = remote.call(call).await?;
+            crate::workspaces::placement::check_made(remote.server(), &to, &meta)?;
+            // The fork lives beside its source, its creator's as a create's.
+            let agent = self.all.creating_agent();
+            (self.all.servers()).place(&to, remote.server(), agent.as_deref())?;
+            return Ok(meta);
+        }
         let (all, source) = (self.all, self.name.as_str());
         // The fork is in its source's namespace unless named in another.
         let to = crate::store::name::full_name(crate::store::name::namespace_of(source), new_name)
@@ -436,9 +463,8 @@ impl Workspaces {
             });
         }
         let lock = self.state_dir().lock_workspace(new_name)?;
-        if ws.meta_path().exists() {
-            return Err(Error::WorkspaceExists(new_name.to_owned()));
-        }
+        // Taken here, or by a workspace placed on a server from here.
+        self.check_name_free(new_name)?;
         let _ = std::fs::remove_dir_all(ws.path());
         let made = (|| -> Result<Option<PathBuf>> {
             make_private_dir(ws.path())?;

@@ -45,7 +45,10 @@ impl Workspaces {
         if self.caller.is_some() {
             match self.dir(&name)?.read_meta() {
                 Ok(meta) => self.check_access("workspace", &name, &meta.spec)?,
-                Err(crate::store::workspace_dir::WorkspaceDirError::NotFound(_)) => {}
+                // Not here: on a server, whose owner was recorded here.
+                Err(crate::store::workspace_dir::WorkspaceDirError::NotFound(_)) => {
+                    self.placement_of(name.as_str())?;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -72,6 +75,11 @@ impl Workspace<'_> {
 impl Workspace<'_> {
     /// Reads a workspace, first recording a crash if its VMM died.
     pub fn get(self) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            let info: WorkspaceInfo =
+                remote.call_blocking(crate::servers::WorkspaceCall::Inspect {})?;
+            return Ok(info.meta);
+        }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = ws.read_meta()?;
@@ -98,6 +106,9 @@ impl Workspace<'_> {
     /// The record plus ages, disk use, its network as it is now and,
     /// while it runs on the `user` network, its egress refusals.
     pub fn inspect(self) -> Result<WorkspaceInfo> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote.call_blocking(crate::servers::WorkspaceCall::Inspect {})?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         let meta = self.get()?;
         // A VMM that does not answer leaves the rest to show.

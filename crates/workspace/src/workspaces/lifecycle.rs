@@ -52,6 +52,14 @@ impl Workspace<'_> {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Start {
+                    cold: false,
+                    timeout_ms: crate::servers::millis(timeout),
+                })
+                .await?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         let meta = all.start_maybe_warm(name, timeout, progress, false).await?;
         all.clone_pending_repo(name).await?;
@@ -65,6 +73,14 @@ impl Workspace<'_> {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Start {
+                    cold: true,
+                    timeout_ms: crate::servers::millis(timeout),
+                })
+                .await?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         let meta = all.start_maybe_warm(name, timeout, progress, true).await?;
         all.clone_pending_repo(name).await?;
@@ -290,6 +306,13 @@ impl Workspace<'_> {
     /// the VM is torn down. Stopping a stopped or crashed workspace does
     /// nothing.
     pub async fn stop(self, timeout: Duration) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Stop {
+                    timeout_ms: crate::servers::millis(timeout),
+                })
+                .await?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = self.get()?;
@@ -370,6 +393,9 @@ impl Workspace<'_> {
     /// Tears the VM down at once (SIGKILL to its VMM). Guest writes not yet
     /// on the disk are lost.
     pub fn halt(self) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote.call_blocking(crate::servers::WorkspaceCall::Halt {})?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         self.get()?;
         let (_lock, _) = all.lock_existing(name)?;
@@ -403,6 +429,17 @@ impl Workspace<'_> {
     /// Deletes it and everything it has. A running one is refused
     /// unless `options.force`, which halts it first.
     pub fn delete(self, options: DeleteOptions) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            let call = crate::servers::WorkspaceCall::Delete {
+                force: options.force,
+            };
+            let meta = remote.call_blocking(call)?;
+            // Gone there: nothing of it is kept here.
+            let servers = self.all.servers();
+            servers.unforward_all(self.name())?;
+            servers.unplace(self.name())?;
+            return Ok(meta);
+        }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         self.get()?;
@@ -472,6 +509,9 @@ impl Workspace<'_> {
     /// Sets the TTL (seconds from each start; from now if it is running),
     /// or removes it.
     pub fn set_ttl(self, ttl_secs: Option<u64>) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote.call_blocking(crate::servers::WorkspaceCall::SetTtl { ttl_secs })?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         if let Some(ttl) = ttl_secs {
             all.limits.check_ttl(ttl)?;
@@ -499,6 +539,9 @@ impl Workspace<'_> {
     /// that much later, and the TTL of later starts grows by as much (a
     /// workspace without a TTL gets one of `by_secs`, from now if it runs).
     pub fn extend_ttl(self, by_secs: u64) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote.call_blocking(crate::servers::WorkspaceCall::ExtendTtl { by_secs })?);
+        }
         let (all, name) = (self.all, self.name.as_str());
         if by_secs == 0 {
             return Err(Error::InvalidInput("extend the TTL by at least 1 s".into()));

@@ -269,9 +269,8 @@ impl Workspaces {
             spec.repo = Some(checkout);
         }
         let lock = self.lock(name)?;
-        if ws.meta_path().exists() {
-            return Err(Error::WorkspaceExists(name.to_owned()));
-        }
+        // Taken here, or by a workspace placed on a server from here.
+        self.check_name_free(name)?;
         // A directory without metadata is a create that died half-way.
         let _ = std::fs::remove_dir_all(ws.path());
         let made = (|| {
@@ -596,11 +595,7 @@ pub(crate) mod tests {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(ws.at("dev").exec_collect(
-            crate::guest::exec::ExecRequest::argv(["true"]),
-            crate::guest::stream::ExecInput::None,
-        ))
-        .unwrap_err()
+        rt.block_on(ws.at("dev").exec_true()).unwrap_err()
     }
 
     #[test]

@@ -20,6 +20,11 @@ impl Workspace<'_> {
     /// use, or published to another guest port, changes nothing; the same
     /// mapping again is done already.
     pub fn publish_port(self, mapping: PortMapping) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(
+                remote.call_blocking(crate::servers::WorkspaceCall::PublishPort { mapping })?
+            );
+        }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = self.get()?;
@@ -52,6 +57,14 @@ impl Workspace<'_> {
 
     /// Stops publishing the host address `host_ip`:`host_port` of it (open connections run on). NOT_FOUND when it is not published.
     pub fn unpublish_port(self, host_ip: IpAddr, host_port: u16) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(
+                remote.call_blocking(crate::servers::WorkspaceCall::UnpublishPort {
+                    host_ip,
+                    host_port,
+                })?,
+            );
+        }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = self.get()?;

@@ -229,12 +229,7 @@ impl Pools<'_> {
             // The first command in a restored guest pays for what it loads
             // (the shell, the agent's exec path): paid here, not by the
             // claim's first command.
-            view.at(&name)
-                .exec_collect(
-                    crate::guest::exec::ExecRequest::argv(["true"]),
-                    crate::guest::stream::ExecInput::None,
-                )
-                .await?;
+            view.at(&name).exec_true().await?;
             tokio::time::sleep(SETTLE_BEFORE_PAUSE).await;
             view.pause_or_resume(&name, ControlRequest::Pause)?;
             view.pools().mark_member(&name, |m| {

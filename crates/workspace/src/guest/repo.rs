@@ -8,7 +8,6 @@
 use crate::host_tool::HostTool;
 use std::path::Path;
 
-use super::manager::Workspaces;
 use crate::error::Result;
 use crate::guest::exec::ExecRequest;
 use crate::guest::stream::ExecInput;
@@ -21,6 +20,7 @@ use crate::store::repo_checkout::RepoCheckout;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::tasks::slots::CACHE_MOUNT;
 use crate::workspaces::handle::Workspace;
+use crate::workspaces::manager::Workspaces;
 
 /// The guest account a clone belongs to (`user` in the images microagent
 /// builds).
@@ -132,7 +132,12 @@ impl Workspaces {
             .await
         };
         let copied = match made {
-            Ok(()) => self.at(name).copy_in(&tree, GUEST_REPO_DIR).await.map(drop),
+            Ok(()) => self
+                .at(name)
+                .files()
+                .copy_in(&tree, GUEST_REPO_DIR)
+                .await
+                .map(drop),
             Err(e) => Err(e),
         };
         let _ = std::fs::remove_dir_all(&tree);
@@ -217,6 +222,7 @@ impl Workspace<'_> {
             .await?;
         let branch = all
             .at(name)
+            .files()
             .read_file(&format!("{GUEST_REPO_DIR}/.git/HEAD"), None, Some(4096))
             .await
             .ok()
@@ -241,7 +247,10 @@ impl Workspace<'_> {
         let ws = all.dir(name)?;
         let local = pull_bundle_path(&ws);
         let _ = std::fs::remove_file(&local);
-        all.at(name).copy_out(GUEST_PULL_BUNDLE, &local).await?;
+        all.at(name)
+            .files()
+            .copy_out(GUEST_PULL_BUNDLE, &local)
+            .await?;
         let limits = RepoLimits::load(all.state.root()).map_err(RepoError::Invalid)?;
         if let Err(why) = check_bundle(&local, &limits) {
             let _ = std::fs::remove_file(&local);

@@ -1,0 +1,336 @@
+//! A workspace placed on a server, reached through the library's own
+//! calls: this host sends one [`WorkspaceCall`] as JSON on the stdin of
+//! the server's hidden `microagent --json --server local workspace-call`,
+//! which makes the same call on its own library and prints the answer. So
+//! both hosts apply one set of checks, and a handle's call works the same
+//! wherever its workspace lives. Who may use the workspace is decided on
+//! this host before anything is sent (the server runs what it is sent as
+//! its host, and knows no agents); what the server answers is data, read
+//! into the call's own answer type only.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::registry::ServerRegistry;
+use super::remote::{run_remote_json_fed, DEFAULT_DEADLINE};
+use super::spec::{ServerSpec, LOCAL_SERVER};
+use super::ServerError;
+use crate::store::ports::PortMapping;
+
+/// Slack over a call's own wait for the SSH round trip.
+const SLACK: Duration = Duration::from_secs(30);
+/// Most bytes of one call sent to a server (a file write's data, base64).
+pub const MAX_CALL_BYTES: usize = 96 << 20;
+
+/// `d` in whole milliseconds, as calls carry waits.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Checks that a server's answer carries at most the `asked` bytes of
+/// `what` (a file read, a stream's output): as a guest agent's answer is,
+/// it is held to what was asked, whatever else the answer's own bound
+/// admits.
+pub fn check_answer_bytes(
+    server: &str,
+    what: &str,
+    got: usize,
+    asked: u64,
+) -> Result<(), ServerError> {
+    if u64::try_from(got).map_or(true, |got| got > asked) {
+        return Err(ServerError::Garbled {
+            server: server.to_owned(),
+            detail: format!("its {what} answer carries {got} bytes; {asked} were asked for"),
+        });
+    }
+    Ok(())
+}
+
+/// One call on one workspace, as sent to its server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteCall {
+    /// The workspace's full name on the server.
+    pub workspace: String,
+    /// What to do with it.
+    pub call: WorkspaceCall,
+}
+
+/// The per-workspace calls a server answers: each is the
+/// `crate::Workspace` call of the same name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(missing_docs)]
+pub enum WorkspaceCall {
+    Start {
+        cold: bool,
+        timeout_ms: u64,
+    },
+    Stop {
+        timeout_ms: u64,
+    },
+    Halt {},
+    Delete {
+        force: bool,
+    },
+    Inspect {},
+    SetTtl {
+        ttl_secs: Option<u64>,
+    },
+    ExtendTtl {
+        by_secs: u64,
+    },
+    Logs {
+        lines: Option<usize>,
+    },
+    Events {
+        after: u64,
+        wait_ms: u64,
+    },
+    SnapshotTake {
+        snapshot: Option<String>,
+    },
+    Fork {
+        new_name: String,
+        snapshot: Option<String>,
+        timeout_ms: u64,
+    },
+    PublishPort {
+        mapping: PortMapping,
+    },
+    UnpublishPort {
+        host_ip: IpAddr,
+        host_port: u16,
+    },
+    /// The request and options as `ExecRequest` and `ProcessOptions`
+    /// write themselves (this layer is below the guest's).
+    ProcessStart {
+        request: serde_json::Value,
+        options: serde_json::Value,
+    },
+    ProcessList {},
+    ProcessOutput {
+        id: String,
+        cursors: [u64; 2],
+        max_bytes: Option<u64>,
+        wait_ms: u64,
+    },
+    ProcessWriteStdin {
+        id: String,
+        #[serde(with = "crate::wire_bytes")]
+        data: Vec<u8>,
+        close: bool,
+    },
+    ProcessSignal {
+        id: String,
+        signal: String,
+    },
+    ProcessWait {
+        id: String,
+        timeout_ms: u64,
+    },
+    ProcessRemove {
+        id: String,
+    },
+    ReadFile {
+        path: String,
+        offset: Option<u64>,
+        length: Option<u64>,
+    },
+    WriteFile {
+        path: String,
+        #[serde(with = "crate::wire_bytes")]
+        data: Vec<u8>,
+        append: bool,
+        perm: Option<u32>,
+    },
+    ListDir {
+        path: String,
+    },
+    Stat {
+        path: String,
+    },
+    Mkdir {
+        path: String,
+    },
+    Remove {
+        path: String,
+        recursive: bool,
+        preview: bool,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    EditFile {
+        path: String,
+        old: String,
+        new: String,
+        expected: usize,
+    },
+    ReadLines {
+        path: String,
+        start_line: usize,
+        end_line: Option<usize>,
+    },
+    Find {
+        dir: String,
+        pattern: String,
+    },
+}
+
+impl WorkspaceCall {
+    /// How long the server may take: the call's own wait and the trip.
+    fn deadline(&self) -> Duration {
+        let waits = |ms: u64| Duration::from_millis(ms).saturating_add(SLACK);
+        match self {
+            Self::Start { timeout_ms, .. }
+            | Self::Stop { timeout_ms }
+            | Self::Fork { timeout_ms, .. }
+            | Self::ProcessWait { timeout_ms, .. } => waits(*timeout_ms),
+            Self::Events { wait_ms, .. } | Self::ProcessOutput { wait_ms, .. } => waits(*wait_ms),
+            _ => DEFAULT_DEADLINE,
+        }
+    }
+
+    /// Its name in errors.
+    fn op(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v["op"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
+/// A workspace on a server: where each of its calls goes.
+#[derive(Clone, Debug)]
+pub struct RemoteWorkspace {
+    registry: ServerRegistry,
+    server: ServerSpec,
+    workspace: String,
+}
+
+impl RemoteWorkspace {
+    /// Workspace `workspace` on `server` (whose access was checked).
+    pub fn new(registry: ServerRegistry, server: ServerSpec, workspace: &str) -> Self {
+        Self {
+            registry,
+            server,
+            workspace: workspace.to_owned(),
+        }
+    }
+
+    /// The server's name.
+    pub fn server(&self) -> &str {
+        &self.server.name
+    }
+
+    /// Makes `call` there; its answer read as `T`.
+    pub async fn call<T: DeserializeOwned>(&self, call: WorkspaceCall) -> Result<T, ServerError> {
+        let deadline = call.deadline();
+        let op = call.op();
+        let body = serde_json::to_vec(&RemoteCall {
+            workspace: self.workspace.clone(),
+            call,
+        })
+        .map_err(|e| ServerError::Invalid(format!("a call that cannot be sent: {e}")))?;
+        if body.len() > MAX_CALL_BYTES {
+            return Err(ServerError::Invalid(format!(
+                "{op} on a workspace on server {} carries {} bytes; at most {MAX_CALL_BYTES} go in one call",
+                self.server.name,
+                body.len()
+            )));
+        }
+        let args = [
+            "--server".to_owned(),
+            LOCAL_SERVER.to_owned(),
+            "workspace-call".to_owned(),
+        ];
+        let value =
+            run_remote_json_fed(&self.registry, &self.server, &args, &body, deadline).await?;
+        serde_json::from_value(value).map_err(|e| ServerError::Garbled {
+            server: self.server.name.clone(),
+            detail: format!("its {op} answer: {e}"),
+        })
+    }
+
+    /// [`Self::call`] for a caller that is not async: on a thread of its
+    /// own, so it works inside or outside a runtime.
+    pub fn call_blocking<T: DeserializeOwned + Send>(
+        &self,
+        call: WorkspaceCall,
+    ) -> Result<T, ServerError> {
+        std::thread::scope(|scope| {
+            let running = scope.spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(ServerError::Spawn)?;
+                runtime.block_on(self.call(call))
+            });
+            running.join().unwrap_or_else(|_| {
+                Err(ServerError::Spawn(std::io::Error::other(
+                    "the thread of a remote call panicked",
+                )))
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_travel_as_tagged_json_and_refuse_what_they_do_not_know() {
+        let call = RemoteCall {
+            workspace: "dev".into(),
+            call: WorkspaceCall::WriteFile {
+                path: "/a".into(),
+                data: b"\x00\xffhi".to_vec(),
+                append: false,
+                perm: None,
+            },
+        };
+        let text = serde_json::to_string(&call).unwrap();
+        assert!(text.contains(r#""op":"write_file""#), "{text}");
+        assert!(text.contains(r#""data":"AP9oaQ==""#), "{text}");
+        assert_eq!(serde_json::from_str::<RemoteCall>(&text).unwrap(), call);
+        for hostile in [
+            r#"{"workspace":"dev","call":{"op":"run_on_host","argv":["sh"]}}"#,
+            r#"{"workspace":"dev","call":{"op":"halt","extra":1}}"#,
+            r#"{"workspace":"dev","call":{"op":"halt"},"as":"root"}"#,
+            r#"{"workspace":"dev","call":{"op":"write_file","path":"/a","data":"%%%","append":false,"perm":null}}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<RemoteCall>(hostile).is_err(),
+                "{hostile}"
+            );
+        }
+        assert_eq!(WorkspaceCall::Halt {}.op(), "halt");
+        let wait = WorkspaceCall::Events {
+            after: 0,
+            wait_ms: 600_000,
+        };
+        assert_eq!(wait.deadline(), Duration::from_secs(630));
+        assert_eq!(WorkspaceCall::Inspect {}.deadline(), DEFAULT_DEADLINE);
+    }
+
+    #[test]
+    fn an_answer_carrying_more_than_was_asked_for_is_garbled() {
+        check_answer_bytes("box", "read_file", 10, 10).unwrap();
+        check_answer_bytes("box", "read_file", 0, 0).unwrap();
+        for (got, asked) in [(11, 10), (1, 0), (usize::MAX, u64::MAX - 1)] {
+            match check_answer_bytes("box", "read_file", got, asked) {
+                Err(ServerError::Garbled { server, detail }) => {
+                    assert_eq!(server, "box");
+                    assert!(detail.contains("read_file"), "{detail}");
+                }
+                other => panic!("{got} of {asked}: {other:?}"),
+            }
+        }
+    }
+}

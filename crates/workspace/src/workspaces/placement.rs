@@ -1,0 +1,184 @@
+//! Where a workspace lives: here, or on a server of the pool. A handle
+//! finds out with [`Workspace::remote`] (its access checked first), and
+//! its calls then go there as `WorkspaceCall`s; the server answers them
+//! with `Workspaces::answer_call` (admin/remote_ops.rs), on its own
+//! library.
+
+use crate::error::{Error, Result};
+use crate::servers::{PlacedWorkspace, RemoteWorkspace, ServerError, LOCAL_SERVER};
+use crate::store::spec::Meta;
+use crate::workspaces::handle::Workspace;
+use crate::workspaces::manager::Workspaces;
+
+impl Workspaces {
+    /// Where workspace `name` lives when on a remote server (`None`: not
+    /// placed on one from here). FORBIDDEN when its owner (the agent whose
+    /// session created it) is not this view's caller and did not share it:
+    /// every forwarded operation finds its target through this, before any
+    /// ssh runs.
+    pub fn placement_of(&self, name: &str) -> Result<Option<PlacedWorkspace>> {
+        let Some(placed) = self.servers().placement(name)? else {
+            return Ok(None);
+        };
+        self.check_owner("workspace", name, placed.agent.as_deref(), &[])?;
+        Ok(Some(placed))
+    }
+
+    /// Checks that this view may forward an operation on workspace `name`
+    /// to `server`: FORBIDDEN as [`Self::placement_of`] says; a session
+    /// reaches only what was placed on that server from here (its owner is
+    /// known only then), else NOT_FOUND. The host reaches any.
+    pub(crate) fn check_forward(&self, server: &str, name: &str) -> Result<()> {
+        match self.placement_of(name)? {
+            Some(placed) if placed.server == server => Ok(()),
+            _ if self.caller().is_none() => Ok(()),
+            _ => Err(Error::WorkspaceNotFound(name.to_owned())),
+        }
+    }
+
+    /// CONFLICT when full name `name` is taken, here or by a placement: a
+    /// name lives in one place, so a placed workspace never shadows one
+    /// here (whose owner would meet the placement's owner, and whose calls
+    /// would go to the server) nor the reverse. Checked before any ssh.
+    pub(crate) fn check_name_free(&self, name: &str) -> Result<()> {
+        let here = self.dir(name)?.meta_path().exists();
+        if here || self.servers().placement(name)?.is_some() {
+            return Err(Error::WorkspaceExists(name.to_owned()));
+        }
+        Ok(())
+    }
+}
+
+/// A server's answer about the workspace `asked` it made (a create's, a
+/// fork's), as data: its name must be the one asked for, so what this host
+/// then records (a placement, a start) is about the name it checked, never
+/// one a server chose.
+pub(crate) fn check_made(server: &str, asked: &str, meta: &Meta) -> Result<()> {
+    if meta.name != asked {
+        return Err(ServerError::Garbled {
+            server: server.to_owned(),
+            detail: format!(
+                "it answered for workspace {:?} when asked to make {asked:?}",
+                meta.name
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+impl Workspace<'_> {
+    /// Where this workspace's calls go when it lives on a server of the
+    /// pool (`None`: here). FORBIDDEN as [`Workspaces::placement_of`] says.
+    pub fn remote(self) -> Result<Option<RemoteWorkspace>> {
+        let Some(placed) = self.all.placement_of(self.name())? else {
+            return Ok(None);
+        };
+        if placed.server == LOCAL_SERVER {
+            return Ok(None);
+        }
+        let registry = self.all.servers();
+        let server = registry.get(&placed.server)?;
+        Ok(Some(RemoteWorkspace::new(registry, server, self.name())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::code::ErrorCode;
+    use crate::servers::ServerSpec;
+    use crate::store::state::State;
+    use crate::workspaces::manager::tests::{fixture, have_mkfs, session, spec};
+
+    fn code<T: std::fmt::Debug>(r: Result<T>) -> ErrorCode {
+        r.unwrap_err().code()
+    }
+
+    #[tokio::test]
+    async fn a_name_lives_in_one_place_and_no_create_or_fork_takes_anothers() {
+        let f = fixture("placement-names", "/nonexistent");
+        let (a, b) = (session(&f.ws, Some("a")), session(&f.ws, Some("b")));
+        // Nothing listens on port 1: a call that gets past the checks
+        // meets the unreachable server (HOST_UNSUPPORTED).
+        let servers = f.ws.servers();
+        for name in ["box", "box2"] {
+            let server = ServerSpec::new(name, "nobody@127.0.0.1:1");
+            servers.add(&server).unwrap();
+        }
+        servers.place("dev", "box", Some("a")).unwrap();
+        let placed_dev = || servers.placement("dev").unwrap().unwrap();
+        let before = placed_dev();
+
+        // Another agent's create of the same name on another server would
+        // have made the placement its own; on the same one, or by the
+        // owner or the host, a second spelling of the name: refused
+        // before any ssh.
+        for (who, server) in [(&b, "box2"), (&b, "box"), (&a, "box2"), (&f.ws, "box")] {
+            let made = who.create_on_server(server, "dev", &spec()).await;
+            assert_eq!(code(made), ErrorCode::Conflict, "{server}");
+        }
+        // Nor here: the name is the placed workspace's.
+        assert_eq!(code(b.create("dev", spec())), ErrorCode::Conflict);
+        assert_eq!(code(f.ws.create("dev", spec())), ErrorCode::Conflict);
+        // Names with path tricks or the pool's namespace never reach a server.
+        let pool = format!("w.{}", crate::pool::POOL_NAMESPACE);
+        for bad in ["../x", "a/b", "", pool.as_str()] {
+            let made = b.create_on_server("box2", bad, &spec()).await;
+            assert_eq!(code(made), ErrorCode::InvalidInput, "{bad:?}");
+        }
+
+        // A fork of a placed workspace: the other agent is refused before
+        // any ssh; the owner's names are checked here first.
+        let wait = Duration::from_secs(60);
+        let forked = |who: &'static str, to: &'static str| {
+            let view = if who == "a" { &a } else { &b };
+            async move { view.workspace("dev")?.fork(to, None, wait, |_| {}).await }
+        };
+        assert_eq!(code(forked("b", "mine").await), ErrorCode::Forbidden);
+        assert_eq!(code(forked("a", "dev").await), ErrorCode::Conflict);
+        assert_eq!(code(forked("a", "../x").await), ErrorCode::InvalidInput);
+        assert_eq!(code(forked("a", "fresh").await), ErrorCode::HostUnsupported);
+
+        if have_mkfs("a_name_lives_in_one_place_and_no_create_or_fork_takes_anothers") {
+            // A workspace here is not shadowed by a placement of its name:
+            // not by a create on a server, nor by a fork there.
+            f.ws.create("here", spec()).unwrap();
+            let made = b.create_on_server("box2", "here", &spec()).await;
+            assert_eq!(code(made), ErrorCode::Conflict);
+            assert_eq!(code(forked("a", "here").await), ErrorCode::Conflict);
+            let here = f.ws.workspace("here").unwrap();
+            assert!(here.remote().unwrap().is_none());
+            assert_eq!(here.get().unwrap().state, State::Stopped);
+        }
+        // Nothing was placed or changed by the refusals.
+        assert_eq!(placed_dev(), before);
+        let names: Vec<_> = servers.placements().unwrap();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn a_servers_answer_names_only_the_workspace_asked_for() {
+        let made = |name: &str| Meta {
+            name: name.to_owned(),
+            namespace: String::new(),
+            spec: spec(),
+            created_at_ms: 0,
+            state: State::Stopped,
+            runtime: None,
+            last_exit: None,
+            pristine: true,
+            pool: None,
+        };
+        check_made("box", "fresh", &made("fresh")).unwrap();
+        // A hostile server's fork or create answer naming another
+        // workspace (one here, another agent's, a path) is garbled.
+        for hostile in ["../../x", "victim", "fresh.other", "", "fresh/.."] {
+            let refused = check_made("box", "fresh", &made(hostile)).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::Internal, "{hostile:?}");
+            assert!(refused.to_string().contains("box"), "{refused}");
+        }
+    }
+}
