@@ -199,7 +199,7 @@ impl MicroagentServer {
         };
         let meta = match remote {
             Some(server) => {
-                self.workspaces()
+                super::seen_from(&self.workspaces(), p.namespace.as_deref())?
                     .create_on_server(&server, &p.name, &spec)
                     .await?
             }

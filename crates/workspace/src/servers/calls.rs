@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::registry::ServerRegistry;
-use super::remote::{run_remote_json_fed, DEFAULT_DEADLINE};
+use super::remote::{run_remote, typed_answer_of, DEFAULT_DEADLINE};
 use super::spec::{ServerSpec, LOCAL_SERVER};
 use super::ServerError;
 use crate::store::ports::PortMapping;
@@ -245,16 +245,15 @@ impl RemoteWorkspace {
             )));
         }
         let args = [
+            "--json".to_owned(),
             "--server".to_owned(),
             LOCAL_SERVER.to_owned(),
             "workspace-call".to_owned(),
         ];
-        let value =
-            run_remote_json_fed(&self.registry, &self.server, &args, &body, deadline).await?;
-        serde_json::from_value(value).map_err(|e| ServerError::Garbled {
-            server: self.server.name.clone(),
-            detail: format!("its {op} answer: {e}"),
-        })
+        // The largest answer is a whole read (64 MiB, base64): it fits.
+        let limit = MAX_CALL_BYTES as u64;
+        let out = run_remote(&self.registry, &self.server, &args, &body, limit, deadline).await?;
+        typed_answer_of(&self.server.name, &out, &op)
     }
 
     /// [`Self::call`] for a caller that is not async: on a thread of its

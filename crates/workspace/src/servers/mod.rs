@@ -43,6 +43,15 @@ pub enum ServerError {
     /// The name is taken.
     #[error("a server named {0:?} exists")]
     Exists(String),
+    /// A workspace of the name was placed meanwhile: the one just made on
+    /// `server` is not recorded here.
+    #[error("workspace {workspace} was placed by another create meanwhile; the one made on server {server} is not recorded here")]
+    PlacedAlready {
+        /// The workspace.
+        workspace: String,
+        /// Where the unrecorded one was made.
+        server: String,
+    },
     /// Workspaces still live on it.
     #[error("server {server} still has workspaces: {}", workspaces.join(", "))]
     InUse {
@@ -152,7 +161,9 @@ impl ServerError {
             ServerError::Garbled { .. }
             | ServerError::Io { .. }
             | ServerError::AnswerTooLarge { .. } => ErrorCode::Internal,
-            ServerError::NoRoom(_) | ServerError::PlacedAgain { .. } => ErrorCode::Conflict,
+            ServerError::NoRoom(_)
+            | ServerError::PlacedAgain { .. }
+            | ServerError::PlacedAlready { .. } => ErrorCode::Conflict,
             ServerError::Encode(_) => ErrorCode::Internal,
             ServerError::SnapshotOfAnother { .. } => ErrorCode::Forbidden,
             ServerError::Store(e) => e.code(),

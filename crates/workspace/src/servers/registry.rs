@@ -136,7 +136,15 @@ impl ServerRegistry {
             server: server.to_owned(),
             agent: agent.map(str::to_owned),
         };
-        self.placed.put(workspace, &placement)?;
+        // Added only when free: of two creates of one name that both
+        // passed the check before their ssh, the second is refused here
+        // rather than taking the first one's record.
+        if !self.placed.create(workspace, &placement)? {
+            return Err(ServerError::PlacedAlready {
+                workspace: workspace.to_owned(),
+                server: server.to_owned(),
+            });
+        }
         Ok(())
     }
 
@@ -196,6 +204,12 @@ mod tests {
             );
         }
         servers.place("dev", "box-1", Some("alice")).unwrap();
+        let again = servers.place("dev", "box-1", Some("bob")).unwrap_err();
+        assert!(
+            matches!(again, ServerError::PlacedAlready { .. }),
+            "{again}"
+        );
+        assert_eq!(again.code(), crate::code::ErrorCode::Conflict);
         let placed = servers.placement("dev").unwrap().unwrap();
         assert_eq!(placed.server, "box-1");
         assert_eq!(placed.agent.as_deref(), Some("alice"));

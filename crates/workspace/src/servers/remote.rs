@@ -33,14 +33,15 @@ pub struct RemoteOutput {
 }
 
 /// Runs `microagent ARGS` on `spec` with `input` on its stdin (none: an
-/// empty one), its output collected. ssh's own failure is
-/// [`ServerError::Unreachable`]; past `deadline` ssh is killed and it is
-/// [`ServerError::Deadline`].
+/// empty one), its output collected, at most `max_stdout` bytes of it.
+/// ssh's own failure is [`ServerError::Unreachable`]; past `deadline` ssh
+/// is killed and it is [`ServerError::Deadline`].
 pub async fn run_remote(
     registry: &ServerRegistry,
     spec: &ServerSpec,
     args: &[String],
     input: &[u8],
+    max_stdout: u64,
     deadline: Duration,
 ) -> Result<RemoteOutput, ServerError> {
     let line = ssh::remote_line(spec, args);
@@ -79,7 +80,7 @@ pub async fn run_remote(
         use tokio::io::AsyncReadExt;
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let mut stderr = stderr;
-        let mut stdout = stdout.take(MAX_REMOTE_STDOUT + 1);
+        let mut stdout = stdout.take(max_stdout + 1);
         let stdout_read = stdout.read_to_end(&mut out);
         let stderr_read = async {
             (&mut stderr)
@@ -97,10 +98,10 @@ pub async fn run_remote(
         .map_err(|_| late())?
         .map_err(ServerError::Spawn)?;
     // Past the bound, ssh is killed when `child` is dropped.
-    if stdout.len() as u64 > MAX_REMOTE_STDOUT {
+    if stdout.len() as u64 > max_stdout {
         return Err(ServerError::AnswerTooLarge {
             server: spec.name.clone(),
-            limit: MAX_REMOTE_STDOUT,
+            limit: max_stdout,
         });
     }
     let status = tokio::time::timeout(deadline, child.wait())
@@ -140,22 +141,47 @@ pub async fn run_remote_json(
     args: &[String],
     deadline: Duration,
 ) -> Result<serde_json::Value, ServerError> {
-    run_remote_json_fed(registry, spec, args, &[], deadline).await
-}
-
-/// [`run_remote_json`] with `input` on the remote's stdin.
-pub async fn run_remote_json_fed(
-    registry: &ServerRegistry,
-    spec: &ServerSpec,
-    args: &[String],
-    input: &[u8],
-    deadline: Duration,
-) -> Result<serde_json::Value, ServerError> {
     // First: after a `--` it would be the guest command's.
     let mut args = args.to_vec();
     args.insert(0, "--json".into());
-    let out = run_remote(registry, spec, &args, input, deadline).await?;
+    let out = run_remote(registry, spec, &args, &[], MAX_REMOTE_STDOUT, deadline).await?;
     answer_of(&spec.name, &out)
+}
+
+/// Most bytes of a failed remote's stdout read as its JSON error.
+const MAX_ERROR_ANSWER: usize = 1 << 20;
+
+/// What a remote that printed one JSON document of type `T` (its answer
+/// to `what`) said, read straight into `T`: no shapeless document is built
+/// first, so what a hostile server sends costs no more than `T` holds.
+/// A failure's JSON error keeps its code, as [`run_remote_json`]'s does.
+pub(crate) fn typed_answer_of<T: serde::de::DeserializeOwned>(
+    server: &str,
+    out: &RemoteOutput,
+    what: &str,
+) -> Result<T, ServerError> {
+    let garbled = |detail: String| ServerError::Garbled {
+        server: server.to_owned(),
+        detail,
+    };
+    if out.status == 0 {
+        return serde_json::from_slice(&out.stdout)
+            .map_err(|e| garbled(format!("its {what} answer: {e}")));
+    }
+    if out.stdout.len() > MAX_ERROR_ANSWER {
+        return Err(garbled(format!(
+            "its {what} failed with {} bytes of answer; an error is at most {MAX_ERROR_ANSWER}",
+            out.stdout.len()
+        )));
+    }
+    match answer_of(server, out) {
+        Err(e) => Err(e),
+        Ok(_) => Err(garbled(format!(
+            "its {what} failed (exit {}) without an error; its stderr: {}",
+            out.status,
+            last_line(&out.stderr)
+        ))),
+    }
 }
 
 /// The JSON answer in what a remote `microagent --json` printed: what a
@@ -239,5 +265,45 @@ mod tests {
         assert_eq!(value["error"]["code"], "ROOT_PLEASE");
         let lines = b"{\"progress\": 1}\nnot json\n{\"done\": true}\n";
         assert_eq!(answer_of("s1", &out(0, lines)).unwrap()["done"], true);
+    }
+
+    #[test]
+    fn a_typed_answer_is_read_as_its_type_only() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Size {
+            size: u64,
+        }
+        let typed = |o: &RemoteOutput| typed_answer_of::<Size>("s1", o, "stat");
+        assert_eq!(typed(&out(0, br#"{"size": 6}"#)).unwrap().size, 6);
+        // A flood of tiny items where an object belongs fails at its first
+        // byte instead of being built (a shapeless parse would hold ~30
+        // bytes per item); so does a deep nest, a wrong type, trailing junk.
+        let flood = format!("[{}0]", "0,".repeat(4 << 20));
+        let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
+        for bad in [
+            flood.as_bytes(),
+            deep.as_bytes(),
+            br#"{"size": "6"}"#,
+            br#"{"size": 6} {"size": 7}"#,
+            b"",
+        ] {
+            let refused = typed(&out(0, bad)).unwrap_err();
+            assert!(matches!(refused, ServerError::Garbled { .. }), "{refused}");
+        }
+        // A failure keeps its stable code; one without an error, or with
+        // an error too large to be one, is garbled.
+        let forbidden = br#"{"error": {"code": "FORBIDDEN", "message": "no"}}"#;
+        match typed(&out(1, forbidden)) {
+            Err(ServerError::Remote { code, .. }) => assert_eq!(code, ErrorCode::Forbidden),
+            other => panic!("{other:?}"),
+        }
+        let huge = format!(
+            r#"{{"error": {{"code": "FORBIDDEN", "message": "{}"}}}}"#,
+            "x".repeat(2 << 20)
+        );
+        for bad in [br#"{"size": 6}"#.as_slice(), huge.as_bytes()] {
+            let refused = typed(&out(1, bad)).unwrap_err();
+            assert!(matches!(refused, ServerError::Garbled { .. }), "{refused}");
+        }
     }
 }
