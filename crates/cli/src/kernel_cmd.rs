@@ -62,7 +62,8 @@ pub async fn run(ws: &Workspaces, cmd: &KernelCommand, json: bool) -> Result<Exi
             let done = run_change(flags, json, &rerun, |token| {
                 let (source, progress) = (&source, progress.clone());
                 async move {
-                    ws.kernel_install(source, variant, token.as_deref(), progress)
+                    ws.host_setup()
+                        .kernel_install(source, variant, token.as_deref(), progress)
                         .await
                 }
             })
@@ -99,7 +100,7 @@ pub async fn setup(
     let progress = stderr_progress("setup");
     let done = run_change(flags, json, "microagent setup", |token| {
         let progress = progress.clone();
-        async move { ws.setup(token.as_deref(), progress).await }
+        async move { ws.host_setup().setup(token.as_deref(), progress).await }
     })
     .await?;
     if done.applied && !json {

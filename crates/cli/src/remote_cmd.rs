@@ -57,7 +57,7 @@ async fn route(
     let server = match (server_flag, cmd) {
         (Some(server), _) => Some(server.to_owned()),
         (None, Command::Create { spec, .. }) if !ws.servers().list()?.is_empty() => {
-            Some(ws.pick_server(&spec.image).await?)
+            Some(ws.server_pool().pick_server(&spec.image).await?)
         }
         (None, _) => match target(cmd) {
             Some(name) => ws.placement_of(name)?.map(|p| p.server),

@@ -72,7 +72,7 @@ pub async fn run(ws: &Workspaces, cmd: &ServerCommand, json: bool) -> workspace:
                 spec = spec.ssh_option(option);
             }
             ws.servers().add(&spec)?;
-            let report = ws.server_report(name).await?;
+            let report = ws.server_pool().server_report(name).await?;
             if json {
                 output::json(&report.server);
             } else {
@@ -82,6 +82,7 @@ pub async fn run(ws: &Workspaces, cmd: &ServerCommand, json: bool) -> workspace:
         }
         ServerCommand::Ls => {
             let statuses: Vec<ServerStatus> = ws
+                .server_pool()
                 .server_reports()
                 .await?
                 .into_iter()
@@ -94,7 +95,7 @@ pub async fn run(ws: &Workspaces, cmd: &ServerCommand, json: bool) -> workspace:
             }
         }
         ServerCommand::Status { name } => {
-            let report = ws.server_report(name).await?;
+            let report = ws.server_pool().server_report(name).await?;
             if json {
                 output::json(&report);
             } else {
@@ -201,6 +202,6 @@ pub async fn answer_call(ws: &Workspaces) -> workspace::Result<ExitCode> {
     }
     let call: workspace::servers::RemoteCall = serde_json::from_slice(&body)
         .map_err(|e| workspace::Error::InvalidInput(format!("not a workspace call: {e}")))?;
-    output::json(&ws.answer_call(call).await?);
+    output::json(&ws.server_pool().answer_call(call).await?);
     Ok(ExitCode::SUCCESS)
 }

@@ -74,6 +74,12 @@ struct LibraryDoc;
 #[cfg(all(test, feature = "schemars"))]
 mod schema_tests;
 
+/// Setting this host up (`ws.host_setup()`).
+#[cfg(feature = "client")]
+pub use admin::host_setup::HostSetup;
+/// The pool of servers as a view reaches it (`ws.server_pool()`).
+#[cfg(feature = "client")]
+pub use admin::server_reports::ServerPool;
 pub use code::ErrorCode;
 pub use error::{Error, Result};
 pub use error_chain::error_chain;

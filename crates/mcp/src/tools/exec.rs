@@ -279,6 +279,7 @@ impl MicroagentServer {
             req = req.output_cap(limits.cap);
             let ran = self
                 .workspaces()
+                .server_pool()
                 .exec_on_server(&placed.server, &p.name, &req)
                 .await?;
             return Ok(Out(ExecReply::new(ran, limits.cap)));

@@ -63,7 +63,7 @@ impl MicroagentServer {
         let mut progress = Progress::new(&ctx);
         let done = progress
             .drive(
-                self.ws.kernel_install(
+                self.ws.host_setup().kernel_install(
                     &source,
                     p.variant.map(VariantParam::variant),
                     p.confirm.as_deref(),
@@ -153,7 +153,7 @@ impl MicroagentServer {
         &self,
         Parameters(_): Parameters<ServerListParams>,
     ) -> ToolResult<ServerList> {
-        let servers = self.workspaces().server_reports().await?;
+        let servers = self.workspaces().server_pool().server_reports().await?;
         Ok(Out(ServerList {
             servers: servers.into_iter().map(|r| r.server).collect(),
         }))
@@ -175,6 +175,10 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<ServerStatusParams>,
     ) -> ToolResult<ServerReport> {
-        Ok(Out(self.workspaces().server_report(&p.name).await?))
+        Ok(Out(self
+            .workspaces()
+            .server_pool()
+            .server_report(&p.name)
+            .await?))
     }
 }

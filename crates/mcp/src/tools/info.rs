@@ -194,6 +194,7 @@ impl MicroagentServer {
         let workspaces = match p.server.or(placed) {
             Some(server) if server != workspace::servers::LOCAL_SERVER => {
                 self.ws
+                    .server_pool()
                     .metrics_on_server(&server, p.name.as_deref())
                     .await?
             }

@@ -147,7 +147,10 @@ impl MicroagentServer {
             None if stays_here => None,
             None => {
                 let image = p.image.as_deref().unwrap_or(defaults::IMAGE);
-                self.workspaces().place_by_score(image).await?
+                self.workspaces()
+                    .server_pool()
+                    .place_by_score(image)
+                    .await?
             }
         };
         let remote = server.filter(|s| s != workspace::servers::LOCAL_SERVER);
@@ -199,7 +202,8 @@ impl MicroagentServer {
         };
         let meta = match remote {
             Some(server) => {
-                super::seen_from(&self.workspaces(), p.namespace.as_deref())?
+                super::seen_from(self.workspaces(), p.namespace.as_deref())?
+                    .server_pool()
                     .create_on_server(&server, &p.name, &spec)
                     .await?
             }

@@ -19,6 +19,21 @@ use crate::images::build::{debian, minimal, ImageBuildError};
 use crate::network::passt_build;
 use crate::workspaces::manager::Workspaces;
 
+/// Setting this host up (`ws.host_setup()`): the whole setup plan and the
+/// kernel install, each shown before it is applied; what a workspace
+/// needs from the host and cannot bring itself.
+#[derive(Clone, Copy, Debug)]
+pub struct HostSetup<'a> {
+    pub(crate) all: &'a Workspaces,
+}
+
+impl Workspaces {
+    /// Setting this host up.
+    pub fn host_setup(&self) -> HostSetup<'_> {
+        HostSetup { all: self }
+    }
+}
+
 /// What the `debian` image has beyond minbase (as `cargo xtask rootfs
 /// debian` builds it).
 pub const DEBIAN_PACKAGES: &[&str] = &["python3", "nodejs", "git", "openssh-client"];
@@ -136,18 +151,18 @@ fn owned(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 
-impl Workspaces {
+impl HostSetup<'_> {
     /// Previews (without `confirm`) or applies (with the preview's token)
     /// what this host lacks to run workspaces. `progress` hears each step.
     pub async fn setup(&self, confirm: Option<&str>, progress: ProgressFn) -> Result<Setup> {
         if let Some(token) = confirm {
-            Confirmer::expect_issued(self.state_dir().root(), token)?;
+            Confirmer::expect_issued(self.all.state_dir().root(), token)?;
         }
         let root = self.asset_root()?;
         let variant = self.host_kernel_variant();
         let kernel_host = SourceHost::probe();
         let kernel_plan = source_plan(&root, variant, &kernel_host);
-        let images = self.images();
+        let images = self.all.images();
         let minimal_binaries = if images.get("minimal").is_ok() {
             None
         } else {
@@ -161,13 +176,13 @@ impl Workspaces {
             minimal: minimal_binaries,
             debian: images.get("debian").is_err(),
             passt: Some(passt_build::snapshot_in_use()).filter(|s| passt_build::needed(*s)),
-            vmm_user: crate::vmm::user::account_missing(self.state_dir().root()),
+            vmm_user: crate::vmm::user::account_missing(self.all.state_dir().root()),
         };
         let packages = host_packages(&missing, &kernel_host, &|p| {
             crate::host::settings::deb_version(p).is_some()
         });
         let plan = setup_plan(&missing, &kernel_plan, &packages, images.root(), &root);
-        let confirmer = Confirmer::open(self.state_dir().root())?;
+        let confirmer = Confirmer::open(self.all.state_dir().root())?;
         let Some(token) = confirm else {
             return Ok(Setup {
                 preview: confirmer.preview(plan, now_ms()),
@@ -201,6 +216,7 @@ impl Workspaces {
         let (steps, kernel, variant) = (plan.clone(), missing.kernel, variant);
         let report = progress.clone();
         let kernel_file = self
+            .all
             .blocking(move |ws| {
                 if !steps.steps.is_empty() {
                     report("installing Debian packages (and passt, where the plan builds it)");
@@ -214,6 +230,7 @@ impl Workspaces {
                 }
                 // The kernel workspaces of the built images boot.
                 let link = ws
+                    .host_setup()
                     .asset_root()?
                     .join("current")
                     .join(variant.vmlinux_file());
@@ -228,58 +245,60 @@ impl Workspaces {
         }
         if let Some((agent, init)) = missing.minimal.clone() {
             let (report, kernel) = (progress.clone(), kernel_file.clone());
-            self.blocking(move |ws| {
-                report("building the minimal image");
-                let work = ws.images().scratch_dir("setup-minimal")?;
-                let built = (|| -> Result<()> {
-                    let tree = work.join("tree");
-                    minimal::populate(&tree, &agent, &init)?;
-                    let rootfs = work.join(crate::images::registry::ROOTFS_FILE);
-                    crate::images::oci::rootfs::mkfs_root_owned(&tree, &rootfs)
-                        .map_err(ImageBuildError::from)?;
-                    minimal::own_user_home(&rootfs)?;
-                    ws.images()
-                        .import_files("minimal", &kernel, &rootfs, None)?;
-                    Ok(())
-                })();
-                let _ = std::fs::remove_dir_all(&work);
-                built
-            })
-            .await?;
+            self.all
+                .blocking(move |ws| {
+                    report("building the minimal image");
+                    let work = ws.images().scratch_dir("setup-minimal")?;
+                    let built = (|| -> Result<()> {
+                        let tree = work.join("tree");
+                        minimal::populate(&tree, &agent, &init)?;
+                        let rootfs = work.join(crate::images::registry::ROOTFS_FILE);
+                        crate::images::oci::rootfs::mkfs_root_owned(&tree, &rootfs)
+                            .map_err(ImageBuildError::from)?;
+                        minimal::own_user_home(&rootfs)?;
+                        ws.images()
+                            .import_files("minimal", &kernel, &rootfs, None)?;
+                        Ok(())
+                    })();
+                    let _ = std::fs::remove_dir_all(&work);
+                    built
+                })
+                .await?;
             made.push("minimal".to_owned());
         }
         if missing.debian {
             let (report, kernel) = (progress.clone(), kernel_file.clone());
-            self.blocking(move |ws| {
-                report(&format!(
-                    "building the debian image (mmdebstrap {DEBIAN_SUITE})"
-                ));
-                let base = ws.images().get("minimal")?;
-                let work = ws.images().scratch_dir("setup-debian")?;
-                let built = (|| -> Result<()> {
-                    debian::bootstrap(
-                        DEBIAN_SUITE,
-                        &owned(DEBIAN_PACKAGES),
-                        &work.join("tree"),
-                        &work.join("mmdebstrap.log"),
-                    )?;
-                    report("writing the debian root filesystem");
-                    let rootfs = crate::images::oci::rootfs::convert_tree(&work, &base.rootfs)
-                        .map_err(ImageBuildError::from)?;
-                    ws.images().register_converted(
-                        "debian",
-                        &kernel,
-                        &rootfs,
-                        Default::default(),
-                        PathBuf::from(format!("debian:{DEBIAN_SUITE}")),
-                        None,
-                    )?;
-                    Ok(())
-                })();
-                let _ = std::fs::remove_dir_all(&work);
-                built
-            })
-            .await?;
+            self.all
+                .blocking(move |ws| {
+                    report(&format!(
+                        "building the debian image (mmdebstrap {DEBIAN_SUITE})"
+                    ));
+                    let base = ws.images().get("minimal")?;
+                    let work = ws.images().scratch_dir("setup-debian")?;
+                    let built = (|| -> Result<()> {
+                        debian::bootstrap(
+                            DEBIAN_SUITE,
+                            &owned(DEBIAN_PACKAGES),
+                            &work.join("tree"),
+                            &work.join("mmdebstrap.log"),
+                        )?;
+                        report("writing the debian root filesystem");
+                        let rootfs = crate::images::oci::rootfs::convert_tree(&work, &base.rootfs)
+                            .map_err(ImageBuildError::from)?;
+                        ws.images().register_converted(
+                            "debian",
+                            &kernel,
+                            &rootfs,
+                            Default::default(),
+                            PathBuf::from(format!("debian:{DEBIAN_SUITE}")),
+                            None,
+                        )?;
+                        Ok(())
+                    })();
+                    let _ = std::fs::remove_dir_all(&work);
+                    built
+                })
+                .await?;
             made.push("debian".to_owned());
         }
         Ok(made)

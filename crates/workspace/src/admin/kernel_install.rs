@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use vmm_core::KernelVariant;
 
+use crate::admin::host_setup::HostSetup;
 use crate::error::{Error, Result};
 use crate::host::assets;
 use crate::host::confirm::Confirmer;
@@ -17,20 +18,19 @@ use crate::host::kernel_install::{
 use crate::host::plan::Preview;
 use crate::host::plan::ProgressFn;
 use crate::host::settings::{now_ms, unique_id};
-use crate::workspaces::manager::Workspaces;
 
-impl Workspaces {
+impl HostSetup<'_> {
     /// The kernel variant this host needs, by a short KVM probe (the
     /// registry's when KVM cannot be probed).
     pub fn host_kernel_variant(&self) -> KernelVariant {
         vmm_core::host::probe()
             .map(|p| p.kernel_variant())
-            .unwrap_or_else(|_| self.images().kernel_variant())
+            .unwrap_or_else(|_| self.all.images().kernel_variant())
     }
 
     /// The asset cache whose `current/` these workspaces boot from.
     pub(crate) fn asset_root(&self) -> Result<PathBuf> {
-        match self.assets().and_then(Path::parent) {
+        match self.all.assets().and_then(Path::parent) {
             Some(root) => Ok(root.to_owned()),
             None => Ok(assets::cache_root().map_err(KernelInstallError::from)?),
         }
@@ -47,7 +47,7 @@ impl Workspaces {
         progress: ProgressFn,
     ) -> Result<KernelInstall> {
         if let Some(token) = confirm {
-            Confirmer::expect_issued(self.state_dir().root(), token)?;
+            Confirmer::expect_issued(self.all.state_dir().root(), token)?;
         }
         let variant = variant.unwrap_or_else(|| self.host_kernel_variant());
         let root = self.asset_root()?;
@@ -58,12 +58,12 @@ impl Workspaces {
                 // checked, booted and installed are the same bytes.
                 let staged = StagedKernel::copy(path, &root)?;
                 // The check boot needs it: say so before any token.
-                self.images().get(CHECK_IMAGE)?;
+                self.all.images().get(CHECK_IMAGE)?;
                 let plan = file_plan(&root, variant, path, &staged.sha, staged.bytes);
                 (plan, Some((path.clone(), staged)))
             }
         };
-        let confirmer = Confirmer::open(self.state_dir().root())?;
+        let confirmer = Confirmer::open(self.all.state_dir().root())?;
         let Some(token) = confirm else {
             return Ok(KernelInstall {
                 preview: confirmer.preview(plan, now_ms()),
@@ -79,15 +79,16 @@ impl Workspaces {
             None => {
                 let steps = plan.clone();
                 let progress = progress.clone();
-                self.blocking(move |_| {
-                    if !steps.steps.is_empty() {
-                        progress("installing the build packages");
-                    }
-                    steps.run()?;
-                    kernel_build::build(variant, &mut |s| progress(s))
-                        .map_err(|e| Error::from(KernelInstallError::from(e)))
-                })
-                .await?
+                self.all
+                    .blocking(move |_| {
+                        if !steps.steps.is_empty() {
+                            progress("installing the build packages");
+                        }
+                        steps.run()?;
+                        kernel_build::build(variant, &mut |s| progress(s))
+                            .map_err(|e| Error::from(KernelInstallError::from(e)))
+                    })
+                    .await?
             }
             Some((path, staged)) => {
                 progress(&format!(
@@ -124,9 +125,10 @@ impl Workspaces {
     /// Boots `kernel` with the check image in a throwaway workspace and
     /// runs `uname -r` through the agent.
     async fn boot_check(&self, kernel: &Path) -> Result<()> {
-        let check = self.images().get(CHECK_IMAGE)?;
+        let check = self.all.images().get(CHECK_IMAGE)?;
         let image = format!("kernel-check-{}", unique_id());
-        self.images()
+        self.all
+            .images()
             .import_files(&image, kernel, &check.rootfs, None)?;
         let spec = crate::store::spec::WorkspaceSpec {
             image: image.clone(),
@@ -134,16 +136,19 @@ impl Workspaces {
         };
         let run = crate::workspaces::one_shot::OneShot::new("kernel-check", spec);
         let ended = self
+            .all
             .run_once(
                 &run,
                 |name| async move {
-                    self.at(&name)
+                    self.all
+                        .at(&name)
                         .start_cold(CHECK_BOOT_TIMEOUT, |_| {})
                         .await
                         .map(|_| true)
                 },
                 |name| async move {
-                    self.at(&name)
+                    self.all
+                        .at(&name)
                         .exec_collect(
                             crate::guest::exec::ExecRequest::argv(["uname", "-r"]),
                             crate::guest::stream::ExecInput::None,
@@ -152,7 +157,7 @@ impl Workspaces {
                 },
             )
             .await;
-        let _ = self.images().remove(&image, Vec::new());
+        let _ = self.all.images().remove(&image, Vec::new());
         let failed = |reason: String| {
             Error::from(KernelInstallError::BootCheck {
                 path: kernel.to_owned(),

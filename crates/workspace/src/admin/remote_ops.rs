@@ -4,12 +4,13 @@
 //! run there. Each is the remote's own CLI with `--json`, so both hosts
 //! apply the same checks; who may use a remote workspace is decided here,
 //! before any ssh runs, by the same rule as a local one
-//! ([`Workspaces::placement_of`]): the remote runs what it is sent as its
+//! (`Workspaces::placement_of`): the remote runs what it is sent as its
 //! host, and knows no agents. And the server's side of a handle's call on
-//! a workspace placed there ([`Workspaces::answer_call`]).
+//! a workspace placed there ([`ServerPool::answer_call`]).
 
 use std::time::Duration;
 
+use crate::admin::server_reports::ServerPool;
 use crate::error::Error;
 use crate::guest::exec::Program;
 use crate::guest::exec::{ExecRequest, ExecResult};
@@ -17,7 +18,6 @@ use crate::guest::files::WriteOptions;
 use crate::guest::WorkspaceMetrics;
 use crate::servers::{run_remote_json, RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER};
 use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
-use crate::workspaces::manager::Workspaces;
 
 /// Slack over a command's own timeout for the SSH round trip.
 const EXEC_SLACK: Duration = Duration::from_secs(30);
@@ -119,19 +119,19 @@ pub(crate) fn exec_args(name: &str, req: &ExecRequest) -> Vec<String> {
     args
 }
 
-impl Workspaces {
+impl ServerPool<'_> {
     /// Answers a call this host's client sent for one of its workspaces
     /// (the server's side of [`Workspace::remote`]): the handle's call of
     /// the same name, its answer as JSON.
     pub async fn answer_call(&self, call: RemoteCall) -> crate::error::Result<serde_json::Value> {
-        if let Some(placed) = self.servers().placement(&call.workspace)? {
+        if let Some(placed) = self.all.servers().placement(&call.workspace)? {
             return Err(ServerError::PlacedAgain {
                 workspace: call.workspace,
                 server: placed.server,
             }
             .into());
         }
-        let dev = self.workspace(&call.workspace)?;
+        let dev = self.all.workspace(&call.workspace)?;
         let ms = Duration::from_millis;
         let json = |v: serde_json::Result<serde_json::Value>| Ok(v.map_err(ServerError::Encode)?);
         use WorkspaceCall as C;
@@ -272,8 +272,8 @@ impl Workspaces {
     /// agents, every snapshot is the host's, so a fork through a
     /// workspace's call takes only that workspace's own.
     fn check_snapshot_of(&self, snapshot: &str, workspace: &str) -> crate::error::Result<()> {
-        let info = self.snapshot_get(snapshot)?;
-        let born = self.at(workspace).get()?.created_at_ms;
+        let info = self.all.snapshot_get(snapshot)?;
+        let born = self.all.at(workspace).get()?.created_at_ms;
         if info.workspace != workspace || info.created_at_ms < born {
             return Err(ServerError::SnapshotOfAnother {
                 snapshot: info.name,
@@ -288,7 +288,7 @@ impl Workspaces {
     /// server: `None` (this host) until servers are configured, then the
     /// one with most room ([`Self::pick_server`], `local` among them).
     pub async fn place_by_score(&self, image: &str) -> crate::error::Result<Option<String>> {
-        if self.servers().list()?.is_empty() {
+        if self.all.servers().list()?.is_empty() {
             return Ok(None);
         }
         Ok(Some(self.pick_server(image).await?))
@@ -305,10 +305,10 @@ impl Workspaces {
     ) -> crate::error::Result<Meta> {
         // Its full name, outside the pool's namespace, and free here and
         // among the placements (another agent's included) before any ssh.
-        let full = self.full_name(name)?;
+        let full = self.all.full_name(name)?;
         let name = full.as_str();
-        self.check_name_free(name)?;
-        let registry = self.servers();
+        self.all.check_name_free(name)?;
+        let registry = self.all.servers();
         let target = registry.get(server)?;
         let args = on_itself(create_args(name, spec)?);
         let value = run_remote_json(&registry, &target, &args, CREATE_DEADLINE).await?;
@@ -317,7 +317,7 @@ impl Workspaces {
             detail: format!("its create answer: {e}"),
         })?;
         crate::workspaces::placement::check_made(server, name, &meta)?;
-        registry.place(name, server, self.creating_agent().as_deref())?;
+        registry.place(name, server, self.all.creating_agent().as_deref())?;
         Ok(meta)
     }
 
@@ -329,9 +329,9 @@ impl Workspaces {
         name: Option<&str>,
     ) -> crate::error::Result<Vec<WorkspaceMetrics>> {
         if let Some(name) = name {
-            self.check_forward(server, name)?;
+            self.all.check_forward(server, name)?;
         }
-        let registry = self.servers();
+        let registry = self.all.servers();
         let target = registry.get(server)?;
         let mut args = vec!["metrics".to_owned()];
         args.extend(name.map(str::to_owned));
@@ -346,7 +346,7 @@ impl Workspaces {
                 server: server.to_owned(),
                 detail: format!("its metrics answer: {e}"),
             })?;
-        all.retain(|m| self.check_forward(server, &m.name).is_ok());
+        all.retain(|m| self.all.check_forward(server, &m.name).is_ok());
         Ok(all)
     }
 
@@ -359,8 +359,8 @@ impl Workspaces {
         name: &str,
         req: &ExecRequest,
     ) -> crate::error::Result<ExecResult> {
-        self.check_forward(server, name)?;
-        let registry = self.servers();
+        self.all.check_forward(server, name)?;
+        let registry = self.all.servers();
         let target = registry.get(server)?;
         let deadline = req.timeout.map_or(REMOTE_EXEC_DEADLINE, |t| t + EXEC_SLACK);
         let args = on_itself(exec_args(name, req));
@@ -443,9 +443,14 @@ mod tests {
         let req = ExecRequest::shell("id");
 
         for other in [&b, &anonymous] {
-            let refused = other.exec_on_server("box", "dev", &req).await.unwrap_err();
+            let refused = other
+                .server_pool()
+                .exec_on_server("box", "dev", &req)
+                .await
+                .unwrap_err();
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
             let refused = other
+                .server_pool()
                 .metrics_on_server("box", Some("dev"))
                 .await
                 .unwrap_err();
@@ -454,18 +459,36 @@ mod tests {
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
         }
         // A session reaches only what was placed from here, where it was.
-        let unknown = b.exec_on_server("box", "never-placed", &req).await;
+        let unknown = b
+            .server_pool()
+            .exec_on_server("box", "never-placed", &req)
+            .await;
         assert_eq!(unknown.unwrap_err().code(), ErrorCode::NotFound);
-        let elsewhere = a.exec_on_server("other-box", "dev", &req).await;
+        let elsewhere = a
+            .server_pool()
+            .exec_on_server("other-box", "dev", &req)
+            .await;
         assert_eq!(elsewhere.unwrap_err().code(), ErrorCode::NotFound);
 
         // The owner, a nobody's workspace and the host pass the check and
         // meet the unreachable server.
         let unreachable = [
-            a.exec_on_server("box", "dev", &req).await.unwrap_err(),
-            b.exec_on_server("box", "old", &req).await.unwrap_err(),
-            f.ws.exec_on_server("box", "dev", &req).await.unwrap_err(),
-            a.metrics_on_server("box", Some("dev")).await.unwrap_err(),
+            a.server_pool()
+                .exec_on_server("box", "dev", &req)
+                .await
+                .unwrap_err(),
+            b.server_pool()
+                .exec_on_server("box", "old", &req)
+                .await
+                .unwrap_err(),
+            f.ws.server_pool()
+                .exec_on_server("box", "dev", &req)
+                .await
+                .unwrap_err(),
+            a.server_pool()
+                .metrics_on_server("box", Some("dev"))
+                .await
+                .unwrap_err(),
         ];
         for e in unreachable {
             assert_eq!(e.code(), ErrorCode::HostUnsupported, "{e}");
@@ -513,13 +536,21 @@ mod tests {
             },
         };
         for other in ["s-theirs", "s-old"] {
-            let refused = f.ws.answer_call(fork(other)).await.unwrap_err();
+            let refused =
+                f.ws.server_pool()
+                    .answer_call(fork(other))
+                    .await
+                    .unwrap_err();
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{other}: {refused}");
         }
         let copy = f.ws.workspace("copy").unwrap();
         assert!(copy.get().is_err(), "no fork made");
         // Its own passes the check (and fails further on: no VMM here).
-        let own = f.ws.answer_call(fork("s-mine")).await.unwrap_err();
+        let own =
+            f.ws.server_pool()
+                .answer_call(fork("s-mine"))
+                .await
+                .unwrap_err();
         assert_ne!(own.code(), ErrorCode::Forbidden, "{own}");
     }
 }

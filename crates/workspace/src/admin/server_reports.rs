@@ -14,10 +14,26 @@ use crate::servers::{
 use crate::store::state::State;
 use crate::workspaces::manager::{ListFilter, Workspaces};
 
+/// The pool of servers this host reaches (`ws.server_pool()`): each one's
+/// report, where a new workspace goes, and workspaces made, run and
+/// measured there ([`ServerPool::create_on_server`] and the rest, in
+/// `remote_ops`); the servers themselves are `ws.servers()`.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerPool<'a> {
+    pub(crate) all: &'a Workspaces,
+}
+
+impl Workspaces {
+    /// The pool of servers as this view reaches it.
+    pub fn server_pool(&self) -> ServerPool<'_> {
+        ServerPool { all: self }
+    }
+}
+
 /// How long CPU use is sampled.
 const CPU_SAMPLE: Duration = Duration::from_millis(250);
 
-impl Workspaces {
+impl ServerPool<'_> {
     /// Server `name`'s report: this host's (`local`) measured here, a
     /// remote's asked of it (offline, with the reason, when it cannot be
     /// reached or answers in another shape).
@@ -25,12 +41,13 @@ impl Workspaces {
         if name == LOCAL_SERVER {
             return self.local_server_report().await;
         }
-        self.remote_server_report(&self.servers().get(name)?).await
+        self.remote_server_report(&self.all.servers().get(name)?)
+            .await
     }
 
     /// `spec`'s own report, asked of it.
     async fn remote_server_report(&self, spec: &ServerSpec) -> Result<ServerReport> {
-        let registry = self.servers();
+        let registry = self.all.servers();
         let args = ["server", "status", LOCAL_SERVER].map(String::from);
         let probed =
             servers::run_remote_json(&registry, spec, &args, servers::PROBE_DEADLINE).await;
@@ -55,7 +72,7 @@ impl Workspaces {
     /// Every server's report, `local` first.
     pub async fn server_reports(&self) -> Result<Vec<ServerReport>> {
         let mut out = vec![self.local_server_report().await?];
-        for spec in self.servers().list()? {
+        for spec in self.all.servers().list()? {
             out.push(self.remote_server_report(&spec).await?);
         }
         Ok(out)
@@ -94,7 +111,7 @@ impl Workspaces {
     /// This host as the server `local`, measured now (CPU over a short
     /// sample).
     async fn local_server_report(&self) -> Result<ServerReport> {
-        let metas = self.list(&ListFilter {
+        let metas = self.all.list(&ListFilter {
             all_agents: true,
             ..ListFilter::default()
         })?;
@@ -111,8 +128,8 @@ impl Workspaces {
         };
         let (total_memory_bytes, available_memory) = servers::memory();
         let (total_disk_bytes, free_disk) =
-            crate::host::settings::disk_bytes(self.state_dir().root()).unwrap_or((0, 0));
-        let budget = HostBudget::load(self.state_dir().root()).unwrap_or_default();
+            crate::host::settings::disk_bytes(self.all.state_dir().root()).unwrap_or((0, 0));
+        let budget = HostBudget::load(self.all.state_dir().root()).unwrap_or_default();
         let mut resources = Resources {
             total_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             cpu_used_percent: (cpu_used_percent * 10.0).round() / 10.0,
@@ -125,7 +142,7 @@ impl Workspaces {
         };
         resources.available_score = servers::available_score(&resources, &budget, running_mem_mib);
         let doctor = crate::host::doctor::Report::check_host(
-            self.state_dir(),
+            self.all.state_dir(),
             crate::host::settings::asset_dir().as_deref(),
         );
         // The doctor opened /dev/kvm already.
@@ -134,6 +151,7 @@ impl Workspaces {
             .iter()
             .any(|c| c.name == "kvm_device" && c.status == Status::Ok);
         let images = self
+            .all
             .images()
             .list()
             .map(|list| list.into_iter().map(|i| i.name).collect())

@@ -117,7 +117,10 @@ mod tests {
         // owner or the host, a second spelling of the name: refused
         // before any ssh.
         for (who, server) in [(&b, "box2"), (&b, "box"), (&a, "box2"), (&f.ws, "box")] {
-            let made = who.create_on_server(server, "dev", &spec()).await;
+            let made = who
+                .server_pool()
+                .create_on_server(server, "dev", &spec())
+                .await;
             assert_eq!(code(made), ErrorCode::Conflict, "{server}");
         }
         // Nor here: the name is the placed workspace's.
@@ -126,7 +129,7 @@ mod tests {
         // Names with path tricks or the pool's namespace never reach a server.
         let pool = format!("w.{}", crate::pool::POOL_NAMESPACE);
         for bad in ["../x", "a/b", "", pool.as_str()] {
-            let made = b.create_on_server("box2", bad, &spec()).await;
+            let made = b.server_pool().create_on_server("box2", bad, &spec()).await;
             assert_eq!(code(made), ErrorCode::InvalidInput, "{bad:?}");
         }
 
@@ -146,7 +149,10 @@ mod tests {
             // A workspace here is not shadowed by a placement of its name:
             // not by a create on a server, nor by a fork there.
             f.ws.create("here", spec()).unwrap();
-            let made = b.create_on_server("box2", "here", &spec()).await;
+            let made = b
+                .server_pool()
+                .create_on_server("box2", "here", &spec())
+                .await;
             assert_eq!(code(made), ErrorCode::Conflict);
             assert_eq!(code(forked("a", "here").await), ErrorCode::Conflict);
             let here = f.ws.workspace("here").unwrap();
