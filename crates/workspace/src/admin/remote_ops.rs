@@ -272,7 +272,7 @@ impl ServerPool<'_> {
     /// agents, every snapshot is the host's, so a fork through a
     /// workspace's call takes only that workspace's own.
     fn check_snapshot_of(&self, snapshot: &str, workspace: &str) -> crate::error::Result<()> {
-        let info = self.all.snapshot_get(snapshot)?;
+        let info = self.all.snapshots().get(snapshot)?;
         let born = self.all.at(workspace).get()?.created_at_ms;
         if info.workspace != workspace || info.created_at_ms < born {
             return Err(ServerError::SnapshotOfAnother {

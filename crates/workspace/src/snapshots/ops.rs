@@ -8,6 +8,7 @@ use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
 use crate::host::settings::now_ms;
+use crate::snapshots::service::Snapshots;
 use crate::snapshots::{
     allocated_bytes, copy_snapshot_disk, copy_snapshot_volumes, volume_disk_index, SnapshotInfo,
     WORKSPACE_DISK,
@@ -212,20 +213,20 @@ impl Workspace<'_> {
     }
 }
 
-impl Workspaces {
+impl<'a> Snapshots<'a> {
     /// The snapshot `name` (in this view's namespace, or a full name);
     /// FORBIDDEN when another agent owns it.
-    pub(crate) fn snapshot_get(&self, name: &str) -> Result<SnapshotInfo> {
-        let name = crate::store::name::full_name(&self.namespace, name)
+    pub fn get(self, name: &str) -> Result<SnapshotInfo> {
+        let name = crate::store::name::full_name(&self.all.namespace, name)
             .map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
         let info = self.snapshot_record(&name)?;
-        self.check_access("snapshot", &name, &info.spec)?;
+        self.all.check_access("snapshot", &name, &info.spec)?;
         Ok(info)
     }
 
     /// The snapshot with full name `name`, unchecked.
-    fn snapshot_record(&self, name: &str) -> Result<SnapshotInfo> {
-        let dir = self.snapshot_dir(name)?;
+    fn snapshot_record(self, name: &str) -> Result<SnapshotInfo> {
+        let dir = self.all.snapshot_dir(name)?;
         let record = dir.join(RECORD);
         if !record.exists() {
             return Err(Error::SnapshotNotFound(name.to_owned()));
@@ -239,15 +240,11 @@ impl Workspaces {
     /// given; a short name is in the view's namespace), oldest first. An
     /// agent's view lists what it may use, or with `all_agents` every
     /// agent's (the others' stay FORBIDDEN to use).
-    pub(crate) fn snapshot_list(
-        &self,
-        workspace: Option<&str>,
-        all_agents: bool,
-    ) -> Result<Vec<SnapshotInfo>> {
-        let workspace = workspace.map(|w| self.full_name(w)).transpose()?;
-        self.sweep_abandoned_snapshots();
+    pub fn list(self, workspace: Option<&str>, all_agents: bool) -> Result<Vec<SnapshotInfo>> {
+        let workspace = workspace.map(|w| self.all.full_name(w)).transpose()?;
+        self.all.sweep_abandoned_snapshots();
         let mut out = Vec::new();
-        let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
+        let Ok(entries) = std::fs::read_dir(self.all.snapshots_dir()) else {
             return Ok(out);
         };
         for entry in entries.flatten() {
@@ -258,7 +255,7 @@ impl Workspaces {
             let shown = |info: &SnapshotInfo| {
                 let spec = &info.spec;
                 workspace.as_ref().is_none_or(|w| *w == info.workspace)
-                    && self.lists(
+                    && self.all.lists(
                         crate::store::name::namespace_of(&info.name),
                         spec.agent.as_deref(),
                         &spec.shared_with,
@@ -277,18 +274,19 @@ impl Workspaces {
 
     /// Deletes the snapshot `name`. Workspaces forked from it keep running:
     /// they hold its memory file open.
-    pub(crate) fn snapshot_delete(&self, name: &str) -> Result<SnapshotInfo> {
-        let info = self.snapshot_get(name)?;
+    pub fn delete(self, name: &str) -> Result<SnapshotInfo> {
+        let info = self.get(name)?;
         let name = info.name.as_str();
-        let dir = self.snapshot_dir(name)?;
+        let dir = self.all.snapshot_dir(name)?;
         // Renamed first, so a half-deleted snapshot never looks whole.
         let doomed = self
+            .all
             .snapshots_dir()
             .join(format!(".{name}.{}.rm", std::process::id()));
         std::fs::rename(&dir, &doomed)
             .and_then(|()| std::fs::remove_dir_all(&doomed))
             .map_err(Error::host_io(format!("deleting {}", dir.display())))?;
-        if let Ok(ws) = self.dir(&info.workspace) {
+        if let Ok(ws) = self.all.dir(&info.workspace) {
             // The workspace may be gone; its snapshots outlive it.
             let _ = ws.events().append(EventKind::SnapshotDeleted {
                 snapshot: name.to_owned(),
@@ -299,8 +297,8 @@ impl Workspaces {
 
     /// Fails unless the snapshot's state file reads whole (magic, version,
     /// length, checksum).
-    fn check_usable(&self, info: &SnapshotInfo) -> Result<()> {
-        let dir = self.snapshot_dir(&info.name)?;
+    fn check_usable(self, info: &SnapshotInfo) -> Result<()> {
+        let dir = self.all.snapshot_dir(&info.name)?;
         let unusable = |reason| Error::SnapshotUnusable {
             name: info.name.clone(),
             reason,
@@ -328,25 +326,26 @@ impl Workspaces {
     /// running workspace is only restored with `force` (it is halted
     /// first). With `as_name`, a new workspace of that name is made from
     /// the snapshot instead (a fork) and the original is left alone.
-    pub(crate) async fn snapshot_restore(
-        &self,
+    pub async fn restore(
+        self,
         name: &str,
         as_name: Option<&str>,
         force: bool,
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
-        let info = self.snapshot_get(name)?;
+        let info = self.get(name)?;
         let name = info.name.as_str();
         if let Some(new_name) = as_name {
             return self
+                .all
                 .at(&info.workspace)
                 .fork(new_name, Some(name), timeout, progress)
                 .await;
         }
         self.check_usable(&info)?;
         let target = info.workspace.as_str();
-        let meta = self.at(target).get()?;
+        let meta = self.all.at(target).get()?;
         if meta.state.has_vmm() {
             if !force {
                 return Err(Error::WrongState {
@@ -359,27 +358,31 @@ impl Workspaces {
                     }),
                 });
             }
-            self.at(target).halt()?;
+            self.all.at(target).halt()?;
         }
-        let ws = self.dir(target)?;
+        let ws = self.all.dir(target)?;
         // Its read-write volumes go back to the snapshot's instant too:
         // none may be another running workspace's now.
-        self.volumes().check_mountable(target, &meta.spec.volumes)?;
+        self.all
+            .volumes()
+            .check_mountable(target, &meta.spec.volumes)?;
         {
-            let _lock = self.state_dir().lock_workspace(target)?;
-            let dir = self.snapshot_dir(name)?;
+            let _lock = self.all.state_dir().lock_workspace(target)?;
+            let dir = self.all.snapshot_dir(name)?;
             copy_snapshot_disk(&dir, &ws)?;
             let mut volumes = meta.spec.volumes.clone();
-            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes().store(), false)?;
+            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.all.volumes().store(), false)?;
             ws.events().append(EventKind::Restored {
                 snapshot: name.to_owned(),
             })?;
         }
         if !info.has_memory {
-            return self.at(target).get();
+            return self.all.at(target).get();
         }
-        let dir = self.snapshot_dir(name)?;
-        self.start_from(target, timeout, progress, Some(&dir)).await
+        let dir = self.all.snapshot_dir(name)?;
+        self.all
+            .start_from(target, timeout, progress, Some(&dir))
+            .await
     }
 }
 
@@ -421,7 +424,7 @@ impl Workspace<'_> {
         let to = crate::store::name::full_name(crate::store::name::namespace_of(source), new_name)
             .map_err(crate::store::StoreError::Name)?;
         let snap = match snapshot {
-            Some(s) => Some(all.snapshot_get(s)?.name),
+            Some(s) => Some(all.snapshots().get(s)?.name),
             None => None,
         };
         // It may write a snapshot of a running workspace and copy a disk.
@@ -445,7 +448,9 @@ impl Workspaces {
     ) -> Result<Option<PathBuf>> {
         let ws = self.dir(new_name)?;
         ws.check_socket_paths()?;
-        let from_snapshot = snapshot.map(|s| self.snapshot_record(s)).transpose()?;
+        let from_snapshot = snapshot
+            .map(|s| self.snapshots().snapshot_record(s))
+            .transpose()?;
         // A snapshot outlives its workspace; only a live fork needs it.
         let source_meta = match &from_snapshot {
             Some(_) => None,
@@ -454,7 +459,7 @@ impl Workspaces {
         if let Some(info) = &from_snapshot {
             // Checked whole before anything is made: a damaged snapshot
             // leaves no half-made fork behind.
-            self.check_usable(info)?;
+            self.snapshots().check_usable(info)?;
         }
         if let Some(meta) = source_meta.as_ref().filter(|m| m.state != State::Running) {
             return Err(Error::NotRunning {
