@@ -14,9 +14,6 @@ use crate::guest::exec::MAX_COLLECTED_BYTES;
 use crate::host::host_write::{self, TempFile};
 use crate::store::console_log;
 use crate::store::events::Event;
-use crate::store::spec::Meta;
-use crate::store::state::State;
-use crate::store::workspace_dir::WorkspaceDir;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
@@ -163,18 +160,6 @@ pub struct ConsoleChunk {
 }
 
 impl Workspaces {
-    /// The workspace's directory and record, if it is running.
-    pub(crate) fn running(&self, name: &str) -> Result<(WorkspaceDir, Meta)> {
-        let meta = self.at(name).get()?;
-        if meta.state != State::Running {
-            return Err(Error::NotRunning {
-                name: name.to_owned(),
-                state: meta.state,
-            });
-        }
-        Ok((self.dir(name)?, meta))
-    }
-
     pub(crate) async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
         let (ws, _) = self.running(name)?;
         ws.connect_agent().await.map_err(Error::agent("connect"))

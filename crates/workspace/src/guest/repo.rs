@@ -1,21 +1,15 @@
-//! Repositories as workspaces use them: `create` checks the allowlist and
-//! the image and bundles the repository into the workspace's directory;
-//! the first start clones that bundle into `/workspace/repo` (owned by the
-//! guest's `user`, on branch `task/<workspace>`); `pull` streams the new
-//! commits back as a bundle and fetches them into the host repository at
-//! `refs/workspaces/<workspace>`; `diff` shows what changed.
-
-use crate::host_tool::HostTool;
-use std::path::Path;
+//! A workspace's repository in its guest: the first start clones the
+//! bundle `create` made (workspaces/repos.rs) into `/workspace/repo`
+//! (owned by the guest's `user`, on branch `task/<workspace>`); `pull`
+//! streams the new commits back as a bundle and fetches them into the
+//! host repository at `refs/workspaces/<workspace>`; `diff` shows what
+//! changed.
 
 use crate::error::Result;
 use crate::guest::exec::ExecRequest;
 use crate::guest::stream::ExecInput;
-use crate::images::registry::ImageInfo;
 use crate::repos::incoming::{check_bundle, RepoLimits};
-use crate::repos::{
-    git, RepoError, RepoInfo, RepoPull, RepoStore, GUEST_REPO_DIR, WORKSPACE_REF_PREFIX,
-};
+use crate::repos::{git, RepoError, RepoPull, GUEST_REPO_DIR, WORKSPACE_REF_PREFIX};
 use crate::store::repo_checkout::RepoCheckout;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::tasks::slots::CACHE_MOUNT;
@@ -25,9 +19,6 @@ use crate::workspaces::manager::Workspaces;
 /// The guest account a clone belongs to (`user` in the images microagent
 /// builds).
 const GUEST_USER: &str = "user";
-/// Where git lives in images that have it (debugfs follows the `/bin`
-/// link of merged-/usr images).
-const GIT_PATHS: &[&str] = &["/usr/bin/git", "/usr/local/bin/git", "/bin/git"];
 /// Where the guest writes the bundle `pull` copies out.
 const GUEST_PULL_BUNDLE: &str = "/tmp/microagent-pull.bundle";
 
@@ -55,41 +46,6 @@ ln -sfn "$2" "$home/.cache"
 "#;
 
 impl Workspaces {
-    /// The repository allowlist of this state directory.
-    pub fn repos(&self) -> RepoStore {
-        RepoStore::new(&self.state)
-    }
-
-    /// Checks a new workspace's repository (allowlisted, the branch
-    /// exists, the image has git) and resolves its branch and base.
-    pub(crate) fn resolve_checkout(
-        &self,
-        asked: &RepoCheckout,
-        image: &ImageInfo,
-    ) -> Result<(RepoInfo, RepoCheckout)> {
-        let info = self.repos().get(&asked.repo)?;
-        let branch = match &asked.branch {
-            Some(b) => b.clone(),
-            None => git::current_branch(&info.path).map_err(RepoError::from)?,
-        };
-        let base = match &asked.base {
-            // A task fixed its base when it was asked for.
-            Some(base) => git::commit_of(&info.path, base).map_err(RepoError::from)?,
-            None => git::branch_commit(&info.path, &branch).map_err(RepoError::from)?,
-        };
-        if !rootfs_has_any(&image.rootfs, GIT_PATHS)? {
-            return Err(RepoError::NoGit(image.name.clone()).into());
-        }
-        Ok((
-            info.clone(),
-            RepoCheckout {
-                repo: info.alias,
-                branch: Some(branch),
-                base: Some(base),
-            },
-        ))
-    }
-
     /// Clones the repository `create` recorded into the guest, once: the
     /// clone is made on the host (fast: git on the host costs
     /// milliseconds, in this guest seconds per process), copied in through
@@ -306,28 +262,4 @@ where
 
 fn pull_bundle_path(ws: &WorkspaceDir) -> std::path::PathBuf {
     ws.path().join("repo-pull.bundle")
-}
-
-/// True when the ext4 image `rootfs` has any of `paths` (read with
-/// debugfs, without mounting).
-fn rootfs_has_any(rootfs: &Path, paths: &[&str]) -> Result<bool> {
-    for path in paths {
-        let Ok(debugfs) = HostTool::new("debugfs") else {
-            // Without debugfs the clone itself says so, once the guest is up.
-            return Ok(true);
-        };
-        let out = debugfs
-            .arg("-R")
-            .arg(format!("stat {path}"))
-            .arg(rootfs)
-            .output()
-            .map_err(|e| crate::error::Error::HostIo {
-                what: format!("reading {} with debugfs", rootfs.display()),
-                source: std::io::Error::other(crate::error_chain::error_chain(&e)),
-            })?;
-        if String::from_utf8_lossy(&out.stdout).contains("Inode:") {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }

@@ -55,6 +55,22 @@ impl Workspaces {
         Ok(Workspace { all: self, name })
     }
 
+    /// The workspace's directory and record, if it is running (what every
+    /// call that reaches its guest needs first).
+    pub(crate) fn running(
+        &self,
+        name: &str,
+    ) -> Result<(crate::store::workspace_dir::WorkspaceDir, Meta)> {
+        let meta = self.at(name).get()?;
+        if meta.state != crate::store::state::State::Running {
+            return Err(crate::error::Error::NotRunning {
+                name: name.to_owned(),
+                state: meta.state,
+            });
+        }
+        Ok((self.dir(name)?, meta))
+    }
+
     /// The workspace with full name `name`, unchecked, for the crate's own
     /// calls on a name it already holds.
     pub(crate) fn at(&self, name: &str) -> Workspace<'_> {

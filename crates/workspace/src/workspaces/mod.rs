@@ -16,6 +16,7 @@ pub(crate) mod one_shot;
 pub(crate) mod placement;
 pub(crate) mod pool;
 pub(crate) mod ports;
+pub(crate) mod repos;
 pub(crate) mod secrets;
 pub(crate) mod tasks;
 pub(crate) mod tenancy;
