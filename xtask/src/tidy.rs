@@ -355,13 +355,14 @@ mod tests {
     /// the collection, a workspace's handle or a service (`Workspaces`,
     /// `Workspace`, `Volumes`, ...: `call_edges::SERVICE_TYPES`) leans on
     /// the module whose `impl` block defines it, though no path names it.
-    /// Not yet held (issue 57, item 2): in crates/workspace a start still
-    /// calls up from `workspaces/` into `snapshots/warm` (the warm start)
-    /// and `guest/repo` (the first start's clone), pool members into both,
-    /// and the files of `workspaces/` call each other's `impl Workspaces`
-    /// blocks both ways; `cargo xtask modules` lists every such call.
+    /// Not yet held (issue 57, item 2): in crates/workspace the pool's
+    /// filler (`workspaces/pool/members`) calls up into `snapshots/warm`
+    /// (a member's warm start) and `guest/exec` (its first command), while
+    /// the warm start claims from the pool; and the files of `workspaces/`
+    /// call each other's `impl Workspaces` blocks both ways. `cargo xtask
+    /// modules` lists every such call.
     #[test]
-    #[ignore = "workspace: guest <-> snapshots <-> workspaces and the files of workspaces/ call each other (issue 57 item 2); `cargo xtask modules` lists the calls"]
+    #[ignore = "workspace: the pool filler calls up into snapshots/warm and guest/exec, and the files of workspaces/ call each other (issue 57 item 2); `cargo xtask modules` lists the calls"]
     fn no_folder_calls_what_calls_it() {
         let mut sources = crate::modules::crate_sources(&repo_root());
         sources.push(("xtask".into(), repo_root().join("xtask/src")));

@@ -23,6 +23,7 @@ use crate::store::spec::{Meta, StartKind, WorkspaceSpec};
 use crate::vmm::launch::GUEST_CMDLINE;
 use crate::vmm::seal;
 use crate::vmm::warm::{WarmRecord, PENDING_PREFIX, WARM_RECORD};
+use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::{Boot, StartProgress};
 use crate::workspaces::manager::{make_disk, Workspaces};
 
@@ -73,6 +74,54 @@ fn sweep_stale_pending(root: &Path) {
         if age.is_some_and(|a| a > PENDING_STALE_AFTER) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+impl Workspace<'_> {
+    /// Starts the workspace's VMM and waits (at most `timeout`) for the
+    /// agent, reporting progress about once a second. A workspace never
+    /// started before resumes its image's warm snapshot when there is a
+    /// usable one (no boot), and otherwise boots and keeps one. Here, above
+    /// the life cycle it drives, with the first start's clone of the
+    /// workspace's repository.
+    pub async fn start(
+        self,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Start {
+                    cold: false,
+                    timeout_ms: crate::servers::millis(timeout),
+                })
+                .await?);
+        }
+        let (all, name) = (self.all, self.name.as_str());
+        let meta = all.start_maybe_warm(name, timeout, progress, false).await?;
+        all.clone_pending_repo(name).await?;
+        Ok(meta)
+    }
+
+    /// [`Workspace::start`] that always boots the kernel (no warm snapshot
+    /// is used or kept).
+    pub async fn start_cold(
+        self,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+    ) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote
+                .call(crate::servers::WorkspaceCall::Start {
+                    cold: true,
+                    timeout_ms: crate::servers::millis(timeout),
+                })
+                .await?);
+        }
+        let (all, name) = (self.all, self.name.as_str());
+        let meta = all.start_maybe_warm(name, timeout, progress, true).await?;
+        all.clone_pending_repo(name).await?;
+        Ok(meta)
     }
 }
 

@@ -42,52 +42,6 @@ pub struct StartProgress {
     pub console: Option<String>,
 }
 
-impl Workspace<'_> {
-    /// Starts the workspace's VMM and waits (at most `timeout`) for the
-    /// agent, reporting progress about once a second. A workspace never
-    /// started before resumes its image's warm snapshot when there is a
-    /// usable one (no boot), and otherwise boots and keeps one.
-    pub async fn start(
-        self,
-        timeout: Duration,
-        progress: impl FnMut(StartProgress) + Send,
-    ) -> Result<Meta> {
-        if let Some(remote) = self.remote()? {
-            return Ok(remote
-                .call(crate::servers::WorkspaceCall::Start {
-                    cold: false,
-                    timeout_ms: crate::servers::millis(timeout),
-                })
-                .await?);
-        }
-        let (all, name) = (self.all, self.name.as_str());
-        let meta = all.start_maybe_warm(name, timeout, progress, false).await?;
-        all.clone_pending_repo(name).await?;
-        Ok(meta)
-    }
-
-    /// [`Workspace::start`] that always boots the kernel (no warm snapshot
-    /// is used or kept).
-    pub async fn start_cold(
-        self,
-        timeout: Duration,
-        progress: impl FnMut(StartProgress) + Send,
-    ) -> Result<Meta> {
-        if let Some(remote) = self.remote()? {
-            return Ok(remote
-                .call(crate::servers::WorkspaceCall::Start {
-                    cold: true,
-                    timeout_ms: crate::servers::millis(timeout),
-                })
-                .await?);
-        }
-        let (all, name) = (self.all, self.name.as_str());
-        let meta = all.start_maybe_warm(name, timeout, progress, true).await?;
-        all.clone_pending_repo(name).await?;
-        Ok(meta)
-    }
-}
-
 impl Workspaces {
     /// [`Workspace::start`], restoring the snapshot in `restore` (whose
     /// writable disk the workspace's disk is a copy of) instead of booting.
