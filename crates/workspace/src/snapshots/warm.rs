@@ -7,11 +7,9 @@
 //! discarded with an event saying why, and that start boots and keeps a new
 //! one.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
 use vmm_core::snapshot::{MachineState, SnapshotFiles};
 
 use crate::error::{Error, Result};
@@ -20,7 +18,6 @@ use crate::snapshots::copy_snapshot_disk;
 use crate::store::console_log::CONSOLE_FILE;
 use crate::store::events::EventKind;
 use crate::store::spec::{Meta, StartKind, WorkspaceSpec};
-use crate::vmm::launch::GUEST_CMDLINE;
 use crate::vmm::seal;
 use crate::vmm::warm::{WarmRecord, PENDING_PREFIX, WARM_RECORD};
 use crate::workspaces::handle::Workspace;
@@ -32,25 +29,6 @@ const WARM_DIR: &str = "warm";
 /// A pending warm snapshot this old belongs to a VMM that died: a start
 /// keeps its warm snapshot right after the agent first answers.
 const PENDING_STALE_AFTER: Duration = Duration::from_secs(3600);
-
-/// Which file `path` is (device, inode, size, modification time): the same
-/// for every hard link of an image file (each state directory links the
-/// built images), different once it is rebuilt.
-fn file_identity(path: &Path) -> String {
-    std::fs::metadata(path).map_or_else(
-        |_| format!("{} missing", path.display()),
-        |m| {
-            format!(
-                "{}:{} {} {}.{}",
-                m.dev(),
-                m.ino(),
-                m.len(),
-                m.mtime(),
-                m.mtime_nsec()
-            )
-        },
-    )
-}
 
 /// Removes the pending warm snapshots in `root` that their VMM left behind
 /// when it died (older than [`PENDING_STALE_AFTER`]).
@@ -131,51 +109,6 @@ impl Workspaces {
             .clone()
             .or_else(crate::host::settings::warm_dir_override)
             .unwrap_or_else(|| self.state_dir().root().join(WARM_DIR))
-    }
-
-    /// The warm snapshot's key for `spec` and the fingerprint of what it
-    /// depends on.
-    pub(crate) fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
-        let image = self.images().get(&spec.image)?;
-        let variant = self.images().kernel_variant();
-        let net = crate::network::NetworkStore::new(self.state_dir()).get(&spec.network)?;
-        // Each guest on a tap network has an address of its own, which a
-        // restored guest takes from the VMM: one warm snapshot serves all
-        // tap networks.
-        let (network, addressing) = if net.backend == Some(crate::network::Backend::Tap) {
-            ("tap".to_owned(), "re-addressed at restore".to_owned())
-        } else {
-            (
-                spec.network.clone(),
-                crate::network::guest_cmdline(
-                    crate::network::attach::addressing(&net, spec).as_ref(),
-                )
-                .unwrap_or_default(),
-            )
-        };
-        let key = format!(
-            "{}-{}c-{}m-{}d-{}-{}",
-            image.name,
-            spec.vcpus,
-            spec.mem_mib,
-            spec.disk_mib,
-            variant.name(),
-            network
-        );
-        let inputs = [
-            format!("format {}", vmm_core::snapshot::format::FORMAT_VERSION),
-            file_identity(&image.kernel),
-            file_identity(&image.rootfs),
-            format!(
-                "cmdline {GUEST_CMDLINE} {}",
-                image.boot_args.as_deref().unwrap_or_default()
-            ),
-            format!("network {addressing}"),
-            format!("volume slots {}", crate::store::volume_mounts::VOLUME_SLOTS),
-            key.clone(),
-        ];
-        let fingerprint = format!("{:x}", Sha256::digest(inputs.join("\n")));
-        Ok((key, fingerprint))
     }
 
     /// The usable warm snapshot of `key`, or why there is none (`None`:

@@ -46,7 +46,7 @@ impl Pools<'_> {
             .unwrap_or_default())
     }
 
-    fn size(&self, image: &str) -> Result<usize> {
+    pub(crate) fn size(&self, image: &str) -> Result<usize> {
         Ok(self.sizes()?.get(image).copied().unwrap_or(0))
     }
 
@@ -103,7 +103,7 @@ impl Pools<'_> {
     }
 
     /// Refuses pools on a host whose VMMs get no private root.
-    fn check_poolable(&self) -> Result<()> {
+    pub(crate) fn check_poolable(&self) -> Result<()> {
         crate::host::jail::availability()
             .map(drop)
             .map_err(|e| PoolError::NoPrivateRoot { why: e.why }.into())
@@ -130,7 +130,7 @@ impl Pools<'_> {
     }
 
     /// Records that `members` of `image`'s pool went, and why.
-    fn record_drain(&self, image: &str, members: usize, reason: &str) {
+    pub(crate) fn record_drain(&self, image: &str, members: usize, reason: &str) {
         if members == 0 {
             return;
         }
