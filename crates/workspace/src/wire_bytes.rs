@@ -13,3 +13,28 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Vec<u8>,
     let text = String::deserialize(from)?;
     STANDARD.decode(text).map_err(serde::de::Error::custom)
 }
+
+/// The same for bytes that may be absent (`null`).
+pub(crate) mod optional {
+    use super::STANDARD;
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        bytes: &Option<Vec<u8>>,
+        to: S,
+    ) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(bytes) => to.serialize_some(&STANDARD.encode(bytes)),
+            None => to.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        from: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        Option::<String>::deserialize(from)?
+            .map(|text| STANDARD.decode(text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}

@@ -265,24 +265,8 @@ impl MicroagentServer {
         if let Some(user) = p.user {
             req = req.user(user);
         }
-        // FORBIDDEN here, before any ssh, when another agent placed it.
-        if let Some(placed) = self.workspaces().placement_of(&p.name)? {
-            if p.stdin.is_some() || !p.outputs.is_empty() {
-                return Err(ToolError::InvalidInput(format!(
-                    "workspace {} is on server {}: stdin and outputs are not sent there yet",
-                    p.name, placed.server
-                )));
-            }
-            if let Some(t) = limits.timeout {
-                req = req.timeout(t);
-            }
-            req = req.output_cap(limits.cap);
-            let ran = self
-                .workspaces()
-                .server_pool()
-                .exec_on_server(&placed.server, &p.name, &req)
-                .await?;
-            return Ok(Out(ExecReply::new(ran, limits.cap)));
+        if !p.outputs.is_empty() {
+            self.ws.workspace(&p.name)?.check_outputs_reachable()?;
         }
         let mut progress = Progress::new(&ctx);
         let result = self

@@ -12,17 +12,12 @@ use std::time::Duration;
 
 use crate::admin::server_reports::ServerPool;
 use crate::error::Error;
-use crate::guest::exec::Program;
-use crate::guest::exec::{ExecRequest, ExecResult};
 use crate::guest::files::WriteOptions;
+use crate::guest::stream::ExecInput;
 use crate::guest::WorkspaceMetrics;
 use crate::servers::{run_remote_json, RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER};
 use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 
-/// Slack over a command's own timeout for the SSH round trip.
-const EXEC_SLACK: Duration = Duration::from_secs(30);
-/// How long a command without a timeout may run on a remote server.
-pub const REMOTE_EXEC_DEADLINE: Duration = Duration::from_secs(3600);
 /// How long a remote `metrics` may take (it samples CPU for a second).
 const METRICS_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a remote create may take (a registry pull included).
@@ -87,38 +82,6 @@ pub(crate) fn create_args(name: &str, spec: &WorkspaceSpec) -> Result<Vec<String
     Ok(args)
 }
 
-/// The remote's `exec` arguments for `req` in workspace `name`.
-pub(crate) fn exec_args(name: &str, req: &ExecRequest) -> Vec<String> {
-    let mut args = vec!["exec".to_owned(), name.to_owned()];
-    for (k, v) in &req.env {
-        args.extend(["--env".to_owned(), format!("{k}={v}")]);
-    }
-    if let Some(dir) = &req.cwd {
-        args.extend(["--cwd".to_owned(), dir.clone()]);
-    }
-    if let Some(user) = &req.user {
-        args.extend(["--user".to_owned(), user.clone()]);
-    }
-    if let Some(timeout) = req.timeout {
-        let secs = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
-        args.extend(["--timeout".to_owned(), secs.to_string()]);
-    }
-    if let Some(cap) = req.output_cap {
-        args.extend(["--output-cap".to_owned(), cap.to_string()]);
-    }
-    for secret in &req.secrets {
-        args.extend(["--secret".to_owned(), secret.clone()]);
-    }
-    match &req.program {
-        Program::Shell(line) => args.extend(["--shell".to_owned(), "--".into(), line.clone()]),
-        Program::Argv(argv) => {
-            args.push("--".into());
-            args.extend(argv.iter().cloned());
-        }
-    }
-    args
-}
-
 impl ServerPool<'_> {
     /// Answers a call this host's client sent for one of its workspaces
     /// (the server's side of [`Workspace::remote`]): the handle's call of
@@ -180,6 +143,14 @@ impl ServerPool<'_> {
             C::UnpublishPort { host_ip, host_port } => json(serde_json::to_value(
                 dev.unpublish_port(host_ip, host_port)?,
             )),
+            C::Exec { request, stdin, .. } => {
+                let bad = |e: serde_json::Error| Error::InvalidInput(format!("a command: {e}"));
+                let request = serde_json::from_value(request).map_err(bad)?;
+                let input = stdin.map_or(ExecInput::None, ExecInput::Bytes);
+                json(serde_json::to_value(
+                    dev.exec_collect(request, input).await?,
+                ))
+            }
             C::ProcessStart { request, options } => {
                 let bad =
                     |e: serde_json::Error| Error::InvalidInput(format!("a process start: {e}"));
@@ -349,29 +320,6 @@ impl ServerPool<'_> {
         all.retain(|m| self.all.check_forward(server, &m.name).is_ok());
         Ok(all)
     }
-
-    /// Runs `req` in workspace `name` on server `server`: its result as the
-    /// remote reports it (stdin is not sent). FORBIDDEN, before any ssh,
-    /// when the workspace is another agent's.
-    pub async fn exec_on_server(
-        &self,
-        server: &str,
-        name: &str,
-        req: &ExecRequest,
-    ) -> crate::error::Result<ExecResult> {
-        self.all.check_forward(server, name)?;
-        let registry = self.all.servers();
-        let target = registry.get(server)?;
-        let deadline = req.timeout.map_or(REMOTE_EXEC_DEADLINE, |t| t + EXEC_SLACK);
-        let args = on_itself(exec_args(name, req));
-        let value = run_remote_json(&registry, &target, &args, deadline).await?;
-        Ok(
-            serde_json::from_value(value).map_err(|e| ServerError::Garbled {
-                server: server.to_owned(),
-                detail: format!("its exec answer: {e}"),
-            })?,
-        )
-    }
 }
 
 #[cfg(test)]
@@ -379,29 +327,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_become_the_remote_command_line() {
-        let req = ExecRequest::shell("echo $A")
-            .env("A", "1")
-            .cwd("/srv")
-            .timeout(Duration::from_millis(1500));
-        assert_eq!(
-            exec_args("dev", &req),
-            [
-                "exec",
-                "dev",
-                "--env",
-                "A=1",
-                "--cwd",
-                "/srv",
-                "--timeout",
-                "2",
-                "--shell",
-                "--",
-                "echo $A"
-            ]
-        );
-        let argv = exec_args("dev", &ExecRequest::argv(["ls", "-l"]));
-        assert_eq!(argv, ["exec", "dev", "--", "ls", "-l"]);
+    fn a_create_becomes_the_remote_command_line() {
         let spec = WorkspaceSpec {
             image: "debian".into(),
             ..WorkspaceSpec::default()
@@ -424,8 +350,17 @@ mod tests {
     #[tokio::test]
     async fn a_remote_exec_by_another_agent_is_forbidden() {
         use crate::code::ErrorCode;
+        use crate::guest::exec::{ExecRequest, ExecResult};
         use crate::servers::ServerSpec;
         use crate::workspaces::manager::tests::fixture;
+        use crate::workspaces::manager::Workspaces;
+
+        /// `id` in workspace `name` through the handle, as a front end runs it.
+        async fn exec_in(view: &Workspaces, name: &str) -> crate::error::Result<ExecResult> {
+            view.workspace(name)?
+                .exec_collect(ExecRequest::shell("id"), ExecInput::None)
+                .await
+        }
 
         let f = fixture("remote-owner", "/nonexistent");
         let session = |agent| crate::workspaces::manager::tests::session(&f.ws, agent);
@@ -440,14 +375,9 @@ mod tests {
         // remote confirmed it; and one of an older version, nobody's.
         servers.place("dev", "box", Some("a")).unwrap();
         servers.place("old", "box", None).unwrap();
-        let req = ExecRequest::shell("id");
 
         for other in [&b, &anonymous] {
-            let refused = other
-                .server_pool()
-                .exec_on_server("box", "dev", &req)
-                .await
-                .unwrap_err();
+            let refused = exec_in(other, "dev").await.unwrap_err();
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
             let refused = other
                 .server_pool()
@@ -459,32 +389,20 @@ mod tests {
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
         }
         // A session reaches only what was placed from here, where it was.
-        let unknown = b
-            .server_pool()
-            .exec_on_server("box", "never-placed", &req)
-            .await;
+        let unknown = exec_in(&b, "never-placed").await;
         assert_eq!(unknown.unwrap_err().code(), ErrorCode::NotFound);
         let elsewhere = a
             .server_pool()
-            .exec_on_server("other-box", "dev", &req)
+            .metrics_on_server("other-box", Some("dev"))
             .await;
         assert_eq!(elsewhere.unwrap_err().code(), ErrorCode::NotFound);
 
         // The owner, a nobody's workspace and the host pass the check and
         // meet the unreachable server.
         let unreachable = [
-            a.server_pool()
-                .exec_on_server("box", "dev", &req)
-                .await
-                .unwrap_err(),
-            b.server_pool()
-                .exec_on_server("box", "old", &req)
-                .await
-                .unwrap_err(),
-            f.ws.server_pool()
-                .exec_on_server("box", "dev", &req)
-                .await
-                .unwrap_err(),
+            exec_in(&a, "dev").await.unwrap_err(),
+            exec_in(&b, "old").await.unwrap_err(),
+            exec_in(&f.ws, "dev").await.unwrap_err(),
             a.server_pool()
                 .metrics_on_server("box", Some("dev"))
                 .await

@@ -108,6 +108,20 @@ pub fn mime_of(path: &str) -> &'static str {
 }
 
 impl Workspace<'_> {
+    /// Whether a command's output files can be brought back from this
+    /// workspace: INVALID_INPUT for one on a server (they are not copied
+    /// from there yet), so a caller can refuse before the command runs.
+    pub fn check_outputs_reachable(self) -> Result<()> {
+        match self.remote()? {
+            Some(remote) => Err(Error::InvalidInput(format!(
+                "workspace {} is on server {}: output files are not brought back from there yet; copy them with the CLI's `cp`",
+                self.name(),
+                remote.server()
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The regular files `patterns` match now, with sizes; data is not read.
     pub async fn match_outputs(self, patterns: &[String]) -> Result<Outputs> {
         check_patterns(patterns)?;
@@ -170,8 +184,10 @@ impl Workspace<'_> {
     /// them is copied to the host (holes kept as holes) into
     /// `<state>/outputs/<workspace>/<call>/`, so it outlives a one-shot,
     /// under the kept outputs' quotas: a call over one keeps nothing and
-    /// fails. What is past its TTL is swept first.
+    /// fails. What is past its TTL is swept first. INVALID_INPUT for a
+    /// workspace on a server ([`Workspace::check_outputs_reachable`]).
     pub async fn collect_outputs(self, patterns: &[String]) -> Result<Outputs> {
+        self.check_outputs_reachable()?;
         let mut out = self.match_outputs(patterns).await?;
         let kept = KeptOutputs::new(self.all.state_dir().root())?;
         kept.sweep();

@@ -105,6 +105,14 @@ pub enum WorkspaceCall {
         host_ip: IpAddr,
         host_port: u16,
     },
+    /// A command run to its end, its output collected there (the request
+    /// as `ExecRequest` writes itself); `wait_ms` is how long it may take.
+    Exec {
+        request: serde_json::Value,
+        #[serde(default, with = "crate::wire_bytes::optional")]
+        stdin: Option<Vec<u8>>,
+        wait_ms: u64,
+    },
     /// The request and options as `ExecRequest` and `ProcessOptions`
     /// write themselves (this layer is below the guest's).
     ProcessStart {
@@ -190,7 +198,11 @@ impl WorkspaceCall {
             Self::Start { timeout_ms, .. }
             | Self::Stop { timeout_ms }
             | Self::Fork { timeout_ms, .. }
-            | Self::ProcessWait { timeout_ms, .. } => waits(*timeout_ms),
+            | Self::ProcessWait { timeout_ms, .. }
+            | Self::Exec {
+                wait_ms: timeout_ms,
+                ..
+            } => waits(*timeout_ms),
             Self::Events { wait_ms, .. } | Self::ProcessOutput { wait_ms, .. } => waits(*wait_ms),
             _ => DEFAULT_DEADLINE,
         }
