@@ -338,6 +338,7 @@ fn a_remote_server_runs_workspaces_over_ssh() {
                 "workspace_exec",
                 w5(serde_json::json!({"shell": "true", "outputs": ["/tmp/*.txt"]})),
             ),
+            ("metrics", "workspace_metrics", w5(none.clone())),
             (
                 "logs",
                 "workspace_logs",
@@ -398,6 +399,12 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             "{answer}"
         );
         assert_eq!(got["exec"]["stderr"], "err\n", "{answer}");
+        let measured = &got["metrics"]["workspaces"][0];
+        assert_eq!(measured["name"], "w5", "{answer}");
+        assert!(
+            measured["memory_total_bytes"].as_u64().unwrap() > 0,
+            "{answer}"
+        );
         assert_eq!(got["create"]["state"], "running", "{answer}");
         assert!(
             !here.home().join("workspaces/w5").exists(),

@@ -187,11 +187,8 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<MetricsParams>,
     ) -> ToolResult<MetricsResult> {
-        let placed = match &p.name {
-            Some(name) => self.ws.placement_of(name)?.map(|placed| placed.server),
-            None => None,
-        };
-        let workspaces = match p.server.or(placed) {
+        // A workspace on a server is measured there by its handle.
+        let workspaces = match p.server {
             Some(server) if server != workspace::servers::LOCAL_SERVER => {
                 self.ws
                     .server_pool()

@@ -143,6 +143,10 @@ impl ServerPool<'_> {
             C::UnpublishPort { host_ip, host_port } => json(serde_json::to_value(
                 dev.unpublish_port(host_ip, host_port)?,
             )),
+            C::Metrics {} => {
+                let mut one = self.all.metrics(Some(dev.name())).await?;
+                json(serde_json::to_value(one.pop()))
+            }
             C::Exec { request, stdin, .. } => {
                 let bad = |e: serde_json::Error| Error::InvalidInput(format!("a command: {e}"));
                 let request = serde_json::from_value(request).map_err(bad)?;

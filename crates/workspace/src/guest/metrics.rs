@@ -126,6 +126,13 @@ impl Workspaces {
     /// named workspace an agent that does not answer is an error; in the
     /// list of all, that workspace's guest figures are null.
     pub async fn metrics(&self, name: Option<&str>) -> Result<Vec<WorkspaceMetrics>> {
+        // One on a server is measured there.
+        if let Some(remote) = name.map(|n| self.at(n).remote()).transpose()?.flatten() {
+            let one = remote
+                .call(crate::servers::WorkspaceCall::Metrics {})
+                .await?;
+            return Ok(vec![one]);
+        }
         let metas = match name {
             Some(name) => vec![self.at(name).get()?],
             None => self.list(&ListFilter::default())?,

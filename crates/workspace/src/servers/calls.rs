@@ -77,6 +77,7 @@ pub enum WorkspaceCall {
         force: bool,
     },
     Inspect {},
+    Metrics {},
     SetTtl {
         ttl_secs: Option<u64>,
     },
