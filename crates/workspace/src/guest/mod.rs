@@ -31,6 +31,8 @@ pub(crate) mod outputs;
 pub(crate) mod processes;
 pub mod reclaim;
 #[cfg(feature = "client")]
+pub(crate) mod remote_exec;
+#[cfg(feature = "client")]
 pub(crate) mod repo;
 #[cfg(feature = "client")]
 pub(crate) mod stream;
