@@ -67,18 +67,7 @@ impl Workspace<'_> {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
-        if let Some(remote) = self.remote()? {
-            return Ok(remote
-                .call(crate::servers::WorkspaceCall::Start {
-                    cold: false,
-                    timeout_ms: crate::servers::millis(timeout),
-                })
-                .await?);
-        }
-        let (all, name) = (self.all, self.name.as_str());
-        let meta = all.start_maybe_warm(name, timeout, progress, false).await?;
-        all.clone_pending_repo(name).await?;
-        Ok(meta)
+        self.start_as(timeout, progress, false).await
     }
 
     /// [`Workspace::start`] that always boots the kernel (no warm snapshot
@@ -88,16 +77,22 @@ impl Workspace<'_> {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
     ) -> Result<Meta> {
+        self.start_as(timeout, progress, true).await
+    }
+
+    async fn start_as(
+        self,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+        cold: bool,
+    ) -> Result<Meta> {
         if let Some(remote) = self.remote()? {
-            return Ok(remote
-                .call(crate::servers::WorkspaceCall::Start {
-                    cold: true,
-                    timeout_ms: crate::servers::millis(timeout),
-                })
-                .await?);
+            let timeout_ms = crate::servers::millis(timeout);
+            let call = crate::servers::WorkspaceCall::Start { cold, timeout_ms };
+            return Ok(remote.call(call).await?);
         }
         let (all, name) = (self.all, self.name.as_str());
-        let meta = all.start_maybe_warm(name, timeout, progress, true).await?;
+        let meta = all.start_maybe_warm(name, timeout, progress, cold).await?;
         all.clone_pending_repo(name).await?;
         Ok(meta)
     }
