@@ -248,7 +248,7 @@ impl ServerPool<'_> {
     /// workspace's call takes only that workspace's own.
     fn check_snapshot_of(&self, snapshot: &str, workspace: &str) -> crate::error::Result<()> {
         let info = self.all.snapshots().get(snapshot)?;
-        let born = self.all.at(workspace).get()?.created_at_ms;
+        let born = self.all.at(workspace).get_here()?.created_at_ms;
         if info.workspace != workspace || info.created_at_ms < born {
             return Err(ServerError::SnapshotOfAnother {
                 snapshot: info.name,

@@ -393,7 +393,7 @@ impl WorkspaceBrowser<'_> {
     pub async fn events(self, offset: u64, limit: usize) -> Result<BrowserEvents> {
         let ws = self.ws;
         let dir = BrowserDir::new(ws.all.dir(ws.name.as_str())?.path());
-        ws.get()?;
+        ws.get_here()?;
         let mut events = dir.events().read_after(offset)?;
         events.truncate(limit.clamp(1, MAX_EVENTS_PER_CALL));
         let next_offset = events.last().map_or(offset, |e| e.seq);

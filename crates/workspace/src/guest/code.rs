@@ -139,7 +139,7 @@ impl Workspace<'_> {
         if !found.success() {
             return Err(Error::InterpreterMissing {
                 workspace: name.to_owned(),
-                image: self.get()?.spec.image,
+                image: self.get_here()?.spec.image,
                 interpreter,
                 image_with_it: CODE_IMAGE,
             });

@@ -453,7 +453,7 @@ impl Workspace<'_> {
             return Ok(remote.call_blocking(crate::servers::WorkspaceCall::Logs { lines })?);
         }
         let (all, name) = (self.all, self.name.as_str());
-        self.get()?;
+        self.get_here()?;
         let ws = all.dir(name)?;
         Ok(console_log::tail_lines(
             ws.path(),
@@ -494,7 +494,7 @@ impl Workspace<'_> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // A VMM that died is recorded (and its event logged) as it is noticed.
-            self.get()?;
+            self.get_here()?;
             let events = log.read_after(after)?;
             if !events.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(events);

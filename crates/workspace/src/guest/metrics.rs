@@ -134,7 +134,7 @@ impl Workspaces {
             return Ok(vec![one]);
         }
         let metas = match name {
-            Some(name) => vec![self.at(name).get()?],
+            Some(name) => vec![self.at(name).get_here()?],
             None => self.list(&ListFilter::default())?,
         };
         let mut all = Vec::with_capacity(metas.len());

@@ -57,7 +57,7 @@ impl Workspaces {
         if !pending.exists() {
             return Ok(());
         }
-        let meta = self.at(name).get()?;
+        let meta = self.at(name).get_here()?;
         let Some(checkout) = meta.spec.repo.clone() else {
             return Ok(());
         };
@@ -146,7 +146,7 @@ impl Workspaces {
 impl Workspace<'_> {
     /// The workspace's repository, with its resolved base.
     fn checkout(self) -> Result<(RepoCheckout, String)> {
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         match meta.spec.repo {
             Some(c) => {
                 let base = c.base.clone().unwrap_or_default();

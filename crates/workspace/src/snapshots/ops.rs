@@ -69,7 +69,7 @@ impl Workspaces {
     /// and disk when it runs, the disk alone when it is stopped. Returns
     /// whether memory was saved and the pause in ms.
     fn write_machine(&self, workspace: &str, dir: &Path) -> Result<(bool, f64)> {
-        let meta = self.at(workspace).get()?;
+        let meta = self.at(workspace).get_here()?;
         let ws = self.dir(workspace)?;
         match meta.state {
             State::Running => {
@@ -147,7 +147,7 @@ impl Workspace<'_> {
             );
         }
         let (all, workspace) = (self.all, self.name.as_str());
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         // In its workspace's namespace.
         let (short, namespace) = workspace
             .split_once('.')
@@ -345,7 +345,7 @@ impl<'a> Snapshots<'a> {
         }
         self.check_usable(&info)?;
         let target = info.workspace.as_str();
-        let meta = self.all.at(target).get()?;
+        let meta = self.all.at(target).get_here()?;
         if meta.state.has_vmm() {
             if !force {
                 return Err(Error::WrongState {
@@ -454,7 +454,7 @@ impl Workspaces {
         // A snapshot outlives its workspace; only a live fork needs it.
         let source_meta = match &from_snapshot {
             Some(_) => None,
-            None => Some(self.at(source).get()?),
+            None => Some(self.at(source).get_here()?),
         };
         if let Some(info) = &from_snapshot {
             // Checked whole before anything is made: a damaged snapshot

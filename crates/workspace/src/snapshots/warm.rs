@@ -251,7 +251,7 @@ impl Workspaces {
             return result;
         }
         // The warm snapshot did not resume here: boot instead.
-        let meta = self.at(name).get()?;
+        let meta = self.at(name).get_here()?;
         let (key, _) = self.warm_identity(&meta.spec)?;
         self.discard_warm(
             &key,

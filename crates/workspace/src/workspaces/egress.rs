@@ -21,7 +21,7 @@ impl Workspace<'_> {
     pub fn set_egress(self, egress: Option<Egress>, allow: Vec<AllowEntry>) -> Result<Meta> {
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         let mut spec = meta.spec.clone();
         spec.egress = egress;
         spec.allow = allow;
@@ -50,7 +50,7 @@ impl Workspace<'_> {
     /// (`None` otherwise: stopped, or no filter of ours).
     pub fn egress_denials(self) -> Result<Option<EgressDenials>> {
         let ws = self.all.dir(&self.name)?;
-        if !self.get()?.state.has_vmm() {
+        if !self.get_here()?.state.has_vmm() {
             return Ok(None);
         }
         match control::call(

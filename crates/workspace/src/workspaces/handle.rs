@@ -61,7 +61,7 @@ impl Workspaces {
         &self,
         name: &str,
     ) -> Result<(crate::store::workspace_dir::WorkspaceDir, Meta)> {
-        let meta = self.at(name).get()?;
+        let meta = self.at(name).get_here()?;
         if meta.state != crate::store::state::State::Running {
             return Err(crate::error::Error::NotRunning {
                 name: name.to_owned(),
@@ -96,6 +96,13 @@ impl Workspace<'_> {
                 remote.call_blocking(crate::servers::WorkspaceCall::Inspect {})?;
             return Ok(info.meta);
         }
+        self.get_here()
+    }
+
+    /// [`Self::get`] of a workspace known to live here (its placement
+    /// already looked up, or none possible): its record read once, with no
+    /// second look for a placement.
+    pub(crate) fn get_here(self) -> Result<Meta> {
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = ws.read_meta()?;
@@ -126,7 +133,7 @@ impl Workspace<'_> {
             return Ok(remote.call_blocking(crate::servers::WorkspaceCall::Inspect {})?);
         }
         let (all, name) = (self.all, self.name.as_str());
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         // A VMM that does not answer leaves the rest to show.
         let refused = match meta.state.has_vmm() {
             true => self.egress_denials().unwrap_or_else(|e| {

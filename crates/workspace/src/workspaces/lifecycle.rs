@@ -78,7 +78,7 @@ impl Workspaces {
         boot: impl FnOnce(&Meta) -> Result<Boot>,
     ) -> Result<Boot> {
         let ws = self.dir(name)?;
-        self.at(name).get()?;
+        self.at(name).get_here()?;
         let (_lock, mut meta) = self.lock_existing(name)?;
         match meta.state {
             State::Stopped | State::Crashed => {}
@@ -222,7 +222,7 @@ impl Workspaces {
         let ws = self.dir(name)?;
         let mut last_report = Instant::now();
         loop {
-            let meta = self.at(name).get()?;
+            let meta = self.at(name).get_here()?;
             match meta.state {
                 State::Running => return Ok(meta),
                 State::Starting => {}
@@ -272,7 +272,7 @@ impl Workspace<'_> {
         }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         let Some(rt) = meta.runtime.clone().filter(|_| meta.state.has_vmm()) else {
             return Ok(meta);
         };
@@ -354,7 +354,7 @@ impl Workspace<'_> {
             return Ok(remote.call_blocking(crate::servers::WorkspaceCall::Halt {})?);
         }
         let (all, name) = (self.all, self.name.as_str());
-        self.get()?;
+        self.get_here()?;
         let (_lock, _) = all.lock_existing(name)?;
         all.halt_locked(name)
     }
@@ -399,7 +399,7 @@ impl Workspace<'_> {
         }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
-        self.get()?;
+        self.get_here()?;
         let (lock, meta) = all.lock_existing(name)?;
         meta.check_delete(options)?;
         if meta.state.has_vmm() {
@@ -474,7 +474,7 @@ impl Workspace<'_> {
             all.limits.check_ttl(ttl)?;
         }
         let ws = all.dir(name)?;
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         if meta.state.has_vmm() {
             let req = ControlRequest::SetTtl { ttl_secs };
             match control::call(&ws.control(), &req, Duration::from_secs(5))? {
@@ -503,7 +503,7 @@ impl Workspace<'_> {
         if by_secs == 0 {
             return Err(Error::InvalidInput("extend the TTL by at least 1 s".into()));
         }
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         let per_start = meta
             .spec
             .ttl_secs

@@ -27,7 +27,7 @@ impl Workspace<'_> {
         }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         if meta.spec.ports.contains(&mapping) {
             return Ok(meta);
         }
@@ -67,7 +67,7 @@ impl Workspace<'_> {
         }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
-        let meta = self.get()?;
+        let meta = self.get_here()?;
         let addr = SocketAddr::new(host_ip, host_port);
         if !meta.spec.ports.iter().any(|p| p.host_addr() == addr) {
             return Err(Error::PortNotPublished {

@@ -37,7 +37,7 @@ impl Pools<'_> {
     /// ready member that fits; `None`: it has none (the caller launches a
     /// VMM). A claim tops the pool up in the background.
     pub(crate) async fn claim(&self, name: &str) -> Result<Option<Meta>> {
-        let meta = self.all.at(name).get()?;
+        let meta = self.all.at(name).get_here()?;
         if !meta.pristine || meta.pool.is_some() || self.size(&meta.spec.image)? == 0 {
             return Ok(None);
         }
