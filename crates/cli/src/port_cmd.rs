@@ -81,13 +81,23 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
             mapping,
             forward,
         } => {
-            if *forward {
+            let dev = ws.workspace(workspace)?;
+            let remote = dev.remote()?;
+            if *forward && remote.is_none() {
                 return Err(workspace::Error::InvalidInput(format!(
                     "--forward is for a workspace on another server; {workspace} is on this host, so its port is published here already"
                 )));
             }
-            let meta = ws.workspace(workspace)?.publish_port(*mapping)?;
+            let meta = dev.publish_port(*mapping)?;
             print(workspace, &meta.spec.ports, json);
+            if let Some(remote) = remote.filter(|_| *forward) {
+                remote.forward_port(mapping)?;
+                let port = mapping.host_port;
+                eprintln!(
+                    "127.0.0.1:{port} here is forwarded to port {port} of server {}",
+                    remote.server()
+                );
+            }
         }
         PortCommand::Ls { workspace } => {
             let meta = ws.workspace(workspace)?.get()?;

@@ -1,7 +1,9 @@
 //! Commands on another server: with `--server NAME`, or on a workspace
-//! that lives on one, the same command line runs there over SSH with this
-//! terminal's stdin, stdout and stderr, and its exit status comes back.
-//! So streaming, stdin, terminals and `--json` behave as they do here.
+//! that lives on one when the command streams (see [`streams`]; the rest
+//! are calls of the workspace's handle, which go there by themselves), the
+//! same command line runs there over SSH with this terminal's stdin,
+//! stdout and stderr, and its exit status comes back. So streaming, stdin,
+//! terminals and `--json` behave as they do here.
 //! What this host records follows what the remote confirmed: a create or
 //! fork that succeeded there is placed, a delete forgets the placement.
 //! `list` merges every server's workspaces.
@@ -60,8 +62,8 @@ async fn route(
             Some(ws.server_pool().pick_server(&spec.image).await?)
         }
         (None, _) => match target(cmd) {
-            Some(name) => ws.placement_of(name)?.map(|p| p.server),
-            None => None,
+            Some(name) if streams(cmd) => ws.placement_of(name)?.map(|p| p.server),
+            _ => None,
         },
     };
     // Whoever names the server, a workspace placed from here is checked
@@ -74,6 +76,22 @@ async fn route(
         Some(s) if s == LOCAL_SERVER => Ok(None),
         Some(s) => Ok(Some((ws.servers().get(&s)?, record))),
     }
+}
+
+/// Whether `cmd`, on a workspace placed on a server, runs there over SSH
+/// with this terminal: what streams both ways (a command's output as it
+/// comes, a terminal) and what a server keeps of its own (its snapshots,
+/// its browsers). Every other command on a workspace is a call of its
+/// handle, which goes to the server by itself.
+fn streams(cmd: &Command) -> bool {
+    use crate::snapshot_cmd::SnapshotCommand as S;
+    matches!(
+        cmd,
+        Command::Exec { .. }
+            | Command::Shell { .. }
+            | Command::Snapshot(S::Ls { .. })
+            | Command::Browser(_)
+    )
 }
 
 /// The workspace `cmd` acts on, when it names one.
@@ -172,14 +190,24 @@ pub async fn forward_if_remote(
     // `--server local` there: the remote runs it itself, never onward.
     let mut args = vec!["--server".to_owned(), LOCAL_SERVER.to_owned()];
     args.extend(forwarded_args());
-    let status = run_there(ws, &spec, &args, tty)?;
+    // Placed before it is made, so nothing takes the name meanwhile.
+    let placing = match &record {
+        Record::Place(name) => {
+            let full = ws.workspace(name)?.name().to_owned();
+            ws.reserve_placement(&spec.name, &full)?;
+            Some(full)
+        }
+        _ => None,
+    };
+    let status = run_there(ws, &spec, &args, tty);
+    if let Some(full) = placing.filter(|_| !matches!(status, Ok(0))) {
+        ws.servers().unplace(&full)?;
+    }
+    let status = status?;
     if status == 0 {
         let servers = ws.servers();
         match record {
-            Record::Place(name) => {
-                let agent = ws.caller().and_then(|c| c.agent());
-                servers.place(&name, &spec.name, agent.as_deref())?;
-            }
+            Record::Place(_) => {}
             Record::Forget(name) => {
                 servers.unforward_all(&name)?;
                 servers.unplace(&name)?;

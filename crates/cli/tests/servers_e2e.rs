@@ -50,6 +50,56 @@ fn http_get(port: u16) -> std::io::Result<String> {
     Ok(text)
 }
 
+/// The CLI's per-workspace commands on `ws`, a running workspace placed on
+/// a server that holds `/tmp/payload.txt`: inspect, TTL, metrics, logs,
+/// events, processes, file operations, ports.
+fn handle_calls_reach_the_server(here: &testkit::cli::CliHome, ws: &str) {
+    let info = here.ok_json(&["inspect", ws, "--json"]);
+    assert_eq!(
+        (&info["name"], &info["state"]),
+        (&ws.into(), &"running".into())
+    );
+    let ttl = here.ok_json(&["ttl", ws, "2h", "--json"]);
+    assert_eq!(ttl["spec"]["ttl_secs"], 7200, "{ttl}");
+    let ttl = here.ok_json(&["ttl", ws, "1h", "--extend", "--json"]);
+    assert_eq!(ttl["spec"]["ttl_secs"], 10800, "{ttl}");
+    let metrics = here.ok_json(&["metrics", ws, "--json"]);
+    assert!(metrics.to_string().contains(ws), "{metrics}");
+    // A fork's console may hold nothing yet: the call is what is checked.
+    here.ok(&["logs", ws, "--lines", "5"]);
+    let events = here.ok(&["events", ws]).stdout;
+    assert!(events.contains("exec_finished"), "{events}");
+    let ps = here.ok_json(&["ps", ws, "--json"]);
+    assert!(ps["processes"].is_array(), "{ps}");
+
+    here.ok(&["fs", "mkdir", ws, "/tmp/moved"]);
+    here.ok(&["fs", "mv", ws, "/tmp/payload.txt", "/tmp/moved/p.txt"]);
+    here.ok(&[
+        "fs",
+        "edit",
+        ws,
+        "/tmp/moved/p.txt",
+        "--old",
+        "over ssh",
+        "--new",
+        "by call",
+    ]);
+    let stat = here.ok_json(&["fs", "stat", ws, "/tmp/moved/p.txt", "--json"]);
+    assert_eq!(
+        (&stat["exists"], &stat["size"]),
+        (&true.into(), &16.into()),
+        "{stat}"
+    );
+    let found = here.ok(&["fs", "find", ws, "/tmp/moved", "*.txt"]).stdout;
+    assert_eq!(found.trim(), "/tmp/moved/p.txt");
+    here.ok(&["fs", "rm", ws, "/tmp/moved", "--recursive"]);
+    let gone = here.ok_json(&["fs", "stat", ws, "/tmp/moved", "--json"]);
+    assert_eq!(gone["exists"], false, "{gone}");
+
+    let ports = here.ok_json(&["port", "ls", ws, "--json"]);
+    assert_eq!(ports["workspace"], ws, "{ports}");
+}
+
 #[test]
 fn a_remote_server_runs_workspaces_over_ssh() {
     let test = "a_remote_server_runs_workspaces_over_ssh";
@@ -156,6 +206,10 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             .stdout,
         "payload over ssh\n"
     );
+    // Every other per-workspace command is a call of the workspace's
+    // handle, which goes to the server by itself (no ssh of this terminal):
+    // what it prints is what it prints for a workspace here.
+    handle_calls_reach_the_server(&here, "w2");
     let status = here.ok_json(&["server", "status", "remote1", "--json"]);
     let there_names: Vec<&str> = status["workspaces"]
         .as_array()
@@ -165,7 +219,9 @@ fn a_remote_server_runs_workspaces_over_ssh() {
         .collect();
     assert_eq!(there_names, ["w1", "w2"], "{status}");
     assert_eq!(status["workspaces"][0]["state"], "running");
-    here.ok(&["delete", "w2", "--yes", "--force"]);
+    let halted = here.ok_json(&["halt", "w2", "--json"]);
+    assert_eq!(halted["state"], "stopped", "{halted}");
+    here.ok(&["delete", "w2", "--yes"]);
     assert!(!here.home().join("servers/placed/w2.json").exists());
 
     // A port the server publishes, forwarded here over SSH on request (the

@@ -120,6 +120,7 @@ impl ServerPool<'_> {
             C::SetTtl { ttl_secs } => json(serde_json::to_value(dev.set_ttl(ttl_secs)?)),
             C::ExtendTtl { by_secs } => json(serde_json::to_value(dev.extend_ttl(by_secs)?)),
             C::Logs { lines } => json(serde_json::to_value(dev.logs(lines)?)),
+            C::LogsFrom { offset } => json(serde_json::to_value(dev.logs_from(offset)?)),
             C::Events { after, wait_ms } => {
                 json(serde_json::to_value(dev.events(after, ms(wait_ms)).await?))
             }
@@ -282,18 +283,18 @@ impl ServerPool<'_> {
         // among the placements (another agent's included) before any ssh.
         let full = self.all.full_name(name)?;
         let name = full.as_str();
-        self.all.check_name_free(name)?;
         let registry = self.all.servers();
         let target = registry.get(server)?;
         let args = on_itself(create_args(name, spec)?);
-        let value = run_remote_json(&registry, &target, &args, CREATE_DEADLINE).await?;
-        let meta: Meta = serde_json::from_value(value).map_err(|e| ServerError::Garbled {
-            server: server.to_owned(),
-            detail: format!("its create answer: {e}"),
-        })?;
-        crate::workspaces::placement::check_made(server, name, &meta)?;
-        registry.place(name, server, self.all.creating_agent().as_deref())?;
-        Ok(meta)
+        let make = async {
+            let value = run_remote_json(&registry, &target, &args, CREATE_DEADLINE).await?;
+            let meta: Meta = serde_json::from_value(value).map_err(|e| ServerError::Garbled {
+                server: server.to_owned(),
+                detail: format!("its create answer: {e}"),
+            })?;
+            Ok(meta)
+        };
+        self.all.make_placed(server, name, make).await
     }
 
     /// The figures of workspace `name` on server `server`, or of every

@@ -150,10 +150,11 @@ pub struct DirListing {
 }
 
 /// New console bytes and where to read next.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct ConsoleChunk {
-    /// The bytes.
+    /// The bytes (base64 in JSON).
+    #[serde(with = "crate::wire_bytes")]
     pub data: Vec<u8>,
     /// The offset to pass next time.
     pub next_offset: u64,
@@ -464,6 +465,14 @@ impl Workspace<'_> {
     /// New console bytes from `offset` of the current console file, and the
     /// next offset (for following).
     pub fn logs_from(self, offset: u64) -> Result<ConsoleChunk> {
+        if let Some(remote) = self.remote()? {
+            let chunk: ConsoleChunk =
+                remote.call_blocking(crate::servers::WorkspaceCall::LogsFrom { offset })?;
+            // A console file there rotates at the same cap as here.
+            let (got, cap) = (chunk.data.len(), console_log::CONSOLE_LOG_CAP);
+            crate::servers::check_answer_bytes(remote.server(), "logs_from", got, cap)?;
+            return Ok(chunk);
+        }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         ws.read_meta()?;

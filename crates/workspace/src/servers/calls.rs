@@ -87,6 +87,9 @@ pub enum WorkspaceCall {
     Logs {
         lines: Option<usize>,
     },
+    LogsFrom {
+        offset: u64,
+    },
     Events {
         after: u64,
         wait_ms: u64,
@@ -239,6 +242,21 @@ impl RemoteWorkspace {
     /// The server's name.
     pub fn server(&self) -> &str {
         &self.server.name
+    }
+
+    /// The server it lives on.
+    pub fn spec(&self) -> &ServerSpec {
+        &self.server
+    }
+
+    /// The workspace's full name.
+    pub fn workspace(&self) -> &str {
+        &self.workspace
+    }
+
+    /// The pool's records on this host (placements, forwards).
+    pub(crate) fn registry(&self) -> &ServerRegistry {
+        &self.registry
     }
 
     /// Makes `call` there; its answer read as `T`.

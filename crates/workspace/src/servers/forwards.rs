@@ -3,6 +3,7 @@
 //! recorded as `<state>/servers/forwards/<workspace>-<port>.pid` so `port
 //! rm` and `delete` end it.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::registry::ServerRegistry;
 use super::spec::ServerSpec;
 use super::ServerError;
+use crate::store::ports::PortMapping;
 
 /// How long a new forward may take to listen.
 const LISTEN_DEADLINE: Duration = Duration::from_secs(15);
@@ -152,6 +154,21 @@ impl ServerRegistry {
             }
         }
         Ok(())
+    }
+}
+
+impl super::calls::RemoteWorkspace {
+    /// Forwards this host's 127.0.0.1:`mapping.host_port` to the port the
+    /// workspace publishes with `mapping` on its server (a wildcard there is
+    /// reached on its loopback); returns once the forward listens.
+    pub fn forward_port(&self, mapping: &PortMapping) -> Result<(), ServerError> {
+        let ip = match mapping.host_ip {
+            ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+            IpAddr::V4(v4) => v4.to_string(),
+        };
+        self.registry()
+            .forward_port(self.spec(), self.workspace(), mapping.host_port, &ip)
     }
 }
 

@@ -406,18 +406,14 @@ impl Workspace<'_> {
             let source_namespace = crate::store::name::namespace_of(self.name());
             let to = crate::store::name::full_name(source_namespace, new_name)
                 .map_err(crate::store::StoreError::Name)?;
-            self.all.check_name_free(&to)?;
             let call = crate::servers::WorkspaceCall::Fork {
                 new_name: to.clone(),
                 snapshot: snapshot.map(str::to_owned),
                 timeout_ms: crate::servers::millis(timeout),
             };
-            let meta: Meta = remote.call(call).await?;
-            crate::workspaces::placement::check_made(remote.server(), &to, &meta)?;
             // The fork lives beside its source, its creator's as a create's.
-            let agent = self.all.creating_agent();
-            (self.all.servers()).place(&to, remote.server(), agent.as_deref())?;
-            return Ok(meta);
+            let make = async { Ok(remote.call(call).await?) };
+            return self.all.make_placed(remote.server(), &to, make).await;
         }
         let (all, source) = (self.all, self.name.as_str());
         // The fork is in its source's namespace unless named in another.

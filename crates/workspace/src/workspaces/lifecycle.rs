@@ -390,12 +390,19 @@ impl Workspace<'_> {
             let call = crate::servers::WorkspaceCall::Delete {
                 force: options.force,
             };
-            let meta = remote.call_blocking(call)?;
-            // Gone there: nothing of it is kept here.
-            let servers = self.all.servers();
-            servers.unforward_all(self.name())?;
-            servers.unplace(self.name())?;
-            return Ok(meta);
+            let deleted = remote.call_blocking::<Meta>(call).map_err(Error::from);
+            // Gone there (or never made: a create cut off after its
+            // placement): nothing of it is kept here.
+            let gone = match &deleted {
+                Ok(_) => true,
+                Err(e) => e.code() == crate::code::ErrorCode::NotFound,
+            };
+            if gone {
+                let servers = self.all.servers();
+                servers.unforward_all(self.name())?;
+                servers.unplace(self.name())?;
+            }
+            return deleted;
         }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;

@@ -49,6 +49,43 @@ impl Workspaces {
     }
 }
 
+impl Workspaces {
+    /// Makes workspace `name` on `server` with `make` (a create's or a
+    /// fork's call there), placed from the start: under the name's lock it
+    /// must be free here and among the placements, and it is placed (its
+    /// owner the creating agent) before any ssh, so no create here and no
+    /// other placement takes the name while the server makes it. When
+    /// `make` fails, or the server answers for another name, the placement
+    /// goes again.
+    /// Places full name `name` on `server` before the server makes it
+    /// (see [`Self::make_placed`]; a caller that makes it otherwise
+    /// unplaces it when that fails): under the name's lock, CONFLICT when
+    /// the name is taken here or placed already.
+    pub fn reserve_placement(&self, server: &str, name: &str) -> Result<()> {
+        let _lock = self.lock(name)?;
+        self.check_name_free(name)?;
+        let agent = self.creating_agent();
+        Ok(self.servers().place(name, server, agent.as_deref())?)
+    }
+
+    pub(crate) async fn make_placed<F>(&self, server: &str, name: &str, make: F) -> Result<Meta>
+    where
+        F: std::future::Future<Output = Result<Meta>>,
+    {
+        self.reserve_placement(server, name)?;
+        let made = async {
+            let meta = make.await?;
+            check_made(server, name, &meta)?;
+            Ok(meta)
+        }
+        .await;
+        if made.is_err() {
+            self.servers().unplace(name)?;
+        }
+        made
+    }
+}
+
 /// A server's answer about the workspace `asked` it made (a create's, a
 /// fork's), as data: its name must be the one asked for, so what this host
 /// then records (a placement, a start) is about the name it checked, never
@@ -159,6 +196,22 @@ mod tests {
             assert!(here.remote().unwrap().is_none());
             assert_eq!(here.get().unwrap().state, State::Stopped);
         }
+        // A create there that fails leaves no placement behind.
+        let (pool_a, pool_b, other) = (a.server_pool(), b.server_pool(), spec());
+        let made = pool_a.create_on_server("box", "other", &other).await;
+        assert_eq!(code(made), ErrorCode::HostUnsupported);
+        // While a server makes a workspace its name is placed already, so
+        // no create here or there takes it meanwhile; a failure unplaces it.
+        let make = async {
+            assert_eq!(servers.placement("held").unwrap().unwrap().server, "box");
+            assert_eq!(code(f.ws.create("held", spec())), ErrorCode::Conflict);
+            let there = pool_b.create_on_server("box2", "held", &other).await;
+            assert_eq!(code(there), ErrorCode::Conflict);
+            Err(Error::InvalidInput("the server refused it".into()))
+        };
+        let made = a.make_placed("box", "held", make).await;
+        assert_eq!(code(made), ErrorCode::InvalidInput);
+        assert!(servers.placement("held").unwrap().is_none());
         // Nothing was placed or changed by the refusals.
         assert_eq!(placed_dev(), before);
         let names: Vec<_> = servers.placements().unwrap();

@@ -58,12 +58,13 @@ impl Workspace<'_> {
     /// Stops publishing the host address `host_ip`:`host_port` of it (open connections run on). NOT_FOUND when it is not published.
     pub fn unpublish_port(self, host_ip: IpAddr, host_port: u16) -> Result<Meta> {
         if let Some(remote) = self.remote()? {
-            return Ok(
-                remote.call_blocking(crate::servers::WorkspaceCall::UnpublishPort {
-                    host_ip,
-                    host_port,
-                })?,
-            );
+            let meta = remote.call_blocking(crate::servers::WorkspaceCall::UnpublishPort {
+                host_ip,
+                host_port,
+            })?;
+            // A forward here to a port no longer published leads nowhere.
+            self.all.servers().unforward_port(self.name(), host_port)?;
+            return Ok(meta);
         }
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
