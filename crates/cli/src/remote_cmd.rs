@@ -79,18 +79,18 @@ async fn route(
 }
 
 /// Whether `cmd`, on a workspace placed on a server, runs there over SSH
-/// with this terminal: what streams both ways (a command's output as it
-/// comes, a terminal) and what a server keeps of its own (its snapshots,
-/// its browsers). Every other command on a workspace is a call of its
-/// handle, which goes to the server by itself.
+/// with this terminal: a terminal (`ssh -tt`) and what a server keeps of
+/// its own (its snapshots, its browsers). Every other command on a
+/// workspace is a call of its handle, which goes to the server by itself
+/// (a command's output coming back as it comes).
 fn streams(cmd: &Command) -> bool {
     use crate::snapshot_cmd::SnapshotCommand as S;
     matches!(
         cmd,
-        Command::Exec { .. }
-            | Command::Shell { .. }
-            | Command::Snapshot(S::Ls { .. })
-            | Command::Browser(_)
+        Command::Exec { args, .. } if args.tty
+    ) || matches!(
+        cmd,
+        Command::Shell { .. } | Command::Snapshot(S::Ls { .. }) | Command::Browser(_)
     )
 }
 
@@ -190,20 +190,28 @@ pub async fn forward_if_remote(
     // `--server local` there: the remote runs it itself, never onward.
     let mut args = vec!["--server".to_owned(), LOCAL_SERVER.to_owned()];
     args.extend(forwarded_args());
-    // Placed before it is made, so nothing takes the name meanwhile.
-    let placing = match &record {
+    // Placed before it is made, so nothing takes the name meanwhile; the
+    // placement goes again unless the server made it. An interrupt here
+    // ends ssh (it has the terminal too), not this process, so that is
+    // still decided.
+    let reservation = match &record {
         Record::Place(name) => {
             let full = ws.workspace(name)?.name().to_owned();
-            ws.reserve_placement(&spec.name, &full)?;
-            Some(full)
+            Some(ws.reserve_placement(&spec.name, &full)?)
         }
         _ => None,
     };
-    let status = run_there(ws, &spec, &args, tty);
-    if let Some(full) = placing.filter(|_| !matches!(status, Ok(0))) {
-        ws.servers().unplace(&full)?;
+    let _interrupts_reach_ssh_only = match &reservation {
+        Some(_) => Some(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                .map_err(|e| workspace::Error::from(servers::ServerError::Spawn(e)))?,
+        ),
+        None => None,
+    };
+    let status = run_there(ws, &spec, &args, tty)?;
+    if let Some(reservation) = reservation.filter(|_| status == 0) {
+        reservation.made();
     }
-    let status = status?;
     if status == 0 {
         let servers = ws.servers();
         match record {

@@ -186,15 +186,19 @@ fn print_report(report: &ServerReport) {
 }
 
 /// Answers one workspace call read from stdin (what a host that placed a
-/// workspace here sends over ssh); its answer is JSON on stdout.
+/// workspace here sends over ssh): the call is its first line, and what
+/// follows is the call's own input (a command's stdin). Frames (a
+/// command's output as it comes) go to stdout before the answer, JSON.
 pub async fn answer_call(ws: &Workspaces) -> workspace::Result<ExitCode> {
-    use std::io::Read;
+    use std::io::{BufRead, Read, Write};
     use workspace::servers::MAX_CALL_BYTES;
     let mut body = Vec::new();
-    std::io::stdin()
+    let mut stdin = std::io::stdin().lock();
+    (&mut stdin)
         .take(MAX_CALL_BYTES as u64 + 1)
-        .read_to_end(&mut body)
+        .read_until(b'\n', &mut body)
         .map_err(|e| workspace::Error::InvalidInput(format!("reading the call from stdin: {e}")))?;
+    drop(stdin);
     if body.len() > MAX_CALL_BYTES {
         return Err(workspace::Error::InvalidInput(format!(
             "a workspace call of more than {MAX_CALL_BYTES} bytes"
@@ -202,6 +206,38 @@ pub async fn answer_call(ws: &Workspaces) -> workspace::Result<ExitCode> {
     }
     let call: workspace::servers::RemoteCall = serde_json::from_slice(&body)
         .map_err(|e| workspace::Error::InvalidInput(format!("not a workspace call: {e}")))?;
-    output::json(&ws.server_pool().answer_call(call).await?);
+    let mut frames = |frame: workspace::servers::CallFrame| {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&frame.to_line())
+            .and_then(|()| out.flush())
+            .is_ok()
+    };
+    let streams = workspace::servers::CallStreams {
+        stdin: rest_of_stdin(),
+        frames: &mut frames,
+    };
+    output::json(&ws.server_pool().answer_call(call, streams).await?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The rest of stdin, chunk by chunk, read on a thread of its own: one
+/// that still waits for input when the answer is out does not keep this
+/// process from exiting (a runtime's blocking read would).
+fn rest_of_stdin() -> tokio::sync::mpsc::Receiver<Vec<u8>> {
+    use std::io::Read;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match std::io::stdin().lock().read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
 }

@@ -59,9 +59,10 @@ fn mib(bytes: u64) -> String {
 }
 
 fn describe(s: &SnapshotInfo) {
-    println!("{}", s.name);
-    println!("  workspace   {}", s.workspace);
-    println!("  image       {}", s.spec.image);
+    // A snapshot's record may come from a server: escaped.
+    println!("{}", output::field(&s.name));
+    println!("  workspace   {}", output::field(&s.workspace));
+    println!("  image       {}", output::field(&s.spec.image));
     println!(
         "  contents    {}",
         if s.has_memory {

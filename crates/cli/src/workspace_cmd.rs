@@ -137,16 +137,22 @@ impl SpecArgs {
 }
 
 fn describe(meta: &Meta) {
+    println!("{}", summary(meta));
+}
+
+/// One line about a workspace. Its strings may come from a server (a
+/// workspace placed there): escaped, as guest text is.
+fn summary(meta: &Meta) -> String {
     let s = &meta.spec;
-    println!(
+    format!(
         "{}: {} ({} image, {} vCPU, {} MiB memory, {} MiB disk, network {}{}{})",
-        meta.name,
+        output::field(&meta.name),
         meta.state,
-        s.image,
+        output::field(&s.image),
         s.vcpus,
         s.mem_mib,
         s.disk_mib,
-        s.network,
+        output::field(&s.network),
         s.ttl_secs
             .map(|t| format!(", ttl {t}s"))
             .unwrap_or_default(),
@@ -156,7 +162,7 @@ fn describe(meta: &Meta) {
             let ports: Vec<String> = s.ports.iter().map(ToString::to_string).collect();
             format!(", ports {}", ports.join(" "))
         }
-    );
+    )
 }
 
 fn done(meta: &Meta, json: bool) -> ExitCode {
@@ -267,18 +273,24 @@ pub fn delete(
     force: bool,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    // Checked first, so a prompt is never shown for a missing workspace.
-    let meta = ws.workspace(name)?.get()?;
+    // Checked first, so a prompt is never shown for a missing workspace;
+    // one placed on a server that does not know it (a create cut short)
+    // goes on to the delete, which forgets it.
+    let dev = ws.workspace(name)?;
+    let state = match dev.get() {
+        Ok(meta) => meta.state.to_string(),
+        Err(e) if e.code() == workspace::ErrorCode::NotFound && dev.remote()?.is_some() => {
+            "not on its server".to_owned()
+        }
+        Err(e) => return Err(e),
+    };
     if !yes {
         if !std::io::stdin().is_terminal() || json {
             return Err(Error::InvalidInput(format!(
                 "deleting `{name}` removes its disk; pass --yes to confirm"
             )));
         }
-        eprint!(
-            "delete workspace {name} ({}) and its disk? [y/N] ",
-            meta.state
-        );
+        eprint!("delete workspace {name} ({state}) and its disk? [y/N] ");
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         let _ = std::io::stdin().read_line(&mut answer);
@@ -293,7 +305,7 @@ pub fn delete(
     if json {
         output::json(&serde_json::json!({ "deleted": meta.name, "was": meta.state }));
     } else {
-        println!("deleted {}", meta.name);
+        println!("deleted {}", output::field(&meta.name));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -398,12 +410,18 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
         return Ok(ExitCode::SUCCESS);
     }
     describe(&info.meta);
-    println!("  directory   {}", info.dir.display());
+    println!(
+        "  directory   {}",
+        output::field(&info.dir.display().to_string())
+    );
     println!("  created     {} ago", age(info.age_ms));
     if let Some(rt) = &info.meta.runtime {
         println!("  vmm pid     {}", rt.pid);
         if !rt.protections.is_empty() {
-            println!("  confined    {}", rt.protections.join(", "));
+            println!(
+                "  confined    {}",
+                output::field(&rt.protections.join(", "))
+            );
         }
         println!("  up          {}", age(info.uptime_ms.unwrap_or(0)));
         if let (Some(kind), Some(us)) = (rt.start_kind, rt.ready_us) {
@@ -427,7 +445,14 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
         let a = &n.addressing;
         println!(
             "  network     {} ({} backend, egress {}): {}/{} via {}, dns {}, mac {}",
-            n.name, n.backend, n.egress, a.guest, a.prefix, a.gateway, a.dns, n.mac
+            output::field(&n.name),
+            n.backend,
+            n.egress,
+            a.guest,
+            a.prefix,
+            a.gateway,
+            a.dns,
+            n.mac
         );
         if !n.allow.is_empty() {
             let rules: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
@@ -494,4 +519,31 @@ pub fn parse_state(s: &str) -> Result<State, String> {
             let names: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
             format!("unknown state {s:?}; one of {}", names.join(", "))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_strings_reach_the_terminal_escaped() {
+        // What a hostile server could answer for a workspace placed there:
+        // OSC 52 (write the clipboard), a title, a screen clear.
+        let mut spec = serde_json::to_value(workspace::WorkspaceSpec::default()).unwrap();
+        spec["image"] = "debian\u{1b}[2J".into();
+        spec["network"] = "user\u{1b}]0;owned\u{7}".into();
+        let meta: Meta = serde_json::from_value(serde_json::json!({
+            "name": "dev\u{1b}]52;c;aGk=\u{7}",
+            "state": "running",
+            "created_at_ms": 0,
+            "spec": spec,
+        }))
+        .unwrap();
+        let line = summary(&meta);
+        assert!(
+            !line.contains('\u{1b}') && !line.contains('\u{7}'),
+            "{line:?}"
+        );
+        assert!(line.starts_with("dev"), "{line}");
+    }
 }

@@ -50,6 +50,44 @@ fn http_get(port: u16) -> std::io::Result<String> {
     Ok(text)
 }
 
+/// `exec` on `ws` (placed on a server) hands on output as it comes, and
+/// an interrupt here kills the command there.
+fn output_streams_and_ctrl_c_kills_there(here: &CliHome, ws: &str) {
+    use std::io::BufRead;
+    let line = "echo first; exec sleep 300";
+    let mut exec = here
+        .command(&["exec", ws, "--shell", "--", line])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut out = std::io::BufReader::new(exec.stdout.take().unwrap());
+    out.read_line(&mut first).unwrap();
+    assert_eq!(first, "first\n");
+    assert!(
+        exec.try_wait().unwrap().is_none(),
+        "exec ended before its command"
+    );
+    // SAFETY: kill only sends a signal, to the child this test spawned.
+    unsafe { libc::kill(exec.id() as i32, libc::SIGINT) };
+    let ended = exec.wait_with_output().unwrap();
+    assert_eq!(ended.status.code(), Some(130), "{ended:?}");
+    let left = here.ok(&[
+        "exec",
+        ws,
+        "--shell",
+        "--",
+        "ps | grep -c '[s]leep 300' || true",
+    ]);
+    assert_eq!(
+        left.stdout.trim(),
+        "0",
+        "the command outlived its interrupt"
+    );
+}
+
 /// The CLI's per-workspace commands on `ws`, a running workspace placed on
 /// a server that holds `/tmp/payload.txt`: inspect, TTL, metrics, logs,
 /// events, processes, file operations, ports.
@@ -184,6 +222,10 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     assert_eq!(out.status.code(), Some(3));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "through ssh\n");
     assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
+
+    // exec streams: its first line is here while the command still runs
+    // there, and Ctrl-C here kills it there.
+    output_streams_and_ctrl_c_kills_there(&here, "w1");
 
     // cp both ways.
     let file = here.home().join("payload.txt");
@@ -547,7 +589,9 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     sshd.kill_sessions();
     let out = cut.wait_with_output().unwrap();
     let waited = began.elapsed();
-    assert_eq!(out.status.code(), Some(255), "{out:?}");
+    // microagent's own failure (HOST_UNSUPPORTED), not the command's.
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HOST_UNSUPPORTED"));
     assert!(waited < Duration::from_secs(40), "{waited:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("server remote1"),
@@ -565,7 +609,15 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     let merged = names(&here.ok_json(&["list", "--json"]));
     assert_eq!(merged, [("w1".into(), "remote1".into(), "unknown".into())]);
     let refused = here.run(&["exec", "w1", "--", "true"]);
-    assert_eq!(refused.status, 255, "{}", refused.stderr);
+    assert_eq!(refused.status, 125, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("HOST_UNSUPPORTED"),
+        "{}",
+        refused.stderr
+    );
+    // What still goes as argv over SSH ends as ssh does.
+    let argv = here.run(&["--server", "remote1", "image", "ls"]);
+    assert_eq!(argv.status, 255, "{}", argv.stderr);
     sshd.resume();
 
     // Placement without --server: this host's budget lets nothing more
@@ -582,6 +634,17 @@ fn a_remote_server_runs_workspaces_over_ssh() {
         "w1 still lives there"
     );
     here.ok(&["delete", "w1", "--yes", "--force"]);
+    // A placement whose create was cut short (the server never made it):
+    // delete forgets it, and says the server has no such workspace.
+    let ghost = here.home().join("servers/placed/ghost.json");
+    std::fs::write(&ghost, r#"{"workspace":"ghost","server":"remote1"}"#).unwrap();
+    let forgot = here.run(&["delete", "ghost", "--yes", "--json"]);
+    assert_ne!(forgot.status, 0, "{}", forgot.stdout);
+    assert!(forgot.stdout.contains("NOT_FOUND"), "{}", forgot.stdout);
+    assert!(
+        !ghost.exists(),
+        "the placement of a workspace never made stays"
+    );
     here.ok(&["--server", "remote1", "snapshot", "rm", "s1"]);
     assert!(there.vmm_pids().is_empty(), "a VMM is left on the remote");
     here.ok(&["server", "rm", "remote1"]);

@@ -119,6 +119,8 @@ pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
 #[cfg(feature = "client")]
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
 #[cfg(feature = "client")]
+pub use workspaces::placement::PlacementReservation;
+#[cfg(feature = "client")]
 pub use workspaces::pool::Pools;
 #[cfg(feature = "client")]
 pub use workspaces::tasks::Tasks;

@@ -389,8 +389,25 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<DeleteParams>,
     ) -> ToolResult<DeleteResult> {
+        let (preview, force) = (p.preview, p.force);
         let info = self
-            .on_workspace(&p.name, |ws, name| ws.workspace(name)?.inspect())
+            .on_workspace(&p.name, move |ws, name| {
+                let dev = ws.workspace(name)?;
+                match dev.inspect() {
+                    // Placed on a server that does not know it (a create
+                    // cut short): the delete forgets the placement, and
+                    // says NOT_FOUND.
+                    Err(e)
+                        if e.code() == workspace::ErrorCode::NotFound
+                            && !preview
+                            && dev.remote()?.is_some() =>
+                    {
+                        dev.delete(workspace::DeleteOptions::default().force(force))?;
+                        Err(e)
+                    }
+                    other => other,
+                }
+            })
             .await?;
         info.meta
             .check_delete(workspace::DeleteOptions::default().force(p.force))?;

@@ -12,10 +12,13 @@ use std::time::Duration;
 
 use crate::admin::server_reports::ServerPool;
 use crate::error::Error;
+use crate::guest::exec::ExecEnd;
 use crate::guest::files::WriteOptions;
-use crate::guest::stream::ExecInput;
+use crate::guest::stream::{ExecEvent, ExecInput};
 use crate::guest::WorkspaceMetrics;
-use crate::servers::{run_remote_json, RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER};
+use crate::servers::{
+    run_remote_json, CallFrame, CallStreams, RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER,
+};
 use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 
 /// How long a remote `metrics` may take (it samples CPU for a second).
@@ -86,7 +89,11 @@ impl ServerPool<'_> {
     /// Answers a call this host's client sent for one of its workspaces
     /// (the server's side of [`Workspace::remote`]): the handle's call of
     /// the same name, its answer as JSON.
-    pub async fn answer_call(&self, call: RemoteCall) -> crate::error::Result<serde_json::Value> {
+    pub async fn answer_call(
+        &self,
+        call: RemoteCall,
+        streams: CallStreams<'_>,
+    ) -> crate::error::Result<serde_json::Value> {
         if let Some(placed) = self.all.servers().placement(&call.workspace)? {
             return Err(ServerError::PlacedAgain {
                 workspace: call.workspace,
@@ -95,6 +102,18 @@ impl ServerPool<'_> {
             .into());
         }
         let dev = self.all.workspace(&call.workspace)?;
+        let CallStreams {
+            stdin: rest,
+            frames,
+        } = streams;
+        let mut started = |p: crate::workspaces::lifecycle::StartProgress| {
+            let elapsed_ms = crate::servers::millis(p.elapsed);
+            let console = p.console;
+            frames(CallFrame::StartProgress {
+                elapsed_ms,
+                console,
+            });
+        };
         let ms = Duration::from_millis;
         let json = |v: serde_json::Result<serde_json::Value>| Ok(v.map_err(ServerError::Encode)?);
         use WorkspaceCall as C;
@@ -103,13 +122,13 @@ impl ServerPool<'_> {
                 cold: false,
                 timeout_ms,
             } => json(serde_json::to_value(
-                dev.start(ms(timeout_ms), |_| {}).await?,
+                dev.start(ms(timeout_ms), &mut started).await?,
             )),
             C::Start {
                 cold: true,
                 timeout_ms,
             } => json(serde_json::to_value(
-                dev.start_cold(ms(timeout_ms), |_| {}).await?,
+                dev.start_cold(ms(timeout_ms), &mut started).await?,
             )),
             C::Stop { timeout_ms } => json(serde_json::to_value(dev.stop(ms(timeout_ms)).await?)),
             C::Halt {} => json(serde_json::to_value(dev.halt()?)),
@@ -148,13 +167,20 @@ impl ServerPool<'_> {
                 let mut one = self.all.metrics(Some(dev.name())).await?;
                 json(serde_json::to_value(one.pop()))
             }
-            C::Exec { request, stdin, .. } => {
+            C::Exec {
+                request,
+                stdin,
+                stdin_follows,
+                ..
+            } => {
                 let bad = |e: serde_json::Error| Error::InvalidInput(format!("a command: {e}"));
                 let request = serde_json::from_value(request).map_err(bad)?;
-                let input = stdin.map_or(ExecInput::None, ExecInput::Bytes);
-                json(serde_json::to_value(
-                    dev.exec_collect(request, input).await?,
-                ))
+                let exited = answer_exec(dev, request, stdin, stdin_follows, rest, frames).await?;
+                json(serde_json::to_value(exited))
+            }
+            C::SignalExec { exec_id, signal } => {
+                dev.signal_exec(&exec_id, signal).await?;
+                json(Ok(serde_json::json!({})))
             }
             C::ProcessStart { request, options } => {
                 let bad =
@@ -327,6 +353,58 @@ impl ServerPool<'_> {
     }
 }
 
+/// A command of a call, its output sent as frames as it comes. It is
+/// killed when the caller goes away: a frame it cannot take, or the end of
+/// a stdin that was not the command's.
+async fn answer_exec(
+    dev: crate::workspaces::handle::Workspace<'_>,
+    request: crate::guest::exec::ExecRequest,
+    stdin: Option<Vec<u8>>,
+    stdin_follows: bool,
+    mut rest: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    frames: &mut (dyn FnMut(CallFrame) -> bool + Send),
+) -> crate::error::Result<crate::guest::exec::Exited> {
+    let (input, watched) = match stdin_follows {
+        true => (ExecInput::Channel(rest), None),
+        false => (
+            stdin.map_or(ExecInput::None, ExecInput::Bytes),
+            Some(&mut rest),
+        ),
+    };
+    let gone = tokio::sync::Notify::new();
+    let on_event = |event: ExecEvent| {
+        let frame = match event {
+            ExecEvent::Started { exec_id, pid } => CallFrame::ExecStarted { exec_id, pid },
+            ExecEvent::Stdout(data) => CallFrame::Stdout { data },
+            ExecEvent::Stderr(data) => CallFrame::Stderr { data },
+        };
+        if !frames(frame) {
+            gone.notify_one();
+        }
+    };
+    let caller_gone = async {
+        let stdin_ended = async {
+            match watched {
+                Some(rest) => while rest.recv().await.is_some() {},
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = stdin_ended => {}
+            () = gone.notified() => {}
+        }
+    };
+    match dev
+        .exec_cancellable(request, input, on_event, caller_gone)
+        .await?
+    {
+        ExecEnd::Exited(exited) => Ok(exited),
+        ExecEnd::Cancelled { exec_id, killed } => {
+            Err(ServerError::CallerGone { exec_id, killed }.into())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,10 +536,15 @@ mod tests {
                 timeout_ms: 1000,
             },
         };
+        let mut sink = |_: CallFrame| true;
         for other in ["s-theirs", "s-old"] {
+            let streams = CallStreams {
+                stdin: tokio::sync::mpsc::channel(1).1,
+                frames: &mut sink,
+            };
             let refused =
                 f.ws.server_pool()
-                    .answer_call(fork(other))
+                    .answer_call(fork(other), streams)
                     .await
                     .unwrap_err();
             assert_eq!(refused.code(), ErrorCode::Forbidden, "{other}: {refused}");
@@ -469,9 +552,13 @@ mod tests {
         let copy = f.ws.workspace("copy").unwrap();
         assert!(copy.get().is_err(), "no fork made");
         // Its own passes the check (and fails further on: no VMM here).
+        let streams = CallStreams {
+            stdin: tokio::sync::mpsc::channel(1).1,
+            frames: &mut sink,
+        };
         let own =
             f.ws.server_pool()
-                .answer_call(fork("s-mine"))
+                .answer_call(fork("s-mine"), streams)
                 .await
                 .unwrap_err();
         assert_ne!(own.code(), ErrorCode::Forbidden, "{own}");

@@ -255,7 +255,7 @@ impl ExecRequest {
 }
 
 /// How a command ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Exited {
     /// The exec's id, as the workspace's events name it.
@@ -618,6 +618,12 @@ impl Workspace<'_> {
 
     /// Sends a signal to a running exec's process group.
     pub async fn signal_exec(self, exec_id: &str, signal: i32) -> Result<()> {
+        if let Some(remote) = self.remote()? {
+            let exec_id = exec_id.to_owned();
+            let call = crate::servers::WorkspaceCall::SignalExec { exec_id, signal };
+            let _: serde_json::Value = remote.call(call).await?;
+            return Ok(());
+        }
         let (all, name) = (self.all, self.name.as_str());
         all.agent(name)
             .await?

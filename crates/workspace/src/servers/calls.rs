@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::registry::ServerRegistry;
-use super::remote::{run_remote, typed_answer_of, DEFAULT_DEADLINE};
+use super::remote::{run_remote_streaming, typed_answer_of, RunStreams, DEFAULT_DEADLINE};
 use super::spec::{ServerSpec, LOCAL_SERVER};
 use super::ServerError;
 use crate::store::ports::PortMapping;
@@ -109,13 +109,24 @@ pub enum WorkspaceCall {
         host_ip: IpAddr,
         host_port: u16,
     },
-    /// A command run to its end, its output collected there (the request
-    /// as `ExecRequest` writes itself); `wait_ms` is how long it may take.
+    /// A command run to its end (the request as `ExecRequest` writes
+    /// itself), its output sent as frames as it comes and its end as the
+    /// answer; `wait_ms` is how long it may take. Its stdin is `stdin`, or
+    /// with `stdin_follows` what follows the call on the server's stdin;
+    /// otherwise the end of that stdin means the caller went away, and the
+    /// command is killed.
     Exec {
         request: serde_json::Value,
         #[serde(default, with = "crate::wire_bytes::optional")]
         stdin: Option<Vec<u8>>,
+        #[serde(default)]
+        stdin_follows: bool,
         wait_ms: u64,
+    },
+    /// A signal to a running command's process group.
+    SignalExec {
+        exec_id: String,
+        signal: i32,
     },
     /// The request and options as `ExecRequest` and `ProcessOptions`
     /// write themselves (this layer is below the guest's).
@@ -212,6 +223,18 @@ impl WorkspaceCall {
         }
     }
 
+    /// Most bytes its answer may take: a console chunk is held to the
+    /// console's cap (in base64) before it is decoded; the largest answer
+    /// of the rest is a whole read (64 MiB, base64).
+    fn max_answer(&self) -> u64 {
+        match self {
+            Self::LogsFrom { .. } => {
+                crate::store::console_log::CONSOLE_LOG_CAP * 4 / 3 + (64 << 10)
+            }
+            _ => MAX_CALL_BYTES as u64,
+        }
+    }
+
     /// Its name in errors.
     fn op(&self) -> String {
         serde_json::to_value(self)
@@ -261,13 +284,27 @@ impl RemoteWorkspace {
 
     /// Makes `call` there; its answer read as `T`.
     pub async fn call<T: DeserializeOwned>(&self, call: WorkspaceCall) -> Result<T, ServerError> {
+        self.call_streaming(call, RunStreams::default()).await
+    }
+
+    /// [`Self::call`] with more input after the call, a held stdin, or
+    /// frames before the answer ([`RunStreams`]).
+    pub async fn call_streaming<T: DeserializeOwned>(
+        &self,
+        call: WorkspaceCall,
+        streams: RunStreams<'_>,
+    ) -> Result<T, ServerError> {
         let deadline = call.deadline();
         let op = call.op();
-        let body = serde_json::to_vec(&RemoteCall {
+        let limit = call.max_answer();
+        // One line (compact JSON has no raw newline): what follows it on
+        // the server's stdin is the call's own input.
+        let mut body = serde_json::to_vec(&RemoteCall {
             workspace: self.workspace.clone(),
             call,
         })
         .map_err(|e| ServerError::Invalid(format!("a call that cannot be sent: {e}")))?;
+        body.push(b'\n');
         if body.len() > MAX_CALL_BYTES {
             return Err(ServerError::Invalid(format!(
                 "{op} on a workspace on server {} carries {} bytes; at most {MAX_CALL_BYTES} go in one call",
@@ -281,9 +318,9 @@ impl RemoteWorkspace {
             LOCAL_SERVER.to_owned(),
             "workspace-call".to_owned(),
         ];
-        // The largest answer is a whole read (64 MiB, base64): it fits.
-        let limit = MAX_CALL_BYTES as u64;
-        let out = run_remote(&self.registry, &self.server, &args, &body, limit, deadline).await?;
+        let (registry, server) = (&self.registry, &self.server);
+        let out =
+            run_remote_streaming(registry, server, &args, &body, limit, deadline, streams).await?;
         typed_answer_of(&self.server.name, &out, &op)
     }
 
@@ -347,6 +384,9 @@ mod tests {
         };
         assert_eq!(wait.deadline(), Duration::from_secs(630));
         assert_eq!(WorkspaceCall::Inspect {}.deadline(), DEFAULT_DEADLINE);
+        // A console chunk's answer is held near the console's cap.
+        let logs = WorkspaceCall::LogsFrom { offset: 0 }.max_answer();
+        assert!(logs < 2 << 20 && logs > crate::store::console_log::CONSOLE_LOG_CAP * 4 / 3);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod calls;
 mod forwards;
+mod frames;
 mod registry;
 mod remote;
 mod spec;
@@ -19,8 +20,12 @@ mod status;
 pub use calls::{
     check_answer_bytes, millis, RemoteCall, RemoteWorkspace, WorkspaceCall, MAX_CALL_BYTES,
 };
+pub use frames::{CallFrame, CallStreams, FRAME_START, MAX_FRAME_BYTES};
 pub use registry::{PlacedWorkspace, ServerRegistry};
-pub use remote::{run_remote, run_remote_json, RemoteOutput, DEFAULT_DEADLINE, PROBE_DEADLINE};
+pub use remote::{
+    run_remote, run_remote_json, run_remote_streaming, RemoteOutput, RunStreams, DEFAULT_DEADLINE,
+    PROBE_DEADLINE,
+};
 pub use spec::{check_server_name, ServerSpec, SshTarget, LOCAL_SERVER};
 pub use status::{
     available_score, offline, remote_status, Availability, Health, Resources, ServerReport,
@@ -125,6 +130,15 @@ pub enum ServerError {
         /// The workspace the call was for.
         workspace: String,
     },
+    /// The host that sent a command went away before it ended; the command
+    /// was killed (`killed`: the guest confirmed it).
+    #[error("the host that sent command {exec_id} went away before it ended (killed: {killed})")]
+    CallerGone {
+        /// The command's exec id.
+        exec_id: String,
+        /// Whether the guest confirmed the kill.
+        killed: bool,
+    },
     /// ssh could not be run here.
     #[error("running ssh")]
     Spawn(#[source] std::io::Error),
@@ -156,6 +170,7 @@ impl ServerError {
             ServerError::NotFound(_) => ErrorCode::NotFound,
             ServerError::Exists(_) | ServerError::InUse { .. } => ErrorCode::Conflict,
             ServerError::Unreachable { .. } | ServerError::Spawn(_) => ErrorCode::HostUnsupported,
+            ServerError::CallerGone { .. } => ErrorCode::Timeout,
             ServerError::Deadline { .. } => ErrorCode::Timeout,
             ServerError::Remote { code, .. } => *code,
             ServerError::Garbled { .. }

@@ -32,6 +32,29 @@ pub struct RemoteOutput {
     pub stderr: String,
 }
 
+/// What else a remote run exchanges besides its input and its answer.
+#[derive(Default)]
+pub struct RunStreams<'a> {
+    /// Sent after the input, to its end (a command's stdin).
+    pub then_input: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    /// Keeps the remote's stdin open until the answer is read, so that its
+    /// end tells the remote this host went away (when nothing follows).
+    pub hold_input: bool,
+    /// Takes the frames the remote prints before its answer (without it a
+    /// frame is part of the answer).
+    pub on_frame: Option<&'a mut (dyn FnMut(super::CallFrame) + Send)>,
+}
+
+impl std::fmt::Debug for RunStreams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunStreams")
+            .field("then_input", &self.then_input.is_some())
+            .field("hold_input", &self.hold_input)
+            .field("on_frame", &self.on_frame.is_some())
+            .finish()
+    }
+}
+
 /// Runs `microagent ARGS` on `spec` with `input` on its stdin (none: an
 /// empty one), its output collected, at most `max_stdout` bytes of it.
 /// ssh's own failure is [`ServerError::Unreachable`]; past `deadline` ssh
@@ -44,11 +67,33 @@ pub async fn run_remote(
     max_stdout: u64,
     deadline: Duration,
 ) -> Result<RemoteOutput, ServerError> {
+    let streams = RunStreams::default();
+    run_remote_streaming(registry, spec, args, input, max_stdout, deadline, streams).await
+}
+
+/// [`run_remote`] with [`RunStreams`]: more input after `input`, a held
+/// stdin, and frames before the answer (a frame that is not one is
+/// [`ServerError::Garbled`]).
+pub async fn run_remote_streaming(
+    registry: &ServerRegistry,
+    spec: &ServerSpec,
+    args: &[String],
+    input: &[u8],
+    max_stdout: u64,
+    deadline: Duration,
+    streams: RunStreams<'_>,
+) -> Result<RemoteOutput, ServerError> {
+    let RunStreams {
+        then_input,
+        hold_input,
+        on_frame,
+    } = streams;
     let line = ssh::remote_line(spec, args);
     let mut cmd = tokio::process::Command::from(registry.ssh_command(spec, &line, false)?);
-    cmd.stdin(match input.is_empty() {
-        true => Stdio::null(),
-        false => Stdio::piped(),
+    let piped = !input.is_empty() || then_input.is_some() || hold_input;
+    cmd.stdin(match piped {
+        false => Stdio::null(),
+        true => Stdio::piped(),
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -74,14 +119,31 @@ pub async fn run_remote(
             // A remote that stops reading early ends the write; its answer
             // says why.
             let _ = stdin.write_all(input).await;
+            if let Some(mut more) = then_input {
+                let _ = tokio::io::copy(&mut more, &mut stdin).await;
+            } else if hold_input {
+                // Dropped (closed) once the answer is in.
+                std::future::pending::<()>().await;
+            }
         }
     };
     let read = async {
         use tokio::io::AsyncReadExt;
-        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut err = Vec::new();
         let mut stderr = stderr;
-        let mut stdout = stdout.take(max_stdout + 1);
-        let stdout_read = stdout.read_to_end(&mut out);
+        let stdout_read = async {
+            match on_frame {
+                Some(on_frame) => {
+                    let reader = tokio::io::BufReader::new(stdout);
+                    super::frames::read_frames_then_answer(reader, max_stdout, on_frame).await
+                }
+                None => {
+                    let mut out = Vec::new();
+                    stdout.take(max_stdout + 1).read_to_end(&mut out).await?;
+                    Ok(out)
+                }
+            }
+        };
         let stderr_read = async {
             (&mut stderr)
                 .take(MAX_REMOTE_STDERR)
@@ -90,13 +152,32 @@ pub async fn run_remote(
             tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await
         };
         let (a, b) = tokio::join!(stdout_read, stderr_read);
-        a.and(b.map(drop))?;
+        let out = a?;
+        b?;
         Ok::<_, std::io::Error>((out, err))
     };
-    let (stdout, stderr) = tokio::time::timeout(deadline, async { tokio::join!(feed, read).1 })
+    // The feed may outlive the answer (a held stdin): the answer decides.
+    let both = async {
+        tokio::pin!(feed);
+        tokio::pin!(read);
+        let mut fed = false;
+        loop {
+            tokio::select! {
+                done = &mut read => return done,
+                () = &mut feed, if !fed => fed = true,
+            }
+        }
+    };
+    let (stdout, stderr) = tokio::time::timeout(deadline, both)
         .await
         .map_err(|_| late())?
-        .map_err(ServerError::Spawn)?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => ServerError::Garbled {
+                server: spec.name.clone(),
+                detail: e.to_string(),
+            },
+            _ => ServerError::Spawn(e),
+        })?;
     // Past the bound, ssh is killed when `child` is dropped.
     if stdout.len() as u64 > max_stdout {
         return Err(ServerError::AnswerTooLarge {

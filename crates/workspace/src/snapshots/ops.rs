@@ -406,6 +406,9 @@ impl Workspace<'_> {
             let source_namespace = crate::store::name::namespace_of(self.name());
             let to = crate::store::name::full_name(source_namespace, new_name)
                 .map_err(crate::store::StoreError::Name)?;
+            // Not into the pools' namespace, as a create there is not.
+            let namespace = crate::store::name::namespace_of(&to);
+            crate::workspaces::tenancy::refuse_pool_namespace(namespace)?;
             let call = crate::servers::WorkspaceCall::Fork {
                 new_name: to.clone(),
                 snapshot: snapshot.map(str::to_owned),

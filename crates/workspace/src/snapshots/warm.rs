@@ -83,13 +83,28 @@ impl Workspace<'_> {
     async fn start_as(
         self,
         timeout: Duration,
-        progress: impl FnMut(StartProgress) + Send,
+        mut progress: impl FnMut(StartProgress) + Send,
         cold: bool,
     ) -> Result<Meta> {
         if let Some(remote) = self.remote()? {
             let timeout_ms = crate::servers::millis(timeout);
             let call = crate::servers::WorkspaceCall::Start { cold, timeout_ms };
-            return Ok(remote.call(call).await?);
+            // The server's progress, as it reports it.
+            let mut on_frame = |frame| {
+                if let crate::servers::CallFrame::StartProgress {
+                    elapsed_ms,
+                    console,
+                } = frame
+                {
+                    let elapsed = Duration::from_millis(elapsed_ms);
+                    progress(StartProgress { elapsed, console });
+                }
+            };
+            let streams = crate::servers::RunStreams {
+                on_frame: Some(&mut on_frame),
+                ..Default::default()
+            };
+            return Ok(remote.call_streaming(call, streams).await?);
         }
         let (all, name) = (self.all, self.name.as_str());
         let meta = all.start_maybe_warm(name, timeout, progress, cold).await?;

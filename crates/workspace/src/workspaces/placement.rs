@@ -50,39 +50,75 @@ impl Workspaces {
 }
 
 impl Workspaces {
-    /// Makes workspace `name` on `server` with `make` (a create's or a
-    /// fork's call there), placed from the start: under the name's lock it
-    /// must be free here and among the placements, and it is placed (its
-    /// owner the creating agent) before any ssh, so no create here and no
-    /// other placement takes the name while the server makes it. When
-    /// `make` fails, or the server answers for another name, the placement
-    /// goes again.
-    /// Places full name `name` on `server` before the server makes it
-    /// (see [`Self::make_placed`]; a caller that makes it otherwise
-    /// unplaces it when that fails): under the name's lock, CONFLICT when
-    /// the name is taken here or placed already.
-    pub fn reserve_placement(&self, server: &str, name: &str) -> Result<()> {
+    /// Places full name `name` on `server` before the server makes it (a
+    /// create's or a fork's call there): under the name's lock it must be
+    /// free here and among the placements, and it is placed (its owner the
+    /// creating agent) before any ssh, so no create here and no other
+    /// placement takes the name while the server makes it. The placement
+    /// goes again when the reservation is dropped before
+    /// [`PlacementReservation::made`]: a make that failed, was cancelled or
+    /// cut short.
+    pub fn reserve_placement(&self, server: &str, name: &str) -> Result<PlacementReservation<'_>> {
         let _lock = self.lock(name)?;
         self.check_name_free(name)?;
         let agent = self.creating_agent();
-        Ok(self.servers().place(name, server, agent.as_deref())?)
+        self.servers().place(name, server, agent.as_deref())?;
+        let record = self.servers().placement(name)?;
+        Ok(PlacementReservation { all: self, record })
     }
 
+    /// Makes workspace `name` on `server` with `make`, placed from the
+    /// start ([`Self::reserve_placement`]); when `make` fails, is dropped,
+    /// or the server answers for another name, the placement goes again.
     pub(crate) async fn make_placed<F>(&self, server: &str, name: &str, make: F) -> Result<Meta>
     where
         F: std::future::Future<Output = Result<Meta>>,
     {
-        self.reserve_placement(server, name)?;
-        let made = async {
-            let meta = make.await?;
-            check_made(server, name, &meta)?;
-            Ok(meta)
+        let reservation = self.reserve_placement(server, name)?;
+        let meta = make.await?;
+        check_made(server, name, &meta)?;
+        reservation.made();
+        Ok(meta)
+    }
+
+    /// Removes placement `record` if it is still the record of its name
+    /// (never one written since, by another create).
+    fn release_placement(&self, record: &PlacedWorkspace) -> Result<()> {
+        let _lock = self.lock(&record.workspace)?;
+        let servers = self.servers();
+        if servers.placement(&record.workspace)?.as_ref() == Some(record) {
+            servers.unplace(&record.workspace)?;
         }
-        .await;
-        if made.is_err() {
-            self.servers().unplace(name)?;
+        Ok(())
+    }
+}
+
+/// A name placed on a server before the server makes it
+/// ([`Workspaces::reserve_placement`]).
+#[derive(Debug)]
+#[must_use = "dropped, the placement goes again"]
+pub struct PlacementReservation<'a> {
+    all: &'a Workspaces,
+    record: Option<PlacedWorkspace>,
+}
+
+impl PlacementReservation<'_> {
+    /// The server made the workspace: the placement stays.
+    pub fn made(mut self) {
+        self.record = None;
+    }
+}
+
+impl Drop for PlacementReservation<'_> {
+    fn drop(&mut self) {
+        if let Some(record) = self.record.take() {
+            if let Err(e) = self.all.release_placement(&record) {
+                tracing::warn!(
+                    "the placement of {} made for a create that did not finish stays: {e}",
+                    record.workspace
+                );
+            }
         }
-        made
     }
 }
 
@@ -180,6 +216,8 @@ mod tests {
         assert_eq!(code(forked("b", "mine").await), ErrorCode::Forbidden);
         assert_eq!(code(forked("a", "dev").await), ErrorCode::Conflict);
         assert_eq!(code(forked("a", "../x").await), ErrorCode::InvalidInput);
+        let into_pool = a.workspace("dev").unwrap().fork(&pool, None, wait, |_| {});
+        assert_eq!(code(into_pool.await), ErrorCode::InvalidInput);
         assert_eq!(code(forked("a", "fresh").await), ErrorCode::HostUnsupported);
 
         if have_mkfs("a_name_lives_in_one_place_and_no_create_or_fork_takes_anothers") {
@@ -212,6 +250,26 @@ mod tests {
         let made = a.make_placed("box", "held", make).await;
         assert_eq!(code(made), ErrorCode::InvalidInput);
         assert!(servers.placement("held").unwrap().is_none());
+        // A make that is dropped half-way (an MCP cancel, a deadline)
+        // leaves no placement either.
+        let never = std::future::pending::<Result<Meta>>();
+        let cut = tokio::time::timeout(
+            Duration::from_millis(50),
+            a.make_placed("box", "held", never),
+        );
+        assert!(
+            cut.await.is_err(),
+            "a pending make ends only by its timeout"
+        );
+        assert!(servers.placement("held").unwrap().is_none());
+        // And a reservation removes only its own record: one written since
+        // by another create stays.
+        let first = a.reserve_placement("box", "again").unwrap();
+        servers.unplace("again").unwrap();
+        servers.place("again", "box2", Some("b")).unwrap();
+        drop(first);
+        assert_eq!(servers.placement("again").unwrap().unwrap().server, "box2");
+        servers.unplace("again").unwrap();
         // Nothing was placed or changed by the refusals.
         assert_eq!(placed_dev(), before);
         let names: Vec<_> = servers.placements().unwrap();

@@ -13,7 +13,7 @@ use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::{ListFilter, Workspaces};
 
 /// The pool's members are no one's to name.
-fn refuse_pool_namespace(namespace: &str) -> Result<()> {
+pub(crate) fn refuse_pool_namespace(namespace: &str) -> Result<()> {
     if namespace == crate::pool::POOL_NAMESPACE {
         return Err(Error::InvalidInput(format!(
             "namespace `{namespace}` is reserved for pools of ready workspaces"

@@ -1,0 +1,158 @@
+//! What a server sends while it answers a workspace call, before the
+//! answer: a command's output as it comes, a start's progress. On the wire
+//! they are JSON text sequences (RFC 7464): each frame is RS (0x1E), one
+//! line of compact JSON and LF; the answer follows without an RS. What a
+//! server sends is data: each frame is read into [`CallFrame`] only, at
+//! most [`MAX_FRAME_BYTES`] a line.
+
+use std::io;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
+
+/// The byte that opens a frame.
+pub const FRAME_START: u8 = 0x1e;
+/// Most bytes of one frame line: a 64 KiB output chunk is about 88 KiB in
+/// base64.
+pub const MAX_FRAME_BYTES: usize = 256 << 10;
+
+/// One frame of a call's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "frame", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(missing_docs)]
+pub enum CallFrame {
+    /// A command was spawned (its exec id, for signals).
+    ExecStarted { exec_id: String, pid: u32 },
+    /// A chunk of a command's stdout.
+    Stdout {
+        #[serde(with = "crate::wire_bytes")]
+        data: Vec<u8>,
+    },
+    /// A chunk of a command's stderr.
+    Stderr {
+        #[serde(with = "crate::wire_bytes")]
+        data: Vec<u8>,
+    },
+    /// How long a start has waited, and the newest console line.
+    StartProgress {
+        elapsed_ms: u64,
+        console: Option<String>,
+    },
+}
+
+impl CallFrame {
+    /// The frame as it goes on the wire: RS, compact JSON, LF.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut line = vec![FRAME_START];
+        // Serializing these variants cannot fail: strings, numbers, bytes.
+        line.extend(serde_json::to_vec(self).unwrap_or_default());
+        line.push(b'\n');
+        line
+    }
+}
+
+/// What a workspace call brings besides itself (the server's side of
+/// [`super::RunStreams`]).
+pub struct CallStreams<'a> {
+    /// What follows the call on the server's stdin, chunk by chunk; closed
+    /// at its end.
+    pub stdin: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    /// Sends a frame before the answer; false when the caller is gone.
+    pub frames: &'a mut (dyn FnMut(CallFrame) -> bool + Send),
+}
+
+impl std::fmt::Debug for CallStreams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallStreams").finish_non_exhaustive()
+    }
+}
+
+/// Reads what a server printed: each frame to `on_frame` as it comes, then
+/// the answer, of which at most `max_answer + 1` bytes are kept (so the
+/// caller can tell one that is too long). A frame line that is too long,
+/// cut off or not a [`CallFrame`] is `InvalidData`.
+pub(crate) async fn read_frames_then_answer<R: AsyncBufRead + Unpin>(
+    mut reader: R,
+    max_answer: u64,
+    on_frame: &mut (dyn FnMut(CallFrame) + Send),
+) -> io::Result<Vec<u8>> {
+    let bad = |detail: String| io::Error::new(io::ErrorKind::InvalidData, detail);
+    loop {
+        let first = reader.fill_buf().await?.first().copied();
+        if first != Some(FRAME_START) {
+            let mut answer = Vec::new();
+            (&mut reader)
+                .take(max_answer + 1)
+                .read_to_end(&mut answer)
+                .await?;
+            return Ok(answer);
+        }
+        let mut line = Vec::new();
+        (&mut reader)
+            .take(MAX_FRAME_BYTES as u64 + 2)
+            .read_until(b'\n', &mut line)
+            .await?;
+        let Some(body) = line.strip_suffix(b"\n") else {
+            return Err(bad(format!(
+                "a frame of more than {MAX_FRAME_BYTES} bytes, or one cut off"
+            )));
+        };
+        let frame = serde_json::from_slice(&body[1..])
+            .map_err(|e| bad(format!("a frame that is not one: {e}")))?;
+        on_frame(frame);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn read(wire: &[u8], max: u64) -> (io::Result<Vec<u8>>, Vec<CallFrame>) {
+        let mut frames = Vec::new();
+        let got = read_frames_then_answer(wire, max, &mut |f| frames.push(f)).await;
+        (got, frames)
+    }
+
+    #[tokio::test]
+    async fn frames_come_one_by_one_then_the_answer() {
+        let out = CallFrame::Stdout {
+            data: b"\x1e\nhi\xff".to_vec(),
+        };
+        let started = CallFrame::ExecStarted {
+            exec_id: "e1".into(),
+            pid: 7,
+        };
+        let mut wire = started.to_line();
+        wire.extend(out.to_line());
+        wire.extend(b"{\n  \"code\": 0\n}\n");
+        let (answer, frames) = read(&wire, 1 << 20).await;
+        assert_eq!(answer.unwrap(), b"{\n  \"code\": 0\n}\n");
+        assert_eq!(frames, [started, out]);
+        // No frames at all: the answer as before.
+        let (answer, frames) = read(b"{}", 10).await;
+        assert_eq!((answer.unwrap(), frames.len()), (b"{}".to_vec(), 0));
+        // The answer is held to its bound (plus one, to tell).
+        let (answer, _) = read(&[b'x'; 100], 10).await;
+        assert_eq!(answer.unwrap().len(), 11);
+    }
+
+    #[tokio::test]
+    async fn a_hostile_frame_ends_the_reading() {
+        let mut long = vec![FRAME_START];
+        long.extend(std::iter::repeat_n(b'a', MAX_FRAME_BYTES + 10));
+        long.push(b'\n');
+        let mut unknown = vec![FRAME_START];
+        unknown.extend(br#"{"frame":"run_on_host","argv":["sh"]}"#);
+        unknown.push(b'\n');
+        let mut extra = vec![FRAME_START];
+        extra.extend(br#"{"frame":"stdout","data":"aGk=","more":1}"#);
+        extra.push(b'\n');
+        let cut = [FRAME_START, b'{'];
+        for wire in [long, unknown, extra, cut.to_vec()] {
+            let (got, frames) = read(&wire, 1 << 20).await;
+            let err = got.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+            assert!(frames.is_empty());
+        }
+    }
+}
