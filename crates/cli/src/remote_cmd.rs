@@ -79,19 +79,14 @@ async fn route(
 }
 
 /// Whether `cmd`, on a workspace placed on a server, runs there over SSH
-/// with this terminal: a terminal (`ssh -tt`) and what a server keeps of
-/// its own (its snapshots, its browsers). Every other command on a
-/// workspace is a call of its handle, which goes to the server by itself
-/// (a command's output coming back as it comes).
+/// with this terminal: a terminal (`ssh -tt`) and the browser. Every other
+/// command on a workspace is a call of its handle, which goes to the
+/// server by itself (a command's output coming back as it comes).
 fn streams(cmd: &Command) -> bool {
-    use crate::snapshot_cmd::SnapshotCommand as S;
     matches!(
         cmd,
         Command::Exec { args, .. } if args.tty
-    ) || matches!(
-        cmd,
-        Command::Shell { .. } | Command::Snapshot(S::Ls { .. }) | Command::Browser(_)
-    )
+    ) || matches!(cmd, Command::Shell { .. } | Command::Browser(_))
 }
 
 /// The workspace `cmd` acts on, when it names one.

@@ -242,6 +242,9 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     here.ok(&["snapshot", "take", "w1", "s1"]);
     let snaps = there.ok_json(&["snapshot", "ls", "--workspace", "w1", "--json"]);
     assert!(snaps.to_string().contains("s1"), "{snaps}");
+    // Listed from here, by a call of the workspace's handle: the same.
+    let listed = here.ok_json(&["snapshot", "ls", "--workspace", "w1", "--json"]);
+    assert_eq!(listed, snaps);
     here.ok(&["fork", "w1", "w2"]);
     assert_eq!(
         here.ok(&["exec", "w2", "--", "cat", "/tmp/payload.txt"])
@@ -454,6 +457,11 @@ fn a_remote_server_runs_workspaces_over_ssh() {
                 serde_json::json!({"workspace": "w5", "name": "s5"}),
             ),
             (
+                "snapshots",
+                "snapshot_list",
+                serde_json::json!({"workspace": "w5"}),
+            ),
+            (
                 "fork",
                 "workspace_fork",
                 w5(serde_json::json!({"new_name": "w6"})),
@@ -509,6 +517,8 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             "w5 is the server's"
         );
         assert_eq!(got["inspect"]["name"], "w5", "{answer}");
+        let snapshots = got["snapshots"].to_string();
+        assert!(snapshots.contains("\"s5\""), "the server's: {answer}");
         assert_eq!(got["read"]["content"], "one\ntwo\n", "{answer}");
         assert_eq!(got["lines"]["content"], "2\n", "{answer}");
         assert_eq!(got["list"]["entries"][0]["name"], "b.txt", "{answer}");

@@ -146,6 +146,9 @@ impl ServerPool<'_> {
             C::SnapshotTake { snapshot } => json(serde_json::to_value(
                 dev.snapshot_take(snapshot.as_deref())?,
             )),
+            C::SnapshotList {} => json(serde_json::to_value(
+                self.all.snapshots().list(Some(dev.name()), true)?,
+            )),
             C::Fork {
                 new_name,
                 snapshot,

@@ -97,6 +97,7 @@ pub enum WorkspaceCall {
     SnapshotTake {
         snapshot: Option<String>,
     },
+    SnapshotList {},
     Fork {
         new_name: String,
         snapshot: Option<String>,

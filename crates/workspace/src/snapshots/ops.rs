@@ -242,6 +242,14 @@ impl<'a> Snapshots<'a> {
     /// agent's (the others' stay FORBIDDEN to use).
     pub fn list(self, workspace: Option<&str>, all_agents: bool) -> Result<Vec<SnapshotInfo>> {
         let workspace = workspace.map(|w| self.all.full_name(w)).transpose()?;
+        // A workspace on a server: its snapshots are there (its owner
+        // checked first, as for any call on it).
+        if let Some(remote) = workspace.as_deref().map(|w| self.all.at(w).remote()) {
+            if let Some(remote) = remote? {
+                let call = crate::servers::WorkspaceCall::SnapshotList {};
+                return Ok(remote.call_blocking(call)?);
+            }
+        }
         self.all.sweep_abandoned_snapshots();
         let mut out = Vec::new();
         let Ok(entries) = std::fs::read_dir(self.all.snapshots_dir()) else {
