@@ -121,7 +121,7 @@ pub fn status_of(timed_out: bool, code: Option<i32>, signal: Option<i32>, otherw
     } else if let Some(code) = code {
         u8::try_from(code).unwrap_or(255)
     } else if let Some(sig) = signal {
-        u8::try_from(128 + sig).unwrap_or(255)
+        u8::try_from(sig.saturating_add(128)).unwrap_or(255)
     } else {
         otherwise
     }

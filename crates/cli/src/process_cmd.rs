@@ -107,11 +107,13 @@ pub async fn detach(
     if json {
         output::json(&info);
     } else {
-        println!("{}", info.id);
+        // The id comes from the guest's agent (or a server).
+        let id = output::field(&info.id);
+        println!("{id}");
         if output::interactive() {
             eprintln!(
-                "microagent: started {} (pid {}); `microagent process output {name} {} --follow` shows its output",
-                info.id, info.pid, info.id
+                "microagent: started {id} (pid {}); `microagent process output {name} {id} --follow` shows its output",
+                info.pid
             );
         }
     }

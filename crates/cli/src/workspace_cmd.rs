@@ -165,6 +165,22 @@ fn summary(meta: &Meta) -> String {
     )
 }
 
+/// `inspect`'s network line; its strings may come from a server.
+fn network_line(n: &workspace::network::GuestNetwork) -> String {
+    let a = &n.addressing;
+    format!(
+        "  network     {} ({} backend, egress {}): {}/{} via {}, dns {}, mac {}",
+        output::field(&n.name),
+        n.backend,
+        n.egress,
+        a.guest,
+        a.prefix,
+        a.gateway,
+        a.dns,
+        output::field(&n.mac)
+    )
+}
+
 fn done(meta: &Meta, json: bool) -> ExitCode {
     if json {
         output::json(meta);
@@ -442,18 +458,7 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
     }
     println!("  disk used   {} KiB", info.disk_used_bytes / 1024);
     if let Some(n) = &info.network {
-        let a = &n.addressing;
-        println!(
-            "  network     {} ({} backend, egress {}): {}/{} via {}, dns {}, mac {}",
-            output::field(&n.name),
-            n.backend,
-            n.egress,
-            a.guest,
-            a.prefix,
-            a.gateway,
-            a.dns,
-            n.mac
-        );
+        println!("{}", network_line(n));
         if !n.allow.is_empty() {
             let rules: Vec<String> = n.allow.iter().map(ToString::to_string).collect();
             println!("  allow       {}", output::field(&rules.join(", ")));
@@ -545,5 +550,22 @@ mod tests {
             "{line:?}"
         );
         assert!(line.starts_with("dev"), "{line}");
+        // inspect's network line: its name and MAC are the server's words.
+        let net: workspace::network::GuestNetwork = serde_json::from_value(serde_json::json!({
+            "name": "user\u{1b}]0;owned\u{7}",
+            "backend": "user",
+            "egress": "all",
+            "guest": "10.0.2.15",
+            "prefix": 24,
+            "gateway": "10.0.2.2",
+            "dns": "10.0.2.3",
+            "mac": "\u{1b}]52;c;aGk=\u{7}",
+        }))
+        .unwrap();
+        let line = network_line(&net);
+        assert!(
+            !line.contains('\u{1b}') && !line.contains('\u{7}'),
+            "{line:?}"
+        );
     }
 }

@@ -393,33 +393,46 @@ async fn an_exec_outlives_its_client_and_its_result_stays() {
 async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_sigint() {
     let agent = Agent::start();
     let (tx, rx) = mpsc::channel(8);
-    let feeder = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let size = WinSize { rows: 30, cols: 90 };
-        tx.send(PtyInput::Resize(size)).await.unwrap();
-        tx.send(PtyInput::Data(b"hello\n".to_vec())).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        tx.send(PtyInput::Data(vec![0x03])).await.unwrap();
-        tx
-    });
     let line = "stty size; read line; stty size; echo got-$line; \
                 trap 'echo interrupted; exit 9' INT; echo ready; \
                 while :; do sleep 0.1; done";
     let req = ExecCall::shell(line).pty(WinSize { rows: 20, cols: 70 });
-    let out = agent
-        .client()
+    // Input goes as the shell shows it is there: typed before the
+    // shell runs, a terminal may drop it (a ^C flushes what is queued
+    // and signals no one yet), and the test would wait for ever.
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let (mut typed, mut interrupted) = (false, false);
+    let on_update = |update: ExecUpdate| match update {
+        ExecUpdate::Stdout(bytes) => {
+            stdout.extend_from_slice(&bytes);
+            let text = String::from_utf8_lossy(&stdout);
+            if !typed && text.contains("20 70") {
+                let size = WinSize { rows: 30, cols: 90 };
+                tx.try_send(PtyInput::Resize(size)).unwrap();
+                tx.try_send(PtyInput::Data(b"hello\n".to_vec())).unwrap();
+                typed = true;
+            }
+            if !interrupted && text.contains("ready") {
+                tx.try_send(PtyInput::Data(vec![0x03])).unwrap();
+                interrupted = true;
+            }
+        }
+        ExecUpdate::Stderr(bytes) => stderr.extend_from_slice(&bytes),
+        _ => {}
+    };
+    let client = agent.client().await;
+    let running = client.exec(req, ExecStdin::Terminal(rx), on_update);
+    let exited = tokio::time::timeout(Duration::from_secs(60), running)
         .await
-        .exec_collect(req, ExecStdin::Terminal(rx))
-        .await
+        .expect("the terminal's command did not end within 60 s")
         .unwrap();
-    drop(feeder.await.unwrap());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.stderr.is_empty(), "a terminal merges the streams");
+    let text = String::from_utf8_lossy(&stdout);
+    assert!(stderr.is_empty(), "a terminal merges the streams");
     assert!(text.contains("20 70"), "{text:?}");
     assert!(text.contains("30 90"), "{text:?}");
     assert!(text.contains("got-hello"), "{text:?}");
     assert!(text.contains("interrupted"), "{text:?}");
-    assert_eq!(out.exited.code, Some(9), "{text:?}");
+    assert_eq!(exited.code, Some(9), "{text:?}");
 
     // Background processes have no terminal.
     let err = agent

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::admin::server_reports::ServerPool;
 use crate::error::Error;
-use crate::guest::exec::ExecEnd;
+use crate::guest::exec_control::ExecEnd;
 use crate::guest::files::WriteOptions;
 use crate::guest::stream::{ExecEvent, ExecInput};
 use crate::guest::WorkspaceMetrics;
@@ -108,11 +108,7 @@ impl ServerPool<'_> {
         } = streams;
         let mut started = |p: crate::workspaces::lifecycle::StartProgress| {
             let elapsed_ms = crate::servers::millis(p.elapsed);
-            let console = p.console;
-            frames(CallFrame::StartProgress {
-                elapsed_ms,
-                console,
-            });
+            frames(CallFrame::start_progress(elapsed_ms, p.console));
         };
         let ms = Duration::from_millis;
         let json = |v: serde_json::Result<serde_json::Value>| Ok(v.map_err(ServerError::Encode)?);
@@ -146,9 +142,14 @@ impl ServerPool<'_> {
             C::SnapshotTake { snapshot } => json(serde_json::to_value(
                 dev.snapshot_take(snapshot.as_deref())?,
             )),
-            C::SnapshotList {} => json(serde_json::to_value(
-                self.all.snapshots().list(Some(dev.name()), true)?,
-            )),
+            C::SnapshotList {} => {
+                // Of this workspace only, not of an earlier one of its name
+                // (the host that asks knows who owns which).
+                let born = dev.get_here()?.created_at_ms;
+                let mut snapshots = self.all.snapshots().list(Some(dev.name()), true)?;
+                snapshots.retain(|s| s.created_at_ms >= born);
+                json(serde_json::to_value(snapshots))
+            }
             C::Fork {
                 new_name,
                 snapshot,
@@ -376,13 +377,16 @@ async fn answer_exec(
     };
     let gone = tokio::sync::Notify::new();
     let on_event = |event: ExecEvent| {
-        let frame = match event {
-            ExecEvent::Started { exec_id, pid } => CallFrame::ExecStarted { exec_id, pid },
-            ExecEvent::Stdout(data) => CallFrame::Stdout { data },
-            ExecEvent::Stderr(data) => CallFrame::Stderr { data },
+        let sent = match event {
+            ExecEvent::Started { exec_id, pid } => vec![CallFrame::ExecStarted { exec_id, pid }],
+            ExecEvent::Stdout(data) => CallFrame::output(false, &data),
+            ExecEvent::Stderr(data) => CallFrame::output(true, &data),
         };
-        if !frames(frame) {
-            gone.notify_one();
+        for frame in sent {
+            if !frames(frame) {
+                gone.notify_one();
+                return;
+            }
         }
     };
     let caller_gone = async {
@@ -565,5 +569,23 @@ mod tests {
                 .await
                 .unwrap_err();
         assert_ne!(own.code(), ErrorCode::Forbidden, "{own}");
+        // Its snapshots listed through a call: its own only, not the
+        // earlier `mine`'s nor another workspace's.
+        let streams = CallStreams {
+            stdin: tokio::sync::mpsc::channel(1).1,
+            frames: &mut sink,
+        };
+        let list = RemoteCall {
+            workspace: "mine".into(),
+            call: WorkspaceCall::SnapshotList {},
+        };
+        let listed = f.ws.server_pool().answer_call(list, streams).await.unwrap();
+        let names: Vec<_> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].clone())
+            .collect();
+        assert_eq!(names, ["s-mine"], "{listed}");
     }
 }

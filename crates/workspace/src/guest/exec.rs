@@ -14,7 +14,6 @@ use crate::guest::stream::{ExecEvent, ExecInput, PtySize};
 use crate::secrets::{MaskStream, SecretError, SecretMask, SecretValue};
 use crate::store::events::EventKind;
 use crate::workspaces::handle::Workspace;
-use crate::workspaces::manager::Workspaces;
 
 /// What runs: a program with its arguments, or a shell line.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -43,7 +42,7 @@ pub struct ExecRequest {
     pub(crate) cwd: Option<String>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) output_cap: Option<u64>,
-    id: Option<String>,
+    pub(crate) id: Option<String>,
     pty: Option<PtySize>,
     pub(crate) user: Option<String>,
     pub(crate) root: Option<String>,
@@ -457,24 +456,6 @@ impl MaskedEvents {
     }
 }
 
-/// How [`Workspace::exec_cancellable`] ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ExecEnd {
-    /// The command ended by itself (or its own timeout killed it).
-    Exited(Exited),
-    /// The cancel future completed first, and SIGKILL was sent to the
-    /// command's process group.
-    Cancelled {
-        /// The exec's id, as the workspace's events name it.
-        exec_id: String,
-        /// Whether the agent confirmed the kill. When false the command may
-        /// still run in the guest: the agent could not be reached, or did
-        /// not know the exec within about 2 s (it had not started yet, or
-        /// had already ended).
-        killed: bool,
-    },
-}
-
 /// How long past an exec's own timeout the host waits for the agent to
 /// report its end.
 pub const EXEC_DEADLINE_GRACE: Duration = Duration::from_secs(30);
@@ -536,65 +517,6 @@ impl Workspace<'_> {
         })?;
         Ok(exited.into())
     }
-
-    /// Like [`Workspace::exec`], but when `cancel` completes first the
-    /// command's process group is killed (SIGKILL): the agent keeps a
-    /// process running when its client goes away, so dropping the exec
-    /// alone would leave it behind. [`ExecEnd`] says whether the kill was
-    /// confirmed; only then is `exec_finished` (signal 9) logged.
-    pub async fn exec_cancellable<F, C>(
-        self,
-        mut req: ExecRequest,
-        input: ExecInput,
-        on_event: F,
-        cancel: C,
-    ) -> Result<ExecEnd>
-    where
-        F: FnMut(ExecEvent) + Send,
-        C: std::future::Future<Output = ()>,
-    {
-        let (all, name) = (self.all, self.name.as_str());
-        let id = req
-            .id
-            .get_or_insert_with(|| format!("host-{}", crate::host::settings::unique_id()))
-            .clone();
-        let exec = self.exec(req, input, on_event);
-        tokio::pin!(exec);
-        tokio::select! {
-            done = &mut exec => done.map(ExecEnd::Exited),
-            () = cancel => {
-                let killed = all.kill_exec(name, &id).await;
-                if killed {
-                    if let Ok(ws) = all.dir(name) {
-                        let _ = ws.events().append(EventKind::ExecFinished {
-                            exec_id: id.clone(),
-                            code: None,
-                            signal: Some(libc::SIGKILL),
-                        });
-                    }
-                }
-                Ok(ExecEnd::Cancelled { exec_id: id, killed })
-            }
-        }
-    }
-}
-
-impl Workspaces {
-    /// Sends SIGKILL to exec `id`'s process group; true when the agent
-    /// confirmed it. An exec the agent does not know yet may be starting:
-    /// it is retried for about 2 s.
-    async fn kill_exec(&self, name: &str, id: &str) -> bool {
-        for _ in 0..20 {
-            match self.at(name).signal_exec(id, libc::SIGKILL).await {
-                Ok(()) => return true,
-                Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-                Err(_) => return false,
-            }
-        }
-        false
-    }
 }
 
 impl Workspace<'_> {
@@ -614,22 +536,6 @@ impl Workspace<'_> {
     pub(crate) async fn exec_true(self) -> Result<ExecResult> {
         self.exec_collect(ExecRequest::argv(["true"]), ExecInput::None)
             .await
-    }
-
-    /// Sends a signal to a running exec's process group.
-    pub async fn signal_exec(self, exec_id: &str, signal: i32) -> Result<()> {
-        if let Some(remote) = self.remote()? {
-            let exec_id = exec_id.to_owned();
-            let call = crate::servers::WorkspaceCall::SignalExec { exec_id, signal };
-            let _: serde_json::Value = remote.call(call).await?;
-            return Ok(());
-        }
-        let (all, name) = (self.all, self.name.as_str());
-        all.agent(name)
-            .await?
-            .signal(exec_id, signal)
-            .await
-            .map_err(Error::agent("signal"))
     }
 }
 

@@ -20,6 +20,8 @@ pub mod copy_plan;
 #[cfg(feature = "client")]
 pub(crate) mod exec;
 #[cfg(feature = "client")]
+pub(crate) mod exec_control;
+#[cfg(feature = "client")]
 pub(crate) mod file_ops;
 #[cfg(feature = "client")]
 pub(crate) mod files;
@@ -31,8 +33,6 @@ pub(crate) mod outputs;
 pub(crate) mod processes;
 pub mod reclaim;
 #[cfg(feature = "client")]
-pub(crate) mod remote_exec;
-#[cfg(feature = "client")]
 pub(crate) mod repo;
 #[cfg(feature = "client")]
 pub(crate) mod stream;
@@ -40,7 +40,8 @@ pub(crate) mod stream;
 #[cfg(feature = "client")]
 pub use browser_ops::WorkspaceBrowser;
 #[cfg(feature = "client")]
-pub use exec::{ExecEnd, Exited, OutputCollector, MAX_COLLECTED_BYTES};
+pub use exec::{Exited, OutputCollector, MAX_COLLECTED_BYTES};
+pub use exec_control::ExecEnd;
 #[cfg(feature = "client")]
 pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISITS, MAX_FOUND};
 #[cfg(feature = "client")]

@@ -24,6 +24,12 @@ use crate::store::ports::PortMapping;
 const SLACK: Duration = Duration::from_secs(30);
 /// Most bytes of one call sent to a server (a file write's data, base64).
 pub const MAX_CALL_BYTES: usize = 96 << 20;
+/// How long a signal to a command there may take (an interrupted user
+/// waits for it).
+const SIGNAL_DEADLINE: Duration = Duration::from_secs(10);
+/// Most bytes of an answer that carries no data: a command's end, a
+/// signal's acknowledgement.
+const SMALL_ANSWER_BYTES: u64 = 64 << 10;
 
 /// `d` in whole milliseconds, as calls carry waits.
 pub fn millis(d: Duration) -> u64 {
@@ -220,6 +226,8 @@ impl WorkspaceCall {
                 ..
             } => waits(*timeout_ms),
             Self::Events { wait_ms, .. } | Self::ProcessOutput { wait_ms, .. } => waits(*wait_ms),
+            // Sent when this host's user stops a command: short.
+            Self::SignalExec { .. } => SIGNAL_DEADLINE,
             _ => DEFAULT_DEADLINE,
         }
     }
@@ -232,6 +240,8 @@ impl WorkspaceCall {
             Self::LogsFrom { .. } => {
                 crate::store::console_log::CONSOLE_LOG_CAP * 4 / 3 + (64 << 10)
             }
+            // A command's end (its output came as frames), a signal's `{}`.
+            Self::Exec { .. } | Self::SignalExec { .. } => SMALL_ANSWER_BYTES,
             _ => MAX_CALL_BYTES as u64,
         }
     }
@@ -385,6 +395,13 @@ mod tests {
         };
         assert_eq!(wait.deadline(), Duration::from_secs(630));
         assert_eq!(WorkspaceCall::Inspect {}.deadline(), DEFAULT_DEADLINE);
+        // An interrupted user waits for a signal's answer: not long.
+        let signal = WorkspaceCall::SignalExec {
+            exec_id: "e".into(),
+            signal: 9,
+        };
+        assert!(signal.deadline() <= Duration::from_secs(10));
+        assert!(signal.max_answer() <= 64 << 10);
         // A console chunk's answer is held near the console's cap.
         let logs = WorkspaceCall::LogsFrom { offset: 0 }.max_answer();
         assert!(logs < 2 << 20 && logs > crate::store::console_log::CONSOLE_LOG_CAP * 4 / 3);

@@ -40,7 +40,47 @@ pub enum CallFrame {
     },
 }
 
+/// Most bytes of output one frame carries (a guest's agent may send more
+/// at once; it goes as several frames): about 88 KiB in base64.
+pub const MAX_FRAME_DATA: usize = 64 << 10;
+/// Most bytes of the console line a progress frame carries.
+pub const MAX_FRAME_CONSOLE: usize = 4 << 10;
+
 impl CallFrame {
+    /// A command's output (`stderr` or stdout) as frames of at most
+    /// [`MAX_FRAME_DATA`] bytes each, so no frame passes
+    /// [`MAX_FRAME_BYTES`] however much the guest sent at once.
+    pub fn output(stderr: bool, data: &[u8]) -> Vec<CallFrame> {
+        data.chunks(MAX_FRAME_DATA)
+            .map(|chunk| {
+                let data = chunk.to_vec();
+                match stderr {
+                    true => CallFrame::Stderr { data },
+                    false => CallFrame::Stdout { data },
+                }
+            })
+            .collect()
+    }
+
+    /// A start's progress, its console line cut to [`MAX_FRAME_CONSOLE`]
+    /// bytes (at a character's boundary).
+    pub fn start_progress(elapsed_ms: u64, console: Option<String>) -> CallFrame {
+        let console = console.map(|mut line| {
+            if line.len() > MAX_FRAME_CONSOLE {
+                let mut end = MAX_FRAME_CONSOLE;
+                while !line.is_char_boundary(end) {
+                    end -= 1;
+                }
+                line.truncate(end);
+            }
+            line
+        });
+        CallFrame::StartProgress {
+            elapsed_ms,
+            console,
+        }
+    }
+
     /// The frame as it goes on the wire: RS, compact JSON, LF.
     pub fn to_line(&self) -> Vec<u8> {
         let mut line = vec![FRAME_START];
@@ -134,6 +174,37 @@ mod tests {
         // The answer is held to its bound (plus one, to tell).
         let (answer, _) = read(&[b'x'; 100], 10).await;
         assert_eq!(answer.unwrap().len(), 11);
+    }
+
+    #[tokio::test]
+    async fn however_much_a_guest_sends_at_once_each_frame_fits() {
+        // An agent may send a whole MiB of output, a console line as long.
+        let big: Vec<u8> = (0..(1 << 20) + 7).map(|i| (i % 251) as u8).collect();
+        let mut wire = Vec::new();
+        for frame in CallFrame::output(false, &big) {
+            let line = frame.to_line();
+            assert!(line.len() <= MAX_FRAME_BYTES, "{}", line.len());
+            wire.extend(line);
+        }
+        let long = "é".repeat(1 << 19);
+        let progress = CallFrame::start_progress(5, Some(long));
+        assert!(progress.to_line().len() <= MAX_FRAME_BYTES);
+        wire.extend(progress.to_line());
+        wire.extend(b"{}");
+        let (answer, frames) = read(&wire, 10).await;
+        assert_eq!(answer.unwrap(), b"{}");
+        let mut got = Vec::new();
+        for frame in &frames {
+            match frame {
+                CallFrame::Stdout { data } => got.extend_from_slice(data),
+                CallFrame::StartProgress { console, .. } => {
+                    let console = console.as_deref().unwrap();
+                    assert!(console.len() <= MAX_FRAME_CONSOLE && console.starts_with('é'));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(got, big);
     }
 
     #[tokio::test]

@@ -168,7 +168,9 @@ pub async fn run_remote_streaming(
             }
         }
     };
-    let (stdout, stderr) = tokio::time::timeout(deadline, both)
+    // One deadline for the answer and the exit both.
+    let until = tokio::time::Instant::now() + deadline;
+    let (stdout, stderr) = tokio::time::timeout_at(until, both)
         .await
         .map_err(|_| late())?
         .map_err(|e| match e.kind() {
@@ -185,7 +187,7 @@ pub async fn run_remote_streaming(
             limit: max_stdout,
         });
     }
-    let status = tokio::time::timeout(deadline, child.wait())
+    let status = tokio::time::timeout_at(until, child.wait())
         .await
         .map_err(|_| late())?
         .map_err(ServerError::Spawn)?
