@@ -390,6 +390,29 @@ async fn an_exec_outlives_its_client_and_its_result_stays() {
 }
 
 #[tokio::test]
+async fn a_command_starts_with_every_signal_at_its_default() {
+    // Started as a shell's background job under nohup starts it: what the
+    // agent ignores is not its commands' to ignore (a shell's trap of
+    // SIGINT would do nothing, and Ctrl-C on a terminal would not reach
+    // it).
+    let ignored = &[libc::SIGINT, libc::SIGQUIT, libc::SIGHUP];
+    let agent = Agent::start_ignoring(&[], ignored);
+    let line = "grep -E '^Sig(Ign|Blk)' /proc/self/status";
+    let out = run(&agent, ExecCall::shell(line)).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mask = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("{key} in {text}"))
+    };
+    assert_eq!(mask("SigBlk:"), 0, "{text}");
+    // The standard signals (1-31); 32 and 33 are glibc's own, which it
+    // sets up in every program and lets no program change.
+    assert_eq!(mask("SigIgn:") & 0x7fff_ffff, 0, "{text}");
+}
+
+#[tokio::test]
 async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_sigint() {
     let agent = Agent::start();
     let (tx, rx) = mpsc::channel(8);

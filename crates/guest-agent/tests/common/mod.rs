@@ -26,6 +26,12 @@ impl Agent {
     }
 
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_ignoring(extra, &[])
+    }
+
+    /// An agent started with `signals` ignored, as a shell's background
+    /// job (SIGINT, SIGQUIT) or `nohup` (SIGHUP) starts it.
+    pub fn start_ignoring(extra: &[&str], signals: &'static [libc::c_int]) -> Self {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "ga-test-{}-{}",
@@ -40,7 +46,18 @@ impl Agent {
             || env!("CARGO_BIN_EXE_microagent-agent").into(),
             PathBuf::from,
         );
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        // SAFETY: the closure runs in the child between fork and exec and
+        // only calls signal(2), which is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                for &signal in signals {
+                    libc::signal(signal, libc::SIG_IGN);
+                }
+                Ok(())
+            });
+        }
+        let child = command
             .arg("--unix")
             .arg(&socket)
             .arg("--verbose")

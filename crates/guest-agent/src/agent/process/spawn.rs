@@ -7,9 +7,12 @@
 //! kernel mode is emulated each system call costs most of a millisecond:
 //! about 90 ms of every exec. `execve` resets handled signals to their
 //! defaults by itself; the child here only resets, before it unblocks
-//! signals, the few that have handlers in the agent (so none can run in
-//! the child, which shares the agent's memory until `execve`) and SIGPIPE
-//! (ignored by Rust's runtime, default for every program).
+//! signals, the few that are not at their default in the agent: those with
+//! handlers (so none can run in the child, which shares the agent's memory
+//! until `execve`) and those ignored, which `execve` would pass on
+//! (SIGPIPE, ignored by Rust's runtime; SIGINT and SIGQUIT when whoever
+//! started the agent ran it in the background, SIGHUP under `nohup`): a
+//! command starts with every signal at its default, as in a fresh shell.
 //!
 //! The child runs on its own small stack in the agent's address space
 //! while the calling thread is suspended (`CLONE_VM | CLONE_VFORK`): it
@@ -235,7 +238,7 @@ impl Spawn {
             gid: self.gid,
             fds: [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()],
             terminal: self.session == Session::Terminal,
-            reset: handled_signals() | bit(libc::SIGPIPE),
+            reset: changed_signals(),
             error: AtomicI32::new(0),
         };
         let pid = clone_child(&plan)?;
@@ -330,24 +333,24 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(copy) })
 }
 
-/// Signals that have a handler in this process, read once: the agent
-/// installs none after it starts (Rust's runtime installs SIGSEGV and
-/// SIGBUS handlers before `main`).
-fn handled_signals() -> u64 {
-    static HANDLED: OnceLock<u64> = OnceLock::new();
-    *HANDLED.get_or_init(|| {
-        let mut handled = 0;
+/// Signals that have a handler in this process or are ignored, read once:
+/// the agent changes none after it starts (Rust's runtime installs SIGSEGV
+/// and SIGBUS handlers and ignores SIGPIPE before `main`).
+fn changed_signals() -> u64 {
+    static CHANGED: OnceLock<u64> = OnceLock::new();
+    *CHANGED.get_or_init(|| {
+        let mut changed = 0;
         for signal in 1..=SIGNALS {
             // SAFETY: sigaction is plain data; all zeroes is a valid value.
             let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
             // SAFETY: a null new action only reads the current one into
             // `old`; an invalid signal number is an error return.
             let rc = unsafe { libc::sigaction(signal, std::ptr::null(), &mut old) };
-            if rc == 0 && old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN {
-                handled |= bit(signal);
+            if rc == 0 && old.sa_sigaction != libc::SIG_DFL {
+                changed |= bit(signal);
             }
         }
-        handled
+        changed
     })
 }
 
