@@ -123,13 +123,13 @@ impl ServerRegistry {
     }
 
     /// Records that `workspace` lives on `server`, created by `agent`'s
-    /// session (none: nobody's).
+    /// session (none: nobody's); the record written.
     pub fn place(
         &self,
         workspace: &str,
         server: &str,
         agent: Option<&str>,
-    ) -> Result<(), ServerError> {
+    ) -> Result<PlacedWorkspace, ServerError> {
         validate_full_name(workspace).map_err(|e| ServerError::Invalid(e.to_string()))?;
         let placement = PlacedWorkspace {
             workspace: workspace.to_owned(),
@@ -145,7 +145,7 @@ impl ServerRegistry {
                 server: server.to_owned(),
             });
         }
-        Ok(())
+        Ok(placement)
     }
 
     /// Where `workspace` lives, when on a remote server.

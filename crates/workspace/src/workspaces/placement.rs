@@ -62,9 +62,11 @@ impl Workspaces {
         let _lock = self.lock(name)?;
         self.check_name_free(name)?;
         let agent = self.creating_agent();
-        self.servers().place(name, server, agent.as_deref())?;
-        let record = self.servers().placement(name)?;
-        Ok(PlacementReservation { all: self, record })
+        let record = self.servers().place(name, server, agent.as_deref())?;
+        Ok(PlacementReservation {
+            all: self,
+            record: Some(record),
+        })
     }
 
     /// Makes workspace `name` on `server` with `make`, placed from the
