@@ -244,8 +244,8 @@ impl<'a> Snapshots<'a> {
         let workspace = workspace.map(|w| self.all.full_name(w)).transpose()?;
         // A workspace on a server: its snapshots are there (its owner
         // checked first, as for any call on it).
-        if let Some(remote) = workspace.as_deref().map(|w| self.all.at(w).remote()) {
-            if let Some(remote) = remote? {
+        if let Some(w) = workspace.as_deref() {
+            if let Some(remote) = self.all.at(w).remote()? {
                 let call = crate::servers::WorkspaceCall::SnapshotList {};
                 return Ok(remote.call_blocking(call)?);
             }
