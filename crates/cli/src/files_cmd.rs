@@ -3,21 +3,21 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use workspace::guest::copy_plan::{CopyDirection, CopyOptions};
+use workspace::guest::copy::{CopyDirection, CopyOptions};
 use workspace::{Error, Workspaces};
 
 use crate::output;
 
 /// One side of a copy.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Place {
+enum Place {
     Host(PathBuf),
     Guest { workspace: String, path: String },
 }
 
 /// `NAME:/path` is a guest path; anything else is a host path (write
 /// `./a:b` for a host file whose name has a colon).
-pub(crate) fn parse(arg: &str) -> Place {
+fn parse(arg: &str) -> Place {
     match arg.split_once(':') {
         Some((ws, path)) if !ws.is_empty() && !ws.contains('/') => Place::Guest {
             workspace: ws.to_owned(),

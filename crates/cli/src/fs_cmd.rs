@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use serde_json::json;
-use workspace::guest::copy_plan::kind_name;
+use workspace::guest::copy::kind_name;
 use workspace::{Error, Workspaces};
 
 use crate::output;

@@ -15,7 +15,6 @@ mod pool_cmd;
 mod port_cmd;
 mod process_cmd;
 mod remote_cmd;
-mod remote_cp;
 mod repo_cmd;
 mod secret_cmd;
 mod serve_cmd;
@@ -443,7 +442,7 @@ async fn run_workspace_command(
             include_git_metadata,
             preview,
         } => {
-            let options = workspace::guest::copy_plan::CopyOptions::default()
+            let options = workspace::guest::copy::CopyOptions::default()
                 .overwrite(*overwrite)
                 .include_git_metadata(*include_git_metadata);
             files_cmd::cp(ws, src, dst, options, *preview, json).await
@@ -552,7 +551,6 @@ fn main() -> ExitCode {
         let server = cli.server.as_deref();
         let forwarded = match cli.command {
             Command::Server(_) => None,
-            Command::Cp { .. } => remote_cp::cp_if_remote(&ws, &cli.command, json)?,
             _ => remote_cmd::forward_if_remote(&ws, &cli.command, server, json).await?,
         };
         if let Some(code) = forwarded {

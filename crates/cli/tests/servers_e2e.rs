@@ -237,6 +237,37 @@ fn a_remote_server_runs_workspaces_over_ssh() {
         std::fs::read_to_string(&back).unwrap(),
         "payload over ssh\n"
     );
+    // A directory both ways, through the workspace's calls: its bytes
+    // follow the call in and come back as frames, unpacked here through the
+    // same checks as a local guest's (git metadata left out).
+    let tree = here.home().join("tree");
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    std::fs::create_dir_all(tree.join(".git")).unwrap();
+    std::fs::write(tree.join("sub/b.txt"), "deep\n").unwrap();
+    std::fs::write(tree.join(".git/config"), "[core]\n").unwrap();
+    here.ok(&["cp", tree.to_str().unwrap(), "w1:/tmp/tree"]);
+    let tree_back = here.home().join("tree-back");
+    let preview = here.ok(&[
+        "cp",
+        "--preview",
+        "w1:/tmp/tree",
+        tree_back.to_str().unwrap(),
+    ]);
+    assert!(
+        preview
+            .stdout
+            .starts_with("would copy guest dir w1:/tmp/tree"),
+        "{}",
+        preview.stdout
+    );
+    assert!(!tree_back.exists(), "a preview copies nothing");
+    let copied = here.ok_json(&["cp", "w1:/tmp/tree", tree_back.to_str().unwrap(), "--json"]);
+    assert_eq!(copied["left_out"][0], ".git", "{copied}");
+    assert_eq!(
+        std::fs::read_to_string(tree_back.join("sub/b.txt")).unwrap(),
+        "deep\n"
+    );
+    assert!(!tree_back.join(".git").exists());
 
     // Snapshot and fork on the same server.
     here.ok(&["snapshot", "take", "w1", "s1"]);
@@ -304,7 +335,7 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             |tool: &str, args: serde_json::Value| serde_json::json!({"tool": tool, "args": args});
         let session = |calls: Vec<serde_json::Value>| {
             let spec = serde_json::json!({
-                "stdio": [BIN, "serve", "mcp"],
+                "stdio": [BIN, "serve", "mcp", "--allow-host-path", here.home()],
                 "env": {"MICROAGENT_HOME": here.home()},
                 "calls": calls,
             });
@@ -418,6 +449,27 @@ fn a_remote_server_runs_workspaces_over_ssh() {
                 "remove",
                 "file_remove",
                 w5(serde_json::json!({"path": "/tmp/d", "recursive": true})),
+            ),
+            (
+                "copy in",
+                "copy_in",
+                w5(
+                    serde_json::json!({"host_path": tree.to_str().unwrap(), "guest_path": "/tmp/t5"}),
+                ),
+            ),
+            (
+                "copy out",
+                "copy_out",
+                w5(
+                    serde_json::json!({"guest_path": "/tmp/t5/sub", "host_path": here.home().join("t5-back").to_str().unwrap()}),
+                ),
+            ),
+            (
+                "copy file out",
+                "copy_out",
+                w5(
+                    serde_json::json!({"guest_path": "/tmp/t5/sub/b.txt", "host_path": here.home().join("b5.txt").to_str().unwrap()}),
+                ),
             ),
             ("halt", "workspace_halt", w5(none.clone())),
             ("start", "workspace_start", w5(none.clone())),
@@ -540,6 +592,14 @@ fn a_remote_server_runs_workspaces_over_ssh() {
         );
         assert_eq!(got["snapshot"]["name"], "s5", "{answer}");
         assert_eq!(got["fork"]["name"], "w6", "{answer}");
+        assert_eq!(got["copy in"]["unit"], "entries", "{answer}");
+        assert_eq!(got["copy file out"]["transferred"], 5, "{answer}");
+        for copied in [
+            here.home().join("t5-back/b.txt"),
+            here.home().join("b5.txt"),
+        ] {
+            assert_eq!(std::fs::read_to_string(&copied).unwrap(), "deep\n");
+        }
         assert!(!here.home().join("servers/placed/w6.json").exists());
         let id = got["process"]["id"].as_str().unwrap();
         // A later session of the same agent reaches it again.
@@ -572,11 +632,18 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             call("workspace_exec", w5(serde_json::json!({"shell": "true"}))),
             call("workspace_delete", w5(serde_json::json!({"force": true}))),
             call("snapshot_take", serde_json::json!({"workspace": "w5"})),
+            call(
+                "copy_out",
+                w5(
+                    serde_json::json!({"guest_path": "/etc", "host_path": here.home().join("stolen").to_str().unwrap()}),
+                ),
+            ),
         ]);
         let calls = answer["calls"].as_array().unwrap();
         for c in &calls[1..] {
             assert_eq!(c["structured"]["code"], "FORBIDDEN", "{answer}");
         }
+        assert!(!here.home().join("stolen").exists());
         assert_eq!(
             there.ok_json(&["inspect", "w5", "--json"])["state"],
             "running"

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use workspace::guest::code::Language;
 
 use crate::output::Render;
-use workspace::guest::copy_plan::human_bytes;
+use workspace::guest::copy::human_bytes;
 
 /// Default bytes of each output stream returned.
 pub const DEFAULT_OUTPUT_CAP: u64 = 64 << 10;

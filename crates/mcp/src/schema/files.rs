@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use rmcp::model::{ContentBlock, Resource};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::guest::copy_plan::kind_name;
+use workspace::guest::copy::kind_name;
 use workspace::guest::FileStat;
 
 use crate::output::Render;

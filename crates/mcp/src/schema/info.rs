@@ -8,7 +8,7 @@ use workspace::images::ImageInfo;
 use workspace::{guest::WorkspaceMetrics, Contract};
 
 use crate::output::Render;
-use workspace::guest::copy_plan::human_bytes;
+use workspace::guest::copy::human_bytes;
 use workspace::host::cost::PriceTable;
 
 /// One registered image and the workspaces that use it.

@@ -9,7 +9,7 @@ use workspace::{Event, EventKind};
 use workspace::{Meta, State, WorkspaceInfo};
 
 use crate::output::Render;
-use workspace::guest::copy_plan::human_bytes;
+use workspace::guest::copy::human_bytes;
 
 /// Default seconds `workspace_start` waits for the boot.
 pub const DEFAULT_START_TIMEOUT_SECS: u64 = 300;

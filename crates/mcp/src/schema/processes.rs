@@ -10,7 +10,7 @@ use workspace::ProcessInfo;
 
 use super::exec::CommandArg;
 use crate::output::Render;
-use workspace::guest::copy_plan::human_bytes;
+use workspace::guest::copy::human_bytes;
 
 /// Default bytes of each stream one process_output call returns.
 pub const DEFAULT_READ_BYTES: u64 = 64 << 10;

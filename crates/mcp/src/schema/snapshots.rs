@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use workspace::{Meta, SnapshotInfo};
 
 use crate::output::Render;
-use workspace::guest::copy_plan::human_bytes;
+use workspace::guest::copy::human_bytes;
 
 /// Longest wait for a fork's or restore's agent.
 pub const MAX_RESTORE_TIMEOUT_SECS: u64 = 3600;

@@ -4,7 +4,7 @@
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
-use workspace::guest::copy_plan::kind_name;
+use workspace::guest::copy::kind_name;
 
 use super::{guest_path, would_or_did};
 use crate::output::{Out, ToolResult};

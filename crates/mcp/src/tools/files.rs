@@ -4,7 +4,7 @@
 use base64::Engine;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
-use workspace::guest::copy_plan::{describe_stat, human_bytes, kind_name, CopyOptions, CopyPlan};
+use workspace::guest::copy::{describe_stat, human_bytes, kind_name, CopyOptions, CopyPlan};
 use workspace::guest::{Copied, FileKind};
 
 use super::{guest_path, in_range, would_or_did};

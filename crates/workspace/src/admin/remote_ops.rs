@@ -12,12 +12,15 @@ use std::time::Duration;
 
 use crate::admin::server_reports::ServerPool;
 use crate::error::Error;
+use crate::guest::copy::CopyInto;
 use crate::guest::exec_control::ExecEnd;
 use crate::guest::files::WriteOptions;
 use crate::guest::stream::{ExecEvent, ExecInput};
 use crate::guest::WorkspaceMetrics;
+use crate::host::host_write::Budgeted;
 use crate::servers::{
-    run_remote_json, CallFrame, CallStreams, RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER,
+    run_remote_json, CallFrame, CallStreams, CopyFrames, FollowingInput, RemoteCall, ServerError,
+    WorkspaceCall, LOCAL_SERVER,
 };
 use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 
@@ -269,6 +272,33 @@ impl ServerPool<'_> {
             C::Find { dir, pattern } => json(serde_json::to_value(
                 dev.files().find(&dir, &pattern).await?,
             )),
+            C::CopyIn {
+                guest_path,
+                dir,
+                perm,
+                owners,
+            } => {
+                let into = CopyInto {
+                    guest_path: &guest_path,
+                    dir,
+                    perm,
+                    owners,
+                };
+                let mut input = FollowingInput::new(rest);
+                json(serde_json::to_value(
+                    dev.files().receive(into, &mut input).await?,
+                ))
+            }
+            C::CopyOut {
+                guest_path,
+                dir,
+                max_bytes,
+            } => {
+                let mut out = Budgeted::new(CopyFrames::new(frames), max_bytes);
+                json(serde_json::to_value(
+                    dev.files().send(&guest_path, dir, &mut out).await?,
+                ))
+            }
         }
     }
 

@@ -75,14 +75,17 @@ impl Workspace<'_> {
             stdin_follows,
             wait_ms: crate::servers::millis(wait),
         };
-        let mut on_frame = |frame: CallFrame| match frame {
-            CallFrame::ExecStarted { exec_id, pid } => {
-                on_event(ExecEvent::Started { exec_id, pid })
+        let mut on_frame = |frame: CallFrame| {
+            match frame {
+                CallFrame::ExecStarted { exec_id, pid } => {
+                    on_event(ExecEvent::Started { exec_id, pid })
+                }
+                CallFrame::Stdout { data } => on_event(ExecEvent::Stdout(data)),
+                CallFrame::Stderr { data } => on_event(ExecEvent::Stderr(data)),
+                // Not a command's.
+                CallFrame::StartProgress { .. } | CallFrame::Copy { .. } => return false,
             }
-            CallFrame::Stdout { data } => on_event(ExecEvent::Stdout(data)),
-            CallFrame::Stderr { data } => on_event(ExecEvent::Stderr(data)),
-            // Not a command's: nothing to hand on.
-            CallFrame::StartProgress { .. } => {}
+            true
         };
         let streams = RunStreams {
             then_input,

@@ -2,7 +2,6 @@
 //! copies in and out), and what it recorded: console logs and events.
 //! Commands are in `exec`.
 
-use std::path::Path;
 use std::time::Duration;
 
 use guest_agent::client::GuestAgentClient;
@@ -11,34 +10,10 @@ use tokio::net::UnixStream;
 
 use crate::error::{Error, Result};
 use crate::guest::exec::MAX_COLLECTED_BYTES;
-use crate::host::host_write::{self, TempFile};
 use crate::store::console_log;
 use crate::store::events::Event;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
-
-/// What a copy moved, and what it left out.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Copied {
-    /// Bytes, or entries for a directory copied in (see
-    /// [`crate::guest::copy_plan::CopyPlan::unit`]).
-    pub count: u64,
-    /// Git metadata a copy out did not write (the `.git` paths, relative to
-    /// the destination, at most [`host_write::LEFT_OUT_SHOWN`]).
-    pub left_out: Vec<String>,
-    /// How many archive entries those paths held.
-    pub left_out_entries: u64,
-}
-
-impl Copied {
-    pub(crate) fn just(count: u64) -> Self {
-        Self {
-            count,
-            ..Self::default()
-        }
-    }
-}
 
 /// Longest `events --wait` the library accepts.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
@@ -288,163 +263,6 @@ impl WorkspaceFiles<'_> {
             .map(FileStat::from)
             .map_err(Error::agent("stat"))
     }
-
-    /// Copies a host file or directory to `guest_path` (a directory is
-    /// copied as `guest_path` itself, created if missing). Returns bytes
-    /// (file) or entries (directory) copied.
-    pub async fn copy_in(self, host_path: &Path, guest_path: &str) -> Result<u64> {
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
-        let meta = std::fs::metadata(host_path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::InvalidInput(format!(
-                "{} does not exist on the host",
-                host_path.display()
-            )),
-            _ => Error::HostIo {
-                what: format!("reading {}", host_path.display()),
-                source: e,
-            },
-        })?;
-        check_guest_path(guest_path)?;
-        if meta.is_dir() {
-            let agent = all.agent(name).await?;
-            stream_dir_in(host_path, guest_path, false, agent).await
-        } else {
-            let mut file = tokio::fs::File::open(host_path)
-                .await
-                .map_err(Error::host_io(format!("opening {}", host_path.display())))?;
-            use std::os::unix::fs::PermissionsExt;
-            let perm = meta.permissions().mode() & 0o7777;
-            all.agent(name)
-                .await?
-                .write_file_from(guest_path, WriteMode::Truncate, Some(perm), &mut file)
-                .await
-                .map_err(Error::agent("write_file"))
-        }
-    }
-
-    /// Copies the host directory `host_dir` to `guest_path` as
-    /// [`Self::copy_in`] does, keeping every entry's owner and group (as
-    /// `cp -a` does; `copy_in` makes them root's): for a tree that is a
-    /// whole root filesystem. Returns the entries copied.
-    pub async fn copy_in_archive(self, host_dir: &Path, guest_path: &str) -> Result<u64> {
-        check_guest_path(guest_path)?;
-        if !host_dir.is_dir() {
-            return Err(Error::InvalidInput(format!(
-                "{} is not a directory on the host",
-                host_dir.display()
-            )));
-        }
-        let agent = self.ws.all.agent(self.ws.name.as_str()).await?;
-        stream_dir_in(host_dir, guest_path, true, agent).await
-    }
-
-    /// Copies a guest file or directory to `host_path` (a directory becomes
-    /// `host_path` itself, merged into when it exists). Returns the bytes
-    /// received. What the guest sends is checked and bounded
-    /// ([`crate::host::host_write`]): nothing is written outside `host_path` or
-    /// through a symlink, and a failed copy leaves no partial file. Git
-    /// metadata is left out (see [`Copied::left_out`]); a planned copy
-    /// ([`WorkspaceFiles::plan_copy_out`]) can ask for it.
-    pub async fn copy_out(self, guest_path: &str, host_path: &Path) -> Result<Copied> {
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
-        check_guest_path(guest_path)?;
-        let stat = self.stat(guest_path).await?;
-        all.copy_out_of(name, guest_path, &stat, host_path, false)
-            .await
-    }
-}
-
-/// Refuses a host path through a `.git` unless git metadata was asked for.
-pub(crate) fn check_git_host_path(host_path: &Path, git_metadata: bool) -> Result<()> {
-    if !git_metadata && host_path.iter().any(host_write::is_git_metadata) {
-        return Err(Error::GitMetadataRefused {
-            path: host_path.to_owned(),
-        });
-    }
-    Ok(())
-}
-
-impl Workspaces {
-    /// [`WorkspaceFiles::copy_out`] of a guest path whose `stat` the caller
-    /// already has (a planned copy does not ask the agent twice), writing
-    /// git metadata only when `git_metadata`.
-    pub(crate) async fn copy_out_of(
-        &self,
-        name: &str,
-        guest_path: &str,
-        stat: &FileStat,
-        host_path: &Path,
-        git_metadata: bool,
-    ) -> Result<Copied> {
-        check_git_host_path(host_path, git_metadata)?;
-        match stat.kind {
-            FileKind::Dir => {
-                if std::fs::symlink_metadata(host_path).is_ok_and(|m| !m.is_dir()) {
-                    return Err(Error::InvalidInput(format!(
-                        "{} exists and is not a directory",
-                        host_path.display()
-                    )));
-                }
-                std::fs::create_dir_all(host_path)
-                    .map_err(Error::host_io(format!("creating {}", host_path.display())))?;
-                // Streamed to disk, not memory, within the byte budget.
-                let mut tmp = TempFile::beside(host_path)?;
-                let mut budgeted = tmp.budgeted_writer(self.limits().max_copy_out_bytes)?;
-                let got = self
-                    .agent(name)
-                    .await?
-                    .tar_out_to(guest_path, &mut budgeted)
-                    .await;
-                let size = match got {
-                    Ok(size) => size,
-                    Err(_) if budgeted.exhausted() => return Err(budgeted.over().into()),
-                    Err(e) => return Err(Error::agent("tar_out")(e)),
-                };
-                tmp.unlink()?;
-                let archive = tmp.file();
-                std::io::Seek::rewind(archive)
-                    .map_err(Error::host_io("rewinding the archive".to_owned()))?;
-                let reader = std::io::BufReader::new(&*archive);
-                let rules = host_write::UnpackRules {
-                    max_entries: self.limits().max_copy_out_entries,
-                    git_metadata,
-                };
-                let unpacked = host_write::unpack(reader, host_path, rules)?;
-                Ok(Copied {
-                    count: size,
-                    left_out: unpacked.left_out,
-                    left_out_entries: unpacked.left_out_entries,
-                })
-            }
-            FileKind::File => {
-                // Written beside the target and renamed, so a failed copy
-                // never leaves a partial file under the name.
-                let tmp = TempFile::beside(host_path)?;
-                // The size the guest reported, with room for a file that
-                // grows while it is copied.
-                let budget = stat
-                    .size
-                    .saturating_add(host_write::COPY_OUT_GROWTH)
-                    .min(self.limits().max_copy_out_bytes);
-                let mut budgeted = tmp.budgeted_writer(budget)?;
-                let got = self
-                    .agent(name)
-                    .await?
-                    .read_file_to(guest_path, None, None, &mut budgeted)
-                    .await;
-                let header = match got {
-                    Ok(h) => h,
-                    Err(_) if budgeted.exhausted() => return Err(budgeted.over().into()),
-                    Err(e) => return Err(Error::agent("read_file")(e)),
-                };
-                tmp.persist(header.mode, host_path)?;
-                Ok(Copied::just(header.transferred))
-            }
-            other => Err(Error::InvalidInput(format!(
-                "{guest_path} is a {other:?}; only files and directories can be copied"
-            ))),
-        }
-    }
 }
 
 impl Workspace<'_> {
@@ -520,42 +338,4 @@ pub(crate) fn check_guest_path(path: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Sends the host directory `dir` to the agent as a tar archive streamed
-/// while it is made (a thread writes it into a socket pair the upload
-/// reads), so a large tree never sits in memory. A host-side failure is
-/// reported before the agent's.
-async fn stream_dir_in(
-    dir: &Path,
-    guest_path: &str,
-    owners: bool,
-    agent: GuestAgentClient<UnixStream>,
-) -> Result<u64> {
-    let pair = || -> std::io::Result<_> {
-        let (writer, reader) = std::os::unix::net::UnixStream::pair()?;
-        reader.set_nonblocking(true)?;
-        Ok((writer, UnixStream::from_std(reader)?))
-    };
-    let (writer, mut reader) = pair().map_err(Error::host_io(
-        "making the archive's socket pair".to_owned(),
-    ))?;
-    let source = dir.to_owned();
-    let archiving = tokio::task::spawn_blocking(move || {
-        let mut builder = tar::Builder::new(std::io::BufWriter::new(writer));
-        builder.follow_symlinks(false);
-        builder
-            .append_dir_all(".", &source)
-            .and_then(|()| builder.into_inner())
-            .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
-            .map(drop)
-    });
-    let sent = agent.tar_in_with(guest_path, owners, &mut reader).await;
-    // The archiver sees a closed socket if the agent stopped reading.
-    drop(reader);
-    let archived = archiving
-        .await
-        .map_err(|e| Error::BlockingStep(e.to_string()))?;
-    archived.map_err(Error::host_io(format!("archiving {}", dir.display())))?;
-    sent.map_err(Error::agent("tar_in"))
 }

@@ -1,7 +1,7 @@
 //! Work in a running guest through its agent: commands (`exec`), code run
 //! as a script (`code`),
-//! background processes (`processes`), files and copies (`files`; copies
-//! planned before they run, `copy_plan`; directories, removal, moves,
+//! background processes (`processes`), files (`files`; copies between
+//! the host and the guest, planned before they run, `copy`; directories, removal, moves,
 //! edits, lines and finding, `file_ops`; files a command leaves behind,
 //! `outputs`), the streaming types (`stream`), metrics (`metrics`) and
 //! the idle reclaim setting (`reclaim`), and the workspace's browser
@@ -16,7 +16,7 @@ pub(crate) mod browser_ops;
 #[cfg(feature = "client")]
 pub mod code;
 #[cfg(feature = "client")]
-pub mod copy_plan;
+pub mod copy;
 #[cfg(feature = "client")]
 pub(crate) mod exec;
 #[cfg(feature = "client")]
@@ -40,13 +40,15 @@ pub(crate) mod stream;
 #[cfg(feature = "client")]
 pub use browser_ops::WorkspaceBrowser;
 #[cfg(feature = "client")]
+pub use copy::Copied;
+#[cfg(feature = "client")]
 pub use exec::{Exited, OutputCollector, MAX_COLLECTED_BYTES};
 pub use exec_control::ExecEnd;
 #[cfg(feature = "client")]
 pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISITS, MAX_FOUND};
 #[cfg(feature = "client")]
 pub use files::{
-    ConsoleChunk, Copied, DirEntry, DirListing, FileKind, FileStat, WorkspaceFiles, MAX_EVENT_WAIT,
+    ConsoleChunk, DirEntry, DirListing, FileKind, FileStat, WorkspaceFiles, MAX_EVENT_WAIT,
 };
 #[cfg(feature = "client")]
 pub use metrics::{BalloonMetrics, WorkspaceMetrics, CPU_SAMPLE};

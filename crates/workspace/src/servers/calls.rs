@@ -27,8 +27,11 @@ pub const MAX_CALL_BYTES: usize = 96 << 20;
 /// How long a signal to a command there may take (an interrupted user
 /// waits for it).
 const SIGNAL_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a copy in or out may take (its bytes travel while the call
+/// runs; a copy here has no deadline at all).
+const COPY_DEADLINE: Duration = Duration::from_secs(3600);
 /// Most bytes of an answer that carries no data: a command's end, a
-/// signal's acknowledgement.
+/// signal's acknowledgement, a copy's count.
 const SMALL_ANSWER_BYTES: u64 = 64 << 10;
 
 /// `d` in whole milliseconds, as calls carry waits.
@@ -210,6 +213,22 @@ pub enum WorkspaceCall {
         dir: String,
         pattern: String,
     },
+    /// A copy into the guest: what follows the call on the server's stdin
+    /// is the file's bytes, or with `dir` a directory's tar archive
+    /// (`owners`: kept as archived).
+    CopyIn {
+        guest_path: String,
+        dir: bool,
+        perm: Option<u32>,
+        owners: bool,
+    },
+    /// A copy out of the guest: the file's bytes, or with `dir` the
+    /// directory's tar archive, sent as frames, at most `max_bytes`.
+    CopyOut {
+        guest_path: String,
+        dir: bool,
+        max_bytes: u64,
+    },
 }
 
 impl WorkspaceCall {
@@ -228,6 +247,7 @@ impl WorkspaceCall {
             Self::Events { wait_ms, .. } | Self::ProcessOutput { wait_ms, .. } => waits(*wait_ms),
             // Sent when this host's user stops a command: short.
             Self::SignalExec { .. } => SIGNAL_DEADLINE,
+            Self::CopyIn { .. } | Self::CopyOut { .. } => COPY_DEADLINE,
             _ => DEFAULT_DEADLINE,
         }
     }
@@ -240,8 +260,12 @@ impl WorkspaceCall {
             Self::LogsFrom { .. } => {
                 crate::store::console_log::CONSOLE_LOG_CAP * 4 / 3 + (64 << 10)
             }
-            // A command's end (its output came as frames), a signal's `{}`.
-            Self::Exec { .. } | Self::SignalExec { .. } => SMALL_ANSWER_BYTES,
+            // A command's end (its output came as frames), a signal's
+            // `{}`, a copy's count.
+            Self::Exec { .. }
+            | Self::SignalExec { .. }
+            | Self::CopyIn { .. }
+            | Self::CopyOut { .. } => SMALL_ANSWER_BYTES,
             _ => MAX_CALL_BYTES as u64,
         }
     }

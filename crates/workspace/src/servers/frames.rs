@@ -38,6 +38,12 @@ pub enum CallFrame {
         elapsed_ms: u64,
         console: Option<String>,
     },
+    /// A chunk of what a copy out sends: a file's bytes, or a directory's
+    /// tar archive.
+    Copy {
+        #[serde(with = "crate::wire_bytes")]
+        data: Vec<u8>,
+    },
 }
 
 /// Most bytes of output one frame carries (a guest's agent may send more
@@ -107,14 +113,19 @@ impl std::fmt::Debug for CallStreams<'_> {
     }
 }
 
+/// Takes the frames of a call as they come; false refuses one (a frame
+/// the call does not send, or more than its caller takes), which ends the
+/// call.
+pub type OnFrame<'a> = &'a mut (dyn FnMut(CallFrame) -> bool + Send);
+
 /// Reads what a server printed: each frame to `on_frame` as it comes, then
 /// the answer, of which at most `max_answer + 1` bytes are kept (so the
 /// caller can tell one that is too long). A frame line that is too long,
-/// cut off or not a [`CallFrame`] is `InvalidData`.
+/// cut off, not a [`CallFrame`] or refused by `on_frame` is `InvalidData`.
 pub(crate) async fn read_frames_then_answer<R: AsyncBufRead + Unpin>(
     mut reader: R,
     max_answer: u64,
-    on_frame: &mut (dyn FnMut(CallFrame) + Send),
+    on_frame: OnFrame<'_>,
 ) -> io::Result<Vec<u8>> {
     let bad = |detail: String| io::Error::new(io::ErrorKind::InvalidData, detail);
     loop {
@@ -139,7 +150,107 @@ pub(crate) async fn read_frames_then_answer<R: AsyncBufRead + Unpin>(
         };
         let frame = serde_json::from_slice(&body[1..])
             .map_err(|e| bad(format!("a frame that is not one: {e}")))?;
-        on_frame(frame);
+        if !on_frame(frame) {
+            return Err(bad("a frame this call does not take".to_owned()));
+        }
+    }
+}
+
+/// A writer whose bytes leave as [`CallFrame::Copy`] frames of at most
+/// [`MAX_FRAME_DATA`] bytes each (the server's side of a copy out); a
+/// frame the caller cannot take is a broken pipe.
+pub struct CopyFrames<'a> {
+    frames: &'a mut (dyn FnMut(CallFrame) -> bool + Send),
+}
+
+impl std::fmt::Debug for CopyFrames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyFrames").finish_non_exhaustive()
+    }
+}
+
+impl<'a> CopyFrames<'a> {
+    /// Frames sent through `frames`.
+    pub fn new(frames: &'a mut (dyn FnMut(CallFrame) -> bool + Send)) -> Self {
+        Self { frames }
+    }
+}
+
+impl tokio::io::AsyncWrite for CopyFrames<'_> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let n = buf.len().min(MAX_FRAME_DATA);
+        let data = buf[..n].to_vec();
+        std::task::Poll::Ready(match (self.frames)(CallFrame::Copy { data }) {
+            true => Ok(n),
+            false => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the caller went away",
+            )),
+        })
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// What follows a call on the server's stdin, as a reader (a copy in's
+/// bytes): it ends where that stdin ends.
+#[derive(Debug)]
+pub struct FollowingInput {
+    chunks: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    at: usize,
+}
+
+impl FollowingInput {
+    /// Reads the chunks `chunks` brings.
+    pub fn new(chunks: tokio::sync::mpsc::Receiver<Vec<u8>>) -> Self {
+        Self {
+            chunks,
+            chunk: Vec::new(),
+            at: 0,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for FollowingInput {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        use std::task::Poll;
+        while self.at == self.chunk.len() {
+            match self.chunks.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                // The end of the input.
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Ready(Some(chunk)) => {
+                    self.chunk = chunk;
+                    self.at = 0;
+                }
+            }
+        }
+        let me = &mut *self;
+        let n = buf.remaining().min(me.chunk.len() - me.at);
+        buf.put_slice(&me.chunk[me.at..me.at + n]);
+        me.at += n;
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -149,7 +260,11 @@ mod tests {
 
     async fn read(wire: &[u8], max: u64) -> (io::Result<Vec<u8>>, Vec<CallFrame>) {
         let mut frames = Vec::new();
-        let got = read_frames_then_answer(wire, max, &mut |f| frames.push(f)).await;
+        let got = read_frames_then_answer(wire, max, &mut |f| {
+            frames.push(f);
+            true
+        })
+        .await;
         (got, frames)
     }
 
@@ -205,6 +320,58 @@ mod tests {
             }
         }
         assert_eq!(got, big);
+    }
+
+    #[tokio::test]
+    async fn a_frame_the_caller_refuses_ends_the_reading() {
+        let mut wire = CallFrame::Copy { data: vec![1; 10] }.to_line();
+        wire.extend(CallFrame::Copy { data: vec![2; 10] }.to_line());
+        wire.extend(b"{}");
+        let mut taken = 0;
+        let got = read_frames_then_answer(&wire[..], 10, &mut |_| {
+            taken += 1;
+            taken < 2
+        })
+        .await;
+        assert_eq!(got.unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(taken, 2);
+    }
+
+    #[tokio::test]
+    async fn a_copy_leaves_as_bounded_frames_and_arrives_as_a_reader() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let big: Vec<u8> = (0..(MAX_FRAME_DATA * 2 + 5)).map(|i| i as u8).collect();
+        let mut sent = Vec::new();
+        let mut frames = |frame: CallFrame| {
+            sent.push(frame);
+            true
+        };
+        CopyFrames::new(&mut frames).write_all(&big).await.unwrap();
+        assert_eq!(sent.len(), 3);
+        let mut back = Vec::new();
+        for frame in &sent {
+            let CallFrame::Copy { data } = frame else {
+                panic!("{frame:?}")
+            };
+            assert!(frame.to_line().len() <= MAX_FRAME_BYTES);
+            back.extend_from_slice(data);
+        }
+        assert_eq!(back, big);
+        // A caller that went away is a broken pipe.
+        let mut gone = |_| false;
+        let err = CopyFrames::new(&mut gone).write_all(b"x").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+        // What follows a call, chunk by chunk, reads as one stream.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            for chunk in big.chunks(1000) {
+                tx.send(chunk.to_vec()).await.unwrap();
+            }
+            tx.send(Vec::new()).await.unwrap();
+        });
+        let mut read = Vec::new();
+        FollowingInput::new(rx).read_to_end(&mut read).await.unwrap();
+        assert_eq!(read, back);
     }
 
     #[tokio::test]

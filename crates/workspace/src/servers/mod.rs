@@ -20,7 +20,9 @@ mod status;
 pub use calls::{
     check_answer_bytes, millis, RemoteCall, RemoteWorkspace, WorkspaceCall, MAX_CALL_BYTES,
 };
-pub use frames::{CallFrame, CallStreams, FRAME_START, MAX_FRAME_BYTES};
+pub use frames::{
+    CallFrame, CallStreams, CopyFrames, FollowingInput, OnFrame, FRAME_START, MAX_FRAME_BYTES,
+};
 pub use registry::{PlacedWorkspace, ServerRegistry};
 pub use remote::{
     run_remote, run_remote_json, run_remote_streaming, RemoteOutput, RunStreams, DEFAULT_DEADLINE,

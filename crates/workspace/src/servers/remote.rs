@@ -42,7 +42,7 @@ pub struct RunStreams<'a> {
     pub hold_input: bool,
     /// Takes the frames the remote prints before its answer (without it a
     /// frame is part of the answer).
-    pub on_frame: Option<&'a mut (dyn FnMut(super::CallFrame) + Send)>,
+    pub on_frame: Option<super::frames::OnFrame<'a>>,
 }
 
 impl std::fmt::Debug for RunStreams<'_> {

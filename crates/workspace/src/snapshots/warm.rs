@@ -90,15 +90,17 @@ impl Workspace<'_> {
             let timeout_ms = crate::servers::millis(timeout);
             let call = crate::servers::WorkspaceCall::Start { cold, timeout_ms };
             // The server's progress, as it reports it.
-            let mut on_frame = |frame| {
-                if let crate::servers::CallFrame::StartProgress {
+            let mut on_frame = |frame| match frame {
+                crate::servers::CallFrame::StartProgress {
                     elapsed_ms,
                     console,
-                } = frame
-                {
+                } => {
                     let elapsed = Duration::from_millis(elapsed_ms);
                     progress(StartProgress { elapsed, console });
+                    true
                 }
+                // A start sends nothing else.
+                _ => false,
             };
             let streams = crate::servers::RunStreams {
                 on_frame: Some(&mut on_frame),
