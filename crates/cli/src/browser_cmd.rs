@@ -187,7 +187,11 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
             if json {
                 output::json(&closed);
             } else {
-                println!("closed page {} of {}", closed.page, closed.workspace);
+                println!(
+                    "closed page {} of {}",
+                    output::field(&closed.page),
+                    output::field(&closed.workspace)
+                );
             }
         }
         BrowserCommand::Events {
@@ -268,8 +272,8 @@ fn print_snapshot(snap: &BrowserSnapshot, json: bool) {
     // The page's title, address and text are the web page's words.
     println!(
         "# page {} of {}: \"{}\" at {}",
-        snap.page,
-        snap.workspace,
+        output::field(&snap.page),
+        output::field(&snap.workspace),
         output::field(&snap.title),
         output::field(&snap.url)
     );

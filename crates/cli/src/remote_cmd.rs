@@ -79,14 +79,14 @@ async fn route(
 }
 
 /// Whether `cmd`, on a workspace placed on a server, runs there over SSH
-/// with this terminal: a terminal (`ssh -tt`) and the browser. Every other
+/// with this terminal: a terminal (`ssh -tt`). Every other
 /// command on a workspace is a call of its handle, which goes to the
 /// server by itself (a command's output coming back as it comes).
 fn streams(cmd: &Command) -> bool {
     matches!(
         cmd,
         Command::Exec { args, .. } if args.tty
-    ) || matches!(cmd, Command::Shell { .. } | Command::Browser(_))
+    ) || matches!(cmd, Command::Shell { .. })
 }
 
 /// The workspace `cmd` acts on, when it names one.
@@ -132,9 +132,9 @@ fn target(cmd: &Command) -> Option<&str> {
         Command::Port(P::Add { workspace, .. } | P::Ls { workspace } | P::Rm { workspace, .. }) => {
             workspace
         }
-        // Not `screenshot`: its file is written where the command runs.
         Command::Browser(
             B::Open { workspace, .. }
+            | B::Screenshot { workspace, .. }
             | B::Snapshot { workspace, .. }
             | B::Click { workspace, .. }
             | B::Fill { workspace, .. }

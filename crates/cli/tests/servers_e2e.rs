@@ -471,6 +471,12 @@ fn a_remote_server_runs_workspaces_over_ssh() {
                     serde_json::json!({"guest_path": "/tmp/t5/sub/b.txt", "host_path": here.home().join("b5.txt").to_str().unwrap()}),
                 ),
             ),
+            ("browser events", "browser_events", w5(none.clone())),
+            (
+                "browser",
+                "browser_open",
+                w5(serde_json::json!({"url": "about:blank"})),
+            ),
             ("halt", "workspace_halt", w5(none.clone())),
             ("start", "workspace_start", w5(none.clone())),
             (
@@ -541,13 +547,26 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             .iter()
             .zip(calls)
             .map(|((step, ..), c)| {
-                // Output files are not brought back from a server yet.
-                let refused = *step == "outputs";
+                // Output files are not brought back from a server yet; the
+                // workspace's image has no Chromium (the server says so).
+                let refused = ["outputs", "browser"].contains(step);
                 assert_eq!(c["is_error"], refused, "{step}: {answer}");
                 (*step, &c["structured"])
             })
             .collect();
         assert_eq!(got["outputs"]["code"], "INVALID_INPUT", "{answer}");
+        assert_eq!(got["browser"]["code"], "INVALID_INPUT", "{answer}");
+        assert!(
+            answer
+                .to_string()
+                .contains("workspace `w5` has no Chromium"),
+            "{answer}"
+        );
+        assert_eq!(
+            got["browser events"]["events"],
+            serde_json::json!([]),
+            "{answer}"
+        );
         assert_eq!(
             (
                 got["exec"]["exit_code"].as_i64(),
@@ -632,6 +651,7 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             call("workspace_exec", w5(serde_json::json!({"shell": "true"}))),
             call("workspace_delete", w5(serde_json::json!({"force": true}))),
             call("snapshot_take", serde_json::json!({"workspace": "w5"})),
+            call("browser_events", w5(none.clone())),
             call(
                 "copy_out",
                 w5(

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use crate::admin::server_reports::ServerPool;
+use crate::browser::{Element, PageOptions};
 use crate::error::Error;
 use crate::guest::copy::CopyInto;
 use crate::guest::exec_control::ExecEnd;
@@ -289,6 +290,45 @@ impl ServerPool<'_> {
                     dev.files().receive(into, &mut input).await?,
                 ))
             }
+            C::BrowserOpen {
+                url,
+                page,
+                timeout_ms,
+            } => json(serde_json::to_value(
+                dev.browser()
+                    .open(&url, page_options(page, timeout_ms))
+                    .await?,
+            )),
+            C::BrowserSnapshot { page, timeout_ms } => json(serde_json::to_value(
+                dev.browser()
+                    .snapshot(page_options(page, timeout_ms))
+                    .await?,
+            )),
+            C::BrowserAct {
+                element,
+                value,
+                page,
+                timeout_ms,
+            } => {
+                let bad = |e: serde_json::Error| Error::InvalidInput(format!("an element: {e}"));
+                let element: Element = serde_json::from_value(element).map_err(bad)?;
+                let (browser, options) = (dev.browser(), page_options(page, timeout_ms));
+                json(serde_json::to_value(match value {
+                    Some(value) => browser.fill(&element, &value, options).await?,
+                    None => browser.click(&element, options).await?,
+                }))
+            }
+            C::BrowserClose { page, timeout_ms } => json(serde_json::to_value(
+                dev.browser().close(page_options(page, timeout_ms)).await?,
+            )),
+            C::BrowserScreenshot { page, timeout_ms } => json(serde_json::to_value(
+                dev.browser()
+                    .screenshot(page_options(page, timeout_ms))
+                    .await?,
+            )),
+            C::BrowserEvents { offset, limit } => json(serde_json::to_value(
+                dev.browser().events(offset, limit).await?,
+            )),
             C::CopyOut {
                 guest_path,
                 dir,
@@ -385,6 +425,11 @@ impl ServerPool<'_> {
         all.retain(|m| self.all.check_forward(server, &m.name).is_ok());
         Ok(all)
     }
+}
+
+/// A browser call's page options, as it sent them.
+fn page_options(page: String, timeout_ms: u64) -> PageOptions {
+    PageOptions::page(Some(page)).timeout(Duration::from_millis(timeout_ms))
 }
 
 /// A command of a call, its output sent as frames as it comes. It is

@@ -204,7 +204,8 @@ impl BrowserError {
 }
 
 /// The element a click or fill acts on.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Element {
     /// A ref of the page's last snapshot (`e3`).
     Ref(String),
@@ -222,7 +223,7 @@ impl std::fmt::Display for Element {
 }
 
 /// A page's accessibility snapshot, as every page call returns it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BrowserSnapshot {
@@ -247,7 +248,7 @@ pub struct BrowserSnapshot {
 }
 
 /// A closed page.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BrowserPageClosed {
@@ -260,7 +261,7 @@ pub struct BrowserPageClosed {
 }
 
 /// A screenshot of a page's viewport.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct BrowserScreenshot {
     /// The page.
@@ -268,6 +269,7 @@ pub struct BrowserScreenshot {
     /// Where the page is.
     pub url: String,
     /// The PNG file.
+    #[serde(with = "crate::wire_bytes")]
     pub png: Vec<u8>,
     /// Its width in pixels.
     pub width: u32,
@@ -325,7 +327,7 @@ pub enum BrowserEventKind {
 pub type BrowserEvent = crate::store::events::Event<BrowserEventKind>;
 
 /// A slice of the browser log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct BrowserEvents {
@@ -416,6 +418,24 @@ pub fn check_url(url: &str) -> Result<(), BrowserError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_element_travels_as_one_tagged_string() {
+        let element = Element::Selector("a[href]".into());
+        let text = serde_json::to_string(&element).unwrap();
+        assert_eq!(text, r#"{"selector":"a[href]"}"#);
+        assert_eq!(serde_json::from_str::<Element>(&text).unwrap(), element);
+        for hostile in [
+            r#"{"script":"x"}"#,
+            r#"{"ref":"e1","selector":"a"}"#,
+            r#""e1""#,
+        ] {
+            assert!(
+                serde_json::from_str::<Element>(hostile).is_err(),
+                "{hostile}"
+            );
+        }
+    }
 
     #[test]
     fn urls_and_page_names_are_checked() {

@@ -14,6 +14,7 @@ use crate::browser::{
     BrowserSnapshot, Element, PageOptions, MAX_EVENTS_PER_CALL, MAX_SNAPSHOT_BYTES,
 };
 use crate::error::{Error, Result};
+use crate::servers::{check_answer_bytes, millis, RemoteWorkspace, ServerError, WorkspaceCall};
 use crate::store::file_lock::FileLock;
 use crate::store::workspace_dir::WorkspaceDir;
 use crate::workspaces::handle::Workspace;
@@ -279,6 +280,14 @@ impl WorkspaceBrowser<'_> {
     pub async fn open(self, url: &str, options: PageOptions) -> Result<BrowserSnapshot> {
         check_url(url)?;
         options.check()?;
+        if let Some(remote) = self.ws.remote()? {
+            let call = WorkspaceCall::BrowserOpen {
+                url: url.to_owned(),
+                page: options.page,
+                timeout_ms: millis(options.timeout),
+            };
+            return page_there(&remote, call).await;
+        }
         let mut call = Call::begin(self.ws).await?;
         let mut page = call.page(&options.page, true).await?;
         call.action(&options.page, format!("open {url}"))?;
@@ -289,6 +298,13 @@ impl WorkspaceBrowser<'_> {
     /// A new snapshot of an open page.
     pub async fn snapshot(self, options: PageOptions) -> Result<BrowserSnapshot> {
         options.check()?;
+        if let Some(remote) = self.ws.remote()? {
+            let call = WorkspaceCall::BrowserSnapshot {
+                page: options.page,
+                timeout_ms: millis(options.timeout),
+            };
+            return page_there(&remote, call).await;
+        }
         let mut call = Call::begin(self.ws).await?;
         let page = call.page(&options.page, false).await?;
         call.finish(page, &options.page).await
@@ -319,6 +335,15 @@ impl WorkspaceBrowser<'_> {
         options: PageOptions,
     ) -> Result<BrowserSnapshot> {
         options.check()?;
+        if let Some(remote) = self.ws.remote()? {
+            let call = WorkspaceCall::BrowserAct {
+                element: serde_json::to_value(element).map_err(ServerError::Encode)?,
+                value: value.map(str::to_owned),
+                page: options.page,
+                timeout_ms: millis(options.timeout),
+            };
+            return page_there(&remote, call).await;
+        }
         let mut call = Call::begin(self.ws).await?;
         let mut page = call.page(&options.page, false).await?;
         let node = call.node(&mut page, &options.page, element).await?;
@@ -335,6 +360,13 @@ impl WorkspaceBrowser<'_> {
     /// Closes an open page.
     pub async fn close(self, options: PageOptions) -> Result<BrowserPageClosed> {
         options.check()?;
+        if let Some(remote) = self.ws.remote()? {
+            let call = WorkspaceCall::BrowserClose {
+                page: options.page,
+                timeout_ms: millis(options.timeout),
+            };
+            return Ok(remote.call(call).await?);
+        }
         let mut call = Call::begin(self.ws).await?;
         let name = options.page;
         let Some(target) = call.known_target(&name).await? else {
@@ -368,6 +400,17 @@ impl WorkspaceBrowser<'_> {
     /// A PNG of an open page's viewport.
     pub async fn screenshot(self, options: PageOptions) -> Result<BrowserScreenshot> {
         options.check()?;
+        if let Some(remote) = self.ws.remote()? {
+            let call = WorkspaceCall::BrowserScreenshot {
+                page: options.page,
+                timeout_ms: millis(options.timeout),
+            };
+            let mut shot: BrowserScreenshot = remote.call(call).await?;
+            // Its size is the PNG's own, read here.
+            (shot.width, shot.height) = png_size(&shot.png)
+                .ok_or_else(|| garbled(&remote, "its screenshot is not a PNG".into()))?;
+            return Ok(shot);
+        }
         let mut call = Call::begin(self.ws).await?;
         let mut page = call.page(&options.page, false).await?;
         let png = page.screenshot().await?;
@@ -391,11 +434,20 @@ impl WorkspaceBrowser<'_> {
     /// The browser log after sequence number `offset`, at most `limit`
     /// events (at most [`MAX_EVENTS_PER_CALL`]).
     pub async fn events(self, offset: u64, limit: usize) -> Result<BrowserEvents> {
+        let limit = limit.clamp(1, MAX_EVENTS_PER_CALL);
+        if let Some(remote) = self.ws.remote()? {
+            let answer: BrowserEvents = remote
+                .call(WorkspaceCall::BrowserEvents { offset, limit })
+                .await?;
+            let (got, asked) = (answer.events.len(), limit as u64);
+            check_answer_bytes(remote.server(), "browser events", got, asked)?;
+            return Ok(answer);
+        }
         let ws = self.ws;
         let dir = BrowserDir::new(ws.all.dir(ws.name.as_str())?.path());
         ws.get_here()?;
         let mut events = dir.events().read_after(offset)?;
-        events.truncate(limit.clamp(1, MAX_EVENTS_PER_CALL));
+        events.truncate(limit);
         let next_offset = events.last().map_or(offset, |e| e.seq);
         Ok(BrowserEvents {
             workspace: ws.name.as_str().to_owned(),
@@ -403,4 +455,21 @@ impl WorkspaceBrowser<'_> {
             next_offset,
         })
     }
+}
+
+/// A page call on the workspace's server: its snapshot, held to the size a
+/// snapshot here is cut at.
+async fn page_there(remote: &RemoteWorkspace, call: WorkspaceCall) -> Result<BrowserSnapshot> {
+    let snap: BrowserSnapshot = remote.call(call).await?;
+    let (got, cap) = (snap.snapshot.len(), MAX_SNAPSHOT_BYTES as u64);
+    check_answer_bytes(remote.server(), "browser snapshot", got, cap)?;
+    Ok(snap)
+}
+
+fn garbled(remote: &RemoteWorkspace, detail: String) -> Error {
+    ServerError::Garbled {
+        server: remote.server().to_owned(),
+        detail,
+    }
+    .into()
 }

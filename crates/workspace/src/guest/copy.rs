@@ -467,7 +467,7 @@ impl WorkspaceFiles<'_> {
 
     /// The server's side of a copy in ([`WorkspaceCall::CopyIn`]): what
     /// follows the call, into this guest.
-    pub async fn receive<R>(self, into: CopyInto<'_>, reader: &mut R) -> Result<u64>
+    pub(crate) async fn receive<R>(self, into: CopyInto<'_>, reader: &mut R) -> Result<u64>
     where
         R: tokio::io::AsyncRead + Unpin + ?Sized,
     {
@@ -556,7 +556,7 @@ impl WorkspaceFiles<'_> {
     /// A guest file's bytes, or with `dir` a directory's tar archive, from
     /// this guest's agent into `out` (which bounds them): a copy out here,
     /// and the server's side of one ([`WorkspaceCall::CopyOut`]).
-    pub async fn send<W>(
+    pub(crate) async fn send<W>(
         self,
         guest_path: &str,
         dir: bool,
@@ -629,7 +629,7 @@ impl WorkspaceFiles<'_> {
 
 /// Where a copy in goes.
 #[derive(Clone, Copy, Debug)]
-pub struct CopyInto<'a> {
+pub(crate) struct CopyInto<'a> {
     /// The guest path.
     pub guest_path: &'a str,
     /// A directory's tar archive, not a file's bytes.

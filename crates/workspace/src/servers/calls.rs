@@ -30,6 +30,12 @@ const SIGNAL_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a copy in or out may take (its bytes travel while the call
 /// runs; a copy here has no deadline at all).
 const COPY_DEADLINE: Duration = Duration::from_secs(3600);
+/// What a browser call may take beyond its page's load bound: the browser
+/// started (twice, when it had exited) in a slow guest.
+const BROWSER_START_ALLOWANCE: Duration = Duration::from_secs(900);
+/// Most bytes of a browser call's answer: a snapshot is cut at 48 KiB, a
+/// screenshot of the 1280x720 viewport is a few MiB at most.
+const BROWSER_ANSWER_BYTES: u64 = 16 << 20;
 /// Most bytes of an answer that carries no data: a command's end, a
 /// signal's acknowledgement, a copy's count.
 const SMALL_ANSWER_BYTES: u64 = 64 << 10;
@@ -222,6 +228,36 @@ pub enum WorkspaceCall {
         perm: Option<u32>,
         owners: bool,
     },
+    /// A browser call (`dev.browser()`): the page, its load bound; a
+    /// click's or fill's element as `Element` writes itself (this layer is
+    /// below the browser's).
+    BrowserOpen {
+        url: String,
+        page: String,
+        timeout_ms: u64,
+    },
+    BrowserSnapshot {
+        page: String,
+        timeout_ms: u64,
+    },
+    BrowserAct {
+        element: serde_json::Value,
+        value: Option<String>,
+        page: String,
+        timeout_ms: u64,
+    },
+    BrowserClose {
+        page: String,
+        timeout_ms: u64,
+    },
+    BrowserScreenshot {
+        page: String,
+        timeout_ms: u64,
+    },
+    BrowserEvents {
+        offset: u64,
+        limit: usize,
+    },
     /// A copy out of the guest: the file's bytes, or with `dir` the
     /// directory's tar archive, sent as frames, at most `max_bytes`.
     CopyOut {
@@ -248,6 +284,13 @@ impl WorkspaceCall {
             // Sent when this host's user stops a command: short.
             Self::SignalExec { .. } => SIGNAL_DEADLINE,
             Self::CopyIn { .. } | Self::CopyOut { .. } => COPY_DEADLINE,
+            Self::BrowserOpen { timeout_ms, .. }
+            | Self::BrowserSnapshot { timeout_ms, .. }
+            | Self::BrowserAct { timeout_ms, .. }
+            | Self::BrowserClose { timeout_ms, .. }
+            | Self::BrowserScreenshot { timeout_ms, .. } => {
+                waits(*timeout_ms).saturating_add(BROWSER_START_ALLOWANCE)
+            }
             _ => DEFAULT_DEADLINE,
         }
     }
@@ -266,6 +309,12 @@ impl WorkspaceCall {
             | Self::SignalExec { .. }
             | Self::CopyIn { .. }
             | Self::CopyOut { .. } => SMALL_ANSWER_BYTES,
+            Self::BrowserOpen { .. }
+            | Self::BrowserSnapshot { .. }
+            | Self::BrowserAct { .. }
+            | Self::BrowserClose { .. }
+            | Self::BrowserScreenshot { .. }
+            | Self::BrowserEvents { .. } => BROWSER_ANSWER_BYTES,
             _ => MAX_CALL_BYTES as u64,
         }
     }
@@ -426,6 +475,21 @@ mod tests {
         };
         assert!(signal.deadline() <= Duration::from_secs(10));
         assert!(signal.max_answer() <= 64 << 10);
+        // A browser call waits for its page and a slow browser start; its
+        // answer is a snapshot or a screenshot, not a whole read.
+        let open = WorkspaceCall::BrowserOpen {
+            url: "about:blank".into(),
+            page: "default".into(),
+            timeout_ms: 60_000,
+        };
+        assert!(open.deadline() >= Duration::from_secs(960));
+        assert_eq!(open.max_answer(), 16 << 20);
+        let copy = WorkspaceCall::CopyOut {
+            guest_path: "/x".into(),
+            dir: true,
+            max_bytes: 1,
+        };
+        assert_eq!(copy.max_answer(), SMALL_ANSWER_BYTES);
         // A console chunk's answer is held near the console's cap.
         let logs = WorkspaceCall::LogsFrom { offset: 0 }.max_answer();
         assert!(logs < 2 << 20 && logs > crate::store::console_log::CONSOLE_LOG_CAP * 4 / 3);

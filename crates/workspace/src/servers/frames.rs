@@ -359,7 +359,10 @@ mod tests {
         assert_eq!(back, big);
         // A caller that went away is a broken pipe.
         let mut gone = |_| false;
-        let err = CopyFrames::new(&mut gone).write_all(b"x").await.unwrap_err();
+        let err = CopyFrames::new(&mut gone)
+            .write_all(b"x")
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
         // What follows a call, chunk by chunk, reads as one stream.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
@@ -370,7 +373,10 @@ mod tests {
             tx.send(Vec::new()).await.unwrap();
         });
         let mut read = Vec::new();
-        FollowingInput::new(rx).read_to_end(&mut read).await.unwrap();
+        FollowingInput::new(rx)
+            .read_to_end(&mut read)
+            .await
+            .unwrap();
         assert_eq!(read, back);
     }
 
