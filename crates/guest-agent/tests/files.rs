@@ -494,3 +494,53 @@ async fn hybrid_vsock_handshake() {
         "{refused}"
     );
 }
+
+/// A reader that gives some bytes, then fails (a connection cut mid-copy).
+struct CutReader(Option<Vec<u8>>);
+
+impl tokio::io::AsyncRead for CutReader {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(match self.0.take() {
+            Some(first) => {
+                buf.put_slice(&first);
+                Ok(())
+            }
+            None => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_write_whose_input_is_cut_leaves_the_file_as_it_was() {
+    let agent = Agent::start();
+    let path = agent.path("kept.txt");
+    let c = || agent.client();
+    c().await
+        .write_file(&path, WriteMode::Create, None, b"whole")
+        .await
+        .unwrap();
+    let mut cut = CutReader(Some(b"half".to_vec()));
+    let got = c()
+        .await
+        .write_file_from(&path, WriteMode::Truncate, None, &mut cut)
+        .await;
+    assert!(matches!(got, Err(ClientError::Local(_))), "{got:?}");
+    // The agent saw no end: its temporary is gone, the file untouched.
+    let settled = || {
+        let names: Vec<_> = std::fs::read_dir(Path::new(&path).parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.len() == 1
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !settled() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(settled(), "a temporary was left beside the file");
+    assert_eq!(read_to_end(Path::new(&path)), b"whole");
+}

@@ -436,6 +436,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     ) -> Result<Response, ClientError> {
         self.send_start(req).await?;
         let sent = send_data(&mut self.stream, reader).await;
+        // Our own input failed (a cut copy): the agent, which saw no end,
+        // drops what it received once the connection closes; its answer
+        // would only come at its idle deadline.
+        if let Err(e @ ClientError::Local(_)) = sent {
+            return Err(e);
+        }
         let answer = async {
             self.read_hello().await?;
             self.response().await

@@ -106,6 +106,26 @@ impl ServerPool<'_> {
             .into());
         }
         let dev = self.all.workspace(&call.workspace)?;
+        // Held to the deadline its caller waits, so a guest that stops
+        // reading or answering cannot keep this process for ever.
+        let deadline = call.call.deadline();
+        match tokio::time::timeout(deadline, self.answer(dev, call.call, streams)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(ServerError::Deadline {
+                server: LOCAL_SERVER.to_owned(),
+                secs: deadline.as_secs(),
+            }
+            .into()),
+        }
+    }
+
+    /// [`Self::answer_call`]'s call on `dev`.
+    async fn answer(
+        &self,
+        dev: crate::workspaces::handle::Workspace<'_>,
+        call: WorkspaceCall,
+        streams: CallStreams<'_>,
+    ) -> crate::error::Result<serde_json::Value> {
         let CallStreams {
             stdin: rest,
             frames,
@@ -117,7 +137,7 @@ impl ServerPool<'_> {
         let ms = Duration::from_millis;
         let json = |v: serde_json::Result<serde_json::Value>| Ok(v.map_err(ServerError::Encode)?);
         use WorkspaceCall as C;
-        match call.call {
+        match call {
             C::Start {
                 cold: false,
                 timeout_ms,
@@ -278,14 +298,16 @@ impl ServerPool<'_> {
                 dir,
                 perm,
                 owners,
+                bytes,
             } => {
                 let into = CopyInto {
                     guest_path: &guest_path,
                     dir,
                     perm,
                     owners,
+                    bytes,
                 };
-                let mut input = FollowingInput::new(rest);
+                let mut input = FollowingInput::new(rest, bytes);
                 json(serde_json::to_value(
                     dev.files().receive(into, &mut input).await?,
                 ))

@@ -362,7 +362,8 @@ impl Workspaces {
     /// Carries out `plan`: the count [`CopyPlan::unit`] names, and what
     /// was left out.
     pub async fn copy(&self, plan: &CopyPlan) -> Result<Copied> {
-        let ws = self.at(&plan.workspace);
+        // Access is checked again: a plan is the caller's to change.
+        let ws = self.workspace(&plan.workspace)?;
         match (plan.direction, &plan.guest_stat) {
             (CopyDirection::In, _) => ws
                 .files()
@@ -404,14 +405,17 @@ impl WorkspaceFiles<'_> {
             .await
             .map_err(Error::host_io(format!("opening {}", host_path.display())))?;
         use std::os::unix::fs::PermissionsExt;
+        use tokio::io::AsyncReadExt;
         let perm = meta.permissions().mode() & 0o7777;
         let into = CopyInto {
             guest_path,
             dir: false,
             perm: Some(perm),
             owners: false,
+            bytes: Some(meta.len()),
         };
-        self.copy_in_from(into, file).await
+        // As long as it was: a server tells a cut from the end by it.
+        self.copy_in_from(into, file.take(meta.len())).await
     }
 
     /// Copies the host directory `host_dir` to `guest_path` as
@@ -455,6 +459,7 @@ impl WorkspaceFiles<'_> {
                 dir: into.dir,
                 perm: into.perm,
                 owners: into.owners,
+                bytes: into.bytes,
             };
             let streams = RunStreams {
                 then_input: Some(Box::new(reader)),
@@ -615,6 +620,7 @@ impl WorkspaceFiles<'_> {
             dir: true,
             perm: None,
             owners,
+            bytes: None,
         };
         // The reader goes with the call: when the guest stops reading, the
         // archiver sees a closed socket.
@@ -638,6 +644,9 @@ pub(crate) struct CopyInto<'a> {
     pub perm: Option<u32>,
     /// A directory's entries keep their archived owners.
     pub owners: bool,
+    /// A file's length: its bytes end there, and an input that ends
+    /// before is cut (the guest file stays as it was).
+    pub bytes: Option<u64>,
 }
 
 /// A copy out of a workspace on a server: its frames into `file`, at most

@@ -25,6 +25,38 @@ pub(crate) fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
     Some(parts)
 }
 
+/// Whether a relative symlink `target` in directory `dirs` (relative to the
+/// destination) resolves lexically inside the destination.
+pub(crate) fn stays_inside(dirs: &[&OsStr], target: &Path) -> bool {
+    let mut depth = dirs.len();
+    for c in target.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir if depth > 0 => depth -= 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Opens (with `create`, creating missing ones, mode 0755) `dirs` below
+/// `root`, never following a symlink: one in the way is ELOOP, a file
+/// ENOTDIR.
+pub(crate) fn open_dirs(root: &OwnedFd, dirs: &[&OsStr], create: bool) -> io::Result<OwnedFd> {
+    let mut fd = dup(root)?;
+    for dir in dirs {
+        fd = match open_dir_at(Some(&fd), dir) {
+            Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
+                make_dir(&fd, dir, 0o755)?;
+                open_dir_at(Some(&fd), dir)
+            }
+            other => other,
+        }?;
+    }
+    Ok(fd)
+}
+
 /// openat2(2): opens `rel` below `dir` with `flags` (O_CLOEXEC added) and
 /// the `resolve` rules (`RESOLVE_BENEATH`, `RESOLVE_IN_ROOT`, ...), which
 /// the kernel enforces on every component, symlinks included.

@@ -18,11 +18,11 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::host::dirfd::{
-    clean_parts, cstr, dup, fchmod, is_regular_file, linkat, make_dir, open_dir_at, openat2,
-    random_hex, replace_with, symlinkat, sync_fs, umask, write_file,
+    self, clean_parts, cstr, fchmod, is_regular_file, linkat, make_dir, open_dir_at, openat2,
+    random_hex, replace_with, stays_inside, symlinkat, sync_fs, umask, write_file,
 };
 
 /// Most bytes one `copy_out` takes from a guest (file or archive).
@@ -325,7 +325,7 @@ pub fn unpack(
                 continue;
             }
         }
-        let parent = open_dirs(&root, dirs, &refuse)?;
+        let parent = open_dirs(&root, dirs, true, &refuse)?;
         let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
         let kind = entry.header().entry_type();
         let at = |what: &str| format!("{what} {}/{shown}", dest.display());
@@ -367,7 +367,14 @@ pub fn unpack(
             let Some((target_name, target_dirs)) = target_parts.split_last() else {
                 return Err(refuse("a hard link to the destination itself"));
             };
-            let from = open_dirs(&root, target_dirs, &refuse)?;
+            // Its name is no way into git metadata left out (an existing
+            // repository's `.git/config` when merging).
+            if !rules.git_metadata && target_parts.iter().any(|p| is_git_metadata(p)) {
+                return Err(refuse("a hard link into git metadata"));
+            }
+            // What it links to was copied (or was there): nothing is made
+            // on its way.
+            let from = open_dirs(&root, target_dirs, false, &refuse)?;
             if !is_regular_file(&from, target_name) {
                 return Err(refuse("a hard link to something not copied as a file"));
             }
@@ -382,21 +389,6 @@ pub fn unpack(
     sync_fs(&root).map_err(io_err(format!("writing into {}", dest.display())))?;
     unpacked.entries = count - unpacked.left_out_entries;
     Ok(unpacked)
-}
-
-/// Whether a relative symlink `target` in directory `dirs` (relative to the
-/// destination) resolves lexically inside the destination.
-fn stays_inside(dirs: &[&OsStr], target: &Path) -> bool {
-    let mut depth = dirs.len();
-    for c in target.components() {
-        match c {
-            Component::Normal(_) => depth += 1,
-            Component::CurDir => {}
-            Component::ParentDir if depth > 0 => depth -= 1,
-            _ => return false,
-        }
-    }
-    true
 }
 
 /// Follows each of `links` (paths below `root`) as the kernel would, held
@@ -429,7 +421,7 @@ fn check_links(root: &OwnedFd, links: &[(PathBuf, String)]) -> Result<(), HostWr
             entry: entry.clone(),
             why,
         };
-        let parent = open_dirs(root, &parts, &refuse)?;
+        let parent = open_dirs(root, &parts, false, &refuse)?;
         let c = cstr(name).map_err(io_err("removing a link"))?;
         // SAFETY: `c` is NUL-terminated; unlinkat removes the name only.
         unsafe { libc::unlinkat(parent.as_raw_fd(), c.as_ptr(), 0) };
@@ -440,30 +432,20 @@ fn check_links(root: &OwnedFd, links: &[(PathBuf, String)]) -> Result<(), HostWr
     })
 }
 
-/// Opens (creating missing ones) `dirs` below `root`, never following a
-/// symlink.
+/// [`dirfd::open_dirs`]; a symlink or a file in the way is refused.
 fn open_dirs(
     root: &OwnedFd,
     dirs: &[&OsStr],
+    create: bool,
     refuse: &dyn Fn(&'static str) -> HostWriteError,
 ) -> Result<OwnedFd, HostWriteError> {
-    let mut fd = dup(root).map_err(io_err("duplicating a descriptor"))?;
-    for dir in dirs {
-        let next = match open_dir_at(Some(&fd), dir) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                make_dir(&fd, dir, 0o755).map_err(io_err("creating a directory"))?;
-                open_dir_at(Some(&fd), dir)
-            }
-            other => other,
-        };
-        fd = next.map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
-                refuse("its path goes through a symlink or a file")
-            }
-            _ => io_err("opening a directory")(e),
-        })?;
-    }
-    Ok(fd)
+    dirfd::open_dirs(root, dirs, create).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+            refuse("its path goes through a symlink or a file")
+        }
+        Some(libc::ENOENT) => refuse("it names what was not copied"),
+        _ => io_err("opening a directory")(e),
+    })
 }
 
 #[cfg(test)]
@@ -518,6 +500,27 @@ mod tests {
 
     fn unpack_into(dir: &Path, bytes: &[u8]) -> Result<u64, HostWriteError> {
         unpack(bytes, &dir.join("dest"), RULES).map(|u| u.entries)
+    }
+
+    #[test]
+    fn a_hard_link_through_git_metadata_creates_nothing() {
+        let dir = scratch("git-link");
+        let dest = dir.join("dest");
+        std::fs::create_dir_all(dest.join("repo/.git")).unwrap();
+        std::fs::write(dest.join("repo/.git/config"), "[core]").unwrap();
+        for target in ["repo/.git/config", "new/.git/hooks/x", "missing/dirs/f"] {
+            let bytes = archive(|b| {
+                entry(b, tar::EntryType::Link, "a", target, 0o644, b"");
+            });
+            let err = unpack(bytes.as_slice(), &dest, RULES).unwrap_err();
+            assert!(
+                matches!(err, HostWriteError::Refused { .. }),
+                "{target}: {err}"
+            );
+            assert!(!dest.join("a").exists(), "{target}");
+        }
+        assert!(!dest.join("new").exists() && !dest.join("missing").exists());
+        victim_untouched(&dir);
     }
 
     #[test]

@@ -220,13 +220,15 @@ pub enum WorkspaceCall {
         pattern: String,
     },
     /// A copy into the guest: what follows the call on the server's stdin
-    /// is the file's bytes, or with `dir` a directory's tar archive
-    /// (`owners`: kept as archived).
+    /// is the file's `bytes` (exactly: an input that ends before is a
+    /// cut, and the guest file stays as it was), or with `dir` a
+    /// directory's tar archive (`owners`: kept as archived).
     CopyIn {
         guest_path: String,
         dir: bool,
         perm: Option<u32>,
         owners: bool,
+        bytes: Option<u64>,
     },
     /// A browser call (`dev.browser()`): the page, its load bound; a
     /// click's or fill's element as `Element` writes itself (this layer is
@@ -268,8 +270,9 @@ pub enum WorkspaceCall {
 }
 
 impl WorkspaceCall {
-    /// How long the server may take: the call's own wait and the trip.
-    fn deadline(&self) -> Duration {
+    /// How long the server may take: the call's own wait and the trip
+    /// (the server holds its own answer to it too).
+    pub(crate) fn deadline(&self) -> Duration {
         let waits = |ms: u64| Duration::from_millis(ms).saturating_add(SLACK);
         match self {
             Self::Start { timeout_ms, .. }

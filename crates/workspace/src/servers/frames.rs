@@ -209,21 +209,25 @@ impl tokio::io::AsyncWrite for CopyFrames<'_> {
 }
 
 /// What follows a call on the server's stdin, as a reader (a copy in's
-/// bytes): it ends where that stdin ends.
+/// bytes): it ends where that stdin ends, or when its length is known,
+/// there; ending before that is `UnexpectedEof` (the connection was cut,
+/// not the input done), more is `InvalidData`.
 #[derive(Debug)]
 pub struct FollowingInput {
     chunks: tokio::sync::mpsc::Receiver<Vec<u8>>,
     chunk: Vec<u8>,
     at: usize,
+    left: Option<u64>,
 }
 
 impl FollowingInput {
-    /// Reads the chunks `chunks` brings.
-    pub fn new(chunks: tokio::sync::mpsc::Receiver<Vec<u8>>) -> Self {
+    /// Reads the chunks `chunks` brings: exactly `bytes` when given.
+    pub fn new(chunks: tokio::sync::mpsc::Receiver<Vec<u8>>, bytes: Option<u64>) -> Self {
         Self {
             chunks,
             chunk: Vec::new(),
             at: 0,
+            left: bytes,
         }
     }
 }
@@ -238,9 +242,26 @@ impl tokio::io::AsyncRead for FollowingInput {
         while self.at == self.chunk.len() {
             match self.chunks.poll_recv(cx) {
                 Poll::Pending => return Poll::Pending,
-                // The end of the input.
-                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Ready(None) => {
+                    return Poll::Ready(match self.left {
+                        Some(left) if left > 0 => Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("the input was cut {left} bytes before its end"),
+                        )),
+                        _ => Ok(()),
+                    })
+                }
                 Poll::Ready(Some(chunk)) => {
+                    let more = chunk.len() as u64;
+                    if let Some(left) = &mut self.left {
+                        if more > *left {
+                            return Poll::Ready(Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "more input than its length",
+                            )));
+                        }
+                        *left -= more;
+                    }
                     self.chunk = chunk;
                     self.at = 0;
                 }
@@ -373,11 +394,26 @@ mod tests {
             tx.send(Vec::new()).await.unwrap();
         });
         let mut read = Vec::new();
-        FollowingInput::new(rx)
+        FollowingInput::new(rx, None)
             .read_to_end(&mut read)
             .await
             .unwrap();
         assert_eq!(read, back);
+        // With its length: a cut before it, or more than it, is no end.
+        for (sent, length, kind) in [
+            (10, 10, None),
+            (9, 10, Some(io::ErrorKind::UnexpectedEof)),
+            (11, 10, Some(io::ErrorKind::InvalidData)),
+        ] {
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.send(vec![7; sent]).await.unwrap();
+            drop(tx);
+            let mut read = Vec::new();
+            let got = FollowingInput::new(rx, Some(length))
+                .read_to_end(&mut read)
+                .await;
+            assert_eq!(got.err().map(|e| e.kind()), kind, "{sent} of {length}");
+        }
     }
 
     #[tokio::test]
