@@ -1,9 +1,9 @@
-//! Commands on another server: with `--server NAME`, or on a workspace
-//! that lives on one when the command streams (see [`streams`]; the rest
-//! are calls of the workspace's handle, which go there by themselves), the
-//! same command line runs there over SSH with this terminal's stdin,
-//! stdout and stderr, and its exit status comes back. So streaming, stdin,
-//! terminals and `--json` behave as they do here.
+//! Commands on another server with `--server NAME` (a command on a
+//! workspace that lives on one is a call of the workspace's handle, which
+//! goes there by itself): the same command line runs there over SSH with
+//! this terminal's stdin, stdout and stderr, and its exit status comes
+//! back. So streaming, stdin, terminals and `--json` behave as they do
+//! here.
 //! What this host records follows what the remote confirmed: a create or
 //! fork that succeeded there is placed, a delete forgets the placement.
 //! `list` merges every server's workspaces.
@@ -61,10 +61,7 @@ async fn route(
         (None, Command::Create { spec, .. }) if !ws.servers().list()?.is_empty() => {
             Some(ws.server_pool().pick_server(&spec.image).await?)
         }
-        (None, _) => match target(cmd) {
-            Some(name) if streams(cmd) => ws.placement_of(name)?.map(|p| p.server),
-            _ => None,
-        },
+        (None, _) => None,
     };
     // Whoever names the server, a workspace placed from here is checked
     // as its owner's before any ssh runs.
@@ -76,17 +73,6 @@ async fn route(
         Some(s) if s == LOCAL_SERVER => Ok(None),
         Some(s) => Ok(Some((ws.servers().get(&s)?, record))),
     }
-}
-
-/// Whether `cmd`, on a workspace placed on a server, runs there over SSH
-/// with this terminal: a terminal (`ssh -tt`). Every other
-/// command on a workspace is a call of its handle, which goes to the
-/// server by itself (a command's output coming back as it comes).
-fn streams(cmd: &Command) -> bool {
-    matches!(
-        cmd,
-        Command::Exec { args, .. } if args.tty
-    ) || matches!(cmd, Command::Shell { .. })
 }
 
 /// The workspace `cmd` acts on, when it names one.

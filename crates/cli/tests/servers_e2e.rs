@@ -227,6 +227,31 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     // there, and Ctrl-C here kills it there.
     output_streams_and_ctrl_c_kills_there(&here, "w1");
 
+    // A command on a terminal there (`exec -t`, as `shell` runs): keys
+    // and sizes go as frames after the call, the pty's output comes back.
+    let mut tty = here
+        .command(&[
+            "exec",
+            "-t",
+            "--stdin",
+            "w1",
+            "--shell",
+            "--",
+            "read x; echo got-$x; stty size; tty",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tty.stdin.take().unwrap().write_all(b"typed\n").unwrap();
+    let out = tty.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{shown} {out:?}");
+    for line in ["got-typed\r\n", "24 80\r\n", "/dev/pts/"] {
+        assert!(shown.contains(line), "{line:?} in {shown:?}");
+    }
+
     // cp both ways.
     let file = here.home().join("payload.txt");
     std::fs::write(&file, "payload over ssh\n").unwrap();

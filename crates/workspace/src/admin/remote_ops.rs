@@ -16,12 +16,12 @@ use crate::error::Error;
 use crate::guest::copy::CopyInto;
 use crate::guest::exec_control::ExecEnd;
 use crate::guest::files::WriteOptions;
-use crate::guest::stream::{ExecEvent, ExecInput};
+use crate::guest::stream::{ExecEvent, ExecInput, PtySize, TerminalInput};
 use crate::guest::WorkspaceMetrics;
 use crate::host::host_write::Budgeted;
 use crate::servers::{
     run_remote_json, CallFrame, CallStreams, CopyFrames, FollowingInput, RemoteCall, ServerError,
-    WorkspaceCall, LOCAL_SERVER,
+    TerminalFrame, TerminalFrames, WorkspaceCall, LOCAL_SERVER,
 };
 use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 
@@ -199,11 +199,17 @@ impl ServerPool<'_> {
                 request,
                 stdin,
                 stdin_follows,
+                terminal_follows,
                 ..
             } => {
                 let bad = |e: serde_json::Error| Error::InvalidInput(format!("a command: {e}"));
                 let request = serde_json::from_value(request).map_err(bad)?;
-                let exited = answer_exec(dev, request, stdin, stdin_follows, rest, frames).await?;
+                let follows = match (terminal_follows, stdin_follows) {
+                    (true, _) => Follows::Terminal,
+                    (false, true) => Follows::Stdin,
+                    (false, false) => Follows::Nothing,
+                };
+                let exited = answer_exec(dev, request, stdin, follows, rest, frames).await?;
                 json(serde_json::to_value(exited))
             }
             C::SignalExec { exec_id, signal } => {
@@ -461,16 +467,22 @@ async fn answer_exec(
     dev: crate::workspaces::handle::Workspace<'_>,
     request: crate::guest::exec::ExecRequest,
     stdin: Option<Vec<u8>>,
-    stdin_follows: bool,
+    follows: Follows,
     mut rest: tokio::sync::mpsc::Receiver<Vec<u8>>,
     frames: &mut (dyn FnMut(CallFrame) -> bool + Send),
 ) -> crate::error::Result<crate::guest::exec::Exited> {
-    let (input, watched) = match stdin_follows {
-        true => (ExecInput::Channel(rest), None),
-        false => (
-            stdin.map_or(ExecInput::None, ExecInput::Bytes),
-            Some(&mut rest),
-        ),
+    let (mut hung_up, mut watched) = (None, None);
+    let input = match follows {
+        Follows::Stdin => ExecInput::Channel(rest),
+        Follows::Terminal => {
+            let (keys, ended) = terminal_keys(rest);
+            hung_up = Some(ended);
+            ExecInput::Terminal(keys)
+        }
+        Follows::Nothing => {
+            watched = Some(&mut rest);
+            stdin.map_or(ExecInput::None, ExecInput::Bytes)
+        }
     };
     let gone = tokio::sync::Notify::new();
     let on_event = |event: ExecEvent| {
@@ -488,9 +500,12 @@ async fn answer_exec(
     };
     let caller_gone = async {
         let stdin_ended = async {
-            match watched {
-                Some(rest) => while rest.recv().await.is_some() {},
-                None => std::future::pending().await,
+            match (watched, hung_up) {
+                (Some(rest), _) => while rest.recv().await.is_some() {},
+                (None, Some(ended)) => {
+                    let _ = ended.await;
+                }
+                (None, None) => std::future::pending().await,
             }
         };
         tokio::select! {
@@ -507,6 +522,46 @@ async fn answer_exec(
             Err(ServerError::CallerGone { exec_id, killed }.into())
         }
     }
+}
+
+/// What follows a command's call on the server's stdin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Follows {
+    /// Nothing: its end means the caller went away.
+    Nothing,
+    /// The command's stdin.
+    Stdin,
+    /// A terminal's frames: their end is a hang-up.
+    Terminal,
+}
+
+/// A terminal's keys and sizes read from the frames that follow a call,
+/// and a signal that fires when they end (the terminal hung up) or bring
+/// what is not a frame.
+fn terminal_keys(
+    rest: tokio::sync::mpsc::Receiver<Vec<u8>>,
+) -> (
+    tokio::sync::mpsc::Receiver<TerminalInput>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    let (keys, received) = tokio::sync::mpsc::channel(16);
+    let (ended, hung_up) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut frames = TerminalFrames::new(FollowingInput::new(rest, None));
+        while let Ok(Some(frame)) = frames.next().await {
+            let key = match frame {
+                TerminalFrame::Data { data } => TerminalInput::Data(data),
+                TerminalFrame::Resize { rows, cols } => {
+                    TerminalInput::Resize(PtySize { rows, cols })
+                }
+            };
+            if keys.send(key).await.is_err() {
+                break;
+            }
+        }
+        let _ = ended.send(());
+    });
+    (received, hung_up)
 }
 
 #[cfg(test)]

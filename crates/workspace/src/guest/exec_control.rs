@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::guest::exec::{ExecRequest, Exited, EXEC_DEADLINE_GRACE};
-use crate::guest::stream::{ExecEvent, ExecInput};
-use crate::servers::{CallFrame, RunStreams, WorkspaceCall};
+use crate::guest::stream::{ExecEvent, ExecInput, PtySize, TerminalInput};
+use crate::servers::{CallFrame, RunStreams, TerminalFrame, WorkspaceCall};
 use crate::store::events::EventKind;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
@@ -54,13 +54,18 @@ impl Workspace<'_> {
     where
         F: FnMut(ExecEvent) + Send,
     {
+        let mut terminal_follows = false;
         let (stdin, then_input) = match input {
             ExecInput::None => (None, None),
             ExecInput::Bytes(bytes) => (Some(bytes), None),
             ExecInput::Reader(reader) => (None, Some(reader)),
-            _ => {
+            ExecInput::Terminal(keys) => {
+                terminal_follows = true;
+                (None, Some(terminal_frames(keys)))
+            }
+            ExecInput::Channel(_) => {
                 return Err(Error::InvalidInput(format!(
-                    "a command in a workspace on server {} takes its stdin whole or from a reader; a channel or a terminal is not sent there yet",
+                    "a command in a workspace on server {} takes its stdin whole, from a reader or from a terminal; a channel is not sent there",
                     remote.server()
                 )))
             }
@@ -68,11 +73,12 @@ impl Workspace<'_> {
         let wait = req
             .timeout
             .map_or(REMOTE_EXEC_WAIT, |t| t.saturating_add(EXEC_DEADLINE_GRACE));
-        let stdin_follows = then_input.is_some();
+        let stdin_follows = then_input.is_some() && !terminal_follows;
         let call = WorkspaceCall::Exec {
             request: serde_json::to_value(&req).map_err(crate::servers::ServerError::Encode)?,
             stdin,
             stdin_follows,
+            terminal_follows,
             wait_ms: crate::servers::millis(wait),
         };
         let mut on_frame = |frame: CallFrame| {
@@ -90,11 +96,36 @@ impl Workspace<'_> {
         let streams = RunStreams {
             then_input,
             // Its end tells the server this host went away.
-            hold_input: !stdin_follows,
+            hold_input: true,
             on_frame: Some(&mut on_frame),
         };
         Ok(remote.call_streaming(call, streams).await?)
     }
+}
+
+/// A terminal's keys and sizes as frames to send after a call: a reader
+/// that ends when the terminal's senders are gone.
+fn terminal_frames(
+    mut keys: tokio::sync::mpsc::Receiver<TerminalInput>,
+) -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
+    use tokio::io::AsyncWriteExt;
+    let (mut writer, reader) = tokio::io::duplex(64 << 10);
+    tokio::spawn(async move {
+        while let Some(input) = keys.recv().await {
+            let frames: Vec<TerminalFrame> = match input {
+                TerminalInput::Data(data) => TerminalFrame::typed(&data).collect(),
+                TerminalInput::Resize(PtySize { rows, cols }) => {
+                    vec![TerminalFrame::Resize { rows, cols }]
+                }
+            };
+            for frame in frames {
+                if writer.write_all(&frame.to_line()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Box::new(reader)
 }
 
 impl Workspace<'_> {

@@ -129,14 +129,18 @@ pub enum WorkspaceCall {
     /// itself), its output sent as frames as it comes and its end as the
     /// answer; `wait_ms` is how long it may take. Its stdin is `stdin`, or
     /// with `stdin_follows` what follows the call on the server's stdin;
-    /// otherwise the end of that stdin means the caller went away, and the
-    /// command is killed.
+    /// with `terminal_follows` (a command on a terminal) that input is
+    /// [`super::TerminalFrame`]s, and its end is a hang-up; otherwise the
+    /// end of that stdin means the caller went away. Either end kills the
+    /// command.
     Exec {
         request: serde_json::Value,
         #[serde(default, with = "crate::wire_bytes::optional")]
         stdin: Option<Vec<u8>>,
         #[serde(default)]
         stdin_follows: bool,
+        #[serde(default)]
+        terminal_follows: bool,
         wait_ms: u64,
     },
     /// A signal to a running command's process group.

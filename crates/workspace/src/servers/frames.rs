@@ -127,7 +127,6 @@ pub(crate) async fn read_frames_then_answer<R: AsyncBufRead + Unpin>(
     max_answer: u64,
     on_frame: OnFrame<'_>,
 ) -> io::Result<Vec<u8>> {
-    let bad = |detail: String| io::Error::new(io::ErrorKind::InvalidData, detail);
     loop {
         let first = reader.fill_buf().await?.first().copied();
         if first != Some(FRAME_START) {
@@ -138,21 +137,96 @@ pub(crate) async fn read_frames_then_answer<R: AsyncBufRead + Unpin>(
                 .await?;
             return Ok(answer);
         }
-        let mut line = Vec::new();
-        (&mut reader)
-            .take(MAX_FRAME_BYTES as u64 + 2)
-            .read_until(b'\n', &mut line)
-            .await?;
-        let Some(body) = line.strip_suffix(b"\n") else {
-            return Err(bad(format!(
-                "a frame of more than {MAX_FRAME_BYTES} bytes, or one cut off"
-            )));
-        };
-        let frame = serde_json::from_slice(&body[1..])
-            .map_err(|e| bad(format!("a frame that is not one: {e}")))?;
+        let frame = read_frame(&mut reader).await?;
         if !on_frame(frame) {
-            return Err(bad("a frame this call does not take".to_owned()));
+            return Err(invalid("a frame this call does not take".to_owned()));
         }
+    }
+}
+
+fn invalid(detail: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, detail)
+}
+
+/// One frame (RS, a line of JSON, LF; at most [`MAX_FRAME_BYTES`]) read
+/// into `T` only.
+async fn read_frame<T, R>(reader: &mut R) -> io::Result<T>
+where
+    T: serde::de::DeserializeOwned,
+    R: AsyncBufRead + Unpin,
+{
+    let mut line = Vec::new();
+    reader
+        .take(MAX_FRAME_BYTES as u64 + 2)
+        .read_until(b'\n', &mut line)
+        .await?;
+    let body = match line.strip_prefix(&[FRAME_START]) {
+        Some(body) => body.strip_suffix(b"\n"),
+        None => None,
+    };
+    let Some(body) = body else {
+        return Err(invalid(format!(
+            "a frame of more than {MAX_FRAME_BYTES} bytes, or one cut off"
+        )));
+    };
+    serde_json::from_slice(body).map_err(|e| invalid(format!("a frame that is not one: {e}")))
+}
+
+/// What a terminal here sends to a command on a terminal there, as frames
+/// on the call's following input (the same framing as [`CallFrame`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "input", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(missing_docs)]
+pub enum TerminalFrame {
+    /// Bytes typed (at most [`MAX_FRAME_DATA`] a frame).
+    Data {
+        #[serde(with = "crate::wire_bytes")]
+        data: Vec<u8>,
+    },
+    /// The terminal's new size.
+    Resize { rows: u16, cols: u16 },
+}
+
+impl TerminalFrame {
+    /// Bytes typed as frames of at most [`MAX_FRAME_DATA`] bytes each.
+    pub fn typed(data: &[u8]) -> impl Iterator<Item = TerminalFrame> + '_ {
+        data.chunks(MAX_FRAME_DATA)
+            .map(|chunk| TerminalFrame::Data {
+                data: chunk.to_vec(),
+            })
+    }
+
+    /// The frame as it goes on the wire: RS, compact JSON, LF.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut line = vec![FRAME_START];
+        // Bytes and numbers: serializing cannot fail.
+        line.extend(serde_json::to_vec(self).unwrap_or_default());
+        line.push(b'\n');
+        line
+    }
+}
+
+/// The terminal frames that follow a call, one by one.
+#[derive(Debug)]
+pub struct TerminalFrames {
+    reader: tokio::io::BufReader<FollowingInput>,
+}
+
+impl TerminalFrames {
+    /// Frames read from `input`.
+    pub fn new(input: FollowingInput) -> Self {
+        Self {
+            reader: tokio::io::BufReader::new(input),
+        }
+    }
+
+    /// The next frame; `None` where the input ends. What is not a frame is
+    /// `InvalidData`.
+    pub async fn next(&mut self) -> io::Result<Option<TerminalFrame>> {
+        if self.reader.fill_buf().await?.is_empty() {
+            return Ok(None);
+        }
+        read_frame(&mut self.reader).await.map(Some)
     }
 }
 
@@ -414,6 +488,41 @@ mod tests {
                 .await;
             assert_eq!(got.err().map(|e| e.kind()), kind, "{sent} of {length}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_terminals_keys_and_sizes_arrive_in_order_and_garbage_ends_them() {
+        let typed: Vec<u8> = (0..MAX_FRAME_DATA + 3).map(|i| i as u8).collect();
+        let mut wire: Vec<u8> = TerminalFrame::typed(&typed)
+            .flat_map(|f| f.to_line())
+            .collect();
+        wire.extend(TerminalFrame::Resize { rows: 30, cols: 90 }.to_line());
+        wire.extend(b"\x1e{\"input\":\"run\",\"argv\":[\"sh\"]}\n");
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        for chunk in wire.chunks(7000) {
+            tx.send(chunk.to_vec()).await.unwrap();
+        }
+        drop(tx);
+        let mut frames = TerminalFrames::new(FollowingInput::new(rx, None));
+        let mut keys = Vec::new();
+        while let Ok(Some(TerminalFrame::Data { data })) = frames.next().await {
+            keys.extend(data);
+            if keys.len() == typed.len() {
+                break;
+            }
+        }
+        assert_eq!(keys, typed);
+        assert_eq!(
+            frames.next().await.unwrap(),
+            Some(TerminalFrame::Resize { rows: 30, cols: 90 })
+        );
+        let err = frames.next().await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        // An input that simply ends is the terminal hanging up.
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        drop(tx);
+        let mut none = TerminalFrames::new(FollowingInput::new(rx, None));
+        assert_eq!(none.next().await.unwrap(), None);
     }
 
     #[tokio::test]

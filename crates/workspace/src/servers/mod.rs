@@ -21,7 +21,8 @@ pub use calls::{
     check_answer_bytes, millis, RemoteCall, RemoteWorkspace, WorkspaceCall, MAX_CALL_BYTES,
 };
 pub use frames::{
-    CallFrame, CallStreams, CopyFrames, FollowingInput, OnFrame, FRAME_START, MAX_FRAME_BYTES,
+    CallFrame, CallStreams, CopyFrames, FollowingInput, OnFrame, TerminalFrame, TerminalFrames,
+    FRAME_START, MAX_FRAME_BYTES,
 };
 pub use registry::{PlacedWorkspace, ServerRegistry};
 pub use remote::{
