@@ -38,6 +38,9 @@ const KILL_BUDGET: Duration = Duration::from_secs(10);
 /// How long a command without a timeout may run in a workspace on a
 /// server (its call waits for the end).
 pub const REMOTE_EXEC_WAIT: Duration = Duration::from_secs(3600);
+/// How long a terminal session (`shell`, `exec -t`) without a timeout may
+/// last in a workspace on a server.
+pub const REMOTE_TERMINAL_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Workspace<'_> {
     /// [`Workspace::exec`] of a workspace on a server: one call that runs
@@ -70,9 +73,13 @@ impl Workspace<'_> {
                 )))
             }
         };
+        let untimed = match terminal_follows {
+            true => REMOTE_TERMINAL_WAIT,
+            false => REMOTE_EXEC_WAIT,
+        };
         let wait = req
             .timeout
-            .map_or(REMOTE_EXEC_WAIT, |t| t.saturating_add(EXEC_DEADLINE_GRACE));
+            .map_or(untimed, |t| t.saturating_add(EXEC_DEADLINE_GRACE));
         let stdin_follows = then_input.is_some() && !terminal_follows;
         let call = WorkspaceCall::Exec {
             request: serde_json::to_value(&req).map_err(crate::servers::ServerError::Encode)?,
