@@ -1,21 +1,18 @@
 //! The life cycle of a workspace with a VMM: start (warm, cold or
 //! restored), stop, halt, delete, and its TTL.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::host::settings::now_ms;
 use crate::remedy::Remedy;
 use crate::store::process;
-use crate::store::spec::{DeleteOptions, Meta, Runtime, StartKind, WorkspaceSpec};
+use crate::store::spec::{DeleteOptions, Meta, Runtime, StartKind};
 use crate::store::state::State;
 use crate::store::workspace_dir::VMM_LOG;
 use crate::vmm::control::{self, ControlRequest, ControlResponse};
-use crate::vmm::launch::{VmmLaunch, GUEST_CMDLINE};
+use crate::vmm::launch::VmmLaunch;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 
@@ -530,73 +527,6 @@ impl Workspace<'_> {
         ws.write_meta(&meta)?;
         Ok(meta)
     }
-}
-
-impl Workspaces {
-    /// The warm snapshot's key for `spec` and the fingerprint of what it
-    /// depends on: what a warm start looks up and a pool member must
-    /// match (both above this file).
-    pub(crate) fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
-        let image = self.images().get(&spec.image)?;
-        let variant = self.images().kernel_variant();
-        let net = crate::network::NetworkStore::new(self.state_dir()).get(&spec.network)?;
-        // Each guest on a tap network has an address of its own, which a
-        // restored guest takes from the VMM: one warm snapshot serves all
-        // tap networks.
-        let (network, addressing) = if net.backend == Some(crate::network::Backend::Tap) {
-            ("tap".to_owned(), "re-addressed at restore".to_owned())
-        } else {
-            (
-                spec.network.clone(),
-                crate::network::guest_cmdline(
-                    crate::network::attach::addressing(&net, spec).as_ref(),
-                )
-                .unwrap_or_default(),
-            )
-        };
-        let key = format!(
-            "{}-{}c-{}m-{}d-{}-{}",
-            image.name,
-            spec.vcpus,
-            spec.mem_mib,
-            spec.disk_mib,
-            variant.name(),
-            network
-        );
-        let inputs = [
-            format!("format {}", vmm_core::snapshot::format::FORMAT_VERSION),
-            file_identity(&image.kernel),
-            file_identity(&image.rootfs),
-            format!(
-                "cmdline {GUEST_CMDLINE} {}",
-                image.boot_args.as_deref().unwrap_or_default()
-            ),
-            format!("network {addressing}"),
-            format!("volume slots {}", crate::store::volume_mounts::VOLUME_SLOTS),
-            key.clone(),
-        ];
-        let fingerprint = format!("{:x}", Sha256::digest(inputs.join("\n")));
-        Ok((key, fingerprint))
-    }
-}
-
-/// Which file `path` is (device, inode, size, modification time): the same
-/// for every hard link of an image file (each state directory links the
-/// built images), different once it is rebuilt.
-fn file_identity(path: &Path) -> String {
-    std::fs::metadata(path).map_or_else(
-        |_| format!("{} missing", path.display()),
-        |m| {
-            format!(
-                "{}:{} {} {}.{}",
-                m.dev(),
-                m.ino(),
-                m.len(),
-                m.mtime(),
-                m.mtime_nsec()
-            )
-        },
-    )
 }
 
 #[cfg(test)]

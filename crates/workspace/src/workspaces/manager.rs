@@ -1,22 +1,27 @@
-//! The collection of workspaces: how it is made, create, get (with crash
-//! detection), list, inspect, and the images workspaces use; the life
-//! cycle is in `lifecycle`. Every change to a workspace happens under its
-//! lock; the running VMM process records its own state changes.
+//! The collection of workspaces as every concern reaches it: how it is
+//! made, its directories and locks, its limits, images, agents and
+//! secrets, and what `list` and `inspect` return. Its creates and lists
+//! are `collection`'s, the life cycle `lifecycle`'s. Every change to a
+//! workspace happens under its lock; the running VMM process records its
+//! own state changes.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::host::settings::now_ms;
 use crate::host_tool::HostTool;
-use crate::images::registry::{ImageInfo, ImageRegistry};
-use crate::store::events::EventKind;
+use crate::images::registry::ImageRegistry;
+use crate::secrets::{SecretMask, SecretStore, SecretValue};
 use crate::store::process;
 use crate::store::spec::{Limits, Meta, WorkspaceSpec, LIMITS};
 use crate::store::state::State;
 use crate::store::workspace_dir::{WorkspaceDir, WorkspaceDirError};
 use crate::store::{StateDir, WorkspaceLock};
+use crate::vmm::launch::GUEST_CMDLINE;
 use vmm_core::KernelVariant;
 
 /// `inspect`: the record plus what is known live.
@@ -200,149 +205,91 @@ impl Workspaces {
             Err(e) => Err(e.into()),
         }
     }
+}
 
-    /// Workspaces that use image `name`.
-    pub fn image_users(&self, image: &str) -> Result<Vec<String>> {
-        Ok(self
-            .list_everywhere(&ListFilter {
-                image: Some(image.to_owned()),
-                ..ListFilter::default()
-            })?
-            .into_iter()
-            .map(|m| m.name)
-            .collect())
+impl Workspaces {
+    /// The secrets of this state directory.
+    pub fn secrets(&self) -> SecretStore {
+        SecretStore::new(&self.state)
     }
 
-    /// Removes image `name` unless a workspace uses it.
-    pub fn remove_image(&self, name: &str) -> Result<()> {
-        self.delete_image(name, false).map(drop)
-    }
-
-    /// Removes image `name` unless a workspace uses it (CONFLICT naming
-    /// them); with `preview` it only checks. Returns what goes.
-    pub fn delete_image(&self, name: &str, preview: bool) -> Result<ImageInfo> {
-        let info = self.images.get(name)?;
-        let users = self.image_users(name)?;
-        if preview && users.is_empty() {
-            return Ok(info);
-        }
-        if users.is_empty() && !preview {
-            self.pools().drain(&info.name, "its image was deleted")?;
-        }
-        self.images.remove(name, users)?;
-        Ok(info)
-    }
-
-    /// Images by name or description here, and in `registries` and those
-    /// `config.json` lists (see [`crate::images::search`]).
-    pub async fn search_images(
+    /// The values of `names` and the mask of their output; an unknown name
+    /// is NOT_FOUND.
+    pub(crate) fn resolve_secrets(
         &self,
-        query: &str,
-        registries: &[String],
-    ) -> Result<crate::images::search::SearchResults> {
-        let mut all = crate::images::search::configured_registries(self.state.root());
-        all.extend(registries.iter().cloned());
-        Ok(crate::images::search::search(&self.images, query, &all).await?)
-    }
-
-    /// Creates a stopped workspace with its writable disk.
-    /// `name` is in this view's namespace (or a full name in its own); an
-    /// agent's session owns what it creates.
-    pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
-        let full = self.full_name(name)?;
-        let name = full.as_str();
-        let spec = self.volumes_named_in(name, self.owned_by_caller(spec))?;
-        let ws = self.dir(name)?;
-        spec.validate_within(&self.limits)?;
-        self.check_budget_disk()?;
-        ws.check_socket_paths()?;
-        crate::store::ports::check_free(&spec.ports)?;
-        // Held or not, they must exist; who runs with them is the start's
-        // concern.
-        for m in spec.volumes.iter().filter(|m| !m.own_copy) {
-            self.volumes().store().get(&m.name)?;
-        }
-        let image: ImageInfo = self.images.get(&spec.image)?;
-        let (_network, mut spec) = self.networks().place(spec)?;
-        if let Some(asked) = &spec.repo {
-            let (_, checkout) = self.resolve_checkout(asked, &image)?;
-            spec.repo = Some(checkout);
-        }
-        let lock = self.lock(name)?;
-        // Taken here, or by a workspace placed on a server from here.
-        self.check_name_free(name)?;
-        // A directory without metadata is a create that died half-way.
-        let _ = std::fs::remove_dir_all(ws.path());
-        let made = (|| {
-            crate::store::make_private_dir(ws.path())?;
-            make_disk(&ws.disk(), spec.disk_mib)?;
-            if spec.repo.is_some() {
-                std::fs::write(ws.repo_pending(), b"")
-                    .map_err(Error::host_io("marking the clone to make"))?;
-            }
-            crate::pause_point::pause_point("create:disk");
-            let meta = Meta {
-                name: name.to_owned(),
-                namespace: crate::store::name::namespace_of(name).to_owned(),
-                spec: spec.with_image(image),
-                created_at_ms: now_ms(),
-                state: State::Stopped,
-                runtime: None,
-                last_exit: None,
-                pristine: true,
-                pool: None,
-            };
-            ws.write_meta(&meta)?;
-            ws.events().append(EventKind::Created)?;
-            Ok(meta)
-        })();
-        if made.is_err() {
-            let _ = std::fs::remove_dir_all(ws.path());
-            let _ = self.state.remove_lock(name, lock);
-        }
-        made
+        names: &[String],
+    ) -> Result<(Vec<(String, SecretValue)>, SecretMask)> {
+        let values = self.secrets().resolve(names)?;
+        let mask = SecretMask::new(values.iter().map(|(_, v)| v));
+        Ok((values, mask))
     }
 }
 
 impl Workspaces {
-    /// Every workspace that matches `filter`, by name.
-    pub fn list(&self, filter: &ListFilter) -> Result<Vec<Meta>> {
-        self.state.sweep_abandoned();
-        let mut out = Vec::new();
-        for name in self.state.list_workspaces()? {
-            let meta = match self.at(&name).get() {
-                Ok(m) => m,
-                // Deleted while listing.
-                Err(Error::WorkspaceNotFound(_)) => continue,
-                // One damaged record does not hide the others; `inspect`
-                // names the damage.
-                Err(Error::Store(e @ crate::store::StoreError::Parse { .. })) => {
-                    tracing::warn!("skipping workspace `{name}`: {e}");
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if meta.pool.is_some() || self.at(&name).delete_if_orphaned(&meta) {
-                continue;
-            }
-            let spec = &meta.spec;
-            let keep = self.lists(
-                crate::store::name::namespace_of(&name),
-                spec.agent.as_deref(),
-                &spec.shared_with,
-                filter.all_agents,
-            ) && filter.state.is_none_or(|s| s == meta.state)
-                && filter.image.as_ref().is_none_or(|i| *i == meta.spec.image)
-                && filter
-                    .labels
-                    .iter()
-                    .all(|(k, v)| meta.spec.labels.get(k) == Some(v));
-            if keep {
-                out.push(meta);
-            }
-        }
-        Ok(out)
+    /// The warm snapshot's key for `spec` and the fingerprint of what it
+    /// depends on: what a warm start looks up and a pool member must
+    /// match (both above this file).
+    pub(crate) fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
+        let image = self.images().get(&spec.image)?;
+        let variant = self.images().kernel_variant();
+        let net = crate::network::NetworkStore::new(self.state_dir()).get(&spec.network)?;
+        // Each guest on a tap network has an address of its own, which a
+        // restored guest takes from the VMM: one warm snapshot serves all
+        // tap networks.
+        let (network, addressing) = if net.backend == Some(crate::network::Backend::Tap) {
+            ("tap".to_owned(), "re-addressed at restore".to_owned())
+        } else {
+            (
+                spec.network.clone(),
+                crate::network::guest_cmdline(
+                    crate::network::attach::addressing(&net, spec).as_ref(),
+                )
+                .unwrap_or_default(),
+            )
+        };
+        let key = format!(
+            "{}-{}c-{}m-{}d-{}-{}",
+            image.name,
+            spec.vcpus,
+            spec.mem_mib,
+            spec.disk_mib,
+            variant.name(),
+            network
+        );
+        let inputs = [
+            format!("format {}", vmm_core::snapshot::format::FORMAT_VERSION),
+            file_identity(&image.kernel),
+            file_identity(&image.rootfs),
+            format!(
+                "cmdline {GUEST_CMDLINE} {}",
+                image.boot_args.as_deref().unwrap_or_default()
+            ),
+            format!("network {addressing}"),
+            format!("volume slots {}", crate::store::volume_mounts::VOLUME_SLOTS),
+            key.clone(),
+        ];
+        let fingerprint = format!("{:x}", Sha256::digest(inputs.join("\n")));
+        Ok((key, fingerprint))
     }
+}
+
+/// Which file `path` is (device, inode, size, modification time): the same
+/// for every hard link of an image file (each state directory links the
+/// built images), different once it is rebuilt.
+fn file_identity(path: &Path) -> String {
+    std::fs::metadata(path).map_or_else(
+        |_| format!("{} missing", path.display()),
+        |m| {
+            format!(
+                "{}:{} {} {}.{}",
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec()
+            )
+        },
+    )
 }
 
 /// True when the record expects a VMM that is no longer there.
@@ -408,7 +355,8 @@ pub(crate) mod tests {
     use crate::code::ErrorCode;
     use crate::host::settings::{host_tool, now_ms};
     use crate::images::registry::{KERNEL_FILE, ROOTFS_FILE};
-    use crate::store::spec::{DeleteOptions, Runtime};
+    use crate::store::events::EventKind;
+    use crate::store::spec::{DeleteOptions, Runtime, WorkspaceSpec};
     use crate::store::workspace_dir::VMM_LOG;
     use crate::vmm::confinement::seccomp_violation;
 

@@ -1,11 +1,12 @@
 //! The collection of workspaces (`manager`) and how it is opened
-//! (`builder`), their life cycle (`lifecycle`), the host budget a start
+//! (`builder`), its creates and lists (`collection`), their life cycle (`lifecycle`), the host budget a start
 //! checks (`budget`), published ports (`ports`), named volumes (`volumes`), the runtime contract
 //! (`contract`) and the one-shot use case (`one_shot`) and
 //! pools of ready workspaces (`pool`).
 
 pub(crate) mod budget;
 pub(crate) mod builder;
+pub(crate) mod collection;
 pub(crate) mod contract;
 pub(crate) mod detached;
 pub(crate) mod egress;
@@ -17,7 +18,6 @@ pub(crate) mod placement;
 pub(crate) mod pool;
 pub(crate) mod ports;
 pub(crate) mod repos;
-pub(crate) mod secrets;
 pub(crate) mod tasks;
 pub(crate) mod tenancy;
 pub(crate) mod volumes;

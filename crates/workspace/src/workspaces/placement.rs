@@ -1,16 +1,51 @@
-//! Where a workspace lives: here, or on a server of the pool. A handle
-//! finds out with [`Workspace::remote`] (its access checked first), and
+//! Where a workspace lives: here, or on a server of the pool. The handle
+//! is made here (`Workspaces::workspace`, its access checked), finds out
+//! with [`Workspace::remote`], and
 //! its calls then go there as `WorkspaceCall`s; the server answers them
 //! with `Workspaces::answer_call` (admin/remote_ops.rs), on its own
 //! library.
 
 use crate::error::{Error, Result};
+use crate::host::settings::now_ms;
 use crate::servers::{PlacedWorkspace, RemoteWorkspace, ServerError, LOCAL_SERVER};
+use crate::store::name::FullName;
 use crate::store::spec::Meta;
 use crate::workspaces::handle::Workspace;
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::manager::{WorkspaceInfo, Workspaces};
 
 impl Workspaces {
+    /// The workspace called `name` in this view's namespace (a full name
+    /// `name.namespace` in its own), after checking the name rules and,
+    /// when it exists and this view is an agent's, that the agent may use
+    /// it (FORBIDDEN otherwise).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> workspace::Result<()> {
+    /// let all = workspace::Workspaces::from_env()?;
+    /// let dev = all.workspace("dev")?;
+    /// let out = dev
+    ///     .exec_collect(workspace::ExecRequest::argv(["uname", "-a"]), workspace::ExecInput::None)
+    ///     .await?;
+    /// print!("{}", out.stdout);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn workspace(&self, name: &str) -> Result<Workspace<'_>> {
+        let full = self.full_name(name)?;
+        let name = FullName::new(&full).map_err(crate::store::StoreError::Name)?;
+        if self.caller.is_some() {
+            match self.dir(&name)?.read_meta() {
+                Ok(meta) => self.check_access("workspace", &name, &meta.spec)?,
+                // Not here: on a server, whose owner was recorded here.
+                Err(crate::store::workspace_dir::WorkspaceDirError::NotFound(_)) => {
+                    self.placement_of(name.as_str())?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Workspace { all: self, name })
+    }
+
     /// Where workspace `name` lives when on a remote server (`None`: not
     /// placed on one from here). FORBIDDEN when its owner (the agent whose
     /// session created it) is not this view's caller and did not share it:
@@ -155,6 +190,55 @@ impl Workspace<'_> {
         let registry = self.all.servers();
         let server = registry.get(&placed.server)?;
         Ok(Some(RemoteWorkspace::new(registry, server, self.name())))
+    }
+}
+
+impl Workspace<'_> {
+    /// Reads a workspace, first recording a crash if its VMM died.
+    pub fn get(self) -> Result<Meta> {
+        if let Some(remote) = self.remote()? {
+            let info: WorkspaceInfo =
+                remote.call_blocking(crate::servers::WorkspaceCall::Inspect {})?;
+            return Ok(info.meta);
+        }
+        self.get_here()
+    }
+}
+
+impl Workspace<'_> {
+    /// The record plus ages, disk use, its network as it is now and,
+    /// while it runs on the `user` network, its egress refusals.
+    pub fn inspect(self) -> Result<WorkspaceInfo> {
+        if let Some(remote) = self.remote()? {
+            return Ok(remote.call_blocking(crate::servers::WorkspaceCall::Inspect {})?);
+        }
+        let (all, name) = (self.all, self.name.as_str());
+        let meta = self.get_here()?;
+        // A VMM that does not answer leaves the rest to show.
+        let refused = match meta.state.has_vmm() {
+            true => self.egress_denials().unwrap_or_else(|e| {
+                tracing::warn!(workspace = name, "no egress refusals: {e}");
+                None
+            }),
+            false => None,
+        };
+        let ws = all.dir(name)?;
+        let now = now_ms();
+        let disk_used_bytes = std::fs::metadata(ws.disk())
+            .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+            .unwrap_or(0);
+        Ok(WorkspaceInfo {
+            age_ms: now.saturating_sub(meta.created_at_ms),
+            uptime_ms: meta
+                .runtime
+                .as_ref()
+                .map(|r| now.saturating_sub(r.started_at_ms)),
+            dir: ws.path().to_owned(),
+            disk_used_bytes,
+            network: all.networks().guest(&meta),
+            refused,
+            meta,
+        })
     }
 }
 

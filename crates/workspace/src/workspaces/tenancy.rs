@@ -137,25 +137,6 @@ impl Workspaces {
         })
     }
 
-    /// `spec` with its volumes named in `workspace`'s namespace, each one
-    /// that exists checked as the caller's to use.
-    pub(crate) fn volumes_named_in(
-        &self,
-        workspace: &str,
-        spec: WorkspaceSpec,
-    ) -> Result<WorkspaceSpec> {
-        let namespace = crate::store::name::namespace_of(workspace);
-        let mut spec = spec;
-        for m in &mut spec.volumes {
-            m.name = full_name(namespace, &m.name)
-                .map_err(|e| Error::InvalidInput(format!("volume `{}`: {e}", m.name)))?;
-            if let Ok(info) = self.volumes().store().get(&m.name) {
-                self.check_owner("volume", &m.name, info.agent.as_deref(), &[])?;
-            }
-        }
-        Ok(spec)
-    }
-
     /// The agent what this view creates belongs to.
     pub(crate) fn creating_agent(&self) -> Option<String> {
         self.caller().and_then(Caller::agent)

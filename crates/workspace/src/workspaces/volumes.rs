@@ -7,7 +7,8 @@ use std::path::Path;
 
 use super::manager::{ListFilter, Workspaces};
 use crate::error::{Error, Result};
-use crate::store::spec::Meta;
+use crate::store::name::full_name;
+use crate::store::spec::{Meta, WorkspaceSpec};
 use crate::store::volume_mounts::VolumeMount;
 use crate::volumes::{VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore};
 
@@ -28,6 +29,25 @@ impl Workspaces {
     /// workspaces live (docs/servers.md).
     pub fn servers(&self) -> crate::servers::ServerRegistry {
         crate::servers::ServerRegistry::new(&self.state)
+    }
+
+    /// `spec` with its volumes named in `workspace`'s namespace, each one
+    /// that exists checked as the caller's to use.
+    pub(crate) fn volumes_named_in(
+        &self,
+        workspace: &str,
+        spec: WorkspaceSpec,
+    ) -> Result<WorkspaceSpec> {
+        let namespace = crate::store::name::namespace_of(workspace);
+        let mut spec = spec;
+        for m in &mut spec.volumes {
+            m.name = full_name(namespace, &m.name)
+                .map_err(|e| Error::InvalidInput(format!("volume `{}`: {e}", m.name)))?;
+            if let Ok(info) = self.volumes().store().get(&m.name) {
+                self.check_owner("volume", &m.name, info.agent.as_deref(), &[])?;
+            }
+        }
+        Ok(spec)
     }
 }
 

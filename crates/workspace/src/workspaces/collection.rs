@@ -1,0 +1,156 @@
+//! Creating and listing workspaces, and the images they use: what spans
+//! the concerns (names and owners, volumes, networks, repositories, the
+//! host budget, pools), so it sits above each of them.
+
+use crate::error::{Error, Result};
+use crate::host::settings::now_ms;
+use crate::images::registry::ImageInfo;
+use crate::store::events::EventKind;
+use crate::store::spec::{Meta, WorkspaceSpec};
+use crate::store::state::State;
+use crate::workspaces::manager::{make_disk, ListFilter, Workspaces};
+
+impl Workspaces {
+    /// Workspaces that use image `name`.
+    pub fn image_users(&self, image: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list_everywhere(&ListFilter {
+                image: Some(image.to_owned()),
+                ..ListFilter::default()
+            })?
+            .into_iter()
+            .map(|m| m.name)
+            .collect())
+    }
+
+    /// Removes image `name` unless a workspace uses it.
+    pub fn remove_image(&self, name: &str) -> Result<()> {
+        self.delete_image(name, false).map(drop)
+    }
+
+    /// Removes image `name` unless a workspace uses it (CONFLICT naming
+    /// them); with `preview` it only checks. Returns what goes.
+    pub fn delete_image(&self, name: &str, preview: bool) -> Result<ImageInfo> {
+        let info = self.images.get(name)?;
+        let users = self.image_users(name)?;
+        if preview && users.is_empty() {
+            return Ok(info);
+        }
+        if users.is_empty() && !preview {
+            self.pools().drain(&info.name, "its image was deleted")?;
+        }
+        self.images.remove(name, users)?;
+        Ok(info)
+    }
+
+    /// Images by name or description here, and in `registries` and those
+    /// `config.json` lists (see [`crate::images::search`]).
+    pub async fn search_images(
+        &self,
+        query: &str,
+        registries: &[String],
+    ) -> Result<crate::images::search::SearchResults> {
+        let mut all = crate::images::search::configured_registries(self.state.root());
+        all.extend(registries.iter().cloned());
+        Ok(crate::images::search::search(&self.images, query, &all).await?)
+    }
+
+    /// Creates a stopped workspace with its writable disk.
+    /// `name` is in this view's namespace (or a full name in its own); an
+    /// agent's session owns what it creates.
+    pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
+        let full = self.full_name(name)?;
+        let name = full.as_str();
+        let spec = self.volumes_named_in(name, self.owned_by_caller(spec))?;
+        let ws = self.dir(name)?;
+        spec.validate_within(&self.limits)?;
+        self.check_budget_disk()?;
+        ws.check_socket_paths()?;
+        crate::store::ports::check_free(&spec.ports)?;
+        // Held or not, they must exist; who runs with them is the start's
+        // concern.
+        for m in spec.volumes.iter().filter(|m| !m.own_copy) {
+            self.volumes().store().get(&m.name)?;
+        }
+        let image: ImageInfo = self.images.get(&spec.image)?;
+        let (_network, mut spec) = self.networks().place(spec)?;
+        if let Some(asked) = &spec.repo {
+            let (_, checkout) = self.resolve_checkout(asked, &image)?;
+            spec.repo = Some(checkout);
+        }
+        let lock = self.lock(name)?;
+        // Taken here, or by a workspace placed on a server from here.
+        self.check_name_free(name)?;
+        // A directory without metadata is a create that died half-way.
+        let _ = std::fs::remove_dir_all(ws.path());
+        let made = (|| {
+            crate::store::make_private_dir(ws.path())?;
+            make_disk(&ws.disk(), spec.disk_mib)?;
+            if spec.repo.is_some() {
+                std::fs::write(ws.repo_pending(), b"")
+                    .map_err(Error::host_io("marking the clone to make"))?;
+            }
+            crate::pause_point::pause_point("create:disk");
+            let meta = Meta {
+                name: name.to_owned(),
+                namespace: crate::store::name::namespace_of(name).to_owned(),
+                spec: spec.with_image(image),
+                created_at_ms: now_ms(),
+                state: State::Stopped,
+                runtime: None,
+                last_exit: None,
+                pristine: true,
+                pool: None,
+            };
+            ws.write_meta(&meta)?;
+            ws.events().append(EventKind::Created)?;
+            Ok(meta)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(ws.path());
+            let _ = self.state.remove_lock(name, lock);
+        }
+        made
+    }
+}
+
+impl Workspaces {
+    /// Every workspace that matches `filter`, by name.
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<Meta>> {
+        self.state.sweep_abandoned();
+        let mut out = Vec::new();
+        for name in self.state.list_workspaces()? {
+            let meta = match self.at(&name).get() {
+                Ok(m) => m,
+                // Deleted while listing.
+                Err(Error::WorkspaceNotFound(_)) => continue,
+                // One damaged record does not hide the others; `inspect`
+                // names the damage.
+                Err(Error::Store(e @ crate::store::StoreError::Parse { .. })) => {
+                    tracing::warn!("skipping workspace `{name}`: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if meta.pool.is_some() || self.at(&name).delete_if_orphaned(&meta) {
+                continue;
+            }
+            let spec = &meta.spec;
+            let keep = self.lists(
+                crate::store::name::namespace_of(&name),
+                spec.agent.as_deref(),
+                &spec.shared_with,
+                filter.all_agents,
+            ) && filter.state.is_none_or(|s| s == meta.state)
+                && filter.image.as_ref().is_none_or(|i| *i == meta.spec.image)
+                && filter
+                    .labels
+                    .iter()
+                    .all(|(k, v)| meta.spec.labels.get(k) == Some(v));
+            if keep {
+                out.push(meta);
+            }
+        }
+        Ok(out)
+    }
+}
