@@ -223,8 +223,12 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
                 .browser()
                 .screenshot(page.options())
                 .await?;
-            std::fs::write(file, &shot.png)
+            // A new private file renamed over FILE: never written through
+            // a link there, never left half-written.
+            let mut tmp = workspace::host::host_write::TempFile::beside(file)?;
+            std::io::Write::write_all(tmp.file(), &shot.png)
                 .map_err(Error::host_io(format!("writing {}", file.display())))?;
+            tmp.persist(0o644, file)?;
             #[derive(Serialize)]
             struct Saved<'a> {
                 file: &'a std::path::Path,

@@ -12,11 +12,20 @@ pub const FAILURE: u8 = 1;
 /// Exit status for bad usage.
 pub const USAGE: u8 = 2;
 
-/// Prints `value` as one JSON line.
+/// Prints `value` as one JSON line. A reader that went away (a closed
+/// pipe, a caller of a workspace call that hung up) is no panic.
 pub fn json<T: Serialize>(value: &T) {
+    use std::io::Write;
     match serde_json::to_string(value) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("microagent: cannot encode the result: {e}"),
+        Ok(s) => {
+            let _ = writeln!(std::io::stdout().lock(), "{s}");
+        }
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "microagent: cannot encode the result: {e}"
+            );
+        }
     }
 }
 
@@ -140,8 +149,12 @@ pub fn report(code: ErrorCode, message: &str, as_json: bool, status: u8) -> Exit
     if as_json {
         json(&serde_json::json!({ "error": { "code": code, "message": message } }));
     }
-    // A message can carry a guest's or a registry's words.
-    eprintln!("microagent: error [{code}]: {}", field(message));
+    // A message can carry a guest's or a registry's words; stderr may be
+    // gone with the caller.
+    let _ = std::io::Write::write_fmt(
+        &mut std::io::stderr(),
+        format_args!("microagent: error [{code}]: {}\n", field(message)),
+    );
     ExitCode::from(status)
 }
 

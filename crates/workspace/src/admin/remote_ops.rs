@@ -20,8 +20,8 @@ use crate::guest::stream::{ExecEvent, ExecInput, PtySize, TerminalInput};
 use crate::guest::WorkspaceMetrics;
 use crate::host::host_write::Budgeted;
 use crate::servers::{
-    run_remote_json, CallFrame, CallStreams, CopyFrames, FollowingInput, RemoteCall, ServerError,
-    TerminalFrame, TerminalFrames, WorkspaceCall, LOCAL_SERVER,
+    run_remote_json, CallFrame, CallStreams, CopyFrames, FollowingInput, InputFrame, InputFrames,
+    RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER,
 };
 use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 
@@ -200,7 +200,7 @@ impl ServerPool<'_> {
                 stdin,
                 stdin_follows,
                 terminal_follows,
-                ..
+                wait_ms,
             } => {
                 let bad = |e: serde_json::Error| Error::InvalidInput(format!("a command: {e}"));
                 let request = serde_json::from_value(request).map_err(bad)?;
@@ -209,7 +209,13 @@ impl ServerPool<'_> {
                     (false, true) => Follows::Stdin,
                     (false, false) => Follows::Nothing,
                 };
-                let exited = answer_exec(dev, request, stdin, follows, rest, frames).await?;
+                let command = Command {
+                    request,
+                    stdin,
+                    follows,
+                    wait: ms(wait_ms),
+                };
+                let exited = answer_exec(dev, command, rest, frames).await?;
                 json(serde_json::to_value(exited))
             }
             C::SignalExec { exec_id, signal } => {
@@ -461,23 +467,26 @@ fn page_options(page: String, timeout_ms: u64) -> PageOptions {
 }
 
 /// A command of a call, its output sent as frames as it comes. It is
-/// killed when the caller goes away: a frame it cannot take, or the end of
-/// a stdin that was not the command's.
+/// killed when the caller goes away (a frame it cannot take, the end of a
+/// stdin that was not the command's, a hang-up) or its call's wait is up.
 async fn answer_exec(
     dev: crate::workspaces::handle::Workspace<'_>,
-    request: crate::guest::exec::ExecRequest,
-    stdin: Option<Vec<u8>>,
-    follows: Follows,
+    command: Command,
     mut rest: tokio::sync::mpsc::Receiver<Vec<u8>>,
     frames: &mut (dyn FnMut(CallFrame) -> bool + Send),
 ) -> crate::error::Result<crate::guest::exec::Exited> {
+    let Command {
+        request,
+        stdin,
+        follows,
+        wait,
+    } = command;
     let (mut hung_up, mut watched) = (None, None);
     let input = match follows {
-        Follows::Stdin => ExecInput::Channel(rest),
-        Follows::Terminal => {
-            let (keys, ended) = terminal_keys(rest);
+        Follows::Stdin | Follows::Terminal => {
+            let (input, ended) = following_input(rest, follows == Follows::Terminal);
             hung_up = Some(ended);
-            ExecInput::Terminal(keys)
+            input
         }
         Follows::Nothing => {
             watched = Some(&mut rest);
@@ -503,7 +512,10 @@ async fn answer_exec(
             match (watched, hung_up) {
                 (Some(rest), _) => while rest.recv().await.is_some() {},
                 (None, Some(ended)) => {
-                    let _ = ended.await;
+                    // Its input ended as it should: nothing to wait for.
+                    if ended.await == Ok(false) {
+                        std::future::pending::<()>().await;
+                    }
                 }
                 (None, None) => std::future::pending().await,
             }
@@ -511,6 +523,8 @@ async fn answer_exec(
         tokio::select! {
             () = stdin_ended => {}
             () = gone.notified() => {}
+            // Killed before the server's own deadline drops it.
+            () = tokio::time::sleep(wait) => {}
         }
     };
     match dev
@@ -524,49 +538,92 @@ async fn answer_exec(
     }
 }
 
+/// A command as its call sent it.
+struct Command {
+    request: crate::guest::exec::ExecRequest,
+    stdin: Option<Vec<u8>>,
+    follows: Follows,
+    wait: Duration,
+}
+
 /// What follows a command's call on the server's stdin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Follows {
     /// Nothing: its end means the caller went away.
     Nothing,
-    /// The command's stdin.
+    /// The command's stdin, as input frames ending with `end`.
     Stdin,
-    /// A terminal's frames: their end is a hang-up.
+    /// A terminal's keys and sizes, as input frames.
     Terminal,
 }
 
-/// A terminal's keys and sizes read from the frames that follow a call,
-/// and a signal that fires when they end (the terminal hung up) or bring
-/// what is not a frame.
-fn terminal_keys(
+/// The command's input read from the frames that follow a call, and what
+/// their end was: `false` for a stdin's `end`, `true` for a hang-up (the
+/// input stopped without it, or brought what is not a frame).
+fn following_input(
     rest: tokio::sync::mpsc::Receiver<Vec<u8>>,
-) -> (
-    tokio::sync::mpsc::Receiver<TerminalInput>,
-    tokio::sync::oneshot::Receiver<()>,
-) {
-    let (keys, received) = tokio::sync::mpsc::channel(16);
+    terminal: bool,
+) -> (ExecInput, tokio::sync::oneshot::Receiver<bool>) {
     let (ended, hung_up) = tokio::sync::oneshot::channel();
+    let (keys, typed) = tokio::sync::mpsc::channel(16);
+    let (bytes, piped) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
-        let mut frames = TerminalFrames::new(FollowingInput::new(rest, None));
-        while let Ok(Some(frame)) = frames.next().await {
-            let key = match frame {
-                TerminalFrame::Data { data } => TerminalInput::Data(data),
-                TerminalFrame::Resize { rows, cols } => {
-                    TerminalInput::Resize(PtySize { rows, cols })
+        let mut frames = InputFrames::new(FollowingInput::new(rest, None));
+        let hang_up = loop {
+            let Ok(Some(frame)) = frames.next().await else {
+                break true;
+            };
+            let sent = match frame {
+                InputFrame::End {} => break false,
+                InputFrame::Data { data } if terminal => {
+                    keys.send(TerminalInput::Data(data)).await.is_ok()
+                }
+                InputFrame::Data { data } => bytes.send(data).await.is_ok(),
+                InputFrame::Resize { rows, cols } => {
+                    let size = TerminalInput::Resize(PtySize { rows, cols });
+                    !terminal || keys.send(size).await.is_ok()
                 }
             };
-            if keys.send(key).await.is_err() {
-                break;
+            // The command no longer takes input: it is ending.
+            if !sent {
+                break false;
             }
-        }
-        let _ = ended.send(());
+        };
+        let _ = ended.send(hang_up);
     });
-    (received, hung_up)
+    let input = match terminal {
+        true => ExecInput::Terminal(typed),
+        false => ExecInput::Channel(piped),
+    };
+    (input, hung_up)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_stdin_cut_before_its_end_is_a_hang_up_not_an_end() {
+        for (with_end, hang_up) in [(true, false), (false, true)] {
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            let mut wire = InputFrame::Data {
+                data: b"rm -rf /tmp/x; echo ".to_vec(),
+            }
+            .to_line();
+            if with_end {
+                wire.extend(InputFrame::End {}.to_line());
+            }
+            tx.send(wire).await.unwrap();
+            drop(tx);
+            let (input, ended) = following_input(rx, false);
+            let ExecInput::Channel(mut piped) = input else {
+                panic!("a stdin is a channel")
+            };
+            assert_eq!(piped.recv().await.unwrap(), b"rm -rf /tmp/x; echo ");
+            assert_eq!(ended.await, Ok(hang_up), "with end: {with_end}");
+            assert_eq!(piped.recv().await, None);
+        }
+    }
 
     #[test]
     fn a_create_becomes_the_remote_command_line() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::guest::exec::{ExecRequest, Exited, EXEC_DEADLINE_GRACE};
 use crate::guest::stream::{ExecEvent, ExecInput, PtySize, TerminalInput};
-use crate::servers::{CallFrame, RunStreams, TerminalFrame, WorkspaceCall};
+use crate::servers::{CallFrame, InputFrame, RunStreams, WorkspaceCall};
 use crate::store::events::EventKind;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
@@ -61,7 +61,7 @@ impl Workspace<'_> {
         let (stdin, then_input) = match input {
             ExecInput::None => (None, None),
             ExecInput::Bytes(bytes) => (Some(bytes), None),
-            ExecInput::Reader(reader) => (None, Some(reader)),
+            ExecInput::Reader(reader) => (None, Some(stdin_frames(reader))),
             ExecInput::Terminal(keys) => {
                 terminal_follows = true;
                 (None, Some(terminal_frames(keys)))
@@ -110,6 +110,33 @@ impl Workspace<'_> {
     }
 }
 
+/// A stdin as frames to send after a call: its bytes, then `end` once the
+/// reader ended (not when it failed: the server then hangs the command up
+/// instead of ending its input).
+fn stdin_frames(
+    mut stdin: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+) -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut writer, reader) = tokio::io::duplex(64 << 10);
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; crate::servers::MAX_FRAME_DATA];
+        loop {
+            let frame = match stdin.read(&mut buf).await {
+                Ok(0) => InputFrame::End {},
+                Ok(n) => InputFrame::Data {
+                    data: buf[..n].to_vec(),
+                },
+                Err(_) => return,
+            };
+            let end = frame == InputFrame::End {};
+            if writer.write_all(&frame.to_line()).await.is_err() || end {
+                return;
+            }
+        }
+    });
+    Box::new(reader)
+}
+
 /// A terminal's keys and sizes as frames to send after a call: a reader
 /// that ends when the terminal's senders are gone.
 fn terminal_frames(
@@ -119,10 +146,10 @@ fn terminal_frames(
     let (mut writer, reader) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
         while let Some(input) = keys.recv().await {
-            let frames: Vec<TerminalFrame> = match input {
-                TerminalInput::Data(data) => TerminalFrame::typed(&data).collect(),
+            let frames: Vec<InputFrame> = match input {
+                TerminalInput::Data(data) => InputFrame::data(&data).collect(),
                 TerminalInput::Resize(PtySize { rows, cols }) => {
-                    vec![TerminalFrame::Resize { rows, cols }]
+                    vec![InputFrame::Resize { rows, cols }]
                 }
             };
             for frame in frames {

@@ -128,11 +128,11 @@ pub enum WorkspaceCall {
     /// A command run to its end (the request as `ExecRequest` writes
     /// itself), its output sent as frames as it comes and its end as the
     /// answer; `wait_ms` is how long it may take. Its stdin is `stdin`, or
-    /// with `stdin_follows` what follows the call on the server's stdin;
-    /// with `terminal_follows` (a command on a terminal) that input is
-    /// [`super::TerminalFrame`]s, and its end is a hang-up; otherwise the
-    /// end of that stdin means the caller went away. Either end kills the
-    /// command.
+    /// with `stdin_follows` the [`super::InputFrame`]s that follow the call
+    /// on the server's stdin (data, then `end`), with `terminal_follows` a
+    /// terminal's (data and sizes); input that stops without `end` is a
+    /// hang-up. With neither, the end of that stdin means the caller went
+    /// away. A hang-up or a caller gone kills the command.
     Exec {
         request: serde_json::Value,
         #[serde(default, with = "crate::wire_bytes::optional")]
@@ -320,8 +320,10 @@ impl WorkspaceCall {
             | Self::BrowserSnapshot { .. }
             | Self::BrowserAct { .. }
             | Self::BrowserClose { .. }
-            | Self::BrowserScreenshot { .. }
-            | Self::BrowserEvents { .. } => BROWSER_ANSWER_BYTES,
+            | Self::BrowserScreenshot { .. } => BROWSER_ANSWER_BYTES,
+            // Read through a flattened record, which costs several times
+            // its bytes: held lower.
+            Self::BrowserEvents { .. } => BROWSER_ANSWER_BYTES / 4,
             _ => MAX_CALL_BYTES as u64,
         }
     }

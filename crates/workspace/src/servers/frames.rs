@@ -172,28 +172,31 @@ where
     serde_json::from_slice(body).map_err(|e| invalid(format!("a frame that is not one: {e}")))
 }
 
-/// What a terminal here sends to a command on a terminal there, as frames
-/// on the call's following input (the same framing as [`CallFrame`]).
+/// What follows a command's call: its stdin, or a terminal's keys and
+/// sizes, as frames (the same framing as [`CallFrame`]). Only
+/// [`InputFrame::End`] ends a stdin; input that stops without it was cut,
+/// and the command is hung up.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "input", rename_all = "snake_case", deny_unknown_fields)]
 #[allow(missing_docs)]
-pub enum TerminalFrame {
-    /// Bytes typed (at most [`MAX_FRAME_DATA`] a frame).
+pub enum InputFrame {
+    /// Bytes of stdin, or typed (at most [`MAX_FRAME_DATA`] a frame).
     Data {
         #[serde(with = "crate::wire_bytes")]
         data: Vec<u8>,
     },
     /// The terminal's new size.
     Resize { rows: u16, cols: u16 },
+    /// The end of stdin.
+    End {},
 }
 
-impl TerminalFrame {
-    /// Bytes typed as frames of at most [`MAX_FRAME_DATA`] bytes each.
-    pub fn typed(data: &[u8]) -> impl Iterator<Item = TerminalFrame> + '_ {
-        data.chunks(MAX_FRAME_DATA)
-            .map(|chunk| TerminalFrame::Data {
-                data: chunk.to_vec(),
-            })
+impl InputFrame {
+    /// Bytes as frames of at most [`MAX_FRAME_DATA`] bytes each.
+    pub fn data(data: &[u8]) -> impl Iterator<Item = InputFrame> + '_ {
+        data.chunks(MAX_FRAME_DATA).map(|chunk| InputFrame::Data {
+            data: chunk.to_vec(),
+        })
     }
 
     /// The frame as it goes on the wire: RS, compact JSON, LF.
@@ -206,13 +209,13 @@ impl TerminalFrame {
     }
 }
 
-/// The terminal frames that follow a call, one by one.
+/// The input frames that follow a call, one by one.
 #[derive(Debug)]
-pub struct TerminalFrames {
+pub struct InputFrames {
     reader: tokio::io::BufReader<FollowingInput>,
 }
 
-impl TerminalFrames {
+impl InputFrames {
     /// Frames read from `input`.
     pub fn new(input: FollowingInput) -> Self {
         Self {
@@ -222,7 +225,7 @@ impl TerminalFrames {
 
     /// The next frame; `None` where the input ends. What is not a frame is
     /// `InvalidData`.
-    pub async fn next(&mut self) -> io::Result<Option<TerminalFrame>> {
+    pub async fn next(&mut self) -> io::Result<Option<InputFrame>> {
         if self.reader.fill_buf().await?.is_empty() {
             return Ok(None);
         }
@@ -491,21 +494,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_terminals_keys_and_sizes_arrive_in_order_and_garbage_ends_them() {
+    async fn input_frames_arrive_in_order_and_garbage_ends_them() {
         let typed: Vec<u8> = (0..MAX_FRAME_DATA + 3).map(|i| i as u8).collect();
-        let mut wire: Vec<u8> = TerminalFrame::typed(&typed)
-            .flat_map(|f| f.to_line())
-            .collect();
-        wire.extend(TerminalFrame::Resize { rows: 30, cols: 90 }.to_line());
+        let mut wire: Vec<u8> = InputFrame::data(&typed).flat_map(|f| f.to_line()).collect();
+        wire.extend(InputFrame::Resize { rows: 30, cols: 90 }.to_line());
+        wire.extend(InputFrame::End {}.to_line());
         wire.extend(b"\x1e{\"input\":\"run\",\"argv\":[\"sh\"]}\n");
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         for chunk in wire.chunks(7000) {
             tx.send(chunk.to_vec()).await.unwrap();
         }
         drop(tx);
-        let mut frames = TerminalFrames::new(FollowingInput::new(rx, None));
+        let mut frames = InputFrames::new(FollowingInput::new(rx, None));
         let mut keys = Vec::new();
-        while let Ok(Some(TerminalFrame::Data { data })) = frames.next().await {
+        while let Ok(Some(InputFrame::Data { data })) = frames.next().await {
             keys.extend(data);
             if keys.len() == typed.len() {
                 break;
@@ -514,14 +516,15 @@ mod tests {
         assert_eq!(keys, typed);
         assert_eq!(
             frames.next().await.unwrap(),
-            Some(TerminalFrame::Resize { rows: 30, cols: 90 })
+            Some(InputFrame::Resize { rows: 30, cols: 90 })
         );
+        assert_eq!(frames.next().await.unwrap(), Some(InputFrame::End {}));
         let err = frames.next().await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         // An input that simply ends is the terminal hanging up.
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         drop(tx);
-        let mut none = TerminalFrames::new(FollowingInput::new(rx, None));
+        let mut none = InputFrames::new(FollowingInput::new(rx, None));
         assert_eq!(none.next().await.unwrap(), None);
     }
 

@@ -21,8 +21,8 @@ pub use calls::{
     check_answer_bytes, millis, RemoteCall, RemoteWorkspace, WorkspaceCall, MAX_CALL_BYTES,
 };
 pub use frames::{
-    CallFrame, CallStreams, CopyFrames, FollowingInput, OnFrame, TerminalFrame, TerminalFrames,
-    FRAME_START, MAX_FRAME_BYTES,
+    CallFrame, CallStreams, CopyFrames, FollowingInput, InputFrame, InputFrames, OnFrame,
+    FRAME_START, MAX_FRAME_BYTES, MAX_FRAME_DATA,
 };
 pub use registry::{PlacedWorkspace, ServerRegistry};
 pub use remote::{
