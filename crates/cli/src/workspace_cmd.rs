@@ -292,13 +292,9 @@ pub fn delete(
     // Checked first, so a prompt is never shown for a missing workspace;
     // one placed on a server that does not know it (a create cut short)
     // goes on to the delete, which forgets it.
-    let dev = ws.workspace(name)?;
-    let state = match dev.get() {
-        Ok(meta) => meta.state.to_string(),
-        Err(e) if e.code() == workspace::ErrorCode::NotFound && dev.remote()?.is_some() => {
-            "not on its server".to_owned()
-        }
-        Err(e) => return Err(e),
+    let state = match ws.workspace(name)?.before_delete()? {
+        Some(info) => info.meta.state.to_string(),
+        None => "not on its server".to_owned(),
     };
     if !yes {
         if !std::io::stdin().is_terminal() || json {

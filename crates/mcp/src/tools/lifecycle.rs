@@ -393,19 +393,17 @@ impl MicroagentServer {
         let info = self
             .on_workspace(&p.name, move |ws, name| {
                 let dev = ws.workspace(name)?;
-                match dev.inspect() {
+                match dev.before_delete()? {
+                    Some(info) => Ok(info),
                     // Placed on a server that does not know it (a create
                     // cut short): the delete forgets the placement, and
                     // says NOT_FOUND.
-                    Err(e)
-                        if e.code() == workspace::ErrorCode::NotFound
-                            && !preview
-                            && dev.remote()?.is_some() =>
-                    {
-                        dev.delete(workspace::DeleteOptions::default().force(force))?;
-                        Err(e)
+                    None => {
+                        if !preview {
+                            dev.delete(workspace::DeleteOptions::default().force(force))?;
+                        }
+                        Err(workspace::Error::WorkspaceNotFound(dev.name().to_owned()))
                     }
-                    other => other,
                 }
             })
             .await?;

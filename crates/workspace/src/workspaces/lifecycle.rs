@@ -380,6 +380,19 @@ impl Workspaces {
 }
 
 impl Workspace<'_> {
+    /// What a delete would remove, as `inspect` shows it; `None` for a
+    /// name placed on a server that does not know it (a create cut short),
+    /// which [`Self::delete`] only forgets. What a front end asks before a
+    /// delete (a prompt, a preview, `check_delete`).
+    pub fn before_delete(self) -> Result<Option<crate::workspaces::manager::WorkspaceInfo>> {
+        match self.inspect() {
+            Err(e) if e.code() == crate::code::ErrorCode::NotFound && self.remote()?.is_some() => {
+                Ok(None)
+            }
+            other => other.map(Some),
+        }
+    }
+
     /// Deletes it and everything it has. A running one is refused
     /// unless `options.force`, which halts it first.
     pub fn delete(self, options: DeleteOptions) -> Result<Meta> {
