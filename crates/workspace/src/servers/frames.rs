@@ -89,11 +89,7 @@ impl CallFrame {
 
     /// The frame as it goes on the wire: RS, compact JSON, LF.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut line = vec![FRAME_START];
-        // Serializing these variants cannot fail: strings, numbers, bytes.
-        line.extend(serde_json::to_vec(self).unwrap_or_default());
-        line.push(b'\n');
-        line
+        line_of(self)
     }
 }
 
@@ -142,6 +138,15 @@ pub(crate) async fn read_frames_then_answer<R: AsyncBufRead + Unpin>(
             return Err(invalid("a frame this call does not take".to_owned()));
         }
     }
+}
+
+/// `frame` as it goes on the wire: RS, compact JSON, LF.
+fn line_of(frame: &impl Serialize) -> Vec<u8> {
+    let mut line = vec![FRAME_START];
+    // Frames are strings, numbers and bytes: serializing cannot fail.
+    line.extend(serde_json::to_vec(frame).unwrap_or_default());
+    line.push(b'\n');
+    line
 }
 
 fn invalid(detail: String) -> io::Error {
@@ -201,11 +206,7 @@ impl InputFrame {
 
     /// The frame as it goes on the wire: RS, compact JSON, LF.
     pub fn to_line(&self) -> Vec<u8> {
-        let mut line = vec![FRAME_START];
-        // Bytes and numbers: serializing cannot fail.
-        line.extend(serde_json::to_vec(self).unwrap_or_default());
-        line.push(b'\n');
-        line
+        line_of(self)
     }
 }
 
