@@ -72,6 +72,23 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 ])
                 .current_dir(&root),
         )?;
+        // The VMM package alone: the library as the shipped VMM process
+        // builds it, without its client feature (the workspace-wide run
+        // above unifies features and would not see an item that needs it).
+        eprintln!("xtask: cargo clippy -p microagent-vmm");
+        sh::run(
+            Command::new(cargo)
+                .args([
+                    "clippy",
+                    "-p",
+                    "microagent-vmm",
+                    "--quiet",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+                .current_dir(&root),
+        )?;
         // The virtio queue fuzzers on the stable toolchain, for a bounded
         // time (`cargo xtask fuzz` runs them longer); a panic fails the run.
         eprintln!("xtask: fuzz ({FUZZ_SECONDS} s)");

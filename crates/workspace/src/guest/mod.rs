@@ -43,6 +43,7 @@ pub use browser_ops::WorkspaceBrowser;
 pub use copy::Copied;
 #[cfg(feature = "client")]
 pub use exec::{Exited, OutputCollector, MAX_COLLECTED_BYTES};
+#[cfg(feature = "client")]
 pub use exec_control::ExecEnd;
 #[cfg(feature = "client")]
 pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISITS, MAX_FOUND};
