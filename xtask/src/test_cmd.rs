@@ -56,39 +56,22 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 .args(["fmt", "--all", "--", "--check"])
                 .current_dir(&root),
         )?;
-        eprintln!("xtask: cargo clippy");
-        sh::run(
-            Command::new(cargo)
-                .args([
-                    "clippy",
-                    "--workspace",
-                    "--all-targets",
-                    "--features",
-                    TEST_FEATURES,
-                    "--quiet",
-                    "--",
-                    "-D",
-                    "warnings",
-                ])
-                .current_dir(&root),
-        )?;
-        // The VMM package alone: the library as the shipped VMM process
-        // builds it, without its client feature (the workspace-wide run
-        // above unifies features and would not see an item that needs it).
-        eprintln!("xtask: cargo clippy -p microagent-vmm");
-        sh::run(
-            Command::new(cargo)
-                .args([
-                    "clippy",
-                    "-p",
-                    "microagent-vmm",
-                    "--quiet",
-                    "--",
-                    "-D",
-                    "warnings",
-                ])
-                .current_dir(&root),
-        )?;
+        // The workspace with the test features; then the VMM package
+        // alone, the library as the shipped VMM process builds it without
+        // its client feature (the workspace-wide run unifies features and
+        // would not see an item that needs it).
+        let vmm_alone: &[&str] = &["-p", "microagent-vmm"];
+        let workspace = ["--workspace", "--all-targets", "--features", TEST_FEATURES];
+        for selection in [&workspace[..], vmm_alone] {
+            eprintln!("xtask: cargo clippy {}", selection.join(" "));
+            sh::run(
+                Command::new(cargo)
+                    .arg("clippy")
+                    .args(selection)
+                    .args(["--quiet", "--", "-D", "warnings"])
+                    .current_dir(&root),
+            )?;
+        }
         // The virtio queue fuzzers on the stable toolchain, for a bounded
         // time (`cargo xtask fuzz` runs them longer); a panic fails the run.
         eprintln!("xtask: fuzz ({FUZZ_SECONDS} s)");
