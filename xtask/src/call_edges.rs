@@ -11,7 +11,9 @@
 //! than one module of the crate, the call leans on the innermost folder
 //! holding them all (`.running(` of `guest::files` or `guest::processes`
 //! leans on `guest`); with no such folder below the crate root, or when the
-//! name is in [`TOO_COMMON`], the name is ambiguous and left out.
+//! name is in [`TOO_COMMON`], or a crate this one depends on defines a
+//! method by that name (`ImageRegistry::limits` of the base crate beside
+//! `Workspaces::limits`), the name is ambiguous and left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -359,7 +361,8 @@ fn common_folder(modules: &BTreeSet<&String>) -> Option<String> {
 /// (tests already left out): each call of a listed type's method defined
 /// in another module is an edge to that module, unless that module is an
 /// ancestor of the caller (as for paths, a child builds on its parent).
-pub fn calls(code: &BTreeMap<String, String>, types: &[&str]) -> Calls {
+/// `foreign` holds the method names the crate's dependencies define.
+pub fn calls(code: &BTreeMap<String, String>, types: &[&str], foreign: &BTreeSet<String>) -> Calls {
     let stripped: BTreeMap<&String, String> = code
         .iter()
         .map(|(m, t)| (m, strip_comments_and_literals(t)))
@@ -381,7 +384,7 @@ pub fn calls(code: &BTreeMap<String, String>, types: &[&str]) -> Calls {
     for name in &listed {
         let target = common_folder(&anywhere[name]);
         match target {
-            Some(t) if !TOO_COMMON.contains(&name.as_str()) => {
+            Some(t) if !TOO_COMMON.contains(&name.as_str()) && !foreign.contains(name) => {
                 target_of.insert(name.clone(), t);
             }
             _ => {
@@ -488,7 +491,7 @@ mod tests {
         .iter()
         .map(|(m, t)| (m.to_string(), t.to_string()))
         .collect();
-        let found = calls(&code, SERVICE_TYPES);
+        let found = calls(&code, SERVICE_TYPES, &BTreeSet::new());
         let edge = |from: &str, to: &str| -> Vec<String> {
             found
                 .edges

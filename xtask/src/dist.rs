@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn the_hook_names_checked_are_the_librarys() {
-        let source = cache::repo_root().join("crates/workspace/src/pause_point.rs");
+        let source = cache::repo_root().join("crates/base/src/pause_point.rs");
         let text = std::fs::read_to_string(source).unwrap();
         for var in TEST_HOOK_VARS {
             assert!(text.contains(&format!("\"{var}\"")), "{var}");

@@ -39,6 +39,46 @@ pub fn crate_sources(root: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// The crates whose methods make a call by the same name ambiguous: the
+/// base crate was split off the library, so a name both define is as
+/// ambiguous as when both were one crate. (The guest agent's client and
+/// vmm-core are left out: their method names mirror the handle's, and
+/// counting them would hide the handle's calls.)
+const SHARED_CRATES: &[&str] = &["base"];
+
+/// The method names defined in the [`SHARED_CRATES`] the crate at `src`
+/// depends on (keys of its manifest's `[dependencies]`).
+fn dependency_methods(src: &Path) -> BTreeSet<String> {
+    let Some(crate_dir) = src.parent() else {
+        return BTreeSet::new();
+    };
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap_or_default();
+    let deps: BTreeSet<&str> = manifest
+        .split("\n[")
+        .filter(|section| section.starts_with("dependencies]"))
+        .flat_map(|section| section.lines().skip(1))
+        .filter_map(|l| l.split(['.', ' ', '=']).next())
+        .filter(|k| !k.is_empty() && !k.starts_with('#'))
+        .collect();
+    let Some(crates) = crate_dir.parent() else {
+        return BTreeSet::new();
+    };
+    let mut names = BTreeSet::new();
+    for (folder, dep_src) in crate_sources(crates.parent().unwrap_or(crates)) {
+        if deps.contains(folder.as_str()) && SHARED_CRATES.contains(&folder.as_str()) {
+            for (_, text) in sources(&dep_src) {
+                let code = call_edges::strip_comments_and_literals(&text);
+                names.extend(
+                    call_edges::methods_defined(&code)
+                        .into_iter()
+                        .map(|(_, n)| n),
+                );
+            }
+        }
+    }
+    names
+}
+
 /// The module path of a source file relative to `src`, or `None` for a
 /// test file or a second binary root.
 fn module_of(src: &Path, file: &Path) -> Option<String> {
@@ -352,7 +392,7 @@ impl Graph {
                 (m, code)
             })
             .collect();
-        self.calls = call_edges::calls(&code, call_edges::SERVICE_TYPES);
+        self.calls = call_edges::calls(&code, call_edges::SERVICE_TYPES, &dependency_methods(src));
         for (from, targets) in &self.calls.edges {
             let out = self.edges.entry(from.clone()).or_default();
             out.extend(targets.keys().cloned());

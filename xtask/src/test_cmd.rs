@@ -57,9 +57,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 .current_dir(&root),
         )?;
         // The workspace with the test features; then the VMM package
-        // alone, the library as the shipped VMM process builds it without
-        // its client feature (the workspace-wide run unifies features and
-        // would not see an item that needs it).
+        // alone, the base crate as the shipped VMM process builds it
+        // (the workspace-wide run unifies features and would not see an
+        // item that needs one).
         let vmm_alone: &[&str] = &["-p", "microagent-vmm"];
         let workspace = ["--workspace", "--all-targets", "--features", TEST_FEATURES];
         for selection in [&workspace[..], vmm_alone] {

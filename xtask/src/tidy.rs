@@ -427,7 +427,7 @@ mod tests {
         assert!(
             banned.is_empty(),
             "microagent-vmm depends on {banned:?}; keep crates/vmm-host on the \
-             `workspace` crate without its `client` feature"
+             `base` crate (crates/base), which has none of them"
         );
     }
 
@@ -478,7 +478,7 @@ mod tests {
     #[test]
     fn host_tools_run_through_one_runner() {
         const TOOLS: &[&str] = &["git", "debugfs", "mkfs.ext4", "fakeroot"];
-        let runner = repo_root().join("crates/workspace/src/host_tool.rs");
+        let runner = repo_root().join("crates/base/src/host_tool.rs");
         let listed = std::fs::read_to_string(&runner).unwrap();
         for tool in TOOLS {
             assert!(

@@ -4,21 +4,21 @@
 //! namespace), take a mount namespace of its own while this is the only
 //! thread, then build the machine or restore it from a snapshot.
 
+use crate::error::{Result, VmmProcessError as Error};
+use base::host::cgroup::{self, CgroupLimits, Placement};
+use base::host::settings::asset_dir;
+use base::images::ImageRegistry;
+use base::network::Addressing;
+use base::store::console_log::ConsoleLogWriter;
+use base::store::spec::WorkspaceSpec;
+use base::store::volume_mounts::VOLUME_SLOTS;
+use base::store::workspace_dir::WorkspaceDir;
+use base::store::StateDir;
+use base::vmm::launch::{VmmLaunch, GUEST_CMDLINE};
+use base::volumes::VolumeStore;
 use vmm_core::devices::serial::ConsoleSink;
 use vmm_core::machine::{DiskConfig, NetBackendConfig, NetConfig, RestoreConfig, VsockConfig};
 use vmm_core::{KernelVariant, Machine, MachineConfig};
-use workspace::host::cgroup::{self, CgroupLimits, Placement};
-use workspace::host::settings::asset_dir;
-use workspace::images::ImageRegistry;
-use workspace::network::Addressing;
-use workspace::store::console_log::ConsoleLogWriter;
-use workspace::store::spec::WorkspaceSpec;
-use workspace::store::volume_mounts::VOLUME_SLOTS;
-use workspace::store::workspace_dir::WorkspaceDir;
-use workspace::store::StateDir;
-use workspace::vmm::launch::{VmmLaunch, GUEST_CMDLINE};
-use workspace::volumes::VolumeStore;
-use workspace::{Error, Result};
 
 /// The guest's vsock context id (the first one guests get).
 const GUEST_CID: u64 = 3;
@@ -30,9 +30,9 @@ pub(crate) struct Built {
     /// The machine, or why it could not be built.
     pub machine: Result<Machine>,
     /// The `user` network's passt, ended with the run.
-    pub passt: Option<workspace::network::Passt>,
+    pub passt: Option<base::network::Passt>,
     /// The `user` network's egress filter.
-    pub egress: Option<workspace::network::attach::UserEgress>,
+    pub egress: Option<base::network::attach::UserEgress>,
     /// The guest's addresses on a network, if it has one.
     pub guest_net: Option<Addressing>,
     /// The cgroup joined (or why none).
@@ -58,10 +58,11 @@ impl Built {
         let began_ns = vmm_core::vcpu::monotonic_ns();
         let (mut passt, mut guest_net, mut egress) = (None, None, None);
         let mut mount_ns = Err("the machine was not built".to_owned());
-        let machine = workspace::network::attach::attach(state, ws, spec, launch.user)
+        let machine = base::network::attach::attach(state, ws, spec, launch.user)
             .map_err(Error::from)
             .and_then(|net| {
-                mount_ns = workspace::host::jail::unshare().map_err(|e| workspace::error_chain(&e));
+                mount_ns =
+                    base::host::jail::unshare().map_err(|e| base::error_chain::error_chain(&e));
                 let (net, addressing) = match net {
                     Some(a) => {
                         passt = a.passt;
@@ -114,7 +115,7 @@ fn build_machine(
         cmdline.push(' ');
         cmdline.push_str(args);
     }
-    if let Some(net) = workspace::network::guest_cmdline(addressing.as_ref()) {
+    if let Some(net) = base::network::guest_cmdline(addressing.as_ref()) {
         cmdline.push(' ');
         cmdline.push_str(&net);
     }
@@ -132,7 +133,7 @@ fn build_machine(
             uds_path: ws.vsock(),
         }),
         net: net.map(|backend| NetConfig {
-            mac: workspace::network::mac_for(ws.name()),
+            mac: base::network::mac_for(ws.name()),
             backend,
         }),
         balloon: true,
@@ -143,7 +144,7 @@ fn build_machine(
 fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
     Error::StartFailed {
         name: ws.name().to_owned(),
-        reason: workspace::error_chain(e),
+        reason: base::error_chain::error_chain(e),
     }
 }
 

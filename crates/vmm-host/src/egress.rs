@@ -3,12 +3,12 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use base::network::attach::UserEgress;
+use base::network::user_filter::{filter_policy, maps_host};
+use base::network::{AllowEntry, Egress};
+use base::store::egress::EgressDenial;
+use base::vmm::control::ControlResponse;
 use vmm_core::devices::virtio::net::egress::EgressFilter;
-use workspace::network::attach::UserEgress;
-use workspace::network::user_filter::{filter_policy, maps_host};
-use workspace::network::{AllowEntry, Egress};
-use workspace::store::egress::EgressDenial;
-use workspace::vmm::control::ControlResponse;
 
 /// The filter and what passt was started with.
 #[derive(Debug)]

@@ -10,11 +10,11 @@
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 
+use base::host::jail::Keep;
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
-use workspace::host::jail::Keep;
 
 /// The newest ABI whose rights this policy asks for; older kernels
 /// enforce what they know (best effort), and the protection says so.

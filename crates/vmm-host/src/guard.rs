@@ -6,10 +6,10 @@ use std::os::fd::OwnedFd;
 
 use std::path::Path;
 
-use workspace::store::workspace_dir::WorkspaceDir;
-use workspace::store::StateDir;
+use base::store::workspace_dir::WorkspaceDir;
+use base::store::StateDir;
 
-use workspace::vmm::confinement::NO_SECCOMP_VAR;
+use base::vmm::confinement::NO_SECCOMP_VAR;
 
 /// Installs the VMM's seccomp filters on every thread (vCPU and device
 /// threads add their own as they start); returns the protections now on.
@@ -37,7 +37,7 @@ pub struct Lockdown {
     /// Its own empty network namespace, or why it has none.
     pub net_ns: Result<(), String>,
     /// What its private root keeps.
-    pub keep: Vec<workspace::host::jail::Keep>,
+    pub keep: Vec<base::host::jail::Keep>,
     /// The processes it started (passt).
     pub children: Vec<u32>,
     /// Directories it removes its cgroups from at the end (opened before).
@@ -58,16 +58,13 @@ impl Lockdown {
         let private_root = self.mount_ns.is_ok();
         let mounts = match self.mount_ns {
             Ok(()) => {
-                workspace::host::jail::enter(
-                    &ws.path().join(workspace::host::jail::JAIL_DIR),
-                    &self.keep,
-                )
-                .map_err(|e| {
-                    format!(
-                        "the VMM could not make its root private: {}",
-                        workspace::error_chain(&e)
-                    )
-                })?;
+                base::host::jail::enter(&ws.path().join(base::host::jail::JAIL_DIR), &self.keep)
+                    .map_err(|e| {
+                        format!(
+                            "the VMM could not make its root private: {}",
+                            base::error_chain::error_chain(&e)
+                        )
+                    })?;
                 "private_root".to_owned()
             }
             Err(why) => format!("no private root: {why}"),
@@ -105,7 +102,7 @@ impl Lockdown {
         };
         // A kernel without Landlock leaves the rest in force.
         let files = crate::file_access::confine(&self.keep, self.removable).unwrap_or_else(|e| {
-            let why = workspace::error_chain(&e);
+            let why = base::error_chain::error_chain(&e);
             tracing::warn!("no Landlock: {why}");
             format!("no landlock: {why}")
         });
@@ -221,12 +218,12 @@ pub fn jail_keeps(
     state: &StateDir,
     ws: &WorkspaceDir,
     keep_warm: Option<&Path>,
-) -> Vec<workspace::host::jail::Keep> {
-    use workspace::host::jail::Keep;
+) -> Vec<base::host::jail::Keep> {
+    use base::host::jail::Keep;
     let mut keep = vec![
         Keep::Dir(ws.path().to_path_buf()),
         Keep::File(state.lock_path(ws.name())),
-        Keep::Dir(state.root().join(workspace::store::SNAPSHOTS_DIR)),
+        Keep::Dir(state.root().join(base::store::SNAPSHOTS_DIR)),
     ];
     if let Some(parent) = keep_warm.and_then(Path::parent) {
         keep.push(Keep::Dir(parent.to_path_buf()));
@@ -250,7 +247,7 @@ pub fn leave_starter(owner_fd: bool) {
 /// stderr and, with `keep_owner`, its owner's pidfd (the VMM opens what it needs itself): a descriptor leaked by
 /// whatever started it must not reach the code that parses guest requests.
 pub fn close_inherited_fds(keep_owner: bool) {
-    let first = workspace::vmm::spawn::OWNER_FD as u32 + u32::from(keep_owner);
+    let first = base::vmm::spawn::OWNER_FD as u32 + u32::from(keep_owner);
     // SAFETY: close_range takes plain integers; it closes only descriptors
     // (none is owned by Rust objects yet: this runs first thing).
     let closed = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
@@ -298,7 +295,7 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
 
 /// Waits until the process of `pidfd` ends; true when it did.
 pub fn wait_for_owner_end(pidfd: &OwnedFd) -> bool {
-    if workspace::store::process::wait_for_end(pidfd) {
+    if base::store::process::wait_for_end(pidfd) {
         tracing::info!("the owner process ended; stopping");
         return true;
     }
@@ -333,7 +330,7 @@ mod tests {
         assert_eq!(cur.rlim_cur, before);
     }
 
-    use workspace::store::process::pidfd;
+    use base::store::process::pidfd;
 
     #[test]
     fn an_owner_that_ends_is_seen_and_a_gone_one_is_not_watched() {
@@ -342,7 +339,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let ticks = workspace::store::process::start_ticks(pid).unwrap();
+        let ticks = base::store::process::start_ticks(pid).unwrap();
         let reaper = std::thread::spawn(move || child.wait());
         let watched = pidfd(pid, ticks).expect("a live owner is watched");
         assert!(

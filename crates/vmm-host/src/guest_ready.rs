@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
+use base::store::spec::WorkspaceSpec;
+use base::store::workspace_dir::WorkspaceDir;
+use base::store::StateDir;
+use base::volumes::VolumeStore;
 use guest_agent::protocol::VolumeToMount;
-use workspace::store::spec::WorkspaceSpec;
-use workspace::store::workspace_dir::WorkspaceDir;
-use workspace::store::StateDir;
-use workspace::volumes::VolumeStore;
 
 /// How long one call to the agent may wait for each read or write.
 pub(crate) const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,7 +37,7 @@ pub(crate) fn mount(ws: &WorkspaceDir, volumes: &[VolumeToMount]) -> Result<(), 
     }
     ws.agent_blocking(MOUNT_TIMEOUT)
         .and_then(|agent| agent.mount_volumes(volumes.to_vec()))
-        .map_err(|e| workspace::error_chain(&e))
+        .map_err(|e| base::error_chain::error_chain(&e))
 }
 
 /// The largest of the workspace's writable disks, MiB: its own, and each
@@ -56,7 +56,7 @@ pub(crate) fn largest_disk_mib(state: &StateDir, ws: &WorkspaceDir, spec: &Works
 
 /// A restored guest takes this workspace's name as its hostname, fresh
 /// host randomness and the host's clock, so forks of one snapshot differ.
-pub(crate) fn give_identity(ws: &WorkspaceDir, net: Option<&workspace::network::Addressing>) {
+pub(crate) fn give_identity(ws: &WorkspaceDir, net: Option<&base::network::Addressing>) {
     let mut entropy = [0u8; 64];
     // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
     let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
@@ -70,8 +70,8 @@ pub(crate) fn give_identity(ws: &WorkspaceDir, net: Option<&workspace::network::
     let given = ws.agent_blocking(AGENT_CALL_TIMEOUT).and_then(|agent| {
         let network = net.map(|a| {
             (
-                workspace::network::net_setting(a),
-                workspace::network::mac_for(ws.name()),
+                base::network::net_setting(a),
+                base::network::mac_for(ws.name()),
             )
         });
         agent.restored(ws.name(), &entropy, now_ns, network)

@@ -1,21 +1,21 @@
 //! `microagent-vmm`: the detached VMM process of one workspace, a program
 //! of its own so that it carries only the VMM: no async runtime, command
 //! line parser or MCP server in its resident memory. `microagent start`
-//! runs it with the arguments `workspace::vmm::launch::VmmLaunch` writes; it owns
+//! runs it with the arguments `base::vmm::launch::VmmLaunch` writes; it owns
 //! the process's signals, logging and exit status, and the library runs the
 //! VM.
 
 use std::process::ExitCode;
 
+use base::vmm::launch::VmmLaunch;
 use vmm_host::{VmmProcess, VmmStopper};
-use workspace::vmm::launch::VmmLaunch;
 
 fn main() -> ExitCode {
     let Some(launch) = VmmLaunch::from_args(std::env::args_os().skip(1)) else {
         eprintln!(
             "microagent-vmm: runs one workspace's VM and is started by `microagent start`; it takes the arguments `{} {} --home DIR --kernel VARIANT [--restore DIR] NAME`",
-            workspace::vmm::launch::VMM_SUBCOMMAND[0],
-            workspace::vmm::launch::VMM_SUBCOMMAND[1]
+            base::vmm::launch::VMM_SUBCOMMAND[0],
+            base::vmm::launch::VMM_SUBCOMMAND[1]
         );
         return ExitCode::from(2);
     };
@@ -23,8 +23,8 @@ fn main() -> ExitCode {
     // Before any thread exists, so every thread inherits the mask and only
     // the signal thread below receives these.
     let signals = block_termination_signals();
-    let ran = workspace::StateDir::at(&launch.home)
-        .map_err(workspace::Error::from)
+    let ran = base::store::StateDir::at(&launch.home)
+        .map_err(vmm_host::VmmProcessError::from)
         .and_then(|state| VmmProcess::prepare(state, &launch))
         .and_then(|vmm| {
             vmm.run(|stopper| {

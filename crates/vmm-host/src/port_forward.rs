@@ -1,4 +1,4 @@
-//! The VMM process's side of published ports ([`workspace::store::ports`]): a listener
+//! The VMM process's side of published ports ([`base::store::ports`]): a listener
 //! per host address; each connection is tunnelled over vsock to the guest
 //! agent (`tcp_connect`), which connects to the guest port on the guest's
 //! loopback. No guest network is involved.
@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use guest_agent::client::blocking::BlockingClient;
 use guest_agent::client::ClientError;
 
-use workspace::store::ports::PortMapping;
-use workspace::{Error, Result};
+use crate::error::{Result, VmmProcessError as Error};
+use base::store::ports::PortMapping;
 
 /// Longest a connection waits for the agent to answer (a guest that is
 /// still booting, or a warm start being resumed).
@@ -27,7 +27,7 @@ const AGENT_RETRY: Duration = Duration::from_millis(250);
 const AGENT_IO_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Most connections one published port carries at once; each costs two
-/// threads against the VMM's `pids.max` (`workspace::host::cgroup`).
+/// threads against the VMM's `pids.max` (`base::host::cgroup`).
 pub const MAX_CONNECTIONS_PER_PORT: usize = 16;
 /// Most connections all of a VMM's published ports carry at once, so the
 /// vCPU and device threads a resume needs always fit under `pids.max`.
@@ -109,11 +109,10 @@ impl PortForwarder {
             if l.mapping == mapping {
                 return Ok(());
             }
-            return Err(Error::InvalidInput(format!(
-                "host address {} is already published (to guest port {})",
-                mapping.host_addr(),
-                l.mapping.guest_port
-            )));
+            return Err(Error::AlreadyPublished {
+                addr: mapping.host_addr(),
+                guest_port: l.mapping.guest_port,
+            });
         }
         let socket = listener.try_clone().map_err(Error::host_io(format!(
             "listening on {}",
@@ -344,10 +343,13 @@ mod tests {
         fwd.publish(mapping, again).unwrap();
         assert_eq!(fwd.published(), vec![mapping]);
         let clash = PortMapping::local(port, 9090);
-        assert_eq!(
-            fwd.publish(clash, clashing).unwrap_err().code(),
-            workspace::ErrorCode::InvalidInput
-        );
+        assert!(matches!(
+            fwd.publish(clash, clashing).unwrap_err(),
+            crate::error::VmmProcessError::AlreadyPublished {
+                guest_port: 8080,
+                ..
+            }
+        ));
 
         let mut c = TcpStream::connect(mapping.host_addr()).unwrap();
         c.write_all(b"through the tunnel").unwrap();

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
-use workspace::host::jail::Keep;
+use base::host::jail::Keep;
 
 /// The variable that makes the child run: the directory it keeps.
 const KEPT: &str = "MICROAGENT_FILE_ACCESS_KEPT";
@@ -60,7 +60,7 @@ fn confined_child() {
 #[test]
 fn the_vmm_reaches_only_what_it_keeps() {
     let test = "the_vmm_reaches_only_what_it_keeps";
-    let abi = workspace::host::settings::landlock_abi().unwrap_or(0);
+    let abi = base::host::settings::landlock_abi().unwrap_or(0);
     let enough = if abi >= 6 {
         Ok(())
     } else {

@@ -58,7 +58,7 @@ async fn hello() -> workspace::Result<()> {
 /// This process is the VMM of one workspace: run it until the guest ends.
 fn serve_vmm(launch: &VmmLaunch) -> ExitCode {
     let ran = workspace::StateDir::at(&launch.home)
-        .map_err(workspace::Error::from)
+        .map_err(vmm_host::VmmProcessError::from)
         .and_then(|state| VmmProcess::prepare(state, launch))
         // This example handles no signals of its own.
         .and_then(|vmm| vmm.run(|_| {}));

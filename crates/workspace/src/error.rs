@@ -4,19 +4,19 @@
 use guest_agent::client::ClientError;
 use guest_agent::protocol::AgentErrorCode as AgentCode;
 
-use crate::code::ErrorCode;
+use base::code::ErrorCode;
 
-use crate::images::registry::ImageError;
-use crate::network::NetworkError;
-use crate::remedy::Remedy;
-use crate::store::console_log::ConsoleLogError;
-use crate::store::events::EventsError;
-use crate::store::ports::PortError;
-use crate::store::spec::{SpecError, DELETE_NEEDS_FORCE};
-use crate::store::state::{State, TransitionError};
-use crate::store::workspace_dir::WorkspaceDirError;
-use crate::store::StoreError;
-use crate::vmm::control::ControlError;
+use base::images::registry::ImageError;
+use base::network::NetworkError;
+use base::remedy::Remedy;
+use base::store::console_log::ConsoleLogError;
+use base::store::events::EventsError;
+use base::store::ports::PortError;
+use base::store::spec::{SpecError, DELETE_NEEDS_FORCE};
+use base::store::state::{State, TransitionError};
+use base::store::workspace_dir::WorkspaceDirError;
+use base::store::StoreError;
+use base::vmm::control::ControlError;
 
 /// Why a workspace operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +110,9 @@ pub enum Error {
     /// The image registry.
     #[error(transparent)]
     Image(#[from] ImageError),
+    /// A registry did not give an image.
+    #[error(transparent)]
+    Registry(crate::images::oci_pull::RegistryError),
     /// The console log.
     #[error("console log")]
     ConsoleLog(#[from] ConsoleLogError),
@@ -134,7 +137,7 @@ pub enum Error {
     Network(#[from] NetworkError),
     /// A host change was not previewed, confirmed or applied.
     #[error(transparent)]
-    Plan(#[from] crate::host::plan::PlanError),
+    Plan(#[from] base::host::plan::PlanError),
     /// A confirm token was refused.
     #[error(transparent)]
     Confirm(#[from] crate::host::confirm::ConfirmError),
@@ -146,20 +149,17 @@ pub enum Error {
     ImageBuild(crate::images::build::ImageBuildError),
     /// The account VMMs run as could not be found or given their files.
     #[error(transparent)]
-    VmmUser(#[from] crate::vmm::user::VmmUserError),
+    VmmUser(#[from] base::vmm::user::VmmUserError),
     /// An image search could not be made.
-    #[cfg(feature = "client")]
     #[error(transparent)]
     Search(#[from] crate::images::search::SearchError),
     /// A volume operation failed.
     #[error(transparent)]
-    Volume(#[from] crate::volumes::VolumeError),
+    Volume(#[from] base::volumes::VolumeError),
     /// A server operation failed.
-    #[cfg(feature = "client")]
     #[error(transparent)]
     Server(#[from] crate::servers::ServerError),
     /// A browser call failed.
-    #[cfg(feature = "client")]
     #[error(transparent)]
     Browser(#[from] crate::browser::BrowserError),
     /// A repository operation failed.
@@ -215,7 +215,7 @@ pub enum Error {
     /// Outputs past the inline caps were over a quota, or could not be
     /// kept on the host.
     #[error(transparent)]
-    KeptOutputs(#[from] crate::store::kept_outputs::KeptOutputsError),
+    KeptOutputs(#[from] base::store::kept_outputs::KeptOutputsError),
     /// The workspace's image lacks the interpreter code was to run with.
     #[error("workspace `{workspace}` (image `{image}`) has no {interpreter}")]
     InterpreterMissing {
@@ -293,6 +293,7 @@ impl Error {
             Error::StartFailed { .. } => ErrorCode::Internal,
             Error::Store(e) => e.code(),
             Error::Image(e) => e.code(),
+            Error::Registry(e) => e.code(),
             Error::Network(e) => e.code(),
             Error::Plan(e) => e.code(),
             Error::Confirm(e) => e.code(),
@@ -301,16 +302,13 @@ impl Error {
             Error::Budget(e) => e.code(),
             Error::VmmUser(e) => e.code(),
             Error::Volume(e) => e.code(),
-            #[cfg(feature = "client")]
             Error::Server(e) => e.code(),
-            #[cfg(feature = "client")]
             Error::Browser(e) => e.code(),
             Error::Repo(e) => e.code(),
             Error::Agents(e) => e.code(),
             Error::Task(e) => e.code(),
             Error::Secret(e) => e.code(),
             Error::Pool(e) => e.code(),
-            #[cfg(feature = "client")]
             Error::Search(e) => e.code(),
             Error::VolumeHeld { .. } => ErrorCode::Conflict,
             Error::Agent { source, .. } => agent_code(source),
@@ -370,7 +368,6 @@ impl Error {
                 })
             }
             Error::Image(e) => e.remedy(),
-            #[cfg(feature = "client")]
             Error::Browser(e) => e.remedy(),
             Error::Volume(e) => e.remedy(),
             Error::Repo(e) => e.remedy(),
@@ -401,7 +398,7 @@ impl Error {
 
     /// The message with every cause, on one line.
     pub fn full_message(&self) -> String {
-        crate::error_chain::error_chain(self)
+        base::error_chain::error_chain(self)
     }
 
     pub(crate) fn agent(op: &'static str) -> impl FnOnce(ClientError) -> Error {
@@ -485,6 +482,19 @@ fn agent_code(e: &ClientError) -> ErrorCode {
     }
 }
 
+/// A pull's error as the crate's: an image or conversion failure is an
+/// image error, as an import's is.
+impl From<crate::images::oci_pull::PullError> for Error {
+    fn from(e: crate::images::oci_pull::PullError) -> Self {
+        use crate::images::oci_pull::PullError;
+        match e {
+            PullError::Oci(e) => Error::Image(ImageError::Oci(e)),
+            PullError::Registry(e) => Error::Registry(e),
+            PullError::Image(e) => Error::Image(e),
+        }
+    }
+}
+
 /// Shorthand for results of workspace operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -531,7 +541,7 @@ mod tests {
         };
         assert_eq!(denied.code(), ErrorCode::Forbidden);
         assert_eq!(
-            Error::Store(StoreError::Name(crate::store::name::NameError::Empty)).code(),
+            Error::Store(StoreError::Name(base::store::name::NameError::Empty)).code(),
             ErrorCode::InvalidInput
         );
     }

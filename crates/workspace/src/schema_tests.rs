@@ -48,7 +48,7 @@ fn undescribed(schema: &Value, path: &str, out: &mut Vec<String>) {
 #[test]
 fn every_property_of_every_result_type_is_described() {
     let schemas = [
-        ("Meta", schema::<crate::store::spec::Meta>()),
+        ("Meta", schema::<base::store::spec::Meta>()),
         (
             "WorkspaceInfo",
             schema::<crate::workspaces::manager::WorkspaceInfo>(),
@@ -58,8 +58,8 @@ fn every_property_of_every_result_type_is_described() {
             schema::<crate::workspaces::contract::Contract>(),
         ),
         ("Report", schema::<crate::host::doctor::Report>()),
-        ("ImageInfo", schema::<crate::images::registry::ImageInfo>()),
-        ("Event", schema::<crate::store::events::Event>()),
+        ("ImageInfo", schema::<base::images::registry::ImageInfo>()),
+        ("Event", schema::<base::store::events::Event>()),
         ("ExecResult", schema::<crate::guest::exec::ExecResult>()),
     ];
     for (name, schema) in schemas {
@@ -82,14 +82,14 @@ fn names(schema: &Value) -> Vec<&str> {
 
 #[test]
 fn enums_list_their_serde_names() {
-    let states = schema::<crate::store::state::State>();
-    let expected: Vec<&str> = crate::store::state::State::ALL
+    let states = schema::<base::store::state::State>();
+    let expected: Vec<&str> = base::store::state::State::ALL
         .iter()
         .map(|s| s.as_str())
         .collect();
     assert_eq!(names(&states), expected);
-    let codes = schema::<crate::code::ErrorCode>();
-    let expected: Vec<&str> = crate::code::ErrorCode::ALL
+    let codes = schema::<base::code::ErrorCode>();
+    let expected: Vec<&str> = base::code::ErrorCode::ALL
         .iter()
         .map(|c| c.as_str())
         .collect();

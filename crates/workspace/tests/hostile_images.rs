@@ -276,13 +276,13 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
             testkit::oci::push(skopeo, &s.layout(name), &target);
             let before = s.canary_tree();
             let had = s.leftovers();
-            let req = workspace::images::oci::pull::PullRequest {
+            let req = workspace::images::oci_pull::PullRequest {
                 reference: target.clone(),
                 name: Some("pulled".into()),
                 insecure: true,
             };
-            let progress: workspace::images::oci::pull::PullProgress = std::sync::Arc::new(
-                std::sync::Mutex::new(|_: workspace::images::oci::pull::PullEvent| {}),
+            let progress: workspace::images::oci_pull::PullProgress = std::sync::Arc::new(
+                std::sync::Mutex::new(|_: workspace::images::oci_pull::PullEvent| {}),
             );
             let got =
                 runtime.block_on(workspace::images::pull::pull(s.ws.images(), &req, progress));

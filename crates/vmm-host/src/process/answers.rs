@@ -5,11 +5,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use workspace::host::settings::now_ms;
-use workspace::store::ports::PortMapping;
-use workspace::store::spec::validate_ttl;
-use workspace::vmm::control::{ControlRequest, ControlResponse};
-use workspace::Error;
+use base::host::settings::now_ms;
+use base::store::ports::PortError;
+use base::store::ports::PortMapping;
+use base::store::spec::validate_ttl;
+use base::vmm::control::{ControlRequest, ControlResponse};
+
+use crate::error::VmmProcessError;
 
 use super::Shared;
 
@@ -26,7 +28,7 @@ pub(super) fn handle_control(
 ) -> ControlResponse {
     match req {
         ControlRequest::Status => ControlResponse::Status {
-            pid: workspace::host::settings::own_pid(),
+            pid: base::host::settings::own_pid(),
             uptime_ms: shared.started.elapsed().as_millis() as u64,
             ready: shared.ready.load(Ordering::SeqCst),
             stopping: shared.stopping.load(Ordering::SeqCst),
@@ -67,7 +69,7 @@ pub(super) fn handle_control(
                     message: format!(
                         "workspace `{}` could not be snapshotted: {}",
                         shared.ws.name(),
-                        workspace::error_chain(&e)
+                        base::error_chain::error_chain(&e)
                     ),
                 },
             }
@@ -106,7 +108,7 @@ pub(super) fn handle_control(
                     ttl_deadline_ms: None,
                 },
                 Err(e) => ControlResponse::Error {
-                    message: workspace::error_chain(&e),
+                    message: base::error_chain::error_chain(&e),
                 },
             }
         }
@@ -156,11 +158,13 @@ fn publish(
         Ok(()) => ControlResponse::Ok {
             ttl_deadline_ms: None,
         },
-        Err(Error::PortUnavailable { addr, source }) => ControlResponse::PortUnavailable {
-            addr,
-            in_use: source.kind() == std::io::ErrorKind::AddrInUse,
-            message: source.to_string(),
-        },
+        Err(VmmProcessError::Port(PortError::Unavailable { addr, source })) => {
+            ControlResponse::PortUnavailable {
+                addr,
+                in_use: source.kind() == std::io::ErrorKind::AddrInUse,
+                message: source.to_string(),
+            }
+        }
         Err(e) => ControlResponse::Error {
             message: e.full_message(),
         },

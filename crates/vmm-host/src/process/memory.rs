@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use workspace::guest::reclaim::MemoryConfig;
-use workspace::store::StateDir;
-use workspace::vmm::control::ControlResponse;
+use base::host::reclaim::MemoryConfig;
+use base::store::StateDir;
+use base::vmm::control::ControlResponse;
 
 use super::Shared;
 

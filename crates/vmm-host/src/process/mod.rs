@@ -3,7 +3,7 @@
 //! the control socket, enforces the TTL, and records how the run ended. It
 //! owns the workspace's state while it lives. The process itself (its
 //! `main`, signals, exit status) belongs to the program that runs it
-//! ([`workspace::vmm::launch::VmmLaunch`] says how it is started).
+//! ([`base::vmm::launch::VmmLaunch`] says how it is started).
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
@@ -11,20 +11,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::error::{Result, VmmProcessError as Error};
+use base::host::settings::now_ms;
+use base::store::console_log::tail_lines;
+use base::store::events::EventKind;
+use base::store::ports::PortMapping;
+use base::store::spec::Meta;
+use base::store::state::State;
+use base::store::workspace_dir::{WorkspaceDir, AGENT_PORT};
+use base::store::StateDir;
+use base::vmm::control;
+use base::vmm::launch::VmmLaunch;
 use guest_agent::client::blocking::BlockingClient;
 use vmm_core::machine::MachineHandle;
 use vmm_core::{Machine, StopReason};
-use workspace::host::settings::now_ms;
-use workspace::store::console_log::tail_lines;
-use workspace::store::events::EventKind;
-use workspace::store::ports::PortMapping;
-use workspace::store::spec::Meta;
-use workspace::store::state::State;
-use workspace::store::workspace_dir::{WorkspaceDir, AGENT_PORT};
-use workspace::store::StateDir;
-use workspace::vmm::control;
-use workspace::vmm::launch::VmmLaunch;
-use workspace::{Error, Remedy, Result};
 
 mod answers;
 mod memory;
@@ -43,7 +43,7 @@ struct Shared {
     /// identity once its agent answers.
     restored: bool,
     /// The guest's addresses on its network (a restored guest takes them).
-    guest_net: Option<workspace::network::Addressing>,
+    guest_net: Option<base::network::Addressing>,
     /// Where to keep the image's warm snapshot once the agent answers.
     keep_warm: Option<std::path::PathBuf>,
     /// The named volumes the guest mounts before it counts as running.
@@ -79,10 +79,7 @@ struct Shared {
 
 impl Shared {
     /// Updates meta.json under the workspace lock.
-    fn update(
-        &self,
-        f: impl FnOnce(&mut workspace::store::spec::Meta) -> Result<()>,
-    ) -> Result<()> {
+    fn update(&self, f: impl FnOnce(&mut base::store::spec::Meta) -> Result<()>) -> Result<()> {
         let _lock = self.state.lock_workspace(self.ws.name())?;
         let mut meta = self.ws.read_meta()?;
         f(&mut meta)?;
@@ -162,7 +159,7 @@ pub struct VmmProcess {
     /// network namespace and served once the process is confined.
     listeners: Vec<(PortMapping, std::net::TcpListener)>,
     /// The `user` network's passt, ended with the run.
-    passt: Option<workspace::network::Passt>,
+    passt: Option<base::network::Passt>,
     /// A pidfd of the process this workspace lives for, if any.
     owner: Option<std::os::fd::OwnedFd>,
     /// The account to run as once the machine is built (root only).
@@ -170,7 +167,7 @@ pub struct VmmProcess {
     /// Its disk and memory sizes in MiB (the largest files it writes).
     disk_and_mem_mib: (u64, u64),
     /// Its cgroup, joined before the guest was built.
-    cgroup: workspace::host::cgroup::Placement,
+    cgroup: base::host::cgroup::Placement,
     /// Its own mount namespace, or why it has none (`vmm_jail`).
     mount_ns: std::result::Result<(), String>,
     /// Its own empty network namespace, or why it has none.
@@ -224,7 +221,7 @@ impl VmmProcess {
             use std::os::fd::FromRawFd;
             // SAFETY: the starter put the owner's pidfd there
             // (`--owner-fd`) and leave_starter kept it; nothing else owns it.
-            unsafe { std::os::fd::OwnedFd::from_raw_fd(workspace::vmm::spawn::OWNER_FD) }
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(base::vmm::spawn::OWNER_FD) }
         });
         let name = launch.workspace.as_str();
         let ws = WorkspaceDir::new(&state, name)?;
@@ -350,18 +347,14 @@ impl VmmProcess {
 
         // Confined before any thread starts and before the guest runs; a
         // VMM that cannot be is not run.
-        let leaving = workspace::host::cgroup::Leaving::prepare(&self.cgroup);
+        let leaving = base::host::cgroup::Leaving::prepare(&self.cgroup);
         let keep = crate::guard::jail_keeps(&shared.state, &ws, shared.keep_warm.as_deref());
         let lockdown = crate::guard::Lockdown {
             disk_and_mem_mib: self.disk_and_mem_mib,
             mount_ns: self.mount_ns,
             net_ns: self.net_ns,
             keep,
-            children: self
-                .passt
-                .iter()
-                .map(workspace::network::Passt::pid)
-                .collect(),
+            children: self.passt.iter().map(base::network::Passt::pid).collect(),
             removable: leaving.holders(),
             user: self.user,
         };
@@ -430,7 +423,7 @@ impl VmmProcess {
         // A VMM running as its own account may not remove its groups: the
         // record then stays for the next start or the delete.
         if leaving.leave() {
-            let _ = std::fs::remove_file(ws.path().join(workspace::host::cgroup::RECORD_FILE));
+            let _ = std::fs::remove_file(ws.path().join(base::host::cgroup::RECORD_FILE));
         }
         Ok(RunEnd { crashed })
     }
@@ -444,18 +437,12 @@ fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
         ws.read_meta()?
     };
     match &meta.runtime {
-        Some(rt)
-            if rt.pid == workspace::host::settings::own_pid() && meta.state == State::Starting =>
-        {
+        Some(rt) if rt.pid == base::host::settings::own_pid() && meta.state == State::Starting => {
             Ok(meta)
         }
-        _ => Err(Error::WrongState {
+        _ => Err(Error::NotStartedForIt {
             name: ws.name().to_owned(),
             state: meta.state,
-            why: "this VMM process was not started for it",
-            remedy: Some(Remedy::StartWorkspace {
-                workspace: ws.name().to_owned(),
-            }),
         }),
     }
 }
@@ -466,7 +453,7 @@ fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
 /// every thread it starts is in it. Returns the listeners and whether it
 /// left, or why not.
 fn bind_ports(
-    spec: &workspace::store::spec::WorkspaceSpec,
+    spec: &base::store::spec::WorkspaceSpec,
     machine: &mut Result<Machine>,
 ) -> (
     Vec<(PortMapping, std::net::TcpListener)>,
@@ -478,7 +465,7 @@ fn bind_ports(
     let bound: Result<Vec<_>> = spec
         .ports
         .iter()
-        .map(|p| Ok((*p, workspace::store::ports::bind(p).map_err(Error::from)?)))
+        .map(|p| Ok((*p, base::store::ports::bind(p).map_err(Error::from)?)))
         .collect();
     let net_ns = crate::guard::leave_host_network();
     match bound {
@@ -595,10 +582,10 @@ fn keep_warm(shared: &Shared, dir: &std::path::Path) {
                 shared
                     .ws
                     .path()
-                    .join(workspace::store::console_log::CONSOLE_FILE),
-                dir.join(workspace::store::console_log::CONSOLE_FILE),
+                    .join(base::store::console_log::CONSOLE_FILE),
+                dir.join(base::store::console_log::CONSOLE_FILE),
             );
-            workspace::vmm::warm::promote(dir).map_err(|e| e.to_string())
+            base::vmm::warm::promote(dir).map_err(|e| e.to_string())
         });
     match kept {
         Ok(()) => tracing::info!("kept the warm snapshot of this image"),

@@ -7,7 +7,7 @@ use std::path::Path;
 use vmm_core::host::{self, KvmMode};
 
 use crate::host::doctor::{Check, Report};
-use crate::store::StateDir;
+use base::store::StateDir;
 
 /// Free space below which the state directory gets a warning / a failure.
 const WARN_FREE_BYTES: u64 = 2 << 30;
@@ -107,12 +107,8 @@ fn asset_checks(checks: &mut Vec<Check>, assets: Option<&Path>, mode: Option<Kvm
 /// and any other registered image.
 fn image_checks(checks: &mut Vec<Check>, state: &StateDir, assets: Option<&Path>) {
     let registry = state.root().join("images");
-    let registered = |name: &str| {
-        registry
-            .join(name)
-            .join(crate::images::registry::IMAGE_FILE)
-    };
-    for image in crate::images::registry::BUILTIN_IMAGES {
+    let registered = |name: &str| registry.join(name).join(base::images::registry::IMAGE_FILE);
+    for image in base::images::registry::BUILTIN_IMAGES {
         let built = assets.map(|a| a.join(format!("rootfs-{image}.ext4")));
         checks.push(if registered(image).exists() {
             Check::ok(
@@ -139,7 +135,7 @@ fn image_checks(checks: &mut Vec<Check>, state: &StateDir, assets: Option<&Path>
         .into_iter()
         .flatten()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| !crate::images::registry::BUILTIN_IMAGES.contains(&n.as_str()))
+        .filter(|n| !base::images::registry::BUILTIN_IMAGES.contains(&n.as_str()))
         .filter(|n| registered(n).exists());
     for name in others {
         checks.push(Check::ok("image", format!("{name} image registered")));
@@ -160,7 +156,7 @@ fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
         )),
     }
     // Volumes outlive workspaces: what they hold is part of the picture.
-    let volumes = crate::volumes::VolumeStore::new(state)
+    let volumes = base::volumes::VolumeStore::new(state)
         .list()
         .unwrap_or_default();
     let mut held = match volumes.len() {
@@ -171,7 +167,7 @@ fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
         ),
     };
     // So are outputs kept on the host (a guest chose them).
-    if let Ok(kept) = crate::store::kept_outputs::KeptOutputs::new(state.root()) {
+    if let Ok(kept) = base::store::kept_outputs::KeptOutputs::new(state.root()) {
         let limits = kept.limits();
         held.push_str(&format!(
             "; kept outputs take {} MiB of {} MiB (removed with their workspace or after {} day(s))",
@@ -180,7 +176,7 @@ fn state_checks(checks: &mut Vec<Check>, state: &StateDir) {
             limits.ttl_secs.div_ceil(24 * 3600)
         ));
     }
-    match crate::host::settings::free_bytes(state.root()) {
+    match base::host::settings::free_bytes(state.root()) {
         Ok(free) if free < FAIL_FREE_BYTES => checks.push(Check::fail(
             "free_disk",
             format!("{} MiB free{held}", free >> 20),
@@ -223,7 +219,7 @@ impl Report {
 
 /// Whether each VMM can get a cgroup of its own (memory, CPU, pids).
 fn cgroup_check() -> Check {
-    let root = Path::new(crate::host::cgroup::CGROUP_ROOT);
+    let root = Path::new(base::host::cgroup::CGROUP_ROOT);
     let writable = |dir: &Path| {
         let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
             return false;
@@ -231,7 +227,7 @@ fn cgroup_check() -> Check {
         // SAFETY: c is NUL-terminated; access only reads it.
         unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
     };
-    if let Some(v1) = crate::host::cgroup::v1_controllers(root) {
+    if let Some(v1) = base::host::cgroup::v1_controllers(root) {
         if v1.iter().all(|d| writable(d)) {
             return Check::ok(
                 "cgroups",
@@ -265,7 +261,7 @@ fn budget_check(state: &StateDir) -> Check {
         Err(e) => {
             return Check::fail(
                 "host_budget",
-                crate::error_chain::error_chain(&e),
+                base::error_chain::error_chain(&e),
                 format!("fix or remove {}", state.root().join(BUDGET_FILE).display()),
             )
         }
@@ -279,7 +275,7 @@ fn budget_check(state: &StateDir) -> Check {
         budget.min_free_disk_mib,
         state.root().join(BUDGET_FILE).display()
     );
-    match crate::host::settings::free_bytes(state.root()).map(|b| b >> 20) {
+    match base::host::settings::free_bytes(state.root()).map(|b| b >> 20) {
         Ok(free) if free < budget.min_free_disk_mib => Check::fail(
             "host_budget",
             format!("{detail}; only {free} MiB free: creates and starts are refused"),
@@ -292,15 +288,16 @@ fn budget_check(state: &StateDir) -> Check {
 /// Whether `tap` networks can work here: TAP devices, nftables, dnsmasq,
 /// the right to use them, and whether the host setup matches the networks.
 fn tap_check(state: &StateDir) -> Check {
-    use crate::network::{setup, Backend, NetworkStore};
+    use crate::network::setup;
+    use base::network::{Backend, NetworkStore};
     let mut missing: Vec<&str> = ["ip", "nft", "dnsmasq"]
         .into_iter()
-        .filter(|t| crate::host::settings::host_tool(t).is_none())
+        .filter(|t| base::host::settings::host_tool(t).is_none())
         .collect();
     if !Path::new("/dev/net/tun").exists() {
         missing.push("/dev/net/tun");
     }
-    let admin = crate::host::plan::has_cap_net_admin();
+    let admin = base::host::plan::has_cap_net_admin();
     let nets = NetworkStore::new(state).list().unwrap_or_default();
     let taps: Vec<String> = nets
         .iter()
@@ -329,7 +326,7 @@ fn tap_check(state: &StateDir) -> Check {
             "apt-get install iproute2 nftables dnsmasq-base, and load the tun module",
         );
     }
-    let dir = state.root().join(crate::network::objects::NETWORKS_DIR);
+    let dir = state.root().join(base::network::objects::NETWORKS_DIR);
     let want = setup::Desired::of(&nets, &dir, &setup::host_resolvers());
     if want.is_applied(&setup::probe(&dir)) {
         Check::ok(
@@ -350,35 +347,35 @@ fn tap_check(state: &StateDir) -> Check {
 
 /// The protections VMM processes run under on this host (docs/security.md).
 fn confinement_check(state: &StateDir) -> Check {
-    if crate::host::settings::proc_self_status("Seccomp").is_none() {
+    if base::host::settings::proc_self_status("Seccomp").is_none() {
         return Check::fail(
             "vmm_confinement",
             "this kernel has no seccomp: VMM processes refuse to run unconfined",
             "use a kernel built with CONFIG_SECCOMP_FILTER",
         );
     }
-    if std::env::var_os(crate::vmm::confinement::NO_SECCOMP_VAR).is_some_and(|v| v == "1") {
+    if std::env::var_os(base::vmm::confinement::NO_SECCOMP_VAR).is_some_and(|v| v == "1") {
         return Check::warn(
             "vmm_confinement",
             format!(
                 "{} is set: VMM processes started from here run without seccomp filters",
-                crate::vmm::confinement::NO_SECCOMP_VAR
+                base::vmm::confinement::NO_SECCOMP_VAR
             ),
             format!(
                 "unset {} unless you are debugging a filter",
-                crate::vmm::confinement::NO_SECCOMP_VAR
+                base::vmm::confinement::NO_SECCOMP_VAR
             ),
         );
     }
     let filters = "VMM processes run with seccomp filters per thread role (vcpu, devices, control; ioctl requests, socket families and clone flags checked), no_new_privs and rlimits";
-    let account = match crate::vmm::user::for_state(state.root()) {
+    let account = match base::vmm::user::for_state(state.root()) {
         Ok(Some(user)) => format!(
             "; root's run as the account {} (uid {}) in a PID namespace of their own",
             user.name, user.uid
         ),
         // SAFETY: geteuid has no preconditions.
         Ok(None) if unsafe { libc::geteuid() } == 0 => {
-            let missing = crate::vmm::user::account_missing(state.root());
+            let missing = base::vmm::user::account_missing(state.root());
             return Check::warn(
                 "vmm_confinement",
                 format!(
@@ -386,7 +383,7 @@ fn confinement_check(state: &StateDir) -> Check {
                     if missing {
                         format!(
                             " (the account {} does not exist)",
-                            crate::vmm::user::DEFAULT_VMM_USER
+                            base::vmm::user::DEFAULT_VMM_USER
                         )
                     } else {
                         " (config.json sets vmm_user to root)".to_owned()
@@ -397,7 +394,7 @@ fn confinement_check(state: &StateDir) -> Check {
                 } else {
                     format!(
                         "remove vmm_user from config.json to use {}",
-                        crate::vmm::user::DEFAULT_VMM_USER
+                        base::vmm::user::DEFAULT_VMM_USER
                     )
                 },
             );
@@ -408,13 +405,13 @@ fn confinement_check(state: &StateDir) -> Check {
                 "vmm_confinement",
                 format!(
                     "VMM processes cannot start: {}",
-                    crate::error_chain::error_chain(&e)
+                    base::error_chain::error_chain(&e)
                 ),
                 "set vmm_user in config.json to an existing account, or remove it",
             )
         }
     };
-    match crate::host::jail::availability() {
+    match base::host::jail::availability() {
         Ok(how) => Check::ok(
             "vmm_confinement",
             format!(
@@ -422,7 +419,7 @@ fn confinement_check(state: &StateDir) -> Check {
             ),
         ),
         Err(blocked) => {
-            let landlock = match crate::host::settings::landlock_abi() {
+            let landlock = match base::host::settings::landlock_abi() {
                 Some(abi) => format!("; Landlock (ABI {abi}) still confines their files"),
                 None => "; this kernel has no Landlock either, so they see the host's files".into(),
             };
@@ -444,8 +441,8 @@ fn confinement_check(state: &StateDir) -> Check {
 /// The `user` network (every workspace's default) needs `passt`, one
 /// without the bulk-upload reset.
 fn network_check() -> Check {
-    use crate::network::{passt_snapshot, PASST_FIXED_SNAPSHOT, PASST_OVERRIDE_VAR};
-    let binary = crate::network::passt_binary();
+    use base::network::{passt_snapshot, PASST_FIXED_SNAPSHOT, PASST_OVERRIDE_VAR};
+    let binary = base::network::passt_binary();
     let snapshot = binary.as_deref().and_then(passt_snapshot);
     match binary {
         Some(path) if snapshot.is_some_and(|d| d < PASST_FIXED_SNAPSHOT) => Check::warn(
@@ -509,7 +506,7 @@ mod tests {
         for name in ["debian", "custom"] {
             let dir = state.root().join("images").join(name);
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join(crate::images::registry::IMAGE_FILE), b"{}").unwrap();
+            std::fs::write(dir.join(base::images::registry::IMAGE_FILE), b"{}").unwrap();
         }
         let mut checks = Vec::new();
         image_checks(&mut checks, &state, None);

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use crate::error::Result;
 use crate::host::confirm::Confirmer;
 use crate::host::kernel_install::{source_plan, SourceHost};
-use crate::host::plan::{Plan, Preview, ProgressFn};
-use crate::host::settings::now_ms;
 use crate::host::setup::Setup;
 use crate::images::build::{debian, minimal, ImageBuildError};
 use crate::network::passt_build;
 use crate::workspaces::manager::Workspaces;
+use base::host::plan::{Plan, Preview, ProgressFn};
+use base::host::settings::now_ms;
 
 /// Setting this host up (`ws.host_setup()`): the whole setup plan and the
 /// kernel install, each shown before it is applied; what a workspace
@@ -109,7 +109,7 @@ fn setup_plan(
     }
     if missing.vmm_user {
         plan.needs_root = true;
-        plan.steps.push(crate::vmm::user::account_step());
+        plan.steps.push(base::vmm::user::account_step());
         plan.writes.push("/etc/passwd".into());
     }
     if missing.kernel {
@@ -176,10 +176,10 @@ impl HostSetup<'_> {
             minimal: minimal_binaries,
             debian: images.get("debian").is_err(),
             passt: Some(passt_build::snapshot_in_use()).filter(|s| passt_build::needed(*s)),
-            vmm_user: crate::vmm::user::account_missing(self.all.state_dir().root()),
+            vmm_user: base::vmm::user::account_missing(self.all.state_dir().root()),
         };
         let packages = host_packages(&missing, &kernel_host, &|p| {
-            crate::host::settings::deb_version(p).is_some()
+            base::host::settings::deb_version(p).is_some()
         });
         let plan = setup_plan(&missing, &kernel_plan, &packages, images.root(), &root);
         let confirmer = Confirmer::open(self.all.state_dir().root())?;
@@ -252,8 +252,8 @@ impl HostSetup<'_> {
                     let built = (|| -> Result<()> {
                         let tree = work.join("tree");
                         minimal::populate(&tree, &agent, &init)?;
-                        let rootfs = work.join(crate::images::registry::ROOTFS_FILE);
-                        crate::images::oci::rootfs::mkfs_root_owned(&tree, &rootfs)
+                        let rootfs = work.join(base::images::registry::ROOTFS_FILE);
+                        base::images::oci::rootfs::mkfs_root_owned(&tree, &rootfs)
                             .map_err(ImageBuildError::from)?;
                         minimal::own_user_home(&rootfs)?;
                         ws.images()
@@ -283,7 +283,7 @@ impl HostSetup<'_> {
                             &work.join("mmdebstrap.log"),
                         )?;
                         report("writing the debian root filesystem");
-                        let rootfs = crate::images::oci::rootfs::convert_tree(&work, &base.rootfs)
+                        let rootfs = base::images::oci::rootfs::convert_tree(&work, &base.rootfs)
                             .map_err(ImageBuildError::from)?;
                         ws.images().register_converted(
                             "debian",
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(step.program, "useradd");
         assert_eq!(
             step.args.last().map(String::as_str),
-            Some(crate::vmm::user::DEFAULT_VMM_USER)
+            Some(base::vmm::user::DEFAULT_VMM_USER)
         );
         assert!(step.args.contains(&"--system".to_owned()));
     }

@@ -15,9 +15,9 @@ use crate::host::kernel_install::{
     file_dir, file_plan, source_plan, KernelInstall, KernelInstallError, KernelSource, SourceHost,
     CHECK_BOOT_TIMEOUT, CHECK_IMAGE,
 };
-use crate::host::plan::Preview;
-use crate::host::plan::ProgressFn;
-use crate::host::settings::{now_ms, unique_id};
+use base::host::plan::Preview;
+use base::host::plan::ProgressFn;
+use base::host::settings::{now_ms, unique_id};
 
 impl HostSetup<'_> {
     /// The kernel variant this host needs, by a short KVM probe (the
@@ -117,7 +117,7 @@ impl HostSetup<'_> {
                 expires_at_ms: None,
             },
             applied: true,
-            version: crate::images::kernels::version_of(&kernel),
+            version: base::images::kernels::version_of(&kernel),
             kernel: Some(kernel),
         })
     }
@@ -130,9 +130,9 @@ impl HostSetup<'_> {
         self.all
             .images()
             .import_files(&image, kernel, &check.rootfs, None)?;
-        let spec = crate::store::spec::WorkspaceSpec {
+        let spec = base::store::spec::WorkspaceSpec {
             image: image.clone(),
-            ..crate::store::spec::WorkspaceSpec::default()
+            ..base::store::spec::WorkspaceSpec::default()
         };
         let run = crate::workspaces::one_shot::OneShot::new("kernel-check", spec);
         let ended = self
@@ -244,9 +244,9 @@ impl StagedKernel {
         }
         out.sync_all().map_err(io("syncing"))?;
         staged.sha = format!("{:x}", hash.finalize());
-        crate::images::registry::check_kernel(&staged.file).map_err(|e| match e {
-            crate::images::registry::ImageError::BadSource { problem, .. } => not_a_kernel(problem),
-            other => not_a_kernel(crate::error_chain::error_chain(&other)),
+        base::images::registry::check_kernel(&staged.file).map_err(|e| match e {
+            base::images::registry::ImageError::BadSource { problem, .. } => not_a_kernel(problem),
+            other => not_a_kernel(base::error_chain::error_chain(&other)),
         })?;
         Ok(staged)
     }
@@ -301,7 +301,7 @@ mod tests {
         assert_eq!(left.len(), 1, "only the installed kernel: {left:?}");
         // Not a kernel: refused, nothing staged is left.
         let err = StagedKernel::copy(&file, &root).unwrap_err();
-        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput, "{err}");
+        assert_eq!(err.code(), base::code::ErrorCode::InvalidInput, "{err}");
         let left: Vec<_> = std::fs::read_dir(root.join("kernel")).unwrap().collect();
         assert_eq!(left.len(), 1);
         let _ = std::fs::remove_dir_all(dir);

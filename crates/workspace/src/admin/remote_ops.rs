@@ -23,7 +23,7 @@ use crate::servers::{
     run_remote_json, CallFrame, CallStreams, CopyFrames, FollowingInput, InputFrame, InputFrames,
     RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER,
 };
-use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
+use base::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 
 /// How long a remote `metrics` may take (it samples CPU for a second).
 const METRICS_DEADLINE: Duration = Duration::from_secs(60);
@@ -642,17 +642,17 @@ mod tests {
         };
         assert_eq!(
             create_args("w", &with_ports).unwrap_err().code(),
-            crate::code::ErrorCode::InvalidInput
+            base::code::ErrorCode::InvalidInput
         );
     }
 
     #[tokio::test]
     async fn a_remote_exec_by_another_agent_is_forbidden() {
-        use crate::code::ErrorCode;
         use crate::guest::exec::{ExecRequest, ExecResult};
         use crate::servers::ServerSpec;
         use crate::workspaces::manager::tests::fixture;
         use crate::workspaces::manager::Workspaces;
+        use base::code::ErrorCode;
 
         /// `id` in workspace `name` through the handle, as a front end runs it.
         async fn exec_in(view: &Workspaces, name: &str) -> crate::error::Result<ExecResult> {
@@ -721,8 +721,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_fork_through_a_call_takes_only_its_own_workspaces_snapshots() {
-        use crate::code::ErrorCode;
         use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
+        use base::code::ErrorCode;
 
         let test = "a_fork_through_a_call_takes_only_its_own_workspaces_snapshots";
         if !have_mkfs(test) {

@@ -11,8 +11,8 @@ use crate::servers::{
     self, Availability, Health, Resources, ServerError, ServerReport, ServerSpec, ServerStatus,
     WorkspaceUsage, LOCAL_SERVER, VERSION,
 };
-use crate::store::state::State;
 use crate::workspaces::manager::{ListFilter, Workspaces};
+use base::store::state::State;
 
 /// The pool of servers this host reaches (`ws.server_pool()`): each one's
 /// report, where a new workspace goes, and workspaces made, run and
@@ -128,7 +128,7 @@ impl ServerPool<'_> {
         };
         let (total_memory_bytes, available_memory) = servers::memory();
         let (total_disk_bytes, free_disk) =
-            crate::host::settings::disk_bytes(self.all.state_dir().root()).unwrap_or((0, 0));
+            base::host::settings::disk_bytes(self.all.state_dir().root()).unwrap_or((0, 0));
         let budget = HostBudget::load(self.all.state_dir().root()).unwrap_or_default();
         let mut resources = Resources {
             total_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
@@ -143,7 +143,7 @@ impl ServerPool<'_> {
         resources.available_score = servers::available_score(&resources, &budget, running_mem_mib);
         let doctor = crate::host::doctor::Report::check_host(
             self.all.state_dir(),
-            crate::host::settings::asset_dir().as_deref(),
+            base::host::settings::asset_dir().as_deref(),
         );
         // The doctor opened /dev/kvm already.
         let kvm = doctor

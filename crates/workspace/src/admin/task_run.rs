@@ -12,13 +12,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::guest::exec::ExecRequest;
 use crate::guest::stream::{ExecEvent, ExecInput};
-use crate::host::settings::now_ms;
 use crate::repos::incoming::RepoLimits;
 use crate::repos::GUEST_REPO_DIR;
-use crate::store::file_lock::FileLock;
-use crate::store::repo_checkout::RepoCheckout;
-use crate::store::spec::{Owner, WorkspaceSpec};
-use crate::store::volume_mounts::VolumeMount;
 use crate::tasks::log::CappedLog;
 use crate::tasks::merge::{merge_task, MergeResult};
 use crate::tasks::slots::CACHE_MOUNT;
@@ -27,6 +22,11 @@ use crate::tasks::{
     TASK_REF_PREFIX,
 };
 use crate::workspaces::tasks::{task_mem, Tasks};
+use base::host::settings::now_ms;
+use base::store::file_lock::FileLock;
+use base::store::repo_checkout::RepoCheckout;
+use base::store::spec::{Owner, WorkspaceSpec};
+use base::store::volume_mounts::VolumeMount;
 
 /// How long a start may take (a cold boot when no warm snapshot exists).
 const TASK_START_TIMEOUT: Duration = Duration::from_secs(600);
@@ -62,7 +62,7 @@ impl Tasks<'_> {
                 }
                 self.all
                     .at(&workspace)
-                    .delete(crate::store::spec::DeleteOptions::default().force(true))
+                    .delete(base::store::spec::DeleteOptions::default().force(true))
                     .map(drop)
             };
             if let Err(e) = cleanup {
@@ -251,7 +251,7 @@ impl Tasks<'_> {
         let started = self.all.at(&warmup).start(TASK_START_TIMEOUT, |_| {}).await;
         self.all
             .at(&warmup)
-            .delete(crate::store::spec::DeleteOptions::default().force(true))?;
+            .delete(base::store::spec::DeleteOptions::default().force(true))?;
         started.map(drop)
     }
 

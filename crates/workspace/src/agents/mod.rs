@@ -7,12 +7,12 @@ pub mod access;
 
 use serde::{Deserialize, Serialize};
 
-use crate::code::ErrorCode;
-use crate::host::settings::{now_ms, unique_id};
-use crate::store::name::{validate_name, NameError};
-use crate::store::records::{RecordError, RecordLayout, RecordStore};
-use crate::store::spec::Owner;
-use crate::store::{StateDir, StoreError};
+use base::code::ErrorCode;
+use base::host::settings::{now_ms, unique_id};
+use base::store::name::{validate_name, NameError};
+use base::store::records::{RecordError, RecordLayout, RecordStore};
+use base::store::spec::Owner;
+use base::store::{StateDir, StoreError};
 
 /// Where the records live in the state directory.
 pub const AGENTS_DIR: &str = "agents";
@@ -168,7 +168,7 @@ impl AgentStore {
             };
             let alive = info
                 .server
-                .is_some_and(|s| crate::store::process::is_alive(s.pid, s.start_ticks));
+                .is_some_and(|s| base::store::process::is_alive(s.pid, s.start_ticks));
             if alive {
                 out.push(info);
             } else {
@@ -189,7 +189,7 @@ impl AgentStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::write_json_atomic;
+    use base::store::write_json_atomic;
 
     #[test]
     fn agents_register_list_and_go() {

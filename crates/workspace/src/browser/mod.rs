@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::code::ErrorCode;
+use base::code::ErrorCode;
 
 /// The page a call acts on when none is named.
 pub const DEFAULT_PAGE: &str = "default";
@@ -151,7 +151,7 @@ pub enum BrowserError {
     },
     /// The event log failed.
     #[error(transparent)]
-    Events(#[from] crate::store::events::EventsError),
+    Events(#[from] base::store::events::EventsError),
 }
 
 impl BrowserError {
@@ -178,8 +178,8 @@ impl BrowserError {
 
 impl BrowserError {
     /// What resolves it, if the caller can do something.
-    pub fn remedy(&self) -> Option<crate::remedy::Remedy> {
-        use crate::remedy::Remedy;
+    pub fn remedy(&self) -> Option<base::remedy::Remedy> {
+        use base::remedy::Remedy;
         match self {
             BrowserError::NotInstalled { .. } => Some(Remedy::UseBrowserImage),
             BrowserError::UnknownRef {
@@ -324,7 +324,7 @@ pub enum BrowserEventKind {
 }
 
 /// One entry of the browser log.
-pub type BrowserEvent = crate::store::events::Event<BrowserEventKind>;
+pub type BrowserEvent = base::store::events::Event<BrowserEventKind>;
 
 /// A slice of the browser log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::aria;
 use super::cdp::{Cdp, CdpEvent};
 use super::{BrowserError, BrowserEventKind, Element};
-use crate::store::events::EventLog;
+use base::store::events::EventLog;
 
 /// Bound on one DevTools command that does not load anything.
 const CALL_DEADLINE: Duration = Duration::from_secs(60);

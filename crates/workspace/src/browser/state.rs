@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{BrowserError, BrowserEventKind};
-use crate::store::events::EventLog;
-use crate::store::file_lock::FileLock;
+use base::store::events::EventLog;
+use base::store::file_lock::FileLock;
 
 /// One named page.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

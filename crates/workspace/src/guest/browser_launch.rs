@@ -53,7 +53,7 @@ pub async fn stop(ws: Workspace<'_>) -> Result<()> {
     match ws.processes().process_signal(PROCESS_ID, "KILL").await {
         Ok(()) => {}
         // Already gone.
-        Err(e) if e.code() == crate::code::ErrorCode::NotFound => return Ok(()),
+        Err(e) if e.code() == base::code::ErrorCode::NotFound => return Ok(()),
         Err(e) => return Err(e),
     }
     ws.processes()

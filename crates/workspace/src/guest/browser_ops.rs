@@ -15,9 +15,9 @@ use crate::browser::{
 };
 use crate::error::{Error, Result};
 use crate::servers::{check_answer_bytes, millis, RemoteWorkspace, ServerError, WorkspaceCall};
-use crate::store::file_lock::FileLock;
-use crate::store::workspace_dir::WorkspaceDir;
 use crate::workspaces::handle::Workspace;
+use base::store::file_lock::FileLock;
+use base::store::workspace_dir::WorkspaceDir;
 
 /// Bound on the browser-level commands (targets).
 const TARGET_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -34,8 +34,7 @@ struct Call<'a> {
 
 /// A DevTools connection to `endpoint` through the workspace's agent.
 async fn connect(ws_dir: &WorkspaceDir, endpoint: &Endpoint) -> Result<Cdp<UnixStream>> {
-    let stream = ws_dir
-        .connect_agent()
+    let stream = crate::guest::connect_agent(ws_dir)
         .await
         .map_err(Error::agent("connect"))?
         .tcp_connect(endpoint.port)

@@ -11,10 +11,10 @@ use crate::error::{Error, Result};
 use crate::guest::exec::ExecRequest;
 use crate::guest::files::WriteOptions;
 use crate::guest::stream::ExecInput;
-use crate::images::registry::ImageError;
-use crate::store::spec::WorkspaceSpec;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
+use base::images::registry::ImageError;
+use base::store::spec::WorkspaceSpec;
 
 /// The image that has every [`Language`]'s interpreter; one-shot code runs
 /// use it.
@@ -146,7 +146,7 @@ impl Workspace<'_> {
         }
         let path = format!(
             "/tmp/microagent-run-code-{}.{}",
-            crate::host::settings::unique_id(),
+            base::host::settings::unique_id(),
             language.extension()
         );
         let options = WriteOptions {

@@ -199,7 +199,7 @@ impl WorkspaceFiles<'_> {
     pub async fn stat_if_exists(self, path: &str) -> Result<Option<FileStat>> {
         match self.stat(path).await {
             Ok(s) => Ok(Some(s)),
-            Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
+            Err(e) if e.code() == base::code::ErrorCode::NotFound => {
                 // NOT_FOUND is also what a missing workspace gives.
                 self.ws.get()?;
                 Ok(None)
@@ -749,7 +749,7 @@ mod tests {
     #[test]
     fn a_host_directory_counts_its_entries_and_file_bytes() {
         let dir =
-            std::env::temp_dir().join(format!("ma-tree-{}", crate::host::settings::unique_id()));
+            std::env::temp_dir().join(format!("ma-tree-{}", base::host::settings::unique_id()));
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         std::fs::write(dir.join("a"), b"12345").unwrap();
         std::fs::write(dir.join("sub/b"), b"123").unwrap();

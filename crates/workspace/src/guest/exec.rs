@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::guest::stream::{ExecEvent, ExecInput, PtySize};
 use crate::secrets::{MaskStream, SecretError, SecretMask, SecretValue};
-use crate::store::events::EventKind;
 use crate::workspaces::handle::Workspace;
+use base::store::events::EventKind;
 
 /// What runs: a program with its arguments, or a shell line.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -217,7 +217,7 @@ impl ExecRequest {
     /// the secrets' `values` (resolved from its names) over both.
     pub(crate) fn into_wire(
         self,
-        spec: &crate::store::spec::WorkspaceSpec,
+        spec: &base::store::spec::WorkspaceSpec,
         values: &[(String, SecretValue)],
     ) -> wire::ExecCall {
         let mut req = match self.program {
@@ -488,7 +488,9 @@ impl Workspace<'_> {
         drop(values);
         let mut masked = MaskedEvents::new(&mask);
         let events = ws.events();
-        let client = ws.connect_agent().await.map_err(Error::agent("connect"))?;
+        let client = crate::guest::connect_agent(&ws)
+            .await
+            .map_err(Error::agent("connect"))?;
         let running = client.exec(req, input.into_agent(), |update| {
             let event = ExecEvent::from(update);
             if let ExecEvent::Started { exec_id, .. } = &event {
@@ -553,7 +555,7 @@ mod tests {
             .output_cap(10)
             .root("/var/lib/ctr/a");
         assert_eq!(req.describe(), "ls -l");
-        let spec = crate::store::spec::WorkspaceSpec {
+        let spec = base::store::spec::WorkspaceSpec {
             env: BTreeMap::from([
                 ("A".to_owned(), "workspace".to_owned()),
                 ("C".to_owned(), "3".to_owned()),
@@ -593,7 +595,7 @@ mod tests {
         let shown = format!("{} {req:?}", req.describe());
         assert!(!shown.contains("hunter2"), "{shown}");
         let value = SecretValue::new("TOKEN", b"hunter2".to_vec()).unwrap();
-        let spec = crate::store::spec::WorkspaceSpec {
+        let spec = base::store::spec::WorkspaceSpec {
             env: BTreeMap::from([("TOKEN".to_owned(), "from-spec".to_owned())]),
             ..Default::default()
         };
@@ -604,12 +606,12 @@ mod tests {
         let clash = ExecRequest::shell("x").env("T", "1").secret("T");
         assert_eq!(
             clash.check().unwrap_err().code(),
-            crate::code::ErrorCode::InvalidInput
+            base::code::ErrorCode::InvalidInput
         );
         let bad = ExecRequest::shell("x").secret("A-B");
         assert_eq!(
             bad.check().unwrap_err().code(),
-            crate::code::ErrorCode::InvalidInput
+            base::code::ErrorCode::InvalidInput
         );
     }
 
@@ -654,12 +656,12 @@ mod tests {
     #[test]
     fn an_empty_argv_is_refused() {
         let err = ExecRequest::argv(Vec::<String>::new()).check().unwrap_err();
-        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
+        assert_eq!(err.code(), base::code::ErrorCode::InvalidInput);
         assert!(ExecRequest::shell("true").check().is_ok());
         let relative_root = ExecRequest::shell("true").root("ctr/a").check();
         assert_eq!(
             relative_root.unwrap_err().code(),
-            crate::code::ErrorCode::InvalidInput
+            base::code::ErrorCode::InvalidInput
         );
     }
 

@@ -9,9 +9,9 @@ use crate::error::{Error, Result};
 use crate::guest::exec::{ExecRequest, Exited, EXEC_DEADLINE_GRACE};
 use crate::guest::stream::{ExecEvent, ExecInput, PtySize, TerminalInput};
 use crate::servers::{CallFrame, InputFrame, RunStreams, WorkspaceCall};
-use crate::store::events::EventKind;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
+use base::store::events::EventKind;
 
 /// How [`Workspace::exec_cancellable`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,7 +182,7 @@ impl Workspace<'_> {
         let (all, name) = (self.all, self.name.as_str());
         let id = req
             .id
-            .get_or_insert_with(|| format!("host-{}", crate::host::settings::unique_id()))
+            .get_or_insert_with(|| format!("host-{}", base::host::settings::unique_id()))
             .clone();
         let exec = self.exec(req, input, on_event);
         tokio::pin!(exec);
@@ -231,7 +231,7 @@ impl Workspaces {
             for _ in 0..20 {
                 match self.at(name).signal_exec(id, libc::SIGKILL).await {
                     Ok(()) => return true,
-                    Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
+                    Err(e) if e.code() == base::code::ErrorCode::NotFound => {
                         tokio::time::sleep(Duration::from_millis(100)).await
                     }
                     Err(_) => return false,

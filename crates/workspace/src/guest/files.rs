@@ -10,10 +10,10 @@ use tokio::net::UnixStream;
 
 use crate::error::{Error, Result};
 use crate::guest::exec::MAX_COLLECTED_BYTES;
-use crate::store::console_log;
-use crate::store::events::Event;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
+use base::store::console_log;
+use base::store::events::Event;
 
 /// Longest `events --wait` the library accepts.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(600);
@@ -138,7 +138,9 @@ pub struct ConsoleChunk {
 impl Workspaces {
     pub(crate) async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
         let (ws, _) = self.running(name)?;
-        ws.connect_agent().await.map_err(Error::agent("connect"))
+        crate::guest::connect_agent(&ws)
+            .await
+            .map_err(Error::agent("connect"))
     }
 }
 

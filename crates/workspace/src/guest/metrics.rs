@@ -9,9 +9,9 @@ use guest_agent::protocol::{CpuTicks, SystemInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::store::spec::Meta;
-use crate::store::state::State;
 use crate::workspaces::manager::{ListFilter, Workspaces};
+use base::store::spec::Meta;
+use base::store::state::State;
 
 /// How long the guest's CPU usage is measured over.
 pub const CPU_SAMPLE: Duration = Duration::from_secs(1);
@@ -87,7 +87,7 @@ impl From<vmm_core::devices::virtio::balloon::BalloonFigures> for BalloonMetrics
 /// The balloon's figures from the VMM of a running workspace (None when it
 /// has no balloon or does not answer).
 fn balloon_of(control: std::path::PathBuf) -> Option<BalloonMetrics> {
-    use crate::vmm::control::{call, ControlRequest, ControlResponse};
+    use base::vmm::control::{call, ControlRequest, ControlResponse};
     match call(&control, &ControlRequest::Memory, BALLOON_WAIT) {
         Ok(ControlResponse::Memory { balloon }) => Some(balloon.into()),
         _ => None,

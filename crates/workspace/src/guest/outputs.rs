@@ -4,7 +4,7 @@
 //! command. Matched files are read back whole up to a cap each and in all;
 //! past it only their size is given, so a caller copies them out instead.
 //! [`Workspace::collect_outputs`] keeps such files on the host, under the
-//! quotas of [`crate::store::kept_outputs`].
+//! quotas of [`base::store::kept_outputs`].
 
 use std::path::{Path, PathBuf};
 
@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::guest::files::check_guest_path;
 use crate::guest::FileKind;
 use crate::host::host_write::{Budgeted, TempFile, COPY_OUT_GROWTH};
-use crate::store::kept_outputs::{KeepCall, KeptOutputs, SparseWriter};
 use crate::workspaces::handle::Workspace;
+use base::store::kept_outputs::{KeepCall, KeptOutputs, SparseWriter};
 
 /// Most patterns one call takes.
 pub const MAX_OUTPUT_PATTERNS: usize = 16;
@@ -133,7 +133,7 @@ impl Workspace<'_> {
                 Some((dir, rest)) => {
                     let found = match self.files().find(&dir, &rest).await {
                         Ok(found) => found,
-                        Err(e) if e.code() == crate::code::ErrorCode::NotFound => {
+                        Err(e) if e.code() == base::code::ErrorCode::NotFound => {
                             out.unmatched.push(pattern.clone());
                             continue;
                         }
@@ -154,7 +154,7 @@ impl Workspace<'_> {
                 }
                 let stat = match self.files().stat(&path).await {
                     Ok(s) => s,
-                    Err(e) if e.code() == crate::code::ErrorCode::NotFound => continue,
+                    Err(e) if e.code() == base::code::ErrorCode::NotFound => continue,
                     Err(e) => return Err(e),
                 };
                 if stat.kind != FileKind::File {
@@ -238,7 +238,7 @@ impl Workspace<'_> {
         let budget = size
             .saturating_add(COPY_OUT_GROWTH)
             .min(self.all.limits().max_copy_out_bytes);
-        let mut writer = Budgeted::new(SparseWriter::new(file, room), budget);
+        let mut writer = Budgeted::new(SparseSink(SparseWriter::new(file, room)), budget);
         let got = self
             .all
             .agent(self.name.as_str())
@@ -246,7 +246,7 @@ impl Workspace<'_> {
             .read_file_to(path, None, None, &mut writer)
             .await;
         let (exhausted, streamed_over) = (writer.exhausted(), writer.over());
-        let mut sparse = writer.into_inner();
+        let SparseSink(mut sparse) = writer.into_inner();
         let over_quota = |sparse: &SparseWriter| call.over(quota.clone(), sparse.written() + 1);
         let header = match got {
             Ok(h) => h,
@@ -263,6 +263,35 @@ impl Workspace<'_> {
         tmp.persist(header.mode, to)?;
         call.add(to)?;
         Ok(())
+    }
+}
+
+/// A kept output file as the agent's reader writes it: plain file writes
+/// that land in the page cache, as `host_write`'s unpacking does in the
+/// same async calls.
+struct SparseSink(SparseWriter);
+
+impl tokio::io::AsyncWrite for SparseSink {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Ready(self.0.take(buf))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
     }
 }
 
@@ -291,7 +320,7 @@ mod tests {
         for bad in [&["out/*.png"][..], &["/a/../etc/passwd"], &["/out/[.png"]] {
             assert_eq!(
                 check_patterns(&p(bad)).unwrap_err().code(),
-                crate::code::ErrorCode::InvalidInput,
+                base::code::ErrorCode::InvalidInput,
                 "{bad:?}"
             );
         }

@@ -11,8 +11,8 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::guest::exec::ExecRequest;
 use crate::secrets::SecretMask;
-use crate::store::events::EventKind;
 use crate::workspaces::handle::Workspace;
+use base::store::events::EventKind;
 
 pub use wire::{
     DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING,
@@ -234,7 +234,9 @@ impl WorkspaceProcesses<'_> {
         }
         wire.output_cap = options.ring_bytes;
         wire.id = options.id;
-        let client = ws.connect_agent().await.map_err(Error::agent("connect"))?;
+        let client = crate::guest::connect_agent(&ws)
+            .await
+            .map_err(Error::agent("connect"))?;
         let info: ProcessInfo = client
             .process_start(wire)
             .await
@@ -243,7 +245,7 @@ impl WorkspaceProcesses<'_> {
         // Names only: what later reads of its output mask. Without the
         // record its output would be read unmasked: it is killed instead.
         if let Err(e) = crate::secrets::processes::remember(ws.path(), &info.id, &secrets) {
-            if let Ok(client) = ws.connect_agent().await {
+            if let Ok(client) = crate::guest::connect_agent(&ws).await {
                 let _ = client
                     .process_signal(&info.id, SignalSpec::Number(libc::SIGKILL))
                     .await;

@@ -29,7 +29,7 @@ pub enum AssetError {
 
 /// The cache root, or why there is none.
 pub fn cache_root() -> Result<PathBuf, AssetError> {
-    crate::host::settings::asset_cache_root().ok_or(AssetError::NoCache)
+    base::host::settings::asset_cache_root().ok_or(AssetError::NoCache)
 }
 
 /// Hashes labelled inputs; the label keeps "a"+"bc" apart from "ab"+"c".
@@ -69,10 +69,7 @@ pub fn link_current(root: &Path, name: &str, target: &Path) -> Result<PathBuf, A
     };
     std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
     let link = dir.join(name);
-    let tmp = dir.join(format!(
-        ".{name}.tmp-{}",
-        crate::host::settings::unique_id()
-    ));
+    let tmp = dir.join(format!(".{name}.tmp-{}", base::host::settings::unique_id()));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp).map_err(io("linking", &tmp))?;
     std::fs::rename(&tmp, &link).map_err(io("replacing", &link))?;
@@ -99,7 +96,7 @@ mod tests {
     #[test]
     fn current_links_are_replaced() {
         let root =
-            std::env::temp_dir().join(format!("ma-assets-{}", crate::host::settings::unique_id()));
+            std::env::temp_dir().join(format!("ma-assets-{}", base::host::settings::unique_id()));
         let link = link_current(&root, "vmlinux-x", Path::new("/a")).unwrap();
         assert_eq!(std::fs::read_link(&link).unwrap(), Path::new("/a"));
         link_current(&root, "vmlinux-x", Path::new("/b")).unwrap();

@@ -103,13 +103,13 @@ pub enum BudgetError {
 
 impl BudgetError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::code::ErrorCode {
+    pub fn code(&self) -> base::code::ErrorCode {
         match self {
             Self::Running { .. } | Self::Memory { .. } | Self::Disk { .. } => {
-                crate::code::ErrorCode::Conflict
+                base::code::ErrorCode::Conflict
             }
-            Self::File { .. } => crate::code::ErrorCode::InvalidInput,
-            Self::Io { .. } => crate::code::ErrorCode::Internal,
+            Self::File { .. } => base::code::ErrorCode::InvalidInput,
+            Self::Io { .. } => base::code::ErrorCode::Internal,
         }
     }
 }
@@ -209,7 +209,7 @@ mod tests {
     #[test]
     fn a_missing_file_is_the_defaults_and_a_bad_one_an_error() {
         let dir =
-            std::env::temp_dir().join(format!("ma-budget-{}", crate::host::settings::unique_id()));
+            std::env::temp_dir().join(format!("ma-budget-{}", base::host::settings::unique_id()));
         std::fs::create_dir_all(&dir).unwrap();
         assert_eq!(HostBudget::load(&dir).unwrap(), HostBudget::default());
         std::fs::write(dir.join(BUDGET_FILE), r#"{"max_running": 2}"#).unwrap();
@@ -218,11 +218,11 @@ mod tests {
         assert_eq!(b.min_free_disk_mib, DEFAULT_MIN_FREE_DISK_MIB);
         std::fs::write(dir.join(BUDGET_FILE), r#"{"max_runing": 2}"#).unwrap();
         let err = HostBudget::load(&dir).unwrap_err();
-        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput, "{err}");
+        assert_eq!(err.code(), base::code::ErrorCode::InvalidInput, "{err}");
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    fn occupant(_name: &str, state: crate::store::state::State, mem_mib: u64) -> Occupant {
+    fn occupant(_name: &str, state: base::store::state::State, mem_mib: u64) -> Occupant {
         Occupant {
             has_vmm: state.has_vmm(),
             mem_mib,
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn starts_are_refused_past_the_running_and_memory_budgets() {
-        use crate::store::state::State;
+        use base::store::state::State;
         let others = [
             occupant("a", State::Running, 512),
             occupant("b", State::Starting, 256),
@@ -265,7 +265,7 @@ mod tests {
             ),
             "{err}"
         );
-        assert_eq!(err.code(), crate::code::ErrorCode::Conflict);
+        assert_eq!(err.code(), base::code::ErrorCode::Conflict);
     }
 
     #[test]
@@ -274,6 +274,6 @@ mod tests {
         b.check_disk(DEFAULT_MIN_FREE_DISK_MIB).unwrap();
         let err = b.check_disk(DEFAULT_MIN_FREE_DISK_MIB - 1).unwrap_err();
         assert!(err.to_string().contains("below the host budget"), "{err}");
-        assert_eq!(err.code(), crate::code::ErrorCode::Conflict);
+        assert_eq!(err.code(), base::code::ErrorCode::Conflict);
     }
 }

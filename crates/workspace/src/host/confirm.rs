@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::host::plan::{Plan, Preview};
+use base::host::plan::{Plan, Preview};
 
 /// How long a preview's token can be confirmed.
 pub const TOKEN_TTL_MS: u64 = 5 * 60 * 1000;
@@ -68,8 +68,8 @@ pub enum ConfirmError {
 
 impl ConfirmError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::code::ErrorCode {
-        use crate::code::ErrorCode as C;
+    pub fn code(&self) -> base::code::ErrorCode {
+        use base::code::ErrorCode as C;
         match self {
             Self::TokenWrong | Self::TokenExpired | Self::TokenUsed => C::InvalidInput,
             Self::PlanChanged => C::Conflict,
@@ -78,10 +78,10 @@ impl ConfirmError {
     }
 
     /// What the caller can do about it.
-    pub fn remedy(&self) -> Option<crate::remedy::Remedy> {
+    pub fn remedy(&self) -> Option<base::remedy::Remedy> {
         match self {
             Self::TokenWrong | Self::TokenExpired | Self::TokenUsed | Self::PlanChanged => {
-                Some(crate::remedy::Remedy::PreviewAgain)
+                Some(base::remedy::Remedy::PreviewAgain)
             }
             Self::Key { .. } | Self::Spend { .. } => None,
         }
@@ -225,7 +225,7 @@ impl Confirmer {
         }
         let expires = now_ms + TOKEN_TTL_MS;
         let digest = &plan.digest()[..DIGEST_HEX];
-        let nonce = crate::host::dirfd::random_hex();
+        let nonce = base::host::dirfd::random_hex();
         let message = format!("{expires:x}-{nonce}-{digest}");
         let token = format!("{message}-{}", self.mac(&message));
         Preview {
@@ -314,7 +314,7 @@ impl Confirmer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::plan::Step;
+    use base::host::plan::Step;
 
     fn plan(arg: &str) -> Plan {
         Plan {
@@ -327,7 +327,7 @@ mod tests {
     fn scratch(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
             "ma-confirm-{tag}-{}",
-            crate::host::settings::unique_id()
+            base::host::settings::unique_id()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         dir

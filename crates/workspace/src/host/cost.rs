@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::code::ErrorCode;
-use crate::host::settings::ConfigError;
+use base::code::ErrorCode;
+use base::host::settings::ConfigError;
 /// The config file's name in the state directory.
-pub use crate::host::settings::CONFIG_FILE;
+pub use base::host::settings::CONFIG_FILE;
 /// Default price of one vCPU for one hour.
 pub const DEFAULT_PER_VCPU_HOUR: f64 = 0.04;
 /// Default price of one GiB of guest memory for one hour.
@@ -85,7 +85,7 @@ const PRICE_KEY: &str = "price";
 /// The price table of the state directory `root`, and where it came from
 /// (the file, or `None` for the defaults).
 pub fn load(root: &Path) -> Result<(PriceTable, Option<PathBuf>), PriceError> {
-    let Some((table, path)) = crate::host::settings::config_section::<PriceTable>(root, PRICE_KEY)?
+    let Some((table, path)) = base::host::settings::config_section::<PriceTable>(root, PRICE_KEY)?
     else {
         return Ok((PriceTable::default(), None));
     };

@@ -20,18 +20,18 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::host::dirfd::{
+use base::host::dirfd::{
     self, clean_parts, cstr, fchmod, is_regular_file, linkat, make_dir, open_dir_at, openat2,
     random_hex, replace_with, stays_inside, symlinkat, sync_fs, umask, write_file,
 };
 
 /// Most bytes one `copy_out` takes from a guest (file or archive).
-pub const COPY_OUT_MAX_BYTES: u64 = 16 << 30;
+pub const COPY_OUT_MAX_BYTES: u64 = base::store::spec::LIMITS.max_copy_out_bytes;
 /// How much a guest file may grow while `copy_out` copies it (beyond the
 /// size the guest reported when asked).
 pub const COPY_OUT_GROWTH: u64 = 64 << 20;
 /// Most entries of one directory `copy_out`.
-pub const COPY_OUT_MAX_ENTRIES: u64 = 1_000_000;
+pub const COPY_OUT_MAX_ENTRIES: u64 = base::store::spec::LIMITS.max_copy_out_entries;
 
 /// Why a guest's data was not written.
 #[derive(Debug, thiserror::Error)]
@@ -127,7 +127,6 @@ impl TempFile {
 
     /// An async writer on the file that takes at most `budget` bytes (what
     /// a guest streams into it).
-    #[cfg(feature = "client")]
     pub fn budgeted_writer(
         &self,
         budget: u64,
@@ -209,7 +208,6 @@ impl<W> Budgeted<W> {
     }
 }
 
-#[cfg(feature = "client")]
 impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Budgeted<W> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,

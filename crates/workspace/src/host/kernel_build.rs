@@ -112,10 +112,10 @@ pub enum KernelBuildError {
 
 impl KernelBuildError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::code::ErrorCode {
+    pub fn code(&self) -> base::code::ErrorCode {
         match self {
-            Self::MissingPackages { .. } => crate::code::ErrorCode::HostUnsupported,
-            _ => crate::code::ErrorCode::Internal,
+            Self::MissingPackages { .. } => base::code::ErrorCode::HostUnsupported,
+            _ => base::code::ErrorCode::Internal,
         }
     }
 }
@@ -135,7 +135,7 @@ pub fn patches(variant: KernelVariant) -> &'static [(&'static str, &'static str)
 
 /// The build packages that are not installed.
 pub fn missing_packages() -> Vec<String> {
-    crate::host::settings::missing_debs(BUILD_PACKAGES)
+    base::host::settings::missing_debs(BUILD_PACKAGES)
 }
 
 /// The cache key of `variant` built from source version `source`:
@@ -169,15 +169,14 @@ pub fn build(
         return Err(KernelBuildError::MissingPackages { packages: missing });
     }
     let root = assets::cache_root()?;
-    let source = crate::host::settings::deb_version(SOURCE_PACKAGE).unwrap_or_default();
+    let source = base::host::settings::deb_version(SOURCE_PACKAGE).unwrap_or_default();
     let key = cache_key(variant, &source);
     let out_dir = cached_dir(&root, &key);
     let vmlinux = out_dir.join("vmlinux");
     if !vmlinux.is_file() {
-        let build_dir = root.join("build").join(format!(
-            "linux-{key}-{}",
-            crate::host::settings::unique_id()
-        ));
+        let build_dir = root
+            .join("build")
+            .join(format!("linux-{key}-{}", base::host::settings::unique_id()));
         let built = compile(variant, &build_dir, &out_dir, progress);
         let _ = std::fs::remove_dir_all(&build_dir);
         built?;
@@ -247,7 +246,7 @@ fn compile(
     progress(&format!("compiling with {jobs} jobs"));
     make_vmlinux(build_dir, jobs, progress)?;
     progress("installing into the cache");
-    let staging = out_dir.with_extension(format!("partial-{}", crate::host::settings::unique_id()));
+    let staging = out_dir.with_extension(format!("partial-{}", base::host::settings::unique_id()));
     std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
     let installed = (|| {
         let vmlinux = build_dir.join("vmlinux");

@@ -1,4 +1,4 @@
-//! Kernel install, preview-then-confirm ([`crate::host::plan`]): build the
+//! Kernel install, preview-then-confirm ([`base::host::plan`]): build the
 //! kernel variant this host needs from Debian's source
 //! ([`crate::host::kernel_build`]), or install a kernel file after checking that
 //! it boots the `minimal` image. Without a token nothing changes and the
@@ -13,7 +13,7 @@ use vmm_core::KernelVariant;
 
 use crate::host::assets;
 use crate::host::kernel_build;
-use crate::host::plan::{Plan, Preview};
+use base::host::plan::{Plan, Preview};
 
 /// The image a kernel file is checked with.
 pub const CHECK_IMAGE: &str = "minimal";
@@ -61,13 +61,11 @@ pub enum KernelInstallError {
 
 impl KernelInstallError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::code::ErrorCode {
+    pub fn code(&self) -> base::code::ErrorCode {
         match self {
-            Self::NotAKernel { .. } | Self::BootCheck { .. } => {
-                crate::code::ErrorCode::InvalidInput
-            }
+            Self::NotAKernel { .. } | Self::BootCheck { .. } => base::code::ErrorCode::InvalidInput,
             Self::Build(e) => e.code(),
-            Self::Asset(_) => crate::code::ErrorCode::Internal,
+            Self::Asset(_) => base::code::ErrorCode::Internal,
         }
     }
 }
@@ -103,7 +101,7 @@ pub(crate) struct SourceHost {
 impl SourceHost {
     pub(crate) fn probe() -> Self {
         Self {
-            source: crate::host::settings::deb_version(kernel_build::SOURCE_PACKAGE),
+            source: base::host::settings::deb_version(kernel_build::SOURCE_PACKAGE),
             missing: kernel_build::missing_packages(),
             jobs: std::thread::available_parallelism().map_or(2, |n| n.get()) as u64,
         }
@@ -271,7 +269,7 @@ mod tests {
     #[test]
     fn a_built_kernel_is_only_linked_and_then_needs_nothing() {
         let root =
-            std::env::temp_dir().join(format!("ma-kplan-{}", crate::host::settings::unique_id()));
+            std::env::temp_dir().join(format!("ma-kplan-{}", base::host::settings::unique_id()));
         let host = SourceHost {
             source: Some("6.1.1".into()),
             missing: vec![],

@@ -1,20 +1,19 @@
-//! The host: where things are (`settings`, `assets`), what it lacks and
-//! how to change it (`plan`, confirmed by `confirm`, `setup`, `kernel_build`, `kernel_install`),
-//! its checks (`doctor`), its budget (`budget`), what a guest may write on
-//! it (`host_write`), the confinement of VMM processes (`cgroup`, `jail`)
-//! and the price table cost estimates use (`cost`).
+//! The host as a front end sees it: where assets are (`assets`), what it
+//! lacks and how to change it (confirmed by `confirm`, `setup`,
+//! `kernel_build`, `kernel_install`), its checks (`doctor`), its budget
+//! (`budget`), what a guest may write on it (`host_write`) and the price
+//! table cost estimates use (`cost`). Settings, plans, the jail and cgroup
+//! of VMM processes and the reclaim setting are in `base::host`,
+//! re-exported here for front ends.
 
 pub mod assets;
 pub mod budget;
-pub mod cgroup;
 pub mod confirm;
 pub mod cost;
-pub mod dirfd;
 pub mod doctor;
 pub mod host_write;
-pub mod jail;
 pub mod kernel_build;
 pub mod kernel_install;
-pub mod plan;
-pub mod settings;
 pub mod setup;
+
+pub use base::host::{cgroup, dirfd, jail, plan, reclaim, settings};

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::host::plan::Preview;
+use base::host::plan::Preview;
 
 /// A setup: the plan, its token, and what was made.
 #[derive(Clone, Debug, Serialize)]

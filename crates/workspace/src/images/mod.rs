@@ -1,17 +1,11 @@
-//! Images: the registry of bootable images (`registry`), container images
-//! converted to them (`oci`), pulled from registries (`pull`), found by name or description
-//! (`search`), image builds (`build`), and container root filesystems
-//! registered as they are (`root_dir`, for the containerd shim).
+//! Images as a front end reaches them: pulled from registries (`pull`,
+//! on `oci_pull`, the registry client's side), found by name or
+//! description (`search`) and image builds (`build`). The registry of images and container image conversion are in
+//! `base::images`, re-exported here for front ends.
 
 pub mod build;
-pub mod kernels;
-pub mod oci;
-#[cfg(feature = "client")]
+pub mod oci_pull;
 pub mod pull;
-pub(crate) mod registry;
-#[cfg(feature = "client")]
-mod root_dir;
-#[cfg(feature = "client")]
 pub mod search;
 
-pub use registry::*;
+pub use base::images::*;

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::oci::pull::{report, PullError, Remote};
-pub use super::oci::pull::{PullEvent, PullProgress, PullRequest};
-use super::oci::OciError;
-use super::registry::{ImageError, ImageInfo, ImageRegistry};
+use super::oci_pull::{report, Remote};
+pub use super::oci_pull::{PullError, PullEvent, PullProgress, PullRequest};
+use base::images::oci::OciError;
+use base::images::registry::{ImageError, ImageInfo, ImageRegistry};
 
 /// What a pull did.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,15 +25,6 @@ pub struct Pulled {
     pub cached_layers: usize,
     /// The image was registered already with this manifest: nothing done.
     pub unchanged: bool,
-}
-
-impl From<PullError> for ImageError {
-    fn from(e: PullError) -> Self {
-        match e {
-            PullError::Oci(e) => ImageError::Oci(e),
-            PullError::Registry(e) => ImageError::Registry(e),
-        }
-    }
 }
 
 /// When an image named by an OCI reference is pulled.
@@ -81,7 +72,7 @@ pub fn on_loopback(reference: &str) -> bool {
 /// none is given: its last path element and tag (`127.0.0.1:5000/team/tool:1`
 /// is `tool-1`).
 fn default_name(req: &PullRequest) -> Result<String, ImageError> {
-    let reference = super::oci::pull::reference(req)?;
+    let reference = super::oci_pull::reference(req)?;
     super::oci::image_name(
         Some(reference.repository())
             .map(|repo| match reference.tag() {
@@ -107,7 +98,7 @@ pub async fn resolve(
     image: &str,
     policy: PullPolicy,
     progress: PullProgress,
-) -> Result<String, ImageError> {
+) -> Result<String, PullError> {
     if !is_reference(image) {
         return Ok(image.to_owned());
     }
@@ -120,13 +111,14 @@ pub async fn resolve(
     let registered = match registry.get(&name) {
         Ok(_) => true,
         Err(ImageError::NotFound(_)) => false,
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     match (policy, registered) {
         (PullPolicy::Never, false) => Err(ImageError::NotPulled {
             reference: image.to_owned(),
             name,
-        }),
+        }
+        .into()),
         (PullPolicy::Never | PullPolicy::Missing, true) => Ok(name),
         (PullPolicy::Missing | PullPolicy::Always, _) => {
             pull(registry, &req, progress).await.map(|p| p.image.name)
@@ -151,8 +143,8 @@ pub async fn pull(
     registry: &ImageRegistry,
     req: &PullRequest,
     progress: PullProgress,
-) -> Result<Pulled, ImageError> {
-    let reference = super::oci::pull::reference(req)?;
+) -> Result<Pulled, PullError> {
+    let reference = super::oci_pull::reference(req)?;
     let name = match &req.name {
         Some(name) => name.clone(),
         None => default_name(req)?,
@@ -174,9 +166,9 @@ pub async fn pull(
                 unchanged: true,
             });
         }
-        Ok(_) => return Err(ImageError::Exists(name)),
+        Ok(_) => return Err(ImageError::Exists(name).into()),
         Err(ImageError::NotFound(_)) => {}
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     }
     // Pulled layers are kept by digest beside the images.
     let blobs = registry.root().join(".blobs/sha256");

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::code::ErrorCode;
 use crate::images::pull::on_loopback;
-use crate::images::{ImageError, ImageRegistry, BUILTIN_IMAGES};
+use base::code::ErrorCode;
+use base::images::{ImageError, ImageRegistry, BUILTIN_IMAGES};
 
 /// Why a search could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -142,7 +142,7 @@ pub fn search_local(images: &ImageRegistry, query: &str) -> Result<Vec<LocalImag
 pub fn configured_registries(state_root: &Path) -> Vec<String> {
     // A broken file adds none here; `estimate_cost` and `task run`, which
     // read it too, say what is wrong with it.
-    crate::host::settings::config_section(state_root, SEARCH_REGISTRIES_KEY)
+    base::host::settings::config_section(state_root, SEARCH_REGISTRIES_KEY)
         .ok()
         .flatten()
         .map(|(registries, _)| registries)
@@ -184,7 +184,7 @@ async fn search_registry(registry: &str, query: &str) -> Result<Vec<RemoteImage>
         .get(&url)
         .send()
         .await
-        .map_err(|e| format!("{url}: {}", crate::error_chain::error_chain(&e)))?;
+        .map_err(|e| format!("{url}: {}", base::error_chain::error_chain(&e)))?;
     if !answer.status().is_success() {
         return Err(format!(
             "{url} answered {}: the registry does not list its repositories",

@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::host::plan::Step;
-use crate::network::PASST_FIXED_SNAPSHOT;
+use base::host::plan::Step;
+use base::network::PASST_FIXED_SNAPSHOT;
 
 /// The Debian 13 source package built.
 const SOURCE_PACKAGE: &str = "passt=0.0~git20250503.587980c-2+deb13u1";
@@ -51,8 +51,8 @@ pub fn needed(snapshot: Option<u32>) -> bool {
 /// The snapshot of the `passt` the user network runs: the installed one,
 /// else the one `apt-get install passt` would install.
 pub fn snapshot_in_use() -> Option<u32> {
-    if let Some(path) = crate::network::passt_binary() {
-        return crate::network::passt_snapshot(&path);
+    if let Some(path) = base::network::passt_binary() {
+        return base::network::passt_snapshot(&path);
     }
     let out = Command::new("apt-cache")
         .args(["policy", "passt"])
@@ -66,7 +66,7 @@ fn candidate_snapshot(policy: &str) -> Option<u32> {
     let candidate = policy
         .lines()
         .find_map(|l| l.trim().strip_prefix("Candidate:"))?;
-    crate::network::passt_snapshot_date(candidate.trim())
+    base::network::passt_snapshot_date(candidate.trim())
 }
 
 /// Where the cached build is.

@@ -10,16 +10,16 @@
 use std::path::PathBuf;
 
 use crate::host::confirm::{ConfirmError, Confirmer};
-use crate::host::plan::{Plan, PlanError, Preview};
-use crate::host::settings::now_ms;
-use crate::network::objects::{check_new, NETWORKS_DIR};
 use crate::network::setup::{self, HostChange};
-use crate::network::{
+use base::host::plan::{Plan, PlanError, Preview};
+use base::host::settings::now_ms;
+use base::network::objects::{check_new, NETWORKS_DIR};
+use base::network::{
     Backend, GuestNetwork, Network, NetworkError, NetworkInfo, NetworkRequest, NetworkStore,
     NetworksLock,
 };
-use crate::store::spec::{Meta, WorkspaceSpec};
-use crate::store::{StateDir, StoreError};
+use base::store::spec::{Meta, WorkspaceSpec};
+use base::store::{StateDir, StoreError};
 
 /// What the network calls need from the workspaces above them.
 pub trait NetworkUsers {
@@ -63,15 +63,15 @@ impl<'a, U: NetworkUsers> Networks<'a, U> {
     /// Where `meta`'s guest is on its network.
     pub(crate) fn guest(&self, meta: &Meta) -> Option<GuestNetwork> {
         let net = self.store().get(&meta.spec.network).ok()?;
-        let addressing = crate::network::attach::addressing(&net, &meta.spec)?;
-        let (egress, allow) = crate::network::attach::policy(&net, &meta.spec);
+        let addressing = base::network::attach::addressing(&net, &meta.spec)?;
+        let (egress, allow) = base::network::attach::policy(&net, &meta.spec);
         Some(GuestNetwork {
             backend: net.backend?,
             egress,
             allow,
             name: net.name,
             addressing,
-            mac: guest_agent::client::blocking::format_mac(crate::network::mac_for(&meta.name)),
+            mac: guest_agent::client::blocking::format_mac(base::network::mac_for(&meta.name)),
         })
     }
 
@@ -156,7 +156,7 @@ impl<'a, U: NetworkUsers> Networks<'a, U> {
         let nets = self.store();
         let lock = nets.lock()?;
         let net = nets.get(&spec.network)?;
-        crate::network::user_filter::validate_workspace_policy(&net, &spec)?;
+        base::network::user_filter::validate_workspace_policy(&net, &spec)?;
         let address = match net.backend {
             Some(Backend::Tap) => {
                 let taken: Vec<_> = self
@@ -164,7 +164,7 @@ impl<'a, U: NetworkUsers> Networks<'a, U> {
                     .into_iter()
                     .filter_map(|(_, s)| s.address)
                     .collect();
-                Some(crate::network::attach::free_address(&net, &taken)?)
+                Some(base::network::attach::free_address(&net, &taken)?)
             }
             _ => None,
         };
@@ -189,7 +189,7 @@ impl<'a, U: NetworkUsers> Networks<'a, U> {
             });
         };
         confirmer.check(&plan, token, now_ms())?;
-        if !plan.steps.is_empty() && !crate::host::plan::has_cap_net_admin() {
+        if !plan.steps.is_empty() && !base::host::plan::has_cap_net_admin() {
             return Err(PlanError::Privilege {
                 needs: "CAP_NET_ADMIN (root)",
                 action: plan.action,
@@ -208,7 +208,7 @@ impl<'a, U: NetworkUsers> Networks<'a, U> {
                         source,
                     )
                 })?;
-                crate::store::write_json_atomic(
+                base::store::write_json_atomic(
                     &record,
                     &setup::Applied {
                         digest,

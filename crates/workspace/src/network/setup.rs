@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{nft, Backend, Egress, Network, HOST_ALIAS};
-use crate::host::plan::{Plan, Step};
+use base::host::plan::{Plan, Step};
 
 /// The record of the last applied setup, in the networks directory.
 pub const APPLIED_FILE: &str = ".host-setup.json";
@@ -369,7 +369,7 @@ pub fn probe(networks_dir: &Path) -> HostState {
         })
         .collect();
     dnsmasq.sort();
-    let applied = crate::store::read_json::<Applied>(&networks_dir.join(APPLIED_FILE))
+    let applied = base::store::read_json::<Applied>(&networks_dir.join(APPLIED_FILE))
         .ok()
         .map(|a| a.digest);
     HostState {
@@ -398,7 +398,7 @@ fn parse_links(out: &str) -> Vec<String> {
 pub struct HostChange {
     /// The plan and its token.
     #[serde(flatten)]
-    pub preview: crate::host::plan::Preview,
+    pub preview: base::host::plan::Preview,
     /// The plan was applied (false: a preview).
     pub applied: bool,
 }
@@ -409,7 +409,7 @@ mod tests {
     // changed host get, and teardown.
 
     use super::*;
-    use crate::network::{Egress, Subnet};
+    use base::network::{Egress, Subnet};
 
     fn net(name: &str, index: u8, egress: Egress, allow: &[&str]) -> Network {
         Network {

@@ -16,9 +16,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::code::ErrorCode;
-use crate::host::settings::ConfigError;
-use crate::store::spec::WorkspaceSpec;
+use base::code::ErrorCode;
+use base::host::settings::ConfigError;
+use base::store::spec::WorkspaceSpec;
 
 /// The namespace pool members live in; no one else may use it.
 pub const POOL_NAMESPACE: &str = "microagent-pool";
@@ -134,7 +134,7 @@ mod tests {
         };
         assert!(!claimable(&published, &member));
         let owned = WorkspaceSpec {
-            owner: crate::store::spec::Owner::this_process(),
+            owner: base::store::spec::Owner::this_process(),
             ..member_spec("minimal")
         };
         assert!(!claimable(&owned, &member));

@@ -3,8 +3,8 @@
 //! key that names a program overridden, and bounds on memory, file sizes,
 //! output and time, since what it reads may be a guest's.
 
-use crate::code::ErrorCode;
-use crate::host_tool::{HostTool, HostToolError};
+use base::code::ErrorCode;
+use base::host_tool::{HostTool, HostToolError};
 use std::path::{Path, PathBuf};
 
 /// Why a git command failed.

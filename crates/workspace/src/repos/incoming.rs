@@ -11,8 +11,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::host_tool::HostToolError;
 use crate::repos::git::{self, GitError};
+use base::host_tool::HostToolError;
 
 /// The `config.json` object with these limits.
 pub const CONFIG_KEY: &str = "repos";
@@ -46,9 +46,9 @@ impl Default for RepoLimits {
 impl RepoLimits {
     /// The limits of the state directory at `root` (defaults where unset).
     pub fn load(root: &Path) -> Result<Self, String> {
-        crate::host::settings::config_section(root, CONFIG_KEY)
+        base::host::settings::config_section(root, CONFIG_KEY)
             .map(|s| s.map(|(limits, _)| limits).unwrap_or_default())
-            .map_err(|e| crate::error_chain::error_chain(&e))
+            .map_err(|e| base::error_chain::error_chain(&e))
     }
 }
 
@@ -112,7 +112,7 @@ struct Entry {
 /// A listing's output, or the refusal's words when it is past the
 /// runner's bound (`what` says what it lists).
 fn bounded_output(
-    listing: crate::host_tool::HostTool,
+    listing: base::host_tool::HostTool,
     repo: &Path,
     what: &str,
 ) -> Result<Result<Vec<u8>, String>, GitError> {
@@ -264,9 +264,9 @@ fn expansion(repo: &Path, tree: &HashMap<Vec<u8>, Entry>) -> Result<u64, GitErro
     for (path, entry) in tree {
         if path == b".gitattributes" || path.ends_with(b"/.gitattributes") {
             let show = git::git(repo, ["cat-file", "blob", &entry.id])?.limits(
-                crate::host_tool::ToolLimits {
+                base::host_tool::ToolLimits {
                     output_bytes: MAX_ATTRIBUTES_BYTES,
-                    ..crate::host_tool::ToolLimits::default()
+                    ..base::host_tool::ToolLimits::default()
                 },
             );
             match git::output_bytes(show, repo) {

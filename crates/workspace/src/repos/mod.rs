@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::code::ErrorCode;
-use crate::host::settings::now_ms;
-use crate::remedy::Remedy;
-use crate::store::name::{validate_name, NameError};
-use crate::store::records::{RecordError, RecordLayout, RecordStore};
-use crate::store::{StateDir, StoreError};
+use base::code::ErrorCode;
+use base::host::settings::now_ms;
+use base::remedy::Remedy;
+use base::store::name::{validate_name, NameError};
+use base::store::records::{RecordError, RecordLayout, RecordStore};
+use base::store::{StateDir, StoreError};
 
 pub use git::GitError;
 
@@ -284,7 +284,7 @@ mod tests {
     use super::*;
 
     fn git_repo(dir: &Path) -> bool {
-        if crate::host::settings::host_tool("git").is_none() {
+        if base::host::settings::host_tool("git").is_none() {
             eprintln!("skipped: git is not installed");
             return false;
         }
@@ -347,7 +347,7 @@ mod tests {
     #[test]
     fn refuses_what_is_not_a_work_tree() {
         let (root, store) = fixture("refuse");
-        if crate::host::settings::host_tool("git").is_none() {
+        if base::host::settings::host_tool("git").is_none() {
             return;
         }
         let plain = root.join("plain");

@@ -12,10 +12,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::code::ErrorCode;
-use crate::remedy::Remedy;
-use crate::store::records::{RecordError, RecordFiles, RecordLayout};
-use crate::store::{StateDir, StoreError};
+use base::code::ErrorCode;
+use base::remedy::Remedy;
+use base::store::records::{RecordError, RecordFiles, RecordLayout};
+use base::store::{StateDir, StoreError};
 
 pub use mask::{MaskStream, SecretMask, MASK};
 

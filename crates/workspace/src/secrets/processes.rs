@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::SecretError;
-use crate::store::{read_json, write_json_atomic, StoreError};
+use base::store::{read_json, write_json_atomic, StoreError};
 
 /// The directory of the records in a workspace's directory.
 const DIR: &str = "process-secrets";
@@ -22,7 +22,7 @@ pub(crate) fn remember(ws: &Path, id: &str, names: &[String]) -> Result<(), Secr
     if names.is_empty() {
         return Ok(());
     }
-    crate::store::make_private_dir(&ws.join(DIR))?;
+    base::store::make_private_dir(&ws.join(DIR))?;
     write_json_atomic(&record(ws, id), &names)?;
     Ok(())
 }
@@ -49,7 +49,7 @@ mod tests {
     fn names_are_kept_per_process() {
         let ws = std::env::temp_dir().join(format!(
             "ma-proc-secrets-{}",
-            crate::host::settings::unique_id()
+            base::host::settings::unique_id()
         ));
         std::fs::create_dir_all(&ws).unwrap();
         let names = vec!["TOKEN".to_owned()];

@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
-use crate::host::settings::unique_id;
+use base::host::settings::unique_id;
 
 struct Scratch(PathBuf);
 

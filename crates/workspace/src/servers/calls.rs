@@ -18,7 +18,7 @@ use super::registry::ServerRegistry;
 use super::remote::{run_remote_streaming, typed_answer_of, RunStreams, DEFAULT_DEADLINE};
 use super::spec::{ServerSpec, LOCAL_SERVER};
 use super::ServerError;
-use crate::store::ports::PortMapping;
+use base::store::ports::PortMapping;
 
 /// Slack over a call's own wait for the SSH round trip.
 const SLACK: Duration = Duration::from_secs(30);
@@ -307,9 +307,7 @@ impl WorkspaceCall {
     /// of the rest is a whole read (64 MiB, base64).
     fn max_answer(&self) -> u64 {
         match self {
-            Self::LogsFrom { .. } => {
-                crate::store::console_log::CONSOLE_LOG_CAP * 4 / 3 + (64 << 10)
-            }
+            Self::LogsFrom { .. } => base::store::console_log::CONSOLE_LOG_CAP * 4 / 3 + (64 << 10),
             // A command's end (its output came as frames), a signal's
             // `{}`, a copy's count.
             Self::Exec { .. }
@@ -501,7 +499,7 @@ mod tests {
         assert_eq!(copy.max_answer(), SMALL_ANSWER_BYTES);
         // A console chunk's answer is held near the console's cap.
         let logs = WorkspaceCall::LogsFrom { offset: 0 }.max_answer();
-        assert!(logs < 2 << 20 && logs > crate::store::console_log::CONSOLE_LOG_CAP * 4 / 3);
+        assert!(logs < 2 << 20 && logs > base::store::console_log::CONSOLE_LOG_CAP * 4 / 3);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::registry::ServerRegistry;
 use super::spec::ServerSpec;
 use super::ServerError;
-use crate::store::ports::PortMapping;
+use base::store::ports::PortMapping;
 
 /// How long a new forward may take to listen.
 const LISTEN_DEADLINE: Duration = Duration::from_secs(15);
@@ -67,7 +67,7 @@ impl ServerRegistry {
         port: u16,
         remote_ip: &str,
     ) -> Result<(), ServerError> {
-        crate::store::make_private_dir(&self.forwards_dir())?;
+        base::store::make_private_dir(&self.forwards_dir())?;
         let log = self.forwards_dir().join(format!("{workspace}-{port}.log"));
         let log_file = std::fs::File::create(&log).map_err(|source| ServerError::Io {
             what: format!("creating {}", log.display()),

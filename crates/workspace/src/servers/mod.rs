@@ -36,8 +36,8 @@ pub use status::{
 };
 pub(crate) use status::{cpu_times, memory};
 
-use crate::code::ErrorCode;
-use crate::store::StoreError;
+use base::code::ErrorCode;
+use base::store::StoreError;
 
 /// Why a server operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -153,7 +153,7 @@ pub enum ServerError {
     Store(#[from] StoreError),
     /// Reading, writing, listing or removing a server's record failed.
     #[error(transparent)]
-    Record(#[from] crate::store::records::RecordError),
+    Record(#[from] base::store::records::RecordError),
     /// A state file operation failed.
     #[error("{what}")]
     Io {

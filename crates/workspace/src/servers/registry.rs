@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::spec::{check_server_name, ServerSpec, LOCAL_SERVER};
 use super::ServerError;
-use crate::store::name::validate_full_name;
-use crate::store::records::{RecordLayout, RecordStore};
-use crate::store::StateDir;
+use base::store::name::validate_full_name;
+use base::store::records::{RecordLayout, RecordStore};
+use base::store::StateDir;
 
 /// The servers folder of the state directory.
 const SERVERS_DIR: &str = "servers";
@@ -69,7 +69,7 @@ impl ServerRegistry {
         remote: &str,
         tty: bool,
     ) -> Result<std::process::Command, ServerError> {
-        crate::store::make_private_dir(&self.control_dir())?;
+        base::store::make_private_dir(&self.control_dir())?;
         Ok(super::ssh::command(spec, &self.control_dir(), remote, tty))
     }
 
@@ -199,7 +199,7 @@ mod tests {
         ] {
             assert_eq!(
                 servers.add(&bad).unwrap_err().code(),
-                crate::code::ErrorCode::InvalidInput,
+                base::code::ErrorCode::InvalidInput,
                 "{bad:?}"
             );
         }
@@ -209,7 +209,7 @@ mod tests {
             matches!(again, ServerError::PlacedAlready { .. }),
             "{again}"
         );
-        assert_eq!(again.code(), crate::code::ErrorCode::Conflict);
+        assert_eq!(again.code(), base::code::ErrorCode::Conflict);
         let placed = servers.placement("dev").unwrap().unwrap();
         assert_eq!(placed.server, "box-1");
         assert_eq!(placed.agent.as_deref(), Some("alice"));

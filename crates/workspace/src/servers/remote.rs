@@ -8,7 +8,7 @@ use super::registry::ServerRegistry;
 use super::spec::ServerSpec;
 use super::ssh::{self, SSH_FAILED};
 use super::ServerError;
-use crate::code::ErrorCode;
+use base::code::ErrorCode;
 
 /// How long a remote operation may take unless its caller says.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);

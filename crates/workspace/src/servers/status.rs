@@ -275,7 +275,7 @@ mod tests {
         let (mem_total, available) = memory();
         assert!(mem_total > 0 && available <= mem_total);
         let (disk_total, free) =
-            crate::host::settings::disk_bytes(std::path::Path::new("/")).unwrap();
+            base::host::settings::disk_bytes(std::path::Path::new("/")).unwrap();
         assert!(disk_total > 0 && free <= disk_total);
     }
 }

@@ -17,11 +17,11 @@ use vmm_core::disk_copy::copy_disk;
 use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
-use crate::store::spec::WorkspaceSpec;
-use crate::store::volume_mounts::VolumeMount;
-use crate::store::workspace_dir::WorkspaceDir;
-pub(crate) use crate::vmm::seal::WORKSPACE_DISK;
-use crate::volumes::VolumeStore;
+use base::store::spec::WorkspaceSpec;
+use base::store::volume_mounts::VolumeMount;
+use base::store::workspace_dir::WorkspaceDir;
+pub(crate) use base::vmm::seal::WORKSPACE_DISK;
+use base::volumes::VolumeStore;
 
 pub use service::Snapshots;
 /// A disk copy in progress, in the workspace's directory.

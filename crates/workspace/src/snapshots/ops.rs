@@ -7,22 +7,22 @@ use vmm_core::disk_copy::copy_disk;
 use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
-use crate::host::settings::now_ms;
 use crate::snapshots::service::Snapshots;
 use crate::snapshots::{
     allocated_bytes, copy_snapshot_disk, copy_snapshot_volumes, volume_disk_index, SnapshotInfo,
     WORKSPACE_DISK,
 };
-use crate::store::events::EventKind;
-use crate::store::name::validate_full_name;
-use crate::store::spec::{Meta, WorkspaceSpec};
-use crate::store::state::State;
-use crate::store::{make_private_dir, read_json, write_json_atomic, SNAPSHOTS_DIR};
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
-use crate::vmm::seal;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::StartProgress;
 use crate::workspaces::manager::Workspaces;
+use base::host::settings::now_ms;
+use base::store::events::EventKind;
+use base::store::name::validate_full_name;
+use base::store::spec::{Meta, WorkspaceSpec};
+use base::store::state::State;
+use base::store::{make_private_dir, read_json, write_json_atomic, SNAPSHOTS_DIR};
+use base::vmm::control::{self, ControlRequest, ControlResponse};
+use base::vmm::seal;
 
 /// A snapshot's record in its directory.
 const RECORD: &str = "snapshot.json";
@@ -52,8 +52,8 @@ impl Workspaces {
             else {
                 continue;
             };
-            if crate::store::leftover_pid(stem, '.')
-                .is_some_and(|pid| crate::store::process::start_ticks(pid).is_none())
+            if base::store::leftover_pid(stem, '.')
+                .is_some_and(|pid| base::store::process::start_ticks(pid).is_none())
             {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
@@ -74,7 +74,7 @@ impl Workspaces {
         match meta.state {
             State::Running => {
                 let shared = match &meta.runtime {
-                    Some(rt) => crate::vmm::user::share_with_running(rt.pid, dir)?,
+                    Some(rt) => base::vmm::user::share_with_running(rt.pid, dir)?,
                     None => false,
                 };
                 let answer = control::call(
@@ -85,7 +85,7 @@ impl Workspaces {
                     SNAPSHOT_TIMEOUT,
                 );
                 if shared {
-                    crate::vmm::user::take_back(dir)?;
+                    base::vmm::user::take_back(dir)?;
                 }
                 let answer = answer?;
                 let paused_us = match answer {
@@ -117,7 +117,7 @@ impl Workspaces {
                 name: workspace.to_owned(),
                 state,
                 why: "it is between states; a snapshot needs it running or stopped",
-                remedy: Some(crate::remedy::Remedy::WaitOrHalt {
+                remedy: Some(base::remedy::Remedy::WaitOrHalt {
                     workspace: workspace.to_owned(),
                 }),
             }),
@@ -129,7 +129,7 @@ impl Workspaces {
 /// name (at most 63 characters, not ending in `-` before the time).
 fn default_snapshot_name(workspace: &str, ms: u64) -> String {
     let time = ms.to_string();
-    let room = crate::store::name::MAX_NAME_LEN.saturating_sub(time.len() + 1);
+    let room = base::store::name::MAX_NAME_LEN.saturating_sub(time.len() + 1);
     let cut = workspace[..workspace.len().min(room)].trim_end_matches('-');
     format!("{cut}-{time}")
 }
@@ -151,9 +151,9 @@ impl Workspace<'_> {
         // In its workspace's namespace.
         let (short, namespace) = workspace
             .split_once('.')
-            .unwrap_or((workspace, crate::store::name::DEFAULT_NAMESPACE));
+            .unwrap_or((workspace, base::store::name::DEFAULT_NAMESPACE));
         let name = name.map_or_else(|| default_snapshot_name(short, now_ms()), str::to_owned);
-        let name = crate::store::name::full_name(namespace, &name)
+        let name = base::store::name::full_name(namespace, &name)
             .map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
         let dir = all.snapshot_dir(&name)?;
         if dir.exists() {
@@ -167,7 +167,7 @@ impl Workspace<'_> {
         make_private_dir(&tmp)?;
         let made = (|| -> Result<SnapshotInfo> {
             let (has_memory, paused_ms) = all.write_machine(workspace, &tmp)?;
-            crate::pause_point::pause_point("snapshot:written");
+            base::pause_point::pause_point("snapshot:written");
             let memory_sha256 = has_memory
                 .then(|| seal::Sealed::Memory.digest(&tmp))
                 .transpose()
@@ -217,7 +217,7 @@ impl<'a> Snapshots<'a> {
     /// The snapshot `name` (in this view's namespace, or a full name);
     /// FORBIDDEN when another agent owns it.
     pub fn get(self, name: &str) -> Result<SnapshotInfo> {
-        let name = crate::store::name::full_name(&self.all.namespace, name)
+        let name = base::store::name::full_name(&self.all.namespace, name)
             .map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
         let info = self.snapshot_record(&name)?;
         self.all.check_access("snapshot", &name, &info.spec)?;
@@ -264,7 +264,7 @@ impl<'a> Snapshots<'a> {
                 let spec = &info.spec;
                 workspace.as_ref().is_none_or(|w| *w == info.workspace)
                     && self.all.lists(
-                        crate::store::name::namespace_of(&info.name),
+                        base::store::name::namespace_of(&info.name),
                         spec.agent.as_deref(),
                         &spec.shared_with,
                         all_agents,
@@ -322,7 +322,7 @@ impl<'a> Snapshots<'a> {
             return Ok(());
         }
         vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(&dir))
-            .map_err(|e| unusable(crate::error_chain::error_chain(&e)))?;
+            .map_err(|e| unusable(base::error_chain::error_chain(&e)))?;
         seal::Sealed::Memory
             .check(&dir, info.memory_sha256.as_deref())
             .map_err(unusable)
@@ -360,7 +360,7 @@ impl<'a> Snapshots<'a> {
                     name: target.to_owned(),
                     state: meta.state,
                     why: "restoring it in place discards its running state",
-                    remedy: Some(crate::remedy::Remedy::StopOrForceRestore {
+                    remedy: Some(base::remedy::Remedy::StopOrForceRestore {
                         workspace: target.to_owned(),
                         snapshot: name.to_owned(),
                     }),
@@ -411,11 +411,11 @@ impl Workspace<'_> {
             // Named as the server names it (in its source's namespace),
             // checked and free here before any ssh; the placement is of
             // that name, never of one the server answers with.
-            let source_namespace = crate::store::name::namespace_of(self.name());
-            let to = crate::store::name::full_name(source_namespace, new_name)
-                .map_err(crate::store::StoreError::Name)?;
+            let source_namespace = base::store::name::namespace_of(self.name());
+            let to = base::store::name::full_name(source_namespace, new_name)
+                .map_err(base::store::StoreError::Name)?;
             // Not into the pools' namespace, as a create there is not.
-            let namespace = crate::store::name::namespace_of(&to);
+            let namespace = base::store::name::namespace_of(&to);
             crate::workspaces::tenancy::refuse_pool_namespace(namespace)?;
             let call = crate::servers::WorkspaceCall::Fork {
                 new_name: to.clone(),
@@ -428,8 +428,8 @@ impl Workspace<'_> {
         }
         let (all, source) = (self.all, self.name.as_str());
         // The fork is in its source's namespace unless named in another.
-        let to = crate::store::name::full_name(crate::store::name::namespace_of(source), new_name)
-            .map_err(crate::store::StoreError::Name)?;
+        let to = base::store::name::full_name(base::store::name::namespace_of(source), new_name)
+            .map_err(base::store::StoreError::Name)?;
         let snap = match snapshot {
             Some(s) => Some(all.snapshots().get(s)?.name),
             None => None,
@@ -521,17 +521,7 @@ impl Workspaces {
                 volumes,
                 ..spec
             }))?;
-            let meta = Meta {
-                name: new_name.to_owned(),
-                namespace: crate::store::name::namespace_of(new_name).to_owned(),
-                spec,
-                created_at_ms: now_ms(),
-                state: State::Stopped,
-                runtime: None,
-                last_exit: None,
-                pristine: false,
-                pool: None,
-            };
+            let meta = Meta::created(new_name, spec, false);
             ws.write_meta(&meta)?;
             ws.events().append(EventKind::Forked {
                 from: source.to_owned(),
@@ -550,7 +540,7 @@ impl Workspaces {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::name::validate_name;
+    use base::store::name::validate_name;
 
     #[test]
     fn default_snapshot_names_are_valid_names_for_any_workspace() {

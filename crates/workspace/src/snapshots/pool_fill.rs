@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::host::settings::unique_id;
 use crate::pool::{member_spec, PoolError, POOL_DIR, POOL_NAMESPACE};
-use crate::store::file_lock::FileLock;
-use crate::store::spec::{DeleteOptions, PoolMember};
-use crate::vmm::control::ControlRequest;
 use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
 use crate::workspaces::pool::Pools;
+use base::host::settings::unique_id;
+use base::store::file_lock::FileLock;
+use base::store::spec::{DeleteOptions, PoolMember};
+use base::vmm::control::ControlRequest;
 
 /// How long a new member runs before it is paused: a restored guest
 /// finishes work of its own for seconds after its first command, which a
@@ -63,8 +63,8 @@ impl Pools<'_> {
     async fn add_member(&self, image: &str) -> Result<()> {
         self.check_poolable()?;
         let spec = member_spec(image);
-        let net = crate::network::NetworkStore::new(&self.all.state).get(&spec.network)?;
-        if net.backend != Some(crate::network::Backend::User) {
+        let net = base::network::NetworkStore::new(&self.all.state).get(&spec.network)?;
+        if net.backend != Some(base::network::Backend::User) {
             return Err(PoolError::Network {
                 network: spec.network,
             }
@@ -76,18 +76,12 @@ impl Pools<'_> {
         view.create(&name, spec)?;
         let made = async {
             view.pools().mark_member(&name, |m| {
-                m.pool = Some(PoolMember {
-                    image: image.to_owned(),
-                    fingerprint,
-                    ready: false,
-                    identity_with_hello: false,
-                })
+                m.pool = Some(PoolMember::filling(image, fingerprint))
             })?;
             view.start_maybe_warm(&name, DEFAULT_START_TIMEOUT, |_| {}, false)
                 .await?;
             let ws = view.dir(&name)?;
-            let hello = ws
-                .connect_agent()
+            let hello = crate::guest::connect_agent(&ws)
                 .await
                 .map_err(Error::agent("connect"))?
                 .hello()

@@ -13,16 +13,16 @@ use std::time::{Duration, Instant};
 use vmm_core::snapshot::{MachineState, SnapshotFiles};
 
 use crate::error::{Error, Result};
-use crate::host::settings::{now_ms, unique_id};
 use crate::snapshots::copy_snapshot_disk;
-use crate::store::console_log::CONSOLE_FILE;
-use crate::store::events::EventKind;
-use crate::store::spec::{Meta, StartKind, WorkspaceSpec};
-use crate::vmm::seal;
-use crate::vmm::warm::{WarmRecord, PENDING_PREFIX, WARM_RECORD};
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::{Boot, StartProgress};
 use crate::workspaces::manager::{make_disk, Workspaces};
+use base::host::settings::{now_ms, unique_id};
+use base::store::console_log::CONSOLE_FILE;
+use base::store::events::EventKind;
+use base::store::spec::{Meta, StartKind, WorkspaceSpec};
+use base::vmm::seal;
+use base::vmm::warm::{WarmRecord, PENDING_PREFIX, WARM_RECORD};
 
 /// The warm snapshots' directory in the state directory.
 const WARM_DIR: &str = "warm";
@@ -119,7 +119,7 @@ impl Workspaces {
     fn warm_root(&self) -> PathBuf {
         self.warm_dir
             .clone()
-            .or_else(crate::host::settings::warm_dir_override)
+            .or_else(base::host::settings::warm_dir_override)
             .unwrap_or_else(|| self.state_dir().root().join(WARM_DIR))
     }
 
@@ -135,7 +135,7 @@ impl Workspaces {
         if !record.exists() {
             return Err(None);
         }
-        let record: WarmRecord = crate::store::read_json(&record)
+        let record: WarmRecord = base::store::read_json(&record)
             .map_err(|e| Some(format!("its record is unreadable: {e}")))?;
         if record.fingerprint != fingerprint {
             return Err(Some(
@@ -185,8 +185,8 @@ impl Workspaces {
         // A snapshot planted there would be resumed into new workspaces:
         // the directory must be this user's alone (and its VMMs' account's,
         // which fill it).
-        let vmm_gid = crate::vmm::user::for_state(self.state.root())?.map(|u| u.gid);
-        crate::store::private_dir_shared_with(
+        let vmm_gid = base::vmm::user::for_state(self.state.root())?.map(|u| u.gid);
+        base::store::private_dir_shared_with(
             &self.warm_root(),
             "warm snapshot directory",
             vmm_gid,
@@ -226,7 +226,7 @@ impl Workspaces {
                     memory_sha256: None,
                     disk_sha256: None,
                 };
-                crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)?;
+                base::store::write_json_atomic(&pending.join(WARM_RECORD), &record)?;
                 Ok(Boot {
                     keep_warm: Some(pending),
                     ..boot

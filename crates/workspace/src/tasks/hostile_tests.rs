@@ -39,8 +39,8 @@ pub(super) fn repos(
     test: &str,
     setup: impl Fn(&Path),
 ) -> Option<(PathBuf, PathBuf, PathBuf, String)> {
-    if crate::host::settings::host_tool("git").is_none() {
-        crate::test_support::skip(test, "git is not installed");
+    if base::host::settings::host_tool("git").is_none() {
+        base::test_support::skip(test, "git is not installed");
         return None;
     }
     let root = std::env::temp_dir().join(format!("ma-hostile-{test}-{}", std::process::id()));
@@ -359,7 +359,7 @@ fn a_delta_bomb_bundle_is_refused_with_host_git_under_its_cap() {
     assert!(std::fs::metadata(&file).unwrap().len() < 64 << 10);
     check_bundle(&file, &RepoLimits::default()).unwrap();
     let err = git::fetch_bundle_head(&user, &file, "refs/tasks/t1").unwrap_err();
-    let text = crate::error_chain::error_chain(&err);
+    let text = base::error_chain::error_chain(&err);
     assert!(
         text.contains("over limit") || text.contains("allocate"),
         "{text}"

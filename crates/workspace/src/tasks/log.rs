@@ -169,7 +169,7 @@ impl CappedLog {
         let tmp = dir.join(format!(
             ".{}.{}.cut",
             self.path.file_name().unwrap_or_default().to_string_lossy(),
-            crate::host::dirfd::random_hex()
+            base::host::dirfd::random_hex()
         ));
         let made = (|| {
             let mut new = OpenOptions::new()
@@ -201,7 +201,7 @@ impl CappedLog {
             let state = CutState {
                 cuts: vec![cut, self.cut],
             };
-            crate::store::write_json_atomic(&state_path(&self.path), &state)
+            base::store::write_json_atomic(&state_path(&self.path), &state)
                 .map_err(io::Error::other)?;
             std::fs::rename(&tmp, &self.path)?;
             Ok::<_, io::Error>((new, cut))
@@ -387,7 +387,7 @@ mod tests {
     fn scratch(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
             "ma-tasklog-{tag}-{}",
-            crate::host::settings::unique_id()
+            base::host::settings::unique_id()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         dir

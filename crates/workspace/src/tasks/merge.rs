@@ -245,7 +245,7 @@ mod tests {
     /// A repository on `main` with one commit, and a task branch with one
     /// commit changing `file` to `task`.
     fn fixture(test: &str) -> Option<(std::path::PathBuf, String)> {
-        crate::host::settings::host_tool("git")?;
+        base::host::settings::host_tool("git")?;
         let root = std::env::temp_dir().join(format!("ma-merge-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let repo = root.join("repo");

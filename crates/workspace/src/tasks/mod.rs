@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::code::ErrorCode;
-use crate::store::file_lock::FileLock;
-use crate::store::records::{RecordError, RecordLayout, RecordStore};
-use crate::store::spec::Owner;
-use crate::store::{StateDir, StoreError};
+use base::code::ErrorCode;
+use base::store::file_lock::FileLock;
+use base::store::records::{RecordError, RecordLayout, RecordStore};
+use base::store::spec::Owner;
+use base::store::{StateDir, StoreError};
 
 pub use merge::MergeResult;
 
@@ -242,7 +242,7 @@ pub struct TaskInfo {
 }
 
 fn default_namespace() -> String {
-    crate::store::name::DEFAULT_NAMESPACE.to_owned()
+    base::store::name::DEFAULT_NAMESPACE.to_owned()
 }
 
 /// Task settings of `config.json`'s `task` object.
@@ -273,8 +273,8 @@ impl TaskConfig {
     /// The settings of the state directory at `root` (defaults when the
     /// file or the object is missing; an unreadable file is an error).
     pub fn load(root: &Path) -> Result<Self, TaskError> {
-        let section = crate::host::settings::config_section(root, CONFIG_KEY)
-            .map_err(|e| TaskError::Invalid(crate::error_chain::error_chain(&e)))?;
+        let section = base::host::settings::config_section(root, CONFIG_KEY)
+            .map_err(|e| TaskError::Invalid(base::error_chain::error_chain(&e)))?;
         Ok(section.map(|(config, _)| config).unwrap_or_default())
     }
 }
@@ -386,7 +386,7 @@ impl TaskStore {
 
     /// The lock every change of the set of tasks takes (slot choice).
     pub fn lock_all(&self) -> Result<FileLock, TaskError> {
-        crate::store::make_private_dir(self.root())?;
+        base::store::make_private_dir(self.root())?;
         let path = self.root().join("tasks.lock");
         FileLock::exclusive(&path).map_err(TaskError::io(format!("locking {}", path.display())))
     }
@@ -436,7 +436,7 @@ impl TaskStore {
 
 /// The id a new task gets.
 pub(crate) fn new_task_id() -> String {
-    crate::host::settings::unique_id()
+    base::host::settings::unique_id()
 }
 
 /// The workspace task `id` runs in.
@@ -518,7 +518,7 @@ pub(crate) mod tests {
         std::fs::create_dir_all(&root).unwrap();
         assert_eq!(TaskConfig::load(&root).unwrap(), TaskConfig::default());
         std::fs::write(
-            root.join(crate::host::settings::CONFIG_FILE),
+            root.join(base::host::settings::CONFIG_FILE),
             r#"{"task": {"command": "make", "max_slots": 2, "max_log_bytes": 1000}, "other": 1}"#,
         )
         .unwrap();
@@ -527,7 +527,7 @@ pub(crate) mod tests {
         assert_eq!(c.log_cap(), log::MIN_MAX_LOG_BYTES, "a cap has a floor");
         assert_eq!(TaskConfig::default().log_cap(), log::DEFAULT_MAX_LOG_BYTES);
         std::fs::write(
-            root.join(crate::host::settings::CONFIG_FILE),
+            root.join(base::host::settings::CONFIG_FILE),
             r#"{"task": 3}"#,
         )
         .unwrap();

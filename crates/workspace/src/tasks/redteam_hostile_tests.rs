@@ -19,8 +19,8 @@ fn a_filter_in_the_users_global_config_never_runs_on_guest_data() {
     let test = "a_filter_in_the_users_global_config_never_runs_on_guest_data";
     const CHILD: &str = "MICROAGENT_REDTEAM_CHILD";
     if std::env::var_os(CHILD).is_none() {
-        if crate::host::settings::host_tool("git").is_none() {
-            crate::test_support::skip(test, "git is not installed");
+        if base::host::settings::host_tool("git").is_none() {
+            base::test_support::skip(test, "git is not installed");
             return;
         }
         let home = std::env::temp_dir().join(format!("ma-redteam-home-{}", std::process::id()));

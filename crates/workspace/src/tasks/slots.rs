@@ -171,7 +171,7 @@ mod tests {
     #[test]
     fn caches_are_keyed_by_agent_repository_and_slot() {
         let mine = cache_volume(Some("alice"), "proj", 3);
-        crate::store::name::validate_name(&mine).unwrap();
+        base::store::name::validate_name(&mine).unwrap();
         assert!(
             mine.starts_with(CACHE_PREFIX) && mine.ends_with("-3"),
             "{mine}"
@@ -190,8 +190,8 @@ mod tests {
             assert_ne!(&mine, other);
         }
         // Names of any length still make a valid volume name.
-        let long = "a".repeat(crate::store::name::MAX_NAME_LEN);
-        crate::store::name::validate_name(&cache_volume(Some(&long), &long, MAX_SLOTS)).unwrap();
+        let long = "a".repeat(base::store::name::MAX_NAME_LEN);
+        base::store::name::validate_name(&cache_volume(Some(&long), &long, MAX_SLOTS)).unwrap();
         assert_eq!(parse_cache_volume("task-cache-7"), Some((None, 7)));
         for not_a_cache in ["data", "task-cache-", "task-cache-x-1", "task-cache-7x"] {
             assert_eq!(parse_cache_volume(not_a_cache), None, "{not_a_cache}");

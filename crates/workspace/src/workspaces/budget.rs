@@ -18,7 +18,7 @@ impl Workspaces {
 
     fn check_disk_against(&self, budget: &HostBudget) -> Result<()> {
         let root = self.state_dir().root();
-        let free = crate::host::settings::free_bytes(root).map_err(|source| BudgetError::Io {
+        let free = base::host::settings::free_bytes(root).map_err(|source| BudgetError::Io {
             what: format!("measuring the free space of {}", root.display()),
             source,
         })?;
@@ -37,7 +37,7 @@ impl Workspaces {
             };
             // Pool members are given back first; a member's own start
             // takes no other's place.
-            let for_member = crate::store::name::namespace_of(name) == crate::pool::POOL_NAMESPACE;
+            let for_member = base::store::name::namespace_of(name) == crate::pool::POOL_NAMESPACE;
             if for_member || !self.pools().give_back_a_member() {
                 return Err(refused.into());
             }

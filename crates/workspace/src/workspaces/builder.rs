@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
-use crate::host::settings::asset_dir;
-use crate::store::spec::{Limits, LIMITS};
-use crate::store::StateDir;
 use crate::workspaces::manager::Workspaces;
+use base::host::settings::asset_dir;
+use base::store::spec::{Limits, LIMITS};
+use base::store::StateDir;
 
 /// Builds a [`Workspaces`]; see [`Workspaces::builder`].
 #[derive(Clone, Debug, Default)]
@@ -39,7 +39,7 @@ impl WorkspacesBuilder {
     }
 
     /// Runs each workspace's VMM process as `program` with the arguments of
-    /// [`crate::vmm::launch::VmmLaunch`]. Default: this executable, which must
+    /// [`base::vmm::launch::VmmLaunch`]. Default: this executable, which must
     /// then run `vmm_host::VmmProcess` (crates/vmm-host) when given those arguments
     /// (the `microagent` binary does).
     pub fn vmm_program(mut self, program: impl Into<PathBuf>) -> Self {
@@ -157,12 +157,12 @@ mod tests {
             .limits(tight)
             .build()
             .unwrap();
-        let spec = crate::store::spec::WorkspaceSpec {
+        let spec = base::store::spec::WorkspaceSpec {
             vcpus: 4,
             ..Default::default()
         };
         let err = ws.create("big", spec).unwrap_err();
-        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
+        assert_eq!(err.code(), base::code::ErrorCode::InvalidInput);
         assert!(err.to_string().contains("use 1 to 2"), "{err}");
         assert!(ws.list(&Default::default()).unwrap().is_empty());
         let wide = Limits {
@@ -174,7 +174,7 @@ mod tests {
             .limits(wide)
             .build()
             .unwrap_err();
-        assert_eq!(err.code(), crate::code::ErrorCode::InvalidInput);
+        assert_eq!(err.code(), base::code::ErrorCode::InvalidInput);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

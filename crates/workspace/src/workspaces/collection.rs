@@ -3,12 +3,10 @@
 //! host budget, pools), so it sits above each of them.
 
 use crate::error::{Error, Result};
-use crate::host::settings::now_ms;
-use crate::images::registry::ImageInfo;
-use crate::store::events::EventKind;
-use crate::store::spec::{Meta, WorkspaceSpec};
-use crate::store::state::State;
 use crate::workspaces::manager::{make_disk, ListFilter, Workspaces};
+use base::images::registry::ImageInfo;
+use base::store::events::EventKind;
+use base::store::spec::{Meta, WorkspaceSpec};
 
 impl Workspaces {
     /// Workspaces that use image `name`.
@@ -66,7 +64,7 @@ impl Workspaces {
         spec.validate_within(&self.limits)?;
         self.check_budget_disk()?;
         ws.check_socket_paths()?;
-        crate::store::ports::check_free(&spec.ports)?;
+        base::store::ports::check_free(&spec.ports)?;
         // Held or not, they must exist; who runs with them is the start's
         // concern.
         for m in spec.volumes.iter().filter(|m| !m.own_copy) {
@@ -84,24 +82,14 @@ impl Workspaces {
         // A directory without metadata is a create that died half-way.
         let _ = std::fs::remove_dir_all(ws.path());
         let made = (|| {
-            crate::store::make_private_dir(ws.path())?;
+            base::store::make_private_dir(ws.path())?;
             make_disk(&ws.disk(), spec.disk_mib)?;
             if spec.repo.is_some() {
                 std::fs::write(ws.repo_pending(), b"")
                     .map_err(Error::host_io("marking the clone to make"))?;
             }
-            crate::pause_point::pause_point("create:disk");
-            let meta = Meta {
-                name: name.to_owned(),
-                namespace: crate::store::name::namespace_of(name).to_owned(),
-                spec: spec.with_image(image),
-                created_at_ms: now_ms(),
-                state: State::Stopped,
-                runtime: None,
-                last_exit: None,
-                pristine: true,
-                pool: None,
-            };
+            base::pause_point::pause_point("create:disk");
+            let meta = Meta::created(name, spec.with_image(image), true);
             ws.write_meta(&meta)?;
             ws.events().append(EventKind::Created)?;
             Ok(meta)
@@ -126,7 +114,7 @@ impl Workspaces {
                 Err(Error::WorkspaceNotFound(_)) => continue,
                 // One damaged record does not hide the others; `inspect`
                 // names the damage.
-                Err(Error::Store(e @ crate::store::StoreError::Parse { .. })) => {
+                Err(Error::Store(e @ base::store::StoreError::Parse { .. })) => {
                     tracing::warn!("skipping workspace `{name}`: {e}");
                     continue;
                 }
@@ -137,7 +125,7 @@ impl Workspaces {
             }
             let spec = &meta.spec;
             let keep = self.lists(
-                crate::store::name::namespace_of(&name),
+                base::store::name::namespace_of(&name),
                 spec.agent.as_deref(),
                 &spec.shared_with,
                 filter.all_agents,

@@ -2,11 +2,11 @@
 
 use serde::Serialize;
 
-use crate::code::ErrorCode;
-use crate::store::console_log::CONSOLE_LOG_CAP;
-use crate::store::spec::{defaults, Limits, LIMITS};
-use crate::store::state::State;
-use crate::store::workspace_dir::AGENT_PORT;
+use base::code::ErrorCode;
+use base::store::console_log::CONSOLE_LOG_CAP;
+use base::store::spec::{defaults, Limits, LIMITS};
+use base::store::state::State;
+use base::store::workspace_dir::AGENT_PORT;
 
 /// The contract document.
 #[derive(Debug, Serialize)]

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::store::egress::{AllowEntry, Egress, EgressDenials};
-use crate::store::spec::Meta;
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::workspaces::handle::Workspace;
+use base::store::egress::{AllowEntry, Egress, EgressDenials};
+use base::store::spec::Meta;
+use base::vmm::control::{self, ControlRequest, ControlResponse};
 
 /// How long a control call about the policy may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -26,9 +26,9 @@ impl Workspace<'_> {
         spec.egress = egress;
         spec.allow = allow;
         let net = all.networks().store().get(&spec.network)?;
-        crate::network::user_filter::validate_workspace_policy(&net, &spec)?;
+        base::network::user_filter::validate_workspace_policy(&net, &spec)?;
         if meta.state.has_vmm() {
-            let (egress, allow) = crate::network::attach::policy(&net, &spec);
+            let (egress, allow) = base::network::attach::policy(&net, &spec);
             match control::call(
                 &ws.control(),
                 &ControlRequest::SetEgress { egress, allow },

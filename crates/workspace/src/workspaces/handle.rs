@@ -9,9 +9,9 @@
 //! ...) as an `impl Workspace<'_>` block.
 
 use crate::error::Result;
-use crate::store::name::FullName;
-use crate::store::spec::Meta;
 use crate::workspaces::manager::{vmm_died, Workspaces};
+use base::store::name::FullName;
+use base::store::spec::Meta;
 
 /// One workspace, by a full name (`name` or `name.namespace`) that passed
 /// the name rules. It may not exist (yet): each call reports `NOT_FOUND`
@@ -28,9 +28,9 @@ impl Workspaces {
     pub(crate) fn running(
         &self,
         name: &str,
-    ) -> Result<(crate::store::workspace_dir::WorkspaceDir, Meta)> {
+    ) -> Result<(base::store::workspace_dir::WorkspaceDir, Meta)> {
         let meta = self.at(name).get_here()?;
-        if meta.state != crate::store::state::State::Running {
+        if meta.state != base::store::state::State::Running {
             return Err(crate::error::Error::NotRunning {
                 name: name.to_owned(),
                 state: meta.state,
@@ -70,13 +70,13 @@ impl Workspace<'_> {
         let (_lock, mut meta) = all.lock_existing(name)?;
         if vmm_died(&meta) {
             let pid = meta.runtime.as_ref().map_or(0, |r| r.pid);
-            let reason = match crate::vmm::confinement::seccomp_violation(&ws) {
+            let reason = match base::vmm::confinement::seccomp_violation(&ws) {
                 Some(what) => {
                     format!("its VMM process {pid} was killed by its seccomp filter: {what}")
                 }
                 None => format!("its VMM process {pid} died unexpectedly (killed or crashed)"),
             };
-            crate::host::cgroup::remove_recorded(ws.path());
+            base::host::cgroup::remove_recorded(ws.path());
             ws.record_exit(&mut meta, true, &reason)?;
         }
         Ok(meta)

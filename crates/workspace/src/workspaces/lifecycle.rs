@@ -5,16 +5,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::host::settings::now_ms;
-use crate::remedy::Remedy;
-use crate::store::process;
-use crate::store::spec::{DeleteOptions, Meta, Runtime, StartKind};
-use crate::store::state::State;
-use crate::store::workspace_dir::VMM_LOG;
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
-use crate::vmm::launch::VmmLaunch;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
+use base::host::settings::now_ms;
+use base::remedy::Remedy;
+use base::store::process;
+use base::store::spec::{DeleteOptions, Meta, Runtime, StartKind};
+use base::store::state::State;
+use base::store::workspace_dir::VMM_LOG;
+use base::vmm::control::{self, ControlRequest, ControlResponse};
+use base::vmm::launch::VmmLaunch;
 
 /// Default time `start` waits for the agent.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(300);
@@ -99,7 +99,7 @@ impl Workspaces {
             }
         }
         self.images.get(&meta.spec.image)?;
-        crate::network::attach::preflight(&self.state, &meta.spec)?;
+        base::network::attach::preflight(&self.state, &meta.spec)?;
         // Held until this start is recorded as starting: two starts at
         // once cannot both take the budget's last place.
         let _budget = crate::host::budget::BudgetLock::take(self.state.root())?;
@@ -108,7 +108,7 @@ impl Workspaces {
         self.volumes().check_mountable(name, &meta.spec.volumes)?;
         let boot = boot(&meta)?;
         // Groups a VMM running as its own account could not remove.
-        crate::host::cgroup::remove_recorded(ws.path());
+        base::host::cgroup::remove_recorded(ws.path());
         ws.clear_pending_identity();
         let log = std::fs::File::create(ws.path().join(VMM_LOG))
             .map_err(Error::host_io(format!("creating {VMM_LOG}")))?;
@@ -124,7 +124,7 @@ impl Workspaces {
         if let Some(dir) = &boot.keep_warm {
             launch = launch.keeping_warm(dir);
         }
-        if let Some(user) = crate::vmm::user::for_state(self.state.root())? {
+        if let Some(user) = base::vmm::user::for_state(self.state.root())? {
             user.hand_over_tree(ws.path())?;
             user.hand_over(&self.state.lock_path(name))?;
             if let Some(dir) = &boot.keep_warm {
@@ -155,7 +155,7 @@ impl Workspaces {
                 reason: format!(
                     "the VMM process {} could not be started: {}",
                     self.vmm_binary.display(),
-                    crate::error_chain::error_chain(&e)
+                    base::error_chain::error_chain(&e)
                 ),
             })?;
         let pid = spawned.pid;
@@ -171,18 +171,15 @@ impl Workspaces {
             });
         };
         let now = now_ms();
-        meta.runtime = Some(Runtime {
+        let mut runtime = Runtime::launched(
             pid,
             pid_start,
-            started_at_ms: now,
-            ready_at_ms: None,
-            ttl_deadline_ms: meta.spec.ttl_secs.map(|s| now + s * 1000),
-            start_kind: Some(boot.kind),
-            launched_mono_ns: Some(launched_mono_ns),
-            vcpu_running_us: None,
-            protections: Vec::new(),
-            ready_us: None,
-        });
+            now,
+            meta.spec.ttl_secs.map(|s| now + s * 1000),
+        );
+        runtime.start_kind = Some(boot.kind);
+        runtime.launched_mono_ns = Some(launched_mono_ns);
+        meta.runtime = Some(runtime);
         if let Err(e) = ws.write_meta(&meta) {
             process::kill(pid, pid_start);
             return Err(e.into());
@@ -215,7 +212,7 @@ impl Workspaces {
         timeout: Duration,
         progress: &mut (impl FnMut(StartProgress) + Send),
     ) -> Result<Meta> {
-        crate::pause_point::pause_point("start:waiting");
+        base::pause_point::pause_point("start:waiting");
         let ws = self.dir(name)?;
         let mut last_report = Instant::now();
         loop {
@@ -245,7 +242,7 @@ impl Workspaces {
                 last_report = Instant::now();
                 progress(StartProgress {
                     elapsed: started.elapsed(),
-                    console: crate::store::console_log::tail_lines(ws.path(), 1)
+                    console: base::store::console_log::tail_lines(ws.path(), 1)
                         .ok()
                         .and_then(|mut l| l.pop()),
                 });
@@ -281,9 +278,9 @@ impl Workspace<'_> {
             // A VMM that cannot take requests is torn down.
             return self.halt();
         }
-        crate::pause_point::pause_point("stop:asked");
+        base::pause_point::pause_point("stop:asked");
         let deadline =
-            crate::host::settings::deadline_after(timeout.saturating_add(Duration::from_secs(10)));
+            base::host::settings::deadline_after(timeout.saturating_add(Duration::from_secs(10)));
         // Until its last thread is gone it may still hold a published port.
         while process::not_yet_gone(rt.pid, rt.pid_start) {
             if Instant::now() > deadline {
@@ -302,7 +299,7 @@ impl Workspaces {
         let (_lock, mut meta) = self.lock_existing(name)?;
         if meta.state.has_vmm() {
             // A VMM killed after its guest stopped did not leave its group.
-            crate::host::cgroup::remove_recorded(ws.path());
+            base::host::cgroup::remove_recorded(ws.path());
             ws.record_exit(&mut meta, false, reason)?;
         }
         Ok(meta)
@@ -373,7 +370,7 @@ impl Workspaces {
                 )));
             }
         }
-        crate::host::cgroup::remove_recorded(ws.path());
+        base::host::cgroup::remove_recorded(ws.path());
         ws.record_exit(&mut meta, false, "halted (VM torn down)")?;
         Ok(meta)
     }
@@ -386,7 +383,7 @@ impl Workspace<'_> {
     /// delete (a prompt, a preview, `check_delete`).
     pub fn before_delete(self) -> Result<Option<crate::workspaces::manager::WorkspaceInfo>> {
         match self.inspect() {
-            Err(e) if e.code() == crate::code::ErrorCode::NotFound && self.remote()?.is_some() => {
+            Err(e) if e.code() == base::code::ErrorCode::NotFound && self.remote()?.is_some() => {
                 Ok(None)
             }
             other => other.map(Some),
@@ -405,7 +402,7 @@ impl Workspace<'_> {
             // placement): nothing of it is kept here.
             let gone = match &deleted {
                 Ok(_) => true,
-                Err(e) => e.code() == crate::code::ErrorCode::NotFound,
+                Err(e) => e.code() == base::code::ErrorCode::NotFound,
             };
             if gone {
                 let servers = self.all.servers();
@@ -422,25 +419,25 @@ impl Workspace<'_> {
         if meta.state.has_vmm() {
             all.halt_locked(name)?;
         }
-        crate::network::attach::remove_tap(&all.state, &meta.spec);
+        base::network::attach::remove_tap(&all.state, &meta.spec);
         // Whatever group a killed VMM left behind goes with it.
-        crate::host::cgroup::remove_recorded(ws.path());
+        base::host::cgroup::remove_recorded(ws.path());
         // Gone from every listing at once; a delete killed while removing
         // leaves a directory the next listing sweeps.
         let doomed = ws.path().with_file_name(format!(
             "{}{name}-{}",
-            crate::store::DELETING_PREFIX,
+            base::store::DELETING_PREFIX,
             std::process::id()
         ));
         std::fs::rename(ws.path(), &doomed)
             .map_err(Error::host_io(format!("removing {}", ws.path().display())))?;
-        crate::pause_point::pause_point("delete:renamed");
+        base::pause_point::pause_point("delete:renamed");
         std::fs::remove_dir_all(&doomed)
             .map_err(Error::host_io(format!("removing {}", doomed.display())))?;
         all.state.remove_lock(name, lock)?;
         // Its kept outputs go with it (a one-shot's stay until their
         // TTL), and any past their TTL with them.
-        match crate::store::kept_outputs::KeptOutputs::new(all.state.root()) {
+        match base::store::kept_outputs::KeptOutputs::new(all.state.root()) {
             Ok(kept) => {
                 if !options.keep_outputs {
                     if let Err(e) = kept.remove_workspace(name) {
@@ -544,10 +541,23 @@ impl Workspace<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::kept_outputs::tests::visible;
-    use crate::store::kept_outputs::{KeptOutputs, OUTPUTS_DIR};
-    use crate::store::spec::DeleteOptions;
     use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
+    use base::store::kept_outputs::{KeptOutputs, OUTPUTS_DIR};
+    use base::store::spec::DeleteOptions;
+
+    /// Entries of `dir` but hidden ones (the lock).
+    fn visible(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                !e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .as_encoded_bytes()
+                    .starts_with(b".")
+            })
+            .count()
+    }
 
     #[test]
     fn kept_outputs_go_with_their_workspace_unless_kept() {
@@ -575,7 +585,7 @@ mod tests {
         assert!(kept.workspace_dir("other").exists(), "others' stay");
         // A delete sweeps what is past its TTL: with a TTL of 0, everything.
         std::fs::write(
-            root.join(crate::host::settings::CONFIG_FILE),
+            root.join(base::host::settings::CONFIG_FILE),
             r#"{"outputs": {"ttl_secs": 0}}"#,
         )
         .unwrap();

@@ -13,15 +13,15 @@ use sha2::{Digest, Sha256};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::host_tool::HostTool;
-use crate::images::registry::ImageRegistry;
 use crate::secrets::{SecretMask, SecretStore, SecretValue};
-use crate::store::process;
-use crate::store::spec::{Limits, Meta, WorkspaceSpec, LIMITS};
-use crate::store::state::State;
-use crate::store::workspace_dir::{WorkspaceDir, WorkspaceDirError};
-use crate::store::{StateDir, WorkspaceLock};
-use crate::vmm::launch::GUEST_CMDLINE;
+use base::host_tool::HostTool;
+use base::images::registry::ImageRegistry;
+use base::store::process;
+use base::store::spec::{Limits, Meta, WorkspaceSpec, LIMITS};
+use base::store::state::State;
+use base::store::workspace_dir::{WorkspaceDir, WorkspaceDirError};
+use base::store::{StateDir, WorkspaceLock};
+use base::vmm::launch::GUEST_CMDLINE;
 use vmm_core::KernelVariant;
 
 /// `inspect`: the record plus what is known live.
@@ -43,11 +43,11 @@ pub struct WorkspaceInfo {
     /// The guest's network as it is now (null on `none`, or when the
     /// network's record is gone).
     #[serde(default)]
-    pub network: Option<crate::network::GuestNetwork>,
+    pub network: Option<base::network::GuestNetwork>,
     /// While it runs on the `user` network: what its egress filter refused
     /// since it started, and the last ones (where, why, when).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refused: Option<crate::store::egress::EgressDenials>,
+    pub refused: Option<base::store::egress::EgressDenials>,
 }
 
 /// Filters for `list`.
@@ -145,7 +145,7 @@ impl Workspaces {
             limits: LIMITS,
             warm_dir: None,
             task_program: None,
-            namespace: crate::store::name::DEFAULT_NAMESPACE.to_owned(),
+            namespace: base::store::name::DEFAULT_NAMESPACE.to_owned(),
             caller: None,
         }
     }
@@ -232,17 +232,17 @@ impl Workspaces {
     pub(crate) fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
         let image = self.images().get(&spec.image)?;
         let variant = self.images().kernel_variant();
-        let net = crate::network::NetworkStore::new(self.state_dir()).get(&spec.network)?;
+        let net = base::network::NetworkStore::new(self.state_dir()).get(&spec.network)?;
         // Each guest on a tap network has an address of its own, which a
         // restored guest takes from the VMM: one warm snapshot serves all
         // tap networks.
-        let (network, addressing) = if net.backend == Some(crate::network::Backend::Tap) {
+        let (network, addressing) = if net.backend == Some(base::network::Backend::Tap) {
             ("tap".to_owned(), "re-addressed at restore".to_owned())
         } else {
             (
                 spec.network.clone(),
-                crate::network::guest_cmdline(
-                    crate::network::attach::addressing(&net, spec).as_ref(),
+                base::network::guest_cmdline(
+                    base::network::attach::addressing(&net, spec).as_ref(),
                 )
                 .unwrap_or_default(),
             )
@@ -265,7 +265,7 @@ impl Workspaces {
                 image.boot_args.as_deref().unwrap_or_default()
             ),
             format!("network {addressing}"),
-            format!("volume slots {}", crate::store::volume_mounts::VOLUME_SLOTS),
+            format!("volume slots {}", base::store::volume_mounts::VOLUME_SLOTS),
             key.clone(),
         ];
         let fingerprint = format!("{:x}", Sha256::digest(inputs.join("\n")));
@@ -330,11 +330,11 @@ pub(crate) fn make_disk(path: &Path, mib: u64) -> Result<()> {
             "lazy_itable_init=1,lazy_journal_init=1",
         ])
         .arg(path)
-        .limits(crate::host_tool::ToolLimits::writing(mib << 20))
+        .limits(base::host_tool::ToolLimits::writing(mib << 20))
         .output()
         .map_err(|e| Error::HostIo {
             what: format!("mkfs.ext4 {}", path.display()),
-            source: std::io::Error::other(crate::error_chain::error_chain(&e)),
+            source: std::io::Error::other(base::error_chain::error_chain(&e)),
         })?;
     if !out.status.success() {
         return Err(Error::HostIo {
@@ -352,13 +352,13 @@ pub(crate) mod tests {
     use super::*;
     use std::time::Duration;
 
-    use crate::code::ErrorCode;
-    use crate::host::settings::{host_tool, now_ms};
-    use crate::images::registry::{KERNEL_FILE, ROOTFS_FILE};
-    use crate::store::events::EventKind;
-    use crate::store::spec::{DeleteOptions, Runtime, WorkspaceSpec};
-    use crate::store::workspace_dir::VMM_LOG;
-    use crate::vmm::confinement::seccomp_violation;
+    use base::code::ErrorCode;
+    use base::host::settings::{host_tool, now_ms};
+    use base::images::registry::{KERNEL_FILE, ROOTFS_FILE};
+    use base::store::events::EventKind;
+    use base::store::spec::{DeleteOptions, Runtime, WorkspaceSpec};
+    use base::store::workspace_dir::VMM_LOG;
+    use base::vmm::confinement::seccomp_violation;
 
     pub(crate) struct Fixture {
         root: PathBuf,
@@ -375,7 +375,7 @@ pub(crate) mod tests {
         let root = PathBuf::from(format!("/tmp/ma-mgr-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let src = root.join("src");
-        crate::test_support::fake_image_files(&src);
+        base::test_support::fake_image_files(&src);
         assert!(src.join(KERNEL_FILE).exists() && src.join(ROOTFS_FILE).exists());
         let state = StateDir::at(root.join("state")).unwrap();
         let ws = Workspaces::new(state, None, PathBuf::from(vmm_binary));
@@ -402,7 +402,7 @@ pub(crate) mod tests {
 
     /// Whether mkfs.ext4 is here (else `test` is recorded as skipped).
     pub(crate) fn have_mkfs(test: &str) -> bool {
-        crate::test_support::have_mkfs(test, host_tool("mkfs.ext4").is_some())
+        base::test_support::have_mkfs(test, host_tool("mkfs.ext4").is_some())
     }
 
     #[test]
@@ -416,9 +416,9 @@ pub(crate) mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let owner = crate::store::spec::Owner {
+        let owner = base::store::spec::Owner {
             pid,
-            start_ticks: crate::store::process::start_ticks(pid).unwrap(),
+            start_ticks: base::store::process::start_ticks(pid).unwrap(),
         };
         let scoped = WorkspaceSpec {
             owner: Some(owner),
@@ -501,18 +501,9 @@ pub(crate) mod tests {
         child.wait().unwrap();
         let mut meta = dir.read_meta().unwrap();
         meta.state = State::Running;
-        meta.runtime = Some(Runtime {
-            pid,
-            pid_start: ticks,
-            started_at_ms: now_ms(),
-            ready_at_ms: Some(now_ms()),
-            ttl_deadline_ms: None,
-            start_kind: None,
-            launched_mono_ns: None,
-            vcpu_running_us: None,
-            protections: Vec::new(),
-            ready_us: None,
-        });
+        let mut runtime = Runtime::launched(pid, ticks, now_ms(), None);
+        runtime.ready_at_ms = Some(now_ms());
+        meta.runtime = Some(runtime);
         dir.write_meta(&meta).unwrap();
         std::fs::write(dir.control(), b"").unwrap();
 
@@ -681,7 +672,7 @@ pub(crate) mod tests {
             f.ws.at("dev").extend_ttl(3600).unwrap().spec.ttl_secs,
             Some(5400)
         );
-        let max = crate::store::spec::LIMITS.max_ttl_secs;
+        let max = base::store::spec::LIMITS.max_ttl_secs;
         let err = f.ws.at("dev").extend_ttl(max).unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidInput, "{err}");
         assert_eq!(
@@ -719,7 +710,7 @@ pub(crate) mod tests {
     #[test]
     fn a_snapshot_take_or_delete_killed_half_way_is_swept_by_the_next_listing() {
         let f = fixture("snapsweep", "/nonexistent/vmm");
-        let dir = f.ws.state_dir().root().join(crate::store::SNAPSHOTS_DIR);
+        let dir = f.ws.state_dir().root().join(base::store::SNAPSHOTS_DIR);
         let dead = [
             format!(".s1.{}.tmp", u32::MAX),
             format!(".s2.{}.rm", u32::MAX),

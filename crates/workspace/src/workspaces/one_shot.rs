@@ -7,10 +7,10 @@
 use std::future::Future;
 
 use crate::error::{Error, Result};
-use crate::host::settings::unique_id;
-use crate::store::spec::WorkspaceSpec;
 use crate::workspaces::lifecycle::DEFAULT_STOP_TIMEOUT;
 use crate::workspaces::manager::Workspaces;
+use base::host::settings::unique_id;
+use base::store::spec::WorkspaceSpec;
 
 /// What becomes of a one-shot workspace afterwards.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,7 +49,7 @@ impl OneShot {
             prefix: prefix.into(),
             spec: WorkspaceSpec {
                 ttl_secs: spec.ttl_secs.or(Some(ONE_SHOT_TTL_SECS)),
-                owner: crate::store::spec::Owner::this_process(),
+                owner: base::store::spec::Owner::this_process(),
                 ..spec
             },
             afterwards: Afterwards::default(),
@@ -136,7 +136,7 @@ impl Workspaces {
                     // caller reads them after this.
                     ws.at(&target)
                         .delete(
-                            crate::store::spec::DeleteOptions::default()
+                            base::store::spec::DeleteOptions::default()
                                 .force(true)
                                 .keep_outputs(true),
                         )
@@ -173,7 +173,7 @@ mod tests {
         let run = OneShot::new("run", WorkspaceSpec::default());
         let (a, b) = (run.pick_name(), run.pick_name());
         assert!(a.starts_with("run-") && a != b, "{a} {b}");
-        assert!(crate::store::name::validate_name(&a).is_ok());
+        assert!(base::store::name::validate_name(&a).is_ok());
         let named = run.clone().named(Some("dev".into()));
         assert_eq!(named.pick_name(), "dev");
         assert_eq!(named.afterwards, Afterwards::Delete);

@@ -6,12 +6,12 @@
 //! library.
 
 use crate::error::{Error, Result};
-use crate::host::settings::now_ms;
 use crate::servers::{PlacedWorkspace, RemoteWorkspace, ServerError, LOCAL_SERVER};
-use crate::store::name::FullName;
-use crate::store::spec::Meta;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::{WorkspaceInfo, Workspaces};
+use base::host::settings::now_ms;
+use base::store::name::FullName;
+use base::store::spec::Meta;
 
 impl Workspaces {
     /// The workspace called `name` in this view's namespace (a full name
@@ -32,12 +32,12 @@ impl Workspaces {
     /// ```
     pub fn workspace(&self, name: &str) -> Result<Workspace<'_>> {
         let full = self.full_name(name)?;
-        let name = FullName::new(&full).map_err(crate::store::StoreError::Name)?;
+        let name = FullName::new(&full).map_err(base::store::StoreError::Name)?;
         if self.caller.is_some() {
             match self.dir(&name)?.read_meta() {
                 Ok(meta) => self.check_access("workspace", &name, &meta.spec)?,
                 // Not here: on a server, whose owner was recorded here.
-                Err(crate::store::workspace_dir::WorkspaceDirError::NotFound(_)) => {
+                Err(base::store::workspace_dir::WorkspaceDirError::NotFound(_)) => {
                     self.placement_of(name.as_str())?;
                 }
                 Err(e) => return Err(e.into()),
@@ -247,10 +247,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::code::ErrorCode;
     use crate::servers::ServerSpec;
-    use crate::store::state::State;
     use crate::workspaces::manager::tests::{fixture, have_mkfs, session, spec};
+    use base::code::ErrorCode;
+    use base::store::state::State;
 
     fn code<T: std::fmt::Debug>(r: Result<T>) -> ErrorCode {
         r.unwrap_err().code()
@@ -364,17 +364,7 @@ mod tests {
 
     #[test]
     fn a_servers_answer_names_only_the_workspace_asked_for() {
-        let made = |name: &str| Meta {
-            name: name.to_owned(),
-            namespace: String::new(),
-            spec: spec(),
-            created_at_ms: 0,
-            state: State::Stopped,
-            runtime: None,
-            last_exit: None,
-            pristine: true,
-            pool: None,
-        };
+        let made = |name: &str| Meta::created(name, spec(), true);
         check_made("box", "fresh", &made("fresh")).unwrap();
         // A hostile server's fork or create answer naming another
         // workspace (one here, another agent's, a path) is garbled.

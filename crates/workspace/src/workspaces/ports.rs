@@ -5,10 +5,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::store::ports::{check_free, validate, PortMapping};
-use crate::store::spec::Meta;
-use crate::vmm::control::{self, ControlRequest, ControlResponse};
 use crate::workspaces::handle::Workspace;
+use base::store::ports::{check_free, validate, PortMapping};
+use base::store::spec::Meta;
+use base::vmm::control::{self, ControlRequest, ControlResponse};
 
 /// How long a control call about ports may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -37,7 +37,7 @@ impl Workspace<'_> {
         if meta.state.has_vmm() {
             // Bound here and handed over: the VMM opens no internet socket
             // once it runs (docs/security.md).
-            let listener = crate::store::ports::bind(&mapping)?;
+            let listener = base::store::ports::bind(&mapping)?;
             expect_ok(control::call_with_fd(
                 &ws.control(),
                 &ControlRequest::Publish { mapping },

@@ -6,11 +6,11 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::host_tool::HostTool;
-use crate::images::registry::ImageInfo;
 use crate::repos::{git, RepoError, RepoInfo, RepoStore};
-use crate::store::repo_checkout::RepoCheckout;
 use crate::workspaces::manager::Workspaces;
+use base::host_tool::HostTool;
+use base::images::registry::ImageInfo;
+use base::store::repo_checkout::RepoCheckout;
 
 /// Where git lives in images that have it (debugfs follows the `/bin`
 /// link of merged-/usr images).
@@ -68,7 +68,7 @@ fn rootfs_has_any(rootfs: &Path, paths: &[&str]) -> Result<bool> {
             .output()
             .map_err(|e| crate::error::Error::HostIo {
                 what: format!("reading {} with debugfs", rootfs.display()),
-                source: std::io::Error::other(crate::error_chain::error_chain(&e)),
+                source: std::io::Error::other(base::error_chain::error_chain(&e)),
             })?;
         if String::from_utf8_lossy(&out.stdout).contains("Inode:") {
             return Ok(true);

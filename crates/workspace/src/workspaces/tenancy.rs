@@ -6,11 +6,11 @@ use std::sync::Arc;
 use crate::agents::access::{may_use, Caller};
 use crate::error::{Error, Result};
 use crate::network::service::{NetworkUsers, Networks};
-use crate::store::name::{full_name, validate_namespace, ALL_NAMESPACES};
-use crate::store::spec::{Meta, WorkspaceSpec};
-use crate::store::{StateDir, StoreError};
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::{ListFilter, Workspaces};
+use base::store::name::{full_name, validate_namespace, ALL_NAMESPACES};
+use base::store::spec::{Meta, WorkspaceSpec};
+use base::store::{StateDir, StoreError};
 
 /// The pool's members are no one's to name.
 pub(crate) fn refuse_pool_namespace(namespace: &str) -> Result<()> {
@@ -75,7 +75,7 @@ impl Workspaces {
     pub(crate) fn full_name(&self, name: &str) -> Result<String> {
         let full = full_name(&self.namespace, name).map_err(StoreError::Name)?;
         if self.namespace != crate::pool::POOL_NAMESPACE {
-            refuse_pool_namespace(crate::store::name::namespace_of(&full))?;
+            refuse_pool_namespace(base::store::name::namespace_of(&full))?;
         }
         Ok(full)
     }
@@ -103,7 +103,7 @@ impl Workspaces {
         shared_with: &[String],
         all_agents: bool,
     ) -> bool {
-        crate::store::name::shown_in(namespace, &self.namespace)
+        base::store::name::shown_in(namespace, &self.namespace)
             && (all_agents || may_use(self.caller(), owner, shared_with))
     }
 
@@ -199,9 +199,9 @@ impl NetworkUsers for Workspaces {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::code::ErrorCode;
-    use crate::store::name::ALL_NAMESPACES;
     use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
+    use base::code::ErrorCode;
+    use base::store::name::ALL_NAMESPACES;
 
     fn names(ws: &Workspaces, all_agents: bool) -> Vec<String> {
         let filter = ListFilter {
@@ -278,7 +278,7 @@ mod tests {
         a.caller().unwrap().set_agent("a");
         let b = f.ws.for_caller(Arc::new(Caller::new()));
         b.caller().unwrap().set_agent("b");
-        let empty = crate::volumes::VolumeSource::Empty;
+        let empty = base::volumes::VolumeSource::Empty;
         let made = a.volumes().create("va", Some(16), &empty).unwrap();
         assert_eq!(made.agent.as_deref(), Some("a"));
         assert_eq!(
@@ -291,8 +291,8 @@ mod tests {
         );
         assert!(b.volumes().list(false).unwrap().is_empty());
         assert_eq!(b.volumes().list(true).unwrap().len(), 1);
-        let mounts = crate::store::spec::WorkspaceSpec {
-            volumes: vec![crate::store::volume_mounts::VolumeMount {
+        let mounts = base::store::spec::WorkspaceSpec {
+            volumes: vec![base::store::volume_mounts::VolumeMount {
                 name: "va".into(),
                 path: "/data".into(),
                 read_only: true,
@@ -385,7 +385,7 @@ mod tests {
         );
         // Nobody else's record changes hands: an agent making a workspace
         // cannot name another owner.
-        let claimed = crate::store::spec::WorkspaceSpec {
+        let claimed = base::store::spec::WorkspaceSpec {
             agent: Some("a".into()),
             ..spec()
         };

@@ -7,10 +7,10 @@ use std::path::Path;
 
 use super::manager::{ListFilter, Workspaces};
 use crate::error::{Error, Result};
-use crate::store::name::full_name;
-use crate::store::spec::{Meta, WorkspaceSpec};
-use crate::store::volume_mounts::VolumeMount;
-use crate::volumes::{VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore};
+use base::store::name::full_name;
+use base::store::spec::{Meta, WorkspaceSpec};
+use base::store::volume_mounts::VolumeMount;
+use base::volumes::{VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore};
 
 /// The named volumes of a collection, as its view (an agent's session or
 /// the host's) sees them: `ws.volumes()`.
@@ -38,7 +38,7 @@ impl Workspaces {
         workspace: &str,
         spec: WorkspaceSpec,
     ) -> Result<WorkspaceSpec> {
-        let namespace = crate::store::name::namespace_of(workspace);
+        let namespace = base::store::name::namespace_of(workspace);
         let mut spec = spec;
         for m in &mut spec.volumes {
             m.name = full_name(namespace, &m.name)
@@ -94,7 +94,7 @@ impl Volumes<'_> {
         let mounts = self.mounts()?;
         let mut out = self.store().list()?;
         out.retain(|info| {
-            let namespace = crate::store::name::namespace_of(&info.name);
+            let namespace = base::store::name::namespace_of(&info.name);
             self.all
                 .lists(namespace, info.agent.as_deref(), &[], all_agents)
         });

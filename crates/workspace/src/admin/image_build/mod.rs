@@ -6,11 +6,11 @@ mod steps;
 
 use crate::error::Result;
 use crate::host::confirm::Confirmer;
-use crate::host::plan::Preview;
-use crate::host::plan::ProgressFn;
-use crate::host::settings::now_ms;
 use crate::images::build::{build_plan, check, debian, BuildBase, ImageBuild, ImageBuildRequest};
 use crate::workspaces::manager::Workspaces;
+use base::host::plan::Preview;
+use base::host::plan::ProgressFn;
+use base::host::settings::now_ms;
 
 impl Workspaces {
     /// Previews (without `confirm`) or applies (with the preview's token)
@@ -28,12 +28,12 @@ impl Workspaces {
         let images = self.images();
         images.check_free(&req.name)?;
         // The kernel and our init come from `minimal`: needed either way.
-        let minimal = images.get(crate::images::registry::BUILTIN_IMAGES[0])?;
+        let minimal = images.get(base::images::registry::BUILTIN_IMAGES[0])?;
         let (base_info, missing) = match &base {
             BuildBase::Image(name) => (Some(images.get(name)?), Vec::new()),
             BuildBase::Debian(_) => (
                 None,
-                crate::host::settings::missing_debs(debian::HOST_PACKAGES),
+                base::host::settings::missing_debs(debian::HOST_PACKAGES),
             ),
         };
         let base_bytes = base_info.as_ref().map_or(0, |i| i.rootfs_bytes);

@@ -8,14 +8,14 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::guest::exec::ExecRequest;
 use crate::guest::stream::ExecInput;
-use crate::host::plan::Plan;
-use crate::host::plan::ProgressFn;
-use crate::host::settings::unique_id;
 use crate::images::build::{debian, guest_commands, BuildBase, ImageBuildError, ImageBuildRequest};
-use crate::images::registry::ImageInfo;
-use crate::store::spec::WorkspaceSpec;
 use crate::workspaces::manager::Workspaces;
 use crate::workspaces::one_shot::OneShot;
+use base::host::plan::Plan;
+use base::host::plan::ProgressFn;
+use base::host::settings::unique_id;
+use base::images::registry::ImageInfo;
+use base::store::spec::WorkspaceSpec;
 
 /// How long one build command may run.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -124,10 +124,8 @@ async fn bootstrap(
         let tree = work.join("tree");
         debian::bootstrap(&suite, &packages, &tree, &work.join("mmdebstrap.log"))?;
         progress("writing the root filesystem");
-        Ok(
-            crate::images::oci::rootfs::convert_tree(&work, &base_rootfs)
-                .map_err(ImageBuildError::from)?,
-        )
+        Ok(base::images::oci::rootfs::convert_tree(&work, &base_rootfs)
+            .map_err(ImageBuildError::from)?)
     })
     .await
 }
@@ -179,12 +177,12 @@ async fn in_workspace(
         minimal.rootfs.clone(),
         base.defaults.cwd.clone(),
     );
-    let budget = crate::images::oci::unpack::Budget::of(ws.limits());
+    let budget = base::images::oci::unpack::Budget::of(ws.limits());
     let rootfs = ws
         .blocking(move |_| {
             std::fs::create_dir_all(&convert)
                 .map_err(io(format!("creating {}", convert.display())))?;
-            let rootfs = crate::images::oci::rootfs::convert_archive(
+            let rootfs = base::images::oci::rootfs::convert_archive(
                 &archive,
                 &format!("sha256:{digest}"),
                 &convert,
@@ -283,7 +281,7 @@ async fn save(ws: &Workspaces, name: &str, archive: &Path) -> Result<String> {
         Ok(_) => {}
         Err(_) if budgeted.exhausted() => {
             return Err(
-                ImageBuildError::from(crate::images::oci::OciError::OverLimit {
+                ImageBuildError::from(base::images::oci::OciError::OverLimit {
                     what: "bytes saved from the guest",
                     limit,
                 })
@@ -300,7 +298,7 @@ async fn save(ws: &Workspaces, name: &str, archive: &Path) -> Result<String> {
     let archive = archive.to_owned();
     ws.blocking(move |_| {
         let digest =
-            crate::images::oci::layout::file_digest(&archive).map_err(ImageBuildError::from)?;
+            base::images::oci::layout::file_digest(&archive).map_err(ImageBuildError::from)?;
         Ok(digest.trim_start_matches("sha256:").to_owned())
     })
     .await

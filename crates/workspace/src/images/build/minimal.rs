@@ -161,11 +161,11 @@ pub fn populate(tree: &Path, agent: &Path, init: &Path) -> Result<(), ImageBuild
 pub fn own_user_home(image: &Path) -> Result<(), ImageBuildError> {
     let (_, id) = USER;
     let script = format!("sif /{USER_HOME} uid {id}\nsif /{USER_HOME} gid {id}\n");
-    crate::host_tool::debugfs_write(image, &script).map_err(|e| {
+    base::host_tool::debugfs_write(image, &script).map_err(|e| {
         ImageBuildError::Request(format!(
             "setting the owner of /{USER_HOME} in {}: {}",
             image.display(),
-            crate::error_chain::error_chain(&e)
+            base::error_chain::error_chain(&e)
         ))
     })
 }

@@ -1,4 +1,4 @@
-//! Image builds, preview-then-confirm ([`crate::host::plan`]): a new image from
+//! Image builds, preview-then-confirm ([`base::host::plan`]): a new image from
 //! Debian packages (`debian:SUITE`, by mmdebstrap as root) or on top of a
 //! registered image, by booting it in a throwaway workspace, copying files
 //! in, running commands there, and saving its whole root filesystem (a tar
@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::host::plan::{Plan, Preview};
-use crate::images::registry::ImageInfo;
+use base::host::plan::{Plan, Preview};
+use base::images::registry::ImageInfo;
 
 /// Why an image was not built.
 #[derive(Debug, thiserror::Error)]
@@ -59,18 +59,18 @@ pub enum ImageBuildError {
     },
     /// The saved root filesystem could not be converted.
     #[error("converting the saved root filesystem")]
-    Convert(#[from] crate::images::oci::OciError),
+    Convert(#[from] base::images::oci::OciError),
 }
 
 impl ImageBuildError {
     /// The stable code front ends report.
-    pub fn code(&self) -> crate::code::ErrorCode {
+    pub fn code(&self) -> base::code::ErrorCode {
         match self {
             Self::Request(_) | Self::CopySource { .. } | Self::StepFailed { .. } => {
-                crate::code::ErrorCode::InvalidInput
+                base::code::ErrorCode::InvalidInput
             }
             Self::Convert(e) => e.code(),
-            Self::Bootstrap { .. } | Self::Io { .. } => crate::code::ErrorCode::Internal,
+            Self::Bootstrap { .. } | Self::Io { .. } => base::code::ErrorCode::Internal,
         }
     }
 }
@@ -95,7 +95,7 @@ impl BuildBase {
             }
             return Ok(Self::Debian(suite.to_owned()));
         }
-        crate::store::name::validate_name(from)
+        base::store::name::validate_name(from)
             .map_err(|e| ImageBuildError::Request(format!("--from {from}: {e}")))?;
         Ok(Self::Image(from.to_owned()))
     }
@@ -180,7 +180,7 @@ pub(crate) fn check(req: &ImageBuildRequest) -> std::result::Result<BuildBase, I
         ImageBuildError::Request("say what to build from: debian:SUITE or an image".into())
     })?;
     if let Some(d) = &req.description {
-        let max = crate::images::oci::rootfs::MAX_DESCRIPTION;
+        let max = base::images::oci::rootfs::MAX_DESCRIPTION;
         if d.chars().count() > max || d.chars().any(char::is_control) {
             return Err(ImageBuildError::Request(format!(
                 "the description must be one line of at most {max} characters"

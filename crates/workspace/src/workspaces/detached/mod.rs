@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::manager::Workspaces;
 use crate::error::{Error, Result};
-use crate::store::spec::Owner;
+use base::store::spec::Owner;
 
 impl Workspaces {
     /// Starts `<program> args...` detached, its stderr appended to `log`;
@@ -55,6 +55,6 @@ impl Workspaces {
             let mut child = child;
             let _ = child.wait();
         });
-        Ok(crate::store::process::start_ticks(pid).map(|start_ticks| Owner { pid, start_ticks }))
+        Ok(base::store::process::start_ticks(pid).map(|start_ticks| Owner { pid, start_ticks }))
     }
 }

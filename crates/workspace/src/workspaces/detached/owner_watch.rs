@@ -7,8 +7,8 @@
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
-use crate::store::spec::Owner;
 use crate::workspaces::manager::{ListFilter, Workspaces};
+use base::store::spec::Owner;
 
 /// The subcommand words the watcher runs as, before PID and TICKS.
 pub const WATCH_OWNER_SUBCOMMAND: [&str; 2] = ["serve", "watch-owner"];
@@ -43,9 +43,9 @@ impl Workspaces {
     /// ended); the names of its own that went. Returns at once when
     /// `owner` has ended already.
     pub fn delete_when_ended(&self, owner: Owner) -> Result<Vec<String>> {
-        if let Some(fd) = crate::store::process::pidfd(owner.pid, owner.start_ticks) {
+        if let Some(fd) = base::store::process::pidfd(owner.pid, owner.start_ticks) {
             // A failed wait sweeps now rather than never.
-            crate::store::process::wait_for_end(&fd);
+            base::store::process::wait_for_end(&fd);
         }
         let theirs: Vec<String> = self
             .state

@@ -16,13 +16,13 @@ use guest_agent::protocol::NewIdentity;
 
 use super::Pools;
 use crate::error::{Error, Result};
-use crate::host::settings::now_ms;
 use crate::pool::claimable;
-use crate::store::events::{EventKind, EVENTS_FILE};
-use crate::store::spec::{Meta, StartKind};
-use crate::store::state::State;
-use crate::vmm::control::ControlRequest;
 use crate::workspaces::manager::make_disk;
+use base::host::settings::now_ms;
+use base::store::events::{EventKind, EVENTS_FILE};
+use base::store::spec::{Meta, StartKind};
+use base::store::state::State;
+use base::vmm::control::ControlRequest;
 
 /// How long a refill waits after a claim: a member's start takes both
 /// CPUs of a small host for seconds, which the claimed workspace's first
@@ -91,7 +91,7 @@ impl Pools<'_> {
         let (ws, from) = (self.all.dir(name)?, pool.dir(member)?);
         let parked = ws.path().with_file_name(format!(
             "{}{name}-{}",
-            crate::store::DELETING_PREFIX,
+            base::store::DELETING_PREFIX,
             std::process::id()
         ));
         let io = |what: &str| Error::host_io(format!("{what} for the claim of a pool member"));
@@ -101,7 +101,7 @@ impl Pools<'_> {
             return Err(io("moving the member in")(e));
         }
         // The workspace keeps its own events and a clone still to make.
-        for file in [EVENTS_FILE, crate::store::workspace_dir::REPO_PENDING] {
+        for file in [EVENTS_FILE, base::store::workspace_dir::REPO_PENDING] {
             let _ = std::fs::rename(parked.join(file), ws.path().join(file));
         }
         let _ = std::fs::remove_dir_all(&parked);
@@ -116,22 +116,19 @@ impl Pools<'_> {
         }
         drop(name_lock);
         let now = now_ms();
-        let mut meta = Meta {
-            state: State::Running,
-            runtime: Some(crate::store::spec::Runtime {
-                started_at_ms: now,
-                ready_at_ms: Some(now),
-                ttl_deadline_ms: None,
-                start_kind: Some(StartKind::Pooled),
-                launched_mono_ns: None,
-                vcpu_running_us: None,
-                ready_us: None,
-                ..rt
-            }),
-            pool: None,
-            pristine: false,
-            ..fresh.clone()
-        };
+        let mut runtime = rt;
+        runtime.started_at_ms = now;
+        runtime.ready_at_ms = Some(now);
+        runtime.ttl_deadline_ms = None;
+        runtime.start_kind = Some(StartKind::Pooled);
+        runtime.launched_mono_ns = None;
+        runtime.vcpu_running_us = None;
+        runtime.ready_us = None;
+        let mut meta = fresh.clone();
+        meta.state = State::Running;
+        meta.runtime = Some(runtime);
+        meta.pool = None;
+        meta.pristine = false;
         let with_hello = held.pool.as_ref().is_some_and(|p| p.identity_with_hello);
         let resumed = self.resume_as(name, with_hello).and_then(|()| {
             if let Some(rt) = meta.runtime.as_mut() {
@@ -206,10 +203,10 @@ impl Pools<'_> {
         let now = ws.read_meta()?;
         ws.clear_pending_identity();
         if let Some(rt) = &now.runtime {
-            crate::store::process::kill(rt.pid, rt.pid_start);
-            crate::store::process::wait_gone(rt.pid, rt.pid_start, Duration::from_secs(10));
+            base::store::process::kill(rt.pid, rt.pid_start);
+            base::store::process::wait_gone(rt.pid, rt.pid_start, Duration::from_secs(10));
         }
-        crate::host::cgroup::remove_recorded(ws.path());
+        base::host::cgroup::remove_recorded(ws.path());
         make_disk(&ws.disk(), fresh.spec.disk_mib)?;
         ws.write_meta(fresh)?;
         Ok(())

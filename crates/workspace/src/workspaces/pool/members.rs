@@ -4,10 +4,10 @@
 use super::Pools;
 use crate::error::Result;
 use crate::pool::{member_spec, POOL_NAMESPACE};
-use crate::store::name::namespace_of;
-use crate::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
-use crate::store::state::State;
 use crate::workspaces::manager::Workspaces;
+use base::store::name::namespace_of;
+use base::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
+use base::store::state::State;
 
 /// A live member of a pool.
 #[derive(Clone, Debug)]

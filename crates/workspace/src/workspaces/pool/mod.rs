@@ -10,10 +10,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::host::settings::config_section;
 use crate::pool::{PoolError, PoolStatus, FILL_SUBCOMMAND, MAX_POOL_SIZE, POOL_DIR, POOL_KEY};
-use crate::store::events::{EventKind, EventLog};
 use crate::workspaces::manager::Workspaces;
+use base::host::settings::config_section;
+use base::store::events::{EventKind, EventLog};
 
 /// The pools of ready workspaces of a collection: `ws.pools()`.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +67,7 @@ impl Pools<'_> {
         } else {
             sizes.insert(image.clone(), size);
         }
-        crate::host::settings::set_config_section(self.all.state.root(), POOL_KEY, &sizes)
+        base::host::settings::set_config_section(self.all.state.root(), POOL_KEY, &sizes)
             .map_err(PoolError::Config)?;
         // A pool now short or past its size gets its filler there.
         self.status_of(&image, size)
@@ -104,7 +104,7 @@ impl Pools<'_> {
 
     /// Refuses pools on a host whose VMMs get no private root.
     pub(crate) fn check_poolable(&self) -> Result<()> {
-        crate::host::jail::availability()
+        base::host::jail::availability()
             .map(drop)
             .map_err(|e| PoolError::NoPrivateRoot { why: e.why }.into())
     }

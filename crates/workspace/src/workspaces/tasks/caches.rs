@@ -8,7 +8,7 @@ use super::Tasks;
 use crate::agents::access::may_use;
 use crate::error::{Error, Result};
 use crate::tasks::slots::{self, TaskCache};
-use crate::volumes::{VolumeError, VolumeSource};
+use base::volumes::{VolumeError, VolumeSource};
 
 impl Tasks<'_> {
     /// The task cache volumes this view may use, with whose they are and
@@ -83,13 +83,13 @@ impl Tasks<'_> {
 #[cfg(test)]
 mod tests {
 
-    use crate::code::ErrorCode;
-    use crate::store::spec::WorkspaceSpec;
-    use crate::store::volume_mounts::VolumeMount;
     use crate::tasks::slots::{cache_volume, CACHE_MOUNT};
-    use crate::volumes::VolumeSource;
     use crate::workspaces::manager::tests::{fixture, have_mkfs, session, spec};
     use crate::workspaces::manager::Workspaces;
+    use base::code::ErrorCode;
+    use base::store::spec::WorkspaceSpec;
+    use base::store::volume_mounts::VolumeMount;
+    use base::volumes::VolumeSource;
 
     fn mounting(cache: &str) -> WorkspaceSpec {
         WorkspaceSpec {
@@ -210,7 +210,7 @@ mod tests {
         a.create("mine", mounting(&cache)).unwrap();
         a.workspace("mine")
             .unwrap()
-            .delete(crate::store::spec::DeleteOptions::default().force(true))
+            .delete(base::store::spec::DeleteOptions::default().force(true))
             .unwrap();
         a.volumes().delete(&cache, false).unwrap();
         assert!(f.ws.volumes().store().get(&cache).is_err());

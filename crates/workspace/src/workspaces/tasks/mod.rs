@@ -11,10 +11,7 @@ mod caches;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::host::settings::now_ms;
 use crate::repos::git;
-use crate::store::repo_checkout::RepoCheckout;
-use crate::store::spec::defaults;
 use crate::tasks::log::{read_log, LogRange};
 use crate::tasks::slots::{self, ActiveSlot, Slots};
 use crate::tasks::{
@@ -22,6 +19,9 @@ use crate::tasks::{
     TaskStore, TaskTimings, MAX_DESCRIPTION, SUPERVISE_SUBCOMMAND,
 };
 use crate::workspaces::manager::Workspaces;
+use base::host::settings::now_ms;
+use base::store::repo_checkout::RepoCheckout;
+use base::store::spec::defaults;
 
 /// Memory of a task's workspace unless asked otherwise, MiB: coding
 /// agents are node or python programs.
@@ -169,7 +169,7 @@ impl Tasks<'_> {
             cancelled: false,
             reported: false,
             namespace: match self.all.namespace() {
-                crate::store::name::ALL_NAMESPACES => crate::store::name::DEFAULT_NAMESPACE.into(),
+                base::store::name::ALL_NAMESPACES => base::store::name::DEFAULT_NAMESPACE.into(),
                 namespace => namespace.to_owned(),
             },
             agent: self.all.creating_agent(),
@@ -223,7 +223,7 @@ impl Tasks<'_> {
         let Some(owner) = info.supervisor else {
             return info;
         };
-        if info.status.is_final() || crate::store::process::is_alive(owner.pid, owner.start_ticks) {
+        if info.status.is_final() || base::store::process::is_alive(owner.pid, owner.start_ticks) {
             return info;
         }
         let gone = format!(
@@ -343,7 +343,7 @@ impl Tasks<'_> {
         if self.all.at(&info.workspace).get().is_ok() {
             self.all
                 .at(&info.workspace)
-                .delete(crate::store::spec::DeleteOptions::default().force(true))?;
+                .delete(base::store::spec::DeleteOptions::default().force(true))?;
         }
         if delete_ref {
             if let Ok(repo) = self.all.repos().get(&info.repo) {

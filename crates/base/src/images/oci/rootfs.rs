@@ -330,7 +330,7 @@ fn mkfs(tree: &Path, out: &Path) -> Result<(), OciError> {
 /// [`mkfs`] with every file owned by root: as root directly, otherwise
 /// under `fakeroot` (a tree made by an unprivileged user for a system
 /// image, such as `minimal`).
-pub(crate) fn mkfs_root_owned(tree: &Path, out: &Path) -> Result<(), OciError> {
+pub fn mkfs_root_owned(tree: &Path, out: &Path) -> Result<(), OciError> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let tool = if unsafe { libc::geteuid() } == 0 {
         tool("mkfs.ext4")?

@@ -361,11 +361,6 @@ impl KeepCall {
         Ok(taken)
     }
 
-    /// Bytes of disk this call's files take.
-    pub fn used(&self) -> u64 {
-        self.used
-    }
-
     /// Keeps the call's files: measured again, under a lock, with what
     /// other calls finished meanwhile, and removed (refused) when the
     /// workspace's or the total quota is passed after all; else moved to
@@ -517,33 +512,6 @@ impl SparseWriter {
         }
         self.file.set_len(self.at)?;
         Ok(self.at)
-    }
-}
-
-// Plain file writes: they land in the page cache, as `host_write`'s
-// unpacking does in the same async calls.
-#[cfg(feature = "client")]
-impl tokio::io::AsyncWrite for SparseWriter {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        std::task::Poll::Ready(self.take(buf))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
     }
 }
 

@@ -4,8 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use guest_agent::client::blocking::BlockingClient;
-#[cfg(feature = "client")]
-use guest_agent::client::AgentEndpoint;
 
 use crate::host::settings::now_ms;
 use crate::store::console_log::tail_lines;
@@ -161,31 +159,6 @@ impl WorkspaceDir {
     /// The event log.
     pub fn events(&self) -> EventLog {
         EventLog::new(&self.dir)
-    }
-
-    /// Where the guest agent is reached.
-    #[cfg(feature = "client")]
-    pub fn agent(&self) -> AgentEndpoint {
-        AgentEndpoint::HybridVsock {
-            uds: self.vsock(),
-            port: AGENT_PORT,
-        }
-    }
-
-    /// A connection to its guest agent, carrying the identity a claimed
-    /// pool member has yet to take (see [`PENDING_IDENTITY`]).
-    #[cfg(feature = "client")]
-    pub async fn connect_agent(
-        &self,
-    ) -> std::result::Result<
-        guest_agent::client::GuestAgentClient<tokio::net::UnixStream>,
-        guest_agent::client::ClientError,
-    > {
-        let client = self.agent().connect().await?;
-        Ok(match self.pending_identity() {
-            Some(identity) => client.with_identity(identity),
-            None => client,
-        })
     }
 
     /// The identity the guest is still to take, if any.

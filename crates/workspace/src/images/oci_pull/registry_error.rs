@@ -1,11 +1,11 @@
 //! Why a registry did not give an image: what the registry client said,
 //! with the reference, and the stable code each cause maps to; and the
-//! errors of a pull's registry side, which the manifest fetch and the
-//! layer downloads share.
+//! errors of a pull, which the manifest fetch, the layer downloads and
+//! the registration share.
 
 use oci_client::errors::OciDistributionError;
 
-use super::OciError;
+use base::images::oci::OciError;
 
 /// Why the registry could not give the image.
 #[derive(Debug, thiserror::Error)]
@@ -22,8 +22,8 @@ impl RegistryError {
     /// The stable code: a missing image or tag is NOT_FOUND, refused
     /// credentials FORBIDDEN, a digest mismatch INVALID_INPUT, the rest
     /// (unreachable, server errors) INTERNAL.
-    pub fn code(&self) -> crate::code::ErrorCode {
-        use crate::code::ErrorCode;
+    pub fn code(&self) -> base::code::ErrorCode {
+        use base::code::ErrorCode;
         match &self.source {
             OciDistributionError::ImageManifestNotFoundError(_) => ErrorCode::NotFound,
             OciDistributionError::AuthenticationFailure(_)
@@ -56,4 +56,8 @@ pub enum PullError {
     /// The registry refused or could not be reached.
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    /// The image could not be registered (or, with a pull policy of
+    /// never, was not pulled before).
+    #[error(transparent)]
+    Image(#[from] base::images::registry::ImageError),
 }

@@ -100,7 +100,7 @@ pub enum NetworkError {
 
 impl NetworkError {
     /// An `Io` error for `what`.
-    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetworkError {
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetworkError {
         let what = what.into();
         move |source| NetworkError::Io { what, source }
     }

@@ -89,7 +89,7 @@ struct ConfigFile {
 
 /// The configured account name for the state directory `root`, if any.
 fn configured(root: &Path) -> Result<Option<String>, VmmUserError> {
-    let path = root.join(crate::host::cost::CONFIG_FILE);
+    let path = root.join(crate::host::settings::CONFIG_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -302,7 +302,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ma-vmm-user-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         assert_eq!(configured(&dir).unwrap(), None);
-        let file = dir.join(crate::host::cost::CONFIG_FILE);
+        let file = dir.join(crate::host::settings::CONFIG_FILE);
         std::fs::write(&file, r#"{"price": {"currency": "EUR"}}"#).unwrap();
         assert_eq!(configured(&dir).unwrap(), None);
         std::fs::write(&file, r#"{"vmm_user": "root"}"#).unwrap();

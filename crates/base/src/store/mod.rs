@@ -152,7 +152,7 @@ fn create_dir(path: &Path) -> Result<(), StoreError> {
 /// it is private: this user's, and nobody else's to read or write but the
 /// group `shared_gid` (the account VMMs run as: `crate::vmm::user`), when
 /// given. `what` names it in the error.
-pub(crate) fn private_dir_shared_with(
+pub fn private_dir_shared_with(
     path: &Path,
     what: &'static str,
     shared_gid: Option<u32>,
@@ -178,7 +178,7 @@ pub(crate) fn json_record_names(dir: &Path) -> std::io::Result<Vec<String>> {
 /// Makes `path` (and missing parents) a directory only this user may
 /// enter: mode 0700, also when it existed (a directory of ours inside the
 /// state directory, made by an older build).
-pub(crate) fn make_private_dir(path: &Path) -> Result<(), StoreError> {
+pub fn make_private_dir(path: &Path) -> Result<(), StoreError> {
     use std::os::unix::fs::PermissionsExt;
     create_dir(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|source| {
@@ -339,7 +339,7 @@ impl StateDir {
 pub const DELETING_PREFIX: &str = ".deleting-";
 
 /// The pid a leftover's name ends with (`<...>-<pid>` or `<...>.<pid>.<ext>`).
-pub(crate) fn leftover_pid(name: &str, separator: char) -> Option<u32> {
+pub fn leftover_pid(name: &str, separator: char) -> Option<u32> {
     name.rsplit(separator).next()?.parse().ok()
 }
 

@@ -13,7 +13,7 @@ use std::path::{Component, Path};
 
 /// The normal components of a relative path (`.` dropped); `None` for an
 /// absolute path or one with `..`.
-pub(crate) fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
+pub fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
     let mut parts = Vec::new();
     for c in path.components() {
         match c {
@@ -27,7 +27,7 @@ pub(crate) fn clean_parts(path: &Path) -> Option<Vec<&OsStr>> {
 
 /// Whether a relative symlink `target` in directory `dirs` (relative to the
 /// destination) resolves lexically inside the destination.
-pub(crate) fn stays_inside(dirs: &[&OsStr], target: &Path) -> bool {
+pub fn stays_inside(dirs: &[&OsStr], target: &Path) -> bool {
     let mut depth = dirs.len();
     for c in target.components() {
         match c {
@@ -43,7 +43,7 @@ pub(crate) fn stays_inside(dirs: &[&OsStr], target: &Path) -> bool {
 /// Opens (with `create`, creating missing ones, mode 0755) `dirs` below
 /// `root`, never following a symlink: one in the way is ELOOP, a file
 /// ENOTDIR.
-pub(crate) fn open_dirs(root: &OwnedFd, dirs: &[&OsStr], create: bool) -> io::Result<OwnedFd> {
+pub fn open_dirs(root: &OwnedFd, dirs: &[&OsStr], create: bool) -> io::Result<OwnedFd> {
     let mut fd = dup(root)?;
     for dir in dirs {
         fd = match open_dir_at(Some(&fd), dir) {
@@ -85,7 +85,7 @@ pub fn openat2(dir: &OwnedFd, rel: &Path, flags: i32, resolve: u64) -> io::Resul
 }
 
 /// `name` as a C string (EINVAL for an interior NUL).
-pub(crate) fn cstr(name: &OsStr) -> io::Result<CString> {
+pub fn cstr(name: &OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
@@ -100,7 +100,7 @@ pub(crate) fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 
 /// Opens directory `name` in `dir` (or the working directory), never
 /// following a symlink.
-pub(crate) fn open_dir_at(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
+pub fn open_dir_at(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
     let at = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -119,7 +119,7 @@ pub(crate) fn dup(fd: &OwnedFd) -> io::Result<OwnedFd> {
 }
 
 /// mkdirat; an existing directory is fine (a merge), anything else EEXIST.
-pub(crate) fn make_dir(parent: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
+pub fn make_dir(parent: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
     let c = cstr(name)?;
     // The owner keeps write access while the copy fills it.
     // SAFETY: `c` is NUL-terminated; mkdirat only reads it.
@@ -135,7 +135,7 @@ pub(crate) fn make_dir(parent: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<
 /// Writes `data` to a new temporary file in `parent`, gives it `mode` (the
 /// umask already applied), then renames it over `name` (an existing file is
 /// replaced, never written through).
-pub(crate) fn write_file(
+pub fn write_file(
     parent: &OwnedFd,
     name: &OsStr,
     mode: u32,
@@ -177,7 +177,7 @@ pub(crate) fn rename_at(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> io::Resul
 }
 
 /// Removes what is at `name` (not a directory), then `make`s it.
-pub(crate) fn replace_with(
+pub fn replace_with(
     parent: &OwnedFd,
     name: &OsStr,
     make: impl Fn(&OwnedFd, &OsStr) -> io::Result<()>,
@@ -193,7 +193,7 @@ pub(crate) fn replace_with(
 }
 
 /// Makes `name` in `parent` a symlink to `target`.
-pub(crate) fn symlinkat(target: &Path, parent: &OwnedFd, name: &OsStr) -> io::Result<()> {
+pub fn symlinkat(target: &Path, parent: &OwnedFd, name: &OsStr) -> io::Result<()> {
     let (t, n) = (cstr(target.as_os_str())?, cstr(name)?);
     // SAFETY: both strings are NUL-terminated and outlive the call.
     check(unsafe { libc::symlinkat(t.as_ptr(), parent.as_raw_fd(), n.as_ptr()) }).map(drop)
@@ -201,12 +201,7 @@ pub(crate) fn symlinkat(target: &Path, parent: &OwnedFd, name: &OsStr) -> io::Re
 
 /// Makes `name` in `parent` a hard link to `from_name` in `from`, not
 /// following a symlink.
-pub(crate) fn linkat(
-    from: &OwnedFd,
-    from_name: &OsStr,
-    parent: &OwnedFd,
-    name: &OsStr,
-) -> io::Result<()> {
+pub fn linkat(from: &OwnedFd, from_name: &OsStr, parent: &OwnedFd, name: &OsStr) -> io::Result<()> {
     let (f, n) = (cstr(from_name)?, cstr(name)?);
     // SAFETY: both strings are NUL-terminated; flags 0: a symlink is not followed.
     check(unsafe {
@@ -222,7 +217,7 @@ pub(crate) fn linkat(
 }
 
 /// Whether `name` in `parent` is a regular file (a symlink is not).
-pub(crate) fn is_regular_file(parent: &OwnedFd, name: &OsStr) -> bool {
+pub fn is_regular_file(parent: &OwnedFd, name: &OsStr) -> bool {
     let Ok(c) = cstr(name) else { return false };
     // SAFETY: an all-zero stat is a valid value to be overwritten.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -239,14 +234,14 @@ pub(crate) fn is_regular_file(parent: &OwnedFd, name: &OsStr) -> bool {
 }
 
 /// fchmod(2).
-pub(crate) fn fchmod(file: &File, mode: u32) -> io::Result<()> {
+pub fn fchmod(file: &File, mode: u32) -> io::Result<()> {
     // SAFETY: fchmod on a live descriptor.
     check(unsafe { libc::fchmod(file.as_raw_fd(), mode) }).map(drop)
 }
 
 /// syncfs(2): flushes the filesystem `fd` is on and reports a write that
 /// failed there since `fd` was opened (EIO, ENOSPC at writeback).
-pub(crate) fn sync_fs(fd: &OwnedFd) -> io::Result<()> {
+pub fn sync_fs(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: syncfs on a live descriptor; no memory is passed.
     check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
 }
@@ -260,7 +255,7 @@ pub fn umask() -> u32 {
 }
 
 /// 16 random hex digits for a temporary file's name.
-pub(crate) fn random_hex() -> String {
+pub fn random_hex() -> String {
     let mut bytes = [0u8; 8];
     // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer.
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };

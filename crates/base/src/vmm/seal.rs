@@ -12,7 +12,7 @@ use vmm_core::snapshot::SnapshotFiles;
 
 /// The index of the workspace's writable disk among its machine's disks
 /// (0 is the image's read-only root filesystem).
-pub(crate) const WORKSPACE_DISK: usize = 1;
+pub const WORKSPACE_DISK: usize = 1;
 
 fn digest_of(path: &Path) -> std::io::Result<String> {
     vmm_core::snapshot::memory_file::digest(path)
@@ -21,7 +21,7 @@ fn digest_of(path: &Path) -> std::io::Result<String> {
 
 /// A sealed file of a snapshot directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Sealed {
+pub enum Sealed {
     /// Guest memory (`memory.raw`).
     Memory,
     /// The copy of the workspace's writable disk.
@@ -38,7 +38,7 @@ impl Sealed {
 
     /// The file's digest in the snapshot directory `dir`; a read error
     /// keeps its causes in its message.
-    pub(crate) fn digest(self, dir: &Path) -> std::io::Result<String> {
+    pub fn digest(self, dir: &Path) -> std::io::Result<String> {
         let files = SnapshotFiles::new(dir);
         digest_of(&match self {
             Sealed::Memory => files.memory(),
@@ -47,7 +47,7 @@ impl Sealed {
     }
 
     /// Whether the file in `dir` still has the digest `want`; why not.
-    pub(crate) fn check(self, dir: &Path, want: Option<&str>) -> std::result::Result<(), String> {
+    pub fn check(self, dir: &Path, want: Option<&str>) -> std::result::Result<(), String> {
         let what = self.name();
         let Some(want) = want else {
             return Err(format!(
@@ -65,7 +65,7 @@ impl Sealed {
 }
 
 /// Flushes every regular file directly in `dir`, then `dir` itself.
-pub(crate) fn sync_tree(dir: &Path) -> std::io::Result<()> {
+pub fn sync_tree(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         if entry.file_type()?.is_file() {
@@ -76,7 +76,7 @@ pub(crate) fn sync_tree(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Flushes the directory `dir` (its entries: a rename into it).
-pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 

@@ -131,7 +131,7 @@ impl FullName {
 
     /// Holds a name the crate read from its own state, unchecked (a
     /// damaged one reads as empty, which every lookup refuses).
-    pub(crate) fn held(name: &str) -> Self {
+    pub fn held(name: &str) -> Self {
         let len = name.len().min(MAX_FULL_NAME_LEN);
         let mut bytes = [0; MAX_FULL_NAME_LEN];
         bytes[..len].copy_from_slice(&name.as_bytes()[..len]);

@@ -10,13 +10,7 @@
 
 pub mod config;
 pub mod layout;
-#[cfg(feature = "client")]
-pub(crate) mod manifest;
 pub mod owners;
-#[cfg(feature = "client")]
-pub mod pull;
-#[cfg(feature = "client")]
-pub(crate) mod registry_error;
 pub mod rootfs;
 pub(crate) mod tree;
 pub mod unpack;
@@ -123,7 +117,8 @@ pub fn image_name(reference: Option<&str>) -> Option<String> {
 }
 
 impl OciError {
-    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Self {
+    /// Reading or writing files failed while doing `what`.
+    pub fn io(what: impl Into<String>, source: io::Error) -> Self {
         OciError::Io {
             what: what.into(),
             source,

@@ -8,12 +8,12 @@ use crate::vmm::seal;
 use serde::{Deserialize, Serialize};
 
 /// A warm snapshot's record.
-pub(crate) const WARM_RECORD: &str = "warm.json";
+pub const WARM_RECORD: &str = "warm.json";
 /// The prefix of a warm snapshot being written by a starting VMM.
-pub(crate) const PENDING_PREFIX: &str = ".pending-";
+pub const PENDING_PREFIX: &str = ".pending-";
 /// What a warm snapshot was made from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct WarmRecord {
+pub struct WarmRecord {
     /// Its directory's name.
     pub key: String,
     /// Everything that must not have changed for it to be usable.

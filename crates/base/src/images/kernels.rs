@@ -32,7 +32,7 @@ pub struct KernelInfo {
 }
 
 /// The `Linux version ...` banner inside a kernel image, if any.
-pub(crate) fn version_of(path: &Path) -> Option<String> {
+pub fn version_of(path: &Path) -> Option<String> {
     let bytes = std::fs::read(path).ok()?;
     let needle = b"Linux version ";
     let at = bytes.windows(needle.len()).position(|w| w == needle)?;

@@ -5,7 +5,11 @@
 //! registers the result. Credentials come from the Docker config
 //! (`$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, helpers
 //! included); plain HTTP is used only for a registry the caller marks
-//! insecure.
+//! insecure. The manifest fetch is `manifest`, the registry's errors
+//! `registry_error`.
+
+mod manifest;
+mod registry_error;
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -18,12 +22,12 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use tokio::io::AsyncWrite;
 
-use super::config::ImageConfig;
-use super::layout::Resolved;
-use super::manifest::ManifestSource;
-pub use super::registry_error::{PullError, RegistryError};
-use super::rootfs::ConversionStep;
-use super::OciError;
+use base::images::oci::config::ImageConfig;
+use base::images::oci::layout::Resolved;
+use base::images::oci::rootfs::ConversionStep;
+use base::images::oci::OciError;
+use manifest::ManifestSource;
+pub use registry_error::{PullError, RegistryError};
 
 /// What to pull.
 #[derive(Debug, Clone, Default)]
@@ -163,9 +167,11 @@ async fn cached_intact(path: &Path, size: u64, digest: &str) -> bool {
         return false;
     }
     let (path, digest) = (path.to_owned(), digest.to_owned());
-    tokio::task::spawn_blocking(move || super::layout::verify_file(&path, &digest, "layer"))
-        .await
-        .is_ok_and(|checked| checked.is_ok())
+    tokio::task::spawn_blocking(move || {
+        base::images::oci::layout::verify_file(&path, &digest, "layer")
+    })
+    .await
+    .is_ok_and(|checked| checked.is_ok())
 }
 
 async fn sync_file(path: &Path) -> std::io::Result<()> {
@@ -231,7 +237,7 @@ impl Remote {
     pub(crate) async fn open(
         reference: Reference,
         insecure: bool,
-        limits: &crate::store::spec::Limits,
+        limits: &base::store::spec::Limits,
     ) -> Result<Remote, PullError> {
         let client = client(&reference, insecure)?;
         // Credentials go only over TLS: a registry spoken to in plain HTTP
@@ -323,7 +329,7 @@ impl Remote {
         let mut layers = Vec::new();
         for (i, layer) in self.manifest.layers.iter().enumerate() {
             let index = i + 1;
-            let hex = super::unpack::digest_hex(&layer.digest)?;
+            let hex = base::images::oci::unpack::digest_hex(&layer.digest)?;
             let path = blobs.join(hex);
             let size = layer.size.max(0) as u64;
             if cached_intact(&path, size, &layer.digest).await {

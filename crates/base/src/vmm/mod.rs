@@ -10,7 +10,7 @@ pub mod confinement;
 pub mod control;
 pub(crate) mod fd_pass;
 pub mod launch;
-pub(crate) mod seal;
+pub mod seal;
 pub mod spawn;
 pub mod user;
 pub mod warm;

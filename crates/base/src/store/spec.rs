@@ -96,8 +96,8 @@ pub const LIMITS: Limits = Limits {
     max_disk_mib: 1 << 20,
     max_ttl_secs: 30 * 24 * 3600,
     max_entries: 64,
-    max_copy_out_bytes: crate::host::host_write::COPY_OUT_MAX_BYTES,
-    max_copy_out_entries: crate::host::host_write::COPY_OUT_MAX_ENTRIES,
+    max_copy_out_bytes: 16 << 30,
+    max_copy_out_entries: 1_000_000,
     max_image_bytes: 32 << 30,
     max_image_entries: 4_000_000,
     max_layer_bytes: 16 << 30,
@@ -423,6 +423,25 @@ pub struct Runtime {
     pub protections: Vec<String>,
 }
 
+impl Runtime {
+    /// The VMM process `pid` (started at `pid_start` ticks) launched at
+    /// `now` (ms), not ready yet.
+    pub fn launched(pid: u32, pid_start: u64, now: u64, ttl_deadline_ms: Option<u64>) -> Self {
+        Runtime {
+            pid,
+            pid_start,
+            started_at_ms: now,
+            ready_at_ms: None,
+            ttl_deadline_ms,
+            start_kind: None,
+            launched_mono_ns: None,
+            vcpu_running_us: None,
+            ready_us: None,
+            protections: Vec::new(),
+        }
+    }
+}
+
 /// How a workspace's machine came up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -517,6 +536,19 @@ pub struct PoolMember {
     pub identity_with_hello: bool,
 }
 
+impl PoolMember {
+    /// A member being filled: not ready yet, identity on a connection of
+    /// its own.
+    pub fn filling(image: &str, fingerprint: String) -> Self {
+        PoolMember {
+            image: image.to_owned(),
+            fingerprint,
+            ready: false,
+            identity_with_hello: false,
+        }
+    }
+}
+
 /// How [`Workspace::delete`](crate::Workspace::delete) deletes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -544,6 +576,21 @@ impl DeleteOptions {
 }
 
 impl Meta {
+    /// A new workspace's record: stopped, never run, made now.
+    pub fn created(name: &str, spec: WorkspaceSpec, pristine: bool) -> Self {
+        Meta {
+            name: name.to_owned(),
+            namespace: crate::store::name::namespace_of(name).to_owned(),
+            spec,
+            created_at_ms: crate::host::settings::now_ms(),
+            state: State::Stopped,
+            runtime: None,
+            last_exit: None,
+            pristine,
+            pool: None,
+        }
+    }
+
     /// Whether the workspace may be deleted as `options` say: one with a
     /// VMM only with `force` (which halts it first). The one place this
     /// rule lives.

@@ -96,10 +96,6 @@ pub enum ImageError {
     /// A container image could not be read or converted.
     #[error("cannot import the container image")]
     Oci(#[from] crate::images::oci::OciError),
-    /// The registry could not give the image.
-    #[cfg(feature = "client")]
-    #[error(transparent)]
-    Registry(#[from] crate::images::oci::pull::RegistryError),
     /// Converting a container image needs a built image's kernel, init
     /// and agent.
     #[error("converting a container image needs the built `{0}` image (its kernel, init and agent), which is missing")]
@@ -129,8 +125,6 @@ impl ImageError {
                 ErrorCode::NotFound
             }
             ImageError::Oci(e) => e.code(),
-            #[cfg(feature = "client")]
-            ImageError::Registry(e) => e.code(),
             ImageError::Exists(_) | ImageError::InUse { .. } | ImageError::Abandoned(_) => {
                 ErrorCode::Conflict
             }
@@ -203,7 +197,8 @@ pub struct ImageRegistry {
     limits: crate::store::spec::Limits,
 }
 
-pub(crate) fn check_kernel(path: &Path) -> Result<u64, ImageError> {
+/// Checks that `path` is a kernel this VMM boots; its size.
+pub fn check_kernel(path: &Path) -> Result<u64, ImageError> {
     let bad = |problem: String| ImageError::BadSource {
         path: path.to_owned(),
         problem,
@@ -303,18 +298,18 @@ impl ImageRegistry {
     }
 
     /// The same registry, holding images to `limits`.
-    pub(crate) fn with_limits(mut self, limits: crate::store::spec::Limits) -> Self {
+    pub fn with_limits(mut self, limits: crate::store::spec::Limits) -> Self {
         self.limits = limits;
         self
     }
 
     /// What one image's layers may unpack to.
-    pub(crate) fn budget(&self) -> crate::images::oci::unpack::Budget {
+    pub fn budget(&self) -> crate::images::oci::unpack::Budget {
         crate::images::oci::unpack::Budget::of(&self.limits)
     }
 
     /// The limits images are held to.
-    pub(crate) fn limits(&self) -> &crate::store::spec::Limits {
+    pub fn limits(&self) -> &crate::store::spec::Limits {
         &self.limits
     }
 
@@ -324,7 +319,7 @@ impl ImageRegistry {
     }
 
     /// The registry's directory.
-    pub(crate) fn root(&self) -> &Path {
+    pub fn root(&self) -> &Path {
         &self.dir
     }
 
@@ -555,7 +550,7 @@ impl ImageRegistry {
 
     /// Converts a read container image (in a scratch directory removed
     /// afterwards) and registers it as `name`.
-    pub(crate) fn import_image(
+    pub fn import_image(
         &self,
         name: &str,
         image: &crate::images::oci::layout::Resolved,
@@ -594,7 +589,7 @@ impl ImageRegistry {
     /// Registers `rootfs` (a converted root filesystem: our init under
     /// `/.microagent/`) with `kernel` as `name`, workspaces of it starting
     /// with `defaults`.
-    pub(crate) fn register_converted(
+    pub fn register_converted(
         &self,
         name: &str,
         kernel: &Path,
@@ -616,7 +611,7 @@ impl ImageRegistry {
     /// A new empty directory in the registry for `kind` of work
     /// (`.<kind>-<pid>-<n>`): unique per call, since one process (the MCP
     /// server) may convert several images at once.
-    pub(crate) fn scratch_dir(&self, kind: &str) -> Result<PathBuf, ImageError> {
+    pub fn scratch_dir(&self, kind: &str) -> Result<PathBuf, ImageError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.sweep_scratch();
@@ -651,7 +646,7 @@ impl ImageRegistry {
     }
 
     /// Refuses a bad or taken name before any work.
-    pub(crate) fn check_free(&self, name: &str) -> Result<(), ImageError> {
+    pub fn check_free(&self, name: &str) -> Result<(), ImageError> {
         if self.image_dir(name)?.join(IMAGE_FILE).exists() {
             return Err(ImageError::Exists(name.to_owned()));
         }

@@ -17,7 +17,7 @@ use oci_client::{Client, Reference, RegistryOperation};
 use sha2::{Digest, Sha256};
 
 use super::registry_error::{PullError, RegistryError};
-use super::OciError;
+use base::images::oci::OciError;
 
 /// The manifest types asked for (OCI and Docker, images and indexes).
 const ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
