@@ -390,8 +390,9 @@ mod tests {
     }
 
     /// The VMM process carries only the VMM: the `microagent-vmm` package's
-    /// normal dependencies have no async runtime, command-line parser or
-    /// MCP server (each would sit in every running workspace's memory).
+    /// normal dependencies have no async runtime, command-line parser, MCP
+    /// server or client library (each would sit in every running
+    /// workspace's memory); it shares records through the base crate.
     #[test]
     fn the_vmm_package_has_no_front_end_dependencies() {
         let out = std::process::Command::new(env!("CARGO"))
@@ -421,7 +422,7 @@ mod tests {
             .lines()
             .filter(|l| {
                 let name = l.split_whitespace().next().unwrap_or("");
-                ["tokio", "clap", "rmcp", "oci-client"].contains(&name)
+                ["tokio", "clap", "rmcp", "oci-client", "workspace"].contains(&name)
             })
             .collect();
         assert!(
