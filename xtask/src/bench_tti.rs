@@ -1,4 +1,5 @@
-//! `cargo xtask bench tti [--runs N] [--cold-runs N]`: time to interactive,
+//! `cargo xtask bench tti [--runs N] [--cold-runs N] [--against DIST_DIR]`:
+//! time to interactive,
 //! from "create" to the first command's output, as sandbox users compare
 //! it. In one run, on the `minimal` image: the reference, a bare
 //! `exec -- true` round trip on a running workspace; then the CLI's
@@ -6,7 +7,10 @@
 //! `workspace_start` + `workspace_exec` (one `serve mcp` session), each
 //! from a pool (settled: the refill after the previous claim done), from
 //! the warm snapshot, and cold; then a snapshot's forks, launch to vCPU
-//! running, beside the bare start of the VMM program.
+//! running, beside the bare start of the VMM program. With `--against`
+//! the same figures are measured for this tree's `cargo xtask dist` and
+//! then for the other build in DIST_DIR, in one run, each in a state
+//! directory of its own.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -282,6 +286,7 @@ fn vmm_process_ms(bin: &Path, runs: usize) -> anyhow::Result<Vec<f64>> {
 }
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let (args, against) = crate::bench::split_against(args)?;
     let (mut runs, mut cold_runs) = (10usize, 10usize);
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
@@ -289,7 +294,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         match flag.as_str() {
             "--runs" => runs = n,
             "--cold-runs" => cold_runs = n,
-            _ => bail!("usage: cargo xtask bench tti [--runs N] [--cold-runs N]"),
+            _ => bail!(
+                "usage: cargo xtask bench tti [--runs N] [--cold-runs N] [--against DIST_DIR]"
+            ),
         }
     }
     if runs == 0 || cold_runs == 0 {
@@ -297,16 +304,29 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     }
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
-    let bin = cache::build_microagent()?;
-    let home = crate::bench_workspace::private_home("btti")?;
-    let result = measure(&bin, &home, runs, cold_runs);
-    let _ = microagent(&bin, &home, &["pool", "set", "minimal", "0"]);
-    for name in ["ref", "tti", "mtti", "src"] {
-        let _ = microagent(&bin, &home, &["delete", name, "--yes", "--force"]);
+    // Beside another build, both are release builds (`cargo xtask dist`).
+    let builds = match against {
+        None => vec![(cache::build_microagent()?, None)],
+        Some(other) => vec![
+            (crate::dist::build()?, Some("this tree's dist".to_owned())),
+            (other.join("microagent"), Some(other.display().to_string())),
+        ],
+    };
+    for (bin, label) in builds {
+        if let Some(label) = label {
+            println!("{label}:");
+        }
+        let home = crate::bench_workspace::private_home("btti")?;
+        let result = measure(&bin, &home, runs, cold_runs);
+        let _ = microagent(&bin, &home, &["pool", "set", "minimal", "0"]);
+        for name in ["ref", "tti", "mtti", "src"] {
+            let _ = microagent(&bin, &home, &["delete", name, "--yes", "--force"]);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = std::fs::remove_dir_all(&home);
+        result?;
     }
-    std::thread::sleep(Duration::from_secs(2));
-    let _ = std::fs::remove_dir_all(&home);
-    result
+    Ok(())
 }
 
 fn measure(bin: &Path, home: &Path, runs: usize, cold_runs: usize) -> anyhow::Result<()> {

@@ -520,7 +520,9 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             (
                 "outputs",
                 "workspace_exec",
-                w5(serde_json::json!({"shell": "true", "outputs": ["/tmp/*.txt"]})),
+                w5(
+                    serde_json::json!({"shell": "mkdir -p /tmp/o5 && echo small > /tmp/o5/a.txt && head -c 1100000 /dev/zero > /tmp/o5/big.txt", "outputs": ["/tmp/o5/*.txt"]}),
+                ),
             ),
             ("metrics", "workspace_metrics", w5(none.clone())),
             (
@@ -572,14 +574,35 @@ fn a_remote_server_runs_workspaces_over_ssh() {
             .iter()
             .zip(calls)
             .map(|((step, ..), c)| {
-                // Output files are not brought back from a server yet; the
-                // workspace's image has no Chromium (the server says so).
-                let refused = ["outputs", "browser"].contains(step);
+                // The workspace's image has no Chromium (the server says
+                // so).
+                let refused = ["browser"].contains(step);
                 assert_eq!(c["is_error"], refused, "{step}: {answer}");
                 (*step, &c["structured"])
             })
             .collect();
-        assert_eq!(got["outputs"]["code"], "INVALID_INPUT", "{answer}");
+        // Output files come back from the server: a small one inline, one
+        // past the 1 MiB cap kept on this host under the kept outputs.
+        let outputs = got["outputs"]["outputs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let by_path = |p: &str| outputs.iter().find(|o| o["path"] == p).cloned();
+        let small = by_path("/tmp/o5/a.txt").unwrap_or_else(|| panic!("{answer}"));
+        assert_eq!(
+            (small["size"].as_u64(), small["returned"].as_str()),
+            (Some(6), Some("text")),
+            "{answer}"
+        );
+        let big = by_path("/tmp/o5/big.txt").unwrap_or_else(|| panic!("{answer}"));
+        assert_eq!(big["returned"], "link", "{answer}");
+        let kept = std::path::PathBuf::from(big["host_path"].as_str().unwrap());
+        assert!(kept.starts_with(here.home()), "{answer}");
+        assert_eq!(
+            std::fs::metadata(&kept).unwrap().len(),
+            1_100_000,
+            "{answer}"
+        );
         assert_eq!(got["browser"]["code"], "INVALID_INPUT", "{answer}");
         assert!(
             answer

@@ -4,7 +4,7 @@
 //! namespace), take a mount namespace of its own while this is the only
 //! thread, then build the machine or restore it from a snapshot.
 
-use crate::error::{Result, VmmProcessError as Error};
+use crate::error::{Result, VmmProcessError};
 use base::host::cgroup::{self, CgroupLimits, Placement};
 use base::host::settings::asset_dir;
 use base::images::ImageRegistry;
@@ -59,7 +59,7 @@ impl Built {
         let (mut passt, mut guest_net, mut egress) = (None, None, None);
         let mut mount_ns = Err("the machine was not built".to_owned());
         let machine = base::network::attach::attach(state, ws, spec, launch.user)
-            .map_err(Error::from)
+            .map_err(VmmProcessError::from)
             .and_then(|net| {
                 mount_ns =
                     base::host::jail::unshare().map_err(|e| base::error_chain::error_chain(&e));
@@ -141,8 +141,8 @@ fn build_machine(
     .map_err(|e| start_failed(ws, &e))
 }
 
-fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> Error {
-    Error::StartFailed {
+fn start_failed(ws: &WorkspaceDir, e: &vmm_core::machine::MachineError) -> VmmProcessError {
+    VmmProcessError::StartFailed {
         name: ws.name().to_owned(),
         reason: base::error_chain::error_chain(e),
     }
@@ -185,7 +185,10 @@ fn workspace_disks(
                     .truncate(false)
                     .write(true)
                     .open(&empty)
-                    .map_err(Error::host_io(format!("creating {}", empty.display())))?;
+                    .map_err(VmmProcessError::host_io(format!(
+                        "creating {}",
+                        empty.display()
+                    )))?;
                 DiskConfig {
                     path: empty,
                     read_only: false,

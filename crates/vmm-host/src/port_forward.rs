@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use guest_agent::client::blocking::BlockingClient;
 use guest_agent::client::ClientError;
 
-use crate::error::{Result, VmmProcessError as Error};
+use crate::error::{Result, VmmProcessError};
 use base::store::ports::PortMapping;
 
 /// Longest a connection waits for the agent to answer (a guest that is
@@ -109,15 +109,17 @@ impl PortForwarder {
             if l.mapping == mapping {
                 return Ok(());
             }
-            return Err(Error::AlreadyPublished {
+            return Err(VmmProcessError::AlreadyPublished {
                 addr: mapping.host_addr(),
                 guest_port: l.mapping.guest_port,
             });
         }
-        let socket = listener.try_clone().map_err(Error::host_io(format!(
-            "listening on {}",
-            mapping.host_addr()
-        )))?;
+        let socket = listener
+            .try_clone()
+            .map_err(VmmProcessError::host_io(format!(
+                "listening on {}",
+                mapping.host_addr()
+            )))?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
         let tunnel_to = Tunnel {
@@ -129,7 +131,7 @@ impl PortForwarder {
         std::thread::Builder::new()
             .name(format!("port-{}", mapping.host_port))
             .spawn(move || accept_loop(listener, &thread_stop, tunnel_to, &open, mapping))
-            .map_err(Error::host_io("starting a port listener thread"))?;
+            .map_err(VmmProcessError::host_io("starting a port listener thread"))?;
         listening.insert(
             mapping.host_addr(),
             Listening {

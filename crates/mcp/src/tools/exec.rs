@@ -265,9 +265,6 @@ impl MicroagentServer {
         if let Some(user) = p.user {
             req = req.user(user);
         }
-        if !p.outputs.is_empty() {
-            self.ws.workspace(&p.name)?.check_outputs_reachable()?;
-        }
         let mut progress = Progress::new(&ctx);
         let result = self
             .run_command(&p.name, req, input(p.stdin), &limits, &ctx, &mut progress)

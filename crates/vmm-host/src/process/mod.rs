@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::error::{Result, VmmProcessError as Error};
+use crate::error::{Result, VmmProcessError};
 use base::host::settings::now_ms;
 use base::store::console_log::tail_lines;
 use base::store::events::EventKind;
@@ -98,7 +98,7 @@ impl Shared {
             if !meta.state.has_vmm() {
                 return Ok(());
             }
-            Ok::<(), Error>(self.ws.record_exit(&mut meta, crashed, reason)?)
+            Ok::<(), VmmProcessError>(self.ws.record_exit(&mut meta, crashed, reason)?)
         })();
         if let Err(e) = result {
             tracing::error!(error = %e.full_message(), "could not record the end");
@@ -335,13 +335,12 @@ impl VmmProcess {
             return Ok(RunEnd { crashed: true });
         };
         let ws = shared.ws.clone();
-        let listener = UnixListener::bind(ws.control()).map_err(Error::host_io(format!(
-            "binding {}",
-            ws.control().display()
-        )))?;
+        let listener = UnixListener::bind(ws.control()).map_err(VmmProcessError::host_io(
+            format!("binding {}", ws.control().display()),
+        ))?;
         // Only this user drives the VMM (the directory is 0700 as well).
         std::fs::set_permissions(ws.control(), std::fs::Permissions::from_mode(0o600)).map_err(
-            Error::host_io(format!("restricting {}", ws.control().display())),
+            VmmProcessError::host_io(format!("restricting {}", ws.control().display())),
         )?;
         let owner = self.owner;
 
@@ -440,7 +439,7 @@ fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
         Some(rt) if rt.pid == base::host::settings::own_pid() && meta.state == State::Starting => {
             Ok(meta)
         }
-        _ => Err(Error::NotStartedForIt {
+        _ => Err(VmmProcessError::NotStartedForIt {
             name: ws.name().to_owned(),
             state: meta.state,
         }),
@@ -465,7 +464,12 @@ fn bind_ports(
     let bound: Result<Vec<_>> = spec
         .ports
         .iter()
-        .map(|p| Ok((*p, base::store::ports::bind(p).map_err(Error::from)?)))
+        .map(|p| {
+            Ok((
+                *p,
+                base::store::ports::bind(p).map_err(VmmProcessError::from)?,
+            ))
+        })
         .collect();
     let net_ns = crate::guard::leave_host_network();
     match bound {

@@ -652,7 +652,7 @@ pub(crate) struct CopyInto<'a> {
 /// A copy out of a workspace on a server: its frames into `file`, at most
 /// `budget` bytes, whatever the server sends (more, or other frames, end
 /// the call).
-async fn fetch(
+pub(super) async fn fetch(
     remote: &RemoteWorkspace,
     guest_path: &str,
     dir: bool,

@@ -108,20 +108,6 @@ pub fn mime_of(path: &str) -> &'static str {
 }
 
 impl Workspace<'_> {
-    /// Whether a command's output files can be brought back from this
-    /// workspace: INVALID_INPUT for one on a server (they are not copied
-    /// from there yet), so a caller can refuse before the command runs.
-    pub fn check_outputs_reachable(self) -> Result<()> {
-        match self.remote()? {
-            Some(remote) => Err(Error::InvalidInput(format!(
-                "workspace {} is on server {}: output files are not brought back from there yet; copy them with the CLI's `cp`",
-                self.name(),
-                remote.server()
-            ))),
-            None => Ok(()),
-        }
-    }
-
     /// The regular files `patterns` match now, with sizes; data is not read.
     pub async fn match_outputs(self, patterns: &[String]) -> Result<Outputs> {
         check_patterns(patterns)?;
@@ -184,10 +170,9 @@ impl Workspace<'_> {
     /// them is copied to the host (holes kept as holes) into
     /// `<state>/outputs/<workspace>/<call>/`, so it outlives a one-shot,
     /// under the kept outputs' quotas: a call over one keeps nothing and
-    /// fails. What is past its TTL is swept first. INVALID_INPUT for a
-    /// workspace on a server ([`Workspace::check_outputs_reachable`]).
+    /// fails. What is past its TTL is swept first. For a workspace on a
+    /// server the files come from there, by the same calls.
     pub async fn collect_outputs(self, patterns: &[String]) -> Result<Outputs> {
-        self.check_outputs_reachable()?;
         let mut out = self.match_outputs(patterns).await?;
         let kept = KeptOutputs::new(self.all.state_dir().root())?;
         kept.sweep();
@@ -228,6 +213,9 @@ impl Workspace<'_> {
     /// Copies guest file `path` (`size` bytes when matched) to `to`, holes
     /// kept, within the room `call` has left; counts it in `call`.
     async fn keep_file(self, path: &str, size: u64, to: &Path, call: &mut KeepCall) -> Result<()> {
+        if let Some(remote) = self.remote()? {
+            return keep_remote_file(&remote, path, size, to, call, self.all.limits()).await;
+        }
         let (room, quota) = call.room();
         let mut tmp = TempFile::beside(to)?;
         let file = tmp
@@ -293,6 +281,40 @@ impl tokio::io::AsyncWrite for SparseSink {
     ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
+}
+
+/// [`Workspace::keep_file`] for a workspace on a server: its bytes come
+/// as a copy out does (holes are not kept), at most the room `call` has
+/// left, so a file over a quota is refused before or while it comes.
+async fn keep_remote_file(
+    remote: &crate::servers::RemoteWorkspace,
+    path: &str,
+    size: u64,
+    to: &Path,
+    call: &mut KeepCall,
+    limits: &base::store::spec::Limits,
+) -> Result<()> {
+    let (room, quota) = call.room();
+    if size > room {
+        return Err(call.over(quota, size).into());
+    }
+    let budget = size
+        .saturating_add(COPY_OUT_GROWTH)
+        .min(limits.max_copy_out_bytes)
+        .min(room);
+    let mut tmp = TempFile::beside(to)?;
+    let sent = match crate::guest::copy::fetch(remote, path, false, budget, tmp.file()).await {
+        Ok(sent) => sent,
+        Err(Error::HostWrite(crate::host::host_write::HostWriteError::OverBudget { .. }))
+            if budget == room =>
+        {
+            return Err(call.over(quota, room.saturating_add(1)).into());
+        }
+        Err(e) => return Err(e),
+    };
+    tmp.persist(sent.mode, to)?;
+    call.add(to)?;
+    Ok(())
 }
 
 #[cfg(test)]
