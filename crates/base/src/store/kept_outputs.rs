@@ -333,12 +333,15 @@ impl KeepCall {
     pub fn over(&self, quota: Quota, more: u64) -> KeptOutputsError {
         let l = &self.limits;
         let (limit, would_take) = match quota {
-            Quota::Call => (l.max_call_bytes, self.used + more),
+            Quota::Call => (l.max_call_bytes, self.used.saturating_add(more)),
             Quota::Workspace(_) => (
                 l.max_workspace_bytes,
-                self.workspace_before + self.used + more,
+                (self.workspace_before + self.used).saturating_add(more),
             ),
-            Quota::Total => (l.max_total_bytes, self.total_before + self.used + more),
+            Quota::Total => (
+                l.max_total_bytes,
+                (self.total_before + self.used).saturating_add(more),
+            ),
         };
         KeptOutputsError::OverQuota {
             quota,
@@ -586,6 +589,22 @@ pub(crate) mod tests {
         assert!(back == data, "its bytes are kept");
         call.finish().unwrap();
         assert_eq!(kept.total_bytes(), taken);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_refusal_of_a_size_a_server_makes_up_does_not_overflow() {
+        let root = scratch("huge");
+        let kept = KeptOutputs::with_limits(&root, limits(1 << 20, 1 << 20, 1 << 20));
+        let mut call = kept.begin("ws");
+        keep(&mut call, "0-a", &[1u8; 4096]).unwrap();
+        for quota in [Quota::Call, Quota::Workspace("ws".into()), Quota::Total] {
+            let KeptOutputsError::OverQuota { would_take, .. } = call.over(quota, u64::MAX) else {
+                panic!("not an over-quota refusal")
+            };
+            assert_eq!(would_take, u64::MAX);
+        }
+        drop(call);
         let _ = std::fs::remove_dir_all(&root);
     }
 

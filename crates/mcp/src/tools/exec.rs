@@ -128,17 +128,27 @@ impl MicroagentServer {
         }
     }
 
-    /// `reply` with the files `patterns` match in `name` now.
+    /// `reply` with the files `patterns` match in `name` now; a cancel of
+    /// the call drops the collection, which keeps nothing.
     pub(super) async fn bring_outputs(
         &self,
         name: &str,
         patterns: &[String],
         reply: ExecReply,
+        cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<ExecReply, ToolError> {
         if patterns.is_empty() {
             return Ok(reply);
         }
-        let outputs = self.ws.workspace(name)?.collect_outputs(patterns).await?;
+        let dev = self.ws.workspace(name)?;
+        let outputs = tokio::select! {
+            outputs = dev.collect_outputs(patterns) => outputs?,
+            () = cancel.cancelled() => {
+                return Err(ToolError::Cancelled(
+                    "the call was cancelled while its output files were collected; none were kept".into(),
+                ))
+            }
+        };
         Ok(reply.with_outputs(name, &outputs))
     }
 
@@ -167,7 +177,7 @@ impl MicroagentServer {
             )
             .await;
         self.ws.remove_code_script(&script).await;
-        self.bring_outputs(name, &p.outputs, ran?).await
+        self.bring_outputs(name, &p.outputs, ran?, &ctx.ct).await
     }
 
     /// run_code in a workspace created for it and deleted afterwards.
@@ -269,7 +279,9 @@ impl MicroagentServer {
         let result = self
             .run_command(&p.name, req, input(p.stdin), &limits, &ctx, &mut progress)
             .await?;
-        Ok(Out(self.bring_outputs(&p.name, &p.outputs, result).await?))
+        Ok(Out(self
+            .bring_outputs(&p.name, &p.outputs, result, &ctx.ct)
+            .await?))
     }
 
     /// Run code (language python, javascript or bash; default python) and

@@ -130,7 +130,7 @@ impl MicroagentServer {
                         .run_command(&name, req, input(p.stdin), limits, ctx, &mut progress)
                         .await?;
                     // Before the one-shot workspace goes.
-                    self.bring_outputs(&name, &p.outputs, reply).await
+                    self.bring_outputs(&name, &p.outputs, reply, &ctx.ct).await
                 },
             )
             .await?;

@@ -662,9 +662,14 @@ pub(super) async fn fetch(
     use std::io::Write;
     let (mut written, mut over, mut failed) = (0u64, false, None);
     let mut on_frame = |frame: CallFrame| {
+        // An empty frame moves nothing: a server sending them could hold
+        // the call to its deadline without a byte, so it ends the call.
         let CallFrame::Copy { data } = frame else {
             return false;
         };
+        if data.is_empty() {
+            return false;
+        }
         let total = written.saturating_add(data.len() as u64);
         if total > budget {
             over = true;

@@ -12,6 +12,8 @@ use crate::guest::files::{FileKind, FileStat, WorkspaceFiles, WriteOptions};
 pub const MAX_FOUND: usize = 1000;
 /// Most directory entries `find` looks at.
 pub const MAX_FIND_VISITS: usize = 20_000;
+/// Longest path a find gives (the guest's `PATH_MAX`).
+pub(crate) const MAX_FOUND_PATH: usize = 4096;
 /// Deepest directory level `find` descends to below its start.
 pub const MAX_FIND_DEPTH: usize = 32;
 
@@ -61,6 +63,30 @@ pub struct Found {
     pub paths: Vec<String>,
     /// Cut short at [`MAX_FOUND`] matches or [`MAX_FIND_VISITS`] entries.
     pub truncated: bool,
+}
+
+/// A server's find answer held to what a find here gives: at most
+/// [`MAX_FOUND`] paths, each under `dir` and a path a guest can have.
+fn check_found(
+    server: &str,
+    dir: &str,
+    found: Found,
+) -> std::result::Result<Found, crate::servers::ServerError> {
+    let prefix = format!("{}/", dir.trim_end_matches('/'));
+    let odd = found
+        .paths
+        .iter()
+        .any(|p| p.len() > MAX_FOUND_PATH || !p.starts_with(&prefix));
+    if found.paths.len() > MAX_FOUND || odd {
+        return Err(crate::servers::ServerError::Garbled {
+            server: server.to_owned(),
+            detail: format!(
+                "its find answer has {} paths (at most {MAX_FOUND}, each under {dir} and at most {MAX_FOUND_PATH} bytes)",
+                found.paths.len()
+            ),
+        });
+    }
+    Ok(found)
 }
 
 /// Occurrences of `needle` in `hay`, not overlapping.
@@ -275,12 +301,13 @@ impl WorkspaceFiles<'_> {
     /// [`MAX_FIND_DEPTH`].
     pub async fn find(self, dir: &str, pattern: &str) -> Result<Found> {
         if let Some(remote) = self.ws.remote()? {
-            return Ok(remote
+            let found: Found = remote
                 .call(crate::servers::WorkspaceCall::Find {
                     dir: dir.to_owned(),
                     pattern: pattern.to_owned(),
                 })
-                .await?);
+                .await?;
+            return Ok(check_found(remote.server(), dir, found)?);
         }
         let glob = glob::Pattern::new(pattern)
             .map_err(|e| Error::InvalidInput(format!("pattern `{pattern}`: {e}")))?;
@@ -337,6 +364,28 @@ impl WorkspaceFiles<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_servers_find_answer_is_held_to_what_a_find_here_gives() {
+        let found = |paths: Vec<String>| Found {
+            paths,
+            truncated: false,
+        };
+        let ok = found(vec!["/out/a.png".into(), "/out/sub/b.png".into()]);
+        assert_eq!(check_found("s", "/out/", ok.clone()).unwrap(), ok);
+        for bad in [
+            found(vec!["/etc/passwd".into()]),
+            found(vec!["/outside".into()]),
+            found(vec![format!("/out/{}", "x".repeat(MAX_FOUND_PATH))]),
+            found((0..=MAX_FOUND).map(|i| format!("/out/{i}")).collect()),
+        ] {
+            let err = check_found("s", "/out", bad).unwrap_err();
+            assert!(
+                matches!(err, crate::servers::ServerError::Garbled { .. }),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn occurrences_are_counted_without_overlap() {

@@ -23,6 +23,8 @@ pub const MAX_OUTPUT_FILES: usize = 32;
 pub const OUTPUT_FILE_CAP: u64 = 1 << 20;
 /// Most bytes read back whole in all.
 pub const OUTPUT_TOTAL_CAP: u64 = 8 << 20;
+/// Most matched paths one call looks at (a `stat` each).
+pub const MAX_OUTPUT_STATS: usize = 256;
 
 /// One matched file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +49,8 @@ pub struct Outputs {
     pub files: Vec<OutputFile>,
     /// Patterns that matched no regular file.
     pub unmatched: Vec<String>,
-    /// More matched than [`MAX_OUTPUT_FILES`]; the rest were left.
+    /// More matched than [`MAX_OUTPUT_FILES`] files (or than
+    /// [`MAX_OUTPUT_STATS`] paths); the rest were left.
     pub truncated: bool,
 }
 
@@ -112,6 +115,7 @@ impl Workspace<'_> {
     pub async fn match_outputs(self, patterns: &[String]) -> Result<Outputs> {
         check_patterns(patterns)?;
         let mut out = Outputs::default();
+        let mut stats = 0;
         for pattern in patterns {
             let mut paths = Vec::new();
             match split_pattern(pattern) {
@@ -138,6 +142,14 @@ impl Workspace<'_> {
                 if out.files.iter().any(|f| f.path == path) {
                     continue;
                 }
+                // Each candidate costs a round trip (over SSH for a
+                // workspace on a server): a guest that makes directories
+                // match cannot make a collection take thousands.
+                if stats == MAX_OUTPUT_STATS {
+                    out.truncated = true;
+                    break;
+                }
+                stats += 1;
                 let stat = match self.files().stat(&path).await {
                     Ok(s) => s,
                     Err(e) if e.code() == base::code::ErrorCode::NotFound => continue,
@@ -158,7 +170,9 @@ impl Workspace<'_> {
                     kept: None,
                 });
             }
-            if out.files.len() == before {
+            // A pattern left unlooked at (the calls ran out) is not said
+            // to match nothing.
+            if out.files.len() == before && !out.truncated {
                 out.unmatched.push(pattern.clone());
             }
         }
@@ -180,24 +194,25 @@ impl Workspace<'_> {
         let mut call = kept.begin(self.name.as_str());
         let mut total = 0u64;
         for (index, file) in out.files.iter_mut().enumerate() {
-            if file.size > OUTPUT_FILE_CAP || total + file.size > OUTPUT_TOTAL_CAP {
-                let base = Path::new(&file.path)
-                    .file_name()
-                    .map_or("file".into(), |n| n.to_string_lossy().into_owned());
-                let to = call.path_for(&format!("{index}-{base}"))?;
-                self.keep_file(&file.path, file.size, &to, &mut call)
-                    .await?;
-                file.kept = Some(to);
-                continue;
+            let inline = file.size <= OUTPUT_FILE_CAP && total + file.size <= OUTPUT_TOTAL_CAP;
+            if inline {
+                // At most what the caps leave, whatever size it had when
+                // matched: it may have grown since (or a server said less).
+                let room = OUTPUT_FILE_CAP.min(OUTPUT_TOTAL_CAP - total);
+                let read = self.files().read_file(&file.path, None, Some(room)).await?;
+                if read.size <= read.data.len() as u64 {
+                    file.size = read.data.len() as u64;
+                    total += file.size;
+                    file.data = Some(read.data);
+                    continue;
+                }
+                file.size = read.size;
             }
-            let read = self
-                .files()
-                .read_file(&file.path, None, Some(OUTPUT_FILE_CAP))
+            let to = call.path_for(&format!("{index}-{}", kept_name(&file.path)))?;
+            file.size = self
+                .keep_file(&file.path, file.size, &to, &mut call)
                 .await?;
-            // It may have changed since it was matched: what was read is it.
-            file.size = read.data.len() as u64;
-            total += file.size;
-            file.data = Some(read.data);
+            file.kept = Some(to);
         }
         if let Some(dir) = call.finish()? {
             // Where they are kept now that the call finished.
@@ -211,8 +226,10 @@ impl Workspace<'_> {
     }
 
     /// Copies guest file `path` (`size` bytes when matched) to `to`, holes
-    /// kept, within the room `call` has left; counts it in `call`.
-    async fn keep_file(self, path: &str, size: u64, to: &Path, call: &mut KeepCall) -> Result<()> {
+    /// kept, within the room `call` has left, readable and writable only
+    /// (no mode bit of the guest's makes it a program here); counts it in
+    /// `call`. Returns its length.
+    async fn keep_file(self, path: &str, size: u64, to: &Path, call: &mut KeepCall) -> Result<u64> {
         if let Some(remote) = self.remote()? {
             return keep_remote_file(&remote, path, size, to, call, self.all.limits()).await;
         }
@@ -242,15 +259,14 @@ impl Workspace<'_> {
             Err(_) if exhausted => return Err(streamed_over.into()),
             Err(e) => return Err(Error::agent("read_file")(e)),
         };
-        if let Err(e) = sparse.finish() {
-            if sparse.over() {
-                return Err(over_quota(&sparse).into());
-            }
-            return Err(Error::host_io(format!("writing {}", to.display()))(e));
-        }
-        tmp.persist(header.mode, to)?;
+        let length = match sparse.finish() {
+            Ok(length) => length,
+            Err(_) if sparse.over() => return Err(over_quota(&sparse).into()),
+            Err(e) => return Err(Error::host_io(format!("writing {}", to.display()))(e)),
+        };
+        tmp.persist(header.mode & KEPT_MODE_BITS, to)?;
         call.add(to)?;
-        Ok(())
+        Ok(length)
     }
 }
 
@@ -293,7 +309,7 @@ async fn keep_remote_file(
     to: &Path,
     call: &mut KeepCall,
     limits: &base::store::spec::Limits,
-) -> Result<()> {
+) -> Result<u64> {
     let (room, quota) = call.room();
     if size > room {
         return Err(call.over(quota, size).into());
@@ -312,9 +328,29 @@ async fn keep_remote_file(
         }
         Err(e) => return Err(e),
     };
-    tmp.persist(sent.mode, to)?;
+    tmp.persist(sent.mode & KEPT_MODE_BITS, to)?;
     call.add(to)?;
-    Ok(())
+    Ok(sent.bytes)
+}
+
+/// The mode bits a kept file keeps of its guest file's: read and write.
+const KEPT_MODE_BITS: u32 = 0o666;
+
+/// Longest part of a guest file's name a kept file's name takes, bytes:
+/// with its index and a temporary's marks it stays a valid file name.
+const KEPT_NAME_BYTES: usize = 128;
+
+/// The name a kept copy of guest file `path` takes (after its index): the
+/// file's own name, cut at a character boundary.
+fn kept_name(path: &str) -> String {
+    let name = Path::new(path)
+        .file_name()
+        .map_or("file".into(), |n| n.to_string_lossy().into_owned());
+    let mut end = name.len().min(KEPT_NAME_BYTES);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_owned()
 }
 
 #[cfg(test)]
@@ -348,6 +384,16 @@ mod tests {
         }
         let many: Vec<String> = (0..17).map(|i| format!("/f{i}")).collect();
         assert!(check_patterns(&many).is_err());
+    }
+
+    #[test]
+    fn a_kept_files_name_is_cut_at_a_character_boundary() {
+        assert_eq!(kept_name("/out/report.txt"), "report.txt");
+        assert_eq!(kept_name("/"), "file");
+        let long = format!("/out/{}", "é".repeat(200));
+        let name = kept_name(&long);
+        assert!(name.len() <= KEPT_NAME_BYTES && name.len() >= KEPT_NAME_BYTES - 1);
+        assert!(name.chars().all(|c| c == 'é'));
     }
 
     #[test]

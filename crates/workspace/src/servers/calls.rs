@@ -39,6 +39,9 @@ const BROWSER_ANSWER_BYTES: u64 = 16 << 20;
 /// Most bytes of an answer that carries no data: a command's end, a
 /// signal's acknowledgement, a copy's count.
 const SMALL_ANSWER_BYTES: u64 = 64 << 10;
+/// Most bytes of a `find` answer: its 1000 paths (the guest side's
+/// `MAX_FOUND`) of at most 4096 bytes each, every byte escaped.
+const FIND_ANSWER_BYTES: u64 = 1000 * 4096 * 6 + (64 << 10);
 
 /// `d` in whole milliseconds, as calls carry waits.
 pub fn millis(d: Duration) -> u64 {
@@ -308,6 +311,12 @@ impl WorkspaceCall {
     fn max_answer(&self) -> u64 {
         match self {
             Self::LogsFrom { .. } => base::store::console_log::CONSOLE_LOG_CAP * 4 / 3 + (64 << 10),
+            // The bytes asked, in base64, and the record around them.
+            Self::ReadFile {
+                length: Some(n), ..
+            } => n.div_ceil(3).saturating_mul(4).saturating_add(64 << 10),
+            Self::Stat { .. } => SMALL_ANSWER_BYTES,
+            Self::Find { .. } => FIND_ANSWER_BYTES,
             // A command's end (its output came as frames), a signal's
             // `{}`, a copy's count.
             Self::Exec { .. }
@@ -441,6 +450,24 @@ impl RemoteWorkspace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_answers_of_the_calls_outputs_use_are_held_to_what_they_ask() {
+        let read = WorkspaceCall::ReadFile {
+            path: "/a".into(),
+            offset: None,
+            length: Some(1 << 20),
+        };
+        assert!(read.max_answer() < 2 << 20, "{}", read.max_answer());
+        assert!(read.max_answer() > (1 << 20) * 4 / 3);
+        let stat = WorkspaceCall::Stat { path: "/a".into() };
+        assert!(stat.max_answer() <= 64 << 10);
+        let find = WorkspaceCall::Find {
+            dir: "/".into(),
+            pattern: "*".into(),
+        };
+        assert!(find.max_answer() < 32 << 20, "{}", find.max_answer());
+    }
 
     #[test]
     fn calls_travel_as_tagged_json_and_refuse_what_they_do_not_know() {

@@ -260,6 +260,10 @@ impl tokio::io::AsyncWrite for CopyFrames<'_> {
         _: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<io::Result<usize>> {
+        // No empty frame: the caller takes one as garbled.
+        if buf.is_empty() {
+            return std::task::Poll::Ready(Ok(0));
+        }
         let n = buf.len().min(MAX_FRAME_DATA);
         let data = buf[..n].to_vec();
         std::task::Poll::Ready(match (self.frames)(CallFrame::Copy { data }) {
@@ -456,6 +460,14 @@ mod tests {
             back.extend_from_slice(data);
         }
         assert_eq!(back, big);
+        // An empty write sends no frame (a caller ends a call on one).
+        let mut none = Vec::new();
+        let mut count = |frame: CallFrame| {
+            none.push(frame);
+            true
+        };
+        assert_eq!(CopyFrames::new(&mut count).write(&[]).await.unwrap(), 0);
+        assert!(none.is_empty());
         // A caller that went away is a broken pipe.
         let mut gone = |_| false;
         let err = CopyFrames::new(&mut gone)
