@@ -148,6 +148,11 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
     let email = ref_of(snap, "textbox \"Email\"");
     let send = ref_of(snap, "button \"Send it\"");
     assert_eq!(opened["refs"], 2, "{opened}");
+    assert_eq!(
+        opened["ref_ids"],
+        serde_json::json!([email, send]),
+        "{opened}"
+    );
     assert!(opened.get("restarted").is_none(), "{opened}");
 
     // A ref no snapshot gave: INVALID_INPUT, and nothing is done.

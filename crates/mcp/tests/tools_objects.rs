@@ -201,9 +201,11 @@ async fn ttls_are_durations_and_extend() {
         )
         .await;
     assert_eq!(set["spec"]["ttl_secs"], 60);
+    // Neither: an hour more (agentkernel's default).
+    let hour = h.ok("workspace_extend_ttl", json!({"name": "dev"})).await;
+    assert_eq!(hour["spec"]["ttl_secs"], 3660);
     let before = h.snapshot();
     for args in [
-        json!({"name": "dev"}),
         json!({"name": "dev", "by": "1h", "ttl_secs": 5}),
         json!({"name": "dev", "by": "soon"}),
         json!({"name": "dev", "ttl_secs": 0}),

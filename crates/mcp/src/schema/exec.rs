@@ -38,6 +38,11 @@ pub struct ExecParams {
     /// PATH), e.g. ["uname", "-a"]; a single string is run as `shell` is.
     /// Give this or `shell`.
     pub command: Option<CommandArg>,
+    /// Arguments after `command` when it is one string naming the
+    /// program (`command: "ls", args: ["-l", "/"]`, as microsandbox's
+    /// `sandbox_run_command` takes them): run directly, without a shell.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
     /// A command line run with /bin/sh -c (pipes, redirections, globs),
     /// e.g. "ls -l /etc | head". Give this or `command`.
     pub shell: Option<String>,

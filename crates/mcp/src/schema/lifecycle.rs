@@ -131,7 +131,8 @@ pub struct ExtendTtlParams {
     pub name: String,
     /// Add this much: "30m", "1h", "1h30m", "2d" or seconds ("90"). A
     /// running workspace's deadline moves that much later, and later
-    /// starts get a TTL that much longer.
+    /// starts get a TTL that much longer. Default (neither this nor
+    /// `ttl_secs`): "1h".
     pub by: Option<String>,
     /// Or set the TTL to this many seconds (from now if it runs, and for
     /// every later start). Give `by` or `ttl_secs`.

@@ -54,6 +54,26 @@ pub(super) fn command_request(
     command: Option<CommandArg>,
     shell: Option<String>,
 ) -> Result<ExecRequest, ToolError> {
+    command_with_args(command, None, shell)
+}
+
+/// [`command_request`] with `args` after a program named alone
+/// (`command: "ls", args: ["-l"]`): run directly, without a shell.
+pub(super) fn command_with_args(
+    command: Option<CommandArg>,
+    args: Option<Vec<String>>,
+    shell: Option<String>,
+) -> Result<ExecRequest, ToolError> {
+    if let Some(args) = args {
+        return match (command, shell) {
+            (Some(CommandArg::Line(program)), None) if !program.trim().is_empty() => {
+                Ok(ExecRequest::argv(std::iter::once(program).chain(args)))
+            }
+            _ => Err(ToolError::InvalidInput(
+                "args go with command given as one program name (command: \"ls\", args: [\"-l\"]); with an argv array or shell, leave args out".into(),
+            )),
+        };
+    }
     match (command, shell) {
         (Some(CommandArg::Argv(argv)), None) if !argv.is_empty() => Ok(ExecRequest::argv(argv)),
         (Some(CommandArg::Line(line)), None) | (None, Some(line)) if !line.trim().is_empty() => {
@@ -265,7 +285,7 @@ impl MicroagentServer {
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<ExecReply> {
         self.grants.check_secrets(&p.secrets)?;
-        let mut req = command_request(p.command, p.shell)?;
+        let mut req = command_with_args(p.command, p.args, p.shell)?;
         let limits = limits(p.timeout_secs, p.output_cap)?;
         workspace::guest::check_patterns(&p.outputs)?;
         req = req.envs(p.env).secrets(p.secrets);
@@ -346,5 +366,24 @@ mod tests {
             (l.timeout, l.cap),
             (Some(Duration::from_secs(5)), DEFAULT_OUTPUT_CAP)
         );
+    }
+
+    #[test]
+    fn a_program_with_args_runs_without_a_shell() {
+        let line = |s: &str| Some(CommandArg::Line(s.into()));
+        let args = Some(vec!["-l".to_owned(), "/tmp dir".to_owned()]);
+        let req = command_with_args(line("ls"), args.clone(), None).unwrap();
+        assert_eq!(req, ExecRequest::argv(["ls", "-l", "/tmp dir"]));
+        // Without args, one string is a shell line, as before.
+        let req = command_with_args(line("ls -l"), None, None).unwrap();
+        assert_eq!(req, ExecRequest::shell("ls -l"));
+        for (command, shell) in [
+            (Some(CommandArg::Argv(vec!["ls".into()])), None),
+            (None, Some("ls".to_owned())),
+            (None, None),
+            (line(" "), None),
+        ] {
+            assert!(command_with_args(command, args.clone(), shell).is_err());
+        }
     }
 }

@@ -13,6 +13,10 @@ use workspace::guest::MAX_EVENT_WAIT;
 use workspace::store::spec::defaults;
 use workspace::{ListFilter, Meta, WorkspaceInfo, WorkspaceSpec};
 
+/// What `workspace_extend_ttl` adds when neither `by` nor `ttl_secs` is
+/// given (agentkernel's default).
+const DEFAULT_TTL_EXTENSION: &str = "1h";
+
 use super::{has_session, in_range, seconds, vcpus};
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
@@ -231,9 +235,9 @@ impl MicroagentServer {
         Ok(Out(started))
     }
 
-    /// Extend a workspace's TTL (`by`: "1h", "30m", ...) or set it
-    /// (`ttl_secs`). A running workspace's deadline moves; later starts use
-    /// the new TTL. Without a TTL, `by` gives it one.
+    /// Extend a workspace's TTL (`by`: "1h", "30m", ...; default "1h") or
+    /// set it (`ttl_secs`). A running workspace's deadline moves; later
+    /// starts use the new TTL. Without a TTL, `by` gives it one.
     #[tool(
         output_schema = crate::output::schema::<Meta>(),
         annotations(
@@ -249,7 +253,8 @@ impl MicroagentServer {
         Parameters(p): Parameters<ExtendTtlParams>,
     ) -> ToolResult<Meta> {
         let meta = match (p.by.as_deref(), p.ttl_secs) {
-            (Some(by), None) => {
+            (by, None) => {
+                let by = by.unwrap_or(DEFAULT_TTL_EXTENSION);
                 let by = workspace::store::spec::parse_duration(by)?;
                 self.on_workspace(&p.name, move |ws, name| ws.workspace(name)?.extend_ttl(by))
                     .await?
@@ -260,9 +265,9 @@ impl MicroagentServer {
                 })
                 .await?
             }
-            _ => {
+            (Some(_), Some(_)) => {
                 return Err(ToolError::InvalidInput(
-                    "give either by (a duration such as \"1h\") or ttl_secs".into(),
+                    "give either by (a duration such as \"1h\") or ttl_secs, not both".into(),
                 ))
             }
         };

@@ -122,6 +122,19 @@ pub struct Rendered {
     pub truncated_lines: usize,
 }
 
+/// The refs of a snapshot in the order they were given (`e2` before
+/// `e10`).
+pub fn ref_order(refs: &BTreeMap<String, i64>) -> Vec<String> {
+    let mut ids: Vec<String> = refs.keys().cloned().collect();
+    ids.sort_by_key(|r| {
+        (
+            r.trim_start_matches('e').parse::<u64>().unwrap_or(u64::MAX),
+            r.clone(),
+        )
+    });
+    ids
+}
+
 /// Renders `nodes`, at most `cap` bytes of YAML.
 pub fn render(nodes: &[AxNode], cap: usize) -> Rendered {
     let by_id: HashMap<&str, &AxNode> = nodes.iter().map(|n| (n.node_id.as_str(), n)).collect();
@@ -349,6 +362,12 @@ fn scalar(s: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn refs_come_in_the_order_they_were_given() {
+        let refs = BTreeMap::from([("e10".into(), 1), ("e2".into(), 2), ("e1".into(), 3)]);
+        assert_eq!(ref_order(&refs), ["e1", "e2", "e10"]);
+    }
 
     fn node(id: u32, role: &str, name: &str, children: &[u32], backend: i64) -> serde_json::Value {
         json!({

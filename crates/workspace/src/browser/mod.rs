@@ -8,7 +8,7 @@
 //! The calls themselves are the `Workspace` handle's, in
 //! `guest::browser_ops` (they run Chromium through the agent).
 
-mod aria;
+pub(crate) mod aria;
 pub(crate) mod cdp;
 pub(crate) mod page;
 pub(crate) mod state;
@@ -240,6 +240,9 @@ pub struct BrowserSnapshot {
     pub snapshot: String,
     /// How many refs the snapshot gave.
     pub refs: usize,
+    /// The refs themselves, in order (`e1`, `e2`, ...).
+    #[serde(default)]
+    pub ref_ids: Vec<String>,
     /// True when lines past the size cap were left out.
     pub truncated: bool,
     /// Set when this call had to restart a browser that had exited.

@@ -240,6 +240,7 @@ impl<'a> Call<'a> {
     async fn finish(mut self, mut page: Page<UnixStream>, name: &str) -> Result<BrowserSnapshot> {
         let snap = page.snapshot(MAX_SNAPSHOT_BYTES).await?;
         let refs = snap.rendered.refs.len();
+        let ref_ids = crate::browser::aria::ref_order(&snap.rendered.refs);
         self.release(page, name).await;
         if let Some(p) = self.state.pages.get_mut(name) {
             p.refs = snap.rendered.refs;
@@ -252,6 +253,7 @@ impl<'a> Call<'a> {
             title: snap.title,
             snapshot: snap.rendered.yaml,
             refs,
+            ref_ids,
             truncated: snap.rendered.truncated_lines > 0,
             restarted: self.endpoint.restarted.take(),
         })

@@ -31,16 +31,37 @@ const HOUSEKEEPING_OUTPUT: u64 = 4096;
 
 /// A language `run_code` runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Language {
     /// Python 3 (`python3`).
     #[default]
     Python,
-    /// JavaScript (Node.js, `node`).
+    /// JavaScript (Node.js, `node`); also taken as `nodejs`, as other
+    /// sandboxes name it.
+    #[serde(alias = "nodejs")]
     Javascript,
     /// A bash script (`bash`).
     Bash,
+}
+
+// By hand, so the schema lists the alias a client may send too.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for Language {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Language".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A language `run_code` runs.",
+            "oneOf": [
+                {"const": "python", "description": "Python 3 (`python3`).", "type": "string"},
+                {"const": "javascript", "description": "JavaScript (Node.js, `node`).", "type": "string"},
+                {"const": "nodejs", "description": "The same as `javascript`.", "type": "string"},
+                {"const": "bash", "description": "A bash script (`bash`).", "type": "string"}
+            ]
+        })
+    }
 }
 
 impl Language {
@@ -179,6 +200,14 @@ impl Workspaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodejs_is_javascript() {
+        let read = |s: &str| serde_json::from_value::<Language>(serde_json::json!(s)).unwrap();
+        assert_eq!(read("nodejs"), Language::Javascript);
+        assert_eq!(read("javascript"), Language::Javascript);
+        assert_eq!(serde_json::to_value(read("nodejs")).unwrap(), "javascript");
+    }
 
     #[test]
     fn each_language_has_its_interpreter_and_extension() {
