@@ -95,6 +95,12 @@ fn a_task_outlives_a_killed_server() {
     assert_eq!(event["timeout"], false, "{event}");
     assert_eq!(event["task"]["task_id"], id.as_str(), "{event}");
     assert_eq!(event["task"]["status"], "completed", "{event}");
+    // At the top level too, as microvm-orchestrator answers.
+    assert_eq!(
+        (&event["type"], &event["task_id"]),
+        (&json!("completed"), &json!(id)),
+        "{event}"
+    );
     assert_eq!(event["task"]["merge_result"]["merged"], true, "{event}");
     assert_eq!(
         std::fs::read_to_string(repo.join("out.txt")).unwrap(),

@@ -133,6 +133,13 @@ pub struct TaskResultOut {
 pub struct TaskEvent {
     /// True when no task ended within the wait.
     pub timeout: bool,
+    /// How the task ended, `completed` or `failed` (at the top level, as
+    /// microvm-orchestrator's `wait_next_event` answers).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    /// The task that ended, at the top level too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
     /// The task that ended (completed or failed), reported once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<TaskInfo>,

@@ -147,6 +147,8 @@ impl MicroagentServer {
         let task = self.ws.tasks().wait_next_event(wait).await?;
         Ok(Out(TaskEvent {
             timeout: task.is_none(),
+            ended: task.as_ref().map(|t| t.status.as_str().to_owned()),
+            task_id: task.as_ref().map(|t| t.task_id.clone()),
             task,
         }))
     }
