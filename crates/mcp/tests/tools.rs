@@ -545,6 +545,25 @@ async fn life_cycle_without_a_vm_and_previews_that_change_nothing() {
     assert!(dev["disk_size_bytes"].as_u64().unwrap() > 0, "{m}");
     let all = h.ok("workspace_metrics", json!({})).await;
     assert_eq!(all["workspaces"].as_array().unwrap().len(), 1, "{all}");
+    // Every namespace with `*`; another namespace has none of them.
+    h.ok(
+        "workspace_create",
+        json!({"name": "other", "image": "fake", "namespace": "team"}),
+    )
+    .await;
+    let everywhere = h.ok("workspace_metrics", json!({"namespace": "*"})).await;
+    assert_eq!(
+        everywhere["workspaces"].as_array().unwrap().len(),
+        2,
+        "{everywhere}"
+    );
+    let team = h
+        .ok("workspace_metrics", json!({"namespace": "team"}))
+        .await;
+    assert_eq!(team["workspaces"][0]["name"], "other.team", "{team}");
+    assert_eq!(team["workspaces"].as_array().unwrap().len(), 1, "{team}");
+    h.ok("workspace_delete", json!({"name": "other.team"}))
+        .await;
     h.fails("workspace_metrics", json!({"name": "nope"}), "NOT_FOUND")
         .await;
 

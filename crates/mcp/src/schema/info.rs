@@ -249,6 +249,11 @@ pub struct MetricsParams {
     /// The workspace; every workspace when absent.
     #[serde(default)]
     pub name: Option<String>,
+    /// Without `name`, the namespace measured (default: the session's);
+    /// `*` measures every namespace (as microsandbox's
+    /// `sandbox_get_metrics` takes it).
+    #[serde(default)]
+    pub namespace: Option<String>,
     /// The server whose workspaces these are (see `server_list`; default
     /// this host, or the server `name` lives on).
     #[serde(default)]

@@ -195,7 +195,11 @@ impl MicroagentServer {
                     .metrics_on_server(&server, p.name.as_deref())
                     .await?
             }
-            _ => self.ws.metrics(p.name.as_deref()).await?,
+            _ => {
+                crate::tools::seen_from(&self.ws, p.namespace.as_deref())?
+                    .metrics(p.name.as_deref())
+                    .await?
+            }
         };
         Ok(Out(MetricsResult { workspaces }))
     }
