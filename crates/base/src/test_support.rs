@@ -72,6 +72,20 @@ pub fn pretend_running(dir: &Path) {
     std::fs::write(&path, serde_json::to_vec(&meta).unwrap()).unwrap();
 }
 
+/// Entries of `dir` but hidden ones (a lock, a call under way).
+pub fn visible_entries(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            !e.as_ref()
+                .unwrap()
+                .file_name()
+                .as_encoded_bytes()
+                .starts_with(b".")
+        })
+        .count()
+}
+
 /// The most this process has had resident, in KiB (`VmHWM`).
 pub fn peak_rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

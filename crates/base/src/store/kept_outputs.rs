@@ -531,20 +531,6 @@ pub(crate) mod tests {
         dir
     }
 
-    /// Entries of `dir` but hidden ones (the lock).
-    pub(crate) fn visible(dir: &Path) -> usize {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .filter(|e| {
-                !e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .as_encoded_bytes()
-                    .starts_with(b".")
-            })
-            .count()
-    }
-
     fn limits(call: u64, workspace: u64, total: u64) -> OutputLimits {
         OutputLimits {
             max_call_bytes: call,
@@ -679,7 +665,10 @@ pub(crate) mod tests {
         let later = SystemTime::now() + Duration::from_secs(DEFAULT_TTL_SECS + 60);
         assert!(kept.sweep_at(later) >= 12_000);
         assert_eq!(kept.total_bytes(), 0);
-        assert_eq!(visible(&root.join(OUTPUTS_DIR)), 0);
+        assert_eq!(
+            crate::test_support::visible_entries(&root.join(OUTPUTS_DIR)),
+            0
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -545,20 +545,6 @@ mod tests {
     use base::store::kept_outputs::{KeptOutputs, OUTPUTS_DIR};
     use base::store::spec::DeleteOptions;
 
-    /// Entries of `dir` but hidden ones (the lock).
-    fn visible(dir: &std::path::Path) -> usize {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .filter(|e| {
-                !e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .as_encoded_bytes()
-                    .starts_with(b".")
-            })
-            .count()
-    }
-
     #[test]
     fn kept_outputs_go_with_their_workspace_unless_kept() {
         if !have_mkfs("kept_outputs_go_with_their_workspace_unless_kept") {
@@ -594,7 +580,7 @@ mod tests {
             .delete(DeleteOptions::default().keep_outputs(true))
             .unwrap();
         assert_eq!(
-            visible(&root.join(OUTPUTS_DIR)),
+            base::test_support::visible_entries(&root.join(OUTPUTS_DIR)),
             0,
             "the one-shot's went at its TTL"
         );
