@@ -94,10 +94,13 @@ async fn networks_are_objects_workspaces_name_and_host_changes_wait_for_a_token(
     // This server was not granted host changes: even the right token is
     // refused.
     let token = preview["token"].as_str().unwrap();
+    for args in [json!({"confirm_token": token}), json!({"confirm": token})] {
+        h.fails("host_networking_setup", args, "FORBIDDEN").await;
+    }
     h.fails(
         "host_networking_setup",
-        json!({"confirm_token": token}),
-        "FORBIDDEN",
+        json!({"confirm": token, "confirm_token": "other"}),
+        "INVALID_INPUT",
     )
     .await;
     assert!(

@@ -95,7 +95,11 @@ pub struct ListNetworksParams {}
 #[serde(deny_unknown_fields)]
 pub struct HostSetupParams {
     /// The token of an earlier preview: apply exactly that plan. Without
-    /// it nothing changes and the plan and a token come back.
+    /// it nothing changes and the plan and a token come back. (As
+    /// `kernel_install` and `image_build` take it.)
+    #[serde(default)]
+    pub confirm: Option<String>,
+    /// The same as `confirm`, under the name it had first.
     pub confirm_token: Option<String>,
     /// Remove everything the setup made instead (also previewed first).
     #[serde(default)]
@@ -234,7 +238,7 @@ impl Render for HostSetupResult {
         }
         if let Some(token) = &self.change.preview.token {
             out.push_str(&format!(
-                "\nTo apply exactly this plan within 5 minutes, call host_networking_setup again with confirm_token \"{token}\" (the server needs CAP_NET_ADMIN)."
+                "\nTo apply exactly this plan within 5 minutes, call host_networking_setup again with confirm \"{token}\" (the server needs CAP_NET_ADMIN)."
             ));
         }
         out

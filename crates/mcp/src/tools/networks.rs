@@ -6,6 +6,7 @@ use rmcp::{tool, tool_router};
 use workspace::network::{Backend, Egress, NetworkRequest};
 
 use super::would_or_did;
+use crate::error::ToolError;
 use crate::output::{Out, ToolResult};
 use crate::schema::networks::*;
 use crate::MicroagentServer;
@@ -161,7 +162,7 @@ impl MicroagentServer {
 
     /// Set up (or with teardown: true, remove) the host side of the tap
     /// networks: bridges, IPv4 forwarding, our nftables table, a dnsmasq
-    /// per network. Without confirm_token nothing changes: the exact
+    /// per network. Without confirm (or confirm_token) nothing changes: the exact
     /// commands come back with a token valid for 5 minutes; call again
     /// with it to apply that plan once (refused if the plan changed since;
     /// FORBIDDEN unless the server was started with --allow-host-changes).
@@ -184,11 +185,19 @@ impl MicroagentServer {
         } else {
             "network setup"
         };
+        let token = match (p.confirm, p.confirm_token) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ToolError::InvalidInput(
+                    "confirm and confirm_token are the same token under two names; give one".into(),
+                ))
+            }
+            (a, b) => a.or(b),
+        };
         self.grants
-            .check_host_change(p.confirm_token.is_some(), "host_networking_setup", cli)?;
+            .check_host_change(token.is_some(), "host_networking_setup", cli)?;
         let change = self
             .blocking(move |ws| {
-                let token = p.confirm_token.as_deref();
+                let token = token.as_deref();
                 Ok(if p.teardown {
                     ws.networks().teardown(token)?
                 } else {
