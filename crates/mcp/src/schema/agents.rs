@@ -18,9 +18,11 @@ pub struct RegisterParams {
     pub capabilities: Vec<String>,
     /// vCPUs of its workspace (1-8, default 1).
     #[serde(default)]
+    #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub cpus: Option<u32>,
     /// Memory of its workspace, MiB (64-16384, default 256).
     #[serde(default)]
+    #[schemars(range(min = workspace::LIMITS.min_mem_mib, max = workspace::LIMITS.max_mem_mib))]
     pub memory: Option<u64>,
     /// Image of its workspace (default `minimal`).
     #[serde(default)]

@@ -72,6 +72,7 @@ pub struct ExecParams {
     /// Bytes of each of stdout and stderr returned, 0 to 4194304; default
     /// 65536. The rest is counted (stdout_dropped, stderr_dropped), not
     /// returned.
+    #[schemars(range(min = 0, max = MAX_OUTPUT_CAP))]
     pub output_cap: Option<u64>,
     /// Files to bring back after the command: absolute guest paths or
     /// globs (`/out/report.txt`, `/out/*.png`, `/out/**/*.csv`; at most
@@ -101,16 +102,21 @@ pub struct RunCodeParams {
     pub stdin: Option<String>,
     /// Kill the program after this many seconds, 1 to 86400; default: no
     /// limit.
+    #[schemars(range(min = 1, max = MAX_EXEC_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
     /// Bytes of each of stdout and stderr returned, 0 to 4194304; default
     /// 65536.
+    #[schemars(range(min = 0, max = MAX_OUTPUT_CAP))]
     pub output_cap: Option<u64>,
     /// One-shot only: seconds to wait for the workspace to boot, 1 to 3600;
     /// default 300.
+    #[schemars(range(min = 1, max = crate::schema::lifecycle::MAX_START_TIMEOUT_SECS))]
     pub start_timeout_secs: Option<u64>,
     /// One-shot only: vCPUs, 1 to 8; default 1.
+    #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub vcpus: Option<u32>,
     /// One-shot only: guest memory in MiB, 64 to 16384; default 512.
+    #[schemars(range(min = workspace::LIMITS.min_mem_mib, max = workspace::LIMITS.max_mem_mib))]
     pub mem_mib: Option<u64>,
     /// One-shot only: what the code may reach, "all" (default: all but the
     /// host's loopback, link-local and private addresses), "none" or
@@ -311,11 +317,14 @@ pub struct RunParams {
     pub stdin: Option<String>,
     /// Kill the command after this many seconds, 1 to 86400; default: no
     /// limit (the workspace's TTL of 1 h still applies).
+    #[schemars(range(min = 1, max = MAX_EXEC_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
     /// Bytes of each of stdout and stderr returned, 0 to 4194304; default
     /// 65536.
+    #[schemars(range(min = 0, max = MAX_OUTPUT_CAP))]
     pub output_cap: Option<u64>,
     /// Seconds to wait for the workspace to boot, 1 to 3600; default 300.
+    #[schemars(range(min = 1, max = crate::schema::lifecycle::MAX_START_TIMEOUT_SECS))]
     pub start_timeout_secs: Option<u64>,
     /// Network: "user" (default), "none" or one from network_create.
     pub network: Option<String>,

@@ -40,6 +40,7 @@ pub struct FileReadParams {
     pub offset: Option<u64>,
     /// Most bytes to read, 1 to 4194304; default 65536. Read a larger file
     /// in parts with `offset` (each result says `next_offset`).
+    #[schemars(range(min = 1, max = MAX_READ_LENGTH))]
     pub length: Option<u64>,
     /// utf8 or base64. Default: utf8 when the bytes are valid UTF-8, else
     /// base64. Asking utf8 replaces invalid bytes.

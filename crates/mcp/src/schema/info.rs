@@ -188,10 +188,13 @@ pub struct EstimateCostParams {
     /// How long the workspaces run, in seconds (1 to 31536000).
     pub duration_secs: u64,
     /// vCPUs per workspace, 1 to 8; default 1.
+    #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub vcpus: Option<u32>,
     /// Guest memory per workspace in MiB, 64 to 16384; default 256.
+    #[schemars(range(min = workspace::LIMITS.min_mem_mib, max = workspace::LIMITS.max_mem_mib))]
     pub mem_mib: Option<u64>,
     /// How many such workspaces, 1 to 10000; default 1.
+    #[schemars(range(min = 1, max = 10000))]
     pub count: Option<u64>,
 }
 

@@ -44,11 +44,14 @@ pub struct CreateParams {
     /// `always`.
     pub pull: Option<workspace::images::pull::PullPolicy>,
     /// vCPUs, 1 to 8; default 1.
+    #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub vcpus: Option<u32>,
     /// Guest memory in MiB, 64 to 16384; default 256.
+    #[schemars(range(min = workspace::LIMITS.min_mem_mib, max = workspace::LIMITS.max_mem_mib))]
     pub mem_mib: Option<u64>,
     /// Writable disk in MiB, 64 to 1048576; default 1024. Sparse: only what
     /// the guest writes uses host disk.
+    #[schemars(range(min = workspace::LIMITS.min_disk_mib, max = workspace::LIMITS.max_disk_mib))]
     pub disk_mib: Option<u64>,
     /// Environment variables added to every command run in it (at most 64;
     /// keys of letters, digits and _ . - /).
@@ -59,6 +62,7 @@ pub struct CreateParams {
     pub labels: BTreeMap<String, String>,
     /// Stop it this many seconds after each start (1 to 2592000); default:
     /// no TTL.
+    #[schemars(range(min = 1, max = workspace::LIMITS.max_ttl_secs))]
     pub ttl_secs: Option<u64>,
     /// The same as a duration: "90s", "30m", "1h", "1h30m", "2d" (give
     /// this or ttl_secs).
@@ -147,6 +151,7 @@ pub struct StartParams {
     pub name: String,
     /// Seconds to wait for the guest agent to answer, 1 to 3600; default
     /// 300. On timeout the VM is halted.
+    #[schemars(range(min = 1, max = MAX_START_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
     /// Boot the kernel even when the image's warm snapshot could be used (a
     /// never-started workspace otherwise resumes it in about a second).
@@ -162,6 +167,7 @@ pub struct StopParams {
     pub name: String,
     /// Seconds the guest gets to shut down cleanly before the VM is torn
     /// down, 1 to 600; default 30.
+    #[schemars(range(min = 1, max = MAX_STOP_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
     /// Only report what would happen; change nothing.
     #[serde(default)]
@@ -221,6 +227,7 @@ pub struct LogsParams {
     /// Workspace name.
     pub name: String,
     /// The last this many console lines, 1 to 5000; default 100.
+    #[schemars(range(min = 1, max = MAX_LOG_LINES))]
     pub lines: Option<usize>,
 }
 

@@ -57,10 +57,12 @@ pub struct ProcessStartParams {
     #[serde(default)]
     pub stdin: bool,
     /// Kill it after this many seconds, 1 to 86400; default: no limit.
+    #[schemars(range(min = 1, max = crate::schema::exec::MAX_EXEC_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
     /// Bytes of each output stream kept in the guest, 0 to 16777216;
     /// default 1048576. Older output is dropped (process_output reports how
     /// much).
+    #[schemars(range(min = 0, max = workspace::guest::MAX_PROCESS_RING))]
     pub ring_bytes: Option<u64>,
 }
 
@@ -89,9 +91,11 @@ pub struct ProcessOutputParams {
     pub stderr_cursor: u64,
     /// Wait up to this many seconds for new output (or the exit) when
     /// there is none yet, 0 to 300; default 0.
+    #[schemars(range(min = 0, max = MAX_OUTPUT_WAIT_SECS))]
     pub wait_secs: Option<u64>,
     /// Bytes of each stream returned, 1 to 4194304; default 65536. Call
     /// again from the returned cursors for the rest.
+    #[schemars(range(min = 1, max = MAX_READ_BYTES))]
     pub max_bytes: Option<u64>,
 }
 
@@ -133,6 +137,7 @@ pub struct ProcessWaitParams {
     pub id: String,
     /// Seconds to wait for the exit, 0 to 3600; default 30. The answer
     /// says `running` when it has not exited by then.
+    #[schemars(range(min = 0, max = MAX_WAIT_SECS))]
     pub timeout_secs: Option<u64>,
 }
 

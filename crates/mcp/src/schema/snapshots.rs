@@ -78,6 +78,7 @@ pub struct RestoreParams {
     #[serde(default)]
     pub preview: bool,
     /// Seconds to wait for the restored guest's agent, 1 to 3600; default 300.
+    #[schemars(range(min = 1, max = MAX_RESTORE_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
 }
 
@@ -92,6 +93,7 @@ pub struct ForkParams {
     /// Fork from this snapshot instead of the live workspace.
     pub snapshot: Option<String>,
     /// Seconds to wait for the fork's agent, 1 to 3600; default 300.
+    #[schemars(range(min = 1, max = MAX_RESTORE_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
 }
 

@@ -97,6 +97,7 @@ pub struct TaskLogsParams {
     pub offset: Option<u64>,
     /// Most bytes returned, 1 to 1048576 (default 65536).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_TASK_LOG_READ))]
     pub limit: Option<u64>,
 }
 
