@@ -35,6 +35,7 @@ mod sh;
 mod soak;
 mod test_cmd;
 mod tidy;
+mod tidy_docs;
 mod tidy_structure;
 
 use anyhow::bail;
