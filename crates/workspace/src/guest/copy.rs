@@ -514,12 +514,7 @@ impl WorkspaceFiles<'_> {
                     .map_err(Error::host_io(format!("creating {}", host_path.display())))?;
                 limits.max_copy_out_bytes
             }
-            // The size the guest reported, with room for a file that grows
-            // while it is copied.
-            FileKind::File => stat
-                .size
-                .saturating_add(host_write::COPY_OUT_GROWTH)
-                .min(limits.max_copy_out_bytes),
+            FileKind::File => file_budget(stat.size, limits),
             other => {
                 return Err(Error::InvalidInput(format!(
                     "{guest_path} is a {other:?}; only files and directories can be copied"
@@ -647,6 +642,15 @@ pub(crate) struct CopyInto<'a> {
     /// A file's length: its bytes end there, and an input that ends
     /// before is cut (the guest file stays as it was).
     pub bytes: Option<u64>,
+}
+
+/// Most bytes a copy out of a guest file takes: the size the guest
+/// reported, with room for a file that grows while it is copied, within
+/// `limits`' copy-out bound.
+pub(super) fn file_budget(reported: u64, limits: &base::store::spec::Limits) -> u64 {
+    reported
+        .saturating_add(host_write::COPY_OUT_GROWTH)
+        .min(limits.max_copy_out_bytes)
 }
 
 /// A copy out of a workspace on a server: its frames into `file`, at most

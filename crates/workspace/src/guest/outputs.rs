@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::guest::files::check_guest_path;
 use crate::guest::FileKind;
-use crate::host::host_write::{Budgeted, TempFile, COPY_OUT_GROWTH};
+use crate::host::host_write::{Budgeted, TempFile};
 use crate::workspaces::handle::Workspace;
 use base::store::kept_outputs::{KeepCall, KeptOutputs, SparseWriter};
 
@@ -240,9 +240,7 @@ impl Workspace<'_> {
             .try_clone()
             .map_err(Error::host_io(format!("opening {} again", to.display())))?;
         // What the guest may stream (time, not disk), as a copy out takes.
-        let budget = size
-            .saturating_add(COPY_OUT_GROWTH)
-            .min(self.all.limits().max_copy_out_bytes);
+        let budget = crate::guest::copy::file_budget(size, self.all.limits());
         let mut writer = Budgeted::new(SparseSink(SparseWriter::new(file, room)), budget);
         let got = self
             .all
@@ -314,10 +312,7 @@ async fn keep_remote_file(
     if size > room {
         return Err(call.over(quota, size).into());
     }
-    let budget = size
-        .saturating_add(COPY_OUT_GROWTH)
-        .min(limits.max_copy_out_bytes)
-        .min(room);
+    let budget = crate::guest::copy::file_budget(size, limits).min(room);
     let mut tmp = TempFile::beside(to)?;
     let sent = match crate::guest::copy::fetch(remote, path, false, budget, tmp.file()).await {
         Ok(sent) => sent,
