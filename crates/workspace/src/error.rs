@@ -161,7 +161,7 @@ pub enum Error {
     Server(#[from] crate::servers::ServerError),
     /// A browser call failed.
     #[error(transparent)]
-    Browser(#[from] crate::browser::BrowserError),
+    Browser(ConcernFailure),
     /// A repository operation failed.
     #[error(transparent)]
     Repo(#[from] crate::repos::RepoError),
@@ -170,13 +170,13 @@ pub enum Error {
     Agents(#[from] crate::agents::AgentError),
     /// A task operation failed.
     #[error(transparent)]
-    Task(#[from] crate::tasks::TaskError),
+    Task(ConcernFailure),
     /// A secret operation failed.
     #[error(transparent)]
     Secret(#[from] crate::secrets::SecretError),
     /// A pool of ready workspaces could not be set or filled.
     #[error(transparent)]
-    Pool(#[from] crate::pool::PoolError),
+    Pool(ConcernFailure),
     /// A volume is mounted read-write by another running workspace, or
     /// read-only by one when it is asked for read-write.
     #[error("volume `{volume}` is mounted {mode} by running workspace `{holder}`")]
@@ -368,7 +368,7 @@ impl Error {
                 })
             }
             Error::Image(e) => e.remedy(),
-            Error::Browser(e) => e.remedy(),
+            Error::Browser(e) | Error::Task(e) | Error::Pool(e) => e.remedy(),
             Error::Volume(e) => e.remedy(),
             Error::Repo(e) => e.remedy(),
             Error::Secret(e) => e.remedy(),
@@ -495,12 +495,108 @@ impl From<crate::images::oci_pull::PullError> for Error {
     }
 }
 
+/// What a concern's own error enum (a task's, a pool's, the browser's)
+/// gives [`Error`]: the code front ends report and what
+/// resolves it. The concern's folder sits above this module (its service
+/// calls the collection, which returns [`Error`]), so [`Error`] holds it
+/// boxed, through this trait, instead of naming its type.
+pub trait ConcernError: std::error::Error + Send + Sync + 'static {
+    /// The stable code front ends report.
+    fn code(&self) -> ErrorCode;
+    /// What resolves it, if the caller can do something.
+    fn remedy(&self) -> Option<Remedy> {
+        None
+    }
+}
+
+/// A concern's error inside [`Error`]: shown as itself, its source its
+/// own source (the box adds nothing to the chain).
+#[derive(Debug)]
+pub struct ConcernFailure(Box<dyn ConcernError>);
+
+impl ConcernFailure {
+    /// Boxes a concern's error.
+    pub fn new(e: impl ConcernError) -> ConcernFailure {
+        ConcernFailure(Box::new(e))
+    }
+
+    /// The concern's error, if it is a `T`.
+    pub fn downcast_ref<T: ConcernError>(&self) -> Option<&T> {
+        let e: &(dyn std::error::Error + 'static) = &*self.0;
+        e.downcast_ref::<T>()
+    }
+
+    /// The stable code front ends report.
+    pub fn code(&self) -> ErrorCode {
+        self.0.code()
+    }
+
+    /// What resolves it, if the caller can do something.
+    pub fn remedy(&self) -> Option<Remedy> {
+        self.0.remedy()
+    }
+}
+
+impl std::fmt::Display for ConcernFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for ConcernFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 /// Shorthand for results of workspace operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_concern_error_keeps_its_code_remedy_text_and_source_through_the_box() {
+        let e = Error::from(crate::tasks::TaskError::NotFound("t1".into()));
+        assert!(matches!(e, Error::Task(_)));
+        assert_eq!(e.code(), ErrorCode::NotFound);
+        assert_eq!(
+            e.to_string(),
+            crate::tasks::TaskError::NotFound("t1".into()).to_string()
+        );
+        let Error::Task(f) = &e else { unreachable!() };
+        assert!(matches!(
+            f.downcast_ref::<crate::tasks::TaskError>(),
+            Some(crate::tasks::TaskError::NotFound(id)) if id == "t1"
+        ));
+        assert!(f.downcast_ref::<crate::browser::BrowserError>().is_none());
+
+        let page = crate::browser::BrowserError::UnknownPage {
+            workspace: "dev".into(),
+            page: "p".into(),
+        };
+        let e = Error::from(page);
+        assert_eq!(e.code(), ErrorCode::NotFound);
+        assert_eq!(
+            e.remedy(),
+            Some(Remedy::OpenBrowserPage {
+                workspace: "dev".into(),
+                page: "p".into()
+            })
+        );
+
+        // The box is transparent: the chain shows the cause once.
+        let io = crate::tasks::TaskError::Io {
+            what: "reading task.json".into(),
+            source: std::io::Error::other("disk gone"),
+        };
+        let e = Error::from(io);
+        assert_eq!(e.code(), ErrorCode::Internal);
+        let chain = base::error_chain::error_chain(&e);
+        assert_eq!(chain.matches("disk gone").count(), 1, "{chain}");
+        assert!(std::error::Error::source(&e).is_some());
+    }
 
     #[test]
     fn codes_follow_the_failure() {

@@ -78,6 +78,7 @@ pub use guest::processes::ProcessInfo;
 /// needs no other crate to give it.
 pub use guest::stream::ExecInput;
 pub use snapshots::{SnapshotInfo, Snapshots};
+pub use tasks::service::Tasks;
 /// The guest kernel variant (standard, or compat for emulating hosts).
 pub use vmm_core::KernelVariant;
 pub use workspaces::builder::WorkspacesBuilder;
@@ -90,5 +91,4 @@ pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
 pub use workspaces::placement::PlacementReservation;
 pub use workspaces::pool::Pools;
-pub use workspaces::tasks::Tasks;
 pub use workspaces::volumes::Volumes;

@@ -26,6 +26,13 @@ pub use make::VolumeSource;
 
 /// The directory of volumes in the state directory.
 pub const VOLUMES_DIR: &str = "volumes";
+/// What every task cache volume's name starts with (the tasks of
+/// `workspace::tasks` make them, one per agent, repository and slot); a
+/// session of an agent may not make a volume so named.
+pub const CACHE_PREFIX: &str = "task-cache-";
+/// Where a task's cache volume is mounted in its guest: the guest's
+/// `~/.cache` points into it.
+pub const CACHE_MOUNT: &str = "/var/cache/microagent";
 /// A volume's disk inside its directory.
 pub const VOLUME_DISK: &str = "volume.ext4";
 /// A volume's record inside its directory.

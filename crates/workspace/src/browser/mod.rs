@@ -5,13 +5,17 @@
 //! workspace's directory (`state`). Chromium runs in the guest as `user`,
 //! started on first use as the background process `browser`; the host
 //! reaches it through the agent's `tcp_connect` (never a host TCP port).
-//! The calls themselves are the `Workspace` handle's, in
-//! `guest::browser_ops` (they run Chromium through the agent).
+//! The calls are those of `dev.browser()`, [`WorkspaceBrowser`] (`ops`),
+//! on Chromium started on first use through the agent (`launch`).
 
 pub(crate) mod aria;
 pub(crate) mod cdp;
+pub(crate) mod launch;
+pub(crate) mod ops;
 pub(crate) mod page;
 pub(crate) mod state;
+
+pub use ops::WorkspaceBrowser;
 
 use std::time::Duration;
 
@@ -154,9 +158,8 @@ pub enum BrowserError {
     Events(#[from] base::store::events::EventsError),
 }
 
-impl BrowserError {
-    /// The stable code front ends report.
-    pub fn code(&self) -> ErrorCode {
+impl crate::error::ConcernError for BrowserError {
+    fn code(&self) -> ErrorCode {
         match self {
             BrowserError::NotInstalled { .. }
             | BrowserError::UnknownRef { .. }
@@ -174,11 +177,8 @@ impl BrowserError {
             | BrowserError::Events(_) => ErrorCode::Internal,
         }
     }
-}
 
-impl BrowserError {
-    /// What resolves it, if the caller can do something.
-    pub fn remedy(&self) -> Option<base::remedy::Remedy> {
+    fn remedy(&self) -> Option<base::remedy::Remedy> {
         use base::remedy::Remedy;
         match self {
             BrowserError::NotInstalled { .. } => Some(Remedy::UseBrowserImage),
@@ -200,6 +200,12 @@ impl BrowserError {
             }),
             _ => None,
         }
+    }
+}
+
+impl From<BrowserError> for crate::error::Error {
+    fn from(e: BrowserError) -> Self {
+        crate::error::Error::Browser(crate::error::ConcernFailure::new(e))
     }
 }
 

@@ -5,13 +5,10 @@
 //! edits, lines and finding, `file_ops`; files a command leaves behind,
 //! `outputs`, kept in the state directory by
 //! `base::store::kept_outputs`), the
-//! streaming types (`stream`), metrics (`metrics`), and the workspace's browser
-//! (`browser_launch`: Chromium started on first use; `browser_ops`: the
-//! browser calls, on `crate::browser`'s DevTools client). What lands on the
-//! host goes through `host::host_write`.
+//! streaming types (`stream`) and metrics (`metrics`). The workspace's
+//! browser, which runs Chromium through these calls, is `crate::browser`.
+//! What lands on the host goes through `host::host_write`.
 
-pub(crate) mod browser_launch;
-pub(crate) mod browser_ops;
 pub mod code;
 pub mod copy;
 pub(crate) mod exec;
@@ -24,7 +21,6 @@ pub(crate) mod processes;
 pub(crate) mod repo;
 pub(crate) mod stream;
 
-pub use browser_ops::WorkspaceBrowser;
 pub use copy::Copied;
 pub use exec::{Exited, OutputCollector, MAX_COLLECTED_BYTES};
 pub use exec_control::ExecEnd;

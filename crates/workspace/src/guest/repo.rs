@@ -10,11 +10,11 @@ use crate::guest::exec::ExecRequest;
 use crate::guest::stream::ExecInput;
 use crate::repos::incoming::{check_bundle, RepoLimits};
 use crate::repos::{git, RepoError, RepoPull, GUEST_REPO_DIR, WORKSPACE_REF_PREFIX};
-use crate::tasks::slots::CACHE_MOUNT;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;
 use base::store::repo_checkout::RepoCheckout;
 use base::store::workspace_dir::WorkspaceDir;
+use base::volumes::CACHE_MOUNT;
 
 /// The guest account a clone belongs to (`user` in the images microagent
 /// builds).

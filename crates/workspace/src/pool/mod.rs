@@ -61,14 +61,19 @@ pub enum PoolError {
     },
 }
 
-impl PoolError {
-    /// The stable code front ends report.
-    pub fn code(&self) -> ErrorCode {
+impl crate::error::ConcernError for PoolError {
+    fn code(&self) -> ErrorCode {
         match self {
             PoolError::TooLarge { .. } | PoolError::Network { .. } => ErrorCode::InvalidInput,
             PoolError::Config(_) => ErrorCode::Internal,
             PoolError::NoPrivateRoot { .. } => ErrorCode::HostUnsupported,
         }
+    }
+}
+
+impl From<PoolError> for crate::error::Error {
+    fn from(e: PoolError) -> Self {
+        crate::error::Error::Pool(crate::error::ConcernFailure::new(e))
     }
 }
 

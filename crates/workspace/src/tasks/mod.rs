@@ -3,11 +3,16 @@
 //! it started from. A task is a record in `<state>/tasks/<id>/` (`task.json`,
 //! the command's `task.log`, the supervisor's `supervisor.log`), so it
 //! outlives the CLI or MCP server that started it; a small supervisor
-//! process drives it (`workspaces::tasks`). How commits come back onto the
-//! host branch is [`merge`]; slots and their cache volumes are [`slots`].
+//! process drives it ([`run`]). Front ends reach tasks through the service
+//! `ws.tasks()` ([`service`]). How commits come back onto the host branch
+//! is [`merge`]; slots and their cache volumes are [`slots`] and
+//! [`caches`].
 
+mod caches;
 pub mod log;
 pub mod merge;
+mod run;
+pub mod service;
 pub mod slots;
 
 #[cfg(test)]
@@ -78,9 +83,8 @@ pub enum TaskError {
     },
 }
 
-impl TaskError {
-    /// The stable code front ends report.
-    pub fn code(&self) -> ErrorCode {
+impl crate::error::ConcernError for TaskError {
+    fn code(&self) -> ErrorCode {
         match self {
             TaskError::NotFound(_) => ErrorCode::NotFound,
             TaskError::Invalid(_) => ErrorCode::InvalidInput,
@@ -90,7 +94,15 @@ impl TaskError {
             TaskError::Io { .. } => ErrorCode::Internal,
         }
     }
+}
 
+impl From<TaskError> for crate::error::Error {
+    fn from(e: TaskError) -> Self {
+        crate::error::Error::Task(crate::error::ConcernFailure::new(e))
+    }
+}
+
+impl TaskError {
     pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let what = what.into();
         move |source| TaskError::Io { what, source }
@@ -447,6 +459,7 @@ pub fn workspace_of(id: &str) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::error::ConcernError;
 
     pub(crate) fn info(id: &str, created_ms: u64) -> TaskInfo {
         TaskInfo {

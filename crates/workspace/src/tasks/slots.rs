@@ -1,7 +1,7 @@
 //! Task slots: at most N tasks run at once. Each repository prefers one
 //! slot (by a hash of its alias), so its next task finds the caches its
 //! last one left: a task mounts the cache volume of its agent, its
-//! repository and its slot ([`cache_volume`]) at [`CACHE_MOUNT`], which
+//! repository and its slot ([`cache_volume`]) at `base::volumes::CACHE_MOUNT`, which
 //! the guest's `~/.cache` points into. The volume is its agent's (a task
 //! the host started: nobody's), so no other agent mounts, reads or plants
 //! anything in what the next task of that agent runs.
@@ -9,15 +9,12 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-/// Where a slot's cache volume is mounted in a task's guest.
-pub const CACHE_MOUNT: &str = "/var/cache/microagent";
+use base::volumes::CACHE_PREFIX;
+
 /// Most slots, whatever the budget says.
 pub const MAX_SLOTS: u32 = 16;
 /// Size of a slot's cache volume, MiB (sparse).
 pub const CACHE_SIZE_MIB: u64 = 8 * 1024;
-/// What every task cache volume's name starts with; a session of an agent
-/// may not make a volume so named.
-pub const CACHE_PREFIX: &str = "task-cache-";
 /// Hex digits of the key in a cache volume's name.
 const CACHE_KEY_HEX: usize = 16;
 

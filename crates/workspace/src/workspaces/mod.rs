@@ -18,6 +18,5 @@ pub(crate) mod placement;
 pub(crate) mod pool;
 pub(crate) mod ports;
 pub(crate) mod repos;
-pub(crate) mod tasks;
 pub(crate) mod tenancy;
 pub(crate) mod volumes;

@@ -116,10 +116,10 @@ impl Volumes<'_> {
         source: &VolumeSource,
     ) -> Result<VolumeInfo> {
         let name = self.all.full_name(name)?;
-        if self.all.caller().is_some() && name.starts_with(crate::tasks::slots::CACHE_PREFIX) {
+        if self.all.caller().is_some() && name.starts_with(base::volumes::CACHE_PREFIX) {
             return Err(Error::InvalidInput(format!(
                 "volume names starting with `{}` are kept for task caches; choose another name",
-                crate::tasks::slots::CACHE_PREFIX
+                base::volumes::CACHE_PREFIX
             )));
         }
         self.all.check_budget_disk()?;

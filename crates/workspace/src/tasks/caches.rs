@@ -4,9 +4,9 @@
 //! can neither mount, export nor delete it, nor plant what the next task's
 //! `~/.cache` runs. `task slots` lists them.
 
-use super::Tasks;
 use crate::agents::access::may_use;
 use crate::error::{Error, Result};
+use crate::tasks::service::Tasks;
 use crate::tasks::slots::{self, TaskCache};
 use base::volumes::{VolumeError, VolumeSource};
 
@@ -83,13 +83,14 @@ impl Tasks<'_> {
 #[cfg(test)]
 mod tests {
 
-    use crate::tasks::slots::{cache_volume, CACHE_MOUNT};
+    use crate::tasks::slots::cache_volume;
     use crate::workspaces::manager::tests::{fixture, have_mkfs, session, spec};
     use crate::workspaces::manager::Workspaces;
     use base::code::ErrorCode;
     use base::store::spec::WorkspaceSpec;
     use base::store::volume_mounts::VolumeMount;
     use base::volumes::VolumeSource;
+    use base::volumes::CACHE_MOUNT;
 
     fn mounting(cache: &str) -> WorkspaceSpec {
         WorkspaceSpec {

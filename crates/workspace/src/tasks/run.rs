@@ -16,17 +16,17 @@ use crate::repos::incoming::RepoLimits;
 use crate::repos::GUEST_REPO_DIR;
 use crate::tasks::log::CappedLog;
 use crate::tasks::merge::{merge_task, MergeResult};
-use crate::tasks::slots::CACHE_MOUNT;
+use crate::tasks::service::{task_mem, Tasks};
 use crate::tasks::{
     TaskInfo, TaskResult, TaskStatus, GUEST_RESULT_FILE, GUEST_TASK_FILE, MAX_RESULT_BYTES,
     TASK_REF_PREFIX,
 };
-use crate::workspaces::tasks::{task_mem, Tasks};
 use base::host::settings::now_ms;
 use base::store::file_lock::FileLock;
 use base::store::repo_checkout::RepoCheckout;
 use base::store::spec::{Owner, WorkspaceSpec};
 use base::store::volume_mounts::VolumeMount;
+use base::volumes::CACHE_MOUNT;
 
 /// How long a start may take (a cold boot when no warm snapshot exists).
 const TASK_START_TIMEOUT: Duration = Duration::from_secs(600);

@@ -1,12 +1,10 @@
 //! Tasks as front ends use them, the service `ws.tasks()`: `run` checks the
 //! request, takes a slot (or queues), writes the record and starts the
 //! task's supervisor, a detached process that outlives the caller
-//! (`admin::task_run` is what it does, `supervise`, and `cancel`);
+//! ([`super::run`] is what it does, `supervise`, and `cancel`);
 //! the rest read and change records: info (a task whose supervisor is
 //! gone is marked failed), list, logs, the next finished task not yet
 //! reported, cancel, cleanup, slots.
-
-mod caches;
 
 use std::time::{Duration, Instant};
 

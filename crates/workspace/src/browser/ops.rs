@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 use tokio::net::UnixStream;
 
-use super::browser_launch::{self as launch, Endpoint};
 use crate::browser::cdp::Cdp;
+use crate::browser::launch::{self, Endpoint};
 use crate::browser::page::{png_size, Page};
 use crate::browser::state::{BrowserDir, BrowserState, PageState};
 use crate::browser::{
