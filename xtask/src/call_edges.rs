@@ -27,6 +27,7 @@ pub const SERVICE_TYPES: &[&str] = &[
     "Pools",
     "Snapshots",
     "Networks",
+    "Images",
     "WorkspaceBrowser",
     "WorkspaceFiles",
     "WorkspaceProcesses",

@@ -93,10 +93,10 @@ pub enum ImageCommand {
 }
 
 pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<ExitCode, Error> {
-    let images = ws.images();
+    let images = ws.image_registry();
     match cmd {
         ImageCommand::Search { query, registries } => {
-            let found = ws.search_images(query, registries).await?;
+            let found = ws.images().search(query, registries).await?;
             if json {
                 output::json(&found);
                 return Ok(ExitCode::SUCCESS);
@@ -187,7 +187,7 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
         }
         ImageCommand::Inspect { name } => {
             let info = images.get(name)?;
-            let users = ws.image_users(name)?;
+            let users = ws.images().users(name)?;
             if json {
                 let mut v = serde_json::to_value(&info).unwrap_or_default();
                 v["used_by"] = serde_json::json!(users);
@@ -267,7 +267,7 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
             }
         }
         ImageCommand::Rm { name } => {
-            ws.remove_image(name)?;
+            ws.images().remove(name)?;
             if json {
                 output::json(&serde_json::json!({ "removed": name }));
             } else {
@@ -394,7 +394,7 @@ pub async fn build(
     let progress = crate::plan_out::stderr_progress("image build");
     let done = crate::plan_out::run_change(flags, json, &rerun_line(req), |token| {
         let progress = progress.clone();
-        async move { ws.image_build(req, token.as_deref(), progress).await }
+        async move { ws.images().build(req, token.as_deref(), progress).await }
     })
     .await?;
     if let (Some(image), false) = (&done.image, json) {

@@ -113,7 +113,7 @@ pub async fn setup(
     }
     if with.contains(&SetupExtra::Browser) {
         let req = workspace::browser::image_request();
-        if ws.images().get(&req.name).is_ok() {
+        if ws.image_registry().get(&req.name).is_ok() {
             if !json {
                 println!("image {}: already built", req.name);
             }
@@ -130,7 +130,7 @@ pub async fn setup(
 }
 
 fn list(ws: &Workspaces, json: bool) -> Result<(), Error> {
-    let kernels = workspace::images::kernels::list(ws.images())?;
+    let kernels = workspace::images::kernels::list(ws.image_registry())?;
     if json {
         output::json(&kernels);
     } else if kernels.is_empty() {

@@ -107,7 +107,7 @@ impl SpecArgs {
         let shown = std::sync::Arc::new(std::sync::Mutex::new(crate::image_cmd::pull_progress(
             output::interactive(),
         )));
-        let image = resolve(ws.images(), &self.image, policy, shown).await?;
+        let image = resolve(ws.image_registry(), &self.image, policy, shown).await?;
         Ok(WorkspaceSpec {
             image,
             ..self.spec()

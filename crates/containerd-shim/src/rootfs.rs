@@ -56,7 +56,7 @@ pub fn image_for(all: &Workspaces, bundle: &Path, mounts: &[Mount]) -> Result<St
         ));
     }
     let name = image_name(mounts);
-    match all.images().get(&name) {
+    match all.image_registry().get(&name) {
         Ok(_) => return Ok(name),
         Err(ImageError::NotFound(_)) => {}
         Err(source) => {
@@ -79,7 +79,9 @@ pub fn image_for(all: &Workspaces, bundle: &Path, mounts: &[Mount]) -> Result<St
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let imported = all.images().import_root_dir(&name, &target, &source);
+    let imported = all
+        .image_registry()
+        .import_root_dir(&name, &target, &source);
     let unmounted = unmount(&target);
     match imported {
         Ok(_) => {}

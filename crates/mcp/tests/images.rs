@@ -28,7 +28,7 @@ fn stand_in_minimal(h: &McpHarness) -> Option<()> {
         .status()
         .unwrap();
     assert!(made.success());
-    h.ws.images().import_dir("minimal", &src).unwrap();
+    h.ws.image_registry().import_dir("minimal", &src).unwrap();
     Some(())
 }
 
@@ -132,7 +132,7 @@ async fn container_images_pull_and_import_through_mcp() {
     )
     .await;
     let names: Vec<String> =
-        h.ws.images()
+        h.ws.image_registry()
             .list()
             .unwrap()
             .into_iter()
@@ -209,7 +209,7 @@ async fn kernel_install_previews_and_refuses_wrong_tokens() {
         .fails("kernel_install", json!({"file": fake}), "NOT_FOUND")
         .await;
     assert!(message.contains("minimal"), "{message}");
-    h.ws.images().import_dir("minimal", &src).unwrap();
+    h.ws.image_registry().import_dir("minimal", &src).unwrap();
 
     let preview = h
         .ok(
@@ -257,7 +257,11 @@ async fn kernel_install_previews_and_refuses_wrong_tokens() {
     let src = plain.root.join("fake");
     testkit::fake_image_files(&src);
     let fake = src.join("vmlinux").display().to_string();
-    plain.ws.images().import_dir("minimal", &src).unwrap();
+    plain
+        .ws
+        .image_registry()
+        .import_dir("minimal", &src)
+        .unwrap();
     let preview = plain
         .ok(
             "kernel_install",

@@ -112,7 +112,7 @@ pub enum Error {
     Image(#[from] ImageError),
     /// A registry did not give an image.
     #[error(transparent)]
-    Registry(crate::images::oci_pull::RegistryError),
+    Registry(ConcernFailure),
     /// The console log.
     #[error("console log")]
     ConsoleLog(#[from] ConsoleLogError),
@@ -146,13 +146,13 @@ pub enum Error {
     KernelInstall(#[from] crate::host::kernel_install::KernelInstallError),
     /// An image build failed.
     #[error(transparent)]
-    ImageBuild(crate::images::build::ImageBuildError),
+    ImageBuild(ConcernFailure),
     /// The account VMMs run as could not be found or given their files.
     #[error(transparent)]
     VmmUser(#[from] base::vmm::user::VmmUserError),
     /// An image search could not be made.
     #[error(transparent)]
-    Search(#[from] crate::images::search::SearchError),
+    Search(ConcernFailure),
     /// A volume operation failed.
     #[error(transparent)]
     Volume(#[from] base::volumes::VolumeError),
@@ -434,12 +434,6 @@ impl From<SpecError> for Error {
     }
 }
 
-impl From<crate::images::build::ImageBuildError> for Error {
-    fn from(e: crate::images::build::ImageBuildError) -> Self {
-        Error::ImageBuild(e)
-    }
-}
-
 impl From<PortError> for Error {
     fn from(e: PortError) -> Self {
         match e {
@@ -482,21 +476,8 @@ fn agent_code(e: &ClientError) -> ErrorCode {
     }
 }
 
-/// A pull's error as the crate's: an image or conversion failure is an
-/// image error, as an import's is.
-impl From<crate::images::oci_pull::PullError> for Error {
-    fn from(e: crate::images::oci_pull::PullError) -> Self {
-        use crate::images::oci_pull::PullError;
-        match e {
-            PullError::Oci(e) => Error::Image(ImageError::Oci(e)),
-            PullError::Registry(e) => Error::Registry(e),
-            PullError::Image(e) => Error::Image(e),
-        }
-    }
-}
-
-/// What a concern's own error enum (a task's, a pool's, the browser's)
-/// gives [`Error`]: the code front ends report and what
+/// What a concern's own error enum (a task's, a pool's, the browser's,
+/// an image build's, search's or registry's) gives [`Error`]: the code front ends report and what
 /// resolves it. The concern's folder sits above this module (its service
 /// calls the collection, which returns [`Error`]), so [`Error`] holds it
 /// boxed, through this trait, instead of naming its type.

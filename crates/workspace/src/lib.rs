@@ -77,6 +77,7 @@ pub use guest::processes::ProcessInfo;
 /// The input an exec takes (a stream, bytes, a terminal), so a program
 /// needs no other crate to give it.
 pub use guest::stream::ExecInput;
+pub use images::service::Images;
 pub use snapshots::{SnapshotInfo, Snapshots};
 pub use tasks::service::Tasks;
 /// The guest kernel variant (standard, or compat for emulating hosts).

@@ -34,7 +34,7 @@ fn home(test: &str) -> Home {
         .vmm_program("/nonexistent/vmm")
         .build()
         .unwrap();
-    ws.images().import_dir("fake", &src).unwrap();
+    ws.image_registry().import_dir("fake", &src).unwrap();
     Home { root, ws }
 }
 

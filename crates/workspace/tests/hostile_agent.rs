@@ -46,7 +46,9 @@ fn home(test: &str, hostility: Hostility, limits: workspace::Limits) -> Option<H
         .limits(limits)
         .build()
         .unwrap();
-    ws.images().import_dir("fake", &root.join("image")).unwrap();
+    ws.image_registry()
+        .import_dir("fake", &root.join("image"))
+        .unwrap();
     let spec = WorkspaceSpec {
         image: "fake".into(),
         disk_mib: 64,

@@ -48,7 +48,7 @@ impl Scratch {
             .build()
             .unwrap();
         // The built images are registered on first use: before the corpus.
-        ws.images().list().unwrap();
+        ws.image_registry().list().unwrap();
         Some(Scratch { root, ws, canary })
     }
 
@@ -100,7 +100,7 @@ impl Scratch {
         let had = self.leftovers();
         let got = self
             .ws
-            .images()
+            .image_registry()
             .import_path(Some("hostile"), layout, &mut |_| {});
         let err = match got {
             Ok(info) => panic!("{} was imported: {info:?}", layout.display()),
@@ -180,10 +180,12 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
     // Converted inside the image (its own, empty /etc) or refused: the
     // canary stays either way.
     if let Ok(info) =
-        s.ws.images()
+        s.ws.image_registry()
             .import_path(Some("etclink"), &layout, &mut |_| {})
     {
-        s.ws.images().remove(&info.name, Vec::new()).unwrap();
+        s.ws.image_registry()
+            .remove(&info.name, Vec::new())
+            .unwrap();
     }
     assert_eq!(s.canary_tree(), before, "the host's files changed");
 
@@ -284,8 +286,11 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
             let progress: workspace::images::oci_pull::PullProgress = std::sync::Arc::new(
                 std::sync::Mutex::new(|_: workspace::images::oci_pull::PullEvent| {}),
             );
-            let got =
-                runtime.block_on(workspace::images::pull::pull(s.ws.images(), &req, progress));
+            let got = runtime.block_on(workspace::images::pull::pull(
+                s.ws.image_registry(),
+                &req,
+                progress,
+            ));
             let err =
                 workspace::Error::from(got.err().unwrap_or_else(|| panic!("{target} pulled")));
             let message = err.full_message();
@@ -341,7 +346,7 @@ fn a_failed_conversion_leaves_nothing<G>(
         .vmm_program("/nonexistent/vmm")
         .build()
         .unwrap();
-    let listed = ws.images().list();
+    let listed = ws.image_registry().list();
     let layout = root.join("layout");
     // Not zeros: a sparse write would take no room.
     write_image(
@@ -351,7 +356,9 @@ fn a_failed_conversion_leaves_nothing<G>(
         0,
     );
     fail(&mut disk);
-    let got = ws.images().import_path(Some("big"), &layout, &mut |_| {});
+    let got = ws
+        .image_registry()
+        .import_path(Some("big"), &layout, &mut |_| {});
     let left: Vec<String> = std::fs::read_dir(state.join("images"))
         .map(|d| {
             d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -460,12 +467,12 @@ fn a_guest_streaming_without_end_stops_the_build_at_its_limit() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let progress: workspace::host::plan::ProgressFn = std::sync::Arc::new(|_: &str| {});
     let preview = runtime
-        .block_on(ws.image_build(&req, None, progress.clone()))
+        .block_on(ws.images().build(&req, None, progress.clone()))
         .unwrap();
     let token = preview.preview.token.clone().expect("a token");
-    let built = runtime.block_on(ws.image_build(&req, Some(&token), progress));
+    let built = runtime.block_on(ws.images().build(&req, Some(&token), progress));
     let images: Vec<String> = ws
-        .images()
+        .image_registry()
         .list()
         .unwrap()
         .into_iter()

@@ -127,7 +127,7 @@ impl MicroagentServer {
         let mut progress = Progress::new(&ctx);
         let done = progress
             .drive(
-                self.ws.image_build(&req, p.confirm.as_deref(), steps),
+                self.ws.images().build(&req, p.confirm.as_deref(), steps),
                 |_| status.lock().map(|s| s.clone()).unwrap_or_default(),
             )
             .await?;

@@ -49,7 +49,7 @@ impl MicroagentServer {
         if !workspace::images::pull::is_reference(image) {
             return Ok(image.to_owned());
         }
-        let (images, reference) = (self.ws.images().clone(), image.to_owned());
+        let (images, reference) = (self.ws.image_registry().clone(), image.to_owned());
         let policy = pull.unwrap_or_default();
         let name = with_pull_progress(ctx, format!("pulling {image}"), |events| async move {
             workspace::images::pull::resolve(&images, &reference, policy, events).await
@@ -101,7 +101,7 @@ impl MicroagentServer {
     ) -> ToolResult<ImageResult> {
         let (image, used_by) = self
             .on_workspace(&p.name, |ws, name| {
-                Ok((ws.images().get(name)?, ws.image_users(name)?))
+                Ok((ws.image_registry().get(name)?, ws.images().users(name)?))
             })
             .await?;
         Ok(Out(ImageResult { image, used_by }))
@@ -134,7 +134,7 @@ impl MicroagentServer {
         let image = self
             .blocking(move |ws| {
                 Ok(ws
-                    .images()
+                    .image_registry()
                     .import_path(name.as_deref(), &path, &mut |_| {})
                     .map_err(workspace::Error::from)?)
             })
@@ -171,7 +171,7 @@ impl MicroagentServer {
             name: p.name,
             insecure: p.insecure,
         };
-        let images = self.ws.images().clone();
+        let images = self.ws.image_registry().clone();
         let pull = with_pull_progress(&ctx, "reading the manifest".into(), |events| async move {
             workspace::images::pull::pull(&images, &req, events).await
         });
@@ -203,7 +203,11 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<crate::schema::images::SearchImagesParams>,
     ) -> ToolResult<workspace::images::search::SearchResults> {
-        Ok(Out(self.ws.search_images(&p.query, &p.registries).await?))
+        Ok(Out(self
+            .ws
+            .images()
+            .search(&p.query, &p.registries)
+            .await?))
     }
 
     /// Delete an image no workspace uses (CONFLICT otherwise, naming
@@ -224,7 +228,7 @@ impl MicroagentServer {
     ) -> ToolResult<ImageDeleteResult> {
         let preview = p.preview;
         let image = self
-            .on_workspace(&p.name, move |ws, name| ws.delete_image(name, preview))
+            .on_workspace(&p.name, move |ws, name| ws.images().delete(name, preview))
             .await?;
         Ok(Out(ImageDeleteResult {
             preview,

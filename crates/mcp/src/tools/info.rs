@@ -91,10 +91,8 @@ impl MicroagentServer {
     ) -> ToolResult<KernelListResult> {
         let kernels = self
             .blocking(|ws| {
-                Ok(
-                    workspace::images::kernels::list(ws.images())
-                        .map_err(workspace::Error::from)?,
-                )
+                Ok(workspace::images::kernels::list(ws.image_registry())
+                    .map_err(workspace::Error::from)?)
             })
             .await?;
         Ok(Out(KernelListResult { kernels }))
@@ -115,7 +113,7 @@ impl MicroagentServer {
     async fn image_list(&self, Parameters(_): Parameters<NoParams>) -> ToolResult<ImageListResult> {
         let images = self
             .blocking(|ws| {
-                let images = ws.images().list().map_err(workspace::Error::from)?;
+                let images = ws.image_registry().list().map_err(workspace::Error::from)?;
                 let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
                 for meta in ws.list(&ListFilter::default())? {
                     users.entry(meta.spec.image).or_default().push(meta.name);

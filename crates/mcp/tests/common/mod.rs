@@ -113,7 +113,7 @@ impl McpHarness {
     pub fn fake_image(&self, name: &str) {
         let src = self.root.join(format!("src-{name}"));
         testkit::fake_image_files(&src);
-        self.ws.images().import_dir(name, &src).unwrap();
+        self.ws.image_registry().import_dir(name, &src).unwrap();
     }
 
     pub async fn finish(self) {

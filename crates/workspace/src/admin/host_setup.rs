@@ -162,7 +162,7 @@ impl HostSetup<'_> {
         let variant = self.host_kernel_variant();
         let kernel_host = SourceHost::probe();
         let kernel_plan = source_plan(&root, variant, &kernel_host);
-        let images = self.all.images();
+        let images = self.all.image_registry();
         let minimal_binaries = if images.get("minimal").is_ok() {
             None
         } else {
@@ -248,7 +248,7 @@ impl HostSetup<'_> {
             self.all
                 .blocking(move |ws| {
                     report("building the minimal image");
-                    let work = ws.images().scratch_dir("setup-minimal")?;
+                    let work = ws.image_registry().scratch_dir("setup-minimal")?;
                     let built = (|| -> Result<()> {
                         let tree = work.join("tree");
                         minimal::populate(&tree, &agent, &init)?;
@@ -256,7 +256,7 @@ impl HostSetup<'_> {
                         base::images::oci::rootfs::mkfs_root_owned(&tree, &rootfs)
                             .map_err(ImageBuildError::from)?;
                         minimal::own_user_home(&rootfs)?;
-                        ws.images()
+                        ws.image_registry()
                             .import_files("minimal", &kernel, &rootfs, None)?;
                         Ok(())
                     })();
@@ -273,8 +273,8 @@ impl HostSetup<'_> {
                     report(&format!(
                         "building the debian image (mmdebstrap {DEBIAN_SUITE})"
                     ));
-                    let base = ws.images().get("minimal")?;
-                    let work = ws.images().scratch_dir("setup-debian")?;
+                    let base = ws.image_registry().get("minimal")?;
+                    let work = ws.image_registry().scratch_dir("setup-debian")?;
                     let built = (|| -> Result<()> {
                         debian::bootstrap(
                             DEBIAN_SUITE,
@@ -285,7 +285,7 @@ impl HostSetup<'_> {
                         report("writing the debian root filesystem");
                         let rootfs = base::images::oci::rootfs::convert_tree(&work, &base.rootfs)
                             .map_err(ImageBuildError::from)?;
-                        ws.images().register_converted(
+                        ws.image_registry().register_converted(
                             "debian",
                             &kernel,
                             &rootfs,

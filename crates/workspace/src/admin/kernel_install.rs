@@ -25,7 +25,7 @@ impl HostSetup<'_> {
     pub fn host_kernel_variant(&self) -> KernelVariant {
         vmm_core::host::probe()
             .map(|p| p.kernel_variant())
-            .unwrap_or_else(|_| self.all.images().kernel_variant())
+            .unwrap_or_else(|_| self.all.image_registry().kernel_variant())
     }
 
     /// The asset cache whose `current/` these workspaces boot from.
@@ -58,7 +58,7 @@ impl HostSetup<'_> {
                 // checked, booted and installed are the same bytes.
                 let staged = StagedKernel::copy(path, &root)?;
                 // The check boot needs it: say so before any token.
-                self.all.images().get(CHECK_IMAGE)?;
+                self.all.image_registry().get(CHECK_IMAGE)?;
                 let plan = file_plan(&root, variant, path, &staged.sha, staged.bytes);
                 (plan, Some((path.clone(), staged)))
             }
@@ -125,10 +125,10 @@ impl HostSetup<'_> {
     /// Boots `kernel` with the check image in a throwaway workspace and
     /// runs `uname -r` through the agent.
     async fn boot_check(&self, kernel: &Path) -> Result<()> {
-        let check = self.all.images().get(CHECK_IMAGE)?;
+        let check = self.all.image_registry().get(CHECK_IMAGE)?;
         let image = format!("kernel-check-{}", unique_id());
         self.all
-            .images()
+            .image_registry()
             .import_files(&image, kernel, &check.rootfs, None)?;
         let spec = base::store::spec::WorkspaceSpec {
             image: image.clone(),
@@ -157,7 +157,7 @@ impl HostSetup<'_> {
                 },
             )
             .await;
-        let _ = self.all.images().remove(&image, Vec::new());
+        let _ = self.all.image_registry().remove(&image, Vec::new());
         let failed = |reason: String| {
             Error::from(KernelInstallError::BootCheck {
                 path: kernel.to_owned(),

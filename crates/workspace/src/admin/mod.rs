@@ -8,7 +8,6 @@
 
 pub(crate) mod checks;
 pub(crate) mod host_setup;
-pub(crate) mod image_build;
 pub(crate) mod kernel_install;
 pub(crate) mod remote_ops;
 pub(crate) mod server_reports;

@@ -152,7 +152,7 @@ impl ServerPool<'_> {
             .any(|c| c.name == "kvm_device" && c.status == Status::Ok);
         let images = self
             .all
-            .images()
+            .image_registry()
             .list()
             .map(|list| list.into_iter().map(|i| i.name).collect())
             .unwrap_or_default();

@@ -128,7 +128,7 @@ impl Workspaces {
             ..WorkspaceSpec::default()
         };
         spec.validate()?;
-        match self.images().get(CODE_IMAGE) {
+        match self.image_registry().get(CODE_IMAGE) {
             Ok(_) => Ok(spec),
             Err(ImageError::NotFound(_)) => Err(Error::CodeImageMissing {
                 image: CODE_IMAGE,

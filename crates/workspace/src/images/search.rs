@@ -25,13 +25,18 @@ pub enum SearchError {
     Images(#[from] ImageError),
 }
 
-impl SearchError {
-    /// The stable code front ends report.
-    pub fn code(&self) -> ErrorCode {
+impl crate::error::ConcernError for SearchError {
+    fn code(&self) -> ErrorCode {
         match self {
             SearchError::Invalid(_) => ErrorCode::InvalidInput,
             SearchError::Images(e) => e.code(),
         }
+    }
+}
+
+impl From<SearchError> for crate::error::Error {
+    fn from(e: SearchError) -> Self {
+        crate::error::Error::Search(crate::error::ConcernFailure::new(e))
     }
 }
 

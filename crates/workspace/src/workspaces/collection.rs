@@ -9,50 +9,6 @@ use base::store::events::EventKind;
 use base::store::spec::{Meta, WorkspaceSpec};
 
 impl Workspaces {
-    /// Workspaces that use image `name`.
-    pub fn image_users(&self, image: &str) -> Result<Vec<String>> {
-        Ok(self
-            .list_everywhere(&ListFilter {
-                image: Some(image.to_owned()),
-                ..ListFilter::default()
-            })?
-            .into_iter()
-            .map(|m| m.name)
-            .collect())
-    }
-
-    /// Removes image `name` unless a workspace uses it.
-    pub fn remove_image(&self, name: &str) -> Result<()> {
-        self.delete_image(name, false).map(drop)
-    }
-
-    /// Removes image `name` unless a workspace uses it (CONFLICT naming
-    /// them); with `preview` it only checks. Returns what goes.
-    pub fn delete_image(&self, name: &str, preview: bool) -> Result<ImageInfo> {
-        let info = self.images.get(name)?;
-        let users = self.image_users(name)?;
-        if preview && users.is_empty() {
-            return Ok(info);
-        }
-        if users.is_empty() && !preview {
-            self.pools().drain(&info.name, "its image was deleted")?;
-        }
-        self.images.remove(name, users)?;
-        Ok(info)
-    }
-
-    /// Images by name or description here, and in `registries` and those
-    /// `config.json` lists (see [`crate::images::search`]).
-    pub async fn search_images(
-        &self,
-        query: &str,
-        registries: &[String],
-    ) -> Result<crate::images::search::SearchResults> {
-        let mut all = crate::images::search::configured_registries(self.state.root());
-        all.extend(registries.iter().cloned());
-        Ok(crate::images::search::search(&self.images, query, &all).await?)
-    }
-
     /// Creates a stopped workspace with its writable disk.
     /// `name` is in this view's namespace (or a full name in its own); an
     /// agent's session owns what it creates.

@@ -180,7 +180,7 @@ impl Workspaces {
     }
 
     /// The image registry.
-    pub fn images(&self) -> &ImageRegistry {
+    pub fn image_registry(&self) -> &ImageRegistry {
         &self.images
     }
 
@@ -230,8 +230,8 @@ impl Workspaces {
     /// depends on: what a warm start looks up and a pool member must
     /// match (both above this file).
     pub(crate) fn warm_identity(&self, spec: &WorkspaceSpec) -> Result<(String, String)> {
-        let image = self.images().get(&spec.image)?;
-        let variant = self.images().kernel_variant();
+        let image = self.image_registry().get(&spec.image)?;
+        let variant = self.image_registry().kernel_variant();
         let net = base::network::NetworkStore::new(self.state_dir()).get(&spec.network)?;
         // Each guest on a tap network has an address of its own, which a
         // restored guest takes from the VMM: one warm snapshot serves all
@@ -379,7 +379,7 @@ pub(crate) mod tests {
         assert!(src.join(KERNEL_FILE).exists() && src.join(ROOTFS_FILE).exists());
         let state = StateDir::at(root.join("state")).unwrap();
         let ws = Workspaces::new(state, None, PathBuf::from(vmm_binary));
-        ws.images().import_dir("fake", &src).unwrap();
+        ws.image_registry().import_dir("fake", &src).unwrap();
         Fixture { root, ws }
     }
 
@@ -466,9 +466,12 @@ pub(crate) mod tests {
             ..ListFilter::default()
         };
         assert!(f.ws.list(&only_running).unwrap().is_empty());
-        assert_eq!(f.ws.image_users("fake").unwrap(), vec!["dev".to_string()]);
         assert_eq!(
-            f.ws.remove_image("fake").unwrap_err().code(),
+            f.ws.images().users("fake").unwrap(),
+            vec!["dev".to_string()]
+        );
+        assert_eq!(
+            f.ws.images().remove("fake").unwrap_err().code(),
             ErrorCode::Conflict
         );
         // Halting or stopping a stopped workspace changes nothing.
@@ -482,7 +485,7 @@ pub(crate) mod tests {
             f.ws.at("dev").get().unwrap_err().code(),
             ErrorCode::NotFound
         );
-        f.ws.remove_image("fake").unwrap();
+        f.ws.images().remove("fake").unwrap();
     }
 
     #[test]

@@ -8,6 +8,8 @@
 
 pub mod debian;
 pub mod minimal;
+mod run;
+mod steps;
 
 use std::path::{Path, PathBuf};
 
@@ -62,9 +64,8 @@ pub enum ImageBuildError {
     Convert(#[from] base::images::oci::OciError),
 }
 
-impl ImageBuildError {
-    /// The stable code front ends report.
-    pub fn code(&self) -> base::code::ErrorCode {
+impl crate::error::ConcernError for ImageBuildError {
+    fn code(&self) -> base::code::ErrorCode {
         match self {
             Self::Request(_) | Self::CopySource { .. } | Self::StepFailed { .. } => {
                 base::code::ErrorCode::InvalidInput
@@ -72,6 +73,12 @@ impl ImageBuildError {
             Self::Convert(e) => e.code(),
             Self::Bootstrap { .. } | Self::Io { .. } => base::code::ErrorCode::Internal,
         }
+    }
+}
+
+impl From<ImageBuildError> for crate::error::Error {
+    fn from(e: ImageBuildError) -> Self {
+        crate::error::Error::ImageBuild(crate::error::ConcernFailure::new(e))
     }
 }
 

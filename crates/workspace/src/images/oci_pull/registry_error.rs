@@ -18,11 +18,11 @@ pub struct RegistryError {
     pub source: OciDistributionError,
 }
 
-impl RegistryError {
-    /// The stable code: a missing image or tag is NOT_FOUND, refused
-    /// credentials FORBIDDEN, a digest mismatch INVALID_INPUT, the rest
-    /// (unreachable, server errors) INTERNAL.
-    pub fn code(&self) -> base::code::ErrorCode {
+/// The stable code: a missing image or tag is NOT_FOUND, refused
+/// credentials FORBIDDEN, a digest mismatch INVALID_INPUT, the rest
+/// (unreachable, server errors) INTERNAL.
+impl crate::error::ConcernError for RegistryError {
+    fn code(&self) -> base::code::ErrorCode {
         use base::code::ErrorCode;
         match &self.source {
             OciDistributionError::ImageManifestNotFoundError(_) => ErrorCode::NotFound,
@@ -60,4 +60,23 @@ pub enum PullError {
     /// never, was not pulled before).
     #[error(transparent)]
     Image(#[from] base::images::registry::ImageError),
+}
+
+impl From<RegistryError> for crate::error::Error {
+    fn from(e: RegistryError) -> Self {
+        crate::error::Error::Registry(crate::error::ConcernFailure::new(e))
+    }
+}
+
+/// A pull's error as the crate's: an image or conversion failure is an
+/// image error, as an import's is.
+impl From<PullError> for crate::error::Error {
+    fn from(e: PullError) -> Self {
+        use base::images::registry::ImageError;
+        match e {
+            PullError::Oci(e) => crate::error::Error::Image(ImageError::Oci(e)),
+            PullError::Registry(e) => e.into(),
+            PullError::Image(e) => crate::error::Error::Image(e),
+        }
+    }
 }

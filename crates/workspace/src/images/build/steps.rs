@@ -38,7 +38,7 @@ fn tail(bytes: &[u8]) -> String {
 }
 
 /// Applies `plan` (already confirmed) for `req`.
-pub(super) async fn apply(
+pub(crate) async fn apply(
     ws: &Workspaces,
     req: &ImageBuildRequest,
     plan: &Plan,
@@ -46,7 +46,7 @@ pub(super) async fn apply(
     base: Option<ImageInfo>,
     progress: ProgressFn,
 ) -> Result<ImageInfo> {
-    let work = ws.images().scratch_dir("build")?;
+    let work = ws.image_registry().scratch_dir("build")?;
     let built = build(ws, req, plan, minimal, base, &work, progress).await;
     let _ = std::fs::remove_dir_all(&work);
     built
@@ -68,7 +68,7 @@ async fn build(
             let rootfs = bootstrap(ws, suite, req, plan, minimal, work, &progress).await?;
             let source = PathBuf::from(format!("debian:{suite}"));
             if !boots {
-                return Ok(ws.images().register_converted(
+                return Ok(ws.image_registry().register_converted(
                     &req.name,
                     &minimal.kernel,
                     &rootfs,
@@ -80,7 +80,7 @@ async fn build(
             // The steps run on the bootstrapped tree, registered for the
             // boot under a name of its own and removed afterwards.
             let stage = format!("build-stage-{}", unique_id());
-            let info = ws.images().register_converted(
+            let info = ws.image_registry().register_converted(
                 &stage,
                 &minimal.kernel,
                 &rootfs,
@@ -90,7 +90,7 @@ async fn build(
             )?;
             let _ = std::fs::remove_file(&rootfs);
             let result = in_workspace(ws, req, &info, minimal, work, &progress).await;
-            let _ = ws.images().remove(&stage, Vec::new());
+            let _ = ws.image_registry().remove(&stage, Vec::new());
             return result;
         }
         _ => {
@@ -195,7 +195,7 @@ async fn in_workspace(
             Ok(rootfs)
         })
         .await?;
-    Ok(ws.images().register_converted(
+    Ok(ws.image_registry().register_converted(
         &req.name,
         &base.kernel,
         &rootfs,

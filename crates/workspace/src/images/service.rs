@@ -1,0 +1,72 @@
+//! The images of a collection as front ends use them, the service
+//! `ws.images()`: who uses an image, deleting one (its pool drained
+//! first), search here and in registries, and builds (`build::run`). The
+//! registry itself is `ws.image_registry()`; pulls are `images::pull`, on
+//! the registry alone.
+
+use crate::error::Result;
+use crate::workspaces::manager::{ListFilter, Workspaces};
+use base::images::registry::ImageInfo;
+
+/// The images of a collection: `ws.images()`.
+#[derive(Clone, Copy, Debug)]
+pub struct Images<'a> {
+    pub(crate) all: &'a Workspaces,
+}
+
+impl Workspaces {
+    /// The images here, as a service: who uses one, deleting, search,
+    /// builds.
+    pub fn images(&self) -> Images<'_> {
+        Images { all: self }
+    }
+}
+
+impl Images<'_> {
+    /// Workspaces that use image `name`.
+    pub fn users(self, image: &str) -> Result<Vec<String>> {
+        Ok(self
+            .all
+            .list_everywhere(&ListFilter {
+                image: Some(image.to_owned()),
+                ..ListFilter::default()
+            })?
+            .into_iter()
+            .map(|m| m.name)
+            .collect())
+    }
+
+    /// Removes image `name` unless a workspace uses it.
+    pub fn remove(self, name: &str) -> Result<()> {
+        self.delete(name, false).map(drop)
+    }
+
+    /// Removes image `name` unless a workspace uses it (CONFLICT naming
+    /// them); with `preview` it only checks. Returns what goes.
+    pub fn delete(self, name: &str, preview: bool) -> Result<ImageInfo> {
+        let info = self.all.image_registry().get(name)?;
+        let users = self.users(name)?;
+        if preview && users.is_empty() {
+            return Ok(info);
+        }
+        if users.is_empty() && !preview {
+            self.all
+                .pools()
+                .drain(&info.name, "its image was deleted")?;
+        }
+        self.all.image_registry().remove(name, users)?;
+        Ok(info)
+    }
+
+    /// Images by name or description here, and in `registries` and those
+    /// `config.json` lists (see [`crate::images::search`]).
+    pub async fn search(
+        self,
+        query: &str,
+        registries: &[String],
+    ) -> Result<crate::images::search::SearchResults> {
+        let mut all = crate::images::search::configured_registries(self.all.state_dir().root());
+        all.extend(registries.iter().cloned());
+        Ok(crate::images::search::search(self.all.image_registry(), query, &all).await?)
+    }
+}
