@@ -28,6 +28,7 @@ pub const SERVICE_TYPES: &[&str] = &[
     "Snapshots",
     "Networks",
     "Images",
+    "Kernels",
     "WorkspaceBrowser",
     "WorkspaceFiles",
     "WorkspaceProcesses",

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use workspace::host::kernel_build;
+use workspace::kernels::build as kernel_build;
 
 use crate::sh;
 

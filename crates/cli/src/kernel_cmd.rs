@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use workspace::host::kernel_install::KernelSource;
+use workspace::kernels::KernelSource;
 use workspace::{Error, Workspaces};
 
 use crate::output;
@@ -62,8 +62,8 @@ pub async fn run(ws: &Workspaces, cmd: &KernelCommand, json: bool) -> Result<Exi
             let done = run_change(flags, json, &rerun, |token| {
                 let (source, progress) = (&source, progress.clone());
                 async move {
-                    ws.host_setup()
-                        .kernel_install(source, variant, token.as_deref(), progress)
+                    ws.kernels()
+                        .install(source, variant, token.as_deref(), progress)
                         .await
                 }
             })

@@ -5,9 +5,9 @@
 use std::future::Future;
 
 use serde::Serialize;
-use workspace::host::kernel_install::KernelInstall;
 use workspace::host::plan::Preview;
 use workspace::images::build::ImageBuild;
+use workspace::kernels::KernelInstall;
 use workspace::Error;
 
 use crate::output;

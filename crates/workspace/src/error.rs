@@ -143,7 +143,7 @@ pub enum Error {
     Confirm(#[from] crate::host::confirm::ConfirmError),
     /// A kernel install failed.
     #[error(transparent)]
-    KernelInstall(#[from] crate::host::kernel_install::KernelInstallError),
+    KernelInstall(ConcernFailure),
     /// An image build failed.
     #[error(transparent)]
     ImageBuild(ConcernFailure),

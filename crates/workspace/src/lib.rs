@@ -16,8 +16,8 @@
 //!
 //! The code is in folders by concern (docs/architecture.md); the public
 //! modules are the namespaces of one concern each: [`host`] (paths,
-//! settings, host plans, kernels, budget), [`store`] (the state directory
-//! and its records), [`network`], [`images`], [`vmm`] (what a VMM process
+//! settings, host plans, budget), [`store`] (the state directory and its
+//! records), [`network`], [`images`], [`kernels`] (guest kernels), [`vmm`] (what a VMM process
 //! shares with the client), [`volumes`], [`secrets`], [`repos`] (the
 //! repository allowlist), [`agents`] (MCP sessions' agents), [`pool`]
 //! (pools of ready workspaces), [`tasks`], [`browser`] (a headless
@@ -34,6 +34,7 @@ pub(crate) mod error;
 pub mod guest;
 pub mod host;
 pub mod images;
+pub mod kernels;
 pub mod network;
 pub mod pool;
 pub mod repos;
@@ -78,6 +79,7 @@ pub use guest::processes::ProcessInfo;
 /// needs no other crate to give it.
 pub use guest::stream::ExecInput;
 pub use images::service::Images;
+pub use kernels::install::Kernels;
 pub use snapshots::{SnapshotInfo, Snapshots};
 pub use tasks::service::Tasks;
 /// The guest kernel variant (standard, or compat for emulating hosts).

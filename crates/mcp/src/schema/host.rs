@@ -4,9 +4,9 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use workspace::host::kernel_install::KernelInstall;
 use workspace::host::plan::Preview;
 use workspace::images::build::ImageBuild;
+use workspace::kernels::KernelInstall;
 use workspace::servers::{Availability, ServerReport, ServerStatus};
 
 use crate::output::Render;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
-use workspace::host::kernel_install::{KernelInstall, KernelSource};
 use workspace::images::build::{BuildBase, CopyStep, ImageBuild, ImageBuildRequest};
+use workspace::kernels::{KernelInstall, KernelSource};
 
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
@@ -63,7 +63,7 @@ impl MicroagentServer {
         let mut progress = Progress::new(&ctx);
         let done = progress
             .drive(
-                self.ws.host_setup().kernel_install(
+                self.ws.kernels().install(
                     &source,
                     p.variant.map(VariantParam::variant),
                     p.confirm.as_deref(),

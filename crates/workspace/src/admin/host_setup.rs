@@ -1,6 +1,6 @@
 //! Setup, preview-then-confirm: everything a new host lacks to run
 //! workspaces, in one plan: the Debian packages the builds need, the guest
-//! kernel this host needs (built from source, [`crate::host::kernel_build`]), the
+//! kernel this host needs (built from source, [`crate::kernels::build`]), the
 //! `minimal` image (busybox with the agent and init installed beside this
 //! program), the `debian` image (mmdebstrap, as root) and, where Debian's
 //! is too old, a `passt` built from Debian 13's source
@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Result;
 use crate::host::confirm::Confirmer;
-use crate::host::kernel_install::{source_plan, SourceHost};
 use crate::host::setup::Setup;
 use crate::images::build::{debian, minimal, ImageBuildError};
+use crate::kernels::{source_plan, SourceHost};
 use crate::network::passt_build;
 use crate::workspaces::manager::Workspaces;
 use base::host::plan::{Plan, Preview, ProgressFn};
@@ -158,8 +158,8 @@ impl HostSetup<'_> {
         if let Some(token) = confirm {
             Confirmer::expect_issued(self.all.state_dir().root(), token)?;
         }
-        let root = self.asset_root()?;
-        let variant = self.host_kernel_variant();
+        let root = self.all.kernels().asset_root()?;
+        let variant = self.all.kernels().host_variant();
         let kernel_host = SourceHost::probe();
         let kernel_plan = source_plan(&root, variant, &kernel_host);
         let images = self.all.image_registry();
@@ -223,14 +223,12 @@ impl HostSetup<'_> {
                     steps.run()?;
                 }
                 if kernel {
-                    crate::host::kernel_build::build(variant, &mut |s| {
-                        report(&format!("kernel: {s}"))
-                    })
-                    .map_err(crate::host::kernel_install::KernelInstallError::from)?;
+                    crate::kernels::build::build(variant, &mut |s| report(&format!("kernel: {s}")))
+                        .map_err(crate::kernels::KernelInstallError::from)?;
                 }
                 // The kernel workspaces of the built images boot.
                 let link = ws
-                    .host_setup()
+                    .kernels()
                     .asset_root()?
                     .join("current")
                     .join(variant.vmlinux_file());
@@ -378,7 +376,7 @@ mod tests {
         assert!(notes.contains("/d/microagent-agent"), "{notes}");
         assert!(notes.contains("python3,nodejs"), "{notes}");
         // The kernel (its packages too), minimal, debian.
-        let kernel = crate::host::kernel_build::CPU_SECONDS / 2 + 60;
+        let kernel = crate::kernels::build::CPU_SECONDS / 2 + 60;
         assert_eq!(plan.estimate_seconds, kernel + 10 + debian::SECONDS);
     }
 

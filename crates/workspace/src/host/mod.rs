@@ -1,6 +1,6 @@
 //! The host as a front end sees it: where assets are (`assets`), what it
-//! lacks and how to change it (confirmed by `confirm`, `setup`,
-//! `kernel_build`, `kernel_install`), its checks (`doctor`), its budget
+//! lacks and how to change it (confirmed by `confirm`, `setup`; guest
+//! kernels are `crate::kernels`), its checks (`doctor`), its budget
 //! (`budget`), what a guest may write on it (`host_write`) and the price
 //! table cost estimates use (`cost`). Settings, plans, the jail and cgroup
 //! of VMM processes and the reclaim setting are in `base::host`,
@@ -12,8 +12,6 @@ pub mod confirm;
 pub mod cost;
 pub mod doctor;
 pub mod host_write;
-pub mod kernel_build;
-pub mod kernel_install;
 pub mod setup;
 
 pub use base::host::{cgroup, dirfd, jail, plan, reclaim, settings};

@@ -1,28 +1,41 @@
-//! `kernel install` as the collection runs it: preview-then-confirm of the
-//! plans `host::kernel_install` makes, the build or the file's boot check
+//! `kernel install` as `ws.kernels()` runs it: preview-then-confirm of the
+//! plans `kernels` makes, the build or the file's boot check
 //! (in a throwaway workspace), and the install.
 
 use std::path::{Path, PathBuf};
 
 use vmm_core::KernelVariant;
 
-use crate::admin::host_setup::HostSetup;
 use crate::error::{Error, Result};
 use crate::host::assets;
 use crate::host::confirm::Confirmer;
-use crate::host::kernel_build;
-use crate::host::kernel_install::{
+use crate::kernels::build as kernel_build;
+use crate::kernels::{
     file_dir, file_plan, source_plan, KernelInstall, KernelInstallError, KernelSource, SourceHost,
     CHECK_BOOT_TIMEOUT, CHECK_IMAGE,
 };
+use crate::workspaces::manager::Workspaces;
 use base::host::plan::Preview;
 use base::host::plan::ProgressFn;
 use base::host::settings::{now_ms, unique_id};
 
-impl HostSetup<'_> {
+/// The guest kernels of this host as a view reaches them: `ws.kernels()`.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernels<'a> {
+    pub(crate) all: &'a Workspaces,
+}
+
+impl Workspaces {
+    /// The guest kernels: the variant this host needs, and installs.
+    pub fn kernels(&self) -> Kernels<'_> {
+        Kernels { all: self }
+    }
+}
+
+impl Kernels<'_> {
     /// The kernel variant this host needs, by a short KVM probe (the
     /// registry's when KVM cannot be probed).
-    pub fn host_kernel_variant(&self) -> KernelVariant {
+    pub fn host_variant(&self) -> KernelVariant {
         vmm_core::host::probe()
             .map(|p| p.kernel_variant())
             .unwrap_or_else(|_| self.all.image_registry().kernel_variant())
@@ -39,7 +52,7 @@ impl HostSetup<'_> {
     /// Previews (without `confirm`) or applies (with the preview's token)
     /// a kernel install for `variant` (default: this host's). `progress`
     /// hears the steps of a long install.
-    pub async fn kernel_install(
+    pub async fn install(
         &self,
         source: &KernelSource,
         variant: Option<KernelVariant>,
@@ -49,7 +62,7 @@ impl HostSetup<'_> {
         if let Some(token) = confirm {
             Confirmer::expect_issued(self.all.state_dir().root(), token)?;
         }
-        let variant = variant.unwrap_or_else(|| self.host_kernel_variant());
+        let variant = variant.unwrap_or_else(|| self.host_variant());
         let root = self.asset_root()?;
         let (plan, file) = match source {
             KernelSource::FromSource => (source_plan(&root, variant, &SourceHost::probe()), None),
@@ -95,11 +108,15 @@ impl HostSetup<'_> {
                     "booting {} with the {CHECK_IMAGE} image",
                     path.display()
                 ));
-                self.boot_check(&staged.file).await.map_err(|e| match e {
-                    Error::KernelInstall(KernelInstallError::BootCheck { reason, .. }) => {
-                        Error::from(KernelInstallError::BootCheck { path, reason })
-                    }
-                    other => other,
+                self.boot_check(&staged.file).await.map_err(|e| {
+                    let reason = match &e {
+                        Error::KernelInstall(f) => match f.downcast_ref() {
+                            Some(KernelInstallError::BootCheck { reason, .. }) => reason.clone(),
+                            _ => return e,
+                        },
+                        _ => return e,
+                    };
+                    Error::from(KernelInstallError::BootCheck { path, reason })
                 })?;
                 progress("installing into the cache");
                 let dir = file_dir(&root, &staged.sha);

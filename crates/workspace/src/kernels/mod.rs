@@ -1,9 +1,12 @@
 //! Kernel install, preview-then-confirm ([`base::host::plan`]): build the
 //! kernel variant this host needs from Debian's source
-//! ([`crate::host::kernel_build`]), or install a kernel file after checking that
+//! ([`build`]), or install a kernel file after checking that
 //! it boots the `minimal` image. Without a token nothing changes and the
 //! exact plan comes back (packages, disk, time, files written); with the
 //! plan's token it is applied.
+
+pub mod build;
+pub mod install;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,7 +15,7 @@ use serde::Serialize;
 use vmm_core::KernelVariant;
 
 use crate::host::assets;
-use crate::host::kernel_build;
+use crate::kernels::build as kernel_build;
 use base::host::plan::{Plan, Preview};
 
 /// The image a kernel file is checked with.
@@ -59,14 +62,19 @@ pub enum KernelInstallError {
     Asset(#[from] assets::AssetError),
 }
 
-impl KernelInstallError {
-    /// The stable code front ends report.
-    pub fn code(&self) -> base::code::ErrorCode {
+impl crate::error::ConcernError for KernelInstallError {
+    fn code(&self) -> base::code::ErrorCode {
         match self {
             Self::NotAKernel { .. } | Self::BootCheck { .. } => base::code::ErrorCode::InvalidInput,
             Self::Build(e) => e.code(),
             Self::Asset(_) => base::code::ErrorCode::Internal,
         }
+    }
+}
+
+impl From<KernelInstallError> for crate::error::Error {
+    fn from(e: KernelInstallError) -> Self {
+        crate::error::Error::KernelInstall(crate::error::ConcernFailure::new(e))
     }
 }
 
