@@ -1,5 +1,5 @@
 //! `cargo xtask guest-kernel`: the product's kernel build
-//! (`workspace::host::kernel_build`: Debian's linux-source-6.1, our config
+//! (`workspace::kernels::build`: Debian's linux-source-6.1, our config
 //! fragment over tinyconfig, the compat patches), called the way a
 //! developer wants it: packages installed when root, progress on stderr,
 //! the vmlinux path on stdout.
@@ -38,7 +38,7 @@ pub fn variant_for_host() -> anyhow::Result<Variant> {
 }
 
 /// Builds (or finds in the cache) the kernel with the product's own recipe
-/// (`workspace::host::kernel_build`), installing the build packages first when
+/// (`workspace::kernels::build`), installing the build packages first when
 /// root; returns the vmlinux path.
 pub fn build(variant: Variant) -> anyhow::Result<PathBuf> {
     sh::ensure_debs(kernel_build::BUILD_PACKAGES)?;
