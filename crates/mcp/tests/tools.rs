@@ -274,6 +274,16 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
         ("snapshot_restore", json!({"name": "missing"}), "NOT_FOUND"),
         (
             "snapshot_restore",
+            json!({"name": "missing", "as_name": "x", "in_place": true}),
+            "INVALID_INPUT",
+        ),
+        (
+            "snapshot_restore",
+            json!({"name": "missing", "force": true}),
+            "INVALID_INPUT",
+        ),
+        (
+            "snapshot_restore",
             json!({"name": "missing", "timeout_secs": 0}),
             "INVALID_INPUT",
         ),

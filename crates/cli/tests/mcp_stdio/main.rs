@@ -573,6 +573,21 @@ fn a_real_workspace_over_stdio() {
         json!({"name": "mcp-snap", "preview": true}),
     );
     assert_eq!(restore_preview["preview"], true, "{restore_preview}");
+    // A new workspace by default, named after the snapshot's workspace.
+    let action = restore_preview["action"].as_str().unwrap_or_default();
+    assert!(
+        action.contains(&format!("would start new workspace `{name}-restored`")),
+        "{restore_preview}"
+    );
+    let in_place = s.ok(
+        "snapshot_restore",
+        json!({"name": "mcp-snap", "in_place": true, "preview": true}),
+    );
+    let action = in_place["action"].as_str().unwrap_or_default();
+    assert!(
+        action.contains(&format!("would put workspace `{name}` back")),
+        "{in_place}"
+    );
     let listed = s.ok("snapshot_list", json!({"workspace": name}));
     assert_eq!(listed["count"], 1, "{listed}");
     s.ok("snapshot_delete", json!({"name": "mcp-snap"}));

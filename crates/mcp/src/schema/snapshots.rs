@@ -65,13 +65,16 @@ pub struct DeleteSnapshotParams {
 pub struct RestoreParams {
     /// Snapshot name.
     pub name: String,
-    /// Start a new workspace of this name from the snapshot (the original
-    /// is left alone). Without it the snapshot's own workspace is put back
-    /// to the snapshot's state.
+    /// The new workspace started from the snapshot (the original is left
+    /// alone); default `<workspace>-restored`.
     pub as_name: Option<String>,
-    /// Restore in place over a running workspace (it is halted first; its
-    /// state since the snapshot is lost). Without it a running workspace is
-    /// refused with CONFLICT.
+    /// Put the snapshot's own workspace back to the snapshot's state
+    /// instead of starting a new one (not with `as_name`).
+    #[serde(default)]
+    pub in_place: bool,
+    /// With `in_place`: restore over a running workspace (it is halted
+    /// first; its state since the snapshot is lost). Without it a running
+    /// workspace is refused with CONFLICT.
     #[serde(default)]
     pub force: bool,
     /// Only report what would happen; change nothing.

@@ -168,12 +168,13 @@ impl MicroagentServer {
         }))
     }
 
-    /// Restore a snapshot: with as_name, a new workspace of that name starts
-    /// from it; without, its own workspace goes back to the snapshot's state
-    /// (a running one only with force: true, which halts it first and loses
-    /// what happened since). A snapshot with memory resumes in about a
-    /// second; a disk-only one leaves the workspace stopped. preview: true
-    /// reports what would happen.
+    /// Restore a snapshot: a new workspace starts from it, named as_name
+    /// (default `<workspace>-restored`), the original left alone. With
+    /// in_place: true its own workspace goes back to the snapshot's state
+    /// instead (a running one only with force: true, which halts it first
+    /// and loses what happened since). A snapshot with memory resumes in
+    /// about a second; a disk-only one leaves the workspace stopped.
+    /// preview: true reports what would happen.
     #[tool(
         output_schema = crate::output::schema::<RestoreResult>(),
         annotations(
@@ -195,13 +196,30 @@ impl MicroagentServer {
             DEFAULT_RESTORE_TIMEOUT_SECS,
             MAX_RESTORE_TIMEOUT_SECS,
         )?;
+        if p.in_place && p.as_name.is_some() {
+            return Err(ToolError::InvalidInput(
+                "as_name starts a new workspace and in_place restores the snapshot's own: give one"
+                    .into(),
+            ));
+        }
+        if p.force && !p.in_place {
+            return Err(ToolError::InvalidInput(
+                "force halts a running workspace for an in-place restore: give in_place: true with it"
+                    .into(),
+            ));
+        }
         let name = p.name.clone();
         let info = self
             .blocking(move |ws| Ok(ws.snapshots().get(&name)?))
             .await?;
-        let target = p.as_name.clone().unwrap_or_else(|| info.workspace.clone());
+        let as_name = match (&p.as_name, p.in_place) {
+            (Some(new), _) => Some(new.clone()),
+            (None, false) => Some(info.restored_name()),
+            (None, true) => None,
+        };
+        let target = as_name.clone().unwrap_or_else(|| info.workspace.clone());
         if p.preview {
-            let action = match &p.as_name {
+            let action = match &as_name {
                 Some(new) => format!(
                     "would start new workspace `{new}` from snapshot `{}`",
                     info.name
@@ -227,7 +245,7 @@ impl MicroagentServer {
         let work =
             self.ws
                 .snapshots()
-                .restore(&p.name, p.as_name.as_deref(), p.force, timeout, |_| {});
+                .restore(&p.name, as_name.as_deref(), p.force, timeout, |_| {});
         let meta = self.start_from_snapshot(&target, work, &ctx).await?;
         Ok(Out(RestoreResult {
             preview: false,

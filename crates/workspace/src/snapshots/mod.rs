@@ -58,6 +58,37 @@ pub struct SnapshotInfo {
     pub disk_sha256: Option<String>,
 }
 
+impl SnapshotInfo {
+    /// The name a restore as a new workspace takes unless told otherwise:
+    /// `<workspace>-restored` in the snapshot's workspace's namespace, the
+    /// workspace's name cut so the whole is a valid name.
+    pub fn restored_name(&self) -> String {
+        let (short, namespace) = self
+            .workspace
+            .split_once('.')
+            .map_or((self.workspace.as_str(), None), |(s, n)| (s, Some(n)));
+        let name = suffixed_name(short, "restored");
+        match namespace {
+            Some(namespace) => format!("{name}.{namespace}"),
+            None => name,
+        }
+    }
+}
+
+/// `<name>-<suffix>`, `name` cut so the whole is a valid name (at most 63
+/// characters, no `-` left before the suffix's own).
+pub(crate) fn suffixed_name(name: &str, suffix: &str) -> String {
+    let room = base::store::name::MAX_NAME_LEN.saturating_sub(suffix.len() + 1);
+    // Names are ASCII once checked; a record's odd name is cut on a
+    // character all the same.
+    let end = (0..=name.len().min(room))
+        .rev()
+        .find(|&i| name.is_char_boundary(i))
+        .unwrap_or(0);
+    let cut = name[..end].trim_end_matches('-');
+    format!("{cut}-{suffix}")
+}
+
 pub(crate) fn allocated_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .into_iter()
@@ -121,4 +152,39 @@ pub(crate) fn copy_snapshot_volumes(
         mount.own_copy |= own_copies;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base::store::name::validate_full_name;
+
+    fn info(workspace: &str) -> SnapshotInfo {
+        SnapshotInfo {
+            name: "s".into(),
+            workspace: workspace.into(),
+            created_at_ms: 0,
+            spec: WorkspaceSpec::default(),
+            has_memory: false,
+            paused_ms: 0.0,
+            size_bytes: 0,
+            memory_sha256: None,
+            disk_sha256: None,
+        }
+    }
+
+    #[test]
+    fn a_restore_as_new_is_named_after_the_workspace_in_its_namespace() {
+        assert_eq!(info("dev").restored_name(), "dev-restored");
+        assert_eq!(info("dev.team").restored_name(), "dev-restored.team");
+        let long = info(&"a".repeat(63)).restored_name();
+        assert_eq!(long.len(), 63);
+        validate_full_name(&long).unwrap();
+        let dashed = info(&format!("{}-bcd", "a".repeat(53))).restored_name();
+        assert_eq!(dashed, format!("{}-restored", "a".repeat(53)));
+        validate_full_name(&dashed).unwrap();
+        // Not a checked name: cut on a character, never a panic.
+        let odd = info(&"é".repeat(40)).restored_name();
+        assert!(odd.ends_with("-restored"), "{odd}");
+    }
 }

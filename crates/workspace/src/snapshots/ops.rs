@@ -8,6 +8,7 @@ use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
 use crate::snapshots::service::Snapshots;
+use crate::snapshots::suffixed_name;
 use crate::snapshots::{
     allocated_bytes, copy_snapshot_disk, copy_snapshot_volumes, volume_disk_index, SnapshotInfo,
     WORKSPACE_DISK,
@@ -128,10 +129,7 @@ impl Workspaces {
 /// `<workspace>-<ms>`, the workspace's name cut so the whole is a valid
 /// name (at most 63 characters, not ending in `-` before the time).
 fn default_snapshot_name(workspace: &str, ms: u64) -> String {
-    let time = ms.to_string();
-    let room = base::store::name::MAX_NAME_LEN.saturating_sub(time.len() + 1);
-    let cut = workspace[..workspace.len().min(room)].trim_end_matches('-');
-    format!("{cut}-{time}")
+    suffixed_name(workspace, &ms.to_string())
 }
 
 impl Workspace<'_> {
