@@ -276,6 +276,11 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// A size in MiB as a flag takes it: `512`, `512m`, `1g`, `2GiB`.
+pub fn mib(s: &str) -> Result<u64, String> {
+    workspace::sizes::parse_mib(s).map_err(|e| e.to_string())
+}
+
 /// Whose a thing is, for a table: the owning agent, or `-`.
 pub fn owner(agent: Option<&str>) -> String {
     agent.unwrap_or("-").to_owned()

@@ -56,26 +56,7 @@ pub enum VolumeCommand {
 
 /// `512M`, `10G`, `1T` or a number of MiB.
 fn parse_size(text: &str) -> Result<u64, Error> {
-    let t = text.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = digits.parse().map_err(|_| bad_size(text))?;
-    let mib = match unit
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" | "M" => Some(n),
-        "G" => n.checked_mul(1024),
-        "T" => n.checked_mul(1 << 20),
-        _ => None,
-    };
-    mib.ok_or_else(|| bad_size(text))
-}
-
-fn bad_size(text: &str) -> Error {
-    Error::InvalidInput(format!(
-        "size {text:?}: use a number of MiB or one with a unit, e.g. 512M, 10G"
-    ))
+    workspace::sizes::parse_mib(text).map_err(|e| Error::InvalidInput(e.to_string()))
 }
 
 /// How long ago `ms` (Unix ms) was.

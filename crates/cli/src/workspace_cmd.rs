@@ -26,11 +26,12 @@ pub struct SpecArgs {
     /// Number of vCPUs.
     #[arg(long, default_value_t = defaults::VCPUS)]
     pub vcpus: u8,
-    /// Guest memory in MiB.
-    #[arg(long = "mem", value_name = "MIB", default_value_t = defaults::MEM_MIB)]
+    /// Guest memory in MiB, or with a unit (`512m`, `1g`).
+    #[arg(long = "mem", value_name = "MIB", default_value_t = defaults::MEM_MIB, value_parser = crate::output::mib)]
     pub mem_mib: u64,
-    /// Writable disk in MiB (sparse: only what the guest writes uses host disk).
-    #[arg(long = "disk", value_name = "MIB", default_value_t = defaults::DISK_MIB)]
+    /// Writable disk in MiB, or with a unit (`10g`; sparse: only what the
+    /// guest writes uses host disk).
+    #[arg(long = "disk", value_name = "MIB", default_value_t = defaults::DISK_MIB, value_parser = crate::output::mib)]
     pub disk_mib: u64,
     /// Environment variable for every command run in it (repeatable).
     #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = key_value)]

@@ -518,6 +518,16 @@ async fn unknown_tools_are_json_rpc_errors_and_bad_arguments_invalid_input() {
         ("workspace_list", json!({"state": "sleeping"})),
         ("contract", json!({"extra": true})),
         ("estimate_cost", json!({"duration_secs": -5})),
+        // A size is MiB or a number with a unit, nothing else.
+        (
+            "workspace_create",
+            json!({"name": "dev", "mem_mib": "lots"}),
+        ),
+        (
+            "workspace_create",
+            json!({"name": "dev", "disk_mib": "1.5g"}),
+        ),
+        ("volume_create", json!({"name": "v", "size_mib": "10x"})),
     ];
     for (tool, args) in cases {
         let message = h.fails(tool, args, "INVALID_INPUT").await;
@@ -540,6 +550,16 @@ async fn life_cycle_without_a_vm_and_previews_that_change_nothing() {
         .await;
     assert_eq!(created["state"], "stopped");
     assert_eq!(created["spec"]["mem_mib"], 128);
+    // Sizes as the seeds' clients write them.
+    let sized = h
+        .ok(
+            "workspace_create",
+            json!({"name": "sized", "image": "fake", "mem_mib": "1g", "disk_mib": "2GiB"}),
+        )
+        .await;
+    assert_eq!(sized["spec"]["mem_mib"], 1024, "{sized}");
+    assert_eq!(sized["spec"]["disk_mib"], 2048, "{sized}");
+    h.ok("workspace_delete", json!({"name": "sized"})).await;
     h.fails(
         "workspace_create",
         json!({"name": "dev", "image": "fake"}),

@@ -22,7 +22,8 @@
 //! repository allowlist), [`agents`] (MCP sessions' agents), [`pool`]
 //! (pools of ready workspaces), [`tasks`], [`browser`] (a headless
 //! Chromium's pages), [`servers`] (other hosts over SSH), [`guest`] (work
-//! in a running guest) and [`host_tool`] (the one runner of host tools on
+//! in a running guest), [`sizes`] (sizes as people write them, `1g`) and
+//! [`host_tool`] (the one runner of host tools on
 //! outside data); everything else a front end needs is at the root.
 
 #![warn(missing_docs)]
@@ -40,6 +41,7 @@ pub mod pool;
 pub mod repos;
 pub mod secrets;
 pub mod servers;
+pub mod sizes;
 pub(crate) mod snapshots;
 pub mod tasks;
 pub(crate) mod wire_bytes;

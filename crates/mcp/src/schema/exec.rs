@@ -115,8 +115,10 @@ pub struct RunCodeParams {
     /// One-shot only: vCPUs, 1 to 8; default 1.
     #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub vcpus: Option<u32>,
-    /// One-shot only: guest memory in MiB, 64 to 16384; default 512.
-    #[schemars(range(min = workspace::LIMITS.min_mem_mib, max = workspace::LIMITS.max_mem_mib))]
+    /// One-shot only: guest memory in MiB, 64 to 16384, or with a unit
+    /// (`"1g"`); default 512.
+    #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
+    #[schemars(schema_with = "workspace::sizes::mem_schema")]
     pub mem_mib: Option<u64>,
     /// One-shot only: what the code may reach, "all" (default: all but the
     /// host's loopback, link-local and private addresses), "none" or

@@ -190,8 +190,10 @@ pub struct EstimateCostParams {
     /// vCPUs per workspace, 1 to 8; default 1.
     #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub vcpus: Option<u32>,
-    /// Guest memory per workspace in MiB, 64 to 16384; default 256.
-    #[schemars(range(min = workspace::LIMITS.min_mem_mib, max = workspace::LIMITS.max_mem_mib))]
+    /// Guest memory per workspace in MiB, 64 to 16384, or with a unit
+    /// (`"1g"`); default 256.
+    #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
+    #[schemars(schema_with = "workspace::sizes::mem_schema")]
     pub mem_mib: Option<u64>,
     /// How many such workspaces, 1 to 10000; default 1.
     #[schemars(range(min = 1, max = 10000))]

@@ -46,12 +46,15 @@ pub struct CreateParams {
     /// vCPUs, 1 to 8; default 1.
     #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub vcpus: Option<u32>,
-    /// Guest memory in MiB, 64 to 16384; default 256.
-    #[schemars(range(min = workspace::LIMITS.min_mem_mib, max = workspace::LIMITS.max_mem_mib))]
+    /// Guest memory in MiB, 64 to 16384, or with a unit (`"512m"`, `"2g"`);
+    /// default 256.
+    #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
+    #[schemars(schema_with = "workspace::sizes::mem_schema")]
     pub mem_mib: Option<u64>,
-    /// Writable disk in MiB, 64 to 1048576; default 1024. Sparse: only what
-    /// the guest writes uses host disk.
-    #[schemars(range(min = workspace::LIMITS.min_disk_mib, max = workspace::LIMITS.max_disk_mib))]
+    /// Writable disk in MiB, 64 to 1048576, or with a unit (`"10g"`);
+    /// default 1024. Sparse: only what the guest writes uses host disk.
+    #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
+    #[schemars(schema_with = "workspace::sizes::disk_schema")]
     pub disk_mib: Option<u64>,
     /// Environment variables added to every command run in it (at most 64;
     /// keys of letters, digits and _ . - /).

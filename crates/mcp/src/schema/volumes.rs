@@ -45,9 +45,10 @@ pub struct CreateVolumeParams {
     /// The namespace it goes in (default: the session's).
     #[serde(default)]
     pub namespace: Option<String>,
-    /// Its size in MiB (default 1024, or what the source needs; sparse:
-    /// it takes the host space its files use).
-    #[serde(default)]
+    /// Its size in MiB, or with a unit (`"10g"`); default 1024, or what
+    /// the source needs (sparse: it takes the host space its files use).
+    #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
+    #[schemars(schema_with = "workspace::sizes::volume_schema")]
     pub size_mib: Option<u64>,
     /// Fill it with a host directory's files (relative to the server's
     /// working directory, beneath one of its host roots); they belong to

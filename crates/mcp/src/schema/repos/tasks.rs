@@ -45,8 +45,10 @@ pub struct RunTaskParams {
     /// Refuse with CONFLICT instead of queueing when every slot is taken.
     #[serde(default)]
     pub no_queue: bool,
-    /// Guest memory, MiB (default 1024).
-    #[serde(default)]
+    /// Guest memory in MiB, 64 to 16384, or with a unit (`"2g"`); default
+    /// 1024.
+    #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
+    #[schemars(schema_with = "workspace::sizes::mem_schema")]
     pub mem_mib: Option<u64>,
 }
 
