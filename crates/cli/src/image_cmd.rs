@@ -71,6 +71,13 @@ pub enum ImageCommand {
         /// What the image is (one line), for `image search`.
         #[arg(long)]
         description: Option<String>,
+        /// vCPUs a workspace of it gets when its create names none.
+        #[arg(long)]
+        vcpus: Option<u8>,
+        /// Guest memory a workspace of it gets when its create names none:
+        /// MiB, or with a unit (`2g`).
+        #[arg(long = "mem", value_name = "MIB", value_parser = crate::output::mib)]
+        mem_mib: Option<u64>,
         #[command(flatten)]
         flags: crate::plan_out::ConfirmFlags,
     },
@@ -134,9 +141,15 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
             run,
             copy,
             description,
+            vcpus,
+            mem_mib,
             flags,
         } => {
-            let req = build_request(name, from, packages, run, copy, description.as_deref())?;
+            let req = ImageBuildRequest {
+                vcpus: *vcpus,
+                mem_mib: *mem_mib,
+                ..build_request(name, from, packages, run, copy, description.as_deref())?
+            };
             build(ws, &req, flags, json).await?;
         }
         ImageCommand::Pull {
@@ -179,10 +192,11 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
                             format!("{} MiB", i.rootfs_bytes >> 20),
                             format!("{} MiB", i.kernel_bytes >> 20),
                             age(now.saturating_sub(i.imported_at_ms)),
+                            sizes(&i.defaults),
                         ]
                     })
                     .collect();
-                output::table(&["NAME", "ROOTFS", "KERNEL", "IMPORTED"], &rows);
+                output::table(&["NAME", "ROOTFS", "KERNEL", "IMPORTED", "SIZES"], &rows);
             }
         }
         ImageCommand::Inspect { name } => {
@@ -324,6 +338,26 @@ pub(crate) fn pull_progress(terminal: bool) -> impl FnMut(PullEvent) + Send {
     }
 }
 
+/// The sizes an image gives its workspaces, for `image ls`: `2 vCPU,
+/// 2048 MiB (at least 1024)`, or `-` for the defaults.
+fn sizes(d: &workspace::images::oci::config::ImageDefaults) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = d.vcpus {
+        parts.push(format!("{n} vCPU"));
+    }
+    if let Some(mib) = d.mem_mib {
+        parts.push(format!("{mib} MiB"));
+    }
+    let mut text = parts.join(", ");
+    if let Some(least) = d.min_mem_mib {
+        text.push_str(&format!(" (at least {least} MiB)"));
+    }
+    match text.trim() {
+        "" => "-".into(),
+        t => t.to_owned(),
+    }
+}
+
 /// The library's request from the command line.
 fn build_request(
     name: &str,
@@ -351,6 +385,7 @@ fn build_request(
         run: run.to_vec(),
         copy,
         description: description.map(str::to_owned),
+        ..ImageBuildRequest::default()
     })
 }
 
@@ -365,6 +400,12 @@ fn rerun_line(req: &ImageBuildRequest) -> String {
     let mut rerun = format!("microagent image build {} --from {from}", req.name);
     if let Some(d) = &req.description {
         rerun.push_str(&format!(" --description {d:?}"));
+    }
+    if let Some(n) = req.vcpus {
+        rerun.push_str(&format!(" --vcpus {n}"));
+    }
+    if let Some(mib) = req.mem_mib {
+        rerun.push_str(&format!(" --mem {mib}"));
     }
     if !req.packages.is_empty() {
         rerun.push_str(&format!(" --packages {}", req.packages.join(",")));
@@ -405,4 +446,27 @@ pub async fn build(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use workspace::images::oci::config::ImageDefaults;
+
+    #[test]
+    fn image_sizes_read_in_a_table_cell() {
+        assert_eq!(sizes(&ImageDefaults::default()), "-");
+        let browser = ImageDefaults {
+            vcpus: Some(2),
+            mem_mib: Some(2048),
+            min_mem_mib: Some(1024),
+            ..ImageDefaults::default()
+        };
+        assert_eq!(sizes(&browser), "2 vCPU, 2048 MiB (at least 1024 MiB)");
+        let debian = ImageDefaults {
+            mem_mib: Some(512),
+            ..ImageDefaults::default()
+        };
+        assert_eq!(sizes(&debian), "512 MiB");
+    }
 }

@@ -23,12 +23,13 @@ pub struct SpecArgs {
     /// already), missing (when its name is not registered), always.
     #[arg(long, value_enum, value_name = "WHEN", default_value = "missing")]
     pub pull: PullArg,
-    /// Number of vCPUs.
-    #[arg(long, default_value_t = defaults::VCPUS)]
-    pub vcpus: u8,
-    /// Guest memory in MiB, or with a unit (`512m`, `1g`).
-    #[arg(long = "mem", value_name = "MIB", default_value_t = defaults::MEM_MIB, value_parser = crate::output::mib)]
-    pub mem_mib: u64,
+    /// Number of vCPUs (default: the image's, else 1).
+    #[arg(long)]
+    pub vcpus: Option<u8>,
+    /// Guest memory in MiB, or with a unit (`512m`, `1g`; default: the
+    /// image's, else 256).
+    #[arg(long = "mem", value_name = "MIB", value_parser = crate::output::mib)]
+    pub mem_mib: Option<u64>,
     /// Writable disk in MiB, or with a unit (`10g`; sparse: only what the
     /// guest writes uses host disk).
     #[arg(long = "disk", value_name = "MIB", default_value_t = defaults::DISK_MIB, value_parser = crate::output::mib)]
@@ -109,8 +110,16 @@ impl SpecArgs {
             output::interactive(),
         )));
         let image = resolve(ws.image_registry(), &self.image, policy, shown).await?;
+        // Sizes not given are the image's (the browser image asks more).
+        let sized = ws
+            .image_registry()
+            .get(&image)
+            .map(|i| i.defaults)
+            .unwrap_or_default();
         Ok(WorkspaceSpec {
             image,
+            vcpus: sized.vcpus_or(self.vcpus),
+            mem_mib: sized.mem_mib_or(self.mem_mib),
             ..self.spec()
         })
     }
@@ -118,8 +127,8 @@ impl SpecArgs {
     pub fn spec(&self) -> WorkspaceSpec {
         WorkspaceSpec {
             image: self.image.clone(),
-            vcpus: self.vcpus,
-            mem_mib: self.mem_mib,
+            vcpus: self.vcpus.unwrap_or(defaults::VCPUS),
+            mem_mib: self.mem_mib.unwrap_or(defaults::MEM_MIB),
             disk_mib: self.disk_mib,
             env: self.env.iter().cloned().collect::<BTreeMap<_, _>>(),
             labels: self.labels.iter().cloned().collect::<BTreeMap<_, _>>(),

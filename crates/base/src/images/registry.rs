@@ -30,6 +30,18 @@ pub const ROOTFS_FILE: &str = "rootfs.ext4";
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// Images `cargo xtask rootfs` builds.
 pub const BUILTIN_IMAGES: [&str; 2] = ["minimal", "debian"];
+/// Guest memory (MiB) a `debian` workspace gets unless asked otherwise:
+/// Python and Node.js programs want more than `minimal`'s busybox.
+pub const DEBIAN_MEM_MIB: u64 = 512;
+
+/// A record as read, with the sizes of the built images (which records
+/// imported before sizes existed lack).
+fn with_built_sizes(mut info: ImageInfo) -> ImageInfo {
+    if info.name == BUILTIN_IMAGES[1] && info.defaults.mem_mib.is_none() {
+        info.defaults.mem_mib = Some(DEBIAN_MEM_MIB);
+    }
+    info
+}
 
 /// Why an image operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -386,7 +398,7 @@ impl ImageRegistry {
         for entry in entries.filter_map(|e| e.ok()) {
             let record = entry.path().join(IMAGE_FILE);
             if record.is_file() {
-                out.push(read_json(&record)?);
+                out.push(with_built_sizes(read_json(&record)?));
             }
         }
         out.sort_by(|a: &ImageInfo, b| a.name.cmp(&b.name));
@@ -400,7 +412,7 @@ impl ImageRegistry {
             self.import_built()?;
         }
         match read_json(&record) {
-            Ok(info) => Ok(info),
+            Ok(info) => Ok(with_built_sizes(info)),
             Err(StoreError::Missing { .. }) => Err(ImageError::NotFound(name.to_owned())),
             Err(e) => Err(e.into()),
         }

@@ -16,13 +16,14 @@ pub struct RegisterParams {
     /// What it can do, in free words (at most 32, each 1-64 bytes).
     #[serde(default)]
     pub capabilities: Vec<String>,
-    /// vCPUs of its workspace (1-8, default 1).
+    /// vCPUs of its workspace (1-8; default: the image's, else 1).
     #[serde(default)]
     #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub cpus: Option<u32>,
-    /// Memory of its workspace, MiB (64-16384, default 256).
-    #[serde(default)]
-    #[schemars(range(min = workspace::LIMITS.min_mem_mib, max = workspace::LIMITS.max_mem_mib))]
+    /// Memory of its workspace, MiB (64-16384) or with a unit (`"1g"`);
+    /// default: the image's, else 256.
+    #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
+    #[schemars(schema_with = "workspace::sizes::mem_schema")]
     pub memory: Option<u64>,
     /// Image of its workspace (default `minimal`).
     #[serde(default)]

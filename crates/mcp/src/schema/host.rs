@@ -84,6 +84,15 @@ pub struct ImageBuildParams {
     /// What the image is (one line), for `image_search`.
     #[serde(default)]
     pub description: Option<String>,
+    /// vCPUs a workspace of it gets when its create names none (1-8).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
+    pub vcpus: Option<u8>,
+    /// Guest memory a workspace of it gets when its create names none: MiB
+    /// (64-16384) or with a unit (`"2g"`).
+    #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
+    #[schemars(schema_with = "workspace::sizes::mem_schema")]
+    pub mem_mib: Option<u64>,
     /// The token a preview returned: applies exactly that plan. Without it
     /// nothing changes and the plan comes back with a token.
     #[serde(default)]

@@ -43,11 +43,11 @@ pub struct CreateParams {
     /// already), `missing` (default: when its name is not registered),
     /// `always`.
     pub pull: Option<workspace::images::pull::PullPolicy>,
-    /// vCPUs, 1 to 8; default 1.
+    /// vCPUs, 1 to 8; default: the image's (`browser` 2), else 1.
     #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]
     pub vcpus: Option<u32>,
     /// Guest memory in MiB, 64 to 16384, or with a unit (`"512m"`, `"2g"`);
-    /// default 256.
+    /// default: the image's (`browser` 2048, `debian` 512), else 256.
     #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
     #[schemars(schema_with = "workspace::sizes::mem_schema")]
     pub mem_mib: Option<u64>,

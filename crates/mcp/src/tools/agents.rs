@@ -6,7 +6,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::agents::AgentStore;
-use workspace::store::spec::{defaults, Owner, WorkspaceSpec};
+use workspace::store::spec::{Owner, WorkspaceSpec};
 
 use super::{has_session, vcpus};
 use crate::output::{Out, ToolResult};
@@ -72,10 +72,16 @@ impl MicroagentServer {
             short.trim_end_matches('-'),
             &suffix[suffix.len().saturating_sub(6)..]
         );
+        let sized = self
+            .ws
+            .image_registry()
+            .get(&image)
+            .map(|i| i.defaults)
+            .unwrap_or_default();
         let spec = WorkspaceSpec {
             image,
-            vcpus: vcpus(p.cpus, defaults::VCPUS)?,
-            mem_mib: p.memory.unwrap_or(defaults::MEM_MIB),
+            vcpus: vcpus(p.cpus, sized.vcpus_or(None))?,
+            mem_mib: sized.mem_mib_or(p.memory),
             labels: [(AGENT_LABEL.to_owned(), p.name.clone())].into(),
             owner: Owner::this_process(),
             delete_with_owner: true,

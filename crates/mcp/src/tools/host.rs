@@ -122,6 +122,9 @@ impl MicroagentServer {
             run: p.run,
             copy,
             description: p.description,
+            vcpus: p.vcpus,
+            mem_mib: p.mem_mib,
+            min_mem_mib: None,
         };
         let (status, steps) = step_tracker("planning");
         let mut progress = Progress::new(&ctx);

@@ -164,6 +164,16 @@ impl MicroagentServer {
             (Some(_), None) => defaults::IMAGE.to_owned(),
             (None, _) => self.image_for(p.image.as_deref(), p.pull, &ctx).await?,
         };
+        // Sizes not given are the image's (a remote server's are its own).
+        let sized = match remote {
+            Some(_) => Default::default(),
+            None => self
+                .ws
+                .image_registry()
+                .get(&image)
+                .map(|i| i.defaults)
+                .unwrap_or_default(),
+        };
         let spec = WorkspaceSpec {
             // The VMM stops when this server ends; the next listing deletes it.
             owner: p
@@ -172,8 +182,8 @@ impl MicroagentServer {
                 .flatten(),
             delete_with_owner: p.session_scoped,
             image,
-            vcpus: vcpus(p.vcpus, defaults::VCPUS)?,
-            mem_mib: p.mem_mib.unwrap_or(defaults::MEM_MIB),
+            vcpus: vcpus(p.vcpus, sized.vcpus_or(None))?,
+            mem_mib: sized.mem_mib_or(p.mem_mib),
             disk_mib: p.disk_mib.unwrap_or(defaults::DISK_MIB),
             env: p.env,
             labels: p.labels,

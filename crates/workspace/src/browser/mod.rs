@@ -41,6 +41,16 @@ pub const IMAGE: &str = "browser";
 /// Its Debian packages: Chromium's headless shell and a font to render.
 pub const IMAGE_PACKAGES: &[&str] = &["chromium-headless-shell", "fonts-dejavu-core"];
 
+/// vCPUs a workspace of the [`IMAGE`] gets unless asked otherwise.
+pub const IMAGE_VCPUS: u8 = 2;
+/// Guest memory (MiB) a workspace of the [`IMAGE`] gets unless asked
+/// otherwise: Chromium, a page and its renderer.
+pub const IMAGE_MEM_MIB: u64 = 2048;
+/// The least guest memory (MiB) the browser tools start Chromium in; a
+/// smaller workspace of the [`IMAGE`] is refused at once, not after a
+/// start that cannot finish.
+pub const MIN_MEM_MIB: u64 = 1024;
+
 /// The build of the [`IMAGE`]: Debian bookworm with [`IMAGE_PACKAGES`].
 pub fn image_request() -> crate::images::build::ImageBuildRequest {
     crate::images::build::ImageBuildRequest {
@@ -50,6 +60,9 @@ pub fn image_request() -> crate::images::build::ImageBuildRequest {
         run: Vec::new(),
         copy: Vec::new(),
         description: Some("Debian with headless Chromium, for the browser tools".into()),
+        vcpus: Some(IMAGE_VCPUS),
+        mem_mib: Some(IMAGE_MEM_MIB),
+        min_mem_mib: Some(MIN_MEM_MIB),
     }
 }
 
@@ -64,6 +77,20 @@ pub enum BrowserError {
         workspace: String,
         /// The paths tried.
         looked_for: String,
+    },
+    /// The workspace has less memory than its image's programs need.
+    #[error(
+        "workspace `{workspace}` has {mem_mib} MiB of memory; its image `{image}` needs at least {needs} MiB to run the browser (create it with mem_mib {needs} or more, or without mem_mib to get the image's own size)"
+    )]
+    TooLittleMemory {
+        /// The workspace.
+        workspace: String,
+        /// Its image.
+        image: String,
+        /// Its memory, MiB.
+        mem_mib: u64,
+        /// The image's least, MiB.
+        needs: u64,
     },
     /// Chromium did not start.
     #[error("Chromium did not start in workspace `{workspace}`: {detail}")]
@@ -162,6 +189,7 @@ impl crate::error::ConcernError for BrowserError {
     fn code(&self) -> ErrorCode {
         match self {
             BrowserError::NotInstalled { .. }
+            | BrowserError::TooLittleMemory { .. }
             | BrowserError::UnknownRef { .. }
             | BrowserError::NoMatch { .. }
             | BrowserError::NotVisible { .. }

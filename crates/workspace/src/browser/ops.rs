@@ -45,6 +45,19 @@ async fn connect(ws_dir: &WorkspaceDir, endpoint: &Endpoint) -> Result<Cdp<UnixS
 
 impl<'a> Call<'a> {
     async fn begin(ws: Workspace<'a>) -> Result<Self> {
+        // Too small to start Chromium in: refused now (running or not),
+        // not after a start that cannot finish.
+        let meta = ws.get_here()?;
+        let needs = ws.all.image_defaults(&meta.spec.image).min_mem_mib;
+        if let Some(needs) = needs.filter(|&n| meta.spec.mem_mib < n) {
+            return Err(BrowserError::TooLittleMemory {
+                workspace: ws.name.as_str().to_owned(),
+                image: meta.spec.image.clone(),
+                mem_mib: meta.spec.mem_mib,
+                needs,
+            }
+            .into());
+        }
         let (ws_dir, _) = ws.all.running(ws.name.as_str())?;
         let dir = BrowserDir::new(ws_dir.path());
         let lock = dir.lock().await?;

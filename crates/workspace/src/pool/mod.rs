@@ -93,10 +93,15 @@ pub struct PoolStatus {
 }
 
 /// What a member of `image`'s pool is made with: the image's default
-/// workspace.
-pub fn member_spec(image: &str) -> WorkspaceSpec {
+/// workspace, at the sizes the image asks (`defaults`).
+pub fn member_spec(
+    image: &str,
+    defaults: &base::images::oci::config::ImageDefaults,
+) -> WorkspaceSpec {
     WorkspaceSpec {
         image: image.to_owned(),
+        vcpus: defaults.vcpus_or(None),
+        mem_mib: defaults.mem_mib_or(None),
         ..WorkspaceSpec::default()
     }
 }
@@ -125,29 +130,35 @@ mod tests {
 
     #[test]
     fn only_a_plain_workspace_of_the_members_size_is_claimable() {
-        let member = member_spec("minimal");
-        assert!(claimable(&member_spec("minimal"), &member));
-        assert!(!claimable(&member_spec("debian"), &member));
+        let member = member_spec("minimal", &Default::default());
+        assert!(claimable(
+            &member_spec("minimal", &Default::default()),
+            &member
+        ));
+        assert!(!claimable(
+            &member_spec("debian", &Default::default()),
+            &member
+        ));
         let bigger = WorkspaceSpec {
             mem_mib: member.mem_mib * 2,
-            ..member_spec("minimal")
+            ..member_spec("minimal", &Default::default())
         };
         assert!(!claimable(&bigger, &member));
         let published = WorkspaceSpec {
             ports: vec!["8080:80".parse().unwrap()],
-            ..member_spec("minimal")
+            ..member_spec("minimal", &Default::default())
         };
         assert!(!claimable(&published, &member));
         let owned = WorkspaceSpec {
             owner: base::store::spec::Owner::this_process(),
-            ..member_spec("minimal")
+            ..member_spec("minimal", &Default::default())
         };
         assert!(!claimable(&owned, &member));
         // What only the host side reads (labels, env, a TTL) does not matter.
         let labelled = WorkspaceSpec {
             labels: [("team".to_owned(), "a".to_owned())].into(),
             ttl_secs: Some(60),
-            ..member_spec("minimal")
+            ..member_spec("minimal", &Default::default())
         };
         assert!(claimable(&labelled, &member));
     }

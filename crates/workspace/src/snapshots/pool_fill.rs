@@ -62,7 +62,7 @@ impl Pools<'_> {
     /// can), paused, then marked ready. A member that fails is deleted.
     async fn add_member(&self, image: &str) -> Result<()> {
         self.check_poolable()?;
-        let spec = member_spec(image);
+        let spec = member_spec(image, &self.all.image_defaults(image));
         let net = base::network::NetworkStore::new(&self.all.state).get(&spec.network)?;
         if net.backend != Some(base::network::Backend::User) {
             return Err(PoolError::Network {

@@ -184,6 +184,15 @@ impl Workspaces {
         &self.images
     }
 
+    /// What workspaces of `image` start with (nothing for an image not
+    /// registered here).
+    pub(crate) fn image_defaults(&self, image: &str) -> base::images::oci::config::ImageDefaults {
+        self.images
+            .get(image)
+            .map(|i| i.defaults)
+            .unwrap_or_default()
+    }
+
     pub(crate) fn dir(&self, name: &str) -> Result<WorkspaceDir> {
         Ok(WorkspaceDir::new(&self.state, name)?)
     }

@@ -100,6 +100,17 @@ pub struct ImageDefaults {
     /// The image's command (Entrypoint then Cmd).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// vCPUs a workspace of it gets when its create names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u8>,
+    /// Guest memory (MiB) a workspace of it gets when its create names
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_mib: Option<u64>,
+    /// The least guest memory (MiB) its programs run in: the browser tools
+    /// refuse a smaller workspace of it at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_mem_mib: Option<u64>,
 }
 
 /// Where an image came from.
@@ -120,6 +131,22 @@ pub struct OciOrigin {
 }
 
 impl ImageDefaults {
+    /// The vCPUs of a new workspace of it: `asked`, else the image's, else
+    /// the default.
+    pub fn vcpus_or(&self, asked: Option<u8>) -> u8 {
+        asked
+            .or(self.vcpus)
+            .unwrap_or(crate::store::spec::defaults::VCPUS)
+    }
+
+    /// The guest memory (MiB) of a new workspace of it: `asked`, else the
+    /// image's, else the default.
+    pub fn mem_mib_or(&self, asked: Option<u64>) -> u64 {
+        asked
+            .or(self.mem_mib)
+            .unwrap_or(crate::store::spec::defaults::MEM_MIB)
+    }
+
     /// The defaults of `config`, the user resolved in the unpacked `tree`.
     pub fn from_config(config: &RunConfig, tree: &Path) -> Result<Self, OciError> {
         let mut env = BTreeMap::new();
@@ -153,6 +180,8 @@ impl ImageDefaults {
             uid,
             gid,
             command: (!command.is_empty()).then_some(command),
+            // Sizes come from our own builds, never from an image's config.
+            ..Self::default()
         })
     }
 }

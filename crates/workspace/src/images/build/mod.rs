@@ -148,6 +148,28 @@ pub struct ImageBuildRequest {
     pub copy: Vec<CopyStep>,
     /// What the image is, for `image search`.
     pub description: Option<String>,
+    /// vCPUs a workspace of it gets when its create names none.
+    pub vcpus: Option<u8>,
+    /// Guest memory (MiB) a workspace of it gets when its create names
+    /// none.
+    pub mem_mib: Option<u64>,
+    /// The least guest memory (MiB) its programs run in.
+    pub min_mem_mib: Option<u64>,
+}
+
+impl ImageBuildRequest {
+    /// `defaults` (its base's) with the sizes this build asks.
+    pub(crate) fn sized(
+        &self,
+        defaults: base::images::oci::config::ImageDefaults,
+    ) -> base::images::oci::config::ImageDefaults {
+        base::images::oci::config::ImageDefaults {
+            vcpus: self.vcpus.or(defaults.vcpus),
+            mem_mib: self.mem_mib.or(defaults.mem_mib),
+            min_mem_mib: self.min_mem_mib.or(defaults.min_mem_mib),
+            ..defaults
+        }
+    }
 }
 
 /// An image build: the plan, its token, and the image when applied.

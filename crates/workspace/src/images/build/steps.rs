@@ -72,7 +72,7 @@ async fn build(
                     &req.name,
                     &minimal.kernel,
                     &rootfs,
-                    Default::default(),
+                    req.sized(Default::default()),
                     source,
                     req.description.clone(),
                 )?);
@@ -199,7 +199,7 @@ async fn in_workspace(
         &req.name,
         &base.kernel,
         &rootfs,
-        base.defaults.clone(),
+        req.sized(base.defaults.clone()),
         PathBuf::from(format!("image build from {}", base.name)),
         req.description.clone(),
     )?)

@@ -55,8 +55,9 @@ impl Pools<'_> {
 
     /// The warm fingerprint a member of `image` must have to be claimed.
     fn fingerprint(&self, image: &str) -> Option<String> {
+        let defaults = self.all.image_defaults(image);
         self.all
-            .warm_identity(&member_spec(image))
+            .warm_identity(&member_spec(image, &defaults))
             .ok()
             .map(|(_, fingerprint)| fingerprint)
     }
