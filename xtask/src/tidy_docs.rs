@@ -1,8 +1,8 @@
 //! Docs held to what the code says, checked as tests (`cargo test -p
 //! xtask`): docs/mcp.md's count of read-only tools and its list of
-//! open-world tools match the annotations in `tools_list.json`, and the
-//! event kinds docs/mcp.md and docs/cli.md list are the ones `EventKind`
-//! has.
+//! open-world tools match the annotations in `tools_list.json`, its list
+//! of previews the tools whose input has `preview`, and the event kinds
+//! docs/mcp.md and docs/cli.md list are the ones `EventKind` has.
 
 #[cfg(test)]
 mod tests {
@@ -12,8 +12,8 @@ mod tests {
         std::fs::read_to_string(repo_root().join(path)).unwrap()
     }
 
-    /// The tools of `tools_list.json` whose annotation `hint` is true.
-    fn tools_with(hint: &str) -> Vec<String> {
+    /// The names of the tools of `tools_list.json` that `keep` keeps.
+    fn tools_where(keep: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
         let list: serde_json::Value =
             serde_json::from_str(&read("crates/mcp/tests/tools_list.json")).unwrap();
         let tools = list
@@ -24,11 +24,27 @@ mod tests {
             .clone();
         let mut names: Vec<String> = tools
             .iter()
-            .filter(|t| t["annotations"][hint] == true)
+            .filter(|t| keep(t))
             .map(|t| t["name"].as_str().unwrap().to_owned())
             .collect();
         names.sort();
         names
+    }
+
+    /// The tools whose annotation `hint` is true.
+    fn tools_with(hint: &str) -> Vec<String> {
+        tools_where(|t| t["annotations"][hint] == true)
+    }
+
+    #[test]
+    fn the_mcp_docs_list_every_tool_that_previews() {
+        let doc = read("docs/mcp.md");
+        let mut listed = quoted(between(&doc, "**Previews.**", "The result says"));
+        listed.retain(|t| t != "preview: true");
+        listed.sort();
+        let previews = tools_where(|t| !t["inputSchema"]["properties"]["preview"].is_null());
+        assert!(previews.len() >= 19, "{previews:?}");
+        assert_eq!(listed, previews, "docs/mcp.md's list of previews");
     }
 
     /// The doc's text from `start` to the next `end`, on one line.

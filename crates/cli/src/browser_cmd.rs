@@ -182,7 +182,7 @@ pub async fn run(ws: &Workspaces, cmd: &BrowserCommand, json: bool) -> Result<Ex
             let closed = ws
                 .workspace(workspace)?
                 .browser()
-                .close(page.options())
+                .close(page.options(), false)
                 .await?;
             if json {
                 output::json(&closed);

@@ -154,7 +154,7 @@ pub async fn run(ws: &Workspaces, cmd: &FsCommand, json: bool) -> Result<ExitCod
             let e = ws
                 .workspace(name)?
                 .files()
-                .edit_file(path, old_text, new_text, *count)
+                .edit_file(path, old_text, new_text, *count, false)
                 .await?;
             (
                 json!({"path": path, "replacements": e.replacements, "size": e.size}),

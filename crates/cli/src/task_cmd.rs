@@ -305,7 +305,7 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
                 ws.tasks().cancel(id).await?;
                 ws.tasks().wait(id, Duration::from_secs(300)).await?;
             }
-            let info = ws.tasks().cleanup(id, *delete_ref)?;
+            let info = ws.tasks().cleanup(id, *delete_ref, false)?;
             if json {
                 output::json(
                     &serde_json::json!({ "removed": info.task_id, "ref_deleted": delete_ref }),

@@ -271,6 +271,15 @@ fn file_operations(s: &mut Session, name: &str) {
     assert_eq!(code, "CONFLICT");
     let same = s.ok("file_read", json!({"name": name, "path": "/tmp/ops/a.py"}));
     assert_eq!(same["content"], text, "{same}");
+    // A preview counts and writes nothing.
+    let would = s.ok("file_edit", json!({"name": name, "path": "/tmp/ops/a.py", "old_text": "x = ", "new_text": "z = ", "expected_replacements": 2, "preview": true}));
+    assert_eq!(
+        (would["preview"].clone(), would["replacements"].clone()),
+        (json!(true), json!(2)),
+        "{would}"
+    );
+    let same = s.ok("file_read", json!({"name": name, "path": "/tmp/ops/a.py"}));
+    assert_eq!(same["content"], text, "{same}");
     let edited = s.ok("file_edit", json!({"name": name, "path": "/tmp/ops/a.py", "old_text": "x = ", "new_text": "z = ", "expected_replacements": 2}));
     assert_eq!(edited["replacements"], 2, "{edited}");
     let stat = s.ok("file_stat", json!({"name": name, "path": "/tmp/ops/a.py"}));
@@ -294,6 +303,17 @@ fn file_operations(s: &mut Session, name: &str) {
         json!(["/tmp/ops/a.py", "/tmp/ops/deep/er/b.py"]),
         "{found}"
     );
+    let would = s.ok(
+        "file_move",
+        json!({"name": name, "from": "/tmp/ops/a.py", "to": "/tmp/ops/deep/er/b.py", "preview": true}),
+    );
+    assert_eq!(
+        would["action"],
+        "would move file /tmp/ops/a.py to /tmp/ops/deep/er/b.py, replacing the file there",
+        "{would}"
+    );
+    let kept = s.ok("file_stat", json!({"name": name, "path": "/tmp/ops/a.py"}));
+    assert_eq!(kept["exists"], true, "a preview moves nothing: {kept}");
     s.ok(
         "file_move",
         json!({"name": name, "from": "/tmp/ops/a.py", "to": "/tmp/ops/c.py"}),
@@ -380,6 +400,24 @@ fn a_real_workspace_over_stdio() {
     );
     assert_eq!(started["state"], "running", "{started}");
     let process = started["id"].as_str().unwrap().to_owned();
+    // A preview names the process and signals nothing (it still exits 0
+    // below, after its sleep).
+    let would = s.ok(
+        "process_signal",
+        json!({"name": name, "id": process, "signal": "KILL", "preview": true}),
+    );
+    let action = would["action"].as_str().unwrap_or_default();
+    assert!(action.starts_with("would send KILL"), "{would}");
+    let asked = s.call_async(
+        "process_signal",
+        json!({"name": name, "id": "proc-nope", "preview": true}),
+        None,
+    );
+    let nope = s.response(asked, Duration::from_secs(30));
+    assert_eq!(
+        nope["result"]["structuredContent"]["code"], "NOT_FOUND",
+        "{nope}"
+    );
 
     let wrote = s.ok(
         "file_write",

@@ -152,6 +152,19 @@ fn a_task_outlives_a_killed_server() {
     );
     let slots = s.ok("list_slots", json!({}));
     assert_eq!(slots["active"], json!([]), "{slots}");
+    // Previews say what would happen and change nothing.
+    let cancel = s.ok("cancel_task", json!({"task_id": id, "preview": true}));
+    let would = cancel["preview"].as_str().unwrap_or_default();
+    assert!(would.starts_with("nothing: task"), "{cancel}");
+    let cleanup = s.ok(
+        "cleanup_task",
+        json!({"task_id": id, "delete_ref": true, "preview": true}),
+    );
+    let would = cleanup["preview"].as_str().unwrap_or_default();
+    assert!(would.contains(&format!("and refs/tasks/{id}")), "{cleanup}");
+    assert_eq!(cleanup["ref_deleted"], false, "{cleanup}");
+    assert!(!git(&repo, &["for-each-ref", &format!("refs/tasks/{id}")]).is_empty());
+    s.ok("get_task_info", json!({"task_id": id}));
     s.ok("cleanup_task", json!({"task_id": id, "delete_ref": true}));
     assert!(git(&repo, &["for-each-ref", &format!("refs/tasks/{id}")]).is_empty());
     assert_eq!(s.ok("list_tasks", json!({}))["tasks"], json!([]));

@@ -46,6 +46,9 @@ pub struct MoveParams {
     /// Absolute guest path it becomes (a file there is replaced; its
     /// directory must exist).
     pub to: String,
+    /// Only report what would happen; change nothing.
+    #[serde(default)]
+    pub preview: bool,
 }
 
 /// `file_edit`.
@@ -63,6 +66,9 @@ pub struct EditParams {
     /// How many times `old_text` must occur (default 1). Any other count
     /// changes nothing and is a CONFLICT saying how many there are.
     pub expected_replacements: Option<usize>,
+    /// Only report what would happen; change nothing.
+    #[serde(default)]
+    pub preview: bool,
 }
 
 /// `file_find`.
@@ -137,14 +143,22 @@ pub struct EditResult {
     pub path: String,
     /// Occurrences replaced.
     pub replacements: usize,
-    /// The file's size in bytes after the edit.
+    /// The file's size in bytes after the edit (for a preview: would be).
     pub size: u64,
+    /// Only a preview: the file was not written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preview: bool,
 }
 
 impl Render for EditResult {
     fn render(&self) -> String {
+        let (done, now) = if self.preview {
+            ("would make ", "would be")
+        } else {
+            ("", "now")
+        };
         format!(
-            "{}: {} replacement(s), now {} bytes",
+            "{}: {done}{} replacement(s), {now} {} bytes",
             self.path, self.replacements, self.size
         )
     }

@@ -34,6 +34,9 @@ pub struct UnpublishParams {
     pub host_port: u16,
     /// Its host address; default "127.0.0.1".
     pub host_ip: Option<std::net::IpAddr>,
+    /// Only report what would happen; change nothing.
+    #[serde(default)]
+    pub preview: bool,
 }
 
 /// `port_list`.
@@ -49,12 +52,18 @@ pub struct ListPortsParams {
 pub struct PortsResult {
     /// The workspace.
     pub workspace: String,
-    /// Its published ports.
+    /// Its published ports (for a preview: as they would be).
     pub ports: Vec<PortMapping>,
+    /// What a preview would do; nothing was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 impl Render for PortsResult {
     fn render(&self) -> String {
+        if let Some(would) = &self.preview {
+            return would.clone();
+        }
         if self.ports.is_empty() {
             return format!("{} publishes no ports", self.workspace);
         }

@@ -125,6 +125,9 @@ pub struct ProcessSignalParams {
     pub id: String,
     /// Signal name or number: TERM (default), KILL, INT, HUP, 9, ...
     pub signal: Option<String>,
+    /// Only report what would happen; change nothing.
+    #[serde(default)]
+    pub preview: bool,
 }
 
 /// `process_wait`.
@@ -246,8 +249,11 @@ pub struct ProcessActionResult {
     pub workspace: String,
     /// The process.
     pub id: String,
-    /// What was done.
+    /// What was done (or, for a preview, would be).
     pub action: String,
+    /// Only a preview: nothing was done.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preview: bool,
 }
 
 impl Render for ProcessActionResult {

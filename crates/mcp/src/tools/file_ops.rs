@@ -105,6 +105,7 @@ impl MicroagentServer {
     }
 
     /// Move (rename) a guest path; a file at the destination is replaced.
+    /// preview: true says what would move and what it would replace.
     #[tool(
         output_schema = crate::output::schema::<PathResult>(),
         annotations(
@@ -118,11 +119,26 @@ impl MicroagentServer {
     async fn file_move(&self, Parameters(p): Parameters<MoveParams>) -> ToolResult<PathResult> {
         guest_path("from", &p.from)?;
         guest_path("to", &p.to)?;
-        self.ws
-            .workspace(&p.name)?
-            .files()
-            .rename(&p.from, &p.to)
-            .await?;
+        let files = self.ws.workspace(&p.name)?.files();
+        if p.preview {
+            let from = files.stat(&p.from).await?;
+            let replaced = match files.stat(&p.to).await {
+                Ok(to) => format!(", replacing the {} there", kind_word(to.kind)),
+                Err(e) if e.code() == workspace::ErrorCode::NotFound => String::new(),
+                Err(e) => return Err(e.into()),
+            };
+            return Ok(Out(PathResult {
+                preview: true,
+                action: format!(
+                    "would move {} {} to {}{replaced}",
+                    kind_word(from.kind),
+                    p.from,
+                    p.to
+                ),
+                path: p.to,
+            }));
+        }
+        files.rename(&p.from, &p.to).await?;
         Ok(Out(PathResult {
             preview: false,
             action: format!("moved {} to {}", p.from, p.to),
@@ -132,7 +148,8 @@ impl MicroagentServer {
 
     /// Replace exact text in a guest text file: old_text must occur
     /// expected_replacements times (default 1), else nothing changes and
-    /// the CONFLICT error says how many times it occurs.
+    /// the CONFLICT error says how many times it occurs. preview: true
+    /// checks the same and writes nothing.
     #[tool(
         output_schema = crate::output::schema::<EditResult>(),
         annotations(
@@ -154,12 +171,14 @@ impl MicroagentServer {
                 &p.old_text,
                 &p.new_text,
                 p.expected_replacements.unwrap_or(1),
+                p.preview,
             )
             .await?;
         Ok(Out(EditResult {
             path: p.path,
             replacements: edited.replacements,
             size: edited.size,
+            preview: p.preview,
         }))
     }
 
@@ -189,5 +208,16 @@ impl MicroagentServer {
             matches: found.paths,
             truncated: found.truncated,
         }))
+    }
+}
+
+/// What a guest path is, in a sentence.
+fn kind_word(kind: workspace::guest::FileKind) -> &'static str {
+    use workspace::guest::FileKind;
+    match kind {
+        FileKind::File => "file",
+        FileKind::Dir => "directory",
+        FileKind::Symlink => "symbolic link",
+        FileKind::Other => "special file",
     }
 }

@@ -12,6 +12,7 @@ fn result(workspace: String, meta: workspace::Meta) -> PortsResult {
     PortsResult {
         workspace,
         ports: meta.spec.ports,
+        preview: None,
     }
 }
 
@@ -71,6 +72,7 @@ impl MicroagentServer {
     }
 
     /// Stop publishing a host port; connections already open run on.
+    /// preview: true says what would stop and changes nothing.
     #[tool(
         output_schema = crate::output::schema::<PortsResult>(),
         annotations(
@@ -87,6 +89,28 @@ impl MicroagentServer {
     ) -> ToolResult<PortsResult> {
         let ip = p.host_ip.unwrap_or(DEFAULT_HOST_IP);
         let port = p.host_port;
+        if p.preview {
+            let name = p.workspace.clone();
+            let meta = self
+                .blocking(move |ws| Ok(ws.workspace(&name)?.get()?))
+                .await?;
+            let addr = std::net::SocketAddr::new(ip, port);
+            let Some(mapping) = meta.spec.ports.iter().find(|m| m.host_addr() == addr) else {
+                return Err(workspace::Error::PortNotPublished {
+                    workspace: meta.name,
+                    addr,
+                }
+                .into());
+            };
+            let would = format!(
+                "would stop publishing {addr} (to {}'s port {}); connections already open run on",
+                meta.name, mapping.guest_port
+            );
+            let mut out = result(p.workspace, meta.clone());
+            out.ports.retain(|m| m.host_addr() != addr);
+            out.preview = Some(would);
+            return Ok(Out(out));
+        }
         let meta = self
             .on_workspace(&p.workspace, move |ws, name| {
                 ws.workspace(name)?.unpublish_port(ip, port)

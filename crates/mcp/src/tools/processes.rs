@@ -197,11 +197,12 @@ impl MicroagentServer {
             workspace: p.name,
             id: p.id,
             action,
+            preview: false,
         }))
     }
 
     /// Send a signal (default TERM) to a background process and its
-    /// process group.
+    /// process group. preview: true says which process would get it.
     #[tool(
         output_schema = crate::output::schema::<ProcessActionResult>(),
         annotations(
@@ -217,6 +218,29 @@ impl MicroagentServer {
         Parameters(p): Parameters<ProcessSignalParams>,
     ) -> ToolResult<ProcessActionResult> {
         let signal = p.signal.unwrap_or_else(|| "TERM".into());
+        if p.preview {
+            // A wait of no time reads it (NOT_FOUND when there is none).
+            let process = self
+                .ws
+                .workspace(&p.name)?
+                .processes()
+                .process_wait(&p.id, std::time::Duration::ZERO)
+                .await?;
+            let action = if process.running() {
+                format!(
+                    "would send {signal} to it and its group ({})",
+                    process.status()
+                )
+            } else {
+                format!("nothing: it has ended ({})", process.status())
+            };
+            return Ok(Out(ProcessActionResult {
+                workspace: p.name,
+                id: p.id,
+                action,
+                preview: true,
+            }));
+        }
         self.ws
             .workspace(&p.name)?
             .processes()
@@ -226,6 +250,7 @@ impl MicroagentServer {
             workspace: p.name,
             id: p.id,
             action: format!("sent {signal}"),
+            preview: false,
         }))
     }
 

@@ -3,15 +3,13 @@
 //! remote confirmed it with the creating agent as its owner, and a command
 //! run there. Each is the remote's own CLI with `--json`, so both hosts
 //! apply the same checks; who may use a remote workspace is decided here,
-//! before any ssh runs, by the same rule as a local one
-//! (`Workspaces::placement_of`): the remote runs what it is sent as its
-//! host, and knows no agents. And the server's side of a handle's call on
-//! a workspace placed there ([`ServerPool::answer_call`]).
+//! before any ssh runs, by the local rule (`Workspaces::placement_of`):
+//! the remote runs what it is sent as its host, and knows no agents. And
+//! the server's side of a call on a workspace placed there (`answer_call`).
 
 use std::time::Duration;
 
 use crate::admin::server_reports::ServerPool;
-use crate::browser::{Element, PageOptions};
 use crate::error::Error;
 use crate::guest::copy::CopyInto;
 use crate::guest::exec_control::ExecEnd;
@@ -292,8 +290,9 @@ impl ServerPool<'_> {
                 old,
                 new,
                 expected,
+                preview,
             } => json(serde_json::to_value(
-                dev.files().edit_file(&path, &old, &new, expected).await?,
+                (dev.files().edit_file(&path, &old, &new, expected, preview)).await?,
             )),
             C::ReadLines {
                 path,
@@ -324,45 +323,12 @@ impl ServerPool<'_> {
                     dev.files().receive(into, &mut input).await?,
                 ))
             }
-            C::BrowserOpen {
-                url,
-                page,
-                timeout_ms,
-            } => json(serde_json::to_value(
-                dev.browser()
-                    .open(&url, page_options(page, timeout_ms))
-                    .await?,
-            )),
-            C::BrowserSnapshot { page, timeout_ms } => json(serde_json::to_value(
-                dev.browser()
-                    .snapshot(page_options(page, timeout_ms))
-                    .await?,
-            )),
-            C::BrowserAct {
-                element,
-                value,
-                page,
-                timeout_ms,
-            } => {
-                let bad = |e: serde_json::Error| Error::InvalidInput(format!("an element: {e}"));
-                let element: Element = serde_json::from_value(element).map_err(bad)?;
-                let (browser, options) = (dev.browser(), page_options(page, timeout_ms));
-                json(serde_json::to_value(match value {
-                    Some(value) => browser.fill(&element, &value, options).await?,
-                    None => browser.click(&element, options).await?,
-                }))
-            }
-            C::BrowserClose { page, timeout_ms } => json(serde_json::to_value(
-                dev.browser().close(page_options(page, timeout_ms)).await?,
-            )),
-            C::BrowserScreenshot { page, timeout_ms } => json(serde_json::to_value(
-                dev.browser()
-                    .screenshot(page_options(page, timeout_ms))
-                    .await?,
-            )),
-            C::BrowserEvents { offset, limit } => json(serde_json::to_value(
-                dev.browser().events(offset, limit).await?,
-            )),
+            call @ (C::BrowserOpen { .. }
+            | C::BrowserSnapshot { .. }
+            | C::BrowserAct { .. }
+            | C::BrowserClose { .. }
+            | C::BrowserScreenshot { .. }
+            | C::BrowserEvents { .. }) => Ok(dev.browser().answer(call).await?),
             C::CopyOut {
                 guest_path,
                 dir,
@@ -459,11 +425,6 @@ impl ServerPool<'_> {
         all.retain(|m| self.all.check_forward(server, &m.name).is_ok());
         Ok(all)
     }
-}
-
-/// A browser call's page options, as it sent them.
-fn page_options(page: String, timeout_ms: u64) -> PageOptions {
-    PageOptions::page(Some(page)).timeout(Duration::from_millis(timeout_ms))
 }
 
 /// A command of a call, its output sent as frames as it comes. It is

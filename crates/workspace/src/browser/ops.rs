@@ -372,14 +372,18 @@ impl WorkspaceBrowser<'_> {
     }
 
     /// Closes an open page.
-    pub async fn close(self, options: PageOptions) -> Result<BrowserPageClosed> {
+    pub async fn close(self, options: PageOptions, preview: bool) -> Result<BrowserPageClosed> {
         options.check()?;
         if let Some(remote) = self.ws.remote()? {
             let call = WorkspaceCall::BrowserClose {
                 page: options.page,
                 timeout_ms: millis(options.timeout),
+                preview,
             };
             return Ok(remote.call(call).await?);
+        }
+        if preview {
+            return self.close_preview(options.page);
         }
         let mut call = Call::begin(self.ws).await?;
         let name = options.page;
@@ -409,6 +413,72 @@ impl WorkspaceBrowser<'_> {
             page: name,
             pages: call.state.pages.keys().cloned().collect(),
         })
+    }
+
+    /// What closing `page` would leave, from the pages the browser's
+    /// saved state knows (Chromium is neither started nor asked).
+    fn close_preview(self, page: String) -> Result<BrowserPageClosed> {
+        let (ws_dir, _) = self.ws.all.running(self.ws.name.as_str())?;
+        let state = BrowserDir::new(ws_dir.path()).load();
+        let workspace = self.ws.name().to_owned();
+        if !state.pages.contains_key(&page) {
+            return Err(BrowserError::UnknownPage { workspace, page }.into());
+        }
+        let pages = state
+            .pages
+            .keys()
+            .filter(|p| **p != page)
+            .cloned()
+            .collect();
+        Ok(BrowserPageClosed {
+            workspace,
+            page,
+            pages,
+        })
+    }
+
+    /// The server's side of a browser call on a workspace placed on it.
+    pub(crate) async fn answer(self, call: WorkspaceCall) -> Result<Value> {
+        let options = |page: String, timeout_ms: u64| {
+            PageOptions::page(Some(page)).timeout(std::time::Duration::from_millis(timeout_ms))
+        };
+        let value = match call {
+            WorkspaceCall::BrowserOpen {
+                url,
+                page,
+                timeout_ms,
+            } => serde_json::to_value(self.open(&url, options(page, timeout_ms)).await?),
+            WorkspaceCall::BrowserSnapshot { page, timeout_ms } => {
+                serde_json::to_value(self.snapshot(options(page, timeout_ms)).await?)
+            }
+            WorkspaceCall::BrowserAct {
+                element,
+                value,
+                page,
+                timeout_ms,
+            } => {
+                let bad = |e: serde_json::Error| Error::InvalidInput(format!("an element: {e}"));
+                let element: Element = serde_json::from_value(element).map_err(bad)?;
+                let options = options(page, timeout_ms);
+                serde_json::to_value(match value {
+                    Some(value) => self.fill(&element, &value, options).await?,
+                    None => self.click(&element, options).await?,
+                })
+            }
+            WorkspaceCall::BrowserClose {
+                page,
+                timeout_ms,
+                preview,
+            } => serde_json::to_value(self.close(options(page, timeout_ms), preview).await?),
+            WorkspaceCall::BrowserScreenshot { page, timeout_ms } => {
+                serde_json::to_value(self.screenshot(options(page, timeout_ms)).await?)
+            }
+            WorkspaceCall::BrowserEvents { offset, limit } => {
+                serde_json::to_value(self.events(offset, limit).await?)
+            }
+            _ => return Err(Error::InvalidInput("not a browser call".into())),
+        };
+        Ok(value.map_err(ServerError::Encode)?)
     }
 
     /// A PNG of an open page's viewport.

@@ -200,12 +200,15 @@ impl WorkspaceFiles<'_> {
     /// Replaces `old` with `new` in a guest text file, when it occurs
     /// exactly `expected` times (not overlapping); otherwise nothing
     /// changes and the error says how many there are. Its mode stays.
+    /// `preview` checks the same and writes nothing (the size is what it
+    /// would be).
     pub async fn edit_file(
         self,
         path: &str,
         old: &str,
         new: &str,
         expected: usize,
+        preview: bool,
     ) -> Result<Edited> {
         if let Some(remote) = self.ws.remote()? {
             return Ok(remote
@@ -214,6 +217,7 @@ impl WorkspaceFiles<'_> {
                     old: old.to_owned(),
                     new: new.to_owned(),
                     expected,
+                    preview,
                 })
                 .await?);
         }
@@ -244,6 +248,12 @@ impl WorkspaceFiles<'_> {
             });
         }
         let edited = text.replace(old, new);
+        if preview {
+            return Ok(Edited {
+                replacements: found,
+                size: edited.len() as u64,
+            });
+        }
         let size = self
             .write_file(
                 path,

@@ -216,6 +216,8 @@ pub enum WorkspaceCall {
         old: String,
         new: String,
         expected: usize,
+        #[serde(default)]
+        preview: bool,
     },
     ReadLines {
         path: String,
@@ -258,6 +260,8 @@ pub enum WorkspaceCall {
     BrowserClose {
         page: String,
         timeout_ms: u64,
+        #[serde(default)]
+        preview: bool,
     },
     BrowserScreenshot {
         page: String,

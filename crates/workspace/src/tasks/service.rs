@@ -332,11 +332,15 @@ impl Tasks<'_> {
 
     /// Removes ended task `id`'s record and logs, its kept workspace, and
     /// with `delete_ref` its `refs/tasks/<id>`. A task not yet ended is
-    /// CONFLICT (cancel it first).
-    pub fn cleanup(&self, id: &str, delete_ref: bool) -> Result<TaskInfo> {
+    /// CONFLICT (cancel it first). `preview` checks the same and removes
+    /// nothing.
+    pub fn cleanup(&self, id: &str, delete_ref: bool, preview: bool) -> Result<TaskInfo> {
         let info = self.info(id)?;
         if !info.status.is_final() {
             return Err(TaskError::Running(id.to_owned()).into());
+        }
+        if preview {
+            return Ok(info);
         }
         if self.all.at(&info.workspace).get().is_ok() {
             self.all

@@ -25,7 +25,7 @@ pub struct BrowserOpenParams {
     pub timeout_secs: Option<u64>,
 }
 
-/// `browser_snapshot`, `browser_close`, `browser_screenshot`.
+/// `browser_snapshot`, `browser_screenshot`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BrowserPageParams {
@@ -33,6 +33,19 @@ pub struct BrowserPageParams {
     pub name: String,
     /// The page; default "default".
     pub page: Option<String>,
+}
+
+/// `browser_close`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserCloseParams {
+    /// Workspace name.
+    pub name: String,
+    /// The page; default "default".
+    pub page: Option<String>,
+    /// Only report what would happen (the pages left); close nothing.
+    #[serde(default)]
+    pub preview: bool,
 }
 
 /// `browser_click`.
@@ -110,16 +123,24 @@ impl Render for BrowserSnapshotResult {
 /// A closed page.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct BrowserClosedResult {
-    /// The result.
+    /// The result (for a preview: the pages that would be left).
     #[serde(flatten)]
     pub result: BrowserPageClosed,
+    /// Only a preview: nothing was closed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preview: bool,
 }
 
 impl Render for BrowserClosedResult {
     fn render(&self) -> String {
         let c = &self.result;
         format!(
-            "closed page {} of {}; open: {}",
+            "{} page {} of {}; open: {}",
+            if self.preview {
+                "would close"
+            } else {
+                "closed"
+            },
             c.page,
             c.workspace,
             c.pages.join(", ")

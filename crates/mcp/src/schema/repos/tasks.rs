@@ -69,6 +69,17 @@ pub struct TaskIdParams {
     pub task_id: String,
 }
 
+/// `cancel_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelTaskParams {
+    /// The task's id (from run_task or list_tasks).
+    pub task_id: String,
+    /// Only report what would happen; change nothing.
+    #[serde(default)]
+    pub preview: bool,
+}
+
 /// `list_tasks`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -121,6 +132,9 @@ pub struct CleanupTaskParams {
     /// Delete `refs/tasks/<id>` from the repository too.
     #[serde(default)]
     pub delete_ref: bool,
+    /// Only report what would happen; change nothing.
+    #[serde(default)]
+    pub preview: bool,
 }
 
 /// One task.
@@ -129,6 +143,9 @@ pub struct TaskResultOut {
     /// The task.
     #[serde(flatten)]
     pub task: TaskInfo,
+    /// What a preview would do; nothing was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 /// What `wait_next_event` saw.
@@ -178,6 +195,9 @@ pub struct CleanupTaskResult {
     pub task_id: String,
     /// `refs/tasks/<id>` was deleted too.
     pub ref_deleted: bool,
+    /// What a preview would remove; nothing was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 fn line(t: &TaskInfo) -> String {
@@ -206,7 +226,10 @@ impl Render for RunTaskResult {
 
 impl Render for TaskResultOut {
     fn render(&self) -> String {
-        line(&self.task)
+        match &self.preview {
+            Some(would) => would.clone(),
+            None => line(&self.task),
+        }
     }
 }
 
@@ -267,6 +290,9 @@ impl Render for SlotsOut {
 
 impl Render for CleanupTaskResult {
     fn render(&self) -> String {
-        format!("removed task {}", self.task_id)
+        match &self.preview {
+            Some(would) => would.clone(),
+            None => format!("removed task {}", self.task_id),
+        }
     }
 }

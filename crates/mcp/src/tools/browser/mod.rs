@@ -144,7 +144,8 @@ impl MicroagentServer {
         Ok(Out(BrowserSnapshotResult { result: snap }))
     }
 
-    /// Close a page of the workspace's browser.
+    /// Close a page of the workspace's browser. preview: true says which
+    /// pages would be left and closes nothing.
     #[tool(
         output_schema = crate::output::schema::<BrowserClosedResult>(),
         annotations(
@@ -157,15 +158,18 @@ impl MicroagentServer {
     )]
     async fn browser_close(
         &self,
-        Parameters(p): Parameters<BrowserPageParams>,
+        Parameters(p): Parameters<BrowserCloseParams>,
     ) -> ToolResult<BrowserClosedResult> {
         let closed = self
             .ws
             .workspace(&p.name)?
             .browser()
-            .close(options(p.page, None)?)
+            .close(options(p.page, None)?, p.preview)
             .await?;
-        Ok(Out(BrowserClosedResult { result: closed }))
+        Ok(Out(BrowserClosedResult {
+            result: closed,
+            preview: p.preview,
+        }))
     }
 
     /// The browser's log, to recover context: every action, navigation,

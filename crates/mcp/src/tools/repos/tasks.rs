@@ -78,7 +78,10 @@ impl MicroagentServer {
         let task = self
             .blocking(move |ws| Ok(ws.tasks().info(&p.task_id)?))
             .await?;
-        Ok(Out(TaskResultOut { task }))
+        Ok(Out(TaskResultOut {
+            task,
+            preview: None,
+        }))
     }
 
     /// A task's command output (secrets shown as ***): the last `tail`
@@ -176,7 +179,7 @@ impl MicroagentServer {
 
     /// Cancel a task: its command is killed; what it committed is kept at
     /// refs/tasks/<id> (not merged) and its workspace removed. An ended task
-    /// is left as it is.
+    /// is left as it is. preview: true says what would happen.
     #[tool(
         output_schema = crate::output::schema::<TaskResultOut>(),
         annotations(
@@ -189,15 +192,38 @@ impl MicroagentServer {
     )]
     async fn cancel_task(
         &self,
-        Parameters(p): Parameters<TaskIdParams>,
+        Parameters(p): Parameters<CancelTaskParams>,
     ) -> ToolResult<TaskResultOut> {
+        if p.preview {
+            let id = p.task_id.clone();
+            let task = self.blocking(move |ws| Ok(ws.tasks().info(&id)?)).await?;
+            let would = if task.status.is_final() {
+                format!(
+                    "nothing: task {} has ended ({})",
+                    task.task_id,
+                    task.status.as_str()
+                )
+            } else {
+                format!(
+                    "would cancel task {} ({}): its command is killed, its commits kept at refs/tasks/{} (not merged), its workspace removed",
+                    task.task_id, task.status.as_str(), task.task_id
+                )
+            };
+            return Ok(Out(TaskResultOut {
+                task,
+                preview: Some(would),
+            }));
+        }
         let task = self.ws.tasks().cancel(&p.task_id).await?;
-        Ok(Out(TaskResultOut { task }))
+        Ok(Out(TaskResultOut {
+            task,
+            preview: None,
+        }))
     }
 
     /// Remove an ended task's record, logs and kept workspace;
     /// delete_ref: true deletes refs/tasks/<id> too. A task still running
-    /// is CONFLICT (cancel_task first).
+    /// is CONFLICT (cancel_task first). preview: true says what would go.
     #[tool(
         output_schema = crate::output::schema::<CleanupTaskResult>(),
         annotations(
@@ -212,13 +238,27 @@ impl MicroagentServer {
         &self,
         Parameters(p): Parameters<CleanupTaskParams>,
     ) -> ToolResult<CleanupTaskResult> {
-        let delete_ref = p.delete_ref;
+        let (delete_ref, preview) = (p.delete_ref, p.preview);
         let task = self
-            .blocking(move |ws| Ok(ws.tasks().cleanup(&p.task_id, delete_ref)?))
+            .blocking(move |ws| Ok(ws.tasks().cleanup(&p.task_id, delete_ref, preview)?))
             .await?;
+        let would = preview.then(|| {
+            format!(
+                "would remove task {} ({}): its record and logs, its workspace `{}` if kept{}",
+                task.task_id,
+                task.status.as_str(),
+                task.workspace,
+                if delete_ref {
+                    format!(", and refs/tasks/{}", task.task_id)
+                } else {
+                    String::new()
+                }
+            )
+        });
         Ok(Out(CleanupTaskResult {
             task_id: task.task_id,
-            ref_deleted: delete_ref,
+            ref_deleted: delete_ref && !preview,
+            preview: would,
         }))
     }
 
