@@ -283,3 +283,76 @@ async fn kernel_install_previews_and_refuses_wrong_tokens() {
     let source = h.ok("kernel_install", json!({})).await;
     assert_eq!(source["plan"]["action"], "kernel install", "{source}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_gives_its_sizes_and_the_browser_refuses_a_smaller_workspace_at_once() {
+    let h = McpHarness::new("sizes").await;
+    let src = h.root.join("src-chromium");
+    testkit::fake_image_files(&src);
+    let defaults = workspace::images::oci::config::ImageDefaults {
+        vcpus: Some(2),
+        mem_mib: Some(2048),
+        min_mem_mib: Some(1024),
+        ..Default::default()
+    };
+    h.ws.image_registry()
+        .register_converted(
+            "chromium",
+            &src.join("vmlinux"),
+            &src.join("rootfs.ext4"),
+            defaults,
+            src.clone(),
+            None,
+        )
+        .unwrap();
+    // image_list shows them; a create naming no sizes gets them.
+    let listed = h.ok("image_list", json!({})).await.to_string();
+    assert!(listed.contains(r#""min_mem_mib":1024"#), "{listed}");
+    let made = h
+        .ok(
+            "workspace_create",
+            json!({"name": "b", "image": "chromium"}),
+        )
+        .await;
+    assert_eq!(
+        (
+            made["spec"]["vcpus"].as_u64(),
+            made["spec"]["mem_mib"].as_u64()
+        ),
+        (Some(2), Some(2048)),
+        "{made}"
+    );
+    // Sizes given win, and one below the image's least is refused by the
+    // browser tools at once (INVALID_INPUT naming the least), not after a
+    // start that cannot finish.
+    let small = h
+        .ok(
+            "workspace_create",
+            json!({"name": "s", "image": "chromium", "vcpus": 1, "mem_mib": "256m"}),
+        )
+        .await;
+    assert_eq!(small["spec"]["mem_mib"], 256, "{small}");
+    let message = h
+        .fails(
+            "browser_open",
+            json!({"name": "s", "url": "http://127.0.0.1:1/"}),
+            "INVALID_INPUT",
+        )
+        .await;
+    assert!(message.contains("at least 1024 MiB"), "{message}");
+    // `debian` records from before sizes existed get its own.
+    h.fake_image("debian");
+    let deb = h
+        .ok("workspace_create", json!({"name": "d", "image": "debian"}))
+        .await;
+    assert_eq!(deb["spec"]["mem_mib"], 512, "{deb}");
+    // At the least it passes that check (and stops at the next: the
+    // workspace is not running).
+    h.fails(
+        "browser_open",
+        json!({"name": "b", "url": "http://127.0.0.1:1/"}),
+        "NOT_RUNNING",
+    )
+    .await;
+    h.finish().await;
+}
