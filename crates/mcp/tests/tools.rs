@@ -469,6 +469,12 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
             json!({"duration_secs": 0}),
             "INVALID_INPUT",
         ),
+        // A task's size is checked before anything is written or started.
+        (
+            "run_task",
+            json!({"description": "x", "repo": "nope", "mem_mib": "1T"}),
+            "INVALID_INPUT",
+        ),
         (
             "estimate_cost",
             json!({"duration_secs": 60, "vcpus": 9}),

@@ -23,17 +23,18 @@ pub fn parse_mib(text: &str) -> Result<u64, SizeError> {
     }
     let n: u64 = digits.parse().map_err(|_| bad())?;
     let unit = unit.trim().to_ascii_uppercase();
-    let unit = unit
-        .strip_suffix("IB")
-        .or_else(|| unit.strip_suffix('B'))
-        .unwrap_or(&unit);
-    match unit {
-        "" | "M" => Some(n),
-        "G" => n.checked_mul(1024),
-        "T" => n.checked_mul(1 << 20),
-        _ => None,
+    let mut chars = unit.chars();
+    let factor: u64 = match chars.next() {
+        None | Some('M') => 1,
+        Some('G') => 1024,
+        Some('T') => 1 << 20,
+        _ => return Err(bad()),
+    };
+    // A unit letter, then nothing, `B` or `iB`: a bare `B` is no unit.
+    if !matches!(chars.as_str(), "" | "B" | "IB") {
+        return Err(bad());
     }
-    .ok_or_else(bad)
+    n.checked_mul(factor).ok_or_else(bad)
 }
 
 /// A size field that may be absent: an integer (MiB) or a string

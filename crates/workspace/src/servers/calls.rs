@@ -216,7 +216,8 @@ pub enum WorkspaceCall {
         old: String,
         new: String,
         expected: usize,
-        #[serde(default)]
+        // Left out when false, so a server from before previews takes it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         preview: bool,
     },
     ReadLines {
@@ -260,7 +261,7 @@ pub enum WorkspaceCall {
     BrowserClose {
         page: String,
         timeout_ms: u64,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         preview: bool,
     },
     BrowserScreenshot {

@@ -428,6 +428,8 @@ impl Workspace<'_> {
         // The fork is in its source's namespace unless named in another.
         let to = base::store::name::full_name(base::store::name::namespace_of(source), new_name)
             .map_err(base::store::StoreError::Name)?;
+        // Not into the pools' namespace, as a create there is not.
+        crate::workspaces::tenancy::refuse_pool_namespace(base::store::name::namespace_of(&to))?;
         let snap = match snapshot {
             Some(s) => Some(all.snapshots().get(s)?.name),
             None => None,

@@ -131,6 +131,17 @@ impl Tasks<'_> {
             ))
             .into());
         }
+        let mem_mib = req.mem_mib.unwrap_or(TASK_MEM_MIB);
+        // Checked now, as its workspace's create will be: nothing is
+        // written or started for a size that cannot be made.
+        let limits = &self.all.limits;
+        if !(limits.min_mem_mib..=limits.max_mem_mib).contains(&mem_mib) {
+            return Err(TaskError::Invalid(format!(
+                "mem_mib is {mem_mib}; use {} to {}",
+                limits.min_mem_mib, limits.max_mem_mib
+            ))
+            .into());
+        }
         let image_name = req.image.clone().unwrap_or_else(|| TASK_IMAGE.into());
         let image = self.all.images.get(&image_name)?;
         let (repo, checkout) = self.all.resolve_checkout(
@@ -139,7 +150,6 @@ impl Tasks<'_> {
         )?;
         self.command(&repo)?;
         self.all.secrets().require(&req.secrets)?;
-        let mem_mib = req.mem_mib.unwrap_or(TASK_MEM_MIB);
         let id = new_task_id();
         let info = TaskInfo {
             task_id: id.clone(),

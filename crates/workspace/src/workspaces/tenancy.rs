@@ -266,6 +266,18 @@ mod tests {
             .view()
             .full_name(&format!("member.{pool}"))
             .is_ok());
+        // Nor a fork (or a restore as a new workspace, which is one).
+        f.ws.create("dev", spec()).unwrap();
+        let member = format!("m.{pool}");
+        let fork =
+            f.ws.at("dev")
+                .fork(&member, None, std::time::Duration::from_secs(1), |_| {});
+        let refused = tokio::runtime::Runtime::new().unwrap().block_on(fork);
+        assert!(
+            matches!(refused, Err(Error::InvalidInput(_))),
+            "{refused:?}"
+        );
+        assert!(f.ws.at(&member).get_here().is_err());
     }
 
     #[test]

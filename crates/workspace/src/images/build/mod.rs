@@ -216,6 +216,30 @@ pub(crate) fn check(req: &ImageBuildRequest) -> std::result::Result<BuildBase, I
             )));
         }
     }
+    // The sizes a workspace of it gets are a create's: held to the same
+    // limits, so no workspace of it is refused for them later.
+    let limits = base::store::spec::LIMITS;
+    if req.vcpus.is_some_and(|n| n == 0 || n > limits.max_vcpus) {
+        return Err(ImageBuildError::Request(format!(
+            "vcpus must be 1 to {}",
+            limits.max_vcpus
+        )));
+    }
+    let mem_range = limits.min_mem_mib..=limits.max_mem_mib;
+    if [req.mem_mib, req.min_mem_mib]
+        .iter()
+        .flatten()
+        .any(|m| !mem_range.contains(m))
+        || req
+            .mem_mib
+            .zip(req.min_mem_mib)
+            .is_some_and(|(m, least)| m < least)
+    {
+        return Err(ImageBuildError::Request(format!(
+            "memory sizes must be {} to {} MiB, the least no more than the size",
+            limits.min_mem_mib, limits.max_mem_mib
+        )));
+    }
     if let Some(bad) = req.packages.iter().find(|p| !debian::valid_package(p)) {
         return Err(ImageBuildError::Request(format!(
             "`{bad}` is not a Debian package name"
@@ -293,6 +317,16 @@ pub(crate) fn build_plan(
         "registers it as `{}` with the `minimal` image's kernel; nothing is registered if a step fails",
         req.name
     ));
+    // In the plan, so its token covers them.
+    if req.vcpus.is_some() || req.mem_mib.is_some() || req.min_mem_mib.is_some() {
+        let shown = |v: Option<u64>| v.map_or("the default".to_owned(), |v| v.to_string());
+        plan.notes.push(format!(
+            "a workspace of it made without sizes gets {} vCPUs and {} MiB (at least {} MiB)",
+            shown(req.vcpus.map(u64::from)),
+            shown(req.mem_mib),
+            shown(req.min_mem_mib)
+        ));
+    }
     plan.writes.push(image_dir.display().to_string());
     plan
 }
@@ -347,6 +381,24 @@ mod tests {
             to: "/x".into(),
         });
         assert!(matches!(check(&r), Err(ImageBuildError::CopySource { .. })));
+        // Sizes are a create's, held to its limits.
+        let sized = |vcpus, mem_mib, min_mem_mib| {
+            let mut r = req("debian:bookworm");
+            (r.vcpus, r.mem_mib, r.min_mem_mib) = (vcpus, mem_mib, min_mem_mib);
+            check(&r).is_ok()
+        };
+        assert!(sized(Some(2), Some(2048), Some(1024)));
+        assert!(!sized(Some(0), None, None));
+        assert!(!sized(Some(9), None, None));
+        assert!(!sized(None, Some(16 << 20), None));
+        assert!(!sized(None, Some(512), Some(1024)));
+        // And in the plan, so a preview's token covers them.
+        let plan = |mem_mib| {
+            let mut r = req("debian:bookworm");
+            r.mem_mib = mem_mib;
+            build_plan(&r, &r.from.clone().unwrap(), 0, &[], Path::new("/x")).digest()
+        };
+        assert_ne!(plan(Some(512)), plan(Some(16384)));
         // A Debian build with nothing else is a build.
         assert!(check(&req("debian:bookworm")).is_ok());
         let none = ImageBuildRequest::default();
