@@ -126,13 +126,25 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
         &packages,
         "--description",
         "Debian with headless Chromium",
+        "--vcpus",
+        "2",
+        "--mem",
+        "2g",
         "--yes",
     ]);
     println!("image build: {:.1} s", began.elapsed().as_secs_f64());
     let allow = format!("host:{port}");
-    h.ok(&[
-        "create", "web", "--image", "browser", "--mem", "2048", "--vcpus", "2", "--allow", &allow,
-    ]);
+    // As a new user would: no sizes; the image gives its own.
+    h.ok(&["create", "web", "--image", "browser", "--allow", &allow]);
+    let web = h.ok_json(&["inspect", "web", "--json"]);
+    assert_eq!(
+        (
+            web["spec"]["vcpus"].as_u64(),
+            web["spec"]["mem_mib"].as_u64()
+        ),
+        (Some(2), Some(2048)),
+        "{web}"
+    );
     // Not running: nothing starts, and the error says what to do.
     let stopped = h.run(&["browser", "open", "web", &site, "--json"]);
     assert_eq!(stopped.error_code(), "NOT_RUNNING", "{}", stopped.stdout);

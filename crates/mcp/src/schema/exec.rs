@@ -68,6 +68,7 @@ pub struct ExecParams {
     pub stdin: Option<String>,
     /// Kill the command and its process group after this many seconds, 1
     /// to 86400; default: no limit (cancel the call to kill it).
+    #[schemars(range(min = 1, max = MAX_EXEC_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
     /// Bytes of each of stdout and stderr returned, 0 to 4194304; default
     /// 65536. The rest is counted (stdout_dropped, stderr_dropped), not

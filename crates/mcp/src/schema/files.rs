@@ -47,9 +47,11 @@ pub struct FileReadParams {
     pub encoding: Option<Encoding>,
     /// Read by lines instead of bytes: the first line (from 1). Not with
     /// `offset` or `length`; the file must be UTF-8 text of at most 4 MiB.
+    #[schemars(range(min = 1))]
     pub start_line: Option<usize>,
     /// The last line read by lines (default: to the end; past the end is
     /// the end).
+    #[schemars(range(min = 1))]
     pub end_line: Option<usize>,
 }
 

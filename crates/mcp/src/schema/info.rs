@@ -181,11 +181,15 @@ impl Render for ContractResult {
     }
 }
 
+/// Longest duration `estimate_cost` prices: a year.
+pub const MAX_COST_SECS: u64 = 365 * 24 * 3600;
+
 /// `estimate_cost`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EstimateCostParams {
     /// How long the workspaces run, in seconds (1 to 31536000).
+    #[schemars(range(min = 1, max = MAX_COST_SECS))]
     pub duration_secs: u64,
     /// vCPUs per workspace, 1 to 8; default 1.
     #[schemars(range(min = 1, max = workspace::LIMITS.max_vcpus))]

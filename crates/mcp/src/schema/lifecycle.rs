@@ -143,6 +143,7 @@ pub struct ExtendTtlParams {
     pub by: Option<String>,
     /// Or set the TTL to this many seconds (from now if it runs, and for
     /// every later start). Give `by` or `ttl_secs`.
+    #[schemars(range(min = 1, max = workspace::LIMITS.max_ttl_secs))]
     pub ttl_secs: Option<u64>,
 }
 
@@ -247,6 +248,7 @@ pub struct EventsParams {
     /// When there is no such event yet, wait up to this many seconds for
     /// one, 0 to 600; default 0.
     #[serde(default)]
+    #[schemars(range(min = 0, max = workspace::guest::MAX_EVENT_WAIT.as_secs()))]
     pub wait_secs: u64,
 }
 

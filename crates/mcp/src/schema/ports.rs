@@ -15,8 +15,10 @@ pub struct PublishParams {
     /// and every start listens again).
     pub workspace: String,
     /// Host TCP port, 1 to 65535; refused (CONFLICT) when in use.
+    #[schemars(range(min = 1, max = 65535))]
     pub host_port: u16,
     /// TCP port on the guest's loopback (127.0.0.1) each connection reaches.
+    #[schemars(range(min = 1, max = 65535))]
     pub guest_port: u16,
     /// Host address to listen on; default "127.0.0.1" (this machine only).
     /// A non-loopback address is FORBIDDEN unless the server was started
@@ -31,6 +33,7 @@ pub struct UnpublishParams {
     /// Workspace name.
     pub workspace: String,
     /// The published host port.
+    #[schemars(range(min = 1, max = 65535))]
     pub host_port: u16,
     /// Its host address; default "127.0.0.1".
     pub host_ip: Option<std::net::IpAddr>,

@@ -19,8 +19,6 @@ use crate::schema::lifecycle::MAX_START_TIMEOUT_SECS;
 use crate::schema::NoParams;
 use crate::MicroagentServer;
 
-/// Longest duration `estimate_cost` prices: a year.
-pub const MAX_COST_SECS: u64 = 365 * 24 * 3600;
 /// Most workspaces `estimate_cost` prices at once.
 pub const MAX_COST_COUNT: u64 = 10_000;
 
@@ -229,7 +227,12 @@ impl MicroagentServer {
             LIMITS.min_mem_mib,
             LIMITS.max_mem_mib,
         )?;
-        let secs = in_range("duration_secs", p.duration_secs, 1, MAX_COST_SECS)?;
+        let secs = in_range(
+            "duration_secs",
+            p.duration_secs,
+            1,
+            crate::schema::info::MAX_COST_SECS,
+        )?;
         let count = in_range("count", p.count.unwrap_or(1), 1, MAX_COST_COUNT)?;
         let (price, source) = workspace::host::cost::load(self.ws.state_dir().root())?;
         let e = workspace::host::cost::estimate(&price, vcpus.into(), mem_mib, secs, count);

@@ -22,6 +22,7 @@ pub struct BrowserOpenParams {
     /// The page; default "default". A new name opens a new page.
     pub page: Option<String>,
     /// Seconds the load may take (default 60, at most 600).
+    #[schemars(range(min = 1, max = workspace::browser::MAX_LOAD_TIMEOUT.as_secs()))]
     pub timeout_secs: Option<u64>,
 }
 
@@ -62,6 +63,7 @@ pub struct BrowserClickParams {
     /// The page; default "default".
     pub page: Option<String>,
     /// Seconds what the click sets off may take to load (default 60).
+    #[schemars(range(min = 1, max = workspace::browser::MAX_LOAD_TIMEOUT.as_secs()))]
     pub timeout_secs: Option<u64>,
 }
 
@@ -81,6 +83,7 @@ pub struct BrowserFillParams {
     /// The page; default "default".
     pub page: Option<String>,
     /// Seconds what typing sets off may take (default 60).
+    #[schemars(range(min = 1, max = workspace::browser::MAX_LOAD_TIMEOUT.as_secs()))]
     pub timeout_secs: Option<u64>,
 }
 
@@ -94,6 +97,7 @@ pub struct BrowserEventsParams {
     /// pass the last result's next_offset to read on.
     pub offset: Option<u64>,
     /// At most this many (default 100, at most 1000).
+    #[schemars(range(min = 1, max = workspace::browser::MAX_EVENTS_PER_CALL))]
     pub limit: Option<usize>,
 }
 

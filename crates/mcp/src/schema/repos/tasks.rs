@@ -118,8 +118,10 @@ pub struct TaskLogsParams {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitEventParams {
-    /// Longest wait, ms (default 1800000, 30 minutes).
+    /// Longest wait, ms, 0 to 86400000 (a day; a longer one waits a day);
+    /// default 1800000, 30 minutes.
     #[serde(default)]
+    #[schemars(range(min = 0, max = 86_400_000))]
     pub timeout_ms: Option<u64>,
 }
 
