@@ -111,11 +111,7 @@ impl SpecArgs {
         )));
         let image = resolve(ws.image_registry(), &self.image, policy, shown).await?;
         // Sizes not given are the image's (the browser image asks more).
-        let sized = ws
-            .image_registry()
-            .get(&image)
-            .map(|i| i.defaults)
-            .unwrap_or_default();
+        let sized = ws.image_defaults(&image);
         Ok(WorkspaceSpec {
             image,
             vcpus: sized.vcpus_or(self.vcpus),

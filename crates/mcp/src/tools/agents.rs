@@ -72,12 +72,7 @@ impl MicroagentServer {
             short.trim_end_matches('-'),
             &suffix[suffix.len().saturating_sub(6)..]
         );
-        let sized = self
-            .ws
-            .image_registry()
-            .get(&image)
-            .map(|i| i.defaults)
-            .unwrap_or_default();
+        let sized = self.ws.image_defaults(&image);
         let spec = WorkspaceSpec {
             image,
             vcpus: vcpus(p.cpus, sized.vcpus_or(None))?,

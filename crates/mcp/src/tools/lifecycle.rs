@@ -167,12 +167,7 @@ impl MicroagentServer {
         // Sizes not given are the image's (a remote server's are its own).
         let sized = match remote {
             Some(_) => Default::default(),
-            None => self
-                .ws
-                .image_registry()
-                .get(&image)
-                .map(|i| i.defaults)
-                .unwrap_or_default(),
+            None => self.ws.image_defaults(&image),
         };
         let spec = WorkspaceSpec {
             // The VMM stops when this server ends; the next listing deletes it.

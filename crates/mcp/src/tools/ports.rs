@@ -106,7 +106,7 @@ impl MicroagentServer {
                 "would stop publishing {addr} (to {}'s port {}); connections already open run on",
                 meta.name, mapping.guest_port
             );
-            let mut out = result(p.workspace, meta.clone());
+            let mut out = result(p.workspace, meta);
             out.ports.retain(|m| m.host_addr() != addr);
             out.preview = Some(would);
             return Ok(Out(out));

@@ -184,9 +184,9 @@ impl Workspaces {
         &self.images
     }
 
-    /// What workspaces of `image` start with (nothing for an image not
-    /// registered here).
-    pub(crate) fn image_defaults(&self, image: &str) -> base::images::oci::config::ImageDefaults {
+    /// What workspaces of `image` start with, their sizes among it
+    /// (nothing for an image not registered here).
+    pub fn image_defaults(&self, image: &str) -> base::images::oci::config::ImageDefaults {
         self.images
             .get(image)
             .map(|i| i.defaults)
