@@ -44,6 +44,7 @@ pub mod servers;
 pub mod sizes;
 pub(crate) mod snapshots;
 pub mod tasks;
+pub mod volumes;
 pub(crate) mod wire_bytes;
 pub(crate) mod workspaces;
 
@@ -51,7 +52,7 @@ pub(crate) mod workspaces;
 pub use base::test_support;
 /// The records, VMM launch and control, jail and cgroup, and volumes the
 /// VMM process shares (crates/base), for front ends.
-pub use base::{host_tool, pause_point, store, vmm, volumes};
+pub use base::{host_tool, pause_point, store, vmm};
 
 /// docs/library.md, whose examples `cargo test --doc` compiles.
 #[cfg(doctest)]
@@ -86,6 +87,7 @@ pub use snapshots::{SnapshotInfo, Snapshots};
 pub use tasks::service::Tasks;
 /// The guest kernel variant (standard, or compat for emulating hosts).
 pub use vmm_core::KernelVariant;
+pub use volumes::service::Volumes;
 pub use workspaces::builder::WorkspacesBuilder;
 pub use workspaces::contract::{
     contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE,
@@ -96,4 +98,3 @@ pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
 pub use workspaces::placement::PlacementReservation;
 pub use workspaces::pool::Pools;
-pub use workspaces::volumes::Volumes;

@@ -6,6 +6,7 @@
 
 mod disk_read;
 mod export;
+mod holders;
 mod make;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use crate::store::workspace_dir::WorkspaceDir;
 use crate::store::{write_json_atomic, StateDir, StoreError};
 
 pub use export::{ExportLimits, RefusedEntry, EXPORT_MAX_DEPTH, EXPORT_MAX_ENTRIES, REFUSED_SHOWN};
+pub use holders::{first_clash, holders_of, MountedVolume};
 pub use make::VolumeSource;
 
 /// The directory of volumes in the state directory.

@@ -24,6 +24,7 @@ use base::store::state::State;
 use base::store::{make_private_dir, read_json, write_json_atomic, SNAPSHOTS_DIR};
 use base::vmm::control::{self, ControlRequest, ControlResponse};
 use base::vmm::seal;
+use base::volumes::VolumeStore;
 
 /// A snapshot's record in its directory.
 const RECORD: &str = "snapshot.json";
@@ -98,7 +99,7 @@ impl Workspaces {
             State::Stopped | State::Crashed => {
                 let files = SnapshotFiles::new(dir);
                 let mut disks = vec![(WORKSPACE_DISK, ws.disk())];
-                let store = self.volumes().store();
+                let store = VolumeStore::new(self.state_dir());
                 for (slot, m) in meta.spec.volumes.iter().enumerate() {
                     if !m.read_only {
                         disks.push((volume_disk_index(slot), store.mount_disk(&ws, slot, m)?));
@@ -369,15 +370,19 @@ impl<'a> Snapshots<'a> {
         let ws = self.all.dir(target)?;
         // Its read-write volumes go back to the snapshot's instant too:
         // none may be another running workspace's now.
-        self.all
-            .volumes()
-            .check_mountable(target, &meta.spec.volumes)?;
+        self.all.check_mountable(target, &meta.spec.volumes)?;
         {
             let _lock = self.all.state_dir().lock_workspace(target)?;
             let dir = self.all.snapshot_dir(name)?;
             copy_snapshot_disk(&dir, &ws)?;
             let mut volumes = meta.spec.volumes.clone();
-            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.all.volumes().store(), false)?;
+            copy_snapshot_volumes(
+                &dir,
+                &ws,
+                &mut volumes,
+                &VolumeStore::new(self.all.state_dir()),
+                false,
+            )?;
             ws.events().append(EventKind::Restored {
                 snapshot: name.to_owned(),
             })?;
@@ -513,7 +518,13 @@ impl Workspaces {
             copy_snapshot_disk(&dir, &ws)?;
             // Read-write volumes: the fork's own copies, as at the snapshot.
             let mut volumes = spec.volumes.clone();
-            copy_snapshot_volumes(&dir, &ws, &mut volumes, &self.volumes().store(), true)?;
+            copy_snapshot_volumes(
+                &dir,
+                &ws,
+                &mut volumes,
+                &VolumeStore::new(self.state_dir()),
+                true,
+            )?;
             // Host ports belong to one workspace: a fork publishes none; on
             // a tap network it takes an address of its own.
             let (_network, spec) = self.networks().place(self.owned_by_caller(WorkspaceSpec {

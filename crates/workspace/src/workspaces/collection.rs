@@ -24,7 +24,7 @@ impl Workspaces {
         // Held or not, they must exist; who runs with them is the start's
         // concern.
         for m in spec.volumes.iter().filter(|m| !m.own_copy) {
-            self.volumes().store().get(&m.name)?;
+            base::volumes::VolumeStore::new(&self.state).get(&m.name)?;
         }
         let image: ImageInfo = self.images.get(&spec.image)?;
         let (_network, mut spec) = self.networks().place(spec)?;

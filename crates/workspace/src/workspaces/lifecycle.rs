@@ -105,7 +105,7 @@ impl Workspaces {
         let _budget = crate::host::budget::BudgetLock::take(self.state.root())?;
         self.check_budget_start(name, meta.spec.mem_mib)?;
         // Under the same lock: two starts cannot both take a volume.
-        self.volumes().check_mountable(name, &meta.spec.volumes)?;
+        self.check_mountable(name, &meta.spec.volumes)?;
         let boot = boot(&meta)?;
         // Groups a VMM running as its own account could not remove.
         base::host::cgroup::remove_recorded(ws.path());

@@ -1,6 +1,6 @@
 //! The collection of workspaces (`manager`) and how it is opened
 //! (`builder`), its creates and lists (`collection`), their life cycle (`lifecycle`), the host budget a start
-//! checks (`budget`), published ports (`ports`), named volumes (`volumes`), the runtime contract
+//! checks (`budget`), published ports (`ports`), volume mounts as the collection applies them (`mounts`), the runtime contract
 //! (`contract`) and the one-shot use case (`one_shot`) and
 //! pools of ready workspaces (`pool`).
 
@@ -13,10 +13,10 @@ pub(crate) mod egress;
 pub(crate) mod handle;
 pub(crate) mod lifecycle;
 pub(crate) mod manager;
+pub(crate) mod mounts;
 pub(crate) mod one_shot;
 pub(crate) mod placement;
 pub(crate) mod pool;
 pub(crate) mod ports;
 pub(crate) mod repos;
 pub(crate) mod tenancy;
-pub(crate) mod volumes;

@@ -65,6 +65,12 @@ impl Workspaces {
         host.list(filter)
     }
 
+    /// The servers this state directory knows, and where its remote
+    /// workspaces live (docs/servers.md).
+    pub fn servers(&self) -> crate::servers::ServerRegistry {
+        crate::servers::ServerRegistry::new(&self.state)
+    }
+
     /// The networks of this state directory: their records, the
     /// workspaces on each, and the host setup they need.
     pub fn networks(&self) -> Networks<'_, Self> {

@@ -1,16 +1,16 @@
-//! Volumes as workspaces use them, the service `ws.volumes()`: who mounts
-//! each, the rule a start checks (read-write to one running workspace,
-//! read-only to any number), and the operations front ends call, which add
-//! the holders to what the volume store knows.
+//! The service `ws.volumes()`: the named volumes of a collection as its
+//! view sees them, each with the workspaces that mount it, and the
+//! operations front ends call, which add the holders to what the volume
+//! store knows. A start's and a restore's check of the mounts is the
+//! collection's (`Workspaces::check_mountable`), on the same rule.
 
 use std::path::Path;
 
-use super::manager::{ListFilter, Workspaces};
 use crate::error::{Error, Result};
-use base::store::name::full_name;
-use base::store::spec::{Meta, WorkspaceSpec};
-use base::store::volume_mounts::VolumeMount;
-use base::volumes::{VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore};
+use crate::workspaces::manager::Workspaces;
+use base::volumes::{
+    holders_of, VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore,
+};
 
 /// The named volumes of a collection, as its view (an agent's session or
 /// the host's) sees them: `ws.volumes()`.
@@ -24,31 +24,6 @@ impl Workspaces {
     pub fn volumes(&self) -> Volumes<'_> {
         Volumes { all: self }
     }
-
-    /// The servers this state directory knows, and where its remote
-    /// workspaces live (docs/servers.md).
-    pub fn servers(&self) -> crate::servers::ServerRegistry {
-        crate::servers::ServerRegistry::new(&self.state)
-    }
-
-    /// `spec` with its volumes named in `workspace`'s namespace, each one
-    /// that exists checked as the caller's to use.
-    pub(crate) fn volumes_named_in(
-        &self,
-        workspace: &str,
-        spec: WorkspaceSpec,
-    ) -> Result<WorkspaceSpec> {
-        let namespace = base::store::name::namespace_of(workspace);
-        let mut spec = spec;
-        for m in &mut spec.volumes {
-            m.name = full_name(namespace, &m.name)
-                .map_err(|e| Error::InvalidInput(format!("volume `{}`: {e}", m.name)))?;
-            if let Ok(info) = self.volumes().store().get(&m.name) {
-                self.check_owner("volume", &m.name, info.agent.as_deref(), &[])?;
-            }
-        }
-        Ok(spec)
-    }
 }
 
 impl Volumes<'_> {
@@ -57,23 +32,9 @@ impl Volumes<'_> {
         VolumeStore::new(&self.all.state)
     }
 
-    /// Every workspace's volume mounts, with whether its VMM runs.
-    fn mounts(&self) -> Result<Vec<(Meta, VolumeMount)>> {
-        Ok(self
-            .all
-            .list_everywhere(&ListFilter::default())?
-            .into_iter()
-            .flat_map(|meta| {
-                let mounts = meta.spec.volumes.clone();
-                mounts.into_iter().map(move |m| (meta.clone(), m))
-            })
-            .filter(|(_, m)| !m.own_copy)
-            .collect())
-    }
-
     /// The workspaces that mount volume `name`.
     pub fn holders(&self, name: &str) -> Result<Vec<VolumeHolder>> {
-        Ok(holders_of(&self.mounts()?, name))
+        Ok(holders_of(&self.all.mounted_volumes()?, name))
     }
 
     /// Volume `name` (in this view's namespace, or a full name) with its
@@ -91,7 +52,7 @@ impl Volumes<'_> {
     /// agent's view lists its own and nobody's, or with `all_agents` every
     /// agent's (the others' stay FORBIDDEN to use).
     pub fn list(&self, all_agents: bool) -> Result<Vec<VolumeInfo>> {
-        let mounts = self.mounts()?;
+        let mounted = self.all.mounted_volumes()?;
         let mut out = self.store().list()?;
         out.retain(|info| {
             let namespace = base::store::name::namespace_of(&info.name);
@@ -99,7 +60,7 @@ impl Volumes<'_> {
                 .lists(namespace, info.agent.as_deref(), &[], all_agents)
         });
         for info in &mut out {
-            info.holders = holders_of(&mounts, &info.name);
+            info.holders = holders_of(&mounted, &info.name);
         }
         Ok(out)
     }
@@ -159,52 +120,4 @@ impl Volumes<'_> {
         }
         Ok(self.store().export(name, to)?)
     }
-
-    /// Checks that `mounts` exist and that workspace `name` may take them
-    /// now: a read-write volume no other running workspace mounts, a
-    /// read-only one no other running workspace mounts read-write.
-    pub(crate) fn check_mountable(&self, name: &str, mounts: &[VolumeMount]) -> Result<()> {
-        let volumes = self.store();
-        let wanted: Vec<&VolumeMount> = mounts.iter().filter(|m| !m.own_copy).collect();
-        if wanted.is_empty() {
-            return Ok(());
-        }
-        for m in &wanted {
-            volumes.get(&m.name)?;
-        }
-        for (meta, held) in self.mounts()? {
-            if meta.name == name || !meta.state.has_vmm() {
-                continue;
-            }
-            let clash = wanted
-                .iter()
-                .any(|m| m.name == held.name && !(m.read_only && held.read_only));
-            if clash {
-                return Err(Error::VolumeHeld {
-                    volume: held.name,
-                    holder: meta.name,
-                    mode: if held.read_only {
-                        "read-only"
-                    } else {
-                        "read-write"
-                    },
-                });
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The holders of volume `name` among `mounts`.
-fn holders_of(mounts: &[(Meta, VolumeMount)], name: &str) -> Vec<VolumeHolder> {
-    mounts
-        .iter()
-        .filter(|(_, m)| m.name == name)
-        .map(|(meta, m)| VolumeHolder {
-            workspace: meta.name.clone(),
-            path: m.path.clone(),
-            read_only: m.read_only,
-            active: meta.state.has_vmm(),
-        })
-        .collect()
 }
