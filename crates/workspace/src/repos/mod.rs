@@ -1,9 +1,14 @@
 //! Host repositories workspaces may clone: an allowlist in
 //! `<state>/repos/<alias>.json`, each entry a git work tree on the host.
-//! Nothing else is ever cloned into a guest. How a clone gets in and
-//! commits come back is `guest::repo`; the host's git is [`git`].
+//! Nothing else is ever cloned into a guest. What a create checks of a
+//! workspace's repository is `checkout`; how a clone gets in and commits
+//! come back is `guest` (the steps; the guest folder runs them on a
+//! workspace's handle); the host's git is [`git`]; what a guest hands back
+//! is checked by `incoming`.
 
+pub(crate) mod checkout;
 pub mod git;
+pub(crate) mod guest;
 pub mod incoming;
 
 use std::path::{Path, PathBuf};
@@ -78,6 +83,19 @@ pub enum RepoError {
         /// Which limit, with its config key.
         why: String,
     },
+    /// A host step (git preparing a clone off the async runtime) stopped
+    /// before it finished.
+    #[error("the host's git step stopped before it finished: {0}")]
+    HostStepStopped(String),
+    /// A host-side file operation failed.
+    #[error("{what} failed")]
+    HostIo {
+        /// What was being done.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// Git failed.
     #[error(transparent)]
     Git(#[from] GitError),
@@ -98,7 +116,9 @@ impl RepoError {
             | RepoError::NoRepo(_)
             | RepoError::NoGit(_)
             | RepoError::BundleRefused { .. } => ErrorCode::InvalidInput,
-            RepoError::Guest { .. } => ErrorCode::Internal,
+            RepoError::Guest { .. } | RepoError::HostStepStopped(_) | RepoError::HostIo { .. } => {
+                ErrorCode::Internal
+            }
             RepoError::NotAllowed(_) => ErrorCode::Forbidden,
             RepoError::AliasTaken { .. } => ErrorCode::Conflict,
             RepoError::Git(e) => e.code(),

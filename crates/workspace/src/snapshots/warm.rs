@@ -110,7 +110,7 @@ impl Workspace<'_> {
         }
         let (all, name) = (self.all, self.name.as_str());
         let meta = all.start_maybe_warm(name, timeout, progress, cold).await?;
-        all.clone_pending_repo(name).await?;
+        self.clone_pending_repo().await?;
         Ok(meta)
     }
 }

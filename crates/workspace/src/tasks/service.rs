@@ -144,7 +144,8 @@ impl Tasks<'_> {
         }
         let image_name = req.image.clone().unwrap_or_else(|| TASK_IMAGE.into());
         let image = self.all.images.get(&image_name)?;
-        let (repo, checkout) = self.all.resolve_checkout(
+        let (repo, checkout) = crate::repos::checkout::resolve(
+            &self.all.repos(),
             &RepoCheckout::new(req.repo.clone(), req.branch.clone()),
             &image,
         )?;

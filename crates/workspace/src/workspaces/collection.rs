@@ -29,7 +29,7 @@ impl Workspaces {
         let image: ImageInfo = self.images.get(&spec.image)?;
         let (_network, mut spec) = self.networks().place(spec)?;
         if let Some(asked) = &spec.repo {
-            let (_, checkout) = self.resolve_checkout(asked, &image)?;
+            let (_, checkout) = crate::repos::checkout::resolve(&self.repos(), asked, &image)?;
             spec.repo = Some(checkout);
         }
         let lock = self.lock(name)?;

@@ -18,5 +18,4 @@ pub(crate) mod one_shot;
 pub(crate) mod placement;
 pub(crate) mod pool;
 pub(crate) mod ports;
-pub(crate) mod repos;
 pub(crate) mod tenancy;

@@ -71,6 +71,11 @@ impl Workspaces {
         crate::servers::ServerRegistry::new(&self.state)
     }
 
+    /// The repository allowlist of this state directory.
+    pub fn repos(&self) -> crate::repos::RepoStore {
+        crate::repos::RepoStore::new(&self.state)
+    }
+
     /// The networks of this state directory: their records, the
     /// workspaces on each, and the host setup they need.
     pub fn networks(&self) -> Networks<'_, Self> {
