@@ -193,6 +193,9 @@ enum Command {
         /// Only workspaces with this label (repeatable).
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = output::key_value)]
         labels: Vec<(String, String)>,
+        /// Only workspaces this agent owns (made by its MCP session).
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
     },
     /// Show a workspace: state, VMM, resources, ages, last exit.
     Inspect {
@@ -403,6 +406,7 @@ async fn run_workspace_command(
             state,
             image,
             labels,
+            agent,
         } => {
             let filter = ListFilter {
                 state: *state,
@@ -410,6 +414,7 @@ async fn run_workspace_command(
                 labels: labels.clone(),
                 // The host's human sees every agent's.
                 all_agents: true,
+                agent: agent.clone(),
             };
             remote_cmd::list_everywhere(ws, &filter, json).await
         }

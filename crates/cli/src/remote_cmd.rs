@@ -281,6 +281,9 @@ pub async fn list_everywhere(
     for (k, v) in &filter.labels {
         args.extend(["--label".to_owned(), format!("{k}={v}")]);
     }
+    if let Some(agent) = &filter.agent {
+        args.extend(["--agent".to_owned(), agent.clone()]);
+    }
     let placements = ws.servers().placements()?;
     for spec in &specs {
         let registry = ws.servers();

@@ -131,7 +131,8 @@ fn print_statuses(statuses: &[ServerStatus]) {
                 Availability::Degraded => "degraded",
                 Availability::Offline => "offline",
             };
-            let mut row = vec![s.name.clone(), status.to_owned()];
+            let host = s.host.clone().unwrap_or_else(|| "-".into());
+            let mut row = vec![s.name.clone(), host, status.to_owned()];
             match &s.resources {
                 Some(r) => row.extend([
                     r.total_cpus.to_string(),
@@ -149,7 +150,7 @@ fn print_statuses(statuses: &[ServerStatus]) {
         .collect();
     output::table(
         &[
-            "NAME", "STATUS", "CPUS", "CPU", "MEMORY", "DISK", "RUNNING", "SCORE", "REASON",
+            "NAME", "HOST", "STATUS", "CPUS", "CPU", "MEMORY", "DISK", "RUNNING", "SCORE", "REASON",
         ],
         &rows,
     );
@@ -179,10 +180,45 @@ fn print_report(report: &ServerReport) {
                 w.image.clone(),
                 w.vcpus.to_string(),
                 format!("{} MiB", w.mem_mib),
+                figure(w, |f| f.cpu_percent.map(|c| format!("{c:.0}%"))),
+                figure(w, |f| f.memory_used_bytes.map(mib)),
+                figure(w, |f| f.disk_used_bytes.map(mib)),
+                figure(w, |f| {
+                    let (rx, tx) = (f.net_rx_bytes?, f.net_tx_bytes?);
+                    Some(format!("{}/{}", mib(rx), mib(tx)))
+                }),
             ]
         })
         .collect();
-    output::table(&["WORKSPACE", "STATE", "IMAGE", "VCPUS", "MEMORY"], &rows);
+    output::table(
+        &[
+            "WORKSPACE",
+            "STATE",
+            "IMAGE",
+            "VCPUS",
+            "MEMORY",
+            "CPU",
+            "MEM USED",
+            "DISK USED",
+            "NET RX/TX",
+        ],
+        &rows,
+    );
+}
+
+/// One of a workspace's figures, `-` when it has none.
+fn figure(
+    w: &workspace::servers::WorkspaceUsage,
+    pick: impl Fn(&workspace::servers::WorkspaceFigures) -> Option<String>,
+) -> String {
+    w.usage
+        .as_ref()
+        .and_then(pick)
+        .unwrap_or_else(|| "-".into())
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{}M", bytes >> 20)
 }
 
 /// Answers one workspace call read from stdin (what a host that placed a

@@ -193,7 +193,8 @@ fn an_agent_and_its_workspace_last_as_long_as_its_session() {
     let home = home("agents");
     let server = Server::start(&home, &["--dev"]);
     let register = json!({"tool": "agent_register",
-        "args": {"name": "alpha", "capabilities": ["python"], "cpus": 1, "memory": 128}});
+        "args": {"name": "alpha", "capabilities": ["python"], "cpus": 1, "memory": 128,
+                 "start": false}});
     let (mut alpha, out) = held(json!({
         "url": server.url, "hold": true,
         "calls": [register, {"tool": "agent_workspace", "args": {}}, register,
@@ -232,7 +233,7 @@ fn an_agent_and_its_workspace_last_as_long_as_its_session() {
     // every agent's; using them is FORBIDDEN.
     let forbidden = |tool: &str, args: Value| json!({"tool": tool, "args": args});
     let other = python(json!({"url": server.url,
-        "calls": [{"tool": "agent_register", "args": {"name": "beta"}},
+        "calls": [{"tool": "agent_register", "args": {"name": "beta", "start": false}},
                   {"tool": "agent_list", "args": {}},
                   forbidden("workspace_inspect", json!({"name": workspace})),
                   forbidden("workspace_delete", json!({"name": "alpha-box", "force": true})),
@@ -243,7 +244,8 @@ fn an_agent_and_its_workspace_last_as_long_as_its_session() {
                   {"tool": "workspace_create",
                    "args": {"name": "beta-box", "image": "minimal", "namespace": "team-b"}},
                   {"tool": "workspace_list", "args": {"namespace": "*"}},
-                  {"tool": "workspace_delete", "args": {"name": "beta-box.team-b"}}]}))
+                  {"tool": "workspace_delete", "args": {"name": "beta-box.team-b"}},
+                  {"tool": "workspace_list", "args": {"user": "alpha"}}]}))
     .unwrap();
     let calls = other["calls"].as_array().unwrap();
     let agents = &calls[1]["structured"]["agents"];
@@ -281,6 +283,10 @@ fn an_agent_and_its_workspace_last_as_long_as_its_session() {
     spanning.sort();
     assert_eq!(names(9), spanning, "namespaces spanned: {other}");
     assert_eq!(calls[10]["is_error"], false, "{other}");
+    // devbox's owner filter: alpha's, listed to another agent.
+    let mut alphas = vec!["alpha-box".to_owned(), workspace.clone()];
+    alphas.sort();
+    assert_eq!(names(11), alphas, "{other}");
 
     // Alpha's client ends its session: the agent and its workspace go.
     drop(alpha.stdin.take());

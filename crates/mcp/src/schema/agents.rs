@@ -28,6 +28,19 @@ pub struct RegisterParams {
     /// Image of its workspace (default `minimal`).
     #[serde(default)]
     pub image: Option<String>,
+    /// The server (`server_list`) to make its workspace on; default this
+    /// host. Deleted there when the session ends, as here.
+    #[serde(default)]
+    pub server: Option<String>,
+    /// Start the workspace before answering (default true): the answer
+    /// names a running workspace. `false`: made stopped, for
+    /// `workspace_start` later.
+    #[serde(default = "starts")]
+    pub start: bool,
+}
+
+fn starts() -> bool {
+    true
 }
 
 /// This session's agent and its workspace.
@@ -35,18 +48,30 @@ pub struct RegisterParams {
 pub struct AgentWorkspace {
     /// The agent's id.
     pub agent_id: String,
-    /// Its workspace (stopped when made: start it with workspace_start),
+    /// Its workspace (running, unless registered with `start: false`),
     /// deleted when the session ends; none for an agent named by
     /// `serve mcp --agent`.
     pub workspace: Option<String>,
+    /// The workspace's state when this answer was made (`running` after a
+    /// start); none without a workspace or when not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<workspace::State>,
+    /// The server it lives on, when not this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 impl Render for AgentWorkspace {
     fn render(&self) -> String {
         match &self.workspace {
             Some(ws) => format!(
-                "agent {}: workspace {ws} (goes when this session ends)",
-                self.agent_id
+                "agent {}: workspace {ws}{}{} (goes when this session ends)",
+                self.agent_id,
+                self.state.map(|s| format!(", {s}")).unwrap_or_default(),
+                self.server
+                    .as_deref()
+                    .map(|s| format!(", on server {s}"))
+                    .unwrap_or_default()
             ),
             None => format!("agent {}: no workspace of its own", self.agent_id),
         }

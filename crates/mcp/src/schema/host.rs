@@ -180,8 +180,11 @@ fn one_line(s: &ServerStatus) -> String {
     };
     match (&s.resources, &s.reason) {
         (Some(r), reason) => format!(
-            "{}: {status}, {} CPUs ({:.0}% used), {} workspaces running, score {}{}",
+            "{}{}: {status}, {} CPUs ({:.0}% used), {} workspaces running, score {}{}",
             s.name,
+            s.host
+                .as_deref()
+                .map_or_else(String::new, |h| format!(" ({h})")),
             r.total_cpus,
             r.cpu_used_percent,
             r.running_workspaces,
@@ -208,8 +211,19 @@ impl Render for ServerReport {
     fn render(&self) -> String {
         let mut lines = vec![one_line(&self.server)];
         lines.extend(self.workspaces.iter().map(|w| {
+            let used = w
+                .usage
+                .as_ref()
+                .map(|u| {
+                    let cpu = u.cpu_percent.map_or("-".into(), |c| format!("{c:.0}%"));
+                    let mem = u
+                        .memory_used_bytes
+                        .map_or("-".into(), |b| format!("{} MiB", b >> 20));
+                    format!(", using {cpu} CPU and {mem}")
+                })
+                .unwrap_or_default();
             format!(
-                "  {} ({}, {}, {} vCPU, {} MiB)",
+                "  {} ({}, {}, {} vCPU, {} MiB{used})",
                 w.name, w.state, w.image, w.vcpus, w.mem_mib
             )
         }));

@@ -222,6 +222,9 @@ pub struct ListParams {
     /// is FORBIDDEN unless shared); default false.
     #[serde(default)]
     pub all_agents: bool,
+    /// Only the workspaces this agent owns (devbox's owner filter); another
+    /// agent's are listed as `all_agents` lists them.
+    pub user: Option<String>,
 }
 
 /// `workspace_logs`.

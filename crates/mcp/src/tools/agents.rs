@@ -8,9 +8,15 @@ use rmcp::{tool, tool_router, RoleServer};
 use workspace::agents::AgentStore;
 use workspace::store::spec::{Owner, WorkspaceSpec};
 
+use std::time::Duration;
+
+use workspace::store::spec::defaults;
+
 use super::{has_session, vcpus};
 use crate::output::{Out, ToolResult};
+use crate::progress::Progress;
 use crate::schema::agents::*;
+use crate::schema::lifecycle::DEFAULT_START_TIMEOUT_SECS;
 use crate::schema::NoParams;
 use crate::{MicroagentServer, ToolError};
 
@@ -32,10 +38,11 @@ impl MicroagentServer {
 #[tool_router(router = agents_router, vis = "pub(crate)")]
 impl MicroagentServer {
     /// Register this session's agent: records {agent_id, name,
-    /// capabilities} and makes its own workspace (stopped; start it with
-    /// workspace_start) with the given cpus and memory. The workspace and
-    /// the record go when the session ends. One registration per session
-    /// (CONFLICT after).
+    /// capabilities} and makes its own workspace with the given cpus and
+    /// memory (default: its image's), here or on `server`, started before
+    /// the answer (`start: false`: made stopped). The workspace and the
+    /// record go when the session ends; a start that fails leaves neither.
+    /// One registration per session (CONFLICT after).
     #[tool(
         output_schema = crate::output::schema::<AgentWorkspace>(),
         annotations(
@@ -64,7 +71,24 @@ impl MicroagentServer {
             ));
         }
         AgentStore::check(&p.name, &p.capabilities).map_err(workspace::Error::from)?;
-        let image = self.image_for(p.image.as_deref(), None, &ctx).await?;
+        let remote = p
+            .server
+            .clone()
+            .filter(|s| s != workspace::servers::LOCAL_SERVER);
+        // A server pulls what it needs itself and sizes by its own image.
+        let (image, sized) = match &remote {
+            Some(_) => (
+                p.image
+                    .clone()
+                    .unwrap_or_else(|| defaults::IMAGE.to_owned()),
+                Default::default(),
+            ),
+            None => {
+                let image = self.image_for(p.image.as_deref(), None, &ctx).await?;
+                let sized = self.ws.image_defaults(&image);
+                (image, sized)
+            }
+        };
         let suffix = workspace::host::settings::unique_id();
         let short: String = p.name.chars().take(40).collect();
         let name = format!(
@@ -72,26 +96,60 @@ impl MicroagentServer {
             short.trim_end_matches('-'),
             &suffix[suffix.len().saturating_sub(6)..]
         );
-        let sized = self.ws.image_defaults(&image);
         let spec = WorkspaceSpec {
             image,
             vcpus: vcpus(p.cpus, sized.vcpus_or(None))?,
             mem_mib: sized.mem_mib_or(p.memory),
             labels: [(AGENT_LABEL.to_owned(), p.name.clone())].into(),
-            owner: Owner::this_process(),
-            delete_with_owner: true,
+            // A server's VMM cannot watch this process: the session's end
+            // deletes it there.
+            owner: remote.is_none().then(Owner::this_process).flatten(),
+            delete_with_owner: remote.is_none(),
             ..WorkspaceSpec::default()
         };
-        // Made as the agent's: the session becomes the agent only once
-        // its record is written.
+        // Made and started as the agent's: the session becomes the agent
+        // only once its workspace is ready and its record written.
         let as_agent = std::sync::Arc::new(workspace::agents::access::Caller::new());
         as_agent.set_agent(&p.name);
-        let meta = self
-            .on_workspace(&name, move |ws, name| {
-                ws.for_caller(as_agent).create(name, spec)
-            })
-            .await?;
+        let view = self.ws.for_caller(as_agent);
+        let meta = match &remote {
+            Some(server) => {
+                let given = workspace::servers::GivenSizes {
+                    vcpus: p.cpus.is_some(),
+                    mem: p.memory.is_some(),
+                };
+                view.server_pool()
+                    .create_on_server(server, &name, &spec, given)
+                    .await?
+            }
+            None => {
+                let view = view.clone();
+                self.on_workspace(&name, move |_, name| view.create(name, spec))
+                    .await?
+            }
+        };
         self.session.adopt(&meta.name);
+        let mut state = Some(meta.state);
+        if p.start {
+            let timeout = Duration::from_secs(DEFAULT_START_TIMEOUT_SECS);
+            let mut progress = Progress::new(&ctx);
+            match self
+                .start_in(&view, &meta.name, false, timeout, &ctx, &mut progress)
+                .await
+            {
+                Ok(started) => state = Some(started.state),
+                Err(e) => {
+                    // Nothing stays of a registration that failed.
+                    let (view, made) = (view.clone(), meta.name.clone());
+                    let _ = tokio::task::spawn_blocking(move || {
+                        view.workspace(&made)?
+                            .delete(workspace::DeleteOptions::default().force(true))
+                    })
+                    .await;
+                    return Err(e);
+                }
+            }
+        }
         let (agent_name, workspace) = (p.name.clone(), meta.name.clone());
         let info = self
             .blocking(move |ws| {
@@ -112,6 +170,8 @@ impl MicroagentServer {
         Ok(Out(AgentWorkspace {
             agent_id: info.agent_id,
             workspace: info.workspace,
+            state,
+            server: remote,
         }))
     }
 
@@ -161,8 +221,8 @@ impl MicroagentServer {
         Ok(Out(meta))
     }
 
-    /// This session's agent and its workspace; NOT_FOUND before
-    /// agent_register.
+    /// This session's agent and its workspace, with the workspace's state
+    /// and server; NOT_FOUND before agent_register.
     #[tool(
         output_schema = crate::output::schema::<AgentWorkspace>(),
         annotations(
@@ -177,9 +237,25 @@ impl MicroagentServer {
         let agent = self.session.agent().ok_or_else(|| {
             ToolError::NotFound("this session has no agent: call agent_register".into())
         })?;
+        let (mut state, mut server) = (None, None);
+        if let Some(name) = agent.workspace.clone() {
+            let placed = name.clone();
+            server = self
+                .blocking(move |ws| {
+                    Ok(ws
+                        .servers()
+                        .placement(&placed)
+                        .map_err(workspace::Error::from)?)
+                })
+                .await?
+                .map(|p| p.server);
+            state = self.meta(&name).await.ok().map(|m| m.state);
+        }
         Ok(Out(AgentWorkspace {
             agent_id: agent.agent_id,
             workspace: agent.workspace,
+            state,
+            server,
         }))
     }
 }

@@ -11,7 +11,7 @@ use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use workspace::guest::MAX_EVENT_WAIT;
 use workspace::store::spec::defaults;
-use workspace::{ListFilter, Meta, WorkspaceInfo, WorkspaceSpec};
+use workspace::{ListFilter, Meta, WorkspaceInfo, WorkspaceSpec, Workspaces};
 
 /// What `workspace_extend_ttl` adds when neither `by` nor `ttl_secs` is
 /// given (agentkernel's default).
@@ -39,6 +39,21 @@ impl MicroagentServer {
         ctx: &RequestContext<RoleServer>,
         progress: &mut Progress,
     ) -> Result<Meta, ToolError> {
+        self.start_in(&self.ws, name, cold, timeout, ctx, progress)
+            .await
+    }
+
+    /// [`Self::start_workspace`] through `view` (another caller's view of
+    /// the same state directory).
+    pub(crate) async fn start_in(
+        &self,
+        view: &Workspaces,
+        name: &str,
+        cold: bool,
+        timeout: Duration,
+        ctx: &RequestContext<RoleServer>,
+        progress: &mut Progress,
+    ) -> Result<Meta, ToolError> {
         let console = Arc::new(Mutex::new(None::<String>));
         let seen = console.clone();
         let report = move |p: workspace::StartProgress| {
@@ -47,9 +62,9 @@ impl MicroagentServer {
         let work = async {
             let start = async {
                 if cold {
-                    self.ws.workspace(name)?.start_cold(timeout, report).await
+                    view.workspace(name)?.start_cold(timeout, report).await
                 } else {
-                    self.ws.workspace(name)?.start(timeout, report).await
+                    view.workspace(name)?.start(timeout, report).await
                 }
             };
             tokio::select! {
@@ -68,8 +83,10 @@ impl MicroagentServer {
         match progress.drive(work, status).await? {
             Some(meta) => Ok(meta),
             None => {
-                self.on_workspace(name, |ws, name| ws.workspace(name)?.halt())
-                    .await?;
+                let (view, owned) = (view.clone(), name.to_owned());
+                tokio::task::spawn_blocking(move || view.workspace(&owned)?.halt())
+                    .await
+                    .map_err(|e| ToolError::Internal(format!("halting {name}: {e}")))??;
                 Err(ToolError::Cancelled(format!(
                     "the start of `{name}` was cancelled and its VM halted"
                 )))
@@ -169,6 +186,10 @@ impl MicroagentServer {
             Some(_) => Default::default(),
             None => self.ws.image_defaults(&image),
         };
+        let given = workspace::servers::GivenSizes {
+            vcpus: p.vcpus.is_some(),
+            mem: p.mem_mib.is_some(),
+        };
         let spec = WorkspaceSpec {
             // The VMM stops when this server ends; the next listing deletes it.
             owner: p
@@ -213,7 +234,7 @@ impl MicroagentServer {
             Some(server) => {
                 super::seen_from(self.workspaces(), p.namespace.as_deref())?
                     .server_pool()
-                    .create_on_server(&server, &p.name, &spec)
+                    .create_on_server(&server, &p.name, &spec, given)
                     .await?
             }
             None => {
@@ -471,6 +492,7 @@ impl MicroagentServer {
             image: p.image,
             labels: p.labels.into_iter().collect(),
             all_agents: p.all_agents,
+            agent: p.user,
         };
         let namespace = p.namespace;
         let workspaces = self

@@ -18,8 +18,8 @@ use crate::guest::stream::{ExecEvent, ExecInput, PtySize, TerminalInput};
 use crate::guest::WorkspaceMetrics;
 use crate::host::host_write::Budgeted;
 use crate::servers::{
-    run_remote_json, CallFrame, CallStreams, CopyFrames, FollowingInput, InputFrame, InputFrames,
-    RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER,
+    run_remote_json, CallFrame, CallStreams, CopyFrames, FollowingInput, GivenSizes, InputFrame,
+    InputFrames, RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER,
 };
 use base::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 
@@ -38,7 +38,11 @@ fn on_itself(mut args: Vec<String>) -> Vec<String> {
 /// The remote's `create` arguments for `spec`. What a remote create cannot
 /// take yet (ports, volumes, repositories, egress rules, a session owner)
 /// is refused rather than dropped.
-pub(crate) fn create_args(name: &str, spec: &WorkspaceSpec) -> Result<Vec<String>, ServerError> {
+pub(crate) fn create_args(
+    name: &str,
+    spec: &WorkspaceSpec,
+    given: GivenSizes,
+) -> Result<Vec<String>, ServerError> {
     let mut unsupported = Vec::new();
     if !spec.ports.is_empty() {
         unsupported.push("ports");
@@ -66,15 +70,17 @@ pub(crate) fn create_args(name: &str, spec: &WorkspaceSpec) -> Result<Vec<String
         name.to_owned(),
         "--image".into(),
         spec.image.clone(),
-        "--vcpus".into(),
-        spec.vcpus.to_string(),
-        "--mem".into(),
-        spec.mem_mib.to_string(),
         "--disk".into(),
         spec.disk_mib.to_string(),
         "--network".into(),
         spec.network.clone(),
     ];
+    if given.vcpus {
+        args.extend(["--vcpus".to_owned(), spec.vcpus.to_string()]);
+    }
+    if given.mem {
+        args.extend(["--mem".to_owned(), spec.mem_mib.to_string()]);
+    }
     for (k, v) in &spec.env {
         args.extend(["--env".to_owned(), format!("{k}={v}")]);
     }
@@ -378,6 +384,7 @@ impl ServerPool<'_> {
         server: &str,
         name: &str,
         spec: &WorkspaceSpec,
+        given: GivenSizes,
     ) -> crate::error::Result<Meta> {
         // Its full name, outside the pool's namespace, and free here and
         // among the placements (another agent's included) before any ssh.
@@ -385,7 +392,7 @@ impl ServerPool<'_> {
         let name = full.as_str();
         let registry = self.all.servers();
         let target = registry.get(server)?;
-        let args = on_itself(create_args(name, spec)?);
+        let args = on_itself(create_args(name, spec, given)?);
         let make = async {
             let value = run_remote_json(&registry, &target, &args, CREATE_DEADLINE).await?;
             let meta: Meta = serde_json::from_value(value).map_err(|e| ServerError::Garbled {
@@ -592,8 +599,18 @@ mod tests {
             image: "debian".into(),
             ..WorkspaceSpec::default()
         };
-        let args = create_args("w", &spec).unwrap();
+        let args = create_args("w", &spec, GivenSizes::default()).unwrap();
         assert_eq!(&args[..4], ["create", "w", "--image", "debian"]);
+        // Sizes not given are the server's image's: none is sent.
+        assert!(!args.iter().any(|a| a == "--vcpus" || a == "--mem"));
+        let given = GivenSizes {
+            vcpus: false,
+            mem: true,
+        };
+        let args = create_args("w", &spec, given).unwrap();
+        let mem = args.iter().position(|a| a == "--mem").unwrap();
+        assert_eq!(args[mem + 1], spec.mem_mib.to_string());
+        assert!(!args.iter().any(|a| a == "--vcpus"));
         let with_ports = WorkspaceSpec {
             ports: vec![serde_json::from_value(
                 serde_json::json!({"host_port": 8080, "guest_port": 80}),
@@ -602,7 +619,9 @@ mod tests {
             ..spec
         };
         assert_eq!(
-            create_args("w", &with_ports).unwrap_err().code(),
+            create_args("w", &with_ports, GivenSizes::ALL)
+                .unwrap_err()
+                .code(),
             base::code::ErrorCode::InvalidInput
         );
     }

@@ -9,7 +9,7 @@ use crate::host::budget::HostBudget;
 use crate::host::doctor::Status;
 use crate::servers::{
     self, Availability, Health, Resources, ServerError, ServerReport, ServerSpec, ServerStatus,
-    WorkspaceUsage, LOCAL_SERVER, VERSION,
+    WorkspaceFigures, WorkspaceUsage, LOCAL_SERVER, VERSION,
 };
 use crate::workspaces::manager::{ListFilter, Workspaces};
 use base::store::state::State;
@@ -39,7 +39,7 @@ impl ServerPool<'_> {
     /// reached or answers in another shape).
     pub async fn server_report(&self, name: &str) -> Result<ServerReport> {
         if name == LOCAL_SERVER {
-            return self.local_server_report().await;
+            return self.local_server_report(true).await;
         }
         self.remote_server_report(&self.all.servers().get(name)?)
             .await
@@ -71,7 +71,7 @@ impl ServerPool<'_> {
 
     /// Every server's report, `local` first.
     pub async fn server_reports(&self) -> Result<Vec<ServerReport>> {
-        let mut out = vec![self.local_server_report().await?];
+        let mut out = vec![self.local_server_report(false).await?];
         for spec in self.all.servers().list()? {
             out.push(self.remote_server_report(&spec).await?);
         }
@@ -109,8 +109,9 @@ impl ServerPool<'_> {
     }
 
     /// This host as the server `local`, measured now (CPU over a short
-    /// sample).
-    async fn local_server_report(&self) -> Result<ServerReport> {
+    /// sample); with `figures`, each workspace this view may use with what
+    /// it uses (its guest sampled over the same time).
+    async fn local_server_report(&self, figures: bool) -> Result<ServerReport> {
         let metas = self.all.list(&ListFilter {
             all_agents: true,
             ..ListFilter::default()
@@ -156,9 +157,27 @@ impl ServerPool<'_> {
             .list()
             .map(|list| list.into_iter().map(|i| i.name).collect())
             .unwrap_or_default();
+        let mut usage: std::collections::BTreeMap<String, WorkspaceFigures> = Default::default();
+        if figures {
+            // A workspace that went meanwhile, or an agent that does not
+            // answer, leaves its figures out; never the report.
+            for m in self.all.metrics(None).await.unwrap_or_default() {
+                let f = WorkspaceFigures {
+                    cpu_percent: m.cpu_percent,
+                    memory_used_bytes: m.memory_used_bytes,
+                    host_rss_bytes: m.host_rss_bytes,
+                    disk_used_bytes: m.disk_used_bytes,
+                    disk_allocated_bytes: m.disk_allocated_bytes,
+                    net_rx_bytes: m.net_rx_bytes,
+                    net_tx_bytes: m.net_tx_bytes,
+                };
+                usage.insert(m.name, f);
+            }
+        }
         let workspaces = metas
             .into_iter()
             .map(|m| WorkspaceUsage {
+                usage: usage.remove(&m.name),
                 name: m.name,
                 state: m.state.as_str().to_owned(),
                 image: m.spec.image,
@@ -169,6 +188,7 @@ impl ServerPool<'_> {
         Ok(ServerReport {
             server: ServerStatus {
                 name: LOCAL_SERVER.to_owned(),
+                host: servers::this_host(),
                 status: Availability::Online,
                 reason: None,
                 health: Some(Health {

@@ -29,10 +29,10 @@ pub use remote::{
     run_remote, run_remote_json, run_remote_streaming, RemoteOutput, RunStreams, DEFAULT_DEADLINE,
     PROBE_DEADLINE,
 };
-pub use spec::{check_server_name, ServerSpec, SshTarget, LOCAL_SERVER};
+pub use spec::{check_server_name, GivenSizes, ServerSpec, SshTarget, LOCAL_SERVER};
 pub use status::{
-    available_score, offline, remote_status, Availability, Health, Resources, ServerReport,
-    ServerStatus, WorkspaceUsage, VERSION,
+    available_score, offline, remote_status, this_host, Availability, Health, Resources,
+    ServerReport, ServerStatus, WorkspaceFigures, WorkspaceUsage, VERSION,
 };
 pub(crate) use status::{cpu_times, memory};
 

@@ -191,6 +191,26 @@ impl SshTarget {
     }
 }
 
+/// Which sizes the caller of a create on a server gave: the server gives
+/// the rest from its own image's defaults, as a create on this host does
+/// from this host's, so a size not given is never sent as this host's
+/// default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GivenSizes {
+    /// The vCPUs were given.
+    pub vcpus: bool,
+    /// The memory was given.
+    pub mem: bool,
+}
+
+impl GivenSizes {
+    /// Both given.
+    pub const ALL: GivenSizes = GivenSizes {
+        vcpus: true,
+        mem: true,
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

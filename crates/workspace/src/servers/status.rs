@@ -72,6 +72,10 @@ pub struct Resources {
 pub struct ServerStatus {
     /// The server.
     pub name: String,
+    /// The machine: this host's name for `local`, the `HOST` of a
+    /// server's `USER@HOST[:PORT]` (devbox's `host`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Online, degraded or offline.
     pub status: Availability,
     /// Why it is degraded or offline.
@@ -86,7 +90,7 @@ pub struct ServerStatus {
 }
 
 /// One workspace of a server, as `server status` lists it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct WorkspaceUsage {
@@ -100,6 +104,34 @@ pub struct WorkspaceUsage {
     pub vcpus: u8,
     /// Its guest memory, MiB.
     pub mem_mib: u64,
+    /// What it uses now (`server status` of one server; none in the
+    /// reports a placement reads, and for a workspace this view may not
+    /// use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<WorkspaceFigures>,
+}
+
+/// A workspace's figures in a server's report: guest CPU, memory, disk
+/// and network, as `workspace_metrics` measures them (null where the guest
+/// did not answer).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct WorkspaceFigures {
+    /// Guest CPU busy over the sample, percent of one CPU.
+    pub cpu_percent: Option<f64>,
+    /// Guest memory in use, bytes.
+    pub memory_used_bytes: Option<u64>,
+    /// Resident memory of its VMM on the host, bytes.
+    pub host_rss_bytes: Option<u64>,
+    /// Bytes used on the guest's root filesystem.
+    pub disk_used_bytes: Option<u64>,
+    /// Host bytes its writable disk takes.
+    pub disk_allocated_bytes: u64,
+    /// Bytes its guest received.
+    pub net_rx_bytes: Option<u64>,
+    /// Bytes its guest sent.
+    pub net_tx_bytes: Option<u64>,
 }
 
 /// `server status`: a server and its workspaces.
@@ -193,6 +225,7 @@ pub fn same_minor(a: &str, b: &str) -> bool {
 /// The status a remote's own report gives, checked against our version.
 pub fn remote_status(spec: &ServerSpec, mut report: ServerReport) -> ServerReport {
     report.server.name = spec.name.clone();
+    report.server.host = ssh_host(spec);
     if let Some(health) = &report.server.health {
         if !same_minor(&health.microagent, VERSION) {
             report.server.status = Availability::Degraded;
@@ -205,11 +238,25 @@ pub fn remote_status(spec: &ServerSpec, mut report: ServerReport) -> ServerRepor
     report
 }
 
+/// The machine a server's `USER@HOST[:PORT]` names.
+fn ssh_host(spec: &ServerSpec) -> Option<String> {
+    super::spec::SshTarget::parse(&spec.ssh)
+        .ok()
+        .map(|t| t.host)
+}
+
+/// This machine's host name.
+pub fn this_host() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(name.trim().to_owned()).filter(|n| !n.is_empty())
+}
+
 /// An offline server's report.
 pub fn offline(spec: &ServerSpec, reason: String) -> ServerReport {
     ServerReport {
         server: ServerStatus {
             name: spec.name.clone(),
+            host: ssh_host(spec),
             status: Availability::Offline,
             reason: Some(reason),
             health: None,

@@ -84,8 +84,12 @@ impl Workspaces {
                 base::store::name::namespace_of(&name),
                 spec.agent.as_deref(),
                 &spec.shared_with,
-                filter.all_agents,
+                filter.all_agents || filter.agent.is_some(),
             ) && filter.state.is_none_or(|s| s == meta.state)
+                && filter
+                    .agent
+                    .as_ref()
+                    .is_none_or(|a| spec.agent.as_ref() == Some(a))
                 && filter.image.as_ref().is_none_or(|i| *i == meta.spec.image)
                 && filter
                     .labels

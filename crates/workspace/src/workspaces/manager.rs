@@ -62,6 +62,9 @@ pub struct ListFilter {
     /// Other agents' workspaces too (an agent's view lists only what it
     /// may use otherwise); they stay FORBIDDEN to use.
     pub all_agents: bool,
+    /// Only the workspaces this agent owns (devbox's `user`); lists
+    /// another agent's as `all_agents` does.
+    pub agent: Option<String>,
 }
 
 /// The workspaces of one state directory.

@@ -278,7 +278,7 @@ mod tests {
         for (who, server) in [(&b, "box2"), (&b, "box"), (&a, "box2"), (&f.ws, "box")] {
             let made = who
                 .server_pool()
-                .create_on_server(server, "dev", &spec())
+                .create_on_server(server, "dev", &spec(), crate::servers::GivenSizes::ALL)
                 .await;
             assert_eq!(code(made), ErrorCode::Conflict, "{server}");
         }
@@ -288,7 +288,10 @@ mod tests {
         // Names with path tricks or the pool's namespace never reach a server.
         let pool = format!("w.{}", crate::pool::POOL_NAMESPACE);
         for bad in ["../x", "a/b", "", pool.as_str()] {
-            let made = b.server_pool().create_on_server("box2", bad, &spec()).await;
+            let made = b
+                .server_pool()
+                .create_on_server("box2", bad, &spec(), crate::servers::GivenSizes::ALL)
+                .await;
             assert_eq!(code(made), ErrorCode::InvalidInput, "{bad:?}");
         }
 
@@ -312,7 +315,7 @@ mod tests {
             f.ws.create("here", spec()).unwrap();
             let made = b
                 .server_pool()
-                .create_on_server("box2", "here", &spec())
+                .create_on_server("box2", "here", &spec(), crate::servers::GivenSizes::ALL)
                 .await;
             assert_eq!(code(made), ErrorCode::Conflict);
             assert_eq!(code(forked("a", "here").await), ErrorCode::Conflict);
@@ -322,14 +325,18 @@ mod tests {
         }
         // A create there that fails leaves no placement behind.
         let (pool_a, pool_b, other) = (a.server_pool(), b.server_pool(), spec());
-        let made = pool_a.create_on_server("box", "other", &other).await;
+        let made = pool_a
+            .create_on_server("box", "other", &other, crate::servers::GivenSizes::ALL)
+            .await;
         assert_eq!(code(made), ErrorCode::HostUnsupported);
         // While a server makes a workspace its name is placed already, so
         // no create here or there takes it meanwhile; a failure unplaces it.
         let make = async {
             assert_eq!(servers.placement("held").unwrap().unwrap().server, "box");
             assert_eq!(code(f.ws.create("held", spec())), ErrorCode::Conflict);
-            let there = pool_b.create_on_server("box2", "held", &other).await;
+            let there = pool_b
+                .create_on_server("box2", "held", &other, crate::servers::GivenSizes::ALL)
+                .await;
             assert_eq!(code(there), ErrorCode::Conflict);
             Err(Error::InvalidInput("the server refused it".into()))
         };

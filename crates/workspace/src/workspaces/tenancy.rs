@@ -292,6 +292,38 @@ mod tests {
     }
 
     #[test]
+    fn a_listing_filters_by_the_owning_agent() {
+        if !have_mkfs("a_listing_filters_by_the_owning_agent") {
+            return;
+        }
+        let f = fixture("list-by-agent", "/nonexistent");
+        let a = f.ws.for_caller(Arc::new(Caller::new()));
+        a.caller().unwrap().set_agent("a");
+        let b = f.ws.for_caller(Arc::new(Caller::new()));
+        b.caller().unwrap().set_agent("b");
+        a.create("a-box", spec()).unwrap();
+        b.create("b-box", spec()).unwrap();
+        f.ws.create("host-box", spec()).unwrap();
+        let by = |ws: &Workspaces, agent: &str| -> Vec<String> {
+            let filter = ListFilter {
+                agent: Some(agent.to_owned()),
+                ..ListFilter::default()
+            };
+            ws.list(&filter)
+                .unwrap()
+                .into_iter()
+                .map(|m| m.name)
+                .collect()
+        };
+        // Another agent's are listed by their owner's name (using them
+        // stays FORBIDDEN); the host's match no agent.
+        assert_eq!(by(&b, "a"), ["a-box"]);
+        assert_eq!(by(&f.ws, "b"), ["b-box"]);
+        assert!(by(&f.ws, "nobody").is_empty());
+        assert_eq!(names(&b, false), ["b-box", "host-box"]);
+    }
+
+    #[test]
     fn volumes_and_tasks_are_their_agents() {
         if !have_mkfs("volumes_and_tasks_are_their_agents") {
             return;
