@@ -6,6 +6,7 @@ use std::path::Path;
 use testkit::cli::CliHome;
 use testkit::git;
 
+mod guide;
 mod repos;
 mod tasks;
 

@@ -19,6 +19,16 @@ use super::BrowserError;
 /// Largest message taken from the browser (a full-page screenshot of a
 /// large viewport, base64).
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
+/// How many quiet periods a call may last while its browser keeps
+/// answering.
+const STRETCH: u32 = 10;
+/// The longest any call lasts, whatever its browser does.
+const CALL_CEILING: Duration = Duration::from_secs(900);
+
+/// The longest a call whose browser may stay silent for `quiet` lasts.
+pub fn stretched(quiet: Duration) -> Duration {
+    (quiet * STRETCH).min(CALL_CEILING)
+}
 
 /// An event the browser sent.
 #[derive(Clone, Debug)]
@@ -57,14 +67,70 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
     }
 
     /// Sends `method` (to the attached target `session`, or the browser)
-    /// and returns its result, within `within`.
+    /// and returns its result. The deadline follows progress, not the
+    /// clock alone: `quiet` is how long the browser may stay silent. Each
+    /// message it sends (an event) gives the call `quiet` again; when it
+    /// has been silent that long, the browser is asked whether it still
+    /// answers (`Browser.getVersion`), and an answer within `quiet` gives
+    /// the call `quiet` again. A slow host (guest kernel code emulated)
+    /// thus gets the time its browser is visibly using, never more than
+    /// [`stretched`]`(quiet)` in all; a browser that stops answering
+    /// fails the call after at most twice `quiet`.
     pub async fn call(
         &mut self,
         session: Option<&str>,
         method: &str,
         params: Value,
-        within: Duration,
+        quiet: Duration,
     ) -> Result<Value, BrowserError> {
+        let id = self.send(session, method, params).await?;
+        let started = Instant::now();
+        let ceiling = started + stretched(quiet);
+        let mut deadline = started + quiet;
+        let mut ping: Option<u64> = None;
+        loop {
+            let Some(value) = self.read_until(deadline).await? else {
+                if ping.is_some() || Instant::now() >= ceiling {
+                    return Err(BrowserError::Timeout {
+                        what: method.to_owned(),
+                        secs: started.elapsed().as_secs(),
+                    });
+                }
+                ping = Some(self.send(None, "Browser.getVersion", json!({})).await?);
+                deadline = (Instant::now() + quiet).min(ceiling);
+                continue;
+            };
+            match value.get("id").and_then(Value::as_u64) {
+                Some(answered) if answered == id => {
+                    if let Some(err) = value.get("error") {
+                        return Err(BrowserError::Protocol {
+                            method: method.to_owned(),
+                            message: err
+                                .get("message")
+                                .and_then(Value::as_str)
+                                .unwrap_or("no message")
+                                .to_owned(),
+                        });
+                    }
+                    return Ok(value.get("result").cloned().unwrap_or(Value::Null));
+                }
+                // The browser still answers: the call waits on.
+                Some(answered) if Some(answered) == ping => ping = None,
+                // An answer to an earlier call's question.
+                Some(_) => continue,
+                None => self.keep_event(value),
+            }
+            deadline = (Instant::now() + quiet).min(ceiling);
+        }
+    }
+
+    /// Sends `method` with a new id, which it returns.
+    async fn send(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<u64, BrowserError> {
         let id = self.next_id;
         self.next_id += 1;
         let mut msg = json!({"id": id, "method": method, "params": params});
@@ -75,29 +141,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
             .send(Message::text(msg.to_string()))
             .await
             .map_err(|e| BrowserError::Websocket(Box::new(e)))?;
-        let deadline = Instant::now() + within;
-        loop {
-            let Some(value) = self.read_until(deadline).await? else {
-                return Err(BrowserError::Timeout {
-                    what: method.to_owned(),
-                    secs: within.as_secs(),
-                });
-            };
-            if value.get("id").and_then(Value::as_u64) == Some(id) {
-                if let Some(err) = value.get("error") {
-                    return Err(BrowserError::Protocol {
-                        method: method.to_owned(),
-                        message: err
-                            .get("message")
-                            .and_then(Value::as_str)
-                            .unwrap_or("no message")
-                            .to_owned(),
-                    });
-                }
-                return Ok(value.get("result").cloned().unwrap_or(Value::Null));
-            }
-            self.keep_event(value);
-        }
+        Ok(id)
     }
 
     /// The next event, kept or arriving before `deadline`.
@@ -154,5 +198,101 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
     /// Closes the websocket (the browser keeps running).
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::DuplexStream;
+
+    const QUIET: Duration = Duration::from_millis(200);
+
+    /// A browser at the other end of a pipe that answers each command
+    /// after `delay(method)`, or never (None); answers and commands
+    /// interleave as a real browser's do.
+    async fn browser(delay: fn(&str) -> Option<Duration>) -> Cdp<DuplexStream> {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let ws = tokio_tungstenite::accept_async(server).await.unwrap();
+            let (mut sink, mut stream) = ws.split();
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            tokio::spawn(async move {
+                while let Some(text) = rx.recv().await {
+                    if sink.send(Message::text(text)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            while let Some(Ok(Message::Text(text))) = stream.next().await {
+                let cmd: Value = serde_json::from_str(&text).unwrap();
+                let method = cmd["method"].as_str().unwrap_or_default().to_owned();
+                let Some(after) = delay(&method) else {
+                    continue;
+                };
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ =
+                        tx.send(json!({"id": cmd["id"], "result": {"method": method}}).to_string());
+                });
+            }
+        });
+        Cdp::handshake(client, 9222, "/devtools/browser/test")
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_slow_call_waits_while_its_browser_still_answers() {
+        let mut cdp = browser(|m| match m {
+            "Page.enable" => Some(QUIET * 3),
+            _ => Some(Duration::ZERO),
+        })
+        .await;
+        let got = cdp
+            .call(None, "Page.enable", json!({}), QUIET)
+            .await
+            .unwrap();
+        assert_eq!(got["method"], "Page.enable");
+        // The connection is still in step: the next call gets its own answer.
+        let next = cdp
+            .call(None, "DOM.enable", json!({}), QUIET)
+            .await
+            .unwrap();
+        assert_eq!(next["method"], "DOM.enable");
+    }
+
+    #[tokio::test]
+    async fn a_browser_that_stops_answering_fails_the_call_soon() {
+        let mut cdp = browser(|_| None).await;
+        let began = Instant::now();
+        let err = cdp
+            .call(None, "Page.enable", json!({}), QUIET)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BrowserError::Timeout { .. }), "{err}");
+        assert!(
+            began.elapsed() >= QUIET * 2,
+            "asked whether it answers first"
+        );
+        assert!(
+            began.elapsed() < stretched(QUIET),
+            "not held to the ceiling"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_that_never_ends_stops_at_its_ceiling() {
+        let mut cdp = browser(|m| (m == "Browser.getVersion").then_some(Duration::ZERO)).await;
+        let began = Instant::now();
+        let err = cdp
+            .call(None, "Page.enable", json!({}), QUIET)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BrowserError::Timeout { .. }), "{err}");
+        assert!(began.elapsed() >= stretched(QUIET));
+        assert!(stretched(Duration::from_secs(3600)) == CALL_CEILING);
     }
 }

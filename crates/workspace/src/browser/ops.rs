@@ -20,7 +20,7 @@ use base::store::file_lock::FileLock;
 use base::store::workspace_dir::WorkspaceDir;
 
 /// Bound on the browser-level commands (targets).
-const TARGET_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+const TARGET_QUIET: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One call's hold on the browser.
 struct Call<'a> {
@@ -113,7 +113,7 @@ impl<'a> Call<'a> {
     async fn targets(&mut self) -> Result<Vec<String>> {
         let answer = self
             .cdp()?
-            .call(None, "Target.getTargets", json!({}), TARGET_DEADLINE)
+            .call(None, "Target.getTargets", json!({}), TARGET_QUIET)
             .await?;
         Ok(answer
             .get("targetInfos")
@@ -149,7 +149,7 @@ impl<'a> Call<'a> {
                         None,
                         "Target.createTarget",
                         json!({"url": "about:blank"}),
-                        TARGET_DEADLINE,
+                        TARGET_QUIET,
                     )
                     .await?;
                 let id = created
@@ -399,7 +399,7 @@ impl WorkspaceBrowser<'_> {
                 None,
                 "Target.closeTarget",
                 json!({"targetId": target}),
-                TARGET_DEADLINE,
+                TARGET_QUIET,
             )
             .await?;
         call.state.pages.remove(&name);

@@ -16,12 +16,15 @@ use super::cdp::{Cdp, CdpEvent};
 use super::{BrowserError, BrowserEventKind, Element};
 use base::store::events::EventLog;
 
-/// Bound on one DevTools command that does not load anything.
-const CALL_DEADLINE: Duration = Duration::from_secs(60);
-/// Bound on each command that attaches to a page and turns its domains
-/// on: the first page of a fresh browser in a guest whose kernel code is
-/// emulated took over 60 s for `Page.enable` alone (CI, 2026-11-28).
-const ATTACH_DEADLINE: Duration = Duration::from_secs(300);
+/// How long the browser may stay silent during one DevTools command that
+/// does not load anything; while it keeps answering, the command waits
+/// on, up to [`super::cdp::stretched`] of it (see `Cdp::call`).
+const CALL_QUIET: Duration = Duration::from_secs(60);
+/// The same for each command that attaches to a page and turns its
+/// domains on: the first page of a fresh browser in a guest whose kernel
+/// code is emulated took over 60 s for `Page.enable` alone (CI,
+/// 2026-11-28), and a fixed 60 s failed a user's first `browser_open`.
+const ATTACH_QUIET: Duration = Duration::from_secs(120);
 /// How long after an action a navigation may begin and still be waited for.
 const NAVIGATION_GRACE: Duration = Duration::from_millis(1500);
 /// Quiet time that counts as network idle.
@@ -70,7 +73,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
                 None,
                 "Target.attachToTarget",
                 json!({"targetId": target_id, "flatten": true}),
-                ATTACH_DEADLINE,
+                ATTACH_QUIET,
             )
             .await?;
         let session = attached
@@ -102,7 +105,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
             ("Page.setLifecycleEventsEnabled", json!({"enabled": true})),
         ] {
             page.cdp
-                .call(Some(&session), method, params, ATTACH_DEADLINE)
+                .call(Some(&session), method, params, ATTACH_QUIET)
                 .await?;
         }
         Ok(page)
@@ -126,7 +129,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
     async fn call(&mut self, method: &str, params: Value) -> Result<Value, BrowserError> {
         let session = self.session.clone();
         self.cdp
-            .call(Some(&session), method, params, CALL_DEADLINE)
+            .call(Some(&session), method, params, CALL_QUIET)
             .await
     }
 
