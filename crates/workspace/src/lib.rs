@@ -83,6 +83,7 @@ pub use guest::processes::ProcessInfo;
 pub use guest::stream::ExecInput;
 pub use images::service::Images;
 pub use kernels::install::Kernels;
+pub use pool::Pools;
 pub use snapshots::{SnapshotInfo, Snapshots};
 pub use tasks::service::Tasks;
 /// The guest kernel variant (standard, or compat for emulating hosts).
@@ -97,4 +98,3 @@ pub use workspaces::lifecycle::{StartProgress, DEFAULT_START_TIMEOUT, DEFAULT_ST
 pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
 pub use workspaces::placement::PlacementReservation;
-pub use workspaces::pool::Pools;

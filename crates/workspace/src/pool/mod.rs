@@ -4,15 +4,29 @@
 //! given, its agent answering, then paused: hidden from every listing, in
 //! the reserved namespace [`POOL_NAMESPACE`]. A start of a fresh workspace
 //! of that image and size claims one instead of launching a VMM
-//! (`workspaces/pool/claim.rs`): the member's directory becomes the workspace's, the
+//! (`claim`): the member's directory becomes the workspace's, the
 //! machine resumes, and the guest takes the workspace's name, fresh
 //! randomness and the clock before the start returns. A detached filler
-//! (`serve fill-pool IMAGE`) tops the pool up after a claim, a `pool set`
-//! or a listing that found it short (`workspaces/pool/members.rs`).
+//! (`serve fill-pool IMAGE`, `fill`) tops the pool up after a claim, a
+//! `pool set` or a listing that found it short (`service`, `members`).
 //!
 //! Members count in the host budget and are the first thing given back
 //! when a start needs their memory; a member whose image or kernel changed
 //! is drained, with a `pool_drained` event in the pool's own log.
+//!
+//! Every part of a pool is in this folder: these records, the service
+//! `ws.pools()` (`service`), its members (`members`), a start's claim
+//! (`claim`) and the filling (`fill`). They reach the collection, which
+//! sits above (its start claims, its budget gives members back), through
+//! the [`host::PoolHost`] trait it implements.
+
+mod claim;
+mod fill;
+pub mod host;
+mod members;
+pub mod service;
+
+pub use service::Pools;
 
 use serde::{Deserialize, Serialize};
 

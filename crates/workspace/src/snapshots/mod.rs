@@ -6,7 +6,7 @@
 //! started from a snapshot (memory included) with a copy of its disk.
 
 mod ops;
-mod pool_fill;
+mod pool_host;
 mod service;
 pub(crate) mod warm;
 

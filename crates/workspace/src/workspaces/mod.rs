@@ -1,8 +1,7 @@
 //! The collection of workspaces (`manager`) and how it is opened
 //! (`builder`), its creates and lists (`collection`), their life cycle (`lifecycle`), the host budget a start
 //! checks (`budget`), published ports (`ports`), volume mounts as the collection applies them (`mounts`), the runtime contract
-//! (`contract`) and the one-shot use case (`one_shot`) and
-//! pools of ready workspaces (`pool`).
+//! (`contract`) and the one-shot use case (`one_shot`).
 
 pub(crate) mod budget;
 pub(crate) mod builder;
@@ -16,6 +15,5 @@ pub(crate) mod manager;
 pub(crate) mod mounts;
 pub(crate) mod one_shot;
 pub(crate) mod placement;
-pub(crate) mod pool;
 pub(crate) mod ports;
 pub(crate) mod tenancy;

@@ -71,6 +71,11 @@ impl Workspaces {
         crate::servers::ServerRegistry::new(&self.state)
     }
 
+    /// The pools of ready workspaces of this state directory.
+    pub fn pools(&self) -> crate::pool::Pools<'_, Self> {
+        crate::pool::Pools::new(self)
+    }
+
     /// The repository allowlist of this state directory.
     pub fn repos(&self) -> crate::repos::RepoStore {
         crate::repos::RepoStore::new(&self.state)

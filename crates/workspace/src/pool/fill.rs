@@ -1,17 +1,16 @@
 //! Filling a pool (what the detached `serve fill-pool IMAGE` runs): each
 //! member a fresh workspace warm-started, its first command paid, then
-//! paused and marked ready. Here, above the warm start and the guest it
-//! drives; the pool's records, sizes and claims are `workspaces/pool`.
+//! paused and marked ready.
 
 use std::time::Duration;
 
+use super::host::PoolHost;
+use super::service::Pools;
+use super::{member_spec, PoolError, POOL_DIR, POOL_NAMESPACE};
 use crate::error::{Error, Result};
-use crate::pool::{member_spec, PoolError, POOL_DIR, POOL_NAMESPACE};
-use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
-use crate::workspaces::pool::Pools;
 use base::host::settings::unique_id;
 use base::store::file_lock::FileLock;
-use base::store::spec::{DeleteOptions, PoolMember};
+use base::store::spec::PoolMember;
 use base::vmm::control::ControlRequest;
 
 /// How long a new member runs before it is paused: a restored guest
@@ -20,14 +19,14 @@ use base::vmm::control::ControlRequest;
 /// here: 1.5 s for that command unsettled, 1.1 s after 6 s, 0.8 s later).
 const SETTLE_BEFORE_PAUSE: Duration = Duration::from_secs(5);
 
-impl Pools<'_> {
+impl<H: PoolHost> Pools<'_, H> {
     /// After `after`, brings `image`'s pool to its size, one member at a
     /// time, until it is there (or past it: the extra members go). Returns at once when
     /// another filler of the image is at work. What the detached filler
     /// (`serve fill-pool IMAGE`) runs.
     pub async fn fill(&self, image: &str, after: Duration) -> Result<usize> {
         tokio::time::sleep(after).await;
-        let dir = self.all.state.root().join(POOL_DIR);
+        let dir = self.all.pool_state().root().join(POOL_DIR);
         std::fs::create_dir_all(&dir).map_err(Error::host_io("creating the pool directory"))?;
         let lock_path = dir.join(format!("{image}.fill.lock"));
         let Some(_filling) = FileLock::try_exclusive(&lock_path)
@@ -42,10 +41,7 @@ impl Pools<'_> {
             if members.len() > size {
                 let extra = members.len() - size;
                 for m in members.iter().rev().take(extra) {
-                    let _ = self
-                        .all
-                        .at(&m.name)
-                        .delete(DeleteOptions::default().force(true));
+                    let _ = self.all.force_delete(&m.name);
                 }
                 self.record_drain(image, extra, "the pool was made smaller");
                 return Ok(added);
@@ -62,39 +58,26 @@ impl Pools<'_> {
     /// can), paused, then marked ready. A member that fails is deleted.
     async fn add_member(&self, image: &str) -> Result<()> {
         self.check_poolable()?;
-        let spec = member_spec(image, &self.all.image_defaults(image));
-        let net = base::network::NetworkStore::new(&self.all.state).get(&spec.network)?;
+        let spec = member_spec(image, &self.all.defaults_of(image));
+        let net = base::network::NetworkStore::new(self.all.pool_state()).get(&spec.network)?;
         if net.backend != Some(base::network::Backend::User) {
             return Err(PoolError::Network {
                 network: spec.network,
             }
             .into());
         }
-        let (_, fingerprint) = self.all.warm_identity(&spec)?;
+        let (_, fingerprint) = self.all.warm_key(&spec)?;
         let view = self.view();
         let name = format!("pool-{}.{POOL_NAMESPACE}", unique_id());
-        view.create(&name, spec)?;
+        view.create_member(&name, spec)?;
         let made = async {
-            view.pools().mark_member(&name, |m| {
+            Pools::new(&view).mark_member(&name, |m| {
                 m.pool = Some(PoolMember::filling(image, fingerprint))
             })?;
-            view.start_maybe_warm(&name, DEFAULT_START_TIMEOUT, |_| {}, false)
-                .await?;
-            let ws = view.dir(&name)?;
-            let hello = crate::guest::connect_agent(&ws)
-                .await
-                .map_err(Error::agent("connect"))?
-                .hello()
-                .await
-                .map_err(Error::agent("hello"))?;
-            let with_hello = hello.capabilities.iter().any(|c| c == "hello_identity");
-            // The first command in a restored guest pays for what it loads
-            // (the shell, the agent's exec path): paid here, not by the
-            // claim's first command.
-            view.at(&name).exec_true().await?;
+            let with_hello = view.start_member(&name).await?;
             tokio::time::sleep(SETTLE_BEFORE_PAUSE).await;
-            view.pause_or_resume(&name, ControlRequest::Pause)?;
-            view.pools().mark_member(&name, |m| {
+            view.control(&name, ControlRequest::Pause)?;
+            Pools::new(&view).mark_member(&name, |m| {
                 if let Some(p) = m.pool.as_mut() {
                     p.ready = true;
                     p.identity_with_hello = with_hello;
@@ -103,7 +86,7 @@ impl Pools<'_> {
         }
         .await;
         if made.is_err() {
-            let _ = view.at(&name).delete(DeleteOptions::default().force(true));
+            let _ = view.force_delete(&name);
         }
         made
     }

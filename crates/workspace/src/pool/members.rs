@@ -1,12 +1,12 @@
 //! A pool's members: which are alive and current (the rest are deleted),
 //! and the filler that brings a pool to its size.
 
-use super::Pools;
+use super::host::PoolHost;
+use super::service::Pools;
+use super::{member_spec, POOL_NAMESPACE};
 use crate::error::Result;
-use crate::pool::{member_spec, POOL_NAMESPACE};
-use crate::workspaces::manager::Workspaces;
 use base::store::name::namespace_of;
-use base::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
+use base::store::spec::{Meta, WorkspaceSpec};
 use base::store::state::State;
 
 /// A live member of a pool.
@@ -20,24 +20,21 @@ pub(crate) struct Member {
     pub spec: WorkspaceSpec,
 }
 
-impl Pools<'_> {
+impl<H: PoolHost> Pools<'_, H> {
     /// This collection seen from the pool's namespace, acting for no one.
-    pub(crate) fn view(&self) -> Workspaces {
-        let mut view = self.all.clone();
-        view.namespace = POOL_NAMESPACE.to_owned();
-        view.caller = None;
-        view
+    pub(crate) fn view(&self) -> H {
+        self.all.pool_view()
     }
 
     /// The records of every pool member, of every image.
     fn member_records(&self) -> Result<Vec<(String, Meta)>> {
         Ok(self
             .all
-            .state
+            .pool_state()
             .list_workspaces()?
             .into_iter()
             .filter(|n| namespace_of(n) == POOL_NAMESPACE)
-            .filter_map(|n| self.all.at(&n).get().ok().map(|m| (n, m)))
+            .filter_map(|n| self.all.record(&n).ok().map(|m| (n, m)))
             .collect())
     }
 
@@ -55,9 +52,9 @@ impl Pools<'_> {
 
     /// The warm fingerprint a member of `image` must have to be claimed.
     fn fingerprint(&self, image: &str) -> Option<String> {
-        let defaults = self.all.image_defaults(image);
+        let defaults = self.all.defaults_of(image);
         self.all
-            .warm_identity(&member_spec(image, &defaults))
+            .warm_key(&member_spec(image, &defaults))
             .ok()
             .map(|(_, fingerprint)| fingerprint)
     }
@@ -76,8 +73,7 @@ impl Pools<'_> {
                 meta.state == State::Crashed || (meta.state == State::Stopped && !meta.pristine);
             let outdated = current.as_deref() != Some(member.fingerprint.as_str());
             if dead || outdated {
-                let force = DeleteOptions::default().force(true);
-                if self.all.at(&name).delete(force).is_ok() && outdated && !dead {
+                if self.all.force_delete(&name).is_ok() && outdated && !dead {
                     stale += 1;
                 }
                 continue;
@@ -100,13 +96,7 @@ impl Pools<'_> {
     pub(crate) fn drain(&self, image: &str, reason: &str) -> Result<()> {
         let mut gone = 0;
         for (name, meta) in self.member_records()? {
-            if meta.pool.is_some_and(|p| p.image == image)
-                && self
-                    .all
-                    .at(&name)
-                    .delete(DeleteOptions::default().force(true))
-                    .is_ok()
-            {
+            if meta.pool.is_some_and(|p| p.image == image) && self.all.force_delete(&name).is_ok() {
                 gone += 1;
             }
         }
@@ -128,11 +118,7 @@ impl Pools<'_> {
             return false;
         };
         let image = meta.pool.map(|p| p.image).unwrap_or_default();
-        let gone = self
-            .all
-            .at(&name)
-            .delete(DeleteOptions::default().force(true))
-            .is_ok();
+        let gone = self.all.force_delete(&name).is_ok();
         self.record_drain(
             &image,
             usize::from(gone),
@@ -143,8 +129,8 @@ impl Pools<'_> {
 
     /// Changes a member's record under its lock.
     pub(crate) fn mark_member(&self, name: &str, change: impl FnOnce(&mut Meta)) -> Result<()> {
-        let (_lock, mut meta) = self.all.lock_existing(name)?;
+        let (_lock, mut meta) = self.all.lock_record(name)?;
         change(&mut meta);
-        Ok(self.all.dir(name)?.write_meta(&meta)?)
+        Ok(self.all.workspace_dir(name)?.write_meta(&meta)?)
     }
 }

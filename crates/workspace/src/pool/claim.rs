@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use guest_agent::protocol::NewIdentity;
 
-use super::Pools;
+use super::claimable;
+use super::host::PoolHost;
+use super::service::Pools;
 use crate::error::{Error, Result};
-use crate::pool::claimable;
-use crate::workspaces::manager::make_disk;
 use base::host::settings::now_ms;
 use base::store::events::{EventKind, EVENTS_FILE};
 use base::store::spec::{Meta, StartKind};
@@ -32,30 +32,32 @@ const REFILL_AFTER_CLAIM: Duration = Duration::from_secs(3);
 /// How long the guest may take to answer the identity request.
 const IDENTITY_TIMEOUT: Duration = Duration::from_secs(10);
 
-impl Pools<'_> {
+impl<H: PoolHost> Pools<'_, H> {
     /// Starts fresh workspace `name` from its image's pool when it has a
     /// ready member that fits; `None`: it has none (the caller launches a
     /// VMM). A claim tops the pool up in the background.
     pub(crate) async fn claim(&self, name: &str) -> Result<Option<Meta>> {
-        let meta = self.all.at(name).get_here()?;
+        let meta = self.all.record_here(name)?;
         if !meta.pristine || meta.pool.is_some() || self.size(&meta.spec.image)? == 0 {
             return Ok(None);
         }
         let image = meta.spec.image.clone();
         let name = name.to_owned();
-        let claimed = self
-            .all
-            .blocking(move |all| {
-                for member in all.pools().members(&meta.spec.image)? {
-                    if member.ready && claimable(&meta.spec, &member.spec) {
-                        if let Some(meta) = all.pools().take_member(&name, &member.name)? {
-                            return Ok(Some(meta));
-                        }
+        let all = self.all.clone();
+        let claimed = tokio::task::spawn_blocking(move || {
+            let pools = Pools::new(&all);
+            for member in pools.members(&meta.spec.image)? {
+                if member.ready && claimable(&meta.spec, &member.spec) {
+                    if let Some(meta) = pools.take_member(&name, &member.name)? {
+                        return Ok(Some(meta));
                     }
                 }
-                Ok(None)
-            })
-            .await;
+            }
+            Ok(None)
+        })
+        .await
+        .map_err(|e| Error::BlockingStep(e.to_string()))
+        .and_then(|r| r);
         // Refilled whether or not this start found a member, once the
         // claimed workspace's first command has had the CPUs to itself.
         if let Err(e) = self.spawn_filler(&image, REFILL_AFTER_CLAIM) {
@@ -74,13 +76,13 @@ impl Pools<'_> {
     fn take_member(&self, name: &str, member: &str) -> Result<Option<Meta>> {
         let began = Instant::now();
         let pool = self.view();
-        let Some(member_lock) = self.all.state.try_lock_workspace(member)? else {
+        let Some(member_lock) = self.all.pool_state().try_lock_workspace(member)? else {
             return Ok(None);
         };
-        let Ok(held) = pool.dir(member)?.read_meta() else {
+        let Ok(held) = pool.workspace_dir(member)?.read_meta() else {
             return Ok(None);
         };
-        let (name_lock, fresh) = self.all.lock_existing(name)?;
+        let (name_lock, fresh) = self.all.lock_record(name)?;
         let ready = held.pool.as_ref().is_some_and(|p| p.ready) && held.state == State::Running;
         if !ready || !fresh.pristine || fresh.state != State::Stopped {
             return Ok(None);
@@ -88,7 +90,7 @@ impl Pools<'_> {
         let Some(rt) = held.runtime.clone() else {
             return Ok(None);
         };
-        let (ws, from) = (self.all.dir(name)?, pool.dir(member)?);
+        let (ws, from) = (self.all.workspace_dir(name)?, pool.workspace_dir(member)?);
         let parked = ws.path().with_file_name(format!(
             "{}{name}-{}",
             base::store::DELETING_PREFIX,
@@ -108,8 +110,8 @@ impl Pools<'_> {
         // Whoever waits on the old lock file finds it replaced and takes
         // this one, which the member's lock still holds.
         if let Err(e) = std::fs::rename(
-            self.all.state.lock_path(member),
-            self.all.state.lock_path(name),
+            self.all.pool_state().lock_path(member),
+            self.all.pool_state().lock_path(name),
         ) {
             self.put_back_fresh(name, &fresh)?;
             return Err(io("renaming the member's lock")(e));
@@ -144,7 +146,7 @@ impl Pools<'_> {
         // The VMM records the deadline itself, under the lock held here.
         drop(member_lock);
         if let Some(ttl) = meta.spec.ttl_secs {
-            self.all.at(name).set_ttl(Some(ttl))?;
+            self.all.give_ttl(name, ttl)?;
             meta = ws.read_meta()?;
         }
         ws.events().append(EventKind::Started {
@@ -159,7 +161,7 @@ impl Pools<'_> {
     /// can (`with_hello`), else now, on a connection of its own. Either
     /// way before any command runs.
     fn resume_as(&self, name: &str, with_hello: bool) -> Result<()> {
-        let ws = self.all.dir(name)?;
+        let ws = self.all.workspace_dir(name)?;
         let began = Instant::now();
         let mut entropy = [0u8; 64];
         std::fs::File::open("/dev/urandom")
@@ -173,7 +175,7 @@ impl Pools<'_> {
         if with_hello {
             ws.set_pending_identity(&identity)?;
         }
-        self.all.pause_or_resume(name, ControlRequest::Resume)?;
+        self.all.control(name, ControlRequest::Resume)?;
         let resumed = began.elapsed();
         if !with_hello {
             let now_ns = std::time::SystemTime::now()
@@ -199,7 +201,7 @@ impl Pools<'_> {
     /// lock): the member's VMM goes, and `name` is as `create` made it,
     /// for a start of its own.
     fn put_back_fresh(&self, name: &str, fresh: &Meta) -> Result<()> {
-        let ws = self.all.dir(name)?;
+        let ws = self.all.workspace_dir(name)?;
         let now = ws.read_meta()?;
         ws.clear_pending_identity();
         if let Some(rt) = &now.runtime {
@@ -207,7 +209,7 @@ impl Pools<'_> {
             base::store::process::wait_gone(rt.pid, rt.pid_start, Duration::from_secs(10));
         }
         base::host::cgroup::remove_recorded(ws.path());
-        make_disk(&ws.disk(), fresh.spec.disk_mib)?;
+        self.all.fresh_disk(&ws.disk(), fresh.spec.disk_mib)?;
         ws.write_meta(fresh)?;
         Ok(())
     }

@@ -1,36 +1,46 @@
-//! The pools of ready workspaces as the collection runs them (see
-//! [`crate::pool`]): sizes in config.json, status, the filler's start and
-//! the drain log; members in `members.rs`, the claim in `claim.rs`.
-
-mod claim;
-mod members;
+//! The service `ws.pools()`: sizes in config.json, status, the filler's
+//! start and the drain log; members are `members`, a start's claim
+//! `claim`, the filling `fill`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::host::PoolHost;
 use crate::error::{Error, Result};
 use crate::pool::{PoolError, PoolStatus, FILL_SUBCOMMAND, MAX_POOL_SIZE, POOL_DIR, POOL_KEY};
-use crate::workspaces::manager::Workspaces;
 use base::host::settings::config_section;
 use base::store::events::{EventKind, EventLog};
 
 /// The pools of ready workspaces of a collection: `ws.pools()`.
-#[derive(Clone, Copy, Debug)]
-pub struct Pools<'a> {
-    pub(crate) all: &'a Workspaces,
+pub struct Pools<'a, H: PoolHost> {
+    pub(crate) all: &'a H,
 }
 
-impl Workspaces {
-    /// The pools of ready workspaces of this state directory.
-    pub fn pools(&self) -> Pools<'_> {
-        Pools { all: self }
+impl<H: PoolHost> Clone for Pools<'_, H> {
+    fn clone(&self) -> Self {
+        *self
     }
 }
 
-impl Pools<'_> {
+impl<H: PoolHost> Copy for Pools<'_, H> {}
+
+impl<H: PoolHost> std::fmt::Debug for Pools<'_, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pools")
+            .field("state", &self.all.pool_state().root())
+            .finish()
+    }
+}
+
+impl<'a, H: PoolHost> Pools<'a, H> {
+    /// The pools of `all`.
+    pub(crate) fn new(all: &'a H) -> Self {
+        Self { all }
+    }
+
     fn root(&self) -> PathBuf {
-        self.all.state.root().join(POOL_DIR)
+        self.all.pool_state().root().join(POOL_DIR)
     }
 
     /// The pool's own event log (drains).
@@ -40,7 +50,7 @@ impl Pools<'_> {
 
     /// The pool sizes config.json sets, by image.
     pub fn sizes(&self) -> Result<BTreeMap<String, usize>> {
-        Ok(config_section(self.all.state.root(), POOL_KEY)
+        Ok(config_section(self.all.pool_state().root(), POOL_KEY)
             .map_err(PoolError::Config)?
             .map(|(sizes, _)| sizes)
             .unwrap_or_default())
@@ -57,7 +67,7 @@ impl Pools<'_> {
         if size > MAX_POOL_SIZE {
             return Err(PoolError::TooLarge { asked: size }.into());
         }
-        let image = self.all.images.get(image)?.name;
+        let image = self.all.registered_image(image)?;
         if size > 0 {
             self.check_poolable()?;
         }
@@ -67,7 +77,7 @@ impl Pools<'_> {
         } else {
             sizes.insert(image.clone(), size);
         }
-        base::host::settings::set_config_section(self.all.state.root(), POOL_KEY, &sizes)
+        base::host::settings::set_config_section(self.all.pool_state().root(), POOL_KEY, &sizes)
             .map_err(PoolError::Config)?;
         // A pool now short or past its size gets its filler there.
         self.status_of(&image, size)
@@ -124,9 +134,7 @@ impl Pools<'_> {
                 after.as_millis().to_string(),
             ])
             .collect();
-        self.all
-            .spawn_detached(&args, &self.root().join("fill.log"))
-            .map(drop)
+        self.all.detach(&args, &self.root().join("fill.log"))
     }
 
     /// Records that `members` of `image`'s pool went, and why.
