@@ -40,6 +40,10 @@ pub enum ServerCommand {
     Status {
         /// Server name (`local`: this host).
         name: String,
+        /// Also what each workspace uses now: CPU, memory, disk, network
+        /// (its guest sampled, at most 10 s).
+        #[arg(long)]
+        usage: bool,
     },
     /// Remove a server (refused while workspaces live on it).
     Rm {
@@ -72,7 +76,7 @@ pub async fn run(ws: &Workspaces, cmd: &ServerCommand, json: bool) -> workspace:
                 spec = spec.ssh_option(option);
             }
             ws.servers().add(&spec)?;
-            let report = ws.server_pool().server_report(name).await?;
+            let report = ws.server_pool().server_report(name, false).await?;
             if json {
                 output::json(&report.server);
             } else {
@@ -94,8 +98,8 @@ pub async fn run(ws: &Workspaces, cmd: &ServerCommand, json: bool) -> workspace:
                 print_statuses(&statuses);
             }
         }
-        ServerCommand::Status { name } => {
-            let report = ws.server_pool().server_report(name).await?;
+        ServerCommand::Status { name, usage } => {
+            let report = ws.server_pool().server_report(name, *usage).await?;
             if json {
                 output::json(&report);
             } else {

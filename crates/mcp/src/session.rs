@@ -7,10 +7,9 @@
 //! stop with it, and a watcher process the first such workspace started
 //! deletes them (the library's `delete_with_owner`).
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
-
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use workspace::agents::access::Caller;
 use workspace::agents::AgentInfo;
@@ -22,8 +21,31 @@ pub struct SessionScope {
     ws: Workspaces,
     /// Who the session's view of the workspaces acts for.
     caller: Arc<Caller>,
-    names: Mutex<BTreeSet<String>>,
+    /// What goes with the session, each with the agent it was made for
+    /// (none: the session's own view's), which deletes it.
+    names: Mutex<BTreeMap<String, Option<String>>>,
     agent: Mutex<Option<AgentInfo>>,
+    /// An `agent_register` is making the agent's workspace.
+    registering: AtomicBool,
+}
+
+/// Why a registration cannot begin.
+#[derive(Debug)]
+pub enum NotNow {
+    /// The session has this agent already.
+    Registered(Box<AgentInfo>),
+    /// Another registration of the session is under way.
+    Registering,
+}
+
+/// A registration under way; it ends when this goes.
+#[derive(Debug)]
+pub struct Registration<'a>(&'a SessionScope);
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.0.registering.store(false, Ordering::SeqCst);
+    }
 }
 
 impl SessionScope {
@@ -34,12 +56,31 @@ impl SessionScope {
             caller,
             names: Mutex::default(),
             agent: Mutex::default(),
+            registering: AtomicBool::new(false),
         }
     }
 
     /// The session's agent, once registered.
     pub fn agent(&self) -> Option<AgentInfo> {
         lock(&self.agent).clone()
+    }
+
+    /// Begins the session's one registration: refused while another runs
+    /// or once an agent is there, so two at once cannot both make a
+    /// workspace.
+    pub fn begin_registration(&self) -> Result<Registration<'_>, NotNow> {
+        if let Some(agent) = self.agent() {
+            return Err(NotNow::Registered(Box::new(agent)));
+        }
+        if self.registering.swap(true, Ordering::SeqCst) {
+            return Err(NotNow::Registering);
+        }
+        let registration = Registration(self);
+        // Set meanwhile by a registration that just ended.
+        if let Some(agent) = self.agent() {
+            return Err(NotNow::Registered(Box::new(agent)));
+        }
+        Ok(registration)
     }
 
     /// Records the session's agent; the one already there when it has one.
@@ -59,7 +100,14 @@ impl SessionScope {
     /// Workspace `name` goes when the session ends; should the server be
     /// killed first, a watcher deletes it.
     pub fn adopt(&self, name: &str) {
-        lock(&self.names).insert(name.to_owned());
+        self.adopt_for(name, None);
+    }
+
+    /// [`Self::adopt`] of a workspace made for agent `agent` before the
+    /// session became it (an `agent_register` cut off mid-way): deleted
+    /// as that agent's.
+    pub fn adopt_for(&self, name: &str, agent: Option<&str>) {
+        lock(&self.names).insert(name.to_owned(), agent.map(str::to_owned));
         if let Err(e) = self.ws.watch_this_process() {
             tracing::warn!(
                 "{}; workspace {name} goes at the next listing if this server is killed",
@@ -77,9 +125,16 @@ impl SessionScope {
             }
         }
         let names = std::mem::take(&mut *lock(&self.names));
-        for name in names {
-            let gone = self
-                .ws
+        for (name, made_for) in names {
+            let view = match made_for {
+                Some(agent) => {
+                    let caller = Arc::new(Caller::new());
+                    caller.set_agent(&agent);
+                    self.ws.for_caller(caller)
+                }
+                None => self.ws.clone(),
+            };
+            let gone = view
                 .workspace(&name)
                 .and_then(|w| w.delete(workspace::DeleteOptions::default().force(true)));
             match gone {
@@ -102,5 +157,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Drop for SessionScope {
     fn drop(&mut self) {
         self.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_registration_at_a_time_and_none_once_registered() {
+        let dir = std::env::temp_dir().join(format!("mcp-registering-{}", std::process::id()));
+        let ws = Workspaces::builder().state_dir(&dir).build().unwrap();
+        let scope = SessionScope::new(ws.clone(), Arc::new(Caller::new()));
+        let first = scope.begin_registration().unwrap();
+        assert!(matches!(
+            scope.begin_registration(),
+            Err(NotNow::Registering)
+        ));
+        drop(first);
+        let again = scope.begin_registration().unwrap();
+        let info = ws.agents().register("alpha", Vec::new(), None).unwrap();
+        scope.set_agent(info).unwrap();
+        drop(again);
+        assert!(matches!(
+            scope.begin_registration(),
+            Err(NotNow::Registered(_))
+        ));
+        scope.end();
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -319,7 +319,7 @@ fn a_remote_server_runs_workspaces_over_ssh() {
     // handle, which goes to the server by itself (no ssh of this terminal):
     // what it prints is what it prints for a workspace here.
     handle_calls_reach_the_server(&here, "w2");
-    let status = here.ok_json(&["server", "status", "remote1", "--json"]);
+    let status = here.ok_json(&["server", "status", "remote1", "--usage", "--json"]);
     let there_names: Vec<&str> = status["workspaces"]
         .as_array()
         .unwrap()

@@ -18,6 +18,7 @@ use crate::progress::Progress;
 use crate::schema::agents::*;
 use crate::schema::lifecycle::DEFAULT_START_TIMEOUT_SECS;
 use crate::schema::NoParams;
+use crate::session::NotNow;
 use crate::{MicroagentServer, ToolError};
 
 /// The label an agent's workspace carries: the agent's name.
@@ -58,12 +59,20 @@ impl MicroagentServer {
         Parameters(p): Parameters<RegisterParams>,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<AgentWorkspace> {
-        if let Some(agent) = self.session.agent() {
-            return Err(ToolError::Conflict(format!(
-                "this session registered agent {} ({}) already: one agent per session",
-                agent.name, agent.agent_id
-            )));
-        }
+        let _registration = match self.session.begin_registration() {
+            Ok(r) => r,
+            Err(NotNow::Registered(agent)) => {
+                return Err(ToolError::Conflict(format!(
+                    "this session registered agent {} ({}) already: one agent per session",
+                    agent.name, agent.agent_id
+                )))
+            }
+            Err(NotNow::Registering) => {
+                return Err(ToolError::Conflict(
+                    "this session is registering an agent already: one agent per session".into(),
+                ))
+            }
+        };
         if !has_session(&ctx) {
             return Err(ToolError::InvalidInput(
                 "agent_register needs a session: this client speaks a stateless protocol version"
@@ -128,45 +137,56 @@ impl MicroagentServer {
                     .await?
             }
         };
-        self.session.adopt(&meta.name);
-        let mut state = Some(meta.state);
-        if p.start {
-            let timeout = Duration::from_secs(DEFAULT_START_TIMEOUT_SECS);
-            let mut progress = Progress::new(&ctx);
-            match self
-                .start_in(&view, &meta.name, false, timeout, &ctx, &mut progress)
-                .await
-            {
-                Ok(started) => state = Some(started.state),
-                Err(e) => {
-                    // Nothing stays of a registration that failed.
-                    let (view, made) = (view.clone(), meta.name.clone());
-                    let _ = tokio::task::spawn_blocking(move || {
-                        view.workspace(&made)?
-                            .delete(workspace::DeleteOptions::default().force(true))
-                    })
-                    .await;
-                    return Err(e);
-                }
+        self.session.adopt_for(&meta.name, Some(&p.name));
+        let registered = async {
+            let mut state = Some(meta.state);
+            if p.start {
+                let timeout = Duration::from_secs(DEFAULT_START_TIMEOUT_SECS);
+                let mut progress = Progress::new(&ctx);
+                let started = self
+                    .start_in(&view, &meta.name, false, timeout, &ctx, &mut progress)
+                    .await?;
+                state = Some(started.state);
             }
+            let (agent_name, workspace) = (p.name.clone(), meta.name.clone());
+            let info = self
+                .blocking(move |ws| {
+                    Ok(ws
+                        .agents()
+                        .register(&agent_name, p.capabilities, Some(workspace))
+                        .map_err(workspace::Error::from)?)
+                })
+                .await?;
+            if let Err(first) = self.session.set_agent(info.clone()) {
+                let _ = self.ws.agents().remove(&info.agent_id);
+                return Err(ToolError::Conflict(format!(
+                    "this session registered agent {} ({}) already: one agent per session",
+                    first.name, first.agent_id
+                )));
+            }
+            Ok((info, state))
         }
-        let (agent_name, workspace) = (p.name.clone(), meta.name.clone());
-        let info = self
-            .blocking(move |ws| {
-                Ok(ws
-                    .agents()
-                    .register(&agent_name, p.capabilities, Some(workspace))
-                    .map_err(workspace::Error::from)?)
-            })
-            .await?;
-        if let Err(first) = self.session.set_agent(info.clone()) {
-            // Another call of this session won the race: this one's go.
-            let _ = self.ws.agents().remove(&info.agent_id);
-            return Err(ToolError::Conflict(format!(
-                "this session registered agent {} ({}) already: one agent per session",
-                first.name, first.agent_id
-            )));
-        }
+        .await;
+        let (info, state) = match registered {
+            Ok(done) => done,
+            Err(e) => {
+                // Nothing stays of a registration that failed: its
+                // workspace goes through the view that made it.
+                let (view, made) = (view.clone(), meta.name.clone());
+                let gone = tokio::task::spawn_blocking(move || {
+                    view.workspace(&made)?
+                        .delete(workspace::DeleteOptions::default().force(true))
+                })
+                .await;
+                if !matches!(gone, Ok(Ok(_))) {
+                    tracing::warn!(
+                        "the workspace {} of a failed agent_register stays: {gone:?}",
+                        meta.name
+                    );
+                }
+                return Err(e);
+            }
+        };
         Ok(Out(AgentWorkspace {
             agent_id: info.agent_id,
             workspace: info.workspace,

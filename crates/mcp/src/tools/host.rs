@@ -163,7 +163,8 @@ impl MicroagentServer {
     }
 
     /// One server's health, resources and workspaces (name, state, image,
-    /// vCPUs, memory).
+    /// vCPUs, memory, and what each uses now: CPU, memory, disk, network,
+    /// sampled there within 10 s).
     #[tool(
         output_schema = crate::output::schema::<ServerReport>(),
         annotations(
@@ -181,7 +182,7 @@ impl MicroagentServer {
         Ok(Out(self
             .workspaces()
             .server_pool()
-            .server_report(&p.name)
+            .server_report(&p.name, true)
             .await?))
     }
 }

@@ -32,28 +32,45 @@ impl Workspaces {
 
 /// How long CPU use is sampled.
 const CPU_SAMPLE: Duration = Duration::from_millis(250);
+/// The longest a report samples its workspaces' guests for their usage:
+/// a guest whose agent does not answer costs the report its figures, not
+/// its time (a server's probe runs within `servers::PROBE_DEADLINE`).
+pub const USAGE_BOUND: Duration = Duration::from_secs(10);
 
 impl ServerPool<'_> {
     /// Server `name`'s report: this host's (`local`) measured here, a
     /// remote's asked of it (offline, with the reason, when it cannot be
-    /// reached or answers in another shape).
-    pub async fn server_report(&self, name: &str) -> Result<ServerReport> {
+    /// reached or answers in another shape); with `usage`, each workspace
+    /// with what it uses now (its guest sampled, within [`USAGE_BOUND`]).
+    pub async fn server_report(&self, name: &str, usage: bool) -> Result<ServerReport> {
         if name == LOCAL_SERVER {
-            return self.local_server_report(true).await;
+            return self.local_server_report(usage).await;
         }
-        self.remote_server_report(&self.all.servers().get(name)?)
-            .await
+        let spec = self.all.servers().get(name)?;
+        if usage {
+            let report = self.remote_server_report(&spec, true).await?;
+            // A server from before `--usage` refuses it: asked again without.
+            if report.server.status != Availability::Offline {
+                return Ok(report);
+            }
+        }
+        self.remote_server_report(&spec, false).await
     }
 
     /// `spec`'s own report, asked of it.
-    async fn remote_server_report(&self, spec: &ServerSpec) -> Result<ServerReport> {
+    async fn remote_server_report(&self, spec: &ServerSpec, usage: bool) -> Result<ServerReport> {
         let registry = self.all.servers();
-        let args = ["server", "status", LOCAL_SERVER].map(String::from);
+        let mut args = ["server", "status", LOCAL_SERVER]
+            .map(String::from)
+            .to_vec();
+        if usage {
+            args.push("--usage".into());
+        }
         let probed =
             servers::run_remote_json(&registry, spec, &args, servers::PROBE_DEADLINE).await;
         Ok(match probed {
             Ok(value) => match serde_json::from_value::<ServerReport>(value) {
-                Ok(report) => servers::remote_status(spec, report),
+                Ok(report) => self.figures_it_may_see(spec, servers::remote_status(spec, report)),
                 Err(e) => servers::offline(
                     spec,
                     format!("its microagent answered the status probe in another shape ({e}); install this version there"),
@@ -69,11 +86,25 @@ impl ServerPool<'_> {
         })
     }
 
+    /// `report` of server `spec` with the figures of only the workspaces
+    /// this view may use: a server measures every workspace it has, and a
+    /// session may use only those placed there from here for it.
+    fn figures_it_may_see(&self, spec: &ServerSpec, mut report: ServerReport) -> ServerReport {
+        if self.all.caller().is_some() {
+            for w in &mut report.workspaces {
+                if self.all.check_forward(&spec.name, &w.name).is_err() {
+                    w.usage = None;
+                }
+            }
+        }
+        report
+    }
+
     /// Every server's report, `local` first.
     pub async fn server_reports(&self) -> Result<Vec<ServerReport>> {
         let mut out = vec![self.local_server_report(false).await?];
         for spec in self.all.servers().list()? {
-            out.push(self.remote_server_report(&spec).await?);
+            out.push(self.remote_server_report(&spec, false).await?);
         }
         Ok(out)
     }
@@ -160,8 +191,10 @@ impl ServerPool<'_> {
         let mut usage: std::collections::BTreeMap<String, WorkspaceFigures> = Default::default();
         if figures {
             // A workspace that went meanwhile, or an agent that does not
-            // answer, leaves its figures out; never the report.
-            for m in self.all.metrics(None).await.unwrap_or_default() {
+            // answer (in time: a guest may never), leaves its figures out;
+            // never the report.
+            let sampled = tokio::time::timeout(USAGE_BOUND, self.all.metrics(None)).await;
+            for m in sampled.ok().and_then(|m| m.ok()).unwrap_or_default() {
                 let f = WorkspaceFigures {
                     cpu_percent: m.cpu_percent,
                     memory_used_bytes: m.memory_used_bytes,
@@ -202,5 +235,46 @@ impl ServerPool<'_> {
             workspaces,
             images,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::agents::access::Caller;
+    use crate::servers::WorkspaceFigures;
+    use crate::workspaces::manager::tests::fixture;
+
+    #[test]
+    fn a_session_sees_the_figures_of_only_its_own_remote_workspaces() {
+        let f = fixture("server-figures", "/nonexistent");
+        let spec = ServerSpec::new("box", "u@127.0.0.1:1");
+        let registry = f.ws.servers();
+        registry.add(&spec).unwrap();
+        registry.place("mine", "box", Some("a")).unwrap();
+        registry.place("theirs", "box", Some("b")).unwrap();
+        let usage = |name: &str| WorkspaceUsage {
+            name: name.into(),
+            state: "running".into(),
+            image: "minimal".into(),
+            vcpus: 1,
+            mem_mib: 256,
+            usage: Some(WorkspaceFigures::default()),
+        };
+        let report = ServerReport {
+            server: servers::offline(&spec, "measured".into()).server,
+            workspaces: vec![usage("mine"), usage("theirs"), usage("made-there")],
+            images: Vec::new(),
+        };
+        let a = f.ws.for_caller(Arc::new(Caller::new()));
+        a.caller().unwrap().set_agent("a");
+        let seen = a.server_pool().figures_it_may_see(&spec, report.clone());
+        let has: Vec<bool> = seen.workspaces.iter().map(|w| w.usage.is_some()).collect();
+        assert_eq!(has, [true, false, false]);
+        // The host's human sees every one.
+        let host = f.ws.server_pool().figures_it_may_see(&spec, report);
+        assert!(host.workspaces.iter().all(|w| w.usage.is_some()));
     }
 }

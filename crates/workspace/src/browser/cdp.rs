@@ -2,12 +2,15 @@
 //! one websocket (tokio-tungstenite), on any stream (here the agent's
 //! `tcp_connect` tunnel into the guest). One caller drives it in turn:
 //! `call` reads until its answer and keeps the events it passes, which
-//! `next_event` then hands out.
+//! `next_event` then hands out. Everything the browser sends is the
+//! guest's: a message is read for its id, method and session only; an
+//! event's parameters stay text, bounded, until handed out.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
@@ -24,6 +27,12 @@ const MAX_MESSAGE_BYTES: usize = 64 << 20;
 const STRETCH: u32 = 10;
 /// The longest any call lasts, whatever its browser does.
 const CALL_CEILING: Duration = Duration::from_secs(900);
+/// Bytes of events kept while a call waits for its answer, and how many:
+/// past either the oldest go (they are what the page did, logged as far as
+/// they are kept), so a browser that floods events cannot grow the host's
+/// memory.
+const KEPT_EVENT_BYTES: usize = 16 << 20;
+const KEPT_EVENTS: usize = 10_000;
 
 /// The longest a call whose browser may stay silent for `quiet` lasts.
 pub fn stretched(quiet: Duration) -> Duration {
@@ -41,11 +50,48 @@ pub struct CdpEvent {
     pub session: Option<String>,
 }
 
+/// What this client reads of every message; the rest is skipped unread.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default, rename = "sessionId")]
+    session: Option<String>,
+}
+
+/// An answer's outcome.
+#[derive(Deserialize)]
+struct Answer {
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// An event's parameters, read when it is handed out.
+#[derive(Deserialize)]
+struct Params {
+    #[serde(default)]
+    params: Value,
+}
+
+/// An event kept as its text.
+struct Kept {
+    method: String,
+    session: Option<String>,
+    text: String,
+}
+
 /// One DevTools connection.
 pub struct Cdp<S> {
     ws: WebSocketStream<S>,
     next_id: u64,
-    events: VecDeque<CdpEvent>,
+    /// Events read and not handed out yet.
+    events: VecDeque<Kept>,
+    /// The bytes of `events` together.
+    kept_bytes: usize,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
@@ -63,6 +109,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
             ws,
             next_id: 1,
             events: VecDeque::new(),
+            kept_bytes: 0,
         })
     }
 
@@ -83,13 +130,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
         params: Value,
         quiet: Duration,
     ) -> Result<Value, BrowserError> {
+        let ceiling = Instant::now() + stretched(quiet);
+        self.call_until(session, method, params, quiet, ceiling)
+            .await
+    }
+
+    /// Sends `method` and returns its result by `deadline` at the latest,
+    /// whatever the browser does meanwhile (a call bound to its caller's
+    /// time, such as a navigation within the timeout it was given).
+    pub async fn call_by(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+        deadline: Instant,
+    ) -> Result<Value, BrowserError> {
+        let quiet = deadline.saturating_duration_since(Instant::now());
+        self.call_until(session, method, params, quiet, deadline)
+            .await
+    }
+
+    async fn call_until(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+        quiet: Duration,
+        ceiling: Instant,
+    ) -> Result<Value, BrowserError> {
         let id = self.send(session, method, params).await?;
         let started = Instant::now();
-        let ceiling = started + stretched(quiet);
-        let mut deadline = started + quiet;
+        let mut deadline = (started + quiet).min(ceiling);
         let mut ping: Option<u64> = None;
         loop {
-            let Some(value) = self.read_until(deadline).await? else {
+            let Some((text, head)) = self.read_until(deadline).await? else {
                 if ping.is_some() || Instant::now() >= ceiling {
                     return Err(BrowserError::Timeout {
                         what: method.to_owned(),
@@ -100,25 +174,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
                 deadline = (Instant::now() + quiet).min(ceiling);
                 continue;
             };
-            match value.get("id").and_then(Value::as_u64) {
-                Some(answered) if answered == id => {
-                    if let Some(err) = value.get("error") {
-                        return Err(BrowserError::Protocol {
-                            method: method.to_owned(),
-                            message: err
-                                .get("message")
-                                .and_then(Value::as_str)
-                                .unwrap_or("no message")
-                                .to_owned(),
-                        });
-                    }
-                    return Ok(value.get("result").cloned().unwrap_or(Value::Null));
-                }
+            match head.id {
+                Some(answered) if answered == id => return answer_of(method, &text),
                 // The browser still answers: the call waits on.
                 Some(answered) if Some(answered) == ping => ping = None,
                 // An answer to an earlier call's question.
                 Some(_) => continue,
-                None => self.keep_event(value),
+                None => self.keep_event(head, text),
             }
             deadline = (Instant::now() + quiet).min(ceiling);
         }
@@ -150,32 +212,50 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
         deadline: Instant,
     ) -> Result<Option<CdpEvent>, BrowserError> {
         loop {
-            if let Some(e) = self.events.pop_front() {
-                return Ok(Some(e));
+            if let Some(kept) = self.events.pop_front() {
+                self.kept_bytes -= kept.text.len();
+                let params = serde_json::from_str::<Params>(&kept.text)
+                    .map(|p| p.params)
+                    .unwrap_or(Value::Null);
+                return Ok(Some(CdpEvent {
+                    method: kept.method,
+                    params,
+                    session: kept.session,
+                }));
             }
             match self.read_until(deadline).await? {
-                Some(value) => self.keep_event(value),
+                Some((text, head)) if head.id.is_none() => self.keep_event(head, text),
+                // An answer nobody waits for any more.
+                Some(_) => continue,
                 None => return Ok(None),
             }
         }
     }
 
-    fn keep_event(&mut self, value: Value) {
-        let Some(method) = value.get("method").and_then(Value::as_str) else {
+    fn keep_event(&mut self, head: Head, text: String) {
+        let Some(method) = head.method else {
             return;
         };
-        self.events.push_back(CdpEvent {
-            method: method.to_owned(),
-            params: value.get("params").cloned().unwrap_or(Value::Null),
-            session: value
-                .get("sessionId")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+        self.kept_bytes += text.len();
+        self.events.push_back(Kept {
+            method,
+            session: head.session,
+            text,
         });
+        while self.kept_bytes > KEPT_EVENT_BYTES || self.events.len() > KEPT_EVENTS {
+            let Some(oldest) = self.events.pop_front() else {
+                break;
+            };
+            self.kept_bytes -= oldest.text.len();
+        }
     }
 
-    /// The next JSON message, or None at `deadline`.
-    async fn read_until(&mut self, deadline: Instant) -> Result<Option<Value>, BrowserError> {
+    /// The next message, its text and what it says of itself, or None at
+    /// `deadline`. A message that is not JSON is not ours to act on.
+    async fn read_until(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<Option<(String, Head)>, BrowserError> {
         loop {
             let next = match tokio::time::timeout_at(deadline, self.ws.next()).await {
                 Err(_) => return Ok(None),
@@ -188,9 +268,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
                 Message::Close(_) => return Err(BrowserError::Closed),
                 _ => continue,
             };
-            // A message that is not JSON is not ours to act on.
-            if let Ok(value) = serde_json::from_str::<Value>(&text) {
-                return Ok(Some(value));
+            if let Ok(head) = serde_json::from_str::<Head>(&text) {
+                return Ok(Some((text, head)));
             }
         }
     }
@@ -199,6 +278,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Cdp<S> {
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;
     }
+}
+
+/// The result of `method` from its answer's text, or the browser's error.
+fn answer_of(method: &str, text: &str) -> Result<Value, BrowserError> {
+    let answer: Answer = serde_json::from_str(text).map_err(|e| BrowserError::Protocol {
+        method: method.to_owned(),
+        message: format!("an answer that is not one: {e}"),
+    })?;
+    if let Some(err) = answer.error {
+        return Err(BrowserError::Protocol {
+            method: method.to_owned(),
+            message: err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("no message")
+                .to_owned(),
+        });
+    }
+    Ok(answer.result.unwrap_or(Value::Null))
 }
 
 #[cfg(test)]
@@ -281,6 +379,79 @@ mod tests {
             began.elapsed() < stretched(QUIET),
             "not held to the ceiling"
         );
+    }
+
+    #[tokio::test]
+    async fn events_kept_while_a_call_waits_are_bounded() {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            let mut ws = tokio_tungstenite::accept_async(server).await.unwrap();
+            let Some(Ok(Message::Text(text))) = ws.next().await else {
+                return;
+            };
+            let cmd: Value = serde_json::from_str(&text).unwrap();
+            // 40 MiB of events before the answer.
+            let padding = "x".repeat(1 << 20);
+            for _ in 0..40 {
+                let event = json!({"method": "Log.entryAdded", "params": {"text": padding}});
+                ws.send(Message::text(event.to_string())).await.unwrap();
+            }
+            let answer = json!({"id": cmd["id"], "result": {}});
+            ws.send(Message::text(answer.to_string())).await.unwrap();
+        });
+        let mut cdp = Cdp::handshake(client, 9222, "/devtools/browser/test")
+            .await
+            .unwrap();
+        cdp.call(None, "Page.enable", json!({}), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(cdp.kept_bytes <= KEPT_EVENT_BYTES, "{}", cdp.kept_bytes);
+        assert!(cdp.events.len() < 40 && !cdp.events.is_empty());
+        let kept: usize = cdp.events.iter().map(|k| k.text.len()).sum();
+        assert_eq!(kept, cdp.kept_bytes);
+        // What is handed out is the newest, parsed.
+        let event = cdp.next_event(Instant::now()).await.unwrap().unwrap();
+        assert_eq!(event.method, "Log.entryAdded");
+        assert_eq!(event.params["text"].as_str().unwrap().len(), 1 << 20);
+    }
+
+    #[tokio::test]
+    async fn many_tiny_events_are_kept_to_a_count() {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            let mut ws = tokio_tungstenite::accept_async(server).await.unwrap();
+            let Some(Ok(Message::Text(text))) = ws.next().await else {
+                return;
+            };
+            let cmd: Value = serde_json::from_str(&text).unwrap();
+            let tiny = json!({"method": "x", "params": [0, 0, 0, 0]}).to_string();
+            for _ in 0..(KEPT_EVENTS + 500) {
+                ws.feed(Message::text(tiny.clone())).await.unwrap();
+            }
+            let answer = json!({"id": cmd["id"], "result": {}});
+            ws.send(Message::text(answer.to_string())).await.unwrap();
+        });
+        let mut cdp = Cdp::handshake(client, 9222, "/devtools/browser/test")
+            .await
+            .unwrap();
+        cdp.call(None, "Page.enable", json!({}), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(cdp.events.len(), KEPT_EVENTS);
+    }
+
+    #[tokio::test]
+    async fn a_call_by_a_deadline_ends_there_though_the_browser_answers() {
+        let mut cdp = browser(|m| (m == "Browser.getVersion").then_some(Duration::ZERO)).await;
+        let began = Instant::now();
+        let by = began + QUIET;
+        let err = cdp
+            .call_by(None, "Page.navigate", json!({}), by)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BrowserError::Timeout { .. }), "{err}");
+        assert!(began.elapsed() >= QUIET);
+        assert!(began.elapsed() < stretched(QUIET), "not stretched");
     }
 
     #[tokio::test]

@@ -25,6 +25,8 @@ const CALL_QUIET: Duration = Duration::from_secs(60);
 /// code is emulated took over 60 s for `Page.enable` alone (CI,
 /// 2026-11-28), and a fixed 60 s failed a user's first `browser_open`.
 const ATTACH_QUIET: Duration = Duration::from_secs(120);
+/// How long stopping a load that ran out of time may take.
+const STOP_BOUND: Duration = Duration::from_secs(10);
 /// How long after an action a navigation may begin and still be waited for.
 const NAVIGATION_GRACE: Duration = Duration::from_millis(1500);
 /// Quiet time that counts as network idle.
@@ -139,13 +141,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
         self.loaded = false;
         self.navigating = true;
         let session = self.session.clone();
+        // Bound by the caller's timeout, not stretched past it.
         let answer = self
             .cdp
-            .call(
+            .call_by(
                 Some(&session),
                 "Page.navigate",
                 json!({"url": url}),
-                timeout,
+                deadline,
             )
             .await;
         let answer = match answer {
@@ -173,11 +176,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
 
     /// Stops the load that ran out of time and says so.
     async fn gave_up(&mut self, url: &str, timeout: Duration) -> Result<(), BrowserError> {
-        let _ = self.call("Page.stopLoading", json!({})).await;
+        self.stop_loading().await;
         Err(BrowserError::Timeout {
             what: format!("loading {url}"),
             secs: timeout.as_secs(),
         })
+    }
+
+    /// Stops a load that ran out of its time, within a short bound of its
+    /// own (the caller's time is up already).
+    async fn stop_loading(&mut self) {
+        let session = self.session.clone();
+        let by = Instant::now() + STOP_BOUND;
+        let _ = self
+            .cdp
+            .call_by(Some(&session), "Page.stopLoading", json!({}), by)
+            .await;
     }
 
     /// Reads events until the main frame's load event; false at `deadline`.
@@ -220,7 +234,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Page<S> {
             }
         }
         if self.navigating && !self.wait_loaded(deadline).await? {
-            let _ = self.call("Page.stopLoading", json!({})).await;
+            self.stop_loading().await;
             return Err(BrowserError::Timeout {
                 what: "the navigation the action started".into(),
                 secs: timeout.as_secs(),

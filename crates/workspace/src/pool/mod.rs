@@ -18,11 +18,12 @@
 //! `ws.pools()` (`service`), its members (`members`), a start's claim
 //! (`claim`) and the filling (`fill`). They reach the collection, which
 //! sits above (its start claims, its budget gives members back), through
-//! the [`host::PoolHost`] trait it implements.
+//! the `PoolHost` trait it implements (`host`, the crate's own: the
+//! calls behind it check no access, so no front end reaches them).
 
 mod claim;
 mod fill;
-pub mod host;
+pub(crate) mod host;
 mod members;
 pub mod service;
 
