@@ -381,8 +381,9 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn events_kept_while_a_call_waits_are_bounded() {
+    /// A connection whose first call got its answer after `count` copies
+    /// of `event`.
+    async fn flooded(event: Value, count: usize) -> Cdp<DuplexStream> {
         let (client, server) = tokio::io::duplex(1 << 20);
         tokio::spawn(async move {
             let mut ws = tokio_tungstenite::accept_async(server).await.unwrap();
@@ -390,11 +391,9 @@ mod tests {
                 return;
             };
             let cmd: Value = serde_json::from_str(&text).unwrap();
-            // 40 MiB of events before the answer.
-            let padding = "x".repeat(1 << 20);
-            for _ in 0..40 {
-                let event = json!({"method": "Log.entryAdded", "params": {"text": padding}});
-                ws.send(Message::text(event.to_string())).await.unwrap();
+            let event = event.to_string();
+            for _ in 0..count {
+                ws.feed(Message::text(event.clone())).await.unwrap();
             }
             let answer = json!({"id": cmd["id"], "result": {}});
             ws.send(Message::text(answer.to_string())).await.unwrap();
@@ -405,6 +404,15 @@ mod tests {
         cdp.call(None, "Page.enable", json!({}), Duration::from_secs(30))
             .await
             .unwrap();
+        cdp
+    }
+
+    #[tokio::test]
+    async fn events_kept_while_a_call_waits_are_bounded() {
+        // 40 MiB of events before the answer.
+        let padding = "x".repeat(1 << 20);
+        let event = json!({"method": "Log.entryAdded", "params": {"text": padding}});
+        let mut cdp = flooded(event, 40).await;
         assert!(cdp.kept_bytes <= KEPT_EVENT_BYTES, "{}", cdp.kept_bytes);
         assert!(cdp.events.len() < 40 && !cdp.events.is_empty());
         let kept: usize = cdp.events.iter().map(|k| k.text.len()).sum();
@@ -417,26 +425,8 @@ mod tests {
 
     #[tokio::test]
     async fn many_tiny_events_are_kept_to_a_count() {
-        let (client, server) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            let mut ws = tokio_tungstenite::accept_async(server).await.unwrap();
-            let Some(Ok(Message::Text(text))) = ws.next().await else {
-                return;
-            };
-            let cmd: Value = serde_json::from_str(&text).unwrap();
-            let tiny = json!({"method": "x", "params": [0, 0, 0, 0]}).to_string();
-            for _ in 0..(KEPT_EVENTS + 500) {
-                ws.feed(Message::text(tiny.clone())).await.unwrap();
-            }
-            let answer = json!({"id": cmd["id"], "result": {}});
-            ws.send(Message::text(answer.to_string())).await.unwrap();
-        });
-        let mut cdp = Cdp::handshake(client, 9222, "/devtools/browser/test")
-            .await
-            .unwrap();
-        cdp.call(None, "Page.enable", json!({}), Duration::from_secs(30))
-            .await
-            .unwrap();
+        let tiny = json!({"method": "x", "params": [0, 0, 0, 0]});
+        let cdp = flooded(tiny, KEPT_EVENTS + 500).await;
         assert_eq!(cdp.events.len(), KEPT_EVENTS);
     }
 
