@@ -10,8 +10,6 @@ use workspace::store::spec::{Owner, WorkspaceSpec};
 
 use std::time::Duration;
 
-use workspace::store::spec::defaults;
-
 use super::{has_session, vcpus};
 use crate::output::{Out, ToolResult};
 use crate::progress::Progress;
@@ -84,20 +82,9 @@ impl MicroagentServer {
             .server
             .clone()
             .filter(|s| s != workspace::servers::LOCAL_SERVER);
-        // A server pulls what it needs itself and sizes by its own image.
-        let (image, sized) = match &remote {
-            Some(_) => (
-                p.image
-                    .clone()
-                    .unwrap_or_else(|| defaults::IMAGE.to_owned()),
-                Default::default(),
-            ),
-            None => {
-                let image = self.image_for(p.image.as_deref(), None, &ctx).await?;
-                let sized = self.ws.image_defaults(&image);
-                (image, sized)
-            }
-        };
+        let (image, sized) = self
+            .image_and_sizes(p.image.as_deref(), None, remote.is_some(), &ctx)
+            .await?;
         let suffix = workspace::host::settings::unique_id();
         let short: String = p.name.chars().take(40).collect();
         let name = format!(

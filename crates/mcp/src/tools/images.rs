@@ -35,6 +35,8 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+use workspace::images::oci::config::ImageDefaults;
+
 impl MicroagentServer {
     /// The registered image a new workspace of `image` (default
     /// `minimal`) boots: an OCI reference is pulled first as `pull` says
@@ -57,6 +59,26 @@ impl MicroagentServer {
         .await
         .map_err(workspace::Error::from)?;
         Ok(name)
+    }
+
+    /// The image a new workspace gets and the sizes it gives those not
+    /// asked for: here, [`Self::image_for`] and its registered defaults;
+    /// on a server (`remote`), the name as given and no sizes, since the
+    /// server pulls the image and sizes by it itself.
+    pub(crate) async fn image_and_sizes(
+        &self,
+        image: Option<&str>,
+        pull: Option<PullPolicy>,
+        remote: bool,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(String, ImageDefaults), crate::error::ToolError> {
+        if remote {
+            let image = image.unwrap_or(workspace::store::spec::defaults::IMAGE);
+            return Ok((image.to_owned(), ImageDefaults::default()));
+        }
+        let image = self.image_for(image, pull, ctx).await?;
+        let sized = self.ws.image_defaults(&image);
+        Ok((image, sized))
     }
 }
 

@@ -175,17 +175,10 @@ impl MicroagentServer {
             }
         };
         let remote = server.filter(|s| s != workspace::servers::LOCAL_SERVER);
-        // A remote server pulls what it needs itself.
-        let image = match (&remote, p.image.clone()) {
-            (Some(_), Some(image)) => image,
-            (Some(_), None) => defaults::IMAGE.to_owned(),
-            (None, _) => self.image_for(p.image.as_deref(), p.pull, &ctx).await?,
-        };
         // Sizes not given are the image's (a remote server's are its own).
-        let sized = match remote {
-            Some(_) => Default::default(),
-            None => self.ws.image_defaults(&image),
-        };
+        let (image, sized) = self
+            .image_and_sizes(p.image.as_deref(), p.pull, remote.is_some(), &ctx)
+            .await?;
         let given = workspace::servers::GivenSizes {
             vcpus: p.vcpus.is_some(),
             mem: p.mem_mib.is_some(),

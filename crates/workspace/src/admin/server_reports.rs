@@ -46,28 +46,29 @@ impl ServerPool<'_> {
         if name == LOCAL_SERVER {
             return self.local_server_report(usage).await;
         }
-        let spec = self.all.servers().get(name)?;
-        if usage {
-            let report = self.remote_server_report(&spec, true).await?;
-            // A server from before `--usage` refuses it: asked again without.
-            if report.server.status != Availability::Offline {
-                return Ok(report);
-            }
-        }
-        self.remote_server_report(&spec, false).await
+        self.remote_server_report(&self.all.servers().get(name)?, usage)
+            .await
     }
 
     /// `spec`'s own report, asked of it.
     async fn remote_server_report(&self, spec: &ServerSpec, usage: bool) -> Result<ServerReport> {
-        let registry = self.all.servers();
-        let mut args = ["server", "status", LOCAL_SERVER]
-            .map(String::from)
-            .to_vec();
-        if usage {
-            args.push("--usage".into());
+        let registry = &self.all.servers();
+        let probe = |usage: bool| {
+            let mut args = ["server", "status", LOCAL_SERVER]
+                .map(String::from)
+                .to_vec();
+            if usage {
+                args.push("--usage".into());
+            }
+            async move { servers::run_remote_json(registry, spec, &args, servers::PROBE_DEADLINE).await }
+        };
+        let mut probed = probe(usage).await;
+        // A server from before `--usage` refuses it (its microagent
+        // answers with an error): asked again without. One that cannot be
+        // reached is not asked twice.
+        if usage && matches!(probed, Err(ServerError::Remote { .. })) {
+            probed = probe(false).await;
         }
-        let probed =
-            servers::run_remote_json(&registry, spec, &args, servers::PROBE_DEADLINE).await;
         Ok(match probed {
             Ok(value) => match serde_json::from_value::<ServerReport>(value) {
                 Ok(report) => self.figures_it_may_see(spec, servers::remote_status(spec, report)),

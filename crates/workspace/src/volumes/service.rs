@@ -105,16 +105,13 @@ impl Volumes<'_> {
     /// Writes volume `name`'s files to the new tar file `to`, unless a
     /// running workspace may be writing it.
     pub fn export(&self, name: &str, to: &Path) -> Result<VolumeExport> {
+        // Its holders as `inspect` just listed them.
         let info = self.inspect(name)?;
         let name = info.name.as_str();
-        if let Some(h) = self
-            .holders(name)?
-            .into_iter()
-            .find(|h| h.active && !h.read_only)
-        {
+        if let Some(h) = info.holders.iter().find(|h| h.active && !h.read_only) {
             return Err(Error::VolumeHeld {
                 volume: name.to_owned(),
-                holder: h.workspace,
+                holder: h.workspace.clone(),
                 mode: "read-write",
             });
         }
