@@ -71,7 +71,7 @@ pub async fn cp(
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let copied = ws.copy(&plan).await?;
+    let copied = plan.carry_out(ws).await?;
     if json {
         output::json(&serde_json::json!({
             "from": src, "to": dst, "direction": direction, "bytes": copied.count,

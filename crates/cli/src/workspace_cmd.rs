@@ -364,7 +364,7 @@ pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode
 
 /// `metrics [NAME]`: one workspace's figures, or every workspace's.
 pub async fn metrics(ws: &Workspaces, name: Option<&str>, json: bool) -> Result<ExitCode, Error> {
-    let all = ws.metrics(name).await?;
+    let all = ws.metrics().figures(name).await?;
     if json {
         match name {
             Some(_) => output::json(&all.first()),

@@ -344,7 +344,8 @@ impl Service {
         let all = self.all()?;
         let what = format!("read the metrics of workspace {}", container.workspace);
         let metrics = all
-            .metrics(Some(&container.workspace))
+            .metrics()
+            .figures(Some(&container.workspace))
             .await
             .map_err(ShimError::workspace(what.clone()))?;
         let m = metrics

@@ -63,9 +63,7 @@ struct LibraryDoc;
 mod schema_tests;
 
 /// Setting this host up (`ws.host_setup()`).
-pub use admin::host_setup::HostSetup;
 /// The pool of servers as a view reaches it (`ws.server_pool()`).
-pub use admin::server_reports::ServerPool;
 pub use base::code::ErrorCode;
 pub use base::error_chain::error_chain;
 pub use base::remedy::Remedy;
@@ -81,14 +79,10 @@ pub use guest::processes::ProcessInfo;
 /// The input an exec takes (a stream, bytes, a terminal), so a program
 /// needs no other crate to give it.
 pub use guest::stream::ExecInput;
-pub use images::service::Images;
-pub use kernels::install::Kernels;
 pub use pool::Pools;
-pub use snapshots::{SnapshotInfo, Snapshots};
-pub use tasks::service::Tasks;
+pub use snapshots::SnapshotInfo;
 /// The guest kernel variant (standard, or compat for emulating hosts).
 pub use vmm_core::KernelVariant;
-pub use volumes::service::Volumes;
 pub use workspaces::builder::WorkspacesBuilder;
 pub use workspaces::contract::{
     contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE,
@@ -98,3 +92,6 @@ pub use workspaces::lifecycle::{StartProgress, DEFAULT_START_TIMEOUT, DEFAULT_ST
 pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
 pub use workspaces::placement::PlacementReservation;
+pub use workspaces::services::{
+    HostSetup, Images, Kernels, Metrics, ServerPool, Snapshots, Tasks, Volumes,
+};

@@ -196,7 +196,7 @@ impl MicroagentServer {
                 progress,
             )
             .await;
-        self.ws.remove_code_script(&script).await;
+        script.remove(&self.ws).await;
         self.bring_outputs(name, &p.outputs, ran?, &ctx.ct).await
     }
 
@@ -221,7 +221,7 @@ impl MicroagentServer {
         let volumes = crate::schema::volumes::mounts(&p.volumes);
         let spec = self
             .blocking(move |ws| {
-                let mut spec = ws.code_workspace_spec(language, vcpus, mem_mib)?;
+                let mut spec = language.workspace_spec(ws, vcpus, mem_mib)?;
                 spec.egress = egress;
                 spec.allow = allow;
                 spec.volumes = volumes;

@@ -310,7 +310,7 @@ impl MicroagentServer {
         let copied = if p.preview {
             None
         } else {
-            Some(self.ws.copy(&plan).await?)
+            Some(plan.carry_out(&self.ws).await?)
         };
         Ok(Out(copy_result(plan, copied)))
     }
@@ -343,7 +343,7 @@ impl MicroagentServer {
         let copied = if p.preview {
             None
         } else {
-            Some(self.ws.copy(&plan).await?)
+            Some(plan.carry_out(&self.ws).await?)
         };
         Ok(Out(copy_result(plan, copied)))
     }

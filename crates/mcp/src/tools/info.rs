@@ -193,7 +193,8 @@ impl MicroagentServer {
             }
             _ => {
                 crate::tools::seen_from(&self.ws, p.namespace.as_deref())?
-                    .metrics(p.name.as_deref())
+                    .metrics()
+                    .figures(p.name.as_deref())
                     .await?
             }
         };

@@ -15,24 +15,9 @@ use crate::host::setup::Setup;
 use crate::images::build::{debian, minimal, ImageBuildError};
 use crate::kernels::{source_plan, SourceHost};
 use crate::network::passt_build;
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::services::HostSetup;
 use base::host::plan::{Plan, Preview, ProgressFn};
 use base::host::settings::now_ms;
-
-/// Setting this host up (`ws.host_setup()`): the whole setup plan and the
-/// kernel install, each shown before it is applied; what a workspace
-/// needs from the host and cannot bring itself.
-#[derive(Clone, Copy, Debug)]
-pub struct HostSetup<'a> {
-    pub(crate) all: &'a Workspaces,
-}
-
-impl Workspaces {
-    /// Setting this host up.
-    pub fn host_setup(&self) -> HostSetup<'_> {
-        HostSetup { all: self }
-    }
-}
 
 /// What the `debian` image has beyond minbase (as `cargo xtask rootfs
 /// debian` builds it).

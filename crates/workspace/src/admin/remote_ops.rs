@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use crate::admin::server_reports::ServerPool;
 use crate::error::Error;
 use crate::guest::copy::CopyInto;
 use crate::guest::exec_control::ExecEnd;
@@ -21,6 +20,7 @@ use crate::servers::{
     run_remote_json, CallFrame, CallStreams, CopyFrames, FollowingInput, GivenSizes, InputFrame,
     InputFrames, RemoteCall, ServerError, WorkspaceCall, LOCAL_SERVER,
 };
+use crate::workspaces::services::ServerPool;
 use base::store::spec::{DeleteOptions, Meta, WorkspaceSpec};
 
 /// How long a remote `metrics` may take (it samples CPU for a second).
@@ -196,7 +196,7 @@ impl ServerPool<'_> {
                 dev.unpublish_port(host_ip, host_port)?,
             )),
             C::Metrics {} => {
-                let mut one = self.all.metrics(Some(dev.name())).await?;
+                let mut one = self.all.metrics().figures(Some(dev.name())).await?;
                 json(serde_json::to_value(one.pop()))
             }
             C::Exec {

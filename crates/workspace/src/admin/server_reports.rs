@@ -11,24 +11,9 @@ use crate::servers::{
     self, Availability, Health, Resources, ServerError, ServerReport, ServerSpec, ServerStatus,
     WorkspaceFigures, WorkspaceUsage, LOCAL_SERVER, VERSION,
 };
-use crate::workspaces::manager::{ListFilter, Workspaces};
+use crate::workspaces::manager::ListFilter;
+use crate::workspaces::services::ServerPool;
 use base::store::state::State;
-
-/// The pool of servers this host reaches (`ws.server_pool()`): each one's
-/// report, where a new workspace goes, and workspaces made, run and
-/// measured there ([`ServerPool::create_on_server`] and the rest, in
-/// `remote_ops`); the servers themselves are `ws.servers()`.
-#[derive(Clone, Copy, Debug)]
-pub struct ServerPool<'a> {
-    pub(crate) all: &'a Workspaces,
-}
-
-impl Workspaces {
-    /// The pool of servers as this view reaches it.
-    pub fn server_pool(&self) -> ServerPool<'_> {
-        ServerPool { all: self }
-    }
-}
 
 /// How long CPU use is sampled.
 const CPU_SAMPLE: Duration = Duration::from_millis(250);
@@ -194,7 +179,7 @@ impl ServerPool<'_> {
             // A workspace that went meanwhile, or an agent that does not
             // answer (in time: a guest may never), leaves its figures out;
             // never the report.
-            let sampled = tokio::time::timeout(USAGE_BOUND, self.all.metrics(None)).await;
+            let sampled = tokio::time::timeout(USAGE_BOUND, self.all.metrics().figures(None)).await;
             for m in sampled.ok().and_then(|m| m.ok()).unwrap_or_default() {
                 let f = WorkspaceFigures {
                     cpu_percent: m.cpu_percent,

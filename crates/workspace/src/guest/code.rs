@@ -110,14 +110,14 @@ fn housekeeping(argv: &[&str]) -> ExecRequest {
         .output_cap(HOUSEKEEPING_OUTPUT)
 }
 
-impl Workspaces {
-    /// The spec of a one-shot workspace that runs code in `language`: the
-    /// [`CODE_IMAGE`] (which must be on this host, else
+impl Language {
+    /// The spec of a one-shot workspace of `all` that runs code in this
+    /// language: the [`CODE_IMAGE`] (which must be on this host, else
     /// [`Error::CodeImageMissing`]), `vcpus`, and `mem_mib` or
     /// [`CODE_MEM_MIB`]; checked as a create would check it.
-    pub fn code_workspace_spec(
-        &self,
-        language: Language,
+    pub fn workspace_spec(
+        self,
+        all: &Workspaces,
         vcpus: u8,
         mem_mib: Option<u64>,
     ) -> Result<WorkspaceSpec> {
@@ -128,11 +128,11 @@ impl Workspaces {
             ..WorkspaceSpec::default()
         };
         spec.validate()?;
-        match self.image_registry().get(CODE_IMAGE) {
+        match all.image_registry().get(CODE_IMAGE) {
             Ok(_) => Ok(spec),
             Err(ImageError::NotFound(_)) => Err(Error::CodeImageMissing {
                 image: CODE_IMAGE,
-                interpreter: language.interpreter(),
+                interpreter: self.interpreter(),
             }),
             Err(e) => Err(e.into()),
         }
@@ -143,7 +143,7 @@ impl Workspace<'_> {
     /// Writes `code` to a private script in this running workspace
     /// once its image is found to have `language`'s interpreter (else
     /// [`Error::InterpreterMissing`]). Run it with [`CodeScript::request`],
-    /// then [`Workspaces::remove_code_script`].
+    /// then [`CodeScript::remove`].
     pub async fn write_code_script(self, language: Language, code: &str) -> Result<CodeScript> {
         let name = self.name.as_str();
         let interpreter = language.interpreter();
@@ -185,13 +185,13 @@ impl Workspace<'_> {
     }
 }
 
-impl Workspaces {
-    /// Removes `script`, best effort: the workspace may be gone or
-    /// stopping.
-    pub async fn remove_code_script(&self, script: &CodeScript) {
-        let rm = housekeeping(&["rm", "-f", &script.path]);
-        let _ = self
-            .at(&script.workspace)
+impl CodeScript {
+    /// Removes it from its workspace in `all`, best effort: the workspace
+    /// may be gone or stopping.
+    pub async fn remove(&self, all: &Workspaces) {
+        let rm = housekeeping(&["rm", "-f", &self.path]);
+        let _ = all
+            .at(&self.workspace)
             .exec_collect(rm, ExecInput::None)
             .await;
     }

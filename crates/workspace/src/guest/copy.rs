@@ -71,7 +71,7 @@ impl CopyKind {
     }
 }
 
-/// A copy, checked and described; [`Workspaces::copy`] carries it out.
+/// A copy, checked and described; [`CopyPlan::carry_out`] carries it out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CopyPlan {
@@ -96,7 +96,7 @@ pub struct CopyPlan {
 }
 
 impl CopyPlan {
-    /// What the count [`Workspaces::copy`] returns is in: entries for a
+    /// What the count [`CopyPlan::carry_out`] returns is in: entries for a
     /// directory copied in, bytes otherwise (a directory copied out counts
     /// its archive's bytes).
     pub fn unit(&self) -> &'static str {
@@ -358,12 +358,13 @@ pub struct CopySent {
     pub mode: u32,
 }
 
-impl Workspaces {
-    /// Carries out `plan`: the count [`CopyPlan::unit`] names, and what
-    /// was left out.
-    pub async fn copy(&self, plan: &CopyPlan) -> Result<Copied> {
+impl CopyPlan {
+    /// Carries it out on the workspaces `all` sees: the count
+    /// [`CopyPlan::unit`] names, and what was left out.
+    pub async fn carry_out(&self, all: &Workspaces) -> Result<Copied> {
+        let plan = self;
         // Access is checked again: a plan is the caller's to change.
-        let ws = self.workspace(&plan.workspace)?;
+        let ws = all.workspace(&plan.workspace)?;
         match (plan.direction, &plan.guest_stat) {
             (CopyDirection::In, _) => ws
                 .files()
@@ -477,7 +478,7 @@ impl WorkspaceFiles<'_> {
         R: tokio::io::AsyncRead + Unpin + ?Sized,
     {
         check_guest_path(into.guest_path)?;
-        let agent = self.ws.all.agent(self.ws.name.as_str()).await?;
+        let agent = self.ws.agent().await?;
         match into.dir {
             true => agent
                 .tar_in_with(into.guest_path, into.owners, reader)
@@ -566,7 +567,7 @@ impl WorkspaceFiles<'_> {
         W: tokio::io::AsyncWrite + Unpin,
     {
         check_guest_path(guest_path)?;
-        let agent = self.ws.all.agent(self.ws.name.as_str()).await?;
+        let agent = self.ws.agent().await?;
         let got = match dir {
             true => agent
                 .tar_out_to(guest_path, out)

@@ -10,7 +10,7 @@ use crate::guest::exec::{ExecRequest, Exited, EXEC_DEADLINE_GRACE};
 use crate::guest::stream::{ExecEvent, ExecInput, PtySize, TerminalInput};
 use crate::servers::{CallFrame, InputFrame, RunStreams, WorkspaceCall};
 use crate::workspaces::handle::Workspace;
-use crate::workspaces::manager::Workspaces;
+
 use base::store::events::EventKind;
 
 /// How [`Workspace::exec_cancellable`] ended.
@@ -189,7 +189,7 @@ impl Workspace<'_> {
         tokio::select! {
             done = &mut exec => done.map(ExecEnd::Exited),
             () = cancel => {
-                let killed = all.kill_exec(name, &id).await;
+                let killed = self.kill_exec(&id).await;
                 if killed {
                     if let Ok(ws) = all.dir(name) {
                         let _ = ws.events().append(EventKind::ExecFinished {
@@ -212,8 +212,7 @@ impl Workspace<'_> {
             let _: serde_json::Value = remote.call(call).await?;
             return Ok(());
         }
-        let (all, name) = (self.all, self.name.as_str());
-        all.agent(name)
+        self.agent()
             .await?
             .signal(exec_id, signal)
             .await
@@ -221,15 +220,15 @@ impl Workspace<'_> {
     }
 }
 
-impl Workspaces {
+impl Workspace<'_> {
     /// Sends SIGKILL to exec `id`'s process group; true when the agent
     /// confirmed it. An exec the agent does not know yet may be starting:
     /// it is retried for about 2 s, and the whole kill (a server's
     /// included) takes at most [`KILL_BUDGET`].
-    async fn kill_exec(&self, name: &str, id: &str) -> bool {
+    async fn kill_exec(self, id: &str) -> bool {
         let tries = async {
             for _ in 0..20 {
-                match self.at(name).signal_exec(id, libc::SIGKILL).await {
+                match self.signal_exec(id, libc::SIGKILL).await {
                     Ok(()) => return true,
                     Err(e) if e.code() == base::code::ErrorCode::NotFound => {
                         tokio::time::sleep(Duration::from_millis(100)).await

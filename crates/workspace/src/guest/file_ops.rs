@@ -134,8 +134,8 @@ impl WorkspaceFiles<'_> {
                 })
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
-        all.agent(name)
+        self.ws
+            .agent()
             .await?
             .mkdir(path)
             .await
@@ -165,8 +165,8 @@ impl WorkspaceFiles<'_> {
             }
         }
         if !preview {
-            let (all, name) = (self.ws.all, self.ws.name.as_str());
-            all.agent(name)
+            self.ws
+                .agent()
                 .await?
                 .remove(path, recursive)
                 .await
@@ -189,8 +189,8 @@ impl WorkspaceFiles<'_> {
                 })
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
-        all.agent(name)
+        self.ws
+            .agent()
             .await?
             .rename(from, to)
             .await
@@ -327,7 +327,6 @@ impl WorkspaceFiles<'_> {
             require_literal_separator: !pattern.contains("**"),
             require_literal_leading_dot: false,
         };
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let mut found = Found {
             paths: Vec::new(),
             truncated: false,
@@ -336,8 +335,9 @@ impl WorkspaceFiles<'_> {
         // (absolute directory, path relative to `dir`, depth)
         let mut pending = vec![(dir.to_owned(), String::new(), 0usize)];
         while let Some((abs, rel, depth)) = pending.pop() {
-            let (entries, cut) = all
-                .agent(name)
+            let (entries, cut) = self
+                .ws
+                .agent()
                 .await?
                 .list_dir(&abs)
                 .await

@@ -11,7 +11,7 @@ use tokio::net::UnixStream;
 use crate::error::{Error, Result};
 use crate::guest::exec::MAX_COLLECTED_BYTES;
 use crate::workspaces::handle::Workspace;
-use crate::workspaces::manager::Workspaces;
+
 use base::store::console_log;
 use base::store::events::Event;
 
@@ -135,9 +135,10 @@ pub struct ConsoleChunk {
     pub next_offset: u64,
 }
 
-impl Workspaces {
-    pub(crate) async fn agent(&self, name: &str) -> Result<GuestAgentClient<UnixStream>> {
-        let (ws, _) = self.running(name)?;
+impl Workspace<'_> {
+    /// A connection to its guest's agent; NOT_RUNNING unless it runs.
+    pub(crate) async fn agent(self) -> Result<GuestAgentClient<UnixStream>> {
+        let (ws, _) = self.all.running(self.name.as_str())?;
         crate::guest::connect_agent(&ws)
             .await
             .map_err(Error::agent("connect"))
@@ -186,10 +187,10 @@ impl WorkspaceFiles<'_> {
             crate::servers::check_answer_bytes(server, "read_file", got, asked)?;
             return Ok(read);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let mut data = Vec::new();
-        let header = all
-            .agent(name)
+        let header = self
+            .ws
+            .agent()
             .await?
             .read_file_to(path, offset, length, &mut data)
             .await
@@ -212,14 +213,14 @@ impl WorkspaceFiles<'_> {
                 })
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let WriteOptions { append, perm } = options;
         let mode = if append {
             WriteMode::Append
         } else {
             WriteMode::Truncate
         };
-        all.agent(name)
+        self.ws
+            .agent()
             .await?
             .write_file(path, mode, perm, data)
             .await
@@ -235,9 +236,9 @@ impl WorkspaceFiles<'_> {
                 })
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
-        let (entries, truncated) = all
-            .agent(name)
+        let (entries, truncated) = self
+            .ws
+            .agent()
             .await?
             .list_dir(path)
             .await
@@ -257,8 +258,8 @@ impl WorkspaceFiles<'_> {
                 })
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
-        all.agent(name)
+        self.ws
+            .agent()
             .await?
             .stat(path)
             .await

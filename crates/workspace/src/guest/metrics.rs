@@ -9,7 +9,8 @@ use guest_agent::protocol::{CpuTicks, SystemInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::workspaces::manager::{ListFilter, Workspaces};
+use crate::workspaces::manager::ListFilter;
+use crate::workspaces::services::Metrics;
 use base::store::spec::Meta;
 use base::store::state::State;
 
@@ -120,28 +121,28 @@ pub(crate) fn vm_rss_bytes(status: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-impl Workspaces {
+impl Metrics<'_> {
     /// Figures for workspace `name`, or for every workspace when None. All
     /// running workspaces are sampled over the same [`CPU_SAMPLE`]. For one
     /// named workspace an agent that does not answer is an error; in the
     /// list of all, that workspace's guest figures are null.
-    pub async fn metrics(&self, name: Option<&str>) -> Result<Vec<WorkspaceMetrics>> {
+    pub async fn figures(self, name: Option<&str>) -> Result<Vec<WorkspaceMetrics>> {
         // One on a server is measured there.
-        if let Some(remote) = name.map(|n| self.at(n).remote()).transpose()?.flatten() {
+        if let Some(remote) = name.map(|n| self.all.at(n).remote()).transpose()?.flatten() {
             let one = remote
                 .call(crate::servers::WorkspaceCall::Metrics {})
                 .await?;
             return Ok(vec![one]);
         }
         let metas = match name {
-            Some(name) => vec![self.at(name).get_here()?],
-            None => self.list(&ListFilter::default())?,
+            Some(name) => vec![self.all.at(name).get_here()?],
+            None => self.all.list(&ListFilter::default())?,
         };
         let mut all = Vec::with_capacity(metas.len());
         for meta in &metas {
-            let mut m = self.host_metrics(meta)?;
+            let mut m = self.host_figures(meta)?;
             if meta.state == State::Running && meta.runtime.is_some() {
-                let control = self.dir(&meta.name)?.control();
+                let control = self.all.dir(&meta.name)?.control();
                 m.balloon = tokio::task::spawn_blocking(move || balloon_of(control))
                     .await
                     .ok()
@@ -151,14 +152,14 @@ impl Workspaces {
         }
         let mut first = Vec::with_capacity(metas.len());
         for meta in &metas {
-            first.push(self.sample(meta, name.is_some()).await?);
+            first.push(self.guest_info(meta, name.is_some()).await?);
         }
         if first.iter().any(Option::is_some) {
             tokio::time::sleep(CPU_SAMPLE).await;
         }
         for ((meta, m), before) in metas.iter().zip(&mut all).zip(first) {
             let Some(before) = before else { continue };
-            let Some(after) = self.sample(meta, name.is_some()).await? else {
+            let Some(after) = self.guest_info(meta, name.is_some()).await? else {
                 continue;
             };
             m.add_guest(&before, &after);
@@ -167,8 +168,8 @@ impl Workspaces {
     }
 
     /// The figures the host knows.
-    fn host_metrics(&self, meta: &Meta) -> Result<WorkspaceMetrics> {
-        let ws = self.dir(&meta.name)?;
+    fn host_figures(self, meta: &Meta) -> Result<WorkspaceMetrics> {
+        let ws = self.all.dir(&meta.name)?;
         let disk = std::fs::metadata(ws.disk()).map_err(Error::host_io(format!(
             "reading the size of {}",
             ws.disk().display()
@@ -199,11 +200,11 @@ impl Workspaces {
 
     /// The agent's `info` of a running workspace (None when it is not
     /// running, or when it fails and `strict` is false).
-    async fn sample(&self, meta: &Meta, strict: bool) -> Result<Option<SystemInfo>> {
+    async fn guest_info(self, meta: &Meta, strict: bool) -> Result<Option<SystemInfo>> {
         if meta.state != State::Running {
             return Ok(None);
         }
-        let info = match self.agent(&meta.name).await {
+        let info = match self.all.at(&meta.name).agent().await {
             Ok(client) => client.info().await.map_err(Error::agent("info")),
             Err(e) => Err(e),
         };

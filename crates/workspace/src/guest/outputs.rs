@@ -243,8 +243,7 @@ impl Workspace<'_> {
         let budget = crate::guest::copy::file_budget(size, self.all.limits());
         let mut writer = Budgeted::new(SparseSink(SparseWriter::new(file, room)), budget);
         let got = self
-            .all
-            .agent(self.name.as_str())
+            .agent()
             .await?
             .read_file_to(path, None, None, &mut writer)
             .await;

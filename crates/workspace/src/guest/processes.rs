@@ -267,9 +267,9 @@ impl WorkspaceProcesses<'_> {
                 .call(crate::servers::WorkspaceCall::ProcessList {})
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
-        let list = all
-            .agent(name)
+        let list = self
+            .ws
+            .agent()
             .await?
             .process_list()
             .await
@@ -312,8 +312,9 @@ impl WorkspaceProcesses<'_> {
         let deadline = std::time::Instant::now() + wait.min(AGENT_MAX_WAIT);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let read = all
-                .agent(name)
+            let read = self
+                .ws
+                .agent()
                 .await?
                 .process_output(id, cursors, max_bytes, left)
                 .await
@@ -354,7 +355,6 @@ impl WorkspaceProcesses<'_> {
                 })
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let mut written = 0;
         let mut parts = data.chunks(wire::MAX_PROCESS_STDIN).peekable();
         if parts.peek().is_none() && !close {
@@ -363,8 +363,9 @@ impl WorkspaceProcesses<'_> {
         loop {
             let part = parts.next().unwrap_or_default();
             let last = parts.peek().is_none();
-            written += all
-                .agent(name)
+            written += self
+                .ws
+                .agent()
                 .await?
                 .process_stdin(id, part, close && last)
                 .await
@@ -386,8 +387,8 @@ impl WorkspaceProcesses<'_> {
                 })
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
-        all.agent(name)
+        self.ws
+            .agent()
             .await?
             .process_signal(id, signal_spec(signal))
             .await
@@ -405,12 +406,12 @@ impl WorkspaceProcesses<'_> {
                 })
                 .await?);
         }
-        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let mut left = timeout;
         loop {
             let part = left.min(AGENT_MAX_WAIT);
-            let info: ProcessInfo = all
-                .agent(name)
+            let info: ProcessInfo = self
+                .ws
+                .agent()
                 .await?
                 .process_wait(id, part)
                 .await
@@ -431,7 +432,8 @@ impl WorkspaceProcesses<'_> {
                 .await?);
         }
         let (all, name) = (self.ws.all, self.ws.name.as_str());
-        all.agent(name)
+        self.ws
+            .agent()
             .await?
             .process_remove(id)
             .await

@@ -5,22 +5,9 @@
 //! the registry alone.
 
 use crate::error::Result;
-use crate::workspaces::manager::{ListFilter, Workspaces};
+use crate::workspaces::manager::ListFilter;
+use crate::workspaces::services::Images;
 use base::images::registry::ImageInfo;
-
-/// The images of a collection: `ws.images()`.
-#[derive(Clone, Copy, Debug)]
-pub struct Images<'a> {
-    pub(crate) all: &'a Workspaces,
-}
-
-impl Workspaces {
-    /// The images here, as a service: who uses one, deleting, search,
-    /// builds.
-    pub fn images(&self) -> Images<'_> {
-        Images { all: self }
-    }
-}
 
 impl Images<'_> {
     /// Workspaces that use image `name`.

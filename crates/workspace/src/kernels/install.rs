@@ -14,23 +14,10 @@ use crate::kernels::{
     file_dir, file_plan, source_plan, KernelInstall, KernelInstallError, KernelSource, SourceHost,
     CHECK_BOOT_TIMEOUT, CHECK_IMAGE,
 };
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::services::Kernels;
 use base::host::plan::Preview;
 use base::host::plan::ProgressFn;
 use base::host::settings::{now_ms, unique_id};
-
-/// The guest kernels of this host as a view reaches them: `ws.kernels()`.
-#[derive(Clone, Copy, Debug)]
-pub struct Kernels<'a> {
-    pub(crate) all: &'a Workspaces,
-}
-
-impl Workspaces {
-    /// The guest kernels: the variant this host needs, and installs.
-    pub fn kernels(&self) -> Kernels<'_> {
-        Kernels { all: self }
-    }
-}
 
 impl Kernels<'_> {
     /// The kernel variant this host needs, by a short KVM probe (the

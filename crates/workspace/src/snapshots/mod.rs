@@ -7,7 +7,6 @@
 
 mod ops;
 mod pool_host;
-mod service;
 pub(crate) mod warm;
 
 use std::path::Path;
@@ -23,7 +22,6 @@ use base::store::workspace_dir::WorkspaceDir;
 pub(crate) use base::vmm::seal::WORKSPACE_DISK;
 use base::volumes::VolumeStore;
 
-pub use service::Snapshots;
 /// A disk copy in progress, in the workspace's directory.
 const DISK_COPY_TMP: &str = ".disk.copy.tmp";
 

@@ -7,7 +7,6 @@ use vmm_core::disk_copy::copy_disk;
 use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
-use crate::snapshots::service::Snapshots;
 use crate::snapshots::suffixed_name;
 use crate::snapshots::{
     allocated_bytes, copy_snapshot_disk, copy_snapshot_volumes, volume_disk_index, SnapshotInfo,
@@ -15,7 +14,8 @@ use crate::snapshots::{
 };
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::StartProgress;
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::services::Snapshots;
+
 use base::host::settings::now_ms;
 use base::store::events::EventKind;
 use base::store::name::validate_full_name;
@@ -34,14 +34,14 @@ const FORK_ORIGIN: &str = "origin";
 /// How long the VMM may take to write a snapshot.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
 
-impl Workspaces {
-    fn snapshots_dir(&self) -> PathBuf {
-        self.state_dir().root().join(SNAPSHOTS_DIR)
+impl Snapshots<'_> {
+    fn snapshots_dir(self) -> PathBuf {
+        self.all.state_dir().root().join(SNAPSHOTS_DIR)
     }
 
     /// Removes the `.NAME.PID.tmp` and `.NAME.PID.rm` directories of takes
     /// and deletes whose process was killed half-way.
-    fn sweep_abandoned_snapshots(&self) {
+    fn sweep_abandoned_snapshots(self) {
         let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
             return;
         };
@@ -62,7 +62,7 @@ impl Workspaces {
         }
     }
 
-    fn snapshot_dir(&self, name: &str) -> Result<PathBuf> {
+    fn snapshot_dir(self, name: &str) -> Result<PathBuf> {
         validate_full_name(name).map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
         Ok(self.snapshots_dir().join(name))
     }
@@ -70,9 +70,9 @@ impl Workspaces {
     /// Writes `workspace`'s machine into the new directory `dir`: memory
     /// and disk when it runs, the disk alone when it is stopped. Returns
     /// whether memory was saved and the pause in ms.
-    fn write_machine(&self, workspace: &str, dir: &Path) -> Result<(bool, f64)> {
-        let meta = self.at(workspace).get_here()?;
-        let ws = self.dir(workspace)?;
+    fn write_machine(self, workspace: &str, dir: &Path) -> Result<(bool, f64)> {
+        let meta = self.all.at(workspace).get_here()?;
+        let ws = self.all.dir(workspace)?;
         match meta.state {
             State::Running => {
                 let shared = match &meta.runtime {
@@ -99,7 +99,7 @@ impl Workspaces {
             State::Stopped | State::Crashed => {
                 let files = SnapshotFiles::new(dir);
                 let mut disks = vec![(WORKSPACE_DISK, ws.disk())];
-                let store = VolumeStore::new(self.state_dir());
+                let store = VolumeStore::new(self.all.state_dir());
                 for (slot, m) in meta.spec.volumes.iter().enumerate() {
                     if !m.read_only {
                         disks.push((volume_disk_index(slot), store.mount_disk(&ws, slot, m)?));
@@ -154,18 +154,18 @@ impl Workspace<'_> {
         let name = name.map_or_else(|| default_snapshot_name(short, now_ms()), str::to_owned);
         let name = base::store::name::full_name(namespace, &name)
             .map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
-        let dir = all.snapshot_dir(&name)?;
+        let dir = all.snapshots().snapshot_dir(&name)?;
         if dir.exists() {
             return Err(Error::SnapshotExists(name));
         }
-        all.sweep_abandoned_snapshots();
-        let parent = all.snapshots_dir();
+        all.snapshots().sweep_abandoned_snapshots();
+        let parent = all.snapshots().snapshots_dir();
         make_private_dir(&parent)?;
         let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         make_private_dir(&tmp)?;
         let made = (|| -> Result<SnapshotInfo> {
-            let (has_memory, paused_ms) = all.write_machine(workspace, &tmp)?;
+            let (has_memory, paused_ms) = all.snapshots().write_machine(workspace, &tmp)?;
             base::pause_point::pause_point("snapshot:written");
             let memory_sha256 = has_memory
                 .then(|| seal::Sealed::Memory.digest(&tmp))
@@ -225,7 +225,7 @@ impl<'a> Snapshots<'a> {
 
     /// The snapshot with full name `name`, unchecked.
     fn snapshot_record(self, name: &str) -> Result<SnapshotInfo> {
-        let dir = self.all.snapshot_dir(name)?;
+        let dir = self.snapshot_dir(name)?;
         let record = dir.join(RECORD);
         if !record.exists() {
             return Err(Error::SnapshotNotFound(name.to_owned()));
@@ -249,9 +249,9 @@ impl<'a> Snapshots<'a> {
                 return Ok(remote.call_blocking(call)?);
             }
         }
-        self.all.sweep_abandoned_snapshots();
+        self.sweep_abandoned_snapshots();
         let mut out = Vec::new();
-        let Ok(entries) = std::fs::read_dir(self.all.snapshots_dir()) else {
+        let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
             return Ok(out);
         };
         for entry in entries.flatten() {
@@ -284,10 +284,9 @@ impl<'a> Snapshots<'a> {
     pub fn delete(self, name: &str) -> Result<SnapshotInfo> {
         let info = self.get(name)?;
         let name = info.name.as_str();
-        let dir = self.all.snapshot_dir(name)?;
+        let dir = self.snapshot_dir(name)?;
         // Renamed first, so a half-deleted snapshot never looks whole.
         let doomed = self
-            .all
             .snapshots_dir()
             .join(format!(".{name}.{}.rm", std::process::id()));
         std::fs::rename(&dir, &doomed)
@@ -305,7 +304,7 @@ impl<'a> Snapshots<'a> {
     /// Fails unless the snapshot's state file reads whole (magic, version,
     /// length, checksum).
     fn check_usable(self, info: &SnapshotInfo) -> Result<()> {
-        let dir = self.all.snapshot_dir(&info.name)?;
+        let dir = self.snapshot_dir(&info.name)?;
         let unusable = |reason| Error::SnapshotUnusable {
             name: info.name.clone(),
             reason,
@@ -373,7 +372,7 @@ impl<'a> Snapshots<'a> {
         self.all.check_mountable(target, &meta.spec.volumes)?;
         {
             let _lock = self.all.state_dir().lock_workspace(target)?;
-            let dir = self.all.snapshot_dir(name)?;
+            let dir = self.snapshot_dir(name)?;
             copy_snapshot_disk(&dir, &ws)?;
             let mut volumes = meta.spec.volumes.clone();
             copy_snapshot_volumes(
@@ -390,7 +389,7 @@ impl<'a> Snapshots<'a> {
         if !info.has_memory {
             return self.all.at(target).get();
         }
-        let dir = self.all.snapshot_dir(name)?;
+        let dir = self.snapshot_dir(name)?;
         self.all
             .start_from(target, timeout, progress, Some(&dir))
             .await
@@ -442,36 +441,34 @@ impl Workspace<'_> {
         // It may write a snapshot of a running workspace and copy a disk.
         let (from, new) = (source.to_owned(), to.clone());
         let origin = all
-            .blocking(move |ws| ws.prepare_fork(&from, &new, snap.as_deref()))
+            .blocking(move |ws| ws.snapshots().prepare_fork(&from, &new, snap.as_deref()))
             .await?;
         all.start_from(&to, timeout, progress, origin.as_deref())
             .await
     }
 }
 
-impl Workspaces {
+impl Snapshots<'_> {
     /// Makes the fork's directory, disk and record; returns the snapshot
     /// directory to restore, if it holds memory.
     fn prepare_fork(
-        &self,
+        self,
         source: &str,
         new_name: &str,
         snapshot: Option<&str>,
     ) -> Result<Option<PathBuf>> {
-        let ws = self.dir(new_name)?;
+        let ws = self.all.dir(new_name)?;
         ws.check_socket_paths()?;
-        let from_snapshot = snapshot
-            .map(|s| self.snapshots().snapshot_record(s))
-            .transpose()?;
+        let from_snapshot = snapshot.map(|s| self.snapshot_record(s)).transpose()?;
         // A snapshot outlives its workspace; only a live fork needs it.
         let source_meta = match &from_snapshot {
             Some(_) => None,
-            None => Some(self.at(source).get_here()?),
+            None => Some(self.all.at(source).get_here()?),
         };
         if let Some(info) = &from_snapshot {
             // Checked whole before anything is made: a damaged snapshot
             // leaves no half-made fork behind.
-            self.snapshots().check_usable(info)?;
+            self.check_usable(info)?;
         }
         if let Some(meta) = source_meta.as_ref().filter(|m| m.state != State::Running) {
             return Err(Error::NotRunning {
@@ -479,9 +476,9 @@ impl Workspaces {
                 state: meta.state,
             });
         }
-        let lock = self.state_dir().lock_workspace(new_name)?;
+        let lock = self.all.state_dir().lock_workspace(new_name)?;
         // Taken here, or by a workspace placed on a server from here.
-        self.check_name_free(new_name)?;
+        self.all.check_name_free(new_name)?;
         let _ = std::fs::remove_dir_all(ws.path());
         let made = (|| -> Result<Option<PathBuf>> {
             make_private_dir(ws.path())?;
@@ -522,16 +519,19 @@ impl Workspaces {
                 &dir,
                 &ws,
                 &mut volumes,
-                &VolumeStore::new(self.state_dir()),
+                &VolumeStore::new(self.all.state_dir()),
                 true,
             )?;
             // Host ports belong to one workspace: a fork publishes none; on
             // a tap network it takes an address of its own.
-            let (_network, spec) = self.networks().place(self.owned_by_caller(WorkspaceSpec {
-                ports: Vec::new(),
-                volumes,
-                ..spec
-            }))?;
+            let (_network, spec) =
+                self.all
+                    .networks()
+                    .place(self.all.owned_by_caller(WorkspaceSpec {
+                        ports: Vec::new(),
+                        volumes,
+                        ..spec
+                    }))?;
             let meta = Meta::created(new_name, spec, false);
             ws.write_meta(&meta)?;
             ws.events().append(EventKind::Forked {
@@ -542,7 +542,7 @@ impl Workspaces {
         })();
         if made.is_err() {
             let _ = std::fs::remove_dir_all(ws.path());
-            let _ = self.state_dir().remove_lock(new_name, lock);
+            let _ = self.all.state_dir().remove_lock(new_name, lock);
         }
         made
     }

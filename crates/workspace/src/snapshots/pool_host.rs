@@ -82,7 +82,8 @@ impl PoolHost for Workspaces {
     }
 
     async fn start_member(&self, name: &str) -> Result<bool> {
-        self.start_maybe_warm(name, DEFAULT_START_TIMEOUT, |_| {}, false)
+        self.snapshots()
+            .start_maybe_warm(name, DEFAULT_START_TIMEOUT, |_| {}, false)
             .await?;
         let ws = self.dir(name)?;
         let hello = crate::guest::connect_agent(&ws)

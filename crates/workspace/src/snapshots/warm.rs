@@ -16,7 +16,8 @@ use crate::error::{Error, Result};
 use crate::snapshots::copy_snapshot_disk;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::{Boot, StartProgress};
-use crate::workspaces::manager::{make_disk, Workspaces};
+use crate::workspaces::manager::make_disk;
+use crate::workspaces::services::Snapshots;
 use base::host::settings::{now_ms, unique_id};
 use base::store::console_log::CONSOLE_FILE;
 use base::store::events::EventKind;
@@ -109,24 +110,28 @@ impl Workspace<'_> {
             return Ok(remote.call_streaming(call, streams).await?);
         }
         let (all, name) = (self.all, self.name.as_str());
-        let meta = all.start_maybe_warm(name, timeout, progress, cold).await?;
+        let meta = all
+            .snapshots()
+            .start_maybe_warm(name, timeout, progress, cold)
+            .await?;
         self.clone_pending_repo().await?;
         Ok(meta)
     }
 }
 
-impl Workspaces {
-    fn warm_root(&self) -> PathBuf {
-        self.warm_dir
+impl Snapshots<'_> {
+    fn warm_root(self) -> PathBuf {
+        self.all
+            .warm_dir
             .clone()
             .or_else(base::host::settings::warm_dir_override)
-            .unwrap_or_else(|| self.state_dir().root().join(WARM_DIR))
+            .unwrap_or_else(|| self.all.state_dir().root().join(WARM_DIR))
     }
 
     /// The usable warm snapshot of `key`, or why there is none (`None`:
     /// there never was one).
     fn usable_warm(
-        &self,
+        self,
         key: &str,
         fingerprint: &str,
     ) -> std::result::Result<PathBuf, Option<String>> {
@@ -154,7 +159,7 @@ impl Workspaces {
         Ok(dir)
     }
 
-    fn discard_warm(&self, key: &str, workspace: &str, reason: &str) {
+    fn discard_warm(self, key: &str, workspace: &str, reason: &str) {
         let dir = self.warm_root().join(key);
         let doomed = self
             .warm_root()
@@ -162,7 +167,7 @@ impl Workspaces {
         if std::fs::rename(&dir, &doomed).is_ok() {
             let _ = std::fs::remove_dir_all(&doomed);
         }
-        if let Ok(ws) = self.dir(workspace) {
+        if let Ok(ws) = self.all.dir(workspace) {
             let _ = ws.events().append(EventKind::WarmSnapshotDiscarded {
                 reason: reason.to_owned(),
             });
@@ -172,7 +177,7 @@ impl Workspaces {
     /// How `meta`'s start goes: warm when it is pristine and a usable warm
     /// snapshot exists (its disk then becomes a copy of the snapshot's),
     /// else a boot that keeps one when it is pristine.
-    fn plan_boot(&self, meta: &Meta, cold: bool) -> Result<Boot> {
+    fn plan_boot(self, meta: &Meta, cold: bool) -> Result<Boot> {
         let boot = Boot {
             kind: StartKind::Cold,
             restore: None,
@@ -181,11 +186,11 @@ impl Workspaces {
         if cold || !meta.pristine {
             return Ok(boot);
         }
-        let (key, fingerprint) = self.warm_identity(&meta.spec)?;
+        let (key, fingerprint) = self.all.warm_identity(&meta.spec)?;
         // A snapshot planted there would be resumed into new workspaces:
         // the directory must be this user's alone (and its VMMs' account's,
         // which fill it).
-        let vmm_gid = base::vmm::user::for_state(self.state.root())?.map(|u| u.gid);
+        let vmm_gid = base::vmm::user::for_state(self.all.state.root())?.map(|u| u.gid);
         base::store::private_dir_shared_with(
             &self.warm_root(),
             "warm snapshot directory",
@@ -193,7 +198,7 @@ impl Workspaces {
         )?;
         match self.usable_warm(&key, &fingerprint) {
             Ok(dir) => {
-                let ws = self.dir(&meta.name)?;
+                let ws = self.all.dir(&meta.name)?;
                 copy_snapshot_disk(&dir, &ws)?;
                 // The boot's console, so `logs` shows how the guest came up.
                 let _ = std::fs::copy(dir.join(CONSOLE_FILE), ws.path().join(CONSOLE_FILE));
@@ -236,8 +241,9 @@ impl Workspaces {
     }
 
     /// Whether a workspace of `spec` would resume a warm snapshot now.
-    pub(crate) fn has_warm(&self, spec: &WorkspaceSpec) -> bool {
-        self.warm_identity(spec)
+    pub(crate) fn has_warm(self, spec: &WorkspaceSpec) -> bool {
+        self.all
+            .warm_identity(spec)
             .is_ok_and(|(key, fingerprint)| self.usable_warm(&key, &fingerprint).is_ok())
     }
 
@@ -245,7 +251,7 @@ impl Workspaces {
     /// or when the warm start fails (the warm snapshot is then discarded
     /// and the workspace boots from a fresh disk).
     pub(crate) async fn start_maybe_warm(
-        &self,
+        self,
         name: &str,
         timeout: Duration,
         mut progress: impl FnMut(StartProgress) + Send,
@@ -253,12 +259,15 @@ impl Workspaces {
     ) -> Result<Meta> {
         let started = Instant::now();
         if !cold {
-            if let Some(meta) = self.pools().claim(name).await? {
+            if let Some(meta) = self.all.pools().claim(name).await? {
                 return Ok(meta);
             }
         }
-        let boot = self.launch_vmm(name, |meta| self.plan_boot(meta, cold))?;
+        let boot = self
+            .all
+            .launch_vmm(name, |meta| self.plan_boot(meta, cold))?;
         let result = self
+            .all
             .wait_running(name, started, timeout, &mut progress)
             .await;
         let Err(e) = &result else {
@@ -268,23 +277,25 @@ impl Workspaces {
             return result;
         }
         // The warm snapshot did not resume here: boot instead.
-        let meta = self.at(name).get_here()?;
-        let (key, _) = self.warm_identity(&meta.spec)?;
+        let meta = self.all.at(name).get_here()?;
+        let (key, _) = self.all.warm_identity(&meta.spec)?;
         self.discard_warm(
             &key,
             name,
             &format!("resuming it failed: {}", e.full_message()),
         );
-        let ws = self.dir(name)?;
+        let ws = self.all.dir(name)?;
         make_disk(&ws.disk(), meta.spec.disk_mib)?;
         {
-            let _lock = self.state_dir().lock_workspace(name)?;
+            let _lock = self.all.state_dir().lock_workspace(name)?;
             let mut meta = ws.read_meta()?;
             meta.pristine = true;
             ws.write_meta(&meta)?;
         }
-        self.launch_vmm(name, |meta| self.plan_boot(meta, false))?;
-        self.wait_running(name, started, timeout, &mut progress)
+        self.all
+            .launch_vmm(name, |meta| self.plan_boot(meta, false))?;
+        self.all
+            .wait_running(name, started, timeout, &mut progress)
             .await
     }
 }

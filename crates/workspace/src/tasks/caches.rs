@@ -6,8 +6,8 @@
 
 use crate::agents::access::may_use;
 use crate::error::{Error, Result};
-use crate::tasks::service::Tasks;
 use crate::tasks::slots::{self, TaskCache};
+use crate::workspaces::services::Tasks;
 use base::volumes::{VolumeError, VolumeSource};
 
 impl Tasks<'_> {

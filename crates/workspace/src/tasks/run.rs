@@ -16,11 +16,12 @@ use crate::repos::incoming::RepoLimits;
 use crate::repos::GUEST_REPO_DIR;
 use crate::tasks::log::CappedLog;
 use crate::tasks::merge::{merge_task, MergeResult};
-use crate::tasks::service::{task_mem, Tasks};
+use crate::tasks::service::task_mem;
 use crate::tasks::{
     TaskInfo, TaskResult, TaskStatus, GUEST_RESULT_FILE, GUEST_TASK_FILE, MAX_RESULT_BYTES,
     TASK_REF_PREFIX,
 };
+use crate::workspaces::services::Tasks;
 use base::host::settings::now_ms;
 use base::store::file_lock::FileLock;
 use base::store::repo_checkout::RepoCheckout;
@@ -238,7 +239,7 @@ impl Tasks<'_> {
             repo: None,
             ..spec.clone()
         };
-        if self.all.has_warm(&plain) {
+        if self.all.snapshots().has_warm(&plain) {
             return Ok(());
         }
         let warmup = format!("{name}-warmup");

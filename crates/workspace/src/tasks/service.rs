@@ -16,7 +16,7 @@ use crate::tasks::{
     new_task_id, workspace_of, TaskConfig, TaskError, TaskInfo, TaskLogs, TaskRequest, TaskStatus,
     TaskStore, TaskTimings, MAX_DESCRIPTION, SUPERVISE_SUBCOMMAND,
 };
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::services::Tasks;
 use base::host::settings::now_ms;
 use base::store::repo_checkout::RepoCheckout;
 use base::store::spec::defaults;
@@ -28,20 +28,6 @@ pub const TASK_MEM_MIB: u64 = 1024;
 pub const TASK_IMAGE: &str = "debian";
 /// Longest `wait_next_event` wait.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(24 * 3600);
-
-/// The tasks of a collection, as its view (an agent's session or the
-/// host's) sees them: `ws.tasks()`.
-#[derive(Clone, Copy, Debug)]
-pub struct Tasks<'a> {
-    pub(crate) all: &'a Workspaces,
-}
-
-impl Workspaces {
-    /// The tasks of this state directory, as this view sees them.
-    pub fn tasks(&self) -> Tasks<'_> {
-        Tasks { all: self }
-    }
-}
 
 impl Tasks<'_> {
     /// The task records of this state directory, unchecked for the view.

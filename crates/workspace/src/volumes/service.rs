@@ -7,24 +7,10 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::services::Volumes;
 use base::volumes::{
     holders_of, VolumeExport, VolumeHolder, VolumeInfo, VolumeSource, VolumeStore,
 };
-
-/// The named volumes of a collection, as its view (an agent's session or
-/// the host's) sees them: `ws.volumes()`.
-#[derive(Clone, Copy, Debug)]
-pub struct Volumes<'a> {
-    all: &'a Workspaces,
-}
-
-impl Workspaces {
-    /// The volumes of this state directory, as this view sees them.
-    pub fn volumes(&self) -> Volumes<'_> {
-        Volumes { all: self }
-    }
-}
 
 impl Volumes<'_> {
     /// The volume records of the state directory, unchecked for the view.

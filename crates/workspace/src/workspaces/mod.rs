@@ -1,6 +1,7 @@
 //! The collection of workspaces (`manager`) and how it is opened
 //! (`builder`), its creates and lists (`collection`), their life cycle (`lifecycle`), the host budget a start
-//! checks (`budget`), published ports (`ports`), volume mounts as the collection applies them (`mounts`), the runtime contract
+//! checks (`budget`), published ports (`ports`), volume mounts as the collection applies them (`mounts`), the services' handles
+//! and accessors (`services`), the runtime contract
 //! (`contract`) and the one-shot use case (`one_shot`).
 
 pub(crate) mod budget;
@@ -16,4 +17,5 @@ pub(crate) mod mounts;
 pub(crate) mod one_shot;
 pub(crate) mod placement;
 pub(crate) mod ports;
+pub(crate) mod services;
 pub(crate) mod tenancy;

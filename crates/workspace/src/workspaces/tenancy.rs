@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::agents::access::{may_use, Caller};
 use crate::error::{Error, Result};
-use crate::network::service::{NetworkUsers, Networks};
+use crate::network::service::NetworkUsers;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::{ListFilter, Workspaces};
 use base::store::name::{full_name, validate_namespace, ALL_NAMESPACES};
@@ -63,28 +63,6 @@ impl Workspaces {
         host.namespace = ALL_NAMESPACES.to_owned();
         host.caller = None;
         host.list(filter)
-    }
-
-    /// The servers this state directory knows, and where its remote
-    /// workspaces live (docs/servers.md).
-    pub fn servers(&self) -> crate::servers::ServerRegistry {
-        crate::servers::ServerRegistry::new(&self.state)
-    }
-
-    /// The pools of ready workspaces of this state directory.
-    pub fn pools(&self) -> crate::pool::Pools<'_, Self> {
-        crate::pool::Pools::new(self)
-    }
-
-    /// The repository allowlist of this state directory.
-    pub fn repos(&self) -> crate::repos::RepoStore {
-        crate::repos::RepoStore::new(&self.state)
-    }
-
-    /// The networks of this state directory: their records, the
-    /// workspaces on each, and the host setup they need.
-    pub fn networks(&self) -> Networks<'_, Self> {
-        Networks::new(self)
     }
 
     /// The full name `name` means here.

@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::host::confirm::Confirmer;
 use crate::images::build::steps;
 use crate::images::build::{build_plan, check, debian, BuildBase, ImageBuild, ImageBuildRequest};
-use crate::images::service::Images;
+use crate::workspaces::services::Images;
 use base::host::plan::Preview;
 use base::host::plan::ProgressFn;
 use base::host::settings::now_ms;

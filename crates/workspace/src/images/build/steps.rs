@@ -273,7 +273,8 @@ async fn save(ws: &Workspaces, name: &str, archive: &Path) -> Result<String> {
     let limit = ws.limits().max_image_bytes;
     let mut budgeted = crate::host::host_write::Budgeted::new(file, limit);
     let sent = ws
-        .agent(name)
+        .at(name)
+        .agent()
         .await?
         .tar_out_with("/", true, &mut budgeted)
         .await;
