@@ -355,10 +355,8 @@ mod tests {
     /// the collection, a workspace's handle or a service (`Workspaces`,
     /// `Workspace`, `Volumes`, ...: `call_edges::SERVICE_TYPES`) leans on
     /// the module whose `impl` block defines it, though no path names it.
-    /// Held between a crate's top-level folders (its concerns): inside
-    /// one, the files of one type's `impl` (the collection's, in
-    /// `workspaces/`) still call each other both ways, which `cargo xtask
-    /// modules` lists (issue 57 item 2 leaves that).
+    /// Held at every level of every crate: between its top-level folders
+    /// (its concerns) and between the files of each folder.
     #[test]
     fn no_folder_calls_what_calls_it() {
         let mut sources = crate::modules::crate_sources(&repo_root());
@@ -367,10 +365,7 @@ mod tests {
         for (name, src) in sources {
             let g = crate::modules::graph(&src).with_calls(&src);
             for (parent, group) in g.folder_cycles() {
-                if !parent.is_empty() {
-                    continue;
-                }
-                let at = "src";
+                let at = if parent.is_empty() { "src" } else { &parent };
                 found.push(format!("{name}: in {at}: {}", group.join(" <-> ")));
                 for a in &group {
                     for b in group.iter().filter(|b| *b != a) {

@@ -73,9 +73,9 @@ pub use base::store::spec::{DeleteOptions, Limits, Meta, WorkspaceSpec, LIMITS};
 pub use base::store::state::State;
 pub use base::store::StateDir;
 pub use error::{Error, Result};
-pub use guest::exec::{ExecRequest, ExecResult};
 pub use guest::files::{FileRead, WriteOptions};
 pub use guest::processes::ProcessInfo;
+pub use guest::request::{ExecRequest, ExecResult};
 /// The input an exec takes (a stream, bytes, a terminal), so a program
 /// needs no other crate to give it.
 pub use guest::stream::ExecInput;

@@ -60,7 +60,7 @@ fn every_property_of_every_result_type_is_described() {
         ("Report", schema::<crate::host::doctor::Report>()),
         ("ImageInfo", schema::<base::images::registry::ImageInfo>()),
         ("Event", schema::<base::store::events::Event>()),
-        ("ExecResult", schema::<crate::guest::exec::ExecResult>()),
+        ("ExecResult", schema::<crate::guest::request::ExecResult>()),
     ];
     for (name, schema) in schemas {
         assert_eq!(schema["type"], "object", "{name}: {schema:#}");

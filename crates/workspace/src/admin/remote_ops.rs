@@ -442,7 +442,7 @@ async fn answer_exec(
     command: Command,
     mut rest: tokio::sync::mpsc::Receiver<Vec<u8>>,
     frames: &mut (dyn FnMut(CallFrame) -> bool + Send),
-) -> crate::error::Result<crate::guest::exec::Exited> {
+) -> crate::error::Result<crate::guest::request::Exited> {
     let Command {
         request,
         stdin,
@@ -508,7 +508,7 @@ async fn answer_exec(
 
 /// A command as its call sent it.
 struct Command {
-    request: crate::guest::exec::ExecRequest,
+    request: crate::guest::request::ExecRequest,
     stdin: Option<Vec<u8>>,
     follows: Follows,
     wait: Duration,
@@ -628,7 +628,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_remote_exec_by_another_agent_is_forbidden() {
-        use crate::guest::exec::{ExecRequest, ExecResult};
+        use crate::guest::request::{ExecRequest, ExecResult};
         use crate::servers::ServerSpec;
         use crate::workspaces::manager::tests::fixture;
         use crate::workspaces::manager::Workspaces;

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use crate::browser::state::BrowserDir;
 use crate::browser::{BrowserError, BrowserEventKind};
 use crate::error::Result;
-use crate::guest::exec::ExecRequest;
 use crate::guest::processes::ProcessInfo;
 use crate::guest::processes::ProcessOptions;
+use crate::guest::request::ExecRequest;
 use crate::workspaces::handle::Workspace;
 
 /// The background process's id (`microagent ps` shows it).

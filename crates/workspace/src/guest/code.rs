@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::guest::exec::ExecRequest;
 use crate::guest::files::WriteOptions;
+use crate::guest::request::ExecRequest;
 use crate::guest::stream::ExecInput;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::manager::Workspaces;

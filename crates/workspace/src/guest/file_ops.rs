@@ -5,8 +5,8 @@
 //! guest.
 
 use crate::error::{Error, Result};
-use crate::guest::exec::MAX_COLLECTED_BYTES;
 use crate::guest::files::{FileKind, FileStat, WorkspaceFiles, WriteOptions};
+use crate::guest::request::MAX_COLLECTED_BYTES;
 
 /// Most paths `find` returns.
 pub const MAX_FOUND: usize = 1000;

@@ -9,7 +9,7 @@ use guest_agent::protocol::{self as wire, WriteMode};
 use tokio::net::UnixStream;
 
 use crate::error::{Error, Result};
-use crate::guest::exec::MAX_COLLECTED_BYTES;
+use crate::guest::request::MAX_COLLECTED_BYTES;
 use crate::workspaces::handle::Workspace;
 
 use base::store::console_log;

@@ -1,4 +1,6 @@
-//! Work in a running guest through its agent: commands (`exec`), code run
+//! Work in a running guest through its agent: commands (their records
+//! `request`, the run `exec`, on a server `exec_remote`, signals and
+//! cancels `exec_control`), code run
 //! as a script (`code`),
 //! background processes (`processes`), files (`files`; copies between
 //! the host and the guest, planned before they run, `copy`; directories, removal, moves,
@@ -13,16 +15,17 @@ pub mod code;
 pub mod copy;
 pub(crate) mod exec;
 pub(crate) mod exec_control;
+pub(crate) mod exec_remote;
 pub(crate) mod file_ops;
 pub(crate) mod files;
 pub(crate) mod metrics;
 pub(crate) mod outputs;
 pub(crate) mod processes;
 pub(crate) mod repo;
+pub(crate) mod request;
 pub(crate) mod stream;
 
 pub use copy::Copied;
-pub use exec::{Exited, OutputCollector, MAX_COLLECTED_BYTES};
 pub use exec_control::ExecEnd;
 pub use file_ops::{Edited, Found, Lines, Removal, MAX_FIND_DEPTH, MAX_FIND_VISITS, MAX_FOUND};
 pub use files::{
@@ -38,6 +41,7 @@ pub use processes::{
     DEFAULT_PROCESS_RING, MAX_FINISHED_PROCESSES, MAX_PROCESS_READ, MAX_PROCESS_RING,
     MAX_RUNNING_PROCESSES,
 };
+pub use request::{Exited, OutputCollector, MAX_COLLECTED_BYTES};
 pub use stream::{ExecEvent, PtySize, TerminalInput};
 
 /// A connection to the guest agent of the workspace in `ws`, carrying the

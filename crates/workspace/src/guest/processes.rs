@@ -9,7 +9,7 @@ use guest_agent::protocol::{self as wire, SignalSpec, StdinMode};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::guest::exec::ExecRequest;
+use crate::guest::request::ExecRequest;
 use crate::secrets::SecretMask;
 use crate::workspaces::handle::Workspace;
 use base::store::events::EventKind;

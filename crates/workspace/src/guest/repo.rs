@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::guest::exec::ExecRequest;
+use crate::guest::request::ExecRequest;
 use crate::guest::stream::ExecInput;
 use crate::repos::guest::{self as steps, GuestCommand, GuestOutput, RepoGuest};
 use crate::repos::{RepoError, RepoPull, WORKSPACE_REF_PREFIX};

@@ -154,7 +154,7 @@ impl Kernels<'_> {
                     self.all
                         .at(&name)
                         .exec_collect(
-                            crate::guest::exec::ExecRequest::argv(["uname", "-r"]),
+                            crate::guest::request::ExecRequest::argv(["uname", "-r"]),
                             crate::guest::stream::ExecInput::None,
                         )
                         .await

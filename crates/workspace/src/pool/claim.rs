@@ -16,7 +16,7 @@ use guest_agent::protocol::NewIdentity;
 
 use super::claimable;
 use super::host::PoolHost;
-use super::service::Pools;
+use super::Pools;
 use crate::error::{Error, Result};
 use base::host::settings::now_ms;
 use base::store::events::{EventKind, EVENTS_FILE};

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::host::PoolHost;
-use super::service::Pools;
-use super::{member_spec, PoolError, POOL_DIR, POOL_NAMESPACE};
+use super::Pools;
+use super::{member_spec, PoolError, POOL_NAMESPACE};
 use crate::error::{Error, Result};
 use base::host::settings::unique_id;
 use base::store::file_lock::FileLock;
@@ -26,7 +26,7 @@ impl<H: PoolHost> Pools<'_, H> {
     /// (`serve fill-pool IMAGE`) runs.
     pub async fn fill(&self, image: &str, after: Duration) -> Result<usize> {
         tokio::time::sleep(after).await;
-        let dir = self.all.pool_state().root().join(POOL_DIR);
+        let dir = self.root();
         std::fs::create_dir_all(&dir).map_err(Error::host_io("creating the pool directory"))?;
         let lock_path = dir.join(format!("{image}.fill.lock"));
         let Some(_filling) = FileLock::try_exclusive(&lock_path)

@@ -1,10 +1,14 @@
-//! A pool's members: which are alive and current (the rest are deleted),
-//! and the filler that brings a pool to its size.
+//! A pool's members: which are alive and current (the rest are deleted,
+//! each drain in the pool's event log), and the filler that brings a pool
+//! to its size.
 
 use super::host::PoolHost;
-use super::service::Pools;
-use super::{member_spec, POOL_NAMESPACE};
+use super::Pools;
+use std::path::PathBuf;
+
+use super::{member_spec, POOL_DIR, POOL_NAMESPACE};
 use crate::error::Result;
+use base::store::events::{EventKind, EventLog};
 use base::store::name::namespace_of;
 use base::store::spec::{Meta, WorkspaceSpec};
 use base::store::state::State;
@@ -21,6 +25,30 @@ pub(crate) struct Member {
 }
 
 impl<H: PoolHost> Pools<'_, H> {
+    /// The pools' directory in the state directory.
+    pub(super) fn root(&self) -> PathBuf {
+        self.all.pool_state().root().join(POOL_DIR)
+    }
+
+    /// The pool's own event log (drains).
+    pub fn events(&self) -> EventLog {
+        EventLog::new(&self.root())
+    }
+
+    /// Records that `members` of `image`'s pool went, and why.
+    pub(crate) fn record_drain(&self, image: &str, members: usize, reason: &str) {
+        if members == 0 {
+            return;
+        }
+        tracing::info!("pool of {image}: {members} member(s) drained: {reason}");
+        let _ = std::fs::create_dir_all(self.root());
+        let _ = self.events().append(EventKind::PoolDrained {
+            image: image.to_owned(),
+            members,
+            reason: reason.to_owned(),
+        });
+    }
+
     /// This collection seen from the pool's namespace, acting for no one.
     pub(crate) fn view(&self) -> H {
         self.all.pool_view()

@@ -25,15 +25,15 @@ mod claim;
 mod fill;
 pub(crate) mod host;
 mod members;
-pub mod service;
-
-pub use service::Pools;
+mod service;
 
 use serde::{Deserialize, Serialize};
 
 use base::code::ErrorCode;
 use base::host::settings::ConfigError;
 use base::store::spec::WorkspaceSpec;
+
+use host::PoolHost;
 
 /// The namespace pool members live in; no one else may use it.
 pub const POOL_NAMESPACE: &str = "microagent-pool";
@@ -137,6 +137,34 @@ pub fn claimable(spec: &WorkspaceSpec, member: &WorkspaceSpec) -> bool {
         && spec.owner.is_none()
         && spec.egress.is_none()
         && spec.allow.is_empty()
+}
+
+/// The pools of ready workspaces of a collection: `ws.pools()`.
+pub struct Pools<'a, H: PoolHost> {
+    pub(crate) all: &'a H,
+}
+
+impl<H: PoolHost> Clone for Pools<'_, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: PoolHost> Copy for Pools<'_, H> {}
+
+impl<H: PoolHost> std::fmt::Debug for Pools<'_, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pools")
+            .field("state", &self.all.pool_state().root())
+            .finish()
+    }
+}
+
+impl<'a, H: PoolHost> Pools<'a, H> {
+    /// The pools of `all`.
+    pub(crate) fn new(all: &'a H) -> Self {
+        Self { all }
+    }
 }
 
 #[cfg(test)]

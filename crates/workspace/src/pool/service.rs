@@ -3,51 +3,15 @@
 //! `claim`, the filling `fill`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::host::PoolHost;
+use super::Pools;
 use crate::error::{Error, Result};
-use crate::pool::{PoolError, PoolStatus, FILL_SUBCOMMAND, MAX_POOL_SIZE, POOL_DIR, POOL_KEY};
+use crate::pool::{PoolError, PoolStatus, FILL_SUBCOMMAND, MAX_POOL_SIZE, POOL_KEY};
 use base::host::settings::config_section;
-use base::store::events::{EventKind, EventLog};
 
-/// The pools of ready workspaces of a collection: `ws.pools()`.
-pub struct Pools<'a, H: PoolHost> {
-    pub(crate) all: &'a H,
-}
-
-impl<H: PoolHost> Clone for Pools<'_, H> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<H: PoolHost> Copy for Pools<'_, H> {}
-
-impl<H: PoolHost> std::fmt::Debug for Pools<'_, H> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pools")
-            .field("state", &self.all.pool_state().root())
-            .finish()
-    }
-}
-
-impl<'a, H: PoolHost> Pools<'a, H> {
-    /// The pools of `all`.
-    pub(crate) fn new(all: &'a H) -> Self {
-        Self { all }
-    }
-
-    fn root(&self) -> PathBuf {
-        self.all.pool_state().root().join(POOL_DIR)
-    }
-
-    /// The pool's own event log (drains).
-    pub fn events(&self) -> EventLog {
-        EventLog::new(&self.root())
-    }
-
+impl<H: PoolHost> Pools<'_, H> {
     /// The pool sizes config.json sets, by image.
     pub fn sizes(&self) -> Result<BTreeMap<String, usize>> {
         Ok(config_section(self.all.pool_state().root(), POOL_KEY)
@@ -135,19 +99,5 @@ impl<'a, H: PoolHost> Pools<'a, H> {
             ])
             .collect();
         self.all.detach(&args, &self.root().join("fill.log"))
-    }
-
-    /// Records that `members` of `image`'s pool went, and why.
-    pub(crate) fn record_drain(&self, image: &str, members: usize, reason: &str) {
-        if members == 0 {
-            return;
-        }
-        tracing::info!("pool of {image}: {members} member(s) drained: {reason}");
-        let _ = std::fs::create_dir_all(self.root());
-        let _ = self.events().append(EventKind::PoolDrained {
-            image: image.to_owned(),
-            members,
-            reason: reason.to_owned(),
-        });
     }
 }

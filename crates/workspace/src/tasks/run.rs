@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::guest::exec::ExecRequest;
+use crate::guest::request::ExecRequest;
 use crate::guest::stream::{ExecEvent, ExecInput};
 use crate::repos::incoming::RepoLimits;
 use crate::repos::GUEST_REPO_DIR;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::guest::exec::ExecRequest;
+use crate::guest::request::ExecRequest;
 use crate::guest::stream::ExecInput;
 use crate::images::build::{debian, guest_commands, BuildBase, ImageBuildError, ImageBuildRequest};
 use crate::workspaces::manager::Workspaces;
