@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::browser::cdp;
 use crate::browser::state::BrowserDir;
 use crate::browser::{BrowserError, BrowserEventKind};
 use crate::error::Result;
@@ -27,9 +28,12 @@ const HOME: &str = "/home/user";
 const PROFILE: &str = "/home/user/.cache/microagent-browser";
 /// The viewport, which screenshots have.
 pub const VIEWPORT: (u32, u32) = (1280, 720);
-/// Longest a start may take: where guest kernel mode is emulated, loading
-/// Chromium alone takes one to two minutes.
-const START_DEADLINE: Duration = Duration::from_secs(420);
+/// How long Chromium's start may go without progress (a line on its
+/// stderr, or CPU time spent by its process): a start that keeps working
+/// is waited for up to [`cdp::stretched`] of it, as a slow host needs
+/// (where guest kernel mode is emulated, loading Chromium alone takes one
+/// to several minutes); a stuck one fails after this.
+const START_QUIET: Duration = Duration::from_secs(120);
 /// Longest single wait for Chromium's output while it starts.
 const START_POLL: Duration = Duration::from_secs(30);
 
@@ -183,17 +187,28 @@ async fn wait_ready(
         }
     }
     let started = Instant::now();
+    let ceiling = started + cdp::stretched(START_QUIET);
+    let mut progress = StartProgress::new(process.pid);
     let mut said = String::new();
     let mut cursors = [0, 0];
     loop {
-        let left = START_DEADLINE.saturating_sub(started.elapsed());
-        if left.is_zero() {
+        let now = Instant::now();
+        let by = progress.last + START_QUIET;
+        if now >= by.min(ceiling) {
+            let what = match now >= ceiling {
+                true => "starting Chromium".to_owned(),
+                false => format!(
+                    "starting Chromium (no output and no CPU time for {} s)",
+                    START_QUIET.as_secs()
+                ),
+            };
             return Err(BrowserError::Timeout {
-                what: "starting Chromium".into(),
-                secs: START_DEADLINE.as_secs(),
+                what,
+                secs: started.elapsed().as_secs(),
             }
             .into());
         }
+        let left = by.min(ceiling) - now;
         let out = ws
             .processes()
             .process_output(PROCESS_ID, cursors, Some(64 * 1024), left.min(START_POLL))
@@ -202,6 +217,11 @@ async fn wait_ready(
         said.push_str(&String::from_utf8_lossy(&out.stderr.bytes));
         if let Some(found) = parse_listening(&said) {
             return Ok(endpoint(found));
+        }
+        if !out.stderr.bytes.is_empty() || !out.stdout.bytes.is_empty() {
+            progress.last = Instant::now();
+        } else if out.process.running() {
+            progress.sample(ws).await;
         }
         // Only the last lines matter for a failure.
         if said.len() > 16 * 1024 {
@@ -227,6 +247,54 @@ async fn wait_ready(
     }
 }
 
+/// What says a starting Chromium still works: when it last did, and the
+/// CPU time its process had spent then.
+struct StartProgress {
+    pid: u32,
+    last: Instant,
+    cpu_ticks: Option<u64>,
+}
+
+impl StartProgress {
+    fn new(pid: u32) -> Self {
+        Self {
+            pid,
+            last: Instant::now(),
+            cpu_ticks: None,
+        }
+    }
+
+    /// Reads its process's CPU time from the guest; more than before is
+    /// progress. An unreadable figure is none (the quiet period runs on).
+    async fn sample(&mut self, ws: Workspace<'_>) {
+        let stat = format!("/proc/{}/stat", self.pid);
+        let Ok(read) = ws.files().read_file(&stat, None, Some(4096)).await else {
+            return;
+        };
+        let Some(ticks) = cpu_ticks(&String::from_utf8_lossy(&read.data)) else {
+            return;
+        };
+        if self.cpu_ticks.is_some_and(|before| ticks > before) {
+            self.last = Instant::now();
+        }
+        self.cpu_ticks = Some(ticks);
+    }
+}
+
+/// A process's CPU time in clock ticks, from its `/proc/PID/stat`: its
+/// own and its waited-for children's, user and system (fields 14 to 17,
+/// counted after the command's closing parenthesis, which the command
+/// itself may contain).
+pub fn cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // After ")": state is field 3, so fields 14..=17 are 11..=14 here.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields
+        .get(11..15)?
+        .iter()
+        .try_fold(0u64, |sum, f| Some(sum.saturating_add(f.parse::<u64>().ok()?)))
+}
+
 /// `DevTools listening on ws://127.0.0.1:PORT/devtools/browser/ID`, which
 /// Chromium writes to stderr once DevTools listens.
 pub fn parse_listening(stderr: &str) -> Option<(u16, String)> {
@@ -241,6 +309,24 @@ pub fn parse_listening(stderr: &str) -> Option<(u16, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_whatever_it_holds() {
+        let stat = "812 (chrome) a) b) S 1 812 812 0 -1 4194560 9 0 0 0 150 25 3 2 20 0 1";
+        assert_eq!(cpu_ticks(stat), Some(150 + 25 + 3 + 2));
+        assert_eq!(cpu_ticks("812 (chrome) S 1 812"), None);
+        assert_eq!(cpu_ticks("no parenthesis"), None);
+        assert_eq!(
+            cpu_ticks("1 (x) S 1 1 1 0 -1 0 0 0 0 0 nope 1 1 1"),
+            None,
+            "a field that is no number is no figure"
+        );
+        assert_eq!(
+            cpu_ticks(&format!("1 (x) S 1 1 1 0 -1 0 0 0 0 0 {} 1 0 0", u64::MAX)),
+            Some(u64::MAX),
+            "sums saturate"
+        );
+    }
 
     #[test]
     fn the_active_port_file_is_read_and_odd_ones_refused() {
