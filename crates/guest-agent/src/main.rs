@@ -130,6 +130,10 @@ fn main() {
         idle_timeout: args.idle_timeout,
         max_connections: args.max_connections,
         verbose: args.verbose,
+        dial: match &args.listen {
+            Listen::Vsock(_) => agent::forward::Dial::Vsock,
+            Listen::Unix(path) => agent::forward::Dial::Unix(path.clone()),
+        },
     };
     loop {
         let listener = match &args.listen {

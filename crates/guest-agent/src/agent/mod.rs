@@ -4,6 +4,7 @@
 mod archive;
 mod conn;
 mod files;
+pub mod forward;
 mod identity;
 pub mod listen;
 pub mod net;
@@ -47,6 +48,8 @@ pub struct Config {
     /// Log every request, failure and reaped orphan (otherwise only
     /// internal errors).
     pub verbose: bool,
+    /// How a forwarded connection reaches the host.
+    pub dial: forward::Dial,
 }
 
 /// What every connection thread shares.
@@ -58,6 +61,7 @@ pub struct AgentState {
     registry: ProcessTable,
     processes: Processes,
     connections: AtomicUsize,
+    forwards: forward::Forwards,
     /// When the last request other than `reclaim` came or ended, ms
     /// after `started`.
     last_request_ms: AtomicU64,
@@ -104,6 +108,8 @@ enum RequestError {
     Identity(#[source] identity::IdentityError),
     #[error("tcp_connect")]
     Tunnel(#[source] tunnel::TunnelError),
+    #[error("forward")]
+    Forward(#[source] forward::ForwardError),
     #[error("taking the restored network")]
     Network(#[source] net::NetSetupError),
     #[error("background process")]
@@ -130,6 +136,7 @@ impl RequestError {
             Self::Reclaim(_) => AgentErrorCode::Internal,
             Self::Identity(e) => e.code(),
             Self::Tunnel(e) => e.code(),
+            Self::Forward(e) => e.code(),
             Self::Network(e) => e.code(),
             Self::Process(e) => e.code(),
             Self::Volumes(e) => e.code(),
@@ -180,6 +187,7 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
     };
     let state = Arc::new(AgentState {
         started: Instant::now(),
+        forwards: forward::Forwards::new(config.dial.clone()),
         config,
         reaper,
         registry: ProcessTable::default(),
@@ -455,6 +463,13 @@ fn serve_request(conn: &mut Conn, state: &AgentState, used: &mut bool) -> Result
         }
         Request::TcpConnect { port } => {
             return tunnel::tcp_connect(conn, port).map_err(RequestError::Tunnel)
+        }
+        Request::Forward { forwards } => {
+            state
+                .forwards
+                .set(forwards)
+                .map_err(RequestError::Forward)?;
+            Response::ok()
         }
         Request::ProcessStart(req) => Response::Process(
             state

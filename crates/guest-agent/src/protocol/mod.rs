@@ -21,7 +21,8 @@ pub use process::{
     MAX_PROCESS_STDIN, MAX_PROCESS_WAIT, MAX_RUNNING_PROCESSES,
 };
 pub use request::{
-    ExecCall, NewIdentity, Request, SignalSpec, StdinMode, VolumeToMount, WinSize, WriteMode,
+    ExecCall, Forward, NewIdentity, Request, SignalSpec, StdinMode, VolumeToMount, WinSize,
+    WriteMode,
 };
 pub use response::{
     CpuTicks, DiskUsage, EntryKind, ExecExit, ListedEntry, NetCounters, ReclaimAnswer, Response,
@@ -33,6 +34,10 @@ pub const PROTOCOL_VERSION: u32 = 2;
 /// The oldest version the agent still answers: version 2 only added the
 /// `pty` field of `exec` and the `resize` message.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
+/// Most forwards one `forward` request sets.
+pub const MAX_FORWARDS: usize = 32;
+/// Most connections all forwards carry at once.
+pub const MAX_FORWARD_CONNECTIONS: usize = 64;
 /// The vsock port the agent listens on by default.
 pub const DEFAULT_VSOCK_PORT: u32 = 1024;
 /// Largest stdout/stderr frame the agent sends.
@@ -162,6 +167,7 @@ pub const CAPABILITIES: &[&str] = &[
     "process",
     "pty",
     "reclaim",
+    "forward",
 ];
 
 #[cfg(test)]

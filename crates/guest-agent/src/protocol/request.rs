@@ -222,6 +222,21 @@ pub struct NewIdentity {
     pub unix_time_ns: u64,
 }
 
+/// A name a guest's programs reach a host-side service by: the agent
+/// listens on `addr:port` and carries each connection to the host's vsock
+/// port `vsock_port`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Forward {
+    /// What /etc/hosts calls `addr`: `[a-z][a-z0-9-]*`, at most 63 bytes.
+    pub name: String,
+    /// A guest loopback address in 127.0.1.2 to 127.0.1.254.
+    pub addr: std::net::Ipv4Addr,
+    /// The port listened on there (not 0).
+    pub port: u16,
+    /// The host's vsock port a connection is carried to (not 0).
+    pub vsock_port: u32,
+}
+
 /// Messages from the client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -333,6 +348,15 @@ pub enum Request {
     TcpConnect {
         /// The guest port.
         port: u16,
+    },
+    /// Listens on the guest loopback for each forward and carries each
+    /// connection to the host's vsock port of it; the set replaces the one
+    /// before (an empty one ends them all; one already listening keeps its
+    /// connections), and /etc/hosts names the addresses. Only honoured by
+    /// the guest's PID 1 (or an agent on a Unix socket, for tests).
+    Forward {
+        /// At most [`crate::protocol::MAX_FORWARDS`].
+        forwards: Vec<Forward>,
     },
     /// The VM was just restored from a snapshot, possibly as one of several
     /// copies: take `hostname`, mix `entropy` into the kernel's random pool
@@ -452,6 +476,7 @@ impl Request {
             Self::TarOut { .. } => "tar_out",
             Self::TarIn { .. } => "tar_in",
             Self::TcpConnect { .. } => "tcp_connect",
+            Self::Forward { .. } => "forward",
             Self::Restored { .. } => "restored",
             Self::MountVolumes { .. } => "mount_volumes",
             Self::ProcessStart(_) => "process_start",

@@ -289,10 +289,9 @@ pub fn cpu_ticks(stat: &str) -> Option<u64> {
     let (_, rest) = stat.rsplit_once(')')?;
     // After ")": state is field 3, so fields 14..=17 are 11..=14 here.
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields
-        .get(11..15)?
-        .iter()
-        .try_fold(0u64, |sum, f| Some(sum.saturating_add(f.parse::<u64>().ok()?)))
+    fields.get(11..15)?.iter().try_fold(0u64, |sum, f| {
+        Some(sum.saturating_add(f.parse::<u64>().ok()?))
+    })
 }
 
 /// `DevTools listening on ws://127.0.0.1:PORT/devtools/browser/ID`, which
