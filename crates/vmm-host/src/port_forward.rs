@@ -1,11 +1,15 @@
 //! The VMM process's side of published ports ([`base::store::ports`]): a listener
 //! per host address; each connection is tunnelled over vsock to the guest
 //! agent (`tcp_connect`), which connects to the guest port on the guest's
-//! loopback. No guest network is involved.
+//! loopback. No guest network is involved. A service's VMM serves its
+//! ports the same way on Unix sockets (`relay/<port>.sock`), which the
+//! workspace it serves reaches from its guest through its own vsock.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,6 +43,9 @@ pub struct PortForwarder {
     vsock: PathBuf,
     agent_port: u32,
     listening: Mutex<BTreeMap<SocketAddr, Listening>>,
+    /// A service's relay sockets, served for the VMM's life (a second
+    /// handle on each, to shut it down).
+    relays: Mutex<Vec<(UnixListener, Arc<AtomicBool>)>>,
     /// Connections open on all ports.
     open: Arc<AtomicUsize>,
 }
@@ -96,6 +103,7 @@ impl PortForwarder {
             vsock: vsock.to_owned(),
             agent_port,
             listening: Mutex::new(BTreeMap::new()),
+            relays: Mutex::new(Vec::new()),
             open: Arc::default(),
         }
     }
@@ -128,9 +136,12 @@ impl PortForwarder {
             guest_port: mapping.guest_port,
         };
         let open = self.open.clone();
+        let accept = move || listener.accept().map(|(tcp, _)| Accepted::Tcp(tcp));
         std::thread::Builder::new()
             .name(format!("port-{}", mapping.host_port))
-            .spawn(move || accept_loop(listener, &thread_stop, tunnel_to, &open, mapping))
+            .spawn(move || {
+                accept_loop(accept, &thread_stop, tunnel_to, &open, &mapping.to_string())
+            })
             .map_err(VmmProcessError::host_io("starting a port listener thread"))?;
         listening.insert(
             mapping.host_addr(),
@@ -140,6 +151,34 @@ impl PortForwarder {
                 stop,
             },
         );
+        Ok(())
+    }
+
+    /// Serves guest port `guest_port` on `listener`, a service's relay
+    /// socket bound by the caller, for the VMM's life; under the same caps
+    /// as published ports.
+    pub fn relay(&self, guest_port: u16, listener: UnixListener) -> Result<()> {
+        let socket = listener
+            .try_clone()
+            .map_err(VmmProcessError::host_io("serving a relay socket"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = stop.clone();
+        let tunnel_to = Tunnel {
+            vsock: self.vsock.clone(),
+            agent_port: self.agent_port,
+            guest_port,
+        };
+        let open = self.open.clone();
+        let accept = move || listener.accept().map(|(unix, _)| Accepted::Unix(unix));
+        let label = format!("relay of {guest_port}");
+        std::thread::Builder::new()
+            .name(format!("relay-{guest_port}"))
+            .spawn(move || accept_loop(accept, &thread_stop, tunnel_to, &open, &label))
+            .map_err(VmmProcessError::host_io("starting a relay listener thread"))?;
+        self.relays
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((socket, stop));
         Ok(())
     }
 
@@ -173,6 +212,26 @@ impl Drop for PortForwarder {
         for addr in addrs {
             self.unpublish(addr);
         }
+        for (socket, stop) in self.relays.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            stop.store(true, Ordering::Release);
+            // SAFETY: shutdown on a socket descriptor we own; no memory is passed.
+            unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+    }
+}
+
+/// A connection accepted on a published port or a relay socket.
+enum Accepted {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Accepted {
+    fn close(&self) {
+        let _ = match self {
+            Accepted::Tcp(s) => s.shutdown(Shutdown::Both),
+            Accepted::Unix(s) => s.shutdown(Shutdown::Both),
+        };
     }
 }
 
@@ -185,50 +244,50 @@ struct Tunnel {
 }
 
 fn accept_loop(
-    listener: TcpListener,
+    mut accept: impl FnMut() -> io::Result<Accepted>,
     stop: &AtomicBool,
     to: Tunnel,
     open: &Arc<AtomicUsize>,
-    mapping: PortMapping,
+    label: &str,
 ) {
     let on_port = Arc::new(AtomicUsize::new(0));
     loop {
-        let accepted = listener.accept();
+        let accepted = accept();
         if stop.load(Ordering::Acquire) {
             return;
         }
         match accepted {
-            Ok((tcp, _)) => {
+            Ok(conn) => {
                 let Some(slot) = Slot::take(&on_port, open) else {
                     // Closed at once: the client sees the refusal, and the
                     // VMM keeps the threads it needs.
-                    tracing::warn!(port = %mapping, "connection refused: too many open");
-                    let _ = tcp.shutdown(Shutdown::Both);
+                    tracing::warn!(port = label, "connection refused: too many open");
+                    conn.close();
                     continue;
                 };
                 let to = to.clone();
                 let spawned = std::thread::Builder::new()
-                    .name(format!("tunnel-{}", mapping.guest_port))
+                    .name(format!("tunnel-{}", to.guest_port))
                     .spawn(move || {
                         let _slot = slot;
-                        tunnel(tcp, &to)
+                        tunnel(conn, &to)
                     });
                 if let Err(e) = spawned {
-                    tracing::warn!(port = %mapping, "could not start a tunnel thread: {e}");
+                    tracing::warn!(port = label, "could not start a tunnel thread: {e}");
                 }
             }
             // Out of descriptors or memory: wait for connections to end.
             Err(e) => {
-                tracing::warn!(port = %mapping, "accept failed: {e}");
+                tracing::warn!(port = label, "accept failed: {e}");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
     }
 }
 
-/// Carries `tcp` to 127.0.0.1:`guest_port` in the guest, or closes it when
+/// Carries `conn` to 127.0.0.1:`guest_port` in the guest, or closes it when
 /// the guest cannot be reached or nothing listens there.
-fn tunnel(tcp: TcpStream, to: &Tunnel) {
+fn tunnel(conn: Accepted, to: &Tunnel) {
     let guest_port = to.guest_port;
     let deadline = Instant::now() + AGENT_WAIT;
     let stream = loop {
@@ -244,12 +303,16 @@ fn tunnel(tcp: TcpStream, to: &Tunnel) {
             }
             Err(e) => {
                 tracing::info!(guest_port, "a published-port connection was refused: {e}");
-                let _ = tcp.shutdown(Shutdown::Both);
+                conn.close();
                 return;
             }
         }
     };
-    if let Err(e) = guest_agent::pipe::pipe(stream, tcp) {
+    let piped = match conn {
+        Accepted::Tcp(tcp) => guest_agent::pipe::pipe(stream, tcp),
+        Accepted::Unix(unix) => guest_agent::pipe::pipe(stream, unix),
+    };
+    if let Err(e) = piped {
         tracing::info!(guest_port, "a published-port connection failed: {e}");
     }
 }
@@ -367,6 +430,31 @@ mod tests {
         assert!(testkit_wait(
             || TcpListener::bind(mapping.host_addr()).is_ok()
         ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_relay_socket_carries_a_connection_to_the_guest_port() {
+        let dir = std::env::temp_dir().join(format!("microagent-relay-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let vsock = fake_agent(&dir);
+        let fwd = PortForwarder::new(&vsock, 1024);
+        let path = dir.join("8080.sock");
+        fwd.relay(8080, UnixListener::bind(&path).unwrap()).unwrap();
+        // The workspace's VMM connects through a symlink, as a guest's
+        // vsock connection to the service's port does.
+        let link = dir.join("vsock.sock_5000");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let mut c = UnixStream::connect(&link).unwrap();
+        c.write_all(b"to the service").unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let mut back = String::new();
+        c.read_to_string(&mut back).unwrap();
+        assert_eq!(back, "TO THE SERVICE");
+        drop(fwd);
+        // Shut down with the forwarder: nothing accepts any more.
+        assert!(testkit_wait(|| UnixStream::connect(&path).is_err()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

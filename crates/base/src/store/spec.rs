@@ -145,6 +145,12 @@ pub struct WorkspaceSpec {
     /// the guest's loopback.
     #[serde(default)]
     pub ports: Vec<crate::store::ports::PortMapping>,
+    /// A service's ports: guest ports its VMM serves, each on the Unix
+    /// socket `relay/<port>.sock` of its directory, for the workspace it
+    /// serves (whose guest reaches them through its vsock; at most
+    /// [`MAX_SERVICE_PORTS`], each once, none 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_ports: Vec<u16>,
     /// What the guest may reach beyond its network, when not the
     /// network's own policy (`user`: everything but the host and private
     /// ranges).
@@ -228,6 +234,7 @@ impl Default for WorkspaceSpec {
             ttl_secs: None,
             network: default_network(),
             ports: Vec::new(),
+            service_ports: Vec::new(),
             egress: None,
             allow: Vec::new(),
             address: None,
@@ -303,10 +310,35 @@ impl WorkspaceSpec {
             return bad("image name is empty".into());
         }
         crate::store::ports::validate(&self.ports)?;
+        validate_service_ports(&self.service_ports)?;
         crate::store::volume_mounts::validate(&self.volumes)?;
         crate::store::name::validate_network_name(&self.network)
             .map_err(|e| SpecError::Invalid(format!("network name `{}`: {e}", self.network)))
     }
+}
+
+/// Most ports one service serves.
+pub const MAX_SERVICE_PORTS: usize = 8;
+
+/// A service's ports: at most [`MAX_SERVICE_PORTS`], each once, none 0.
+pub fn validate_service_ports(ports: &[u16]) -> Result<()> {
+    let bad = |why: String| Err(SpecError::Invalid(format!("service ports: {why}")));
+    if ports.len() > MAX_SERVICE_PORTS {
+        return bad(format!(
+            "{} given, at most {MAX_SERVICE_PORTS}",
+            ports.len()
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for &port in ports {
+        if port == 0 {
+            return bad("port 0 names nothing".into());
+        }
+        if !seen.insert(port) {
+            return bad(format!("port {port} is given twice"));
+        }
+    }
+    Ok(())
 }
 
 /// Parses a duration as people write it: `90` or `90s`, `30m`, `1h`,
@@ -625,6 +657,23 @@ mod tests {
         for bad in ["", "h", "1x", "1.5h", "-1", "1h30", "99999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_services_ports_are_few_distinct_and_not_zero() {
+        let with = |ports: Vec<u16>| WorkspaceSpec {
+            service_ports: ports,
+            ..WorkspaceSpec::default()
+        };
+        assert!(with(vec![5432, 6379]).validate().is_ok());
+        assert!(with(vec![]).validate().is_ok());
+        assert!(with(vec![0]).validate().is_err());
+        assert!(with(vec![80, 80]).validate().is_err());
+        let many = (1..=MAX_SERVICE_PORTS as u16 + 1).collect();
+        assert!(with(many).validate().is_err());
+        // A record without the field reads as none, and none is not written.
+        let json = serde_json::to_value(with(vec![])).unwrap();
+        assert!(json.get("service_ports").is_none(), "{json}");
     }
 
     #[test]

@@ -158,6 +158,9 @@ pub struct VmmProcess {
     /// The listeners of the spec's published ports, bound in the host's
     /// network namespace and served once the process is confined.
     listeners: Vec<(PortMapping, std::net::TcpListener)>,
+    /// A service's relay sockets (`relay/<port>.sock`), bound before the
+    /// confinement.
+    relays: Vec<(u16, std::os::unix::net::UnixListener)>,
     /// The `user` network's passt, ended with the run.
     passt: Option<base::network::Passt>,
     /// A pidfd of the process this workspace lives for, if any.
@@ -248,6 +251,7 @@ impl VmmProcess {
             None => Built::build(&state, &ws, launch, &meta.spec),
         };
         let (listeners, net_ns) = bind_ports(&meta.spec, &mut built.machine);
+        let relays = bind_relays(&ws, &meta.spec, &mut built.machine);
         let Built {
             machine: built,
             passt,
@@ -311,6 +315,7 @@ impl VmmProcess {
             shared,
             machine,
             listeners,
+            relays,
             passt,
             owner,
             user: launch.user,
@@ -371,6 +376,11 @@ impl VmmProcess {
             .listeners
             .into_iter()
             .try_for_each(|(mapping, listener)| shared.ports.publish(mapping, listener))
+            .and_then(|()| {
+                self.relays
+                    .into_iter()
+                    .try_for_each(|(port, listener)| shared.ports.relay(port, listener))
+            })
         {
             shared.finish(
                 true,
@@ -479,6 +489,42 @@ fn bind_ports(
             (Vec::new(), net_ns)
         }
     }
+}
+
+/// Binds a service's relay sockets, `relay/<port>.sock` in its directory
+/// (private to this user), one per port of `spec.service_ports`. A
+/// failure fails the machine, as a port that cannot be bound does.
+fn bind_relays(
+    ws: &WorkspaceDir,
+    spec: &base::store::spec::WorkspaceSpec,
+    machine: &mut Result<Machine>,
+) -> Vec<(u16, std::os::unix::net::UnixListener)> {
+    if machine.is_err() || spec.service_ports.is_empty() {
+        return Vec::new();
+    }
+    let bound: Result<Vec<_>> = spec
+        .service_ports
+        .iter()
+        .map(|&port| {
+            let path = ws.relay_socket(port);
+            let io = |what: &str| VmmProcessError::host_io(format!("{what} {}", path.display()));
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(io("creating the directory of"))?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(io("restricting the directory of"))?;
+            }
+            // One left by a run that crashed.
+            let _ = std::fs::remove_file(&path);
+            let listener = std::os::unix::net::UnixListener::bind(&path).map_err(io("binding"))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(io("restricting"))?;
+            Ok((port, listener))
+        })
+        .collect();
+    bound.unwrap_or_else(|e| {
+        *machine = Err(e);
+        Vec::new()
+    })
 }
 
 /// How a [`VmmProcess`] run ended.
