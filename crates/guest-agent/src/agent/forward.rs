@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -262,18 +262,8 @@ fn connect(dial: &Dial, port: u32) -> io::Result<UnixStream> {
         path.push(format!("_{port}"));
         return UnixStream::connect(path);
     }
-    // SAFETY: socket() takes no pointers; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sockaddr_vm is plain data; all zeroes is a valid value.
-    let mut addr: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
-    addr.svm_family = libc::AF_VSOCK as libc::sa_family_t;
-    addr.svm_port = port;
-    addr.svm_cid = libc::VMADDR_CID_HOST;
+    let fd = super::listen::vsock_socket()?;
+    let addr = super::listen::vsock_addr(libc::VMADDR_CID_HOST, port);
     // SAFETY: `addr` is a valid sockaddr_vm and its exact size is passed.
     let connected = unsafe {
         libc::connect(

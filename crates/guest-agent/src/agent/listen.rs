@@ -29,6 +29,27 @@ pub enum ListenError {
     },
 }
 
+/// A new AF_VSOCK stream socket.
+pub fn vsock_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket() takes no pointers; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The vsock address (`cid`, `port`).
+pub fn vsock_addr(cid: u32, port: u32) -> libc::sockaddr_vm {
+    // SAFETY: sockaddr_vm is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
+    addr.svm_family = libc::AF_VSOCK as libc::sa_family_t;
+    addr.svm_port = port;
+    addr.svm_cid = cid;
+    addr
+}
+
 /// A listening socket.
 #[derive(Debug)]
 pub enum Listener {
@@ -41,18 +62,8 @@ pub enum Listener {
 impl Listener {
     /// Listens on `port` for connections from any CID.
     pub fn vsock(port: u32) -> Result<Self, ListenError> {
-        // SAFETY: socket() takes no pointers; the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(ListenError::VsockSocket(io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_vm is plain data; all zeroes is a valid value.
-        let mut addr: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
-        addr.svm_family = libc::AF_VSOCK as libc::sa_family_t;
-        addr.svm_port = port;
-        addr.svm_cid = libc::VMADDR_CID_ANY;
+        let fd = vsock_socket().map_err(ListenError::VsockSocket)?;
+        let addr = vsock_addr(libc::VMADDR_CID_ANY, port);
         let bind_err = |source| ListenError::VsockBind { port, source };
         // SAFETY: `addr` is a valid sockaddr_vm and its exact size is passed.
         let bound = unsafe {
