@@ -113,6 +113,14 @@ fn a_forward_carries_connections_to_the_hosts_port_and_the_set_is_replaced_whole
     assert_eq!(&got, b"still");
     round_trip(&web, &web_host);
 
+    // Re-pointed in place: the same address and port now go to another
+    // host port, without a second bind.
+    let moved_host = host_side(&agent, 7005);
+    let mut moved = web.clone();
+    moved.vsock_port = 7005;
+    assert_eq!(set(&agent, std::slice::from_ref(&moved)), Response::ok());
+    round_trip(&moved, &moved_host);
+
     // None: nothing listens.
     assert_eq!(set(&agent, &[]), Response::ok());
     common::eventually("web's listener to close", || connect(&web).is_err());

@@ -45,6 +45,9 @@ pub enum VmmProcessError {
     /// A published port could not be bound.
     #[error(transparent)]
     Port(#[from] PortError),
+    /// The spec's service ports break its rules.
+    #[error("service ports")]
+    ServicePorts(#[source] base::store::spec::SpecError),
     /// The workspace is not starting with this process as its VMM.
     #[error("workspace `{name}` is {state}: this VMM process was not started for it")]
     NotStartedForIt {

@@ -11,7 +11,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,40 @@ pub struct PortForwarder {
     relays: Mutex<Vec<(UnixListener, Arc<AtomicBool>)>>,
     /// Connections open on all ports.
     open: Arc<AtomicUsize>,
+}
+
+/// How often a listener logs a kind of refusal: its clients (a network
+/// client of a published port, the guest of the workspace a service
+/// serves) choose how many there are, and the log has no cap of its own.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// A log line at most every [`LOG_EVERY`], with how many were held back.
+#[derive(Debug, Default)]
+struct Throttle {
+    /// Milliseconds after `since` of the last line (0: none yet).
+    last_ms: AtomicU64,
+    held_back: AtomicU64,
+    since: std::sync::OnceLock<Instant>,
+}
+
+impl Throttle {
+    /// Some(lines held back since the last one) when one may be logged now.
+    fn allow(&self) -> Option<u64> {
+        let since = *self.since.get_or_init(Instant::now);
+        let now = since.elapsed().as_millis() as u64 + 1;
+        let last = self.last_ms.load(Ordering::Acquire);
+        let due = last == 0 || now.saturating_sub(last) >= LOG_EVERY.as_millis() as u64;
+        if due
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return Some(self.held_back.swap(0, Ordering::AcqRel));
+        }
+        self.held_back.fetch_add(1, Ordering::AcqRel);
+        None
+    }
 }
 
 /// One connection's place under both caps, given back when dropped.
@@ -251,6 +285,8 @@ fn accept_loop(
     label: &str,
 ) {
     let on_port = Arc::new(AtomicUsize::new(0));
+    let (full, failing) = (Throttle::default(), Throttle::default());
+    let refused = Arc::new(Throttle::default());
     loop {
         let accepted = accept();
         if stop.load(Ordering::Acquire) {
@@ -261,16 +297,22 @@ fn accept_loop(
                 let Some(slot) = Slot::take(&on_port, open) else {
                     // Closed at once: the client sees the refusal, and the
                     // VMM keeps the threads it needs.
-                    tracing::warn!(port = label, "connection refused: too many open");
+                    if let Some(held_back) = full.allow() {
+                        tracing::warn!(
+                            port = label,
+                            held_back,
+                            "connection refused: too many open"
+                        );
+                    }
                     conn.close();
                     continue;
                 };
-                let to = to.clone();
+                let (to, refused) = (to.clone(), refused.clone());
                 let spawned = std::thread::Builder::new()
                     .name(format!("tunnel-{}", to.guest_port))
                     .spawn(move || {
                         let _slot = slot;
-                        tunnel(conn, &to)
+                        tunnel(conn, &to, &refused)
                     });
                 if let Err(e) = spawned {
                     tracing::warn!(port = label, "could not start a tunnel thread: {e}");
@@ -278,7 +320,9 @@ fn accept_loop(
             }
             // Out of descriptors or memory: wait for connections to end.
             Err(e) => {
-                tracing::warn!(port = label, "accept failed: {e}");
+                if let Some(held_back) = failing.allow() {
+                    tracing::warn!(port = label, held_back, "accept failed: {e}");
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -287,7 +331,7 @@ fn accept_loop(
 
 /// Carries `conn` to 127.0.0.1:`guest_port` in the guest, or closes it when
 /// the guest cannot be reached or nothing listens there.
-fn tunnel(conn: Accepted, to: &Tunnel) {
+fn tunnel(conn: Accepted, to: &Tunnel, refused: &Throttle) {
     let guest_port = to.guest_port;
     let deadline = Instant::now() + AGENT_WAIT;
     let stream = loop {
@@ -302,7 +346,9 @@ fn tunnel(conn: Accepted, to: &Tunnel) {
                 std::thread::sleep(AGENT_RETRY);
             }
             Err(e) => {
-                tracing::info!(guest_port, "a published-port connection was refused: {e}");
+                if let Some(held_back) = refused.allow() {
+                    tracing::info!(guest_port, held_back, "a connection was refused: {e}");
+                }
                 conn.close();
                 return;
             }
@@ -312,8 +358,8 @@ fn tunnel(conn: Accepted, to: &Tunnel) {
         Accepted::Tcp(tcp) => guest_agent::pipe::pipe(stream, tcp),
         Accepted::Unix(unix) => guest_agent::pipe::pipe(stream, unix),
     };
-    if let Err(e) = piped {
-        tracing::info!(guest_port, "a published-port connection failed: {e}");
+    if let (Err(e), Some(held_back)) = (piped, refused.allow()) {
+        tracing::info!(guest_port, held_back, "a connection failed: {e}");
     }
 }
 
@@ -431,6 +477,24 @@ mod tests {
             || TcpListener::bind(mapping.host_addr()).is_ok()
         ));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn refusals_are_logged_once_per_period_with_the_count_held_back() {
+        let t = Throttle::default();
+        assert_eq!(t.allow(), Some(0), "the first is logged");
+        for _ in 0..1000 {
+            assert_eq!(t.allow(), None);
+        }
+        // A period later: one line, saying how many were held back.
+        let since = *t.since.get().unwrap();
+        let t2 = Throttle {
+            last_ms: AtomicU64::new(1),
+            held_back: AtomicU64::new(t.held_back.load(Ordering::Acquire)),
+            since: std::sync::OnceLock::from(since.checked_sub(LOG_EVERY).unwrap_or(since)),
+        };
+        assert_eq!(t2.allow(), Some(1000));
+        assert_eq!(t2.allow(), None);
     }
 
     #[test]

@@ -311,6 +311,11 @@ impl WorkspaceSpec {
         }
         crate::store::ports::validate(&self.ports)?;
         validate_service_ports(&self.service_ports)?;
+        // A service is reached by its workspace alone, and its VMM's
+        // connections and threads are the relays' (`pids.max`).
+        if !self.service_ports.is_empty() && !self.ports.is_empty() {
+            return bad("a service publishes no ports".into());
+        }
         crate::store::volume_mounts::validate(&self.volumes)?;
         crate::store::name::validate_network_name(&self.network)
             .map_err(|e| SpecError::Invalid(format!("network name `{}`: {e}", self.network)))
@@ -669,6 +674,14 @@ mod tests {
         assert!(with(vec![]).validate().is_ok());
         assert!(with(vec![0]).validate().is_err());
         assert!(with(vec![80, 80]).validate().is_err());
+        let publishing = WorkspaceSpec {
+            ports: vec![crate::store::ports::PortMapping::local(8080, 80)],
+            ..with(vec![80])
+        };
+        assert!(
+            publishing.validate().is_err(),
+            "a service publishes nothing"
+        );
         let many = (1..=MAX_SERVICE_PORTS as u16 + 1).collect();
         assert!(with(many).validate().is_err());
         // A record without the field reads as none, and none is not written.

@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use guest_agent::protocol::{AgentErrorCode, Forward, MAX_FORWARDS, MAX_FORWARD_CONNECTIONS};
@@ -90,6 +90,36 @@ impl ForwardError {
 struct Listening {
     listener: Arc<TcpListener>,
     stop: Arc<AtomicBool>,
+    /// Where its connections go; a set may change it in place.
+    vsock_port: Arc<AtomicU32>,
+}
+
+impl Listening {
+    /// Serves `listener` on a thread of its own.
+    fn start(
+        listener: TcpListener,
+        vsock_port: u32,
+        dial: &Dial,
+        connections: &Arc<AtomicUsize>,
+    ) -> io::Result<Self> {
+        let listening = Self {
+            listener: Arc::new(listener),
+            stop: Arc::new(AtomicBool::new(false)),
+            vsock_port: Arc::new(AtomicU32::new(vsock_port)),
+        };
+        let (listener, stop, port) = (
+            listening.listener.clone(),
+            listening.stop.clone(),
+            listening.vsock_port.clone(),
+        );
+        let (dial, connections) = (dial.clone(), connections.clone());
+        // Dropped on failure: its listener is shut down with it.
+        std::thread::Builder::new()
+            .name("forward".into())
+            .stack_size(LISTEN_STACK)
+            .spawn(move || accept_loop(&listener, &stop, &dial, &connections, &port))?;
+        Ok(listening)
+    }
 }
 
 impl Drop for Listening {
@@ -101,11 +131,11 @@ impl Drop for Listening {
     }
 }
 
-/// The forwards of this agent.
+/// The forwards of this agent, by address and port.
 #[derive(Debug)]
 pub struct Forwards {
     dial: Dial,
-    active: Mutex<BTreeMap<Forward, Listening>>,
+    active: Mutex<BTreeMap<(Ipv4Addr, u16), Listening>>,
     connections: Arc<AtomicUsize>,
 }
 
@@ -120,8 +150,9 @@ impl Forwards {
     }
 
     /// Makes `wanted` the set: checked whole first, then the new listeners
-    /// bound (any failure drops them and keeps the set before), then the
-    /// forwards no longer wanted closed and /etc/hosts written.
+    /// bound and started and /etc/hosts written (any failure drops what
+    /// was new and keeps the set before), then the kept ones pointed where
+    /// `wanted` says and the others closed.
     pub fn set(&self, wanted: Vec<Forward>) -> Result<(), ForwardError> {
         let pid1 = std::process::id() == 1;
         if !pid1 && matches!(self.dial, Dial::Vsock) {
@@ -129,42 +160,34 @@ impl Forwards {
         }
         check(&wanted)?;
         let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-        let mut bound = Vec::new();
-        for f in wanted.iter().filter(|f| !active.contains_key(*f)) {
-            let listener =
-                TcpListener::bind(SocketAddr::from((f.addr, f.port))).map_err(|source| {
-                    ForwardError::Listen {
-                        addr: f.addr,
-                        port: f.port,
-                        source,
-                    }
-                })?;
-            bound.push((f.clone(), listener));
+        let mut fresh = Vec::new();
+        for f in wanted
+            .iter()
+            .filter(|f| !active.contains_key(&(f.addr, f.port)))
+        {
+            let failed = |source| ForwardError::Listen {
+                addr: f.addr,
+                port: f.port,
+                source,
+            };
+            let listener = TcpListener::bind(SocketAddr::from((f.addr, f.port))).map_err(failed)?;
+            let listening = Listening::start(listener, f.vsock_port, &self.dial, &self.connections)
+                .map_err(failed)?;
+            fresh.push(((f.addr, f.port), listening));
         }
         if pid1 {
-            let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-            std::fs::write("/etc/hosts", hosts_with_forwards(&hosts, &wanted))
-                .map_err(ForwardError::Hosts)?;
+            super::net::edit_hosts(super::net::HOSTS, |hosts| {
+                hosts_with_forwards(hosts, &wanted)
+            })
+            .map_err(ForwardError::Hosts)?;
         }
-        active.retain(|f, _| wanted.contains(f));
-        for (f, listener) in bound {
-            let listening = Listening {
-                listener: Arc::new(listener),
-                stop: Arc::new(AtomicBool::new(false)),
-            };
-            let (listener, stop) = (listening.listener.clone(), listening.stop.clone());
-            let (dial, connections, port) =
-                (self.dial.clone(), self.connections.clone(), f.vsock_port);
-            let spawned = std::thread::Builder::new()
-                .name("forward".into())
-                .stack_size(LISTEN_STACK)
-                .spawn(move || accept_loop(&listener, &stop, &dial, &connections, port));
-            if let Err(e) = spawned {
-                log!("forward {}:{}: no thread: {e}", f.addr, f.port);
-                continue;
+        for f in &wanted {
+            if let Some(kept) = active.get(&(f.addr, f.port)) {
+                kept.vsock_port.store(f.vsock_port, Ordering::SeqCst);
             }
-            active.insert(f, listening);
         }
+        active.retain(|(addr, port), _| wanted.iter().any(|f| (f.addr, f.port) == (*addr, *port)));
+        active.extend(fresh);
         Ok(())
     }
 }
@@ -217,7 +240,7 @@ fn accept_loop(
     stop: &AtomicBool,
     dial: &Dial,
     connections: &Arc<AtomicUsize>,
-    vsock_port: u32,
+    to: &AtomicU32,
 ) {
     loop {
         let accepted = listener.accept();
@@ -239,7 +262,8 @@ fn accept_loop(
             connections.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let (dial, held) = (dial.clone(), connections.clone());
+        let (dial, held, vsock_port) =
+            (dial.clone(), connections.clone(), to.load(Ordering::SeqCst));
         let spawned = std::thread::Builder::new()
             .name("forwarded".into())
             .stack_size(LISTEN_STACK)
@@ -281,18 +305,23 @@ fn connect(dial: &Dial, port: u32) -> io::Result<UnixStream> {
 /// `hosts` with the agent's block naming `forwards`' addresses (one line
 /// per address), in place of the block before; the rest kept as it was.
 pub fn hosts_with_forwards(hosts: &str, forwards: &[Forward]) -> String {
+    let lines: Vec<&str> = hosts.lines().collect();
+    let begin = lines.iter().position(|l| l.trim() == HOSTS_BEGIN);
+    let end = begin.and_then(|b| {
+        lines[b..]
+            .iter()
+            .position(|l| l.trim() == HOSTS_END)
+            .map(|e| b + e)
+    });
     let mut out = String::new();
-    let mut inside = false;
-    for line in hosts.lines() {
-        match line.trim() {
-            HOSTS_BEGIN => inside = true,
-            HOSTS_END => inside = false,
-            _ if inside => {}
-            _ => {
-                out.push_str(line);
-                out.push('\n');
-            }
+    for (i, line) in lines.iter().enumerate() {
+        // Only a whole block is ours; a lone mark is dropped, not what follows it.
+        let ours = matches!((begin, end), (Some(b), Some(e)) if (b..=e).contains(&i));
+        if ours || matches!(line.trim(), HOSTS_BEGIN | HOSTS_END) {
+            continue;
         }
+        out.push_str(line);
+        out.push('\n');
     }
     let names: BTreeMap<Ipv4Addr, &str> =
         forwards.iter().map(|f| (f.addr, f.name.as_str())).collect();
@@ -336,6 +365,12 @@ mod tests {
             format!("{debian}{HOSTS_BEGIN}\n127.0.1.3\tcache\n{HOSTS_END}\n")
         );
         assert_eq!(hosts_with_forwards(&two, &[]), debian, "none: no block");
+        let cut = format!("{debian}{HOSTS_BEGIN}\n10.0.0.9\tmine\n");
+        assert_eq!(
+            hosts_with_forwards(&cut, &[]),
+            format!("{debian}10.0.0.9\tmine\n"),
+            "a begin mark without an end keeps what follows it"
+        );
     }
 
     #[test]

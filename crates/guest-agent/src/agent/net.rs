@@ -234,13 +234,68 @@ pub fn configure(setup: Option<&NetSetup>, alias: Option<&str>) -> Result<(), Ne
     std::fs::write("/etc/resolv.conf", resolv_conf(setup.dns))
         .map_err(|e| NetSetupError::File("/etc/resolv.conf", e))?;
     if let Some(alias) = alias {
-        let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-        let mut file = std::fs::File::create("/etc/hosts")
-            .map_err(|e| NetSetupError::File("/etc/hosts", e))?;
-        file.write_all(hosts_with(&hosts, alias, setup.gateway).as_bytes())
+        edit_hosts(HOSTS, |hosts| hosts_with(hosts, alias, setup.gateway))
             .map_err(|e| NetSetupError::File("/etc/hosts", e))?;
     }
     Ok(())
+}
+
+/// The guest's hosts file.
+pub const HOSTS: &str = "/etc/hosts";
+/// The largest hosts file the agent edits.
+const MAX_HOSTS_BYTES: u64 = 1 << 20;
+/// One edit of the hosts file at a time (the network's alias, forwards).
+static HOSTS_EDIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Rewrites the hosts file at `path` as `edit` makes it from what it holds
+/// (none when missing): read without following a link, only a regular
+/// file of at most 1 MiB and UTF-8, then replaced whole (a temporary
+/// beside it, renamed over it), so a failure leaves it as it was.
+pub fn edit_hosts(path: &str, edit: impl FnOnce(&str) -> String) -> io::Result<()> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _one = HOSTS_EDIT.lock().unwrap_or_else(|e| e.into_inner());
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let mut before = String::new();
+    let mut perm = None;
+    match opened {
+        Ok(file) => {
+            let meta = file.metadata()?;
+            if !meta.is_file() || meta.len() > MAX_HOSTS_BYTES {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{path} is not a regular file of at most 1 MiB"),
+                ));
+            }
+            file.take(MAX_HOSTS_BYTES).read_to_string(&mut before)?;
+            perm = Some(meta.permissions());
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let tmp = format!("{path}.microagent.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o644)
+            .open(&tmp)?;
+        file.write_all(edit(&before).as_bytes())?;
+        if let Some(perm) = perm {
+            file.set_permissions(perm)?;
+        }
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 fn inet_socket() -> io::Result<OwnedFd> {
@@ -432,6 +487,48 @@ mod tests {
         }
         let all = NetSetup::parse("10.0.0.1/0,10.0.0.2,10.0.0.3").unwrap();
         assert_eq!(all.netmask(), Ipv4Addr::UNSPECIFIED);
+    }
+
+    #[test]
+    fn the_hosts_file_is_edited_only_as_a_small_regular_file_and_whole() {
+        let dir = std::env::temp_dir().join(format!("ga-hosts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("hosts");
+        let p = path.to_str().unwrap();
+        // Missing: made.
+        edit_hosts(p, |h| format!("{h}a\n")).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\n");
+        // Kept as it was, with its permissions.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        edit_hosts(p, |h| format!("{h}b\n")).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\n");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        // Not UTF-8, a link, a FIFO, too large: refused, nothing changed.
+        std::fs::write(&path, b"\xff\xfe").unwrap();
+        assert!(edit_hosts(p, |_| "x".into()).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"\xff\xfe");
+        let target = dir.join("target");
+        std::fs::write(&target, "t\n").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert!(edit_hosts(p, |_| "x".into()).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "t\n");
+        std::fs::remove_file(&path).unwrap();
+        let fifo = std::ffi::CString::new(p).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(edit_hosts(p, |_| "x".into()).is_err(), "a FIFO is no file");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, vec![b'#'; (MAX_HOSTS_BYTES + 1) as usize]).unwrap();
+        assert!(edit_hosts(p, |_| "x".into()).is_err());
+        assert!(
+            !dir.join("hosts.microagent.tmp").exists(),
+            "no temporary left"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -502,19 +502,28 @@ fn bind_relays(
     if machine.is_err() || spec.service_ports.is_empty() {
         return Vec::new();
     }
+    let dir = ws.path().join(base::store::workspace_dir::RELAY_DIR);
+    let made =
+        base::store::spec::validate_service_ports(&spec.service_ports)
+            .map_err(VmmProcessError::ServicePorts)
+            .and_then(|()| {
+                // Made afresh here (a run's start and end remove it), so never
+                // a link or a file someone left: a directory of this user's.
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(
+                    VmmProcessError::host_io(format!("creating {}", dir.display())),
+                )
+            });
+    if let Err(e) = made {
+        *machine = Err(e);
+        return Vec::new();
+    }
     let bound: Result<Vec<_>> = spec
         .service_ports
         .iter()
         .map(|&port| {
             let path = ws.relay_socket(port);
             let io = |what: &str| VmmProcessError::host_io(format!("{what} {}", path.display()));
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(io("creating the directory of"))?;
-                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                    .map_err(io("restricting the directory of"))?;
-            }
-            // One left by a run that crashed.
-            let _ = std::fs::remove_file(&path);
             let listener = std::os::unix::net::UnixListener::bind(&path).map_err(io("binding"))?;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
                 .map_err(io("restricting"))?;
