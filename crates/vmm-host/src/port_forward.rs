@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,9 +43,8 @@ pub struct PortForwarder {
     vsock: PathBuf,
     agent_port: u32,
     listening: Mutex<BTreeMap<SocketAddr, Listening>>,
-    /// A service's relay sockets, served for the VMM's life (a second
-    /// handle on each, to shut it down).
-    relays: Mutex<Vec<(UnixListener, Arc<AtomicBool>)>>,
+    /// A service's relay sockets, served for the VMM's life.
+    relays: Mutex<Vec<Served>>,
     /// Connections open on all ports.
     open: Arc<AtomicUsize>,
 }
@@ -57,30 +56,25 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// A log line at most every [`LOG_EVERY`], with how many were held back.
 #[derive(Debug, Default)]
-struct Throttle {
-    /// Milliseconds after `since` of the last line (0: none yet).
-    last_ms: AtomicU64,
-    held_back: AtomicU64,
-    since: std::sync::OnceLock<Instant>,
+struct Throttle(Mutex<Logged>);
+
+#[derive(Debug, Default)]
+struct Logged {
+    /// When the last line was logged.
+    last: Option<Instant>,
+    held_back: u64,
 }
 
 impl Throttle {
     /// Some(lines held back since the last one) when one may be logged now.
     fn allow(&self) -> Option<u64> {
-        let since = *self.since.get_or_init(Instant::now);
-        let now = since.elapsed().as_millis() as u64 + 1;
-        let last = self.last_ms.load(Ordering::Acquire);
-        let due = last == 0 || now.saturating_sub(last) >= LOG_EVERY.as_millis() as u64;
-        if due
-            && self
-                .last_ms
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            return Some(self.held_back.swap(0, Ordering::AcqRel));
+        let mut logged = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if logged.last.is_some_and(|t| t.elapsed() < LOG_EVERY) {
+            logged.held_back += 1;
+            return None;
         }
-        self.held_back.fetch_add(1, Ordering::AcqRel);
-        None
+        logged.last = Some(Instant::now());
+        Some(std::mem::take(&mut logged.held_back))
     }
 }
 
@@ -124,9 +118,25 @@ impl Drop for Slot {
 #[derive(Debug)]
 struct Listening {
     mapping: PortMapping,
+    served: Served,
+}
+
+/// A listener its own thread serves, and how to stop that thread.
+#[derive(Debug)]
+struct Served {
     /// A second handle on the listening socket, to shut it down.
-    socket: TcpListener,
+    socket: OwnedFd,
     stop: Arc<AtomicBool>,
+}
+
+impl Served {
+    /// Ends its thread: on Linux a shut-down listening socket makes a
+    /// blocked accept() fail.
+    fn end(&self) {
+        self.stop.store(true, Ordering::Release);
+        // SAFETY: shutdown on a socket descriptor we own; no memory is passed.
+        unsafe { libc::shutdown(self.socket.as_raw_fd(), libc::SHUT_RDWR) };
+    }
 }
 
 impl PortForwarder {
@@ -156,35 +166,14 @@ impl PortForwarder {
                 guest_port: l.mapping.guest_port,
             });
         }
-        let socket = listener
-            .try_clone()
-            .map_err(VmmProcessError::host_io(format!(
-                "listening on {}",
-                mapping.host_addr()
-            )))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread_stop = stop.clone();
-        let tunnel_to = Tunnel {
-            vsock: self.vsock.clone(),
-            agent_port: self.agent_port,
-            guest_port: mapping.guest_port,
-        };
-        let open = self.open.clone();
-        let accept = move || listener.accept().map(|(tcp, _)| Accepted::Tcp(tcp));
-        std::thread::Builder::new()
-            .name(format!("port-{}", mapping.host_port))
-            .spawn(move || {
-                accept_loop(accept, &thread_stop, tunnel_to, &open, &mapping.to_string())
-            })
-            .map_err(VmmProcessError::host_io("starting a port listener thread"))?;
-        listening.insert(
-            mapping.host_addr(),
-            Listening {
-                mapping,
-                socket,
-                stop,
-            },
-        );
+        let served = self.serve(
+            listener,
+            |l| l.accept().map(|(tcp, _)| Accepted::Tcp(tcp)),
+            mapping.guest_port,
+            format!("port-{}", mapping.host_port),
+            mapping.to_string(),
+        )?;
+        listening.insert(mapping.host_addr(), Listening { mapping, served });
         Ok(())
     }
 
@@ -192,9 +181,34 @@ impl PortForwarder {
     /// socket bound by the caller, for the VMM's life; under the same caps
     /// as published ports.
     pub fn relay(&self, guest_port: u16, listener: UnixListener) -> Result<()> {
+        let served = self.serve(
+            listener,
+            |l| l.accept().map(|(unix, _)| Accepted::Unix(unix)),
+            guest_port,
+            format!("relay-{guest_port}"),
+            format!("relay of {guest_port}"),
+        )?;
+        self.relays
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(served);
+        Ok(())
+    }
+
+    /// Starts the thread that accepts on `listener` and tunnels each
+    /// connection to `guest_port` (named `thread`; `label` in its logs).
+    fn serve<L: AsFd + Send + 'static>(
+        &self,
+        listener: L,
+        accept: fn(&L) -> io::Result<Accepted>,
+        guest_port: u16,
+        thread: String,
+        label: String,
+    ) -> Result<Served> {
         let socket = listener
-            .try_clone()
-            .map_err(VmmProcessError::host_io("serving a relay socket"))?;
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(VmmProcessError::host_io(format!("serving {label}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
         let tunnel_to = Tunnel {
@@ -203,17 +217,13 @@ impl PortForwarder {
             guest_port,
         };
         let open = self.open.clone();
-        let accept = move || listener.accept().map(|(unix, _)| Accepted::Unix(unix));
-        let label = format!("relay of {guest_port}");
         std::thread::Builder::new()
-            .name(format!("relay-{guest_port}"))
-            .spawn(move || accept_loop(accept, &thread_stop, tunnel_to, &open, &label))
-            .map_err(VmmProcessError::host_io("starting a relay listener thread"))?;
-        self.relays
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((socket, stop));
-        Ok(())
+            .name(thread)
+            .spawn(move || {
+                accept_loop(|| accept(&listener), &thread_stop, tunnel_to, &open, &label)
+            })
+            .map_err(VmmProcessError::host_io("starting a listener thread"))?;
+        Ok(Served { socket, stop })
     }
 
     /// Stops listening on `addr`; false when it was not published.
@@ -221,11 +231,7 @@ impl PortForwarder {
         let Some(l) = self.lock().remove(&addr) else {
             return false;
         };
-        l.stop.store(true, Ordering::Release);
-        // Wakes the accept: on Linux a shut-down listening socket makes a
-        // blocked accept() fail.
-        // SAFETY: shutdown on a socket descriptor we own; no memory is passed.
-        unsafe { libc::shutdown(l.socket.as_raw_fd(), libc::SHUT_RDWR) };
+        l.served.end();
         true
     }
 
@@ -246,10 +252,8 @@ impl Drop for PortForwarder {
         for addr in addrs {
             self.unpublish(addr);
         }
-        for (socket, stop) in self.relays.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            stop.store(true, Ordering::Release);
-            // SAFETY: shutdown on a socket descriptor we own; no memory is passed.
-            unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) };
+        for served in self.relays.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            served.end();
         }
     }
 }
@@ -487,12 +491,12 @@ mod tests {
             assert_eq!(t.allow(), None);
         }
         // A period later: one line, saying how many were held back.
-        let since = *t.since.get().unwrap();
-        let t2 = Throttle {
-            last_ms: AtomicU64::new(1),
-            held_back: AtomicU64::new(t.held_back.load(Ordering::Acquire)),
-            since: std::sync::OnceLock::from(since.checked_sub(LOG_EVERY).unwrap_or(since)),
-        };
+        let held_back = t.0.lock().unwrap().held_back;
+        let now = Instant::now();
+        let t2 = Throttle(Mutex::new(Logged {
+            last: Some(now.checked_sub(LOG_EVERY).unwrap_or(now)),
+            held_back,
+        }));
         assert_eq!(t2.allow(), Some(1000));
         assert_eq!(t2.allow(), None);
     }

@@ -188,7 +188,7 @@ async fn wait_ready(
     }
     let started = Instant::now();
     let ceiling = started + cdp::stretched(START_QUIET);
-    let mut progress = StartProgress::new(process.pid);
+    let mut progress = ChromiumProgress::new(process.pid);
     let mut said = String::new();
     let mut cursors = [0, 0];
     loop {
@@ -249,13 +249,13 @@ async fn wait_ready(
 
 /// What says a starting Chromium still works: when it last did, and the
 /// CPU time its process had spent then.
-struct StartProgress {
+struct ChromiumProgress {
     pid: u32,
     last: Instant,
     cpu_ticks: Option<u64>,
 }
 
-impl StartProgress {
+impl ChromiumProgress {
     fn new(pid: u32) -> Self {
         Self {
             pid,

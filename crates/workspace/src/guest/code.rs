@@ -82,35 +82,7 @@ impl Language {
             Self::Bash => "sh",
         }
     }
-}
 
-/// Code written to a script in a workspace, ready to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CodeScript {
-    workspace: String,
-    path: String,
-    language: Language,
-}
-
-impl CodeScript {
-    /// The command that runs it (add a timeout, an output cap, stdin).
-    pub fn request(&self) -> ExecRequest {
-        ExecRequest::argv([self.language.interpreter(), self.path.as_str()])
-    }
-
-    /// The script's guest path.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-}
-
-fn housekeeping(argv: &[&str]) -> ExecRequest {
-    ExecRequest::argv(argv.iter().copied())
-        .timeout(HOUSEKEEPING_TIMEOUT)
-        .output_cap(HOUSEKEEPING_OUTPUT)
-}
-
-impl Language {
     /// The spec of a one-shot workspace of `all` that runs code in this
     /// language: the [`CODE_IMAGE`] (which must be on this host, else
     /// [`Error::CodeImageMissing`]), `vcpus`, and `mem_mib` or
@@ -137,6 +109,42 @@ impl Language {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Code written to a script in a workspace, ready to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeScript {
+    workspace: String,
+    path: String,
+    language: Language,
+}
+
+impl CodeScript {
+    /// The command that runs it (add a timeout, an output cap, stdin).
+    pub fn request(&self) -> ExecRequest {
+        ExecRequest::argv([self.language.interpreter(), self.path.as_str()])
+    }
+
+    /// The script's guest path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Removes it from its workspace in `all`, best effort: the workspace
+    /// may be gone or stopping.
+    pub async fn remove(&self, all: &Workspaces) {
+        let rm = housekeeping(&["rm", "-f", &self.path]);
+        let _ = all
+            .at(&self.workspace)
+            .exec_collect(rm, ExecInput::None)
+            .await;
+    }
+}
+
+fn housekeeping(argv: &[&str]) -> ExecRequest {
+    ExecRequest::argv(argv.iter().copied())
+        .timeout(HOUSEKEEPING_TIMEOUT)
+        .output_cap(HOUSEKEEPING_OUTPUT)
 }
 
 impl Workspace<'_> {
@@ -182,18 +190,6 @@ impl Workspace<'_> {
             path,
             language,
         })
-    }
-}
-
-impl CodeScript {
-    /// Removes it from its workspace in `all`, best effort: the workspace
-    /// may be gone or stopping.
-    pub async fn remove(&self, all: &Workspaces) {
-        let rm = housekeeping(&["rm", "-f", &self.path]);
-        let _ = all
-            .at(&self.workspace)
-            .exec_collect(rm, ExecInput::None)
-            .await;
     }
 }
 

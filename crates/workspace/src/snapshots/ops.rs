@@ -145,7 +145,7 @@ impl Workspace<'_> {
                 })?,
             );
         }
-        let (all, workspace) = (self.all, self.name.as_str());
+        let (snapshots, workspace) = (self.all.snapshots(), self.name.as_str());
         let meta = self.get_here()?;
         // In its workspace's namespace.
         let (short, namespace) = workspace
@@ -154,18 +154,18 @@ impl Workspace<'_> {
         let name = name.map_or_else(|| default_snapshot_name(short, now_ms()), str::to_owned);
         let name = base::store::name::full_name(namespace, &name)
             .map_err(|e| Error::InvalidInput(format!("snapshot name: {e}")))?;
-        let dir = all.snapshots().snapshot_dir(&name)?;
+        let dir = snapshots.snapshot_dir(&name)?;
         if dir.exists() {
             return Err(Error::SnapshotExists(name));
         }
-        all.snapshots().sweep_abandoned_snapshots();
-        let parent = all.snapshots().snapshots_dir();
+        snapshots.sweep_abandoned_snapshots();
+        let parent = snapshots.snapshots_dir();
         make_private_dir(&parent)?;
         let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         make_private_dir(&tmp)?;
         let made = (|| -> Result<SnapshotInfo> {
-            let (has_memory, paused_ms) = all.snapshots().write_machine(workspace, &tmp)?;
+            let (has_memory, paused_ms) = snapshots.write_machine(workspace, &tmp)?;
             base::pause_point::pause_point("snapshot:written");
             let memory_sha256 = has_memory
                 .then(|| seal::Sealed::Memory.digest(&tmp))
@@ -202,7 +202,8 @@ impl Workspace<'_> {
         }
         let mut info = made?;
         info.size_bytes = allocated_bytes(&dir);
-        all.dir(workspace)?
+        self.all
+            .dir(workspace)?
             .events()
             .append(EventKind::SnapshotTaken {
                 snapshot: name,
