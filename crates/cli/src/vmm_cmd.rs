@@ -178,6 +178,7 @@ fn boot(args: BootArgs, json: bool) -> anyhow::Result<ExitCode> {
         vsock: args.vsock.clone().map(|uds_path| VsockConfig {
             guest_cid: args.vsock_cid,
             uds_path,
+            routes: Default::default(),
         }),
         net: None,
         balloon: false,

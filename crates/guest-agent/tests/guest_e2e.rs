@@ -134,6 +134,7 @@ fn agent_in_a_real_guest() {
         vsock: Some(VsockConfig {
             guest_cid: 3,
             uds_path: uds.clone(),
+            routes: Default::default(),
         }),
         net: None,
         balloon: false,

@@ -123,6 +123,7 @@ fn guest_uses_ext4_root_data_disk_and_vsock() {
         vsock: Some(VsockConfig {
             guest_cid: 3,
             uds_path: uds.clone(),
+            routes: Default::default(),
         }),
         net: None,
         balloon: false,

@@ -127,6 +127,7 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         Some(VsockConfig {
             guest_cid: 3,
             uds_path: dir.0.join("v1.sock"),
+            routes: Default::default(),
         }),
     );
     let handle = machine.handle();
@@ -173,6 +174,7 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
                 },
             ],
             vsock_uds: Some(dir.0.join(sock)),
+            vsock_routes: Default::default(),
             net: None,
         })
     };

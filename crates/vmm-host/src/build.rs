@@ -131,6 +131,7 @@ fn build_machine(
         vsock: Some(VsockConfig {
             guest_cid: GUEST_CID,
             uds_path: ws.vsock(),
+            routes: service_routes(ws, spec),
         }),
         net: net.map(|backend| NetConfig {
             mac: base::network::mac_for(ws.name()),
@@ -219,7 +220,19 @@ fn restore_machine(
         console: ConsoleSink::new().with(Box::new(console)),
         disks: workspace_disks(state, image.rootfs, ws, spec)?,
         vsock_uds: Some(ws.vsock()),
+        vsock_routes: service_routes(ws, spec),
         net,
     })
     .map_err(|e| start_failed(ws, &e))
+}
+
+/// Where the guest's connections to its services' host vsock ports go:
+/// the relay sockets their VMMs serve in this workspace's directory.
+fn service_routes(
+    ws: &WorkspaceDir,
+    spec: &WorkspaceSpec,
+) -> std::collections::BTreeMap<u32, std::path::PathBuf> {
+    base::store::services::routes(&spec.services)
+        .map(|(_, _, _, vsock_port)| (vsock_port, ws.service_relay(vsock_port)))
+        .collect()
 }

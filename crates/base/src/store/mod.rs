@@ -19,6 +19,7 @@ pub mod ports;
 pub mod process;
 pub mod records;
 pub mod repo_checkout;
+pub mod services;
 pub mod spec;
 pub mod state;
 pub mod subnet;

@@ -148,9 +148,17 @@ pub struct WorkspaceSpec {
     /// A service's ports: guest ports its VMM serves, each on the Unix
     /// socket `relay/<port>.sock` of its directory, for the workspace it
     /// serves (whose guest reaches them through its vsock; at most
-    /// [`MAX_SERVICE_PORTS`], each once, none 0).
+    /// [`crate::store::services::MAX_SERVICE_PORTS`], each once, none 0).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub service_ports: Vec<u16>,
+    /// The services it names: each a microVM of its own that its guest
+    /// reaches by the service's name (`crate::store::services`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<crate::store::services::ServiceSpec>,
+    /// Set on a service's own VMM (a companion): the workspace it serves,
+    /// whose directory holds its relay sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<crate::store::services::Serving>,
     /// What the guest may reach beyond its network, when not the
     /// network's own policy (`user`: everything but the host and private
     /// ranges).
@@ -235,6 +243,8 @@ impl Default for WorkspaceSpec {
             network: default_network(),
             ports: Vec::new(),
             service_ports: Vec::new(),
+            services: Vec::new(),
+            serving: None,
             egress: None,
             allow: Vec::new(),
             address: None,
@@ -250,7 +260,7 @@ impl Default for WorkspaceSpec {
     }
 }
 
-fn valid_key(key: &str) -> bool {
+pub(crate) fn valid_key(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= 128
         && key
@@ -310,40 +320,26 @@ impl WorkspaceSpec {
             return bad("image name is empty".into());
         }
         crate::store::ports::validate(&self.ports)?;
-        validate_service_ports(&self.service_ports)?;
+        crate::store::services::validate_service_ports(&self.service_ports)?;
         // A service is reached by its workspace alone, and its VMM's
         // connections and threads are the relays' (`pids.max`).
         if !self.service_ports.is_empty() && !self.ports.is_empty() {
             return bad("a service publishes no ports".into());
         }
+        crate::store::services::validate(&self.services, l.max_entries)?;
+        if self.service_ports.is_empty() != self.serving.is_none() {
+            return bad("a service's ports and what it serves come together".into());
+        }
+        if let Some(serving) = &self.serving {
+            crate::store::services::validate_serving(serving)?;
+        }
+        if self.serving.is_some() && !self.services.is_empty() {
+            return bad("a service names no services of its own".into());
+        }
         crate::store::volume_mounts::validate(&self.volumes)?;
         crate::store::name::validate_network_name(&self.network)
             .map_err(|e| SpecError::Invalid(format!("network name `{}`: {e}", self.network)))
     }
-}
-
-/// Most ports one service serves.
-pub const MAX_SERVICE_PORTS: usize = 8;
-
-/// A service's ports: at most [`MAX_SERVICE_PORTS`], each once, none 0.
-pub fn validate_service_ports(ports: &[u16]) -> Result<()> {
-    let bad = |why: String| Err(SpecError::Invalid(format!("service ports: {why}")));
-    if ports.len() > MAX_SERVICE_PORTS {
-        return bad(format!(
-            "{} given, at most {MAX_SERVICE_PORTS}",
-            ports.len()
-        ));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for &port in ports {
-        if port == 0 {
-            return bad("port 0 names nothing".into());
-        }
-        if !seen.insert(port) {
-            return bad(format!("port {port} is given twice"));
-        }
-    }
-    Ok(())
 }
 
 /// Parses a duration as people write it: `90` or `90s`, `30m`, `1h`,
@@ -667,11 +663,26 @@ mod tests {
     #[test]
     fn a_services_ports_are_few_distinct_and_not_zero() {
         let with = |ports: Vec<u16>| WorkspaceSpec {
+            serving: (!ports.is_empty()).then(|| crate::store::services::Serving {
+                workspace: "dev".into(),
+                index: 0,
+                service: "db".into(),
+            }),
             service_ports: ports,
             ..WorkspaceSpec::default()
         };
         assert!(with(vec![5432, 6379]).validate().is_ok());
         assert!(with(vec![]).validate().is_ok());
+        let unserving = WorkspaceSpec {
+            serving: None,
+            ..with(vec![80])
+        };
+        assert!(unserving.validate().is_err(), "ports serve a workspace");
+        let nested = WorkspaceSpec {
+            services: vec![crate::store::services::parse_flag("x=y").unwrap()],
+            ..with(vec![80])
+        };
+        assert!(nested.validate().is_err(), "a service names none");
         assert!(with(vec![0]).validate().is_err());
         assert!(with(vec![80, 80]).validate().is_err());
         let publishing = WorkspaceSpec {
@@ -682,7 +693,7 @@ mod tests {
             publishing.validate().is_err(),
             "a service publishes nothing"
         );
-        let many = (1..=MAX_SERVICE_PORTS as u16 + 1).collect();
+        let many = (1..=crate::store::services::MAX_SERVICE_PORTS as u16 + 1).collect();
         assert!(with(many).validate().is_err());
         // A record without the field reads as none, and none is not written.
         let json = serde_json::to_value(with(vec![])).unwrap();

@@ -58,8 +58,6 @@ pub const DISK_FILE: &str = "disk.ext4";
 pub const CONTROL_SOCKET: &str = "control.sock";
 /// The VMM's hybrid vsock socket.
 pub const VSOCK_SOCKET: &str = "vsock.sock";
-/// The directory of a service's relay sockets, `<port>.sock` each.
-pub const RELAY_DIR: &str = "relay";
 /// The VMM process's own log (its stderr).
 pub const VMM_LOG: &str = "vmm.log";
 /// The starter's ticket for the VMM process it is launching.
@@ -129,10 +127,16 @@ impl WorkspaceDir {
         self.dir.join(VSOCK_SOCKET)
     }
 
-    /// Where a service's VMM serves guest port `port` to the workspace it
-    /// serves.
-    pub fn relay_socket(&self, port: u16) -> PathBuf {
-        self.dir.join(RELAY_DIR).join(format!("{port}.sock"))
+    /// The directory of the relay sockets of this workspace's services
+    /// (made by their VMMs: `crate::store::services`).
+    pub fn services_dir(&self) -> PathBuf {
+        self.dir.join(crate::store::services::SERVICES_DIR)
+    }
+
+    /// Where a service's VMM serves this workspace's guest the connections
+    /// it makes to host vsock port `vsock_port`.
+    pub fn service_relay(&self, vsock_port: u32) -> PathBuf {
+        self.services_dir().join(format!("{vsock_port}.sock"))
     }
 
     /// The control socket.
@@ -226,7 +230,6 @@ impl WorkspaceDir {
     pub fn remove_sockets(&self) {
         let _ = std::fs::remove_file(self.control());
         let _ = std::fs::remove_file(self.vsock());
-        let _ = std::fs::remove_dir_all(self.dir.join(RELAY_DIR));
         // Guest-initiated vsock connections use `<vsock>_<port>` sockets.
         if let Ok(entries) = std::fs::read_dir(&self.dir) {
             for e in entries.filter_map(|e| e.ok()) {

@@ -147,6 +147,9 @@ pub struct VsockConfig {
     /// Host Unix socket: host programs connect here and write `CONNECT <port>\n`;
     /// guest connections to host port P go to `<path>_P`.
     pub uds_path: PathBuf,
+    /// Guest connections to these host ports go to these sockets instead
+    /// (a workspace's services' relays).
+    pub routes: std::collections::BTreeMap<u32, PathBuf>,
 }
 
 /// Why a machine could not be built or run.
@@ -453,7 +456,8 @@ impl Machine {
     }
 
     fn attach_vsock(&mut self, cfg: &VsockConfig) -> Result<(), MachineError> {
-        let device = VsockDevice::new(cfg.guest_cid, cfg.uds_path.clone())?;
+        let device =
+            VsockDevice::new(cfg.guest_cid, cfg.uds_path.clone())?.with_routes(cfg.routes.clone());
         self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
         self.devices.vsock_cid = Some(cfg.guest_cid);
         Ok(())

@@ -26,6 +26,9 @@ pub struct RestoreConfig {
     pub disks: Vec<DiskConfig>,
     /// The vsock device's new host socket (its CID is the snapshot's).
     pub vsock_uds: Option<PathBuf>,
+    /// Its routes ([`super::VsockConfig::routes`]), which a snapshot does
+    /// not keep: they name host sockets of this run.
+    pub vsock_routes: std::collections::BTreeMap<u32, PathBuf>,
     /// The network device's new backend (its MAC is the snapshot's).
     pub net: Option<NetBackendConfig>,
 }
@@ -66,6 +69,7 @@ impl Machine {
             machine.attach_vsock(&VsockConfig {
                 guest_cid: cid,
                 uds_path: uds.clone(),
+                routes: cfg.vsock_routes.clone(),
             })?;
         }
         if let (Some(mac), Some(backend)) = (state.net_mac, cfg.net) {

@@ -27,6 +27,7 @@ use vmm_core::machine::MachineHandle;
 use vmm_core::{Machine, StopReason};
 
 mod answers;
+mod listeners;
 mod memory;
 
 use crate::build::Built;
@@ -250,8 +251,8 @@ impl VmmProcess {
             Some(built) => built,
             None => Built::build(&state, &ws, launch, &meta.spec),
         };
-        let (listeners, net_ns) = bind_ports(&meta.spec, &mut built.machine);
-        let relays = bind_relays(&ws, &meta.spec, &mut built.machine);
+        let (listeners, net_ns) = listeners::bind_ports(&meta.spec, &mut built.machine);
+        let relays = listeners::bind_relays(&state, &meta.spec, &mut built.machine);
         let Built {
             machine: built,
             passt,
@@ -454,86 +455,6 @@ fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
             state: meta.state,
         }),
     }
-}
-
-/// Binds the spec's published ports; one that cannot fails the machine.
-/// Then the process leaves the host's network namespace for an empty one
-/// (its network backend is open by now and the listeners are bound), so
-/// every thread it starts is in it. Returns the listeners and whether it
-/// left, or why not.
-fn bind_ports(
-    spec: &base::store::spec::WorkspaceSpec,
-    machine: &mut Result<Machine>,
-) -> (
-    Vec<(PortMapping, std::net::TcpListener)>,
-    std::result::Result<(), String>,
-) {
-    if machine.is_err() {
-        return (Vec::new(), Err("the machine was not built".into()));
-    }
-    let bound: Result<Vec<_>> = spec
-        .ports
-        .iter()
-        .map(|p| {
-            Ok((
-                *p,
-                base::store::ports::bind(p).map_err(VmmProcessError::from)?,
-            ))
-        })
-        .collect();
-    let net_ns = crate::guard::leave_host_network();
-    match bound {
-        Ok(listeners) => (listeners, net_ns),
-        Err(e) => {
-            *machine = Err(e);
-            (Vec::new(), net_ns)
-        }
-    }
-}
-
-/// Binds a service's relay sockets, `relay/<port>.sock` in its directory
-/// (private to this user), one per port of `spec.service_ports`. A
-/// failure fails the machine, as a port that cannot be bound does.
-fn bind_relays(
-    ws: &WorkspaceDir,
-    spec: &base::store::spec::WorkspaceSpec,
-    machine: &mut Result<Machine>,
-) -> Vec<(u16, std::os::unix::net::UnixListener)> {
-    if machine.is_err() || spec.service_ports.is_empty() {
-        return Vec::new();
-    }
-    let dir = ws.path().join(base::store::workspace_dir::RELAY_DIR);
-    let made =
-        base::store::spec::validate_service_ports(&spec.service_ports)
-            .map_err(VmmProcessError::ServicePorts)
-            .and_then(|()| {
-                // Made afresh here (a run's start and end remove it), so never
-                // a link or a file someone left: a directory of this user's.
-                use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(
-                    VmmProcessError::host_io(format!("creating {}", dir.display())),
-                )
-            });
-    if let Err(e) = made {
-        *machine = Err(e);
-        return Vec::new();
-    }
-    let bound: Result<Vec<_>> = spec
-        .service_ports
-        .iter()
-        .map(|&port| {
-            let path = ws.relay_socket(port);
-            let io = |what: &str| VmmProcessError::host_io(format!("{what} {}", path.display()));
-            let listener = std::os::unix::net::UnixListener::bind(&path).map_err(io("binding"))?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                .map_err(io("restricting"))?;
-            Ok((port, listener))
-        })
-        .collect();
-    bound.unwrap_or_else(|e| {
-        *machine = Err(e);
-        Vec::new()
-    })
 }
 
 /// How a [`VmmProcess`] run ended.

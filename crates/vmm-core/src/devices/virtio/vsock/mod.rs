@@ -20,6 +20,7 @@ mod unix_backend;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -142,6 +143,13 @@ impl VsockDevice {
             tx_payload: Vec::with_capacity(MAX_PKT_PAYLOAD),
             rx_scratch: vec![0; MAX_PKT_PAYLOAD],
         })
+    }
+
+    /// Sends the guest's connections to host port P to `routes[P]`
+    /// instead of `<uds_path>_P`.
+    pub fn with_routes(mut self, routes: BTreeMap<u32, PathBuf>) -> Self {
+        self.backend.set_routes(routes);
+        self
     }
 
     /// The guest's context id.

@@ -7,11 +7,11 @@
 //! socket should be watched for, and [`UnixBackend::sync_interest`] (called
 //! by the device at the end of each event) applies that.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use event_manager::{EventOps, EventSet, Events};
@@ -52,6 +52,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 pub struct UnixBackend {
     guest_cid: u64,
     uds_path: PathBuf,
+    /// Host ports whose guest connections go to a socket of their own.
+    routes: BTreeMap<u32, PathBuf>,
     listener: UnixListener,
     listener_registered: bool,
     listener_paused_until: Option<Instant>,
@@ -91,6 +93,7 @@ impl UnixBackend {
         Self {
             guest_cid,
             uds_path,
+            routes: BTreeMap::new(),
             listener,
             listener_registered: false,
             listener_paused_until: None,
@@ -106,6 +109,22 @@ impl UnixBackend {
             next_tag: FIRST_HOST_TAG,
             max_connections: MAX_CONNECTIONS,
         }
+    }
+
+    /// Where guest connections to some host ports go instead of
+    /// `<uds_path>_P`.
+    pub fn set_routes(&mut self, routes: BTreeMap<u32, PathBuf>) {
+        self.routes = routes;
+    }
+
+    /// The host socket a guest connection to host port `port` reaches.
+    fn guest_target(&self, port: u32) -> PathBuf {
+        if let Some(route) = self.routes.get(&port) {
+            return route.clone();
+        }
+        let mut path = self.uds_path.clone().into_os_string();
+        path.push(format!("_{port}"));
+        path.into()
     }
 
     /// The deadline timer.
@@ -258,9 +277,8 @@ impl UnixBackend {
             self.queue_rst(hdr, true);
             return;
         }
-        let mut path = self.uds_path.clone().into_os_string();
-        path.push(format!("_{}", hdr.dst_port));
-        match connect_nonblocking(Path::new(&path)) {
+        let path = self.guest_target(hdr.dst_port);
+        match connect_nonblocking(&path) {
             Ok(stream) => {
                 let tag = self.alloc_tag();
                 let conn = Connection::guest_initiated(key, self.guest_cid, stream, tag, hdr);

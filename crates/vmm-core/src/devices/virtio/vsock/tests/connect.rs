@@ -105,6 +105,33 @@ fn guest_connect_to_listening_socket_gets_response() {
 }
 
 #[test]
+fn a_routed_port_reaches_its_own_socket_and_no_other() {
+    let routed = sock_path("guest-routed-target");
+    let _ = std::fs::remove_file(&routed);
+    let target = UnixListener::bind(&routed).unwrap();
+    let path = sock_path("guest-routed");
+    let dev = VsockDevice::new(GUEST_CID, path.clone())
+        .unwrap()
+        .with_routes([(50_000, routed.clone())].into());
+    let mut h = VsockHarness::with_device(dev, path);
+    // A listener where an unrouted port would go is never reached.
+    let unrouted = h.host_listener(50_000);
+    unrouted.set_nonblocking(true).unwrap();
+    assert_eq!(h.guest_connect(1025, 50_000).op, OP_RESPONSE);
+    let (mut host, _) = target.accept().unwrap();
+    h.send(ghdr(OP_RW, 1025, 50_000), b"svc");
+    let mut buf = [0u8; 3];
+    host.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"svc");
+    assert!(unrouted.accept().is_err(), "the unrouted socket was used");
+    // Other ports keep the `<uds>_P` rule.
+    let other = h.host_listener(5000);
+    assert_eq!(h.guest_connect(1026, 5000).op, OP_RESPONSE);
+    other.accept().unwrap();
+    let _ = std::fs::remove_file(&routed);
+}
+
+#[test]
 fn guest_connect_to_missing_socket_gets_rst() {
     let mut h = VsockHarness::new("guest-missing");
     let reply = h.guest_connect(1025, 6000);
