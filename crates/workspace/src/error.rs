@@ -177,6 +177,16 @@ pub enum Error {
     /// A pool of ready workspaces could not be set or filled.
     #[error(transparent)]
     Pool(ConcernFailure),
+    /// One of a workspace's services could not be made, started or
+    /// removed.
+    #[error("service `{service}`")]
+    Service {
+        /// The service's name.
+        service: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A volume is mounted read-write by another running workspace, or
     /// read-only by one when it is asked for read-write.
     #[error("volume `{volume}` is mounted {mode} by running workspace `{holder}`")]
@@ -309,6 +319,7 @@ impl Error {
             Error::Task(e) => e.code(),
             Error::Secret(e) => e.code(),
             Error::Pool(e) => e.code(),
+            Error::Service { source, .. } => source.code(),
             Error::Search(e) => e.code(),
             Error::VolumeHeld { .. } => ErrorCode::Conflict,
             Error::Agent { source, .. } => agent_code(source),
@@ -369,6 +380,7 @@ impl Error {
             }
             Error::Image(e) => e.remedy(),
             Error::Browser(e) | Error::Task(e) | Error::Pool(e) => e.remedy(),
+            Error::Service { source, .. } => source.remedy(),
             Error::Volume(e) => e.remedy(),
             Error::Repo(e) => e.remedy(),
             Error::Secret(e) => e.remedy(),

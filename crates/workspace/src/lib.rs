@@ -20,7 +20,8 @@
 //! records), [`network`], [`images`], [`kernels`] (guest kernels), [`vmm`] (what a VMM process
 //! shares with the client), [`volumes`], [`secrets`], [`repos`] (the
 //! repository allowlist), [`agents`] (MCP sessions' agents), [`pool`]
-//! (pools of ready workspaces), [`tasks`], [`browser`] (a headless
+//! (pools of ready workspaces), [`services`] (a workspace's sidecars),
+//! [`tasks`], [`browser`] (a headless
 //! Chromium's pages), [`servers`] (other hosts over SSH), [`guest`] (work
 //! in a running guest), [`sizes`] (sizes as people write them, `1g`) and
 //! [`host_tool`] (the one runner of host tools on
@@ -41,6 +42,7 @@ pub mod pool;
 pub mod repos;
 pub mod secrets;
 pub mod servers;
+pub mod services;
 pub mod sizes;
 pub(crate) mod snapshots;
 pub mod tasks;

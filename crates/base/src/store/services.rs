@@ -261,7 +261,13 @@ mod tests {
         let plain = parse_flag("db=docker.io/library/redis:7").unwrap();
         assert_eq!(plain.image, "docker.io/library/redis:7");
         assert!(plain.command.is_empty() && plain.ports.is_empty());
-        for wrong in ["web", "web=x,port=http", "web=x,port=70000", "web=x,mode=1", "web=x,env=K"] {
+        for wrong in [
+            "web",
+            "web=x,port=http",
+            "web=x,port=70000",
+            "web=x,mode=1",
+            "web=x,env=K",
+        ] {
             let e = parse_flag(wrong).unwrap_err().to_string();
             assert!(e.contains("NAME=IMAGE"), "{wrong}: {e}");
         }
@@ -271,13 +277,19 @@ mod tests {
     fn services_are_checked_whole() {
         assert!(validate(&[service("web", &[80]), service("db", &[5432, 5433])], 64).is_ok());
         let cases: Vec<(Vec<ServiceSpec>, &str)> = vec![
-            (vec![service("web", &[80]), service("web", &[81])], "named twice"),
+            (
+                vec![service("web", &[80]), service("web", &[81])],
+                "named twice",
+            ),
             (vec![service("Web", &[80])], "service name"),
             (vec![service("localhost", &[80])], "localhost"),
             (vec![service("web", &[0])], "port 0"),
             (vec![service("web", &[80, 80])], "twice"),
             (vec![service(&"a".repeat(41), &[80])], "longer"),
-            ((0..9).map(|i| service(&format!("s{i}"), &[])).collect(), "at most 8"),
+            (
+                (0..9).map(|i| service(&format!("s{i}"), &[])).collect(),
+                "at most 8",
+            ),
             (
                 (0..5)
                     .map(|i| service(&format!("s{i}"), &[1, 2, 3, 4, 5, 6, 7]))

@@ -308,6 +308,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
         }
     }
 
+    /// `forward`: replaces the guest's forwards with `forwards` (each a
+    /// name and loopback port whose connections reach a host vsock port).
+    pub async fn forward(self, forwards: Vec<crate::protocol::Forward>) -> Result<(), ClientError> {
+        expect_ok(self.call(&Request::Forward { forwards }).await?).map(drop)
+    }
+
     /// Creates a directory and its parents.
     pub async fn mkdir(self, path: &str) -> Result<(), ClientError> {
         let req = Request::Mkdir {

@@ -126,7 +126,6 @@ fn bind_relay(dir: &std::fs::File, vsock_port: u32) -> Result<std::os::unix::net
     Ok(listener)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,7 +148,10 @@ mod tests {
         let relay = bind_relay(&dir, 50_000).unwrap();
         std::os::unix::net::UnixStream::connect(ws.service_relay(50_000)).unwrap();
         relay.accept().unwrap();
-        let mode = std::fs::metadata(ws.services_dir()).unwrap().permissions().mode();
+        let mode = std::fs::metadata(ws.services_dir())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o711);
         std::fs::remove_dir_all(state.root()).unwrap();
     }
@@ -160,7 +162,10 @@ mod tests {
         let elsewhere = state.root().join("elsewhere");
         std::fs::create_dir_all(&elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, ws.services_dir()).unwrap();
-        assert!(relay_dir(&ws).is_err(), "a link was taken for the directory");
+        assert!(
+            relay_dir(&ws).is_err(),
+            "a link was taken for the directory"
+        );
         assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
         std::fs::remove_dir_all(state.root()).unwrap();
     }

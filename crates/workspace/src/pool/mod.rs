@@ -137,6 +137,8 @@ pub fn claimable(spec: &WorkspaceSpec, member: &WorkspaceSpec) -> bool {
         && spec.owner.is_none()
         && spec.egress.is_none()
         && spec.allow.is_empty()
+        && spec.services.is_empty()
+        && spec.serving.is_none()
 }
 
 /// The pools of ready workspaces of a collection: `ws.pools()`.

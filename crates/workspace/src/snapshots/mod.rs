@@ -7,6 +7,7 @@
 
 mod ops;
 mod pool_host;
+mod service_host;
 pub(crate) mod warm;
 
 use std::path::Path;

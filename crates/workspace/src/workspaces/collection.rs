@@ -47,6 +47,7 @@ impl Workspaces {
             base::pause_point::pause_point("create:disk");
             let meta = Meta::created(name, spec.with_image(image), true);
             ws.write_meta(&meta)?;
+            crate::services::create_all(self, name, &meta.spec)?;
             ws.events().append(EventKind::Created)?;
             Ok(meta)
         })();

@@ -288,7 +288,9 @@ impl Workspace<'_> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        all.settle(name, "stopped on request")
+        let stopped = all.settle(name, "stopped on request")?;
+        crate::services::halt_all(all, name, &stopped.spec);
+        Ok(stopped)
     }
 }
 
@@ -349,8 +351,12 @@ impl Workspace<'_> {
         }
         let (all, name) = (self.all, self.name.as_str());
         self.get_here()?;
-        let (_lock, _) = all.lock_existing(name)?;
-        all.halt_locked(name)
+        let halted = {
+            let (_lock, _) = all.lock_existing(name)?;
+            all.halt_locked(name)?
+        };
+        crate::services::halt_all(all, name, &halted.spec);
+        Ok(halted)
     }
 }
 
@@ -448,6 +454,8 @@ impl Workspace<'_> {
             }
             Err(e) => tracing::warn!("kept outputs not swept: {e}"),
         }
+        // Its services go with it; one that cannot is named.
+        crate::services::delete_all(all, name, &meta.spec)?;
         Ok(meta)
     }
 

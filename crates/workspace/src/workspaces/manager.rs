@@ -48,6 +48,9 @@ pub struct WorkspaceInfo {
     /// since it started, and the last ones (where, why, when).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<base::store::egress::EgressDenials>,
+    /// Its services and their companions' states.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<crate::services::ServiceInfo>,
 }
 
 /// Filters for `list`.

@@ -12,14 +12,16 @@ use base::store::name::{full_name, validate_namespace, ALL_NAMESPACES};
 use base::store::spec::{Meta, WorkspaceSpec};
 use base::store::{StateDir, StoreError};
 
-/// The pool's members are no one's to name.
+/// The pool's members and the services' companions are no one's to name.
 pub(crate) fn refuse_pool_namespace(namespace: &str) -> Result<()> {
-    if namespace == crate::pool::POOL_NAMESPACE {
-        return Err(Error::InvalidInput(format!(
-            "namespace `{namespace}` is reserved for pools of ready workspaces"
-        )));
-    }
-    Ok(())
+    let what = match namespace {
+        crate::pool::POOL_NAMESPACE => "pools of ready workspaces",
+        base::store::services::SERVICE_NAMESPACE => "workspaces' services",
+        _ => return Ok(()),
+    };
+    Err(Error::InvalidInput(format!(
+        "namespace `{namespace}` is reserved for {what}"
+    )))
 }
 
 impl Workspaces {
@@ -68,7 +70,11 @@ impl Workspaces {
     /// The full name `name` means here.
     pub(crate) fn full_name(&self, name: &str) -> Result<String> {
         let full = full_name(&self.namespace, name).map_err(StoreError::Name)?;
-        if self.namespace != crate::pool::POOL_NAMESPACE {
+        let reserved = [
+            crate::pool::POOL_NAMESPACE,
+            base::store::services::SERVICE_NAMESPACE,
+        ];
+        if !reserved.contains(&self.namespace.as_str()) {
             refuse_pool_namespace(base::store::name::namespace_of(&full))?;
         }
         Ok(full)

@@ -1,0 +1,95 @@
+//! The collection as a workspace's services use it ([`ServiceHost`]):
+//! here, above the start a companion's start drives and the guest its
+//! command and the workspace's forwards reach.
+
+use crate::error::{Error, Result};
+use crate::guest::processes::ProcessOptions;
+use crate::guest::request::ExecRequest;
+use crate::services::{ServiceHost, SERVICE_PROCESS};
+use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
+use crate::workspaces::manager::Workspaces;
+use base::code::ErrorCode;
+use base::images::oci::config::ImageDefaults;
+use base::store::services::SERVICE_NAMESPACE;
+use base::store::spec::{DeleteOptions, Meta, Owner, WorkspaceSpec};
+use guest_agent::protocol::Forward;
+
+impl Workspaces {
+    /// This collection seen from the services' namespace, as the host.
+    fn service_view(&self) -> Self {
+        let mut view = self.clone();
+        view.namespace = SERVICE_NAMESPACE.to_owned();
+        view.caller = None;
+        view
+    }
+}
+
+impl ServiceHost for Workspaces {
+    fn create_companion(&self, name: &str, spec: WorkspaceSpec) -> Result<()> {
+        self.service_view().create(name, spec).map(drop)
+    }
+
+    fn record_of(&self, name: &str) -> Result<Meta> {
+        self.service_view().at(name).get_here()
+    }
+
+    fn service_defaults(&self, image: &str) -> ImageDefaults {
+        self.image_defaults(image)
+    }
+
+    fn halt_companion(&self, name: &str) -> Result<()> {
+        match self.service_view().at(name).halt() {
+            Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    fn delete_companion(&self, name: &str) -> Result<()> {
+        let deleted = self
+            .service_view()
+            .at(name)
+            .delete(DeleteOptions::default().force(true));
+        match deleted {
+            Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    async fn start_companion(
+        &self,
+        name: &str,
+        owner: Option<Owner>,
+        command: Vec<String>,
+    ) -> Result<()> {
+        let view = self.service_view();
+        {
+            // Stopped here (its workspace was): the next VMM reads it.
+            let (_lock, mut meta) = view.lock_existing(name)?;
+            meta.spec.owner = owner;
+            view.dir(name)?.write_meta(&meta)?;
+        }
+        // Not `Workspace::start`, which starts a workspace's services: a
+        // companion has none (and no repository).
+        view.snapshots()
+            .start_maybe_warm(name, DEFAULT_START_TIMEOUT, |_| {}, false)
+            .await?;
+        let options = ProcessOptions {
+            id: Some(SERVICE_PROCESS.to_owned()),
+            ..ProcessOptions::default()
+        };
+        view.at(name)
+            .processes()
+            .process_start(ExecRequest::argv(command), options)
+            .await
+            .map(drop)
+    }
+
+    async fn give_forwards(&self, name: &str, forwards: Vec<Forward>) -> Result<()> {
+        self.at(name)
+            .agent()
+            .await?
+            .forward(forwards)
+            .await
+            .map_err(Error::agent("forward"))
+    }
+}
