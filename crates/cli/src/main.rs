@@ -275,16 +275,20 @@ enum Command {
     /// --new T [--count N]`, `fs find dev /src '*.rs'`.
     #[command(subcommand)]
     Fs(fs_cmd::FsCommand),
-    /// Show a workspace's serial console.
+    /// Show a workspace's serial console, or with --service the output of
+    /// one of its services.
     Logs {
         /// Workspace name.
         name: String,
         /// Only the last N lines.
-        #[arg(short = 'l', long = "lines")]
+        #[arg(short = 'l', long = "lines", conflicts_with = "service")]
         lines: Option<usize>,
         /// Keep printing new output.
         #[arg(short = 'f', long)]
         follow: bool,
+        /// A service's command's output (stdout, then stderr) instead.
+        #[arg(long, value_name = "SERVICE")]
+        service: Option<String>,
     },
     /// Show a workspace's events (created, started, exec, stopped, crashed, ...).
     Events {
@@ -456,6 +460,16 @@ async fn run_workspace_command(
             name,
             lines,
             follow,
+            service: Some(service),
+        } => {
+            debug_assert!(lines.is_none());
+            process_cmd::service_logs(ws, name, service, *follow, json).await
+        }
+        Command::Logs {
+            name,
+            lines,
+            follow,
+            service: None,
         } => logs_cmd::logs(ws, name, *lines, *follow, json).await,
         Command::Events {
             name,

@@ -239,6 +239,30 @@ async fn output_cmd(
     }
 }
 
+/// `logs NAME --service SERVICE [-f]`: the service's command's output, as
+/// `process output` prints a process's.
+pub async fn service_logs(
+    ws: &Workspaces,
+    name: &str,
+    service: &str,
+    follow: bool,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let mut cursors = [0, 0];
+    loop {
+        let wait = if follow { FOLLOW_POLL } else { Duration::ZERO };
+        let out = ws
+            .workspace(name)?
+            .service_output(service, cursors, wait)
+            .await?;
+        print_output(&out, json);
+        cursors = [out.stdout.next_cursor, out.stderr.next_cursor];
+        if !follow || out.finished() {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
 /// The exit status that stands for how a finished process ended.
 fn wait_status(p: &ProcessInfo) -> u8 {
     crate::exec_cmd::status_of(p.timed_out, p.exit_code, p.signal, output::FAILURE)

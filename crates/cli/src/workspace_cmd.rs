@@ -79,6 +79,17 @@ pub struct SpecArgs {
     /// current branch).
     #[arg(long, requires = "repo")]
     pub branch: Option<String>,
+    /// A service beside it (repeatable, at most 8): a microVM of its own
+    /// from IMAGE (a reference is pulled as --pull says), started,
+    /// stopped and deleted with it, reached from it as NAME:PORT.
+    /// `cmd=` comes last and takes the rest (run by sh -c; default: the
+    /// image's command). Its output: `logs NAME --service SERVICE`.
+    #[arg(long = "service", value_name = "NAME=IMAGE[,port=P][,env=K=V][,cmd=COMMAND]", value_parser = parse_service)]
+    pub services: Vec<workspace::store::services::ServiceSpec>,
+}
+
+fn parse_service(text: &str) -> Result<workspace::store::services::ServiceSpec, String> {
+    workspace::store::services::parse_flag(text).map_err(|e| e.to_string())
 }
 
 fn parse_volume(text: &str) -> Result<workspace::store::volume_mounts::VolumeMount, String> {
@@ -109,13 +120,19 @@ impl SpecArgs {
         let shown = std::sync::Arc::new(std::sync::Mutex::new(crate::image_cmd::pull_progress(
             output::interactive(),
         )));
-        let image = resolve(ws.image_registry(), &self.image, policy, shown).await?;
+        let image = resolve(ws.image_registry(), &self.image, policy, shown.clone()).await?;
+        let mut services = self.services.clone();
+        for service in &mut services {
+            service.image =
+                resolve(ws.image_registry(), &service.image, policy, shown.clone()).await?;
+        }
         // Sizes not given are the image's (the browser image asks more).
         let sized = ws.image_defaults(&image);
         Ok(WorkspaceSpec {
             image,
             vcpus: sized.vcpus_or(self.vcpus),
             mem_mib: sized.mem_mib_or(self.mem_mib),
+            services,
             ..self.spec()
         })
     }
@@ -137,6 +154,7 @@ impl SpecArgs {
             repo: self.repo.as_ref().map(|alias| {
                 workspace::store::repo_checkout::RepoCheckout::new(alias, self.branch.clone())
             }),
+            services: self.services.clone(),
             ..WorkspaceSpec::default()
         }
     }
@@ -473,6 +491,21 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
         for r in &refused.denials {
             println!("    {}", output::field(&r.to_string()));
         }
+    }
+    for s in &info.services {
+        let ports: Vec<String> = s.ports.iter().map(ToString::to_string).collect();
+        println!(
+            "  service     {} ({} image, {}, ports {}; {} in the guest)",
+            output::field(&s.name),
+            output::field(&s.image),
+            output::field(&s.state),
+            if ports.is_empty() {
+                "none".to_owned()
+            } else {
+                ports.join(" ")
+            },
+            s.address
+        );
     }
     for (k, v) in &info.meta.spec.labels {
         println!("  label       {}={}", output::field(k), output::field(v));

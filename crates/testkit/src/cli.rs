@@ -291,6 +291,14 @@ impl Drop for CliHome {
             // SAFETY: kill takes two integers.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
+        // Kept for a look when asked (`MICROAGENT_KEEP_FAILED_HOME=1`).
+        if std::thread::panicking() && std::env::var_os("MICROAGENT_KEEP_FAILED_HOME").is_some() {
+            eprintln!(
+                "kept the failed test's state directory {}",
+                self.home.display()
+            );
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.home);
     }
 }

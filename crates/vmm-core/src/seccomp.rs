@@ -164,7 +164,11 @@ const DEVICES: &[i64] = &[
     libc::SYS_fsync,
     libc::SYS_fallocate,
     libc::SYS_lseek,
-    // Vsock host connections (Unix sockets) and the network backend.
+    // Vsock host connections (Unix sockets) and the network backend; a
+    // guest's connection to a host port is a Unix stream socket connected
+    // to that port's socket (its own or a service's relay), made here.
+    libc::SYS_socket,
+    libc::SYS_connect,
     libc::SYS_accept4,
     libc::SYS_read,
     libc::SYS_readv,
@@ -335,6 +339,21 @@ fn argument_rules(
             .map(|r| rule(vec![arg_is(1, r)?]))
             .collect::<Result<Vec<_>, _>>()?,
     );
+    if role == ThreadRole::Devices {
+        // Unix stream sockets only (a guest's connection to a host port).
+        rules.insert(
+            libc::SYS_socket,
+            vec![rule(vec![
+                arg_is(0, libc::AF_UNIX as u64)?,
+                SeccompCondition::new(
+                    1,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+                    libc::SOCK_STREAM as u64,
+                )?,
+            ])?],
+        );
+    }
     if role == ThreadRole::Control {
         // Its families, and only its types of them: never a raw or packet
         // socket (the type's low bits; the CLOEXEC and NONBLOCK flags above
@@ -701,6 +720,43 @@ mod tests {
         assert!(stderr.contains(&line), "{stderr}");
     }
 
+    /// Run by [`the_devices_thread_opens_unix_stream_sockets_only`] in a
+    /// child process.
+    #[test]
+    #[ignore = "run in a child process by the test below"]
+    fn confined_devices_child() {
+        if std::env::var_os("MICROAGENT_SECCOMP_DEVICES_CHILD").is_none() {
+            return;
+        }
+        confine_process(Filters::new(&TEST_CONTROL).unwrap()).unwrap();
+        let devices = std::thread::spawn(|| {
+            enter(ThreadRole::Devices).unwrap();
+            // SAFETY: socket() takes no pointers; the descriptor is closed.
+            let fd =
+                unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+            assert!(fd >= 0, "a Unix stream socket was refused");
+            // SAFETY: a descriptor this thread owns.
+            unsafe { libc::close(fd) };
+            // SAFETY: as above; the filter ends the process here.
+            unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        });
+        let _ = devices.join();
+        unreachable!("the filter let the device thread open an internet socket");
+    }
+
+    #[test]
+    fn the_devices_thread_opens_unix_stream_sockets_only() {
+        let stderr =
+            run_confined_child("confined_devices_child", "MICROAGENT_SECCOMP_DEVICES_CHILD");
+        let line = format!(
+            "{VIOLATION_PREFIX} the devices thread made syscall {} (arguments 0x{:x}, 0x{:x}), outside its filter",
+            libc::SYS_socket,
+            libc::AF_INET,
+            libc::SOCK_STREAM
+        );
+        assert!(stderr.contains(&line), "{stderr}");
+    }
+
     /// Run by [`the_control_filter_checks_arguments`] in a child process.
     #[test]
     #[ignore = "run in a child process by the test below"]
@@ -784,11 +840,15 @@ mod tests {
             for nr in [
                 libc::SYS_execve,
                 libc::SYS_openat,
-                libc::SYS_socket,
                 libc::SYS_clone,
+                libc::SYS_bind,
+                libc::SYS_listen,
             ] {
                 assert!(!list.contains(&nr) && !EVERY_THREAD.contains(&nr), "{nr}");
             }
         }
+        // Only the device thread connects (a guest's connection to a host
+        // port), and its sockets are Unix stream sockets (the test below).
+        assert!(!VCPU.contains(&libc::SYS_socket) && !EVERY_THREAD.contains(&libc::SYS_socket));
     }
 }

@@ -30,6 +30,14 @@ pub enum Error {
     /// No snapshot of that name.
     #[error("snapshot `{0}` does not exist")]
     SnapshotNotFound(String),
+    /// The workspace names no service of that name.
+    #[error("workspace `{workspace}` has no service `{service}`")]
+    ServiceNotFound {
+        /// The workspace.
+        workspace: String,
+        /// The service asked for.
+        service: String,
+    },
     /// Another agent owns it and did not share it with the caller.
     #[error("{kind} `{name}` belongs to agent `{owner}`")]
     OwnedByAnotherAgent {
@@ -292,6 +300,7 @@ impl Error {
             Error::WorkspaceNotFound(_) => ErrorCode::NotFound,
             Error::WorkspaceExists(_) => ErrorCode::Conflict,
             Error::SnapshotNotFound(_) => ErrorCode::NotFound,
+            Error::ServiceNotFound { .. } => ErrorCode::NotFound,
             Error::OwnedByAnotherAgent { .. } => ErrorCode::Forbidden,
             Error::SnapshotExists(_) => ErrorCode::Conflict,
             Error::SnapshotUnusable { .. } => ErrorCode::InvalidInput,

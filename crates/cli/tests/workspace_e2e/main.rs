@@ -10,6 +10,7 @@ use testkit::terminal::Terminal;
 mod balloon;
 mod confinement;
 mod pool;
+mod services;
 mod snapshots;
 mod volumes;
 

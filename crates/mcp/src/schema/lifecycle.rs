@@ -120,6 +120,62 @@ pub struct CreateParams {
     /// created stopped).
     #[serde(default)]
     pub start: bool,
+    /// Sidecars (at most 8), such as redis or postgres: each a microVM of
+    /// its own from `image` (a reference is pulled as `pull` says) with no
+    /// network, started, stopped and deleted with the workspace, reached
+    /// from it as `name:port` (`name` resolves in its guest). Its output:
+    /// `workspace_logs` with `service`. A workspace with services stays on
+    /// this host.
+    #[serde(default)]
+    pub services: Vec<ServiceParam>,
+}
+
+/// One of `workspace_create`'s `services`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceParam {
+    /// The host name the workspace reaches it by: 1-40 of a-z, 0-9 and
+    /// '-', starting with a letter (not `localhost`).
+    pub name: String,
+    /// Its image: a registered one or an OCI reference (`redis:7`).
+    pub image: String,
+    /// Its command: a string run by `sh -c`, or a program and its
+    /// arguments; default: the image's command.
+    pub command: Option<ServiceCommand>,
+    /// Environment variables of its command.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The ports the workspace reaches it on (at most 8; 32 over all
+    /// services).
+    #[serde(default)]
+    pub ports: Vec<u16>,
+}
+
+/// A service's command.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ServiceCommand {
+    /// Run by `sh -c`.
+    Shell(String),
+    /// A program and its arguments, without a shell.
+    Argv(Vec<String>),
+}
+
+impl ServiceParam {
+    /// The service as the library takes it, its image as resolved.
+    pub fn spec(self, image: String) -> workspace::store::services::ServiceSpec {
+        workspace::store::services::ServiceSpec {
+            name: self.name,
+            image,
+            command: match self.command {
+                None => Vec::new(),
+                Some(ServiceCommand::Shell(line)) => vec!["sh".into(), "-c".into(), line],
+                Some(ServiceCommand::Argv(argv)) => argv,
+            },
+            env: self.env,
+            ports: self.ports,
+        }
+    }
 }
 
 /// Inputs that only name a workspace.
@@ -236,6 +292,10 @@ pub struct LogsParams {
     /// The last this many console lines, 1 to 5000; default 100.
     #[schemars(range(min = 1, max = MAX_LOG_LINES))]
     pub lines: Option<usize>,
+    /// One of its services (`workspace_create`'s `services`): the last
+    /// lines of that service's command's output (stdout, then stderr)
+    /// instead of the console.
+    pub service: Option<String>,
 }
 
 /// `workspace_events`.

@@ -162,7 +162,8 @@ impl MicroagentServer {
             || p.repo.is_some()
             || p.egress.is_some()
             || !p.allow.is_empty()
-            || p.session_scoped;
+            || p.session_scoped
+            || !p.services.is_empty();
         let server = match p.server.clone() {
             Some(server) => Some(server),
             None if stays_here => None,
@@ -175,6 +176,16 @@ impl MicroagentServer {
             }
         };
         let remote = server.filter(|s| s != workspace::servers::LOCAL_SERVER);
+        if remote.is_some() && !p.services.is_empty() {
+            return Err(ToolError::InvalidInput(
+                "a workspace with services runs on this host: leave `server` out".into(),
+            ));
+        }
+        let mut services = Vec::new();
+        for service in p.services {
+            let image = self.image_for(Some(&service.image), p.pull, &ctx).await?;
+            services.push(service.spec(image));
+        }
         // Sizes not given are the image's (a remote server's are its own).
         let (image, sized) = self
             .image_and_sizes(p.image.as_deref(), p.pull, remote.is_some(), &ctx)
@@ -221,6 +232,7 @@ impl MicroagentServer {
                 }
                 (repo, branch) => repo.map(|r| RepoCheckout::new(r, branch)),
             },
+            services,
             ..WorkspaceSpec::default()
         };
         let meta = match remote {
@@ -520,7 +532,8 @@ impl MicroagentServer {
     }
 
     /// The last lines of a workspace's serial console (kernel and init
-    /// messages; useful when a start fails).
+    /// messages; useful when a start fails), or with `service` of one of
+    /// its services' output.
     #[tool(
         output_schema = crate::output::schema::<LogsResult>(),
         annotations(
@@ -541,11 +554,26 @@ impl MicroagentServer {
             1,
             MAX_LOG_LINES as u64,
         )? as usize;
-        let lines = self
-            .on_workspace(&p.name, move |ws, name| {
-                ws.workspace(name)?.logs(Some(lines))
-            })
-            .await?;
+        let lines = match p.service {
+            Some(service) => {
+                let out = self
+                    .ws
+                    .workspace(&p.name)?
+                    .service_output(&service, [0, 0], Duration::ZERO)
+                    .await?;
+                let text = [&out.stdout.bytes, &out.stderr.bytes]
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .join("");
+                let all: Vec<String> = text.lines().map(str::to_owned).collect();
+                all[all.len().saturating_sub(lines)..].to_vec()
+            }
+            None => {
+                self.on_workspace(&p.name, move |ws, name| {
+                    ws.workspace(name)?.logs(Some(lines))
+                })
+                .await?
+            }
+        };
         Ok(Out(LogsResult {
             name: p.name,
             lines,

@@ -3,14 +3,17 @@
 //! command and the workspace's forwards reach.
 
 use crate::error::{Error, Result};
-use crate::guest::processes::ProcessOptions;
+use std::time::Duration;
+
+use crate::guest::processes::{ProcessOptions, ProcessOutput};
 use crate::guest::request::ExecRequest;
 use crate::services::{ServiceHost, SERVICE_PROCESS};
+use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
 use crate::workspaces::manager::Workspaces;
 use base::code::ErrorCode;
 use base::images::oci::config::ImageDefaults;
-use base::store::services::SERVICE_NAMESPACE;
+use base::store::services::{companion_name, SERVICE_NAMESPACE};
 use base::store::spec::{DeleteOptions, Meta, Owner, WorkspaceSpec};
 use guest_agent::protocol::Forward;
 
@@ -91,5 +94,36 @@ impl ServiceHost for Workspaces {
             .forward(forwards)
             .await
             .map_err(Error::agent("forward"))
+    }
+}
+
+impl Workspace<'_> {
+    /// The output of service `service`'s command (its companion's
+    /// background process [`SERVICE_PROCESS`]) from `cursors`, as
+    /// [`crate::guest::processes::WorkspaceProcesses::process_output`]
+    /// reads it; NOT_FOUND when the workspace names no such service.
+    pub async fn service_output(
+        self,
+        service: &str,
+        cursors: [u64; 2],
+        wait: Duration,
+    ) -> Result<ProcessOutput> {
+        let meta = self.get_here()?;
+        if !meta.spec.services.iter().any(|s| s.name == service) {
+            return Err(Error::ServiceNotFound {
+                workspace: meta.name,
+                service: service.to_owned(),
+            });
+        }
+        let view = self.all.service_view();
+        let companion = companion_name(&meta.name, service);
+        view.at(&companion)
+            .processes()
+            .process_output(SERVICE_PROCESS, cursors, None, wait)
+            .await
+            .map_err(|e| Error::Service {
+                service: service.to_owned(),
+                source: Box::new(e),
+            })
     }
 }

@@ -13,6 +13,20 @@ impl Workspaces {
     /// `name` is in this view's namespace (or a full name in its own); an
     /// agent's session owns what it creates.
     pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
+        let meta = self.create_alone(name, spec)?;
+        // Each companion is a create of its own, which takes the locks this
+        // one held (the network store's among them).
+        if let Err(e) = crate::services::create_all(self, &meta.name, &meta.spec) {
+            let _ = self
+                .at(&meta.name)
+                .delete(base::store::spec::DeleteOptions::default().force(true));
+            return Err(e);
+        }
+        Ok(meta)
+    }
+
+    /// [`Workspaces::create`] without its services' companions.
+    fn create_alone(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
         let full = self.full_name(name)?;
         let name = full.as_str();
         let spec = self.volumes_named_in(name, self.owned_by_caller(spec))?;
@@ -47,7 +61,6 @@ impl Workspaces {
             base::pause_point::pause_point("create:disk");
             let meta = Meta::created(name, spec.with_image(image), true);
             ws.write_meta(&meta)?;
-            crate::services::create_all(self, name, &meta.spec)?;
             ws.events().append(EventKind::Created)?;
             Ok(meta)
         })();

@@ -1,0 +1,104 @@
+//! Services: a sidecar in a microVM of its own, reached from its
+//! workspace's guest by name, started, stopped and deleted with it.
+
+use std::time::{Duration, Instant};
+
+use super::{can_boot, home, start};
+
+/// busybox's httpd serving a page its command writes, after a line the
+/// service's logs show.
+const WEB: &str = "web=minimal,port=8080,cmd=echo serving; mkdir -p /srv && echo hello-from-web > /srv/index.html && exec busybox httpd -f -p 8080 -h /srv";
+
+/// `wget` of the service from the workspace's guest, tried for up to
+/// 60 s (the service's command may still be starting its server).
+fn fetch_by_name(cli: &testkit::cli::CliHome) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = cli.run(&["exec", "dev", "--", "wget", "-qO-", "http://web:8080/"]);
+        if run.status == 0 || Instant::now() > deadline {
+            assert_eq!(run.status, 0, "{}", run.stderr);
+            return run.stdout;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+fn service_state(cli: &testkit::cli::CliHome) -> String {
+    let info = cli.ok_json(&["inspect", "dev", "--json"]);
+    assert_eq!(info["services"][0]["name"], "web", "{info}");
+    info["services"][0]["state"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_service_is_reached_by_name_and_goes_with_its_workspace() {
+    let test = "a_service_is_reached_by_name_and_goes_with_its_workspace";
+    if !can_boot(test) {
+        return;
+    }
+    let cli = home(test);
+    // Bad input changes nothing.
+    for (flag, code) in [
+        ("web", "INVALID_INPUT"),
+        ("web=no-such-image,port=80,cmd=true", "NOT_FOUND"),
+        ("localhost=minimal,port=80,cmd=true", "INVALID_INPUT"),
+    ] {
+        let refused = cli.run(&["create", "dev", "--service", flag, "--json"]);
+        assert_eq!(refused.error_code(), code, "{flag}: {}", refused.stderr);
+    }
+    let minimal_without_command = cli.run(&["create", "dev", "--service", "web=minimal", "--json"]);
+    assert_eq!(minimal_without_command.error_code(), "INVALID_INPUT");
+    assert!(
+        minimal_without_command.stdout.contains("web"),
+        "{}",
+        minimal_without_command.stdout
+    );
+    assert_eq!(
+        cli.ok_json(&["list", "--namespace", "*", "--json"]),
+        serde_json::json!([])
+    );
+
+    let made = cli.ok_json(&["create", "dev", "--service", WEB, "--json"]);
+    assert_eq!(made["spec"]["services"][0]["ports"][0], 8080, "{made}");
+    // The companion is no one's to list or name.
+    assert_eq!(
+        cli.ok_json(&["list", "--json"]).as_array().unwrap().len(),
+        1
+    );
+    let reserved = cli.run(&["list", "--namespace", "microagent-svc", "--json"]);
+    assert_eq!(
+        reserved.error_code(),
+        "INVALID_INPUT",
+        "{}",
+        reserved.stderr
+    );
+    assert_eq!(service_state(&cli), "stopped");
+
+    start(&cli, "dev");
+    assert_eq!(service_state(&cli), "running");
+    assert_eq!(fetch_by_name(&cli), "hello-from-web\n");
+    let hosts = cli.run(&["exec", "dev", "--", "cat", "/etc/hosts"]);
+    assert!(hosts.stdout.contains("127.0.1.2\tweb"), "{}", hosts.stdout);
+    let logs = cli.ok_json(&["logs", "dev", "--service", "web", "--json"]);
+    assert!(
+        logs["stdout"].as_str().unwrap().contains("serving"),
+        "{logs}"
+    );
+    let unknown = cli.run(&["logs", "dev", "--service", "db", "--json"]);
+    assert_eq!(unknown.error_code(), "NOT_FOUND", "{}", unknown.stderr);
+
+    // Stopped and started again with it: reached again.
+    cli.ok_json(&["stop", "dev", "--json"]);
+    assert_eq!(service_state(&cli), "stopped");
+    start(&cli, "dev");
+    assert_eq!(fetch_by_name(&cli), "hello-from-web\n");
+
+    // Deleted with it: nothing of either is left.
+    cli.ok_json(&["delete", "dev", "--force", "--yes", "--json"]);
+    let left: Vec<_> = std::fs::read_dir(cli.home().join("workspaces"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
