@@ -255,7 +255,29 @@ pub async fn service_logs(
             .workspace(name)?
             .service_output(service, cursors, wait)
             .await?;
-        print_output(&out, json);
+        if json {
+            print_output(&out, json);
+        } else {
+            // A service's image is outside data: on a terminal its bytes
+            // cannot drive it, as the console's cannot (`logs`).
+            use std::io::IsTerminal;
+            let shown = |bytes: &[u8], terminal: bool| {
+                let text = String::from_utf8_lossy(bytes).into_owned();
+                if terminal {
+                    output::inert(&text).into_owned()
+                } else {
+                    text
+                }
+            };
+            print!(
+                "{}",
+                shown(&out.stdout.bytes, std::io::stdout().is_terminal())
+            );
+            eprint!(
+                "{}",
+                shown(&out.stderr.bytes, std::io::stderr().is_terminal())
+            );
+        }
         cursors = [out.stdout.next_cursor, out.stderr.next_cursor];
         if !follow || out.finished() {
             return Ok(ExitCode::SUCCESS);

@@ -85,11 +85,11 @@ pub struct SpecArgs {
     /// `cmd=` comes last and takes the rest (run by sh -c; default: the
     /// image's command). Its output: `logs NAME --service SERVICE`.
     #[arg(long = "service", value_name = "NAME=IMAGE[,port=P][,env=K=V][,cmd=COMMAND]", value_parser = parse_service)]
-    pub services: Vec<workspace::store::services::ServiceSpec>,
+    pub services: Vec<workspace::store::spec::services::ServiceSpec>,
 }
 
-fn parse_service(text: &str) -> Result<workspace::store::services::ServiceSpec, String> {
-    workspace::store::services::parse_flag(text).map_err(|e| e.to_string())
+fn parse_service(text: &str) -> Result<workspace::store::spec::services::ServiceSpec, String> {
+    workspace::store::spec::services::parse_flag(text).map_err(|e| e.to_string())
 }
 
 fn parse_volume(text: &str) -> Result<workspace::store::volume_mounts::VolumeMount, String> {
@@ -121,6 +121,9 @@ impl SpecArgs {
             output::interactive(),
         )));
         let image = resolve(ws.image_registry(), &self.image, policy, shown.clone()).await?;
+        // Checked before any of their images is pulled.
+        workspace::store::spec::services::validate(&self.services)
+            .map_err(|e| Error::InvalidInput(e.to_string()))?;
         let mut services = self.services.clone();
         for service in &mut services {
             service.image =

@@ -154,6 +154,33 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
             json!({"name": "dev", "env": {"A B": "x"}}),
             "INVALID_INPUT",
         ),
+        // Services: checked before any image is pulled (nine references to
+        // a registry that is not there fail at once, not after nine pulls).
+        (
+            "workspace_create",
+            json!({"name": "dev", "services": (0..9).map(|i| json!({"name": format!("s{i}"), "image": "127.0.0.1:1/x:1"})).collect::<Vec<_>>()}),
+            "INVALID_INPUT",
+        ),
+        (
+            "workspace_create",
+            json!({"name": "dev", "services": [{"name": "localhost", "image": "minimal", "command": "true"}]}),
+            "INVALID_INPUT",
+        ),
+        (
+            "workspace_create",
+            json!({"name": "dev", "services": [{"name": "db", "image": "minimal", "command": ["x"], "env": {"A B": "x"}}]}),
+            "INVALID_INPUT",
+        ),
+        (
+            "workspace_create",
+            json!({"name": "dev", "services": [{"name": "db", "image": "nope", "command": "true"}]}),
+            "NOT_FOUND",
+        ),
+        (
+            "workspace_logs",
+            json!({"name": "nope", "service": "db"}),
+            "NOT_FOUND",
+        ),
         (
             "workspace_create",
             json!({"name": "dev", "image": "nope"}),

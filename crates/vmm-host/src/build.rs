@@ -232,7 +232,7 @@ fn service_routes(
     ws: &WorkspaceDir,
     spec: &WorkspaceSpec,
 ) -> std::collections::BTreeMap<u32, std::path::PathBuf> {
-    base::store::services::routes(&spec.services)
+    base::store::spec::services::routes(&spec.services)
         .map(|(_, _, _, vsock_port)| (vsock_port, ws.service_relay(vsock_port)))
         .collect()
 }

@@ -443,6 +443,7 @@ impl From<SpecError> for Error {
             SpecError::Invalid(message) => Error::InvalidInput(message),
             SpecError::Ports(e) => e.into(),
             SpecError::Volumes(e) => Error::InvalidInput(e.to_string()),
+            SpecError::Services(e) => Error::InvalidInput(e.to_string()),
             SpecError::DeleteRunning { name, state } => Error::WrongState {
                 remedy: Some(Remedy::StopOrForce {
                     workspace: name.clone(),

@@ -19,7 +19,6 @@ pub mod ports;
 pub mod process;
 pub mod records;
 pub mod repo_checkout;
-pub mod services;
 pub mod spec;
 pub mod state;
 pub mod subnet;

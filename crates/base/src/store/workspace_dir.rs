@@ -128,9 +128,9 @@ impl WorkspaceDir {
     }
 
     /// The directory of the relay sockets of this workspace's services
-    /// (made by their VMMs: `crate::store::services`).
+    /// (made by their VMMs: `crate::store::spec::services`).
     pub fn services_dir(&self) -> PathBuf {
-        self.dir.join(crate::store::services::SERVICES_DIR)
+        self.dir.join(crate::store::spec::services::SERVICES_DIR)
     }
 
     /// Where a service's VMM serves this workspace's guest the connections
@@ -206,6 +206,18 @@ impl WorkspaceDir {
     /// Refuses a state directory whose socket paths would be too long.
     pub fn check_socket_paths(&self) -> Result<()> {
         let longest = self.vsock().as_os_str().len() + format!("_{AGENT_PORT}").len();
+        if longest > MAX_SOCKET_PATH {
+            return Err(WorkspaceDirError::SocketPathTooLong { longest });
+        }
+        Ok(())
+    }
+
+    /// Whether its services' relay sockets fit a Unix socket's path (a
+    /// workspace with services: they are longer than the agent's).
+    pub fn check_service_socket_paths(&self) -> Result<()> {
+        use crate::store::spec::services::{relay_vsock_port, MAX_SERVICES, MAX_SERVICE_PORTS};
+        let last = relay_vsock_port(MAX_SERVICES - 1, MAX_SERVICE_PORTS - 1);
+        let longest = self.service_relay(last).as_os_str().len();
         if longest > MAX_SOCKET_PATH {
             return Err(WorkspaceDirError::SocketPathTooLong { longest });
         }

@@ -127,11 +127,12 @@ pub struct CreateParams {
     /// `workspace_logs` with `service`. A workspace with services stays on
     /// this host.
     #[serde(default)]
+    #[schemars(length(max = workspace::store::spec::services::MAX_SERVICES))]
     pub services: Vec<ServiceParam>,
 }
 
 /// One of `workspace_create`'s `services`.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceParam {
     /// The host name the workspace reaches it by: 1-40 of a-z, 0-9 and
@@ -152,7 +153,7 @@ pub struct ServiceParam {
 }
 
 /// A service's command.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ServiceCommand {
     /// Run by `sh -c`.
@@ -163,8 +164,8 @@ pub enum ServiceCommand {
 
 impl ServiceParam {
     /// The service as the library takes it, its image as resolved.
-    pub fn spec(self, image: String) -> workspace::store::services::ServiceSpec {
-        workspace::store::services::ServiceSpec {
+    pub fn spec(self, image: String) -> workspace::store::spec::services::ServiceSpec {
+        workspace::store::spec::services::ServiceSpec {
             name: self.name,
             image,
             command: match self.command {

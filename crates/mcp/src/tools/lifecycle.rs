@@ -181,6 +181,14 @@ impl MicroagentServer {
                 "a workspace with services runs on this host: leave `server` out".into(),
             ));
         }
+        // Checked before any of their images is pulled.
+        let unresolved: Vec<_> = p
+            .services
+            .iter()
+            .map(|s| s.clone().spec(s.image.clone()))
+            .collect();
+        workspace::store::spec::services::validate(&unresolved)
+            .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
         let mut services = Vec::new();
         for service in p.services {
             let image = self.image_for(Some(&service.image), p.pull, &ctx).await?;
@@ -561,10 +569,15 @@ impl MicroagentServer {
                     .workspace(&p.name)?
                     .service_output(&service, [0, 0], Duration::ZERO)
                     .await?;
-                let text = [&out.stdout.bytes, &out.stderr.bytes]
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-                    .join("");
-                let all: Vec<String> = text.lines().map(str::to_owned).collect();
+                let all: Vec<String> = [&out.stdout.bytes, &out.stderr.bytes]
+                    .iter()
+                    .flat_map(|b| {
+                        String::from_utf8_lossy(b)
+                            .lines()
+                            .map(str::to_owned)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
                 all[all.len().saturating_sub(lines)..].to_vec()
             }
             None => {

@@ -46,19 +46,19 @@ pub(super) fn bind_ports(
 }
 
 /// Binds a service's relay sockets in the directory of the workspace it
-/// serves, `services/<vsock port>.sock` (`base::store::services`), one per
+/// serves, `services/<vsock port>.sock` (`base::store::spec::services`), one per
 /// port of `spec.service_ports`. A failure fails the machine, as a port
 /// that cannot be bound does.
 pub(super) fn bind_relays(
     state: &StateDir,
+    ws: &WorkspaceDir,
     spec: &base::store::spec::WorkspaceSpec,
     machine: &mut Result<Machine>,
 ) -> Vec<(u16, std::os::unix::net::UnixListener)> {
     let Some(serving) = spec.serving.as_ref().filter(|_| machine.is_ok()) else {
         return Vec::new();
     };
-    let bound = base::store::services::validate_service_ports(&spec.service_ports)
-        .map_err(VmmProcessError::ServicePorts)
+    let bound = check_serving(ws, spec)
         .and_then(|()| Ok(WorkspaceDir::new(state, &serving.workspace)?))
         .and_then(|served| {
             let dir = relay_dir(&served)?;
@@ -66,7 +66,8 @@ pub(super) fn bind_relays(
                 .iter()
                 .enumerate()
                 .map(|(slot, &port)| {
-                    let vsock_port = base::store::services::relay_vsock_port(serving.index, slot);
+                    let vsock_port =
+                        base::store::spec::services::relay_vsock_port(serving.index, slot);
                     Ok((port, bind_relay(&dir, vsock_port)?))
                 })
                 .collect()
@@ -75,6 +76,33 @@ pub(super) fn bind_relays(
         *machine = Err(e);
         Vec::new()
     })
+}
+
+/// Whether `ws` is the companion its spec says it is: its record is
+/// writable by a VMM that a guest took over, so what it serves is checked
+/// against its name (a digest of the served workspace's and the
+/// service's, in the reserved namespace), never taken as written.
+fn check_serving(ws: &WorkspaceDir, spec: &base::store::spec::WorkspaceSpec) -> Result<()> {
+    use base::store::spec::services::{companion_name, validate_service_ports, validate_serving};
+    let serving = spec.serving.as_ref().ok_or_else(|| {
+        VmmProcessError::ServicePorts(base::store::spec::SpecError::Invalid(
+            "service ports without what they serve".into(),
+        ))
+    })?;
+    validate_service_ports(&spec.service_ports)
+        .and_then(|()| validate_serving(serving))
+        .map_err(|e| VmmProcessError::ServicePorts(e.into()))?;
+    if ws.name() != companion_name(&serving.workspace, &serving.service) {
+        return Err(VmmProcessError::ServicePorts(
+            base::store::spec::SpecError::Invalid(format!(
+                "`{}` is not the service `{}` of `{}`",
+                ws.name(),
+                serving.service,
+                serving.workspace
+            )),
+        ));
+    }
+    Ok(())
 }
 
 /// The served workspace's `services/`, opened as a directory of this
@@ -120,10 +148,15 @@ fn bind_relay(dir: &std::fs::File, vsock_port: u32) -> Result<std::os::unix::net
             return Err(io("removing the old")(e));
         }
     }
-    let listener = std::os::unix::net::UnixListener::bind(&path).map_err(io("binding"))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
-        .map_err(io("opening"))?;
-    Ok(listener)
+    // Made 0666 by the umask, not by a chmod of its path after the bind
+    // (which a link swapped in meanwhile would redirect). Nothing else of
+    // this process makes files meanwhile: it has not started its threads.
+    // SAFETY: umask takes and returns a mode and cannot fail.
+    let before = unsafe { libc::umask(0o111) };
+    let bound = std::os::unix::net::UnixListener::bind(&path);
+    // SAFETY: as above.
+    unsafe { libc::umask(before) };
+    bound.map_err(io("binding"))
 }
 
 #[cfg(test)]
@@ -153,6 +186,42 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o711);
+        std::fs::remove_dir_all(state.root()).unwrap();
+    }
+
+    #[test]
+    fn only_the_companion_a_name_says_serves_its_workspace() {
+        use base::store::spec::services::{companion_name, Serving};
+        let (state, _) = served("forged");
+        let spec = base::store::spec::WorkspaceSpec {
+            service_ports: vec![5432],
+            serving: Some(Serving {
+                workspace: "dev".into(),
+                index: 0,
+                service: "db".into(),
+            }),
+            ..Default::default()
+        };
+        let real = WorkspaceDir::new(&state, &companion_name("dev", "db")).unwrap();
+        check_serving(&real, &spec).unwrap();
+        // A record that names another workspace's service, or a place
+        // past the list, binds nothing there.
+        for other in [
+            "attacker",
+            &companion_name("dev", "web"),
+            &companion_name("other", "db"),
+        ] {
+            let ws = WorkspaceDir::new(&state, other).unwrap();
+            assert!(check_serving(&ws, &spec).is_err(), "{other}");
+        }
+        let far = base::store::spec::WorkspaceSpec {
+            serving: Some(Serving {
+                index: usize::MAX,
+                ..spec.serving.clone().unwrap()
+            }),
+            ..spec.clone()
+        };
+        assert!(check_serving(&real, &far).is_err());
         std::fs::remove_dir_all(state.root()).unwrap();
     }
 

@@ -252,7 +252,7 @@ impl VmmProcess {
             None => Built::build(&state, &ws, launch, &meta.spec),
         };
         let (listeners, net_ns) = listeners::bind_ports(&meta.spec, &mut built.machine);
-        let relays = listeners::bind_relays(&state, &meta.spec, &mut built.machine);
+        let relays = listeners::bind_relays(&state, &ws, &meta.spec, &mut built.machine);
         let Built {
             machine: built,
             passt,

@@ -1,4 +1,4 @@
-//! A workspace's services (`base::store::services`): each a companion
+//! A workspace's services (`base::store::spec::services`): each a companion
 //! workspace in the reserved namespace, created, started, stopped and
 //! deleted with its workspace, its command a background process
 //! [`SERVICE_PROCESS`], and reached from the workspace's guest by name once
@@ -10,8 +10,9 @@
 use std::future::Future;
 
 use crate::error::{Error, Result};
+use base::code::ErrorCode;
 use base::images::oci::config::ImageDefaults;
-use base::store::services::{companion_name, guest_addr, routes, ServiceSpec, Serving};
+use base::store::spec::services::{companion_name, guest_addr, routes, ServiceSpec, Serving};
 use base::store::spec::{Meta, Owner, WorkspaceSpec};
 use base::store::state::State;
 use guest_agent::protocol::Forward;
@@ -34,6 +35,9 @@ pub(crate) trait ServiceHost {
 
     /// Stops companion `name` when it runs, at once (its VMM torn down).
     fn halt_companion(&self, name: &str) -> Result<()>;
+
+    /// Stops workspace `name` (a full name) at once: its services failed.
+    fn halt_served(&self, name: &str) -> Result<()>;
 
     /// Deletes companion `name`, halted first; one that is gone is fine.
     fn delete_companion(&self, name: &str) -> Result<()>;
@@ -130,6 +134,23 @@ fn command_of(host: &impl ServiceHost, service: &ServiceSpec) -> Result<Vec<Stri
         })
 }
 
+/// Creates the companion of service `index` of workspace `workspace`
+/// (its spec `spec`).
+fn create_one(
+    host: &impl ServiceHost,
+    workspace: &str,
+    spec: &WorkspaceSpec,
+    index: usize,
+) -> Result<String> {
+    let service = &spec.services[index];
+    let name = companion_name(workspace, &service.name);
+    let sized = host.service_defaults(&service.image);
+    command_of(host, service)
+        .and_then(|_| host.create_companion(&name, companion_spec(workspace, spec, index, &sized)))
+        .map_err(failed(service))?;
+    Ok(name)
+}
+
 /// Creates the companions of new workspace `workspace` (its spec `spec`);
 /// on a failure, those made are deleted again and the failure names the
 /// service.
@@ -139,21 +160,8 @@ pub(crate) fn create_all(
     spec: &WorkspaceSpec,
 ) -> Result<()> {
     let mut made = Vec::new();
-    let result = spec
-        .services
-        .iter()
-        .enumerate()
-        .try_for_each(|(i, service)| {
-            let name = companion_name(workspace, &service.name);
-            let sized = host.service_defaults(&service.image);
-            command_of(host, service)
-                .and_then(|_| {
-                    host.create_companion(&name, companion_spec(workspace, spec, i, &sized))
-                })
-                .map_err(failed(service))?;
-            made.push(name);
-            Ok(())
-        });
+    let result = (0..spec.services.len())
+        .try_for_each(|i| create_one(host, workspace, spec, i).map(|name| made.push(name)));
     if result.is_err() {
         for name in made {
             let _ = host.delete_companion(&name);
@@ -162,30 +170,49 @@ pub(crate) fn create_all(
     result
 }
 
-/// Starts the services of running workspace `workspace` (its record
-/// `meta`), each owned by the workspace's VMM, then gives its guest their
-/// names. A service that fails stops the others; the failure names it.
-pub(crate) async fn start_all(host: &impl ServiceHost, meta: &Meta) -> Result<()> {
+/// Starts the services of running workspace `workspace` (by the name its
+/// handle holds, never its record's: a VMM may write that record), whose
+/// record is `meta`, each owned by the workspace's VMM, then gives its
+/// guest their names. A companion that is missing (a fork's or a
+/// restore's, or a create cut short) is made first. A service that fails
+/// stops the others and the workspace; the failure names it.
+pub(crate) async fn start_all(host: &impl ServiceHost, workspace: &str, meta: &Meta) -> Result<()> {
     let spec = &meta.spec;
     if spec.services.is_empty() {
         return Ok(());
     }
+    let started = start_each(host, workspace, meta).await;
+    if started.is_err() {
+        halt_all(host, workspace, spec);
+        if let Err(e) = host.halt_served(workspace) {
+            tracing::warn!(workspace, "stopping the workspace its services failed: {e}");
+        }
+    }
+    started
+}
+
+async fn start_each(host: &impl ServiceHost, workspace: &str, meta: &Meta) -> Result<()> {
+    let spec = &meta.spec;
     let owner = meta.runtime.as_ref().and_then(|r| {
         base::store::process::start_ticks(r.pid).map(|start_ticks| Owner {
             pid: r.pid,
             start_ticks,
         })
     });
-    for service in &spec.services {
-        let name = companion_name(&meta.name, &service.name);
+    for (i, service) in spec.services.iter().enumerate() {
+        let name = companion_name(workspace, &service.name);
         let started = async {
+            match host.record_of(&name) {
+                Err(e) if e.code() == ErrorCode::NotFound => {
+                    create_one(host, workspace, spec, i)?;
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {}
+            }
             let command = command_of(host, service)?;
             host.start_companion(&name, owner, command).await
         };
-        if let Err(e) = started.await {
-            halt_all(host, &meta.name, spec);
-            return Err(failed(service)(e));
-        }
+        started.await.map_err(failed(service))?;
     }
     let forwards = routes(&spec.services)
         .map(|(i, service, port, vsock_port)| Forward {
@@ -195,11 +222,7 @@ pub(crate) async fn start_all(host: &impl ServiceHost, meta: &Meta) -> Result<()
             vsock_port,
         })
         .collect();
-    let given = host.give_forwards(&meta.name, forwards).await;
-    if given.is_err() {
-        halt_all(host, &meta.name, spec);
-    }
-    given
+    host.give_forwards(workspace, forwards).await
 }
 
 /// Stops the services of workspace `workspace` at once (its VMM has
@@ -235,14 +258,18 @@ pub(crate) fn delete_all(
     first
 }
 
-/// What `inspect` shows of workspace `meta`'s services.
-pub(crate) fn infos(host: &impl ServiceHost, meta: &Meta) -> Vec<ServiceInfo> {
-    meta.spec
-        .services
+/// What `inspect` shows of the services of workspace `workspace` (by its
+/// handle's name), whose spec is `spec`.
+pub(crate) fn infos(
+    host: &impl ServiceHost,
+    workspace: &str,
+    spec: &WorkspaceSpec,
+) -> Vec<ServiceInfo> {
+    spec.services
         .iter()
         .enumerate()
         .map(|(i, service)| {
-            let companion = companion_name(&meta.name, &service.name);
+            let companion = companion_name(workspace, &service.name);
             let state = host
                 .record_of(&companion)
                 .map_or_else(|_| "missing".to_owned(), |m| state_word(m.state));

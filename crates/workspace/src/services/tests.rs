@@ -1,8 +1,10 @@
+//! The services' steps against a recording collection.
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use super::*;
-use base::store::services::parse_flag;
+use base::store::spec::services::parse_flag;
 
 /// A collection that records what is asked of it; `fail` names a
 /// companion whose create or start fails.
@@ -52,7 +54,7 @@ impl ServiceHost for Recorder {
         let specs = self.specs.lock().unwrap();
         let spec = specs
             .get(name)
-            .ok_or_else(|| Error::InvalidInput(format!("no {name}")))?;
+            .ok_or_else(|| Error::WorkspaceNotFound(name.to_owned()))?;
         Ok(Meta::created(name, spec.clone(), true))
     }
 
@@ -66,6 +68,11 @@ impl ServiceHost for Recorder {
 
     fn halt_companion(&self, name: &str) -> Result<()> {
         self.log(format!("halt {name}"));
+        Ok(())
+    }
+
+    fn halt_served(&self, name: &str) -> Result<()> {
+        self.log(format!("halt workspace {name}"));
         Ok(())
     }
 
@@ -150,10 +157,17 @@ fn a_failed_create_deletes_what_it_made_and_names_the_service() {
 async fn a_start_starts_each_service_then_gives_the_guest_their_names() {
     let host = Recorder::default();
     let spec = workspace_spec(&["db=redis,port=6379", "web=test-1,port=80,cmd=httpd -f"]);
-    let meta = Meta::created("dev", spec, true);
-    start_all(&host, &meta).await.unwrap();
+    create_all(&host, "dev", &spec).unwrap();
+    // The record's name is the VMM's to write: the handle's is used.
+    let meta = Meta::created("forged", spec, true);
+    host.calls.lock().unwrap().clear();
+    start_all(&host, "dev", &meta).await.unwrap();
     let calls = host.calls();
     assert_eq!(calls.len(), 3, "{calls:?}");
+    assert!(
+        calls[0].starts_with(&format!("start {}", companion_name("dev", "db"))),
+        "{calls:?}"
+    );
     assert!(calls[0].ends_with("redis-server"), "{calls:?}");
     assert!(calls[1].ends_with("sh -c httpd -f"), "{calls:?}");
     assert_eq!(calls[2], "forward dev");
@@ -176,14 +190,19 @@ async fn a_service_that_does_not_start_stops_the_others_and_is_named() {
     let host = Recorder::failing("web-");
     let spec = workspace_spec(&["db=redis,port=6379", "web=test-1,port=80,cmd=httpd"]);
     let meta = Meta::created("dev", spec, true);
-    let e = start_all(&host, &meta).await.unwrap_err();
+    let e = start_all(&host, "dev", &meta).await.unwrap_err();
     assert!(
         matches!(&e, Error::Service { service, .. } if service == "web"),
         "{e}"
     );
     let calls = host.calls();
+    // The missing companion of `db` (a fork's, say) was made and started;
+    // `web`'s could not be made: both halted, and the workspace too.
+    let db = companion_name("dev", "db");
+    assert!(calls.contains(&format!("create {db}")), "{calls:?}");
+    assert!(calls.contains(&format!("halt {db}")), "{calls:?}");
     assert!(
-        calls.contains(&format!("halt {}", companion_name("dev", "db"))),
+        calls.contains(&"halt workspace dev".to_owned()),
         "{calls:?}"
     );
     assert!(!calls.iter().any(|c| c.starts_with("forward")), "{calls:?}");
@@ -195,11 +214,11 @@ fn a_delete_tries_every_companion_and_inspect_shows_their_states() {
     let spec = workspace_spec(&["db=redis,port=6379", "web=test-1,port=80,cmd=httpd"]);
     create_all(&host, "dev", &spec).unwrap();
     let meta = Meta::created("dev", spec.clone(), true);
-    let shown = infos(&host, &meta);
+    let shown = infos(&host, "dev", &meta.spec);
     assert_eq!(shown[0].state, "stopped");
     assert_eq!(shown[1].address.to_string(), "127.0.1.3");
     host.specs.lock().unwrap().clear();
-    assert_eq!(infos(&host, &meta)[0].state, "missing");
+    assert_eq!(infos(&host, "dev", &meta.spec)[0].state, "missing");
     delete_all(&host, "dev", &spec).unwrap();
     let deletes = host
         .calls()

@@ -13,7 +13,7 @@ use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
 use crate::workspaces::manager::Workspaces;
 use base::code::ErrorCode;
 use base::images::oci::config::ImageDefaults;
-use base::store::services::{companion_name, SERVICE_NAMESPACE};
+use base::store::spec::services::{companion_name, SERVICE_NAMESPACE};
 use base::store::spec::{DeleteOptions, Meta, Owner, WorkspaceSpec};
 use guest_agent::protocol::Forward;
 
@@ -45,6 +45,10 @@ impl ServiceHost for Workspaces {
             Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
             other => other.map(drop),
         }
+    }
+
+    fn halt_served(&self, name: &str) -> Result<()> {
+        self.at(name).halt().map(drop)
     }
 
     fn delete_companion(&self, name: &str) -> Result<()> {
@@ -111,12 +115,13 @@ impl Workspace<'_> {
         let meta = self.get_here()?;
         if !meta.spec.services.iter().any(|s| s.name == service) {
             return Err(Error::ServiceNotFound {
-                workspace: meta.name,
+                workspace: self.name().to_owned(),
                 service: service.to_owned(),
             });
         }
         let view = self.all.service_view();
-        let companion = companion_name(&meta.name, service);
+        // The handle's name: the record is written by the workspace's VMM.
+        let companion = companion_name(self.name(), service);
         view.at(&companion)
             .processes()
             .process_output(SERVICE_PROCESS, cursors, None, wait)

@@ -34,6 +34,17 @@ impl Workspaces {
         spec.validate_within(&self.limits)?;
         self.check_budget_disk()?;
         ws.check_socket_paths()?;
+        if !spec.services.is_empty() {
+            ws.check_service_socket_paths()?;
+        }
+        // What a companion serves is the services' own to set: a spec
+        // that names it elsewhere would take another workspace's relays.
+        let companion_here = self.namespace == base::store::spec::services::SERVICE_NAMESPACE;
+        if (spec.serving.is_some() || !spec.service_ports.is_empty()) && !companion_here {
+            return Err(Error::InvalidInput(
+                "`serving` and `service_ports` are set by a workspace's services only".into(),
+            ));
+        }
         base::store::ports::check_free(&spec.ports)?;
         // Held or not, they must exist; who runs with them is the start's
         // concern.

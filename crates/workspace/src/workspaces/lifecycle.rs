@@ -63,8 +63,12 @@ impl Workspaces {
                 keep_warm: None,
             })
         })?;
-        self.wait_running(name, started, timeout, &mut progress)
-            .await
+        let meta = self
+            .wait_running(name, started, timeout, &mut progress)
+            .await?;
+        // A restored or forked workspace's services start afresh.
+        crate::services::start_all(self, name, &meta).await?;
+        Ok(meta)
     }
 
     /// Checks that `name` can start and launches its VMM process as `boot`
@@ -425,6 +429,9 @@ impl Workspace<'_> {
         if meta.state.has_vmm() {
             all.halt_locked(name)?;
         }
+        // Its services first, under its lock (a delete cut short leaves a
+        // workspace that still names them); one that cannot go is named.
+        crate::services::delete_all(all, name, &meta.spec)?;
         base::network::attach::remove_tap(&all.state, &meta.spec);
         // Whatever group a killed VMM left behind goes with it.
         base::host::cgroup::remove_recorded(ws.path());
@@ -454,8 +461,6 @@ impl Workspace<'_> {
             }
             Err(e) => tracing::warn!("kept outputs not swept: {e}"),
         }
-        // Its services go with it; one that cannot is named.
-        crate::services::delete_all(all, name, &meta.spec)?;
         Ok(meta)
     }
 

@@ -237,7 +237,7 @@ impl Workspace<'_> {
             disk_used_bytes,
             network: all.networks().guest(&meta),
             refused,
-            services: crate::services::infos(all, &meta),
+            services: crate::services::infos(all, name, &meta.spec),
             meta,
         })
     }

@@ -16,7 +16,7 @@ use base::store::{StateDir, StoreError};
 pub(crate) fn refuse_pool_namespace(namespace: &str) -> Result<()> {
     let what = match namespace {
         crate::pool::POOL_NAMESPACE => "pools of ready workspaces",
-        base::store::services::SERVICE_NAMESPACE => "workspaces' services",
+        base::store::spec::services::SERVICE_NAMESPACE => "workspaces' services",
         _ => return Ok(()),
     };
     Err(Error::InvalidInput(format!(
@@ -72,7 +72,7 @@ impl Workspaces {
         let full = full_name(&self.namespace, name).map_err(StoreError::Name)?;
         let reserved = [
             crate::pool::POOL_NAMESPACE,
-            base::store::services::SERVICE_NAMESPACE,
+            base::store::spec::services::SERVICE_NAMESPACE,
         ];
         if !reserved.contains(&self.namespace.as_str()) {
             refuse_pool_namespace(base::store::name::namespace_of(&full))?;

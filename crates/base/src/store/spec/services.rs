@@ -16,7 +16,18 @@ use std::net::Ipv4Addr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::store::spec::{valid_key, SpecError, MAX_VALUE_BYTES};
+/// Why a workspace's services, or what a companion serves, are refused
+/// (their env keys and values are the spec's to check, as the
+/// workspace's own).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceSpecError {
+    /// A value is out of range or malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Most bytes of one word of a service's command.
+pub const MAX_COMMAND_WORD_BYTES: usize = 4096;
 
 /// The reserved namespace of the companions: no caller may name it.
 pub const SERVICE_NAMESPACE: &str = "microagent-svc";
@@ -102,12 +113,12 @@ pub fn routes(services: &[ServiceSpec]) -> impl Iterator<Item = (usize, &Service
     })
 }
 
-fn bad<T>(why: String) -> Result<T, SpecError> {
-    Err(SpecError::Invalid(why))
+fn bad<T>(why: String) -> Result<T, ServiceSpecError> {
+    Err(ServiceSpecError::Invalid(why))
 }
 
 /// A service's ports: at most [`MAX_SERVICE_PORTS`], each once, none 0.
-pub fn validate_service_ports(ports: &[u16]) -> Result<(), SpecError> {
+pub fn validate_service_ports(ports: &[u16]) -> Result<(), ServiceSpecError> {
     if ports.len() > MAX_SERVICE_PORTS {
         return bad(format!(
             "service ports: {} given, at most {MAX_SERVICE_PORTS}",
@@ -127,10 +138,10 @@ pub fn validate_service_ports(ports: &[u16]) -> Result<(), SpecError> {
 }
 
 /// Checks a workspace's services: at most [`MAX_SERVICES`], names unique
-/// host names (not `localhost`), each one's image, command, environment
-/// and ports within bounds, and at most [`MAX_SERVICE_PORTS_IN_ALL`]
-/// ports in all.
-pub fn validate(services: &[ServiceSpec], max_entries: usize) -> Result<(), SpecError> {
+/// host names (not `localhost`), each one's image, command and ports
+/// within bounds, and at most [`MAX_SERVICE_PORTS_IN_ALL`] ports in all.
+/// Their env is checked by the spec, as the workspace's own is.
+pub fn validate(services: &[ServiceSpec]) -> Result<(), ServiceSpecError> {
     if services.len() > MAX_SERVICES {
         return bad(format!(
             "{} services; at most {MAX_SERVICES} are allowed",
@@ -141,7 +152,7 @@ pub fn validate(services: &[ServiceSpec], max_entries: usize) -> Result<(), Spec
     for s in services {
         let named = |why: String| bad(format!("service `{}`: {why}", s.name));
         crate::store::name::validate_name(&s.name)
-            .map_err(|e| SpecError::Invalid(format!("service name `{}`: {e}", s.name)))?;
+            .map_err(|e| ServiceSpecError::Invalid(format!("service name `{}`: {e}", s.name)))?;
         if s.name.len() > MAX_SERVICE_NAME_LEN {
             return named(format!("the name is longer than {MAX_SERVICE_NAME_LEN}"));
         }
@@ -155,22 +166,11 @@ pub fn validate(services: &[ServiceSpec], max_entries: usize) -> Result<(), Spec
             return named("its image must be 1 to 512 characters".into());
         }
         if s.command.len() > MAX_COMMAND_WORDS
-            || s.command.iter().any(|w| w.len() > MAX_VALUE_BYTES)
+            || s.command.iter().any(|w| w.len() > MAX_COMMAND_WORD_BYTES)
         {
             return named(format!(
-                "its command takes at most {MAX_COMMAND_WORDS} words of {MAX_VALUE_BYTES} bytes"
+                "its command takes at most {MAX_COMMAND_WORDS} words of {MAX_COMMAND_WORD_BYTES} bytes"
             ));
-        }
-        if s.env.len() > max_entries {
-            return named(format!("at most {max_entries} env entries"));
-        }
-        if let Some(key) = s.env.keys().find(|k| !valid_key(k)) {
-            return named(format!(
-                "env key {key:?} is not allowed; use letters, digits and _ . - /"
-            ));
-        }
-        if s.env.values().any(|v| v.len() > MAX_VALUE_BYTES) {
-            return named(format!("env values hold at most {MAX_VALUE_BYTES} bytes"));
         }
         validate_service_ports(&s.ports).or_else(|e| named(e.to_string()))?;
     }
@@ -185,11 +185,11 @@ pub fn validate(services: &[ServiceSpec], max_entries: usize) -> Result<(), Spec
 
 /// Checks what a companion serves: a workspace's full name, a service's
 /// name and its place in that workspace's list.
-pub fn validate_serving(serving: &Serving) -> Result<(), SpecError> {
+pub fn validate_serving(serving: &Serving) -> Result<(), ServiceSpecError> {
     crate::store::name::validate_full_name(&serving.workspace)
-        .map_err(|e| SpecError::Invalid(format!("served workspace: {e}")))?;
+        .map_err(|e| ServiceSpecError::Invalid(format!("served workspace: {e}")))?;
     crate::store::name::validate_name(&serving.service)
-        .map_err(|e| SpecError::Invalid(format!("service name: {e}")))?;
+        .map_err(|e| ServiceSpecError::Invalid(format!("service name: {e}")))?;
     if serving.index >= MAX_SERVICES {
         return bad(format!("a service's place is below {MAX_SERVICES}"));
     }
@@ -199,9 +199,9 @@ pub fn validate_serving(serving: &Serving) -> Result<(), SpecError> {
 /// Reads the CLI's `NAME=IMAGE[,port=P]...[,env=K=V]...[,cmd=COMMAND]`:
 /// `cmd=` comes last and takes the rest of the text (commas included),
 /// run by `sh -c`.
-pub fn parse_flag(text: &str) -> Result<ServiceSpec, SpecError> {
+pub fn parse_flag(text: &str) -> Result<ServiceSpec, ServiceSpecError> {
     let usage = |why: &str| {
-        SpecError::Invalid(format!(
+        ServiceSpecError::Invalid(format!(
             "service {text:?}: {why}; write NAME=IMAGE[,port=P][,env=K=V][,cmd=COMMAND]"
         ))
     };
@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn services_are_checked_whole() {
-        assert!(validate(&[service("web", &[80]), service("db", &[5432, 5433])], 64).is_ok());
+        assert!(validate(&[service("web", &[80]), service("db", &[5432, 5433])]).is_ok());
         let cases: Vec<(Vec<ServiceSpec>, &str)> = vec![
             (
                 vec![service("web", &[80]), service("web", &[81])],
@@ -298,15 +298,15 @@ mod tests {
             ),
         ];
         for (services, want) in cases {
-            let e = validate(&services, 64).unwrap_err().to_string();
+            let e = validate(&services).unwrap_err().to_string();
             assert!(e.contains(want), "{want}: {e}");
         }
-        let mut env = service("web", &[80]);
-        env.env.insert("bad key".into(), "v".into());
-        assert!(validate(&[env], 64).is_err());
         let mut image = service("web", &[80]);
         image.image.clear();
-        assert!(validate(&[image], 64).is_err());
+        assert!(validate(&[image]).is_err());
+        let mut command = service("web", &[80]);
+        command.command = vec!["x".repeat(MAX_COMMAND_WORD_BYTES + 1)];
+        assert!(validate(&[command]).is_err());
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub enum SpecError {
     /// A volume mount, or the set of them.
     #[error(transparent)]
     Volumes(#[from] crate::store::volume_mounts::VolumeMountError),
+    /// A service, or what a companion serves.
+    #[error(transparent)]
+    Services(#[from] services::ServiceSpecError),
     /// The workspace has a VMM and the delete was not forced.
     #[error("workspace `{name}` is {state}: {DELETE_NEEDS_FORCE}")]
     DeleteRunning {
@@ -38,6 +41,7 @@ impl SpecError {
             SpecError::Invalid(_) => ErrorCode::InvalidInput,
             SpecError::Ports(e) => e.code(),
             SpecError::Volumes(_) => ErrorCode::InvalidInput,
+            SpecError::Services(_) => ErrorCode::InvalidInput,
             SpecError::DeleteRunning { .. } => ErrorCode::Conflict,
         }
     }
@@ -104,6 +108,8 @@ pub const LIMITS: Limits = Limits {
     max_image_metadata_bytes: 4 << 20,
 };
 
+pub mod services;
+
 /// Defaults for a new workspace.
 pub mod defaults {
     /// Image.
@@ -148,17 +154,17 @@ pub struct WorkspaceSpec {
     /// A service's ports: guest ports its VMM serves, each on the Unix
     /// socket `relay/<port>.sock` of its directory, for the workspace it
     /// serves (whose guest reaches them through its vsock; at most
-    /// [`crate::store::services::MAX_SERVICE_PORTS`], each once, none 0).
+    /// [`services::MAX_SERVICE_PORTS`], each once, none 0).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub service_ports: Vec<u16>,
     /// The services it names: each a microVM of its own that its guest
-    /// reaches by the service's name (`crate::store::services`).
+    /// reaches by the service's name (`crate::store::spec::services`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub services: Vec<crate::store::services::ServiceSpec>,
+    pub services: Vec<services::ServiceSpec>,
     /// Set on a service's own VMM (a companion): the workspace it serves,
     /// whose directory holds its relay sockets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub serving: Option<crate::store::services::Serving>,
+    pub serving: Option<services::Serving>,
     /// What the guest may reach beyond its network, when not the
     /// network's own policy (`user`: everything but the host and private
     /// ranges).
@@ -260,7 +266,7 @@ impl Default for WorkspaceSpec {
     }
 }
 
-pub(crate) fn valid_key(key: &str) -> bool {
+fn valid_key(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= 128
         && key
@@ -296,7 +302,11 @@ impl WorkspaceSpec {
         if let Some(ttl) = self.ttl_secs {
             l.check_ttl(ttl)?;
         }
-        for (what, map) in [("env", &self.env), ("labels", &self.labels)] {
+        let service_envs = self.services.iter().map(|s| ("a service's env", &s.env));
+        for (what, map) in [("env", &self.env), ("labels", &self.labels)]
+            .into_iter()
+            .chain(service_envs)
+        {
             if map.len() > l.max_entries {
                 return bad(format!(
                     "{} {what} entries; at most {} are allowed",
@@ -320,18 +330,18 @@ impl WorkspaceSpec {
             return bad("image name is empty".into());
         }
         crate::store::ports::validate(&self.ports)?;
-        crate::store::services::validate_service_ports(&self.service_ports)?;
+        services::validate_service_ports(&self.service_ports)?;
         // A service is reached by its workspace alone, and its VMM's
         // connections and threads are the relays' (`pids.max`).
         if !self.service_ports.is_empty() && !self.ports.is_empty() {
             return bad("a service publishes no ports".into());
         }
-        crate::store::services::validate(&self.services, l.max_entries)?;
+        services::validate(&self.services)?;
         if self.service_ports.is_empty() != self.serving.is_none() {
             return bad("a service's ports and what it serves come together".into());
         }
         if let Some(serving) = &self.serving {
-            crate::store::services::validate_serving(serving)?;
+            services::validate_serving(serving)?;
         }
         if self.serving.is_some() && !self.services.is_empty() {
             return bad("a service names no services of its own".into());
@@ -663,7 +673,7 @@ mod tests {
     #[test]
     fn a_services_ports_are_few_distinct_and_not_zero() {
         let with = |ports: Vec<u16>| WorkspaceSpec {
-            serving: (!ports.is_empty()).then(|| crate::store::services::Serving {
+            serving: (!ports.is_empty()).then(|| services::Serving {
                 workspace: "dev".into(),
                 index: 0,
                 service: "db".into(),
@@ -679,7 +689,7 @@ mod tests {
         };
         assert!(unserving.validate().is_err(), "ports serve a workspace");
         let nested = WorkspaceSpec {
-            services: vec![crate::store::services::parse_flag("x=y").unwrap()],
+            services: vec![services::parse_flag("x=y").unwrap()],
             ..with(vec![80])
         };
         assert!(nested.validate().is_err(), "a service names none");
@@ -693,7 +703,7 @@ mod tests {
             publishing.validate().is_err(),
             "a service publishes nothing"
         );
-        let many = (1..=crate::store::services::MAX_SERVICE_PORTS as u16 + 1).collect();
+        let many = (1..=services::MAX_SERVICE_PORTS as u16 + 1).collect();
         assert!(with(many).validate().is_err());
         // A record without the field reads as none, and none is not written.
         let json = serde_json::to_value(with(vec![])).unwrap();
