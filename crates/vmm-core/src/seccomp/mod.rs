@@ -343,15 +343,7 @@ fn argument_rules(
         // Unix stream sockets only (a guest's connection to a host port).
         rules.insert(
             libc::SYS_socket,
-            vec![rule(vec![
-                arg_is(0, libc::AF_UNIX as u64)?,
-                SeccompCondition::new(
-                    1,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
-                    libc::SOCK_STREAM as u64,
-                )?,
-            ])?],
+            vec![socket_rule(libc::AF_UNIX, libc::SOCK_STREAM)?],
         );
     }
     if role == ThreadRole::Control {
@@ -361,15 +353,7 @@ fn argument_rules(
         let mut sockets = Vec::new();
         for &family in control.socket_families {
             for &kind in control.socket_types {
-                sockets.push(rule(vec![
-                    arg_is(0, family as u64)?,
-                    SeccompCondition::new(
-                        1,
-                        SeccompCmpArgLen::Dword,
-                        SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
-                        kind as u64,
-                    )?,
-                ])?);
+                sockets.push(socket_rule(family, kind)?);
             }
         }
         rules.insert(libc::SYS_socket, sockets);
@@ -385,6 +369,20 @@ fn argument_rules(
         );
     }
     Ok(rules)
+}
+
+/// `socket` of `family` and `kind` (the type's low bits; the CLOEXEC and
+/// NONBLOCK flags above them pass).
+fn socket_rule(family: i32, kind: i32) -> Result<SeccompRule, seccompiler::BackendError> {
+    rule(vec![
+        arg_is(0, family as u64)?,
+        SeccompCondition::new(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+            kind as u64,
+        )?,
+    ])
 }
 
 fn build(
