@@ -9,12 +9,15 @@ use super::{can_boot, home, start};
 /// service's logs show.
 const WEB: &str = "web=minimal,port=8080,cmd=echo serving; mkdir -p /srv && echo hello-from-web > /srv/index.html && exec busybox httpd -f -p 8080 -h /srv";
 
-/// `wget` of the service from the workspace's guest, tried for up to
-/// 60 s (the service's command may still be starting its server).
-fn fetch_by_name(cli: &testkit::cli::CliHome) -> String {
+/// A second service on another port: each has its own address and route.
+const API: &str = "api=minimal,port=9090,cmd=mkdir -p /w && echo from-api > /w/index.html && exec busybox httpd -f -p 9090 -h /w";
+
+/// `wget` of `url` from the workspace's guest, tried for up to 60 s (the
+/// service's command may still be starting its server).
+fn fetch(cli: &testkit::cli::CliHome, url: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let run = cli.run(&["exec", "dev", "--", "wget", "-qO-", "http://web:8080/"]);
+        let run = cli.run(&["exec", "dev", "--", "wget", "-qO-", url]);
         if run.status == 0 || Instant::now() > deadline {
             assert_eq!(run.status, 0, "{}", run.stderr);
             return run.stdout;
@@ -23,10 +26,14 @@ fn fetch_by_name(cli: &testkit::cli::CliHome) -> String {
     }
 }
 
+/// The state both services are in (they go together).
 fn service_state(cli: &testkit::cli::CliHome) -> String {
     let info = cli.ok_json(&["inspect", "dev", "--json"]);
     assert_eq!(info["services"][0]["name"], "web", "{info}");
-    info["services"][0]["state"].as_str().unwrap().to_owned()
+    assert_eq!(info["services"][1]["name"], "api", "{info}");
+    let state = &info["services"][0]["state"];
+    assert_eq!(state, &info["services"][1]["state"], "{info}");
+    state.as_str().unwrap().to_owned()
 }
 
 #[test]
@@ -57,7 +64,15 @@ fn a_service_is_reached_by_name_and_goes_with_its_workspace() {
         serde_json::json!([])
     );
 
-    let made = cli.ok_json(&["create", "dev", "--service", WEB, "--json"]);
+    let made = cli.ok_json(&[
+        "create",
+        "dev",
+        "--service",
+        WEB,
+        "--service",
+        API,
+        "--json",
+    ]);
     assert_eq!(made["spec"]["services"][0]["ports"][0], 8080, "{made}");
     // The companion is no one's to list or name.
     assert_eq!(
@@ -75,9 +90,11 @@ fn a_service_is_reached_by_name_and_goes_with_its_workspace() {
 
     start(&cli, "dev");
     assert_eq!(service_state(&cli), "running");
-    assert_eq!(fetch_by_name(&cli), "hello-from-web\n");
+    assert_eq!(fetch(&cli, "http://web:8080/"), "hello-from-web\n");
+    assert_eq!(fetch(&cli, "http://api:9090/"), "from-api\n");
     let hosts = cli.run(&["exec", "dev", "--", "cat", "/etc/hosts"]);
     assert!(hosts.stdout.contains("127.0.1.2\tweb"), "{}", hosts.stdout);
+    assert!(hosts.stdout.contains("127.0.1.3\tapi"), "{}", hosts.stdout);
     let logs = cli.ok_json(&["logs", "dev", "--service", "web", "--json"]);
     assert!(
         logs["stdout"].as_str().unwrap().contains("serving"),
@@ -90,7 +107,7 @@ fn a_service_is_reached_by_name_and_goes_with_its_workspace() {
     cli.ok_json(&["stop", "dev", "--json"]);
     assert_eq!(service_state(&cli), "stopped");
     start(&cli, "dev");
-    assert_eq!(fetch_by_name(&cli), "hello-from-web\n");
+    assert_eq!(fetch(&cli, "http://web:8080/"), "hello-from-web\n");
 
     // Deleted with it: nothing of either is left.
     cli.ok_json(&["delete", "dev", "--force", "--yes", "--json"]);

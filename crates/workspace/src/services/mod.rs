@@ -199,21 +199,28 @@ async fn start_each(host: &impl ServiceHost, workspace: &str, meta: &Meta) -> Re
             start_ticks,
         })
     });
-    for (i, service) in spec.services.iter().enumerate() {
-        let name = companion_name(workspace, &service.name);
-        let started = async {
-            match host.record_of(&name) {
-                Err(e) if e.code() == ErrorCode::NotFound => {
-                    create_one(host, workspace, spec, i)?;
+    // All at once: each boot is slow here, and they wait on nothing of
+    // each other's.
+    let starts = spec
+        .services
+        .iter()
+        .enumerate()
+        .map(|(i, service)| async move {
+            let name = companion_name(workspace, &service.name);
+            let started = async {
+                match host.record_of(&name) {
+                    Err(e) if e.code() == ErrorCode::NotFound => {
+                        create_one(host, workspace, spec, i)?;
+                    }
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
                 }
-                Err(e) => return Err(e),
-                Ok(_) => {}
-            }
-            let command = command_of(host, service)?;
-            host.start_companion(&name, owner, command).await
-        };
-        started.await.map_err(failed(service))?;
-    }
+                let command = command_of(host, service)?;
+                host.start_companion(&name, owner, command).await
+            };
+            started.await.map_err(failed(service))
+        });
+    futures_util::future::try_join_all(starts).await?;
     let forwards = routes(&spec.services)
         .map(|(i, service, port, vsock_port)| Forward {
             name: service.name.clone(),
