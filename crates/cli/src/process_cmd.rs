@@ -261,22 +261,16 @@ pub async fn service_logs(
             // A service's image is outside data: on a terminal its bytes
             // cannot drive it, as the console's cannot (`logs`).
             use std::io::IsTerminal;
-            let shown = |bytes: &[u8], terminal: bool| {
-                let text = String::from_utf8_lossy(bytes).into_owned();
-                if terminal {
-                    output::inert(&text).into_owned()
-                } else {
-                    text
-                }
-            };
             print!(
                 "{}",
-                shown(&out.stdout.bytes, std::io::stdout().is_terminal())
+                output::guest_text(&String::from_utf8_lossy(&out.stdout.bytes))
             );
-            eprint!(
-                "{}",
-                shown(&out.stderr.bytes, std::io::stderr().is_terminal())
-            );
+            let stderr = String::from_utf8_lossy(&out.stderr.bytes);
+            if std::io::stderr().is_terminal() {
+                eprint!("{}", output::inert(&stderr));
+            } else {
+                eprint!("{stderr}");
+            }
         }
         cursors = [out.stdout.next_cursor, out.stderr.next_cursor];
         if !follow || out.finished() {

@@ -132,7 +132,7 @@ pub struct CreateParams {
 }
 
 /// One of `workspace_create`'s `services`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceParam {
     /// The host name the workspace reaches it by: 1-40 of a-z, 0-9 and
@@ -153,7 +153,7 @@ pub struct ServiceParam {
 }
 
 /// A service's command.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ServiceCommand {
     /// Run by `sh -c`.
@@ -163,11 +163,11 @@ pub enum ServiceCommand {
 }
 
 impl ServiceParam {
-    /// The service as the library takes it, its image as resolved.
-    pub fn spec(self, image: String) -> workspace::store::spec::services::ServiceSpec {
+    /// The service as the library takes it (its image as given).
+    pub fn spec(self) -> workspace::store::spec::services::ServiceSpec {
         workspace::store::spec::services::ServiceSpec {
             name: self.name,
-            image,
+            image: self.image,
             command: match self.command {
                 None => Vec::new(),
                 Some(ServiceCommand::Shell(line)) => vec!["sh".into(), "-c".into(), line],

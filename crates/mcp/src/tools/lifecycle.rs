@@ -182,17 +182,11 @@ impl MicroagentServer {
             ));
         }
         // Checked before any of their images is pulled.
-        let unresolved: Vec<_> = p
-            .services
-            .iter()
-            .map(|s| s.clone().spec(s.image.clone()))
-            .collect();
-        workspace::store::spec::services::validate(&unresolved)
+        let mut services: Vec<_> = p.services.into_iter().map(ServiceParam::spec).collect();
+        workspace::store::spec::services::validate(&services)
             .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
-        let mut services = Vec::new();
-        for service in p.services {
-            let image = self.image_for(Some(&service.image), p.pull, &ctx).await?;
-            services.push(service.spec(image));
+        for service in &mut services {
+            service.image = self.image_for(Some(&service.image), p.pull, &ctx).await?;
         }
         // Sizes not given are the image's (a remote server's are its own).
         let (image, sized) = self

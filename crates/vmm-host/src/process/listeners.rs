@@ -58,7 +58,7 @@ pub(super) fn bind_relays(
     let Some(serving) = spec.serving.as_ref().filter(|_| machine.is_ok()) else {
         return Vec::new();
     };
-    let bound = check_serving(ws, spec)
+    let bound = check_serving(ws, serving, &spec.service_ports)
         .and_then(|()| Ok(WorkspaceDir::new(state, &serving.workspace)?))
         .and_then(|served| {
             let dir = relay_dir(&served)?;
@@ -82,14 +82,13 @@ pub(super) fn bind_relays(
 /// writable by a VMM that a guest took over, so what it serves is checked
 /// against its name (a digest of the served workspace's and the
 /// service's, in the reserved namespace), never taken as written.
-fn check_serving(ws: &WorkspaceDir, spec: &base::store::spec::WorkspaceSpec) -> Result<()> {
+fn check_serving(
+    ws: &WorkspaceDir,
+    serving: &base::store::spec::services::Serving,
+    ports: &[u16],
+) -> Result<()> {
     use base::store::spec::services::{companion_name, validate_service_ports, validate_serving};
-    let serving = spec.serving.as_ref().ok_or_else(|| {
-        VmmProcessError::ServicePorts(base::store::spec::SpecError::Invalid(
-            "service ports without what they serve".into(),
-        ))
-    })?;
-    validate_service_ports(&spec.service_ports)
+    validate_service_ports(ports)
         .and_then(|()| validate_serving(serving))
         .map_err(|e| VmmProcessError::ServicePorts(e.into()))?;
     if ws.name() != companion_name(&serving.workspace, &serving.service) {
@@ -203,7 +202,7 @@ mod tests {
             ..Default::default()
         };
         let real = WorkspaceDir::new(&state, &companion_name("dev", "db")).unwrap();
-        check_serving(&real, &spec).unwrap();
+        check_serving(&real, spec.serving.as_ref().unwrap(), &spec.service_ports).unwrap();
         // A record that names another workspace's service, or a place
         // past the list, binds nothing there.
         for other in [
@@ -212,7 +211,10 @@ mod tests {
             &companion_name("other", "db"),
         ] {
             let ws = WorkspaceDir::new(&state, other).unwrap();
-            assert!(check_serving(&ws, &spec).is_err(), "{other}");
+            assert!(
+                check_serving(&ws, spec.serving.as_ref().unwrap(), &spec.service_ports).is_err(),
+                "{other}"
+            );
         }
         let far = base::store::spec::WorkspaceSpec {
             serving: Some(Serving {
@@ -221,7 +223,7 @@ mod tests {
             }),
             ..spec.clone()
         };
-        assert!(check_serving(&real, &far).is_err());
+        assert!(check_serving(&real, far.serving.as_ref().unwrap(), &far.service_ports).is_err());
         std::fs::remove_dir_all(state.root()).unwrap();
     }
 

@@ -79,9 +79,10 @@ pub struct ServiceInfo {
     pub state: String,
 }
 
-fn failed(service: &ServiceSpec) -> impl FnOnce(Error) -> Error + '_ {
+/// A failure of service `service`, named.
+pub(crate) fn failed(service: &str) -> impl FnOnce(Error) -> Error + '_ {
     move |e| Error::Service {
-        service: service.name.clone(),
+        service: service.to_owned(),
         source: Box::new(e),
     }
 }
@@ -147,7 +148,7 @@ fn create_one(
     let sized = host.service_defaults(&service.image);
     command_of(host, service)
         .and_then(|_| host.create_companion(&name, companion_spec(workspace, spec, index, &sized)))
-        .map_err(failed(service))?;
+        .map_err(failed(&service.name))?;
     Ok(name)
 }
 
@@ -218,7 +219,7 @@ async fn start_each(host: &impl ServiceHost, workspace: &str, meta: &Meta) -> Re
                 let command = command_of(host, service)?;
                 host.start_companion(&name, owner, command).await
             };
-            started.await.map_err(failed(service))
+            started.await.map_err(failed(&service.name))
         });
     futures_util::future::try_join_all(starts).await?;
     let forwards = routes(&spec.services)
@@ -259,7 +260,7 @@ pub(crate) fn delete_all(
     for service in &spec.services {
         let deleted = host.delete_companion(&companion_name(workspace, &service.name));
         if let (Err(e), Ok(())) = (deleted, &first) {
-            first = Err(failed(service)(e));
+            first = Err(failed(&service.name)(e));
         }
     }
     first

@@ -419,7 +419,7 @@ impl Workspace<'_> {
                 .map_err(base::store::StoreError::Name)?;
             // Not into the pools' namespace, as a create there is not.
             let namespace = base::store::name::namespace_of(&to);
-            crate::workspaces::tenancy::refuse_pool_namespace(namespace)?;
+            crate::workspaces::tenancy::refuse_reserved_namespace(namespace)?;
             let call = crate::servers::WorkspaceCall::Fork {
                 new_name: to.clone(),
                 snapshot: snapshot.map(str::to_owned),
@@ -434,7 +434,9 @@ impl Workspace<'_> {
         let to = base::store::name::full_name(base::store::name::namespace_of(source), new_name)
             .map_err(base::store::StoreError::Name)?;
         // Not into the pools' namespace, as a create there is not.
-        crate::workspaces::tenancy::refuse_pool_namespace(base::store::name::namespace_of(&to))?;
+        crate::workspaces::tenancy::refuse_reserved_namespace(base::store::name::namespace_of(
+            &to,
+        ))?;
         let snap = match snapshot {
             Some(s) => Some(all.snapshots().get(s)?.name),
             None => None,

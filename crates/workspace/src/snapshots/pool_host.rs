@@ -17,10 +17,7 @@ use base::vmm::control::ControlRequest;
 
 impl PoolHost for Workspaces {
     fn pool_view(&self) -> Self {
-        let mut view = self.clone();
-        view.namespace = POOL_NAMESPACE.to_owned();
-        view.caller = None;
-        view
+        self.reserved_view(POOL_NAMESPACE)
     }
 
     fn pool_state(&self) -> &StateDir {

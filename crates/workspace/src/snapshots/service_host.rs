@@ -17,23 +17,15 @@ use base::store::spec::services::{companion_name, SERVICE_NAMESPACE};
 use base::store::spec::{DeleteOptions, Meta, Owner, WorkspaceSpec};
 use guest_agent::protocol::Forward;
 
-impl Workspaces {
-    /// This collection seen from the services' namespace, as the host.
-    fn service_view(&self) -> Self {
-        let mut view = self.clone();
-        view.namespace = SERVICE_NAMESPACE.to_owned();
-        view.caller = None;
-        view
-    }
-}
-
 impl ServiceHost for Workspaces {
     fn create_companion(&self, name: &str, spec: WorkspaceSpec) -> Result<()> {
-        self.service_view().create(name, spec).map(drop)
+        self.reserved_view(SERVICE_NAMESPACE)
+            .create(name, spec)
+            .map(drop)
     }
 
     fn record_of(&self, name: &str) -> Result<Meta> {
-        self.service_view().at(name).get_here()
+        self.reserved_view(SERVICE_NAMESPACE).at(name).get_here()
     }
 
     fn service_defaults(&self, image: &str) -> ImageDefaults {
@@ -41,7 +33,7 @@ impl ServiceHost for Workspaces {
     }
 
     fn halt_companion(&self, name: &str) -> Result<()> {
-        match self.service_view().at(name).halt() {
+        match self.reserved_view(SERVICE_NAMESPACE).at(name).halt() {
             Err(e) if e.code() == ErrorCode::NotFound => Ok(()),
             other => other.map(drop),
         }
@@ -53,7 +45,7 @@ impl ServiceHost for Workspaces {
 
     fn delete_companion(&self, name: &str) -> Result<()> {
         let deleted = self
-            .service_view()
+            .reserved_view(SERVICE_NAMESPACE)
             .at(name)
             .delete(DeleteOptions::default().force(true));
         match deleted {
@@ -68,7 +60,7 @@ impl ServiceHost for Workspaces {
         owner: Option<Owner>,
         command: Vec<String>,
     ) -> Result<()> {
-        let view = self.service_view();
+        let view = self.reserved_view(SERVICE_NAMESPACE);
         {
             // Stopped here (its workspace was): the next VMM reads it.
             let (_lock, mut meta) = view.lock_existing(name)?;
@@ -119,16 +111,13 @@ impl Workspace<'_> {
                 service: service.to_owned(),
             });
         }
-        let view = self.all.service_view();
+        let view = self.all.reserved_view(SERVICE_NAMESPACE);
         // The handle's name: the record is written by the workspace's VMM.
         let companion = companion_name(self.name(), service);
         view.at(&companion)
             .processes()
             .process_output(SERVICE_PROCESS, cursors, None, wait)
             .await
-            .map_err(|e| Error::Service {
-                service: service.to_owned(),
-                source: Box::new(e),
-            })
+            .map_err(crate::services::failed(service))
     }
 }

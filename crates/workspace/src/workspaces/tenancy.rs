@@ -13,7 +13,7 @@ use base::store::spec::{Meta, WorkspaceSpec};
 use base::store::{StateDir, StoreError};
 
 /// The pool's members and the services' companions are no one's to name.
-pub(crate) fn refuse_pool_namespace(namespace: &str) -> Result<()> {
+pub(crate) fn refuse_reserved_namespace(namespace: &str) -> Result<()> {
     let what = match namespace {
         crate::pool::POOL_NAMESPACE => "pools of ready workspaces",
         base::store::spec::services::SERVICE_NAMESPACE => "workspaces' services",
@@ -33,10 +33,20 @@ impl Workspaces {
             validate_namespace(namespace)
                 .map_err(|e| Error::InvalidInput(format!("namespace `{namespace}`: {e}")))?;
         }
-        refuse_pool_namespace(namespace)?;
+        refuse_reserved_namespace(namespace)?;
         let mut view = self.clone();
         view.namespace = namespace.to_owned();
         Ok(view)
+    }
+
+    /// The same workspaces seen from reserved namespace `namespace` (the
+    /// pool's or the services'), as the host: the library's own view of
+    /// what it keeps there.
+    pub(crate) fn reserved_view(&self, namespace: &str) -> Self {
+        let mut view = self.clone();
+        view.namespace = namespace.to_owned();
+        view.caller = None;
+        view
     }
 
     /// The namespace of this view.
@@ -70,12 +80,10 @@ impl Workspaces {
     /// The full name `name` means here.
     pub(crate) fn full_name(&self, name: &str) -> Result<String> {
         let full = full_name(&self.namespace, name).map_err(StoreError::Name)?;
-        let reserved = [
-            crate::pool::POOL_NAMESPACE,
-            base::store::spec::services::SERVICE_NAMESPACE,
-        ];
-        if !reserved.contains(&self.namespace.as_str()) {
-            refuse_pool_namespace(base::store::name::namespace_of(&full))?;
+        // A view in a reserved namespace (the pool's, the services') is the
+        // library's own and names what is in it.
+        if refuse_reserved_namespace(&self.namespace).is_ok() {
+            refuse_reserved_namespace(base::store::name::namespace_of(&full))?;
         }
         Ok(full)
     }

@@ -151,10 +151,11 @@ pub struct WorkspaceSpec {
     /// the guest's loopback.
     #[serde(default)]
     pub ports: Vec<crate::store::ports::PortMapping>,
-    /// A service's ports: guest ports its VMM serves, each on the Unix
-    /// socket `relay/<port>.sock` of its directory, for the workspace it
-    /// serves (whose guest reaches them through its vsock; at most
-    /// [`services::MAX_SERVICE_PORTS`], each once, none 0).
+    /// A service's ports (on a companion, with `serving`): guest ports its
+    /// VMM serves, each on a relay socket `services/<vsock port>.sock` in
+    /// the directory of the workspace it serves, whose guest reaches them
+    /// through its vsock (at most [`services::MAX_SERVICE_PORTS`], each
+    /// once, none 0).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub service_ports: Vec<u16>,
     /// The services it names: each a microVM of its own that its guest
