@@ -75,6 +75,17 @@ fn describe(s: &SnapshotInfo) {
     if s.has_memory {
         println!("  paused      {:.1} ms", s.paused_ms);
     }
+    for part in &s.services {
+        println!(
+            "  service     {} ({})",
+            output::field(&part.service),
+            if part.has_memory {
+                "memory and disk"
+            } else {
+                "disk only"
+            }
+        );
+    }
 }
 
 pub async fn run(ws: &Workspaces, cmd: &SnapshotCommand, json: bool) -> Result<ExitCode, Error> {

@@ -6,18 +6,29 @@ use std::time::{Duration, Instant};
 use super::{can_boot, home, start};
 
 /// busybox's httpd serving a page its command writes, after a line the
-/// service's logs show.
-const WEB: &str = "web=minimal,port=8080,cmd=echo serving; mkdir -p /srv && echo hello-from-web > /srv/index.html && exec busybox httpd -f -p 8080 -h /srv";
+/// service's logs show, and a CGI script `set?VALUE` that keeps VALUE in
+/// `/srv/v` (the service's state, which snapshots carry).
+const WEB: &str = concat!(
+    "web=minimal,port=8080,cmd=echo serving; mkdir -p /srv/cgi-bin",
+    " && echo hello-from-web > /srv/index.html",
+    " && printf '#!/bin/sh\\necho \"$QUERY_STRING\" > /srv/v\\necho Content-Type: text/plain\\necho\\necho set\\n' > /srv/cgi-bin/set",
+    " && chmod +x /srv/cgi-bin/set && exec busybox httpd -f -p 8080 -h /srv"
+);
 
 /// A second service on another port: each has its own address and route.
 const API: &str = "api=minimal,port=9090,cmd=mkdir -p /w && echo from-api > /w/index.html && exec busybox httpd -f -p 9090 -h /w";
 
-/// `wget` of `url` from the workspace's guest, tried for up to 60 s (the
+/// `wget` of `url` from workspace `dev`'s guest, tried for up to 60 s (the
 /// service's command may still be starting its server).
 fn fetch(cli: &testkit::cli::CliHome, url: &str) -> String {
+    fetch_in(cli, "dev", url)
+}
+
+/// `wget` of `url` from workspace `workspace`'s guest, as [`fetch`].
+fn fetch_in(cli: &testkit::cli::CliHome, workspace: &str, url: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let run = cli.run(&["exec", "dev", "--", "wget", "-qO-", url]);
+        let run = cli.run(&["exec", workspace, "--", "wget", "-qO-", url]);
         if run.status == 0 || Instant::now() > deadline {
             assert_eq!(run.status, 0, "{}", run.stderr);
             return run.stdout;
@@ -109,6 +120,8 @@ fn a_service_is_reached_by_name_and_goes_with_its_workspace() {
     start(&cli, "dev");
     assert_eq!(fetch(&cli, "http://web:8080/"), "hello-from-web\n");
 
+    snapshots_carry_the_services(&cli);
+
     // Deleted with it: nothing of either is left.
     cli.ok_json(&["delete", "dev", "--force", "--yes", "--json"]);
     let left: Vec<_> = std::fs::read_dir(cli.home().join("workspaces"))
@@ -118,4 +131,58 @@ fn a_service_is_reached_by_name_and_goes_with_its_workspace() {
         .filter(|n| !n.starts_with('.'))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// A snapshot of running `dev` holds its services' machines: a restore in
+/// place takes the service's state back to it, and a fork from it has
+/// companions of its own in that state.
+fn snapshots_carry_the_services(cli: &testkit::cli::CliHome) {
+    const SET_ONE: &str = "http://web:8080/cgi-bin/set?one";
+    const VALUE: &str = "http://web:8080/v";
+    assert_eq!(fetch(cli, SET_ONE), "set\n");
+    let taken = cli.ok_json(&["snapshot", "take", "dev", "s1", "--json"]);
+    let parts: Vec<_> = taken["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["service"].as_str().unwrap(), p["has_memory"].as_bool()))
+        .collect();
+    assert_eq!(parts, [("web", Some(true)), ("api", Some(true))], "{taken}");
+    // The services run on after the take.
+    assert_eq!(fetch(cli, "http://web:8080/cgi-bin/set?two"), "set\n");
+    assert_eq!(fetch(cli, VALUE), "two\n");
+
+    // In place: the service's state is the snapshot's again.
+    let restored = cli.ok_json(&["snapshot", "restore", "s1", "--force", "--json"]);
+    assert_eq!(restored["state"], "running", "{restored}");
+    assert_eq!(service_state(cli), "running");
+    assert_eq!(fetch(cli, VALUE), "one\n");
+    assert_eq!(fetch(cli, "http://api:9090/"), "from-api\n");
+
+    // A fork of it: its own services, in the snapshot's state, apart from
+    // the original's.
+    cli.ok_json(&["fork", "dev", "f1", "--snapshot", "s1", "--json"]);
+    let info = cli.ok_json(&["inspect", "f1", "--json"]);
+    let companion = info["services"][0]["companion"].as_str().unwrap();
+    assert!(companion.starts_with("web-"), "{info}");
+    assert_ne!(
+        companion,
+        cli.ok_json(&["inspect", "dev", "--json"])["services"][0]["companion"],
+        "{info}"
+    );
+    assert_eq!(info["services"][0]["state"], "running", "{info}");
+    assert_eq!(fetch_in(cli, "f1", VALUE), "one\n");
+    assert_eq!(
+        fetch_in(cli, "f1", "http://web:8080/cgi-bin/set?three"),
+        "set\n"
+    );
+    assert_eq!(fetch(cli, VALUE), "one\n");
+    cli.ok_json(&["delete", "f1", "--force", "--yes", "--json"]);
+    cli.ok_json(&["snapshot", "rm", "s1", "--json"]);
+
+    // A fork of the running workspace takes its services as they are.
+    assert_eq!(fetch(cli, "http://web:8080/cgi-bin/set?four"), "set\n");
+    cli.ok_json(&["fork", "dev", "f2", "--json"]);
+    assert_eq!(fetch_in(cli, "f2", VALUE), "four\n");
+    cli.ok_json(&["delete", "f2", "--force", "--yes", "--json"]);
 }

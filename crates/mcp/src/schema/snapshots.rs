@@ -107,8 +107,14 @@ impl Render for SnapshotInfo {
         } else {
             "disk only".into()
         };
+        let services = if self.services.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<_> = self.services.iter().map(|p| p.service.as_str()).collect();
+            format!(", services {}", names.join(", "))
+        };
         format!(
-            "snapshot {} of {} ({holds}, {} on disk)",
+            "snapshot {} of {} ({holds}, {} on disk{services})",
             self.name,
             self.workspace,
             human_bytes(self.size_bytes)

@@ -8,9 +8,9 @@
 //! (`snapshots/service_host.rs`, above the start and the guest).
 
 use std::future::Future;
+use std::path::Path;
 
 use crate::error::{Error, Result};
-use base::code::ErrorCode;
 use base::images::oci::config::ImageDefaults;
 use base::store::spec::services::{companion_name, guest_addr, routes, ServiceSpec, Serving};
 use base::store::spec::{Meta, Owner, WorkspaceSpec};
@@ -43,13 +43,28 @@ pub(crate) trait ServiceHost {
     fn delete_companion(&self, name: &str) -> Result<()>;
 
     /// Starts companion `name` for the process `owner` (its VMM ends with
-    /// it) and runs `command` in it as [`SERVICE_PROCESS`].
+    /// it) as `how` says.
     fn start_companion(
         &self,
         name: &str,
         owner: Option<Owner>,
-        command: Vec<String>,
+        how: CompanionStart<'_>,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Pauses (`pause`) or resumes companion `name`'s vCPUs; false when it
+    /// does not run (nothing to pause).
+    fn pause_companion(&self, name: &str, pause: bool) -> Result<bool>;
+
+    /// Writes companion `name`'s machine into the new directory `into`
+    /// (memory and disk when it runs, its disk when stopped) as service
+    /// `service`'s part of a snapshot, with its digests; NOT_FOUND when it
+    /// is gone.
+    fn snapshot_companion(&self, name: &str, service: &str, into: &Path)
+        -> Result<ServiceSnapshot>;
+
+    /// Makes companion `name`'s disk a copy of the one in the snapshot
+    /// part `part`, halting it first.
+    fn load_companion_disk(&self, name: &str, part: &Path) -> Result<()>;
 
     /// Gives running workspace `name`'s guest `forwards`, replacing its
     /// own.
@@ -58,6 +73,16 @@ pub(crate) trait ServiceHost {
         name: &str,
         forwards: Vec<Forward>,
     ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// How a companion starts.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum CompanionStart<'p> {
+    /// Booted, then its service's command run as [`SERVICE_PROCESS`].
+    Run(Vec<String>),
+    /// Resumed from the snapshot part in this directory, its command still
+    /// running there.
+    Resume(&'p Path),
 }
 
 /// What `inspect` shows of a service.
@@ -129,14 +154,14 @@ fn command_of(host: &impl ServiceHost, service: &ServiceSpec) -> Result<Vec<Stri
         .filter(|c| !c.is_empty())
         .ok_or_else(|| {
             Error::InvalidInput(format!(
-                "service `{}`: image `{}` names no command; give one",
-                service.name, service.image
+                "image `{}` names no command; give the service one",
+                service.image
             ))
         })
 }
 
 /// Creates the companion of service `index` of workspace `workspace`
-/// (its spec `spec`).
+/// (its spec `spec`); the caller names the service in a failure.
 fn create_one(
     host: &impl ServiceHost,
     workspace: &str,
@@ -146,9 +171,8 @@ fn create_one(
     let service = &spec.services[index];
     let name = companion_name(workspace, &service.name);
     let sized = host.service_defaults(&service.image);
-    command_of(host, service)
-        .and_then(|_| host.create_companion(&name, companion_spec(workspace, spec, index, &sized)))
-        .map_err(failed(&service.name))?;
+    command_of(host, service)?;
+    host.create_companion(&name, companion_spec(workspace, spec, index, &sized))?;
     Ok(name)
 }
 
@@ -161,8 +185,15 @@ pub(crate) fn create_all(
     spec: &WorkspaceSpec,
 ) -> Result<()> {
     let mut made = Vec::new();
-    let result = (0..spec.services.len())
-        .try_for_each(|i| create_one(host, workspace, spec, i).map(|name| made.push(name)));
+    let result = spec
+        .services
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, service)| {
+            create_one(host, workspace, spec, i)
+                .map(|name| made.push(name))
+                .map_err(failed(&service.name))
+        });
     if result.is_err() {
         for name in made {
             let _ = host.delete_companion(&name);
@@ -174,15 +205,21 @@ pub(crate) fn create_all(
 /// Starts the services of running workspace `workspace` (by the name its
 /// handle holds, never its record's: a VMM may write that record), whose
 /// record is `meta`, each owned by the workspace's VMM, then gives its
-/// guest their names. A companion that is missing (a fork's or a
-/// restore's, or a create cut short) is made first. A service that fails
-/// stops the others and the workspace; the failure names it.
-pub(crate) async fn start_all(host: &impl ServiceHost, workspace: &str, meta: &Meta) -> Result<()> {
+/// guest their names. With `from`, a snapshot directory (a restore's or a
+/// fork's), each service that has a part there starts from it. A
+/// companion that is missing is made first. A service that fails stops the
+/// others and the workspace; the failure names it.
+pub(crate) async fn start_all(
+    host: &impl ServiceHost,
+    workspace: &str,
+    meta: &Meta,
+    from: Option<&Path>,
+) -> Result<()> {
     let spec = &meta.spec;
     if spec.services.is_empty() {
         return Ok(());
     }
-    let started = start_each(host, workspace, meta).await;
+    let started = start_each(host, workspace, meta, from).await;
     if started.is_err() {
         halt_all(host, workspace, spec);
         if let Err(e) = host.halt_served(workspace) {
@@ -192,7 +229,12 @@ pub(crate) async fn start_all(host: &impl ServiceHost, workspace: &str, meta: &M
     started
 }
 
-async fn start_each(host: &impl ServiceHost, workspace: &str, meta: &Meta) -> Result<()> {
+async fn start_each(
+    host: &impl ServiceHost,
+    workspace: &str,
+    meta: &Meta,
+    from: Option<&Path>,
+) -> Result<()> {
     let spec = &meta.spec;
     let owner = meta.runtime.as_ref().and_then(|r| {
         base::store::process::start_ticks(r.pid).map(|start_ticks| Owner {
@@ -200,27 +242,26 @@ async fn start_each(host: &impl ServiceHost, workspace: &str, meta: &Meta) -> Re
             start_ticks,
         })
     });
-    // All at once: each boot is slow here, and they wait on nothing of
-    // each other's.
-    let starts = spec
+    let parts: Vec<_> = spec
         .services
         .iter()
-        .enumerate()
-        .map(|(i, service)| async move {
-            let name = companion_name(workspace, &service.name);
-            let started = async {
-                match host.record_of(&name) {
-                    Err(e) if e.code() == ErrorCode::NotFound => {
-                        create_one(host, workspace, spec, i)?;
-                    }
-                    Err(e) => return Err(e),
-                    Ok(_) => {}
-                }
-                let command = command_of(host, service)?;
-                host.start_companion(&name, owner, command).await
-            };
-            started.await.map_err(failed(&service.name))
-        });
+        .map(|s| from.map(|dir| snapshot::part_dir(dir, &s.name)))
+        .collect();
+    // All at once: each boot is slow here, and they wait on nothing of
+    // each other's.
+    let starts =
+        spec.services
+            .iter()
+            .zip(&parts)
+            .enumerate()
+            .map(|(i, (service, part))| async move {
+                let started = async {
+                    let name = snapshot::ensure_companion(host, workspace, spec, i)?;
+                    let how = snapshot::how_to_start(host, &name, spec, i, part.as_deref())?;
+                    host.start_companion(&name, owner, how).await
+                };
+                started.await.map_err(failed(&service.name))
+            });
     futures_util::future::try_join_all(starts).await?;
     let forwards = routes(&spec.services)
         .map(|(i, service, port, vsock_port)| Forward {
@@ -296,6 +337,10 @@ pub(crate) fn infos(
 fn state_word(state: State) -> String {
     state.to_string()
 }
+
+mod snapshot;
+pub use snapshot::ServiceSnapshot;
+pub(crate) use snapshot::{part_dir, restore_disks, snapshot_all};
 
 #[cfg(test)]
 mod tests;

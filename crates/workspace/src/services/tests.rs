@@ -1,9 +1,11 @@
 //! The services' steps against a recording collection.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Mutex;
 
 use super::*;
+use base::code::ErrorCode;
 use base::store::spec::services::parse_flag;
 
 /// A collection that records what is asked of it; `fail` names a
@@ -85,10 +87,42 @@ impl ServiceHost for Recorder {
         &self,
         name: &str,
         owner: Option<Owner>,
-        command: Vec<String>,
+        how: CompanionStart<'_>,
     ) -> Result<()> {
         self.check(name)?;
-        self.log(format!("start {name} {owner:?} {}", command.join(" ")));
+        match how {
+            CompanionStart::Run(command) => {
+                self.log(format!("start {name} {owner:?} {}", command.join(" ")))
+            }
+            CompanionStart::Resume(part) => {
+                self.log(format!("resume {name} {owner:?} {}", part.display()))
+            }
+        }
+        Ok(())
+    }
+
+    fn pause_companion(&self, name: &str, pause: bool) -> Result<bool> {
+        self.log(format!("pause {name} {pause}"));
+        Ok(self.specs.lock().unwrap().contains_key(name))
+    }
+
+    fn snapshot_companion(
+        &self,
+        name: &str,
+        service: &str,
+        into: &Path,
+    ) -> Result<ServiceSnapshot> {
+        self.check(name)?;
+        if !self.specs.lock().unwrap().contains_key(name) {
+            return Err(Error::WorkspaceNotFound(name.to_owned()));
+        }
+        std::fs::create_dir(into).unwrap();
+        self.log(format!("snapshot {name}"));
+        Ok(ServiceSnapshot::new(service, true))
+    }
+
+    fn load_companion_disk(&self, name: &str, part: &Path) -> Result<()> {
+        self.log(format!("load {name} {}", part.display()));
         Ok(())
     }
 
@@ -161,7 +195,7 @@ async fn a_start_starts_each_service_then_gives_the_guest_their_names() {
     // The record's name is the VMM's to write: the handle's is used.
     let meta = Meta::created("forged", spec, true);
     host.calls.lock().unwrap().clear();
-    start_all(&host, "dev", &meta).await.unwrap();
+    start_all(&host, "dev", &meta, None).await.unwrap();
     let calls = host.calls();
     assert_eq!(calls.len(), 3, "{calls:?}");
     assert!(
@@ -190,7 +224,7 @@ async fn a_service_that_does_not_start_stops_the_others_and_is_named() {
     let host = Recorder::failing("web-");
     let spec = workspace_spec(&["db=redis,port=6379", "web=test-1,port=80,cmd=httpd"]);
     let meta = Meta::created("dev", spec, true);
-    let e = start_all(&host, "dev", &meta).await.unwrap_err();
+    let e = start_all(&host, "dev", &meta, None).await.unwrap_err();
     assert!(
         matches!(&e, Error::Service { service, .. } if service == "web"),
         "{e}"
@@ -226,4 +260,133 @@ fn a_delete_tries_every_companion_and_inspect_shows_their_states() {
         .filter(|c| c.starts_with("delete"))
         .count();
     assert_eq!(deletes, 2);
+}
+
+/// A fresh directory for a snapshot's files.
+fn scratch_dir() -> std::path::PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("ma-services-{}", base::host::settings::unique_id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_snapshot_pauses_every_service_writes_each_part_and_resumes_them() {
+    let host = Recorder::default();
+    let spec = workspace_spec(&[
+        "db=redis,port=6379",
+        "web=test-1,port=80,cmd=httpd",
+        "gone=redis,port=1",
+    ]);
+    create_all(&host, "dev", &spec).unwrap();
+    let gone = companion_name("dev", "gone");
+    host.specs.lock().unwrap().remove(&gone);
+    host.calls.lock().unwrap().clear();
+    let dir = scratch_dir();
+    let (written, parts) = snapshot_all(&host, "dev", &spec, &dir, || {
+        host.log("write dev".to_owned());
+        // What the workspace's VMM might leave where the parts go.
+        std::fs::create_dir_all(dir.join("services/db/planted")).unwrap();
+        Ok(7)
+    })
+    .unwrap();
+    assert_eq!(written, 7);
+    let (db, web) = (companion_name("dev", "db"), companion_name("dev", "web"));
+    assert_eq!(
+        host.calls(),
+        [
+            format!("pause {db} true"),
+            format!("pause {web} true"),
+            format!("pause {gone} true"),
+            "write dev".to_owned(),
+            format!("snapshot {db}"),
+            format!("snapshot {web}"),
+            format!("pause {db} false"),
+            format!("pause {web} false"),
+        ]
+    );
+    // A missing companion has no part; what was planted is gone.
+    let names: Vec<_> = parts.iter().map(|p| p.service.as_str()).collect();
+    assert_eq!(names, ["db", "web"]);
+    assert!(!dir.join("services/db/planted").exists());
+
+    // A failure of the workspace's own write still resumes the services.
+    host.calls.lock().unwrap().clear();
+    let e = snapshot_all(&host, "dev", &spec, &scratch_dir(), || -> Result<()> {
+        Err(Error::InvalidInput("no".into()))
+    })
+    .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidInput);
+    let calls = host.calls();
+    assert!(calls.contains(&format!("pause {db} false")), "{calls:?}");
+    assert!(calls.contains(&format!("pause {web} false")), "{calls:?}");
+    // A service whose part fails is named, and the others resume.
+    let host = Recorder::failing("web-");
+    host.specs.lock().unwrap().extend([
+        (db.clone(), WorkspaceSpec::default()),
+        (web.clone(), WorkspaceSpec::default()),
+    ]);
+    let e = snapshot_all(&host, "dev", &spec, &scratch_dir(), || Ok(())).unwrap_err();
+    assert!(
+        matches!(&e, Error::Service { service, .. } if service == "web"),
+        "{e}"
+    );
+    assert!(host.calls().contains(&format!("pause {db} false")));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_start_from_a_snapshot_resumes_what_ran_and_runs_the_rest() {
+    let host = Recorder::default();
+    let spec = workspace_spec(&[
+        "db=redis,port=6379",
+        "web=test-1,port=80,cmd=httpd",
+        "new=redis,port=1",
+    ]);
+    let dir = scratch_dir();
+    // db ran (its part holds a machine state), web was stopped (a disk
+    // only), new has no part.
+    let db_part = part_dir(&dir, "db");
+    std::fs::create_dir_all(&db_part).unwrap();
+    std::fs::write(
+        vmm_core::snapshot::SnapshotFiles::new(&db_part).state(),
+        b"x",
+    )
+    .unwrap();
+    std::fs::create_dir_all(part_dir(&dir, "web")).unwrap();
+    // A fork's: no companion exists yet.
+    let meta = Meta::created("dev", spec.clone(), true);
+    start_all(&host, "dev", &meta, Some(&dir)).await.unwrap();
+    let calls = host.calls();
+    let (db, web, new) = (
+        companion_name("dev", "db"),
+        companion_name("dev", "web"),
+        companion_name("dev", "new"),
+    );
+    for made in [&db, &web, &new] {
+        assert!(calls.contains(&format!("create {made}")), "{calls:?}");
+    }
+    let web_part = part_dir(&dir, "web");
+    for expected in [
+        format!("load {db} {}", db_part.display()),
+        format!("resume {db} None {}", db_part.display()),
+        format!("load {web} {}", web_part.display()),
+        format!("start {web} None sh -c httpd"),
+        format!("start {new} None redis-server"),
+    ] {
+        assert!(calls.contains(&expected), "{expected}: {calls:?}");
+    }
+    assert!(!calls.iter().any(|c| c.starts_with(&format!("load {new}"))));
+
+    // A restore in place of a snapshot without memory: disks only.
+    host.calls.lock().unwrap().clear();
+    restore_disks(&host, "dev", &spec, &dir).unwrap();
+    assert_eq!(
+        host.calls(),
+        [
+            format!("load {db} {}", db_part.display()),
+            format!("load {web} {}", web_part.display()),
+        ]
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -55,6 +55,10 @@ pub struct SnapshotInfo {
     /// is restored or forked (absent from snapshots older builds took).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_sha256: Option<String>,
+    /// Its workspace's services' parts (each companion's machine then), in
+    /// `services/<service>/` of its directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<crate::services::ServiceSnapshot>,
 }
 
 impl SnapshotInfo {
@@ -88,13 +92,23 @@ pub(crate) fn suffixed_name(name: &str, suffix: &str) -> String {
     format!("{cut}-{suffix}")
 }
 
+/// The bytes the files in `dir` take on disk, its services' parts (two
+/// levels down) included; links are not followed.
 pub(crate) fn allocated_bytes(dir: &Path) -> u64 {
+    tree_bytes(dir, 2)
+}
+
+fn tree_bytes(dir: &Path, depth: u8) -> u64 {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?)))
+        .map(|(path, m)| match (m.is_dir(), depth) {
+            (true, 0) => 0,
+            (true, _) => tree_bytes(&path, depth - 1),
+            (false, _) => std::os::unix::fs::MetadataExt::blocks(&m) * 512,
+        })
         .sum()
 }
 
@@ -169,6 +183,7 @@ mod tests {
             size_bytes: 0,
             memory_sha256: None,
             disk_sha256: None,
+            services: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@ use vmm_core::disk_copy::copy_disk;
 use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
+use crate::services::ServiceSnapshot;
 use crate::snapshots::suffixed_name;
 use crate::snapshots::{
     allocated_bytes, copy_snapshot_disk, copy_snapshot_volumes, volume_disk_index, SnapshotInfo,
@@ -127,6 +128,72 @@ impl Snapshots<'_> {
     }
 }
 
+impl Snapshots<'_> {
+    /// Writes companion `name`'s machine into the new directory `into`,
+    /// service `service`'s part of a snapshot (in a directory no VMM may
+    /// enter): first where its VMM sees, the snapshots directory, then
+    /// moved there, digested and synced.
+    pub(super) fn write_part(
+        self,
+        name: &str,
+        service: &str,
+        into: &Path,
+    ) -> Result<ServiceSnapshot> {
+        let parent = self.snapshots_dir();
+        let scratch = parent.join(format!(
+            ".{name}-{}.{}.tmp",
+            base::host::settings::unique_id(),
+            std::process::id()
+        ));
+        make_private_dir(&scratch)?;
+        let written = self
+            .write_machine(name, &scratch)
+            .and_then(|(has_memory, _)| {
+                std::fs::rename(&scratch, into).map_err(Error::host_io(format!(
+                    "moving the snapshot to {}",
+                    into.display()
+                )))?;
+                Ok(has_memory)
+            });
+        if written.is_err() {
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
+        let mut part = ServiceSnapshot::new(service, written?);
+        part.memory_sha256 = part
+            .has_memory
+            .then(|| seal::Sealed::Memory.digest(into))
+            .transpose()
+            .map_err(Error::host_io("reading the memory file back"))?;
+        part.disk_sha256 = Some(
+            seal::Sealed::Disk
+                .digest(into)
+                .map_err(Error::host_io("reading the disk copy back"))?,
+        );
+        seal::sync_tree(into).map_err(Error::host_io(format!("syncing {}", into.display())))?;
+        Ok(part)
+    }
+}
+
+/// Fails, saying why, unless the machine in `dir` reads whole: its disk
+/// copy (older builds recorded no disk digest: theirs is taken as it is)
+/// and, with `has_memory`, its state and memory files.
+fn check_machine(
+    dir: &Path,
+    has_memory: bool,
+    memory_sha256: Option<&str>,
+    disk_sha256: Option<&str>,
+) -> std::result::Result<(), String> {
+    if disk_sha256.is_some() {
+        seal::Sealed::Disk.check(dir, disk_sha256)?;
+    }
+    if !has_memory {
+        return Ok(());
+    }
+    vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(dir))
+        .map_err(|e| base::error_chain::error_chain(&e))?;
+    seal::Sealed::Memory.check(dir, memory_sha256)
+}
+
 /// `<workspace>-<ms>`, the workspace's name cut so the whole is a valid
 /// name (at most 63 characters, not ending in `-` before the time).
 fn default_snapshot_name(workspace: &str, ms: u64) -> String {
@@ -165,7 +232,10 @@ impl Workspace<'_> {
         let _ = std::fs::remove_dir_all(&tmp);
         make_private_dir(&tmp)?;
         let made = (|| -> Result<SnapshotInfo> {
-            let (has_memory, paused_ms) = snapshots.write_machine(workspace, &tmp)?;
+            let ((has_memory, paused_ms), services) =
+                crate::services::snapshot_all(self.all, workspace, &meta.spec, &tmp, || {
+                    snapshots.write_machine(workspace, &tmp)
+                })?;
             base::pause_point::pause_point("snapshot:written");
             let memory_sha256 = has_memory
                 .then(|| seal::Sealed::Memory.digest(&tmp))
@@ -186,6 +256,7 @@ impl Workspace<'_> {
                 size_bytes: 0,
                 memory_sha256,
                 disk_sha256,
+                services,
             };
             write_json_atomic(&tmp.join(RECORD), &info)?;
             // On disk before it has its name: a crash leaves a temporary
@@ -302,29 +373,32 @@ impl<'a> Snapshots<'a> {
         Ok(info)
     }
 
-    /// Fails unless the snapshot's state file reads whole (magic, version,
-    /// length, checksum).
+    /// Fails unless the snapshot reads whole: its disk copy and, when it
+    /// holds memory, its state file (magic, version, length, checksum) and
+    /// memory file, and the same of each service's part.
     fn check_usable(self, info: &SnapshotInfo) -> Result<()> {
         let dir = self.snapshot_dir(&info.name)?;
         let unusable = |reason| Error::SnapshotUnusable {
             name: info.name.clone(),
             reason,
         };
-        // Older builds recorded no disk digest: their copies are taken as
-        // they are.
-        if info.disk_sha256.is_some() {
-            seal::Sealed::Disk
-                .check(&dir, info.disk_sha256.as_deref())
-                .map_err(unusable)?;
+        check_machine(
+            &dir,
+            info.has_memory,
+            info.memory_sha256.as_deref(),
+            info.disk_sha256.as_deref(),
+        )
+        .map_err(unusable)?;
+        for part in &info.services {
+            check_machine(
+                &crate::services::part_dir(&dir, &part.service),
+                part.has_memory,
+                part.memory_sha256.as_deref(),
+                part.disk_sha256.as_deref(),
+            )
+            .map_err(|reason| unusable(format!("service `{}`: {reason}", part.service)))?;
         }
-        if !info.has_memory {
-            return Ok(());
-        }
-        vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(&dir))
-            .map_err(|e| unusable(base::error_chain::error_chain(&e)))?;
-        seal::Sealed::Memory
-            .check(&dir, info.memory_sha256.as_deref())
-            .map_err(unusable)
+        Ok(())
     }
 
     /// Puts the snapshot's workspace back to the snapshot's state: its disk
@@ -387,12 +461,14 @@ impl<'a> Snapshots<'a> {
                 snapshot: name.to_owned(),
             })?;
         }
+        let dir = self.snapshot_dir(name)?;
         if !info.has_memory {
+            // Its services' disks too; nothing starts.
+            crate::services::restore_disks(self.all, target, &meta.spec, &dir)?;
             return self.all.at(target).get();
         }
-        let dir = self.snapshot_dir(name)?;
         self.all
-            .start_from(target, timeout, progress, Some(&dir))
+            .start_from(target, timeout, progress, Some(&dir), Some(&dir))
             .await
     }
 }
@@ -443,23 +519,25 @@ impl Workspace<'_> {
         };
         // It may write a snapshot of a running workspace and copy a disk.
         let (from, new) = (source.to_owned(), to.clone());
-        let origin = all
+        let (origin, has_memory) = all
             .blocking(move |ws| ws.snapshots().prepare_fork(&from, &new, snap.as_deref()))
             .await?;
-        all.start_from(&to, timeout, progress, origin.as_deref())
+        let restore = has_memory.then_some(origin.as_path());
+        all.start_from(&to, timeout, progress, restore, Some(&origin))
             .await
     }
 }
 
 impl Snapshots<'_> {
     /// Makes the fork's directory, disk and record; returns the snapshot
-    /// directory to restore, if it holds memory.
+    /// directory it is made from (its services start from their parts
+    /// there) and whether it holds memory to restore.
     fn prepare_fork(
         self,
         source: &str,
         new_name: &str,
         snapshot: Option<&str>,
-    ) -> Result<Option<PathBuf>> {
+    ) -> Result<(PathBuf, bool)> {
         let ws = self.all.dir(new_name)?;
         ws.check_socket_paths()?;
         let from_snapshot = snapshot.map(|s| self.snapshot_record(s)).transpose()?;
@@ -483,7 +561,7 @@ impl Snapshots<'_> {
         // Taken here, or by a workspace placed on a server from here.
         self.all.check_name_free(new_name)?;
         let _ = std::fs::remove_dir_all(ws.path());
-        let made = (|| -> Result<Option<PathBuf>> {
+        let made = (|| -> Result<(PathBuf, bool)> {
             make_private_dir(ws.path())?;
             let (dir, spec, has_memory) = match (&from_snapshot, &source_meta) {
                 (Some(info), _) => (
@@ -501,7 +579,16 @@ impl Snapshots<'_> {
                     let _ = std::fs::remove_dir_all(&scratch);
                     make_private_dir(&scratch)?;
                     let dir = ws.path().join(FORK_ORIGIN);
-                    let written = self.write_machine(source, &scratch).and_then(|(mem, _)| {
+                    // Its services' machines with it, as a snapshot
+                    // takes them.
+                    let written = crate::services::snapshot_all(
+                        self.all,
+                        source,
+                        &meta.spec,
+                        &scratch,
+                        || self.write_machine(source, &scratch),
+                    )
+                    .and_then(|((mem, _), _)| {
                         std::fs::rename(&scratch, &dir).map_err(Error::host_io(format!(
                             "moving the snapshot to {}",
                             dir.display()
@@ -541,7 +628,7 @@ impl Snapshots<'_> {
                 from: source.to_owned(),
                 snapshot: snapshot.map(str::to_owned),
             })?;
-            Ok(has_memory.then_some(dir))
+            Ok((dir, has_memory))
         })();
         if made.is_err() {
             let _ = std::fs::remove_dir_all(ws.path());

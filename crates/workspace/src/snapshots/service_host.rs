@@ -3,11 +3,12 @@
 //! command and the workspace's forwards reach.
 
 use crate::error::{Error, Result};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::guest::processes::{ProcessOptions, ProcessOutput};
 use crate::guest::request::ExecRequest;
-use crate::services::{ServiceHost, SERVICE_PROCESS};
+use crate::services::{CompanionStart, ServiceHost, ServiceSnapshot, SERVICE_PROCESS};
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
 use crate::workspaces::manager::Workspaces;
@@ -15,6 +16,8 @@ use base::code::ErrorCode;
 use base::images::oci::config::ImageDefaults;
 use base::store::spec::services::{companion_name, SERVICE_NAMESPACE};
 use base::store::spec::{DeleteOptions, Meta, Owner, WorkspaceSpec};
+use base::store::state::State;
+use base::vmm::control::ControlRequest;
 use guest_agent::protocol::Forward;
 
 impl ServiceHost for Workspaces {
@@ -58,7 +61,7 @@ impl ServiceHost for Workspaces {
         &self,
         name: &str,
         owner: Option<Owner>,
-        command: Vec<String>,
+        how: CompanionStart<'_>,
     ) -> Result<()> {
         let view = self.reserved_view(SERVICE_NAMESPACE);
         {
@@ -67,6 +70,16 @@ impl ServiceHost for Workspaces {
             meta.spec.owner = owner;
             view.dir(name)?.write_meta(&meta)?;
         }
+        let command = match how {
+            // Its command runs on in the memory it resumes.
+            CompanionStart::Resume(part) => {
+                return view
+                    .start_machine(name, DEFAULT_START_TIMEOUT, |_| {}, Some(part))
+                    .await
+                    .map(drop);
+            }
+            CompanionStart::Run(command) => command,
+        };
         // Not `Workspace::start`, which starts a workspace's services: a
         // companion has none (and no repository).
         view.snapshots()
@@ -81,6 +94,48 @@ impl ServiceHost for Workspaces {
             .process_start(ExecRequest::argv(command), options)
             .await
             .map(drop)
+    }
+
+    fn pause_companion(&self, name: &str, pause: bool) -> Result<bool> {
+        let view = self.reserved_view(SERVICE_NAMESPACE);
+        match view.at(name).get_here() {
+            Ok(meta) if meta.state == State::Running => {}
+            Ok(_) => return Ok(false),
+            Err(e) if e.code() == ErrorCode::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let request = if pause {
+            ControlRequest::Pause
+        } else {
+            ControlRequest::Resume
+        };
+        view.pause_or_resume(name, request).map(|()| true)
+    }
+
+    fn snapshot_companion(
+        &self,
+        name: &str,
+        service: &str,
+        into: &Path,
+    ) -> Result<ServiceSnapshot> {
+        self.reserved_view(SERVICE_NAMESPACE)
+            .snapshots()
+            .write_part(name, service, into)
+    }
+
+    fn load_companion_disk(&self, name: &str, part: &Path) -> Result<()> {
+        self.halt_companion(name)?;
+        let view = self.reserved_view(SERVICE_NAMESPACE);
+        let (_lock, meta) = view.lock_existing(name)?;
+        if meta.state.has_vmm() {
+            return Err(Error::WrongState {
+                name: name.to_owned(),
+                state: meta.state,
+                why: "its disk is put back from a snapshot only while it is stopped",
+                remedy: None,
+            });
+        }
+        crate::snapshots::copy_snapshot_disk(part, &view.dir(name)?)
     }
 
     async fn give_forwards(&self, name: &str, forwards: Vec<Forward>) -> Result<()> {

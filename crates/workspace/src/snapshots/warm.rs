@@ -114,7 +114,7 @@ impl Workspace<'_> {
             .snapshots()
             .start_maybe_warm(name, timeout, progress, cold)
             .await?;
-        crate::services::start_all(all, name, &meta).await?;
+        crate::services::start_all(all, name, &meta, None).await?;
         self.clone_pending_repo().await?;
         Ok(meta)
     }

@@ -44,8 +44,25 @@ pub struct StartProgress {
 
 impl Workspaces {
     /// [`Workspace::start`], restoring the snapshot in `restore` (whose
-    /// writable disk the workspace's disk is a copy of) instead of booting.
+    /// writable disk the workspace's disk is a copy of) instead of booting;
+    /// its services start from their parts of the snapshot in
+    /// `services_from` where it has them.
     pub(crate) async fn start_from(
+        &self,
+        name: &str,
+        timeout: Duration,
+        progress: impl FnMut(StartProgress) + Send,
+        restore: Option<&Path>,
+        services_from: Option<&Path>,
+    ) -> Result<Meta> {
+        let meta = self.start_machine(name, timeout, progress, restore).await?;
+        crate::services::start_all(self, name, &meta, services_from).await?;
+        Ok(meta)
+    }
+
+    /// Starts the machine of `name` alone (not its services), restoring
+    /// the snapshot in `restore` instead of booting when given.
+    pub(crate) async fn start_machine(
         &self,
         name: &str,
         timeout: Duration,
@@ -63,12 +80,8 @@ impl Workspaces {
                 keep_warm: None,
             })
         })?;
-        let meta = self
-            .wait_running(name, started, timeout, &mut progress)
-            .await?;
-        // A restored or forked workspace's services start afresh.
-        crate::services::start_all(self, name, &meta).await?;
-        Ok(meta)
+        self.wait_running(name, started, timeout, &mut progress)
+            .await
     }
 
     /// Checks that `name` can start and launches its VMM process as `boot`
