@@ -176,30 +176,22 @@ fn create_one(
     Ok(name)
 }
 
-/// Creates the companions of new workspace `workspace` (its spec `spec`);
-/// on a failure, those made are deleted again and the failure names the
-/// service.
+/// Creates the companions of new workspace `workspace` (its spec `spec`),
+/// stopping at the first failure, which names the service. The caller
+/// then deletes the workspace, whose delete removes those made.
 pub(crate) fn create_all(
     host: &impl ServiceHost,
     workspace: &str,
     spec: &WorkspaceSpec,
 ) -> Result<()> {
-    let mut made = Vec::new();
-    let result = spec
-        .services
+    spec.services
         .iter()
         .enumerate()
         .try_for_each(|(i, service)| {
             create_one(host, workspace, spec, i)
-                .map(|name| made.push(name))
+                .map(drop)
                 .map_err(failed(&service.name))
-        });
-    if result.is_err() {
-        for name in made {
-            let _ = host.delete_companion(&name);
-        }
-    }
-    result
+        })
 }
 
 /// Starts the services of running workspace `workspace` (by the name its

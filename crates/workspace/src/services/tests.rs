@@ -167,19 +167,28 @@ fn companions_are_made_with_no_network_serving_their_workspace() {
 }
 
 #[test]
-fn a_failed_create_deletes_what_it_made_and_names_the_service() {
+fn a_failed_create_stops_there_and_names_the_service() {
     let host = Recorder::failing("web-");
-    let spec = workspace_spec(&["db=redis,port=6379", "web=test-1,port=80,cmd=httpd"]);
+    let spec = workspace_spec(&[
+        "db=redis,port=6379",
+        "web=test-1,port=80,cmd=httpd",
+        "late=redis,port=1",
+    ]);
     let e = create_all(&host, "dev", &spec).unwrap_err();
     assert!(
         matches!(&e, Error::Service { service, .. } if service == "web"),
         "{e}"
     );
     let db = companion_name("dev", "db");
-    assert_eq!(
-        host.calls(),
-        [format!("create {db}"), format!("delete {db}")]
-    );
+    assert_eq!(host.calls(), [format!("create {db}")]);
+    // The workspace's delete (the create's rollback) tries every one.
+    delete_all(&host, "dev", &spec).unwrap();
+    let deletes = host
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("delete"))
+        .count();
+    assert_eq!(deletes, 3);
     // An image without a command, and none given: refused before any create.
     let host = Recorder::default();
     let e = create_all(&host, "dev", &workspace_spec(&["web=test-1,port=80"])).unwrap_err();

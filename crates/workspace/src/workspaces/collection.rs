@@ -15,7 +15,8 @@ impl Workspaces {
     pub fn create(&self, name: &str, spec: WorkspaceSpec) -> Result<Meta> {
         let meta = self.create_alone(name, spec)?;
         // Each companion is a create of its own, which takes the locks this
-        // one held (the network store's among them).
+        // one held (the network store's among them). On a failure the
+        // workspace's delete removes the companions made.
         if let Err(e) = crate::services::create_all(self, &meta.name, &meta.spec) {
             let _ = self
                 .at(&meta.name)
