@@ -251,6 +251,34 @@ pub fn write_layout_marked(layout: &Path, cmd: &[&str], marker: &str) {
     );
 }
 
+/// An OCI image layout at `layout` (tag `test:1`) whose command is
+/// busybox's httpd serving `body` as `/` on `port`: a service's image.
+pub fn write_layout_serving(layout: &Path, port: u16, body: &str) {
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let layer = Layer::new()
+        .file("bin/busybox", 0o755, &busybox)
+        .symlink("bin/sh", "busybox")
+        .file("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n")
+        .file("etc/group", 0o644, b"root:x:0:\n")
+        .file("srv/www/index.html", 0o644, body.as_bytes())
+        .bytes();
+    let layers = [ImageLayer {
+        diff_id: sha(&layer),
+        blob: layer,
+        media_type: "application/vnd.oci.image.layer.v1.tar",
+    }];
+    let port = port.to_string();
+    write_image(
+        layout,
+        &layers,
+        serde_json::json!({
+            "Env": ["PATH=/bin"],
+            "Cmd": ["busybox", "httpd", "-f", "-p", port, "-h", "/srv/www"],
+        }),
+        0,
+    );
+}
+
 /// A `docker-registry` serving on a free loopback port from a private
 /// directory, stopped when dropped.
 #[derive(Debug)]

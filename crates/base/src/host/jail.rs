@@ -286,7 +286,7 @@ fn bind(jail: &Path, item: &Keep) -> Result<(), JailError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -371,7 +371,8 @@ mod tests {
         Ok(())
     }
 
-    fn skip(why: &str) {
+    /// Prints and logs a skipped test (`MICROAGENT_SKIP_LOG`) with why.
+    pub(crate) fn skip(why: &str) {
         eprintln!("SKIPPED {why}");
         if let Some(log) = std::env::var_os("MICROAGENT_SKIP_LOG") {
             use std::io::Write;

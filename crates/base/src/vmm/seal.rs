@@ -64,6 +64,27 @@ impl Sealed {
     }
 }
 
+/// Fails, saying why, unless the machine in the snapshot directory `dir`
+/// reads whole: its disk copy (older builds recorded no disk digest:
+/// theirs is taken as it is) and, with `has_memory`, its state file
+/// (magic, version, length, checksum) and memory file.
+pub fn check_machine(
+    dir: &Path,
+    has_memory: bool,
+    memory_sha256: Option<&str>,
+    disk_sha256: Option<&str>,
+) -> std::result::Result<(), String> {
+    if disk_sha256.is_some() {
+        Sealed::Disk.check(dir, disk_sha256)?;
+    }
+    if !has_memory {
+        return Ok(());
+    }
+    vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(dir))
+        .map_err(|e| crate::error_chain::error_chain(&e))?;
+    Sealed::Memory.check(dir, memory_sha256)
+}
+
 /// Flushes every regular file directly in `dir`, then `dir` itself.
 pub fn sync_tree(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {

@@ -46,6 +46,15 @@ pub enum VmmUserError {
     /// The configured account does not exist.
     #[error("the account `{0}` (config.json `vmm_user`) does not exist")]
     UnknownAccount(String),
+    /// A running VMM runs as neither this process's account nor the
+    /// configured VMM account (its record names another's process).
+    #[error("process {pid} runs as uid {uid}, not as the VMM account")]
+    NotTheVmmAccount {
+        /// The process its record names.
+        pid: u32,
+        /// Its uid.
+        uid: u32,
+    },
     /// A path could not be given to the account.
     #[error("giving {} to the VMM's account", path.display())]
     HandOver {
@@ -64,6 +73,7 @@ impl VmmUserError {
             VmmUserError::ParseConfig { .. } | VmmUserError::UnknownAccount(_) => {
                 ErrorCode::InvalidInput
             }
+            VmmUserError::NotTheVmmAccount { .. } => ErrorCode::Conflict,
             VmmUserError::ReadConfig { .. } | VmmUserError::HandOver { .. } => ErrorCode::Internal,
         }
     }
@@ -193,22 +203,23 @@ pub fn of_process(pid: u32) -> Option<(u32, u32)> {
 
 /// Shares the directory `dir` with the account the running VMM `pid` runs
 /// as, when that is not this process's (a snapshot it is asked to write
-/// there); true when it did, and [`take_back`] is then due.
-pub fn share_with_running(pid: u32, dir: &Path) -> Result<bool, VmmUserError> {
+/// there); true when it did, and [`take_back`] is then due. Only the VMM
+/// account configured for the state directory `root` is let in: `pid`
+/// comes from a record that VMM can write.
+pub fn share_with_running(pid: u32, dir: &Path, root: &Path) -> Result<bool, VmmUserError> {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     match of_process(pid) {
-        Some((uid, gid)) if uid != me => VmmUser {
-            name: String::new(),
-            uid,
-            gid,
+        Some((uid, _)) if uid != me => {
+            let account = for_state(root)?
+                .filter(|a| a.uid == uid)
+                .ok_or(VmmUserError::NotTheVmmAccount { pid, uid })?;
+            account.share(dir)?;
+            if let Some(parent) = dir.parent() {
+                pass_through(parent, account.gid)?;
+            }
+            Ok(true)
         }
-        .share(dir)
-        .and_then(|()| match dir.parent() {
-            Some(parent) => pass_through(parent, gid),
-            None => Ok(()),
-        })
-        .map(|()| true),
         _ => Ok(false),
     }
 }
@@ -364,5 +375,52 @@ mod tests {
         let m = std::fs::metadata(&dir).unwrap();
         assert_eq!((m.gid(), m.mode() & 0o070), (0, 0), "taken back");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_snapshot_directory_is_shared_with_the_vmm_account_only() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return crate::host::jail::tests::skip(
+                "a_snapshot_directory_is_shared_with_the_vmm_account_only: needs root to run a process as another account",
+            );
+        }
+        let root =
+            std::env::temp_dir().join(format!("ma-share-{}", crate::host::settings::unique_id()));
+        let dir = root.join("snapshots/s");
+        std::fs::create_dir_all(&dir).unwrap();
+        // `nobody` is no VMM account: a record naming its process lets
+        // nothing in.
+        std::fs::write(root.join("config.json"), r#"{"vmm_user": "root"}"#).unwrap();
+        let mut other = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sleep",
+                "30",
+            ])
+            .spawn()
+            .unwrap();
+        let pid = other.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while of_process(pid).map(|(uid, _)| uid) != Some(65534) {
+            assert!(std::time::Instant::now() < deadline, "setpriv never ran");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let before = std::fs::metadata(&dir).unwrap();
+        let refused = share_with_running(pid, &dir, &root).unwrap_err();
+        assert!(
+            matches!(refused, VmmUserError::NotTheVmmAccount { uid: 65534, .. }),
+            "{refused}"
+        );
+        let after = std::fs::metadata(&dir).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((before.gid(), before.mode()), (after.gid(), after.mode()));
+        // This process's own: nothing to share.
+        assert!(!share_with_running(std::process::id(), &dir, &root).unwrap());
+        let _ = other.kill();
+        let _ = other.wait();
+        let _ = std::fs::remove_dir_all(root);
     }
 }

@@ -8,6 +8,7 @@ use testkit::git;
 
 mod guide;
 mod repos;
+mod seeds;
 mod tasks;
 
 /// Whether this host can boot `debian` workspaces and has git; prints the

@@ -197,15 +197,15 @@ pub(crate) fn create_all(
 /// Starts the services of running workspace `workspace` (by the name its
 /// handle holds, never its record's: a VMM may write that record), whose
 /// record is `meta`, each owned by the workspace's VMM, then gives its
-/// guest their names. With `from`, a snapshot directory (a restore's or a
-/// fork's), each service that has a part there starts from it. A
+/// guest their names. With `from` (a restore's or a fork's snapshot), each
+/// service that has a part there starts from it. A
 /// companion that is missing is made first. A service that fails stops the
 /// others and the workspace; the failure names it.
 pub(crate) async fn start_all(
     host: &impl ServiceHost,
     workspace: &str,
     meta: &Meta,
-    from: Option<&Path>,
+    from: Option<ServiceOrigin<'_>>,
 ) -> Result<()> {
     let spec = &meta.spec;
     if spec.services.is_empty() {
@@ -225,7 +225,7 @@ async fn start_each(
     host: &impl ServiceHost,
     workspace: &str,
     meta: &Meta,
-    from: Option<&Path>,
+    from: Option<ServiceOrigin<'_>>,
 ) -> Result<()> {
     let spec = &meta.spec;
     let owner = meta.runtime.as_ref().and_then(|r| {
@@ -234,26 +234,21 @@ async fn start_each(
             start_ticks,
         })
     });
-    let parts: Vec<_> = spec
-        .services
-        .iter()
-        .map(|s| from.map(|dir| snapshot::part_dir(dir, &s.name)))
-        .collect();
     // All at once: each boot is slow here, and they wait on nothing of
     // each other's.
-    let starts =
-        spec.services
-            .iter()
-            .zip(&parts)
-            .enumerate()
-            .map(|(i, (service, part))| async move {
-                let started = async {
-                    let name = snapshot::ensure_companion(host, workspace, spec, i)?;
-                    let how = snapshot::how_to_start(host, &name, spec, i, part.as_deref())?;
-                    host.start_companion(&name, owner, how).await
-                };
-                started.await.map_err(failed(&service.name))
-            });
+    let starts = spec
+        .services
+        .iter()
+        .enumerate()
+        .map(|(i, service)| async move {
+            let started = async {
+                let name = snapshot::ensure_companion(host, workspace, spec, i)?;
+                let mut part = None;
+                let how = snapshot::how_to_start(host, &name, spec, i, from, &mut part)?;
+                host.start_companion(&name, owner, how).await
+            };
+            started.await.map_err(failed(&service.name))
+        });
     futures_util::future::try_join_all(starts).await?;
     let forwards = routes(&spec.services)
         .map(|(i, service, port, vsock_port)| Forward {
@@ -332,7 +327,7 @@ fn state_word(state: State) -> String {
 
 mod snapshot;
 pub use snapshot::ServiceSnapshot;
-pub(crate) use snapshot::{part_dir, restore_disks, snapshot_all};
+pub(crate) use snapshot::{move_parts, restore_disks, snapshot_all, ServiceOrigin};
 
 #[cfg(test)]
 mod tests;

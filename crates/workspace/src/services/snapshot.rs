@@ -46,24 +46,68 @@ impl ServiceSnapshot {
 }
 
 /// The directory of service `service`'s part in the snapshot directory
-/// `snapshot` (a service's name is a checked host name: one component).
-pub(crate) fn part_dir(snapshot: &Path, service: &str) -> PathBuf {
+/// `snapshot` (`service` a checked host name: one path component).
+pub(super) fn part_dir(snapshot: &Path, service: &str) -> PathBuf {
     snapshot.join(SERVICES_DIR).join(service)
 }
 
-/// Whether the part in `part` holds memory to resume (its machine's state
-/// file, which only a running machine's snapshot writes).
-fn has_memory(part: &Path) -> bool {
-    vmm_core::snapshot::SnapshotFiles::new(part)
-        .state()
-        .is_file()
+/// Moves the services' parts of the snapshot in `from` into the directory
+/// `to` (a live fork's: where no VMM may enter).
+pub(crate) fn move_parts(from: &Path, to: &Path) -> Result<()> {
+    let (from, to) = (from.join(SERVICES_DIR), to.join(SERVICES_DIR));
+    std::fs::rename(&from, &to).map_err(crate::error::Error::host_io(format!(
+        "moving the services' parts to {}",
+        to.display()
+    )))
+}
+
+/// Where a start's or a restore's services come from: a snapshot's
+/// directory and the parts its record lists. Only what the record lists is
+/// used, as the record says (memory or a disk alone), never what else lies
+/// in the directory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ServiceOrigin<'a> {
+    /// The snapshot's directory.
+    pub(crate) dir: &'a Path,
+    /// Its record's parts.
+    pub(crate) parts: &'a [ServiceSnapshot],
+}
+
+impl<'a> ServiceOrigin<'a> {
+    /// Service `service`'s part, named by the workspace's spec (checked
+    /// at its create): its directory and record.
+    fn part(&self, service: &str) -> Option<(PathBuf, &'a ServiceSnapshot)> {
+        self.parts
+            .iter()
+            .find(|p| p.service == service)
+            .map(|p| (part_dir(self.dir, service), p))
+    }
+
+    /// Fails, saying which and why, unless every part reads whole (the
+    /// digests its record keeps; a part named as no service could be is
+    /// refused).
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+        for part in self.parts {
+            base::store::name::validate_name(&part.service)
+                .map_err(|e| format!("a service part's name: {e}"))?;
+            base::vmm::seal::check_machine(
+                &part_dir(self.dir, &part.service),
+                part.has_memory,
+                part.memory_sha256.as_deref(),
+                part.disk_sha256.as_deref(),
+            )
+            .map_err(|reason| format!("service `{}`: {reason}", part.service))?;
+        }
+        Ok(())
+    }
 }
 
 /// Takes the snapshot of workspace `workspace` (its spec `spec`) into the
 /// directory `dir`: its services' companions are paused, `write_workspace`
 /// writes the workspace's own machine, then each companion's is written
 /// into its part, and the companions run again whatever happened. A
-/// companion that is missing has no part (a restore makes it afresh).
+/// companion that is missing has no part (a restore in place leaves it as
+/// it is then, a fork makes it afresh).
 pub(crate) fn snapshot_all<T>(
     host: &impl ServiceHost,
     workspace: &str,
@@ -76,15 +120,10 @@ pub(crate) fn snapshot_all<T>(
         .iter()
         .map(|s| (s, companion_name(workspace, &s.name)))
         .collect();
-    let mut paused = Vec::new();
     let taken = (|| {
         for (service, name) in &companions {
-            if host
-                .pause_companion(name, true)
-                .map_err(failed(&service.name))?
-            {
-                paused.push(name.as_str());
-            }
+            host.pause_companion(name, true)
+                .map_err(failed(&service.name))?;
         }
         let written = write_workspace()?;
         if companions.is_empty() {
@@ -105,7 +144,9 @@ pub(crate) fn snapshot_all<T>(
         }
         Ok((written, parts))
     })();
-    for name in paused {
+    // Every one, not only those this take paused: one a killed take left
+    // paused runs again here.
+    for (_, name) in &companions {
         if let Err(e) = host.pause_companion(name, false) {
             tracing::warn!(workspace, companion = name, "resuming a service: {e}");
         }
@@ -114,19 +155,18 @@ pub(crate) fn snapshot_all<T>(
 }
 
 /// Puts the disks of stopped workspace `workspace`'s services back as
-/// the snapshot in `dir` has them (a restore in place of a snapshot
-/// without memory: nothing starts). A companion that is missing is made.
+/// the snapshot `from` has them (a restore in place of a snapshot without
+/// memory: nothing starts). A companion that is missing is made.
 pub(crate) fn restore_disks(
     host: &impl ServiceHost,
     workspace: &str,
     spec: &WorkspaceSpec,
-    dir: &Path,
+    from: ServiceOrigin<'_>,
 ) -> Result<()> {
     for (index, service) in spec.services.iter().enumerate() {
-        let part = part_dir(dir, &service.name);
-        if !part.is_dir() {
+        let Some((part, _)) = from.part(&service.name) else {
             continue;
-        }
+        };
         ensure_companion(host, workspace, spec, index)
             .and_then(|name| host.load_companion_disk(&name, &part))
             .map_err(failed(&service.name))?;
@@ -152,25 +192,25 @@ pub(crate) fn ensure_companion(
     }
 }
 
-/// How service `index` of `spec` starts: from its part of the snapshot in
-/// `from` when there is one (its disk put back first; resumed when it
-/// holds memory, its command still running there), else by running its
-/// command.
+/// How service `index` of `spec` starts: from its part of the snapshot
+/// `from` when it has one (its disk put back first; resumed when the
+/// record says it holds memory, its command still running there), else by
+/// running its command. `part` keeps the part's directory for the start.
 pub(crate) fn how_to_start<'p>(
     host: &impl ServiceHost,
     name: &str,
     spec: &WorkspaceSpec,
     index: usize,
-    part: Option<&'p Path>,
+    from: Option<ServiceOrigin<'_>>,
+    part: &'p mut Option<PathBuf>,
 ) -> Result<CompanionStart<'p>> {
     let service = &spec.services[index];
-    let Some(part) = part.filter(|p| p.is_dir()) else {
+    let Some((dir, record)) = from.and_then(|f| f.part(&service.name)) else {
         return command_of(host, service).map(CompanionStart::Run);
     };
-    host.load_companion_disk(name, part)?;
-    if has_memory(part) {
-        Ok(CompanionStart::Resume(part))
-    } else {
-        command_of(host, service).map(CompanionStart::Run)
+    host.load_companion_disk(name, &dir)?;
+    if !record.has_memory {
+        return command_of(host, service).map(CompanionStart::Run);
     }
+    Ok(CompanionStart::Resume(part.insert(dir)))
 }

@@ -310,8 +310,10 @@ fn a_snapshot_pauses_every_service_writes_each_part_and_resumes_them() {
             "write dev".to_owned(),
             format!("snapshot {db}"),
             format!("snapshot {web}"),
+            // Every one, whether this take paused it or not.
             format!("pause {db} false"),
             format!("pause {web} false"),
+            format!("pause {gone} false"),
         ]
     );
     // A missing companion has no part; what was planted is gone.
@@ -353,19 +355,25 @@ async fn a_start_from_a_snapshot_resumes_what_ran_and_runs_the_rest() {
         "new=redis,port=1",
     ]);
     let dir = scratch_dir();
-    // db ran (its part holds a machine state), web was stopped (a disk
-    // only), new has no part.
-    let db_part = part_dir(&dir, "db");
-    std::fs::create_dir_all(&db_part).unwrap();
-    std::fs::write(
-        vmm_core::snapshot::SnapshotFiles::new(&db_part).state(),
-        b"x",
-    )
-    .unwrap();
-    std::fs::create_dir_all(part_dir(&dir, "web")).unwrap();
+    // db ran, web was stopped (a disk only), new has no part in the record.
+    let parts = [
+        ServiceSnapshot::new("db", true),
+        ServiceSnapshot::new("web", false),
+    ];
+    // What the record does not say is never used: a machine state planted
+    // in web's disk-only part, a part planted for new.
+    for service in ["db", "web", "new"] {
+        let part = snapshot::part_dir(&dir, service);
+        std::fs::create_dir_all(&part).unwrap();
+        std::fs::write(vmm_core::snapshot::SnapshotFiles::new(&part).state(), b"x").unwrap();
+    }
+    let from = ServiceOrigin {
+        dir: &dir,
+        parts: &parts,
+    };
     // A fork's: no companion exists yet.
     let meta = Meta::created("dev", spec.clone(), true);
-    start_all(&host, "dev", &meta, Some(&dir)).await.unwrap();
+    start_all(&host, "dev", &meta, Some(from)).await.unwrap();
     let calls = host.calls();
     let (db, web, new) = (
         companion_name("dev", "db"),
@@ -375,7 +383,10 @@ async fn a_start_from_a_snapshot_resumes_what_ran_and_runs_the_rest() {
     for made in [&db, &web, &new] {
         assert!(calls.contains(&format!("create {made}")), "{calls:?}");
     }
-    let web_part = part_dir(&dir, "web");
+    let (db_part, web_part) = (
+        snapshot::part_dir(&dir, "db"),
+        snapshot::part_dir(&dir, "web"),
+    );
     for expected in [
         format!("load {db} {}", db_part.display()),
         format!("resume {db} None {}", db_part.display()),
@@ -386,10 +397,13 @@ async fn a_start_from_a_snapshot_resumes_what_ran_and_runs_the_rest() {
         assert!(calls.contains(&expected), "{expected}: {calls:?}");
     }
     assert!(!calls.iter().any(|c| c.starts_with(&format!("load {new}"))));
+    assert!(!calls
+        .iter()
+        .any(|c| c.starts_with(&format!("resume {web}"))));
 
     // A restore in place of a snapshot without memory: disks only.
     host.calls.lock().unwrap().clear();
-    restore_disks(&host, "dev", &spec, &dir).unwrap();
+    restore_disks(&host, "dev", &spec, from).unwrap();
     assert_eq!(
         host.calls(),
         [
@@ -397,5 +411,34 @@ async fn a_start_from_a_snapshot_resumes_what_ran_and_runs_the_rest() {
             format!("load {web} {}", web_part.display()),
         ]
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_part_is_used_only_as_its_record_says() {
+    let dir = scratch_dir();
+    let part = snapshot::part_dir(&dir, "db");
+    std::fs::create_dir_all(&part).unwrap();
+    let disk = vmm_core::snapshot::SnapshotFiles::new(&part).disk(base::vmm::seal::WORKSPACE_DISK);
+    std::fs::write(&disk, vec![7u8; 8192]).unwrap();
+    let mut record = ServiceSnapshot::new("db", false);
+    record.disk_sha256 = Some(base::vmm::seal::Sealed::Disk.digest(&part).unwrap());
+    let check = |parts: &[ServiceSnapshot]| ServiceOrigin { dir: &dir, parts }.check();
+    check(std::slice::from_ref(&record)).unwrap();
+    // Changed after it was taken.
+    std::fs::write(&disk, vec![8u8; 8192]).unwrap();
+    let changed = check(std::slice::from_ref(&record)).unwrap_err();
+    assert!(
+        changed.contains("service `db`") && changed.contains("digest"),
+        "{changed}"
+    );
+    // A record claiming memory it does not have.
+    record.disk_sha256 = Some(base::vmm::seal::Sealed::Disk.digest(&part).unwrap());
+    record.has_memory = true;
+    assert!(check(std::slice::from_ref(&record)).is_err());
+    // A name no service could have, which would leave the directory.
+    let escaping = ServiceSnapshot::new("../db", false);
+    let refused = check(&[escaping]).unwrap_err();
+    assert!(refused.contains("name"), "{refused}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -7,7 +7,7 @@ use vmm_core::disk_copy::copy_disk;
 use vmm_core::snapshot::SnapshotFiles;
 
 use crate::error::{Error, Result};
-use crate::services::ServiceSnapshot;
+use crate::services::{ServiceOrigin, ServiceSnapshot};
 use crate::snapshots::suffixed_name;
 use crate::snapshots::{
     allocated_bytes, copy_snapshot_disk, copy_snapshot_volumes, volume_disk_index, SnapshotInfo,
@@ -77,7 +77,11 @@ impl Snapshots<'_> {
         match meta.state {
             State::Running => {
                 let shared = match &meta.runtime {
-                    Some(rt) => base::vmm::user::share_with_running(rt.pid, dir)?,
+                    Some(rt) => base::vmm::user::share_with_running(
+                        rt.pid,
+                        dir,
+                        self.all.state_dir().root(),
+                    )?,
                     None => false,
                 };
                 let answer = control::call(
@@ -174,26 +178,6 @@ impl Snapshots<'_> {
     }
 }
 
-/// Fails, saying why, unless the machine in `dir` reads whole: its disk
-/// copy (older builds recorded no disk digest: theirs is taken as it is)
-/// and, with `has_memory`, its state and memory files.
-fn check_machine(
-    dir: &Path,
-    has_memory: bool,
-    memory_sha256: Option<&str>,
-    disk_sha256: Option<&str>,
-) -> std::result::Result<(), String> {
-    if disk_sha256.is_some() {
-        seal::Sealed::Disk.check(dir, disk_sha256)?;
-    }
-    if !has_memory {
-        return Ok(());
-    }
-    vmm_core::snapshot::MachineState::read(&SnapshotFiles::new(dir))
-        .map_err(|e| base::error_chain::error_chain(&e))?;
-    seal::Sealed::Memory.check(dir, memory_sha256)
-}
-
 /// `<workspace>-<ms>`, the workspace's name cut so the whole is a valid
 /// name (at most 63 characters, not ending in `-` before the time).
 fn default_snapshot_name(workspace: &str, ms: u64) -> String {
@@ -228,7 +212,12 @@ impl Workspace<'_> {
         snapshots.sweep_abandoned_snapshots();
         let parent = snapshots.snapshots_dir();
         make_private_dir(&parent)?;
-        let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
+        // Unique: two takes of one name at once never share it.
+        let tmp = parent.join(format!(
+            ".{name}-{}.{}.tmp",
+            base::host::settings::unique_id(),
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&tmp);
         make_private_dir(&tmp)?;
         let made = (|| -> Result<SnapshotInfo> {
@@ -382,22 +371,19 @@ impl<'a> Snapshots<'a> {
             name: info.name.clone(),
             reason,
         };
-        check_machine(
+        seal::check_machine(
             &dir,
             info.has_memory,
             info.memory_sha256.as_deref(),
             info.disk_sha256.as_deref(),
         )
         .map_err(unusable)?;
-        for part in &info.services {
-            check_machine(
-                &crate::services::part_dir(&dir, &part.service),
-                part.has_memory,
-                part.memory_sha256.as_deref(),
-                part.disk_sha256.as_deref(),
-            )
-            .map_err(|reason| unusable(format!("service `{}`: {reason}", part.service)))?;
+        ServiceOrigin {
+            dir: &dir,
+            parts: &info.services,
         }
+        .check()
+        .map_err(unusable)?;
         Ok(())
     }
 
@@ -427,6 +413,9 @@ impl<'a> Snapshots<'a> {
         self.check_usable(&info)?;
         let target = info.workspace.as_str();
         let meta = self.all.at(target).get_here()?;
+        // The workspace of that name now may be another agent's (the
+        // snapshot's was deleted and the name taken again).
+        self.all.check_access("workspace", target, &meta.spec)?;
         if meta.state.has_vmm() {
             if !force {
                 return Err(Error::WrongState {
@@ -462,13 +451,17 @@ impl<'a> Snapshots<'a> {
             })?;
         }
         let dir = self.snapshot_dir(name)?;
+        let services = ServiceOrigin {
+            dir: &dir,
+            parts: &info.services,
+        };
         if !info.has_memory {
             // Its services' disks too; nothing starts.
-            crate::services::restore_disks(self.all, target, &meta.spec, &dir)?;
+            crate::services::restore_disks(self.all, target, &meta.spec, services)?;
             return self.all.at(target).get();
         }
         self.all
-            .start_from(target, timeout, progress, Some(&dir), Some(&dir))
+            .start_from(target, timeout, progress, Some(&dir), Some(services))
             .await
     }
 }
@@ -519,25 +512,58 @@ impl Workspace<'_> {
         };
         // It may write a snapshot of a running workspace and copy a disk.
         let (from, new) = (source.to_owned(), to.clone());
-        let (origin, has_memory) = all
+        let origin = all
             .blocking(move |ws| ws.snapshots().prepare_fork(&from, &new, snap.as_deref()))
             .await?;
-        let restore = has_memory.then_some(origin.as_path());
-        all.start_from(&to, timeout, progress, restore, Some(&origin))
-            .await
+        let services = ServiceOrigin {
+            dir: &origin.services_dir,
+            parts: &origin.parts,
+        };
+        let started = match services.check() {
+            Err(reason) => Err(Error::SnapshotUnusable {
+                name: to.clone(),
+                reason,
+            }),
+            Ok(()) => {
+                let restore = origin.has_memory.then_some(origin.dir.as_path());
+                all.start_from(&to, timeout, progress, restore, Some(services))
+                    .await
+            }
+        };
+        if origin.services_scratch {
+            // Its companions hold what they resumed open.
+            let _ = std::fs::remove_dir_all(&origin.services_dir);
+        }
+        started
     }
 }
 
+/// What a fork is made from.
+struct ForkOrigin {
+    /// The snapshot directory (a snapshot's, or the live source's written
+    /// into the fork's own directory).
+    dir: PathBuf,
+    /// Whether it holds memory to restore.
+    has_memory: bool,
+    /// Where its services' parts are: the snapshot's directory, or for a
+    /// live fork a directory of the snapshots' that no VMM may enter (not
+    /// the fork's own, which its VMM writes before its services start).
+    services_dir: PathBuf,
+    /// The parts, with their digests.
+    parts: Vec<ServiceSnapshot>,
+    /// Whether `services_dir` is this fork's own, removed once it started.
+    services_scratch: bool,
+}
+
 impl Snapshots<'_> {
-    /// Makes the fork's directory, disk and record; returns the snapshot
-    /// directory it is made from (its services start from their parts
-    /// there) and whether it holds memory to restore.
+    /// Makes the fork's directory, disk and record; returns what it is
+    /// made from.
     fn prepare_fork(
         self,
         source: &str,
         new_name: &str,
         snapshot: Option<&str>,
-    ) -> Result<(PathBuf, bool)> {
+    ) -> Result<ForkOrigin> {
         let ws = self.all.dir(new_name)?;
         ws.check_socket_paths()?;
         let from_snapshot = snapshot.map(|s| self.snapshot_record(s)).transpose()?;
@@ -561,14 +587,26 @@ impl Snapshots<'_> {
         // Taken here, or by a workspace placed on a server from here.
         self.all.check_name_free(new_name)?;
         let _ = std::fs::remove_dir_all(ws.path());
-        let made = (|| -> Result<(PathBuf, bool)> {
+        // A live fork's services' parts, where no VMM may enter.
+        let services_scratch = self.snapshots_dir().join(format!(
+            ".fork-{new_name}-services-{}.{}.tmp",
+            base::host::settings::unique_id(),
+            std::process::id()
+        ));
+        let made = (|| -> Result<ForkOrigin> {
             make_private_dir(ws.path())?;
-            let (dir, spec, has_memory) = match (&from_snapshot, &source_meta) {
-                (Some(info), _) => (
-                    self.snapshot_dir(&info.name)?,
-                    info.spec.clone(),
-                    info.has_memory,
-                ),
+            let (origin, spec) = match (&from_snapshot, &source_meta) {
+                (Some(info), _) => {
+                    let dir = self.snapshot_dir(&info.name)?;
+                    let origin = ForkOrigin {
+                        services_dir: dir.clone(),
+                        dir,
+                        has_memory: info.has_memory,
+                        parts: info.services.clone(),
+                        services_scratch: false,
+                    };
+                    (origin, info.spec.clone())
+                }
                 (None, Some(meta)) => {
                     // Written where the source's VMM sees (its private root
                     // has the snapshots directory, not other workspaces),
@@ -588,25 +626,35 @@ impl Snapshots<'_> {
                         &scratch,
                         || self.write_machine(source, &scratch),
                     )
-                    .and_then(|((mem, _), _)| {
+                    .and_then(|((has_memory, _), parts)| {
+                        if !parts.is_empty() {
+                            make_private_dir(&services_scratch)?;
+                            crate::services::move_parts(&scratch, &services_scratch)?;
+                        }
                         std::fs::rename(&scratch, &dir).map_err(Error::host_io(format!(
                             "moving the snapshot to {}",
                             dir.display()
                         )))?;
-                        Ok(mem)
+                        Ok(ForkOrigin {
+                            dir,
+                            has_memory,
+                            services_dir: services_scratch.clone(),
+                            parts,
+                            services_scratch: true,
+                        })
                     });
                     if written.is_err() {
                         let _ = std::fs::remove_dir_all(&scratch);
                     }
-                    (dir, meta.spec.clone(), written?)
+                    (written?, meta.spec.clone())
                 }
                 (None, None) => return Err(Error::WorkspaceNotFound(source.to_owned())),
             };
-            copy_snapshot_disk(&dir, &ws)?;
+            copy_snapshot_disk(&origin.dir, &ws)?;
             // Read-write volumes: the fork's own copies, as at the snapshot.
             let mut volumes = spec.volumes.clone();
             copy_snapshot_volumes(
-                &dir,
+                &origin.dir,
                 &ws,
                 &mut volumes,
                 &VolumeStore::new(self.all.state_dir()),
@@ -628,9 +676,10 @@ impl Snapshots<'_> {
                 from: source.to_owned(),
                 snapshot: snapshot.map(str::to_owned),
             })?;
-            Ok((dir, has_memory))
+            Ok(origin)
         })();
         if made.is_err() {
+            let _ = std::fs::remove_dir_all(&services_scratch);
             let _ = std::fs::remove_dir_all(ws.path());
             let _ = self.all.state_dir().remove_lock(new_name, lock);
         }

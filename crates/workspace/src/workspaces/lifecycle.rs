@@ -53,7 +53,7 @@ impl Workspaces {
         timeout: Duration,
         progress: impl FnMut(StartProgress) + Send,
         restore: Option<&Path>,
-        services_from: Option<&Path>,
+        services_from: Option<crate::services::ServiceOrigin<'_>>,
     ) -> Result<Meta> {
         let meta = self.start_machine(name, timeout, progress, restore).await?;
         crate::services::start_all(self, name, &meta, services_from).await?;

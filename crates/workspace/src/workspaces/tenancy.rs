@@ -446,4 +446,37 @@ mod tests {
             Some("b")
         );
     }
+
+    #[test]
+    fn an_in_place_restore_never_reaches_a_name_another_agent_took_since() {
+        if !have_mkfs("an_in_place_restore_never_reaches_a_name_another_agent_took_since") {
+            return;
+        }
+        let f = fixture("retaken", "/nonexistent");
+        let session = |agent| crate::workspaces::manager::tests::session(&f.ws, agent);
+        let (a, b) = (session(Some("a")), session(Some("b")));
+        a.create("w", spec()).unwrap();
+        let snap = a.workspace("w").unwrap().snapshot_take(Some("s1")).unwrap();
+        a.workspace("w")
+            .unwrap()
+            .delete(base::store::spec::DeleteOptions::default().force(true))
+            .unwrap();
+        let theirs = b.create("w", spec()).unwrap();
+        let disk = f.ws.dir(&theirs.name).unwrap().disk();
+        std::fs::write(&disk, b"b's data").unwrap();
+        let restore = a.snapshots().restore(
+            &snap.name,
+            None,
+            true,
+            std::time::Duration::from_secs(5),
+            |_| {},
+        );
+        let refused = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(restore)
+            .unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::Forbidden, "{refused}");
+        assert_eq!(std::fs::read(&disk).unwrap(), b"b's data");
+    }
 }
