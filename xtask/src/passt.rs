@@ -1,22 +1,22 @@
-//! A `passt` without the bulk-upload reset (docs/networking.md, "passt
-//! versions"): the product's setup builds it (`workspace::network::
-//! passt_build`); this task runs the same steps for a developer's host.
+//! Our `passt` (docs/networking.md, "passt for one guest"): the product's
+//! setup builds it (`workspace::network::passt_build`); this task runs the
+//! same steps for a developer's host.
 
 use anyhow::Context;
 use workspace::network::passt_build;
 
-/// Makes sure the passt microagent will run has the fix: nothing to do when
-/// the installed one is new enough, else build and install ours.
+/// Makes sure the passt microagent will run is ours: nothing to do when it
+/// is installed, else build and install it.
 pub fn ensure_fixed() -> anyhow::Result<()> {
-    let snapshot = passt_build::snapshot_in_use();
-    if !passt_build::needed(snapshot) {
+    if !passt_build::needed(passt_build::in_use()) {
         return Ok(());
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        // Not fatal: everything but long uploads works with the old one.
+        // Not fatal: workspaces run with another passt, at more memory
+        // (and, before 2023-03-27, with long uploads reset).
         eprintln!(
-            "xtask: warning: the installed passt resets uploads longer than ~24 s (docs/networking.md); run `cargo xtask setup` as root to build and install a fixed one in {}",
+            "xtask: warning: the installed passt is not microagent's (docs/networking.md, \"passt for one guest\"); run `cargo xtask setup` as root to build and install it in {}",
             passt_build::INSTALL_DIR
         );
         return Ok(());
@@ -28,7 +28,7 @@ pub fn ensure_fixed() -> anyhow::Result<()> {
     }
     plan.run().context("building passt")?;
     eprintln!(
-        "xtask: installed passt {} (Debian 13's source) in {}",
+        "xtask: installed passt {} (Debian 13's source, patched) in {}",
         passt_build::VERSION,
         passt_build::INSTALL_DIR
     );

@@ -174,6 +174,9 @@ pub fn start_passt(
         .arg("--dns-forward")
         .arg(addr.dns.to_string())
         .args(["--tcp-ports", "none", "--udp-ports", "none"])
+        // The guest's address is set at boot (`guest_cmdline`): no DHCP
+        // server, whose option table would cost 133 KiB per passt.
+        .arg("--no-dhcp")
         .args((!map_host).then_some("--no-map-gw"))
         .args(run_as.map(|(uid, gid)| format!("--runas={uid}:{gid}")))
         .arg("--log-file")

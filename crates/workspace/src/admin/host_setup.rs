@@ -2,8 +2,8 @@
 //! workspaces, in one plan: the Debian packages the builds need, the guest
 //! kernel this host needs (built from source, [`crate::kernels::build`]), the
 //! `minimal` image (busybox with the agent and init installed beside this
-//! program), the `debian` image (mmdebstrap, as root) and, where Debian's
-//! is too old, a `passt` built from Debian 13's source
+//! program), the `debian` image (mmdebstrap, as root) and, unless it is
+//! there, our `passt`, built from Debian 13's source with our patch
 //! ([`crate::network::passt_build`]). What is there already is left as it
 //! is.
 
@@ -31,9 +31,8 @@ struct Missing {
     kernel: bool,
     minimal: Option<(PathBuf, PathBuf)>,
     debian: bool,
-    /// The passt in use (or to be installed) resets long uploads: its
-    /// snapshot, when known.
-    passt: Option<Option<u32>>,
+    /// The passt in use (or to be installed) is not ours at this revision.
+    passt: Option<passt_build::PasstInUse>,
     /// Root's VMMs have no account of their own yet.
     vmm_user: bool,
 }
@@ -78,10 +77,10 @@ fn setup_plan(
 ) -> Plan {
     let mut plan = Plan::new("setup");
     plan.install_packages(packages);
-    if let Some(snapshot) = missing.passt {
+    if let Some(in_use) = missing.passt {
         plan.needs_root = true;
         plan.steps.extend(passt_build::steps(cache_root));
-        plan.notes.push(passt_build::note(snapshot));
+        plan.notes.push(passt_build::note(in_use));
         for binary in ["passt", "passt.avx2"] {
             plan.writes.push(
                 Path::new(passt_build::INSTALL_DIR)
@@ -127,7 +126,7 @@ fn setup_plan(
     }
     if plan.is_empty() {
         plan.notes
-            .push("this host has the kernel, the `minimal` and `debian` images, a passt without the upload reset and, for root, the VMMs' account".into());
+            .push("this host has the kernel, the `minimal` and `debian` images, our passt and, for root, the VMMs' account".into());
     }
     plan
 }
@@ -160,7 +159,7 @@ impl HostSetup<'_> {
             kernel: !kernel_plan.is_empty(),
             minimal: minimal_binaries,
             debian: images.get("debian").is_err(),
-            passt: Some(passt_build::snapshot_in_use()).filter(|s| passt_build::needed(*s)),
+            passt: Some(passt_build::in_use()).filter(|p| passt_build::needed(*p)),
             vmm_user: base::vmm::user::account_missing(self.all.state_dir().root()),
         };
         let packages = host_packages(&missing, &kernel_host, &|p| {
@@ -391,7 +390,10 @@ mod tests {
     #[test]
     fn an_old_passt_is_built_and_installed() {
         let missing = Missing {
-            passt: Some(Some(20230309)),
+            passt: Some(passt_build::PasstInUse {
+                snapshot: Some(20230309),
+                ours: false,
+            }),
             ..Missing::default()
         };
         let packages = host_packages(&missing, &kernel_host(&[]), &|p| p != "gcc");
