@@ -1,5 +1,6 @@
-//! `cargo xtask bench density [--forks N]`: how many idle workspaces one
-//! host keeps, and what each costs it. Forks of one snapshot of a running
+//! `cargo xtask bench density [--forks N] [--release]`: how many idle
+//! workspaces one host keeps, and what each costs it (`--release`: with
+//! the release VMM users run). Forks of one snapshot of a running
 //! `minimal` workspace (256 MiB guest), up to 10, 50 and N (default 100)
 //! at once, every fork's agent answering; at each step the host PSS of
 //! every process of theirs (VMMs and passt), split into what the guests
@@ -73,17 +74,21 @@ pub(crate) fn memory_of(home: &Path) -> Memory {
 }
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let forks: usize = match args {
+    let release = args.iter().any(|a| a == "--release");
+    let args: Vec<&String> = args.iter().filter(|a| *a != "--release").collect();
+    let forks: usize = match args.as_slice() {
         [] => 100,
-        [flag, n] if flag == "--forks" => n.parse().context("--forks takes a number")?,
-        _ => bail!("usage: cargo xtask bench density [--forks N]"),
+        [flag, n] if *flag == "--forks" => n.parse().context("--forks takes a number")?,
+        _ => bail!("usage: cargo xtask bench density [--forks N] [--release]"),
     };
     if forks < 10 {
         bail!("--forks must be at least 10");
     }
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
-    let bin = cache::build_microagent()?;
+    // The release VMM is what users run; the debug one's heap, relocations
+    // and text (shared, so it shrinks per fork as forks grow) are larger.
+    let bin = cache::build_microagent_as(release)?;
     let home = crate::bench_workspace::private_home("bden")?;
     let result = measure(&bin, &home, forks);
     for i in 0..forks {

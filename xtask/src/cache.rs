@@ -21,21 +21,28 @@ pub fn repo_root() -> PathBuf {
 /// Builds the `microagent` binary and the `microagent-vmm` beside it
 /// (debug); returns the first one's path.
 pub fn build_microagent() -> anyhow::Result<PathBuf> {
-    crate::sh::run(
-        std::process::Command::new(env!("CARGO"))
-            // The CLI runs each workspace's VM as the `microagent-vmm`
-            // beside it: both, or a fresh checkout's first start fails.
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "microagent",
-                "-p",
-                "microagent-vmm",
-            ])
-            .current_dir(repo_root()),
-    )?;
-    Ok(target_dir().join("debug/microagent"))
+    build_microagent_as(false)
+}
+
+/// [`build_microagent`], as users run it with `release`.
+pub fn build_microagent_as(release: bool) -> anyhow::Result<PathBuf> {
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    // The CLI runs each workspace's VM as the `microagent-vmm` beside it:
+    // both, or a fresh checkout's first start fails.
+    cargo.args([
+        "build",
+        "--quiet",
+        "-p",
+        "microagent",
+        "-p",
+        "microagent-vmm",
+    ]);
+    if release {
+        cargo.arg("--release");
+    }
+    crate::sh::run(cargo.current_dir(repo_root()))?;
+    let profile = if release { "release" } else { "debug" };
+    Ok(target_dir().join(profile).join("microagent"))
 }
 
 /// Where cargo puts what it builds here: $CARGO_TARGET_DIR when set

@@ -94,6 +94,7 @@ tasks:
   bench density [--forks N]      forks of one snapshot running at once (10, 50, N; default
                                 100), every agent answering: host PSS per fork, split into
                                 the pages its guest dirtied and what VMM and passt hold
+                                (`--release`: the release VMM, as users run it)
   bench balloon                 a 1 GiB guest fills 200 MiB of tmpfs and frees it: host PSS
                                 given back and how fast, beside what the fill cost
   bench containerd [--runs N]   `ctr run` to the container's first output through our shim,
