@@ -21,6 +21,8 @@ pub fn ensure_fixed() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    // Its build's tools (`patch` among them) on a host that has none yet.
+    crate::sh::ensure_debs(passt_build::BUILD_PACKAGES)?;
     let mut plan = workspace::host::plan::Plan::new("passt build");
     plan.steps = passt_build::steps(&crate::cache::root()?);
     for step in &plan.steps {
