@@ -8,9 +8,10 @@
 //! (`snapshots/service_host.rs`, above the start and the guest).
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use base::code::ErrorCode;
 use base::images::oci::config::ImageDefaults;
 use base::store::spec::services::{companion_name, guest_addr, routes, ServiceSpec, Serving};
 use base::store::spec::{Meta, Owner, WorkspaceSpec};
@@ -48,7 +49,7 @@ pub(crate) trait ServiceHost {
         &self,
         name: &str,
         owner: Option<Owner>,
-        how: CompanionStart<'_>,
+        how: CompanionStart,
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// Pauses (`pause`) or resumes companion `name`'s vCPUs; false when it
@@ -77,12 +78,12 @@ pub(crate) trait ServiceHost {
 
 /// How a companion starts.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum CompanionStart<'p> {
+pub(crate) enum CompanionStart {
     /// Booted, then its service's command run as [`SERVICE_PROCESS`].
     Run(Vec<String>),
     /// Resumed from the snapshot part in this directory, its command still
     /// running there.
-    Resume(&'p Path),
+    Resume(PathBuf),
 }
 
 /// What `inspect` shows of a service.
@@ -176,6 +177,23 @@ fn create_one(
     Ok(name)
 }
 
+/// Companion `index` of workspace `workspace`, made when it is missing (a
+/// fork's, a restore's, or a create cut short); the caller names the
+/// service in a failure.
+fn ensure_companion(
+    host: &impl ServiceHost,
+    workspace: &str,
+    spec: &WorkspaceSpec,
+    index: usize,
+) -> Result<String> {
+    let name = companion_name(workspace, &spec.services[index].name);
+    match host.record_of(&name) {
+        Err(e) if e.code() == ErrorCode::NotFound => create_one(host, workspace, spec, index),
+        Err(e) => Err(e),
+        Ok(_) => Ok(name),
+    }
+}
+
 /// Creates the companions of new workspace `workspace` (its spec `spec`),
 /// stopping at the first failure, which names the service. The caller
 /// then deletes the workspace, whose delete removes those made.
@@ -242,9 +260,8 @@ async fn start_each(
         .enumerate()
         .map(|(i, service)| async move {
             let started = async {
-                let name = snapshot::ensure_companion(host, workspace, spec, i)?;
-                let mut part = None;
-                let how = snapshot::how_to_start(host, &name, spec, i, from, &mut part)?;
+                let name = ensure_companion(host, workspace, spec, i)?;
+                let how = snapshot::how_to_start(host, &name, spec, i, from)?;
                 host.start_companion(&name, owner, how).await
             };
             started.await.map_err(failed(&service.name))

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use crate::services::{command_of, create_one, failed, CompanionStart, ServiceHost};
+use crate::services::{command_of, ensure_companion, failed, CompanionStart, ServiceHost};
 use base::code::ErrorCode;
 use base::store::spec::services::companion_name;
 use base::store::spec::WorkspaceSpec;
@@ -174,36 +174,17 @@ pub(crate) fn restore_disks(
     Ok(())
 }
 
-/// Companion `index` of workspace `workspace`, made when it is missing (a
-/// fork's, a restore's, or a create cut short); the caller names the
-/// service in a failure.
-pub(crate) fn ensure_companion(
-    host: &impl ServiceHost,
-    workspace: &str,
-    spec: &WorkspaceSpec,
-    index: usize,
-) -> Result<String> {
-    let service = &spec.services[index];
-    let name = companion_name(workspace, &service.name);
-    match host.record_of(&name) {
-        Err(e) if e.code() == ErrorCode::NotFound => create_one(host, workspace, spec, index),
-        Err(e) => Err(e),
-        Ok(_) => Ok(name),
-    }
-}
-
 /// How service `index` of `spec` starts: from its part of the snapshot
 /// `from` when it has one (its disk put back first; resumed when the
 /// record says it holds memory, its command still running there), else by
-/// running its command. `part` keeps the part's directory for the start.
-pub(crate) fn how_to_start<'p>(
+/// running its command.
+pub(crate) fn how_to_start(
     host: &impl ServiceHost,
     name: &str,
     spec: &WorkspaceSpec,
     index: usize,
     from: Option<ServiceOrigin<'_>>,
-    part: &'p mut Option<PathBuf>,
-) -> Result<CompanionStart<'p>> {
+) -> Result<CompanionStart> {
     let service = &spec.services[index];
     let Some((dir, record)) = from.and_then(|f| f.part(&service.name)) else {
         return command_of(host, service).map(CompanionStart::Run);
@@ -212,5 +193,5 @@ pub(crate) fn how_to_start<'p>(
     if !record.has_memory {
         return command_of(host, service).map(CompanionStart::Run);
     }
-    Ok(CompanionStart::Resume(part.insert(dir)))
+    Ok(CompanionStart::Resume(dir))
 }

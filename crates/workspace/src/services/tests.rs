@@ -87,7 +87,7 @@ impl ServiceHost for Recorder {
         &self,
         name: &str,
         owner: Option<Owner>,
-        how: CompanionStart<'_>,
+        how: CompanionStart,
     ) -> Result<()> {
         self.check(name)?;
         match how {

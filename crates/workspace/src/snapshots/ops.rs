@@ -163,19 +163,23 @@ impl Snapshots<'_> {
             let _ = std::fs::remove_dir_all(&scratch);
         }
         let mut part = ServiceSnapshot::new(service, written?);
-        part.memory_sha256 = part
-            .has_memory
-            .then(|| seal::Sealed::Memory.digest(into))
-            .transpose()
-            .map_err(Error::host_io("reading the memory file back"))?;
-        part.disk_sha256 = Some(
-            seal::Sealed::Disk
-                .digest(into)
-                .map_err(Error::host_io("reading the disk copy back"))?,
-        );
+        (part.memory_sha256, part.disk_sha256) = digests(into, part.has_memory)?;
         seal::sync_tree(into).map_err(Error::host_io(format!("syncing {}", into.display())))?;
         Ok(part)
     }
+}
+
+/// The digests of the memory file (when `has_memory`) and the disk copy of
+/// the machine just written into `dir`, for its record.
+fn digests(dir: &Path, has_memory: bool) -> Result<(Option<String>, Option<String>)> {
+    let memory = has_memory
+        .then(|| seal::Sealed::Memory.digest(dir))
+        .transpose()
+        .map_err(Error::host_io("reading the memory file back"))?;
+    let disk = seal::Sealed::Disk
+        .digest(dir)
+        .map_err(Error::host_io("reading the disk copy back"))?;
+    Ok((memory, Some(disk)))
 }
 
 /// `<workspace>-<ms>`, the workspace's name cut so the whole is a valid
@@ -226,15 +230,7 @@ impl Workspace<'_> {
                     snapshots.write_machine(workspace, &tmp)
                 })?;
             base::pause_point::pause_point("snapshot:written");
-            let memory_sha256 = has_memory
-                .then(|| seal::Sealed::Memory.digest(&tmp))
-                .transpose()
-                .map_err(Error::host_io("reading the memory file back"))?;
-            let disk_sha256 = Some(
-                seal::Sealed::Disk
-                    .digest(&tmp)
-                    .map_err(Error::host_io("reading the disk copy back"))?,
-            );
+            let (memory_sha256, disk_sha256) = digests(&tmp, has_memory)?;
             let info = SnapshotInfo {
                 name: name.clone(),
                 workspace: workspace.to_owned(),
@@ -519,17 +515,10 @@ impl Workspace<'_> {
             dir: &origin.services_dir,
             parts: &origin.parts,
         };
-        let started = match services.check() {
-            Err(reason) => Err(Error::SnapshotUnusable {
-                name: to.clone(),
-                reason,
-            }),
-            Ok(()) => {
-                let restore = origin.has_memory.then_some(origin.dir.as_path());
-                all.start_from(&to, timeout, progress, restore, Some(services))
-                    .await
-            }
-        };
+        let restore = origin.has_memory.then_some(origin.dir.as_path());
+        let started = all
+            .start_from(&to, timeout, progress, restore, Some(services))
+            .await;
         if origin.services_scratch {
             // Its companions hold what they resumed open.
             let _ = std::fs::remove_dir_all(&origin.services_dir);
@@ -630,6 +619,19 @@ impl Snapshots<'_> {
                         if !parts.is_empty() {
                             make_private_dir(&services_scratch)?;
                             crate::services::move_parts(&scratch, &services_scratch)?;
+                            // Checked as a snapshot's are (`check_usable`),
+                            // before anything starts from them.
+                            ServiceOrigin {
+                                dir: &services_scratch,
+                                parts: &parts,
+                            }
+                            .check()
+                            .map_err(|reason| {
+                                Error::SnapshotUnusable {
+                                    name: new_name.to_owned(),
+                                    reason,
+                                }
+                            })?;
                         }
                         std::fs::rename(&scratch, &dir).map_err(Error::host_io(format!(
                             "moving the snapshot to {}",

@@ -61,7 +61,7 @@ impl ServiceHost for Workspaces {
         &self,
         name: &str,
         owner: Option<Owner>,
-        how: CompanionStart<'_>,
+        how: CompanionStart,
     ) -> Result<()> {
         let view = self.reserved_view(SERVICE_NAMESPACE);
         {
@@ -74,7 +74,7 @@ impl ServiceHost for Workspaces {
             // Its command runs on in the memory it resumes.
             CompanionStart::Resume(part) => {
                 return view
-                    .start_machine(name, DEFAULT_START_TIMEOUT, |_| {}, Some(part))
+                    .start_machine(name, DEFAULT_START_TIMEOUT, |_| {}, Some(&part))
                     .await
                     .map(drop);
             }
