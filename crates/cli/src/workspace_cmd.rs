@@ -43,6 +43,12 @@ pub struct SpecArgs {
     /// Stop it this long after each start: seconds or 30m, 1h, 2d.
     #[arg(long = "ttl", value_name = "DURATION", value_parser = parse_ttl)]
     pub ttl_secs: Option<u64>,
+    /// Pause its vCPUs once it has had nothing to do (no command,
+    /// connection, process or terminal) this long: 30s, 2m, 1h; 0 never
+    /// (default: config.json's idle.pause_secs, else 2m). The next call,
+    /// published-port connection or terminal resumes it.
+    #[arg(long = "idle-pause", value_name = "DURATION", value_parser = parse_idle_pause)]
+    pub idle_pause_secs: Option<u64>,
     /// Network: `user` (rootless NAT; the host's loopback is reachable as
     /// host.microagent.internal on the ports --allow host:PORT opens),
     /// `none`, or one from `network create`.
@@ -149,6 +155,7 @@ impl SpecArgs {
             env: self.env.iter().cloned().collect::<BTreeMap<_, _>>(),
             labels: self.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
             ttl_secs: self.ttl_secs,
+            idle_pause_secs: self.idle_pause_secs,
             network: self.network.clone(),
             ports: self.ports.clone(),
             egress: self.egress.map(crate::network_cmd::EgressArg::egress),
@@ -174,7 +181,7 @@ fn summary(meta: &Meta) -> String {
     format!(
         "{}: {} ({} image, {} vCPU, {} MiB memory, {} MiB disk, network {}{}{})",
         output::field(&meta.name),
-        meta.state,
+        state_text(meta),
         output::field(&s.image),
         s.vcpus,
         s.mem_mib,
@@ -190,6 +197,17 @@ fn summary(meta: &Meta) -> String {
             format!(", ports {}", ports.join(" "))
         }
     )
+}
+
+/// Its state, with why its vCPUs are stopped when they are: `running
+/// (paused: idle)`.
+fn state_text(meta: &Meta) -> String {
+    match meta.runtime.as_ref().and_then(|r| r.paused) {
+        Some(cause) if meta.state == State::Running => {
+            format!("{} (paused: {})", meta.state, cause.name())
+        }
+        _ => meta.state.to_string(),
+    }
 }
 
 /// `inspect`'s network line; its strings may come from a server.
@@ -362,7 +380,7 @@ pub fn list(ws: &Workspaces, filter: &ListFilter, json: bool) -> Result<ExitCode
             vec![
                 m.name.clone(),
                 output::owner(m.spec.agent.as_deref()),
-                m.state.to_string(),
+                state_text(m),
                 m.spec.image.clone(),
                 m.spec.vcpus.to_string(),
                 format!("{}M", m.spec.mem_mib),
@@ -478,6 +496,10 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
             let left = at.saturating_sub(workspace::host::settings::now_ms());
             println!("  ttl left    {}", age(left));
         }
+        if let (Some(cause), Some(at)) = (rt.paused, rt.paused_at_ms) {
+            let since = workspace::host::settings::now_ms().saturating_sub(at);
+            println!("  paused      {} for {}", cause.name(), age(since));
+        }
     }
     println!("  disk used   {} KiB", info.disk_used_bytes / 1024);
     if let Some(n) = &info.network {
@@ -551,6 +573,12 @@ pub fn ttl(
 
 fn parse_ttl(s: &str) -> Result<u64, String> {
     workspace::store::spec::parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn parse_idle_pause(s: &str) -> Result<u64, String> {
+    let secs = parse_ttl(s)?;
+    workspace::host::idle::check_pause_secs(secs).map_err(|e| e.to_string())?;
+    Ok(secs)
 }
 
 /// Parses a `--state` filter.

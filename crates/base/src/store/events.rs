@@ -102,6 +102,20 @@ pub enum EventKind {
         /// Why.
         reason: String,
     },
+    /// Its vCPUs stopped: it sat idle past its `idle_pause`, or was paused
+    /// on request. Nothing in it runs until it is resumed.
+    Paused {
+        /// Why.
+        cause: crate::store::spec::PauseCause,
+    },
+    /// It ran again after a pause.
+    Resumed {
+        /// What woke it: `a call` (a connection to its agent or a published
+        /// port), `request` (`resume`).
+        by: String,
+        /// How long it was paused, ms.
+        paused_ms: u64,
+    },
     /// It was created as a fork.
     Forked {
         /// The workspace it was forked from.

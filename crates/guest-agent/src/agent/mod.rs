@@ -67,6 +67,9 @@ pub struct AgentState {
     last_request_ms: AtomicU64,
     /// The `last_request_ms` the caches were last dropped after.
     reclaimed_after_ms: AtomicU64,
+    /// When the last `reclaim` came and the CPU ticks the guest's
+    /// programs had used then.
+    last_cpu_ticks: Mutex<Option<(Instant, u64)>>,
 }
 
 /// Why a connection's request failed.
@@ -194,6 +197,7 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
         processes: Processes::default(),
         connections: AtomicUsize::new(0),
         last_request_ms: AtomicU64::new(0),
+        last_cpu_ticks: Mutex::new(None),
         reclaimed_after_ms: AtomicU64::new(0),
     });
     let workers = Workers::default();

@@ -173,6 +173,12 @@ pub struct ReclaimAnswer {
     pub free_kib_before: u64,
     /// MemFree after, KiB (the same as before when nothing was dropped).
     pub free_kib_after: u64,
+    /// Whether the guest is in use now: a connection besides this one, a
+    /// process started through the agent running, or its programs using
+    /// the CPU since the last ask (the host pauses only an idle guest; an
+    /// agent before this field says nothing and is taken as busy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy: Option<bool>,
 }
 
 /// Messages from the agent.

@@ -70,6 +70,12 @@ pub struct CreateParams {
     /// The same as a duration: "90s", "30m", "1h", "1h30m", "2d" (give
     /// this or ttl_secs).
     pub ttl: Option<String>,
+    /// Pause its vCPUs after this many seconds with nothing to do (no
+    /// call, connection, process or terminal): 0 never, else 5 to 604800;
+    /// default: the server's setting, else 120. Any call resumes it first
+    /// (the caller sees only the latency).
+    #[schemars(range(min = 0, max = workspace::host::idle::MAX_PAUSE_SECS))]
+    pub idle_pause_secs: Option<u64>,
     /// Network: "user" (rootless NAT through the host) or "none"; default
     /// "user".
     pub network: Option<String>,
@@ -469,6 +475,10 @@ fn describe(kind: &EventKind) -> String {
         EventKind::SnapshotTaken { snapshot, .. } => format!("snapshot_taken `{snapshot}`"),
         EventKind::SnapshotDeleted { snapshot } => format!("snapshot_deleted `{snapshot}`"),
         EventKind::Forked { from, .. } => format!("forked from `{from}`"),
+        EventKind::Paused { cause } => format!("paused ({})", cause.name()),
+        EventKind::Resumed { by, paused_ms } => {
+            format!("resumed by {by} after {paused_ms} ms paused")
+        }
         EventKind::EgressRefused { refusal } => format!("egress_refused {refusal}"),
         EventKind::Restored { snapshot } => format!("restored `{snapshot}`"),
         EventKind::WarmSnapshotDiscarded { reason } => {

@@ -50,6 +50,9 @@ impl Render for Meta {
                 .map(|t| format!(", ttl {t} s"))
                 .unwrap_or_default()
         );
+        if let Some(cause) = self.runtime.as_ref().and_then(|r| r.paused) {
+            line.push_str(&format!("; paused ({})", cause.name()));
+        }
         line.push_str(&format!("; network {}", spec.network));
         if !spec.ports.is_empty() {
             let ports: Vec<String> = spec.ports.iter().map(ToString::to_string).collect();

@@ -219,6 +219,7 @@ impl MicroagentServer {
                 (None, Some(text)) => Some(workspace::store::spec::parse_duration(text)?),
                 (None, None) => None,
             },
+            idle_pause_secs: p.idle_pause_secs,
             network: p
                 .network
                 .unwrap_or_else(|| workspace::store::name::DEFAULT_NETWORK.into()),

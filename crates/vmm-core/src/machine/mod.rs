@@ -259,6 +259,8 @@ struct Devices {
     /// opened again for snapshot copies.
     disks: Vec<(DiskConfig, DiskState, Option<std::fs::File>)>,
     vsock_cid: Option<u64>,
+    /// Host programs arriving at the vsock device's socket.
+    vsock_arrivals: Option<Arc<crate::devices::virtio::vsock::HostArrivals>>,
     net_mac: Option<[u8; 6]>,
     balloon: Option<Arc<Mutex<BalloonDevice>>>,
 }
@@ -384,6 +386,12 @@ impl Machine {
             .map(|b| b.lock().unwrap_or_else(|p| p.into_inner()).handle())
     }
 
+    /// Host programs arriving at the vsock device's socket, when the
+    /// machine has one: what wakes a machine paused because it was idle.
+    pub fn vsock_arrivals(&self) -> Option<Arc<crate::devices::virtio::vsock::HostArrivals>> {
+        self.devices.vsock_arrivals.clone()
+    }
+
     /// The loaded kernel.
     pub fn kernel(&self) -> Option<&LoadedKernel> {
         self.kernel.as_ref()
@@ -458,6 +466,10 @@ impl Machine {
     fn attach_vsock(&mut self, cfg: &VsockConfig) -> Result<(), MachineError> {
         let device =
             VsockDevice::new(cfg.guest_cid, cfg.uds_path.clone())?.with_routes(cfg.routes.clone());
+        let arrivals = device
+            .host_arrivals()
+            .map_err(|e| MachineError::Vsock(VsockError::ListenerAgain(e)))?;
+        self.devices.vsock_arrivals = Some(Arc::new(arrivals));
         self.attach_virtio_device(Arc::new(Mutex::new(device)))?;
         self.devices.vsock_cid = Some(cfg.guest_cid);
         Ok(())

@@ -95,6 +95,7 @@ pub(super) fn handle_control(
                 };
             };
             let pausing = matches!(req, ControlRequest::Pause);
+            let _turn = shared.transition.lock().unwrap_or_else(|p| p.into_inner());
             let done = if pausing {
                 machine.pause()
             } else {
@@ -102,6 +103,9 @@ pub(super) fn handle_control(
             };
             if done.is_ok() {
                 shared.paused.store(pausing, Ordering::SeqCst);
+                // A pause on request waits for `resume`; the idle watcher
+                // records the change.
+                shared.idle_paused.store(false, Ordering::SeqCst);
             }
             match done {
                 Ok(()) => ControlResponse::Ok {

@@ -1,11 +1,7 @@
 //! Memory given back to the host: the balloon's figures for the control
-//! socket, and the idle reclaim. Every so often the guest's agent is asked
-//! to drop its caches if the guest has been idle long enough (the agent
-//! decides: only it knows what runs), and the balloon's free page
-//! reporting hands the freed memory to the host.
+//! socket, and the idle reclaim's setting (`idle` asks the agent).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use base::host::reclaim::MemoryConfig;
@@ -45,36 +41,5 @@ pub(super) fn figures(shared: &Shared) -> ControlResponse {
         None => ControlResponse::Error {
             message: "this machine has no balloon device".into(),
         },
-    }
-}
-
-/// Asks the agent to reclaim whenever the guest may have been idle for
-/// `after`, until the run ends.
-pub(super) fn reclaim_when_idle(shared: &Arc<Shared>, after: Duration) {
-    // Often enough that the caches go within a quarter of `after` of the
-    // guest going idle; each ask wakes the guest briefly.
-    let every = (after / 4).max(Duration::from_secs(5));
-    loop {
-        std::thread::sleep(every);
-        if shared.finished.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        if !shared.ready.load(Ordering::SeqCst) || shared.paused.load(Ordering::SeqCst) {
-            continue;
-        }
-        let asked = shared
-            .ws
-            .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
-            .and_then(|agent| agent.reclaim(after.as_secs()));
-        match asked {
-            Ok(a) if a.dropped => tracing::info!(
-                idle_secs = a.idle_secs,
-                freed_kib = a.free_kib_after.saturating_sub(a.free_kib_before),
-                "the idle guest dropped its caches"
-            ),
-            Ok(_) => {}
-            // An older agent, or one busy shutting down: not worth more noise.
-            Err(e) => tracing::debug!("reclaim not done: {e}"),
-        }
     }
 }

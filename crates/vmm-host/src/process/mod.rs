@@ -27,6 +27,7 @@ use vmm_core::machine::MachineHandle;
 use vmm_core::{Machine, StopReason};
 
 mod answers;
+mod idle;
 mod listeners;
 mod memory;
 
@@ -71,11 +72,18 @@ struct Shared {
     protections: Mutex<Vec<String>>,
     /// The machine's balloon, once it exists.
     balloon: OnceLock<vmm_core::devices::virtio::balloon::BalloonHandle>,
-    /// Paused (a pool member waiting): its agent cannot answer.
+    /// Paused (idle, or on request: a pool member waiting): its agent
+    /// cannot answer.
     paused: AtomicBool,
-    /// How long the guest may sit idle before it is asked to drop its
-    /// caches (None: never).
-    reclaim_after: Option<Duration>,
+    /// Paused because it was idle: the next arrival resumes it.
+    idle_paused: AtomicBool,
+    /// Held across a pause or resume and its flags.
+    transition: Mutex<()>,
+    /// Host programs arriving at the vsock socket (what wakes an idle
+    /// pause), once the machine exists.
+    arrivals: OnceLock<Arc<vmm_core::devices::virtio::vsock::HostArrivals>>,
+    /// When the idle guest drops its caches and pauses.
+    idle: idle::IdlePolicy,
 }
 
 impl Shared {
@@ -294,13 +302,22 @@ impl VmmProcess {
             protections: Mutex::new(Vec::new()),
             balloon: OnceLock::new(),
             paused: AtomicBool::new(false),
-            reclaim_after: memory::reclaim_after(&state),
+            idle_paused: AtomicBool::new(false),
+            transition: Mutex::new(()),
+            arrivals: OnceLock::new(),
+            idle: idle::IdlePolicy {
+                reclaim_after: memory::reclaim_after(&state),
+                pause_after: idle_pause_after(&state, &meta.spec),
+            },
         });
         let machine = match built {
             Ok(m) => {
                 let _ = shared.machine.set(m.handle());
                 if let Some(balloon) = m.balloon() {
                     let _ = shared.balloon.set(balloon);
+                }
+                if let Some(arrivals) = m.vsock_arrivals() {
+                    let _ = shared.arrivals.set(arrivals);
                 }
                 Some(m)
             }
@@ -400,9 +417,9 @@ impl VmmProcess {
         std::thread::spawn(move || wait_for_agent(&s));
         let s = shared.clone();
         std::thread::spawn(move || enforce_ttl(&s));
-        if let Some(after) = shared.reclaim_after {
+        if shared.idle.reclaim_after.is_some() || shared.idle.pause_after.is_some() {
             let s = shared.clone();
-            std::thread::spawn(move || memory::reclaim_when_idle(&s, after));
+            std::thread::spawn(move || idle::watch(&s, s.idle));
         }
         if shared.egress.is_some() {
             let s = shared.clone();
@@ -437,6 +454,17 @@ impl VmmProcess {
         }
         Ok(RunEnd { crashed })
     }
+}
+
+/// How long the workspace may sit idle before it pauses: its own setting,
+/// else the host's (a broken host setting falls back to the default, with
+/// a warning in the VMM's log).
+fn idle_pause_after(state: &StateDir, spec: &base::store::spec::WorkspaceSpec) -> Option<Duration> {
+    let config = base::host::idle::IdleConfig::load(state.root()).unwrap_or_else(|e| {
+        tracing::warn!("idle settings unreadable, using the defaults: {e}");
+        base::host::idle::IdleConfig::default()
+    });
+    config.pause_after(spec.idle_pause_secs)
 }
 
 /// The workspace's record, once it says this process was started for it

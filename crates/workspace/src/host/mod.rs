@@ -3,7 +3,7 @@
 //! kernels are `crate::kernels`), its checks (`doctor`), its budget
 //! (`budget`), what a guest may write on it (`host_write`) and the price
 //! table cost estimates use (`cost`). Settings, plans, the jail and cgroup
-//! of VMM processes and the reclaim setting are in `base::host`,
+//! of VMM processes and the idle settings (`reclaim`, `idle`) are in `base::host`,
 //! re-exported here for front ends.
 
 pub mod assets;
@@ -14,4 +14,4 @@ pub mod doctor;
 pub mod host_write;
 pub mod setup;
 
-pub use base::host::{cgroup, dirfd, jail, plan, reclaim, settings};
+pub use base::host::{cgroup, dirfd, idle, jail, plan, reclaim, settings};

@@ -108,7 +108,10 @@ pub const LIMITS: Limits = Limits {
     max_image_metadata_bytes: 4 << 20,
 };
 
+mod runtime;
 pub mod services;
+
+pub use runtime::{PauseCause, Runtime, StartKind};
 
 /// Defaults for a new workspace.
 pub mod defaults {
@@ -144,6 +147,11 @@ pub struct WorkspaceSpec {
     /// TTL).
     #[serde(default)]
     pub ttl_secs: Option<u64>,
+    /// Pause its vCPUs after this many seconds with nothing to do (no
+    /// call, connection, process or terminal); 0 never; null: the host's
+    /// `config.json` `idle.pause_secs`, else 120. The next call resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_pause_secs: Option<u64>,
     /// The network: `user` (rootless NAT, the default) or `none`.
     #[serde(default = "default_network")]
     pub network: String,
@@ -247,6 +255,7 @@ impl Default for WorkspaceSpec {
             env: BTreeMap::new(),
             labels: BTreeMap::new(),
             ttl_secs: None,
+            idle_pause_secs: None,
             network: default_network(),
             ports: Vec::new(),
             service_ports: Vec::new(),
@@ -302,6 +311,10 @@ impl WorkspaceSpec {
         }
         if let Some(ttl) = self.ttl_secs {
             l.check_ttl(ttl)?;
+        }
+        if let Some(secs) = self.idle_pause_secs {
+            crate::host::idle::check_pause_secs(secs)
+                .map_err(|e| SpecError::Invalid(e.to_string()))?;
         }
         let service_envs = self.services.iter().map(|s| ("a service's env", &s.env));
         for (what, map) in [("env", &self.env), ("labels", &self.labels)]
@@ -427,90 +440,6 @@ impl Limits {
             && self.max_image_entries <= outer.max_image_entries
             && self.max_layer_bytes <= outer.max_layer_bytes
             && self.max_image_metadata_bytes <= outer.max_image_metadata_bytes
-    }
-}
-
-/// The running VMM of a workspace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-#[non_exhaustive]
-pub struct Runtime {
-    /// The VMM process id on the host.
-    pub pid: u32,
-    /// The VMM process's start time in clock ticks since boot (field 22 of
-    /// `/proc/<pid>/stat`), so a recycled pid is never mistaken for it.
-    pub pid_start: u64,
-    /// Unix ms of the start request.
-    pub started_at_ms: u64,
-    /// Unix ms when the guest agent first answered (null while booting).
-    #[serde(default)]
-    pub ready_at_ms: Option<u64>,
-    /// Unix ms when the TTL stops it (null without a TTL).
-    #[serde(default)]
-    pub ttl_deadline_ms: Option<u64>,
-    /// How the machine came up (null in records of older versions).
-    #[serde(default)]
-    pub start_kind: Option<StartKind>,
-    /// CLOCK_MONOTONIC ns when the VMM process was launched.
-    #[serde(default)]
-    pub launched_mono_ns: Option<u64>,
-    /// Microseconds from the VMM process's launch to its first vCPU in
-    /// the guest.
-    #[serde(default)]
-    pub vcpu_running_us: Option<u64>,
-    /// Microseconds from the VMM process's launch to the agent answering.
-    #[serde(default)]
-    pub ready_us: Option<u64>,
-    /// The confinement the VMM process runs under (docs/security.md):
-    /// `seccomp` (a filter per thread role), `no_new_privs`.
-    #[serde(default)]
-    pub protections: Vec<String>,
-}
-
-impl Runtime {
-    /// The VMM process `pid` (started at `pid_start` ticks) launched at
-    /// `now` (ms), not ready yet.
-    pub fn launched(pid: u32, pid_start: u64, now: u64, ttl_deadline_ms: Option<u64>) -> Self {
-        Runtime {
-            pid,
-            pid_start,
-            started_at_ms: now,
-            ready_at_ms: None,
-            ttl_deadline_ms,
-            start_kind: None,
-            launched_mono_ns: None,
-            vcpu_running_us: None,
-            ready_us: None,
-            protections: Vec::new(),
-        }
-    }
-}
-
-/// How a workspace's machine came up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum StartKind {
-    /// A kernel boot.
-    Cold,
-    /// Restored from the warm snapshot of its image: no boot.
-    Warm,
-    /// Restored from a snapshot (a fork or a restore).
-    Snapshot,
-    /// Claimed from its image's pool of ready workspaces: restored from
-    /// the warm snapshot before it was asked for, then given its name.
-    Pooled,
-}
-
-impl StartKind {
-    /// The lowercase name.
-    pub fn name(self) -> &'static str {
-        match self {
-            StartKind::Cold => "cold",
-            StartKind::Warm => "warm",
-            StartKind::Snapshot => "snapshot",
-            StartKind::Pooled => "pooled",
-        }
     }
 }
 
@@ -760,6 +689,8 @@ mod tests {
                 vcpu_running_us: Some(6),
                 protections: Vec::new(),
                 ready_us: Some(7),
+                paused: Some(PauseCause::Idle),
+                paused_at_ms: Some(8),
             }),
             last_exit: None,
             pristine: false,

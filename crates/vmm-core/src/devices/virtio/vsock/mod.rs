@@ -12,6 +12,7 @@
 //! Flow control follows the spec's credit scheme in both directions, and
 //! every buffer and queue the guest or a host program can grow is bounded.
 
+mod arrivals;
 mod connection;
 mod handshake;
 mod packet;
@@ -38,6 +39,8 @@ use super::{
 use crate::memory::GuestMemory;
 use packet::{read_tx_packet, HDR_SIZE, MAX_PKT_PAYLOAD};
 use unix_backend::{UnixBackend, TAG_LISTENER, TAG_TIMER};
+
+pub use arrivals::HostArrivals;
 
 /// Size of each of the three queues.
 pub const QUEUE_SIZE: u16 = 256;
@@ -88,6 +91,10 @@ pub enum VsockError {
     /// The deadline timer could not be created.
     #[error("cannot create the connection timer: raise the open-file limit")]
     Timer(#[source] io::Error),
+    /// The listening socket could not be opened a second time (to watch
+    /// arrivals while the machine is paused).
+    #[error("cannot open the listening socket again: raise the open-file limit")]
+    ListenerAgain(#[source] io::Error),
 }
 
 /// What the device holds while the driver has it running.
@@ -150,6 +157,12 @@ impl VsockDevice {
     pub fn with_routes(mut self, routes: BTreeMap<u32, PathBuf>) -> Self {
         self.backend.set_routes(routes);
         self
+    }
+
+    /// Host programs arriving at the device's socket, watched from outside
+    /// the device loop.
+    pub fn host_arrivals(&self) -> io::Result<HostArrivals> {
+        self.backend.host_arrivals()
     }
 
     /// The guest's context id.

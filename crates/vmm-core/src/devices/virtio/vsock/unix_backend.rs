@@ -55,6 +55,10 @@ pub struct UnixBackend {
     /// Host ports whose guest connections go to a socket of their own.
     routes: BTreeMap<u32, PathBuf>,
     listener: UnixListener,
+    /// Host programs accepted so far, and connections open (read by
+    /// [`super::HostArrivals`]).
+    accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     listener_registered: bool,
     listener_paused_until: Option<Instant>,
     timer: TimerFd,
@@ -95,6 +99,8 @@ impl UnixBackend {
             uds_path,
             routes: BTreeMap::new(),
             listener,
+            accepted: std::sync::Arc::default(),
+            open: std::sync::Arc::default(),
             listener_registered: false,
             listener_paused_until: None,
             timer,
@@ -137,11 +143,25 @@ impl UnixBackend {
         !self.rst_queue.is_empty() || !self.rx_ready.is_empty()
     }
 
+    /// The listener and its accept count, for whoever watches arrivals
+    /// while the device loop does not run.
+    pub fn host_arrivals(&self) -> io::Result<super::HostArrivals> {
+        Ok(super::HostArrivals::new(
+            self.listener.try_clone()?,
+            self.accepted.clone(),
+            self.open.clone(),
+        ))
+    }
+
     /// Accepts host programs waiting on the listener.
     pub fn handle_listener(&mut self) {
         for _ in 0..ACCEPT_BUDGET {
             let stream = match self.listener.accept() {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    self.accepted
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    stream
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -362,6 +382,10 @@ impl UnixBackend {
     /// Applies the wanted event-loop interest of every socket, deregisters
     /// closed ones and re-arms the timer.
     pub fn sync_interest(&mut self, ops: &mut EventOps) {
+        self.open.store(
+            self.pending.len() + self.conns.len(),
+            std::sync::atomic::Ordering::SeqCst,
+        );
         for (stream, tag) in self.graveyard.drain(..) {
             let _ = ops.remove(Events::with_data(&stream, tag, EventSet::empty()));
         }

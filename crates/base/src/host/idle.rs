@@ -1,0 +1,125 @@
+//! The idle pause setting: how long a running workspace may sit with
+//! nothing to do before its vCPUs stop (docs/snapshots.md, "Idle
+//! workspaces"). A workspace's own `idle_pause_secs` wins; else
+//! `config.json`'s `idle` object; else two minutes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The `config.json` key.
+pub const CONFIG_KEY: &str = "idle";
+/// Idle seconds before a workspace pauses, when nothing says otherwise.
+pub const DEFAULT_PAUSE_SECS: u64 = 120;
+/// Longest setting accepted (a week): beyond it, say 0 for never.
+pub const MAX_PAUSE_SECS: u64 = 7 * 24 * 3600;
+/// Shortest setting other than 0: the idle check asks the guest's agent
+/// every quarter of it, and each ask wakes the guest.
+pub const MIN_PAUSE_SECS: u64 = 5;
+
+/// Why a setting is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum IdleConfigError {
+    /// `config.json` could not be read or its `idle` object parsed.
+    #[error(transparent)]
+    Config(#[from] crate::host::settings::ConfigError),
+    /// The seconds are out of range.
+    #[error(
+        "idle pause of {0} s: use 0 (never) or {MIN_PAUSE_SECS} s to {MAX_PAUSE_SECS} s (a week)"
+    )]
+    OutOfRange(u64),
+}
+
+/// Checks an idle pause in seconds (0: never).
+pub fn check_pause_secs(secs: u64) -> Result<(), IdleConfigError> {
+    if secs == 0 || (MIN_PAUSE_SECS..=MAX_PAUSE_SECS).contains(&secs) {
+        Ok(())
+    } else {
+        Err(IdleConfigError::OutOfRange(secs))
+    }
+}
+
+/// `config.json`'s `idle` object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleConfig {
+    /// Seconds a workspace that names none sits idle before it pauses; 0
+    /// never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_secs: Option<u64>,
+}
+
+impl IdleConfig {
+    /// The setting of the state directory at `root` (defaults when the file
+    /// or the object is missing).
+    pub fn load(root: &Path) -> Result<Self, IdleConfigError> {
+        let config: Self = crate::host::settings::config_section(root, CONFIG_KEY)?
+            .map(|(c, _)| c)
+            .unwrap_or_default();
+        if let Some(secs) = config.pause_secs {
+            check_pause_secs(secs)?;
+        }
+        Ok(config)
+    }
+
+    /// How long a workspace whose spec says `own` (seconds, 0 never) may
+    /// sit idle before it pauses (None: never).
+    pub fn pause_after(&self, own: Option<u64>) -> Option<Duration> {
+        match own.or(self.pause_secs).unwrap_or(DEFAULT_PAUSE_SECS) {
+            0 => None,
+            secs => Some(Duration::from_secs(secs)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_then_the_host_then_two_minutes_say_when_it_pauses() {
+        let host = IdleConfig {
+            pause_secs: Some(30),
+        };
+        assert_eq!(host.pause_after(Some(10)), Some(Duration::from_secs(10)));
+        assert_eq!(host.pause_after(Some(0)), None);
+        assert_eq!(host.pause_after(None), Some(Duration::from_secs(30)));
+        let default = IdleConfig::default();
+        assert_eq!(default.pause_after(None), Some(Duration::from_secs(120)));
+        assert_eq!(
+            IdleConfig {
+                pause_secs: Some(0)
+            }
+            .pause_after(None),
+            None
+        );
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused() {
+        for ok in [0, 5, 120, MAX_PAUSE_SECS] {
+            check_pause_secs(ok).unwrap();
+        }
+        for bad in [1, 4, MAX_PAUSE_SECS + 1] {
+            let e = check_pause_secs(bad).unwrap_err().to_string();
+            assert!(e.contains("use 0 (never)"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_host_setting_is_read_from_config_json() {
+        let root = std::env::temp_dir().join(format!(
+            "ma-idle-{}-{}",
+            std::process::id(),
+            crate::host::settings::unique_id()
+        ));
+        std::fs::create_dir_all(&root).unwrap();
+        assert_eq!(IdleConfig::load(&root).unwrap(), IdleConfig::default());
+        let file = root.join(crate::host::settings::CONFIG_FILE);
+        std::fs::write(&file, r#"{"idle": {"pause_secs": 45}}"#).unwrap();
+        assert_eq!(IdleConfig::load(&root).unwrap().pause_secs, Some(45));
+        std::fs::write(&file, r#"{"idle": {"pause_secs": 2}}"#).unwrap();
+        assert!(IdleConfig::load(&root).is_err());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,138 @@
+//! Pause on idle (issue 59): a workspace with nothing to do stops its
+//! vCPUs after its `--idle-pause`, and whatever reaches it next (a
+//! command, a published port's connection, a terminal) resumes it first;
+//! a background process keeps it running. One boot for all of it.
+
+use std::time::{Duration, Instant};
+
+use testkit::cli::CliHome;
+use testkit::terminal::Terminal;
+
+use super::{can_boot, events, free_port, home, host_get, start};
+
+/// The shortest idle pause there is: the check asks every quarter of it.
+const IDLE_PAUSE: &str = "5s";
+/// How long a pause may take to come: the pause, a few checks, and the
+/// guest's kernel work of each, emulated on this kind of host.
+const PAUSE_WITHIN: Duration = Duration::from_secs(40);
+
+/// How many `paused` and `resumed` events the workspace has.
+fn pauses_and_resumes(cli: &CliHome, name: &str) -> (usize, usize) {
+    let kinds = events(cli, name);
+    let count = |k: &str| kinds.iter().filter(|e| e.as_str() == k).count();
+    (count("paused"), count("resumed"))
+}
+
+/// Waits until `name` is recorded as paused because it was idle, and
+/// checks `list` and `inspect` say so.
+fn wait_paused(cli: &CliHome, name: &str, pauses_before: usize) {
+    let began = Instant::now();
+    assert!(
+        testkit::wait_until(PAUSE_WITHIN, || {
+            pauses_and_resumes(cli, name).0 > pauses_before
+        }),
+        "{name} was not paused within {PAUSE_WITHIN:?}: {:?}",
+        events(cli, name)
+    );
+    eprintln!("{name} paused after {:.1} s", began.elapsed().as_secs_f64());
+    let inspected = cli.ok_json(&["inspect", name, "--json"]);
+    assert_eq!(inspected["state"], "running", "{inspected}");
+    assert_eq!(inspected["runtime"]["paused"], "idle", "{inspected}");
+    let listed = cli.run(&["list"]);
+    assert!(
+        listed.stdout.contains("running (paused: idle)"),
+        "{}",
+        listed.stdout
+    );
+}
+
+/// The latest `resumed` event's `by`.
+fn last_resumed_by(cli: &CliHome, name: &str) -> String {
+    let run = cli.run(&["events", name, "--json"]);
+    run.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .rfind(|e| e["kind"] == "resumed")
+        .map(|e| e["by"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_idle_workspace_pauses_and_each_call_resumes_it() {
+    let test = "an_idle_workspace_pauses_and_each_call_resumes_it";
+    if !can_boot(test) {
+        return;
+    }
+    let cli = home(test);
+    let web = free_port();
+    cli.ok(&[
+        "create",
+        "idler",
+        "--image",
+        "minimal",
+        "--idle-pause",
+        IDLE_PAUSE,
+        "--publish",
+        &format!("{web}:8080"),
+    ]);
+    assert_eq!(
+        cli.run(&["create", "bad", "--image", "minimal", "--idle-pause", "2s"])
+            .status,
+        2,
+        "an idle pause under 5 s is refused"
+    );
+    start(&cli, "idler");
+    // A server waiting for connections is not work: it lets the guest
+    // pause, and its port's next connection wakes it.
+    let serve = "mkdir -p /root/www && echo from-the-guest > /root/www/index.html \
+                 && httpd -p 127.0.0.1:8080 -h /root/www";
+    assert_eq!(
+        cli.run(&["exec", "idler", "--shell", "--", serve]).status,
+        0
+    );
+
+    wait_paused(&cli, "idler", 0);
+    let page = host_get(web).unwrap();
+    assert!(page.ends_with("from-the-guest\n"), "{page}");
+    assert_eq!(last_resumed_by(&cli, "idler"), "a call");
+    let inspected = cli.ok_json(&["inspect", "idler", "--json"]);
+    assert!(inspected["runtime"]["paused"].is_null(), "{inspected}");
+
+    wait_paused(&cli, "idler", 1);
+    let echoed = cli.run(&["exec", "idler", "--", "echo", "awake"]);
+    assert_eq!(echoed.status, 0, "{}", echoed.stderr);
+    assert_eq!(echoed.stdout, "awake\n");
+    assert_eq!(pauses_and_resumes(&cli, "idler").1, 2);
+
+    wait_paused(&cli, "idler", 2);
+    let mut term = Terminal::spawn(cli.command(&["shell", "idler"]), 24, 80);
+    term.type_text("echo term-$((6*7))\n");
+    term.wait_for("term-42", Duration::from_secs(60));
+    // An open terminal is use: no pause while it lasts.
+    let (pauses, _) = pauses_and_resumes(&cli, "idler");
+    std::thread::sleep(Duration::from_secs(15));
+    assert_eq!(
+        pauses_and_resumes(&cli, "idler").0,
+        pauses,
+        "paused under a terminal"
+    );
+    term.type_text("exit\n");
+    assert_eq!(term.wait_exit(Duration::from_secs(60)).code(), Some(0));
+
+    // A background process is work: no pause until it ends.
+    let started = cli.ok_json(&["exec", "idler", "--detach", "--json", "--", "sleep", "25"]);
+    let id = started["id"].as_str().unwrap().to_owned();
+    let (pauses, _) = pauses_and_resumes(&cli, "idler");
+    std::thread::sleep(Duration::from_secs(15));
+    assert_eq!(
+        pauses_and_resumes(&cli, "idler").0,
+        pauses,
+        "paused under a background process"
+    );
+    let waited = cli.run(&["process", "wait", "idler", &id, "--timeout", "60"]);
+    assert_eq!(waited.status, 0, "{}", waited.stderr);
+    wait_paused(&cli, "idler", pauses);
+    // Stopping a paused workspace is a call like any other.
+    cli.ok(&["stop", "idler"]);
+    super::assert_no_leftovers(&cli, "idler");
+}

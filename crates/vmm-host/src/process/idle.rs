@@ -1,0 +1,240 @@
+//! A guest with nothing to do costs the host nothing: asked every so often
+//! (the agent decides, since only it knows what runs), an idle guest first
+//! drops its caches (the balloon hands the memory back) and, after its
+//! `idle_pause`, has its vCPUs and devices stopped. The next host program
+//! to reach its vsock socket (a call through the agent, a published port's
+//! connection, a terminal) resumes it before it is served: it sees only the
+//! latency. Pauses on request (`pause`, a pool) wait for `resume`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base::host::settings::now_ms;
+use base::store::events::EventKind;
+use base::store::spec::PauseCause;
+use vmm_core::devices::virtio::vsock::HostArrivals;
+
+use super::Shared;
+
+/// How long the paused watcher sleeps between looks at a pause ended on
+/// request or a run that ended (an arrival ends the sleep at once).
+const PAUSED_LOOK: Duration = Duration::from_secs(5);
+/// How long the check's own connection may take to close before a pause.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// When an idle guest drops its caches and when it pauses.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct IdlePolicy {
+    pub reclaim_after: Option<Duration>,
+    pub pause_after: Option<Duration>,
+}
+
+impl IdlePolicy {
+    /// How often the agent is asked: a quarter of the shorter setting, so
+    /// the guest goes within a quarter of it of being idle (each ask wakes
+    /// it briefly); None when neither is set.
+    fn every(&self) -> Option<Duration> {
+        [self.reclaim_after, self.pause_after]
+            .into_iter()
+            .flatten()
+            .map(|after| (after / 4).max(Duration::from_secs(1)))
+            .min()
+    }
+}
+
+/// Watches the guest until the run ends.
+pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
+    let Some(every) = policy.every() else {
+        return;
+    };
+    // Never dropped when only the pause is set.
+    let reclaim_secs = policy.reclaim_after.map_or(u64::MAX, |d| d.as_secs());
+    loop {
+        std::thread::sleep(every);
+        if shared.finished.load(Ordering::SeqCst) {
+            return;
+        }
+        if !shared.ready.load(Ordering::SeqCst)
+            || shared.paused.load(Ordering::SeqCst)
+            || shared.stopping.load(Ordering::SeqCst)
+        {
+            continue;
+        }
+        let asked = shared
+            .ws
+            .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
+            .and_then(|agent| agent.reclaim(reclaim_secs));
+        let answer = match asked {
+            Ok(a) => a,
+            // An agent busy shutting down: not worth more noise.
+            Err(e) => {
+                tracing::debug!("idle check not done: {e}");
+                continue;
+            }
+        };
+        tracing::debug!(
+            idle_secs = answer.idle_secs,
+            busy = ?answer.busy,
+            "idle check"
+        );
+        if answer.dropped {
+            tracing::info!(
+                idle_secs = answer.idle_secs,
+                freed_kib = answer.free_kib_after.saturating_sub(answer.free_kib_before),
+                "the idle guest dropped its caches"
+            );
+        }
+        let idle_long_enough = policy
+            .pause_after
+            .is_some_and(|after| answer.idle_secs >= after.as_secs());
+        // An agent that does not say is taken as busy.
+        if !idle_long_enough || answer.busy != Some(false) {
+            continue;
+        }
+        let Some(arrivals) = shared.arrivals.get() else {
+            continue;
+        };
+        if let Some(paused_at) = pause_idle(shared, arrivals, answer.idle_secs) {
+            wait_paused(shared, arrivals, paused_at);
+        }
+    }
+}
+
+/// Pauses the idle guest unless a host program arrived since the agent
+/// answered; when it paused.
+fn pause_idle(shared: &Shared, arrivals: &HostArrivals, idle_secs: u64) -> Option<Instant> {
+    // The check's own connection closes first; one that stays open is
+    // someone else's.
+    let settling = Instant::now();
+    while arrivals.open() > 0 {
+        if settling.elapsed() > SETTLE {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seen = arrivals.accepted();
+    // Recorded before the vCPUs stop, so no lock is ever waited on while
+    // the guest cannot answer whoever holds it.
+    record(shared, Some(PauseCause::Idle));
+    let _turn = shared.transition.lock().unwrap_or_else(|p| p.into_inner());
+    let machine = shared.machine.get()?;
+    let paused = !shared.paused.load(Ordering::SeqCst)
+        && !shared.stopping.load(Ordering::SeqCst)
+        && machine.pause().is_ok();
+    // An arrival in between (already accepted, so the socket no longer
+    // shows it) is served at once.
+    let arrived = arrivals.accepted() != seen || arrivals.open() > 0;
+    if paused && arrived {
+        if let Err(e) = machine.resume() {
+            tracing::error!("resuming after a pause that raced a call: {e}");
+            shared.paused.store(true, Ordering::SeqCst);
+            return None;
+        }
+    }
+    if !paused || arrived {
+        drop(_turn);
+        record(shared, None);
+        return None;
+    }
+    shared.paused.store(true, Ordering::SeqCst);
+    shared.idle_paused.store(true, Ordering::SeqCst);
+    drop(_turn);
+    tracing::info!(idle_secs, "paused the idle guest");
+    if let Err(e) = shared.ws.events().append(EventKind::Paused {
+        cause: PauseCause::Idle,
+    }) {
+        tracing::warn!("cannot record the pause: {e}");
+    }
+    Some(Instant::now())
+}
+
+/// Waits while the guest is idle-paused; resumes it when a host program
+/// arrives.
+fn wait_paused(shared: &Shared, arrivals: &HostArrivals, paused_at: Instant) {
+    let by = loop {
+        if shared.finished.load(Ordering::SeqCst) {
+            return;
+        }
+        if !shared.idle_paused.load(Ordering::SeqCst) {
+            // Resumed, or paused again, on request.
+            break "request";
+        }
+        match arrivals.wait(PAUSED_LOOK) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!("cannot watch for calls while paused: {e}");
+            }
+        }
+        let _turn = shared.transition.lock().unwrap_or_else(|p| p.into_inner());
+        if !shared.idle_paused.load(Ordering::SeqCst) {
+            continue;
+        }
+        let Some(machine) = shared.machine.get() else {
+            return;
+        };
+        match machine.resume() {
+            Ok(()) => {
+                shared.paused.store(false, Ordering::SeqCst);
+                shared.idle_paused.store(false, Ordering::SeqCst);
+                break "a call";
+            }
+            Err(e) => {
+                tracing::error!("cannot resume the idle guest for a call: {e}");
+                drop(_turn);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    let paused_ms = paused_at.elapsed().as_millis() as u64;
+    tracing::info!(by, paused_ms, "the idle guest runs again");
+    let still = shared
+        .paused
+        .load(Ordering::SeqCst)
+        .then_some(PauseCause::Requested);
+    record(shared, still);
+    if still.is_none() {
+        if let Err(e) = shared.ws.events().append(EventKind::Resumed {
+            by: by.into(),
+            paused_ms,
+        }) {
+            tracing::warn!("cannot record the resume: {e}");
+        }
+    }
+}
+
+/// Records in the workspace's runtime whether, and why, it is paused.
+fn record(shared: &Shared, cause: Option<PauseCause>) {
+    let recorded = shared.update(|m| {
+        if let Some(rt) = m.runtime.as_mut() {
+            rt.paused = cause;
+            rt.paused_at_ms = cause.map(|_| now_ms());
+        }
+        Ok(())
+    });
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e.full_message(), "cannot record the pause state");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guest_is_asked_every_quarter_of_the_shorter_setting() {
+        let secs = |s| Some(Duration::from_secs(s));
+        let every = |reclaim_after, pause_after| {
+            IdlePolicy {
+                reclaim_after,
+                pause_after,
+            }
+            .every()
+        };
+        assert_eq!(every(None, None), None);
+        assert_eq!(every(secs(600), None), secs(150));
+        assert_eq!(every(secs(600), secs(120)), secs(30));
+        assert_eq!(every(None, secs(2)), secs(1));
+    }
+}
