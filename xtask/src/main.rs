@@ -8,6 +8,7 @@ mod bench_browser;
 mod bench_containerd;
 mod bench_density;
 mod bench_devices;
+mod bench_idle;
 mod bench_images;
 mod bench_net;
 mod bench_servers;
@@ -95,6 +96,9 @@ tasks:
                                 100), every agent answering: host PSS per fork, split into
                                 the pages its guest dirtied and what VMM and passt hold
                                 (`--release`: the release VMM, as users run it)
+  bench idle [--forks N]        forks idle with --idle-pause 45s (default 10): host CPU of all
+                                of them running idle beside paused, and exec on a paused fork
+                                (it resumes) beside exec on it running (`--release` as above)
   bench balloon                 a 1 GiB guest fills 200 MiB of tmpfs and frees it: host PSS
                                 given back and how fast, beside what the fill cost
   bench containerd [--runs N]   `ctr run` to the container's first output through our shim,
@@ -164,6 +168,7 @@ fn main() -> anyhow::Result<()> {
             [what] if what == "tasks" => bench_tasks::run(),
             [what, more @ ..] if what == "tti" => bench_tti::run(more),
             [what, more @ ..] if what == "density" => bench_density::run(more),
+            [what, more @ ..] if what == "idle" => bench_idle::run(more),
             [what, more @ ..] if what == "balloon" => bench_balloon::run(more),
             [what, more @ ..] if what == "containerd" => bench_containerd::run(more),
             [what, more @ ..] if what == "net" => bench_net::run(more),

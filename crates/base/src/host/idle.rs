@@ -42,6 +42,7 @@ pub fn check_pause_secs(secs: u64) -> Result<(), IdleConfigError> {
 
 /// `config.json`'s `idle` object.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct IdleConfig {
     /// Seconds a workspace that names none sits idle before it pauses; 0
     /// never.
@@ -119,6 +120,9 @@ mod tests {
         std::fs::write(&file, r#"{"idle": {"pause_secs": 45}}"#).unwrap();
         assert_eq!(IdleConfig::load(&root).unwrap().pause_secs, Some(45));
         std::fs::write(&file, r#"{"idle": {"pause_secs": 2}}"#).unwrap();
+        assert!(IdleConfig::load(&root).is_err());
+        // A misspelt key would silently mean the default.
+        std::fs::write(&file, r#"{"idle": {"pause": 0}}"#).unwrap();
         assert!(IdleConfig::load(&root).is_err());
         let _ = std::fs::remove_dir_all(&root);
     }

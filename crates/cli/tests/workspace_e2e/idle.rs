@@ -1,7 +1,8 @@
 //! Pause on idle (issue 59): a workspace with nothing to do stops its
 //! vCPUs after its `--idle-pause`, and whatever reaches it next (a
 //! command, a published port's connection, a terminal) resumes it first;
-//! a background process keeps it running. One boot for all of it.
+//! a background process or an open connection beyond the guest keeps it
+//! running. One boot for all of it.
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +66,15 @@ fn an_idle_workspace_pauses_and_each_call_resumes_it() {
     }
     let cli = home(test);
     let web = free_port();
+    // A host service the guest keeps a connection to.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_port = held.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for conn in held.incoming().flatten() {
+            open.push(conn);
+        }
+    });
     cli.ok(&[
         "create",
         "idler",
@@ -74,6 +84,8 @@ fn an_idle_workspace_pauses_and_each_call_resumes_it() {
         IDLE_PAUSE,
         "--publish",
         &format!("{web}:8080"),
+        "--allow",
+        &format!("host:{held_port}"),
     ]);
     assert_eq!(
         cli.run(&["create", "bad", "--image", "minimal", "--idle-pause", "2s"])
@@ -131,6 +143,26 @@ fn an_idle_workspace_pauses_and_each_call_resumes_it() {
     );
     let waited = cli.run(&["process", "wait", "idler", &id, "--timeout", "60"]);
     assert_eq!(waited.status, 0, "{}", waited.stderr);
+    wait_paused(&cli, "idler", pauses);
+
+    // An open connection beyond the guest is work too (a download, a
+    // clone), though it uses no CPU and the agent did not start it.
+    let (pauses, _) = pauses_and_resumes(&cli, "idler");
+    let hold = format!("sleep 1000 | nc host.microagent.internal {held_port} >/dev/null 2>&1 &");
+    assert_eq!(
+        cli.run(&["exec", "idler", "--shell", "--", &hold]).status,
+        0
+    );
+    std::thread::sleep(Duration::from_secs(20));
+    assert_eq!(
+        pauses_and_resumes(&cli, "idler").0,
+        pauses,
+        "paused under an open connection"
+    );
+    // The minimal image's busybox has no killall.
+    let end = "for p in /proc/[0-9]*; do case \"$(cat $p/comm 2>/dev/null)\" in \
+               nc|sleep) kill ${p#/proc/};; esac; done";
+    assert_eq!(cli.run(&["exec", "idler", "--shell", "--", end]).status, 0);
     wait_paused(&cli, "idler", pauses);
     // Stopping a paused workspace is a call like any other.
     cli.ok(&["stop", "idler"]);

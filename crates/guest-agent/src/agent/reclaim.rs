@@ -34,6 +34,7 @@ pub fn run(state: &AgentState, idle_secs: u64) -> Result<ReclaimAnswer, ReclaimE
             .list()
             .iter()
             .any(|p| p.state == ProcessRunState::Running)
+        || talks_to_the_network()
         || used_the_cpu(state);
     let already = state.reclaimed_after_ms.load(Ordering::SeqCst) == last.max(1);
     let free_before = free_kib();
@@ -65,18 +66,51 @@ pub fn run(state: &AgentState, idle_secs: u64) -> Result<ReclaimAnswer, ReclaimE
 /// (`nohup make &`) does not. Their time is what every live process but
 /// the agent and the kernel's threads has used, plus what the agent's
 /// reaped children used (orphans end as its children); the agent's own
-/// time is left out, since answering costs it. The first ask has nothing
-/// to compare with and counts as busy.
+/// time is left out, since answering costs it. The first ask compares
+/// with the agent's start, when no program had run yet.
 fn used_the_cpu(state: &AgentState) -> bool {
     let now = (std::time::Instant::now(), programs_ticks());
     let mut last = state
         .last_cpu_ticks
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    match last.replace(now) {
-        Some((at, ticks)) => busy_between(ticks, now.1, now.0.duration_since(at)),
-        None => true,
+    let (at, ticks) = last.replace(now).unwrap_or((state.started, 0));
+    busy_between(ticks, now.1, now.0.duration_since(at))
+}
+
+/// Whether a TCP connection to or from beyond the guest is open: a
+/// download, a clone, a long poll or a peer's session waits on the
+/// network with no CPU use, and a pause would stall it until the far end
+/// gave up. Loopback connections are the guest's own (a published port's
+/// arrive through the agent, counted as its connections).
+fn talks_to_the_network() -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table).is_ok_and(|t| t.lines().skip(1).any(is_outside_connection))
+    })
+}
+
+/// A `/proc/net/tcp{,6}` row of an established connection whose far end
+/// is not loopback (`127.0.0.0/8`, `::1`, `::ffff:127.0.0.0/104`; the
+/// addresses are hex in the kernel's byte order).
+fn is_outside_connection(row: &str) -> bool {
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    let (Some(remote), Some(state)) = (fields.get(2), fields.get(3)) else {
+        return false;
+    };
+    // 01: TCP_ESTABLISHED.
+    if *state != "01" {
+        return false;
     }
+    let addr = remote.split(':').next().unwrap_or_default();
+    let loopback = match addr.len() {
+        8 => addr.ends_with("7F"),
+        32 => {
+            addr == "00000000000000000000000001000000"
+                || (addr.starts_with("0000000000000000FFFF0000") && addr.ends_with("7F"))
+        }
+        _ => false,
+    };
+    !loopback
 }
 
 /// CPU ticks (1/100 s) the guest's programs have used, as
@@ -131,7 +165,7 @@ fn free_kib() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{busy_between, process_ticks};
+    use super::{busy_between, is_outside_connection, process_ticks};
     use std::time::Duration;
 
     #[test]
@@ -145,6 +179,33 @@ mod tests {
         assert_eq!(process_ticks(&stat("kworker/0:1", 2), false), None);
         assert_eq!(process_ticks("garbage", false), None);
         assert_eq!(process_ticks("1 (x) S", false), None);
+    }
+
+    #[test]
+    fn an_established_connection_beyond_loopback_is_network_use() {
+        let row = |remote: &str, state: &str| {
+            format!("   0: 0F02000A:A1B2 {remote} {state} 00000000:00000000 00:00000000 00000000     0        0 1234")
+        };
+        // 10.0.2.15 to 140.82.112.3:443, established.
+        assert!(is_outside_connection(&row("0370528C:01BB", "01")));
+        // Listening, or to 127.0.0.1, or closing: not.
+        assert!(!is_outside_connection(&row("00000000:0000", "0A")));
+        assert!(!is_outside_connection(&row("0100007F:1F90", "01")));
+        assert!(!is_outside_connection(&row("0370528C:01BB", "06")));
+        // IPv6: ::1 and ::ffff:127.0.0.1 are loopback; 2001:db8::1 is not.
+        assert!(!is_outside_connection(&row(
+            "00000000000000000000000001000000:1F90",
+            "01"
+        )));
+        assert!(!is_outside_connection(&row(
+            "0000000000000000FFFF00000100007F:1F90",
+            "01"
+        )));
+        assert!(is_outside_connection(&row(
+            "B80D0120000000000000000001000000:01BB",
+            "01"
+        )));
+        assert!(!is_outside_connection("garbage"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! A guest with nothing to do costs the host nothing: asked every so often
-//! (the agent decides, since only it knows what runs), an idle guest first
-//! drops its caches (the balloon hands the memory back) and, after its
-//! `idle_pause`, has its vCPUs and devices stopped. The next host program
+//! A guest with nothing to do costs the host nothing: once nothing has
+//! reached it for long enough, its agent is asked (it decides, since only
+//! it knows what runs), and an idle guest drops its caches (the balloon
+//! hands the memory back) or, after its `idle_pause`, has its vCPUs and
+//! devices stopped. The next host program
 //! to reach its vsock socket (a call through the agent, a published port's
 //! connection, a terminal) resumes it before it is served: it sees only the
 //! latency. Pauses on request (`pause`, a pool) wait for `resume`.
@@ -43,6 +44,48 @@ impl IdlePolicy {
     }
 }
 
+/// What the host side has seen of the guest's use: every call, connection
+/// and terminal arrives on its vsock socket, so the agent (whose answer
+/// costs the guest's kernel work, emulated on some hosts) is only asked
+/// once nothing has arrived for as long as a pause or a reclaim needs.
+struct Quiet {
+    /// The socket's count of accepted connections when last looked at.
+    seen: u64,
+    since: Instant,
+    /// The caches were dropped (or found dropped) in this quiet spell.
+    reclaimed: bool,
+}
+
+impl Quiet {
+    fn new() -> Self {
+        Self {
+            seen: 0,
+            since: Instant::now(),
+            reclaimed: false,
+        }
+    }
+
+    /// How long nothing has arrived and no connection has been open.
+    fn look(&mut self, arrivals: Option<&HostArrivals>) -> Duration {
+        if let Some(a) = arrivals {
+            let count = a.accepted();
+            if count != self.seen || a.open() > 0 {
+                self.seen = count;
+                self.since = Instant::now();
+                self.reclaimed = false;
+            }
+        }
+        self.since.elapsed()
+    }
+
+    /// The watcher's own ask is not use.
+    fn asked(&mut self, arrivals: Option<&HostArrivals>) {
+        if let Some(a) = arrivals {
+            self.seen = a.accepted();
+        }
+    }
+}
+
 /// Watches the guest until the run ends.
 pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
     let Some(every) = policy.every() else {
@@ -50,6 +93,7 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
     };
     // Never dropped when only the pause is set.
     let reclaim_secs = policy.reclaim_after.map_or(u64::MAX, |d| d.as_secs());
+    let mut quiet = Quiet::new();
     loop {
         std::thread::sleep(every);
         if shared.finished.load(Ordering::SeqCst) {
@@ -61,10 +105,19 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
         {
             continue;
         }
+        let arrivals = shared.arrivals.get().map(Arc::as_ref);
+        let quiet_for = quiet.look(arrivals);
+        let pause_due = policy.pause_after.is_some_and(|after| quiet_for >= after);
+        let reclaim_due =
+            !quiet.reclaimed && policy.reclaim_after.is_some_and(|after| quiet_for >= after);
+        if !pause_due && !reclaim_due {
+            continue;
+        }
         let asked = shared
             .ws
             .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
             .and_then(|agent| agent.reclaim(reclaim_secs));
+        quiet.asked(arrivals);
         let answer = match asked {
             Ok(a) => a,
             // An agent busy shutting down: not worth more noise.
@@ -85,14 +138,18 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
                 "the idle guest dropped its caches"
             );
         }
+        // An agent that does not say is taken as busy.
+        let idle = answer.busy == Some(false);
+        if reclaim_due && (answer.dropped || idle) {
+            quiet.reclaimed = true;
+        }
         let idle_long_enough = policy
             .pause_after
             .is_some_and(|after| answer.idle_secs >= after.as_secs());
-        // An agent that does not say is taken as busy.
-        if !idle_long_enough || answer.busy != Some(false) {
+        if !pause_due || !idle_long_enough || !idle {
             continue;
         }
-        let Some(arrivals) = shared.arrivals.get() else {
+        let Some(arrivals) = arrivals else {
             continue;
         };
         if let Some(paused_at) = pause_idle(shared, arrivals, answer.idle_secs) {
@@ -113,32 +170,39 @@ fn pause_idle(shared: &Shared, arrivals: &HostArrivals, idle_secs: u64) -> Optio
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let machine = shared.machine.get()?;
     let seen = arrivals.accepted();
     // Recorded before the vCPUs stop, so no lock is ever waited on while
     // the guest cannot answer whoever holds it.
     record(shared, Some(PauseCause::Idle));
     let _turn = shared.transition.lock().unwrap_or_else(|p| p.into_inner());
-    let machine = shared.machine.get()?;
     let paused = !shared.paused.load(Ordering::SeqCst)
         && !shared.stopping.load(Ordering::SeqCst)
         && machine.pause().is_ok();
     // An arrival in between (already accepted, so the socket no longer
     // shows it) is served at once.
     let arrived = arrivals.accepted() != seen || arrivals.open() > 0;
-    if paused && arrived {
-        if let Err(e) = machine.resume() {
-            tracing::error!("resuming after a pause that raced a call: {e}");
-            shared.paused.store(true, Ordering::SeqCst);
-            return None;
-        }
-    }
-    if !paused || arrived {
+    if !paused {
         drop(_turn);
         record(shared, None);
         return None;
     }
     shared.paused.store(true, Ordering::SeqCst);
     shared.idle_paused.store(true, Ordering::SeqCst);
+    if arrived {
+        match machine.resume() {
+            Ok(()) => {
+                shared.paused.store(false, Ordering::SeqCst);
+                shared.idle_paused.store(false, Ordering::SeqCst);
+                drop(_turn);
+                record(shared, None);
+                return None;
+            }
+            // Paused it stays, and the arrival waits on the watch below,
+            // which tries again.
+            Err(e) => tracing::error!("resuming after a pause that raced a call: {e}"),
+        }
+    }
     drop(_turn);
     tracing::info!(idle_secs, "paused the idle guest");
     if let Err(e) = shared.ws.events().append(EventKind::Paused {
@@ -149,23 +213,34 @@ fn pause_idle(shared: &Shared, arrivals: &HostArrivals, idle_secs: u64) -> Optio
     Some(Instant::now())
 }
 
-/// Waits while the guest is idle-paused; resumes it when a host program
-/// arrives.
+/// Waits while the guest is paused: resumes it when a host program
+/// arrives while the pause is the idle one; a pause on request in between
+/// waits for its `resume`.
 fn wait_paused(shared: &Shared, arrivals: &HostArrivals, paused_at: Instant) {
+    let mut retry = Duration::from_millis(100);
+    let mut requested_recorded = false;
     let by = loop {
         if shared.finished.load(Ordering::SeqCst) {
             return;
         }
-        if !shared.idle_paused.load(Ordering::SeqCst) {
-            // Resumed, or paused again, on request.
+        if !shared.paused.load(Ordering::SeqCst) {
             break "request";
+        }
+        if !shared.idle_paused.load(Ordering::SeqCst) {
+            // Paused again on request: arrivals wait for its `resume`.
+            if !requested_recorded {
+                record(shared, Some(PauseCause::Requested));
+                requested_recorded = true;
+            }
+            std::thread::sleep(PAUSED_LOOK);
+            continue;
         }
         match arrivals.wait(PAUSED_LOOK) {
             Ok(false) => continue,
             Ok(true) => {}
-            Err(e) => {
-                tracing::warn!("cannot watch for calls while paused: {e}");
-            }
+            // Woken anyway: a guest that runs costs CPU, one that cannot
+            // be reached loses its caller's work.
+            Err(e) => tracing::warn!("cannot watch for calls while paused: {e}"),
         }
         let _turn = shared.transition.lock().unwrap_or_else(|p| p.into_inner());
         if !shared.idle_paused.load(Ordering::SeqCst) {
@@ -181,26 +256,23 @@ fn wait_paused(shared: &Shared, arrivals: &HostArrivals, paused_at: Instant) {
                 break "a call";
             }
             Err(e) => {
+                // Threads that cannot start yet (the pids limit, memory):
+                // tried again, less often each time.
                 tracing::error!("cannot resume the idle guest for a call: {e}");
                 drop(_turn);
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(retry);
+                retry = (retry * 2).min(PAUSED_LOOK);
             }
         }
     };
     let paused_ms = paused_at.elapsed().as_millis() as u64;
-    tracing::info!(by, paused_ms, "the idle guest runs again");
-    let still = shared
-        .paused
-        .load(Ordering::SeqCst)
-        .then_some(PauseCause::Requested);
-    record(shared, still);
-    if still.is_none() {
-        if let Err(e) = shared.ws.events().append(EventKind::Resumed {
-            by: by.into(),
-            paused_ms,
-        }) {
-            tracing::warn!("cannot record the resume: {e}");
-        }
+    tracing::info!(by, paused_ms, "the guest runs again");
+    record(shared, None);
+    if let Err(e) = shared.ws.events().append(EventKind::Resumed {
+        by: by.into(),
+        paused_ms,
+    }) {
+        tracing::warn!("cannot record the resume: {e}");
     }
 }
 

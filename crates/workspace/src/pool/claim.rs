@@ -126,6 +126,8 @@ impl<H: PoolHost> Pools<'_, H> {
         runtime.launched_mono_ns = None;
         runtime.vcpu_running_us = None;
         runtime.ready_us = None;
+        runtime.paused = None;
+        runtime.paused_at_ms = None;
         let mut meta = fresh.clone();
         meta.state = State::Running;
         meta.runtime = Some(runtime);

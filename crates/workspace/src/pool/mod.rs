@@ -139,6 +139,8 @@ pub fn claimable(spec: &WorkspaceSpec, member: &WorkspaceSpec) -> bool {
         && spec.allow.is_empty()
         && spec.services.is_empty()
         && spec.serving.is_none()
+        // The VMM takes its idle pause when it starts.
+        && spec.idle_pause_secs == member.idle_pause_secs
 }
 
 /// The pools of ready workspaces of a collection: `ws.pools()`.
@@ -199,6 +201,12 @@ mod tests {
             ..member_spec("minimal", &Default::default())
         };
         assert!(!claimable(&owned, &member));
+        // Its VMM takes the idle pause at its start.
+        let never_pauses = WorkspaceSpec {
+            idle_pause_secs: Some(0),
+            ..member_spec("minimal", &Default::default())
+        };
+        assert!(!claimable(&never_pauses, &member));
         // What only the host side reads (labels, env, a TTL) does not matter.
         let labelled = WorkspaceSpec {
             labels: [("team".to_owned(), "a".to_owned())].into(),

@@ -117,6 +117,17 @@ impl Workspaces {
         }
         self.images.get(&meta.spec.image)?;
         base::network::attach::preflight(&self.state, &meta.spec)?;
+        // The VMM reads it too, and would fall back to the default: a
+        // broken setting is said here, where someone reads it.
+        base::host::idle::IdleConfig::load(self.state.root()).map_err(|e| {
+            Error::InvalidInput(format!(
+                "{e} (in {}; fix or remove the `idle` object)",
+                self.state
+                    .root()
+                    .join(base::host::settings::CONFIG_FILE)
+                    .display()
+            ))
+        })?;
         // Held until this start is recorded as starting: two starts at
         // once cannot both take the budget's last place.
         let _budget = crate::host::budget::BudgetLock::take(self.state.root())?;

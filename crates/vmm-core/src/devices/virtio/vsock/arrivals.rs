@@ -66,7 +66,13 @@ impl HostArrivals {
                 }
             }
             0 => Ok(false),
-            _ => Ok(fd.revents & libc::POLLIN != 0),
+            _ if fd.revents & libc::POLLIN != 0 => Ok(true),
+            // Hung up or invalid: it will never say more (and polling it
+            // again at once would spin).
+            _ => Err(io::Error::other(format!(
+                "the vsock socket reports {:#x}",
+                fd.revents
+            ))),
         }
     }
 }

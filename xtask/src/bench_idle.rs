@@ -1,0 +1,190 @@
+//! `cargo xtask bench idle [--forks N] [--release]`: what idle workspaces
+//! cost the host's CPUs before and after their idle pause, and what the
+//! first call on a paused one costs. Forks of one snapshot of a running
+//! `minimal` workspace created with `--idle-pause 45s` (the forks inherit
+//! it), N of them (default 10: an idle guest whose kernel is emulated costs about a tenth of a core) at once: the CPU time of all their
+//! processes (VMMs and passt) over a window while they idle running, then
+//! over the same window once every one is paused; then `exec true` on
+//! paused forks (the call that wakes each) beside a second `exec true` on
+//! the same fork, running, median of several.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::bench_workspace::microagent;
+use crate::{cache, images, kernel};
+
+/// The forks' idle pause.
+const IDLE_PAUSE: &str = "45s";
+/// How long each CPU window lasts.
+const WINDOW: Duration = Duration::from_secs(15);
+/// How many forks the first-call comparison takes.
+const CALLS: usize = 7;
+
+/// CPU ticks (1/100 s) used so far by every process serving `home`.
+fn ticks_of(home: &Path) -> u64 {
+    let needle = home.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(&needle)
+        })
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            own_ticks(&stat)
+        })
+        .sum()
+}
+
+/// utime + stime of a `/proc/PID/stat` line (fields 14 and 15, counted
+/// after the command name's last `)`).
+fn own_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(field(14)? + field(15)?)
+}
+
+/// Percent of one core the processes of `home` use over `WINDOW`.
+fn cpu_percent(home: &Path) -> f64 {
+    let (before, began) = (ticks_of(home), Instant::now());
+    std::thread::sleep(WINDOW);
+    let used = ticks_of(home).saturating_sub(before) as f64 / 100.0;
+    100.0 * used / began.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let release = args.iter().any(|a| a == "--release");
+    let args: Vec<&String> = args.iter().filter(|a| *a != "--release").collect();
+    let forks: usize = match args.as_slice() {
+        [] => 10,
+        [flag, n] if *flag == "--forks" => n.parse().context("--forks takes a number")?,
+        _ => bail!("usage: cargo xtask bench idle [--forks N] [--release]"),
+    };
+    if forks < CALLS {
+        bail!("--forks must be at least {CALLS}");
+    }
+    kernel::build(kernel::variant_for_host()?)?;
+    images::run(&["minimal".to_string()])?;
+    let bin = cache::build_microagent_as(release)?;
+    let home = crate::bench_workspace::private_home("bidle")?;
+    let result = measure(&bin, &home, forks);
+    for i in 0..forks {
+        let _ = microagent(&bin, &home, &["halt", &format!("f{i}")]);
+    }
+    let _ = microagent(&bin, &home, &["halt", "src"]);
+    let _ = std::fs::remove_dir_all(&home);
+    result
+}
+
+/// Whether fork `name` is recorded as paused because it was idle.
+fn idle_paused(bin: &Path, home: &Path, name: &str) -> bool {
+    microagent(bin, home, &["inspect", name, "--json"])
+        .is_ok_and(|v| v["runtime"]["paused"] == "idle")
+}
+
+fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
+    microagent(
+        bin,
+        home,
+        &[
+            "create",
+            "src",
+            "--image",
+            "minimal",
+            "--idle-pause",
+            IDLE_PAUSE,
+            "--json",
+        ],
+    )?;
+    microagent(bin, home, &["start", "src", "--json"])?;
+    microagent(bin, home, &["exec", "src", "--json", "--", "true"])?;
+    std::thread::sleep(Duration::from_secs(5));
+    microagent(bin, home, &["snapshot", "take", "src", "s1", "--json"])?;
+    microagent(bin, home, &["stop", "src", "--json"])?;
+    let began = Instant::now();
+    for i in 0..forks {
+        let name = format!("f{i}");
+        microagent(
+            bin,
+            home,
+            &["fork", "src", &name, "--snapshot", "s1", "--json"],
+        )
+        .with_context(|| format!("fork {} of {forks}", i + 1))?;
+    }
+    eprintln!(
+        "xtask: {forks} forks running ({:.0} s); every agent answering",
+        began.elapsed().as_secs_f64()
+    );
+    for i in 0..forks {
+        microagent(
+            bin,
+            home,
+            &["exec", &format!("f{i}"), "--json", "--", "true"],
+        )
+        .with_context(|| format!("fork f{i}'s agent"))?;
+    }
+    let running = cpu_percent(home);
+    let waiting = Instant::now();
+    let deadline = Duration::from_secs(600);
+    while !(0..forks).all(|i| idle_paused(bin, home, &format!("f{i}"))) {
+        if waiting.elapsed() > deadline {
+            bail!("not every fork paused within {deadline:?} of its idle pause");
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    eprintln!(
+        "xtask: every fork paused {:.0} s after the running window",
+        waiting.elapsed().as_secs_f64()
+    );
+    let paused = cpu_percent(home);
+    let (mut first, mut again) = (Vec::new(), Vec::new());
+    for i in 0..CALLS {
+        let name = format!("f{i}");
+        for times in [&mut first, &mut again] {
+            let t = Instant::now();
+            microagent(bin, home, &["exec", &name, "--json", "--", "true"])?;
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    let (first, again) = (median(first), median(again));
+    println!("idle: {forks} forks of one 256 MiB minimal snapshot, --idle-pause {IDLE_PAUSE}:");
+    println!(
+        "  host CPU of all their processes, running idle   {running:>7.1} % of a core ({WINDOW:?})"
+    );
+    println!(
+        "  host CPU of all their processes, idle-paused    {paused:>7.1} % of a core ({WINDOW:?})"
+    );
+    println!("  exec true on an idle-paused fork (it resumes)   {first:>7.0} ms median of {CALLS}");
+    println!(
+        "  exec true on the same fork, running (reference) {again:>7.0} ms median of {CALLS} ({:.2}x)",
+        first / again
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_ticks;
+
+    #[test]
+    fn a_stat_line_gives_its_user_and_system_ticks() {
+        let stat = "57 (microagent-vmm) S 1 57 57 0 -1 4194304 100 0 0 0 30 12 5 4 20 0 1 0";
+        assert_eq!(own_ticks(stat), Some(42));
+        assert_eq!(own_ticks("57 (a) b) S 1 2 3 4 5 6 7 8 9 10 1 1"), Some(2));
+        assert_eq!(own_ticks("garbage"), None);
+    }
+}
