@@ -11,10 +11,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
+use crate::bench_forks::{clean_up, fork, prepare, processes_of, snapshot_source, ForkArgs};
 use crate::bench_workspace::microagent;
-use crate::{cache, images, kernel};
 
 /// Host memory of the forks, KiB.
 #[derive(Default)]
@@ -49,17 +49,8 @@ fn smaps_sum(smaps: &str, field: &str, keep: impl Fn(&str) -> bool) -> u64 {
 
 /// The processes serving `home`, by what they are.
 pub(crate) fn memory_of(home: &Path) -> Memory {
-    let needle = home.to_string_lossy().into_owned();
     let mut m = Memory::default();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if !cmdline.contains(&needle) {
-            continue;
-        }
+    for (pid, cmdline) in processes_of(home) {
         let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
         let pss = smaps_sum(&smaps, "Pss:", |_| true);
         if cmdline.contains("passt") {
@@ -74,42 +65,15 @@ pub(crate) fn memory_of(home: &Path) -> Memory {
 }
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let release = args.iter().any(|a| a == "--release");
-    let args: Vec<&String> = args.iter().filter(|a| *a != "--release").collect();
-    let forks: usize = match args.as_slice() {
-        [] => 100,
-        [flag, n] if *flag == "--forks" => n.parse().context("--forks takes a number")?,
-        _ => bail!("usage: cargo xtask bench density [--forks N] [--release]"),
-    };
-    if forks < 10 {
-        bail!("--forks must be at least 10");
-    }
-    kernel::build(kernel::variant_for_host()?)?;
-    images::run(&["minimal".to_string()])?;
-    // The release VMM is what users run; the debug one's heap, relocations
-    // and text (shared, so it shrinks per fork as forks grow) are larger.
-    let bin = cache::build_microagent_as(release)?;
-    let home = crate::bench_workspace::private_home("bden")?;
-    let result = measure(&bin, &home, forks);
-    for i in 0..forks {
-        let _ = microagent(&bin, &home, &["halt", &format!("f{i}")]);
-    }
-    let _ = microagent(&bin, &home, &["halt", "src"]);
-    let _ = std::fs::remove_dir_all(&home);
+    let args = ForkArgs::parse(args, "density", 100, 10)?;
+    let (bin, home) = prepare(args.release, "bden")?;
+    let result = measure(&bin, &home, args.forks);
+    clean_up(&bin, &home, args.forks);
     result
 }
 
 fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
-    microagent(
-        bin,
-        home,
-        &["create", "src", "--image", "minimal", "--json"],
-    )?;
-    microagent(bin, home, &["start", "src", "--json"])?;
-    microagent(bin, home, &["exec", "src", "--json", "--", "true"])?;
-    std::thread::sleep(Duration::from_secs(5));
-    microagent(bin, home, &["snapshot", "take", "src", "s1", "--json"])?;
-    microagent(bin, home, &["stop", "src", "--json"])?;
+    snapshot_source(bin, home, &[])?;
     let guest_kib = 256 * 1024;
     // Never past `forks`: the cleanup halts f0 .. f{forks - 1}.
     let mut steps: Vec<usize> = [10, 50, forks]
@@ -126,13 +90,7 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
     let began = Instant::now();
     for &step in &steps {
         while made < step {
-            let name = format!("f{made}");
-            microagent(
-                bin,
-                home,
-                &["fork", "src", &name, "--snapshot", "s1", "--json"],
-            )
-            .with_context(|| format!("fork {} of {step}", made + 1))?;
+            fork(bin, home, made).with_context(|| format!("fork {} of {step}", made + 1))?;
             made += 1;
         }
         eprintln!(

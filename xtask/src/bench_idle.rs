@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use crate::bench_forks::{clean_up, fork, prepare, processes_of, snapshot_source, ForkArgs};
 use crate::bench_workspace::microagent;
-use crate::{cache, images, kernel};
 
 /// The forks' idle pause.
 const IDLE_PAUSE: &str = "45s";
@@ -25,19 +25,9 @@ const CALLS: usize = 7;
 
 /// CPU ticks (1/100 s) used so far by every process serving `home`.
 fn ticks_of(home: &Path) -> u64 {
-    let needle = home.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
+    processes_of(home)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmdline)
-                .replace('\0', " ")
-                .contains(&needle)
-        })
-        .filter_map(|pid| {
+        .filter_map(|(pid, _)| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             own_ticks(&stat)
         })
@@ -67,26 +57,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    let release = args.iter().any(|a| a == "--release");
-    let args: Vec<&String> = args.iter().filter(|a| *a != "--release").collect();
-    let forks: usize = match args.as_slice() {
-        [] => 10,
-        [flag, n] if *flag == "--forks" => n.parse().context("--forks takes a number")?,
-        _ => bail!("usage: cargo xtask bench idle [--forks N] [--release]"),
-    };
-    if forks < CALLS {
-        bail!("--forks must be at least {CALLS}");
-    }
-    kernel::build(kernel::variant_for_host()?)?;
-    images::run(&["minimal".to_string()])?;
-    let bin = cache::build_microagent_as(release)?;
-    let home = crate::bench_workspace::private_home("bidle")?;
-    let result = measure(&bin, &home, forks);
-    for i in 0..forks {
-        let _ = microagent(&bin, &home, &["halt", &format!("f{i}")]);
-    }
-    let _ = microagent(&bin, &home, &["halt", "src"]);
-    let _ = std::fs::remove_dir_all(&home);
+    let args = ForkArgs::parse(args, "idle", 10, CALLS)?;
+    let (bin, home) = prepare(args.release, "bidle")?;
+    let result = measure(&bin, &home, args.forks);
+    clean_up(&bin, &home, args.forks);
     result
 }
 
@@ -97,33 +71,10 @@ fn idle_paused(bin: &Path, home: &Path, name: &str) -> bool {
 }
 
 fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
-    microagent(
-        bin,
-        home,
-        &[
-            "create",
-            "src",
-            "--image",
-            "minimal",
-            "--idle-pause",
-            IDLE_PAUSE,
-            "--json",
-        ],
-    )?;
-    microagent(bin, home, &["start", "src", "--json"])?;
-    microagent(bin, home, &["exec", "src", "--json", "--", "true"])?;
-    std::thread::sleep(Duration::from_secs(5));
-    microagent(bin, home, &["snapshot", "take", "src", "s1", "--json"])?;
-    microagent(bin, home, &["stop", "src", "--json"])?;
+    snapshot_source(bin, home, &["--idle-pause", IDLE_PAUSE])?;
     let began = Instant::now();
     for i in 0..forks {
-        let name = format!("f{i}");
-        microagent(
-            bin,
-            home,
-            &["fork", "src", &name, "--snapshot", "s1", "--json"],
-        )
-        .with_context(|| format!("fork {} of {forks}", i + 1))?;
+        fork(bin, home, i).with_context(|| format!("fork {} of {forks}", i + 1))?;
     }
     eprintln!(
         "xtask: {forks} forks running ({:.0} s); every agent answering",

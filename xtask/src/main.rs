@@ -8,6 +8,7 @@ mod bench_browser;
 mod bench_containerd;
 mod bench_density;
 mod bench_devices;
+mod bench_forks;
 mod bench_idle;
 mod bench_images;
 mod bench_net;
