@@ -14,8 +14,8 @@ pub const CONFIG_KEY: &str = "idle";
 pub const DEFAULT_PAUSE_SECS: u64 = 120;
 /// Longest setting accepted (a week): beyond it, say 0 for never.
 pub const MAX_PAUSE_SECS: u64 = 7 * 24 * 3600;
-/// Shortest setting other than 0: the idle check asks the guest's agent
-/// every quarter of it, and each ask wakes the guest.
+/// Shortest setting other than 0: the idle watcher looks every quarter of
+/// it, and each ask of the guest's agent wakes the guest.
 pub const MIN_PAUSE_SECS: u64 = 5;
 
 /// Why a setting is unusable.

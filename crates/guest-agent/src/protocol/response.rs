@@ -174,8 +174,9 @@ pub struct ReclaimAnswer {
     /// MemFree after, KiB (the same as before when nothing was dropped).
     pub free_kib_after: u64,
     /// Whether the guest is in use now: a connection besides this one, a
-    /// process started through the agent running, or its programs using
-    /// the CPU since the last ask (the host pauses only an idle guest; an
+    /// process started through the agent running, a TCP connection open
+    /// beyond its loopback, or its programs using the CPU since the last
+    /// ask (the host pauses only an idle guest; an
     /// agent before this field says nothing and is taken as busy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy: Option<bool>,

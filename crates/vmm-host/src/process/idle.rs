@@ -2,10 +2,10 @@
 //! reached it for long enough, its agent is asked (it decides, since only
 //! it knows what runs), and an idle guest drops its caches (the balloon
 //! hands the memory back) or, after its `idle_pause`, has its vCPUs and
-//! devices stopped. The next host program
-//! to reach its vsock socket (a call through the agent, a published port's
-//! connection, a terminal) resumes it before it is served: it sees only the
-//! latency. Pauses on request (`pause`, a pool) wait for `resume`.
+//! devices stopped. The next host program to reach its vsock socket (a
+//! call through the agent, a published port's connection, a terminal)
+//! resumes it before it is served: it sees only the latency. Pauses on
+//! request (`pause`, a pool) wait for `resume`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -32,9 +32,10 @@ pub(super) struct IdlePolicy {
 }
 
 impl IdlePolicy {
-    /// How often the agent is asked: a quarter of the shorter setting, so
-    /// the guest goes within a quarter of it of being idle (each ask wakes
-    /// it briefly); None when neither is set.
+    /// How often the watcher looks (the agent is asked only once nothing
+    /// has arrived for a whole setting): a quarter of the shorter setting,
+    /// so the guest goes within a quarter of it of being idle; None when
+    /// neither is set.
     fn every(&self) -> Option<Duration> {
         [self.reclaim_after, self.pause_after]
             .into_iter()
