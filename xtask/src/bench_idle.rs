@@ -23,24 +23,16 @@ const WINDOW: Duration = Duration::from_secs(15);
 /// How many forks the first-call comparison takes.
 const CALLS: usize = 7;
 
-/// CPU ticks (1/100 s) used so far by every process serving `home`.
+/// CPU ticks (1/100 s) used so far by every process serving `home` (with
+/// children they reaped: none do during a window).
 fn ticks_of(home: &Path) -> u64 {
     processes_of(home)
         .into_iter()
         .filter_map(|(pid, _)| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            own_ticks(&stat)
+            workspace::store::process::cpu_ticks(&stat)
         })
         .sum()
-}
-
-/// utime + stime of a `/proc/PID/stat` line (fields 14 and 15, counted
-/// after the command name's last `)`).
-fn own_ticks(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some(field(14)? + field(15)?)
 }
 
 /// Percent of one core the processes of `home` use over `WINDOW`.
@@ -125,17 +117,4 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
         first / again
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::own_ticks;
-
-    #[test]
-    fn a_stat_line_gives_its_user_and_system_ticks() {
-        let stat = "57 (microagent-vmm) S 1 57 57 0 -1 4194304 100 0 0 0 30 12 5 4 20 0 1 0";
-        assert_eq!(own_ticks(stat), Some(42));
-        assert_eq!(own_ticks("57 (a) b) S 1 2 3 4 5 6 7 8 9 10 1 1"), Some(2));
-        assert_eq!(own_ticks("garbage"), None);
-    }
 }

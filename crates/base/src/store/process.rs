@@ -1,5 +1,6 @@
 //! Whether a recorded VMM process is still the one we started: pid plus its
-//! start time from `/proc`, so a recycled pid never looks alive.
+//! start time from `/proc`, so a recycled pid never looks alive; and a
+//! process's CPU time from its `/proc/PID/stat`.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,19 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
         return None;
     }
     fields.get(19)?.parse().ok()
+}
+
+/// A process's CPU time in clock ticks, from its `/proc/PID/stat`: its
+/// own and its waited-for children's, user and system (fields 14 to 17,
+/// counted after the command's closing parenthesis, which the command
+/// itself may contain).
+pub fn cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // After ")": state is field 3, so fields 14..=17 are 11..=14 here.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields.get(11..15)?.iter().try_fold(0u64, |sum, f| {
+        Some(sum.saturating_add(f.parse::<u64>().ok()?))
+    })
 }
 
 /// True while the process `pid` that started at `ticks` runs.
@@ -123,6 +137,24 @@ pub fn wait_gone(pid: u32, ticks: u64, timeout: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_whatever_it_holds() {
+        let stat = "812 (chrome) a) b) S 1 812 812 0 -1 4194560 9 0 0 0 150 25 3 2 20 0 1";
+        assert_eq!(cpu_ticks(stat), Some(150 + 25 + 3 + 2));
+        assert_eq!(cpu_ticks("812 (chrome) S 1 812"), None);
+        assert_eq!(cpu_ticks("no parenthesis"), None);
+        assert_eq!(
+            cpu_ticks("1 (x) S 1 1 1 0 -1 0 0 0 0 0 nope 1 1 1"),
+            None,
+            "a field that is no number is no figure"
+        );
+        assert_eq!(
+            cpu_ticks(&format!("1 (x) S 1 1 1 0 -1 0 0 0 0 0 {} 1 0 0", u64::MAX)),
+            Some(u64::MAX),
+            "sums saturate"
+        );
+    }
 
     #[test]
     fn a_missing_or_running_process_has_no_exiting_threads() {

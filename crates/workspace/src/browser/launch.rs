@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use base::store::process::cpu_ticks;
+
 use crate::browser::cdp;
 use crate::browser::state::BrowserDir;
 use crate::browser::{BrowserError, BrowserEventKind};
@@ -281,19 +283,6 @@ impl ChromiumProgress {
     }
 }
 
-/// A process's CPU time in clock ticks, from its `/proc/PID/stat`: its
-/// own and its waited-for children's, user and system (fields 14 to 17,
-/// counted after the command's closing parenthesis, which the command
-/// itself may contain).
-pub fn cpu_ticks(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    // After ")": state is field 3, so fields 14..=17 are 11..=14 here.
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields.get(11..15)?.iter().try_fold(0u64, |sum, f| {
-        Some(sum.saturating_add(f.parse::<u64>().ok()?))
-    })
-}
-
 /// `DevTools listening on ws://127.0.0.1:PORT/devtools/browser/ID`, which
 /// Chromium writes to stderr once DevTools listens.
 pub fn parse_listening(stderr: &str) -> Option<(u16, String)> {
@@ -308,24 +297,6 @@ pub fn parse_listening(stderr: &str) -> Option<(u16, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_time_is_read_after_the_command_whatever_it_holds() {
-        let stat = "812 (chrome) a) b) S 1 812 812 0 -1 4194560 9 0 0 0 150 25 3 2 20 0 1";
-        assert_eq!(cpu_ticks(stat), Some(150 + 25 + 3 + 2));
-        assert_eq!(cpu_ticks("812 (chrome) S 1 812"), None);
-        assert_eq!(cpu_ticks("no parenthesis"), None);
-        assert_eq!(
-            cpu_ticks("1 (x) S 1 1 1 0 -1 0 0 0 0 0 nope 1 1 1"),
-            None,
-            "a field that is no number is no figure"
-        );
-        assert_eq!(
-            cpu_ticks(&format!("1 (x) S 1 1 1 0 -1 0 0 0 0 0 {} 1 0 0", u64::MAX)),
-            Some(u64::MAX),
-            "sums saturate"
-        );
-    }
 
     #[test]
     fn the_active_port_file_is_read_and_odd_ones_refused() {
