@@ -6,7 +6,10 @@
 //! processes (VMMs and passt) over a window while they idle running, then
 //! over the same window once every one is paused; then `exec true` on
 //! paused forks (the call that wakes each) beside a second `exec true` on
-//! the same fork, running, median of several.
+//! the same fork, running, median of several; then `hibernate` of those
+//! forks, what is left of them on the host, and `exec true` on each
+//! hibernated one (it is restored first) beside a warm start (`start` of
+//! a fresh `minimal` workspace from the image's warm snapshot, no pool).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -104,6 +107,7 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
         }
     }
     let (first, again) = (median(first), median(again));
+    let hibernated = hibernate_and_call(bin, home)?;
     println!("idle: {forks} forks of one 256 MiB minimal snapshot, --idle-pause {IDLE_PAUSE}:");
     println!(
         "  host CPU of all their processes, running idle   {running:>7.1} % of a core ({WINDOW:?})"
@@ -116,5 +120,96 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
         "  exec true on the same fork, running (reference) {again:>7.0} ms median of {CALLS} ({:.2}x)",
         first / again
     );
+    let h = hibernated;
+    println!(
+        "  hibernate an idle-paused fork                   {:>7.0} ms median of {CALLS} ({:.1} MiB of memory written each)",
+        h.hibernate_ms,
+        h.memory_mib
+    );
+    println!(
+        "  processes left of {CALLS} hibernated forks          {:>7}",
+        h.processes_left
+    );
+    println!(
+        "  exec true on a hibernated fork (it is restored) {:>7.0} ms median of {CALLS}",
+        h.call_ms
+    );
+    println!(
+        "  warm start of a fresh workspace (reference)     {:>7.0} ms median of {CALLS} ({:.2}x)",
+        h.warm_ms,
+        h.call_ms / h.warm_ms
+    );
     Ok(())
+}
+
+/// What hibernating the first forks cost and left.
+struct Hibernated {
+    hibernate_ms: f64,
+    memory_mib: f64,
+    processes_left: usize,
+    call_ms: f64,
+    warm_ms: f64,
+}
+
+/// Hibernates `f0` .. `f{CALLS - 1}`, counts what is left of them, calls
+/// each (restoring it), and times as many warm starts.
+fn hibernate_and_call(bin: &Path, home: &Path) -> anyhow::Result<Hibernated> {
+    let (mut hibernate, mut memory) = (Vec::new(), Vec::new());
+    let before = processes_of(home).len();
+    for i in 0..CALLS {
+        let name = format!("f{i}");
+        let t = Instant::now();
+        let meta = microagent(bin, home, &["hibernate", &name, "--json"])?;
+        hibernate.push(t.elapsed().as_secs_f64() * 1000.0);
+        if meta["state"] != "hibernated" {
+            bail!("{name} did not hibernate: {meta}");
+        }
+        let file = home
+            .join("workspaces")
+            .join(&name)
+            .join("hibernation")
+            .join(vmm_core::snapshot::MEMORY_FILE);
+        memory.push(allocated_mib(&file));
+    }
+    // Each fork had a VMM and a passt.
+    let processes_left = (processes_of(home).len() + 2 * CALLS).saturating_sub(before);
+    let mut calls = Vec::new();
+    for i in 0..CALLS {
+        let t = Instant::now();
+        microagent(
+            bin,
+            home,
+            &["exec", &format!("f{i}"), "--json", "--", "true"],
+        )?;
+        calls.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let mut warm = Vec::new();
+    for i in 0..CALLS {
+        let name = format!("w{i}");
+        microagent(
+            bin,
+            home,
+            &["create", &name, "--image", "minimal", "--json"],
+        )?;
+        let t = Instant::now();
+        let meta = microagent(bin, home, &["start", &name, "--json"])?;
+        warm.push(t.elapsed().as_secs_f64() * 1000.0);
+        if meta["runtime"]["start_kind"] != "warm" {
+            bail!("{name} did not start warm: {meta}");
+        }
+        let _ = microagent(bin, home, &["halt", &name]);
+    }
+    Ok(Hibernated {
+        hibernate_ms: median(hibernate),
+        memory_mib: median(memory),
+        processes_left,
+        call_ms: median(calls),
+        warm_ms: median(warm),
+    })
+}
+
+/// MiB of disk a sparse file takes.
+fn allocated_mib(file: &Path) -> f64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(file).map_or(0.0, |m| (m.blocks() * 512) as f64 / f64::from(1u32 << 20))
 }

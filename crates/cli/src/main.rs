@@ -165,6 +165,22 @@ enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STOP_TIMEOUT.as_secs())]
         timeout: u64,
     },
+    /// Write a running workspace's whole machine into its directory and end
+    /// its VMM: it then costs no memory and no CPU, and the next command,
+    /// copy, terminal or `resume` restores it as it was (processes, open
+    /// files, /tmp). `stop` discards it.
+    Hibernate {
+        /// Workspace name.
+        name: String,
+        /// Seconds the machine may take to be written.
+        #[arg(long, value_name = "SECONDS", default_value_t = workspace::DEFAULT_HIBERNATE_TIMEOUT.as_secs())]
+        timeout: u64,
+    },
+    /// Restore a hibernated workspace now, or run a paused one again.
+    Resume {
+        /// Workspace name.
+        name: String,
+    },
     /// Tear a workspace's VM down at once (unsynced guest writes are lost).
     Halt {
         /// Workspace name.
@@ -404,6 +420,8 @@ async fn run_workspace_command(
             timeout,
         } => w::start(ws, name, *cold, *timeout, json).await,
         Command::Stop { name, timeout } => w::stop(ws, name, *timeout, json).await,
+        Command::Hibernate { name, timeout } => w::hibernate(ws, name, *timeout, json).await,
+        Command::Resume { name } => w::resume(ws, name, json).await,
         Command::Halt { name } => w::halt(ws, name, json),
         Command::Delete { name, yes, force } => w::delete(ws, name, *yes, *force, json),
         Command::List {

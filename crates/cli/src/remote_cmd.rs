@@ -86,6 +86,8 @@ fn target(cmd: &Command) -> Option<&str> {
         Command::Start { name, .. }
         | Command::Stop { name, .. }
         | Command::Halt { name }
+        | Command::Hibernate { name, .. }
+        | Command::Resume { name }
         | Command::Delete { name, .. }
         | Command::Inspect { name }
         | Command::Ttl { name, .. }

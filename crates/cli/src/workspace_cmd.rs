@@ -49,6 +49,12 @@ pub struct SpecArgs {
     /// published-port connection or terminal resumes it.
     #[arg(long = "idle-pause", value_name = "DURATION", value_parser = parse_idle_pause)]
     pub idle_pause_secs: Option<u64>,
+    /// Hibernate it once it has had nothing to do this long: its machine
+    /// is written into its directory and its VMM ends (no memory, no CPU);
+    /// the next call restores it as it was. 30m, 2h; 0 never (default:
+    /// config.json's idle.hibernate_secs, else never).
+    #[arg(long = "idle-hibernate", value_name = "DURATION", value_parser = parse_idle_hibernate)]
+    pub idle_hibernate_secs: Option<u64>,
     /// Network: `user` (rootless NAT; the host's loopback is reachable as
     /// host.microagent.internal on the ports --allow host:PORT opens),
     /// `none`, or one from `network create`.
@@ -156,6 +162,7 @@ impl SpecArgs {
             labels: self.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
             ttl_secs: self.ttl_secs,
             idle_pause_secs: self.idle_pause_secs,
+            idle_hibernate_secs: self.idle_hibernate_secs,
             network: self.network.clone(),
             ports: self.ports.clone(),
             egress: self.egress.map(crate::network_cmd::EgressArg::egress),
@@ -320,6 +327,35 @@ pub async fn stop(
         .stop(Duration::from_secs(timeout))
         .await?;
     Ok(done(&meta, json))
+}
+
+pub async fn hibernate(
+    ws: &Workspaces,
+    name: &str,
+    timeout: u64,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let meta = ws
+        .workspace(name)?
+        .hibernate(Duration::from_secs(timeout))
+        .await?;
+    Ok(done(&meta, json))
+}
+
+/// Restores a hibernated workspace, or runs a paused one's vCPUs again.
+pub async fn resume(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
+    let dev = ws.workspace(name)?;
+    let show = !json && output::interactive() && dev.get()?.state == State::Hibernated;
+    if show {
+        eprint!("resuming {name} from its hibernation...");
+        let _ = std::io::stderr().flush();
+    }
+    let resumed = dev.resume().await;
+    if show {
+        eprintln!();
+    }
+    resumed?;
+    Ok(done(&dev.get()?, json))
 }
 
 pub fn halt(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Error> {
@@ -501,6 +537,24 @@ pub fn inspect(ws: &Workspaces, name: &str, json: bool) -> Result<ExitCode, Erro
             println!("  paused      {} for {}", cause.name(), age(since));
         }
     }
+    let now = workspace::host::settings::now_ms();
+    if let Some(h) = &info.meta.hibernation {
+        let ttl = h
+            .ttl_left_ms
+            .map(|left| format!("; ttl left {}", age(left)))
+            .unwrap_or_default();
+        println!(
+            "  hibernated  {} for {}{ttl} (the next call resumes it)",
+            output::field(&h.by),
+            age(now.saturating_sub(h.at_ms))
+        );
+    }
+    if info.meta.hibernated_ms > 0 {
+        println!(
+            "  hibernated  {} before this, in all",
+            age(info.meta.hibernated_ms)
+        );
+    }
     println!("  disk used   {} KiB", info.disk_used_bytes / 1024);
     if let Some(n) = &info.network {
         println!("{}", network_line(n));
@@ -578,6 +632,12 @@ fn parse_ttl(s: &str) -> Result<u64, String> {
 fn parse_idle_pause(s: &str) -> Result<u64, String> {
     let secs = parse_ttl(s)?;
     workspace::host::idle::check_pause_secs(secs).map_err(|e| e.to_string())?;
+    Ok(secs)
+}
+
+fn parse_idle_hibernate(s: &str) -> Result<u64, String> {
+    let secs = parse_ttl(s)?;
+    workspace::host::idle::check_hibernate_secs(secs).map_err(|e| e.to_string())?;
     Ok(secs)
 }
 

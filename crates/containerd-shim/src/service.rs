@@ -377,12 +377,14 @@ impl Service {
             "{} workspace {name}",
             if pause { "pause" } else { "resume" }
         );
-        tokio::task::spawn_blocking(move || {
-            let ws = all.workspace(&name)?;
+        // A resume may restore a hibernated workspace: async.
+        tokio::task::spawn(async move {
             if pause {
-                ws.pause()
+                tokio::task::spawn_blocking(move || all.workspace(&name)?.pause())
+                    .await
+                    .map_err(|e| workspace::Error::BlockingStep(e.to_string()))?
             } else {
-                ws.resume()
+                all.workspace(&name)?.resume().await
             }
         })
         .await

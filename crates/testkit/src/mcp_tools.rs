@@ -3,7 +3,7 @@
 //! crate's tests and the CLI's stdio tests.
 
 /// Every tool.
-pub const TOOLS: [&str; 86] = [
+pub const TOOLS: [&str; 87] = [
     "agent_list",
     "agent_register",
     "agent_workspace",
@@ -82,6 +82,7 @@ pub const TOOLS: [&str; 86] = [
     "workspace_extend_ttl",
     "workspace_fork",
     "workspace_halt",
+    "workspace_hibernate",
     "workspace_inspect",
     "workspace_list",
     "workspace_logs",
@@ -136,7 +137,7 @@ pub const READ_ONLY: [&str; 39] = [
 ];
 
 /// Those that take `preview: true`.
-pub const WITH_PREVIEW: [&str; 12] = [
+pub const WITH_PREVIEW: [&str; 13] = [
     "copy_in",
     "copy_out",
     "file_remove",
@@ -148,6 +149,7 @@ pub const WITH_PREVIEW: [&str; 12] = [
     "volume_delete",
     "workspace_delete",
     "workspace_halt",
+    "workspace_hibernate",
     "workspace_stop",
 ];
 

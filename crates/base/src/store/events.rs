@@ -116,6 +116,15 @@ pub enum EventKind {
         /// How long it was paused, ms.
         paused_ms: u64,
     },
+    /// Its machine was written into its directory and its VMM ended.
+    Hibernated {
+        /// What hibernated it: `request` (`hibernate`) or `idle`.
+        by: String,
+        /// Bytes of guest memory written (the rest are holes).
+        memory_bytes: u64,
+        /// From the request to the files written, ms.
+        took_ms: u64,
+    },
     /// It was created as a fork.
     Forked {
         /// The workspace it was forked from.

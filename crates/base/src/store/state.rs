@@ -18,16 +18,20 @@ pub enum State {
     Stopping,
     /// Its VMM process died without being asked to (kill -9, crash, guest panic).
     Crashed,
+    /// Its whole machine is written into its directory and its VMM is
+    /// gone; the next call (or `start`, `resume`) restores it as it was.
+    Hibernated,
 }
 
 impl State {
     /// Every state, for `contract` output and tests.
-    pub const ALL: [State; 5] = [
+    pub const ALL: [State; 6] = [
         State::Stopped,
         State::Starting,
         State::Running,
         State::Stopping,
         State::Crashed,
+        State::Hibernated,
     ];
 
     /// Stable lowercase name.
@@ -38,6 +42,7 @@ impl State {
             State::Running => "running",
             State::Stopping => "stopping",
             State::Crashed => "crashed",
+            State::Hibernated => "hibernated",
         }
     }
 
@@ -51,10 +56,11 @@ impl State {
         use State::*;
         matches!(
             (self, next),
-            (Stopped | Crashed, Starting)
+            (Stopped | Crashed | Hibernated, Starting)
                 | (Starting, Running | Stopping | Crashed)
-                | (Running, Stopping | Crashed)
+                | (Running, Stopping | Crashed | Hibernated)
                 | (Stopping, Stopped | Crashed)
+                | (Hibernated, Stopped)
         )
     }
 
@@ -104,6 +110,16 @@ mod tests {
             s = s.become_(next).unwrap();
         }
         assert_eq!(s, State::Starting);
+    }
+
+    #[test]
+    fn a_running_workspace_hibernates_and_comes_back_or_is_stopped() {
+        assert!(State::Running.can_become(State::Hibernated));
+        assert!(State::Hibernated.can_become(State::Starting));
+        assert!(State::Hibernated.can_become(State::Stopped));
+        assert!(!State::Hibernated.can_become(State::Running));
+        assert!(!State::Stopped.can_become(State::Hibernated));
+        assert!(!State::Hibernated.has_vmm());
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub const CONTROL_SOCKET: &str = "control.sock";
 pub const VSOCK_SOCKET: &str = "vsock.sock";
 /// The VMM process's own log (its stderr).
 pub const VMM_LOG: &str = "vmm.log";
+/// The hibernated machine (memory and state; the disk stays where it is).
+pub const HIBERNATION_DIR: &str = "hibernation";
 /// The starter's ticket for the VMM process it is launching.
 const LAUNCH_TICKET: &str = "launch.ticket";
 /// The agent's vsock port.
@@ -238,6 +240,72 @@ impl WorkspaceDir {
         Ok(write_json_atomic(&self.meta_path(), meta)?)
     }
 
+    /// Where its hibernated machine is kept (see [`HIBERNATION_DIR`]).
+    pub fn hibernation(&self) -> PathBuf {
+        self.dir.join(HIBERNATION_DIR)
+    }
+
+    /// Where a hibernation is written before it takes its name, and where
+    /// the one it replaces goes meanwhile.
+    pub fn hibernation_scratch(&self) -> [PathBuf; 2] {
+        [".hibernation.tmp", ".hibernation.old"].map(|n| self.dir.join(n))
+    }
+
+    /// Removes every hibernated machine it has, whole or half written (a
+    /// start that does not restore it; a stop). No VMM may run.
+    pub fn remove_hibernation(&self) {
+        for dir in std::iter::once(self.hibernation()).chain(self.hibernation_scratch()) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// Records that it hibernated: `state` becomes Hibernated, the
+    /// runtime gives way to `hibernation`, the event is logged and the
+    /// sockets removed. Hold the workspace lock.
+    pub fn record_hibernated(
+        &self,
+        meta: &mut Meta,
+        hibernation: crate::store::spec::Hibernation,
+        memory_bytes: u64,
+        took_ms: u64,
+    ) -> Result<()> {
+        self.clear_pending_identity();
+        meta.state = meta.state.become_(State::Hibernated)?;
+        meta.runtime = None;
+        let by = hibernation.by.clone();
+        meta.hibernation = Some(hibernation);
+        self.write_meta(meta)?;
+        self.remove_sockets();
+        self.events().append(EventKind::Hibernated {
+            by,
+            memory_bytes,
+            took_ms,
+        })?;
+        Ok(())
+    }
+
+    /// Records that its hibernated machine was discarded (a stop or a halt
+    /// of a hibernated workspace): it becomes stopped, its disk as the
+    /// guest left it, the hibernated time counted. Hold the workspace lock.
+    pub fn record_hibernation_discarded(&self, meta: &mut Meta, reason: &str) -> Result<()> {
+        meta.state = meta.state.become_(State::Stopped)?;
+        let now = now_ms();
+        if let Some(h) = meta.hibernation.take() {
+            meta.hibernated_ms = meta
+                .hibernated_ms
+                .saturating_add(now.saturating_sub(h.at_ms));
+        }
+        meta.last_exit = Some(LastExit {
+            at_ms: now,
+            reason: reason.to_owned(),
+            console_tail: Vec::new(),
+        });
+        self.write_meta(meta)?;
+        self.remove_hibernation();
+        self.events().append(EventKind::Stopped)?;
+        Ok(())
+    }
+
     /// Removes the VMM's sockets (after it is gone).
     pub fn remove_sockets(&self) {
         let _ = std::fs::remove_file(self.control());
@@ -282,6 +350,8 @@ impl WorkspaceDir {
         });
         self.write_meta(meta)?;
         self.remove_sockets();
+        // A run restored from a hibernation no longer needs it.
+        self.remove_hibernation();
         self.events().append(if crashed {
             EventKind::Crashed {
                 reason: reason.to_owned(),

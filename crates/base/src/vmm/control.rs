@@ -34,6 +34,10 @@ pub enum ControlRequest {
         /// The directory.
         dir: PathBuf,
     },
+    /// Write the machine (memory and state; the disks stay where they are)
+    /// into the workspace's hibernation directory, record it hibernated
+    /// and end the VMM process without shutting the guest down.
+    Hibernate,
     /// Start serving a published port on the listening socket sent with
     /// the request (the caller binds it: the VMM opens no internet socket).
     Publish {
@@ -84,7 +88,7 @@ pub enum ControlResponse {
         /// Unix ms when the TTL stops the VM.
         ttl_deadline_ms: Option<u64>,
     },
-    /// The answer to `snapshot`.
+    /// The answer to `snapshot` and `hibernate`.
     Snapshot {
         /// How long the guest was paused, in microseconds.
         paused_us: u64,
@@ -284,6 +288,7 @@ mod tests {
                 | ControlRequest::EgressDenials
                 | ControlRequest::Pause
                 | ControlRequest::Resume
+                | ControlRequest::Hibernate
                 | ControlRequest::Unpublish { .. } => ControlResponse::Error {
                     message: "no".into(),
                 },

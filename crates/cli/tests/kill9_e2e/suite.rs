@@ -249,6 +249,47 @@ fn the_vmm(cli: &CliHome) {
     assert_eq!(state(cli, "c")["state"], "crashed");
     cli.ok_json(&["delete", "c", "--yes", "--json"]);
 
+    // hibernate: killed after the machine is written, before the record:
+    // crashed, nothing named half; killed after the record: hibernated
+    // and whole, and the next call restores it.
+    // (each a fresh workspace: a warm start, not a boot)
+    for (name, step, after) in [
+        ("h1", "vmm:hibernation-written", "crashed"),
+        ("h2", "vmm:hibernated", "hibernated"),
+    ] {
+        cli.ok_json(&["create", name, "--json"]);
+        let started = cli
+            .command(&["start", name, "--json"])
+            .env(PAUSE_VAR, step)
+            .output()
+            .unwrap();
+        assert!(started.status.success(), "{started:?}");
+        let hibernate = cli
+            .command(&["hibernate", name, "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        kill_vmm_at(cli, name, step);
+        // Its answer never came: the CLI says so either way.
+        let hibernated = hibernate.wait_with_output().unwrap();
+        assert!(!hibernated.status.success(), "{hibernated:?}");
+        let info = state(cli, name);
+        assert_eq!(info["state"], after, "{info}");
+        let ws = cli.home().join("workspaces").join(name);
+        assert_eq!(ws.join("hibernation").exists(), after == "hibernated");
+    }
+    let run = cli.run(&["exec", "h2", "--", "echo", "whole"]);
+    assert_eq!(
+        (run.status, run.stdout.as_str()),
+        (0, "whole\n"),
+        "{}",
+        run.stderr
+    );
+    for name in ["h1", "h2"] {
+        cli.ok_json(&["delete", name, "--yes", "--force", "--json"]);
+    }
+
     cli.ok_json(&["create", "d", "--json"]);
     let started = cli
         .command(&["start", "d", "--json"])

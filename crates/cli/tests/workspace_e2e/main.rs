@@ -9,6 +9,7 @@ use testkit::terminal::Terminal;
 
 mod balloon;
 mod confinement;
+mod hibernate;
 mod idle;
 mod pool;
 mod services;

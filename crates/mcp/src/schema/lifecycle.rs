@@ -76,6 +76,13 @@ pub struct CreateParams {
     /// (the caller sees only the latency).
     #[schemars(range(min = 0, max = workspace::host::idle::MAX_PAUSE_SECS))]
     pub idle_pause_secs: Option<u64>,
+    /// Hibernate it after this many seconds with nothing to do: its
+    /// machine is written into its directory and its VMM ends (no memory,
+    /// no CPU); any call restores it as it was. 0 never, else 5 to 604800;
+    /// default: the server's setting, else never. Not for a workspace
+    /// with services.
+    #[schemars(range(min = 0, max = workspace::host::idle::MAX_PAUSE_SECS))]
+    pub idle_hibernate_secs: Option<u64>,
     /// Network: "user" (rootless NAT through the host) or "none"; default
     /// "user".
     pub network: Option<String>,
@@ -234,6 +241,20 @@ pub struct StopParams {
     pub name: String,
     /// Seconds the guest gets to shut down cleanly before the VM is torn
     /// down, 1 to 600; default 30.
+    #[schemars(range(min = 1, max = MAX_STOP_TIMEOUT_SECS))]
+    pub timeout_secs: Option<u64>,
+    /// Only report what would happen; change nothing.
+    #[serde(default)]
+    pub preview: bool,
+}
+
+/// `workspace_hibernate`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HibernateParams {
+    /// Workspace name.
+    pub name: String,
+    /// Seconds the machine may take to be written, 1 to 600; default 120.
     #[schemars(range(min = 1, max = MAX_STOP_TIMEOUT_SECS))]
     pub timeout_secs: Option<u64>,
     /// Only report what would happen; change nothing.
@@ -479,6 +500,14 @@ fn describe(kind: &EventKind) -> String {
         EventKind::Resumed { by, paused_ms } => {
             format!("resumed by {by} after {paused_ms} ms paused")
         }
+        EventKind::Hibernated {
+            by,
+            memory_bytes,
+            took_ms,
+        } => format!(
+            "hibernated ({by}): {} MiB of memory written in {took_ms} ms",
+            memory_bytes >> 20
+        ),
         EventKind::EgressRefused { refusal } => format!("egress_refused {refusal}"),
         EventKind::Restored { snapshot } => format!("restored `{snapshot}`"),
         EventKind::WarmSnapshotDiscarded { reason } => {

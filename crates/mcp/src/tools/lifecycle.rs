@@ -106,7 +106,8 @@ impl MicroagentServer {
         change: impl Future<Output = Result<Meta, ToolError>>,
     ) -> ToolResult<ChangeResult> {
         let before = self.meta(name).await?;
-        let action = if !before.state.has_vmm() {
+        // A hibernated one has a machine to discard, or to hibernate as it is.
+        let action = if !before.state.has_vmm() && before.state != workspace::State::Hibernated {
             format!(
                 "workspace `{name}` is {}; {verb} does nothing",
                 before.state
@@ -220,6 +221,7 @@ impl MicroagentServer {
                 (None, None) => None,
             },
             idle_pause_secs: p.idle_pause_secs,
+            idle_hibernate_secs: p.idle_hibernate_secs,
             network: p
                 .network
                 .unwrap_or_else(|| workspace::store::name::DEFAULT_NETWORK.into()),
@@ -379,6 +381,56 @@ impl MicroagentServer {
         };
         self.change_vm(&p.name, p.preview, ("stop", "stopped"), would, stop)
             .await
+    }
+
+    /// Hibernate a running workspace: its whole machine (memory, processes,
+    /// open files) is written into its directory and its VM ends, so it
+    /// costs no memory and no CPU (open connections through its network
+    /// are lost; its published ports wait). Any later call on it (exec, files,
+    /// processes, workspace_start) restores it as it was, in about a warm
+    /// start's time. workspace_stop discards the hibernated machine.
+    /// preview: true reports what would happen.
+    #[tool(
+        output_schema = crate::output::schema::<ChangeResult>(),
+        annotations(
+        title = "Hibernate a workspace",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn workspace_hibernate(
+        &self,
+        Parameters(p): Parameters<HibernateParams>,
+    ) -> ToolResult<ChangeResult> {
+        let timeout = seconds(
+            "timeout_secs",
+            p.timeout_secs,
+            workspace::DEFAULT_HIBERNATE_TIMEOUT.as_secs(),
+            MAX_STOP_TIMEOUT_SECS,
+        )?;
+        let would = |before: &Meta| {
+            format!(
+                "would write workspace `{}` ({}, {} MiB of memory at most) into its directory and end its VM; the next call restores it",
+                before.name, before.state, before.spec.mem_mib
+            )
+        };
+        let hibernate = async {
+            self.ws
+                .workspace(&p.name)?
+                .hibernate(timeout)
+                .await
+                .map_err(Into::into)
+        };
+        self.change_vm(
+            &p.name,
+            p.preview,
+            ("hibernate", "hibernated"),
+            would,
+            hibernate,
+        )
+        .await
     }
 
     /// Tear a workspace's VM down at once (like pulling the plug: guest

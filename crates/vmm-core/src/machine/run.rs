@@ -60,6 +60,9 @@ pub(super) enum RunMessage {
     Resume(Reply<()>),
     /// Write a snapshot into a directory.
     Snapshot(PathBuf, Reply<SnapshotTaken>),
+    /// Pause, write memory and state (no disk copies) into a directory,
+    /// and stay paused.
+    Hibernate(PathBuf, Reply<SnapshotTaken>),
 }
 
 impl From<VcpuExitReport> for RunMessage {
@@ -114,6 +117,14 @@ impl MachineHandle {
     /// again afterwards, a paused one stays paused.
     pub fn snapshot(&self, dir: &Path) -> Result<SnapshotTaken, MachineError> {
         self.ask(|reply| RunMessage::Snapshot(dir.to_path_buf(), reply))
+    }
+
+    /// Pauses the machine and writes its memory and state into `dir` (an
+    /// existing, empty directory), without copies of its disks: a restore
+    /// takes the disks as they are, so nothing may write them in between.
+    /// The machine stays paused, for [`MachineHandle::stop`].
+    pub fn hibernate(&self, dir: &Path) -> Result<SnapshotTaken, MachineError> {
+        self.ask(|reply| RunMessage::Hibernate(dir.to_path_buf(), reply))
     }
 }
 
@@ -243,7 +254,7 @@ impl Runner {
         let was_running = matches!(self.phase, Phase::Running { .. });
         self.pause()?;
         let paused_at = Instant::now();
-        let written = self.write_snapshot(dir, &host);
+        let written = self.write_snapshot(dir, &host, true);
         let paused = if was_running {
             let resumed = self.resume_retrying();
             let paused = paused_at.elapsed();
@@ -274,10 +285,22 @@ impl Runner {
         }
     }
 
+    /// Pauses and writes memory and state, no disks; stays paused.
+    fn hibernate(&mut self, dir: &Path) -> Result<SnapshotTaken, MachineError> {
+        let started = Instant::now();
+        let host = self.machine.vm.host_cpu()?;
+        self.pause()?;
+        let mut taken = self.write_snapshot(dir, &host, false)?;
+        taken.total = started.elapsed();
+        taken.paused = taken.total;
+        Ok(taken)
+    }
+
     fn write_snapshot(
         &self,
         dir: &Path,
         host: &crate::vm::HostCpu,
+        with_disks: bool,
     ) -> Result<SnapshotTaken, MachineError> {
         let Phase::Paused { vcpus, .. } = &self.phase else {
             return Err(MachineError::NotRunning);
@@ -318,7 +341,7 @@ impl Runner {
         let memory = memory_file::save(&m.mem, &files.memory()).map_err(SnapshotError::from)?;
         let mut disks = Vec::new();
         for (index, (_, _, source)) in m.devices.disks.iter().enumerate() {
-            let Some(source) = source else {
+            let Some(source) = source.as_ref().filter(|_| with_disks) else {
                 continue;
             };
             let to = files.disk(index);
@@ -420,6 +443,7 @@ impl Machine {
                 Ok(RunMessage::Pause(to)) => reply(to, runner.pause()),
                 Ok(RunMessage::Resume(to)) => reply(to, runner.resume()),
                 Ok(RunMessage::Snapshot(dir, to)) => reply(to, runner.snapshot(&dir)),
+                Ok(RunMessage::Hibernate(dir, to)) => reply(to, runner.hibernate(&dir)),
                 // The runner holds a sender, so the channel never disconnects.
                 Err(mpsc::RecvTimeoutError::Disconnected) => break Err(vcpus_gone()),
                 Err(mpsc::RecvTimeoutError::Timeout) => {

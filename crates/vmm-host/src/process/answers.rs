@@ -74,6 +74,19 @@ pub(super) fn handle_control(
                 },
             }
         }
+        ControlRequest::Hibernate => match super::hibernate::hibernate(shared, "request") {
+            Ok(w) => ControlResponse::Snapshot {
+                paused_us: w.total_us,
+                total_us: w.total_us,
+                memory_data_bytes: w.memory_bytes,
+            },
+            Err(message) => ControlResponse::Error {
+                message: format!(
+                    "workspace `{}` could not hibernate: {message}",
+                    shared.ws.name()
+                ),
+            },
+        },
         ControlRequest::Publish { mapping } => match fd {
             Some(fd) => publish(shared, mapping, std::net::TcpListener::from(fd)),
             None => ControlResponse::Error {

@@ -24,14 +24,37 @@ const PAUSED_LOOK: Duration = Duration::from_secs(5);
 /// How long the check's own connection may take to close before a pause.
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// When an idle guest drops its caches and when it pauses.
+/// When an idle guest drops its caches, when it pauses, and how long
+/// after the pause it hibernates.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct IdlePolicy {
     pub reclaim_after: Option<Duration>,
     pub pause_after: Option<Duration>,
+    pub hibernate_after_pause: Option<Duration>,
 }
 
 impl IdlePolicy {
+    /// From the settings: a guest that hibernates pauses first (when it
+    /// has no earlier pause, at its hibernation time), and hibernates
+    /// once idle for `hibernate_after` in all.
+    pub fn new(
+        reclaim_after: Option<Duration>,
+        pause_after: Option<Duration>,
+        hibernate_after: Option<Duration>,
+    ) -> Self {
+        let pause_after = match (pause_after, hibernate_after) {
+            (Some(p), Some(h)) => Some(p.min(h)),
+            (p, h) => p.or(h),
+        };
+        Self {
+            reclaim_after,
+            pause_after,
+            hibernate_after_pause: hibernate_after
+                .zip(pause_after)
+                .map(|(h, p)| h.saturating_sub(p)),
+        }
+    }
+
     /// How often the watcher looks (the agent is asked only once nothing
     /// has arrived for a whole setting): a quarter of the shorter setting,
     /// so the guest goes within a quarter of it of being idle; None when
@@ -154,7 +177,8 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
             continue;
         };
         if let Some(paused_at) = pause_idle(shared, arrivals, answer.idle_secs) {
-            wait_paused(shared, arrivals, paused_at);
+            let hibernate_at = policy.hibernate_after_pause.map(|d| paused_at + d);
+            wait_paused(shared, arrivals, paused_at, hibernate_at);
         }
     }
 }
@@ -215,9 +239,15 @@ fn pause_idle(shared: &Shared, arrivals: &HostArrivals, idle_secs: u64) -> Optio
 }
 
 /// Waits while the guest is paused: resumes it when a host program
-/// arrives while the pause is the idle one; a pause on request in between
-/// waits for its `resume`.
-fn wait_paused(shared: &Shared, arrivals: &HostArrivals, paused_at: Instant) {
+/// arrives while the pause is the idle one, hibernates it at
+/// `hibernate_at` if nothing did; a pause on request in between waits for
+/// its `resume`.
+fn wait_paused(
+    shared: &Arc<Shared>,
+    arrivals: &HostArrivals,
+    paused_at: Instant,
+    mut hibernate_at: Option<Instant>,
+) {
     let mut retry = Duration::from_millis(100);
     let mut requested_recorded = false;
     let by = loop {
@@ -236,7 +266,22 @@ fn wait_paused(shared: &Shared, arrivals: &HostArrivals, paused_at: Instant) {
             std::thread::sleep(PAUSED_LOOK);
             continue;
         }
-        match arrivals.wait(PAUSED_LOOK) {
+        let look = hibernate_at.map_or(PAUSED_LOOK, |at| {
+            at.saturating_duration_since(Instant::now())
+                .min(PAUSED_LOOK)
+        });
+        match arrivals.wait(look) {
+            Ok(false) if hibernate_at.is_some_and(|at| Instant::now() >= at) => {
+                match super::hibernate::hibernate(shared, "idle") {
+                    Ok(_) => return,
+                    // Paused it stays; not tried again this spell.
+                    Err(why) => {
+                        tracing::warn!(%why, "the idle guest stays paused");
+                        hibernate_at = None;
+                    }
+                }
+                continue;
+            }
             Ok(false) => continue,
             Ok(true) => {}
             // Woken anyway: a guest that runs costs CPU, one that cannot
@@ -298,16 +343,35 @@ mod tests {
     #[test]
     fn the_guest_is_asked_every_quarter_of_the_shorter_setting() {
         let secs = |s| Some(Duration::from_secs(s));
-        let every = |reclaim_after, pause_after| {
-            IdlePolicy {
-                reclaim_after,
-                pause_after,
-            }
-            .every()
-        };
+        let every =
+            |reclaim_after, pause_after| IdlePolicy::new(reclaim_after, pause_after, None).every();
         assert_eq!(every(None, None), None);
         assert_eq!(every(secs(600), None), secs(150));
         assert_eq!(every(secs(600), secs(120)), secs(30));
         assert_eq!(every(None, secs(2)), secs(1));
+    }
+
+    #[test]
+    fn a_guest_that_hibernates_pauses_first() {
+        let secs = |s| Some(Duration::from_secs(s));
+        let p = IdlePolicy::new(None, secs(120), secs(600));
+        assert_eq!(
+            (p.pause_after, p.hibernate_after_pause),
+            (secs(120), secs(480))
+        );
+        // No pause of its own: it pauses as it hibernates.
+        let p = IdlePolicy::new(None, None, secs(600));
+        assert_eq!(
+            (p.pause_after, p.hibernate_after_pause),
+            (secs(600), secs(0))
+        );
+        // A hibernation sooner than the pause brings the pause forward.
+        let p = IdlePolicy::new(None, secs(600), secs(60));
+        assert_eq!(
+            (p.pause_after, p.hibernate_after_pause),
+            (secs(60), secs(0))
+        );
+        let p = IdlePolicy::new(secs(900), secs(120), None);
+        assert_eq!(p.hibernate_after_pause, None);
     }
 }

@@ -27,6 +27,7 @@ use vmm_core::machine::MachineHandle;
 use vmm_core::{Machine, StopReason};
 
 mod answers;
+mod hibernate;
 mod idle;
 mod listeners;
 mod memory;
@@ -82,8 +83,10 @@ struct Shared {
     /// Host programs arriving at the vsock socket (what wakes an idle
     /// pause), once the machine exists.
     arrivals: OnceLock<Arc<vmm_core::devices::virtio::vsock::HostArrivals>>,
-    /// When the idle guest drops its caches and pauses.
+    /// When the idle guest drops its caches, pauses and hibernates.
     idle: idle::IdlePolicy,
+    /// It may hibernate: no services (their machines run apart).
+    can_hibernate: bool,
 }
 
 impl Shared {
@@ -305,10 +308,8 @@ impl VmmProcess {
             idle_paused: AtomicBool::new(false),
             transition: Mutex::new(()),
             arrivals: OnceLock::new(),
-            idle: idle::IdlePolicy {
-                reclaim_after: memory::reclaim_after(&state),
-                pause_after: idle_pause_after(&state, &meta.spec),
-            },
+            idle: idle_policy(&state, &meta.spec),
+            can_hibernate: meta.spec.services.is_empty(),
         });
         let machine = match built {
             Ok(m) => {
@@ -456,15 +457,22 @@ impl VmmProcess {
     }
 }
 
-/// How long the workspace may sit idle before it pauses: its own setting,
-/// else the host's (a broken host setting falls back to the default, with
-/// a warning in the VMM's log).
-fn idle_pause_after(state: &StateDir, spec: &base::store::spec::WorkspaceSpec) -> Option<Duration> {
+/// When the idle workspace drops its caches, pauses and hibernates: its
+/// own settings, else the host's (a broken host setting falls back to the
+/// defaults, with a warning in the VMM's log).
+fn idle_policy(state: &StateDir, spec: &base::store::spec::WorkspaceSpec) -> idle::IdlePolicy {
     let config = base::host::idle::IdleConfig::load(state.root()).unwrap_or_else(|e| {
         tracing::warn!("idle settings unreadable, using the defaults: {e}");
         base::host::idle::IdleConfig::default()
     });
-    config.pause_after(spec.idle_pause_secs)
+    let hibernate_after = config
+        .hibernate_after(spec.idle_hibernate_secs)
+        .filter(|_| spec.services.is_empty());
+    idle::IdlePolicy::new(
+        memory::reclaim_after(state),
+        config.pause_after(spec.idle_pause_secs),
+        hibernate_after,
+    )
 }
 
 /// The workspace's record, once it says this process was started for it

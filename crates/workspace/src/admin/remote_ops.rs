@@ -156,6 +156,9 @@ impl ServerPool<'_> {
             )),
             C::Stop { timeout_ms } => json(serde_json::to_value(dev.stop(ms(timeout_ms)).await?)),
             C::Halt {} => json(serde_json::to_value(dev.halt()?)),
+            C::Hibernate { timeout_ms } => {
+                json(serde_json::to_value(dev.hibernate(ms(timeout_ms)).await?))
+            }
             C::Delete { force } => json(serde_json::to_value(
                 dev.delete(DeleteOptions::default().force(force))?,
             )),

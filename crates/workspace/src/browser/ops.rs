@@ -58,7 +58,7 @@ impl<'a> Call<'a> {
             }
             .into());
         }
-        let (ws_dir, _) = ws.all.running(ws.name.as_str())?;
+        let (ws_dir, _) = ws.all.awake(ws.name.as_str()).await?;
         let dir = BrowserDir::new(ws_dir.path());
         let lock = dir.lock().await?;
         let began = std::time::Instant::now();

@@ -73,7 +73,7 @@ impl Workspace<'_> {
             return self.exec_there(&remote, req, input, on_event).await;
         }
         let (all, name) = (self.all, self.name.as_str());
-        let (ws, meta) = all.running(name)?;
+        let (ws, meta) = all.awake(name).await?;
         let command = req.describe();
         // The agent ends a command at its timeout and reports it; past that
         // and a grace the host stops waiting (an agent that stopped

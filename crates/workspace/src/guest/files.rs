@@ -138,7 +138,7 @@ pub struct ConsoleChunk {
 impl Workspace<'_> {
     /// A connection to its guest's agent; NOT_RUNNING unless it runs.
     pub(crate) async fn agent(self) -> Result<GuestAgentClient<UnixStream>> {
-        let (ws, _) = self.all.running(self.name.as_str())?;
+        let (ws, _) = self.all.awake(self.name.as_str()).await?;
         crate::guest::connect_agent(&ws)
             .await
             .map_err(Error::agent("connect"))

@@ -223,7 +223,7 @@ impl WorkspaceProcesses<'_> {
         }
         let (all, name) = (self.ws.all, self.ws.name.as_str());
         req.check()?;
-        let (ws, meta) = all.running(name)?;
+        let (ws, meta) = all.awake(name).await?;
         let command = req.describe();
         let secrets = req.secret_names();
         let (values, _) = all.resolve_secrets(&secrets)?;

@@ -141,6 +141,7 @@ pub fn claimable(spec: &WorkspaceSpec, member: &WorkspaceSpec) -> bool {
         && spec.serving.is_none()
         // The VMM takes its idle pause when it starts.
         && spec.idle_pause_secs == member.idle_pause_secs
+        && spec.idle_hibernate_secs == member.idle_hibernate_secs
 }
 
 /// The pools of ready workspaces of a collection: `ws.pools()`.
@@ -207,6 +208,11 @@ mod tests {
             ..member_spec("minimal", &Default::default())
         };
         assert!(!claimable(&never_pauses, &member));
+        let hibernates = WorkspaceSpec {
+            idle_hibernate_secs: Some(600),
+            ..member_spec("minimal", &Default::default())
+        };
+        assert!(!claimable(&hibernates, &member));
         // What only the host side reads (labels, env, a TTL) does not matter.
         let labelled = WorkspaceSpec {
             labels: [("team".to_owned(), "a".to_owned())].into(),

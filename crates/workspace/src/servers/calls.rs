@@ -91,6 +91,9 @@ pub enum WorkspaceCall {
         timeout_ms: u64,
     },
     Halt {},
+    Hibernate {
+        timeout_ms: u64,
+    },
     Delete {
         force: bool,
     },
@@ -289,6 +292,7 @@ impl WorkspaceCall {
         match self {
             Self::Start { timeout_ms, .. }
             | Self::Stop { timeout_ms }
+            | Self::Hibernate { timeout_ms }
             | Self::Fork { timeout_ms, .. }
             | Self::ProcessWait { timeout_ms, .. }
             | Self::Exec {

@@ -110,6 +110,11 @@ impl Workspace<'_> {
             return Ok(remote.call_streaming(call, streams).await?);
         }
         let (all, name) = (self.all, self.name.as_str());
+        if self.get_here()?.state == base::store::state::State::Hibernated {
+            // As it was: its services (none: they cannot hibernate) and
+            // repository are part of it already.
+            return all.wake(name, timeout, progress).await;
+        }
         let meta = all
             .snapshots()
             .start_maybe_warm(name, timeout, progress, cold)

@@ -1,5 +1,5 @@
 //! The collection of workspaces (`manager`) and how it is opened
-//! (`builder`), its creates and lists (`collection`), their life cycle (`lifecycle`), the host budget a start
+//! (`builder`), its creates and lists (`collection`), their life cycle with hibernation (`lifecycle`), the host budget a start
 //! checks (`budget`), published ports (`ports`), volume mounts as the collection applies them (`mounts`), the services' handles
 //! and accessors (`services`), the runtime contract
 //! (`contract`) and the one-shot use case (`one_shot`).

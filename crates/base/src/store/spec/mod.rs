@@ -111,7 +111,7 @@ pub const LIMITS: Limits = Limits {
 mod runtime;
 pub mod services;
 
-pub use runtime::{PauseCause, Runtime, StartKind};
+pub use runtime::{Hibernation, PauseCause, Runtime, StartKind};
 
 /// Defaults for a new workspace.
 pub mod defaults {
@@ -152,6 +152,11 @@ pub struct WorkspaceSpec {
     /// `config.json` `idle.pause_secs`, else 120. The next call resumes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_pause_secs: Option<u64>,
+    /// Seconds of idleness before it hibernates (its machine written into
+    /// its directory, its VMM gone; the next call resumes it); 0 never;
+    /// null: the host's `config.json` `idle.hibernate_secs`, else never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_hibernate_secs: Option<u64>,
     /// The network: `user` (rootless NAT, the default) or `none`.
     #[serde(default = "default_network")]
     pub network: String,
@@ -256,6 +261,7 @@ impl Default for WorkspaceSpec {
             labels: BTreeMap::new(),
             ttl_secs: None,
             idle_pause_secs: None,
+            idle_hibernate_secs: None,
             network: default_network(),
             ports: Vec::new(),
             service_ports: Vec::new(),
@@ -314,6 +320,10 @@ impl WorkspaceSpec {
         }
         if let Some(secs) = self.idle_pause_secs {
             crate::host::idle::check_pause_secs(secs)
+                .map_err(|e| SpecError::Invalid(e.to_string()))?;
+        }
+        if let Some(secs) = self.idle_hibernate_secs {
+            crate::host::idle::check_hibernate_secs(secs)
                 .map_err(|e| SpecError::Invalid(e.to_string()))?;
         }
         let service_envs = self.services.iter().map(|s| ("a service's env", &s.env));
@@ -484,6 +494,13 @@ pub struct Meta {
     /// resume its image's warm snapshot instead of booting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pristine: bool,
+    /// Set while it is hibernated: when, and what was left of its TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernation: Option<Hibernation>,
+    /// Milliseconds it spent hibernated before its current run or
+    /// hibernation (counted apart from the time it ran: it cost nothing).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hibernated_ms: u64,
     /// Set on a member of an image's pool of ready workspaces (see
     /// `crate::pool`): listed by no one, claimed by a start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -549,6 +566,18 @@ impl DeleteOptions {
 }
 
 impl Meta {
+    /// Leaves its hibernation as a VMM is launched from it at `now` (ms):
+    /// the hibernated time is counted apart and the TTL goes on with what
+    /// was left of it. The new run's TTL deadline; None when it was not
+    /// hibernated.
+    pub fn leave_hibernation(&mut self, now: u64) -> Option<Option<u64>> {
+        let h = self.hibernation.take()?;
+        self.hibernated_ms = self
+            .hibernated_ms
+            .saturating_add(now.saturating_sub(h.at_ms));
+        Some(h.ttl_left_ms.map(|left| now.saturating_add(left)))
+    }
+
     /// A new workspace's record: stopped, never run, made now.
     pub fn created(name: &str, spec: WorkspaceSpec, pristine: bool) -> Self {
         Meta {
@@ -561,6 +590,8 @@ impl Meta {
             last_exit: None,
             pristine,
             pool: None,
+            hibernation: None,
+            hibernated_ms: 0,
         }
     }
 
@@ -576,6 +607,10 @@ impl Meta {
         }
         Ok(())
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]
@@ -671,6 +706,19 @@ mod tests {
     }
 
     #[test]
+    fn hibernated_time_is_counted_apart_and_the_ttl_goes_on_from_what_was_left() {
+        let mut meta = Meta::created("dev", WorkspaceSpec::default(), false);
+        assert_eq!(meta.leave_hibernation(5_000), None);
+        let mut h = Hibernation::new(1_000, "idle", None);
+        h.ttl_left_ms = Some(30_000);
+        meta.hibernation = Some(h);
+        meta.hibernated_ms = 7;
+        assert_eq!(meta.leave_hibernation(5_000), Some(Some(35_000)));
+        assert_eq!(meta.hibernated_ms, 4_007);
+        assert_eq!(meta.hibernation, None);
+    }
+
+    #[test]
     fn meta_round_trips() {
         let meta = Meta {
             name: "dev".into(),
@@ -695,6 +743,8 @@ mod tests {
             last_exit: None,
             pristine: false,
             pool: None,
+            hibernation: Some(Hibernation::new(9, "idle", None)),
+            hibernated_ms: 10,
         };
         let json = serde_json::to_string(&meta).unwrap();
         assert_eq!(serde_json::from_str::<Meta>(&json).unwrap(), meta);

@@ -104,6 +104,8 @@ pub enum StartKind {
     /// Claimed from its image's pool of ready workspaces: restored from
     /// the warm snapshot before it was asked for, then given its name.
     Pooled,
+    /// Restored from its own hibernation: as it was when it hibernated.
+    Hibernation,
 }
 
 impl StartKind {
@@ -114,6 +116,43 @@ impl StartKind {
             StartKind::Warm => "warm",
             StartKind::Snapshot => "snapshot",
             StartKind::Pooled => "pooled",
+            StartKind::Hibernation => "hibernation",
+        }
+    }
+}
+
+/// A hibernated workspace's machine, written into its directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct Hibernation {
+    /// Unix ms when it hibernated.
+    pub at_ms: u64,
+    /// What hibernated it: `request` or `idle`.
+    pub by: String,
+    /// What was left of its TTL, ms (null without one): hibernated time
+    /// does not count against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_left_ms: Option<u64>,
+    /// Unix ms its last run started (its runtime's `started_at_ms`).
+    pub run_started_at_ms: u64,
+    /// The VMM that wrote it (pid, start ticks), which a wake waits to be
+    /// gone: it records the hibernation before it exits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm: Option<(u32, u64)>,
+}
+
+impl Hibernation {
+    /// Hibernated at `at_ms` by `by`, from a run described by `runtime`.
+    pub fn new(at_ms: u64, by: &str, runtime: Option<&Runtime>) -> Self {
+        Hibernation {
+            at_ms,
+            by: by.to_owned(),
+            ttl_left_ms: runtime
+                .and_then(|r| r.ttl_deadline_ms)
+                .map(|d| d.saturating_sub(at_ms)),
+            run_started_at_ms: runtime.map_or(at_ms, |r| r.started_at_ms),
+            vmm: runtime.map(|r| (r.pid, r.pid_start)),
         }
     }
 }

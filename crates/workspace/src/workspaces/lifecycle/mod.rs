@@ -1,5 +1,8 @@
 //! The life cycle of a workspace with a VMM: start (warm, cold or
-//! restored), stop, halt, delete, and its TTL.
+//! restored), stop, halt, delete, and its TTL; its hibernation and the
+//! wake every call to a guest goes through (`hibernation`, above this).
+
+pub(crate) mod hibernation;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -95,7 +98,7 @@ impl Workspaces {
         self.at(name).get_here()?;
         let (_lock, mut meta) = self.lock_existing(name)?;
         match meta.state {
-            State::Stopped | State::Crashed => {}
+            State::Stopped | State::Crashed | State::Hibernated => {}
             State::Running => {
                 return Err(Error::WrongState {
                     name: name.into(),
@@ -135,6 +138,14 @@ impl Workspaces {
         // Under the same lock: two starts cannot both take a volume.
         self.check_mountable(name, &meta.spec.volumes)?;
         let boot = boot(&meta)?;
+        let ttl_left = if boot.kind == StartKind::Hibernation {
+            meta.leave_hibernation(now_ms())
+        } else {
+            // A machine left by a hibernation that did not finish, or by a
+            // wake that failed, is of no use to this start.
+            ws.remove_hibernation();
+            None
+        };
         // Groups a VMM running as its own account could not remove.
         base::host::cgroup::remove_recorded(ws.path());
         ws.clear_pending_identity();
@@ -203,7 +214,7 @@ impl Workspaces {
             pid,
             pid_start,
             now,
-            meta.spec.ttl_secs.map(|s| now + s * 1000),
+            ttl_left.unwrap_or_else(|| meta.spec.ttl_secs.map(|s| now + s * 1000)),
         );
         runtime.start_kind = Some(boot.kind);
         runtime.launched_mono_ns = Some(launched_mono_ns);
@@ -295,6 +306,9 @@ impl Workspace<'_> {
         let (all, name) = (self.all, self.name.as_str());
         let ws = all.dir(name)?;
         let meta = self.get_here()?;
+        if meta.state == State::Hibernated {
+            return self.halt();
+        }
         let Some(rt) = meta.runtime.clone().filter(|_| meta.state.has_vmm()) else {
             return Ok(meta);
         };
@@ -345,14 +359,6 @@ impl Workspace<'_> {
         all.running(name)?;
         all.pause_or_resume(name, ControlRequest::Pause)
     }
-
-    /// Runs its vCPUs again after [`Workspace::pause`] (resuming one that
-    /// runs does nothing).
-    pub fn resume(self) -> Result<()> {
-        let (all, name) = (self.all, self.name.as_str());
-        all.running(name)?;
-        all.pause_or_resume(name, ControlRequest::Resume)
-    }
 }
 
 impl Workspaces {
@@ -392,6 +398,13 @@ impl Workspaces {
     fn halt_locked(&self, name: &str) -> Result<Meta> {
         let ws = self.dir(name)?;
         let mut meta = ws.read_meta()?;
+        if meta.state == State::Hibernated {
+            ws.record_hibernation_discarded(
+                &mut meta,
+                "stopped while hibernated (its memory discarded)",
+            )?;
+            return Ok(meta);
+        }
         if !meta.state.has_vmm() {
             return Ok(meta);
         }
