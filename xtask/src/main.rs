@@ -11,6 +11,7 @@ mod bench_devices;
 mod bench_forks;
 mod bench_idle;
 mod bench_images;
+mod bench_list;
 mod bench_net;
 mod bench_servers;
 mod bench_snapshot;
@@ -99,7 +100,11 @@ tasks:
                                 (`--release`: the release VMM, as users run it)
   bench idle [--forks N]        forks idle with --idle-pause 45s (default 10): host CPU of all
                                 of them running idle beside paused, and exec on a paused fork
-                                (it resumes) beside exec on it running (`--release` as above)
+                                (it resumes) beside exec on it running; then hibernated: what
+                                is left, and exec on one (it is restored) beside a warm start
+                                (`--release` as above)
+  bench list [--workspaces N]   `microagent list` over N workspaces (default 1000), beside
+                                the process's own floor (`--release` as above)
   bench balloon                 a 1 GiB guest fills 200 MiB of tmpfs and frees it: host PSS
                                 given back and how fast, beside what the fill cost
   bench containerd [--runs N]   `ctr run` to the container's first output through our shim,
@@ -170,6 +175,7 @@ fn main() -> anyhow::Result<()> {
             [what, more @ ..] if what == "tti" => bench_tti::run(more),
             [what, more @ ..] if what == "density" => bench_density::run(more),
             [what, more @ ..] if what == "idle" => bench_idle::run(more),
+            [what, more @ ..] if what == "list" => bench_list::run(more),
             [what, more @ ..] if what == "balloon" => bench_balloon::run(more),
             [what, more @ ..] if what == "containerd" => bench_containerd::run(more),
             [what, more @ ..] if what == "net" => bench_net::run(more),

@@ -38,6 +38,8 @@ const CONTROL_SYSCALLS: &[i64] = &[
     libc::SYS_newfstatat,
     libc::SYS_fstat,
     libc::SYS_statx,
+    // A hibernation's check of the free space for its memory file.
+    libc::SYS_statfs,
     libc::SYS_getdents64,
     libc::SYS_readlink,
     libc::SYS_access,

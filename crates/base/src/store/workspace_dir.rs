@@ -276,11 +276,13 @@ impl WorkspaceDir {
         meta.hibernation = Some(hibernation);
         self.write_meta(meta)?;
         self.remove_sockets();
-        self.events().append(EventKind::Hibernated {
+        // Recorded: the VMM ends now whatever happens to the event (a full
+        // disk right after the memory file), so it is not an error.
+        let _ = self.events().append(EventKind::Hibernated {
             by,
             memory_bytes,
             took_ms,
-        })?;
+        });
         Ok(())
     }
 

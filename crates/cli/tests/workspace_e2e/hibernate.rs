@@ -137,6 +137,9 @@ fn a_hibernated_workspace_costs_nothing_and_the_next_call_restores_it() {
     let pid = run.stdout.trim().to_owned();
     assert!(pid.parse::<u32>().is_ok(), "{pid:?}");
 
+    // A snapshot of it, which may not be restored over its hibernation.
+    cli.ok_json(&["snapshot", "take", "sleeper", "before", "--json"]);
+
     // On request, from one CLI process; restored by the next one's call.
     let began = Instant::now();
     let hibernated = cli.ok_json(&["hibernate", "sleeper", "--json"]);
@@ -147,6 +150,18 @@ fn a_hibernated_workspace_costs_nothing_and_the_next_call_restores_it() {
         host_get(web).is_err(),
         "a hibernated workspace's port answered"
     );
+    // Its machine is running state: neither a restore over it nor a
+    // delete without --force; a TTL set now counts from its wake.
+    let refused = cli.run(&["snapshot", "restore", "before", "--json"]);
+    assert_eq!(refused.error_code(), "CONFLICT", "{}", refused.stderr);
+    let refused = cli.run(&["delete", "sleeper", "--yes", "--json"]);
+    assert_ne!(
+        refused.status, 0,
+        "a hibernated workspace was deleted without --force"
+    );
+    let ttl = cli.ok_json(&["ttl", "sleeper", "1h", "--json"]);
+    assert_eq!(ttl["state"], "hibernated", "{ttl}");
+    assert_eq!(ttl["hibernation"]["ttl_left_ms"], 3_600_000, "{ttl}");
     let began = Instant::now();
     assert_eq!(
         note_and_sleeper(&cli, "sleeper", &pid),
@@ -159,6 +174,10 @@ fn a_hibernated_workspace_costs_nothing_and_the_next_call_restores_it() {
     let info = cli.ok_json(&["inspect", "sleeper", "--json"]);
     assert_eq!(info["state"], "running", "{info}");
     assert_eq!(info["runtime"]["start_kind"], "hibernation", "{info}");
+    let left = info["runtime"]["ttl_deadline_ms"].as_u64().unwrap_or(0)
+        - workspace::host::settings::now_ms();
+    assert!((3_500_000..=3_600_000).contains(&left), "{info}");
+    cli.ok_json(&["ttl", "sleeper", "off", "--json"]);
     assert!(info["hibernated_ms"].as_u64().unwrap_or(0) > 0, "{info}");
     let page = host_get(web).unwrap();
     assert!(page.ends_with("served-again\n"), "{page}");

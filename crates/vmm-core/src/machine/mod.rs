@@ -245,6 +245,15 @@ pub enum MachineError {
     /// A vCPU thread ended while the machine was being paused.
     #[error("vCPU threads were lost while pausing")]
     VcpusLost,
+    /// A writable disk could not be synced for hibernation.
+    #[error("syncing disk {index}")]
+    DiskSync {
+        /// The disk's index.
+        index: usize,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The devices a snapshot saves, by type.

@@ -291,6 +291,14 @@ impl Runner {
         let host = self.machine.vm.host_cpu()?;
         self.pause()?;
         let mut taken = self.write_snapshot(dir, &host, false)?;
+        // The disks as the memory expects them, durable before the record
+        // says the machine can be restored.
+        for (index, (_, _, file)) in self.machine.devices.disks.iter().enumerate() {
+            if let Some(file) = file {
+                file.sync_data()
+                    .map_err(|source| MachineError::DiskSync { index, source })?;
+            }
+        }
         taken.total = started.elapsed();
         taken.paused = taken.total;
         Ok(taken)

@@ -51,9 +51,12 @@ pub(super) fn handle_control(
                     message: "the VM is not running".into(),
                 };
             };
-            if !shared.ready.load(Ordering::SeqCst) || shared.stopping.load(Ordering::SeqCst) {
+            if !shared.ready.load(Ordering::SeqCst)
+                || shared.stopping.load(Ordering::SeqCst)
+                || shared.hibernating.load(Ordering::SeqCst)
+            {
                 return ControlResponse::Error {
-                    message: "the workspace is starting or stopping".into(),
+                    message: "the workspace is starting, stopping or hibernating".into(),
                 };
             }
             match machine.snapshot(&dir) {
@@ -74,7 +77,7 @@ pub(super) fn handle_control(
                 },
             }
         }
-        ControlRequest::Hibernate => match super::hibernate::hibernate(shared, "request") {
+        ControlRequest::Hibernate => match super::hibernate::hibernate(shared, None) {
             Ok(w) => ControlResponse::Snapshot {
                 paused_us: w.total_us,
                 total_us: w.total_us,

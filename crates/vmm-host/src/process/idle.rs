@@ -272,7 +272,7 @@ fn wait_paused(
         });
         match arrivals.wait(look) {
             Ok(false) if hibernate_at.is_some_and(|at| Instant::now() >= at) => {
-                match super::hibernate::hibernate(shared, "idle") {
+                match super::hibernate::hibernate(shared, Some(arrivals)) {
                     Ok(_) => return,
                     // Paused it stays; not tried again this spell.
                     Err(why) => {

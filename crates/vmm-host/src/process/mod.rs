@@ -85,8 +85,11 @@ struct Shared {
     arrivals: OnceLock<Arc<vmm_core::devices::virtio::vsock::HostArrivals>>,
     /// When the idle guest drops its caches, pauses and hibernates.
     idle: idle::IdlePolicy,
-    /// It may hibernate: no services (their machines run apart).
+    /// It may hibernate: no services, and no service's machine (they
+    /// serve each other through relays a hibernation would close).
     can_hibernate: bool,
+    /// A hibernation is being written.
+    hibernating: AtomicBool,
 }
 
 impl Shared {
@@ -309,7 +312,8 @@ impl VmmProcess {
             transition: Mutex::new(()),
             arrivals: OnceLock::new(),
             idle: idle_policy(&state, &meta.spec),
-            can_hibernate: meta.spec.services.is_empty(),
+            can_hibernate: may_hibernate(&meta.spec),
+            hibernating: AtomicBool::new(false),
         });
         let machine = match built {
             Ok(m) => {
@@ -457,6 +461,11 @@ impl VmmProcess {
     }
 }
 
+/// Whether a workspace of `spec` may hibernate (see `Shared::can_hibernate`).
+fn may_hibernate(spec: &base::store::spec::WorkspaceSpec) -> bool {
+    spec.services.is_empty() && spec.serving.is_none()
+}
+
 /// When the idle workspace drops its caches, pauses and hibernates: its
 /// own settings, else the host's (a broken host setting falls back to the
 /// defaults, with a warning in the VMM's log).
@@ -467,7 +476,7 @@ fn idle_policy(state: &StateDir, spec: &base::store::spec::WorkspaceSpec) -> idl
     });
     let hibernate_after = config
         .hibernate_after(spec.idle_hibernate_secs)
-        .filter(|_| spec.services.is_empty());
+        .filter(|_| may_hibernate(spec));
     idle::IdlePolicy::new(
         memory::reclaim_after(state),
         config.pause_after(spec.idle_pause_secs),

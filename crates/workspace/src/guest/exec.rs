@@ -84,9 +84,7 @@ impl Workspace<'_> {
         drop(values);
         let mut masked = MaskedEvents::new(&mask);
         let events = ws.events();
-        let client = crate::guest::connect_agent(&ws)
-            .await
-            .map_err(Error::agent("connect"))?;
+        let client = crate::guest::connect_awake(all, name, &ws).await?;
         let running = client.exec(req, input.into_agent(), |update| {
             let event = ExecEvent::from(update);
             if let ExecEvent::Started { exec_id, .. } = &event {

@@ -139,9 +139,7 @@ impl Workspace<'_> {
     /// A connection to its guest's agent; NOT_RUNNING unless it runs.
     pub(crate) async fn agent(self) -> Result<GuestAgentClient<UnixStream>> {
         let (ws, _) = self.all.awake(self.name.as_str()).await?;
-        crate::guest::connect_agent(&ws)
-            .await
-            .map_err(Error::agent("connect"))
+        crate::guest::connect_awake(self.all, self.name.as_str(), &ws).await
     }
 }
 

@@ -63,3 +63,27 @@ pub(crate) async fn connect_agent(
         None => client,
     })
 }
+
+/// [`connect_agent`] for a call that found `name` running in `ws`: when
+/// the connection fails because the workspace hibernated by itself as the
+/// call came (its VMM checks for arrivals while it writes the machine, but
+/// one can come in the last moments), it is restored and connected again.
+pub(crate) async fn connect_awake(
+    all: &crate::workspaces::manager::Workspaces,
+    name: &str,
+    ws: &base::store::workspace_dir::WorkspaceDir,
+) -> crate::error::Result<guest_agent::client::GuestAgentClient<tokio::net::UnixStream>> {
+    let first = match connect_agent(ws).await {
+        Ok(client) => return Ok(client),
+        Err(e) => e,
+    };
+    // The record is written just before the VMM ends.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    if all.at(name).get_here()?.state != base::store::state::State::Hibernated {
+        return Err(crate::error::Error::agent("connect")(first));
+    }
+    let (ws, _) = all.awake(name).await?;
+    connect_agent(&ws)
+        .await
+        .map_err(crate::error::Error::agent("connect"))
+}

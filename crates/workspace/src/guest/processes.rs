@@ -234,9 +234,7 @@ impl WorkspaceProcesses<'_> {
         }
         wire.output_cap = options.ring_bytes;
         wire.id = options.id;
-        let client = crate::guest::connect_agent(&ws)
-            .await
-            .map_err(Error::agent("connect"))?;
+        let client = crate::guest::connect_awake(all, name, &ws).await?;
         let info: ProcessInfo = client
             .process_start(wire)
             .await

@@ -110,15 +110,23 @@ impl Workspace<'_> {
             return Ok(remote.call_streaming(call, streams).await?);
         }
         let (all, name) = (self.all, self.name.as_str());
-        if self.get_here()?.state == base::store::state::State::Hibernated {
+        let hibernated = |state| state == base::store::state::State::Hibernated;
+        if hibernated(self.get_here()?.state) {
             // As it was: its services (none: they cannot hibernate) and
             // repository are part of it already.
             return all.wake(name, timeout, progress).await;
         }
-        let meta = all
+        let meta = match all
             .snapshots()
-            .start_maybe_warm(name, timeout, progress, cold)
-            .await?;
+            .start_maybe_warm(name, timeout, &mut progress, cold)
+            .await
+        {
+            // It hibernated by itself between the look and the start.
+            Err(Error::WrongState { state, .. }) if hibernated(state) => {
+                return all.wake(name, timeout, progress).await
+            }
+            other => other?,
+        };
         crate::services::start_all(all, name, &meta, None).await?;
         self.clone_pending_repo().await?;
         Ok(meta)

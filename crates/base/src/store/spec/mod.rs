@@ -599,7 +599,8 @@ impl Meta {
     /// VMM only with `force` (which halts it first). The one place this
     /// rule lives.
     pub fn check_delete(&self, options: DeleteOptions) -> Result<()> {
-        if self.state.has_vmm() && !options.force {
+        // A hibernated one holds processes and memory too.
+        if (self.state.has_vmm() || self.state == State::Hibernated) && !options.force {
             return Err(SpecError::DeleteRunning {
                 name: self.name.clone(),
                 state: self.state,

@@ -80,8 +80,11 @@ impl Workspace<'_> {
         loop {
             let meta = self.get_here()?;
             let gone = !process::not_yet_gone(rt.pid, rt.pid_start);
+            let another_run = meta.runtime.as_ref().is_some_and(|r| r.pid != rt.pid);
             match meta.state {
                 State::Hibernated if gone => return Ok(meta),
+                // Hibernated, then woken by another call already.
+                State::Starting | State::Running if another_run => return Ok(meta),
                 State::Running | State::Hibernated => {}
                 _ => {
                     return Err(Error::StartFailed {
@@ -178,7 +181,9 @@ impl Workspaces {
             }) => {}
             Err(e) => return Err(e),
         }
-        self.wait_running(name, started, timeout, &mut progress)
+        // A slow restore is left to finish: halting it would discard the
+        // machine (and another caller may be waiting on it).
+        self.wait_until_running(name, started, timeout, &mut progress, false)
             .await
     }
 }

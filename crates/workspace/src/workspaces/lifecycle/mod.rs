@@ -138,6 +138,15 @@ impl Workspaces {
         // Under the same lock: two starts cannot both take a volume.
         self.check_mountable(name, &meta.spec.volumes)?;
         let boot = boot(&meta)?;
+        if meta.state == State::Hibernated && boot.kind != StartKind::Hibernation {
+            // Hibernated meanwhile (an idle hibernation racing this start).
+            return Err(Error::WrongState {
+                name: name.into(),
+                state: meta.state,
+                why: "it is hibernated: `resume` restores it, `stop` discards it",
+                remedy: None,
+            });
+        }
         let ttl_left = if boot.kind == StartKind::Hibernation {
             meta.leave_hibernation(now_ms())
         } else {
@@ -251,6 +260,20 @@ impl Workspaces {
         timeout: Duration,
         progress: &mut (impl FnMut(StartProgress) + Send),
     ) -> Result<Meta> {
+        self.wait_until_running(name, started, timeout, progress, true)
+            .await
+    }
+
+    /// [`Self::wait_running`]; on timeout it halts the workspace only with
+    /// `halt_late`.
+    pub(crate) async fn wait_until_running(
+        &self,
+        name: &str,
+        started: Instant,
+        timeout: Duration,
+        progress: &mut (impl FnMut(StartProgress) + Send),
+        halt_late: bool,
+    ) -> Result<Meta> {
         base::pause_point::pause_point("start:waiting");
         let ws = self.dir(name)?;
         let mut last_report = Instant::now();
@@ -271,6 +294,12 @@ impl Workspaces {
                 }
             }
             if started.elapsed() > timeout {
+                if !halt_late {
+                    return Err(Error::Timeout(format!(
+                        "workspace `{name}` did not answer within {} s; its restore goes on (call it again, or `stop` it)",
+                        timeout.as_secs()
+                    )));
+                }
                 self.at(name).halt()?;
                 return Err(Error::StartTimedOut {
                     name: name.into(),
@@ -341,7 +370,10 @@ impl Workspaces {
     fn settle(&self, name: &str, reason: &str) -> Result<Meta> {
         let ws = self.dir(name)?;
         let (_lock, mut meta) = self.lock_existing(name)?;
-        if meta.state.has_vmm() {
+        if meta.state == State::Hibernated {
+            // It hibernated as the stop came: the stop wins.
+            ws.record_hibernation_discarded(&mut meta, reason)?;
+        } else if meta.state.has_vmm() {
             // A VMM killed after its guest stopped did not leave its group.
             base::host::cgroup::remove_recorded(ws.path());
             ws.record_exit(&mut meta, false, reason)?;
@@ -552,6 +584,10 @@ impl Workspace<'_> {
         }
         let (_lock, mut meta) = all.lock_existing(name)?;
         meta.spec.ttl_secs = ttl_secs;
+        // A hibernated one's TTL counts from its wake.
+        if let Some(h) = meta.hibernation.as_mut() {
+            h.ttl_left_ms = ttl_secs.map(|s| s.saturating_mul(1000));
+        }
         ws.write_meta(&meta)?;
         Ok(meta)
     }
@@ -574,10 +610,12 @@ impl Workspace<'_> {
             .map_or(by_secs, |t| t.saturating_add(by_secs));
         all.limits.check_ttl(per_start)?;
         let deadline = meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms);
-        if !meta.state.has_vmm() {
-            return self.set_ttl(Some(per_start));
-        }
-        let left = deadline.map_or(0, |at| at.saturating_sub(now_ms()) / 1000);
+        let left = match &meta.hibernation {
+            // What was left of it, which its wake goes on with.
+            Some(h) => h.ttl_left_ms.unwrap_or(0) / 1000,
+            None if !meta.state.has_vmm() => return self.set_ttl(Some(per_start)),
+            None => deadline.map_or(0, |at| at.saturating_sub(now_ms()) / 1000),
+        };
         let running = left.saturating_add(by_secs);
         all.limits.check_ttl(running)?;
         self.set_ttl(Some(running))?;
