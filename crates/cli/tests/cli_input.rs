@@ -217,8 +217,22 @@ fn contract_and_help_are_available_without_kvm() {
     let help = cli.run(&["--help"]);
     assert_eq!(help.status, 0);
     for cmd in [
-        "create", "start", "stop", "halt", "delete", "list", "inspect", "exec", "cp", "logs",
-        "events", "run", "image", "doctor",
+        "create",
+        "start",
+        "stop",
+        "halt",
+        "hibernate",
+        "resume",
+        "delete",
+        "list",
+        "inspect",
+        "exec",
+        "cp",
+        "logs",
+        "events",
+        "run",
+        "image",
+        "doctor",
     ] {
         assert!(help.stdout.contains(cmd), "--help lists {cmd}");
     }
