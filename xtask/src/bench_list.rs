@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use crate::bench_workspace::{microagent, private_home};
+use crate::bench_workspace::{microagent, microagent_output, private_home};
 use crate::{cache, images};
 
 /// Listings timed of each kind.
@@ -51,17 +51,7 @@ fn timed(bin: &Path, home: &Path, args: &[&str]) -> anyhow::Result<f64> {
     let mut times = Vec::new();
     for _ in 0..RUNS {
         let t = Instant::now();
-        let out = std::process::Command::new(bin)
-            .args(args)
-            .env("MICROAGENT_HOME", home)
-            .output()
-            .with_context(|| format!("running microagent {args:?}"))?;
-        if !out.status.success() {
-            bail!(
-                "microagent {args:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        microagent_output(bin, home, args)?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     Ok(median(times))

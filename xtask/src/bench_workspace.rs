@@ -34,6 +34,17 @@ pub fn microagent(
     home: &std::path::Path,
     args: &[&str],
 ) -> anyhow::Result<serde_json::Value> {
+    let stdout = microagent_output(bin, home, args)?;
+    Ok(serde_json::from_slice(&stdout).unwrap_or(serde_json::Value::Null))
+}
+
+/// Runs `microagent ARGS` with the state directory `home`; its stdout, or
+/// an error with its stderr.
+pub fn microagent_output(
+    bin: &std::path::Path,
+    home: &std::path::Path,
+    args: &[&str],
+) -> anyhow::Result<Vec<u8>> {
     let out = Command::new(bin)
         .args(args)
         .env("MICROAGENT_HOME", home)
@@ -45,7 +56,7 @@ pub fn microagent(
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null))
+    Ok(out.stdout)
 }
 
 fn one_run(bin: &std::path::Path, home: &std::path::Path) -> anyhow::Result<Run> {

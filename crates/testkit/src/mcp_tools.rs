@@ -166,3 +166,20 @@ pub const OPEN_WORLD: [&str; 7] = [
     "image_search",
     "kernel_install",
 ];
+
+/// The two messages that open a stdio MCP session as client `client`:
+/// `initialize` (id 1) and the `initialized` notification.
+pub fn opening(client: &str) -> [serde_json::Value; 2] {
+    [
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": client, "version": "0"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]
+}
+
+/// A `tools/call` of `tool` with `arguments`, request id `id`.
+pub fn tool_call(id: u64, tool: &str, arguments: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}})
+}

@@ -315,10 +315,7 @@ fn the_vmm(cli: &CliHome) {
 
 /// The MCP server killed while a start waits and while a create makes the disk.
 fn the_mcp_server(cli: &CliHome) {
-    let call = |id: u64, tool: &str, args: Value| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-               "params": {"name": tool, "arguments": args}})
-    };
+    let call = testkit::mcp_tools::tool_call;
     let serve = |step: &str, request: Value| {
         let mut server = cli
             .command(&["serve", "mcp"])
@@ -329,13 +326,10 @@ fn the_mcp_server(cli: &CliHome) {
             .spawn()
             .unwrap();
         let mut stdin = server.stdin.take().unwrap();
-        for message in [
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "kill9", "version": "0"}}}),
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            request,
-        ] {
+        for message in testkit::mcp_tools::opening("kill9")
+            .iter()
+            .chain([&request])
+        {
             writeln!(stdin, "{message}").unwrap();
         }
         wait_paused(&mut server, step);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use testkit::cli::CliHome;
+use testkit::mcp_tools;
 
 use super::{can_boot, events, free_port, home, host_get, start};
 
@@ -68,14 +69,8 @@ fn hibernate_over_mcp(cli: &CliHome, name: &str) {
         .spawn()
         .unwrap();
     let mut stdin = server.stdin.take().unwrap();
-    for message in [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "hibernate", "version": "0"}}}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "workspace_hibernate", "arguments": {"name": name}}}),
-    ] {
+    let call = mcp_tools::tool_call(2, "workspace_hibernate", json!({"name": name}));
+    for message in mcp_tools::opening("hibernate").iter().chain([&call]) {
         writeln!(stdin, "{message}").unwrap();
     }
     let answer = BufReader::new(server.stdout.take().unwrap())
