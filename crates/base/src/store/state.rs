@@ -51,6 +51,13 @@ impl State {
         matches!(self, State::Starting | State::Running | State::Stopping)
     }
 
+    /// Whether it holds a machine's running state: a VMM, or a hibernated
+    /// machine (processes, memory, the volumes' page cache) that a delete
+    /// or a restore over it would discard.
+    pub fn has_machine(self) -> bool {
+        self.has_vmm() || self == State::Hibernated
+    }
+
     /// Whether moving to `next` is legal.
     pub fn can_become(self, next: State) -> bool {
         use State::*;
@@ -120,6 +127,8 @@ mod tests {
         assert!(!State::Hibernated.can_become(State::Running));
         assert!(!State::Stopped.can_become(State::Hibernated));
         assert!(!State::Hibernated.has_vmm());
+        assert!(State::Hibernated.has_machine() && State::Running.has_machine());
+        assert!(!State::Stopped.has_machine() && !State::Crashed.has_machine());
     }
 
     #[test]

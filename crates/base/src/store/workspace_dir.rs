@@ -292,11 +292,7 @@ impl WorkspaceDir {
     pub fn record_hibernation_discarded(&self, meta: &mut Meta, reason: &str) -> Result<()> {
         meta.state = meta.state.become_(State::Stopped)?;
         let now = now_ms();
-        if let Some(h) = meta.hibernation.take() {
-            meta.hibernated_ms = meta
-                .hibernated_ms
-                .saturating_add(now.saturating_sub(h.at_ms));
-        }
+        meta.leave_hibernation(now);
         meta.last_exit = Some(LastExit {
             at_ms: now,
             reason: reason.to_owned(),

@@ -107,7 +107,7 @@ impl MicroagentServer {
     ) -> ToolResult<ChangeResult> {
         let before = self.meta(name).await?;
         // A hibernated one has a machine to discard, or to hibernate as it is.
-        let action = if !before.state.has_vmm() && before.state != workspace::State::Hibernated {
+        let action = if !before.state.has_machine() {
             format!(
                 "workspace `{name}` is {}; {verb} does nothing",
                 before.state

@@ -2,9 +2,10 @@
 //! stay where they are) written into the workspace's own directory, the
 //! record saying `hibernated`, then the VMM ends without shutting the
 //! guest down. The next start restores it in place (the library's
-//! `workspaces::hibernation`). Written beside the old one and renamed at
-//! the end: a VMM killed meanwhile leaves a crashed workspace and a
-//! temporary directory, never a record that names half a machine.
+//! `workspaces::lifecycle::hibernation`). Written beside the old one,
+//! renamed, then recorded: a VMM killed before the record leaves a crashed
+//! workspace and a temporary directory, one killed after it a hibernated
+//! workspace, never a record that names half a machine.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::Ordering;

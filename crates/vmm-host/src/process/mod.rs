@@ -85,8 +85,7 @@ struct Shared {
     arrivals: OnceLock<Arc<vmm_core::devices::virtio::vsock::HostArrivals>>,
     /// When the idle guest drops its caches, pauses and hibernates.
     idle: idle::IdlePolicy,
-    /// It may hibernate: no services, and no service's machine (they
-    /// serve each other through relays a hibernation would close).
+    /// It may hibernate (`WorkspaceSpec::may_hibernate`).
     can_hibernate: bool,
     /// A hibernation is being written.
     hibernating: AtomicBool,
@@ -312,7 +311,7 @@ impl VmmProcess {
             transition: Mutex::new(()),
             arrivals: OnceLock::new(),
             idle: idle_policy(&state, &meta.spec),
-            can_hibernate: may_hibernate(&meta.spec),
+            can_hibernate: meta.spec.may_hibernate(),
             hibernating: AtomicBool::new(false),
         });
         let machine = match built {
@@ -461,11 +460,6 @@ impl VmmProcess {
     }
 }
 
-/// Whether a workspace of `spec` may hibernate (see `Shared::can_hibernate`).
-fn may_hibernate(spec: &base::store::spec::WorkspaceSpec) -> bool {
-    spec.services.is_empty() && spec.serving.is_none()
-}
-
 /// When the idle workspace drops its caches, pauses and hibernates: its
 /// own settings, else the host's (a broken host setting falls back to the
 /// defaults, with a warning in the VMM's log).
@@ -476,7 +470,7 @@ fn idle_policy(state: &StateDir, spec: &base::store::spec::WorkspaceSpec) -> idl
     });
     let hibernate_after = config
         .hibernate_after(spec.idle_hibernate_secs)
-        .filter(|_| may_hibernate(spec));
+        .filter(|_| spec.may_hibernate());
     idle::IdlePolicy::new(
         memory::reclaim_after(state),
         config.pause_after(spec.idle_pause_secs),

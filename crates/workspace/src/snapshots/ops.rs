@@ -412,9 +412,9 @@ impl<'a> Snapshots<'a> {
         // The workspace of that name now may be another agent's (the
         // snapshot's was deleted and the name taken again).
         self.all.check_access("workspace", target, &meta.spec)?;
-        // A hibernated machine is running state too: its memory would be
-        // restored over the snapshot's disk.
-        if meta.state.has_vmm() || meta.state == State::Hibernated {
+        // A hibernated machine's memory would be restored over the
+        // snapshot's disk.
+        if meta.state.has_machine() {
             if !force {
                 return Err(Error::WrongState {
                     name: target.to_owned(),

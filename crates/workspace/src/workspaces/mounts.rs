@@ -8,7 +8,6 @@ use super::manager::{ListFilter, Workspaces};
 use crate::error::{Error, Result};
 use base::store::name::full_name;
 use base::store::spec::WorkspaceSpec;
-use base::store::state::State;
 use base::store::volume_mounts::VolumeMount;
 use base::volumes::{first_clash, MountedVolume, VolumeStore};
 
@@ -40,8 +39,7 @@ impl Workspaces {
         for meta in self.list_everywhere(&ListFilter::default())? {
             out.extend(MountedVolume::of(
                 &meta.name,
-                // A hibernated guest's page cache holds them too.
-                meta.state.has_vmm() || meta.state == State::Hibernated,
+                meta.state.has_machine(),
                 &meta.spec.volumes,
             ));
         }

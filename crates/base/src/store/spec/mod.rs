@@ -291,6 +291,13 @@ fn valid_key(key: &str) -> bool {
 }
 
 impl WorkspaceSpec {
+    /// Whether a workspace of this spec may hibernate: none with services
+    /// and no service's own machine (they serve each other through relays
+    /// a hibernation would close).
+    pub fn may_hibernate(&self) -> bool {
+        self.services.is_empty() && self.serving.is_none()
+    }
+
     /// Checks every field against [`LIMITS`].
     pub fn validate(&self) -> Result<()> {
         self.validate_within(&LIMITS)
@@ -566,10 +573,10 @@ impl DeleteOptions {
 }
 
 impl Meta {
-    /// Leaves its hibernation as a VMM is launched from it at `now` (ms):
-    /// the hibernated time is counted apart and the TTL goes on with what
-    /// was left of it. The new run's TTL deadline; None when it was not
-    /// hibernated.
+    /// Leaves its hibernation at `now` (ms), as a VMM is launched from it
+    /// or it is discarded: the hibernated time is counted apart, and the
+    /// TTL of a run restored now goes on with what was left of it. That
+    /// run's TTL deadline; None when it was not hibernated.
     pub fn leave_hibernation(&mut self, now: u64) -> Option<Option<u64>> {
         let h = self.hibernation.take()?;
         self.hibernated_ms = self
@@ -599,8 +606,7 @@ impl Meta {
     /// VMM only with `force` (which halts it first). The one place this
     /// rule lives.
     pub fn check_delete(&self, options: DeleteOptions) -> Result<()> {
-        // A hibernated one holds processes and memory too.
-        if (self.state.has_vmm() || self.state == State::Hibernated) && !options.force {
+        if self.state.has_machine() && !options.force {
             return Err(SpecError::DeleteRunning {
                 name: self.name.clone(),
                 state: self.state,

@@ -134,8 +134,6 @@ pub struct Hibernation {
     /// does not count against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_left_ms: Option<u64>,
-    /// Unix ms its last run started (its runtime's `started_at_ms`).
-    pub run_started_at_ms: u64,
     /// The VMM that wrote it (pid, start ticks), which a wake waits to be
     /// gone: it records the hibernation before it exits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,7 +149,6 @@ impl Hibernation {
             ttl_left_ms: runtime
                 .and_then(|r| r.ttl_deadline_ms)
                 .map(|d| d.saturating_sub(at_ms)),
-            run_started_at_ms: runtime.map_or(at_ms, |r| r.started_at_ms),
             vmm: runtime.map(|r| (r.pid, r.pid_start)),
         }
     }

@@ -50,9 +50,9 @@ impl Workspace<'_> {
                 })
             }
         }
-        if !meta.spec.services.is_empty() {
+        if !meta.spec.may_hibernate() {
             return Err(Error::InvalidInput(format!(
-                "workspace `{name}` has services, whose machines run apart; it cannot hibernate (stop it instead)"
+                "workspace `{name}` has services, or is a service's machine: they serve each other, so it cannot hibernate (stop it instead)"
             )));
         }
         let Some(rt) = meta.runtime.clone() else {
@@ -74,8 +74,8 @@ impl Workspace<'_> {
         if let ControlResponse::Error { message } = answer {
             return Err(control::ControlError::Refused(message).into());
         }
-        // Recorded by the VMM as its last act; gone before a wake may
-        // start another on the same disk and sockets.
+        // Recorded by the VMM before it ends; waited for until it is gone,
+        // so the caller's next step meets no VMM on the same disk.
         let deadline = Instant::now() + timeout;
         loop {
             let meta = self.get_here()?;
