@@ -1,16 +1,17 @@
-//! `cargo xtask bench tti [--runs N] [--cold-runs N] [--against DIST_DIR]`:
-//! time to interactive,
-//! from "create" to the first command's output, as sandbox users compare
-//! it. In one run, on the `minimal` image: the reference, a bare
-//! `exec -- true` round trip on a running workspace; then the CLI's
-//! `create && start && exec -- true` and MCP's `workspace_create` +
-//! `workspace_start` + `workspace_exec` (one `serve mcp` session), each
-//! from a pool (settled: the refill after the previous claim done), from
-//! the warm snapshot, and cold; then a snapshot's forks, launch to vCPU
-//! running, beside the bare start of the VMM program. With `--against`
-//! the same figures are measured for this tree's `cargo xtask dist` and
-//! then for the other build in DIST_DIR, in one run, each in a state
-//! directory of its own.
+//! `cargo xtask bench tti [--runs N] [--cold-runs N] [--release]
+//! [--against DIST_DIR]`: time to interactive, from "create" to the
+//! first command's output, as sandbox users compare it. In one run, on
+//! the `minimal` image: the reference, a bare `exec -- true` round trip on
+//! a running workspace; then the CLI's `create && start && exec -- true`
+//! and MCP's `workspace_create` + `workspace_start` + `workspace_exec`
+//! (one `serve mcp` session), each from a pool (settled: the refill after
+//! the previous claim done), from the warm snapshot, and cold; the CLI's
+//! `start` alone, warm beside cold, with the VMM's own steps (launch to
+//! vCPU running, to the agent answering); then a snapshot's forks, launch
+//! to vCPU running, beside the bare start of the VMM program. Debug
+//! binaries unless `--release`. With `--against` the same figures are
+//! measured for this tree's `cargo xtask dist` and then for the other
+//! build in DIST_DIR, in one run, each in a state directory of its own.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -101,8 +102,19 @@ fn expected_kind(from: From) -> &'static str {
     }
 }
 
-/// One CLI `create && start && exec -- true`, seconds.
-fn cli_tti(bin: &Path, home: &Path, from: From) -> anyhow::Result<f64> {
+/// One CLI `create && start && exec -- true`.
+struct CliRun {
+    /// The whole of it, seconds.
+    tti: f64,
+    /// `start` alone, seconds.
+    start: f64,
+    /// The VMM's own record: launch to vCPU running, and launch to the
+    /// agent answering (identity given), ms.
+    vcpu_running_ms: f64,
+    ready_ms: f64,
+}
+
+fn cli_tti(bin: &Path, home: &Path, from: From) -> anyhow::Result<CliRun> {
     let began = Instant::now();
     microagent(
         bin,
@@ -113,16 +125,30 @@ fn cli_tti(bin: &Path, home: &Path, from: From) -> anyhow::Result<f64> {
     if from == From::Cold {
         start.push("--cold");
     }
+    let start_began = Instant::now();
     let started = microagent(bin, home, &start)?;
+    let start_secs = start_began.elapsed().as_secs_f64();
     microagent(bin, home, &["exec", "tti", "--json", "--", "true"])?;
     let secs = began.elapsed().as_secs_f64();
-    let kind = started["runtime"]["start_kind"].as_str().unwrap_or("?");
+    let runtime = &started["runtime"];
+    let kind = runtime["start_kind"].as_str().unwrap_or("?");
+    let us = |key: &str| {
+        runtime[key]
+            .as_u64()
+            .map_or(f64::NAN, |us| us as f64 / 1000.0)
+    };
+    let run = CliRun {
+        tti: secs,
+        start: start_secs,
+        vcpu_running_ms: us("vcpu_running_us"),
+        ready_ms: us("ready_us"),
+    };
     microagent(bin, home, &["delete", "tti", "--yes", "--force", "--json"])?;
     let expected = expected_kind(from);
     if kind != expected {
         bail!("a start meant to be {expected} was {kind}");
     }
-    Ok(secs)
+    Ok(run)
 }
 
 /// A `serve mcp` session over stdio.
@@ -269,6 +295,29 @@ fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<Vec<f64>> 
     Ok(ms)
 }
 
+/// `start` alone from the warm snapshot and cold, with the VMM's own
+/// steps, and how many times faster the warm one is.
+fn show_starts(starts: &[(From, Vec<CliRun>)]) {
+    println!("CLI start alone (no pool), and the VMM's steps from its launch:");
+    let start_of = |from: From| -> Option<f64> {
+        let runs = &starts.iter().find(|(f, _)| *f == from)?.1;
+        let (min, med, max) = median(runs.iter().map(|r| r.start).collect());
+        let (_, vcpu, _) = median(runs.iter().map(|r| r.vcpu_running_ms).collect());
+        let (_, ready, _) = median(runs.iter().map(|r| r.ready_ms).collect());
+        println!(
+            "  start, {:<27} median {med:>7.3} s  (min {min:.3}, max {max:.3})  vCPU running {vcpu:.1} ms, agent answering {ready:.0} ms",
+            from.name()
+        );
+        Some(med)
+    };
+    if let (Some(warm), Some(cold)) = (start_of(From::Warm), start_of(From::Cold)) {
+        println!(
+            "  a warm start is {:.1}x faster than a cold one",
+            cold / warm
+        );
+    }
+}
+
 /// The bare start of the VMM program (spawn to exit of `--help`), ms.
 fn vmm_process_ms(bin: &Path, runs: usize) -> anyhow::Result<Vec<f64>> {
     let vmm = bin.with_file_name("microagent-vmm");
@@ -287,15 +336,19 @@ fn vmm_process_ms(bin: &Path, runs: usize) -> anyhow::Result<Vec<f64>> {
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let (args, against) = crate::bench::split_against(args)?;
-    let (mut runs, mut cold_runs) = (10usize, 10usize);
+    let (mut runs, mut cold_runs, mut release) = (10usize, 10usize, false);
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
+        if flag == "--release" {
+            release = true;
+            continue;
+        }
         let n = rest.next().context("a number after the flag")?.parse()?;
         match flag.as_str() {
             "--runs" => runs = n,
             "--cold-runs" => cold_runs = n,
             _ => bail!(
-                "usage: cargo xtask bench tti [--runs N] [--cold-runs N] [--against DIST_DIR]"
+                "usage: cargo xtask bench tti [--runs N] [--cold-runs N] [--release] [--against DIST_DIR]"
             ),
         }
     }
@@ -306,7 +359,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     images::run(&["minimal".to_string()])?;
     // Beside another build, both are release builds (`cargo xtask dist`).
     let builds = match against {
-        None => vec![(cache::build_microagent()?, None)],
+        None => vec![(cache::build_microagent_as(release)?, None)],
         Some(other) => vec![
             (crate::dist::build()?, Some("this tree's dist".to_owned())),
             (other.join("microagent"), Some(other.display().to_string())),
@@ -391,12 +444,16 @@ fn measure(bin: &Path, home: &Path, runs: usize, cold_runs: usize) -> anyhow::Re
         "  {:<34} median {reference:>7.3} s  (min {min:.3}, max {max:.3})  reference",
         "exec -- true on a running workspace"
     );
+    let mut starts = Vec::new();
     for (from, times) in cli {
-        show(&format!("CLI, {}", from.name()), times, reference);
+        let tti = times.iter().map(|r| r.tti).collect();
+        show(&format!("CLI, {}", from.name()), tti, reference);
+        starts.push((from, times));
     }
     for (from, times) in mcp {
         show(&format!("MCP, {}", from.name()), times, reference);
     }
+    show_starts(&starts);
     let (rmin, rmed, rmax) = median(restore);
     let (pmin, pmed, pmax) = median(process);
     println!("restore of a snapshot (forks), launch to vCPU running:");

@@ -89,10 +89,11 @@ tasks:
                                 a workspace of it beside one of `minimal`
   bench tasks                   `task run` to its command running beside a cold boot, a warm
                                 start and a warm start with a clone; host PSS of 4 tasks at once
-  bench tti [--runs N] [--cold-runs N]
+  bench tti [--runs N] [--cold-runs N] [--release] [--against DIST_DIR]
                                 time to interactive: CLI create+start+exec and MCP
                                 workspace_create+start+exec from a pool, a warm snapshot and
-                                cold, beside an exec round trip; fork launch to vCPU running
+                                cold, beside an exec round trip; `start` alone warm beside
+                                cold with the VMM's steps; fork launch to vCPU running
                                 beside the VMM program's bare start (default 10 runs each)
   bench density [--forks N]      forks of one snapshot running at once (10, 50, N; default
                                 100), every agent answering: host PSS per fork, split into

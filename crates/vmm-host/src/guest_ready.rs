@@ -9,6 +9,8 @@ use base::store::spec::WorkspaceSpec;
 use base::store::workspace_dir::WorkspaceDir;
 use base::store::StateDir;
 use base::volumes::VolumeStore;
+use guest_agent::client::blocking::BlockingClient;
+use guest_agent::client::ClientError;
 use guest_agent::protocol::VolumeToMount;
 
 /// How long one call to the agent may wait for each read or write.
@@ -56,13 +58,23 @@ pub(crate) fn largest_disk_mib(state: &StateDir, ws: &WorkspaceDir, spec: &Works
 
 /// A restored guest takes this workspace's name as its hostname, fresh
 /// host randomness and the host's clock, so forks of one snapshot differ.
-pub(crate) fn give_identity(ws: &WorkspaceDir, net: Option<&base::network::Addressing>) {
+/// It is also the restored guest's readiness probe (each round trip to an
+/// emulated guest kernel costs hundreds of ms): `Err` only when the agent
+/// did not answer, to be tried again; an agent that answers with a
+/// refusal is logged and counts as up.
+pub(crate) fn give_identity(
+    ws: &WorkspaceDir,
+    net: Option<&base::network::Addressing>,
+) -> Result<(), ClientError> {
     let mut entropy = [0u8; 64];
     // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
     let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
     if got != entropy.len() as isize {
         tracing::error!("no host randomness for the restored guest");
-        return;
+        return ws
+            .agent_blocking(AGENT_CALL_TIMEOUT)
+            .and_then(BlockingClient::ping)
+            .map(drop);
     }
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -78,6 +90,10 @@ pub(crate) fn give_identity(ws: &WorkspaceDir, net: Option<&base::network::Addre
     });
     match given {
         Ok(()) => tracing::info!("restored guest took its identity"),
-        Err(e) => tracing::error!(error = %e, "the restored guest did not take its identity"),
+        Err(e @ (ClientError::Agent { .. } | ClientError::Unexpected { .. })) => {
+            tracing::error!(error = %e, "the restored guest did not take its identity");
+        }
+        Err(e) => return Err(e),
     }
+    Ok(())
 }

@@ -78,6 +78,12 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
         "f1\n",
         "a fork takes its own name"
     );
+    // Each fork takes a MAC of its own, on an interface kept up (the
+    // same addresses as the snapshot's: only the MAC changes, live).
+    let mac = |name: &str| sh(name, "cat /sys/class/net/eth0/address").stdout;
+    let (mac1, mac2) = (mac("f1"), mac("f2"));
+    assert!(mac1.starts_with("02:4d:"), "{mac1}");
+    assert_ne!(mac1, mac2, "forks of one snapshot share a MAC");
     // A fork's network comes up with it (a passt of its own).
     let fetched = cli.run(&["exec", "f2", "--", "wget", "-qO-", url]);
     assert_eq!(

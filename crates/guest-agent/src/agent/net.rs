@@ -82,10 +82,20 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], NetSetupError> {
     Ok(mac)
 }
 
+/// The setup `eth0` has now (set by [`configure`]); a restored guest's
+/// agent remembers it from before the snapshot.
+static CONFIGURED: std::sync::Mutex<Option<NetSetup>> = std::sync::Mutex::new(None);
+
 /// A restored guest's new network (`setting` as `microagent_net=` has
-/// it) and MAC: `eth0` goes down (which drops its routes and neighbours of
-/// the old network), takes the MAC and address, and comes back up with
-/// the new route and resolver. Nothing changes unless both parse.
+/// it) and MAC. The same setup as before the snapshot (every guest of the
+/// built-in network has the same addresses) keeps `eth0` up and only
+/// takes the MAC (virtio-net changes it live) and forgets the gateway's
+/// link address (another network's bridge may answer there): taking the
+/// interface down and up costs a guest whose kernel is emulated about a
+/// second. Another setup takes `eth0` down (which drops its routes and
+/// neighbours of the old network), gives it the MAC and address, and
+/// brings it back up with the new route and resolver. Nothing changes
+/// unless both parse.
 pub fn readdress(setting: &str, mac: Option<&str>) -> Result<(), NetSetupError> {
     let setup = NetSetup::parse(setting)?;
     let mac = mac.map(parse_mac).transpose()?;
@@ -94,26 +104,66 @@ pub fn readdress(setting: &str, mac: Option<&str>) -> Result<(), NetSetupError> 
         interface: INTERFACE,
         source,
     })?;
+    let unchanged = CONFIGURED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        == Some(&setup);
+    if unchanged {
+        let live = mac.map_or(Ok(()), |mac| set_mac(&sock, mac));
+        if live.is_ok() {
+            return forget_neighbour(&sock, setup.gateway);
+        }
+    }
+    // Until `configure` finishes, the interface has no known setup.
+    *CONFIGURED.lock().unwrap_or_else(|p| p.into_inner()) = None;
     set_flags(&sock, INTERFACE, false)?;
     if let Some(mac) = mac {
-        let mut req = ifreq(INTERFACE);
-        // SAFETY: sockaddr is plain data; all-zero is a valid value.
-        let mut hw: libc::sockaddr = unsafe { std::mem::zeroed() };
-        hw.sa_family = libc::ARPHRD_ETHER;
-        for (dst, src) in hw.sa_data.iter_mut().zip(mac) {
-            *dst = src as libc::c_char;
-        }
-        req.ifr_ifru.ifru_hwaddr = hw;
-        ioctl(
-            &sock,
-            libc::SIOCSIFHWADDR,
-            (&mut req as *mut libc::ifreq).cast(),
-            "setting the MAC address of",
-            INTERFACE,
-        )?;
+        set_mac(&sock, mac)?;
     }
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     configure(Some(&setup), from_cmdline(&cmdline).1)
+}
+
+fn set_mac(sock: &OwnedFd, mac: [u8; 6]) -> Result<(), NetSetupError> {
+    let mut req = ifreq(INTERFACE);
+    // SAFETY: sockaddr is plain data; all-zero is a valid value.
+    let mut hw: libc::sockaddr = unsafe { std::mem::zeroed() };
+    hw.sa_family = libc::ARPHRD_ETHER;
+    for (dst, src) in hw.sa_data.iter_mut().zip(mac) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_hwaddr = hw;
+    ioctl(
+        sock,
+        libc::SIOCSIFHWADDR,
+        (&mut req as *mut libc::ifreq).cast(),
+        "setting the MAC address of",
+        INTERFACE,
+    )
+}
+
+/// Drops the neighbour entry of `addr` on `eth0`, if there is one.
+fn forget_neighbour(sock: &OwnedFd, addr: Ipv4Addr) -> Result<(), NetSetupError> {
+    // SAFETY: arpreq is plain data; all-zero is a valid value.
+    let mut req: libc::arpreq = unsafe { std::mem::zeroed() };
+    req.arp_pa = sockaddr(addr);
+    for (dst, src) in req.arp_dev.iter_mut().zip(INTERFACE.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    match ioctl(
+        sock,
+        libc::SIOCDARP,
+        (&mut req as *mut libc::arpreq).cast(),
+        "forgetting the gateway's link address on",
+        INTERFACE,
+    ) {
+        // None was there: nothing to forget.
+        Err(NetSetupError::Ioctl { source, .. }) if source.raw_os_error() == Some(libc::ENXIO) => {
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 impl NetSetup {
@@ -237,6 +287,7 @@ pub fn configure(setup: Option<&NetSetup>, alias: Option<&str>) -> Result<(), Ne
         edit_hosts(HOSTS, |hosts| hosts_with(hosts, alias, setup.gateway))
             .map_err(|e| NetSetupError::File("/etc/hosts", e))?;
     }
+    *CONFIGURED.lock().unwrap_or_else(|p| p.into_inner()) = Some(setup.clone());
     Ok(())
 }
 

@@ -529,22 +529,32 @@ fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) 
 
 /// Polls the agent until it answers, then marks the workspace running.
 fn wait_for_agent(shared: &Arc<Shared>) {
+    let mut attempts = 0u32;
+    let mut retry = Duration::from_millis(20);
     loop {
         if shared.stopping.load(Ordering::SeqCst) || shared.finished.load(Ordering::SeqCst) {
             return;
         }
-        let attempt = shared
-            .ws
-            .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
-            .and_then(BlockingClient::ping);
+        attempts += 1;
+        let attempt = if shared.restored {
+            crate::guest_ready::give_identity(&shared.ws, shared.guest_net.as_ref())
+        } else {
+            shared
+                .ws
+                .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
+                .and_then(BlockingClient::ping)
+                .map(drop)
+        };
         if attempt.is_ok() {
             break;
         }
-        std::thread::sleep(Duration::from_millis(300));
+        // A restored agent answers within a moment (its first connection
+        // may meet the guest's vsock reset); a booting one takes seconds,
+        // and each refused attempt costs its emulated kernel.
+        std::thread::sleep(retry);
+        retry = (retry * 2).min(Duration::from_millis(300));
     }
-    if shared.restored {
-        crate::guest_ready::give_identity(&shared.ws, shared.guest_net.as_ref());
-    }
+    let answered = shared.started.elapsed();
     if let Some(dir) = &shared.keep_warm {
         keep_warm(shared, dir);
     }
@@ -582,7 +592,12 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         ready_ms: None,
     });
     match marked.and_then(|()| Ok(shared.ws.events().append(event)?)) {
-        Ok(_) => tracing::info!(secs = shared.started.elapsed().as_secs_f64(), "agent ready"),
+        Ok(_) => tracing::info!(
+            secs = shared.started.elapsed().as_secs_f64(),
+            attempts,
+            answered_ms = answered.as_millis(),
+            "agent ready (times since the VMM's launch)"
+        ),
         Err(e) => tracing::error!(error = %e.full_message(), "could not mark running"),
     }
 }

@@ -315,7 +315,9 @@ impl Workspaces {
                         .and_then(|mut l| l.pop()),
                 });
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // A warm start is ready within a few hundred ms: a coarse
+            // look would add half its period to each.
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 }
