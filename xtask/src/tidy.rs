@@ -171,6 +171,7 @@ mod tests {
             "force: true",
             "--force",
         ];
+        const HOST_ADMIN: &[&str] = &["`microagent setup", "`microagent kernel install`"];
         let mut files = Vec::new();
         for dir in ["crates/vmm-core/src", "crates/workspace/src"] {
             rust_files(&repo_root().join(dir), &mut files);
@@ -182,7 +183,12 @@ mod tests {
         {
             let text = std::fs::read_to_string(f).unwrap();
             for (n, line) in code_lines(&text) {
-                if FRONT_END_WORDS.iter().any(|w| line.contains(w)) {
+                // Host administration only the CLI does, so every front
+                // end's user is sent to it (doctor's fixes).
+                let line_left = HOST_ADMIN
+                    .iter()
+                    .fold(line.to_owned(), |l, admin| l.replace(admin, ""));
+                if FRONT_END_WORDS.iter().any(|w| line_left.contains(w)) {
                     found.push(format!("{}:{n}: {}", f.display(), line.trim()));
                 }
             }
@@ -447,6 +453,44 @@ mod tests {
         assert!(
             found.is_empty(),
             "group these into folders of one concern each (at most {MAX_FILES_PER_FOLDER} files a level): {found:?}"
+        );
+    }
+
+    /// What the shipped programs print (messages, remedies, `--help`, the
+    /// MCP tools' schemas) names the installed tool's commands, never the
+    /// developer's: an installed user has no source checkout.
+    #[test]
+    fn shipped_words_name_no_developer_commands() {
+        const DEVELOPER: &str = "cargo xtask";
+        let mut found = Vec::new();
+        for (name, src) in crate::modules::crate_sources(&repo_root()) {
+            if name == "testkit" {
+                continue;
+            }
+            let mut files = Vec::new();
+            rust_files(&src, &mut files);
+            for f in files {
+                let text = std::fs::read_to_string(&f).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap_or("");
+                for (i, line) in code.lines().enumerate() {
+                    let trimmed = line.trim_start();
+                    // The CLI's doc comments are its `--help`.
+                    let words =
+                        !trimmed.starts_with("//") || (name == "cli" && trimmed.starts_with("///"));
+                    if words && line.contains(DEVELOPER) {
+                        found.push(format!("{}:{}", f.display(), i + 1));
+                    }
+                }
+            }
+        }
+        let tools =
+            std::fs::read_to_string(repo_root().join("crates/mcp/tests/tools_list.json")).unwrap();
+        if tools.contains(DEVELOPER) {
+            found.push("crates/mcp/tests/tools_list.json".into());
+        }
+        assert!(
+            found.is_empty(),
+            "say `microagent setup`, `microagent kernel install` or `microagent image build` instead of `{DEVELOPER}` in: {found:?}"
         );
     }
 

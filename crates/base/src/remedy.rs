@@ -61,7 +61,7 @@ pub enum Remedy {
         /// The snapshot that has the name.
         snapshot: String,
     },
-    /// List the images to find the right name (`cargo xtask setup` builds
+    /// List the images to find the right name (`microagent setup` builds
     /// `minimal` and `debian`).
     ListImages,
     /// Pull the image, or let the call pull it (pull policy `missing`).

@@ -14,7 +14,7 @@ use crate::output::{self, age};
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
-    /// List images (built images from `cargo xtask setup` are registered on first use).
+    /// List images (the ones `microagent setup` built are registered on first use).
     Ls,
     /// Show one image: its files, sizes and build manifest.
     Inspect {

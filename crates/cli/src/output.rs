@@ -71,7 +71,7 @@ pub fn remedy(r: &Remedy) -> String {
             format!("pick another name, or delete it first (`microagent snapshot rm {snapshot}`)")
         }
         Remedy::ListImages => {
-            "list the images (`microagent image ls`); `cargo xtask setup` builds minimal and debian"
+            "list the images (`microagent image ls`); `microagent setup --yes` builds minimal and debian"
                 .into()
         }
         Remedy::RemoveImage { image } => format!("remove it first (`microagent image rm {image}`)"),
@@ -110,7 +110,7 @@ pub fn remedy(r: &Remedy) -> String {
             "use a workspace of the `{image}` image, which has it (`microagent create NAME --image {image}`)"
         ),
         Remedy::BuildCodeImage { image, .. } => {
-            format!("build it with `cargo xtask rootfs {image}`")
+            format!("build it with `microagent setup --yes` (it builds {image})")
         }
         Remedy::Overwrite { .. } => {
             "pass --overwrite to replace it (a directory is merged into), or name another host path"

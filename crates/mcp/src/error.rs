@@ -104,7 +104,7 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "use an image with git instead of `{image}` (image: \"debian\")"
         ),
         Remedy::ListImages => {
-            "list the images (the image_list tool); `cargo xtask setup` builds minimal and debian"
+            "list the images (the image_list tool); `microagent setup --yes` on the host builds minimal and debian"
                 .into()
         }
         Remedy::PullImage { reference } => format!(
@@ -140,7 +140,7 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "run_code needs an image with it such as `{image}`: leave out `workspace` to run in a one-shot {image} workspace, or create one with image \"{image}\""
         ),
         Remedy::BuildCodeImage { image, interpreter } => format!(
-            "build it with `cargo xtask rootfs {image}`; or pass `workspace`, a running workspace whose image has {interpreter}"
+            "build it on the host with `microagent setup --yes` (it builds {image}); or pass `workspace`, a running workspace whose image has {interpreter}"
         ),
         Remedy::Overwrite { .. } => {
             "pass overwrite: true to replace it (a directory is merged into)".into()

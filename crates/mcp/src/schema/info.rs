@@ -31,7 +31,7 @@ pub struct KernelListResult {
 impl Render for KernelListResult {
     fn render(&self) -> String {
         if self.kernels.is_empty() {
-            return "no guest kernels; build them with `cargo xtask setup`".into();
+            return "no guest kernels; build them on the host with `microagent setup --yes`, or install one with `microagent kernel install`".into();
         }
         self.kernels
             .iter()
@@ -59,7 +59,7 @@ pub struct ImageListResult {
 impl Render for ImageListResult {
     fn render(&self) -> String {
         if self.images.is_empty() {
-            return "no images; build them with `cargo xtask setup`".into();
+            return "no images; build minimal and debian on the host with `microagent setup --yes`, or pull one (the image_pull tool)".into();
         }
         self.images
             .iter()

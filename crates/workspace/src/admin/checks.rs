@@ -80,7 +80,7 @@ fn asset_checks(checks: &mut Vec<Check>, assets: Option<&Path>, mode: Option<Kvm
         checks.push(Check::fail(
             "guest_kernel",
             "no asset directory (neither MICROAGENT_CACHE nor HOME is set)",
-            "set HOME, then run `cargo xtask setup`",
+            "set HOME, then run `microagent setup`",
         ));
         return;
     };
@@ -98,7 +98,7 @@ fn asset_checks(checks: &mut Vec<Check>, assets: Option<&Path>, mode: Option<Kvm
         Check::fail(
             "guest_kernel",
             format!("{} is missing", kernel.display()),
-            "build it with `cargo xtask setup`",
+            "build it with `microagent setup --yes`, or install one with `microagent kernel install`",
         )
     });
 }
@@ -127,7 +127,7 @@ fn image_checks(checks: &mut Vec<Check>, state: &StateDir, assets: Option<&Path>
             Check::warn(
                 "image",
                 format!("the {image} image is neither registered nor built"),
-                format!("build it with `cargo xtask rootfs {image}`"),
+                "build it with `microagent setup --yes`".to_string(),
             )
         });
     }

@@ -73,7 +73,7 @@ pub struct LocalImage {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// False for a built-in image not registered yet (it is at first use,
-    /// once `cargo xtask setup` built it).
+    /// once `microagent setup` built it).
     pub registered: bool,
 }
 
