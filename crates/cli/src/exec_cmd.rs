@@ -49,7 +49,7 @@ pub struct CommandArgs {
     #[arg(long)]
     pub shell: bool,
     /// Working directory in the guest.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, short = 'w', visible_alias = "workdir", value_name = "DIR")]
     pub cwd: Option<String>,
     /// Run as this user: a name the guest's /etc/passwd lists (`root`,
     /// `node`), a uid, or USER:GROUP (default: the image's user, else root).

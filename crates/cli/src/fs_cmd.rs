@@ -27,6 +27,7 @@ pub enum FsCommand {
         path: String,
     },
     /// Remove a guest file, link or empty directory.
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Workspace name.
         name: String,

@@ -15,6 +15,7 @@ use crate::output::{self, age};
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
     /// List images (the ones `microagent setup` built are registered on first use).
+    #[command(visible_alias = "list")]
     Ls,
     /// Show one image: its files, sizes and build manifest.
     Inspect {
@@ -93,6 +94,7 @@ pub enum ImageCommand {
         registries: Vec<String>,
     },
     /// Remove an image (refused while a workspace uses it).
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Image name.
         name: String,

@@ -15,6 +15,7 @@ use crate::plan_out::{run_change, stderr_progress, ConfirmFlags};
 pub enum KernelCommand {
     /// List guest kernels: the built ones (which variant this host boots)
     /// and those only imported images carry, with versions and users.
+    #[command(visible_alias = "list")]
     Ls,
     /// Install the guest kernel this host needs: build it from Debian's
     /// kernel source (the default), or install a kernel file after checking

@@ -33,9 +33,23 @@ use workspace::EXEC_FAILURE_EXIT_CODE;
 use workspace::{ErrorCode, ListFilter, State, Workspaces};
 use workspace::{DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
 
+/// The first commands people type, under the top-level help.
+const EXAMPLES: &str = "\
+Examples:
+  microagent run -- uname -a            a command in a fresh workspace, deleted after
+  microagent create dev -m 1g --cpus 2  a workspace to keep (`--image debian` for python3, git)
+  microagent start dev
+  microagent exec dev -w /tmp -- ls     a command in it
+  microagent shell dev                  a shell on this terminal
+  microagent cp ./src dev:/work         copy in (dev:/path ./here copies out)
+  microagent ls                         the workspaces
+  microagent rm -yf dev                 delete it without asking, running or not
+  microagent serve mcp                  the MCP server agents register (stdio)
+  microagent doctor                     what this host can run";
+
 /// Disposable Linux workspaces as KVM microVMs.
 #[derive(Debug, Parser)]
-#[command(name = "microagent", version, about)]
+#[command(name = "microagent", version, about, after_help = EXAMPLES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,22 +74,239 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Check that this host can run workspaces: KVM, its speed, guest
-    /// kernel and images, state directory, free disk. Exit 1 on any failure.
-    Doctor,
-    /// Make this host ready: install the build packages, build the guest
-    /// kernel it needs and the `minimal` and `debian` images, leaving what is
-    /// there. Without --yes or --confirm it only shows the plan (packages,
-    /// disk, time, files) and a token.
-    Setup {
+    /// One-shot: create, start, run a command, delete; exits with its status.
+    #[command(after_help = "\
+Examples:
+  microagent run -- uname -a
+  microagent run --image debian -m 1g -- python3 -c 'print(1 + 1)'
+  microagent run --shell -- 'cd /tmp && ls -la'")]
+    Run(exec_cmd::RunArgs),
+    /// Create a workspace (stopped; `start` boots it).
+    #[command(after_help = "\
+Examples:
+  microagent create dev
+  microagent create py --image debian -m 1g --cpus 2 --disk 10g
+  microagent create web -p 8080:80 --ttl 2h
+  microagent create ci --image python:3.12-slim     (pulled from a registry)")]
+    Create {
+        /// Name: lowercase letters, digits and '-', starting with a letter.
+        name: String,
         #[command(flatten)]
-        flags: plan_out::ConfirmFlags,
-        /// Also build an optional image: `browser` (Debian with headless
-        /// Chromium, for `microagent browser`); previewed and confirmed as
-        /// its own plan.
-        #[arg(long = "with", value_name = "IMAGE")]
-        with: Vec<kernel_cmd::SetupExtra>,
+        spec: workspace_cmd::SpecArgs,
     },
+    /// Boot a workspace and wait until its agent answers. A workspace never
+    /// started before resumes its image's warm snapshot when there is one.
+    Start {
+        /// Workspace names (each in turn).
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+        /// Boot the kernel even when a warm snapshot could be used.
+        #[arg(long)]
+        cold: bool,
+        /// Seconds to wait for the boot.
+        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
+        timeout: u64,
+    },
+    /// Run a command in a running workspace; exits with the command's status.
+    #[command(after_help = "\
+Examples:
+  microagent exec dev -- ls -la /
+  microagent exec dev -w /work -e DEBUG=1 -- make test
+  microagent exec dev --shell -- 'ps | grep sleep'
+  microagent exec dev -d -- python3 -m http.server 8000   (in the background: `ps dev`)
+  microagent exec -it dev -- top                          (on a terminal)")]
+    Exec {
+        /// Workspace name.
+        name: String,
+        #[command(flatten)]
+        args: exec_cmd::ExecArgs,
+    },
+    /// Open a login shell in a running workspace on this terminal (bash if
+    /// the image has it, else sh); exits with the shell's status.
+    Shell {
+        /// Workspace name.
+        name: String,
+        /// Environment variable (repeatable).
+        #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = output::key_value)]
+        env: Vec<(String, String)>,
+    },
+    /// Copy a file or directory in or out: `cp ./src dev:/work`,
+    /// `cp dev:/etc/os-release ./os-release`. A file replaces a guest file
+    /// and a directory merges into a guest directory; on the host an
+    /// existing path is replaced (file) or merged into (directory) only with
+    /// --overwrite.
+    Cp {
+        /// Source (host path, or NAME:/path).
+        src: String,
+        /// Destination (host path, or NAME:/path).
+        dst: String,
+        /// Replace an existing host file, or merge into an existing host
+        /// directory.
+        #[arg(long)]
+        overwrite: bool,
+        /// Copy git metadata out too (paths through a `.git`: its hooks and
+        /// config run code at your next git command). Left out by default.
+        #[arg(long)]
+        include_git_metadata: bool,
+        /// Only say what the copy would do (nothing is copied).
+        #[arg(long)]
+        preview: bool,
+    },
+    /// List workspaces.
+    #[command(visible_alias = "ls")]
+    List {
+        /// Only workspaces in this state.
+        #[arg(long, value_parser = workspace_cmd::parse_state)]
+        state: Option<State>,
+        /// Only workspaces of this image.
+        #[arg(long)]
+        image: Option<String>,
+        /// Only workspaces with this label (repeatable).
+        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = output::key_value)]
+        labels: Vec<(String, String)>,
+        /// Only workspaces this agent owns (made by its MCP session).
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+    },
+    /// Show a workspace: state, VMM, resources, ages, last exit.
+    Inspect {
+        /// Workspace name.
+        name: String,
+    },
+    /// Show a workspace's serial console, or with --service the output of
+    /// one of its services.
+    Logs {
+        /// Workspace name.
+        name: String,
+        /// Only the last N lines (`-n` is the namespace here, as in
+        /// kubectl: `--tail N` or `-l N`).
+        #[arg(
+            short = 'l',
+            long = "lines",
+            visible_alias = "tail",
+            conflicts_with = "service"
+        )]
+        lines: Option<usize>,
+        /// Keep printing new output.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// A service's command's output (stdout, then stderr) instead.
+        #[arg(long, value_name = "SERVICE")]
+        service: Option<String>,
+    },
+    /// Shut a workspace down cleanly; tear it down after the timeout.
+    Stop {
+        /// Workspace names (each in turn).
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+        /// Seconds the guest gets to shut down.
+        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STOP_TIMEOUT.as_secs())]
+        timeout: u64,
+    },
+    /// Delete a workspace and its disk.
+    #[command(visible_aliases = ["rm", "remove"])]
+    Delete {
+        /// Workspace names (each in turn).
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Halt it first if it is running.
+        #[arg(long, short = 'f')]
+        force: bool,
+    },
+    /// Start a new workspace as a fork of a running one (memory included),
+    /// or of one of its snapshots.
+    Fork {
+        /// The workspace to fork.
+        workspace: String,
+        /// The new workspace's name.
+        new_name: String,
+        /// Fork from this snapshot instead of the live workspace.
+        #[arg(long)]
+        snapshot: Option<String>,
+        /// Seconds to wait for the fork's agent.
+        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
+        timeout: u64,
+    },
+    /// Write a running workspace's whole machine into its directory and end
+    /// its VMM: it then costs no memory and no CPU, and the next command,
+    /// copy, terminal or `resume` restores it as it was (processes, open
+    /// files, /tmp). `stop` discards it.
+    Hibernate {
+        /// Workspace name.
+        name: String,
+        /// Seconds the machine may take to be written.
+        #[arg(long, value_name = "SECONDS", default_value_t = workspace::DEFAULT_HIBERNATE_TIMEOUT.as_secs())]
+        timeout: u64,
+    },
+    /// Restore a hibernated workspace now, or run a paused one again.
+    Resume {
+        /// Workspace name.
+        name: String,
+    },
+    /// Tear a workspace's VM down at once (unsynced guest writes are lost).
+    Halt {
+        /// Workspace names (each in turn).
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+    },
+    /// Set a workspace's TTL in seconds (from now if running), or `off`.
+    Ttl {
+        /// Workspace name.
+        name: String,
+        /// Seconds or a duration (`30m`, `1h`, `1h30m`, `2d`), or `off`.
+        ttl: String,
+        /// Add TTL to what is left instead of setting it.
+        #[arg(long)]
+        extend: bool,
+    },
+    /// Show a workspace's events (created, started, exec, stopped, crashed, ...).
+    Events {
+        /// Workspace name.
+        name: String,
+        /// Only events after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Keep printing new events.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Wait up to this many seconds for an event when none is there yet.
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
+    },
+    /// What a workspace (or every workspace) uses now: guest CPU over a 1 s
+    /// sample, guest memory, the VMM's host memory, disk, uptime, network.
+    Metrics {
+        /// Workspace name (default: all).
+        name: Option<String>,
+    },
+    /// List a workspace's background processes (`exec --detach`).
+    Ps {
+        /// Workspace name.
+        name: String,
+    },
+    /// Background processes: `process output dev proc-1 --follow`,
+    /// `process wait`, `process signal`, `process stdin`, `process rm`.
+    #[command(subcommand)]
+    Process(process_cmd::ProcessCommand),
+    /// File operations in a running workspace: `fs stat dev /etc/hosts`,
+    /// `fs mkdir`, `fs rm [-r] [--preview]`, `fs mv`, `fs edit --old T
+    /// --new T [--count N]`, `fs find dev /src '*.rs'`.
+    #[command(subcommand)]
+    Fs(fs_cmd::FsCommand),
+    /// A headless browser in the workspace, driven by accessibility
+    /// snapshots: `browser open dev http://...`, `browser click dev e3`,
+    /// `browser fill dev e2 --value x`, `browser screenshot dev page.png`.
+    #[command(subcommand)]
+    Browser(browser_cmd::BrowserCommand),
+    /// Manage snapshots of workspaces.
+    #[command(subcommand)]
+    Snapshot(snapshot_cmd::SnapshotCommand),
+    /// Published ports: `port add dev 8080:80`, `port ls dev`, `port rm dev 8080`.
+    #[command(subcommand)]
+    Port(port_cmd::PortCommand),
     /// Manage images (kernel + root filesystem pairs).
     #[command(subcommand)]
     Image(image_cmd::ImageCommand),
@@ -103,13 +334,6 @@ enum Command {
     /// one (`inspect` says `start: pooled`); `pool ls`, `pool events`.
     #[command(subcommand)]
     Pool(pool_cmd::PoolCommand),
-    /// Guest kernels: `kernel ls` (built ones and those images carry),
-    /// `kernel install` (from Debian's source or a file; preview, then confirm).
-    #[command(subcommand)]
-    Kernel(kernel_cmd::KernelCommand),
-    /// Manage snapshots of workspaces.
-    #[command(subcommand)]
-    Snapshot(snapshot_cmd::SnapshotCommand),
     /// Networks: `network create corp --backend tap --egress allowlist
     /// --allow pypi.org`, `network ls`, `network setup` (host changes for tap
     /// networks, by preview and --confirm token).
@@ -121,220 +345,48 @@ enum Command {
     /// there.
     #[command(subcommand)]
     Server(server_cmd::ServerCommand),
-    /// Published ports: `port add dev 8080:80`, `port ls dev`, `port rm dev 8080`.
+    /// Guest kernels: `kernel ls` (built ones and those images carry),
+    /// `kernel install` (from Debian's source or a file; preview, then confirm).
     #[command(subcommand)]
-    Port(port_cmd::PortCommand),
-    /// Start a new workspace as a fork of a running one (memory included),
-    /// or of one of its snapshots.
-    Fork {
-        /// The workspace to fork.
-        workspace: String,
-        /// The new workspace's name.
-        new_name: String,
-        /// Fork from this snapshot instead of the live workspace.
-        #[arg(long)]
-        snapshot: Option<String>,
-        /// Seconds to wait for the fork's agent.
-        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
-        timeout: u64,
-    },
-    /// Create a workspace (stopped; `start` boots it).
-    Create {
-        /// Name: lowercase letters, digits and '-', starting with a letter.
-        name: String,
+    Kernel(kernel_cmd::KernelCommand),
+    /// Check that this host can run workspaces: KVM, its speed, guest
+    /// kernel and images, state directory, free disk. Exit 1 on any failure.
+    Doctor,
+    /// Make this host ready: install the build packages, build the guest
+    /// kernel it needs and the `minimal` and `debian` images, leaving what is
+    /// there. Without --yes or --confirm it only shows the plan (packages,
+    /// disk, time, files) and a token.
+    Setup {
         #[command(flatten)]
-        spec: workspace_cmd::SpecArgs,
+        flags: plan_out::ConfirmFlags,
+        /// Also build an optional image: `browser` (Debian with headless
+        /// Chromium, for `microagent browser`); previewed and confirmed as
+        /// its own plan.
+        #[arg(long = "with", value_name = "IMAGE")]
+        with: Vec<kernel_cmd::SetupExtra>,
     },
-    /// Boot a workspace and wait until its agent answers. A workspace never
-    /// started before resumes its image's warm snapshot when there is one.
-    Start {
-        /// Workspace name.
-        name: String,
-        /// Boot the kernel even when a warm snapshot could be used.
-        #[arg(long)]
-        cold: bool,
-        /// Seconds to wait for the boot.
-        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_START_TIMEOUT.as_secs())]
-        timeout: u64,
-    },
-    /// Shut a workspace down cleanly; tear it down after the timeout.
-    Stop {
-        /// Workspace name.
-        name: String,
-        /// Seconds the guest gets to shut down.
-        #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STOP_TIMEOUT.as_secs())]
-        timeout: u64,
-    },
-    /// Write a running workspace's whole machine into its directory and end
-    /// its VMM: it then costs no memory and no CPU, and the next command,
-    /// copy, terminal or `resume` restores it as it was (processes, open
-    /// files, /tmp). `stop` discards it.
-    Hibernate {
-        /// Workspace name.
-        name: String,
-        /// Seconds the machine may take to be written.
-        #[arg(long, value_name = "SECONDS", default_value_t = workspace::DEFAULT_HIBERNATE_TIMEOUT.as_secs())]
-        timeout: u64,
-    },
-    /// Restore a hibernated workspace now, or run a paused one again.
-    Resume {
-        /// Workspace name.
-        name: String,
-    },
-    /// Tear a workspace's VM down at once (unsynced guest writes are lost).
-    Halt {
-        /// Workspace name.
-        name: String,
-    },
-    /// Delete a workspace and its disk.
-    Delete {
-        /// Workspace name.
-        name: String,
-        /// Do not ask for confirmation.
-        #[arg(long, short = 'y')]
-        yes: bool,
-        /// Halt it first if it is running.
-        #[arg(long, short = 'f')]
-        force: bool,
-    },
-    /// List workspaces.
-    #[command(alias = "ls")]
-    List {
-        /// Only workspaces in this state.
-        #[arg(long, value_parser = workspace_cmd::parse_state)]
-        state: Option<State>,
-        /// Only workspaces of this image.
-        #[arg(long)]
-        image: Option<String>,
-        /// Only workspaces with this label (repeatable).
-        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = output::key_value)]
-        labels: Vec<(String, String)>,
-        /// Only workspaces this agent owns (made by its MCP session).
-        #[arg(long, value_name = "AGENT")]
-        agent: Option<String>,
-    },
-    /// Show a workspace: state, VMM, resources, ages, last exit.
-    Inspect {
-        /// Workspace name.
-        name: String,
-    },
-    /// Set a workspace's TTL in seconds (from now if running), or `off`.
-    Ttl {
-        /// Workspace name.
-        name: String,
-        /// Seconds or a duration (`30m`, `1h`, `1h30m`, `2d`), or `off`.
-        ttl: String,
-        /// Add TTL to what is left instead of setting it.
-        #[arg(long)]
-        extend: bool,
-    },
-    /// Run a command in a running workspace; exits with the command's status.
-    Exec {
-        /// Workspace name.
-        name: String,
-        #[command(flatten)]
-        args: exec_cmd::ExecArgs,
-    },
-    /// Open a login shell in a running workspace on this terminal (bash if
-    /// the image has it, else sh); exits with the shell's status.
-    Shell {
-        /// Workspace name.
-        name: String,
-        /// Environment variable (repeatable).
-        #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = output::key_value)]
-        env: Vec<(String, String)>,
-    },
-    /// What a workspace (or every workspace) uses now: guest CPU over a 1 s
-    /// sample, guest memory, the VMM's host memory, disk, uptime, network.
-    Metrics {
-        /// Workspace name (default: all).
-        name: Option<String>,
-    },
-    /// List a workspace's background processes (`exec --detach`).
-    Ps {
-        /// Workspace name.
-        name: String,
-    },
-    /// Background processes: `process output dev proc-1 --follow`,
-    /// `process wait`, `process signal`, `process stdin`, `process rm`.
-    #[command(subcommand)]
-    Process(process_cmd::ProcessCommand),
-    /// A headless browser in the workspace, driven by accessibility
-    /// snapshots: `browser open dev http://...`, `browser click dev e3`,
-    /// `browser fill dev e2 --value x`, `browser screenshot dev page.png`.
-    #[command(subcommand)]
-    Browser(browser_cmd::BrowserCommand),
-    /// Copy a file or directory in or out: `cp ./src dev:/work`,
-    /// `cp dev:/etc/os-release ./os-release`. A file replaces a guest file
-    /// and a directory merges into a guest directory; on the host an
-    /// existing path is replaced (file) or merged into (directory) only with
-    /// --overwrite.
-    Cp {
-        /// Source (host path, or NAME:/path).
-        src: String,
-        /// Destination (host path, or NAME:/path).
-        dst: String,
-        /// Replace an existing host file, or merge into an existing host
-        /// directory.
-        #[arg(long)]
-        overwrite: bool,
-        /// Copy git metadata out too (paths through a `.git`: its hooks and
-        /// config run code at your next git command). Left out by default.
-        #[arg(long)]
-        include_git_metadata: bool,
-        /// Only say what the copy would do (nothing is copied).
-        #[arg(long)]
-        preview: bool,
-    },
-    /// File operations in a running workspace: `fs stat dev /etc/hosts`,
-    /// `fs mkdir`, `fs rm [-r] [--preview]`, `fs mv`, `fs edit --old T
-    /// --new T [--count N]`, `fs find dev /src '*.rs'`.
-    #[command(subcommand)]
-    Fs(fs_cmd::FsCommand),
-    /// Show a workspace's serial console, or with --service the output of
-    /// one of its services.
-    Logs {
-        /// Workspace name.
-        name: String,
-        /// Only the last N lines.
-        #[arg(short = 'l', long = "lines", conflicts_with = "service")]
-        lines: Option<usize>,
-        /// Keep printing new output.
-        #[arg(short = 'f', long)]
-        follow: bool,
-        /// A service's command's output (stdout, then stderr) instead.
-        #[arg(long, value_name = "SERVICE")]
-        service: Option<String>,
-    },
-    /// Show a workspace's events (created, started, exec, stopped, crashed, ...).
-    Events {
-        /// Workspace name.
-        name: String,
-        /// Only events after this sequence number.
-        #[arg(long, default_value_t = 0)]
-        after: u64,
-        /// Keep printing new events.
-        #[arg(long)]
-        follow: bool,
-        /// Wait up to this many seconds for an event when none is there yet.
-        #[arg(long, value_name = "SECONDS")]
-        wait: Option<u64>,
-    },
-    /// One-shot: create, start, run a command, delete; exits with its status.
-    Run(exec_cmd::RunArgs),
     /// Print the runtime contract (states, error codes, limits) as JSON.
     Contract,
-    /// The server side of a workspace another host placed here: one call
-    /// as JSON on stdin, its answer as JSON (hosts speak it over ssh).
-    #[command(name = "workspace-call", hide = true)]
-    WorkspaceCall,
-    /// Low-level VMM commands: boot a kernel directly, probe the host's KVM.
-    #[command(subcommand)]
-    Vmm(vmm_cmd::VmmCommand),
     /// Serve microagent to other programs: `serve mcp` is the MCP server
     /// over stdin/stdout.
     #[command(subcommand)]
     Serve(serve_cmd::ServeCommand),
+    /// Print a completion script for a shell: `source <(microagent
+    /// completion bash)`, or save it where the shell loads completions
+    /// (`/usr/share/bash-completion/completions/microagent`,
+    /// `~/.zfunc/_microagent`, `~/.config/fish/completions/microagent.fish`).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Low-level VMM commands: boot a kernel directly, probe the host's KVM.
+    #[command(subcommand)]
+    Vmm(vmm_cmd::VmmCommand),
+    /// The server side of a workspace another host placed here: one call
+    /// as JSON on stdin, its answer as JSON (hosts speak it over ssh).
+    #[command(name = "workspace-call", hide = true)]
+    WorkspaceCall,
 }
 
 impl Command {
@@ -415,15 +467,32 @@ async fn run_workspace_command(
         }
         Command::Create { name, spec } => w::create(ws, name, spec, json).await,
         Command::Start {
-            name,
+            names,
             cold,
             timeout,
-        } => w::start(ws, name, *cold, *timeout, json).await,
-        Command::Stop { name, timeout } => w::stop(ws, name, *timeout, json).await,
+        } => {
+            w::each(names, json, |n| async move {
+                w::start(ws, &n, *cold, *timeout, json).await
+            })
+            .await
+        }
+        Command::Stop { names, timeout } => {
+            w::each(names, json, |n| async move {
+                w::stop(ws, &n, *timeout, json).await
+            })
+            .await
+        }
         Command::Hibernate { name, timeout } => w::hibernate(ws, name, *timeout, json).await,
         Command::Resume { name } => w::resume(ws, name, json).await,
-        Command::Halt { name } => w::halt(ws, name, json),
-        Command::Delete { name, yes, force } => w::delete(ws, name, *yes, *force, json),
+        Command::Halt { names } => {
+            w::each(names, json, |n| async move { w::halt(ws, &n, json) }).await
+        }
+        Command::Delete { names, yes, force } => {
+            w::each(names, json, |n| async move {
+                w::delete(ws, &n, *yes, *force, json)
+            })
+            .await
+        }
         Command::List {
             state,
             image,
@@ -497,7 +566,11 @@ async fn run_workspace_command(
         } => logs_cmd::events(ws, name, *after, *follow, *wait, json).await,
         Command::Run(args) => exec_cmd::run(ws, args, json).await,
         Command::WorkspaceCall => server_cmd::answer_call(ws).await,
-        Command::Doctor | Command::Contract | Command::Vmm(_) | Command::Serve(_) => {
+        Command::Doctor
+        | Command::Contract
+        | Command::Vmm(_)
+        | Command::Serve(_)
+        | Command::Completion { .. } => {
             unreachable!("handled before the workspace store is opened, or forwarded")
         }
     }
@@ -534,6 +607,7 @@ fn main() -> ExitCode {
         let without = match cli.command {
             Command::Shell { .. } => Some("shell"),
             Command::Serve(_) => Some("serve"),
+            Command::Completion { .. } => Some("completion"),
             _ => None,
         };
         if let Some(command) = without {
@@ -551,10 +625,10 @@ fn main() -> ExitCode {
         .as_deref()
         .is_some_and(|s| s != workspace::servers::LOCAL_SERVER);
     match cli.command {
-        Command::Vmm(_) | Command::Serve(_) if elsewhere => {
+        Command::Vmm(_) | Command::Serve(_) | Command::Completion { .. } if elsewhere => {
             return output::report(
                 ErrorCode::InvalidInput,
-                "--server does not apply to vmm and serve: they run on this host; run them on the server itself",
+                "--server does not apply to vmm, serve and completion: they run on this host; run them on the server itself",
                 json,
                 output::USAGE,
             );
@@ -562,6 +636,12 @@ fn main() -> ExitCode {
         Command::Doctor if !elsewhere => return anyhow_exit(doctor_cmd::run(json)),
         Command::Vmm(cmd) => return anyhow_exit(vmm_cmd::run(cmd, json)),
         Command::Serve(cmd) => return serve_cmd::run(cmd),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "microagent", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
         Command::Contract if !elsewhere => {
             output::json(&workspace::contract());
             return ExitCode::SUCCESS;

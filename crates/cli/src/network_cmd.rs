@@ -84,7 +84,7 @@ pub enum NetworkCommand {
         no_allow: bool,
     },
     /// List networks and the workspaces on each.
-    #[command(alias = "list")]
+    #[command(visible_alias = "list")]
     Ls,
     /// Show one network.
     Inspect {
@@ -92,7 +92,7 @@ pub enum NetworkCommand {
         name: String,
     },
     /// Remove a network no workspace uses.
-    #[command(alias = "delete")]
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Network name.
         name: String,

@@ -20,6 +20,7 @@ pub enum PoolCommand {
         size: usize,
     },
     /// Each image's pool: its size and how many members are ready.
+    #[command(visible_alias = "list")]
     Ls,
     /// What the pools gave back, and why (an image or kernel changed, or a
     /// start needed the memory).

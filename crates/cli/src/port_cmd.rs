@@ -27,12 +27,13 @@ pub enum PortCommand {
         forward: bool,
     },
     /// List a workspace's published ports.
-    #[command(alias = "list")]
+    #[command(visible_alias = "list")]
     Ls {
         /// Workspace name.
         workspace: String,
     },
     /// Stop publishing a host port (open connections run on).
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Workspace name.
         workspace: String,

@@ -76,6 +76,7 @@ pub enum ProcessCommand {
         close: bool,
     },
     /// Forget a finished process and its output.
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Workspace name.
         workspace: String,

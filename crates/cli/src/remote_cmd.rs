@@ -21,8 +21,8 @@ use crate::Command;
 enum Record {
     Nothing,
     Place(String),
-    /// Forget the workspace: its placement and its forwards.
-    Forget(String),
+    /// Forget the workspaces: their placements and their forwards.
+    Forget(Vec<String>),
     /// Forward this host's 127.0.0.1:port to the server's `ip`:port.
     Forward(String, u16, std::net::IpAddr),
     /// End the forward of a port.
@@ -44,7 +44,7 @@ async fn route(
             as_name: Some(new_name),
             ..
         }) => Record::Place(new_name.clone()),
-        Command::Delete { name, .. } => Record::Forget(name.clone()),
+        Command::Delete { names, .. } => Record::Forget(names.clone()),
         Command::Port(crate::port_cmd::PortCommand::Add {
             workspace,
             mapping,
@@ -65,7 +65,7 @@ async fn route(
     };
     // Whoever names the server, a workspace placed from here is checked
     // as its owner's before any ssh runs.
-    if let Some(name) = target(cmd) {
+    for name in targets(cmd) {
         ws.placement_of(name)?;
     }
     match server {
@@ -75,7 +75,19 @@ async fn route(
     }
 }
 
-/// The workspace `cmd` acts on, when it names one.
+/// The workspaces `cmd` acts on.
+fn targets(cmd: &Command) -> Vec<&str> {
+    match cmd {
+        Command::Start { names, .. }
+        | Command::Stop { names, .. }
+        | Command::Halt { names }
+        | Command::Delete { names, .. } => names.iter().map(String::as_str).collect(),
+        _ => target(cmd).into_iter().collect(),
+    }
+}
+
+/// The workspace `cmd` acts on, when it names one (the commands that take
+/// several are [`targets`]').
 fn target(cmd: &Command) -> Option<&str> {
     use crate::browser_cmd::BrowserCommand as B;
     use crate::fs_cmd::FsCommand as F;
@@ -83,12 +95,8 @@ fn target(cmd: &Command) -> Option<&str> {
     use crate::process_cmd::ProcessCommand as Pr;
     use crate::snapshot_cmd::SnapshotCommand as S;
     Some(match cmd {
-        Command::Start { name, .. }
-        | Command::Stop { name, .. }
-        | Command::Halt { name }
-        | Command::Hibernate { name, .. }
+        Command::Hibernate { name, .. }
         | Command::Resume { name }
-        | Command::Delete { name, .. }
         | Command::Inspect { name }
         | Command::Ttl { name, .. }
         | Command::Exec { name, .. }
@@ -199,9 +207,11 @@ pub async fn forward_if_remote(
         let servers = ws.servers();
         match record {
             Record::Place(_) => {}
-            Record::Forget(name) => {
-                servers.unforward_all(&name)?;
-                servers.unplace(&name)?;
+            Record::Forget(names) => {
+                for name in names {
+                    servers.unforward_all(&name)?;
+                    servers.unplace(&name)?;
+                }
             }
             Record::Forward(name, port, ip) => {
                 let ip = match ip {
@@ -354,6 +364,13 @@ mod tests {
         ] {
             assert_eq!(target(&parse(args).command), want, "{args:?}");
         }
+        // Each workspace a command on several names acts on is checked.
+        assert_eq!(
+            targets(&parse(&["m", "rm", "-f", "a", "b"]).command),
+            ["a", "b"]
+        );
+        assert_eq!(targets(&parse(&["m", "stop", "a"]).command), ["a"]);
+        assert_eq!(targets(&parse(&["m", "inspect", "a"]).command), ["a"]);
         let cli = parse(&["m", "create", "dev", "--server", "box"]);
         assert_eq!(cli.server.as_deref(), Some("box"));
     }

@@ -24,8 +24,10 @@ pub enum RepoCommand {
         task_command: Option<String>,
     },
     /// List allowed repositories.
+    #[command(visible_alias = "list")]
     Ls,
     /// Take a repository off the allowlist (the repository is not touched).
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Its alias.
         alias: String,

@@ -25,8 +25,10 @@ pub enum SecretCommand {
         from_file: Option<PathBuf>,
     },
     /// List the secrets' names (never their values).
+    #[command(visible_alias = "list")]
     Ls,
     /// Remove a secret.
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Secret name.
         name: String,

@@ -35,6 +35,7 @@ pub enum ServerCommand {
         ssh_options: Vec<String>,
     },
     /// List the servers, `local` first, with health and resources.
+    #[command(visible_alias = "list")]
     Ls,
     /// One server's health, resources and workspaces.
     Status {
@@ -46,6 +47,7 @@ pub enum ServerCommand {
         usage: bool,
     },
     /// Remove a server (refused while workspaces live on it).
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Server name.
         name: String,

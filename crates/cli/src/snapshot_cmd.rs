@@ -20,7 +20,7 @@ pub enum SnapshotCommand {
         name: Option<String>,
     },
     /// List snapshots.
-    #[command(alias = "list")]
+    #[command(visible_alias = "list")]
     Ls {
         /// Only snapshots of this workspace.
         #[arg(long)]
@@ -48,6 +48,7 @@ pub enum SnapshotCommand {
         timeout: u64,
     },
     /// Delete a snapshot (workspaces forked from it keep running).
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Snapshot name.
         name: String,

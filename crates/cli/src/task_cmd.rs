@@ -50,6 +50,7 @@ pub enum TaskCommand {
         description: String,
     },
     /// List tasks.
+    #[command(visible_alias = "list")]
     Ls,
     /// Show one task: status, result, merge, timings.
     Info {
@@ -95,6 +96,7 @@ pub enum TaskCommand {
     /// Remove an ended task's record, logs and kept workspace (refs/tasks/ID
     /// stays unless --delete-ref). --force cancels a running one first:
     /// its workspace stops, what it committed stays at refs/tasks/ID.
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// The task id.
         id: String,

@@ -30,6 +30,7 @@ pub enum VolumeCommand {
         from_tar: Option<PathBuf>,
     },
     /// List volumes and the workspaces that mount them.
+    #[command(visible_alias = "list")]
     Ls,
     /// Show one volume.
     Inspect {
@@ -37,6 +38,7 @@ pub enum VolumeCommand {
         name: String,
     },
     /// Remove a volume (refused while a workspace mounts it).
+    #[command(visible_aliases = ["remove", "delete"])]
     Rm {
         /// Volume name.
         name: String,

@@ -24,11 +24,11 @@ pub struct SpecArgs {
     #[arg(long, value_enum, value_name = "WHEN", default_value = "missing")]
     pub pull: PullArg,
     /// Number of vCPUs (default: the image's, else 1).
-    #[arg(long)]
+    #[arg(long, visible_alias = "cpus")]
     pub vcpus: Option<u8>,
     /// Guest memory in MiB, or with a unit (`512m`, `1g`; default: the
     /// image's, else 256).
-    #[arg(long = "mem", value_name = "MIB", value_parser = crate::output::mib)]
+    #[arg(long = "mem", short = 'm', visible_alias = "memory", value_name = "MIB", value_parser = crate::output::mib)]
     pub mem_mib: Option<u64>,
     /// Writable disk in MiB, or with a unit (`10g`; sparse: only what the
     /// guest writes uses host disk).
@@ -231,6 +231,32 @@ fn network_line(n: &workspace::network::GuestNetwork) -> String {
         a.dns,
         output::field(&n.mac)
     )
+}
+
+/// Runs `one` on each of `names` in turn. One name is that name's command
+/// as it always was; with several, every one is tried: a failure is
+/// reported (with `--json`, as its own `{"error": ...}` line among the
+/// results' lines) and the next goes on, and the status is the first
+/// failure's.
+pub async fn each<F, Fut>(names: &[String], json: bool, mut one: F) -> Result<ExitCode, Error>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<ExitCode, Error>>,
+{
+    if let [name] = names {
+        return one(name.clone()).await;
+    }
+    let mut first_failure = None;
+    for name in names {
+        let code = match one(name.clone()).await {
+            Ok(code) => code,
+            Err(e) => output::error(&e, json, output::FAILURE),
+        };
+        if code != ExitCode::SUCCESS {
+            first_failure.get_or_insert(code);
+        }
+    }
+    Ok(first_failure.unwrap_or(ExitCode::SUCCESS))
 }
 
 fn done(meta: &Meta, json: bool) -> ExitCode {

@@ -379,3 +379,98 @@ fn a_task_record_from_a_guest_prints_escaped() {
     let json = cli.ok_json(&["task", "info", "t-esc", "--json"]);
     assert_eq!(json["result"]["summary"], summary);
 }
+
+/// The names and flags people type by habit (docker, kubectl, coreutils):
+/// `ls`/`list` and `rm`/`remove`/`delete` on every group, several names
+/// for `delete`, `-m 1g` and `--cpus`, `-w`, `--tail`, `-f`, and shell
+/// completion that bash loads.
+#[test]
+fn the_names_people_type_by_habit_work() {
+    let cli = home("habits");
+    let src = cli.home().join("src");
+    testkit::fake_image_files(&src);
+    let src = src.to_str().unwrap().to_owned();
+    cli.ok_json(&["image", "import", &src, "--name", "fake", "--json"]);
+    let a = cli.ok_json(&[
+        "create", "a", "--image", "fake", "-m", "512m", "--cpus", "2", "--json",
+    ]);
+    assert_eq!(a["spec"]["mem_mib"], 512, "{a}");
+    assert_eq!(a["spec"]["vcpus"], 2, "{a}");
+    let b = cli.ok_json(&["create", "b", "--image", "fake", "--memory", "1g", "--json"]);
+    assert_eq!(b["spec"]["mem_mib"], 1024, "{b}");
+    for list in ["ls", "list"] {
+        let listed = cli.ok_json(&[list, "--json"]);
+        assert_eq!(listed.as_array().map(Vec::len), Some(2), "{list}: {listed}");
+    }
+    for group in [
+        "image", "volume", "repo", "task", "secret", "pool", "kernel", "snapshot", "network",
+        "server",
+    ] {
+        for list in ["ls", "list"] {
+            let run = cli.run(&[group, list, "--json"]);
+            assert_eq!(run.status, 0, "{group} {list}: {}", run.stderr);
+        }
+    }
+    for rm in ["rm", "remove", "delete"] {
+        let run = cli.run(&["volume", rm, "nope", "--json"]);
+        assert_eq!(run.error_code(), "NOT_FOUND", "volume {rm}: {}", run.stderr);
+    }
+    // Several names: each in turn, a failure said and the next one done.
+    let deleted = cli.run(&["rm", "-y", "nope", "a", "--json"]);
+    assert_eq!(deleted.status, 1, "{}", deleted.stderr);
+    let lines: Vec<serde_json::Value> = deleted
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", deleted.stdout);
+    assert_eq!(lines[0]["error"]["code"], "NOT_FOUND");
+    assert_eq!(lines[1]["deleted"], "a");
+    let deleted = cli.run(&["remove", "--yes", "b", "--json"]);
+    assert_eq!(deleted.status, 0, "{}", deleted.stderr);
+    assert_eq!(deleted.json()["deleted"], "b", "one name: one document");
+
+    let help = cli.run(&["--help"]);
+    assert!(help.stdout.contains("Examples:"), "{}", help.stdout);
+    let first = help
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        first.trim_start().starts_with("run "),
+        "everyday commands first: {first}"
+    );
+    for (cmd, flag) in [
+        ("exec", "--workdir"),
+        ("logs", "--tail"),
+        ("events", "-f, --follow"),
+        ("create", "--memory"),
+    ] {
+        let help = cli.run(&[cmd, "--help"]);
+        assert!(help.stdout.contains(flag), "{cmd} --help: {}", help.stdout);
+    }
+
+    let script = cli.run(&["completion", "bash"]);
+    assert_eq!(script.status, 0, "{}", script.stderr);
+    let file = cli.home().join("completion.bash");
+    std::fs::write(&file, &script.stdout).unwrap();
+    let loaded = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p microagent",
+            file.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(loaded.status.success(), "{loaded:?}");
+    assert!(String::from_utf8_lossy(&loaded.stdout).contains("microagent"));
+    for shell in ["zsh", "fish"] {
+        assert_eq!(cli.run(&["completion", shell]).status, 0, "{shell}");
+    }
+    assert_eq!(
+        cli.run(&["completion", "bash", "--json"]).error_code(),
+        "INVALID_INPUT"
+    );
+}

@@ -49,9 +49,11 @@ It is started by an MCP client, not by hand. Register it with your client:
 Claude Code (one line; user scope, so every project has it):
   claude mcp add --transport stdio --scope user microagent -- {shell} serve mcp
 
-Project-scoped .mcp.json (Claude Code and others; the timeout, in ms, lets
-long calls such as a first boot finish):
-  {{"mcpServers": {{"microagent": {{"type": "stdio", "command": {cmd}, "args": ["serve", "mcp"], "timeout": 600000}}}}}}
+Project-scoped .mcp.json (Claude Code and others):
+  {{"mcpServers": {{"microagent": {{"type": "stdio", "command": {cmd}, "args": ["serve", "mcp"]}}}}}}
+A first boot here can take a minute: Claude Code waits MCP_TOOL_TIMEOUT ms
+for a call (its environment, or "env" in ~/.claude/settings.json), e.g.
+MCP_TOOL_TIMEOUT=600000.
 
 Codex, ~/.codex/config.toml:
   [mcp_servers.microagent]
@@ -61,6 +63,13 @@ Codex, ~/.codex/config.toml:
 
 VS Code, .vscode/mcp.json:
   {{"servers": {{"microagent": {{"type": "stdio", "command": {cmd}, "args": ["serve", "mcp"]}}}}}}
+
+Cursor, ~/.cursor/mcp.json:
+  {{"mcpServers": {{"microagent": {{"command": {cmd}, "args": ["serve", "mcp"]}}}}}}
+
+Gemini CLI (one line, or ~/.gemini/settings.json; timeout in ms):
+  gemini mcp add --scope user microagent {shell} serve mcp
+  {{"mcpServers": {{"microagent": {{"command": {cmd}, "args": ["serve", "mcp"], "timeout": 600000}}}}}}
 
 GitHub Copilot CLI (one line, or ~/.copilot/mcp-config.json):
   copilot mcp add microagent -- {shell} serve mcp
@@ -88,7 +97,8 @@ mod tests {
             .map(str::trim)
             .filter(|l| l.starts_with('{'))
             .collect();
-        assert_eq!(json_lines.len(), 3);
+        assert!(text.contains("gemini mcp add --scope user microagent microagent serve mcp"));
+        assert_eq!(json_lines.len(), 5);
         for line in json_lines {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             let server = v

@@ -530,7 +530,10 @@ async fn bad_input_is_a_tool_error_that_changes_nothing() {
     let message = h
         .fails("run_code", json!({"code": "print(1)"}), "NOT_FOUND")
         .await;
-    assert!(message.contains("`microagent setup --yes` (it builds debian)"), "{message}");
+    assert!(
+        message.contains("`microagent setup --yes` (it builds debian)"),
+        "{message}"
+    );
     h.finish().await;
 }
 
