@@ -294,49 +294,88 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// Pull progress on stderr: one line per step; on a terminal the download
-/// of a layer updates its line in place.
+/// Pull progress on stderr. On a terminal, one bar a layer (layers
+/// download three at a time) with its rate and time left; elsewhere one
+/// line a step: the layer count and size, each layer once it is in, each
+/// conversion step.
 pub(crate) fn pull_progress(terminal: bool) -> impl FnMut(PullEvent) + Send {
-    let mut last_line = String::new();
+    let mut bars = terminal.then(LayerBars::default);
     move |event| {
+        if let Some(bars) = bars.as_mut() {
+            bars.show(event);
+            return;
+        }
         let line = match event {
+            PullEvent::Resolved { layers, bytes } => format!(
+                "{layers} layer(s), {:.1} MiB",
+                bytes as f64 / (1 << 20) as f64
+            ),
+            PullEvent::Cached { index } => format!("layer {index}: cached"),
+            PullEvent::Downloading { index, done, size } if done >= size => format!(
+                "layer {index}: {:.1} MiB downloaded",
+                size as f64 / (1 << 20) as f64
+            ),
+            PullEvent::Downloading { .. } => return,
+            PullEvent::Convert(step) => conversion_line(step),
+        };
+        eprintln!("{line}");
+    }
+}
+
+fn conversion_line(step: ConversionStep) -> String {
+    match step {
+        ConversionStep::Layer { index, count } => format!("applying layer {index} of {count}"),
+        ConversionStep::Filesystem => "writing the root filesystem".into(),
+    }
+}
+
+/// The bars of a pull on a terminal, by layer.
+#[derive(Default)]
+struct LayerBars {
+    all: indicatif::MultiProgress,
+    layers: std::collections::BTreeMap<usize, indicatif::ProgressBar>,
+}
+
+impl LayerBars {
+    fn bar(&mut self, index: usize, size: u64) -> &indicatif::ProgressBar {
+        let all = &self.all;
+        self.layers.entry(index).or_insert_with(|| {
+            let style = indicatif::ProgressStyle::with_template(
+                "layer {prefix:>3} [{bar:30}] {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> ");
+            let bar = all.add(indicatif::ProgressBar::new(size).with_style(style));
+            bar.set_prefix(index.to_string());
+            bar
+        })
+    }
+
+    fn show(&mut self, event: PullEvent) {
+        match event {
             PullEvent::Resolved { layers, bytes } => {
-                format!(
+                let _ = self.all.println(format!(
                     "{layers} layer(s), {:.1} MiB",
                     bytes as f64 / (1 << 20) as f64
-                )
+                ));
             }
-            PullEvent::Cached { index } => format!("layer {index}: cached"),
+            PullEvent::Cached { index } => {
+                let bar = self.bar(index, 0);
+                bar.finish_with_message("cached");
+            }
             PullEvent::Downloading { index, done, size } => {
-                if !terminal && done < size {
-                    return;
+                let bar = self.bar(index, size);
+                bar.set_position(done);
+                if done >= size {
+                    bar.finish_with_message("done");
+                } else {
+                    bar.set_message(format!("eta {}", indicatif::HumanDuration(bar.eta())));
                 }
-                let percent = (done * 100).checked_div(size).unwrap_or(100);
-                format!(
-                    "layer {index}: {:.1} of {:.1} MiB ({percent}%)",
-                    done as f64 / (1 << 20) as f64,
-                    size as f64 / (1 << 20) as f64
-                )
             }
-            PullEvent::Convert(ConversionStep::Layer { index, count }) => {
-                format!("applying layer {index} of {count}")
-            }
-            PullEvent::Convert(ConversionStep::Filesystem) => "writing the root filesystem".into(),
-        };
-        let same_layer =
-            terminal && last_line.split(':').next() == line.split(':').next() && line.contains('%');
-        if same_layer {
-            eprint!("\r{line}\x1b[K");
-        } else {
-            if terminal && last_line.contains('%') {
-                eprintln!();
-            }
-            eprint!("{line}");
-            if !(terminal && line.contains('%')) {
-                eprintln!();
+            PullEvent::Convert(step) => {
+                let _ = self.all.println(conversion_line(step));
             }
         }
-        last_line = line;
     }
 }
 

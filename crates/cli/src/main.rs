@@ -406,6 +406,14 @@ const VMM_PROGRAM: &str = "microagent-vmm";
 /// The namespace `--namespace` names (set once, before any store opens).
 static NAMESPACE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
+/// The namespace this command's names are in (`--namespace`, or
+/// `MICROAGENT_NAMESPACE`, else the default).
+pub(crate) fn namespace() -> &'static str {
+    NAMESPACE
+        .get()
+        .map_or(workspace::store::name::DEFAULT_NAMESPACE, String::as_str)
+}
+
 /// The workspaces of `$MICROAGENT_HOME` seen from `--namespace`, whose VMM
 /// processes run as the `microagent-vmm` installed beside this binary.
 pub(crate) fn open_workspaces() -> workspace::Result<Workspaces> {
@@ -413,10 +421,7 @@ pub(crate) fn open_workspaces() -> workspace::Result<Workspaces> {
     if let Ok(me) = std::env::current_exe() {
         builder = builder.vmm_program(me.with_file_name(VMM_PROGRAM));
     }
-    let namespace = NAMESPACE
-        .get()
-        .map_or(workspace::store::name::DEFAULT_NAMESPACE, String::as_str);
-    builder.build()?.in_namespace(namespace)
+    builder.build()?.in_namespace(namespace())
 }
 
 fn init_logging() {
@@ -638,8 +643,11 @@ fn main() -> ExitCode {
         Command::Serve(cmd) => return serve_cmd::run(cmd),
         Command::Completion { shell } => {
             use clap::CommandFactory;
-            let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "microagent", &mut std::io::stdout());
+            // Written whole afterwards: a reader that closes early (`| head`)
+            // ends it quietly rather than in a panic.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "microagent", &mut script);
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
             return ExitCode::SUCCESS;
         }
         Command::Contract if !elsewhere => {

@@ -44,16 +44,25 @@ async fn route(
             as_name: Some(new_name),
             ..
         }) => Record::Place(new_name.clone()),
-        Command::Delete { names, .. } => Record::Forget(names.clone()),
+        Command::Delete { names, .. } => Record::Forget(
+            names
+                .iter()
+                .map(|n| full_name(ws, n))
+                .collect::<workspace::Result<_>>()?,
+        ),
         Command::Port(crate::port_cmd::PortCommand::Add {
             workspace,
             mapping,
             forward: true,
-        }) => Record::Forward(workspace.clone(), mapping.host_port, mapping.host_ip),
+        }) => Record::Forward(
+            full_name(ws, workspace)?,
+            mapping.host_port,
+            mapping.host_ip,
+        ),
         Command::Port(crate::port_cmd::PortCommand::Rm {
             workspace,
             host: (_, port),
-        }) => Record::Unforward(workspace.clone(), *port),
+        }) => Record::Unforward(full_name(ws, workspace)?, *port),
         _ => Record::Nothing,
     };
     let server = match (server_flag, cmd) {
@@ -66,13 +75,28 @@ async fn route(
     // Whoever names the server, a workspace placed from here is checked
     // as its owner's before any ssh runs.
     for name in targets(cmd) {
-        ws.placement_of(name)?;
+        ws.placement_of(&full_name(ws, name)?)?;
     }
     match server {
         None => Ok(None),
         Some(s) if s == LOCAL_SERVER => Ok(None),
-        Some(s) => Ok(Some((ws.servers().get(&s)?, record))),
+        Some(s) => {
+            // One ssh call answers for all: which of several a failed
+            // delete there removed would be unknown here.
+            if matches!(&record, Record::Forget(names) if names.len() > 1) {
+                return Err(workspace::Error::InvalidInput(
+                    "delete workspaces on a server one at a time with --server (or without --server: each goes where it lives)".into(),
+                ));
+            }
+            Ok(Some((ws.servers().get(&s)?, record)))
+        }
     }
+}
+
+/// `name`'s full name (`NAME.NAMESPACE` outside the default namespace) in
+/// this command's namespace: what placements are recorded under.
+fn full_name(ws: &Workspaces, name: &str) -> workspace::Result<String> {
+    Ok(ws.workspace(name)?.name().to_owned())
 }
 
 /// The workspaces `cmd` acts on.
@@ -141,19 +165,27 @@ fn target(cmd: &Command) -> Option<&str> {
     })
 }
 
-/// This process's arguments without the global `--server NAME` (before a
-/// `--`, after which they are the guest command's).
+/// This process's arguments without the global `--server NAME` and
+/// `--namespace NS` (before a `--`, after which they are the guest
+/// command's).
 fn forwarded_args() -> Vec<String> {
+    forwarded(std::env::args().skip(1))
+}
+
+fn forwarded(mut args: impl Iterator<Item = String>) -> Vec<String> {
     let mut out = Vec::new();
-    let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--" {
             out.push(arg);
             out.extend(args.by_ref());
             break;
         }
-        if arg == "--server" {
+        // The namespace goes as one flag of its own (above).
+        if arg == "--server" || arg == "--namespace" || arg == "-n" {
             args.next();
+            continue;
+        }
+        if arg.starts_with("--namespace=") || (arg.starts_with("-n") && !arg.starts_with("--")) {
             continue;
         }
         // This host's own part of `port add`; the server publishes.
@@ -178,8 +210,15 @@ pub async fn forward_if_remote(
     };
     let tty = matches!(cmd, Command::Shell { .. })
         || matches!(cmd, Command::Exec { args, .. } if args.tty);
-    // `--server local` there: the remote runs it itself, never onward.
-    let mut args = vec!["--server".to_owned(), LOCAL_SERVER.to_owned()];
+    // `--server local` there: the remote runs it itself, never onward; in
+    // this command's namespace, however it was given here (flag or
+    // environment).
+    let mut args = vec![
+        "--server".to_owned(),
+        LOCAL_SERVER.to_owned(),
+        "--namespace".to_owned(),
+        crate::namespace().to_owned(),
+    ];
     args.extend(forwarded_args());
     // Placed before it is made, so nothing takes the name meanwhile; the
     // placement goes again unless the server made it. An interrupt here
@@ -209,8 +248,13 @@ pub async fn forward_if_remote(
             Record::Place(_) => {}
             Record::Forget(names) => {
                 for name in names {
-                    servers.unforward_all(&name)?;
-                    servers.unplace(&name)?;
+                    // Only a placement on the server that deleted it: a
+                    // namesake placed elsewhere stays.
+                    let here = servers.placement(&name)?;
+                    if here.is_some_and(|p| p.server == spec.name) {
+                        servers.unforward_all(&name)?;
+                        servers.unplace(&name)?;
+                    }
                 }
             }
             Record::Forward(name, port, ip) => {
@@ -364,6 +408,24 @@ mod tests {
         ] {
             assert_eq!(target(&parse(args).command), want, "{args:?}");
         }
+        let args = |a: &[&str]| forwarded(a.iter().map(|s| s.to_string()));
+        assert_eq!(
+            args(&["-n", "team", "rm", "-y", "dev", "--server", "box"]),
+            ["rm", "-y", "dev"]
+        );
+        assert_eq!(
+            args(&[
+                "--namespace=team",
+                "exec",
+                "dev",
+                "-nteam",
+                "--",
+                "ls",
+                "-n",
+                "--server"
+            ]),
+            ["exec", "dev", "--", "ls", "-n", "--server"]
+        );
         // Each workspace a command on several names acts on is checked.
         assert_eq!(
             targets(&parse(&["m", "rm", "-f", "a", "b"]).command),

@@ -430,6 +430,11 @@ fn the_names_people_type_by_habit_work() {
     assert_eq!(deleted.status, 0, "{}", deleted.stderr);
     assert_eq!(deleted.json()["deleted"], "b", "one name: one document");
 
+    // Through --server, one at a time: one ssh call cannot say which of
+    // several it deleted.
+    let remote = cli.run(&["rm", "-y", "a", "b", "--server", "box", "--json"]);
+    assert_eq!(remote.error_code(), "INVALID_INPUT", "{}", remote.stderr);
+
     let help = cli.run(&["--help"]);
     assert!(help.stdout.contains("Examples:"), "{}", help.stdout);
     let first = help
@@ -472,5 +477,18 @@ fn the_names_people_type_by_habit_work() {
     assert_eq!(
         cli.run(&["completion", "bash", "--json"]).error_code(),
         "INVALID_INPUT"
+    );
+    // A reader that stops early ends it quietly (no panic, status 0).
+    let early = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{}' completion bash | head -c 10 >/dev/null; exit ${{PIPESTATUS:-0}}",
+            env!("CARGO_BIN_EXE_microagent")
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&early.stderr).contains("panicked"),
+        "{early:?}"
     );
 }

@@ -78,6 +78,25 @@ fn container_images_import_and_boot_with_their_defaults() {
         let cached = cli.ok_json(&["image", "pull", &target, "--insecure", "--json"]);
         assert_eq!(cached["downloaded_bytes"], 0, "{cached}");
         assert_eq!(cached["cached_layers"], 2, "{cached}");
+        // Two zstd layers, downloaded side by side: both applied in order.
+        let zstd_layout = cli.home().join("zstd-layout");
+        let layers = [
+            testkit::oci::ImageLayer::tar(&[
+                ("etc/one", None, b"first\n"),
+                ("etc/both", None, b"from one\n"),
+            ])
+            .zstd(),
+            testkit::oci::ImageLayer::tar(&[("etc/both", None, b"from two\n")]).zstd(),
+        ];
+        testkit::oci::write_image(&zstd_layout, &layers, serde_json::json!({}), 0);
+        let zstd_target = format!("127.0.0.1:{}/zstd:1", registry.port);
+        testkit::oci::push(skopeo, &zstd_layout, &zstd_target);
+        let zstd_pulled = cli.ok_json(&["image", "pull", &zstd_target, "--insecure", "--json"]);
+        assert_eq!(zstd_pulled["image"]["name"], "zstd-1", "{zstd_pulled}");
+        let rootfs = cli.home().join("images/zstd-1/rootfs.ext4");
+        let rootfs = rootfs.to_str().unwrap();
+        assert_eq!(ext4_cat(rootfs, "/etc/one"), "first\n");
+        assert_eq!(ext4_cat(rootfs, "/etc/both"), "from two\n");
         // An unknown tag, and a registry that is not there.
         let missing = cli.run(&[
             "image",

@@ -65,7 +65,7 @@ fn blob(layout: &Path, media_type: &str, bytes: &[u8]) -> serde_json::Value {
 /// type, and the digest of its uncompressed tar (the config's `diff_id`).
 #[derive(Debug)]
 pub struct ImageLayer {
-    /// The blob (a tar, or a gzip of one).
+    /// The blob (a tar, or a gzip or zstd of one).
     pub blob: Vec<u8>,
     /// Its media type.
     pub media_type: &'static str,
@@ -88,6 +88,15 @@ impl ImageLayer {
             diff_id: sha(&bytes),
             blob: bytes,
             media_type: "application/vnd.oci.image.layer.v1.tar",
+        }
+    }
+
+    /// The same layer, zstd-compressed.
+    pub fn zstd(self) -> Self {
+        Self {
+            blob: zstd::encode_all(&self.blob[..], 3).unwrap(),
+            media_type: "application/vnd.oci.image.layer.v1.tar+zstd",
+            diff_id: self.diff_id,
         }
     }
 

@@ -11,7 +11,7 @@ use base::store::StateDir;
 use base::volumes::VolumeStore;
 use guest_agent::client::blocking::BlockingClient;
 use guest_agent::client::ClientError;
-use guest_agent::protocol::VolumeToMount;
+use guest_agent::protocol::{AgentErrorCode, VolumeToMount};
 
 /// How long one call to the agent may wait for each read or write.
 pub(crate) const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,6 +90,13 @@ pub(crate) fn give_identity(
     });
     match given {
         Ok(()) => tracing::info!("restored guest took its identity"),
+        // Too many connections: said before it read the call; again.
+        Err(
+            e @ ClientError::Agent {
+                code: AgentErrorCode::TooLarge,
+                ..
+            },
+        ) => return Err(e),
         Err(e @ (ClientError::Agent { .. } | ClientError::Unexpected { .. })) => {
             tracing::error!(error = %e, "the restored guest did not take its identity");
         }

@@ -89,8 +89,9 @@ static CONFIGURED: std::sync::Mutex<Option<NetSetup>> = std::sync::Mutex::new(No
 /// A restored guest's new network (`setting` as `microagent_net=` has
 /// it) and MAC. The same setup as before the snapshot (every guest of the
 /// built-in network has the same addresses) keeps `eth0` up and only
-/// takes the MAC (virtio-net changes it live) and forgets the gateway's
-/// link address (another network's bridge may answer there): taking the
+/// takes the MAC (virtio-net changes it live) and forgets its neighbours'
+/// link addresses (another network's bridge, or peers made again since,
+/// may answer there now): taking the
 /// interface down and up costs a guest whose kernel is emulated about a
 /// second. Another setup takes `eth0` down (which drops its routes and
 /// neighbours of the old network), gives it the MAC and address, and
@@ -99,6 +100,10 @@ static CONFIGURED: std::sync::Mutex<Option<NetSetup>> = std::sync::Mutex::new(No
 pub fn readdress(setting: &str, mac: Option<&str>) -> Result<(), NetSetupError> {
     let setup = NetSetup::parse(setting)?;
     let mac = mac.map(parse_mac).transpose()?;
+    // One at a time: a host that retries a call whose connection broke
+    // may have a second one arrive while the first still works.
+    static READDRESSING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = READDRESSING.lock().unwrap_or_else(|p| p.into_inner());
     let sock = inet_socket().map_err(|source| NetSetupError::Ioctl {
         what: "opening a socket for",
         interface: INTERFACE,
@@ -112,7 +117,11 @@ pub fn readdress(setting: &str, mac: Option<&str>) -> Result<(), NetSetupError> 
     if unchanged {
         let live = mac.map_or(Ok(()), |mac| set_mac(&sock, mac));
         if live.is_ok() {
-            return forget_neighbour(&sock, setup.gateway);
+            let arp = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
+            for neighbour in neighbours(&arp, INTERFACE) {
+                forget_neighbour(&sock, neighbour)?;
+            }
+            return Ok(());
         }
     }
     // Until `configure` finishes, the interface has no known setup.
@@ -143,6 +152,21 @@ fn set_mac(sock: &OwnedFd, mac: [u8; 6]) -> Result<(), NetSetupError> {
     )
 }
 
+/// The addresses `/proc/net/arp` (its text `arp`) has neighbour entries
+/// for on `interface`.
+fn neighbours(arp: &str, interface: &str) -> Vec<Ipv4Addr> {
+    arp.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                [addr, .., device] if *device == interface => addr.parse().ok(),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// Drops the neighbour entry of `addr` on `eth0`, if there is one.
 fn forget_neighbour(sock: &OwnedFd, addr: Ipv4Addr) -> Result<(), NetSetupError> {
     // SAFETY: arpreq is plain data; all-zero is a valid value.
@@ -155,7 +179,7 @@ fn forget_neighbour(sock: &OwnedFd, addr: Ipv4Addr) -> Result<(), NetSetupError>
         sock,
         libc::SIOCDARP,
         (&mut req as *mut libc::arpreq).cast(),
-        "forgetting the gateway's link address on",
+        "forgetting a neighbour's link address on",
         INTERFACE,
     ) {
         // None was there: nothing to forget.
@@ -500,6 +524,21 @@ fn add_default_route(sock: &OwnedFd, gateway: Ipv4Addr) -> Result<(), NetSetupEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn neighbours_are_read_per_interface() {
+        let arp =
+            "IP address       HW type     Flags       HW address            Mask     Device\n\
+                   10.0.2.2         0x1         0x2         9a:55:9a:55:9a:55     *        eth0\n\
+                   10.0.2.3         0x1         0x2         9a:55:9a:55:9a:55     *        eth0\n\
+                   10.9.0.1         0x1         0x2         02:00:00:00:00:01     *        eth1\n\
+                   garbage\n";
+        assert_eq!(
+            neighbours(arp, "eth0"),
+            [Ipv4Addr::new(10, 0, 2, 2), Ipv4Addr::new(10, 0, 2, 3)]
+        );
+        assert!(neighbours("", "eth0").is_empty());
+    }
 
     #[test]
     fn macs_parse_and_only_unicast_ones() {

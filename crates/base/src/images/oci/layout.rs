@@ -20,10 +20,12 @@ const INDEX_TYPES: [&str; 2] = [
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ];
-/// Layer media types applied (plain and gzip tars; zstd is not read).
-const LAYER_TYPES: [&str; 5] = [
+/// Layer media types applied (plain, gzip and zstd tars).
+const LAYER_TYPES: [&str; 7] = [
     "application/vnd.oci.image.layer.v1.tar",
     "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.oci.image.layer.v1.tar+zstd",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
     "application/vnd.docker.image.rootfs.diff.tar.gzip",
     "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
     "application/vnd.docker.image.rootfs.diff.tar",
@@ -262,7 +264,7 @@ fn read_layout(dir: &Path, wanted: Option<&str>, limit: u64) -> Result<Resolved,
     for layer in &manifest.layers {
         if !LAYER_TYPES.contains(&layer.media_type.as_str()) {
             return Err(OciError::Unsupported(format!(
-                "layer {} has media type `{}`; plain and gzip tar layers are read",
+                "layer {} has media type `{}`; plain, gzip and zstd tar layers are read",
                 layer.digest, layer.media_type
             )));
         }

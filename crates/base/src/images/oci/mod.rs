@@ -1,6 +1,7 @@
 //! Container images (OCI and Docker) as workspace images: an image's
-//! layers are applied in order to a directory tree (`unpack`), our guest
-//! init and agent are added under `/.microagent/` (so the image's own
+//! layers, uncompressed (`compression`), are applied in order to a
+//! directory tree (`unpack`), our guest init and agent are added under
+//! `/.microagent/` (so the image's own
 //! files stay as they are), and the tree becomes an ext4 root image
 //! (`rootfs`). The image config's Env, WorkingDir, User and Cmd become the
 //! defaults of workspaces made of it.
@@ -8,6 +9,7 @@
 //! Sources: an OCI image layout directory, a tar of one, or a
 //! `docker save` tarball (`layout`), or a registry (`pull`).
 
+pub mod compression;
 pub mod config;
 pub mod layout;
 pub mod owners;

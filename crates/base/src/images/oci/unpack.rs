@@ -1,4 +1,4 @@
-//! Applying an image layer (a tar, maybe gzip-compressed) to a directory
+//! Applying an image layer (a tar, maybe gzip- or zstd-compressed) to a directory
 //! tree the way container runtimes do: entries replace what lower layers
 //! left, `.wh.NAME` deletes NAME, `.wh..wh..opq` empties its directory of
 //! what lower layers put there, and every path, even through a symlink a
@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -106,7 +106,7 @@ pub fn digest_hex(digest: &str) -> Result<&str, OciError> {
     }
 }
 
-/// Applies the layer read from `layer` (plain or gzip tar) to `tree`,
+/// Applies the layer read from `layer` (plain, gzip or zstd tar) to `tree`,
 /// checking its uncompressed bytes against `diff_id`, within `budget`
 /// (what it uses is taken off). Owners, modes and device nodes are set on
 /// the tree, or recorded in `owners` when the caller is not root.
@@ -118,16 +118,7 @@ pub fn apply_layer(
     budget: &mut Budget,
 ) -> Result<(), OciError> {
     let expected = digest_hex(diff_id)?.to_owned();
-    let mut buffered = BufReader::new(layer);
-    let gzip = buffered
-        .fill_buf()
-        .map_err(|e| OciError::io("reading a layer", e))?
-        .starts_with(&[0x1f, 0x8b]);
-    let plain: Box<dyn Read> = if gzip {
-        Box::new(flate2::read::GzDecoder::new(buffered))
-    } else {
-        Box::new(buffered)
-    };
+    let plain = super::compression::decompressed(layer)?;
     let mut hashing = Hashing {
         inner: plain,
         hash: Sha256::new(),

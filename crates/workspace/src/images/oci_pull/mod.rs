@@ -29,6 +29,9 @@ use base::images::oci::OciError;
 use manifest::ManifestSource;
 pub use registry_error::{PullError, RegistryError};
 
+/// How many layers download at once (containerd's default).
+const CONCURRENT_LAYERS: usize = 3;
+
 /// What to pull.
 #[derive(Debug, Clone, Default)]
 pub struct PullRequest {
@@ -303,10 +306,6 @@ impl Remote {
         blobs: &Path,
         progress: &PullProgress,
     ) -> Result<(Resolved, u64, usize), PullError> {
-        let registry_error = |source| RegistryError {
-            reference: self.reference.whole(),
-            source,
-        };
         let config = ImageConfig::parse(self.config_json.as_bytes())?;
         let total: u64 = self
             .manifest
@@ -325,50 +324,25 @@ impl Remote {
             .await
             .map_err(|e| OciError::io(format!("creating {}", blobs.display()), e))?;
         sweep_partials(blobs);
+        // Three at a time, as containerd fetches: a registry serves each
+        // connection at its own pace.
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let mut fetches = Vec::new();
+        for (i, layer) in self.manifest.layers.iter().enumerate() {
+            fetches.push(self.fetch_layer(i + 1, layer, blobs, progress));
+        }
+        let fetched: Vec<(PathBuf, String, Option<u64>)> = stream::iter(fetches)
+            .buffered(CONCURRENT_LAYERS)
+            .try_collect()
+            .await?;
         let (mut downloaded, mut cached) = (0u64, 0usize);
         let mut layers = Vec::new();
-        for (i, layer) in self.manifest.layers.iter().enumerate() {
-            let index = i + 1;
-            let hex = base::images::oci::unpack::digest_hex(&layer.digest)?;
-            let path = blobs.join(hex);
-            let size = layer.size.max(0) as u64;
-            if cached_intact(&path, size, &layer.digest).await {
-                cached += 1;
-                report(progress, PullEvent::Cached { index });
-            } else {
-                // Unique per download: two pulls in one process may fetch the
-                // same layer at once.
-                let n = NEXT_PARTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let partial = blobs.join(format!("{hex}.partial-{}-{n}", std::process::id()));
-                // A pull dropped mid-download (a cancelled call) leaves none.
-                let _unfinished = RemoveUnlessKept(partial.clone());
-                let file = tokio::fs::File::create(&partial)
-                    .await
-                    .map_err(|e| OciError::io(format!("creating {}", partial.display()), e))?;
-                let writer = Counted {
-                    inner: file,
-                    index,
-                    written: 0,
-                    size,
-                    progress: progress.clone(),
-                };
-                let fetched = self.client.pull_blob(&self.reference, layer, writer).await;
-                if let Err(e) = fetched {
-                    let _ = tokio::fs::remove_file(&partial).await;
-                    return Err(registry_error(e).into());
-                }
-                // On disk before it is kept under its digest: a failing
-                // disk fails the pull, not the next conversion.
-                if let Err(e) = sync_file(&partial).await {
-                    let _ = tokio::fs::remove_file(&partial).await;
-                    return Err(OciError::io(format!("writing {}", partial.display()), e).into());
-                }
-                tokio::fs::rename(&partial, &path)
-                    .await
-                    .map_err(|e| OciError::io(format!("keeping layer {}", layer.digest), e))?;
-                downloaded += size;
+        for (path, digest, bytes) in fetched {
+            match bytes {
+                Some(bytes) => downloaded += bytes,
+                None => cached += 1,
             }
-            layers.push((path, layer.digest.clone()));
+            layers.push((path, digest));
         }
         let resolved = Resolved {
             reference: Some(self.reference.whole()),
@@ -381,5 +355,59 @@ impl Remote {
             layers_verified: true,
         };
         Ok((resolved, downloaded, cached))
+    }
+
+    /// Layer `index` (from 1) in `blobs` under its digest: its path, its
+    /// digest, and the bytes downloaded (`None`: it was there, intact).
+    async fn fetch_layer(
+        &self,
+        index: usize,
+        layer: &oci_client::manifest::OciDescriptor,
+        blobs: &Path,
+        progress: &PullProgress,
+    ) -> Result<(PathBuf, String, Option<u64>), PullError> {
+        let hex = base::images::oci::unpack::digest_hex(&layer.digest)?;
+        let path = blobs.join(hex);
+        let size = layer.size.max(0) as u64;
+        if cached_intact(&path, size, &layer.digest).await {
+            report(progress, PullEvent::Cached { index });
+            return Ok((path, layer.digest.clone(), None));
+        }
+        // Unique per download: two pulls in one process may fetch the
+        // same layer at once.
+        let n = NEXT_PARTIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let partial = blobs.join(format!("{hex}.partial-{}-{n}", std::process::id()));
+        // A pull dropped mid-download (a cancelled call, or another
+        // layer's failure) leaves none.
+        let _unfinished = RemoveUnlessKept(partial.clone());
+        let file = tokio::fs::File::create(&partial)
+            .await
+            .map_err(|e| OciError::io(format!("creating {}", partial.display()), e))?;
+        let writer = Counted {
+            inner: file,
+            index,
+            written: 0,
+            size,
+            progress: progress.clone(),
+        };
+        let fetched = self.client.pull_blob(&self.reference, layer, writer).await;
+        if let Err(source) = fetched {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(RegistryError {
+                reference: self.reference.whole(),
+                source,
+            }
+            .into());
+        }
+        // On disk before it is kept under its digest: a failing disk
+        // fails the pull, not the next conversion.
+        if let Err(e) = sync_file(&partial).await {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(OciError::io(format!("writing {}", partial.display()), e).into());
+        }
+        tokio::fs::rename(&partial, &path)
+            .await
+            .map_err(|e| OciError::io(format!("keeping layer {}", layer.digest), e))?;
+        Ok((path, layer.digest.clone(), Some(size)))
     }
 }
