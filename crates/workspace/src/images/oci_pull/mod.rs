@@ -327,14 +327,26 @@ impl Remote {
         // Three at a time, as containerd fetches: a registry serves each
         // connection at its own pace.
         use futures_util::stream::{self, StreamExt, TryStreamExt};
+        // What this pull put in the store: taken out again if it fails, so
+        // a failed pull leaves the store as it was.
+        let kept = Mutex::new(Vec::new());
         let mut fetches = Vec::new();
         for (i, layer) in self.manifest.layers.iter().enumerate() {
-            fetches.push(self.fetch_layer(i + 1, layer, blobs, progress));
+            fetches.push(self.fetch_layer(i + 1, layer, blobs, progress, &kept));
         }
-        let fetched: Vec<(PathBuf, String, Option<u64>)> = stream::iter(fetches)
+        let fetched: Result<Vec<(PathBuf, String, Option<u64>)>, PullError> = stream::iter(fetches)
             .buffered(CONCURRENT_LAYERS)
             .try_collect()
-            .await?;
+            .await;
+        let fetched = match fetched {
+            Ok(fetched) => fetched,
+            Err(e) => {
+                for path in kept.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
         let (mut downloaded, mut cached) = (0u64, 0usize);
         let mut layers = Vec::new();
         for (path, digest, bytes) in fetched {
@@ -365,6 +377,7 @@ impl Remote {
         layer: &oci_client::manifest::OciDescriptor,
         blobs: &Path,
         progress: &PullProgress,
+        kept: &Mutex<Vec<PathBuf>>,
     ) -> Result<(PathBuf, String, Option<u64>), PullError> {
         let hex = base::images::oci::unpack::digest_hex(&layer.digest)?;
         let path = blobs.join(hex);
@@ -405,9 +418,13 @@ impl Remote {
             let _ = tokio::fs::remove_file(&partial).await;
             return Err(OciError::io(format!("writing {}", partial.display()), e).into());
         }
-        tokio::fs::rename(&partial, &path)
-            .await
+        // Renamed and recorded with no await between: a pull dropped
+        // meanwhile cannot keep a layer it does not know of.
+        std::fs::rename(&partial, &path)
             .map_err(|e| OciError::io(format!("keeping layer {}", layer.digest), e))?;
+        kept.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(path.clone());
         Ok((path, layer.digest.clone(), Some(size)))
     }
 }
