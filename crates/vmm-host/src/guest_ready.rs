@@ -56,6 +56,13 @@ pub(crate) fn largest_disk_mib(state: &StateDir, ws: &WorkspaceDir, spec: &Works
         .fold(spec.disk_mib, u64::max)
 }
 
+/// Whether the agent answers a ping.
+pub(crate) fn ping(ws: &WorkspaceDir) -> Result<(), ClientError> {
+    ws.agent_blocking(AGENT_CALL_TIMEOUT)
+        .and_then(BlockingClient::ping)
+        .map(drop)
+}
+
 /// A restored guest takes this workspace's name as its hostname, fresh
 /// host randomness and the host's clock, so forks of one snapshot differ.
 /// It is also the restored guest's readiness probe (each round trip to an
@@ -71,10 +78,7 @@ pub(crate) fn give_identity(
     let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
     if got != entropy.len() as isize {
         tracing::error!("no host randomness for the restored guest");
-        return ws
-            .agent_blocking(AGENT_CALL_TIMEOUT)
-            .and_then(BlockingClient::ping)
-            .map(drop);
+        return ping(ws);
     }
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -91,9 +91,8 @@ static CONFIGURED: std::sync::Mutex<Option<NetSetup>> = std::sync::Mutex::new(No
 /// built-in network has the same addresses) keeps `eth0` up and only
 /// takes the MAC (virtio-net changes it live) and forgets its neighbours'
 /// link addresses (another network's bridge, or peers made again since,
-/// may answer there now): taking the
-/// interface down and up costs a guest whose kernel is emulated about a
-/// second. Another setup takes `eth0` down (which drops its routes and
+/// may answer there now): taking the interface down and up costs a guest
+/// whose kernel is emulated about a second. Another setup takes `eth0` down (which drops its routes and
 /// neighbours of the old network), gives it the MAC and address, and
 /// brings it back up with the new route and resolver. Nothing changes
 /// unless both parse.

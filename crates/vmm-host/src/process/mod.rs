@@ -539,11 +539,7 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         let attempt = if shared.restored {
             crate::guest_ready::give_identity(&shared.ws, shared.guest_net.as_ref())
         } else {
-            shared
-                .ws
-                .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
-                .and_then(BlockingClient::ping)
-                .map(drop)
+            crate::guest_ready::ping(&shared.ws)
         };
         if attempt.is_ok() {
             break;

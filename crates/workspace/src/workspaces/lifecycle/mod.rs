@@ -316,8 +316,14 @@ impl Workspaces {
                 });
             }
             // A warm start is ready within a few hundred ms: a coarse
-            // look would add half its period to each.
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            // look would add half its period to each; a boot takes tens of
+            // seconds, which a fine look would only read the record through.
+            let step = if started.elapsed() < Duration::from_secs(2) {
+                25
+            } else {
+                200
+            };
+            tokio::time::sleep(Duration::from_millis(step)).await;
         }
     }
 }
