@@ -53,10 +53,25 @@ fn refuse_test_hooks(binary: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes the guest's agent (static) and init (nolibc) into `dir`.
+pub fn guest_helpers(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let agent = crate::images::agent::find()?;
+    write_new(&dir.join(AGENT_BINARY), &agent.bytes)?;
+    let work = cache::root()?.join("build").join("dist-init");
+    std::fs::create_dir_all(&work)?;
+    let init = crate::nolibc::build(&work, &[&cache::repo_root().join(INIT_SOURCE)]);
+    let _ = std::fs::remove_dir_all(&work);
+    write_new(&dir.join(INIT_BINARY), &init?.remove(0))
+}
+
 /// Where `dist` leaves the binaries.
 pub fn dir() -> PathBuf {
     cache::repo_root().join("target/dist")
 }
+
+/// The binaries a bundle's `bin/` holds, as `dist` names them.
+pub const BINARIES: [&str; 3] = [PACKAGE, VMM_BINARY, SHIM_BINARY];
 
 /// Builds both binaries into [`dir`]; returns the path of `microagent`.
 pub fn build() -> anyhow::Result<PathBuf> {
@@ -88,14 +103,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
             .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s"),
     )?;
     let dist = dir();
-    std::fs::create_dir_all(&dist).with_context(|| format!("creating {}", dist.display()))?;
-    let agent = crate::images::agent::find()?;
-    write_new(&dist.join(AGENT_BINARY), &agent.bytes)?;
-    let work = cache::root()?.join("build").join("dist-init");
-    std::fs::create_dir_all(&work)?;
-    let init = crate::nolibc::build(&work, &[&repo.join(INIT_SOURCE)]);
-    let _ = std::fs::remove_dir_all(&work);
-    write_new(&dist.join(INIT_BINARY), &init?.remove(0))?;
+    guest_helpers(&dist)?;
     let copies = [
         (
             cache::target_dir().join("release").join(PACKAGE),
@@ -114,7 +122,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
             .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
         std::fs::rename(&tmp, &to).with_context(|| format!("installing {}", to.display()))?;
     }
-    for binary in [PACKAGE, VMM_BINARY, SHIM_BINARY] {
+    for binary in BINARIES {
         refuse_test_hooks(&dist.join(binary))?;
     }
     eprintln!(

@@ -185,6 +185,18 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Builds (or finds) the `minimal` image; its rootfs, `manifest.json`
+/// beside it.
+pub fn minimal_image() -> anyhow::Result<PathBuf> {
+    sh::ensure_debs(&["e2fsprogs"])?;
+    let common = Common {
+        agent: agent::find()?,
+        init: Init::find(),
+        e2fsprogs: sh::deb_version("e2fsprogs").unwrap_or_default(),
+    };
+    build(Image::Minimal, &common)
+}
+
 /// Removes its paths when dropped (a failed build leaves nothing behind).
 struct Cleanup(Vec<PathBuf>);
 

@@ -39,7 +39,7 @@ pub fn variant_for_host() -> anyhow::Result<Variant> {
 
 /// Builds (or finds in the cache) the kernel with the product's own recipe
 /// (`workspace::kernels::build`), installing the build packages first when
-/// root; returns the vmlinux path.
+/// root; returns the vmlinux path (said on stderr).
 pub fn build(variant: Variant) -> anyhow::Result<PathBuf> {
     sh::ensure_debs(kernel_build::BUILD_PACKAGES)?;
     let vmlinux = kernel_build::build(variant, &mut |step| {
@@ -47,7 +47,6 @@ pub fn build(variant: Variant) -> anyhow::Result<PathBuf> {
     })
     .with_context(|| format!("building the {} kernel", variant.name()))?;
     eprintln!("xtask: {} kernel: {}", variant.name(), vmlinux.display());
-    println!("{}", vmlinux.display());
     Ok(vmlinux)
 }
 

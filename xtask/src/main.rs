@@ -19,6 +19,7 @@ mod bench_tasks;
 mod bench_tti;
 mod bench_workspace;
 mod boot;
+mod bundle;
 mod cache;
 mod call_edges;
 mod cpio;
@@ -70,6 +71,10 @@ tasks:
   dist                          the binaries as shipped, in target/dist/: microagent, the
                                 containerd shim containerd-shim-microagent-v2 and the lean
                                 VMM process microagent-vmm (static, LTO) beside them
+  dist --bundle [--binaries DIR] [--kernels host|all] [--out DIR]
+                                the release tarball microagent-VERSION-x86_64-linux.tar.gz:
+                                bin/, libexec/microagent/, share/microagent/ (kernels and
+                                minimal), completions, man pages, systemd unit, install.sh
   modules [--edges]             each crate's module cycles (from its `use crate::`/`super::`
                                 paths, and for folders also its calls of the central types'
                                 methods) and source files per folder; fails on a cycle;
@@ -142,6 +147,7 @@ fn main() -> anyhow::Result<()> {
         "setup" => {
             run_cmd::ensure_runtime_debs()?;
             run_cmd::ensure_vmm_account()?;
+            run_cmd::ensure_kvm_group()?;
             passt::ensure_fixed()?;
             sh::ensure_debs(run_cmd::TAP_NETWORK_PACKAGES)?;
             kernel::build(kernel::variant_for_host()?)?;
@@ -156,7 +162,8 @@ fn main() -> anyhow::Result<()> {
                 [flag, v] if flag == "--variant" => kernel::parse_variant(v)?,
                 _ => bail!("usage: cargo xtask guest-kernel [--variant host|standard|compat]"),
             };
-            kernel::build(variant).map(drop)
+            // The path on stdout, for scripts.
+            kernel::build(variant).map(|vmlinux| println!("{}", vmlinux.display()))
         }
         "initramfs" => initramfs::build().map(drop),
         "test-rootfs" => rootfs::build().map(drop),
@@ -165,7 +172,11 @@ fn main() -> anyhow::Result<()> {
         "boot" => boot::run(rest.strip_prefix(&["--".to_string()][..]).unwrap_or(rest)),
         "test" => test_cmd::run(rest),
         "fuzz" => fuzz::run(rest),
-        "dist" => dist::build().map(drop),
+        "dist" => match rest {
+            [] => dist::build().map(drop),
+            [flag, options @ ..] if flag == "--bundle" => bundle::run(options),
+            _ => bail!("usage: cargo xtask dist [--bundle [--binaries DIR] [--kernels host|all] [--out DIR]]"),
+        },
         "soak" => soak::run(rest),
         "modules" => modules::run(&cache::repo_root(), rest),
         "bench" => match rest {

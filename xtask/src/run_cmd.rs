@@ -38,6 +38,26 @@ pub fn ensure_vmm_account() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// As root, gives /dev/kvm to the `kvm` group where no udev rule did
+/// (the product's setup plans the same steps), so tests can run
+/// workspaces as a user of that group.
+pub fn ensure_kvm_group() -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let Some(steps) = workspace::host::kvm_group::missing_steps() else {
+        return Ok(());
+    };
+    let mut plan = workspace::host::plan::Plan::new("kvm group");
+    for step in &steps {
+        eprintln!("xtask: {}", step.what);
+    }
+    plan.steps = steps;
+    plan.run()?;
+    Ok(())
+}
+
 pub fn run(command: &[String]) -> anyhow::Result<()> {
     ensure_runtime_debs()?;
     ensure_vmm_account()?;

@@ -26,6 +26,7 @@ mod vmm_cmd;
 mod volume_cmd;
 mod workspace_cmd;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -380,6 +381,14 @@ Examples:
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Write the manual pages (microagent.1 and one a subcommand) into a
+    /// directory; a release bundle's are made with it.
+    #[command(hide = true)]
+    Man {
+        /// The directory (made if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Low-level VMM commands: boot a kernel directly, probe the host's KVM.
     #[command(subcommand)]
     Vmm(vmm_cmd::VmmCommand),
@@ -575,7 +584,8 @@ async fn run_workspace_command(
         | Command::Contract
         | Command::Vmm(_)
         | Command::Serve(_)
-        | Command::Completion { .. } => {
+        | Command::Completion { .. }
+        | Command::Man { .. } => {
             unreachable!("handled before the workspace store is opened, or forwarded")
         }
     }
@@ -613,6 +623,7 @@ fn main() -> ExitCode {
             Command::Shell { .. } => Some("shell"),
             Command::Serve(_) => Some("serve"),
             Command::Completion { .. } => Some("completion"),
+            Command::Man { .. } => Some("man"),
             _ => None,
         };
         if let Some(command) = without {
@@ -630,7 +641,9 @@ fn main() -> ExitCode {
         .as_deref()
         .is_some_and(|s| s != workspace::servers::LOCAL_SERVER);
     match cli.command {
-        Command::Vmm(_) | Command::Serve(_) | Command::Completion { .. } if elsewhere => {
+        Command::Vmm(_) | Command::Serve(_) | Command::Completion { .. } | Command::Man { .. }
+            if elsewhere =>
+        {
             return output::report(
                 ErrorCode::InvalidInput,
                 "--server does not apply to vmm, serve and completion: they run on this host; run them on the server itself",
@@ -649,6 +662,20 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "microagent", &mut script);
             let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
             return ExitCode::SUCCESS;
+        }
+        Command::Man { out } => {
+            use clap::CommandFactory;
+            let written = std::fs::create_dir_all(&out)
+                .and_then(|()| clap_mangen::generate_to(Cli::command(), &out));
+            return match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => output::report(
+                    ErrorCode::Internal,
+                    &format!("writing the manual pages into {}: {e}", out.display()),
+                    false,
+                    output::FAILURE,
+                ),
+            };
         }
         Command::Contract if !elsewhere => {
             output::json(&workspace::contract());

@@ -22,7 +22,7 @@ fn kvm_checks(checks: &mut Vec<Check>) -> Option<KvmMode> {
         checks.push(Check::fail(
             "kvm_device",
             format!("/dev/kvm cannot be opened: {e}"),
-            "enable virtualization (load the kvm module, or enable nested virtualization on a VM) and make /dev/kvm read-writable for this user (e.g. add it to the kvm group)",
+            "enable virtualization (load the kvm module, or enable nested virtualization on a VM) and make /dev/kvm read-writable for this user: add it to the kvm group (`usermod -aG kvm USER`, then log in again); as root, `microagent setup --yes` gives /dev/kvm to that group where no udev rule does",
         ));
         return None;
     }

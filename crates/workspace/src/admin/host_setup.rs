@@ -16,6 +16,7 @@ use crate::images::build::{debian, minimal, ImageBuildError};
 use crate::kernels::{source_plan, SourceHost};
 use crate::network::passt_build;
 use crate::workspaces::services::HostSetup;
+use base::host::kvm_group;
 use base::host::plan::{Plan, Preview, ProgressFn};
 use base::host::settings::now_ms;
 
@@ -35,6 +36,8 @@ struct Missing {
     passt: Option<passt_build::PasstInUse>,
     /// Root's VMMs have no account of their own yet.
     vmm_user: bool,
+    /// The steps that let the `kvm` group use /dev/kvm, if it cannot.
+    kvm_group: Option<Vec<base::host::plan::Step>>,
 }
 
 /// The host packages `missing` needs that are not installed.
@@ -96,6 +99,16 @@ fn setup_plan(
         plan.steps.push(base::vmm::user::account_step());
         plan.writes.push("/etc/passwd".into());
     }
+    if let Some(steps) = &missing.kvm_group {
+        plan.needs_root = true;
+        plan.steps.extend(steps.iter().cloned());
+        plan.writes.push(kvm_group::KVM_DEVICE.into());
+        plan.notes.push(format!(
+            "gives {} to the group {} (no udev rule did; not kept across a reboot without one): its members run workspaces as themselves",
+            kvm_group::KVM_DEVICE,
+            kvm_group::KVM_GROUP
+        ));
+    }
     if missing.kernel {
         plan.notes.extend(kernel_plan.notes.iter().cloned());
         plan.writes.extend(kernel_plan.writes.iter().cloned());
@@ -131,6 +144,21 @@ fn setup_plan(
     plan
 }
 
+/// The steps that give /dev/kvm to the `kvm` group, planned for root, or
+/// for a user who cannot open it (for whom the plan then needs root).
+fn kvm_group_steps() -> Option<Vec<base::host::plan::Step>> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let usable = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(kvm_group::KVM_DEVICE)
+            .is_ok()
+    };
+    kvm_group::missing_steps().filter(|_| root || !usable())
+}
+
 fn owned(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -161,6 +189,7 @@ impl HostSetup<'_> {
             debian: images.get("debian").is_err(),
             passt: Some(passt_build::in_use()).filter(|p| passt_build::needed(*p)),
             vmm_user: base::vmm::user::account_missing(self.all.state_dir().root()),
+            kvm_group: kvm_group_steps(),
         };
         let packages = host_packages(&missing, &kernel_host, &|p| {
             base::host::settings::deb_version(p).is_some()
@@ -326,6 +355,7 @@ mod tests {
             debian: true,
             passt: None,
             vmm_user: false,
+            kvm_group: None,
         };
         let host = kernel_host(&["flex", "e2fsprogs"]);
         let packages = host_packages(&missing, &host, &|p| p == "fakeroot");
@@ -385,6 +415,29 @@ mod tests {
             Some(base::vmm::user::DEFAULT_VMM_USER)
         );
         assert!(step.args.contains(&"--system".to_owned()));
+    }
+
+    #[test]
+    fn a_device_no_group_may_use_is_given_to_kvm() {
+        let steps = vec![base::host::plan::Step::new(
+            "chgrp",
+            "chgrp",
+            &["kvm", "/dev/kvm"],
+        )];
+        let missing = Missing {
+            kvm_group: Some(steps.clone()),
+            ..Missing::default()
+        };
+        let plan = setup_plan(
+            &missing,
+            &Plan::new("kernel install"),
+            &[],
+            Path::new("/s/images"),
+            Path::new("/c"),
+        );
+        assert!(plan.needs_root);
+        assert_eq!(plan.steps, steps);
+        assert!(plan.writes.iter().any(|w| w == "/dev/kvm"));
     }
 
     #[test]

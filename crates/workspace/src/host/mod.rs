@@ -3,7 +3,8 @@
 //! kernels are `crate::kernels`), its checks (`doctor`), its budget
 //! (`budget`), what a guest may write on it (`host_write`) and the price
 //! table cost estimates use (`cost`). Settings, plans, the jail and cgroup
-//! of VMM processes and the idle settings (`reclaim`, `idle`) are in `base::host`,
+//! of VMM processes, the idle settings (`reclaim`, `idle`) and a release
+//! bundle's assets (`bundle`) are in `base::host`,
 //! re-exported here for front ends.
 
 pub mod assets;
@@ -14,4 +15,4 @@ pub mod doctor;
 pub mod host_write;
 pub mod setup;
 
-pub use base::host::{cgroup, dirfd, idle, jail, plan, reclaim, settings};
+pub use base::host::{bundle, cgroup, dirfd, idle, jail, kvm_group, plan, reclaim, settings};

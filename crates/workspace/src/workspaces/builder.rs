@@ -90,11 +90,34 @@ impl WorkspacesBuilder {
             None => std::env::current_exe()
                 .map_err(Error::host_io("finding this program's executable"))?,
         };
-        let assets = self.assets.unwrap_or_else(asset_dir);
+        let assets = self.assets.unwrap_or_else(|| {
+            let current = asset_dir();
+            adopt_bundled(current.as_deref());
+            current
+        });
         let mut ws = Workspaces::new(state, assets, program).with_limits(limits);
         ws.warm_dir = self.warm_dir;
         ws.task_program = self.task_program;
         Ok(ws)
+    }
+}
+
+/// Links a release bundle's kernels and `minimal` image into the asset
+/// cache's `current/` when it has none of its own (a user of an unpacked
+/// bundle who never ran setup). A cache that cannot be written is no
+/// reason to fail: the workspaces that need them say what is missing.
+fn adopt_bundled(current: Option<&std::path::Path>) {
+    let (Some(current), Some(bundled)) = (current, base::host::bundle::bundled_asset_dir()) else {
+        return;
+    };
+    match base::host::bundle::adopt(current, &bundled) {
+        Ok(linked) if !linked.is_empty() => {
+            tracing::info!(?linked, from = %bundled.display(), "using the bundle's guest assets")
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, cache = %current.display(), "cannot link the bundle's guest assets")
+        }
     }
 }
 

@@ -62,7 +62,8 @@ pub const OVERLAY_DIRS: &[&str] = &[
 
 /// Where an installed binary of ours is: `$MICROAGENT_<NAME>_BIN`
 /// (`MICROAGENT_AGENT_BIN`), else beside the running program (how
-/// `cargo xtask dist` lays them out).
+/// `cargo xtask dist` lays them out), else in a release bundle's
+/// `libexec/microagent`.
 pub fn installed_binary(name: &str) -> Result<PathBuf, ImageBuildError> {
     let var = format!(
         "MICROAGENT_{}_BIN",
@@ -74,10 +75,12 @@ pub fn installed_binary(name: &str) -> Result<PathBuf, ImageBuildError> {
     let beside = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(|d| d.join(name)));
-    match beside {
-        Some(path) if path.is_file() => Ok(path),
-        _ => Err(ImageBuildError::Request(format!(
-            "{name} is not installed beside this program (or named by {var}); the `minimal` image is built from it"
+    let bundled = base::host::bundle::bundled_libexec_dir().map(|d| d.join(name));
+    match [beside, bundled].into_iter().flatten().find(|p| p.is_file()) {
+        Some(path) => Ok(path),
+        None => Err(ImageBuildError::Request(format!(
+            "{name} is not installed beside this program, in {} (a release bundle) or named by {var}; the `minimal` image is built from it",
+            base::host::bundle::LIBEXEC_DIR
         ))),
     }
 }
