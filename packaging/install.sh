@@ -17,16 +17,56 @@ while [ $# -gt 0 ]; do
     *) echo "install.sh: unknown argument '$1' (usage: install.sh [--prefix DIR])" >&2; exit 2 ;;
   esac
 done
+case "$prefix" in
+  /*) ;;
+  *) prefix=$(pwd)/$prefix ;;
+esac
 
 here=$(cd "$(dirname "$0")" && pwd)
 for part in bin libexec share lib; do
   [ -d "$here/$part" ] || { echo "install.sh: $here/$part is missing; unpack the whole bundle" >&2; exit 1; }
 done
-mkdir -p "$prefix"
+
+# As root, every directory on the way to the prefix must be root's and
+# writable by no one else (sticky ones, like /tmp, excepted): whoever could
+# write one could swap what root installs and every user then runs.
+if [ "$(id -u)" = 0 ]; then
+  d=$prefix
+  while [ "$d" != / ]; do
+    if [ -L "$d" ]; then
+      echo "install.sh: $d is a symbolic link; give the real directory as --prefix" >&2; exit 1
+    fi
+    if [ -e "$d" ]; then
+      owner=$(stat -c %u "$d"); mode=$(stat -c %a "$d")
+      others_write=$(( 0$mode & 022 )); sticky=$(( 0$mode & 01000 ))
+      if [ "$owner" != 0 ] || { [ "$others_write" != 0 ] && [ "$sticky" = 0 ]; }; then
+        echo "install.sh: $d is not root's alone (owner $owner, mode $mode); install into a directory only root can write" >&2
+        exit 1
+      fi
+    fi
+    d=$(dirname "$d")
+  done
+fi
+
+# Each file is copied beside its place and renamed over it: a running
+# microagent or VMM keeps its old file (no "text file busy"), and a file
+# an image registry linked to is never rewritten in place.
 for part in bin libexec share lib; do
-  mkdir -p "$prefix/$part"
-  # Links kept (the minimal image's), holes kept (its rootfs), modes kept.
-  cp -R -P --preserve=mode,timestamps --sparse=always "$here/$part/." "$prefix/$part/"
+  (cd "$here" && find "$part" -mindepth 0) | while IFS= read -r rel; do
+    src=$here/$rel
+    dest=$prefix/$rel
+    if [ -d "$src" ] && [ ! -L "$src" ]; then
+      if [ -L "$dest" ]; then
+        echo "install.sh: $dest is a symbolic link; remove it first" >&2; exit 1
+      fi
+      mkdir -p "$dest"
+    else
+      tmp=$dest.install-$$
+      rm -f "$tmp"
+      cp -P --preserve=mode,timestamps --sparse=always "$src" "$tmp"
+      mv -fT "$tmp" "$dest"
+    fi
+  done
 done
 
 echo "installed microagent into $prefix"
@@ -34,5 +74,5 @@ case ":$PATH:" in
   *":$prefix/bin:"*) ;;
   *) echo "add $prefix/bin to PATH" ;;
 esac
-echo "next: as root, once: $prefix/bin/microagent setup --yes   (packages, the kvm group)"
+echo "next: as root, once: $prefix/bin/microagent setup   (shows its plan: packages, the kvm group; then --yes)"
 echo "then: microagent run -- uname -a"

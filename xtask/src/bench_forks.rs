@@ -76,6 +76,62 @@ pub(crate) fn fork(bin: &Path, home: &Path, i: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether fork `name` is recorded as paused because it was idle.
+pub(crate) fn idle_paused(bin: &Path, home: &Path, name: &str) -> bool {
+    microagent(bin, home, &["inspect", name, "--json"])
+        .is_ok_and(|v| v["runtime"]["paused"] == "idle")
+}
+
+/// Forks at most this many at a time before waiting for them to pause:
+/// in its first minutes a restored idle guest costs its VMM a few % of a
+/// CPU on a host that emulates guest kernel mode, and about 120 of them
+/// at once filled this 2-CPU host until forks timed out.
+pub(crate) const FORK_BATCH: usize = 25;
+
+/// Waits until every fork of `0..to` from `from` on is idle-paused (their
+/// source made with `--idle-pause`), or fails after `deadline`.
+pub(crate) fn wait_paused(
+    bin: &Path,
+    home: &Path,
+    from: usize,
+    to: usize,
+    deadline: Duration,
+) -> anyhow::Result<()> {
+    let began = std::time::Instant::now();
+    let mut running: Vec<usize> = (from..to).collect();
+    loop {
+        running.retain(|i| !idle_paused(bin, home, &format!("f{i}")));
+        if running.is_empty() {
+            return Ok(());
+        }
+        if began.elapsed() > deadline {
+            bail!(
+                "{} forks (f{} among them) did not pause within {deadline:?}",
+                running.len(),
+                running[0]
+            );
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}
+
+/// Forks `f{from}` .. `f{to - 1}`, [`FORK_BATCH`] at a time, each batch
+/// left to pause idle before the next, so the forks made so far stay
+/// idle, paused, at once.
+pub(crate) fn fork_paced(bin: &Path, home: &Path, from: usize, to: usize) -> anyhow::Result<()> {
+    let mut made = from;
+    while made < to {
+        let batch_end = (made + FORK_BATCH).min(to);
+        for i in made..batch_end {
+            fork(bin, home, i).with_context(|| format!("fork {} of {to}", i + 1))?;
+        }
+        wait_paused(bin, home, made, batch_end, Duration::from_secs(600))?;
+        eprintln!("xtask: {batch_end} forks made, every one idle-paused");
+        made = batch_end;
+    }
+    Ok(())
+}
+
 /// Halts `f0` .. `f{forks - 1}` and `src`, and removes the directory.
 pub(crate) fn clean_up(bin: &Path, home: &Path, forks: usize) {
     for i in 0..forks {

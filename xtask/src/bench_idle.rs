@@ -3,8 +3,10 @@
 //! first call on a paused one costs. Forks of one snapshot of a running
 //! `minimal` workspace created with `--idle-pause 45s` (the forks inherit
 //! it), N of them (default 10: an idle guest whose kernel is emulated costs about a tenth of a core) at once: the CPU time of all their
-//! processes (VMMs and passt) over a window while they idle running, then
-//! over the same window once every one is paused; then `exec true` on
+//! processes (VMMs and passt) over a window while the first
+//! `FORK_BATCH` of them idle running, then, the rest made a batch at a
+//! time (each left to pause first), over the same window once all N are
+//! paused; then `exec true` on
 //! paused forks (the call that wakes each) beside a second `exec true` on
 //! the same fork, running, median of several; then `hibernate` of those
 //! forks, what is left of them on the host, and `exec true` on each
@@ -16,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::bench_forks::{clean_up, fork, prepare, processes_of, snapshot_source, ForkArgs};
+use crate::bench_forks::{
+    clean_up, fork, fork_paced, prepare, processes_of, snapshot_source, wait_paused, ForkArgs,
+    FORK_BATCH,
+};
 use crate::bench_workspace::microagent;
 
 /// The forks' idle pause.
@@ -59,23 +64,20 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     result
 }
 
-/// Whether fork `name` is recorded as paused because it was idle.
-fn idle_paused(bin: &Path, home: &Path, name: &str) -> bool {
-    microagent(bin, home, &["inspect", name, "--json"])
-        .is_ok_and(|v| v["runtime"]["paused"] == "idle")
-}
-
 fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
     snapshot_source(bin, home, &["--idle-pause", IDLE_PAUSE])?;
+    // The running reference: the first batch, running idle at once (more
+    // than a batch would fill this host's CPUs; see FORK_BATCH).
+    let first = forks.min(FORK_BATCH);
     let began = Instant::now();
-    for i in 0..forks {
+    for i in 0..first {
         fork(bin, home, i).with_context(|| format!("fork {} of {forks}", i + 1))?;
     }
     eprintln!(
-        "xtask: {forks} forks running ({:.0} s); every agent answering",
+        "xtask: {first} forks running ({:.0} s); every agent answering",
         began.elapsed().as_secs_f64()
     );
-    for i in 0..forks {
+    for i in 0..first {
         microagent(
             bin,
             home,
@@ -85,17 +87,12 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
     }
     let running = cpu_percent(home);
     let waiting = Instant::now();
-    let deadline = Duration::from_secs(600);
-    while !(0..forks).all(|i| idle_paused(bin, home, &format!("f{i}"))) {
-        if waiting.elapsed() > deadline {
-            bail!("not every fork paused within {deadline:?} of its idle pause");
-        }
-        std::thread::sleep(Duration::from_secs(5));
-    }
+    wait_paused(bin, home, 0, first, Duration::from_secs(600))?;
     eprintln!(
         "xtask: every fork paused {:.0} s after the running window",
         waiting.elapsed().as_secs_f64()
     );
+    fork_paced(bin, home, first, forks)?;
     let paused = cpu_percent(home);
     let (mut first, mut again) = (Vec::new(), Vec::new());
     for i in 0..CALLS {
@@ -110,10 +107,10 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
     let hibernated = hibernate_and_call(bin, home)?;
     println!("idle: {forks} forks of one 256 MiB minimal snapshot, --idle-pause {IDLE_PAUSE}:");
     println!(
-        "  host CPU of all their processes, running idle   {running:>7.1} % of a core ({WINDOW:?})"
+        "  host CPU of all their processes, running idle   {running:>7.1} % of a core ({WINDOW:?}, the first {first} forks)"
     );
     println!(
-        "  host CPU of all their processes, idle-paused    {paused:>7.1} % of a core ({WINDOW:?})"
+        "  host CPU of all their processes, idle-paused    {paused:>7.1} % of a core ({WINDOW:?}, all {forks})"
     );
     println!("  exec true on an idle-paused fork (it resumes)   {first:>7.0} ms median of {CALLS}");
     println!(

@@ -29,13 +29,34 @@ struct TestUser {
 impl Drop for TestUser {
     fn drop(&mut self) {
         // A VMM left by a failed run would keep the user busy.
-        let _ = Command::new("pkill")
-            .args(["-KILL", "-u", &self.name])
-            .status();
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let _ = Command::new("userdel").arg(&self.name).status();
+        for _ in 0..20 {
+            let _ = Command::new("pkill")
+                .args(["-KILL", "-u", &self.name])
+                .status();
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            let gone = Command::new("userdel").arg(&self.name).status();
+            if gone.is_ok_and(|s| s.success()) {
+                break;
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.work);
     }
+}
+
+/// The test's directory: a fresh name under /tmp, made here (never one
+/// that was there already), root's, which every user may pass through.
+fn fresh_work_dir() -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let work = std::env::temp_dir().join(format!("ma-bundle-{}-{nanos:x}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&work)
+        .unwrap_or_else(|e| panic!("making {}: {e}", work.display()));
+    work
 }
 
 fn ok(what: &str, out: Output) -> String {
@@ -97,23 +118,21 @@ fn an_unpacked_bundle_runs_a_workspace_for_a_kvm_user() {
     );
 
     let name = format!("mabundle{}", std::process::id() % 1_000_000);
-    let work = std::env::temp_dir().join(format!("ma-{name}"));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(work.join("home")).unwrap();
-    // Every user passes through to the prefix; the home is the user's.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let work = fresh_work_dir();
+    std::fs::create_dir(work.join("home")).unwrap();
+    // A name taken already fails here, before a guard would remove it.
+    let made = Command::new("useradd")
+        .args(["--no-create-home", "--user-group", "--groups", "kvm"])
+        .args(["--shell", "/bin/sh", "--home-dir"])
+        .arg(work.join("home"))
+        .arg(&name)
+        .output()
+        .unwrap();
+    if !made.status.success() {
+        let _ = std::fs::remove_dir_all(&work);
+        panic!("useradd {name}: {}", String::from_utf8_lossy(&made.stderr));
+    }
     let user = TestUser { name, work };
-    ok(
-        "useradd",
-        Command::new("useradd")
-            .args(["--no-create-home", "--user-group", "--groups", "kvm"])
-            .args(["--shell", "/bin/sh", "--home-dir"])
-            .arg(user.work.join("home"))
-            .arg(&user.name)
-            .output()
-            .unwrap(),
-    );
     ok(
         "chown",
         Command::new("chown")
@@ -189,19 +208,54 @@ fn an_unpacked_bundle_runs_a_workspace_for_a_kvm_user() {
         stdout.contains("Linux ") && stdout.contains("x86_64"),
         "{stdout}"
     );
-    // Booted from the bundle's kernel, found through the user's own cache.
+    // Booted from the bundle's kernel, copied into the user's own cache
+    // (a link to the bundle's path could later name someone else's file).
     let variant = testkit::host().unwrap().kernel_variant().vmlinux_file();
-    let link = user
-        .work
-        .join("home/.cache/microagent/current")
-        .join(&variant);
-    let target = std::fs::canonicalize(&link).unwrap();
+    let cache = user.work.join("home/.cache/microagent");
+    let target = std::fs::canonicalize(cache.join("current").join(&variant)).unwrap();
     assert!(
-        target.starts_with(std::fs::canonicalize(prefix.join("share/microagent")).unwrap()),
-        "{} -> {}",
-        link.display(),
+        target.starts_with(cache.join("bundle")),
+        "{}",
         target.display()
     );
+    assert!(
+        std::fs::read(&target).unwrap()
+            == std::fs::read(prefix.join("share/microagent").join(&variant)).unwrap(),
+        "the cache's copy is the bundle's kernel"
+    );
+
+    // Installed again (an upgrade): each file is a new one, renamed into
+    // place, so a running VMM or a registry's link keeps the old.
+    use std::os::unix::fs::MetadataExt;
+    let inode = |p: &str| std::fs::metadata(prefix.join(p)).unwrap().ino();
+    let kernel = format!("share/microagent/{variant}");
+    let before = (inode("bin/microagent-vmm"), inode(&kernel));
+    ok(
+        "install.sh again",
+        Command::new(tree.join("install.sh"))
+            .arg("--prefix")
+            .arg(&prefix)
+            .output()
+            .unwrap(),
+    );
+    assert_ne!(inode("bin/microagent-vmm"), before.0);
+    assert_ne!(inode(&kernel), before.1);
+    // As root, a prefix another user could write is refused.
+    let theirs = user.work.join("home/prefix");
+    std::fs::create_dir(&theirs).unwrap();
+    let refused = Command::new("chown")
+        .arg(&user.name)
+        .arg(&theirs)
+        .status()
+        .unwrap();
+    assert!(refused.success());
+    let out = Command::new(tree.join("install.sh"))
+        .arg("--prefix")
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a user's directory as root's prefix");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not root's alone"));
 
     let completion = as_user(
         &user,

@@ -62,8 +62,9 @@ pub const OVERLAY_DIRS: &[&str] = &[
 
 /// Where an installed binary of ours is: `$MICROAGENT_<NAME>_BIN`
 /// (`MICROAGENT_AGENT_BIN`), else beside the running program (how
-/// `cargo xtask dist` lays them out), else in a release bundle's
-/// `libexec/microagent`.
+/// `cargo xtask dist` lays them out); in a release bundle, its
+/// `libexec/microagent` first (a stale copy beside the binary from an
+/// older install does not win).
 pub fn installed_binary(name: &str) -> Result<PathBuf, ImageBuildError> {
     let var = format!(
         "MICROAGENT_{}_BIN",
@@ -76,7 +77,7 @@ pub fn installed_binary(name: &str) -> Result<PathBuf, ImageBuildError> {
         .ok()
         .and_then(|exe| exe.parent().map(|d| d.join(name)));
     let bundled = base::host::bundle::bundled_libexec_dir().map(|d| d.join(name));
-    match [beside, bundled].into_iter().flatten().find(|p| p.is_file()) {
+    match [bundled, beside].into_iter().flatten().find(|p| p.is_file()) {
         Some(path) => Ok(path),
         None => Err(ImageBuildError::Request(format!(
             "{name} is not installed beside this program, in {} (a release bundle) or named by {var}; the `minimal` image is built from it",
