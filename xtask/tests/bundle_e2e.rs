@@ -1,5 +1,6 @@
 //! The release bundle as a new user meets it: `cargo xtask dist --bundle`
-//! (of this test build's binaries, not a second, release build), unpacked
+//! (of the binaries `cargo test --workspace` built beside the xtask, not
+//! a second, release build; run alone, `cargo build` them first), unpacked
 //! and installed into a fresh prefix with its `install.sh`, then, as a
 //! user of the `kvm` group made here who never ran setup and has no Rust
 //! toolchain on PATH, `microagent run -- uname -a` boots a workspace from
