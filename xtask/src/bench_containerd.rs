@@ -73,7 +73,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     sh::ensure_debs(&["containerd"])?;
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
-    let shim = dist::build()?.with_file_name(SHIM_BINARY);
+    let shim = dist::build_with_shim()?.with_file_name(SHIM_BINARY);
     if let Some(why) = testkit::containerd::missing() {
         bail!("{why}");
     }

@@ -62,7 +62,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let options = parse(args)?;
     let binaries = match &options.binaries {
         Some(dir) => dir.clone(),
-        None => dist::build()?
+        None => dist::build_with_shim()?
             .parent()
             .context("dist's directory")?
             .to_path_buf(),

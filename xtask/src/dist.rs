@@ -1,6 +1,7 @@
 //! `cargo xtask dist`: the binaries as we ship them, in `target/dist/`:
-//! `microagent` and containerd's shim `containerd-shim-microagent-v2`
-//! (release), and beside them `microagent-vmm`, the VMM process of
+//! `microagent` (release; with `--with containerd` containerd's shim
+//! `containerd-shim-microagent-v2` too, which `microagent run` never
+//! needs and which is most of a first build), and beside them `microagent-vmm`, the VMM process of
 //! each workspace, built lean: static (no shared libraries mapped into every
 //! VMM process), with link-time optimisation and optimised for size, so a
 //! running workspace costs little beyond its guest RAM (`cargo xtask bench
@@ -73,26 +74,35 @@ pub fn dir() -> PathBuf {
 /// The binaries a bundle's `bin/` holds, as `dist` names them.
 pub const BINARIES: [&str; 3] = [PACKAGE, VMM_BINARY, SHIM_BINARY];
 
-/// Builds both binaries into [`dir`]; returns the path of `microagent`.
+/// Builds `microagent`, the VMM and the guest's helpers into [`dir`] (what
+/// `microagent run` needs); returns the path of `microagent`.
 pub fn build() -> anyhow::Result<PathBuf> {
+    build_with(false)
+}
+
+/// [`build`], and containerd's shim beside them.
+pub fn build_with_shim() -> anyhow::Result<PathBuf> {
+    build_with(true)
+}
+
+fn build_with(shim: bool) -> anyhow::Result<PathBuf> {
     let repo = cache::repo_root();
-    crate::sh::run(
-        Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "--quiet",
-                "-p",
-                PACKAGE,
-                "--bin",
-                PACKAGE,
-                "-p",
-                SHIM_PACKAGE,
-                "--bin",
-                SHIM_BINARY,
-            ])
-            .current_dir(&repo),
-    )?;
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            PACKAGE,
+            "--bin",
+            PACKAGE,
+        ])
+        .current_dir(&repo);
+    if shim {
+        cargo.args(["-p", SHIM_PACKAGE, "--bin", SHIM_BINARY]);
+    }
+    crate::sh::run(&mut cargo)?;
     let vmm = cache::StaticBuild::new("vmm-target")?;
     eprintln!("xtask: building {VMM_BINARY} (static, LTO, size-optimised)");
     crate::sh::run(
@@ -104,29 +114,30 @@ pub fn build() -> anyhow::Result<PathBuf> {
     )?;
     let dist = dir();
     guest_helpers(&dist)?;
-    let copies = [
-        (
-            cache::target_dir().join("release").join(PACKAGE),
-            dist.join(PACKAGE),
-        ),
-        (
-            cache::target_dir().join("release").join(SHIM_BINARY),
-            dist.join(SHIM_BINARY),
-        ),
-        (vmm.binary(VMM_BINARY), dist.join(VMM_BINARY)),
+    let release = cache::target_dir().join("release");
+    let mut copies = vec![
+        (release.join(PACKAGE), PACKAGE),
+        (vmm.binary(VMM_BINARY), VMM_BINARY),
     ];
-    for (from, to) in copies {
+    if shim {
+        copies.push((release.join(SHIM_BINARY), SHIM_BINARY));
+    }
+    for (from, name) in &copies {
         // Replaced by rename, so a running VMM keeps its old file.
+        let to = dist.join(name);
         let tmp = to.with_extension("new");
-        std::fs::copy(&from, &tmp)
+        std::fs::copy(from, &tmp)
             .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
         std::fs::rename(&tmp, &to).with_context(|| format!("installing {}", to.display()))?;
+        refuse_test_hooks(&to)?;
     }
-    for binary in BINARIES {
-        refuse_test_hooks(&dist.join(binary))?;
-    }
+    let shim_said = if shim {
+        format!(", {SHIM_BINARY} (containerd finds its shim on PATH)")
+    } else {
+        String::new()
+    };
     eprintln!(
-        "xtask: {} holds {PACKAGE}, {VMM_BINARY}, {SHIM_BINARY}, {AGENT_BINARY} and {INIT_BINARY}; install them into one directory on PATH (containerd finds its shim there)",
+        "xtask: {} holds {PACKAGE}, {VMM_BINARY}, {AGENT_BINARY} and {INIT_BINARY}{shim_said}; install them into one directory on PATH, or make the release bundle (`dist --bundle`)",
         dist.display()
     );
     Ok(dist.join(PACKAGE))

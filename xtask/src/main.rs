@@ -68,9 +68,10 @@ tasks:
                                 processes after heavy I/O in a booted guest (default 1000),
                                 for N rounds (default 3); fails on any guest process fault;
                                 OPTIONS are extra guest kernel options to test a hypothesis
-  dist                          the binaries as shipped, in target/dist/: microagent, the
-                                containerd shim containerd-shim-microagent-v2 and the lean
-                                VMM process microagent-vmm (static, LTO) beside them
+  dist [--with containerd]      the binaries as shipped, in target/dist/: microagent, the
+                                lean VMM process microagent-vmm (static, LTO) and the guest's
+                                agent and init beside them (and the containerd shim
+                                containerd-shim-microagent-v2 with --with containerd)
   dist --bundle [--binaries DIR] [--kernels host|all] [--out DIR]
                                 the release tarball microagent-VERSION-x86_64-linux.tar.gz:
                                 bin/, libexec/microagent/, share/microagent/ (kernels and
@@ -174,8 +175,11 @@ fn main() -> anyhow::Result<()> {
         "fuzz" => fuzz::run(rest),
         "dist" => match rest {
             [] => dist::build().map(drop),
+            [with, what] if with == "--with" && what == "containerd" => {
+                dist::build_with_shim().map(drop)
+            }
             [flag, options @ ..] if flag == "--bundle" => bundle::run(options),
-            _ => bail!("usage: cargo xtask dist [--bundle [--binaries DIR] [--kernels host|all] [--out DIR]]"),
+            _ => bail!("usage: cargo xtask dist [--with containerd | --bundle [--binaries DIR] [--kernels host|all] [--out DIR]]"),
         },
         "soak" => soak::run(rest),
         "modules" => modules::run(&cache::repo_root(), rest),

@@ -88,6 +88,9 @@ pub async fn run(ws: &Workspaces, cmd: &KernelCommand, json: bool) -> Result<Exi
 /// An optional image `setup --with` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SetupExtra {
+    /// Debian bookworm with python3, nodejs, git and ssh (`--image
+    /// debian`, the default image of tasks and repositories).
+    Debian,
     /// Debian with headless Chromium, for the browser tools.
     Browser,
 }
@@ -101,7 +104,12 @@ pub async fn setup(
     let progress = stderr_progress("setup");
     let done = run_change(flags, json, "microagent setup", |token| {
         let progress = progress.clone();
-        async move { ws.host_setup().setup(token.as_deref(), progress).await }
+        let debian = with.contains(&SetupExtra::Debian);
+        async move {
+            ws.host_setup()
+                .setup(debian, token.as_deref(), progress)
+                .await
+        }
     })
     .await?;
     if done.applied && !json {

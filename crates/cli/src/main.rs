@@ -353,17 +353,18 @@ Examples:
     /// Check that this host can run workspaces: KVM, its speed, guest
     /// kernel and images, state directory, free disk. Exit 1 on any failure.
     Doctor,
-    /// Make this host ready: install the build packages, build the guest
-    /// kernel it needs and the `minimal` and `debian` images, leaving what is
-    /// there. Without --yes or --confirm it only shows the plan (packages,
-    /// disk, time, files) and a token.
+    /// Make this host ready: install the packages, build the guest kernel
+    /// it needs and the `minimal` image, leaving what is there (`--with
+    /// debian,browser` for more). Without --yes or --confirm it only shows
+    /// the plan (packages, disk, time, files) and a token.
     Setup {
         #[command(flatten)]
         flags: plan_out::ConfirmFlags,
-        /// Also build an optional image: `browser` (Debian with headless
-        /// Chromium, for `microagent browser`); previewed and confirmed as
-        /// its own plan.
-        #[arg(long = "with", value_name = "IMAGE")]
+        /// Also build optional images: `debian` (python3, nodejs, git;
+        /// in the same plan) and `browser` (Debian with headless Chromium,
+        /// for `microagent browser`; previewed and confirmed as its own
+        /// plan). Repeat or separate with commas.
+        #[arg(long = "with", value_name = "IMAGE", value_delimiter = ',')]
         with: Vec<kernel_cmd::SetupExtra>,
     },
     /// Print the runtime contract (states, error codes, limits) as JSON.

@@ -71,7 +71,7 @@ pub fn remedy(r: &Remedy) -> String {
             format!("pick another name, or delete it first (`microagent snapshot rm {snapshot}`)")
         }
         Remedy::ListImages => {
-            "list the images (`microagent image ls`); `microagent setup --yes` builds minimal and debian"
+            "list the images (`microagent image ls`); `microagent setup --yes` builds minimal, `microagent setup --with debian --yes` debian"
                 .into()
         }
         Remedy::RemoveImage { image } => format!("remove it first (`microagent image rm {image}`)"),
@@ -137,7 +137,7 @@ pub fn remedy(r: &Remedy) -> String {
             "pick another alias (`--alias`), or take the other one off first (`microagent repo rm {alias}`)"
         ),
         Remedy::UseImageWithGit { image } => format!(
-            "use an image with git instead of `{image}` (`--image debian`, which `microagent setup` builds)"
+            "use an image with git instead of `{image}` (`--image debian`, which `microagent setup --with debian` builds)"
         ),
         // A remedy added to the library later still reads sensibly.
         other => format!("{other:?}"),

@@ -518,7 +518,7 @@ fn setup_previews_what_is_missing_and_changes_nothing_without_the_token() {
         .with_env("MICROAGENT_CACHE", &cache)
         .with_env("MICROAGENT_AGENT_BIN", binaries.join("agent"))
         .with_env("MICROAGENT_INIT_BIN", binaries.join("init"));
-    let preview = cli.ok_json(&["setup", "--json"]);
+    let preview = cli.ok_json(&["setup", "--with", "debian", "--json"]);
     assert_eq!(preview["applied"], false, "{preview}");
     let token = preview["token"].as_str().expect("a token").to_owned();
     let writes = preview["plan"]["writes"].to_string();
@@ -530,6 +530,13 @@ fn setup_previews_what_is_missing_and_changes_nothing_without_the_token() {
     assert!(
         notes.contains(&binaries.join("agent").display().to_string()),
         "{notes}"
+    );
+    // Without --with debian, a first run's plan: no debian image.
+    let first = cli.ok_json(&["setup", "--json"]);
+    let writes = first["plan"]["writes"].to_string();
+    assert!(
+        writes.contains("images/minimal") && !writes.contains("images/debian"),
+        "{first}"
     );
     let wrong = cli.run(&["setup", "--confirm", "1-2-3", "--json"]);
     assert_eq!(wrong.error_code(), "INVALID_INPUT", "{}", wrong.stdout);

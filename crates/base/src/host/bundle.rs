@@ -100,8 +100,9 @@ pub fn adopt(current: &Path, bundled: &Path) -> std::io::Result<Vec<String>> {
 }
 
 /// Copies the asset `source` into the directory `dir` (made afresh, by
-/// rename), with the `manifest.json` beside an image's rootfs; the copy's
-/// path.
+/// rename); the copy's path. An image's rootfs comes with the files
+/// beside it in its own directory (its manifest, which the image registry
+/// reads there); a kernel alone.
 fn copy_in(source: &Path, dir: &Path) -> std::io::Result<PathBuf> {
     let file = source.file_name().unwrap_or_default();
     let parent = dir.parent().unwrap_or(dir);
@@ -112,11 +113,21 @@ fn copy_in(source: &Path, dir: &Path) -> std::io::Result<PathBuf> {
         crate::host::settings::unique_id()
     ));
     std::fs::create_dir(&tmp)?;
+    let is_image = dir
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("rootfs-"));
     let copied = (|| {
-        std::fs::copy(source, tmp.join(file))?;
-        let manifest = source.with_file_name(crate::images::registry::MANIFEST_FILE);
-        if manifest.is_file() {
-            std::fs::copy(&manifest, tmp.join(crate::images::registry::MANIFEST_FILE))?;
+        let mut files = vec![source.to_path_buf()];
+        if is_image {
+            for entry in std::fs::read_dir(source.parent().unwrap_or(source))? {
+                let path = entry?.path();
+                if path != source && std::fs::symlink_metadata(&path)?.is_file() {
+                    files.push(path);
+                }
+            }
+        }
+        for from in files {
+            std::fs::copy(&from, tmp.join(from.file_name().unwrap_or_default()))?;
         }
         if dir.exists() {
             std::fs::remove_dir_all(dir)?;

@@ -127,7 +127,11 @@ fn image_checks(checks: &mut Vec<Check>, state: &StateDir, assets: Option<&Path>
             Check::warn(
                 "image",
                 format!("the {image} image is neither registered nor built"),
-                "build it with `microagent setup --yes`".to_string(),
+                if image == "minimal" {
+                    "build it with `microagent setup --yes`".to_string()
+                } else {
+                    format!("build it with `microagent setup --with {image} --yes`")
+                },
             )
         });
     }

@@ -165,8 +165,15 @@ fn owned(list: &[&str]) -> Vec<String> {
 
 impl HostSetup<'_> {
     /// Previews (without `confirm`) or applies (with the preview's token)
-    /// what this host lacks to run workspaces. `progress` hears each step.
-    pub async fn setup(&self, confirm: Option<&str>, progress: ProgressFn) -> Result<Setup> {
+    /// what this host lacks to run workspaces, and with `debian` the
+    /// `debian` image too (minutes, root and Debian's mirrors; a first run
+    /// needs only `minimal`). `progress` hears each step.
+    pub async fn setup(
+        &self,
+        debian: bool,
+        confirm: Option<&str>,
+        progress: ProgressFn,
+    ) -> Result<Setup> {
         if let Some(token) = confirm {
             Confirmer::expect_issued(self.all.state_dir().root(), token)?;
         }
@@ -186,7 +193,7 @@ impl HostSetup<'_> {
         let missing = Missing {
             kernel: !kernel_plan.is_empty(),
             minimal: minimal_binaries,
-            debian: images.get("debian").is_err(),
+            debian: debian && images.get("debian").is_err(),
             passt: Some(passt_build::in_use()).filter(|p| passt_build::needed(*p)),
             vmm_user: base::vmm::user::account_missing(self.all.state_dir().root()),
             kvm_group: kvm_group_steps(),
