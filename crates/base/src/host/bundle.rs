@@ -66,6 +66,15 @@ pub fn adopt(current: &Path, bundled: &Path) -> std::io::Result<Vec<String>> {
     };
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
+    // Made only inside a directory of this user's: root run with another
+    // user's HOME must not leave root's directories in it.
+    let existing = cache
+        .ancestors()
+        .find(|d| d.exists())
+        .unwrap_or(Path::new("/"));
+    if std::fs::metadata(existing)?.uid() != me {
+        return Ok(Vec::new());
+    }
     std::fs::create_dir_all(cache)?;
     for dir in [cache, current] {
         match std::fs::symlink_metadata(dir) {
@@ -201,6 +210,17 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, cache.join("current")).unwrap();
         assert!(adopt(&cache.join("current"), &bundled).unwrap().is_empty());
         assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // Nor is a cache made in a directory of another user's (only root
+        // can give one away to try it).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = root.join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let current = theirs.join(".cache/microagent/current");
+            assert!(adopt(&current, &bundled).unwrap().is_empty());
+            assert!(!theirs.join(".cache").exists());
+        }
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

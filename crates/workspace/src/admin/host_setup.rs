@@ -401,19 +401,24 @@ mod tests {
         assert_eq!(plan.estimate_seconds, kernel + 10 + debian::SECONDS);
     }
 
+    /// The plan of `missing` with no kernel plan and no packages.
+    fn plan_for(missing: &Missing) -> Plan {
+        setup_plan(
+            missing,
+            &Plan::new("kernel install"),
+            &[],
+            Path::new("/s/images"),
+            Path::new("/c"),
+        )
+    }
+
     #[test]
     fn root_without_the_vmm_account_gets_it_made() {
         let missing = Missing {
             vmm_user: true,
             ..Missing::default()
         };
-        let plan = setup_plan(
-            &missing,
-            &Plan::new("kernel install"),
-            &[],
-            Path::new("/s/images"),
-            Path::new("/c"),
-        );
+        let plan = plan_for(&missing);
         assert!(plan.needs_root);
         let step = &plan.steps[0];
         assert_eq!(step.program, "useradd");
@@ -435,13 +440,7 @@ mod tests {
             kvm_group: Some(steps.clone()),
             ..Missing::default()
         };
-        let plan = setup_plan(
-            &missing,
-            &Plan::new("kernel install"),
-            &[],
-            Path::new("/s/images"),
-            Path::new("/c"),
-        );
+        let plan = plan_for(&missing);
         assert!(plan.needs_root);
         assert_eq!(plan.steps, steps);
         assert!(plan.writes.iter().any(|w| w == "/dev/kvm"));
