@@ -202,7 +202,16 @@ fn an_unpacked_bundle_runs_a_workspace_for_a_kvm_user() {
         assert!(prefix.join(part).is_file(), "{part} is installed");
     }
 
-    // The first command of a user who never ran setup.
+    // The first commands of a user who never ran setup: the doctor finds
+    // the bundle's kernel, and a workspace runs.
+    let doctor = as_user(&user, &prefix, "microagent", &["doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let kernel = report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "guest_kernel"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(kernel["status"], "ok", "{report}");
     let run = as_user(&user, &prefix, "microagent", &["run", "--", "uname", "-a"]);
     let stdout = ok("microagent run -- uname -a as the kvm user", run);
     assert!(

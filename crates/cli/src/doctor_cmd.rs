@@ -4,11 +4,12 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use workspace::host::doctor::{Report, Status};
-use workspace::StateDir;
 
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
-    let state = StateDir::from_env().context("cannot open the state directory")?;
-    let report = Report::check_host(&state, workspace::host::settings::asset_dir().as_deref());
+    // Opened as every command opens it, so a release bundle's kernels and
+    // image are in the cache before they are checked.
+    let ws = crate::open_workspaces().context("cannot open the state directory")?;
+    let report = Report::check_host(ws.state_dir(), ws.assets());
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
