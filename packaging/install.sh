@@ -6,6 +6,8 @@
 # group, the VMMs' account); every user in the kvm group then runs
 # `microagent run -- uname -a` with state under their own home.
 set -eu
+# Directories every user of the kvm group can read, whatever root's umask.
+umask 022
 
 prefix=/usr/local
 while [ $# -gt 0 ]; do
@@ -21,31 +23,41 @@ case "$prefix" in
   /*) ;;
   *) prefix=$(pwd)/$prefix ;;
 esac
+case "$prefix" in
+  / | //) echo "install.sh: refusing / as the prefix; give a directory such as /usr/local or /opt/microagent" >&2; exit 2 ;;
+esac
 
 here=$(cd "$(dirname "$0")" && pwd)
 for part in bin libexec share lib; do
   [ -d "$here/$part" ] || { echo "install.sh: $here/$part is missing; unpack the whole bundle" >&2; exit 1; }
 done
 
-# As root, every directory on the way to the prefix must be root's and
-# writable by no one else (sticky ones, like /tmp, excepted): whoever could
-# write one could swap what root installs and every user then runs.
+# As root, every directory on the way to the prefix and under it must be
+# root's and writable by no one else (sticky ones, like /tmp, excepted):
+# whoever could write one could swap what root installs and every user
+# then runs. The prefix is made first, so no one else can make it between
+# the check and the copy.
+root_only() {
+  d=$1
+  if [ -L "$d" ]; then
+    echo "install.sh: refusing $d: it is a symbolic link; give the real directory" >&2; exit 1
+  fi
+  [ -e "$d" ] || return 0
+  owner=$(stat -c %u "$d"); mode=$(stat -c %a "$d")
+  others_write=$(( 0$mode & 022 )); sticky=$(( 0$mode & 01000 ))
+  if [ "$owner" != 0 ] || { [ "$others_write" != 0 ] && [ "$sticky" = 0 ]; }; then
+    echo "install.sh: refusing $d: it is not root's alone (owner $owner, mode $mode); install into a directory only root can write" >&2
+    exit 1
+  fi
+}
+as_root=
 if [ "$(id -u)" = 0 ]; then
-  d=$prefix
-  while [ "$d" != / ]; do
-    if [ -L "$d" ]; then
-      echo "install.sh: $d is a symbolic link; give the real directory as --prefix" >&2; exit 1
-    fi
-    if [ -e "$d" ]; then
-      owner=$(stat -c %u "$d"); mode=$(stat -c %a "$d")
-      others_write=$(( 0$mode & 022 )); sticky=$(( 0$mode & 01000 ))
-      if [ "$owner" != 0 ] || { [ "$others_write" != 0 ] && [ "$sticky" = 0 ]; }; then
-        echo "install.sh: $d is not root's alone (owner $owner, mode $mode); install into a directory only root can write" >&2
-        exit 1
-      fi
-    fi
-    d=$(dirname "$d")
-  done
+  as_root=1
+  d=$(dirname "$prefix")
+  while [ "$d" != / ]; do root_only "$d"; d=$(dirname "$d"); done
+  root_only "$prefix"
+  mkdir -p "$prefix"
+  root_only "$prefix"
 fi
 
 # Each file is copied beside its place and renamed over it: a running
@@ -57,8 +69,9 @@ for part in bin libexec share lib; do
     dest=$prefix/$rel
     if [ -d "$src" ] && [ ! -L "$src" ]; then
       if [ -L "$dest" ]; then
-        echo "install.sh: $dest is a symbolic link; remove it first" >&2; exit 1
+        echo "install.sh: refusing $dest: it is a symbolic link where a directory goes" >&2; exit 1
       fi
+      if [ -n "$as_root" ]; then root_only "$dest"; fi
       mkdir -p "$dest"
     else
       tmp=$dest.install-$$

@@ -52,11 +52,14 @@ fn fresh_work_dir() -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    let work = std::env::temp_dir().join(format!("ma-bundle-{}-{nanos:x}", std::process::id()));
+    // /tmp itself: TMPDIR may name a directory the new user cannot pass.
+    let work = PathBuf::from(format!("/tmp/ma-bundle-{}-{nanos:x}", std::process::id()));
     std::fs::DirBuilder::new()
-        .mode(0o755)
+        .mode(0o700)
         .create(&work)
         .unwrap_or_else(|e| panic!("making {}: {e}", work.display()));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o755)).unwrap();
     work
 }
 
@@ -118,12 +121,29 @@ fn an_unpacked_bundle_runs_a_workspace_for_a_kvm_user() {
         "the kvm group cannot use /dev/kvm: `cargo xtask setup` (or `microagent setup --yes`) gives it"
     );
 
-    let name = format!("mabundle{}", std::process::id() % 1_000_000);
     let work = fresh_work_dir();
+    // Unique per run (a killed run's user must not block the next).
+    let name = format!(
+        "mab{}",
+        work.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_start_matches("ma-bundle-")
+            .replace('-', "")
+    );
+    let name: String = name.chars().take(31).collect();
     std::fs::create_dir(work.join("home")).unwrap();
+    // The kvm group, if the host has one (a device every user may use
+    // needs none).
+    let groups: &[&str] = if workspace::host::kvm_group::group_id("kvm").is_some() {
+        &["--groups", "kvm"]
+    } else {
+        &[]
+    };
     // A name taken already fails here, before a guard would remove it.
     let made = Command::new("useradd")
-        .args(["--no-create-home", "--user-group", "--groups", "kvm"])
+        .args(["--no-create-home", "--user-group"])
+        .args(groups)
         .args(["--shell", "/bin/sh", "--home-dir"])
         .arg(work.join("home"))
         .arg(&name)

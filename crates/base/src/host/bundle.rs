@@ -5,6 +5,7 @@
 //! has none of its own, so a user who never ran setup boots workspaces,
 //! and one who builds a kernel or image later gets theirs used instead.
 
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use vmm_core::KernelVariant;
@@ -57,31 +58,33 @@ const COPIES_DIR: &str = "bundle";
 /// gone) and links it there; the names linked. The cache keeps its own
 /// copy, so a link never names a file another user could later put at
 /// the bundle's path (a bundle unpacked in /tmp and removed). A file the
-/// cache has, built or installed, is left as it is, and so is a cache
-/// this user does not own (root run with another user's HOME).
+/// cache has, built or installed, is left as it is, and so is a cache on
+/// a path another user could change (root run with another user's HOME,
+/// a cache others may write).
 pub fn adopt(current: &Path, bundled: &Path) -> std::io::Result<Vec<String>> {
-    use std::os::unix::fs::MetadataExt;
+    let current = std::path::absolute(current)?;
     let Some(cache) = current.parent() else {
         return Ok(Vec::new());
     };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    // Made only inside a directory of this user's: root run with another
-    // user's HOME must not leave root's directories in it.
+    let copies = cache.join(COPIES_DIR);
+    // Every directory on the way must be this user's or root's, and none
+    // writable by others (sticky ones, like /tmp, aside): else another
+    // user could swap what is linked, or make root write into their home.
     let existing = cache
         .ancestors()
         .find(|d| d.exists())
         .unwrap_or(Path::new("/"));
-    if std::fs::metadata(existing)?.uid() != me {
+    if !existing.ancestors().all(trusted_ancestor) || !owned_here(existing)? {
         return Ok(Vec::new());
     }
-    std::fs::create_dir_all(cache)?;
-    for dir in [cache, current] {
-        match std::fs::symlink_metadata(dir) {
-            Ok(m) if m.is_dir() && m.uid() == me => {}
-            Ok(_) => return Ok(Vec::new()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(dir)?,
-            Err(e) => return Err(e),
+    for dir in [cache, &current, &copies] {
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(e);
+            }
+        }
+        if !own_private_dir(dir)? {
+            return Ok(Vec::new());
         }
     }
     let mut linked = Vec::new();
@@ -90,38 +93,68 @@ pub fn adopt(current: &Path, bundled: &Path) -> std::io::Result<Vec<String>> {
         if link.exists() {
             continue;
         }
+        let dangling = std::fs::symlink_metadata(&link).is_ok();
         let Ok(source) = std::fs::canonicalize(bundled.join(&name)) else {
             continue;
         };
-        let copy = copy_in(&source, &cache.join(COPIES_DIR).join(&name))?;
-        // A dangling link goes; then the new one is made where nothing
-        // is, so one a concurrent build or install just made is kept.
-        if std::fs::symlink_metadata(&link).is_ok() {
+        let dir = copies.join(format!("{name}-{}", crate::host::settings::unique_id()));
+        let copy = copy_in(&source, &dir)?;
+        // The dangling link goes only if it is still one (a concurrent
+        // build or install may have made a good one meanwhile); then the
+        // new link is made only where nothing is.
+        if dangling && std::fs::symlink_metadata(&link).is_ok() && !link.exists() {
             std::fs::remove_file(&link)?;
         }
         match std::os::unix::fs::symlink(&copy, &link) {
             Ok(()) => linked.push(name),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
             Err(e) => return Err(e),
         }
     }
     Ok(linked)
 }
 
-/// Copies the asset `source` into the directory `dir` (made afresh, by
-/// rename); the copy's path. An image's rootfs comes with the files
-/// beside it in its own directory (its manifest, which the image registry
-/// reads there); a kernel alone.
+/// This process's effective user.
+fn me() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// A directory above the cache: this user's or root's, and writable by
+/// no one else unless sticky (whose entries only their owners move).
+fn trusted_ancestor(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| {
+        (m.uid() == me() || m.uid() == 0) && (m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0)
+    })
+}
+
+/// Whether `dir` is this user's.
+fn owned_here(dir: &Path) -> std::io::Result<bool> {
+    Ok(std::fs::metadata(dir)?.uid() == me())
+}
+
+/// Whether `dir` is a directory (not a link) of this user's that no one
+/// else may write.
+fn own_private_dir(dir: &Path) -> std::io::Result<bool> {
+    let m = std::fs::symlink_metadata(dir)?;
+    Ok(m.is_dir() && m.uid() == me() && m.mode() & 0o022 == 0)
+}
+
+/// Copies the asset `source` into the new directory `dir` (made whole
+/// under a temporary name, then renamed); the copy's path. An image's
+/// rootfs comes with the files beside it in its own directory (its
+/// manifest, which the image registry reads there); a kernel alone. Only
+/// regular files are read (a FIFO would block).
 fn copy_in(source: &Path, dir: &Path) -> std::io::Result<PathBuf> {
     let file = source.file_name().unwrap_or_default();
     let parent = dir.parent().unwrap_or(dir);
-    std::fs::create_dir_all(parent)?;
     let tmp = parent.join(format!(
-        ".{}.tmp-{}",
-        dir.file_name().unwrap_or_default().to_string_lossy(),
-        crate::host::settings::unique_id()
+        ".{}.tmp",
+        dir.file_name().unwrap_or_default().to_string_lossy()
     ));
-    std::fs::create_dir(&tmp)?;
+    std::fs::DirBuilder::new().mode(0o700).create(&tmp)?;
     let is_image = dir
         .file_name()
         .is_some_and(|n| n.to_string_lossy().starts_with("rootfs-"));
@@ -130,16 +163,20 @@ fn copy_in(source: &Path, dir: &Path) -> std::io::Result<PathBuf> {
         if is_image {
             for entry in std::fs::read_dir(source.parent().unwrap_or(source))? {
                 let path = entry?.path();
-                if path != source && std::fs::symlink_metadata(&path)?.is_file() {
+                if path != source {
                     files.push(path);
                 }
             }
         }
         for from in files {
-            std::fs::copy(&from, tmp.join(from.file_name().unwrap_or_default()))?;
-        }
-        if dir.exists() {
-            std::fs::remove_dir_all(dir)?;
+            if std::fs::symlink_metadata(&from)?.is_file() {
+                std::fs::copy(&from, tmp.join(from.file_name().unwrap_or_default()))?;
+            } else if from == source {
+                return Err(std::io::Error::other(format!(
+                    "{} is not a regular file",
+                    source.display()
+                )));
+            }
         }
         std::fs::rename(&tmp, dir)
     })();
@@ -210,6 +247,13 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, cache.join("current")).unwrap();
         assert!(adopt(&cache.join("current"), &bundled).unwrap().is_empty());
         assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // Nor a cache others may write.
+        let open = root.join("open");
+        std::fs::create_dir_all(open.join("current")).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        assert!(adopt(&open.join("current"), &bundled).unwrap().is_empty());
+        assert!(!open.join("bundle").exists());
         // Nor is a cache made in a directory of another user's (only root
         // can give one away to try it).
         // SAFETY: geteuid has no preconditions.
