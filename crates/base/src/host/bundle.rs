@@ -78,11 +78,12 @@ pub fn adopt(current: &Path, bundled: &Path) -> std::io::Result<Vec<String>> {
         return Ok(Vec::new());
     }
     for dir in [cache, &current, &copies] {
-        if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(dir) {
-            if e.kind() != std::io::ErrorKind::AlreadyExists {
-                return Err(e);
-            }
-        }
+        // Any directory missing on the way is made, this user's and 0700
+        // (a new home's `.cache` among them).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
         if !own_private_dir(dir)? {
             return Ok(Vec::new());
         }
@@ -194,10 +195,10 @@ mod tests {
     #[test]
     fn the_bundles_assets_fill_only_what_the_cache_lacks() {
         let root = std::env::temp_dir().join(format!("ma-bundle-{}", std::process::id()));
-        let (bundled, cache) = (root.join("share"), root.join("cache"));
+        let (bundled, cache) = (root.join("share"), root.join("home/.cache/microagent"));
         let current = cache.join("current");
         std::fs::create_dir_all(bundled.join("images/minimal")).unwrap();
-        std::fs::create_dir_all(&current).unwrap();
+        std::fs::create_dir_all(root.join("home")).unwrap();
         std::fs::write(bundled.join("vmlinux-compat"), b"bundled kernel").unwrap();
         std::fs::write(bundled.join("vmlinux-standard"), b"bundled kernel").unwrap();
         std::fs::write(bundled.join("images/minimal/rootfs.ext4"), b"bundled image").unwrap();
@@ -208,7 +209,11 @@ mod tests {
         )
         .unwrap();
         std::fs::write(bundled.join("rootfs-debian.ext4"), b"not a bundle asset").unwrap();
+        // A new home: no cache yet; every asset is taken.
+        let fresh = root.join("home/.cache/fresh/current");
+        assert_eq!(adopt(&fresh, &bundled).unwrap().len(), 3);
         // The user's own kernel stays; a link to a removed build is replaced.
+        std::fs::create_dir_all(&current).unwrap();
         std::fs::write(current.join("vmlinux-compat"), b"own kernel").unwrap();
         std::os::unix::fs::symlink(root.join("gone"), current.join("rootfs-minimal.ext4")).unwrap();
 
