@@ -6,7 +6,7 @@
 //! - `libexec/microagent/`: the guest's agent and init (images are built
 //!   from them);
 //! - `share/microagent/`: the guest kernels and the `minimal` image, which
-//!   the binary links into the user's asset cache when it has none, so
+//!   the binary copies into the user's asset cache when it has none, so
 //!   `microagent run` works with no setup and no Rust toolchain;
 //! - completions (bash, zsh, fish), man pages, a hardened systemd unit
 //!   for `serve mcp --http`, LICENSE, README.

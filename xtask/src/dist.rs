@@ -1,9 +1,10 @@
 //! `cargo xtask dist`: the binaries as we ship them, in `target/dist/`:
 //! `microagent` (release; with `--with containerd` containerd's shim
 //! `containerd-shim-microagent-v2` too, which `microagent run` never
-//! needs and which is most of a first build), and beside them `microagent-vmm`, the VMM process of
-//! each workspace, built lean: static (no shared libraries mapped into every
-//! VMM process), with link-time optimisation and optimised for size, so a
+//! needs and which is most of a first build), and beside them
+//! `microagent-vmm`, the VMM process of each workspace, built lean:
+//! static (no shared libraries mapped into every VMM process), with
+//! link-time optimisation and optimised for size, so a
 //! running workspace costs little beyond its guest RAM (`cargo xtask bench
 //! vmm` measures it); and the guest's `microagent-agent` (static) and
 //! `microagent-init` (nolibc), which `microagent setup` builds the

@@ -140,11 +140,7 @@ pub fn require<T>(test: &str, precondition: Result<T, String>) -> Option<T> {
 
 /// Ok when /dev/kvm can be opened for reading and writing.
 pub fn kvm() -> Result<(), String> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .map(drop)
+    workspace::host::kvm_group::open_device()
         .map_err(|e| format!("/dev/kvm is not usable here ({e})"))
 }
 

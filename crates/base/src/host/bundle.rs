@@ -62,6 +62,14 @@ const COPIES_DIR: &str = "bundle";
 /// a path another user could change (root run with another user's HOME,
 /// a cache others may write).
 pub fn adopt(current: &Path, bundled: &Path) -> std::io::Result<Vec<String>> {
+    // Every command opening the state directory comes here: once the
+    // cache has what the bundle carries, nothing more is looked at.
+    let lacking = asset_names()
+        .into_iter()
+        .any(|name| !current.join(&name).exists() && bundled.join(&name).exists());
+    if !lacking {
+        return Ok(Vec::new());
+    }
     let current = std::path::absolute(current)?;
     let Some(cache) = current.parent() else {
         return Ok(Vec::new());

@@ -44,6 +44,16 @@ pub fn group_id(name: &str) -> Option<u32> {
     None
 }
 
+/// Opens [`KVM_DEVICE`] for reading and writing, as a VMM does: whether
+/// this process may use KVM.
+pub fn open_device() -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(KVM_DEVICE)
+        .map(drop)
+}
+
 /// The KVM device's major and minor numbers (`misc` 10, 232).
 const KVM_DEVICE_NUMBER: (u32, u32) = (10, 232);
 

@@ -14,11 +14,7 @@ const WARN_FREE_BYTES: u64 = 2 << 30;
 const FAIL_FREE_BYTES: u64 = 256 << 20;
 
 fn kvm_checks(checks: &mut Vec<Check>) -> Option<KvmMode> {
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
+    if let Err(e) = base::host::kvm_group::open_device() {
         checks.push(Check::fail(
             "kvm_device",
             format!("/dev/kvm cannot be opened: {e}"),

@@ -149,14 +149,7 @@ fn setup_plan(
 fn kvm_group_steps() -> Option<Vec<base::host::plan::Step>> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let usable = || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(kvm_group::KVM_DEVICE)
-            .is_ok()
-    };
-    kvm_group::missing_steps().filter(|_| root || !usable())
+    kvm_group::missing_steps().filter(|_| root || kvm_group::open_device().is_err())
 }
 
 fn owned(list: &[&str]) -> Vec<String> {

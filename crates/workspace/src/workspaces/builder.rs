@@ -102,10 +102,11 @@ impl WorkspacesBuilder {
     }
 }
 
-/// Links a release bundle's kernels and `minimal` image into the asset
-/// cache's `current/` when it has none of its own (a user of an unpacked
-/// bundle who never ran setup). A cache that cannot be written is no
-/// reason to fail: the workspaces that need them say what is missing.
+/// Copies a release bundle's kernels and `minimal` image into the asset
+/// cache, linked from its `current/`, when it has none of its own (a user
+/// of an unpacked bundle who never ran setup). A cache that cannot be
+/// written is no reason to fail: the workspaces that need them say what
+/// is missing.
 fn adopt_bundled(current: Option<&std::path::Path>) {
     let (Some(current), Some(bundled)) = (current, base::host::bundle::bundled_asset_dir()) else {
         return;
@@ -116,7 +117,7 @@ fn adopt_bundled(current: Option<&std::path::Path>) {
         }
         Ok(_) => {}
         Err(e) => {
-            tracing::warn!(error = %e, cache = %current.display(), "cannot link the bundle's guest assets")
+            tracing::warn!(error = %e, cache = %current.display(), "cannot take the bundle's guest assets into the cache")
         }
     }
 }
