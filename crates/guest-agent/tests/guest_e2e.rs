@@ -229,8 +229,8 @@ fn agent_in_a_real_guest() {
             .and_then(|agent| agent.reclaim(idle_secs))
             .unwrap()
         };
-        // The round trip's connection may still be closing in the agent (a
-        // second open connection is "busy"): ask until it has gone.
+        // The first ask counts the programs' CPU since the agent started
+        // ("busy"): ask until a quiet spell has passed.
         let mut first = reclaim(0);
         let asked = Instant::now();
         while !first.dropped && asked.elapsed() < Duration::from_secs(30) {

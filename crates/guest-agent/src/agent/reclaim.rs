@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use guest_agent::protocol::{ProcessRunState, ReclaimAnswer};
+use guest_agent::protocol::{InUse, ProcessRunState, ReclaimAnswer};
 
 use super::AgentState;
 
@@ -22,20 +22,17 @@ pub fn now_ms(state: &AgentState) -> u64 {
     state.started.elapsed().as_millis() as u64
 }
 
-/// Serves `reclaim`; the calling connection is the only one open when the
-/// guest is idle.
+/// Serves `reclaim`. Connections are not counted: the host sees its own
+/// open at once and asks only when none is, where a guest slowed by a
+/// loaded host may still hold one the host gave up on (each such check
+/// then found the next one busy, and no guest on a saturated host ever
+/// paused).
 pub fn run(state: &AgentState, idle_secs: u64) -> Result<ReclaimAnswer, ReclaimError> {
     let now = now_ms(state);
     let last = state.last_request_ms.load(Ordering::SeqCst);
     let idle_ms = now.saturating_sub(last);
-    let busy = state.connections.load(Ordering::SeqCst) > 1
-        || state
-            .processes
-            .list()
-            .iter()
-            .any(|p| p.state == ProcessRunState::Running)
-        || talks_to_the_network()
-        || used_the_cpu(state);
+    let busy_because = in_use(state);
+    let busy = busy_because.is_some();
     let already = state.reclaimed_after_ms.load(Ordering::SeqCst) == last.max(1);
     let free_before = free_kib();
     let mut answer = ReclaimAnswer {
@@ -44,6 +41,7 @@ pub fn run(state: &AgentState, idle_secs: u64) -> Result<ReclaimAnswer, ReclaimE
         free_kib_before: free_before,
         free_kib_after: free_before,
         busy: Some(busy),
+        busy_because,
     };
     if busy || already || idle_ms < idle_secs.saturating_mul(1000) {
         return Ok(answer);
@@ -58,6 +56,24 @@ pub fn run(state: &AgentState, idle_secs: u64) -> Result<ReclaimAnswer, ReclaimE
     answer.dropped = true;
     answer.free_kib_after = free_kib();
     Ok(answer)
+}
+
+/// What keeps the guest in use, if anything. The CPU is looked at even
+/// when something else was found, so the next ask compares with now.
+fn in_use(state: &AgentState) -> Option<InUse> {
+    let cpu = used_the_cpu(state);
+    if state
+        .processes
+        .list()
+        .iter()
+        .any(|p| p.state == ProcessRunState::Running)
+    {
+        Some(InUse::Process)
+    } else if talks_to_the_network() {
+        Some(InUse::Network)
+    } else {
+        cpu.then_some(InUse::Cpu)
+    }
 }
 
 /// Whether the guest's programs used the CPU since the last ask: their

@@ -25,8 +25,8 @@ pub use request::{
     WriteMode,
 };
 pub use response::{
-    CpuTicks, DiskUsage, EntryKind, ExecExit, ListedEntry, NetCounters, ReclaimAnswer, Response,
-    StatAnswer, SystemInfo,
+    CpuTicks, DiskUsage, EntryKind, ExecExit, InUse, ListedEntry, NetCounters, ReclaimAnswer,
+    Response, StatAnswer, SystemInfo,
 };
 
 /// The protocol version this crate speaks.
@@ -220,5 +220,22 @@ mod tests {
             serde_json::to_string(&AgentErrorCode::UnsupportedVersion).unwrap(),
             "\"UNSUPPORTED_VERSION\""
         );
+    }
+
+    #[test]
+    fn a_reclaim_answer_says_why_the_guest_is_busy_and_takes_new_reasons() {
+        let answer = |because: &str| {
+            let json = format!(
+                r#"{{"type":"reclaimed","dropped":false,"idle_secs":3,"free_kib_before":1,"free_kib_after":1,"busy":true{because}}}"#
+            );
+            match serde_json::from_str::<Response>(&json).unwrap() {
+                Response::Reclaimed(a) => a.busy_because,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(answer(r#","busy_because":"cpu""#), Some(InUse::Cpu));
+        assert_eq!(answer(r#","busy_because":"gpu""#), Some(InUse::Other));
+        // An older agent says only that it is busy.
+        assert_eq!(answer(""), None);
     }
 }

@@ -173,13 +173,32 @@ pub struct ReclaimAnswer {
     pub free_kib_before: u64,
     /// MemFree after, KiB (the same as before when nothing was dropped).
     pub free_kib_after: u64,
-    /// Whether the guest is in use now: a connection besides this one, a
-    /// process started through the agent running, a TCP connection open
-    /// beyond its loopback, or its programs using the CPU since the last
-    /// ask (the host pauses only an idle guest; an
-    /// agent before this field says nothing and is taken as busy).
+    /// Whether the guest is in use now: a process started through the
+    /// agent running, a TCP connection open beyond its loopback, or its
+    /// programs using the CPU since the last ask (the host pauses only an
+    /// idle guest; an agent before this field says nothing and is taken as
+    /// busy). Connections from the host are the host's to count: it sees
+    /// them close at once, where a slow guest notices late.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy: Option<bool>,
+    /// The first of those found, when busy (for the host's log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_because: Option<InUse>,
+}
+
+/// What keeps a guest in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InUse {
+    /// A process started through the agent still runs.
+    Process,
+    /// A TCP connection beyond the guest's loopback is open.
+    Network,
+    /// The guest's programs used over 2% of a CPU since the last ask.
+    Cpu,
+    /// A reason a newer agent gives.
+    #[serde(other)]
+    Other,
 }
 
 /// Messages from the agent.

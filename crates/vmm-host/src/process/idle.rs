@@ -118,8 +118,12 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
     // Never dropped when only the pause is set.
     let reclaim_secs = policy.reclaim_after.map_or(u64::MAX, |d| d.as_secs());
     let mut quiet = Quiet::new();
+    // A check the guest could not answer in time (a loaded host) costs it
+    // as much again: the next waits longer, up to the pause's own length.
+    let longest = policy.pause_after.unwrap_or(every).max(every);
+    let mut wait = every;
     loop {
-        std::thread::sleep(every);
+        std::thread::sleep(wait);
         if shared.finished.load(Ordering::SeqCst) {
             return;
         }
@@ -146,13 +150,16 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
             Ok(a) => a,
             // An agent busy shutting down: not worth more noise.
             Err(e) => {
-                tracing::debug!("idle check not done: {e}");
+                wait = (wait * 2).min(longest);
+                tracing::debug!(next_in = ?wait, "idle check not done: {e}");
                 continue;
             }
         };
+        wait = every;
         tracing::debug!(
             idle_secs = answer.idle_secs,
             busy = ?answer.busy,
+            because = ?answer.busy_because,
             "idle check"
         );
         if answer.dropped {
