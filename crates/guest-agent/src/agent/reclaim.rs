@@ -58,10 +58,11 @@ pub fn run(state: &AgentState, idle_secs: u64) -> Result<ReclaimAnswer, ReclaimE
     Ok(answer)
 }
 
-/// What keeps the guest in use, if anything. The CPU is looked at even
-/// when something else was found, so the next ask compares with now.
+/// What keeps the guest in use, if anything: the cheapest look first (on
+/// an emulating host each file read costs the guest kernel milliseconds);
+/// the CPU's, which reads every process's, only when nothing else was
+/// found (the next compares with the last that was made).
 fn in_use(state: &AgentState) -> Option<InUse> {
-    let cpu = used_the_cpu(state);
     if state
         .processes
         .list()
@@ -72,11 +73,11 @@ fn in_use(state: &AgentState) -> Option<InUse> {
     } else if talks_to_the_network() {
         Some(InUse::Network)
     } else {
-        cpu.then_some(InUse::Cpu)
+        used_the_cpu(state).then_some(InUse::Cpu)
     }
 }
 
-/// Whether the guest's programs used the CPU since the last ask: their
+/// Whether the guest's programs used the CPU since the last look: their
 /// time beyond 2% of one CPU, so a daemon waiting for connections (a dev
 /// server) lets the guest pause and a job left running in the background
 /// (`nohup make &`) does not. Their time is what every live process but

@@ -175,7 +175,7 @@ pub struct ReclaimAnswer {
     pub free_kib_after: u64,
     /// Whether the guest is in use now: a process started through the
     /// agent running, a TCP connection open beyond its loopback, or its
-    /// programs using the CPU since the last ask (the host pauses only an
+    /// programs using the CPU since the last look (the host pauses only an
     /// idle guest; an agent before this field says nothing and is taken as
     /// busy). Connections from the host are the host's to count: it sees
     /// them close at once, where a slow guest notices late.
@@ -194,7 +194,7 @@ pub enum InUse {
     Process,
     /// A TCP connection beyond the guest's loopback is open.
     Network,
-    /// The guest's programs used over 2% of a CPU since the last ask.
+    /// The guest's programs used over 2% of a CPU since the last look.
     Cpu,
     /// A reason a newer agent gives.
     #[serde(other)]

@@ -23,6 +23,12 @@ use super::Shared;
 const PAUSED_LOOK: Duration = Duration::from_secs(5);
 /// How long the check's own connection may take to close before a pause.
 const SETTLE: Duration = Duration::from_secs(1);
+/// How long an idle check may take. Longer than other calls: a check the
+/// VMM gave up on still ran in the guest, and a guest with little of a
+/// loaded host's CPU, asked again before it had answered, never went
+/// idle (its ticks go on while it has work, and on an emulating host each
+/// costs it milliseconds), so no guest of 25 at once on 2 CPUs paused.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// When an idle guest drops its caches, when it pauses, and how long
 /// after the pause it hibernates.
@@ -102,10 +108,13 @@ impl Quiet {
         self.since.elapsed()
     }
 
-    /// The watcher's own ask is not use.
-    fn asked(&mut self, arrivals: Option<&HostArrivals>) {
+    /// The watcher's own ask (one connection since `before`) is not use;
+    /// another that came meanwhile is.
+    fn asked(&mut self, arrivals: Option<&HostArrivals>, before: u64) {
         if let Some(a) = arrivals {
-            self.seen = a.accepted();
+            if a.accepted() == before + 1 {
+                self.seen = a.accepted();
+            }
         }
     }
 }
@@ -118,8 +127,8 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
     // Never dropped when only the pause is set.
     let reclaim_secs = policy.reclaim_after.map_or(u64::MAX, |d| d.as_secs());
     let mut quiet = Quiet::new();
-    // A check the guest could not answer in time (a loaded host) costs it
-    // as much again: the next waits longer, up to the pause's own length.
+    // A check the guest could not answer in time costs it as much again:
+    // the next waits longer, up to the pause's own length.
     let longest = policy.pause_after.unwrap_or(every).max(every);
     let mut wait = every;
     loop {
@@ -141,11 +150,12 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
         if !pause_due && !reclaim_due {
             continue;
         }
+        let before = arrivals.map_or(0, HostArrivals::accepted);
         let asked = shared
             .ws
-            .agent_blocking(crate::guest_ready::AGENT_CALL_TIMEOUT)
+            .agent_blocking(CHECK_TIMEOUT)
             .and_then(|agent| agent.reclaim(reclaim_secs));
-        quiet.asked(arrivals);
+        quiet.asked(arrivals, before);
         let answer = match asked {
             Ok(a) => a,
             // An agent busy shutting down: not worth more noise.
