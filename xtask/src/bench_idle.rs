@@ -94,16 +94,16 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
     );
     fork_paced(bin, home, first, forks)?;
     let paused = cpu_percent(home);
-    let (mut first, mut again) = (Vec::new(), Vec::new());
+    let (mut woken, mut again) = (Vec::new(), Vec::new());
     for i in 0..CALLS {
         let name = format!("f{i}");
-        for times in [&mut first, &mut again] {
+        for times in [&mut woken, &mut again] {
             let t = Instant::now();
             microagent(bin, home, &["exec", &name, "--json", "--", "true"])?;
             times.push(t.elapsed().as_secs_f64() * 1000.0);
         }
     }
-    let (first, again) = (median(first), median(again));
+    let (woken, again) = (median(woken), median(again));
     let hibernated = hibernate_and_call(bin, home)?;
     println!("idle: {forks} forks of one 256 MiB minimal snapshot, --idle-pause {IDLE_PAUSE}:");
     println!(
@@ -112,10 +112,10 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
     println!(
         "  host CPU of all their processes, idle-paused    {paused:>7.1} % of a core ({WINDOW:?}, all {forks})"
     );
-    println!("  exec true on an idle-paused fork (it resumes)   {first:>7.0} ms median of {CALLS}");
+    println!("  exec true on an idle-paused fork (it resumes)   {woken:>7.0} ms median of {CALLS}");
     println!(
         "  exec true on the same fork, running (reference) {again:>7.0} ms median of {CALLS} ({:.2}x)",
-        first / again
+        woken / again
     );
     let h = hibernated;
     println!(

@@ -2,10 +2,12 @@
 //! A busybox image made with umoci is pushed by skopeo to a
 //! `docker-registry` on loopback; then `microagent image pull` (download
 //! and conversion) beside `skopeo copy` of the same image to a layout
-//! (download only), and create + start of a workspace of the pulled image
+//! (download only), the same for a five-layer image of about 100 MB, and
+//! create + start of a workspace of the pulled image
 //! beside the same of the built `minimal` image, then warm starts of
 //! `minimal` with and without one named volume (its attach cost), all in
-//! one run.
+//! one run; `--release` measures the build users run (decompression and
+//! hashing unoptimised are many times slower).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -29,30 +31,42 @@ impl Drop for Registry {
     }
 }
 
-/// A busybox OCI layout at `layout` (tag `bench`), made with umoci.
-fn make_image(work: &Path, layout: &Path) -> anyhow::Result<()> {
+/// The multi-layer image's layers, files per layer and file size: 128 MiB
+/// of files that gzip to about 100 MB (half of each block random bytes,
+/// half letters of a 16-letter alphabet, as program files and data mix).
+const BIG_LAYERS: usize = 4;
+const BIG_LAYER_FILES: usize = 32;
+const BIG_FILE_BYTES: usize = 1 << 20;
+
+/// An empty image `bench` at `layout`, unpacked (rootless) into
+/// `work/bundle`; returns the bundle.
+fn new_image(work: &Path, layout: &Path) -> anyhow::Result<std::path::PathBuf> {
     let l = format!("{}:bench", layout.display());
     sh::run(Command::new("umoci").args(["init", "--layout"]).arg(layout))?;
     sh::run(Command::new("umoci").args(["new", "--image", &l]))?;
     let bundle = work.join("bundle");
+    let _ = std::fs::remove_dir_all(&bundle);
     sh::run(
         Command::new("umoci")
             .args(["unpack", "--rootless", "--image", &l])
             .arg(&bundle),
     )?;
-    let rootfs = bundle.join("rootfs");
-    std::fs::create_dir_all(rootfs.join("bin"))?;
-    std::fs::create_dir_all(rootfs.join("etc"))?;
-    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox"))?;
-    for applet in APPLETS {
-        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet))?;
-    }
-    std::fs::write(rootfs.join("etc/os-release"), "ID=bench\n")?;
+    Ok(bundle)
+}
+
+/// Adds what changed in `bundle` as a layer of `layout`'s `bench`.
+fn add_layer(layout: &Path, bundle: &Path) -> anyhow::Result<()> {
+    let l = format!("{}:bench", layout.display());
     sh::run(
         Command::new("umoci")
-            .args(["repack", "--image", &l])
-            .arg(&bundle),
-    )?;
+            .args(["repack", "--refresh-bundle", "--image", &l])
+            .arg(bundle),
+    )
+}
+
+/// Sets the image's `PATH` and working directory.
+fn configure(layout: &Path) -> anyhow::Result<()> {
+    let l = format!("{}:bench", layout.display());
     sh::run(Command::new("umoci").args([
         "config",
         "--image",
@@ -61,8 +75,80 @@ fn make_image(work: &Path, layout: &Path) -> anyhow::Result<()> {
         "PATH=/bin",
         "--config.workingdir",
         "/tmp",
-    ]))?;
+    ]))
+}
+
+/// A busybox OCI layout at `layout` (tag `bench`), made with umoci.
+fn make_image(work: &Path, layout: &Path) -> anyhow::Result<()> {
+    let bundle = new_image(work, layout)?;
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("bin"))?;
+    std::fs::create_dir_all(rootfs.join("etc"))?;
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox"))?;
+    for applet in APPLETS {
+        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet))?;
+    }
+    std::fs::write(rootfs.join("etc/os-release"), "ID=bench\n")?;
+    add_layer(layout, &bundle)?;
+    configure(layout)
+}
+
+/// The multi-layer image at `layout`: the busybox layer, then
+/// [`BIG_LAYERS`] layers of generated files (the same bytes every run).
+fn make_big_image(work: &Path, layout: &Path) -> anyhow::Result<()> {
+    make_image(work, layout)?;
+    let bundle = work.join("bundle");
+    for layer in 0..BIG_LAYERS {
+        let dir = bundle.join("rootfs/data").join(format!("layer{layer}"));
+        std::fs::create_dir_all(&dir)?;
+        for file in 0..BIG_LAYER_FILES {
+            let seed = (layer * BIG_LAYER_FILES + file) as u64 + 1;
+            std::fs::write(
+                dir.join(format!("f{file}")),
+                generated(seed, BIG_FILE_BYTES),
+            )?;
+        }
+        add_layer(layout, &bundle)?;
+    }
     Ok(())
+}
+
+/// `len` bytes from `seed`: each 4 KiB block half random bytes, half
+/// letters `a`..`p`.
+fn generated(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        // xorshift64: fast, and the same bytes for the same seed.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..len)
+        .map(|i| {
+            let r = next() as u8;
+            if i % 4096 < 2048 {
+                r
+            } else {
+                b'a' + (r & 15)
+            }
+        })
+        .collect()
+}
+
+/// Bytes under `dir` (a layout: its blobs, as downloaded).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_under(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 fn start_registry(work: &Path) -> anyhow::Result<(Registry, u16)> {
@@ -101,11 +187,81 @@ fn timed<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, f64)> {
     Ok((v, t.elapsed().as_secs_f64()))
 }
 
-pub fn run_bench() -> anyhow::Result<()> {
+/// How many times each of the multi-layer image's pulls is timed.
+const PULLS: usize = 3;
+
+/// The multi-layer image's pulls.
+struct BigPull {
+    target: String,
+    downloaded: u64,
+    pull: f64,
+    download: f64,
+}
+
+/// Pushes the multi-layer image to a registry of its own and times, in
+/// turns, `skopeo copy` of it to a fresh layout and `microagent image pull`
+/// of it into a fresh state directory (nothing cached), median of
+/// [`PULLS`] each.
+fn pull_beside_skopeo(work: &Path, bin: &Path, home: &Path) -> anyhow::Result<BigPull> {
+    let big = work.join("big");
+    std::fs::create_dir_all(&big)?;
+    let layout = big.join("layout");
+    make_big_image(&big, &layout)?;
+    let (_registry, port) = start_registry(&big)?;
+    let target = format!("127.0.0.1:{port}/big:1");
+    sh::run(
+        Command::new("skopeo")
+            .args(["copy", "--dest-tls-verify=false"])
+            .arg(format!("oci:{}:bench", layout.display()))
+            .arg(format!("docker://{target}")),
+    )?;
+    let (mut pulls, mut downloads, mut downloaded) = (Vec::new(), Vec::new(), 0);
+    for round in 0..PULLS {
+        let copy = big.join(format!("copy{round}"));
+        let (_, t) = timed(|| {
+            sh::run(
+                Command::new("skopeo")
+                    .args(["copy", "--src-tls-verify=false"])
+                    .arg(format!("docker://{target}"))
+                    .arg(format!("oci:{}:bench", copy.display())),
+            )
+        })?;
+        downloads.push(t);
+        downloaded = bytes_under(&copy.join("blobs"));
+        let _ = std::fs::remove_dir_all(&copy);
+        let fresh = home.with_extension(format!("big{round}"));
+        let (_, t) = timed(|| {
+            microagent(
+                bin,
+                &fresh,
+                &["image", "pull", &target, "--insecure", "--json"],
+            )
+        })?;
+        pulls.push(t);
+        let _ = std::fs::remove_dir_all(&fresh);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(BigPull {
+        target,
+        downloaded,
+        pull: median(pulls),
+        download: median(downloads),
+    })
+}
+
+pub fn run_bench(args: &[String]) -> anyhow::Result<()> {
+    let release = match args {
+        [] => false,
+        [flag] if flag == "--release" => true,
+        _ => bail!("usage: cargo xtask bench images [--release]"),
+    };
     sh::ensure_debs(PACKAGES)?;
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
-    let bin = cache::build_microagent()?;
+    let bin = cache::build_microagent_as(release)?;
     let work = std::env::temp_dir().join(format!("microagent-bench-images-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
@@ -149,6 +305,7 @@ pub fn run_bench() -> anyhow::Result<()> {
                 &["image", "pull", &target, "--insecure", "--json"],
             )
         })?;
+        let big = pull_beside_skopeo(&work, &bin, &home)?;
         let boot = |image: &str, ws: &str| -> anyhow::Result<f64> {
             let (_, t) = timed(|| {
                 microagent(&bin, &home, &["create", ws, "--image", image, "--json"])?;
@@ -188,6 +345,22 @@ pub fn run_bench() -> anyhow::Result<()> {
         println!("  microagent image pull again (same digest)    {again:>7.2} s");
         println!("  create + start of a workspace of it          {oci_boot:>7.2} s");
         println!("  create + start of a `minimal` workspace      {minimal_boot:>7.2} s");
+        println!(
+            "multi-layer image `{}` ({} layers, {:.0} MB downloaded, {} MiB of files), median of {PULLS}:",
+            big.target,
+            BIG_LAYERS + 1,
+            big.downloaded as f64 / 1e6,
+            (BIG_LAYERS * BIG_LAYER_FILES * BIG_FILE_BYTES) >> 20
+        );
+        println!(
+            "  microagent image pull (download + convert)   {:>7.2} s ({:.2}x skopeo)",
+            big.pull,
+            big.pull / big.download
+        );
+        println!(
+            "  skopeo copy to a layout (download only)      {:>7.2} s",
+            big.download
+        );
         println!("volume attach (warm starts, median of 3 each, same run):");
         println!("  create + warm start, no volume               {plain:>7.2} s");
         println!("  create + warm start, one volume (1 GiB)      {with_volume:>7.2} s");

@@ -90,9 +90,10 @@ tasks:
                                 each beside the host's own loopback figure
   bench agent                   guest agent exec round trip and file throughput, beside the
                                 agent running as a host process
-  bench images                  `image pull` (download + convert) of a busybox image from a
-                                registry on loopback beside `skopeo copy`; create + start of
-                                a workspace of it beside one of `minimal`
+  bench images [--release]      `image pull` (download + convert) of a busybox image and of a
+                                five-layer ~100 MB one from a registry on loopback beside
+                                `skopeo copy`; create + start of a workspace of it beside
+                                one of `minimal`
   bench tasks                   `task run` to its command running beside a cold boot, a warm
                                 start and a warm start with a clone; host PSS of 4 tasks at once
   bench tti [--runs N] [--cold-runs N] [--release] [--against DIST_DIR]
@@ -186,7 +187,7 @@ fn main() -> anyhow::Result<()> {
         "bench" => match rest {
             [what] if what == "devices" => bench_devices::run(),
             [what] if what == "agent" => bench_agent::run(),
-            [what] if what == "images" => bench_images::run_bench(),
+            [what, more @ ..] if what == "images" => bench_images::run_bench(more),
             [what] if what == "tasks" => bench_tasks::run(),
             [what, more @ ..] if what == "tti" => bench_tti::run(more),
             [what, more @ ..] if what == "density" => bench_density::run(more),

@@ -163,3 +163,57 @@ async fn a_process_read_takes_no_more_than_was_asked_for() {
         fake.await.unwrap();
     }
 }
+
+/// Serves one connection on `listener` as a hybrid vsock socket would, then
+/// answers whatever comes one byte every 50 ms, without end (until the
+/// client hangs up): each byte in well within any read timeout.
+fn trickling(listener: std::os::unix::net::UnixListener, in_handshake: bool) {
+    use std::io::{Read, Write};
+    let Ok((mut agent, _)) = listener.accept() else {
+        return;
+    };
+    let mut request = [0u8; 4096];
+    let _ = agent.read(&mut request);
+    let mut bytes = if in_handshake {
+        b"OK 1".to_vec()
+    } else {
+        let _ = agent.write_all(b"OK 1\n");
+        let _ = agent.read(&mut request);
+        let hello = Response::Hello {
+            version: MIN_PROTOCOL_VERSION,
+            agent: "trickling".into(),
+            capabilities: Vec::new(),
+        };
+        frame::encode_json(&hello).unwrap()
+    };
+    // A frame that never ends: a length far past what comes.
+    bytes.extend(std::iter::repeat_n(b' ', 1 << 20));
+    for b in bytes {
+        if agent.write_all(&[b]).is_err() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_blocking_call_to_an_agent_that_trickles_ends_at_its_deadline() {
+    use guest_agent::client::blocking::BlockingClient;
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("trickle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for in_handshake in [true, false] {
+        let path = dir.join(format!("vsock-{in_handshake}"));
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let fake = std::thread::spawn(move || trickling(listener, in_handshake));
+        let started = Instant::now();
+        let err = BlockingClient::connect_hybrid_vsock(&path, 1024, Duration::from_millis(500))
+            .and_then(BlockingClient::ping)
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "{took:?}: {err}");
+        fake.join().unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

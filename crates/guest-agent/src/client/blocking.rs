@@ -1,12 +1,12 @@
 //! A blocking client on std sockets for the calls a VMM process makes
 //! (`ping` until the agent answers, `restored` after a snapshot restore,
-//! `shutdown` on stop), so the VMM process needs no async runtime. Every
-//! read and write has a timeout.
+//! `shutdown` on stop), so the VMM process needs no async runtime. Each
+//! operation ends by one deadline, however slowly the guest answers.
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::messages::{decode, expect_ok, handshake_reply, hello_of, start_bytes};
 use super::ClientError;
@@ -18,12 +18,33 @@ use crate::protocol::{ReclaimAnswer, Request, Response, VolumeToMount};
 #[derive(Debug)]
 pub struct BlockingClient {
     stream: UnixStream,
+    /// When the operation, handshake included, must be done.
+    deadline: Instant,
+}
+
+/// Reads from `stream` until `deadline`: a read timeout alone bounds each
+/// read, and a guest sending a byte just before each one ran out would
+/// hold its caller without end.
+struct ByDeadline<'a> {
+    stream: &'a mut UnixStream,
+    deadline: Instant,
+}
+
+impl Read for ByDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
 }
 
 impl BlockingClient {
     /// Connects to guest vsock `port` behind the hybrid vsock socket
-    /// `uds_path` (`CONNECT <port>` handshake); each later read or write
-    /// waits at most `timeout`.
+    /// `uds_path` (`CONNECT <port>` handshake); the handshake and the one
+    /// operation after it end within `timeout` (each write too).
     pub fn connect_hybrid_vsock(
         uds_path: &Path,
         port: u32,
@@ -33,17 +54,21 @@ impl BlockingClient {
             path: uds_path.to_owned(),
             source,
         })?;
+        let deadline = Instant::now() + timeout;
         let io_err = |source| ClientError::HandshakeIo { port, source };
-        stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
         stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
         stream
             .write_all(format!("CONNECT {port}\n").as_bytes())
             .map_err(io_err)?;
         // Byte by byte: nothing past the newline belongs to the handshake.
         let mut line = Vec::new();
+        let mut reader = ByDeadline {
+            stream: &mut stream,
+            deadline,
+        };
         loop {
             let mut b = [0u8];
-            if stream.read(&mut b).map_err(io_err)? == 0 || b[0] == b'\n' {
+            if reader.read(&mut b).map_err(io_err)? == 0 || b[0] == b'\n' {
                 break;
             }
             line.push(b[0]);
@@ -52,7 +77,7 @@ impl BlockingClient {
             }
         }
         handshake_reply(&line, port)?;
-        Ok(Self { stream })
+        Ok(Self { stream, deadline })
     }
 
     /// `ping`: the agent's uptime.
@@ -141,7 +166,11 @@ impl BlockingClient {
     }
 
     fn response(&mut self) -> Result<Response, ClientError> {
-        let frame = frame::read_frame(&mut self.stream)
+        let mut reader = ByDeadline {
+            stream: &mut self.stream,
+            deadline: self.deadline,
+        };
+        let frame = frame::read_frame(&mut reader)
             .map_err(ClientError::Frame)?
             .ok_or(ClientError::Closed)?;
         decode(&frame)

@@ -21,8 +21,10 @@ use super::Shared;
 /// How long the paused watcher sleeps between looks at a pause ended on
 /// request or a run that ended (an arrival ends the sleep at once).
 const PAUSED_LOOK: Duration = Duration::from_secs(5);
-/// How long the check's own connection may take to close before a pause.
-const SETTLE: Duration = Duration::from_secs(1);
+/// How long the check's own connection may take to close before a pause:
+/// a starved guest may be slow to close its side, and the device then
+/// closes it after its own 5 s.
+const SETTLE: Duration = Duration::from_secs(6);
 /// How long an idle check may take. Longer than other calls: a check the
 /// VMM gave up on still ran in the guest, and a guest with little of a
 /// loaded host's CPU, asked again before it had answered, never went
@@ -95,12 +97,12 @@ impl Quiet {
         }
     }
 
-    /// How long nothing has arrived and no connection has been open.
-    fn look(&mut self, arrivals: Option<&HostArrivals>) -> Duration {
-        if let Some(a) = arrivals {
-            let count = a.accepted();
-            if count != self.seen || a.open() > 0 {
-                self.seen = count;
+    /// How long nothing has arrived and no connection has been open, from
+    /// the socket's counts (accepted, open) now.
+    fn look(&mut self, counts: Option<(u64, usize)>) -> Duration {
+        if let Some((accepted, open)) = counts {
+            if accepted != self.seen || open > 0 {
+                self.seen = accepted;
                 self.since = Instant::now();
                 self.reclaimed = false;
             }
@@ -108,14 +110,18 @@ impl Quiet {
         self.since.elapsed()
     }
 
-    /// The watcher's own ask (one connection since `before`) is not use;
-    /// another that came meanwhile is.
-    fn asked(&mut self, arrivals: Option<&HostArrivals>, before: u64) {
-        if let Some(a) = arrivals {
-            if a.accepted() == before + 1 {
-                self.seen = a.accepted();
-            }
+    /// The watcher's own ask (the one connection accepted since the last
+    /// look) is not use; whether nothing else came meanwhile (when
+    /// something did, the quiet starts again at the next look).
+    fn asked(&mut self, accepted: Option<u64>) -> bool {
+        let Some(accepted) = accepted else {
+            return true;
+        };
+        let own_only = accepted == self.seen + 1;
+        if own_only {
+            self.seen = accepted;
         }
+        own_only
     }
 }
 
@@ -128,8 +134,8 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
     let reclaim_secs = policy.reclaim_after.map_or(u64::MAX, |d| d.as_secs());
     let mut quiet = Quiet::new();
     // A check the guest could not answer in time costs it as much again:
-    // the next waits longer, up to the pause's own length.
-    let longest = policy.pause_after.unwrap_or(every).max(every);
+    // the next waits longer, up to four times as long.
+    let longest = every * 4;
     let mut wait = every;
     loop {
         std::thread::sleep(wait);
@@ -143,19 +149,20 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
             continue;
         }
         let arrivals = shared.arrivals.get().map(Arc::as_ref);
-        let quiet_for = quiet.look(arrivals);
+        let quiet_for = quiet.look(arrivals.map(|a| (a.accepted(), a.open())));
         let pause_due = policy.pause_after.is_some_and(|after| quiet_for >= after);
         let reclaim_due =
             !quiet.reclaimed && policy.reclaim_after.is_some_and(|after| quiet_for >= after);
         if !pause_due && !reclaim_due {
             continue;
         }
-        let before = arrivals.map_or(0, HostArrivals::accepted);
         let asked = shared
             .ws
             .agent_blocking(CHECK_TIMEOUT)
             .and_then(|agent| agent.reclaim(reclaim_secs));
-        quiet.asked(arrivals, before);
+        // A host program that came during the ask (which can be long) may
+        // have started what the answer, made before, does not know of.
+        let undisturbed = quiet.asked(arrivals.map(HostArrivals::accepted));
         let answer = match asked {
             Ok(a) => a,
             // An agent busy shutting down: not worth more noise.
@@ -187,33 +194,41 @@ pub(super) fn watch(shared: &Arc<Shared>, policy: IdlePolicy) {
         let idle_long_enough = policy
             .pause_after
             .is_some_and(|after| answer.idle_secs >= after.as_secs());
-        if !pause_due || !idle_long_enough || !idle {
+        if !pause_due || !idle_long_enough || !idle || !undisturbed {
             continue;
         }
         let Some(arrivals) = arrivals else {
             continue;
         };
-        if let Some(paused_at) = pause_idle(shared, arrivals, answer.idle_secs) {
+        if let Some(paused_at) = pause_idle(shared, arrivals, quiet.seen, answer.idle_secs) {
             let hibernate_at = policy.hibernate_after_pause.map(|d| paused_at + d);
             wait_paused(shared, arrivals, paused_at, hibernate_at);
         }
     }
 }
 
-/// Pauses the idle guest unless a host program arrived since the agent
-/// answered; when it paused.
-fn pause_idle(shared: &Shared, arrivals: &HostArrivals, idle_secs: u64) -> Option<Instant> {
+/// Pauses the idle guest unless a host program arrived since the check
+/// (`seen`: the accept count with the check's own connection); when it
+/// paused.
+fn pause_idle(
+    shared: &Shared,
+    arrivals: &HostArrivals,
+    seen: u64,
+    idle_secs: u64,
+) -> Option<Instant> {
     // The check's own connection closes first; one that stays open is
     // someone else's.
     let settling = Instant::now();
     while arrivals.open() > 0 {
-        if settling.elapsed() > SETTLE {
+        if settling.elapsed() > SETTLE || arrivals.accepted() != seen {
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let machine = shared.machine.get()?;
-    let seen = arrivals.accepted();
+    if shared.stopping.load(Ordering::SeqCst) || shared.finished.load(Ordering::SeqCst) {
+        return None;
+    }
     // Recorded before the vCPUs stop, so no lock is ever waited on while
     // the guest cannot answer whoever holds it.
     record(shared, Some(PauseCause::Idle));
@@ -366,6 +381,31 @@ mod tests {
         assert_eq!(every(secs(600), None), secs(150));
         assert_eq!(every(secs(600), secs(120)), secs(30));
         assert_eq!(every(None, secs(2)), secs(1));
+    }
+
+    #[test]
+    fn only_the_checks_own_connection_during_it_is_not_use() {
+        let mut quiet = Quiet::new();
+        quiet.look(Some((5, 0)));
+        // The check's connection alone: quiet goes on.
+        assert!(quiet.asked(Some(6)));
+        assert_eq!(quiet.seen, 6);
+        let since = quiet.since;
+        quiet.look(Some((6, 0)));
+        assert_eq!(quiet.since, since);
+        // A call came and went during the next check: no pause on that
+        // answer, and the quiet starts again.
+        assert!(!quiet.asked(Some(8)));
+        std::thread::sleep(Duration::from_millis(2));
+        quiet.look(Some((8, 0)));
+        assert!(quiet.since > since);
+        // A connection open is use however the count stands.
+        let since = quiet.since;
+        std::thread::sleep(Duration::from_millis(2));
+        quiet.look(Some((8, 1)));
+        assert!(quiet.since > since);
+        // No socket to count: only the agent's answer decides.
+        assert!(quiet.asked(None));
     }
 
     #[test]
