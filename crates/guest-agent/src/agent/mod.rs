@@ -13,6 +13,7 @@ mod reclaim;
 mod sysinfo;
 mod tunnel;
 mod volumes;
+mod watch;
 
 use std::collections::VecDeque;
 use std::io;
@@ -62,6 +63,7 @@ pub struct AgentState {
     processes: Processes,
     connections: AtomicUsize,
     forwards: forward::Forwards,
+    watches: watch::Watches,
     /// When the last request other than `reclaim` came or ended, ms
     /// after `started`.
     last_request_ms: AtomicU64,
@@ -119,6 +121,8 @@ enum RequestError {
     Process(#[source] process::processes::ProcessError),
     #[error("mounting volumes")]
     Volumes(#[source] volumes::MountError),
+    #[error("watch")]
+    Watch(#[source] watch::WatchError),
 }
 
 impl RequestError {
@@ -143,6 +147,7 @@ impl RequestError {
             Self::Network(e) => e.code(),
             Self::Process(e) => e.code(),
             Self::Volumes(e) => e.code(),
+            Self::Watch(e) => e.code(),
         }
     }
 
@@ -191,6 +196,7 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
     let state = Arc::new(AgentState {
         started: Instant::now(),
         forwards: forward::Forwards::new(config.dial.clone()),
+        watches: watch::Watches::default(),
         config,
         reaper,
         registry: ProcessTable::default(),
@@ -523,6 +529,25 @@ fn serve_request(conn: &mut Conn, state: &AgentState, used: &mut bool) -> Result
             state.processes.remove(&id).map_err(RequestError::Process)?;
             Response::ok()
         }
+        Request::WatchStart { path, recursive } => Response::Watch(
+            state
+                .watches
+                .start(&path, recursive)
+                .map_err(RequestError::Watch)?,
+        ),
+        Request::WatchEvents { id, since, wait_ms } => Response::WatchEvents(
+            state
+                .watches
+                .events(&id, since, wait_ms)
+                .map_err(RequestError::Watch)?,
+        ),
+        Request::WatchStop { id } => {
+            state.watches.stop(&id).map_err(RequestError::Watch)?;
+            Response::ok()
+        }
+        Request::WatchList => Response::Watches {
+            watches: state.watches.list(),
+        },
         Request::Resize(_) => return Err(RequestError::StrayResize),
         Request::Restored {
             hostname,

@@ -19,6 +19,8 @@ mod session;
 #[cfg(feature = "client")]
 mod types;
 #[cfg(feature = "client")]
+mod watch;
+#[cfg(feature = "client")]
 mod wire;
 
 pub use error::ClientError;

@@ -8,6 +8,7 @@
 mod process;
 mod request;
 mod response;
+mod watch;
 
 use std::fmt;
 use std::io;
@@ -27,6 +28,10 @@ pub use request::{
 pub use response::{
     CpuTicks, DiskUsage, EntryKind, ExecExit, InUse, ListedEntry, NetCounters, ReclaimAnswer,
     Response, StatAnswer, SystemInfo,
+};
+pub use watch::{
+    WatchBatch, WatchEntry, WatchEvent, WatchEventKind, MAX_WATCHES, MAX_WATCH_DIRS,
+    MAX_WATCH_EVENTS, MAX_WATCH_READ, MAX_WATCH_WAIT,
 };
 
 /// The protocol version this crate speaks.
@@ -168,6 +173,7 @@ pub const CAPABILITIES: &[&str] = &[
     "pty",
     "reclaim",
     "forward",
+    "watch",
 ];
 
 #[cfg(test)]

@@ -453,6 +453,34 @@ pub enum Request {
         /// Idle seconds the guest needs first.
         idle_secs: u64,
     },
+    /// Starts following changes under `path` (a directory, or a file);
+    /// answered with `watch`.
+    WatchStart {
+        /// The absolute path.
+        path: String,
+        /// Follow subdirectories too, those made later included.
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// A watch's events from `since` on, waiting up to `wait_ms` for one
+    /// when there is none yet; answered with `watch_events`.
+    WatchEvents {
+        /// The watch.
+        id: String,
+        /// The first event number wanted (0: from the start).
+        #[serde(default)]
+        since: u64,
+        /// How long to wait (default 0, at most 600 s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Ends a watch and forgets its events.
+    WatchStop {
+        /// The watch.
+        id: String,
+    },
+    /// Lists the watches, oldest first; answered with `watches`.
+    WatchList,
 }
 
 impl Request {
@@ -488,6 +516,10 @@ impl Request {
             Self::ProcessRemove { .. } => "process_remove",
             Self::Resize(_) => "resize",
             Self::Reclaim { .. } => "reclaim",
+            Self::WatchStart { .. } => "watch_start",
+            Self::WatchEvents { .. } => "watch_events",
+            Self::WatchStop { .. } => "watch_stop",
+            Self::WatchList => "watch_list",
         }
     }
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::process::{OutputAnswer, ProcessEntry};
+use super::watch::{WatchBatch, WatchEntry};
 use super::AgentErrorCode;
 
 /// How an exec ended.
@@ -223,6 +224,15 @@ pub enum Response {
     Info(SystemInfo),
     /// Answer to `reclaim`.
     Reclaimed(ReclaimAnswer),
+    /// Answer to `watch_start`.
+    Watch(WatchEntry),
+    /// Answer to `watch_events`.
+    WatchEvents(WatchBatch),
+    /// Answer to `watch_list`.
+    Watches {
+        /// Oldest first.
+        watches: Vec<WatchEntry>,
+    },
     /// The exec's process was spawned.
     Started {
         /// The exec.
@@ -298,6 +308,9 @@ impl Response {
             Self::Pong { .. } => "pong",
             Self::Info(_) => "info",
             Self::Reclaimed(_) => "reclaimed",
+            Self::Watch(_) => "watch",
+            Self::WatchEvents(_) => "watch_events",
+            Self::Watches { .. } => "watches",
             Self::Started { .. } => "started",
             Self::Exited(_) => "exited",
             Self::Running { .. } => "running",
