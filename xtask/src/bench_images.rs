@@ -181,6 +181,32 @@ fn start_registry(work: &Path) -> anyhow::Result<(Registry, u16)> {
     Ok((registry, port))
 }
 
+/// `skopeo copy` of `layout`'s `bench` to the loopback registry as `target`.
+fn push(layout: &Path, target: &str) -> anyhow::Result<()> {
+    sh::run(
+        Command::new("skopeo")
+            .args(["copy", "--dest-tls-verify=false"])
+            .arg(format!("oci:{}:bench", layout.display()))
+            .arg(format!("docker://{target}")),
+    )
+}
+
+/// `skopeo copy` of `target` from the loopback registry to a layout at
+/// `dest` (the download alone).
+fn fetch(target: &str, dest: &Path) -> anyhow::Result<()> {
+    sh::run(
+        Command::new("skopeo")
+            .args(["copy", "--src-tls-verify=false"])
+            .arg(format!("docker://{target}"))
+            .arg(format!("oci:{}:bench", dest.display())),
+    )
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn timed<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, f64)> {
     let t = Instant::now();
     let v = f()?;
@@ -209,23 +235,11 @@ fn pull_beside_skopeo(work: &Path, bin: &Path, home: &Path) -> anyhow::Result<Bi
     make_big_image(&big, &layout)?;
     let (_registry, port) = start_registry(&big)?;
     let target = format!("127.0.0.1:{port}/big:1");
-    sh::run(
-        Command::new("skopeo")
-            .args(["copy", "--dest-tls-verify=false"])
-            .arg(format!("oci:{}:bench", layout.display()))
-            .arg(format!("docker://{target}")),
-    )?;
+    push(&layout, &target)?;
     let (mut pulls, mut downloads, mut downloaded) = (Vec::new(), Vec::new(), 0);
     for round in 0..PULLS {
         let copy = big.join(format!("copy{round}"));
-        let (_, t) = timed(|| {
-            sh::run(
-                Command::new("skopeo")
-                    .args(["copy", "--src-tls-verify=false"])
-                    .arg(format!("docker://{target}"))
-                    .arg(format!("oci:{}:bench", copy.display())),
-            )
-        })?;
+        let (_, t) = timed(|| fetch(&target, &copy))?;
         downloads.push(t);
         downloaded = bytes_under(&copy.join("blobs"));
         let _ = std::fs::remove_dir_all(&copy);
@@ -240,15 +254,11 @@ fn pull_beside_skopeo(work: &Path, bin: &Path, home: &Path) -> anyhow::Result<Bi
         pulls.push(t);
         let _ = std::fs::remove_dir_all(&fresh);
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     Ok(BigPull {
         target,
         downloaded,
-        pull: median(pulls),
-        download: median(downloads),
+        pull: median(&mut pulls),
+        download: median(&mut downloads),
     })
 }
 
@@ -273,20 +283,8 @@ pub fn run_bench(args: &[String]) -> anyhow::Result<()> {
         make_image(&work, &layout)?;
         let (_registry, port) = start_registry(&work)?;
         let target = format!("127.0.0.1:{port}/bench:1");
-        sh::run(
-            Command::new("skopeo")
-                .args(["copy", "--dest-tls-verify=false"])
-                .arg(format!("oci:{}:bench", layout.display()))
-                .arg(format!("docker://{target}")),
-        )?;
-        let (_, download) = timed(|| {
-            sh::run(
-                Command::new("skopeo")
-                    .args(["copy", "--src-tls-verify=false"])
-                    .arg(format!("docker://{target}"))
-                    .arg(format!("oci:{}:bench", work.join("copy").display())),
-            )
-        })?;
+        push(&layout, &target)?;
+        let (_, download) = timed(|| fetch(&target, &work.join("copy")))?;
         let (pulled, pull) = timed(|| {
             microagent(
                 &bin,
@@ -330,10 +328,6 @@ pub fn run_bench(args: &[String]) -> anyhow::Result<()> {
             microagent(&bin, &home, &["delete", &ws, "--force", "--yes", "--json"])?;
             with_volume.push(t);
         }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
         let (plain, with_volume) = (median(&mut plain), median(&mut with_volume));
         let bytes = pulled["image"]["rootfs_bytes"].as_u64().unwrap_or(0);
         println!(
