@@ -7,7 +7,8 @@
 //! edits, lines and finding, `file_ops`; files a command leaves behind,
 //! `outputs`, kept in the state directory by
 //! `base::store::kept_outputs`), the
-//! streaming types (`stream`) and metrics (`metrics`). The workspace's
+//! streaming types (`stream`), metrics (`metrics`) and file watches
+//! (`watch`). The workspace's
 //! browser, which runs Chromium through these calls, is `crate::browser`.
 //! What lands on the host goes through `host::host_write`.
 
@@ -24,6 +25,7 @@ pub(crate) mod processes;
 pub(crate) mod repo;
 pub(crate) mod request;
 pub(crate) mod stream;
+pub(crate) mod watch;
 
 pub use copy::Copied;
 pub use exec_control::ExecEnd;
@@ -43,6 +45,10 @@ pub use processes::{
 };
 pub use request::{Exited, OutputCollector, MAX_COLLECTED_BYTES};
 pub use stream::{ExecEvent, PtySize, TerminalInput};
+pub use watch::{
+    ChangeKind, FileChange, FileChanges, WatchInfo, WorkspaceWatches, MAX_WATCHES, MAX_WATCH_DIRS,
+    MAX_WATCH_EVENTS, MAX_WATCH_READ, MAX_WATCH_WAIT,
+};
 
 /// A connection to the guest agent of the workspace in `ws`, carrying the
 /// identity a claimed pool member has yet to take
