@@ -133,6 +133,7 @@ impl MicroagentServer {
             + Self::host_router()
             + Self::run_router()
             + Self::processes_router()
+            + Self::watch_router()
             + Self::browser_router();
         #[cfg(feature = "conformance-fixture")]
         {
@@ -198,8 +199,9 @@ impl MicroagentServer {
 }
 
 /// The tools that send progress notifications of their own.
-const REPORTS_ITS_OWN_PROGRESS: [&str; 9] = [
+const REPORTS_ITS_OWN_PROGRESS: [&str; 10] = [
     "process_output",
+    "file_watch_events",
     "process_wait",
     "run",
     "workspace_start",

@@ -3,7 +3,7 @@
 //! crate's tests and the CLI's stdio tests.
 
 /// Every tool.
-pub const TOOLS: [&str; 87] = [
+pub const TOOLS: [&str; 90] = [
     "agent_list",
     "agent_register",
     "agent_workspace",
@@ -28,6 +28,9 @@ pub const TOOLS: [&str; 87] = [
     "file_read",
     "file_remove",
     "file_stat",
+    "file_unwatch",
+    "file_watch",
+    "file_watch_events",
     "file_write",
     "get_task_info",
     "get_task_logs",
@@ -94,7 +97,7 @@ pub const TOOLS: [&str; 87] = [
 ];
 
 /// Those that change nothing.
-pub const READ_ONLY: [&str; 39] = [
+pub const READ_ONLY: [&str; 40] = [
     "agent_list",
     "agent_workspace",
     "browser_events",
@@ -106,6 +109,7 @@ pub const READ_ONLY: [&str; 39] = [
     "file_list",
     "file_read",
     "file_stat",
+    "file_watch_events",
     "get_task_info",
     "get_task_logs",
     "host_doctor",

@@ -15,6 +15,7 @@ mod pool;
 mod services;
 mod snapshots;
 mod volumes;
+mod watch;
 
 /// Whether this host can boot workspaces; prints the reason and records a
 /// skip when not.
@@ -231,6 +232,8 @@ fn life_cycle_exec_files_logs_events() {
     );
     // The VMM runs confined, and says so (docs/security.md).
     confinement::check(&cli, "dev");
+    // File watches through MCP (docs/mcp.md).
+    watch::check(&cli, "dev");
 
     let uname = cli.run(&["exec", "dev", "--", "uname", "-a"]);
     assert_eq!(uname.status, 0, "{}", uname.stderr);

@@ -28,6 +28,7 @@ pub mod processes;
 pub mod repos;
 pub mod snapshots;
 pub mod volumes;
+pub mod watch;
 
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -10,7 +10,8 @@
 //! objects, host networking setup), [`ports`] (publish, list, unpublish),
 //! [`host`] (kernel install and image build, preview then confirm;
 //! servers), [`agents`] (register, list, the session's workspace),
-//! [`browser`] (a headless Chromium in the workspace) and [`repos`]
+//! [`watch`] (file watches), [`browser`] (a headless Chromium in the
+//! workspace) and [`repos`]
 //! (allowed repositories, pulls and diffs; tasks). Every tool calls the
 //! workspace library; this module holds what they share: argument checks,
 //! and running the library's blocking calls off the async runtime.
@@ -31,6 +32,7 @@ pub mod repos;
 pub mod run;
 pub mod snapshots;
 pub mod volumes;
+pub mod watch;
 
 use std::time::Duration;
 

@@ -1,0 +1,130 @@
+//! File watches through `serve mcp` on a running workspace: a recursive
+//! watch sees what a command in the guest creates, writes, moves and
+//! removes, a long poll returns with the first change, another agent's
+//! call is refused, and the watch ends when asked.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{ChildStdin, ChildStdout, Stdio};
+
+use serde_json::{json, Value};
+use testkit::cli::CliHome;
+use testkit::mcp_tools;
+
+/// One stdio MCP session with the CLI's `serve mcp`.
+struct Session {
+    server: std::process::Child,
+    stdin: ChildStdin,
+    stdout: std::io::Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+}
+
+impl Session {
+    fn open(cli: &CliHome) -> Self {
+        let mut server = cli
+            .command(&["serve", "mcp"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = server.stdin.take().unwrap();
+        for message in mcp_tools::opening("watch") {
+            writeln!(stdin, "{message}").unwrap();
+        }
+        let stdout = BufReader::new(server.stdout.take().unwrap()).lines();
+        let mut session = Self {
+            server,
+            stdin,
+            stdout,
+            next_id: 2,
+        };
+        session.answer(1);
+        session
+    }
+
+    fn answer(&mut self, id: u64) -> Value {
+        self.stdout
+            .by_ref()
+            .map_while(Result::ok)
+            .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to request {id}"))
+    }
+
+    /// The `structuredContent` of a successful call of `tool`.
+    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let result = self.call_result(tool, arguments);
+        assert_ne!(result["isError"], true, "{tool}: {result}");
+        result["structuredContent"].clone()
+    }
+
+    fn call_result(&mut self, tool: &str, arguments: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        writeln!(self.stdin, "{}", mcp_tools::tool_call(id, tool, arguments)).unwrap();
+        self.answer(id)["result"].clone()
+    }
+
+    fn close(self) {
+        drop(self.stdin);
+        let mut server = self.server;
+        assert!(server.wait().unwrap().success());
+    }
+}
+
+/// Checks watches on the running workspace `ws`.
+pub fn check(cli: &CliHome, ws: &str) {
+    cli.ok(&["exec", ws, "--", "mkdir", "-p", "/root/watched"]);
+    let mut mcp = Session::open(cli);
+    let started = mcp.call(
+        "file_watch",
+        json!({"name": ws, "path": "/root/watched", "recursive": true}),
+    );
+    let watch = started["watch"].as_str().unwrap().to_owned();
+    assert_eq!(watch, format!("{ws}/watch-1"), "{started}");
+    let script = "cd /root/watched && echo one > a && echo two >> a && mv a b \
+                  && mkdir -p sub && echo three > sub/c && rm b";
+    cli.ok(&["exec", ws, "--shell", "--", script]);
+    let (mut events, mut since) = (Vec::new(), 0);
+    let wanted = [
+        "created /a",
+        "modified /a",
+        "moved /a",
+        "created /sub",
+        "deleted /b",
+    ];
+    for _ in 0..10 {
+        let got = mcp.call(
+            "file_watch_events",
+            json!({"watch": watch, "since": since, "timeout_ms": 10000}),
+        );
+        since = got["next"].as_u64().unwrap();
+        for e in got["events"].as_array().unwrap() {
+            let path = e["path"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("/root/watched");
+            events.push(format!("{} {path}", e["kind"].as_str().unwrap()));
+            if e["kind"] == "moved" {
+                assert_eq!(e["to"], "/root/watched/b", "{e}");
+            }
+        }
+        if wanted.iter().all(|w| events.iter().any(|e| e == w)) {
+            break;
+        }
+    }
+    for w in wanted {
+        assert!(events.iter().any(|e| e == w), "{w} missing from {events:?}");
+    }
+    // The file in the directory made after the watch began: reported by
+    // the new directory's scan or by its own watch.
+    assert!(events.iter().any(|e| e == "created /sub/c"), "{events:?}");
+    // A bad watch id is bad input; an unknown one in this workspace is
+    // not found.
+    let bad = mcp.call_result("file_watch_events", json!({"watch": "nothing"}));
+    assert_eq!(bad["structuredContent"]["code"], "INVALID_INPUT", "{bad}");
+    mcp.call("file_unwatch", json!({"watch": watch}));
+    let gone = mcp.call_result("file_watch_events", json!({"watch": watch}));
+    assert_eq!(gone["structuredContent"]["code"], "NOT_FOUND", "{gone}");
+    mcp.close();
+}
