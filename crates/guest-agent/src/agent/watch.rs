@@ -43,6 +43,15 @@ const DIR_MASK: u32 = libc::IN_CREATE
     | libc::IN_DONT_FOLLOW;
 /// What a single file is watched for.
 const FILE_MASK: u32 = libc::IN_MODIFY | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+/// Longest directory path a watch follows (PATH_MAX): renames nesting
+/// followed directories could otherwise make its stored paths grow
+/// without end; deeper ones are given up with an `overflow`.
+const MAX_DIR_PATH: usize = 4096;
+/// Most JSON bytes of the watched path (escaped: control characters take
+/// six), so an answer always has room for its events.
+const MAX_ROOT_JSON: usize = 4096;
+/// Most entries one scan of a new directory reads (beyond: `overflow`).
+const MAX_SCAN_ENTRIES: usize = 65536;
 
 /// Why a watch request failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +64,8 @@ pub enum WatchError {
     Full,
     #[error("{path} has more than {MAX_WATCH_DIRS} directories; watch a smaller tree")]
     TooManyDirs { path: PathBuf },
+    #[error("the path is too long to watch (at most {MAX_ROOT_JSON} bytes as JSON)")]
+    PathTooLong,
     #[error("no watch {0:?} (never started, or stopped)")]
     Unknown(String),
     #[error("a wait of {0} ms is over the limit of {max} ms", max = MAX_WATCH_WAIT.as_millis())]
@@ -70,7 +81,7 @@ impl WatchError {
         match self {
             Self::Path(e) => e.code(),
             Self::Missing(_, e) => AgentErrorCode::from_io(e.kind()),
-            Self::Full | Self::TooManyDirs { .. } => AgentErrorCode::TooLarge,
+            Self::Full | Self::TooManyDirs { .. } | Self::PathTooLong => AgentErrorCode::TooLarge,
             Self::Unknown(_) => AgentErrorCode::NotFound,
             Self::WaitTooLong(_) => AgentErrorCode::InvalidInput,
             Self::Inotify(_) | Self::Thread(_) => AgentErrorCode::Internal,
@@ -165,19 +176,38 @@ impl Watch {
     /// into it before its own watch would be missed).
     fn add_tree(&self, seen: &mut Seen, dir: &Path, report: bool) {
         let mut pending = vec![dir.to_owned()];
+        let mut scanned = 0usize;
         while let Some(dir) = pending.pop() {
-            if seen.dirs.len() >= MAX_WATCH_DIRS {
+            if seen.dirs.len() >= MAX_WATCH_DIRS || dir.as_os_str().len() > MAX_DIR_PATH {
                 seen.push(dir.as_path(), WatchEventKind::Overflow, None);
-                return;
-            }
-            let Ok(wd) = add_watch(&self.inotify, &dir, DIR_MASK) else {
                 continue;
+            }
+            let wd = match add_watch(&self.inotify, &dir, DIR_MASK) {
+                Ok(wd) => wd,
+                // The guest's inotify limit: its changes would be missed.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    seen.push(dir.as_path(), WatchEventKind::Overflow, None);
+                    continue;
+                }
+                Err(_) => continue,
             };
-            seen.dirs.insert(wd, dir.clone());
+            // Already followed (a bind mount of a followed directory):
+            // not walked again, so a loop ends.
+            if seen.dirs.insert(wd, dir.clone()).is_some() {
+                continue;
+            }
+            if !report && !self.recursive {
+                continue;
+            }
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
             };
             for entry in entries.flatten() {
+                scanned += 1;
+                if scanned > MAX_SCAN_ENTRIES {
+                    seen.push(dir.as_path(), WatchEventKind::Overflow, None);
+                    return;
+                }
                 let path = entry.path();
                 if report {
                     seen.push(&path, WatchEventKind::Created, None);
@@ -186,7 +216,8 @@ impl Watch {
                     }
                     seen.scanned.insert(path.clone());
                 }
-                if self.recursive && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let room = seen.dirs.len() + pending.len() < MAX_WATCH_DIRS;
+                if self.recursive && room && entry.file_type().is_ok_and(|t| t.is_dir()) {
                     pending.push(path);
                 }
             }
@@ -223,10 +254,16 @@ impl Watches {
     /// Starts a watch on `path`.
     pub fn start(&self, path: &str, recursive: bool) -> Result<WatchEntry, WatchError> {
         let root = checked_path(path).map_err(WatchError::Path)?;
+        if serde_json::to_vec(&root.to_string_lossy()).map_or(usize::MAX, |v| v.len())
+            > MAX_ROOT_JSON
+        {
+            return Err(WatchError::PathTooLong);
+        }
         let meta =
             std::fs::symlink_metadata(&root).map_err(|e| WatchError::Missing(root.clone(), e))?;
-        let mut list = self.lock();
-        if list.len() >= MAX_WATCHES {
+        // Counted again below: the tree walk runs without the list's lock,
+        // which every other watch request takes.
+        if self.lock().len() >= MAX_WATCHES {
             return Err(WatchError::Full);
         }
         // SAFETY: inotify_init1 takes flags only; the result is checked.
@@ -271,6 +308,10 @@ impl Watches {
                     io::Error::from(io::ErrorKind::PermissionDenied),
                 ));
             }
+        }
+        let mut list = self.lock();
+        if list.len() >= MAX_WATCHES {
+            return Err(WatchError::Full);
         }
         let runner = watch.clone();
         spawn_thread("watch", THREAD_STACK, move || follow(&runner)).map_err(WatchError::Thread)?;
@@ -330,30 +371,46 @@ impl Watches {
 
     /// Every watch, oldest first.
     pub fn list(&self) -> Vec<WatchEntry> {
-        self.lock().iter().map(|w| w.entry()).collect()
+        // Each watch's lock without the list's: a watch busy scanning a
+        // new directory holds only its own.
+        let watches: Vec<Arc<Watch>> = self.lock().clone();
+        watches.iter().map(|w| w.entry()).collect()
     }
 }
 
-/// Events from `since` that fit one answer, with an `overflow` first when
-/// some from `since` on are no longer kept; and the next `since`.
+/// Events from `since` that fit one answer beside the watch's entry, with
+/// an `overflow` first when some from `since` on are no longer kept; and
+/// the next `since`. An event too large for any answer (long paths in
+/// escaped JSON) is given as an `overflow` at its number, so a reader
+/// always moves on.
 fn batch(seen: &Seen, root: &Path, since: u64) -> (Vec<WatchEvent>, u64) {
+    let overflow = |seq| WatchEvent {
+        seq,
+        path: root.to_string_lossy().into_owned(),
+        kind: WatchEventKind::Overflow,
+        to: None,
+        at_ms: unix_ms(),
+    };
+    let json_len = |e: &WatchEvent| serde_json::to_vec(e).map_or(usize::MAX, |v| v.len() + 1);
     let mut events = Vec::new();
-    let mut room = ANSWER_ROOM;
+    // The entry and an overflow each carry the root path once.
+    let mut room = ANSWER_ROOM.saturating_sub(2 * (MAX_ROOT_JSON + 256));
     let oldest = seen.events.front().map_or(seen.next_seq, |e| e.seq);
     let mut next = since.max(oldest).min(seen.next_seq);
     if since < oldest {
-        events.push(WatchEvent {
-            seq: since,
-            path: root.to_string_lossy().into_owned(),
-            kind: WatchEventKind::Overflow,
-            to: None,
-            at_ms: unix_ms(),
-        });
+        events.push(overflow(since));
     }
     let from = next;
     for event in seen.events.iter().filter(|e| e.seq >= from) {
-        let size = serde_json::to_vec(event).map_or(usize::MAX, |v| v.len() + 1);
-        if events.len() >= MAX_WATCH_READ || size > room {
+        if events.len() >= MAX_WATCH_READ {
+            break;
+        }
+        let size = json_len(event);
+        if size > room {
+            if events.is_empty() {
+                events.push(overflow(event.seq));
+                next = event.seq + 1;
+            }
             break;
         }
         room -= size;
@@ -530,7 +587,8 @@ fn apply(watch: &Watch, seen: &mut Seen, raw: &[RawEvent]) {
 }
 
 /// A directory under the watch moved: its descriptors follow it to `to`,
-/// or are dropped when it left the watch.
+/// or are dropped when it left the watch (or when renames nested it past
+/// [`MAX_DIR_PATH`]: given up, said once with an `overflow`).
 fn moved_dirs(watch: &Watch, seen: &mut Seen, from: &Path, to: Option<&Path>) {
     let under: Vec<i32> = seen
         .dirs
@@ -538,23 +596,33 @@ fn moved_dirs(watch: &Watch, seen: &mut Seen, from: &Path, to: Option<&Path>) {
         .filter(|(_, dir)| dir.starts_with(from))
         .map(|(wd, _)| *wd)
         .collect();
+    let mut given_up = false;
     for wd in under {
-        match to {
-            Some(to) => {
-                if let Some(dir) = seen.dirs.get_mut(&wd) {
-                    let rest = dir
-                        .strip_prefix(from)
-                        .map(Path::to_owned)
-                        .unwrap_or_default();
-                    *dir = to.join(rest);
-                }
+        let moved = match (to, seen.dirs.get(&wd)) {
+            (Some(to), Some(dir)) => {
+                let rest = dir
+                    .strip_prefix(from)
+                    .map(Path::to_owned)
+                    .unwrap_or_default();
+                Some(to.join(rest)).filter(|m| m.as_os_str().len() <= MAX_DIR_PATH)
+            }
+            _ => None,
+        };
+        match moved {
+            Some(moved) => {
+                seen.dirs.insert(wd, moved);
             }
             None => {
+                given_up |= to.is_some();
                 seen.dirs.remove(&wd);
-                // SAFETY: as in `apply`.
+                // SAFETY: removes a watch descriptor of this descriptor;
+                // a stale one only fails.
                 unsafe { libc::inotify_rm_watch(watch.inotify.as_raw_fd(), wd) };
             }
         }
+    }
+    if let (true, Some(to)) = (given_up, to) {
+        seen.push(to, WatchEventKind::Overflow, None);
     }
 }
 
@@ -646,6 +714,53 @@ mod tests {
         let (events, next) = batch(&s, Path::new("/w"), s.next_seq);
         assert!(events.is_empty());
         assert_eq!(next, s.next_seq);
+    }
+
+    #[test]
+    fn renames_cannot_nest_a_followed_directory_past_path_max() {
+        // SAFETY: as in `Watches::start`; results checked.
+        let (inotify, stop) = unsafe {
+            let i = libc::inotify_init1(libc::IN_CLOEXEC);
+            let e = libc::eventfd(0, libc::EFD_CLOEXEC);
+            assert!(i >= 0 && e >= 0);
+            (OwnedFd::from_raw_fd(i), OwnedFd::from_raw_fd(e))
+        };
+        let watch = Watch {
+            id: "watch-1".into(),
+            root: "/w".into(),
+            recursive: true,
+            inotify,
+            stop,
+            seen: Mutex::new(Seen::new()),
+            changed: Condvar::new(),
+        };
+        let mut s = seen();
+        s.dirs.insert(1, "/w".into());
+        s.dirs.insert(2, "/w/a".into());
+        s.dirs.insert(3, "/w/a/b".into());
+        moved_dirs(&watch, &mut s, Path::new("/w/a"), Some(Path::new("/w/c")));
+        assert_eq!(s.dirs[&3], Path::new("/w/c/b"));
+        let deep = format!("/w/{}", "d/".repeat(MAX_DIR_PATH / 2));
+        moved_dirs(&watch, &mut s, Path::new("/w/c"), Some(Path::new(&deep)));
+        assert!(s.dirs.values().all(|d| d.as_os_str().len() <= MAX_DIR_PATH));
+        assert_eq!(s.dirs.len(), 1);
+        assert_eq!(s.events.back().unwrap().kind, WatchEventKind::Overflow);
+    }
+
+    #[test]
+    fn an_event_too_large_for_an_answer_is_passed_as_an_overflow() {
+        let mut s = seen();
+        let huge = format!("/w/{}", "\u{1}".repeat(20_000));
+        s.push(Path::new(&huge), WatchEventKind::Created, None);
+        s.push(Path::new("/w/small"), WatchEventKind::Created, None);
+        let (events, next) = batch(&s, Path::new("/w"), 0);
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            (events[0].kind, events[0].seq, next),
+            (WatchEventKind::Overflow, 0, 1)
+        );
+        let (events, next) = batch(&s, Path::new("/w"), next);
+        assert_eq!((events[0].path.as_str(), next), ("/w/small", 2));
     }
 
     #[test]

@@ -46,8 +46,8 @@ pub use processes::{
 pub use request::{Exited, OutputCollector, MAX_COLLECTED_BYTES};
 pub use stream::{ExecEvent, PtySize, TerminalInput};
 pub use watch::{
-    ChangeKind, FileChange, FileChanges, WatchInfo, WorkspaceWatches, MAX_WATCHES, MAX_WATCH_DIRS,
-    MAX_WATCH_EVENTS, MAX_WATCH_READ, MAX_WATCH_WAIT,
+    is_watch_id, ChangeKind, FileChange, FileChanges, WatchInfo, WorkspaceWatches, MAX_WATCHES,
+    MAX_WATCH_DIRS, MAX_WATCH_EVENTS, MAX_WATCH_READ, MAX_WATCH_WAIT,
 };
 
 /// A connection to the guest agent of the workspace in `ws`, carrying the

@@ -105,6 +105,12 @@ pub struct FileChanges {
     pub next: u64,
 }
 
+/// Whether `id` is an agent's watch id, `watch-N`.
+pub fn is_watch_id(id: &str) -> bool {
+    id.strip_prefix("watch-")
+        .is_some_and(|n| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// A workspace's file watches (`dev.watches()`), kept by its guest agent.
 #[derive(Clone, Copy, Debug)]
 pub struct WorkspaceWatches<'a> {
@@ -148,14 +154,24 @@ impl WorkspaceWatches<'_> {
                 self.ws.name
             )));
         }
-        Ok(self
+        let info: WatchInfo = self
             .ws
             .agent()
             .await?
             .watch_start(path, recursive)
             .await
             .map_err(Error::agent("watch_start"))?
-            .into())
+            .into();
+        // The id goes into what callers are handed (`WORKSPACE/ID` over
+        // MCP): only the agent's own form.
+        if !is_watch_id(&info.id) {
+            return Err(Error::agent("watch_start")(
+                guest_agent::ClientError::Unexpected {
+                    got: "a watch id not of the form watch-N".into(),
+                },
+            ));
+        }
+        Ok(info)
     }
 
     /// Changes of watch `id` from `since`, waiting up to `wait` (at most
@@ -214,6 +230,21 @@ impl WorkspaceWatches<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_agents_own_id_form_is_taken() {
+        assert!(is_watch_id("watch-1") && is_watch_id("watch-12345"));
+        for bad in [
+            "watch-",
+            "watch-1/../x",
+            "x/watch-1",
+            "watch--1",
+            "",
+            "watch-1a",
+        ] {
+            assert!(!is_watch_id(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn every_kind_the_agent_reports_has_a_name_of_its_own() {

@@ -29,6 +29,7 @@ pub struct FileWatchParams {
 #[serde(deny_unknown_fields)]
 pub struct FileWatchEventsParams {
     /// The watch, as file_watch returned it (`WORKSPACE/watch-N`).
+    #[schemars(length(max = 200))]
     pub watch: String,
     /// The first event number wanted: 0, then the `next` of the previous
     /// call; default 0.
@@ -45,6 +46,7 @@ pub struct FileWatchEventsParams {
 #[serde(deny_unknown_fields)]
 pub struct FileUnwatchParams {
     /// The watch, as file_watch returned it.
+    #[schemars(length(max = 200))]
     pub watch: String,
 }
 

@@ -20,7 +20,7 @@ use crate::MicroagentServer;
 /// The workspace and the agent's id of a watch id `WORKSPACE/watch-N`.
 fn split_watch(watch: &str) -> Result<(&str, &str), ToolError> {
     match watch.rsplit_once('/') {
-        Some((name, id)) if !name.is_empty() && !id.is_empty() => Ok((name, id)),
+        Some((name, id)) if !name.is_empty() && workspace::guest::is_watch_id(id) => Ok((name, id)),
         _ => Err(ToolError::InvalidInput(format!(
             "watch {watch:?} is not a watch file_watch returned (WORKSPACE/watch-N)"
         ))),
@@ -143,7 +143,8 @@ mod tests {
             split_watch("team/dev/watch-2").unwrap(),
             ("team/dev", "watch-2")
         );
-        for bad in ["watch-1", "/watch-1", "dev/", ""] {
+        let long = format!("dev/watch-{}", "9".repeat(300));
+        for bad in ["watch-1", "/watch-1", "dev/", "", "dev/x", &long] {
             assert!(split_watch(bad).is_err(), "{bad}");
         }
     }
