@@ -230,14 +230,25 @@ fn agent_in_a_real_guest() {
             .unwrap()
         };
         // The first ask counts the programs' CPU since the agent started
-        // ("busy"): ask until a quiet spell has passed.
-        let mut first = reclaim(0);
+        // ("busy"): ask until a quiet spell has passed. The round trip's
+        // end is use too, and a slow guest may mark it after a first drop
+        // (it does so once its last frame went; the VMM asks only when no
+        // connection is open): ask until a drop is followed by an ask
+        // that drops nothing.
+        let mut first = None;
         let asked = Instant::now();
-        while !first.dropped && asked.elapsed() < Duration::from_secs(30) {
+        while asked.elapsed() < Duration::from_secs(60) {
+            let answer = reclaim(0);
+            if answer.dropped {
+                first.get_or_insert(answer);
+                continue;
+            }
+            if first.is_some() {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(500));
-            first = reclaim(0);
         }
-        assert!(first.dropped, "{first:?}");
+        let first = first.expect("the idle guest never dropped its caches");
         assert!(
             first.free_kib_after >= first.free_kib_before + 5 * 1024,
             "the 10 MiB file's cache was not dropped: {first:?}"
