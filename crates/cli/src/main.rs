@@ -24,6 +24,7 @@ mod task_cmd;
 mod terminal_cmd;
 mod vmm_cmd;
 mod volume_cmd;
+mod watch_cmd;
 mod workspace_cmd;
 
 use std::path::PathBuf;
@@ -282,6 +283,17 @@ Examples:
     Metrics {
         /// Workspace name (default: all).
         name: Option<String>,
+    },
+    /// Print each change under a guest path as it comes (created,
+    /// modified, deleted, moved) until Ctrl-C: `watch dev /work -r`.
+    Watch {
+        /// Workspace name (running).
+        name: String,
+        /// Absolute guest path: a directory, or a file.
+        path: String,
+        /// Every directory below it too (those made later included).
+        #[arg(short, long)]
+        recursive: bool,
     },
     /// List a workspace's background processes (`exec --detach`).
     Ps {
@@ -542,6 +554,11 @@ async fn run_workspace_command(
             terminal_cmd::run(ws, name, req, true).await
         }
         Command::Ps { name } => process_cmd::ps(ws, name, json).await,
+        Command::Watch {
+            name,
+            path,
+            recursive,
+        } => watch_cmd::run(ws, name, path, *recursive, json).await,
         Command::Metrics { name } => w::metrics(ws, name.as_deref(), json).await,
         Command::Process(cmd) => process_cmd::run(ws, cmd, json).await,
         Command::Browser(cmd) => browser_cmd::run(ws, cmd, json).await,

@@ -1,7 +1,7 @@
 //! File watches through `serve mcp` on a running workspace: a recursive
 //! watch sees what a command in the guest creates, writes, moves and
-//! removes, a long poll returns with the first change, another agent's
-//! call is refused, and the watch ends when asked.
+//! removes, bad and ended watch ids are refused, the watch ends when
+//! asked; and `microagent watch` prints a change, then ends at Ctrl-C.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{ChildStdin, ChildStdout, Stdio};
@@ -127,4 +127,28 @@ pub fn check(cli: &CliHome, ws: &str) {
     let gone = mcp.call_result("file_watch_events", json!({"watch": watch}));
     assert_eq!(gone["structuredContent"]["code"], "NOT_FOUND", "{gone}");
     mcp.close();
+
+    // The CLI prints each change until Ctrl-C, which ends its watch.
+    let mut watcher = cli
+        .command(&["watch", ws, "/root/watched"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = BufReader::new(watcher.stderr.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert!(said.starts_with("watching /root/watched in "), "{said}");
+    cli.ok(&["exec", ws, "--", "touch", "/root/watched/by-cli"]);
+    let line = BufReader::new(watcher.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(line, "created /root/watched/by-cli");
+    // SAFETY: signals the child this test started and still waits for.
+    unsafe { libc::kill(watcher.id() as i32, libc::SIGINT) };
+    assert!(watcher.wait().unwrap().success());
 }
