@@ -5,14 +5,12 @@
 //! itself; an MCP server that hibernated it may exit; `stop` discards it.
 //! One boot for all of it.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use testkit::cli::CliHome;
-use testkit::mcp_tools;
 
+use super::mcp_session::Session;
 use super::{can_boot, events, free_port, home, host_get, start};
 
 /// Idle this long, it pauses and hibernates by itself.
@@ -61,32 +59,10 @@ fn note_and_sleeper(cli: &CliHome, name: &str, pid: &str) -> String {
 
 /// `workspace_hibernate` through a `serve mcp` that then exits.
 fn hibernate_over_mcp(cli: &CliHome, name: &str) {
-    let mut server = cli
-        .command(&["serve", "mcp"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = server.stdin.take().unwrap();
-    let call = mcp_tools::tool_call(2, "workspace_hibernate", json!({"name": name}));
-    for message in mcp_tools::opening("hibernate").iter().chain([&call]) {
-        writeln!(stdin, "{message}").unwrap();
-    }
-    let answer = BufReader::new(server.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
-        .find(|m| m["id"] == 2)
-        .expect("an answer to workspace_hibernate");
-    drop(stdin);
-    assert!(server.wait().unwrap().success());
-    let result = &answer["result"];
-    assert_ne!(result["isError"], true, "{answer}");
-    assert_eq!(
-        result["structuredContent"]["workspace"]["state"], "hibernated",
-        "{answer}"
-    );
+    let mut mcp = Session::open(cli, "hibernate");
+    let result = mcp.call("workspace_hibernate", json!({"name": name}));
+    assert_eq!(result["workspace"]["state"], "hibernated", "{result}");
+    mcp.close();
 }
 
 #[test]

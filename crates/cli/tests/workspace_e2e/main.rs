@@ -11,6 +11,7 @@ mod balloon;
 mod confinement;
 mod hibernate;
 mod idle;
+mod mcp_session;
 mod pool;
 mod services;
 mod snapshots;

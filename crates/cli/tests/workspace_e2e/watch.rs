@@ -3,79 +3,18 @@
 //! removes, bad and ended watch ids are refused, the watch ends when
 //! asked; and `microagent watch` prints a change, then ends at Ctrl-C.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{ChildStdin, ChildStdout, Stdio};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use testkit::cli::CliHome;
-use testkit::mcp_tools;
 
-/// One stdio MCP session with the CLI's `serve mcp`.
-struct Session {
-    server: std::process::Child,
-    stdin: ChildStdin,
-    stdout: std::io::Lines<BufReader<ChildStdout>>,
-    next_id: u64,
-}
-
-impl Session {
-    fn open(cli: &CliHome) -> Self {
-        let mut server = cli
-            .command(&["serve", "mcp"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut stdin = server.stdin.take().unwrap();
-        for message in mcp_tools::opening("watch") {
-            writeln!(stdin, "{message}").unwrap();
-        }
-        let stdout = BufReader::new(server.stdout.take().unwrap()).lines();
-        let mut session = Self {
-            server,
-            stdin,
-            stdout,
-            next_id: 2,
-        };
-        session.answer(1);
-        session
-    }
-
-    fn answer(&mut self, id: u64) -> Value {
-        self.stdout
-            .by_ref()
-            .map_while(Result::ok)
-            .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
-            .find(|m| m["id"] == id)
-            .unwrap_or_else(|| panic!("no answer to request {id}"))
-    }
-
-    /// The `structuredContent` of a successful call of `tool`.
-    fn call(&mut self, tool: &str, arguments: Value) -> Value {
-        let result = self.call_result(tool, arguments);
-        assert_ne!(result["isError"], true, "{tool}: {result}");
-        result["structuredContent"].clone()
-    }
-
-    fn call_result(&mut self, tool: &str, arguments: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        writeln!(self.stdin, "{}", mcp_tools::tool_call(id, tool, arguments)).unwrap();
-        self.answer(id)["result"].clone()
-    }
-
-    fn close(self) {
-        drop(self.stdin);
-        let mut server = self.server;
-        assert!(server.wait().unwrap().success());
-    }
-}
+use super::mcp_session::Session;
 
 /// Checks watches on the running workspace `ws`.
 pub fn check(cli: &CliHome, ws: &str) {
     cli.ok(&["exec", ws, "--", "mkdir", "-p", "/root/watched"]);
-    let mut mcp = Session::open(cli);
+    let mut mcp = Session::open(cli, "watch");
     let started = mcp.call(
         "file_watch",
         json!({"name": ws, "path": "/root/watched", "recursive": true}),
