@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use testkit::cli::CliHome;
 
-use super::mcp_session::Session;
+use super::mcp_session::McpStdio;
 use super::{can_boot, events, free_port, home, host_get, start};
 
 /// Idle this long, it pauses and hibernates by itself.
@@ -59,7 +59,7 @@ fn note_and_sleeper(cli: &CliHome, name: &str, pid: &str) -> String {
 
 /// `workspace_hibernate` through a `serve mcp` that then exits.
 fn hibernate_over_mcp(cli: &CliHome, name: &str) {
-    let mut mcp = Session::open(cli, "hibernate");
+    let mut mcp = McpStdio::open(cli, "hibernate");
     let result = mcp.call("workspace_hibernate", json!({"name": name}));
     assert_eq!(result["workspace"]["state"], "hibernated", "{result}");
     mcp.close();

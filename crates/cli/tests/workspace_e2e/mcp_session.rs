@@ -9,14 +9,14 @@ use testkit::cli::CliHome;
 use testkit::mcp_tools;
 
 /// One stdio MCP session with the CLI's `serve mcp`.
-pub struct Session {
+pub struct McpStdio {
     server: std::process::Child,
     stdin: ChildStdin,
     stdout: std::io::Lines<BufReader<ChildStdout>>,
     next_id: u64,
 }
 
-impl Session {
+impl McpStdio {
     /// `serve mcp` with the session opened as client `client`.
     pub fn open(cli: &CliHome, client: &str) -> Self {
         let mut server = cli

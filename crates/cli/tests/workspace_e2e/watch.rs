@@ -9,12 +9,12 @@ use std::process::Stdio;
 use serde_json::json;
 use testkit::cli::CliHome;
 
-use super::mcp_session::Session;
+use super::mcp_session::McpStdio;
 
 /// Checks watches on the running workspace `ws`.
 pub fn check(cli: &CliHome, ws: &str) {
     cli.ok(&["exec", ws, "--", "mkdir", "-p", "/root/watched"]);
-    let mut mcp = Session::open(cli, "watch");
+    let mut mcp = McpStdio::open(cli, "watch");
     let started = mcp.call(
         "file_watch",
         json!({"name": ws, "path": "/root/watched", "recursive": true}),
