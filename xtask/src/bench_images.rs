@@ -2,7 +2,7 @@
 //! A busybox image made with umoci is pushed by skopeo to a
 //! `docker-registry` on loopback; then `microagent image pull` (download
 //! and conversion) beside `skopeo copy` of the same image to a layout
-//! (download only), the same for a five-layer image of about 100 MB, and
+//! (download only), the same for a five-layer image of about 120 MB, and
 //! create + start of a workspace of the pulled image
 //! beside the same of the built `minimal` image, then warm starts of
 //! `minimal` with and without one named volume (its attach cost), all in
@@ -32,7 +32,7 @@ impl Drop for Registry {
 }
 
 /// The multi-layer image's layers, files per layer and file size: 128 MiB
-/// of files that gzip to about 100 MB (half of each block random bytes,
+/// of files that gzip to about 120 MB (half of each block random bytes,
 /// half letters of a 16-letter alphabet, as program files and data mix).
 const BIG_LAYERS: usize = 4;
 const BIG_LAYER_FILES: usize = 32;

@@ -91,7 +91,7 @@ tasks:
   bench agent                   guest agent exec round trip and file throughput, beside the
                                 agent running as a host process
   bench images [--release]      `image pull` (download + convert) of a busybox image and of a
-                                five-layer ~100 MB one from a registry on loopback beside
+                                five-layer ~120 MB one from a registry on loopback beside
                                 `skopeo copy`; create + start of a workspace of it beside
                                 one of `minimal`
   bench tasks                   `task run` to its command running beside a cold boot, a warm
