@@ -176,6 +176,13 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// Milliseconds since the Unix epoch by the guest's clock (0 before it).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Starts a named thread with a small stack.
 pub fn spawn_thread<F>(name: &str, stack: usize, f: F) -> io::Result<JoinHandle<()>>
 where

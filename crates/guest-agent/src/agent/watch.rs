@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use guest_agent::frame::MAX_JSON;
 use guest_agent::protocol::{
@@ -23,7 +23,7 @@ use guest_agent::protocol::{
 };
 
 use super::files::checked_path;
-use super::spawn_thread;
+use super::{spawn_thread, unix_ms};
 
 /// Stack of a watch's thread (its read buffer is on the heap).
 const THREAD_STACK: usize = 64 << 10;
@@ -641,12 +641,6 @@ fn wake(stop: &OwnedFd) {
     let one = 1u64.to_ne_bytes();
     // SAFETY: writes 8 bytes from a local array to an eventfd.
     unsafe { libc::write(stop.as_raw_fd(), one.as_ptr().cast(), one.len()) };
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

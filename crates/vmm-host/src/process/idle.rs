@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use base::host::settings::now_ms;
 use base::store::events::EventKind;
 use base::store::spec::PauseCause;
-use vmm_core::devices::virtio::vsock::HostArrivals;
+use vmm_core::devices::virtio::vsock::{HostArrivals, CLOSE_TIMEOUT};
 
 use super::Shared;
 
@@ -23,8 +23,8 @@ use super::Shared;
 const PAUSED_LOOK: Duration = Duration::from_secs(5);
 /// How long the check's own connection may take to close before a pause:
 /// a starved guest may be slow to close its side, and the device then
-/// closes it after its own 5 s.
-const SETTLE: Duration = Duration::from_secs(6);
+/// closes it after its own close timeout.
+const SETTLE: Duration = CLOSE_TIMEOUT.saturating_add(Duration::from_secs(1));
 /// How long an idle check may take. Longer than other calls: a check the
 /// VMM gave up on still ran in the guest, and a guest with little of a
 /// loaded host's CPU, asked again before it had answered, never went

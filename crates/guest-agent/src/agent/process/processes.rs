@@ -10,7 +10,7 @@
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use guest_agent::frame::FrameKind;
@@ -25,7 +25,7 @@ use super::reaper::{decode_status, Reaper};
 use super::registry::valid_id;
 use super::ring::Ring;
 use crate::agent::conn::Conn;
-use crate::agent::spawn_thread;
+use crate::agent::{spawn_thread, unix_ms};
 
 /// How long `process_wait` waits, after the exit, for the output pipes
 /// to drain.
@@ -196,12 +196,6 @@ impl std::fmt::Debug for Processes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Processes({})", self.lock().len())
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn wait_limit(ms: u64) -> Result<Duration, ProcessError> {

@@ -41,6 +41,7 @@ use packet::{read_tx_packet, HDR_SIZE, MAX_PKT_PAYLOAD};
 use unix_backend::{UnixBackend, TAG_LISTENER, TAG_TIMER};
 
 pub use arrivals::HostArrivals;
+pub use connection::CLOSE_TIMEOUT;
 
 /// Size of each of the three queues.
 pub const QUEUE_SIZE: u16 = 256;
