@@ -1,6 +1,7 @@
 //! A running workspace's egress filter as its control socket reaches it:
 //! a new policy for new connections, and what the filter refused.
 
+use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use base::network::attach::UserEgress;
@@ -49,6 +50,14 @@ impl EgressControl {
             denied,
             denials: kept.into_iter().map(record).collect(),
         }
+    }
+
+    /// A channel that holds a message once a refusal came after the last
+    /// receive (one message however many came).
+    pub(crate) fn refusals_signal(&self) -> Receiver<()> {
+        let (to, from) = mpsc::sync_channel(1);
+        self.filter().notify_refusals(to);
+        from
     }
 
     /// The kept refusals numbered after `seen`, which moves past them.

@@ -436,10 +436,19 @@ impl Machine {
         // A timeout past what an Instant holds is no timeout.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let report = loop {
-            let wait = deadline.map_or(VCPU_POLL, |d| {
-                d.saturating_duration_since(Instant::now()).min(VCPU_POLL)
-            });
-            match rx.recv_timeout(wait) {
+            // Paused, there are no threads to look at: only a message or
+            // the deadline wakes the owner, so a paused VMM costs no CPU.
+            let poll = match runner.phase {
+                Phase::Running { .. } => Some(VCPU_POLL),
+                _ => None,
+            };
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let wait = [poll, left].into_iter().flatten().min();
+            let message = match wait {
+                Some(wait) => rx.recv_timeout(wait),
+                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            };
+            match message {
                 Ok(RunMessage::Exit(report)) => break Ok(report),
                 Ok(RunMessage::Stop) => {
                     break Ok(VcpuExitReport {

@@ -664,16 +664,18 @@ fn enforce_ttl(shared: &Arc<Shared>) {
     shared.begin_stop(TTL_GRACE, "its TTL expired");
 }
 
-/// Writes the egress filter's refusals into the workspace's events, once a
-/// second, until the run ends: an agent reading events learns why its
-/// connection failed.
+/// Writes the egress filter's refusals into the workspace's events as they
+/// come, at most a batch a second, until the run ends: an agent reading
+/// events learns why its connection failed. Between refusals the thread
+/// sleeps on the filter's signal, so an idle (or paused) guest costs nothing.
 fn record_refusals(shared: &Shared) {
+    const BATCH: Duration = Duration::from_secs(1);
     let Some(egress) = &shared.egress else {
         return;
     };
+    let refused = egress.refusals_signal();
     let mut seen = 0;
-    while !shared.finished.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_secs(1));
+    loop {
         for refusal in egress.new_denials(&mut seen) {
             if let Err(e) = shared
                 .ws
@@ -682,6 +684,14 @@ fn record_refusals(shared: &Shared) {
             {
                 tracing::warn!("cannot record an egress refusal: {e}");
             }
+        }
+        if shared.finished.load(Ordering::SeqCst) {
+            return;
+        }
+        // A burst's later refusals wait for the next batch.
+        std::thread::sleep(BATCH);
+        if refused.recv().is_err() {
+            return;
         }
     }
 }

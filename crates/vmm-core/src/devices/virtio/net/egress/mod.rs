@@ -22,6 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -78,6 +79,9 @@ pub struct EgressFilter {
     learned: HashMap<IpAddr, (Instant, String)>,
     denials: VecDeque<Denial>,
     denied: u64,
+    /// Told (without waiting) at each refusal: a reader sleeps until
+    /// there is something to read.
+    on_refusal: Option<SyncSender<()>>,
 }
 
 fn wall_ms() -> u64 {
@@ -94,6 +98,7 @@ impl EgressFilter {
             learned: HashMap::new(),
             denials: VecDeque::with_capacity(DENIALS_KEPT),
             denied: 0,
+            on_refusal: None,
         }
     }
 
@@ -113,6 +118,12 @@ impl EgressFilter {
     /// first.
     pub fn denials(&self) -> (u64, Vec<Denial>) {
         (self.denied, self.denials.iter().cloned().collect())
+    }
+
+    /// Tells `to` at every refusal from now on; a full channel already
+    /// holds the news, so a refusal never waits for the reader.
+    pub fn notify_refusals(&mut self, to: SyncSender<()>) {
+        self.on_refusal = Some(to);
     }
 
     fn refuse(
@@ -135,6 +146,9 @@ impl EgressFilter {
             reason,
             at_ms: wall_ms(),
         });
+        if let Some(to) = &self.on_refusal {
+            let _ = to.try_send(());
+        }
     }
 
     fn is_learned(&self, dst: IpAddr, now: Instant) -> bool {
@@ -478,6 +492,28 @@ mod tests {
             f.outbound(&syn([93, 184, 216, 34], 443), now),
             Outbound::Answer(_)
         ));
+    }
+
+    #[test]
+    fn refusals_signal_their_reader_once_however_many_come() {
+        let mut f = EgressFilter::new(policy(FilterMode::Nothing));
+        let (to, from) = std::sync::mpsc::sync_channel(1);
+        f.notify_refusals(to);
+        let now = Instant::now();
+        assert!(from.try_recv().is_err(), "nothing refused yet");
+        for port in [443, 444, 445] {
+            assert!(matches!(
+                f.outbound(&syn([93, 184, 216, 34], port), now),
+                Outbound::Answer(_)
+            ));
+        }
+        assert!(from.try_recv().is_ok());
+        assert!(from.try_recv().is_err(), "one message for the three");
+        assert_eq!(f.denials().0, 3);
+        // A reader gone never blocks the filter.
+        drop(from);
+        let _ = f.outbound(&syn([93, 184, 216, 34], 446), now);
+        assert_eq!(f.denials().0, 4);
     }
 
     #[test]
