@@ -11,8 +11,8 @@
 //! module per tool family), [`schema`] (every tool's input and output
 //! types), [`error`] (tool failures and their stable codes), [`output`]
 //! (structured content plus a short text rendering), [`progress`],
-//! [`resources`] (workspaces as MCP resources), [`session`] (what a
-//! session owns), [`register`] (how to register
+//! [`resources`] (workspaces as MCP resources), [`subscriptions`] (their
+//! updates to subscribed clients), [`session`] (what a session owns), [`register`] (how to register
 //! the server with MCP clients), [`host_roots`] (the host directories tools
 //! may read and write), [`grants`] (what the operator allowed beyond that:
 //! host changes, public ports).
@@ -32,6 +32,7 @@ pub mod resources;
 pub mod schema;
 pub mod server;
 pub mod session;
+pub mod subscriptions;
 pub mod tools;
 pub mod uris;
 
@@ -107,6 +108,7 @@ where
 {
     let inflight = server.inflight();
     let session = server.session();
+    let subscriptions = server.subscriptions.clone();
     // rmcp drops a longer line without an answer (the call would hang):
     // every valid call fits, so a too-large file_write is answered with
     // INVALID_INPUT instead.
@@ -122,6 +124,7 @@ where
         Err(e) => return Err(McpError::Initialize(Box::new(e))),
     };
     let reason = running.waiting().await?;
+    subscriptions.end();
     if let QuitReason::JoinError(e) = reason {
         return Err(e.into());
     }

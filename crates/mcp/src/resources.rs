@@ -3,13 +3,15 @@
 //! `workspace_list` returns), `microagent://workspace/{name}` one
 //! workspace (`workspace_inspect`), `.../logs` its console's last lines,
 //! and the template `.../files/{path}` reads a guest file, at most
-//! [`MAX_READ_LENGTH`] bytes of it.
+//! [`MAX_READ_LENGTH`] bytes of it; a client may subscribe to a file's
+//! resource to hear when it changes ([`crate::subscriptions`]).
 
 use base64::Engine;
 use rmcp::model::{
     ListResourceTemplatesResult, ListResourcesResult, ReadResourceResult, Resource,
-    ResourceContents, ResourceTemplate,
+    ResourceContents, ResourceTemplate, SubscriptionFilter,
 };
+use rmcp::service::SubscriptionContext;
 use rmcp::ErrorData;
 use serde_json::json;
 use workspace::ListFilter;
@@ -18,6 +20,7 @@ use crate::error::ToolError;
 use crate::schema::files::MAX_READ_LENGTH;
 use crate::schema::lifecycle::{ListResult, DEFAULT_LOG_LINES};
 use crate::server::MicroagentServer;
+use crate::subscriptions::{Subscriptions, UpdateSink, MAX_SUBSCRIPTIONS};
 
 pub use crate::uris::WORKSPACES_URI;
 use crate::uris::WORKSPACE_PREFIX;
@@ -201,6 +204,71 @@ impl MicroagentServer {
     }
 }
 
+impl MicroagentServer {
+    /// Follows file resource `uri` in `into`, telling `sink` of its
+    /// changes (`resources/subscribe`, `subscriptions/listen`).
+    pub(crate) async fn resource_subscribe(
+        &self,
+        uri: &str,
+        into: &Subscriptions,
+        sink: UpdateSink,
+    ) -> Result<(), ErrorData> {
+        let Some(target) = parse(uri) else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}: see resources/list and resources/templates/list"),
+                Some(json!({"uri": uri, "code": "NOT_FOUND"})),
+            ));
+        };
+        let Target::File { name, path } = target else {
+            return Err(to_error(
+                uri,
+                ToolError::InvalidInput(format!(
+                    "{uri} cannot be subscribed to: only file resources ({WORKSPACE_PREFIX}{{name}}/files/{{path}}) say when they change"
+                )),
+            ));
+        };
+        into.subscribe(uri, &name, &path, sink)
+            .await
+            .map_err(|e| to_error(uri, e))
+    }
+
+    /// What of `requested` a `subscriptions/listen` gets: file resources,
+    /// at most [`MAX_SUBSCRIPTIONS`] of them.
+    pub(crate) fn subscribable(requested: &SubscriptionFilter) -> SubscriptionFilter {
+        let files: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| matches!(parse(uri), Some(Target::File { .. })))
+            .take(MAX_SUBSCRIPTIONS)
+            .cloned()
+            .collect();
+        SubscriptionFilter::builder()
+            .resource_subscriptions(files)
+            .build()
+    }
+
+    /// One `subscriptions/listen`: its files followed until the request
+    /// is cancelled or the session ends.
+    pub(crate) async fn resource_listen(
+        &self,
+        listen: SubscriptionContext,
+    ) -> Result<(), ErrorData> {
+        let group = Subscriptions::new(self.ws.clone());
+        let uris = listen.accepted().resource_subscriptions.clone();
+        for uri in uris.iter().flatten() {
+            self.resource_subscribe(uri, &group, UpdateSink::Listen(listen.sink().clone()))
+                .await?;
+        }
+        tokio::select! {
+            _ = listen.cancelled() => {}
+            _ = self.subscriptions.ended() => {}
+        }
+        group.end();
+        Ok(())
+    }
+}
+
 fn internal(e: serde_json::Error) -> ToolError {
     ToolError::Internal(format!("encoding a resource: {e}"))
 }
@@ -208,6 +276,28 @@ fn internal(e: serde_json::Error) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listen_follows_file_resources_only_and_a_bounded_number() {
+        let mut uris = vec![
+            "microagent://workspace/dev/logs".to_owned(),
+            "microagent://workspace/dev".to_owned(),
+            WORKSPACES_URI.to_owned(),
+            "file:///etc/passwd".to_owned(),
+        ];
+        uris.extend((0..20).map(|i| format!("microagent://workspace/dev/files/tmp/{i}")));
+        let requested = SubscriptionFilter::builder()
+            .resource_subscriptions(uris)
+            .tools_list_changed()
+            .build();
+        let honoured = MicroagentServer::subscribable(&requested);
+        let files = honoured.resource_subscriptions.unwrap();
+        assert_eq!(files.len(), MAX_SUBSCRIPTIONS);
+        assert_eq!(files[0], "microagent://workspace/dev/files/tmp/0");
+        assert_eq!(honoured.tools_list_changed, None);
+        let none = MicroagentServer::subscribable(&SubscriptionFilter::default());
+        assert_eq!(none.resource_subscriptions, Some(vec![]));
+    }
 
     #[test]
     fn uris_name_their_targets() {

@@ -12,9 +12,9 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
     Implementation, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    UpdateTaskParams,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::task_manager::TaskManager;
 use rmcp::{tool_handler, ErrorData, RoleServer, ServerHandler};
 use tokio::sync::Notify;
@@ -22,6 +22,7 @@ use workspace::Workspaces;
 
 use crate::host_roots::HostRoots;
 use crate::progress::Progress;
+use crate::subscriptions::Subscriptions;
 use crate::ToolError;
 
 /// What the server tells clients (and their models) about itself.
@@ -108,6 +109,8 @@ pub struct MicroagentServer {
     pub(crate) inflight: Arc<Inflight>,
     /// This session's workspaces, deleted when it ends.
     pub(crate) session: Arc<crate::session::SessionScope>,
+    /// This session's resource subscriptions (`resources/subscribe`).
+    pub(crate) subscriptions: Arc<Subscriptions>,
     /// Long calls running or done as MCP tasks (shared by every session:
     /// a stateless client's next request is a new session).
     pub(crate) tasks: CallTasks,
@@ -150,6 +153,7 @@ impl MicroagentServer {
         let ws = ws.for_caller(caller.clone());
         Self {
             session: Arc::new(crate::session::SessionScope::new(ws.clone(), caller)),
+            subscriptions: Arc::new(Subscriptions::new(ws.clone())),
             ws,
             host_roots: Arc::new(host_roots),
             grants: crate::Grants::default(),
@@ -166,6 +170,7 @@ impl MicroagentServer {
         let ws = self.ws.for_caller(caller.clone());
         Self {
             session: Arc::new(crate::session::SessionScope::new(ws.clone(), caller)),
+            subscriptions: Arc::new(Subscriptions::new(ws.clone())),
             ws,
             ..self.clone()
         }
@@ -248,6 +253,7 @@ impl ServerHandler for MicroagentServer {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_tasks()
             .build();
         ServerConfig::new(capabilities)
@@ -331,6 +337,44 @@ impl ServerHandler for MicroagentServer {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let _busy = self.inflight.enter();
         Ok(self.resource_read(&request.uri).await?.into())
+    }
+
+    // Clients before protocol 2026-07-28 subscribe this way (rmcp calls it
+    // legacy); `listen` below serves the newer ones.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let _busy = self.inflight.enter();
+        self.resource_subscribe(
+            &request.uri,
+            &self.subscriptions,
+            crate::subscriptions::UpdateSink::Session(context.peer),
+        )
+        .await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(Self::subscribable(requested))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        self.resource_listen(context).await
     }
 }
 

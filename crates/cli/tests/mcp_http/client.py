@@ -3,12 +3,17 @@
 argv[1] is a JSON object: {"url", "token"?, "cafile"?} for Streamable HTTP,
 or {"stdio": [command, args...], "env": {...}} to start the server as a
 subprocess; then "calls": [{"tool", "args", "timeout"?}] (a call past its
-timeout is abandoned, which cancels it), "reads": [URI], and "hold":
+timeout is abandoned, which cancels it) or {"subscribe": URI, "then": call,
+"timeout"?} (subscribed to the resource, the call made, and its update
+awaited: through subscriptions/listen at protocol 2026-07-28, else
+resources/subscribe), "reads": [URI], and "hold":
 true to keep the session open after printing. One session: initialize, list
 the tools, make the calls in turn, list the resources and templates, read
-the URIs ("hold": then wait for stdin to close). Prints one line of JSON
+the URIs ("hold": then wait for stdin to close); "modern": true discovers
+protocol 2026-07-28 instead of initializing. Prints one line of JSON
 on stdout: {"protocol", "server", "tools",
-"calls": [{"is_error", "structured", "text", "links", "images"} or {"is_error", "abandoned"}],
+"calls": [{"is_error", "structured", "text", "links", "images"} or {"is_error", "abandoned"}
+or {"via", "honored"?, "then_error", "updated"} or {"error", "code"}],
 "resources", "templates",
 "reads": [{"contents"} or {"error", "code"}]}.
 """
@@ -22,20 +27,64 @@ import sys
 
 import httpx2
 from mcp import ClientSession
+from mcp.client.subscriptions import listen
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 
-async def run(session, spec):
-    init = await session.initialize()
+async def subscribed(session, step, updates):
+    """Subscribes to step["subscribe"], makes step["then"]'s call, then waits
+    up to step["timeout"] s for the resource's update."""
+    uri, then, timeout = step["subscribe"], step["then"], step.get("timeout", 60)
+    try:
+        if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            async with listen(session, resource_subscriptions=[uri]) as sub:
+                honored = sub.honored.resource_subscriptions or []
+                result = await session.call_tool(then["tool"], then.get("args", {}))
+                try:
+                    event = await asyncio.wait_for(sub.__anext__(), timeout)
+                    updated = getattr(event, "uri", None)
+                except asyncio.TimeoutError:
+                    updated = None
+            return {
+                "is_error": False,
+                "via": "listen",
+                "honored": honored,
+                "then_error": bool(result.is_error),
+                "updated": updated,
+            }
+        await session.subscribe_resource(uri)
+        result = await session.call_tool(then["tool"], then.get("args", {}))
+        try:
+            updated = await asyncio.wait_for(updates.get(), timeout)
+        except asyncio.TimeoutError:
+            updated = None
+        await session.unsubscribe_resource(uri)
+        return {"is_error": False, "via": "subscribe", "then_error": bool(result.is_error), "updated": updated}
+    except Exception as e:  # an MCP error: its message and code
+        error = getattr(e, "error", None)
+        return {"is_error": True, "error": str(e), "code": getattr(error, "code", None)}
+
+
+async def run(session, spec, updates):
+    if spec.get("modern"):
+        # 2026-07-28: server/discover instead of the initialize handshake.
+        await session.discover()
+        server = session.server_info.name if getattr(session, "server_info", None) else None
+    else:
+        server = (await session.initialize()).server_info.name
     tools = await session.list_tools()
     out = {
-        "protocol": init.protocol_version,
-        "server": init.server_info.name,
+        "protocol": session.protocol_version,
+        "server": server,
         "tools": [t.name for t in tools.tools],
         "calls": [],
     }
     for call in spec.get("calls", []):
+        if "subscribe" in call:
+            out["calls"].append(await subscribed(session, call, updates))
+            continue
         if "timeout" in call:
             # Abandoned after that long: the SDK sends notifications/cancelled.
             try:
@@ -93,8 +142,18 @@ async def main(spec):
                 httpx2.AsyncClient(headers=headers, verify=verify, timeout=600)
             )
             streams = await stack.enter_async_context(streamable_http_client(spec["url"], http_client=http))
-        session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
-        await run(session, spec)
+        updates = asyncio.Queue()
+
+        async def on_message(message):
+            # resources/subscribe's updates come as session notifications.
+            note = getattr(message, "root", message)
+            if getattr(note, "method", None) == "notifications/resources/updated":
+                await updates.put(str(note.params.uri))
+
+        session = await stack.enter_async_context(
+            ClientSession(streams[0], streams[1], message_handler=on_message)
+        )
+        await run(session, spec, updates)
 
 
 asyncio.run(main(json.loads(sys.argv[1])))

@@ -446,6 +446,14 @@ fn a_real_workspace_over_http() {
             {"tool": "workspace_exec", "args": {"name": name, "command": ["sleep", "600"]}, "timeout": 8},
             {"tool": "workspace_exec", "args": {"name": name, "command": ["sh", "-c",
                 "n=0; while ps | grep -q '[s]leep 600'; do n=$((n+1)); [ $n -gt 30 ] && exit 1; sleep 1; done"]}},
+            // Subscribed to the file's resource, the client hears that a
+            // write changed it; only file resources take subscriptions.
+            {"subscribe": format!("microagent://workspace/{name}/files/tmp/note.txt"),
+             "then": {"tool": "file_write", "args": {"name": name, "path": "/tmp/note.txt", "content": "read as a resource\n"}},
+             "timeout": 60},
+            {"subscribe": format!("microagent://workspace/{name}/logs"),
+             "then": {"tool": "workspace_exec", "args": {"name": name, "command": ["true"]}},
+             "timeout": 5},
         ],
         "reads": [
             format!("microagent://workspace/{name}/files/tmp/note.txt"),
@@ -456,7 +464,11 @@ fn a_real_workspace_over_http() {
         ]}))
     .unwrap();
     let calls = out["calls"].as_array().unwrap();
-    for (i, call) in calls.iter().enumerate().filter(|(i, _)| *i != 5) {
+    for (i, call) in calls
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![5, 8].contains(i))
+    {
         assert_eq!(call["is_error"], false, "call {i}: {out}");
     }
     assert_eq!(calls[2]["structured"]["stdout"], "over http\n", "{out}");
@@ -471,6 +483,12 @@ fn a_real_workspace_over_http() {
         calls[6]["structured"]["exit_code"], 0,
         "sleep 600 outlived its cancel: {out}"
     );
+    // The SDK's handshake speaks 2025-11-25: resources/subscribe.
+    let note = format!("microagent://workspace/{name}/files/tmp/note.txt");
+    assert_eq!(calls[7]["via"], "subscribe", "{out}");
+    assert_eq!(calls[7]["updated"], json!(note), "{out}");
+    assert_eq!(calls[7]["then_error"], false, "{out}");
+    assert_eq!(calls[8]["code"], -32602, "{out}");
     let reads = out["reads"].as_array().unwrap();
     for file in &reads[..2] {
         assert_eq!(file["contents"][0]["text"], "read as a resource\n", "{out}");
@@ -485,6 +503,27 @@ fn a_real_workspace_over_http() {
         listed.contains(&format!("microagent://workspace/{name}/logs")),
         "{listed}"
     );
+    // 2026-07-28's subscriptions/listen: the same update on the listen
+    // stream; what cannot be followed is left out of what it honours.
+    let modern = python(json!({
+        "url": server.url,
+        "modern": true,
+        "calls": [
+            {"subscribe": note,
+             "then": {"tool": "file_write", "args": {"name": name, "path": "/tmp/note.txt", "content": "read as a resource\n"}},
+             "timeout": 60},
+            {"subscribe": format!("microagent://workspace/{name}/logs"),
+             "then": {"tool": "workspace_exec", "args": {"name": name, "command": ["true"]}},
+             "timeout": 5},
+        ]}))
+    .unwrap();
+    assert_eq!(modern["protocol"], "2026-07-28", "{modern}");
+    let listens = &modern["calls"];
+    assert_eq!(listens[0]["via"], "listen", "{modern}");
+    assert_eq!(listens[0]["honored"], json!([note]), "{modern}");
+    assert_eq!(listens[0]["updated"], json!(note), "{modern}");
+    assert_eq!(listens[1]["honored"], json!([]), "{modern}");
+    assert_eq!(listens[1]["updated"], Value::Null, "{modern}");
     let deleted = python(json!({
         "url": server.url,
         "calls": [{"tool": "workspace_delete", "args": {"name": name, "force": true}}]}))

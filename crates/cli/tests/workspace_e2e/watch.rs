@@ -1,10 +1,13 @@
 //! File watches through `serve mcp` on a running workspace: a recursive
 //! watch sees what a command in the guest creates, writes, moves and
 //! removes, bad and ended watch ids are refused, the watch ends when
-//! asked; and `microagent watch` prints a change, then ends at Ctrl-C.
+//! asked; a client subscribed to a file's resource hears of its change
+//! and no more once unsubscribed; and `microagent watch` prints a change,
+//! then ends at Ctrl-C.
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::json;
 use testkit::cli::CliHome;
@@ -65,6 +68,7 @@ pub fn check(cli: &CliHome, ws: &str) {
     mcp.call("file_unwatch", json!({"watch": watch}));
     let gone = mcp.call_result("file_watch_events", json!({"watch": watch}));
     assert_eq!(gone["structuredContent"]["code"], "NOT_FOUND", "{gone}");
+    subscriptions(cli, ws, &mut mcp);
     mcp.close();
 
     // The CLI prints each change until Ctrl-C, which ends its watch.
@@ -90,4 +94,43 @@ pub fn check(cli: &CliHome, ws: &str) {
     // SAFETY: signals the child this test started and still waits for.
     unsafe { libc::kill(watcher.id() as i32, libc::SIGINT) };
     assert!(watcher.wait().unwrap().success());
+}
+
+/// `resources/subscribe` (the session speaks 2025-06-18; the Python SDK's
+/// `subscriptions/listen` is in mcp_http): an update when the file
+/// changes, none after `resources/unsubscribe`, and only file resources.
+fn subscriptions(cli: &CliHome, ws: &str, mcp: &mut McpStdio) {
+    const UPDATED: &str = "notifications/resources/updated";
+    cli.ok(&["exec", ws, "--", "touch", "/root/watched/subscribed"]);
+    let uri = format!("microagent://workspace/{ws}/files/root/watched/subscribed");
+    let subscribed = mcp.request("resources/subscribe", json!({"uri": uri}));
+    assert!(subscribed["result"].is_object(), "{subscribed}");
+    cli.ok(&[
+        "exec",
+        ws,
+        "--shell",
+        "--",
+        "echo changed >> /root/watched/subscribed",
+    ]);
+    let update = mcp
+        .notification(UPDATED, Duration::from_secs(60))
+        .expect("no update of the subscribed file");
+    assert_eq!(update["params"]["uri"], uri, "{update}");
+    let logs = format!("microagent://workspace/{ws}/logs");
+    let refused = mcp.request("resources/subscribe", json!({"uri": logs}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let absent = format!("microagent://workspace/{ws}/files/root/watched/absent");
+    let refused = mcp.request("resources/subscribe", json!({"uri": absent}));
+    assert!(refused["error"].is_object(), "{refused}");
+    let unsubscribed = mcp.request("resources/unsubscribe", json!({"uri": uri}));
+    assert!(unsubscribed["result"].is_object(), "{unsubscribed}");
+    cli.ok(&[
+        "exec",
+        ws,
+        "--shell",
+        "--",
+        "echo again >> /root/watched/subscribed",
+    ]);
+    let late = mcp.notification(UPDATED, Duration::from_secs(5));
+    assert!(late.is_none(), "an update after unsubscribing: {late:?}");
 }
