@@ -124,7 +124,8 @@ where
         Err(e) => return Err(McpError::Initialize(Box::new(e))),
     };
     let reason = running.waiting().await?;
-    subscriptions.end();
+    // Their guest watches stopped while the runtime still runs them.
+    subscriptions.close(Duration::from_secs(5)).await;
     if let QuitReason::JoinError(e) = reason {
         return Err(e.into());
     }

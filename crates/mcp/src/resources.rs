@@ -20,12 +20,15 @@ use crate::error::ToolError;
 use crate::schema::files::MAX_READ_LENGTH;
 use crate::schema::lifecycle::{ListResult, DEFAULT_LOG_LINES};
 use crate::server::MicroagentServer;
-use crate::subscriptions::{Subscriptions, UpdateSink, MAX_SUBSCRIPTIONS};
+use crate::subscriptions::{Subscriptions, UpdateSink, MAX_REQUESTED, MAX_SUBSCRIPTIONS};
 
 pub use crate::uris::WORKSPACES_URI;
 use crate::uris::WORKSPACE_PREFIX;
 
 const JSON: &str = "application/json";
+
+/// How long a listen's end waits for its guest watches to be stopped.
+const CLOSE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a resource URI names.
 #[derive(Debug, PartialEq, Eq)]
@@ -235,6 +238,16 @@ impl MicroagentServer {
     /// What of `requested` a `subscriptions/listen` gets: file resources,
     /// at most [`MAX_SUBSCRIPTIONS`] of them.
     pub(crate) fn subscribable(requested: &SubscriptionFilter) -> SubscriptionFilter {
+        let asked = requested
+            .resource_subscriptions
+            .as_deref()
+            .unwrap_or_default();
+        if asked.len() > MAX_REQUESTED {
+            // Refused in `resource_listen`; nothing to compare meanwhile.
+            return SubscriptionFilter::builder()
+                .resource_subscriptions(Vec::<String>::new())
+                .build();
+        }
         let files: Vec<String> = requested
             .resource_subscriptions
             .iter()
@@ -254,18 +267,33 @@ impl MicroagentServer {
         &self,
         listen: SubscriptionContext,
     ) -> Result<(), ErrorData> {
+        let asked = listen.requested().resource_subscriptions.as_ref();
+        if asked.is_some_and(|uris| uris.len() > MAX_REQUESTED) {
+            return Err(to_error(
+                "subscriptions/listen",
+                ToolError::InvalidInput(format!(
+                    "a listen may name at most {MAX_REQUESTED} resources"
+                )),
+            ));
+        }
         let group = Subscriptions::new(self.ws.clone());
         let uris = listen.accepted().resource_subscriptions.clone();
+        let mut followed = Ok(());
         for uri in uris.iter().flatten() {
-            self.resource_subscribe(uri, &group, UpdateSink::Listen(listen.sink().clone()))
-                .await?;
+            let sink = UpdateSink::Listen(listen.sink().clone());
+            followed = self.resource_subscribe(uri, &group, sink).await;
+            if followed.is_err() {
+                break;
+            }
         }
-        tokio::select! {
-            _ = listen.cancelled() => {}
-            _ = self.subscriptions.ended() => {}
+        if followed.is_ok() {
+            tokio::select! {
+                _ = listen.cancelled() => {}
+                _ = self.subscriptions.ended() => {}
+            }
         }
-        group.end();
-        Ok(())
+        group.close(CLOSE_WITHIN).await;
+        followed
     }
 }
 
@@ -295,6 +323,14 @@ mod tests {
         assert_eq!(files.len(), MAX_SUBSCRIPTIONS);
         assert_eq!(files[0], "microagent://workspace/dev/files/tmp/0");
         assert_eq!(honoured.tools_list_changed, None);
+        let flood = SubscriptionFilter::builder()
+            .resource_subscriptions(vec![
+                "microagent://workspace/dev/files/x".to_owned();
+                MAX_REQUESTED + 1
+            ])
+            .build();
+        let refused = MicroagentServer::subscribable(&flood);
+        assert_eq!(refused.resource_subscriptions, Some(vec![]));
         let none = MicroagentServer::subscribable(&SubscriptionFilter::default());
         assert_eq!(none.resource_subscriptions, Some(vec![]));
     }

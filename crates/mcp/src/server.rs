@@ -181,6 +181,18 @@ impl MicroagentServer {
         self.session.clone()
     }
 
+    /// The same server for a new session over HTTP, where a session lives
+    /// while its client sends requests at least every `keep_alive`: its
+    /// resource subscriptions end when the client has gone silent longer.
+    pub fn for_new_http_session(&self, keep_alive: Duration) -> Self {
+        let mut server = self.for_new_session();
+        server.subscriptions = Arc::new(Subscriptions::with_silence_limit(
+            server.ws.clone(),
+            Some(keep_alive),
+        ));
+        server
+    }
+
     /// The same server with `grants` (none by default).
     pub fn with_grants(mut self, grants: crate::Grants) -> Self {
         self.grants = grants;
@@ -266,6 +278,7 @@ impl ServerHandler for MicroagentServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.subscriptions.touch();
         let name = request.name.to_string();
         if Self::answers_with_task(&name, &context) {
             return Ok(CallToolResponse::Task(self.start_task(request, context)));
@@ -294,6 +307,7 @@ impl ServerHandler for MicroagentServer {
         request: GetTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
+        self.subscriptions.touch();
         Ok(GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
     }
 
@@ -319,6 +333,7 @@ impl ServerHandler for MicroagentServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        self.subscriptions.touch();
         self.resource_list().await
     }
 
@@ -335,6 +350,7 @@ impl ServerHandler for MicroagentServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        self.subscriptions.touch();
         let _busy = self.inflight.enter();
         Ok(self.resource_read(&request.uri).await?.into())
     }
@@ -347,6 +363,7 @@ impl ServerHandler for MicroagentServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        self.subscriptions.touch();
         let _busy = self.inflight.enter();
         self.resource_subscribe(
             &request.uri,
@@ -362,7 +379,13 @@ impl ServerHandler for MicroagentServer {
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        self.subscriptions.touch();
         self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
+    }
+
+    async fn ping(&self, _context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        self.subscriptions.touch();
         Ok(())
     }
 

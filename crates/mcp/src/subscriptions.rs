@@ -12,14 +12,16 @@
 //! workspace to sleep unsubscribes.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::ResourceUpdatedNotificationParam;
 use rmcp::service::{Peer, SubscriptionSink};
 use rmcp::RoleServer;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use workspace::Workspaces;
+use workspace::{State, Workspaces};
 
 use crate::error::ToolError;
 
@@ -31,6 +33,13 @@ pub const MAX_SUBSCRIPTIONS: usize = 8;
 /// task looks whether its client is still there.
 const LONG_POLL: Duration = Duration::from_secs(60);
 
+/// The shortest time between two updates of one subscription.
+const NOTIFY_GAP: Duration = Duration::from_millis(250);
+
+/// The most URIs a `subscriptions/listen` may name: a longer list is
+/// refused whole, before anything compares its entries.
+pub const MAX_REQUESTED: usize = 64;
+
 /// Where a subscription's updates go.
 #[derive(Clone)]
 pub enum UpdateSink {
@@ -40,6 +49,9 @@ pub enum UpdateSink {
     /// `subscriptions/listen` (2026-07-28): notifications on its
     /// request's stream, which its cancellation ends.
     Listen(SubscriptionSink),
+    /// Unit tests' sink: told nothing.
+    #[cfg(test)]
+    Nowhere,
 }
 
 impl std::fmt::Debug for UpdateSink {
@@ -47,6 +59,8 @@ impl std::fmt::Debug for UpdateSink {
         f.write_str(match self {
             UpdateSink::Session(_) => "UpdateSink::Session",
             UpdateSink::Listen(_) => "UpdateSink::Listen",
+            #[cfg(test)]
+            UpdateSink::Nowhere => "UpdateSink::Nowhere",
         })
     }
 }
@@ -60,6 +74,8 @@ impl UpdateSink {
                 .await
                 .is_ok(),
             UpdateSink::Listen(sink) => sink.notify_resource_updated(uri).await.is_ok(),
+            #[cfg(test)]
+            UpdateSink::Nowhere => true,
         }
     }
 
@@ -68,7 +84,44 @@ impl UpdateSink {
         match self {
             UpdateSink::Session(peer) => peer.is_transport_closed(),
             UpdateSink::Listen(_) => false,
+            #[cfg(test)]
+            UpdateSink::Nowhere => false,
         }
+    }
+}
+
+/// When the client last asked anything, and how long a silence ends its
+/// subscriptions. Over HTTP a session with no request expires (rmcp's
+/// keep-alive), but every message the server sends restarts that clock:
+/// a client gone without closing its session would otherwise be kept, with
+/// its subscriptions and guest watches, by the updates sent to nobody.
+#[derive(Debug)]
+pub struct Activity {
+    started: std::time::Instant,
+    /// Milliseconds from `started` to the last request.
+    last_ms: AtomicU64,
+    silence_limit: Option<Duration>,
+}
+
+impl Activity {
+    fn new(silence_limit: Option<Duration>) -> Self {
+        Self {
+            started: std::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+            silence_limit,
+        }
+    }
+
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// The client has said nothing for longer than the limit.
+    fn silent(&self) -> bool {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.silence_limit
+            .is_some_and(|limit| self.started.elapsed().saturating_sub(last) > limit)
     }
 }
 
@@ -76,27 +129,50 @@ impl UpdateSink {
 #[derive(Debug)]
 pub struct Subscriptions {
     ws: Workspaces,
-    /// Each URI's stop; a subscription that ended by itself has cancelled
-    /// its own.
-    live: Mutex<HashMap<String, CancellationToken>>,
+    activity: Arc<Activity>,
+    /// Each URI's subscription, from before its guest watch is asked for
+    /// (so a second subscribe or an unsubscribe meanwhile sees it); one
+    /// that ended by itself has cancelled its own stop.
+    live: Mutex<HashMap<String, Entry>>,
     all: CancellationToken,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
 }
 
 impl Subscriptions {
     /// None yet, over the caller's view `ws` (its owner checks apply).
     pub fn new(ws: Workspaces) -> Self {
+        Self::with_silence_limit(ws, None)
+    }
+
+    /// As [`Subscriptions::new`], ended one by one once the client has
+    /// sent no request for `limit` (an HTTP session's keep-alive).
+    pub fn with_silence_limit(ws: Workspaces, limit: Option<Duration>) -> Self {
         Self {
             ws,
+            activity: Arc::new(Activity::new(limit)),
             live: Mutex::default(),
             all: CancellationToken::new(),
+            next_id: AtomicU64::new(0),
         }
     }
 
-    /// Subscriptions running now.
+    /// The client asked something (any request).
+    pub fn touch(&self) {
+        self.activity.touch();
+    }
+
+    /// Subscriptions running or being started now.
     pub fn count(&self) -> usize {
         lock(&self.live)
             .values()
-            .filter(|t| !t.is_cancelled())
+            .filter(|e| !e.stop.is_cancelled())
             .count()
     }
 
@@ -111,67 +187,105 @@ impl Subscriptions {
         path: &str,
         sink: UpdateSink,
     ) -> Result<(), ToolError> {
-        if lock(&self.live).get(uri).is_some_and(|t| !t.is_cancelled()) {
-            return Ok(());
-        }
-        self.room()?;
-        let info = self
-            .ws
-            .workspace(name)?
-            .watches()
-            .watch_start(path, false)
-            .await?;
-        let stop = self.all.child_token();
-        let taken = {
+        let (id, stop) = {
             let mut live = lock(&self.live);
-            live.retain(|_, t| !t.is_cancelled());
-            let taken = live.contains_key(uri) || live.len() >= MAX_SUBSCRIPTIONS;
-            if !taken {
-                live.insert(uri.to_owned(), stop.clone());
+            live.retain(|_, e| !e.stop.is_cancelled());
+            if live.contains_key(uri) {
+                return Ok(());
             }
-            taken
+            if live.len() >= MAX_SUBSCRIPTIONS {
+                return Err(ToolError::Conflict(format!(
+                    "this session has {MAX_SUBSCRIPTIONS} resource subscriptions already; unsubscribe from one first"
+                )));
+            }
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let stop = self.all.child_token();
+            let entry = Entry {
+                id,
+                stop: stop.clone(),
+                task: None,
+            };
+            live.insert(uri.to_owned(), entry);
+            (id, stop)
+        };
+        let started = async {
+            self.ws
+                .workspace(name)?
+                .watches()
+                .watch_start(path, false)
+                .await
+        }
+        .await;
+        let info = match started {
+            Ok(info) => info,
+            Err(e) => {
+                self.forget(uri, id);
+                return Err(e.into());
+            }
         };
         let follow = Follow {
             ws: self.ws.clone(),
+            activity: self.activity.clone(),
             name: name.to_owned(),
             watch: info.id,
+            path: info.path,
             uri: uri.to_owned(),
         };
-        if taken {
-            // Another subscribe of the same URI, or the last free place,
-            // won meanwhile: this one's watch goes.
+        if stop.is_cancelled() {
+            // Unsubscribed, or the group ended, while the guest started it.
             follow.stop_watch().await;
-            return self.room();
+            return Ok(());
         }
-        tokio::spawn(follow.run(stop, sink));
+        let task = tokio::spawn(follow.run(stop, sink));
+        if let Some(entry) = lock(&self.live).get_mut(uri).filter(|e| e.id == id) {
+            entry.task = Some(task);
+        }
         Ok(())
     }
 
-    fn room(&self) -> Result<(), ToolError> {
-        if self.count() >= MAX_SUBSCRIPTIONS {
-            return Err(ToolError::Conflict(format!(
-                "this session has {MAX_SUBSCRIPTIONS} resource subscriptions already; unsubscribe from one first"
-            )));
+    /// Takes out `uri`'s entry if it is still the one numbered `id`.
+    fn forget(&self, uri: &str, id: u64) {
+        let mut live = lock(&self.live);
+        if live.get(uri).is_some_and(|e| e.id == id) {
+            live.remove(uri);
         }
-        Ok(())
     }
 
     /// Stops following `uri`; false when it was not followed.
     pub fn unsubscribe(&self, uri: &str) -> bool {
         match lock(&self.live).remove(uri) {
-            Some(stop) => {
-                let was_live = !stop.is_cancelled();
-                stop.cancel();
+            Some(entry) => {
+                let was_live = !entry.stop.is_cancelled();
+                entry.stop.cancel();
                 was_live
             }
             None => false,
         }
     }
 
-    /// Stops every subscription of the group.
+    /// Stops every subscription of the group; each stops its guest watch
+    /// on its own task.
     pub fn end(&self) {
         self.all.cancel();
         lock(&self.live).clear();
+    }
+
+    /// Stops every subscription and waits, at most `within`, for their
+    /// guest watches to be stopped (a server about to exit would leave
+    /// them in the guest).
+    pub async fn close(&self, within: Duration) {
+        self.all.cancel();
+        let tasks: Vec<JoinHandle<()>> = lock(&self.live)
+            .drain()
+            .filter_map(|(_, e)| e.task)
+            .collect();
+        let deadline = tokio::time::Instant::now() + within;
+        for task in tasks {
+            if tokio::time::timeout_at(deadline, task).await.is_err() {
+                tracing::debug!("a resource subscription did not stop its guest watch in time");
+                return;
+            }
+        }
     }
 
     /// Ends when the group is ended.
@@ -189,8 +303,12 @@ impl Drop for Subscriptions {
 /// One subscription's watch.
 struct Follow {
     ws: Workspaces,
+    activity: Arc<Activity>,
     name: String,
+    /// The guest's id of the watch, and the path it follows (which tells
+    /// it from a watch a restarted guest numbered the same).
     watch: String,
+    path: String,
     uri: String,
 }
 
@@ -208,23 +326,41 @@ impl Follow {
                     .await
             };
             let changes = tokio::select! {
+                biased;
                 _ = stop.cancelled() => break "unsubscribed".to_owned(),
                 read = read => read,
             };
-            match changes {
-                Ok(changes) => {
-                    since = changes.next;
-                    if !changes.changes.is_empty() && !sink.updated(&self.uri).await {
-                        break "the client cannot be told any more".to_owned();
-                    }
-                    if changes.watch.ended {
-                        break "its path went away".to_owned();
-                    }
-                    if sink.gone() {
-                        break "the client went away".to_owned();
-                    }
-                }
+            let changes = match changes {
+                Ok(changes) if changes.watch.path == self.path => changes,
+                Ok(_) => break "the guest restarted (its watch is another)".to_owned(),
                 Err(e) => break format!("reading its watch failed: {e}"),
+            };
+            since = changes.next;
+            if !changes.changes.is_empty() {
+                let told = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break "unsubscribed".to_owned(),
+                    told = sink.updated(&self.uri) => told,
+                };
+                if !told {
+                    break "the client cannot be told any more".to_owned();
+                }
+                // An update says only "read it again": a guest that writes
+                // in a loop costs the host one a NOTIFY_GAP.
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break "unsubscribed".to_owned(),
+                    _ = tokio::time::sleep(NOTIFY_GAP) => {}
+                }
+            }
+            if changes.watch.ended {
+                break "its path went away".to_owned();
+            }
+            if sink.gone() {
+                break "the client went away".to_owned();
+            }
+            if self.activity.silent() {
+                break "the client has been silent past its session's keep-alive".to_owned();
             }
         };
         tracing::debug!(uri = %self.uri, %why, "a resource subscription ended");
@@ -232,11 +368,40 @@ impl Follow {
         self.stop_watch().await;
     }
 
-    /// The guest keeps a watch until told; a workspace that stopped has
-    /// none left to stop.
+    /// Stops the guest's watch if it is still this one. A workspace that
+    /// is not running is left be: a stopped one has no watches, and a
+    /// hibernated one would be woken to take it out (its watch goes at
+    /// its next start).
     async fn stop_watch(&self) {
-        if let Ok(w) = self.ws.workspace(&self.name) {
-            let _ = w.watches().watch_stop(&self.watch).await;
+        let running = self
+            .ws
+            .workspace(&self.name)
+            .and_then(|w| w.inspect())
+            .is_ok_and(|info| info.meta.state == State::Running);
+        if !running {
+            return;
+        }
+        let stopped = async {
+            let watches = self
+                .ws
+                .workspace(&self.name)?
+                .watches()
+                .watch_list()
+                .await?;
+            if watches
+                .iter()
+                .any(|w| w.id == self.watch && w.path == self.path)
+            {
+                self.ws
+                    .workspace(&self.name)?
+                    .watches()
+                    .watch_stop(&self.watch)
+                    .await?;
+            }
+            Ok::<(), workspace::Error>(())
+        };
+        if let Err(e) = stopped.await {
+            tracing::debug!(uri = %self.uri, "could not stop a subscription's guest watch: {e}");
         }
     }
 }
@@ -249,28 +414,51 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn only_a_limited_group_ends_on_silence() {
+        let limited = Activity::new(Some(Duration::from_millis(30)));
+        let unlimited = Activity::new(None);
+        assert!(!limited.silent());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(limited.silent());
+        assert!(!unlimited.silent());
+        limited.touch();
+        assert!(!limited.silent());
+    }
+
     #[tokio::test]
     async fn the_group_counts_live_subscriptions_only_and_ends_them_all() {
         let dir = std::env::temp_dir().join(format!("mcp-subs-{}", std::process::id()));
         let ws = Workspaces::builder().state_dir(&dir).build().unwrap();
         let group = Subscriptions::new(ws);
         assert!(!group.unsubscribe("microagent://workspace/dev/files/x"));
-        let stops: Vec<_> = (0..MAX_SUBSCRIPTIONS)
-            .map(|i| {
+        let stops: Vec<_> = (0..MAX_SUBSCRIPTIONS as u64)
+            .map(|id| {
                 let stop = group.all.child_token();
-                lock(&group.live).insert(format!("uri-{i}"), stop.clone());
+                let entry = Entry {
+                    id,
+                    stop: stop.clone(),
+                    task: Some(tokio::spawn(std::future::ready(()))),
+                };
+                lock(&group.live).insert(format!("uri-{id}"), entry);
                 stop
             })
             .collect();
-        assert!(matches!(group.room(), Err(ToolError::Conflict(_))));
-        // One that ended by itself frees its place.
+        let uri = "microagent://workspace/dev/files/x";
+        let sink = || UpdateSink::Nowhere;
+        let full = group.subscribe(uri, "dev", "/x", sink()).await;
+        assert!(matches!(full, Err(ToolError::Conflict(_))), "{full:?}");
+        // One that ended by itself frees its place; the workspace does
+        // not exist, so this subscribe fails and holds nothing.
         stops[0].cancel();
         assert_eq!(group.count(), MAX_SUBSCRIPTIONS - 1);
-        assert!(group.room().is_ok());
+        let absent = group.subscribe(uri, "dev", "/x", sink()).await;
+        assert!(matches!(absent, Err(ToolError::Workspace(_))), "{absent:?}");
+        assert_eq!(group.count(), MAX_SUBSCRIPTIONS - 1);
         assert!(!group.unsubscribe("uri-0"), "it had ended already");
         assert!(group.unsubscribe("uri-1"));
         assert!(stops[1].is_cancelled());
-        group.end();
+        group.close(Duration::from_secs(5)).await;
         assert!(stops.iter().all(CancellationToken::is_cancelled));
         assert_eq!(group.count(), 0);
         tokio::time::timeout(Duration::from_secs(5), group.ended())

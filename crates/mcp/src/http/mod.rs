@@ -22,7 +22,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -147,7 +147,7 @@ impl HttpServer {
         let service = StreamableHttpService::new(
             // One server per session: its session-scoped workspaces go
             // when rmcp drops it (closed, expired, or the server ends).
-            move || Ok(base.for_new_session()),
+            move || Ok(base.for_new_http_session(SessionConfig::DEFAULT_KEEP_ALIVE)),
             Arc::new(LocalSessionManager::default()),
             config,
         );
