@@ -39,8 +39,16 @@ pub(crate) struct Built {
     pub cgroup: Placement,
     /// Its own mount namespace, or why it has none.
     pub mount_ns: std::result::Result<(), String>,
-    /// When building began and ended (monotonic ns).
+    /// When building began, its steps ended (cgroup joined, network
+    /// attached, mount namespace made) and it ended (monotonic ns; 0 for
+    /// a step not reached).
     pub began_ns: u64,
+    /// See `began_ns`.
+    pub cgroup_ns: u64,
+    /// See `began_ns`.
+    pub network_ns: u64,
+    /// See `began_ns`.
+    pub unshared_ns: u64,
     /// See `began_ns`.
     pub built_ns: u64,
 }
@@ -53,16 +61,21 @@ impl Built {
         launch: &VmmLaunch,
         spec: &WorkspaceSpec,
     ) -> Self {
+        let now = vmm_core::vcpu::monotonic_ns;
+        let began_ns = now();
         let cgroup = join_cgroup(state, ws, spec);
         ws.remove_sockets();
-        let began_ns = vmm_core::vcpu::monotonic_ns();
+        let cgroup_ns = now();
+        let (mut network_ns, mut unshared_ns) = (0, 0);
         let (mut passt, mut guest_net, mut egress) = (None, None, None);
         let mut mount_ns = Err("the machine was not built".to_owned());
         let machine = base::network::attach::attach(state, ws, spec, launch.user)
             .map_err(VmmProcessError::from)
             .and_then(|net| {
+                network_ns = now();
                 mount_ns =
                     base::host::jail::unshare().map_err(|e| base::error_chain::error_chain(&e));
+                unshared_ns = now();
                 let (net, addressing) = match net {
                     Some(a) => {
                         passt = a.passt;
@@ -85,7 +98,10 @@ impl Built {
             cgroup,
             mount_ns,
             began_ns,
-            built_ns: vmm_core::vcpu::monotonic_ns(),
+            cgroup_ns,
+            network_ns,
+            unshared_ns,
+            built_ns: now(),
         }
     }
 }

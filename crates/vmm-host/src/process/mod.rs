@@ -274,6 +274,9 @@ impl VmmProcess {
             cgroup,
             mount_ns,
             began_ns: building,
+            cgroup_ns,
+            network_ns,
+            unshared_ns,
             built_ns: built_at,
         } = built;
         let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
@@ -281,6 +284,9 @@ impl VmmProcess {
         tracing::info!(
             process_ms = ms_after_launch(entered),
             build_began_ms = ms_after_launch(building),
+            cgroup_ms = ms_after_launch(cgroup_ns),
+            network_ms = ms_after_launch(network_ns),
+            mount_ns_ms = ms_after_launch(unshared_ns),
             built_ms = ms_after_launch(built_at),
             checked_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
             restored = launch.restore.is_some(),
