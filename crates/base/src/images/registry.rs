@@ -552,7 +552,8 @@ impl ImageRegistry {
                 }
             };
             let kept = std::sync::atomic::AtomicBool::new(false);
-            self.import_image(&name, &image, path, progress, &kept)
+            let mut at_path = |_| crate::images::oci::rootfs::LayerArrival::AtPath;
+            self.import_image(&name, &image, path, progress, &mut at_path, &kept)
         })();
         if let Some(scratch) = unpacked {
             let _ = std::fs::remove_dir_all(&scratch);
@@ -561,13 +562,15 @@ impl ImageRegistry {
     }
 
     /// Converts a read container image (in a scratch directory removed
-    /// afterwards) and registers it as `name`.
+    /// afterwards) and registers it as `name`; each layer is applied once
+    /// `ready` says its file is there (a pull's come as they download).
     pub fn import_image(
         &self,
         name: &str,
         image: &crate::images::oci::layout::Resolved,
         source: &Path,
         progress: &mut dyn FnMut(crate::images::oci::rootfs::ConversionStep),
+        ready: crate::images::oci::rootfs::LayerReady<'_>,
         abandoned: &std::sync::atomic::AtomicBool,
     ) -> Result<ImageInfo, ImageError> {
         let base = self
@@ -581,6 +584,7 @@ impl ImageRegistry {
                 &base.rootfs,
                 self.budget(),
                 progress,
+                ready,
             )?;
             let extras = Extras {
                 boot_args: Some(crate::images::oci::rootfs::BOOT_ARGS.into()),

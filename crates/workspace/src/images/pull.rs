@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::oci_pull::{report, Remote};
 pub use super::oci_pull::{PullError, PullEvent, PullProgress, PullRequest};
+use base::images::oci::rootfs::LayerArrival;
 use base::images::oci::OciError;
 use base::images::registry::{ImageError, ImageInfo, ImageRegistry};
 
@@ -172,18 +173,79 @@ pub async fn pull(
     }
     // Pulled layers are kept by digest beside the images.
     let blobs = registry.root().join(".blobs/sha256");
-    let (resolved, downloaded, cached) = remote.fetch_layers(&blobs, &progress).await?;
-    let registry = registry.clone();
+    let resolved = remote.resolved(&blobs)?;
+    // Made before the conversion starts: an image without layers is
+    // converted at once, and then nothing may fail after it.
+    tokio::fs::create_dir_all(&blobs)
+        .await
+        .map_err(|e| OciError::io(format!("creating {}", blobs.display()), e))?;
     // A pull dropped during the conversion (a cancelled call) must not
     // register the image the conversion goes on to make.
     let dropped = Arc::new(AtomicBool::new(false));
     let _on_drop = SetOnDrop(dropped.clone());
-    let image = tokio::task::spawn_blocking(move || {
-        let mut convert = |step| report(&progress, PullEvent::Convert(step));
-        registry.import_image(&name, &resolved, &source, &mut convert, &dropped)
-    })
-    .await
-    .map_err(|e| OciError::io("converting the image", std::io::Error::other(e.to_string())))??;
+    // Each layer is applied as soon as it and those below it are in,
+    // while later ones still download. The conversion has a thread of
+    // its own: it waits for layers whose downloads need the runtime's
+    // blocking threads, which it must not hold.
+    let (arrived, arrivals) = std::sync::mpsc::channel::<(usize, std::fs::File)>();
+    let (done, converted) = tokio::sync::oneshot::channel();
+    {
+        let (registry, progress, dropped) = (registry.clone(), progress.clone(), dropped.clone());
+        std::thread::Builder::new()
+            .name("image-convert".into())
+            .spawn(move || {
+                let mut convert = |step| report(&progress, PullEvent::Convert(step));
+                let mut here = std::collections::BTreeMap::new();
+                let mut ready = |index| loop {
+                    if let Some(file) = here.remove(&index) {
+                        return LayerArrival::Open(file);
+                    }
+                    match arrivals.recv() {
+                        Ok((i, file)) => {
+                            here.insert(i, file);
+                        }
+                        // The fetch ended without it (failed, or dropped).
+                        Err(_) => return LayerArrival::Never,
+                    }
+                };
+                let image = registry.import_image(
+                    &name,
+                    &resolved,
+                    &source,
+                    &mut convert,
+                    &mut ready,
+                    &dropped,
+                );
+                let _ = done.send(image);
+            })
+            .map_err(|e| OciError::io("starting the image conversion", e))?;
+    }
+    let fetch = async move {
+        let fetched = remote.fetch_layers(&blobs, &progress, &arrived).await;
+        // The conversion hears that no more will come.
+        drop(arrived);
+        fetched
+    };
+    tokio::pin!(fetch, converted);
+    let gone = || {
+        OciError::io(
+            "converting the image",
+            std::io::Error::other("the conversion thread ended"),
+        )
+    };
+    let (fetched, image) = tokio::select! {
+        fetched = &mut fetch => (fetched, (&mut converted).await.map_err(|_| gone())?),
+        // Ended before the last layer came: it failed (its error is the
+        // pull's; the downloads stop), or the image has no layers.
+        image = &mut converted => {
+            let image = image.map_err(|_| gone())??;
+            (fetch.await, Ok(image))
+        }
+    };
+    // A failed fetch is the pull's failure (the conversion then stopped
+    // for want of a layer).
+    let (downloaded, cached) = fetched?;
+    let image = image?;
     Ok(Pulled {
         image,
         downloaded_bytes: downloaded,

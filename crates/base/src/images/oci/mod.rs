@@ -84,6 +84,10 @@ pub enum OciError {
         /// The limit.
         limit: u64,
     },
+    /// A layer the conversion waited for never came (its pull failed or
+    /// was dropped).
+    #[error("layer {0} of the image never arrived")]
+    LayerNotFetched(usize),
     /// A host tool (mkfs.ext4, debugfs) failed.
     #[error("{tool} failed: {detail}")]
     Tool {
@@ -130,7 +134,9 @@ impl OciError {
     /// The stable code.
     pub fn code(&self) -> ErrorCode {
         match self {
-            OciError::Io { .. } | OciError::Tool { .. } => ErrorCode::Internal,
+            OciError::Io { .. } | OciError::Tool { .. } | OciError::LayerNotFetched(_) => {
+                ErrorCode::Internal
+            }
             OciError::NotAnImage { .. }
             | OciError::Json { .. }
             | OciError::Unsupported(_)

@@ -48,15 +48,32 @@ pub enum ConversionStep {
     Filesystem,
 }
 
+/// Where a conversion finds a layer.
+#[derive(Debug)]
+pub enum LayerArrival {
+    /// In the file the image names (an image read from a directory).
+    AtPath,
+    /// Handed over open once it arrived and was checked (a pull's layers
+    /// arrive while earlier ones are applied; another pull removing or
+    /// replacing the cached file cannot change what is read).
+    Open(std::fs::File),
+    /// It never will (the pull failed or was dropped).
+    Never,
+}
+
+/// How a conversion waits for layer `index` (from 0).
+pub type LayerReady<'a> = &'a mut dyn FnMut(usize) -> LayerArrival;
+
 /// Converts `image` in `work` (an empty scratch directory; the result is
 /// `work/rootfs.ext4`), taking init and agent from `base_rootfs` (a built
-/// image's ext4).
+/// image's ext4); each layer is applied once `ready` says it is there.
 pub fn convert(
     image: &Resolved,
     work: &Path,
     base_rootfs: &Path,
     budget: Budget,
     progress: &mut dyn FnMut(ConversionStep),
+    ready: LayerReady<'_>,
 ) -> Result<Converted, OciError> {
     convert_with(
         image,
@@ -65,6 +82,7 @@ pub fn convert(
         Owners::for_this_process(),
         budget,
         progress,
+        ready,
     )
 }
 
@@ -77,6 +95,7 @@ pub fn convert_with(
     mut owners: Owners,
     mut budget: Budget,
     progress: &mut dyn FnMut(ConversionStep),
+    ready: LayerReady<'_>,
 ) -> Result<Converted, OciError> {
     let tree = work.join("tree");
     std::fs::create_dir_all(&tree).map_err(|e| OciError::io("creating the image tree", e))?;
@@ -88,17 +107,28 @@ pub fn convert_with(
         .zip(&image.config.rootfs.diff_ids)
         .enumerate()
     {
+        let handed = match ready(index) {
+            LayerArrival::Never => return Err(OciError::LayerNotFetched(index + 1)),
+            LayerArrival::Open(file) => Some(file),
+            LayerArrival::AtPath => None,
+        };
         progress(ConversionStep::Layer {
             index: index + 1,
             count,
         });
-        if digest != diff_id && !image.layers_verified {
-            // A compressed blob not checked as it was fetched: its own
-            // digest first (apply_layer checks the uncompressed one).
-            super::layout::verify_file(path, digest, "layer")?;
-        }
-        let file = std::fs::File::open(path)
-            .map_err(|e| OciError::io(format!("opening {}", path.display()), e))?;
+        let file = match handed {
+            Some(file) => file,
+            None => {
+                if digest != diff_id && !image.layers_verified {
+                    // A compressed blob not checked as it was fetched: its
+                    // own digest first (apply_layer checks the uncompressed
+                    // one).
+                    super::layout::verify_file(path, digest, "layer")?;
+                }
+                std::fs::File::open(path)
+                    .map_err(|e| OciError::io(format!("opening {}", path.display()), e))?
+            }
+        };
         unpack::apply_layer(&tree, file, diff_id, &mut owners, &mut budget)?;
         layers.push(digest.clone());
     }
@@ -362,6 +392,50 @@ fn mkfs_with(tool: HostTool, tree: &Path, out: &Path) -> Result<(), OciError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A conversion waits for each layer; one that never comes (its pull
+    /// failed) stops it before anything is unpacked.
+    #[test]
+    fn a_layer_that_never_arrives_stops_the_conversion() {
+        let dir =
+            std::env::temp_dir().join(format!("ma-convert-{}", crate::host::settings::unique_id()));
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let config = crate::images::oci::config::ImageConfig::parse(
+            format!(
+                r#"{{"os":"linux","architecture":"amd64","rootfs":{{"type":"layers","diff_ids":["{digest}"]}}}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let image = Resolved {
+            reference: None,
+            manifest_digest: digest.clone(),
+            config_digest: digest.clone(),
+            config,
+            layers: vec![(dir.join("never-written"), digest)],
+            layers_verified: true,
+        };
+        let mut asked = Vec::new();
+        let mut steps = Vec::new();
+        let failed = convert(
+            &image,
+            &dir,
+            &dir.join("no-base"),
+            Budget::new(1 << 20, 100),
+            &mut |step| steps.push(step),
+            &mut |index| {
+                asked.push(index);
+                LayerArrival::Never
+            },
+        );
+        assert!(
+            matches!(failed, Err(OciError::LayerNotFetched(1))),
+            "{failed:?}"
+        );
+        assert_eq!(asked, [0]);
+        assert!(steps.is_empty(), "nothing applied: {steps:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     /// A hostile image's links to the host (`etc -> outside`, a mount
     /// point and our own directory as links) change nothing outside the

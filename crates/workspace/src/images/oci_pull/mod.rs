@@ -162,23 +162,40 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Counted<W> {
     }
 }
 
-/// Whether the cached blob at `path` is whole: a regular file of `size`
-/// bytes whose content has `digest` (a damaged one is fetched again).
-async fn cached_intact(path: &Path, size: u64, digest: &str) -> bool {
-    let meta = tokio::fs::symlink_metadata(path).await;
-    if !meta.is_ok_and(|m| m.is_file() && m.len() == size) {
-        return false;
-    }
+/// The cached blob at `path`, open, if it is whole: a regular file (not a
+/// link) of `size` bytes whose content has `digest`, read through the
+/// open file, so what is checked is what a conversion reads (a damaged one
+/// is fetched again).
+async fn open_cached(path: &Path, size: u64, digest: &str) -> Option<std::fs::File> {
     let (path, digest) = (path.to_owned(), digest.to_owned());
     tokio::task::spawn_blocking(move || {
-        base::images::oci::layout::verify_file(&path, &digest, "layer")
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.len() != size {
+            return None;
+        }
+        let this = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        base::images::oci::layout::verify_file(&this, &digest, "layer").ok()?;
+        Some(file)
     })
     .await
-    .is_ok_and(|checked| checked.is_ok())
+    .ok()
+    .flatten()
 }
 
-async fn sync_file(path: &Path) -> std::io::Result<()> {
-    tokio::fs::File::open(path).await?.sync_all().await
+/// `path` opened and synced: the download is on disk before it is kept
+/// under its digest (a failing disk fails the pull, not the next
+/// conversion), and the open file is what the conversion reads.
+async fn open_synced(path: &Path) -> std::io::Result<std::fs::File> {
+    let file = tokio::fs::File::open(path).await?;
+    file.sync_all().await?;
+    Ok(file.into_std().await)
 }
 
 /// Removes a file when dropped, which a kept download (renamed away) no
@@ -298,15 +315,43 @@ impl Remote {
         })
     }
 
-    /// Fetches each layer not already in `blobs` (by digest) into it;
-    /// returns the image as [`Resolved`], the bytes downloaded and the
-    /// number of layers found cached.
+    /// The image as it will be once its layers are in `blobs`: each
+    /// layer's file there is named by its digest, so a conversion can
+    /// begin before the downloads end.
+    pub(crate) fn resolved(&self, blobs: &Path) -> Result<Resolved, PullError> {
+        let config = ImageConfig::parse(self.config_json.as_bytes())?;
+        let layers = self
+            .manifest
+            .layers
+            .iter()
+            .map(|layer| {
+                let hex = base::images::oci::unpack::digest_hex(&layer.digest)?;
+                Ok((blobs.join(hex), layer.digest.clone()))
+            })
+            .collect::<Result<Vec<_>, OciError>>()?;
+        Ok(Resolved {
+            reference: Some(self.reference.whole()),
+            manifest_digest: self.manifest_digest.clone(),
+            config_digest: self.manifest.config.digest.clone(),
+            config,
+            layers,
+            // pull_blob checks each download's digest, open_cached each
+            // cached blob's, before `arrived` is handed it.
+            layers_verified: true,
+        })
+    }
+
+    /// Fetches each layer not already in `blobs` (by digest) into it,
+    /// handing `arrived` each layer's index (from 0) and its file, open,
+    /// once it is there and checked, in whatever order they come; returns
+    /// the bytes downloaded and the number of layers found cached. A
+    /// `arrived` no longer listening (the conversion ended) ends it.
     pub(crate) async fn fetch_layers(
-        self,
+        &self,
         blobs: &Path,
         progress: &PullProgress,
-    ) -> Result<(Resolved, u64, usize), PullError> {
-        let config = ImageConfig::parse(self.config_json.as_bytes())?;
+        arrived: &std::sync::mpsc::Sender<(usize, std::fs::File)>,
+    ) -> Result<(u64, usize), PullError> {
         let total: u64 = self
             .manifest
             .layers
@@ -332,45 +377,38 @@ impl Remote {
         let kept = Mutex::new(Vec::new());
         let mut fetches = Vec::new();
         for (i, layer) in self.manifest.layers.iter().enumerate() {
-            fetches.push(self.fetch_layer(i + 1, layer, blobs, progress, &kept));
+            let fetch = self.fetch_layer(i + 1, layer, blobs, progress, &kept);
+            fetches.push(async move {
+                let (bytes, file) = fetch.await?;
+                if arrived.send((i, file)).is_err() {
+                    // The conversion ended (it failed): its error is the
+                    // pull's, and the rest need not come.
+                    return Err(OciError::LayerNotFetched(i + 1).into());
+                }
+                Ok::<_, PullError>(bytes)
+            });
         }
-        let fetched: Result<Vec<(PathBuf, String, Option<u64>)>, PullError> = stream::iter(fetches)
-            .buffered(CONCURRENT_LAYERS)
+        let fetched: Result<Vec<Option<u64>>, PullError> = stream::iter(fetches)
+            .buffer_unordered(CONCURRENT_LAYERS)
             .try_collect()
             .await;
+        let kept = kept.into_inner().unwrap_or_else(|p| p.into_inner());
         let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(e) => {
-                for path in kept.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                for path in kept {
                     let _ = std::fs::remove_file(path);
                 }
                 return Err(e);
             }
         };
-        let (mut downloaded, mut cached) = (0u64, 0usize);
-        let mut layers = Vec::new();
-        for (path, digest, bytes) in fetched {
-            match bytes {
-                Some(bytes) => downloaded += bytes,
-                None => cached += 1,
-            }
-            layers.push((path, digest));
-        }
-        let resolved = Resolved {
-            reference: Some(self.reference.whole()),
-            manifest_digest: self.manifest_digest,
-            config_digest: self.manifest.config.digest.clone(),
-            config,
-            layers,
-            // pull_blob checks each download's digest, cached_intact each
-            // cached blob's.
-            layers_verified: true,
-        };
-        Ok((resolved, downloaded, cached))
+        let downloaded = fetched.iter().flatten().sum();
+        let cached = fetched.iter().filter(|b| b.is_none()).count();
+        Ok((downloaded, cached))
     }
 
-    /// Layer `index` (from 1) in `blobs` under its digest: its path, its
-    /// digest, and the bytes downloaded (`None`: it was there, intact).
+    /// Layer `index` (from 1) in `blobs` under its digest: the bytes
+    /// downloaded (`None`: it was there, intact) and the file, open.
     async fn fetch_layer(
         &self,
         index: usize,
@@ -378,13 +416,13 @@ impl Remote {
         blobs: &Path,
         progress: &PullProgress,
         kept: &Mutex<Vec<PathBuf>>,
-    ) -> Result<(PathBuf, String, Option<u64>), PullError> {
+    ) -> Result<(Option<u64>, std::fs::File), PullError> {
         let hex = base::images::oci::unpack::digest_hex(&layer.digest)?;
         let path = blobs.join(hex);
         let size = layer.size.max(0) as u64;
-        if cached_intact(&path, size, &layer.digest).await {
+        if let Some(file) = open_cached(&path, size, &layer.digest).await {
             report(progress, PullEvent::Cached { index });
-            return Ok((path, layer.digest.clone(), None));
+            return Ok((None, file));
         }
         // Unique per download: two pulls in one process may fetch the
         // same layer at once.
@@ -412,19 +450,18 @@ impl Remote {
             }
             .into());
         }
-        // On disk before it is kept under its digest: a failing disk
-        // fails the pull, not the next conversion.
-        if let Err(e) = sync_file(&partial).await {
-            let _ = tokio::fs::remove_file(&partial).await;
-            return Err(OciError::io(format!("writing {}", partial.display()), e).into());
-        }
+        let file = match open_synced(&partial).await {
+            Ok(file) => file,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                return Err(OciError::io(format!("writing {}", partial.display()), e).into());
+            }
+        };
         // Renamed and recorded with no await between: a pull dropped
         // meanwhile cannot keep a layer it does not know of.
         std::fs::rename(&partial, &path)
             .map_err(|e| OciError::io(format!("keeping layer {}", layer.digest), e))?;
-        kept.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(path.clone());
-        Ok((path, layer.digest.clone(), Some(size)))
+        kept.lock().unwrap_or_else(|p| p.into_inner()).push(path);
+        Ok((Some(size), file))
     }
 }
