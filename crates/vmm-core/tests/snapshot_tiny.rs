@@ -10,7 +10,7 @@ use testkit::disks::{FailingDisk, SmallDisk};
 use vmm_core::devices::serial::{ConsoleSink, COM1_PORT_BASE};
 use vmm_core::disk_copy::copy_disk;
 use vmm_core::layout::TINY_DATA_START;
-use vmm_core::machine::{DiskConfig, MachineError, RestoreConfig, VsockConfig};
+use vmm_core::machine::{DiskConfig, MachineError, PreparedVm, RestoreConfig, VsockConfig};
 use vmm_core::snapshot::format::FormatError;
 use vmm_core::snapshot::{SnapshotError, SnapshotFiles};
 use vmm_core::tiny::{asm, elf_kernel};
@@ -157,26 +157,27 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
     assert!(counted >= 5, "snapshot taken at count {counted}");
 
     // Refusals first (nothing runs): corrupted state, wrong disk, short memory.
+    let config = |snapshot: &Path, disk: &Path, sock: &str, out: &testkit::Capture| RestoreConfig {
+        snapshot: snapshot.to_path_buf(),
+        console: console(out),
+        disks: vec![
+            DiskConfig {
+                path: disk.to_path_buf(),
+                read_only: false,
+                id: None,
+            },
+            DiskConfig {
+                path: filled.clone(),
+                read_only: true,
+                id: Some("filled".into()),
+            },
+        ],
+        vsock_uds: Some(dir.0.join(sock)),
+        vsock_routes: Default::default(),
+        net: None,
+    };
     let restore = |snapshot: &Path, disk: &Path, sock: &str, out: &testkit::Capture| {
-        Machine::restore(RestoreConfig {
-            snapshot: snapshot.to_path_buf(),
-            console: console(out),
-            disks: vec![
-                DiskConfig {
-                    path: disk.to_path_buf(),
-                    read_only: false,
-                    id: None,
-                },
-                DiskConfig {
-                    path: filled.clone(),
-                    read_only: true,
-                    id: Some("filled".into()),
-                },
-            ],
-            vsock_uds: Some(dir.0.join(sock)),
-            vsock_routes: Default::default(),
-            net: None,
-        })
+        Machine::restore(config(snapshot, disk, sock, out))
     };
     let files = SnapshotFiles::new(&snap);
     let disk2 = dir.0.join("disk2.raw");
@@ -208,9 +209,19 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         Err(MachineError::SnapshotMismatch(_))
     ));
 
-    // The restore: a new machine, a new console, the disk copy.
+    // A VM prepared before the snapshot was known must have its vCPUs.
+    let two = PreparedVm::new(2).unwrap();
+    assert!(matches!(
+        Machine::restore_into(two, config(&snap, &disk2, "r4.sock", &out)),
+        Err(MachineError::SnapshotMismatch(_))
+    ));
+
+    // The restore, on a VM prepared before it (as a VMM waiting for its
+    // workspace makes one): a new machine, a new console, the disk copy.
     let out2 = testkit::Capture::default();
-    let machine = restore(&snap, &disk2, "v2.sock", &out2).unwrap();
+    let prepared = PreparedVm::new(1).unwrap();
+    assert_eq!(prepared.vcpu_count(), 1);
+    let machine = Machine::restore_into(prepared, config(&snap, &disk2, "v2.sock", &out2)).unwrap();
     let handle = machine.handle();
     let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));
     wait_for("restored run", &out2, 3);

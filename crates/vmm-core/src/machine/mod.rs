@@ -5,7 +5,7 @@
 mod restore;
 pub mod run;
 
-pub use restore::RestoreConfig;
+pub use restore::{PreparedVm, RestoreConfig};
 pub use run::{MachineHandle, RunOutcome};
 
 use std::os::unix::fs::OpenOptionsExt;
@@ -357,7 +357,26 @@ impl Machine {
         template: CpuTemplate,
         cmdline: String,
     ) -> Result<Self, MachineError> {
-        Ok(Machine {
+        Ok(Self::empty_with(
+            vm,
+            mem,
+            mem_mib,
+            template,
+            cmdline,
+            EventLoop::new()?,
+        ))
+    }
+
+    /// [`Machine::empty`] with a device event loop made before.
+    fn empty_with(
+        vm: Vm,
+        mem: GuestMemory,
+        mem_mib: u64,
+        template: CpuTemplate,
+        cmdline: String,
+        event_loop: EventLoop,
+    ) -> Self {
+        Machine {
             vm,
             mem,
             mem_size: mem_mib << 20,
@@ -368,12 +387,12 @@ impl Machine {
             cmdline,
             user_cmdline: None,
             kernel: None,
-            event_loop: Some(EventLoop::new()?),
+            event_loop: Some(event_loop),
             virtio_devices: 0,
             devices: Devices::default(),
             control: Arc::default(),
             messages: mpsc::channel(),
-        })
+        }
     }
 
     /// A handle that stops, pauses, resumes or snapshots the machine's run

@@ -1,15 +1,57 @@
 //! Building a machine from a snapshot in a fresh process: the same attach
 //! steps as a boot, each device given its saved state, guest memory mapped
 //! copy-on-write from the snapshot's memory file. Everything is checked and
-//! set before any vCPU runs; an error leaves nothing behind.
+//! set before any vCPU runs; an error leaves nothing behind. What does not
+//! depend on the snapshot (the VM, its interrupt controllers, the vCPU
+//! fds, the device event loop) is a [`PreparedVm`], which can be made
+//! before the snapshot is known.
 
 use std::path::PathBuf;
 
+use kvm_ioctls::VcpuFd;
+
 use super::{DiskConfig, Machine, MachineError, NetBackendConfig, NetConfig, VsockConfig};
 use crate::arch::cpuid::VcpuTopology;
+use crate::devices::event_loop::EventLoop;
 use crate::devices::serial::ConsoleSink;
 use crate::snapshot::{memory_file, MachineState, SnapshotFiles};
-use crate::vm::Vm;
+use crate::vm::{HostCpu, Vm};
+
+/// The part of a restored machine that no snapshot decides: a KVM VM with
+/// its interrupt controllers and PIT, the host's CPU figures, `vcpus` vCPU
+/// fds and an empty device event loop. Made ahead (a VMM waiting for its
+/// workspace), it takes these ioctls off a restore's path.
+#[derive(Debug)]
+pub struct PreparedVm {
+    vm: Vm,
+    host: HostCpu,
+    vcpus: Vec<VcpuFd>,
+    event_loop: EventLoop,
+}
+
+impl PreparedVm {
+    /// A VM with `vcpus` vCPUs, nothing in its memory yet.
+    pub fn new(vcpus: u8) -> Result<Self, MachineError> {
+        let vm = Vm::new()?;
+        // The interrupt controllers before any vCPU (KVM's order).
+        vm.create_irqchip_and_pit()?;
+        let host = vm.host_cpu()?;
+        let vcpus = (0..vcpus)
+            .map(|index| vm.create_vcpu(index))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            vm,
+            host,
+            vcpus,
+            event_loop: EventLoop::new()?,
+        })
+    }
+
+    /// How many vCPUs it has.
+    pub fn vcpu_count(&self) -> usize {
+        self.vcpus.len()
+    }
+}
 
 /// What to restore, and the host resources the restored machine gets.
 #[derive(Debug)]
@@ -36,19 +78,52 @@ pub struct RestoreConfig {
 impl Machine {
     /// Builds the machine saved in `cfg.snapshot`; nothing runs yet.
     pub fn restore(cfg: RestoreConfig) -> Result<Self, MachineError> {
+        let began = std::time::Instant::now();
+        let state = MachineState::read(&SnapshotFiles::new(&cfg.snapshot))?;
+        // Its vCPU count within bounds before a vCPU is made for it.
+        check_fits(&state, &cfg)?;
+        let vcpus = u8::try_from(state.vcpus.len()).map_err(|_| {
+            MachineError::SnapshotMismatch(format!("it has {} vCPUs", state.vcpus.len()))
+        })?;
+        let prepared = PreparedVm::new(vcpus)?;
+        Self::restore_state_into(prepared, cfg, state, began)
+    }
+
+    /// Builds the machine saved in `cfg.snapshot` on `prepared` (which
+    /// must have the snapshot's vCPU count); nothing runs yet.
+    pub fn restore_into(prepared: PreparedVm, cfg: RestoreConfig) -> Result<Self, MachineError> {
+        let began = std::time::Instant::now();
+        let state = MachineState::read(&SnapshotFiles::new(&cfg.snapshot))?;
+        Self::restore_state_into(prepared, cfg, state, began)
+    }
+
+    fn restore_state_into(
+        prepared: PreparedVm,
+        cfg: RestoreConfig,
+        state: MachineState,
         // Where a restore's time goes (issue 59 asks for under 3 ms from
         // launch to a running vCPU), in vmm.log.
-        let began = std::time::Instant::now();
+        began: std::time::Instant,
+    ) -> Result<Self, MachineError> {
         let files = SnapshotFiles::new(&cfg.snapshot);
-        let state = MachineState::read(&files)?;
         check_fits(&state, &cfg)?;
+        if prepared.vcpus.len() != state.vcpus.len() {
+            return Err(MachineError::SnapshotMismatch(format!(
+                "it has {} vCPUs, the prepared VM {}",
+                state.vcpus.len(),
+                prepared.vcpus.len()
+            )));
+        }
+        let PreparedVm {
+            vm,
+            host,
+            vcpus,
+            event_loop,
+        } = prepared;
         let mem = memory_file::map_private(&files.memory(), state.mem_mib)
             .map_err(crate::snapshot::SnapshotError::from)?;
-        let vm = Vm::new()?;
         vm.register_memory(&mem)?;
         let mapped = began.elapsed();
-        vm.create_irqchip_and_pit()?;
-        let host = vm.host_cpu()?;
         let count = state.vcpus.len() as u8;
         for (index, vcpu) in state.vcpus.iter().enumerate() {
             let topo = VcpuTopology {
@@ -58,13 +133,14 @@ impl Machine {
             vcpu.check_host(&host, state.template, topo)?;
         }
 
-        let mut machine = Machine::empty(
+        let mut machine = Machine::empty_with(
             vm,
             mem,
             state.mem_mib,
             state.template,
             state.cmdline.clone(),
-        )?;
+            event_loop,
+        );
         machine.attach_legacy_devices(cfg.console, Some((&state.serial, state.cmos_index)))?;
         for disk in &cfg.disks {
             machine.attach_block_device(disk)?;
@@ -83,11 +159,8 @@ impl Machine {
             machine.attach_balloon(Some(balloon))?;
         }
         let devices = began.elapsed();
-        for (index, _) in state.vcpus.iter().enumerate() {
-            let fd = machine.vm.create_vcpu(index as u8)?;
-            machine.vcpus.push(fd);
-            machine.vcpu_cpuid.push(state.vcpus[index].cpuid.clone());
-        }
+        machine.vcpus = vcpus;
+        machine.vcpu_cpuid = state.vcpus.iter().map(|v| v.cpuid.clone()).collect();
         // The interrupt controllers before the vCPUs' LAPICs, and both
         // before any device raises a line.
         machine.vm.restore_state(&state.vm)?;

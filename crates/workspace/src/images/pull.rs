@@ -127,6 +127,13 @@ pub async fn resolve(
     }
 }
 
+/// Pulls one process (the MCP server, many clients) runs at once; the
+/// rest wait their turn. Each holds a conversion thread, three downloads
+/// and a scratch tree.
+const CONCURRENT_PULLS: usize = 4;
+
+static PULL_TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_PULLS);
+
 /// Sets its flag when dropped.
 struct SetOnDrop(Arc<AtomicBool>);
 
@@ -152,6 +159,8 @@ pub async fn pull(
     };
     let source = PathBuf::from(reference.whole());
     let insecure = req.insecure || on_loopback(&req.reference);
+    // Never closed, so a turn always comes.
+    let _turn = PULL_TURNS.acquire().await;
     let remote = Remote::open(reference, insecure, registry.limits()).await?;
     match registry.get(&name) {
         Ok(existing)
