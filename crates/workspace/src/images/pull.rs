@@ -244,23 +244,30 @@ pub async fn pull(
     };
     let (fetched, image) = tokio::select! {
         fetched = &mut fetch => (fetched, (&mut converted).await.map_err(|_| gone())?),
-        // Ended before the last layer came: it failed (its error is the
-        // pull's; the downloads stop), or the image has no layers.
-        image = &mut converted => {
-            let image = image.map_err(|_| gone())??;
-            (fetch.await, Ok(image))
-        }
+        // Ended before the last layer came: it failed (the downloads
+        // stop), or the image has no layers.
+        image = &mut converted => match image.map_err(|_| gone())? {
+            Err(e) => return Err(e.into()),
+            Ok(image) => (fetch.await, Ok(image)),
+        },
     };
-    // A failed fetch is the pull's failure (the conversion then stopped
-    // for want of a layer).
-    let (downloaded, cached) = fetched?;
-    let image = image?;
-    Ok(Pulled {
-        image,
-        downloaded_bytes: downloaded,
-        cached_layers: cached,
-        unchanged: false,
-    })
+    match (fetched, image) {
+        (Ok((downloaded, cached)), Ok(image)) => Ok(Pulled {
+            image,
+            downloaded_bytes: downloaded,
+            cached_layers: cached,
+            unchanged: false,
+        }),
+        // The conversion stopped for want of a layer: the fetch's failure
+        // is the pull's.
+        (Err(e), Err(ImageError::Oci(OciError::LayerNotFetched(_)))) => Err(e),
+        // Otherwise the conversion's (a fetch it stopped says only that).
+        (_, Err(e)) => Err(e.into()),
+        // A conversion needs every layer, so it cannot finish before a
+        // fetch that then fails (an image without layers has nothing to
+        // fetch).
+        (Err(e), Ok(_)) => Err(e),
+    }
 }
 
 #[cfg(test)]
