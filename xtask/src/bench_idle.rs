@@ -94,16 +94,13 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
     );
     fork_paced(bin, home, first, forks)?;
     let paused = cpu_percent(home);
-    let (mut woken, mut again) = (Vec::new(), Vec::new());
-    for i in 0..CALLS {
-        let name = format!("f{i}");
-        for times in [&mut woken, &mut again] {
-            let t = Instant::now();
-            microagent(bin, home, &["exec", &name, "--json", "--", "true"])?;
-            times.push(t.elapsed().as_secs_f64() * 1000.0);
-        }
-    }
-    let (woken, again) = (median(woken), median(again));
+    let paused_longest = waiting.elapsed();
+    let (woken, again) = wake_and_call(bin, home, 0..CALLS)?;
+    // The last batch had paused only minutes before: beside the first
+    // forks, whether how long a guest was paused changes its first call.
+    let recent = (forks >= first + CALLS)
+        .then(|| wake_and_call(bin, home, forks - CALLS..forks))
+        .transpose()?;
     let hibernated = hibernate_and_call(bin, home)?;
     println!("idle: {forks} forks of one 256 MiB minimal snapshot, --idle-pause {IDLE_PAUSE}:");
     println!(
@@ -114,9 +111,16 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
     );
     println!("  exec true on an idle-paused fork (it resumes)   {woken:>7.0} ms median of {CALLS}");
     println!(
-        "  exec true on the same fork, running (reference) {again:>7.0} ms median of {CALLS} ({:.2}x)",
-        woken / again
+        "  exec true on the same fork, running (reference) {again:>7.0} ms median of {CALLS} ({:.2}x; the first forks, paused up to {:.0} min)",
+        woken / again,
+        paused_longest.as_secs_f64() / 60.0
     );
+    if let Some((woken, again)) = recent {
+        println!(
+            "  the same on the last forks made (paused minutes) {woken:>6.0} ms against {again:.0} ms running ({:.2}x)",
+            woken / again
+        );
+    }
     let h = hibernated;
     println!(
         "  hibernate an idle-paused fork                   {:>7.0} ms median of {CALLS} ({:.1} MiB of memory written each)",
@@ -137,6 +141,25 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
         h.call_ms / h.warm_ms
     );
     Ok(())
+}
+
+/// `exec true` on each fork of `forks` while idle-paused (the call that
+/// wakes it), then again on it running; the medians, ms.
+fn wake_and_call(
+    bin: &Path,
+    home: &Path,
+    forks: std::ops::Range<usize>,
+) -> anyhow::Result<(f64, f64)> {
+    let (mut woken, mut again) = (Vec::new(), Vec::new());
+    for i in forks {
+        let name = format!("f{i}");
+        for times in [&mut woken, &mut again] {
+            let t = Instant::now();
+            microagent(bin, home, &["exec", &name, "--json", "--", "true"])?;
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    Ok((median(woken), median(again)))
 }
 
 /// What hibernating the first forks cost and left.
