@@ -6,14 +6,17 @@ subprocess; then "calls": [{"tool", "args", "timeout"?}] (a call past its
 timeout is abandoned, which cancels it) or {"subscribe": URI, "then": call,
 "timeout"?} (subscribed to the resource, the call made, and its update
 awaited: through subscriptions/listen at protocol 2026-07-28, else
-resources/subscribe), "reads": [URI], and "hold":
+resources/subscribe) or {"watch": PATH, "name", "then": call, "until":
+[kind]} (a file watch read until those kinds came), "reads": [URI], and
+"hold":
 true to keep the session open after printing. One session: initialize, list
 the tools, make the calls in turn, list the resources and templates, read
 the URIs ("hold": then wait for stdin to close); "modern": true discovers
 protocol 2026-07-28 instead of initializing. Prints one line of JSON
 on stdout: {"protocol", "server", "tools",
 "calls": [{"is_error", "structured", "text", "links", "images"} or {"is_error", "abandoned"}
-or {"via", "honored"?, "then_error", "updated"} or {"error", "code"}],
+or {"via", "honored"?, "then_error", "updated"} or {"watch", "then_error", "events"}
+or {"error", "code"}],
 "resources", "templates",
 "reads": [{"contents"} or {"error", "code"}]}.
 """
@@ -67,6 +70,27 @@ async def subscribed(session, step, updates):
         return {"is_error": True, "error": str(e), "code": getattr(error, "code", None)}
 
 
+async def watched(session, step):
+    """file_watch of step["watch"] in step["name"], step["then"]'s call, then
+    file_watch_events until every kind in step["until"] was seen (at most
+    five reads), then file_unwatch."""
+    started = await session.call_tool("file_watch", {"name": step["name"], "path": step["watch"]})
+    if started.is_error:
+        return {"is_error": True, "text": [c.text for c in started.content if getattr(c, "type", "") == "text"]}
+    watch = started.structured_content["watch"]
+    then = step["then"]
+    result = await session.call_tool(then["tool"], then.get("args", {}))
+    events, since = [], 0
+    for _ in range(5):
+        got = await session.call_tool("file_watch_events", {"watch": watch, "since": since, "timeout_ms": 10000})
+        since = got.structured_content["next"]
+        events += [[e["kind"], e["path"]] for e in got.structured_content["events"]]
+        if all(any(kind == e[0] for e in events) for kind in step["until"]):
+            break
+    gone = await session.call_tool("file_unwatch", {"watch": watch})
+    return {"is_error": bool(gone.is_error), "watch": watch, "then_error": bool(result.is_error), "events": events}
+
+
 async def run(session, spec, updates):
     if spec.get("modern"):
         # 2026-07-28: server/discover instead of the initialize handshake.
@@ -84,6 +108,9 @@ async def run(session, spec, updates):
     for call in spec.get("calls", []):
         if "subscribe" in call:
             out["calls"].append(await subscribed(session, call, updates))
+            continue
+        if "watch" in call:
+            out["calls"].append(await watched(session, call))
             continue
         if "timeout" in call:
             # Abandoned after that long: the SDK sends notifications/cancelled.

@@ -454,6 +454,12 @@ fn a_real_workspace_over_http() {
             {"subscribe": format!("microagent://workspace/{name}/logs"),
              "then": {"tool": "workspace_exec", "args": {"name": name, "command": ["true"]}},
              "timeout": 5},
+            // A file watch sees what a command makes, writes, moves and
+            // removes.
+            {"watch": "/tmp", "name": name,
+             "then": {"tool": "workspace_exec", "args": {"name": name, "command": ["sh", "-c",
+                "cd /tmp && echo one > w && echo two >> w && mv w w2 && rm w2"]}},
+             "until": ["created", "modified", "moved", "deleted"]},
         ],
         "reads": [
             format!("microagent://workspace/{name}/files/tmp/note.txt"),
@@ -489,6 +495,14 @@ fn a_real_workspace_over_http() {
     assert_eq!(calls[7]["updated"], json!(note), "{out}");
     assert_eq!(calls[7]["then_error"], false, "{out}");
     assert_eq!(calls[8]["code"], -32602, "{out}");
+    assert_eq!(calls[9]["then_error"], false, "{out}");
+    let seen = calls[9]["events"].to_string();
+    for kind in ["created", "modified", "moved", "deleted"] {
+        assert!(
+            seen.contains(&format!("[\"{kind}\",\"/tmp/w")),
+            "{kind}: {seen}"
+        );
+    }
     let reads = out["reads"].as_array().unwrap();
     for file in &reads[..2] {
         assert_eq!(file["contents"][0]["text"], "read as a resource\n", "{out}");
