@@ -11,6 +11,7 @@
 
 pub mod compression;
 pub mod config;
+mod layer_reader;
 pub mod layout;
 pub mod owners;
 pub mod rootfs;

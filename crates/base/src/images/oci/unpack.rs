@@ -15,8 +15,7 @@ use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
+use super::layer_reader::{read_ahead, Handed, READ_AHEAD_CHUNKS};
 use super::owners::{Owners, Recorded};
 use super::tree::ImageTree;
 use super::OciError;
@@ -70,27 +69,6 @@ impl Budget {
     }
 }
 
-/// Reads through to `inner`, hashing every byte, at most `left` of them.
-struct Hashing<R> {
-    inner: R,
-    hash: Sha256,
-    left: u64,
-    over: bool,
-}
-
-impl<R: Read> Read for Hashing<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n as u64 > self.left {
-            self.over = true;
-            return Err(io::Error::other("the layer is over the image's byte limit"));
-        }
-        self.left -= n as u64;
-        self.hash.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
 /// The hex SHA-256 of a `sha256:` digest, checked for shape.
 pub fn digest_hex(digest: &str) -> Result<&str, OciError> {
     match digest.strip_prefix("sha256:") {
@@ -112,54 +90,62 @@ pub fn digest_hex(digest: &str) -> Result<&str, OciError> {
 /// the tree, or recorded in `owners` when the caller is not root.
 pub fn apply_layer(
     tree: &Path,
-    layer: impl Read,
+    layer: impl Read + Send,
     diff_id: &str,
     owners: &mut Owners,
     budget: &mut Budget,
 ) -> Result<(), OciError> {
     let expected = digest_hex(diff_id)?.to_owned();
-    let plain = super::compression::decompressed(layer)?;
-    let mut hashing = Hashing {
-        inner: plain,
-        hash: Sha256::new(),
-        left: budget.bytes,
-        over: false,
-    };
     let image_tree = ImageTree::open(tree)?;
     let mut applier = Applier {
         tree: &image_tree,
         written: HashSet::new(),
         owners,
     };
-    let applied = (|| {
-        let mut archive = tar::Archive::new(&mut hashing);
-        let entries = archive
-            .entries()
-            .map_err(|e| OciError::io("reading a layer", e))?;
-        for entry in entries {
-            let mut entry = entry.map_err(|e| OciError::io("reading a layer", e))?;
-            budget.take_entry()?;
-            applier.apply(&mut entry)?;
-        }
-        Ok(())
-    })();
-    // The tar ends with zero blocks the archive reader may not consume.
-    let applied = applied.and_then(|()| {
-        io::copy(&mut hashing, &mut io::sink())
-            .map(drop)
-            .map_err(|e| OciError::io("reading a layer", e))
+    let left = budget.bytes;
+    // Inflating and hashing on a thread of their own, beside the file
+    // writes of the unpacking.
+    let (read, applied) = std::thread::scope(|scope| {
+        let (to, from) = std::sync::mpsc::sync_channel(READ_AHEAD_CHUNKS);
+        let reader = scope.spawn(move || read_ahead(layer, left, to));
+        let mut handed = Handed::from(from);
+        let applied = (|| {
+            let mut archive = tar::Archive::new(&mut handed);
+            let entries = archive
+                .entries()
+                .map_err(|e| OciError::io("reading a layer", e))?;
+            for entry in entries {
+                let mut entry = entry.map_err(|e| OciError::io("reading a layer", e))?;
+                budget.take_entry()?;
+                applier.apply(&mut entry)?;
+            }
+            // The tar ends with zero blocks the archive reader may not
+            // consume: the digest is of every byte.
+            io::copy(&mut handed, &mut io::sink())
+                .map(drop)
+                .map_err(|e| OciError::io("reading a layer", e))
+        })();
+        // A reader still going stops at its next chunk.
+        drop(handed);
+        let read = reader.join().unwrap_or_else(|_| {
+            Err(OciError::io(
+                "reading a layer",
+                io::Error::other("the thread reading it panicked"),
+            ))
+        });
+        (read, applied)
     });
-    if hashing.over {
+    let read = read?;
+    if read.over {
         return Err(budget.over_bytes());
     }
     applied?;
-    budget.bytes = hashing.left;
-    let actual = format!("{:x}", hashing.hash.finalize());
-    if actual != expected {
+    budget.bytes = read.left;
+    if read.digest != expected {
         return Err(OciError::DigestMismatch {
             what: "layer (uncompressed)".into(),
             expected: diff_id.to_owned(),
-            actual: format!("sha256:{actual}"),
+            actual: format!("sha256:{}", read.digest),
         });
     }
     Ok(())
@@ -396,11 +382,12 @@ mod tests {
     // digests, on layers built here.
 
     use super::*;
+    use sha2::{Digest, Sha256};
 
     /// [`apply_layer`] with no budget to speak of.
     fn apply_unlimited(
         tree: &Path,
-        layer: impl Read,
+        layer: impl Read + Send,
         diff_id: &str,
         owners: &mut Owners,
     ) -> Result<(), OciError> {
