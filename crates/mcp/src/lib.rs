@@ -125,7 +125,7 @@ where
     };
     let reason = running.waiting().await?;
     // Their guest watches stopped while the runtime still runs them.
-    subscriptions.close(Duration::from_secs(5)).await;
+    subscriptions.close().await;
     if let QuitReason::JoinError(e) = reason {
         return Err(e.into());
     }

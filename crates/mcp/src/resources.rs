@@ -27,9 +27,6 @@ use crate::uris::WORKSPACE_PREFIX;
 
 const JSON: &str = "application/json";
 
-/// How long a listen's end waits for its guest watches to be stopped.
-const CLOSE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// What a resource URI names.
 #[derive(Debug, PartialEq, Eq)]
 enum Target {
@@ -248,10 +245,8 @@ impl MicroagentServer {
                 .resource_subscriptions(Vec::<String>::new())
                 .build();
         }
-        let files: Vec<String> = requested
-            .resource_subscriptions
+        let files: Vec<String> = asked
             .iter()
-            .flatten()
             .filter(|uri| matches!(parse(uri), Some(Target::File { .. })))
             .take(MAX_SUBSCRIPTIONS)
             .cloned()
@@ -292,7 +287,7 @@ impl MicroagentServer {
                 _ = self.subscriptions.ended() => {}
             }
         }
-        group.close(CLOSE_WITHIN).await;
+        group.close().await;
         followed
     }
 }

@@ -36,6 +36,9 @@ const LONG_POLL: Duration = Duration::from_secs(60);
 /// The shortest time between two updates of one subscription.
 const NOTIFY_GAP: Duration = Duration::from_millis(250);
 
+/// How long closing a group waits for its guest watches to be stopped.
+const CLOSE_WITHIN: Duration = Duration::from_secs(5);
+
 /// The most URIs a `subscriptions/listen` may name: a longer list is
 /// refused whole, before anything compares its entries.
 pub const MAX_REQUESTED: usize = 64;
@@ -263,23 +266,16 @@ impl Subscriptions {
         }
     }
 
-    /// Stops every subscription of the group; each stops its guest watch
-    /// on its own task.
-    pub fn end(&self) {
-        self.all.cancel();
-        lock(&self.live).clear();
-    }
-
-    /// Stops every subscription and waits, at most `within`, for their
-    /// guest watches to be stopped (a server about to exit would leave
-    /// them in the guest).
-    pub async fn close(&self, within: Duration) {
+    /// Stops every subscription and waits, at most [`CLOSE_WITHIN`], for
+    /// their guest watches to be stopped (a server about to exit would
+    /// leave them in the guest).
+    pub async fn close(&self) {
         self.all.cancel();
         let tasks: Vec<JoinHandle<()>> = lock(&self.live)
             .drain()
             .filter_map(|(_, e)| e.task)
             .collect();
-        let deadline = tokio::time::Instant::now() + within;
+        let deadline = tokio::time::Instant::now() + CLOSE_WITHIN;
         for task in tasks {
             if tokio::time::timeout_at(deadline, task).await.is_err() {
                 tracing::debug!("a resource subscription did not stop its guest watch in time");
@@ -458,7 +454,7 @@ mod tests {
         assert!(!group.unsubscribe("uri-0"), "it had ended already");
         assert!(group.unsubscribe("uri-1"));
         assert!(stops[1].is_cancelled());
-        group.close(Duration::from_secs(5)).await;
+        group.close().await;
         assert!(stops.iter().all(CancellationToken::is_cancelled));
         assert_eq!(group.count(), 0);
         tokio::time::timeout(Duration::from_secs(5), group.ended())

@@ -341,7 +341,8 @@ impl Remote {
         })
     }
 
-    /// Fetches each layer not already in `blobs` (by digest) into it,
+    /// Fetches each layer not already in `blobs` (an existing directory;
+    /// by digest) into it,
     /// handing `arrived` each layer's index (from 0) and its file, open,
     /// once it is there and checked, in whatever order they come; returns
     /// the bytes downloaded and the number of layers found cached. A
@@ -365,9 +366,6 @@ impl Remote {
                 bytes: total,
             },
         );
-        tokio::fs::create_dir_all(blobs)
-            .await
-            .map_err(|e| OciError::io(format!("creating {}", blobs.display()), e))?;
         sweep_partials(blobs);
         // Three at a time, as containerd fetches: a registry serves each
         // connection at its own pace.
