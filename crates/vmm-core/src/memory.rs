@@ -28,6 +28,15 @@ pub enum MemoryError {
         #[source]
         source: vm_memory::mmap::FromRangesError,
     },
+    /// The host refused to reserve the address range.
+    #[error("could not reserve {mib} MiB of address space for guest memory")]
+    Reserve {
+        /// Size asked for.
+        mib: u64,
+        /// What `mmap` said.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The RAM ranges for a guest of `size` bytes: one below the MMIO hole and,
@@ -53,6 +62,80 @@ pub fn create_guest_memory(mib: u64) -> Result<GuestMemory, MemoryError> {
         .map(|(start, len)| (start, len as usize))
         .collect();
     GuestMemoryMmap::from_ranges(&ranges).map_err(|source| MemoryError::Map { mib, source })
+}
+
+/// Host address space for `mib` MiB of guest RAM, reserved (`PROT_NONE`,
+/// nothing backs it) before the memory's contents are known, so that it
+/// can be registered with KVM ahead: the costly step of a restore's memory
+/// (a slot's set-up, milliseconds on a nested host) then happens in a VMM
+/// waiting for its workspace. A snapshot's memory file is later mapped
+/// over it in place ([`crate::snapshot::memory_file::map_private_into`]).
+#[derive(Debug)]
+pub struct ReservedMemory {
+    mib: u64,
+    /// Each RAM range: its guest address, length and host address.
+    ranges: Vec<(GuestAddress, u64, usize)>,
+}
+
+impl ReservedMemory {
+    /// Reserves the ranges [`ram_ranges`] gives for `mib` MiB.
+    pub fn new(mib: u64) -> Result<Self, MemoryError> {
+        if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&mib) {
+            return Err(MemoryError::SizeOutOfRange(mib));
+        }
+        let mut reserved = Self {
+            mib,
+            ranges: Vec::new(),
+        };
+        for (start, len) in ram_ranges(mib << 20) {
+            // SAFETY: a new anonymous mapping at an address the kernel
+            // chooses; it touches no existing memory.
+            let addr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len as usize,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if addr == libc::MAP_FAILED {
+                let source = std::io::Error::last_os_error();
+                return Err(MemoryError::Reserve { mib, source });
+            }
+            reserved.ranges.push((start, len, addr as usize));
+        }
+        Ok(reserved)
+    }
+
+    /// Its size.
+    pub fn mib(&self) -> u64 {
+        self.mib
+    }
+
+    /// Each range's guest address, length and host address.
+    pub fn ranges(&self) -> &[(GuestAddress, u64, usize)] {
+        &self.ranges
+    }
+
+    /// Hands the ranges to memory mapped over them, which from then on
+    /// lives as long as the process (see `map_private_into`).
+    pub(crate) fn keep_forever(mut self) {
+        self.ranges.clear();
+    }
+}
+
+impl Drop for ReservedMemory {
+    fn drop(&mut self) {
+        for &(_, len, addr) in &self.ranges {
+            // SAFETY: the range was mapped by `new` and nothing refers to
+            // it (a mapping over it would have cleared `ranges`).
+            unsafe {
+                libc::munmap(addr as *mut libc::c_void, len as usize);
+            }
+        }
+    }
 }
 
 /// Highest guest-physical address of RAM, plus one.
@@ -93,6 +176,21 @@ mod tests {
         assert!(matches!(
             create_guest_memory(MAX_MEM_MIB + 1),
             Err(MemoryError::SizeOutOfRange(_))
+        ));
+    }
+
+    #[test]
+    fn a_reservation_has_the_guests_ranges_and_goes_with_its_value() {
+        let reserved = ReservedMemory::new(32).unwrap();
+        assert_eq!(reserved.mib(), 32);
+        let [(start, len, addr)] = reserved.ranges() else {
+            panic!("{reserved:?}")
+        };
+        assert_eq!((*start, *len), (GuestAddress(0), 32 << 20));
+        assert_eq!(addr % 4096, 0);
+        assert!(matches!(
+            ReservedMemory::new(1),
+            Err(MemoryError::SizeOutOfRange(1))
         ));
     }
 

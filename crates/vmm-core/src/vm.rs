@@ -8,11 +8,11 @@ use kvm_bindings::{
 };
 use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
 use serde::{Deserialize, Serialize};
-use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::layout::{KVM_IDENTITY_MAP_START, KVM_TSS_START};
-use crate::memory::GuestMemory;
+use crate::memory::{GuestMemory, ReservedMemory};
 
 /// KVM API version every supported kernel reports.
 const KVM_API_VERSION: i32 = 12;
@@ -139,21 +139,41 @@ impl Vm {
 
     /// Gives the guest its RAM, one slot per region.
     pub fn register_memory(&self, mem: &GuestMemory) -> Result<(), VmError> {
-        for (slot, region) in mem.iter().enumerate() {
+        let mut ranges = Vec::new();
+        for region in mem.iter() {
             let start = region.start_addr();
             let host = region
                 .get_host_address(vm_memory::MemoryRegionAddress(0))
                 .map_err(|_| VmError::HostAddress(start.0))?;
+            ranges.push((start, region.len(), host as usize));
+        }
+        // SAFETY: each host range is a live mapping owned by `mem`, which the
+        // caller keeps alive for as long as this VM runs (Machine holds both).
+        unsafe { self.register_ranges(&ranges) }
+    }
+
+    /// Registers a reservation's ranges as the guest's RAM before anything
+    /// is mapped into them (see [`ReservedMemory`]).
+    pub fn register_reserved(&self, reserved: &ReservedMemory) -> Result<(), VmError> {
+        // SAFETY: the ranges are the reservation's mappings; the VM is
+        // dropped before it (PreparedVm's field order) or the memory mapped
+        // over them is never unmapped (`map_private_into`).
+        unsafe { self.register_ranges(reserved.ranges()) }
+    }
+
+    /// # Safety
+    /// Each host range must stay mapped while the VM may run.
+    unsafe fn register_ranges(&self, ranges: &[(GuestAddress, u64, usize)]) -> Result<(), VmError> {
+        for (slot, &(start, len, host)) in ranges.iter().enumerate() {
             let slot = slot as u32;
             let desc = kvm_userspace_memory_region {
                 slot,
                 flags: 0,
                 guest_phys_addr: start.0,
-                memory_size: region.len(),
+                memory_size: len,
                 userspace_addr: host as u64,
             };
-            // SAFETY: the host range is a live mapping owned by `mem`, which the
-            // caller keeps alive for as long as this VM runs (Machine holds both).
+            // SAFETY: the caller keeps the range mapped (this fn's contract).
             unsafe { self.fd.set_user_memory_region(desc) }
                 .map_err(|source| VmError::SetMemory { slot, source })?;
         }

@@ -209,18 +209,25 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         Err(MachineError::SnapshotMismatch(_))
     ));
 
-    // A VM prepared before the snapshot was known must have its vCPUs.
-    let two = PreparedVm::new(2).unwrap();
-    assert!(matches!(
-        Machine::restore_into(two, config(&snap, &disk2, "r4.sock", &out)),
-        Err(MachineError::SnapshotMismatch(_))
-    ));
+    // A VM prepared before the snapshot was known that does not fit it
+    // (its vCPUs, its memory's size) is set aside, never a failure.
+    for unfit in [
+        PreparedVm::new(2).unwrap(),
+        PreparedVm::with_memory(1, MEM_MIB * 2).unwrap(),
+    ] {
+        drop(Machine::restore_into(unfit, config(&snap, &disk2, "r4.sock", &out)).unwrap());
+        let _ = std::fs::remove_file(dir.0.join("r4.sock"));
+    }
 
-    // The restore, on a VM prepared before it (as a VMM waiting for its
-    // workspace makes one): a new machine, a new console, the disk copy.
+    // The restore, on a VM prepared before it with its memory's range
+    // registered (as a VMM waiting for its workspace makes one): a new
+    // machine, a new console, the disk copy.
     let out2 = testkit::Capture::default();
-    let prepared = PreparedVm::new(1).unwrap();
-    assert_eq!(prepared.vcpu_count(), 1);
+    let prepared = PreparedVm::with_memory(1, MEM_MIB).unwrap();
+    assert_eq!(
+        (prepared.vcpu_count(), prepared.mem_mib()),
+        (1, Some(MEM_MIB))
+    );
     let machine = Machine::restore_into(prepared, config(&snap, &disk2, "v2.sock", &out2)).unwrap();
     let handle = machine.handle();
     let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));

@@ -2,7 +2,8 @@
 //! its cgroup (so the guest's memory and the network helper count), clear
 //! a crashed run's sockets, attach the network (passt stays in the host's
 //! namespace), take a mount namespace of its own while this is the only
-//! thread, then build the machine or restore it from a snapshot.
+//! thread, then build the machine or restore it from a snapshot (onto the
+//! VM a standby process prepared, when it is one).
 
 use crate::error::{Result, VmmProcessError};
 use base::host::cgroup::{self, CgroupLimits, Placement};
@@ -17,7 +18,9 @@ use base::store::StateDir;
 use base::vmm::launch::{VmmLaunch, GUEST_CMDLINE};
 use base::volumes::VolumeStore;
 use vmm_core::devices::serial::ConsoleSink;
-use vmm_core::machine::{DiskConfig, NetBackendConfig, NetConfig, RestoreConfig, VsockConfig};
+use vmm_core::machine::{
+    DiskConfig, NetBackendConfig, NetConfig, PreparedVm, RestoreConfig, VsockConfig,
+};
 use vmm_core::{KernelVariant, Machine, MachineConfig};
 
 /// The guest's vsock context id (the first one guests get).
@@ -60,6 +63,7 @@ impl Built {
         ws: &WorkspaceDir,
         launch: &VmmLaunch,
         spec: &WorkspaceSpec,
+        prepared: Option<PreparedVm>,
     ) -> Self {
         let now = vmm_core::vcpu::monotonic_ns;
         let began_ns = now();
@@ -87,7 +91,9 @@ impl Built {
                 };
                 match &launch.restore {
                     None => build_machine(state, ws, spec, launch.kernel, net, addressing),
-                    Some(dir) => restore_machine(state, ws, spec, launch.kernel, dir, net),
+                    Some(dir) => {
+                        restore_machine(state, ws, spec, launch.kernel, dir, net, prepared)
+                    }
                 }
             });
         Self {
@@ -227,18 +233,23 @@ fn restore_machine(
     kernel: KernelVariant,
     dir: &std::path::Path,
     net: Option<NetBackendConfig>,
+    prepared: Option<PreparedVm>,
 ) -> Result<Machine> {
     let images = ImageRegistry::new(state, asset_dir(), kernel);
     let image = images.get(&spec.image)?;
     let console = ConsoleLogWriter::create(ws.path())?;
-    Machine::restore(RestoreConfig {
+    let cfg = RestoreConfig {
         snapshot: dir.to_path_buf(),
         console: ConsoleSink::new().with(Box::new(console)),
         disks: workspace_disks(state, image.rootfs, ws, spec)?,
         vsock_uds: Some(ws.vsock()),
         vsock_routes: service_routes(ws, spec),
         net,
-    })
+    };
+    match prepared {
+        Some(prepared) => Machine::restore_into(prepared, cfg),
+        None => Machine::restore(cfg),
+    }
     .map_err(|e| start_failed(ws, &e))
 }
 

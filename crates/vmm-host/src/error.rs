@@ -45,6 +45,12 @@ pub enum VmmProcessError {
     /// A published port could not be bound.
     #[error(transparent)]
     Port(#[from] PortError),
+    /// A standby process could not prepare its VM.
+    #[error("preparing the standby's VM")]
+    StandbyVm(#[source] vmm_core::machine::MachineError),
+    /// A standby process could not wait for or take its claim.
+    #[error(transparent)]
+    Standby(#[from] base::vmm::standby::StandbyError),
     /// The spec's service ports break its rules.
     #[error("service ports")]
     ServicePorts(#[source] base::store::spec::SpecError),

@@ -11,7 +11,8 @@
 //!   the owner process a one-shot workspace lives for;
 //! - [`file_access`]: Landlock, the files and sockets it may still reach;
 //! - [`port_forward`]: published ports, host TCP to guest vsock;
-//! - [`seccomp`]: what its control threads may do under seccomp.
+//! - [`seccomp`]: what its control threads may do under seccomp;
+//! - [`standby`]: a VMM process made before its workspace is known.
 
 mod build;
 mod egress;
@@ -22,6 +23,7 @@ mod guest_ready;
 pub mod port_forward;
 pub mod process;
 pub mod seccomp;
+pub mod standby;
 
 pub use error::VmmProcessError;
 pub use process::{RunEnd, VmmProcess, VmmStopper};

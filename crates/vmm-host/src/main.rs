@@ -11,7 +11,19 @@ use base::vmm::launch::VmmLaunch;
 use vmm_host::{VmmProcess, VmmStopper};
 
 fn main() -> ExitCode {
-    let Some(launch) = VmmLaunch::from_args(std::env::args_os().skip(1)) else {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some((home, shape)) = base::vmm::standby::standby_from_args(&args) {
+        init_logging();
+        return match vmm_host::standby::wait_for_claim(&home, shape) {
+            Ok(Some(claimed)) => run(&claimed.launch, Some(claimed.prepared)),
+            Ok(None) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("microagent-vmm: standby: {}", e.full_message());
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let Some(launch) = VmmLaunch::from_args(args) else {
         eprintln!(
             "microagent-vmm: runs one workspace's VM and is started by `microagent start`; it takes the arguments `{} {} --home DIR --kernel VARIANT [--restore DIR] NAME`",
             base::vmm::launch::VMM_SUBCOMMAND[0],
@@ -20,12 +32,21 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     init_logging();
+    run(&launch, None)
+}
+
+/// Runs the workspace `launch` names until it ends (onto `prepared`, the
+/// VM a standby made for it, when given).
+fn run(launch: &VmmLaunch, prepared: Option<vmm_core::machine::PreparedVm>) -> ExitCode {
     // Before any thread exists, so every thread inherits the mask and only
     // the signal thread below receives these.
     let signals = block_termination_signals();
     let ran = base::store::StateDir::at(&launch.home)
         .map_err(vmm_host::VmmProcessError::from)
-        .and_then(|state| VmmProcess::prepare(state, &launch))
+        .and_then(|state| match prepared {
+            Some(prepared) => VmmProcess::prepare_claimed(state, launch, prepared),
+            None => VmmProcess::prepare(state, launch),
+        })
         .and_then(|vmm| {
             vmm.run(|stopper| {
                 std::thread::spawn(move || stop_on_signals(&stopper, signals));

@@ -49,6 +49,14 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
         "CONFLICT"
     );
     assert_eq!(sh("dev", "echo B > /root/b").status, 0);
+    // With a standby kept (issue 59): f1's restore starts a VMM process
+    // and a standby for the next; f2's restore is handed to that standby.
+    let config = cli.home().join("config.json");
+    std::fs::write(&config, r#"{"standby": {"count": 1}}"#).unwrap();
+    let shape = workspace::vmm::standby::StandbyShape {
+        vcpus: 1,
+        mem_mib: 256,
+    };
     for fork in ["f1", "f2"] {
         let began = Instant::now();
         let forked = cli.ok_json(&["fork", "dev", fork, "--snapshot", "s1", "--json"]);
@@ -59,7 +67,22 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
             "forks publish no ports"
         );
         eprintln!("{fork} forked in {:.1} s", began.elapsed().as_secs_f64());
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        while workspace::vmm::standby::waiting(cli.home(), shape) == 0 {
+            assert!(Instant::now() < deadline, "no standby started after {fork}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
+    let vmm_log = |ws: &str| {
+        std::fs::read_to_string(cli.home().join(format!("workspaces/{ws}/vmm.log"))).unwrap()
+    };
+    assert!(vmm_log("f1").contains("standby=false"), "{}", vmm_log("f1"));
+    assert!(vmm_log("f2").contains("standby=true"), "{}", vmm_log("f2"));
+    assert!(vmm_log("f2").contains("memory_registered_ahead=true"));
+    // A standby's VMM is confined as any other.
+    crate::confinement::check(cli, "f2");
+    std::fs::remove_file(&config).unwrap();
+    assert_eq!(workspace::vmm::standby::retire_all(cli.home()), 1);
     // Both at once, each seeing A and not B.
     let listings: Vec<_> = std::thread::scope(|scope| {
         ["f1", "f2"]

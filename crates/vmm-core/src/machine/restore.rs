@@ -14,6 +14,7 @@ use super::{DiskConfig, Machine, MachineError, NetBackendConfig, NetConfig, Vsoc
 use crate::arch::cpuid::VcpuTopology;
 use crate::devices::event_loop::EventLoop;
 use crate::devices::serial::ConsoleSink;
+use crate::memory::ReservedMemory;
 use crate::snapshot::{memory_file, MachineState, SnapshotFiles};
 use crate::vm::{HostCpu, Vm};
 
@@ -27,6 +28,9 @@ pub struct PreparedVm {
     host: HostCpu,
     vcpus: Vec<VcpuFd>,
     event_loop: EventLoop,
+    /// Guest RAM's address range, registered with KVM ahead (after `vm`:
+    /// a VM dropped unused goes before its memory's range).
+    memory: Option<ReservedMemory>,
 }
 
 impl PreparedVm {
@@ -44,12 +48,35 @@ impl PreparedVm {
             host,
             vcpus,
             event_loop: EventLoop::new()?,
+            memory: None,
         })
+    }
+
+    /// A VM with `vcpus` vCPUs and `mem_mib` MiB of RAM's address range
+    /// registered with KVM, to be filled by a snapshot's memory file. The
+    /// memory mapped there lives as long as the process: for a process
+    /// that runs this one machine.
+    pub fn with_memory(vcpus: u8, mem_mib: u64) -> Result<Self, MachineError> {
+        let mut prepared = Self::new(vcpus)?;
+        let reserved = ReservedMemory::new(mem_mib)?;
+        prepared.vm.register_reserved(&reserved)?;
+        prepared.memory = Some(reserved);
+        Ok(prepared)
     }
 
     /// How many vCPUs it has.
     pub fn vcpu_count(&self) -> usize {
         self.vcpus.len()
+    }
+
+    /// Its memory's size, when it has its memory's range.
+    pub fn mem_mib(&self) -> Option<u64> {
+        self.memory.as_ref().map(ReservedMemory::mib)
+    }
+
+    /// Whether a machine of `vcpus` vCPUs and `mem_mib` MiB can go on it.
+    fn fits(&self, vcpus: usize, mem_mib: u64) -> bool {
+        self.vcpus.len() == vcpus && self.mem_mib().is_none_or(|m| m == mem_mib)
     }
 }
 
@@ -89,11 +116,25 @@ impl Machine {
         Self::restore_state_into(prepared, cfg, state, began)
     }
 
-    /// Builds the machine saved in `cfg.snapshot` on `prepared` (which
-    /// must have the snapshot's vCPU count); nothing runs yet.
+    /// Builds the machine saved in `cfg.snapshot` on `prepared`; nothing
+    /// runs yet. A prepared VM that does not fit the snapshot (another
+    /// vCPU count or memory size) is set aside and a fresh one made: a
+    /// VMM prepared ahead never makes a restore fail.
     pub fn restore_into(prepared: PreparedVm, cfg: RestoreConfig) -> Result<Self, MachineError> {
         let began = std::time::Instant::now();
         let state = MachineState::read(&SnapshotFiles::new(&cfg.snapshot))?;
+        check_fits(&state, &cfg)?;
+        let prepared = if prepared.fits(state.vcpus.len(), state.mem_mib) {
+            prepared
+        } else {
+            tracing::info!(
+                prepared_vcpus = prepared.vcpu_count(),
+                prepared_mem_mib = prepared.mem_mib(),
+                "the prepared VM does not fit the snapshot: a fresh one is made"
+            );
+            drop(prepared);
+            PreparedVm::new(state.vcpus.len() as u8)?
+        };
         Self::restore_state_into(prepared, cfg, state, began)
     }
 
@@ -106,7 +147,6 @@ impl Machine {
         began: std::time::Instant,
     ) -> Result<Self, MachineError> {
         let files = SnapshotFiles::new(&cfg.snapshot);
-        check_fits(&state, &cfg)?;
         if prepared.vcpus.len() != state.vcpus.len() {
             return Err(MachineError::SnapshotMismatch(format!(
                 "it has {} vCPUs, the prepared VM {}",
@@ -119,10 +159,17 @@ impl Machine {
             host,
             vcpus,
             event_loop,
+            memory,
         } = prepared;
-        let mem = memory_file::map_private(&files.memory(), state.mem_mib)
-            .map_err(crate::snapshot::SnapshotError::from)?;
-        vm.register_memory(&mem)?;
+        let in_place = memory.is_some();
+        let mem = match memory {
+            Some(reserved) => memory_file::map_private_into(&files.memory(), reserved),
+            None => memory_file::map_private(&files.memory(), state.mem_mib),
+        }
+        .map_err(crate::snapshot::SnapshotError::from)?;
+        if !in_place {
+            vm.register_memory(&mem)?;
+        }
         let mapped = began.elapsed();
         let count = state.vcpus.len() as u8;
         for (index, vcpu) in state.vcpus.iter().enumerate() {
@@ -187,6 +234,7 @@ impl Machine {
             state_memory_and_vm_us = mapped.as_micros() as u64,
             irqchip_and_devices_us = devices.as_micros() as u64,
             restored_us = began.elapsed().as_micros() as u64,
+            memory_registered_ahead = in_place,
             "machine restored (times since the restore began)"
         );
         Ok(machine)

@@ -18,7 +18,7 @@ use vm_memory::{
     MemoryRegionAddress,
 };
 
-use crate::memory::{ram_ranges, GuestMemory};
+use crate::memory::{ram_ranges, GuestMemory, ReservedMemory};
 
 /// Page granularity of holes.
 const PAGE: usize = 4096;
@@ -57,6 +57,9 @@ pub enum MemoryFileError {
     /// The host refused the mapping.
     #[error("could not map the memory file")]
     Map(#[source] vm_memory::mmap::MmapRegionError),
+    /// The host refused to map the file over its reserved range.
+    #[error("could not map the memory file over its reserved range")]
+    MapInPlace(#[source] io::Error),
     /// Reading the file failed.
     #[error("could not read the memory file {}", path.display())]
     Read {
@@ -220,21 +223,8 @@ pub fn digest(path: &Path) -> Result<String, MemoryFileError> {
 /// Maps the memory file at `path` copy-on-write as the RAM of a guest of
 /// `mem_mib` MiB (laid out as [`crate::memory::create_guest_memory`] lays it).
 pub fn map_private(path: &Path, mem_mib: u64) -> Result<GuestMemory, MemoryFileError> {
-    let file = File::open(path).map_err(|source| MemoryFileError::Open {
-        path: path.to_owned(),
-        source,
-    })?;
     let expected = mem_mib << 20;
-    let found = file
-        .metadata()
-        .map_err(|source| MemoryFileError::Open {
-            path: path.to_owned(),
-            source,
-        })?
-        .len();
-    if found != expected {
-        return Err(MemoryFileError::Length { found, expected });
-    }
+    let file = open_sized(path, mem_mib)?;
     let file = std::sync::Arc::new(file);
     let mut regions = Vec::new();
     let mut offset = 0u64;
@@ -252,6 +242,77 @@ pub fn map_private(path: &Path, mem_mib: u64) -> Result<GuestMemory, MemoryFileE
         offset += len;
     }
     GuestMemory::from_regions(regions).map_err(MemoryFileError::Regions)
+}
+
+/// Maps the memory file at `path` MAP_PRIVATE over `reserved`, in place
+/// (its ranges were registered with KVM ahead: see [`ReservedMemory`]).
+/// The mapping then lives as long as the process: a VMM process runs one
+/// machine, and the memory's users (devices, vCPU threads) need not be
+/// counted to know when it may go.
+pub fn map_private_into(
+    path: &Path,
+    reserved: ReservedMemory,
+) -> Result<GuestMemory, MemoryFileError> {
+    let file = open_sized(path, reserved.mib())?;
+    let file = std::sync::Arc::new(file);
+    let mut regions = Vec::new();
+    let mut offset = 0u64;
+    for &(start, len, addr) in reserved.ranges() {
+        // SAFETY: MAP_FIXED over the reservation's own range, which nothing
+        // else in the process uses; on failure the reservation's Drop
+        // unmaps what is left of it.
+        let mapped = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                std::os::fd::AsRawFd::as_raw_fd(&*file),
+                offset as libc::off_t,
+            )
+        };
+        if mapped == libc::MAP_FAILED {
+            return Err(MemoryFileError::MapInPlace(io::Error::last_os_error()));
+        }
+        // SAFETY: `addr` and `len` are the mapping just made, page-aligned;
+        // it is never unmapped (the reservation is kept below).
+        let mapping = unsafe {
+            MmapRegionBuilder::new(len as usize)
+                .with_file_offset(FileOffset::from_arc(file.clone(), offset))
+                .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
+                .with_mmap_flags(libc::MAP_PRIVATE | libc::MAP_NORESERVE)
+                .with_raw_mmap_pointer(addr as *mut u8)
+        }
+        .build()
+        .map_err(MemoryFileError::Map)?;
+        let region = GuestRegionMmap::new(mapping, start).ok_or(MemoryFileError::Regions(
+            vm_memory::GuestRegionCollectionError::NoMemoryRegion,
+        ))?;
+        regions.push(region);
+        offset += len;
+    }
+    reserved.keep_forever();
+    GuestMemory::from_regions(regions).map_err(MemoryFileError::Regions)
+}
+
+/// Opens the memory file of a guest of `mem_mib` MiB, checking its length.
+fn open_sized(path: &Path, mem_mib: u64) -> Result<File, MemoryFileError> {
+    let file = File::open(path).map_err(|source| MemoryFileError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    let expected = mem_mib << 20;
+    let found = file
+        .metadata()
+        .map_err(|source| MemoryFileError::Open {
+            path: path.to_owned(),
+            source,
+        })?
+        .len();
+    if found != expected {
+        return Err(MemoryFileError::Length { found, expected });
+    }
+    Ok(file)
 }
 
 #[cfg(test)]
@@ -304,6 +365,31 @@ mod tests {
         // Copy-on-write: the guest's writes never reach the file.
         restored.write_slice(b"changed", GuestAddress(0)).unwrap();
         let again = map_private(&path, 32).unwrap();
+        again.read_slice(&mut buf, GuestAddress(0)).unwrap();
+        assert_eq!(&buf, b"first page");
+
+        // Mapped over a reservation, in place: the same contents at the
+        // reserved host addresses; a reservation of another size refused.
+        let reserved = crate::memory::ReservedMemory::new(32).unwrap();
+        let host = reserved.ranges()[0].2;
+        let wrong = crate::memory::ReservedMemory::new(16).unwrap();
+        assert!(matches!(
+            map_private_into(&path, wrong),
+            Err(MemoryFileError::Length { .. })
+        ));
+        let in_place = map_private_into(&path, reserved).unwrap();
+        let region = in_place.find_region(GuestAddress(0)).unwrap();
+        assert_eq!(
+            region.get_host_address(MemoryRegionAddress(0)).unwrap() as usize,
+            host
+        );
+        in_place.read_slice(&mut buf, GuestAddress(0)).unwrap();
+        assert_eq!(&buf, b"first page");
+        in_place
+            .read_slice(&mut end, GuestAddress((32 << 20) - 4))
+            .unwrap();
+        assert_eq!(&end, b"last");
+        in_place.write_slice(b"changed", GuestAddress(0)).unwrap();
         again.read_slice(&mut buf, GuestAddress(0)).unwrap();
         assert_eq!(&buf, b"first page");
         std::fs::remove_file(&path).unwrap();

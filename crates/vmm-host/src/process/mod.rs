@@ -234,6 +234,27 @@ impl VmmProcess {
     pub fn prepare(state: StateDir, launch: &VmmLaunch) -> Result<Self> {
         let entered = vmm_core::vcpu::monotonic_ns();
         crate::guard::leave_starter(launch.owner_fd);
+        Self::prepare_on(state, launch, None, entered)
+    }
+
+    /// As [`VmmProcess::prepare`], for a standby process that took
+    /// `launch` (`crate::standby`): it left its starter when it started,
+    /// and its machine goes onto the VM it prepared.
+    pub fn prepare_claimed(
+        state: StateDir,
+        launch: &VmmLaunch,
+        prepared: vmm_core::machine::PreparedVm,
+    ) -> Result<Self> {
+        let entered = vmm_core::vcpu::monotonic_ns();
+        Self::prepare_on(state, launch, Some(prepared), entered)
+    }
+
+    fn prepare_on(
+        state: StateDir,
+        launch: &VmmLaunch,
+        mut prepared: Option<vmm_core::machine::PreparedVm>,
+        entered: u64,
+    ) -> Result<Self> {
         let owner = launch.owner_fd.then(|| {
             use std::os::fd::FromRawFd;
             // SAFETY: the starter put the owner's pidfd there
@@ -249,12 +270,14 @@ impl VmmProcess {
         // of this workspace runs, so stale sockets of a crashed run (the
         // binds would fail) can go. Without the ticket nothing is touched
         // before the record says this process was started for it.
+        let claimed = prepared.is_some();
         let ticketed = launch
             .ticket
             .as_deref()
             .is_some_and(|t| ws.holds_launch_ticket(t));
         let early = if ticketed {
-            Some(Built::build(&state, &ws, launch, &ws.read_meta()?.spec))
+            let spec = ws.read_meta()?.spec;
+            Some(Built::build(&state, &ws, launch, &spec, prepared.take()))
         } else {
             None
         };
@@ -262,7 +285,7 @@ impl VmmProcess {
         ws.remove_launch_ticket();
         let mut built = match early {
             Some(built) => built,
-            None => Built::build(&state, &ws, launch, &meta.spec),
+            None => Built::build(&state, &ws, launch, &meta.spec, prepared.take()),
         };
         let (listeners, net_ns) = listeners::bind_ports(&meta.spec, &mut built.machine);
         let relays = listeners::bind_relays(&state, &ws, &meta.spec, &mut built.machine);
@@ -291,6 +314,7 @@ impl VmmProcess {
             checked_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
             restored = launch.restore.is_some(),
             before_the_record = ticketed,
+            standby = claimed,
             "machine built (times since the VMM's launch)"
         );
         let shared = Arc::new(Shared {

@@ -3,6 +3,7 @@
 //! wake every call to a guest goes through (`hibernation`, above this).
 
 pub(crate) mod hibernation;
+mod standbys;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -195,20 +196,35 @@ impl Workspaces {
         launch = launch.with_ticket(&ws.issue_launch_ticket()?);
         meta.state = meta.state.become_(State::Starting)?;
         meta.pristine = false;
+        // A restore goes to a VMM process made ahead, when one waits.
+        let standbys = match boot.restore {
+            Some(_) => standbys::kept(self.state.root()),
+            None => 0,
+        };
         let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
-        let spawned = launch
-            .spawn(&log, owner.as_ref())
-            .map_err(|e| Error::StartFailed {
-                name: name.into(),
-                reason: format!(
-                    "the VMM process {} could not be started: {}",
-                    self.vmm_binary.display(),
-                    base::error_chain::error_chain(&e)
-                ),
-            })?;
-        let pid = spawned.pid;
-        // Reaped by a thread, so a long-lived caller collects no zombies.
-        std::thread::spawn(move || process::reap(pid));
+        let claimed = (standbys > 0)
+            .then(|| standbys::claim(self.state.root(), &meta.spec, &launch, &log, owner.as_ref()))
+            .flatten();
+        let pid = match claimed {
+            Some(pid) => pid,
+            None => {
+                let spawned =
+                    launch
+                        .spawn(&log, owner.as_ref())
+                        .map_err(|e| Error::StartFailed {
+                            name: name.into(),
+                            reason: format!(
+                                "the VMM process {} could not be started: {}",
+                                self.vmm_binary.display(),
+                                base::error_chain::error_chain(&e)
+                            ),
+                        })?;
+                let pid = spawned.pid;
+                // Reaped by a thread, so a long-lived caller collects no zombies.
+                std::thread::spawn(move || process::reap(pid));
+                pid
+            }
+        };
         let Some(pid_start) = process::start_ticks(pid) else {
             return Err(Error::StartFailed {
                 name: name.into(),
@@ -231,6 +247,9 @@ impl Workspaces {
         if let Err(e) = ws.write_meta(&meta) {
             process::kill(pid, pid_start);
             return Err(e.into());
+        }
+        if standbys > 0 {
+            standbys::refill(self.state.root(), &self.vmm_binary, &meta.spec, standbys);
         }
         Ok(boot)
     }

@@ -1,0 +1,77 @@
+//! A standby VMM process (`microagent-vmm vmm standby`): made before its
+//! workspace is known, it leaves its starter, prepares a KVM VM with the
+//! shape's vCPUs and guest memory's range registered, and waits on its
+//! claim socket (`base::vmm::standby`). The launch it takes is then run as
+//! a freshly started VMM process would run it, onto that VM, with the
+//! claim's `vmm.log` as stderr and its owner's pidfd as
+//! [`OWNER_FD`](base::vmm::spawn::OWNER_FD). Unclaimed, it ends.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use base::vmm::launch::VmmLaunch;
+use base::vmm::spawn::OWNER_FD;
+use base::vmm::standby::{ClaimListener, StandbyShape, STANDBY_WAIT};
+use vmm_core::machine::PreparedVm;
+
+use crate::error::{Result, VmmProcessError};
+
+/// A launch a standby took, with the VM it prepared for it.
+#[derive(Debug)]
+pub struct Claimed {
+    /// What to run.
+    pub launch: VmmLaunch,
+    /// The VM made ahead.
+    pub prepared: PreparedVm,
+}
+
+/// Prepares the VM of `shape` and waits for the launch that takes it:
+/// `None` when none came in [`STANDBY_WAIT`] (the process should end).
+/// Runs first in the process, while it is its only thread.
+pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed>> {
+    crate::guard::leave_starter(false);
+    // The owner's pidfd goes to a fixed number: held by /dev/null until
+    // then, so none of the descriptors opened below takes it.
+    let placeholder = std::fs::File::open("/dev/null")
+        .map_err(VmmProcessError::host_io("opening /dev/null".to_owned()))?;
+    move_to(placeholder.into(), OWNER_FD)?;
+    let prepared =
+        PreparedVm::with_memory(shape.vcpus, shape.mem_mib).map_err(VmmProcessError::StandbyVm)?;
+    let listener = ClaimListener::bind(home, shape)?;
+    tracing::info!(socket = %listener.path().display(), "standby waiting for its claim");
+    let Some(claim) = listener.wait(STANDBY_WAIT)? else {
+        tracing::info!("standby unclaimed: ending");
+        return Ok(None);
+    };
+    move_to(claim.log, libc::STDERR_FILENO)?;
+    match claim.owner {
+        Some(owner) => move_to(owner, OWNER_FD)?,
+        // SAFETY: closes the placeholder this function put there.
+        None => unsafe {
+            libc::close(OWNER_FD);
+        },
+    }
+    Ok(Some(Claimed {
+        launch: claim.launch,
+        prepared,
+    }))
+}
+
+/// Puts `fd` at the number `to` (closing what was there), without
+/// close-on-exec as an inherited descriptor would be.
+fn move_to(fd: OwnedFd, to: i32) -> Result<()> {
+    if fd.as_raw_fd() == to {
+        std::mem::forget(fd);
+        return Ok(());
+    }
+    // SAFETY: dup2 onto a number this process reserved for it (stderr, or
+    // the owner's slot held by the placeholder); `fd` is closed on drop.
+    if unsafe { libc::dup2(fd.as_raw_fd(), to) } < 0 {
+        return Err(
+            VmmProcessError::host_io(format!("placing descriptor {to}"))(
+                std::io::Error::last_os_error(),
+            ),
+        );
+    }
+    Ok(())
+}
