@@ -308,11 +308,7 @@ fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<(Vec<f64>,
     let mut standby = Vec::new();
     for i in 0..runs {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let shape = workspace::vmm::standby::StandbyShape {
-            vcpus: 1,
-            mem_mib: 256,
-        };
-        while workspace::vmm::standby::waiting(home, shape) == 0 {
+        while workspace::vmm::standby::waiting_all(home) == 0 {
             if Instant::now() > deadline {
                 bail!("no standby VMM waiting after 30 s");
             }

@@ -441,7 +441,9 @@ pub(crate) fn namespace() -> &'static str {
 pub(crate) fn open_workspaces() -> workspace::Result<Workspaces> {
     let mut builder = Workspaces::builder();
     if let Ok(me) = std::env::current_exe() {
-        builder = builder.vmm_program(me.with_file_name(VMM_PROGRAM));
+        builder = builder
+            .vmm_program(me.with_file_name(VMM_PROGRAM))
+            .standby_vmms(true);
     }
     builder.build()?.in_namespace(namespace())
 }

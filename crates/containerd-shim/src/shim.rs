@@ -38,7 +38,9 @@ pub fn open_workspaces(state_dir: Option<&Path>) -> Result<Workspaces, workspace
         builder = builder.state_dir(dir);
     }
     if let Ok(me) = std::env::current_exe() {
-        builder = builder.vmm_program(me.with_file_name(VMM_PROGRAM));
+        builder = builder
+            .vmm_program(me.with_file_name(VMM_PROGRAM))
+            .standby_vmms(true);
     }
     builder.build()
 }

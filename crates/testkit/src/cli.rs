@@ -219,7 +219,9 @@ impl CliHome {
             .filter(|pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-                is_live(*pid) && cmdline.contains("serve-workspace") && cmdline.contains(&needle)
+                is_live(*pid)
+                    && (cmdline.contains("serve-workspace") || cmdline.contains("vmm standby"))
+                    && cmdline.contains(&needle)
             })
             .collect()
     }

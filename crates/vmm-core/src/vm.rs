@@ -154,7 +154,7 @@ impl Vm {
 
     /// Registers a reservation's ranges as the guest's RAM before anything
     /// is mapped into them (see [`ReservedMemory`]).
-    pub fn register_reserved(&self, reserved: &ReservedMemory) -> Result<(), VmError> {
+    pub(crate) fn register_reserved(&self, reserved: &ReservedMemory) -> Result<(), VmError> {
         // SAFETY: the ranges are the reservation's mappings; the VM is
         // dropped before it (PreparedVm's field order) or the memory mapped
         // over them is never unmapped (`map_private_into`).

@@ -53,10 +53,6 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
     // and a standby for the next; f2's restore is handed to that standby.
     let config = cli.home().join("config.json");
     std::fs::write(&config, r#"{"standby": {"count": 1}}"#).unwrap();
-    let shape = workspace::vmm::standby::StandbyShape {
-        vcpus: 1,
-        mem_mib: 256,
-    };
     for fork in ["f1", "f2"] {
         let began = Instant::now();
         let forked = cli.ok_json(&["fork", "dev", fork, "--snapshot", "s1", "--json"]);
@@ -68,7 +64,7 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
         );
         eprintln!("{fork} forked in {:.1} s", began.elapsed().as_secs_f64());
         let deadline = Instant::now() + std::time::Duration::from_secs(30);
-        while workspace::vmm::standby::waiting(cli.home(), shape) == 0 {
+        while workspace::vmm::standby::waiting_all(cli.home()) == 0 {
             assert!(Instant::now() < deadline, "no standby started after {fork}");
             std::thread::sleep(std::time::Duration::from_millis(50));
         }

@@ -17,6 +17,7 @@ pub struct WorkspacesBuilder {
     state_dir: Option<PathBuf>,
     assets: Option<Option<PathBuf>>,
     vmm_program: Option<PathBuf>,
+    standby_vmms: bool,
     task_program: Option<PathBuf>,
     limits: Option<Limits>,
     warm_dir: Option<PathBuf>,
@@ -44,6 +45,17 @@ impl WorkspacesBuilder {
     /// (the `microagent` binary does).
     pub fn vmm_program(mut self, program: impl Into<PathBuf>) -> Self {
         self.vmm_program = Some(program.into());
+        self
+    }
+
+    /// Says that the VMM program also runs a standby VMM process when
+    /// given the arguments of `base::vmm::standby::standby_args` (it calls
+    /// `vmm_host::standby::wait_for_claim`, as `microagent-vmm` does):
+    /// restores are then handed to standbys made ahead when the state
+    /// directory's `config.json` keeps them (`{"standby": {"count": N}}`).
+    /// Default: off, whatever `config.json` says.
+    pub fn standby_vmms(mut self, runs_them: bool) -> Self {
+        self.standby_vmms = runs_them;
         self
     }
 
@@ -98,6 +110,7 @@ impl WorkspacesBuilder {
         let mut ws = Workspaces::new(state, assets, program).with_limits(limits);
         ws.warm_dir = self.warm_dir;
         ws.task_program = self.task_program;
+        ws.standby_vmms = self.standby_vmms;
         Ok(ws)
     }
 }

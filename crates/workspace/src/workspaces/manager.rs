@@ -108,6 +108,9 @@ pub struct Workspaces {
     /// The asset directory built images are imported from.
     pub(crate) assets: Option<PathBuf>,
     pub(crate) vmm_binary: PathBuf,
+    /// The VMM program also runs standbys (`vmm standby`): restores may
+    /// be handed to them (`WorkspacesBuilder::standby_vmms`).
+    pub(crate) standby_vmms: bool,
     /// What `create` and `set_ttl` accept.
     pub(crate) limits: Limits,
     /// Where warm snapshots are kept, when not `$MICROAGENT_WARM_DIR` or
@@ -148,6 +151,7 @@ impl Workspaces {
             images,
             assets,
             vmm_binary,
+            standby_vmms: false,
             limits: LIMITS,
             warm_dir: None,
             task_program: None,

@@ -198,12 +198,21 @@ impl Workspaces {
         meta.pristine = false;
         // A restore goes to a VMM process made ahead, when one waits.
         let standbys = match boot.restore {
-            Some(_) => standbys::kept(self.state.root()),
-            None => 0,
+            Some(_) if self.standby_vmms => standbys::kept(self.state.root()),
+            _ => 0,
         };
         let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
         let claimed = (standbys > 0)
-            .then(|| standbys::claim(self.state.root(), &meta.spec, &launch, &log, owner.as_ref()))
+            .then(|| {
+                standbys::claim(
+                    self.state.root(),
+                    &meta.spec,
+                    &self.vmm_binary,
+                    &launch,
+                    &log,
+                    owner.as_ref(),
+                )
+            })
             .flatten();
         let pid = match claimed {
             Some(pid) => pid,
@@ -249,7 +258,7 @@ impl Workspaces {
             return Err(e.into());
         }
         if standbys > 0 {
-            standbys::refill(self.state.root(), &self.vmm_binary, &meta.spec, standbys);
+            standbys::refill_soon(self.state.root(), &self.vmm_binary, &meta.spec, standbys);
         }
         Ok(boot)
     }
