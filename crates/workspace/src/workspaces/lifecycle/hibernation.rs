@@ -157,6 +157,7 @@ impl Workspaces {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+        self.discard_if_owner_gone(name)?;
         let launched = self.launch_vmm(name, |meta| {
             if meta.state != State::Hibernated {
                 return Err(Error::WrongState {
@@ -185,5 +186,99 @@ impl Workspaces {
         // machine (and another caller may be waiting on it).
         self.wait_until_running(name, started, timeout, &mut progress, false)
             .await
+    }
+
+    /// A workspace that lived for a process (`run`, an MCP session's) and
+    /// whose process ended while it was hibernated is not restored: its
+    /// VMM would have stopped it then. It is recorded stopped, its
+    /// hibernation discarded (a session's workspace then goes at the next
+    /// listing, as any whose owner ended), and the caller is told.
+    pub(crate) fn discard_if_owner_gone(&self, name: &str) -> Result<()> {
+        let ws = self.dir(name)?;
+        let (_lock, mut meta) = self.lock_existing(name)?;
+        let Some(owner) = meta.spec.owner else {
+            return Ok(());
+        };
+        if meta.state != State::Hibernated || process::pidfd(owner.pid, owner.start_ticks).is_some()
+        {
+            return Ok(());
+        }
+        ws.record_hibernation_discarded(&mut meta, OWNER_ENDED)?;
+        Err(Error::WrongState {
+            name: name.to_owned(),
+            state: meta.state,
+            why: OWNER_ENDED,
+            remedy: None,
+        })
+    }
+}
+
+/// Why a hibernated workspace whose owner ended is not restored.
+const OWNER_ENDED: &str = "the process it ran for ended while it was hibernated: it was stopped";
+
+#[cfg(test)]
+mod tests {
+    use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
+    use crate::Error;
+    use base::store::spec::{Hibernation, Owner};
+    use base::store::state::State;
+
+    #[test]
+    fn a_hibernated_workspace_whose_owner_ended_is_stopped_not_restored() {
+        if !have_mkfs("a_hibernated_workspace_whose_owner_ended_is_stopped_not_restored") {
+            return;
+        }
+        let f = fixture("owner-hibernated", "/nonexistent");
+        let hibernated = |name: &str, owner: Owner| {
+            f.ws.create(name, spec()).unwrap();
+            let ws = f.ws.dir(name).unwrap();
+            let mut meta = ws.read_meta().unwrap();
+            meta.spec.owner = Some(owner);
+            meta.state = State::Hibernated;
+            meta.hibernation = Some(Hibernation::new(1, "idle", None));
+            ws.write_meta(&meta).unwrap();
+            std::fs::create_dir_all(ws.hibernation()).unwrap();
+            ws
+        };
+        // An owner that has ended: a pid above the kernel's limit.
+        let gone = hibernated(
+            "gone",
+            Owner {
+                pid: 99_999_999,
+                start_ticks: 1,
+            },
+        );
+        let refused = f.ws.discard_if_owner_gone("gone").unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Error::WrongState {
+                    state: State::Stopped,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        let meta = gone.read_meta().unwrap();
+        assert_eq!((meta.state, meta.hibernation), (State::Stopped, None));
+        assert!(meta
+            .last_exit
+            .unwrap()
+            .reason
+            .contains("ended while it was hibernated"));
+        assert!(!gone.hibernation().exists());
+        // An owner still there (this test): restored as usual.
+        let me = std::process::id();
+        let ticks = base::store::process::start_ticks(me).unwrap();
+        let kept = hibernated(
+            "kept",
+            Owner {
+                pid: me,
+                start_ticks: ticks,
+            },
+        );
+        f.ws.discard_if_owner_gone("kept").unwrap();
+        assert_eq!(kept.read_meta().unwrap().state, State::Hibernated);
+        assert!(kept.hibernation().exists());
     }
 }
