@@ -63,11 +63,12 @@ impl Built {
         ws: &WorkspaceDir,
         launch: &VmmLaunch,
         spec: &WorkspaceSpec,
-        prepared: Option<PreparedVm>,
+        prepared: Option<(PreparedVm, Placement)>,
     ) -> Self {
         let now = vmm_core::vcpu::monotonic_ns;
         let began_ns = now();
-        let cgroup = join_cgroup(state, ws, spec);
+        let (prepared, standby_cgroup) = prepared.unzip();
+        let cgroup = join_cgroup(state, ws, spec, standby_cgroup);
         ws.remove_sockets();
         let cgroup_ns = now();
         let (mut network_ns, mut unshared_ns) = (0, 0);
@@ -112,11 +113,32 @@ impl Built {
     }
 }
 
-/// Joins the workspace's cgroup with its limits and records where.
-fn join_cgroup(state: &StateDir, ws: &WorkspaceDir, spec: &WorkspaceSpec) -> Placement {
+/// Joins the workspace's cgroup with its limits and records where. A
+/// standby's groups (`standby`), joined ahead with the same limits, are
+/// renamed to the workspace's instead; when they cannot be (other limits,
+/// a group of that name left), the process joins as usual and they go.
+fn join_cgroup(
+    state: &StateDir,
+    ws: &WorkspaceDir,
+    spec: &WorkspaceSpec,
+    standby: Option<Placement>,
+) -> Placement {
     let limits = CgroupLimits::for_workspace(spec.vcpus, spec.mem_mib);
     let group = cgroup::group_id(state.root(), ws.name());
-    let placed = cgroup::join(std::path::Path::new(cgroup::CGROUP_ROOT), &group, &limits);
+    let renamed = standby.as_ref().and_then(|made| match made {
+        Placement::Joined { limits: l, .. } if *l == limits => cgroup::rename(made, &group),
+        _ => None,
+    });
+    let placed = renamed.unwrap_or_else(|| {
+        let placed = cgroup::join(std::path::Path::new(cgroup::CGROUP_ROOT), &group, &limits);
+        // The standby's groups, left empty by the join.
+        if let Some(Placement::Joined { dirs, .. }) = &standby {
+            for dir in dirs {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        placed
+    });
     cgroup::record(&placed, ws.path());
     placed
 }

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     if let Some((home, shape)) = base::vmm::standby::standby_from_args(&args) {
         init_logging();
         return match vmm_host::standby::wait_for_claim(&home, shape) {
-            Ok(Some(claimed)) => run(&claimed.launch, Some(claimed.prepared)),
+            Ok(Some(claimed)) => run(&claimed.launch, Some((claimed.prepared, claimed.cgroup))),
             Ok(None) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("microagent-vmm: standby: {}", e.full_message());
@@ -36,15 +36,20 @@ fn main() -> ExitCode {
 }
 
 /// Runs the workspace `launch` names until it ends (onto `prepared`, the
-/// VM a standby made for it, when given).
-fn run(launch: &VmmLaunch, prepared: Option<vmm_core::machine::PreparedVm>) -> ExitCode {
+/// VM and cgroups a standby made for it, when given).
+fn run(
+    launch: &VmmLaunch,
+    prepared: Option<(vmm_core::machine::PreparedVm, base::host::cgroup::Placement)>,
+) -> ExitCode {
     // Before any thread exists, so every thread inherits the mask and only
     // the signal thread below receives these.
     let signals = block_termination_signals();
     let ran = base::store::StateDir::at(&launch.home)
         .map_err(vmm_host::VmmProcessError::from)
         .and_then(|state| match prepared {
-            Some(prepared) => VmmProcess::prepare_claimed(state, launch, prepared),
+            Some((prepared, cgroup)) => {
+                VmmProcess::prepare_claimed(state, launch, prepared, cgroup)
+            }
             None => VmmProcess::prepare(state, launch),
         })
         .and_then(|vmm| {

@@ -1,6 +1,7 @@
 //! A standby VMM process (`microagent-vmm vmm standby`): made before its
 //! workspace is known, it leaves its starter, prepares a KVM VM with the
-//! shape's vCPUs and guest memory's range registered, and waits on its
+//! shape's vCPUs and guest memory's range registered, in cgroups with the
+//! shape's limits (renamed to its workspace's at the claim), and waits on its
 //! claim socket (`base::vmm::standby`). The launch it takes is then run as
 //! a freshly started VMM process would run it, onto that VM, with the
 //! claim's `vmm.log` as stderr and its owner's pidfd as
@@ -9,20 +10,25 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
+use base::host::cgroup::{self, CgroupLimits, Placement};
+use base::host::settings::own_pid;
 use base::vmm::launch::VmmLaunch;
 use base::vmm::spawn::OWNER_FD;
-use base::vmm::standby::{ClaimListener, StandbyShape, STANDBY_WAIT};
+use base::vmm::standby::{ClaimListener, StandbyShape, CGROUP_RECORD, STANDBY_WAIT};
 use vmm_core::machine::PreparedVm;
 
 use crate::error::{Result, VmmProcessError};
 
-/// A launch a standby took, with the VM it prepared for it.
+/// A launch a standby took, with the VM and groups it prepared for it.
 #[derive(Debug)]
 pub struct Claimed {
     /// What to run.
     pub launch: VmmLaunch,
     /// The VM made ahead.
     pub prepared: PreparedVm,
+    /// The cgroups it joined ahead, with its shape's limits: renamed to
+    /// the workspace's at its build.
+    pub cgroup: Placement,
 }
 
 /// Prepares the VM of `shape` and waits for the launch that takes it:
@@ -35,14 +41,44 @@ pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed
     let placeholder = std::fs::File::open("/dev/null")
         .map_err(VmmProcessError::host_io("opening /dev/null".to_owned()))?;
     move_to(placeholder.into(), OWNER_FD)?;
-    let prepared =
-        PreparedVm::with_memory(shape.vcpus, shape.mem_mib).map_err(VmmProcessError::StandbyVm)?;
-    let listener = ClaimListener::bind(home, shape)?;
-    tracing::info!(socket = %listener.path().display(), "standby waiting for its claim");
-    let Some(claim) = listener.wait(STANDBY_WAIT)? else {
-        tracing::info!("standby unclaimed: ending");
-        return Ok(None);
+    // Its groups first, with its shape's limits (what a workspace of this
+    // shape gets), so that what the VM's making costs counts there.
+    let cgroup = cgroup::join(
+        Path::new(cgroup::CGROUP_ROOT),
+        &cgroup::group_id(home, &format!("standby-{}", own_pid())),
+        &CgroupLimits::for_workspace(shape.vcpus, shape.mem_mib),
+    );
+    let leave = |cgroup: &Placement| cgroup::Leaving::prepare(cgroup).leave();
+    let prepared = match PreparedVm::with_memory(shape.vcpus, shape.mem_mib) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            leave(&cgroup);
+            return Err(VmmProcessError::StandbyVm(e));
+        }
     };
+    let listener = match ClaimListener::bind(home, shape) {
+        Ok(listener) => listener,
+        Err(e) => {
+            leave(&cgroup);
+            return Err(e.into());
+        }
+    };
+    // Where a standby killed before its claim left its groups, for the
+    // next refill's sweep.
+    let record = listener.path().with_extension(CGROUP_RECORD);
+    cgroup::record_at(&cgroup, &record);
+    tracing::info!(socket = %listener.path().display(), "standby waiting for its claim");
+    let claim = match listener.wait(STANDBY_WAIT) {
+        Ok(Some(claim)) => claim,
+        other => {
+            leave(&cgroup);
+            let _ = std::fs::remove_file(&record);
+            tracing::info!("standby unclaimed: ending");
+            return other.map(|_| None).map_err(Into::into);
+        }
+    };
+    // The groups become the workspace's, recorded in its directory.
+    let _ = std::fs::remove_file(&record);
     move_to(claim.log, libc::STDERR_FILENO)?;
     match claim.owner {
         Some(owner) => move_to(owner, OWNER_FD)?,
@@ -54,6 +90,7 @@ pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed
     Ok(Some(Claimed {
         launch: claim.launch,
         prepared,
+        cgroup,
     }))
 }
 

@@ -284,11 +284,59 @@ pub fn record(placement: &Placement, ws: &Path) {
     }
 }
 
+/// Records `placement`'s groups in the file `record` (a standby VMM's,
+/// beside its socket).
+pub fn record_at(placement: &Placement, record: &Path) {
+    if let Placement::Joined { dirs, .. } = placement {
+        let text: String = dirs.iter().map(|d| format!("{}\n", d.display())).collect();
+        let _ = std::fs::write(record, text);
+    }
+}
+
+/// Gives the groups of `placement` the name `id`, in place: the process
+/// stays in them, limits and all. How a standby VMM's groups, made ahead
+/// for its shape, become its workspace's. `None` when a rename failed (a
+/// group of that name is there already): the groups keep their names.
+pub fn rename(placement: &Placement, id: &str) -> Option<Placement> {
+    let Placement::Joined {
+        version,
+        dirs,
+        limits,
+    } = placement
+    else {
+        return None;
+    };
+    let leaf = match *version {
+        "v2" => format!("{PARENT}-{id}"),
+        _ => id.to_owned(),
+    };
+    let mut renamed: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for dir in dirs {
+        let to = dir.with_file_name(&leaf);
+        if std::fs::rename(dir, &to).is_err() {
+            for (from, to) in renamed.iter().rev() {
+                let _ = std::fs::rename(to, from);
+            }
+            return None;
+        }
+        renamed.push((dir.clone(), to));
+    }
+    Some(Placement::Joined {
+        version,
+        dirs: renamed.into_iter().map(|(_, to)| to).collect(),
+        limits: *limits,
+    })
+}
+
 /// Removes the groups recorded in `ws` (their VMM is gone); a group whose
 /// tasks are still leaving is retried for up to a second.
 pub fn remove_recorded(ws: &Path) {
-    let record = ws.join(RECORD_FILE);
-    let Ok(text) = std::fs::read_to_string(&record) else {
+    remove_recorded_at(&ws.join(RECORD_FILE));
+}
+
+/// Removes the groups recorded in the file `record`, then the file.
+pub fn remove_recorded_at(record: &Path) {
+    let Ok(text) = std::fs::read_to_string(record) else {
         return;
     };
     for dir in text.lines().map(Path::new) {
@@ -440,6 +488,24 @@ mod tests {
         let (file, value) = v1_membership(threads_of_this_process());
         assert_eq!(read(group("pids").join(file)), value);
         assert_eq!(dirs.len(), 3);
+        // Renamed in place to a workspace's name; a name taken refuses
+        // the rename and leaves every group as it was.
+        let taken = dirs[1].with_file_name("ws-0002");
+        std::fs::create_dir(&taken).unwrap();
+        std::fs::write(taken.join("x"), "").unwrap();
+        assert_eq!(rename(&placed, "ws-0002"), None);
+        assert!(dirs.iter().all(|d| d.exists()));
+        let renamed = rename(&placed, "ws-0003").unwrap();
+        let Placement::Joined { dirs: moved, .. } = &renamed else {
+            panic!("{renamed:?}")
+        };
+        assert!(dirs.iter().all(|d| !d.exists()));
+        assert!(moved.iter().all(|d| d.ends_with("ws-0003")), "{moved:?}");
+        assert!(moved[2].join("pids.max").exists(), "the group moved whole");
+        let record = root.join("standby.cgroups");
+        record_at(&renamed, &record);
+        assert_eq!(std::fs::read_to_string(&record).unwrap().lines().count(), 3);
+        assert_eq!(rename(&Placement::Unavailable("none".into()), "x"), None);
         let _ = std::fs::remove_dir_all(root);
     }
 

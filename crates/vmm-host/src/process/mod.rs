@@ -239,20 +239,22 @@ impl VmmProcess {
 
     /// As [`VmmProcess::prepare`], for a standby process that took
     /// `launch` (`crate::standby`): it left its starter when it started,
-    /// and its machine goes onto the VM it prepared.
+    /// its machine goes onto the VM it prepared, and its cgroups become
+    /// the workspace's.
     pub fn prepare_claimed(
         state: StateDir,
         launch: &VmmLaunch,
         prepared: vmm_core::machine::PreparedVm,
+        cgroup: base::host::cgroup::Placement,
     ) -> Result<Self> {
         let entered = vmm_core::vcpu::monotonic_ns();
-        Self::prepare_on(state, launch, Some(prepared), entered)
+        Self::prepare_on(state, launch, Some((prepared, cgroup)), entered)
     }
 
     fn prepare_on(
         state: StateDir,
         launch: &VmmLaunch,
-        mut prepared: Option<vmm_core::machine::PreparedVm>,
+        mut prepared: Option<(vmm_core::machine::PreparedVm, base::host::cgroup::Placement)>,
         entered: u64,
     ) -> Result<Self> {
         let owner = launch.owner_fd.then(|| {

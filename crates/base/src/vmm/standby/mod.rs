@@ -37,6 +37,9 @@ pub use listener::{Claim, ClaimListener};
 
 /// The directory of the standbys' sockets, in the state directory.
 pub const STANDBY_DIR: &str = "standby";
+/// The extension of a standby's record of its cgroups, beside its socket
+/// (`<name>.cgroups`): a sweep removes the groups of a standby gone.
+pub const CGROUP_RECORD: &str = "cgroups";
 /// The subcommand words of a standby process.
 pub const STANDBY_SUBCOMMAND: [&str; 2] = ["vmm", "standby"];
 /// Most bytes of a claim's arguments (a launch is a few hundred).
@@ -247,8 +250,8 @@ pub fn waiting_all(home: &Path) -> usize {
 }
 
 /// Removes what standbys and claimers that died left in `home`'s standby
-/// directory: sockets of processes gone, and names a claimer renamed a
-/// socket to more than a minute ago.
+/// directory: sockets of processes gone and their cgroups, and names a
+/// claimer renamed a socket to more than a minute ago.
 pub fn sweep(home: &Path) {
     let Ok(entries) = std::fs::read_dir(standby_dir(home)) else {
         return;
@@ -257,11 +260,19 @@ pub fn sweep(home: &Path) {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        let gone = match name.strip_suffix(".sock") {
-            Some(stem) => stem
-                .rsplit_once('-')
+        let of_a_process_gone = |stem: &str| {
+            stem.rsplit_once('-')
                 .and_then(|(_, pid)| pid.parse::<u32>().ok())
-                .is_none_or(|pid| !Path::new(&format!("/proc/{pid}")).exists()),
+                .is_none_or(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        };
+        if let Some(stem) = name.strip_suffix(&format!(".{CGROUP_RECORD}")) {
+            if of_a_process_gone(stem) {
+                crate::host::cgroup::remove_recorded_at(&entry.path());
+            }
+            continue;
+        }
+        let gone = match name.strip_suffix(".sock") {
+            Some(stem) => of_a_process_gone(stem),
             None if name.contains(".claimed-") || name.contains(".retiring-") => entry
                 .metadata()
                 .ok()

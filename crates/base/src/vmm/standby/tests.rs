@@ -266,11 +266,21 @@ fn names_left_by_processes_gone_are_swept_and_not_counted() {
     std::fs::write(&odd, b"").unwrap();
     let fresh_claim = dir.join("1x256-0011223344556677-1.sock.claimed-5");
     std::fs::write(&fresh_claim, b"").unwrap();
+    // Its cgroups' record goes too (the groups named there are removed
+    // only when they are ours under the cgroup root: none here).
+    let record = dir.join("1x256-0011223344556677-99999999.cgroups");
+    std::fs::write(&record, "/tmp/not-a-cgroup\n").unwrap();
+    let live_record = dir.join(format!(
+        "1x256-0011223344556677-{}.cgroups",
+        std::process::id()
+    ));
+    std::fs::write(&live_record, "").unwrap();
     let log = dir.join("standby.log");
     std::fs::write(&log, b"kept").unwrap();
     assert_eq!(waiting_all(&home), 0);
     sweep(&home);
-    assert!(!dead.exists() && !odd.exists());
+    assert!(!dead.exists() && !odd.exists() && !record.exists());
+    assert!(live_record.exists(), "a live standby's record is its own");
     assert!(fresh_claim.exists(), "a claim under way is left alone");
     assert!(log.exists());
     std::fs::remove_dir_all(&home).unwrap();
