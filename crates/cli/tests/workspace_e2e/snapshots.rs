@@ -75,8 +75,27 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
     assert!(vmm_log("f1").contains("standby=false"), "{}", vmm_log("f1"));
     assert!(vmm_log("f2").contains("standby=true"), "{}", vmm_log("f2"));
     assert!(vmm_log("f2").contains("memory_registered_ahead=true"));
-    // A standby's VMM is confined as any other.
+    // A standby's VMM is confined as any other, in the workspace's own
+    // cgroups (the standby's, renamed at the claim).
     crate::confinement::check(cli, "f2");
+    let pid = cli.ok_json(&["inspect", "f2", "--json"])["runtime"]["pid"]
+        .as_u64()
+        .unwrap();
+    let in_groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let record =
+        std::fs::read_to_string(cli.home().join("workspaces/f2/cgroups")).unwrap_or_default();
+    for dir in record.lines() {
+        let leaf = std::path::Path::new(dir)
+            .file_name()
+            .unwrap()
+            .to_string_lossy();
+        assert!(
+            leaf.starts_with("f2-") || leaf.starts_with("microagent-f2-"),
+            "{dir}"
+        );
+        assert!(in_groups.contains(&*leaf), "{dir} not in {in_groups}");
+    }
+    assert!(!in_groups.contains("standby-"), "{in_groups}");
     std::fs::remove_file(&config).unwrap();
     assert_eq!(workspace::vmm::standby::retire_all(cli.home()), 1);
     // Both at once, each seeing A and not B.
