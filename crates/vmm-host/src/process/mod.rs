@@ -189,6 +189,8 @@ pub struct VmmProcess {
     mount_ns: std::result::Result<(), String>,
     /// Its own empty network namespace, or why it has none.
     net_ns: std::result::Result<(), String>,
+    /// When its starter launched it (monotonic ns), for the log's times.
+    launched_mono_ns: Option<u64>,
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -380,6 +382,7 @@ impl VmmProcess {
             cgroup,
             mount_ns,
             net_ns,
+            launched_mono_ns: launched,
         })
     }
 
@@ -416,6 +419,10 @@ impl VmmProcess {
             removable: leaving.holders(),
             user: self.user,
         };
+        let launched = self.launched_mono_ns;
+        let ms_after_launch =
+            || us_after(launched, Some(vmm_core::vcpu::monotonic_ns())).map(|us| us as f64 / 1e3);
+        let lockdown_ms = ms_after_launch();
         match lockdown.apply(&ws) {
             Ok(mut protections) => {
                 protections.push(self.cgroup.describe());
@@ -472,6 +479,11 @@ impl VmmProcess {
         when_confined(VmmStopper {
             shared: shared.clone(),
         });
+        tracing::info!(
+            lockdown_ms,
+            confined_and_threads_ms = ms_after_launch(),
+            "confined (times since the VMM's launch)"
+        );
         crate::pause_point("vmm:confined");
         let outcome = machine.run(None);
         crate::pause_point("vmm:finishing");
