@@ -182,6 +182,9 @@ pub enum Error {
     /// A secret operation failed.
     #[error(transparent)]
     Secret(#[from] crate::secrets::SecretError),
+    /// A preview could not be made, found or revoked.
+    #[error(transparent)]
+    Preview(#[from] base::store::previews::PreviewError),
     /// A pool of ready workspaces could not be set or filled.
     #[error(transparent)]
     Pool(ConcernFailure),
@@ -327,6 +330,7 @@ impl Error {
             Error::Agents(e) => e.code(),
             Error::Task(e) => e.code(),
             Error::Secret(e) => e.code(),
+            Error::Preview(e) => e.code(),
             Error::Pool(e) => e.code(),
             Error::Service { source, .. } => source.code(),
             Error::Search(e) => e.code(),

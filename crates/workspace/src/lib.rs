@@ -20,7 +20,8 @@
 //! records), [`network`], [`images`], [`kernels`] (guest kernels), [`vmm`] (what a VMM process
 //! shares with the client), [`volumes`], [`secrets`], [`repos`] (the
 //! repository allowlist), [`agents`] (MCP sessions' agents), [`pool`]
-//! (pools of ready workspaces), [`services`] (a workspace's sidecars),
+//! (pools of ready workspaces), [`previews`] (preview URLs of guest
+//! ports), [`services`] (a workspace's sidecars),
 //! [`tasks`], [`browser`] (a headless
 //! Chromium's pages), [`servers`] (other hosts over SSH), [`guest`] (work
 //! in a running guest), [`sizes`] (sizes as people write them, `1g`) and
@@ -39,6 +40,7 @@ pub mod images;
 pub mod kernels;
 pub mod network;
 pub mod pool;
+pub mod previews;
 pub mod repos;
 pub mod secrets;
 pub mod servers;

@@ -16,6 +16,7 @@ pub mod file_lock;
 pub mod kept_outputs;
 pub mod name;
 pub mod ports;
+pub mod previews;
 pub mod process;
 pub mod records;
 pub mod repo_checkout;

@@ -218,8 +218,8 @@ const OWNER_ENDED: &str = "the process it ran for ended while it was hibernated:
 
 #[cfg(test)]
 mod tests {
+    use crate::error::Error;
     use crate::workspaces::manager::tests::{fixture, have_mkfs, spec};
-    use crate::Error;
     use base::store::spec::{Hibernation, Owner};
     use base::store::state::State;
 

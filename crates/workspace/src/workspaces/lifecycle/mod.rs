@@ -538,6 +538,9 @@ impl Workspace<'_> {
         // workspace that still names them); one that cannot go is named.
         crate::services::delete_all(all, name, &meta.spec)?;
         base::network::attach::remove_tap(&all.state, &meta.spec);
+        // Its previews open nothing any more.
+        let _ = base::store::previews::PreviewStore::new(&all.state)
+            .remove_where(|r| r.workspace == name);
         // Whatever group a killed VMM left behind goes with it.
         base::host::cgroup::remove_recorded(ws.path());
         // Gone from every listing at once; a delete killed while removing

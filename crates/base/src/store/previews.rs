@@ -1,0 +1,319 @@
+//! Preview URLs' records (issue 61): a web app on a guest port reached
+//! through an HTTP server of the host (`serve mcp --http`, `serve
+//! preview`) at `/preview/<token>/`. A preview is a capability: whoever
+//! holds its token reaches that one port of that one workspace, until it
+//! expires or is revoked. Tokens are 32 random bytes (64 hex digits),
+//! shown once; the state directory keeps only their SHA-256
+//! (`<state>/previews/<hash>.json`, directory 0700), so reading it gives no
+//! preview away. A preview names its workspace and the time that
+//! workspace was made: one made again under the same name is not reached
+//! by the old token. The library's calls are `workspace::previews`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::code::ErrorCode;
+use crate::store::records::{RecordError, RecordLayout, RecordStore};
+use crate::store::StateDir;
+
+/// The directory of previews in the state directory.
+pub const PREVIEWS_DIR: &str = "previews";
+/// The path prefix a preview is served under.
+pub const PREVIEW_PATH: &str = "/preview/";
+/// How long a preview lasts unless asked otherwise.
+pub const DEFAULT_PREVIEW_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The longest a preview may last.
+pub const MAX_PREVIEW_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The most previews a state directory keeps (expired ones are swept
+/// before a new one is counted).
+pub const MAX_PREVIEWS: usize = 256;
+/// Random bytes in a token.
+const TOKEN_BYTES: usize = 32;
+
+/// Why a preview could not be made, found or revoked.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    /// The guest port is 0.
+    #[error("port 0 cannot be previewed: give the guest port the web app listens on")]
+    Port,
+    /// The lifetime asked for is 0 or longer than [`MAX_PREVIEW_TTL`].
+    #[error("a preview lasts from 1 s to {} days; {asked} s was asked", MAX_PREVIEW_TTL.as_secs() / 86_400)]
+    Lifetime {
+        /// Seconds asked for.
+        asked: u64,
+    },
+    /// The state directory holds [`MAX_PREVIEWS`] previews already.
+    #[error("{MAX_PREVIEWS} previews exist already: revoke some first")]
+    TooMany,
+    /// The token source of the host failed.
+    #[error("no random bytes for a token")]
+    Random(#[source] std::io::Error),
+    /// A preview's record could not be read, written or removed.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+impl PreviewError {
+    /// The stable code front ends report.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            PreviewError::Port | PreviewError::Lifetime { .. } | PreviewError::TooMany => {
+                ErrorCode::InvalidInput
+            }
+            PreviewError::Random(_) => ErrorCode::Internal,
+            PreviewError::Record(e) => e.code(),
+        }
+    }
+}
+
+/// What the state directory keeps of a preview (never its token).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewRecord {
+    /// The workspace's full name.
+    pub workspace: String,
+    /// When that workspace was made (a workspace made again under its
+    /// name is another one).
+    pub workspace_created_at_ms: u64,
+    /// The guest port.
+    pub port: u16,
+    /// When it was made, Unix ms.
+    pub created_at_ms: u64,
+    /// When it stops working, Unix ms.
+    pub expires_at_ms: u64,
+}
+
+/// A preview just made: its token, shown this once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IssuedPreview {
+    /// The token (64 hex digits): `/preview/<token>/` reaches the port.
+    pub token: String,
+    /// The path it is served at on a preview server.
+    pub path: String,
+    /// What it reaches and until when.
+    #[serde(flatten)]
+    pub record: PreviewRecord,
+}
+
+/// The previews of a state directory.
+#[derive(Clone, Debug)]
+pub struct PreviewStore {
+    records: RecordStore<PreviewRecord>,
+}
+
+/// A record's name: the token's SHA-256, 64 lowercase hex digits.
+fn is_digest_name(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The record name of `token`, when it has a token's form (64 hex digits).
+pub(crate) fn digest_of(token: &str) -> Option<String> {
+    if !(token.len() == 2 * TOKEN_BYTES && token.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return None;
+    }
+    let digest = Sha256::digest(token.to_ascii_lowercase().as_bytes());
+    Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A new token from the host's random source.
+pub(crate) fn new_token() -> Result<String, PreviewError> {
+    let mut bytes = [0u8; TOKEN_BYTES];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most the length given into the
+        // buffer's unfilled part.
+        let n = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(PreviewError::Random(e));
+        }
+        filled += n as usize;
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl PreviewStore {
+    /// The previews of `state`.
+    pub fn new(state: &StateDir) -> Self {
+        Self {
+            records: RecordStore::new(
+                state.root().join(PREVIEWS_DIR),
+                RecordLayout::File(".json"),
+                is_digest_name,
+            ),
+        }
+    }
+
+    /// Keeps `record` under a new token; expired previews go first, and
+    /// past [`MAX_PREVIEWS`] none is made.
+    pub fn create(
+        &self,
+        record: PreviewRecord,
+        now_ms: u64,
+    ) -> Result<IssuedPreview, PreviewError> {
+        if record.port == 0 {
+            return Err(PreviewError::Port);
+        }
+        let live = self.sweep(now_ms)?;
+        if live >= MAX_PREVIEWS {
+            return Err(PreviewError::TooMany);
+        }
+        let token = new_token()?;
+        let name = digest_of(&token).ok_or(PreviewError::Port)?;
+        self.records.create(&name, &record)?;
+        Ok(IssuedPreview {
+            path: format!("{PREVIEW_PATH}{token}/"),
+            token,
+            record,
+        })
+    }
+
+    /// The live preview `token` opens, if any (an expired one goes).
+    pub fn find(&self, token: &str, now_ms: u64) -> Result<Option<PreviewRecord>, PreviewError> {
+        let Some(name) = digest_of(token) else {
+            return Ok(None);
+        };
+        match self.records.get(&name)? {
+            Some(record) if record.expires_at_ms > now_ms => Ok(Some(record)),
+            Some(_) => {
+                self.records.remove(&name)?;
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Removes the previews `matches` picks; how many went.
+    pub fn remove_where(
+        &self,
+        matches: impl Fn(&PreviewRecord) -> bool,
+    ) -> Result<usize, PreviewError> {
+        let mut removed = 0;
+        for name in self.records.names()? {
+            if self.records.get(&name)?.is_some_and(|r| matches(&r))
+                && self.records.remove(&name)?
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// The live previews `matches` picks.
+    pub fn list_where(
+        &self,
+        now_ms: u64,
+        matches: impl Fn(&PreviewRecord) -> bool,
+    ) -> Result<Vec<PreviewRecord>, PreviewError> {
+        let mut live = Vec::new();
+        for name in self.records.names()? {
+            if let Some(record) = self.records.get(&name)? {
+                if record.expires_at_ms > now_ms && matches(&record) {
+                    live.push(record);
+                }
+            }
+        }
+        live.sort_by_key(|r| (r.port, r.created_at_ms));
+        Ok(live)
+    }
+
+    /// Removes expired previews; how many live ones are left.
+    fn sweep(&self, now_ms: u64) -> Result<usize, PreviewError> {
+        self.remove_where(|r| r.expires_at_ms <= now_ms)?;
+        Ok(self.records.names()?.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(test: &str) -> (PreviewStore, std::path::PathBuf) {
+        let root = std::env::temp_dir().join(format!("ma-previews-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        (PreviewStore::new(&StateDir::at(&root).unwrap()), root)
+    }
+
+    fn record(expires_at_ms: u64) -> PreviewRecord {
+        PreviewRecord {
+            workspace: "dev".into(),
+            workspace_created_at_ms: 1,
+            port: 80,
+            created_at_ms: 1,
+            expires_at_ms,
+        }
+    }
+
+    #[test]
+    fn expired_previews_open_nothing_and_make_room() {
+        let (store, root) = store("expire");
+        let made = store.create(record(100), 50).unwrap();
+        assert!(store.find(&made.token, 99).unwrap().is_some());
+        assert_eq!(store.find(&made.token, 100).unwrap(), None);
+        assert_eq!(
+            store.find(&made.token, 99).unwrap(),
+            None,
+            "removed once expired"
+        );
+        for _ in 0..MAX_PREVIEWS {
+            store.create(record(1_000), 500).unwrap();
+        }
+        assert!(matches!(
+            store.create(record(2_000), 500),
+            Err(PreviewError::TooMany)
+        ));
+        // Once they expired there is room again.
+        store.create(record(3_000), 1_000).unwrap();
+        assert_eq!(store.list_where(1_000, |_| true).unwrap().len(), 1);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn only_the_digest_is_kept_and_only_a_tokens_form_is_looked_up() {
+        let (store, root) = store("digest");
+        let made = store.create(record(u64::MAX), 1).unwrap();
+        assert_eq!(made.token.len(), 64);
+        assert_eq!(made.path, format!("/preview/{}/", made.token));
+        let files: Vec<_> = std::fs::read_dir(root.join(PREVIEWS_DIR))
+            .unwrap()
+            .flatten()
+            .collect();
+        assert_eq!(files.len(), 1);
+        assert!(!std::fs::read_to_string(files[0].path())
+            .unwrap()
+            .contains(&made.token));
+        assert_eq!(
+            files[0].file_name().to_string_lossy(),
+            format!("{}.json", digest_of(&made.token).unwrap())
+        );
+        assert!(store.find(&made.token.to_uppercase(), 2).unwrap().is_some());
+        let other = new_token().unwrap();
+        for wrong in [
+            other.as_str(),
+            "",
+            "../../etc/passwd",
+            &made.token[..63],
+            "g".repeat(64).as_str(),
+        ] {
+            assert_eq!(store.find(wrong, 2).unwrap(), None, "{wrong}");
+        }
+        assert!(matches!(
+            store.create(
+                PreviewRecord {
+                    port: 0,
+                    ..record(5)
+                },
+                1
+            ),
+            Err(PreviewError::Port)
+        ));
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}

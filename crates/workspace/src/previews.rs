@@ -1,0 +1,256 @@
+//! Preview URLs as calls (issue 61; the records are
+//! `base::store::previews`'): a workspace's (`Workspace::preview_port`,
+//! `revoke_previews`, `previews`) and the collection's, which a preview
+//! server makes with the token a request carries (`preview_target`,
+//! `open_preview`).
+
+use std::time::Duration;
+
+use base::host::settings::now_ms;
+
+use crate::error::{Error, Result};
+use crate::workspaces::handle::Workspace;
+use crate::workspaces::manager::Workspaces;
+use base::store::previews::PreviewStore;
+pub use base::store::previews::{
+    IssuedPreview, PreviewError, PreviewRecord, DEFAULT_PREVIEW_TTL, MAX_PREVIEW_TTL, PREVIEW_PATH,
+};
+
+/// What a live preview reaches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreviewTarget {
+    /// The workspace's full name.
+    pub workspace: String,
+    /// The guest port.
+    pub port: u16,
+}
+
+impl Workspace<'_> {
+    /// Makes a preview of its guest port `port`, lasting `ttl` (default
+    /// [`DEFAULT_PREVIEW_TTL`], at most [`MAX_PREVIEW_TTL`]): the token is
+    /// in the answer and nowhere else. The workspace need not run: the
+    /// first request wakes it as any call does.
+    pub fn preview_port(self, port: u16, ttl: Option<Duration>) -> Result<IssuedPreview> {
+        if self.remote()?.is_some() {
+            return Err(Error::InvalidInput(format!(
+                "workspace `{}` runs on a server: its previews are that server's to serve",
+                self.name()
+            )));
+        }
+        let ttl = ttl.unwrap_or(DEFAULT_PREVIEW_TTL);
+        if ttl.is_zero() || ttl > MAX_PREVIEW_TTL {
+            return Err(PreviewError::Lifetime {
+                asked: ttl.as_secs(),
+            }
+            .into());
+        }
+        let (all, name) = (self.all, self.name().to_owned());
+        let meta = self.get_here()?;
+        let now = now_ms();
+        let record = PreviewRecord {
+            workspace: name,
+            workspace_created_at_ms: meta.created_at_ms,
+            port,
+            created_at_ms: now,
+            expires_at_ms: now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+        };
+        Ok(PreviewStore::new(&all.state).create(record, now)?)
+    }
+
+    /// Revokes its previews of `port` (every one of its previews when
+    /// `None`); how many went.
+    pub fn revoke_previews(self, port: Option<u16>) -> Result<usize> {
+        let name = self.name().to_owned();
+        self.get_here()?;
+        Ok(PreviewStore::new(&self.all.state)
+            .remove_where(|r| r.workspace == name && port.is_none_or(|p| r.port == p))?)
+    }
+
+    /// Its live previews (their tokens are not kept).
+    pub fn previews(self) -> Result<Vec<PreviewRecord>> {
+        let name = self.name().to_owned();
+        self.get_here()?;
+        Ok(PreviewStore::new(&self.all.state).list_where(now_ms(), |r| r.workspace == name)?)
+    }
+}
+
+impl Workspaces {
+    /// What `token` opens now: `None` for anything but the token of a
+    /// live preview of a workspace that is still the one it was made for
+    /// (the previews of a workspace deleted, or made again under its
+    /// name, go when found).
+    pub fn preview_target(&self, token: &str) -> Result<Option<PreviewTarget>> {
+        let store = PreviewStore::new(&self.state);
+        let Some(record) = store.find(token, now_ms())? else {
+            return Ok(None);
+        };
+        let now_made = self
+            .dir(&record.workspace)
+            .and_then(|dir| Ok(dir.read_meta()?))
+            .ok()
+            .map(|meta| meta.created_at_ms);
+        if now_made != Some(record.workspace_created_at_ms) {
+            // Those of the one it was, not those of the one there now.
+            let workspace = record.workspace.clone();
+            store.remove_where(|r| {
+                r.workspace == workspace && Some(r.workspace_created_at_ms) != now_made
+            })?;
+            return Ok(None);
+        }
+        Ok(Some(PreviewTarget {
+            workspace: record.workspace,
+            port: record.port,
+        }))
+    }
+
+    /// A connection to the guest port `target` names, through its agent;
+    /// a paused or hibernated workspace is woken first, as any call wakes
+    /// it.
+    pub async fn open_preview(&self, target: &PreviewTarget) -> Result<tokio::net::UnixStream> {
+        let (dir, _) = self.awake(&target.workspace).await?;
+        crate::guest::connect_agent(&dir)
+            .await
+            .map_err(Error::agent("connect"))?
+            .tcp_connect(target.port)
+            .await
+            .map_err(Error::agent("tcp_connect"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::workspaces::manager::tests::{fixture, have_mkfs, session, spec};
+    use base::code::ErrorCode;
+    use base::store::previews::{PreviewStore, PREVIEWS_DIR};
+    use base::store::spec::DeleteOptions;
+
+    #[test]
+    fn a_preview_is_kept_by_its_tokens_digest_and_opens_only_its_port() {
+        if !have_mkfs("a_preview_is_kept_by_its_tokens_digest_and_opens_only_its_port") {
+            return;
+        }
+        let f = fixture("previews", "/nonexistent");
+        f.ws.create("dev", spec()).unwrap();
+        let dev = f.ws.workspace("dev").unwrap();
+        let made = dev.preview_port(8080, None).unwrap();
+        assert_eq!(made.token.len(), 64);
+        assert!(made.token.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(made.path, format!("/preview/{}/", made.token));
+        assert_eq!(
+            (made.record.port, made.record.workspace.as_str()),
+            (8080, "dev")
+        );
+        let ttl = made.record.expires_at_ms - made.record.created_at_ms;
+        assert_eq!(ttl, DEFAULT_PREVIEW_TTL.as_millis() as u64);
+        // Only the digest is kept: the directory gives no token away.
+        let dir = f.ws.state_dir().root().join(PREVIEWS_DIR);
+        let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(files.len(), 1);
+        let kept = std::fs::read_to_string(files[0].path()).unwrap();
+        assert!(!kept.contains(&made.token));
+
+        let target = f.ws.preview_target(&made.token).unwrap().unwrap();
+        assert_eq!(
+            target,
+            PreviewTarget {
+                workspace: "dev".into(),
+                port: 8080
+            }
+        );
+        // Upper case is the same token; anything else opens nothing.
+        assert!(f
+            .ws
+            .preview_target(&made.token.to_uppercase())
+            .unwrap()
+            .is_some());
+        let other = "0".repeat(64);
+        for wrong in [
+            other.as_str(),
+            "",
+            "../../etc/passwd",
+            &made.token[..63],
+            "g".repeat(64).as_str(),
+        ] {
+            assert_eq!(f.ws.preview_target(wrong).unwrap(), None, "{wrong}");
+        }
+        assert_eq!(dev.previews().unwrap(), vec![made.record.clone()]);
+        // Revoked: gone, and only that port's.
+        let second = dev
+            .preview_port(9000, Some(Duration::from_secs(60)))
+            .unwrap();
+        assert_eq!(dev.revoke_previews(Some(8080)).unwrap(), 1);
+        assert_eq!(f.ws.preview_target(&made.token).unwrap(), None);
+        assert!(f.ws.preview_target(&second.token).unwrap().is_some());
+        assert_eq!(dev.revoke_previews(None).unwrap(), 1);
+        assert_eq!(f.ws.preview_target(&second.token).unwrap(), None);
+    }
+
+    #[test]
+    fn previews_end_with_their_workspace_and_bad_requests_change_nothing() {
+        if !have_mkfs("previews_end_with_their_workspace_and_bad_requests_change_nothing") {
+            return;
+        }
+        let f = fixture("previews-end", "/nonexistent");
+        // Made by agent alpha's session.
+        session(&f.ws, Some("alpha")).create("dev", spec()).unwrap();
+        let dev = f.ws.workspace("dev").unwrap();
+        let dir = f.ws.state_dir().root().join(PREVIEWS_DIR);
+        let count = || std::fs::read_dir(&dir).map_or(0, |d| d.count());
+        for (port, ttl) in [
+            (0, None),
+            (80, Some(Duration::ZERO)),
+            (80, Some(MAX_PREVIEW_TTL + Duration::from_secs(1))),
+        ] {
+            let refused = dev.preview_port(port, ttl).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::InvalidInput, "{refused}");
+        }
+        assert_eq!(count(), 0);
+        // Another agent's session may not make one of it.
+        let beta = session(&f.ws, Some("beta"));
+        assert_eq!(
+            beta.workspace("dev")
+                .and_then(|w| w.preview_port(80, None))
+                .unwrap_err()
+                .code(),
+            ErrorCode::Forbidden
+        );
+        // Made again under its name, a workspace is not reached by the old
+        // token; deleted, its previews go.
+        let old = dev.preview_port(80, None).unwrap();
+        f.ws.at("dev").delete(DeleteOptions::default()).unwrap();
+        assert_eq!(count(), 0, "deleted with it");
+        f.ws.create("dev", spec()).unwrap();
+        assert_eq!(f.ws.preview_target(&old.token).unwrap(), None);
+        let kept =
+            f.ws.workspace("dev")
+                .unwrap()
+                .preview_port(80, None)
+                .unwrap();
+        let store = PreviewStore::new(f.ws.state_dir());
+        // Recorded for a workspace made at another time: refused and swept.
+        let stale = store
+            .create(
+                PreviewRecord {
+                    workspace_created_at_ms: 1,
+                    ..kept.record.clone()
+                },
+                kept.record.created_at_ms,
+            )
+            .unwrap();
+        assert_eq!(f.ws.preview_target(&stale.token).unwrap(), None);
+        assert_eq!(
+            store
+                .list_where(kept.record.created_at_ms, |_| true)
+                .unwrap(),
+            vec![kept.record.clone()],
+            "the stale one went"
+        );
+        assert!(
+            f.ws.preview_target(&kept.token).unwrap().is_some(),
+            "the one of the workspace there now stays"
+        );
+    }
+}
