@@ -76,21 +76,11 @@ impl Gate {
         }
     }
 
-    /// Whether a request with `headers` may go on.
+    /// Whether a request to the MCP endpoint with `headers` may go on:
+    /// [`Gate::check_site`] (this server's own origin refused: the pages
+    /// it serves are guests', `/preview/`), then the token.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        let host = headers
-            .get(HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or_default();
-        if !self.allows_host(host) {
-            return Err(Refusal::Host(host.to_owned()));
-        }
-        if let Some(origin) = headers.get(ORIGIN) {
-            let origin = origin.to_str().unwrap_or("<not text>");
-            if !self.allows_origin(origin) {
-                return Err(Refusal::Origin(origin.to_owned()));
-            }
-        }
+        self.check_site(headers, false)?;
         let Some(token) = &self.token else {
             return Ok(());
         };
@@ -109,6 +99,26 @@ impl Gate {
         }
     }
 
+    /// Whether `headers` name this server (`Host`) and come from an
+    /// allowed site (`Origin`, when sent): an origin the server was told
+    /// to allow, or, with `own_origin`, this server's own.
+    pub fn check_site(&self, headers: &HeaderMap, own_origin: bool) -> Result<(), Refusal> {
+        let host = headers
+            .get(HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        if !self.allows_host(host) {
+            return Err(Refusal::Host(host.to_owned()));
+        }
+        if let Some(origin) = headers.get(ORIGIN) {
+            let origin = origin.to_str().unwrap_or("<not text>");
+            if !self.allows_origin(origin, own_origin) {
+                return Err(Refusal::Origin(origin.to_owned()));
+            }
+        }
+        Ok(())
+    }
+
     fn allows_host(&self, host: &str) -> bool {
         let Some((name, port)) = split_authority(host) else {
             return false;
@@ -116,12 +126,15 @@ impl Gate {
         self.hosts.contains(&name) && port.is_none_or(|p| p == self.port)
     }
 
-    fn allows_origin(&self, origin: &str) -> bool {
+    fn allows_origin(&self, origin: &str, own_origin: bool) -> bool {
         let origin = origin.trim_end_matches('/').to_ascii_lowercase();
         if self.origins.contains(&origin) {
             return true;
         }
-        // The server's own pages (none today) and tools on the same host.
+        if !own_origin {
+            return false;
+        }
+        // The server's own pages: the previews.
         match origin_authority(&origin) {
             Some((host, port)) => self.hosts.contains(&host) && port.is_none_or(|p| p == self.port),
             None => false,
@@ -223,14 +236,17 @@ mod tests {
     #[test]
     fn origins_must_be_the_server_or_allowed() {
         let g = loopback(None);
-        let ok = [
-            "http://localhost:8765",
-            "http://127.0.0.1:8765",
-            "https://app.example.com/",
-        ];
-        for origin in ok {
-            let h = headers(&[("host", "127.0.0.1:8765"), ("origin", origin)]);
-            assert_eq!(g.check(&h), Ok(()), "{origin}");
+        // The MCP endpoint takes allowed origins only; the server's own
+        // (its pages are guests' previews) only its previews take.
+        let h = headers(&[
+            ("host", "127.0.0.1:8765"),
+            ("origin", "https://app.example.com/"),
+        ]);
+        assert_eq!(g.check(&h), Ok(()));
+        for own in ["http://localhost:8765", "http://127.0.0.1:8765"] {
+            let h = headers(&[("host", "127.0.0.1:8765"), ("origin", own)]);
+            assert_eq!(g.check(&h), Err(Refusal::Origin(own.to_owned())), "{own}");
+            assert_eq!(g.check_site(&h, true), Ok(()), "{own}");
         }
         for origin in [
             "http://evil.example",
@@ -240,6 +256,11 @@ mod tests {
         ] {
             let h = headers(&[("host", "127.0.0.1:8765"), ("origin", origin)]);
             assert_eq!(g.check(&h).unwrap_err().status(), 403, "{origin}");
+            assert_eq!(
+                g.check_site(&h, true).unwrap_err().status(),
+                403,
+                "{origin}"
+            );
         }
     }
 

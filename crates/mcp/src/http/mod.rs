@@ -8,6 +8,7 @@
 
 pub mod gate;
 pub mod limits;
+mod preview;
 pub mod tls;
 pub mod token;
 
@@ -190,7 +191,10 @@ impl HttpServer {
                 continue;
             };
             let (gate, service, tls) = (self.gate.clone(), service.clone(), self.tls.clone());
-            tokio::spawn(serve_connection(stream, tls, gate, service, admission));
+            let workspaces = self.server.workspaces().clone();
+            tokio::spawn(serve_connection(
+                stream, tls, gate, service, workspaces, admission,
+            ));
         }
         sessions_end.cancel();
         if !self
@@ -204,7 +208,9 @@ impl HttpServer {
     }
 }
 
-type Body = BoxBody<Bytes, Infallible>;
+/// What answers carry: rmcp's bodies and a preview's guest's, whose
+/// reading may fail.
+type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 type Service = StreamableHttpService<MicroagentServer, LocalSessionManager>;
 
 /// One connection: the TLS handshake and each request's header within
@@ -215,12 +221,16 @@ async fn serve_connection(
     tls: Option<tokio_rustls::TlsAcceptor>,
     gate: Arc<Gate>,
     service: Service,
+    workspaces: workspace::Workspaces,
     admission: Admission,
 ) {
     let authenticated = admission.authenticated();
     let handler = hyper::service::service_fn(move |req| {
         let (gate, service, authenticated) = (gate.clone(), service.clone(), authenticated.clone());
-        async move { Ok::<_, Infallible>(route(&gate, &service, &authenticated, req).await) }
+        let workspaces = workspaces.clone();
+        async move {
+            Ok::<_, Infallible>(route(&gate, &service, &workspaces, &authenticated, req).await)
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -234,6 +244,7 @@ async fn serve_connection(
                     Ok(Ok(stream)) => {
                         builder
                             .serve_connection(TokioIo::new(stream), handler)
+                            .with_upgrades()
                             .await
                     }
                     Ok(Err(e)) => {
@@ -249,6 +260,7 @@ async fn serve_connection(
             None => {
                 builder
                     .serve_connection(TokioIo::new(stream), handler)
+                    .with_upgrades()
                     .await
             }
         };
@@ -271,9 +283,19 @@ async fn serve_connection(
 async fn route(
     gate: &Gate,
     service: &Service,
+    workspaces: &workspace::Workspaces,
     authenticated: &AtomicBool,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    // A preview's token is its own capability; its pages (the guest's)
+    // share this server's origin, which `/mcp` therefore refuses.
+    if preview::is_preview(req.uri().path()) {
+        if let Err(refusal) = gate.check_site(req.headers(), true) {
+            tracing::info!("refused a preview request: {refusal}");
+            return refused(&refusal);
+        }
+        return preview::serve(workspaces, req).await;
+    }
     if let Err(refusal) = gate.check(req.headers()) {
         tracing::info!("refused a request: {refusal}");
         return refused(&refusal);
@@ -283,7 +305,10 @@ async fn route(
         return plain(404, format!("not found: the MCP endpoint is {MCP_PATH}\n"));
     }
     let ends_session = req.method() == hyper::Method::DELETE;
-    let mut response = service.handle(req).await;
+    let mut response = service
+        .handle(req)
+        .await
+        .map(|body| body.map_err(|never| match never {}).boxed());
     // rmcp answers a session's end with 202; the Python SDK (the reference
     // client) takes only 200 or 204 as done.
     if ends_session && response.status() == hyper::StatusCode::ACCEPTED {
@@ -304,7 +329,8 @@ fn refused(refusal: &Refusal) -> Response<Body> {
 }
 
 fn plain(status: u16, text: String) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    let body = Full::new(Bytes::from(text)).map_err(|never| match never {});
+    let mut response = Response::new(body.boxed());
     *response.status_mut() =
         hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
     response.headers_mut().insert(

@@ -1,0 +1,191 @@
+//! The proxy between a client and a guest's server, both played by hyper
+//! on loopback: what the guest's server receives, what comes back, and an
+//! upgraded connection joined end to end.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+
+/// The guest's server: `/ws` upgrades to an echo, anything else answers
+/// with what it received and sets two cookies.
+async fn guest_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = hyper::service::service_fn(|mut req: Request<Incoming>| async move {
+                if req.uri().path() == "/ws" {
+                    let upgraded = hyper::upgrade::on(&mut req);
+                    tokio::spawn(async move {
+                        let mut io = TokioIo::new(upgraded.await.unwrap());
+                        let mut buf = [0u8; 64];
+                        loop {
+                            let n = io.read(&mut buf).await.unwrap_or(0);
+                            if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    let answer = Response::builder()
+                        .status(101)
+                        .header("connection", "upgrade")
+                        .header("upgrade", "echo")
+                        .body(Full::new(Bytes::new()))
+                        .unwrap();
+                    return Ok::<_, Infallible>(answer);
+                }
+                let h = |name: &str| {
+                    req.headers()
+                        .get(name)
+                        .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned())
+                };
+                let text = format!(
+                    "{} host={} auth={} prefix={} fhost={} te={}",
+                    req.uri(),
+                    h("host"),
+                    h("authorization"),
+                    h("x-forwarded-prefix"),
+                    h("x-forwarded-host"),
+                    h("x-private")
+                );
+                Ok(Response::builder()
+                    .header("set-cookie", "a=1; Path=/; Domain=example.com; HttpOnly")
+                    .header("set-cookie", "b=2")
+                    .body(Full::new(Bytes::from(text)))
+                    .unwrap())
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// The proxy in front of `guest`, as if `/preview/T` opened port 8080.
+async fn proxy(guest: SocketAddr) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| async move {
+                let path = req
+                    .uri()
+                    .path_and_query()
+                    .unwrap()
+                    .as_str()
+                    .strip_prefix("/preview/T")
+                    .unwrap()
+                    .to_owned();
+                let to_guest = TcpStream::connect(guest).await.unwrap();
+                Ok::<_, Infallible>(forward(req, &path, "/preview/T", 8080, to_guest).await)
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_request_reaches_the_guest_as_its_own_and_its_answer_comes_back_held() {
+    let front = proxy(guest_server().await).await;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(
+        TcpStream::connect(front).await.unwrap(),
+    ))
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = Request::builder()
+        .uri("/preview/T/app/page?q=1")
+        .header("host", format!("{front}"))
+        .header("authorization", "Bearer the-mcp-token")
+        .header("connection", "x-private")
+        .header("x-private", "hop")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let answer = sender.send_request(req).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let cookies: Vec<String> = answer
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        cookies,
+        ["a=1; HttpOnly; Path=/preview/T/", "b=2; Path=/preview/T/"]
+    );
+    assert_eq!(answer.headers()["referrer-policy"], "no-referrer");
+    let body = answer.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        format!("/app/page?q=1 host=localhost:8080 auth=- prefix=/preview/T fhost={front} te=-")
+    );
+}
+
+#[tokio::test]
+async fn an_upgrade_joins_the_client_and_the_guest() {
+    let front = proxy(guest_server().await).await;
+    let mut stream = TcpStream::connect(front).await.unwrap();
+    stream
+        .write_all(
+            b"GET /preview/T/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: echo"), "{head}");
+    stream.write_all(b"ping through").await.unwrap();
+    let mut echoed = [0u8; 12];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"ping through");
+}
+
+#[test]
+fn cookies_are_held_to_the_preview_whatever_path_they_name() {
+    let mut headers = HeaderMap::new();
+    for c in ["s=1; path=/x; domain=.evil; Secure", "t=2; Path=rel", "odd"] {
+        headers.append(header::SET_COOKIE, HeaderValue::from_static(c));
+    }
+    hold_cookies_to(&mut headers, "/preview/T");
+    let held: Vec<&str> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(
+        held,
+        [
+            "s=1; Secure; Path=/preview/T/x",
+            "t=2; Path=/preview/T/rel",
+            "odd; Path=/preview/T/"
+        ]
+    );
+    assert!(is_preview("/preview/abc/") && is_preview("/preview"));
+    assert!(!is_preview("/previewx") && !is_preview("/mcp"));
+}
