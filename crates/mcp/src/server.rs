@@ -114,6 +114,17 @@ pub struct MicroagentServer {
     /// Long calls running or done as MCP tasks (shared by every session:
     /// a stateless client's next request is a new session).
     pub(crate) tasks: CallTasks,
+    /// Where this server serves preview URLs (over HTTP), if it does.
+    pub(crate) preview_base: Option<Arc<PreviewBase>>,
+}
+
+/// The HTTP address preview URLs are served at.
+#[derive(Debug)]
+pub(crate) struct PreviewBase {
+    /// `scheme://host:port`, without a trailing slash.
+    pub(crate) url: String,
+    /// The address listened on (a grant decides whether it may be public).
+    pub(crate) ip: std::net::IpAddr,
 }
 
 impl MicroagentServer {
@@ -160,6 +171,7 @@ impl MicroagentServer {
             tool_router,
             inflight: Arc::default(),
             tasks: CallTasks::default(),
+            preview_base: None,
         }
     }
 
@@ -191,6 +203,13 @@ impl MicroagentServer {
             Some(keep_alive),
         ));
         server
+    }
+
+    /// The same server, serving preview URLs at `url` (`scheme://host:port`)
+    /// on `ip` (`serve mcp --http`).
+    pub(crate) fn serving_previews_at(mut self, url: String, ip: std::net::IpAddr) -> Self {
+        self.preview_base = Some(Arc::new(PreviewBase { url, ip }));
+        self
     }
 
     /// The same server with `grants` (none by default).

@@ -3,7 +3,7 @@
 //! crate's tests and the CLI's stdio tests.
 
 /// Every tool.
-pub const TOOLS: [&str; 90] = [
+pub const TOOLS: [&str; 92] = [
     "agent_list",
     "agent_register",
     "agent_workspace",
@@ -53,6 +53,8 @@ pub const TOOLS: [&str; 90] = [
     "network_inspect",
     "network_list",
     "port_list",
+    "port_preview",
+    "port_preview_revoke",
     "port_publish",
     "port_unpublish",
     "process_list",

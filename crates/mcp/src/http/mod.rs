@@ -119,6 +119,8 @@ impl HttpServer {
         let listener = TcpListener::bind(bind).await.map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
         let gate = Arc::new(Gate::new(local, &options.allowed_origins, options.token));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let server = server.serving_previews_at(format!("{scheme}://{local}"), local.ip());
         Ok(Self {
             listener,
             local,

@@ -1,5 +1,6 @@
 //! Inputs and outputs of the published-port tools: port_publish, port_list,
-//! port_unpublish.
+//! port_unpublish, and the preview URLs of guest ports: port_preview,
+//! port_preview_revoke.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -82,5 +83,77 @@ impl Render for PortsResult {
             })
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// `port_preview`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewParams {
+    /// Workspace name (it need not run: the first request wakes it).
+    pub workspace: String,
+    /// TCP port on the guest's loopback the web app listens on.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u16,
+    /// How long the URL works, seconds; default 86400 (24 h), at most
+    /// 2592000 (30 days).
+    #[schemars(range(min = 1, max = 2_592_000))]
+    pub expires_secs: Option<u64>,
+}
+
+/// `port_preview_revoke`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevokePreviewParams {
+    /// Workspace name.
+    pub workspace: String,
+    /// The guest port whose preview URLs stop working; every one of the
+    /// workspace's when left out.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<u16>,
+}
+
+/// A preview URL just made.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PreviewResult {
+    /// The workspace.
+    pub workspace: String,
+    /// The guest port it reaches.
+    pub port: u16,
+    /// The whole URL, when this server serves previews (over HTTP);
+    /// otherwise null, and `path` is served by `microagent serve mcp
+    /// --http ADDR` on the same state directory.
+    pub url: Option<String>,
+    /// `/preview/<token>/`: the path it is served at.
+    pub path: String,
+    /// When it stops working, Unix ms.
+    pub expires_at_ms: u64,
+}
+
+impl Render for PreviewResult {
+    fn render(&self) -> String {
+        let at = self.url.as_deref().unwrap_or(&self.path);
+        format!(
+            "{at} reaches {}'s port {} until {} (Unix ms)",
+            self.workspace, self.port, self.expires_at_ms
+        )
+    }
+}
+
+/// What `port_preview_revoke` did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RevokedPreviews {
+    /// The workspace.
+    pub workspace: String,
+    /// How many preview URLs stopped working.
+    pub revoked: usize,
+}
+
+impl Render for RevokedPreviews {
+    fn render(&self) -> String {
+        format!(
+            "revoked {} preview URL(s) of {}",
+            self.revoked, self.workspace
+        )
     }
 }

@@ -1,4 +1,5 @@
-//! Published-port tools: port_publish, port_list, port_unpublish.
+//! Published-port tools: port_publish, port_list, port_unpublish; and
+//! preview URLs of guest ports: port_preview, port_preview_revoke.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
@@ -117,5 +118,77 @@ impl MicroagentServer {
             })
             .await?;
         Ok(Out(result(p.workspace, meta)))
+    }
+
+    /// Make a preview URL of a guest port: an unguessable URL on this
+    /// server's HTTP address (`/preview/<token>/`) that reaches the web
+    /// app on 127.0.0.1:port in the workspace, HTTP and WebSocket, until
+    /// it expires (24 h by default) or is revoked. Whoever has the URL
+    /// reaches that port; no MCP token is needed or sent on. Over stdio
+    /// there is no HTTP address: `url` is null and `path` is served by
+    /// `microagent serve mcp --http` on the same state directory.
+    #[tool(
+        output_schema = crate::output::schema::<PreviewResult>(),
+        annotations(
+        title = "Make a preview URL",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    )
+    )]
+    async fn port_preview(
+        &self,
+        Parameters(p): Parameters<PreviewParams>,
+    ) -> ToolResult<PreviewResult> {
+        // Served off loopback, a preview reaches the guest from other
+        // machines: as a published port there would, it needs the grant.
+        if let Some(served_on) = self.preview_base.as_ref().map(|b| b.ip) {
+            self.grants.check_port_address(served_on)?;
+        }
+        let (port, ttl) = (p.port, p.expires_secs.map(std::time::Duration::from_secs));
+        let made = self
+            .on_workspace(&p.workspace, move |ws, name| {
+                ws.workspace(name)?.preview_port(port, ttl)
+            })
+            .await?;
+        Ok(Out(PreviewResult {
+            workspace: p.workspace,
+            port,
+            url: self
+                .preview_base
+                .as_ref()
+                .map(|base| format!("{}{}", base.url, made.path)),
+            path: made.path,
+            expires_at_ms: made.record.expires_at_ms,
+        }))
+    }
+
+    /// Revoke a workspace's preview URLs of one guest port (every one of
+    /// them when port is left out): they answer 404 from now on.
+    #[tool(
+        output_schema = crate::output::schema::<RevokedPreviews>(),
+        annotations(
+        title = "Revoke preview URLs",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn port_preview_revoke(
+        &self,
+        Parameters(p): Parameters<RevokePreviewParams>,
+    ) -> ToolResult<RevokedPreviews> {
+        let port = p.port;
+        let revoked = self
+            .on_workspace(&p.workspace, move |ws, name| {
+                ws.workspace(name)?.revoke_previews(port)
+            })
+            .await?;
+        Ok(Out(RevokedPreviews {
+            workspace: p.workspace,
+            revoked,
+        }))
     }
 }
