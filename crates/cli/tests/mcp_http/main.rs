@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 mod abuse;
 mod conformance;
+mod previews;
 mod session;
 mod tasks;
 
@@ -538,6 +539,7 @@ fn a_real_workspace_over_http() {
     assert_eq!(listens[0]["updated"], json!(note), "{modern}");
     assert_eq!(listens[1]["honored"], json!([]), "{modern}");
     assert_eq!(listens[1]["updated"], Value::Null, "{modern}");
+    previews::previews_reach_the_guests_servers(&server, name);
     let deleted = python(json!({
         "url": server.url,
         "calls": [{"tool": "workspace_delete", "args": {"name": name, "force": true}}]}))
