@@ -1,4 +1,5 @@
-//! `microagent port add | ls | rm`: a workspace's published ports.
+//! `microagent port add | ls | rm`: a workspace's published ports; `port
+//! preview | unpreview`: its preview URLs.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -41,6 +42,31 @@ pub enum PortCommand {
         #[arg(value_parser = parse_host_port)]
         host: (IpAddr, u16),
     },
+    /// Make a preview URL of a guest port: `/preview/<token>/` on the
+    /// address of `microagent serve mcp --http` for this state directory
+    /// reaches the web app on GUEST_PORT, HTTP and WebSocket, until it
+    /// expires or is revoked. The token is printed once.
+    Preview {
+        /// Workspace name.
+        workspace: String,
+        /// The guest port the web app listens on.
+        guest_port: u16,
+        /// How long it works: 90, 30m, 2h, 7d (default 24h, at most 30d).
+        #[arg(long, value_parser = parse_expires)]
+        expires: Option<u64>,
+    },
+    /// Revoke a workspace's preview URLs of GUEST_PORT (all of them when
+    /// left out): they answer 404 from now on.
+    Unpreview {
+        /// Workspace name.
+        workspace: String,
+        /// The guest port.
+        guest_port: Option<u16>,
+    },
+}
+
+fn parse_expires(s: &str) -> Result<u64, String> {
+    workspace::store::spec::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// Parses `[HOST_IP:]HOST_PORT:GUEST_PORT`.
@@ -110,6 +136,34 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
         } => {
             let meta = ws.workspace(workspace)?.unpublish_port(*ip, *port)?;
             print(workspace, &meta.spec.ports, json);
+        }
+        PortCommand::Preview {
+            workspace,
+            guest_port,
+            expires,
+        } => {
+            let ttl = expires.map(std::time::Duration::from_secs);
+            let made = ws.workspace(workspace)?.preview_port(*guest_port, ttl)?;
+            if json {
+                output::json(&made);
+            } else {
+                println!("{}", made.path);
+                eprintln!(
+                    "reaches {workspace}'s port {guest_port} until {} (Unix ms) at http://ADDR{} of `microagent serve mcp --http ADDR`; revoke with `microagent port unpreview {workspace} {guest_port}`",
+                    made.record.expires_at_ms, made.path
+                );
+            }
+        }
+        PortCommand::Unpreview {
+            workspace,
+            guest_port,
+        } => {
+            let revoked = ws.workspace(workspace)?.revoke_previews(*guest_port)?;
+            if json {
+                output::json(&serde_json::json!({"workspace": workspace, "revoked": revoked}));
+            } else {
+                println!("revoked {revoked} preview URL(s) of {workspace}");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
