@@ -1,6 +1,7 @@
 //! `microagent serve mcp`: the MCP server over stdin/stdout, or over
 //! Streamable HTTP with `--http` (see docs/mcp.md). Stdout carries
-//! JSON-RPC only; logs go to stderr.
+//! JSON-RPC only; logs go to stderr. `microagent serve preview ADDR`:
+//! preview URLs alone, without the MCP endpoint.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,6 +50,27 @@ pub enum ServeCommand {
         agent: Option<String>,
         #[command(flatten)]
         http: HttpArgs,
+    },
+    /// Serve the state directory's preview URLs (`port preview`,
+    /// `port_preview`) at http://ADDR/preview/<token>/ until SIGINT or
+    /// SIGTERM, without the MCP endpoint: each URL's token is its access.
+    Preview {
+        /// The address (for example 127.0.0.1:8430; port 0 picks one).
+        addr: SocketAddr,
+        /// Allow an address other machines reach; it needs --tls-cert and
+        /// --tls-key too (the tokens are in the URLs).
+        #[arg(long)]
+        public: bool,
+        /// PEM certificate chain for HTTPS (with --tls-key).
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key of --tls-cert.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// A web origin (scheme://host[:port]) whose pages may call the
+        /// previews, besides the server's own; repeatable.
+        #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+        allowed_origins: Vec<String>,
     },
     /// Wait for an MCP server process to end, then delete its session
     /// workspaces (started detached by the server).
@@ -160,6 +182,26 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        ServeCommand::Preview {
+            addr,
+            public,
+            tls_cert,
+            tls_key,
+            allowed_origins,
+        } => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("microagent: error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let tls = tls_cert.zip(tls_key);
+            runtime.block_on(serve_previews(addr, public, tls, allowed_origins))
         }
         ServeCommand::Mcp {
             allow_host_paths,
@@ -291,6 +333,7 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
         tls: args.tls_cert.zip(args.tls_key),
         allowed_origins: args.allowed_origins,
         max_connections: args.max_connections as usize,
+        previews_only: false,
     };
     raise_open_file_limit(args.max_connections as usize);
     let server = mcp::MicroagentServer::new(ws, roots).with_grants(grants);
@@ -306,6 +349,56 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
     eprintln!(
         "microagent: serving MCP at {} ({auth}); stop with Ctrl-C",
         http.url()
+    );
+    http.run(stop_signal()).await;
+    ExitCode::SUCCESS
+}
+
+/// `serve preview`: preview URLs alone, until a signal.
+async fn serve_previews(
+    bind: SocketAddr,
+    public: bool,
+    tls: Option<(PathBuf, PathBuf)>,
+    allowed_origins: Vec<String>,
+) -> ExitCode {
+    let fail = |what: String| {
+        eprintln!("microagent: error: {what}");
+        ExitCode::FAILURE
+    };
+    if !bind.ip().is_loopback() && !public {
+        return fail(format!(
+            "{bind} is reachable from other machines; pass --public (with --tls-cert and --tls-key) to serve it, or use 127.0.0.1"
+        ));
+    }
+    let ws = match crate::open_workspaces() {
+        Ok(ws) => ws,
+        Err(e) => {
+            return fail(format!(
+                "cannot open the workspace store: {}",
+                e.full_message()
+            ))
+        }
+    };
+    let roots = match mcp::HostRoots::new(&[]) {
+        Ok(roots) => roots,
+        Err(e) => return fail(workspace::error_chain(&e)),
+    };
+    let options = mcp::http::HttpOptions {
+        bind,
+        token: None,
+        tls,
+        allowed_origins,
+        max_connections: mcp::http::limits::DEFAULT_MAX_CONNECTIONS,
+        previews_only: true,
+    };
+    let server = mcp::MicroagentServer::new(ws, roots);
+    let http = match mcp::http::HttpServer::bind(server, options).await {
+        Ok(http) => http,
+        Err(e) => return fail(http_error(&e)),
+    };
+    let base = http.url();
+    eprintln!(
+        "microagent: serving preview URLs at {base} (each at {base}<token>/; make one with `microagent port preview NAME PORT`); stop with Ctrl-C"
     );
     http.run(stop_signal()).await;
     ExitCode::SUCCESS

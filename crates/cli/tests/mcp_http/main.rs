@@ -48,9 +48,29 @@ impl Server {
 
     /// As [`Server::start`], with the command changed by `adjust` first.
     fn start_with(home: &Path, extra: &[&str], adjust: impl FnOnce(&mut Command)) -> Server {
+        let serve = ["serve", "mcp", "--http", "127.0.0.1:0"];
+        Self::launch(home, &serve, extra, adjust, ("serving MCP at ", "/mcp"))
+    }
+
+    /// `serve preview` on a free loopback port (`url` is the previews' base).
+    fn start_previews(home: &Path) -> Server {
+        let serve = ["serve", "preview", "127.0.0.1:0"];
+        let said = ("serving preview URLs at ", "/preview/");
+        Self::launch(home, &serve, &[], |_| {}, said)
+    }
+
+    /// Runs `serve` with `extra`, and waits for the line saying where it
+    /// serves (`said`: what comes before the URL, and its path).
+    fn launch(
+        home: &Path,
+        serve: &[&str],
+        extra: &[&str],
+        adjust: impl FnOnce(&mut Command),
+        (said, path): (&'static str, &'static str),
+    ) -> Server {
         let mut command = Command::new(BIN);
         command
-            .args(["serve", "mcp", "--http", "127.0.0.1:0"])
+            .args(serve)
             .args(extra)
             .current_dir(std::env::temp_dir())
             .env("MICROAGENT_HOME", home)
@@ -60,7 +80,7 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         adjust(&mut command);
-        let mut child = command.spawn().expect("start microagent serve mcp --http");
+        let mut child = command.spawn().expect("start microagent serve");
         let stderr = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         {
@@ -69,7 +89,7 @@ impl Server {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     eprintln!("server: {line}");
                     stderr.lock().unwrap().push_str(&format!("{line}\n"));
-                    if let Some(rest) = line.split("serving MCP at ").nth(1) {
+                    if let Some(rest) = line.split(said).nth(1) {
                         let url = rest.split_whitespace().next().unwrap_or_default();
                         let _ = tx.send(url.to_owned());
                     }
@@ -83,7 +103,7 @@ impl Server {
             .split("://")
             .nth(1)
             .unwrap()
-            .trim_end_matches("/mcp")
+            .trim_end_matches(path)
             .to_owned();
         Server {
             child,

@@ -121,3 +121,23 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
     std::thread::sleep(Duration::from_secs(21));
     assert_eq!(get(server, &upgrade).0, 404);
 }
+
+/// `serve preview` serves previews alone: no MCP endpoint, the same
+/// `Host` rules, an unknown token 404.
+#[test]
+fn a_preview_server_serves_previews_only() {
+    let home = crate::home("preview-server");
+    let server = Server::start_previews(&home);
+    assert!(server.url.ends_with("/preview/"), "{}", server.url);
+    let (status, answer) = get(&server, "/mcp");
+    assert_eq!(status, 404, "{answer}");
+    assert!(answer.contains("preview URLs only"), "{answer}");
+    assert_eq!(
+        get(&server, &format!("/preview/{}/", "a".repeat(64))).0,
+        404
+    );
+    let reply = crate::post(&server, "/preview/x/", &[("Host", "evil.example")], "{}");
+    assert_eq!(reply.status, 403);
+    assert!(server.terminate());
+    let _ = std::fs::remove_dir_all(home);
+}

@@ -47,6 +47,8 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Connections open at once ([`limits::DEFAULT_MAX_CONNECTIONS`]).
     pub max_connections: usize,
+    /// Serve preview URLs only, no MCP endpoint (`serve preview`).
+    pub previews_only: bool,
 }
 
 /// Why the HTTP server could not run.
@@ -95,6 +97,7 @@ pub struct HttpServer {
     tls: Option<tokio_rustls::TlsAcceptor>,
     server: MicroagentServer,
     connections: Arc<Connections>,
+    previews_only: bool,
 }
 
 impl std::fmt::Debug for HttpServer {
@@ -110,7 +113,9 @@ impl HttpServer {
     /// Checks `options` and binds their address.
     pub async fn bind(server: MicroagentServer, options: HttpOptions) -> Result<Self, HttpError> {
         let bind = options.bind;
-        check_exposure(bind, options.token.is_some(), options.tls.is_some())?;
+        // Previews alone need no bearer token: each URL's is its access.
+        let token = options.token.is_some() || options.previews_only;
+        check_exposure(bind, token, options.tls.is_some())?;
         let tls = match &options.tls {
             Some((cert, key)) => Some(tls::acceptor(cert, key)?),
             None => None,
@@ -128,13 +133,20 @@ impl HttpServer {
             tls,
             server,
             connections: Connections::new(options.max_connections),
+            previews_only: options.previews_only,
         })
     }
 
-    /// The endpoint clients connect to.
+    /// The endpoint clients connect to (the preview URLs' base when it
+    /// serves previews only).
     pub fn url(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        format!("{scheme}://{}{MCP_PATH}", self.local)
+        let path = if self.previews_only {
+            workspace::previews::PREVIEW_PATH
+        } else {
+            MCP_PATH
+        };
+        format!("{scheme}://{}{path}", self.local)
     }
 
     /// Serves until `shutdown` completes, then ends every session and
@@ -194,9 +206,13 @@ impl HttpServer {
             };
             let (gate, service, tls) = (self.gate.clone(), service.clone(), self.tls.clone());
             let workspaces = self.server.workspaces().clone();
-            tokio::spawn(serve_connection(
-                stream, tls, gate, service, workspaces, admission,
-            ));
+            let site = Site {
+                gate,
+                service,
+                workspaces,
+                previews_only: self.previews_only,
+            };
+            tokio::spawn(serve_connection(stream, tls, Arc::new(site), admission));
         }
         sessions_end.cancel();
         if !self
@@ -221,18 +237,13 @@ type Service = StreamableHttpService<MicroagentServer, LocalSessionManager>;
 async fn serve_connection(
     stream: TcpStream,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    gate: Arc<Gate>,
-    service: Service,
-    workspaces: workspace::Workspaces,
+    site: Arc<Site>,
     admission: Admission,
 ) {
     let authenticated = admission.authenticated();
     let handler = hyper::service::service_fn(move |req| {
-        let (gate, service, authenticated) = (gate.clone(), service.clone(), authenticated.clone());
-        let workspaces = workspaces.clone();
-        async move {
-            Ok::<_, Infallible>(route(&gate, &service, &workspaces, &authenticated, req).await)
-        }
+        let (site, authenticated) = (site.clone(), authenticated.clone());
+        async move { Ok::<_, Infallible>(route(&site, &authenticated, req).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -280,15 +291,18 @@ async fn serve_connection(
     drop(admission);
 }
 
-/// One request: the gate, the path, then the MCP service. A request past
-/// the gate marks its connection `authenticated`.
-async fn route(
-    gate: &Gate,
-    service: &Service,
-    workspaces: &workspace::Workspaces,
-    authenticated: &AtomicBool,
-    req: Request<Incoming>,
-) -> Response<Body> {
+/// What every request of a server reaches.
+struct Site {
+    gate: Arc<Gate>,
+    service: Service,
+    workspaces: workspace::Workspaces,
+    previews_only: bool,
+}
+
+/// One request: the gate, the path, then the MCP service or a preview. A
+/// request past the token check marks its connection `authenticated`.
+async fn route(site: &Site, authenticated: &AtomicBool, req: Request<Incoming>) -> Response<Body> {
+    let (gate, service) = (&site.gate, &site.service);
     // A preview's token is its own capability; its pages (the guest's)
     // share this server's origin, which `/mcp` therefore refuses.
     if preview::is_preview(req.uri().path()) {
@@ -296,7 +310,13 @@ async fn route(
             tracing::info!("refused a preview request: {refusal}");
             return refused(&refusal);
         }
-        return preview::serve(workspaces, req).await;
+        return preview::serve(&site.workspaces, req).await;
+    }
+    if site.previews_only {
+        return plain(
+            404,
+            "not found: this server serves preview URLs only (/preview/<token>/)\n".into(),
+        );
     }
     if let Err(refusal) = gate.check(req.headers()) {
         tracing::info!("refused a request: {refusal}");
