@@ -23,6 +23,8 @@ pub struct PreviewTarget {
     pub workspace: String,
     /// The guest port.
     pub port: u16,
+    /// When that workspace was made (one made again is another).
+    pub workspace_created_at_ms: u64,
 }
 
 impl Workspace<'_> {
@@ -53,6 +55,7 @@ impl Workspace<'_> {
             port,
             created_at_ms: now,
             expires_at_ms: now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+            agent: all.caller.as_ref().and_then(|c| c.agent()),
         };
         Ok(PreviewStore::new(&all.state).create(record, now)?)
     }
@@ -84,33 +87,49 @@ impl Workspaces {
         let Some(record) = store.find(token, now_ms())? else {
             return Ok(None);
         };
-        let now_made = self
+        // Gone or made again: its previews go (those of the one there now
+        // stay). Any other failure to read it says nothing of them.
+        let meta = match self
             .dir(&record.workspace)
             .and_then(|dir| Ok(dir.read_meta()?))
-            .ok()
-            .map(|meta| meta.created_at_ms);
+        {
+            Ok(meta) => Some(meta),
+            Err(e) if e.code() == base::code::ErrorCode::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let now_made = meta.as_ref().map(|m| m.created_at_ms);
         if now_made != Some(record.workspace_created_at_ms) {
-            // Those of the one it was, not those of the one there now.
             let workspace = record.workspace.clone();
             store.remove_where(|r| {
                 r.workspace == workspace && Some(r.workspace_created_at_ms) != now_made
             })?;
             return Ok(None);
         }
+        // Made by an agent that may no longer use it (a share taken back).
+        if let (Some(agent), Some(meta)) = (&record.agent, &meta) {
+            let mine = meta.spec.agent.as_deref() == Some(agent.as_str());
+            if !mine && !meta.spec.shared_with.contains(agent) {
+                return Ok(None);
+            }
+        }
         Ok(Some(PreviewTarget {
             workspace: record.workspace,
             port: record.port,
+            workspace_created_at_ms: record.workspace_created_at_ms,
         }))
     }
 
     /// A connection to the guest port `target` names, through its agent;
     /// a paused or hibernated workspace is woken first, as any call wakes
-    /// it.
+    /// it (and still the one the preview was made for once awake).
     pub async fn open_preview(&self, target: &PreviewTarget) -> Result<tokio::net::UnixStream> {
-        let (dir, _) = self.awake(&target.workspace).await?;
-        crate::guest::connect_agent(&dir)
-            .await
-            .map_err(Error::agent("connect"))?
+        let name = target.workspace.as_str();
+        let (dir, meta) = self.awake(name).await?;
+        if meta.created_at_ms != target.workspace_created_at_ms {
+            return Err(Error::WorkspaceNotFound(name.to_owned()));
+        }
+        crate::guest::connect_awake(self, name, &dir)
+            .await?
             .tcp_connect(target.port)
             .await
             .map_err(Error::agent("tcp_connect"))
@@ -157,7 +176,8 @@ mod tests {
             target,
             PreviewTarget {
                 workspace: "dev".into(),
-                port: 8080
+                port: 8080,
+                workspace_created_at_ms: made.record.workspace_created_at_ms,
             }
         );
         // Upper case is the same token; anything else opens nothing.
@@ -217,6 +237,26 @@ mod tests {
                 .code(),
             ErrorCode::Forbidden
         );
+        // One made by an agent it is shared with works while the share
+        // does.
+        let alpha = session(&f.ws, Some("alpha"));
+        alpha
+            .workspace("dev")
+            .unwrap()
+            .share_with("beta", true)
+            .unwrap();
+        let by_beta = beta
+            .workspace("dev")
+            .unwrap()
+            .preview_port(80, None)
+            .unwrap();
+        assert!(f.ws.preview_target(&by_beta.token).unwrap().is_some());
+        alpha
+            .workspace("dev")
+            .unwrap()
+            .share_with("beta", false)
+            .unwrap();
+        assert_eq!(f.ws.preview_target(&by_beta.token).unwrap(), None);
         // Made again under its name, a workspace is not reached by the old
         // token; deleted, its previews go.
         let old = dev.preview_port(80, None).unwrap();

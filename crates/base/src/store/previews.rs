@@ -29,6 +29,9 @@ pub const MAX_PREVIEW_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The most previews a state directory keeps (expired ones are swept
 /// before a new one is counted).
 pub const MAX_PREVIEWS: usize = 256;
+/// The most previews one workspace has, so that no one tenant fills the
+/// state directory's.
+pub const MAX_WORKSPACE_PREVIEWS: usize = 16;
 /// Random bytes in a token.
 const TOKEN_BYTES: usize = 32;
 
@@ -44,9 +47,12 @@ pub enum PreviewError {
         /// Seconds asked for.
         asked: u64,
     },
-    /// The state directory holds [`MAX_PREVIEWS`] previews already.
-    #[error("{MAX_PREVIEWS} previews exist already: revoke some first")]
-    TooMany,
+    /// The state directory holds [`MAX_PREVIEWS`] previews already, or
+    /// the workspace [`MAX_WORKSPACE_PREVIEWS`].
+    #[error(
+        "{0} previews exist already: revoke some first (port_preview_revoke, `port unpreview`)"
+    )]
+    TooMany(usize),
     /// The token source of the host failed.
     #[error("no random bytes for a token")]
     Random(#[source] std::io::Error),
@@ -59,7 +65,7 @@ impl PreviewError {
     /// The stable code front ends report.
     pub fn code(&self) -> ErrorCode {
         match self {
-            PreviewError::Port | PreviewError::Lifetime { .. } | PreviewError::TooMany => {
+            PreviewError::Port | PreviewError::Lifetime { .. } | PreviewError::TooMany(_) => {
                 ErrorCode::InvalidInput
             }
             PreviewError::Random(_) => ErrorCode::Internal,
@@ -83,6 +89,10 @@ pub struct PreviewRecord {
     pub created_at_ms: u64,
     /// When it stops working, Unix ms.
     pub expires_at_ms: u64,
+    /// The agent that made it, when an agent's session did: it works only
+    /// while that agent may use the workspace (a share taken back ends it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// A preview just made: its token, shown this once.
@@ -115,6 +125,12 @@ pub(crate) fn digest_of(token: &str) -> Option<String> {
     }
     let digest = Sha256::digest(token.to_ascii_lowercase().as_bytes());
     Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A short name of the preview `token` opens (12 hex digits of its
+/// digest): what its cookies are kept under, never the token.
+pub fn preview_id(token: &str) -> Option<String> {
+    digest_of(token).map(|d| d[..12].to_owned())
 }
 
 /// A new token from the host's random source.
@@ -163,7 +179,15 @@ impl PreviewStore {
         }
         let live = self.sweep(now_ms)?;
         if live >= MAX_PREVIEWS {
-            return Err(PreviewError::TooMany);
+            return Err(PreviewError::TooMany(MAX_PREVIEWS));
+        }
+        let workspace = &record.workspace;
+        if self
+            .list_where(now_ms, |r| &r.workspace == workspace)?
+            .len()
+            >= MAX_WORKSPACE_PREVIEWS
+        {
+            return Err(PreviewError::TooMany(MAX_WORKSPACE_PREVIEWS));
         }
         let token = new_token()?;
         let name = digest_of(&token).ok_or(PreviewError::Port)?;
@@ -248,6 +272,7 @@ mod tests {
             port: 80,
             created_at_ms: 1,
             expires_at_ms,
+            agent: None,
         }
     }
 
@@ -262,12 +287,28 @@ mod tests {
             None,
             "removed once expired"
         );
-        for _ in 0..MAX_PREVIEWS {
+        // A workspace has a few; the state directory more.
+        for _ in 0..MAX_WORKSPACE_PREVIEWS {
             store.create(record(1_000), 500).unwrap();
         }
         assert!(matches!(
             store.create(record(2_000), 500),
-            Err(PreviewError::TooMany)
+            Err(PreviewError::TooMany(MAX_WORKSPACE_PREVIEWS))
+        ));
+        for i in MAX_WORKSPACE_PREVIEWS..MAX_PREVIEWS {
+            let other = PreviewRecord {
+                workspace: format!("w{}", i / MAX_WORKSPACE_PREVIEWS),
+                ..record(1_000)
+            };
+            store.create(other, 500).unwrap();
+        }
+        let one_more = PreviewRecord {
+            workspace: "fresh".into(),
+            ..record(2_000)
+        };
+        assert!(matches!(
+            store.create(one_more, 500),
+            Err(PreviewError::TooMany(MAX_PREVIEWS))
         ));
         // Once they expired there is room again.
         store.create(record(3_000), 1_000).unwrap();

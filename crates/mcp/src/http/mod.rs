@@ -98,6 +98,7 @@ pub struct HttpServer {
     server: MicroagentServer,
     connections: Arc<Connections>,
     previews_only: bool,
+    serves_previews: bool,
 }
 
 impl std::fmt::Debug for HttpServer {
@@ -125,7 +126,23 @@ impl HttpServer {
         let local = listener.local_addr().map_err(bind_error)?;
         let gate = Arc::new(Gate::new(local, &options.allowed_origins, options.token));
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let server = server.serving_previews_at(format!("{scheme}://{local}"), local.ip());
+        // A URL to hand out: an address that listens on every interface
+        // is reached here on loopback.
+        let reach = match local.ip() {
+            ip if ip.is_unspecified() && ip.is_ipv4() => {
+                SocketAddr::from(([127, 0, 0, 1], local.port()))
+            }
+            ip if ip.is_unspecified() => {
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, local.port()))
+            }
+            _ => local,
+        };
+        // Off loopback a preview reaches a guest from other machines: the
+        // MCP server serves them only with the grant a public port needs
+        // (`serve preview`, run by a person, is that choice itself).
+        let serves_previews =
+            options.previews_only || server.grants.check_port_address(local.ip()).is_ok();
+        let server = server.serving_previews_at(format!("{scheme}://{reach}"), local.ip());
         Ok(Self {
             listener,
             local,
@@ -134,6 +151,7 @@ impl HttpServer {
             server,
             connections: Connections::new(options.max_connections),
             previews_only: options.previews_only,
+            serves_previews,
         })
     }
 
@@ -211,6 +229,7 @@ impl HttpServer {
                 service,
                 workspaces,
                 previews_only: self.previews_only,
+                serves_previews: self.serves_previews,
             };
             tokio::spawn(serve_connection(stream, tls, Arc::new(site), admission));
         }
@@ -297,6 +316,8 @@ struct Site {
     service: Service,
     workspaces: workspace::Workspaces,
     previews_only: bool,
+    /// Off loopback without the public-ports grant: no previews.
+    serves_previews: bool,
 }
 
 /// One request: the gate, the path, then the MCP service or a preview. A
@@ -305,7 +326,7 @@ async fn route(site: &Site, authenticated: &AtomicBool, req: Request<Incoming>) 
     let (gate, service) = (&site.gate, &site.service);
     // A preview's token is its own capability; its pages (the guest's)
     // share this server's origin, which `/mcp` therefore refuses.
-    if preview::is_preview(req.uri().path()) {
+    if preview::is_preview(req.uri().path()) && site.serves_previews {
         if let Err(refusal) = gate.check_site(req.headers(), true) {
             tracing::info!("refused a preview request: {refusal}");
             return refused(&refusal);

@@ -1,38 +1,42 @@
 //! `/preview/<token>/...`: a preview URL (issue 61) served as a reverse
 //! proxy to the guest port its token opens (`workspace::previews`), HTTP
 //! and WebSocket (an `Upgrade` is passed through and the two connections
-//! joined). The token is the capability: no bearer token is asked, the
-//! gate's `Host` and `Origin` rules still apply. What reaches the guest
-//! has the prefix taken off its path, no `Authorization` header (a client
-//! that sends the MCP token sends it to the server, never to a guest) and
-//! `X-Forwarded-*` headers saying where it came from; what comes back has
-//! its cookies held to the preview's path (previews share the server's
-//! origin: one guest's cookies must not reach another's app) and no
-//! referrer leaves with its links (the token is in the URL).
+//! joined, while the preview lasts, at most [`MAX_TUNNELS`] at once). The
+//! token is the capability: no bearer token is asked, the gate's `Host`
+//! and `Origin` rules still apply. Previews share the server's origin, so
+//! what crosses is rewritten (`headers`): the guest gets its path without
+//! the prefix, no `Authorization` and only its own preview's cookies; the
+//! client gets cookies and redirects held to the preview, no header that
+//! acts on the whole origin, and no referrer leaves with its links (the
+//! token is in the URL). A service worker is never served.
+
+mod headers;
+
+use std::time::Duration;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Semaphore;
 
 use super::{plain, Body};
+use headers::{Rewrite, HOP_BY_HOP};
 use workspace::previews::PREVIEW_PATH;
 use workspace::Workspaces;
 
-/// Headers that belong to one connection, never forwarded (RFC 9110
-/// 7.6.1); `Connection` and `Upgrade` are put back for an upgrade.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
+/// Upgraded connections (WebSockets) open at once through a server's
+/// previews: each holds a client socket and a guest connection beyond the
+/// HTTP connection limits, so they have a bound of their own.
+const MAX_TUNNELS: usize = 256;
+static TUNNELS: Semaphore = Semaphore::const_new(MAX_TUNNELS);
+/// How often an upgraded connection looks whether its preview still
+/// exists (revoked or expired: it is closed).
+const RECHECK: Duration = Duration::from_secs(15);
+/// How long the guest's server has to answer a request's header.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Whether `path` is a preview's.
 pub(super) fn is_preview(path: &str) -> bool {
@@ -57,20 +61,29 @@ pub(super) async fn serve(ws: &Workspaces, req: Request<Incoming>) -> Response<B
         }
     };
     let prefix = format!("{PREVIEW_PATH}{token}");
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
     let Some(tail) = tail else {
         // Relative links of the app resolve under the prefix only with
         // its slash.
-        let query = req
-            .uri()
-            .query()
-            .map(|q| format!("?{q}"))
-            .unwrap_or_default();
         let mut moved = plain(308, "moved\n".into());
         if let Ok(to) = HeaderValue::from_str(&format!("{prefix}/{query}")) {
             moved.headers_mut().insert(header::LOCATION, to);
         }
         return moved;
     };
+    // A service worker registered here would serve every preview's pages.
+    if req.headers().contains_key("service-worker") {
+        return plain(403, "previews do not serve service workers\n".into());
+    }
+    // Dot segments are for the client to resolve, never the guest.
+    let tail = tail.trim_start_matches('/');
+    if tail.split('/').any(|s| s == ".." || s == ".") {
+        return plain(400, "a path with dot segments\n".into());
+    }
     let stream = match ws.open_preview(&target).await {
         Ok(stream) => stream,
         Err(e) => {
@@ -83,26 +96,24 @@ pub(super) async fn serve(ws: &Workspaces, req: Request<Incoming>) -> Response<B
             return plain(
                 502,
                 format!(
-                    "nothing answers on port {} of the workspace: {}\n",
-                    target.port,
-                    e.full_message()
+                    "nothing answers on the previewed port {} (is the app listening on the guest's 127.0.0.1?)\n",
+                    target.port
                 ),
             );
         }
     };
-    let query = req
-        .uri()
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
-    forward(
-        req,
-        &format!("/{tail}{query}"),
-        &prefix,
-        target.port,
-        stream,
-    )
-    .await
+    let cookie_prefix = format!(
+        "pv{}_",
+        workspace::store::previews::preview_id(token).unwrap_or_default()
+    );
+    let rewrite = Rewrite {
+        prefix: &prefix,
+        port: target.port,
+        cookie_prefix: &cookie_prefix,
+    };
+    let (ws, token) = (ws.clone(), token.to_owned());
+    let alive = move || matches!(ws.preview_target(&token), Ok(Some(_)));
+    forward(req, &format!("/{tail}{query}"), &rewrite, stream, alive).await
 }
 
 fn not_found() -> Response<Body> {
@@ -114,23 +125,36 @@ fn not_found() -> Response<Body> {
 
 /// Sends `req` to the server at the other end of `stream` as `path`
 /// (with its query), and its answer back; an upgrade joins the two
-/// connections once both sides have switched.
-pub(super) async fn forward<S>(
+/// connections once both sides have switched, for as long as `alive`
+/// says the preview exists.
+async fn forward<S>(
     mut req: Request<Incoming>,
     path: &str,
-    prefix: &str,
-    port: u16,
+    rewrite: &Rewrite<'_>,
     stream: S,
+    alive: impl Fn() -> bool + Send + 'static,
 ) -> Response<Body>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let upgrade = req.headers().get(header::UPGRADE).cloned();
+    let permit = match upgrade {
+        Some(_) => match TUNNELS.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                return plain(
+                    503,
+                    format!("{MAX_TUNNELS} upgraded preview connections are open; try later\n"),
+                )
+            }
+        },
+        None => None,
+    };
     let from_client = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
     let mut out = Request::builder().method(parts.method).uri(path);
     if let Some(headers) = out.headers_mut() {
-        *headers = forwarded_headers(&parts.headers, prefix, port);
+        *headers = rewrite.request(&parts.headers);
         if let Some(protocol) = &upgrade {
             headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             headers.insert(header::UPGRADE, protocol.clone());
@@ -142,30 +166,44 @@ where
     let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
     {
         Ok(pair) => pair,
-        Err(e) => return plain(502, format!("the guest's server: {e}\n")),
+        Err(e) => {
+            tracing::debug!("preview handshake: {e}");
+            return plain(502, "the guest's server did not take the request\n".into());
+        }
     };
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             tracing::debug!("preview connection: {e}");
         }
     });
-    let mut answer = match sender.send_request(out).await {
-        Ok(answer) => answer,
-        Err(e) => return plain(502, format!("the guest's server did not answer: {e}\n")),
-    };
-    if answer.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(from_client) = from_client {
-            let from_guest = hyper::upgrade::on(&mut answer);
-            tokio::spawn(async move {
-                if let (Ok(client), Ok(guest)) = (from_client.await, from_guest.await) {
-                    let (mut client, mut guest) = (TokioIo::new(client), TokioIo::new(guest));
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut guest).await;
-                }
-            });
+    let mut answer = match tokio::time::timeout(ANSWER_TIMEOUT, sender.send_request(out)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => {
+            tracing::debug!("preview answer: {e}");
+            return plain(502, "the guest's server did not answer\n".into());
         }
+        Err(_) => return plain(504, "the guest's server did not answer in time\n".into()),
+    };
+    let switching = answer.status() == StatusCode::SWITCHING_PROTOCOLS;
+    if let (true, Some(from_client), Some(permit)) = (switching, from_client, permit) {
+        let from_guest = hyper::upgrade::on(&mut answer);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let (Ok(client), Ok(guest)) = (from_client.await, from_guest.await) else {
+                return;
+            };
+            let (mut client, mut guest) = (TokioIo::new(client), TokioIo::new(guest));
+            let joined = tokio::io::copy_bidirectional(&mut client, &mut guest);
+            tokio::pin!(joined);
+            loop {
+                tokio::select! {
+                    _ = &mut joined => break,
+                    () = tokio::time::sleep(RECHECK) => if !alive() { break },
+                }
+            }
+        });
     }
     let (mut parts, body) = answer.into_parts();
-    let switching = parts.status == StatusCode::SWITCHING_PROTOCOLS;
     let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
     for name in &HOP_BY_HOP {
         parts.headers.remove(name);
@@ -178,82 +216,8 @@ where
             parts.headers.insert(header::UPGRADE, to);
         }
     }
-    hold_cookies_to(&mut parts.headers, prefix);
-    parts.headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
+    rewrite.answer(&mut parts.headers);
     Response::from_parts(parts, body.map_err(Into::into).boxed())
-}
-
-/// The client's headers as the guest gets them.
-fn forwarded_headers(from: &HeaderMap, prefix: &str, port: u16) -> HeaderMap {
-    let mut headers = from.clone();
-    // Whatever `Connection` names is this connection's too.
-    let named: Vec<HeaderName> = from
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for name in HOP_BY_HOP.iter().chain(&named) {
-        headers.remove(name);
-    }
-    headers.remove(header::AUTHORIZATION);
-    headers.remove(header::HOST);
-    if let Some(host) = from.get(header::HOST) {
-        headers.insert(HeaderName::from_static("x-forwarded-host"), host.clone());
-    }
-    if let Ok(prefix) = HeaderValue::from_str(prefix) {
-        headers.insert(HeaderName::from_static("x-forwarded-prefix"), prefix);
-    }
-    if let Ok(host) = HeaderValue::from_str(&format!("localhost:{port}")) {
-        headers.insert(header::HOST, host);
-    }
-    headers
-}
-
-/// Rewrites each `Set-Cookie` so that the browser sends it back to this
-/// preview only: its `Path` under `prefix`, no `Domain`.
-fn hold_cookies_to(headers: &mut HeaderMap, prefix: &str) {
-    let cookies: Vec<HeaderValue> = headers
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .cloned()
-        .collect();
-    headers.remove(header::SET_COOKIE);
-    for cookie in cookies {
-        let Ok(text) = cookie.to_str() else {
-            continue;
-        };
-        let mut parts = text.split(';').map(str::trim);
-        let Some(pair) = parts.next() else {
-            continue;
-        };
-        let mut path = "/".to_owned();
-        let mut kept = vec![pair.to_owned()];
-        for attribute in parts {
-            let name = attribute.split('=').next().unwrap_or_default().trim();
-            if name.eq_ignore_ascii_case("path") {
-                path = attribute
-                    .split_once('=')
-                    .map_or("/", |(_, p)| p.trim())
-                    .to_owned();
-            } else if !name.eq_ignore_ascii_case("domain") {
-                kept.push(attribute.to_owned());
-            }
-        }
-        let path = if path.starts_with('/') {
-            path
-        } else {
-            format!("/{path}")
-        };
-        kept.push(format!("Path={prefix}{path}"));
-        if let Ok(value) = HeaderValue::from_str(&kept.join("; ")) {
-            headers.append(header::SET_COOKIE, value);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::headers::Rewrite;
 use super::*;
+use hyper::header::{self, HeaderMap, HeaderValue};
 
 /// The guest's server: `/ws` upgrades to an echo, anything else answers
 /// with what it received and sets two cookies.
@@ -49,17 +51,23 @@ async fn guest_server() -> SocketAddr {
                         .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned())
                 };
                 let text = format!(
-                    "{} host={} auth={} prefix={} fhost={} te={}",
+                    "{} host={} auth={} prefix={} fhost={} te={} cookie={} xff={} origin={}",
                     req.uri(),
                     h("host"),
                     h("authorization"),
                     h("x-forwarded-prefix"),
                     h("x-forwarded-host"),
-                    h("x-private")
+                    h("x-private"),
+                    h("cookie"),
+                    h("x-forwarded-for"),
+                    h("origin")
                 );
                 Ok(Response::builder()
                     .header("set-cookie", "a=1; Path=/; Domain=example.com; HttpOnly")
                     .header("set-cookie", "b=2")
+                    .header("service-worker-allowed", "/")
+                    .header("clear-site-data", "\"*\"")
+                    .header("location", "/login")
                     .body(Full::new(Bytes::from(text)))
                     .unwrap())
             });
@@ -91,7 +99,12 @@ async fn proxy(guest: SocketAddr) -> SocketAddr {
                     .unwrap()
                     .to_owned();
                 let to_guest = TcpStream::connect(guest).await.unwrap();
-                Ok::<_, Infallible>(forward(req, &path, "/preview/T", 8080, to_guest).await)
+                let rewrite = Rewrite {
+                    prefix: "/preview/T",
+                    port: 8080,
+                    cookie_prefix: "pvX_",
+                };
+                Ok::<_, Infallible>(forward(req, &path, &rewrite, to_guest, || true).await)
             });
             tokio::spawn(async move {
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -119,6 +132,9 @@ async fn a_request_reaches_the_guest_as_its_own_and_its_answer_comes_back_held()
         .header("authorization", "Bearer the-mcp-token")
         .header("connection", "x-private")
         .header("x-private", "hop")
+        .header("cookie", "other=1; pvX_a=2")
+        .header("x-forwarded-for", "6.6.6.6")
+        .header("origin", format!("http://{front}"))
         .body(Empty::<Bytes>::new())
         .unwrap();
     let answer = sender.send_request(req).await.unwrap();
@@ -131,13 +147,22 @@ async fn a_request_reaches_the_guest_as_its_own_and_its_answer_comes_back_held()
         .collect();
     assert_eq!(
         cookies,
-        ["a=1; HttpOnly; Path=/preview/T/", "b=2; Path=/preview/T/"]
+        [
+            "pvX_a=1; HttpOnly; Path=/preview/T/",
+            "pvX_b=2; Path=/preview/T/"
+        ]
     );
     assert_eq!(answer.headers()["referrer-policy"], "no-referrer");
+    assert_eq!(answer.headers()["location"], "/preview/T/login");
+    for origin_wide in ["service-worker-allowed", "clear-site-data"] {
+        assert!(!answer.headers().contains_key(origin_wide), "{origin_wide}");
+    }
     let body = answer.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(
         String::from_utf8_lossy(&body),
-        format!("/app/page?q=1 host=localhost:8080 auth=- prefix=/preview/T fhost={front} te=-")
+        format!(
+            "/app/page?q=1 host=localhost:8080 auth=- prefix=/preview/T fhost={front} te=- cookie=a=2 xff=- origin=http://localhost:8080"
+        )
     );
 }
 
@@ -169,10 +194,25 @@ async fn an_upgrade_joins_the_client_and_the_guest() {
 #[test]
 fn cookies_are_held_to_the_preview_whatever_path_they_name() {
     let mut headers = HeaderMap::new();
-    for c in ["s=1; path=/x; domain=.evil; Secure", "t=2; Path=rel", "odd"] {
+    for c in [
+        "s=1; path=/x; domain=.evil; Secure",
+        "t=2; Path=rel",
+        "odd",
+        "u=3; Path=/../../",
+        "v=4; Path=/%2E%2E/",
+    ] {
         headers.append(header::SET_COOKIE, HeaderValue::from_static(c));
     }
-    hold_cookies_to(&mut headers, "/preview/T");
+    headers.insert(
+        header::LOCATION,
+        HeaderValue::from_static("http://localhost:8080/a"),
+    );
+    let rewrite = Rewrite {
+        prefix: "/preview/T",
+        port: 8080,
+        cookie_prefix: "pvX_",
+    };
+    rewrite.answer(&mut headers);
     let held: Vec<&str> = headers
         .get_all(header::SET_COOKIE)
         .iter()
@@ -181,11 +221,20 @@ fn cookies_are_held_to_the_preview_whatever_path_they_name() {
     assert_eq!(
         held,
         [
-            "s=1; Secure; Path=/preview/T/x",
-            "t=2; Path=/preview/T/rel",
-            "odd; Path=/preview/T/"
+            "pvX_s=1; Secure; Path=/preview/T/x",
+            "pvX_t=2; Path=/preview/T/rel",
+            "pvX_odd; Path=/preview/T/"
         ]
     );
+    assert_eq!(headers[header::LOCATION], "/preview/T/a");
+    // Elsewhere is left alone.
+    let mut away = HeaderMap::new();
+    away.insert(
+        header::LOCATION,
+        HeaderValue::from_static("//evil.example/x"),
+    );
+    rewrite.answer(&mut away);
+    assert_eq!(away[header::LOCATION], "//evil.example/x");
     assert!(is_preview("/preview/abc/") && is_preview("/preview"));
     assert!(!is_preview("/previewx") && !is_preview("/mcp"));
 }
