@@ -190,15 +190,9 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
             tls_key,
             allowed_origins,
         } => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let runtime = match server_runtime() {
                 Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("microagent: error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(failed) => return failed,
             };
             let tls = tls_cert.zip(tls_key);
             runtime.block_on(serve_previews(addr, public, tls, allowed_origins))
@@ -244,15 +238,9 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let runtime = match server_runtime() {
                 Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("microagent: error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(failed) => return failed,
             };
             if http.http.is_some() {
                 return runtime.block_on(serve_http(http, roots, grants));
@@ -352,6 +340,18 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
     );
     http.run(stop_signal()).await;
     ExitCode::SUCCESS
+}
+
+/// The runtime a server runs on; when it cannot start, what was said
+/// and the exit status.
+fn server_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("microagent: error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
 }
 
 /// `serve preview`: preview URLs alone, until a signal.

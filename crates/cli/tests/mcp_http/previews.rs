@@ -20,12 +20,18 @@ printf 'HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo
 exec cat
 "#;
 
-/// `GET path` on the server; the status code and the whole answer.
-fn get(server: &Server, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(&server.authority).unwrap();
+/// A connection to the server, reads bounded (a wake may take a while).
+fn connect(server: &Server) -> TcpStream {
+    let stream = TcpStream::connect(&server.authority).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
+    stream
+}
+
+/// `GET path` on the server; the status code and the whole answer.
+fn get(server: &Server, path: &str) -> (u16, String) {
+    let mut stream = connect(server);
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
@@ -88,10 +94,7 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
     let (status, _) = get(server, &format!("/preview/{}/", "0".repeat(64)));
     assert_eq!(status, 404);
     // An upgraded connection reaches the guest's server and echoes.
-    let mut stream = TcpStream::connect(&server.authority).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
+    let mut stream = connect(server);
     write!(
         stream,
         "GET {upgrade} HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n",

@@ -16,60 +16,25 @@ use super::headers::Rewrite;
 use super::*;
 use hyper::header::{self, HeaderMap, HeaderValue};
 
-/// The guest's server: `/ws` upgrades to an echo, anything else answers
-/// with what it received and sets two cookies.
-async fn guest_server() -> SocketAddr {
+/// Serves each connection to a new loopback listener with `handle`; its
+/// address.
+async fn listen<H, F, B>(handle: H) -> SocketAddr
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
-            let service = hyper::service::service_fn(|mut req: Request<Incoming>| async move {
-                if req.uri().path() == "/ws" {
-                    let upgraded = hyper::upgrade::on(&mut req);
-                    tokio::spawn(async move {
-                        let mut io = TokioIo::new(upgraded.await.unwrap());
-                        let mut buf = [0u8; 64];
-                        loop {
-                            let n = io.read(&mut buf).await.unwrap_or(0);
-                            if n == 0 || io.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                    });
-                    let answer = Response::builder()
-                        .status(101)
-                        .header("connection", "upgrade")
-                        .header("upgrade", "echo")
-                        .body(Full::new(Bytes::new()))
-                        .unwrap();
-                    return Ok::<_, Infallible>(answer);
-                }
-                let h = |name: &str| {
-                    req.headers()
-                        .get(name)
-                        .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned())
-                };
-                let text = format!(
-                    "{} host={} auth={} prefix={} fhost={} te={} cookie={} xff={} origin={}",
-                    req.uri(),
-                    h("host"),
-                    h("authorization"),
-                    h("x-forwarded-prefix"),
-                    h("x-forwarded-host"),
-                    h("x-private"),
-                    h("cookie"),
-                    h("x-forwarded-for"),
-                    h("origin")
-                );
-                Ok(Response::builder()
-                    .header("set-cookie", "a=1; Path=/; Domain=example.com; HttpOnly")
-                    .header("set-cookie", "b=2")
-                    .header("service-worker-allowed", "/")
-                    .header("clear-site-data", "\"*\"")
-                    .header("location", "/login")
-                    .body(Full::new(Bytes::from(text)))
-                    .unwrap())
+            let handle = handle.clone();
+            let service = hyper::service::service_fn(move |req| {
+                let answer = handle(req);
+                async move { Ok::<_, Infallible>(answer.await) }
             });
             tokio::spawn(async move {
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -82,39 +47,79 @@ async fn guest_server() -> SocketAddr {
     addr
 }
 
+/// The guest's server: `/ws` upgrades to an echo, anything else answers
+/// with what it received, sets two cookies, and says things a guest must
+/// not get through.
+async fn guest_server() -> SocketAddr {
+    listen(|mut req: Request<Incoming>| async move {
+        if req.uri().path() == "/ws" {
+            let upgraded = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                let mut io = TokioIo::new(upgraded.await.unwrap());
+                let mut buf = [0u8; 64];
+                loop {
+                    let n = io.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            return Response::builder()
+                .status(101)
+                .header("connection", "upgrade")
+                .header("upgrade", "echo")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+        }
+        let h = |name: &str| {
+            req.headers()
+                .get(name)
+                .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned())
+        };
+        let text = format!(
+            "{} host={} auth={} prefix={} fhost={} te={} cookie={} xff={} origin={}",
+            req.uri(),
+            h("host"),
+            h("authorization"),
+            h("x-forwarded-prefix"),
+            h("x-forwarded-host"),
+            h("x-private"),
+            h("cookie"),
+            h("x-forwarded-for"),
+            h("origin")
+        );
+        Response::builder()
+            .header("set-cookie", "a=1; Path=/; Domain=example.com; HttpOnly")
+            .header("set-cookie", "b=2")
+            .header("service-worker-allowed", "/")
+            .header("clear-site-data", "\"*\"")
+            .header("location", "/login")
+            .body(Full::new(Bytes::from(text)))
+            .unwrap()
+    })
+    .await
+}
+
 /// The proxy in front of `guest`, as if `/preview/T` opened port 8080.
 async fn proxy(guest: SocketAddr) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| async move {
-                let path = req
-                    .uri()
-                    .path_and_query()
-                    .unwrap()
-                    .as_str()
-                    .strip_prefix("/preview/T")
-                    .unwrap()
-                    .to_owned();
-                let to_guest = TcpStream::connect(guest).await.unwrap();
-                let rewrite = Rewrite {
-                    prefix: "/preview/T",
-                    port: 8080,
-                    cookie_prefix: "pvX_",
-                };
-                Ok::<_, Infallible>(forward(req, &path, &rewrite, to_guest, || true).await)
-            });
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .with_upgrades()
-                    .await;
-            });
-        }
-    });
-    addr
+    listen(move |req: Request<Incoming>| async move {
+        let path = req
+            .uri()
+            .path_and_query()
+            .unwrap()
+            .as_str()
+            .strip_prefix("/preview/T")
+            .unwrap()
+            .to_owned();
+        let to_guest = TcpStream::connect(guest).await.unwrap();
+        let rewrite = Rewrite {
+            prefix: "/preview/T",
+            port: 8080,
+            cookie_prefix: "pvX_",
+        };
+        forward(req, &path, &rewrite, to_guest, || true).await
+    })
+    .await
 }
 
 #[tokio::test]
