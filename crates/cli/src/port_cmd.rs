@@ -1,5 +1,5 @@
 //! `microagent port add | ls | rm`: a workspace's published ports; `port
-//! preview | unpreview`: its preview URLs.
+//! preview | previews | unpreview`: its preview URLs.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -54,6 +54,11 @@ pub enum PortCommand {
         /// How long it works: 90, 30m, 2h, 7d (default 24h, at most 30d).
         #[arg(long, value_parser = parse_expires)]
         expires: Option<u64>,
+    },
+    /// List a workspace's live preview URLs (their tokens are not kept).
+    Previews {
+        /// Workspace name.
+        workspace: String,
     },
     /// Revoke a workspace's preview URLs of GUEST_PORT (all of them when
     /// left out): they answer 404 from now on.
@@ -152,6 +157,26 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
                     "reaches {workspace}'s port {guest_port} until {} (Unix ms) at http://ADDR{} of `microagent serve mcp --http ADDR`; revoke with `microagent port unpreview {workspace} {guest_port}`",
                     made.record.expires_at_ms, made.path
                 );
+            }
+        }
+        PortCommand::Previews { workspace } => {
+            let live = ws.workspace(workspace)?.previews()?;
+            if json {
+                output::json(&serde_json::json!({"workspace": workspace, "previews": live}));
+            } else if live.is_empty() {
+                println!("{workspace} has no preview URLs");
+            } else {
+                for p in &live {
+                    println!(
+                        "port {} until {} (Unix ms){}",
+                        p.port,
+                        p.expires_at_ms,
+                        p.agent
+                            .as_deref()
+                            .map(|a| format!(", made by agent {a}"))
+                            .unwrap_or_default()
+                    );
+                }
             }
         }
         PortCommand::Unpreview {

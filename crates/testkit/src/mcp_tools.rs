@@ -3,7 +3,7 @@
 //! crate's tests and the CLI's stdio tests.
 
 /// Every tool.
-pub const TOOLS: [&str; 92] = [
+pub const TOOLS: [&str; 93] = [
     "agent_list",
     "agent_register",
     "agent_workspace",
@@ -54,6 +54,7 @@ pub const TOOLS: [&str; 92] = [
     "network_list",
     "port_list",
     "port_preview",
+    "port_preview_list",
     "port_preview_revoke",
     "port_publish",
     "port_unpublish",
@@ -99,7 +100,7 @@ pub const TOOLS: [&str; 92] = [
 ];
 
 /// Those that change nothing.
-pub const READ_ONLY: [&str; 40] = [
+pub const READ_ONLY: [&str; 41] = [
     "agent_list",
     "agent_workspace",
     "browser_events",
@@ -125,6 +126,7 @@ pub const READ_ONLY: [&str; 40] = [
     "network_inspect",
     "network_list",
     "port_list",
+    "port_preview_list",
     "process_list",
     "process_output",
     "process_wait",

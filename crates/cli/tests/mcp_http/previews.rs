@@ -114,12 +114,20 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
     stream.read_exact(&mut echoed).unwrap();
     assert_eq!(&echoed, b"through the preview");
     drop(stream);
-    // Revoked: 404 at once; expired: 404 too.
+    // Listed (without tokens); revoked: 404 at once; expired: 404 too.
     let revoked = python(json!({
-        "url": server.url,
-        "calls": [{"tool": "port_preview_revoke", "args": {"workspace": name, "port": 8000}}]}))
+    "url": server.url,
+    "calls": [
+        {"tool": "port_preview_list", "args": {"workspace": name}},
+        {"tool": "port_preview_revoke", "args": {"workspace": name, "port": 8000}},
+    ]}))
     .unwrap();
-    assert_eq!(revoked["calls"][0]["structured"]["revoked"], 1, "{revoked}");
+    let listed = &revoked["calls"][0]["structured"]["previews"];
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{revoked}");
+    assert!(!listed
+        .to_string()
+        .contains(web.trim_start_matches("/preview/").trim_end_matches('/')));
+    assert_eq!(revoked["calls"][1]["structured"]["revoked"], 1, "{revoked}");
     assert_eq!(get(server, &web).0, 404);
     std::thread::sleep(Duration::from_secs(21));
     assert_eq!(get(server, &upgrade).0, 404);

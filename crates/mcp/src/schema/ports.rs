@@ -1,6 +1,6 @@
 //! Inputs and outputs of the published-port tools: port_publish, port_list,
 //! port_unpublish, and the preview URLs of guest ports: port_preview,
-//! port_preview_revoke.
+//! port_preview_list, port_preview_revoke.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -155,5 +155,59 @@ impl Render for RevokedPreviews {
             "revoked {} preview URL(s) of {}",
             self.revoked, self.workspace
         )
+    }
+}
+
+/// `port_preview_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListPreviewsParams {
+    /// Workspace name.
+    pub workspace: String,
+}
+
+/// One live preview URL of a workspace (its token is not kept).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PreviewListed {
+    /// The guest port it reaches.
+    pub port: u16,
+    /// When it was made, Unix ms.
+    pub created_at_ms: u64,
+    /// When it stops working, Unix ms.
+    pub expires_at_ms: u64,
+    /// The agent that made it, if an agent's session did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// A workspace's live preview URLs.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PreviewList {
+    /// The workspace.
+    pub workspace: String,
+    /// Its live previews, by port.
+    pub previews: Vec<PreviewListed>,
+}
+
+impl Render for PreviewList {
+    fn render(&self) -> String {
+        if self.previews.is_empty() {
+            return format!("{} has no preview URLs", self.workspace);
+        }
+        self.previews
+            .iter()
+            .map(|p| {
+                format!(
+                    "port {} until {} (Unix ms){}",
+                    p.port,
+                    p.expires_at_ms,
+                    p.agent
+                        .as_deref()
+                        .map(|a| format!(", made by agent {a}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }

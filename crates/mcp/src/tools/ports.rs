@@ -1,5 +1,6 @@
 //! Published-port tools: port_publish, port_list, port_unpublish; and
-//! preview URLs of guest ports: port_preview, port_preview_revoke.
+//! preview URLs of guest ports: port_preview, port_preview_list,
+//! port_preview_revoke.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router};
@@ -161,6 +162,39 @@ impl MicroagentServer {
                 .map(|base| format!("{}{}", base.url, made.path)),
             path: made.path,
             expires_at_ms: made.record.expires_at_ms,
+        }))
+    }
+
+    /// List a workspace's live preview URLs: port, expiry and the agent
+    /// that made each (their tokens are not kept, so not shown).
+    #[tool(
+        output_schema = crate::output::schema::<PreviewList>(),
+        annotations(
+        title = "List preview URLs",
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    )
+    )]
+    async fn port_preview_list(
+        &self,
+        Parameters(p): Parameters<ListPreviewsParams>,
+    ) -> ToolResult<PreviewList> {
+        let listed = self
+            .on_workspace(&p.workspace, |ws, name| ws.workspace(name)?.previews())
+            .await?;
+        Ok(Out(PreviewList {
+            workspace: p.workspace,
+            previews: listed
+                .into_iter()
+                .map(|r| PreviewListed {
+                    port: r.port,
+                    created_at_ms: r.created_at_ms,
+                    expires_at_ms: r.expires_at_ms,
+                    agent: r.agent,
+                })
+                .collect(),
         }))
     }
 
