@@ -52,7 +52,7 @@ pub fn files_of(dir: &Path) -> Vec<String> {
             if path.is_dir() {
                 stack.push(path.clone());
                 // A directory that is only a parent of what is checked.
-                if rel == "workspaces" || rel == "snapshots" {
+                if ["workspaces", "snapshots", "previews"].contains(&rel.as_str()) {
                     continue;
                 }
             }
