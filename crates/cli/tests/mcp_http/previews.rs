@@ -29,17 +29,15 @@ fn connect(server: &Server) -> TcpStream {
     stream
 }
 
-/// `GET path` on the server; the status code and the whole answer.
+/// `GET path` on the server with curl, as a user would fetch a preview;
+/// the status code and the whole answer (headers, then the body).
 fn get(server: &Server, path: &str) -> (u16, String) {
-    let mut stream = connect(server);
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        server.authority
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
+    let fetched = std::process::Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "120"])
+        .arg(format!("http://{}{path}", server.authority))
+        .output()
+        .expect("curl runs");
+    let answer = String::from_utf8_lossy(&fetched.stdout).into_owned();
     let status = answer
         .split_whitespace()
         .nth(1)
@@ -51,6 +49,9 @@ fn get(server: &Server, path: &str) -> (u16, String) {
 /// Makes previews of an HTTP server and an upgrading one in `name`, then
 /// uses, revokes and outlives them.
 pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
+    if testkit::require("mcp_http::previews", testkit::host_tool("curl")).is_none() {
+        return;
+    }
     let out = python(json!({
         "url": server.url,
         "calls": [
@@ -137,6 +138,10 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
 /// `Host` rules, an unknown token 404.
 #[test]
 fn a_preview_server_serves_previews_only() {
+    let test = "mcp_http::a_preview_server_serves_previews_only";
+    if testkit::require(test, testkit::host_tool("curl")).is_none() {
+        return;
+    }
     let home = crate::home("preview-server");
     let server = Server::start_previews(&home);
     assert!(server.url.ends_with("/preview/"), "{}", server.url);
