@@ -32,6 +32,7 @@ pub fn files_of(dir: &Path) -> Vec<String> {
         "events",
         "networks",
         "owner-watch.log",
+        "previews.lock",
     ];
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

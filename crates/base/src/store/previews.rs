@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::code::ErrorCode;
+use crate::store::file_lock::FileLock;
 use crate::store::records::{RecordError, RecordLayout, RecordStore};
 use crate::store::StateDir;
 
@@ -56,6 +57,9 @@ pub enum PreviewError {
     /// The token source of the host failed.
     #[error("no random bytes for a token")]
     Random(#[source] std::io::Error),
+    /// The store's lock (`<state>/previews.lock`) could not be taken.
+    #[error("locking the previews")]
+    Lock(#[source] std::io::Error),
     /// A preview's record could not be read, written or removed.
     #[error(transparent)]
     Record(#[from] RecordError),
@@ -68,7 +72,7 @@ impl PreviewError {
             PreviewError::Port | PreviewError::Lifetime { .. } | PreviewError::TooMany(_) => {
                 ErrorCode::InvalidInput
             }
-            PreviewError::Random(_) => ErrorCode::Internal,
+            PreviewError::Random(_) | PreviewError::Lock(_) => ErrorCode::Internal,
             PreviewError::Record(e) => e.code(),
         }
     }
@@ -177,6 +181,10 @@ impl PreviewStore {
         if record.port == 0 {
             return Err(PreviewError::Port);
         }
+        // Counted and made under one lock: creates at once cannot
+        // overshoot the caps.
+        let _lock = FileLock::exclusive(&self.records.dir().with_extension("lock"))
+            .map_err(PreviewError::Lock)?;
         let live = self.sweep(now_ms)?;
         if live >= MAX_PREVIEWS {
             return Err(PreviewError::TooMany(MAX_PREVIEWS));
@@ -313,6 +321,30 @@ mod tests {
         // Once they expired there is room again.
         store.create(record(3_000), 1_000).unwrap();
         assert_eq!(store.list_where(1_000, |_| true).unwrap().len(), 1);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn creates_at_once_do_not_overshoot_a_cap() {
+        let (store, root) = store("race");
+        std::fs::create_dir_all(&root).unwrap();
+        let made: usize = std::thread::scope(|scope| {
+            let tries: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        (0..MAX_WORKSPACE_PREVIEWS)
+                            .filter(|_| store.create(record(1_000), 1).is_ok())
+                            .count()
+                    })
+                })
+                .collect();
+            tries.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        assert_eq!(made, MAX_WORKSPACE_PREVIEWS);
+        assert_eq!(
+            store.list_where(1, |_| true).unwrap().len(),
+            MAX_WORKSPACE_PREVIEWS
+        );
         std::fs::remove_dir_all(root).unwrap();
     }
 
