@@ -148,7 +148,10 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
             expires,
         } => {
             let ttl = expires.map(std::time::Duration::from_secs);
-            let made = ws.workspace(workspace)?.preview_port(*guest_port, ttl)?;
+            let made = ws
+                .workspace(workspace)?
+                .previews()
+                .create(*guest_port, ttl)?;
             if json {
                 output::json(&made);
             } else {
@@ -160,7 +163,7 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
             }
         }
         PortCommand::Previews { workspace } => {
-            let live = ws.workspace(workspace)?.previews()?;
+            let live = ws.workspace(workspace)?.previews().list()?;
             if json {
                 output::json(&serde_json::json!({"workspace": workspace, "previews": live}));
             } else if live.is_empty() {
@@ -183,7 +186,7 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
             workspace,
             guest_port,
         } => {
-            let revoked = ws.workspace(workspace)?.revoke_previews(*guest_port)?;
+            let revoked = ws.workspace(workspace)?.previews().revoke(*guest_port)?;
             if json {
                 output::json(&serde_json::json!({"workspace": workspace, "revoked": revoked}));
             } else {

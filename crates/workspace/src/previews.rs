@@ -1,8 +1,8 @@
 //! Preview URLs as calls (issue 61; the records are
-//! `base::store::previews`'): a workspace's (`Workspace::preview_port`,
-//! `revoke_previews`, `previews`) and the collection's, which a preview
-//! server makes with the token a request carries (`preview_target`,
-//! `open_preview`).
+//! `base::store::previews`'): a workspace's (`dev.previews()`:
+//! [`WorkspacePreviews`] `create`, `revoke`, `list`) and the collection's,
+//! which a preview server makes with the token a request carries
+//! (`preview_target`, `open_preview`).
 
 use std::time::Duration;
 
@@ -27,16 +27,30 @@ pub struct PreviewTarget {
     pub workspace_created_at_ms: u64,
 }
 
-impl Workspace<'_> {
+/// A workspace's preview URLs (`dev.previews()`).
+#[derive(Clone, Copy, Debug)]
+pub struct WorkspacePreviews<'a> {
+    ws: Workspace<'a>,
+}
+
+impl<'a> Workspace<'a> {
+    /// This workspace's preview URLs.
+    pub fn previews(self) -> WorkspacePreviews<'a> {
+        WorkspacePreviews { ws: self }
+    }
+}
+
+impl WorkspacePreviews<'_> {
     /// Makes a preview of its guest port `port`, lasting `ttl` (default
     /// [`DEFAULT_PREVIEW_TTL`], at most [`MAX_PREVIEW_TTL`]): the token is
     /// in the answer and nowhere else. The workspace need not run: the
     /// first request wakes it as any call does.
-    pub fn preview_port(self, port: u16, ttl: Option<Duration>) -> Result<IssuedPreview> {
-        if self.remote()?.is_some() {
+    pub fn create(self, port: u16, ttl: Option<Duration>) -> Result<IssuedPreview> {
+        let ws = self.ws;
+        if ws.remote()?.is_some() {
             return Err(Error::InvalidInput(format!(
                 "workspace `{}` runs on a server: its previews are that server's to serve",
-                self.name()
+                ws.name()
             )));
         }
         let ttl = ttl.unwrap_or(DEFAULT_PREVIEW_TTL);
@@ -46,8 +60,8 @@ impl Workspace<'_> {
             }
             .into());
         }
-        let (all, name) = (self.all, self.name().to_owned());
-        let meta = self.get_here()?;
+        let (all, name) = (ws.all, ws.name().to_owned());
+        let meta = ws.get_here()?;
         let now = now_ms();
         let record = PreviewRecord {
             workspace: name,
@@ -62,18 +76,18 @@ impl Workspace<'_> {
 
     /// Revokes its previews of `port` (every one of its previews when
     /// `None`); how many went.
-    pub fn revoke_previews(self, port: Option<u16>) -> Result<usize> {
-        let name = self.name().to_owned();
-        self.get_here()?;
-        Ok(PreviewStore::new(&self.all.state)
+    pub fn revoke(self, port: Option<u16>) -> Result<usize> {
+        let name = self.ws.name().to_owned();
+        self.ws.get_here()?;
+        Ok(PreviewStore::new(&self.ws.all.state)
             .remove_where(|r| r.workspace == name && port.is_none_or(|p| r.port == p))?)
     }
 
     /// Its live previews (their tokens are not kept).
-    pub fn previews(self) -> Result<Vec<PreviewRecord>> {
-        let name = self.name().to_owned();
-        self.get_here()?;
-        Ok(PreviewStore::new(&self.all.state).list_where(now_ms(), |r| r.workspace == name)?)
+    pub fn list(self) -> Result<Vec<PreviewRecord>> {
+        let name = self.ws.name().to_owned();
+        self.ws.get_here()?;
+        Ok(PreviewStore::new(&self.ws.all.state).list_where(now_ms(), |r| r.workspace == name)?)
     }
 }
 
@@ -154,7 +168,7 @@ mod tests {
         let f = fixture("previews", "/nonexistent");
         f.ws.create("dev", spec()).unwrap();
         let dev = f.ws.workspace("dev").unwrap();
-        let made = dev.preview_port(8080, None).unwrap();
+        let made = dev.previews().create(8080, None).unwrap();
         assert_eq!(made.token.len(), 64);
         assert!(made.token.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_eq!(made.path, format!("/preview/{}/", made.token));
@@ -196,15 +210,16 @@ mod tests {
         ] {
             assert_eq!(f.ws.preview_target(wrong).unwrap(), None, "{wrong}");
         }
-        assert_eq!(dev.previews().unwrap(), vec![made.record.clone()]);
+        assert_eq!(dev.previews().list().unwrap(), vec![made.record.clone()]);
         // Revoked: gone, and only that port's.
         let second = dev
-            .preview_port(9000, Some(Duration::from_secs(60)))
+            .previews()
+            .create(9000, Some(Duration::from_secs(60)))
             .unwrap();
-        assert_eq!(dev.revoke_previews(Some(8080)).unwrap(), 1);
+        assert_eq!(dev.previews().revoke(Some(8080)).unwrap(), 1);
         assert_eq!(f.ws.preview_target(&made.token).unwrap(), None);
         assert!(f.ws.preview_target(&second.token).unwrap().is_some());
-        assert_eq!(dev.revoke_previews(None).unwrap(), 1);
+        assert_eq!(dev.previews().revoke(None).unwrap(), 1);
         assert_eq!(f.ws.preview_target(&second.token).unwrap(), None);
     }
 
@@ -224,7 +239,7 @@ mod tests {
             (80, Some(Duration::ZERO)),
             (80, Some(MAX_PREVIEW_TTL + Duration::from_secs(1))),
         ] {
-            let refused = dev.preview_port(port, ttl).unwrap_err();
+            let refused = dev.previews().create(port, ttl).unwrap_err();
             assert_eq!(refused.code(), ErrorCode::InvalidInput, "{refused}");
         }
         assert_eq!(count(), 0);
@@ -232,7 +247,7 @@ mod tests {
         let beta = session(&f.ws, Some("beta"));
         assert_eq!(
             beta.workspace("dev")
-                .and_then(|w| w.preview_port(80, None))
+                .and_then(|w| w.previews().create(80, None))
                 .unwrap_err()
                 .code(),
             ErrorCode::Forbidden
@@ -248,7 +263,8 @@ mod tests {
         let by_beta = beta
             .workspace("dev")
             .unwrap()
-            .preview_port(80, None)
+            .previews()
+            .create(80, None)
             .unwrap();
         assert!(f.ws.preview_target(&by_beta.token).unwrap().is_some());
         alpha
@@ -259,7 +275,7 @@ mod tests {
         assert_eq!(f.ws.preview_target(&by_beta.token).unwrap(), None);
         // Made again under its name, a workspace is not reached by the old
         // token; deleted, its previews go.
-        let old = dev.preview_port(80, None).unwrap();
+        let old = dev.previews().create(80, None).unwrap();
         f.ws.at("dev").delete(DeleteOptions::default()).unwrap();
         assert_eq!(count(), 0, "deleted with it");
         f.ws.create("dev", spec()).unwrap();
@@ -267,7 +283,8 @@ mod tests {
         let kept =
             f.ws.workspace("dev")
                 .unwrap()
-                .preview_port(80, None)
+                .previews()
+                .create(80, None)
                 .unwrap();
         let store = PreviewStore::new(f.ws.state_dir());
         // Recorded for a workspace made at another time: refused and swept.

@@ -150,7 +150,7 @@ impl MicroagentServer {
         let (port, ttl) = (p.port, p.expires_secs.map(std::time::Duration::from_secs));
         let made = self
             .on_workspace(&p.workspace, move |ws, name| {
-                ws.workspace(name)?.preview_port(port, ttl)
+                ws.workspace(name)?.previews().create(port, ttl)
             })
             .await?;
         Ok(Out(PreviewResult {
@@ -182,7 +182,9 @@ impl MicroagentServer {
         Parameters(p): Parameters<ListPreviewsParams>,
     ) -> ToolResult<PreviewList> {
         let listed = self
-            .on_workspace(&p.workspace, |ws, name| ws.workspace(name)?.previews())
+            .on_workspace(&p.workspace, |ws, name| {
+                ws.workspace(name)?.previews().list()
+            })
             .await?;
         Ok(Out(PreviewList {
             workspace: p.workspace,
@@ -217,7 +219,7 @@ impl MicroagentServer {
         let port = p.port;
         let revoked = self
             .on_workspace(&p.workspace, move |ws, name| {
-                ws.workspace(name)?.revoke_previews(port)
+                ws.workspace(name)?.previews().revoke(port)
             })
             .await?;
         Ok(Out(RevokedPreviews {
