@@ -170,15 +170,12 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
                 println!("{workspace} has no preview URLs");
             } else {
                 for p in &live {
-                    println!(
-                        "port {} until {} (Unix ms){}",
+                    let line = workspace::store::previews::describe(
                         p.port,
                         p.expires_at_ms,
-                        p.agent
-                            .as_deref()
-                            .map(|a| format!(", made by agent {a}"))
-                            .unwrap_or_default()
+                        p.agent.as_deref(),
                     );
+                    println!("{line}");
                 }
             }
         }

@@ -275,23 +275,16 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
     let Some(bind) = args.http else {
         return fail("--http needs an address".into());
     };
-    if !bind.ip().is_loopback() && !args.public {
-        return fail(format!(
-            "{bind} is reachable from other machines; pass --public (with --tls-cert and --tls-key) to serve it, or use 127.0.0.1"
-        ));
+    if let Err(why) = public_allowed(bind, args.public) {
+        return fail(why);
     }
     // Before a token is made: a start refused anyway leaves nothing.
     if let Err(e) = mcp::http::check_exposure(bind, !args.dev, args.tls_cert.is_some()) {
         return fail(http_error(&e));
     }
-    let ws = match crate::open_workspaces() {
+    let ws = match store_to_serve() {
         Ok(ws) => ws,
-        Err(e) => {
-            return fail(format!(
-                "cannot open the workspace store: {}",
-                e.full_message()
-            ))
-        }
+        Err(why) => return fail(why),
     };
     let token = if args.dev {
         None
@@ -354,6 +347,22 @@ fn server_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
+/// Refuses an address other machines reach unless `--public` says so.
+fn public_allowed(bind: SocketAddr, public: bool) -> Result<(), String> {
+    if bind.ip().is_loopback() || public {
+        return Ok(());
+    }
+    Err(format!(
+        "{bind} is reachable from other machines; pass --public (with --tls-cert and --tls-key) to serve it, or use 127.0.0.1"
+    ))
+}
+
+/// The workspace store a server serves, or what failed.
+fn store_to_serve() -> Result<workspace::Workspaces, String> {
+    crate::open_workspaces()
+        .map_err(|e| format!("cannot open the workspace store: {}", e.full_message()))
+}
+
 /// `serve preview`: preview URLs alone, until a signal.
 async fn serve_previews(
     bind: SocketAddr,
@@ -365,19 +374,12 @@ async fn serve_previews(
         eprintln!("microagent: error: {what}");
         ExitCode::FAILURE
     };
-    if !bind.ip().is_loopback() && !public {
-        return fail(format!(
-            "{bind} is reachable from other machines; pass --public (with --tls-cert and --tls-key) to serve it, or use 127.0.0.1"
-        ));
+    if let Err(why) = public_allowed(bind, public) {
+        return fail(why);
     }
-    let ws = match crate::open_workspaces() {
+    let ws = match store_to_serve() {
         Ok(ws) => ws,
-        Err(e) => {
-            return fail(format!(
-                "cannot open the workspace store: {}",
-                e.full_message()
-            ))
-        }
+        Err(why) => return fail(why),
     };
     let roots = match mcp::HostRoots::new(&[]) {
         Ok(roots) => roots,

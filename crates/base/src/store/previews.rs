@@ -99,6 +99,15 @@ pub struct PreviewRecord {
     pub agent: Option<String>,
 }
 
+/// One line of a listing of a workspace's previews: its port, until when,
+/// and the agent that made it (the CLI's and the MCP server's words).
+pub fn describe(port: u16, expires_at_ms: u64, agent: Option<&str>) -> String {
+    let by = agent
+        .map(|a| format!(", made by agent {a}"))
+        .unwrap_or_default();
+    format!("port {port} until {expires_at_ms} (Unix ms){by}")
+}
+
 /// A preview just made: its token, shown this once.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct IssuedPreview {

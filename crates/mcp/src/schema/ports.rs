@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use workspace::store::ports::PortMapping;
 
 use crate::output::Render;
+use workspace::store::previews::describe;
 
 /// `port_publish`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -196,17 +197,7 @@ impl Render for PreviewList {
         }
         self.previews
             .iter()
-            .map(|p| {
-                format!(
-                    "port {} until {} (Unix ms){}",
-                    p.port,
-                    p.expires_at_ms,
-                    p.agent
-                        .as_deref()
-                        .map(|a| format!(", made by agent {a}"))
-                        .unwrap_or_default()
-                )
-            })
+            .map(|p| describe(p.port, p.expires_at_ms, p.agent.as_deref()))
             .collect::<Vec<_>>()
             .join("\n")
     }

@@ -226,16 +226,25 @@ pub(super) fn live_sockets(home: &Path, prefix: &str) -> Vec<Waiting> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let stem = name.strip_suffix(".sock")?;
-            let pid = stem.rsplit_once('-')?.1.parse().ok()?;
+            let pid = standby_pid(name.strip_suffix(".sock")?)?;
             name.starts_with(prefix).then_some(Waiting {
                 path: e.path(),
                 name,
                 pid,
             })
         })
-        .filter(|w| Path::new(&format!("/proc/{}", w.pid)).exists())
+        .filter(|w| is_running(w.pid))
         .collect()
+}
+
+/// The pid a standby's name ends in (`...-<pid>`, its extension off).
+fn standby_pid(stem: &str) -> Option<u32> {
+    stem.rsplit_once('-')?.1.parse().ok()
+}
+
+/// Whether a process `pid` is there.
+fn is_running(pid: u32) -> bool {
+    crate::store::process::start_ticks(pid).is_some()
 }
 
 /// How many standbys of `shape` for the VMM program `program` wait in
@@ -260,11 +269,7 @@ pub fn sweep(home: &Path) {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        let of_a_process_gone = |stem: &str| {
-            stem.rsplit_once('-')
-                .and_then(|(_, pid)| pid.parse::<u32>().ok())
-                .is_none_or(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-        };
+        let of_a_process_gone = |stem: &str| standby_pid(stem).is_none_or(|pid| !is_running(pid));
         if let Some(stem) = name.strip_suffix(&format!(".{CGROUP_RECORD}")) {
             if of_a_process_gone(stem) {
                 crate::host::cgroup::remove_recorded_at(&entry.path());
