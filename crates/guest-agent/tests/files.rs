@@ -529,18 +529,24 @@ async fn a_write_whose_input_is_cut_leaves_the_file_as_it_was() {
         .write_file_from(&path, WriteMode::Truncate, None, &mut cut)
         .await;
     assert!(matches!(got, Err(ClientError::Local(_))), "{got:?}");
-    // The agent saw no end: its temporary is gone, the file untouched.
-    let settled = || {
-        let names: Vec<_> = std::fs::read_dir(Path::new(&path).parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        names.len() == 1
-    };
+    // The client gives up before the agent may have even made its
+    // temporary: wait for the agent to fail the request (its log says so
+    // after the temporary is dropped, whether the cut found it reading the
+    // upload or answering), then look.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !settled() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    while !agent.log().contains("request failed") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert!(settled(), "a temporary was left beside the file");
+    assert!(agent.log().contains("request failed"), "{}", agent.log());
+    // The agent saw no end: its temporary is gone, the file untouched.
+    let names: Vec<_> = std::fs::read_dir(Path::new(&path).parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names.len(),
+        1,
+        "a temporary was left beside the file: {names:?}"
+    );
     assert_eq!(read_to_end(Path::new(&path)), b"whole");
 }

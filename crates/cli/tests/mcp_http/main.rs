@@ -379,6 +379,17 @@ fn off_loopback_needs_public_and_tls_and_dev_stays_on_loopback() {
         post(&server, "/mcp", &[("Host", "evil.example")], &init).status,
         403
     );
+    // Its own origin is a client's (MCP's DNS-rebinding rule), so no
+    // guest page may share it: no previews without a token.
+    let own = format!("http://{}", server.authority);
+    assert_eq!(
+        post(&server, "/mcp", &[("Origin", &own)], &init).status,
+        200
+    );
+    let preview = format!("/preview/{}/", "a".repeat(64));
+    let answer = post(&server, &preview, &[], "");
+    assert_eq!(answer.status, 404, "{}", answer.body);
+    assert!(answer.body.contains("/mcp"), "{}", answer.body);
     drop(server);
     let _ = std::fs::remove_dir_all(home);
 }

@@ -77,10 +77,11 @@ impl Gate {
     }
 
     /// Whether a request to the MCP endpoint with `headers` may go on:
-    /// [`Gate::check_site`] (this server's own origin refused: the pages
-    /// it serves are guests', `/preview/`), then the token.
+    /// [`Gate::check_site`], then the token (which a guest's page served
+    /// on this origin, `/preview/`, does not have: a server without one
+    /// serves no previews).
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        self.check_site(headers, false)?;
+        self.check_site(headers)?;
         let Some(token) = &self.token else {
             return Ok(());
         };
@@ -100,9 +101,9 @@ impl Gate {
     }
 
     /// Whether `headers` name this server (`Host`) and come from an
-    /// allowed site (`Origin`, when sent): an origin the server was told
-    /// to allow, or, with `own_origin`, this server's own.
-    pub fn check_site(&self, headers: &HeaderMap, own_origin: bool) -> Result<(), Refusal> {
+    /// allowed site (`Origin`, when sent): this server's own or one it
+    /// was told to allow.
+    pub fn check_site(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let host = headers
             .get(HOST)
             .and_then(|h| h.to_str().ok())
@@ -112,7 +113,7 @@ impl Gate {
         }
         if let Some(origin) = headers.get(ORIGIN) {
             let origin = origin.to_str().unwrap_or("<not text>");
-            if !self.allows_origin(origin, own_origin) {
+            if !self.allows_origin(origin) {
                 return Err(Refusal::Origin(origin.to_owned()));
             }
         }
@@ -126,15 +127,11 @@ impl Gate {
         self.hosts.contains(&name) && port.is_none_or(|p| p == self.port)
     }
 
-    fn allows_origin(&self, origin: &str, own_origin: bool) -> bool {
+    fn allows_origin(&self, origin: &str) -> bool {
         let origin = origin.trim_end_matches('/').to_ascii_lowercase();
         if self.origins.contains(&origin) {
             return true;
         }
-        if !own_origin {
-            return false;
-        }
-        // The server's own pages: the previews.
         match origin_authority(&origin) {
             Some((host, port)) => self.hosts.contains(&host) && port.is_none_or(|p| p == self.port),
             None => false,
@@ -236,8 +233,8 @@ mod tests {
     #[test]
     fn origins_must_be_the_server_or_allowed() {
         let g = loopback(None);
-        // The MCP endpoint takes allowed origins only; the server's own
-        // (its pages are guests' previews) only its previews take.
+        // Its own origin and allowed ones (the MCP conformance suite's
+        // `dns-rebinding-protection` sends the former).
         let h = headers(&[
             ("host", "127.0.0.1:8765"),
             ("origin", "https://app.example.com/"),
@@ -245,8 +242,8 @@ mod tests {
         assert_eq!(g.check(&h), Ok(()));
         for own in ["http://localhost:8765", "http://127.0.0.1:8765"] {
             let h = headers(&[("host", "127.0.0.1:8765"), ("origin", own)]);
-            assert_eq!(g.check(&h), Err(Refusal::Origin(own.to_owned())), "{own}");
-            assert_eq!(g.check_site(&h, true), Ok(()), "{own}");
+            assert_eq!(g.check(&h), Ok(()), "{own}");
+            assert_eq!(g.check_site(&h), Ok(()), "{own}");
         }
         for origin in [
             "http://evil.example",
@@ -256,11 +253,7 @@ mod tests {
         ] {
             let h = headers(&[("host", "127.0.0.1:8765"), ("origin", origin)]);
             assert_eq!(g.check(&h).unwrap_err().status(), 403, "{origin}");
-            assert_eq!(
-                g.check_site(&h, true).unwrap_err().status(),
-                403,
-                "{origin}"
-            );
+            assert_eq!(g.check_site(&h).unwrap_err().status(), 403, "{origin}");
         }
     }
 

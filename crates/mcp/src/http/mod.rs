@@ -115,8 +115,8 @@ impl HttpServer {
     pub async fn bind(server: MicroagentServer, options: HttpOptions) -> Result<Self, HttpError> {
         let bind = options.bind;
         // Previews alone need no bearer token: each URL's is its access.
-        let token = options.token.is_some() || options.previews_only;
-        check_exposure(bind, token, options.tls.is_some())?;
+        let guarded = options.token.is_some() || options.previews_only;
+        check_exposure(bind, guarded, options.tls.is_some())?;
         let tls = match &options.tls {
             Some((cert, key)) => Some(tls::acceptor(cert, key)?),
             None => None,
@@ -137,12 +137,19 @@ impl HttpServer {
             }
             _ => local,
         };
-        // Off loopback a preview reaches a guest from other machines: the
-        // MCP server serves them only with the grant a public port needs
-        // (`serve preview`, run by a person, is that choice itself).
-        let serves_previews =
-            options.previews_only || server.grants.check_port_address(local.ip()).is_ok();
-        let server = server.serving_previews_at(format!("{scheme}://{reach}"), local.ip());
+        // A guest's pages share this server's origin: only the MCP token
+        // (which they do not have) keeps them from driving `/mcp`, so a
+        // server without one (`--dev`) serves no previews. Off loopback a
+        // preview reaches a guest from other machines: the MCP server
+        // serves them only with the grant a public port needs (`serve
+        // preview`, run by a person, is that choice itself).
+        let serves_previews = options.previews_only
+            || (guarded && server.grants.check_port_address(local.ip()).is_ok());
+        let server = if guarded {
+            server.serving_previews_at(format!("{scheme}://{reach}"), local.ip())
+        } else {
+            server
+        };
         Ok(Self {
             listener,
             local,
@@ -325,9 +332,9 @@ struct Site {
 async fn route(site: &Site, authenticated: &AtomicBool, req: Request<Incoming>) -> Response<Body> {
     let (gate, service) = (&site.gate, &site.service);
     // A preview's token is its own capability; its pages (the guest's)
-    // share this server's origin, which `/mcp` therefore refuses.
+    // share this server's origin, so `/mcp` needs the MCP token.
     if preview::is_preview(req.uri().path()) && site.serves_previews {
-        if let Err(refusal) = gate.check_site(req.headers(), true) {
+        if let Err(refusal) = gate.check_site(req.headers()) {
             tracing::info!("refused a preview request: {refusal}");
             return refused(&refusal);
         }

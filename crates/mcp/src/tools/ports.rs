@@ -126,8 +126,9 @@ impl MicroagentServer {
     /// app on 127.0.0.1:port in the workspace, HTTP and WebSocket, until
     /// it expires (24 h by default) or is revoked. Whoever has the URL
     /// reaches that port; no MCP token is needed or sent on. Over stdio
-    /// there is no HTTP address: `url` is null and `path` is served by
-    /// `microagent serve mcp --http` on the same state directory.
+    /// (or `--http --dev`, which serves none) `url` is null and `path` is
+    /// served by `microagent serve preview` or `serve mcp --http` on the
+    /// same state directory.
     #[tool(
         output_schema = crate::output::schema::<PreviewResult>(),
         annotations(
