@@ -33,6 +33,7 @@ pub fn files_of(dir: &Path) -> Vec<String> {
         "networks",
         "owner-watch.log",
         "previews.lock",
+        "mcp-token",
     ];
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

@@ -462,10 +462,13 @@ fn a_real_workspace_over_http() {
         return;
     }
     let home = home("vm");
-    let server = Server::start(&home, &["--dev"]);
+    // With the token: a server without one (`--dev`) serves no previews.
+    let server = Server::start(&home, &[]);
+    let token = std::fs::read_to_string(home.join("mcp-token")).unwrap();
+    let token = token.trim();
     let name = "over-http";
     let out = python(json!({
-        "url": server.url,
+        "url": server.url, "token": token,
         "calls": [
             {"tool": "workspace_create", "args": {"name": name, "image": "minimal"}},
             {"tool": "workspace_start", "args": {"name": name}},
@@ -552,7 +555,7 @@ fn a_real_workspace_over_http() {
     // 2026-07-28's subscriptions/listen: the same update on the listen
     // stream; what cannot be followed is left out of what it honours.
     let modern = python(json!({
-        "url": server.url,
+        "url": server.url, "token": token,
         "modern": true,
         "calls": [
             {"subscribe": note,
@@ -570,9 +573,9 @@ fn a_real_workspace_over_http() {
     assert_eq!(listens[0]["updated"], json!(note), "{modern}");
     assert_eq!(listens[1]["honored"], json!([]), "{modern}");
     assert_eq!(listens[1]["updated"], Value::Null, "{modern}");
-    previews::previews_reach_the_guests_servers(&server, name);
+    previews::previews_reach_the_guests_servers(&server, token, name);
     let deleted = python(json!({
-        "url": server.url,
+        "url": server.url, "token": token,
         "calls": [{"tool": "workspace_delete", "args": {"name": name, "force": true}}]}))
     .unwrap();
     assert_eq!(deleted["calls"][0]["is_error"], false, "{deleted}");

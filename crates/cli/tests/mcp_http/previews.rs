@@ -31,6 +31,11 @@ fn connect(server: &Server) -> TcpStream {
 
 /// `GET path` on the server with curl, as a user would fetch a preview;
 /// the status code and the whole answer (headers, then the body).
+/// Waits up to 60 s for the guest's two servers to listen.
+const WAIT_LISTENING: &str = "for i in $(seq 300); do \
+    grep -q ':1F40 00000000:0000 0A' /proc/net/tcp && \
+    grep -q ':2328 00000000:0000 0A' /proc/net/tcp && exit 0; sleep 0.2; done; exit 1";
+
 fn get(server: &Server, path: &str) -> (u16, String) {
     let fetched = std::process::Command::new("curl")
         .args(["-sS", "-i", "--max-time", "120"])
@@ -48,12 +53,12 @@ fn get(server: &Server, path: &str) -> (u16, String) {
 
 /// Makes previews of an HTTP server and an upgrading one in `name`, then
 /// uses, revokes and outlives them.
-pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
+pub(crate) fn previews_reach_the_guests_servers(server: &Server, token: &str, name: &str) {
     if testkit::require("mcp_http::previews", testkit::host_tool("curl")).is_none() {
         return;
     }
     let out = python(json!({
-        "url": server.url,
+        "url": server.url, "token": token,
         "calls": [
             {"tool": "workspace_exec", "args": {"name": name, "command": ["sh", "-c",
                 "mkdir -p /tmp/www && echo 'from the guest' > /tmp/www/index.html"]}},
@@ -63,6 +68,9 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
                 "command": ["busybox", "httpd", "-f", "-p", "8000", "-h", "/tmp/www"]}},
             {"tool": "process_start", "args": {"name": name,
                 "command": ["busybox", "nc", "-ll", "-p", "9000", "-e", "/tmp/up.sh"]}},
+            // Both listen before they are used (a guest process takes a
+            // while to start here): 8000 and 9000 in LISTEN (0A).
+            {"tool": "workspace_exec", "args": {"name": name, "command": ["sh", "-c", WAIT_LISTENING]}},
             {"tool": "port_preview", "args": {"workspace": name, "port": 8000}},
             {"tool": "port_preview", "args": {"workspace": name, "port": 9000, "expires_secs": 20}},
         ]}))
@@ -78,8 +86,9 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
         assert!(url.ends_with(&path) && url.starts_with("http://"), "{s}");
         (url, path)
     };
-    let (_, web) = made(5);
-    let (_, upgrade) = made(6);
+    assert_eq!(calls[5]["structured"]["exit_code"], 0, "{out}");
+    let (_, web) = made(6);
+    let (_, upgrade) = made(7);
     // The guest's page, through the preview; its prefix without the slash
     // is sent to the slash; another token is nothing.
     let (status, page) = get(server, &web);
@@ -117,7 +126,7 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, name: &str) {
     drop(stream);
     // Listed (without tokens); revoked: 404 at once; expired: 404 too.
     let revoked = python(json!({
-    "url": server.url,
+    "url": server.url, "token": token,
     "calls": [
         {"tool": "port_preview_list", "args": {"workspace": name}},
         {"tool": "port_preview_revoke", "args": {"workspace": name, "port": 8000}},
