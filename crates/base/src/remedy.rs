@@ -115,6 +115,9 @@ pub enum Remedy {
     /// Use a workspace of an image with Chromium (`browser`), building it
     /// first if it is missing.
     UseBrowserImage,
+    /// Use a workspace of an image with Jupyter's kernels (`code`),
+    /// building it first if it is missing.
+    UseKernelImage,
     /// Take a new snapshot of the page: its refs are what click and fill take.
     TakeBrowserSnapshot {
         /// The workspace.

@@ -93,6 +93,9 @@ pub enum SetupExtra {
     Debian,
     /// Debian with headless Chromium, for the browser tools.
     Browser,
+    /// Debian with Jupyter's Python kernel, numpy, pandas, matplotlib and
+    /// Node.js, for code sessions.
+    Code,
 }
 
 pub async fn setup(
@@ -120,8 +123,18 @@ pub async fn setup(
         }
         println!("try it: microagent run -- uname -a");
     }
-    if with.contains(&SetupExtra::Browser) {
-        let req = workspace::browser::image_request();
+    let images = [
+        (
+            SetupExtra::Browser,
+            workspace::browser::image_request as fn() -> _,
+        ),
+        (SetupExtra::Code, workspace::code_sessions::image_request),
+    ];
+    for (extra, request) in images {
+        if !with.contains(&extra) {
+            continue;
+        }
+        let req = request();
         if ws.image_registry().get(&req.name).is_ok() {
             if !json {
                 println!("image {}: already built", req.name);

@@ -1,6 +1,7 @@
 //! The `microagent` command.
 
 mod browser_cmd;
+mod code_cmd;
 mod doctor_cmd;
 mod exec_cmd;
 mod files_cmd;
@@ -314,6 +315,10 @@ Examples:
     /// `browser fill dev e2 --value x`, `browser screenshot dev page.png`.
     #[command(subcommand)]
     Browser(browser_cmd::BrowserCommand),
+    /// Code sessions (a Jupyter kernel that keeps variables between runs):
+    /// `code dev` is a REPL, `code run dev -- 'x + 1'` one run, `code ls
+    /// dev`, `code restart dev code-1`, `code stop dev code-1`.
+    Code(code_cmd::CodeArgs),
     /// Manage snapshots of workspaces.
     #[command(subcommand)]
     Snapshot(snapshot_cmd::SnapshotCommand),
@@ -564,6 +569,7 @@ async fn run_workspace_command(
         Command::Metrics { name } => w::metrics(ws, name.as_deref(), json).await,
         Command::Process(cmd) => process_cmd::run(ws, cmd, json).await,
         Command::Browser(cmd) => browser_cmd::run(ws, cmd, json).await,
+        Command::Code(args) => code_cmd::run(ws, args, json).await,
         Command::Fs(cmd) => fs_cmd::run(ws, cmd, json).await,
         Command::Cp {
             src,

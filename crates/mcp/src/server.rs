@@ -148,7 +148,8 @@ impl MicroagentServer {
             + Self::run_router()
             + Self::processes_router()
             + Self::watch_router()
-            + Self::browser_router();
+            + Self::browser_router()
+            + Self::code_router();
         #[cfg(feature = "conformance-fixture")]
         {
             tool_router += Self::conformance_router();
@@ -235,7 +236,9 @@ impl MicroagentServer {
 }
 
 /// The tools that send progress notifications of their own.
-const REPORTS_ITS_OWN_PROGRESS: [&str; 10] = [
+const REPORTS_ITS_OWN_PROGRESS: [&str; 12] = [
+    "code_session_start",
+    "code_run",
     "process_output",
     "file_watch_events",
     "process_wait",

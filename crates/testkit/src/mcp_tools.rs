@@ -3,7 +3,7 @@
 //! crate's tests and the CLI's stdio tests.
 
 /// Every tool.
-pub const TOOLS: [&str; 93] = [
+pub const TOOLS: [&str; 98] = [
     "agent_list",
     "agent_register",
     "agent_workspace",
@@ -16,6 +16,11 @@ pub const TOOLS: [&str; 93] = [
     "browser_snapshot",
     "cancel_task",
     "cleanup_task",
+    "code_run",
+    "code_session_list",
+    "code_session_restart",
+    "code_session_start",
+    "code_session_stop",
     "contract",
     "copy_in",
     "copy_out",
@@ -100,12 +105,13 @@ pub const TOOLS: [&str; 93] = [
 ];
 
 /// Those that change nothing.
-pub const READ_ONLY: [&str; 41] = [
+pub const READ_ONLY: [&str; 42] = [
     "agent_list",
     "agent_workspace",
     "browser_events",
     "browser_screenshot",
     "browser_snapshot",
+    "code_session_list",
     "contract",
     "estimate_cost",
     "file_find",

@@ -170,6 +170,9 @@ pub enum Error {
     /// A browser call failed.
     #[error(transparent)]
     Browser(ConcernFailure),
+    /// A code-session call failed.
+    #[error(transparent)]
+    CodeSession(ConcernFailure),
     /// A repository operation failed.
     #[error(transparent)]
     Repo(#[from] crate::repos::RepoError),
@@ -325,7 +328,7 @@ impl Error {
             Error::VmmUser(e) => e.code(),
             Error::Volume(e) => e.code(),
             Error::Server(e) => e.code(),
-            Error::Browser(e) => e.code(),
+            Error::Browser(e) | Error::CodeSession(e) => e.code(),
             Error::Repo(e) => e.code(),
             Error::Agents(e) => e.code(),
             Error::Task(e) => e.code(),
@@ -392,7 +395,9 @@ impl Error {
                 })
             }
             Error::Image(e) => e.remedy(),
-            Error::Browser(e) | Error::Task(e) | Error::Pool(e) => e.remedy(),
+            Error::Browser(e) | Error::CodeSession(e) | Error::Task(e) | Error::Pool(e) => {
+                e.remedy()
+            }
             Error::Service { source, .. } => source.remedy(),
             Error::Volume(e) => e.remedy(),
             Error::Repo(e) => e.remedy(),

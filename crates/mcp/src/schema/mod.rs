@@ -14,6 +14,7 @@
 
 pub mod agents;
 pub mod browser;
+pub mod code;
 pub mod exec;
 pub mod file_ops;
 pub mod files;

@@ -11,13 +11,14 @@
 //! [`host`] (kernel install and image build, preview then confirm;
 //! servers), [`agents`] (register, list, the session's workspace),
 //! [`watch`] (file watches), [`browser`] (a headless Chromium in the
-//! workspace) and [`repos`]
+//! workspace), [`code`] (code sessions: Jupyter kernels) and [`repos`]
 //! (allowed repositories, pulls and diffs; tasks). Every tool calls the
 //! workspace library; this module holds what they share: argument checks,
 //! and running the library's blocking calls off the async runtime.
 
 pub mod agents;
 pub mod browser;
+pub mod code;
 pub mod exec;
 pub mod file_ops;
 pub mod files;

@@ -306,6 +306,42 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
     }
 }
 
+/// Sends an `interrupt_request` on a control connection of its own and
+/// waits (up to [`INTERRUPT_GRACE`]) for its answer: for a run whose
+/// client has gone, whatever state that client left its channels in.
+pub async fn send_interrupt<S: AsyncRead + AsyncWrite + Unpin>(
+    control: S,
+    key: &[u8],
+) -> Result<(), KernelError> {
+    let channel = |source| KernelError::Channel {
+        channel: "control",
+        source,
+    };
+    let mut control = Zmtp::handshake(control, SocketType::Dealer)
+        .await
+        .map_err(channel)?;
+    let session = base::host::dirfd::random_hex();
+    let signer = Signer::new(key, session.clone());
+    let id = format!("{session}-interrupt");
+    let frames = signer.request("interrupt_request", &id, &json!({}));
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    control.send(&refs).await.map_err(channel)?;
+    let answered = async {
+        loop {
+            let message = KernelClient::recv(&mut control, &signer, "control").await?;
+            if message.parent_id.as_deref() == Some(id.as_str()) {
+                return Ok(());
+            }
+        }
+    };
+    tokio::time::timeout(INTERRUPT_GRACE, answered)
+        .await
+        .map_err(|_| KernelError::Unresponsive {
+            what: "answer an interrupt",
+            after: INTERRUPT_GRACE,
+        })?
+}
+
 /// What a run has produced so far, within its limits.
 struct Gathered {
     limits: CodeRunLimits,

@@ -1,0 +1,261 @@
+//! A session's kernel in the guest: the background process `code-N`
+//! (`python3 -m ipykernel_launcher`), as the workspace's default user in
+//! its default directory, which picks its own ports and key on the
+//! guest's loopback and writes them to a connection file; the host reads
+//! that file (guest data: bounded and checked) and connects through the
+//! agent's `tcp_connect`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::net::UnixStream;
+
+use super::kernel::{KernelClient, READY_TIMEOUT};
+use super::records::SessionRecord;
+use super::{CodeLanguage, CodeSessionError};
+use base::store::workspace_dir::WorkspaceDir;
+
+use crate::error::{Error, Result};
+use crate::guest::processes::ProcessOptions;
+use crate::guest::request::ExecRequest;
+use crate::workspaces::handle::Workspace;
+
+/// How long a kernel may take to write its connection file (importing
+/// ipykernel where guest kernel mode is emulated takes tens of seconds).
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest single wait for the kernel's output while it starts.
+const START_POLL: Duration = Duration::from_millis(500);
+/// Largest connection file read.
+const MAX_CONNECTION_FILE: u64 = 4096;
+/// What Python says when the module is missing.
+const NO_MODULE: &str = "No module named ipykernel_launcher";
+
+/// The guest path of session `id`'s connection file.
+fn connection_file(id: &str, nonce: &str) -> String {
+    format!("/tmp/.microagent-{id}-{nonce}.json")
+}
+
+/// Starts session `id`'s kernel and waits for its connection file.
+pub(crate) async fn start(
+    ws: Workspace<'_>,
+    id: &str,
+    language: CodeLanguage,
+) -> Result<SessionRecord> {
+    let CodeLanguage::Python = language;
+    let file = connection_file(id, &base::host::dirfd::random_hex());
+    let req = ExecRequest::argv(["python3", "-m", "ipykernel_launcher", "-f", &file])
+        .env("PYTHONUNBUFFERED", "1");
+    let options = ProcessOptions {
+        id: Some(id.to_owned()),
+        ..ProcessOptions::default()
+    };
+    // A process of this id left by an ended session (the guest keeps
+    // finished ones for their output): ours replaces it.
+    if let Ok(list) = ws.processes().process_list().await {
+        if list.iter().any(|p| p.id == id) {
+            let _ = ws.processes().process_signal(id, "KILL").await;
+            let _ = ws
+                .processes()
+                .process_wait(id, Duration::from_secs(10))
+                .await;
+            ws.processes().process_remove(id).await?;
+        }
+    }
+    let info = ws.processes().process_start(req, options).await?;
+    let started = Instant::now();
+    let mut said = String::new();
+    let mut cursors = [0, 0];
+    loop {
+        if let Some(record) = read_connection_file(ws, &file).await? {
+            return Ok(SessionRecord {
+                id: id.to_owned(),
+                language,
+                pid: info.pid,
+                started_unix_ms: info.started_unix_ms,
+                created_unix_ms: base::host::settings::now_ms(),
+                ..record
+            });
+        }
+        let out = ws
+            .processes()
+            .process_output(id, cursors, Some(16 * 1024), START_POLL)
+            .await?;
+        cursors = [out.stdout.next_cursor, out.stderr.next_cursor];
+        said.push_str(&String::from_utf8_lossy(&out.stderr.bytes));
+        keep_tail(&mut said);
+        let workspace = ws.name.as_str().to_owned();
+        if !out.process.running() {
+            let _ = ws.processes().process_remove(id).await;
+            if said.contains(NO_MODULE) {
+                return Err(CodeSessionError::NotInstalled {
+                    workspace,
+                    language: language.as_str(),
+                    looked_for: "python3 -m ipykernel_launcher (Debian's python3-ipykernel)".into(),
+                }
+                .into());
+            }
+            let tail: Vec<&str> = said.lines().rev().take(5).collect();
+            return Err(CodeSessionError::Start {
+                workspace,
+                language: language.as_str(),
+                detail: format!(
+                    "{}: {}",
+                    out.process.status(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                ),
+            }
+            .into());
+        }
+        if started.elapsed() > START_TIMEOUT {
+            let _ = ws.processes().process_signal(id, "KILL").await;
+            return Err(CodeSessionError::Start {
+                workspace,
+                language: language.as_str(),
+                detail: format!("no connection file after {} s", START_TIMEOUT.as_secs()),
+            }
+            .into());
+        }
+    }
+}
+
+/// Keeps the last 8 KiB of a growing text (on a character boundary).
+fn keep_tail(said: &mut String) {
+    if said.len() > 16 * 1024 {
+        let mut cut = said.len() - 8 * 1024;
+        while !said.is_char_boundary(cut) {
+            cut += 1;
+        }
+        said.drain(..cut);
+    }
+}
+
+/// The connection file once the kernel has written its ports.
+async fn read_connection_file(ws: Workspace<'_>, file: &str) -> Result<Option<SessionRecord>> {
+    if ws.files().stat_if_exists(file).await?.is_none() {
+        return Ok(None);
+    }
+    let read = ws
+        .files()
+        .read_file(file, None, Some(MAX_CONNECTION_FILE))
+        .await?;
+    // Written but not whole yet: not JSON until it is.
+    let Ok(json) = serde_json::from_slice::<Value>(&read.data) else {
+        return Ok(None);
+    };
+    parse_connection(&json).map_err(Error::from)
+}
+
+/// The key and ports of a connection file (`None` while its ports are 0).
+pub(crate) fn parse_connection(json: &Value) -> Result<Option<SessionRecord>, CodeSessionError> {
+    let bad = |why: &str| CodeSessionError::ConnectionFile(why.to_owned());
+    if json["transport"] != "tcp" {
+        return Err(bad("its transport is not tcp"));
+    }
+    if json["signature_scheme"] != "hmac-sha256" {
+        return Err(bad("its signature scheme is not hmac-sha256"));
+    }
+    let key = json["key"].as_str().ok_or_else(|| bad("no key"))?;
+    if key.is_empty() || key.len() > 256 {
+        return Err(bad("its key is empty or over 256 bytes"));
+    }
+    let port = |name: &str| -> Result<u16, CodeSessionError> {
+        let n = json[name]
+            .as_u64()
+            .ok_or_else(|| bad(&format!("no {name}")))?;
+        u16::try_from(n).map_err(|_| bad(&format!("{name} is not a port")))
+    };
+    let (shell_port, iopub_port, control_port) = (
+        port("shell_port")?,
+        port("iopub_port")?,
+        port("control_port")?,
+    );
+    if [shell_port, iopub_port, control_port].contains(&0) {
+        return Ok(None);
+    }
+    Ok(Some(SessionRecord {
+        id: String::new(),
+        language: CodeLanguage::Python,
+        pid: 0,
+        started_unix_ms: 0,
+        created_unix_ms: 0,
+        key: key.to_owned(),
+        shell_port,
+        iopub_port,
+        control_port,
+    }))
+}
+
+/// A tunnel to guest port `port` through the workspace's agent.
+async fn tunnel(ws_dir: &WorkspaceDir, port: u16) -> Result<UnixStream> {
+    crate::guest::connect_agent(ws_dir)
+        .await
+        .map_err(Error::agent("connect"))?
+        .tcp_connect(port)
+        .await
+        .map_err(Error::agent("tcp_connect"))
+}
+
+/// A client of `record`'s kernel in the (awake) workspace at `ws_dir`.
+pub(crate) async fn connect(
+    ws_dir: &WorkspaceDir,
+    record: &SessionRecord,
+) -> Result<KernelClient<UnixStream>> {
+    let shell = tunnel(ws_dir, record.shell_port).await?;
+    let iopub = tunnel(ws_dir, record.iopub_port).await?;
+    let control = tunnel(ws_dir, record.control_port).await?;
+    let key = record.key.as_bytes();
+    let client = KernelClient::connect(shell, iopub, control, key, READY_TIMEOUT)
+        .await
+        .map_err(CodeSessionError::from)?;
+    Ok(client)
+}
+
+/// Sends `record`'s kernel an interrupt on a connection of its own (for
+/// a run whose caller went away).
+pub(crate) async fn interrupt(ws_dir: &WorkspaceDir, record: &SessionRecord) -> Result<()> {
+    let control = tunnel(ws_dir, record.control_port).await?;
+    super::kernel::send_interrupt(control, record.key.as_bytes())
+        .await
+        .map_err(CodeSessionError::from)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_connection_file_is_read_only_when_whole_and_sound() {
+        let good = json!({"transport": "tcp", "signature_scheme": "hmac-sha256", "key": "abc",
+            "shell_port": 40001, "iopub_port": 40002, "control_port": 40003, "ip": "127.0.0.1"});
+        let got = parse_connection(&good).unwrap().unwrap();
+        assert_eq!(
+            (
+                got.key.as_str(),
+                got.shell_port,
+                got.iopub_port,
+                got.control_port
+            ),
+            ("abc", 40001, 40002, 40003)
+        );
+        let mut zero = good.clone();
+        zero["iopub_port"] = json!(0);
+        assert_eq!(parse_connection(&zero).unwrap(), None);
+        for (field, value) in [
+            ("transport", json!("ipc")),
+            ("signature_scheme", json!("hmac-md5")),
+            ("key", json!("")),
+            ("key", json!("k".repeat(300))),
+            ("key", json!(7)),
+            ("shell_port", json!(70000)),
+            ("shell_port", json!(-1)),
+            ("control_port", json!("40003")),
+        ] {
+            let mut bad = good.clone();
+            bad[field] = value;
+            assert!(parse_connection(&bad).is_err(), "{field}: {bad}");
+        }
+        assert!(parse_connection(&json!([])).is_err());
+    }
+}

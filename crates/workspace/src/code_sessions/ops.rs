@@ -1,0 +1,259 @@
+//! A workspace's code sessions (`dev.code()`): start, run, restart, stop,
+//! list. A session is its kernel process in the guest and the host's
+//! record of how to reach it; each run connects anew (another CLI run, a
+//! restarted MCP server reach the same kernel), and the runs of one
+//! session take turns.
+
+use std::future::Future;
+use std::time::Duration;
+
+use base::store::state::State;
+use base::store::workspace_dir::WorkspaceDir;
+
+use super::kernel::CodeRunLimits;
+use super::launch;
+use super::records::{is_session_id, CodeDir, SessionRecord};
+use super::{CodeLanguage, CodeRun, CodeSessionError, CodeSessionInfo, MAX_SESSIONS};
+use crate::error::Result;
+use crate::workspaces::handle::Workspace;
+
+/// How long a run may take unless the caller says.
+pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest run a caller may ask for.
+pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// A workspace's code sessions. `Copy`; its calls take it by value, as
+/// the handle's do.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkspaceCode<'a> {
+    ws: Workspace<'a>,
+}
+
+impl<'a> Workspace<'a> {
+    /// This workspace's code sessions.
+    pub fn code(self) -> WorkspaceCode<'a> {
+        WorkspaceCode { ws: self }
+    }
+}
+
+/// Interrupts a session's kernel when a run's caller goes away mid-run
+/// (its future dropped), so the next run does not queue behind it.
+struct InterruptUnlessDone {
+    target: Option<(WorkspaceDir, SessionRecord)>,
+}
+
+impl Drop for InterruptUnlessDone {
+    fn drop(&mut self) {
+        let Some((ws_dir, record)) = self.target.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = launch::interrupt(&ws_dir, &record).await {
+                    tracing::info!("interrupting an abandoned run of {}: {e}", record.id);
+                }
+            });
+        }
+    }
+}
+
+impl WorkspaceCode<'_> {
+    fn name(self) -> String {
+        self.ws.name.as_str().to_owned()
+    }
+
+    fn local(self) -> Result<()> {
+        match self.ws.remote()? {
+            Some(_) => Err(CodeSessionError::OnServer.into()),
+            None => Ok(()),
+        }
+    }
+
+    fn record(self, ws_dir: &WorkspaceDir, id: &str) -> Result<SessionRecord> {
+        let unknown = || CodeSessionError::UnknownSession {
+            workspace: self.name(),
+            session: id.chars().take(64).collect(),
+        };
+        if !is_session_id(id) {
+            return Err(unknown().into());
+        }
+        CodeDir::new(ws_dir.path())
+            .load(id)
+            .ok_or_else(|| unknown().into())
+    }
+
+    /// Why `record`'s kernel is not the running process of its id, if it
+    /// is not.
+    async fn gone(self, record: &SessionRecord) -> Result<Option<String>> {
+        let list = self.ws.processes().process_list().await?;
+        Ok(match list.iter().find(|p| p.id == record.id) {
+            Some(p) if p.pid == record.pid && p.started_unix_ms == record.started_unix_ms => {
+                (!p.running()).then(|| format!("its kernel {}", p.status()))
+            }
+            _ => Some("its kernel is gone (the workspace restarted since)".into()),
+        })
+    }
+
+    /// Starts a session of `language`: its kernel runs and answers when
+    /// this returns.
+    pub async fn start(self, language: CodeLanguage) -> Result<CodeSessionInfo> {
+        self.local()?;
+        let (ws_dir, _) = self.ws.all.awake(self.ws.name.as_str()).await?;
+        let dir = CodeDir::new(ws_dir.path());
+        let _lock = dir.lock().await?;
+        // Ended sessions (their kernel gone) are forgotten first.
+        let mut live = 0;
+        for record in dir.list() {
+            if self.gone(&record).await?.is_some() {
+                let _ = self.ws.processes().process_remove(&record.id).await;
+                dir.remove(&record.id)?;
+            } else {
+                live += 1;
+            }
+        }
+        if live >= MAX_SESSIONS {
+            return Err(CodeSessionError::TooMany {
+                workspace: self.name(),
+                limit: MAX_SESSIONS,
+            }
+            .into());
+        }
+        let id = dir.next_id();
+        let record = launch::start(self.ws, &id, language).await?;
+        if let Err(e) = launch::connect(&ws_dir, &record).await {
+            let _ = self.ws.processes().process_signal(&id, "KILL").await;
+            let _ = self.ws.processes().process_remove(&id).await;
+            return Err(e);
+        }
+        dir.save(&record)?;
+        Ok(info(&record, true))
+    }
+
+    /// Runs `code` in session `id`: variables, imports and the working
+    /// directory are those earlier runs left. `on_stream` hears stdout
+    /// and stderr as they come. A run past `timeout` (at most
+    /// [`MAX_RUN_TIMEOUT`]) or whose `cancelled` completes is interrupted
+    /// and its result says so; a caller that goes away mid-run leaves the
+    /// kernel interrupted.
+    pub async fn run(
+        self,
+        id: &str,
+        code: &str,
+        timeout: Duration,
+        limits: CodeRunLimits,
+        cancelled: impl Future<Output = ()>,
+        on_stream: impl FnMut(&str, &str),
+    ) -> Result<CodeRun> {
+        self.local()?;
+        let (ws_dir, _) = self.ws.all.awake(self.ws.name.as_str()).await?;
+        let record = self.record(&ws_dir, id)?;
+        let dir = CodeDir::new(ws_dir.path());
+        let _turn = dir.run_lock(&record.id).await?;
+        if let Some(why) = self.gone(&record).await? {
+            return Err(self.ended(&record, why));
+        }
+        let mut client = launch::connect(&ws_dir, &record).await?;
+        let mut guard = InterruptUnlessDone {
+            target: Some((ws_dir, record)),
+        };
+        let ran = client
+            .execute(
+                code,
+                timeout.min(MAX_RUN_TIMEOUT),
+                limits,
+                cancelled,
+                on_stream,
+            )
+            .await;
+        guard.target = None;
+        Ok(ran.map_err(CodeSessionError::from)?)
+    }
+
+    fn ended(self, record: &SessionRecord, why: String) -> crate::error::Error {
+        CodeSessionError::Ended {
+            workspace: self.name(),
+            session: record.id.clone(),
+            why,
+        }
+        .into()
+    }
+
+    /// Ends session `id`'s kernel and starts a fresh one under the same
+    /// id (what it held is gone).
+    pub async fn restart(self, id: &str) -> Result<CodeSessionInfo> {
+        self.local()?;
+        let (ws_dir, _) = self.ws.all.awake(self.ws.name.as_str()).await?;
+        let record = self.record(&ws_dir, id)?;
+        let dir = CodeDir::new(ws_dir.path());
+        let _lock = dir.lock().await?;
+        let _turn = dir.run_lock(&record.id).await?;
+        self.end_kernel(&record).await?;
+        let fresh = launch::start(self.ws, &record.id, record.language).await?;
+        launch::connect(&ws_dir, &fresh).await?;
+        dir.save(&fresh)?;
+        Ok(info(&fresh, true))
+    }
+
+    /// Ends session `id`: its kernel is asked to shut down, then killed
+    /// if it has not, and the session is forgotten.
+    pub async fn stop(self, id: &str) -> Result<()> {
+        self.local()?;
+        let (ws_dir, _) = self.ws.all.awake(self.ws.name.as_str()).await?;
+        let record = self.record(&ws_dir, id)?;
+        let dir = CodeDir::new(ws_dir.path());
+        let _lock = dir.lock().await?;
+        if self.gone(&record).await?.is_none() {
+            // A clean end first (its history and files closed).
+            if let Ok(Ok(mut client)) =
+                tokio::time::timeout(Duration::from_secs(10), launch::connect(&ws_dir, &record))
+                    .await
+            {
+                let _ = client.shutdown(false).await;
+            }
+        }
+        self.end_kernel(&record).await?;
+        dir.remove(&record.id)?;
+        Ok(())
+    }
+
+    /// Kills `record`'s kernel process (if it is still that one) and
+    /// removes it from the guest's list.
+    async fn end_kernel(self, record: &SessionRecord) -> Result<()> {
+        let processes = self.ws.processes();
+        let list = processes.process_list().await?;
+        let Some(p) = list.iter().find(|p| p.id == record.id) else {
+            return Ok(());
+        };
+        if p.running() {
+            processes.process_signal(&record.id, "KILL").await?;
+            processes
+                .process_wait(&record.id, Duration::from_secs(30))
+                .await?;
+        }
+        processes.process_remove(&record.id).await
+    }
+
+    /// The workspace's sessions; `running` is looked up only in a running
+    /// workspace (a stopped or hibernated one is not woken to say).
+    pub async fn list(self) -> Result<Vec<CodeSessionInfo>> {
+        self.local()?;
+        let meta = self.ws.get_here()?;
+        let ws_dir = self.ws.all.dir(self.ws.name.as_str())?;
+        let records = CodeDir::new(ws_dir.path()).list();
+        let mut out = Vec::with_capacity(records.len());
+        for record in &records {
+            let running = meta.state == State::Running && self.gone(record).await?.is_none();
+            out.push(info(record, running));
+        }
+        Ok(out)
+    }
+}
+
+fn info(record: &SessionRecord, running: bool) -> CodeSessionInfo {
+    CodeSessionInfo {
+        id: record.id.clone(),
+        language: record.language,
+        created_unix_ms: record.created_unix_ms,
+        running,
+    }
+}

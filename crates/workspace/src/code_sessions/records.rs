@@ -1,0 +1,232 @@
+//! The host's records of a workspace's code sessions, in its directory
+//! (`code/`, 0700): one `<id>.json` (0600: it holds the kernel's key)
+//! per session, a lock for starting and ending them, and one per session
+//! that its runs take in turn (across processes).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use base::store::file_lock::FileLock;
+
+use super::{CodeLanguage, CodeSessionError};
+
+/// How the host reaches a session's kernel, and what it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SessionRecord {
+    pub id: String,
+    pub language: CodeLanguage,
+    /// The kernel's background process (its id is the session's).
+    pub pid: u32,
+    /// That process's start (the guest's clock): a process of the same
+    /// id started since is another kernel.
+    pub started_unix_ms: u64,
+    pub created_unix_ms: u64,
+    /// The connection file's `key` (HMAC-SHA256).
+    pub key: String,
+    pub shell_port: u16,
+    pub iopub_port: u16,
+    pub control_port: u16,
+}
+
+/// A workspace's `code/` directory.
+#[derive(Clone, Debug)]
+pub(crate) struct CodeDir {
+    dir: PathBuf,
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> CodeSessionError {
+    move |source| CodeSessionError::Io { what, source }
+}
+
+impl CodeDir {
+    pub fn new(ws_dir: &Path) -> Self {
+        Self {
+            dir: ws_dir.join("code"),
+        }
+    }
+
+    async fn lock_at(&self, name: &str) -> Result<FileLock, CodeSessionError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(io(format!("creating {}", self.dir.display())))?;
+        let path = self.dir.join(name);
+        loop {
+            match FileLock::try_exclusive(&path) {
+                Ok(Some(lock)) => return Ok(lock),
+                Ok(None) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(e) => return Err(io(format!("locking {}", path.display()))(e)),
+            }
+        }
+    }
+
+    /// The lock that starting and ending sessions take.
+    pub async fn lock(&self) -> Result<FileLock, CodeSessionError> {
+        self.lock_at("lock").await
+    }
+
+    /// The lock a run of session `id` holds.
+    pub async fn run_lock(&self, id: &str) -> Result<FileLock, CodeSessionError> {
+        self.lock_at(&format!("{id}.lock")).await
+    }
+
+    /// Every record (unreadable ones left out), by id.
+    pub fn list(&self) -> Vec<SessionRecord> {
+        let mut records: Vec<SessionRecord> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let id = name.strip_suffix(".json")?;
+                self.load(id)
+            })
+            .collect();
+        records.sort_by_key(|r| number(&r.id));
+        records
+    }
+
+    /// Session `id`'s record, if there is one.
+    pub fn load(&self, id: &str) -> Option<SessionRecord> {
+        if !is_session_id(id) {
+            return None;
+        }
+        let bytes = std::fs::read(self.dir.join(format!("{id}.json"))).ok()?;
+        serde_json::from_slice::<SessionRecord>(&bytes)
+            .ok()
+            .filter(|r| r.id == id)
+    }
+
+    /// The next free id (`code-N`, numbered on from the highest).
+    pub fn next_id(&self) -> String {
+        let next = self
+            .list()
+            .iter()
+            .filter_map(|r| number(&r.id))
+            .max()
+            .map_or(1, |n| n + 1);
+        format!("code-{next}")
+    }
+
+    /// Saves `record` (0600, atomically).
+    pub fn save(&self, record: &SessionRecord) -> Result<(), CodeSessionError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir.join(format!("{}.json", record.id));
+        let tmp = self.dir.join(format!("{}.json.tmp", record.id));
+        let bytes = serde_json::to_vec(record).unwrap_or_default();
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        written.map_err(io(format!("writing {}", path.display())))
+    }
+
+    /// Forgets session `id`.
+    pub fn remove(&self, id: &str) -> Result<(), CodeSessionError> {
+        for name in [format!("{id}.json"), format!("{id}.lock")] {
+            match std::fs::remove_file(self.dir.join(&name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(format!("removing {name}"))(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `code-N` with N a number: the only ids taken (they name files).
+pub fn is_session_id(id: &str) -> bool {
+    number(id).is_some()
+}
+
+fn number(id: &str) -> Option<u32> {
+    let n = id.strip_prefix("code-")?;
+    (!n.is_empty() && n.len() <= 6 && n.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| n.parse().ok())
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> SessionRecord {
+        SessionRecord {
+            id: id.into(),
+            language: CodeLanguage::Python,
+            pid: 7,
+            started_unix_ms: 1,
+            created_unix_ms: 2,
+            key: "k".into(),
+            shell_port: 1,
+            iopub_port: 2,
+            control_port: 3,
+        }
+    }
+
+    #[test]
+    fn records_are_kept_private_numbered_on_and_forgotten() {
+        use std::os::unix::fs::PermissionsExt;
+        let ws = std::env::temp_dir().join(format!("microagent-code-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&ws);
+        std::fs::create_dir_all(&ws).unwrap();
+        let dir = CodeDir::new(&ws);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _lock = rt.block_on(dir.lock()).unwrap();
+        assert_eq!(dir.next_id(), "code-1");
+        dir.save(&record("code-1")).unwrap();
+        dir.save(&record("code-9")).unwrap();
+        assert_eq!(dir.next_id(), "code-10");
+        let mode = std::fs::metadata(ws.join("code/code-1.json"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(ws.join("code"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
+        assert_eq!(dir.load("code-1"), Some(record("code-1")));
+        // Ids that are not ours name no file.
+        for bad in [
+            "../code-1",
+            "code-",
+            "code-x",
+            "code-1/..",
+            "lock",
+            "code-1234567",
+        ] {
+            assert_eq!(dir.load(bad), None, "{bad}");
+        }
+        // A record under another id's name is not that id's.
+        std::fs::write(
+            ws.join("code/code-3.json"),
+            serde_json::to_vec(&record("code-1")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(dir.load("code-3"), None);
+        std::fs::write(ws.join("code/code-4.json"), b"{garbage").unwrap();
+        let ids: Vec<String> = dir.list().into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, ["code-1", "code-9"]);
+        dir.remove("code-9").unwrap();
+        dir.remove("code-9").unwrap();
+        assert_eq!(dir.next_id(), "code-2");
+        let _ = std::fs::remove_dir_all(&ws);
+    }
+}
