@@ -14,7 +14,7 @@ the tools, make the calls in turn, list the resources and templates, read
 the URIs ("hold": then wait for stdin to close); "modern": true discovers
 protocol 2026-07-28 instead of initializing. Prints one line of JSON
 on stdout: {"protocol", "server", "tools",
-"calls": [{"is_error", "structured", "text", "links", "images"} or {"is_error", "abandoned"}
+"calls": [{"is_error", "structured", "text", "links", "images", "resources"} or {"is_error", "abandoned"}
 or {"via", "honored"?, "then_error", "updated"} or {"watch", "then_error", "events"}
 or {"error", "code"}],
 "resources", "templates",
@@ -130,6 +130,7 @@ async def run(session, spec, updates):
                 "text": [c.text for c in result.content if getattr(c, "type", "") == "text"],
                 "links": [str(c.uri) for c in result.content if getattr(c, "type", "") == "resource_link"],
                 "images": [{"mime": getattr(c, "mime_type", None) or getattr(c, "mimeType", None), "data": c.data} for c in result.content if getattr(c, "type", "") == "image"],
+                "resources": [c.resource.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content if getattr(c, "type", "") == "resource"],
             }
         )
     out["resources"] = [r.uri for r in (await session.list_resources()).resources]

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod abuse;
+mod code_sessions;
 mod conformance;
 mod previews;
 mod session;
