@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::net::UnixStream;
 
-use super::kernel::{KernelClient, READY_TIMEOUT};
+use super::jupyter::{JupyterClient, READY_TIMEOUT};
 use super::records::SessionRecord;
 use super::{CodeLanguage, CodeSessionError};
 use base::store::workspace_dir::WorkspaceDir;
@@ -199,12 +199,12 @@ async fn tunnel(ws_dir: &WorkspaceDir, port: u16) -> Result<UnixStream> {
 pub(crate) async fn connect(
     ws_dir: &WorkspaceDir,
     record: &SessionRecord,
-) -> Result<KernelClient<UnixStream>> {
+) -> Result<JupyterClient<UnixStream>> {
     let shell = tunnel(ws_dir, record.shell_port).await?;
     let iopub = tunnel(ws_dir, record.iopub_port).await?;
     let control = tunnel(ws_dir, record.control_port).await?;
     let key = record.key.as_bytes();
-    let client = KernelClient::connect(shell, iopub, control, key, READY_TIMEOUT)
+    let client = JupyterClient::connect(shell, iopub, control, key, READY_TIMEOUT)
         .await
         .map_err(CodeSessionError::from)?;
     Ok(client)
@@ -214,7 +214,7 @@ pub(crate) async fn connect(
 /// a run whose caller went away).
 pub(crate) async fn interrupt(ws_dir: &WorkspaceDir, record: &SessionRecord) -> Result<()> {
     let control = tunnel(ws_dir, record.control_port).await?;
-    super::kernel::send_interrupt(control, record.key.as_bytes())
+    super::jupyter::send_interrupt(control, record.key.as_bytes())
         .await
         .map_err(CodeSessionError::from)?;
     Ok(())

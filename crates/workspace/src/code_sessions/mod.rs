@@ -1,14 +1,14 @@
 //! Stateful code sessions (`dev.code()`): a Jupyter kernel in a workspace
 //! (Python's `ipykernel`), started as a background process and driven
 //! from the host through the agent's `tcp_connect`, as the browser is.
-//! What a run returns ([`CodeRun`]); the kernel client (`kernel`: ready,
+//! What a run returns ([`CodeRun`]); the kernel client (`jupyter`: ready,
 //! execute, interrupt, shut down) on Jupyter's signed messages (`wire`)
 //! over ZMTP 3.0 (`zmtp`, no ZeroMQ library: the connections are the
 //! agent's tunnels); the host's records of a workspace's sessions
 //! (`records`); the kernel's start in the guest (`launch`); the calls
 //! (`ops`).
 
-pub mod kernel;
+pub mod jupyter;
 pub(crate) mod launch;
 pub(crate) mod ops;
 pub(crate) mod records;
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use base::code::ErrorCode;
 
-pub use kernel::{CodeRunLimits, KernelClient, KernelError};
+pub use jupyter::{CodeRunLimits, JupyterClient, JupyterError};
 pub use ops::{WorkspaceCode, DEFAULT_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
 pub use records::is_session_id;
 
@@ -214,7 +214,7 @@ pub enum CodeSessionError {
     OnServer,
     /// Talking to the kernel failed.
     #[error(transparent)]
-    Kernel(#[from] KernelError),
+    Kernel(#[from] JupyterError),
     /// The session records could not be used.
     #[error("{what}")]
     Io {
@@ -234,7 +234,7 @@ impl crate::error::ConcernError for CodeSessionError {
             | Self::TooMany { .. }
             | Self::OnServer => ErrorCode::InvalidInput,
             Self::UnknownSession { .. } | Self::Ended { .. } => ErrorCode::NotFound,
-            Self::Kernel(KernelError::Unresponsive { .. }) => ErrorCode::Timeout,
+            Self::Kernel(JupyterError::Unresponsive { .. }) => ErrorCode::Timeout,
             Self::Start { .. } | Self::ConnectionFile(_) | Self::Kernel(_) | Self::Io { .. } => {
                 ErrorCode::Internal
             }

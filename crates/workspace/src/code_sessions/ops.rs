@@ -10,7 +10,7 @@ use std::time::Duration;
 use base::store::state::State;
 use base::store::workspace_dir::WorkspaceDir;
 
-use super::kernel::CodeRunLimits;
+use super::jupyter::CodeRunLimits;
 use super::launch;
 use super::records::{is_session_id, CodeDir, SessionRecord};
 use super::{CodeLanguage, CodeRun, CodeSessionError, CodeSessionInfo, MAX_SESSIONS};

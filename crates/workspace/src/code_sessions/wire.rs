@@ -129,7 +129,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &[u8]) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     text.chunks(2)

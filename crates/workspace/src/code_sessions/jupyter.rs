@@ -47,7 +47,7 @@ impl Default for CodeRunLimits {
 /// Why a kernel call failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum KernelError {
+pub enum JupyterError {
     /// A channel's connection failed.
     #[error("the kernel's {channel} channel failed")]
     Channel {
@@ -77,7 +77,7 @@ pub enum KernelError {
 }
 
 /// A connected kernel.
-pub struct KernelClient<S> {
+pub struct JupyterClient<S> {
     shell: Zmtp<S>,
     iopub: Zmtp<S>,
     control: Zmtp<S>,
@@ -86,9 +86,9 @@ pub struct KernelClient<S> {
     sent: u64,
 }
 
-impl<S> std::fmt::Debug for KernelClient<S> {
+impl<S> std::fmt::Debug for JupyterClient<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KernelClient")
+        f.debug_struct("JupyterClient")
             .field("session", &self.session)
             .field("sent", &self.sent)
             .finish_non_exhaustive()
@@ -102,7 +102,7 @@ enum Stop {
     TimedOut,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
     /// Handshakes on the three streams with `key` (the connection file's),
     /// then waits up to `ready` for the kernel to answer on shell and
     /// publish on iopub (so no output of the first run is missed).
@@ -112,8 +112,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
         control: S,
         key: &[u8],
         ready: Duration,
-    ) -> Result<Self, KernelError> {
-        let channel = |channel| move |source| KernelError::Channel { channel, source };
+    ) -> Result<Self, JupyterError> {
+        let channel = |channel| move |source| JupyterError::Channel { channel, source };
         let session = base::host::dirfd::random_hex();
         let mut client = Self {
             shell: Zmtp::handshake(shell, SocketType::Dealer)
@@ -130,7 +130,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
             sent: 0,
         };
         let waited = tokio::time::timeout(ready, client.wait_ready()).await;
-        waited.map_err(|_| KernelError::Unresponsive {
+        waited.map_err(|_| JupyterError::Unresponsive {
             what: "answer",
             after: ready,
         })??;
@@ -147,7 +147,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
         channel: &'static str,
         msg_type: &str,
         content: Value,
-    ) -> Result<String, KernelError> {
+    ) -> Result<String, JupyterError> {
         let id = self.next_id();
         let frames = self.signer.request(msg_type, &id, &content);
         let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
@@ -158,7 +158,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
         };
         zmtp.send(&refs)
             .await
-            .map_err(|source| KernelError::Channel { channel, source })?;
+            .map_err(|source| JupyterError::Channel { channel, source })?;
         Ok(id)
     }
 
@@ -166,18 +166,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
         zmtp: &mut Zmtp<S>,
         signer: &Signer,
         channel: &'static str,
-    ) -> Result<Message, KernelError> {
+    ) -> Result<Message, JupyterError> {
         let frames = zmtp
             .recv()
             .await
-            .map_err(|source| KernelError::Channel { channel, source })?;
+            .map_err(|source| JupyterError::Channel { channel, source })?;
         signer
             .read(&frames)
-            .map_err(|source| KernelError::Message { channel, source })
+            .map_err(|source| JupyterError::Message { channel, source })
     }
 
     /// kernel_info until one is seen on iopub too (its `status`).
-    async fn wait_ready(&mut self) -> Result<(), KernelError> {
+    async fn wait_ready(&mut self) -> Result<(), JupyterError> {
         loop {
             let id = self.send("shell", "kernel_info_request", json!({})).await?;
             let until = tokio::time::Instant::now() + READY_RETRY;
@@ -208,7 +208,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
         limits: CodeRunLimits,
         cancelled: impl Future<Output = ()>,
         mut on_stream: impl FnMut(&str, &str),
-    ) -> Result<CodeRun, KernelError> {
+    ) -> Result<CodeRun, JupyterError> {
         let content = json!({
             "code": code,
             "silent": false,
@@ -261,7 +261,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
                     grace = Some(self.interrupt_now().await?);
                 }
                 () = grace_over => {
-                    return Err(KernelError::Unresponsive { what: "stop after an interrupt", after: INTERRUPT_GRACE });
+                    return Err(JupyterError::Unresponsive { what: "stop after an interrupt", after: INTERRUPT_GRACE });
                 }
             }
         }
@@ -278,14 +278,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
 
     /// Sends `interrupt_request` on control (the kernel signals itself);
     /// the deadline by which the run must end.
-    async fn interrupt_now(&mut self) -> Result<tokio::time::Instant, KernelError> {
+    async fn interrupt_now(&mut self) -> Result<tokio::time::Instant, JupyterError> {
         self.send("control", "interrupt_request", json!({})).await?;
         Ok(tokio::time::Instant::now() + INTERRUPT_GRACE)
     }
 
     /// Asks the kernel to end (or restart in place), and waits for its
     /// answer on control.
-    pub async fn shutdown(&mut self, restart: bool) -> Result<(), KernelError> {
+    pub async fn shutdown(&mut self, restart: bool) -> Result<(), JupyterError> {
         let id = self
             .send("control", "shutdown_request", json!({"restart": restart}))
             .await?;
@@ -299,7 +299,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
         };
         tokio::time::timeout(INTERRUPT_GRACE, wait)
             .await
-            .map_err(|_| KernelError::Unresponsive {
+            .map_err(|_| JupyterError::Unresponsive {
                 what: "shut down",
                 after: INTERRUPT_GRACE,
             })?
@@ -312,8 +312,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> KernelClient<S> {
 pub async fn send_interrupt<S: AsyncRead + AsyncWrite + Unpin>(
     control: S,
     key: &[u8],
-) -> Result<(), KernelError> {
-    let channel = |source| KernelError::Channel {
+) -> Result<(), JupyterError> {
+    let channel = |source| JupyterError::Channel {
         channel: "control",
         source,
     };
@@ -328,7 +328,7 @@ pub async fn send_interrupt<S: AsyncRead + AsyncWrite + Unpin>(
     control.send(&refs).await.map_err(channel)?;
     let answered = async {
         loop {
-            let message = KernelClient::recv(&mut control, &signer, "control").await?;
+            let message = JupyterClient::recv(&mut control, &signer, "control").await?;
             if message.parent_id.as_deref() == Some(id.as_str()) {
                 return Ok(());
             }
@@ -336,7 +336,7 @@ pub async fn send_interrupt<S: AsyncRead + AsyncWrite + Unpin>(
     };
     tokio::time::timeout(INTERRUPT_GRACE, answered)
         .await
-        .map_err(|_| KernelError::Unresponsive {
+        .map_err(|_| JupyterError::Unresponsive {
             what: "answer an interrupt",
             after: INTERRUPT_GRACE,
         })?

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
-use workspace::code_sessions::{CodeRunLimits, KernelClient, KernelError};
+use workspace::code_sessions::{CodeRunLimits, JupyterClient, JupyterError};
 
 const KEY: &str = "a-key-of-this-test";
 
@@ -56,7 +56,7 @@ impl Kernel {
         Kernel { child, dir, ports }
     }
 
-    async fn connect(&self, key: &str) -> Result<KernelClient<TcpStream>, KernelError> {
+    async fn connect(&self, key: &str) -> Result<JupyterClient<TcpStream>, JupyterError> {
         let port = |name: &str| {
             let port = self.ports[name].as_u64().unwrap();
             TcpStream::connect(("127.0.0.1", port as u16))
@@ -66,7 +66,7 @@ impl Kernel {
             port("iopub_port").await.unwrap(),
             port("control_port").await.unwrap(),
         );
-        KernelClient::connect(
+        JupyterClient::connect(
             shell,
             iopub,
             control,
@@ -86,7 +86,7 @@ impl Drop for Kernel {
 }
 
 async fn run(
-    client: &mut KernelClient<TcpStream>,
+    client: &mut JupyterClient<TcpStream>,
     code: &str,
 ) -> workspace::code_sessions::CodeRun {
     let never = std::future::pending::<()>();
@@ -104,7 +104,7 @@ async fn run(
 
 #[tokio::test]
 async fn a_kernel_keeps_state_and_returns_results_streams_and_errors() {
-    let test = "code_kernel::a_kernel_keeps_state_and_returns_results_streams_and_errors";
+    let test = "jupyter_kernel::a_kernel_keeps_state_and_returns_results_streams_and_errors";
     let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
         return;
     };
@@ -184,7 +184,7 @@ async fn a_kernel_keeps_state_and_returns_results_streams_and_errors() {
 
 #[tokio::test]
 async fn an_endless_loop_is_interrupted_and_the_session_goes_on() {
-    let test = "code_kernel::an_endless_loop_is_interrupted_and_the_session_goes_on";
+    let test = "jupyter_kernel::an_endless_loop_is_interrupted_and_the_session_goes_on";
     let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
         return;
     };
@@ -233,7 +233,7 @@ async fn an_endless_loop_is_interrupted_and_the_session_goes_on() {
 
 #[tokio::test]
 async fn a_client_with_another_key_hears_nothing_it_takes() {
-    let test = "code_kernel::a_client_with_another_key_hears_nothing_it_takes";
+    let test = "jupyter_kernel::a_client_with_another_key_hears_nothing_it_takes";
     let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
         return;
     };
@@ -252,7 +252,7 @@ async fn a_client_with_another_key_hears_nothing_it_takes() {
         "127.0.0.1",
         kernel.ports["control_port"].as_u64().unwrap() as u16,
     ));
-    let got = KernelClient::connect(
+    let got = JupyterClient::connect(
         shell.await.unwrap(),
         iopub.await.unwrap(),
         control.await.unwrap(),
@@ -263,7 +263,7 @@ async fn a_client_with_another_key_hears_nothing_it_takes() {
     assert!(
         matches!(
             got,
-            Err(KernelError::Unresponsive { .. } | KernelError::Message { .. })
+            Err(JupyterError::Unresponsive { .. } | JupyterError::Message { .. })
         ),
         "{:?}",
         got.err()
