@@ -5,6 +5,7 @@ mod bench;
 mod bench_agent;
 mod bench_balloon;
 mod bench_browser;
+mod bench_code;
 mod bench_containerd;
 mod bench_density;
 mod bench_devices;
@@ -120,6 +121,8 @@ tasks:
                                 containerd's runc shim on the same image
   bench browser [--runs N]      first `browser open` (Chromium's start included) and a later
                                 `browser snapshot`, beside `exec WS -- true`, same workspace
+  bench code [--runs N]         `code_run` of 1+1 on a warm session beside `exec true` (library
+                                and CLI), and a pooled workspace's session start to 1st result
   bench servers [--runs N]      `exec WS -- true` on a workspace of a server reached over
                                 ssh (Debian's sshd on loopback) beside one of this host
   bench workspace [--runs N]    create, start, exec, stop, delete through the CLI; VMM RSS
@@ -198,6 +201,7 @@ fn main() -> anyhow::Result<()> {
             [what, more @ ..] if what == "net" => bench_net::run(more),
             [what, more @ ..] if what == "servers" => bench_servers::run(more),
             [what, more @ ..] if what == "browser" => bench_browser::run(more),
+            [what, more @ ..] if what == "code" => bench_code::run(more),
             [what, more @ ..] if what == "workspace" => bench_workspace::run(more),
             [what, more @ ..] if what == "snapshot" => bench_snapshot::run(more),
             _ => bench::run(rest),
