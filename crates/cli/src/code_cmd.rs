@@ -173,12 +173,15 @@ async fn run_once(
         if !live {
             return;
         }
+        // Guest text: on a terminal it cannot drive the terminal.
         let _ = if name == "stderr" {
             let mut err = std::io::stderr().lock();
-            err.write_all(text.as_bytes()).and_then(|()| err.flush())
+            err.write_all(for_stderr(text).as_bytes())
+                .and_then(|()| err.flush())
         } else {
             let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes()).and_then(|()| out.flush())
+            out.write_all(output::guest_text(text).as_bytes())
+                .and_then(|()| out.flush())
         };
     };
     let interrupted = async {
@@ -204,30 +207,41 @@ async fn run_once(
     Ok(ran)
 }
 
-/// What a run printed (when not already), returned, displayed and raised.
+/// Guest text for stderr: inert on a terminal.
+fn for_stderr(text: &str) -> std::borrow::Cow<'_, str> {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        output::inert(text)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// What a run printed (when not already), returned, displayed and raised
+/// (all guest text: inert on a terminal).
 fn print_run(ran: &CodeRun) {
-    print!("{}", ran.stdout);
-    eprint!("{}", ran.stderr);
+    print!("{}", output::guest_text(&ran.stdout));
+    eprint!("{}", for_stderr(&ran.stderr));
     if let Some(result) = &ran.result {
-        println!("{result}");
+        println!("{}", output::guest_text(result));
     }
     for o in &ran.outputs {
         if o.mime.starts_with("image/") {
             println!(
                 "[{} displayed: {} bytes in base64; --json has it]",
-                o.mime,
+                output::field(&o.mime),
                 o.data.len()
             );
         } else if o.mime != "text/html" || ran.result.is_none() {
-            println!("{}", o.data);
+            println!("{}", output::guest_text(&o.data));
         }
     }
     if let Some(e) = &ran.error {
         for line in &e.traceback {
-            eprintln!("{line}");
+            eprintln!("{}", for_stderr(line));
         }
         if e.traceback.is_empty() {
-            eprintln!("{}: {}", e.name, e.value);
+            eprintln!("{}: {}", output::field(&e.name), output::field(&e.value));
         }
     }
     if let Some(why) = &ran.stopped {

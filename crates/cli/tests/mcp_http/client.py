@@ -167,7 +167,7 @@ async def main(spec):
             if spec.get("cafile"):
                 verify = ssl.create_default_context(cafile=spec["cafile"])
             http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=headers, verify=verify, timeout=600)
+                httpx2.AsyncClient(headers=headers, verify=verify, timeout=1800)
             )
             streams = await stack.enter_async_context(streamable_http_client(spec["url"], http_client=http))
         updates = asyncio.Queue()

@@ -15,7 +15,10 @@ use super::{python, Server, BIN};
 #[test]
 fn a_code_session_keeps_state_and_returns_rich_results() {
     let test = "mcp_http::code_sessions::a_code_session_keeps_state_and_returns_rich_results";
-    if testkit::require(test, testkit::mcp_python()).is_none()
+    let slow = "a kernel's start (importing ipykernel) took 240-350 s in a guest here, \
+        pandas and matplotlib minutes more: 20 minutes in all";
+    if testkit::require(test, testkit::slow_tests_wanted(slow)).is_none()
+        || testkit::require(test, testkit::mcp_python()).is_none()
         || testkit::require(test, testkit::guest_assets()).is_none()
         || testkit::require(test, testkit::workspace_image("minimal")).is_none()
         || testkit::require(test, testkit::host_tool("mmdebstrap")).is_none()
@@ -52,7 +55,7 @@ fn a_code_session_keeps_state_and_returns_rich_results() {
     // The CLI starts the workspace's session on first use and finds it
     // again on the next run: x is still there.
     let began = std::time::Instant::now();
-    h.ok(&["code", "run", "cs", "--", "x = 41"]);
+    h.ok(&["code", "run", "cs", "--timeout", "1800", "--", "x = 41"]);
     println!(
         "kernel start and first run: {:.1} s",
         began.elapsed().as_secs_f64()
@@ -76,17 +79,17 @@ fn a_code_session_keeps_state_and_returns_rich_results() {
         {"tool": "code_session_list", "args": {"workspace": "cs"}},
         {"tool": "code_run", "args": {"session": "cs/code-1", "code": "x + 1"}},
         {"tool": "code_run", "args": {"session": "cs/code-1",
-            "code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})"}},
+            "code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})",
+            "timeout_secs": 1800}},
         {"tool": "code_run", "args": {"session": "cs/code-1",
-            "code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"}},
+            "code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()",
+            "timeout_secs": 1800}},
         // Abandoned by the client: cancelled, so interrupted.
         {"tool": "code_run", "args": {"session": "cs/code-1", "code": "while True:\n    pass"},
          "timeout": 10},
         {"tool": "code_run", "args": {"session": "cs/code-1", "code": "x"}},
         {"tool": "code_run", "args": {"session": "cs/code-1", "code": "while True:\n    pass",
             "timeout_secs": 2}},
-        {"tool": "code_session_start", "args": {"workspace": "cs"}},
-        {"tool": "code_session_stop", "args": {"session": "cs/code-2"}},
         {"tool": "code_session_restart", "args": {"session": "cs/code-1"}},
         {"tool": "code_run", "args": {"session": "cs/code-1", "code": "x"}},
         {"tool": "code_run", "args": {"session": "cs/code-9", "code": "1"}},
@@ -94,7 +97,7 @@ fn a_code_session_keeps_state_and_returns_rich_results() {
     ]}))
     .unwrap();
     let calls = out["calls"].as_array().unwrap();
-    for i in [0, 1, 2, 3, 5, 6, 7, 8, 9, 10] {
+    for i in [0, 1, 2, 3, 5, 6, 7, 8] {
         assert_eq!(calls[i]["is_error"], false, "call {i}: {}", calls[i]);
     }
     let listed = &calls[0]["structured"]["sessions"];
@@ -126,28 +129,19 @@ fn a_code_session_keeps_state_and_returns_rich_results() {
     let timed = &calls[6]["structured"];
     assert_eq!(timed["stopped"], "timed out after 2s", "{timed}");
     assert_eq!(timed["error"]["name"], "KeyboardInterrupt", "{timed}");
-    assert_eq!(
-        calls[7]["structured"]["session"], "cs/code-2",
-        "{}",
-        calls[7]
-    );
     // Restarted: what it held is gone.
     assert_eq!(
-        calls[10]["structured"]["error"]["name"], "NameError",
+        calls[8]["structured"]["error"]["name"], "NameError",
+        "{}",
+        calls[8]
+    );
+    assert_eq!(calls[9]["is_error"], true);
+    assert_eq!(calls[9]["structured"]["code"], "NOT_FOUND", "{}", calls[9]);
+    assert_eq!(calls[10]["is_error"], true);
+    assert_eq!(
+        calls[10]["structured"]["code"], "INVALID_INPUT",
         "{}",
         calls[10]
-    );
-    assert_eq!(calls[11]["is_error"], true);
-    assert_eq!(
-        calls[11]["structured"]["code"], "NOT_FOUND",
-        "{}",
-        calls[11]
-    );
-    assert_eq!(calls[12]["is_error"], true);
-    assert_eq!(
-        calls[12]["structured"]["code"], "INVALID_INPUT",
-        "{}",
-        calls[12]
     );
     drop(server);
 

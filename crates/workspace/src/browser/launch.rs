@@ -5,14 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use base::store::process::cpu_ticks;
-
 use crate::browser::cdp;
 use crate::browser::state::BrowserDir;
 use crate::browser::{BrowserError, BrowserEventKind};
 use crate::error::Result;
 use crate::guest::processes::ProcessInfo;
-use crate::guest::processes::ProcessOptions;
+use crate::guest::processes::{CpuProgress, ProcessOptions};
 use crate::guest::request::ExecRequest;
 use crate::workspaces::handle::Workspace;
 
@@ -190,7 +188,7 @@ async fn wait_ready(
     }
     let started = Instant::now();
     let ceiling = started + cdp::stretched(START_QUIET);
-    let mut progress = ChromiumProgress::new(process.pid);
+    let mut progress = CpuProgress::new(process.pid);
     let mut said = String::new();
     let mut cursors = [0, 0];
     loop {
@@ -246,40 +244,6 @@ async fn wait_ready(
             }
             .into());
         }
-    }
-}
-
-/// What says a starting Chromium still works: when it last did, and the
-/// CPU time its process had spent then.
-struct ChromiumProgress {
-    pid: u32,
-    last: Instant,
-    cpu_ticks: Option<u64>,
-}
-
-impl ChromiumProgress {
-    fn new(pid: u32) -> Self {
-        Self {
-            pid,
-            last: Instant::now(),
-            cpu_ticks: None,
-        }
-    }
-
-    /// Reads its process's CPU time from the guest; more than before is
-    /// progress. An unreadable figure is none (the quiet period runs on).
-    async fn sample(&mut self, ws: Workspace<'_>) {
-        let stat = format!("/proc/{}/stat", self.pid);
-        let Ok(read) = ws.files().read_file(&stat, None, Some(4096)).await else {
-            return;
-        };
-        let Some(ticks) = cpu_ticks(&String::from_utf8_lossy(&read.data)) else {
-            return;
-        };
-        if self.cpu_ticks.is_some_and(|before| ticks > before) {
-            self.last = Instant::now();
-        }
-        self.cpu_ticks = Some(ticks);
     }
 }
 

@@ -19,6 +19,12 @@ use super::{CodeException, CodeOutput, CodeRun};
 pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long an interrupted run may take to end.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
+/// Bytes of a result's text kept.
+const MAX_RESULT_BYTES: usize = 1024 * 1024;
+/// Bytes of an exception's name, and of its value, kept.
+const MAX_NAME_BYTES: usize = 64 * 1024;
+/// Bytes of a traceback kept, all lines together.
+const MAX_TRACEBACK_BYTES: usize = 256 * 1024;
 /// How long a kernel_info request is given before it is asked again
 /// (its iopub subscription may not have reached the kernel yet).
 const READY_RETRY: Duration = Duration::from_millis(500);
@@ -115,26 +121,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
     ) -> Result<Self, JupyterError> {
         let channel = |channel| move |source| JupyterError::Channel { channel, source };
         let session = base::host::dirfd::random_hex();
-        let mut client = Self {
-            shell: Zmtp::handshake(shell, SocketType::Dealer)
-                .await
-                .map_err(channel("shell"))?,
-            iopub: Zmtp::handshake(iopub, SocketType::Sub)
-                .await
-                .map_err(channel("iopub"))?,
-            control: Zmtp::handshake(control, SocketType::Dealer)
-                .await
-                .map_err(channel("control"))?,
-            signer: Signer::new(key, session.clone()),
-            session,
-            sent: 0,
+        // One deadline for the handshakes and the first answer: a port
+        // that accepts and says nothing holds no one longer.
+        let connected = async {
+            let mut client = Self {
+                shell: Zmtp::handshake(shell, SocketType::Dealer)
+                    .await
+                    .map_err(channel("shell"))?,
+                iopub: Zmtp::handshake(iopub, SocketType::Sub)
+                    .await
+                    .map_err(channel("iopub"))?,
+                control: Zmtp::handshake(control, SocketType::Dealer)
+                    .await
+                    .map_err(channel("control"))?,
+                signer: Signer::new(key, session.clone()),
+                session: session.clone(),
+                sent: 0,
+            };
+            client.wait_ready().await?;
+            Ok(client)
         };
-        let waited = tokio::time::timeout(ready, client.wait_ready()).await;
-        waited.map_err(|_| JupyterError::Unresponsive {
-            what: "answer",
-            after: ready,
-        })??;
-        Ok(client)
+        tokio::time::timeout(ready, connected)
+            .await
+            .map_err(|_| JupyterError::Unresponsive {
+                what: "answer",
+                after: ready,
+            })?
+    }
+
+    /// Whether `parent` is one of this client's requests.
+    fn ours(session: &str, parent: Option<&str>) -> bool {
+        parent.is_some_and(|p| {
+            p.strip_prefix(session)
+                .is_some_and(|rest| rest.starts_with('-'))
+        })
     }
 
     fn next_id(&mut self) -> String {
@@ -162,37 +182,43 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
         Ok(id)
     }
 
+    /// The next message on `zmtp` whose parent is `wanted` (others are
+    /// passed over with their content unparsed).
     async fn recv(
         zmtp: &mut Zmtp<S>,
         signer: &Signer,
         channel: &'static str,
+        wanted: impl Fn(Option<&str>) -> bool,
     ) -> Result<Message, JupyterError> {
-        let frames = zmtp
-            .recv()
-            .await
-            .map_err(|source| JupyterError::Channel { channel, source })?;
-        signer
-            .read(&frames)
-            .map_err(|source| JupyterError::Message { channel, source })
+        loop {
+            let frames = zmtp
+                .recv()
+                .await
+                .map_err(|source| JupyterError::Channel { channel, source })?;
+            let read = signer
+                .read(&frames, &wanted)
+                .map_err(|source| JupyterError::Message { channel, source })?;
+            if let Some(message) = read {
+                return Ok(message);
+            }
+        }
     }
 
-    /// kernel_info until one is seen on iopub too (its `status`).
+    /// kernel_info until one is seen on iopub too (its `status`): the
+    /// answer to any of them, however slow the kernel.
     async fn wait_ready(&mut self) -> Result<(), JupyterError> {
         loop {
-            let id = self.send("shell", "kernel_info_request", json!({})).await?;
-            let until = tokio::time::Instant::now() + READY_RETRY;
-            loop {
-                let got = tokio::time::timeout_at(
-                    until,
-                    Self::recv(&mut self.iopub, &self.signer, "iopub"),
-                )
-                .await;
-                let Ok(message) = got else {
-                    break;
-                };
-                if message?.parent_id.as_deref() == Some(id.as_str()) {
-                    return Ok(());
-                }
+            self.send("shell", "kernel_info_request", json!({})).await?;
+            let session = self.session.clone();
+            let ours = |p: Option<&str>| Self::ours(&session, p);
+            let seen = tokio::time::timeout(
+                READY_RETRY,
+                Self::recv(&mut self.iopub, &self.signer, "iopub", ours),
+            )
+            .await;
+            if let Ok(message) = seen {
+                message?;
+                return Ok(());
             }
         }
     }
@@ -219,7 +245,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
             // just after an error would be aborted).
             "stop_on_error": false,
         });
-        let id = self.send("shell", "execute_request", content).await?;
+        // A kernel that does not read its shell holds the run no longer
+        // than its timeout.
+        let id = tokio::time::timeout(timeout, self.send("shell", "execute_request", content))
+            .await
+            .map_err(|_| JupyterError::Unresponsive {
+                what: "take the code",
+                after: timeout,
+            })??;
+        let is_run = |p: Option<&str>| p == Some(id.as_str());
         let mut run = Gathered::new(limits);
         let (mut idle, mut replied) = (false, false);
         let deadline = tokio::time::sleep(timeout);
@@ -233,24 +267,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
                     None => std::future::pending().await,
                 }
             };
+            // The deadlines first: a kernel that floods its channels must
+            // not keep them from being seen.
             tokio::select! {
                 biased;
-                message = Self::recv(&mut self.iopub, &self.signer, "iopub") => {
-                    let message = message?;
-                    if message.parent_id.as_deref() != Some(id.as_str()) {
-                        continue;
-                    }
-                    if message.msg_type == "status" && message.content["execution_state"] == "idle" {
-                        idle = true;
-                    }
-                    run.take(&message, &mut on_stream);
-                }
-                message = Self::recv(&mut self.shell, &self.signer, "shell") => {
-                    let message = message?;
-                    if message.parent_id.as_deref() == Some(id.as_str()) && message.msg_type == "execute_reply" {
-                        replied = true;
-                        run.reply(&message.content);
-                    }
+                () = grace_over => {
+                    return Err(JupyterError::Unresponsive { what: "stop after an interrupt", after: INTERRUPT_GRACE });
                 }
                 () = &mut deadline, if matches!(stop, Stop::None) => {
                     stop = Stop::TimedOut;
@@ -260,8 +282,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
                     stop = Stop::Cancelled;
                     grace = Some(self.interrupt_now().await?);
                 }
-                () = grace_over => {
-                    return Err(JupyterError::Unresponsive { what: "stop after an interrupt", after: INTERRUPT_GRACE });
+                message = Self::recv(&mut self.iopub, &self.signer, "iopub", is_run) => {
+                    let message = message?;
+                    if message.msg_type == "status" && message.content["execution_state"] == "idle" {
+                        idle = true;
+                    }
+                    run.take(&message, &mut on_stream);
+                }
+                message = Self::recv(&mut self.shell, &self.signer, "shell", is_run) => {
+                    let message = message?;
+                    if message.msg_type == "execute_reply" {
+                        replied = true;
+                        run.reply(&message.content);
+                    }
                 }
             }
         }
@@ -279,8 +312,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
     /// Sends `interrupt_request` on control (the kernel signals itself);
     /// the deadline by which the run must end.
     async fn interrupt_now(&mut self) -> Result<tokio::time::Instant, JupyterError> {
-        self.send("control", "interrupt_request", json!({})).await?;
-        Ok(tokio::time::Instant::now() + INTERRUPT_GRACE)
+        let by = tokio::time::Instant::now() + INTERRUPT_GRACE;
+        let sent =
+            tokio::time::timeout_at(by, self.send("control", "interrupt_request", json!({})));
+        sent.await.map_err(|_| JupyterError::Unresponsive {
+            what: "take an interrupt",
+            after: INTERRUPT_GRACE,
+        })??;
+        Ok(by)
     }
 
     /// Asks the kernel to end (or restart in place), and waits for its
@@ -290,12 +329,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
             .send("control", "shutdown_request", json!({"restart": restart}))
             .await?;
         let wait = async {
-            loop {
-                let message = Self::recv(&mut self.control, &self.signer, "control").await?;
-                if message.parent_id.as_deref() == Some(id.as_str()) {
-                    return Ok(());
-                }
-            }
+            let is_it = |p: Option<&str>| p == Some(id.as_str());
+            Self::recv(&mut self.control, &self.signer, "control", is_it)
+                .await
+                .map(drop)
         };
         tokio::time::timeout(INTERRUPT_GRACE, wait)
             .await
@@ -317,24 +354,23 @@ pub async fn send_interrupt<S: AsyncRead + AsyncWrite + Unpin>(
         channel: "control",
         source,
     };
-    let mut control = Zmtp::handshake(control, SocketType::Dealer)
-        .await
-        .map_err(channel)?;
-    let session = base::host::dirfd::random_hex();
-    let signer = Signer::new(key, session.clone());
-    let id = format!("{session}-interrupt");
-    let frames = signer.request("interrupt_request", &id, &json!({}));
-    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-    control.send(&refs).await.map_err(channel)?;
-    let answered = async {
-        loop {
-            let message = JupyterClient::recv(&mut control, &signer, "control").await?;
-            if message.parent_id.as_deref() == Some(id.as_str()) {
-                return Ok(());
-            }
-        }
+    // All of it within the grace: a silent listener holds no task longer.
+    let interrupted = async {
+        let mut control = Zmtp::handshake(control, SocketType::Dealer)
+            .await
+            .map_err(channel)?;
+        let session = base::host::dirfd::random_hex();
+        let signer = Signer::new(key, session.clone());
+        let id = format!("{session}-interrupt");
+        let frames = signer.request("interrupt_request", &id, &json!({}));
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        control.send(&refs).await.map_err(channel)?;
+        let is_it = |p: Option<&str>| p == Some(id.as_str());
+        JupyterClient::recv(&mut control, &signer, "control", is_it)
+            .await
+            .map(drop)
     };
-    tokio::time::timeout(INTERRUPT_GRACE, answered)
+    tokio::time::timeout(INTERRUPT_GRACE, interrupted)
         .await
         .map_err(|_| JupyterError::Unresponsive {
             what: "answer an interrupt",
@@ -379,19 +415,43 @@ impl Gathered {
                 }
             }
             "execute_result" => {
-                self.run.result = c["data"]["text/plain"].as_str().map(str::to_owned);
+                self.run.result = c["data"]["text/plain"].as_str().map(|text| {
+                    let mut kept = String::new();
+                    if !push_bounded(&mut kept, text, MAX_RESULT_BYTES) {
+                        self.run.truncated = true;
+                    }
+                    kept
+                });
                 self.outputs(&c["data"], true);
             }
             "display_data" => self.outputs(&c["data"], false),
             "error" => {
-                let text = |v: &Value| strip_ansi(v.as_str().unwrap_or_default());
+                // The traceback's lines share one bound; a name and value
+                // have their own.
+                let mut left = MAX_TRACEBACK_BYTES;
+                let mut cut = false;
+                let mut text = |v: &Value, bound: usize| {
+                    let mut kept = String::new();
+                    let whole = strip_ansi(v.as_str().unwrap_or_default());
+                    cut |= !push_bounded(&mut kept, &whole, bound);
+                    kept
+                };
+                let name = text(&c["ename"], MAX_NAME_BYTES);
+                let value = text(&c["evalue"], MAX_NAME_BYTES);
+                let mut traceback = Vec::new();
+                for line in c["traceback"].as_array().into_iter().flatten().take(200) {
+                    let kept = text(line, left);
+                    left -= kept.len();
+                    traceback.push(kept);
+                    if left == 0 {
+                        break;
+                    }
+                }
+                self.run.truncated |= cut;
                 self.run.error = Some(CodeException {
-                    name: text(&c["ename"]),
-                    value: text(&c["evalue"]),
-                    traceback: c["traceback"]
-                        .as_array()
-                        .map(|lines| lines.iter().take(200).map(text).collect())
-                        .unwrap_or_default(),
+                    name,
+                    value,
+                    traceback,
                 });
             }
             "clear_output" => {
@@ -569,6 +629,92 @@ mod tests {
         assert_eq!(run.outputs.len(), 1);
         assert_eq!(run.outputs[0].data, "alone");
         assert_eq!(run.error.unwrap().traceback.len(), 0);
+    }
+
+    #[test]
+    fn a_huge_result_or_traceback_is_cut_and_marked() {
+        let mut g = Gathered::new(CodeRunLimits::default());
+        let mut hear = |_: &str, _: &str| {};
+        let huge = "r".repeat(MAX_RESULT_BYTES + 10);
+        g.take(
+            &message("execute_result", json!({"data": {"text/plain": huge}})),
+            &mut hear,
+        );
+        let line = "t".repeat(100 * 1024);
+        g.take(
+            &message(
+                "error",
+                json!({"ename": "n".repeat(MAX_NAME_BYTES * 2), "evalue": "v",
+                "traceback": [line, line, line, line]}),
+            ),
+            &mut hear,
+        );
+        let run = g.finish();
+        assert_eq!(run.result.unwrap().len(), MAX_RESULT_BYTES);
+        let error = run.error.unwrap();
+        assert_eq!(error.name.len(), MAX_NAME_BYTES);
+        let kept: usize = error.traceback.iter().map(String::len).sum();
+        assert_eq!(kept, MAX_TRACEBACK_BYTES);
+        assert!(run.truncated);
+    }
+
+    async fn send_frames<S: AsyncRead + AsyncWrite + Unpin>(z: &mut Zmtp<S>, frames: &[Vec<u8>]) {
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let _ = z.send(&refs).await;
+    }
+
+    /// A fake kernel on three duplex streams: it answers kernel_info on
+    /// iopub, then floods iopub with messages of another request forever
+    /// and never answers the run nor its interrupt.
+    #[tokio::test]
+    async fn a_kernel_flooding_other_parents_still_times_out() {
+        use super::super::zmtp::peer_for_tests;
+        let key = b"k".to_vec();
+        let (shell, shell_peer) = tokio::io::duplex(1 << 20);
+        let (iopub, iopub_peer) = tokio::io::duplex(1 << 20);
+        let (control, control_peer) = tokio::io::duplex(1 << 20);
+        let peer_key = key.clone();
+        let kernel = tokio::spawn(async move {
+            let signer = Signer::new(&peer_key, "kernel".into());
+            let mut shell = peer_for_tests(shell_peer, "ROUTER").await;
+            let mut iopub = peer_for_tests(iopub_peer, "PUB").await;
+            let _control = peer_for_tests(control_peer, "ROUTER").await;
+            let ask = signer.read(&shell.recv().await.unwrap(), |_| true);
+            let ask = ask.unwrap().unwrap();
+            let _ = iopub.recv().await; // the subscription
+            let status = json!({"execution_state": "idle"});
+            let ready = signer.reply_for_tests("status", &ask.msg_id, &status);
+            send_frames(&mut iopub, &ready).await;
+            let _run = shell.recv().await.unwrap();
+            let other = signer.reply_for_tests("status", "someone-else", &status);
+            loop {
+                send_frames(&mut iopub, &other).await;
+            }
+        });
+        let mut client =
+            JupyterClient::connect(shell, iopub, control, &key, Duration::from_secs(10))
+                .await
+                .unwrap();
+        let began = std::time::Instant::now();
+        let ran = client
+            .execute(
+                "x",
+                Duration::from_secs(1),
+                CodeRunLimits::default(),
+                std::future::pending(),
+                |_, _| {},
+            )
+            .await;
+        assert!(
+            matches!(ran, Err(JupyterError::Unresponsive { .. })),
+            "{ran:?}"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            began.elapsed()
+        );
+        kernel.abort();
     }
 
     #[test]

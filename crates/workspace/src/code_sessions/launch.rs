@@ -10,19 +10,25 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::net::UnixStream;
 
-use super::jupyter::{JupyterClient, READY_TIMEOUT};
+use super::jupyter::JupyterClient;
 use super::records::SessionRecord;
 use super::{CodeLanguage, CodeSessionError};
 use base::store::workspace_dir::WorkspaceDir;
 
 use crate::error::{Error, Result};
-use crate::guest::processes::ProcessOptions;
+use crate::guest::processes::{CpuProgress, ProcessOptions};
 use crate::guest::request::ExecRequest;
 use crate::workspaces::handle::Workspace;
 
-/// How long a kernel may take to write its connection file (importing
-/// ipykernel where guest kernel mode is emulated takes tens of seconds).
-const START_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a starting kernel may go without output or CPU time spent.
+const START_QUIET: Duration = Duration::from_secs(120);
+/// How long a kernel that keeps working may take to write its connection
+/// file (importing ipykernel where guest kernel mode is emulated takes
+/// minutes: measured 240-350 s on such a host).
+const START_CEILING: Duration = Duration::from_secs(1200);
+/// How long a kernel may take from its connection file to its first
+/// answer (its shell's set-up, a minute or more on such a host).
+pub(crate) const FIRST_ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest single wait for the kernel's output while it starts.
 const START_POLL: Duration = Duration::from_millis(500);
 /// Largest connection file read.
@@ -63,59 +69,83 @@ pub(crate) async fn start(
     }
     let info = ws.processes().process_start(req, options).await?;
     let started = Instant::now();
+    let mut progress = CpuProgress::new(info.pid);
     let mut said = String::new();
     let mut cursors = [0, 0];
-    loop {
-        if let Some(record) = read_connection_file(ws, &file).await? {
-            return Ok(SessionRecord {
-                id: id.to_owned(),
-                language,
-                pid: info.pid,
-                started_unix_ms: info.started_unix_ms,
-                created_unix_ms: base::host::settings::now_ms(),
-                ..record
-            });
-        }
-        let out = ws
-            .processes()
-            .process_output(id, cursors, Some(16 * 1024), START_POLL)
-            .await?;
-        cursors = [out.stdout.next_cursor, out.stderr.next_cursor];
-        said.push_str(&String::from_utf8_lossy(&out.stderr.bytes));
-        keep_tail(&mut said);
-        let workspace = ws.name.as_str().to_owned();
-        if !out.process.running() {
-            let _ = ws.processes().process_remove(id).await;
-            if said.contains(NO_MODULE) {
-                return Err(CodeSessionError::NotInstalled {
+    let waited = async {
+        loop {
+            if let Some(record) = read_connection_file(ws, &file).await? {
+                return Ok(SessionRecord {
+                    id: id.to_owned(),
+                    language,
+                    pid: info.pid,
+                    started_unix_ms: info.started_unix_ms,
+                    created_unix_ms: base::host::settings::now_ms(),
+                    ..record
+                });
+            }
+            let out = ws
+                .processes()
+                .process_output(id, cursors, Some(16 * 1024), START_POLL)
+                .await?;
+            cursors = [out.stdout.next_cursor, out.stderr.next_cursor];
+            if out.stdout.bytes.is_empty() && out.stderr.bytes.is_empty() {
+                progress.sample(ws).await;
+            } else {
+                progress.last = Instant::now();
+            }
+            said.push_str(&String::from_utf8_lossy(&out.stderr.bytes));
+            keep_tail(&mut said);
+            let workspace = ws.name.as_str().to_owned();
+            if !out.process.running() {
+                let _ = ws.processes().process_remove(id).await;
+                if said.contains(NO_MODULE) {
+                    return Err(CodeSessionError::NotInstalled {
+                        workspace,
+                        language: language.as_str(),
+                        looked_for: "python3 -m ipykernel_launcher (Debian's python3-ipykernel)"
+                            .into(),
+                    }
+                    .into());
+                }
+                let tail: Vec<&str> = said.lines().rev().take(5).collect();
+                return Err(CodeSessionError::Start {
                     workspace,
                     language: language.as_str(),
-                    looked_for: "python3 -m ipykernel_launcher (Debian's python3-ipykernel)".into(),
+                    detail: format!(
+                        "{}: {}",
+                        out.process.status(),
+                        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                    ),
                 }
                 .into());
             }
-            let tail: Vec<&str> = said.lines().rev().take(5).collect();
-            return Err(CodeSessionError::Start {
-                workspace,
-                language: language.as_str(),
-                detail: format!(
-                    "{}: {}",
-                    out.process.status(),
-                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-                ),
+            let quiet = progress.last.elapsed() > START_QUIET;
+            if quiet || started.elapsed() > START_CEILING {
+                let _ = ws.processes().process_signal(id, "KILL").await;
+                let _ = ws.processes().process_remove(id).await;
+                let why = if quiet {
+                    format!("no output and no CPU time for {} s", START_QUIET.as_secs())
+                } else {
+                    format!("no connection file after {} s", START_CEILING.as_secs())
+                };
+                return Err(CodeSessionError::Start {
+                    workspace,
+                    language: language.as_str(),
+                    detail: why,
+                }
+                .into());
             }
-            .into());
         }
-        if started.elapsed() > START_TIMEOUT {
-            let _ = ws.processes().process_signal(id, "KILL").await;
-            return Err(CodeSessionError::Start {
-                workspace,
-                language: language.as_str(),
-                detail: format!("no connection file after {} s", START_TIMEOUT.as_secs()),
-            }
-            .into());
-        }
+    };
+    let waited = waited.await;
+    if waited.is_err() {
+        // Whatever failed, no kernel is left behind (the branches that
+        // ended it already make these no-ops).
+        let _ = ws.processes().process_signal(id, "KILL").await;
+        let _ = ws.processes().process_remove(id).await;
     }
+    waited
 }
 
 /// Keeps the last 8 KiB of a growing text (on a character boundary).
@@ -199,12 +229,13 @@ async fn tunnel(ws_dir: &WorkspaceDir, port: u16) -> Result<UnixStream> {
 pub(crate) async fn connect(
     ws_dir: &WorkspaceDir,
     record: &SessionRecord,
+    ready: Duration,
 ) -> Result<JupyterClient<UnixStream>> {
     let shell = tunnel(ws_dir, record.shell_port).await?;
     let iopub = tunnel(ws_dir, record.iopub_port).await?;
     let control = tunnel(ws_dir, record.control_port).await?;
     let key = record.key.as_bytes();
-    let client = JupyterClient::connect(shell, iopub, control, key, READY_TIMEOUT)
+    let client = JupyterClient::connect(shell, iopub, control, key, ready)
         .await
         .map_err(CodeSessionError::from)?;
     Ok(client)

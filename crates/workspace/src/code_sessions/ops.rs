@@ -7,11 +7,13 @@
 use std::future::Future;
 use std::time::Duration;
 
+use base::store::file_lock::FileLock;
 use base::store::state::State;
 use base::store::workspace_dir::WorkspaceDir;
 
 use super::jupyter::CodeRunLimits;
-use super::launch;
+use super::jupyter::READY_TIMEOUT;
+use super::launch::{self, FIRST_ANSWER_TIMEOUT};
 use super::records::{is_session_id, CodeDir, SessionRecord};
 use super::{CodeLanguage, CodeRun, CodeSessionError, CodeSessionInfo, MAX_SESSIONS};
 use crate::error::Result;
@@ -37,14 +39,17 @@ impl<'a> Workspace<'a> {
 }
 
 /// Interrupts a session's kernel when a run's caller goes away mid-run
-/// (its future dropped), so the next run does not queue behind it.
+/// (its future dropped) or the run failed with its code maybe still
+/// running, so the next run does not queue behind it; the run's turn is
+/// held until the interrupt is answered (or its grace is over), so the
+/// next run's code cannot be the one interrupted.
 struct InterruptUnlessDone {
-    target: Option<(WorkspaceDir, SessionRecord)>,
+    target: Option<(WorkspaceDir, SessionRecord, FileLock)>,
 }
 
 impl Drop for InterruptUnlessDone {
     fn drop(&mut self) {
-        let Some((ws_dir, record)) = self.target.take() else {
+        let Some((ws_dir, record, turn)) = self.target.take() else {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -52,6 +57,7 @@ impl Drop for InterruptUnlessDone {
                 if let Err(e) = launch::interrupt(&ws_dir, &record).await {
                     tracing::info!("interrupting an abandoned run of {}: {e}", record.id);
                 }
+                drop(turn);
             });
         }
     }
@@ -118,9 +124,9 @@ impl WorkspaceCode<'_> {
             }
             .into());
         }
-        let id = dir.next_id();
+        let id = dir.take_id()?;
         let record = launch::start(self.ws, &id, language).await?;
-        if let Err(e) = launch::connect(&ws_dir, &record).await {
+        if let Err(e) = launch::connect(&ws_dir, &record, FIRST_ANSWER_TIMEOUT).await {
             let _ = self.ws.processes().process_signal(&id, "KILL").await;
             let _ = self.ws.processes().process_remove(&id).await;
             return Err(e);
@@ -145,16 +151,33 @@ impl WorkspaceCode<'_> {
         on_stream: impl FnMut(&str, &str),
     ) -> Result<CodeRun> {
         self.local()?;
+        tokio::pin!(cancelled);
         let (ws_dir, _) = self.ws.all.awake(self.ws.name.as_str()).await?;
         let record = self.record(&ws_dir, id)?;
         let dir = CodeDir::new(ws_dir.path());
-        let _turn = dir.run_lock(&record.id).await?;
-        if let Some(why) = self.gone(&record).await? {
-            return Err(self.ended(&record, why));
-        }
-        let mut client = launch::connect(&ws_dir, &record).await?;
+        // Cancelled while it waits for its turn or connects: its code is
+        // never sent.
+        let ready = async {
+            let turn = dir.run_lock(&record.id).await?;
+            // What a restart made while this run waited.
+            let record = self.record(&ws_dir, id)?;
+            if let Some(why) = self.gone(&record).await? {
+                return Err(self.ended(&record, why));
+            }
+            let client = launch::connect(&ws_dir, &record, READY_TIMEOUT).await?;
+            Ok((turn, record, client))
+        };
+        let (turn, record, mut client) = tokio::select! {
+            ready = ready => ready?,
+            () = &mut cancelled => {
+                return Ok(CodeRun {
+                    stopped: Some("cancelled".into()),
+                    ..CodeRun::default()
+                });
+            }
+        };
         let mut guard = InterruptUnlessDone {
-            target: Some((ws_dir, record)),
+            target: Some((ws_dir, record, turn)),
         };
         let ran = client
             .execute(
@@ -165,7 +188,11 @@ impl WorkspaceCode<'_> {
                 on_stream,
             )
             .await;
-        guard.target = None;
+        // Ended in order: nothing to interrupt. A failure may have left
+        // the code running: the guard interrupts it.
+        if ran.is_ok() {
+            guard.target = None;
+        }
         Ok(ran.map_err(CodeSessionError::from)?)
     }
 
@@ -186,12 +213,29 @@ impl WorkspaceCode<'_> {
         let record = self.record(&ws_dir, id)?;
         let dir = CodeDir::new(ws_dir.path());
         let _lock = dir.lock().await?;
-        let _turn = dir.run_lock(&record.id).await?;
+        // The kernel first: a run in it ends (its channels close) and
+        // gives its turn back.
         self.end_kernel(&record).await?;
-        let fresh = launch::start(self.ws, &record.id, record.language).await?;
-        launch::connect(&ws_dir, &fresh).await?;
-        dir.save(&fresh)?;
-        Ok(info(&fresh, true))
+        let _turn = dir.run_lock(&record.id).await?;
+        let started = async {
+            let fresh = launch::start(self.ws, &record.id, record.language).await?;
+            if let Err(e) = launch::connect(&ws_dir, &fresh, FIRST_ANSWER_TIMEOUT).await {
+                let _ = self.end_kernel(&fresh).await;
+                return Err(e);
+            }
+            Ok(fresh)
+        };
+        match started.await {
+            Ok(fresh) => {
+                dir.save(&fresh)?;
+                Ok(info(&fresh, true))
+            }
+            Err(e) => {
+                // Its kernel is gone and none took its place.
+                dir.remove(&record.id)?;
+                Err(e)
+            }
+        }
     }
 
     /// Ends session `id`: its kernel is asked to shut down, then killed
@@ -204,9 +248,11 @@ impl WorkspaceCode<'_> {
         let _lock = dir.lock().await?;
         if self.gone(&record).await?.is_none() {
             // A clean end first (its history and files closed).
-            if let Ok(Ok(mut client)) =
-                tokio::time::timeout(Duration::from_secs(10), launch::connect(&ws_dir, &record))
-                    .await
+            if let Ok(Ok(mut client)) = tokio::time::timeout(
+                Duration::from_secs(10),
+                launch::connect(&ws_dir, &record, READY_TIMEOUT),
+            )
+            .await
             {
                 let _ = client.shutdown(false).await;
             }

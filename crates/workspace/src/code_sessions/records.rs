@@ -12,6 +12,11 @@ use base::store::file_lock::FileLock;
 
 use super::{CodeLanguage, CodeSessionError};
 
+/// Largest record read.
+const MAX_RECORD_BYTES: u64 = 64 * 1024;
+/// Highest session number (ids are `code-` and at most 6 digits).
+const MAX_NUMBER: u32 = 999_999;
+
 /// How the host reaches a session's kernel, and what it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SessionRecord {
@@ -95,21 +100,41 @@ impl CodeDir {
         if !is_session_id(id) {
             return None;
         }
-        let bytes = std::fs::read(self.dir.join(format!("{id}.json"))).ok()?;
+        // Our own file, but read within a bound all the same.
+        let file = std::fs::File::open(self.dir.join(format!("{id}.json"))).ok()?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_RECORD_BYTES), &mut bytes)
+            .ok()?;
         serde_json::from_slice::<SessionRecord>(&bytes)
             .ok()
             .filter(|r| r.id == id)
     }
 
-    /// The next free id (`code-N`, numbered on from the highest).
-    pub fn next_id(&self) -> String {
-        let next = self
+    /// Takes the next id (`code-N`): numbers only go up, so an id once
+    /// handed out never names another kernel (`next` keeps the count;
+    /// the caller holds [`CodeDir::lock`]).
+    pub fn take_id(&self) -> Result<String, CodeSessionError> {
+        let path = self.dir.join("next");
+        let counted = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .unwrap_or(1);
+        let above = self
             .list()
             .iter()
             .filter_map(|r| number(&r.id))
             .max()
             .map_or(1, |n| n + 1);
-        format!("code-{next}")
+        let next = counted.max(above).max(1);
+        if next > MAX_NUMBER {
+            return Err(CodeSessionError::Io {
+                what: "numbering a session".into(),
+                source: std::io::Error::other("every session number was used"),
+            });
+        }
+        std::fs::write(&path, format!("{}\n", next + 1))
+            .map_err(io(format!("writing {}", path.display())))?;
+        Ok(format!("code-{next}"))
     }
 
     /// Saves `record` (0600, atomically).
@@ -185,10 +210,10 @@ mod tests {
             .build()
             .unwrap();
         let _lock = rt.block_on(dir.lock()).unwrap();
-        assert_eq!(dir.next_id(), "code-1");
+        assert_eq!(dir.take_id().unwrap(), "code-1");
         dir.save(&record("code-1")).unwrap();
         dir.save(&record("code-9")).unwrap();
-        assert_eq!(dir.next_id(), "code-10");
+        assert_eq!(dir.take_id().unwrap(), "code-10");
         let mode = std::fs::metadata(ws.join("code/code-1.json"))
             .unwrap()
             .permissions()
@@ -226,7 +251,11 @@ mod tests {
         assert_eq!(ids, ["code-1", "code-9"]);
         dir.remove("code-9").unwrap();
         dir.remove("code-9").unwrap();
-        assert_eq!(dir.next_id(), "code-2");
+        // A stopped session's id is not handed out again.
+        assert_eq!(dir.take_id().unwrap(), "code-11");
+        // An oversized record reads as none.
+        std::fs::write(ws.join("code/code-5.json"), vec![b' '; 100 * 1024]).unwrap();
+        assert_eq!(dir.load("code-5"), None);
         let _ = std::fs::remove_dir_all(&ws);
     }
 }

@@ -88,8 +88,43 @@ impl Signer {
         frames
     }
 
-    /// The message in `frames`, its signature checked first.
-    pub fn read(&self, frames: &[Vec<u8>]) -> Result<Message, WireError> {
+    /// A kernel's message for tests: `msg_type` with `content`, answering
+    /// `parent`.
+    #[cfg(test)]
+    pub(crate) fn reply_for_tests(
+        &self,
+        msg_type: &str,
+        parent: &str,
+        content: &Value,
+    ) -> Vec<Vec<u8>> {
+        let header = json!({"msg_id": format!("k-{parent}"), "session": "kernel", "msg_type": msg_type, "version": PROTOCOL_VERSION});
+        let parts = [
+            header,
+            json!({"msg_id": parent}),
+            json!({}),
+            content.clone(),
+        ]
+        .map(|v| v.to_string());
+        let mut mac = self.mac();
+        for part in &parts {
+            mac.update(part.as_bytes());
+        }
+        let mut frames = vec![
+            DELIMITER.to_vec(),
+            hex(&mac.finalize().into_bytes()).into_bytes(),
+        ];
+        frames.extend(parts.map(String::into_bytes));
+        frames
+    }
+
+    /// The message in `frames`, its signature checked first; `None` when
+    /// `wanted` refuses its parent's id (its content is then not parsed:
+    /// messages for other requests cost no more than their header).
+    pub fn read(
+        &self,
+        frames: &[Vec<u8>],
+        wanted: impl Fn(Option<&str>) -> bool,
+    ) -> Result<Option<Message>, WireError> {
         let at = frames
             .iter()
             .position(|f| f == DELIMITER)
@@ -115,12 +150,16 @@ impl Signer {
             part: "header",
             source: serde::de::Error::custom(format!("no {what}")),
         };
-        Ok(Message {
+        let parent_id = text(&parent, "msg_id");
+        if !wanted(parent_id.as_deref()) {
+            return Ok(None);
+        }
+        Ok(Some(Message {
             msg_type: text(&header, "msg_type").ok_or_else(|| bad_header("msg_type"))?,
             msg_id: text(&header, "msg_id").ok_or_else(|| bad_header("msg_id"))?,
-            parent_id: text(&parent, "msg_id"),
+            parent_id,
             content: json("content", content)?,
-        })
+        }))
     }
 }
 
@@ -161,18 +200,43 @@ mod tests {
     fn a_signed_message_reads_and_a_changed_one_does_not() {
         let signer = Signer::new(b"the key", "s".into());
         let frames = reply(&signer, "execute_reply", "req-1");
-        let message = signer.read(&frames).unwrap();
+        let message = signer.read(&frames, |_| true).unwrap().unwrap();
         assert_eq!(message.msg_type, "execute_reply");
         assert_eq!(message.parent_id.as_deref(), Some("req-1"));
         assert_eq!(message.content["status"], "ok");
         let mut changed = frames.clone();
         changed[6] = br#"{"status":"error"}"#.to_vec();
-        assert!(matches!(signer.read(&changed), Err(WireError::Signature)));
+        assert!(matches!(
+            signer.read(&changed, |_| true),
+            Err(WireError::Signature)
+        ));
         let other = Signer::new(b"another key", "s".into());
-        assert!(matches!(other.read(&frames), Err(WireError::Signature)));
+        assert!(matches!(
+            other.read(&frames, |_| true),
+            Err(WireError::Signature)
+        ));
         let mut garbage = frames.clone();
         garbage[2] = b"zz".to_vec();
-        assert!(matches!(signer.read(&garbage), Err(WireError::Signature)));
+        assert!(matches!(
+            signer.read(&garbage, |_| true),
+            Err(WireError::Signature)
+        ));
+    }
+
+    #[test]
+    fn content_of_other_parents_is_not_parsed() {
+        let signer = Signer::new(b"k", "s".into());
+        let mut frames = reply(&signer, "stream", "someone-else");
+        // Signed, but its content is no JSON: passed over unread.
+        frames[6] = b"[0,0,0,".to_vec();
+        let mut mac = signer.mac();
+        for part in &frames[3..7] {
+            mac.update(part);
+        }
+        frames[2] = hex(&mac.finalize().into_bytes()).into_bytes();
+        let ours = |p: Option<&str>| p == Some("ours");
+        assert_eq!(signer.read(&frames, ours).unwrap(), None);
+        assert!(signer.read(&frames, |_| true).is_err());
     }
 
     #[test]
@@ -180,9 +244,9 @@ mod tests {
         let signer = Signer::new(b"k", "s".into());
         let frames = reply(&signer, "status", "p");
         for cut in 0..frames.len() - 1 {
-            assert!(signer.read(&frames[..cut]).is_err(), "{cut}");
+            assert!(signer.read(&frames[..cut], |_| true).is_err(), "{cut}");
         }
-        assert!(signer.read(&[b"no delimiter".to_vec()]).is_err());
+        assert!(signer.read(&[b"no delimiter".to_vec()], |_| true).is_err());
         // Signed but not JSON: refused as JSON, after the signature.
         let mut bad = signer.request("x", "id", &json!({}));
         bad[5] = b"{not json".to_vec();
@@ -191,6 +255,9 @@ mod tests {
             mac.update(part);
         }
         bad[1] = hex(&mac.finalize().into_bytes()).into_bytes();
-        assert!(matches!(signer.read(&bad), Err(WireError::Json { .. })));
+        assert!(matches!(
+            signer.read(&bad, |_| true),
+            Err(WireError::Json { .. })
+        ));
     }
 }

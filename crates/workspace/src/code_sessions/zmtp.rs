@@ -7,11 +7,13 @@
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest message taken from a peer, all frames together.
-pub const MAX_MESSAGE_BYTES: usize = 48 * 1024 * 1024;
+pub const MAX_MESSAGE_BYTES: usize = 20 * 1024 * 1024;
 /// Most frames of one message.
 pub const MAX_FRAMES: usize = 64;
 /// Largest command (READY and the like).
 const MAX_COMMAND_BYTES: usize = 4096;
+/// Commands (a peer's PING) passed over between two messages.
+const MAX_COMMANDS_BETWEEN: usize = 16;
 
 const GREETING_LEN: usize = 64;
 const FLAG_MORE: u8 = 0x01;
@@ -71,6 +73,11 @@ impl SocketType {
 pub struct Zmtp<S> {
     stream: S,
     buf: Vec<u8>,
+    /// Bytes of `buf` already taken (dropped at the next read, so taking
+    /// many small commands costs no copy each).
+    taken: usize,
+    /// Commands taken since the last message.
+    commands: usize,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Zmtp<S> {
@@ -92,6 +99,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Zmtp<S> {
         let mut zmtp = Self {
             stream,
             buf: Vec::new(),
+            taken: 0,
+            commands: 0,
         };
         let command = zmtp.next_command().await?;
         check_ready(&command, kind)?;
@@ -117,14 +126,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Zmtp<S> {
     /// The next message; commands between messages (a peer's PING) are
     /// read and passed over.
     pub async fn recv(&mut self) -> Result<Vec<Vec<u8>>, ZmtpError> {
+        // A peer that floods cannot keep this task from yielding.
+        tokio::task::consume_budget().await;
         loop {
-            match parse(&self.buf)? {
+            match parse(&self.buf[self.taken..])? {
                 Some(Parsed::Message(frames, used)) => {
-                    self.buf.drain(..used);
+                    self.taken += used;
+                    self.commands = 0;
                     return Ok(frames);
                 }
                 Some(Parsed::Command(_, used)) => {
-                    self.buf.drain(..used);
+                    self.taken += used;
+                    self.commands += 1;
+                    if self.commands > MAX_COMMANDS_BETWEEN {
+                        return Err(ZmtpError::Handshake(format!(
+                            "over {MAX_COMMANDS_BETWEEN} commands without a message"
+                        )));
+                    }
                 }
                 None => self.fill().await?,
             }
@@ -133,9 +151,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Zmtp<S> {
 
     async fn next_command(&mut self) -> Result<Vec<u8>, ZmtpError> {
         loop {
-            match parse(&self.buf)? {
+            match parse(&self.buf[self.taken..])? {
                 Some(Parsed::Command(body, used)) => {
-                    self.buf.drain(..used);
+                    self.taken += used;
                     return Ok(body);
                 }
                 Some(Parsed::Message(..)) => {
@@ -149,6 +167,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Zmtp<S> {
     /// Reads what the stream has into the buffer (cancel-safe: `read_buf`
     /// takes nothing it does not put there).
     async fn fill(&mut self) -> Result<(), ZmtpError> {
+        self.buf.drain(..self.taken);
+        self.taken = 0;
         self.buf.reserve(64 * 1024);
         let n = self
             .stream
@@ -160,6 +180,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Zmtp<S> {
         }
         Ok(())
     }
+}
+
+/// The peer's end for tests: greets as a `socket_type` (ROUTER, PUB),
+/// takes the other side's greeting and READY without a look.
+#[cfg(test)]
+pub(crate) async fn peer_for_tests<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    socket_type: &str,
+) -> Zmtp<S> {
+    let mut body = vec![5];
+    body.extend_from_slice(b"READY");
+    body.push(11);
+    body.extend_from_slice(b"Socket-Type");
+    body.extend_from_slice(&(socket_type.len() as u32).to_be_bytes());
+    body.extend_from_slice(socket_type.as_bytes());
+    let mut out = greeting().to_vec();
+    push_frame(&mut out, FLAG_COMMAND, &body);
+    stream.write_all(&out).await.unwrap();
+    let mut theirs = [0u8; GREETING_LEN];
+    stream.read_exact(&mut theirs).await.unwrap();
+    let mut zmtp = Zmtp {
+        stream,
+        buf: Vec::new(),
+        taken: 0,
+        commands: 0,
+    };
+    zmtp.next_command().await.unwrap();
+    zmtp
 }
 
 fn greeting() -> [u8; GREETING_LEN] {
@@ -348,6 +396,32 @@ mod tests {
         for cut in 0..out.len() {
             assert!(parse(&out[..cut]).unwrap().is_none(), "{cut}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_empty_commands_is_refused() {
+        let (ours, theirs) = tokio::io::duplex(1 << 20);
+        let peer = tokio::spawn(async move {
+            let mut peer = peer_for_tests(theirs, "ROUTER").await;
+            let mut flood = Vec::new();
+            for _ in 0..MAX_COMMANDS_BETWEEN {
+                push_frame(&mut flood, FLAG_COMMAND, b"");
+            }
+            push_frame(&mut flood, 0, b"after a few");
+            for _ in 0..100_000 {
+                push_frame(&mut flood, FLAG_COMMAND, b"");
+            }
+            peer.stream.write_all(&flood).await.unwrap();
+            peer
+        });
+        let mut zmtp = Zmtp::handshake(ours, SocketType::Dealer).await.unwrap();
+        // A few commands between messages are passed over...
+        assert_eq!(zmtp.recv().await.unwrap(), vec![b"after a few".to_vec()]);
+        // ... a flood of them is refused, in time linear in its bytes.
+        let began = std::time::Instant::now();
+        assert!(matches!(zmtp.recv().await, Err(ZmtpError::Handshake(_))));
+        assert!(began.elapsed() < std::time::Duration::from_secs(5));
+        drop(peer.await.unwrap());
     }
 
     #[test]

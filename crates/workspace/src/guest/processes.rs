@@ -441,6 +441,43 @@ impl WorkspaceProcesses<'_> {
     }
 }
 
+/// What says a starting guest process still works: when it last did
+/// (output seen, or more CPU time than at the last look), and the CPU
+/// time its process had spent then. A start that keeps working may be
+/// waited for long where guest kernel mode is emulated; a stuck one not.
+pub(crate) struct CpuProgress {
+    pid: u32,
+    pub last: std::time::Instant,
+    cpu_ticks: Option<u64>,
+}
+
+impl CpuProgress {
+    pub fn new(pid: u32) -> Self {
+        Self {
+            pid,
+            last: std::time::Instant::now(),
+            cpu_ticks: None,
+        }
+    }
+
+    /// Reads its process's CPU time from the guest; more than before is
+    /// progress. An unreadable figure is none (the quiet period runs on).
+    pub async fn sample(&mut self, ws: Workspace<'_>) {
+        let stat = format!("/proc/{}/stat", self.pid);
+        let Ok(read) = ws.files().read_file(&stat, None, Some(4096)).await else {
+            return;
+        };
+        let Some(ticks) = base::store::process::cpu_ticks(&String::from_utf8_lossy(&read.data))
+        else {
+            return;
+        };
+        if self.cpu_ticks.is_some_and(|before| ticks > before) {
+            self.last = std::time::Instant::now();
+        }
+        self.cpu_ticks = Some(ticks);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

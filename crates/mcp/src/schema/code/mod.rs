@@ -8,8 +8,22 @@ use workspace::code_sessions::{CodeLanguage, CodeRun, CodeSessionInfo};
 
 use crate::output::Render;
 
+/// Whether `data` is standard base64 (what image content carries).
+fn is_base64(data: &str) -> bool {
+    use base64::Engine;
+    // Jupyter may wrap long base64 in lines.
+    let joined: String = data.split_whitespace().collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(joined.as_bytes())
+        .is_ok()
+}
+
 /// Longest `timeout_secs` of code_run.
 pub const MAX_RUN_SECS: u64 = 3600;
+/// Largest `code` of code_run, in bytes.
+pub const MAX_CODE_BYTES: usize = 1024 * 1024;
+/// Longest session id.
+pub const MAX_SESSION_CHARS: usize = 200;
 
 /// `code_session_start`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -34,7 +48,7 @@ pub struct CodeRunParams {
     #[schemars(length(max = 200))]
     pub session: String,
     /// The code: what earlier runs defined and imported is there.
-    #[schemars(length(max = 1048576))]
+    #[schemars(length(max = MAX_CODE_BYTES))]
     pub code: String,
     /// Interrupt it after this many seconds (1-3600); default 300. The
     /// session goes on.
@@ -188,7 +202,9 @@ impl Render for CodeRunResult {
             .iter()
             .enumerate()
             .map(|(i, o)| match o.mime.as_str() {
-                "image/png" | "image/jpeg" | "image/gif" | "image/webp" => {
+                // Guest text: an image only when it is base64 (a client may
+                // refuse a whole result for a bad one).
+                "image/png" | "image/jpeg" | "image/gif" | "image/webp" if is_base64(&o.data) => {
                     ContentBlock::image(o.data.clone(), o.mime.clone())
                 }
                 mime => {

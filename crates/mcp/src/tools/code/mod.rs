@@ -21,6 +21,11 @@ use crate::MicroagentServer;
 
 /// The workspace and the session's id of `WORKSPACE/code-N`.
 fn split_session(session: &str) -> Result<(&str, &str), ToolError> {
+    if session.len() > MAX_SESSION_CHARS {
+        return Err(ToolError::InvalidInput(format!(
+            "session is over {MAX_SESSION_CHARS} characters"
+        )));
+    }
     match session.rsplit_once('/') {
         Some((name, id)) if !name.is_empty() && is_session_id(id) => Ok((name, id)),
         _ => Err(ToolError::InvalidInput(format!(
@@ -101,6 +106,12 @@ impl MicroagentServer {
             Some(secs) => Duration::from_secs(in_range("timeout_secs", secs, 1, MAX_RUN_SECS)?),
             None => DEFAULT_RUN_TIMEOUT,
         };
+        if p.code.len() > MAX_CODE_BYTES {
+            return Err(ToolError::InvalidInput(format!(
+                "code is {} bytes; at most {MAX_CODE_BYTES}",
+                p.code.len()
+            )));
+        }
         let (name, id) = split_session(&p.session)?;
         let printed = Arc::new(Mutex::new(String::new()));
         let heard = printed.clone();
@@ -223,6 +234,7 @@ mod tests {
             split_session("team/dev/code-2").unwrap(),
             ("team/dev", "code-2")
         );
+        let long = format!("{}/code-1", "d".repeat(300));
         for bad in [
             "code-1",
             "/code-1",
@@ -231,6 +243,7 @@ mod tests {
             "dev/x",
             "dev/code-../x",
             "dev/code-1234567",
+            &long,
         ] {
             assert!(split_session(bad).is_err(), "{bad}");
         }
