@@ -28,7 +28,8 @@ fn serve(listener: TcpListener) {
     }
 }
 
-fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+/// The median, least and most of `v`.
+pub(crate) fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }

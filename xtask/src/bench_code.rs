@@ -11,13 +11,9 @@ use anyhow::{bail, Context};
 use workspace::code_sessions::{CodeLanguage, CodeRunLimits};
 use workspace::{ExecInput, ExecRequest, Workspaces};
 
+use crate::bench_browser::median;
 use crate::bench_servers::{home, microagent, timed};
 use crate::{dist, images, kernel};
-
-fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
-}
 
 fn line(label: &str, (median, min, max): (f64, f64, f64), reference: Option<f64>) {
     let ratio = reference.map_or(String::new(), |r| format!("  {:.2}x exec", median / r));

@@ -54,15 +54,14 @@ pub const MIN_MEM_MIB: u64 = 1024;
 /// The build of the [`IMAGE`]: Debian bookworm with [`IMAGE_PACKAGES`].
 pub fn image_request() -> crate::images::build::ImageBuildRequest {
     crate::images::build::ImageBuildRequest {
-        name: IMAGE.to_owned(),
-        from: Some(crate::images::build::BuildBase::Debian("bookworm".into())),
-        packages: IMAGE_PACKAGES.iter().map(|p| (*p).to_owned()).collect(),
-        run: Vec::new(),
-        copy: Vec::new(),
-        description: Some("Debian with headless Chromium, for the browser tools".into()),
         vcpus: Some(IMAGE_VCPUS),
         mem_mib: Some(IMAGE_MEM_MIB),
         min_mem_mib: Some(MIN_MEM_MIB),
+        ..crate::images::build::ImageBuildRequest::debian_recipe(
+            IMAGE,
+            IMAGE_PACKAGES,
+            "Debian with headless Chromium, for the browser tools",
+        )
     }
 }
 

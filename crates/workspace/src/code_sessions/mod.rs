@@ -44,18 +44,12 @@ pub const MAX_SESSIONS: usize = 8;
 /// The build of the [`IMAGE`]: Debian bookworm with [`IMAGE_PACKAGES`].
 pub fn image_request() -> crate::images::build::ImageBuildRequest {
     crate::images::build::ImageBuildRequest {
-        name: IMAGE.to_owned(),
-        from: Some(crate::images::build::BuildBase::Debian("bookworm".into())),
-        packages: IMAGE_PACKAGES.iter().map(|p| (*p).to_owned()).collect(),
-        run: Vec::new(),
-        copy: Vec::new(),
-        description: Some(
-            "Debian with Jupyter's Python kernel, numpy, pandas, matplotlib and Node.js, for code sessions"
-                .into(),
-        ),
-        vcpus: None,
         mem_mib: Some(IMAGE_MEM_MIB),
-        min_mem_mib: None,
+        ..crate::images::build::ImageBuildRequest::debian_recipe(
+            IMAGE,
+            IMAGE_PACKAGES,
+            "Debian with Jupyter's Python kernel, numpy, pandas, matplotlib and Node.js, for code sessions",
+        )
     }
 }
 

@@ -158,6 +158,22 @@ pub struct ImageBuildRequest {
 }
 
 impl ImageBuildRequest {
+    /// The build of a library recipe's image `name`: Debian bookworm with
+    /// `packages`, described as `description` (sizes left to the caller).
+    pub fn debian_recipe(name: &str, packages: &[&str], description: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            from: Some(BuildBase::Debian("bookworm".into())),
+            packages: packages.iter().map(|p| (*p).to_owned()).collect(),
+            run: Vec::new(),
+            copy: Vec::new(),
+            description: Some(description.to_owned()),
+            vcpus: None,
+            mem_mib: None,
+            min_mem_mib: None,
+        }
+    }
+
     /// `defaults` (its base's) with the sizes this build asks.
     pub(crate) fn sized(
         &self,
