@@ -83,3 +83,33 @@ impl Progress {
         }
     }
 }
+
+/// Runs `work`; over a transport that ends a session after `keep_alive`
+/// without an event (rmcp's Streamable HTTP sessions), it pings the
+/// client every fifth of it while `work` runs, so a long call, whether or
+/// not its client asked for progress, keeps its session. A ping's answer
+/// is not waited for by the call.
+pub async fn keeping_session<T>(
+    work: impl Future<Output = T>,
+    peer: Peer<RoleServer>,
+    keep_alive: Duration,
+) -> T {
+    tokio::pin!(work);
+    let every = (keep_alive / 5).max(Duration::from_secs(1));
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            _ = ticks.tick() => {
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    let ping = rmcp::model::ServerRequest::PingRequest(Default::default());
+                    let answered = tokio::time::timeout(every, peer.send_request(ping)).await;
+                    if let Ok(Err(e)) = answered {
+                        tracing::debug!(%e, "a keep-alive ping was not answered");
+                    }
+                });
+            }
+        }
+    }
+}

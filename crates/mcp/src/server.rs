@@ -116,6 +116,9 @@ pub struct MicroagentServer {
     pub(crate) tasks: CallTasks,
     /// Where this server serves preview URLs (over HTTP), if it does.
     pub(crate) preview_base: Option<Arc<PreviewBase>>,
+    /// Over HTTP: how long rmcp keeps a session without an event, which
+    /// a call running longer must not outlast.
+    pub(crate) session_keep_alive: Option<Duration>,
 }
 
 /// The HTTP address preview URLs are served at.
@@ -173,6 +176,7 @@ impl MicroagentServer {
             inflight: Arc::default(),
             tasks: CallTasks::default(),
             preview_base: None,
+            session_keep_alive: None,
         }
     }
 
@@ -203,6 +207,7 @@ impl MicroagentServer {
             server.ws.clone(),
             Some(keep_alive),
         ));
+        server.session_keep_alive = Some(keep_alive);
         server
     }
 
@@ -310,16 +315,25 @@ impl ServerHandler for MicroagentServer {
         // below with their own words, the rest with how long they have run.
         let mut heartbeat =
             (!REPORTS_ITS_OWN_PROGRESS.contains(&name.as_str())).then(|| Progress::new(&context));
+        let peer = context.peer.clone();
         let call = ToolCallContext::new(self, request, context);
         let work = self.tool_router.call(call);
-        let response = match heartbeat.as_mut() {
-            Some(p) => {
-                p.drive(work, |elapsed| {
-                    format!("{name}: running for {} s", elapsed.as_secs())
-                })
-                .await?
+        let driven = async {
+            match heartbeat.as_mut() {
+                Some(p) => {
+                    p.drive(work, |elapsed| {
+                        format!("{name}: running for {} s", elapsed.as_secs())
+                    })
+                    .await
+                }
+                None => work.await,
             }
-            None => work.await?,
+        };
+        let response = match self.session_keep_alive {
+            // A call longer than the session's keep-alive (a kernel's
+            // first import, a long command) must not end its session.
+            Some(limit) => crate::progress::keeping_session(driven, peer, limit).await?,
+            None => driven.await?,
         };
         Ok(with_error_code(response))
     }
