@@ -132,6 +132,13 @@ pub struct HttpArgs {
           default_value_t = mcp::http::limits::DEFAULT_MAX_CONNECTIONS as u32,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_connections: u32,
+    /// End a session whose client has sent nothing (and that has no call
+    /// running) for this many seconds; its session-scoped workspaces go
+    /// with it.
+    #[arg(long, value_name = "SECONDS", requires = "http",
+          default_value_t = mcp::http::DEFAULT_SESSION_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(2..=86_400))]
+    session_timeout: u64,
 }
 
 pub fn run(cmd: ServeCommand) -> ExitCode {
@@ -314,6 +321,7 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
         tls: args.tls_cert.zip(args.tls_key),
         allowed_origins: args.allowed_origins,
         max_connections: args.max_connections as usize,
+        session_timeout: std::time::Duration::from_secs(args.session_timeout),
         previews_only: false,
     };
     raise_open_file_limit(args.max_connections as usize);
@@ -391,6 +399,7 @@ async fn serve_previews(
         tls,
         allowed_origins,
         max_connections: mcp::http::limits::DEFAULT_MAX_CONNECTIONS,
+        session_timeout: mcp::http::DEFAULT_SESSION_TIMEOUT,
         previews_only: true,
     };
     let server = mcp::MicroagentServer::new(ws, roots);

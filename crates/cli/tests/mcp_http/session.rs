@@ -329,3 +329,38 @@ fn an_agent_and_its_workspace_last_as_long_as_its_session() {
     );
     let _ = std::fs::remove_dir_all(home);
 }
+
+/// A call longer than the session timeout keeps its session: the server
+/// pings the client while it runs (rmcp would otherwise end the session
+/// mid-call, and the client would see its stream end).
+#[test]
+fn a_call_longer_than_the_session_timeout_keeps_its_session() {
+    let test = "mcp_http::session::a_call_longer_than_the_session_timeout_keeps_its_session";
+    if testkit::require(test, testkit::mcp_python()).is_none()
+        || testkit::require(test, testkit::guest_assets()).is_none()
+        || testkit::require(test, testkit::workspace_image("minimal")).is_none()
+    {
+        return;
+    }
+    let home = super::home("long-call");
+    let server = super::Server::start(&home, &["--session-timeout", "2"]);
+    let token = std::fs::read_to_string(home.join("mcp-token")).unwrap();
+    let out = super::python(json!({
+    "url": server.url, "token": token.trim(),
+    "calls": [
+        {"tool": "workspace_create", "args": {"name": "long", "image": "minimal"}},
+        {"tool": "workspace_start", "args": {"name": "long"}},
+        {"tool": "workspace_exec", "args": {"name": "long", "command": ["sleep", "8"]}},
+        {"tool": "workspace_exec", "args": {"name": "long", "command": ["echo", "still here"]}},
+        {"tool": "workspace_delete", "args": {"name": "long", "force": true}},
+    ]}))
+    .unwrap();
+    let calls = out["calls"].as_array().unwrap();
+    for (i, call) in calls.iter().enumerate() {
+        assert_eq!(call["is_error"], false, "call {i}: {out}");
+    }
+    assert_eq!(calls[3]["structured"]["stdout"], "still here\n", "{out}");
+    drop(server);
+    testkit::leftovers::assert_none(&home);
+    let _ = std::fs::remove_dir_all(home);
+}

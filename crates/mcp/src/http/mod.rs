@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -33,6 +34,9 @@ use limits::{Admission, Connections};
 
 /// Where the MCP endpoint is served; other paths are 404.
 pub const MCP_PATH: &str = "/mcp";
+/// How long a session lives by default without a request from its
+/// client or a call running (rmcp's keep-alive).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = SessionConfig::DEFAULT_KEEP_ALIVE;
 
 /// How `serve mcp --http` serves.
 #[derive(Debug, Clone)]
@@ -47,6 +51,9 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Connections open at once ([`limits::DEFAULT_MAX_CONNECTIONS`]).
     pub max_connections: usize,
+    /// How long a session lives without a request from its client or a
+    /// call running ([`DEFAULT_SESSION_TIMEOUT`]).
+    pub session_timeout: Duration,
     /// Serve preview URLs only, no MCP endpoint (`serve preview`).
     pub previews_only: bool,
 }
@@ -99,6 +106,7 @@ pub struct HttpServer {
     connections: Arc<Connections>,
     previews_only: bool,
     serves_previews: bool,
+    session_timeout: Duration,
 }
 
 impl std::fmt::Debug for HttpServer {
@@ -159,6 +167,7 @@ impl HttpServer {
             connections: Connections::new(options.max_connections),
             previews_only: options.previews_only,
             serves_previews,
+            session_timeout: options.session_timeout,
         })
     }
 
@@ -184,11 +193,14 @@ impl HttpServer {
             .disable_allowed_origins();
         let sessions_end = config.cancellation_token.clone();
         let base = self.server.clone();
+        let keep_alive = self.session_timeout;
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.keep_alive = Some(keep_alive);
         let service = StreamableHttpService::new(
             // One server per session: its session-scoped workspaces go
             // when rmcp drops it (closed, expired, or the server ends).
-            move || Ok(base.for_new_http_session(SessionConfig::DEFAULT_KEEP_ALIVE)),
-            Arc::new(LocalSessionManager::default()),
+            move || Ok(base.for_new_http_session(keep_alive)),
+            Arc::new(sessions),
             config,
         );
         tokio::pin!(shutdown);
