@@ -127,8 +127,7 @@ impl WorkspaceCode<'_> {
         let id = dir.take_id()?;
         let record = launch::start(self.ws, &id, language).await?;
         if let Err(e) = launch::connect(&ws_dir, &record, FIRST_ANSWER_TIMEOUT).await {
-            let _ = self.ws.processes().process_signal(&id, "KILL").await;
-            let _ = self.ws.processes().process_remove(&id).await;
+            let _ = self.end_kernel(&record).await;
             return Err(e);
         }
         dir.save(&record)?;
