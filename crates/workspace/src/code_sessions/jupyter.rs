@@ -28,6 +28,8 @@ const MAX_TRACEBACK_BYTES: usize = 256 * 1024;
 /// How long a kernel_info request is given before it is asked again
 /// (its iopub subscription may not have reached the kernel yet).
 const READY_RETRY: Duration = Duration::from_millis(500);
+/// The longest wait between two of them.
+const READY_RETRY_MAX: Duration = Duration::from_secs(8);
 
 /// Bounds on what one run keeps.
 #[derive(Debug, Clone, Copy)]
@@ -207,12 +209,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
     /// kernel_info until one is seen on iopub too (its `status`): the
     /// answer to any of them, however slow the kernel.
     async fn wait_ready(&mut self) -> Result<(), JupyterError> {
+        // Asked again sooner at first (a subscription that had not reached
+        // the kernel), then less often: a kernel still starting answers
+        // every request it was sent once it is up.
+        let mut retry = READY_RETRY;
         loop {
             self.send("shell", "kernel_info_request", json!({})).await?;
             let session = self.session.clone();
             let ours = |p: Option<&str>| Self::ours(&session, p);
             let seen = tokio::time::timeout(
-                READY_RETRY,
+                retry,
                 Self::recv(&mut self.iopub, &self.signer, "iopub", ours),
             )
             .await;
@@ -220,6 +226,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
                 message?;
                 return Ok(());
             }
+            retry = (retry * 2).min(READY_RETRY_MAX);
         }
     }
 
