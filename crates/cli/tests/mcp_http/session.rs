@@ -23,8 +23,20 @@ fn needs_guest(test: &str) -> bool {
 /// Waits for workspace `name` of `home` to be gone; how long it took.
 fn gone(home: &Path, name: &str) -> Option<Duration> {
     let began = Instant::now();
-    let dir = home.join("workspaces").join(name);
-    testkit::wait_until(GONE_WITHIN, || !dir.exists()).then(|| began.elapsed())
+    let workspaces = home.join("workspaces");
+    // Its directory is renamed `.deleting-NAME-*` first and removed with
+    // its lock after: gone is when nothing of it is left.
+    let deleting = format!(".deleting-{name}-");
+    let left = || {
+        workspaces.join(name).exists()
+            || workspaces.join(format!("{name}.lock")).exists()
+            || std::fs::read_dir(&workspaces)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(&deleting))
+    };
+    testkit::wait_until(GONE_WITHIN, || !left()).then(|| began.elapsed())
 }
 
 fn create(name: &str, scoped: bool) -> Value {
