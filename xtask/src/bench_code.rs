@@ -25,6 +25,25 @@ fn line(label: &str, (median, min, max): (f64, f64, f64), reference: Option<f64>
     );
 }
 
+/// `1+1` in session `id` of `dev`, checked to give 2.
+async fn one_plus_one(dev: workspace::Workspace<'_>, id: &str) -> anyhow::Result<()> {
+    let ran = dev
+        .code()
+        .run(
+            id,
+            "1+1",
+            Duration::from_secs(60),
+            CodeRunLimits::default(),
+            std::future::pending(),
+            |_, _| {},
+        )
+        .await?;
+    if ran.result.as_deref() != Some("2") {
+        bail!("1+1 gave {ran:?}");
+    }
+    Ok(())
+}
+
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let runs: usize = match args {
         [] => 10,
@@ -69,21 +88,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         let (mut code, mut exec) = (Vec::new(), Vec::new());
         for _ in 0..runs {
             let began = Instant::now();
-            let ran = dev
-                .code()
-                .run(
-                    "code-1",
-                    "1+1",
-                    Duration::from_secs(60),
-                    CodeRunLimits::default(),
-                    std::future::pending(),
-                    |_, _| {},
-                )
-                .await?;
+            one_plus_one(dev, "code-1").await?;
             code.push(began.elapsed().as_secs_f64());
-            if ran.result.as_deref() != Some("2") {
-                bail!("1+1 gave {ran:?}");
-            }
             let began = Instant::now();
             dev.exec_collect(ExecRequest::argv(["true"]), ExecInput::None)
                 .await?;
@@ -117,20 +123,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         let dev = ws.workspace("cp")?;
         let began = Instant::now();
         let session = dev.code().start(CodeLanguage::Python).await?;
-        let ran = dev
-            .code()
-            .run(
-                &session.id,
-                "1+1",
-                Duration::from_secs(60),
-                CodeRunLimits::default(),
-                std::future::pending(),
-                |_, _| {},
-            )
-            .await?;
-        if ran.result.as_deref() != Some("2") {
-            bail!("1+1 gave {ran:?}");
-        }
+        one_plus_one(dev, &session.id).await?;
         anyhow::Ok(began.elapsed().as_secs_f64())
     })?;
     microagent(&bin, &state, &["pool", "set", "code", "0"])?;
