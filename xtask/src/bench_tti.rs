@@ -273,7 +273,7 @@ fn mcp_tti(mcp: &mut McpSession, from: From) -> anyhow::Result<f64> {
 /// Forks of a snapshot of a running workspace: launch to vCPU running, ms;
 /// each restore in a VMM process started for it, then each handed to a
 /// standby VMM process made ahead (`config.json` `standby.count` 1).
-fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<(Vec<Fork>, Vec<Fork>)> {
     microagent(
         bin,
         home,
@@ -282,7 +282,7 @@ fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<(Vec<f64>,
     microagent(bin, home, &["start", "src", "--json"])?;
     microagent(bin, home, &["snapshot", "take", "src", "s1", "--json"])?;
     let config = home.join("config.json");
-    let fork = |name: &str, standby: bool| -> anyhow::Result<f64> {
+    let fork = |name: &str, standby: bool| -> anyhow::Result<Fork> {
         let forked = microagent(
             bin,
             home,
@@ -296,7 +296,10 @@ fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<(Vec<f64>,
             bail!("fork {name}: expected standby={standby}; vmm.log: {log}");
         }
         microagent(bin, home, &["delete", name, "--yes", "--force", "--json"])?;
-        Ok(us as f64 / 1000.0)
+        Ok(Fork {
+            vcpu_running_ms: us as f64 / 1000.0,
+            steps: steps_of(&log),
+        })
     };
     let mut fresh = Vec::new();
     for i in 0..runs {
@@ -499,17 +502,81 @@ fn measure(bin: &Path, home: &Path, runs: usize, cold_runs: usize) -> anyhow::Re
     Ok(())
 }
 
+/// One fork's launch to vCPU running, and its VMM's steps (ms).
+struct Fork {
+    vcpu_running_ms: f64,
+    steps: Vec<f64>,
+}
+
+/// The VMM's steps its `vmm.log` times, in the order they happen: each
+/// since the launch but the restore's and the confinement's own (indented:
+/// since the restore or the confinement began; seccomp's compile alone
+/// since its own start).
+const STEPS: [(&str, &str); 17] = [
+    ("process_ms", "process running its main"),
+    ("cgroup_ms", "cgroup joined (or renamed)"),
+    ("network_ms", "network attached (passt started)"),
+    ("mount_ns_ms", "mount namespace made"),
+    (
+        "state_memory_and_vm_us",
+        "  restore: state read, memory mapped",
+    ),
+    ("irqchip_and_devices_us", "  restore: devices attached"),
+    ("restored_us", "  restore: vCPU and device state set"),
+    ("built_ms", "machine built"),
+    ("checked_ms", "record checked"),
+    ("lockdown_ms", "confinement began"),
+    ("private_root_us", "  confinement: private root made"),
+    ("account_us", "  confinement: account, capabilities"),
+    ("landlock_us", "  confinement: Landlock"),
+    (
+        "seccomp_compiled_us",
+        "  confinement: seccomp compiled (alone)",
+    ),
+    ("seccomp_us", "  confinement: seccomp installed"),
+    ("confined_ms", "confined"),
+    ("threads_ms", "threads started (after the vCPUs')"),
+];
+
+/// The figures of [`STEPS`] in `log` (NaN for a missing one), in ms.
+fn steps_of(log: &str) -> Vec<f64> {
+    STEPS
+        .iter()
+        .map(|(key, _)| {
+            let value = log
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse::<f64>().ok());
+            match value {
+                Some(us) if key.ends_with("_us") => us / 1000.0,
+                Some(ms) => ms,
+                None => f64::NAN,
+            }
+        })
+        .collect()
+}
+
 /// Forks' launch to vCPU running, fresh and onto a standby, beside the
-/// VMM program's bare start.
-fn show_restores((fresh, standby): (Vec<f64>, Vec<f64>), process: Vec<f64>) {
+/// VMM program's bare start, then the medians of their VMMs' steps.
+fn show_restores((fresh, standby): (Vec<Fork>, Vec<Fork>), process: Vec<f64>) {
     println!("restore of a snapshot (forks), launch to vCPU running:");
+    let total = |forks: &[Fork]| forks.iter().map(|f| f.vcpu_running_ms).collect::<Vec<_>>();
     for (label, ms) in [
-        ("fork, VMM process started for it", fresh),
-        ("fork, handed to a standby VMM", standby),
+        ("fork, VMM process started for it", total(&fresh)),
+        ("fork, handed to a standby VMM", total(&standby)),
         ("microagent-vmm --help, spawn to exit", process),
     ] {
         let (min, med, max) = median(ms);
         println!("  {label:<37} median {med:>6.2} ms (min {min:.2}, max {max:.2})");
     }
     println!("  (target: under 3 ms; the last line is the reference)");
+    println!("  the VMM's steps, median ms since the launch     fresh   standby");
+    for (index, (_, label)) in STEPS.iter().enumerate() {
+        let step = |forks: &[Fork]| median(forks.iter().map(|f| f.steps[index]).collect()).1;
+        println!(
+            "    {label:<44} {:>6.2}   {:>6.2}",
+            step(&fresh),
+            step(&standby)
+        );
+    }
 }

@@ -20,10 +20,15 @@ pub fn confine(children: &[u32]) -> Result<Vec<String>, vmm_core::seccomp::Secco
         tracing::warn!("{NO_SECCOMP_VAR}=1: the VMM runs without seccomp filters");
         return Ok(Vec::new());
     }
-    vmm_core::seccomp::confine_process(vmm_core::seccomp::Filters::with_children(
-        &crate::seccomp::CONTROL,
-        children,
-    )?)?;
+    let began = std::time::Instant::now();
+    let filters = vmm_core::seccomp::Filters::with_children(&crate::seccomp::CONTROL, children)?;
+    let compiled = began.elapsed();
+    vmm_core::seccomp::confine_process(filters)?;
+    tracing::info!(
+        seccomp_compiled_us = compiled.as_micros() as u64,
+        seccomp_installed_us = began.elapsed().as_micros() as u64,
+        "seccomp filters (times since their making began)"
+    );
     Ok(vec!["seccomp".into(), "no_new_privs".into()])
 }
 
@@ -52,6 +57,8 @@ impl Lockdown {
     /// filters. Returns the protections on, or why the VMM must not run
     /// the guest.
     pub fn apply(self, ws: &WorkspaceDir) -> Result<Vec<String>, String> {
+        let began = std::time::Instant::now();
+        let since = || began.elapsed().as_micros() as u64;
         let (disk_mib, mem_mib) = self.disk_and_mem_mib;
         limit_resources(disk_mib, mem_mib)
             .map_err(|e| format!("the VMM could not limit its resources: {e}"))?;
@@ -69,6 +76,7 @@ impl Lockdown {
             }
             Err(why) => format!("no private root: {why}"),
         };
+        let private_root_us = since();
         // Only inside the private root: on the host's, the state directory
         // (root's, 0700) would be out of the account's reach.
         let user = self.user.filter(|_| private_root);
@@ -100,14 +108,23 @@ impl Lockdown {
         } else {
             "no pid namespace: its starter is not root".to_owned()
         };
+        let account_us = since();
         // A kernel without Landlock leaves the rest in force.
         let files = crate::file_access::confine(&self.keep, self.removable).unwrap_or_else(|e| {
             let why = base::error_chain::error_chain(&e);
             tracing::warn!("no Landlock: {why}");
             format!("no landlock: {why}")
         });
+        let landlock_us = since();
         let mut protections = confine(&self.children)
             .map_err(|e| format!("the VMM could not confine itself: {e}"))?;
+        tracing::info!(
+            private_root_us,
+            account_us,
+            landlock_us,
+            seccomp_us = since(),
+            "confinement's steps (times since it began)"
+        );
         let network = match self.net_ns {
             Ok(()) => "network_namespace".to_owned(),
             Err(why) => format!("no network namespace: {why}"),

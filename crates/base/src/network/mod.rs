@@ -10,9 +10,8 @@
 //! init takes them from the kernel command line (`microagent_net=`).
 
 use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -151,7 +150,22 @@ pub fn start_passt(
     let binary = passt_binary().ok_or(NetworkError::PasstMissing)?;
     let (ours, theirs) =
         UnixStream::pair().map_err(NetworkError::io("creating the socket pair for passt"))?;
-    let fd = theirs.as_raw_fd();
+    // passt's end, without close-on-exec so that it survives the exec:
+    // the VMM starts passt while it is its only thread, so no other
+    // program inherits it. With no step to run in the child, the spawn is
+    // a vfork and exec (`posix_spawn`), not a fork of the VMM's mappings.
+    // SAFETY: dup of a descriptor this function owns; the copy is owned
+    // below.
+    let inherited = unsafe { libc::dup(theirs.as_raw_fd()) };
+    if inherited < 0 {
+        return Err(NetworkError::io("duplicating passt's socket".to_owned())(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: `inherited` was just returned by dup and nothing else owns it.
+    let inherited = unsafe { std::os::fd::OwnedFd::from_raw_fd(inherited) };
+    drop(theirs);
+    let fd = inherited.as_raw_fd();
     if run_as.is_some() {
         // passt opens its log as root but without CAP_DAC_OVERRIDE: in a
         // directory handed to another account it can open only a file of
@@ -184,23 +198,11 @@ pub fn start_passt(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: the closure runs in the child before exec and calls only
-    // fcntl(2), which is async-signal-safe; `fd` stays open in the parent
-    // until spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            // passt gets this end: it must survive the exec.
-            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let child = cmd.spawn().map_err(NetworkError::io(format!(
         "starting {} for the `user` network",
         binary.display()
     )))?;
-    drop(theirs);
+    drop(inherited);
     Ok((ours, Passt { child }))
 }
 

@@ -408,7 +408,17 @@ impl Machine {
     /// Runs the guest until it stops itself, fails, is stopped through a
     /// [`MachineHandle`], or `timeout` passes; handles pause, resume and
     /// snapshot requests meanwhile.
-    pub fn run(mut self, timeout: Option<Duration>) -> Result<RunOutcome, MachineError> {
+    pub fn run(self, timeout: Option<Duration>) -> Result<RunOutcome, MachineError> {
+        self.run_then(timeout, || {})
+    }
+
+    /// [`Machine::run`], calling `started` once the vCPU threads are on
+    /// their way: what the owner starts there does not hold up the guest.
+    pub fn run_then(
+        mut self,
+        timeout: Option<Duration>,
+        started: impl FnOnce(),
+    ) -> Result<RunOutcome, MachineError> {
         let (tx, rx): (Sender<RunMessage>, Receiver<RunMessage>) =
             std::mem::replace(&mut self.messages, mpsc::channel());
         let vcpus = std::mem::take(&mut self.vcpus);
@@ -433,6 +443,7 @@ impl Machine {
             devices: event_loop,
         };
         runner.resume()?;
+        started();
         // A timeout past what an Instant holds is no timeout.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let report = loop {

@@ -285,7 +285,16 @@ impl VmmProcess {
         } else {
             None
         };
-        let meta = started_for_it(&state, &ws)?;
+        // With the ticket, the starter's record is most often there before
+        // its lock is let go (the record is replaced atomically, the lock
+        // held until its directory is synced): read unlocked first.
+        let recorded = ticketed
+            .then(|| ws.read_meta().ok().filter(is_started_for_it))
+            .flatten();
+        let meta = match recorded {
+            Some(meta) => meta,
+            None => started_for_it(&state, &ws)?,
+        };
         ws.remove_launch_ticket();
         let mut built = match early {
             Some(built) => built,
@@ -452,40 +461,47 @@ impl VmmProcess {
             );
             return Ok(RunEnd { crashed: true });
         }
-        let s = shared.clone();
-        std::thread::spawn(move || {
-            control::serve(listener, |req, fd| answers::handle_control(&s, req, fd))
-        });
-        let s = shared.clone();
-        std::thread::spawn(move || wait_for_agent(&s));
-        let s = shared.clone();
-        std::thread::spawn(move || enforce_ttl(&s));
-        if shared.idle.reclaim_after.is_some() || shared.idle.pause_after.is_some() {
-            let s = shared.clone();
-            std::thread::spawn(move || idle::watch(&s, s.idle));
-        }
-        if shared.egress.is_some() {
-            let s = shared.clone();
-            std::thread::spawn(move || record_refusals(&s));
-        }
-        if let Some(owner) = owner {
-            let s = shared.clone();
-            std::thread::spawn(move || {
-                if crate::guard::wait_for_owner_end(&owner) {
-                    s.begin_stop(OWNER_GRACE, "the process it ran for ended");
-                }
-            });
-        }
-        when_confined(VmmStopper {
-            shared: shared.clone(),
-        });
         tracing::info!(
             lockdown_ms,
-            confined_and_threads_ms = ms_after_launch(),
+            confined_ms = ms_after_launch(),
             "confined (times since the VMM's launch)"
         );
         crate::pause_point("vmm:confined");
-        let outcome = machine.run(None);
+        // The process's own threads once the vCPUs are on their way: none
+        // of them is needed before the guest's first instruction.
+        let outcome = machine.run_then(None, || {
+            let s = shared.clone();
+            std::thread::spawn(move || {
+                control::serve(listener, |req, fd| answers::handle_control(&s, req, fd))
+            });
+            let s = shared.clone();
+            std::thread::spawn(move || wait_for_agent(&s));
+            let s = shared.clone();
+            std::thread::spawn(move || enforce_ttl(&s));
+            if shared.idle.reclaim_after.is_some() || shared.idle.pause_after.is_some() {
+                let s = shared.clone();
+                std::thread::spawn(move || idle::watch(&s, s.idle));
+            }
+            if shared.egress.is_some() {
+                let s = shared.clone();
+                std::thread::spawn(move || record_refusals(&s));
+            }
+            if let Some(owner) = owner {
+                let s = shared.clone();
+                std::thread::spawn(move || {
+                    if crate::guard::wait_for_owner_end(&owner) {
+                        s.begin_stop(OWNER_GRACE, "the process it ran for ended");
+                    }
+                });
+            }
+            when_confined(VmmStopper {
+                shared: shared.clone(),
+            });
+            tracing::info!(
+                threads_ms = ms_after_launch(),
+                "threads started (times since the VMM's launch)"
+            );
+        });
         crate::pause_point("vmm:finishing");
         // The network's helper ends with the guest it served.
         drop(self.passt);
@@ -529,15 +545,22 @@ fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
         let _lock = state.lock_workspace(ws.name())?;
         ws.read_meta()?
     };
-    match &meta.runtime {
-        Some(rt) if rt.pid == base::host::settings::own_pid() && meta.state == State::Starting => {
-            Ok(meta)
-        }
-        _ => Err(VmmProcessError::NotStartedForIt {
-            name: ws.name().to_owned(),
-            state: meta.state,
-        }),
+    if is_started_for_it(&meta) {
+        return Ok(meta);
     }
+    Err(VmmProcessError::NotStartedForIt {
+        name: ws.name().to_owned(),
+        state: meta.state,
+    })
+}
+
+/// Whether `meta` says this process was started for its workspace.
+fn is_started_for_it(meta: &Meta) -> bool {
+    meta.state == State::Starting
+        && meta
+            .runtime
+            .as_ref()
+            .is_some_and(|rt| rt.pid == base::host::settings::own_pid())
 }
 
 /// How a [`VmmProcess`] run ended.
