@@ -46,6 +46,9 @@ pub struct VmmLaunch {
     /// The account (uid, gid) the process runs as once its machine is
     /// built, when started as root (see [`crate::vmm::user`]).
     pub user: Option<(u32, u32)>,
+    /// When the starter launched it (`CLOCK_MONOTONIC` ns): what the
+    /// process times its steps from (`vmm.log`, the record's figures).
+    pub launched_ns: Option<u64>,
 }
 
 impl VmmLaunch {
@@ -62,7 +65,14 @@ impl VmmLaunch {
             ticket: None,
             owner_fd: false,
             user: None,
+            launched_ns: None,
         }
+    }
+
+    /// Says when the starter launched it (`CLOCK_MONOTONIC` ns).
+    pub fn launched_at(mut self, ns: u64) -> Self {
+        self.launched_ns = Some(ns);
+        self
     }
 
     /// Hands the process its owner's pidfd.
@@ -97,7 +107,7 @@ impl VmmLaunch {
 
     /// The arguments after the program name: `vmm serve-workspace --home
     /// HOME --kernel VARIANT [--restore DIR] [--keep-warm DIR] [--ticket T]
-    /// [--owner-fd 3] [--user UID:GID] WORKSPACE`.
+    /// [--owner-fd 3] [--user UID:GID] [--launched-ns NS] WORKSPACE`.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = VMM_SUBCOMMAND.iter().map(OsString::from).collect();
         args.push("--home".into());
@@ -125,6 +135,10 @@ impl VmmLaunch {
             args.push("--user".into());
             args.push(format!("{uid}:{gid}").into());
         }
+        if let Some(ns) = self.launched_ns {
+            args.push("--launched-ns".into());
+            args.push(ns.to_string().into());
+        }
         args.push(self.workspace.clone().into());
         args
     }
@@ -143,7 +157,7 @@ impl VmmLaunch {
         let (workspace, mut options) = rest.split_last()?;
         let (mut home, mut kernel, mut restore, mut keep_warm, mut ticket) =
             (None, None, None, None, None);
-        let (mut owner_fd, mut user) = (None, None);
+        let (mut owner_fd, mut user, mut launched_ns) = (None, None, None);
         while let [flag, value, more @ ..] = options {
             let slot = match flag.to_str()? {
                 "--home" => &mut home,
@@ -153,6 +167,7 @@ impl VmmLaunch {
                 "--ticket" => &mut ticket,
                 "--owner-fd" => &mut owner_fd,
                 "--user" => &mut user,
+                "--launched-ns" => &mut launched_ns,
                 _ => return None,
             };
             if slot.replace(value.clone()).is_some() {
@@ -186,6 +201,10 @@ impl VmmLaunch {
                     let (uid, gid) = ids.to_str()?.split_once(':')?;
                     Some((uid.parse().ok()?, gid.parse().ok()?))
                 }
+                None => None,
+            },
+            launched_ns: match launched_ns {
+                Some(ns) => Some(ns.to_str()?.parse().ok()?),
                 None => None,
             },
         })
@@ -263,6 +282,16 @@ mod tests {
         let ticketed = l.clone().with_ticket("abc");
         let back = VmmLaunch::from_args(ticketed.args()).unwrap();
         assert_eq!(back.ticket.as_deref(), Some("abc"));
+        let timed = l.clone().launched_at(123_456_789);
+        let back = VmmLaunch::from_args(timed.args()).unwrap();
+        assert_eq!(back.launched_ns, Some(123_456_789));
+        let mut not_a_time = timed.args();
+        let at = not_a_time
+            .iter()
+            .position(|a| a == "--launched-ns")
+            .unwrap();
+        not_a_time[at + 1] = "-1".into();
+        assert!(VmmLaunch::from_args(not_a_time).is_none(), "not a time");
         let mut twice = warm.args();
         twice.insert(6, "/x".into());
         twice.insert(6, "--home".into());

@@ -16,7 +16,6 @@ use base::host::settings::now_ms;
 use base::store::console_log::tail_lines;
 use base::store::events::EventKind;
 use base::store::ports::PortMapping;
-use base::store::spec::Meta;
 use base::store::state::State;
 use base::store::workspace_dir::{WorkspaceDir, AGENT_PORT};
 use base::store::StateDir;
@@ -31,6 +30,7 @@ mod hibernate;
 mod idle;
 mod listeners;
 mod memory;
+mod record;
 
 use crate::build::Built;
 use crate::port_forward::PortForwarder;
@@ -89,6 +89,8 @@ struct Shared {
     can_hibernate: bool,
     /// A hibernation is being written.
     hibernating: AtomicBool,
+    /// Its record is still to be confirmed (`record::confirm`).
+    unconfirmed: bool,
 }
 
 impl Shared {
@@ -109,7 +111,9 @@ impl Shared {
         let result = (|| {
             let _lock = self.state.lock_workspace(self.ws.name())?;
             let mut meta = self.ws.read_meta()?;
-            if !meta.state.has_vmm() {
+            // Unconfirmed, the lock waited for the starter's record, which
+            // must name this process.
+            if !meta.state.has_vmm() || (self.unconfirmed && !record::runs_in_this_process(&meta)) {
                 return Ok(());
             }
             Ok::<(), VmmProcessError>(self.ws.record_exit(&mut meta, crashed, reason)?)
@@ -267,41 +271,33 @@ impl VmmProcess {
         });
         let name = launch.workspace.as_str();
         let ws = WorkspaceDir::new(&state, name)?;
-        // With its starter's ticket the machine is built while the starter
-        // still holds the lock to record this process: a workspace's spec
-        // never changes and its record is replaced atomically, so it can be
-        // read unlocked, and while the starter holds the lock no other VMM
-        // of this workspace runs, so stale sockets of a crashed run (the
-        // binds would fail) can go. Without the ticket nothing is touched
-        // before the record says this process was started for it.
+        // With its starter's ticket the machine is built, and then run,
+        // while the starter still holds the lock to record this process: a
+        // workspace's spec never changes and its record is replaced
+        // atomically, so it can be read unlocked, and while the starter
+        // holds the lock no other VMM of this workspace runs, so stale
+        // sockets of a crashed run (the binds would fail) can go. The
+        // record is confirmed before the workspace counts as running
+        // (`record::confirm`). Without the ticket nothing is touched before
+        // the record says this process was started for it.
         let claimed = prepared.is_some();
         let ticketed = launch
             .ticket
             .as_deref()
             .is_some_and(|t| ws.holds_launch_ticket(t));
-        let early = if ticketed {
+        let (spec, confirmed, mut built) = if ticketed {
             let spec = ws.read_meta()?.spec;
-            Some(Built::build(&state, &ws, launch, &spec, prepared.take()))
+            let built = Built::build(&state, &ws, launch, &spec, prepared.take());
+            (spec, None, built)
         } else {
-            None
+            let meta = record::started_for_it(&state, &ws)?;
+            ws.remove_launch_ticket();
+            let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
+            (meta.spec.clone(), Some(meta), built)
         };
-        // With the ticket, the starter's record is most often there before
-        // its lock is let go (the record is replaced atomically, the lock
-        // held until its directory is synced): read unlocked first.
-        let recorded = ticketed
-            .then(|| ws.read_meta().ok().filter(is_started_for_it))
-            .flatten();
-        let meta = match recorded {
-            Some(meta) => meta,
-            None => started_for_it(&state, &ws)?,
-        };
-        ws.remove_launch_ticket();
-        let mut built = match early {
-            Some(built) => built,
-            None => Built::build(&state, &ws, launch, &meta.spec, prepared.take()),
-        };
-        let (listeners, net_ns) = listeners::bind_ports(&meta.spec, &mut built.machine);
-        let relays = listeners::bind_relays(&state, &ws, &meta.spec, &mut built.machine);
+        let runtime = confirmed.and_then(|meta| meta.runtime);
+        let (listeners, net_ns) = listeners::bind_ports(&spec, &mut built.machine);
+        let relays = listeners::bind_relays(&state, &ws, &spec, &mut built.machine);
         let Built {
             machine: built,
             passt,
@@ -315,7 +311,9 @@ impl VmmProcess {
             unshared_ns,
             built_ns: built_at,
         } = built;
-        let launched = meta.runtime.as_ref().and_then(|r| r.launched_mono_ns);
+        let launched = launch
+            .launched_ns
+            .or(runtime.as_ref().and_then(|r| r.launched_mono_ns));
         let ms_after_launch = |ns| us_after(launched, Some(ns)).map(|us| us as f64 / 1e3);
         tracing::info!(
             process_ms = ms_after_launch(entered),
@@ -324,9 +322,9 @@ impl VmmProcess {
             network_ms = ms_after_launch(network_ns),
             mount_ns_ms = ms_after_launch(unshared_ns),
             built_ms = ms_after_launch(built_at),
-            checked_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
+            ports_bound_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
             restored = launch.restore.is_some(),
-            before_the_record = ticketed,
+            record_confirmed_later = ticketed,
             standby = claimed,
             "machine built (times since the VMM's launch)"
         );
@@ -335,13 +333,13 @@ impl VmmProcess {
             restored: launch.restore.is_some(),
             guest_net,
             keep_warm: launch.keep_warm.clone(),
-            volumes: crate::guest_ready::to_mount(&meta.spec),
+            volumes: crate::guest_ready::to_mount(&spec),
             state: state.clone(),
             started: Instant::now(),
             ready: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             stop_reason: Mutex::new(None),
-            ttl_deadline: Mutex::new(meta.runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
+            ttl_deadline: Mutex::new(runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
             ttl_changed: Condvar::new(),
             ports: PortForwarder::new(&ws.vsock(), AGENT_PORT),
             egress: egress.map(crate::egress::EgressControl::new),
@@ -353,8 +351,9 @@ impl VmmProcess {
             idle_paused: AtomicBool::new(false),
             transition: Mutex::new(()),
             arrivals: OnceLock::new(),
-            idle: idle_policy(&state, &meta.spec),
-            can_hibernate: meta.spec.may_hibernate(),
+            idle: idle_policy(&state, &spec),
+            can_hibernate: spec.may_hibernate(),
+            unconfirmed: ticketed,
             hibernating: AtomicBool::new(false),
         });
         let machine = match built {
@@ -385,8 +384,8 @@ impl VmmProcess {
             owner,
             user: launch.user,
             disk_and_mem_mib: (
-                crate::guest_ready::largest_disk_mib(&state, &ws, &meta.spec),
-                meta.spec.mem_mib,
+                crate::guest_ready::largest_disk_mib(&state, &ws, &spec),
+                spec.mem_mib,
             ),
             cgroup,
             mount_ns,
@@ -538,31 +537,6 @@ fn idle_policy(state: &StateDir, spec: &base::store::spec::WorkspaceSpec) -> idl
     )
 }
 
-/// The workspace's record, once it says this process was started for it
-/// (read under the workspace's lock).
-fn started_for_it(state: &StateDir, ws: &WorkspaceDir) -> Result<Meta> {
-    let meta = {
-        let _lock = state.lock_workspace(ws.name())?;
-        ws.read_meta()?
-    };
-    if is_started_for_it(&meta) {
-        return Ok(meta);
-    }
-    Err(VmmProcessError::NotStartedForIt {
-        name: ws.name().to_owned(),
-        state: meta.state,
-    })
-}
-
-/// Whether `meta` says this process was started for its workspace.
-fn is_started_for_it(meta: &Meta) -> bool {
-    meta.state == State::Starting
-        && meta
-            .runtime
-            .as_ref()
-            .is_some_and(|rt| rt.pid == base::host::settings::own_pid())
-}
-
 /// How a [`VmmProcess`] run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -596,6 +570,9 @@ fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) 
 
 /// Polls the agent until it answers, then marks the workspace running.
 fn wait_for_agent(shared: &Arc<Shared>) {
+    if shared.unconfirmed && !record::confirm(shared) {
+        return;
+    }
     let mut attempts = 0u32;
     let mut retry = Duration::from_millis(20);
     loop {

@@ -202,6 +202,7 @@ impl Workspaces {
             _ => 0,
         };
         let launched_mono_ns = vmm_core::vcpu::monotonic_ns();
+        let launch = launch.launched_at(launched_mono_ns);
         let claimed = (standbys > 0)
             .then(|| {
                 standbys::claim(
