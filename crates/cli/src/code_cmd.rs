@@ -33,7 +33,7 @@ pub struct SessionArgs {
     /// of the language, started when there is none.
     #[arg(long)]
     session: Option<String>,
-    /// The language of a session started here.
+    /// The language of a session started here: python or javascript.
     #[arg(long, default_value = "python")]
     lang: String,
 }
@@ -252,9 +252,21 @@ fn print_run(ran: &CodeRun) {
     }
 }
 
-/// A read-eval-print loop: a line ending in `:` (or an indented one)
+/// Whether `line` opens a block that goes on to the next empty line: a
+/// Python line ending in `:`, a JavaScript one ending in an opening
+/// bracket, a comma or an arrow.
+fn opens_block(language: CodeLanguage, line: &str) -> bool {
+    let line = line.trim_end();
+    match language {
+        CodeLanguage::Python => line.ends_with(':'),
+        CodeLanguage::JavaScript => line.ends_with(['{', '(', '[', ',']) || line.ends_with("=>"),
+    }
+}
+
+/// A read-eval-print loop: a line that opens a block ([`opens_block`])
 /// continues until an empty line; Ctrl-D ends it, Ctrl-C interrupts a run.
 async fn repl(ws: &Workspaces, workspace: &str, args: &SessionArgs) -> Result<ExitCode, Error> {
+    let language: CodeLanguage = args.lang.parse()?;
     let id = session_of(ws, workspace, args, false).await?;
     eprintln!("code session {id} of {workspace}: Ctrl-D ends, Ctrl-C interrupts a run");
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
@@ -268,10 +280,11 @@ async fn repl(ws: &Workspaces, workspace: &str, args: &SessionArgs) -> Result<Ex
             break;
         };
         let continues = !block.is_empty() && !line.trim().is_empty();
-        if !block.is_empty() || line.trim_end().ends_with(':') {
+        let opens = opens_block(language, &line);
+        if !block.is_empty() || opens {
             block.push_str(&line);
             block.push('\n');
-            if continues || line.trim_end().ends_with(':') {
+            if continues || opens {
                 continue;
             }
         } else {
@@ -285,4 +298,27 @@ async fn repl(ws: &Workspaces, workspace: &str, args: &SessionArgs) -> Result<Ex
         print_run(&ran);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_open_as_each_language_writes_them() {
+        assert!(opens_block(CodeLanguage::Python, "for i in range(3):  "));
+        assert!(!opens_block(CodeLanguage::Python, "x = {"));
+        for line in [
+            "function f() {",
+            "const xs = [",
+            "f(a,",
+            "const g = (x) =>",
+            "call(",
+        ] {
+            assert!(opens_block(CodeLanguage::JavaScript, line), "{line}");
+        }
+        for line in ["x + 1", "f(a)", "if (x) y():"] {
+            assert!(!opens_block(CodeLanguage::JavaScript, line), "{line}");
+        }
+    }
 }

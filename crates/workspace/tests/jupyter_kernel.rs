@@ -1,8 +1,10 @@
 //! The code-session kernel client against a real Jupyter kernel (Debian's
 //! python3-ipykernel) run on the host, on loopback: state kept between
 //! runs, results, printed streams, rich displays, errors, an interrupted
-//! endless loop, a wrong key.
+//! endless loop, a wrong key; and the library's JavaScript kernel on the
+//! host's node the same way.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -12,6 +14,9 @@ use tokio::net::TcpStream;
 use workspace::code_sessions::{CodeRunLimits, JupyterClient, JupyterError};
 
 const KEY: &str = "a-key-of-this-test";
+/// The JavaScript kernel and runner a session's start writes into a guest.
+const JS_KERNEL: &str = include_str!("../src/code_sessions/kernels/javascript_kernel.py");
+const JS_RUNNER: &str = include_str!("../src/code_sessions/kernels/javascript_runner.js");
 
 /// A kernel on loopback, ended with the test.
 struct Kernel {
@@ -21,9 +26,37 @@ struct Kernel {
 }
 
 impl Kernel {
-    /// Starts one with ports 0 (it picks and writes them back) and waits
-    /// for the connection file to name them.
+    /// Starts Python's with ports 0 (it picks and writes them back) and
+    /// waits for the connection file to name them.
     fn start(python: &Path, name: &str) -> Kernel {
+        Self::start_with(name, |_, file| {
+            let mut kernel = Command::new(python);
+            kernel.args(["-m", "ipykernel_launcher", "-f"]).arg(file);
+            kernel
+        })
+    }
+
+    /// Starts the library's JavaScript kernel as a session's start does:
+    /// its kernel and runner written out, the kernel leading its own
+    /// process group (as the guest agent starts processes).
+    fn start_javascript(python: &Path, name: &str) -> Kernel {
+        Self::start_with(name, |dir, file| {
+            let kernel_py = dir.join("kernel.py");
+            let runner = dir.join("runner.js");
+            std::fs::write(&kernel_py, JS_KERNEL).unwrap();
+            std::fs::write(&runner, JS_RUNNER).unwrap();
+            let mut kernel = Command::new(python);
+            kernel
+                .arg(&kernel_py)
+                .arg("-f")
+                .arg(file)
+                .env("MICROAGENT_JS_RUNNER", &runner)
+                .process_group(0);
+            kernel
+        })
+    }
+
+    fn start_with(name: &str, command: impl FnOnce(&Path, &Path) -> Command) -> Kernel {
         let dir = std::env::temp_dir().join(format!("code-kernel-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -33,9 +66,7 @@ impl Kernel {
             "shell_port": 0, "iopub_port": 0, "stdin_port": 0, "control_port": 0, "hb_port": 0,
         });
         std::fs::write(&file, zero.to_string()).unwrap();
-        let child = Command::new(python)
-            .args(["-m", "ipykernel_launcher", "-f"])
-            .arg(&file)
+        let child = command(&dir, &file)
             .env("HOME", &dir)
             .env("MPLBACKEND", "agg")
             .current_dir(&dir)
@@ -274,4 +305,105 @@ async fn a_client_with_another_key_hears_nothing_it_takes() {
         run(&mut client, "6 * 7").await.result.as_deref(),
         Some("42")
     );
+}
+
+#[tokio::test]
+async fn a_javascript_session_keeps_state_prints_fails_and_is_interrupted() {
+    let test = "jupyter_kernel::a_javascript_session_keeps_state_prints_fails_and_is_interrupted";
+    let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
+        return;
+    };
+    let node = Command::new("node").arg("--version").output();
+    let node = match node {
+        Ok(out) if out.status.success() => Ok(()),
+        _ => Err("no node on PATH (apt-get install nodejs)".to_owned()),
+    };
+    if testkit::require(test, node).is_none() {
+        return;
+    }
+    let kernel = Kernel::start_javascript(&python, "javascript");
+    let mut client = kernel.connect(KEY).await.unwrap();
+    let set = run(&mut client, "let x = 41").await;
+    assert_eq!(
+        (set.result.as_deref(), &set.error),
+        (None, &None),
+        "{set:?}"
+    );
+    let got = run(&mut client, "x + 1").await;
+    assert_eq!(got.result.as_deref(), Some("42"), "{got:?}");
+    assert_eq!(got.execution_count, Some(2));
+    // What it prints comes as it is printed, beside its value.
+    let mut heard = String::new();
+    let printed = client
+        .execute(
+            "console.log('out', {a: 1}); console.error('err'); [1, 2]",
+            Duration::from_secs(60),
+            CodeRunLimits::default(),
+            std::future::pending::<()>(),
+            |name, text| heard.push_str(&format!("{name}:{text}")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (printed.stdout.as_str(), printed.stderr.as_str()),
+        ("out { a: 1 }\n", "err\n")
+    );
+    assert_eq!(printed.result.as_deref(), Some("[ 1, 2 ]"));
+    assert!(
+        heard.contains("stdout:out") && heard.contains("stderr:err"),
+        "{heard}"
+    );
+    // A thrown error: its name, message and the cell's own frames.
+    let failed = run(&mut client, "null.f()").await;
+    let error = failed.error.expect("an error");
+    assert_eq!(error.name, "TypeError", "{error:?}");
+    assert!(error.value.contains("null"), "{error:?}");
+    assert!(
+        error.traceback.iter().all(|l| !l.contains("runner.js")),
+        "{error:?}"
+    );
+    // A promise as the last value is awaited; modules come from node.
+    let awaited = run(
+        &mut client,
+        "new Promise(r => setTimeout(() => r(x * 2), 50))",
+    )
+    .await;
+    assert_eq!(awaited.result.as_deref(), Some("82"), "{awaited:?}");
+    let module = run(&mut client, "require('path').join('a', 'b')").await;
+    assert_eq!(module.result.as_deref(), Some("'a/b'"), "{module:?}");
+    // An endless loop past its timeout is interrupted; the session goes on.
+    let timed = client
+        .execute(
+            "while (true) {}",
+            Duration::from_secs(2),
+            CodeRunLimits::default(),
+            std::future::pending::<()>(),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        timed.stopped.as_deref(),
+        Some("timed out after 2s"),
+        "{timed:?}"
+    );
+    assert_eq!(timed.error.expect("interrupted").name, "Interrupted");
+    // And a wait on a promise that never settles, cancelled by its caller.
+    let cancelled = client
+        .execute(
+            "new Promise(() => {})",
+            Duration::from_secs(600),
+            CodeRunLimits::default(),
+            tokio::time::sleep(Duration::from_secs(1)),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled.stopped.as_deref(),
+        Some("cancelled"),
+        "{cancelled:?}"
+    );
+    assert_eq!(run(&mut client, "x").await.result.as_deref(), Some("41"));
+    client.shutdown(false).await.unwrap();
 }

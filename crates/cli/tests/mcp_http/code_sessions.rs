@@ -94,6 +94,10 @@ fn a_code_session_keeps_state_and_returns_rich_results() {
         {"tool": "code_run", "args": {"session": "cs/code-1", "code": "x"}},
         {"tool": "code_run", "args": {"session": "cs/code-9", "code": "1"}},
         {"tool": "code_run", "args": {"session": "code-1", "code": "1"}},
+        // A JavaScript session beside it keeps its variables too.
+        {"tool": "code_session_start", "args": {"workspace": "cs", "language": "javascript"}},
+        {"tool": "code_run", "args": {"session": "cs/code-2", "code": "let y = 41"}},
+        {"tool": "code_run", "args": {"session": "cs/code-2", "code": "console.log('js'); y + 1"}},
     ]}))
     .unwrap();
     let calls = out["calls"].as_array().unwrap();
@@ -143,10 +147,21 @@ fn a_code_session_keeps_state_and_returns_rich_results() {
         "{}",
         calls[10]
     );
+    for i in [11, 12, 13] {
+        assert_eq!(calls[i]["is_error"], false, "call {i}: {}", calls[i]);
+    }
+    assert_eq!(
+        calls[11]["structured"]["language"], "javascript",
+        "{}",
+        calls[11]
+    );
+    assert_eq!(calls[13]["structured"]["result"], "42", "{}", calls[13]);
+    assert_eq!(calls[13]["structured"]["stdout"], "js\n", "{}", calls[13]);
     drop(server);
 
     let listed = h.ok_json(&["code", "ls", "cs", "--json"]);
-    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
     h.ok(&["code", "stop", "cs", "code-1"]);
+    h.ok(&["code", "stop", "cs", "code-2"]);
     h.ok(&["rm", "-f", "-y", "cs"]);
 }

@@ -1,5 +1,6 @@
 //! A session's kernel in the guest: the background process `code-N`
-//! (`python3 -m ipykernel_launcher`), as the workspace's default user in
+//! (`python3 -m ipykernel_launcher`, or this library's JavaScript kernel
+//! written in at the start), as the workspace's default user in
 //! its default directory, which picks its own ports and key on the
 //! guest's loopback and writes them to a connection file; the host reads
 //! that file (guest data: bounded and checked) and connects through the
@@ -12,7 +13,7 @@ use tokio::net::UnixStream;
 
 use super::jupyter::JupyterClient;
 use super::records::SessionRecord;
-use super::{CodeLanguage, CodeSessionError};
+use super::{javascript, CodeLanguage, CodeSessionError};
 use base::store::workspace_dir::WorkspaceDir;
 
 use crate::error::{Error, Result};
@@ -33,8 +34,8 @@ pub(crate) const FIRST_ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 const START_POLL: Duration = Duration::from_millis(500);
 /// Largest connection file read.
 const MAX_CONNECTION_FILE: u64 = 4096;
-/// What Python says when the module is missing.
-const NO_MODULE: &str = "No module named ipykernel_launcher";
+/// What Python says when a module is missing.
+const NO_MODULE: &str = "No module named";
 
 /// The guest path of session `id`'s connection file.
 fn connection_file(id: &str, nonce: &str) -> String {
@@ -47,10 +48,20 @@ pub(crate) async fn start(
     id: &str,
     language: CodeLanguage,
 ) -> Result<SessionRecord> {
-    let CodeLanguage::Python = language;
-    let file = connection_file(id, &base::host::dirfd::random_hex());
-    let req = ExecRequest::argv(["python3", "-m", "ipykernel_launcher", "-f", &file])
-        .env("PYTHONUNBUFFERED", "1");
+    let nonce = base::host::dirfd::random_hex();
+    let file = connection_file(id, &nonce);
+    let req = match language {
+        CodeLanguage::Python => {
+            ExecRequest::argv(["python3", "-m", "ipykernel_launcher", "-f", &file])
+        }
+        CodeLanguage::JavaScript => {
+            let (kernel, runner) = javascript::paths(id, &nonce);
+            javascript::install(ws, &kernel, &runner).await?;
+            ExecRequest::argv(["python3", &kernel, "-f", &file])
+                .env(javascript::RUNNER_VAR, &runner)
+        }
+    }
+    .env("PYTHONUNBUFFERED", "1");
     let options = ProcessOptions {
         id: Some(id.to_owned()),
         ..ProcessOptions::default()
@@ -99,12 +110,11 @@ pub(crate) async fn start(
             let workspace = ws.name.as_str().to_owned();
             if !out.process.running() {
                 let _ = ws.processes().process_remove(id).await;
-                if said.contains(NO_MODULE) {
+                if let Some(looked_for) = missing(language, &said) {
                     return Err(CodeSessionError::NotInstalled {
                         workspace,
                         language: language.as_str(),
-                        looked_for: "python3 -m ipykernel_launcher (Debian's python3-ipykernel)"
-                            .into(),
+                        looked_for: looked_for.into(),
                     }
                     .into());
                 }
@@ -146,6 +156,21 @@ pub(crate) async fn start(
         let _ = ws.processes().process_remove(id).await;
     }
     waited
+}
+
+/// What the kernel of `language` found missing, by what it said
+/// before it ended.
+fn missing(language: CodeLanguage, said: &str) -> Option<&'static str> {
+    let no_ipykernel = said.contains(NO_MODULE) && said.contains("ipykernel");
+    match language {
+        CodeLanguage::Python if no_ipykernel => {
+            Some("python3 -m ipykernel_launcher (Debian's python3-ipykernel)")
+        }
+        CodeLanguage::JavaScript if no_ipykernel || said.contains(javascript::NO_NODE) => {
+            Some("node (Debian's nodejs) and python3 with ipykernel (Debian's python3-ipykernel)")
+        }
+        _ => None,
+    }
 }
 
 /// Keeps the last 8 KiB of a growing text (on a character boundary).
@@ -288,5 +313,44 @@ mod tests {
             assert!(parse_connection(&bad).is_err(), "{field}: {bad}");
         }
         assert!(parse_connection(&json!([])).is_err());
+    }
+
+    #[test]
+    fn a_kernel_that_ended_for_want_of_its_parts_says_which() {
+        let no_ipykernel = "ModuleNotFoundError: No module named 'ipykernel'";
+        assert!(missing(CodeLanguage::Python, no_ipykernel).is_some());
+        assert!(missing(
+            CodeLanguage::Python,
+            "/usr/bin/python3: No module named ipykernel_launcher"
+        )
+        .is_some());
+        assert!(missing(CodeLanguage::JavaScript, no_ipykernel).is_some());
+        assert!(missing(
+            CodeLanguage::JavaScript,
+            "microagent: no node on PATH (Debian's nodejs)"
+        )
+        .is_some());
+        assert_eq!(
+            missing(CodeLanguage::Python, "microagent: no node on PATH"),
+            None
+        );
+        assert_eq!(
+            missing(CodeLanguage::Python, "No module named 'pandas'"),
+            None
+        );
+        for (name, language) in [
+            ("python", CodeLanguage::Python),
+            ("python3", CodeLanguage::Python),
+            ("javascript", CodeLanguage::JavaScript),
+            ("js", CodeLanguage::JavaScript),
+            ("node", CodeLanguage::JavaScript),
+        ] {
+            assert_eq!(name.parse::<CodeLanguage>().unwrap(), language);
+        }
+        assert!("ruby".parse::<CodeLanguage>().is_err());
+        assert_eq!(
+            serde_json::to_value(CodeLanguage::JavaScript).unwrap(),
+            "javascript"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! (`records`); the kernel's start in the guest (`launch`); the calls
 //! (`ops`).
 
+mod javascript;
 pub mod jupyter;
 pub(crate) mod launch;
 pub(crate) mod ops;
@@ -60,6 +61,10 @@ pub fn image_request() -> crate::images::build::ImageBuildRequest {
 pub enum CodeLanguage {
     /// Python 3 through `ipykernel`.
     Python,
+    /// JavaScript in Node.js, through this library's own kernel
+    /// (`javascript.rs`).
+    #[serde(rename = "javascript")]
+    JavaScript,
 }
 
 impl CodeLanguage {
@@ -67,6 +72,7 @@ impl CodeLanguage {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Python => "python",
+            Self::JavaScript => "javascript",
         }
     }
 }
@@ -77,6 +83,7 @@ impl std::str::FromStr for CodeLanguage {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "python" | "python3" => Ok(Self::Python),
+            "javascript" | "js" | "node" => Ok(Self::JavaScript),
             other => Err(CodeSessionError::UnknownLanguage(
                 other.chars().take(64).collect(),
             )),
@@ -152,7 +159,7 @@ pub struct CodeSessionInfo {
 #[non_exhaustive]
 pub enum CodeSessionError {
     /// A language this library has no kernel for.
-    #[error("no code sessions in `{0}` (languages: python)")]
+    #[error("no code sessions in `{0}` (languages: python, javascript)")]
     UnknownLanguage(String),
     /// The workspace's image has no kernel for the language.
     #[error("workspace `{workspace}` has no {language} kernel (looked for {looked_for})")]

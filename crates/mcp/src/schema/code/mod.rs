@@ -31,7 +31,7 @@ pub const MAX_SESSION_CHARS: usize = 200;
 pub struct CodeSessionStartParams {
     /// Workspace name (an image with Jupyter's kernel: `code`).
     pub workspace: String,
-    /// The session's language; default python.
+    /// The session's language: python (the default) or javascript (node).
     #[serde(default = "python")]
     pub language: CodeLanguage,
 }
