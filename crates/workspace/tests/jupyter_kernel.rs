@@ -133,6 +133,48 @@ async fn run(
         .unwrap()
 }
 
+/// Runs `endless` past a 2 s timeout, then `waiting` until its caller
+/// cancels it after 1 s: both are stopped, the first with the error
+/// `interrupted` (the session goes on: the caller checks it).
+async fn interrupted_twice(
+    client: &mut JupyterClient<TcpStream>,
+    endless: &str,
+    waiting: &str,
+    interrupted: &str,
+) {
+    let timed = client
+        .execute(
+            endless,
+            Duration::from_secs(2),
+            CodeRunLimits::default(),
+            std::future::pending::<()>(),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        timed.stopped.as_deref(),
+        Some("timed out after 2s"),
+        "{timed:?}"
+    );
+    assert_eq!(timed.error.expect("interrupted").name, interrupted);
+    let cancelled = client
+        .execute(
+            waiting,
+            Duration::from_secs(600),
+            CodeRunLimits::default(),
+            tokio::time::sleep(Duration::from_secs(1)),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled.stopped.as_deref(),
+        Some("cancelled"),
+        "{cancelled:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_kernel_keeps_state_and_returns_results_streams_and_errors() {
     let test = "jupyter_kernel::a_kernel_keeps_state_and_returns_results_streams_and_errors";
@@ -222,39 +264,13 @@ async fn an_endless_loop_is_interrupted_and_the_session_goes_on() {
     let kernel = Kernel::start(&python, "interrupt");
     let mut client = kernel.connect(KEY).await.unwrap();
     run(&mut client, "kept = 'still here'").await;
-    // Past its timeout.
-    let timed = client
-        .execute(
-            "while True:\n    pass",
-            Duration::from_secs(2),
-            CodeRunLimits::default(),
-            std::future::pending::<()>(),
-            |_, _| {},
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        timed.stopped.as_deref(),
-        Some("timed out after 2s"),
-        "{timed:?}"
-    );
-    assert_eq!(timed.error.expect("interrupted").name, "KeyboardInterrupt");
-    // Cancelled by its caller.
-    let cancelled = client
-        .execute(
-            "import time\nwhile True:\n    time.sleep(0.01)",
-            Duration::from_secs(600),
-            CodeRunLimits::default(),
-            tokio::time::sleep(Duration::from_secs(1)),
-            |_, _| {},
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        cancelled.stopped.as_deref(),
-        Some("cancelled"),
-        "{cancelled:?}"
-    );
+    interrupted_twice(
+        &mut client,
+        "while True:\n    pass",
+        "import time\nwhile True:\n    time.sleep(0.01)",
+        "KeyboardInterrupt",
+    )
+    .await;
     assert_eq!(
         run(&mut client, "kept").await.result.as_deref(),
         Some("'still here'")
@@ -371,39 +387,15 @@ async fn a_javascript_session_keeps_state_prints_fails_and_is_interrupted() {
     assert_eq!(awaited.result.as_deref(), Some("82"), "{awaited:?}");
     let module = run(&mut client, "require('path').join('a', 'b')").await;
     assert_eq!(module.result.as_deref(), Some("'a/b'"), "{module:?}");
-    // An endless loop past its timeout is interrupted; the session goes on.
-    let timed = client
-        .execute(
-            "while (true) {}",
-            Duration::from_secs(2),
-            CodeRunLimits::default(),
-            std::future::pending::<()>(),
-            |_, _| {},
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        timed.stopped.as_deref(),
-        Some("timed out after 2s"),
-        "{timed:?}"
-    );
-    assert_eq!(timed.error.expect("interrupted").name, "Interrupted");
-    // And a wait on a promise that never settles, cancelled by its caller.
-    let cancelled = client
-        .execute(
-            "new Promise(() => {})",
-            Duration::from_secs(600),
-            CodeRunLimits::default(),
-            tokio::time::sleep(Duration::from_secs(1)),
-            |_, _| {},
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        cancelled.stopped.as_deref(),
-        Some("cancelled"),
-        "{cancelled:?}"
-    );
+    // An endless loop past its timeout, and a wait on a promise that
+    // never settles cancelled by its caller: both interrupted.
+    interrupted_twice(
+        &mut client,
+        "while (true) {}",
+        "new Promise(() => {})",
+        "Interrupted",
+    )
+    .await;
     assert_eq!(run(&mut client, "x").await.result.as_deref(), Some("41"));
     client.shutdown(false).await.unwrap();
 }
