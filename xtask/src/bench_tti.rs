@@ -524,7 +524,7 @@ const STEPS: [(&str, &str); 17] = [
     ("irqchip_and_devices_us", "  restore: devices attached"),
     ("restored_us", "  restore: vCPU and device state set"),
     ("built_ms", "machine built"),
-    ("ports_bound_ms", "published ports bound"),
+    ("checked_ms", "record checked, ports bound"),
     ("lockdown_ms", "confinement began"),
     ("private_root_us", "  confinement: private root made"),
     ("account_us", "  confinement: account, capabilities"),

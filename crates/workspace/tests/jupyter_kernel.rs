@@ -397,5 +397,52 @@ async fn a_javascript_session_keeps_state_prints_fails_and_is_interrupted() {
     )
     .await;
     assert_eq!(run(&mut client, "x").await.result.as_deref(), Some("41"));
+    // Output printed between cells does not stop node, and a cell larger
+    // than a pipe's buffer still goes through.
+    run(
+        &mut client,
+        "globalThis.chatter = setInterval(() => console.log('x'.repeat(1000)), 1)",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let large = format!(
+        "clearInterval(chatter); /* {} */ 'through'",
+        "y".repeat(200 * 1024)
+    );
+    assert_eq!(
+        run(&mut client, &large).await.result.as_deref(),
+        Some("'through'")
+    );
+    // A loop in a timer, which no interrupt reaches: node is killed after
+    // the grace, the session goes on with a fresh one.
+    run(&mut client, "setTimeout(() => { for (;;) {} }, 0); 1").await;
+    let stuck = client
+        .execute(
+            "x",
+            Duration::from_secs(2),
+            CodeRunLimits::default(),
+            std::future::pending::<()>(),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        stuck.error.expect("killed").name,
+        "Interrupted",
+        "{:?}",
+        stuck.stopped
+    );
+    let fresh = run(&mut client, "typeof x").await;
+    assert_eq!(fresh.result.as_deref(), Some("'undefined'"), "{fresh:?}");
+    assert!(fresh.stderr.contains("a new one runs"), "{fresh:?}");
+    // Node ending with a detached child of its own still holding on: the
+    // run says so at once, and the next one has a fresh node.
+    let ended = run(
+        &mut client,
+        "require('child_process').spawn('sleep', ['30'], {detached: true, stdio: 'ignore'}).unref(); process.exit(3)",
+    )
+    .await;
+    assert_eq!(ended.error.expect("node gone").name, "NodeGone");
+    assert_eq!(run(&mut client, "1 + 1").await.result.as_deref(), Some("2"));
     client.shutdown(false).await.unwrap();
 }

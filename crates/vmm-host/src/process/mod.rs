@@ -89,8 +89,6 @@ struct Shared {
     can_hibernate: bool,
     /// A hibernation is being written.
     hibernating: AtomicBool,
-    /// Its record is still to be confirmed (`record::confirm`).
-    unconfirmed: bool,
 }
 
 impl Shared {
@@ -111,9 +109,7 @@ impl Shared {
         let result = (|| {
             let _lock = self.state.lock_workspace(self.ws.name())?;
             let mut meta = self.ws.read_meta()?;
-            // Unconfirmed, the lock waited for the starter's record, which
-            // must name this process.
-            if !meta.state.has_vmm() || (self.unconfirmed && !record::runs_in_this_process(&meta)) {
+            if !meta.state.has_vmm() {
                 return Ok(());
             }
             Ok::<(), VmmProcessError>(self.ws.record_exit(&mut meta, crashed, reason)?)
@@ -271,33 +267,36 @@ impl VmmProcess {
         });
         let name = launch.workspace.as_str();
         let ws = WorkspaceDir::new(&state, name)?;
-        // With its starter's ticket the machine is built, and then run,
-        // while the starter still holds the lock to record this process: a
-        // workspace's spec never changes and its record is replaced
-        // atomically, so it can be read unlocked, and while the starter
-        // holds the lock no other VMM of this workspace runs, so stale
-        // sockets of a crashed run (the binds would fail) can go. The
-        // record is confirmed before the workspace counts as running
-        // (`record::confirm`). Without the ticket nothing is touched before
-        // the record says this process was started for it.
+        // With its starter's ticket the machine is built while the starter
+        // still holds the lock to record this process: a workspace's spec
+        // never changes and its record is replaced atomically, so it can be
+        // read unlocked, and while the starter holds the lock no other VMM
+        // of this workspace runs, so stale sockets of a crashed run (the
+        // binds would fail) can go. Its guest runs only once the record
+        // names this process: a starter that died before writing it leaves
+        // a VMM whose guest never ran, whatever starts next. Without the
+        // ticket nothing is touched before the record says so.
         let claimed = prepared.is_some();
         let ticketed = launch
             .ticket
             .as_deref()
             .is_some_and(|t| ws.holds_launch_ticket(t));
-        let (spec, confirmed, mut built) = if ticketed {
+        let early = if ticketed {
             let spec = ws.read_meta()?.spec;
-            let built = Built::build(&state, &ws, launch, &spec, prepared.take());
-            (spec, None, built)
+            Some(Built::build(&state, &ws, launch, &spec, prepared.take()))
         } else {
-            let meta = record::started_for_it(&state, &ws)?;
-            ws.remove_launch_ticket();
-            let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
-            (meta.spec.clone(), Some(meta), built)
+            None
         };
-        let runtime = confirmed.and_then(|meta| meta.runtime);
-        let (listeners, net_ns) = listeners::bind_ports(&spec, &mut built.machine);
-        let relays = listeners::bind_relays(&state, &ws, &spec, &mut built.machine);
+        let meta = record::started_for_it(&state, &ws, ticketed)?;
+        ws.remove_launch_ticket();
+        let mut built = match early {
+            Some(built) => built,
+            None => Built::build(&state, &ws, launch, &meta.spec, prepared.take()),
+        };
+        let spec = &meta.spec;
+        let runtime = meta.runtime.as_ref();
+        let (listeners, net_ns) = listeners::bind_ports(spec, &mut built.machine);
+        let relays = listeners::bind_relays(&state, &ws, spec, &mut built.machine);
         let Built {
             machine: built,
             passt,
@@ -313,7 +312,7 @@ impl VmmProcess {
         } = built;
         let launched = launch
             .launched_ns
-            .or(runtime.as_ref().and_then(|r| r.launched_mono_ns));
+            .or(runtime.and_then(|r| r.launched_mono_ns));
         let ms_after_launch = |ns| us_after(launched, Some(ns)).map(|us| us as f64 / 1e3);
         tracing::info!(
             process_ms = ms_after_launch(entered),
@@ -322,9 +321,9 @@ impl VmmProcess {
             network_ms = ms_after_launch(network_ns),
             mount_ns_ms = ms_after_launch(unshared_ns),
             built_ms = ms_after_launch(built_at),
-            ports_bound_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
+            checked_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
             restored = launch.restore.is_some(),
-            record_confirmed_later = ticketed,
+            before_the_record = ticketed,
             standby = claimed,
             "machine built (times since the VMM's launch)"
         );
@@ -333,13 +332,13 @@ impl VmmProcess {
             restored: launch.restore.is_some(),
             guest_net,
             keep_warm: launch.keep_warm.clone(),
-            volumes: crate::guest_ready::to_mount(&spec),
+            volumes: crate::guest_ready::to_mount(spec),
             state: state.clone(),
             started: Instant::now(),
             ready: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             stop_reason: Mutex::new(None),
-            ttl_deadline: Mutex::new(runtime.as_ref().and_then(|r| r.ttl_deadline_ms)),
+            ttl_deadline: Mutex::new(runtime.and_then(|r| r.ttl_deadline_ms)),
             ttl_changed: Condvar::new(),
             ports: PortForwarder::new(&ws.vsock(), AGENT_PORT),
             egress: egress.map(crate::egress::EgressControl::new),
@@ -351,9 +350,8 @@ impl VmmProcess {
             idle_paused: AtomicBool::new(false),
             transition: Mutex::new(()),
             arrivals: OnceLock::new(),
-            idle: idle_policy(&state, &spec),
+            idle: idle_policy(&state, spec),
             can_hibernate: spec.may_hibernate(),
-            unconfirmed: ticketed,
             hibernating: AtomicBool::new(false),
         });
         let machine = match built {
@@ -384,7 +382,7 @@ impl VmmProcess {
             owner,
             user: launch.user,
             disk_and_mem_mib: (
-                crate::guest_ready::largest_disk_mib(&state, &ws, &spec),
+                crate::guest_ready::largest_disk_mib(&state, &ws, spec),
                 spec.mem_mib,
             ),
             cgroup,
@@ -570,9 +568,6 @@ fn classify_end(reason: &StopReason, stopping: Option<&str>, ws: &WorkspaceDir) 
 
 /// Polls the agent until it answers, then marks the workspace running.
 fn wait_for_agent(shared: &Arc<Shared>) {
-    if shared.unconfirmed && !record::confirm(shared) {
-        return;
-    }
     let mut attempts = 0u32;
     let mut retry = Duration::from_millis(20);
     loop {

@@ -34,8 +34,6 @@ pub(crate) const FIRST_ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 const START_POLL: Duration = Duration::from_millis(500);
 /// Largest connection file read.
 const MAX_CONNECTION_FILE: u64 = 4096;
-/// What Python says when a module is missing.
-const NO_MODULE: &str = "No module named";
 
 /// The guest path of session `id`'s connection file.
 fn connection_file(id: &str, nonce: &str) -> String {
@@ -161,7 +159,13 @@ pub(crate) async fn start(
 /// What the kernel of `language` found missing, by what it said
 /// before it ended.
 fn missing(language: CodeLanguage, said: &str) -> Option<&'static str> {
-    let no_ipykernel = said.contains(NO_MODULE) && said.contains("ipykernel");
+    let no_ipykernel = [
+        "No module named ipykernel",
+        "No module named 'ipykernel'",
+        "No module named 'ipykernel.",
+    ]
+    .iter()
+    .any(|missing| said.contains(missing));
     match language {
         CodeLanguage::Python if no_ipykernel => {
             Some("python3 -m ipykernel_launcher (Debian's python3-ipykernel)")

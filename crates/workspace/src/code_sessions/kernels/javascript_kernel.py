@@ -13,10 +13,13 @@ throws (vm's breakOnSigint) and the session goes on.
 
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 if shutil.which("node") is None:
     print("microagent: no node on PATH (Debian's nodejs)", file=sys.stderr)
@@ -26,6 +29,33 @@ from ipykernel.kernelapp import IPKernelApp  # noqa: E402
 from ipykernel.kernelbase import Kernel  # noqa: E402
 
 RUNNER = os.environ.get("MICROAGENT_JS_RUNNER", "")
+# How long node may take to stop at an interrupt before it is killed (code
+# that never yields: a loop in a callback or after an await).
+INTERRUPT_GRACE = 3.0
+# Messages kept while no cell reads them (what timers print between cells).
+MAX_WAITING = 4096
+
+
+def read_messages(pipe, messages):
+    """Puts each line node sends on `messages` (one that is not JSON as
+    text on stderr), then None at its end."""
+    for line in pipe:
+        try:
+            message = json.loads(line)
+            if not isinstance(message, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            message = {"t": "err", "s": line.decode("utf-8", "replace")}
+        # Printed between cells and never read: the oldest is kept, the
+        # rest dropped, so a chatty timer cannot fill the guest's memory.
+        if message.get("t") != "done" and messages.qsize() > MAX_WAITING:
+            continue
+        messages.put(message)
+    messages.put(None)
+
+
+def gone(why):
+    return {"ok": False, "name": "NodeGone", "message": why}
 
 
 def node_version():
@@ -52,7 +82,8 @@ class JavaScriptKernel(Kernel):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.node = None
-        self.outcomes = None
+        self.messages = None
+        self.interrupted_at = None
 
     def start_node(self):
         read, write = os.pipe()
@@ -64,9 +95,15 @@ class JavaScriptKernel(Kernel):
             pass_fds=(write,),
         )
         os.close(write)
-        self.outcomes = os.fdopen(read, "rb")
+        # Read all the time, so that output printed between cells never
+        # fills the pipe and stops node; None is its end.
+        self.messages = queue.Queue()
+        threading.Thread(
+            target=read_messages, args=(os.fdopen(read, "rb"), self.messages), daemon=True
+        ).start()
 
     def forward_interrupt(self, signum, frame):
+        self.interrupted_at = time.monotonic()
         # ipykernel signals its process group when it leads one, which
         # reaches node; otherwise only this process hears it.
         if self.node is not None and os.getpgid(0) != os.getpid():
@@ -84,27 +121,10 @@ class JavaScriptKernel(Kernel):
             if ended is not None:
                 self.stream("stderr", "microagent: node had ended (status %s): a new one runs; "
                             "what was defined before is gone\n" % ended)
-        try:
-            self.node.stdin.write((json.dumps({"code": code}) + "\n").encode())
-            self.node.stdin.flush()
-        except OSError as e:
-            return self.failed("NodeGone", "node did not take the code: %s" % e, [])
+        self.interrupted_at = None
         previous = signal.signal(signal.SIGINT, self.forward_interrupt)
         try:
-            outcome = None
-            while outcome is None:
-                line = self.outcomes.readline()
-                if not line:
-                    self.node.wait()
-                    return self.failed(
-                        "NodeGone", "node ended (status %s)" % self.node.returncode, []
-                    )
-                message = json.loads(line)
-                kind = message.get("t")
-                if kind in ("out", "err"):
-                    self.stream("stdout" if kind == "out" else "stderr", message.get("s", ""))
-                elif kind == "done":
-                    outcome = message
+            outcome = self.send_and_wait(code)
         finally:
             signal.signal(signal.SIGINT, previous)
         if not outcome.get("ok"):
@@ -130,6 +150,43 @@ class JavaScriptKernel(Kernel):
             "payload": [],
             "user_expressions": {},
         }
+
+    def send_and_wait(self, code):
+        """Sends the cell to node and passes on what it prints until its
+        outcome: node's, or one said here when node ends, or does not stop
+        within INTERRUPT_GRACE of an interrupt (then it is killed)."""
+        try:
+            self.node.stdin.write((json.dumps({"code": code}) + "\n").encode())
+            self.node.stdin.flush()
+        except OSError as e:
+            return gone("node did not take the code: %s" % e)
+        while True:
+            try:
+                message = self.messages.get(timeout=0.25)
+            except queue.Empty:
+                if self.node.poll() is not None and self.messages.empty():
+                    return gone("node ended (status %s)" % self.node.returncode)
+                late = self.interrupted_at is not None and (
+                    time.monotonic() - self.interrupted_at > INTERRUPT_GRACE
+                )
+                if late:
+                    self.node.kill()
+                    self.node.wait()
+                    return {
+                        "ok": False,
+                        "name": "Interrupted",
+                        "message": "node did not stop at the interrupt and was killed: "
+                        "what the session defined is gone",
+                    }
+                continue
+            if message is None:
+                self.node.wait()
+                return gone("node ended (status %s)" % self.node.returncode)
+            kind = message.get("t")
+            if kind in ("out", "err"):
+                self.stream("stdout" if kind == "out" else "stderr", message.get("s", ""))
+            elif kind == "done":
+                return message
 
     def stream(self, name, text):
         self.send_response(self.iopub_socket, "stream", {"name": name, "text": text})

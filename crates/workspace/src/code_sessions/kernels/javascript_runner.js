@@ -11,7 +11,15 @@ const vm = require('vm');
 const readline = require('readline');
 const { createRequire } = require('module');
 
-const OUTCOMES = Number(process.argv[2]);
+// The outcome pipe, opened again close-on-exec (libuv opens so) and the
+// inherited descriptor closed: a child process the code starts must not
+// hold it, or node's end would not end the pipe.
+const OUTCOMES = (() => {
+  const inherited = Number(process.argv[2]);
+  const own = fs.openSync(`/proc/self/fd/${inherited}`, 'w');
+  fs.closeSync(inherited);
+  return own;
+})();
 // A result's text past this is cut (the host bounds it again).
 const MAX_VALUE_CHARS = 1 << 20;
 const INTERRUPTED = 'ERR_SCRIPT_EXECUTION_INTERRUPTED';
