@@ -211,16 +211,11 @@ fn join_v1(
         &limits.cpu_quota_us.to_string(),
     )?;
     write(&dirs[2], "pids.max", &limits.pids_max.to_string())?;
-    let (file, value) = v1_membership(threads_of_this_process());
+    let (file, value) = v1_membership(crate::host::settings::threads_of_this_process());
     for dir in &dirs {
         write(dir, file, &value)?;
     }
     Ok(dirs)
-}
-
-/// Threads of this process now (0 when /proc cannot tell).
-fn threads_of_this_process() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
 
 /// How a process of `threads` threads joins a v1 group. A single-threaded
@@ -485,7 +480,7 @@ mod tests {
         assert_eq!(read(group("cpu").join("cpu.cfs_quota_us")), "200000");
         assert_eq!(read(group("pids").join("pids.max")), "128");
         // As this process joins (its threads decide how).
-        let (file, value) = v1_membership(threads_of_this_process());
+        let (file, value) = v1_membership(crate::host::settings::threads_of_this_process());
         assert_eq!(read(group("pids").join(file)), value);
         assert_eq!(dirs.len(), 3);
         // Renamed in place to a workspace's name; a name taken refuses

@@ -61,11 +61,6 @@ fn c_path(path: &Path) -> Result<CString, JailError> {
     })
 }
 
-/// The number of threads of this process.
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
-}
-
 /// mount(2) with C strings, or nulls for `None`.
 fn mount(
     source: Option<&CStr>,
@@ -97,7 +92,7 @@ fn mount(
 /// its permission). Call while the process has one thread.
 pub fn unshare() -> Result<(), JailError> {
     const CAP_SYS_ADMIN: u32 = 21;
-    let n = threads();
+    let n = crate::host::settings::threads_of_this_process();
     if n != 1 {
         return Err(JailError::Threaded(n));
     }

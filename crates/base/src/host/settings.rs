@@ -115,6 +115,11 @@ pub fn own_pid() -> u32 {
         .unwrap_or_else(std::process::id)
 }
 
+/// Threads of this process now (0 when /proc cannot tell).
+pub fn threads_of_this_process() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, Iterator::count)
+}
+
 /// A field of this process's /proc/self/status (`Umask`, `CapEff`,
 /// `Seccomp`), its value trimmed; `None` when /proc cannot tell.
 pub fn proc_self_status(field: &str) -> Option<String> {

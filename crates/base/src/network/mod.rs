@@ -12,6 +12,7 @@
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -150,22 +151,31 @@ pub fn start_passt(
     let binary = passt_binary().ok_or(NetworkError::PasstMissing)?;
     let (ours, theirs) =
         UnixStream::pair().map_err(NetworkError::io("creating the socket pair for passt"))?;
-    // passt's end, without close-on-exec so that it survives the exec:
-    // the VMM starts passt while it is its only thread, so no other
-    // program inherits it. With no step to run in the child, the spawn is
-    // a vfork and exec (`posix_spawn`), not a fork of the VMM's mappings.
-    // SAFETY: dup of a descriptor this function owns; the copy is owned
-    // below.
-    let inherited = unsafe { libc::dup(theirs.as_raw_fd()) };
-    if inherited < 0 {
-        return Err(NetworkError::io("duplicating passt's socket".to_owned())(
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: `inherited` was just returned by dup and nothing else owns it.
-    let inherited = unsafe { std::os::fd::OwnedFd::from_raw_fd(inherited) };
-    drop(theirs);
-    let fd = inherited.as_raw_fd();
+    // passt's end must survive the exec. In a process of one thread (the
+    // VMM's, which starts passt before any other) a copy without
+    // close-on-exec does it, and the spawn needs no step in the child: a
+    // vfork and exec (`posix_spawn`), not a fork of the VMM's mappings.
+    // With other threads, one of them could start a program meanwhile that
+    // would inherit the copy: the end is then made inheritable in the
+    // child only.
+    let alone = crate::host::settings::threads_of_this_process() == 1;
+    let inherited = if alone {
+        // SAFETY: dup of a descriptor this function owns; the copy is
+        // owned at once.
+        let copy = unsafe { libc::dup(theirs.as_raw_fd()) };
+        if copy < 0 {
+            return Err(NetworkError::io("duplicating passt's socket".to_owned())(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: `copy` was just returned by dup and nothing else owns it.
+        Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
+    } else {
+        None
+    };
+    let fd = inherited
+        .as_ref()
+        .map_or(theirs.as_raw_fd(), AsRawFd::as_raw_fd);
     if run_as.is_some() {
         // passt opens its log as root but without CAP_DAC_OVERRIDE: in a
         // directory handed to another account it can open only a file of
@@ -198,11 +208,24 @@ pub fn start_passt(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+    if !alone {
+        // SAFETY: the closure runs in the child before exec and calls only
+        // fcntl(2), which is async-signal-safe; `fd` stays open in the
+        // parent until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let child = cmd.spawn().map_err(NetworkError::io(format!(
         "starting {} for the `user` network",
         binary.display()
     )))?;
-    drop(inherited);
+    drop((inherited, theirs));
     Ok((ours, Passt { child }))
 }
 
@@ -213,6 +236,55 @@ mod user_filter_hostile_tests;
 mod tests {
     use super::*;
     use crate::store::name::{NO_NETWORK, USER_NETWORK};
+
+    #[test]
+    fn passt_gets_its_end_from_a_process_of_many_threads() {
+        let test = "network::tests::passt_gets_its_end_from_a_process_of_many_threads";
+        if passt_binary().is_none() {
+            crate::test_support::skip(test, "passt is not installed (apt-get install passt)");
+            return;
+        }
+        // Another thread: the end is made inheritable in the child only.
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || wait.recv());
+        assert!(crate::host::settings::threads_of_this_process() > 1);
+        let dir = std::env::temp_dir().join(format!("passt-end-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let addr = Addressing {
+            guest: Ipv4Addr::new(10, 0, 2, 15),
+            prefix: 24,
+            gateway: Ipv4Addr::new(10, 0, 2, 2),
+            dns: Ipv4Addr::new(10, 0, 2, 3),
+        };
+        let (ours, passt) = start_passt(&dir, &addr, false, None).unwrap();
+        // passt holds the other end of the pair, and this process does not.
+        let sockets_of = |pid: u32| {
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| std::fs::read_link(e.path()).ok())
+                        .filter(|l| l.to_string_lossy().starts_with("socket:"))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        let held = (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            sockets_of(passt.pid()) > 0
+        });
+        assert!(held, "passt holds no socket");
+        ours.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let read = std::io::Read::read(&mut &ours, &mut byte);
+        assert!(
+            matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the pair's other end is open: {read:?}"
+        );
+        drop(passt);
+        done.send(()).unwrap();
+        let _ = other.join();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn passt_snapshot_dates_come_from_debian_versions() {
