@@ -512,7 +512,7 @@ struct Fork {
 /// since the launch but the restore's and the confinement's own (indented:
 /// since the restore or the confinement began; seccomp's compile alone
 /// since its own start).
-const STEPS: [(&str, &str); 17] = [
+const STEPS: [(&str, &str); 18] = [
     ("process_ms", "process running its main"),
     ("cgroup_ms", "cgroup joined (or renamed)"),
     ("network_ms", "network attached (passt started)"),
@@ -524,7 +524,7 @@ const STEPS: [(&str, &str); 17] = [
     ("irqchip_and_devices_us", "  restore: devices attached"),
     ("restored_us", "  restore: vCPU and device state set"),
     ("built_ms", "machine built"),
-    ("checked_ms", "record checked, ports bound"),
+    ("ports_bound_ms", "published ports bound"),
     ("lockdown_ms", "confinement began"),
     ("private_root_us", "  confinement: private root made"),
     ("account_us", "  confinement: account, capabilities"),
@@ -535,6 +535,10 @@ const STEPS: [(&str, &str); 17] = [
     ),
     ("seccomp_us", "  confinement: seccomp installed"),
     ("confined_ms", "confined"),
+    (
+        "record_checked_ms",
+        "record checked (ticketed: after confinement)",
+    ),
     ("threads_ms", "threads started (after the vCPUs')"),
 ];
 

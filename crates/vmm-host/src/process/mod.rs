@@ -191,6 +191,9 @@ pub struct VmmProcess {
     net_ns: std::result::Result<(), String>,
     /// When its starter launched it (monotonic ns), for the log's times.
     launched_mono_ns: Option<u64>,
+    /// The record names this process already (else `run` checks it before
+    /// the guest runs).
+    record_checked: bool,
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -281,20 +284,28 @@ impl VmmProcess {
             .ticket
             .as_deref()
             .is_some_and(|t| ws.holds_launch_ticket(t));
-        let early = if ticketed {
-            let spec = ws.read_meta()?.spec;
-            Some(Built::build(&state, &ws, launch, &spec, prepared.take()))
+        let (meta, mut built, record_checked) = if ticketed {
+            // Its spec; its runtime is the starter's to write, checked in
+            // `run` once the process is confined (meanwhile the starter
+            // writes it), or here when there is no machine to run.
+            let meta = ws.read_meta()?;
+            let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
+            if built.machine.is_ok() {
+                (meta, built, false)
+            } else {
+                let meta = record::started_for_it(&state, &ws, true)?;
+                ws.remove_launch_ticket();
+                (meta, built, true)
+            }
         } else {
-            None
-        };
-        let meta = record::started_for_it(&state, &ws, ticketed)?;
-        ws.remove_launch_ticket();
-        let mut built = match early {
-            Some(built) => built,
-            None => Built::build(&state, &ws, launch, &meta.spec, prepared.take()),
+            let meta = record::started_for_it(&state, &ws, false)?;
+            ws.remove_launch_ticket();
+            let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
+            (meta, built, true)
         };
         let spec = &meta.spec;
-        let runtime = meta.runtime.as_ref();
+        // Only a checked record's runtime is this run's.
+        let runtime = meta.runtime.as_ref().filter(|_| record_checked);
         let (listeners, net_ns) = listeners::bind_ports(spec, &mut built.machine);
         let relays = listeners::bind_relays(&state, &ws, spec, &mut built.machine);
         let Built {
@@ -321,9 +332,9 @@ impl VmmProcess {
             network_ms = ms_after_launch(network_ns),
             mount_ns_ms = ms_after_launch(unshared_ns),
             built_ms = ms_after_launch(built_at),
-            checked_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
+            ports_bound_ms = ms_after_launch(vmm_core::vcpu::monotonic_ns()),
             restored = launch.restore.is_some(),
-            before_the_record = ticketed,
+            before_the_record = !record_checked,
             standby = claimed,
             "machine built (times since the VMM's launch)"
         );
@@ -389,6 +400,7 @@ impl VmmProcess {
             mount_ns,
             net_ns,
             launched_mono_ns: launched,
+            record_checked,
         })
     }
 
@@ -435,9 +447,22 @@ impl VmmProcess {
                 *shared.protections.lock().unwrap_or_else(|p| p.into_inner()) = protections;
             }
             Err(why) => {
+                if !self.record_checked {
+                    check_record(&shared)?;
+                }
                 shared.finish(true, &why);
                 return Ok(RunEnd { crashed: true });
             }
+        }
+        // Confined while the starter wrote its record: its guest runs only
+        // once that record names this process (a starter that died before
+        // writing it leaves a VMM that ends without running it).
+        if !self.record_checked {
+            check_record(&shared)?;
+            tracing::info!(
+                record_checked_ms = ms_after_launch(),
+                "record checked (times since the VMM's launch)"
+            );
         }
         if let Err(e) = self
             .listeners
@@ -515,6 +540,18 @@ impl VmmProcess {
         }
         Ok(RunEnd { crashed })
     }
+}
+
+/// Checks that the record names this process (`record::started_for_it`),
+/// then takes its TTL: no thread of the run has started yet.
+fn check_record(shared: &Shared) -> Result<()> {
+    let meta = record::started_for_it(&shared.state, &shared.ws, true)?;
+    shared.ws.remove_launch_ticket();
+    *shared
+        .ttl_deadline
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = meta.runtime.and_then(|rt| rt.ttl_deadline_ms);
+    Ok(())
 }
 
 /// When the idle workspace drops its caches, pauses and hibernates: its
