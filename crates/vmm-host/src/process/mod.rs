@@ -228,9 +228,11 @@ impl std::fmt::Debug for Shared {
 impl VmmProcess {
     /// Builds the VM of the workspace `launch` names with the kernel
     /// variant the starter chose, or restores it from the snapshot the
-    /// launch names, then checks that this process was started for it. A
-    /// VM that cannot be built is recorded as a crash, and
-    /// [`VmmProcess::run`] then returns at once.
+    /// launch names. Whether this process was started for it is checked
+    /// first, or, with the starter's ticket, by [`VmmProcess::run`] before
+    /// the guest runs. A VM that cannot be built is recorded as a crash
+    /// (on a record naming this process), and [`VmmProcess::run`] then
+    /// returns at once.
     ///
     /// The process first leaves its starter's session, so it outlives the
     /// terminal and the starter and no terminal signal reaches it (the
@@ -284,30 +286,32 @@ impl VmmProcess {
             .ticket
             .as_deref()
             .is_some_and(|t| ws.holds_launch_ticket(t));
-        let (meta, mut built, record_checked) = if ticketed {
-            // Its spec; its runtime is the starter's to write, checked in
-            // `run` once the process is confined (meanwhile the starter
-            // writes it), or here when there is no machine to run.
+        // Ticketed: its spec now; its runtime is the starter's to write,
+        // checked in `run` once the process is confined (meanwhile the
+        // starter writes it), or below when there is no machine to run.
+        let (mut meta, mut built) = if ticketed {
             let meta = ws.read_meta()?;
             let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
-            if built.machine.is_ok() {
-                (meta, built, false)
-            } else {
-                let meta = record::started_for_it(&state, &ws, true)?;
-                ws.remove_launch_ticket();
-                (meta, built, true)
-            }
+            (meta, built)
         } else {
             let meta = record::started_for_it(&state, &ws, false)?;
             ws.remove_launch_ticket();
             let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
-            (meta, built, true)
+            (meta, built)
         };
+        let (listeners, net_ns) = listeners::bind_ports(&meta.spec, &mut built.machine);
+        let relays = listeners::bind_relays(&state, &ws, &meta.spec, &mut built.machine);
+        let mut record_checked = !ticketed;
+        // A run that ends here records its end (below): only on a record
+        // naming this process.
+        if ticketed && built.machine.is_err() {
+            meta = record::started_for_it(&state, &ws, true)?;
+            ws.remove_launch_ticket();
+            record_checked = true;
+        }
         let spec = &meta.spec;
         // Only a checked record's runtime is this run's.
         let runtime = meta.runtime.as_ref().filter(|_| record_checked);
-        let (listeners, net_ns) = listeners::bind_ports(spec, &mut built.machine);
-        let relays = listeners::bind_relays(&state, &ws, spec, &mut built.machine);
         let Built {
             machine: built,
             passt,
