@@ -133,18 +133,14 @@ async fn run(
         .unwrap()
 }
 
-/// Runs `endless` past a 2 s timeout, then `waiting` until its caller
-/// cancels it after 1 s: both are stopped, the first with the error
-/// `interrupted` (the session goes on: the caller checks it).
-async fn interrupted_twice(
+/// Runs `code` with a 2 s timeout, which it is to outlast.
+async fn past_two_seconds(
     client: &mut JupyterClient<TcpStream>,
-    endless: &str,
-    waiting: &str,
-    interrupted: &str,
-) {
+    code: &str,
+) -> workspace::code_sessions::CodeRun {
     let timed = client
         .execute(
-            endless,
+            code,
             Duration::from_secs(2),
             CodeRunLimits::default(),
             std::future::pending::<()>(),
@@ -157,6 +153,19 @@ async fn interrupted_twice(
         Some("timed out after 2s"),
         "{timed:?}"
     );
+    timed
+}
+
+/// Runs `endless` past a 2 s timeout, then `waiting` until its caller
+/// cancels it after 1 s: both are stopped, the first with the error
+/// `interrupted` (the session goes on: the caller checks it).
+async fn interrupted_twice(
+    client: &mut JupyterClient<TcpStream>,
+    endless: &str,
+    waiting: &str,
+    interrupted: &str,
+) {
+    let timed = past_two_seconds(client, endless).await;
     assert_eq!(timed.error.expect("interrupted").name, interrupted);
     let cancelled = client
         .execute(
@@ -416,16 +425,7 @@ async fn a_javascript_session_keeps_state_prints_fails_and_is_interrupted() {
     // A loop in a timer, which no interrupt reaches: node is killed after
     // the grace, the session goes on with a fresh one.
     run(&mut client, "setTimeout(() => { for (;;) {} }, 0); 1").await;
-    let stuck = client
-        .execute(
-            "x",
-            Duration::from_secs(2),
-            CodeRunLimits::default(),
-            std::future::pending::<()>(),
-            |_, _| {},
-        )
-        .await
-        .unwrap();
+    let stuck = past_two_seconds(&mut client, "x").await;
     assert_eq!(
         stuck.error.expect("killed").name,
         "Interrupted",
