@@ -10,7 +10,7 @@
 //! init takes them from the kernel command line (`microagent_net=`).
 
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -152,30 +152,19 @@ pub fn start_passt(
     let (ours, theirs) =
         UnixStream::pair().map_err(NetworkError::io("creating the socket pair for passt"))?;
     // passt's end must survive the exec. In a process of one thread (the
-    // VMM's, which starts passt before any other) a copy without
-    // close-on-exec does it, and the spawn needs no step in the child: a
-    // vfork and exec (`posix_spawn`), not a fork of the VMM's mappings.
-    // With other threads, one of them could start a program meanwhile that
-    // would inherit the copy: the end is then made inheritable in the
-    // child only.
+    // VMM's, which starts passt before any other) it is made inheritable
+    // here, and the spawn needs no step in the child: a vfork and exec
+    // (`posix_spawn`), not a fork of the VMM's mappings. With other
+    // threads, one of them could start a program meanwhile that would
+    // inherit it: it is then made inheritable in the child only.
     let alone = crate::host::settings::threads_of_this_process() == 1;
-    let inherited = if alone {
-        // SAFETY: dup of a descriptor this function owns; the copy is
-        // owned at once.
-        let copy = unsafe { libc::dup(theirs.as_raw_fd()) };
-        if copy < 0 {
-            return Err(NetworkError::io("duplicating passt's socket".to_owned())(
-                std::io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: `copy` was just returned by dup and nothing else owns it.
-        Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
-    } else {
-        None
-    };
-    let fd = inherited
-        .as_ref()
-        .map_or(theirs.as_raw_fd(), AsRawFd::as_raw_fd);
+    let fd = theirs.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function owns.
+    if alone && unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+        return Err(NetworkError::io("handing passt its socket".to_owned())(
+            std::io::Error::last_os_error(),
+        ));
+    }
     if run_as.is_some() {
         // passt opens its log as root but without CAP_DAC_OVERRIDE: in a
         // directory handed to another account it can open only a file of
@@ -225,7 +214,7 @@ pub fn start_passt(
         "starting {} for the `user` network",
         binary.display()
     )))?;
-    drop((inherited, theirs));
+    drop(theirs);
     Ok((ours, Passt { child }))
 }
 
