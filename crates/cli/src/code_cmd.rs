@@ -73,6 +73,18 @@ pub enum CodeCommand {
         /// The session (`code-N`).
         session: String,
     },
+    /// Start kernels once in a fresh workspace of IMAGE and keep it as the
+    /// image's warm snapshot: every fresh workspace of its default size
+    /// then starts with them, and its first session of each language
+    /// takes one at once instead of waiting for a kernel to start.
+    Prepare {
+        /// The image (default: code, as `setup --with code` builds it).
+        #[arg(default_value = workspace::code_sessions::IMAGE)]
+        image: String,
+        /// The kernels' languages, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "python,javascript")]
+        lang: Vec<String>,
+    },
 }
 
 pub async fn run(ws: &Workspaces, args: &CodeArgs, json: bool) -> Result<ExitCode, Error> {
@@ -121,11 +133,49 @@ pub async fn run(ws: &Workspaces, args: &CodeArgs, json: bool) -> Result<ExitCod
             }
             Ok(ExitCode::SUCCESS)
         }
+        (Some(CodeCommand::Prepare { image, lang }), _) => {
+            prepare(ws, image, lang, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         (None, Some(workspace)) => repl(ws, workspace, &args.session).await,
         (None, None) => Err(Error::InvalidInput(
-            "give a workspace (`microagent code NAME` for a REPL) or a subcommand (run, ls, restart, stop)".into(),
+            "give a workspace (`microagent code NAME` for a REPL) or a subcommand (run, ls, restart, stop, prepare)".into(),
         )),
     }
+}
+
+/// `code prepare`: kernels made ahead in `image`'s warm snapshot, with
+/// each step on stderr.
+pub async fn prepare(
+    ws: &Workspaces,
+    image: &str,
+    lang: &[String],
+    json: bool,
+) -> Result<(), Error> {
+    let languages = lang
+        .iter()
+        .map(|l| l.trim().parse::<CodeLanguage>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let began = std::time::Instant::now();
+    let prepared = workspace::code_sessions::prepare(ws, image, &languages, |step| {
+        eprintln!(
+            "code prepare {image}: [{:>5.0} s] {step}",
+            began.elapsed().as_secs_f64()
+        )
+    })
+    .await?;
+    if json {
+        output::json(&prepared);
+    } else {
+        let names: Vec<&str> = prepared.languages.iter().map(|l| l.as_str()).collect();
+        println!(
+            "{} kernels ready in {}'s warm snapshot ({:.0} s): a fresh workspace of it starts with them",
+            names.join(" and "),
+            prepared.image,
+            prepared.secs
+        );
+    }
+    Ok(())
 }
 
 /// The session to use: the one named, else the first running one of the

@@ -148,7 +148,27 @@ pub async fn setup(
             crate::image_cmd::build(ws, &req, &image_flags, json).await?;
         }
     }
+    if with.contains(&SetupExtra::Code) {
+        code_kernels(ws, json).await?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `code` image's kernels made ahead in its warm snapshot, unless
+/// they are there (a fresh workspace's first session then takes one).
+async fn code_kernels(ws: &Workspaces, json: bool) -> Result<(), Error> {
+    use workspace::code_sessions::{self, CodeLanguage};
+    let image = code_sessions::IMAGE;
+    let spec = workspace::pool::member_spec(image, &ws.image_defaults(image));
+    let all = [CodeLanguage::Python, CodeLanguage::JavaScript];
+    let ready = code_sessions::ready_for(ws, &spec);
+    if all.iter().all(|l| ready.contains(l)) {
+        if !json {
+            println!("image {image}: kernels ready in its warm snapshot");
+        }
+        return Ok(());
+    }
+    crate::code_cmd::prepare(ws, image, &["python".into(), "javascript".into()], json).await
 }
 
 fn list(ws: &Workspaces, json: bool) -> Result<(), Error> {

@@ -28,6 +28,10 @@ pub struct WarmRecord {
     /// The disk copy's digest, set when the snapshot is promoted.
     #[serde(default)]
     pub disk_sha256: Option<String>,
+    /// The code-session kernels running in it, by language, made ahead
+    /// for a fresh workspace's first sessions to take.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready_kernels: Vec<String>,
 }
 
 /// Makes the record's directory the warm snapshot of its key (the VMM
@@ -46,4 +50,24 @@ pub fn promote(pending: &Path) -> std::io::Result<()> {
         std::fs::remove_dir_all(pending)?;
     }
     seal::sync_dir(parent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_without_ready_kernels_reads_as_having_none() {
+        let old = r#"{"key":"k","fingerprint":"f","from":"w","created_at_ms":1}"#;
+        let record: WarmRecord = serde_json::from_str(old).unwrap();
+        assert!(record.ready_kernels.is_empty());
+        let back = serde_json::to_value(&record).unwrap();
+        assert!(back.get("ready_kernels").is_none(), "{back}");
+        let ready = WarmRecord {
+            ready_kernels: vec!["python".into()],
+            ..record
+        };
+        let text = serde_json::to_string(&ready).unwrap();
+        assert_eq!(serde_json::from_str::<WarmRecord>(&text).unwrap(), ready);
+    }
 }

@@ -4,7 +4,8 @@
 //! over HTTP: state kept across runs and front ends, a DataFrame as an
 //! HTML table, a matplotlib figure as PNG image content, an endless loop
 //! cancelled and timed out with the session still answering, restart and
-//! stop. One guest serves every step.
+//! stop. The kernels are made ahead once (`code prepare`): the sessions
+//! take them, each reseeded. One guest serves every step but the draw.
 
 use base64::Engine;
 use serde_json::json;
@@ -49,17 +50,46 @@ fn a_code_session_keeps_state_and_returns_rich_results() {
         "--yes",
     ]);
     println!("image build: {:.1} s", began.elapsed().as_secs_f64());
+    // Kernels made ahead once, in the image's warm snapshot.
+    let began = std::time::Instant::now();
+    let prepared = h.ok_json(&["code", "prepare", "code", "--json"]);
+    println!("code prepare: {:.1} s", began.elapsed().as_secs_f64());
+    assert_eq!(
+        prepared["languages"],
+        json!(["python", "javascript"]),
+        "{prepared}"
+    );
+    // No workspace of the library's own is left behind, in any namespace.
+    let everywhere = h.ok_json(&["ls", "--json", "--namespace", "*"]);
+    assert_eq!(everywhere.as_array().map(Vec::len), Some(0), "{everywhere}");
     h.ok(&["create", "cs", "--image", "code"]);
+    h.ok(&["create", "cs2", "--image", "code"]);
     h.ok(&["start", "cs"]);
 
-    // The CLI starts the workspace's session on first use and finds it
-    // again on the next run: x is still there.
+    // The CLI starts the workspace's session on first use (taking the
+    // kernel made ahead) and finds it again on the next run: x is still
+    // there.
     let began = std::time::Instant::now();
     h.ok(&["code", "run", "cs", "--timeout", "1800", "--", "x = 41"]);
     println!(
-        "kernel start and first run: {:.1} s",
+        "session start (kernel made ahead) and first run: {:.1} s",
         began.elapsed().as_secs_f64()
     );
+    let processes = h.ok(&["ps", "cs"]);
+    assert!(
+        processes.stdout.contains("code-ready-python"),
+        "{}",
+        processes.stdout
+    );
+    // Each workspace's taken kernel was reseeded: the same snapshot, two
+    // draws of `random`.
+    h.ok(&["start", "cs2"]);
+    let draw = "import random; random.random()";
+    let first = h.ok_json(&["code", "run", "cs", "--json", "--", draw]);
+    let second = h.ok_json(&["code", "run", "cs2", "--json", "--", draw]);
+    assert!(first["result"].is_string(), "{first}");
+    assert_ne!(first["result"], second["result"], "{first} {second}");
+    h.ok(&["rm", "-f", "-y", "cs2"]);
     let again = h.ok_json(&["code", "run", "cs", "--json", "--", "x + 1"]);
     assert_eq!(again["result"], "42", "{again}");
     let raised = h.run(&["code", "run", "cs", "--", "1/0"]);

@@ -240,12 +240,44 @@ impl<S: AsyncRead + AsyncWrite + Unpin> JupyterClient<S> {
         timeout: Duration,
         limits: CodeRunLimits,
         cancelled: impl Future<Output = ()>,
+        on_stream: impl FnMut(&str, &str),
+    ) -> Result<CodeRun, JupyterError> {
+        self.run_code(code, false, timeout, limits, cancelled, on_stream)
+            .await
+    }
+
+    /// Runs `code` silently: no history, no count, no result shown (what
+    /// the library runs in a kernel besides its caller's code).
+    pub(crate) async fn execute_silently(
+        &mut self,
+        code: &str,
+        timeout: Duration,
+    ) -> Result<CodeRun, JupyterError> {
+        let never = std::future::pending();
+        self.run_code(
+            code,
+            true,
+            timeout,
+            CodeRunLimits::default(),
+            never,
+            |_, _| {},
+        )
+        .await
+    }
+
+    async fn run_code(
+        &mut self,
+        code: &str,
+        silent: bool,
+        timeout: Duration,
+        limits: CodeRunLimits,
+        cancelled: impl Future<Output = ()>,
         mut on_stream: impl FnMut(&str, &str),
     ) -> Result<CodeRun, JupyterError> {
         let content = json!({
             "code": code,
-            "silent": false,
-            "store_history": true,
+            "silent": silent,
+            "store_history": !silent,
             "user_expressions": {},
             "allow_stdin": false,
             // One run at a time: nothing queued to abort (and a run sent

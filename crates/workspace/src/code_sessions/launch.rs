@@ -35,25 +35,28 @@ const START_POLL: Duration = Duration::from_millis(500);
 /// Largest connection file read.
 const MAX_CONNECTION_FILE: u64 = 4096;
 
-/// The guest path of session `id`'s connection file.
-fn connection_file(id: &str, nonce: &str) -> String {
-    format!("/tmp/.microagent-{id}-{nonce}.json")
+/// The guest path of kernel process `process`'s connection file.
+pub(crate) fn connection_file(process: &str, nonce: &str) -> String {
+    format!("/tmp/.microagent-{process}-{nonce}.json")
 }
 
-/// Starts session `id`'s kernel and waits for its connection file.
+/// Starts a kernel as background process `process` (its connection file
+/// named with `nonce`) and waits for its connection file; the record's id
+/// is the process's.
 pub(crate) async fn start(
     ws: Workspace<'_>,
-    id: &str,
+    process: &str,
+    nonce: &str,
     language: CodeLanguage,
 ) -> Result<SessionRecord> {
-    let nonce = base::host::dirfd::random_hex();
-    let file = connection_file(id, &nonce);
+    let id = process;
+    let file = connection_file(id, nonce);
     let req = match language {
         CodeLanguage::Python => {
             ExecRequest::argv(["python3", "-m", "ipykernel_launcher", "-f", &file])
         }
         CodeLanguage::JavaScript => {
-            let (kernel, runner) = javascript::paths(id, &nonce);
+            let (kernel, runner) = javascript::paths(id, nonce);
             javascript::install(ws, &kernel, &runner).await?;
             ExecRequest::argv(["python3", &kernel, "-f", &file])
                 .env(javascript::RUNNER_VAR, &runner)
@@ -66,16 +69,7 @@ pub(crate) async fn start(
     };
     // A process of this id left by an ended session (the guest keeps
     // finished ones for their output): ours replaces it.
-    if let Ok(list) = ws.processes().process_list().await {
-        if list.iter().any(|p| p.id == id) {
-            let _ = ws.processes().process_signal(id, "KILL").await;
-            let _ = ws
-                .processes()
-                .process_wait(id, Duration::from_secs(10))
-                .await;
-            ws.processes().process_remove(id).await?;
-        }
-    }
+    end_process(ws, id).await?;
     let info = ws.processes().process_start(req, options).await?;
     let started = Instant::now();
     let mut progress = CpuProgress::new(info.pid);
@@ -156,6 +150,23 @@ pub(crate) async fn start(
     waited
 }
 
+/// Kills background process `process` (when it runs) and removes it from
+/// the guest's list.
+pub(crate) async fn end_process(ws: Workspace<'_>, process: &str) -> Result<()> {
+    let processes = ws.processes();
+    let list = processes.process_list().await?;
+    let Some(p) = list.iter().find(|p| p.id == process) else {
+        return Ok(());
+    };
+    if p.running() {
+        processes.process_signal(process, "KILL").await?;
+        processes
+            .process_wait(process, Duration::from_secs(30))
+            .await?;
+    }
+    processes.process_remove(process).await
+}
+
 /// What the kernel of `language` found missing, by what it said
 /// before it ended.
 fn missing(language: CodeLanguage, said: &str) -> Option<&'static str> {
@@ -189,7 +200,10 @@ fn keep_tail(said: &mut String) {
 }
 
 /// The connection file once the kernel has written its ports.
-async fn read_connection_file(ws: Workspace<'_>, file: &str) -> Result<Option<SessionRecord>> {
+pub(crate) async fn read_connection_file(
+    ws: Workspace<'_>,
+    file: &str,
+) -> Result<Option<SessionRecord>> {
     if ws.files().stat_if_exists(file).await?.is_none() {
         return Ok(None);
     }
@@ -234,6 +248,7 @@ pub(crate) fn parse_connection(json: &Value) -> Result<Option<SessionRecord>, Co
     Ok(Some(SessionRecord {
         id: String::new(),
         language: CodeLanguage::Python,
+        process: None,
         pid: 0,
         started_unix_ms: 0,
         created_unix_ms: 0,

@@ -5,13 +5,14 @@
 //! execute, interrupt, shut down) on Jupyter's signed messages (`wire`)
 //! over ZMTP 3.0 (`zmtp`, no ZeroMQ library: the connections are the
 //! agent's tunnels); the host's records of a workspace's sessions
-//! (`records`); the kernel's start in the guest (`launch`); the calls
-//! (`ops`).
+//! (`records`); the kernel's start in the guest (`launch`); kernels made
+//! ahead in an image's warm snapshot (`ready`); the calls (`ops`).
 
 mod javascript;
 pub mod jupyter;
 pub(crate) mod launch;
 pub(crate) mod ops;
+mod ready;
 pub(crate) mod records;
 pub(crate) mod wire;
 pub(crate) mod zmtp;
@@ -22,6 +23,7 @@ use base::code::ErrorCode;
 
 pub use jupyter::{CodeRunLimits, JupyterClient, JupyterError};
 pub use ops::{WorkspaceCode, DEFAULT_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
+pub use ready::{prepare, ready_for, PreparedKernels, READY_NAMESPACE};
 pub use records::is_session_id;
 
 /// The image the code sessions are made for, as `setup --with code`

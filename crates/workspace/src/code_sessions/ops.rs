@@ -14,6 +14,7 @@ use base::store::workspace_dir::WorkspaceDir;
 use super::jupyter::CodeRunLimits;
 use super::jupyter::READY_TIMEOUT;
 use super::launch::{self, FIRST_ANSWER_TIMEOUT};
+use super::ready;
 use super::records::{is_session_id, CodeDir, SessionRecord};
 use super::{CodeLanguage, CodeRun, CodeSessionError, CodeSessionInfo, MAX_SESSIONS};
 use crate::error::Result;
@@ -92,7 +93,7 @@ impl WorkspaceCode<'_> {
     /// is not.
     async fn gone(self, record: &SessionRecord) -> Result<Option<String>> {
         let list = self.ws.processes().process_list().await?;
-        Ok(match list.iter().find(|p| p.id == record.id) {
+        Ok(match list.iter().find(|p| p.id == record.process()) {
             Some(p) if p.pid == record.pid && p.started_unix_ms == record.started_unix_ms => {
                 (!p.running()).then(|| format!("its kernel {}", p.status()))
             }
@@ -111,7 +112,7 @@ impl WorkspaceCode<'_> {
         let mut live = 0;
         for record in dir.list() {
             if self.gone(&record).await?.is_some() {
-                let _ = self.ws.processes().process_remove(&record.id).await;
+                let _ = self.ws.processes().process_remove(record.process()).await;
                 dir.remove(&record.id)?;
             } else {
                 live += 1;
@@ -125,11 +126,12 @@ impl WorkspaceCode<'_> {
             .into());
         }
         let id = dir.take_id()?;
-        let record = launch::start(self.ws, &id, language).await?;
-        if let Err(e) = launch::connect(&ws_dir, &record, FIRST_ANSWER_TIMEOUT).await {
-            let _ = self.end_kernel(&record).await;
-            return Err(e);
-        }
+        // A kernel made ahead in the image's warm snapshot, when one
+        // waits; else one starts now.
+        let record = match ready::adopt(self.ws, &ws_dir, &id, language, &dir.list()).await {
+            Some(record) => record,
+            None => self.start_kernel(&ws_dir, &id, language).await?,
+        };
         dir.save(&record)?;
         Ok(info(&record, true))
     }
@@ -216,15 +218,10 @@ impl WorkspaceCode<'_> {
         // gives its turn back.
         self.end_kernel(&record).await?;
         let _turn = dir.run_lock(&record.id).await?;
-        let started = async {
-            let fresh = launch::start(self.ws, &record.id, record.language).await?;
-            if let Err(e) = launch::connect(&ws_dir, &fresh, FIRST_ANSWER_TIMEOUT).await {
-                let _ = self.end_kernel(&fresh).await;
-                return Err(e);
-            }
-            Ok(fresh)
-        };
-        match started.await {
+        match self
+            .start_kernel(&ws_dir, &record.id, record.language)
+            .await
+        {
             Ok(fresh) => {
                 dir.save(&fresh)?;
                 Ok(info(&fresh, true))
@@ -261,21 +258,27 @@ impl WorkspaceCode<'_> {
         Ok(())
     }
 
+    /// Starts a kernel for session `id` as its own process and waits for
+    /// its first answer.
+    async fn start_kernel(
+        self,
+        ws_dir: &WorkspaceDir,
+        id: &str,
+        language: CodeLanguage,
+    ) -> Result<SessionRecord> {
+        let nonce = base::host::dirfd::random_hex();
+        let record = launch::start(self.ws, id, &nonce, language).await?;
+        if let Err(e) = launch::connect(ws_dir, &record, FIRST_ANSWER_TIMEOUT).await {
+            let _ = self.end_kernel(&record).await;
+            return Err(e);
+        }
+        Ok(record)
+    }
+
     /// Kills `record`'s kernel process (if it is still that one) and
     /// removes it from the guest's list.
     async fn end_kernel(self, record: &SessionRecord) -> Result<()> {
-        let processes = self.ws.processes();
-        let list = processes.process_list().await?;
-        let Some(p) = list.iter().find(|p| p.id == record.id) else {
-            return Ok(());
-        };
-        if p.running() {
-            processes.process_signal(&record.id, "KILL").await?;
-            processes
-                .process_wait(&record.id, Duration::from_secs(30))
-                .await?;
-        }
-        processes.process_remove(&record.id).await
+        launch::end_process(self.ws, record.process()).await
     }
 
     /// The workspace's sessions; `running` is looked up only in a running

@@ -22,7 +22,11 @@ const MAX_NUMBER: u32 = 999_999;
 pub(crate) struct SessionRecord {
     pub id: String,
     pub language: CodeLanguage,
-    /// The kernel's background process (its id is the session's).
+    /// The id of the kernel's background process when it is not the
+    /// session's: a kernel made ahead (`ready`) that the session took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
+    /// The kernel's background process's pid.
     pub pid: u32,
     /// That process's start (the guest's clock): a process of the same
     /// id started since is another kernel.
@@ -33,6 +37,13 @@ pub(crate) struct SessionRecord {
     pub shell_port: u16,
     pub iopub_port: u16,
     pub control_port: u16,
+}
+
+impl SessionRecord {
+    /// The id of the kernel's background process.
+    pub fn process(&self) -> &str {
+        self.process.as_deref().unwrap_or(&self.id)
+    }
 }
 
 /// A workspace's `code/` directory.
@@ -188,6 +199,7 @@ mod tests {
         SessionRecord {
             id: id.into(),
             language: CodeLanguage::Python,
+            process: None,
             pid: 7,
             started_unix_ms: 1,
             created_unix_ms: 2,
@@ -228,6 +240,18 @@ mod tests {
             0o700
         );
         assert_eq!(dir.load("code-1"), Some(record("code-1")));
+        // A session on a kernel made ahead names its process; a record
+        // written before there were any reads as its own process.
+        let taken = SessionRecord {
+            process: Some("code-ready-python".into()),
+            ..record("code-2")
+        };
+        dir.save(&taken).unwrap();
+        assert_eq!(dir.load("code-2").unwrap().process(), "code-ready-python");
+        assert_eq!(record("code-1").process(), "code-1");
+        let old = serde_json::to_value(record("code-1")).unwrap();
+        assert!(old.get("process").is_none(), "{old}");
+        dir.remove("code-2").unwrap();
         // Ids that are not ours name no file.
         for bad in [
             "../code-1",

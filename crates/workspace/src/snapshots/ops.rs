@@ -133,16 +133,10 @@ impl Snapshots<'_> {
 }
 
 impl Snapshots<'_> {
-    /// Writes companion `name`'s machine into the new directory `into`,
-    /// service `service`'s part of a snapshot (in a directory no VMM may
-    /// enter): first where its VMM sees, the snapshots directory, then
-    /// moved there, digested and synced.
-    pub(super) fn write_part(
-        self,
-        name: &str,
-        service: &str,
-        into: &Path,
-    ) -> Result<ServiceSnapshot> {
+    /// Writes workspace `name`'s machine into the new directory `into`
+    /// (where no VMM may enter): first where its VMM sees, the snapshots
+    /// directory, then moved there. Returns whether memory was saved.
+    pub(super) fn write_moved(self, name: &str, into: &Path) -> Result<bool> {
         let parent = self.snapshots_dir();
         let scratch = parent.join(format!(
             ".{name}-{}.{}.tmp",
@@ -162,7 +156,19 @@ impl Snapshots<'_> {
         if written.is_err() {
             let _ = std::fs::remove_dir_all(&scratch);
         }
-        let mut part = ServiceSnapshot::new(service, written?);
+        written
+    }
+
+    /// Writes companion `name`'s machine into the new directory `into`,
+    /// service `service`'s part of a snapshot (in a directory no VMM may
+    /// enter), digested and synced.
+    pub(super) fn write_part(
+        self,
+        name: &str,
+        service: &str,
+        into: &Path,
+    ) -> Result<ServiceSnapshot> {
+        let mut part = ServiceSnapshot::new(service, self.write_moved(name, into)?);
         (part.memory_sha256, part.disk_sha256) = digests(into, part.has_memory)?;
         seal::sync_tree(into).map_err(Error::host_io(format!("syncing {}", into.display())))?;
         Ok(part)

@@ -244,6 +244,7 @@ impl Snapshots<'_> {
                     created_at_ms: now_ms(),
                     memory_sha256: None,
                     disk_sha256: None,
+                    ready_kernels: Vec::new(),
                 };
                 base::store::write_json_atomic(&pending.join(WARM_RECORD), &record)?;
                 Ok(Boot {
@@ -251,6 +252,66 @@ impl Snapshots<'_> {
                     ..boot
                 })
             }
+        }
+    }
+
+    /// Keeps running workspace `name`'s machine as the warm snapshot of its
+    /// image and size, in place of the one there: a fresh workspace made
+    /// ready by the library (kernels of `ready_kernels` running in it)
+    /// that later fresh workspaces resume as it is.
+    pub(crate) fn keep_warm_from(self, name: &str, ready_kernels: Vec<String>) -> Result<()> {
+        let meta = self.all.at(name).get_here()?;
+        let (key, fingerprint) = self.all.warm_identity(&meta.spec)?;
+        let vmm = base::vmm::user::for_state(self.all.state.root())?;
+        let root = self.warm_root();
+        base::store::private_dir_shared_with(
+            &root,
+            "warm snapshot directory",
+            vmm.as_ref().map(|u| u.gid),
+        )?;
+        let pending = root.join(format!("{PENDING_PREFIX}{key}-{}", unique_id()));
+        let kept = self.write_moved(name, &pending).and_then(|_| {
+            let ws = self.all.dir(name)?;
+            let _ = std::fs::copy(ws.path().join(CONSOLE_FILE), pending.join(CONSOLE_FILE));
+            let record = WarmRecord {
+                key: key.clone(),
+                fingerprint,
+                from: name.to_owned(),
+                created_at_ms: now_ms(),
+                memory_sha256: None,
+                disk_sha256: None,
+                ready_kernels,
+            };
+            base::store::write_json_atomic(&pending.join(WARM_RECORD), &record)?;
+            // As the warm snapshots the VMMs keep: theirs to read.
+            if let Some(user) = &vmm {
+                user.hand_over_tree(&pending)?;
+            }
+            // The one it replaces goes first (a start meanwhile boots).
+            let doomed = root.join(format!(".discard-{key}-{}", unique_id()));
+            if std::fs::rename(root.join(&key), &doomed).is_ok() {
+                let _ = std::fs::remove_dir_all(&doomed);
+            }
+            base::vmm::warm::promote(&pending)
+                .map_err(Error::host_io(format!("keeping {}", pending.display())))
+        });
+        if kept.is_err() {
+            let _ = std::fs::remove_dir_all(&pending);
+        }
+        kept
+    }
+
+    /// The code-session kernels running in the warm snapshot a fresh
+    /// workspace of `spec` would resume now (none when it would boot).
+    pub(crate) fn warm_ready_kernels(self, spec: &WorkspaceSpec) -> Vec<String> {
+        let Ok((key, fingerprint)) = self.all.warm_identity(spec) else {
+            return Vec::new();
+        };
+        match self.usable_warm(&key, &fingerprint) {
+            Ok(dir) => base::store::read_json::<WarmRecord>(&dir.join(WARM_RECORD))
+                .map(|r| r.ready_kernels)
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
         }
     }
 

@@ -12,11 +12,17 @@ use base::store::name::{full_name, validate_namespace, ALL_NAMESPACES};
 use base::store::spec::{Meta, WorkspaceSpec};
 use base::store::{StateDir, StoreError};
 
-/// The pool's members and the services' companions are no one's to name.
+/// The namespace of the workspaces that make code kernels ahead
+/// (`code_sessions::prepare`).
+pub const READY_NAMESPACE: &str = "microagent-ready";
+
+/// The pool's members, the services' companions and the makers of code
+/// kernels are no one's to name.
 pub(crate) fn refuse_reserved_namespace(namespace: &str) -> Result<()> {
     let what = match namespace {
         crate::pool::POOL_NAMESPACE => "pools of ready workspaces",
         base::store::spec::services::SERVICE_NAMESPACE => "workspaces' services",
+        READY_NAMESPACE => "code kernels made ahead",
         _ => return Ok(()),
     };
     Err(Error::InvalidInput(format!(
@@ -286,6 +292,25 @@ mod tests {
             "{refused:?}"
         );
         assert!(f.ws.at(&member).get_here().is_err());
+    }
+
+    #[test]
+    fn the_code_kernel_makers_namespace_is_no_ones_to_name() {
+        let f = fixture("ready-namespace", "/nonexistent");
+        let ready = READY_NAMESPACE;
+        assert!(matches!(
+            f.ws.in_namespace(ready),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(matches!(
+            f.ws.create(&format!("maker.{ready}"), spec()),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(f
+            .ws
+            .reserved_view(ready)
+            .full_name(&format!("maker.{ready}"))
+            .is_ok());
     }
 
     #[test]

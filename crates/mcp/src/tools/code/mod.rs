@@ -49,8 +49,10 @@ impl MicroagentServer {
     /// ipykernel) that keeps variables, imports and the working directory
     /// between code_run calls. The workspace's image must have the kernel:
     /// image `code` (python3 with ipykernel, numpy, pandas, matplotlib;
-    /// built on the host with `microagent setup --with code`). At most 8
-    /// sessions a workspace; they end with its stop.
+    /// built on the host with `microagent setup --with code`, which makes
+    /// a kernel of each language ahead: a fresh workspace's first session
+    /// takes it at once; otherwise a kernel's start takes minutes here).
+    /// At most 8 sessions a workspace; they end with its stop.
     #[tool(
         output_schema = crate::output::schema::<CodeSessionResult>(),
         annotations(
