@@ -149,26 +149,40 @@ pub async fn setup(
         }
     }
     if with.contains(&SetupExtra::Code) {
-        code_kernels(ws, json).await?;
+        code_kernels(ws, flags.yes, json).await?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `code` image's kernels made ahead in its warm snapshot, unless
-/// they are there (a fresh workspace's first session then takes one).
-async fn code_kernels(ws: &Workspaces, json: bool) -> Result<(), Error> {
+/// The `code` image's kernels made ahead in its warm snapshot (with
+/// `yes`, as its build), unless they are there or the image is not built
+/// (a fresh workspace's first session then takes one).
+async fn code_kernels(ws: &Workspaces, yes: bool, json: bool) -> Result<(), Error> {
     use workspace::code_sessions::{self, CodeLanguage};
     let image = code_sessions::IMAGE;
+    if ws.image_registry().get(image).is_err() {
+        return Ok(());
+    }
     let spec = workspace::pool::member_spec(image, &ws.image_defaults(image));
     let all = [CodeLanguage::Python, CodeLanguage::JavaScript];
     let ready = code_sessions::ready_for(ws, &spec);
     if all.iter().all(|l| ready.contains(l)) {
         if !json {
-            println!("image {image}: kernels ready in its warm snapshot");
+            println!("image {image}: kernels made ahead in its warm snapshot");
         }
         return Ok(());
     }
-    crate::code_cmd::prepare(ws, image, &["python".into(), "javascript".into()], json).await
+    if !yes {
+        if !json {
+            println!(
+                "image {image}: no kernels made ahead yet; with --yes setup makes them \
+                 (`microagent code prepare`: minutes here, once)"
+            );
+        }
+        return Ok(());
+    }
+    let names: Vec<String> = all.iter().map(|l| l.as_str().to_owned()).collect();
+    crate::code_cmd::prepare(ws, image, &names, json).await
 }
 
 fn list(ws: &Workspaces, json: bool) -> Result<(), Error> {

@@ -189,6 +189,20 @@ fn a_code_session_keeps_state_and_returns_rich_results() {
     assert_eq!(calls[13]["structured"]["stdout"], "js\n", "{}", calls[13]);
     drop(server);
 
+    // A JavaScript kernel started in the guest (not made ahead): what
+    // the session held is gone.
+    h.ok(&["code", "restart", "cs", "code-2"]);
+    let fresh = h.ok_json(&[
+        "code",
+        "run",
+        "cs",
+        "--json",
+        "--session",
+        "code-2",
+        "--",
+        "typeof y",
+    ]);
+    assert_eq!(fresh["result"], "'undefined'", "{fresh}");
     let listed = h.ok_json(&["code", "ls", "cs", "--json"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
     h.ok(&["code", "stop", "cs", "code-1"]);

@@ -20,9 +20,9 @@ use super::{CodeLanguage, CodeSessionError};
 use crate::error::Result;
 use crate::workspaces::handle::Workspace;
 use crate::workspaces::lifecycle::DEFAULT_START_TIMEOUT;
-use crate::workspaces::manager::Workspaces;
+use crate::workspaces::manager::{ListFilter, Workspaces};
 use base::host::settings::{now_ms, unique_id};
-use base::store::spec::{DeleteOptions, WorkspaceSpec};
+use base::store::spec::{DeleteOptions, Owner, WorkspaceSpec};
 use base::store::workspace_dir::WorkspaceDir;
 
 pub use crate::workspaces::tenancy::READY_NAMESPACE;
@@ -83,9 +83,15 @@ pub async fn prepare(
             "name at least one language to make a kernel of".into(),
         ));
     }
+    // Makers whose process was killed go first (a listing deletes a
+    // workspace whose owner ended with it).
+    let _ = all.list_everywhere(&ListFilter::default());
     let view = all.reserved_view(READY_NAMESPACE);
     let spec = WorkspaceSpec {
         ttl_secs: Some(MAKER_TTL_SECS),
+        // Stopped by its VMM, then deleted, when this process ends early.
+        owner: Owner::this_process(),
+        delete_with_owner: true,
         ..crate::pool::member_spec(&image, &all.image_defaults(&image))
     };
     let name = format!("maker-{}.{READY_NAMESPACE}", unique_id());
@@ -189,7 +195,13 @@ pub(super) async fn adopt(
                     format!("reseeding raised {}", error.name),
                 ));
             }
+            if let Some(stopped) = run.stopped {
+                return Err(ended(ws, language, format!("reseeding {stopped}")));
+            }
         }
+        // Taken: a fork of this workspace must not take it again (with
+        // this session's state); the host holds what the file said.
+        ws.files().remove(&file, false, false).await?;
         Ok(record)
     };
     match taken.await {

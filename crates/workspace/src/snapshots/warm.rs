@@ -21,6 +21,7 @@ use crate::workspaces::services::Snapshots;
 use base::host::settings::{now_ms, unique_id};
 use base::store::console_log::CONSOLE_FILE;
 use base::store::events::EventKind;
+use base::store::file_lock::FileLock;
 use base::store::spec::{Meta, StartKind, WorkspaceSpec};
 use base::vmm::seal;
 use base::vmm::warm::{WarmRecord, PENDING_PREFIX, WARM_RECORD};
@@ -54,6 +55,19 @@ fn sweep_stale_pending(root: &Path) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// The lock of warm snapshot `key` in `root`: a start that resumes it
+/// holds it `shared` until its VMM runs; replacing or discarding it takes
+/// it exclusive.
+fn lock_of(root: &Path, key: &str, shared: bool) -> Result<FileLock> {
+    let path = root.join(format!(".lock-{key}"));
+    let taken = if shared {
+        FileLock::shared(&path)
+    } else {
+        FileLock::exclusive(&path)
+    };
+    taken.map_err(Error::host_io(format!("locking {}", path.display())))
 }
 
 impl Workspace<'_> {
@@ -174,6 +188,9 @@ impl Snapshots<'_> {
     }
 
     fn discard_warm(self, key: &str, workspace: &str, reason: &str) {
+        let Ok(_held) = lock_of(&self.warm_root(), key, false) else {
+            return;
+        };
         let dir = self.warm_root().join(key);
         let doomed = self
             .warm_root()
@@ -196,6 +213,7 @@ impl Snapshots<'_> {
             kind: StartKind::Cold,
             restore: None,
             keep_warm: None,
+            warm_held: None,
         };
         if cold || !meta.pristine {
             return Ok(boot);
@@ -210,6 +228,7 @@ impl Snapshots<'_> {
             "warm snapshot directory",
             vmm_gid,
         )?;
+        let held = lock_of(&self.warm_root(), &key, true)?;
         match self.usable_warm(&key, &fingerprint) {
             Ok(dir) => {
                 let ws = self.all.dir(&meta.name)?;
@@ -219,10 +238,12 @@ impl Snapshots<'_> {
                 Ok(Boot {
                     kind: StartKind::Warm,
                     restore: Some(dir),
+                    warm_held: Some(std::sync::Arc::new(held)),
                     ..boot
                 })
             }
             Err(why) => {
+                drop(held);
                 if let Some(reason) = why {
                     self.discard_warm(&key, &meta.name, &reason);
                 }
@@ -286,14 +307,37 @@ impl Snapshots<'_> {
             // As the warm snapshots the VMMs keep: theirs to read.
             if let Some(user) = &vmm {
                 user.hand_over_tree(&pending)?;
+                user.share(&root)?;
             }
-            // The one it replaces goes first (a start meanwhile boots).
-            let doomed = root.join(format!(".discard-{key}-{}", unique_id()));
-            if std::fs::rename(root.join(&key), &doomed).is_ok() {
-                let _ = std::fs::remove_dir_all(&doomed);
+            // Not while a start resumes the one it replaces, which goes
+            // aside first and comes back if this one is not kept.
+            let _held = lock_of(&root, &key, false)?;
+            let aside = root.join(format!(".discard-{key}-{}", unique_id()));
+            let replaced = std::fs::rename(root.join(&key), &aside).is_ok();
+            if let Err(e) = base::vmm::warm::promote(&pending) {
+                if replaced {
+                    let _ = std::fs::rename(&aside, root.join(&key));
+                }
+                return Err(Error::host_io(format!("keeping {}", pending.display()))(e));
             }
-            base::vmm::warm::promote(&pending)
-                .map_err(Error::host_io(format!("keeping {}", pending.display())))
+            let kept: Option<WarmRecord> =
+                base::store::read_json(&root.join(&key).join(WARM_RECORD)).ok();
+            if kept.is_some_and(|k| k.from == name) {
+                if replaced {
+                    let _ = std::fs::remove_dir_all(&aside);
+                }
+                return Ok(());
+            }
+            // A booting workspace kept its own first: ours is gone.
+            if replaced {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
+            Err(Error::StartFailed {
+                name: name.to_owned(),
+                reason: "another start kept a warm snapshot of the same image first; \
+                    prepare again"
+                    .into(),
+            })
         });
         if kept.is_err() {
             let _ = std::fs::remove_dir_all(&pending);
@@ -338,13 +382,15 @@ impl Snapshots<'_> {
                 return Ok(meta);
             }
         }
-        let boot = self
+        let mut boot = self
             .all
             .launch_vmm(name, |meta| self.plan_boot(meta, cold))?;
         let result = self
             .all
             .wait_running(name, started, timeout, &mut progress)
             .await;
+        // Its VMM has the snapshot open, or gave up.
+        boot.warm_held = None;
         let Err(e) = &result else {
             return result;
         };

@@ -105,6 +105,11 @@ impl Workspaces {
             if meta.pool.is_some() || self.at(&name).delete_if_orphaned(&meta) {
                 continue;
             }
+            // The library's own makers of code kernels are no agent's.
+            let namespace = base::store::name::namespace_of(&name);
+            if self.caller().is_some() && namespace == super::tenancy::READY_NAMESPACE {
+                continue;
+            }
             let spec = &meta.spec;
             let keep = self.lists(
                 base::store::name::namespace_of(&name),

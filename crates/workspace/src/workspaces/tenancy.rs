@@ -311,6 +311,23 @@ mod tests {
             .reserved_view(ready)
             .full_name(&format!("maker.{ready}"))
             .is_ok());
+        if !have_mkfs("the_code_kernel_makers_namespace_is_no_ones_to_name") {
+            return;
+        }
+        // The host sees a maker in every namespace's listing; no agent does.
+        let maker = format!("maker.{ready}");
+        f.ws.reserved_view(ready).create(&maker, spec()).unwrap();
+        let everywhere = f.ws.in_namespace(ALL_NAMESPACES).unwrap();
+        let names = |ws: &Workspaces| -> Vec<String> {
+            let all = ListFilter {
+                all_agents: true,
+                ..ListFilter::default()
+            };
+            ws.list(&all).unwrap().into_iter().map(|m| m.name).collect()
+        };
+        assert_eq!(names(&everywhere), [maker]);
+        let agent = everywhere.for_caller(Arc::new(Caller::new()));
+        assert!(names(&agent).is_empty());
     }
 
     #[test]

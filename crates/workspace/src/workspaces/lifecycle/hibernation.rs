@@ -171,6 +171,7 @@ impl Workspaces {
                 kind: StartKind::Hibernation,
                 restore: Some(self.dir(name)?.hibernation()),
                 keep_warm: None,
+                warm_held: None,
             })
         });
         match launched {

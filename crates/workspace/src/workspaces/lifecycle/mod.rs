@@ -34,6 +34,9 @@ pub(crate) struct Boot {
     pub restore: Option<PathBuf>,
     /// Where the VMM keeps a warm snapshot once the agent answers.
     pub keep_warm: Option<PathBuf>,
+    /// The warm snapshot restored, held (shared) until the start is
+    /// over: it is not replaced while its VMM opens it.
+    pub warm_held: Option<std::sync::Arc<base::store::file_lock::FileLock>>,
 }
 
 /// What `start` reports while it waits.
@@ -82,6 +85,7 @@ impl Workspaces {
                 },
                 restore: restore.map(Path::to_path_buf),
                 keep_warm: None,
+                warm_held: None,
             })
         })?;
         self.wait_running(name, started, timeout, &mut progress)
