@@ -34,10 +34,9 @@ pub struct WarmRecord {
     pub ready_kernels: Vec<String>,
 }
 
-/// Makes the record's directory the warm snapshot of its key (the VMM
-/// process calls this once it has written the snapshot into `pending`); if
-/// another start kept one first, `pending` is removed.
-pub fn promote(pending: &Path) -> std::io::Result<()> {
+/// Seals the snapshot written into `pending`: its record gets the memory
+/// file's and the disk copy's digests, and the tree is synced.
+pub fn seal(pending: &Path) -> std::io::Result<WarmRecord> {
     let mut record: WarmRecord = crate::store::read_json(&pending.join(WARM_RECORD))
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     record.memory_sha256 = Some(seal::Sealed::Memory.digest(pending)?);
@@ -45,6 +44,14 @@ pub fn promote(pending: &Path) -> std::io::Result<()> {
     crate::store::write_json_atomic(&pending.join(WARM_RECORD), &record)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     seal::sync_tree(pending)?;
+    Ok(record)
+}
+
+/// Makes the record's directory the warm snapshot of its key (the VMM
+/// process calls this once it has written the snapshot into `pending`); if
+/// another start kept one first, `pending` is removed.
+pub fn promote(pending: &Path) -> std::io::Result<()> {
+    let record = seal(pending)?;
     let parent = pending.parent().unwrap_or(Path::new("."));
     if std::fs::rename(pending, parent.join(&record.key)).is_err() {
         std::fs::remove_dir_all(pending)?;

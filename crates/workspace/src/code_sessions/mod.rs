@@ -215,6 +215,14 @@ pub enum CodeSessionError {
     /// A workspace on a server: not served yet.
     #[error("code sessions of workspaces on servers are not supported yet")]
     OnServer,
+    /// The kernels made ahead were not kept as the image's warm snapshot.
+    #[error("the kernels made ahead were not kept as image `{image}`'s warm snapshot: {why}")]
+    NotKept {
+        /// The image.
+        image: String,
+        /// Why not.
+        why: &'static str,
+    },
     /// Talking to the kernel failed.
     #[error(transparent)]
     Kernel(#[from] JupyterError),
@@ -237,6 +245,7 @@ impl crate::error::ConcernError for CodeSessionError {
             | Self::TooMany { .. }
             | Self::OnServer => ErrorCode::InvalidInput,
             Self::UnknownSession { .. } | Self::Ended { .. } => ErrorCode::NotFound,
+            Self::NotKept { .. } => ErrorCode::Conflict,
             Self::Kernel(JupyterError::Unresponsive { .. }) => ErrorCode::Timeout,
             Self::Start { .. } | Self::ConnectionFile(_) | Self::Kernel(_) | Self::Io { .. } => {
                 ErrorCode::Internal

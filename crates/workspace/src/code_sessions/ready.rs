@@ -90,10 +90,13 @@ pub async fn prepare(
     // workspace whose owner ended with it).
     let _ = all.list_everywhere(&ListFilter::default());
     let view = all.reserved_view(READY_NAMESPACE);
+    // Stopped by its VMM, then deleted, when this process ends early.
+    let owner = Owner::this_process().ok_or_else(|| {
+        crate::error::Error::HostUnsupported("/proc does not say when this process started".into())
+    })?;
     let spec = WorkspaceSpec {
         ttl_secs: Some(MAKER_TTL_SECS),
-        // Stopped by its VMM, then deleted, when this process ends early.
-        owner: Owner::this_process(),
+        owner: Some(owner),
         delete_with_owner: true,
         ..crate::pool::member_spec(&image, &all.image_defaults(&image))
     };
@@ -124,7 +127,13 @@ pub async fn prepare(
         tokio::time::sleep(SETTLE_BEFORE_SNAPSHOT).await;
         progress("keeping it as the image's warm snapshot");
         let names = languages.iter().map(|l| l.as_str().to_owned()).collect();
-        view.snapshots().keep_warm_from(&name, names)?;
+        if let Some(why) = view.snapshots().keep_warm_from(&name, names).await? {
+            return Err(CodeSessionError::NotKept {
+                image: image.clone(),
+                why,
+            }
+            .into());
+        }
         let (warm_key, _) = all.warm_identity(&meta.spec)?;
         Ok::<_, crate::error::Error>(warm_key)
     }

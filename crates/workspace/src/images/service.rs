@@ -10,8 +10,17 @@ use crate::workspaces::services::Images;
 use base::images::registry::ImageInfo;
 
 impl Images<'_> {
-    /// Workspaces that use image `name`.
+    /// Workspaces that use image `name` (to an agent, the library's own
+    /// makers of code kernels are not named, only counted).
     pub fn users(self, image: &str) -> Result<Vec<String>> {
+        let shown = |name: String| {
+            let ready = crate::workspaces::tenancy::READY_NAMESPACE;
+            if self.all.caller().is_some() && base::store::name::namespace_of(&name) == ready {
+                "a workspace making code kernels ahead".to_owned()
+            } else {
+                name
+            }
+        };
         Ok(self
             .all
             .list_everywhere(&ListFilter {
@@ -19,7 +28,7 @@ impl Images<'_> {
                 ..ListFilter::default()
             })?
             .into_iter()
-            .map(|m| m.name)
+            .map(|m| shown(m.name))
             .collect())
     }
 

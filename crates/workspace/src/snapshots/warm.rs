@@ -33,17 +33,16 @@ const WARM_DIR: &str = "warm";
 const PENDING_STALE_AFTER: Duration = Duration::from_secs(3600);
 
 /// Removes the pending warm snapshots in `root` that their VMM left behind
-/// when it died (older than [`PENDING_STALE_AFTER`]).
+/// when it died, and those set aside by a replacement killed half-way
+/// (older than [`PENDING_STALE_AFTER`]).
 fn sweep_stale_pending(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
     for entry in entries.filter_map(|e| e.ok()) {
-        if !entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(PENDING_PREFIX)
-        {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(PENDING_PREFIX) || name.starts_with(ASIDE_PREFIX)) {
             continue;
         }
         let age = entry
@@ -57,17 +56,23 @@ fn sweep_stale_pending(root: &Path) {
     }
 }
 
-/// The lock of warm snapshot `key` in `root`: a start that resumes it
-/// holds it `shared` until its VMM runs; replacing or discarding it takes
-/// it exclusive.
-fn lock_of(root: &Path, key: &str, shared: bool) -> Result<FileLock> {
-    let path = root.join(format!(".lock-{key}"));
-    let taken = if shared {
-        FileLock::shared(&path)
-    } else {
-        FileLock::exclusive(&path)
-    };
-    taken.map_err(Error::host_io(format!("locking {}", path.display())))
+/// The prefix of a warm snapshot set aside while another replaces it, or
+/// on its way out.
+const ASIDE_PREFIX: &str = ".discard-";
+/// How long a replacement waits for the starts resuming the warm snapshot
+/// it replaces.
+const REPLACE_WAIT: Duration = Duration::from_secs(120);
+
+/// Warm snapshot `dir` locked, when nobody holds it against this use: a
+/// start that resumes it holds it `shared` until its VMM runs; replacing
+/// or discarding it holds it exclusively. The lock is the directory's own
+/// (no lock file anyone else could replace), and never waited for: a
+/// start finding it taken boots, a discard finding it taken leaves it.
+fn try_lock(dir: &Path, shared: bool) -> Option<FileLock> {
+    FileLock::try_directory(dir, shared)
+        .ok()
+        .flatten()
+        .filter(|held| held.holds(dir))
 }
 
 impl Workspace<'_> {
@@ -187,14 +192,32 @@ impl Snapshots<'_> {
         Ok(dir)
     }
 
-    fn discard_warm(self, key: &str, workspace: &str, reason: &str) {
-        let Ok(_held) = lock_of(&self.warm_root(), key, false) else {
+    /// Discards warm snapshot `key` unless a start resumes it, or it was
+    /// replaced since it was found wanting: with `resumed` (the snapshot
+    /// whose resume failed: its record's time) only that one; without, only
+    /// one still unusable.
+    fn discard_warm(
+        self,
+        (key, fingerprint): (&str, &str),
+        workspace: &str,
+        reason: &str,
+        resumed: Option<u64>,
+    ) {
+        let dir = self.warm_root().join(key);
+        let Some(_held) = try_lock(&dir, false) else {
             return;
         };
-        let dir = self.warm_root().join(key);
+        let still = match resumed {
+            Some(made) => base::store::read_json::<WarmRecord>(&dir.join(WARM_RECORD))
+                .is_ok_and(|r| r.created_at_ms == made),
+            None => self.usable_warm(key, fingerprint).is_err(),
+        };
+        if !still {
+            return;
+        }
         let doomed = self
             .warm_root()
-            .join(format!(".discard-{key}-{}", unique_id()));
+            .join(format!("{ASIDE_PREFIX}{key}-{}", unique_id()));
         if std::fs::rename(&dir, &doomed).is_ok() {
             let _ = std::fs::remove_dir_all(&doomed);
         }
@@ -228,9 +251,20 @@ impl Snapshots<'_> {
             "warm snapshot directory",
             vmm_gid,
         )?;
-        let held = lock_of(&self.warm_root(), &key, true)?;
         match self.usable_warm(&key, &fingerprint) {
             Ok(dir) => {
+                // Being replaced: this start boots (and keeps nothing).
+                let Some(held) = try_lock(&dir, true) else {
+                    return Ok(boot);
+                };
+                // What was checked may be what was replaced since.
+                let Ok(record) = base::store::read_json::<WarmRecord>(&dir.join(WARM_RECORD))
+                else {
+                    return Ok(boot);
+                };
+                if self.usable_warm(&key, &fingerprint).is_err() {
+                    return Ok(boot);
+                }
                 let ws = self.all.dir(&meta.name)?;
                 copy_snapshot_disk(&dir, &ws)?;
                 // The boot's console, so `logs` shows how the guest came up.
@@ -238,14 +272,13 @@ impl Snapshots<'_> {
                 Ok(Boot {
                     kind: StartKind::Warm,
                     restore: Some(dir),
-                    warm_held: Some(std::sync::Arc::new(held)),
+                    warm_held: Some((std::sync::Arc::new(held), record.created_at_ms)),
                     ..boot
                 })
             }
             Err(why) => {
-                drop(held);
                 if let Some(reason) = why {
-                    self.discard_warm(&key, &meta.name, &reason);
+                    self.discard_warm((&key, &fingerprint), &meta.name, &reason, None);
                 }
                 // A warm snapshot has its volume slots empty: a boot with
                 // volumes keeps none.
@@ -279,8 +312,14 @@ impl Snapshots<'_> {
     /// Keeps running workspace `name`'s machine as the warm snapshot of its
     /// image and size, in place of the one there: a fresh workspace made
     /// ready by the library (kernels of `ready_kernels` running in it)
-    /// that later fresh workspaces resume as it is.
-    pub(crate) fn keep_warm_from(self, name: &str, ready_kernels: Vec<String>) -> Result<()> {
+    /// that later fresh workspaces resume as it is. `Ok(Some(why))` when it
+    /// was not kept: starts kept resuming the one there, or a start kept
+    /// its own first.
+    pub(crate) async fn keep_warm_from(
+        self,
+        name: &str,
+        ready_kernels: Vec<String>,
+    ) -> Result<Option<&'static str>> {
         let meta = self.all.at(name).get_here()?;
         let (key, fingerprint) = self.all.warm_identity(&meta.spec)?;
         let vmm = base::vmm::user::for_state(self.all.state.root())?;
@@ -291,7 +330,8 @@ impl Snapshots<'_> {
             vmm.as_ref().map(|u| u.gid),
         )?;
         let pending = root.join(format!("{PENDING_PREFIX}{key}-{}", unique_id()));
-        let kept = self.write_moved(name, &pending).and_then(|_| {
+        // Written, digested and synced before anything waits on it.
+        let written = self.write_moved(name, &pending).and_then(|_| {
             let ws = self.all.dir(name)?;
             let _ = std::fs::copy(ws.path().join(CONSOLE_FILE), pending.join(CONSOLE_FILE));
             let record = WarmRecord {
@@ -309,40 +349,59 @@ impl Snapshots<'_> {
                 user.hand_over_tree(&pending)?;
                 user.share(&root)?;
             }
-            // Not while a start resumes the one it replaces, which goes
-            // aside first and comes back if this one is not kept.
-            let _held = lock_of(&root, &key, false)?;
-            let aside = root.join(format!(".discard-{key}-{}", unique_id()));
-            let replaced = std::fs::rename(root.join(&key), &aside).is_ok();
-            if let Err(e) = base::vmm::warm::promote(&pending) {
-                if replaced {
-                    let _ = std::fs::rename(&aside, root.join(&key));
-                }
-                return Err(Error::host_io(format!("keeping {}", pending.display()))(e));
-            }
-            let kept: Option<WarmRecord> =
-                base::store::read_json(&root.join(&key).join(WARM_RECORD)).ok();
-            if kept.is_some_and(|k| k.from == name) {
-                if replaced {
-                    let _ = std::fs::remove_dir_all(&aside);
-                }
-                return Ok(());
-            }
-            // A booting workspace kept its own first: ours is gone.
-            if replaced {
-                let _ = std::fs::remove_dir_all(&aside);
-            }
-            Err(Error::StartFailed {
-                name: name.to_owned(),
-                reason: "another start kept a warm snapshot of the same image first; \
-                    prepare again"
-                    .into(),
-            })
+            base::vmm::warm::seal(&pending)
+                .map_err(Error::host_io(format!("sealing {}", pending.display())))?;
+            Ok(())
         });
-        if kept.is_err() {
+        let kept = match written {
+            Ok(()) => self.swap_warm(&root, &key, &pending).await,
+            Err(e) => Err(e),
+        };
+        if !matches!(kept, Ok(None)) {
             let _ = std::fs::remove_dir_all(&pending);
         }
         kept
+    }
+
+    /// Puts `pending` in the place of warm snapshot `key`, once no start
+    /// resumes the one there (which goes aside, and comes back if `pending`
+    /// cannot take its place).
+    async fn swap_warm(
+        self,
+        root: &Path,
+        key: &str,
+        pending: &Path,
+    ) -> Result<Option<&'static str>> {
+        let current = root.join(key);
+        let deadline = Instant::now() + REPLACE_WAIT;
+        let held = loop {
+            if !current.exists() {
+                break None;
+            }
+            if let Some(held) = try_lock(&current, false) {
+                break Some(held);
+            }
+            if Instant::now() > deadline {
+                return Ok(Some("starts kept resuming the warm snapshot there"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let aside = root.join(format!("{ASIDE_PREFIX}{key}-{}", unique_id()));
+        let replaced = held.is_some() && std::fs::rename(&current, &aside).is_ok();
+        // Not onto one a start kept meanwhile (a directory that is there).
+        let placed = std::fs::rename(pending, &current);
+        drop(held);
+        if placed.is_err() {
+            if replaced && std::fs::rename(&aside, &current).is_err() {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
+            return Ok(Some("a start kept a warm snapshot of its own first"));
+        }
+        if replaced {
+            let _ = std::fs::remove_dir_all(&aside);
+        }
+        seal::sync_dir(root).map_err(Error::host_io(format!("syncing {}", root.display())))?;
+        Ok(None)
     }
 
     /// The code-session kernels running in the warm snapshot a fresh
@@ -390,20 +449,25 @@ impl Snapshots<'_> {
             .wait_running(name, started, timeout, &mut progress)
             .await;
         // Its VMM has the snapshot open, or gave up.
-        boot.warm_held = None;
+        let resumed = boot.warm_held.take().map(|(_, made)| made);
         let Err(e) = &result else {
             return result;
         };
         if boot.kind != StartKind::Warm || matches!(e, Error::StartTimedOut { .. }) {
             return result;
         }
-        // The warm snapshot did not resume here: boot instead.
+        // Halted or stopped while it resumed: not the snapshot's doing.
         let meta = self.all.at(name).get_here()?;
-        let (key, _) = self.all.warm_identity(&meta.spec)?;
+        if meta.state != base::store::state::State::Crashed {
+            return result;
+        }
+        // The warm snapshot did not resume here: boot instead.
+        let (key, fingerprint) = self.all.warm_identity(&meta.spec)?;
         self.discard_warm(
-            &key,
+            (&key, &fingerprint),
             name,
             &format!("resuming it failed: {}", e.full_message()),
+            resumed,
         );
         let ws = self.all.dir(name)?;
         make_disk(&ws.disk(), meta.spec.disk_mib)?;

@@ -35,8 +35,9 @@ pub(crate) struct Boot {
     /// Where the VMM keeps a warm snapshot once the agent answers.
     pub keep_warm: Option<PathBuf>,
     /// The warm snapshot restored, held (shared) until the start is
-    /// over: it is not replaced while its VMM opens it.
-    pub warm_held: Option<std::sync::Arc<base::store::file_lock::FileLock>>,
+    /// over so that it is not replaced while its VMM opens it, and its
+    /// record's time (the one a failed resume may discard).
+    pub warm_held: Option<(std::sync::Arc<base::store::file_lock::FileLock>, u64)>,
 }
 
 /// What `start` reports while it waits.
