@@ -166,3 +166,93 @@ fn a_preview_server_serves_previews_only() {
     assert!(server.terminate());
     let _ = std::fs::remove_dir_all(home);
 }
+
+/// The guest's WebSocket echo server: the `ws` library Debian ships
+/// (`node-ws`, copied in from the host), on port 9001; text comes back
+/// marked, binary as it came.
+const WEBSOCKET_SERVER: &str = "const { WebSocketServer } = require('/tmp/ws'); \
+    new WebSocketServer({ port: 9001 }).on('connection', (s) => \
+    s.on('message', (m, binary) => s.send(binary ? m : 'echo: ' + m.toString())));";
+
+/// The host's client (the same library): a text frame and a 256 KiB
+/// binary one through the URL in argv[1]; prints what came back.
+const WEBSOCKET_CLIENT: &str = "const WebSocket = require('/usr/share/nodejs/ws'); \
+    const big = Buffer.alloc(262144, 7); const ws = new WebSocket(process.argv[1]); \
+    ws.on('open', () => { ws.send('through the preview'); ws.send(big); }); \
+    let n = 0; ws.on('message', (m, binary) => { n += 1; \
+      console.log(binary ? 'binary ' + m.length + ' ' + m.equals(big) : m.toString()); \
+      if (n === 2) ws.close(); }); \
+    ws.on('close', () => process.exit(n === 2 ? 0 : 3)); \
+    ws.on('error', (e) => { console.error(e.message); process.exit(1); }); \
+    setTimeout(() => { console.error('no echo in 120 s'); process.exit(2); }, 120000);";
+
+/// Where Debian's `node-ws` keeps the library.
+const NODE_WS: &str = "/usr/share/nodejs/ws";
+
+#[test]
+fn a_preview_carries_websocket_frames_both_ways() {
+    let test = "mcp_http::previews::a_preview_carries_websocket_frames_both_ways";
+    let node_ws = if std::path::Path::new(NODE_WS).join("index.js").is_file() {
+        Ok(())
+    } else {
+        Err(format!("{NODE_WS} is missing (apt-get install node-ws)"))
+    };
+    if testkit::require(test, testkit::mcp_python()).is_none()
+        || testkit::require(test, testkit::guest_assets()).is_none()
+        || testkit::require(test, testkit::workspace_image("debian")).is_none()
+        || testkit::require(test, testkit::host_tool("node")).is_none()
+        || testkit::require(test, node_ws).is_none()
+    {
+        return;
+    }
+    let h = testkit::cli::CliHome::new(crate::BIN, "ws-preview");
+    h.ok(&["create", "wsp", "--image", "debian"]);
+    h.ok(&["start", "wsp"]);
+    h.ok(&["cp", NODE_WS, "wsp:/tmp/ws"]);
+    h.ok(&[
+        "exec",
+        "wsp",
+        "--detach",
+        "--",
+        "node",
+        "-e",
+        WEBSOCKET_SERVER,
+    ]);
+    // Listening (9001 is 2329) before it is used: node takes a while to
+    // start where guest kernel mode is emulated.
+    let listening = "for i in $(seq 600); do \
+        grep -q ':2329 00000000:0000 0A' /proc/net/tcp /proc/net/tcp6 && exit 0; \
+        sleep 0.5; done; exit 1";
+    h.ok(&["exec", "wsp", "--", "sh", "-c", listening]);
+    let server = Server::start(h.home(), &[]);
+    let token = std::fs::read_to_string(h.home().join("mcp-token")).unwrap();
+    let made = python(json!({
+        "url": server.url, "token": token.trim(),
+        "calls": [{"tool": "port_preview", "args": {"workspace": "wsp", "port": 9001}}],
+    }))
+    .unwrap();
+    let url = made["calls"][0]["structured"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{made}"))
+        .replacen("http://", "ws://", 1);
+    let echoed = std::process::Command::new("node")
+        .args(["-e", WEBSOCKET_CLIENT, &url])
+        .output()
+        .expect("node runs");
+    let said = String::from_utf8_lossy(&echoed.stdout);
+    assert!(
+        echoed.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&echoed.stderr)
+    );
+    assert_eq!(said, "echo: through the preview\nbinary 262144 true\n");
+    // Another token is no WebSocket.
+    let wrong = url.replace(url.rsplit('/').nth(1).unwrap_or_default(), &"0".repeat(64));
+    let refused = std::process::Command::new("node")
+        .args(["-e", WEBSOCKET_CLIENT, &wrong])
+        .output()
+        .expect("node runs");
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    drop(server);
+    h.ok(&["rm", "-f", "-y", "wsp"]);
+}
