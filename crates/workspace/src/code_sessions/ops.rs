@@ -13,7 +13,7 @@ use base::store::workspace_dir::WorkspaceDir;
 
 use super::jupyter::CodeRunLimits;
 use super::jupyter::READY_TIMEOUT;
-use super::launch::{self, FIRST_ANSWER_TIMEOUT, START_CEILING};
+use super::launch::{self, FIRST_ANSWER_TIMEOUT};
 use super::ready;
 use super::records::{is_session_id, CodeDir, SessionRecord};
 use super::{CodeLanguage, CodeRun, CodeSessionError, CodeSessionInfo, MAX_SESSIONS};
@@ -267,7 +267,7 @@ impl WorkspaceCode<'_> {
         language: CodeLanguage,
     ) -> Result<SessionRecord> {
         let nonce = base::host::dirfd::random_hex();
-        let record = launch::start(self.ws, id, &nonce, language, START_CEILING).await?;
+        let record = launch::start(self.ws, id, &nonce, language).await?;
         if let Err(e) = launch::connect(ws_dir, &record, FIRST_ANSWER_TIMEOUT).await {
             let _ = self.end_kernel(&record).await;
             return Err(e);

@@ -32,9 +32,6 @@ const READY_NONCE: &str = "ready";
 /// How long the workspace that makes them may live (each kernel's start
 /// is bounded apart; this ends one whose maker was killed).
 const MAKER_TTL_SECS: u64 = 4 * 3600;
-/// How long a kernel made ahead may take to start while it works: a
-/// command run once, on a host that may be busy with other guests.
-const PREPARE_CEILING: Duration = Duration::from_secs(3600);
 /// How long a kernel made ahead has to drop the maker's connections
 /// before the snapshot (they would be reset in every fresh workspace).
 const SETTLE_BEFORE_SNAPSHOT: Duration = Duration::from_secs(5);
@@ -113,8 +110,7 @@ pub async fn prepare(
                 language.as_str()
             ));
             let process = process_id(language);
-            let record =
-                launch::start(ws, &process, READY_NONCE, language, PREPARE_CEILING).await?;
+            let record = launch::start(ws, &process, READY_NONCE, language).await?;
             let mut client = launch::connect(&ws_dir, &record, FIRST_ANSWER_TIMEOUT).await?;
             if language == CodeLanguage::Python {
                 // Its first run's own costs, paid here once.
