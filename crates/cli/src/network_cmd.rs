@@ -189,7 +189,7 @@ fn policy(
         } else {
             allow.to_vec()
         };
-        handle.set_egress(mode, rules)?;
+        handle.egress().set(mode, rules)?;
     }
     let info = handle.inspect()?;
     let denials = info.refused.as_ref();

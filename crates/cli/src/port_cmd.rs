@@ -120,7 +120,7 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
                     "--forward is for a workspace on another server; {workspace} is on this host, so its port is published here already"
                 )));
             }
-            let meta = dev.publish_port(*mapping)?;
+            let meta = dev.ports().publish(*mapping)?;
             print(workspace, &meta.spec.ports, json);
             if let Some(remote) = remote.filter(|_| *forward) {
                 remote.forward_port(mapping)?;
@@ -139,7 +139,7 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
             workspace,
             host: (ip, port),
         } => {
-            let meta = ws.workspace(workspace)?.unpublish_port(*ip, *port)?;
+            let meta = ws.workspace(workspace)?.ports().unpublish(*ip, *port)?;
             print(workspace, &meta.spec.ports, json);
         }
         PortCommand::Preview {

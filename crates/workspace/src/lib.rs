@@ -93,12 +93,14 @@ pub use workspaces::builder::WorkspacesBuilder;
 pub use workspaces::contract::{
     contract, Contract, CreateDefaults, StateEntry, EXEC_FAILURE_EXIT_CODE,
 };
+pub use workspaces::egress::WorkspaceEgress;
 pub use workspaces::handle::Workspace;
 pub use workspaces::lifecycle::hibernation::DEFAULT_HIBERNATE_TIMEOUT;
 pub use workspaces::lifecycle::{StartProgress, DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT};
 pub use workspaces::manager::{ListFilter, WorkspaceInfo, Workspaces};
 pub use workspaces::one_shot::{Afterwards, OneShot, OneShotEnd, ONE_SHOT_TTL_SECS};
 pub use workspaces::placement::PlacementReservation;
+pub use workspaces::ports::WorkspacePorts;
 pub use workspaces::services::{
     HostSetup, Images, Kernels, Metrics, ServerPool, Snapshots, Tasks, Volumes,
 };

@@ -77,7 +77,9 @@ impl MicroagentServer {
                 let handle = ws.workspace(name)?;
                 if egress.is_some() || allow.is_some() {
                     let spec = handle.get()?.spec;
-                    handle.set_egress(egress.or(spec.egress), allow.unwrap_or(spec.allow))?;
+                    handle
+                        .egress()
+                        .set(egress.or(spec.egress), allow.unwrap_or(spec.allow))?;
                 }
                 handle.inspect()
             })

@@ -46,7 +46,7 @@ impl MicroagentServer {
         self.grants.check_port_address(mapping.host_ip)?;
         let meta = self
             .on_workspace(&p.workspace, move |ws, name| {
-                ws.workspace(name)?.publish_port(mapping)
+                ws.workspace(name)?.ports().publish(mapping)
             })
             .await?;
         Ok(Out(result(p.workspace, meta)))
@@ -115,7 +115,7 @@ impl MicroagentServer {
         }
         let meta = self
             .on_workspace(&p.workspace, move |ws, name| {
-                ws.workspace(name)?.unpublish_port(ip, port)
+                ws.workspace(name)?.ports().unpublish(ip, port)
             })
             .await?;
         Ok(Out(result(p.workspace, meta)))

@@ -194,9 +194,9 @@ impl ServerPool<'_> {
                         .await?,
                 ))
             }
-            C::PublishPort { mapping } => json(serde_json::to_value(dev.publish_port(mapping)?)),
+            C::PublishPort { mapping } => json(serde_json::to_value(dev.ports().publish(mapping)?)),
             C::UnpublishPort { host_ip, host_port } => json(serde_json::to_value(
-                dev.unpublish_port(host_ip, host_port)?,
+                dev.ports().unpublish(host_ip, host_port)?,
             )),
             C::Metrics {} => {
                 let mut one = self.all.metrics().figures(Some(dev.name())).await?;

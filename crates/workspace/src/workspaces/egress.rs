@@ -13,15 +13,28 @@ use base::vmm::control::{self, ControlRequest, ControlResponse};
 /// How long a control call about the policy may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
-impl Workspace<'_> {
+/// A workspace's own egress policy (`dev.egress()`). `Copy`; its calls take it by value, as the handle's do.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkspaceEgress<'a> {
+    ws: Workspace<'a>,
+}
+
+impl<'a> Workspace<'a> {
+    /// This workspace's own egress policy.
+    pub fn egress(self) -> WorkspaceEgress<'a> {
+        WorkspaceEgress { ws: self }
+    }
+}
+
+impl WorkspaceEgress<'_> {
     /// Sets its egress mode (`None`: its network's) and its own rules,
     /// replacing the ones it had: recorded for every start, and in force
     /// for new connections at once when it runs. Invalid rules, or rules
     /// its network cannot take, change nothing.
-    pub fn set_egress(self, egress: Option<Egress>, allow: Vec<AllowEntry>) -> Result<Meta> {
-        let (all, name) = (self.all, self.name.as_str());
+    pub fn set(self, egress: Option<Egress>, allow: Vec<AllowEntry>) -> Result<Meta> {
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let ws = all.dir(name)?;
-        let meta = self.get_here()?;
+        let meta = self.ws.get_here()?;
         let mut spec = meta.spec.clone();
         spec.egress = egress;
         spec.allow = allow;
@@ -48,9 +61,9 @@ impl Workspace<'_> {
 
     /// What its egress filter refused, when it runs on the `user` network
     /// (`None` otherwise: stopped, or no filter of ours).
-    pub fn egress_denials(self) -> Result<Option<EgressDenials>> {
-        let ws = self.all.dir(&self.name)?;
-        if !self.get_here()?.state.has_vmm() {
+    pub fn denials(self) -> Result<Option<EgressDenials>> {
+        let ws = self.ws.all.dir(&self.ws.name)?;
+        if !self.ws.get_here()?.state.has_vmm() {
             return Ok(None);
         }
         match control::call(

@@ -216,7 +216,7 @@ impl Workspace<'_> {
         let meta = self.get_here()?;
         // A VMM that does not answer leaves the rest to show.
         let refused = match meta.state.has_vmm() {
-            true => self.egress_denials().unwrap_or_else(|e| {
+            true => self.egress().denials().unwrap_or_else(|e| {
                 tracing::warn!(workspace = name, "no egress refusals: {e}");
                 None
             }),

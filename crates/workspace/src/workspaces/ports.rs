@@ -13,21 +13,34 @@ use base::vmm::control::{self, ControlRequest, ControlResponse};
 /// How long a control call about ports may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
-impl Workspace<'_> {
+/// A workspace's published ports (`dev.ports()`). `Copy`; its calls take it by value, as the handle's do.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkspacePorts<'a> {
+    ws: Workspace<'a>,
+}
+
+impl<'a> Workspace<'a> {
+    /// This workspace's published ports.
+    pub fn ports(self) -> WorkspacePorts<'a> {
+        WorkspacePorts { ws: self }
+    }
+}
+
+impl WorkspacePorts<'_> {
     /// Publishes `mapping` on it: at once when it is running (this
     /// process binds the address and hands the socket to its VMM, which
     /// listens before this returns), and at every start. A host address in
     /// use, or published to another guest port, changes nothing; the same
     /// mapping again is done already.
-    pub fn publish_port(self, mapping: PortMapping) -> Result<Meta> {
-        if let Some(remote) = self.remote()? {
+    pub fn publish(self, mapping: PortMapping) -> Result<Meta> {
+        if let Some(remote) = self.ws.remote()? {
             return Ok(
                 remote.call_blocking(crate::servers::WorkspaceCall::PublishPort { mapping })?
             );
         }
-        let (all, name) = (self.all, self.name.as_str());
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let ws = all.dir(name)?;
-        let meta = self.get_here()?;
+        let meta = self.ws.get_here()?;
         if meta.spec.ports.contains(&mapping) {
             return Ok(meta);
         }
@@ -56,19 +69,22 @@ impl Workspace<'_> {
     }
 
     /// Stops publishing the host address `host_ip`:`host_port` of it (open connections run on). NOT_FOUND when it is not published.
-    pub fn unpublish_port(self, host_ip: IpAddr, host_port: u16) -> Result<Meta> {
-        if let Some(remote) = self.remote()? {
+    pub fn unpublish(self, host_ip: IpAddr, host_port: u16) -> Result<Meta> {
+        if let Some(remote) = self.ws.remote()? {
             let meta = remote.call_blocking(crate::servers::WorkspaceCall::UnpublishPort {
                 host_ip,
                 host_port,
             })?;
             // A forward here to a port no longer published leads nowhere.
-            self.all.servers().unforward_port(self.name(), host_port)?;
+            self.ws
+                .all
+                .servers()
+                .unforward_port(self.ws.name(), host_port)?;
             return Ok(meta);
         }
-        let (all, name) = (self.all, self.name.as_str());
+        let (all, name) = (self.ws.all, self.ws.name.as_str());
         let ws = all.dir(name)?;
-        let meta = self.get_here()?;
+        let meta = self.ws.get_here()?;
         let addr = SocketAddr::new(host_ip, host_port);
         if !meta.spec.ports.iter().any(|p| p.host_addr() == addr) {
             return Err(Error::PortNotPublished {
