@@ -16,6 +16,8 @@ use super::zmtp::{SocketType, Zmtp, ZmtpError};
 use super::{CodeException, CodeOutput, CodeRun};
 
 /// How long a kernel may take to answer its first `kernel_info_request`.
+/// The image types a display carries in base64.
+const BASE64_IMAGES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
 pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long an interrupted run may take to end.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
@@ -515,6 +517,11 @@ impl Gathered {
                 continue;
             }
             let data = match value {
+                // Base64 as IPython writes it ends in a newline (and may be
+                // wrapped): the data alone, for clients that decode it.
+                Value::String(s) if BASE64_IMAGES.contains(&mime.as_str()) => {
+                    s.chars().filter(|c| !c.is_ascii_whitespace()).collect()
+                }
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
@@ -664,9 +671,18 @@ mod tests {
             &mut hear,
         );
         g.take(&message("no_such_type", json!(null)), &mut hear);
+        // IPython's base64 ends in a newline: the image is its data alone.
+        g.take(
+            &message(
+                "display_data",
+                json!({"data": {"image/png": "iVBORw0K\nGgo=\n", "text/plain": "<Figure>"}}),
+            ),
+            &mut hear,
+        );
         let run = g.finish();
-        assert_eq!(run.outputs.len(), 1);
+        assert_eq!(run.outputs.len(), 2);
         assert_eq!(run.outputs[0].data, "alone");
+        assert_eq!(run.outputs[1].data, "iVBORw0KGgo=");
         assert_eq!(run.error.unwrap().traceback.len(), 0);
     }
 

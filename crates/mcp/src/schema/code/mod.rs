@@ -8,13 +8,12 @@ use workspace::code_sessions::{CodeLanguage, CodeRun, CodeSessionInfo};
 
 use crate::output::Render;
 
-/// Whether `data` is standard base64 (what image content carries).
+/// Whether `data` is standard base64 (what image content carries; the
+/// library took out the line breaks IPython writes).
 fn is_base64(data: &str) -> bool {
     use base64::Engine;
-    // Jupyter may wrap long base64 in lines.
-    let joined: String = data.split_whitespace().collect();
     base64::engine::general_purpose::STANDARD
-        .decode(joined.as_bytes())
+        .decode(data.as_bytes())
         .is_ok()
 }
 
