@@ -15,9 +15,9 @@ use super::wire::{Message, Signer, WireError};
 use super::zmtp::{SocketType, Zmtp, ZmtpError};
 use super::{CodeException, CodeOutput, CodeRun};
 
-/// How long a kernel may take to answer its first `kernel_info_request`.
 /// The image types a display carries in base64.
 const BASE64_IMAGES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+/// How long a kernel may take to answer its first `kernel_info_request`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long an interrupted run may take to end.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
