@@ -1,6 +1,7 @@
 //! Preview URLs on the real workspace of `a_real_workspace_over_http`:
 //! made through the Python SDK, fetched as a browser would (plain HTTP and
-//! an upgraded connection), revoked, expired.
+//! an upgraded connection), revoked, expired; and a real WebSocket through
+//! one.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -72,7 +73,7 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, token: &str, na
             // while to start here): 8000 and 9000 in LISTEN (0A).
             {"tool": "workspace_exec", "args": {"name": name, "command": ["sh", "-c", WAIT_LISTENING]}},
             {"tool": "port_preview", "args": {"workspace": name, "port": 8000}},
-            {"tool": "port_preview", "args": {"workspace": name, "port": 9000, "expires_secs": 20}},
+            {"tool": "port_preview", "args": {"workspace": name, "port": 9000}},
         ]}))
     .unwrap();
     let calls = out["calls"].as_array().unwrap();
@@ -139,8 +140,20 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, token: &str, na
         .contains(web.trim_start_matches("/preview/").trim_end_matches('/')));
     assert_eq!(revoked["calls"][1]["structured"]["revoked"], 1, "{revoked}");
     assert_eq!(get(server, &web).0, 404);
-    std::thread::sleep(Duration::from_secs(21));
-    assert_eq!(get(server, &upgrade).0, 404);
+    // Expired: a preview of 30 s serves, then is nothing (made here, so
+    // that only one fetch falls in its time on a busy host).
+    let short = python(json!({
+    "url": server.url, "token": token,
+    "calls": [{"tool": "port_preview", "args": {"workspace": name, "port": 8000, "expires_secs": 30}}],
+    }))
+    .unwrap();
+    let short = short["calls"][0]["structured"]["path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{short}"))
+        .to_owned();
+    assert_eq!(get(server, &short).0, 200);
+    std::thread::sleep(Duration::from_secs(31));
+    assert_eq!(get(server, &short).0, 404);
 }
 
 /// `serve preview` serves previews alone: no MCP endpoint, the same
