@@ -16,8 +16,8 @@ use super::{python, Server, BIN};
 #[test]
 fn a_code_session_keeps_state_and_returns_rich_results() {
     let test = "mcp_http::code_sessions::a_code_session_keeps_state_and_returns_rich_results";
-    let slow = "a kernel's start (importing ipykernel) took 240-350 s in a guest here, \
-        pandas and matplotlib minutes more: 20 minutes in all";
+    let slow = "a kernel's start (importing ipykernel) took 4-16 min in a guest here: \
+        `code prepare` makes two, the restarts two more: about an hour in all";
     if testkit::require(test, testkit::slow_tests_wanted(slow)).is_none()
         || testkit::require(test, testkit::mcp_python()).is_none()
         || testkit::require(test, testkit::guest_assets()).is_none()
