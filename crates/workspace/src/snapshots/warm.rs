@@ -167,7 +167,7 @@ impl Snapshots<'_> {
         self,
         key: &str,
         fingerprint: &str,
-    ) -> std::result::Result<PathBuf, Option<String>> {
+    ) -> std::result::Result<(PathBuf, WarmRecord), Option<String>> {
         let dir = self.warm_root().join(key);
         let record = dir.join(WARM_RECORD);
         if !record.exists() {
@@ -189,7 +189,7 @@ impl Snapshots<'_> {
         seal::Sealed::Disk
             .check(&dir, record.disk_sha256.as_deref())
             .map_err(Some)?;
-        Ok(dir)
+        Ok((dir, record))
     }
 
     /// Discards warm snapshot `key` unless a start resumes it, or it was
@@ -251,20 +251,18 @@ impl Snapshots<'_> {
             "warm snapshot directory",
             vmm_gid,
         )?;
+        // Held before it is checked, so what is checked is what resumes;
+        // one being replaced: this start boots (and keeps nothing).
+        let warm = self.warm_root().join(&key);
+        let held = try_lock(&warm, true);
+        if held.is_none() && warm.exists() {
+            return Ok(boot);
+        }
         match self.usable_warm(&key, &fingerprint) {
-            Ok(dir) => {
-                // Being replaced: this start boots (and keeps nothing).
-                let Some(held) = try_lock(&dir, true) else {
+            Ok((dir, record)) => {
+                let Some(held) = held else {
                     return Ok(boot);
                 };
-                // What was checked may be what was replaced since.
-                let Ok(record) = base::store::read_json::<WarmRecord>(&dir.join(WARM_RECORD))
-                else {
-                    return Ok(boot);
-                };
-                if self.usable_warm(&key, &fingerprint).is_err() {
-                    return Ok(boot);
-                }
                 let ws = self.all.dir(&meta.name)?;
                 copy_snapshot_disk(&dir, &ws)?;
                 // The boot's console, so `logs` shows how the guest came up.
@@ -277,6 +275,7 @@ impl Snapshots<'_> {
                 })
             }
             Err(why) => {
+                drop(held);
                 if let Some(reason) = why {
                     self.discard_warm((&key, &fingerprint), &meta.name, &reason, None);
                 }
@@ -410,12 +409,9 @@ impl Snapshots<'_> {
         let Ok((key, fingerprint)) = self.all.warm_identity(spec) else {
             return Vec::new();
         };
-        match self.usable_warm(&key, &fingerprint) {
-            Ok(dir) => base::store::read_json::<WarmRecord>(&dir.join(WARM_RECORD))
-                .map(|r| r.ready_kernels)
-                .unwrap_or_default(),
-            Err(_) => Vec::new(),
-        }
+        self.usable_warm(&key, &fingerprint)
+            .map(|(_, record)| record.ready_kernels)
+            .unwrap_or_default()
     }
 
     /// Whether a workspace of `spec` would resume a warm snapshot now.
