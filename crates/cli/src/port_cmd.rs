@@ -157,8 +157,8 @@ pub fn run(ws: &Workspaces, cmd: &PortCommand, json: bool) -> Result<ExitCode, E
             } else {
                 println!("{}", made.path);
                 eprintln!(
-                    "reaches {workspace}'s port {guest_port} until {} (Unix ms) at http://ADDR{} of `microagent serve mcp --http ADDR`; revoke with `microagent port unpreview {workspace} {guest_port}`",
-                    made.record.expires_at_ms, made.path
+                    "reaches {workspace}'s port {guest_port} until {} (Unix ms) at http://{}.localhost:PORT{} (its own origin) of `microagent serve preview 127.0.0.1:PORT` or `serve mcp --http 127.0.0.1:PORT`, or at http://127.0.0.1:PORT{2} sandboxed; revoke with `microagent port unpreview {workspace} {guest_port}`",
+                    made.record.expires_at_ms, made.origin_label, made.path
                 );
             }
         }

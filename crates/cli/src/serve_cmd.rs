@@ -71,6 +71,15 @@ pub enum ServeCommand {
         /// previews, besides the server's own; repeatable.
         #[arg(long = "allowed-origin", value_name = "ORIGIN")]
         allowed_origins: Vec<String>,
+        /// The DNS domain under which each preview gets a host name, so a
+        /// web origin, of its own (`pv<id>.DOMAIN`: a wildcard name that
+        /// reaches this server, and with TLS a wildcard certificate).
+        /// Default on a loopback address: localhost (browsers and curl
+        /// resolve `*.localhost` to loopback); elsewhere previews are
+        /// served only on the server's address, where browsers sandbox
+        /// their pages.
+        #[arg(long, value_name = "DOMAIN")]
+        preview_domain: Option<String>,
     },
     /// Wait for an MCP server process to end, then delete its session
     /// workspaces (started detached by the server).
@@ -125,6 +134,15 @@ pub struct HttpArgs {
     /// or naming another Host, get 403.
     #[arg(long = "allowed-origin", value_name = "ORIGIN", requires = "http")]
     allowed_origins: Vec<String>,
+    /// The DNS domain under which each preview gets a host name, so a
+    /// web origin, of its own (`pv<id>.DOMAIN`: a wildcard name that
+    /// reaches this server, and with TLS a wildcard certificate).
+    /// Default on a loopback address: localhost (browsers and curl
+    /// resolve `*.localhost` to loopback); elsewhere previews are
+    /// served only on the server's address, where browsers sandbox
+    /// their pages.
+    #[arg(long, value_name = "DOMAIN", requires = "http")]
+    preview_domain: Option<String>,
     /// Connections open at once. At the limit a new connection closes the
     /// oldest one that has not yet sent a request with the token; when all
     /// have, the new one is closed.
@@ -196,13 +214,20 @@ pub fn run(cmd: ServeCommand) -> ExitCode {
             tls_cert,
             tls_key,
             allowed_origins,
+            preview_domain,
         } => {
             let runtime = match server_runtime() {
                 Ok(rt) => rt,
                 Err(failed) => return failed,
             };
             let tls = tls_cert.zip(tls_key);
-            runtime.block_on(serve_previews(addr, public, tls, allowed_origins))
+            runtime.block_on(serve_previews(
+                addr,
+                public,
+                tls,
+                allowed_origins,
+                preview_domain,
+            ))
         }
         ServeCommand::Mcp {
             allow_host_paths,
@@ -323,6 +348,7 @@ async fn serve_http(args: HttpArgs, roots: mcp::HostRoots, grants: mcp::Grants) 
         max_connections: args.max_connections as usize,
         session_timeout: std::time::Duration::from_secs(args.session_timeout),
         previews_only: false,
+        preview_domain: args.preview_domain,
     };
     raise_open_file_limit(args.max_connections as usize);
     let server = mcp::MicroagentServer::new(ws, roots).with_grants(grants);
@@ -377,6 +403,7 @@ async fn serve_previews(
     public: bool,
     tls: Option<(PathBuf, PathBuf)>,
     allowed_origins: Vec<String>,
+    preview_domain: Option<String>,
 ) -> ExitCode {
     let fail = |what: String| {
         eprintln!("microagent: error: {what}");
@@ -401,6 +428,7 @@ async fn serve_previews(
         max_connections: mcp::http::limits::DEFAULT_MAX_CONNECTIONS,
         session_timeout: mcp::http::DEFAULT_SESSION_TIMEOUT,
         previews_only: true,
+        preview_domain,
     };
     let server = mcp::MicroagentServer::new(ws, roots);
     let http = match mcp::http::HttpServer::bind(server, options).await {
@@ -408,8 +436,12 @@ async fn serve_previews(
         Err(e) => return fail(http_error(&e)),
     };
     let base = http.url();
+    let own = match http.preview_origins() {
+        Some(own) => format!("{own}/preview/<token>/ on its own origin, and "),
+        None => String::new(),
+    };
     eprintln!(
-        "microagent: serving preview URLs at {base} (each at {base}<token>/; make one with `microagent port preview NAME PORT`); stop with Ctrl-C"
+        "microagent: serving preview URLs at {base} (each at {own}{base}<token>/ sandboxed; make one with `microagent port preview NAME PORT`); stop with Ctrl-C"
     );
     http.run(stop_signal()).await;
     ExitCode::SUCCESS
@@ -450,6 +482,9 @@ fn http_error(e: &mcp::http::HttpError) -> String {
         }
         mcp::http::HttpError::NoTlsOffLoopback(_) => "; pass --tls-cert and --tls-key",
         mcp::http::HttpError::Bind { .. } => "; pick another address or port",
+        mcp::http::HttpError::PreviewDomain(_) => {
+            "; give a DNS name such as previews.example.com, whose wildcard *.previews.example.com reaches this server"
+        }
         _ => "",
     };
     format!("{}{next}", workspace::error_chain(e))

@@ -124,10 +124,36 @@ pub struct MicroagentServer {
 /// The HTTP address preview URLs are served at.
 #[derive(Debug)]
 pub(crate) struct PreviewBase {
-    /// `scheme://host:port`, without a trailing slash.
-    pub(crate) url: String,
+    /// `http` or `https`.
+    pub(crate) scheme: &'static str,
+    /// The server's address as clients reach it: previews on its own
+    /// origin are sandboxed.
+    pub(crate) reach: std::net::SocketAddr,
+    /// The domain each preview's own host name is under, when they have
+    /// their own origins (`<label>.<domain>:<port>`).
+    pub(crate) domain: Option<String>,
     /// The address listened on (a grant decides whether it may be public).
     pub(crate) ip: std::net::IpAddr,
+}
+
+impl PreviewBase {
+    /// The URL of `made` on its own origin (else on the server's), and on
+    /// the server's origin, sandboxed.
+    pub(crate) fn urls(
+        &self,
+        made: &workspace::store::previews::IssuedPreview,
+    ) -> (String, String) {
+        let scheme = self.scheme;
+        let sandboxed = format!("{scheme}://{}{}", self.reach, made.path);
+        let own = self.domain.as_ref().map(|domain| {
+            let port = self.reach.port();
+            format!(
+                "{scheme}://{}.{domain}:{port}{}",
+                made.origin_label, made.path
+            )
+        });
+        (own.unwrap_or_else(|| sandboxed.clone()), sandboxed)
+    }
 }
 
 impl MicroagentServer {
@@ -211,10 +237,10 @@ impl MicroagentServer {
         server
     }
 
-    /// The same server, serving preview URLs at `url` (`scheme://host:port`)
-    /// on `ip` (`serve mcp --http`).
-    pub(crate) fn serving_previews_at(mut self, url: String, ip: std::net::IpAddr) -> Self {
-        self.preview_base = Some(Arc::new(PreviewBase { url, ip }));
+    /// The same server, serving preview URLs at `base` (`serve mcp
+    /// --http`).
+    pub(crate) fn serving_previews_at(mut self, base: PreviewBase) -> Self {
+        self.preview_base = Some(Arc::new(base));
         self
     }
 

@@ -115,6 +115,10 @@ pub struct IssuedPreview {
     pub token: String,
     /// The path it is served at on a preview server.
     pub path: String,
+    /// The first label of its own origin's host name
+    /// (`<label>.localhost:PORT`, or `<label>.DOMAIN` with
+    /// `--preview-domain`).
+    pub origin_label: String,
     /// What it reaches and until when.
     #[serde(flatten)]
     pub record: PreviewRecord,
@@ -140,10 +144,35 @@ pub(crate) fn digest_of(token: &str) -> Option<String> {
     Some(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A short name of the preview `token` opens (12 hex digits of its
-/// digest): what its cookies are kept under, never the token.
-pub fn preview_id(token: &str) -> Option<String> {
-    digest_of(token).map(|d| d[..12].to_owned())
+/// Hex digits of a token's digest in its preview's short name.
+const ID_DIGITS: usize = 16;
+/// What a preview's own host name begins with (`pv<id>.localhost`).
+pub const ORIGIN_LABEL_PREFIX: &str = "pv";
+
+/// The first label of the host name of the preview `token` opens
+/// (`pv` and 16 hex digits of its digest, no secret): each preview is a
+/// web origin of its own, so one guest's pages share no storage, cookies
+/// or service workers with another's.
+pub fn origin_label(token: &str) -> Option<String> {
+    digest_of(token).map(|d| format!("{ORIGIN_LABEL_PREFIX}{}", &d[..ID_DIGITS]))
+}
+
+/// What the cookies of the preview `token` opens are renamed with
+/// (`c<12 hex digits>_`): from the token under another name than its
+/// digest, so a page that knows a preview's host name cannot set cookies
+/// that preview's app would be given.
+pub fn cookie_prefix(token: &str) -> Option<String> {
+    digest_of(token)?;
+    let keyed = Sha256::digest(format!("preview cookies\0{}", token.to_ascii_lowercase()));
+    let hex: String = keyed.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    Some(format!("c{hex}_"))
+}
+
+/// Whether `label` (lowercase) has the form of an [`origin_label`].
+pub fn is_origin_label(label: &str) -> bool {
+    label.strip_prefix(ORIGIN_LABEL_PREFIX).is_some_and(|id| {
+        id.len() == ID_DIGITS && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 /// A new token from the host's random source.
@@ -211,6 +240,7 @@ impl PreviewStore {
         self.records.create(&name, &record)?;
         Ok(IssuedPreview {
             path: format!("{PREVIEW_PATH}{token}/"),
+            origin_label: format!("{ORIGIN_LABEL_PREFIX}{}", &name[..ID_DIGITS]),
             token,
             record,
         })
@@ -363,6 +393,30 @@ mod tests {
         let made = store.create(record(u64::MAX), 1).unwrap();
         assert_eq!(made.token.len(), 64);
         assert_eq!(made.path, format!("/preview/{}/", made.token));
+        // Its own origin's label: from the digest, whatever the case.
+        assert_eq!(Some(&made.origin_label), origin_label(&made.token).as_ref());
+        assert_eq!(
+            origin_label(&made.token.to_uppercase()),
+            Some(made.origin_label.clone())
+        );
+        assert!(is_origin_label(&made.origin_label));
+        assert!(!made.origin_label.contains(&made.token[..16]));
+        // Its cookies' prefix is not to be had from its host name.
+        let cookies = cookie_prefix(&made.token).unwrap();
+        assert_eq!(cookies.len(), 14);
+        assert!(!made.origin_label.contains(&cookies[1..13]));
+        assert_eq!(cookie_prefix(&made.token.to_uppercase()), Some(cookies));
+        assert_eq!(cookie_prefix("not a token"), None);
+        for not_one in [
+            "pv",
+            "pv0123",
+            "px0123456789abcdef",
+            "pv0123456789ABCDEF",
+            "pv0123456789abcdefa",
+        ] {
+            assert!(!is_origin_label(not_one), "{not_one}");
+        }
+        assert_eq!(origin_label("not a token"), None);
         let files: Vec<_> = std::fs::read_dir(root.join(PREVIEWS_DIR))
             .unwrap()
             .flatten()

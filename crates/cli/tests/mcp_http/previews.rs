@@ -38,9 +38,16 @@ const WAIT_LISTENING: &str = "for i in $(seq 300); do \
     grep -q ':2328 00000000:0000 0A' /proc/net/tcp && exit 0; sleep 0.2; done; exit 1";
 
 fn get(server: &Server, path: &str) -> (u16, String) {
+    fetch(&format!("http://{}{path}", server.authority), &[])
+}
+
+/// `GET url` with curl (which resolves `*.localhost` to loopback itself,
+/// as browsers do) and `headers`: the status code and the whole answer.
+fn fetch(url: &str, headers: &[&str]) -> (u16, String) {
     let fetched = std::process::Command::new("curl")
         .args(["-sS", "-i", "--max-time", "120"])
-        .arg(format!("http://{}{path}", server.authority))
+        .args(headers.iter().flat_map(|h| ["-H", h]))
+        .arg(url)
         .output()
         .expect("curl runs");
     let answer = String::from_utf8_lossy(&fetched.stdout).into_owned();
@@ -84,32 +91,53 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, token: &str, na
         let s: &Value = &calls[i]["structured"];
         let url = s["url"].as_str().unwrap().to_owned();
         let path = s["path"].as_str().unwrap().to_owned();
-        assert!(url.ends_with(&path) && url.starts_with("http://"), "{s}");
+        let sandboxed = s["sandboxed_url"].as_str().unwrap();
+        assert!(url.ends_with(&path) && url.starts_with("http://pv"), "{s}");
+        assert!(url.contains(".localhost:"), "{s}");
+        assert_eq!(sandboxed, format!("http://{}{path}", server.authority));
         (url, path)
     };
     assert_eq!(calls[5]["structured"]["exit_code"], 0, "{out}");
-    let (_, web) = made(6);
-    let (_, upgrade) = made(7);
-    // The guest's page, through the preview; its prefix without the slash
-    // is sent to the slash; another token is nothing.
+    let (web_url, web) = made(6);
+    let (upgrade_url, upgrade) = made(7);
+    // The guest's page on the preview's own origin (`pv<id>.localhost`);
+    // on the server's origin, the same page sandboxed.
+    let (status, page) = fetch(&web_url, &[]);
+    assert_eq!(status, 200, "{page}");
+    assert!(page.ends_with("from the guest\n"), "{page}");
+    let lowered = page.to_ascii_lowercase();
+    assert!(lowered.contains("referrer-policy: no-referrer"), "{page}");
+    assert!(!lowered.contains("content-security-policy"), "{page}");
     let (status, page) = get(server, &web);
     assert_eq!(status, 200, "{page}");
     assert!(page.ends_with("from the guest\n"), "{page}");
     assert!(
         page.to_ascii_lowercase()
-            .contains("referrer-policy: no-referrer"),
+            .contains("content-security-policy: sandbox allow-scripts"),
         "{page}"
     );
+    // A preview's own origin serves it alone: not another preview's
+    // token, not /mcp; and not to another preview's pages.
+    let web_origin = web_url.trim_end_matches(&web).to_owned();
+    let upgrade_origin = upgrade_url.trim_end_matches(&upgrade).to_owned();
+    assert_ne!(web_origin, upgrade_origin);
+    assert_eq!(fetch(&format!("{web_origin}{upgrade}"), &[]).0, 404);
+    assert_eq!(fetch(&format!("{web_origin}/mcp"), &[]).0, 404);
+    assert_eq!(fetch(&format!("{web_origin}/"), &[]).0, 404);
+    let (status, _) = fetch(&web_url, &[&format!("Origin: {upgrade_origin}")]);
+    assert_eq!(status, 403);
+    let (status, _) = fetch(&web_url, &[&format!("Origin: {web_origin}")]);
+    assert_eq!(status, 200);
     let (status, moved) = get(server, web.trim_end_matches('/'));
     assert_eq!(status, 308, "{moved}");
     let (status, _) = get(server, &format!("/preview/{}/", "0".repeat(64)));
     assert_eq!(status, 404);
     // An upgraded connection reaches the guest's server and echoes.
     let mut stream = connect(server);
+    let own_host = upgrade_origin.trim_start_matches("http://");
     write!(
         stream,
-        "GET {upgrade} HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n",
-        server.authority
+        "GET {upgrade} HTTP/1.1\r\nHost: {own_host}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"
     )
     .unwrap();
     let mut head = Vec::new();
@@ -140,6 +168,7 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, token: &str, na
         .contains(web.trim_start_matches("/preview/").trim_end_matches('/')));
     assert_eq!(revoked["calls"][1]["structured"]["revoked"], 1, "{revoked}");
     assert_eq!(get(server, &web).0, 404);
+    assert_eq!(fetch(&web_url, &[]).0, 404);
     // Expired: a preview of 30 s serves, then is nothing (made here, so
     // that only one fetch falls in its time on a busy host).
     let short = python(json!({
@@ -176,6 +205,34 @@ fn a_preview_server_serves_previews_only() {
     );
     let reply = crate::post(&server, "/preview/x/", &[("Host", "evil.example")], "{}");
     assert_eq!(reply.status, 403);
+    // The server's own origin answers previews sandboxed, even a 404.
+    let (_, answer) = get(&server, &format!("/preview/{}/", "a".repeat(64)));
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("content-security-policy: sandbox"),
+        "{answer}"
+    );
+    // A preview's own host name serves only the token it is named after:
+    // not another, not /mcp, not its root; another page's Origin is 403.
+    let token = "b".repeat(64);
+    let port = server.authority.rsplit(':').next().unwrap();
+    let label = workspace::store::previews::origin_label(&token).unwrap();
+    let own = format!("http://{label}.localhost:{port}");
+    let (status, answer) = fetch(&format!("{own}/preview/{}/", "a".repeat(64)), &[]);
+    assert_eq!(status, 404, "{answer}");
+    assert!(!answer
+        .to_ascii_lowercase()
+        .contains("content-security-policy"));
+    assert_eq!(fetch(&format!("{own}/preview/{token}/"), &[]).0, 404);
+    assert_eq!(fetch(&format!("{own}/mcp"), &[]).0, 404);
+    let from_other = "Origin: http://pv0123456789abcdef.localhost";
+    assert_eq!(
+        fetch(&format!("{own}/preview/{token}/"), &[from_other]).0,
+        403
+    );
+    let bad_label = format!("http://pvxyz.localhost:{port}/preview/{token}/");
+    assert_eq!(fetch(&bad_label, &[]).0, 403);
     assert!(server.terminate());
     let _ = std::fs::remove_dir_all(home);
 }
@@ -188,9 +245,13 @@ const WEBSOCKET_SERVER: &str = "const { WebSocketServer } = require('/tmp/ws'); 
     s.on('message', (m, binary) => s.send(binary ? m : 'echo: ' + m.toString())));";
 
 /// The host's client (the same library): a text frame and a 256 KiB
-/// binary one through the URL in argv[1]; prints what came back.
+/// binary one through the URL in argv[1]; prints what came back. Node
+/// does not resolve `*.localhost` as browsers do: its lookup says
+/// loopback.
 const WEBSOCKET_CLIENT: &str = "const WebSocket = require('/usr/share/nodejs/ws'); \
-    const big = Buffer.alloc(262144, 7); const ws = new WebSocket(process.argv[1]); \
+    const lookup = (host, o, cb) => o && o.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) \
+      : cb(null, '127.0.0.1', 4); \
+    const big = Buffer.alloc(262144, 7); const ws = new WebSocket(process.argv[1], { lookup }); \
     ws.on('open', () => { ws.send('through the preview'); ws.send(big); }); \
     let n = 0; ws.on('message', (m, binary) => { n += 1; \
       console.log(binary ? 'binary ' + m.length + ' ' + m.equals(big) : m.toString()); \

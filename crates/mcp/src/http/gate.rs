@@ -6,6 +6,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use hyper::header::{HeaderMap, AUTHORIZATION, HOST, ORIGIN};
+use workspace::store::previews::is_origin_label;
 
 /// Why a request is turned away.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +47,9 @@ pub struct Gate {
     origins: Vec<String>,
     /// The token; none with `--dev`.
     token: Option<String>,
+    /// The domain previews' own host names are under (`<label>.<domain>`),
+    /// when they have their own origins.
+    preview_domain: Option<String>,
 }
 
 impl Gate {
@@ -73,6 +77,53 @@ impl Gate {
             port: bind.port(),
             origins,
             token,
+            preview_domain: None,
+        }
+    }
+
+    /// The same gate, taking `<label>.<domain>` as a preview's own host
+    /// name (a label of [`is_origin_label`]'s form: no other name under
+    /// `domain` is taken).
+    pub fn with_preview_domain(mut self, domain: Option<String>) -> Self {
+        self.preview_domain = domain.map(|d| d.to_ascii_lowercase());
+        self
+    }
+
+    /// The origin label of the preview whose own host name `headers`
+    /// give (`Host: <label>.<domain>[:port]`, this server's port), if
+    /// they give one: such a request is for that preview alone.
+    pub fn preview_host(&self, headers: &HeaderMap) -> Option<String> {
+        let domain = self.preview_domain.as_deref()?;
+        let host = headers.get(HOST)?.to_str().ok()?;
+        let (name, port) = split_authority(host)?;
+        if port.is_some_and(|p| p != self.port) {
+            return None;
+        }
+        let label = name.strip_suffix(domain)?.strip_suffix('.')?;
+        is_origin_label(label).then(|| label.to_owned())
+    }
+
+    /// Whether a request to the preview of `label`'s own origin comes
+    /// from that origin or an allowed one (`Origin`, when sent): another
+    /// preview's pages, or this server's own, are refused.
+    pub fn check_preview_origin(&self, headers: &HeaderMap, label: &str) -> Result<(), Refusal> {
+        let Some(origin) = headers.get(ORIGIN) else {
+            return Ok(());
+        };
+        let origin = origin.to_str().unwrap_or("<not text>");
+        let lowered = origin.trim_end_matches('/').to_ascii_lowercase();
+        let own = self
+            .preview_domain
+            .as_deref()
+            .map(|domain| format!("{label}.{domain}"));
+        let from_itself = matches!(
+            (origin_authority(&lowered), own),
+            (Some((host, port)), Some(own)) if host == own && port.is_none_or(|p| p == self.port)
+        );
+        if from_itself || self.origins.contains(&lowered) {
+            Ok(())
+        } else {
+            Err(Refusal::Origin(origin.to_owned()))
         }
     }
 
@@ -173,6 +224,25 @@ fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
     }
 }
 
+/// Whether `name` is a DNS name previews' host names can go under: dot
+/// separated labels of letters, digits and inner hyphens, not an address,
+/// with room for a preview's label before it.
+pub(crate) fn is_domain(name: &str) -> bool {
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    name.len() <= 200
+        && name.split('.').all(label)
+        && name.parse::<IpAddr>().is_err()
+        && !name
+            .rsplit('.')
+            .next()
+            .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
+}
+
 fn bracketless(ip: &str) -> String {
     ip.trim_matches(['[', ']']).to_ascii_lowercase()
 }
@@ -271,6 +341,95 @@ mod tests {
         // A foreign Host is 403 whatever the token.
         let rebound = headers(&[("host", "evil.example"), ("authorization", "Bearer s3cret")]);
         assert_eq!(g.check(&rebound).unwrap_err().status(), 403);
+    }
+
+    #[test]
+    fn a_previews_own_host_names_that_preview_alone() {
+        let label = format!("pv{}", "0123456789abcdef");
+        let plain = loopback(None);
+        let own = |host: &str| headers(&[("host", host)]);
+        // Without a preview domain no host is a preview's.
+        assert_eq!(
+            plain.preview_host(&own(&format!("{label}.localhost:8765"))),
+            None
+        );
+        let g = loopback(None).with_preview_domain(Some("LocalHost".into()));
+        for host in [
+            format!("{label}.localhost:8765"),
+            format!("{label}.LOCALHOST"),
+        ] {
+            assert_eq!(g.preview_host(&own(&host)), Some(label.clone()), "{host}");
+        }
+        for host in [
+            format!("{label}.localhost:9999"),
+            format!("x.{label}.localhost:8765"),
+            format!("{label}localhost:8765"),
+            "pv0123.localhost:8765".to_owned(),
+            "localhost:8765".to_owned(),
+            format!("{label}.evil.example:8765"),
+        ] {
+            assert_eq!(g.preview_host(&own(&host)), None, "{host}");
+        }
+        // A preview's own host is not the server's: /mcp refuses it.
+        assert!(g.check(&own(&format!("{label}.localhost:8765"))).is_err());
+        // Its requests come from itself, an allowed origin, or no page.
+        let from = |origin: &str| {
+            headers(&[
+                ("host", &format!("{label}.localhost:8765")),
+                ("origin", origin),
+            ])
+        };
+        for origin in [
+            format!("http://{label}.localhost:8765"),
+            format!("HTTP://{label}.localhost:8765/"),
+            "https://app.example.com".to_owned(),
+        ] {
+            assert_eq!(
+                g.check_preview_origin(&from(&origin), &label),
+                Ok(()),
+                "{origin}"
+            );
+        }
+        assert_eq!(g.check_preview_origin(&own("x"), &label), Ok(()));
+        for origin in [
+            "http://pvfedcba9876543210.localhost:8765",
+            "http://127.0.0.1:8765",
+            "http://localhost:8765",
+            "null",
+        ] {
+            assert_eq!(
+                g.check_preview_origin(&from(origin), &label),
+                Err(Refusal::Origin(origin.into())),
+                "{origin}"
+            );
+        }
+        assert!(g
+            .check_preview_origin(&from(&format!("http://{label}.localhost:1")), &label)
+            .is_err());
+    }
+
+    #[test]
+    fn preview_domains_are_dns_names() {
+        for ok in ["localhost", "previews.example.com", "a-b.x1"] {
+            assert!(is_domain(ok), "{ok}");
+        }
+        let long = "a".repeat(64);
+        for bad in [
+            "",
+            ".",
+            "a..b",
+            "-a.b",
+            "a-.b",
+            "127.0.0.1",
+            "10.1",
+            "a/b",
+            "a b",
+            "a:1",
+            long.as_str(),
+            "*.example.com",
+        ] {
+            assert!(!is_domain(bad), "{bad}");
+        }
     }
 
     #[test]

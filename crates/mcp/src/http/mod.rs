@@ -28,7 +28,7 @@ use rmcp::transport::streamable_http_server::session::local::{LocalSessionManage
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::server::MicroagentServer;
+use crate::server::{MicroagentServer, PreviewBase};
 use gate::{Gate, Refusal};
 use limits::{Admission, Connections};
 
@@ -56,6 +56,12 @@ pub struct HttpOptions {
     pub session_timeout: Duration,
     /// Serve preview URLs only, no MCP endpoint (`serve preview`).
     pub previews_only: bool,
+    /// The domain under which each preview has a host name, so an origin,
+    /// of its own (`<label>.<domain>`: a wildcard name that reaches this
+    /// server). Default on loopback: `localhost`, which browsers resolve
+    /// to loopback themselves; elsewhere none, and previews are served
+    /// only on the server's own origin, sandboxed.
+    pub preview_domain: Option<String>,
 }
 
 /// Why the HTTP server could not run.
@@ -70,6 +76,9 @@ pub enum HttpError {
     /// TLS could not be set up.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// The preview domain is not a host name.
+    #[error("the preview domain {0:?} is not a DNS name (letters, digits, hyphens and dots)")]
+    PreviewDomain(String),
     /// The address could not be listened on.
     #[error("listening on {addr}")]
     Bind {
@@ -106,6 +115,7 @@ pub struct HttpServer {
     connections: Arc<Connections>,
     previews_only: bool,
     serves_previews: bool,
+    preview_domain: Option<String>,
     session_timeout: Duration,
 }
 
@@ -125,6 +135,11 @@ impl HttpServer {
         // Previews alone need no bearer token: each URL's is its access.
         let guarded = options.token.is_some() || options.previews_only;
         check_exposure(bind, guarded, options.tls.is_some())?;
+        let preview_domain = match options.preview_domain {
+            Some(domain) if gate::is_domain(&domain) => Some(domain.to_ascii_lowercase()),
+            Some(domain) => return Err(HttpError::PreviewDomain(domain)),
+            None => bind.ip().is_loopback().then(|| "localhost".to_owned()),
+        };
         let tls = match &options.tls {
             Some((cert, key)) => Some(tls::acceptor(cert, key)?),
             None => None,
@@ -132,7 +147,10 @@ impl HttpServer {
         let bind_error = |source| HttpError::Bind { addr: bind, source };
         let listener = TcpListener::bind(bind).await.map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
-        let gate = Arc::new(Gate::new(local, &options.allowed_origins, options.token));
+        let gate = Arc::new(
+            Gate::new(local, &options.allowed_origins, options.token)
+                .with_preview_domain(preview_domain.clone()),
+        );
         let scheme = if tls.is_some() { "https" } else { "http" };
         // A URL to hand out: an address that listens on every interface
         // is reached here on loopback.
@@ -154,7 +172,12 @@ impl HttpServer {
         let serves_previews = options.previews_only
             || (guarded && server.grants.check_port_address(local.ip()).is_ok());
         let server = if guarded {
-            server.serving_previews_at(format!("{scheme}://{reach}"), local.ip())
+            server.serving_previews_at(PreviewBase {
+                scheme,
+                reach,
+                domain: preview_domain.clone(),
+                ip: local.ip(),
+            })
         } else {
             server
         };
@@ -167,8 +190,21 @@ impl HttpServer {
             connections: Connections::new(options.max_connections),
             previews_only: options.previews_only,
             serves_previews,
+            preview_domain,
             session_timeout: options.session_timeout,
         })
+    }
+
+    /// `scheme://pv<id>.<domain>:<port>`: the form of each preview's own
+    /// origin, when they have one.
+    pub fn preview_origins(&self) -> Option<String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let domain = self.preview_domain.as_ref()?;
+        let prefix = workspace::store::previews::ORIGIN_LABEL_PREFIX;
+        Some(format!(
+            "{scheme}://{prefix}<id>.{domain}:{}",
+            self.local.port()
+        ))
     }
 
     /// The endpoint clients connect to (the preview URLs' base when it
@@ -343,14 +379,25 @@ struct Site {
 /// request past the token check marks its connection `authenticated`.
 async fn route(site: &Site, authenticated: &AtomicBool, req: Request<Incoming>) -> Response<Body> {
     let (gate, service) = (&site.gate, &site.service);
-    // A preview's token is its own capability; its pages (the guest's)
-    // share this server's origin, so `/mcp` needs the MCP token.
-    if preview::is_preview(req.uri().path()) && site.serves_previews {
-        if let Err(refusal) = gate.check_site(req.headers()) {
-            tracing::info!("refused a preview request: {refusal}");
-            return refused(&refusal);
+    // A preview's token is its own capability. On its own origin
+    // (`<label>.<domain>`) a request reaches that preview alone; on the
+    // server's origin its pages are sandboxed, and `/mcp` needs the MCP
+    // token either way.
+    if site.serves_previews {
+        if let Some(label) = gate.preview_host(req.headers()) {
+            if let Err(refusal) = gate.check_preview_origin(req.headers(), &label) {
+                tracing::info!("refused a preview request: {refusal}");
+                return refused(&refusal);
+            }
+            return preview::serve(&site.workspaces, req, Some(&label)).await;
         }
-        return preview::serve(&site.workspaces, req).await;
+        if preview::is_preview(req.uri().path()) {
+            if let Err(refusal) = gate.check_site(req.headers()) {
+                tracing::info!("refused a preview request: {refusal}");
+                return refused(&refusal);
+            }
+            return preview::serve(&site.workspaces, req, None).await;
+        }
     }
     if site.previews_only {
         return plain(

@@ -121,10 +121,17 @@ pub struct PreviewResult {
     pub workspace: String,
     /// The guest port it reaches.
     pub port: u16,
-    /// The whole URL, when this server serves previews (over HTTP);
+    /// The whole URL, when this server serves previews (over HTTP): on
+    /// the preview's own origin (`http://pv<id>.localhost:PORT/...`,
+    /// which browsers and curl resolve to loopback themselves), so its
+    /// pages share no storage or cookies with other sites' and previews';
     /// otherwise null, and `path` is served by `microagent serve mcp
     /// --http ADDR` on the same state directory.
     pub url: Option<String>,
+    /// The same preview on the server's own address, for clients that do
+    /// not resolve `*.localhost` (most HTTP libraries): a browser runs its
+    /// pages sandboxed there (no storage, cookies or same-origin calls).
+    pub sandboxed_url: Option<String>,
     /// `/preview/<token>/`: the path it is served at.
     pub path: String,
     /// When it stops working, Unix ms.

@@ -122,10 +122,11 @@ impl MicroagentServer {
     }
 
     /// Make a preview URL of a guest port: an unguessable URL on this
-    /// server's HTTP address (`/preview/<token>/`) that reaches the web
-    /// app on 127.0.0.1:port in the workspace, HTTP and WebSocket, until
-    /// it expires (24 h by default) or is revoked. Whoever has the URL
-    /// reaches that port; no MCP token is needed or sent on. Over stdio
+    /// server's HTTP port (`/preview/<token>/`, on a host name of its own:
+    /// `pv<id>.localhost`) that reaches the web app on 127.0.0.1:port in
+    /// the workspace, HTTP and WebSocket, until it expires (24 h by
+    /// default) or is revoked. Whoever has the URL reaches that port; no
+    /// MCP token is needed or sent on. Over stdio
     /// (or `--http --dev`, which serves none) `url` is null and `path` is
     /// served by `microagent serve preview` or `serve mcp --http` on the
     /// same state directory.
@@ -154,13 +155,12 @@ impl MicroagentServer {
                 ws.workspace(name)?.previews().create(port, ttl)
             })
             .await?;
+        let (url, sandboxed_url) = self.preview_base.as_ref().map(|b| b.urls(&made)).unzip();
         Ok(Out(PreviewResult {
             workspace: p.workspace,
             port,
-            url: self
-                .preview_base
-                .as_ref()
-                .map(|base| format!("{}{}", base.url, made.path)),
+            url,
+            sandboxed_url,
             path: made.path,
             expires_at_ms: made.record.expires_at_ms,
         }))

@@ -40,7 +40,7 @@ pub(super) struct Rewrite<'a> {
     pub prefix: &'a str,
     /// The guest port.
     pub port: u16,
-    /// What this preview's cookies are named with (`pv<id>_`).
+    /// What this preview's cookies are named with (`c<id>_`).
     pub cookie_prefix: &'a str,
 }
 

@@ -3,12 +3,16 @@
 //! and WebSocket (an `Upgrade` is passed through and the two connections
 //! joined, while the preview lasts, at most [`MAX_TUNNELS`] at once). The
 //! token is the capability: no bearer token is asked, the gate's `Host`
-//! and `Origin` rules still apply. Previews share the server's origin, so
-//! what crosses is rewritten (`headers`): the guest gets its path without
-//! the prefix, no `Authorization` and only its own preview's cookies; the
-//! client gets cookies and redirects held to the preview, no header that
-//! acts on the whole origin, and no referrer leaves with its links (the
-//! token is in the URL). A service worker is never served.
+//! and `Origin` rules still apply. Each preview has an origin of its own
+//! (`<label>.<domain>`, the label from its token's digest), which serves
+//! it alone; on the server's own origin, shared by every preview, its
+//! pages are sandboxed (an opaque origin: no storage, cookies or
+//! same-origin calls). Either way what crosses is rewritten (`headers`):
+//! the guest gets its path without the prefix, no `Authorization` and
+//! only its own preview's cookies; the client gets cookies and redirects
+//! held to the preview, no header that acts on the whole origin, and no
+//! referrer leaves with its links (the token is in the URL). A service
+//! worker is never served.
 
 mod headers;
 
@@ -25,6 +29,7 @@ use tokio::sync::Semaphore;
 use super::{plain, Body};
 use headers::{Rewrite, HOP_BY_HOP};
 use workspace::previews::PREVIEW_PATH;
+use workspace::store::previews::{cookie_prefix, origin_label};
 use workspace::Workspaces;
 
 /// Upgraded connections (WebSockets) open at once through a server's
@@ -43,15 +48,47 @@ pub(super) fn is_preview(path: &str) -> bool {
     path.starts_with(PREVIEW_PATH) || path == PREVIEW_PATH.trim_end_matches('/')
 }
 
-/// Serves one request under [`PREVIEW_PATH`] (the gate's `Host` and
-/// `Origin` checks passed).
-pub(super) async fn serve(ws: &Workspaces, req: Request<Incoming>) -> Response<Body> {
+/// What a page of a preview served on the server's shared origin may do:
+/// anything but be of that origin (no `allow-same-origin`).
+const SANDBOX: &str = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads";
+
+/// Serves one request for a preview (the gate's `Host` and `Origin`
+/// checks passed): on the preview's own origin, `own` is its label and
+/// only its token is served there; else on the server's, sandboxed.
+pub(super) async fn serve(
+    ws: &Workspaces,
+    req: Request<Incoming>,
+    own: Option<&str>,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
-    let rest = path.strip_prefix(PREVIEW_PATH).unwrap_or_default();
+    let Some(rest) = path.strip_prefix(PREVIEW_PATH) else {
+        return not_found();
+    };
     let (token, tail) = match rest.split_once('/') {
         Some((token, tail)) => (token, Some(tail)),
         None => (rest, None),
     };
+    if own.is_some_and(|label| origin_label(token).as_deref() != Some(label)) {
+        return not_found();
+    }
+    let mut answer = serve_token(ws, req, token, tail).await;
+    if own.is_none() {
+        answer.headers_mut().append(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(SANDBOX),
+        );
+    }
+    answer
+}
+
+/// Serves `tail` (none: the prefix without its slash) of the preview
+/// `token` opens.
+async fn serve_token(
+    ws: &Workspaces,
+    req: Request<Incoming>,
+    token: &str,
+    tail: Option<&str>,
+) -> Response<Body> {
     let target = match ws.preview_target(token) {
         Ok(Some(target)) => target,
         Ok(None) => return not_found(),
@@ -102,10 +139,7 @@ pub(super) async fn serve(ws: &Workspaces, req: Request<Incoming>) -> Response<B
             );
         }
     };
-    let cookie_prefix = format!(
-        "pv{}_",
-        workspace::store::previews::preview_id(token).unwrap_or_default()
-    );
+    let cookie_prefix = cookie_prefix(token).unwrap_or_default();
     let rewrite = Rewrite {
         prefix: &prefix,
         port: target.port,
