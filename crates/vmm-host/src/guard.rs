@@ -2,7 +2,7 @@
 //! confinement it runs under, and the owner process a one-shot workspace
 //! lives for (docs/security.md).
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use std::path::Path;
 
@@ -149,12 +149,58 @@ impl Lockdown {
 /// socket pair, a TAP) and published ports' listeners are open already and
 /// keep working. Needs CAP_SYS_ADMIN, as root or in the user namespace the
 /// VMM took for its private root.
-pub fn leave_host_network() -> Result<(), String> {
+/// `ahead`, an empty namespace made by [`empty_network_ahead`], is
+/// entered instead of making one.
+pub fn leave_host_network(ahead: Option<OwnedFd>) -> Result<(), String> {
+    if let Some(namespace) = ahead {
+        // SAFETY: setns on a namespace descriptor this process owns.
+        if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) } == 0 {
+            return Ok(());
+        }
+        tracing::info!(
+            "entering the network namespace made ahead: {}; making one",
+            std::io::Error::last_os_error()
+        );
+    }
     // SAFETY: unshare takes flags only.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         return Err(std::io::Error::last_os_error().to_string());
     }
     Ok(())
+}
+
+/// Makes an empty network namespace for [`leave_host_network`] to enter
+/// later, and comes back to the host's: for a standby, which knows no
+/// workspace yet but has the time. `None` without CAP_SYS_ADMIN (the way
+/// back to the host's namespace needs it; the VMM makes its own later, in
+/// the user namespace of its private root). Call while the process has one
+/// thread.
+pub fn empty_network_ahead() -> Result<Option<OwnedFd>, String> {
+    const CAP_SYS_ADMIN: u32 = 21;
+    if !base::host::settings::has_capability(CAP_SYS_ADMIN) {
+        return Ok(None);
+    }
+    let open = |what: &str| {
+        std::fs::File::open("/proc/thread-self/ns/net")
+            .map(OwnedFd::from)
+            .map_err(|e| format!("opening {what} network namespace: {e}"))
+    };
+    let host = open("the host's")?;
+    // SAFETY: unshare takes flags only.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("unshare: {}", std::io::Error::last_os_error()));
+    }
+    let empty = open("the empty");
+    // SAFETY: setns on a namespace descriptor this process owns.
+    if unsafe { libc::setns(host.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        // Without the host's network the standby cannot start passt or
+        // bind ports: it must not take a claim.
+        return Err(format!(
+            "back to the host's network namespace: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    empty.map(Some)
 }
 
 /// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets in two 32-bit halves.
@@ -345,6 +391,47 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut cur) }, 0);
         assert_eq!(cur.rlim_cur, before);
+    }
+
+    /// The inode of the calling thread's network namespace.
+    fn network_of_this_thread() -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
+    }
+
+    #[test]
+    fn a_network_made_ahead_is_empty_and_entered_later() {
+        // On a thread of its own: namespaces are the thread's, and this
+        // one ends with the test.
+        std::thread::spawn(|| {
+            let host = network_of_this_thread();
+            let ahead = match empty_network_ahead() {
+                Ok(Some(ahead)) => ahead,
+                Ok(None) => {
+                    eprintln!("skipped: making a network namespace needs CAP_SYS_ADMIN");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            // Back in the host's namespace; the one made is another.
+            assert_eq!(network_of_this_thread(), host);
+            use std::os::unix::fs::MetadataExt;
+            let made = std::fs::File::from(ahead.try_clone().unwrap());
+            assert_ne!(made.metadata().unwrap().ino(), host);
+            leave_host_network(Some(ahead)).unwrap();
+            assert_ne!(network_of_this_thread(), host);
+            // Only a loopback: nothing of the host's network.
+            let devices = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap();
+            let names: Vec<&str> = devices
+                .lines()
+                .skip(2)
+                .filter_map(|l| l.split(':').next())
+                .map(str::trim)
+                .collect();
+            assert_eq!(names, ["lo"], "{devices}");
+        })
+        .join()
+        .unwrap();
     }
 
     use base::store::process::pidfd;

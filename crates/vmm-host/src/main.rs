@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     if let Some((home, shape)) = base::vmm::standby::standby_from_args(&args) {
         init_logging();
         return match vmm_host::standby::wait_for_claim(&home, shape) {
-            Ok(Some(claimed)) => run(&claimed.launch, Some((claimed.prepared, claimed.cgroup))),
+            Ok(Some(claimed)) => run(&claimed.launch, Some(claimed.ahead)),
             Ok(None) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("microagent-vmm: standby: {}", e.full_message());
@@ -35,21 +35,16 @@ fn main() -> ExitCode {
     run(&launch, None)
 }
 
-/// Runs the workspace `launch` names until it ends (onto `prepared`, the
-/// VM and cgroups a standby made for it, when given).
-fn run(
-    launch: &VmmLaunch,
-    prepared: Option<(vmm_core::machine::PreparedVm, base::host::cgroup::Placement)>,
-) -> ExitCode {
+/// Runs the workspace `launch` names until it ends (onto what a standby
+/// made ahead for it, when given).
+fn run(launch: &VmmLaunch, ahead: Option<vmm_host::standby::MadeAhead>) -> ExitCode {
     // Before any thread exists, so every thread inherits the mask and only
     // the signal thread below receives these.
     let signals = block_termination_signals();
     let ran = base::store::StateDir::at(&launch.home)
         .map_err(vmm_host::VmmProcessError::from)
-        .and_then(|state| match prepared {
-            Some((prepared, cgroup)) => {
-                VmmProcess::prepare_claimed(state, launch, prepared, cgroup)
-            }
+        .and_then(|state| match ahead {
+            Some(ahead) => VmmProcess::prepare_claimed(state, launch, ahead),
             None => VmmProcess::prepare(state, launch),
         })
         .and_then(|vmm| {

@@ -19,16 +19,29 @@ use vmm_core::machine::PreparedVm;
 
 use crate::error::{Result, VmmProcessError};
 
-/// A launch a standby took, with the VM and groups it prepared for it.
+/// A launch a standby took, with what it made ahead for it.
 #[derive(Debug)]
 pub struct Claimed {
     /// What to run.
     pub launch: VmmLaunch,
+    /// The VM, groups and network namespace made ahead.
+    pub ahead: MadeAhead,
+}
+
+/// What a standby made before its claim, for the VMM of the workspace
+/// that claims it.
+#[derive(Debug)]
+pub struct MadeAhead {
     /// The VM made ahead.
     pub prepared: PreparedVm,
     /// The cgroups it joined ahead, with its shape's limits: renamed to
     /// the workspace's at its build.
     pub cgroup: Placement,
+    /// An empty network namespace to enter once the ports are bound
+    /// (making one is most of a millisecond, entering one microseconds);
+    /// none without CAP_SYS_ADMIN, where the VMM makes its own inside the
+    /// user namespace of its private root.
+    pub empty_network: Option<OwnedFd>,
 }
 
 /// Prepares the VM of `shape` and waits for the launch that takes it:
@@ -54,6 +67,15 @@ pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed
         Err(e) => {
             leave(&cgroup);
             return Err(VmmProcessError::StandbyVm(e));
+        }
+    };
+    // A standby that could not come back to the host's network cannot
+    // start passt or bind ports: it ends rather than take a claim.
+    let empty_network = match crate::guard::empty_network_ahead() {
+        Ok(namespace) => namespace,
+        Err(why) => {
+            leave(&cgroup);
+            return Err(VmmProcessError::StandbyNetwork(why));
         }
     };
     let listener = match ClaimListener::bind(home, shape) {
@@ -89,8 +111,11 @@ pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed
     }
     Ok(Some(Claimed {
         launch: claim.launch,
-        prepared,
-        cgroup,
+        ahead: MadeAhead {
+            prepared,
+            cgroup,
+            empty_network,
+        },
     }))
 }
 

@@ -12,12 +12,14 @@ use vmm_core::Machine;
 
 /// Binds the spec's published ports; one that cannot fails the machine.
 /// Then the process leaves the host's network namespace for an empty one
-/// (its network backend is open by now and the listeners are bound), so
-/// every thread it starts is in it. Returns the listeners and whether it
+/// (its standby's, made ahead, when it has one; its network backend is
+/// open by now and the listeners are bound), so every thread it starts is
+/// in it. Returns the listeners and whether it
 /// left, or why not.
 pub(super) fn bind_ports(
     spec: &base::store::spec::WorkspaceSpec,
     machine: &mut Result<Machine>,
+    empty_network: Option<std::os::fd::OwnedFd>,
 ) -> (
     Vec<(PortMapping, std::net::TcpListener)>,
     std::result::Result<(), String>,
@@ -35,7 +37,7 @@ pub(super) fn bind_ports(
             ))
         })
         .collect();
-    let net_ns = crate::guard::leave_host_network();
+    let net_ns = crate::guard::leave_host_network(empty_network);
     match bound {
         Ok(listeners) => (listeners, net_ns),
         Err(e) => {

@@ -246,22 +246,21 @@ impl VmmProcess {
 
     /// As [`VmmProcess::prepare`], for a standby process that took
     /// `launch` (`crate::standby`): it left its starter when it started,
-    /// its machine goes onto the VM it prepared, and its cgroups become
-    /// the workspace's.
+    /// its machine goes onto the VM it prepared, its cgroups become the
+    /// workspace's, and it enters the network namespace it made.
     pub fn prepare_claimed(
         state: StateDir,
         launch: &VmmLaunch,
-        prepared: vmm_core::machine::PreparedVm,
-        cgroup: base::host::cgroup::Placement,
+        ahead: crate::standby::MadeAhead,
     ) -> Result<Self> {
         let entered = vmm_core::vcpu::monotonic_ns();
-        Self::prepare_on(state, launch, Some((prepared, cgroup)), entered)
+        Self::prepare_on(state, launch, Some(ahead), entered)
     }
 
     fn prepare_on(
         state: StateDir,
         launch: &VmmLaunch,
-        mut prepared: Option<(vmm_core::machine::PreparedVm, base::host::cgroup::Placement)>,
+        ahead: Option<crate::standby::MadeAhead>,
         entered: u64,
     ) -> Result<Self> {
         let owner = launch.owner_fd.then(|| {
@@ -281,7 +280,11 @@ impl VmmProcess {
         // names this process: a starter that died before writing it leaves
         // a VMM whose guest never ran, whatever starts next. Without the
         // ticket nothing is touched before the record says so.
-        let claimed = prepared.is_some();
+        let claimed = ahead.is_some();
+        let (mut prepared, empty_network) = match ahead {
+            Some(a) => (Some((a.prepared, a.cgroup)), a.empty_network),
+            None => (None, None),
+        };
         let ticketed = launch
             .ticket
             .as_deref()
@@ -299,7 +302,8 @@ impl VmmProcess {
             let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
             (meta, built)
         };
-        let (listeners, net_ns) = listeners::bind_ports(&meta.spec, &mut built.machine);
+        let (listeners, net_ns) =
+            listeners::bind_ports(&meta.spec, &mut built.machine, empty_network);
         let relays = listeners::bind_relays(&state, &ws, &meta.spec, &mut built.machine);
         let mut record_checked = !ticketed;
         // A run that ends here records its end (below): only on a record
