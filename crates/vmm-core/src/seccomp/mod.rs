@@ -417,22 +417,37 @@ fn build(
 
 /// `clone3` passes its flags in memory, which a filter cannot read: it
 /// fails with ENOSYS instead, and the C library starts threads with
-/// `clone`, whose flags the control filter checks.
-fn clone3_unavailable() -> Result<BpfProgram, SeccompError> {
-    let failed = |source| SeccompError::Build {
-        role: "clone3",
-        source,
-    };
-    let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
-    SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        TargetArch::x86_64,
-    )
-    .map_err(failed)?
-    .try_into()
-    .map_err(failed)
+/// `clone`, whose flags the control filter checks. The check goes before
+/// `program` rather than in a filter of its own: one filter to install
+/// (each is checked and compiled by the kernel as it is installed, on the
+/// restore's path) and to run at every syscall. Classic BPF jumps are
+/// relative and only forward, so `program` runs as it did after it; a
+/// syscall of another architecture reaches its architecture check.
+fn with_clone3_unavailable(program: BpfProgram) -> BpfProgram {
+    use seccompiler::sock_filter;
+    const LOAD_WORD: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JUMP_IF_EQUAL: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    const RETURN: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    // `struct seccomp_data`: the syscall number, then the architecture.
+    const NR: u32 = 0;
+    const ARCH: u32 = 4;
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    let step = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    let mut merged = vec![
+        step(LOAD_WORD, 0, 0, ARCH),
+        // Another architecture: on to `program`'s own check.
+        step(JUMP_IF_EQUAL, 0, 3, AUDIT_ARCH_X86_64),
+        step(LOAD_WORD, 0, 0, NR),
+        step(JUMP_IF_EQUAL, 0, 1, libc::SYS_clone3 as u32),
+        step(
+            RETURN,
+            0,
+            0,
+            libc::SECCOMP_RET_ERRNO | (libc::ENOSYS as u32 & libc::SECCOMP_RET_DATA),
+        ),
+    ];
+    merged.extend(program);
+    merged
 }
 
 /// The compiled filters, for the roles' threads to install.
@@ -441,7 +456,6 @@ pub struct Filters {
     vcpu: BpfProgram,
     devices: BpfProgram,
     control: BpfProgram,
-    clone3: BpfProgram,
 }
 
 /// The processes a confined process may signal: itself and its children.
@@ -468,8 +482,12 @@ impl Filters {
         Ok(Self {
             vcpu: build(ThreadRole::Vcpu, VCPU, control, &peers)?,
             devices: build(ThreadRole::Devices, DEVICES, control, &peers)?,
-            control: build(ThreadRole::Control, control.syscalls, control, &peers)?,
-            clone3: clone3_unavailable()?,
+            control: with_clone3_unavailable(build(
+                ThreadRole::Control,
+                control.syscalls,
+                control,
+                &peers,
+            )?),
         })
     }
 
@@ -492,12 +510,6 @@ static ACTIVE: OnceLock<Filters> = OnceLock::new();
 pub fn confine_process(filters: Filters) -> Result<(), SeccompError> {
     install_sigsys_handler()?;
     let filters = ACTIVE.get_or_init(|| filters);
-    seccompiler::apply_filter_all_threads(&filters.clone3).map_err(|source| {
-        SeccompError::Install {
-            role: "clone3",
-            source,
-        }
-    })?;
     seccompiler::apply_filter_all_threads(filters.program(ThreadRole::Control)).map_err(|source| {
         SeccompError::Install {
             role: "control",

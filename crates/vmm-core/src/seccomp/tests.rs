@@ -134,6 +134,13 @@ fn confined_control_child() {
     // falls back to clone with CLONE_THREAD), and Unix sockets open.
     let t = std::thread::spawn(|| 7);
     assert_eq!(t.join().unwrap(), 7);
+    // SAFETY: clone3 with no arguments structure fails before it reads.
+    let rc = unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) };
+    assert_eq!(rc, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOSYS)
+    );
     // SAFETY: socket() takes no pointers; the descriptor is closed.
     let unix = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     assert!(unix >= 0);
