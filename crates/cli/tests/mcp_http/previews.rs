@@ -233,6 +233,26 @@ fn a_preview_server_serves_previews_only() {
     );
     let bad_label = format!("http://pvxyz.localhost:{port}/preview/{token}/");
     assert_eq!(fetch(&bad_label, &[]).0, 403);
+    // A page the browser sandboxed (Origin: null) reaches previews on the
+    // server's origin: the token is the access.
+    let unknown = format!("/preview/{}/", "a".repeat(64));
+    let shared = format!("http://{}{unknown}", server.authority);
+    assert_eq!(fetch(&shared, &["Origin: null"]).0, 404);
+    // The other loopback address answers too: held by the server, so no
+    // other program answers a `localhost` name there.
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        assert_eq!(fetch(&format!("http://[::1]:{port}{unknown}"), &[]).0, 404);
+    }
+    // One Host, naming what the target names.
+    let twice = crate::post(
+        &server,
+        &unknown,
+        &[("Host", &server.authority), ("Host", "evil.example")],
+        "{}",
+    );
+    assert_eq!(twice.status, 400);
+    let elsewhere = crate::post(&server, &format!("http://evil.example{unknown}"), &[], "{}");
+    assert_eq!(elsewhere.status, 400);
     assert!(server.terminate());
     let _ = std::fs::remove_dir_all(home);
 }

@@ -111,6 +111,11 @@ impl Gate {
             return Ok(());
         };
         let origin = origin.to_str().unwrap_or("<not text>");
+        // A sandboxed page's (an app's own sandboxed frame): the token in
+        // the path is the access, as for a request with no `Origin`.
+        if origin == "null" {
+            return Ok(());
+        }
         let lowered = origin.trim_end_matches('/').to_ascii_lowercase();
         let own = self
             .preview_domain
@@ -171,6 +176,18 @@ impl Gate {
         Ok(())
     }
 
+    /// Whether a request for a preview on the server's own origin may go
+    /// on: as [`Gate::check_site`], and also from a page of no origin
+    /// (`Origin: null`: every page a browser sandboxes there, whose
+    /// requests the token in the path opens; `/mcp` refuses them).
+    pub fn check_preview_site(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        let mut checked = headers.clone();
+        if checked.get(ORIGIN).is_some_and(|o| o == "null") {
+            checked.remove(ORIGIN);
+        }
+        self.check_site(&checked)
+    }
+
     fn allows_host(&self, host: &str) -> bool {
         let Some((name, port)) = split_authority(host) else {
             return false;
@@ -190,13 +207,17 @@ impl Gate {
     }
 }
 
-/// `host[:port]` of `scheme://host[:port]`.
+/// The host and port of `scheme://host[:port]` (without one, its
+/// scheme's: an origin on port 80 is not one on the server's port).
 fn origin_authority(origin: &str) -> Option<(String, Option<u16>)> {
     let (scheme, rest) = origin.split_once("://")?;
-    if scheme != "http" && scheme != "https" {
-        return None;
-    }
-    split_authority(rest)
+    let default = match scheme {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let (host, port) = split_authority(rest)?;
+    Some((host, Some(port.unwrap_or(default))))
 }
 
 /// A `Host` value as (lowercase name without brackets, port).
@@ -234,7 +255,10 @@ pub(crate) fn is_domain(name: &str) -> bool {
             && !l.starts_with('-')
             && !l.ends_with('-')
     };
+    // One label alone (`com`) is a top-level domain, not one's own; but
+    // for `localhost`, which never leaves the machine.
     name.len() <= 200
+        && (name.contains('.') || name.eq_ignore_ascii_case("localhost"))
         && name.split('.').all(label)
         && name.parse::<IpAddr>().is_err()
         && !name
@@ -318,6 +342,8 @@ mod tests {
         for origin in [
             "http://evil.example",
             "http://localhost:9999",
+            "http://localhost",
+            "https://127.0.0.1",
             "null",
             "file://x",
         ] {
@@ -325,6 +351,17 @@ mod tests {
             assert_eq!(g.check(&h).unwrap_err().status(), 403, "{origin}");
             assert_eq!(g.check_site(&h).unwrap_err().status(), 403, "{origin}");
         }
+        // A page the browser sandboxed on the server's origin reaches a
+        // preview there (its token is the access), never /mcp.
+        let sandboxed = headers(&[("host", "127.0.0.1:8765"), ("origin", "null")]);
+        assert_eq!(g.check_preview_site(&sandboxed), Ok(()));
+        let elsewhere = headers(&[
+            ("host", "127.0.0.1:8765"),
+            ("origin", "http://evil.example"),
+        ]);
+        assert!(g.check_preview_site(&elsewhere).is_err());
+        let rebound = headers(&[("host", "evil.example"), ("origin", "null")]);
+        assert!(g.check_preview_site(&rebound).is_err());
     }
 
     #[test]
@@ -391,11 +428,14 @@ mod tests {
             );
         }
         assert_eq!(g.check_preview_origin(&own("x"), &label), Ok(()));
+        // A sandboxed frame of its own app: the token is the access.
+        assert_eq!(g.check_preview_origin(&from("null"), &label), Ok(()));
         for origin in [
             "http://pvfedcba9876543210.localhost:8765",
             "http://127.0.0.1:8765",
             "http://localhost:8765",
-            "null",
+            // Without a port: port 80's page, not this server's.
+            &format!("http://{label}.localhost"),
         ] {
             assert_eq!(
                 g.check_preview_origin(&from(origin), &label),
@@ -413,6 +453,10 @@ mod tests {
         for ok in ["localhost", "previews.example.com", "a-b.x1"] {
             assert!(is_domain(ok), "{ok}");
         }
+        for bad in ["com", "example"] {
+            assert!(!is_domain(bad), "{bad}");
+        }
+        assert!(is_domain("LocalHost"));
         let long = "a".repeat(64);
         for bad in [
             "",

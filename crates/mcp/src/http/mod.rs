@@ -8,6 +8,7 @@
 
 pub mod gate;
 pub mod limits;
+mod loopback;
 mod preview;
 pub mod tls;
 pub mod token;
@@ -108,6 +109,9 @@ pub fn check_exposure(bind: SocketAddr, token: bool, tls: bool) -> Result<(), Ht
 /// A bound HTTP server, not yet serving.
 pub struct HttpServer {
     listener: TcpListener,
+    /// The same port on the other loopback address, when the server is on
+    /// one (see [`loopback::twin_loopback`]).
+    twin: Option<TcpListener>,
     local: SocketAddr,
     gate: Arc<Gate>,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -135,10 +139,10 @@ impl HttpServer {
         // Previews alone need no bearer token: each URL's is its access.
         let guarded = options.token.is_some() || options.previews_only;
         check_exposure(bind, guarded, options.tls.is_some())?;
-        let preview_domain = match options.preview_domain {
-            Some(domain) if gate::is_domain(&domain) => Some(domain.to_ascii_lowercase()),
-            Some(domain) => return Err(HttpError::PreviewDomain(domain)),
-            None => bind.ip().is_loopback().then(|| "localhost".to_owned()),
+        let preview_domain = match &options.preview_domain {
+            Some(domain) if gate::is_domain(domain) => Some(domain.to_ascii_lowercase()),
+            Some(domain) => return Err(HttpError::PreviewDomain(domain.clone())),
+            None => None,
         };
         let tls = match &options.tls {
             Some((cert, key)) => Some(tls::acceptor(cert, key)?),
@@ -147,6 +151,22 @@ impl HttpServer {
         let bind_error = |source| HttpError::Bind { addr: bind, source };
         let listener = TcpListener::bind(bind).await.map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
+        let twin = loopback::twin_loopback(local).await;
+        // `localhost` names reach both loopback addresses, and clients
+        // try ::1 first: previews get `pv<id>.localhost` only where this
+        // server holds the port on both, so no other program answers them.
+        let preview_domain = preview_domain.or_else(|| match &twin {
+            loopback::Twin::Held(_) | loopback::Twin::NoSuchFamily => {
+                loopback::own_loopback(local).then(|| "localhost".to_owned())
+            }
+            loopback::Twin::Taken(e) => {
+                tracing::warn!(
+                    "the other loopback address at port {} is taken ({e}): previews are served on this server's own origin only, sandboxed",
+                    local.port()
+                );
+                None
+            }
+        });
         let gate = Arc::new(
             Gate::new(local, &options.allowed_origins, options.token)
                 .with_preview_domain(preview_domain.clone()),
@@ -183,6 +203,10 @@ impl HttpServer {
         };
         Ok(Self {
             listener,
+            twin: match twin {
+                loopback::Twin::Held(twin) => Some(twin),
+                _ => None,
+            },
             local,
             gate,
             tls,
@@ -246,6 +270,7 @@ impl HttpServer {
             let accepted = tokio::select! {
                 () = &mut shutdown => break,
                 accepted = self.listener.accept() => accepted,
+                accepted = loopback::accept_on(self.twin.as_ref()) => accepted,
             };
             let stream = match accepted {
                 Ok((stream, _)) => stream,
@@ -379,6 +404,19 @@ struct Site {
 /// request past the token check marks its connection `authenticated`.
 async fn route(site: &Site, authenticated: &AtomicBool, req: Request<Incoming>) -> Response<Body> {
     let (gate, service) = (&site.gate, &site.service);
+    // What names the server is one `Host`, not contradicted by the target
+    // (an absolute-form request's authority), so no check reads another.
+    let hosts = req.headers().get_all(hyper::header::HOST).iter().count();
+    let host = req.headers().get(hyper::header::HOST);
+    let contradicted = req.uri().authority().is_some_and(|a| {
+        host.is_none_or(|h| !h.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()))
+    });
+    if hosts > 1 || contradicted {
+        return plain(
+            400,
+            "one Host header, naming what the request's target names\n".into(),
+        );
+    }
     // A preview's token is its own capability. On its own origin
     // (`<label>.<domain>`) a request reaches that preview alone; on the
     // server's origin its pages are sandboxed, and `/mcp` needs the MCP
@@ -392,7 +430,7 @@ async fn route(site: &Site, authenticated: &AtomicBool, req: Request<Incoming>) 
             return preview::serve(&site.workspaces, req, Some(&label)).await;
         }
         if preview::is_preview(req.uri().path()) {
-            if let Err(refusal) = gate.check_site(req.headers()) {
+            if let Err(refusal) = gate.check_preview_site(req.headers()) {
                 tracing::info!("refused a preview request: {refusal}");
                 return refused(&refusal);
             }

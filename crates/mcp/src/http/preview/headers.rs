@@ -42,6 +42,9 @@ pub(super) struct Rewrite<'a> {
     pub port: u16,
     /// What this preview's cookies are named with (`c<id>_`).
     pub cookie_prefix: &'a str,
+    /// Served on the preview's own origin (else on the server's, which
+    /// every preview shares).
+    pub own_origin: bool,
 }
 
 impl Rewrite<'_> {
@@ -112,10 +115,21 @@ impl Rewrite<'_> {
         {
             headers.insert(header::LOCATION, to);
         }
-        headers.insert(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
-        );
+        // The token is in the URL: no referrer leaves the preview. On its
+        // own origin its own pages get it, so their requests carry their
+        // real `Origin` (with `no-referrer` a browser sends `null` for a
+        // POST), and the page keeps an agent cluster of its own whatever
+        // the guest says (`document.domain` cannot join two previews).
+        let policy = if self.own_origin {
+            headers.insert(
+                HeaderName::from_static("origin-agent-cluster"),
+                HeaderValue::from_static("?1"),
+            );
+            "same-origin"
+        } else {
+            "no-referrer"
+        };
+        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static(policy));
     }
 
     /// A redirect to the guest's own paths (`/x`, or its own address)

@@ -68,17 +68,31 @@ pub(super) async fn serve(
         Some((token, tail)) => (token, Some(tail)),
         None => (rest, None),
     };
-    if own.is_some_and(|label| origin_label(token).as_deref() != Some(label)) {
+    if !served_here(own, token) {
         return not_found();
     }
-    let mut answer = serve_token(ws, req, token, tail).await;
+    let mut answer = serve_token(ws, req, token, tail, own.is_some()).await;
     if own.is_none() {
-        answer.headers_mut().append(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(SANDBOX),
-        );
+        sandbox(answer.headers_mut());
     }
     answer
+}
+
+/// Whether the preview of `token` is served on the origin of label
+/// `own` (none: the server's, which serves every preview).
+fn served_here(own: Option<&str>, token: &str) -> bool {
+    own.is_none_or(|label| origin_label(token).as_deref() == Some(label))
+}
+
+/// Sandboxes the page an answer on the server's shared origin makes:
+/// appended after the guest's own policies, so that of several `sandbox`
+/// directives ours, the last, is the one in force (and a policy only
+/// narrows what the others allow).
+fn sandbox(headers: &mut hyper::HeaderMap) {
+    headers.append(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(SANDBOX),
+    );
 }
 
 /// Serves `tail` (none: the prefix without its slash) of the preview
@@ -88,6 +102,7 @@ async fn serve_token(
     req: Request<Incoming>,
     token: &str,
     tail: Option<&str>,
+    own_origin: bool,
 ) -> Response<Body> {
     let target = match ws.preview_target(token) {
         Ok(Some(target)) => target,
@@ -144,6 +159,7 @@ async fn serve_token(
         prefix: &prefix,
         port: target.port,
         cookie_prefix: &cookie_prefix,
+        own_origin,
     };
     let (ws, token) = (ws.clone(), token.to_owned());
     let alive = move || matches!(ws.preview_target(&token), Ok(Some(_)));

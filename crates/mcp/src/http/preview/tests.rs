@@ -116,6 +116,7 @@ async fn proxy(guest: SocketAddr) -> SocketAddr {
             prefix: "/preview/T",
             port: 8080,
             cookie_prefix: "pvX_",
+            own_origin: false,
         };
         forward(req, &path, &rewrite, to_guest, || true).await
     })
@@ -216,6 +217,7 @@ fn cookies_are_held_to_the_preview_whatever_path_they_name() {
         prefix: "/preview/T",
         port: 8080,
         cookie_prefix: "pvX_",
+        own_origin: false,
     };
     rewrite.answer(&mut headers);
     let held: Vec<&str> = headers
@@ -242,4 +244,55 @@ fn cookies_are_held_to_the_preview_whatever_path_they_name() {
     assert_eq!(away[header::LOCATION], "//evil.example/x");
     assert!(is_preview("/preview/abc/") && is_preview("/preview"));
     assert!(!is_preview("/previewx") && !is_preview("/mcp"));
+}
+
+#[test]
+fn an_own_origin_serves_its_token_alone_and_the_shared_one_sandboxes() {
+    let token = "a".repeat(64);
+    let label = origin_label(&token).unwrap();
+    assert!(served_here(Some(&label), &token));
+    assert!(served_here(None, &token));
+    let other = origin_label(&"b".repeat(64)).unwrap();
+    assert!(!served_here(Some(&other), &token));
+    assert!(!served_here(Some(&label), "not a token"));
+    // A guest's own sandbox that would keep its origin is not the last
+    // word: ours comes after it.
+    let mut headers = HeaderMap::new();
+    headers.append(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox allow-same-origin allow-scripts"),
+    );
+    sandbox(&mut headers);
+    let policies: Vec<&str> = headers
+        .get_all(header::CONTENT_SECURITY_POLICY)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(policies.len(), 2);
+    assert_eq!(policies.last(), Some(&SANDBOX));
+    assert!(!SANDBOX.contains("allow-same-origin"));
+}
+
+#[test]
+fn referrers_stay_within_a_previews_own_origin() {
+    let mut shared = HeaderMap::new();
+    let mut rewrite = Rewrite {
+        prefix: "/preview/T",
+        port: 8080,
+        cookie_prefix: "cX_",
+        own_origin: false,
+    };
+    shared.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("unsafe-url"),
+    );
+    rewrite.answer(&mut shared);
+    assert_eq!(shared[header::REFERRER_POLICY], "no-referrer");
+    assert!(!shared.contains_key("origin-agent-cluster"));
+    let mut own = HeaderMap::new();
+    own.insert("origin-agent-cluster", HeaderValue::from_static("?0"));
+    rewrite.own_origin = true;
+    rewrite.answer(&mut own);
+    assert_eq!(own[header::REFERRER_POLICY], "same-origin");
+    assert_eq!(own["origin-agent-cluster"], "?1");
 }
