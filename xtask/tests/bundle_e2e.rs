@@ -102,6 +102,94 @@ fn as_user(user: &TestUser, prefix: &Path, program: &str, args: &[&str]) -> Outp
         .unwrap()
 }
 
+/// `debugfs -R "stat PATH"` of the image `rootfs`: (uid, gid, mode).
+fn owner_in_image(rootfs: &Path, path: &str) -> (u32, u32, String) {
+    let out = ok(
+        "debugfs",
+        Command::new("debugfs")
+            .args(["-R", &format!("stat {path}")])
+            .arg(rootfs)
+            .output()
+            .unwrap(),
+    );
+    let after = |key: &str| -> String {
+        out.split(key)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{key} of {path}: {out}"))
+            .to_owned()
+    };
+    (
+        after("User:").parse().unwrap(),
+        after("Group:").parse().unwrap(),
+        after("Mode:"),
+    )
+}
+
+/// As the kvm user, a Debian image built without root (mmdebstrap in the
+/// user's subordinate ids, which `useradd` gave them): its files keep
+/// root's, the shadow group's and the image user's owners, and setuid
+/// bits.
+fn rootless_debian_build(user: &TestUser, prefix: &Path) {
+    const TEST: &str = "bundle_e2e::a_debian_image_is_built_without_root";
+    let ids = std::fs::read_to_string("/etc/subuid")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with(&format!("{}:", user.name)));
+    let ids = if ids {
+        Ok(())
+    } else {
+        Err(format!("useradd gave {} no subordinate uids", user.name))
+    };
+    if testkit::require(TEST, ids).is_none()
+        || testkit::require(TEST, testkit::host_tool("newuidmap")).is_none()
+        || testkit::require(TEST, testkit::host_tool("mmdebstrap")).is_none()
+    {
+        return;
+    }
+    let built = as_user(
+        user,
+        prefix,
+        "microagent",
+        &[
+            "image",
+            "build",
+            "deb-user",
+            "--from",
+            "debian:bookworm",
+            "--yes",
+            "--json",
+        ],
+    );
+    ok("image build --from debian:bookworm as the kvm user", built);
+    let inspected = as_user(
+        user,
+        prefix,
+        "microagent",
+        &["image", "inspect", "deb-user", "--json"],
+    );
+    let info: serde_json::Value = serde_json::from_str(&ok("image inspect", inspected)).unwrap();
+    let rootfs = PathBuf::from(info["rootfs"].as_str().unwrap_or_else(|| panic!("{info}")));
+    assert!(
+        rootfs.starts_with(user.work.join("home")),
+        "{}",
+        rootfs.display()
+    );
+    assert_eq!(
+        owner_in_image(&rootfs, "/etc/shadow").1,
+        42,
+        "the shadow group"
+    );
+    assert_eq!(
+        owner_in_image(&rootfs, "/home/user").0,
+        1000,
+        "the image's user"
+    );
+    let (uid, _, mode) = owner_in_image(&rootfs, "/usr/bin/passwd");
+    assert_eq!((uid, mode.as_str()), (0, "04755"), "setuid root");
+    assert_eq!(owner_in_image(&rootfs, "/etc/resolv.conf").0, 0);
+}
+
 #[test]
 fn an_unpacked_bundle_runs_a_workspace_for_a_kvm_user() {
     let Some(()) = testkit::require(TEST, root()) else {
@@ -238,6 +326,7 @@ fn an_unpacked_bundle_runs_a_workspace_for_a_kvm_user() {
         stdout.contains("Linux ") && stdout.contains("x86_64"),
         "{stdout}"
     );
+    rootless_debian_build(&user, &prefix);
     // Booted from the bundle's kernel, copied into the user's own cache
     // (a link to the bundle's path could later name someone else's file).
     let variant = testkit::host().unwrap().kernel_variant().vmlinux_file();

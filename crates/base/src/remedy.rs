@@ -118,6 +118,13 @@ pub enum Remedy {
     /// Use a workspace of an image with Jupyter's kernels (`code`),
     /// building it first if it is missing.
     UseKernelImage,
+    /// As root, give the user a range of subordinate uids and gids (what
+    /// a Debian image build without root maps its files' owners into),
+    /// or build as root.
+    GrantSubordinateIds {
+        /// The user.
+        user: String,
+    },
     /// Take a new snapshot of the page: its refs are what click and fill take.
     TakeBrowserSnapshot {
         /// The workspace.

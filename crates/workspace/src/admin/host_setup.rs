@@ -50,13 +50,15 @@ fn host_packages(
     if missing.kernel {
         want.extend(kernel.missing.iter().cloned());
     }
-    // Workspaces' default network (rootless NAT) runs passt.
-    let mut more: Vec<&str> = vec!["passt"];
+    // Workspaces' default network (rootless NAT) runs passt; a user's
+    // Debian image build maps its owners with newuidmap (uidmap), and this
+    // is the one step with root to install it.
+    let mut more: Vec<&str> = vec!["passt", "uidmap"];
     if missing.minimal.is_some() {
         more.extend([minimal::BUSYBOX_PACKAGE, "e2fsprogs", "fakeroot"]);
     }
     if missing.debian {
-        more.extend(debian::HOST_PACKAGES);
+        more.extend(debian::Mode::for_this_process().host_packages());
         more.push("e2fsprogs");
     }
     if missing.passt.is_some() {
@@ -127,9 +129,9 @@ fn setup_plan(
         plan.estimate_seconds += 10;
     }
     if missing.debian {
-        plan.needs_root = true;
         plan.notes.push(format!(
-            "builds the `debian` image: mmdebstrap {DEBIAN_SUITE} minbase as root with {} (downloads from deb.debian.org)",
+            "builds the `debian` image: mmdebstrap {DEBIAN_SUITE} minbase {} with {} (downloads from deb.debian.org)",
+            debian::Mode::for_this_process().describe(),
             debian::include(&owned(DEBIAN_PACKAGES)).join(",")
         ));
         plan.writes
@@ -287,15 +289,13 @@ impl HostSetup<'_> {
                     let base = ws.image_registry().get("minimal")?;
                     let work = ws.image_registry().scratch_dir("setup-debian")?;
                     let built = (|| -> Result<()> {
-                        debian::bootstrap(
+                        let rootfs = debian::bootstrap_rootfs(
                             DEBIAN_SUITE,
                             &owned(DEBIAN_PACKAGES),
-                            &work.join("tree"),
-                            &work.join("mmdebstrap.log"),
+                            &work,
+                            &base.rootfs,
+                            ws.image_registry().budget(),
                         )?;
-                        report("writing the debian root filesystem");
-                        let rootfs = base::images::oci::rootfs::convert_tree(&work, &base.rootfs)
-                            .map_err(ImageBuildError::from)?;
                         ws.image_registry().register_converted(
                             "debian",
                             &kernel,
@@ -365,6 +365,7 @@ mod tests {
                 "flex",
                 "e2fsprogs",
                 "passt",
+                "uidmap",
                 "busybox-static",
                 "mmdebstrap",
                 "debian-archive-keyring"

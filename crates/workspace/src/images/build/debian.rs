@@ -1,7 +1,12 @@
-//! A Debian root filesystem from packages: `mmdebstrap --mode=root
-//! --skip=chroot/mount` (dpkg chrooted into the tree, nothing mounted, so
-//! nothing is left behind), minbase plus what workspaces need and the
-//! packages asked for. Needs root, and Debian's mirrors.
+//! A Debian root filesystem from packages by mmdebstrap, minbase plus what
+//! workspaces need and the packages asked for, from Debian's mirrors. As
+//! root: `--mode=root --skip=chroot/mount` into a tree (dpkg chrooted into
+//! it, nothing mounted, so nothing is left behind). Without root:
+//! `--mode=unshare` in a user namespace of the caller's subordinate ids
+//! (`/etc/subuid`, `/etc/subgid`, mapped by `newuidmap`) into a tar, whose
+//! owners the conversion records and writes into the image
+//! (`base::images::oci::owners`), so files keep root's and the `user`'s
+//! ids although the caller cannot own them.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,6 +18,14 @@ use super::ImageBuildError;
 pub const BASE_PACKAGES: &[&str] = &["ca-certificates", "procps", "coreutils", "bash"];
 /// Host packages a Debian build runs.
 pub const HOST_PACKAGES: &[&str] = &["mmdebstrap", "debian-archive-keyring"];
+/// Host packages a build without root runs besides: `newuidmap` and
+/// `newgidmap`.
+pub const UNSHARE_PACKAGES: &[&str] = &["mmdebstrap", "debian-archive-keyring", "uidmap"];
+/// Empties the image's `/etc/resolv.conf` (mmdebstrap copies the host's
+/// in, and the host's resolver means nothing in the guest; the agent
+/// writes the workspace's at boot).
+pub const RESOLV_HOOK: &str =
+    "--customize-hook=rm -f \"$1/etc/resolv.conf\" && : > \"$1/etc/resolv.conf\"";
 /// The apt variant.
 const VARIANT: &str = "minbase";
 /// Where the archive's keyring is, on the host and in the image.
@@ -67,30 +80,174 @@ pub fn include(packages: &[String]) -> Vec<String> {
     all
 }
 
-/// The mmdebstrap command line that makes `tree`.
-pub fn mmdebstrap_args(suite: &str, packages: &[String], tree: &Path) -> Vec<String> {
+/// How mmdebstrap runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// As root, into a tree with its real owners.
+    Root,
+    /// Without root, in a user namespace of the caller's subordinate ids,
+    /// into a tar.
+    Unshare,
+}
+
+impl Mode {
+    /// Root's or a user's.
+    pub fn for_this_process() -> Self {
+        // SAFETY: geteuid takes nothing and cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            Mode::Root
+        } else {
+            Mode::Unshare
+        }
+    }
+
+    /// The host packages it runs.
+    pub fn host_packages(self) -> &'static [&'static str] {
+        match self {
+            Mode::Root => HOST_PACKAGES,
+            Mode::Unshare => UNSHARE_PACKAGES,
+        }
+    }
+
+    /// How a plan says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mode::Root => "as root",
+            Mode::Unshare => {
+                "without root (mmdebstrap --mode=unshare, in your subordinate uids and gids)"
+            }
+        }
+    }
+
+    /// What mmdebstrap writes in `work`: a tree or a tar.
+    fn output(self, work: &Path) -> std::path::PathBuf {
+        match self {
+            Mode::Root => work.join("tree"),
+            Mode::Unshare => work.join("rootfs.tar"),
+        }
+    }
+}
+
+/// The mmdebstrap command line that makes `out` (a tree as root, a tar
+/// without).
+pub fn mmdebstrap_args(suite: &str, packages: &[String], out: &Path, mode: Mode) -> Vec<String> {
+    let mode = match mode {
+        Mode::Root => "--mode=root",
+        Mode::Unshare => "--mode=unshare",
+    };
     let mut args = vec![
-        "--mode=root".to_owned(),
+        mode.to_owned(),
         format!("--variant={VARIANT}"),
         "--skip=chroot/mount".to_owned(),
         "--skip=check/signed-by".to_owned(),
         format!("--include={}", include(packages).join(",")),
         USER_HOOK.to_owned(),
+        RESOLV_HOOK.to_owned(),
         "--aptopt=Acquire::Retries \"3\"".to_owned(),
         suite.to_owned(),
-        tree.display().to_string(),
+        out.display().to_string(),
     ];
     args.extend(sources(suite));
     args
 }
 
-/// Makes `tree` with mmdebstrap; `log` gets its output.
-pub fn bootstrap(
+/// Whether the user `uid` (named `name`) has a range in a subordinate id
+/// file's `text` (`NAME_OR_UID:START:COUNT` lines).
+fn has_range(text: &str, uid: u32, name: Option<&str>) -> bool {
+    text.lines().any(|line| {
+        let mut fields = line.trim().split(':');
+        let (Some(who), Some(_), Some(count)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return false;
+        };
+        (Some(who) == name || who.parse() == Ok(uid)) && count.parse().is_ok_and(|n: u64| n > 0)
+    })
+}
+
+/// The name of the user `uid`, from the system's user database.
+fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: an all-zero passwd is valid for getpwuid_r to fill.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to a live buffer of the length given; the
+    // result points into `buf`, read before it goes.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r set pw_name to a NUL-terminated string in `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// Checks a build without root can map its ids: the caller has ranges in
+/// `/etc/subuid` and `/etc/subgid`.
+pub fn check_unshare() -> Result<(), ImageBuildError> {
+    // SAFETY: getuid takes nothing and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let name = user_name(uid);
+    for file in ["/etc/subuid", "/etc/subgid"] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if !has_range(&text, uid, name.as_deref()) {
+            return Err(ImageBuildError::NoSubordinateIds {
+                user: name.unwrap_or_else(|| uid.to_string()),
+                file: file.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Makes the root filesystem of a Debian image in `work` (mmdebstrap,
+/// then the conversion that makes it bootable, with `base_rootfs`'s init
+/// and agent); `work/mmdebstrap.log` gets mmdebstrap's output. Returns
+/// the root filesystem file.
+pub fn bootstrap_rootfs(
     suite: &str,
     packages: &[String],
-    tree: &Path,
+    work: &Path,
+    base_rootfs: &Path,
+    budget: base::images::oci::unpack::Budget,
+) -> Result<std::path::PathBuf, ImageBuildError> {
+    let mode = Mode::for_this_process();
+    let out = mode.output(work);
+    bootstrap(suite, packages, &out, &work.join("mmdebstrap.log"), mode)?;
+    let rootfs = match mode {
+        Mode::Root => base::images::oci::rootfs::convert_tree(work, base_rootfs)?,
+        Mode::Unshare => {
+            let digest = base::images::oci::layout::file_digest(&out)?;
+            let converted = work.join("convert");
+            std::fs::create_dir_all(&converted).map_err(|source| ImageBuildError::Io {
+                what: format!("creating {}", converted.display()),
+                source,
+            })?;
+            let rootfs = base::images::oci::rootfs::convert_archive(
+                &out,
+                &digest,
+                &converted,
+                base_rootfs,
+                None,
+                budget,
+            )?;
+            let _ = std::fs::remove_file(&out);
+            rootfs
+        }
+    };
+    Ok(rootfs)
+}
+
+/// Runs mmdebstrap into `out`; `log` gets its output.
+fn bootstrap(
+    suite: &str,
+    packages: &[String],
+    out: &Path,
     log: &Path,
+    mode: Mode,
 ) -> Result<(), ImageBuildError> {
+    if mode == Mode::Unshare {
+        check_unshare()?;
+    }
     let log_file = std::fs::File::create(log).map_err(|source| ImageBuildError::Io {
         what: format!("creating {}", log.display()),
         source,
@@ -100,7 +257,7 @@ pub fn bootstrap(
         source,
     })?;
     let status = Command::new("mmdebstrap")
-        .args(mmdebstrap_args(suite, packages, tree))
+        .args(mmdebstrap_args(suite, packages, out, mode))
         .stdout(log_file)
         .stderr(err_file)
         .status()
@@ -109,11 +266,6 @@ pub fn bootstrap(
             source,
         })?;
     if status.success() {
-        // The host's resolver means nothing in the guest; the agent writes
-        // the workspace's at boot.
-        let resolv = tree.join("etc/resolv.conf");
-        let _ = std::fs::remove_file(&resolv);
-        let _ = std::fs::write(&resolv, "");
         return Ok(());
     }
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -134,6 +286,7 @@ mod tests {
             "bookworm",
             &["git".into(), "bash".into()],
             Path::new("/w/tree"),
+            Mode::Root,
         );
         assert!(args.contains(&"--mode=root".to_owned()));
         assert!(args.contains(&"--skip=chroot/mount".to_owned()));
@@ -146,6 +299,26 @@ mod tests {
         assert_eq!(args[suite + 1], "/w/tree");
         assert_eq!(args.len(), suite + 2 + 3);
         assert!(args[suite + 4].contains("debian-security bookworm-security main"));
+        assert!(args.contains(&RESOLV_HOOK.to_owned()));
+        // Without root: the same, in a user namespace, into a tar.
+        let tar = Path::new("/w/rootfs.tar");
+        let unshared = mmdebstrap_args("bookworm", &[], tar, Mode::Unshare);
+        assert_eq!(unshared[0], "--mode=unshare");
+        assert!(unshared.contains(&"/w/rootfs.tar".to_owned()));
+        assert_eq!(Mode::Unshare.output(Path::new("/w")), tar);
+        assert!(Mode::Unshare.host_packages().contains(&"uidmap"));
+    }
+
+    #[test]
+    fn subordinate_ranges_are_found_by_name_or_uid() {
+        let text = "alice:100000:65536\n1001:165536:65536\nbob:231072:0\n";
+        assert!(has_range(text, 1000, Some("alice")));
+        assert!(has_range(text, 1001, Some("carol")));
+        assert!(!has_range(text, 1002, Some("bob")), "an empty range");
+        assert!(!has_range(text, 1003, None));
+        assert!(!has_range("alice", 1000, Some("alice")));
+        assert!(!has_range("", 0, Some("root")));
+        assert_eq!(user_name(0).as_deref(), Some("root"));
     }
 
     #[test]

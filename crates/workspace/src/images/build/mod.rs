@@ -1,5 +1,6 @@
 //! Image builds, preview-then-confirm ([`base::host::plan`]): a new image from
-//! Debian packages (`debian:SUITE`, by mmdebstrap as root) or on top of a
+//! Debian packages (`debian:SUITE`, by mmdebstrap, as root or in the
+//! caller's subordinate ids) or on top of a
 //! registered image, by booting it in a throwaway workspace, copying files
 //! in, running commands there, and saving its whole root filesystem (a tar
 //! streamed out of the guest) as the new image. Both end as container
@@ -42,6 +43,14 @@ pub enum ImageBuildError {
         /// The end of its stderr.
         stderr: String,
     },
+    /// A build without root found no subordinate ids of the caller's.
+    #[error("building a Debian image without root needs subordinate ids for {user}, and {file} has none")]
+    NoSubordinateIds {
+        /// The user.
+        user: String,
+        /// The file without a range for them.
+        file: String,
+    },
     /// mmdebstrap failed.
     #[error("mmdebstrap failed ({status}); the end of its output:\n{tail}")]
     Bootstrap {
@@ -71,7 +80,17 @@ impl crate::error::ConcernError for ImageBuildError {
                 base::code::ErrorCode::InvalidInput
             }
             Self::Convert(e) => e.code(),
+            Self::NoSubordinateIds { .. } => base::code::ErrorCode::HostUnsupported,
             Self::Bootstrap { .. } | Self::Io { .. } => base::code::ErrorCode::Internal,
+        }
+    }
+
+    fn remedy(&self) -> Option<base::remedy::Remedy> {
+        match self {
+            Self::NoSubordinateIds { user, .. } => {
+                Some(base::remedy::Remedy::GrantSubordinateIds { user: user.clone() })
+            }
+            _ => None,
         }
     }
 }
@@ -291,9 +310,10 @@ pub(crate) fn build_plan(
     match base {
         BuildBase::Debian(suite) => {
             plan.install_packages(missing_host_packages);
-            plan.needs_root = true;
+            plan.needs_root |= !missing_host_packages.is_empty();
             plan.notes.push(format!(
-                "mmdebstrap {suite} minbase as root with {} (downloads from deb.debian.org)",
+                "mmdebstrap {suite} minbase {} with {} (downloads from deb.debian.org)",
+                debian::Mode::for_this_process().describe(),
                 debian::include(&req.packages).join(",")
             ));
             plan.disk_bytes = debian::DISK_BYTES * 2;
@@ -467,7 +487,9 @@ mod tests {
             !plan.notes.join("\n").contains("apt-get install"),
             "{plan:?}"
         );
+        // With its packages there nothing needs root: a user builds in
+        // their subordinate ids.
         let ready = build_plan(&r, &base, 0, &[], Path::new("/s/images/tools"));
-        assert!(ready.steps.is_empty() && ready.needs_root);
+        assert!(ready.steps.is_empty() && !ready.needs_root);
     }
 }

@@ -32,7 +32,9 @@ impl Images<'_> {
             BuildBase::Image(name) => (Some(images.get(name)?), Vec::new()),
             BuildBase::Debian(_) => (
                 None,
-                base::host::settings::missing_debs(debian::HOST_PACKAGES),
+                base::host::settings::missing_debs(
+                    debian::Mode::for_this_process().host_packages(),
+                ),
             ),
         };
         let base_bytes = base_info.as_ref().map_or(0, |i| i.rootfs_bytes);

@@ -113,7 +113,7 @@ async fn bootstrap(
 ) -> Result<PathBuf> {
     let (suite, packages, plan) = (suite.to_owned(), req.packages.clone(), plan.clone());
     let (work, base_rootfs, progress) = (work.to_owned(), minimal.rootfs.clone(), progress.clone());
-    ws.blocking(move |_| {
+    ws.blocking(move |ws| {
         if !plan.steps.is_empty() {
             progress("installing mmdebstrap");
             plan.run()?;
@@ -121,11 +121,14 @@ async fn bootstrap(
         progress(&format!(
             "mmdebstrap {suite} (downloading and unpacking packages)"
         ));
-        let tree = work.join("tree");
-        debian::bootstrap(&suite, &packages, &tree, &work.join("mmdebstrap.log"))?;
-        progress("writing the root filesystem");
-        Ok(base::images::oci::rootfs::convert_tree(&work, &base_rootfs)
-            .map_err(ImageBuildError::from)?)
+        let budget = ws.image_registry().budget();
+        Ok(debian::bootstrap_rootfs(
+            &suite,
+            &packages,
+            &work,
+            &base_rootfs,
+            budget,
+        )?)
     })
     .await
 }
