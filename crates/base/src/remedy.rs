@@ -124,6 +124,8 @@ pub enum Remedy {
     GrantSubordinateIds {
         /// The user.
         user: String,
+        /// A range no user has (`FIRST-LAST`).
+        free: String,
     },
     /// Take a new snapshot of the page: its refs are what click and fill take.
     TakeBrowserSnapshot {

@@ -99,7 +99,7 @@ pub fn remedy(r: &Remedy) -> String {
         Remedy::PreviewAgain => {
             "run the command again without --confirm for a fresh plan and token".into()
         }
-        Remedy::GrantSubordinateIds { user } => format!("as root, give {user} subordinate ids once: `usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}` (and `apt-get install uidmap`), or run the build as root"),
+        Remedy::GrantSubordinateIds { user, free } => format!("as root, give {user} subordinate ids once, a range no other user has: `usermod --add-subuids {free} --add-subgids {free} {user}` (and `apt-get install uidmap`), or run the build as root"),
         Remedy::UseKernelImage => "use a workspace of an image with Jupyter's kernels: build it once with `microagent setup --with code --yes`, then `microagent create NAME --image code`".into(),
         Remedy::UseBrowserImage => "use a workspace of an image with Chromium: build it once with `microagent setup --with browser --yes`, then `microagent create NAME --image browser --mem 2048`".into(),
         Remedy::TakeBrowserSnapshot { workspace, page } => format!(

@@ -129,7 +129,7 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "this server lacks CAP_NET_ADMIN; a root shell can apply the same plan: sudo microagent {operation} --confirm {token} (with this server's MICROAGENT_HOME)"
         ),
         Remedy::PreviewAgain => "call the tool again without a token for a fresh plan and token".into(),
-        Remedy::GrantSubordinateIds { user } => format!("the host's administrator must give {user} subordinate ids once (as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}), or build the image as root"),
+        Remedy::GrantSubordinateIds { user, free } => format!("the host's administrator must give {user} subordinate ids once, a range no other user has (as root: usermod --add-subuids {free} --add-subgids {free} {user}), or build the image as root"),
         Remedy::UseKernelImage => "use a workspace of an image with Jupyter's kernels: build it on the host once (`microagent setup --with code --yes`) and create one with image \"code\"".into(),
         Remedy::UseBrowserImage => "use a workspace of an image with Chromium: build it on the host once (`microagent setup --with browser --yes`) and create one with image \"browser\" and mem_mib 2048".into(),
         Remedy::TakeBrowserSnapshot { page, .. } => format!(

@@ -282,6 +282,14 @@ impl MicroagentServer {
             }
         }
         if followed.is_ok() {
+            // rmcp acknowledged the listen before this ran, and a client
+            // may change a file as soon as it has the acknowledgment: one
+            // update now that each is followed, so what changed between
+            // the two is not lost (an update says "read it again").
+            let sink = UpdateSink::Listen(listen.sink().clone());
+            for uri in uris.iter().flatten() {
+                sink.updated(uri).await;
+            }
             tokio::select! {
                 _ = listen.cancelled() => {}
                 _ = self.subscriptions.ended() => {}

@@ -70,7 +70,7 @@ impl std::fmt::Debug for UpdateSink {
 
 impl UpdateSink {
     /// Tells the client that `uri` changed; false once it cannot be told.
-    async fn updated(&self, uri: &str) -> bool {
+    pub(crate) async fn updated(&self, uri: &str) -> bool {
         match self {
             UpdateSink::Session(peer) => peer
                 .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))

@@ -48,8 +48,7 @@ pub enum VmmProcessError {
     /// A standby process could not prepare its VM.
     #[error("preparing the standby's VM")]
     StandbyVm(#[source] vmm_core::machine::MachineError),
-    /// A standby process could not make its empty network namespace and
-    /// come back to the host's.
+    /// A standby process could not make its empty network namespace.
     #[error("making the standby's network namespace ahead: {0}")]
     StandbyNetwork(String),
     /// A standby process could not wait for or take its claim.

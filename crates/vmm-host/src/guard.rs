@@ -170,37 +170,46 @@ pub fn leave_host_network(ahead: Option<OwnedFd>) -> Result<(), String> {
 }
 
 /// Makes an empty network namespace for [`leave_host_network`] to enter
-/// later, and comes back to the host's: for a standby, which knows no
-/// workspace yet but has the time. `None` without CAP_SYS_ADMIN (the way
-/// back to the host's namespace needs it; the VMM makes its own later, in
-/// the user namespace of its private root). Call while the process has one
-/// thread.
+/// later: for a standby, which knows no workspace yet but has the time.
+/// It is made on a thread of its own, which ends with it, so the calling
+/// thread never leaves the host's namespace (coming back would need
+/// CAP_SYS_ADMIN over the host's, which a process whose capability is its
+/// own user namespace's does not have). `None` without CAP_SYS_ADMIN (the
+/// VMM makes its own later, in the user namespace of its private root).
+/// Returns once that thread is gone, so that a mount namespace taken next
+/// finds the process single-threaded again.
 pub fn empty_network_ahead() -> Result<Option<OwnedFd>, String> {
     const CAP_SYS_ADMIN: u32 = 21;
     if !base::host::settings::has_capability(CAP_SYS_ADMIN) {
         return Ok(None);
     }
-    let open = |what: &str| {
-        std::fs::File::open("/proc/thread-self/ns/net")
+    let (made, tid) = std::thread::spawn(|| {
+        // SAFETY: gettid takes nothing and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        // SAFETY: unshare takes flags only; it moves this thread alone.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return (
+                Err(format!("unshare: {}", std::io::Error::last_os_error())),
+                tid,
+            );
+        }
+        let made = std::fs::File::open("/proc/thread-self/ns/net")
             .map(OwnedFd::from)
-            .map_err(|e| format!("opening {what} network namespace: {e}"))
-    };
-    let host = open("the host's")?;
-    // SAFETY: unshare takes flags only.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("unshare: {}", std::io::Error::last_os_error()));
+            .map_err(|e| format!("opening the new network namespace: {e}"));
+        (made, tid)
+    })
+    .join()
+    .map_err(|_| "the thread making it panicked".to_owned())?;
+    let made = made?;
+    // The thread is joined before the kernel has quite let it go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
+        if std::time::Instant::now() > deadline {
+            return Err("the thread that made it did not end".to_owned());
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
     }
-    let empty = open("the empty");
-    // SAFETY: setns on a namespace descriptor this process owns.
-    if unsafe { libc::setns(host.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        // Without the host's network the standby cannot start passt or
-        // bind ports: it must not take a claim.
-        return Err(format!(
-            "back to the host's network namespace: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    empty.map(Some)
+    Ok(Some(made))
 }
 
 /// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets in two 32-bit halves.
@@ -413,7 +422,8 @@ mod tests {
                 }
                 Err(e) => panic!("{e}"),
             };
-            // Back in the host's namespace; the one made is another.
+            // This thread never left the host's namespace; the one made is
+            // another.
             assert_eq!(network_of_this_thread(), host);
             use std::os::unix::fs::MetadataExt;
             let made = std::fs::File::from(ahead.try_clone().unwrap());

@@ -69,8 +69,9 @@ pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed
             return Err(VmmProcessError::StandbyVm(e));
         }
     };
-    // A standby that could not come back to the host's network cannot
-    // start passt or bind ports: it ends rather than take a claim.
+    // A standby whose namespace could not be made ends: made on a thread
+    // of its own, its failure leaves the process where it was, but a
+    // thread that did not end would keep its mount namespace from it.
     let empty_network = match crate::guard::empty_network_ahead() {
         Ok(namespace) => namespace,
         Err(why) => {

@@ -79,7 +79,18 @@ pub enum SeccompError {
     /// The SIGSYS handler could not be installed.
     #[error("installing the SIGSYS handler")]
     Handler(#[source] std::io::Error),
+    /// A program with its prefix is longer than the kernel takes.
+    #[error("the {role} seccomp filter has {length} instructions; the kernel takes at most {MAX_INSTRUCTIONS}")]
+    TooLong {
+        /// The role.
+        role: &'static str,
+        /// Its instructions.
+        length: usize,
+    },
 }
+
+/// The most instructions a classic BPF program may have (`BPF_MAXINSNS`).
+const MAX_INSTRUCTIONS: usize = 4096;
 
 /// What the control threads of the process that embeds the machine do
 /// (its control socket, agent link, ports, files, signals): that process
@@ -423,7 +434,7 @@ fn build(
 /// restore's path) and to run at every syscall. Classic BPF jumps are
 /// relative and only forward, so `program` runs as it did after it; a
 /// syscall of another architecture reaches its architecture check.
-fn with_clone3_unavailable(program: BpfProgram) -> BpfProgram {
+fn with_clone3_unavailable(program: BpfProgram) -> Result<BpfProgram, SeccompError> {
     use seccompiler::sock_filter;
     const LOAD_WORD: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
     const JUMP_IF_EQUAL: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
@@ -447,7 +458,15 @@ fn with_clone3_unavailable(program: BpfProgram) -> BpfProgram {
         ),
     ];
     merged.extend(program);
-    merged
+    // Refused here, where the filters are made, not when the kernel is
+    // given it on a restore's path.
+    if merged.len() > MAX_INSTRUCTIONS {
+        return Err(SeccompError::TooLong {
+            role: "control",
+            length: merged.len(),
+        });
+    }
+    Ok(merged)
 }
 
 /// The compiled filters, for the roles' threads to install.
@@ -487,7 +506,7 @@ impl Filters {
                 control.syscalls,
                 control,
                 &peers,
-            )?),
+            )?)?,
         })
     }
 

@@ -221,3 +221,19 @@ fn the_narrow_roles_cannot_start_programs_or_open_files() {
     // port), and its sockets are Unix stream sockets (the test below).
     assert!(!VCPU.contains(&libc::SYS_socket) && !EVERY_THREAD.contains(&libc::SYS_socket));
 }
+
+#[test]
+fn a_program_too_long_with_its_prefix_is_refused_when_made() {
+    let step = seccompiler::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0x7fff_0000,
+    };
+    let fits = with_clone3_unavailable(vec![step.clone(); MAX_INSTRUCTIONS - 5]).unwrap();
+    assert_eq!(fits.len(), MAX_INSTRUCTIONS);
+    assert!(matches!(
+        with_clone3_unavailable(vec![step; MAX_INSTRUCTIONS - 4]),
+        Err(SeccompError::TooLong { length: 4097, .. })
+    ));
+}

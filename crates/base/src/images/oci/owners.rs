@@ -58,6 +58,18 @@ impl Owners {
         }
     }
 
+    /// Notes for the hard link `link` what is noted for its target `to`
+    /// (one inode: whichever name the image's walk sets last must say the
+    /// same).
+    pub fn record_link(&mut self, link: &Path, to: &Path) {
+        if let Owners::Recorded(map) = self {
+            match map.get(to).copied() {
+                Some(recorded) => map.insert(link.to_owned(), recorded),
+                None => map.remove(link),
+            };
+        }
+    }
+
     /// Forgets `path` and everything below it (removed by a whiteout).
     pub fn forget(&mut self, path: &Path) {
         if let Owners::Recorded(map) = self {
@@ -146,9 +158,10 @@ fn quoted(tree: &Path, path: &Path) -> Result<String, OciError> {
     quote(&format!("/{rel}"))
 }
 
-/// `text` in double quotes, for a debugfs script (which has no escapes).
+/// `text` in double quotes, for a debugfs script (which has no escapes:
+/// a backslash is a backslash, as in systemd's `\x2d` unit names).
 fn quote(text: &str) -> Result<String, OciError> {
-    if text.contains(['"', '\n', '\\']) {
+    if text.contains(['"', '\n', '\r']) {
         return Err(OciError::Unsupported(format!(
             "the image has a file named {text:?}, which a conversion without root cannot set the owner of; convert it as root"
         )));

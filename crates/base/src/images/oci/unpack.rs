@@ -237,8 +237,9 @@ impl Applier<'_> {
             let from = self.dir(target_dirs, &target_shown)?.join(target_name);
             remove_any(&path)?;
             std::fs::hard_link(&from, &path).map_err(io_at("linking"))?;
-            self.written.insert(path);
             // A hard link shares its target's inode: mode and owner are its.
+            self.owners.record_link(&path, &from);
+            self.written.insert(path);
             return Ok(());
         } else if matches!(
             kind,
@@ -718,6 +719,10 @@ mod tests {
             .device("dev/gone", 1, 5)
             .dir("dev/sub")
             .file("a file with spaces", "x")
+            .file("system-systemd\\x2dcryptsetup.slice", "unit")
+            .file_owned("usr/bin/chage", 0o2755, 1000)
+            .link(tar::EntryType::Link, "usr/bin/a-link", "usr/bin/chage")
+            .link(tar::EntryType::Link, "usr/bin/z-link", "usr/bin/chage")
             .finish();
         apply_unlimited(&t, &bytes[..], &diff_id, &mut owners).unwrap();
         let (bytes, diff_id) = Layer::new().file("dev/.wh.gone", "").finish();
@@ -747,6 +752,14 @@ mod tests {
         );
         let spaced = ext4_stat(&image, "/a file with spaces");
         assert!(spaced.contains("User:     0"), "{spaced}");
+        let unit = ext4_stat(&image, "/system-systemd\\x2dcryptsetup.slice");
+        assert!(unit.contains("User:     0"), "{unit}");
+        // Hard links, whichever name the walk sets last: the target's.
+        for name in ["/usr/bin/chage", "/usr/bin/a-link", "/usr/bin/z-link"] {
+            let linked = ext4_stat(&image, name);
+            assert!(linked.contains("User:  1000"), "{name}: {linked}");
+            assert!(linked.contains("Mode:  02755"), "{name}: {linked}");
+        }
         std::fs::remove_file(image).unwrap();
     }
 }

@@ -151,17 +151,48 @@ pub fn mmdebstrap_args(suite: &str, packages: &[String], out: &Path, mode: Mode)
     args
 }
 
-/// Whether the user `uid` (named `name`) has a range in a subordinate id
-/// file's `text` (`NAME_OR_UID:START:COUNT` lines).
-fn has_range(text: &str, uid: u32, name: Option<&str>) -> bool {
-    text.lines().any(|line| {
+/// Ids a build maps: every id Debian's packages use (65536, what
+/// `useradd` gives a user).
+const SUBORDINATE_IDS: u64 = 65_536;
+
+/// The ranges of a subordinate id file's `text` (`NAME_OR_UID:START:COUNT`
+/// lines, plain decimal numbers): (who, start, count).
+fn ranges(text: &str) -> impl Iterator<Item = (&str, u64, u64)> {
+    let number = |s: &str| {
+        (!s.is_empty() && s.len() <= 19 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    text.lines().filter_map(move |line| {
         let mut fields = line.trim().split(':');
-        let (Some(who), Some(_), Some(count)) = (fields.next(), fields.next(), fields.next())
-        else {
-            return false;
-        };
-        (Some(who) == name || who.parse() == Ok(uid)) && count.parse().is_ok_and(|n: u64| n > 0)
+        let who = fields.next()?;
+        let start = number(fields.next()?)?;
+        let count = number(fields.next()?)?;
+        Some((who, start, count))
     })
+}
+
+/// Whether the user `uid` (named `name`) has a whole range in a
+/// subordinate id file's `text`.
+fn has_range(text: &str, uid: u32, name: Option<&str>) -> bool {
+    ranges(text).any(|(who, _, count)| {
+        (Some(who) == name || who == uid.to_string()) && count >= SUBORDINATE_IDS
+    })
+}
+
+/// A range of [`SUBORDINATE_IDS`] past every range in `texts` (the
+/// subordinate uid and gid files), from 100000 as `useradd` starts: one
+/// that gives no two users the same host ids.
+fn free_range(texts: &[&str]) -> (u64, u64) {
+    let end = texts
+        .iter()
+        .flat_map(|t| ranges(t))
+        .map(|(_, start, count)| start.saturating_add(count))
+        .max()
+        .unwrap_or(0)
+        .max(100_000);
+    let first = end.div_ceil(SUBORDINATE_IDS) * SUBORDINATE_IDS;
+    (first, first + SUBORDINATE_IDS - 1)
 }
 
 /// The name of the user `uid`, from the system's user database.
@@ -187,12 +218,15 @@ pub fn check_unshare() -> Result<(), ImageBuildError> {
     // SAFETY: getuid takes nothing and cannot fail.
     let uid = unsafe { libc::getuid() };
     let name = user_name(uid);
-    for file in ["/etc/subuid", "/etc/subgid"] {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        if !has_range(&text, uid, name.as_deref()) {
+    let files = ["/etc/subuid", "/etc/subgid"];
+    let texts = files.map(|f| std::fs::read_to_string(f).unwrap_or_default());
+    for (file, text) in files.iter().zip(&texts) {
+        if !has_range(text, uid, name.as_deref()) {
+            let (first, last) = free_range(&[&texts[0], &texts[1]]);
             return Err(ImageBuildError::NoSubordinateIds {
                 user: name.unwrap_or_else(|| uid.to_string()),
-                file: file.to_owned(),
+                file: (*file).to_owned(),
+                free: format!("{first}-{last}"),
             });
         }
     }
@@ -311,14 +345,30 @@ mod tests {
 
     #[test]
     fn subordinate_ranges_are_found_by_name_or_uid() {
-        let text = "alice:100000:65536\n1001:165536:65536\nbob:231072:0\n";
+        let text = "alice:100000:65536\n1001:165536:65536\nbob:231072:0\n\
+                    al:300000:65536\ndave:+400000:65536\neve:500000:1000\n";
         assert!(has_range(text, 1000, Some("alice")));
         assert!(has_range(text, 1001, Some("carol")));
         assert!(!has_range(text, 1002, Some("bob")), "an empty range");
         assert!(!has_range(text, 1003, None));
+        assert!(!has_range(text, 1004, Some("alic")), "another's name");
+        assert!(!has_range(text, 1005, Some("dave")), "not a plain number");
+        assert!(!has_range(text, 1006, Some("eve")), "too few ids");
         assert!(!has_range("alice", 1000, Some("alice")));
         assert!(!has_range("", 0, Some("root")));
         assert_eq!(user_name(0).as_deref(), Some("root"));
+    }
+
+    #[test]
+    fn the_range_suggested_is_nobody_elses() {
+        let uids = "alice:100000:65536\nbob:165536:65536\n";
+        let gids = "alice:100000:65536\nbob:165536:70000\n";
+        let (first, last) = free_range(&[uids, gids]);
+        assert_eq!(last - first + 1, SUBORDINATE_IDS);
+        for (_, start, count) in ranges(uids).chain(ranges(gids)) {
+            assert!(first >= start + count || last < start, "{first}-{last}");
+        }
+        assert_eq!(free_range(&["", ""]), (131_072, 196_607));
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub enum ImageBuildError {
         user: String,
         /// The file without a range for them.
         file: String,
+        /// A range no user has (`FIRST-LAST`).
+        free: String,
     },
     /// mmdebstrap failed.
     #[error("mmdebstrap failed ({status}); the end of its output:\n{tail}")]
@@ -87,8 +89,11 @@ impl crate::error::ConcernError for ImageBuildError {
 
     fn remedy(&self) -> Option<base::remedy::Remedy> {
         match self {
-            Self::NoSubordinateIds { user, .. } => {
-                Some(base::remedy::Remedy::GrantSubordinateIds { user: user.clone() })
+            Self::NoSubordinateIds { user, free, .. } => {
+                Some(base::remedy::Remedy::GrantSubordinateIds {
+                    user: user.clone(),
+                    free: free.clone(),
+                })
             }
             _ => None,
         }
