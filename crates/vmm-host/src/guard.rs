@@ -184,8 +184,10 @@ pub fn empty_network_ahead() -> Result<Option<OwnedFd>, String> {
         return Ok(None);
     }
     let (made, tid) = std::thread::spawn(|| {
+        // The raw call: the static VMM's C library has no gettid wrapper
+        // (its symbol is null there).
         // SAFETY: gettid takes nothing and cannot fail.
-        let tid = unsafe { libc::gettid() };
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
         // SAFETY: unshare takes flags only; it moves this thread alone.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
             return (
