@@ -6,13 +6,13 @@
 //! and `Origin` rules still apply. Each preview has an origin of its own
 //! (`<label>.<domain>`, the label from its token's digest), which serves
 //! it alone; on the server's own origin, shared by every preview, its
-//! pages are sandboxed (an opaque origin: no storage, cookies or
+//! pages are sandboxed (an opaque origin: no storage, script cookies or
 //! same-origin calls). Either way what crosses is rewritten (`headers`):
 //! the guest gets its path without the prefix, no `Authorization` and
 //! only its own preview's cookies; the client gets cookies and redirects
 //! held to the preview, no header that acts on the whole origin, and no
-//! referrer leaves with its links (the token is in the URL). A service
-//! worker is never served.
+//! referrer leaves the preview with its links (the token is in the URL).
+//! A service worker is never served.
 
 mod headers;
 
