@@ -105,17 +105,21 @@ pub(crate) fn previews_reach_the_guests_servers(server: &Server, token: &str, na
     let (status, page) = fetch(&web_url, &[]);
     assert_eq!(status, 200, "{page}");
     assert!(page.ends_with("from the guest\n"), "{page}");
+    // Its own pages get referrers (so their requests carry their real
+    // Origin), nothing beyond it does; an agent cluster of its own.
     let lowered = page.to_ascii_lowercase();
-    assert!(lowered.contains("referrer-policy: no-referrer"), "{page}");
+    assert!(lowered.contains("referrer-policy: same-origin"), "{page}");
+    assert!(lowered.contains("origin-agent-cluster: ?1"), "{page}");
     assert!(!lowered.contains("content-security-policy"), "{page}");
     let (status, page) = get(server, &web);
     assert_eq!(status, 200, "{page}");
     assert!(page.ends_with("from the guest\n"), "{page}");
+    let lowered = page.to_ascii_lowercase();
     assert!(
-        page.to_ascii_lowercase()
-            .contains("content-security-policy: sandbox allow-scripts"),
+        lowered.contains("content-security-policy: sandbox allow-scripts"),
         "{page}"
     );
+    assert!(lowered.contains("referrer-policy: no-referrer"), "{page}");
     // A preview's own origin serves it alone: not another preview's
     // token, not /mcp; and not to another preview's pages.
     let web_origin = web_url.trim_end_matches(&web).to_owned();
