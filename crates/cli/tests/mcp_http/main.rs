@@ -23,6 +23,24 @@ mod tasks;
 const BIN: &str = env!("CARGO_BIN_EXE_microagent");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_http/client.py");
 
+/// Deletes workspace `name` of the state directory `home` when the test
+/// fails before it does (its VMM would outlive the test).
+struct DeleteOnPanic<'a> {
+    home: &'a Path,
+    name: &'a str,
+}
+
+impl Drop for DeleteOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = Command::new(BIN)
+                .env("MICROAGENT_HOME", self.home)
+                .args(["rm", "-f", "-y", self.name])
+                .output();
+        }
+    }
+}
+
 /// A private state directory short enough for the VMM's Unix sockets.
 fn home(tag: &str) -> PathBuf {
     let dir = PathBuf::from(format!("/tmp/mcph-{}-{tag}", std::process::id()));
@@ -468,6 +486,7 @@ fn a_real_workspace_over_http() {
     let token = std::fs::read_to_string(home.join("mcp-token")).unwrap();
     let token = token.trim();
     let name = "over-http";
+    let _on_failure = DeleteOnPanic { home: &home, name };
     let out = python(json!({
         "url": server.url, "token": token,
         "calls": [
@@ -582,5 +601,5 @@ fn a_real_workspace_over_http() {
     assert_eq!(deleted["calls"][0]["is_error"], false, "{deleted}");
     assert!(server.terminate());
     testkit::leftovers::assert_none(&home);
-    let _ = std::fs::remove_dir_all(home);
+    let _ = std::fs::remove_dir_all(&home);
 }
