@@ -179,8 +179,7 @@ pub fn leave_host_network(ahead: Option<OwnedFd>) -> Result<(), String> {
 /// Returns once that thread is gone, so that a mount namespace taken next
 /// finds the process single-threaded again.
 pub fn empty_network_ahead() -> Result<Option<OwnedFd>, String> {
-    const CAP_SYS_ADMIN: u32 = 21;
-    if !base::host::settings::has_capability(CAP_SYS_ADMIN) {
+    if !base::host::settings::has_capability(base::host::settings::CAP_SYS_ADMIN) {
         return Ok(None);
     }
     let (made, tid) = std::thread::spawn(|| {

@@ -91,12 +91,11 @@ fn mount(
 /// gid mapped to themselves, so files keep their owners and `/dev/kvm`
 /// its permission). Call while the process has one thread.
 pub fn unshare() -> Result<(), JailError> {
-    const CAP_SYS_ADMIN: u32 = 21;
     let n = crate::host::settings::threads_of_this_process();
     if n != 1 {
         return Err(JailError::Threaded(n));
     }
-    if crate::host::settings::has_capability(CAP_SYS_ADMIN) {
+    if crate::host::settings::has_capability(crate::host::settings::CAP_SYS_ADMIN) {
         // SAFETY: unshare takes flags only.
         let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
         check(rc, "taking a mount namespace")?;
@@ -134,8 +133,7 @@ pub struct NoPrivateRoot {
 /// How a VMM started by this user gets its private root (for `doctor`),
 /// or why it cannot.
 pub fn availability() -> Result<&'static str, NoPrivateRoot> {
-    const CAP_SYS_ADMIN: u32 = 21;
-    if crate::host::settings::has_capability(CAP_SYS_ADMIN) {
+    if crate::host::settings::has_capability(crate::host::settings::CAP_SYS_ADMIN) {
         return Ok("a mount namespace (CAP_SYS_ADMIN)");
     }
     if let Some(blocked) = user_namespaces_blocked() {

@@ -97,6 +97,10 @@ pub fn deadline_after(timeout: std::time::Duration) -> std::time::Instant {
         .unwrap_or(now)
 }
 
+/// `CAP_SYS_ADMIN`'s number (`<linux/capability.h>`): namespaces and
+/// mounts.
+pub const CAP_SYS_ADMIN: u32 = 21;
+
 /// Whether this process has capability number `bit` (`<linux/capability.h>`)
 /// in its effective set.
 pub fn has_capability(bit: u32) -> bool {

@@ -109,8 +109,8 @@ pub fn spawn(
         owner: owner.map_or(-1, AsRawFd::as_raw_fd),
         errno: 0,
     };
-    const CAP_SYS_ADMIN: u32 = 21;
-    let own_pid_namespace = crate::host::settings::has_capability(CAP_SYS_ADMIN);
+    let own_pid_namespace =
+        crate::host::settings::has_capability(crate::host::settings::CAP_SYS_ADMIN);
     let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
     if own_pid_namespace {
         flags |= libc::CLONE_NEWPID;
