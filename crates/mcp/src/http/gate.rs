@@ -123,7 +123,7 @@ impl Gate {
             .map(|domain| format!("{label}.{domain}"));
         let from_itself = matches!(
             (origin_authority(&lowered), own),
-            (Some((host, port)), Some(own)) if host == own && port.is_none_or(|p| p == self.port)
+            (Some((host, port)), Some(own)) if host == own && port == self.port
         );
         if from_itself || self.origins.contains(&lowered) {
             Ok(())
@@ -160,6 +160,19 @@ impl Gate {
     /// allowed site (`Origin`, when sent): this server's own or one it
     /// was told to allow.
     pub fn check_site(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        self.check_site_from(headers, false)
+    }
+
+    /// Whether a request for a preview on the server's own origin may go
+    /// on: as [`Gate::check_site`], and also from a page of no origin
+    /// (`Origin: null`: every page a browser sandboxes there, whose
+    /// requests the token in the path opens; `/mcp` refuses them).
+    pub fn check_preview_site(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        self.check_site_from(headers, true)
+    }
+
+    /// [`Gate::check_site`], taking `Origin: null` when `null_too`.
+    fn check_site_from(&self, headers: &HeaderMap, null_too: bool) -> Result<(), Refusal> {
         let host = headers
             .get(HOST)
             .and_then(|h| h.to_str().ok())
@@ -169,23 +182,12 @@ impl Gate {
         }
         if let Some(origin) = headers.get(ORIGIN) {
             let origin = origin.to_str().unwrap_or("<not text>");
-            if !self.allows_origin(origin) {
+            let sandboxed = null_too && origin == "null";
+            if !sandboxed && !self.allows_origin(origin) {
                 return Err(Refusal::Origin(origin.to_owned()));
             }
         }
         Ok(())
-    }
-
-    /// Whether a request for a preview on the server's own origin may go
-    /// on: as [`Gate::check_site`], and also from a page of no origin
-    /// (`Origin: null`: every page a browser sandboxes there, whose
-    /// requests the token in the path opens; `/mcp` refuses them).
-    pub fn check_preview_site(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        let mut checked = headers.clone();
-        if checked.get(ORIGIN).is_some_and(|o| o == "null") {
-            checked.remove(ORIGIN);
-        }
-        self.check_site(&checked)
     }
 
     fn allows_host(&self, host: &str) -> bool {
@@ -201,7 +203,7 @@ impl Gate {
             return true;
         }
         match origin_authority(&origin) {
-            Some((host, port)) => self.hosts.contains(&host) && port.is_none_or(|p| p == self.port),
+            Some((host, port)) => self.hosts.contains(&host) && port == self.port,
             None => false,
         }
     }
@@ -209,7 +211,7 @@ impl Gate {
 
 /// The host and port of `scheme://host[:port]` (without one, its
 /// scheme's: an origin on port 80 is not one on the server's port).
-fn origin_authority(origin: &str) -> Option<(String, Option<u16>)> {
+fn origin_authority(origin: &str) -> Option<(String, u16)> {
     let (scheme, rest) = origin.split_once("://")?;
     let default = match scheme {
         "http" => 80,
@@ -217,7 +219,7 @@ fn origin_authority(origin: &str) -> Option<(String, Option<u16>)> {
         _ => return None,
     };
     let (host, port) = split_authority(rest)?;
-    Some((host, Some(port.unwrap_or(default))))
+    Some((host, port.unwrap_or(default)))
 }
 
 /// A `Host` value as (lowercase name without brackets, port).
