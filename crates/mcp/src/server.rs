@@ -143,16 +143,29 @@ impl PreviewBase {
         &self,
         made: &workspace::store::previews::IssuedPreview,
     ) -> (String, String) {
-        let scheme = self.scheme;
-        let sandboxed = format!("{scheme}://{}{}", self.reach, made.path);
-        let own = self.domain.as_ref().map(|domain| {
-            let port = self.reach.port();
-            format!(
-                "{scheme}://{}.{domain}:{port}{}",
-                made.origin_label, made.path
-            )
-        });
+        let sandboxed = format!("{}://{}{}", self.scheme, self.reach, made.path);
+        let own = self
+            .origin_of(&made.origin_label)
+            .map(|o| format!("{o}{}", made.path));
         (own.unwrap_or_else(|| sandboxed.clone()), sandboxed)
+    }
+
+    /// `scheme://pv<id>.<domain>:<port>`: the form of each preview's own
+    /// origin, when they have one.
+    pub(crate) fn origin_form(&self) -> Option<String> {
+        let prefix = workspace::store::previews::ORIGIN_LABEL_PREFIX;
+        self.origin_of(&format!("{prefix}<id>"))
+    }
+
+    /// The own origin of the preview labelled `label`, when previews have
+    /// them.
+    fn origin_of(&self, label: &str) -> Option<String> {
+        let domain = self.domain.as_ref()?;
+        Some(format!(
+            "{}://{label}.{domain}:{}",
+            self.scheme,
+            self.reach.port()
+        ))
     }
 }
 

@@ -154,7 +154,12 @@ pub const ORIGIN_LABEL_PREFIX: &str = "pv";
 /// web origin of its own, so one guest's pages share no storage, cookies
 /// or service workers with another's.
 pub fn origin_label(token: &str) -> Option<String> {
-    digest_of(token).map(|d| format!("{ORIGIN_LABEL_PREFIX}{}", &d[..ID_DIGITS]))
+    digest_of(token).map(|d| label_of(&d))
+}
+
+/// The origin label of a token's `digest` (its record's name).
+fn label_of(digest: &str) -> String {
+    format!("{ORIGIN_LABEL_PREFIX}{}", &digest[..ID_DIGITS])
 }
 
 /// What the cookies of the preview `token` opens are renamed with
@@ -240,7 +245,7 @@ impl PreviewStore {
         self.records.create(&name, &record)?;
         Ok(IssuedPreview {
             path: format!("{PREVIEW_PATH}{token}/"),
-            origin_label: format!("{ORIGIN_LABEL_PREFIX}{}", &name[..ID_DIGITS]),
+            origin_label: label_of(&name),
             token,
             record,
         })

@@ -119,7 +119,6 @@ pub struct HttpServer {
     connections: Arc<Connections>,
     previews_only: bool,
     serves_previews: bool,
-    preview_domain: Option<String>,
     session_timeout: Duration,
 }
 
@@ -195,7 +194,7 @@ impl HttpServer {
             server.serving_previews_at(PreviewBase {
                 scheme,
                 reach,
-                domain: preview_domain.clone(),
+                domain: preview_domain,
                 ip: local.ip(),
             })
         } else {
@@ -214,7 +213,6 @@ impl HttpServer {
             connections: Connections::new(options.max_connections),
             previews_only: options.previews_only,
             serves_previews,
-            preview_domain,
             session_timeout: options.session_timeout,
         })
     }
@@ -222,13 +220,7 @@ impl HttpServer {
     /// `scheme://pv<id>.<domain>:<port>`: the form of each preview's own
     /// origin, when they have one.
     pub fn preview_origins(&self) -> Option<String> {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let domain = self.preview_domain.as_ref()?;
-        let prefix = workspace::store::previews::ORIGIN_LABEL_PREFIX;
-        Some(format!(
-            "{scheme}://{prefix}<id>.{domain}:{}",
-            self.local.port()
-        ))
+        self.server.preview_base.as_ref()?.origin_form()
     }
 
     /// The endpoint clients connect to (the preview URLs' base when it
