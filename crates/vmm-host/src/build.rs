@@ -57,24 +57,28 @@ pub(crate) struct Built {
 }
 
 impl Built {
-    /// Runs the steps for the workspace `ws` of `spec` as `launch` asks.
+    /// Runs the steps for the workspace `ws` of `spec` as `launch` asks,
+    /// with what a standby made `ahead` when it is one.
     pub(crate) fn build(
         state: &StateDir,
         ws: &WorkspaceDir,
         launch: &VmmLaunch,
         spec: &WorkspaceSpec,
-        prepared: Option<(PreparedVm, Placement)>,
+        ahead: Option<crate::standby::MadeAhead>,
     ) -> Self {
         let now = vmm_core::vcpu::monotonic_ns;
         let began_ns = now();
-        let (prepared, standby_cgroup) = prepared.unzip();
+        let (prepared, standby_cgroup, passt_ahead) = match ahead {
+            Some(a) => (Some(a.prepared), Some(a.cgroup), a.passt),
+            None => (None, None, None),
+        };
         let cgroup = join_cgroup(state, ws, spec, standby_cgroup);
         ws.remove_sockets();
         let cgroup_ns = now();
         let (mut network_ns, mut unshared_ns) = (0, 0);
         let (mut passt, mut guest_net, mut egress) = (None, None, None);
         let mut mount_ns = Err("the machine was not built".to_owned());
-        let machine = base::network::attach::attach(state, ws, spec, launch.user)
+        let machine = base::network::attach::attach(state, ws, spec, launch.user, passt_ahead)
             .map_err(VmmProcessError::from)
             .and_then(|net| {
                 network_ns = now();

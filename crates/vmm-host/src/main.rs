@@ -12,9 +12,9 @@ use vmm_host::{VmmProcess, VmmStopper};
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some((home, shape)) = base::vmm::standby::standby_from_args(&args) {
+    if let Some(standby) = base::vmm::standby::standby_from_args(&args) {
         init_logging();
-        return match vmm_host::standby::wait_for_claim(&home, shape) {
+        return match vmm_host::standby::wait_for_claim(&standby) {
             Ok(Some(claimed)) => run(&claimed.launch, Some(claimed.ahead)),
             Ok(None) => ExitCode::SUCCESS,
             Err(e) => {

@@ -12,9 +12,14 @@ use std::path::Path;
 
 use base::host::cgroup::{self, CgroupLimits, Placement};
 use base::host::settings::own_pid;
+use base::network::PasstAhead;
+use base::store::workspace_dir::WorkspaceDir;
+use base::store::StateDir;
 use base::vmm::launch::VmmLaunch;
 use base::vmm::spawn::OWNER_FD;
-use base::vmm::standby::{ClaimListener, StandbyShape, CGROUP_RECORD, STANDBY_WAIT};
+use base::vmm::standby::{
+    ClaimListener, StandbyArgs, CGROUP_RECORD, PASST_LOG_EXTENSION, STANDBY_WAIT,
+};
 use vmm_core::machine::PreparedVm;
 
 use crate::error::{Result, VmmProcessError};
@@ -42,12 +47,18 @@ pub struct MadeAhead {
     /// none without CAP_SYS_ADMIN, where the VMM makes its own inside the
     /// user namespace of its private root.
     pub empty_network: Option<OwnedFd>,
+    /// The passt of a workspace on the default network with no egress
+    /// rules of its own: started, and busy starting, before the claim
+    /// rather than beside the restore. Another workspace's ends and the
+    /// VMM starts its own.
+    pub passt: Option<PasstAhead>,
 }
 
 /// Prepares the VM of `shape` and waits for the launch that takes it:
 /// `None` when none came in [`STANDBY_WAIT`] (the process should end).
 /// Runs first in the process, while it is its only thread.
-pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed>> {
+pub fn wait_for_claim(standby: &StandbyArgs) -> Result<Option<Claimed>> {
+    let (home, shape) = (standby.home.as_path(), standby.shape);
     crate::guard::leave_starter(false);
     // The owner's pidfd goes to a fixed number: held by /dev/null until
     // then, so none of the descriptors opened below takes it.
@@ -90,10 +101,18 @@ pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed
     // next refill's sweep.
     let record = listener.path().with_extension(CGROUP_RECORD);
     cgroup::record_at(&cgroup, &record);
+    // Still the process's only thread: passt's socket end is handed over
+    // without a step in the child.
+    let passt = standby
+        .like
+        .as_deref()
+        .and_then(|like| passt_ahead(home, like, &listener));
     tracing::info!(socket = %listener.path().display(), "standby waiting for its claim");
     let claim = match listener.wait(STANDBY_WAIT) {
         Ok(Some(claim)) => claim,
         other => {
+            // Its groups are removable once passt is out of them.
+            drop(passt);
             leave(&cgroup);
             let _ = std::fs::remove_file(&record);
             tracing::info!("standby unclaimed: ending");
@@ -116,8 +135,37 @@ pub fn wait_for_claim(home: &Path, shape: StandbyShape) -> Result<Option<Claimed
             prepared,
             cgroup,
             empty_network,
+            passt,
         },
     }))
+}
+
+/// Starts the passt a workspace like `like` gets, its log beside the
+/// standby's socket (the sweep removes one left by a standby gone);
+/// `None` when it has none or it cannot start (the VMM then starts one at
+/// the claim, as it would without a standby).
+fn passt_ahead(home: &Path, like: &str, listener: &ClaimListener) -> Option<PasstAhead> {
+    let setting = (|| -> std::result::Result<_, String> {
+        let run_as = base::vmm::user::for_state(home).map_err(|e| e.to_string())?;
+        let state = StateDir::at(home).map_err(|e| e.to_string())?;
+        let spec = WorkspaceDir::new(&state, like)
+            .and_then(|ws| ws.read_meta())
+            .map_err(|e| base::error_chain::error_chain(&e))?
+            .spec;
+        base::network::attach::passt_for(&state, &spec, run_as.map(|u| (u.uid, u.gid)))
+            .map_err(|e| base::error_chain::error_chain(&e))
+    })();
+    let setting = match setting {
+        Ok(setting) => setting?,
+        Err(why) => {
+            tracing::info!("no passt ahead: {why}");
+            return None;
+        }
+    };
+    let log = listener.path().with_extension(PASST_LOG_EXTENSION);
+    PasstAhead::start(log, setting)
+        .inspect_err(|e| tracing::info!("no passt ahead: {}", base::error_chain::error_chain(e)))
+        .ok()
 }
 
 /// Puts `fd` at the number `to` (closing what was there), without

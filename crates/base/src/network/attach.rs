@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use vmm_core::devices::virtio::net::egress::EgressFilter;
 use vmm_core::machine::NetBackendConfig;
 
-use super::{Addressing, Backend, Network, NetworkError, Passt};
+use super::{
+    Addressing, Backend, Network, NetworkError, Passt, PasstAhead, PasstSetting, PASST_LOG,
+};
 use crate::store::egress::{AllowEntry, Egress};
 use crate::store::spec::WorkspaceSpec;
 use crate::store::workspace_dir::WorkspaceDir;
@@ -84,12 +86,14 @@ pub fn addressing(net: &Network, spec: &WorkspaceSpec) -> Option<Addressing> {
 /// Resolves the workspace's network and attaches to it (`None`: the
 /// `none` network). A `user` network's passt runs as `run_as` (uid, gid)
 /// when given: the account the VMM changes to, which must still be able to
-/// end it.
+/// end it. `ahead`, a passt a standby started, serves when it was started
+/// as this workspace's would be; else it ends and another starts.
 pub fn attach(
     state: &StateDir,
     ws: &WorkspaceDir,
     spec: &WorkspaceSpec,
     run_as: Option<(u32, u32)>,
+    ahead: Option<PasstAhead>,
 ) -> Result<Option<Attachment>, NetworkError> {
     let net = super::NetworkStore::new(state).get(&spec.network)?;
     let Some(addressing) = addressing(&net, spec) else {
@@ -119,8 +123,21 @@ pub fn attach(
             let filter = Arc::new(Mutex::new(EgressFilter::new(
                 super::user_filter::filter_policy(egress, &rules),
             )));
-            let map_host = super::user_filter::maps_host(&rules);
-            let (sock, passt) = super::start_passt(ws.path(), &addressing, map_host, run_as)?;
+            let setting = passt_setting(addressing, &rules, run_as);
+            let log = ws.path().join(PASST_LOG);
+            let had_ahead = ahead.is_some();
+            let (sock, passt) = match ahead.and_then(|a| a.take(&log, &setting)) {
+                Some(started) => {
+                    tracing::info!("passt: the one started ahead");
+                    started
+                }
+                None => {
+                    if had_ahead {
+                        tracing::info!("passt: the one started ahead has another setting");
+                    }
+                    super::start_passt(&log, &setting)?
+                }
+            };
             Ok(Some(Attachment {
                 backend: NetBackendConfig::Filtered(
                     Box::new(NetBackendConfig::Stream(sock)),
@@ -130,10 +147,48 @@ pub fn attach(
                 passt: Some(passt),
                 egress: Some(UserEgress {
                     filter,
-                    maps_host: map_host,
+                    maps_host: setting.map_host,
                 }),
             }))
         }
+    }
+}
+
+/// The passt `spec`'s guest is given (`None`: its network has none),
+/// for a standby to start ahead for a workspace like it.
+pub fn passt_for(
+    state: &StateDir,
+    spec: &WorkspaceSpec,
+    run_as: Option<(u32, u32)>,
+) -> Result<Option<PasstSetting>, NetworkError> {
+    let net = super::NetworkStore::new(state).get(&spec.network)?;
+    Ok(user_passt(&net, spec, run_as))
+}
+
+/// The passt of `spec`'s guest on `net`, a `user` network.
+fn user_passt(
+    net: &Network,
+    spec: &WorkspaceSpec,
+    run_as: Option<(u32, u32)>,
+) -> Option<PasstSetting> {
+    if net.backend != Some(Backend::User) {
+        return None;
+    }
+    let (_, rules) = policy(net, spec);
+    Some(passt_setting(addressing(net, spec)?, &rules, run_as))
+}
+
+/// passt for a guest at `addressing` under the egress `rules`: the gateway
+/// maps to the host's loopback only where a rule opens a host port.
+fn passt_setting(
+    addressing: Addressing,
+    rules: &[AllowEntry],
+    run_as: Option<(u32, u32)>,
+) -> PasstSetting {
+    PasstSetting {
+        addressing,
+        map_host: super::user_filter::maps_host(rules),
+        run_as,
     }
 }
 

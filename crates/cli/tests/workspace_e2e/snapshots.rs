@@ -75,6 +75,15 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
     assert!(vmm_log("f1").contains("standby=false"), "{}", vmm_log("f1"));
     assert!(vmm_log("f2").contains("standby=true"), "{}", vmm_log("f2"));
     assert!(vmm_log("f2").contains("memory_registered_ahead=true"));
+    // The standby was made like f1 (a fork of `dev`, the same network and
+    // host rule): f2 took the passt it started ahead, its log moved in
+    // (its network is checked below).
+    assert!(
+        vmm_log("f2").contains("passt: the one started ahead"),
+        "{}",
+        vmm_log("f2")
+    );
+    assert!(cli.home().join("workspaces/f2/passt.log").exists());
     // A standby's VMM is confined as any other, in the workspace's own
     // cgroups (the standby's, renamed at the claim).
     crate::confinement::check(cli, "f2");

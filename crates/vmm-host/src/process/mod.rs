@@ -281,10 +281,8 @@ impl VmmProcess {
         // a VMM whose guest never ran, whatever starts next. Without the
         // ticket nothing is touched before the record says so.
         let claimed = ahead.is_some();
-        let (mut prepared, empty_network) = match ahead {
-            Some(a) => (Some((a.prepared, a.cgroup)), a.empty_network),
-            None => (None, None),
-        };
+        let mut ahead = ahead;
+        let empty_network = ahead.as_mut().and_then(|a| a.empty_network.take());
         let ticketed = launch
             .ticket
             .as_deref()
@@ -294,12 +292,12 @@ impl VmmProcess {
         // starter writes it), or below when there is no machine to run.
         let (mut meta, mut built) = if ticketed {
             let meta = ws.read_meta()?;
-            let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
+            let built = Built::build(&state, &ws, launch, &meta.spec, ahead.take());
             (meta, built)
         } else {
             let meta = record::started_for_it(&state, &ws, false)?;
             ws.remove_launch_ticket();
-            let built = Built::build(&state, &ws, launch, &meta.spec, prepared.take());
+            let built = Built::build(&state, &ws, launch, &meta.spec, ahead.take());
             (meta, built)
         };
         let (listeners, net_ns) =

@@ -40,6 +40,9 @@ pub const STANDBY_DIR: &str = "standby";
 /// The extension of a standby's record of its cgroups, beside its socket
 /// (`<name>.cgroups`): a sweep removes the groups of a standby gone.
 pub const CGROUP_RECORD: &str = "cgroups";
+/// The extension of the log of the passt a standby started ahead, beside
+/// its socket (`<name>.passt.log`) until a workspace takes it.
+pub const PASST_LOG_EXTENSION: &str = "passt.log";
 /// The subcommand words of a standby process.
 pub const STANDBY_SUBCOMMAND: [&str; 2] = ["vmm", "standby"];
 /// Most bytes of a claim's arguments (a launch is a few hundred).
@@ -166,25 +169,49 @@ pub fn standby_dir(home: &Path) -> PathBuf {
     home.join(STANDBY_DIR)
 }
 
-/// The arguments after the program name of a standby for `shape` of the
-/// state directory `home`.
-pub fn standby_args(home: &Path, shape: StandbyShape) -> Vec<OsString> {
+/// What a standby process is started with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StandbyArgs {
+    /// The state directory it serves.
+    pub home: PathBuf,
+    /// The VM it makes.
+    pub shape: StandbyShape,
+    /// The workspace whose restore started it: it makes ahead what a
+    /// workspace like that one needs (its network's passt), as the next
+    /// claim is most often another fork of the same snapshot.
+    pub like: Option<String>,
+}
+
+/// The arguments after the program name of a standby.
+pub fn standby_args(standby: &StandbyArgs) -> Vec<OsString> {
     let mut args: Vec<OsString> = STANDBY_SUBCOMMAND.iter().map(OsString::from).collect();
     args.push("--home".into());
-    args.push(home.as_os_str().to_owned());
+    args.push(standby.home.as_os_str().to_owned());
     args.push("--vcpus".into());
-    args.push(shape.vcpus.to_string().into());
+    args.push(standby.shape.vcpus.to_string().into());
     args.push("--mem-mib".into());
-    args.push(shape.mem_mib.to_string().into());
+    args.push(standby.shape.mem_mib.to_string().into());
+    if let Some(like) = &standby.like {
+        args.push("--like".into());
+        args.push(like.into());
+    }
     args
 }
 
 /// Reads a standby's arguments (as [`standby_args`] writes them).
-pub fn standby_from_args(args: &[OsString]) -> Option<(PathBuf, StandbyShape)> {
+pub fn standby_from_args(args: &[OsString]) -> Option<StandbyArgs> {
     let (words, rest) = args.split_at_checked(STANDBY_SUBCOMMAND.len())?;
     if words.iter().zip(STANDBY_SUBCOMMAND).any(|(w, s)| w != s) {
         return None;
     }
+    let (rest, like) = match rest {
+        [rest @ .., flag, name] if flag == "--like" => {
+            let name = name.to_str()?;
+            crate::store::name::validate_full_name(name).ok()?;
+            (rest, Some(name.to_owned()))
+        }
+        rest => (rest, None),
+    };
     let [home_flag, home, vcpus_flag, vcpus, mem_flag, mem] = rest else {
         return None;
     };
@@ -206,7 +233,11 @@ pub fn standby_from_args(args: &[OsString]) -> Option<(PathBuf, StandbyShape)> {
             (vmm_core::memory::MIN_MEM_MIB..=vmm_core::memory::MAX_MEM_MIB).contains(m)
         })?,
     };
-    Some((PathBuf::from(home), shape))
+    Some(StandbyArgs {
+        home: PathBuf::from(home),
+        shape,
+        like,
+    })
 }
 
 /// A standby's socket in the directory: its name's parts.
@@ -273,6 +304,12 @@ pub fn sweep(home: &Path) {
         if let Some(stem) = name.strip_suffix(&format!(".{CGROUP_RECORD}")) {
             if of_a_process_gone(stem) {
                 crate::host::cgroup::remove_recorded_at(&entry.path());
+            }
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix(&format!(".{PASST_LOG_EXTENSION}")) {
+            if of_a_process_gone(stem) {
+                let _ = std::fs::remove_file(entry.path());
             }
             continue;
         }

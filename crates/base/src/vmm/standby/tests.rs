@@ -42,20 +42,37 @@ fn the_setting_is_bounded_and_off_by_default() {
 
 #[test]
 fn standby_arguments_round_trip_and_refuse_others() {
-    let args = standby_args(Path::new("/state"), SHAPE);
-    assert_eq!(
-        standby_from_args(&args),
-        Some((PathBuf::from("/state"), SHAPE))
-    );
+    let plain = StandbyArgs {
+        home: PathBuf::from("/state"),
+        shape: SHAPE,
+        like: None,
+    };
+    let args = standby_args(&plain);
+    assert_eq!(standby_from_args(&args), Some(plain.clone()));
     for (at, bad) in [(5, "0"), (5, "33"), (7, "1"), (7, "0x10")] {
         let mut odd = args.clone();
         odd[at] = bad.into();
         assert_eq!(standby_from_args(&odd), None, "{bad}");
     }
     assert_eq!(standby_from_args(&args[..6]), None);
-    let mut other = args;
+    let mut other = args.clone();
     other[1] = "serve-workspace".into();
     assert_eq!(standby_from_args(&other), None);
+    // The workspace it is made like: a name, or nothing at all.
+    let like = StandbyArgs {
+        like: Some("dev".into()),
+        ..plain
+    };
+    let args = standby_args(&like);
+    assert_eq!(standby_from_args(&args), Some(like));
+    for bad in ["../x", "", "a/b"] {
+        let mut odd = args.clone();
+        *odd.last_mut().unwrap() = bad.into();
+        assert_eq!(standby_from_args(&odd), None, "{bad}");
+    }
+    let mut odd = args.clone();
+    odd.push("extra".into());
+    assert_eq!(standby_from_args(&odd), None);
 }
 
 #[test]
@@ -275,12 +292,25 @@ fn names_left_by_processes_gone_are_swept_and_not_counted() {
         std::process::id()
     ));
     std::fs::write(&live_record, "").unwrap();
+    // So does the log of the passt it started ahead.
+    let passt_log = dir.join("1x256-0011223344556677-99999999.passt.log");
+    std::fs::write(&passt_log, b"").unwrap();
+    let live_passt_log = dir.join(format!(
+        "1x256-0011223344556677-{}.passt.log",
+        std::process::id()
+    ));
+    std::fs::write(&live_passt_log, b"").unwrap();
     let log = dir.join("standby.log");
     std::fs::write(&log, b"kept").unwrap();
     assert_eq!(waiting_all(&home), 0);
     sweep(&home);
     assert!(!dead.exists() && !odd.exists() && !record.exists());
+    assert!(!passt_log.exists());
     assert!(live_record.exists(), "a live standby's record is its own");
+    assert!(
+        live_passt_log.exists(),
+        "a live standby's passt log is its own"
+    );
     assert!(fresh_claim.exists(), "a claim under way is left alone");
     assert!(log.exists());
     std::fs::remove_dir_all(&home).unwrap();

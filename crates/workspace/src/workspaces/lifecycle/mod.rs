@@ -264,7 +264,13 @@ impl Workspaces {
             return Err(e.into());
         }
         if standbys > 0 {
-            standbys::refill_soon(self.state.root(), &self.vmm_binary, &meta.spec, standbys);
+            standbys::refill_soon(
+                self.state.root(),
+                &self.vmm_binary,
+                name,
+                &meta.spec,
+                standbys,
+            );
         }
         Ok(boot)
     }

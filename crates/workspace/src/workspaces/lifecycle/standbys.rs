@@ -10,7 +10,7 @@ use std::path::Path;
 
 use base::store::spec::WorkspaceSpec;
 use base::vmm::launch::VmmLaunch;
-use base::vmm::standby::{self, StandbyConfig, StandbyShape, MAX_ALL_STANDBYS};
+use base::vmm::standby::{self, StandbyArgs, StandbyConfig, StandbyShape, MAX_ALL_STANDBYS};
 
 /// Where standbys' own messages go until a claim gives them a workspace's
 /// `vmm.log`; started afresh past this size.
@@ -50,12 +50,25 @@ pub(crate) fn claim(
 /// Starts standbys of `program` for `spec`'s shape until `count` wait (and
 /// no more than [`MAX_ALL_STANDBYS`] of all shapes), on a thread of its
 /// own: the restore that called it is not held up.
-pub(crate) fn refill_soon(root: &Path, program: &Path, spec: &WorkspaceSpec, count: u8) {
-    let (root, program, shape) = (root.to_owned(), program.to_owned(), shape_of(spec));
-    std::thread::spawn(move || refill(&root, &program, shape, count));
+/// They are made like the workspace `like` (its network's passt).
+pub(crate) fn refill_soon(
+    root: &Path,
+    program: &Path,
+    like: &str,
+    spec: &WorkspaceSpec,
+    count: u8,
+) {
+    let standby = StandbyArgs {
+        home: root.to_owned(),
+        shape: shape_of(spec),
+        like: Some(like.to_owned()),
+    };
+    let program = program.to_owned();
+    std::thread::spawn(move || refill(&standby, &program, count));
 }
 
-fn refill(root: &Path, program: &Path, shape: StandbyShape, count: u8) {
+fn refill(standby: &StandbyArgs, program: &Path, count: u8) {
+    let (root, shape) = (standby.home.as_path(), standby.shape);
     standby::sweep(root);
     let missing = usize::from(count)
         .saturating_sub(standby::waiting(root, shape, program))
@@ -71,7 +84,7 @@ fn refill(root: &Path, program: &Path, shape: StandbyShape, count: u8) {
         }
     };
     for _ in 0..missing {
-        match base::vmm::spawn::spawn(program, &standby::standby_args(root, shape), &log, None) {
+        match base::vmm::spawn::spawn(program, &standby::standby_args(standby), &log, None) {
             // Reaped by this thread's successor, so a long-lived caller
             // collects no zombies.
             Ok(spawned) => {
