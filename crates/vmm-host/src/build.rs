@@ -68,11 +68,11 @@ impl Built {
     ) -> Self {
         let now = vmm_core::vcpu::monotonic_ns;
         let began_ns = now();
-        let (prepared, standby_cgroup, passt_ahead) = match ahead {
+        let (prepared, standby_cgroup, mut passt_ahead) = match ahead {
             Some(a) => (Some(a.prepared), Some(a.cgroup), a.passt),
             None => (None, None, None),
         };
-        let cgroup = join_cgroup(state, ws, spec, standby_cgroup);
+        let cgroup = join_cgroup(state, ws, spec, standby_cgroup, &mut passt_ahead);
         ws.remove_sockets();
         let cgroup_ns = now();
         let (mut network_ns, mut unshared_ns) = (0, 0);
@@ -120,12 +120,15 @@ impl Built {
 /// Joins the workspace's cgroup with its limits and records where. A
 /// standby's groups (`standby`), joined ahead with the same limits, are
 /// renamed to the workspace's instead; when they cannot be (other limits,
-/// a group of that name left), the process joins as usual and they go.
+/// a group of that name left), the process joins as usual and they go,
+/// with the passt the standby started in them (`passt_ahead`: it would
+/// run outside the workspace's groups).
 fn join_cgroup(
     state: &StateDir,
     ws: &WorkspaceDir,
     spec: &WorkspaceSpec,
     standby: Option<Placement>,
+    passt_ahead: &mut Option<base::network::PasstAhead>,
 ) -> Placement {
     let limits = CgroupLimits::for_workspace(spec.vcpus, spec.mem_mib);
     let group = cgroup::group_id(state.root(), ws.name());
@@ -135,8 +138,9 @@ fn join_cgroup(
     });
     let placed = renamed.unwrap_or_else(|| {
         let placed = cgroup::join(std::path::Path::new(cgroup::CGROUP_ROOT), &group, &limits);
-        // The standby's groups, left empty by the join.
+        // The standby's groups, left empty by the join and passt's end.
         if let Some(Placement::Joined { dirs, .. }) = &standby {
+            drop(passt_ahead.take());
             for dir in dirs {
                 let _ = std::fs::remove_dir(dir);
             }

@@ -47,10 +47,11 @@ pub struct MadeAhead {
     /// none without CAP_SYS_ADMIN, where the VMM makes its own inside the
     /// user namespace of its private root.
     pub empty_network: Option<OwnedFd>,
-    /// The passt of a workspace on the default network with no egress
-    /// rules of its own: started, and busy starting, before the claim
-    /// rather than beside the restore. Another workspace's ends and the
-    /// VMM starts its own.
+    /// The passt of a workspace like the one the standby was made like
+    /// (`--like`), started before the claim rather than beside the
+    /// restore; kept only for a workspace of the same namespace, taken
+    /// only when its own passt setting is equal (the VMM otherwise starts
+    /// its own).
     pub passt: Option<PasstAhead>,
 }
 
@@ -121,6 +122,14 @@ pub fn wait_for_claim(standby: &StandbyArgs) -> Result<Option<Claimed>> {
     };
     // The groups become the workspace's, recorded in its directory.
     let _ = std::fs::remove_file(&record);
+    // Another namespace's workspace gets a passt of its own: whether the
+    // one made ahead would have fitted says something of the workspace
+    // the standby was made like.
+    let same_namespace = |like: &str| {
+        base::store::name::namespace_of(like)
+            == base::store::name::namespace_of(claim.launch.workspace.as_str())
+    };
+    let passt = passt.filter(|_| standby.like.as_deref().is_some_and(same_namespace));
     move_to(claim.log, libc::STDERR_FILENO)?;
     match claim.owner {
         Some(owner) => move_to(owner, OWNER_FD)?,

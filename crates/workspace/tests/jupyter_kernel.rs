@@ -288,6 +288,31 @@ async fn an_endless_loop_is_interrupted_and_the_session_goes_on() {
 }
 
 #[tokio::test]
+async fn a_connection_left_open_while_another_client_runs_still_serves() {
+    // What a kept connection (`code_sessions::kept`) meets: the session's
+    // runs from another process (a CLI run) while it was kept; their
+    // results are published to it too and passed over.
+    let test = "jupyter_kernel::a_connection_left_open_while_another_client_runs_still_serves";
+    let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
+        return;
+    };
+    let kernel = Kernel::start(&python, "kept");
+    let mut kept = kernel.connect(KEY).await.unwrap();
+    assert_eq!(run(&mut kept, "x = 1").await.error, None);
+    let mut other = kernel.connect(KEY).await.unwrap();
+    for _ in 0..5 {
+        let ran = run(&mut other, "x += 1; print('from the other', x); x").await;
+        assert!(ran.error.is_none(), "{ran:?}");
+    }
+    let got = run(&mut kept, "print('kept'); x").await;
+    assert_eq!(got.result.as_deref(), Some("6"), "{got:?}");
+    assert_eq!(
+        got.stdout, "kept\n",
+        "another client's output leaked: {got:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_client_with_another_key_hears_nothing_it_takes() {
     let test = "jupyter_kernel::a_client_with_another_key_hears_nothing_it_takes";
     let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {

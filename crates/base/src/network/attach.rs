@@ -125,18 +125,12 @@ pub fn attach(
             )));
             let setting = passt_setting(addressing, &rules, run_as);
             let log = ws.path().join(PASST_LOG);
-            let had_ahead = ahead.is_some();
             let (sock, passt) = match ahead.and_then(|a| a.take(&log, &setting)) {
                 Some(started) => {
                     tracing::info!("passt: the one started ahead");
                     started
                 }
-                None => {
-                    if had_ahead {
-                        tracing::info!("passt: the one started ahead has another setting");
-                    }
-                    super::start_passt(&log, &setting)?
-                }
+                None => super::start_passt(&log, &setting)?,
             };
             Ok(Some(Attachment {
                 backend: NetBackendConfig::Filtered(

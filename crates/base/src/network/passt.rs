@@ -3,10 +3,12 @@
 //! by a standby VMM before any workspace claims it).
 
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use super::{Addressing, NetworkError};
 
@@ -111,18 +113,39 @@ pub fn start_passt(
     // inherit it: it is then made inheritable in the child only.
     let alone = crate::host::settings::threads_of_this_process() == 1;
     let fd = theirs.as_raw_fd();
+    if alone {
+        // Nothing else the process holds reaches passt, whatever made it
+        // (a standby's VM, the owner's slot): every descriptor past stdio
+        // is marked close-on-exec first (kernels before 5.11 refuse the
+        // flag; the VMM's own are close-on-exec where it opens them).
+        // SAFETY: close_range with the CLOEXEC flag closes nothing; it
+        // only marks this process's descriptors.
+        unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+        }
+    }
     // SAFETY: fcntl on a descriptor this function owns.
     if alone && unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
         return Err(NetworkError::io("handing passt its socket".to_owned())(
             std::io::Error::last_os_error(),
         ));
     }
-    // Made fresh here: passt opens its log as root but without
-    // CAP_DAC_OVERRIDE (in a directory handed to another account it can
-    // open only a file of root's), and a log started ahead is there to be
-    // moved at once, before passt got to it.
+    // Made fresh here, this user's and private (never through a link):
+    // passt opens its log as root but without CAP_DAC_OVERRIDE (in a
+    // directory handed to another account it can open only a file of
+    // root's).
     let _ = std::fs::remove_file(log);
-    std::fs::File::create(log).map_err(NetworkError::io(format!("creating {}", log.display())))?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(log)
+        .map_err(NetworkError::io(format!("creating {}", log.display())))?;
     let mut cmd = Command::new(&binary);
     cmd.args(["--foreground", "--quiet", "--one-off", "--ipv4-only"])
         .arg("--fd")
@@ -173,16 +196,30 @@ pub fn start_passt(
 #[derive(Debug)]
 pub struct PasstAhead {
     setting: PasstSetting,
+    /// The program it runs, as found then: one upgraded since is not
+    /// taken.
+    program: Option<ProgramIdentity>,
     started: Option<(UnixStream, Passt)>,
     log: PathBuf,
 }
 
+/// How long a passt started ahead is given to open its log, so that the
+/// log moved at a claim is the one it writes.
+const LOG_OPEN_WAIT: Duration = Duration::from_millis(500);
+
 impl PasstAhead {
-    /// Starts one with `setting`, logging to `log`.
+    /// Starts one with `setting`, logging to `log`; returns once it has
+    /// written to its log (or [`LOG_OPEN_WAIT`] passed).
     pub fn start(log: PathBuf, setting: PasstSetting) -> Result<Self, NetworkError> {
+        let program = passt_binary().as_deref().and_then(ProgramIdentity::of);
         let started = start_passt(&log, &setting)?;
+        let until = Instant::now() + LOG_OPEN_WAIT;
+        while std::fs::metadata(&log).is_ok_and(|m| m.len() == 0) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         Ok(Self {
             setting,
+            program,
             started: Some(started),
             log,
         })
@@ -195,11 +232,19 @@ impl PasstAhead {
 
     /// The process and its socket for a workspace whose passt would be
     /// started with `setting`, its log moved to `log`; `None` for another
-    /// setting (this one then ends when dropped). A log that cannot be
-    /// moved stays where it is (the sweep of the standbys' directory
-    /// removes it once the process is gone): the network still works.
+    /// setting, a passt program changed since, or a process that ended
+    /// (this one then ends when dropped). A log that cannot be moved stays
+    /// where it is (the sweep of the standbys' directory removes it once
+    /// the process is gone): the network still works.
     pub fn take(mut self, log: &Path, setting: &PasstSetting) -> Option<(UnixStream, Passt)> {
-        if self.setting != *setting {
+        if self.setting != *setting
+            || self.program.is_none()
+            || passt_binary().as_deref().and_then(ProgramIdentity::of) != self.program
+        {
+            return None;
+        }
+        let (_, passt) = self.started.as_mut()?;
+        if !matches!(passt.child.try_wait(), Ok(None)) {
             return None;
         }
         if let Err(e) = std::fs::rename(&self.log, log) {
@@ -210,6 +255,30 @@ impl PasstAhead {
             );
         }
         self.started.take()
+    }
+}
+
+/// A program file as it is: the same path may hold another program later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ProgramIdentity {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    ctime: (i64, i64),
+}
+
+impl ProgramIdentity {
+    fn of(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Self {
+            path: path.to_owned(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        })
     }
 }
 
@@ -330,6 +399,14 @@ mod tests {
         assert!(ws_log.exists() && !ahead_log.exists());
         drop(passt);
         assert!(!alive(pid));
+        // One that ended meanwhile is not taken.
+        let ahead = PasstAhead::start(ahead_log.clone(), setting).unwrap();
+        let pid = ahead.pid().unwrap();
+        // SAFETY: kill of the child this test started.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(ahead.take(&ws_log, &setting).is_none());
+        assert!(!ahead_log.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

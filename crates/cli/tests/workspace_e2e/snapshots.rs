@@ -105,6 +105,25 @@ pub(crate) fn snapshots_and_forks(cli: &CliHome, url: &str) {
         assert!(in_groups.contains(&*leaf), "{dir} not in {in_groups}");
     }
     assert!(!in_groups.contains("standby-"), "{in_groups}");
+    // The passt started ahead holds nothing of the standby's but its own
+    // socket end: no KVM descriptor, no eventfd of the VM made before it.
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let passt = children
+        .split_whitespace()
+        .next()
+        .expect("f2's VMM has a passt");
+    let held: Vec<String> = std::fs::read_dir(format!("/proc/{passt}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !held
+            .iter()
+            .any(|t| t.contains("kvm") || t.contains("eventfd")),
+        "{held:?}"
+    );
     std::fs::remove_file(&config).unwrap();
     assert_eq!(workspace::vmm::standby::retire_all(cli.home()), 1);
     // Both at once, each seeing A and not B.

@@ -64,7 +64,8 @@ impl EventLoop {
     /// An empty loop.
     pub fn new() -> Result<Self, EventLoopError> {
         let mut manager = EventManager::new().map_err(EventLoopError::Create)?;
-        let waker = EventFd::new(libc::EFD_NONBLOCK).map_err(EventLoopError::Waker)?;
+        let waker =
+            EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).map_err(EventLoopError::Waker)?;
         let ours = waker.try_clone().map_err(EventLoopError::Waker)?;
         let waker_sub: Subscriber = Arc::new(Mutex::new(Waker(ours)));
         manager.add_subscriber(waker_sub);
@@ -169,7 +170,7 @@ mod tests {
 
     #[test]
     fn dispatches_on_its_thread_and_stops() {
-        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let evt = EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap();
         let seen = Arc::new(Mutex::new(0));
         let mut lp = EventLoop::new().unwrap();
         lp.add(Arc::new(Mutex::new(Counter {

@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn transmitted_bytes_reach_every_writer_and_raise_the_irq() {
         let out = Shared::default();
-        let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let irq = EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap();
         let sink = ConsoleSink::new()
             .with(Box::new(Broken))
             .with(Box::new(out.clone()));
@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn state_round_trips() {
-        let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let irq = EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap();
         let mut serial = Serial::new(irq.try_clone().unwrap(), ConsoleSink::new());
         serial.write(3, &[0x83]); // DLAB on
         serial.write(0, &[0x0c]); // divisor low
@@ -228,7 +228,7 @@ mod tests {
         assert_eq!(back.save_state(), regs);
         let mut too_full = regs;
         too_full.in_buffer = vec![0; 4096];
-        let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let irq = EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap();
         assert!(Serial::from_state(&too_full, irq, ConsoleSink::new()).is_err());
     }
 }

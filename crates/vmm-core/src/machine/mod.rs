@@ -431,7 +431,8 @@ impl Machine {
         console: ConsoleSink,
         saved: Option<(&SerialRegs, u8)>,
     ) -> Result<(), MachineError> {
-        let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(MachineError::EventFd)?;
+        let irq =
+            EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).map_err(MachineError::EventFd)?;
         self.vm.register_irqfd(&irq, SERIAL_IRQ)?;
         let (serial, mut cmos) = match saved {
             Some((regs, _)) => (Serial::from_state(regs, irq, console)?, Cmos::default()),
@@ -530,7 +531,8 @@ impl Machine {
         }
         let base = MMIO_DEVICES_START + u64::from(index) * MMIO_DEVICE_SIZE;
         let irq = VIRTIO_IRQ_BASE + index;
-        let irq_evt = EventFd::new(libc::EFD_NONBLOCK).map_err(MachineError::EventFd)?;
+        let irq_evt =
+            EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).map_err(MachineError::EventFd)?;
         self.vm.register_irqfd(&irq_evt, irq)?;
         {
             let d = device.lock().unwrap_or_else(|p| p.into_inner());

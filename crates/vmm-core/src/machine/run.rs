@@ -217,26 +217,29 @@ impl Runner {
                 // A thread that cannot start (pids.max, memory) leaves the
                 // machine paused and whole: it can be resumed again.
                 self.control.clear_stop();
-                let devices = match devices.spawn() {
-                    Ok(d) => d,
-                    Err(failed) => {
-                        let (devices, e) = *failed;
+                // The vCPUs first, so the guest's first instruction waits
+                // for no other thread's start (what it asks of a device
+                // waits in that device's eventfd until the loop runs).
+                let mut threads = match self.spawn_vcpus(vcpus) {
+                    Ok(threads) => threads,
+                    Err((vcpus, e)) => {
                         self.phase = Phase::Paused { vcpus, devices };
-                        return Err(e.into());
+                        return Err(e);
                     }
                 };
-                match self.spawn_vcpus(vcpus) {
-                    Ok(threads) => {
+                match devices.spawn() {
+                    Ok(devices) => {
                         self.phase = Phase::Running { threads, devices };
                         Ok(())
                     }
-                    Err((vcpus, e)) => {
-                        let devices = devices.pause()?;
+                    Err(failed) => {
+                        let (devices, e) = *failed;
+                        let vcpus = stop_all(&self.control, &mut threads);
                         if vcpus.len() != self.vcpu_count {
                             return Err(MachineError::VcpusLost);
                         }
                         self.phase = Phase::Paused { vcpus, devices };
-                        Err(e)
+                        Err(e.into())
                     }
                 }
             }

@@ -10,6 +10,7 @@
 
 mod javascript;
 pub mod jupyter;
+pub(crate) mod kept;
 pub(crate) mod launch;
 pub(crate) mod ops;
 mod ready;

@@ -1,7 +1,8 @@
 //! A workspace's code sessions (`dev.code()`): start, run, restart, stop,
 //! list. A session is its kernel process in the guest and the host's
-//! record of how to reach it; each run connects anew (another CLI run, a
-//! restarted MCP server reach the same kernel), and the runs of one
+//! record of how to reach it; a run connects anew (another CLI run, a
+//! restarted MCP server reach the same kernel) unless this process's last
+//! run of the session left its connection (`kept`), and the runs of one
 //! session take turns.
 
 use std::future::Future;
@@ -153,22 +154,29 @@ impl WorkspaceCode<'_> {
     ) -> Result<CodeRun> {
         self.local()?;
         tokio::pin!(cancelled);
-        let (ws_dir, _) = self.ws.all.awake(self.ws.name.as_str()).await?;
+        let (ws_dir, meta) = self.ws.all.awake(self.ws.name.as_str()).await?;
+        let vmm = meta.runtime.as_ref().map(|r| (r.pid, r.pid_start));
         let record = self.record(&ws_dir, id)?;
         let dir = CodeDir::new(ws_dir.path());
+        let kept = &self.ws.all.kept_kernels;
         // Cancelled while it waits for its turn or connects: its code is
         // never sent.
         let ready = async {
             let turn = dir.run_lock(&record.id).await?;
             // What a restart made while this run waited.
             let record = self.record(&ws_dir, id)?;
+            // This process's last run's connection to the same kernel: a
+            // kernel gone since shows in the run.
+            if let Some(client) = kept.take(ws_dir.path(), &record, vmm) {
+                return Ok((turn, record, client, true));
+            }
             if let Some(why) = self.gone(&record).await? {
                 return Err(self.ended(&record, why));
             }
             let client = launch::connect(&ws_dir, &record, READY_TIMEOUT).await?;
-            Ok((turn, record, client))
+            Ok((turn, record, client, false))
         };
-        let (turn, record, mut client) = tokio::select! {
+        let (turn, record, mut client, reused) = tokio::select! {
             ready = ready => ready?,
             () = &mut cancelled => {
                 return Ok(CodeRun {
@@ -178,7 +186,7 @@ impl WorkspaceCode<'_> {
             }
         };
         let mut guard = InterruptUnlessDone {
-            target: Some((ws_dir, record, turn)),
+            target: Some((ws_dir.clone(), record.clone(), turn)),
         };
         let ran = client
             .execute(
@@ -189,12 +197,27 @@ impl WorkspaceCode<'_> {
                 on_stream,
             )
             .await;
-        // Ended in order: nothing to interrupt. A failure may have left
-        // the code running: the guard interrupts it.
-        if ran.is_ok() {
-            guard.target = None;
+        match ran {
+            // Ended in order: nothing to interrupt, and the connection
+            // serves the next run.
+            Ok(run) => {
+                guard.target = None;
+                kept.keep(ws_dir.path(), record, vmm, client);
+                Ok(run)
+            }
+            // A failure may have left the code running: the guard
+            // interrupts it. Through a kept connection, a kernel that
+            // ended since says so as a fresh connection would have.
+            Err(e) => {
+                drop(client);
+                if reused {
+                    if let Ok(Some(why)) = self.gone(&record).await {
+                        return Err(self.ended(&record, why));
+                    }
+                }
+                Err(CodeSessionError::from(e).into())
+            }
         }
-        Ok(ran.map_err(CodeSessionError::from)?)
     }
 
     fn ended(self, record: &SessionRecord, why: String) -> crate::error::Error {
@@ -214,6 +237,7 @@ impl WorkspaceCode<'_> {
         let record = self.record(&ws_dir, id)?;
         let dir = CodeDir::new(ws_dir.path());
         let _lock = dir.lock().await?;
+        self.ws.all.kept_kernels.forget(ws_dir.path(), &record.id);
         // The kernel first: a run in it ends (its channels close) and
         // gives its turn back.
         self.end_kernel(&record).await?;
@@ -242,6 +266,7 @@ impl WorkspaceCode<'_> {
         let record = self.record(&ws_dir, id)?;
         let dir = CodeDir::new(ws_dir.path());
         let _lock = dir.lock().await?;
+        self.ws.all.kept_kernels.forget(ws_dir.path(), &record.id);
         if self.gone(&record).await?.is_none() {
             // A clean end first (its history and files closed).
             if let Ok(Ok(mut client)) = tokio::time::timeout(

@@ -67,7 +67,7 @@ fn queue_at(base: u32) -> Queue {
 
 fn interrupt() -> Arc<Interrupt> {
     Arc::new(Interrupt::new(
-        EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
+        EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).expect("eventfd"),
     ))
 }
 

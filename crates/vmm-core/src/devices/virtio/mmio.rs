@@ -521,7 +521,7 @@ mod tests {
     fn setup() -> (MmioTransport, Arc<Mutex<FakeDevice>>) {
         let device = Arc::new(Mutex::new(FakeDevice {
             events: (0..2)
-                .map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap())
+                .map(|_| EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap())
                 .collect(),
             activations: Vec::new(),
             queues: Vec::new(),
@@ -530,7 +530,9 @@ mod tests {
             config: *b"abcdefgh",
         }));
         let mem = create_guest_memory(16).unwrap();
-        let interrupt = Arc::new(Interrupt::new(EventFd::new(libc::EFD_NONBLOCK).unwrap()));
+        let interrupt = Arc::new(Interrupt::new(
+            EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
+        ));
         (MmioTransport::new(device.clone(), mem, interrupt), device)
     }
 

@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn interrupt_status_and_ack() {
-        let int = Interrupt::new(EventFd::new(libc::EFD_NONBLOCK).unwrap());
+        let int = Interrupt::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap());
         int.trigger(INT_USED_RING).unwrap();
         int.trigger(INT_CONFIG).unwrap();
         assert_eq!(int.status(), INT_USED_RING | INT_CONFIG);

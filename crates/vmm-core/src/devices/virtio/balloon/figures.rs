@@ -179,7 +179,7 @@ mod tests {
     #[test]
     fn fresh_figures_wait_for_the_driver_then_give_up() {
         let shared = std::sync::Arc::new(Shared::new(
-            EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+            EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
             BalloonFigures::default(),
         ));
         let handle = BalloonHandle {

@@ -95,7 +95,8 @@ impl std::fmt::Debug for BalloonDevice {
 impl BalloonDevice {
     /// A device that starts from `saved` (a restore) or from nothing.
     pub fn new(saved: Option<BalloonState>) -> Result<Self, BalloonError> {
-        let event = || EventFd::new(EFD_NONBLOCK).map_err(BalloonError::EventFd);
+        let event =
+            || EventFd::new(EFD_NONBLOCK | libc::EFD_CLOEXEC).map_err(BalloonError::EventFd);
         let saved = saved.unwrap_or_default();
         Ok(Self {
             queue_events: QUEUE_SIZES

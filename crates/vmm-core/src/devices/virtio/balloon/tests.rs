@@ -22,7 +22,9 @@ fn active_device(
     queues: Vec<Queue>,
 ) -> (BalloonDevice, Arc<Interrupt>) {
     let mut dev = BalloonDevice::new(saved).unwrap();
-    let irq = Arc::new(Interrupt::new(EventFd::new(EFD_NONBLOCK).unwrap()));
+    let irq = Arc::new(Interrupt::new(
+        EventFd::new(EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
+    ));
     let features = VIRTIO_F_VERSION_1 | F_STATS_VQ | F_REPORTING;
     dev.activate(mem.clone(), queues, irq.clone(), features)
         .unwrap();
@@ -181,7 +183,9 @@ fn a_driver_without_the_features_is_refused() {
     let mem = create_guest_memory(16).unwrap();
     let vq = MockSplitQueue::create(&mem, GuestAddress(RINGS[0]), 64);
     let mut dev = BalloonDevice::new(None).unwrap();
-    let irq = Arc::new(Interrupt::new(EventFd::new(EFD_NONBLOCK).unwrap()));
+    let irq = Arc::new(Interrupt::new(
+        EventFd::new(EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
+    ));
     let queues = vec![vq.create_queue().unwrap(), vq.create_queue().unwrap()];
     assert!(dev
         .activate(mem.clone(), queues, irq, VIRTIO_F_VERSION_1)

@@ -102,7 +102,7 @@ impl std::fmt::Debug for NetDevice {
 impl NetDevice {
     /// A device with address `mac` whose frames go to `backend`.
     pub fn new(mac: [u8; 6], backend: Box<dyn NetBackend>) -> Result<Self, NetError> {
-        let evt = || EventFd::new(EFD_NONBLOCK).map_err(NetError::EventFd);
+        let evt = || EventFd::new(EFD_NONBLOCK | libc::EFD_CLOEXEC).map_err(NetError::EventFd);
         Ok(Self {
             mac,
             backend,
@@ -491,7 +491,9 @@ mod tests {
     }
 
     fn irq() -> Arc<Interrupt> {
-        Arc::new(Interrupt::new(EventFd::new(EFD_NONBLOCK).unwrap()))
+        Arc::new(Interrupt::new(
+            EventFd::new(EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
+        ))
     }
 
     impl<'a> Rig<'a> {
@@ -700,7 +702,7 @@ mod tests {
         let gate = Gate {
             open: open.clone(),
             sent: sent.clone(),
-            evt: EventFd::new(EFD_NONBLOCK).unwrap(),
+            evt: EventFd::new(EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
         };
         let mut rig = Rig::new(&mem, Box::new(gate));
         rig.send(b"first");

@@ -138,7 +138,7 @@ impl VsockDevice {
             return Err(VsockError::InvalidCid(guest_cid));
         }
         let queue_events = (0..QUEUE_SIZES.len())
-            .map(|_| EventFd::new(libc::EFD_NONBLOCK))
+            .map(|_| EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC))
             .collect::<Result<Vec<_>, _>>()
             .map_err(VsockError::EventFd)?;
         let timer = TimerFd::new().map_err(|e| VsockError::Timer(e.into()))?;

@@ -26,7 +26,9 @@ impl Looped {
         let (rx, rxq) = DriverQueue::new(&mem, RING_BASE[0], QUEUE_SIZE, RX_BUFS);
         let (tx, txq) = DriverQueue::new(&mem, RING_BASE[1], QUEUE_SIZE, TX_BUFS);
         let (_, evq) = DriverQueue::new(&mem, RING_BASE[2], QUEUE_SIZE, (0, 0));
-        let irq = Arc::new(Interrupt::new(EventFd::new(libc::EFD_NONBLOCK).unwrap()));
+        let irq = Arc::new(Interrupt::new(
+            EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
+        ));
         let mut em = EventManager::new().unwrap();
         let id = em.add_subscriber(dev);
         em.subscriber_mut(id)

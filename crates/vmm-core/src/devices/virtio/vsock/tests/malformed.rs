@@ -38,7 +38,9 @@ fn activate_needs_three_queues() {
     let path = sock_path("activate");
     let mut dev = VsockDevice::new(GUEST_CID, path).unwrap();
     let mem = create_guest_memory(16).unwrap();
-    let irq = Arc::new(Interrupt::new(EventFd::new(libc::EFD_NONBLOCK).unwrap()));
+    let irq = Arc::new(Interrupt::new(
+        EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
+    ));
     let q = |base| DriverQueue::new(&mem, base, QUEUE_SIZE, (0, 0)).1;
     let err = dev
         .activate(mem.clone(), vec![q(0), q(0x10000)], irq, 0)
