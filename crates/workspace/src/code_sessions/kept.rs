@@ -4,7 +4,8 @@
 //! [`KEEP_FOR`] uses it instead of connecting anew (three tunnels through
 //! the agent, their handshakes and a `kernel_info` round trip). It is
 //! taken only for the same kernel (the session's record unchanged) in the
-//! same VMM process; a run that failed or was cut short keeps nothing.
+//! same VMM process, and read up to date first when anything came on it
+//! meanwhile; a run that failed, timed out or was cancelled keeps nothing.
 //!
 //! An open tunnel is use to the workspace's idle watch, so a kept
 //! connection is closed after [`KEEP_FOR`]: the workspace's idle time
@@ -37,8 +38,39 @@ struct Kept<C> {
     turn: u64,
 }
 
-/// The kept connections of a process, shared by its views of the
-/// workspaces (`C`: a kernel client; another type in unit tests).
+/// Ends one keeping when dropped, unless the session's connection was
+/// kept again since.
+struct Expiry<C> {
+    kept: std::sync::Weak<KeptKernels<C>>,
+    key: (PathBuf, String),
+    turn: u64,
+}
+
+impl<C> Drop for Expiry<C> {
+    fn drop(&mut self) {
+        let Some(kept) = self.kept.upgrade() else {
+            return;
+        };
+        let ended = {
+            let mut guard = kept.lock();
+            match guard.1.get(&self.key) {
+                Some(k) if k.turn == self.turn => guard.1.remove(&self.key),
+                _ => None,
+            }
+        };
+        drop(ended);
+    }
+}
+
+/// This process's kept connections: one table for all its `Workspaces`
+/// (their keys are workspace directories, which differ between state
+/// directories).
+pub(crate) fn of_this_process() -> &'static Arc<KeptKernels> {
+    static KEPT: std::sync::OnceLock<Arc<KeptKernels>> = std::sync::OnceLock::new();
+    KEPT.get_or_init(Default::default)
+}
+
+/// Kept connections (`C`: a kernel client; another type in unit tests).
 pub(crate) struct KeptKernels<C = JupyterClient<UnixStream>> {
     kept: Mutex<Table<C>>,
 }
@@ -116,16 +148,16 @@ impl<C: Send + 'static> KeptKernels<C> {
             );
             turn
         };
-        let kept = Arc::downgrade(self);
+        // Ended when its time is over, or when the runtime that would have
+        // ended it goes (its task is dropped then): never left open.
+        let expiry = Expiry {
+            kept: Arc::downgrade(self),
+            key,
+            turn,
+        };
         runtime.spawn(async move {
             tokio::time::sleep(KEEP_FOR).await;
-            let Some(kept) = kept.upgrade() else {
-                return;
-            };
-            let mut guard = kept.lock();
-            if guard.1.get(&key).is_some_and(|k| k.turn == turn) {
-                guard.1.remove(&key);
-            }
+            drop(expiry);
         });
     }
 
@@ -189,6 +221,20 @@ mod tests {
         kept.keep(dir, record(7), vmm, 7);
         tokio::time::sleep(KEEP_FOR / 2 + Duration::from_secs(1)).await;
         assert_eq!(kept.take(dir, &record(7), vmm), Some(7));
+    }
+
+    #[test]
+    fn a_runtime_that_ends_ends_what_it_kept() {
+        let kept = Arc::new(KeptKernels::<u32>::default());
+        let dir = Path::new("/state/workspaces/dev");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async { kept.keep(dir, record(7), None, 1) });
+        assert_eq!(kept.lock().1.len(), 1);
+        drop(runtime);
+        assert_eq!(kept.lock().1.len(), 0);
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@ pub mod jupyter;
 pub(crate) mod kept;
 pub(crate) mod launch;
 pub(crate) mod ops;
+mod outputs;
 mod ready;
 pub(crate) mod records;
 pub(crate) mod wire;
@@ -22,8 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use base::code::ErrorCode;
 
-pub use jupyter::{CodeRunLimits, JupyterClient, JupyterError};
+pub use jupyter::{JupyterClient, JupyterError};
 pub use ops::{WorkspaceCode, DEFAULT_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
+pub use outputs::CodeRunLimits;
 pub use ready::{prepare, ready_for, PreparedKernels, READY_NAMESPACE};
 pub use records::is_session_id;
 

@@ -12,9 +12,9 @@ use base::store::file_lock::FileLock;
 use base::store::state::State;
 use base::store::workspace_dir::WorkspaceDir;
 
-use super::jupyter::CodeRunLimits;
 use super::jupyter::READY_TIMEOUT;
 use super::launch::{self, FIRST_ANSWER_TIMEOUT};
+use super::outputs::CodeRunLimits;
 use super::ready;
 use super::records::{is_session_id, CodeDir, SessionRecord};
 use super::{CodeLanguage, CodeRun, CodeSessionError, CodeSessionInfo, MAX_SESSIONS};
@@ -25,6 +25,9 @@ use crate::workspaces::handle::Workspace;
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(300);
 /// The longest run a caller may ask for.
 pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(3600);
+/// How long a kept connection may take to read up to date before a run
+/// (else the run connects anew).
+const KEPT_READY: Duration = Duration::from_secs(10);
 
 /// A workspace's code sessions. `Copy`; its calls take it by value, as
 /// the handle's do.
@@ -154,29 +157,34 @@ impl WorkspaceCode<'_> {
     ) -> Result<CodeRun> {
         self.local()?;
         tokio::pin!(cancelled);
-        let (ws_dir, meta) = self.ws.all.awake(self.ws.name.as_str()).await?;
-        let vmm = meta.runtime.as_ref().map(|r| (r.pid, r.pid_start));
+        let (ws_dir, _) = self.ws.all.awake(self.ws.name.as_str()).await?;
         let record = self.record(&ws_dir, id)?;
         let dir = CodeDir::new(ws_dir.path());
-        let kept = &self.ws.all.kept_kernels;
+        let kept = super::kept::of_this_process();
         // Cancelled while it waits for its turn or connects: its code is
         // never sent.
         let ready = async {
             let turn = dir.run_lock(&record.id).await?;
-            // What a restart made while this run waited.
+            // What a restart or another start made while this run waited.
             let record = self.record(&ws_dir, id)?;
-            // This process's last run's connection to the same kernel: a
-            // kernel gone since shows in the run.
-            if let Some(client) = kept.take(ws_dir.path(), &record, vmm) {
-                return Ok((turn, record, client, true));
+            let (_, meta) = self.ws.all.running(self.ws.name.as_str())?;
+            let vmm = meta.runtime.as_ref().map(|r| (r.pid, r.pid_start));
+            // This process's last run's connection to the same kernel,
+            // read up to date; one that cannot be is closed (no code was
+            // sent through it).
+            if let Some(mut client) = kept.take(ws_dir.path(), &record, vmm) {
+                match client.resume_kept(KEPT_READY).await {
+                    Ok(()) => return Ok((turn, record, vmm, client, true)),
+                    Err(e) => tracing::debug!("a kept connection to {}: {e}", record.id),
+                }
             }
             if let Some(why) = self.gone(&record).await? {
                 return Err(self.ended(&record, why));
             }
             let client = launch::connect(&ws_dir, &record, READY_TIMEOUT).await?;
-            Ok((turn, record, client, false))
+            Ok((turn, record, vmm, client, false))
         };
-        let (turn, record, mut client, reused) = tokio::select! {
+        let (turn, record, vmm, mut client, reused) = tokio::select! {
             ready = ready => ready?,
             () = &mut cancelled => {
                 return Ok(CodeRun {
@@ -198,11 +206,17 @@ impl WorkspaceCode<'_> {
             )
             .await;
         match ran {
-            // Ended in order: nothing to interrupt, and the connection
-            // serves the next run.
+            // Ended in order: nothing to interrupt. One that ended by
+            // itself leaves its connection to the next run (kept before
+            // the turn goes, so the next run finds it); one stopped by a
+            // timeout or a cancel does not (its interrupt's answer is
+            // still to come).
             Ok(run) => {
+                if run.stopped.is_none() {
+                    client.compact();
+                    kept.keep(ws_dir.path(), record, vmm, client);
+                }
                 guard.target = None;
-                kept.keep(ws_dir.path(), record, vmm, client);
                 Ok(run)
             }
             // A failure may have left the code running: the guard
@@ -237,7 +251,7 @@ impl WorkspaceCode<'_> {
         let record = self.record(&ws_dir, id)?;
         let dir = CodeDir::new(ws_dir.path());
         let _lock = dir.lock().await?;
-        self.ws.all.kept_kernels.forget(ws_dir.path(), &record.id);
+        super::kept::of_this_process().forget(ws_dir.path(), &record.id);
         // The kernel first: a run in it ends (its channels close) and
         // gives its turn back.
         self.end_kernel(&record).await?;
@@ -266,7 +280,7 @@ impl WorkspaceCode<'_> {
         let record = self.record(&ws_dir, id)?;
         let dir = CodeDir::new(ws_dir.path());
         let _lock = dir.lock().await?;
-        self.ws.all.kept_kernels.forget(ws_dir.path(), &record.id);
+        super::kept::of_this_process().forget(ws_dir.path(), &record.id);
         if self.gone(&record).await?.is_none() {
             // A clean end first (its history and files closed).
             if let Ok(Ok(mut client)) = tokio::time::timeout(

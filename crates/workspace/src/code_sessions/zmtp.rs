@@ -70,6 +70,9 @@ impl SocketType {
 
 /// One ZMTP connection. `recv` is cancel-safe: what it has read of a
 /// message waits in the buffer for the next call.
+/// The most buffer capacity [`Zmtp::compact`] leaves.
+const KEPT_BUFFER: usize = 64 * 1024;
+
 pub struct Zmtp<S> {
     stream: S,
     buf: Vec<u8>,
@@ -161,6 +164,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Zmtp<S> {
                 }
                 None => self.fill().await?,
             }
+        }
+    }
+
+    /// Whether nothing waits to be read: nothing buffered and nothing the
+    /// stream has now (what it has is buffered, framing kept); an error
+    /// when the stream has ended.
+    pub(crate) fn quiet(&mut self) -> Result<bool, ZmtpError> {
+        use futures_util::FutureExt;
+        if self.buf.len() > self.taken {
+            return Ok(false);
+        }
+        match self.fill().now_or_never() {
+            None => Ok(true),
+            Some(read) => read.map(|()| false),
+        }
+    }
+
+    /// Gives back what a large message left the buffer holding, once
+    /// everything in it was taken (a connection kept idle holds little).
+    pub(crate) fn compact(&mut self) {
+        if self.buf.len() == self.taken {
+            self.buf.clear();
+            self.taken = 0;
+            self.buf.shrink_to(KEPT_BUFFER);
         }
     }
 
@@ -422,6 +449,34 @@ mod tests {
         assert!(matches!(zmtp.recv().await, Err(ZmtpError::Handshake(_))));
         assert!(began.elapsed() < std::time::Duration::from_secs(5));
         drop(peer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_kept_stream_says_whether_anything_came_and_keeps_it_whole() {
+        let (ours, theirs) = tokio::io::duplex(1 << 22);
+        let peer = tokio::spawn(peer_for_tests(theirs, "PUB"));
+        let mut zmtp = Zmtp::handshake(ours, SocketType::Sub).await.unwrap();
+        let mut peer = peer.await.unwrap();
+        assert!(zmtp.quiet().unwrap(), "nothing came");
+        // A large message taken, then given back to a small buffer.
+        let big = vec![7u8; 3 << 20];
+        peer.send(&[&big]).await.unwrap();
+        assert_eq!(zmtp.recv().await.unwrap(), vec![big]);
+        zmtp.compact();
+        assert!(
+            zmtp.buf.capacity() <= KEPT_BUFFER,
+            "{}",
+            zmtp.buf.capacity()
+        );
+        // What came while kept is seen, and still read as it was sent.
+        peer.send(&[b"while kept"]).await.unwrap();
+        tokio::task::yield_now().await;
+        assert!(!zmtp.quiet().unwrap());
+        assert_eq!(zmtp.recv().await.unwrap(), vec![b"while kept".to_vec()]);
+        assert!(zmtp.quiet().unwrap());
+        // A stream that ended is an error.
+        drop(peer);
+        assert!(zmtp.quiet().is_err());
     }
 
     #[test]

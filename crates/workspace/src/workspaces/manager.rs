@@ -123,8 +123,6 @@ pub struct Workspaces {
     /// The MCP session this view acts for (none: the host's human, who
     /// may use everything).
     pub(crate) caller: Option<std::sync::Arc<crate::agents::access::Caller>>,
-    /// Connections to code kernels kept between runs, shared by the views.
-    pub(crate) kept_kernels: std::sync::Arc<crate::code_sessions::kept::KeptKernels>,
 }
 
 /// The kernel variant built images are imported with: the one built, or
@@ -159,7 +157,6 @@ impl Workspaces {
             task_program: None,
             namespace: base::store::name::DEFAULT_NAMESPACE.to_owned(),
             caller: None,
-            kept_kernels: Default::default(),
         }
     }
 

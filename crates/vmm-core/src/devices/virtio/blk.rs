@@ -497,9 +497,7 @@ mod tests {
             let file = TempFile::new(name, image);
             let mut dev = BlockDevice::new(&file.0, ro).unwrap();
             let vq = MockSplitQueue::create(mem, GuestAddress(0x1_0000), 64);
-            let irq = Arc::new(Interrupt::new(
-                EventFd::new(EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
-            ));
+            let irq = Arc::new(Interrupt::new(EventFd::new(EFD_NONBLOCK).unwrap()));
             let queues = vec![vq.create_queue().unwrap()];
             dev.activate(mem.clone(), queues, irq.clone(), 0).unwrap();
             let next_desc = 0;
