@@ -44,6 +44,21 @@ pub fn host_tool(name: &str) -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
+/// Which program file `path` is: its device, inode, size and change time
+/// (seconds, nanoseconds). An upgrade, even in place, gives other numbers;
+/// `None` when it cannot be read.
+pub fn program_identity(path: &Path) -> Option<[u64; 5]> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some([
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.ctime() as u64,
+        meta.ctime_nsec() as u64,
+    ])
+}
+
 /// The version of a Debian package that is installed (not one removed
 /// with only its configuration left), if any.
 pub fn deb_version(package: &str) -> Option<String> {

@@ -198,7 +198,7 @@ pub struct PasstAhead {
     setting: PasstSetting,
     /// The program it runs, as found then: one upgraded since is not
     /// taken.
-    program: Option<ProgramIdentity>,
+    program: Option<(PathBuf, [u64; 5])>,
     started: Option<(UnixStream, Passt)>,
     log: PathBuf,
 }
@@ -211,7 +211,7 @@ impl PasstAhead {
     /// Starts one with `setting`, logging to `log`; returns once it has
     /// written to its log (or [`LOG_OPEN_WAIT`] passed).
     pub fn start(log: PathBuf, setting: PasstSetting) -> Result<Self, NetworkError> {
-        let program = passt_binary().as_deref().and_then(ProgramIdentity::of);
+        let program = passt_program();
         let started = start_passt(&log, &setting)?;
         let until = Instant::now() + LOG_OPEN_WAIT;
         while std::fs::metadata(&log).is_ok_and(|m| m.len() == 0) && Instant::now() < until {
@@ -237,10 +237,7 @@ impl PasstAhead {
     /// where it is (the sweep of the standbys' directory removes it once
     /// the process is gone): the network still works.
     pub fn take(mut self, log: &Path, setting: &PasstSetting) -> Option<(UnixStream, Passt)> {
-        if self.setting != *setting
-            || self.program.is_none()
-            || passt_binary().as_deref().and_then(ProgramIdentity::of) != self.program
-        {
+        if self.setting != *setting || self.program.is_none() || passt_program() != self.program {
             return None;
         }
         let (_, passt) = self.started.as_mut()?;
@@ -258,28 +255,12 @@ impl PasstAhead {
     }
 }
 
-/// A program file as it is: the same path may hold another program later.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct ProgramIdentity {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-    size: u64,
-    ctime: (i64, i64),
-}
-
-impl ProgramIdentity {
-    fn of(path: &Path) -> Option<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path).ok()?;
-        Some(Self {
-            path: path.to_owned(),
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-        })
-    }
+/// The passt program found now and which file it is: the same path may
+/// hold another program later.
+fn passt_program() -> Option<(PathBuf, [u64; 5])> {
+    let path = passt_binary()?;
+    let identity = crate::host::settings::program_identity(&path)?;
+    Some((path, identity))
 }
 
 impl Drop for PasstAhead {
@@ -297,7 +278,7 @@ mod tests {
 
     #[test]
     fn passt_gets_its_end_from_a_process_of_many_threads() {
-        let test = "network::tests::passt_gets_its_end_from_a_process_of_many_threads";
+        let test = "network::passt::tests::passt_gets_its_end_from_a_process_of_many_threads";
         if passt_binary().is_none() {
             crate::test_support::skip(test, "passt is not installed (apt-get install passt)");
             return;

@@ -129,16 +129,8 @@ impl StandbyShape {
 /// digits; `None` when the program cannot be read.
 pub fn generation(program: &Path) -> Option<String> {
     use sha2::{Digest, Sha256};
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(program).ok()?;
     let mut hasher = Sha256::new();
-    for n in [
-        meta.dev(),
-        meta.ino(),
-        meta.size(),
-        meta.ctime() as u64,
-        meta.ctime_nsec() as u64,
-    ] {
+    for n in crate::host::settings::program_identity(program)? {
         hasher.update(n.to_le_bytes());
     }
     let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
