@@ -23,6 +23,10 @@ use vmm_core::machine::{
 };
 use vmm_core::{KernelVariant, Machine, MachineConfig};
 
+/// How long a passt started at a claim is given to leave the mount
+/// namespace a standby took ahead (it takes its own as it starts).
+const PASST_APART_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The guest's vsock context id (the first one guests get).
 const GUEST_CID: u64 = 3;
 
@@ -40,8 +44,9 @@ pub(crate) struct Built {
     pub guest_net: Option<Addressing>,
     /// The cgroup joined (or why none).
     pub cgroup: Placement,
-    /// Its own mount namespace, or why it has none.
-    pub mount_ns: std::result::Result<(), String>,
+    /// Its own mount namespace (with the private root a standby made in it
+    /// ahead), or why it has none.
+    pub mount_ns: std::result::Result<Option<base::host::jail::RootAhead>, String>,
     /// When building began, its steps ended (cgroup joined, network
     /// attached, mount namespace made) and it ended (monotonic ns; 0 for
     /// a step not reached).
@@ -68,10 +73,13 @@ impl Built {
     ) -> Self {
         let now = vmm_core::vcpu::monotonic_ns;
         let began_ns = now();
-        let (prepared, standby_cgroup, mut passt_ahead) = match ahead {
-            Some(a) => (Some(a.prepared), Some(a.cgroup), a.passt),
-            None => (None, None, None),
+        let (prepared, standby_cgroup, mut passt_ahead, root_ahead) = match ahead {
+            Some(a) => (Some(a.prepared), Some(a.cgroup), a.passt, a.root),
+            None => (None, None, None, None),
         };
+        let passt_ahead_pid = passt_ahead
+            .as_ref()
+            .and_then(base::network::PasstAhead::pid);
         let cgroup = join_cgroup(state, ws, spec, standby_cgroup, &mut passt_ahead);
         ws.remove_sockets();
         let cgroup_ns = now();
@@ -82,8 +90,22 @@ impl Built {
             .map_err(VmmProcessError::from)
             .and_then(|net| {
                 network_ns = now();
-                mount_ns =
-                    base::host::jail::unshare().map_err(|e| base::error_chain::error_chain(&e));
+                let passt_now = net
+                    .as_ref()
+                    .and_then(|a| a.passt.as_ref())
+                    .map(base::network::Passt::pid)
+                    .filter(|&pid| Some(pid) != passt_ahead_pid);
+                mount_ns = match root_ahead {
+                    // Taken ahead: a passt started now (the one ahead did
+                    // not serve) shares it until it takes its own.
+                    Some(root) => passt_now
+                        .map_or(Ok(()), |pid| {
+                            base::host::jail::wait_until_apart(pid, PASST_APART_WAIT)
+                        })
+                        .map(|()| Some(root)),
+                    None => base::host::jail::unshare().map(|()| None),
+                }
+                .map_err(|e| base::error_chain::error_chain(&e));
                 unshared_ns = now();
                 let (net, addressing) = match net {
                     Some(a) => {

@@ -51,6 +51,10 @@ pub enum VmmProcessError {
     /// A standby process could not make its empty network namespace.
     #[error("making the standby's network namespace ahead: {0}")]
     StandbyNetwork(String),
+    /// A standby process could not take its mount namespace or make its
+    /// private root ahead.
+    #[error("making the standby's private root ahead")]
+    StandbyRoot(#[source] base::host::jail::JailError),
     /// A standby process could not wait for or take its claim.
     #[error(transparent)]
     Standby(#[from] base::vmm::standby::StandbyError),

@@ -14,17 +14,27 @@ use base::vmm::confinement::NO_SECCOMP_VAR;
 /// Installs the VMM's seccomp filters on every thread (vCPU and device
 /// threads add their own as they start); returns the protections now on.
 /// `children` are the processes it started (passt), the only ones besides
-/// itself it may signal.
-pub fn confine(children: &[u32]) -> Result<Vec<String>, vmm_core::seccomp::SeccompError> {
+/// itself it may signal; `ahead`, filters a standby compiled while it
+/// waited, serve when they were made for those children.
+pub fn confine(
+    children: &[u32],
+    ahead: Option<vmm_core::seccomp::Filters>,
+) -> Result<Vec<String>, vmm_core::seccomp::SeccompError> {
     if std::env::var_os(NO_SECCOMP_VAR).is_some_and(|v| v == "1") {
         tracing::warn!("{NO_SECCOMP_VAR}=1: the VMM runs without seccomp filters");
         return Ok(Vec::new());
     }
     let began = std::time::Instant::now();
-    let filters = vmm_core::seccomp::Filters::with_children(&crate::seccomp::CONTROL, children)?;
+    let ahead = ahead.filter(|f| f.made_for(children));
+    let made_ahead = ahead.is_some();
+    let filters = match ahead {
+        Some(filters) => filters,
+        None => vmm_core::seccomp::Filters::with_children(&crate::seccomp::CONTROL, children)?,
+    };
     let compiled = began.elapsed();
     vmm_core::seccomp::confine_process(filters)?;
     tracing::info!(
+        seccomp_made_ahead = made_ahead,
         seccomp_compiled_us = compiled.as_micros() as u64,
         seccomp_installed_us = began.elapsed().as_micros() as u64,
         "seccomp filters (times since their making began)"
@@ -37,14 +47,17 @@ pub fn confine(children: &[u32]) -> Result<Vec<String>, vmm_core::seccomp::Secco
 pub struct Lockdown {
     /// Its disk and memory sizes in MiB (the largest files it writes).
     pub disk_and_mem_mib: (u64, u64),
-    /// Its own mount namespace, or why it has none.
-    pub mount_ns: Result<(), String>,
+    /// Its own mount namespace (with the private root made in it ahead,
+    /// when a standby made one), or why it has none.
+    pub mount_ns: Result<Option<base::host::jail::RootAhead>, String>,
     /// Its own empty network namespace, or why it has none.
     pub net_ns: Result<(), String>,
     /// What its private root keeps.
     pub keep: Vec<base::host::jail::Keep>,
     /// The processes it started (passt).
     pub children: Vec<u32>,
+    /// Seccomp filters a standby compiled ahead (see [`confine`]).
+    pub filters_ahead: Option<vmm_core::seccomp::Filters>,
     /// Directories it removes its cgroups from at the end (opened before).
     pub removable: Vec<std::os::fd::OwnedFd>,
     /// The account (uid, gid) to change to, when started as root.
@@ -64,14 +77,20 @@ impl Lockdown {
             .map_err(|e| format!("the VMM could not limit its resources: {e}"))?;
         let private_root = self.mount_ns.is_ok();
         let mounts = match self.mount_ns {
-            Ok(()) => {
-                base::host::jail::enter(&ws.path().join(base::host::jail::JAIL_DIR), &self.keep)
-                    .map_err(|e| {
-                        format!(
-                            "the VMM could not make its root private: {}",
-                            base::error_chain::error_chain(&e)
-                        )
-                    })?;
+            Ok(root_ahead) => {
+                match root_ahead {
+                    Some(root) => root.enter(&self.keep),
+                    None => base::host::jail::enter(
+                        &ws.path().join(base::host::jail::JAIL_DIR),
+                        &self.keep,
+                    ),
+                }
+                .map_err(|e| {
+                    format!(
+                        "the VMM could not make its root private: {}",
+                        base::error_chain::error_chain(&e)
+                    )
+                })?;
                 "private_root".to_owned()
             }
             Err(why) => format!("no private root: {why}"),
@@ -116,7 +135,7 @@ impl Lockdown {
             format!("no landlock: {why}")
         });
         let landlock_us = since();
-        let mut protections = confine(&self.children)
+        let mut protections = confine(&self.children, self.filters_ahead)
             .map_err(|e| format!("the VMM could not confine itself: {e}"))?;
         tracing::info!(
             private_root_us,
@@ -296,12 +315,20 @@ pub fn jail_keeps(
     let mut keep = vec![
         Keep::Dir(ws.path().to_path_buf()),
         Keep::File(state.lock_path(ws.name())),
-        Keep::Dir(state.root().join(base::store::SNAPSHOTS_DIR)),
     ];
+    keep.extend(state_keeps(state.root()));
     if let Some(parent) = keep_warm.and_then(Path::parent) {
         keep.push(Keep::Dir(parent.to_path_buf()));
     }
     keep
+}
+
+/// What the private root of every workspace of the state directory at
+/// `home` keeps (a standby binds it ahead): its snapshots.
+pub fn state_keeps(home: &Path) -> Vec<base::host::jail::Keep> {
+    vec![base::host::jail::Keep::Dir(
+        home.join(base::store::SNAPSHOTS_DIR),
+    )]
 }
 
 /// Leaves the starter's session (so the terminal's signals do not reach

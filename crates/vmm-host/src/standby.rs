@@ -18,7 +18,7 @@ use base::store::StateDir;
 use base::vmm::launch::VmmLaunch;
 use base::vmm::spawn::OWNER_FD;
 use base::vmm::standby::{
-    ClaimListener, StandbyArgs, CGROUP_RECORD, PASST_LOG_EXTENSION, STANDBY_WAIT,
+    ClaimListener, StandbyArgs, CGROUP_RECORD, PASST_LOG_EXTENSION, ROOT_EXTENSION, STANDBY_WAIT,
 };
 use vmm_core::machine::PreparedVm;
 
@@ -53,6 +53,15 @@ pub struct MadeAhead {
     /// only when its own passt setting is equal (the VMM otherwise starts
     /// its own).
     pub passt: Option<PasstAhead>,
+    /// The seccomp filters for a VMM whose one child is that passt (or
+    /// that has none, without one): compiled while waiting, used when the
+    /// claim's children are those.
+    pub filters: Option<vmm_core::seccomp::Filters>,
+    /// The private root made ahead, in the mount namespace taken ahead:
+    /// only beside a passt made ahead (a passt started later would share
+    /// the namespace until it takes its own) and with CAP_SYS_ADMIN (else
+    /// the namespace comes with a user namespace, taken at the claim).
+    pub root: Option<base::host::jail::RootAhead>,
 }
 
 /// Prepares the VM of `shape` and waits for the launch that takes it:
@@ -108,12 +117,39 @@ pub fn wait_for_claim(standby: &StandbyArgs) -> Result<Option<Claimed>> {
         .like
         .as_deref()
         .and_then(|like| passt_ahead(home, like, &listener));
+    let children = passt.as_ref().and_then(PasstAhead::pid);
+    let filters =
+        vmm_core::seccomp::Filters::with_children(&crate::seccomp::CONTROL, children.as_slice())
+            .inspect_err(|e| {
+                tracing::info!(
+                    "no seccomp filters ahead: {}",
+                    base::error_chain::error_chain(e)
+                )
+            })
+            .ok();
+    // A standby whose namespace could not be made ends (as above).
+    let root = match passt
+        .as_ref()
+        .map(|_| root_ahead(home, &listener))
+        .transpose()
+    {
+        Ok(root) => root.flatten(),
+        Err(e) => {
+            drop(passt);
+            leave(&cgroup);
+            let _ = std::fs::remove_file(&record);
+            return Err(e);
+        }
+    };
     tracing::info!(socket = %listener.path().display(), "standby waiting for its claim");
     let claim = match listener.wait(STANDBY_WAIT) {
         Ok(Some(claim)) => claim,
         other => {
             // Its groups are removable once passt is out of them.
             drop(passt);
+            if let Some(root) = root {
+                root.remove();
+            }
             leave(&cgroup);
             let _ = std::fs::remove_file(&record);
             tracing::info!("standby unclaimed: ending");
@@ -145,6 +181,8 @@ pub fn wait_for_claim(standby: &StandbyArgs) -> Result<Option<Claimed>> {
             cgroup,
             empty_network,
             passt,
+            filters,
+            root,
         },
     }))
 }
@@ -175,6 +213,25 @@ fn passt_ahead(home: &Path, like: &str, listener: &ClaimListener) -> Option<Pass
     PasstAhead::start(log, setting)
         .inspect_err(|e| tracing::info!("no passt ahead: {}", base::error_chain::error_chain(e)))
         .ok()
+}
+
+/// Takes the mount namespace and makes the private root ahead, on a
+/// directory beside the standby's socket (the sweep removes one left by
+/// a standby gone), keeping what every workspace of `home` keeps; `None`
+/// without CAP_SYS_ADMIN. Runs while the process has one thread.
+fn root_ahead(
+    home: &Path,
+    listener: &ClaimListener,
+) -> Result<Option<base::host::jail::RootAhead>> {
+    use base::host::settings::{has_capability, CAP_SYS_ADMIN};
+    if !has_capability(CAP_SYS_ADMIN) {
+        return Ok(None);
+    }
+    let dir = listener.path().with_extension(ROOT_EXTENSION);
+    base::host::jail::unshare()
+        .and_then(|()| base::host::jail::RootAhead::make(&dir, &crate::guard::state_keeps(home)))
+        .map(Some)
+        .map_err(VmmProcessError::StandbyRoot)
 }
 
 /// Puts `fd` at the number `to` (closing what was there), without

@@ -30,6 +30,10 @@ pub enum JailError {
     /// The process had threads already.
     #[error("the process already runs {0} threads; a mount namespace must come first")]
     Threaded(usize),
+    /// A process started from this one did not take a mount namespace of
+    /// its own in time (see [`wait_until_apart`]).
+    #[error("process {0} still shares the mount namespace")]
+    StillShared(u32),
     /// A system call failed.
     #[error("{step}")]
     Call {
@@ -209,45 +213,114 @@ impl Keep {
 /// holding `keep` bind-mounted at their own paths and this process's
 /// `/proc` entry, then makes that root read-only. After [`unshare`].
 pub fn enter(jail: &Path, keep: &[Keep]) -> Result<(), JailError> {
-    std::fs::create_dir_all(jail).map_err(call(format!("creating {}", jail.display())))?;
-    let jail_c = c_path(jail)?;
-    let no_devices = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    mount(
-        Some(c"tmpfs"),
-        &jail_c,
-        Some(c"tmpfs"),
-        no_devices,
-        Some(c"size=1m,mode=0755"),
-        format!("mounting a tmpfs on {}", jail.display()),
-    )?;
-    // The host's /proc names this process by its host pid, also from a PID
-    // namespace of its own.
-    let pid = crate::host::settings::own_pid();
-    let own_proc = Keep::Dir(PathBuf::from(format!("/proc/{pid}")));
-    for item in keep.iter().chain([&own_proc]) {
-        bind(jail, item)?;
+    RootAhead::make(jail, &[])?.enter(keep)
+}
+
+/// A private root made but not yet entered: the tmpfs, this process's
+/// `/proc` entry and what was kept so far. A standby VMM makes one while
+/// it waits (after [`unshare`]), with the parts every workspace keeps,
+/// and enters it at its claim with its workspace's own.
+#[derive(Debug)]
+pub struct RootAhead {
+    jail: PathBuf,
+    kept: Vec<Keep>,
+}
+
+impl RootAhead {
+    /// Mounts the tmpfs on `jail` (made when missing) and binds `keep`
+    /// and this process's `/proc` entry into it.
+    pub fn make(jail: &Path, keep: &[Keep]) -> Result<Self, JailError> {
+        std::fs::create_dir_all(jail).map_err(call(format!("creating {}", jail.display())))?;
+        let jail_c = c_path(jail)?;
+        mount(
+            Some(c"tmpfs"),
+            &jail_c,
+            Some(c"tmpfs"),
+            NO_DEVICES,
+            Some(c"size=1m,mode=0755"),
+            format!("mounting a tmpfs on {}", jail.display()),
+        )?;
+        // The host's /proc names this process by its host pid, also from a
+        // PID namespace of its own.
+        let pid = crate::host::settings::own_pid();
+        let own_proc = Keep::Dir(PathBuf::from(format!("/proc/{pid}")));
+        for item in keep.iter().chain([&own_proc]) {
+            bind(jail, item)?;
+        }
+        std::os::unix::fs::symlink(pid.to_string(), jail.join("proc/self"))
+            .map_err(call("linking /proc/self"))?;
+        std::fs::create_dir(jail.join(".old"))
+            .map_err(call("creating the old root's mount point"))?;
+        Ok(Self {
+            jail: jail.to_path_buf(),
+            kept: keep.to_vec(),
+        })
     }
-    std::os::unix::fs::symlink(pid.to_string(), jail.join("proc/self"))
-        .map_err(call("linking /proc/self"))?;
-    let old = jail.join(".old");
-    std::fs::create_dir(&old).map_err(call("creating the old root's mount point"))?;
-    let old_c = c_path(&old)?;
-    // SAFETY: pivot_root takes two valid C strings.
-    let rc = unsafe { libc::syscall(libc::SYS_pivot_root, jail_c.as_ptr(), old_c.as_ptr()) };
-    check(if rc == 0 { 0 } else { -1 }, "pivot_root")?;
-    std::env::set_current_dir("/").map_err(call("chdir /"))?;
-    // SAFETY: a valid C string and flags.
-    let rc = unsafe { libc::umount2(c"/.old".as_ptr(), libc::MNT_DETACH) };
-    check(rc, "unmounting the old root")?;
-    std::fs::remove_dir("/.old").map_err(call("removing the old root's mount point"))?;
-    mount(
-        None,
-        c"/",
-        None,
-        libc::MS_REMOUNT | libc::MS_RDONLY | no_devices,
-        None,
-        "making the new root read-only",
-    )
+
+    /// Unmounts it and removes its directory, for a process that will not
+    /// enter it (a standby unclaimed).
+    pub fn remove(self) {
+        if let Ok(jail) = c_path(&self.jail) {
+            // SAFETY: a valid C string and flags.
+            unsafe { libc::umount2(jail.as_ptr(), libc::MNT_DETACH) };
+        }
+        let _ = std::fs::remove_dir(&self.jail);
+    }
+
+    /// Binds what of `keep` it does not hold yet, makes it the root of
+    /// this process (all its threads) and makes that root read-only.
+    pub fn enter(self, keep: &[Keep]) -> Result<(), JailError> {
+        let jail = &self.jail;
+        for item in keep.iter().filter(|k| !self.kept.contains(k)) {
+            bind(jail, item)?;
+        }
+        let jail_c = c_path(jail)?;
+        let old_c = c_path(&jail.join(".old"))?;
+        // SAFETY: pivot_root takes two valid C strings.
+        let rc = unsafe { libc::syscall(libc::SYS_pivot_root, jail_c.as_ptr(), old_c.as_ptr()) };
+        check(if rc == 0 { 0 } else { -1 }, "pivot_root")?;
+        std::env::set_current_dir("/").map_err(call("chdir /"))?;
+        // SAFETY: a valid C string and flags.
+        let rc = unsafe { libc::umount2(c"/.old".as_ptr(), libc::MNT_DETACH) };
+        check(rc, "unmounting the old root")?;
+        std::fs::remove_dir("/.old").map_err(call("removing the old root's mount point"))?;
+        mount(
+            None,
+            c"/",
+            None,
+            libc::MS_REMOUNT | libc::MS_RDONLY | NO_DEVICES,
+            None,
+            "making the new root read-only",
+        )
+    }
+}
+
+/// The private root's mount flags: no set-id programs, device nodes or
+/// programs run from it.
+const NO_DEVICES: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+
+/// Waits (at most `within`) until process `pid`, started from this one,
+/// is in a mount namespace of its own: a [`RootAhead`] entered while a
+/// process still shares this namespace would move that process's root
+/// too. passt takes its own namespace as it starts.
+pub fn wait_until_apart(pid: u32, within: std::time::Duration) -> Result<(), JailError> {
+    use std::os::unix::fs::MetadataExt;
+    let namespace = |of: &str| {
+        std::fs::metadata(format!("/proc/{of}/ns/mnt"))
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(call(format!("reading the mount namespace of {of}")))
+    };
+    let own = namespace("self")?;
+    let until = std::time::Instant::now() + within;
+    loop {
+        if namespace(&pid.to_string())? != own {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= until {
+            return Err(JailError::StillShared(pid));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
 }
 
 /// Bind-mounts `item` at its own path under `jail`.
@@ -344,7 +417,19 @@ pub(crate) mod tests {
     }
 
     fn enter_and_check(kept: &Path) -> Result<(), JailError> {
-        enter(&kept.join(JAIL_DIR), &[Keep::Dir(kept.to_path_buf())])?;
+        // Made ahead with the kept directory, as a standby makes it with
+        // the snapshots directory, then entered with it named again.
+        let keep = [Keep::Dir(kept.to_path_buf())];
+        RootAhead::make(&kept.join(JAIL_DIR), &keep)?.enter(&keep)?;
+        // This thread's namespace (the harness's other threads keep theirs).
+        // SAFETY: gettid takes nothing and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        let mounts = std::fs::read_to_string(format!("/proc/self/task/{tid}/mountinfo"))
+            .map_err(call("mountinfo"))?;
+        let binds = mounts
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == kept.to_str())
+            .count();
         let seen = |p: &str| Path::new(p).exists();
         let io = |what: &str| JailError::Call {
             step: what.to_owned(),
@@ -352,6 +437,9 @@ pub(crate) mod tests {
         };
         if seen("/etc/passwd") || seen("/dev/kvm") || seen("/usr") {
             return Err(io("the host's files are still visible"));
+        }
+        if binds != 1 {
+            return Err(io(&format!("what was kept ahead is bound {binds} times")));
         }
         std::fs::write(kept.join("written"), b"ok").map_err(call("writing in the kept dir"))?;
         if std::fs::write("/outside", b"x").is_ok() {
@@ -477,5 +565,35 @@ pub(crate) mod tests {
         }
         const NOBODY: u32 = 65534;
         run_jailed_child(test, Some(NOBODY));
+    }
+
+    #[test]
+    fn a_child_in_this_namespace_is_waited_for_and_one_apart_is_not() {
+        let test =
+            "host::jail::tests::a_child_in_this_namespace_is_waited_for_and_one_apart_is_not";
+        let mut shared = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let began = std::time::Instant::now();
+        let err = wait_until_apart(shared.id(), std::time::Duration::from_millis(50)).unwrap_err();
+        assert!(matches!(err, JailError::StillShared(_)), "{err}");
+        assert!(began.elapsed() >= std::time::Duration::from_millis(50));
+        let _ = shared.kill();
+        let _ = shared.wait();
+        if !crate::host::settings::has_capability(crate::host::settings::CAP_SYS_ADMIN) {
+            skip(&format!(
+                "{test}: the namespace apart needs CAP_SYS_ADMIN (run as root)"
+            ));
+            return;
+        }
+        let mut apart = std::process::Command::new("unshare")
+            .args(["--mount", "sleep", "5"])
+            .spawn()
+            .unwrap();
+        let waited = wait_until_apart(apart.id(), std::time::Duration::from_secs(5));
+        let _ = apart.kill();
+        let _ = apart.wait();
+        waited.unwrap();
     }
 }

@@ -21,10 +21,12 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
-};
+use seccompiler::BpfProgram;
+
+mod program;
+
+pub use program::ProgramError;
+use program::{ArgIs, Rules, Width};
 
 /// The exit status of a VMM process killed by its filter.
 pub const SECCOMP_EXIT_CODE: i32 = 159;
@@ -63,9 +65,9 @@ pub enum SeccompError {
     Build {
         /// The role.
         role: &'static str,
-        /// What seccompiler said.
+        /// Why.
         #[source]
-        source: seccompiler::BackendError,
+        source: ProgramError,
     },
     /// The kernel refused the filter.
     #[error("installing the {role} seccomp filter")]
@@ -277,26 +279,13 @@ fn control_ioctls() -> Vec<u64> {
     ]
 }
 
-fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, seccompiler::BackendError> {
-    SeccompRule::new(conditions)
-}
-
-fn arg_is(index: u8, value: u64) -> Result<SeccompCondition, seccompiler::BackendError> {
-    // ioctl requests and socket families are 32-bit in the kernel.
-    SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
-}
-
 /// The bits of `socket`'s type argument that name the type.
 const SOCK_TYPE_MASK: u64 = 0xf;
 
 /// The rules a role puts on syscalls' arguments: its ioctl requests, the
 /// socket families, and `clone` for threads only (a new process would
 /// start outside the filter's intent: no fork of a confined VMM).
-fn argument_rules(
-    role: ThreadRole,
-    control: &ControlRole,
-    peers: &Peers,
-) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
+fn argument_rules(role: ThreadRole, control: &ControlRole, peers: &Peers) -> Rules {
     let mut ioctls = match role {
         ThreadRole::Vcpu => vcpu_ioctls(),
         ThreadRole::Devices => devices_ioctls(),
@@ -313,11 +302,13 @@ fn argument_rules(
     ioctls.sort_unstable();
     ioctls.dedup();
     let mut rules = BTreeMap::new();
-    let one_of = |index: u8, values: &[u64]| {
+    // ioctl requests, prctl options and process ids are 32-bit in the
+    // kernel: their low halves.
+    let one_of = |index: u8, values: &[u64]| -> Vec<Vec<ArgIs>> {
         values
             .iter()
-            .map(|&v| rule(vec![arg_is(index, v)?]))
-            .collect::<Result<Vec<_>, _>>()
+            .map(|&v| vec![ArgIs::equal(index, v)])
+            .collect()
     };
     // Only the options the process uses: thread names (std), the check a
     // vCPU makes at its first run, no_new_privs before a thread stacks its
@@ -333,28 +324,22 @@ fn argument_rules(
                 libc::PR_SET_NO_NEW_PRIVS as u64,
                 libc::PR_SET_VMA as u64,
             ],
-        )?,
+        ),
     );
     // Signals only to its own threads (vCPU kicks) and, with `kill`, to
     // itself and the children it made (passt).
-    rules.insert(libc::SYS_tgkill, one_of(0, &[peers.own as u64])?);
+    rules.insert(libc::SYS_tgkill, one_of(0, &[peers.own as u64]));
     let mut killable = vec![peers.own as u64];
     killable.extend(peers.children.iter().map(|&c| c as u64));
-    rules.insert(libc::SYS_kill, one_of(0, &killable)?);
+    rules.insert(libc::SYS_kill, one_of(0, &killable));
     // Its own limits only (0 is the caller).
-    rules.insert(libc::SYS_prlimit64, one_of(0, &[0, peers.own as u64])?);
-    rules.insert(
-        libc::SYS_ioctl,
-        ioctls
-            .into_iter()
-            .map(|r| rule(vec![arg_is(1, r)?]))
-            .collect::<Result<Vec<_>, _>>()?,
-    );
+    rules.insert(libc::SYS_prlimit64, one_of(0, &[0, peers.own as u64]));
+    rules.insert(libc::SYS_ioctl, one_of(1, &ioctls));
     if role == ThreadRole::Devices {
         // Unix stream sockets only (a guest's connection to a host port).
         rules.insert(
             libc::SYS_socket,
-            vec![socket_rule(libc::AF_UNIX, libc::SOCK_STREAM)?],
+            vec![socket_rule(libc::AF_UNIX, libc::SOCK_STREAM)],
         );
     }
     if role == ThreadRole::Control {
@@ -364,36 +349,47 @@ fn argument_rules(
         let mut sockets = Vec::new();
         for &family in control.socket_families {
             for &kind in control.socket_types {
-                sockets.push(socket_rule(family, kind)?);
+                sockets.push(socket_rule(family, kind));
             }
         }
         rules.insert(libc::SYS_socket, sockets);
         let thread = libc::CLONE_THREAD as u64;
         rules.insert(
             libc::SYS_clone,
-            vec![rule(vec![SeccompCondition::new(
-                0,
-                SeccompCmpArgLen::Qword,
-                SeccompCmpOp::MaskedEq(thread),
-                thread,
-            )?])?],
+            vec![vec![ArgIs {
+                index: 0,
+                width: Width::Full64,
+                mask: thread,
+                value: thread,
+            }]],
         );
     }
-    Ok(rules)
+    rules
 }
 
 /// `socket` of `family` and `kind` (the type's low bits; the CLOEXEC and
 /// NONBLOCK flags above them pass).
-fn socket_rule(family: i32, kind: i32) -> Result<SeccompRule, seccompiler::BackendError> {
-    rule(vec![
-        arg_is(0, family as u64)?,
-        SeccompCondition::new(
-            1,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
-            kind as u64,
-        )?,
-    ])
+fn socket_rule(family: i32, kind: i32) -> Vec<ArgIs> {
+    vec![
+        ArgIs::equal(0, family as u64),
+        ArgIs::masked(1, SOCK_TYPE_MASK, kind as u64),
+    ]
+}
+
+/// The syscalls `role`'s threads may make (`extra` beside every thread's),
+/// with the rules on their arguments.
+fn rules_of(role: ThreadRole, extra: &[i64], control: &ControlRole, peers: &Peers) -> Rules {
+    let mut rules: Rules = EVERY_THREAD
+        .iter()
+        .chain(extra)
+        .map(|&nr| (nr, Vec::new()))
+        .collect();
+    for (nr, conditions) in argument_rules(role, control, peers) {
+        if rules.contains_key(&nr) {
+            rules.insert(nr, conditions);
+        }
+    }
+    rules
 }
 
 fn build(
@@ -402,28 +398,10 @@ fn build(
     control: &ControlRole,
     peers: &Peers,
 ) -> Result<BpfProgram, SeccompError> {
-    let failed = |source| SeccompError::Build {
+    program::compile(rules_of(role, extra, control, peers)).map_err(|source| SeccompError::Build {
         role: role.name(),
         source,
-    };
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = EVERY_THREAD
-        .iter()
-        .chain(extra)
-        .map(|&nr| (nr, Vec::new()))
-        .collect();
-    for (nr, conditions) in argument_rules(role, control, peers).map_err(failed)? {
-        if rules.contains_key(&nr) {
-            rules.insert(nr, conditions);
-        }
-    }
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Trap,
-        SeccompAction::Allow,
-        TargetArch::x86_64,
-    )
-    .map_err(failed)?;
-    filter.try_into().map_err(failed)
+    })
 }
 
 /// `clone3` passes its flags in memory, which a filter cannot read: it
@@ -475,6 +453,8 @@ pub struct Filters {
     vcpu: BpfProgram,
     devices: BpfProgram,
     control: BpfProgram,
+    /// Who the control threads may signal.
+    peers: Peers,
 }
 
 /// The processes a confined process may signal: itself and its children.
@@ -507,7 +487,22 @@ impl Filters {
                 control,
                 &peers,
             )?)?,
+            peers,
         })
+    }
+
+    /// Whether these filters, made earlier (by a process waiting for its
+    /// workspace), are the ones [`Filters::with_children`] would make now
+    /// for `children`: the same process and the same children, in any
+    /// order.
+    pub fn made_for(&self, children: &[u32]) -> bool {
+        let sorted = |c: &[u32]| {
+            let mut c = c.to_vec();
+            c.sort_unstable();
+            c.dedup();
+            c
+        };
+        self.peers.own == std::process::id() && sorted(&self.peers.children) == sorted(children)
     }
 
     fn program(&self, role: ThreadRole) -> &BpfProgram {

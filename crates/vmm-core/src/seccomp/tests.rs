@@ -237,3 +237,58 @@ fn a_program_too_long_with_its_prefix_is_refused_when_made() {
         Err(SeccompError::TooLong { length: 4097, .. })
     ));
 }
+
+/// A control role that lists most syscalls, so every shape of the tree
+/// (deep, leaves of rules beside leaves of plain syscalls) is exercised.
+const WIDE_CONTROL: ControlRole = ControlRole {
+    syscalls: &WIDE_SYSCALLS,
+    ioctls: &[libc::FIONBIO, libc::TIOCGWINSZ],
+    socket_families: &[libc::AF_UNIX, libc::AF_INET],
+    socket_types: &[libc::SOCK_STREAM, libc::SOCK_SEQPACKET],
+};
+
+const WIDE_SYSCALLS: [i64; 300] = {
+    let mut all = [0i64; 300];
+    let mut i = 0;
+    while i < 300 {
+        // Every third number from 0, and everything from 200 on.
+        all[i] = if i < 100 {
+            3 * i as i64
+        } else {
+            i as i64 + 100
+        };
+        i += 1;
+    }
+    all
+};
+
+#[test]
+fn every_roles_program_decides_as_seccompilers_chain_of_its_rules() {
+    let peers = Peers {
+        own: 4242,
+        children: vec![4243, 77_777],
+    };
+    for control in [&TEST_CONTROL, &WIDE_CONTROL] {
+        for (role, extra) in [
+            (ThreadRole::Vcpu, VCPU),
+            (ThreadRole::Devices, DEVICES),
+            (ThreadRole::Control, control.syscalls),
+        ] {
+            let rules = rules_of(role, extra, control, &peers);
+            let short = program::compile(rules.clone()).unwrap();
+            let reference = program::tests::chain(&rules);
+            program::tests::assert_same(&rules, &short, &reference);
+            assert!(short.len() < reference.len(), "{role:?}");
+        }
+    }
+}
+
+#[test]
+fn filters_made_ahead_serve_only_the_same_children() {
+    let made = Filters::with_children(&TEST_CONTROL, &[30, 20]).unwrap();
+    assert!(made.made_for(&[20, 30]));
+    assert!(!made.made_for(&[20]));
+    assert!(!made.made_for(&[20, 30, 40]));
+    assert!(!made.made_for(&[]));
+    assert!(Filters::new(&TEST_CONTROL).unwrap().made_for(&[]));
+}

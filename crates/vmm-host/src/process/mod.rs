@@ -186,7 +186,7 @@ pub struct VmmProcess {
     /// Its cgroup, joined before the guest was built.
     cgroup: base::host::cgroup::Placement,
     /// Its own mount namespace, or why it has none (`vmm_jail`).
-    mount_ns: std::result::Result<(), String>,
+    mount_ns: std::result::Result<Option<base::host::jail::RootAhead>, String>,
     /// Its own empty network namespace, or why it has none.
     net_ns: std::result::Result<(), String>,
     /// When its starter launched it (monotonic ns), for the log's times.
@@ -194,6 +194,8 @@ pub struct VmmProcess {
     /// The record names this process already (else `run` checks it before
     /// the guest runs).
     record_checked: bool,
+    /// Seccomp filters a standby compiled ahead.
+    filters_ahead: Option<vmm_core::seccomp::Filters>,
 }
 
 /// Stops a [`VmmProcess`] from another thread (the program's signal
@@ -283,6 +285,7 @@ impl VmmProcess {
         let claimed = ahead.is_some();
         let mut ahead = ahead;
         let empty_network = ahead.as_mut().and_then(|a| a.empty_network.take());
+        let filters_ahead = ahead.as_mut().and_then(|a| a.filters.take());
         let ticketed = launch
             .ticket
             .as_deref()
@@ -407,6 +410,7 @@ impl VmmProcess {
             net_ns,
             launched_mono_ns: launched,
             record_checked,
+            filters_ahead,
         })
     }
 
@@ -440,6 +444,7 @@ impl VmmProcess {
             net_ns: self.net_ns,
             keep,
             children: self.passt.iter().map(base::network::Passt::pid).collect(),
+            filters_ahead: self.filters_ahead,
             removable: leaving.holders(),
             user: self.user,
         };

@@ -43,6 +43,10 @@ pub const CGROUP_RECORD: &str = "cgroups";
 /// The extension of the log of the passt a standby started ahead, beside
 /// its socket (`<name>.passt.log`) until a workspace takes it.
 pub const PASST_LOG_EXTENSION: &str = "passt.log";
+/// The extension of the directory a standby mounts its private root on
+/// ahead, beside its socket (`<name>.root`; empty on the host: the mount
+/// is in the standby's own namespace).
+pub const ROOT_EXTENSION: &str = "root";
 /// The subcommand words of a standby process.
 pub const STANDBY_SUBCOMMAND: [&str; 2] = ["vmm", "standby"];
 /// Most bytes of a claim's arguments (a launch is a few hundred).
@@ -302,6 +306,12 @@ pub fn sweep(home: &Path) {
         if let Some(stem) = name.strip_suffix(&format!(".{PASST_LOG_EXTENSION}")) {
             if of_a_process_gone(stem) {
                 let _ = std::fs::remove_file(entry.path());
+            }
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix(&format!(".{ROOT_EXTENSION}")) {
+            if of_a_process_gone(stem) {
+                let _ = std::fs::remove_dir(entry.path());
             }
             continue;
         }

@@ -300,13 +300,22 @@ fn names_left_by_processes_gone_are_swept_and_not_counted() {
         std::process::id()
     ));
     std::fs::write(&live_passt_log, b"").unwrap();
+    // And the directory it made its private root on ahead.
+    let root = dir.join("1x256-0011223344556677-99999999.root");
+    std::fs::create_dir(&root).unwrap();
+    let live_root = dir.join(format!(
+        "1x256-0011223344556677-{}.root",
+        std::process::id()
+    ));
+    std::fs::create_dir(&live_root).unwrap();
     let log = dir.join("standby.log");
     std::fs::write(&log, b"kept").unwrap();
     assert_eq!(waiting_all(&home), 0);
     sweep(&home);
     assert!(!dead.exists() && !odd.exists() && !record.exists());
-    assert!(!passt_log.exists());
+    assert!(!passt_log.exists() && !root.exists());
     assert!(live_record.exists(), "a live standby's record is its own");
+    assert!(live_root.exists(), "a live standby's root is its own");
     assert!(
         live_passt_log.exists(),
         "a live standby's passt log is its own"
