@@ -77,9 +77,6 @@ impl Built {
             Some(a) => (Some(a.prepared), Some(a.cgroup), a.passt, a.root),
             None => (None, None, None, None),
         };
-        let passt_ahead_pid = passt_ahead
-            .as_ref()
-            .and_then(base::network::PasstAhead::pid);
         let cgroup = join_cgroup(state, ws, spec, standby_cgroup, &mut passt_ahead);
         ws.remove_sockets();
         let cgroup_ns = now();
@@ -92,20 +89,25 @@ impl Built {
                 network_ns = now();
                 let passt_now = net
                     .as_ref()
+                    .filter(|a| !a.passt_ahead)
                     .and_then(|a| a.passt.as_ref())
-                    .map(base::network::Passt::pid)
-                    .filter(|&pid| Some(pid) != passt_ahead_pid);
+                    .map(base::network::Passt::pid);
                 mount_ns = match root_ahead {
                     // Taken ahead: a passt started now (the one ahead did
-                    // not serve) shares it until it takes its own.
-                    Some(root) => passt_now
-                        .map_or(Ok(()), |pid| {
+                    // not serve) shares it until it takes its own; one that
+                    // does not is not run beside (the root would move its
+                    // root): the VMM ends rather than run without its own.
+                    Some(root) => {
+                        if let Some(pid) = passt_now {
                             base::host::jail::wait_until_apart(pid, PASST_APART_WAIT)
-                        })
-                        .map(|()| Some(root)),
-                    None => base::host::jail::unshare().map(|()| None),
-                }
-                .map_err(|e| base::error_chain::error_chain(&e));
+                                .map_err(VmmProcessError::PasstNotApart)?;
+                        }
+                        Ok(Some(root))
+                    }
+                    None => base::host::jail::unshare()
+                        .map(|()| None)
+                        .map_err(|e| base::error_chain::error_chain(&e)),
+                };
                 unshared_ns = now();
                 let (net, addressing) = match net {
                     Some(a) => {

@@ -55,6 +55,10 @@ pub enum VmmProcessError {
     /// private root ahead.
     #[error("making the standby's private root ahead")]
     StandbyRoot(#[source] base::host::jail::JailError),
+    /// The passt started at a standby's claim did not leave the mount
+    /// namespace the standby took ahead.
+    #[error("the network helper started at the claim shares the VMM's mount namespace")]
+    PasstNotApart(#[source] base::host::jail::JailError),
     /// A standby process could not wait for or take its claim.
     #[error(transparent)]
     Standby(#[from] base::vmm::standby::StandbyError),

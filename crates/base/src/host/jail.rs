@@ -34,6 +34,9 @@ pub enum JailError {
     /// its own in time (see [`wait_until_apart`]).
     #[error("process {0} still shares the mount namespace")]
     StillShared(u32),
+    /// The private root made ahead is no longer at its directory.
+    #[error("the private root made at {} is no longer there", .0.display())]
+    RootReplaced(PathBuf),
     /// A system call failed.
     #[error("{step}")]
     Call {
@@ -224,6 +227,10 @@ pub fn enter(jail: &Path, keep: &[Keep]) -> Result<(), JailError> {
 pub struct RootAhead {
     jail: PathBuf,
     kept: Vec<Keep>,
+    /// The tmpfs's device: the directory found at `jail` when it is
+    /// entered must still be it (a directory removed on the host detaches
+    /// the mount; one made again there is the host's disk).
+    device: u64,
 }
 
 impl RootAhead {
@@ -254,6 +261,7 @@ impl RootAhead {
         Ok(Self {
             jail: jail.to_path_buf(),
             kept: keep.to_vec(),
+            device: device_of(jail)?,
         })
     }
 
@@ -271,6 +279,9 @@ impl RootAhead {
     /// this process (all its threads) and makes that root read-only.
     pub fn enter(self, keep: &[Keep]) -> Result<(), JailError> {
         let jail = &self.jail;
+        if device_of(jail)? != self.device {
+            return Err(JailError::RootReplaced(jail.clone()));
+        }
         for item in keep.iter().filter(|k| !self.kept.contains(k)) {
             bind(jail, item)?;
         }
@@ -293,6 +304,14 @@ impl RootAhead {
             "making the new root read-only",
         )
     }
+}
+
+/// The device of the directory at `path` (not followed if a link).
+fn device_of(path: &Path) -> Result<u64, JailError> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .map(|m| m.dev())
+        .map_err(call(format!("reading {}", path.display())))
 }
 
 /// The private root's mount flags: no set-id programs, device nodes or
@@ -595,5 +614,21 @@ pub(crate) mod tests {
         let _ = apart.kill();
         let _ = apart.wait();
         waited.unwrap();
+    }
+
+    #[test]
+    fn a_root_made_ahead_whose_directory_was_replaced_is_not_entered() {
+        // No mount needed: a directory's device is what is compared.
+        let dir =
+            std::env::temp_dir().join(format!("ma-root-{}", crate::host::settings::unique_id()));
+        std::fs::create_dir(&dir).unwrap();
+        let made = RootAhead {
+            jail: dir.clone(),
+            kept: Vec::new(),
+            device: device_of(&dir).unwrap() ^ 1,
+        };
+        let err = made.enter(&[]).unwrap_err();
+        assert!(matches!(err, JailError::RootReplaced(_)), "{err}");
+        std::fs::remove_dir(&dir).unwrap();
     }
 }

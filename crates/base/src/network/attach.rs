@@ -27,6 +27,9 @@ pub struct Attachment {
     pub addressing: Addressing,
     /// The `passt` behind a `user` network, ended with the run.
     pub passt: Option<Passt>,
+    /// Whether that passt is the one a standby started ahead (else it was
+    /// started now).
+    pub passt_ahead: bool,
     /// The egress filter of a `user` network (nftables enforce a `tap`
     /// network's), for policy changes and refusals while it runs.
     pub egress: Option<UserEgress>,
@@ -115,6 +118,7 @@ pub fn attach(
                 backend: NetBackendConfig::Tap(tap),
                 addressing,
                 passt: None,
+                passt_ahead: false,
                 egress: None,
             }))
         }
@@ -125,12 +129,15 @@ pub fn attach(
             )));
             let setting = passt_setting(addressing, &rules, run_as);
             let log = ws.path().join(PASST_LOG);
-            let (sock, passt) = match ahead.and_then(|a| a.take(&log, &setting)) {
-                Some(started) => {
+            let (sock, passt, passt_ahead) = match ahead.and_then(|a| a.take(&log, &setting)) {
+                Some((sock, passt)) => {
                     tracing::info!("passt: the one started ahead");
-                    started
+                    (sock, passt, true)
                 }
-                None => super::start_passt(&log, &setting)?,
+                None => {
+                    let (sock, passt) = super::start_passt(&log, &setting)?;
+                    (sock, passt, false)
+                }
             };
             Ok(Some(Attachment {
                 backend: NetBackendConfig::Filtered(
@@ -139,6 +146,7 @@ pub fn attach(
                 ),
                 addressing,
                 passt: Some(passt),
+                passt_ahead,
                 egress: Some(UserEgress {
                     filter,
                     maps_host: setting.map_host,

@@ -59,6 +59,14 @@ pub(super) type Rules = BTreeMap<i64, Vec<Vec<ArgIs>>>;
 /// Why rules did not make a program.
 #[derive(Debug, thiserror::Error)]
 pub enum ProgramError {
+    /// A condition names an argument a syscall does not have (0 to 5).
+    #[error("a rule of syscall {syscall} reads argument {index}; there are six")]
+    ArgumentIndex {
+        /// The syscall.
+        syscall: i64,
+        /// The argument named.
+        index: u8,
+    },
     /// A syscall's rules are longer than a conditional jump can pass over.
     #[error(
         "the rules of syscall {syscall} take {length} instructions; a jump passes at most 255"
@@ -95,6 +103,14 @@ const TRAP: u32 = libc::SECCOMP_RET_TRAP;
 /// other syscall; another architecture's syscall kills the process (as
 /// seccompiler's programs do).
 pub(super) fn compile(rules: Rules) -> Result<BpfProgram, ProgramError> {
+    for (syscall, rules) in &rules {
+        if let Some(c) = rules.iter().flatten().find(|c| c.index > 5) {
+            return Err(ProgramError::ArgumentIndex {
+                syscall: *syscall,
+                index: c.index,
+            });
+        }
+    }
     let syscalls: Vec<_> = rules.into_iter().collect();
     let mut program = vec![
         step(LOAD_WORD, 0, 0, ARCH),
@@ -387,6 +403,18 @@ pub(super) mod tests {
             reference.len()
         );
         assert_same(&rules, &short, &reference);
+    }
+
+    #[test]
+    fn a_seventh_argument_is_refused() {
+        let rules: Rules = [(16, vec![vec![ArgIs::equal(6, 1)]])].into();
+        assert!(matches!(
+            compile(rules),
+            Err(ProgramError::ArgumentIndex {
+                syscall: 16,
+                index: 6
+            })
+        ));
     }
 
     #[test]
