@@ -413,15 +413,7 @@ fn build(
 /// relative and only forward, so `program` runs as it did after it; a
 /// syscall of another architecture reaches its architecture check.
 fn with_clone3_unavailable(program: BpfProgram) -> Result<BpfProgram, SeccompError> {
-    use seccompiler::sock_filter;
-    const LOAD_WORD: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-    const JUMP_IF_EQUAL: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-    const RETURN: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-    // `struct seccomp_data`: the syscall number, then the architecture.
-    const NR: u32 = 0;
-    const ARCH: u32 = 4;
-    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-    let step = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    use program::{step, ARCH, AUDIT_ARCH_X86_64, JUMP_IF_EQUAL, LOAD_WORD, NR, RETURN};
     let mut merged = vec![
         step(LOAD_WORD, 0, 0, ARCH),
         // Another architecture: on to `program`'s own check.

@@ -82,19 +82,19 @@ pub enum ProgramError {
 /// The most syscalls a leaf holds.
 const LEAF_SYSCALLS: usize = 8;
 
-const LOAD_WORD: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+pub(super) const LOAD_WORD: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const AND: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
-const JUMP_IF_EQUAL: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+pub(super) const JUMP_IF_EQUAL: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
 const JUMP_IF_AT_LEAST: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
 const JUMP: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
-const RETURN: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+pub(super) const RETURN: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
 /// `struct seccomp_data`: the syscall number, the architecture, the
 /// instruction pointer, then the six arguments (little-endian halves).
-const NR: u32 = 0;
-const ARCH: u32 = 4;
+pub(super) const NR: u32 = 0;
+pub(super) const ARCH: u32 = 4;
 const ARGS: u32 = 16;
-const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+pub(super) const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 
 const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 const TRAP: u32 = libc::SECCOMP_RET_TRAP;
@@ -249,7 +249,7 @@ fn low_half(index: u8) -> u32 {
     ARGS + 8 * u32::from(index)
 }
 
-fn step(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
+pub(super) fn step(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
