@@ -159,10 +159,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         println!("  ABOVE TARGET");
     }
     if let Some(other) = against {
-        let theirs = workspace_vmm(&other.join("microagent"))?;
+        other.use_its_assets();
+        let theirs = workspace_vmm(&other.microagent())?;
         println!(
             "  against, same run: {}'s workspace VMM process, {:.2} MiB resident beyond guest RAM, {} threads",
-            other.display(),
+            other.dist.display(),
             theirs.overhead_kib as f64 / 1024.0,
             theirs.threads
         );
@@ -170,11 +171,35 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--against DIST_DIR` (another build's `cargo xtask dist` output, measured
-/// in the same run as a reference) taken out of `args`.
-pub fn split_against(args: &[String]) -> anyhow::Result<(Vec<String>, Option<std::path::PathBuf>)> {
+/// Another build measured in the same run as a reference: its `cargo
+/// xtask dist` output, and the asset cache its own `cargo xtask` filled
+/// (`--against-cache DIR`): an older build's agent need not speak today's
+/// protocol, so its images (and kernel) are its own.
+pub struct Against {
+    pub dist: std::path::PathBuf,
+    cache: Option<std::path::PathBuf>,
+}
+
+impl Against {
+    /// Its `microagent`.
+    pub fn microagent(&self) -> std::path::PathBuf {
+        self.dist.join("microagent")
+    }
+
+    /// Points the commands started from now on at its asset cache (a
+    /// bench measures the builds one after the other, and nothing of this
+    /// build runs after it).
+    pub fn use_its_assets(&self) {
+        if let Some(cache) = &self.cache {
+            std::env::set_var("MICROAGENT_CACHE", cache);
+        }
+    }
+}
+
+/// `--against DIST_DIR [--against-cache DIR]` taken out of `args`.
+pub fn split_against(args: &[String]) -> anyhow::Result<(Vec<String>, Option<Against>)> {
     let mut rest = Vec::new();
-    let mut against = None;
+    let (mut dist, mut cache) = (None, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--against" {
@@ -185,12 +210,25 @@ pub fn split_against(args: &[String]) -> anyhow::Result<(Vec<String>, Option<std
                     dir.display()
                 );
             }
-            against = Some(dir);
+            dist = Some(dir);
+        } else if a == "--against-cache" {
+            let dir =
+                std::path::PathBuf::from(it.next().context("--against-cache takes a directory")?);
+            if !dir.join("current").is_dir() {
+                bail!(
+                    "{} has no current/ (an asset cache the other build's `cargo xtask` filled)",
+                    dir.display()
+                );
+            }
+            cache = Some(std::path::absolute(&dir)?);
         } else {
             rest.push(a.clone());
         }
     }
-    Ok((rest, against))
+    match (dist, cache) {
+        (None, Some(_)) => bail!("--against-cache goes with --against"),
+        (dist, cache) => Ok((rest, dist.map(|dist| Against { dist, cache }))),
+    }
 }
 
 /// What a running workspace's VMM process holds.

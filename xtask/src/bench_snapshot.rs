@@ -76,8 +76,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let bin = dist::build()?;
     measure_in_fresh_home(&bin, runs)?;
     if let Some(other) = against {
-        println!("against, same run: {}", other.display());
-        measure_in_fresh_home(&other.join("microagent"), runs)?;
+        println!("against, same run: {}", other.dist.display());
+        other.use_its_assets();
+        measure_in_fresh_home(&other.microagent(), runs)?;
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! `cargo xtask bench tti [--runs N] [--cold-runs N] [--release]
-//! [--restores-only] [--against DIST_DIR]`: time to interactive, from "create" to the
+//! [--restores-only] [--against DIST_DIR [--against-cache DIR]]`: time to interactive, from "create" to the
 //! first command's output, as sandbox users compare it. In one run, on
 //! the `minimal` image: the reference, a bare `exec -- true` round trip on
 //! a running workspace; then the CLI's `create && start && exec -- true`
@@ -272,13 +272,22 @@ fn mcp_tti(mcp: &mut McpSession, from: From) -> anyhow::Result<f64> {
 
 /// Forks of a snapshot of a running workspace: launch to vCPU running, ms;
 /// each restore in a VMM process started for it, then each handed to a
-/// standby VMM process made ahead (`config.json` `standby.count` 1).
-fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<(Vec<Fork>, Vec<Fork>)> {
-    microagent(
-        bin,
-        home,
-        &["create", "src", "--image", "minimal", "--egress", "all"],
-    )?;
+/// standby VMM process made ahead (`config.json` `standby.count` 1). An
+/// older build measured as a reference (`other`) may have no standbys:
+/// then the second list is empty.
+fn restore_ms(
+    bin: &Path,
+    home: &Path,
+    runs: usize,
+    other: bool,
+) -> anyhow::Result<(Vec<Fork>, Vec<Fork>)> {
+    // An older build may not know `--egress` (every guest could reach
+    // everything then).
+    let mut create = vec!["create", "src", "--image", "minimal"];
+    if !other {
+        create.extend(["--egress", "all"]);
+    }
+    microagent(bin, home, &create)?;
     microagent(bin, home, &["start", "src", "--json"])?;
     microagent(bin, home, &["snapshot", "take", "src", "s1", "--json"])?;
     let config = home.join("config.json");
@@ -310,12 +319,12 @@ fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<(Vec<Fork>
     fork("first", false)?;
     let mut standby = Vec::new();
     for i in 0..runs {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while workspace::vmm::standby::waiting_all(home) == 0 {
-            if Instant::now() > deadline {
-                bail!("no standby VMM waiting after 30 s");
+        if !standby_waiting(home, Duration::from_secs(30)) {
+            if other && i == 0 {
+                eprintln!("xtask: no standby VMM came in 30 s: a build without standbys");
+                break;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            bail!("no standby VMM waiting after 30 s");
         }
         // Settled: its VM made before the fork is timed.
         std::thread::sleep(Duration::from_millis(500));
@@ -325,6 +334,18 @@ fn restore_ms(bin: &Path, home: &Path, runs: usize) -> anyhow::Result<(Vec<Fork>
     workspace::vmm::standby::retire_all(home);
     microagent(bin, home, &["delete", "src", "--yes", "--force", "--json"])?;
     Ok((fresh, standby))
+}
+
+/// Whether a standby VMM of `home` waits, looking for up to `within`.
+fn standby_waiting(home: &Path, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while workspace::vmm::standby::waiting_all(home) == 0 {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
 
 /// `start` alone from the warm snapshot and cold, with the VMM's own
@@ -385,7 +406,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             "--runs" => runs = n,
             "--cold-runs" => cold_runs = n,
             _ => bail!(
-                "usage: cargo xtask bench tti [--runs N] [--cold-runs N] [--release] [--restores-only] [--against DIST_DIR]"
+                "usage: cargo xtask bench tti [--runs N] [--cold-runs N] [--release] [--restores-only] [--against DIST_DIR [--against-cache DIR]]"
             ),
         }
     }
@@ -395,25 +416,31 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     // Beside another build, both are release builds (`cargo xtask dist`).
-    let builds = match against {
+    let builds = match &against {
         None => vec![(cache::build_microagent_as(release)?, None)],
         Some(other) => vec![
-            (crate::dist::build()?, Some("this tree's dist".to_owned())),
-            (other.join("microagent"), Some(other.display().to_string())),
+            (crate::dist::build()?, Some(None)),
+            (other.microagent(), Some(Some(other))),
         ],
     };
     for (bin, label) in builds {
-        if let Some(label) = label {
-            println!("{label}:");
+        let other = matches!(label, Some(Some(_)));
+        match label {
+            Some(None) => println!("this tree's dist:"),
+            Some(Some(other)) => {
+                println!("{}:", other.dist.display());
+                other.use_its_assets();
+            }
+            None => {}
         }
         let home = crate::bench_workspace::private_home("btti")?;
         let result = if restores_only {
-            restore_ms(&bin, &home, runs).and_then(|r| {
+            restore_ms(&bin, &home, runs, other).and_then(|r| {
                 show_restores(r, vmm_process_ms(&bin, runs)?);
                 Ok(())
             })
         } else {
-            measure(&bin, &home, runs, cold_runs)
+            measure(&bin, &home, runs, cold_runs, other)
         };
         let _ = microagent(&bin, &home, &["pool", "set", "minimal", "0"]);
         for name in ["ref", "tti", "mtti", "src"] {
@@ -426,7 +453,13 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure(bin: &Path, home: &Path, runs: usize, cold_runs: usize) -> anyhow::Result<()> {
+fn measure(
+    bin: &Path,
+    home: &Path,
+    runs: usize,
+    cold_runs: usize,
+    other: bool,
+) -> anyhow::Result<()> {
     // The warm snapshot, made once (a cold boot) before anything is timed.
     microagent(
         bin,
@@ -479,7 +512,7 @@ fn measure(bin: &Path, home: &Path, runs: usize, cold_runs: usize) -> anyhow::Re
         mcp.push((from, times));
     }
     microagent(bin, home, &["pool", "set", "minimal", "0", "--json"])?;
-    let restore = restore_ms(bin, home, runs)?;
+    let restore = restore_ms(bin, home, runs, other)?;
     let process = vmm_process_ms(bin, runs)?;
 
     println!("time to interactive (create, start, first command's output), minimal image:");
@@ -570,17 +603,23 @@ fn show_restores((fresh, standby): (Vec<Fork>, Vec<Fork>), process: Vec<f64>) {
         ("fork, handed to a standby VMM", total(&standby)),
         ("microagent-vmm --help, spawn to exit", process),
     ] {
+        if ms.is_empty() {
+            println!("  {label:<37} none (a build without them)");
+            continue;
+        }
         let (min, med, max) = median(ms);
         println!("  {label:<37} median {med:>6.2} ms (min {min:.2}, max {max:.2})");
     }
     println!("  (target: under 3 ms; the last line is the reference)");
     println!("  the VMM's steps, median ms since the launch     fresh   standby");
     for (index, (_, label)) in STEPS.iter().enumerate() {
-        let step = |forks: &[Fork]| median(forks.iter().map(|f| f.steps[index]).collect()).1;
+        let step = |forks: &[Fork]| {
+            (!forks.is_empty()).then(|| median(forks.iter().map(|f| f.steps[index]).collect()).1)
+        };
         println!(
             "    {label:<44} {:>6.2}   {:>6.2}",
-            step(&fresh),
-            step(&standby)
+            step(&fresh).unwrap_or(f64::NAN),
+            step(&standby).unwrap_or(f64::NAN)
         );
     }
 }

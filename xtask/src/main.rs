@@ -103,6 +103,9 @@ tasks:
                                 cold, beside an exec round trip; `start` alone warm beside
                                 cold with the VMM's steps; fork launch to vCPU running
                                 beside the VMM program's bare start (default 10 runs each)
+                                (with --against, also --against-cache DIR: the asset cache
+                                the other build's own `cargo xtask` filled, for an older
+                                build whose agent speaks an older protocol; vmm, snapshot too)
   bench density [--forks N]      forks of one snapshot running at once (10, 50, N; default
                                 100), every agent answering: host PSS per fork, split into
                                 the pages its guest dirtied and what VMM and passt hold
