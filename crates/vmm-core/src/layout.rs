@@ -66,6 +66,9 @@ pub const TINY_KERNEL_START: u64 = 0x100_0000;
 /// A page of data for tiny guests run as a machine (a counter, say): 1 MiB
 /// above their code.
 pub const TINY_DATA_START: u64 = TINY_KERNEL_START + 0x10_0000;
+/// Where a tiny guest asks KVM to keep its kvm-clock record (32 bytes,
+/// which may not cross a page): in its data page, after the counter.
+pub const TINY_PVCLOCK_START: u64 = TINY_DATA_START + 0x40;
 /// Highest address the boot identity mapping covers (1 GiB).
 pub const BOOT_IDENTITY_MAP_END: u64 = 0x4000_0000;
 

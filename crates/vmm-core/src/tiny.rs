@@ -197,6 +197,10 @@ pub mod asm {
     pub const INC_DWORD_AT_RBX: [u8; 2] = [0xff, 0x03];
     /// `mov eax, [rbx]`.
     pub const LOAD_EAX_FROM_RBX: [u8; 2] = [0x8b, 0x03];
+    /// `xor edx, edx`.
+    pub const ZERO_EDX: [u8; 2] = [0x31, 0xd2];
+    /// `wrmsr`: EDX:EAX into the MSR ECX names.
+    pub const WRMSR: [u8; 2] = [0x0f, 0x30];
     /// `jmp rel8`.
     pub fn jmp_back(from_len: usize, to: usize) -> Vec<u8> {
         // rel8 counts from the end of the two-byte jmp.

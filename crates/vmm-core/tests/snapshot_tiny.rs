@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use testkit::disks::{FailingDisk, SmallDisk};
 use vmm_core::devices::serial::{ConsoleSink, COM1_PORT_BASE};
 use vmm_core::disk_copy::copy_disk;
-use vmm_core::layout::TINY_DATA_START;
+use vmm_core::layout::{TINY_DATA_START, TINY_PVCLOCK_START};
 use vmm_core::machine::{DiskConfig, MachineError, PreparedVm, RestoreConfig, VsockConfig};
 use vmm_core::snapshot::format::FormatError;
 use vmm_core::snapshot::{SnapshotError, SnapshotFiles};
@@ -21,7 +21,12 @@ const MEM_MIB: u64 = 32;
 /// Loops forever: `inc dword [TINY_DATA_START]`, print its low byte to
 /// COM1, spin a little.
 fn counter_code() -> Vec<u8> {
-    let mut code = asm::mov_ebx(TINY_DATA_START as u32);
+    counting_after(Vec::new())
+}
+
+/// `first`, then [`counter_code`]'s loop.
+fn counting_after(mut code: Vec<u8>) -> Vec<u8> {
+    code.extend(asm::mov_ebx(TINY_DATA_START as u32));
     let top = code.len();
     code.extend(asm::INC_DWORD_AT_RBX);
     code.extend(asm::LOAD_EAX_FROM_RBX);
@@ -59,8 +64,19 @@ fn counter_machine(
     disks: Vec<DiskConfig>,
     vsock: Option<VsockConfig>,
 ) -> Machine {
+    machine_of(&counter_code(), dir, out, disks, vsock)
+}
+
+/// A machine in `dir` running `code`, printing to `out`.
+fn machine_of(
+    code: &[u8],
+    dir: &Path,
+    out: &testkit::Capture,
+    disks: Vec<DiskConfig>,
+    vsock: Option<VsockConfig>,
+) -> Machine {
     let kernel = dir.join("tiny.elf");
-    std::fs::write(&kernel, elf_kernel(&counter_code())).unwrap();
+    std::fs::write(&kernel, elf_kernel(code)).unwrap();
     Machine::build(MachineConfig {
         kernel,
         initrd: None,
@@ -253,6 +269,75 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
         counter_in(&snap2) > counted,
         "a snapshot of the restored machine"
     );
+}
+
+/// The kvm-clock MSR (KVM's "system time, new"): the guest names where
+/// KVM keeps its clock record, bit 0 enabling it.
+const MSR_KVM_SYSTEM_TIME_NEW: u32 = 0x4b56_4d01;
+/// The record's `flags` byte, and its bit "stopped by the host"
+/// (`PVCLOCK_GUEST_STOPPED`), which a Linux guest reads before it reports
+/// an RCU stall or a soft lockup.
+const PVCLOCK_FLAGS: usize = 29;
+const PVCLOCK_GUEST_STOPPED: u8 = 1 << 1;
+
+/// The `flags` byte and the version of the kvm-clock record in a
+/// snapshot's memory.
+fn pvclock_in(snapshot: &Path) -> (u8, u32) {
+    let mem = std::fs::read(SnapshotFiles::new(snapshot).memory()).unwrap();
+    let at = TINY_PVCLOCK_START as usize;
+    let version = u32::from_le_bytes(mem[at..at + 4].try_into().unwrap());
+    (mem[at + PVCLOCK_FLAGS], version)
+}
+
+#[test]
+fn a_paused_guest_learns_from_its_kvm_clock_that_the_host_stopped_it() {
+    if testkit::require("snapshot_tiny", testkit::kvm()).is_none() {
+        return;
+    }
+    let dir =
+        Dir(std::env::temp_dir().join(format!("microagent-snap-clock-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    // Turns kvm-clock on (its record at TINY_PVCLOCK_START), then counts.
+    let mut enable = asm::mov_ecx(MSR_KVM_SYSTEM_TIME_NEW);
+    enable.extend(asm::mov_eax(TINY_PVCLOCK_START as u32 | 1));
+    enable.extend(asm::ZERO_EDX);
+    enable.extend(asm::WRMSR);
+    let out = testkit::Capture::default();
+    let machine = machine_of(&counting_after(enable), &dir.0, &out, Vec::new(), None);
+    let handle = machine.handle();
+    let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));
+    wait_for("first run", &out, 3);
+
+    // A snapshot pauses the guest too, but writes its memory before the
+    // guest runs again: KVM updates the record only as a vCPU enters.
+    let before = dir.0.join("before");
+    std::fs::create_dir(&before).unwrap();
+    handle.snapshot(&before).unwrap();
+    let (flags, version) = pvclock_in(&before);
+    assert_ne!(version, 0, "KVM never wrote the guest's kvm-clock record");
+    assert_eq!(
+        flags & PVCLOCK_GUEST_STOPPED,
+        0,
+        "flags {flags:#x} before any pause"
+    );
+
+    handle.pause().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    handle.resume().unwrap();
+    let printed = out.bytes().len();
+    wait_for("after the pause", &out, printed + 2);
+    let after = dir.0.join("after");
+    std::fs::create_dir(&after).unwrap();
+    handle.snapshot(&after).unwrap();
+    let (flags, _) = pvclock_in(&after);
+    assert_ne!(
+        flags & PVCLOCK_GUEST_STOPPED,
+        0,
+        "a resumed guest's kvm-clock does not say the host stopped it (flags {flags:#x})"
+    );
+    handle.stop();
+    run.join().unwrap().unwrap();
 }
 
 /// A running machine's snapshot onto a disk that fails: a clear error

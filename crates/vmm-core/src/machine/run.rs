@@ -197,6 +197,7 @@ impl Runner {
                 devices,
             } => {
                 let vcpus = stop_all(&self.control, &mut threads);
+                crate::vcpu::tell_paused(&vcpus);
                 let devices = devices.pause()?;
                 if vcpus.len() != self.vcpu_count {
                     return Err(MachineError::VcpusLost);

@@ -230,6 +230,7 @@ mod kvm_requests {
     ioctl_ior_nr!(KVM_GET_XSAVE, KVMIO, 0xa4, kvm_xsave);
     ioctl_iow_nr!(KVM_SET_XSAVE, KVMIO, 0xa5, kvm_xsave);
     ioctl_ior_nr!(KVM_GET_XCRS, KVMIO, 0xa6, kvm_xcrs);
+    ioctl_io_nr!(KVM_KVMCLOCK_CTRL, KVMIO, 0xad);
 }
 use kvm_requests::*;
 
@@ -253,8 +254,9 @@ fn devices_ioctls() -> Vec<u64> {
 /// The machine's control operations, on whichever thread calls them:
 /// snapshots read each vCPU's and the VM's state and record the host's KVM
 /// facts, and reflink the disk; device interrupts and doorbells (irqfd,
-/// ioeventfd) are wired as drivers come up. Nothing creates, maps or sets
-/// VM state.
+/// ioeventfd) are wired as drivers come up; a pause tells each vCPU's
+/// kvm-clock the guest was stopped. Nothing creates, maps or sets VM
+/// state.
 fn control_ioctls() -> Vec<u64> {
     vec![
         crate::disk_copy::FICLONE,
@@ -276,6 +278,7 @@ fn control_ioctls() -> Vec<u64> {
         KVM_GET_XCRS(),
         KVM_IRQFD(),
         KVM_IOEVENTFD(),
+        KVM_KVMCLOCK_CTRL(),
     ]
 }
 

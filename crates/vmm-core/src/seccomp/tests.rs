@@ -175,6 +175,7 @@ fn ioctl_requests_are_the_kernels() {
     assert_eq!(KVM_IRQFD(), 0x4020_ae76);
     assert_eq!(KVM_IOEVENTFD(), 0x4040_ae79);
     assert_eq!(KVM_CHECK_EXTENSION(), 0xae03);
+    assert_eq!(KVM_KVMCLOCK_CTRL(), 0xaead);
     // The vCPU threads cannot create, map or set VM state.
     for forbidden in [0xae01u64, 0x4020_ae46, 0x4090_ae82] {
         assert!(!vcpu_ioctls().contains(&forbidden));
