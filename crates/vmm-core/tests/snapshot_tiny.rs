@@ -93,7 +93,18 @@ fn machine_of(
     .unwrap()
 }
 
+/// A fresh directory of the test's own, removed when dropped.
 struct Dir(PathBuf);
+
+impl Dir {
+    fn fresh(tag: &str) -> Self {
+        let dir =
+            Dir(std::env::temp_dir().join(format!("microagent-{tag}-{}", std::process::id())));
+        let _ = std::fs::remove_dir_all(&dir.0);
+        std::fs::create_dir_all(&dir.0).unwrap();
+        dir
+    }
+}
 
 impl Drop for Dir {
     fn drop(&mut self) {
@@ -106,10 +117,7 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
     if testkit::require("snapshot_tiny", testkit::kvm()).is_none() {
         return;
     }
-    let dir =
-        Dir(std::env::temp_dir().join(format!("microagent-snap-tiny-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = Dir::fresh("snap-tiny");
     let disk = dir.0.join("disk.raw");
     std::fs::File::create(&disk)
         .unwrap()
@@ -294,10 +302,7 @@ fn a_paused_guest_learns_from_its_kvm_clock_that_the_host_stopped_it() {
     if testkit::require("snapshot_tiny", testkit::kvm()).is_none() {
         return;
     }
-    let dir =
-        Dir(std::env::temp_dir().join(format!("microagent-snap-clock-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = Dir::fresh("snap-clock");
     // Turns kvm-clock on (its record at TINY_PVCLOCK_START), then counts.
     let mut enable = asm::mov_ecx(MSR_KVM_SYSTEM_TIME_NEW);
     enable.extend(asm::mov_eax(TINY_PVCLOCK_START as u32 | 1));
@@ -352,9 +357,7 @@ fn a_failed_snapshot_leaves_the_guest_running<G>(
     if testkit::require(test, testkit::kvm()).is_none() {
         return;
     }
-    let dir = Dir(std::env::temp_dir().join(format!("microagent-{test}-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = Dir::fresh(test);
     let Some((failing, disk)) = onto(&dir.0) else {
         return;
     };
