@@ -197,6 +197,22 @@ pub mod asm {
     pub const INC_DWORD_AT_RBX: [u8; 2] = [0xff, 0x03];
     /// `mov eax, [rbx]`.
     pub const LOAD_EAX_FROM_RBX: [u8; 2] = [0x8b, 0x03];
+    /// `test byte [rbx + disp8], imm8`.
+    pub fn test_byte_at_rbx(disp: u8, imm: u8) -> Vec<u8> {
+        vec![0xf6, 0x43, disp, imm]
+    }
+    /// `and byte [rbx + disp8], imm8`.
+    pub fn and_byte_at_rbx(disp: u8, imm: u8) -> Vec<u8> {
+        vec![0x80, 0x63, disp, imm]
+    }
+    /// `inc dword [rbx + disp8]`.
+    pub fn inc_dword_at_rbx(disp: u8) -> Vec<u8> {
+        vec![0xff, 0x43, disp]
+    }
+    /// `jz rel8`, forward over `skip` bytes.
+    pub fn jz_forward(skip: u8) -> Vec<u8> {
+        vec![0x74, skip]
+    }
     /// `xor edx, edx`.
     pub const ZERO_EDX: [u8; 2] = [0x31, 0xd2];
     /// `wrmsr`: EDX:EAX into the MSR ECX names.

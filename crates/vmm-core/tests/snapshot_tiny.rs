@@ -21,13 +21,15 @@ const MEM_MIB: u64 = 32;
 /// Loops forever: `inc dword [TINY_DATA_START]`, print its low byte to
 /// COM1, spin a little.
 fn counter_code() -> Vec<u8> {
-    counting_after(Vec::new())
+    counting(Vec::new(), &[])
 }
 
-/// `first`, then [`counter_code`]'s loop.
-fn counting_after(mut code: Vec<u8>) -> Vec<u8> {
+/// `first`, then [`counter_code`]'s loop with `each_turn` at its top (RBX
+/// holds `TINY_DATA_START`).
+fn counting(mut code: Vec<u8>, each_turn: &[u8]) -> Vec<u8> {
     code.extend(asm::mov_ebx(TINY_DATA_START as u32));
     let top = code.len();
+    code.extend(each_turn);
     code.extend(asm::INC_DWORD_AT_RBX);
     code.extend(asm::LOAD_EAX_FROM_RBX);
     code.extend(asm::mov_dx(COM1_PORT_BASE as u16));
@@ -283,18 +285,20 @@ fn a_counting_guest_goes_on_counting_after_a_restore_in_a_new_machine() {
 /// KVM keeps its clock record, bit 0 enabling it.
 const MSR_KVM_SYSTEM_TIME_NEW: u32 = 0x4b56_4d01;
 /// The record's `flags` byte, and its bit "stopped by the host"
-/// (`PVCLOCK_GUEST_STOPPED`), which a Linux guest reads before it reports
-/// an RCU stall or a soft lockup.
-const PVCLOCK_FLAGS: usize = 29;
+/// (`PVCLOCK_GUEST_STOPPED`), which a Linux guest reads (and clears)
+/// before it reports an RCU stall or a soft lockup.
+const PVCLOCK_FLAGS: u64 = 29;
 const PVCLOCK_GUEST_STOPPED: u8 = 1 << 1;
+/// Where the clock guest counts the stopped marks it saw, beside its
+/// counter in the data page.
+const MARKS_SEEN: u64 = 4;
 
-/// The `flags` byte and the version of the kvm-clock record in a
-/// snapshot's memory.
-fn pvclock_in(snapshot: &Path) -> (u8, u32) {
+/// The kvm-clock record's version, and how many stopped marks the guest
+/// saw, in a snapshot's memory.
+fn clock_guest_in(snapshot: &Path) -> (u32, u32) {
     let mem = std::fs::read(SnapshotFiles::new(snapshot).memory()).unwrap();
-    let at = TINY_PVCLOCK_START as usize;
-    let version = u32::from_le_bytes(mem[at..at + 4].try_into().unwrap());
-    (mem[at + PVCLOCK_FLAGS], version)
+    let word = |at: u64| u32::from_le_bytes(mem[at as usize..at as usize + 4].try_into().unwrap());
+    (word(TINY_PVCLOCK_START), word(TINY_DATA_START + MARKS_SEEN))
 }
 
 #[test]
@@ -303,44 +307,76 @@ fn a_paused_guest_learns_from_its_kvm_clock_that_the_host_stopped_it() {
         return;
     }
     let dir = Dir::fresh("snap-clock");
-    // Turns kvm-clock on (its record at TINY_PVCLOCK_START), then counts.
+    // Turns kvm-clock on (its record at TINY_PVCLOCK_START), then counts,
+    // and at each turn, as Linux does, clears a stopped mark it finds and
+    // counts it.
     let mut enable = asm::mov_ecx(MSR_KVM_SYSTEM_TIME_NEW);
     enable.extend(asm::mov_eax(TINY_PVCLOCK_START as u32 | 1));
     enable.extend(asm::ZERO_EDX);
     enable.extend(asm::WRMSR);
+    let flags = (TINY_PVCLOCK_START - TINY_DATA_START + PVCLOCK_FLAGS) as u8;
+    let mut each_turn = asm::test_byte_at_rbx(flags, PVCLOCK_GUEST_STOPPED);
+    let mut seen = asm::and_byte_at_rbx(flags, !PVCLOCK_GUEST_STOPPED);
+    seen.extend(asm::inc_dword_at_rbx(MARKS_SEEN as u8));
+    each_turn.extend(asm::jz_forward(seen.len() as u8));
+    each_turn.extend(seen);
     let out = testkit::Capture::default();
-    let machine = machine_of(&counting_after(enable), &dir.0, &out, Vec::new(), None);
+    let machine = machine_of(
+        &counting(enable, &each_turn),
+        &dir.0,
+        &out,
+        Vec::new(),
+        None,
+    );
     let handle = machine.handle();
     let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));
     wait_for("first run", &out, 3);
+    let snapshot = |handle: &vmm_core::machine::MachineHandle, name: &str| {
+        let to = dir.0.join(name);
+        std::fs::create_dir(&to).unwrap();
+        handle.snapshot(&to).unwrap();
+        clock_guest_in(&to)
+    };
 
     // A snapshot pauses the guest too, but writes its memory before the
-    // guest runs again: KVM updates the record only as a vCPU enters.
-    let before = dir.0.join("before");
-    std::fs::create_dir(&before).unwrap();
-    handle.snapshot(&before).unwrap();
-    let (flags, version) = pvclock_in(&before);
+    // guest runs again: KVM writes the mark only as a vCPU enters.
+    let (version, marks) = snapshot(&handle, "before");
     assert_ne!(version, 0, "KVM never wrote the guest's kvm-clock record");
-    assert_eq!(
-        flags & PVCLOCK_GUEST_STOPPED,
-        0,
-        "flags {flags:#x} before any pause"
-    );
-
+    assert_eq!(marks, 0, "a mark before any pause");
+    // That snapshot's pause, then this one: a mark after each.
     handle.pause().unwrap();
     std::thread::sleep(Duration::from_millis(100));
     handle.resume().unwrap();
     let printed = out.bytes().len();
     wait_for("after the pause", &out, printed + 2);
-    let after = dir.0.join("after");
-    std::fs::create_dir(&after).unwrap();
-    handle.snapshot(&after).unwrap();
-    let (flags, _) = pvclock_in(&after);
-    assert_ne!(
-        flags & PVCLOCK_GUEST_STOPPED,
-        0,
-        "a resumed guest's kvm-clock does not say the host stopped it (flags {flags:#x})"
+    let (_, marks) = snapshot(&handle, "after");
+    assert_eq!(
+        marks, 2,
+        "the guest saw {marks} stopped marks after two pauses"
     );
+    // A snapshot of a paused machine (a hibernation after an idle pause):
+    // the mark its pause asked for dies with the machine; the restore asks
+    // again. (The last snapshot's pause left a third mark.)
+    handle.pause().unwrap();
+    let (_, marks) = snapshot(&handle, "paused");
+    assert_eq!(marks, 3);
+    handle.stop();
+    run.join().unwrap().unwrap();
+    let out = testkit::Capture::default();
+    let restored = Machine::restore(RestoreConfig {
+        snapshot: dir.0.join("paused"),
+        console: console(&out),
+        disks: Vec::new(),
+        vsock_uds: None,
+        vsock_routes: Default::default(),
+        net: None,
+    })
+    .unwrap();
+    let handle = restored.handle();
+    let run = std::thread::spawn(move || restored.run(Some(Duration::from_secs(300))));
+    wait_for("the restored run", &out, 2);
+    let (_, marks) = snapshot(&handle, "restored");
+    assert_eq!(marks, 4, "the restored guest saw {marks} stopped marks");
     handle.stop();
     run.join().unwrap().unwrap();
 }

@@ -214,6 +214,11 @@ impl Machine {
         for (index, (vcpu, fd)) in state.vcpus.iter().zip(&machine.vcpus).enumerate() {
             vcpu.restore(fd, index as u8, &host)?;
         }
+        // A snapshot of a paused machine (a hibernation after an idle
+        // pause) saved a clock that includes the pause, and the stopped
+        // mark a pause asked for dies with its VM: asked again here, once
+        // the restored kvm-clock MSRs are on.
+        crate::vcpu::tell_paused(&machine.vcpus);
         for (transport, saved) in machine.devices.transports.iter().zip(&state.virtio) {
             transport
                 .lock()

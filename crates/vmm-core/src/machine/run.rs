@@ -179,7 +179,10 @@ impl Runner {
             ) {
                 Ok(t) => threads.push(t),
                 Err((fd, e)) => {
+                    // The machine stays paused: the vCPUs that ran meanwhile
+                    // took the stopped mark already.
                     let mut back = stop_all(&self.control, &mut threads);
+                    crate::vcpu::tell_paused(&back);
                     back.push(fd);
                     back.extend(fds);
                     return Err((back, e.into()));
@@ -236,6 +239,7 @@ impl Runner {
                     Err(failed) => {
                         let (devices, e) = *failed;
                         let vcpus = stop_all(&self.control, &mut threads);
+                        crate::vcpu::tell_paused(&vcpus);
                         if vcpus.len() != self.vcpu_count {
                             return Err(MachineError::VcpusLost);
                         }
