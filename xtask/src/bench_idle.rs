@@ -144,7 +144,9 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
 }
 
 /// `exec true` on each fork of `forks` while idle-paused (the call that
-/// wakes it), then again on it running; the medians, ms.
+/// wakes it), then again on it running; the medians, ms. Each fork's
+/// times and what its guest printed on its console meanwhile (a kernel
+/// report there is emulated work the first call waits for) go to stderr.
 fn wake_and_call(
     bin: &Path,
     home: &Path,
@@ -153,11 +155,24 @@ fn wake_and_call(
     let (mut woken, mut again) = (Vec::new(), Vec::new());
     for i in forks {
         let name = format!("f{i}");
+        let console = home.join("workspaces").join(&name).join("console.log");
+        let printed_before = std::fs::metadata(&console).map_or(0, |m| m.len());
         for times in [&mut woken, &mut again] {
             let t = Instant::now();
             microagent(bin, home, &["exec", &name, "--json", "--", "true"])?;
             times.push(t.elapsed().as_secs_f64() * 1000.0);
         }
+        let text = std::fs::read(&console).unwrap_or_default();
+        let new = String::from_utf8_lossy(text.get(printed_before as usize..).unwrap_or(&[]));
+        eprintln!(
+            "xtask: {name}: woken {:.0} ms, again {:.0} ms; its console meanwhile: {} lines{}",
+            woken.last().copied().unwrap_or(f64::NAN),
+            again.last().copied().unwrap_or(f64::NAN),
+            new.lines().count(),
+            new.lines()
+                .next()
+                .map_or(String::new(), |first| format!(", the first: {first}"))
+        );
     }
     Ok((median(woken), median(again)))
 }
