@@ -416,23 +416,23 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     kernel::build(kernel::variant_for_host()?)?;
     images::run(&["minimal".to_string()])?;
     // Beside another build, both are release builds (`cargo xtask dist`).
+    // Each build, and the other build when it is that one.
     let builds = match &against {
         None => vec![(cache::build_microagent_as(release)?, None)],
-        Some(other) => vec![
-            (crate::dist::build()?, Some(None)),
-            (other.microagent(), Some(Some(other))),
-        ],
-    };
-    for (bin, label) in builds {
-        let other = matches!(label, Some(Some(_)));
-        match label {
-            Some(None) => println!("this tree's dist:"),
-            Some(Some(other)) => {
-                println!("{}:", other.dist.display());
-                other.use_its_assets();
-            }
-            None => {}
+        Some(other) => {
+            println!("this tree's dist:");
+            vec![
+                (crate::dist::build()?, None),
+                (other.microagent(), Some(other)),
+            ]
         }
+    };
+    for (bin, theirs) in builds {
+        if let Some(theirs) = theirs {
+            println!("{}:", theirs.dist.display());
+            theirs.use_its_assets();
+        }
+        let other = theirs.is_some();
         let home = crate::bench_workspace::private_home("btti")?;
         let result = if restores_only {
             restore_ms(&bin, &home, runs, other).and_then(|r| {
