@@ -171,7 +171,7 @@ fn wake_and_call(
             new.lines().count(),
             new.lines()
                 .next()
-                .map_or(String::new(), |first| format!(", the first: {first}"))
+                .map_or(String::new(), |first| format!(", the first: {:?}", first))
         );
     }
     Ok((median(woken), median(again)))
