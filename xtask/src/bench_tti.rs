@@ -153,6 +153,16 @@ fn cli_tti(bin: &Path, home: &Path, from: From) -> anyhow::Result<CliRun> {
     Ok(run)
 }
 
+/// Whether `bin` has the subcommand `name` (its `--help` succeeds).
+fn knows_command(bin: &Path, name: &str) -> bool {
+    Command::new(bin)
+        .args([name, "--help"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// A `serve mcp` session over stdio.
 struct McpSession {
     child: std::process::Child,
@@ -484,11 +494,22 @@ fn measure(
 
     let mut cli = Vec::new();
     let mut mcp = Vec::new();
-    for from in [From::Pool, From::Warm, From::Cold] {
+    // An older build measured as a reference may have no pools.
+    let pools = !other || knows_command(bin, "pool");
+    if !pools {
+        eprintln!(
+            "xtask: {} has no pools: measured warm and cold only",
+            bin.display()
+        );
+    }
+    let froms = [From::Pool, From::Warm, From::Cold];
+    for from in froms.into_iter().filter(|f| pools || *f != From::Pool) {
         let n = if from == From::Cold { cold_runs } else { runs };
         let size = if from == From::Pool { "1" } else { "0" };
-        microagent(bin, home, &["pool", "set", "minimal", size, "--json"])?;
-        if from != From::Pool {
+        if pools {
+            microagent(bin, home, &["pool", "set", "minimal", size, "--json"])?;
+        }
+        if pools && from != From::Pool {
             drained_pool(bin, home)?;
         }
         let mut times = Vec::new();
@@ -511,7 +532,9 @@ fn measure(
         }
         mcp.push((from, times));
     }
-    microagent(bin, home, &["pool", "set", "minimal", "0", "--json"])?;
+    if pools {
+        microagent(bin, home, &["pool", "set", "minimal", "0", "--json"])?;
+    }
     let restore = restore_ms(bin, home, runs, other)?;
     let process = vmm_process_ms(bin, runs)?;
 
