@@ -39,6 +39,7 @@ mod run_cmd;
 mod sh;
 mod soak;
 mod test_cmd;
+mod test_lanes;
 mod tidy;
 mod tidy_docs;
 mod tidy_structure;
@@ -62,8 +63,9 @@ tasks:
                                 COMMAND (default `uname -a`) in a fresh workspace
   boot [-- ARGS]                build assets and microagent, boot the guest, show its console;
                                 ARGS go to `microagent vmm boot` (e.g. --vcpus 2)
-  test                          fmt check, clippy, 20 s of queue fuzzing, then the whole
-                                test suite with a passed/failed/skipped summary
+  test [--no-lint] [--only A,B]  fmt check, clippy, 20 s of queue fuzzing, then the whole
+                                test suite, its binaries one lane per core
+                                (MICROAGENT_TEST_LANES), with a passed/failed/skipped summary
   soak [--processes N] [--rounds N] [--cmdline OPTIONS]
                                 the guest stress check (docs/host-compat.md): N short-lived
                                 processes after heavy I/O in a booted guest (default 1000),

@@ -3,18 +3,41 @@
 //! /dev/kvm, no guest assets) record why in a skip log (see testkit); they
 //! are counted as skipped, not passed.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 
 use anyhow::bail;
 
-use crate::{cache, sh};
+use crate::{cache, sh, test_lanes};
 
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Counts {
     passed: u64,
     failed: u64,
     ignored: u64,
+}
+
+/// What the test binaries reported, all together.
+#[derive(Debug, Default)]
+struct Tally {
+    counts: Counts,
+    /// How many "test result:" lines were seen.
+    results: usize,
+    /// Those that failed, even with no result line (a crash).
+    failed_binaries: Vec<String>,
+}
+
+impl Tally {
+    fn add(&mut self, stdout: &str, success: bool, source: &str) {
+        for line in stdout.lines() {
+            if add_result_line(line, &mut self.counts) {
+                self.results += 1;
+            }
+        }
+        if !success {
+            self.failed_binaries.push(source.to_owned());
+        }
+    }
 }
 
 /// Adds the counts of a libtest "test result:" line.
@@ -44,6 +67,22 @@ const TEST_FEATURES: &str = "microagent/test-hooks,microagent-vmm/test-hooks";
 
 /// How long `cargo xtask test` fuzzes the virtio queues.
 const FUZZ_SECONDS: u64 = 20;
+
+/// How many test binaries run at once: `MICROAGENT_TEST_LANES`, or one
+/// per core.
+fn lanes() -> anyhow::Result<usize> {
+    match std::env::var("MICROAGENT_TEST_LANES") {
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => bail!("MICROAGENT_TEST_LANES must be a whole number of at least 1, not {v:?}"),
+        },
+        Err(_) => Ok(cores()),
+    }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let root = cache::repo_root();
@@ -80,31 +119,64 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let skip_log =
         std::env::temp_dir().join(format!("microagent-skips-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&skip_log);
-    let mut child = Command::new(cargo)
-        // Every test binary runs: one failure must not hide the others.
-        .args([
-            "test",
-            "--workspace",
-            "--no-fail-fast",
-            "--features",
-            TEST_FEATURES,
-        ])
-        .env("MICROAGENT_SKIP_LOG", &skip_log)
-        .current_dir(&root)
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut counts = Counts::default();
-    let mut results = 0;
-    if let Some(out) = child.stdout.take() {
-        for line in BufReader::new(out).lines() {
-            let line = line?;
-            println!("{line}");
-            if add_result_line(&line, &mut counts) {
-                results += 1;
-            }
+    // Every test binary runs: one failure must not hide the others.
+    let selection = ["--workspace", "--features", TEST_FEATURES];
+    let mut binaries = test_lanes::build(cargo, &root, &selection)?;
+    // `--only a,b`: just those test binaries (by target name), no doc tests.
+    let only: Option<Vec<&str>> = args.iter().position(|a| a == "--only").map(|i| {
+        args.get(i + 1)
+            .map_or("", |v| v.as_str())
+            .split(',')
+            .collect()
+    });
+    if let Some(only) = &only {
+        binaries.retain(|b| only.contains(&b.target.as_str()));
+        if binaries.is_empty() {
+            bail!(
+                "--only names no test binary (their names: the files under tests/, or a crate's)"
+            );
         }
     }
-    let status = child.wait()?;
+    let mut tally = Tally::default();
+    if only.is_none() {
+        // The documentation's examples first (rustdoc builds each; short).
+        let doc = Command::new(cargo)
+            .args(["test", "--doc"])
+            .args(selection)
+            .current_dir(&root)
+            .stdout(Stdio::piped())
+            .output()?;
+        let doc_out = String::from_utf8_lossy(&doc.stdout);
+        print!("{doc_out}");
+        tally.add(&doc_out, doc.status.success(), "doc tests");
+    }
+    let lanes = lanes()?;
+    let tally = Mutex::new(tally);
+    // As many tests at once in all as there are cores, as one binary alone
+    // would run: the long tests are bound by their guests' emulated kernel
+    // code, so more at once only stretches each toward its deadlines.
+    let threads =
+        std::env::var("RUST_TEST_THREADS").unwrap_or_else(|_| (cores() / lanes).max(1).to_string());
+    let env = [
+        ("MICROAGENT_SKIP_LOG", skip_log.as_os_str()),
+        ("RUST_TEST_THREADS", std::ffi::OsStr::new(&threads)),
+    ];
+    eprintln!(
+        "xtask: {} test binaries in {lanes} lanes, {threads} test(s) at once in each",
+        binaries.len()
+    );
+    test_lanes::run(binaries, lanes, &env, |finished| {
+        tally.lock().unwrap_or_else(|p| p.into_inner()).add(
+            &finished.stdout,
+            finished.success,
+            &finished.binary.source,
+        );
+    });
+    let Tally {
+        counts,
+        results,
+        failed_binaries,
+    } = tally.into_inner().unwrap_or_else(|p| p.into_inner());
     let skips = std::fs::read_to_string(&skip_log).unwrap_or_default();
     let _ = std::fs::remove_file(&skip_log);
     let skipped = skips.lines().filter(|l| !l.trim().is_empty()).count() as u64;
@@ -116,7 +188,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "summary: {passed} passed, {} failed, {skipped} skipped",
         counts.failed
     );
-    if !status.success() || counts.failed > 0 {
+    for source in &failed_binaries {
+        println!("failed: {source}");
+    }
+    if !failed_binaries.is_empty() || counts.failed > 0 {
         bail!("tests failed");
     }
     if results == 0 {
@@ -146,5 +221,19 @@ mod tests {
                 ignored: 2
             }
         );
+    }
+
+    #[test]
+    fn a_binary_that_fails_without_a_result_line_is_still_a_failure() {
+        let mut t = Tally::default();
+        t.add(
+            "running 2 tests\ntest result: ok. 2 passed; 0 failed; 0 ignored\n",
+            true,
+            "a",
+        );
+        t.add("thread 'main' panicked\n", false, "crates/x/tests/b.rs");
+        assert_eq!(t.counts.passed, 2);
+        assert_eq!(t.results, 1);
+        assert_eq!(t.failed_binaries, ["crates/x/tests/b.rs"]);
     }
 }

@@ -14,6 +14,11 @@ use testkit::cli::CliHome;
 
 const BIN: &str = env!("CARGO_BIN_EXE_microagent");
 
+/// The bound on each load the test waits for: the default 60 s is passed
+/// here when other tests' guests run beside this one (`cargo xtask test`
+/// runs two test binaries at once on two cores).
+const LOAD: &str = "--timeout=300";
+
 const FORM: &str = "<!doctype html><html><head><title>Sign up</title></head><body>\
     <h1>Sign up</h1><form method=\"post\" action=\"/submit\">\
     <label for=\"email\">Email</label><input id=\"email\" name=\"email\" type=\"text\">\
@@ -152,7 +157,14 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
 
     // Open: the browser starts, the page loads, the snapshot has refs.
     let began = Instant::now();
-    let opened = h.ok_json(&["browser", "open", "web", &format!("{site}/"), "--json"]);
+    let opened = h.ok_json(&[
+        "browser",
+        "open",
+        "web",
+        &format!("{site}/"),
+        LOAD,
+        "--json",
+    ]);
     println!("first browser open: {:.1} s", began.elapsed().as_secs_f64());
     let snap = opened["snapshot"].as_str().unwrap();
     assert_eq!(opened["title"], "Sign up", "{opened}");
@@ -195,6 +207,7 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
         &email,
         "--value",
         "agent@example.org",
+        LOAD,
         "--json",
     ]);
     let snap = filled["snapshot"].as_str().unwrap();
@@ -207,6 +220,7 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
         "web",
         "--selector",
         "button[type=submit]",
+        LOAD,
         "--json",
     ]);
     assert_eq!(*posted.lock().unwrap(), ["agent@example.org"]);
@@ -240,6 +254,7 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
         &format!("{site}/?p=2"),
         "--page",
         "second",
+        LOAD,
         "--json",
     ]);
     assert_eq!(second["title"], "Sign up", "{second}");
@@ -375,7 +390,14 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
         "chromium-headless-shell",
     ]);
     let began = Instant::now();
-    let again = h.ok_json(&["browser", "open", "web", &format!("{site}/"), "--json"]);
+    let again = h.ok_json(&[
+        "browser",
+        "open",
+        "web",
+        &format!("{site}/"),
+        LOAD,
+        "--json",
+    ]);
     println!("open after a kill: {:.1} s", began.elapsed().as_secs_f64());
     assert!(
         again["restarted"]

@@ -1,0 +1,217 @@
+//! The workspace's test binaries run side by side, one lane per core: most
+//! of the long ones wait on a guest whose kernel code is emulated on one
+//! host core, so running them one at a time leaves the other core idle for
+//! most of an hour. The longest start first (`EXPECTED_SECONDS`) so that
+//! the lanes end together; each binary's standard output (libtest's
+//! report) is printed whole when it ends, so the log reads as `cargo
+//! test`'s does.
+
+use std::collections::VecDeque;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+
+/// One test executable as cargo built it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestBinary {
+    /// The target's name (`workspace_e2e`; a library's unit tests carry
+    /// the library's name).
+    pub target: String,
+    /// Its source, relative to the repository (`crates/cli/tests/...`).
+    pub source: String,
+    pub exe: PathBuf,
+    /// The package's directory, where cargo runs its tests.
+    pub package_dir: PathBuf,
+}
+
+/// Seconds each long test binary took in a CI run (2026-12-01, one lane):
+/// only their order matters, so a stale figure costs balance, never a
+/// result. Binaries not named here are short.
+const EXPECTED_SECONDS: &[(&str, u32)] = &[
+    ("browser_e2e", 840),
+    ("workspace_e2e", 697),
+    ("repos_e2e", 609),
+    ("guest_e2e", 402),
+    ("mcp_http", 259),
+    ("cycles_e2e", 246),
+    ("servers_e2e", 226),
+    ("mcp_stdio", 207),
+    ("image_e2e", 150),
+    ("containerd_e2e", 123),
+    ("bundle_e2e", 121),
+    ("hostile_images", 105),
+    ("network_e2e", 91),
+    ("devices_linux", 39),
+    ("hostile_agent", 31),
+    ("boot_linux", 30),
+    ("kill9_e2e", 22),
+];
+
+fn expected_seconds(target: &str) -> u32 {
+    EXPECTED_SECONDS
+        .iter()
+        .find(|(name, _)| *name == target)
+        .map_or(0, |(_, s)| *s)
+}
+
+/// The test executables of one `cargo test --no-run` line of cargo's JSON
+/// output (`None` for every other message).
+fn test_binary_of(line: &str, root: &Path) -> Option<TestBinary> {
+    let msg: serde_json::Value = serde_json::from_str(line).ok()?;
+    if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
+        return None;
+    }
+    let exe = PathBuf::from(msg["executable"].as_str()?);
+    let manifest = Path::new(msg["manifest_path"].as_str()?);
+    let source = Path::new(msg["target"]["src_path"].as_str()?);
+    Some(TestBinary {
+        target: msg["target"]["name"].as_str()?.to_owned(),
+        source: source
+            .strip_prefix(root)
+            .unwrap_or(source)
+            .display()
+            .to_string(),
+        exe,
+        package_dir: manifest.parent()?.to_path_buf(),
+    })
+}
+
+/// Builds every test binary of the workspace (`cargo test --no-run`) and
+/// lists them, longest expected first.
+pub fn build(cargo: &str, root: &Path, args: &[&str]) -> anyhow::Result<Vec<TestBinary>> {
+    let mut child = Command::new(cargo)
+        .args([
+            "test",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(args)
+        .current_dir(root)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("could not start cargo test --no-run")?;
+    let mut binaries = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        for line in std::io::BufReader::new(out).lines() {
+            binaries.extend(test_binary_of(&line?, root));
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("building the tests failed ({status})");
+    }
+    binaries.sort_by_key(|b| {
+        (
+            std::cmp::Reverse(expected_seconds(&b.target)),
+            b.source.clone(),
+        )
+    });
+    Ok(binaries)
+}
+
+/// What one binary printed and how it ended.
+pub struct Finished {
+    pub binary: TestBinary,
+    pub stdout: String,
+    pub success: bool,
+}
+
+/// Runs `binaries` in `lanes` lanes, each with `env` set, calling `done`
+/// (one at a time) as each ends.
+pub fn run(
+    binaries: Vec<TestBinary>,
+    lanes: usize,
+    env: &[(&str, &std::ffi::OsStr)],
+    done: impl Fn(Finished) + Sync,
+) {
+    let queue = Mutex::new(VecDeque::from(binaries));
+    let printing = Mutex::new(());
+    std::thread::scope(|s| {
+        for _ in 0..lanes.max(1) {
+            s.spawn(|| loop {
+                let Some(binary) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
+                else {
+                    return;
+                };
+                eprintln!("xtask: running {}", binary.source);
+                let started = Instant::now();
+                let output = Command::new(&binary.exe)
+                    .current_dir(&binary.package_dir)
+                    .env("CARGO_MANIFEST_DIR", &binary.package_dir)
+                    .envs(env.iter().copied())
+                    .stdin(Stdio::null())
+                    // Left as it is: a process a test leaves behind may hold
+                    // it open (libtest captures what tests print anyway).
+                    .stderr(Stdio::inherit())
+                    .output();
+                let (stdout, success) = match output {
+                    Ok(o) => (
+                        String::from_utf8_lossy(&o.stdout).into_owned(),
+                        o.status.success(),
+                    ),
+                    Err(e) => {
+                        eprintln!("xtask: could not start {}: {e}", binary.exe.display());
+                        (String::new(), false)
+                    }
+                };
+                let _turn = printing.lock().unwrap_or_else(|p| p.into_inner());
+                println!(
+                    "\n     Running {} ({})",
+                    binary.source,
+                    binary.exe.display()
+                );
+                print!("{stdout}");
+                eprintln!(
+                    "xtask: {} ended in {:.0} s",
+                    binary.source,
+                    started.elapsed().as_secs_f64()
+                );
+                done(Finished {
+                    binary,
+                    stdout,
+                    success,
+                });
+            });
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_executables_are_read_from_cargos_messages() {
+        let root = Path::new("/r");
+        let test = r#"{"reason":"compiler-artifact","package_id":"path+file:///r/crates/cli#microagent@0.1.0","manifest_path":"/r/crates/cli/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"workspace_e2e","src_path":"/r/crates/cli/tests/workspace_e2e/main.rs","edition":"2021","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/r/target/debug/deps/workspace_e2e-1"],"executable":"/r/target/debug/deps/workspace_e2e-1","fresh":true}"#;
+        assert_eq!(
+            test_binary_of(test, root),
+            Some(TestBinary {
+                target: "workspace_e2e".into(),
+                source: "crates/cli/tests/workspace_e2e/main.rs".into(),
+                exe: "/r/target/debug/deps/workspace_e2e-1".into(),
+                package_dir: "/r/crates/cli".into(),
+            })
+        );
+        // The binary itself as a dependency of the tests: not a test.
+        let bin = test
+            .replace(r#""test":true},"features""#, r#""test":false},"features""#)
+            .replace(r#""kind":["test"]"#, r#""kind":["bin"]"#);
+        assert_eq!(test_binary_of(&bin, root), None);
+        assert_eq!(
+            test_binary_of(r#"{"reason":"build-finished","success":true}"#, root),
+            None
+        );
+        assert_eq!(test_binary_of("not json", root), None);
+    }
+
+    #[test]
+    fn the_longest_binaries_come_first_and_the_unknown_last() {
+        assert!(expected_seconds("browser_e2e") > expected_seconds("workspace_e2e"));
+        assert_eq!(expected_seconds("a_new_unit_test_binary"), 0);
+    }
+}
