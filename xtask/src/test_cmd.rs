@@ -84,6 +84,50 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Runs `binaries`: those that run alone first, one at a time, then the
+/// rest in `lanes` lanes, with as many tests at once in all as there are
+/// cores (the long tests are bound by their guests' emulated kernel code,
+/// so more at once only stretches each toward its deadlines); what they
+/// report added to `tally`. `threads_set`: the developer's own
+/// `RUST_TEST_THREADS`, passed through.
+fn run_binaries(
+    binaries: Vec<test_lanes::TestBinary>,
+    lanes: usize,
+    threads_set: Option<String>,
+    skip_log: &std::path::Path,
+    tally: Tally,
+) -> Tally {
+    let (alone, shared): (Vec<_>, Vec<_>) = binaries
+        .into_iter()
+        .partition(|b| test_lanes::runs_alone(&b.target));
+    let tally = Mutex::new(tally);
+    let done = |finished: test_lanes::Finished| {
+        tally.lock().unwrap_or_else(|p| p.into_inner()).add(
+            &finished.stdout,
+            finished.success,
+            &finished.binary.source,
+        );
+    };
+    for (binaries, lanes) in [(alone, 1), (shared, lanes)] {
+        if binaries.is_empty() {
+            continue;
+        }
+        let threads = threads_set
+            .clone()
+            .unwrap_or_else(|| (cores() / lanes).max(1).to_string());
+        eprintln!(
+            "xtask: {} test binaries in {lanes} lane(s), {threads} test(s) at once in each",
+            binaries.len()
+        );
+        let env = [
+            ("MICROAGENT_SKIP_LOG", skip_log.as_os_str()),
+            ("RUST_TEST_THREADS", std::ffi::OsStr::new(&threads)),
+        ];
+        test_lanes::run(binaries, lanes, &env, done);
+    }
+    tally.into_inner().unwrap_or_else(|p| p.into_inner())
+}
+
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let root = cache::repo_root();
     let cargo = env!("CARGO");
@@ -150,33 +194,13 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         print!("{doc_out}");
         tally.add(&doc_out, doc.status.success(), "doc tests");
     }
-    let lanes = lanes()?;
-    let tally = Mutex::new(tally);
-    // As many tests at once in all as there are cores, as one binary alone
-    // would run: the long tests are bound by their guests' emulated kernel
-    // code, so more at once only stretches each toward its deadlines.
-    let threads =
-        std::env::var("RUST_TEST_THREADS").unwrap_or_else(|_| (cores() / lanes).max(1).to_string());
-    let env = [
-        ("MICROAGENT_SKIP_LOG", skip_log.as_os_str()),
-        ("RUST_TEST_THREADS", std::ffi::OsStr::new(&threads)),
-    ];
-    eprintln!(
-        "xtask: {} test binaries in {lanes} lanes, {threads} test(s) at once in each",
-        binaries.len()
-    );
-    test_lanes::run(binaries, lanes, &env, |finished| {
-        tally.lock().unwrap_or_else(|p| p.into_inner()).add(
-            &finished.stdout,
-            finished.success,
-            &finished.binary.source,
-        );
-    });
+    let threads_set = std::env::var("RUST_TEST_THREADS").ok();
+    let tally = run_binaries(binaries, lanes()?, threads_set, &skip_log, tally);
     let Tally {
         counts,
         results,
         failed_binaries,
-    } = tally.into_inner().unwrap_or_else(|p| p.into_inner());
+    } = tally;
     let skips = std::fs::read_to_string(&skip_log).unwrap_or_default();
     let _ = std::fs::remove_file(&skip_log);
     let skipped = skips.lines().filter(|l| !l.trim().is_empty()).count() as u64;
@@ -235,5 +259,57 @@ mod tests {
         assert_eq!(t.counts.passed, 2);
         assert_eq!(t.results, 1);
         assert_eq!(t.failed_binaries, ["crates/x/tests/b.rs"]);
+    }
+
+    #[test]
+    fn binaries_that_run_alone_come_first_with_every_core_then_the_rest_in_lanes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("xtask-lanes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("log");
+        let binary = |target: &str, status: u8| {
+            let exe = dir.join(target);
+            std::fs::write(
+                &exe,
+                format!(
+                    "#!/bin/sh\necho \"{target} $RUST_TEST_THREADS $MICROAGENT_SKIP_LOG\" >> {}\n\
+                     echo 'test result: ok. 1 passed; 0 failed; 0 ignored'\nexit {status}\n",
+                    log.display()
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+            test_lanes::TestBinary {
+                target: target.into(),
+                source: format!("tests/{target}.rs"),
+                exe,
+                package_dir: dir.clone(),
+            }
+        };
+        let binaries = vec![
+            binary("workspace_e2e", 0),
+            binary("browser_e2e", 0),
+            binary("network_e2e", 1),
+        ];
+        let skips = dir.join("skips");
+        let tally = run_binaries(binaries, 2, None, &skips, Tally::default());
+        let ran = std::fs::read_to_string(&log).unwrap();
+        let lines: Vec<&str> = ran.lines().collect();
+        let all = cores().to_string();
+        let shared = (cores() / 2).max(1).to_string();
+        let skips = skips.display().to_string();
+        assert_eq!(lines.len(), 3, "{ran}");
+        assert_eq!(lines[0], format!("browser_e2e {all} {skips}"), "{ran}");
+        for target in ["workspace_e2e", "network_e2e"] {
+            assert!(
+                lines[1..].contains(&format!("{target} {shared} {skips}").as_str()),
+                "{ran}"
+            );
+        }
+        assert_eq!(tally.counts.passed, 3);
+        assert_eq!(tally.results, 3);
+        assert_eq!(tally.failed_binaries, ["tests/network_e2e.rs"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -14,9 +14,9 @@ use testkit::cli::CliHome;
 
 const BIN: &str = env!("CARGO_BIN_EXE_microagent");
 
-/// The bound on each load the test waits for: the default 60 s is passed
-/// here when other tests' guests run beside this one (`cargo xtask test`
-/// runs two test binaries at once on two cores).
+/// The bound on each load the test waits for: the default 60 s was passed
+/// here when other guests ran beside this one (a test binary in another
+/// lane, a developer's workspace).
 const LOAD: &str = "--timeout=300";
 
 const FORM: &str = "<!doctype html><html><head><title>Sign up</title></head><body>\
