@@ -157,17 +157,49 @@ fn wake_and_call(
         let name = format!("f{i}");
         let console = home.join("workspaces").join(&name).join("console.log");
         let printed_before = std::fs::metadata(&console).map_or(0, |m| m.len());
+        // The page faults of its VMM over each call: a paused guest's
+        // memory the host took back (page cache of the snapshot's file)
+        // comes back from the disk at the first one.
+        let vmm = microagent(bin, home, &["inspect", &name, "--json"])?["runtime"]["pid"].as_u64();
+        let mut faults = Vec::new();
         for times in [&mut woken, &mut again] {
+            let before = vmm.and_then(faults_of);
             let t = Instant::now();
             microagent(bin, home, &["exec", &name, "--json", "--", "true"])?;
             times.push(t.elapsed().as_secs_f64() * 1000.0);
+            let after = vmm.and_then(faults_of);
+            faults.push(match (before, after) {
+                (Some(b), Some(a)) => format!(
+                    "{} minor, {} major",
+                    a.0.saturating_sub(b.0),
+                    a.1.saturating_sub(b.1)
+                ),
+                _ => "?".to_owned(),
+            });
         }
+        // What its VMM asked the host to read back at the resume.
+        let vmm_log = home.join("workspaces").join(&name).join("vmm.log");
+        let asked = std::fs::read_to_string(&vmm_log)
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .find(|l| l.contains("read back the guest pages"))
+            .and_then(|l| {
+                l.split("pages=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| "0".to_owned());
         let text = std::fs::read(&console).unwrap_or_default();
         let new = String::from_utf8_lossy(text.get(printed_before as usize..).unwrap_or(&[]));
         eprintln!(
-            "xtask: {name}: woken {:.0} ms, again {:.0} ms; its console meanwhile: {} lines{}",
+            "xtask: {name}: woken {:.0} ms ({} page faults; {asked} pages asked back at the resume), again {:.0} ms ({}); its console meanwhile: {} lines{}",
             woken.last().copied().unwrap_or(f64::NAN),
+            faults[0],
             again.last().copied().unwrap_or(f64::NAN),
+            faults[1],
             new.lines().count(),
             new.lines()
                 .next()
@@ -175,6 +207,16 @@ fn wake_and_call(
         );
     }
     Ok((median(woken), median(again)))
+}
+
+/// The minor and major page faults of process `pid` so far (fields 10
+/// and 12 of `/proc/<pid>/stat`).
+fn faults_of(pid: u64) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // After ")": the state is field 3, so field N is at N - 3.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some((fields.get(7)?.parse().ok()?, fields.get(9)?.parse().ok()?))
 }
 
 /// What hibernating the first forks cost and left.
