@@ -156,15 +156,18 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
     h.ok(&["start", "web"]);
 
     // Open: the browser starts, the page loads, the snapshot has refs.
+    let open_the_form = || {
+        h.ok_json(&[
+            "browser",
+            "open",
+            "web",
+            &format!("{site}/"),
+            LOAD,
+            "--json",
+        ])
+    };
     let began = Instant::now();
-    let opened = h.ok_json(&[
-        "browser",
-        "open",
-        "web",
-        &format!("{site}/"),
-        LOAD,
-        "--json",
-    ]);
+    let opened = open_the_form();
     println!("first browser open: {:.1} s", began.elapsed().as_secs_f64());
     let snap = opened["snapshot"].as_str().unwrap();
     assert_eq!(opened["title"], "Sign up", "{opened}");
@@ -390,14 +393,7 @@ fn a_browser_in_a_workspace_fills_and_submits_a_form() {
         "chromium-headless-shell",
     ]);
     let began = Instant::now();
-    let again = h.ok_json(&[
-        "browser",
-        "open",
-        "web",
-        &format!("{site}/"),
-        LOAD,
-        "--json",
-    ]);
+    let again = open_the_form();
     println!("open after a kill: {:.1} s", began.elapsed().as_secs_f64());
     assert!(
         again["restarted"]
