@@ -157,9 +157,9 @@ fn wake_and_call(
         let name = format!("f{i}");
         let console = home.join("workspaces").join(&name).join("console.log");
         let printed_before = std::fs::metadata(&console).map_or(0, |m| m.len());
-        // The page faults of its VMM over each call: a paused guest's
-        // memory the host took back (page cache of the snapshot's file)
-        // comes back from the disk at the first one.
+        // The page faults of its VMM over each call: whether the first
+        // waits for guest memory the host took back while it was paused
+        // (the page cache of the snapshot's file).
         let vmm = microagent(bin, home, &["inspect", &name, "--json"])?["runtime"]["pid"].as_u64();
         let mut faults = Vec::new();
         for times in [&mut woken, &mut again] {
@@ -177,25 +177,10 @@ fn wake_and_call(
                 _ => "?".to_owned(),
             });
         }
-        // What its VMM asked the host to read back at the resume.
-        let vmm_log = home.join("workspaces").join(&name).join("vmm.log");
-        let asked = std::fs::read_to_string(&vmm_log)
-            .unwrap_or_default()
-            .lines()
-            .rev()
-            .find(|l| l.contains("read back the guest pages"))
-            .and_then(|l| {
-                l.split("pages=")
-                    .nth(1)?
-                    .split_whitespace()
-                    .next()
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| "0".to_owned());
         let text = std::fs::read(&console).unwrap_or_default();
         let new = String::from_utf8_lossy(text.get(printed_before as usize..).unwrap_or(&[]));
         eprintln!(
-            "xtask: {name}: woken {:.0} ms ({} page faults; {asked} pages asked back at the resume), again {:.0} ms ({}); its console meanwhile: {} lines{}",
+            "xtask: {name}: woken {:.0} ms ({} page faults), again {:.0} ms ({}); its console meanwhile: {} lines{}",
             woken.last().copied().unwrap_or(f64::NAN),
             faults[0],
             again.last().copied().unwrap_or(f64::NAN),
@@ -213,9 +198,7 @@ fn wake_and_call(
 /// and 12 of `/proc/<pid>/stat`).
 fn faults_of(pid: u64) -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    // After ")": the state is field 3, so field N is at N - 3.
-    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let fields = workspace::store::process::stat_fields(&stat)?;
     Some((fields.get(7)?.parse().ok()?, fields.get(9)?.parse().ok()?))
 }
 

@@ -8,10 +8,8 @@ use std::time::{Duration, Instant};
 /// gone or a zombie (dead, not yet reaped).
 pub fn start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold spaces: split after it.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state); starttime is field 22.
+    let fields = stat_fields(&stat)?;
+    // starttime is field 22.
     if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
         return None;
     }
@@ -23,12 +21,20 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
 /// counted after the command's closing parenthesis, which the command
 /// itself may contain).
 pub fn cpu_ticks(stat: &str) -> Option<u64> {
+    stat_fields(stat)?
+        .get(11..15)?
+        .iter()
+        .try_fold(0u64, |sum, f| {
+            Some(sum.saturating_add(f.parse::<u64>().ok()?))
+        })
+}
+
+/// The fields of a `/proc/PID/stat` line from field 3 (the state) on, so
+/// field N is at N - 3: split after the command's closing parenthesis,
+/// since the command, in parentheses, may itself hold spaces and `)`.
+pub fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     let (_, rest) = stat.rsplit_once(')')?;
-    // After ")": state is field 3, so fields 14..=17 are 11..=14 here.
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields.get(11..15)?.iter().try_fold(0u64, |sum, f| {
-        Some(sum.saturating_add(f.parse::<u64>().ok()?))
-    })
+    Some(rest.split_whitespace().collect())
 }
 
 /// True while the process `pid` that started at `ticks` runs.
