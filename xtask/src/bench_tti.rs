@@ -508,9 +508,9 @@ fn measure(
         let size = if from == From::Pool { "1" } else { "0" };
         if pools {
             microagent(bin, home, &["pool", "set", "minimal", size, "--json"])?;
-        }
-        if pools && from != From::Pool {
-            drained_pool(bin, home)?;
+            if from != From::Pool {
+                drained_pool(bin, home)?;
+            }
         }
         let mut times = Vec::new();
         for i in 0..n {
