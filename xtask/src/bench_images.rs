@@ -220,7 +220,13 @@ const PULLS: usize = 3;
 struct BigPull {
     target: String,
     downloaded: u64,
+    /// `image pull`: the download, checked (converted at first use).
     pull: f64,
+    /// `image pull --convert` right after it: the conversion alone.
+    convert: f64,
+    /// `image pull --convert` into a fresh state directory: both, the
+    /// layers applied as they come.
+    pull_converting: f64,
     download: f64,
     split: PullSplit,
 }
@@ -237,13 +243,13 @@ struct PullSplit {
     total: f64,
 }
 
-/// `microagent image pull` of `target` into `home`, its stderr lines
-/// timed as they come.
+/// `microagent image pull --convert` of `target` into `home`, its stderr
+/// lines timed as they come.
 fn split_pull(bin: &Path, home: &Path, target: &str) -> anyhow::Result<PullSplit> {
     use std::io::BufRead;
     let began = Instant::now();
     let mut child = Command::new(bin)
-        .args(["image", "pull", target, "--insecure", "--json"])
+        .args(["image", "pull", target, "--insecure", "--convert", "--json"])
         .env("MICROAGENT_HOME", home)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -267,9 +273,10 @@ fn split_pull(bin: &Path, home: &Path, target: &str) -> anyhow::Result<PullSplit
 }
 
 /// Pushes the multi-layer image to a registry of its own and times, in
-/// turns, `skopeo copy` of it to a fresh layout and `microagent image pull`
-/// of it into a fresh state directory (nothing cached), median of
-/// [`PULLS`] each.
+/// turns, `skopeo copy` of it to a fresh layout, `microagent image pull`
+/// of it into a fresh state directory (nothing cached) and then its
+/// conversion (`pull --convert` of the same image), and `image pull
+/// --convert` into another fresh one, median of [`PULLS`] each.
 fn pull_beside_skopeo(work: &Path, bin: &Path, home: &Path) -> anyhow::Result<BigPull> {
     let big = work.join("big");
     std::fs::create_dir_all(&big)?;
@@ -279,6 +286,15 @@ fn pull_beside_skopeo(work: &Path, bin: &Path, home: &Path) -> anyhow::Result<Bi
     let target = format!("127.0.0.1:{port}/big:1");
     push(&layout, &target)?;
     let (mut pulls, mut downloads, mut downloaded) = (Vec::new(), Vec::new(), 0);
+    let (mut converts, mut pulls_converting) = (Vec::new(), Vec::new());
+    let pull = [
+        "image",
+        "pull",
+        target.as_str(),
+        "--insecure",
+        "--json",
+        "--convert",
+    ];
     for round in 0..PULLS {
         let copy = big.join(format!("copy{round}"));
         let (_, t) = timed(|| fetch(&target, &copy))?;
@@ -286,14 +302,17 @@ fn pull_beside_skopeo(work: &Path, bin: &Path, home: &Path) -> anyhow::Result<Bi
         downloaded = bytes_under(&copy.join("blobs"));
         let _ = std::fs::remove_dir_all(&copy);
         let fresh = home.with_extension(format!("big{round}"));
-        let (_, t) = timed(|| {
-            microagent(
-                bin,
-                &fresh,
-                &["image", "pull", &target, "--insecure", "--json"],
-            )
-        })?;
+        let (_, t) = timed(|| microagent(bin, &fresh, &pull[..5]))?;
         pulls.push(t);
+        let (converted, t) = timed(|| microagent(bin, &fresh, &pull))?;
+        anyhow::ensure!(
+            converted["image"]["rootfs_bytes"].as_u64() > Some(0),
+            "--convert did not convert: {converted}"
+        );
+        converts.push(t);
+        let _ = std::fs::remove_dir_all(&fresh);
+        let (_, t) = timed(|| microagent(bin, &fresh, &pull))?;
+        pulls_converting.push(t);
         let _ = std::fs::remove_dir_all(&fresh);
     }
     let fresh = home.with_extension("big-split");
@@ -303,6 +322,8 @@ fn pull_beside_skopeo(work: &Path, bin: &Path, home: &Path) -> anyhow::Result<Bi
         target,
         downloaded,
         pull: median(&mut pulls),
+        convert: median(&mut converts),
+        pull_converting: median(&mut pulls_converting),
         download: median(&mut downloads),
         split: split?,
     })
@@ -335,7 +356,14 @@ pub fn run_bench(args: &[String]) -> anyhow::Result<()> {
             microagent(
                 &bin,
                 &home,
-                &["image", "pull", &target, "--insecure", "--json"],
+                &[
+                    "image",
+                    "pull",
+                    &target,
+                    "--insecure",
+                    "--convert",
+                    "--json",
+                ],
             )
         })?;
         let name = pulled["image"]["name"]
@@ -380,7 +408,7 @@ pub fn run_bench(args: &[String]) -> anyhow::Result<()> {
             "container image `{target}` (busybox, {} MiB root filesystem):",
             bytes >> 20
         );
-        println!("  microagent image pull (download + convert)   {pull:>7.2} s");
+        println!("  microagent image pull --convert              {pull:>7.2} s");
         println!("  skopeo copy to a layout (download only)      {download:>7.2} s");
         println!("  microagent image pull again (same digest)    {again:>7.2} s");
         println!("  create + start of a workspace of it          {oci_boot:>7.2} s");
@@ -393,7 +421,7 @@ pub fn run_bench(args: &[String]) -> anyhow::Result<()> {
             (BIG_LAYERS * BIG_LAYER_FILES * BIG_FILE_BYTES) >> 20
         );
         println!(
-            "  microagent image pull (download + convert)   {:>7.2} s ({:.2}x skopeo)",
+            "  microagent image pull (download, checked)    {:>7.2} s ({:.2}x skopeo)",
             big.pull,
             big.pull / big.download
         );
@@ -401,9 +429,18 @@ pub fn run_bench(args: &[String]) -> anyhow::Result<()> {
             "  skopeo copy to a layout (download only)      {:>7.2} s",
             big.download
         );
+        println!(
+            "  its conversion after (pull --convert again)  {:>7.2} s",
+            big.convert
+        );
+        println!(
+            "  microagent image pull --convert, fresh       {:>7.2} s ({:.2}x skopeo)",
+            big.pull_converting,
+            big.pull_converting / big.download
+        );
         let s = &big.split;
         println!(
-            "  one more pull, split: manifest {:.2} s, then every layer in {:.2} s, the last applied {:.2} s later (layers apply as they come), filesystem and registration {:.2} s",
+            "  one more pull --convert, split: manifest {:.2} s, then every layer in {:.2} s, the last applied {:.2} s later (layers apply as they come), filesystem and registration {:.2} s",
             s.resolved,
             s.downloaded - s.resolved,
             s.applied - s.downloaded,

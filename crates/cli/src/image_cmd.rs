@@ -34,11 +34,12 @@ pub enum ImageCommand {
         #[arg(long)]
         name: Option<String>,
     },
-    /// Pull an image from an OCI or Docker registry and convert it into a
-    /// workspace image: `image pull alpine`, `image pull python:3.12-slim`,
-    /// `image pull ghcr.io/org/tool:1`. Credentials come from
-    /// ~/.docker/config.json; layers are cached, so pulling an image again
-    /// downloads only what changed
+    /// Pull an image from an OCI or Docker registry as a workspace image:
+    /// `image pull alpine`, `image pull python:3.12-slim`, `image pull
+    /// ghcr.io/org/tool:1`. Its layers are downloaded and checked; its root
+    /// filesystem is made when a workspace first uses it (`--convert`: now).
+    /// Credentials come from ~/.docker/config.json; layers are cached, so
+    /// pulling an image again downloads only what changed
     Pull {
         /// The image reference.
         reference: String,
@@ -49,6 +50,9 @@ pub enum ImageCommand {
         /// Speak plain HTTP to the registry (a local or test registry).
         #[arg(long)]
         insecure: bool,
+        /// Make its root filesystem now, not at its first use.
+        #[arg(long)]
+        convert: bool,
     },
     /// Build an image: from Debian packages (`--from debian:bookworm`,
     /// mmdebstrap, as root) or on top of an image (booted in a throwaway
@@ -158,11 +162,13 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
             reference,
             name,
             insecure,
+            convert,
         } => {
             let req = PullRequest {
                 reference: reference.clone(),
                 name: name.clone(),
                 insecure: *insecure,
+                convert: *convert,
             };
             let shown = Arc::new(Mutex::new(pull_progress(output::interactive())));
             let pulled = workspace::images::pull::pull(images, &req, shown).await?;
@@ -172,11 +178,16 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
                 println!("{} is up to date ({})", pulled.image.name, reference);
             } else {
                 println!(
-                    "pulled {} as {} ({} MiB downloaded, {} layer(s) cached)",
+                    "pulled {} as {} ({} MiB downloaded, {} layer(s) cached){}",
                     reference,
                     pulled.image.name,
                     pulled.downloaded_bytes.div_ceil(1 << 20),
-                    pulled.cached_layers
+                    pulled.cached_layers,
+                    if pulled.image.awaiting_conversion {
+                        "; its root filesystem is made at its first use"
+                    } else {
+                        ""
+                    }
                 );
             }
         }
@@ -191,7 +202,11 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
                     .map(|i| {
                         vec![
                             i.name.clone(),
-                            format!("{} MiB", i.rootfs_bytes >> 20),
+                            if i.awaiting_conversion {
+                                "at first use".into()
+                            } else {
+                                format!("{} MiB", i.rootfs_bytes >> 20)
+                            },
                             format!("{} MiB", i.kernel_bytes >> 20),
                             age(now.saturating_sub(i.imported_at_ms)),
                             sizes(&i.defaults),
@@ -202,7 +217,9 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
             }
         }
         ImageCommand::Inspect { name } => {
-            let info = images.get(name)?;
+            let info = images
+                .find(name)?
+                .ok_or_else(|| workspace::images::ImageError::NotFound(name.clone()))?;
             let users = ws.images().users(name)?;
             if json {
                 let mut v = serde_json::to_value(&info).unwrap_or_default();
@@ -215,11 +232,15 @@ pub async fn run(ws: &Workspaces, cmd: &ImageCommand, json: bool) -> Result<Exit
                     info.kernel.display(),
                     info.kernel_bytes
                 );
-                println!(
-                    "  rootfs   {} ({} bytes)",
-                    info.rootfs.display(),
-                    info.rootfs_bytes
-                );
+                if info.awaiting_conversion {
+                    println!("  rootfs   made at its first use (pulled, not converted yet)");
+                } else {
+                    println!(
+                        "  rootfs   {} ({} bytes)",
+                        info.rootfs.display(),
+                        info.rootfs_bytes
+                    );
+                }
                 println!(
                     "  source   {}",
                     output::field(&info.source.display().to_string())

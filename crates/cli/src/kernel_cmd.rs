@@ -135,7 +135,7 @@ pub async fn setup(
             continue;
         }
         let req = request();
-        if ws.image_registry().get(&req.name).is_ok() {
+        if ws.image_registry().find(&req.name)?.is_some() {
             if !json {
                 println!("image {}: already built", req.name);
             }

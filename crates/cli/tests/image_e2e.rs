@@ -62,10 +62,31 @@ fn container_images_import_and_boot_with_their_defaults() {
             pulled["downloaded_bytes"].as_u64().unwrap() > 1_000_000,
             "{pulled}"
         );
-        assert_eq!(pulled["image"]["defaults"]["cwd"], "/srv/app");
         assert_eq!(pulled["image"]["origin"]["reference"], target);
-        // The same digest again: nothing downloaded, the image unchanged.
-        let again = cli.ok_json(&["image", "pull", &target, "--insecure", "--json"]);
+        // Downloaded and checked; the root filesystem is made at first use.
+        assert_eq!(pulled["image"]["awaiting_conversion"], true, "{pulled}");
+        assert!(!cli.home().join("images/test-1/rootfs.ext4").exists());
+        let listed = cli.ok_json(&["image", "ls", "--json"]);
+        assert!(
+            listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["name"] == "test-1" && i["awaiting_conversion"] == true),
+            "{listed}"
+        );
+        let shown = cli.ok(&["image", "inspect", "test-1"]).stdout;
+        assert!(shown.contains("made at its first use"), "{shown}");
+        // The same digest again: nothing downloaded, the image unchanged;
+        // with --convert, converted now (its config's defaults read).
+        let again = cli.ok_json(&[
+            "image",
+            "pull",
+            &target,
+            "--insecure",
+            "--convert",
+            "--json",
+        ]);
         assert_eq!(
             (
                 again["unchanged"].as_bool(),
@@ -73,6 +94,9 @@ fn container_images_import_and_boot_with_their_defaults() {
             ),
             (Some(true), Some(0))
         );
+        assert_eq!(again["image"]["defaults"]["cwd"], "/srv/app", "{again}");
+        assert_eq!(again["image"].get("awaiting_conversion"), None, "{again}");
+        assert!(cli.home().join("images/test-1/rootfs.ext4").exists());
         // Removed and pulled again: its layers come from the cache.
         cli.ok_json(&["image", "rm", "test-1", "--json"]);
         let cached = cli.ok_json(&["image", "pull", &target, "--insecure", "--json"]);
@@ -91,7 +115,14 @@ fn container_images_import_and_boot_with_their_defaults() {
         testkit::oci::write_image(&zstd_layout, &layers, serde_json::json!({}), 0);
         let zstd_target = format!("127.0.0.1:{}/zstd:1", registry.port);
         testkit::oci::push(skopeo, &zstd_layout, &zstd_target);
-        let zstd_pulled = cli.ok_json(&["image", "pull", &zstd_target, "--insecure", "--json"]);
+        let zstd_pulled = cli.ok_json(&[
+            "image",
+            "pull",
+            &zstd_target,
+            "--insecure",
+            "--convert",
+            "--json",
+        ]);
         assert_eq!(zstd_pulled["image"]["name"], "zstd-1", "{zstd_pulled}");
         let rootfs = cli.home().join("images/zstd-1/rootfs.ext4");
         let rootfs = rootfs.to_str().unwrap();
@@ -189,8 +220,9 @@ fn container_images_import_and_boot_with_their_defaults() {
         .flatten()
         .filter(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            // The layer cache stays; scratch directories must not.
-            name.starts_with('.') && name != ".blobs"
+            // The layer cache and the pulled images' records stay;
+            // scratch directories must not.
+            name.starts_with('.') && name != ".blobs" && name != ".pulled"
         })
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
@@ -206,7 +238,12 @@ fn container_images_import_and_boot_with_their_defaults() {
     if testkit::require(test, testkit::guest_assets()).is_none() {
         return;
     }
-    cli.ok_json(&["create", "box", "--image", boot_image, "--json"]);
+    let made = cli.ok_json(&["create", "box", "--image", boot_image, "--json"]);
+    // The pulled image (pulled again from cached layers, not converted)
+    // was converted by its first use.
+    let image = cli.ok_json(&["image", "inspect", boot_image, "--json"]);
+    assert_eq!(image.get("awaiting_conversion"), None, "{image}");
+    assert_eq!(image["defaults"]["cwd"], "/srv/app", "{made}");
     let started = cli.run(&["start", "box", "--json"]);
     if started.status != 0 {
         let logs = cli.run(&["logs", "box"]);

@@ -77,7 +77,7 @@ impl Scratch {
         let mut left: Vec<String> = std::fs::read_dir(&images)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n != ".blobs")
+            .filter(|n| n != ".blobs" && n != ".pulled")
             .collect();
         if let Ok(blobs) = std::fs::read_dir(images.join(".blobs/sha256")) {
             left.extend(
@@ -282,6 +282,7 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
                 reference: target.clone(),
                 name: Some("pulled".into()),
                 insecure: true,
+                convert: true,
             };
             let progress: workspace::images::oci_pull::PullProgress = std::sync::Arc::new(
                 std::sync::Mutex::new(|_: workspace::images::oci_pull::PullEvent| {}),
@@ -299,6 +300,38 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
             assert_eq!(s.canary_tree(), before);
             assert_eq!(s.leftovers(), had, "{target}");
         }
+        // Pulled to be converted at first use: the bomb's download is
+        // within its limit, so the pull is kept; its first use fails as
+        // the pull above did, registers nothing and leaves no scratch,
+        // and it can be removed.
+        let target = format!("127.0.0.1:{}/bomb:1", registry.port);
+        let had = s.leftovers();
+        let req = workspace::images::oci_pull::PullRequest {
+            reference: target.clone(),
+            name: Some("later".into()),
+            insecure: true,
+            convert: false,
+        };
+        let progress: workspace::images::oci_pull::PullProgress = std::sync::Arc::new(
+            std::sync::Mutex::new(|_: workspace::images::oci_pull::PullEvent| {}),
+        );
+        let pulled = runtime
+            .block_on(workspace::images::pull::pull(
+                s.ws.image_registry(),
+                &req,
+                progress,
+            ))
+            .unwrap_or_else(|e| panic!("{target}: {}", workspace::Error::from(e)));
+        assert!(pulled.image.awaiting_conversion);
+        let err = workspace::Error::from(s.ws.image_registry().get("later").unwrap_err());
+        let message = err.full_message();
+        assert_eq!(err.code(), ErrorCode::InvalidInput, "{message}");
+        assert!(message.contains("over the limit"), "{message}");
+        let found = s.ws.image_registry().find("later").unwrap().unwrap();
+        assert!(found.awaiting_conversion, "{found:?}");
+        s.ws.images().remove("later").unwrap();
+        assert!(s.ws.image_registry().find("later").unwrap().is_none());
+        assert_eq!(s.leftovers(), had, "{target}");
     }
 
     // Nothing above held much: the bomb went to disk, within its limit.
@@ -482,7 +515,7 @@ fn a_guest_streaming_without_end_stops_the_build_at_its_limit() {
     let left: Vec<String> = std::fs::read_dir(root.join("state/images"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.') && n != ".blobs")
+        .filter(|n| n.starts_with('.') && n != ".blobs" && n != ".pulled")
         .collect();
     let _ = std::fs::remove_dir_all(&root);
     let err = match built {

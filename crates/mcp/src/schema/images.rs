@@ -47,6 +47,10 @@ pub struct PullImageParams {
     /// Speak plain HTTP to the registry (a local or test registry only).
     #[serde(default)]
     pub insecure: bool,
+    /// Make its root filesystem now (default: at its first use, so the
+    /// pull is the download alone).
+    #[serde(default)]
+    pub convert: bool,
 }
 
 /// `image_delete`.
@@ -108,9 +112,14 @@ impl Render for workspace::images::pull::Pulled {
         if self.unchanged {
             return format!("{} is up to date (same manifest digest)", self.image.name);
         }
+        let rootfs = if self.image.awaiting_conversion {
+            "root filesystem made at its first use".to_owned()
+        } else {
+            format!("root filesystem {} bytes", self.image.rootfs_bytes)
+        };
         format!(
-            "pulled as {}: {} bytes downloaded, {} layer(s) from the cache, root filesystem {} bytes",
-            self.image.name, self.downloaded_bytes, self.cached_layers, self.image.rootfs_bytes
+            "pulled as {}: {} bytes downloaded, {} layer(s) from the cache, {rootfs}",
+            self.image.name, self.downloaded_bytes, self.cached_layers
         )
     }
 }

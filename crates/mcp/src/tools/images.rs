@@ -40,7 +40,7 @@ use workspace::images::oci::config::ImageDefaults;
 impl MicroagentServer {
     /// The registered image a new workspace of `image` (default
     /// `minimal`) boots: an OCI reference is pulled first as `pull` says
-    /// (default `missing`), with progress.
+    /// (default `missing`), and a pulled image converted, with progress.
     pub(crate) async fn image_for(
         &self,
         image: Option<&str>,
@@ -48,12 +48,23 @@ impl MicroagentServer {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<String, crate::error::ToolError> {
         let image = image.unwrap_or(workspace::store::spec::defaults::IMAGE);
-        if !workspace::images::pull::is_reference(image) {
+        let step = if workspace::images::pull::is_reference(image) {
+            format!("pulling {image}")
+        } else if self
+            .ws
+            .image_registry()
+            .find(image)
+            .ok()
+            .flatten()
+            .is_some_and(|i| i.awaiting_conversion)
+        {
+            format!("converting {image}")
+        } else {
             return Ok(image.to_owned());
-        }
+        };
         let (images, reference) = (self.ws.image_registry().clone(), image.to_owned());
         let policy = pull.unwrap_or_default();
-        let name = with_pull_progress(ctx, format!("pulling {image}"), |events| async move {
+        let name = with_pull_progress(ctx, step, |events| async move {
             workspace::images::pull::resolve(&images, &reference, policy, events).await
         })
         .await
@@ -169,10 +180,12 @@ impl MicroagentServer {
 
     /// Pull an image from an OCI or Docker registry (Docker Hub short names
     /// like `alpine` or `python:3.12-slim`, GHCR, private registries with
-    /// credentials from the Docker config) and convert it into a workspace
-    /// image named after it. Layers are cached: pulling again downloads only
-    /// what changed, and an image already registered with the same digest
-    /// is returned unchanged. Sends progress (layers, bytes) when asked.
+    /// credentials from the Docker config) as a workspace image named after
+    /// it: its layers are downloaded and checked, and its root filesystem
+    /// made when a workspace first uses it (`convert`: now). Layers are
+    /// cached: pulling again downloads only what changed, and an image
+    /// already pulled with the same digest is returned unchanged. Sends
+    /// progress (layers, bytes) when asked.
     #[tool(
         output_schema = crate::output::schema::<Pulled>(),
         annotations(
@@ -192,6 +205,7 @@ impl MicroagentServer {
             reference: p.reference,
             name: p.name,
             insecure: p.insecure,
+            convert: p.convert,
         };
         let images = self.ws.image_registry().clone();
         let pull = with_pull_progress(&ctx, "reading the manifest".into(), |events| async move {

@@ -1,6 +1,7 @@
-//! `image pull`: an image from a registry ([`oci::pull`](super::oci::pull)
-//! fetches it, layers cached by digest in `<state>/images/.blobs/sha256/`)
-//! converted as an import is and registered.
+//! `image pull`: an image from a registry ([`oci_pull`](super::oci_pull)
+//! fetches it, layers cached by digest in the registry's blob store),
+//! recorded to be converted at its first use, or converted at once as an
+//! import is (`convert`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,8 +93,8 @@ fn default_name(req: &PullRequest) -> Result<String, ImageError> {
 
 /// The registered image `image` names, for a new workspace: a registered
 /// name as it is; an OCI reference is pulled first as `policy` says and
-/// registered under its default name, which is returned. `progress` hears
-/// a pull's steps.
+/// registered under its default name, which is returned. A pulled image
+/// is converted. `progress` hears a pull's and a conversion's steps.
 pub async fn resolve(
     registry: &ImageRegistry,
     image: &str,
@@ -101,20 +102,27 @@ pub async fn resolve(
     progress: PullProgress,
 ) -> Result<String, PullError> {
     if !is_reference(image) {
+        // A pulled image is converted here, where its steps can be shown,
+        // rather than silently by the create.
+        if registry.find(image)?.is_some_and(|i| i.awaiting_conversion) {
+            convert_pulled(registry, image, progress).await?;
+        }
         return Ok(image.to_owned());
     }
     let req = PullRequest {
         reference: image.to_owned(),
         name: None,
         insecure: false,
+        // Converted here, for the workspace about to be made of it.
+        convert: true,
     };
     let name = default_name(&req)?;
-    let registered = match registry.get(&name) {
-        Ok(_) => true,
-        Err(ImageError::NotFound(_)) => false,
-        Err(e) => return Err(e.into()),
-    };
-    match (policy, registered) {
+    let found = registry.find(&name)?;
+    if found.as_ref().is_some_and(|i| i.awaiting_conversion) && policy != PullPolicy::Always {
+        convert_pulled(registry, &name, progress).await?;
+        return Ok(name);
+    }
+    match (policy, found.is_some()) {
         (PullPolicy::Never, false) => Err(ImageError::NotPulled {
             reference: image.to_owned(),
             name,
@@ -162,32 +170,46 @@ pub async fn pull(
     // Never closed, so a turn always comes.
     let _turn = PULL_TURNS.acquire().await;
     let remote = Remote::open(reference, insecure, registry.limits()).await?;
-    match registry.get(&name) {
-        Ok(existing)
+    match registry.find(&name)? {
+        Some(existing)
             if existing
                 .origin
                 .as_ref()
                 .is_some_and(|o| o.manifest_digest == remote.manifest_digest) =>
         {
+            let image = if existing.awaiting_conversion && req.convert {
+                convert_pulled(registry, &name, progress).await?
+            } else {
+                existing
+            };
             return Ok(Pulled {
-                image: existing,
+                image,
                 downloaded_bytes: 0,
                 cached_layers: remote.manifest.layers.len(),
                 unchanged: true,
             });
         }
-        Ok(_) => return Err(ImageError::Exists(name).into()),
-        Err(ImageError::NotFound(_)) => {}
-        Err(e) => return Err(e.into()),
+        Some(_) => return Err(ImageError::Exists(name).into()),
+        None => {}
     }
-    // Pulled layers are kept by digest beside the images.
-    let blobs = registry.root().join(".blobs/sha256");
+    let blobs = registry.blobs_dir();
+    // The config is read, and its layers counted, whether or not the
+    // conversion is now: a pull that cannot be converted fails here.
     let resolved = remote.resolved(&blobs)?;
     // Made before the conversion starts: an image without layers is
     // converted at once, and then nothing may fail after it.
     tokio::fs::create_dir_all(&blobs)
         .await
         .map_err(|e| OciError::io(format!("creating {}", blobs.display()), e))?;
+    if !req.convert {
+        if resolved.layers.len() != resolved.config.rootfs.diff_ids.len() {
+            return Err(OciError::Unsupported(
+                "its manifest and config list different numbers of layers".into(),
+            )
+            .into());
+        }
+        return fetch_for_later(registry, &remote, name, &blobs, progress).await;
+    }
     // A pull dropped during the conversion (a cancelled call) must not
     // register the image the conversion goes on to make.
     let dropped = Arc::new(AtomicBool::new(false));
@@ -268,6 +290,64 @@ pub async fn pull(
         // fetch).
         (Err(e), Ok(_)) => Err(e),
     }
+}
+
+/// Fetches `remote`'s layers into `blobs` and records the image as pulled,
+/// to be converted at its first use.
+async fn fetch_for_later(
+    registry: &ImageRegistry,
+    remote: &Remote,
+    name: String,
+    blobs: &std::path::Path,
+    progress: PullProgress,
+) -> Result<Pulled, PullError> {
+    // Nothing converts as they come: the files handed over are closed.
+    let (arrived, arrivals) = std::sync::mpsc::channel();
+    let fetched = remote.fetch_layers(blobs, &progress, &arrived).await;
+    drop(arrivals);
+    let (downloaded, cached) = fetched?;
+    let pulled = base::images::registry::PulledImage {
+        name,
+        reference: remote.reference_whole(),
+        manifest_digest: remote.manifest_digest.clone(),
+        config_digest: remote.manifest.config.digest.clone(),
+        config_json: remote.config_json().to_owned(),
+        layers: remote
+            .manifest
+            .layers
+            .iter()
+            .map(|l| l.digest.clone())
+            .collect(),
+        pulled_at_ms: base::host::settings::now_ms(),
+    };
+    let registry = registry.clone();
+    let image = tokio::task::spawn_blocking(move || registry.record_pulled(&pulled))
+        .await
+        .map_err(|e| OciError::io("recording the pull", std::io::Error::other(e)))??;
+    Ok(Pulled {
+        image,
+        downloaded_bytes: downloaded,
+        cached_layers: cached,
+        unchanged: false,
+    })
+}
+
+/// Converts the pulled image `name` (on a blocking thread: it writes a
+/// whole root filesystem), telling `progress` each step.
+pub async fn convert_pulled(
+    registry: &ImageRegistry,
+    name: &str,
+    progress: PullProgress,
+) -> Result<ImageInfo, PullError> {
+    let (registry, name) = (registry.clone(), name.to_owned());
+    tokio::task::spawn_blocking(move || {
+        registry.convert_pulled(&name, &mut |step| {
+            report(&progress, PullEvent::Convert(step))
+        })
+    })
+    .await
+    .map_err(|e| OciError::io("converting the image", std::io::Error::other(e)))?
+    .map_err(PullError::from)
 }
 
 #[cfg(test)]

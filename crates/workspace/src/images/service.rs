@@ -40,7 +40,13 @@ impl Images<'_> {
     /// Removes image `name` unless a workspace uses it (CONFLICT naming
     /// them); with `preview` it only checks. Returns what goes.
     pub fn delete(self, name: &str, preview: bool) -> Result<ImageInfo> {
-        let info = self.all.image_registry().get(name)?;
+        // Found, not converted: a pulled image awaiting its first use
+        // goes as it is.
+        let info = self
+            .all
+            .image_registry()
+            .find(name)?
+            .ok_or_else(|| base::images::registry::ImageError::NotFound(name.to_owned()))?;
         let users = self.users(name)?;
         if preview && users.is_empty() {
             return Ok(info);

@@ -150,15 +150,20 @@ pub fn convert_with(
             manifest_digest: image.manifest_digest.clone(),
             config_digest: image.config_digest.clone(),
             layers,
-            description: image
-                .config
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.as_ref())
-                .and_then(|l| l.get(crate::images::oci::config::DESCRIPTION_KEY))
-                .map(|d| d.chars().take(MAX_DESCRIPTION).collect()),
+            description: description_of(&image.config),
         },
     })
+}
+
+/// What an image's config says it is (its description label), at most
+/// [`MAX_DESCRIPTION`] characters.
+pub fn description_of(config: &super::config::ImageConfig) -> Option<String> {
+    config
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|l| l.get(crate::images::oci::config::DESCRIPTION_KEY))
+        .map(|d| d.chars().take(MAX_DESCRIPTION).collect())
 }
 
 /// Longest description kept, in characters.

@@ -41,6 +41,8 @@ pub struct PullRequest {
     pub name: Option<String>,
     /// Speak plain HTTP to this reference's registry.
     pub insecure: bool,
+    /// Convert it into a root filesystem now, not at its first use.
+    pub convert: bool,
 }
 
 /// Progress of a pull.
@@ -313,6 +315,16 @@ impl Remote {
             manifest_digest,
             config_json,
         })
+    }
+
+    /// The reference, whole (`registry/repository:tag`).
+    pub(crate) fn reference_whole(&self) -> String {
+        self.reference.whole()
+    }
+
+    /// The image's configuration, as the registry sent it.
+    pub(crate) fn config_json(&self) -> &str {
+        &self.config_json
     }
 
     /// The image as it will be once its layers are in `blobs`: each

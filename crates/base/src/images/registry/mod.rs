@@ -4,7 +4,8 @@
 //! Importing hard-links the files when the source is on the same filesystem
 //! (xtask never rewrites a built file in place, so a link is a stable copy)
 //! and copies them otherwise. The images `cargo xtask setup` builds
-//! (`minimal`, `debian`) are imported from the asset cache on first use.
+//! (`minimal`, `debian`) are imported from the asset cache on first use;
+//! pulled images are converted on first use (`pulled`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,9 @@ use crate::store::name::{validate_name, NameError};
 use crate::store::spec::WorkspaceSpec;
 use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
 use vmm_core::KernelVariant;
+
+mod pulled;
+pub use pulled::PulledImage;
 
 /// The record file inside an image directory.
 pub const IMAGE_FILE: &str = "image.json";
@@ -182,6 +186,10 @@ pub struct ImageInfo {
     /// `org.opencontainers.image.description`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Pulled, and converted into a root filesystem at its first use (its
+    /// files are not there yet).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_conversion: bool,
 }
 
 /// What a converted image adds to its record.
@@ -401,19 +409,36 @@ impl ImageRegistry {
                 out.push(with_built_sizes(read_json(&record)?));
             }
         }
+        for pulled in self.all_pulled()? {
+            out.push(self.awaiting_conversion(&pulled));
+        }
         out.sort_by(|a: &ImageInfo, b| a.name.cmp(&b.name));
         Ok(out)
     }
 
-    /// One image (a built image is imported on first use).
+    /// One image, ready for a workspace: a built image is imported, and
+    /// a pulled one converted, on first use.
     pub fn get(&self, name: &str) -> Result<ImageInfo, ImageError> {
+        match self.find(name)? {
+            Some(info) if info.awaiting_conversion => self.convert_pulled(name, &mut |_| {}),
+            Some(info) => Ok(info),
+            None => Err(ImageError::NotFound(name.to_owned())),
+        }
+    }
+
+    /// The image `name` as it stands: registered (a built image is
+    /// imported), or pulled and awaiting its conversion (not converted by
+    /// this); `None` if there is neither.
+    pub fn find(&self, name: &str) -> Result<Option<ImageInfo>, ImageError> {
         let record = self.image_dir(name)?.join(IMAGE_FILE);
         if !record.exists() && self.built(name).is_some() {
             self.import_built()?;
         }
         match read_json(&record) {
-            Ok(info) => Ok(with_built_sizes(info)),
-            Err(StoreError::Missing { .. }) => Err(ImageError::NotFound(name.to_owned())),
+            Ok(info) => Ok(Some(with_built_sizes(info))),
+            Err(StoreError::Missing { .. }) => {
+                Ok(self.pulled(name)?.map(|p| self.awaiting_conversion(&p)))
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -489,6 +514,7 @@ impl ImageRegistry {
                 defaults: extras.defaults,
                 origin: extras.origin,
                 description: extras.description,
+                awaiting_conversion: false,
             };
             write_json_atomic(&staging.join(IMAGE_FILE), &info)?;
             // rename(2) onto an existing non-empty directory fails: the name is taken.
@@ -663,7 +689,7 @@ impl ImageRegistry {
 
     /// Refuses a bad or taken name before any work.
     pub fn check_free(&self, name: &str) -> Result<(), ImageError> {
-        if self.image_dir(name)?.join(IMAGE_FILE).exists() {
+        if self.image_dir(name)?.join(IMAGE_FILE).exists() || self.pulled(name)?.is_some() {
             return Err(ImageError::Exists(name.to_owned()));
         }
         Ok(())
@@ -672,7 +698,8 @@ impl ImageRegistry {
     /// Removes an image unless a workspace in `users` uses it.
     pub fn remove(&self, name: &str, users: Vec<String>) -> Result<(), ImageError> {
         let dir = self.image_dir(name)?;
-        if !dir.join(IMAGE_FILE).exists() {
+        let registered = dir.join(IMAGE_FILE).exists();
+        if !registered && self.pulled(name)?.is_none() {
             return Err(ImageError::NotFound(name.to_owned()));
         }
         if !users.is_empty() {
@@ -681,117 +708,14 @@ impl ImageRegistry {
                 users,
             });
         }
-        std::fs::remove_dir_all(&dir).map_err(|source| ImageError::Remove { path: dir, source })
+        self.forget_pulled(name)?;
+        if registered {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|source| ImageError::Remove { path: dir, source })?;
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fake_image(dir: &Path) {
-        std::fs::create_dir_all(dir).unwrap();
-        let mut kernel = vec![0u8; 4096];
-        kernel[..4].copy_from_slice(b"\x7fELF");
-        std::fs::write(dir.join(KERNEL_FILE), kernel).unwrap();
-        let mut rootfs = vec![0u8; 8192];
-        rootfs[1080..1082].copy_from_slice(&[0x53, 0xef]);
-        std::fs::write(dir.join(ROOTFS_FILE), rootfs).unwrap();
-    }
-
-    fn registry(test: &str) -> (ImageRegistry, PathBuf) {
-        let root =
-            std::env::temp_dir().join(format!("microagent-img-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let state = StateDir::at(root.join("state")).unwrap();
-        let assets = root.join("assets");
-        std::fs::create_dir_all(&assets).unwrap();
-        (
-            ImageRegistry::new(&state, Some(assets), KernelVariant::Compat),
-            root,
-        )
-    }
-
-    #[test]
-    fn import_list_get_remove() {
-        let (reg, root) = registry("cycle");
-        let src = root.join("src");
-        fake_image(&src);
-        let info = reg.import_dir("mine", &src).unwrap();
-        assert_eq!(info.kernel_bytes, 4096);
-        assert_eq!(reg.get("mine").unwrap(), info);
-        assert_eq!(reg.list().unwrap(), vec![info.clone()]);
-        let again = reg.import_dir("mine", &src).unwrap_err();
-        assert_eq!(again.code(), ErrorCode::Conflict);
-        let in_use = reg.remove("mine", vec!["dev".into()]).unwrap_err();
-        assert_eq!(in_use.code(), ErrorCode::Conflict);
-        assert!(in_use.to_string().contains("dev"));
-        assert!(reg.get("mine").is_ok(), "a refused rm changes nothing");
-        reg.remove("mine", Vec::new()).unwrap();
-        assert_eq!(reg.get("mine").unwrap_err().code(), ErrorCode::NotFound);
-        assert_eq!(
-            reg.remove("mine", Vec::new()).unwrap_err().code(),
-            ErrorCode::NotFound
-        );
-        std::fs::remove_dir_all(root).unwrap();
-    }
-
-    #[test]
-    fn bad_sources_are_refused_and_leave_nothing() {
-        let (reg, root) = registry("bad");
-        let src = root.join("src");
-        fake_image(&src);
-        std::fs::write(src.join(ROOTFS_FILE), vec![0u8; 4096]).unwrap();
-        let err = reg.import_dir("mine", &src).unwrap_err();
-        assert_eq!(err.code(), ErrorCode::InvalidInput);
-        assert!(err.to_string().contains("ext4"));
-        std::fs::remove_file(src.join(KERNEL_FILE)).unwrap();
-        assert_eq!(
-            reg.import_dir("mine", &src).unwrap_err().code(),
-            ErrorCode::InvalidInput
-        );
-        assert_eq!(
-            reg.import_dir("Bad Name", &src).unwrap_err().code(),
-            ErrorCode::InvalidInput
-        );
-        assert!(reg.list().unwrap().is_empty());
-        assert_eq!(std::fs::read_dir(&reg.dir).unwrap().count(), 0);
-        std::fs::remove_dir_all(root).unwrap();
-    }
-
-    #[test]
-    fn scratch_directories_are_apart_within_one_process() {
-        let (reg, root) = registry("scratch");
-        let (a, b) = (
-            reg.scratch_dir("convert").unwrap(),
-            reg.scratch_dir("convert").unwrap(),
-        );
-        assert_ne!(a, b, "two conversions at once must not share one");
-        assert!(a.is_dir() && b.is_dir());
-        // A dead process's scratch goes with the next; a live one's stays.
-        let dead = reg
-            .dir
-            .join(format!("{SCRATCH_PREFIX}{}-0-convert", u32::MAX));
-        std::fs::create_dir(&dead).unwrap();
-        let c = reg.scratch_dir("unpack").unwrap();
-        assert!(!dead.exists(), "a dead process's scratch stayed");
-        assert!(a.is_dir() && b.is_dir() && c.is_dir());
-        std::fs::remove_dir_all(root).unwrap();
-    }
-
-    #[test]
-    fn built_images_are_imported_on_first_use() {
-        let (reg, root) = registry("built");
-        let assets = root.join("assets");
-        let src = root.join("src");
-        fake_image(&src);
-        std::fs::copy(src.join(KERNEL_FILE), assets.join("vmlinux-compat")).unwrap();
-        std::fs::copy(src.join(ROOTFS_FILE), assets.join("rootfs-minimal.ext4")).unwrap();
-        assert_eq!(reg.get("debian").unwrap_err().code(), ErrorCode::NotFound);
-        let info = reg.get("minimal").unwrap();
-        assert_eq!(info.name, "minimal");
-        assert!(info.rootfs.exists());
-        assert_eq!(reg.list().unwrap().len(), 1);
-        std::fs::remove_dir_all(root).unwrap();
-    }
-}
+mod tests;
