@@ -25,7 +25,12 @@ struct Tally {
     results: usize,
     /// Those that failed, even with no result line (a crash).
     failed_binaries: Vec<String>,
+    /// Each test's seconds, where its binary ran one at a time.
+    test_seconds: Vec<(String, f64)>,
 }
+
+/// How many of the slowest tests the summary names.
+const SLOWEST_SHOWN: usize = 15;
 
 impl Tally {
     fn add(&mut self, stdout: &str, success: bool, source: &str) {
@@ -102,10 +107,18 @@ fn run_binaries(
         .partition(|b| test_lanes::runs_alone(&b.target));
     let tally = Mutex::new(tally);
     let done = |finished: test_lanes::Finished| {
-        tally.lock().unwrap_or_else(|p| p.into_inner()).add(
+        let mut tally = tally.lock().unwrap_or_else(|p| p.into_inner());
+        tally.add(
             &finished.stdout,
             finished.success,
             &finished.binary.source,
+        );
+        let target = &finished.binary.target;
+        tally.test_seconds.extend(
+            finished
+                .test_seconds
+                .into_iter()
+                .map(|(test, s)| (format!("{target}: {test}"), s)),
         );
     };
     for (binaries, lanes) in [(alone, 1), (shared, lanes)] {
@@ -200,6 +213,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         counts,
         results,
         failed_binaries,
+        mut test_seconds,
     } = tally;
     let skips = std::fs::read_to_string(&skip_log).unwrap_or_default();
     let _ = std::fs::remove_file(&skip_log);
@@ -208,6 +222,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         println!("skipped: {line}");
     }
     let passed = counts.passed.saturating_sub(skipped);
+    // Where the run's time went, for whoever shortens it next.
+    test_seconds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if !test_seconds.is_empty() {
+        println!("slowest tests (those run one at a time):");
+    }
+    for (test, s) in test_seconds.iter().take(SLOWEST_SHOWN) {
+        println!("  {s:>6.0} s  {test}");
+    }
     println!(
         "summary: {passed} passed, {} failed, {skipped} skipped",
         counts.failed

@@ -5,7 +5,9 @@
 //! (`ALONE`) run first, one at a time. The longest start first
 //! (`EXPECTED_SECONDS`) so that the lanes end together; each binary's
 //! standard output (libtest's report) is printed whole when it ends, so
-//! the log reads as `cargo test`'s does.
+//! the log reads as `cargo test`'s does; where a binary runs one test at a
+//! time, each test's time is read from it as it comes, and the summary
+//! names the slowest.
 
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -131,6 +133,81 @@ pub struct Finished {
     pub binary: TestBinary,
     pub stdout: String,
     pub success: bool,
+    /// Each test's seconds, when the binary ran one test at a time (then
+    /// a test's time is from the end of the one before to its own).
+    pub test_seconds: Vec<(String, f64)>,
+}
+
+/// What a line of libtest's report says of a test: that it ended (`test
+/// NAME ... ok`, or a bare `ok` after the line that said it was running
+/// long, which one test at a time has end with the warning), or is still
+/// running (`test NAME ... has been running for over 60 seconds`).
+fn report_line(line: &str, running: &mut Option<String>) -> Option<String> {
+    const RESULTS: [&str; 3] = ["ok", "FAILED", "ignored"];
+    if RESULTS.contains(&line) {
+        return running.take();
+    }
+    let (name, result) = line.strip_prefix("test ")?.rsplit_once(" ... ")?;
+    if result.starts_with("has been running for over") {
+        *running = Some(name.to_owned());
+        return None;
+    }
+    RESULTS.contains(&result).then(|| name.to_owned())
+}
+
+/// What a binary printed, whether it passed, and when each test ended
+/// (seconds from its start).
+#[derive(Default)]
+struct Ran {
+    stdout: String,
+    success: bool,
+    ended: Vec<(String, f64)>,
+}
+
+/// Runs `binary` with `env`.
+fn run_one(binary: &TestBinary, env: &[(&str, &std::ffi::OsStr)]) -> std::io::Result<Ran> {
+    let started = Instant::now();
+    let mut child = Command::new(&binary.exe)
+        .current_dir(&binary.package_dir)
+        .env("CARGO_MANIFEST_DIR", &binary.package_dir)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        // Left as it is: a process a test leaves behind may hold it open
+        // (libtest captures what tests print anyway).
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let (mut stdout, mut ended, mut running) = (String::new(), Vec::new(), None);
+    if let Some(out) = child.stdout.take() {
+        let mut reader = std::io::BufReader::new(out);
+        let mut line = Vec::new();
+        while reader.read_until(b'\n', &mut line)? > 0 {
+            let text = String::from_utf8_lossy(&line);
+            if let Some(name) = report_line(text.trim_end(), &mut running) {
+                ended.push((name, started.elapsed().as_secs_f64()));
+            }
+            stdout.push_str(&text);
+            line.clear();
+        }
+    }
+    Ok(Ran {
+        stdout,
+        success: child.wait()?.success(),
+        ended,
+    })
+}
+
+/// Each test's own seconds from when each ended, one test at a time.
+fn durations(ended: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    let mut before = 0.0;
+    ended
+        .into_iter()
+        .map(|(name, at)| {
+            let took = at - before;
+            before = at;
+            (name, took)
+        })
+        .collect()
 }
 
 /// Runs `binaries` in `lanes` lanes, each with `env` set, calling `done`
@@ -152,24 +229,21 @@ pub fn run(
                 };
                 eprintln!("xtask: running {}", binary.source);
                 let started = Instant::now();
-                let output = Command::new(&binary.exe)
-                    .current_dir(&binary.package_dir)
-                    .env("CARGO_MANIFEST_DIR", &binary.package_dir)
-                    .envs(env.iter().copied())
-                    .stdin(Stdio::null())
-                    // Left as it is: a process a test leaves behind may hold
-                    // it open (libtest captures what tests print anyway).
-                    .stderr(Stdio::inherit())
-                    .output();
-                let (stdout, success) = match output {
-                    Ok(o) => (
-                        String::from_utf8_lossy(&o.stdout).into_owned(),
-                        o.status.success(),
-                    ),
-                    Err(e) => {
-                        eprintln!("xtask: could not start {}: {e}", binary.exe.display());
-                        (String::new(), false)
-                    }
+                let Ran {
+                    stdout,
+                    success,
+                    ended,
+                } = run_one(&binary, env).unwrap_or_else(|e| {
+                    eprintln!("xtask: could not run {}: {e}", binary.exe.display());
+                    Ran::default()
+                });
+                let one_at_a_time = env
+                    .iter()
+                    .any(|(k, v)| *k == "RUST_TEST_THREADS" && *v == "1");
+                let test_seconds = if one_at_a_time {
+                    durations(ended)
+                } else {
+                    Vec::new()
                 };
                 let _turn = printing.lock().unwrap_or_else(|p| p.into_inner());
                 println!(
@@ -187,6 +261,7 @@ pub fn run(
                     binary,
                     stdout,
                     success,
+                    test_seconds,
                 });
             });
         }
@@ -196,6 +271,32 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_tests_time_is_read_from_the_report_one_test_at_a_time() {
+        let report = [
+            "running 3 tests",
+            "test a ... ok",
+            "test slow ... has been running for over 60 seconds",
+            "ok",
+            "test broken ... FAILED",
+            "test result: FAILED. 2 passed; 1 failed",
+        ];
+        let (mut running, mut ended) = (None, Vec::new());
+        for (at, line) in report.iter().enumerate() {
+            if let Some(name) = report_line(line, &mut running) {
+                ended.push((name, at as f64 * 10.0));
+            }
+        }
+        assert_eq!(
+            durations(ended),
+            vec![
+                ("a".to_owned(), 10.0),
+                ("slow".to_owned(), 20.0),
+                ("broken".to_owned(), 10.0)
+            ]
+        );
+    }
 
     #[test]
     fn test_executables_are_read_from_cargos_messages() {
