@@ -108,11 +108,7 @@ fn run_binaries(
     let tally = Mutex::new(tally);
     let done = |finished: test_lanes::Finished| {
         let mut tally = tally.lock().unwrap_or_else(|p| p.into_inner());
-        tally.add(
-            &finished.stdout,
-            finished.success,
-            &finished.binary.source,
-        );
+        tally.add(&finished.stdout, finished.success, &finished.binary.source);
         let target = &finished.binary.target;
         tally.test_seconds.extend(
             finished
