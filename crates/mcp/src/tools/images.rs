@@ -134,7 +134,11 @@ impl MicroagentServer {
     ) -> ToolResult<ImageResult> {
         let (image, used_by) = self
             .on_workspace(&p.name, |ws, name| {
-                Ok((ws.image_registry().get(name)?, ws.images().users(name)?))
+                let image = ws
+                    .image_registry()
+                    .find(name)?
+                    .ok_or_else(|| workspace::images::ImageError::NotFound(name.to_owned()))?;
+                Ok((image, ws.images().users(name)?))
             })
             .await?;
         Ok(Out(ImageResult { image, used_by }))

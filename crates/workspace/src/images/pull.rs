@@ -118,6 +118,20 @@ pub async fn resolve(
     };
     let name = default_name(&req)?;
     let found = registry.find(&name)?;
+    // The name is the reference's last element: another registry's image
+    // may hold it, and must not be taken for this one.
+    let asked = super::oci_pull::reference(&req)?.whole();
+    if let Some(found) = &found {
+        let holds = found.origin.as_ref().map_or("", |o| o.reference.as_str());
+        if holds != asked {
+            return Err(ImageError::OtherReference {
+                name,
+                holds: holds.to_owned(),
+                asked,
+            }
+            .into());
+        }
+    }
     if found.as_ref().is_some_and(|i| i.awaiting_conversion) && policy != PullPolicy::Always {
         convert_pulled(registry, &name, progress).await?;
         return Ok(name);
@@ -170,28 +184,28 @@ pub async fn pull(
     // Never closed, so a turn always comes.
     let _turn = PULL_TURNS.acquire().await;
     let remote = Remote::open(reference, insecure, registry.limits()).await?;
-    match registry.find(&name)? {
+    // Pulled before and not converted yet: its layers are checked again
+    // (one may have gone from the store since) and fetched if missing.
+    let pulled_again = match registry.find(&name)? {
         Some(existing)
             if existing
                 .origin
                 .as_ref()
                 .is_some_and(|o| o.manifest_digest == remote.manifest_digest) =>
         {
-            let image = if existing.awaiting_conversion && req.convert {
-                convert_pulled(registry, &name, progress).await?
-            } else {
-                existing
-            };
-            return Ok(Pulled {
-                image,
-                downloaded_bytes: 0,
-                cached_layers: remote.manifest.layers.len(),
-                unchanged: true,
-            });
+            if !existing.awaiting_conversion {
+                return Ok(Pulled {
+                    image: existing,
+                    downloaded_bytes: 0,
+                    cached_layers: remote.manifest.layers.len(),
+                    unchanged: true,
+                });
+            }
+            true
         }
         Some(_) => return Err(ImageError::Exists(name).into()),
-        None => {}
-    }
+        None => false,
+    };
     let blobs = registry.blobs_dir();
     // The config is read, and its layers counted, whether or not the
     // conversion is now: a pull that cannot be converted fails here.
@@ -201,14 +215,20 @@ pub async fn pull(
     tokio::fs::create_dir_all(&blobs)
         .await
         .map_err(|e| OciError::io(format!("creating {}", blobs.display()), e))?;
-    if !req.convert {
+    if !req.convert || pulled_again {
         if resolved.layers.len() != resolved.config.rootfs.diff_ids.len() {
             return Err(OciError::Unsupported(
                 "its manifest and config list different numbers of layers".into(),
             )
             .into());
         }
-        return fetch_for_later(registry, &remote, name, &blobs, progress).await;
+        let mut pulled =
+            fetch_for_later(registry, &remote, name.clone(), &blobs, progress.clone()).await?;
+        pulled.unchanged = pulled_again;
+        if req.convert {
+            pulled.image = convert_pulled(registry, &name, progress).await?;
+        }
+        return Ok(pulled);
     }
     // A pull dropped during the conversion (a cancelled call) must not
     // register the image the conversion goes on to make.
@@ -252,7 +272,7 @@ pub async fn pull(
             .map_err(|e| OciError::io("starting the image conversion", e))?;
     }
     let fetch = async move {
-        let fetched = remote.fetch_layers(&blobs, &progress, &arrived).await;
+        let fetched = remote.fetch_layers(&blobs, &progress, Some(&arrived)).await;
         // The conversion hears that no more will come.
         drop(arrived);
         fetched
@@ -301,11 +321,7 @@ async fn fetch_for_later(
     blobs: &std::path::Path,
     progress: PullProgress,
 ) -> Result<Pulled, PullError> {
-    // Nothing converts as they come: the files handed over are closed.
-    let (arrived, arrivals) = std::sync::mpsc::channel();
-    let fetched = remote.fetch_layers(blobs, &progress, &arrived).await;
-    drop(arrivals);
-    let (downloaded, cached) = fetched?;
+    let (downloaded, cached) = remote.fetch_layers(blobs, &progress, None).await?;
     let pulled = base::images::registry::PulledImage {
         name,
         reference: remote.reference_whole(),
@@ -388,6 +404,48 @@ mod tests {
         ] {
             assert!(!on_loopback(r), "{r}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_reference_never_takes_an_image_pulled_from_elsewhere_under_its_name() {
+        let root = std::env::temp_dir().join(format!("ma-resolve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let state = base::store::StateDir::at(root.join("state")).unwrap();
+        let registry = ImageRegistry::new(&state, None, vmm_core::KernelVariant::Compat);
+        let config = serde_json::json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "rootfs": {"type": "layers", "diff_ids": []},
+        });
+        registry
+            .record_pulled(&base::images::registry::PulledImage {
+                name: "python-3-12".into(),
+                reference: "evil.example/x/python:3.12".into(),
+                manifest_digest: format!("sha256:{}", "c".repeat(64)),
+                config_digest: format!("sha256:{}", "d".repeat(64)),
+                config_json: config.to_string(),
+                layers: Vec::new(),
+                pulled_at_ms: 1,
+            })
+            .unwrap();
+        let quiet: PullProgress = Arc::new(std::sync::Mutex::new(|_: PullEvent| {}));
+        for policy in [PullPolicy::Never, PullPolicy::Missing, PullPolicy::Always] {
+            let err = resolve(&registry, "python:3.12", policy, quiet.clone())
+                .await
+                .unwrap_err();
+            let err = crate::error::Error::from(err);
+            assert_eq!(err.code(), base::code::ErrorCode::Conflict, "{err}");
+            assert!(err.to_string().contains("evil.example"), "{err}");
+        }
+        // Nothing was converted or changed.
+        assert!(
+            registry
+                .find("python-3-12")
+                .unwrap()
+                .unwrap()
+                .awaiting_conversion
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

@@ -195,10 +195,13 @@ impl Workspaces {
     }
 
     /// What workspaces of `image` start with, their sizes among it
-    /// (nothing for an image not registered here).
+    /// (nothing for an image not registered here; a pulled image's are
+    /// known once it is converted).
     pub fn image_defaults(&self, image: &str) -> base::images::oci::config::ImageDefaults {
         self.images
-            .get(image)
+            .find(image)
+            .ok()
+            .flatten()
             .map(|i| i.defaults)
             .unwrap_or_default()
     }

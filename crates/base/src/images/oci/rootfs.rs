@@ -119,14 +119,16 @@ pub fn convert_with(
         let file = match handed {
             Some(file) => file,
             None => {
+                let file = open_layer(path)?;
                 if digest != diff_id && !image.layers_verified {
                     // A compressed blob not checked as it was fetched: its
                     // own digest first (apply_layer checks the uncompressed
-                    // one).
-                    super::layout::verify_file(path, digest, "layer")?;
+                    // one), read through the file that is then applied.
+                    use std::os::fd::AsRawFd;
+                    let this = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+                    super::layout::verify_file(&this, digest, "layer")?;
                 }
-                std::fs::File::open(path)
-                    .map_err(|e| OciError::io(format!("opening {}", path.display()), e))?
+                file
             }
         };
         unpack::apply_layer(&tree, file, diff_id, &mut owners, &mut budget)?;
@@ -194,6 +196,27 @@ fn finish(
     owners.write_into(&tree, &rootfs)?;
     let _ = std::fs::remove_dir_all(&tree);
     Ok(rootfs)
+}
+
+/// The layer file at `path`, open: a regular file, never a link followed
+/// nor a FIFO waited on.
+fn open_layer(path: &Path) -> Result<std::fs::File, OciError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| OciError::io(format!("opening {}", path.display()), e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| OciError::io(format!("reading {}", path.display()), e))?;
+    if !meta.is_file() {
+        return Err(OciError::Unsupported(format!(
+            "layer {} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(file)
 }
 
 /// Makes the tree already in `work/tree` (made as root, with its real
@@ -397,6 +420,28 @@ fn mkfs_with(tool: HostTool, tree: &Path, out: &Path) -> Result<(), OciError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layer_is_read_only_from_a_regular_file_never_through_a_link_or_a_fifo() {
+        let dir = std::env::temp_dir().join(format!("ma-open-layer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("plain");
+        std::fs::write(&plain, b"layer").unwrap();
+        assert!(open_layer(&plain).is_ok());
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&plain, &link).unwrap();
+        assert!(open_layer(&link).is_err());
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Refused at once, not waited on for a writer.
+        let err = open_layer(&fifo).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        assert!(open_layer(&dir.join("missing")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// A conversion waits for each layer; one that never comes (its pull
     /// failed) stops it before anything is unpacked.

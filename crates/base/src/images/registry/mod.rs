@@ -22,7 +22,9 @@ use crate::store::{read_json, write_json_atomic, StateDir, StoreError};
 use vmm_core::KernelVariant;
 
 mod pulled;
+mod turns;
 pub use pulled::PulledImage;
+pub use turns::CONVERSIONS_AT_ONCE;
 
 /// The record file inside an image directory.
 pub const IMAGE_FILE: &str = "image.json";
@@ -112,6 +114,18 @@ pub enum ImageError {
     /// A container image could not be read or converted.
     #[error("cannot import the container image")]
     Oci(#[from] crate::images::oci::OciError),
+    /// A reference named an image whose default name holds an image from
+    /// elsewhere (`evil.example/x/python:3.12` and `python:3.12` are both
+    /// `python-3-12`).
+    #[error("image `{name}` was pulled from `{holds}`, not `{asked}`; pull `{asked}` under another name (--name)")]
+    OtherReference {
+        /// The name.
+        name: String,
+        /// What the image under it came from (empty: not a pull).
+        holds: String,
+        /// The reference asked for.
+        asked: String,
+    },
     /// Converting a container image needs a built image's kernel, init
     /// and agent.
     #[error("converting a container image needs the built `{0}` image (its kernel, init and agent), which is missing")]
@@ -141,9 +155,10 @@ impl ImageError {
                 ErrorCode::NotFound
             }
             ImageError::Oci(e) => e.code(),
-            ImageError::Exists(_) | ImageError::InUse { .. } | ImageError::Abandoned(_) => {
-                ErrorCode::Conflict
-            }
+            ImageError::Exists(_)
+            | ImageError::InUse { .. }
+            | ImageError::Abandoned(_)
+            | ImageError::OtherReference { .. } => ErrorCode::Conflict,
             ImageError::Store(e) => e.code(),
             ImageError::Copy { .. } | ImageError::Remove { .. } => ErrorCode::Internal,
         }
@@ -488,9 +503,11 @@ impl ImageRegistry {
         })?;
         // Built in a staging directory and renamed into place, so a crash or
         // a concurrent import never leaves a half image under the name.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let staging = self
             .dir
-            .join(format!(".import-{name}-{}", std::process::id()));
+            .join(format!(".import-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&staging);
         let result = (|| {
             std::fs::create_dir(&staging).map_err(|source| StoreError::CreateDir {
@@ -589,7 +606,8 @@ impl ImageRegistry {
 
     /// Converts a read container image (in a scratch directory removed
     /// afterwards) and registers it as `name`; each layer is applied once
-    /// `ready` says its file is there (a pull's come as they download).
+    /// `ready` says its file is there (a pull's come as they download). A
+    /// name a pull has recorded is taken.
     pub fn import_image(
         &self,
         name: &str,
@@ -599,6 +617,24 @@ impl ImageRegistry {
         ready: crate::images::oci::rootfs::LayerReady<'_>,
         abandoned: &std::sync::atomic::AtomicBool,
     ) -> Result<ImageInfo, ImageError> {
+        let _name = self.name_lock(name)?;
+        if self.is_pulled(name)? {
+            return Err(ImageError::Exists(name.to_owned()));
+        }
+        self.convert_into(name, image, source, progress, ready, abandoned)
+    }
+
+    /// [`Self::import_image`] by one holding `name`'s lock, in its turn.
+    fn convert_into(
+        &self,
+        name: &str,
+        image: &crate::images::oci::layout::Resolved,
+        source: &Path,
+        progress: &mut dyn FnMut(crate::images::oci::rootfs::ConversionStep),
+        ready: crate::images::oci::rootfs::LayerReady<'_>,
+        abandoned: &std::sync::atomic::AtomicBool,
+    ) -> Result<ImageInfo, ImageError> {
+        let _turn = turns::Turn::take();
         let base = self
             .get(BUILTIN_IMAGES[0])
             .map_err(|_| ImageError::NoBase(BUILTIN_IMAGES[0].into()))?;
@@ -689,7 +725,7 @@ impl ImageRegistry {
 
     /// Refuses a bad or taken name before any work.
     pub fn check_free(&self, name: &str) -> Result<(), ImageError> {
-        if self.image_dir(name)?.join(IMAGE_FILE).exists() || self.pulled(name)?.is_some() {
+        if self.image_dir(name)?.join(IMAGE_FILE).exists() || self.is_pulled(name)? {
             return Err(ImageError::Exists(name.to_owned()));
         }
         Ok(())
@@ -698,8 +734,9 @@ impl ImageRegistry {
     /// Removes an image unless a workspace in `users` uses it.
     pub fn remove(&self, name: &str, users: Vec<String>) -> Result<(), ImageError> {
         let dir = self.image_dir(name)?;
+        let _name = self.name_lock(name)?;
         let registered = dir.join(IMAGE_FILE).exists();
-        if !registered && self.pulled(name)?.is_none() {
+        if !registered && !self.is_pulled(name)? {
             return Err(ImageError::NotFound(name.to_owned()));
         }
         if !users.is_empty() {

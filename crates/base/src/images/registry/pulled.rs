@@ -81,28 +81,55 @@ impl ImageRegistry {
         Ok(self.dir.join(PULLED_DIR).join(format!("{name}.json")))
     }
 
-    /// Records `image`, pulled, to be converted at its first use; what
-    /// `list` and `get` show of it until then.
-    pub fn record_pulled(&self, image: &PulledImage) -> Result<ImageInfo, ImageError> {
-        if super::BUILTIN_IMAGES.contains(&image.name.as_str()) {
-            return Err(ImageError::Exists(image.name.clone()));
-        }
-        self.check_free(&image.name)?;
-        let path = self.pulled_path(&image.name)?;
+    /// The lock on the name `name`, held by whatever records, converts,
+    /// registers a container image under it or removes it, so none of
+    /// them sees another half done. Its file is never removed: a lock on
+    /// a removed file would be no lock for the next taker.
+    pub(super) fn name_lock(&self, name: &str) -> Result<FileLock, ImageError> {
+        let path = self.pulled_path(name)?.with_extension("lock");
         let dir = self.dir.join(PULLED_DIR);
         std::fs::create_dir_all(&dir)
             .map_err(|source| StoreError::CreateDir { path: dir, source })?;
-        write_json_atomic(&path, image)?;
+        FileLock::exclusive(&path).map_err(|source| StoreError::Write { path, source }.into())
+    }
+
+    /// Records `image`, pulled, to be converted at its first use; what
+    /// `list` and `get` show of it until then. The same image pulled
+    /// again is recorded again; another under its name is refused.
+    pub fn record_pulled(&self, image: &PulledImage) -> Result<ImageInfo, ImageError> {
+        let name = &image.name;
+        if super::BUILTIN_IMAGES.contains(&name.as_str()) {
+            return Err(ImageError::Exists(name.clone()));
+        }
+        let _name = self.name_lock(name)?;
+        let taken = self.image_dir(name)?.join(IMAGE_FILE).exists()
+            || self
+                .pulled(name)?
+                .is_some_and(|p| p.manifest_digest != image.manifest_digest);
+        if taken {
+            return Err(ImageError::Exists(name.clone()));
+        }
+        write_json_atomic(&self.pulled_path(name)?, image)?;
         Ok(self.awaiting_conversion(image))
     }
 
     /// The pulled image `name` awaiting its conversion, if there is one.
     pub fn pulled(&self, name: &str) -> Result<Option<PulledImage>, ImageError> {
-        match read_json(&self.pulled_path(name)?) {
-            Ok(image) => Ok(Some(image)),
+        let path = self.pulled_path(name)?;
+        match read_json::<PulledImage>(&path) {
+            Ok(image) if image.name == name => Ok(Some(image)),
+            Ok(image) => Err(ImageError::BadSource {
+                path,
+                problem: format!("it records the image `{}`", image.name),
+            }),
             Err(StoreError::Missing { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Whether a pull of `name` is recorded (readable or not).
+    pub(super) fn is_pulled(&self, name: &str) -> Result<bool, ImageError> {
+        Ok(self.pulled_path(name)?.exists())
     }
 
     /// Every pulled image awaiting its conversion.
@@ -124,7 +151,9 @@ impl ImageRegistry {
             if self.dir.join(name).join(IMAGE_FILE).exists() {
                 continue;
             }
-            if let Some(image) = self.pulled(name)? {
+            // A damaged record does not hide the rest (`find`, `get` and
+            // `image rm` of its name say what is wrong with it).
+            if let Ok(Some(image)) = self.pulled(name) {
                 out.push(image);
             }
         }
@@ -170,12 +199,7 @@ impl ImageRegistry {
         progress: &mut dyn FnMut(ConversionStep),
     ) -> Result<ImageInfo, ImageError> {
         let record = self.pulled_path(name)?;
-        let _turn = FileLock::exclusive(&record.with_extension("lock")).map_err(|source| {
-            StoreError::Write {
-                path: record.with_extension("lock"),
-                source,
-            }
-        })?;
+        let _name = self.name_lock(name)?;
         let registered = self.image_dir(name)?.join(IMAGE_FILE);
         if registered.exists() {
             let _ = std::fs::remove_file(&record);
@@ -185,7 +209,7 @@ impl ImageRegistry {
             .pulled(name)?
             .ok_or_else(|| ImageError::NotFound(name.to_owned()))?;
         let resolved = pulled.resolved(&self.blobs_dir())?;
-        let info = self.import_image(
+        let info = self.convert_into(
             name,
             &resolved,
             Path::new(&pulled.reference),
@@ -200,14 +224,11 @@ impl ImageRegistry {
     }
 
     /// Forgets the pulled image `name` (its layers stay in the blob
-    /// store); whether there was one.
+    /// store); whether there was one. The caller holds its name's lock.
     pub(super) fn forget_pulled(&self, name: &str) -> Result<bool, ImageError> {
         let record = self.pulled_path(name)?;
         match std::fs::remove_file(&record) {
-            Ok(()) => {
-                let _ = std::fs::remove_file(record.with_extension("lock"));
-                Ok(true)
-            }
+            Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(source) => Err(ImageError::Remove {
                 path: record,

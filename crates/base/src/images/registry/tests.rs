@@ -135,15 +135,39 @@ fn a_pulled_image_is_listed_found_and_removed_before_its_conversion() {
     assert_eq!(reg.list().unwrap(), vec![shown.clone()]);
     assert_eq!(reg.find("tool-1").unwrap(), Some(shown.clone()));
     assert_eq!(reg.find("other").unwrap(), None);
-    // Its name is taken, for another pull and for an import.
+    // The same image pulled again is recorded again; another under its
+    // name is refused, and the name is taken for imports too.
+    assert_eq!(reg.record_pulled(&pulled("tool-1")).unwrap(), shown);
+    let other = PulledImage {
+        manifest_digest: format!("sha256:{}", "e".repeat(64)),
+        ..pulled("tool-1")
+    };
     assert_eq!(
-        reg.record_pulled(&pulled("tool-1")).unwrap_err().code(),
+        reg.record_pulled(&other).unwrap_err().code(),
         ErrorCode::Conflict
     );
     assert_eq!(
         reg.check_free("tool-1").unwrap_err().code(),
         ErrorCode::Conflict
     );
+    let resolved = crate::images::oci::layout::Resolved {
+        reference: None,
+        manifest_digest: other.manifest_digest.clone(),
+        config_digest: other.config_digest.clone(),
+        config: crate::images::oci::config::ImageConfig::parse(other.config_json.as_bytes())
+            .unwrap(),
+        layers: Vec::new(),
+        layers_verified: true,
+    };
+    let imported = reg.import_image(
+        "tool-1",
+        &resolved,
+        Path::new("elsewhere"),
+        &mut |_| {},
+        &mut |_| crate::images::oci::rootfs::LayerArrival::Never,
+        &std::sync::atomic::AtomicBool::new(false),
+    );
+    assert_eq!(imported.unwrap_err().code(), ErrorCode::Conflict);
     // A built image's name is not a pull's to take.
     assert_eq!(
         reg.record_pulled(&pulled("minimal")).unwrap_err().code(),
@@ -166,6 +190,29 @@ fn a_pulled_image_is_listed_found_and_removed_before_its_conversion() {
         reg.remove("tool-1", Vec::new()).unwrap_err().code(),
         ErrorCode::NotFound
     );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn a_damaged_record_hides_nothing_else_and_can_be_removed() {
+    let (reg, root) = registry("pulled-damaged");
+    let good = reg.record_pulled(&pulled("tool-1")).unwrap();
+    reg.record_pulled(&pulled("tool-2")).unwrap();
+    let record = reg.dir.join(".pulled/tool-2.json");
+    std::fs::write(&record, b"{ not json").unwrap();
+    assert_eq!(reg.list().unwrap(), vec![good.clone()]);
+    assert!(reg.find("tool-2").is_err());
+    // A record naming another image is damaged too.
+    let moved = serde_json::to_string(&pulled("tool-1")).unwrap();
+    std::fs::write(reg.dir.join(".pulled/tool-3.json"), moved).unwrap();
+    assert_eq!(
+        reg.find("tool-3").unwrap_err().code(),
+        ErrorCode::InvalidInput
+    );
+    assert_eq!(reg.list().unwrap(), vec![good]);
+    reg.remove("tool-2", Vec::new()).unwrap();
+    reg.remove("tool-3", Vec::new()).unwrap();
+    assert!(!record.exists());
     std::fs::remove_dir_all(root).unwrap();
 }
 

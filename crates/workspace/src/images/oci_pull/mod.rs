@@ -355,15 +355,16 @@ impl Remote {
 
     /// Fetches each layer not already in `blobs` (an existing directory;
     /// by digest) into it,
-    /// handing `arrived` each layer's index (from 0) and its file, open,
-    /// once it is there and checked, in whatever order they come; returns
-    /// the bytes downloaded and the number of layers found cached. A
-    /// `arrived` no longer listening (the conversion ended) ends it.
+    /// handing `arrived` (if any: a conversion under way) each layer's
+    /// index (from 0) and its file, open, once it is there and checked, in
+    /// whatever order they come; returns the bytes downloaded and the
+    /// number of layers found cached. A `arrived` no longer listening (the
+    /// conversion ended) ends it.
     pub(crate) async fn fetch_layers(
         &self,
         blobs: &Path,
         progress: &PullProgress,
-        arrived: &std::sync::mpsc::Sender<(usize, std::fs::File)>,
+        arrived: Option<&std::sync::mpsc::Sender<(usize, std::fs::File)>>,
     ) -> Result<(u64, usize), PullError> {
         let total: u64 = self
             .manifest
@@ -390,6 +391,9 @@ impl Remote {
             let fetch = self.fetch_layer(i + 1, layer, blobs, progress, &kept);
             fetches.push(async move {
                 let (bytes, file) = fetch.await?;
+                let Some(arrived) = arrived else {
+                    return Ok::<_, PullError>(bytes);
+                };
                 if arrived.send((i, file)).is_err() {
                     // The conversion ended (it failed): its error is the
                     // pull's, and the rest need not come.
