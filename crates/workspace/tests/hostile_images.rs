@@ -77,7 +77,7 @@ impl Scratch {
         let mut left: Vec<String> = std::fs::read_dir(&images)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n != ".blobs" && n != ".pulled")
+            .filter(|n| ![".blobs", ".pulled", ".locks"].contains(&n.as_str()))
             .collect();
         if let Ok(blobs) = std::fs::read_dir(images.join(".blobs/sha256")) {
             left.extend(
@@ -410,7 +410,7 @@ fn a_failed_conversion_leaves_nothing<G>(
     let ours = format!(".scratch-{}-", std::process::id());
     let left: Vec<&String> = left
         .iter()
-        .filter(|n| !(scratch_may_stay && n.starts_with(&ours)))
+        .filter(|n| !(scratch_may_stay && n.starts_with(&ours)) && *n != ".locks")
         .collect();
     assert_eq!(left, ["minimal"], "only the minimal image is left");
 }
@@ -515,7 +515,7 @@ fn a_guest_streaming_without_end_stops_the_build_at_its_limit() {
     let left: Vec<String> = std::fs::read_dir(root.join("state/images"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.') && n != ".blobs" && n != ".pulled")
+        .filter(|n| n.starts_with('.') && ![".blobs", ".pulled", ".locks"].contains(&n.as_str()))
         .collect();
     let _ = std::fs::remove_dir_all(&root);
     let err = match built {

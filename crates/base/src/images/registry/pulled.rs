@@ -21,6 +21,9 @@ use crate::store::{read_json, write_json_atomic, StoreError};
 /// The directory of pulled images' records, inside the registry.
 const PULLED_DIR: &str = ".pulled";
 
+/// The directory of the names' locks, inside the registry.
+const LOCKS_DIR: &str = ".locks";
+
 /// Where pulled layers are kept by digest, inside the registry.
 const BLOBS_DIR: &str = ".blobs/sha256";
 
@@ -86,8 +89,9 @@ impl ImageRegistry {
     /// them sees another half done. Its file is never removed: a lock on
     /// a removed file would be no lock for the next taker.
     pub(super) fn name_lock(&self, name: &str) -> Result<FileLock, ImageError> {
-        let path = self.pulled_path(name)?.with_extension("lock");
-        let dir = self.dir.join(PULLED_DIR);
+        self.image_dir(name)?;
+        let dir = self.dir.join(LOCKS_DIR);
+        let path = dir.join(format!("{name}.lock"));
         std::fs::create_dir_all(&dir)
             .map_err(|source| StoreError::CreateDir { path: dir, source })?;
         FileLock::exclusive(&path).map_err(|source| StoreError::Write { path, source }.into())
@@ -109,6 +113,9 @@ impl ImageRegistry {
         if taken {
             return Err(ImageError::Exists(name.clone()));
         }
+        let dir = self.dir.join(PULLED_DIR);
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| StoreError::CreateDir { path: dir, source })?;
         write_json_atomic(&self.pulled_path(name)?, image)?;
         Ok(self.awaiting_conversion(image))
     }
