@@ -278,20 +278,7 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
             testkit::oci::push(skopeo, &s.layout(name), &target);
             let before = s.canary_tree();
             let had = s.leftovers();
-            let req = workspace::images::oci_pull::PullRequest {
-                reference: target.clone(),
-                name: Some("pulled".into()),
-                insecure: true,
-                convert: true,
-            };
-            let progress: workspace::images::oci_pull::PullProgress = std::sync::Arc::new(
-                std::sync::Mutex::new(|_: workspace::images::oci_pull::PullEvent| {}),
-            );
-            let got = runtime.block_on(workspace::images::pull::pull(
-                s.ws.image_registry(),
-                &req,
-                progress,
-            ));
+            let got = pull(&s, &runtime, &target, "pulled", true);
             let err =
                 workspace::Error::from(got.err().unwrap_or_else(|| panic!("{target} pulled")));
             let message = err.full_message();
@@ -306,21 +293,7 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
         // and it can be removed.
         let target = format!("127.0.0.1:{}/bomb:1", registry.port);
         let had = s.leftovers();
-        let req = workspace::images::oci_pull::PullRequest {
-            reference: target.clone(),
-            name: Some("later".into()),
-            insecure: true,
-            convert: false,
-        };
-        let progress: workspace::images::oci_pull::PullProgress = std::sync::Arc::new(
-            std::sync::Mutex::new(|_: workspace::images::oci_pull::PullEvent| {}),
-        );
-        let pulled = runtime
-            .block_on(workspace::images::pull::pull(
-                s.ws.image_registry(),
-                &req,
-                progress,
-            ))
+        let pulled = pull(&s, &runtime, &target, "later", false)
             .unwrap_or_else(|e| panic!("{target}: {}", workspace::Error::from(e)));
         assert!(pulled.image.awaiting_conversion);
         let err = workspace::Error::from(s.ws.image_registry().get("later").unwrap_err());
@@ -338,6 +311,31 @@ fn hostile_images_are_refused_and_leave_the_host_as_it_was() {
     let peak = peak_rss_kib();
     assert!(peak < 512 << 10, "peak resident memory {peak} KiB");
     let _ = std::fs::remove_dir_all(&s.root);
+}
+
+/// `target` pulled from a loopback registry as `name` (converted now or
+/// at first use, as `convert` says), quietly.
+fn pull(
+    s: &Scratch,
+    runtime: &tokio::runtime::Runtime,
+    target: &str,
+    name: &str,
+    convert: bool,
+) -> Result<workspace::images::pull::Pulled, workspace::images::pull::PullError> {
+    let req = workspace::images::oci_pull::PullRequest {
+        reference: target.to_owned(),
+        name: Some(name.to_owned()),
+        insecure: true,
+        convert,
+    };
+    let progress: workspace::images::oci_pull::PullProgress = std::sync::Arc::new(
+        std::sync::Mutex::new(|_: workspace::images::oci_pull::PullEvent| {}),
+    );
+    runtime.block_on(workspace::images::pull::pull(
+        s.ws.image_registry(),
+        &req,
+        progress,
+    ))
 }
 
 /// An image converted onto a state directory that fails (`mount` mounts
