@@ -117,7 +117,10 @@ pub enum ImageError {
     /// A reference named an image whose default name holds an image from
     /// elsewhere (`evil.example/x/python:3.12` and `python:3.12` are both
     /// `python-3-12`).
-    #[error("image `{name}` was pulled from `{holds}`, not `{asked}`; pull `{asked}` under another name (--name)")]
+    #[error(
+        "image `{name}` holds {}, not `{asked}`; pull `{asked}` under another name",
+        held(holds)
+    )]
     OtherReference {
         /// The name.
         name: String,
@@ -130,6 +133,15 @@ pub enum ImageError {
     /// and agent.
     #[error("converting a container image needs the built `{0}` image (its kernel, init and agent), which is missing")]
     NoBase(String),
+}
+
+/// What an image holds, as [`ImageError::OtherReference`] says it.
+fn held(reference: &str) -> String {
+    if reference.is_empty() {
+        "an image not pulled from a registry".to_owned()
+    } else {
+        format!("`{reference}`")
+    }
 }
 
 impl ImageError {
@@ -617,6 +629,8 @@ impl ImageRegistry {
         ready: crate::images::oci::rootfs::LayerReady<'_>,
         abandoned: &std::sync::atomic::AtomicBool,
     ) -> Result<ImageInfo, ImageError> {
+        // A taken name is refused before its lock is: no trace left.
+        self.check_free(name)?;
         let _name = self.name_lock(name)?;
         if self.is_pulled(name)? {
             return Err(ImageError::Exists(name.to_owned()));
@@ -734,9 +748,9 @@ impl ImageRegistry {
     /// Removes an image unless a workspace in `users` uses it.
     pub fn remove(&self, name: &str, users: Vec<String>) -> Result<(), ImageError> {
         let dir = self.image_dir(name)?;
-        let _name = self.name_lock(name)?;
-        let registered = dir.join(IMAGE_FILE).exists();
-        if !registered && !self.is_pulled(name)? {
+        // Refused before the name's lock is taken: a refusal leaves no
+        // trace (not even a lock file).
+        if !dir.join(IMAGE_FILE).exists() && !self.is_pulled(name)? {
             return Err(ImageError::NotFound(name.to_owned()));
         }
         if !users.is_empty() {
@@ -745,7 +759,12 @@ impl ImageRegistry {
                 users,
             });
         }
-        self.forget_pulled(name)?;
+        let _name = self.name_lock(name)?;
+        let registered = dir.join(IMAGE_FILE).exists();
+        let forgotten = self.forget_pulled(name)?;
+        if !registered && !forgotten {
+            return Err(ImageError::NotFound(name.to_owned()));
+        }
         if registered {
             std::fs::remove_dir_all(&dir)
                 .map_err(|source| ImageError::Remove { path: dir, source })?;

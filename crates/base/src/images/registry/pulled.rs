@@ -105,6 +105,16 @@ impl ImageRegistry {
         if super::BUILTIN_IMAGES.contains(&name.as_str()) {
             return Err(ImageError::Exists(name.clone()));
         }
+        // Checked before the lock too, so a refusal leaves no lock file.
+        let taken = || -> Result<bool, ImageError> {
+            Ok(self.image_dir(name)?.join(IMAGE_FILE).exists()
+                || self
+                    .pulled(name)?
+                    .is_some_and(|p| p.manifest_digest != image.manifest_digest))
+        };
+        if taken()? {
+            return Err(ImageError::Exists(name.clone()));
+        }
         let _name = self.name_lock(name)?;
         let taken = self.image_dir(name)?.join(IMAGE_FILE).exists()
             || self
