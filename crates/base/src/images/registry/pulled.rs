@@ -116,11 +116,8 @@ impl ImageRegistry {
             return Err(ImageError::Exists(name.clone()));
         }
         let _name = self.name_lock(name)?;
-        let taken = self.image_dir(name)?.join(IMAGE_FILE).exists()
-            || self
-                .pulled(name)?
-                .is_some_and(|p| p.manifest_digest != image.manifest_digest);
-        if taken {
+        // Again under the lock: another may have taken it meanwhile.
+        if taken()? {
             return Err(ImageError::Exists(name.clone()));
         }
         let dir = self.dir.join(PULLED_DIR);
