@@ -62,6 +62,7 @@ fn an_identity_with_the_hello_is_taken_by_pid_1_only() {
             entropy: "00".repeat(32),
             unix_time_ns: 0,
         }),
+        host_time_ns: Some(0),
     })
     .unwrap();
     let mut bytes = hello;
@@ -76,8 +77,27 @@ fn an_identity_with_the_hello_is_taken_by_pid_1_only() {
             .any(|r| matches!(r, Response::Pong { .. })),
         "the request ran without its identity"
     );
-    // Without one, the same agent serves as before.
+    // Without one, the same agent serves as before; the host's clock in a
+    // hello is only for the guest's init, not an error elsewhere.
     ping(&agent);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut bytes = frame::encode_json(&Request::Hello {
+        version: PROTOCOL_VERSION,
+        identity: None,
+        host_time_ns: Some(now),
+    })
+    .unwrap();
+    bytes.extend(frame::encode_json(&Request::Ping).unwrap());
+    let frames = exchange(&agent, &bytes);
+    assert!(
+        responses(&frames)
+            .iter()
+            .any(|r| matches!(r, Response::Pong { .. })),
+        "{frames:?}"
+    );
 }
 
 #[test]

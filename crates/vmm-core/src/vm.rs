@@ -269,6 +269,33 @@ impl Vm {
         })
     }
 
+    /// The guest's kvm-clock now, in nanoseconds.
+    pub fn clock(&self) -> Result<u64, VmError> {
+        self.fd
+            .get_clock()
+            .map(|c| c.clock)
+            .map_err(|source| VmError::State {
+                action: "save",
+                what: "clock",
+                source,
+            })
+    }
+
+    /// Sets the guest's kvm-clock to `ns`, from where it runs on (a restore,
+    /// the end of a pause). The flags describe a host's clock and are not
+    /// set.
+    pub fn set_clock(&self, ns: u64) -> Result<(), VmError> {
+        let clock = kvm_clock_data {
+            clock: ns,
+            ..Default::default()
+        };
+        self.fd.set_clock(&clock).map_err(|source| VmError::State {
+            action: "restore",
+            what: "clock",
+            source,
+        })
+    }
+
     /// Restores what [`Vm::save_state`] saved, into a VM whose irqchip and
     /// PIT exist.
     pub fn restore_state(&self, state: &VmState) -> Result<(), VmError> {
@@ -280,13 +307,8 @@ impl Vm {
             }
         };
         self.fd.set_pit2(&state.pit).map_err(err("PIT"))?;
-        // The clock resumes where it was saved; the flags describe the old
-        // host's clock and may not be set.
-        let clock = kvm_clock_data {
-            clock: state.clock.clock,
-            ..Default::default()
-        };
-        self.fd.set_clock(&clock).map_err(err("clock"))?;
+        // The clock resumes where it was saved.
+        self.set_clock(state.clock.clock)?;
         self.fd
             .set_irqchip(&state.pic_master)
             .map_err(err("master PIC"))?;

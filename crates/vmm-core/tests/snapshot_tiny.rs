@@ -381,6 +381,69 @@ fn a_paused_guest_learns_from_its_kvm_clock_that_the_host_stopped_it() {
     run.join().unwrap().unwrap();
 }
 
+#[test]
+fn a_paused_guest_s_clock_stands_still_and_a_snapshot_keeps_it() {
+    if testkit::require("snapshot_tiny", testkit::kvm()).is_none() {
+        return;
+    }
+    let dir = Dir::fresh("snap-frozen-clock");
+    let out = testkit::Capture::default();
+    let machine = counter_machine(&dir.0, &out, Vec::new(), None);
+    let handle = machine.handle();
+    let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));
+    wait_for("first run", &out, 3);
+    let pause = Duration::from_secs(2);
+    let began = Instant::now();
+    let before = handle.clock().unwrap();
+    handle.pause().unwrap();
+    let frozen = handle.clock().unwrap();
+    std::thread::sleep(pause);
+    assert_eq!(
+        handle.clock().unwrap(),
+        frozen,
+        "the clock ran while paused"
+    );
+    handle.resume().unwrap();
+    let printed = out.bytes().len();
+    wait_for("after the pause", &out, printed + 2);
+    let ran = Duration::from_nanos(handle.clock().unwrap() - before);
+    let wall = began.elapsed();
+    assert!(
+        ran + pause <= wall + Duration::from_millis(20) && ran > Duration::ZERO,
+        "the guest's clock moved {ran:?} over {wall:?} with a {pause:?} pause"
+    );
+
+    // A snapshot of a paused machine (a hibernation after an idle pause)
+    // keeps the clock it paused with, not the host's time since.
+    handle.pause().unwrap();
+    let frozen = handle.clock().unwrap();
+    std::thread::sleep(pause);
+    let to = dir.0.join("paused");
+    std::fs::create_dir(&to).unwrap();
+    handle.snapshot(&to).unwrap();
+    handle.stop();
+    run.join().unwrap().unwrap();
+    let restored = Machine::restore(RestoreConfig {
+        snapshot: to,
+        console: console(&testkit::Capture::default()),
+        disks: Vec::new(),
+        vsock_uds: None,
+        vsock_routes: Default::default(),
+        net: None,
+    })
+    .unwrap();
+    let handle = restored.handle();
+    let run = std::thread::spawn(move || restored.run(Some(Duration::from_secs(300))));
+    let restored_at = handle.clock().unwrap();
+    handle.stop();
+    run.join().unwrap().unwrap();
+    let moved = Duration::from_nanos(restored_at.saturating_sub(frozen));
+    assert!(
+        moved < pause / 2,
+        "the restored clock is {moved:?} past the paused one"
+    );
+}
+
 /// A running machine's snapshot onto a disk that fails: a clear error
 /// naming `errors`, and the machine runs on and snapshots whole into a
 /// directory with room. `onto` makes the failing directory (and keeps what

@@ -17,6 +17,18 @@ const IDLE_PAUSE: &str = "5s";
 /// guest's kernel work of each, emulated on this kind of host.
 const PAUSE_WITHIN: Duration = Duration::from_secs(40);
 
+/// How long the test keeps the guest paused before the call that checks
+/// its clocks.
+const STILL_FOR: Duration = Duration::from_secs(6);
+
+/// Seconds since boot from `/proc/uptime`'s first field.
+fn guest_uptime(proc_uptime: &str) -> f64 {
+    let first = proc_uptime.split_whitespace().next().unwrap_or_default();
+    first
+        .parse()
+        .unwrap_or_else(|_| panic!("not an uptime: {proc_uptime:?}"))
+}
+
 /// How many `paused` and `resumed` events the workspace has.
 fn pauses_and_resumes(cli: &CliHome, name: &str) -> (usize, usize) {
     let kinds = events(cli, name);
@@ -110,10 +122,37 @@ fn an_idle_workspace_pauses_and_each_call_resumes_it() {
     let inspected = cli.ok_json(&["inspect", "idler", "--json"]);
     assert!(inspected["runtime"]["paused"].is_null(), "{inspected}");
 
+    // The guest's clock stands still while it is paused (so its kernel
+    // has no seconds to catch up at the wake), and the waking call's hello
+    // sets its wall clock to the host's before the command runs.
+    let began = Instant::now();
+    let uptime_before = guest_uptime(
+        &cli.ok(&["exec", "idler", "--", "cat", "/proc/uptime"])
+            .stdout,
+    );
     wait_paused(&cli, "idler", 1);
-    let echoed = cli.run(&["exec", "idler", "--", "echo", "awake"]);
+    std::thread::sleep(STILL_FOR);
+    let awake = "echo awake; date +%s; cat /proc/uptime";
+    let echoed = cli.run(&["exec", "idler", "--shell", "--", awake]);
+    let window = began.elapsed();
     assert_eq!(echoed.status, 0, "{}", echoed.stderr);
-    assert_eq!(echoed.stdout, "awake\n");
+    let lines: Vec<&str> = echoed.stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"awake"), "{}", echoed.stdout);
+    let guest_now: u64 = lines[1].parse().unwrap();
+    let host_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        guest_now.abs_diff(host_now) <= 2,
+        "the woken guest's clock says {guest_now}, the host's {host_now}"
+    );
+    let ran = guest_uptime(lines[2]) - uptime_before;
+    assert!(
+        ran + STILL_FOR.as_secs_f64() <= window.as_secs_f64() + 0.1,
+        "the guest counted {ran:.2} s of {:.2} s with a pause of over {STILL_FOR:?}",
+        window.as_secs_f64()
+    );
     assert_eq!(pauses_and_resumes(&cli, "idler").1, 2);
 
     wait_paused(&cli, "idler", 2);

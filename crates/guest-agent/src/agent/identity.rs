@@ -6,7 +6,7 @@
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 
-use guest_agent::protocol::AgentErrorCode;
+use guest_agent::protocol::{AgentErrorCode, CLOCK_BEHIND_NS};
 
 /// `_IOW('R', 0x03, int[2])`: add entropy (credited) to the input pool.
 const RNDADDENTROPY: libc::c_ulong = 0x4008_5203;
@@ -102,7 +102,10 @@ pub fn take(hostname: &str, entropy: &str, unix_time_ns: u64) -> Result<(), Iden
     // SAFETY: RNDRESEEDCRNG takes no argument.
     let ret = unsafe { libc::ioctl(random.as_raw_fd(), RNDRESEEDCRNG) };
     check(ret, "RNDRESEEDCRNG")?;
+    set_clock(unix_time_ns)
+}
 
+fn set_clock(unix_time_ns: u64) -> Result<(), IdentityError> {
     let now = libc::timespec {
         tv_sec: (unix_time_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (unix_time_ns % 1_000_000_000) as libc::c_long,
@@ -112,9 +115,40 @@ pub fn take(hostname: &str, entropy: &str, unix_time_ns: u64) -> Result<(), Iden
     check(ret, "clock_settime")
 }
 
+/// Whether a guest clock reading `guest_ns` is far enough behind the
+/// host's `host_ns` to be set. Never back: a hello read late carries an
+/// older time than the guest's.
+fn behind(guest_ns: u64, host_ns: u64) -> bool {
+    host_ns.saturating_sub(guest_ns) > CLOCK_BEHIND_NS
+}
+
+/// Sets the clock to the host's `host_ns` (as a hello carries it) when it
+/// is behind: the VMM stops the guest's clock while it is paused. Whether
+/// it was set.
+pub fn catch_up_clock(host_ns: u64) -> Result<bool, IdentityError> {
+    let guest_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    if !behind(guest_ns, host_ns) {
+        return Ok(false);
+    }
+    set_clock(host_ns)?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clock_is_set_only_forward_and_only_when_well_behind() {
+        let host = 1_800_000_000_000_000_000;
+        assert!(behind(host - 60_000_000_000, host), "a minute's pause");
+        assert!(behind(0, host));
+        assert!(!behind(host - CLOCK_BEHIND_NS, host), "within the slack");
+        assert!(!behind(host, host));
+        assert!(!behind(host + 5_000_000_000, host), "never back");
+    }
 
     #[test]
     fn hostname_and_entropy_are_checked_before_anything_changes() {

@@ -388,10 +388,14 @@ fn read_request(conn: &mut Conn) -> Result<Option<Request>, RequestError> {
 /// Serves the connection's request; `used` says whether it was one that
 /// counts as use of the guest (anything but `reclaim`).
 fn serve_request(conn: &mut Conn, state: &AgentState, used: &mut bool) -> Result<(), RequestError> {
-    let (version, identity) = match read_request(conn)? {
+    let (version, identity, host_time_ns) = match read_request(conn)? {
         // Connected and left (a probe): nothing to do.
         None => return Ok(()),
-        Some(Request::Hello { version, identity }) => (version, identity),
+        Some(Request::Hello {
+            version,
+            identity,
+            host_time_ns,
+        }) => (version, identity, host_time_ns),
         Some(other) => return Err(RequestError::NoHello(other.name())),
     };
     if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
@@ -399,6 +403,15 @@ fn serve_request(conn: &mut Conn, state: &AgentState, used: &mut bool) -> Result
     }
     if let Some(new) = identity {
         take_identity_once(&new)?;
+    }
+    // Only the guest's init owns its clock (an agent run on a host for
+    // tests must not set the host's).
+    if let Some(host_ns) = host_time_ns.filter(|_| std::process::id() == 1) {
+        match identity::catch_up_clock(host_ns) {
+            Ok(true) if state.config.verbose => log!("clock set to the host's"),
+            Ok(_) => {}
+            Err(e) => log!("cannot set the clock to the host's: {e}"),
+        }
     }
     // Answered in the client's version: an older client reads its own.
     let hello = Response::Hello {

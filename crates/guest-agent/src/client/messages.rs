@@ -17,13 +17,23 @@ pub struct AgentHello {
     pub capabilities: Vec<String>,
 }
 
-/// `identity` with the clock read now, as it is sent.
-pub(crate) fn sent_now(identity: &NewIdentity) -> NewIdentity {
-    NewIdentity {
-        unix_time_ns: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-        ..identity.clone()
+/// The host's wall clock now, Unix nanoseconds.
+fn host_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// `hello` in `version`, with `identity` and the host's clock read now.
+pub(crate) fn hello_now(version: u32, identity: Option<&NewIdentity>) -> Request {
+    let now = host_now_ns();
+    Request::Hello {
+        version,
+        identity: identity.map(|identity| NewIdentity {
+            unix_time_ns: now,
+            ..identity.clone()
+        }),
+        host_time_ns: Some(now),
     }
 }
 
@@ -38,10 +48,7 @@ pub(crate) fn start_bytes(
         Request::Exec(exec) if exec.pty.is_some() => PROTOCOL_VERSION,
         _ => MIN_PROTOCOL_VERSION,
     };
-    let hello = Request::Hello {
-        version,
-        identity: identity.map(sent_now),
-    };
+    let hello = hello_now(version, identity);
     let mut bytes = frame::encode_json(&hello).map_err(ClientError::Frame)?;
     bytes.extend(frame::encode_json(req).map_err(ClientError::Frame)?);
     Ok(bytes)

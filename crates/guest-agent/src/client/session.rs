@@ -66,11 +66,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> GuestAgentClient<S> {
     /// Only the handshake: what the agent is and supports (asked in the
     /// oldest version, which every agent answers; `capabilities` tell the rest).
     pub async fn hello(mut self) -> Result<AgentHello, ClientError> {
-        let bytes = frame::encode_json(&Request::Hello {
-            version: MIN_PROTOCOL_VERSION,
-            identity: self.identity.as_ref().map(super::messages::sent_now),
-        })
-        .map_err(ClientError::Frame)?;
+        let hello = super::messages::hello_now(MIN_PROTOCOL_VERSION, self.identity.as_ref());
+        let bytes = frame::encode_json(&hello).map_err(ClientError::Frame)?;
         self.write_within(&bytes).await?;
         self.read_hello().await
     }

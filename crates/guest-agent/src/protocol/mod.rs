@@ -23,7 +23,7 @@ pub use process::{
 };
 pub use request::{
     ExecCall, Forward, NewIdentity, Request, SignalSpec, StdinMode, VolumeToMount, WinSize,
-    WriteMode,
+    WriteMode, CLOCK_BEHIND_NS,
 };
 pub use response::{
     CpuTicks, DiskUsage, EntryKind, ExecExit, InUse, ListedEntry, NetCounters, ReclaimAnswer,

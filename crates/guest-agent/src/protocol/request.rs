@@ -209,6 +209,10 @@ impl ExecCall {
     }
 }
 
+/// How far behind the host's wall clock (as a hello carries it) a guest's
+/// clock may be before its agent sets it: a few snapshot pauses' worth.
+pub const CLOCK_BEHIND_NS: u64 = 50_000_000;
+
 /// What a restored guest takes to differ from the other copies of its
 /// snapshot: its hostname, host randomness for its pool, and the clock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -251,6 +255,12 @@ pub enum Request {
         /// connection of its own. Only honoured by the guest's PID 1.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         identity: Option<NewIdentity>,
+        /// The host's wall clock as the hello was sent, Unix nanoseconds.
+        /// The guest's PID 1 sets its clock to it when it is behind by
+        /// more than [`CLOCK_BEHIND_NS`] (a pause stopped its clock),
+        /// never back; older agents ignore it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host_time_ns: Option<u64>,
     },
     /// Liveness check.
     Ping,

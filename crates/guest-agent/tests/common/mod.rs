@@ -126,6 +126,7 @@ pub fn hello_bytes(version: u32) -> Vec<u8> {
     frame::encode_json(&Request::Hello {
         version,
         identity: None,
+        host_time_ns: None,
     })
     .unwrap()
 }

@@ -63,6 +63,8 @@ pub(super) enum RunMessage {
     /// Pause, write memory and state (no disk copies) into a directory,
     /// and stay paused.
     Hibernate(PathBuf, Reply<SnapshotTaken>),
+    /// Read the guest's kvm-clock.
+    Clock(Reply<u64>),
 }
 
 impl From<VcpuExitReport> for RunMessage {
@@ -112,6 +114,13 @@ impl MachineHandle {
         self.ask(RunMessage::Resume)
     }
 
+    /// The guest's kvm-clock in nanoseconds: what the guest reads now, or
+    /// would read when resumed (the clock stands still while the machine
+    /// is paused).
+    pub fn clock(&self) -> Result<u64, MachineError> {
+        self.ask(RunMessage::Clock)
+    }
+
     /// Writes a snapshot of the whole machine into `dir` (an existing,
     /// empty directory), pausing it meanwhile; a running machine runs
     /// again afterwards, a paused one stays paused.
@@ -155,6 +164,12 @@ struct Runner {
     tx: Sender<RunMessage>,
     phase: Phase,
     vcpu_count: usize,
+    /// The guest's kvm-clock when the machine paused, set again at the
+    /// resume: a guest shown the pause as elapsed time catches its
+    /// timekeeping up one second at a time in kernel mode, which an
+    /// emulating host pays for at the first call after a long idle pause.
+    /// The wall clock is the host's to tell (every agent hello carries it).
+    frozen_clock: Option<u64>,
 }
 
 impl Runner {
@@ -162,7 +177,7 @@ impl Runner {
     /// are stopped and every descriptor comes back, in order, with the
     /// error.
     fn spawn_vcpus(
-        &self,
+        &mut self,
         fds: Vec<VcpuFd>,
     ) -> Result<Vec<VcpuThread>, (Vec<VcpuFd>, MachineError)> {
         let mut threads = Vec::with_capacity(fds.len());
@@ -183,6 +198,7 @@ impl Runner {
                     // took the stopped mark already.
                     let mut back = stop_all(&self.control, &mut threads);
                     crate::vcpu::tell_paused(&back);
+                    self.freeze_clock();
                     back.push(fd);
                     back.extend(fds);
                     return Err((back, e.into()));
@@ -201,6 +217,7 @@ impl Runner {
             } => {
                 let vcpus = stop_all(&self.control, &mut threads);
                 crate::vcpu::tell_paused(&vcpus);
+                self.freeze_clock();
                 let devices = devices.pause()?;
                 if vcpus.len() != self.vcpu_count {
                     return Err(MachineError::VcpusLost);
@@ -221,6 +238,11 @@ impl Runner {
                 // A thread that cannot start (pids.max, memory) leaves the
                 // machine paused and whole: it can be resumed again.
                 self.control.clear_stop();
+                if let Some(ns) = self.frozen_clock {
+                    if let Err(e) = self.machine.vm.set_clock(ns) {
+                        tracing::warn!("the guest's clock ran on through the pause: {e}");
+                    }
+                }
                 // The vCPUs first, so the guest's first instruction waits
                 // for no other thread's start (what it asks of a device
                 // waits in that device's eventfd until the loop runs).
@@ -234,12 +256,14 @@ impl Runner {
                 match devices.spawn() {
                     Ok(devices) => {
                         self.phase = Phase::Running { threads, devices };
+                        self.frozen_clock = None;
                         Ok(())
                     }
                     Err(failed) => {
                         let (devices, e) = *failed;
                         let vcpus = stop_all(&self.control, &mut threads);
                         crate::vcpu::tell_paused(&vcpus);
+                        self.freeze_clock();
                         if vcpus.len() != self.vcpu_count {
                             return Err(MachineError::VcpusLost);
                         }
@@ -252,6 +276,23 @@ impl Runner {
                 self.phase = other;
                 Ok(())
             }
+        }
+    }
+
+    /// Notes the guest's clock as the vCPUs stopped (see `frozen_clock`).
+    /// A clock KVM cannot read runs on through the pause, as it did before.
+    fn freeze_clock(&mut self) {
+        match self.machine.vm.clock() {
+            Ok(ns) => self.frozen_clock = Some(ns),
+            Err(e) => tracing::warn!("the guest's clock will run on through the pause: {e}"),
+        }
+    }
+
+    /// The clock the guest reads, or would read once resumed.
+    fn clock(&self) -> Result<u64, MachineError> {
+        match self.frozen_clock {
+            Some(ns) => Ok(ns),
+            None => Ok(self.machine.vm.clock()?),
         }
     }
 
@@ -332,7 +373,14 @@ impl Runner {
             mem_mib: m.mem_size >> 20,
             template: m.template,
             cmdline: m.cmdline.clone(),
-            vm: m.vm.save_state()?,
+            vm: {
+                // A paused machine's clock is the one it paused with.
+                let mut vm = m.vm.save_state()?;
+                if let Some(ns) = self.frozen_clock {
+                    vm.clock.clock = ns;
+                }
+                vm
+            },
             vcpus: vcpu_states,
             serial: m
                 .devices
@@ -445,6 +493,7 @@ impl Machine {
             tx,
             phase: Phase::Gone,
             vcpu_count: vcpus.len(),
+            frozen_clock: None,
         };
         runner.phase = Phase::Paused {
             vcpus,
@@ -480,6 +529,7 @@ impl Machine {
                 Ok(RunMessage::Resume(to)) => reply(to, runner.resume()),
                 Ok(RunMessage::Snapshot(dir, to)) => reply(to, runner.snapshot(&dir)),
                 Ok(RunMessage::Hibernate(dir, to)) => reply(to, runner.hibernate(&dir)),
+                Ok(RunMessage::Clock(to)) => reply(to, runner.clock()),
                 // The runner holds a sender, so the channel never disconnects.
                 Err(mpsc::RecvTimeoutError::Disconnected) => break Err(vcpus_gone()),
                 Err(mpsc::RecvTimeoutError::Timeout) => {

@@ -216,6 +216,7 @@ mod kvm_requests {
     ioctl_iowr_nr!(KVM_GET_IRQCHIP, KVMIO, 0x62, kvm_irqchip);
     ioctl_iow_nr!(KVM_IRQFD, KVMIO, 0x76, kvm_irqfd);
     ioctl_iow_nr!(KVM_IOEVENTFD, KVMIO, 0x79, kvm_ioeventfd);
+    ioctl_iow_nr!(KVM_SET_CLOCK, KVMIO, 0x7b, kvm_clock_data);
     ioctl_ior_nr!(KVM_GET_CLOCK, KVMIO, 0x7c, kvm_clock_data);
     ioctl_io_nr!(KVM_RUN, KVMIO, 0x80);
     ioctl_ior_nr!(KVM_GET_REGS, KVMIO, 0x81, kvm_regs);
@@ -255,8 +256,9 @@ fn devices_ioctls() -> Vec<u64> {
 /// snapshots read each vCPU's and the VM's state and record the host's KVM
 /// facts, and reflink the disk; device interrupts and doorbells (irqfd,
 /// ioeventfd) are wired as drivers come up; a pause tells each vCPU's
-/// kvm-clock the guest was stopped. Nothing creates, maps or sets VM
-/// state.
+/// kvm-clock the guest was stopped, and its resume sets the VM's clock
+/// back to where the pause stopped it. Nothing creates or maps, and of VM
+/// state only the guest's own clock is set.
 fn control_ioctls() -> Vec<u64> {
     vec![
         crate::disk_copy::FICLONE,
@@ -265,6 +267,7 @@ fn control_ioctls() -> Vec<u64> {
         KVM_GET_SUPPORTED_CPUID(),
         KVM_GET_TSC_KHZ(),
         KVM_GET_CLOCK(),
+        KVM_SET_CLOCK(),
         KVM_GET_IRQCHIP(),
         KVM_GET_PIT2(),
         KVM_GET_REGS(),

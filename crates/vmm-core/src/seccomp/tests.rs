@@ -176,6 +176,10 @@ fn ioctl_requests_are_the_kernels() {
     assert_eq!(KVM_IOEVENTFD(), 0x4040_ae79);
     assert_eq!(KVM_CHECK_EXTENSION(), 0xae03);
     assert_eq!(KVM_KVMCLOCK_CTRL(), 0xaead);
+    assert_eq!(KVM_GET_CLOCK(), 0x8030_ae7c);
+    assert_eq!(KVM_SET_CLOCK(), 0x4030_ae7b);
+    // Setting the clock is the control role's (a resume), not a vCPU's.
+    assert!(!vcpu_ioctls().contains(&KVM_SET_CLOCK()));
     // The vCPU threads cannot create, map or set VM state.
     for forbidden in [0xae01u64, 0x4020_ae46, 0x4090_ae82] {
         assert!(!vcpu_ioctls().contains(&forbidden));
