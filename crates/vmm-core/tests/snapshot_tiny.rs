@@ -382,7 +382,7 @@ fn a_paused_guest_learns_from_its_kvm_clock_that_the_host_stopped_it() {
 }
 
 #[test]
-fn a_paused_guest_s_clock_stands_still_and_a_snapshot_keeps_it() {
+fn a_paused_guest_s_clock_stands_still_when_asked_and_a_snapshot_keeps_it() {
     if testkit::require("snapshot_tiny", testkit::kvm()).is_none() {
         return;
     }
@@ -393,6 +393,19 @@ fn a_paused_guest_s_clock_stands_still_and_a_snapshot_keeps_it() {
     let run = std::thread::spawn(move || machine.run(Some(Duration::from_secs(300))));
     wait_for("first run", &out, 3);
     let pause = Duration::from_secs(2);
+    // At first (a guest with no agent to tell it the time) the clock runs
+    // on through a pause.
+    let before = handle.clock().unwrap();
+    handle.pause().unwrap();
+    std::thread::sleep(pause);
+    handle.resume().unwrap();
+    let ran = Duration::from_nanos(handle.clock().unwrap() - before);
+    assert!(
+        ran >= pause,
+        "the clock moved {ran:?} over a {pause:?} pause"
+    );
+
+    handle.clock_stops_with_pauses(true);
     let began = Instant::now();
     let before = handle.clock().unwrap();
     handle.pause().unwrap();

@@ -10,7 +10,7 @@ use base::store::workspace_dir::WorkspaceDir;
 use base::store::StateDir;
 use base::volumes::VolumeStore;
 use guest_agent::client::blocking::BlockingClient;
-use guest_agent::client::ClientError;
+use guest_agent::client::{AgentHello, ClientError};
 use guest_agent::protocol::{AgentErrorCode, VolumeToMount};
 
 /// How long one call to the agent may wait for each read or write.
@@ -56,11 +56,10 @@ pub(crate) fn largest_disk_mib(state: &StateDir, ws: &WorkspaceDir, spec: &Works
         .fold(spec.disk_mib, u64::max)
 }
 
-/// Whether the agent answers a ping.
-pub(crate) fn ping(ws: &WorkspaceDir) -> Result<(), ClientError> {
+/// The agent's hello, when it answers one.
+pub(crate) fn hello(ws: &WorkspaceDir) -> Result<AgentHello, ClientError> {
     ws.agent_blocking(AGENT_CALL_TIMEOUT)
-        .and_then(BlockingClient::ping)
-        .map(drop)
+        .and_then(BlockingClient::hello)
 }
 
 /// A restored guest takes this workspace's name as its hostname, fresh
@@ -68,17 +67,17 @@ pub(crate) fn ping(ws: &WorkspaceDir) -> Result<(), ClientError> {
 /// It is also the restored guest's readiness probe (each round trip to an
 /// emulated guest kernel costs hundreds of ms): `Err` only when the agent
 /// did not answer, to be tried again; an agent that answers with a
-/// refusal is logged and counts as up.
+/// refusal is logged and counts as up. The agent's hello when it took it.
 pub(crate) fn give_identity(
     ws: &WorkspaceDir,
     net: Option<&base::network::Addressing>,
-) -> Result<(), ClientError> {
+) -> Result<Option<AgentHello>, ClientError> {
     let mut entropy = [0u8; 64];
     // SAFETY: getrandom writes at most `entropy.len()` bytes into it.
     let got = unsafe { libc::getrandom(entropy.as_mut_ptr().cast(), entropy.len(), 0) };
     if got != entropy.len() as isize {
         tracing::error!("no host randomness for the restored guest");
-        return ping(ws);
+        return hello(ws).map(Some);
     }
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -93,7 +92,10 @@ pub(crate) fn give_identity(
         agent.restored(ws.name(), &entropy, now_ns, network)
     });
     match given {
-        Ok(()) => tracing::info!("restored guest took its identity"),
+        Ok(hello) => {
+            tracing::info!("restored guest took its identity");
+            return Ok(Some(hello));
+        }
         // Too many connections: said before it read the call; again.
         Err(
             e @ ClientError::Agent {
@@ -106,5 +108,5 @@ pub(crate) fn give_identity(
         }
         Err(e) => return Err(e),
     }
-    Ok(())
+    Ok(None)
 }

@@ -196,14 +196,6 @@ impl WorkspaceDir {
         let _ = std::fs::remove_file(self.dir.join(PENDING_IDENTITY));
     }
 
-    /// Where its guest agent answers (through the VMM's vsock socket).
-    pub fn agent_endpoint(&self) -> guest_agent::client::AgentEndpoint {
-        guest_agent::client::AgentEndpoint::HybridVsock {
-            uds: self.vsock(),
-            port: AGENT_PORT,
-        }
-    }
-
     /// A blocking connection to its guest agent (for the VMM process, which
     /// runs no async runtime); reads and writes wait at most `timeout`.
     pub fn agent_blocking(

@@ -105,7 +105,17 @@ pub fn take(hostname: &str, entropy: &str, unix_time_ns: u64) -> Result<(), Iden
     set_clock(unix_time_ns)
 }
 
+/// Held across a clock's read and set: hellos served at once (calls
+/// queued during a pause) would otherwise each read the stale clock, and
+/// the older time written last would take it back.
+static CLOCK_SETTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn set_clock(unix_time_ns: u64) -> Result<(), IdentityError> {
+    let _setting = CLOCK_SETTING.lock().unwrap_or_else(|p| p.into_inner());
+    write_clock(unix_time_ns)
+}
+
+fn write_clock(unix_time_ns: u64) -> Result<(), IdentityError> {
     let now = libc::timespec {
         tv_sec: (unix_time_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (unix_time_ns % 1_000_000_000) as libc::c_long,
@@ -126,13 +136,14 @@ fn behind(guest_ns: u64, host_ns: u64) -> bool {
 /// is behind: the VMM stops the guest's clock while it is paused. Whether
 /// it was set.
 pub fn catch_up_clock(host_ns: u64) -> Result<bool, IdentityError> {
+    let _setting = CLOCK_SETTING.lock().unwrap_or_else(|p| p.into_inner());
     let guest_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     if !behind(guest_ns, host_ns) {
         return Ok(false);
     }
-    set_clock(host_ns)?;
+    write_clock(host_ns)?;
     Ok(true)
 }
 

@@ -8,10 +8,11 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::messages::{decode, expect_ok, handshake_reply, hello_of, start_bytes};
+use super::messages::{decode, expect_ok, handshake_reply, hello_now, hello_of, start_bytes};
+use super::AgentHello;
 use super::ClientError;
 use crate::frame;
-use crate::protocol::{ReclaimAnswer, Request, Response, VolumeToMount};
+use crate::protocol::{ReclaimAnswer, Request, Response, VolumeToMount, MIN_PROTOCOL_VERSION};
 
 /// One connection to the agent through the VMM's hybrid vsock socket,
 /// good for one operation.
@@ -99,15 +100,26 @@ impl BlockingClient {
         }
     }
 
+    /// Only the handshake: what the agent is and supports.
+    pub fn hello(mut self) -> Result<AgentHello, ClientError> {
+        let hello = hello_now(MIN_PROTOCOL_VERSION, None);
+        let bytes = frame::encode_json(&hello).map_err(ClientError::Frame)?;
+        self.stream
+            .write_all(&bytes)
+            .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;
+        hello_of(self.response()?)
+    }
+
     /// `restored`: the guest takes `hostname`, mixes `entropy` into its
     /// random pool and reseeds it, and sets its clock to `unix_time_ns`.
+    /// The agent's hello (what it supports).
     pub fn restored(
         self,
         hostname: &str,
         entropy: &[u8],
         unix_time_ns: u64,
         network: Option<(String, [u8; 6])>,
-    ) -> Result<(), ClientError> {
+    ) -> Result<AgentHello, ClientError> {
         let entropy = entropy.iter().map(|b| format!("{b:02x}")).collect();
         let (network, mac) = match network {
             Some((setting, mac)) => (Some(setting), Some(format_mac(mac))),
@@ -120,7 +132,9 @@ impl BlockingClient {
             network,
             mac,
         };
-        expect_ok(self.call(&req)?).map(drop)
+        let (hello, answer) = self.call_keeping_hello(&req)?;
+        expect_ok(answer)?;
+        Ok(hello)
     }
 
     /// `mount_volumes`: the guest mounts each volume's disk (found by its
@@ -156,13 +170,17 @@ impl BlockingClient {
         Ok(self.stream)
     }
 
-    fn call(mut self, req: &Request) -> Result<Response, ClientError> {
+    fn call(self, req: &Request) -> Result<Response, ClientError> {
+        self.call_keeping_hello(req).map(|(_, answer)| answer)
+    }
+
+    fn call_keeping_hello(mut self, req: &Request) -> Result<(AgentHello, Response), ClientError> {
         let bytes = start_bytes(req, None)?;
         self.stream
             .write_all(&bytes)
             .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;
-        hello_of(self.response()?)?;
-        self.response()
+        let hello = hello_of(self.response()?)?;
+        Ok((hello, self.response()?))
     }
 
     fn response(&mut self) -> Result<Response, ClientError> {

@@ -167,6 +167,7 @@ pub const CAPABILITIES: &[&str] = &[
     "tar_in",
     "restored",
     "hello_identity",
+    "hello_clock",
     "mount_volumes",
     "tcp_connect",
     "process",

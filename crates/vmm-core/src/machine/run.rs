@@ -65,6 +65,8 @@ pub(super) enum RunMessage {
     Hibernate(PathBuf, Reply<SnapshotTaken>),
     /// Read the guest's kvm-clock.
     Clock(Reply<u64>),
+    /// Whether the guest's clock stops while the machine is paused.
+    ClockStopsWithPauses(bool),
 }
 
 impl From<VcpuExitReport> for RunMessage {
@@ -115,10 +117,18 @@ impl MachineHandle {
     }
 
     /// The guest's kvm-clock in nanoseconds: what the guest reads now, or
-    /// would read when resumed (the clock stands still while the machine
-    /// is paused).
+    /// would read when resumed (see [`MachineHandle::clock_stops_with_pauses`]).
     pub fn clock(&self) -> Result<u64, MachineError> {
         self.ask(RunMessage::Clock)
+    }
+
+    /// Whether the guest's kvm-clock stops while the machine is paused
+    /// (from the next pause on). Only for a guest that learns the wall
+    /// clock from its host after a resume (an agent with `hello_clock`):
+    /// any other would stay behind by every pause. Off at first: the
+    /// clock runs on through pauses.
+    pub fn clock_stops_with_pauses(&self, stops: bool) {
+        let _ = self.0.send(RunMessage::ClockStopsWithPauses(stops));
     }
 
     /// Writes a snapshot of the whole machine into `dir` (an existing,
@@ -170,6 +180,9 @@ struct Runner {
     /// emulating host pays for at the first call after a long idle pause.
     /// The wall clock is the host's to tell (every agent hello carries it).
     frozen_clock: Option<u64>,
+    /// Whether pauses freeze the clock at all (see
+    /// [`MachineHandle::clock_stops_with_pauses`]).
+    clock_stops: bool,
 }
 
 impl Runner {
@@ -282,6 +295,12 @@ impl Runner {
     /// Notes the guest's clock as the vCPUs stopped (see `frozen_clock`).
     /// A clock KVM cannot read runs on through the pause, as it did before.
     fn freeze_clock(&mut self) {
+        // A reading that fails leaves none: an older one set again later
+        // would take the guest's clock back past what it has read since.
+        self.frozen_clock = None;
+        if !self.clock_stops {
+            return;
+        }
         match self.machine.vm.clock() {
             Ok(ns) => self.frozen_clock = Some(ns),
             Err(e) => tracing::warn!("the guest's clock will run on through the pause: {e}"),
@@ -494,6 +513,7 @@ impl Machine {
             phase: Phase::Gone,
             vcpu_count: vcpus.len(),
             frozen_clock: None,
+            clock_stops: false,
         };
         runner.phase = Phase::Paused {
             vcpus,
@@ -530,6 +550,7 @@ impl Machine {
                 Ok(RunMessage::Snapshot(dir, to)) => reply(to, runner.snapshot(&dir)),
                 Ok(RunMessage::Hibernate(dir, to)) => reply(to, runner.hibernate(&dir)),
                 Ok(RunMessage::Clock(to)) => reply(to, runner.clock()),
+                Ok(RunMessage::ClockStopsWithPauses(stops)) => runner.clock_stops = stops,
                 // The runner holds a sender, so the channel never disconnects.
                 Err(mpsc::RecvTimeoutError::Disconnected) => break Err(vcpus_gone()),
                 Err(mpsc::RecvTimeoutError::Timeout) => {

@@ -112,11 +112,15 @@ pub(super) fn handle_control(
             };
             let pausing = matches!(req, ControlRequest::Pause);
             let _turn = shared.transition.lock().unwrap_or_else(|p| p.into_inner());
+            let was_paused = shared.paused.load(Ordering::SeqCst);
             let done = if pausing {
                 machine.pause()
             } else {
                 machine.resume()
             };
+            if done.is_ok() && !pausing && was_paused {
+                tell_the_time(shared);
+            }
             if done.is_ok() {
                 shared.paused.store(pausing, Ordering::SeqCst);
                 // A pause on request waits for `resume`; the idle watcher
@@ -166,6 +170,29 @@ pub(super) fn handle_control(
                 ttl_deadline_ms: at,
             }
         }
+    }
+}
+
+/// After a resume on request: the guest's clock stood still through the
+/// pause (`MachineHandle::clock_stops_with_pauses`), and a hello sets its
+/// wall clock to the host's; sent now, from a thread of its own (the
+/// resume's answer does not wait for the guest), rather than with the
+/// next call, for the guest's own programs. A claimed pool member skips
+/// it: the claim's first request carries its identity and the time.
+fn tell_the_time(shared: &Arc<Shared>) {
+    if shared.ws.pending_identity().is_some() {
+        return;
+    }
+    let ws = shared.ws.clone();
+    let told = std::thread::Builder::new()
+        .name("tell-time".into())
+        .spawn(move || {
+            if let Err(e) = crate::guest_ready::hello(&ws) {
+                tracing::warn!("no hello after the resume (the next call sets the clock): {e}");
+            }
+        });
+    if let Err(e) = told {
+        tracing::warn!("no hello after the resume (the next call sets the clock): {e}");
     }
 }
 

@@ -626,9 +626,16 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         let attempt = if shared.restored {
             crate::guest_ready::give_identity(&shared.ws, shared.guest_net.as_ref())
         } else {
-            crate::guest_ready::ping(&shared.ws)
+            crate::guest_ready::hello(&shared.ws).map(Some)
         };
-        if attempt.is_ok() {
+        if let Ok(hello) = attempt {
+            // An agent that takes the host's clock from each hello lets the
+            // guest's clock stop with its pauses; an older one's runs on.
+            let takes_clock =
+                hello.is_some_and(|h| h.capabilities.iter().any(|c| c == "hello_clock"));
+            if let Some(machine) = shared.machine.get() {
+                machine.clock_stops_with_pauses(takes_clock);
+            }
             break;
         }
         // A restored agent answers within a moment (its first connection

@@ -59,7 +59,11 @@ pub(crate) async fn connect_agent(
     guest_agent::client::GuestAgentClient<tokio::net::UnixStream>,
     guest_agent::client::ClientError,
 > {
-    let client = ws.agent_endpoint().connect().await?;
+    let endpoint = guest_agent::client::AgentEndpoint::HybridVsock {
+        uds: ws.vsock(),
+        port: base::store::workspace_dir::AGENT_PORT,
+    };
+    let client = endpoint.connect().await?;
     Ok(match ws.pending_identity() {
         Some(identity) => client.with_identity(identity),
         None => client,

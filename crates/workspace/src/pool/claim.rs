@@ -185,6 +185,7 @@ impl<H: PoolHost> Pools<'_, H> {
                 .map_or(0, |d| d.as_nanos() as u64);
             ws.agent_blocking(IDENTITY_TIMEOUT)
                 .and_then(|agent| agent.restored(name, &entropy, now_ns, None))
+                .map(drop)
                 .map_err(|source| Error::Agent {
                     op: "identity",
                     source,

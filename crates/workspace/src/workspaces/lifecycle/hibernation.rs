@@ -112,16 +112,8 @@ impl Workspace<'_> {
     /// from its hibernation (resuming one that runs does nothing).
     pub async fn resume(self) -> Result<()> {
         let (all, name) = (self.all, self.name.as_str());
-        let (ws, _) = all.awake(name).await?;
-        all.pause_or_resume(name, ControlRequest::Resume)?;
-        // The guest's clock stood still through the pause; the hello of
-        // any call sets it to the host's, this one at once. Failing, the
-        // next call's does: the resume itself is done.
-        let hello = async { ws.agent_endpoint().connect().await?.hello().await };
-        if let Err(e) = hello.await {
-            tracing::debug!(workspace = name, "no hello after the resume: {e}");
-        }
-        Ok(())
+        all.awake(name).await?;
+        all.pause_or_resume(name, ControlRequest::Resume)
     }
 }
 
