@@ -301,6 +301,29 @@ fn clock_guest_in(snapshot: &Path) -> (u32, u32) {
     (word(TINY_PVCLOCK_START), word(TINY_DATA_START + MARKS_SEEN))
 }
 
+/// A machine restored from `snapshot` (no disks, vsock or network),
+/// printing to `out`, running on a thread of its own.
+fn run_restored(
+    snapshot: PathBuf,
+    out: &testkit::Capture,
+) -> (
+    vmm_core::machine::MachineHandle,
+    std::thread::JoinHandle<Result<vmm_core::machine::RunOutcome, MachineError>>,
+) {
+    let restored = Machine::restore(RestoreConfig {
+        snapshot,
+        console: console(out),
+        disks: Vec::new(),
+        vsock_uds: None,
+        vsock_routes: Default::default(),
+        net: None,
+    })
+    .unwrap();
+    let handle = restored.handle();
+    let run = std::thread::spawn(move || restored.run(Some(Duration::from_secs(300))));
+    (handle, run)
+}
+
 #[test]
 fn a_paused_guest_learns_from_its_kvm_clock_that_the_host_stopped_it() {
     if testkit::require("snapshot_tiny", testkit::kvm()).is_none() {
@@ -363,17 +386,7 @@ fn a_paused_guest_learns_from_its_kvm_clock_that_the_host_stopped_it() {
     handle.stop();
     run.join().unwrap().unwrap();
     let out = testkit::Capture::default();
-    let restored = Machine::restore(RestoreConfig {
-        snapshot: dir.0.join("paused"),
-        console: console(&out),
-        disks: Vec::new(),
-        vsock_uds: None,
-        vsock_routes: Default::default(),
-        net: None,
-    })
-    .unwrap();
-    let handle = restored.handle();
-    let run = std::thread::spawn(move || restored.run(Some(Duration::from_secs(300))));
+    let (handle, run) = run_restored(dir.0.join("paused"), &out);
     wait_for("the restored run", &out, 2);
     let (_, marks) = snapshot(&handle, "restored");
     assert_eq!(marks, 4, "the restored guest saw {marks} stopped marks");
@@ -436,17 +449,7 @@ fn a_paused_guest_s_clock_stands_still_when_asked_and_a_snapshot_keeps_it() {
     handle.snapshot(&to).unwrap();
     handle.stop();
     run.join().unwrap().unwrap();
-    let restored = Machine::restore(RestoreConfig {
-        snapshot: to,
-        console: console(&testkit::Capture::default()),
-        disks: Vec::new(),
-        vsock_uds: None,
-        vsock_routes: Default::default(),
-        net: None,
-    })
-    .unwrap();
-    let handle = restored.handle();
-    let run = std::thread::spawn(move || restored.run(Some(Duration::from_secs(300))));
+    let (handle, run) = run_restored(to, &testkit::Capture::default());
     let restored_at = handle.clock().unwrap();
     handle.stop();
     run.join().unwrap().unwrap();

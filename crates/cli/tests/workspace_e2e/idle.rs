@@ -198,9 +198,11 @@ fn an_idle_workspace_pauses_and_each_call_resumes_it() {
         pauses,
         "paused under an open connection"
     );
-    // The minimal image's busybox has no killall.
-    let end = "for p in /proc/[0-9]*; do case \"$(cat $p/comm 2>/dev/null)\" in \
-               nc|sleep) kill ${p#/proc/};; esac; done";
+    // The minimal image's busybox has no killall; `read` is the shell's
+    // own (a `cat` per process was some sixty guest processes, seconds
+    // each on an emulating host).
+    let end = "for p in /proc/[0-9]*; do c=; read c < $p/comm 2>/dev/null; \
+               case \"$c\" in nc|sleep) kill ${p#/proc/};; esac; done";
     assert_eq!(cli.run(&["exec", "idler", "--shell", "--", end]).status, 0);
     wait_paused(&cli, "idler", pauses);
     // Stopping a paused workspace is a call like any other.
