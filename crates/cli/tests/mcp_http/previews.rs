@@ -317,10 +317,12 @@ fn a_preview_carries_websocket_frames_both_ways() {
         WEBSOCKET_SERVER,
     ]);
     // Listening (9001 is 2329) before it is used: node takes a while to
-    // start where guest kernel mode is emulated.
-    let listening = "for i in $(seq 600); do \
-        grep -q ':2329 00000000:0000 0A' /proc/net/tcp /proc/net/tcp6 && exit 0; \
-        sleep 0.5; done; exit 1";
+    // start where guest kernel mode is emulated. The shell's own `read`
+    // looks, and a `sleep` every 2 s is the only process: a `grep` and a
+    // `sleep` every half second took the vCPU from node's start.
+    let listening = "for i in $(seq 300); do for t in /proc/net/tcp /proc/net/tcp6; do \
+        while read -r _ local _ state _; do case \"$local $state\" in *:2329\\ 0A) exit 0;; esac; \
+        done < $t; done; sleep 2; done; exit 1";
     h.ok(&["exec", "wsp", "--", "sh", "-c", listening]);
     let server = Server::start(h.home(), &[]);
     let token = std::fs::read_to_string(h.home().join("mcp-token")).unwrap();
