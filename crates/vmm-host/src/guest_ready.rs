@@ -79,9 +79,6 @@ pub(crate) fn give_identity(
         tracing::error!("no host randomness for the restored guest");
         return hello(ws).map(Some);
     }
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
     let given = ws.agent_blocking(AGENT_CALL_TIMEOUT).and_then(|agent| {
         let network = net.map(|a| {
             (
@@ -89,7 +86,7 @@ pub(crate) fn give_identity(
                 base::network::mac_for(ws.name()),
             )
         });
-        agent.restored(ws.name(), &entropy, now_ns, network)
+        agent.restored(ws.name(), &entropy, network)
     });
     match given {
         Ok(hello) => {

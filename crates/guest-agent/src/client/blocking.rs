@@ -8,7 +8,9 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::messages::{decode, expect_ok, handshake_reply, hello_now, hello_of, start_bytes};
+use super::messages::{
+    decode, expect_ok, handshake_reply, hello_now, hello_of, host_now_ns, start_bytes,
+};
 use super::AgentHello;
 use super::ClientError;
 use crate::frame;
@@ -104,20 +106,17 @@ impl BlockingClient {
     pub fn hello(mut self) -> Result<AgentHello, ClientError> {
         let hello = hello_now(MIN_PROTOCOL_VERSION, None);
         let bytes = frame::encode_json(&hello).map_err(ClientError::Frame)?;
-        self.stream
-            .write_all(&bytes)
-            .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;
+        self.send(&bytes)?;
         hello_of(self.response()?)
     }
 
     /// `restored`: the guest takes `hostname`, mixes `entropy` into its
-    /// random pool and reseeds it, and sets its clock to `unix_time_ns`.
-    /// The agent's hello (what it supports).
+    /// random pool and reseeds it, and sets its clock to the host's, read
+    /// as the request is made. The agent's hello (what it supports).
     pub fn restored(
         self,
         hostname: &str,
         entropy: &[u8],
-        unix_time_ns: u64,
         network: Option<(String, [u8; 6])>,
     ) -> Result<AgentHello, ClientError> {
         let entropy = entropy.iter().map(|b| format!("{b:02x}")).collect();
@@ -128,7 +127,7 @@ impl BlockingClient {
         let req = Request::Restored {
             hostname: hostname.to_owned(),
             entropy,
-            unix_time_ns,
+            unix_time_ns: host_now_ns(),
             network,
             mac,
         };
@@ -156,9 +155,7 @@ impl BlockingClient {
     /// no timeouts.
     pub fn tcp_connect(mut self, port: u16) -> Result<UnixStream, ClientError> {
         let bytes = start_bytes(&Request::TcpConnect { port }, None)?;
-        self.stream
-            .write_all(&bytes)
-            .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;
+        self.send(&bytes)?;
         hello_of(self.response()?)?;
         expect_ok(self.response()?)?;
         self.stream
@@ -176,11 +173,15 @@ impl BlockingClient {
 
     fn call_keeping_hello(mut self, req: &Request) -> Result<(AgentHello, Response), ClientError> {
         let bytes = start_bytes(req, None)?;
-        self.stream
-            .write_all(&bytes)
-            .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))?;
+        self.send(&bytes)?;
         let hello = hello_of(self.response()?)?;
         Ok((hello, self.response()?))
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.stream
+            .write_all(bytes)
+            .map_err(|e| ClientError::Frame(frame::FrameError::Write(e)))
     }
 
     fn response(&mut self) -> Result<Response, ClientError> {

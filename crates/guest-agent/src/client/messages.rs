@@ -18,7 +18,7 @@ pub struct AgentHello {
 }
 
 /// The host's wall clock now, Unix nanoseconds.
-fn host_now_ns() -> u64 {
+pub(crate) fn host_now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

@@ -180,11 +180,8 @@ impl<H: PoolHost> Pools<'_, H> {
         self.all.control(name, ControlRequest::Resume)?;
         let resumed = began.elapsed();
         if !with_hello {
-            let now_ns = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
             ws.agent_blocking(IDENTITY_TIMEOUT)
-                .and_then(|agent| agent.restored(name, &entropy, now_ns, None))
+                .and_then(|agent| agent.restored(name, &entropy, None))
                 .map(drop)
                 .map_err(|source| Error::Agent {
                     op: "identity",
