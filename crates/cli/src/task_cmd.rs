@@ -40,7 +40,8 @@ pub enum TaskCommand {
         /// Refuse instead of queueing when every slot is taken.
         #[arg(long)]
         no_queue: bool,
-        /// Guest memory, MiB or with a unit (`2g`; default 1024).
+        /// Guest memory, MiB or with a unit (`2g`; default config.json's
+        /// task.mem_mib, else 1024).
         #[arg(long = "mem", value_parser = crate::output::mib)]
         mem_mib: Option<u64>,
         /// Wait for the task to end and print how it went.

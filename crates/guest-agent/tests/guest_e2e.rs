@@ -2,7 +2,7 @@
 //! the image's init overlays a writable disk on the read-only base and execs
 //! the agent, which the host reaches through the VMM's hybrid vsock socket.
 //! One boot: handshake, `uname -a`, a file written then read, a 10 MiB round
-//! trip, hundreds of short-lived processes (the stress check of
+//! trip, tens of short-lived processes (the stress check of
 //! docs/host-compat.md), a timeout that kills its process, then `reboot -f`
 //! ends the VM. A guest process that dies of a fault fails the test with the
 //! console's tail.
@@ -21,10 +21,14 @@ const AGENT_PORT: u32 = 1024;
 const HELLO: &[u8] = b"hello from the host\n";
 
 /// Short-lived processes the stress step starts from a guest shell loop;
-/// `MICROAGENT_STRESS_PROCESSES` overrides it (`cargo xtask soak` sets more).
-const STRESS_PROCESSES: u32 = 150;
+/// `MICROAGENT_STRESS_PROCESSES` overrides it (`cargo xtask soak` sets
+/// more). Forty, not hundreds: each costs about a second of emulated
+/// kernel work here, issue 10's cause (YMM state leaking between
+/// processes) has its direct check below, and `cargo xtask soak` runs
+/// thousands.
+const STRESS_PROCESSES: u32 = 40;
 /// Commands the stress step runs through the agent's own exec path.
-const STRESS_AGENT_EXECS: u32 = 20;
+const STRESS_AGENT_EXECS: u32 = 10;
 /// Checks per process of the YMM switch check (each spins ~10 ms).
 const YMM_CHECKS: &str = "40";
 
@@ -164,6 +168,13 @@ fn agent_in_a_real_guest() {
     rt.block_on(within("the guest operations", bound, async {
         let hello = wait_for_agent(&endpoint, Instant::now() + Duration::from_secs(300)).await;
         assert_eq!(hello.version, 1);
+        // Before it answered, the agent ran one command through its exec
+        // path (what an image's warm snapshot keeps warm).
+        assert!(
+            !console.text().contains("warming the exec path"),
+            "{}",
+            console.text()
+        );
         step("agent answered");
 
         let out = exec(&endpoint, ExecCall::argv(["uname", "-a"]), &console).await;

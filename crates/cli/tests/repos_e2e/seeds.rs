@@ -33,6 +33,14 @@ fn each_seeds_calls_work_in_its_own_shapes() {
     let image = format!("127.0.0.1:{}/web:1", registry.port);
     testkit::oci::push(&skopeo, &layout, &image);
 
+    // The orchestrator's `run_task` names no size: the host's default
+    // for tasks is the size the other task tests run at, so this one
+    // resumes their warm snapshot instead of booting one of its own.
+    std::fs::write(
+        cli.home().join("config.json"),
+        r#"{"task": {"mem_mib": 256}}"#,
+    )
+    .unwrap();
     let repo = cli.home().join("proj");
     make_repo(&repo);
     std::fs::write(

@@ -1,6 +1,6 @@
-//! The memory balloon of a running workspace (part of
-//! `life_cycle_exec_files_logs_events`, which boots `dev`, and of its
-//! snapshot checks, whose forks restore the balloon from a snapshot).
+//! The memory balloon of a running workspace: part of
+//! `life_cycle_exec_files_logs_events`'s snapshot checks, on a fork whose
+//! balloon (`dev`'s, made at its boot) was restored from a snapshot.
 
 use std::time::{Duration, Instant};
 

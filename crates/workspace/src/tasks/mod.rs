@@ -270,6 +270,11 @@ pub struct TaskConfig {
     /// [`log::DEFAULT_MAX_LOG_BYTES`], at least [`log::MIN_MAX_LOG_BYTES`]).
     #[serde(default)]
     pub max_log_bytes: Option<u64>,
+    /// The memory of a task's workspace when its request names none
+    /// (default [`service::TASK_MEM_MIB`]); also what the default number
+    /// of slots divides by.
+    #[serde(default)]
+    pub mem_mib: Option<u64>,
 }
 
 impl TaskConfig {
@@ -278,6 +283,11 @@ impl TaskConfig {
         self.max_log_bytes
             .unwrap_or(log::DEFAULT_MAX_LOG_BYTES)
             .max(log::MIN_MAX_LOG_BYTES)
+    }
+
+    /// The memory of a task whose request names none.
+    pub fn task_mem_mib(&self) -> u64 {
+        self.mem_mib.unwrap_or(service::TASK_MEM_MIB)
     }
 }
 
@@ -310,7 +320,8 @@ pub struct TaskRequest {
     pub keep: bool,
     /// Refuse (CONFLICT) instead of queueing when every slot is taken.
     pub no_queue: bool,
-    /// Guest memory, MiB (default 1024).
+    /// Guest memory, MiB (default `config.json`'s `task.mem_mib`, else
+    /// 1024).
     pub mem_mib: Option<u64>,
 }
 
@@ -532,11 +543,13 @@ pub(crate) mod tests {
         assert_eq!(TaskConfig::load(&root).unwrap(), TaskConfig::default());
         std::fs::write(
             root.join(base::host::settings::CONFIG_FILE),
-            r#"{"task": {"command": "make", "max_slots": 2, "max_log_bytes": 1000}, "other": 1}"#,
+            r#"{"task": {"command": "make", "max_slots": 2, "max_log_bytes": 1000, "mem_mib": 256}, "other": 1}"#,
         )
         .unwrap();
         let c = TaskConfig::load(&root).unwrap();
         assert_eq!((c.command.as_deref(), c.max_slots), (Some("make"), Some(2)));
+        assert_eq!(c.task_mem_mib(), 256);
+        assert_eq!(TaskConfig::default().task_mem_mib(), service::TASK_MEM_MIB);
         assert_eq!(c.log_cap(), log::MIN_MAX_LOG_BYTES, "a cap has a floor");
         assert_eq!(TaskConfig::default().log_cap(), log::DEFAULT_MAX_LOG_BYTES);
         std::fs::write(

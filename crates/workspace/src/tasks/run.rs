@@ -7,7 +7,7 @@
 //! task as failed with the reason; the workspace is removed (or stopped,
 //! when kept) whatever happened.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::guest::request::ExecRequest;
@@ -49,12 +49,14 @@ impl Tasks<'_> {
         // stops first either way, so the slot's cache volume is unmounted
         // cleanly: the next task then mounts it without a journal replay.
         if self.all.at(&workspace).get().is_ok() {
+            let mut steps = StepLog::new(id);
             let stopped = self
                 .all
                 .at(&workspace)
                 .stop(crate::workspaces::lifecycle::DEFAULT_STOP_TIMEOUT)
                 .await
                 .map(drop);
+            steps.done("workspace stopped");
             let cleanup = if keep {
                 stopped
             } else {
@@ -66,6 +68,7 @@ impl Tasks<'_> {
                     .delete(base::store::spec::DeleteOptions::default().force(true))
                     .map(drop)
             };
+            steps.done("workspace removed");
             if let Err(e) = cleanup {
                 tracing::warn!("task {id}: removing workspace {workspace}: {e}");
             }
@@ -131,14 +134,18 @@ impl Tasks<'_> {
             ..WorkspaceSpec::default()
         };
         let name = info.workspace.clone();
+        let mut steps = StepLog::new(id);
         self.ensure_warm(&spec, &name).await?;
+        steps.done("warm snapshot ready");
         self.all
             .blocking({
                 let name = name.clone();
                 move |ws| ws.create(&name, spec).map(drop)
             })
             .await?;
+        steps.done("workspace created");
         self.all.at(&name).start(TASK_START_TIMEOUT, |_| {}).await?;
+        steps.done("workspace started, the clone in");
         // A file write, not a guest process: the agent writes it (root's,
         // readable by all); the clone's own step already linked ~/.cache.
         self.all
@@ -159,10 +166,12 @@ impl Tasks<'_> {
             ));
         }
         let exit = self.run_command(&info, &command).await?;
+        steps.done("command ended");
         let cancelled = store.get(id)?.cancelled;
         let result = self.read_result(&name, exit).await;
         let task_ref = format!("{TASK_REF_PREFIX}{id}");
         let pull = self.all.at(&name).pull_repo_to(&task_ref).await?;
+        steps.done("commits pulled");
         let merge = if pull.commits == 0 {
             MergeResult {
                 merged: false,
@@ -196,6 +205,7 @@ impl Tasks<'_> {
                 })
                 .await?
         };
+        steps.done("merged");
         let status = if result.success && !cancelled {
             TaskStatus::Completed
         } else {
@@ -326,5 +336,27 @@ impl Tasks<'_> {
                 ..from_exit
             },
         }
+    }
+}
+
+/// Logs how long each step of a task took (`MICROAGENT_LOG=info` shows
+/// them in the supervisor's log): where a slow task's time went.
+struct StepLog<'a> {
+    task: &'a str,
+    last: Instant,
+}
+
+impl<'a> StepLog<'a> {
+    fn new(task: &'a str) -> Self {
+        Self {
+            task,
+            last: Instant::now(),
+        }
+    }
+
+    fn done(&mut self, step: &str) {
+        let ms = self.last.elapsed().as_millis();
+        tracing::info!(task = self.task, "{step} in {ms} ms");
+        self.last = Instant::now();
     }
 }

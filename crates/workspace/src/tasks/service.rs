@@ -48,7 +48,7 @@ impl Tasks<'_> {
             .ok()
             .and_then(|b| b.max_guest_mem_mib)
             .unwrap_or_else(host_mem_mib);
-        slots::default_max_slots(mem, TASK_MEM_MIB)
+        slots::default_max_slots(mem, config.task_mem_mib())
     }
 
     /// The slots, the tasks holding them, and the task caches this view
@@ -117,13 +117,16 @@ impl Tasks<'_> {
             ))
             .into());
         }
-        let mem_mib = req.mem_mib.unwrap_or(TASK_MEM_MIB);
+        let (mem_mib, said_by) = match req.mem_mib {
+            Some(m) => (m, "mem_mib"),
+            None => (self.config()?.task_mem_mib(), "config.json's task.mem_mib"),
+        };
         // Checked now, as its workspace's create will be: nothing is
         // written or started for a size that cannot be made.
         let limits = &self.all.limits;
         if !(limits.min_mem_mib..=limits.max_mem_mib).contains(&mem_mib) {
             return Err(TaskError::Invalid(format!(
-                "mem_mib is {mem_mib}; use {} to {}",
+                "{said_by} is {mem_mib}; use {} to {}",
                 limits.min_mem_mib, limits.max_mem_mib
             ))
             .into());

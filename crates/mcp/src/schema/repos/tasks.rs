@@ -46,7 +46,7 @@ pub struct RunTaskParams {
     #[serde(default)]
     pub no_queue: bool,
     /// Guest memory in MiB, 64 to 16384, or with a unit (`"2g"`); default
-    /// 1024.
+    /// the host's `task.mem_mib` (config.json), else 1024.
     #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
     #[schemars(schema_with = "workspace::sizes::mem_schema")]
     pub mem_mib: Option<u64>,
