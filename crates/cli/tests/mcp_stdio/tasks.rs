@@ -16,8 +16,8 @@ use super::{home, Session, BIN};
 
 /// The repository's task command: edit the file task.md names, commit.
 const AGENT: &str = r#"set -e
-file=$(sed -n 1p /workspace/task.md)
-echo "$(sed -n 2p /workspace/task.md)" > "$file"
+{ read -r file; read -r text; } < /workspace/task.md
+echo "$text" > "$file"
 git add "$file"
 git commit -qm "task edits $file"
 yes 'a line the task prints without end' | head -c 3000000

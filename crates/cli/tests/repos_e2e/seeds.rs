@@ -45,7 +45,7 @@ fn each_seeds_calls_work_in_its_own_shapes() {
     make_repo(&repo);
     std::fs::write(
         repo.join("agent.sh"),
-        "set -e\ncat /workspace/task.md > notes.txt\ngit add notes.txt\ngit commit -qm task\n",
+        "set -e\ncat /workspace/task.md > notes.txt\ngit commit -qam task\n",
     )
     .unwrap();
     git(&repo, &["add", "."]);

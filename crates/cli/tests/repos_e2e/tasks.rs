@@ -16,13 +16,13 @@ use crate::{can_boot, git, home, make_repo};
 
 /// The task command, a script in the repository: task.md's first line
 /// names a file, its second the text its first line becomes; it commits
-/// and prints the secret it was given.
+/// and prints the secret it was given. Two processes (the shell reads the
+/// lines, the file is tracked): each costs seconds of emulated guest
+/// kernel work here.
 const AGENT: &str = r#"set -e
-file=$(sed -n 1p /workspace/task.md)
-text=$(sed -n 2p /workspace/task.md)
+{ read -r file; read -r text; } < /workspace/task.md
 sed -i "1s/.*/$text/" "$file"
-git add "$file"
-git commit -qm "$file: $text"
+git commit -qam "$file: $text"
 echo "token: ${MY_TOKEN:-none}"
 "#;
 const SECRET: &str = "s3cr3t-Value-7f3a";
