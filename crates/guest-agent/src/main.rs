@@ -28,6 +28,8 @@ usage: microagent-agent [--vsock-port PORT | --unix PATH] [options]
   --idle-timeout-ms MS     drop a client silent this long (default 60000)
   --max-connections N      connections served at once (default 1024)
   --verbose                log every request to stderr
+  --warm-up                run one `true` through the exec path before serving
+                           (always as PID 1)
   --version, --help";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +44,7 @@ struct Args {
     idle_timeout: Duration,
     max_connections: usize,
     verbose: bool,
+    warm_up: bool,
 }
 
 enum Parsed {
@@ -55,6 +58,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Parsed, String> 
         idle_timeout: IDLE_TIMEOUT,
         max_connections: 1024,
         verbose: false,
+        warm_up: false,
     };
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -75,6 +79,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Parsed, String> 
                 parsed.max_connections = v.parse().map_err(|_| format!("bad count {v:?}"))?;
             }
             "--verbose" => parsed.verbose = true,
+            "--warm-up" => parsed.warm_up = true,
             "--help" | "-h" => return Ok(Parsed::Exit(USAGE)),
             "--version" => {
                 return Ok(Parsed::Exit(concat!(
@@ -130,6 +135,9 @@ fn main() {
         idle_timeout: args.idle_timeout,
         max_connections: args.max_connections,
         verbose: args.verbose,
+        // In a guest the warm snapshot keeps it; a test's agent on the host
+        // only when asked (it would run the host's `true`).
+        warm_up: args.warm_up || pid1,
         dial: match &args.listen {
             Listen::Vsock(_) => agent::forward::Dial::Vsock,
             Listen::Unix(path) => agent::forward::Dial::Unix(path.clone()),
@@ -185,6 +193,10 @@ mod tests {
         assert_eq!(a.idle_timeout, Duration::from_millis(500));
         assert!(parse(&["--vsock-port"]).is_err());
         assert!(parse(&["--bogus"]).is_err());
+        let Ok(Parsed::Run(a)) = parse(&["--warm-up"]) else {
+            panic!()
+        };
+        assert!(a.warm_up);
         assert!(matches!(parse(&["--help"]), Ok(Parsed::Exit(_))));
     }
 }

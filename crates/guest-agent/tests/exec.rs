@@ -466,3 +466,30 @@ async fn a_pty_exec_has_a_terminal_that_follows_resizes_and_turns_ctrl_c_into_si
         .unwrap_err();
     assert_eq!(err.code(), Some(AgentErrorCode::InvalidInput));
 }
+
+/// The `request exec` lines an agent's verbose log has.
+fn exec_requests(agent: &Agent) -> usize {
+    agent
+        .log()
+        .lines()
+        .filter(|l| l.ends_with("request exec"))
+        .count()
+}
+
+#[tokio::test]
+async fn warm_up_runs_one_command_through_the_exec_path_before_serving() {
+    let plain = Agent::start();
+    let warmed = Agent::start_with(&["--warm-up"]);
+    for agent in [&plain, &warmed] {
+        let out = run(agent, ExecCall::argv(["echo", "served"])).await;
+        assert_eq!(out.stdout, b"served\n");
+    }
+    // Without the flag (and not PID 1) only the caller's command ran.
+    assert_eq!(exec_requests(&plain), 1, "{}", plain.log());
+    assert_eq!(exec_requests(&warmed), 2, "{}", warmed.log());
+    assert!(
+        !warmed.log().contains("warming the exec path"),
+        "{}",
+        warmed.log()
+    );
+}

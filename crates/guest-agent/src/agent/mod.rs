@@ -50,6 +50,9 @@ pub struct Config {
     /// Log every request, failure and reaped orphan (otherwise only
     /// internal errors).
     pub verbose: bool,
+    /// Run one command through the exec path before serving
+    /// ([`warm_up`]).
+    pub warm_up: bool,
     /// How a forwarded connection reaches the host.
     pub dial: forward::Dial,
 }
@@ -222,8 +225,7 @@ pub fn serve(listener: Listener, config: Config) -> io::Error {
         Err(e) => return e,
     };
     let workers = Workers::default();
-    // In a guest only: a test's agent on the host would run the host's.
-    if std::process::id() == 1 {
+    if state.config.warm_up {
         warm_up::run(&workers, &state);
     }
     loop {

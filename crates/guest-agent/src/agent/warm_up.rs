@@ -7,13 +7,15 @@
 //! snapshot taken before any command cost 3.1 M emulated guest kernel
 //! instructions (2.9 s), against 1.3 M when one command had run before
 //! the snapshot; every fresh workspace paid that once. A cold boot pays
-//! it now, once, before its agent answers.
+//! it now, once, before its agent answers. Tested through the binary
+//! (`tests/exec.rs`): a reaper in a unit test's process would take the
+//! children of other tests.
 
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use guest_agent::frame::{self, FrameKind};
 use guest_agent::protocol::{ExecCall, ExecExit, Request, Response, PROTOCOL_VERSION};
@@ -23,6 +25,8 @@ use super::{AgentState, Workers};
 /// The most the warm-up may hold back serving (a command that hangs in a
 /// broken image must not keep the guest from answering).
 const WARM_UP_BOUND: Duration = Duration::from_secs(60);
+/// How long after the bound the warm-up still waits for the command's end.
+const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs `true` as a caller's first command would run (a connection of its
 /// own, a hello, an exec), and waits for it to end. Failures are logged:
@@ -33,10 +37,11 @@ pub(super) fn run(workers: &Workers, state: &Arc<AgentState>) {
     }
 }
 
-/// How the command ended.
+/// How `true` ended.
 fn exec_true(workers: &Workers, state: &Arc<AgentState>) -> io::Result<ExecExit> {
+    // The agent kills it at the bound; the wait gives that a moment more.
+    let deadline = Instant::now() + WARM_UP_BOUND + KILL_GRACE;
     let (mut ours, theirs) = UnixStream::pair()?;
-    ours.set_read_timeout(Some(WARM_UP_BOUND))?;
     let active = state.connections.fetch_add(1, Ordering::SeqCst);
     if let Err(e) = workers.hand_over(theirs, active, state) {
         state.connections.fetch_sub(1, Ordering::SeqCst);
@@ -48,49 +53,33 @@ fn exec_true(workers: &Workers, state: &Arc<AgentState>) -> io::Result<ExecExit>
         host_time_ns: None,
     };
     frame::write_json(&mut ours, &hello).map_err(io::Error::other)?;
-    frame::write_json(&mut ours, &Request::Exec(ExecCall::argv(["true"])))
-        .map_err(io::Error::other)?;
-    // The agent closes the connection once the command has ended.
-    let mut exited = None;
-    while let Some(frame) = frame::read_frame(&mut ours).map_err(io::Error::other)? {
+    // Killed (its process group) at the bound; what it prints is capped
+    // by the exec path as any command's is.
+    let call = ExecCall {
+        timeout_ms: Some(WARM_UP_BOUND.as_millis() as u64),
+        ..ExecCall::argv(["true"])
+    };
+    frame::write_json(&mut ours, &Request::Exec(call)).map_err(io::Error::other)?;
+    // A command whose output outlives it (a daemon of its own session
+    // holding its stdout) is left at the bound.
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::other("the command did not end in time"));
+        }
+        ours.set_read_timeout(Some(left))?;
+        let Some(frame) = frame::read_frame(&mut ours).map_err(io::Error::other)? else {
+            return Err(io::Error::other("the command's end was not seen"));
+        };
         if frame.kind != FrameKind::Json {
             continue;
         }
         match frame::decode_json(&frame) {
-            Ok(Response::Exited(exit)) => exited = Some(exit),
+            Ok(Response::Exited(exit)) => return Ok(exit),
             Ok(Response::Error { code, message }) => {
                 return Err(io::Error::other(format!("{code:?}: {message}")))
             }
             _ => {}
         }
-    }
-    exited.ok_or_else(|| io::Error::other("the command's end was not seen"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_warm_up_runs_a_command_through_a_connection_and_waits_for_its_end() {
-        let config = super::super::Config {
-            idle_timeout: Duration::from_secs(5),
-            max_connections: 8,
-            verbose: false,
-            dial: super::super::forward::Dial::Vsock,
-        };
-        let state = AgentState::start(config).unwrap();
-        let workers = Workers::default();
-        let exit = exec_true(&workers, &state).unwrap();
-        assert_eq!((exit.code, exit.signal), (Some(0), None), "{exit:?}");
-        // The command ran to its end and was counted as use.
-        assert!(state.last_request_ms.load(Ordering::SeqCst) > 0);
-        // Its connection's thread waits for the next connection.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while workers.shared.idle.load(Ordering::SeqCst) == 0 {
-            assert!(std::time::Instant::now() < deadline, "no idle worker");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(state.connections.load(Ordering::SeqCst), 0);
     }
 }
