@@ -99,13 +99,14 @@ fn tasks_merge_back_conflict_and_keep_secrets() {
         "task", "run", "--repo", "proj", "--secret", "NOPE", "--json", "x",
     ]);
     assert_eq!(bad.error_code(), "NOT_FOUND", "{}", bad.stderr);
-    // A default size the host cannot give is refused, saying where it
-    // came from.
+    // A default size below a task's floor (a workspace's default size,
+    // above the smallest guest) is refused, saying where it came from.
     let config = cli.home().join("config.json");
-    std::fs::write(&config, r#"{"task": {"max_slots": 2, "mem_mib": 1}}"#).unwrap();
+    std::fs::write(&config, r#"{"task": {"max_slots": 2, "mem_mib": 128}}"#).unwrap();
     let bad = cli.run(&["task", "run", "--repo", "proj", "--json", "x"]);
     assert_eq!(bad.error_code(), "INVALID_INPUT", "{}", bad.stderr);
     assert!(bad.stdout.contains("task.mem_mib"), "{}", bad.stdout);
+    assert!(bad.stdout.contains("use 256 to"), "{}", bad.stdout);
     std::fs::write(&config, r#"{"task": {"max_slots": 2}}"#).unwrap();
     assert_eq!(
         cli.run(&["task", "info", "nope", "--json"]).error_code(),

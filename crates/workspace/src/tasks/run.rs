@@ -68,7 +68,9 @@ impl Tasks<'_> {
                     .delete(base::store::spec::DeleteOptions::default().force(true))
                     .map(drop)
             };
-            steps.done("workspace removed");
+            if !keep && cleanup.is_ok() {
+                steps.done("workspace removed");
+            }
             if let Err(e) = cleanup {
                 tracing::warn!("task {id}: removing workspace {workspace}: {e}");
             }
@@ -205,7 +207,11 @@ impl Tasks<'_> {
                 })
                 .await?
         };
-        steps.done("merged");
+        steps.done(if merge.merged {
+            "merged"
+        } else {
+            "merge decided (not merged)"
+        });
         let status = if result.success && !cancelled {
             TaskStatus::Completed
         } else {

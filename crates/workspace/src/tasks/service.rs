@@ -122,12 +122,15 @@ impl Tasks<'_> {
             None => (self.config()?.task_mem_mib(), "config.json's task.mem_mib"),
         };
         // Checked now, as its workspace's create will be: nothing is
-        // written or started for a size that cannot be made.
+        // written or started for a size that cannot be made. A task's
+        // floor is a workspace's default size (what its image needs to
+        // clone, build and commit), not the smallest guest.
         let limits = &self.all.limits;
-        if !(limits.min_mem_mib..=limits.max_mem_mib).contains(&mem_mib) {
+        let least = limits.min_mem_mib.max(defaults::MEM_MIB);
+        if !(least..=limits.max_mem_mib).contains(&mem_mib) {
             return Err(TaskError::Invalid(format!(
-                "{said_by} is {mem_mib}; use {} to {}",
-                limits.min_mem_mib, limits.max_mem_mib
+                "{said_by} is {mem_mib}; use {least} to {}",
+                limits.max_mem_mib
             ))
             .into());
         }
@@ -374,7 +377,8 @@ fn host_mem_mib() -> u64 {
         .map_or(4096, |kb| kb / 1024)
 }
 
-/// Memory a task's workspace gets unless its record says.
+/// Memory a task's workspace gets unless its record says (the floor for
+/// records made before `run` checked it).
 pub(crate) fn task_mem(info: &TaskInfo) -> u64 {
     info.mem_mib.unwrap_or(TASK_MEM_MIB).max(defaults::MEM_MIB)
 }

@@ -45,7 +45,7 @@ pub struct RunTaskParams {
     /// Refuse with CONFLICT instead of queueing when every slot is taken.
     #[serde(default)]
     pub no_queue: bool,
-    /// Guest memory in MiB, 64 to 16384, or with a unit (`"2g"`); default
+    /// Guest memory in MiB, 256 to 16384, or with a unit (`"2g"`); default
     /// the host's `task.mem_mib` (config.json), else 1024.
     #[serde(default, deserialize_with = "workspace::sizes::optional_mib")]
     #[schemars(schema_with = "workspace::sizes::mem_schema")]
