@@ -333,8 +333,29 @@ mod tests {
         dir
     }
 
-    fn confirmer(key: u8) -> Confirmer {
-        Confirmer::with_key([key; KEY_LEN], scratch("spent").join(SPENT_DIR))
+    /// A confirmer whose scratch directory goes with it.
+    struct Scratch(Confirmer);
+
+    impl std::ops::Deref for Scratch {
+        type Target = Confirmer;
+        fn deref(&self) -> &Confirmer {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.spent.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
+    fn confirmer(key: u8) -> Scratch {
+        Scratch(Confirmer::with_key(
+            [key; KEY_LEN],
+            scratch("spent").join(SPENT_DIR),
+        ))
     }
 
     #[test]
