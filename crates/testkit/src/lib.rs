@@ -39,12 +39,21 @@ pub fn cache_root() -> Option<PathBuf> {
 /// boots, the others resume its snapshot.
 pub fn shared_warm_dir() -> Option<PathBuf> {
     let dir = cache_root()?.join("test-warm");
-    // Private, as the library demands of a warm directory (an older run
-    // may have made it 0755).
-    use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+    let _ = std::fs::set_permissions(&dir, private_keeping_group(&dir));
     Some(dir)
+}
+
+/// The mode that makes the warm directory private, as the library demands
+/// (an older run may have made it 0755), keeping the group rights a start
+/// gave the VMMs' account: taking them back while another test's VMM
+/// writes its warm snapshot there made that snapshot fail, so every later
+/// workspace of its image booted cold.
+fn private_keeping_group(dir: &Path) -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir).map_or(0o700, |m| m.permissions().mode());
+    let mode = if mode & 0o007 == 0 { mode } else { 0o700 };
+    std::fs::Permissions::from_mode(mode & 0o7777)
 }
 
 /// The version of the official MCP Python SDK the HTTP tests drive the
@@ -367,6 +376,21 @@ pub fn git(repo: &Path, args: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warm_directory_keeps_the_group_rights_a_start_gave() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("testkit-warm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mode_after = |mode: u32| {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            private_keeping_group(&dir).mode() & 0o777
+        };
+        assert_eq!(mode_after(0o770), 0o770, "shared with the VMMs' group");
+        assert_eq!(mode_after(0o700), 0o700);
+        assert_eq!(mode_after(0o755), 0o700, "others lose every right");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn require_passes_values_through_and_logs_skips() {

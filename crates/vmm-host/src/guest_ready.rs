@@ -17,8 +17,10 @@ use guest_agent::protocol::{AgentErrorCode, VolumeToMount};
 pub(crate) const AGENT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the guest may take to mount them (a disk attached at a
-/// restore shows its size within moments).
-const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+/// restore shows its size within moments). Generous: the agent has just
+/// answered, and right after a cold boot on a loaded host (two cores, the
+/// guest's kernel emulated) a mount took more than 30 s in CI.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the guest mounts, in slot order.
 pub(crate) fn to_mount(spec: &WorkspaceSpec) -> Vec<VolumeToMount> {

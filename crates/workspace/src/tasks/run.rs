@@ -258,6 +258,19 @@ impl Tasks<'_> {
         if self.all.snapshots().has_warm(&plain) {
             return Ok(());
         }
+        // One task boots it; those starting beside it wait, then resume it
+        // (two cold boots at once cost the host twice, and one is kept).
+        let lock_path = self.store().root().join("warm-up.lock");
+        let _lock = self
+            .all
+            .blocking(move |_| {
+                FileLock::exclusive(&lock_path)
+                    .map_err(Error::host_io(format!("locking {}", lock_path.display())))
+            })
+            .await?;
+        if self.all.snapshots().has_warm(&plain) {
+            return Ok(());
+        }
         let warmup = format!("{name}-warmup");
         self.all
             .blocking({
