@@ -628,6 +628,9 @@ fn wait_for_agent(shared: &Arc<Shared>) {
         } else {
             crate::guest_ready::hello(&shared.ws).map(Some)
         };
+        let attempt = attempt.inspect_err(|e| {
+            tracing::debug!(attempts, after_ms = shared.started.elapsed().as_millis(), error = %e, "the agent did not answer")
+        });
         if let Ok(hello) = attempt {
             // An agent that takes the host's clock from each hello lets the
             // guest's clock stop with its pauses; an older one's runs on.

@@ -8,7 +8,8 @@
 //!   socket `<uds_path>_P`.
 //!
 //! Queues: rx (0) holds guest buffers the device fills with host->guest
-//! packets, tx (1) carries guest->host packets, event (2) is only drained.
+//! packets, tx (1) carries guest->host packets, event (2) carries the
+//! transport reset of a restore.
 //! Flow control follows the spec's credit scheme in both directions, and
 //! every buffer and queue the guest or a host program can grow is bounded.
 
@@ -26,7 +27,7 @@ use std::io::{self, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use event_manager::{EventOps, EventSet, Events, MutEventSubscriber};
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT, Writer};
@@ -56,6 +57,10 @@ const QUEUE_SIZES: [u16; 3] = [QUEUE_SIZE; 3];
 const QUEUE_TAGS: [u32; 3] = [1, 2, 3];
 /// `virtio_vsock_event.id` of a transport reset (virtio 1.2 §5.10.6.7).
 const TRANSPORT_RESET: u32 = 0;
+/// How long a restored device holds packets for the guest while the
+/// driver has not taken the transport reset (it gives the event buffer
+/// back when it has): past it they flow anyway.
+const RESET_GATE: Duration = Duration::from_secs(2);
 /// Tx chains handled per event before yielding to other work.
 const TX_BUDGET: usize = QUEUE_SIZE as usize;
 
@@ -118,6 +123,11 @@ pub struct VsockDevice {
     tx_payload: Vec<u8>,
     /// Host data on its way into an rx buffer.
     rx_scratch: Vec<u8>,
+    /// Set by a restore's transport reset until the driver has taken it:
+    /// a host connection delivered before would be reset with the stale
+    /// ones (its program would see the agent close and try again, which
+    /// costs the guest's emulated kernel a round trip).
+    reset_unseen_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for VsockDevice {
@@ -150,6 +160,7 @@ impl VsockDevice {
             active: None,
             tx_payload: Vec::with_capacity(MAX_PKT_PAYLOAD),
             rx_scratch: vec![0; MAX_PKT_PAYLOAD],
+            reset_unseen_until: None,
         })
     }
 
@@ -210,6 +221,15 @@ impl VsockDevice {
     /// What an rx queue notification does: fills the guest's buffers.
     /// Public for the fuzz entry points.
     pub fn handle_rx(&mut self) {
+        if let Some(until) = self.reset_unseen_until {
+            if Instant::now() < until {
+                return;
+            }
+            tracing::warn!(
+                "vsock: the driver has not taken the transport reset; delivering anyway"
+            );
+            self.reset_unseen_until = None;
+        }
         let Some(act) = self.active.as_mut() else {
             return;
         };
@@ -236,6 +256,13 @@ impl VsockDevice {
         if used {
             signal_used(&mut act.rxq, &act.mem, &act.interrupt);
         }
+    }
+
+    /// What an event queue notification does: the driver gave an event
+    /// buffer back, so it has handled the transport reset (Linux resets its
+    /// connected sockets, then refills and notifies): packets flow again.
+    fn handle_event_queue(&mut self) {
+        self.reset_unseen_until = None;
     }
 }
 
@@ -427,6 +454,9 @@ impl VirtioDevice for VsockDevice {
             tracing::warn!("vsock: cannot return the event buffer: {e}");
         }
         signal_used(&mut act.evq, &act.mem, &act.interrupt);
+        if written.is_some() {
+            self.reset_unseen_until = Some(Instant::now() + RESET_GATE);
+        }
     }
 }
 
@@ -453,7 +483,7 @@ impl MutEventSubscriber for VsockDevice {
             match q {
                 RX_QUEUE => self.handle_rx(),
                 TX_QUEUE => self.handle_tx(),
-                _ => {}
+                _ => self.handle_event_queue(),
             }
         } else if tag == TAG_LISTENER {
             self.backend.handle_listener();

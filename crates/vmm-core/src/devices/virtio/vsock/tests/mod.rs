@@ -6,6 +6,7 @@ mod connect;
 mod data;
 mod event_loop;
 mod malformed;
+mod reset;
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read};
@@ -32,6 +33,8 @@ const RING_BASE: [u64; 3] = [0x0, 0x10_000, 0x20_000];
 /// Buffer regions of the rx and tx drivers.
 const RX_BUFS: (u64, u64) = (0x10_0000, 0x50_0000);
 const TX_BUFS: (u64, u64) = (0x50_0000, 0x90_0000);
+/// The event driver's buffer region.
+const EVENT_BUFS: (u64, u64) = (0x90_0000, 0x91_0000);
 /// Rx buffer size Linux uses.
 pub(super) const RX_BUF_LEN: u32 = 4096;
 
@@ -232,6 +235,7 @@ pub(super) struct VsockHarness {
     pub dev: VsockDevice,
     pub rx: DriverQueue,
     pub tx: DriverQueue,
+    pub ev: DriverQueue,
     pub irq: Arc<Interrupt>,
     pub path: PathBuf,
     extra_paths: Vec<PathBuf>,
@@ -248,7 +252,7 @@ impl VsockHarness {
         let mem = create_guest_memory(16).unwrap();
         let (rx, rxq) = DriverQueue::new(&mem, RING_BASE[0], QUEUE_SIZE, RX_BUFS);
         let (tx, txq) = DriverQueue::new(&mem, RING_BASE[1], QUEUE_SIZE, TX_BUFS);
-        let (_, evq) = DriverQueue::new(&mem, RING_BASE[2], QUEUE_SIZE, (0, 0));
+        let (ev, evq) = DriverQueue::new(&mem, RING_BASE[2], QUEUE_SIZE, EVENT_BUFS);
         let irq = Arc::new(Interrupt::new(
             EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
         ));
@@ -264,6 +268,7 @@ impl VsockHarness {
             dev,
             rx,
             tx,
+            ev,
             irq,
             path,
             extra_paths: Vec::new(),
