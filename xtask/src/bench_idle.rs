@@ -10,8 +10,11 @@
 //! paused forks (the call that wakes each) beside a second `exec true` on
 //! the same fork, running, median of several; then `hibernate` of those
 //! forks, what is left of them on the host, and `exec true` on each
-//! hibernated one (it is restored first) beside a warm start (`start` of
-//! a fresh `minimal` workspace from the image's warm snapshot, no pool).
+//! hibernated one (it is restored first) beside the same call on it
+//! running, and, hibernated again, `resume` of each (the wake alone)
+//! beside a warm start (`start` of a fresh `minimal` workspace from the
+//! image's warm snapshot, no pool): both restore a machine and wait for
+//! its agent.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -136,8 +139,18 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
         h.call_ms
     );
     println!(
-        "  warm start of a fresh workspace (reference)     {:>7.0} ms median of {CALLS} ({:.2}x)",
+        "  the same call on it running (reference)         {:>7.0} ms median of {CALLS} ({:.2}x)",
+        h.running_ms,
+        h.call_ms / h.running_ms
+    );
+    println!(
+        "  resume of a hibernated fork (the wake alone)    {:>7.0} ms median of {CALLS}",
+        h.resume_ms
+    );
+    println!(
+        "  warm start of a fresh workspace (reference)     {:>7.0} ms median of {CALLS} (wake {:.2}x; call {:.2}x)",
         h.warm_ms,
+        h.resume_ms / h.warm_ms,
         h.call_ms / h.warm_ms
     );
     Ok(())
@@ -208,11 +221,14 @@ struct Hibernated {
     memory_mib: f64,
     processes_left: usize,
     call_ms: f64,
+    running_ms: f64,
+    resume_ms: f64,
     warm_ms: f64,
 }
 
 /// Hibernates `f0` .. `f{CALLS - 1}`, counts what is left of them, calls
-/// each (restoring it), and times as many warm starts.
+/// each (restoring it) and again (running), hibernates them again and
+/// resumes each, and times as many warm starts.
 fn hibernate_and_call(bin: &Path, home: &Path) -> anyhow::Result<Hibernated> {
     let (mut hibernate, mut memory) = (Vec::new(), Vec::new());
     let before = processes_of(home).len();
@@ -243,6 +259,20 @@ fn hibernate_and_call(bin: &Path, home: &Path) -> anyhow::Result<Hibernated> {
         )?;
         calls.push(t.elapsed().as_secs_f64() * 1000.0);
     }
+    let (mut running, mut resumes) = (Vec::new(), Vec::new());
+    for i in 0..CALLS {
+        let name = format!("f{i}");
+        let t = Instant::now();
+        microagent(bin, home, &["exec", &name, "--json", "--", "true"])?;
+        running.push(t.elapsed().as_secs_f64() * 1000.0);
+        microagent(bin, home, &["hibernate", &name, "--json"])?;
+        let t = Instant::now();
+        let meta = microagent(bin, home, &["resume", &name, "--json"])?;
+        resumes.push(t.elapsed().as_secs_f64() * 1000.0);
+        if meta["state"] != "running" {
+            bail!("{name} did not resume: {meta}");
+        }
+    }
     let mut warm = Vec::new();
     for i in 0..CALLS {
         let name = format!("w{i}");
@@ -264,6 +294,8 @@ fn hibernate_and_call(bin: &Path, home: &Path) -> anyhow::Result<Hibernated> {
         memory_mib: median(memory),
         processes_left,
         call_ms: median(calls),
+        running_ms: median(running),
+        resume_ms: median(resumes),
         warm_ms: median(warm),
     })
 }

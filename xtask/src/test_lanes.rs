@@ -31,23 +31,24 @@ pub struct TestBinary {
     pub package_dir: PathBuf,
 }
 
-/// Seconds each long test binary took in a CI run (2026-12-01, one lane):
-/// only their order matters, so a stale figure costs balance, never a
-/// result. Binaries not named here are short.
+/// Seconds each long test binary took in a CI run (2026-12-02, two lanes
+/// beside each other; the browser's alone): only their order matters, so
+/// a stale figure costs balance, never a result. Binaries not named here
+/// are short.
 const EXPECTED_SECONDS: &[(&str, u32)] = &[
-    ("browser_e2e", 840),
-    ("workspace_e2e", 697),
-    ("repos_e2e", 609),
-    ("guest_e2e", 402),
-    ("mcp_http", 259),
-    ("cycles_e2e", 246),
-    ("servers_e2e", 226),
-    ("mcp_stdio", 207),
-    ("image_e2e", 150),
-    ("containerd_e2e", 123),
-    ("bundle_e2e", 121),
-    ("hostile_images", 105),
-    ("network_e2e", 91),
+    ("workspace_e2e", 1458),
+    ("repos_e2e", 1086),
+    ("browser_e2e", 1024),
+    ("mcp_stdio", 539),
+    ("mcp_http", 497),
+    ("image_e2e", 348),
+    ("guest_e2e", 325),
+    ("network_e2e", 302),
+    ("containerd_e2e", 292),
+    ("servers_e2e", 234),
+    ("hostile_images", 173),
+    ("cycles_e2e", 170),
+    ("bundle_e2e", 137),
     ("devices_linux", 39),
     ("hostile_agent", 31),
     ("boot_linux", 30),

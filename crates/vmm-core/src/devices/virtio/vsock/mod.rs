@@ -27,7 +27,7 @@ use std::io::{self, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use event_manager::{EventOps, EventSet, Events, MutEventSubscriber};
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT, Writer};
@@ -57,10 +57,6 @@ const QUEUE_SIZES: [u16; 3] = [QUEUE_SIZE; 3];
 const QUEUE_TAGS: [u32; 3] = [1, 2, 3];
 /// `virtio_vsock_event.id` of a transport reset (virtio 1.2 §5.10.6.7).
 const TRANSPORT_RESET: u32 = 0;
-/// How long a restored device holds packets for the guest while the
-/// driver has not taken the transport reset (it gives the event buffer
-/// back when it has): past it they flow anyway.
-const RESET_GATE: Duration = Duration::from_secs(2);
 /// Tx chains handled per event before yielding to other work.
 const TX_BUDGET: usize = QUEUE_SIZE as usize;
 
@@ -123,11 +119,6 @@ pub struct VsockDevice {
     tx_payload: Vec<u8>,
     /// Host data on its way into an rx buffer.
     rx_scratch: Vec<u8>,
-    /// Set by a restore's transport reset until the driver has taken it:
-    /// a host connection delivered before would be reset with the stale
-    /// ones (its program would see the agent close and try again, which
-    /// costs the guest's emulated kernel a round trip).
-    reset_unseen_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for VsockDevice {
@@ -160,7 +151,6 @@ impl VsockDevice {
             active: None,
             tx_payload: Vec::with_capacity(MAX_PKT_PAYLOAD),
             rx_scratch: vec![0; MAX_PKT_PAYLOAD],
-            reset_unseen_until: None,
         })
     }
 
@@ -221,14 +211,8 @@ impl VsockDevice {
     /// What an rx queue notification does: fills the guest's buffers.
     /// Public for the fuzz entry points.
     pub fn handle_rx(&mut self) {
-        if let Some(until) = self.reset_unseen_until {
-            if Instant::now() < until {
-                return;
-            }
-            tracing::warn!(
-                "vsock: the driver has not taken the transport reset; delivering anyway"
-            );
-            self.reset_unseen_until = None;
+        if self.backend.holding() {
+            return;
         }
         let Some(act) = self.active.as_mut() else {
             return;
@@ -262,7 +246,7 @@ impl VsockDevice {
     /// buffer back, so it has handled the transport reset (Linux resets its
     /// connected sockets, then refills and notifies): packets flow again.
     fn handle_event_queue(&mut self) {
-        self.reset_unseen_until = None;
+        self.backend.release_hold();
     }
 }
 
@@ -455,7 +439,7 @@ impl VirtioDevice for VsockDevice {
         }
         signal_used(&mut act.evq, &act.mem, &act.interrupt);
         if written.is_some() {
-            self.reset_unseen_until = Some(Instant::now() + RESET_GATE);
+            self.backend.hold_for_reset(Instant::now());
         }
     }
 }

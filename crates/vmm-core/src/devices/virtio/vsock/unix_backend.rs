@@ -30,6 +30,11 @@ pub const MAX_CONNECTIONS: usize = 1024;
 pub const MAX_PENDING_HOSTS: usize = 64;
 /// How long a host program has to send its `CONNECT` line.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a restored device holds packets for the guest while the
+/// driver has not taken the transport reset (it gives an event buffer
+/// back when it has): past it they flow anyway, well inside the
+/// [`CONNECT_TIMEOUT`] of a host connection made meanwhile.
+pub const RESET_GATE: Duration = Duration::from_secs(2);
 /// How long the guest has to answer a host-initiated REQUEST. Generous:
 /// where guest kernel mode is emulated, a busy host can stall a guest's
 /// answer past Firecracker's 2 s (seen as a failed `microagent cp` in CI).
@@ -76,6 +81,12 @@ pub struct UnixBackend {
     next_local_port: u32,
     next_tag: u32,
     max_connections: usize,
+    /// Set by a restore's transport reset until the driver has taken it
+    /// (or [`RESET_GATE`] passed): nothing goes to the guest meanwhile, as
+    /// a host connection delivered before the reset would be reset with
+    /// the stale ones (its program would see the agent close and try
+    /// again, which costs the guest's emulated kernel a round trip).
+    held_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for UnixBackend {
@@ -114,6 +125,7 @@ impl UnixBackend {
             next_local_port: LOCAL_PORT_BASE,
             next_tag: FIRST_HOST_TAG,
             max_connections: MAX_CONNECTIONS,
+            held_until: None,
         }
     }
 
@@ -136,6 +148,26 @@ impl UnixBackend {
     /// The deadline timer.
     pub fn timer(&self) -> &TimerFd {
         &self.timer
+    }
+
+    /// Holds every packet for the guest from `now` until the driver has
+    /// taken a transport reset ([`Self::release_hold`]), at most
+    /// [`RESET_GATE`]; the timer ends it then.
+    pub fn hold_for_reset(&mut self, now: Instant) {
+        self.held_until = Some(now + RESET_GATE);
+        self.rearm_timer(true);
+    }
+
+    /// The driver took the transport reset: packets go to the guest again.
+    pub fn release_hold(&mut self) {
+        if self.held_until.take().is_some() {
+            self.rearm_timer(true);
+        }
+    }
+
+    /// Whether packets for the guest are held (see [`Self::hold_for_reset`]).
+    pub fn holding(&self) -> bool {
+        self.held_until.is_some()
     }
 
     /// Whether a packet is waiting for an rx buffer.
@@ -366,6 +398,12 @@ impl UnixBackend {
         if self.listener_paused_until.is_some_and(|d| d <= now) {
             self.listener_paused_until = None;
         }
+        if self.held_until.is_some_and(|d| d <= now) {
+            tracing::warn!(
+                "vsock: the driver has not taken the transport reset; delivering anyway"
+            );
+            self.held_until = None;
+        }
         self.rearm_timer(true);
     }
 
@@ -377,6 +415,8 @@ impl UnixBackend {
         }
         self.rx_ready.clear();
         self.rst_queue.clear();
+        // The reset event went with the driver's old queues.
+        self.held_until = None;
     }
 
     /// Applies the wanted event-loop interest of every socket, deregisters
@@ -438,6 +478,7 @@ impl UnixBackend {
             .map(|p| p.deadline())
             .chain(self.conns.values().filter_map(|c| c.deadline()))
             .chain(self.listener_paused_until)
+            .chain(self.held_until)
             .min();
         if !force && next == self.timer_armed_for {
             return;

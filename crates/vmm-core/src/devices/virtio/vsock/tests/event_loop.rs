@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use event_manager::{EventManager, SubscriberId, SubscriberOps};
 
 use super::*;
-use crate::devices::virtio::vsock::unix_backend::CONNECT_TIMEOUT;
+use crate::devices::virtio::vsock::unix_backend::{CONNECT_TIMEOUT, RESET_GATE};
 
 struct Looped {
     em: EventManager<VsockDevice>,
@@ -15,6 +15,7 @@ struct Looped {
     mem: GuestMemory,
     rx: DriverQueue,
     tx: DriverQueue,
+    ev: DriverQueue,
     path: PathBuf,
 }
 
@@ -25,7 +26,7 @@ impl Looped {
         let mem = create_guest_memory(16).unwrap();
         let (rx, rxq) = DriverQueue::new(&mem, RING_BASE[0], QUEUE_SIZE, RX_BUFS);
         let (tx, txq) = DriverQueue::new(&mem, RING_BASE[1], QUEUE_SIZE, TX_BUFS);
-        let (_, evq) = DriverQueue::new(&mem, RING_BASE[2], QUEUE_SIZE, (0, 0));
+        let (ev, evq) = DriverQueue::new(&mem, RING_BASE[2], QUEUE_SIZE, EVENT_BUFS);
         let irq = Arc::new(Interrupt::new(
             EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC).unwrap(),
         ));
@@ -41,6 +42,7 @@ impl Looped {
             mem,
             rx,
             tx,
+            ev,
             path,
         }
     }
@@ -244,4 +246,49 @@ impl Drop for DropPath {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// A restored device whose driver has an event buffer posted, and a host
+/// program that asked for guest port 1024 meanwhile.
+fn restored_with_a_host_waiting(test: &str) -> (Looped, UnixStream) {
+    let mut l = Looped::new(test);
+    let at = l.ev.alloc(8);
+    l.ev.add_chain(&l.mem, &[(at, 8, VRING_DESC_F_WRITE as u16)]);
+    l.em.subscriber_mut(l.id).unwrap().restored();
+    assert!(l.ev.pop_used(&l.mem).is_some(), "the reset event");
+    l.give_rx(8);
+    let host = UnixStream::connect(&l.path).unwrap();
+    (&host).write_all(b"CONNECT 1024\n").unwrap();
+    l.settle();
+    assert!(
+        recv_packet(&l.mem, &mut l.rx).is_none(),
+        "held while the driver has not taken the reset"
+    );
+    (l, host)
+}
+
+#[test]
+fn the_driver_taking_the_reset_lets_a_held_connection_through() {
+    let (mut l, _host) = restored_with_a_host_waiting("loop-reset-taken");
+    let at = l.ev.alloc(8);
+    l.ev.add_chain(&l.mem, &[(at, 8, VRING_DESC_F_WRITE as u16)]);
+    l.kick(EVENT_QUEUE);
+    let began = Instant::now();
+    let (req, _) = l.recv();
+    assert_eq!((req.op, req.dst_port), (OP_REQUEST, 1024));
+    assert!(began.elapsed() < RESET_GATE / 2, "{:?}", began.elapsed());
+}
+
+#[test]
+fn a_held_connection_goes_through_when_the_gate_ends_unanswered() {
+    let (mut l, host) = restored_with_a_host_waiting("loop-reset-unseen");
+    // Nothing more from the guest or the host: the timer ends the hold.
+    let began = Instant::now();
+    let (req, _) = l.recv();
+    assert_eq!((req.op, req.dst_port), (OP_REQUEST, 1024));
+    assert!(began.elapsed() < CONNECT_TIMEOUT, "{:?}", began.elapsed());
+    l.send(ghdr(OP_RESPONSE, 1024, req.src_port), &[]);
+    l.settle();
+    host.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(read_line(&host), format!("OK {}\n", req.src_port));
 }

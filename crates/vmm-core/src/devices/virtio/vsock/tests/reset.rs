@@ -5,6 +5,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use super::*;
+use crate::devices::virtio::vsock::unix_backend::RESET_GATE;
 
 /// An event buffer the driver offers, as Linux keeps eight posted.
 fn give_event_buffer(h: &mut VsockHarness) -> u64 {
@@ -52,19 +53,31 @@ fn a_driver_that_never_takes_the_reset_holds_nothing_past_the_gate() {
     let mut h = VsockHarness::new("reset-gate-late");
     give_event_buffer(&mut h);
     h.dev.restored();
-    assert!(h.dev.reset_unseen_until.is_some());
-    h.dev.reset_unseen_until = Some(Instant::now());
+    assert!(h.dev.backend.holding());
+    h.dev.backend.handle_timer(Instant::now());
+    assert!(h.dev.backend.holding(), "held before the gate ends");
+    h.dev.backend.handle_timer(Instant::now() + RESET_GATE);
+    assert!(!h.dev.backend.holding());
     let _host = host_asks(&mut h, 1024);
     let (req, _) = h.recv().expect("delivered past the gate");
     assert_eq!(req.op, OP_REQUEST);
-    assert!(h.dev.reset_unseen_until.is_none());
+}
+
+#[test]
+fn a_device_reset_ends_the_hold() {
+    let mut h = VsockHarness::new("reset-gate-device-reset");
+    give_event_buffer(&mut h);
+    h.dev.restored();
+    h.dev.reset();
+    // The reset event went with the old queues: a new driver is not held.
+    assert!(!h.dev.backend.holding());
 }
 
 #[test]
 fn a_restore_with_no_event_buffer_holds_nothing() {
     let mut h = VsockHarness::new("reset-no-buffer");
     h.dev.restored();
-    assert!(h.dev.reset_unseen_until.is_none());
+    assert!(!h.dev.backend.holding());
     let (host, req) = h.host_connect(1024);
     h.accept_host(&host, &req);
 }
