@@ -325,6 +325,15 @@ impl VsockHarness {
     /// Host program connects and asks for guest `port`; returns its socket
     /// and the REQUEST the guest received.
     pub(super) fn host_connect(&mut self, port: u32) -> (UnixStream, PacketHeader) {
+        let host = self.host_asks(port);
+        let (req, _) = self.recv().expect("REQUEST delivered to the guest");
+        assert_eq!(req.op, OP_REQUEST);
+        (host, req)
+    }
+
+    /// Host program connects and asks for guest `port` (rx buffers
+    /// offered, the device serviced); its socket.
+    pub(super) fn host_asks(&mut self, port: u32) -> UnixStream {
         let host = UnixStream::connect(&self.path).unwrap();
         host.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         std::io::Write::write_all(&mut &host, format!("CONNECT {port}\n").as_bytes()).unwrap();
@@ -333,9 +342,7 @@ impl VsockHarness {
         }
         self.service();
         self.service();
-        let (req, _) = self.recv().expect("REQUEST delivered to the guest");
-        assert_eq!(req.op, OP_REQUEST);
-        (host, req)
+        host
     }
 
     /// Completes a host-initiated connect: guest answers, host reads OK.

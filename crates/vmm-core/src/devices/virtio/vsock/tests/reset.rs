@@ -1,7 +1,6 @@
 //! A restore's transport reset: host connections wait until the driver
 //! has taken it, so none is reset with the stale ones.
 
-use std::io::Write;
 use std::time::Instant;
 
 use super::*;
@@ -14,19 +13,6 @@ fn give_event_buffer(h: &mut VsockHarness) -> u64 {
     at
 }
 
-/// A host program that asked for guest port `port`.
-fn host_asks(h: &mut VsockHarness, port: u32) -> UnixStream {
-    let host = UnixStream::connect(&h.path).unwrap();
-    host.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    (&host)
-        .write_all(format!("CONNECT {port}\n").as_bytes())
-        .unwrap();
-    h.give_rx(8, RX_BUF_LEN);
-    h.service();
-    h.service();
-    host
-}
-
 #[test]
 fn host_connections_wait_until_the_driver_took_the_reset() {
     let mut h = VsockHarness::new("reset-gate");
@@ -37,7 +23,7 @@ fn host_connections_wait_until_the_driver_took_the_reset() {
     let id: u32 = h.mem.read_obj(GuestAddress(at)).unwrap();
     assert_eq!(id, TRANSPORT_RESET);
 
-    let host = host_asks(&mut h, 1024);
+    let host = h.host_asks(1024);
     assert!(h.recv().is_none(), "held while the reset is not taken");
     // The driver handled the event and gave its buffer back.
     give_event_buffer(&mut h);
@@ -58,7 +44,7 @@ fn a_driver_that_never_takes_the_reset_holds_nothing_past_the_gate() {
     assert!(h.dev.backend.holding(), "held before the gate ends");
     h.dev.backend.handle_timer(Instant::now() + RESET_GATE);
     assert!(!h.dev.backend.holding());
-    let _host = host_asks(&mut h, 1024);
+    let _host = h.host_asks(1024);
     let (req, _) = h.recv().expect("delivered past the gate");
     assert_eq!(req.op, OP_REQUEST);
 }
