@@ -1,7 +1,7 @@
 //! `cargo xtask bench idle [--forks N] [--release]`: what idle workspaces
 //! cost the host's CPUs before and after their idle pause, and what the
 //! first call on a paused one costs. Forks of one snapshot of a running
-//! `minimal` workspace created with `--idle-pause 45s` (the forks inherit
+//! `minimal` workspace created with `--idle-pause 90s` (the forks inherit
 //! it), N of them (default 10: an idle guest whose kernel is emulated costs about a tenth of a core) at once: the CPU time of all their
 //! processes (VMMs and passt) over a window while the first
 //! `FORK_BATCH` of them idle running, then, the rest made a batch at a
@@ -14,7 +14,8 @@
 //! running, and, hibernated again, `resume` of each (the wake alone)
 //! beside a warm start (`start` of a fresh `minimal` workspace from the
 //! image's warm snapshot, no pool): both restore a machine and wait for
-//! its agent.
+//! its agent; and, hibernated once more, `fs stat` (a call the agent
+//! answers without starting a guest process) beside the same call running.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -27,8 +28,12 @@ use crate::bench_forks::{
 };
 use crate::bench_workspace::microagent;
 
-/// The forks' idle pause.
-const IDLE_PAUSE: &str = "45s";
+/// The forks' idle pause: long enough that the running window (after a
+/// batch's forks and their first calls, ~40 s here) ends before the
+/// first fork's idle check and pause, which are guest work of their own
+/// (with 45 s, 25 forks' checks fell inside the window: 172.9 % of a core
+/// where it is ~10 %).
+const IDLE_PAUSE: &str = "90s";
 /// How long each CPU window lasts.
 const WINDOW: Duration = Duration::from_secs(15);
 /// How many forks the first-call comparison takes.
@@ -80,6 +85,7 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
         "xtask: {first} forks running ({:.0} s); every agent answering",
         began.elapsed().as_secs_f64()
     );
+    let calls_began = Instant::now();
     for i in 0..first {
         microagent(
             bin,
@@ -89,6 +95,11 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
         .with_context(|| format!("fork f{i}'s agent"))?;
     }
     let running = cpu_percent(home);
+    // Past the idle pause, the first forks' idle checks were in the window.
+    eprintln!(
+        "xtask: the running window ended {:.0} s after the first fork's call (idle pause {IDLE_PAUSE})",
+        calls_began.elapsed().as_secs_f64()
+    );
     let waiting = Instant::now();
     wait_paused(bin, home, 0, first, Duration::from_secs(600))?;
     eprintln!(
@@ -148,10 +159,19 @@ fn measure(bin: &Path, home: &Path, forks: usize) -> anyhow::Result<()> {
         h.resume_ms
     );
     println!(
-        "  warm start of a fresh workspace (reference)     {:>7.0} ms median of {CALLS} (wake {:.2}x; call {:.2}x)",
+        "  fs stat on a hibernated fork (no guest process) {:>7.0} ms median of {CALLS}",
+        h.stat_ms
+    );
+    println!(
+        "  the same fs stat on it running (reference)      {:>7.0} ms median of {CALLS}",
+        h.stat_running_ms
+    );
+    println!(
+        "  warm start of a fresh workspace (reference)     {:>7.0} ms median of {CALLS} (wake {:.2}x; exec call {:.2}x; fs stat call {:.2}x)",
         h.warm_ms,
         h.resume_ms / h.warm_ms,
-        h.call_ms / h.warm_ms
+        h.call_ms / h.warm_ms,
+        h.stat_ms / h.warm_ms
     );
     Ok(())
 }
@@ -223,6 +243,8 @@ struct Hibernated {
     call_ms: f64,
     running_ms: f64,
     resume_ms: f64,
+    stat_ms: f64,
+    stat_running_ms: f64,
     warm_ms: f64,
 }
 
@@ -273,6 +295,22 @@ fn hibernate_and_call(bin: &Path, home: &Path) -> anyhow::Result<Hibernated> {
             bail!("{name} did not resume: {meta}");
         }
     }
+    // A call that starts no guest process (`fs stat`, the agent answers
+    // itself): the wake beside the call alone, where `exec` adds a guest
+    // process, about a second of emulated kernel work on this host.
+    let (mut stats, mut stats_running) = (Vec::new(), Vec::new());
+    for i in 0..CALLS {
+        let name = format!("f{i}");
+        microagent(bin, home, &["hibernate", &name, "--json"])?;
+        for times in [&mut stats, &mut stats_running] {
+            let t = Instant::now();
+            let meta = microagent(bin, home, &["fs", "stat", &name, "/etc/hostname", "--json"])?;
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+            if meta["exists"] != true {
+                bail!("{name}: fs stat did not find /etc/hostname: {meta}");
+            }
+        }
+    }
     let mut warm = Vec::new();
     for i in 0..CALLS {
         let name = format!("w{i}");
@@ -296,6 +334,8 @@ fn hibernate_and_call(bin: &Path, home: &Path) -> anyhow::Result<Hibernated> {
         call_ms: median(calls),
         running_ms: median(running),
         resume_ms: median(resumes),
+        stat_ms: median(stats),
+        stat_running_ms: median(stats_running),
         warm_ms: median(warm),
     })
 }
