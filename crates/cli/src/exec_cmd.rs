@@ -330,7 +330,7 @@ pub async fn run(ws: &Workspaces, args: &RunArgs, json: bool) -> Result<ExitCode
     args.exec.request(&[])?;
     // An unknown secret fails before a workspace is made for nothing.
     ws.secrets().require(&args.exec.secrets)?;
-    let one_shot = OneShot::new("run", args.spec.resolved_spec(ws).await?)
+    let one_shot = OneShot::new("run", args.spec.resolved_spec(ws, json).await?)
         .named(args.name.clone())
         .afterwards(if args.keep {
             Afterwards::KeepStopped

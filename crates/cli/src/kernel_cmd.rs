@@ -98,6 +98,34 @@ pub enum SetupExtra {
     Code,
 }
 
+impl SetupExtra {
+    /// The image this builds.
+    pub fn image(self) -> &'static str {
+        match self {
+            Self::Debian => workspace::images::build::debian::IMAGE,
+            Self::Browser => workspace::browser::IMAGE,
+            Self::Code => workspace::code_sessions::IMAGE,
+        }
+    }
+
+    /// The extra that builds `image`, if the library has its recipe.
+    pub fn for_image(image: &str) -> Option<Self> {
+        [Self::Debian, Self::Browser, Self::Code]
+            .into_iter()
+            .find(|extra| extra.image() == image)
+    }
+
+    /// The build request of an image made by `image build` (all but
+    /// `debian`, which setup makes).
+    pub fn image_request(self) -> Option<workspace::images::build::ImageBuildRequest> {
+        match self {
+            Self::Debian => None,
+            Self::Browser => Some(workspace::browser::image_request()),
+            Self::Code => Some(workspace::code_sessions::image_request()),
+        }
+    }
+}
+
 pub async fn setup(
     ws: &Workspaces,
     flags: &ConfirmFlags,
@@ -123,18 +151,10 @@ pub async fn setup(
         }
         println!("try it: microagent run -- uname -a");
     }
-    let images = [
-        (
-            SetupExtra::Browser,
-            workspace::browser::image_request as fn() -> _,
-        ),
-        (SetupExtra::Code, workspace::code_sessions::image_request),
-    ];
-    for (extra, request) in images {
-        if !with.contains(&extra) {
+    for extra in with {
+        let Some(req) = extra.image_request() else {
             continue;
-        }
-        let req = request();
+        };
         if ws.image_registry().find(&req.name)?.is_some() {
             if !json {
                 println!("image {}: already built", req.name);

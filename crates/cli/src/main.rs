@@ -5,6 +5,7 @@ mod code_cmd;
 mod doctor_cmd;
 mod exec_cmd;
 mod files_cmd;
+mod first_need;
 mod fs_cmd;
 mod image_cmd;
 mod kernel_cmd;

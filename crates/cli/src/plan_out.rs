@@ -110,55 +110,71 @@ fn show<T: Change>(change: &T, json: bool, rerun: &str) {
 /// Prints `preview` (applied or not); `rerun` is the command line that
 /// applies it when given the token (none: it is being applied now).
 pub fn print(preview: &Preview, applied: bool, rerun: Option<&str>) {
+    let mut out = std::io::stdout().lock();
+    let _ = write_plan(&mut out, preview, applied, rerun);
+}
+
+/// [`print`] into `out` (stderr where stdout is another command's).
+pub fn write_plan(
+    out: &mut dyn std::io::Write,
+    preview: &Preview,
+    applied: bool,
+    rerun: Option<&str>,
+) -> std::io::Result<()> {
     let plan = &preview.plan;
     if plan.is_empty() {
-        println!("{}: nothing to do", plan.action);
+        writeln!(out, "{}: nothing to do", plan.action)?;
         for note in &plan.notes {
-            println!("{note}");
+            writeln!(out, "{note}")?;
         }
-        return;
+        return Ok(());
     }
     let what = if applied { "applied" } else { "plan" };
-    println!("{} {what}:", plan.action);
+    writeln!(out, "{} {what}:", plan.action)?;
     // Steps name packages, scripts and files an image build was given
     // (from an MCP client too): escaped like any outside text.
     let f = output::field;
     for (i, step) in plan.steps.iter().enumerate() {
-        println!("  {}. {}", i + 1, f(&step.what));
-        println!("     $ {}", f(&step.command_line()));
+        writeln!(out, "  {}. {}", i + 1, f(&step.what))?;
+        writeln!(out, "     $ {}", f(&step.command_line()))?;
         if let Some(stdin) = &step.stdin {
             for line in stdin.lines() {
-                println!("     | {}", f(line));
+                writeln!(out, "     | {}", f(line))?;
             }
         }
     }
     for note in &plan.notes {
-        println!("  - {}", f(note));
+        writeln!(out, "  - {}", f(note))?;
     }
     if !plan.writes.is_empty() {
-        println!("  writes:");
+        writeln!(out, "  writes:")?;
         for path in &plan.writes {
-            println!("    {}", f(path));
+            writeln!(out, "    {}", f(path))?;
         }
     }
     if plan.disk_bytes > 0 {
-        println!(
+        writeln!(
+            out,
             "  disk: about {:.1} GiB at its peak",
             plan.disk_bytes as f64 / f64::from(1 << 30)
-        );
+        )?;
     }
     if plan.estimate_seconds > 0 {
-        println!("  time: about {}", minutes(plan.estimate_seconds));
+        writeln!(out, "  time: about {}", minutes(plan.estimate_seconds))?;
     }
     if let (Some(token), Some(rerun)) = (&preview.token, rerun) {
-        println!();
+        writeln!(out)?;
         let who = if plan.needs_root { ", as root" } else { "" };
-        println!("nothing was changed. To apply exactly this plan within 5 minutes{who}, run:");
-        println!("  {rerun} --confirm {token}");
+        writeln!(
+            out,
+            "nothing was changed. To apply exactly this plan within 5 minutes{who}, run:"
+        )?;
+        writeln!(out, "  {rerun} --confirm {token}")?;
         if plan.needs_root {
-            println!("(as another user, keep the same state directory: sudo MICROAGENT_HOME=\"$MICROAGENT_HOME\" ... or sudo -E)");
+            writeln!(out, "(as another user, keep the same state directory: sudo MICROAGENT_HOME=\"$MICROAGENT_HOME\" ... or sudo -E)")?;
         }
     }
+    Ok(())
 }
 
 /// `90` -> `2 min`, `30` -> `30 s`.

@@ -202,6 +202,10 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             wait,
             description,
         } => {
+            let wanted = image
+                .as_deref()
+                .unwrap_or(workspace::tasks::service::TASK_IMAGE);
+            crate::first_need::build_if_missing(ws, wanted, json).await?;
             let mut req = workspace::tasks::TaskRequest::new(description, repo);
             req.image = image.clone();
             req.branch = branch.clone();

@@ -122,8 +122,11 @@ pub enum PullArg {
 impl SpecArgs {
     /// The spec, its image pulled first when it is a reference (progress
     /// on stderr).
-    pub async fn resolved_spec(&self, ws: &Workspaces) -> Result<WorkspaceSpec, Error> {
+    /// The spec, its images pulled (as `--pull` says) and, on a terminal,
+    /// a missing image of the library's own built if the person says so.
+    pub async fn resolved_spec(&self, ws: &Workspaces, json: bool) -> Result<WorkspaceSpec, Error> {
         use workspace::images::pull::{resolve, PullPolicy};
+        crate::first_need::build_if_missing(ws, &self.image, json).await?;
         let policy = match self.pull {
             PullArg::Never => PullPolicy::Never,
             PullArg::Missing => PullPolicy::Missing,
@@ -274,7 +277,7 @@ pub async fn create(
     spec: &SpecArgs,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let meta = ws.create(name, spec.resolved_spec(ws).await?)?;
+    let meta = ws.create(name, spec.resolved_spec(ws, json).await?)?;
     Ok(done(&meta, json))
 }
 

@@ -104,7 +104,7 @@ pub(crate) fn remedy(r: &Remedy) -> String {
             "use an image with git instead of `{image}` (image: \"debian\")"
         ),
         Remedy::ListImages => {
-            "list the images (the image_list tool); `microagent setup --with debian --yes` on the host builds minimal and debian"
+            "list the images (the image_list tool); `microagent setup --with debian --yes` on the host builds minimal and debian (`--with browser`, `--with code` the others)"
                 .into()
         }
         Remedy::PullImage { reference } => format!(

@@ -135,7 +135,7 @@ fn setup_plan(
             debian::include(&owned(DEBIAN_PACKAGES)).join(",")
         ));
         plan.writes
-            .push(images_dir.join("debian").display().to_string());
+            .push(images_dir.join(debian::IMAGE).display().to_string());
         plan.disk_bytes = plan.disk_bytes.max(debian::DISK_BYTES * 2);
         plan.estimate_seconds += debian::SECONDS;
     }
@@ -188,7 +188,7 @@ impl HostSetup<'_> {
         let missing = Missing {
             kernel: !kernel_plan.is_empty(),
             minimal: minimal_binaries,
-            debian: debian && images.get("debian").is_err(),
+            debian: debian && images.get(debian::IMAGE).is_err(),
             passt: Some(passt_build::in_use()).filter(|p| passt_build::needed(*p)),
             vmm_user: base::vmm::user::account_missing(self.all.state_dir().root()),
             kvm_group: kvm_group_steps(),
@@ -297,7 +297,7 @@ impl HostSetup<'_> {
                             ws.image_registry().budget(),
                         )?;
                         ws.image_registry().register_converted(
-                            "debian",
+                            debian::IMAGE,
                             &kernel,
                             &rootfs,
                             Default::default(),
@@ -310,7 +310,7 @@ impl HostSetup<'_> {
                     built
                 })
                 .await?;
-            made.push("debian".to_owned());
+            made.push(debian::IMAGE.to_owned());
         }
         Ok(made)
     }

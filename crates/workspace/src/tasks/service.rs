@@ -25,7 +25,7 @@ use base::store::spec::defaults;
 /// agents are node or python programs.
 pub const TASK_MEM_MIB: u64 = 1024;
 /// The image of a task's workspace unless asked otherwise.
-pub const TASK_IMAGE: &str = "debian";
+pub const TASK_IMAGE: &str = crate::images::build::debian::IMAGE;
 /// Longest `wait_next_event` wait.
 pub const MAX_EVENT_WAIT: Duration = Duration::from_secs(24 * 3600);
 

@@ -13,6 +13,9 @@ use std::process::Command;
 
 use super::ImageBuildError;
 
+/// The name of the image `setup --with debian` builds (tasks' and
+/// repositories' default).
+pub const IMAGE: &str = "debian";
 /// What every Debian image gets beyond minbase (the agent's tools and
 /// what the `debian` image has).
 pub const BASE_PACKAGES: &[&str] = &["ca-certificates", "procps", "coreutils", "bash"];
