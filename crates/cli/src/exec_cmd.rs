@@ -330,7 +330,8 @@ pub async fn run(ws: &Workspaces, args: &RunArgs, json: bool) -> Result<ExitCode
     args.exec.request(&[])?;
     // An unknown secret fails before a workspace is made for nothing.
     ws.secrets().require(&args.exec.secrets)?;
-    let one_shot = OneShot::new("run", args.spec.resolved_spec(ws, json).await?)
+    args.spec.build_missing_image(ws, json).await?;
+    let one_shot = OneShot::new("run", args.spec.resolved_spec(ws).await?)
         .named(args.name.clone())
         .afterwards(if args.keep {
             Afterwards::KeepStopped

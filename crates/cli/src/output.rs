@@ -71,7 +71,7 @@ pub fn remedy(r: &Remedy) -> String {
             format!("pick another name, or delete it first (`microagent snapshot rm {snapshot}`)")
         }
         Remedy::ListImages => {
-            "list the images (`microagent image ls`); `microagent setup --yes` builds minimal, `microagent setup --with debian --yes` debian (also browser, code); on a terminal, create, run and task run offer to build these three"
+            "list the images (`microagent image ls`); `microagent setup --yes` builds minimal, `microagent setup --with debian --yes` debian (`--with browser`, `--with code` the others); at a terminal, create, run and task run offer to build those three"
                 .into()
         }
         Remedy::RemoveImage { image } => format!("remove it first (`microagent image rm {image}`)"),

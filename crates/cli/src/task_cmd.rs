@@ -202,10 +202,14 @@ pub async fn run(ws: &Workspaces, cmd: &TaskCommand, json: bool) -> Result<ExitC
             wait,
             description,
         } => {
+            // What fails cheaply fails before an image is built for it.
+            ws.secrets().require(secrets)?;
+            ws.repos().get(repo)?;
             let wanted = image
                 .as_deref()
                 .unwrap_or(workspace::tasks::service::TASK_IMAGE);
-            crate::first_need::build_if_missing(ws, wanted, json).await?;
+            use crate::first_need::{build_if_missing, Need};
+            build_if_missing(ws, wanted, Need::Git, json).await?;
             let mut req = workspace::tasks::TaskRequest::new(description, repo);
             req.image = image.clone();
             req.branch = branch.clone();

@@ -120,13 +120,10 @@ pub enum PullArg {
 }
 
 impl SpecArgs {
-    /// The spec, its image pulled first when it is a reference (progress
-    /// on stderr).
-    /// The spec, its images pulled (as `--pull` says) and, on a terminal,
-    /// a missing image of the library's own built if the person says so.
-    pub async fn resolved_spec(&self, ws: &Workspaces, json: bool) -> Result<WorkspaceSpec, Error> {
+    /// The spec, its images pulled first when they are references
+    /// (progress on stderr).
+    pub async fn resolved_spec(&self, ws: &Workspaces) -> Result<WorkspaceSpec, Error> {
         use workspace::images::pull::{resolve, PullPolicy};
-        crate::first_need::build_if_missing(ws, &self.image, json).await?;
         let policy = match self.pull {
             PullArg::Never => PullPolicy::Never,
             PullArg::Missing => PullPolicy::Missing,
@@ -153,6 +150,19 @@ impl SpecArgs {
             services,
             ..self.spec()
         })
+    }
+
+    /// On a terminal, offers to build a missing image of the library's
+    /// own (`crate::first_need`); one with git when a repository is
+    /// checked out.
+    pub async fn build_missing_image(&self, ws: &Workspaces, json: bool) -> Result<(), Error> {
+        use crate::first_need::{build_if_missing, Need};
+        let need = if self.repo.is_some() {
+            Need::Git
+        } else {
+            Need::Any
+        };
+        build_if_missing(ws, &self.image, need, json).await
     }
 
     pub fn spec(&self) -> WorkspaceSpec {
@@ -277,7 +287,11 @@ pub async fn create(
     spec: &SpecArgs,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let meta = ws.create(name, spec.resolved_spec(ws, json).await?)?;
+    // A bad or taken name fails before an image is built for it.
+    if ws.workspace(name)?.get().is_err() {
+        spec.build_missing_image(ws, json).await?;
+    }
+    let meta = ws.create(name, spec.resolved_spec(ws).await?)?;
     Ok(done(&meta, json))
 }
 
