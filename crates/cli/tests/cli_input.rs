@@ -2,6 +2,7 @@
 //! stable error code in `--json` and leaves the state directory as it was.
 
 use testkit::cli::CliHome;
+use testkit::terminal::Terminal;
 
 fn home(test: &str) -> CliHome {
     CliHome::new(env!("CARGO_BIN_EXE_microagent"), test)
@@ -495,47 +496,26 @@ fn the_names_people_type_by_habit_work() {
 
 #[test]
 fn a_missing_library_image_is_offered_at_a_terminal_and_declining_changes_nothing() {
-    let test =
-        "cli_input::a_missing_library_image_is_offered_at_a_terminal_and_declining_changes_nothing";
     let cli = home("first-need");
     // Not at a terminal: the error as before, its remedy naming setup.
     let plain = cli.run(&["create", "w", "--image", "browser", "--json"]);
     assert_eq!(plain.error_code(), "NOT_FOUND", "{}", plain.stderr);
     assert!(plain.stderr.contains("--with browser"), "{}", plain.stderr);
-    // At a terminal (a pseudo-terminal from script(1)): the plan, the
-    // question, and with "n" nothing built or made.
-    if testkit::require(test, testkit::host_tool("script")).is_none() {
-        return;
-    }
-    let command = cli.command(&["create", "w", "--image", "browser"]);
-    let line: Vec<String> = std::iter::once(command.get_program())
-        .chain(command.get_args())
-        .map(|a| format!("'{}'", a.to_str().unwrap().replace('\'', "'\\''")))
-        .collect();
-    let mut script = std::process::Command::new("script");
-    script
-        .args(["-qec", &line.join(" "), "/dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    for (key, value) in command.get_envs() {
-        if let Some(value) = value {
-            script.env(key, value);
-        }
-    }
-    let mut child = script.spawn().unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(b"n\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
+    // At a terminal: the plan, the question, and with "n" nothing built
+    // or made.
+    let wait = std::time::Duration::from_secs(60);
+    let mut term = Terminal::spawn(cli.command(&["create", "w", "--image", "browser"]), 24, 80);
+    term.wait_for("build `browser` now? [y/N]", wait);
+    term.type_text("n\n");
+    term.wait_for("not built (", wait);
+    let status = term.wait_exit(wait);
+    let shown = term.screen();
     assert!(
         shown.contains("the image `browser` is not built on this host yet")
-            && shown.contains("image build plan:")
-            && shown.contains("build `browser` now? [y/N]")
-            && shown.contains("not built"),
+            && shown.contains("image build plan:"),
         "{shown}"
     );
-    assert_ne!(out.status.code(), Some(0), "{shown}");
+    assert!(!status.success(), "{shown}");
     let listed = cli.ok_json(&["ls", "--json"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
     let images = cli.ok_json(&["image", "ls", "--json"]);
