@@ -235,6 +235,18 @@ impl PortForwarder {
         true
     }
 
+    /// Stops every published port and relay (the run ended: nothing may
+    /// answer for it once its end is recorded).
+    pub fn close_all(&self) {
+        let addrs: Vec<_> = self.lock().keys().copied().collect();
+        for addr in addrs {
+            self.unpublish(addr);
+        }
+        for served in self.relays.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            served.end();
+        }
+    }
+
     /// What is published, in host address order.
     #[cfg(test)]
     pub fn published(&self) -> Vec<PortMapping> {
@@ -248,13 +260,7 @@ impl PortForwarder {
 
 impl Drop for PortForwarder {
     fn drop(&mut self) {
-        let addrs: Vec<_> = self.lock().keys().copied().collect();
-        for addr in addrs {
-            self.unpublish(addr);
-        }
-        for served in self.relays.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            served.end();
-        }
+        self.close_all();
     }
 }
 

@@ -543,12 +543,16 @@ impl VmmProcess {
             Ok(o) => classify_end(&o.reason, stopping, &ws),
             Err(e) => (true, format!("the VMM failed: {e}")),
         };
-        shared.finish(crashed, &reason);
+        // Whatever the run held on the host is let go before its end is
+        // recorded: a start that follows the record at once must not find
+        // its ports taken or its fresh group record removed by this one.
+        shared.ports.close_all();
         // A VMM running as its own account may not remove its groups: the
         // record then stays for the next start or the delete.
         if leaving.leave() {
             let _ = std::fs::remove_file(ws.path().join(base::host::cgroup::RECORD_FILE));
         }
+        shared.finish(crashed, &reason);
         Ok(RunEnd { crashed })
     }
 }
