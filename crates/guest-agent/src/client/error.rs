@@ -85,6 +85,13 @@ impl ClientError {
         }
     }
 
+    /// The VMM closed the handshake without an answer: the guest did not
+    /// take the connection in time (a guest busy in emulated kernel mode
+    /// can miss the VMM's deadline) or refused it. A later one may pass.
+    pub fn unanswered(&self) -> bool {
+        matches!(self, Self::Handshake { reply, .. } if reply.is_empty())
+    }
+
     pub(crate) fn unexpected(resp: &Response) -> Self {
         Self::Unexpected {
             got: format!("`{}` message", resp.name()),

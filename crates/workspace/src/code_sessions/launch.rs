@@ -17,7 +17,7 @@ use super::{javascript, CodeLanguage, CodeSessionError};
 use base::store::workspace_dir::WorkspaceDir;
 
 use crate::error::{Error, Result};
-use crate::guest::processes::{CpuProgress, ProcessOptions};
+use crate::guest::processes::{CpuProgress, ProcessOptions, ProcessOutput};
 use crate::guest::request::ExecRequest;
 use crate::workspaces::handle::Workspace;
 
@@ -33,6 +33,9 @@ const START_CEILING: Duration = Duration::from_secs(3600);
 pub(crate) const FIRST_ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest single wait for the kernel's output while it starts.
 const START_POLL: Duration = Duration::from_millis(500);
+/// Polls in a row whose agent connection the guest may leave unanswered
+/// while a kernel starts (each is the VMM's 10 s connect deadline).
+const MAX_UNANSWERED: u32 = 6;
 /// Largest connection file read.
 const MAX_CONNECTION_FILE: u64 = 4096;
 
@@ -76,22 +79,44 @@ pub(crate) async fn start(
     let mut progress = CpuProgress::new(info.pid);
     let mut said = String::new();
     let mut cursors = [0, 0];
+    let mut unanswered = 0;
     let waited = async {
         loop {
-            if let Some(record) = read_connection_file(ws, &file).await? {
-                return Ok(SessionRecord {
-                    id: id.to_owned(),
-                    language,
-                    pid: info.pid,
-                    started_unix_ms: info.started_unix_ms,
-                    created_unix_ms: base::host::settings::now_ms(),
-                    ..record
-                });
-            }
-            let out = ws
-                .processes()
-                .process_output(id, cursors, Some(16 * 1024), START_POLL)
-                .await?;
+            let polled = async {
+                if let Some(record) = read_connection_file(ws, &file).await? {
+                    return Ok(Poll::Written(record));
+                }
+                let out = ws
+                    .processes()
+                    .process_output(id, cursors, Some(16 * 1024), START_POLL)
+                    .await?;
+                Ok::<_, Error>(Poll::Output(out))
+            };
+            let out = match polled.await {
+                Ok(Poll::Written(record)) => {
+                    return Ok(SessionRecord {
+                        id: id.to_owned(),
+                        language,
+                        pid: info.pid,
+                        started_unix_ms: info.started_unix_ms,
+                        created_unix_ms: base::host::settings::now_ms(),
+                        ..record
+                    });
+                }
+                Ok(Poll::Output(out)) => {
+                    unanswered = 0;
+                    out
+                }
+                // The guest, busy importing, let a connection go
+                // unanswered: the next poll asks again.
+                Err(e) if unanswered_connect(&e) && unanswered < MAX_UNANSWERED => {
+                    unanswered += 1;
+                    tracing::debug!(workspace = %ws.name, unanswered, "a kernel's start poll went unanswered");
+                    tokio::time::sleep(START_POLL).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             cursors = [out.stdout.next_cursor, out.stderr.next_cursor];
             if out.stdout.bytes.is_empty() && out.stderr.bytes.is_empty() {
                 progress.sample(ws).await;
@@ -149,6 +174,20 @@ pub(crate) async fn start(
         let _ = ws.processes().process_remove(id).await;
     }
     waited
+}
+
+/// What one poll of a starting kernel found.
+enum Poll {
+    /// Its connection file, whole.
+    Written(SessionRecord),
+    /// Its output since the last poll (and whether it runs).
+    Output(ProcessOutput),
+}
+
+/// An agent connection the guest left unanswered (see
+/// [`guest_agent::client::ClientError::unanswered`]).
+fn unanswered_connect(e: &Error) -> bool {
+    matches!(e, Error::Agent { source, .. } if source.unanswered())
 }
 
 /// Kills background process `process` (when it runs) and removes it from
@@ -300,6 +339,26 @@ pub(crate) async fn interrupt(ws_dir: &WorkspaceDir, record: &SessionRecord) -> 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_a_connection_the_vmm_closed_unanswered_is_polled_again() {
+        use guest_agent::client::ClientError;
+        let handshake = |reply: &str| Error::Agent {
+            op: "connect",
+            source: ClientError::Handshake {
+                port: 1024,
+                reply: reply.into(),
+            },
+        };
+        assert!(unanswered_connect(&handshake("")));
+        // A VMM that answered something else is not a busy guest.
+        assert!(!unanswered_connect(&handshake("ERR no such port")));
+        assert!(!unanswered_connect(&Error::Agent {
+            op: "connect",
+            source: ClientError::Closed,
+        }));
+        assert!(!unanswered_connect(&Error::InvalidInput("x".into())));
+    }
 
     #[test]
     fn a_connection_file_is_read_only_when_whole_and_sound() {
