@@ -26,12 +26,16 @@ struct Kernel {
 }
 
 impl Kernel {
-    /// Starts Python's with ports 0 (it picks and writes them back) and
-    /// waits for the connection file to name them.
+    /// Starts Python's as a session's start does (the library's start of
+    /// ipykernel) with ports 0 (it picks and writes them back) and waits
+    /// for the connection file to name them.
     fn start(python: &Path, name: &str) -> Kernel {
         Self::start_with(name, |_, file| {
             let mut kernel = Command::new(python);
-            kernel.args(["-m", "ipykernel_launcher", "-f"]).arg(file);
+            kernel
+                .args(["-c", workspace::code_sessions::PYTHON_KERNEL, "-f"])
+                .arg(file)
+                .arg(workspace::code_sessions::KERNEL_IP_ARG);
             kernel
         })
     }
@@ -50,6 +54,7 @@ impl Kernel {
                 .arg(&kernel_py)
                 .arg("-f")
                 .arg(file)
+                .arg(workspace::code_sessions::KERNEL_IP_ARG)
                 .env("MICROAGENT_JS_RUNNER", &runner)
                 .process_group(0);
             kernel
@@ -198,6 +203,19 @@ async fn a_kernel_keeps_state_and_returns_results_streams_and_errors() {
     let got = run(&mut client, "x + 1").await;
     assert_eq!(got.result.as_deref(), Some("42"), "{got:?}");
     assert_eq!(got.execution_count, Some(2));
+    // Started without the debugger and jedi (minutes of imports in an
+    // emulated guest), which the session's own code still imports.
+    let started = run(
+        &mut client,
+        "import sys\nskipped = ('debugpy' in sys.modules, 'jedi' in sys.modules)\n\
+         import debugpy, jedi\nskipped, 'jedi' in sys.modules",
+    )
+    .await;
+    assert_eq!(
+        started.result.as_deref(),
+        Some("((False, False), True)"),
+        "{started:?}"
+    );
     // Printed output comes as it is printed; the caller hears it too.
     let mut heard = String::new();
     let never = std::future::pending::<()>();

@@ -1,6 +1,6 @@
 //! A session's kernel in the guest: the background process `code-N`
-//! (`python3 -m ipykernel_launcher`, or this library's JavaScript kernel
-//! written in at the start), as the workspace's default user in
+//! (Debian's ipykernel started by `kernels/python_kernel.py`, or this
+//! library's JavaScript kernel written in at the start), as the workspace's default user in
 //! its default directory, which picks its own ports and key on the
 //! guest's loopback and writes them to a connection file; the host reads
 //! that file (guest data: bounded and checked) and connects through the
@@ -31,8 +31,15 @@ const START_CEILING: Duration = Duration::from_secs(3600);
 /// How long a kernel may take from its connection file to its first
 /// answer (its shell's set-up, a minute or more on such a host).
 pub(crate) const FIRST_ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
-/// Longest single wait for the kernel's output while it starts.
-const START_POLL: Duration = Duration::from_millis(500);
+/// Longest single wait for the kernel's output while it starts: each
+/// poll is agent work on the guest's vCPU, which the import needs (the
+/// kernel prints as it writes its connection file, ending the wait).
+const START_POLL: Duration = Duration::from_secs(5);
+/// How the Python kernel starts (`python3 -c`).
+pub const PYTHON_KERNEL: &str = include_str!("kernels/python_kernel.py");
+/// The kernels' address: given, so ipykernel runs no `ip` or `ifconfig`
+/// to find its loopback's (a process costs seconds in such a guest).
+pub const KERNEL_IP_ARG: &str = "--ip=127.0.0.1";
 /// Polls in a row whose agent connection the guest may leave unanswered
 /// while a kernel starts (each is the VMM's 10 s connect deadline).
 const MAX_UNANSWERED: u32 = 6;
@@ -57,12 +64,12 @@ pub(crate) async fn start(
     let file = connection_file(id, nonce);
     let req = match language {
         CodeLanguage::Python => {
-            ExecRequest::argv(["python3", "-m", "ipykernel_launcher", "-f", &file])
+            ExecRequest::argv(["python3", "-c", PYTHON_KERNEL, "-f", &file, KERNEL_IP_ARG])
         }
         CodeLanguage::JavaScript => {
             let (kernel, runner) = javascript::paths(id, nonce);
             javascript::install(ws, &kernel, &runner).await?;
-            ExecRequest::argv(["python3", &kernel, "-f", &file])
+            ExecRequest::argv(["python3", &kernel, "-f", &file, KERNEL_IP_ARG])
                 .env(javascript::RUNNER_VAR, &runner)
         }
     }
@@ -219,7 +226,7 @@ fn missing(language: CodeLanguage, said: &str) -> Option<&'static str> {
     .any(|missing| said.contains(missing));
     match language {
         CodeLanguage::Python if no_ipykernel => {
-            Some("python3 -m ipykernel_launcher (Debian's python3-ipykernel)")
+            Some("python3 with ipykernel (Debian's python3-ipykernel)")
         }
         CodeLanguage::JavaScript if no_ipykernel || said.contains(javascript::NO_NODE) => {
             Some("node (Debian's nodejs) and python3 with ipykernel (Debian's python3-ipykernel)")

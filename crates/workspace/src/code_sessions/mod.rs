@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use base::code::ErrorCode;
 
 pub use jupyter::{JupyterClient, JupyterError};
+pub use launch::{KERNEL_IP_ARG, PYTHON_KERNEL};
 pub use ops::{WorkspaceCode, DEFAULT_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
 pub use outputs::CodeRunLimits;
 pub use ready::{prepare, ready_for, PreparedKernels, READY_NAMESPACE};

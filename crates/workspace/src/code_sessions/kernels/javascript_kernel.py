@@ -25,8 +25,16 @@ if shutil.which("node") is None:
     print("microagent: no node on PATH (Debian's nodejs)", file=sys.stderr)
     sys.exit(3)
 
+# Without the debugger and jedi's completions, as python_kernel.py starts
+# ipykernel (minutes of imports where guest kernel mode is emulated).
+sys.modules["debugpy"] = None
+sys.modules["jedi"] = None
+from ipykernel import ipkernel  # noqa: E402,F401
 from ipykernel.kernelapp import IPKernelApp  # noqa: E402
 from ipykernel.kernelbase import Kernel  # noqa: E402
+import IPython.core.completer  # noqa: E402,F401
+
+del sys.modules["debugpy"], sys.modules["jedi"]
 
 RUNNER = os.environ.get("MICROAGENT_JS_RUNNER", "")
 # How long node may take to stop at an interrupt before it is killed (code
