@@ -18,50 +18,58 @@ const KEY: &str = "a-key-of-this-test";
 const JS_KERNEL: &str = include_str!("../src/code_sessions/kernels/javascript_kernel.py");
 const JS_RUNNER: &str = include_str!("../src/code_sessions/kernels/javascript_runner.js");
 
-/// A kernel on loopback, ended with the test.
+/// A kernel on loopback, ended with the test: forked by the library's
+/// kernel server into a launcher's process group, as in a guest.
 struct Kernel {
-    child: Child,
+    server: Child,
+    launcher: Child,
     dir: PathBuf,
     ports: Value,
 }
 
 impl Kernel {
-    /// Starts Python's as a session's start does (the library's start of
-    /// ipykernel) with ports 0 (it picks and writes them back) and waits
-    /// for the connection file to name them.
+    /// Starts Python's as a session's start does (a kernel server, a
+    /// launcher, a fork) with ports 0 (it picks and writes them back)
+    /// and waits for the connection file to name them.
     fn start(python: &Path, name: &str) -> Kernel {
-        Self::start_with(name, |_, file| {
-            let mut kernel = Command::new(python);
-            kernel
-                .args(["-c", workspace::code_sessions::PYTHON_KERNEL, "-f"])
-                .arg(file)
-                .arg(workspace::code_sessions::KERNEL_IP_ARG);
-            kernel
+        Self::start_with(python, name, "python", |_, file| {
+            (
+                vec![
+                    "-f".into(),
+                    file.display().to_string(),
+                    workspace::code_sessions::KERNEL_IP_ARG.into(),
+                ],
+                json!({}),
+            )
         })
     }
 
     /// Starts the library's JavaScript kernel as a session's start does:
-    /// its kernel and runner written out, the kernel leading its own
-    /// process group (as the guest agent starts processes).
+    /// its kernel and runner written out, forked by the server.
     fn start_javascript(python: &Path, name: &str) -> Kernel {
-        Self::start_with(name, |dir, file| {
+        Self::start_with(python, name, "javascript", |dir, file| {
             let kernel_py = dir.join("kernel.py");
             let runner = dir.join("runner.js");
             std::fs::write(&kernel_py, JS_KERNEL).unwrap();
             std::fs::write(&runner, JS_RUNNER).unwrap();
-            let mut kernel = Command::new(python);
-            kernel
-                .arg(&kernel_py)
-                .arg("-f")
-                .arg(file)
-                .arg(workspace::code_sessions::KERNEL_IP_ARG)
-                .env("MICROAGENT_JS_RUNNER", &runner)
-                .process_group(0);
-            kernel
+            (
+                vec![
+                    kernel_py.display().to_string(),
+                    "-f".into(),
+                    file.display().to_string(),
+                    workspace::code_sessions::KERNEL_IP_ARG.into(),
+                ],
+                json!({"MICROAGENT_JS_RUNNER": runner.display().to_string()}),
+            )
         })
     }
 
-    fn start_with(name: &str, command: impl FnOnce(&Path, &Path) -> Command) -> Kernel {
+    fn start_with(
+        python: &Path,
+        name: &str,
+        language: &str,
+        request: impl FnOnce(&Path, &Path) -> (Vec<String>, Value),
+    ) -> Kernel {
         let dir = std::env::temp_dir().join(format!("code-kernel-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -71,25 +79,55 @@ impl Kernel {
             "shell_port": 0, "iopub_port": 0, "stdin_port": 0, "control_port": 0, "hb_port": 0,
         });
         std::fs::write(&file, zero.to_string()).unwrap();
-        let child = command(&dir, &file)
+        let port_file = dir.join("server.json");
+        let log = || {
+            std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(dir.join("kernel.log"))
+                .unwrap()
+        };
+        let server = Command::new(python)
+            .args(["-c", workspace::code_sessions::SERVER])
+            .arg(&port_file)
             .env("HOME", &dir)
             .env("MPLBACKEND", "agg")
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("kernel.log")).unwrap())
+            .stderr(log())
+            .process_group(0)
             .spawn()
             .unwrap();
-        let mut ports = Value::Null;
-        let named = testkit::wait_until(Duration::from_secs(60), || {
-            ports = std::fs::read(&file)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or(Value::Null);
-            ports["shell_port"].as_u64().unwrap_or(0) != 0
-        });
-        assert!(named, "the kernel wrote no ports: {ports}");
-        Kernel { child, dir, ports }
+        let address = read_json_when(&port_file, |v| v["port"].as_u64().is_some(), "server");
+        let launcher = Command::new("sh")
+            .args(["-c", workspace::code_sessions::LAUNCHER])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let (argv, env) = request(&dir, &file);
+        let reply = ask(
+            &address,
+            json!({
+                "key": address["key"], "launcher": launcher.id(), "language": language,
+                "argv": argv, "env": env,
+            }),
+        );
+        assert!(reply["pid"].is_u64(), "{reply}");
+        let ports = read_json_when(
+            &file,
+            |v| v["shell_port"].as_u64().unwrap_or(0) != 0,
+            "kernel",
+        );
+        Kernel {
+            server,
+            launcher,
+            dir,
+            ports,
+        }
     }
 
     async fn connect(&self, key: &str) -> Result<JupyterClient<TcpStream>, JupyterError> {
@@ -115,10 +153,41 @@ impl Kernel {
 
 impl Drop for Kernel {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The launcher's group: it and the kernel (and node).
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.launcher.id())])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.launcher.wait();
+        let _ = self.server.kill();
+        let _ = self.server.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The JSON in `file` once `whole` says it is (at most a minute).
+fn read_json_when(file: &Path, whole: impl Fn(&Value) -> bool, what: &str) -> Value {
+    let mut json = Value::Null;
+    let named = testkit::wait_until(Duration::from_secs(60), || {
+        json = std::fs::read(file)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
+        whole(&json)
+    });
+    assert!(named, "the {what} wrote no ports: {json}");
+    json
+}
+
+/// One request to the kernel server at `address`, and its answer.
+fn ask(address: &Value, request: Value) -> Value {
+    use std::io::{BufRead, Write};
+    let port = address["port"].as_u64().unwrap() as u16;
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.write_all(format!("{request}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(conn).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap()
 }
 
 async fn run(
@@ -328,6 +397,115 @@ async fn a_connection_left_open_while_another_client_runs_still_serves() {
         got.stdout, "kept\n",
         "another client's output leaked: {got:?}"
     );
+}
+
+/// Whether process `pid` is gone (or a zombie) within 10 s.
+fn ends(pid: u32) -> bool {
+    testkit::wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true)
+    })
+}
+
+#[tokio::test]
+async fn the_kernel_server_forks_fresh_kernels_that_end_with_their_launchers() {
+    let test =
+        "jupyter_kernel::the_kernel_server_forks_fresh_kernels_that_end_with_their_launchers";
+    let Some(python) = testkit::require(test, testkit::ipykernel_python()) else {
+        return;
+    };
+    let mut first = Kernel::start(&python, "forks");
+    let address: Value =
+        serde_json::from_slice(&std::fs::read(first.dir.join("server.json")).unwrap()).unwrap();
+    let launcher = || {
+        Command::new("sh")
+            .args(["-c", workspace::code_sessions::LAUNCHER])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    // Refused: another key, a launcher that leads no group, bad fields.
+    let mut spare = launcher();
+    let good = json!({"key": address["key"], "launcher": spare.id(), "language": "python",
+        "argv": ["-f", first.dir.join("second.json").display().to_string()], "env": {}});
+    let mut wrong = good.clone();
+    wrong["key"] = json!("not-the-key");
+    assert_eq!(ask(&address, wrong)["error"], "wrong key");
+    let mut member = good.clone();
+    member["launcher"] = json!(first.server.id() + 100_000);
+    assert!(ask(&address, member)["error"].is_string());
+    let mut no_group = good.clone();
+    no_group["launcher"] = json!(std::process::id());
+    // This test's process leads no group of its own (cargo's does).
+    if nix_getpgid_is_not_self() {
+        assert!(ask(&address, no_group)["error"].is_string());
+    }
+    for (field, value) in [
+        ("language", json!("ruby")),
+        ("argv", json!("x")),
+        ("env", json!({"A": 1})),
+    ] {
+        let mut bad = good.clone();
+        bad[field] = value;
+        assert!(ask(&address, bad)["error"].is_string(), "{field}");
+    }
+    // A second kernel from the same server: its own state, its own
+    // random numbers.
+    let reply = ask(&address, good);
+    let second_pid = reply["pid"].as_u64().unwrap() as u32;
+    let second_ports = read_json_when(
+        &first.dir.join("second.json"),
+        |v| v["shell_port"].as_u64().unwrap_or(0) != 0,
+        "second kernel",
+    );
+    let second = Kernel {
+        server: Command::new("true").spawn().unwrap(),
+        launcher: launcher(),
+        dir: first.dir.join("unused"),
+        ports: second_ports,
+    };
+    let key = second.ports["key"].as_str().unwrap().to_owned();
+    let mut a = first.connect(KEY).await.unwrap();
+    let mut b = second.connect(&key).await.unwrap();
+    run(&mut a, "x = 1").await;
+    let draw = "import random; random.random()";
+    let (one, two) = (run(&mut a, draw).await, run(&mut b, draw).await);
+    assert_ne!(one.result, two.result, "{one:?} {two:?}");
+    assert_eq!(
+        run(&mut b, "'x' in dir()").await.result.as_deref(),
+        Some("False")
+    );
+    // Its launcher killed alone: the kernel ends too.
+    let _ = spare.kill();
+    let _ = spare.wait();
+    assert!(ends(second_pid), "the kernel outlived its launcher");
+    // The first kernel shut down: its launcher is ended by the server.
+    a.shutdown(false).await.unwrap();
+    let status = testkit::wait_until(Duration::from_secs(10), || {
+        matches!(first.launcher.try_wait(), Ok(Some(_)))
+    });
+    assert!(status, "the launcher outlived its kernel");
+}
+
+fn nix_getpgid_is_not_self() -> bool {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    fields[2] != std::process::id().to_string()
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use tokio::net::UnixStream;
 
 use super::jupyter::JupyterClient;
 use super::records::SessionRecord;
-use super::{javascript, CodeLanguage, CodeSessionError};
+use super::{javascript, server, CodeLanguage, CodeSessionError};
 use base::store::workspace_dir::WorkspaceDir;
 
 use crate::error::{Error, Result};
@@ -35,8 +35,6 @@ pub(crate) const FIRST_ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 /// poll is agent work on the guest's vCPU, which the import needs (the
 /// kernel prints as it writes its connection file, ending the wait).
 const START_POLL: Duration = Duration::from_secs(5);
-/// How the Python kernel starts (`python3 -c`).
-pub const PYTHON_KERNEL: &str = include_str!("kernels/python_kernel.py");
 /// The kernels' address: given, so ipykernel runs no `ip` or `ifconfig`
 /// to find its loopback's (a process costs seconds in such a guest).
 pub const KERNEL_IP_ARG: &str = "--ip=127.0.0.1";
@@ -52,8 +50,10 @@ pub(crate) fn connection_file(process: &str, nonce: &str) -> String {
 }
 
 /// Starts a kernel as background process `process` (its connection file
-/// named with `nonce`) and waits, at most [`START_CEILING`] while it
-/// works, for its connection file; the record's id is the process's.
+/// named with `nonce`): a launcher the workspace's kernel server
+/// (`server`, started when none runs) forks a kernel into; then waits,
+/// at most [`START_CEILING`] while it works, for its connection file.
+/// The record's id is the process's.
 pub(crate) async fn start(
     ws: Workspace<'_>,
     process: &str,
@@ -62,18 +62,16 @@ pub(crate) async fn start(
 ) -> Result<SessionRecord> {
     let id = process;
     let file = connection_file(id, nonce);
-    let req = match language {
-        CodeLanguage::Python => {
-            ExecRequest::argv(["python3", "-c", PYTHON_KERNEL, "-f", &file, KERNEL_IP_ARG])
-        }
-        CodeLanguage::JavaScript => {
-            let (kernel, runner) = javascript::paths(id, nonce);
-            javascript::install(ws, &kernel, &runner).await?;
-            ExecRequest::argv(["python3", &kernel, "-f", &file, KERNEL_IP_ARG])
-                .env(javascript::RUNNER_VAR, &runner)
-        }
+    let address = server::ensure(ws, language).await?;
+    let mut argv = Vec::new();
+    let mut env = vec![("PYTHONUNBUFFERED", "1")];
+    let (kernel, runner) = javascript::paths(id, nonce);
+    if language == CodeLanguage::JavaScript {
+        javascript::install(ws, &kernel, &runner).await?;
+        argv.push(kernel);
+        env.push((javascript::RUNNER_VAR, &runner));
     }
-    .env("PYTHONUNBUFFERED", "1");
+    argv.extend(["-f".to_owned(), file.clone(), KERNEL_IP_ARG.to_owned()]);
     let options = ProcessOptions {
         id: Some(id.to_owned()),
         ..ProcessOptions::default()
@@ -81,17 +79,54 @@ pub(crate) async fn start(
     // A process of this id left by an ended session (the guest keeps
     // finished ones for their output): ours replaces it.
     end_process(ws, id).await?;
-    let info = ws.processes().process_start(req, options).await?;
+    let launcher = ExecRequest::argv(["sh", "-c", server::LAUNCHER]);
+    let info = ws.processes().process_start(launcher, options).await?;
+    let ws_dir = ws.all.dir(ws.name.as_str())?;
+    let forked = async {
+        server::fork(ws, &ws_dir, &address, info.pid, language, &argv, &env).await?;
+        wait_for(ws, id, info.pid, language, &file, parse_connection).await
+    };
+    match forked.await {
+        Ok(record) => Ok(SessionRecord {
+            id: id.to_owned(),
+            language,
+            pid: info.pid,
+            started_unix_ms: info.started_unix_ms,
+            created_unix_ms: base::host::settings::now_ms(),
+            ..record
+        }),
+        Err(e) => {
+            // No launcher (nor its kernel) is left behind.
+            let _ = end_process(ws, id).await;
+            Err(e)
+        }
+    }
+}
+
+/// Waits, at most [`START_CEILING`] while background process `id` (pid
+/// `pid`, starting a `language` kernel or the kernel server) works, for
+/// `file` to be whole by `parse`; what it prints to stderr is kept for
+/// the error when it ends first.
+pub(crate) async fn wait_for<T>(
+    ws: Workspace<'_>,
+    id: &str,
+    pid: u32,
+    language: CodeLanguage,
+    file: &str,
+    parse: impl Fn(&Value) -> Result<Option<T>, CodeSessionError>,
+) -> Result<T> {
     let started = Instant::now();
-    let mut progress = CpuProgress::new(info.pid);
+    let mut progress = CpuProgress::new(pid);
     let mut said = String::new();
     let mut cursors = [0, 0];
     let mut unanswered = 0;
     let waited = async {
         loop {
             let polled = async {
-                if let Some(record) = read_connection_file(ws, &file).await? {
-                    return Ok(Poll::Written(record));
+                if let Some(json) = read_guest_json(ws, file).await? {
+                    if let Some(found) = parse(&json)? {
+                        return Ok(Poll::Written(found));
+                    }
                 }
                 let out = ws
                     .processes()
@@ -100,16 +135,7 @@ pub(crate) async fn start(
                 Ok::<_, Error>(Poll::Output(out))
             };
             let out = match polled.await {
-                Ok(Poll::Written(record)) => {
-                    return Ok(SessionRecord {
-                        id: id.to_owned(),
-                        language,
-                        pid: info.pid,
-                        started_unix_ms: info.started_unix_ms,
-                        created_unix_ms: base::host::settings::now_ms(),
-                        ..record
-                    });
-                }
+                Ok(Poll::Written(found)) => return Ok(found),
                 Ok(Poll::Output(out)) => {
                     unanswered = 0;
                     out
@@ -175,7 +201,7 @@ pub(crate) async fn start(
     };
     let waited = waited.await;
     if waited.is_err() {
-        // Whatever failed, no kernel is left behind (the branches that
+        // Whatever failed, nothing is left behind (the branches that
         // ended it already make these no-ops).
         let _ = ws.processes().process_signal(id, "KILL").await;
         let _ = ws.processes().process_remove(id).await;
@@ -183,10 +209,10 @@ pub(crate) async fn start(
     waited
 }
 
-/// What one poll of a starting kernel found.
-enum Poll {
-    /// Its connection file, whole.
-    Written(SessionRecord),
+/// What one poll of a starting kernel (or server) found.
+enum Poll<T> {
+    /// Its file, whole.
+    Written(T),
     /// Its output since the last poll (and whether it runs).
     Output(ProcessOutput),
 }
@@ -246,11 +272,9 @@ fn keep_tail(said: &mut String) {
     }
 }
 
-/// The connection file once the kernel has written its ports.
-pub(crate) async fn read_connection_file(
-    ws: Workspace<'_>,
-    file: &str,
-) -> Result<Option<SessionRecord>> {
+/// The JSON in guest file `file` (guest data, bounded), once it is whole:
+/// `None` while it is missing or not JSON yet.
+pub(crate) async fn read_guest_json(ws: Workspace<'_>, file: &str) -> Result<Option<Value>> {
     if ws.files().stat_if_exists(file).await?.is_none() {
         return Ok(None);
     }
@@ -258,11 +282,7 @@ pub(crate) async fn read_connection_file(
         .files()
         .read_file(file, None, Some(MAX_CONNECTION_FILE))
         .await?;
-    // Written but not whole yet: not JSON until it is.
-    let Ok(json) = serde_json::from_slice::<Value>(&read.data) else {
-        return Ok(None);
-    };
-    parse_connection(&json).map_err(Error::from)
+    Ok(serde_json::from_slice::<Value>(&read.data).ok())
 }
 
 /// The key and ports of a connection file (`None` while its ports are 0).
@@ -307,7 +327,7 @@ pub(crate) fn parse_connection(json: &Value) -> Result<Option<SessionRecord>, Co
 }
 
 /// A tunnel to guest port `port` through the workspace's agent.
-async fn tunnel(ws_dir: &WorkspaceDir, port: u16) -> Result<UnixStream> {
+pub(crate) async fn tunnel(ws_dir: &WorkspaceDir, port: u16) -> Result<UnixStream> {
     crate::guest::connect_agent(ws_dir)
         .await
         .map_err(Error::agent("connect"))?

@@ -5,7 +5,8 @@
 //! execute, interrupt, shut down) on Jupyter's signed messages (`wire`)
 //! over ZMTP 3.0 (`zmtp`, no ZeroMQ library: the connections are the
 //! agent's tunnels); the host's records of a workspace's sessions
-//! (`records`); the kernel's start in the guest (`launch`); kernels made
+//! (`records`); the kernel's start in the guest (`launch`), forked by
+//! the workspace's kernel server (`server`); kernels made
 //! ahead in an image's warm snapshot (`ready`); the calls (`ops`).
 
 mod javascript;
@@ -16,6 +17,7 @@ pub(crate) mod ops;
 mod outputs;
 mod ready;
 pub(crate) mod records;
+pub(crate) mod server;
 pub(crate) mod wire;
 pub(crate) mod zmtp;
 
@@ -24,11 +26,12 @@ use serde::{Deserialize, Serialize};
 use base::code::ErrorCode;
 
 pub use jupyter::{JupyterClient, JupyterError};
-pub use launch::{KERNEL_IP_ARG, PYTHON_KERNEL};
+pub use launch::KERNEL_IP_ARG;
 pub use ops::{WorkspaceCode, DEFAULT_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
 pub use outputs::CodeRunLimits;
 pub use ready::{prepare, ready_for, PreparedKernels, READY_NAMESPACE};
 pub use records::is_session_id;
+pub use server::{LAUNCHER, SERVER};
 
 /// The image the code sessions are made for, as `setup --with code`
 /// builds it.

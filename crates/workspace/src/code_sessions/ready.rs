@@ -175,7 +175,9 @@ pub(super) async fn adopt(
             return Err(ended(ws, language, found.status().to_string()));
         }
         let file = launch::connection_file(&process, READY_NONCE);
-        let Some(ports) = launch::read_connection_file(ws, &file).await? else {
+        let json = launch::read_guest_json(ws, &file).await?;
+        let parsed = json.as_ref().map(launch::parse_connection).transpose()?;
+        let Some(ports) = parsed.flatten() else {
             return Err(ended(
                 ws,
                 language,

@@ -2,8 +2,9 @@
 the code run by one long-lived Node.js process.
 
 microagent writes this file and its runner (MICROAGENT_JS_RUNNER) into
-the guest for a `javascript` code session and starts it as
-`python3 THIS_FILE -f CONNECTION_FILE`. Each execute_request's code goes
+the guest for a `javascript` code session, and its kernel server
+(kernel_server.py) runs it in a forked child as
+`THIS_FILE -f CONNECTION_FILE`. Each execute_request's code goes
 to node as one JSON line on its stdin; what the code prints comes back
 as stream messages, then its outcome (the last expression's value, or
 the error it threw) on a pipe of their own. An interrupt_request makes
@@ -25,16 +26,9 @@ if shutil.which("node") is None:
     print("microagent: no node on PATH (Debian's nodejs)", file=sys.stderr)
     sys.exit(3)
 
-# Without the debugger and jedi's completions, as python_kernel.py starts
-# ipykernel (minutes of imports where guest kernel mode is emulated).
-sys.modules["debugpy"] = None
-sys.modules["jedi"] = None
-from ipykernel import ipkernel  # noqa: E402,F401
+# Imported already by the kernel server that forks this kernel.
 from ipykernel.kernelapp import IPKernelApp  # noqa: E402
 from ipykernel.kernelbase import Kernel  # noqa: E402
-import IPython.core.completer  # noqa: E402,F401
-
-del sys.modules["debugpy"], sys.modules["jedi"]
 
 RUNNER = os.environ.get("MICROAGENT_JS_RUNNER", "")
 # How long node may take to stop at an interrupt before it is killed (code
