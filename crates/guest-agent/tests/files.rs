@@ -163,6 +163,18 @@ async fn write_modes_read_ranges_and_permissions() {
         code(c().await.read_file(agent.files().to_str().unwrap()).await),
         AgentErrorCode::InvalidInput
     );
+    // A fifo is refused, never opened to block (it is opened without
+    // blocking and checked again, for one swapped in after the check);
+    // a character device still reads.
+    let fifo = agent.path("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        assert_eq!(
+            code(c().await.read_file(&fifo).await),
+            AgentErrorCode::InvalidInput
+        );
+    }
+    assert_eq!(c().await.read_file("/dev/null").await.unwrap(), b"");
     assert_eq!(
         code(
             c().await

@@ -96,19 +96,6 @@ pub fn mcp_python() -> Result<PathBuf, String> {
     }
 }
 
-/// The variable that lets the slowest real-guest tests run.
-pub const SLOW_TESTS_VAR: &str = "MICROAGENT_SLOW_TESTS";
-
-/// Ok when the slowest real-guest tests are wanted ([`SLOW_TESTS_VAR`]
-/// set to 1): those whose guest work takes many minutes where guest
-/// kernel mode is emulated, run by hand, never in CI's time.
-pub fn slow_tests_wanted(why: &str) -> Result<(), String> {
-    match std::env::var(SLOW_TESTS_VAR) {
-        Ok(v) if v == "1" => Ok(()),
-        _ => Err(format!("{why}; run it with {SLOW_TESTS_VAR}=1")),
-    }
-}
-
 /// Debian's Python with Jupyter's `ipykernel` (python3-ipykernel), which
 /// the code-session client is tested against on the host, or why not.
 pub fn ipykernel_python() -> Result<PathBuf, String> {

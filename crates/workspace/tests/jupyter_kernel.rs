@@ -181,10 +181,15 @@ fn read_json_when(file: &Path, whole: impl Fn(&Value) -> bool, what: &str) -> Va
 
 /// One request to the kernel server at `address`, and its answer.
 fn ask(address: &Value, request: Value) -> Value {
+    ask_raw(address, &request.to_string())
+}
+
+/// One line to the kernel server at `address`, and its answer.
+fn ask_raw(address: &Value, line: &str) -> Value {
     use std::io::{BufRead, Write};
     let port = address["port"].as_u64().unwrap() as u16;
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    conn.write_all(format!("{request}\n").as_bytes()).unwrap();
+    conn.write_all(format!("{line}\n").as_bytes()).unwrap();
     let mut line = String::new();
     std::io::BufReader::new(conn).read_line(&mut line).unwrap();
     serde_json::from_str(&line).unwrap()
@@ -458,6 +463,68 @@ async fn the_kernel_server_forks_fresh_kernels_that_end_with_their_launchers() {
         let mut bad = good.clone();
         bad[field] = value;
         assert!(ask(&address, bad)["error"].is_string(), "{field}");
+    }
+    // What once ended the server (red team): a key not ASCII, a nesting
+    // too deep for Python's parser, a pid past any integer; the server
+    // itself, or a launcher of a running kernel, as the launcher.
+    let mut odd_key = good.clone();
+    odd_key["key"] = json!("\u{e9}\u{1f600}");
+    assert_eq!(ask(&address, odd_key)["error"], "wrong key");
+    assert!(ask_raw(&address, &"[".repeat(60_000))["error"].is_string());
+    for launcher in [
+        json!(u64::MAX),
+        json!(first.server.id()),
+        json!(first.launcher.id()),
+    ] {
+        let mut bad = good.clone();
+        bad["launcher"] = launcher;
+        assert!(
+            ask(&address, bad.clone())["error"].is_string(),
+            "{}",
+            bad["launcher"]
+        );
+    }
+    // A client that drips its request does not hold the server: it is
+    // cut off after 5 s, and the next is answered.
+    let port = address["port"].as_u64().unwrap() as u16;
+    let mut drip = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let dripping = std::thread::spawn(move || {
+        use std::io::Write;
+        for _ in 0..20 {
+            if drip.write_all(b" ").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let began = std::time::Instant::now();
+    let mut wrong = good.clone();
+    wrong["key"] = json!("x");
+    assert_eq!(ask(&address, wrong)["error"], "wrong key");
+    assert!(
+        began.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        began.elapsed()
+    );
+    dripping.join().unwrap();
+    // Another user of the machine, with the key, is refused.
+    let other = Command::new("runuser")
+        .args(["-u", "nobody", "--"])
+        .arg(&python)
+        .arg("-c")
+        .arg(
+            "import socket,sys\ns=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n\
+             s.sendall(sys.argv[2].encode()+b'\\n')\nprint(s.makefile().readline())",
+        )
+        .arg(port.to_string())
+        .arg(good.to_string())
+        .output();
+    if let Some(out) = other.ok().filter(|o| o.status.success()) {
+        let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(reply["error"], "not a client of this user", "{reply}");
+    } else {
+        println!("{test}: no `runuser -u nobody` here: the other-user check was not run");
     }
     // A second kernel from the same server: its own state, its own
     // random numbers.

@@ -4,8 +4,11 @@
 //! over HTTP: state kept across runs and front ends, a DataFrame as an
 //! HTML table, a matplotlib figure as PNG image content, an endless loop
 //! cancelled and timed out with the session still answering, restart and
-//! stop. The kernels are made ahead once (`code prepare`): the sessions
-//! take them, each reseeded. One guest serves every step but the draw.
+//! stop. The kernels are made ahead once (`code prepare`: the kernel
+//! server's import of ipykernel, ten minutes of emulated guest work here,
+//! and a kernel of each language forked): the sessions take them, each
+//! reseeded, and the restarts are forks. One guest serves every step but
+//! the draw (30 min in all here, alone).
 
 use base64::Engine;
 use serde_json::json;
@@ -16,10 +19,7 @@ use super::{python, Server, BIN};
 #[test]
 fn a_code_session_keeps_state_and_returns_rich_results() {
     let test = "mcp_http::code_sessions::a_code_session_keeps_state_and_returns_rich_results";
-    let slow = "a kernel's start (importing ipykernel) took 4-16 min in a guest here: \
-        `code prepare` makes two, the restarts two more: about an hour in all";
-    if testkit::require(test, testkit::slow_tests_wanted(slow)).is_none()
-        || testkit::require(test, testkit::mcp_python()).is_none()
+    if testkit::require(test, testkit::mcp_python()).is_none()
         || testkit::require(test, testkit::guest_assets()).is_none()
         || testkit::require(test, testkit::workspace_image("minimal")).is_none()
         || testkit::require(test, testkit::host_tool("mmdebstrap")).is_none()

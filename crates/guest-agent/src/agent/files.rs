@@ -168,16 +168,34 @@ pub fn read_file(
         path: path.clone(),
         source,
     };
-    // Checked before opening: opening a fifo would block.
+    // Checked before opening (opening a fifo would block), and again on
+    // what was opened, without blocking: another guest process may swap
+    // a fifo in between.
     let meta = fs::metadata(&path).map_err(stat_err)?;
-    let ft = meta.file_type();
-    if !(ft.is_file() || ft.is_char_device() || ft.is_block_device()) {
+    let readable = |ft: fs::FileType| ft.is_file() || ft.is_char_device() || ft.is_block_device();
+    if !readable(meta.file_type()) {
         return Err(FileError::NotAFile(path));
     }
-    let mut file = File::open(&path).map_err(|source| FileError::Open {
-        path: path.clone(),
-        source,
-    })?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|source| FileError::Open {
+            path: path.clone(),
+            source,
+        })?;
+    let meta = file.metadata().map_err(stat_err)?;
+    let ft = meta.file_type();
+    if !readable(ft) {
+        return Err(FileError::NotAFile(path));
+    }
+    if !ft.is_file() {
+        // A device reads as it would have without O_NONBLOCK.
+        clear_nonblock(&file).map_err(|source| FileError::Open {
+            path: path.clone(),
+            source,
+        })?;
+    }
     let read_err = |source| FileError::Read {
         path: path.clone(),
         source,
@@ -206,6 +224,22 @@ pub fn read_file(
         left -= n as u64;
     }
     out.finish().map_err(send_err)
+}
+
+fn clear_nonblock(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function's caller owns, with
+    // F_GETFL/F_SETFL only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn send_err(e: io::Error) -> FileError {

@@ -1,10 +1,9 @@
-//! A session's kernel in the guest: the background process `code-N`
-//! (Debian's ipykernel started by `kernels/python_kernel.py`, or this
-//! library's JavaScript kernel written in at the start), as the workspace's default user in
-//! its default directory, which picks its own ports and key on the
-//! guest's loopback and writes them to a connection file; the host reads
-//! that file (guest data: bounded and checked) and connects through the
-//! agent's `tcp_connect`.
+//! A session's kernel process in the guest (`server` starts it): the wait
+//! for the file a starting kernel (or the kernel server) writes, while it
+//! works, with what it said when it ends first; that file read back as
+//! guest data (bounded, owner checked) and a connection file's ports and
+//! key; the tunnels through the agent's `tcp_connect` to the kernel; its
+//! end.
 
 use std::time::{Duration, Instant};
 
@@ -13,12 +12,12 @@ use tokio::net::UnixStream;
 
 use super::jupyter::JupyterClient;
 use super::records::SessionRecord;
-use super::{javascript, server, CodeLanguage, CodeSessionError};
+use super::{javascript, CodeLanguage, CodeSessionError};
 use base::store::workspace_dir::WorkspaceDir;
 
 use crate::error::{Error, Result};
-use crate::guest::processes::{CpuProgress, ProcessOptions, ProcessOutput};
-use crate::guest::request::ExecRequest;
+use crate::guest::files::FileKind;
+use crate::guest::processes::{CpuProgress, ProcessOutput};
 use crate::workspaces::handle::Workspace;
 
 /// How long a starting kernel may go without output or CPU time spent.
@@ -49,60 +48,6 @@ pub(crate) fn connection_file(process: &str, nonce: &str) -> String {
     format!("/tmp/.microagent-{process}-{nonce}.json")
 }
 
-/// Starts a kernel as background process `process` (its connection file
-/// named with `nonce`): a launcher the workspace's kernel server
-/// (`server`, started when none runs) forks a kernel into; then waits,
-/// at most [`START_CEILING`] while it works, for its connection file.
-/// The record's id is the process's.
-pub(crate) async fn start(
-    ws: Workspace<'_>,
-    process: &str,
-    nonce: &str,
-    language: CodeLanguage,
-) -> Result<SessionRecord> {
-    let id = process;
-    let file = connection_file(id, nonce);
-    let address = server::ensure(ws, language).await?;
-    let mut argv = Vec::new();
-    let mut env = vec![("PYTHONUNBUFFERED", "1")];
-    let (kernel, runner) = javascript::paths(id, nonce);
-    if language == CodeLanguage::JavaScript {
-        javascript::install(ws, &kernel, &runner).await?;
-        argv.push(kernel);
-        env.push((javascript::RUNNER_VAR, &runner));
-    }
-    argv.extend(["-f".to_owned(), file.clone(), KERNEL_IP_ARG.to_owned()]);
-    let options = ProcessOptions {
-        id: Some(id.to_owned()),
-        ..ProcessOptions::default()
-    };
-    // A process of this id left by an ended session (the guest keeps
-    // finished ones for their output): ours replaces it.
-    end_process(ws, id).await?;
-    let launcher = ExecRequest::argv(["sh", "-c", server::LAUNCHER]);
-    let info = ws.processes().process_start(launcher, options).await?;
-    let ws_dir = ws.all.dir(ws.name.as_str())?;
-    let forked = async {
-        server::fork(ws, &ws_dir, &address, info.pid, language, &argv, &env).await?;
-        wait_for(ws, id, info.pid, language, &file, parse_connection).await
-    };
-    match forked.await {
-        Ok(record) => Ok(SessionRecord {
-            id: id.to_owned(),
-            language,
-            pid: info.pid,
-            started_unix_ms: info.started_unix_ms,
-            created_unix_ms: base::host::settings::now_ms(),
-            ..record
-        }),
-        Err(e) => {
-            // No launcher (nor its kernel) is left behind.
-            let _ = end_process(ws, id).await;
-            Err(e)
-        }
-    }
-}
-
 /// Waits, at most [`START_CEILING`] while background process `id` (pid
 /// `pid`, starting a `language` kernel or the kernel server) works, for
 /// `file` to be whole by `parse`; what it prints to stderr is kept for
@@ -113,9 +58,11 @@ pub(crate) async fn wait_for<T>(
     pid: u32,
     language: CodeLanguage,
     file: &str,
-    parse: impl Fn(&Value) -> Result<Option<T>, CodeSessionError>,
+    parse: impl Fn(&Value, u32) -> Result<Option<T>, CodeSessionError>,
 ) -> Result<T> {
     let started = Instant::now();
+    // None when it ended already: the first poll of its output says so.
+    let owner = process_owner(ws, pid).await.ok();
     let mut progress = CpuProgress::new(pid);
     let mut said = String::new();
     let mut cursors = [0, 0];
@@ -123,8 +70,12 @@ pub(crate) async fn wait_for<T>(
     let waited = async {
         loop {
             let polled = async {
-                if let Some(json) = read_guest_json(ws, file).await? {
-                    if let Some(found) = parse(&json)? {
+                let json = match owner {
+                    Some(owner) => read_guest_json(ws, file, owner).await?,
+                    None => None,
+                };
+                if let Some(json) = json {
+                    if let Some(found) = parse(&json, pid)? {
                         return Ok(Poll::Written(found));
                     }
                 }
@@ -132,9 +83,21 @@ pub(crate) async fn wait_for<T>(
                     .processes()
                     .process_output(id, cursors, Some(16 * 1024), START_POLL)
                     .await?;
-                Ok::<_, Error>(Poll::Output(out))
+                Ok::<_, Error>(Poll::Output(Box::new(out)))
             };
-            let out = match polled.await {
+            // A guest that leaves a call unanswered does not hold the
+            // start past the quiet limit.
+            let polled = tokio::time::timeout(START_QUIET, polled)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(CodeSessionError::Start {
+                        workspace: ws.name.as_str().to_owned(),
+                        language: language.as_str(),
+                        detail: format!("a poll went unanswered for {} s", START_QUIET.as_secs()),
+                    }
+                    .into())
+                });
+            let out = match polled {
                 Ok(Poll::Written(found)) => return Ok(found),
                 Ok(Poll::Output(out)) => {
                     unanswered = 0;
@@ -214,7 +177,7 @@ enum Poll<T> {
     /// Its file, whole.
     Written(T),
     /// Its output since the last poll (and whether it runs).
-    Output(ProcessOutput),
+    Output(Box<ProcessOutput>),
 }
 
 /// An agent connection the guest left unanswered (see
@@ -273,16 +236,34 @@ fn keep_tail(said: &mut String) {
 }
 
 /// The JSON in guest file `file` (guest data, bounded), once it is whole:
-/// `None` while it is missing or not JSON yet.
-pub(crate) async fn read_guest_json(ws: Workspace<'_>, file: &str) -> Result<Option<Value>> {
-    if ws.files().stat_if_exists(file).await?.is_none() {
+/// `None` while it is missing or not JSON yet. Only a regular file of
+/// `owner` (the uid of the process that writes it) is read: one another
+/// guest user put at the name first fails the start.
+pub(crate) async fn read_guest_json(
+    ws: Workspace<'_>,
+    file: &str,
+    owner: u32,
+) -> Result<Option<Value>> {
+    let Some(stat) = ws.files().stat_if_exists(file).await? else {
         return Ok(None);
+    };
+    if stat.kind != FileKind::File || stat.uid != owner {
+        return Err(CodeSessionError::ConnectionFile(format!(
+            "{file} is not a file of uid {owner} (uid {}, {:?})",
+            stat.uid, stat.kind
+        ))
+        .into());
     }
     let read = ws
         .files()
         .read_file(file, None, Some(MAX_CONNECTION_FILE))
         .await?;
     Ok(serde_json::from_slice::<Value>(&read.data).ok())
+}
+
+/// The uid guest process `pid` runs as.
+pub(crate) async fn process_owner(ws: Workspace<'_>, pid: u32) -> Result<u32> {
+    Ok(ws.files().stat(&format!("/proc/{pid}")).await?.uid)
 }
 
 /// The key and ports of a connection file (`None` while its ports are 0).

@@ -5,7 +5,7 @@
 //! execute, interrupt, shut down) on Jupyter's signed messages (`wire`)
 //! over ZMTP 3.0 (`zmtp`, no ZeroMQ library: the connections are the
 //! agent's tunnels); the host's records of a workspace's sessions
-//! (`records`); the kernel's start in the guest (`launch`), forked by
+//! (`records`); the kernel's process in the guest (`launch`), forked by
 //! the workspace's kernel server (`server`); kernels made
 //! ahead in an image's warm snapshot (`ready`); the calls (`ops`).
 

@@ -17,6 +17,7 @@ use super::launch::{self, FIRST_ANSWER_TIMEOUT};
 use super::outputs::CodeRunLimits;
 use super::ready;
 use super::records::{is_session_id, CodeDir, SessionRecord};
+use super::server;
 use super::{CodeLanguage, CodeRun, CodeSessionError, CodeSessionInfo, MAX_SESSIONS};
 use crate::error::Result;
 use crate::workspaces::handle::Workspace;
@@ -306,7 +307,7 @@ impl WorkspaceCode<'_> {
         language: CodeLanguage,
     ) -> Result<SessionRecord> {
         let nonce = base::host::dirfd::random_hex();
-        let record = launch::start(self.ws, id, &nonce, language).await?;
+        let record = server::start(self.ws, id, &nonce, language).await?;
         if let Err(e) = launch::connect(ws_dir, &record, FIRST_ANSWER_TIMEOUT).await {
             let _ = self.end_kernel(&record).await;
             return Err(e);

@@ -1,8 +1,9 @@
 //! Kernels made ahead: a kernel's start imports ipykernel, which where
 //! guest kernel mode is emulated takes minutes (12 min measured alone).
 //! [`prepare`] pays it once per image: a fresh workspace of the image's
-//! default size boots in a namespace of the library's own, starts a kernel
-//! of each language as background process `code-ready-<language>`, and is
+//! default size boots in a namespace of the library's own, starts the
+//! kernel server (`server`) and a kernel of each language as background
+//! process `code-ready-<language>`, and is
 //! kept as the image's warm snapshot (`snapshots/warm.rs`). Every fresh
 //! workspace of that size (a warm start, a pool member) resumes with those
 //! kernels running, and its first session of a language takes its kernel
@@ -16,6 +17,7 @@ use serde::Serialize;
 use super::jupyter::READY_TIMEOUT;
 use super::launch::{self, FIRST_ANSWER_TIMEOUT};
 use super::records::SessionRecord;
+use super::server;
 use super::{CodeLanguage, CodeSessionError};
 use crate::error::Result;
 use crate::workspaces::handle::Workspace;
@@ -104,13 +106,15 @@ pub async fn prepare(
         progress(&format!("booting a fresh workspace of {image}"));
         let meta = ws.start_cold(DEFAULT_START_TIMEOUT, |_| {}).await?;
         let ws_dir = view.dir(&name)?;
+        progress("starting the kernel server (importing ipykernel: minutes here)");
+        server::ensure(ws, languages[0]).await?;
         for &language in &languages {
             progress(&format!(
-                "starting a {} kernel (importing ipykernel: minutes here)",
+                "starting a {} kernel (forked by the server)",
                 language.as_str()
             ));
             let process = process_id(language);
-            let record = launch::start(ws, &process, READY_NONCE, language).await?;
+            let record = server::start(ws, &process, READY_NONCE, language).await?;
             let mut client = launch::connect(&ws_dir, &record, FIRST_ANSWER_TIMEOUT).await?;
             if language == CodeLanguage::Python {
                 // Its first run's own costs, paid here once.
@@ -175,7 +179,8 @@ pub(super) async fn adopt(
             return Err(ended(ws, language, found.status().to_string()));
         }
         let file = launch::connection_file(&process, READY_NONCE);
-        let json = launch::read_guest_json(ws, &file).await?;
+        let owner = launch::process_owner(ws, found.pid).await?;
+        let json = launch::read_guest_json(ws, &file, owner).await?;
         let parsed = json.as_ref().map(launch::parse_connection).transpose()?;
         let Some(ports) = parsed.flatten() else {
             return Err(ended(

@@ -18,7 +18,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use super::javascript;
 use super::launch;
+use super::records::SessionRecord;
 use super::{CodeLanguage, CodeSessionError};
 use crate::error::{Error, Result};
 use crate::guest::processes::ProcessOptions;
@@ -42,6 +44,67 @@ const MAX_REPLY: u64 = 4096;
 /// of ~100 MiB is page-table work of the emulated guest kernel).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Starts a kernel as background process `process` (its connection file
+/// named with `nonce`): a launcher the workspace's kernel server
+/// (started when none runs) forks a kernel into; then waits,
+/// at most `launch::START_CEILING` while it works, for its connection file.
+/// The record's id is the process's.
+pub(crate) async fn start(
+    ws: Workspace<'_>,
+    process: &str,
+    nonce: &str,
+    language: CodeLanguage,
+) -> Result<SessionRecord> {
+    let id = process;
+    let file = launch::connection_file(id, nonce);
+    let address = ensure(ws, language).await?;
+    let mut argv = Vec::new();
+    let mut env = vec![("PYTHONUNBUFFERED", "1")];
+    let (kernel, runner) = javascript::paths(id, nonce);
+    if language == CodeLanguage::JavaScript {
+        javascript::install(ws, &kernel, &runner).await?;
+        argv.push(kernel);
+        env.push((javascript::RUNNER_VAR, &runner));
+    }
+    argv.extend([
+        "-f".to_owned(),
+        file.clone(),
+        launch::KERNEL_IP_ARG.to_owned(),
+    ]);
+    let options = ProcessOptions {
+        id: Some(id.to_owned()),
+        ..ProcessOptions::default()
+    };
+    // A process of this id left by an ended session (the guest keeps
+    // finished ones for their output): ours replaces it.
+    launch::end_process(ws, id).await?;
+    let launcher = ExecRequest::argv(["sh", "-c", LAUNCHER]);
+    let info = ws.processes().process_start(launcher, options).await?;
+    let ws_dir = ws.all.dir(ws.name.as_str())?;
+    let forked = async {
+        fork(ws, &ws_dir, &address, info.pid, language, &argv, &env).await?;
+        launch::wait_for(ws, id, info.pid, language, &file, |json, _| {
+            launch::parse_connection(json)
+        })
+        .await
+    };
+    match forked.await {
+        Ok(record) => Ok(SessionRecord {
+            id: id.to_owned(),
+            language,
+            pid: info.pid,
+            started_unix_ms: info.started_unix_ms,
+            created_unix_ms: base::host::settings::now_ms(),
+            ..record
+        }),
+        Err(e) => {
+            // No launcher (nor its kernel) is left behind.
+            let _ = launch::end_process(ws, id).await;
+            Err(e)
+        }
+    }
+}
+
 /// Where the server listens, and the key it asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ServerAddress {
@@ -53,9 +116,11 @@ pub(crate) struct ServerAddress {
 /// first time) when none runs.
 pub(crate) async fn ensure(ws: Workspace<'_>, language: CodeLanguage) -> Result<ServerAddress> {
     let list = ws.processes().process_list().await?;
-    if list.iter().any(|p| p.id == PROCESS && p.running()) {
-        if let Some(json) = launch::read_guest_json(ws, PORT_FILE).await? {
-            if let Some(address) = parse_port_file(&json)? {
+    if let Some(running) = list.iter().find(|p| p.id == PROCESS && p.running()) {
+        let owner = launch::process_owner(ws, running.pid).await?;
+        let found = launch::read_guest_json(ws, PORT_FILE, owner).await;
+        if let Ok(Some(json)) = found {
+            if let Ok(Some(address)) = parse_port_file(&json, running.pid) {
                 return Ok(address);
             }
         }
@@ -125,12 +190,16 @@ pub(crate) async fn fork(
     parse_reply(&reply).map_err(refused)
 }
 
-/// The server's port and key from its port file (`None` until whole).
-fn parse_port_file(json: &Value) -> Result<Option<ServerAddress>, CodeSessionError> {
+/// The port and key of server `pid` from its port file (`None` until
+/// whole).
+fn parse_port_file(json: &Value, pid: u32) -> Result<Option<ServerAddress>, CodeSessionError> {
     let bad = |why: &str| CodeSessionError::ConnectionFile(format!("the kernel server's {why}"));
     let Some(port) = json.get("port") else {
         return Ok(None);
     };
+    if json.get("pid").and_then(Value::as_u64) != Some(u64::from(pid)) {
+        return Err(bad("port file names another process"));
+    }
     let port = port
         .as_u64()
         .and_then(|p| u16::try_from(p).ok())
@@ -173,22 +242,25 @@ mod tests {
     fn a_port_file_is_read_only_when_whole_and_sound() {
         let good = json!({"port": 40111, "key": "k1", "pid": 7});
         assert_eq!(
-            parse_port_file(&good).unwrap(),
+            parse_port_file(&good, 7).unwrap(),
             Some(ServerAddress {
                 port: 40111,
                 key: "k1".into()
             })
         );
-        assert_eq!(parse_port_file(&json!({})).unwrap(), None);
+        assert_eq!(parse_port_file(&json!({}), 7).unwrap(), None);
+        // Another server's (or one a guest user wrote): not ours.
+        assert!(parse_port_file(&good, 8).is_err());
+        assert!(parse_port_file(&json!({"port": 40111, "key": "k1"}), 7).is_err());
         for bad in [
-            json!({"port": 0, "key": "k"}),
-            json!({"port": 70000, "key": "k"}),
-            json!({"port": "1", "key": "k"}),
-            json!({"port": 1}),
-            json!({"port": 1, "key": ""}),
-            json!({"port": 1, "key": "k".repeat(257)}),
+            json!({"port": 0, "key": "k", "pid": 7}),
+            json!({"port": 70000, "key": "k", "pid": 7}),
+            json!({"port": "1", "key": "k", "pid": 7}),
+            json!({"port": 1, "pid": 7}),
+            json!({"port": 1, "key": "", "pid": 7}),
+            json!({"port": 1, "key": "k".repeat(257), "pid": 7}),
         ] {
-            assert!(parse_port_file(&bad).is_err(), "{bad}");
+            assert!(parse_port_file(&bad, 7).is_err(), "{bad}");
         }
     }
 

@@ -19,9 +19,10 @@ LAUNCHER is a background process the agent started for the kernel (a
 `sleep` that ignores SIGINT), its group's leader: the forked kernel joins
 that group and takes its stdout and stderr, so the agent's signals to
 the process (KILL when a session ends) and its output reach the kernel.
-The reply is `{"pid": N}` or `{"error": "..."}`. When the kernel ends
-its launcher is killed, and when the launcher ends its group is, so the
-two end together. The server answers one request at a time.
+The reply is `{"pid": N}` or `{"error": "..."}`. Only root (the agent)
+and this user may ask; a request must come whole within 5 s. When the
+kernel ends its launcher is killed, and when the launcher ends its group
+is, so the two end together. The server answers one request at a time.
 """
 
 import gc
@@ -32,6 +33,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 # As ipykernel_launcher: the start's directory is not on the path.
 if sys.path and sys.path[0] == "":
@@ -50,10 +52,15 @@ del sys.modules["debugpy"], sys.modules["jedi"]
 gc.collect()
 gc.freeze()
 
-# A request is one line of at most this many bytes.
+# A request is one line of at most this many bytes,
 MAX_REQUEST = 64 * 1024
-# How long a client may take to send its request.
-REQUEST_TIMEOUT = 30
+# sent whole within this many seconds.
+REQUEST_SECONDS = 5
+# Kernels at once (a workspace has at most 8 sessions, and kernels made
+# ahead).
+MAX_KERNELS = 64
+# The highest pid Linux gives.
+MAX_PID = 1 << 22
 
 
 def fail(conn, why):
@@ -63,10 +70,28 @@ def fail(conn, why):
         pass
 
 
+def peer_uid(conn):
+    """The uid of the socket at the connection's other end on loopback
+    (its line in /proc/net/tcp), or None."""
+    here = ":%04X" % conn.getsockname()[1]
+    there = ":%04X" % conn.getpeername()[1]
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if len(fields) > 7 and fields[1].endswith(there) and fields[2].endswith(here):
+                return int(fields[7])
+    return None
+
+
 def read_request(conn):
-    conn.settimeout(REQUEST_TIMEOUT)
+    deadline = time.monotonic() + REQUEST_SECONDS
     data = b""
     while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ValueError("the request took over %d s" % REQUEST_SECONDS)
+        conn.settimeout(left)
         chunk = conn.recv(4096)
         if not chunk:
             break
@@ -79,13 +104,17 @@ def read_request(conn):
     return request
 
 
-def checked(request, key):
+def checked(request, key, in_use):
     """The request's launcher, language, argv and env, once sound."""
-    if not secrets.compare_digest(str(request.get("key", "")), key):
+    given = request.get("key")
+    if not isinstance(given, str) or not secrets.compare_digest(
+            given.encode("utf-8", "surrogatepass"), key.encode()):
         raise PermissionError("wrong key")
     launcher = request.get("launcher")
-    if not isinstance(launcher, int) or launcher <= 1:
+    if not isinstance(launcher, int) or not 1 < launcher < MAX_PID or launcher == os.getpid():
         raise ValueError("no launcher pid")
+    if launcher in in_use:
+        raise ValueError("the launcher has a kernel")
     language = request.get("language")
     if language not in ("python", "javascript"):
         raise ValueError("unknown language")
@@ -180,6 +209,8 @@ def main():
             elif fd in launchers:
                 kernel_fd, launcher = launchers.pop(fd)
                 try:
+                    # The kernel, not reaped yet, still holds the group's
+                    # id: it names no other processes.
                     os.killpg(launcher, signal.SIGKILL)
                 except OSError:
                     pass
@@ -191,10 +222,18 @@ def main():
                 conn, _ = listener.accept()
                 with conn:
                     try:
-                        launcher, language, argv, env = checked(read_request(conn), key)
+                        # Only the agent (root: the host's tcp_connect)
+                        # and this user, before a byte is read.
+                        if peer_uid(conn) not in (0, os.getuid()):
+                            raise PermissionError("not a client of this user")
+                        if len(kernels) >= MAX_KERNELS:
+                            raise ValueError("%d kernels run already" % MAX_KERNELS)
+                        in_use = [launcher for _, launcher in launchers.values()]
+                        request = read_request(conn)
+                        launcher, language, argv, env = checked(request, key, in_use)
                         launcher_fd = os.pidfd_open(launcher)
-                    except (OSError, ValueError) as e:
-                        fail(conn, str(e) or type(e).__name__)
+                    except Exception as e:  # noqa: BLE001: refused, the server goes on
+                        fail(conn, str(e)[:200] or type(e).__name__)
                         continue
                     sys.stdout.flush()
                     sys.stderr.flush()
