@@ -87,27 +87,16 @@ impl Kernel {
                 .open(dir.join("kernel.log"))
                 .unwrap()
         };
-        let server = Command::new(python)
+        let mut server = Command::new(python);
+        server
             .args(["-c", workspace::code_sessions::SERVER])
             .arg(&port_file)
             .env("HOME", &dir)
             .env("MPLBACKEND", "agg")
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log())
-            .process_group(0)
-            .spawn()
-            .unwrap();
+            .current_dir(&dir);
+        let server = background(server, log().into());
         let address = read_json_when(&port_file, |v| v["port"].as_u64().is_some(), "server");
-        let launcher = Command::new("sh")
-            .args(["-c", workspace::code_sessions::LAUNCHER])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log())
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let launcher = launcher(log().into());
         let (argv, env) = request(&dir, &file);
         let reply = ask(
             &address,
@@ -163,6 +152,25 @@ impl Drop for Kernel {
         let _ = self.server.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `command` started as the guest agent starts a background process:
+/// leading its own process group, stdin and stdout null.
+fn background(mut command: Command, stderr: Stdio) -> Child {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .process_group(0)
+        .spawn()
+        .unwrap()
+}
+
+/// A kernel's launcher, as a session's start runs it.
+fn launcher(stderr: Stdio) -> Child {
+    let mut command = Command::new("sh");
+    command.args(["-c", workspace::code_sessions::LAUNCHER]);
+    background(command, stderr)
 }
 
 /// The JSON in `file` once `whole` says it is (at most a minute).
@@ -429,16 +437,7 @@ async fn the_kernel_server_forks_fresh_kernels_that_end_with_their_launchers() {
     let mut first = Kernel::start(&python, "forks");
     let address: Value =
         serde_json::from_slice(&std::fs::read(first.dir.join("server.json")).unwrap()).unwrap();
-    let launcher = || {
-        Command::new("sh")
-            .args(["-c", workspace::code_sessions::LAUNCHER])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .unwrap()
-    };
+    let launcher = || launcher(Stdio::null());
     // Refused: another key, a launcher that leads no group, bad fields.
     let mut spare = launcher();
     let good = json!({"key": address["key"], "launcher": spare.id(), "language": "python",
