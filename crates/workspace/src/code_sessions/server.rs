@@ -118,14 +118,29 @@ pub(crate) async fn ensure(ws: Workspace<'_>, language: CodeLanguage) -> Result<
     let list = ws.processes().process_list().await?;
     if let Some(running) = list.iter().find(|p| p.id == PROCESS && p.running()) {
         let owner = launch::process_owner(ws, running.pid).await?;
-        let found = launch::read_guest_json(ws, PORT_FILE, owner).await;
-        if let Ok(Some(json)) = found {
-            if let Ok(Some(address)) = parse_port_file(&json, running.pid) {
-                return Ok(address);
+        match launch::read_guest_json(ws, PORT_FILE, owner).await {
+            Ok(Some(json)) => {
+                if let Ok(Some(address)) = parse_port_file(&json, running.pid) {
+                    return Ok(address);
+                }
             }
+            // Still importing (a start whose caller went away left it):
+            // its import is waited for, not begun again.
+            Ok(None) => {
+                return launch::wait_for(
+                    ws,
+                    PROCESS,
+                    running.pid,
+                    language,
+                    PORT_FILE,
+                    parse_port_file,
+                )
+                .await;
+            }
+            Err(_) => {}
         }
     }
-    // None, ended, or without a whole port file: a new one.
+    // None, ended, or with a port file not its own: a new one.
     launch::end_process(ws, PROCESS).await?;
     ws.files().remove(PORT_FILE, false, false).await.ok();
     let req = ExecRequest::argv(["python3", "-c", SERVER, PORT_FILE]).env("PYTHONUNBUFFERED", "1");
