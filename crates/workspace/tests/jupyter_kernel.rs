@@ -120,24 +120,29 @@ impl Kernel {
     }
 
     async fn connect(&self, key: &str) -> Result<JupyterClient<TcpStream>, JupyterError> {
-        let port = |name: &str| {
-            let port = self.ports[name].as_u64().unwrap();
-            TcpStream::connect(("127.0.0.1", port as u16))
-        };
-        let (shell, iopub, control) = (
-            port("shell_port").await.unwrap(),
-            port("iopub_port").await.unwrap(),
-            port("control_port").await.unwrap(),
-        );
-        JupyterClient::connect(
-            shell,
-            iopub,
-            control,
-            key.as_bytes(),
-            Duration::from_secs(60),
-        )
-        .await
+        connect_to(&self.ports, key).await
     }
+}
+
+/// A client of the kernel whose connection file says `ports`.
+async fn connect_to(ports: &Value, key: &str) -> Result<JupyterClient<TcpStream>, JupyterError> {
+    let port = |name: &str| {
+        let port = ports[name].as_u64().unwrap();
+        TcpStream::connect(("127.0.0.1", port as u16))
+    };
+    let (shell, iopub, control) = (
+        port("shell_port").await.unwrap(),
+        port("iopub_port").await.unwrap(),
+        port("control_port").await.unwrap(),
+    );
+    JupyterClient::connect(
+        shell,
+        iopub,
+        control,
+        key.as_bytes(),
+        Duration::from_secs(60),
+    )
+    .await
 }
 
 impl Drop for Kernel {
@@ -437,9 +442,8 @@ async fn the_kernel_server_forks_fresh_kernels_that_end_with_their_launchers() {
     let mut first = Kernel::start(&python, "forks");
     let address: Value =
         serde_json::from_slice(&std::fs::read(first.dir.join("server.json")).unwrap()).unwrap();
-    let launcher = || launcher(Stdio::null());
     // Refused: another key, a launcher that leads no group, bad fields.
-    let mut spare = launcher();
+    let mut spare = launcher(Stdio::null());
     let good = json!({"key": address["key"], "launcher": spare.id(), "language": "python",
         "argv": ["-f", first.dir.join("second.json").display().to_string()], "env": {}});
     let mut wrong = good.clone();
@@ -534,15 +538,9 @@ async fn the_kernel_server_forks_fresh_kernels_that_end_with_their_launchers() {
         |v| v["shell_port"].as_u64().unwrap_or(0) != 0,
         "second kernel",
     );
-    let second = Kernel {
-        server: Command::new("true").spawn().unwrap(),
-        launcher: launcher(),
-        dir: first.dir.join("unused"),
-        ports: second_ports,
-    };
-    let key = second.ports["key"].as_str().unwrap().to_owned();
+    let key = second_ports["key"].as_str().unwrap();
     let mut a = first.connect(KEY).await.unwrap();
-    let mut b = second.connect(&key).await.unwrap();
+    let mut b = connect_to(&second_ports, key).await.unwrap();
     run(&mut a, "x = 1").await;
     let draw = "import random; random.random()";
     let (one, two) = (run(&mut a, draw).await, run(&mut b, draw).await);

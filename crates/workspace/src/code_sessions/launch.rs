@@ -90,12 +90,8 @@ pub(crate) async fn wait_for<T>(
             let polled = tokio::time::timeout(START_QUIET, polled)
                 .await
                 .unwrap_or_else(|_| {
-                    Err(CodeSessionError::Start {
-                        workspace: ws.name.as_str().to_owned(),
-                        language: language.as_str(),
-                        detail: format!("a poll went unanswered for {} s", START_QUIET.as_secs()),
-                    }
-                    .into())
+                    let why = format!("a poll went unanswered for {} s", START_QUIET.as_secs());
+                    Err(start_failed(ws, language, why))
                 });
             let out = match polled {
                 Ok(Poll::Written(found)) => return Ok(found),
@@ -121,28 +117,23 @@ pub(crate) async fn wait_for<T>(
             }
             said.push_str(&String::from_utf8_lossy(&out.stderr.bytes));
             keep_tail(&mut said);
-            let workspace = ws.name.as_str().to_owned();
             if !out.process.running() {
                 let _ = ws.processes().process_remove(id).await;
                 if let Some(looked_for) = missing(language, &said) {
                     return Err(CodeSessionError::NotInstalled {
-                        workspace,
+                        workspace: ws.name.as_str().to_owned(),
                         language: language.as_str(),
                         looked_for: looked_for.into(),
                     }
                     .into());
                 }
                 let tail: Vec<&str> = said.lines().rev().take(5).collect();
-                return Err(CodeSessionError::Start {
-                    workspace,
-                    language: language.as_str(),
-                    detail: format!(
-                        "{}: {}",
-                        out.process.status(),
-                        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-                    ),
-                }
-                .into());
+                let why = format!(
+                    "{}: {}",
+                    out.process.status(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                );
+                return Err(start_failed(ws, language, why));
             }
             let quiet = progress.last.elapsed() > START_QUIET;
             if quiet || started.elapsed() > START_CEILING {
@@ -153,12 +144,7 @@ pub(crate) async fn wait_for<T>(
                 } else {
                     format!("no connection file after {} s", START_CEILING.as_secs())
                 };
-                return Err(CodeSessionError::Start {
-                    workspace,
-                    language: language.as_str(),
-                    detail: why,
-                }
-                .into());
+                return Err(start_failed(ws, language, why));
             }
         }
     };
@@ -170,6 +156,17 @@ pub(crate) async fn wait_for<T>(
         let _ = ws.processes().process_remove(id).await;
     }
     waited
+}
+
+/// A `language` kernel's (or the kernel server's) start in `ws` failed,
+/// for `why`.
+pub(crate) fn start_failed(ws: Workspace<'_>, language: CodeLanguage, why: String) -> Error {
+    CodeSessionError::Start {
+        workspace: ws.name.as_str().to_owned(),
+        language: language.as_str(),
+        detail: why,
+    }
+    .into()
 }
 
 /// What one poll of a starting kernel (or server) found.

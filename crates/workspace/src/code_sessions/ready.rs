@@ -176,14 +176,18 @@ pub(super) async fn adopt(
     let found = list.into_iter().find(|p| p.id == process)?;
     let taken = async {
         if !found.running() {
-            return Err(ended(ws, language, found.status().to_string()));
+            return Err(launch::start_failed(
+                ws,
+                language,
+                found.status().to_string(),
+            ));
         }
         let file = launch::connection_file(&process, READY_NONCE);
         let owner = launch::process_owner(ws, found.pid).await?;
         let json = launch::read_guest_json(ws, &file, owner).await?;
         let parsed = json.as_ref().map(launch::parse_connection).transpose()?;
         let Some(ports) = parsed.flatten() else {
-            return Err(ended(
+            return Err(launch::start_failed(
                 ws,
                 language,
                 "its connection file is not whole".into(),
@@ -205,14 +209,18 @@ pub(super) async fn adopt(
                 .await
                 .map_err(CodeSessionError::from)?;
             if let Some(error) = run.error {
-                return Err(ended(
+                return Err(launch::start_failed(
                     ws,
                     language,
                     format!("reseeding raised {}", error.name),
                 ));
             }
             if let Some(stopped) = run.stopped {
-                return Err(ended(ws, language, format!("reseeding {stopped}")));
+                return Err(launch::start_failed(
+                    ws,
+                    language,
+                    format!("reseeding {stopped}"),
+                ));
             }
         }
         // Taken: a fork of this workspace must not take it again (with
@@ -232,13 +240,4 @@ pub(super) async fn adopt(
             None
         }
     }
-}
-
-fn ended(ws: Workspace<'_>, language: CodeLanguage, why: String) -> crate::error::Error {
-    CodeSessionError::Start {
-        workspace: ws.name.as_str().to_owned(),
-        language: language.as_str(),
-        detail: why,
-    }
-    .into()
 }

@@ -59,12 +59,12 @@ pub(crate) async fn start(
     let file = launch::connection_file(id, nonce);
     let address = ensure(ws, language).await?;
     let mut argv = Vec::new();
-    let mut env = vec![("PYTHONUNBUFFERED", "1")];
-    let (kernel, runner) = javascript::paths(id, nonce);
+    let mut env = vec![("PYTHONUNBUFFERED", "1".to_owned())];
     if language == CodeLanguage::JavaScript {
+        let (kernel, runner) = javascript::paths(id, nonce);
         javascript::install(ws, &kernel, &runner).await?;
         argv.push(kernel);
-        env.push((javascript::RUNNER_VAR, &runner));
+        env.push((javascript::RUNNER_VAR, runner));
     }
     argv.extend([
         "-f".to_owned(),
@@ -162,23 +162,16 @@ pub(crate) async fn fork(
     launcher: u32,
     language: CodeLanguage,
     argv: &[String],
-    env: &[(&str, &str)],
+    env: &[(&str, String)],
 ) -> Result<()> {
     let request = json!({
         "key": address.key,
         "launcher": launcher,
         "language": language.as_str(),
         "argv": argv,
-        "env": env.iter().map(|(k, v)| ((*k).to_owned(), Value::from(*v))).collect::<serde_json::Map<_, _>>(),
+        "env": env.iter().map(|(k, v)| ((*k).to_owned(), Value::from(v.as_str()))).collect::<serde_json::Map<_, _>>(),
     });
-    let refused = |detail: String| -> Error {
-        CodeSessionError::Start {
-            workspace: ws.name.as_str().to_owned(),
-            language: language.as_str(),
-            detail,
-        }
-        .into()
-    };
+    let refused = |why: String| launch::start_failed(ws, language, why);
     let asked = async {
         let mut stream = launch::tunnel(ws_dir, address.port).await?;
         let mut line = request.to_string();
